@@ -1,0 +1,234 @@
+/*
+ * oncegatectl — the operator's command line. One command table; each
+ * command parses its own arguments and calls into the library.
+ *
+ * Exit codes: 0 done, 1 refused or failed (the message says why),
+ * 2 usage error, 3 database unavailable.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clients.h"
+#include "config.h"
+#include "db.h"
+#include "digest.h"
+#include "migrate.h"
+
+enum { EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNAVAILABLE = 3 };
+
+struct ctl {
+	struct config cfg;
+	const char *conf_path;
+	struct db *db;
+	int json;
+};
+
+struct command {
+	const char *name;
+	const char *args;
+	const char *help;
+	int (*run)(struct ctl *ctl, int argc, char **argv);
+};
+
+static int
+ctl_db(struct ctl *ctl)
+{
+	if (ctl->db == NULL)
+		ctl->db = db_new(ctl->cfg.database, ctl->cfg.statement_timeout_ms);
+	if (ctl->db == NULL || db_ensure(ctl->db) != DB_OK) {
+		fprintf(stderr, "oncegatectl: %s\n",
+		        ctl->db != NULL ? db_error(ctl->db) : "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+static int
+exit_of(enum clients_rc rc, const char *what, const char *name, struct ctl *ctl)
+{
+	switch (rc) {
+	case CLIENTS_OK:
+		return EXIT_SUCCESS;
+	case CLIENTS_EXISTS:
+		fprintf(stderr, "oncegatectl: %s: a client named \"%s\" exists already\n", what,
+		        name);
+		return EXIT_REFUSED;
+	case CLIENTS_NOT_FOUND:
+		fprintf(stderr, "oncegatectl: %s: no client named \"%s\"\n", what, name);
+		return EXIT_REFUSED;
+	case CLIENTS_BAD_NAME:
+		fprintf(stderr, "oncegatectl: %s: a client name is 1-64 of A-Z a-z 0-9 . _ -, "
+		        "starting with a letter or digit\n", what);
+		return EXIT_USAGE;
+	case CLIENTS_UNAVAILABLE:
+		fprintf(stderr, "oncegatectl: %s: database unavailable: %s\n", what,
+		        db_error(ctl->db));
+		return EXIT_UNAVAILABLE;
+	default:
+		fprintf(stderr, "oncegatectl: %s: %s\n", what, db_error(ctl->db));
+		return EXIT_REFUSED;
+	}
+}
+
+static int
+cmd_migrate(struct ctl *ctl, int argc, char **argv)
+{
+	char err[1024];
+	int n, status = argc > 1 && strcmp(argv[1], "--status") == 0;
+
+	if (argc > 1 + status) {
+		fprintf(stderr, "usage: oncegatectl migrate [--status]\n");
+		return EXIT_USAGE;
+	}
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	n = status ? migrate_status(ctl->db, ctl->cfg.sql_dir, stdout, err, sizeof(err))
+	           : migrate_apply(ctl->db, ctl->cfg.sql_dir, stdout, err, sizeof(err));
+	if (n < 0) {
+		fprintf(stderr, "oncegatectl: migrate: %s\n", err);
+		return EXIT_REFUSED;
+	}
+	if (!status)
+		fprintf(stderr, "oncegatectl: %d migration%s applied; schema is current\n", n,
+		        n == 1 ? "" : "s");
+	else
+		fprintf(stderr, "oncegatectl: %d pending\n", n);
+	return EXIT_SUCCESS;
+}
+
+static int
+cmd_client(struct ctl *ctl, int argc, char **argv)
+{
+	char key[CLIENTS_KEY_LEN];
+	enum clients_rc rc;
+	int ex;
+
+	if (argc == 2 && strcmp(argv[1], "list") == 0) {
+		if (ctl_db(ctl) != 0)
+			return EXIT_UNAVAILABLE;
+		return exit_of(clients_list(ctl->db, stdout, ctl->json), "client list", "", ctl);
+	}
+	if (argc != 3 || (strcmp(argv[1], "add") != 0 && strcmp(argv[1], "revoke") != 0)) {
+		fprintf(stderr, "usage: oncegatectl client add NAME | revoke NAME | list\n");
+		return EXIT_USAGE;
+	}
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	if (strcmp(argv[1], "revoke") == 0) {
+		ex = exit_of(clients_revoke(ctl->db, argv[2]), "client revoke", argv[2], ctl);
+		if (ex == EXIT_SUCCESS)
+			fprintf(stderr, "oncegatectl: client \"%s\" revoked; its key is refused "
+			        "from the next request\n", argv[2]);
+		return ex;
+	}
+	rc = clients_add(ctl->db, argv[2], key);
+	ex = exit_of(rc, "client add", argv[2], ctl);
+	if (ex == EXIT_SUCCESS) {
+		/* The key alone on stdout, for scripts; the warning on stderr. */
+		printf("%s\n", key);
+		fflush(stdout);
+		fprintf(stderr, "oncegatectl: client \"%s\" added. This key is shown once and "
+		        "only its SHA-256 is stored.\n", argv[2]);
+		digest_wipe(key, sizeof(key));
+	}
+	return ex;
+}
+
+static int
+cmd_config(struct ctl *ctl, int argc, char **argv)
+{
+	if (argc != 2 || strcmp(argv[1], "check") != 0) {
+		fprintf(stderr, "usage: oncegatectl config check\n");
+		return EXIT_USAGE;
+	}
+	config_dump(&ctl->cfg, stdout);
+	fprintf(stderr, "oncegatectl: configuration %s is valid\n", ctl->conf_path);
+	return EXIT_SUCCESS;
+}
+
+static const struct command commands[] = {
+	{ "migrate", "[--status]", "apply the schema migrations that are missing", cmd_migrate },
+	{ "client", "add NAME | revoke NAME | list",
+	  "manage API clients (a new key is printed once)", cmd_client },
+	{ "config", "check", "load and print the configuration, secrets masked", cmd_config },
+};
+
+static void
+usage(FILE *out)
+{
+	size_t i;
+
+	fprintf(out, "usage: oncegatectl [-c FILE] [--json] COMMAND [ARGS]\n\ncommands:\n");
+	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(out, "  %-8s %-32s %s\n", commands[i].name, commands[i].args,
+		        commands[i].help);
+	fprintf(out, "\nexit codes: 0 done, 1 refused or failed, 2 usage, 3 database "
+	        "unavailable\n");
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ctl ctl;
+	char err[1024];
+	size_t i;
+	int opt, rc = EXIT_USAGE;
+
+	memset(&ctl, 0, sizeof(ctl));
+	/* Options stop at the command: its own arguments are its business. */
+	while ((opt = getopt_long(argc, argv, "+c:h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			ctl.conf_path = optarg;
+			break;
+		case 'j':
+			ctl.json = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			return EXIT_SUCCESS;
+		default:
+			usage(stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	ctl.conf_path = config_path(ctl.conf_path);
+	config_defaults(&ctl.cfg);
+	if (config_load(ctl.conf_path, &ctl.cfg, err, sizeof(err)) != 0) {
+		fprintf(stderr, "oncegatectl: %s\n", err);
+		rc = EXIT_REFUSED;
+		goto out;
+	}
+	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(argv[optind], commands[i].name) == 0)
+			break;
+	if (i == sizeof(commands) / sizeof(commands[0])) {
+		fprintf(stderr, "oncegatectl: unknown command \"%s\"\n", argv[optind]);
+		usage(stderr);
+		goto out;
+	}
+	if (argc - optind > 1 && (strcmp(argv[optind + 1], "--help") == 0 ||
+	                          strcmp(argv[optind + 1], "-h") == 0)) {
+		printf("usage: oncegatectl %s %s\n  %s\n", commands[i].name, commands[i].args,
+		       commands[i].help);
+		rc = EXIT_SUCCESS;
+		goto out;
+	}
+	rc = commands[i].run(&ctl, argc - optind, argv + optind);
+out:
+	db_free(ctl.db);
+	config_free(&ctl.cfg);
+	return rc;
+}

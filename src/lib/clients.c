@@ -1,0 +1,169 @@
+/*
+ * clients.c — API clients: keys made from the CSPRNG, stored as SHA-256,
+ * looked up on every request so a revocation takes effect at once.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "clients.h"
+#include "digest.h"
+
+static const struct db_stmt st_auth = {
+	"clients_auth",
+	"SELECT id, name FROM api_clients"
+	" WHERE key_hash = decode($1, 'hex') AND revoked_at IS NULL",
+	1, true,
+};
+
+static const struct db_stmt st_add = {
+	"clients_add",
+	"INSERT INTO api_clients (name, key_hash) VALUES ($1, decode($2, 'hex'))"
+	" ON CONFLICT (name) DO NOTHING RETURNING id",
+	2, false,
+};
+
+static const struct db_stmt st_revoke = {
+	"clients_revoke",
+	"UPDATE api_clients SET revoked_at = COALESCE(revoked_at, now())"
+	" WHERE name = $1 RETURNING id",
+	1, false,
+};
+
+static const struct db_stmt st_list = {
+	"clients_list",
+	"SELECT name, og_ts(created_at) AS created_at, og_ts(revoked_at) AS revoked_at"
+	"  FROM api_clients ORDER BY name",
+	0, true,
+};
+
+static enum clients_rc
+clients_rc_of(enum db_rc rc)
+{
+	return rc == DB_UNAVAILABLE ? CLIENTS_UNAVAILABLE : CLIENTS_ERROR;
+}
+
+int
+clients_name_valid(const char *name)
+{
+	size_t i, n = strlen(name);
+
+	if (n == 0 || n > OG_CLIENT_NAME_MAX)
+		return 0;
+	for (i = 0; i < n; i++) {
+		char c = name[i];
+		int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		            (c >= '0' && c <= '9');
+
+		if (!alnum && (i == 0 || (c != '.' && c != '_' && c != '-')))
+			return 0;
+	}
+	return 1;
+}
+
+enum clients_rc
+clients_authenticate(struct db *db, const char *key, struct client *out)
+{
+	char hex[DIGEST_HEX_LEN];
+	const char *params[1] = { hex };
+	PGresult *res;
+	enum db_rc rc;
+	size_t n = strlen(key);
+
+	/* Reject obviously wrong keys without a round trip. */
+	if (n != CLIENTS_KEY_LEN - 1 || strncmp(key, "og_", 3) != 0)
+		return CLIENTS_DENIED;
+	digest_sha256_hex(key, n, hex);
+	if ((rc = db_exec(db, &st_auth, params, &res)) != DB_OK)
+		return clients_rc_of(rc);
+	if (PQntuples(res) != 1) {
+		PQclear(res);
+		return CLIENTS_DENIED;
+	}
+	out->id = db_get_ll(res, 0, "id");
+	snprintf(out->name, sizeof(out->name), "%s", db_get(res, 0, "name"));
+	PQclear(res);
+	return CLIENTS_OK;
+}
+
+enum clients_rc
+clients_add(struct db *db, const char *name, char key[CLIENTS_KEY_LEN])
+{
+	unsigned char raw[OG_API_KEY_BYTES];
+	char hex[DIGEST_HEX_LEN];
+	const char *params[2] = { name, hex };
+	PGresult *res;
+	enum clients_rc crc = CLIENTS_OK;
+	enum db_rc rc;
+
+	if (!clients_name_valid(name))
+		return CLIENTS_BAD_NAME;
+	if (digest_random(raw, sizeof(raw)) != 0)
+		return CLIENTS_ERROR;
+	memcpy(key, "og_", 3);
+	digest_base64url(raw, sizeof(raw), key + 3);
+	digest_wipe(raw, sizeof(raw));
+	digest_sha256_hex(key, strlen(key), hex);
+	if ((rc = db_exec(db, &st_add, params, &res)) != DB_OK) {
+		crc = clients_rc_of(rc);
+		goto out;
+	}
+	if (PQntuples(res) != 1)
+		crc = CLIENTS_EXISTS;
+	PQclear(res);
+out:
+	if (crc != CLIENTS_OK)
+		digest_wipe(key, CLIENTS_KEY_LEN);
+	return crc;
+}
+
+enum clients_rc
+clients_revoke(struct db *db, const char *name)
+{
+	const char *params[1] = { name };
+	PGresult *res;
+	enum db_rc rc;
+	int n;
+
+	if ((rc = db_exec(db, &st_revoke, params, &res)) != DB_OK)
+		return clients_rc_of(rc);
+	n = PQntuples(res);
+	PQclear(res);
+	return n == 1 ? CLIENTS_OK : CLIENTS_NOT_FOUND;
+}
+
+enum clients_rc
+clients_list(struct db *db, FILE *out, int json)
+{
+	PGresult *res;
+	enum db_rc rc;
+	int i;
+
+	if ((rc = db_exec(db, &st_list, NULL, &res)) != DB_OK)
+		return clients_rc_of(rc);
+	if (!json)
+		fprintf(out, "%-32s %-25s %s\n", "NAME", "CREATED", "REVOKED");
+	for (i = 0; i < PQntuples(res); i++) {
+		const char *revoked = db_get(res, i, "revoked_at");
+
+		if (json) {
+			json_t *o = json_pack("{s:s, s:s, s:o}", "name", db_get(res, i, "name"),
+			                      "created_at", db_get(res, i, "created_at"),
+			                      "revoked_at",
+			                      revoked ? json_string(revoked) : json_null());
+			char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+
+			if (line != NULL)
+				fprintf(out, "%s\n", line);
+			free(line);
+			json_decref(o);
+		} else {
+			fprintf(out, "%-32s %-25s %s\n", db_get(res, i, "name"),
+			        db_get(res, i, "created_at"), revoked ? revoked : "-");
+		}
+	}
+	PQclear(res);
+	return CLIENTS_OK;
+}

@@ -1,0 +1,45 @@
+/*
+ * clients.h — API clients (SPEC 2): the one owner of api_clients.
+ *
+ * A key is "og_" + base64url of 32 random bytes. Only its SHA-256 is
+ * stored; the key is shown once by `oncegatectl client add`.
+ */
+#ifndef OG_CLIENTS_H
+#define OG_CLIENTS_H
+
+#include <stdio.h>
+
+#include "db.h"
+#include "limits.h"
+
+#define CLIENTS_KEY_LEN (3 + 43 + 1)
+
+struct client {
+	long long id;
+	char name[OG_CLIENT_NAME_MAX + 1];
+};
+
+enum clients_rc {
+	CLIENTS_OK = 0,
+	CLIENTS_DENIED,      /* unknown or revoked key */
+	CLIENTS_EXISTS,
+	CLIENTS_NOT_FOUND,
+	CLIENTS_BAD_NAME,
+	CLIENTS_UNAVAILABLE,
+	CLIENTS_ERROR,
+};
+
+/* Resolves a bearer key to an active client. */
+enum clients_rc clients_authenticate(struct db *db, const char *key, struct client *out)
+	__attribute__((warn_unused_result));
+/* Creates a client and writes its new key (NUL-terminated) into key. */
+enum clients_rc clients_add(struct db *db, const char *name, char key[CLIENTS_KEY_LEN])
+	__attribute__((warn_unused_result));
+enum clients_rc clients_revoke(struct db *db, const char *name)
+	__attribute__((warn_unused_result));
+/* Prints name, created, revoked as a table (or JSON lines when json). */
+enum clients_rc clients_list(struct db *db, FILE *out, int json)
+	__attribute__((warn_unused_result));
+int clients_name_valid(const char *name);
+
+#endif

@@ -1,0 +1,319 @@
+/*
+ * db.c — one libpq connection per thread, statements prepared lazily on
+ * each session, and recovery from a lost server without a restart.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "db.h"
+#include "limits.h"
+#include "log.h"
+
+struct db {
+	PGconn *conn;
+	char *conninfo;
+	int statement_timeout_ms;
+	const struct db_stmt **prepared; /* statements prepared on this session */
+	size_t nprepared, aprepared;
+	time_t last_failed_connect;
+	char err[512];
+	char sqlstate[6];
+};
+
+struct db *
+db_new(const char *conninfo, int statement_timeout_ms)
+{
+	struct db *db = calloc(1, sizeof(*db));
+
+	if (db == NULL)
+		return NULL;
+	db->conninfo = strdup(conninfo != NULL ? conninfo : "");
+	if (db->conninfo == NULL) {
+		free(db);
+		return NULL;
+	}
+	db->statement_timeout_ms = statement_timeout_ms;
+	return db;
+}
+
+void
+db_free(struct db *db)
+{
+	if (db == NULL)
+		return;
+	if (db->conn != NULL)
+		PQfinish(db->conn);
+	free(db->prepared);
+	free(db->conninfo);
+	free(db);
+}
+
+static void
+db_set_error(struct db *db, const char *what, const PGresult *res)
+{
+	const char *msg = res != NULL ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	const char *state = res != NULL ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	if (msg == NULL)
+		msg = db->conn != NULL ? PQerrorMessage(db->conn) : "no connection";
+	snprintf(db->err, sizeof(db->err), "%s: %s", what, msg);
+	db->err[strcspn(db->err, "\n")] = '\0';
+	snprintf(db->sqlstate, sizeof(db->sqlstate), "%s", state != NULL ? state : "");
+}
+
+/* Class 08 (connection exception) and 57P0x (server shutting down or
+ * starting) mean "try again later", not "your request is wrong". */
+static bool
+db_state_unavailable(const char *state)
+{
+	return strncmp(state, "08", 2) == 0 || strcmp(state, "57P01") == 0 ||
+	       strcmp(state, "57P02") == 0 || strcmp(state, "57P03") == 0 ||
+	       strcmp(state, "53300") == 0;
+}
+
+static enum db_rc
+db_classify(struct db *db, const PGresult *res, const char *what)
+{
+	db_set_error(db, what, res);
+	if (PQstatus(db->conn) != CONNECTION_OK || db->sqlstate[0] == '\0' ||
+	    db_state_unavailable(db->sqlstate))
+		return DB_UNAVAILABLE;
+	if (strcmp(db->sqlstate, "23505") == 0 || strcmp(db->sqlstate, "40001") == 0 ||
+	    strcmp(db->sqlstate, "40P01") == 0)
+		return DB_CONFLICT;
+	return DB_ERROR;
+}
+
+static enum db_rc
+db_session_setup(struct db *db)
+{
+	char timeout[32];
+	const char *params[1];
+	PGresult *res;
+	enum db_rc rc = DB_OK;
+
+	snprintf(timeout, sizeof(timeout), "%d", db->statement_timeout_ms);
+	params[0] = timeout;
+	/* client_min_messages: NOTICEs (IF NOT EXISTS, …) are not ours to print */
+	res = PQexecParams(db->conn,
+	                   "SELECT set_config('statement_timeout', $1, false),"
+	                   "       set_config('client_min_messages', 'warning', false)",
+	                   1, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		rc = db_classify(db, res, "session setup");
+	PQclear(res);
+	return rc;
+}
+
+enum db_rc
+db_ensure(struct db *db)
+{
+	static const char *const keys[] = { "dbname", "connect_timeout",
+	                                    "application_name", NULL };
+	char timeout[16];
+	const char *values[4];
+	time_t now = time(NULL);
+
+	if (db->conn != NULL && PQstatus(db->conn) == CONNECTION_OK)
+		return DB_OK;
+	/* One attempt per second per connection while the server is away, so
+	 * an outage costs each request a refused connect, not a pile-up. */
+	if (db->last_failed_connect == now) {
+		snprintf(db->err, sizeof(db->err), "database unavailable (retrying)");
+		return DB_UNAVAILABLE;
+	}
+	db->nprepared = 0;
+	if (db->conn != NULL) {
+		PQreset(db->conn);
+	} else {
+		snprintf(timeout, sizeof(timeout), "%d", OG_DB_CONNECT_TIMEOUT_S);
+		values[0] = db->conninfo;
+		values[1] = timeout;
+		values[2] = "oncegate";
+		values[3] = NULL;
+		db->conn = PQconnectdbParams(keys, values, 1);
+	}
+	if (db->conn == NULL || PQstatus(db->conn) != CONNECTION_OK) {
+		snprintf(db->err, sizeof(db->err), "connect: %s",
+		         db->conn != NULL ? PQerrorMessage(db->conn) : "out of memory");
+		db->err[strcspn(db->err, "\n")] = '\0';
+		db->last_failed_connect = now;
+		return DB_UNAVAILABLE;
+	}
+	db->last_failed_connect = 0;
+	return db_session_setup(db);
+}
+
+static bool
+db_is_prepared(const struct db *db, const struct db_stmt *stmt)
+{
+	size_t i;
+
+	for (i = 0; i < db->nprepared; i++)
+		if (db->prepared[i] == stmt)
+			return true;
+	return false;
+}
+
+static enum db_rc
+db_prepare(struct db *db, const struct db_stmt *stmt)
+{
+	PGresult *res;
+	enum db_rc rc = DB_OK;
+
+	if (db->nprepared == db->aprepared) {
+		size_t n = db->aprepared ? db->aprepared * 2 : 32;
+		const struct db_stmt **p = realloc(db->prepared, n * sizeof(*p));
+
+		if (p == NULL) {
+			snprintf(db->err, sizeof(db->err), "out of memory");
+			return DB_ERROR;
+		}
+		db->prepared = p;
+		db->aprepared = n;
+	}
+	res = PQprepare(db->conn, stmt->name, stmt->sql, stmt->nparams, NULL);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		rc = db_classify(db, res, stmt->name);
+	else
+		db->prepared[db->nprepared++] = stmt;
+	PQclear(res);
+	return rc;
+}
+
+static enum db_rc
+db_exec_once(struct db *db, const struct db_stmt *stmt, const char *const *params,
+             PGresult **res)
+{
+	ExecStatusType st;
+	enum db_rc rc;
+
+	if (!db_is_prepared(db, stmt) && (rc = db_prepare(db, stmt)) != DB_OK)
+		return rc;
+	*res = PQexecPrepared(db->conn, stmt->name, stmt->nparams, params, NULL, NULL, 0);
+	st = PQresultStatus(*res);
+	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
+		return DB_OK;
+	rc = db_classify(db, *res, stmt->name);
+	PQclear(*res);
+	*res = NULL;
+	return rc;
+}
+
+enum db_rc
+db_exec(struct db *db, const struct db_stmt *stmt, const char *const *params,
+        PGresult **res)
+{
+	bool in_tx;
+	enum db_rc rc;
+
+	*res = NULL;
+	if ((rc = db_ensure(db)) != DB_OK)
+		return rc;
+	in_tx = PQtransactionStatus(db->conn) != PQTRANS_IDLE;
+	rc = db_exec_once(db, stmt, params, res);
+	/* A session dropped while we were idle (server restart, pooler, a
+	 * terminated backend) is found only when it is next used. A read can
+	 * simply run again on a fresh session; a write cannot, because it may
+	 * have committed before the connection went. */
+	if (rc == DB_UNAVAILABLE && stmt->readonly && !in_tx &&
+	    PQstatus(db->conn) != CONNECTION_OK) {
+		db->last_failed_connect = 0;
+		if ((rc = db_ensure(db)) == DB_OK)
+			rc = db_exec_once(db, stmt, params, res);
+	}
+	return rc;
+}
+
+static enum db_rc
+db_simple(struct db *db, const char *sql)
+{
+	PGresult *res;
+	enum db_rc rc = DB_OK;
+
+	res = PQexec(db->conn, sql);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		rc = db_classify(db, res, sql);
+	PQclear(res);
+	return rc;
+}
+
+enum db_rc
+db_begin(struct db *db)
+{
+	enum db_rc rc = db_ensure(db);
+
+	return rc != DB_OK ? rc : db_simple(db, "BEGIN");
+}
+
+enum db_rc
+db_commit(struct db *db)
+{
+	return db_simple(db, "COMMIT");
+}
+
+void
+db_rollback(struct db *db)
+{
+	PGresult *res;
+
+	if (db->conn == NULL || PQstatus(db->conn) != CONNECTION_OK ||
+	    PQtransactionStatus(db->conn) == PQTRANS_IDLE)
+		return;
+	res = PQexec(db->conn, "ROLLBACK");
+	PQclear(res);
+}
+
+enum db_rc
+db_script(struct db *db, const char *sql)
+{
+	PGresult *res;
+	enum db_rc rc;
+
+	if ((rc = db_ensure(db)) != DB_OK)
+		return rc;
+	res = PQexec(db->conn, sql);
+	rc = PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK
+	         ? DB_OK
+	         : db_classify(db, res, "script");
+	PQclear(res);
+	return rc;
+}
+
+const char *
+db_error(const struct db *db)
+{
+	return db->err;
+}
+
+const char *
+db_sqlstate(const struct db *db)
+{
+	return db->sqlstate;
+}
+
+PGconn *
+db_conn(struct db *db)
+{
+	return db->conn;
+}
+
+const char *
+db_get(const PGresult *res, int row, const char *col)
+{
+	int c = PQfnumber(res, col);
+
+	if (c < 0 || row >= PQntuples(res) || PQgetisnull(res, row, c))
+		return NULL;
+	return PQgetvalue(res, row, c);
+}
+
+long long
+db_get_ll(const PGresult *res, int row, const char *col)
+{
+	const char *v = db_get(res, row, col);
+
+	return v != NULL ? strtoll(v, NULL, 10) : 0;
+}

@@ -1,0 +1,58 @@
+/*
+ * db.h — one libpq connection per thread, with lazily prepared statements.
+ *
+ * Each module owns its SQL as static `struct db_stmt` values and runs them
+ * with db_exec(); this module only knows how to prepare, execute, check and
+ * recover. A broken connection is reset on the next use, and statements are
+ * prepared again on the new session.
+ */
+#ifndef OG_DB_H
+#define OG_DB_H
+
+#include <stdbool.h>
+#include <libpq-fe.h>
+
+struct db_stmt {
+	const char *name;   /* unique prepared-statement name */
+	const char *sql;
+	int nparams;
+	bool readonly;      /* safe to run again after a lost connection */
+};
+
+enum db_rc {
+	DB_OK = 0,
+	DB_UNAVAILABLE,  /* cannot reach the database: answer 503 */
+	DB_CONFLICT,     /* unique violation or serialization failure */
+	DB_ERROR,        /* anything else: a bug or a broken invariant */
+};
+
+struct db;
+
+struct db *db_new(const char *conninfo, int statement_timeout_ms);
+void db_free(struct db *db);
+/* Connects (or reconnects) if needed. */
+enum db_rc db_ensure(struct db *db) __attribute__((warn_unused_result));
+/* Runs a prepared statement; on DB_OK *res holds a tuples/command result the
+ * caller PQclear()s. params may hold NULLs for SQL NULL. */
+enum db_rc db_exec(struct db *db, const struct db_stmt *stmt,
+                   const char *const *params, PGresult **res)
+	__attribute__((warn_unused_result));
+/* BEGIN / COMMIT / ROLLBACK. db_rollback is a no-op outside a transaction;
+ * call it before reusing a connection for a new request, so a session left
+ * in a failed transaction is never reused as it is. */
+enum db_rc db_begin(struct db *db) __attribute__((warn_unused_result));
+enum db_rc db_commit(struct db *db) __attribute__((warn_unused_result));
+void db_rollback(struct db *db);
+/* Runs a whole SQL script with no parameters (migrations only). */
+enum db_rc db_script(struct db *db, const char *sql) __attribute__((warn_unused_result));
+/* The last error text (never contains parameter values). */
+const char *db_error(const struct db *db);
+/* The last SQLSTATE, "" when none. */
+const char *db_sqlstate(const struct db *db);
+PGconn *db_conn(struct db *db);
+
+/* Field access helpers: NULL for SQL NULL. */
+const char *db_get(const PGresult *res, int row, const char *col);
+long long db_get_ll(const PGresult *res, int row, const char *col);
+
+#endif

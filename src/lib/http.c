@@ -1,0 +1,170 @@
+/*
+ * http.c — the plain request/response model and small, strict parsers for
+ * the parts of a request that come from outside.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "http.h"
+#include "limits.h"
+
+void
+http_response_init(struct http_response *r)
+{
+	r->status = 200;
+	buf_init(&r->headers, 8192);
+	buf_init(&r->body, OG_RESPONSE_MAX);
+}
+
+void
+http_response_free(struct http_response *r)
+{
+	if (r == NULL)
+		return;
+	buf_free(&r->headers);
+	buf_free(&r->body);
+}
+
+void
+http_response_reset(struct http_response *r)
+{
+	r->status = 200;
+	buf_reset(&r->headers);
+	buf_reset(&r->body);
+}
+
+int
+http_header(struct http_response *r, const char *name, const char *value)
+{
+	/* A header value never comes from input unchecked, but refuse line
+	 * breaks anyway: response splitting is not possible by construction. */
+	if (strpbrk(name, "\r\n:") != NULL || strpbrk(value, "\r\n") != NULL)
+		return -1;
+	return buf_printf(&r->headers, "%s: %s\r\n", name, value);
+}
+
+void
+http_json(struct http_response *r, int status, json_t *obj)
+{
+	char *text;
+
+	buf_reset(&r->body);
+	r->status = status;
+	text = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
+	json_decref(obj);
+	if (text == NULL || buf_puts(&r->body, text) != 0 || buf_puts(&r->body, "\n") != 0) {
+		/* Only out of memory or a response over OG_RESPONSE_MAX gets here. */
+		buf_reset(&r->body);
+		r->status = 500;
+		if (buf_puts(&r->body, "{\"error\":\"internal_error\","
+		                       "\"message\":\"response could not be built\"}\n") != 0)
+			buf_reset(&r->body);
+	}
+	free(text);
+}
+
+void
+http_error(struct http_response *r, int status, const char *code, const char *message)
+{
+	http_json(r, status, json_pack("{s:s, s:s}", "error", code, "message", message));
+}
+
+const char *
+http_reason(int status)
+{
+	switch (status) {
+	case 200: return "OK";
+	case 201: return "Created";
+	case 202: return "Accepted";
+	case 204: return "No Content";
+	case 303: return "See Other";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 409: return "Conflict";
+	case 410: return "Gone";
+	case 413: return "Content Too Large";
+	case 415: return "Unsupported Media Type";
+	case 422: return "Unprocessable Content";
+	case 429: return "Too Many Requests";
+	case 500: return "Internal Server Error";
+	case 503: return "Service Unavailable";
+	default:  return "Unknown";
+	}
+}
+
+size_t
+http_path_len(const char *uri)
+{
+	return strcspn(uri, "?#");
+}
+
+static int
+hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+long
+http_pct_decode(const char *src, size_t len, char *dst)
+{
+	size_t i, o = 0;
+
+	for (i = 0; i < len; i++) {
+		if (src[i] == '%') {
+			int hi, lo;
+
+			if (len - i < 3)
+				return -1;
+			hi = hexval(src[i + 1]);
+			lo = hexval(src[i + 2]);
+			if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
+				return -1;
+			dst[o++] = (char)(hi << 4 | lo);
+			i += 2;
+		} else if (src[i] == '\0') {
+			return -1;
+		} else {
+			dst[o++] = src[i];
+		}
+	}
+	dst[o] = '\0';
+	return (long)o;
+}
+
+bool
+http_is_json(const char *content_type)
+{
+	static const char json[] = "application/json";
+	size_t n = sizeof(json) - 1;
+	const char *p;
+
+	if (content_type == NULL || strncasecmp(content_type, json, n) != 0)
+		return false;
+	p = content_type + n;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	return *p == '\0' || *p == ';';
+}
+
+const char *
+http_bearer(const char *authorization)
+{
+	const char *p;
+
+	if (authorization == NULL || strncasecmp(authorization, "Bearer ", 7) != 0)
+		return NULL;
+	p = authorization + 7;
+	while (*p == ' ')
+		p++;
+	return *p != '\0' ? p : NULL;
+}

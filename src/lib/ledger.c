@@ -1,0 +1,471 @@
+/*
+ * ledger.c — the run ledger: claims, leases, transitions and status.
+ *
+ * Every write is one statement that checks what it relies on in its own
+ * WHERE clause (compare-and-set), and writes its timeline entry in the same
+ * statement, so there is no window between deciding and acting. Reads that
+ * follow a write that matched nothing only explain the answer; they never
+ * decide anything.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "ledger.h"
+
+static const char *const state_names[RUN_STATE_COUNT] = {
+	"processing", "awaiting_human", "approved", "completed",
+	"failed_retryable", "failed_terminal",
+};
+
+/* The read-only look-up: answers duplicates and mismatches without taking
+ * a row lock or writing WAL. It never decides to claim. */
+static const struct db_stmt st_lookup = {
+	"ledger_lookup",
+	"SELECT state, version, attempt, payload_hash, lease_owner,"
+	"       og_ts(lease_expires_at) AS lease_expires_at,"
+	"       (state = 'processing' AND lease_expires_at > now()) AS lease_live,"
+	"       (lease_expires_at >= claim_started_at + make_interval(secs => $3::int))"
+	"           AS at_cap,"
+	"       result::text AS result"
+	"  FROM workflow_runs WHERE client_id = $1 AND idempotency_key = $2",
+	3, true,
+};
+
+/* The claim: ONE atomic statement (SPEC 3.1). A new key inserts; an
+ * existing key is taken over only when its payload is the same and it is
+ * failed_retryable or its lease has expired. */
+static const struct db_stmt st_claim = {
+	"ledger_claim",
+	"WITH claimed AS ("
+	"  INSERT INTO workflow_runs AS r (client_id, idempotency_key, payload_hash,"
+	"      payload, state, lease_owner, lease_expires_at, claim_started_at,"
+	"      version, attempt, workflow_version, trigger, correlation_id)"
+	"  VALUES ($1, $2, $3, $4::jsonb, 'processing', gen_random_uuid(),"
+	"      now() + make_interval(secs => LEAST($5::int, $6::int)), now(), 1, 1,"
+	"      $7, $8, $9)"
+	"  ON CONFLICT (client_id, idempotency_key) DO UPDATE"
+	"    SET state = 'processing', lease_owner = EXCLUDED.lease_owner,"
+	"        lease_expires_at = EXCLUDED.lease_expires_at,"
+	"        claim_started_at = EXCLUDED.claim_started_at,"
+	"        version = r.version + 1, attempt = r.attempt + 1,"
+	"        workflow_version = COALESCE(EXCLUDED.workflow_version, r.workflow_version),"
+	"        trigger = COALESCE(EXCLUDED.trigger, r.trigger),"
+	"        correlation_id = COALESCE(EXCLUDED.correlation_id, r.correlation_id),"
+	"        result = NULL, error_class = NULL, reason = NULL, updated_at = now()"
+	"    WHERE r.payload_hash = EXCLUDED.payload_hash"
+	"      AND (r.state = 'failed_retryable'"
+	"           OR (r.state = 'processing' AND r.lease_expires_at <= now()))"
+	"  RETURNING r.client_id, r.idempotency_key, r.lease_owner, r.version,"
+	"            r.attempt, r.lease_expires_at"
+	"), ev AS ("
+	"  INSERT INTO run_events (client_id, idempotency_key, event, state_to,"
+	"      version, attempt)"
+	"  SELECT client_id, idempotency_key, 'run.claimed', 'processing', version,"
+	"         attempt FROM claimed"
+	")"
+	"SELECT lease_owner, version, attempt,"
+	"       og_ts(lease_expires_at) AS lease_expires_at FROM claimed",
+	9, false,
+};
+
+/* Renewal: only the owner, with the current version, before expiry, and
+ * never past claim_started_at + cap. */
+static const struct db_stmt st_renew = {
+	"ledger_renew",
+	"UPDATE workflow_runs"
+	"   SET lease_expires_at = LEAST(now() + make_interval(secs => $5::int),"
+	"           claim_started_at + make_interval(secs => $6::int)),"
+	"       version = version + 1, updated_at = now()"
+	" WHERE client_id = $1 AND idempotency_key = $2 AND lease_owner = $3::uuid"
+	"   AND version = $4::bigint AND state = 'processing'"
+	"   AND lease_expires_at > now()"
+	"   AND lease_expires_at < claim_started_at + make_interval(secs => $6::int)"
+	" RETURNING version, attempt, og_ts(lease_expires_at) AS lease_expires_at",
+	6, false,
+};
+
+static const struct db_stmt st_transition = {
+	"ledger_transition",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs"
+	"     SET state = $5, version = version + 1, result = $6::jsonb,"
+	"         error_class = $7, reason = $8, lease_expires_at = NULL,"
+	"         updated_at = now()"
+	"   WHERE client_id = $1 AND idempotency_key = $2 AND lease_owner = $3::uuid"
+	"     AND version = $4::bigint AND state = 'processing'"
+	"     AND lease_expires_at > now()"
+	"  RETURNING client_id, idempotency_key, state, version, attempt"
+	"), ev AS ("
+	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
+	"      state_to, version, attempt, reason)"
+	"  SELECT client_id, idempotency_key, 'run.transitioned', 'processing', state,"
+	"         version, attempt, $8 FROM moved"
+	")"
+	"SELECT state, version, attempt FROM moved",
+	8, false,
+};
+
+static const struct db_stmt st_status = {
+	"ledger_status",
+	"SELECT idempotency_key, state, version, attempt, payload_hash,"
+	"       workflow_version, trigger, correlation_id, lease_owner,"
+	"       og_ts(lease_expires_at) AS lease_expires_at,"
+	"       og_ts(claim_started_at) AS claim_started_at, result::text AS result,"
+	"       error_class, reason, og_ts(created_at) AS created_at,"
+	"       og_ts(updated_at) AS updated_at"
+	"  FROM workflow_runs WHERE client_id = $1 AND idempotency_key = $2",
+	2, true,
+};
+
+static const struct db_stmt st_timeline = {
+	"ledger_timeline",
+	"SELECT og_ts(ts) AS ts, event, state_from, state_to, version, attempt,"
+	"       actor, reason"
+	"  FROM run_events WHERE client_id = $1 AND idempotency_key = $2"
+	" ORDER BY id LIMIT 1000",
+	2, true,
+};
+
+const char *
+ledger_state_name(enum run_state s)
+{
+	return (unsigned)s < RUN_STATE_COUNT ? state_names[s] : "unknown";
+}
+
+int
+ledger_state_parse(const char *name)
+{
+	int i;
+
+	for (i = 0; i < RUN_STATE_COUNT; i++)
+		if (name != NULL && strcmp(name, state_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+bool
+ledger_uuid_valid(const char *s)
+{
+	static const char shape[] = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+	size_t i;
+
+	for (i = 0; shape[i] != '\0'; i++) {
+		if (shape[i] == '-' ? s[i] != '-'
+		                    : !((s[i] >= '0' && s[i] <= '9') ||
+		                        (s[i] >= 'a' && s[i] <= 'f') ||
+		                        (s[i] >= 'A' && s[i] <= 'F')))
+			return false;
+	}
+	return s[i] == '\0';
+}
+
+void
+ledger_run_clear(struct ledger_run *run)
+{
+	json_decref(run->result);
+	memset(run, 0, sizeof(*run));
+}
+
+static enum ledger_rc
+ledger_rc_of(enum db_rc rc)
+{
+	return rc == DB_UNAVAILABLE ? LEDGER_UNAVAILABLE : LEDGER_ERROR;
+}
+
+static void
+copy_field(char *dst, size_t len, const PGresult *res, const char *col)
+{
+	const char *v = db_get(res, 0, col);
+
+	snprintf(dst, len, "%s", v != NULL ? v : "");
+}
+
+/* Fills run from a ledger_lookup row. */
+static void
+ledger_fill(struct ledger_run *run, const PGresult *res)
+{
+	const char *v;
+
+	v = db_get(res, 0, "state");
+	run->state = (enum run_state)ledger_state_parse(v);
+	run->version = db_get_ll(res, 0, "version");
+	run->attempt = (int)db_get_ll(res, 0, "attempt");
+	copy_field(run->payload_hash, sizeof(run->payload_hash), res, "payload_hash");
+	copy_field(run->lease_owner, sizeof(run->lease_owner), res, "lease_owner");
+	copy_field(run->lease_expires_at, sizeof(run->lease_expires_at), res,
+	           "lease_expires_at");
+	v = db_get(res, 0, "lease_live");
+	run->lease_live = v != NULL && v[0] == 't';
+	v = db_get(res, 0, "result");
+	json_decref(run->result);
+	run->result = v != NULL ? json_loads(v, JSON_DECODE_ANY, NULL) : NULL;
+}
+
+/* Looks the run up; LEDGER_NOT_FOUND when this client has no such key.
+ * *at_cap tells whether its lease already reaches the cap. */
+static enum ledger_rc
+ledger_lookup(struct db *db, const char *client, const char *key, int cap_seconds,
+              struct ledger_run *run, bool *at_cap)
+{
+	char cap[16];
+	const char *params[3] = { client, key, cap };
+	PGresult *res;
+	enum db_rc rc;
+	const char *v;
+
+	snprintf(cap, sizeof(cap), "%d", cap_seconds);
+	if ((rc = db_exec(db, &st_lookup, params, &res)) != DB_OK)
+		return ledger_rc_of(rc);
+	if (PQntuples(res) == 0) {
+		PQclear(res);
+		return LEDGER_NOT_FOUND;
+	}
+	ledger_fill(run, res);
+	v = db_get(res, 0, "at_cap");
+	if (at_cap != NULL)
+		*at_cap = v != NULL && v[0] == 't';
+	PQclear(res);
+	return LEDGER_OK;
+}
+
+/* What an existing, unclaimable key answers. */
+static enum ledger_rc
+ledger_settle(const struct ledger_run *run, const char *payload_hash)
+{
+	return strcmp(run->payload_hash, payload_hash) != 0 ? LEDGER_MISMATCH
+	                                                    : LEDGER_DUPLICATE;
+}
+
+static bool
+ledger_claimable(const struct ledger_run *run)
+{
+	return run->state == RUN_FAILED_RETRYABLE ||
+	       (run->state == RUN_PROCESSING && !run->lease_live);
+}
+
+enum ledger_rc
+ledger_claim(struct db *db, const struct ledger_claim *c, struct ledger_run *run)
+{
+	char client[24], lease[16], cap[16];
+	const char *params[9];
+	PGresult *res;
+	enum ledger_rc lrc;
+	enum db_rc rc;
+
+	snprintf(client, sizeof(client), "%lld", c->client_id);
+	snprintf(lease, sizeof(lease), "%d", c->lease_seconds);
+	snprintf(cap, sizeof(cap), "%d", c->cap_seconds);
+
+	/* Fast path: most repeated deliveries hit a key that cannot be claimed
+	 * now; answering them from a read keeps them off the write path. */
+	lrc = ledger_lookup(db, client, c->key, c->cap_seconds, run, NULL);
+	if (lrc == LEDGER_OK) {
+		if (strcmp(run->payload_hash, c->payload_hash) != 0 || !ledger_claimable(run))
+			return ledger_settle(run, c->payload_hash);
+	} else if (lrc != LEDGER_NOT_FOUND) {
+		return lrc;
+	}
+
+	params[0] = client;
+	params[1] = c->key;
+	params[2] = c->payload_hash;
+	params[3] = c->payload;
+	params[4] = lease;
+	params[5] = cap;
+	params[6] = c->workflow_version;
+	params[7] = c->trigger;
+	params[8] = c->correlation_id;
+	if ((rc = db_exec(db, &st_claim, params, &res)) != DB_OK)
+		return ledger_rc_of(rc);
+	if (PQntuples(res) == 1) {
+		ledger_run_clear(run);
+		run->state = RUN_PROCESSING;
+		run->version = db_get_ll(res, 0, "version");
+		run->attempt = (int)db_get_ll(res, 0, "attempt");
+		run->lease_live = true;
+		snprintf(run->payload_hash, sizeof(run->payload_hash), "%s", c->payload_hash);
+		copy_field(run->lease_owner, sizeof(run->lease_owner), res, "lease_owner");
+		copy_field(run->lease_expires_at, sizeof(run->lease_expires_at), res,
+		           "lease_expires_at");
+		PQclear(res);
+		return LEDGER_CLAIMED;
+	}
+	PQclear(res);
+	/* Someone else claimed or settled the key between our look-up and the
+	 * claim: the atomic statement decided; read back what it saw. */
+	lrc = ledger_lookup(db, client, c->key, c->cap_seconds, run, NULL);
+	if (lrc != LEDGER_OK)
+		return lrc == LEDGER_NOT_FOUND ? LEDGER_ERROR : lrc;
+	return ledger_settle(run, c->payload_hash);
+}
+
+/* After a compare-and-set matched nothing: tell the caller why. */
+static enum ledger_rc
+ledger_explain(struct db *db, const char *client, const char *key, const char *owner,
+               long long version, int cap_seconds, struct ledger_run *run)
+{
+	bool at_cap = false;
+	enum ledger_rc lrc;
+
+	lrc = ledger_lookup(db, client, key, cap_seconds, run, &at_cap);
+	if (lrc != LEDGER_OK)
+		return lrc;
+	if (run->state == RUN_PROCESSING && run->lease_live && run->version == version &&
+	    strcasecmp(run->lease_owner, owner) == 0 && at_cap)
+		return LEDGER_CAP_REACHED;
+	return LEDGER_LEASE_LOST;
+}
+
+enum ledger_rc
+ledger_renew(struct db *db, long long client_id, const char *key, const char *owner,
+             long long version, int lease_seconds, int cap_seconds,
+             struct ledger_run *run)
+{
+	char client[24], ver[24], lease[16], cap[16];
+	const char *params[6] = { client, key, owner, ver, lease, cap };
+	PGresult *res;
+	enum db_rc rc;
+
+	snprintf(client, sizeof(client), "%lld", client_id);
+	snprintf(ver, sizeof(ver), "%lld", version);
+	snprintf(lease, sizeof(lease), "%d", lease_seconds);
+	snprintf(cap, sizeof(cap), "%d", cap_seconds);
+	if ((rc = db_exec(db, &st_renew, params, &res)) != DB_OK)
+		return ledger_rc_of(rc);
+	if (PQntuples(res) == 1) {
+		run->state = RUN_PROCESSING;
+		run->version = db_get_ll(res, 0, "version");
+		run->attempt = (int)db_get_ll(res, 0, "attempt");
+		copy_field(run->lease_expires_at, sizeof(run->lease_expires_at), res,
+		           "lease_expires_at");
+		PQclear(res);
+		return LEDGER_OK;
+	}
+	PQclear(res);
+	return ledger_explain(db, client, key, owner, version, cap_seconds, run);
+}
+
+enum ledger_rc
+ledger_transition(struct db *db, long long client_id, const char *key, const char *owner,
+                  long long version, enum run_state to, const char *result,
+                  const char *error_class, const char *reason, struct ledger_run *run)
+{
+	char client[24], ver[24];
+	const char *params[8] = { client, key, owner, ver, ledger_state_name(to),
+	                          result, error_class, reason };
+	PGresult *res;
+	enum db_rc rc;
+	enum ledger_rc lrc;
+
+	snprintf(client, sizeof(client), "%lld", client_id);
+	snprintf(ver, sizeof(ver), "%lld", version);
+	if ((rc = db_exec(db, &st_transition, params, &res)) != DB_OK)
+		return ledger_rc_of(rc);
+	if (PQntuples(res) == 1) {
+		run->state_from = RUN_PROCESSING;
+		run->state = to;
+		run->version = db_get_ll(res, 0, "version");
+		run->attempt = (int)db_get_ll(res, 0, "attempt");
+		PQclear(res);
+		return LEDGER_OK;
+	}
+	PQclear(res);
+	lrc = ledger_explain(db, client, key, owner, version, 0, run);
+	/* A transition is never refused for the cap, only for a lost lease. */
+	return lrc == LEDGER_CAP_REACHED ? LEDGER_LEASE_LOST : lrc;
+}
+
+/* Sets obj[name] from a column: a string, or nothing when NULL. */
+static void
+set_str(json_t *obj, const char *name, const PGresult *res, int row, const char *col)
+{
+	const char *v = db_get(res, row, col);
+
+	if (v != NULL)
+		json_object_set_new(obj, name, json_string(v));
+}
+
+static void
+set_int(json_t *obj, const char *name, const PGresult *res, int row, const char *col)
+{
+	if (db_get(res, row, col) != NULL)
+		json_object_set_new(obj, name, json_integer(db_get_ll(res, row, col)));
+}
+
+enum ledger_rc
+ledger_status(struct db *db, long long client_id, const char *key, json_t **out)
+{
+	char client[24];
+	const char *params[2] = { client, key };
+	PGresult *res = NULL;
+	json_t *run = NULL, *timeline = NULL;
+	enum ledger_rc lrc = LEDGER_ERROR;
+	enum db_rc rc;
+	const char *v;
+	int i;
+
+	*out = NULL;
+	snprintf(client, sizeof(client), "%lld", client_id);
+	if ((rc = db_exec(db, &st_status, params, &res)) != DB_OK) {
+		lrc = ledger_rc_of(rc);
+		goto out;
+	}
+	if (PQntuples(res) == 0) {
+		lrc = LEDGER_NOT_FOUND;
+		goto out;
+	}
+	run = json_object();
+	set_str(run, "key", res, 0, "idempotency_key");
+	set_str(run, "state", res, 0, "state");
+	set_int(run, "version", res, 0, "version");
+	set_int(run, "attempt", res, 0, "attempt");
+	set_str(run, "payload_hash", res, 0, "payload_hash");
+	set_str(run, "workflow_version", res, 0, "workflow_version");
+	set_str(run, "trigger", res, 0, "trigger");
+	set_str(run, "correlation_id", res, 0, "correlation_id");
+	set_str(run, "lease_owner", res, 0, "lease_owner");
+	set_str(run, "lease_expires_at", res, 0, "lease_expires_at");
+	set_str(run, "claim_started_at", res, 0, "claim_started_at");
+	v = db_get(res, 0, "result");
+	if (v != NULL)
+		json_object_set_new(run, "result", json_loads(v, JSON_DECODE_ANY, NULL));
+	set_str(run, "error_class", res, 0, "error_class");
+	set_str(run, "reason", res, 0, "reason");
+	set_str(run, "created_at", res, 0, "created_at");
+	set_str(run, "updated_at", res, 0, "updated_at");
+	/* Approvals and effects are owned by the gate and the outbox; until a
+	 * run has any, these lists are empty. */
+	json_object_set_new(run, "approvals", json_array());
+	json_object_set_new(run, "effects", json_array());
+	PQclear(res);
+	res = NULL;
+
+	if ((rc = db_exec(db, &st_timeline, params, &res)) != DB_OK) {
+		lrc = ledger_rc_of(rc);
+		goto out;
+	}
+	timeline = json_array();
+	for (i = 0; i < PQntuples(res); i++) {
+		json_t *ev = json_object();
+
+		set_str(ev, "ts", res, i, "ts");
+		set_str(ev, "event", res, i, "event");
+		set_str(ev, "state_from", res, i, "state_from");
+		set_str(ev, "state_to", res, i, "state_to");
+		set_int(ev, "version", res, i, "version");
+		set_int(ev, "attempt", res, i, "attempt");
+		set_str(ev, "actor", res, i, "actor");
+		set_str(ev, "reason", res, i, "reason");
+		json_array_append_new(timeline, ev);
+	}
+	json_object_set_new(run, "timeline", timeline);
+	*out = run;
+	run = NULL;
+	lrc = LEDGER_OK;
+out:
+	PQclear(res);
+	json_decref(run);
+	return lrc;
+}

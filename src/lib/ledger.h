@@ -1,0 +1,93 @@
+/*
+ * ledger.h — the run ledger (SPEC 3): the one owner of workflow_runs and
+ * run_events. Every change is compare-and-set; the claim is one atomic
+ * statement.
+ */
+#ifndef OG_LEDGER_H
+#define OG_LEDGER_H
+
+#include <stdbool.h>
+#include <jansson.h>
+
+#include "canon.h"
+#include "db.h"
+
+/* Mirrors the CHECK constraint on workflow_runs.state one for one. */
+enum run_state {
+	RUN_PROCESSING = 0,
+	RUN_AWAITING_HUMAN,
+	RUN_APPROVED,
+	RUN_COMPLETED,
+	RUN_FAILED_RETRYABLE,
+	RUN_FAILED_TERMINAL,
+	RUN_STATE_COUNT
+};
+
+enum ledger_rc {
+	LEDGER_CLAIMED = 0,
+	LEDGER_DUPLICATE,
+	LEDGER_MISMATCH,      /* same key, different payload */
+	LEDGER_OK,            /* renew / transition / status done */
+	LEDGER_NOT_FOUND,     /* no such run for this client */
+	LEDGER_LEASE_LOST,    /* compare-and-set matched nothing */
+	LEDGER_CAP_REACHED,   /* the lease already reaches the claim's cap */
+	LEDGER_UNAVAILABLE,   /* database unreachable */
+	LEDGER_ERROR,
+};
+
+#define LEDGER_UUID_LEN 37
+#define LEDGER_TS_LEN   32
+
+/* What a decision needs to know about a run. */
+struct ledger_run {
+	enum run_state state;
+	enum run_state state_from;       /* transitions */
+	long long version;
+	int attempt;
+	bool lease_live;                 /* processing with an unexpired lease */
+	char payload_hash[CANON_HASH_LEN];
+	char lease_owner[LEDGER_UUID_LEN];
+	char lease_expires_at[LEDGER_TS_LEN];
+	json_t *result;                  /* owned; NULL when none */
+};
+
+struct ledger_claim {
+	long long client_id;
+	const char *key;
+	const char *payload;             /* canonical JSON text */
+	const char *payload_hash;
+	const char *workflow_version;    /* NULL when absent */
+	const char *trigger;
+	const char *correlation_id;
+	int lease_seconds;
+	int cap_seconds;
+};
+
+const char *ledger_state_name(enum run_state s);
+/* -1 when the name is not a state */
+int ledger_state_parse(const char *name);
+/* Lease owners are UUIDs in canonical text form. */
+bool ledger_uuid_valid(const char *s);
+
+void ledger_run_clear(struct ledger_run *run);
+
+enum ledger_rc ledger_claim(struct db *db, const struct ledger_claim *c,
+                            struct ledger_run *run) __attribute__((warn_unused_result));
+enum ledger_rc ledger_renew(struct db *db, long long client_id, const char *key,
+                            const char *owner, long long version, int lease_seconds,
+                            int cap_seconds, struct ledger_run *run)
+	__attribute__((warn_unused_result));
+/* to is completed, failed_retryable or failed_terminal; result is JSON text
+ * or NULL. */
+enum ledger_rc ledger_transition(struct db *db, long long client_id, const char *key,
+                                 const char *owner, long long version,
+                                 enum run_state to, const char *result,
+                                 const char *error_class, const char *reason,
+                                 struct ledger_run *run)
+	__attribute__((warn_unused_result));
+/* The run as the status API shows it, with its timeline; *out is a new
+ * reference. */
+enum ledger_rc ledger_status(struct db *db, long long client_id, const char *key,
+                             json_t **out) __attribute__((warn_unused_result));
+
+#endif

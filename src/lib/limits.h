@@ -1,0 +1,47 @@
+/*
+ * limits.h — every cap and timeout default of oncegate, in one place.
+ *
+ * Anything that grows from input gets one of these caps when it is created;
+ * configurable values take their defaults and bounds from here too.
+ */
+#ifndef OG_LIMITS_H
+#define OG_LIMITS_H
+
+/* HTTP surface */
+#define OG_BODY_MAX_DEFAULT       (256 * 1024) /* SPEC 3.1: claim body cap */
+#define OG_BODY_MAX_LIMIT         (4 * 1024 * 1024)
+#define OG_BODY_DRAIN_MAX         (8 * 1024 * 1024) /* read and discard past the cap, then stop */
+#define OG_URI_MAX                8192
+#define OG_KEY_MAX_CHARS          200   /* SPEC 3.1: key is 1–200 printable characters */
+#define OG_FIELD_MAX              512   /* workflow_version, trigger, correlation_id, reason, … */
+#define OG_ERROR_CLASS_MAX        64
+#define OG_RESULT_MAX             (64 * 1024) /* a run's stored result */
+#define OG_JSON_DEPTH_MAX         64
+#define OG_RESPONSE_MAX           (1024 * 1024)
+
+/* Leases (seconds) */
+#define OG_LEASE_DEFAULT          300
+#define OG_LEASE_MAX              3600
+#define OG_LEASE_CAP              86400  /* total lifetime of one claim */
+
+/* Responder */
+#define OG_THREADS_DEFAULT        8
+#define OG_THREADS_MAX            256
+#define OG_LISTEN_BACKLOG         1024
+#define OG_RETRY_AFTER_DEFAULT    5      /* seconds, on 503 */
+#define OG_SHUTDOWN_GRACE_S       30     /* SIGTERM: in-flight requests get this long */
+#define OG_DB_CONNECT_TIMEOUT_S   5
+#define OG_DB_STATEMENT_TIMEOUT_MS 10000
+
+/* Decision log */
+#define OG_LOG_LINE_MAX           (16 * 1024)
+
+/* Config files */
+#define OG_CONFIG_LINE_MAX        4096
+#define OG_CONFIG_VALUE_MAX       2048
+
+/* API clients */
+#define OG_CLIENT_NAME_MAX        64
+#define OG_API_KEY_BYTES          32
+
+#endif

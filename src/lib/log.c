@@ -1,0 +1,515 @@
+/*
+ * log.c — the decision log (SPEC 9).
+ *
+ * Each line is built in a stack buffer by a tiny JSON writer (no allocation
+ * but the redacted copies of free text) and handed to ONE write(2) on an
+ * O_APPEND descriptor: the kernel appends it whole, so threads need no lock
+ * and lines never interleave. log_reopen() swaps the file under the same
+ * descriptor number with dup2, so a writer racing with it writes either to
+ * the old file or to the new one, never to a closed descriptor.
+ *
+ * Field order is fixed (ts, level, event, program, the SPEC 9 fields, then
+ * detail, hint, request_id, method, path, status) so lines are easy to read
+ * with grep as well as with jq.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dup3 */
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "limits.h"
+#include "log.h"
+
+#define LOG_MODE 0640
+#define LOG_FLAGS (O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY)
+#define LOG_REDACTED "[redacted]"
+
+/* request_id, method, path and status go last but must survive when
+ * detail is cut, so they are rendered first into a buffer of this size:
+ * three capped strings and a number, with their names. */
+#define LOG_TAIL_MAX (3 * (OG_FIELD_MAX + 32) + 32)
+
+/* Every line that lost a field or part of one says so. */
+#define LOG_TRUNCATED ",\"truncated\":true"
+
+/* -1 until log_open(): lines go to stderr. Atomic because writers read it
+ * while the main thread may open or close the log. */
+static atomic_int log_fd = -1;
+static atomic_int log_min = LOG_LEVEL_INFO;
+/* Set after a failed write so stderr hears about it once, not per line. */
+static atomic_bool log_failing;
+/* Owned file path; NULL when logging to stderr. Written only by
+ * log_open/log_close, which are not called while other threads log. */
+static char *log_path;
+static char *log_program;
+
+static const char *const log_names[] = {
+	"debug", "info", "notice", "warning", "error", "alert",
+};
+
+#define LOG_NLEVELS ((int)(sizeof(log_names) / sizeof(log_names[0])))
+
+struct line {
+	char *buf;
+	size_t len;
+	size_t cap;
+	bool cut; /* a field was dropped or shortened */
+};
+
+static bool
+line_put(struct line *l, const char *s, size_t n)
+{
+	if (n > l->cap - l->len)
+		return false;
+	memcpy(l->buf + l->len, s, n);
+	l->len += n;
+	return true;
+}
+
+/* Length of the well-formed UTF-8 sequence at s (NUL-terminated), or 0. */
+static size_t
+utf8_len(const unsigned char *s)
+{
+	unsigned char c = s[0], lo = 0x80, hi = 0xBF;
+	size_t len, i;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xC2 && c <= 0xDF)
+		len = 2;
+	else if (c >= 0xE0 && c <= 0xEF)
+		len = 3;
+	else if (c >= 0xF0 && c <= 0xF4)
+		len = 4;
+	else
+		return 0;
+	if (c == 0xE0)
+		lo = 0xA0;
+	else if (c == 0xED)
+		hi = 0x9F;
+	else if (c == 0xF0)
+		lo = 0x90;
+	else if (c == 0xF4)
+		hi = 0x8F;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	/* a NUL terminator is not a continuation byte, so this stops there */
+	for (i = 2; i < len; i++)
+		if (s[i] < 0x80 || s[i] > 0xBF)
+			return 0;
+	return len;
+}
+
+/* Appends ,"name":"value" escaped, ending at or before limit. Only whole
+ * characters are written; invalid UTF-8 becomes U+FFFD so the line stays
+ * valid JSON whatever a caller passes. At most max_in input bytes are used. */
+static void
+line_str(struct line *l, const char *name, const char *value, size_t limit,
+         size_t max_in)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *s = (const unsigned char *)value, *start = s;
+	size_t mark = l->len, saved_cap = l->cap, n, used;
+	char esc[6];
+	const char *piece;
+
+	if (value == NULL)
+		return;
+	if (limit < l->cap)
+		l->cap = limit;
+	/* keep one byte for the closing quote */
+	if (l->cap == 0 || l->cap - 1 < l->len)
+		goto dropped;
+	l->cap--;
+	if (!line_put(l, ",\"", 2) || !line_put(l, name, strlen(name)) ||
+	    !line_put(l, "\":\"", 3))
+		goto dropped;
+
+	while (*s != '\0') {
+		n = utf8_len(s);
+		piece = (const char *)s;
+		if (n == 0) {
+			piece = "\\ufffd";
+			n = 6;
+		} else if (*s < 0x20 || *s == '"' || *s == '\\') {
+			esc[0] = '\\';
+			piece = esc;
+			n = 2;
+			switch (*s) {
+			case '"': esc[1] = '"'; break;
+			case '\\': esc[1] = '\\'; break;
+			case '\b': esc[1] = 'b'; break;
+			case '\f': esc[1] = 'f'; break;
+			case '\n': esc[1] = 'n'; break;
+			case '\r': esc[1] = 'r'; break;
+			case '\t': esc[1] = 't'; break;
+			default:
+				memcpy(esc + 1, "u00", 3);
+				esc[4] = hex[*s >> 4];
+				esc[5] = hex[*s & 0xF];
+				n = 6;
+				break;
+			}
+		}
+		/* input consumed: an invalid byte or an escaped one is one byte */
+		used = piece == (const char *)s ? n : 1;
+
+		if ((size_t)(s - start) + used > max_in || !line_put(l, piece, n)) {
+			l->cut = true;
+			break;
+		}
+		s += used;
+	}
+	l->cap++;
+	l->buf[l->len++] = '"';
+	l->cap = saved_cap;
+	return;
+
+dropped:
+	l->len = mark;
+	l->cap = saved_cap;
+	l->cut = true;
+}
+
+static void
+line_num(struct line *l, const char *name, long long v, size_t limit)
+{
+	char tmp[64];
+	int n;
+
+	if (v == 0)
+		return;
+	n = snprintf(tmp, sizeof(tmp), ",\"%s\":%lld", name, v);
+	if (n < 0 || (size_t)n >= sizeof(tmp) || l->len + (size_t)n > limit ||
+	    !line_put(l, tmp, (size_t)n))
+		l->cut = true;
+}
+
+/* Masks in place. A run is replaced by LOG_REDACTED and the rest of the
+ * text shifts left; a run shorter than that marker (only possible after
+ * "Bearer ") is overwritten with '*' instead, because in-place text cannot
+ * grow. With cut set the text is the head of something longer, so a token
+ * run touching the end is masked whatever its length: it may be the first
+ * half of a key. */
+static size_t
+redact(char *text, bool cut)
+{
+	static const char marker[] = LOG_REDACTED;
+	char *r = text, *w = text, *e;
+	size_t runs = 0, n;
+
+	if (text == NULL)
+		return 0;
+#define IS_TOKEN(c) (((c) >= 'A' && (c) <= 'Z') || ((c) >= 'a' && (c) <= 'z') || \
+                     ((c) >= '0' && (c) <= '9') || (c) == '_' || (c) == '-')
+#define IS_SPACE(c) ((c) == ' ' || (c) == '\t' || (c) == '\n' || (c) == '\r' || \
+                     (c) == '\f' || (c) == '\v')
+	while (*r != '\0') {
+		if (!IS_TOKEN(*r)) {
+			*w++ = *r++;
+			continue;
+		}
+		if (strncasecmp(r, "bearer", 6) == 0 && (r[6] == ' ' || r[6] == '\t')) {
+			/* keep the scheme and the blanks, mask the credential */
+			e = r + 6;
+			while (*e == ' ' || *e == '\t')
+				e++;
+			memmove(w, r, (size_t)(e - r));
+			w += e - r;
+			r = e;
+			for (e = r; *e != '\0' && !IS_SPACE(*e); e++)
+				;
+		} else {
+			for (e = r; IS_TOKEN(*e); e++)
+				;
+			if (e - r < 32 && !(cut && *e == '\0')) {
+				memmove(w, r, (size_t)(e - r));
+				w += e - r;
+				r = e;
+				continue;
+			}
+		}
+		n = (size_t)(e - r);
+		if (n == 0)
+			continue;
+		if (n >= sizeof(marker) - 1) {
+			memcpy(w, marker, sizeof(marker) - 1);
+			w += sizeof(marker) - 1;
+		} else {
+			memset(w, '*', n);
+			w += n;
+		}
+		r = e;
+		runs++;
+	}
+#undef IS_TOKEN
+#undef IS_SPACE
+	*w = '\0';
+	return runs;
+}
+
+size_t
+log_redact(char *text)
+{
+	return redact(text, false);
+}
+
+/* A redacted copy of free text, at most a line long (more could never be
+ * written). NULL when s is NULL or memory is short: the field is then left
+ * out rather than written unredacted. */
+static char *
+redacted_copy(const char *s, bool *cut)
+{
+	size_t n;
+	char *c;
+
+	if (s == NULL)
+		return NULL;
+	n = strnlen(s, OG_LOG_LINE_MAX + 1);
+	if (n > OG_LOG_LINE_MAX)
+		n = OG_LOG_LINE_MAX;
+	c = malloc(n + 1);
+	if (c == NULL) {
+		*cut = true;
+		return NULL;
+	}
+	memcpy(c, s, n);
+	c[n] = '\0';
+	redact(c, s[n] != '\0');
+	return c;
+}
+
+static void
+format_ts(char *out, size_t size)
+{
+	struct timespec ts;
+	struct tm tm;
+
+	if (clock_gettime(CLOCK_REALTIME, &ts) != 0 ||
+	    gmtime_r(&ts.tv_sec, &tm) == NULL) {
+		snprintf(out, size, "1970-01-01T00:00:00.000Z");
+		return;
+	}
+	snprintf(out, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+	         tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+	         tm.tm_min, tm.tm_sec, (int)(ts.tv_nsec / 1000000));
+}
+
+static void
+log_write(const char *buf, size_t len)
+{
+	int fd = atomic_load(&log_fd);
+	ssize_t n;
+	int err;
+
+	if (fd < 0)
+		fd = STDERR_FILENO;
+	do
+		n = write(fd, buf, len);
+	while (n < 0 && errno == EINTR);
+
+	if (n >= 0 && (size_t)n == len) {
+		if (atomic_load(&log_failing) && atomic_exchange(&log_failing, false))
+			fprintf(stderr, "oncegate: decision log writes succeed again\n");
+		return;
+	}
+	/* A short write to a regular file means the disk is full; retrying the
+	 * rest would split the line, so it counts as a failure. */
+	err = n < 0 ? errno : ENOSPC;
+	if (!atomic_exchange(&log_failing, true)) {
+		errno = err;
+		fprintf(stderr, "oncegate: decision log write failed: %m\n");
+	}
+}
+
+void
+log_event(enum log_level level, const char *event, const struct log_fields *f)
+{
+	static const struct log_fields none;
+	char buf[OG_LOG_LINE_MAX], tailbuf[LOG_TAIL_MAX], ts[64];
+	struct line l = { buf, 0, sizeof(buf), false };
+	struct line tail = { tailbuf, 0, sizeof(tailbuf), false };
+	char *reason = NULL, *detail = NULL, *hint = NULL;
+	size_t limit, hint_room;
+
+	if (!log_enabled(level))
+		return;
+	if (f == NULL)
+		f = &none;
+	reason = redacted_copy(f->reason, &l.cut);
+	detail = redacted_copy(f->detail, &l.cut);
+	hint = redacted_copy(f->hint, &l.cut);
+
+	line_str(&tail, "request_id", f->request_id, tail.cap, OG_FIELD_MAX);
+	line_str(&tail, "method", f->method, tail.cap, OG_FIELD_MAX);
+	line_str(&tail, "path", f->path, tail.cap, OG_FIELD_MAX);
+	line_num(&tail, "status", f->status, tail.cap);
+	l.cut |= tail.cut;
+	/* what the head may fill: room is kept for the tail and the end */
+	limit = l.cap - tail.len - (sizeof(LOG_TRUNCATED) - 1) - 2;
+
+	format_ts(ts, sizeof(ts));
+	(void)line_put(&l, "{\"ts\":\"", 7);
+	(void)line_put(&l, ts, strlen(ts));
+	(void)line_put(&l, "\",\"level\":\"", 11);
+	(void)line_put(&l, log_names[level], strlen(log_names[level]));
+	(void)line_put(&l, "\"", 1);
+	line_str(&l, "event", event != NULL ? event : "unknown", limit, OG_FIELD_MAX);
+	line_str(&l, "program", log_program != NULL ? log_program : "oncegate",
+	         limit, OG_FIELD_MAX);
+
+	line_str(&l, "client", f->client, limit, OG_FIELD_MAX);
+	line_str(&l, "key", f->key, limit, OG_FIELD_MAX);
+	line_str(&l, "correlation_id", f->correlation_id, limit, OG_FIELD_MAX);
+	line_str(&l, "workflow_version", f->workflow_version, limit, OG_FIELD_MAX);
+	line_str(&l, "contract", f->contract, limit, OG_FIELD_MAX);
+	line_str(&l, "trigger", f->trigger, limit, OG_FIELD_MAX);
+	line_str(&l, "payload_hash", f->payload_hash, limit, OG_FIELD_MAX);
+	line_str(&l, "state_from", f->state_from, limit, OG_FIELD_MAX);
+	line_str(&l, "state_to", f->state_to, limit, OG_FIELD_MAX);
+	line_num(&l, "version", f->version, limit);
+	line_str(&l, "actor", f->actor, limit, OG_FIELD_MAX);
+	line_str(&l, "decision", f->decision, limit, OG_FIELD_MAX);
+	line_str(&l, "approval_id", f->approval_id, limit, OG_FIELD_MAX);
+	line_str(&l, "effect_id", f->effect_id, limit, OG_FIELD_MAX);
+	line_str(&l, "target", f->target, limit, OG_FIELD_MAX);
+	line_str(&l, "provider_id", f->provider_id, limit, OG_FIELD_MAX);
+	line_str(&l, "error_class", f->error_class, limit, OG_ERROR_CLASS_MAX);
+	line_num(&l, "attempt", f->attempt, limit);
+	line_str(&l, "model", f->model, limit, OG_FIELD_MAX);
+	line_str(&l, "validation", f->validation, limit, OG_FIELD_MAX);
+	line_str(&l, "reason", reason, limit, OG_FIELD_MAX);
+
+	/* detail and hint take what is left, detail leaving hint a share */
+	hint_room = 0;
+	if (hint != NULL) {
+		hint_room = strlen(hint) + sizeof(",\"hint\":\"\"");
+		if (hint_room > OG_FIELD_MAX)
+			hint_room = OG_FIELD_MAX;
+	}
+	line_str(&l, "detail", detail, l.len < limit && limit - l.len > hint_room ?
+	         limit - hint_room : l.len, SIZE_MAX);
+	line_str(&l, "hint", hint, limit, SIZE_MAX);
+
+	(void)line_put(&l, tail.buf, tail.len);
+	if (l.cut)
+		(void)line_put(&l, LOG_TRUNCATED, sizeof(LOG_TRUNCATED) - 1);
+	(void)line_put(&l, "}\n", 2);
+
+	log_write(l.buf, l.len);
+	free(reason);
+	free(detail);
+	free(hint);
+}
+
+int
+log_open(const char *path, enum log_level min_level, const char *program)
+{
+	char *p = NULL, *prog = NULL;
+	int fd = -1, rc = -1;
+
+	prog = strdup(program != NULL && *program != '\0' ? program : "oncegate");
+	if (prog == NULL)
+		goto out;
+	if (path != NULL && *path != '\0' && strcmp(path, "-") != 0) {
+		p = strdup(path);
+		if (p == NULL)
+			goto out;
+		fd = open(path, LOG_FLAGS, LOG_MODE);
+		if (fd < 0)
+			goto out;
+	}
+	log_close();
+	log_path = p;
+	log_program = prog;
+	atomic_store(&log_fd, fd);
+	log_set_level(min_level);
+	p = prog = NULL;
+	rc = 0;
+out:
+	free(p);
+	free(prog);
+	return rc;
+}
+
+/* Uses only async-signal-safe calls, so a SIGHUP handler may call it. */
+int
+log_reopen(void)
+{
+	int old = atomic_load(&log_fd), fd, rc;
+
+	if (log_path == NULL || old < 0)
+		return 0;
+	fd = open(log_path, LOG_FLAGS, LOG_MODE);
+	if (fd < 0)
+		return -1;
+	/* dup3 sets close-on-exec in the same step; dup2 would clear it */
+	rc = dup3(fd, old, O_CLOEXEC);
+	close(fd);
+	return rc < 0 ? -1 : 0;
+}
+
+void
+log_close(void)
+{
+	int fd = atomic_exchange(&log_fd, -1);
+
+	if (fd >= 0)
+		close(fd);
+	free(log_path);
+	free(log_program);
+	log_path = NULL;
+	log_program = NULL;
+}
+
+void
+log_set_level(enum log_level min_level)
+{
+	int v = (int)min_level;
+
+	if (v < 0)
+		v = 0;
+	if (v >= LOG_NLEVELS)
+		v = LOG_NLEVELS - 1;
+	atomic_store(&log_min, v);
+}
+
+bool
+log_enabled(enum log_level level)
+{
+	int v = (int)level;
+
+	return v >= 0 && v < LOG_NLEVELS && v >= atomic_load(&log_min);
+}
+
+int
+log_level_parse(const char *name)
+{
+	int i;
+
+	if (name == NULL)
+		return -1;
+	for (i = 0; i < LOG_NLEVELS; i++)
+		if (strcasecmp(name, log_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+const char *
+log_level_name(enum log_level level)
+{
+	int v = (int)level;
+
+	if (v < 0 || v >= LOG_NLEVELS)
+		return "unknown";
+	return log_names[v];
+}

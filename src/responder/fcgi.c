@@ -1,0 +1,326 @@
+/*
+ * fcgi.c — the FastCGI adapter and the worker pool of oncegate-fcgi.
+ *
+ * The only file that includes fcgiapp.h. Each worker thread owns one
+ * FCGX_Request and one database connection for its whole life (fcgi2
+ * examples/threaded.c), so a request never waits for a connection and a
+ * connection is never shared between threads.
+ */
+#include <errno.h>
+#include <grp.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <fcgiapp.h>
+
+#include "api.h"
+#include "db.h"
+#include "fcgi.h"
+#include "limits.h"
+#include "log.h"
+
+enum worker_state { WORKER_WAITING, WORKER_BUSY, WORKER_DONE };
+
+struct worker {
+	pthread_t thread;
+	struct fcgi_pool *pool;
+	atomic_int state;
+	bool started;
+};
+
+struct fcgi_pool {
+	int fd;
+	const struct config *cfg;
+	atomic_bool stopping;
+	int nworkers;
+	struct worker *workers;
+};
+
+/* Interrupts a worker blocked on an idle kept-alive connection during
+ * shutdown; it has nothing to do but make the read return EINTR. */
+static void
+wake_handler(int sig)
+{
+	(void)sig;
+}
+
+int
+fcgi_open_socket(const struct config *cfg, char *err, size_t errlen)
+{
+	struct stat st;
+	uid_t uid = (uid_t)-1;
+	gid_t gid = (gid_t)-1;
+	mode_t old;
+	int fd;
+
+	if (FCGX_Init() != 0) {
+		snprintf(err, errlen, "FCGX_Init failed");
+		return -1;
+	}
+	if (cfg->listen[0] == '\0') {
+		/* spawn-fcgi and socket activation hand us the socket on fd 0 */
+		if (fstat(0, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+			snprintf(err, errlen, "listen is empty but fd 0 is not a socket; set "
+			         "listen to a socket path or start under a FastCGI spawner");
+			return -1;
+		}
+		return 0;
+	}
+	if (cfg->listen_owner[0] != '\0') {
+		struct passwd *pw = getpwnam(cfg->listen_owner);
+
+		if (pw == NULL) {
+			snprintf(err, errlen, "listen_owner: no user \"%s\"", cfg->listen_owner);
+			return -1;
+		}
+		uid = pw->pw_uid;
+	}
+	if (cfg->listen_group[0] != '\0') {
+		struct group *gr = getgrnam(cfg->listen_group);
+
+		if (gr == NULL) {
+			snprintf(err, errlen, "listen_group: no group \"%s\"", cfg->listen_group);
+			return -1;
+		}
+		gid = gr->gr_gid;
+	}
+	/* Nobody may connect before the mode and owner are right. */
+	(void)unlink(cfg->listen);
+	old = umask(0177);
+	fd = FCGX_OpenSocket(cfg->listen, cfg->listen_backlog);
+	umask(old);
+	if (fd < 0) {
+		snprintf(err, errlen, "%s: cannot listen: %s", cfg->listen, strerror(errno));
+		return -1;
+	}
+	if ((uid != (uid_t)-1 || gid != (gid_t)-1) && chown(cfg->listen, uid, gid) != 0) {
+		snprintf(err, errlen, "%s: chown: %s", cfg->listen, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	if (chmod(cfg->listen, (mode_t)cfg->listen_mode) != 0) {
+		snprintf(err, errlen, "%s: chmod: %s", cfg->listen, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Reads the body: keeps up to the cap, drains and discards the rest (up to
+ * OG_BODY_DRAIN_MAX) so the connection stays usable, and says it was too
+ * large. */
+static void
+read_body(FCGX_Request *fr, char *body, size_t cap, struct http_request *req)
+{
+	char sink[4096];
+	size_t kept = 0, seen = 0;
+	int n;
+
+	while (kept < cap && (n = FCGX_GetStr(body + kept, (int)(cap - kept), fr->in)) > 0)
+		kept += (size_t)n;
+	seen = kept;
+	while (seen < OG_BODY_DRAIN_MAX && (n = FCGX_GetStr(sink, sizeof(sink), fr->in)) > 0) {
+		seen += (size_t)n;
+		req->body_too_large = true;
+	}
+	body[kept] = '\0';
+	req->body = body;
+	req->body_len = kept;
+}
+
+static const char *
+param(FCGX_Request *fr, const char *name)
+{
+	return FCGX_GetParam(name, fr->envp);
+}
+
+static void
+fill_request(FCGX_Request *fr, struct http_request *req)
+{
+	const char *cl;
+
+	memset(req, 0, sizeof(*req));
+	req->method = param(fr, "REQUEST_METHOD");
+	req->uri = param(fr, "REQUEST_URI");
+	req->content_type = param(fr, "CONTENT_TYPE");
+	req->authorization = param(fr, "HTTP_AUTHORIZATION");
+	req->remote_user = param(fr, "REMOTE_USER");
+	req->auth_groups = param(fr, "AUTH_GROUPS");
+	req->origin = param(fr, "HTTP_ORIGIN");
+	req->sec_fetch_site = param(fr, "HTTP_SEC_FETCH_SITE");
+	req->remote_addr = param(fr, "REMOTE_ADDR");
+	req->request_id = param(fr, "REQUEST_ID");
+	if (req->method == NULL)
+		req->method = "";
+	if (req->uri == NULL || strlen(req->uri) > OG_URI_MAX)
+		req->uri = "";
+	cl = param(fr, "CONTENT_LENGTH");
+	req->content_length = cl != NULL && cl[0] != '\0' ? strtoll(cl, NULL, 10) : -1;
+}
+
+static void
+send_response(FCGX_Request *fr, const struct http_response *resp)
+{
+	char line[128];
+	int n;
+
+	/* libfcgi's own printf knows no %zu: format here, write raw. */
+	n = snprintf(line, sizeof(line), "Status: %d %s\r\n", resp->status,
+	             http_reason(resp->status));
+	FCGX_PutStr(line, n, fr->out);
+	if (resp->headers.len > 0)
+		FCGX_PutStr(resp->headers.data, (int)resp->headers.len, fr->out);
+	n = snprintf(line, sizeof(line), "Content-Length: %zu\r\n\r\n", resp->body.len);
+	FCGX_PutStr(line, n, fr->out);
+	if (resp->body.len > 0)
+		FCGX_PutStr(resp->body.data, (int)resp->body.len, fr->out);
+}
+
+static void *
+worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct fcgi_pool *pool = w->pool;
+	const struct config *cfg = pool->cfg;
+	size_t cap = (size_t)cfg->max_body_bytes;
+	struct api_ctx ctx = { 0 };
+	struct http_request req;
+	struct http_response resp;
+	FCGX_Request fr;
+	char *body;
+
+	body = malloc(cap + 1);
+	ctx.db = db_new(cfg->database, cfg->statement_timeout_ms);
+	ctx.cfg = cfg;
+	http_response_init(&resp);
+	if (body == NULL || ctx.db == NULL || FCGX_InitRequest(&fr, pool->fd, FCGI_FAIL_ACCEPT_ON_INTR) != 0) {
+		log_event(LOG_LEVEL_ERROR, "responder.worker_failed",
+		          &(struct log_fields){ .detail = "out of memory at start" });
+		goto out;
+	}
+	/* Connect now so the first request does not pay for it; a failure
+	 * here is not fatal, the connection is retried on demand. */
+	if (db_ensure(ctx.db) != DB_OK)
+		log_event(LOG_LEVEL_WARNING, "db.unavailable",
+		          &(struct log_fields){ .detail = db_error(ctx.db),
+		                                .hint = "will reconnect on the next request" });
+
+	while (!atomic_load(&pool->stopping)) {
+		atomic_store(&w->state, WORKER_WAITING);
+		if (FCGX_Accept_r(&fr) < 0) {
+			struct timespec pause = { 0, 10 * 1000 * 1000 };
+
+			if (atomic_load(&pool->stopping))
+				break;
+			/* EINTR, or a transient accept failure (EMFILE): do not spin */
+			nanosleep(&pause, NULL);
+			continue;
+		}
+		atomic_store(&w->state, WORKER_BUSY);
+		fill_request(&fr, &req);
+		read_body(&fr, body, cap, &req);
+		http_response_reset(&resp);
+		api_handle(&ctx, &req, &resp);
+		send_response(&fr, &resp);
+		FCGX_Finish_r(&fr);
+	}
+	FCGX_Free(&fr, 1);
+out:
+	atomic_store(&w->state, WORKER_DONE);
+	http_response_free(&resp);
+	db_free(ctx.db);
+	free(body);
+	return NULL;
+}
+
+struct fcgi_pool *
+fcgi_pool_start(int fd, const struct config *cfg, char *err, size_t errlen)
+{
+	struct fcgi_pool *pool;
+	struct sigaction sa;
+	int i;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = wake_handler; /* no SA_RESTART: blocked reads must return */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
+
+	pool = calloc(1, sizeof(*pool));
+	if (pool == NULL || (pool->workers = calloc((size_t)cfg->threads,
+	                                           sizeof(*pool->workers))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		free(pool);
+		return NULL;
+	}
+	pool->fd = fd;
+	pool->cfg = cfg;
+	pool->nworkers = cfg->threads;
+	for (i = 0; i < cfg->threads; i++) {
+		struct worker *w = &pool->workers[i];
+		int rc;
+
+		w->pool = pool;
+		atomic_init(&w->state, WORKER_WAITING);
+		rc = pthread_create(&w->thread, NULL, worker_main, w);
+		if (rc != 0) {
+			snprintf(err, errlen, "cannot start worker %d: %s", i, strerror(rc));
+			fcgi_pool_stop(pool, 1);
+			return NULL;
+		}
+		w->started = true;
+	}
+	return pool;
+}
+
+int
+fcgi_pool_stop(struct fcgi_pool *pool, int grace_seconds)
+{
+	struct timespec tick = { 0, 50 * 1000 * 1000 };
+	time_t deadline = time(NULL) + grace_seconds;
+	int i, busy;
+
+	if (pool == NULL)
+		return 0;
+	atomic_store(&pool->stopping, true);
+	FCGX_ShutdownPending();
+	/* Wakes every thread blocked in accept(); the socket file stays until
+	 * the caller removes it. */
+	shutdown(pool->fd, SHUT_RDWR);
+	for (;;) {
+		busy = 0;
+		for (i = 0; i < pool->nworkers; i++) {
+			struct worker *w = &pool->workers[i];
+			int st = atomic_load(&w->state);
+
+			if (!w->started || st == WORKER_DONE)
+				continue;
+			busy++;
+			/* Only idle threads are interrupted; a busy one finishes its
+			 * request and sees `stopping` on its own. */
+			if (st == WORKER_WAITING)
+				pthread_kill(w->thread, SIGUSR1);
+		}
+		if (busy == 0 || time(NULL) >= deadline)
+			break;
+		nanosleep(&tick, NULL);
+	}
+	if (busy == 0) {
+		for (i = 0; i < pool->nworkers; i++)
+			if (pool->workers[i].started)
+				pthread_join(pool->workers[i].thread, NULL);
+		free(pool->workers);
+		free(pool);
+	}
+	/* Past the deadline the process exits with the stragglers running;
+	 * their transactions roll back when their connections close. */
+	return busy;
+}

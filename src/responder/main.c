@@ -1,0 +1,123 @@
+/*
+ * oncegate-fcgi — the FastCGI responder: the workflow API, the approval
+ * pages, /healthz. main() only reads options and config, sets up signals
+ * and the log, and runs the worker pool until SIGTERM.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "fcgi.h"
+#include "log.h"
+
+static void
+usage(FILE *out)
+{
+	fprintf(out,
+	        "usage: oncegate-fcgi [-c FILE] [-n] [-h]\n"
+	        "  -c FILE  configuration file (default: $ONCEGATE_CONF or the installed one)\n"
+	        "  -n       check the configuration, print it (secrets masked) and exit\n"
+	        "  -h       this help\n"
+	        "Signals: SIGTERM/SIGINT finish in-flight requests and exit; SIGHUP "
+	        "reopens the decision log.\n");
+}
+
+int
+main(int argc, char **argv)
+{
+	struct config cfg;
+	struct fcgi_pool *pool;
+	const char *path = NULL;
+	char err[1024];
+	sigset_t set;
+	bool check = false;
+	int opt, fd, sig, rc = EXIT_FAILURE;
+
+	while ((opt = getopt(argc, argv, "c:nh")) != -1) {
+		switch (opt) {
+		case 'c':
+			path = optarg;
+			break;
+		case 'n':
+			check = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return EXIT_SUCCESS;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	path = config_path(path);
+	config_defaults(&cfg);
+	if (config_load(path, &cfg, err, sizeof(err)) != 0) {
+		fprintf(stderr, "oncegate-fcgi: %s\n", err);
+		goto out;
+	}
+	if (check) {
+		config_dump(&cfg, stdout);
+		fprintf(stderr, "oncegate-fcgi: configuration %s is valid\n", path);
+		rc = EXIT_SUCCESS;
+		goto out;
+	}
+	if (log_open(cfg.log_file, (enum log_level)log_level_parse(cfg.log_level),
+	             "oncegate-fcgi") != 0) {
+		fprintf(stderr, "oncegate-fcgi: cannot open the decision log %s\n", cfg.log_file);
+		goto out;
+	}
+
+	/* The main thread takes the signals; workers inherit this mask. */
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+	fd = fcgi_open_socket(&cfg, err, sizeof(err));
+	if (fd < 0) {
+		fprintf(stderr, "oncegate-fcgi: %s\n", err);
+		log_event(LOG_LEVEL_ERROR, "responder.start_failed",
+		          &(struct log_fields){ .detail = err });
+		goto out_log;
+	}
+	pool = fcgi_pool_start(fd, &cfg, err, sizeof(err));
+	if (pool == NULL) {
+		fprintf(stderr, "oncegate-fcgi: %s\n", err);
+		goto out_log;
+	}
+	snprintf(err, sizeof(err), "listening on %s with %d threads",
+	         cfg.listen[0] != '\0' ? cfg.listen : "inherited fd 0", cfg.threads);
+	log_event(LOG_LEVEL_INFO, "responder.started", &(struct log_fields){ .detail = err });
+
+	for (;;) {
+		if (sigwait(&set, &sig) != 0)
+			continue;
+		if (sig == SIGHUP) {
+			if (log_reopen() != 0)
+				fprintf(stderr, "oncegate-fcgi: cannot reopen %s\n", cfg.log_file);
+			log_event(LOG_LEVEL_INFO, "responder.log_reopened", NULL);
+			continue;
+		}
+		break;
+	}
+	log_event(LOG_LEVEL_INFO, "responder.stopping",
+	          &(struct log_fields){ .detail = "finishing in-flight requests" });
+	if (fcgi_pool_stop(pool, cfg.shutdown_grace_seconds) != 0)
+		log_event(LOG_LEVEL_WARNING, "responder.stop_timeout",
+		          &(struct log_fields){ .detail = "requests still running at the deadline" });
+	if (cfg.listen[0] != '\0')
+		(void)unlink(cfg.listen);
+	log_event(LOG_LEVEL_INFO, "responder.stopped", NULL);
+	rc = EXIT_SUCCESS;
+out_log:
+	log_close();
+out:
+	config_free(&cfg);
+	return rc;
+}

@@ -1,0 +1,179 @@
+/*
+ * check_config.c — the config loader: defaults, every value type, bounds,
+ * quoting, comments, and the errors an operator sees (file and line).
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+static char path[64];
+
+static int
+load_text(const char *text, struct config *c, char *err, size_t errlen)
+{
+	FILE *f;
+	int fd;
+
+	strcpy(path, "/tmp/og-config-XXXXXX");
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	f = fdopen(fd, "w");
+	fputs(text, f);
+	fclose(f);
+	config_defaults(c);
+	fd = config_load(path, c, err, errlen);
+	unlink(path);
+	return fd;
+}
+
+START_TEST(test_defaults)
+{
+	struct config c;
+	char err[256];
+
+	config_defaults(&c);
+	ck_assert_int_eq(c.threads, 8);
+	ck_assert_int_eq(c.max_body_bytes, 262144);
+	ck_assert_int_eq(c.listen_mode, 0660);
+	ck_assert_int_eq(c.lease_cap_seconds, 86400);
+	ck_assert_str_eq(c.log_level, "info");
+	ck_assert_int_eq(config_validate(&c, err, sizeof(err)), 0);
+	config_free(&c);
+	config_free(NULL);
+}
+END_TEST
+
+START_TEST(test_values)
+{
+	struct config c;
+	char err[256];
+
+	ck_assert_int_eq(load_text("# comment\n\n"
+	                           "threads = 4\n"
+	                           "  listen_mode=0600   # owner only\n"
+	                           "database = \"host=/tmp dbname=x password=s3cr#t\"\n"
+	                           "log_file = /var/log/og.log\n"
+	                           "listen_group = www-data\n"
+	                           "log_level = debug\n",
+	                           &c, err, sizeof(err)),
+	                 0);
+	ck_assert_int_eq(c.threads, 4);
+	ck_assert_int_eq(c.listen_mode, 0600);
+	ck_assert_str_eq(c.database, "host=/tmp dbname=x password=s3cr#t");
+	ck_assert_str_eq(c.log_file, "/var/log/og.log");
+	ck_assert_str_eq(c.listen_group, "www-data");
+	config_free(&c);
+}
+END_TEST
+
+START_TEST(test_dump_masks_secrets)
+{
+	struct config c;
+	char err[256], *text = NULL;
+	size_t len = 0;
+	FILE *out;
+
+	ck_assert_int_eq(load_text("database = \"password=hunter2\"\n", &c, err, sizeof(err)), 0);
+	out = open_memstream(&text, &len);
+	config_dump(&c, out);
+	fclose(out);
+	ck_assert_ptr_null(strstr(text, "hunter2"));
+	ck_assert_ptr_nonnull(strstr(text, "database = [secret]"));
+	ck_assert_ptr_nonnull(strstr(text, "threads = 8"));
+	free(text);
+	config_free(&c);
+}
+END_TEST
+
+struct bad_case {
+	const char *text;
+	const char *message; /* expected substring */
+};
+
+static const struct bad_case bad_cases[] = {
+	{ "nosuch = 1\n", ":1: unknown setting \"nosuch\"" },
+	{ "\nthreads = many\n", ":2: threads: \"many\" is not an integer" },
+	{ "threads = 0\n", "threads: 0 is out of range 1..256" },
+	{ "threads = 100000000000000000000\n", "is not an integer" },
+	{ "threads = 4x\n", "is not an integer" },
+	{ "listen_mode = 0999\n", "not an octal mode" },
+	{ "threads\n", "expected `name = value`" },
+	{ "= 4\n", "missing setting name" },
+	{ "database = \"open\n", "unterminated quoted value" },
+	{ "database = \"a\" b\n", "text after the closing quote" },
+	{ "log_level = loud\n", "log_level" },
+	{ "listen = relative.sock\n", "not an absolute socket path" },
+	{ "lease_default_seconds = 600\nlease_max_seconds = 60\n", "above lease_max_seconds" },
+	{ "max_body_bytes = 1\n", "out of range" },
+};
+
+START_TEST(test_bad)
+{
+	const struct bad_case *t = &bad_cases[_i];
+	struct config c;
+	char err[512];
+
+	ck_assert_int_ne(load_text(t->text, &c, err, sizeof(err)), 0);
+	ck_assert_msg(strstr(err, t->message) != NULL, "\"%s\" lacks \"%s\"", err, t->message);
+	config_free(&c);
+}
+END_TEST
+
+START_TEST(test_long_line)
+{
+	struct config c;
+	char err[512], *text = malloc(10000);
+
+	strcpy(text, "database = ");
+	memset(text + 11, 'x', 9000);
+	strcpy(text + 9011, "\n");
+	ck_assert_int_ne(load_text(text, &c, err, sizeof(err)), 0);
+	ck_assert_ptr_nonnull(strstr(err, "longer than"));
+	config_free(&c);
+	free(text);
+}
+END_TEST
+
+START_TEST(test_missing_file)
+{
+	struct config c;
+	char err[512];
+
+	config_defaults(&c);
+	ck_assert_int_ne(config_load("/nonexistent/oncegate.conf", &c, err, sizeof(err)), 0);
+	ck_assert_ptr_nonnull(strstr(err, "/nonexistent/oncegate.conf: cannot open"));
+	config_free(&c);
+}
+END_TEST
+
+static Suite *
+config_suite(void)
+{
+	Suite *s = suite_create("config");
+	TCase *tc = tcase_create("load");
+
+	tcase_add_test(tc, test_defaults);
+	tcase_add_test(tc, test_values);
+	tcase_add_test(tc, test_dump_masks_secrets);
+	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bad_cases) / sizeof(bad_cases[0])));
+	tcase_add_test(tc, test_long_line);
+	tcase_add_test(tc, test_missing_file);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(config_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

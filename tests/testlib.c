@@ -1,0 +1,758 @@
+/*
+ * testlib.c — see testlib.h. The product is driven from outside only.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <curl/curl.h>
+#include <openssl/sha.h>
+
+#include "testlib.h"
+
+const char *
+tl_env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v != NULL && *v != '\0' ? v : NULL;
+}
+
+void
+tl_sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
+double
+tl_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- HTTP -------------------------------------------------------------- */
+
+struct sink {
+	char *data;
+	size_t len;
+	size_t cap;
+	bool overflow;
+};
+
+static size_t
+body_cb(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+	struct sink *s = ud;
+	size_t n = size * nmemb;
+
+	if (s->len + n + 1 > TL_RESPONSE_MAX) {
+		s->overflow = true;
+		return 0;
+	}
+	if (s->len + n + 1 > s->cap) {
+		size_t cap = s->cap ? s->cap : 4096;
+		char *p;
+
+		while (cap < s->len + n + 1)
+			cap *= 2;
+		p = realloc(s->data, cap);
+		if (p == NULL)
+			return 0;
+		s->data = p;
+		s->cap = cap;
+	}
+	memcpy(s->data + s->len, ptr, n);
+	s->len += n;
+	s->data[s->len] = '\0';
+	return n;
+}
+
+static void
+header_value(const char *line, size_t n, const char *name, char *dst)
+{
+	size_t nl = strlen(name);
+	size_t i, end;
+
+	if (n <= nl || strncasecmp(line, name, nl) != 0 || line[nl] != ':')
+		return;
+	i = nl + 1;
+	while (i < n && (line[i] == ' ' || line[i] == '\t'))
+		i++;
+	end = n;
+	while (end > i && (line[end - 1] == '\r' || line[end - 1] == '\n' ||
+	                   line[end - 1] == ' '))
+		end--;
+	if (end - i >= TL_HEADER_MAX)
+		end = i + TL_HEADER_MAX - 1;
+	memcpy(dst, line + i, end - i);
+	dst[end - i] = '\0';
+}
+
+static size_t
+header_cb(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+	struct tl_resp *r = ud;
+	size_t n = size * nmemb;
+
+	/* A new status line (e.g. after 100 Continue) starts a new header set. */
+	if (n >= 5 && strncmp(ptr, "HTTP/", 5) == 0) {
+		r->retry_after[0] = r->allow[0] = r->content_type[0] = '\0';
+		return n;
+	}
+	header_value(ptr, n, "Retry-After", r->retry_after);
+	header_value(ptr, n, "Allow", r->allow);
+	header_value(ptr, n, "Content-Type", r->content_type);
+	return n;
+}
+
+int
+tl_http(const char *method, const char *path, const char *bearer,
+        const char *ctype, const char *body, size_t body_len,
+        struct tl_resp *r)
+{
+	const char *base = tl_env("ONCEGATE_URL");
+	struct curl_slist *hdrs = NULL;
+	struct sink sink = { 0 };
+	char errbuf[CURL_ERROR_SIZE] = "";
+	char *url = NULL, *auth = NULL, *ct = NULL;
+	CURL *h = NULL;
+	CURLcode cc;
+	int rc = -1;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(r->what, sizeof(r->what), "%s %s", method, path);
+	if (base == NULL) {
+		snprintf(r->error, sizeof(r->error), "ONCEGATE_URL is not set");
+		goto out;
+	}
+	if (asprintf(&url, "%s%s", base, path) < 0) {
+		url = NULL;
+		goto out;
+	}
+	h = curl_easy_init();
+	if (h == NULL)
+		goto out;
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)TL_HTTP_TIMEOUT_S);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, (long)TL_CONNECT_TIMEOUT_S);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_cb);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
+	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
+	curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
+	curl_easy_setopt(h, CURLOPT_PROXY, "");
+	/* Send big bodies at once: the test is about what the server answers. */
+	hdrs = curl_slist_append(hdrs, "Expect:");
+	if (bearer != NULL) {
+		if (asprintf(&auth, "Authorization: Bearer %s", bearer) < 0) {
+			auth = NULL;
+			goto out;
+		}
+		hdrs = curl_slist_append(hdrs, auth);
+	}
+	if (ctype != NULL) {
+		if (asprintf(&ct, "Content-Type: %s", ctype) < 0) {
+			ct = NULL;
+			goto out;
+		}
+		hdrs = curl_slist_append(hdrs, ct);
+	} else if (body != NULL) {
+		/* Otherwise libcurl would add a form content type of its own. */
+		hdrs = curl_slist_append(hdrs, "Content-Type:");
+	}
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+	if (strcmp(method, "GET") == 0) {
+		curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+	} else if (strcmp(method, "HEAD") == 0) {
+		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+	} else {
+		if (body != NULL) {
+			curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+			curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+		}
+		if (strcmp(method, "POST") != 0 || body == NULL)
+			curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+		if (strcmp(method, "POST") == 0 && body == NULL) {
+			curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
+			curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+		}
+	}
+	cc = curl_easy_perform(h);
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
+	if (cc != CURLE_OK) {
+		snprintf(r->error, sizeof(r->error), "%s: %s",
+		         curl_easy_strerror(cc), errbuf);
+		/* An early answer (e.g. nginx's 413) may still have arrived. */
+		if (r->status == 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	if (sink.data == NULL)
+		sink.data = strdup("");
+	r->body = sink.data;
+	r->body_len = sink.len;
+	if (r->body != NULL && r->body_len > 0)
+		r->json = json_loadb(r->body, r->body_len, JSON_DECODE_ANY, NULL);
+	if (rc != 0 && r->error[0] == '\0')
+		snprintf(r->error, sizeof(r->error), "request failed");
+	curl_slist_free_all(hdrs);
+	if (h != NULL)
+		curl_easy_cleanup(h);
+	free(url);
+	free(auth);
+	free(ct);
+	return rc;
+}
+
+int
+tl_post_json(const char *path, const char *bearer, const json_t *body,
+             struct tl_resp *r)
+{
+	char *text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
+	int rc;
+
+	if (text == NULL) {
+		memset(r, 0, sizeof(*r));
+		r->body = strdup("");
+		snprintf(r->error, sizeof(r->error), "json_dumps failed");
+		return -1;
+	}
+	rc = tl_http("POST", path, bearer, "application/json", text,
+	             strlen(text), r);
+	free(text);
+	return rc;
+}
+
+int
+tl_post_text(const char *path, const char *bearer, const char *text,
+             struct tl_resp *r)
+{
+	return tl_http("POST", path, bearer, "application/json", text,
+	               strlen(text), r);
+}
+
+int
+tl_get(const char *path, const char *bearer, struct tl_resp *r)
+{
+	return tl_http("GET", path, bearer, NULL, NULL, 0, r);
+}
+
+void
+tl_resp_free(struct tl_resp *r)
+{
+	if (r == NULL)
+		return;
+	free(r->body);
+	json_decref(r->json);
+	r->body = NULL;
+	r->json = NULL;
+}
+
+const char *
+tl_jstr(const json_t *obj, const char *name)
+{
+	json_t *v;
+
+	if (!json_is_object(obj))
+		return NULL;
+	v = json_object_get(obj, name);
+	return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+bool
+tl_jint(const json_t *obj, const char *name, long long *out)
+{
+	json_t *v;
+
+	if (!json_is_object(obj))
+		return false;
+	v = json_object_get(obj, name);
+	if (!json_is_integer(v))
+		return false;
+	*out = json_integer_value(v);
+	return true;
+}
+
+char *
+tl_urlencode(const char *s)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t n = strlen(s);
+	char *out = malloc(n * 3 + 1);
+	char *p = out;
+
+	if (out == NULL)
+		return NULL;
+	for (; *s != '\0'; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+			*p++ = (char)c;
+		} else {
+			*p++ = '%';
+			*p++ = hex[c >> 4];
+			*p++ = hex[c & 15];
+		}
+	}
+	*p = '\0';
+	return out;
+}
+
+void
+tl_payload_hash(const char *text, char out[72])
+{
+	unsigned char md[SHA256_DIGEST_LENGTH];
+	int i;
+
+	SHA256((const unsigned char *)text, strlen(text), md);
+	memcpy(out, "sha256:", 7);
+	for (i = 0; i < SHA256_DIGEST_LENGTH; i++)
+		snprintf(out + 7 + 2 * i, 3, "%02x", md[i]);
+}
+
+bool
+tl_ts_parse(const char *s, double *epoch)
+{
+	static const char shape[] = "dddd-dd-ddTdd:dd:dd.dddZ";
+	struct tm tm;
+	size_t i;
+
+	if (s == NULL || strlen(s) != sizeof(shape) - 1)
+		return false;
+	for (i = 0; i < sizeof(shape) - 1; i++) {
+		if (shape[i] == 'd' ? !isdigit((unsigned char)s[i]) : s[i] != shape[i])
+			return false;
+	}
+	memset(&tm, 0, sizeof(tm));
+	tm.tm_year = atoi(s) - 1900;
+	tm.tm_mon = atoi(s + 5) - 1;
+	tm.tm_mday = atoi(s + 8);
+	tm.tm_hour = atoi(s + 11);
+	tm.tm_min = atoi(s + 14);
+	tm.tm_sec = atoi(s + 17);
+	if (tm.tm_mon > 11 || tm.tm_mday < 1 || tm.tm_mday > 31 ||
+	    tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60)
+		return false;
+	*epoch = (double)timegm(&tm) + atoi(s + 20) / 1000.0;
+	return true;
+}
+
+/* ---- PostgreSQL -------------------------------------------------------- */
+
+PGconn *
+tl_pg_connect(void)
+{
+	PGconn *c = PQconnectdb("");
+
+	ck_assert_msg(c != NULL && PQstatus(c) == CONNECTION_OK,
+	              "cannot connect to PostgreSQL (PGHOST=%s PGPORT=%s PGDATABASE=%s): %s",
+	              getenv("PGHOST") ? getenv("PGHOST") : "",
+	              getenv("PGPORT") ? getenv("PGPORT") : "",
+	              getenv("PGDATABASE") ? getenv("PGDATABASE") : "",
+	              c != NULL ? PQerrorMessage(c) : "out of memory");
+	return c;
+}
+
+char *
+tl_pg_value(PGconn *c, const char *sql, int nparams, const char *const *params)
+{
+	PGresult *res = PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0);
+	char *v = NULL;
+
+	ck_assert_msg(res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK,
+	              "SQL failed: %s\n  %s", sql,
+	              res != NULL ? PQresultErrorMessage(res) : PQerrorMessage(c));
+	if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
+		v = strdup(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return v;
+}
+
+long long
+tl_pg_count(PGconn *c, const char *sql, int nparams, const char *const *params)
+{
+	char *v = tl_pg_value(c, sql, nparams, params);
+	long long n = v != NULL ? strtoll(v, NULL, 10) : -1;
+
+	free(v);
+	return n;
+}
+
+double
+tl_pg_double(PGconn *c, const char *sql, int nparams, const char *const *params)
+{
+	char *v = tl_pg_value(c, sql, nparams, params);
+	double d = v != NULL ? strtod(v, NULL) : (double)NAN;
+
+	free(v);
+	return d;
+}
+
+char *
+tl_run_row(PGconn *c, const char *client, const char *key)
+{
+	const char *p[2] = { client, key };
+
+	return tl_pg_value(c,
+	    "SELECT row_to_json(r)::text FROM workflow_runs r "
+	    "JOIN api_clients c ON c.id = r.client_id "
+	    "WHERE c.name = $1 AND r.idempotency_key = $2", 2, p);
+}
+
+/* ---- the decision log -------------------------------------------------- */
+
+long
+tl_log_offset(void)
+{
+	const char *path = tl_env("ONCEGATE_LOG");
+	struct stat st;
+
+	if (path == NULL || stat(path, &st) != 0)
+		return 0;
+	return (long)st.st_size;
+}
+
+static char *
+read_from(long offset, size_t *len)
+{
+	const char *path = tl_env("ONCEGATE_LOG");
+	char *buf = NULL;
+	size_t cap = 0, n = 0;
+	FILE *f;
+
+	*len = 0;
+	if (path == NULL || (f = fopen(path, "rb")) == NULL)
+		return NULL;
+	if (offset > 0 && fseek(f, offset, SEEK_SET) != 0) {
+		fclose(f);
+		return NULL;
+	}
+	for (;;) {
+		size_t got;
+
+		if (cap - n < 65536) {
+			char *p = realloc(buf, cap + 65536 + 1);
+
+			if (p == NULL) {
+				free(buf);
+				fclose(f);
+				return NULL;
+			}
+			buf = p;
+			cap += 65536;
+		}
+		got = fread(buf + n, 1, cap - n, f);
+		n += got;
+		if (got == 0)
+			break;
+	}
+	fclose(f);
+	if (buf == NULL)
+		buf = calloc(1, 1);
+	else
+		buf[n] = '\0';
+	*len = n;
+	return buf;
+}
+
+char *
+tl_log_slurp(size_t *len)
+{
+	return read_from(0, len);
+}
+
+/* Complete lines (ending in '\n') after offset, parsed. */
+static json_t *
+log_lines(long offset, tl_log_pred pred, const void *arg)
+{
+	json_t *out = json_array();
+	size_t len;
+	char *text = read_from(offset, &len);
+	char *p, *nl;
+
+	if (text == NULL)
+		return out;
+	for (p = text; (nl = memchr(p, '\n', len - (size_t)(p - text))) != NULL;
+	     p = nl + 1) {
+		json_t *line;
+
+		if (nl == p)
+			continue;
+		line = json_loadb(p, (size_t)(nl - p), 0, NULL);
+		if (!json_is_object(line)) {
+			json_decref(line);
+			line = json_stringn(p, (size_t)(nl - p));
+			if (line == NULL)
+				line = json_string("<line is not UTF-8>");
+		}
+		if (pred == NULL || pred(line, arg))
+			json_array_append(out, line);
+		json_decref(line);
+	}
+	free(text);
+	return out;
+}
+
+json_t *
+tl_log_collect(long offset, tl_log_pred pred, const void *arg, size_t want)
+{
+	double deadline = tl_now() + TL_LOG_WAIT_MS / 1000.0;
+	json_t *lines;
+
+	for (;;) {
+		lines = log_lines(offset, pred, arg);
+		if (json_array_size(lines) >= want || tl_now() > deadline)
+			break;
+		json_decref(lines);
+		tl_sleep_ms(20);
+	}
+	json_decref(lines);
+	tl_sleep_ms(TL_LOG_SETTLE_MS);
+	return log_lines(offset, pred, arg);
+}
+
+bool
+tl_log_is_key(const json_t *line, const void *key)
+{
+	const char *k = tl_jstr(line, "key");
+
+	return k != NULL && strcmp(k, (const char *)key) == 0;
+}
+
+bool
+tl_log_is_request(const json_t *line, const void *unused)
+{
+	static const char *const events[] = {
+		"run.claimed", "run.duplicate", "run.payload_mismatch",
+		"lease.renewed", "lease.lost", "lease.cap_reached",
+		"run.transitioned", "auth.failed", "request.invalid",
+		"run.not_found", "db.unavailable", NULL,
+	};
+	const char *ev = tl_jstr(line, "event");
+	size_t i;
+
+	(void)unused;
+	if (!json_is_object(line))
+		return true; /* garbage is always worth reporting */
+	if (json_object_get(line, "method") != NULL ||
+	    json_object_get(line, "status") != NULL ||
+	    json_object_get(line, "request_id") != NULL)
+		return true;
+	for (i = 0; ev != NULL && events[i] != NULL; i++) {
+		if (strcmp(ev, events[i]) == 0)
+			return true;
+	}
+	return false;
+}
+
+size_t
+tl_log_count_event(const json_t *lines, const char *event)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i < json_array_size(lines); i++) {
+		const char *ev = tl_jstr(json_array_get(lines, i), "event");
+
+		if (ev != NULL && strcmp(ev, event) == 0)
+			n++;
+	}
+	return n;
+}
+
+json_t *
+tl_log_find_event(const json_t *lines, const char *event)
+{
+	size_t i;
+
+	for (i = 0; i < json_array_size(lines); i++) {
+		json_t *l = json_array_get(lines, i);
+		const char *ev = tl_jstr(l, "event");
+
+		if (ev != NULL && strcmp(ev, event) == 0)
+			return l;
+	}
+	return NULL;
+}
+
+/* ---- oncegatectl and processes ----------------------------------------- */
+
+static int
+append_quoted(char **cmd, const char *word)
+{
+	size_t n = strlen(*cmd), extra = 3;
+	const char *s;
+	char *p;
+
+	for (s = word; *s != '\0'; s++)
+		extra += *s == '\'' ? 4 : 1;
+	p = realloc(*cmd, n + extra + 1);
+	if (p == NULL)
+		return -1;
+	*cmd = p;
+	p += n;
+	*p++ = ' ';
+	*p++ = '\'';
+	for (s = word; *s != '\0'; s++) {
+		if (*s == '\'') {
+			memcpy(p, "'\\''", 4);
+			p += 4;
+		} else {
+			*p++ = *s;
+		}
+	}
+	*p++ = '\'';
+	*p = '\0';
+	return 0;
+}
+
+static int
+run_capture(const char *cmdline, char **out)
+{
+	char buf[4096];
+	char *acc = NULL;
+	size_t n = 0;
+	FILE *f;
+	int st;
+
+	if (out != NULL)
+		*out = NULL;
+	fflush(NULL);
+	f = popen(cmdline, "r");
+	if (f == NULL)
+		return -1;
+	for (;;) {
+		size_t got = fread(buf, 1, sizeof(buf), f);
+		char *p;
+
+		if (got == 0)
+			break;
+		if (n + got > TL_RESPONSE_MAX)
+			continue; /* drain, keep what fits */
+		p = realloc(acc, n + got + 1);
+		if (p == NULL)
+			continue;
+		acc = p;
+		memcpy(acc + n, buf, got);
+		n += got;
+		acc[n] = '\0';
+	}
+	st = pclose(f);
+	if (acc == NULL)
+		acc = calloc(1, 1);
+	if (out != NULL)
+		*out = acc;
+	else
+		free(acc);
+	if (st == -1 || !WIFEXITED(st))
+		return -1;
+	return WEXITSTATUS(st);
+}
+
+int
+tl_ctl(char **out, ...)
+{
+	const char *ctl = tl_env("ONCEGATE_CTL");
+	const char *conf = tl_env("ONCEGATE_CONF");
+	const char *arg;
+	char *cmd;
+	va_list ap;
+	int rc;
+
+	if (out != NULL)
+		*out = NULL;
+	if (ctl == NULL || conf == NULL)
+		return -1;
+	cmd = calloc(1, 1);
+	if (cmd == NULL || append_quoted(&cmd, ctl) != 0 ||
+	    append_quoted(&cmd, "-c") != 0 || append_quoted(&cmd, conf) != 0) {
+		free(cmd);
+		return -1;
+	}
+	va_start(ap, out);
+	while ((arg = va_arg(ap, const char *)) != NULL) {
+		if (append_quoted(&cmd, arg) != 0) {
+			va_end(ap);
+			free(cmd);
+			return -1;
+		}
+	}
+	va_end(ap);
+	rc = run_capture(cmd, out);
+	free(cmd);
+	return rc;
+}
+
+char *
+tl_client_add(const char *name)
+{
+	char *out = NULL;
+	size_t n;
+	int rc = tl_ctl(&out, "client", "add", name, (char *)NULL);
+
+	if (rc != 0 || out == NULL) {
+		fprintf(stderr, "oncegatectl client add %s: exit %d, output: %s\n",
+		        name, rc, out != NULL ? out : "");
+		free(out);
+		return NULL;
+	}
+	n = strlen(out);
+	while (n > 0 && isspace((unsigned char)out[n - 1]))
+		out[--n] = '\0';
+	if (n == 0 || strchr(out, '\n') != NULL || strchr(out, ' ') != NULL) {
+		fprintf(stderr, "oncegatectl client add %s: expected the key alone "
+		        "on one line, got: %s\n", name, out);
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+int
+tl_client_revoke(const char *name)
+{
+	return tl_ctl(NULL, "client", "revoke", name, (char *)NULL);
+}
+
+char *
+tl_shell_output(const char *cmdline)
+{
+	char *out = NULL;
+
+	if (run_capture(cmdline, &out) < 0) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+int
+tl_shell(const char *cmdline)
+{
+	int st;
+
+	fflush(NULL);
+	st = system(cmdline);
+	if (st == -1 || !WIFEXITED(st))
+		return -1;
+	return WEXITSTATUS(st);
+}

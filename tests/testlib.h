@@ -1,0 +1,138 @@
+/*
+ * testlib.h — helpers for the integration suites: they drive the product
+ * from outside (HTTP through nginx, rows through libpq, the decision log
+ * file, oncegatectl), never through libog's internals.
+ *
+ * Every helper that can fail in a way a test cannot recover from fails the
+ * current Check test itself, with a message that names what it was doing.
+ */
+#ifndef OG_TESTLIB_H
+#define OG_TESTLIB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <curl/curl.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+
+/* Caps and timeouts of the test client. */
+#define TL_RESPONSE_MAX      (8 * 1024 * 1024)
+#define TL_HTTP_TIMEOUT_S    30
+#define TL_CONNECT_TIMEOUT_S 5
+#define TL_HEADER_MAX        1024
+#define TL_LOG_WAIT_MS       3000  /* how long a log line may lag its answer */
+#define TL_LOG_SETTLE_MS     150   /* then how long to wait for extra lines */
+
+/* ---- environment ------------------------------------------------------- */
+
+/* The value of an environment variable the stack exports, or NULL. */
+const char *tl_env(const char *name);
+
+/* ---- HTTP -------------------------------------------------------------- */
+
+struct tl_resp {
+	long status;                 /* 0 when no answer came */
+	char *body;                  /* NUL-terminated, never NULL after a call */
+	size_t body_len;
+	json_t *json;                /* the body parsed as JSON, or NULL */
+	char retry_after[TL_HEADER_MAX];
+	char allow[TL_HEADER_MAX];
+	char content_type[TL_HEADER_MAX];
+	char what[512];              /* "METHOD /path", for messages */
+	char error[CURL_ERROR_SIZE + 128]; /* libcurl's error text, if any */
+};
+
+/* One request to $ONCEGATE_URL + path (path already percent-encoded).
+ * bearer: the API key for "Authorization: Bearer", or NULL for none.
+ * ctype: Content-Type, or NULL for none. body may be NULL.
+ * Returns 0 when an HTTP answer came, -1 otherwise (r->error says why). */
+int tl_http(const char *method, const char *path, const char *bearer,
+            const char *ctype, const char *body, size_t body_len,
+            struct tl_resp *r);
+/* POST of a JSON value (compact), Content-Type application/json. */
+int tl_post_json(const char *path, const char *bearer, const json_t *body,
+                 struct tl_resp *r);
+/* POST of JSON text as written, Content-Type application/json. */
+int tl_post_text(const char *path, const char *bearer, const char *text,
+                 struct tl_resp *r);
+int tl_get(const char *path, const char *bearer, struct tl_resp *r);
+void tl_resp_free(struct tl_resp *r);
+
+/* String member of r->json, or NULL. */
+const char *tl_jstr(const json_t *obj, const char *name);
+/* Integer member of obj; false when absent or not an integer. */
+bool tl_jint(const json_t *obj, const char *name, long long *out);
+
+/* Percent-encodes everything but RFC 3986 unreserved characters. */
+char *tl_urlencode(const char *s);
+
+/* "sha256:" + lowercase hex SHA-256 of text (a canonical JSON text the
+ * test wrote by hand). out holds at least 72 bytes. */
+void tl_payload_hash(const char *text, char out[72]);
+
+/* Strict "YYYY-MM-DDTHH:MM:SS.mmmZ" → seconds since the epoch. */
+bool tl_ts_parse(const char *s, double *epoch);
+
+/* ---- PostgreSQL -------------------------------------------------------- */
+
+/* PQconnectdb("") (PG* environment); fails the test when it cannot. */
+PGconn *tl_pg_connect(void);
+/* First column of the first row as a new string; NULL for no row or SQL
+ * NULL. Parameters are text. Fails the test on an SQL error. */
+char *tl_pg_value(PGconn *c, const char *sql, int nparams,
+                  const char *const *params);
+/* The same, as a number; -1 for no row. */
+long long tl_pg_count(PGconn *c, const char *sql, int nparams,
+                      const char *const *params);
+/* Same as tl_pg_value, parsed as a double; NAN for no row / NULL. */
+double tl_pg_double(PGconn *c, const char *sql, int nparams,
+                    const char *const *params);
+/* The whole workflow_runs row of (client name, key) as JSON text, or NULL. */
+char *tl_run_row(PGconn *c, const char *client, const char *key);
+
+/* ---- the decision log -------------------------------------------------- */
+
+/* Current size of $ONCEGATE_LOG: where "lines written from now on" start. */
+long tl_log_offset(void);
+/* The whole file, NUL-terminated, or NULL when it cannot be read. */
+char *tl_log_slurp(size_t *len);
+
+typedef bool (*tl_log_pred)(const json_t *line, const void *arg);
+/* Lines written after offset that satisfy pred (all lines when pred is
+ * NULL), as a JSON array of objects; a line that is not a JSON object shows
+ * up as a JSON string holding the raw text. Waits until at least `want`
+ * match (or TL_LOG_WAIT_MS passes), then TL_LOG_SETTLE_MS more so that a
+ * surplus line is caught too. */
+json_t *tl_log_collect(long offset, tl_log_pred pred, const void *arg,
+                       size_t want);
+/* Predicates. */
+bool tl_log_is_key(const json_t *line, const void *key);
+/* A line about one HTTP request (it has method, path, status or
+ * request_id), or one of the request events. */
+bool tl_log_is_request(const json_t *line, const void *unused);
+/* How many entries of a collected array have event == name. */
+size_t tl_log_count_event(const json_t *lines, const char *event);
+/* The first entry with event == name, or NULL. */
+json_t *tl_log_find_event(const json_t *lines, const char *event);
+
+/* ---- oncegatectl ------------------------------------------------------- */
+
+/* Runs "$ONCEGATE_CTL -c $ONCEGATE_CONF <args...>" (each argument passed
+ * as one word, NULL-terminated list), captures stdout into *out (may be
+ * NULL). Returns the exit status, or -1 when it could not run. */
+int tl_ctl(char **out, ...) __attribute__((sentinel));
+/* `client add NAME`: the new API key, or NULL. */
+char *tl_client_add(const char *name);
+int tl_client_revoke(const char *name);
+
+/* ---- processes --------------------------------------------------------- */
+
+/* stdout of a shell command line, or NULL. */
+char *tl_shell_output(const char *cmdline);
+/* Runs a shell command line; its exit status or -1. */
+int tl_shell(const char *cmdline);
+
+void tl_sleep_ms(long ms);
+double tl_now(void);
+
+#endif
