@@ -65,7 +65,7 @@ CREATE TABLE run_events (
 CREATE INDEX run_events_run_idx ON run_events (client_id, idempotency_key, id);
 
 -- RFC 3339 UTC with milliseconds, the one timestamp format of the API.
+-- Plain SQL without SET clauses, so the planner inlines it.
 CREATE FUNCTION og_ts(t timestamptz) RETURNS text
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    SET timezone = 'UTC'
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
     RETURN to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');

@@ -162,11 +162,15 @@ api_route(const char *method, const char *uri, char *key, size_t keylen, int *st
 			continue;
 		}
 		if (k != NULL) {
-			if (klen >= keylen || (n = http_pct_decode(k, klen, key)) < 0 ||
-			    !api_key_valid(key, (size_t)n)) {
+			/* at most 4 bytes a character, each at most "%XX" */
+			char raw[OG_KEY_MAX_CHARS * 4 * 3 + 1];
+
+			if (klen >= sizeof(raw) || (n = http_pct_decode(k, klen, raw)) < 0 ||
+			    (size_t)n >= keylen || !api_key_valid(raw, (size_t)n)) {
 				*status = 400;
 				return NULL;
 			}
+			memcpy(key, raw, (size_t)n + 1);
 		}
 		pattern = routes[i].pattern;
 		*status = 200;

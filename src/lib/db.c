@@ -17,7 +17,7 @@ struct db {
 	int statement_timeout_ms;
 	const struct db_stmt **prepared; /* statements prepared on this session */
 	size_t nprepared, aprepared;
-	time_t last_failed_connect;
+	struct timespec last_failed_connect; /* CLOCK_MONOTONIC; zero: none */
 	char err[512];
 	char sqlstate[6];
 };
@@ -114,13 +114,18 @@ db_ensure(struct db *db)
 	                                    "application_name", NULL };
 	char timeout[16];
 	const char *values[4];
-	time_t now = time(NULL);
+	struct timespec now;
+	long long since_ms;
 
 	if (db->conn != NULL && PQstatus(db->conn) == CONNECTION_OK)
 		return DB_OK;
-	/* One attempt per second per connection while the server is away, so
-	 * an outage costs each request a refused connect, not a pile-up. */
-	if (db->last_failed_connect == now) {
+	/* While the server is away, each connection tries again at most every
+	 * OG_DB_RETRY_MS, so an outage costs a request one quick refusal, not a
+	 * pile-up of connects; a recovered server is seen within that time. */
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	since_ms = (long long)(now.tv_sec - db->last_failed_connect.tv_sec) * 1000 +
+	           (now.tv_nsec - db->last_failed_connect.tv_nsec) / 1000000;
+	if (db->last_failed_connect.tv_sec != 0 && since_ms < OG_DB_RETRY_MS) {
 		snprintf(db->err, sizeof(db->err), "database unavailable (retrying)");
 		return DB_UNAVAILABLE;
 	}
@@ -142,7 +147,7 @@ db_ensure(struct db *db)
 		db->last_failed_connect = now;
 		return DB_UNAVAILABLE;
 	}
-	db->last_failed_connect = 0;
+	memset(&db->last_failed_connect, 0, sizeof(db->last_failed_connect));
 	return db_session_setup(db);
 }
 
@@ -220,7 +225,7 @@ db_exec(struct db *db, const struct db_stmt *stmt, const char *const *params,
 	 * have committed before the connection went. */
 	if (rc == DB_UNAVAILABLE && stmt->readonly && !in_tx &&
 	    PQstatus(db->conn) != CONNECTION_OK) {
-		db->last_failed_connect = 0;
+		memset(&db->last_failed_connect, 0, sizeof(db->last_failed_connect));
 		if ((rc = db_ensure(db)) == DB_OK)
 			rc = db_exec_once(db, stmt, params, res);
 	}

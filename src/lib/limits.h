@@ -32,6 +32,7 @@
 #define OG_SHUTDOWN_GRACE_S       30     /* SIGTERM: in-flight requests get this long */
 #define OG_DB_CONNECT_TIMEOUT_S   5
 #define OG_DB_STATEMENT_TIMEOUT_MS 10000
+#define OG_DB_RETRY_MS            250    /* reconnect attempts while the server is away */
 
 /* Decision log */
 #define OG_LOG_LINE_MAX           (16 * 1024)

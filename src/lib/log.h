@@ -58,7 +58,8 @@ struct log_fields {
 int log_open(const char *path, enum log_level min_level, const char *program)
 	__attribute__((warn_unused_result));
 /* Reopens the same path (after logrotate moved it). Safe while other
- * threads write: the descriptor number is swapped atomically with dup2. */
+ * threads write: the descriptor number is swapped atomically with dup3
+ * (keeping close-on-exec). log_open and log_close are not thread-safe. */
 int log_reopen(void) __attribute__((warn_unused_result));
 void log_close(void);
 void log_set_level(enum log_level min_level);
@@ -71,9 +72,11 @@ const char *log_level_name(enum log_level level);
  * error is reported once on stderr until writes succeed again. */
 void log_event(enum log_level level, const char *event, const struct log_fields *f);
 
-/* Masks secrets in free text, in place: anything after "Bearer ", and any
- * run of 32 or more base64url/hex characters (API keys, tokens, hashes).
- * Returns the number of characters masked. */
+/* Masks secrets in free text, in place: the credential after "Bearer "
+ * (any case), and any run of 32 or more [A-Za-z0-9_-] characters (API keys,
+ * tokens, hashes, UUIDs) become "[redacted]", the rest of the text shifting
+ * left; a credential shorter than that marker is overwritten with '*'.
+ * Returns the number of runs masked. */
 size_t log_redact(char *text);
 
 #endif
