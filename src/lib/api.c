@@ -67,6 +67,10 @@ struct call {
 	bool authed;
 	char key[OG_KEY_MAX_CHARS * 4 + 1];
 	json_t *body;
+	/* The claim's look-up, when it travelled with the authentication. */
+	struct ledger_lookup lookup;
+	struct db_call prefetch;
+	bool prefetched;
 };
 
 /* ---- route matching ---------------------------------------------------- */
@@ -428,7 +432,7 @@ handle_claim(struct call *c)
 	lc.payload_hash = hash;
 	lc.lease_seconds = (int)lease;
 	lc.cap_seconds = cfg->lease_cap_seconds;
-	rc = ledger_claim(c->ctx->db, &lc, &run);
+	rc = ledger_claim(c->ctx->db, &lc, c->prefetched ? &c->prefetch : NULL, &run);
 
 	f.correlation_id = lc.correlation_id;
 	f.workflow_version = lc.workflow_version;
@@ -658,18 +662,85 @@ handle_healthz(struct call *c)
 
 /* ---- the pipeline ---------------------------------------------------- */
 
+/* The key of a claim body, when it is one we could look up. */
+static const char *
+claim_key(const struct call *c)
+{
+	json_t *key = json_object_get(c->body, "key");
+
+	if (!json_is_string(key) || strlen(json_string_value(key)) != json_string_length(key) ||
+	    !api_key_valid(json_string_value(key), json_string_length(key)))
+		return NULL;
+	return json_string_value(key);
+}
+
+/* The client id this thread last saw for a key hash. Ids never change for
+ * a key, so a stale entry can only be a revoked key, which the
+ * authentication that travels with the look-up catches. */
+static long long
+auth_cache_get(const struct api_ctx *ctx, const char *hash)
+{
+	int i;
+
+	for (i = 0; i < API_AUTH_CACHE; i++)
+		if (ctx->auth_cache[i].id != 0 && strcmp(ctx->auth_cache[i].hash, hash) == 0)
+			return ctx->auth_cache[i].id;
+	return 0;
+}
+
+static void
+auth_cache_put(struct api_ctx *ctx, const char *hash, long long id)
+{
+	int i = ctx->auth_cache_next++ % API_AUTH_CACHE;
+
+	snprintf(ctx->auth_cache[i].hash, sizeof(ctx->auth_cache[i].hash), "%s", hash);
+	ctx->auth_cache[i].id = id;
+}
+
+/* Authenticates the request. A claim whose client this thread has seen
+ * before sends its look-up in the same round trip: a duplicate then costs
+ * one round trip in all. The look-up is a read, so when the key turns out
+ * to be revoked nothing has happened. */
 static bool
 call_authenticate(struct call *c)
 {
-	const char *key = http_bearer(c->req->authorization);
+	const char *key = http_bearer(c->req->authorization), *run_key;
+	struct clients_auth a;
+	struct db_call calls[2];
 	enum clients_rc rc;
+	long long cached;
+	int n = 1;
 
+	memset(calls, 0, sizeof(calls));
 	if (key == NULL) {
 		call_reject(c, 401, "unauthorized", "an API key is required in the Authorization header",
 		            NULL);
 		return false;
 	}
-	rc = clients_authenticate(c->ctx->db, key, &c->client);
+	if (!clients_auth_call(&a, key, &calls[0])) {
+		call_reject(c, 401, "unauthorized", "the API key is unknown or revoked", NULL);
+		return false;
+	}
+	if (c->route->id == ROUTE_CLAIM && c->body != NULL && (run_key = claim_key(c)) != NULL &&
+	    (cached = auth_cache_get(c->ctx, a.hash)) != 0) {
+		ledger_lookup_call(&c->lookup, cached, run_key, c->ctx->cfg->lease_cap_seconds,
+		                   &calls[1]);
+		n = 2;
+	}
+	if (n == 2)
+		db_batch(c->ctx->db, calls, n); /* each call carries its own rc */
+	else
+		calls[0].rc = db_exec(c->ctx->db, calls[0].stmt, calls[0].params, &calls[0].res);
+	rc = clients_auth_result(&calls[0], &c->client);
+	PQclear(calls[0].res);
+	if (n == 2) {
+		if (rc == CLIENTS_OK && c->client.id == cached && calls[1].rc == DB_OK) {
+			c->prefetch = calls[1];
+			c->prefetched = true;
+		} else {
+			PQclear(calls[1].res);
+		}
+	}
 	if (rc == CLIENTS_UNAVAILABLE) {
 		call_unavailable(c, db_error(c->ctx->db));
 		return false;
@@ -678,40 +749,57 @@ call_authenticate(struct call *c)
 		call_reject(c, 401, "unauthorized", "the API key is unknown or revoked", NULL);
 		return false;
 	}
+	if (rc == CLIENTS_OK && cached == 0)
+		auth_cache_put(c->ctx, a.hash, c->client.id);
 	c->authed = true;
 	return true;
 }
 
+/* Parses the body. Returns NULL when it is acceptable, else the answer to
+ * give (after authentication: an unauthenticated caller learns nothing
+ * about its body). */
+struct body_error {
+	int status;
+	const char *code;
+	char message[JSON_ERROR_TEXT_LENGTH + 96];
+};
+
 static bool
-call_parse_body(struct call *c)
+call_parse_body(struct call *c, struct body_error *e)
 {
 	json_error_t jerr;
-	char msg[JSON_ERROR_TEXT_LENGTH + 96];
 
+	e->status = 400;
+	e->code = "invalid_json";
 	if (!http_is_json(c->req->content_type)) {
-		call_reject(c, 415, "unsupported_media_type",
-		            "the body must be sent as Content-Type: application/json", NULL);
+		e->status = 415;
+		e->code = "unsupported_media_type";
+		snprintf(e->message, sizeof(e->message),
+		         "the body must be sent as Content-Type: application/json");
 		return false;
 	}
 	if (c->req->body_too_large) {
-		snprintf(msg, sizeof(msg), "the body is larger than %d bytes",
+		e->status = 413;
+		e->code = "body_too_large";
+		snprintf(e->message, sizeof(e->message), "the body is larger than %d bytes",
 		         c->ctx->cfg->max_body_bytes);
-		call_reject(c, 413, "body_too_large", msg, NULL);
 		return false;
 	}
 	if (c->req->body == NULL || c->req->body_len == 0) {
-		call_reject(c, 400, "invalid_json", "the body is empty", NULL);
+		snprintf(e->message, sizeof(e->message), "the body is empty");
 		return false;
 	}
 	c->body = json_loadb(c->req->body, c->req->body_len, JSON_REJECT_DUPLICATES, &jerr);
 	if (c->body == NULL) {
-		snprintf(msg, sizeof(msg), "the body is not valid JSON: %s (line %d, column %d)",
-		         jerr.text, jerr.line, jerr.column);
-		call_reject(c, 400, "invalid_json", msg, NULL);
+		snprintf(e->message, sizeof(e->message),
+		         "the body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
+		         jerr.column);
 		return false;
 	}
 	if (!json_is_object(c->body)) {
-		call_reject(c, 400, "invalid_json", "the body must be a JSON object", NULL);
+		json_decref(c->body);
+		c->body = NULL;
+		snprintf(e->message, sizeof(e->message), "the body must be a JSON object");
 		return false;
 	}
 	return true;
@@ -721,7 +809,9 @@ void
 api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_response *resp)
 {
 	struct call c;
+	struct body_error berr;
 	const char *allow;
+	bool body_ok;
 	int status;
 	size_t i;
 
@@ -753,10 +843,13 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 		if (routes[i].pattern == c.pattern)
 			c.route = &routes[i];
 
+	body_ok = !c.route->body || call_parse_body(&c, &berr);
 	if (c.route->auth && !call_authenticate(&c))
 		goto out;
-	if (c.route->body && !call_parse_body(&c))
+	if (!body_ok) {
+		call_reject(&c, berr.status, berr.code, berr.message, NULL);
 		goto out;
+	}
 
 	switch (c.route->id) {
 	case ROUTE_CLAIM:
@@ -776,5 +869,7 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 		break;
 	}
 out:
+	if (c.prefetched)
+		PQclear(c.prefetch.res);
 	json_decref(c.body);
 }

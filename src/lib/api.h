@@ -11,9 +11,21 @@
 #include "db.h"
 #include "http.h"
 
+#include "digest.h"
+
+#define API_AUTH_CACHE 8
+
+/* One per worker thread. */
 struct api_ctx {
 	struct db *db;               /* this thread's connection */
 	const struct config *cfg;
+	/* key hash → client id, to send a claim's look-up along with its
+	 * authentication (api.c: call_authenticate) */
+	struct {
+		char hash[DIGEST_HEX_LEN];
+		long long id;
+	} auth_cache[API_AUTH_CACHE];
+	unsigned auth_cache_next;
 };
 
 /* Answers one request into resp; never fails the process. */

@@ -63,29 +63,45 @@ clients_name_valid(const char *name)
 	return 1;
 }
 
+bool
+clients_auth_call(struct clients_auth *a, const char *key, struct db_call *call)
+{
+	size_t n = strlen(key);
+
+	if (n != CLIENTS_KEY_LEN - 1 || strncmp(key, "og_", 3) != 0)
+		return false;
+	digest_sha256_hex(key, n, a->hash);
+	a->params[0] = a->hash;
+	call->stmt = &st_auth;
+	call->params = a->params;
+	return true;
+}
+
+enum clients_rc
+clients_auth_result(const struct db_call *call, struct client *out)
+{
+	if (call->rc != DB_OK)
+		return clients_rc_of(call->rc);
+	if (PQntuples(call->res) != 1)
+		return CLIENTS_DENIED;
+	out->id = db_get_ll(call->res, 0, "id");
+	snprintf(out->name, sizeof(out->name), "%s", db_get(call->res, 0, "name"));
+	return CLIENTS_OK;
+}
+
 enum clients_rc
 clients_authenticate(struct db *db, const char *key, struct client *out)
 {
-	char hex[DIGEST_HEX_LEN];
-	const char *params[1] = { hex };
-	PGresult *res;
-	enum db_rc rc;
-	size_t n = strlen(key);
+	struct clients_auth a;
+	struct db_call call = { 0 };
+	enum clients_rc rc;
 
-	/* Reject obviously wrong keys without a round trip. */
-	if (n != CLIENTS_KEY_LEN - 1 || strncmp(key, "og_", 3) != 0)
+	if (!clients_auth_call(&a, key, &call))
 		return CLIENTS_DENIED;
-	digest_sha256_hex(key, n, hex);
-	if ((rc = db_exec(db, &st_auth, params, &res)) != DB_OK)
-		return clients_rc_of(rc);
-	if (PQntuples(res) != 1) {
-		PQclear(res);
-		return CLIENTS_DENIED;
-	}
-	out->id = db_get_ll(res, 0, "id");
-	snprintf(out->name, sizeof(out->name), "%s", db_get(res, 0, "name"));
-	PQclear(res);
-	return CLIENTS_OK;
+	call.rc = db_exec(db, call.stmt, call.params, &call.res);
+	rc = clients_auth_result(&call, out);
+	PQclear(call.res);
+	return rc;
 }
 
 enum clients_rc

@@ -7,9 +7,11 @@
 #ifndef OG_CLIENTS_H
 #define OG_CLIENTS_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "db.h"
+#include "digest.h"
 #include "limits.h"
 
 #define CLIENTS_KEY_LEN (3 + 43 + 1)
@@ -28,6 +30,19 @@ enum clients_rc {
 	CLIENTS_UNAVAILABLE,
 	CLIENTS_ERROR,
 };
+
+/* The look-up of one key, to run alone or in a db_batch with the request's
+ * first read (one round trip instead of two). */
+struct clients_auth {
+	char hash[DIGEST_HEX_LEN];   /* hex SHA-256 of the key */
+	const char *params[1];
+};
+
+/* Fills call with the look-up of key; false when the key cannot be one of
+ * ours (wrong shape), which needs no round trip. */
+bool clients_auth_call(struct clients_auth *a, const char *key, struct db_call *call);
+/* Reads a finished look-up. */
+enum clients_rc clients_auth_result(const struct db_call *call, struct client *out);
 
 /* Resolves a bearer key to an active client. */
 enum clients_rc clients_authenticate(struct db *db, const char *key, struct client *out)

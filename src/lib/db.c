@@ -232,6 +232,143 @@ db_exec(struct db *db, const struct db_stmt *stmt, const char *const *params,
 	return rc;
 }
 
+static void
+db_batch_clear(struct db_call *calls, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++) {
+		PQclear(calls[i].res);
+		calls[i].res = NULL;
+		calls[i].rc = DB_ERROR;
+	}
+}
+
+/* Drains what a broken pipeline left on the connection. */
+static void
+db_pipeline_abandon(struct db *db)
+{
+	PGresult *r;
+	int nulls = 0;
+
+	if (PQstatus(db->conn) == CONNECTION_OK) {
+		while (nulls < 2 && PQpipelineStatus(db->conn) != PQ_PIPELINE_OFF) {
+			r = PQgetResult(db->conn);
+			if (r == NULL) {
+				nulls++;
+				continue;
+			}
+			nulls = 0;
+			if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+				PQclear(r);
+				break;
+			}
+			PQclear(r);
+		}
+		if (PQexitPipelineMode(db->conn) == 1)
+			return;
+	}
+	/* Cannot get the connection back to a known state: start afresh. */
+	PQfinish(db->conn);
+	db->conn = NULL;
+	db->nprepared = 0;
+}
+
+static enum db_rc
+db_batch_once(struct db *db, struct db_call *calls, int n)
+{
+	enum db_rc rc = DB_OK;
+	PGresult *r;
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (!db_is_prepared(db, calls[i].stmt) && (rc = db_prepare(db, calls[i].stmt)) != DB_OK)
+			return rc;
+	if (PQenterPipelineMode(db->conn) != 1) {
+		snprintf(db->err, sizeof(db->err), "cannot enter pipeline mode");
+		return DB_ERROR;
+	}
+	for (i = 0; i < n; i++)
+		if (PQsendQueryPrepared(db->conn, calls[i].stmt->name, calls[i].stmt->nparams,
+		                        calls[i].params, NULL, NULL, 0) != 1)
+			goto broken;
+	if (PQpipelineSync(db->conn) != 1)
+		goto broken;
+	for (i = 0; i < n; i++) {
+		ExecStatusType st;
+
+		r = PQgetResult(db->conn);
+		if (r == NULL)
+			goto broken;
+		st = PQresultStatus(r);
+		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+			calls[i].res = r;
+			calls[i].rc = DB_OK;
+		} else {
+			calls[i].rc = st == PGRES_PIPELINE_ABORTED ? DB_ERROR
+			                                          : db_classify(db, r, calls[i].stmt->name);
+			if (rc == DB_OK)
+				rc = calls[i].rc;
+			PQclear(r);
+		}
+		/* each query's results end with a NULL */
+		if ((r = PQgetResult(db->conn)) != NULL) {
+			PQclear(r);
+			goto broken;
+		}
+	}
+	r = PQgetResult(db->conn);
+	if (r == NULL || PQresultStatus(r) != PGRES_PIPELINE_SYNC) {
+		PQclear(r);
+		goto broken;
+	}
+	PQclear(r);
+	if (PQexitPipelineMode(db->conn) != 1)
+		goto broken;
+	return rc;
+broken:
+	rc = PQstatus(db->conn) == CONNECTION_OK ? DB_ERROR : DB_UNAVAILABLE;
+	if (db->err[0] == '\0' || rc == DB_UNAVAILABLE)
+		db_set_error(db, "pipeline", NULL);
+	db_pipeline_abandon(db);
+	return rc;
+}
+
+enum db_rc
+db_batch(struct db *db, struct db_call *calls, int n)
+{
+	enum db_rc rc;
+	int i;
+
+	db_batch_clear(calls, n);
+	if ((rc = db_ensure(db)) != DB_OK)
+		goto out;
+	if (PQtransactionStatus(db->conn) != PQTRANS_IDLE) {
+		/* pipelines carry their own implicit transaction: run one by one */
+		for (i = 0; i < n; i++)
+			if ((calls[i].rc = db_exec(db, calls[i].stmt, calls[i].params,
+			                           &calls[i].res)) != DB_OK)
+				return calls[i].rc;
+		return DB_OK;
+	}
+	db->err[0] = '\0';
+	rc = db_batch_once(db, calls, n);
+	/* Read-only by contract, so a batch lost with an idle session runs
+	 * again on a fresh one (see db_exec). */
+	if (rc == DB_UNAVAILABLE && (db->conn == NULL || PQstatus(db->conn) != CONNECTION_OK)) {
+		db_batch_clear(calls, n);
+		memset(&db->last_failed_connect, 0, sizeof(db->last_failed_connect));
+		if ((rc = db_ensure(db)) == DB_OK)
+			rc = db_batch_once(db, calls, n);
+	}
+out:
+	/* Calls that never ran carry the reason the batch stopped. */
+	for (i = 0; i < n && rc != DB_OK; i++)
+		if (calls[i].res == NULL && calls[i].rc == DB_ERROR)
+			calls[i].rc = rc;
+	return rc;
+}
+
 static enum db_rc
 db_simple(struct db *db, const char *sql)
 {

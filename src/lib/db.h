@@ -37,6 +37,21 @@ enum db_rc db_ensure(struct db *db) __attribute__((warn_unused_result));
 enum db_rc db_exec(struct db *db, const struct db_stmt *stmt,
                    const char *const *params, PGresult **res)
 	__attribute__((warn_unused_result));
+/* One statement of a batch: set stmt and params; db_batch fills rc and res
+ * (the caller PQclear()s res). */
+struct db_call {
+	const struct db_stmt *stmt;
+	const char *const *params;
+	enum db_rc rc;
+	PGresult *res;
+};
+
+/* Runs n read-only statements in ONE round trip (libpq pipeline mode), each
+ * with its own result. Outside a transaction only. Returns DB_OK when every
+ * call ran; otherwise the first failure (calls after a failed one carry
+ * DB_ERROR with no result). */
+enum db_rc db_batch(struct db *db, struct db_call *calls, int n);
+
 /* BEGIN / COMMIT / ROLLBACK. db_rollback is a no-op outside a transaction;
  * call it before reusing a connection for a new request, so a session left
  * in a failed transaction is never reused as it is. */

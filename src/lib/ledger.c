@@ -203,31 +203,50 @@ ledger_fill(struct ledger_run *run, const PGresult *res)
 	run->result = v != NULL ? json_loads(v, JSON_DECODE_ANY, NULL) : NULL;
 }
 
-/* Looks the run up; LEDGER_NOT_FOUND when this client has no such key.
- * *at_cap tells whether its lease already reaches the cap. */
-static enum ledger_rc
-ledger_lookup(struct db *db, const char *client, const char *key, int cap_seconds,
-              struct ledger_run *run, bool *at_cap)
+void
+ledger_lookup_call(struct ledger_lookup *l, long long client_id, const char *key,
+                   int cap_seconds, struct db_call *call)
 {
-	char cap[16];
-	const char *params[3] = { client, key, cap };
-	PGresult *res;
-	enum db_rc rc;
+	snprintf(l->client, sizeof(l->client), "%lld", client_id);
+	snprintf(l->cap, sizeof(l->cap), "%d", cap_seconds);
+	l->params[0] = l->client;
+	l->params[1] = key;
+	l->params[2] = l->cap;
+	call->stmt = &st_lookup;
+	call->params = l->params;
+}
+
+/* Reads a finished look-up; LEDGER_NOT_FOUND when this client has no such
+ * key. *at_cap tells whether its lease already reaches the cap. */
+static enum ledger_rc
+ledger_lookup_result(const struct db_call *call, struct ledger_run *run, bool *at_cap)
+{
 	const char *v;
 
-	snprintf(cap, sizeof(cap), "%d", cap_seconds);
-	if ((rc = db_exec(db, &st_lookup, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
-	if (PQntuples(res) == 0) {
-		PQclear(res);
+	if (call->rc != DB_OK)
+		return ledger_rc_of(call->rc);
+	if (PQntuples(call->res) == 0)
 		return LEDGER_NOT_FOUND;
-	}
-	ledger_fill(run, res);
-	v = db_get(res, 0, "at_cap");
+	ledger_fill(run, call->res);
+	v = db_get(call->res, 0, "at_cap");
 	if (at_cap != NULL)
 		*at_cap = v != NULL && v[0] == 't';
-	PQclear(res);
 	return LEDGER_OK;
+}
+
+static enum ledger_rc
+ledger_lookup(struct db *db, long long client_id, const char *key, int cap_seconds,
+              struct ledger_run *run, bool *at_cap)
+{
+	struct ledger_lookup l;
+	struct db_call call = { 0 };
+	enum ledger_rc lrc;
+
+	ledger_lookup_call(&l, client_id, key, cap_seconds, &call);
+	call.rc = db_exec(db, call.stmt, call.params, &call.res);
+	lrc = ledger_lookup_result(&call, run, at_cap);
+	PQclear(call.res);
+	return lrc;
 }
 
 /* What an existing, unclaimable key answers. */
@@ -246,7 +265,8 @@ ledger_claimable(const struct ledger_run *run)
 }
 
 enum ledger_rc
-ledger_claim(struct db *db, const struct ledger_claim *c, struct ledger_run *run)
+ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *prefetched,
+             struct ledger_run *run)
 {
 	char client[24], lease[16], cap[16];
 	const char *params[9];
@@ -260,7 +280,9 @@ ledger_claim(struct db *db, const struct ledger_claim *c, struct ledger_run *run
 
 	/* Fast path: most repeated deliveries hit a key that cannot be claimed
 	 * now; answering them from a read keeps them off the write path. */
-	lrc = ledger_lookup(db, client, c->key, c->cap_seconds, run, NULL);
+	lrc = prefetched != NULL ? ledger_lookup_result(prefetched, run, NULL)
+	                         : ledger_lookup(db, c->client_id, c->key, c->cap_seconds, run,
+	                                         NULL);
 	if (lrc == LEDGER_OK) {
 		if (strcmp(run->payload_hash, c->payload_hash) != 0 || !ledger_claimable(run))
 			return ledger_settle(run, c->payload_hash);
@@ -295,7 +317,7 @@ ledger_claim(struct db *db, const struct ledger_claim *c, struct ledger_run *run
 	PQclear(res);
 	/* Someone else claimed or settled the key between our look-up and the
 	 * claim: the atomic statement decided; read back what it saw. */
-	lrc = ledger_lookup(db, client, c->key, c->cap_seconds, run, NULL);
+	lrc = ledger_lookup(db, c->client_id, c->key, c->cap_seconds, run, NULL);
 	if (lrc != LEDGER_OK)
 		return lrc == LEDGER_NOT_FOUND ? LEDGER_ERROR : lrc;
 	return ledger_settle(run, c->payload_hash);
@@ -303,13 +325,13 @@ ledger_claim(struct db *db, const struct ledger_claim *c, struct ledger_run *run
 
 /* After a compare-and-set matched nothing: tell the caller why. */
 static enum ledger_rc
-ledger_explain(struct db *db, const char *client, const char *key, const char *owner,
+ledger_explain(struct db *db, long long client_id, const char *key, const char *owner,
                long long version, int cap_seconds, struct ledger_run *run)
 {
 	bool at_cap = false;
 	enum ledger_rc lrc;
 
-	lrc = ledger_lookup(db, client, key, cap_seconds, run, &at_cap);
+	lrc = ledger_lookup(db, client_id, key, cap_seconds, run, &at_cap);
 	if (lrc != LEDGER_OK)
 		return lrc;
 	if (run->state == RUN_PROCESSING && run->lease_live && run->version == version &&
@@ -344,7 +366,7 @@ ledger_renew(struct db *db, long long client_id, const char *key, const char *ow
 		return LEDGER_OK;
 	}
 	PQclear(res);
-	return ledger_explain(db, client, key, owner, version, cap_seconds, run);
+	return ledger_explain(db, client_id, key, owner, version, cap_seconds, run);
 }
 
 enum ledger_rc
@@ -372,7 +394,7 @@ ledger_transition(struct db *db, long long client_id, const char *key, const cha
 		return LEDGER_OK;
 	}
 	PQclear(res);
-	lrc = ledger_explain(db, client, key, owner, version, 0, run);
+	lrc = ledger_explain(db, client_id, key, owner, version, 0, run);
 	/* A transition is never refused for the cap, only for a lost lease. */
 	return lrc == LEDGER_CAP_REACHED ? LEDGER_LEASE_LOST : lrc;
 }

@@ -63,6 +63,17 @@ struct ledger_claim {
 	int cap_seconds;
 };
 
+/* The read-only look-up of a run, to run in a db_batch together with the
+ * authentication of the request (see ledger_claim). */
+struct ledger_lookup {
+	char client[24];
+	char cap[16];
+	const char *params[3];
+};
+
+void ledger_lookup_call(struct ledger_lookup *l, long long client_id, const char *key,
+                        int cap_seconds, struct db_call *call);
+
 const char *ledger_state_name(enum run_state s);
 /* -1 when the name is not a state */
 int ledger_state_parse(const char *name);
@@ -71,8 +82,11 @@ bool ledger_uuid_valid(const char *s);
 
 void ledger_run_clear(struct ledger_run *run);
 
+/* prefetched: a finished ledger_lookup_call for this client and key, or
+ * NULL to look up here. */
 enum ledger_rc ledger_claim(struct db *db, const struct ledger_claim *c,
-                            struct ledger_run *run) __attribute__((warn_unused_result));
+                            const struct db_call *prefetched, struct ledger_run *run)
+	__attribute__((warn_unused_result));
 enum ledger_rc ledger_renew(struct db *db, long long client_id, const char *key,
                             const char *owner, long long version, int lease_seconds,
                             int cap_seconds, struct ledger_run *run)
