@@ -4,9 +4,11 @@
 -- 'completed' with payload_hash HASH. Run with -D count=COUNT -D hash=HASH.
 -- The WHERE is false, so no row comes back, but ON CONFLICT DO UPDATE still
 -- locks the row (and so writes WAL and waits for its flush at commit).
+-- pgbench takes every ":name" as a variable, even inside a string literal:
+-- hence 'bench:' || 'done:' rather than one literal.
 \set k random(1, :count)
 INSERT INTO bench_claims (idempotency_key, state, payload_hash, lease_owner, lease_expires_at)
-VALUES ('bench:done:' || :k::text, 'processing',
+VALUES ('bench:' || 'done:' || :k::text, 'processing',
         :hash, gen_random_uuid(), now() + interval '5 minutes')
 ON CONFLICT (idempotency_key) DO UPDATE
 SET lease_owner = EXCLUDED.lease_owner,

@@ -158,7 +158,8 @@ cpu_snapshot() {
 }
 
 # cpu_report BEFORE AFTER CLIENT_NAME: CPU of each group between the two
-# snapshots, in % of one core, and the machine's idle share.
+# snapshots, in % of one core (the machine has NPROC x 100 %), then what
+# the rest of the machine used and what stayed idle.
 cpu_report() {
 	awk -v nproc="$NPROC" -v client="$3" '
 		FNR == NR { before[$1 " " $2] = $3; next }
@@ -169,11 +170,24 @@ cpu_report() {
 			n = split("postgres nginx oncegate-fcgi client", order, " ")
 			for (i = 1; i <= n; i++) {
 				name = order[i] == "client" ? client : order[i]
-				if (order[i] == "nginx" && !(order[i] in g)) continue
 				printf "%s %.0f%%  ", name, 100 * g[order[i]] / wall
+				ours += g[order[i]]
 			}
-			printf "(machine idle %.0f%%)", 100 * m["idle"] / m["total"]
+			# Everything else: the kernel threads, and other work on the
+			# machine, which makes the figures less trustworthy.
+			other = m["total"] - m["idle"] - ours
+			printf "other %.0f%%  idle %.0f%%", 100 * (other > 0 ? other : 0) / wall, 100 * m["idle"] / wall
 		}' "$1" "$2"
+}
+
+# machine_busy SECONDS: % of the whole machine in use over SECONDS.
+machine_busy() {
+	local -a a b
+	read -r -a a </proc/stat
+	sleep "$1"
+	read -r -a b </proc/stat
+	awk -v t=$(((b[1] + b[2] + b[3] + b[4] + b[5] + b[6] + b[7] + b[8]) - (a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7] + a[8]))) \
+		-v i=$(((b[4] + b[5]) - (a[4] + a[5]))) 'BEGIN { printf "%.0f", (t > 0 ? 100 * (t - i) / t : 0) }'
 }
 
 # measure NAME CLIENT_NAME OUTFILE COMMAND...: runs COMMAND in the
@@ -200,6 +214,13 @@ measure() {
 # --- results -------------------------------------------------------------------------
 
 ERRORS=0
+ERRLOG=()
+# fail MESSAGE: a run had errors; MESSAGE goes to stderr and into the table.
+fail() {
+	say "$1"
+	ERRLOG+=("$1")
+	ERRORS=$((ERRORS + 1))
+}
 declare -A RATE P50 P99 CMD
 
 # ms MICROSECONDS: milliseconds with two decimals.
@@ -216,8 +237,7 @@ wrk_run() {
 	measure "$name" wrk "$out" "${cmd[@]}" || rc=$?
 	line=$(grep '^bench-result ' "$out" || true)
 	if [[ $rc -ne 0 || -z $line ]]; then
-		say "wrk failed (status $rc)"
-		ERRORS=$((ERRORS + 1))
+		fail "oncegate, $name: wrk failed (status $rc)"
 		RATE[$name]=0 P50[$name]=0 P99[$name]=0
 		return 0
 	fi
@@ -225,8 +245,7 @@ wrk_run() {
 	read -r requests duration p50 p99 bad errors < <(
 		sed -E 's/^bench-result requests=([0-9]+) duration_us=([0-9]+) p50_us=([0-9]+) p99_us=([0-9]+) bad=([0-9]+) errors=([0-9]+)$/\1 \2 \3 \4 \5 \6/' <<<"$line")
 	if ((bad + errors > 0)); then
-		say "oncegate, $name: $bad unexpected answers, $errors socket errors: not a result"
-		ERRORS=$((ERRORS + 1))
+		fail "oncegate, $name: $bad unexpected answers, $errors socket errors (connect/read/write/timeout): not a result"
 	fi
 	RATE[$name]=$(awk -v r="$requests" -v b="$bad" -v d="$duration" 'BEGIN { printf "%.1f", (r - b) / (d / 1e6) }')
 	P50[$name]=$(ms "$p50")
@@ -247,8 +266,7 @@ pgbench_run() {
 	tps=$(sed -nE 's/^tps = ([0-9.]+) .*/\1/p' "$out")
 	failed=$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$out")
 	if [[ $rc -ne 0 || -z $tps || ${failed:-0} -ne 0 ]]; then
-		say "pgbench, $name: failed (status $rc, ${failed:-?} failed transactions)"
-		ERRORS=$((ERRORS + 1))
+		fail "pgbench, $name: failed (status $rc, ${failed:-?} failed transactions)"
 		tps=${tps:-0}
 	fi
 	RATE[pg.$name]=$tps
@@ -271,6 +289,9 @@ PGVERSION=$(psql -X -At -c 'SHOW server_version')
 PGDURABLE=$(psql -X -At -c "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'shared_buffers', 'max_connections')")
 THREADS_CONF=$(sed -nE 's/^[[:space:]]*threads[[:space:]]*=[[:space:]]*([0-9]+).*/\1/p' "$ONCEGATE_CONF" | head -n1)
 say "run $RUN: $NPROC CPUs ($MODEL), kernel $(uname -r), PostgreSQL $PGVERSION"
+# Other work on the machine skews every figure: say so in the table.
+BUSY_BEFORE=$(machine_busy 2)
+say "machine busy before the first run: $BUSY_BEFORE %"
 
 # --- 1. oncegate, new keys -----------------------------------------------------------
 
@@ -322,6 +343,7 @@ HASH=sha256:$(printf '{"lead":1,"source":"bench"}' | sha256sum | cut -c1-64)
 say "creating table bench_claims with $EXISTING completed rows"
 BENCH_TABLE=yes
 psql -X -q -v ON_ERROR_STOP=1 >/dev/null <<-EOF
+	SET client_min_messages = warning;
 	DROP TABLE IF EXISTS bench_claims;
 	CREATE TABLE bench_claims (
 	  idempotency_key text PRIMARY KEY,
@@ -352,7 +374,7 @@ BENCH_TABLE=no
 
 HWM_KB=$(sed -nE 's/^VmHWM:[[:space:]]+([0-9]+) kB/\1/p' "/proc/$FCGI_PID/status" 2>/dev/null || true)
 RSS_KB=$(sed -nE 's/^VmRSS:[[:space:]]+([0-9]+) kB/\1/p' "/proc/$FCGI_PID/status" 2>/dev/null || true)
-[[ -n $HWM_KB ]] || { say "oncegate-fcgi (pid $FCGI_PID) is gone"; ERRORS=$((ERRORS + 1)); HWM_KB=0 RSS_KB=0; }
+[[ -n $HWM_KB ]] || { fail "oncegate-fcgi (pid $FCGI_PID) is gone"; HWM_KB=0 RSS_KB=0; }
 
 # --- the table ----------------------------------------------------------------------------
 
@@ -371,7 +393,7 @@ verdict() {
 	for name in new existing; do
 		if [[ $name == new ]]; then label='new keys' target=$TARGET_NEW
 		else label='existing (terminal)' target=$TARGET_EXISTING; fi
-		ratio=$(awk -v a="${RATE[$name]}" -v b="${RATE[pg.$name]}" 'BEGIN { printf "%.2f", b > 0 ? a / b : 0 }')
+		ratio=$(awk -v a="${RATE[$name]}" -v b="${RATE[pg.$name]}" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
 		v=$(verdict "$ratio" '>=' "$target")
 		p=$(verdict "${P99[$name]}" '<' "$TARGET_P99_MS")
 		printf '%-20s %17s %7s %7s %12.1f %7s %7s %6s %8s  %s, p99 %s\n' "$label" "${RATE[$name]}" \
@@ -383,11 +405,20 @@ verdict() {
 		"$(awk -v k="$RSS_KB" 'BEGIN { printf "%.1f", k / 1024 }')" "$TARGET_RSS_MB" \
 		"$(verdict "$hwm" '<' "$TARGET_RSS_MB")"
 	echo
-	echo "p99 target < $TARGET_P99_MS ms (oncegate). CPU in the middle of each run, % of one core:"
+	echo "p99 target < $TARGET_P99_MS ms (oncegate). CPU in the middle of each run, % of one core (machine: $((NPROC * 100))%):"
 	printf '  oncegate new       %s\n' "${CPU[new]}"
 	printf '  oncegate existing  %s\n' "${CPU[existing]}"
 	printf '  pgbench new        %s\n' "${CPU[pg.new]}"
 	printf '  pgbench existing   %s\n' "${CPU[pg.existing]}"
+	echo "  machine busy before the first run: $BUSY_BEFORE% of all CPUs"
+	if ((BUSY_BEFORE > 10)) || printf '%s\n' "${CPU[@]}" | grep -qE 'other ([3-9][0-9]|[0-9]{3,})%'; then
+		echo "  WARNING: other work used this machine during the benchmark; the figures understate both sides."
+	fi
+	if ((ERRORS > 0)); then
+		echo
+		echo "ERRORS: these figures are not a result:"
+		printf '  %s\n' "${ERRLOG[@]}"
+	fi
 	echo
 	echo "machine:  $NPROC CPUs, $MODEL, Linux $(uname -r)"
 	echo "stack:    PostgreSQL $PGVERSION ($PGDURABLE), oncegate-fcgi threads=${THREADS_CONF:-?}, $(wrk -v 2>&1 | head -n1 | cut -d' ' -f1-2)"
