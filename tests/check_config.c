@@ -109,6 +109,14 @@ static const struct bad_case bad_cases[] = {
 	{ "listen = relative.sock\n", "not an absolute socket path" },
 	{ "lease_default_seconds = 600\nlease_max_seconds = 60\n", "above lease_max_seconds" },
 	{ "max_body_bytes = 1\n", "out of range" },
+	{ "[source x]\n", "unknown section" },
+	{ "[target Bad-Name]\nurl = http://x\n", "must be 1-64 of a-z 0-9 _" },
+	{ "[target a]\nurl = http://x\n[target a]\nurl = http://y\n", ":3: target \"a\" defined twice" },
+	{ "[target a]\nurl = http://x\nthreads = 4\n", "unknown setting \"threads\" in a [target] section" },
+	{ "[target a]\nkind = ftp\nurl = http://x\n", "kind \"ftp\" is not http or smtp" },
+	{ "[target a]\nkind = http\n", "target a: url is required" },
+	{ "csrf_secret = short\n", "at least 32 characters" },
+	{ "public_url = ftp://x\n", "public_url must start with https://" },
 };
 
 START_TEST(test_bad)
@@ -119,6 +127,47 @@ START_TEST(test_bad)
 
 	ck_assert_int_ne(load_text(t->text, &c, err, sizeof(err)), 0);
 	ck_assert_msg(strstr(err, t->message) != NULL, "\"%s\" lacks \"%s\"", err, t->message);
+	config_free(&c);
+}
+END_TEST
+
+START_TEST(test_targets)
+{
+	struct config c;
+	char err[512];
+	const struct config_target *t;
+
+	ck_assert_int_eq(load_text("threads = 2\n"
+	                           "callback_origins = http://127.0.0.1:5678 https://n8n.example/\n"
+	                           "[target demo_http]\n"
+	                           "url = http://127.0.0.1:9000/effects\n"
+	                           "idempotency_key = 1\n"
+	                           "lookup_url = http://127.0.0.1:9000/effects/lookup\n"
+	                           "[target demo_smtp]\n"
+	                           "kind = smtp\n"
+	                           "url = smtp://127.0.0.1:2525\n"
+	                           "max_attempts = 3\n",
+	                           &c, err, sizeof(err)),
+	                 0);
+	ck_assert_int_eq(c.threads, 2);
+	ck_assert_int_eq(c.ntargets, 2);
+	t = config_target(&c, "demo_http");
+	ck_assert_ptr_nonnull(t);
+	ck_assert_str_eq(t->kind, "http");
+	ck_assert_int_eq(t->idempotency_key, 1);
+	ck_assert_int_eq(t->max_attempts, 5);
+	t = config_target(&c, "demo_smtp");
+	ck_assert_str_eq(t->kind, "smtp");
+	ck_assert_int_eq(t->max_attempts, 3);
+	ck_assert_ptr_null(config_target(&c, "nope"));
+	ck_assert(config_callback_allowed(&c, "http://127.0.0.1:5678/webhook-waiting/12"));
+	ck_assert(config_callback_allowed(&c, "HTTPS://N8N.example/x"));
+	ck_assert(!config_callback_allowed(&c, "http://127.0.0.1:5679/x"));
+	ck_assert(!config_callback_allowed(&c, "http://n8n.example/x"));
+	ck_assert(!config_callback_allowed(&c, "https://n8n.example.evil.com/x"));
+	ck_assert(!config_callback_allowed(&c, "https://user@n8n.example/x"));
+	ck_assert(!config_callback_allowed(&c, "javascript:alert(1)"));
+	ck_assert(!config_callback_allowed(&c, NULL));
 	config_free(&c);
 }
 END_TEST
@@ -160,6 +209,7 @@ config_suite(void)
 	tcase_add_test(tc, test_values);
 	tcase_add_test(tc, test_dump_masks_secrets);
 	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bad_cases) / sizeof(bad_cases[0])));
+	tcase_add_test(tc, test_targets);
 	tcase_add_test(tc, test_long_line);
 	tcase_add_test(tc, test_missing_file);
 	suite_add_tcase(s, tc);

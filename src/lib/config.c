@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "config.h"
 #include "limits.h"
@@ -52,6 +53,31 @@ static const struct config_row rows[] = {
 	ROW_S(log_file, "-", false),
 	ROW_S(log_level, "info", false),
 	ROW_S(sql_dir, OG_PKGDATADIR "/sql", false),
+	ROW_S(contracts_dir, OG_SYSCONFDIR "/oncegate/contracts", false),
+	ROW_S(templates_dir, OG_PKGDATADIR "/templates", false),
+	ROW_S(public_url, "", false),
+	ROW_S(csrf_secret, "", true),
+	ROW_S(callback_origins, "", false),
+};
+
+/* The settings of a `[target NAME]` section. */
+#define TROW_S(n, d) { #n, CT_STRING, offsetof(struct config_target, n), d, 0, 0, 0, false }
+#define TROW_I(n, d, lo, hi) { #n, CT_INT, offsetof(struct config_target, n), NULL, d, lo, hi, false }
+
+static const struct config_row target_rows[] = {
+	TROW_S(kind, "http"),
+	TROW_S(url, ""),
+	TROW_S(lookup_url, ""),
+	TROW_S(credentials_env, ""),
+	TROW_I(idempotency_key, 0, 0, 1),
+	TROW_I(connect_timeout_ms, 3000, 1, 600000),
+	TROW_I(timeout_ms, 10000, 1, 600000),
+	TROW_I(response_cap_bytes, 65536, 256, 16 * 1024 * 1024),
+	TROW_I(rate_per_second, 0, 0, 100000),
+	TROW_I(max_attempts, 5, 1, 100),
+	TROW_I(base_ms, 500, 1, 3600000),
+	TROW_I(cap_ms, 60000, 1, 86400000),
+	TROW_I(max_elapsed_s, 3600, 1, 7 * 86400),
 };
 
 static void
@@ -71,20 +97,22 @@ errf(char *err, size_t errlen, const char *fmt, ...)
 }
 
 static char **
-str_slot(struct config *c, const struct config_row *r)
+str_slot(void *base, const struct config_row *r)
 {
-	return (char **)(void *)((char *)c + r->offset);
+	return (char **)(void *)((char *)base + r->offset);
 }
 
 static int *
-int_slot(struct config *c, const struct config_row *r)
+int_slot(void *base, const struct config_row *r)
 {
-	return (int *)(void *)((char *)c + r->offset);
+	return (int *)(void *)((char *)base + r->offset);
 }
+
+#define NROWS(t) (sizeof(t) / sizeof((t)[0]))
 
 /* Sets one setting from text; -1 with a message when the value is bad. */
 static int
-config_set(struct config *c, const struct config_row *r, const char *value,
+config_set(void *c, const struct config_row *r, const char *value,
            char *err, size_t errlen)
 {
 	char *end, *copy;
@@ -121,42 +149,62 @@ config_set(struct config *c, const struct config_row *r, const char *value,
 }
 
 static const struct config_row *
-config_find(const char *name)
+config_find(const struct config_row *table, size_t n, const char *name)
 {
 	size_t i;
 
-	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
-		if (strcmp(rows[i].name, name) == 0)
-			return &rows[i];
+	for (i = 0; i < n; i++)
+		if (strcmp(table[i].name, name) == 0)
+			return &table[i];
 	return NULL;
+}
+
+static void
+rows_defaults(void *base, const struct config_row *table, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (table[i].type != CT_STRING)
+			*int_slot(base, &table[i]) = (int)table[i].idef;
+		else if (config_set(base, &table[i], table[i].sdef, NULL, 0) != 0)
+			abort(); /* out of memory at start-up */
+	}
+}
+
+static void
+rows_free(void *base, const struct config_row *table, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (table[i].type == CT_STRING) {
+			free(*str_slot(base, &table[i]));
+			*str_slot(base, &table[i]) = NULL;
+		}
 }
 
 void
 config_defaults(struct config *c)
 {
-	size_t i;
-
 	memset(c, 0, sizeof(*c));
-	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-		if (rows[i].type != CT_STRING)
-			*int_slot(c, &rows[i]) = (int)rows[i].idef;
-		else if (config_set(c, &rows[i], rows[i].sdef, NULL, 0) != 0)
-			abort(); /* out of memory at start-up */
-	}
+	rows_defaults(c, rows, NROWS(rows));
 }
 
 void
 config_free(struct config *c)
 {
-	size_t i;
+	int i;
 
 	if (c == NULL)
 		return;
-	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
-		if (rows[i].type == CT_STRING) {
-			free(*str_slot(c, &rows[i]));
-			*str_slot(c, &rows[i]) = NULL;
-		}
+	rows_free(c, rows, NROWS(rows));
+	for (i = 0; i < c->ntargets; i++) {
+		rows_free(&c->targets[i], target_rows, NROWS(target_rows));
+		free(c->targets[i].name);
+		c->targets[i].name = NULL;
+	}
+	c->ntargets = 0;
 }
 
 static char *
@@ -171,6 +219,115 @@ trim(char *s)
 		*--e = '\0';
 	return s;
 }
+
+/* `[target NAME]`: NAME is [a-z0-9_]{1,64}, unique. */
+static int
+config_section(struct config *c, char *line, char *err, size_t errlen)
+{
+	char *end = strchr(line, ']'), *name;
+	struct config_target *t;
+	size_t i, n;
+
+	if (end == NULL || *trim(end + 1) != '\0') {
+		errf(err, errlen, "expected `[target NAME]`");
+		return -1;
+	}
+	*end = '\0';
+	name = trim(line + 1);
+	if (strncmp(name, "target", 6) != 0 || (name[6] != ' ' && name[6] != '\t')) {
+		errf(err, errlen, "unknown section \"[%.64s]\" (only [target NAME])", name);
+		return -1;
+	}
+	name = trim(name + 6);
+	n = strlen(name);
+	if (n == 0 || n > 64 || strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_") != n) {
+		errf(err, errlen, "target name \"%.64s\" must be 1-64 of a-z 0-9 _", name);
+		return -1;
+	}
+	for (i = 0; i < (size_t)c->ntargets; i++)
+		if (strcmp(c->targets[i].name, name) == 0) {
+			errf(err, errlen, "target \"%s\" defined twice", name);
+			return -1;
+		}
+	if (c->ntargets == CONFIG_TARGETS_MAX) {
+		errf(err, errlen, "more than %d targets", CONFIG_TARGETS_MAX);
+		return -1;
+	}
+	t = &c->targets[c->ntargets];
+	memset(t, 0, sizeof(*t));
+	rows_defaults(t, target_rows, NROWS(target_rows));
+	if ((t->name = strdup(name)) == NULL) {
+		rows_free(t, target_rows, NROWS(target_rows));
+		errf(err, errlen, "out of memory");
+		return -1;
+	}
+	c->ntargets++;
+	return 0;
+}
+
+const struct config_target *
+config_target(const struct config *c, const char *name)
+{
+	int i;
+
+	for (i = 0; name != NULL && i < c->ntargets; i++)
+		if (strcmp(c->targets[i].name, name) == 0)
+			return &c->targets[i];
+	return NULL;
+}
+
+/* The origin of an http(s) URL: scheme://authority, lowercased scheme
+ * and host; 0 when url is not an absolute http(s) URL. */
+static size_t
+url_origin(const char *url, char *out, size_t outlen)
+{
+	const char *p;
+	size_t n, i;
+
+	if (strncasecmp(url, "https://", 8) == 0)
+		p = url + 8;
+	else if (strncasecmp(url, "http://", 7) == 0)
+		p = url + 7;
+	else
+		return 0;
+	n = (size_t)(p - url) + strcspn(p, "/?#");
+	if (n == (size_t)(p - url) || n >= outlen || memchr(url, '@', n) != NULL)
+		return 0;
+	for (i = 0; i < n; i++)
+		out[i] = (char)tolower((unsigned char)url[i]);
+	out[n] = '\0';
+	return n;
+}
+
+bool
+config_callback_allowed(const struct config *c, const char *url)
+{
+	char origin[512], allowed[512];
+	const char *p = c->callback_origins;
+
+	if (url == NULL || url_origin(url, origin, sizeof(origin)) == 0)
+		return false;
+	while (*p != '\0') {
+		size_t n;
+
+		p += strspn(p, " \t,");
+		n = strcspn(p, " \t,");
+		if (n > 0 && n < sizeof(allowed)) {
+			size_t m = n;
+
+			memcpy(allowed, p, m);
+			allowed[m] = '\0';
+			while (m > 0 && allowed[m - 1] == '/')
+				allowed[--m] = '\0';
+			if (url_origin(allowed, allowed, sizeof(allowed)) > 0 &&
+			    strcmp(allowed, origin) == 0)
+				return true;
+		}
+		p += n;
+	}
+	return false;
+}
+
 
 /* Parses `name = value`, with an optional double-quoted value in which \"
  * and \\ are escapes. Returns -1 with a message on a syntax error. */
@@ -233,6 +390,7 @@ config_load(const char *path, struct config *c, char *err, size_t errlen)
 	}
 	while (fgets(line, sizeof(line), f) != NULL) {
 		const struct config_row *r;
+		struct config_target *target;
 		char *name, *value, *s;
 		size_t n = strlen(line);
 
@@ -249,6 +407,13 @@ config_load(const char *path, struct config *c, char *err, size_t errlen)
 		s = trim(line);
 		if (*s == '\0' || *s == '#')
 			continue;
+		if (*s == '[') {
+			if (config_section(c, s, msg, sizeof(msg)) != 0) {
+				errf(err, errlen, "%s:%d: %s", path, lineno, msg);
+				goto out;
+			}
+			continue;
+		}
 		if (config_parse_line(s, &name, &value, msg, sizeof(msg)) != 0) {
 			errf(err, errlen, "%s:%d: %s", path, lineno, msg);
 			goto out;
@@ -258,12 +423,21 @@ config_load(const char *path, struct config *c, char *err, size_t errlen)
 			     lineno, name, OG_CONFIG_VALUE_MAX);
 			goto out;
 		}
-		r = config_find(name);
+		if (c->ntargets > 0) {
+			/* inside a [target] section: its settings only */
+			target = &c->targets[c->ntargets - 1];
+			r = config_find(target_rows, NROWS(target_rows), name);
+		} else {
+			target = NULL;
+			r = config_find(rows, NROWS(rows), name);
+		}
 		if (r == NULL) {
-			errf(err, errlen, "%s:%d: unknown setting \"%.64s\"", path, lineno, name);
+			errf(err, errlen, "%s:%d: unknown setting \"%.64s\"%s", path, lineno, name,
+			     target != NULL ? " in a [target] section" : "");
 			goto out;
 		}
-		if (config_set(c, r, value, msg, sizeof(msg)) != 0) {
+		if (config_set(target != NULL ? (void *)target : (void *)c, r, value, msg,
+		               sizeof(msg)) != 0) {
 			errf(err, errlen, "%s:%d: %s", path, lineno, msg);
 			goto out;
 		}
@@ -295,6 +469,31 @@ config_validate(const struct config *c, char *err, size_t errlen)
 		     "warning, error, alert", c->log_level);
 		return -1;
 	}
+	for (int i = 0; i < c->ntargets; i++) {
+		const struct config_target *t = &c->targets[i];
+
+		if (strcmp(t->kind, "http") != 0 && strcmp(t->kind, "smtp") != 0) {
+			errf(err, errlen, "target %s: kind \"%s\" is not http or smtp", t->name, t->kind);
+			return -1;
+		}
+		if (t->url[0] == '\0') {
+			errf(err, errlen, "target %s: url is required", t->name);
+			return -1;
+		}
+		if (t->base_ms > t->cap_ms) {
+			errf(err, errlen, "target %s: base_ms is above cap_ms", t->name);
+			return -1;
+		}
+	}
+	if (c->csrf_secret[0] != '\0' && strlen(c->csrf_secret) < 32) {
+		errf(err, errlen, "csrf_secret must be at least 32 characters");
+		return -1;
+	}
+	if (c->public_url[0] != '\0' && strncmp(c->public_url, "https://", 8) != 0 &&
+	    strncmp(c->public_url, "http://", 7) != 0) {
+		errf(err, errlen, "public_url must start with https:// (or http:// for a local stack)");
+		return -1;
+	}
 	if (c->listen[0] != '\0' && c->listen[0] != '/') {
 		errf(err, errlen, "listen: \"%s\" is not an absolute socket path", c->listen);
 		return -1;
@@ -302,28 +501,40 @@ config_validate(const struct config *c, char *err, size_t errlen)
 	return 0;
 }
 
-void
-config_dump(const struct config *c, FILE *out)
+static void
+rows_dump(void *base, const struct config_row *table, size_t n, FILE *out)
 {
 	size_t i;
 
-	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-		const struct config_row *r = &rows[i];
-		struct config *cc = (struct config *)(uintptr_t)c;
+	for (i = 0; i < n; i++) {
+		const struct config_row *r = &table[i];
 
 		switch (r->type) {
 		case CT_STRING:
 			fprintf(out, "%s = %s\n", r->name,
-			        r->secret && (*str_slot(cc, r))[0] != '\0' ? "[secret]"
-			                                                  : *str_slot(cc, r));
+			        r->secret && (*str_slot(base, r))[0] != '\0' ? "[secret]"
+			                                                    : *str_slot(base, r));
 			break;
 		case CT_INT:
-			fprintf(out, "%s = %d\n", r->name, *int_slot(cc, r));
+			fprintf(out, "%s = %d\n", r->name, *int_slot(base, r));
 			break;
 		case CT_OCTAL:
-			fprintf(out, "%s = %04o\n", r->name, (unsigned)*int_slot(cc, r));
+			fprintf(out, "%s = %04o\n", r->name, (unsigned)*int_slot(base, r));
 			break;
 		}
+	}
+}
+
+void
+config_dump(const struct config *c, FILE *out)
+{
+	int i;
+
+	/* the table walkers take a mutable base; nothing is written */
+	rows_dump((void *)(uintptr_t)c, rows, NROWS(rows), out);
+	for (i = 0; i < c->ntargets; i++) {
+		fprintf(out, "\n[target %s]\n", c->targets[i].name);
+		rows_dump((void *)(uintptr_t)&c->targets[i], target_rows, NROWS(target_rows), out);
 	}
 }
 

@@ -13,6 +13,27 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#define CONFIG_TARGETS_MAX 64
+
+/* A provider the dispatcher may send to (SPEC 6), named in config as a
+ * `[target NAME]` section. Effects name targets, never URLs. */
+struct config_target {
+	char *name;
+	char *kind;              /* "http" or "smtp" */
+	char *url;
+	char *lookup_url;        /* reconciliation; empty: none */
+	char *credentials_env;   /* name of the environment variable holding the secret */
+	int idempotency_key;     /* 1: the provider honours Idempotency-Key */
+	int connect_timeout_ms;
+	int timeout_ms;
+	int response_cap_bytes;
+	int rate_per_second;     /* 0: unlimited */
+	int max_attempts;
+	int base_ms;
+	int cap_ms;
+	int max_elapsed_s;
+};
+
 struct config {
 	/* responder */
 	char *listen;          /* unix socket path; empty: inherit fd 0 from the spawner */
@@ -35,7 +56,21 @@ struct config {
 	char *log_file;        /* decision log; "-" or empty: stderr */
 	char *log_level;
 	char *sql_dir;         /* migrations */
+	/* approval gate */
+	char *contracts_dir;
+	char *templates_dir;
+	char *public_url;      /* base of approval links, e.g. https://gate.example.com */
+	char *csrf_secret;     /* at least 32 characters */
+	char *callback_origins; /* space-separated origins a callback_url may use */
+	/* `[target NAME]` sections */
+	struct config_target targets[CONFIG_TARGETS_MAX];
+	int ntargets;
 };
+
+/* The target named name, or NULL. */
+const struct config_target *config_target(const struct config *c, const char *name);
+/* Is url's origin (scheme://host[:port]) one of callback_origins? */
+bool config_callback_allowed(const struct config *c, const char *url);
 
 /* Fills every member with its default. */
 void config_defaults(struct config *c);

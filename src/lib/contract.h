@@ -1,0 +1,152 @@
+/*
+ * contract.h — output contracts and gate policy (SPEC 4).
+ *
+ * A contract is one JSON file `NAME.json` in the contracts directory, NAME
+ * matching [a-z0-9_]{1,64} and equal to the file's "name":
+ *
+ *   {
+ *     "name": "support_reply",
+ *     "description": "…",                            optional string
+ *     "schema": { … },                                required, see below
+ *     "gate": {                                       required
+ *       "mode": "approve_before_act" | "act_with_window" | "approve_by_exception",
+ *                                                     default approve_before_act
+ *       "window_seconds": N,        act_with_window only, required there, 1..604800
+ *       "auto_when": [ RULE, … ],   approve_by_exception only, required there,
+ *                                   1..32 rules, all must hold
+ *       "sample_rate": R,           approve_by_exception only, 0..1, default 0
+ *       "approvers": ["group:support", "lead@example.com"],   required, 1..20,
+ *                                   distinct; no spaces or commas
+ *       "expires_seconds": N,       60..2592000, default 86400
+ *       "allowed_decisions": ["approve", "reject"],   non-empty subset, default both
+ *       "separation_of_duties": B   default true
+ *     },
+ *     "effects": {                                    required
+ *       "allowed_types": ["email.send"],      non-empty, distinct, [a-z0-9_.]{1,64}
+ *       "allowed_targets": ["demo_smtp"]      the same
+ *     },
+ *     "repair_attempts": N,                           0..10, default 1
+ *     "loggable_fields": ["/label"]                   optional, ≤ 32 JSON Pointers
+ *   }                                                 into the output (not "")
+ *
+ * RULE is {"path": P, "op": OP, "value": V}. P is a JSON Pointer into the
+ * document {"output": <model output>, "effect": <proposed effect>}; it must
+ * start with /output or /effect/type, /effect/target, /effect/payload.
+ *   eq, ne            V any JSON value; equality as JSON Schema's (1 == 1.0)
+ *   in, not_in        V a non-empty array; membership by the same equality
+ *   lt, le, gt, ge    V a number; the field must be a number
+ *   exists            V optional boolean (default true): field present / absent
+ * Every op but exists fails when P names nothing: auto-approval fails closed.
+ *
+ * "schema" is a JSON Schema subset, each schema an object (no boolean
+ * schemas, no $ref) with only these keywords:
+ *   type                  "string" | "number" | "integer" | "boolean" |
+ *                         "object" | "array" | "null", or a non-empty array
+ *                         of distinct ones
+ *   properties            object of schemas
+ *   required              array of distinct strings; with additionalProperties
+ *                         false each must be one of properties
+ *   additionalProperties  boolean only
+ *   enum                  non-empty array
+ *   const                 any value
+ *   minLength, maxLength  non-negative integers, counted in Unicode code points
+ *   minimum, maximum      numbers (inclusive)
+ *   items                 one schema (no tuple form)
+ *   minItems, maxItems    non-negative integers
+ *   title, description, $comment   strings, ignored
+ * Numbers follow JSON Schema: 1.0 is an integer (an integral value is an
+ * integer whatever its spelling) and 1 equals 1.0 for enum and const.
+ *
+ * Anything else — unknown members anywhere, another keyword, a bad value, a
+ * minimum above its maximum — makes the whole directory fail to load, with
+ * a message naming the file and the JSON Pointer of the problem, so that a
+ * typo can never silently loosen a gate.
+ *
+ * Loaded contracts are immutable: every function below may be called from
+ * any number of threads at once.
+ */
+#ifndef OG_CONTRACT_H
+#define OG_CONTRACT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <jansson.h>
+
+enum gate_mode {
+	GATE_APPROVE_BEFORE_ACT = 0,
+	GATE_ACT_WITH_WINDOW,
+	GATE_APPROVE_BY_EXCEPTION,
+};
+
+struct contract;       /* one loaded contract, immutable after load */
+struct contract_set;   /* all contracts of a directory */
+
+/* Loads every NAME.json of dir (not recursive; names starting with '.' and
+ * names not ending in ".json" are skipped, any other name must be
+ * [a-z0-9_]{1,64}.json). Files must be regular files of at most
+ * OG_CONTRACT_FILE_MAX bytes. On any error: NULL and a message naming the
+ * file and, where one applies, the JSON Pointer of the problem in err. An
+ * empty directory is an empty set, not an error. */
+struct contract_set *contract_load_dir(const char *dir, char *err, size_t errlen)
+	__attribute__((warn_unused_result));
+void contract_set_free(struct contract_set *set);
+size_t contract_count(const struct contract_set *set);
+/* i-th contract in name order, i < contract_count(set); NULL otherwise. */
+const struct contract *contract_at(const struct contract_set *set, size_t i);
+const struct contract *contract_find(const struct contract_set *set, const char *name); /* NULL if none */
+const char *contract_name(const struct contract *c);
+const char *contract_hash(const struct contract *c);   /* "sha256:" + hex of the file's bytes */
+
+/* Validates output against the schema. Returns a new JSON array of errors,
+ * each {"path": JSON Pointer into the output (RFC 6901, "" for the root),
+ * "rule": the keyword that failed, "message": short English}; empty when
+ * valid; NULL only when out of memory. At most OG_CONTRACT_ERRORS_MAX
+ * errors are reported. Within one value "type" is checked first and, when
+ * it fails, nothing else about that value is. */
+json_t *contract_validate(const struct contract *c, const json_t *output)
+	__attribute__((warn_unused_result));
+
+enum gate_mode contract_gate_mode(const struct contract *c);
+const char *contract_gate_mode_name(enum gate_mode mode);
+int contract_window_seconds(const struct contract *c);   /* act_with_window; 0 otherwise */
+int contract_expires_seconds(const struct contract *c);  /* approval expiry */
+/* Invalid outputs tolerated before failed_terminal (0 = the first invalid
+ * output is terminal). */
+int contract_repair_attempts(const struct contract *c);
+bool contract_separation_of_duties(const struct contract *c);
+bool contract_decision_allowed(const struct contract *c, const char *decision); /* "approve" / "reject" */
+json_t *contract_allowed_decisions(const struct contract *c); /* new JSON array of strings */
+size_t contract_approver_count(const struct contract *c);
+/* "alice@example.com" or "group:support"; NULL when i is out of range. */
+const char *contract_approver(const struct contract *c, size_t i);
+
+/* May this SSO subject with these groups (AUTH_GROUPS: a comma- and/or
+ * space-separated list) decide for the approver entry `approver`? A
+ * "group:NAME" entry matches exactly when NAME is one of the groups (exact,
+ * case-sensitive); any other entry matches only the subject: ignoring ASCII
+ * case when both contain '@' (e-mail addresses), exactly otherwise. NULL or
+ * empty subject never matches. */
+bool contract_approver_matches(const char *approver, const char *subject, const char *groups);
+
+bool contract_effect_allowed(const struct contract *c, const char *type, const char *target);
+
+/* approve_by_exception: all auto_when rules hold over the document
+ * {"output": output, "effect": effect}. Always false for the other modes. */
+bool contract_auto_eligible(const struct contract *c, const json_t *output, const json_t *effect);
+
+/* Deterministic sampling: true when this run must still go to a person
+ * although eligible: the first 53 bits of SHA-256(run_key) as a fraction in
+ * [0,1) < sample_rate. sample_rate 1.0 → always true; 0 → never. A NULL
+ * run_key is sampled (a person decides). */
+bool contract_sampled(const struct contract *c, const char *run_key);
+
+/* Output fields the contract marks loggable (JSON Pointers), for the
+ * decision log. */
+size_t contract_loggable_count(const struct contract *c);
+const char *contract_loggable(const struct contract *c, size_t i); /* NULL when out of range */
+
+/* The value at JSON Pointer `pointer` (RFC 6901) in doc, borrowed; NULL if
+ * the pointer is malformed or names nothing. For reading loggable fields. */
+json_t *contract_pointer_get(const json_t *doc, const char *pointer);
+
+#endif
