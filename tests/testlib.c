@@ -756,3 +756,370 @@ tl_shell(const char *cmdline)
 		return -1;
 	return WEXITSTATUS(st);
 }
+
+/* ---- approval pages (check_gate) ---------------------------------------- */
+
+struct hdr_sink {
+	struct tl_resp *r;
+	struct sink block;
+};
+
+static size_t
+hdrs_cb(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+	struct hdr_sink *hs = ud;
+	size_t n = size * nmemb;
+
+	if (n >= 5 && strncmp(ptr, "HTTP/", 5) == 0)
+		hs->block.len = 0; /* a new response (after 1xx): start over */
+	else if (body_cb(ptr, 1, n, &hs->block) != n)
+		return 0;
+	if (hs->block.data != NULL)
+		hs->block.data[hs->block.len] = '\0';
+	return header_cb(ptr, size, nmemb, hs->r);
+}
+
+/* "METHOD path", with an approval token masked. */
+static void
+what_masked(struct tl_resp *r, const char *method, const char *path)
+{
+	const char *at = strstr(path, "/approve/");
+
+	if (at == NULL)
+		snprintf(r->what, sizeof(r->what), "%s %s", method, path);
+	else
+		snprintf(r->what, sizeof(r->what), "%s %.*s/approve/[token]", method,
+		         (int)(at - path), path);
+}
+
+int
+tl_http_hdrs(const char *method, const char *path, const char *const *req_headers,
+             const char *ctype, const char *body, size_t body_len, struct tl_resp *r,
+             char **headers)
+{
+	const char *base = tl_env("ONCEGATE_URL");
+	struct curl_slist *hdrs = NULL;
+	struct sink sink = { 0 };
+	struct hdr_sink hs = { 0 };
+	char errbuf[CURL_ERROR_SIZE] = "";
+	char *url = NULL, *ct = NULL;
+	CURL *h = NULL;
+	CURLcode cc;
+	int rc = -1;
+	size_t i;
+
+	memset(r, 0, sizeof(*r));
+	hs.r = r;
+	if (headers != NULL)
+		*headers = NULL;
+	what_masked(r, method, path);
+	if (base == NULL) {
+		snprintf(r->error, sizeof(r->error), "ONCEGATE_URL is not set");
+		goto out;
+	}
+	if (asprintf(&url, "%s%s", base, path) < 0) {
+		url = NULL;
+		goto out;
+	}
+	h = curl_easy_init();
+	if (h == NULL)
+		goto out;
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)TL_HTTP_TIMEOUT_S);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, (long)TL_CONNECT_TIMEOUT_S);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_cb);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
+	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, hdrs_cb);
+	curl_easy_setopt(h, CURLOPT_HEADERDATA, &hs);
+	curl_easy_setopt(h, CURLOPT_PROXY, "");
+	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+	hdrs = curl_slist_append(hdrs, "Expect:");
+	for (i = 0; req_headers != NULL && req_headers[i] != NULL; i++)
+		hdrs = curl_slist_append(hdrs, req_headers[i]);
+	if (ctype != NULL) {
+		if (asprintf(&ct, "Content-Type: %s", ctype) < 0) {
+			ct = NULL;
+			goto out;
+		}
+		hdrs = curl_slist_append(hdrs, ct);
+	} else if (body != NULL) {
+		hdrs = curl_slist_append(hdrs, "Content-Type:");
+	}
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+	if (strcmp(method, "GET") == 0) {
+		curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+	} else if (strcmp(method, "HEAD") == 0) {
+		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+	} else {
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
+		                 (curl_off_t)(body != NULL ? body_len : 0));
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body != NULL ? body : "");
+		if (strcmp(method, "POST") != 0)
+			curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+	}
+	cc = curl_easy_perform(h);
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
+	if (cc != CURLE_OK) {
+		snprintf(r->error, sizeof(r->error), "%s: %s", curl_easy_strerror(cc), errbuf);
+		if (r->status == 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	if (sink.data == NULL)
+		sink.data = strdup("");
+	r->body = sink.data;
+	r->body_len = sink.len;
+	if (r->body != NULL && r->body_len > 0)
+		r->json = json_loadb(r->body, r->body_len, JSON_DECODE_ANY, NULL);
+	if (rc != 0 && r->error[0] == '\0')
+		snprintf(r->error, sizeof(r->error), "request failed");
+	if (headers != NULL)
+		*headers = hs.block.data != NULL ? hs.block.data : strdup("");
+	else
+		free(hs.block.data);
+	curl_slist_free_all(hdrs);
+	if (h != NULL)
+		curl_easy_cleanup(h);
+	free(url);
+	free(ct);
+	return rc;
+}
+
+char *
+tl_header_get(const char *headers, const char *name)
+{
+	size_t nl = strlen(name);
+	const char *p = headers, *found = NULL, *end = NULL;
+
+	while (p != NULL && *p != '\0') {
+		const char *eol = strchr(p, '\n');
+		size_t n = eol != NULL ? (size_t)(eol - p) : strlen(p);
+
+		if (n > nl && strncasecmp(p, name, nl) == 0 && p[nl] == ':') {
+			found = p + nl + 1;
+			end = p + n;
+		}
+		p = eol != NULL ? eol + 1 : NULL;
+	}
+	if (found == NULL)
+		return NULL;
+	while (found < end && (*found == ' ' || *found == '\t'))
+		found++;
+	while (end > found && (end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	return strndup(found, (size_t)(end - found));
+}
+
+char *
+tl_form(const char *name, ...)
+{
+	char *out = calloc(1, 1);
+	const char *n = name;
+	va_list ap;
+
+	if (out == NULL)
+		return NULL;
+	va_start(ap, name);
+	while (n != NULL) {
+		const char *v = va_arg(ap, const char *);
+		char *en = tl_urlencode(n), *ev = tl_urlencode(v != NULL ? v : "");
+		char *next = NULL;
+
+		if (en == NULL || ev == NULL ||
+		    asprintf(&next, "%s%s%s=%s", out, *out ? "&" : "", en, ev) < 0) {
+			free(en);
+			free(ev);
+			free(out);
+			va_end(ap);
+			return NULL;
+		}
+		free(en);
+		free(ev);
+		free(out);
+		out = next;
+		n = va_arg(ap, const char *);
+	}
+	va_end(ap);
+	return out;
+}
+
+void
+tl_sha256_hex(const char *s, char out[65])
+{
+	unsigned char md[SHA256_DIGEST_LENGTH];
+	int i;
+
+	SHA256((const unsigned char *)s, strlen(s), md);
+	for (i = 0; i < SHA256_DIGEST_LENGTH; i++)
+		snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+void
+tl_random_token(char out[44])
+{
+	static const char b64[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+	unsigned char raw[33] = { 0 };
+	size_t i, o = 0;
+	FILE *f = fopen("/dev/urandom", "rb");
+
+	ck_assert_msg(f != NULL && fread(raw, 1, 32, f) == 32, "cannot read /dev/urandom");
+	fclose(f);
+	raw[32] = 0;
+	/* 32 bytes = 10 groups of 3, then 2 bytes → 3 characters. */
+	for (i = 0; i < 30; i += 3) {
+		unsigned v = (unsigned)raw[i] << 16 | (unsigned)raw[i + 1] << 8 | raw[i + 2];
+
+		out[o++] = b64[v >> 18 & 63];
+		out[o++] = b64[v >> 12 & 63];
+		out[o++] = b64[v >> 6 & 63];
+		out[o++] = b64[v & 63];
+	}
+	{
+		unsigned v = (unsigned)raw[30] << 16 | (unsigned)raw[31] << 8;
+
+		out[o++] = b64[v >> 18 & 63];
+		out[o++] = b64[v >> 12 & 63];
+		out[o++] = b64[v >> 6 & 63];
+	}
+	out[o] = '\0';
+}
+
+static char *
+nginx_file(const char *name)
+{
+	const char *conf = tl_env("ONCEGATE_CONF");
+	const char *slash;
+	char *p = NULL;
+
+	if (conf == NULL || (slash = strrchr(conf, '/')) == NULL)
+		return NULL;
+	if (asprintf(&p, "%.*s/nginx/%s", (int)(slash - conf), conf, name) < 0)
+		return NULL;
+	return p;
+}
+
+char *
+tl_access_log_path(void)
+{
+	return nginx_file("access.log");
+}
+
+char *
+tl_error_log_path(void)
+{
+	return nginx_file("error.log");
+}
+
+char *
+tl_file_slurp(const char *path, size_t *len)
+{
+	char *buf = NULL;
+	size_t cap = 0, n = 0;
+	FILE *f;
+
+	if (len != NULL)
+		*len = 0;
+	if (path == NULL || (f = fopen(path, "rb")) == NULL)
+		return NULL;
+	for (;;) {
+		size_t got;
+
+		if (cap - n < 65536) {
+			char *p = realloc(buf, cap + 65536 + 1);
+
+			if (p == NULL) {
+				free(buf);
+				fclose(f);
+				return NULL;
+			}
+			buf = p;
+			cap += 65536;
+		}
+		got = fread(buf + n, 1, cap - n, f);
+		n += got;
+		if (got == 0)
+			break;
+	}
+	fclose(f);
+	buf[n] = '\0';
+	if (len != NULL)
+		*len = n;
+	return buf;
+}
+
+char *
+tl_pg_dump_all(PGconn *c)
+{
+	PGresult *tables = PQexec(c, "SELECT quote_ident(tablename) FROM pg_tables "
+	                             "WHERE schemaname = 'public' ORDER BY 1");
+	char *out = calloc(1, 1);
+	size_t len = 0;
+	int i, j;
+
+	ck_assert_msg(tables != NULL && PQresultStatus(tables) == PGRES_TUPLES_OK,
+	              "listing tables: %s", PQerrorMessage(c));
+	ck_assert_ptr_nonnull(out);
+	for (i = 0; i < PQntuples(tables); i++) {
+		const char *t = PQgetvalue(tables, i, 0);
+		char *sql = NULL;
+		PGresult *rows;
+
+		ck_assert_int_ge(asprintf(&sql, "SELECT x::text FROM %s x", t), 0);
+		rows = PQexec(c, sql);
+		ck_assert_msg(rows != NULL && PQresultStatus(rows) == PGRES_TUPLES_OK,
+		              "%s: %s", sql, PQerrorMessage(c));
+		for (j = 0; j < PQntuples(rows); j++) {
+			const char *v = PQgetvalue(rows, j, 0);
+			size_t add = strlen(t) + strlen(v) + 2;
+			char *p = realloc(out, len + add + 1);
+
+			ck_assert_ptr_nonnull(p);
+			out = p;
+			snprintf(out + len, add + 1, "%s\t%s\n", t, v);
+			len += add;
+		}
+		PQclear(rows);
+		free(sql);
+	}
+	PQclear(tables);
+	return out;
+}
+
+long long
+tl_pg_exec(PGconn *c, const char *sql, int nparams, const char *const *params)
+{
+	PGresult *res = PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0);
+	long long n;
+
+	ck_assert_msg(res != NULL && (PQresultStatus(res) == PGRES_COMMAND_OK ||
+	                              PQresultStatus(res) == PGRES_TUPLES_OK),
+	              "SQL failed: %s\n  %s", sql,
+	              res != NULL ? PQresultErrorMessage(res) : PQerrorMessage(c));
+	n = strtoll(PQcmdTuples(res), NULL, 10);
+	PQclear(res);
+	return n;
+}
+
+bool
+tl_wait_healthy(int seconds)
+{
+	double deadline = tl_now() + seconds;
+	struct tl_resp r;
+
+	for (;;) {
+		long st;
+
+		tl_get("/healthz", NULL, &r);
+		st = r.status;
+		tl_resp_free(&r);
+		if (st == 200)
+			return true;
+		if (tl_now() > deadline)
+			return false;
+		tl_sleep_ms(200);
+	}
+}

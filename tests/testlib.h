@@ -135,4 +135,53 @@ int tl_shell(const char *cmdline);
 void tl_sleep_ms(long ms);
 double tl_now(void);
 
+/* ---- approval pages (check_gate) ---------------------------------------- */
+
+/* As tl_http, plus extra request headers (a NULL-terminated list of
+ * "Name: value" strings; NULL for none) and, when headers is not NULL, the
+ * final answer's header block in *headers ("Name: value\r\n" lines,
+ * malloc'd; after a 1xx only the final set). Redirects are never followed.
+ * In r->what, whatever follows "/approve/" is shown as [token]: approval
+ * tokens are secrets even in a test log. */
+int tl_http_hdrs(const char *method, const char *path,
+                 const char *const *req_headers, const char *ctype,
+                 const char *body, size_t body_len, struct tl_resp *r,
+                 char **headers);
+
+/* The value of header `name` (case-insensitive, the last occurrence,
+ * trimmed) in a block from tl_http_hdrs, malloc'd; NULL when absent. */
+char *tl_header_get(const char *headers, const char *name);
+
+/* application/x-www-form-urlencoded text of name, value pairs ending with
+ * a NULL name: tl_form("decision", "approve", "csrf", v, (char *)NULL). */
+char *tl_form(const char *name, ...) __attribute__((sentinel));
+
+/* Lowercase hex SHA-256 of a NUL-terminated string. */
+void tl_sha256_hex(const char *s, char out[65]);
+
+/* 32 random bytes as unpadded base64url: the shape of an approval token
+ * that no approval has. */
+void tl_random_token(char out[44]);
+
+/* The stack's nginx access log: nginx/access.log in the directory that
+ * holds $ONCEGATE_CONF (malloc'd), or NULL. */
+char *tl_access_log_path(void);
+/* The same for nginx/error.log. */
+char *tl_error_log_path(void);
+
+/* A whole file, NUL-terminated (malloc'd); NULL when it cannot be read. */
+char *tl_file_slurp(const char *path, size_t *len);
+
+/* Every row of every table of the public schema as text, one
+ * "table<TAB>row" per line (malloc'd): what a database dump would hold. */
+char *tl_pg_dump_all(PGconn *c);
+
+/* Executes a statement that returns no rows; fails the test on error.
+ * Returns the number of rows it affected. */
+long long tl_pg_exec(PGconn *c, const char *sql, int nparams,
+                     const char *const *params);
+
+/* Polls GET /healthz until it answers 200, at most `seconds`. */
+bool tl_wait_healthy(int seconds);
+
 #endif

@@ -6,14 +6,23 @@
  * call the handler. Every answer that is a decision writes exactly one line
  * to the decision log.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "api.h"
 #include "canon.h"
 #include "clients.h"
+#include "contract.h"
+#include "csrf.h"
+#include "digest.h"
+#include "gate.h"
 #include "ledger.h"
+#include "outbox.h"
+#include "page.h"
+#include "token.h"
 #include "limits.h"
 #include "log.h"
 
@@ -23,6 +32,21 @@ enum route_id {
 	ROUTE_LEASE,
 	ROUTE_TRANSITION,
 	ROUTE_HEALTHZ,
+	ROUTE_OUTPUT,
+	ROUTE_APPROVE_PAGE,
+	ROUTE_APPROVE_DECIDE,
+};
+
+enum route_auth {
+	AUTH_NONE,
+	AUTH_BEARER,   /* an API client's key */
+	AUTH_SSO,      /* a person signed in through nginx (REMOTE_USER) */
+};
+
+enum route_body {
+	BODY_NONE,
+	BODY_JSON,     /* a JSON object */
+	BODY_FORM,     /* an HTML form post */
 };
 
 /* What a route's path looks like. */
@@ -37,19 +61,29 @@ struct route {
 	enum route_shape shape;
 	const char *prefix;
 	const char *suffix;
-	const char *pattern;  /* for logs and errors */
-	bool auth;            /* bearer API key required */
-	bool body;            /* a JSON object body is required */
+	const char *pattern;  /* for logs and errors; never the raw path */
+	enum route_auth auth;
+	enum route_body body;
+	bool token;           /* the path segment is an approval token, not a key */
 };
 
 static const struct route routes[] = {
-	{ ROUTE_CLAIM, "POST", SHAPE_EXACT, "/v1/runs", NULL, "/v1/runs", true, true },
-	{ ROUTE_STATUS, "GET", SHAPE_KEY, "/v1/runs/", "", "/v1/runs/{key}", true, false },
+	{ ROUTE_CLAIM, "POST", SHAPE_EXACT, "/v1/runs", NULL, "/v1/runs", AUTH_BEARER,
+	  BODY_JSON, false },
+	{ ROUTE_STATUS, "GET", SHAPE_KEY, "/v1/runs/", "", "/v1/runs/{key}", AUTH_BEARER,
+	  BODY_NONE, false },
 	{ ROUTE_LEASE, "POST", SHAPE_KEY, "/v1/runs/", "/lease", "/v1/runs/{key}/lease",
-	  true, true },
+	  AUTH_BEARER, BODY_JSON, false },
 	{ ROUTE_TRANSITION, "POST", SHAPE_KEY, "/v1/runs/", "/transition",
-	  "/v1/runs/{key}/transition", true, true },
-	{ ROUTE_HEALTHZ, "GET", SHAPE_EXACT, "/healthz", NULL, "/healthz", false, false },
+	  "/v1/runs/{key}/transition", AUTH_BEARER, BODY_JSON, false },
+	{ ROUTE_OUTPUT, "POST", SHAPE_KEY, "/v1/runs/", "/output", "/v1/runs/{key}/output",
+	  AUTH_BEARER, BODY_JSON, false },
+	{ ROUTE_HEALTHZ, "GET", SHAPE_EXACT, "/healthz", NULL, "/healthz", AUTH_NONE, BODY_NONE,
+	  false },
+	{ ROUTE_APPROVE_PAGE, "GET", SHAPE_KEY, "/approve/", "", "/approve/{token}", AUTH_SSO,
+	  BODY_NONE, true },
+	{ ROUTE_APPROVE_DECIDE, "POST", SHAPE_KEY, "/approve/", "", "/approve/{token}",
+	  AUTH_SSO, BODY_FORM, true },
 };
 
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
@@ -71,7 +105,18 @@ struct call {
 	struct ledger_lookup lookup;
 	struct db_call prefetch;
 	bool prefetched;
+	char token[OG_KEY_MAX_CHARS * 4 + 1]; /* approval routes: the raw token */
 };
+
+static void handle_output(struct call *c);
+static void approve_handle(struct call *c);
+
+static void
+json_headers(struct call *c)
+{
+	(void)http_header(c->resp, "Content-Type", "application/json");
+	(void)http_header(c->resp, "Cache-Control", "no-store");
+}
 
 /* ---- route matching ---------------------------------------------------- */
 
@@ -143,12 +188,13 @@ api_key_valid(const char *key, size_t len)
 	return 1;
 }
 
-const char *
-api_route(const char *method, const char *uri, char *key, size_t keylen, int *status,
-          const char **allow)
+/* The route for method and uri, with the percent-decoded path segment in
+ * key; NULL with *status 404, 405 (and *allow) or 400. */
+static const struct route *
+route_match(const char *method, const char *uri, char *key, size_t keylen, int *status,
+            const char **allow)
 {
 	size_t plen = http_path_len(uri), i;
-	const char *pattern = NULL;
 
 	*status = 404;
 	*allow = NULL;
@@ -161,8 +207,9 @@ api_route(const char *method, const char *uri, char *key, size_t keylen, int *st
 		if (!route_path_match(&routes[i], uri, plen, &k, &klen))
 			continue;
 		if (strcmp(method, routes[i].method) != 0) {
+			if (*status != 405)
+				*allow = routes[i].method;
 			*status = 405;
-			*allow = routes[i].method;
 			continue;
 		}
 		if (k != NULL) {
@@ -176,11 +223,19 @@ api_route(const char *method, const char *uri, char *key, size_t keylen, int *st
 			}
 			memcpy(key, raw, (size_t)n + 1);
 		}
-		pattern = routes[i].pattern;
 		*status = 200;
-		break;
+		return &routes[i];
 	}
-	return pattern;
+	return NULL;
+}
+
+const char *
+api_route(const char *method, const char *uri, char *key, size_t keylen, int *status,
+          const char **allow)
+{
+	const struct route *r = route_match(method, uri, key, keylen, status, allow);
+
+	return r != NULL ? r->pattern : NULL;
 }
 
 /* ---- answering ------------------------------------------------------- */
@@ -496,11 +551,35 @@ handle_status(struct call *c)
 	json_t *run = NULL;
 	enum ledger_rc rc;
 
+	json_t *approvals = NULL, *effects = NULL;
+	size_t i;
+
 	rc = ledger_status(c->ctx->db, c->client.id, c->key, &run);
 	if (rc != LEDGER_OK) {
 		call_ledger_failure(c, rc);
 		return;
 	}
+	if (gate_list(c->ctx->db, c->client.id, c->key, &approvals) != GATE_OK ||
+	    outbox_list(c->ctx->db, c->client.id, c->key,
+	                json_string_value(json_object_get(run, "correlation_id")),
+	                json_string_value(json_object_get(run, "workflow_version")),
+	                &effects) != OUTBOX_OK) {
+		json_decref(approvals);
+		json_decref(run);
+		call_unavailable(c, db_error(c->ctx->db));
+		return;
+	}
+	/* the retry budget is the target's (SPEC 7.1) */
+	for (i = 0; i < json_array_size(effects); i++) {
+		json_t *e = json_array_get(effects, i);
+		const struct config_target *t =
+		    config_target(c->ctx->cfg, json_string_value(json_object_get(e, "target")));
+
+		if (t != NULL)
+			json_object_set_new(e, "max_attempts", json_integer(t->max_attempts));
+	}
+	json_object_set_new(run, "approvals", approvals);
+	json_object_set_new(run, "effects", effects);
 	http_json(c->resp, 200, run);
 	call_log(c, LOG_LEVEL_DEBUG, "run.read", &f);
 }
@@ -660,6 +739,837 @@ handle_healthz(struct call *c)
 	http_json(c->resp, 200, json_pack("{s:s}", "status", "ok"));
 }
 
+/* ---- model output (SPEC 3.5) ------------------------------------------- */
+
+/* Canonical hash of a JSON value as jansson holds it. */
+static int
+json_hash(const json_t *v, char hash[CANON_HASH_LEN], char **text)
+{
+	char *dumped = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+	char *canon = NULL;
+	size_t n;
+
+	*text = NULL;
+	if (dumped == NULL || canon_json(dumped, strlen(dumped), &canon, &n) != CANON_OK) {
+		free(dumped);
+		return -1;
+	}
+	canon_hash(canon, n, hash);
+	free(dumped);
+	*text = canon;
+	return 0;
+}
+
+static bool
+http_url(const char *s)
+{
+	return s != NULL && (strncmp(s, "https://", 8) == 0 || strncmp(s, "http://", 7) == 0) &&
+	       strlen(s) <= 2048 && printable_text(s);
+}
+
+/* A 422 that names the problem with the output submission. */
+static void
+call_unprocessable(struct call *c, const char *code, const char *message, const char *field)
+{
+	call_reject(c, 422, code, message, field);
+}
+
+static void
+handle_output(struct call *c)
+{
+	static const char *const fields[] = { "lease_owner", "version", "contract", "output",
+		                              "model", "effect", "source_url", "requested_by",
+		                              "callback_url", NULL };
+	const struct config *cfg = c->ctx->cfg;
+	const struct contract *contract;
+	struct ledger_output lo = { 0 };
+	struct ledger_run run = { 0 };
+	struct log_fields f = { 0 };
+	char out_hash[CANON_HASH_LEN], eff_hash[CANON_HASH_LEN];
+	char *out_text = NULL, *eff_text = NULL, *model_text = NULL, *errors_text = NULL;
+	char *effect_payload_text = NULL;
+	const char *name, *etype, *etarget;
+	json_t *output, *effect, *model, *errors = NULL, *answer = NULL, *approvals = NULL;
+	json_t *decisions = NULL, *effect_doc = NULL;
+	bool human, in_tx = false;
+	enum ledger_rc lrc;
+	long long version;
+	size_t out_len;
+	size_t i;
+
+	if (!only_fields(c, fields) || !req_owner(c, &lo.owner) ||
+	    !req_int(c, "version", 1, (long long)1 << 53, &version))
+		goto out;
+	name = json_string_value(json_object_get(c->body, "contract"));
+	contract = name != NULL && c->ctx->contracts != NULL
+	               ? contract_find(c->ctx->contracts, name)
+	               : NULL;
+	if (contract == NULL) {
+		call_unprocessable(c, "unknown_contract", "contract must name a loaded contract",
+		                   "contract");
+		goto out;
+	}
+	f.contract = contract_name(contract);
+	output = json_object_get(c->body, "output");
+	if (output == NULL) {
+		call_reject(c, 400, "invalid_field", "output is required", "output");
+		goto out;
+	}
+	model = json_object_get(c->body, "model");
+	if (model != NULL && !json_is_object(model)) {
+		call_reject(c, 400, "invalid_field", "model must be an object", "model");
+		goto out;
+	}
+	effect = json_object_get(c->body, "effect");
+	etype = json_string_value(json_object_get(effect, "type"));
+	etarget = json_string_value(json_object_get(effect, "target"));
+	if (!json_is_object(effect) || etype == NULL || etarget == NULL ||
+	    json_object_get(effect, "payload") == NULL || json_object_size(effect) != 3) {
+		call_reject(c, 400, "invalid_field",
+		            "effect must be {\"type\", \"target\", \"payload\"}", "effect");
+		goto out;
+	}
+	if (!contract_effect_allowed(contract, etype, etarget)) {
+		call_unprocessable(c, "effect_not_allowed",
+		                   "the contract does not allow this effect type and target",
+		                   "effect");
+		goto out;
+	}
+	if (config_target(cfg, etarget) == NULL) {
+		call_unprocessable(c, "unknown_target", "effect.target names no configured target",
+		                   "effect");
+		goto out;
+	}
+	if (!opt_string(c, "source_url", 2048, &lo.source_url) ||
+	    !opt_string(c, "requested_by", OG_FIELD_MAX, &lo.requested_by) ||
+	    !opt_string(c, "callback_url", 2048, &lo.callback_url))
+		goto out;
+	if (lo.source_url != NULL && !http_url(lo.source_url)) {
+		call_reject(c, 400, "invalid_field", "source_url must be an http(s) URL",
+		            "source_url");
+		goto out;
+	}
+	if (lo.callback_url != NULL && !config_callback_allowed(cfg, lo.callback_url)) {
+		call_unprocessable(c, "callback_not_allowed",
+		                   "callback_url's origin is not a configured callback origin",
+		                   "callback_url");
+		goto out;
+	}
+
+	lo.client_id = c->client.id;
+	lo.key = c->key;
+	lo.version = version;
+	lo.contract = contract_name(contract);
+	lo.contract_hash = contract_hash(contract);
+	if (canon_member(c->req->body, c->req->body_len, "output", &out_text, &out_len) !=
+	    CANON_OK) {
+		call_reject(c, 400, "invalid_json", "output is not canonical JSON", "output");
+		goto out;
+	}
+	canon_hash(out_text, out_len, out_hash);
+	lo.output = out_text;
+	lo.output_hash = out_hash;
+
+	errors = contract_validate(contract, output);
+	if (errors == NULL) {
+		call_internal(c, "validator failed");
+		goto out;
+	}
+	if (json_array_size(errors) > 0) {
+		int budget = contract_repair_attempts(contract), left;
+
+		errors_text = json_dumps(errors, JSON_COMPACT);
+		lo.validation = errors_text;
+		lrc = ledger_output_invalid(c->ctx->db, &lo, budget, &run);
+		if (lrc != LEDGER_OK) {
+			if (lrc == LEDGER_LEASE_LOST) {
+				http_json(c->resp, 409,
+				          json_pack("{s:s, s:s}", "error", "lease_lost", "message",
+				                    "this execution no longer owns the run; stop"));
+				f.reason = "lease_lost";
+				call_log(c, LOG_LEVEL_WARNING, "lease.lost", &f);
+			} else {
+				call_ledger_failure(c, lrc);
+			}
+			goto out;
+		}
+		left = budget - run.attempt;
+		answer = json_pack("{s:s, s:O, s:i, s:s, s:I}", "outcome",
+		                   run.state == RUN_FAILED_TERMINAL ? "failed_terminal" : "invalid",
+		                   "errors", errors, "repairs_left", left < 0 ? 0 : left, "state",
+		                   ledger_state_name(run.state), "version", (json_int_t)run.version);
+		http_json(c->resp, 422, answer);
+		answer = NULL;
+		f.state_from = "processing";
+		f.state_to = ledger_state_name(run.state);
+		f.version = run.version;
+		f.validation = "invalid";
+		f.error_class = run.state == RUN_FAILED_TERMINAL ? "validation" : NULL;
+		call_log(c, LOG_LEVEL_NOTICE,
+		         run.state == RUN_FAILED_TERMINAL ? "run.failed_validation"
+		                                          : "run.output_invalid",
+		         &f);
+		goto out;
+	}
+
+	/* Valid. The gate decides by the contract's rules alone: fields of the
+	 * model's own output never grant autonomy unless a rule names them. */
+	switch (contract_gate_mode(contract)) {
+	case GATE_ACT_WITH_WINDOW:
+		human = false;
+		break;
+	case GATE_APPROVE_BY_EXCEPTION:
+		human = !contract_auto_eligible(contract, output, effect) ||
+		        contract_sampled(contract, c->key);
+		break;
+	default:
+		human = true;
+		break;
+	}
+	model_text = model != NULL ? json_dumps(model, JSON_COMPACT) : NULL;
+	effect_doc = json_pack("{s:s, s:s, s:O}", "type", etype, "target", etarget, "payload",
+	                       json_object_get(effect, "payload"));
+	eff_text = effect_doc != NULL ? json_dumps(effect_doc, JSON_COMPACT) : NULL;
+	if (eff_text == NULL ||
+	    json_hash(json_object_get(effect, "payload"), eff_hash, &effect_payload_text) != 0) {
+		call_internal(c, "effect could not be serialised");
+		goto out;
+	}
+	lo.model = model_text;
+	lo.effect = eff_text;
+
+	if (db_begin(c->ctx->db) != DB_OK) {
+		call_unavailable(c, db_error(c->ctx->db));
+		goto out;
+	}
+	in_tx = true;
+	lrc = ledger_output_accept(c->ctx->db, &lo, human ? RUN_AWAITING_HUMAN : RUN_APPROVED,
+	                           &run);
+	if (lrc != LEDGER_OK) {
+		db_rollback(c->ctx->db);
+		in_tx = false;
+		if (lrc == LEDGER_LEASE_LOST) {
+			http_json(c->resp, 409,
+			          json_pack("{s:s, s:s}", "error", "lease_lost", "message",
+			                    "this execution no longer owns the run; stop"));
+			f.reason = "lease_lost";
+			call_log(c, LOG_LEVEL_WARNING, "lease.lost", &f);
+		} else {
+			call_ledger_failure(c, lrc);
+		}
+		goto out;
+	}
+	if (human) {
+		approvals = json_array();
+		decisions = contract_allowed_decisions(contract);
+		for (i = 0; i < contract_approver_count(contract); i++) {
+			char token[TOKEN_TEXT_LEN + 1], id[GATE_ID_LEN], expires[GATE_TS_LEN];
+			unsigned char hash[32];
+			struct buf url;
+			enum gate_rc grc;
+
+			if (token_new(token, hash) != 0) {
+				db_rollback(c->ctx->db);
+				in_tx = false;
+				call_internal(c, "the CSPRNG failed");
+				goto out;
+			}
+			grc = gate_create(c->ctx->db, c->client.id, c->key,
+			                  contract_approver(contract, i), decisions, lo.requested_by,
+			                  contract_separation_of_duties(contract),
+			                  contract_expires_seconds(contract), hash, id, expires);
+			if (grc != GATE_OK) {
+				digest_wipe(token, sizeof(token));
+				db_rollback(c->ctx->db);
+				in_tx = false;
+				if (grc == GATE_UNAVAILABLE)
+					call_unavailable(c, db_error(c->ctx->db));
+				else
+					call_internal(c, db_error(c->ctx->db));
+				goto out;
+			}
+			/* The raw token leaves here once, in this answer, and is
+			 * never stored or logged. */
+			buf_init(&url, 4096);
+			if (buf_printf(&url, "%s/approve/%s", cfg->public_url, token) != 0) {
+				buf_free(&url);
+				digest_wipe(token, sizeof(token));
+				db_rollback(c->ctx->db);
+				in_tx = false;
+				call_internal(c, "approval URL too long");
+				goto out;
+			}
+			json_array_append_new(approvals,
+			                      json_pack("{s:s, s:s, s:s, s:s}", "approval_id", id,
+			                                "approver", contract_approver(contract, i),
+			                                "expires_at", expires, "url", url.data));
+			digest_wipe(url.data, url.len);
+			buf_free(&url);
+			digest_wipe(token, sizeof(token));
+		}
+		answer = json_pack("{s:s, s:o, s:I}", "outcome", "awaiting_human", "approvals",
+		                   approvals, "version", (json_int_t)run.version);
+		approvals = NULL;
+	} else {
+		struct outbox_effect e = { 0 };
+		char id[OUTBOX_ID_LEN], not_before[OUTBOX_TS_LEN];
+		enum outbox_rc orc;
+
+		e.client_id = c->client.id;
+		e.key = c->key;
+		e.type = etype;
+		e.target = etarget;
+		e.payload = effect_payload_text;
+		e.payload_hash = eff_hash;
+		e.delay_seconds = contract_window_seconds(contract);
+		orc = outbox_enqueue(c->ctx->db, &e, id, not_before);
+		if (orc != OUTBOX_OK) {
+			db_rollback(c->ctx->db);
+			in_tx = false;
+			if (orc == OUTBOX_UNAVAILABLE)
+				call_unavailable(c, db_error(c->ctx->db));
+			else
+				call_internal(c, db_error(c->ctx->db));
+			goto out;
+		}
+		answer = json_pack("{s:s, s:s, s:I}", "outcome", "approved", "effect_id", id,
+		                   "version", (json_int_t)run.version);
+		if (e.delay_seconds > 0)
+			json_object_set_new(answer, "not_before", json_string(not_before));
+		f.effect_id = NULL; /* logged below from the answer */
+	}
+	if (db_commit(c->ctx->db) != DB_OK) {
+		in_tx = false;
+		call_unavailable(c, db_error(c->ctx->db));
+		goto out;
+	}
+	in_tx = false;
+	f.state_from = "processing";
+	f.state_to = ledger_state_name(run.state);
+	f.version = run.version;
+	f.validation = "valid";
+	f.target = etarget;
+	f.effect_id = json_string_value(json_object_get(answer, "effect_id"));
+	f.decision = human ? NULL : "auto";
+	f.actor = human ? NULL : "gate:auto";
+	f.model = json_string_value(json_object_get(model, "name"));
+	http_json(c->resp, 202, json_incref(answer));
+	call_log(c, LOG_LEVEL_INFO, human ? "run.awaiting_human" : "run.approved", &f);
+out:
+	if (in_tx)
+		db_rollback(c->ctx->db);
+	json_decref(answer);
+	json_decref(approvals);
+	json_decref(decisions);
+	json_decref(errors);
+	json_decref(effect_doc);
+	free(out_text);
+	free(eff_text);
+	free(model_text);
+	free(errors_text);
+	free(effect_payload_text);
+	ledger_run_clear(&run);
+}
+
+/* ---- approval pages (SPEC 5) -------------------------------------------- */
+
+static void
+page_headers(struct call *c)
+{
+	(void)http_header(c->resp, "Content-Type", "text/html; charset=utf-8");
+	(void)http_header(c->resp, "Cache-Control", "no-store");
+	(void)http_header(c->resp, "Referrer-Policy", "no-referrer");
+	(void)http_header(c->resp, "X-Content-Type-Options", "nosniff");
+	(void)http_header(c->resp, "X-Frame-Options", "DENY");
+	(void)http_header(c->resp, "Content-Security-Policy",
+	                  "default-src 'none'; style-src 'self'; img-src 'self'; "
+	                  "form-action 'self'; frame-ancestors 'none'; base-uri 'none'");
+}
+
+/* Renders a filled page as the answer; consumes p. */
+static void
+page_answer(struct call *c, int status, struct page *p)
+{
+	buf_reset(&c->resp->body);
+	c->resp->status = status;
+	if (p == NULL || page_render(p, &c->resp->body) != 0) {
+		buf_reset(&c->resp->body);
+		c->resp->status = 500;
+		if (buf_puts(&c->resp->body, "<!DOCTYPE html><title>Error</title>"
+		                             "<p>The page could not be built.</p>") != 0)
+			buf_reset(&c->resp->body);
+	}
+	page_free(p);
+}
+
+/* The notice page: unknown, expired, used, refused. One log line. */
+static void
+page_notice(struct call *c, int status, const char *event, const char *heading,
+            const char *message, struct log_fields *f)
+{
+	struct page *p = c->ctx->pages != NULL ? page_new(c->ctx->pages, "notice") : NULL;
+
+	if (p != NULL) {
+		(void)page_text(p, "title", heading);
+		(void)page_text(p, "heading", heading);
+		(void)page_text(p, "message", message);
+		page_remove(p, "detail");
+	}
+	page_answer(c, status, p);
+	if (f->reason == NULL)
+		f->reason = message;
+	call_log(c, status >= 500 ? LOG_LEVEL_ERROR : LOG_LEVEL_NOTICE, event, f);
+}
+
+static char *
+pretty(const json_t *v)
+{
+	/* 15 significant digits: 0.8 shows as 0.8, not 0.80000000000000004 */
+	return v != NULL ? json_dumps(v, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENCODE_ANY |
+	                                     JSON_REAL_PRECISION(15))
+	                 : strdup("");
+}
+
+/* The page of an approval that was decided: who decided what, when. */
+static void
+page_decided(struct call *c, int status, const struct gate_approval *a, const json_t *run)
+{
+	struct page *p = page_new(c->ctx->pages, "decided");
+	const json_t *effect = json_object_get(run, "proposed_effect");
+	struct log_fields f = { 0 };
+
+	if (p != NULL) {
+		(void)page_text(p, "title", "Decided");
+		(void)page_text(p, "key", a->key);
+		(void)page_text(p, "decision", a->decision != NULL ? a->decision : "");
+		(void)page_text(p, "decided_by", a->approver_subject != NULL ? a->approver_subject : "");
+		(void)page_text(p, "decided_at", a->consumed_at);
+		(void)page_text(p, "reason", a->reason != NULL ? a->reason : "");
+		(void)page_text(p, "effect_type", json_string_value(json_object_get(effect, "type")) ?: "");
+		(void)page_text(p, "effect_target",
+		                json_string_value(json_object_get(effect, "target")) ?: "");
+	}
+	page_answer(c, status, p);
+	f.approval_id = a->id;
+	f.decision = a->decision;
+	call_log(c, LOG_LEVEL_DEBUG, "approval.viewed", &f);
+}
+
+/* The confirmation card. GET never changes anything. */
+static void
+page_card(struct call *c, const struct gate_approval *a, const json_t *run)
+{
+	const struct config *cfg = c->ctx->cfg;
+	const json_t *output = json_object_get(run, "output");
+	const json_t *effect = json_object_get(run, "proposed_effect");
+	const json_t *model = json_object_get(run, "model");
+	const json_t *errs = json_object_get(run, "validation_errors");
+	const char *source = json_string_value(json_object_get(run, "source_url"));
+	const char *requested = json_string_value(json_object_get(run, "requested_by"));
+	const char *subject = c->req->remote_user, *name, *dec;
+	char csrf[CSRF_TEXT_LEN + 1], model_text[512];
+	char *out_text = pretty(output), *eff_text = pretty(json_object_get(effect, "payload"));
+	struct page *p = page_new(c->ctx->pages, "approval");
+	struct log_fields f = { 0 };
+	size_t i;
+	json_t *v;
+
+	if (p == NULL || out_text == NULL || eff_text == NULL) {
+		page_free(p);
+		p = NULL;
+		goto out;
+	}
+	(void)page_text(p, "title", "Approval needed");
+	(void)page_text(p, "key", a->key);
+	if (source != NULL) {
+		(void)page_attr(p, "source_link", "href", source);
+		(void)page_text(p, "source_link", source);
+	} else {
+		(void)page_text(p, "source_link", "(none given)");
+	}
+	(void)page_text(p, "contract", json_string_value(json_object_get(run, "contract")) ?: "");
+	snprintf(model_text, sizeof(model_text), "%s %s %s",
+	         json_string_value(json_object_get(model, "provider")) ?: "",
+	         json_string_value(json_object_get(model, "name")) ?: "",
+	         json_string_value(json_object_get(model, "revision")) ?: "");
+	(void)page_text(p, "model", model_text);
+	(void)page_text(p, "output", out_text);
+	if (json_is_object(output)) {
+		json_object_foreach((json_t *)(uintptr_t)output, name, v) {
+			struct page_scope *sc = page_repeat(p, "output_fields");
+			char *text = json_is_string(v)
+			                 ? strdup(json_string_value(v))
+			                 : json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY |
+			                                     JSON_REAL_PRECISION(15));
+
+			if (sc != NULL && text != NULL) {
+				(void)page_scope_text(sc, "field_name", name);
+				(void)page_scope_text(sc, "field_value", text);
+			}
+			free(text);
+		}
+	}
+	page_repeat_done(p, "output_fields");
+	if (json_array_size(errs) > 0) {
+		json_array_foreach(errs, i, v) {
+			struct page_scope *sc = page_repeat(p, "error_item");
+
+			if (sc == NULL)
+				break;
+			(void)page_scope_text(sc, "error_path",
+			                      json_string_value(json_object_get(v, "path")) ?: "");
+			(void)page_scope_text(sc, "error_message",
+			                      json_string_value(json_object_get(v, "message")) ?: "");
+		}
+		page_repeat_done(p, "error_item");
+	} else {
+		page_remove(p, "errors");
+	}
+	(void)page_text(p, "approver", subject);
+	(void)page_text(p, "approver_groups", c->req->auth_groups != NULL ? c->req->auth_groups : "");
+	(void)page_text(p, "expires_at", a->expires_at);
+	(void)page_text(p, "effect_type", json_string_value(json_object_get(effect, "type")) ?: "");
+	(void)page_text(p, "effect_target", json_string_value(json_object_get(effect, "target")) ?: "");
+	(void)page_text(p, "effect_payload", eff_text);
+	(void)page_text(p, "requested_by", requested != NULL ? requested : "(not given)");
+	(void)page_attr(p, "form", "action", "");
+	csrf_issue((const unsigned char *)cfg->csrf_secret, strlen(cfg->csrf_secret), a->id,
+	           subject, csrf);
+	(void)page_attr(p, "csrf", "value", csrf);
+	digest_wipe(csrf, sizeof(csrf));
+	json_array_foreach(a->allowed_decisions, i, v) {
+		struct page_scope *sc;
+
+		dec = json_string_value(v);
+		if (dec == NULL || (sc = page_repeat(p, "decision_button")) == NULL)
+			continue;
+		(void)page_scope_attr(sc, "decision_value", "value", dec);
+		(void)page_scope_text(sc, "decision_label",
+		                      strcmp(dec, "approve") == 0 ? "Approve" : "Reject");
+	}
+	page_repeat_done(p, "decision_button");
+out:
+	page_answer(c, 200, p);
+	free(out_text);
+	free(eff_text);
+	f.approval_id = a->id;
+	f.actor = subject;
+	call_log(c, LOG_LEVEL_INFO, "approval.viewed", &f);
+}
+
+/* Origin / Sec-Fetch-Site: the form must come from our own pages. */
+static bool
+same_origin(const struct call *c)
+{
+	const char *origin = c->req->origin, *site = c->req->sec_fetch_site;
+	const char *pub = c->ctx->cfg->public_url;
+
+	if (site != NULL && site[0] != '\0')
+		return strcmp(site, "same-origin") == 0;
+	if (origin != NULL && origin[0] != '\0' && pub[0] != '\0') {
+		size_t n = strcspn(pub + (strncmp(pub, "https://", 8) == 0 ? 8 : 7), "/") +
+		           (strncmp(pub, "https://", 8) == 0 ? 8 : 7);
+
+		return strlen(origin) == n && strncasecmp(origin, pub, n) == 0;
+	}
+	return false;
+}
+
+/* The decision: one transaction (SPEC 5), then 303 to the page. */
+static void
+approve_decide(struct call *c, const unsigned char hash[32], struct gate_approval *a,
+               const json_t *run)
+{
+	const struct config *cfg = c->ctx->cfg;
+	const char *subject = c->req->remote_user;
+	const json_t *effect = json_object_get(run, "proposed_effect");
+	const char *callback = json_string_value(json_object_get(run, "callback_url"));
+	char decision[16], csrf[128], reason[OG_FIELD_MAX + 1];
+	char effect_id[OUTBOX_ID_LEN] = "", not_before[OUTBOX_TS_LEN];
+	struct ledger_run lr = { 0 };
+	struct log_fields f = { 0 };
+	char *payload = NULL, *cb_payload = NULL;
+	char phash[CANON_HASH_LEN];
+	enum ledger_rc lrc;
+	enum gate_rc grc;
+	long n;
+
+	f.approval_id = a->id;
+	f.actor = subject;
+	if (!http_is_form(c->req->content_type) || c->req->body_too_large) {
+		page_notice(c, 415, "approval.refused", "Not a form",
+		            "The decision must be sent by the form on the approval page.", &f);
+		goto out;
+	}
+	if (http_form_get(c->req->body, c->req->body_len, "decision", decision,
+	                  sizeof(decision)) <= 0 ||
+	    http_form_get(c->req->body, c->req->body_len, "csrf", csrf, sizeof(csrf)) <= 0) {
+		f.reason = "missing_field";
+		page_notice(c, 400, "approval.refused", "Incomplete form",
+		            "The form lacks its decision or its protection token; reload the page.",
+		            &f);
+		goto out;
+	}
+	n = http_form_get(c->req->body, c->req->body_len, "reason", reason, sizeof(reason));
+	if (n == -2 || (n > 0 && !printable_text(reason))) {
+		f.reason = "bad_reason";
+		page_notice(c, 400, "approval.refused", "Reason not accepted",
+		            "The reason must be plain text of at most 512 bytes.", &f);
+		goto out;
+	}
+	if (n < 0)
+		reason[0] = '\0';
+	f.decision = decision;
+	if (!csrf_verify((const unsigned char *)cfg->csrf_secret, strlen(cfg->csrf_secret), a->id,
+	                 subject, csrf)) {
+		f.reason = "csrf";
+		page_notice(c, 403, "approval.refused", "Form expired",
+		            "This form was not issued to you for this approval. Reload the "
+		            "approval page and decide again.",
+		            &f);
+		goto out;
+	}
+	if (!json_array_size(a->allowed_decisions) ||
+	    (strcmp(decision, "approve") != 0 && strcmp(decision, "reject") != 0)) {
+		f.reason = "decision_not_allowed";
+		page_notice(c, 400, "approval.refused", "Decision not allowed",
+		            "This approval does not allow that decision.", &f);
+		goto out;
+	}
+	{
+		size_t i;
+		json_t *v;
+		bool allowed = false;
+
+		json_array_foreach(a->allowed_decisions, i, v)
+			if (json_is_string(v) && strcmp(json_string_value(v), decision) == 0)
+				allowed = true;
+		if (!allowed) {
+			f.reason = "decision_not_allowed";
+			page_notice(c, 400, "approval.refused", "Decision not allowed",
+			            "This approval does not allow that decision.", &f);
+			goto out;
+		}
+	}
+	if (!contract_approver_matches(a->approver, subject, c->req->auth_groups)) {
+		f.reason = "not_an_approver";
+		page_notice(c, 403, "approval.refused", "Not your approval",
+		            "You are not among the approvers this link was issued to.", &f);
+		goto out;
+	}
+	if (a->separation_of_duties && a->requested_by != NULL &&
+	    strcasecmp(a->requested_by, subject) == 0) {
+		f.reason = "separation_of_duties";
+		page_notice(c, 403, "approval.refused", "Separation of duties",
+		            "You requested this action, so someone else must approve it.", &f);
+		goto out;
+	}
+
+	if (db_begin(c->ctx->db) != DB_OK)
+		goto unavailable;
+	grc = gate_consume(c->ctx->db, hash, decision, subject, reason[0] ? reason : NULL);
+	if (grc == GATE_OK)
+		grc = gate_void_others(c->ctx->db, a->client_id, a->key, a->id);
+	if (grc != GATE_OK) {
+		db_rollback(c->ctx->db);
+		if (grc == GATE_UNAVAILABLE)
+			goto unavailable;
+		f.reason = "already_decided";
+		page_notice(c, 409, "approval.refused", "Already decided",
+		            "This approval was already decided, has expired, or was revoked. "
+		            "Nothing was changed.",
+		            &f);
+		goto out;
+	}
+	lrc = ledger_decide(c->ctx->db, a->client_id, a->key, decision, subject,
+	                    reason[0] ? reason : "rejected by the approver", &lr);
+	if (lrc != LEDGER_OK) {
+		db_rollback(c->ctx->db);
+		if (lrc == LEDGER_UNAVAILABLE)
+			goto unavailable;
+		f.reason = "run_not_awaiting";
+		page_notice(c, 409, "approval.refused", "Already decided",
+		            "The run is no longer waiting for a decision. Nothing was changed.", &f);
+		goto out;
+	}
+	if (strcmp(decision, "approve") == 0) {
+		struct outbox_effect e = { 0 };
+
+		if (json_hash(json_object_get(effect, "payload"), phash, &payload) != 0)
+			goto internal;
+		e.client_id = a->client_id;
+		e.key = a->key;
+		e.type = json_string_value(json_object_get(effect, "type"));
+		e.target = json_string_value(json_object_get(effect, "target"));
+		e.payload = payload;
+		e.payload_hash = phash;
+		e.approval_id = a->id;
+		if (e.type == NULL || e.target == NULL ||
+		    outbox_enqueue(c->ctx->db, &e, effect_id, not_before) != OUTBOX_OK)
+			goto internal;
+	}
+	if (callback != NULL) {
+		/* The workflow's Wait node learns the outcome (SPEC 5). */
+		struct outbox_effect e = { 0 };
+		json_t *cb = json_pack("{s:s, s:s, s:s, s:s, s:s}", "url", callback, "key", a->key,
+		                       "decision", strcmp(decision, "approve") == 0 ? "approved"
+		                                                                    : "rejected",
+		                       "decided_by", subject, "approval_id", a->id);
+		char ceid[OUTBOX_ID_LEN], cnb[OUTBOX_TS_LEN], chash[CANON_HASH_LEN];
+
+		if (cb == NULL || json_hash(cb, chash, &cb_payload) != 0) {
+			json_decref(cb);
+			goto internal;
+		}
+		json_decref(cb);
+		e.client_id = a->client_id;
+		e.key = a->key;
+		e.type = "decision.callback";
+		e.target = "callback";
+		e.payload = cb_payload;
+		e.payload_hash = chash;
+		e.approval_id = a->id;
+		if (outbox_enqueue(c->ctx->db, &e, ceid, cnb) != OUTBOX_OK)
+			goto internal;
+	}
+	if (db_commit(c->ctx->db) != DB_OK) {
+		/* the partial unique index: another approver decided first */
+		f.reason = "already_decided";
+		page_notice(c, 409, "approval.refused", "Already decided",
+		            "Another approver decided first. Nothing was changed.", &f);
+		goto out;
+	}
+	c->resp->status = 303;
+	{
+		char location[sizeof(c->token) + 16];
+
+		snprintf(location, sizeof(location), "/approve/%s", c->token);
+		(void)http_header(c->resp, "Location", location);
+		digest_wipe(location, sizeof(location));
+	}
+	f.key = a->key;
+	f.state_from = "awaiting_human";
+	f.state_to = ledger_state_name(lr.state);
+	f.version = lr.version;
+	f.effect_id = effect_id[0] ? effect_id : NULL;
+	f.target = json_string_value(json_object_get(effect, "target"));
+	f.reason = reason[0] ? reason : NULL;
+	call_log(c, LOG_LEVEL_INFO, "approval.consumed", &f);
+	goto out;
+internal:
+	db_rollback(c->ctx->db);
+	f.reason = "internal";
+	page_notice(c, 500, "approval.failed", "Something went wrong",
+	            "The decision was not recorded. Try again; if it persists, tell the "
+	            "operators.",
+	            &f);
+	goto out;
+unavailable:
+	db_rollback(c->ctx->db);
+	(void)http_header(c->resp, "Retry-After", "5");
+	f.reason = "database_unavailable";
+	page_notice(c, 503, "db.unavailable", "Try again shortly",
+	            "The database is unavailable; nothing was recorded.", &f);
+out:
+	free(payload);
+	free(cb_payload);
+	ledger_run_clear(&lr);
+	digest_wipe(csrf, sizeof(csrf));
+}
+
+static void
+approve_handle(struct call *c)
+{
+	struct gate_approval a = { 0 };
+	struct log_fields f = { 0 };
+	unsigned char hash[32];
+	json_t *run = NULL;
+	enum gate_rc grc;
+	enum ledger_rc lrc;
+	const char *state;
+
+	page_headers(c);
+	if (c->ctx->pages == NULL) {
+		page_notice(c, 503, "approval.unavailable", "Approvals unavailable",
+		            "This server has no approval templates configured.", &f);
+		return;
+	}
+	if (c->req->remote_user == NULL || c->req->remote_user[0] == '\0') {
+		f.reason = "no_subject";
+		page_notice(c, 401, "auth.failed", "Sign-in required",
+		            "Sign in to see and decide approvals.", &f);
+		return;
+	}
+	f.actor = c->req->remote_user;
+	if (!token_shape_valid(c->token)) {
+		f.reason = "unknown_token";
+		page_notice(c, 404, "approval.unknown", "Unknown link",
+		            "This approval link is not valid. Check that it was copied whole.", &f);
+		return;
+	}
+	if (c->route->id == ROUTE_APPROVE_DECIDE && !same_origin(c)) {
+		f.reason = "cross_origin";
+		page_notice(c, 403, "approval.refused", "Refused",
+		            "Decisions are accepted only from the approval page itself.", &f);
+		return;
+	}
+	token_hash(c->token, hash);
+	grc = gate_find(c->ctx->db, hash, &a);
+	if (grc == GATE_UNAVAILABLE) {
+		(void)http_header(c->resp, "Retry-After", "5");
+		page_notice(c, 503, "db.unavailable", "Try again shortly",
+		            "The database is unavailable.", &f);
+		return;
+	}
+	if (grc != GATE_OK) {
+		f.reason = "unknown_token";
+		page_notice(c, 404, "approval.unknown", "Unknown link",
+		            "This approval link is not valid. Check that it was copied whole.", &f);
+		return;
+	}
+	snprintf(c->key, sizeof(c->key), "%s", a.key);
+	f.approval_id = a.id;
+	lrc = ledger_status(c->ctx->db, a.client_id, a.key, &run);
+	if (lrc != LEDGER_OK) {
+		page_notice(c, lrc == LEDGER_UNAVAILABLE ? 503 : 500, "approval.failed",
+		            "Try again shortly", "The run could not be read.", &f);
+		goto out;
+	}
+	if (a.state == APPROVAL_DECIDED) {
+		page_decided(c, 410, &a, run);
+		goto out;
+	}
+	if (a.state == APPROVAL_VOIDED || a.state == APPROVAL_REVOKED) {
+		f.reason = gate_state_name(a.state);
+		page_notice(c, 410, "approval.gone", "No longer valid",
+		            a.state == APPROVAL_VOIDED
+		                ? "Another approver already decided this run."
+		                : "This approval link was revoked by an operator.",
+		            &f);
+		goto out;
+	}
+	if (a.expired || a.state == APPROVAL_EXPIRED) {
+		f.reason = "expired";
+		page_notice(c, 410, "approval.expired", "Expired",
+		            "This approval link has expired. Nothing was sent.", &f);
+		goto out;
+	}
+	state = json_string_value(json_object_get(run, "state"));
+	if (state == NULL || strcmp(state, "awaiting_human") != 0) {
+		f.reason = "run_not_awaiting";
+		page_notice(c, 410, "approval.gone", "No longer waiting",
+		            "The run is no longer waiting for a decision.", &f);
+		goto out;
+	}
+	if (c->route->id == ROUTE_APPROVE_PAGE)
+		page_card(c, &a, run);
+	else
+		approve_decide(c, hash, &a, run);
+out:
+	json_decref(run);
+	gate_approval_clear(&a);
+}
+
 /* ---- the pipeline ---------------------------------------------------- */
 
 /* The key of a claim body, when it is one we could look up. */
@@ -811,25 +1721,24 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 	struct call c;
 	struct body_error berr;
 	const char *allow;
-	bool body_ok;
+	bool body_ok = true;
 	int status;
-	size_t i;
 
 	memset(&c, 0, sizeof(c));
 	c.ctx = ctx;
 	c.req = req;
 	c.resp = resp;
 	db_rollback(ctx->db);
-	(void)http_header(resp, "Content-Type", "application/json");
-	(void)http_header(resp, "Cache-Control", "no-store");
 
-	c.pattern = api_route(req->method, req->uri, c.key, sizeof(c.key), &status, &allow);
-	if (c.pattern == NULL) {
+	c.route = route_match(req->method, req->uri, c.key, sizeof(c.key), &status, &allow);
+	if (c.route == NULL) {
+		json_headers(&c);
 		if (status == 405) {
 			(void)http_header(resp, "Allow", allow);
 			call_reject(&c, 405, "method_not_allowed",
 			            "this path does not accept this method", NULL);
 		} else if (status == 400) {
+			c.key[0] = '\0';
 			call_reject(&c, 400, "invalid_key",
 			            "the key in the path must be 1 to 200 printable characters, "
 			            "percent-encoded",
@@ -839,12 +1748,18 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 		}
 		return;
 	}
-	for (i = 0; i < NROUTES; i++)
-		if (routes[i].pattern == c.pattern)
-			c.route = &routes[i];
-
-	body_ok = !c.route->body || call_parse_body(&c, &berr);
-	if (c.route->auth && !call_authenticate(&c))
+	c.pattern = c.route->pattern;
+	if (c.route->token) {
+		/* the segment is a secret: keep it out of c.key, which is logged */
+		snprintf(c.token, sizeof(c.token), "%s", c.key);
+		c.key[0] = '\0';
+		approve_handle(&c);
+		goto out;
+	}
+	json_headers(&c);
+	if (c.route->body == BODY_JSON)
+		body_ok = call_parse_body(&c, &berr);
+	if (c.route->auth == AUTH_BEARER && !call_authenticate(&c))
 		goto out;
 	if (!body_ok) {
 		call_reject(&c, berr.status, berr.code, berr.message, NULL);
@@ -864,12 +1779,19 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 	case ROUTE_TRANSITION:
 		handle_transition(&c);
 		break;
+	case ROUTE_OUTPUT:
+		handle_output(&c);
+		break;
 	case ROUTE_HEALTHZ:
 		handle_healthz(&c);
 		break;
+	case ROUTE_APPROVE_PAGE:
+	case ROUTE_APPROVE_DECIDE:
+		break; /* handled above */
 	}
 out:
 	if (c.prefetched)
 		PQclear(c.prefetch.res);
 	json_decref(c.body);
+	digest_wipe(c.token, sizeof(c.token));
 }

@@ -16,9 +16,14 @@
 #define API_AUTH_CACHE 8
 
 /* One per worker thread. */
+struct contract_set;
+struct page_set;
+
 struct api_ctx {
 	struct db *db;               /* this thread's connection */
 	const struct config *cfg;
+	const struct contract_set *contracts;  /* shared, read-only */
+	const struct page_set *pages;          /* shared, read-only */
 	/* key hash → client id, to send a claim's look-up along with its
 	 * authentication (api.c: call_authenticate) */
 	struct {

@@ -141,19 +141,90 @@ http_pct_decode(const char *src, size_t len, char *dst)
 	return (long)o;
 }
 
-bool
-http_is_json(const char *content_type)
+static bool
+media_type_is(const char *content_type, const char *type)
 {
-	static const char json[] = "application/json";
-	size_t n = sizeof(json) - 1;
+	size_t n = strlen(type);
 	const char *p;
 
-	if (content_type == NULL || strncasecmp(content_type, json, n) != 0)
+	if (content_type == NULL || strncasecmp(content_type, type, n) != 0)
 		return false;
 	p = content_type + n;
 	while (*p == ' ' || *p == '\t')
 		p++;
 	return *p == '\0' || *p == ';';
+}
+
+bool
+http_is_json(const char *content_type)
+{
+	return media_type_is(content_type, "application/json");
+}
+
+bool
+http_is_form(const char *content_type)
+{
+	return media_type_is(content_type, "application/x-www-form-urlencoded");
+}
+
+/* Decodes one form component: '+' is a space, %XX an octet. */
+static long
+form_decode(const char *src, size_t len, char *out, size_t outlen)
+{
+	size_t i, o = 0;
+
+	for (i = 0; i < len; i++) {
+		char c = src[i];
+
+		if (o + 1 >= outlen)
+			return -2;
+		if (c == '+') {
+			c = ' ';
+		} else if (c == '%') {
+			int hi, lo;
+
+			if (len - i < 3 || (hi = hexval(src[i + 1])) < 0 ||
+			    (lo = hexval(src[i + 2])) < 0 || (hi == 0 && lo == 0))
+				return -2;
+			c = (char)(hi << 4 | lo);
+			i += 2;
+		} else if (c == '\0') {
+			return -2;
+		}
+		out[o++] = c;
+	}
+	out[o] = '\0';
+	return (long)o;
+}
+
+long
+http_form_get(const char *body, size_t len, const char *name, char *out, size_t outlen)
+{
+	size_t nlen = strlen(name), i = 0;
+	long found = -1;
+	char decoded[128];
+
+	while (i <= len && body != NULL) {
+		size_t end = i, eq;
+		long n;
+
+		while (end < len && body[end] != '&')
+			end++;
+		eq = i;
+		while (eq < end && body[eq] != '=')
+			eq++;
+		n = form_decode(body + i, eq - i, decoded, sizeof(decoded));
+		if (n == (long)nlen && memcmp(decoded, name, nlen) == 0) {
+			if (found != -1)
+				return -2; /* a field given twice is ambiguous */
+			found = eq < end ? form_decode(body + eq + 1, end - eq - 1, out, outlen)
+			                 : form_decode("", 0, out, outlen);
+			if (found < 0)
+				return -2;
+		}
+		i = end + 1;
+	}
+	return found;
 }
 
 const char *

@@ -56,6 +56,14 @@ long http_pct_decode(const char *src, size_t len, char *dst);
 /* Case-insensitive media-type check that ignores parameters:
  * "application/json; charset=utf-8" is application/json. */
 bool http_is_json(const char *content_type);
+/* The value of field name in an application/x-www-form-urlencoded body,
+ * decoded ('+' is a space) into out (outlen bytes, NUL-terminated).
+ * Returns its length, -1 when absent, -2 when malformed, too long, repeated,
+ * or holding a NUL byte. */
+long http_form_get(const char *body, size_t len, const char *name, char *out, size_t outlen);
+/* Is content_type application/x-www-form-urlencoded (parameters ignored)? */
+bool http_is_form(const char *content_type);
+
 /* The token of "Bearer <token>", or NULL. */
 const char *http_bearer(const char *authorization);
 

@@ -114,7 +114,11 @@ static const struct db_stmt st_status = {
 	"       og_ts(lease_expires_at) AS lease_expires_at,"
 	"       og_ts(claim_started_at) AS claim_started_at, result::text AS result,"
 	"       error_class, reason, og_ts(created_at) AS created_at,"
-	"       og_ts(updated_at) AS updated_at"
+	"       og_ts(updated_at) AS updated_at, contract, contract_hash,"
+	"       output::text AS output, output_hash, model::text AS model,"
+	"       effect::text AS effect, source_url, requested_by, callback_url,"
+	"       invalid_outputs, validation::text AS validation, decision, decided_by,"
+	"       og_ts(decided_at) AS decided_at"
 	"  FROM workflow_runs WHERE client_id = $1 AND idempotency_key = $2",
 	2, true,
 };
@@ -126,6 +130,86 @@ static const struct db_stmt st_timeline = {
 	"  FROM run_events WHERE client_id = $1 AND idempotency_key = $2"
 	" ORDER BY id LIMIT 1000",
 	2, true,
+};
+
+
+static const struct db_stmt st_output_invalid = {
+	"ledger_output_invalid",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs"
+	"     SET invalid_outputs = invalid_outputs + 1, validation = $7::jsonb,"
+	"         contract = $5, contract_hash = $6, version = version + 1,"
+	"         state = CASE WHEN invalid_outputs + 1 > $8::int THEN 'failed_terminal'"
+	"                      ELSE state END,"
+	"         error_class = CASE WHEN invalid_outputs + 1 > $8::int THEN 'validation'"
+	"                            ELSE error_class END,"
+	"         reason = CASE WHEN invalid_outputs + 1 > $8::int"
+	"                       THEN 'model output failed the contract after the repair budget'"
+	"                       ELSE reason END,"
+	"         lease_expires_at = CASE WHEN invalid_outputs + 1 > $8::int THEN NULL"
+	"                                 ELSE lease_expires_at END,"
+	"         updated_at = now()"
+	"   WHERE client_id = $1 AND idempotency_key = $2 AND lease_owner = $3::uuid"
+	"     AND version = $4::bigint AND state = 'processing'"
+	"     AND lease_expires_at > now()"
+	"  RETURNING client_id, idempotency_key, state, version, attempt, invalid_outputs"
+	"), ev AS ("
+	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
+	"      state_to, version, attempt, reason)"
+	"  SELECT client_id, idempotency_key, 'run.output_invalid', 'processing', state,"
+	"         version, attempt, 'invalid output ' || invalid_outputs FROM moved"
+	")"
+	"SELECT state, version, invalid_outputs FROM moved",
+	8, false,
+};
+
+static const struct db_stmt st_output_accept = {
+	"ledger_output_accept",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs"
+	"     SET state = $5, contract = $6, contract_hash = $7, output = $8::jsonb,"
+	"         output_hash = $9, model = $10::jsonb, effect = $11::jsonb,"
+	"         source_url = $12, requested_by = $13, callback_url = $14,"
+	"         validation = NULL, version = version + 1, lease_expires_at = NULL,"
+	"         decision = CASE WHEN $5 = 'approved' THEN 'auto' END,"
+	"         decided_at = CASE WHEN $5 = 'approved' THEN now() END,"
+	"         updated_at = now()"
+	"   WHERE client_id = $1 AND idempotency_key = $2 AND lease_owner = $3::uuid"
+	"     AND version = $4::bigint AND state = 'processing'"
+	"     AND lease_expires_at > now()"
+	"  RETURNING client_id, idempotency_key, state, version, attempt"
+	"), ev AS ("
+	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
+	"      state_to, version, attempt, actor)"
+	"  SELECT client_id, idempotency_key, 'run.output_accepted', 'processing', state,"
+	"         version, attempt, CASE WHEN state = 'approved' THEN 'gate:auto' END"
+	"    FROM moved"
+	")"
+	"SELECT state, version, attempt FROM moved",
+	14, false,
+};
+
+/* Also the row lock of the consume transaction (SPEC 5): the UPDATE locks
+ * the run and checks it is still awaiting_human in one step. */
+static const struct db_stmt st_decide = {
+	"ledger_decide",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs"
+	"     SET state = CASE WHEN $3 = 'approve' THEN 'approved' ELSE 'failed_terminal' END,"
+	"         decision = $3, decided_by = $4, decided_at = now(),"
+	"         error_class = CASE WHEN $3 = 'approve' THEN error_class ELSE 'rejected' END,"
+	"         reason = CASE WHEN $3 = 'approve' THEN reason ELSE $5 END,"
+	"         version = version + 1, updated_at = now()"
+	"   WHERE client_id = $1 AND idempotency_key = $2 AND state = 'awaiting_human'"
+	"  RETURNING client_id, idempotency_key, state, version, attempt"
+	"), ev AS ("
+	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
+	"      state_to, version, attempt, actor, reason)"
+	"  SELECT client_id, idempotency_key, 'run.decided', 'awaiting_human', state,"
+	"         version, attempt, $4, $5 FROM moved"
+	")"
+	"SELECT state, version, attempt FROM moved",
+	5, false,
 };
 
 const char *
@@ -410,6 +494,15 @@ set_str(json_t *obj, const char *name, const PGresult *res, int row, const char 
 }
 
 static void
+set_json(json_t *obj, const char *name, const PGresult *res, int row, const char *col)
+{
+	const char *v = db_get(res, row, col);
+
+	if (v != NULL)
+		json_object_set_new(obj, name, json_loads(v, JSON_DECODE_ANY, NULL));
+}
+
+static void
 set_int(json_t *obj, const char *name, const PGresult *res, int row, const char *col)
 {
 	if (db_get(res, row, col) != NULL)
@@ -457,10 +550,21 @@ ledger_status(struct db *db, long long client_id, const char *key, json_t **out)
 	set_str(run, "reason", res, 0, "reason");
 	set_str(run, "created_at", res, 0, "created_at");
 	set_str(run, "updated_at", res, 0, "updated_at");
-	/* Approvals and effects are owned by the gate and the outbox; until a
-	 * run has any, these lists are empty. */
-	json_object_set_new(run, "approvals", json_array());
-	json_object_set_new(run, "effects", json_array());
+	set_str(run, "contract", res, 0, "contract");
+	set_str(run, "contract_hash", res, 0, "contract_hash");
+	set_json(run, "output", res, 0, "output");
+	set_str(run, "output_hash", res, 0, "output_hash");
+	set_json(run, "model", res, 0, "model");
+	set_json(run, "proposed_effect", res, 0, "effect");
+	set_str(run, "source_url", res, 0, "source_url");
+	set_str(run, "requested_by", res, 0, "requested_by");
+	set_str(run, "callback_url", res, 0, "callback_url");
+	set_int(run, "invalid_outputs", res, 0, "invalid_outputs");
+	set_json(run, "validation_errors", res, 0, "validation");
+	set_str(run, "decision", res, 0, "decision");
+	set_str(run, "decided_by", res, 0, "decided_by");
+	set_str(run, "decided_at", res, 0, "decided_at");
+	/* approvals and effects are added by their owners (gate.c, outbox.c) */
 	PQclear(res);
 	res = NULL;
 
@@ -490,4 +594,90 @@ out:
 	PQclear(res);
 	json_decref(run);
 	return lrc;
+}
+
+enum ledger_rc
+ledger_output_invalid(struct db *db, const struct ledger_output *o, int repair_budget,
+                      struct ledger_run *run)
+{
+	char client[24], ver[24], budget[16];
+	const char *params[8] = { client, o->key, o->owner, ver, o->contract, o->contract_hash,
+		                  o->validation, budget };
+	PGresult *res;
+	enum db_rc rc;
+
+	snprintf(client, sizeof(client), "%lld", o->client_id);
+	snprintf(ver, sizeof(ver), "%lld", o->version);
+	snprintf(budget, sizeof(budget), "%d", repair_budget);
+	if ((rc = db_exec(db, &st_output_invalid, params, &res)) != DB_OK)
+		return ledger_rc_of(rc);
+	if (PQntuples(res) == 1) {
+		run->state_from = RUN_PROCESSING;
+		run->state = (enum run_state)ledger_state_parse(db_get(res, 0, "state"));
+		run->version = db_get_ll(res, 0, "version");
+		run->attempt = (int)db_get_ll(res, 0, "invalid_outputs");
+		PQclear(res);
+		return LEDGER_OK;
+	}
+	PQclear(res);
+	return ledger_explain(db, o->client_id, o->key, o->owner, o->version, 0, run) ==
+	               LEDGER_NOT_FOUND
+	           ? LEDGER_NOT_FOUND
+	           : LEDGER_LEASE_LOST;
+}
+
+enum ledger_rc
+ledger_output_accept(struct db *db, const struct ledger_output *o, enum run_state to,
+                     struct ledger_run *run)
+{
+	char client[24], ver[24];
+	const char *params[14] = { client, o->key, o->owner, ver, ledger_state_name(to),
+		                   o->contract, o->contract_hash, o->output, o->output_hash,
+		                   o->model, o->effect, o->source_url, o->requested_by,
+		                   o->callback_url };
+	PGresult *res;
+	enum db_rc rc;
+
+	snprintf(client, sizeof(client), "%lld", o->client_id);
+	snprintf(ver, sizeof(ver), "%lld", o->version);
+	if ((rc = db_exec(db, &st_output_accept, params, &res)) != DB_OK)
+		return ledger_rc_of(rc);
+	if (PQntuples(res) == 1) {
+		run->state_from = RUN_PROCESSING;
+		run->state = to;
+		run->version = db_get_ll(res, 0, "version");
+		run->attempt = (int)db_get_ll(res, 0, "attempt");
+		PQclear(res);
+		return LEDGER_OK;
+	}
+	PQclear(res);
+	/* inside a transaction the explaining read is harmless */
+	return ledger_explain(db, o->client_id, o->key, o->owner, o->version, 0, run) ==
+	               LEDGER_NOT_FOUND
+	           ? LEDGER_NOT_FOUND
+	           : LEDGER_LEASE_LOST;
+}
+
+enum ledger_rc
+ledger_decide(struct db *db, long long client_id, const char *key, const char *decision,
+              const char *subject, const char *reason, struct ledger_run *run)
+{
+	char client[24];
+	const char *params[5] = { client, key, decision, subject, reason };
+	PGresult *res;
+	enum db_rc rc;
+	int n;
+
+	snprintf(client, sizeof(client), "%lld", client_id);
+	if ((rc = db_exec(db, &st_decide, params, &res)) != DB_OK)
+		return ledger_rc_of(rc);
+	n = PQntuples(res);
+	if (n == 1) {
+		run->state_from = RUN_AWAITING_HUMAN;
+		run->state = (enum run_state)ledger_state_parse(db_get(res, 0, "state"));
+		run->version = db_get_ll(res, 0, "version");
+		run->attempt = (int)db_get_ll(res, 0, "attempt");
+	}
+	PQclear(res);
+	return n == 1 ? LEDGER_OK : LEDGER_LEASE_LOST;
 }

@@ -99,6 +99,44 @@ enum ledger_rc ledger_transition(struct db *db, long long client_id, const char 
                                  const char *error_class, const char *reason,
                                  struct ledger_run *run)
 	__attribute__((warn_unused_result));
+/* A valid or invalid model output handed in by the lease owner (SPEC 3.5). */
+struct ledger_output {
+	long long client_id;
+	const char *key;
+	const char *owner;
+	long long version;
+	const char *contract;
+	const char *contract_hash;
+	const char *output;          /* JSON text */
+	const char *output_hash;
+	const char *model;           /* JSON text or NULL */
+	const char *effect;          /* JSON text */
+	const char *source_url;
+	const char *requested_by;
+	const char *callback_url;
+	const char *validation;      /* JSON text of the errors (invalid outputs) */
+};
+
+/* Records an invalid output: one more spent repair, and failed_terminal
+ * (error_class "validation") once more than repair_budget were invalid.
+ * run->state tells which; run->attempt is set to the number of invalid
+ * outputs so far. Compare-and-set like a transition. */
+enum ledger_rc ledger_output_invalid(struct db *db, const struct ledger_output *o,
+                                     int repair_budget, struct ledger_run *run)
+	__attribute__((warn_unused_result));
+/* Records a valid output and moves the run to `to` (awaiting_human, or
+ * approved for the automatic path, decision "auto"). Compare-and-set; call
+ * inside the transaction that also creates the challenges or the effect. */
+enum ledger_rc ledger_output_accept(struct db *db, const struct ledger_output *o,
+                                    enum run_state to, struct ledger_run *run)
+	__attribute__((warn_unused_result));
+/* A person's decision: awaiting_human → approved (approve) or
+ * failed_terminal (reject, error_class "rejected"); LEDGER_LEASE_LOST when
+ * the run is no longer awaiting_human. Inside the consume transaction. */
+enum ledger_rc ledger_decide(struct db *db, long long client_id, const char *key,
+                             const char *decision, const char *subject, const char *reason,
+                             struct ledger_run *run) __attribute__((warn_unused_result));
+
 /* The run as the status API shows it, with its timeline; *out is a new
  * reference. */
 enum ledger_rc ledger_status(struct db *db, long long client_id, const char *key,

@@ -40,6 +40,7 @@ struct worker {
 struct fcgi_pool {
 	int fd;
 	const struct config *cfg;
+	struct fcgi_shared *shared;
 	atomic_bool stopping;
 	int nworkers;
 	struct worker *workers;
@@ -229,7 +230,13 @@ worker_main(void *arg)
 		fill_request(&fr, &req);
 		read_body(&fr, body, cap, &req);
 		http_response_reset(&resp);
+		pthread_rwlock_rdlock(&pool->shared->lock);
+		ctx.contracts = pool->shared->contracts;
+		ctx.pages = pool->shared->pages;
 		api_handle(&ctx, &req, &resp);
+		ctx.contracts = NULL;
+		ctx.pages = NULL;
+		pthread_rwlock_unlock(&pool->shared->lock);
 		send_response(&fr, &resp);
 		FCGX_Finish_r(&fr);
 	}
@@ -243,7 +250,8 @@ out:
 }
 
 struct fcgi_pool *
-fcgi_pool_start(int fd, const struct config *cfg, char *err, size_t errlen)
+fcgi_pool_start(int fd, const struct config *cfg, struct fcgi_shared *shared, char *err,
+                size_t errlen)
 {
 	struct fcgi_pool *pool;
 	struct sigaction sa;
@@ -263,6 +271,7 @@ fcgi_pool_start(int fd, const struct config *cfg, char *err, size_t errlen)
 	}
 	pool->fd = fd;
 	pool->cfg = cfg;
+	pool->shared = shared;
 	pool->nworkers = cfg->threads;
 	for (i = 0; i < cfg->threads; i++) {
 		struct worker *w = &pool->workers[i];

@@ -11,8 +11,34 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "contract.h"
 #include "fcgi.h"
 #include "log.h"
+#include "page.h"
+
+/* Loads the contracts and the page templates the configuration names. */
+static int
+load_shared(const struct config *cfg, struct contract_set **contracts,
+            struct page_set **pages, char *err, size_t errlen)
+{
+	*contracts = contract_load_dir(cfg->contracts_dir, err, errlen);
+	if (*contracts == NULL)
+		return -1;
+	*pages = page_set_load(cfg->templates_dir, err, errlen);
+	if (*pages == NULL) {
+		contract_set_free(*contracts);
+		*contracts = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+#define SWAP(a, b)                  \
+	do {                        \
+		__typeof__(a) t_ = (a); \
+		(a) = (b);              \
+		(b) = t_;               \
+	} while (0)
 
 static void
 usage(FILE *out)
@@ -31,6 +57,7 @@ main(int argc, char **argv)
 {
 	struct config cfg;
 	struct fcgi_pool *pool;
+	struct fcgi_shared shared = { .lock = PTHREAD_RWLOCK_INITIALIZER };
 	const char *path = NULL;
 	char err[1024];
 	sigset_t set;
@@ -59,8 +86,14 @@ main(int argc, char **argv)
 		fprintf(stderr, "oncegate-fcgi: %s\n", err);
 		goto out;
 	}
+	if (load_shared(&cfg, &shared.contracts, &shared.pages, err, sizeof(err)) != 0) {
+		fprintf(stderr, "oncegate-fcgi: %s\n", err);
+		goto out;
+	}
 	if (check) {
 		config_dump(&cfg, stdout);
+		fprintf(stdout, "\n# %zu contracts loaded from %s\n",
+		        contract_count(shared.contracts), cfg.contracts_dir);
 		fprintf(stderr, "oncegate-fcgi: configuration %s is valid\n", path);
 		rc = EXIT_SUCCESS;
 		goto out;
@@ -86,7 +119,7 @@ main(int argc, char **argv)
 		          &(struct log_fields){ .detail = err });
 		goto out_log;
 	}
-	pool = fcgi_pool_start(fd, &cfg, err, sizeof(err));
+	pool = fcgi_pool_start(fd, &cfg, &shared, err, sizeof(err));
 	if (pool == NULL) {
 		fprintf(stderr, "oncegate-fcgi: %s\n", err);
 		goto out_log;
@@ -99,9 +132,27 @@ main(int argc, char **argv)
 		if (sigwait(&set, &sig) != 0)
 			continue;
 		if (sig == SIGHUP) {
+			struct contract_set *contracts;
+			struct page_set *pages;
+
 			if (log_reopen() != 0)
 				fprintf(stderr, "oncegate-fcgi: cannot reopen %s\n", cfg.log_file);
 			log_event(LOG_LEVEL_INFO, "responder.log_reopened", NULL);
+			/* A broken contract keeps the old set: the reload is refused
+			 * loudly, never half-applied. */
+			if (load_shared(&cfg, &contracts, &pages, err, sizeof(err)) != 0) {
+				log_event(LOG_LEVEL_ERROR, "responder.reload_failed",
+				          &(struct log_fields){ .detail = err,
+				                                .hint = "the previous contracts stay in use" });
+				continue;
+			}
+			pthread_rwlock_wrlock(&shared.lock);
+			SWAP(contracts, shared.contracts);
+			SWAP(pages, shared.pages);
+			pthread_rwlock_unlock(&shared.lock);
+			contract_set_free(contracts);
+			page_set_free(pages);
+			log_event(LOG_LEVEL_INFO, "responder.reloaded", NULL);
 			continue;
 		}
 		break;
@@ -118,6 +169,8 @@ main(int argc, char **argv)
 out_log:
 	log_close();
 out:
+	contract_set_free(shared.contracts);
+	page_set_free(shared.pages);
 	config_free(&cfg);
 	return rc;
 }

@@ -1,0 +1,267 @@
+/*
+ * gate.c — approval challenges: create, find by token hash, consume once.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "digest.h"
+#include "gate.h"
+
+static const char *const state_names[] = {
+	"pending", "decided", "voided", "revoked", "expired",
+};
+
+static const struct db_stmt st_create = {
+	"gate_create",
+	"INSERT INTO approvals (client_id, idempotency_key, token_hash, approver,"
+	"    allowed_decisions, requested_by, separation_of_duties, expires_at)"
+	" VALUES ($1, $2, decode($3, 'hex'), $4,"
+	"    ARRAY(SELECT json_array_elements_text($5::json)), $6, $7::boolean,"
+	"    now() + make_interval(secs => $8::int))"
+	" RETURNING id, og_ts(expires_at) AS expires_at",
+	8, false,
+};
+
+static const struct db_stmt st_find = {
+	"gate_find",
+	"SELECT id, client_id, idempotency_key, approver, requested_by,"
+	"       array_to_json(allowed_decisions)::text AS allowed_decisions,"
+	"       separation_of_duties, state, expires_at <= now() AS expired,"
+	"       og_ts(expires_at) AS expires_at, og_ts(consumed_at) AS consumed_at,"
+	"       decision, approver_subject, reason"
+	"  FROM approvals WHERE token_hash = decode($1, 'hex')",
+	1, true,
+};
+
+/* The single-use step: pending, unexpired, decision allowed — all checked
+ * by the same statement that consumes. */
+static const struct db_stmt st_consume = {
+	"gate_consume",
+	"UPDATE approvals"
+	"   SET state = 'decided', consumed_at = now(), decision = $2,"
+	"       approver_subject = $3, reason = $4"
+	" WHERE token_hash = decode($1, 'hex') AND state = 'pending'"
+	"   AND expires_at > now() AND $2 = ANY (allowed_decisions)"
+	" RETURNING id",
+	4, false,
+};
+
+static const struct db_stmt st_void = {
+	"gate_void",
+	"UPDATE approvals SET state = 'voided'"
+	" WHERE client_id = $1 AND idempotency_key = $2 AND state = 'pending'"
+	"   AND id <> $3::uuid",
+	3, false,
+};
+
+static const struct db_stmt st_list = {
+	"gate_list",
+	"SELECT id, approver, state, og_ts(created_at) AS created_at,"
+	"       og_ts(expires_at) AS expires_at, og_ts(consumed_at) AS consumed_at,"
+	"       decision, approver_subject, reason"
+	"  FROM approvals WHERE client_id = $1 AND idempotency_key = $2"
+	" ORDER BY created_at, id",
+	2, true,
+};
+
+const char *
+gate_state_name(enum approval_state s)
+{
+	return (unsigned)s < sizeof(state_names) / sizeof(state_names[0]) ? state_names[s]
+	                                                                  : "unknown";
+}
+
+static enum approval_state
+state_parse(const char *s)
+{
+	size_t i;
+
+	for (i = 0; s != NULL && i < sizeof(state_names) / sizeof(state_names[0]); i++)
+		if (strcmp(s, state_names[i]) == 0)
+			return (enum approval_state)i;
+	return APPROVAL_REVOKED; /* unknown: never usable */
+}
+
+static enum gate_rc
+gate_rc_of(enum db_rc rc)
+{
+	switch (rc) {
+	case DB_UNAVAILABLE:
+		return GATE_UNAVAILABLE;
+	case DB_CONFLICT:
+		return GATE_CONFLICT;
+	default:
+		return GATE_ERROR;
+	}
+}
+
+static char *
+dup_or_null(const char *s)
+{
+	return s != NULL ? strdup(s) : NULL;
+}
+
+void
+gate_approval_clear(struct gate_approval *a)
+{
+	free(a->key);
+	free(a->approver);
+	free(a->requested_by);
+	free(a->decision);
+	free(a->approver_subject);
+	free(a->reason);
+	json_decref(a->allowed_decisions);
+	memset(a, 0, sizeof(*a));
+}
+
+enum gate_rc
+gate_create(struct db *db, long long client_id, const char *key, const char *approver,
+            const json_t *allowed_decisions, const char *requested_by,
+            bool separation_of_duties, int expires_seconds,
+            const unsigned char token_hash[32], char id[GATE_ID_LEN],
+            char expires_at[GATE_TS_LEN])
+{
+	char client[24], hex[DIGEST_HEX_LEN], secs[16];
+	char *decisions = json_dumps(allowed_decisions, JSON_COMPACT);
+	const char *params[8] = { client, key, hex, approver, decisions, requested_by,
+		                  separation_of_duties ? "true" : "false", secs };
+	PGresult *res = NULL;
+	enum gate_rc grc = GATE_OK;
+	enum db_rc rc;
+
+	if (decisions == NULL)
+		return GATE_ERROR;
+	snprintf(client, sizeof(client), "%lld", client_id);
+	snprintf(secs, sizeof(secs), "%d", expires_seconds);
+	digest_hex(token_hash, 32, hex);
+	if ((rc = db_exec(db, &st_create, params, &res)) != DB_OK) {
+		grc = gate_rc_of(rc);
+		goto out;
+	}
+	snprintf(id, GATE_ID_LEN, "%s", db_get(res, 0, "id"));
+	snprintf(expires_at, GATE_TS_LEN, "%s", db_get(res, 0, "expires_at"));
+out:
+	PQclear(res);
+	free(decisions);
+	return grc;
+}
+
+enum gate_rc
+gate_find(struct db *db, const unsigned char token_hash[32], struct gate_approval *a)
+{
+	char hex[DIGEST_HEX_LEN];
+	const char *params[1] = { hex };
+	PGresult *res;
+	enum db_rc rc;
+	const char *v;
+
+	memset(a, 0, sizeof(*a));
+	digest_hex(token_hash, 32, hex);
+	if ((rc = db_exec(db, &st_find, params, &res)) != DB_OK)
+		return gate_rc_of(rc);
+	if (PQntuples(res) != 1) {
+		PQclear(res);
+		return GATE_NOT_FOUND;
+	}
+	snprintf(a->id, sizeof(a->id), "%s", db_get(res, 0, "id"));
+	a->client_id = db_get_ll(res, 0, "client_id");
+	a->key = dup_or_null(db_get(res, 0, "idempotency_key"));
+	a->approver = dup_or_null(db_get(res, 0, "approver"));
+	a->requested_by = dup_or_null(db_get(res, 0, "requested_by"));
+	v = db_get(res, 0, "allowed_decisions");
+	a->allowed_decisions = v != NULL ? json_loads(v, 0, NULL) : json_array();
+	v = db_get(res, 0, "separation_of_duties");
+	a->separation_of_duties = v != NULL && v[0] == 't';
+	a->state = state_parse(db_get(res, 0, "state"));
+	v = db_get(res, 0, "expired");
+	a->expired = v != NULL && v[0] == 't';
+	snprintf(a->expires_at, sizeof(a->expires_at), "%s", db_get(res, 0, "expires_at"));
+	v = db_get(res, 0, "consumed_at");
+	snprintf(a->consumed_at, sizeof(a->consumed_at), "%s", v != NULL ? v : "");
+	a->decision = dup_or_null(db_get(res, 0, "decision"));
+	a->approver_subject = dup_or_null(db_get(res, 0, "approver_subject"));
+	a->reason = dup_or_null(db_get(res, 0, "reason"));
+	PQclear(res);
+	if (a->key == NULL || a->approver == NULL || a->allowed_decisions == NULL) {
+		gate_approval_clear(a);
+		return GATE_ERROR;
+	}
+	return GATE_OK;
+}
+
+enum gate_rc
+gate_consume(struct db *db, const unsigned char token_hash[32], const char *decision,
+             const char *subject, const char *reason)
+{
+	char hex[DIGEST_HEX_LEN];
+	const char *params[4] = { hex, decision, subject, reason };
+	PGresult *res;
+	enum db_rc rc;
+	int n;
+
+	digest_hex(token_hash, 32, hex);
+	if ((rc = db_exec(db, &st_consume, params, &res)) != DB_OK)
+		return gate_rc_of(rc);
+	n = PQntuples(res);
+	PQclear(res);
+	return n == 1 ? GATE_OK : GATE_NOT_PENDING;
+}
+
+enum gate_rc
+gate_void_others(struct db *db, long long client_id, const char *key, const char *except_id)
+{
+	char client[24];
+	const char *params[3] = { client, key, except_id };
+	PGresult *res;
+	enum db_rc rc;
+
+	snprintf(client, sizeof(client), "%lld", client_id);
+	if ((rc = db_exec(db, &st_void, params, &res)) != DB_OK)
+		return gate_rc_of(rc);
+	PQclear(res);
+	return GATE_OK;
+}
+
+static void
+set_opt(json_t *o, const char *name, const PGresult *res, int row)
+{
+	const char *v = db_get(res, row, name);
+
+	if (v != NULL)
+		json_object_set_new(o, name, json_string(v));
+}
+
+enum gate_rc
+gate_list(struct db *db, long long client_id, const char *key, json_t **out)
+{
+	char client[24];
+	const char *params[2] = { client, key };
+	PGresult *res;
+	enum db_rc rc;
+	json_t *list;
+	int i;
+
+	*out = NULL;
+	snprintf(client, sizeof(client), "%lld", client_id);
+	if ((rc = db_exec(db, &st_list, params, &res)) != DB_OK)
+		return gate_rc_of(rc);
+	list = json_array();
+	for (i = 0; i < PQntuples(res); i++) {
+		json_t *a = json_object();
+
+		json_object_set_new(a, "approval_id", json_string(db_get(res, i, "id")));
+		set_opt(a, "approver", res, i);
+		set_opt(a, "state", res, i);
+		set_opt(a, "created_at", res, i);
+		set_opt(a, "expires_at", res, i);
+		set_opt(a, "consumed_at", res, i);
+		set_opt(a, "decision", res, i);
+		set_opt(a, "approver_subject", res, i);
+		set_opt(a, "reason", res, i);
+		json_array_append_new(list, a);
+	}
+	PQclear(res);
+	*out = list;
+	return GATE_OK;
+}

@@ -1,0 +1,78 @@
+/*
+ * gate.h — approval challenges (SPEC 5): the one owner of `approvals`.
+ *
+ * A challenge is created per named approver with a fresh token whose
+ * SHA-256 alone is stored; it is consumed at most once, by one UPDATE that
+ * checks it is pending, unexpired and that the decision is allowed.
+ */
+#ifndef OG_GATE_H
+#define OG_GATE_H
+
+#include <stdbool.h>
+#include <jansson.h>
+
+#include "db.h"
+
+/* Mirrors the CHECK constraint on approvals.state one for one. */
+enum approval_state {
+	APPROVAL_PENDING = 0,
+	APPROVAL_DECIDED,
+	APPROVAL_VOIDED,    /* another challenge of the run settled it */
+	APPROVAL_REVOKED,
+	APPROVAL_EXPIRED,
+};
+
+enum gate_rc {
+	GATE_OK = 0,
+	GATE_NOT_FOUND,
+	GATE_NOT_PENDING,   /* decided, voided, revoked, expired, or decision not allowed */
+	GATE_CONFLICT,      /* another challenge of the run was decided first */
+	GATE_UNAVAILABLE,
+	GATE_ERROR,
+};
+
+#define GATE_ID_LEN 37
+#define GATE_TS_LEN 32
+
+/* An approval as the pages need it (never the token or its hash). */
+struct gate_approval {
+	char id[GATE_ID_LEN];
+	long long client_id;
+	char *key;
+	char *approver;
+	char *requested_by;
+	json_t *allowed_decisions;   /* array of strings */
+	bool separation_of_duties;
+	enum approval_state state;
+	bool expired;                /* expires_at is past (whatever the state) */
+	char expires_at[GATE_TS_LEN];
+	char consumed_at[GATE_TS_LEN];
+	char *decision;
+	char *approver_subject;
+	char *reason;
+};
+
+void gate_approval_clear(struct gate_approval *a);
+
+/* Inserts one pending challenge; id and expires_at are filled. */
+enum gate_rc gate_create(struct db *db, long long client_id, const char *key,
+                         const char *approver, const json_t *allowed_decisions,
+                         const char *requested_by, bool separation_of_duties,
+                         int expires_seconds, const unsigned char token_hash[32],
+                         char id[GATE_ID_LEN], char expires_at[GATE_TS_LEN])
+	__attribute__((warn_unused_result));
+enum gate_rc gate_find(struct db *db, const unsigned char token_hash[32],
+                       struct gate_approval *out) __attribute__((warn_unused_result));
+/* Consumes the challenge (inside the caller's transaction). */
+enum gate_rc gate_consume(struct db *db, const unsigned char token_hash[32],
+                          const char *decision, const char *subject, const char *reason)
+	__attribute__((warn_unused_result));
+/* Voids the run's other pending challenges (inside the same transaction). */
+enum gate_rc gate_void_others(struct db *db, long long client_id, const char *key,
+                              const char *except_id) __attribute__((warn_unused_result));
+/* The run's approvals for the status API; *out is a new array. */
+enum gate_rc gate_list(struct db *db, long long client_id, const char *key, json_t **out)
+	__attribute__((warn_unused_result));
+const char *gate_state_name(enum approval_state s);
+
+#endif
