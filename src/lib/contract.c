@@ -330,6 +330,19 @@ num_cmp(const json_t *a, const json_t *b)
 	return (x > y) - (x < y);
 }
 
+/* Whether a double holds an integral value. Every double of magnitude
+ * 2^53 or more is one; below that the round trip through long long is
+ * exact. (No floor(): libog does not link libm.) */
+static bool
+real_integral(double d)
+{
+	if (!isfinite(d))
+		return false;
+	if (d >= 9007199254740992.0 || d <= -9007199254740992.0)
+		return true;
+	return (double)(long long)d == d;
+}
+
 /* An integer, or a real with an integral value in the range of long long:
  * JSON Schema counts 1.0 as an integer. */
 static bool
@@ -345,8 +358,7 @@ num_integral(const json_t *v, long long *out)
 	if (!json_is_real(v))
 		return false;
 	d = json_real_value(v);
-	if (!isfinite(d) || floor(d) != d || d < -9223372036854775808.0 ||
-	    d >= 9223372036854775808.0)
+	if (!real_integral(d) || d < -9223372036854775808.0 || d >= 9223372036854775808.0)
 		return false;
 	if (out != NULL)
 		*out = (long long)d;
@@ -406,9 +418,7 @@ type_bits(const json_t *v)
 	case JSON_INTEGER: return T_NUMBER | T_INTEGER;
 	case JSON_REAL:
 		/* 1.0 and 1e300 are integers too: the value counts, not its spelling. */
-		return T_NUMBER | (isfinite(json_real_value(v)) &&
-		                   floor(json_real_value(v)) == json_real_value(v) ?
-		                   T_INTEGER : 0);
+		return T_NUMBER | (real_integral(json_real_value(v)) ? T_INTEGER : 0);
 	case JSON_TRUE:
 	case JSON_FALSE: return T_BOOLEAN;
 	case JSON_NULL: return T_NULL;
