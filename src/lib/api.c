@@ -1232,7 +1232,7 @@ page_card(struct call *c, const struct gate_approval *a, const json_t *run)
 	(void)page_text(p, "effect_target", json_string_value(json_object_get(effect, "target")) ?: "");
 	(void)page_text(p, "effect_payload", eff_text);
 	(void)page_text(p, "requested_by", requested != NULL ? requested : "(not given)");
-	(void)page_attr(p, "form", "action", "");
+	/* no action attribute: the form posts to the page's own URL */
 	csrf_issue((const unsigned char *)cfg->csrf_secret, strlen(cfg->csrf_secret), a->id,
 	           subject, csrf);
 	(void)page_attr(p, "csrf", "value", csrf);
@@ -1536,7 +1536,14 @@ approve_handle(struct call *c)
 		goto out;
 	}
 	if (a.state == APPROVAL_DECIDED) {
+		decided:
 		page_decided(c, 410, &a, run);
+		if (c->route->id == ROUTE_APPROVE_DECIDE) {
+			/* a decision on a used link is a refusal, and says so */
+			f.reason = "already_decided";
+			f.decision = a.decision;
+			call_log(c, LOG_LEVEL_NOTICE, "approval.refused", &f);
+		}
 		goto out;
 	}
 	if (a.state == APPROVAL_VOIDED || a.state == APPROVAL_REVOKED) {
@@ -1555,6 +1562,14 @@ approve_handle(struct call *c)
 		goto out;
 	}
 	state = json_string_value(json_object_get(run, "state"));
+	if (state != NULL && strcmp(state, "awaiting_human") != 0) {
+		/* The approval and the run are read one after the other: a decision
+		 * committed in between shows as a pending approval of a decided
+		 * run. Read the approval again before calling it anything else. */
+		gate_approval_clear(&a);
+		if (gate_find(c->ctx->db, hash, &a) == GATE_OK && a.state == APPROVAL_DECIDED)
+			goto decided;
+	}
 	if (state == NULL || strcmp(state, "awaiting_human") != 0) {
 		f.reason = "run_not_awaiting";
 		page_notice(c, 410, "approval.gone", "No longer waiting",

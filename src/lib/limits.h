@@ -34,6 +34,9 @@
 #define OG_DB_STATEMENT_TIMEOUT_MS 10000
 #define OG_DB_RETRY_MS            250    /* reconnect attempts while the server is away */
 
+/* Approval pages */
+#define OG_TEMPLATE_MAX           (256 * 1024)  /* one template file */
+
 /* Decision log */
 #define OG_LOG_LINE_MAX           (16 * 1024)
 

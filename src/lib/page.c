@@ -204,11 +204,10 @@ is_space(char c)
 }
 
 static bool
-slot_match(xmlNodePtr n, const char *slot)
+slot_match(xmlNodePtr n, const char *slot, size_t len)
 {
 	xmlAttrPtr a;
 	const char *v, *start;
-	size_t len = strlen(slot);
 
 	if (n->type != XML_ELEMENT_NODE || len == 0 ||
 	    (a = find_prop(n, PAGE_SLOT)) == NULL || (v = prop_text(a)) == NULL)
@@ -248,10 +247,11 @@ nodes_add(struct nodes *ns, xmlNodePtr n)
 static int
 find_all(xmlNodePtr top, const char *slot, struct nodes *out)
 {
+	size_t len = strlen(slot);
 	xmlNodePtr n;
 
 	for (n = top; n != NULL; n = walk_next(n, top, true))
-		if (slot_match(n, slot) && nodes_add(out, n) != 0)
+		if (slot_match(n, slot, len) && nodes_add(out, n) != 0)
 			return -1;
 	return 0;
 }
@@ -259,10 +259,11 @@ find_all(xmlNodePtr top, const char *slot, struct nodes *out)
 static xmlNodePtr
 find_first(xmlNodePtr top, const char *slot)
 {
+	size_t len = strlen(slot);
 	xmlNodePtr n;
 
 	for (n = top; n != NULL; n = walk_next(n, top, true))
-		if (slot_match(n, slot))
+		if (slot_match(n, slot, len))
 			return n;
 	return NULL;
 }
@@ -684,7 +685,11 @@ page_repeat_done(struct page *p, const char *slot)
 {
 	struct repeat *r;
 
-	if (slot == NULL || (r = repeat_get(p, slot)) == NULL)
+	if (slot == NULL) {
+		fail(p, "slot name is NULL");
+		return;
+	}
+	if ((r = repeat_get(p, slot)) == NULL)
 		return;
 	if (!r->done)
 		bury(p, r->proto);
@@ -893,7 +898,7 @@ read_file(const char *path, size_t *len, char *err, size_t errlen)
 	char *data = NULL;
 	size_t got = 0;
 	ssize_t n;
-	int fd;
+	int fd, rc = -1;
 
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)) < 0) {
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
@@ -919,22 +924,23 @@ read_file(const char *path, size_t *len, char *err, size_t errlen)
 			if (errno == EINTR)
 				continue;
 			snprintf(err, errlen, "%s: %s", path, strerror(errno));
-			goto fail;
+			goto out;
 		}
 		got += (size_t)n;
 	}
 	if (got > OG_TEMPLATE_MAX) {
 		snprintf(err, errlen, "%s: larger than %d bytes", path,
 		         OG_TEMPLATE_MAX);
-		goto fail;
+		goto out;
 	}
 	*len = got;
-	goto out;
-fail:
-	free(data);
-	data = NULL;
+	rc = 0;
 out:
 	close(fd);
+	if (rc != 0) {
+		free(data);
+		data = NULL;
+	}
 	return data;
 }
 
@@ -1117,12 +1123,16 @@ page_set_load(const char *dir, char *err, size_t errlen)
 	if (errlen > 0)
 		err[0] = '\0';
 	xmlInitParser();
-	if ((set = calloc(1, sizeof(*set))) == NULL)
-		goto nomem;
+	if ((set = calloc(1, sizeof(*set))) == NULL) {
+		snprintf(err, errlen, "%s: out of memory", dir);
+		goto out;
+	}
 	for (i = 0; i < PAGE_NTEMPLATES; i++) {
 		len = strlen(dir) + strlen(page_templates[i].name) + sizeof("/.xhtml");
-		if ((path = malloc(len)) == NULL)
-			goto nomem;
+		if ((path = malloc(len)) == NULL) {
+			snprintf(err, errlen, "%s: out of memory", dir);
+			goto out;
+		}
 		snprintf(path, len, "%s/%s.xhtml", dir, page_templates[i].name);
 		set->docs[i] = template_load(path, &page_templates[i], err, errlen);
 		free(path);
@@ -1131,9 +1141,6 @@ page_set_load(const char *dir, char *err, size_t errlen)
 			goto out;
 	}
 	rc = 0;
-	goto out;
-nomem:
-	snprintf(err, errlen, "%s: out of memory", dir);
 out:
 	if (rc != 0) {
 		page_set_free(set);

@@ -1,0 +1,136 @@
+// approve.mjs — a person approves a run in a real browser (issue 3).
+//
+//   node approve.mjs URL USER GROUPS KEY SCREENSHOT
+//
+// URL is the approval link the output submission returned, USER and GROUPS
+// stand in for the SSO identity (the local nginx config maps the request
+// headers X-Dev-User / X-Dev-Groups to REMOTE_USER / AUTH_GROUPS), KEY is the
+// run's idempotency key the card must show, SCREENSHOT the PNG to write of
+// the page the browser lands on after approving.
+//
+// Debian's Chromium (/usr/bin/chromium), headless, driven by playwright-core,
+// with a fresh profile and no background networking (the machine's network
+// is closed). Exit 0 when the card was shown, Approve was clicked and the
+// decided page came back; 1 otherwise (with a screenshot of where it stood).
+// The card itself is saved beside SCREENSHOT as NAME-card.png.
+
+import { chromium } from 'playwright-core';
+import { mkdtempSync, rmSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+
+const CHROMIUM = process.env.ONCEGATE_CHROMIUM || '/usr/bin/chromium';
+const TIMEOUT_MS = 30000;
+const REASON = 'Approved in Chromium by tests/browser/approve.mjs';
+
+const [url, user, groups, key, screenshot] = process.argv.slice(2);
+if (!url || !user || groups === undefined || !key || !screenshot) {
+  console.error('usage: node approve.mjs URL USER GROUPS KEY SCREENSHOT');
+  process.exit(2);
+}
+const masked = url.replace(/\/approve\/.*/, '/approve/[token]');
+
+function check(ok, what) {
+  if (!ok) throw new Error(what);
+  console.log(`ok - ${what}`);
+}
+
+function checkHeaders(resp, what) {
+  const h = resp.headers();
+  check((h['cache-control'] || '').includes('no-store'), `${what}: Cache-Control no-store`);
+  check(h['referrer-policy'] === 'no-referrer', `${what}: Referrer-Policy no-referrer`);
+  check((h['content-security-policy'] || '').includes("default-src 'none'"),
+    `${what}: a strict Content-Security-Policy`);
+  check(h['x-content-type-options'] === 'nosniff', `${what}: X-Content-Type-Options nosniff`);
+}
+
+const profile = mkdtempSync(join(tmpdir(), 'oncegate-chromium-'));
+mkdirSync(dirname(screenshot), { recursive: true });
+let context;
+let page;
+let status = 1;
+try {
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+    ],
+    viewport: { width: 1000, height: 1400 },
+  });
+  context.setDefaultTimeout(TIMEOUT_MS);
+  page = context.pages()[0] || await context.newPage();
+  await page.setExtraHTTPHeaders({ 'X-Dev-User': user, 'X-Dev-Groups': groups });
+  // Script errors, CSP violations, and subresources that failed (the pages
+  // themselves answer 410 once decided; the browser's own favicon request
+  // is not the page's).
+  const problems = [];
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) problems.push(m.text());
+  });
+  page.on('pageerror', (e) => problems.push(String(e)));
+  page.on('response', (r) => {
+    const u = new URL(r.url());
+    if (r.status() >= 400 && r.url() !== url && u.pathname !== '/favicon.ico') {
+      problems.push(`${r.request().resourceType()} ${u.pathname} answered ${r.status()}`);
+    }
+  });
+  page.on('requestfailed', (r) => problems.push(`${r.url()} failed: ${r.failure()?.errorText}`));
+
+  // 1. The card.
+  const card = await page.goto(url, { waitUntil: 'load' });
+  check(card !== null && card.status() === 200, `GET ${masked} answers 200 (got ${card && card.status()})`);
+  checkHeaders(card, 'the card');
+  const cardText = await page.locator('body').innerText();
+  check(cardText.includes(key), `the card shows the key ${key}`);
+  check(cardText.includes(user), `the card shows the signed-in approver ${user}`);
+  check(await page.locator('form[method="post"]').count() === 1, 'the card has one POST form');
+  const approve = page.locator('button[name="decision"][value="approve"]');
+  check(await approve.count() === 1, 'the card has an Approve button');
+  check(await approve.isVisible(), 'the Approve button is visible');
+  const cardShot = screenshot.replace(/(\.png)?$/, '-card.png');
+  await page.screenshot({ path: cardShot, fullPage: true });
+  console.log(`screenshot: ${cardShot}`);
+
+  // 2. Approve: POST, 303, then the GET of the decided page.
+  await page.locator('textarea[name="reason"]').fill(REASON);
+  const seen = [];
+  page.on('response', (r) => {
+    if (r.url() === url) seen.push([r.request().method(), r.status()]);
+  });
+  const [decided] = await Promise.all([
+    page.waitForResponse((r) => r.url() === url && r.request().method() === 'GET'),
+    approve.click(),
+  ]);
+  await page.waitForLoadState('load');
+  check(seen.some(([m, s]) => m === 'POST' && s === 303),
+    `the form POST answered 303 (responses: ${JSON.stringify(seen)})`);
+  check(decided.status() === 410, `the decided page answers 410 (got ${decided.status()})`);
+  checkHeaders(decided, 'the decided page');
+  const text = await page.locator('body').innerText();
+  check(/decided/i.test(text), 'the page says the request is decided');
+  check(/approve/i.test(text), 'the page says the decision: approve');
+  check(text.includes(user), `the page says who decided: ${user}`);
+  check(text.includes(REASON), 'the page shows the reason given');
+  check(text.includes(key), 'the page shows the key');
+  check(await page.locator('form').count() === 0, 'the decided page has no form');
+  check(problems.length === 0, `no script errors, CSP violations or failed subresources (${problems.join('; ')})`);
+  const css = await page.evaluate(() => document.styleSheets.length).catch(() => -1);
+  console.log(`note - the decided page has ${css} style sheet(s) loaded`);
+  status = 0;
+} catch (e) {
+  console.error(`not ok - ${e.message}`);
+} finally {
+  if (page) {
+    try {
+      await page.screenshot({ path: screenshot, fullPage: true });
+      console.log(`screenshot: ${screenshot}`);
+    } catch (e) {
+      console.error(`no screenshot: ${e.message}`);
+    }
+  }
+  if (context) await context.close().catch(() => {});
+  rmSync(profile, { recursive: true, force: true });
+}
+process.exit(status);

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# tests/browser/run.sh — issue 3's real-browser test, against the stack that
+# `./dev test` started (it exports ONCEGATE_URL, ONCEGATE_API_KEY and PG*).
+#
+#   1. makes sure Debian's chromium is installed (apt-get as root) and
+#      playwright-core is in tests/browser/node_modules (npm ci, reusing the
+#      npm cache; playwright never downloads a browser of its own);
+#   2. creates a run waiting for a person: a claim, then a support_reply
+#      output, through the API with curl;
+#   3. runs approve.mjs: headless Chromium opens the approval link as
+#      sam@example.com (group support), sees the card, clicks Approve and
+#      lands on the decided page; a screenshot goes to
+#      tests/browser/artifacts/approval.png (the card: approval-card.png);
+#   4. checks with psql that the run is approved by that person and exactly
+#      one outbox row (email.send, for that approval) exists.
+#
+# Exit 0 pass, 1 fail, 77 skipped (no stack: ONCEGATE_URL is unset).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+ARTIFACTS=${ONCEGATE_ARTIFACTS:-$HERE/artifacts}
+CHROMIUM=${ONCEGATE_CHROMIUM:-/usr/bin/chromium}
+APPROVER=sam@example.com
+APPROVER_GROUPS=support
+
+say() { printf 'browser: %s\n' "$*" >&2; }
+fail() { printf 'browser: FAIL: %s\n' "$*" >&2; exit 1; }
+
+if [[ -z ${ONCEGATE_URL:-} ]]; then
+	echo "browser: ONCEGATE_URL is not set; run ./dev test to start the stack. Skipping."
+	exit 77
+fi
+for v in ONCEGATE_API_KEY PGHOST PGPORT PGDATABASE PGUSER; do
+	[[ -n ${!v:-} ]] || fail "ONCEGATE_URL is set but $v is not"
+done
+
+# --- 1. chromium, node, playwright-core --------------------------------------
+
+as_root_install() {
+	[[ $(id -u) -eq 0 ]] || fail "$* missing: install it (apt-get install $*) or run as root"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -q "$@" >&2 || { apt-get update -q >&2 && apt-get install -y -q "$@" >&2; }
+}
+
+if [[ ! -x $CHROMIUM ]]; then
+	say "installing Debian's chromium"
+	as_root_install chromium
+fi
+[[ -x $CHROMIUM ]] || fail "no browser at $CHROMIUM"
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+	say "installing Node.js and npm"
+	as_root_install nodejs npm
+fi
+node_major=$(node -p 'process.versions.node.split(".")[0]')
+((node_major >= 20)) || fail "playwright-core needs Node.js 20 or later, this is $(node --version)"
+
+# npm ci only when node_modules does not match the lockfile; the cache
+# (npm's default, or $npm_config_cache) is reused, so a warm machine needs
+# no network at all.
+if ! cmp -s "$HERE/package-lock.json" "$HERE/node_modules/.oncegate-lock" 2>/dev/null; then
+	say "npm ci in $HERE"
+	(cd "$HERE" && npm ci --no-audit --no-fund --prefer-offline >&2)
+	cp "$HERE/package-lock.json" "$HERE/node_modules/.oncegate-lock"
+fi
+
+# --- 2. a run waiting for a person ---------------------------------------------
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+# api METHOD PATH [BODY]: prints the HTTP status; the answer is in $WORK/answer.
+api() {
+	local args=(-sS --noproxy '*' --max-time 30 -o "$WORK/answer" -w '%{http_code}'
+		-X "$1" -H "Authorization: Bearer $ONCEGATE_API_KEY")
+	if [[ $# -ge 3 ]]; then args+=(-H 'Content-Type: application/json' --data-binary "$3"); fi
+	curl "${args[@]}" "$ONCEGATE_URL$2"
+}
+
+# field EXPR: a value of the last JSON answer (j is the parsed answer).
+field() {
+	node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+		const v = eval(process.argv[2]); if (v === undefined || v === null) process.exit(1);
+		process.stdout.write(String(v));' "$WORK/answer" "$1"
+}
+
+KEY="browser-$(date +%s)-$$:support-reply:v1"
+st=$(api POST /v1/runs "{\"key\":\"$KEY\",\"payload\":{\"ticket\":4242}}")
+[[ $st == 201 ]] || fail "claim: HTTP $st $(cat "$WORK/answer")"
+if ! OWNER=$(field j.lease_owner) || ! VERSION=$(field j.version); then
+	fail "claim answer: $(cat "$WORK/answer")"
+fi
+
+KEY_PATH=$(node -p 'encodeURIComponent(process.argv[1])' "$KEY")
+st=$(api POST "/v1/runs/$KEY_PATH/output" "$(
+	cat <<-EOF
+		{"lease_owner":"$OWNER","version":$VERSION,"contract":"support_reply",
+		 "output":{"subject":"Re: your parcel 4242","body":"Hello,\nyour parcel left the warehouse today and arrives on Friday.\nBest regards, Support","tone":"friendly","confidence":0.9},
+		 "model":{"provider":"openai-compatible","name":"qwen2.5-7b-instruct","revision":"2024-09-19"},
+		 "effect":{"type":"email.send","target":"demo_smtp","payload":{"to":"customer@example.com","ticket":4242}},
+		 "source_url":"https://crm.example/ticket/4242","requested_by":"alice@example.com"}
+	EOF
+)")
+[[ $st == 202 ]] || fail "output: HTTP $st $(cat "$WORK/answer")"
+[[ $(field j.outcome) == awaiting_human ]] || fail "output: $(cat "$WORK/answer")"
+if ! URL=$(field 'j.approvals[0].url') || ! APPROVAL_ID=$(field 'j.approvals[0].approval_id'); then
+	fail "output answer has no approval"
+fi
+[[ $URL == "$ONCEGATE_URL/approve/"* ]] || fail "the approval url is not under $ONCEGATE_URL/approve/"
+say "run $KEY awaits approval $APPROVAL_ID"
+
+# --- 3. the browser -----------------------------------------------------------
+
+mkdir -p "$ARTIFACTS"
+rm -f "$ARTIFACTS/approval.png" "$ARTIFACTS/approval-card.png"
+rc=0
+node "$HERE/approve.mjs" "$URL" "$APPROVER" "$APPROVER_GROUPS" "$KEY" "$ARTIFACTS/approval.png" || rc=$?
+[[ -s $ARTIFACTS/approval.png ]] || fail "approve.mjs left no screenshot"
+[[ $rc -eq 0 ]] || fail "approve.mjs exited $rc (screenshot: $ARTIFACTS/approval.png)"
+
+# --- 4. what the database says -------------------------------------------------
+
+# psql -c does not interpolate variables: the statement goes on stdin.
+q() {
+	psql -X -q -At -v ON_ERROR_STOP=1 -v key="$KEY" -v approval="$APPROVAL_ID" <<<"$1"
+}
+
+run=$(q "SELECT state || ' ' || coalesce(decided_by, '-') || ' ' || coalesce(decision, '-')
+	FROM workflow_runs WHERE idempotency_key = :'key'")
+[[ $run == "approved $APPROVER approve" ]] || fail "the run is \"$run\", not \"approved $APPROVER approve\""
+appr=$(q "SELECT state || ' ' || approver_subject || ' ' || decision FROM approvals
+	WHERE id = :'approval'::uuid")
+[[ $appr == "decided $APPROVER approve" ]] || fail "the approval is \"$appr\""
+n=$(q "SELECT count(*) FROM effect_outbox WHERE idempotency_key = :'key'")
+[[ $n == 1 ]] || fail "$n outbox rows for the run, expected exactly 1"
+row=$(q "SELECT effect_type || ' ' || target || ' ' || (approval_id = :'approval'::uuid)::text
+	|| ' ' || provider_key FROM effect_outbox WHERE idempotency_key = :'key'")
+[[ $row == "email.send demo_smtp true $KEY/email.send" ]] || fail "the outbox row is \"$row\""
+
+say "ok: approved in Chromium by $APPROVER; one outbox row ($row); screenshot $ARTIFACTS/approval.png"
