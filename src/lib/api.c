@@ -554,7 +554,7 @@ handle_status(struct call *c)
 	json_t *approvals = NULL, *effects = NULL;
 	size_t i;
 
-	rc = ledger_status(c->ctx->db, c->client.id, c->key, &run);
+	rc = ledger_status(c->ctx->db, c->client.id, c->key, true, &run);
 	if (rc != LEDGER_OK) {
 		call_ledger_failure(c, rc);
 		return;
@@ -1529,7 +1529,7 @@ approve_handle(struct call *c)
 	}
 	snprintf(c->key, sizeof(c->key), "%s", a.key);
 	f.approval_id = a.id;
-	lrc = ledger_status(c->ctx->db, a.client_id, a.key, &run);
+	lrc = ledger_status(c->ctx->db, a.client_id, a.key, false, &run);
 	if (lrc != LEDGER_OK) {
 		page_notice(c, lrc == LEDGER_UNAVAILABLE ? 503 : 500, "approval.failed",
 		            "Try again shortly", "The run could not be read.", &f);

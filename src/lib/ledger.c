@@ -510,7 +510,8 @@ set_int(json_t *obj, const char *name, const PGresult *res, int row, const char 
 }
 
 enum ledger_rc
-ledger_status(struct db *db, long long client_id, const char *key, json_t **out)
+ledger_status(struct db *db, long long client_id, const char *key, bool with_timeline,
+              json_t **out)
 {
 	char client[24];
 	const char *params[2] = { client, key };
@@ -568,6 +569,12 @@ ledger_status(struct db *db, long long client_id, const char *key, json_t **out)
 	PQclear(res);
 	res = NULL;
 
+	if (!with_timeline) {
+		*out = run;
+		run = NULL;
+		lrc = LEDGER_OK;
+		goto out;
+	}
 	if ((rc = db_exec(db, &st_timeline, params, &res)) != DB_OK) {
 		lrc = ledger_rc_of(rc);
 		goto out;

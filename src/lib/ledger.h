@@ -137,9 +137,9 @@ enum ledger_rc ledger_decide(struct db *db, long long client_id, const char *key
                              const char *decision, const char *subject, const char *reason,
                              struct ledger_run *run) __attribute__((warn_unused_result));
 
-/* The run as the status API shows it, with its timeline; *out is a new
- * reference. */
+/* The run as the status API shows it, with its timeline when asked (the
+ * approval pages do without it); *out is a new reference. */
 enum ledger_rc ledger_status(struct db *db, long long client_id, const char *key,
-                             json_t **out) __attribute__((warn_unused_result));
+                             bool timeline, json_t **out) __attribute__((warn_unused_result));
 
 #endif

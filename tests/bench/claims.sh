@@ -141,7 +141,7 @@ cpu_snapshot() {
 		printf 'machine total %d\n' $((a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7] + a[8]))
 		printf 'machine idle %d\n' $((a[4] + a[5]))
 		for f in /proc/[0-9]*/stat; do
-			read -r line <"$f" 2>/dev/null || continue
+			read -r line 2>/dev/null <"$f" || continue
 			pid=${line%% *}
 			rest=${line##*) }
 			read -r -a a <<<"$rest"
