@@ -243,6 +243,18 @@ post_output(const char *key, const char *owner, long long version, struct submis
 	free(path);
 }
 
+/* POST /v1/runs/{key}/cancel {"reason"} as the dev client. */
+static void
+cancel_run(const char *key, const char *reason, struct tl_resp *r)
+{
+	char *path = run_path(key, "/cancel");
+	json_t *body = json_pack("{s:s}", "reason", reason);
+
+	tl_post_json(path, g_key_dev, body, r);
+	json_decref(body);
+	free(path);
+}
+
 /* A run waiting for a person, with its one approval (one approver). */
 struct gated {
 	char key[200];
@@ -2350,6 +2362,44 @@ START_TEST(test_act_with_window)
 	                        " AND state = 'approved'", key), 1);
 	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1", key), 0);
 	tl_resp_free(&r);
+
+	/* Inside the window the owning client can still cancel: the effect is
+	 * cancelled, the run ends failed_terminal; a second cancel finds the
+	 * window closed. */
+	cancel_run(key, "customer withdrew", &r);
+	ck_assert_msg(r.status == 200, "cancel inside the window: HTTP %ld %s", r.status, r.body);
+	ck_assert_str_eq(JSTR(r.json, "state"), "failed_terminal");
+	ck_assert_int_eq((int)json_array_size(json_object_get(r.json, "cancelled_effects")), 1);
+	tl_resp_free(&r);
+	ck_assert_int_eq(count1(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
+	                        " AND state = 'cancelled'", key), 1);
+	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+	                        " AND state = 'failed_terminal' AND error_class = 'cancelled'"
+	                        " AND reason = 'customer withdrew'", key), 1);
+	cancel_run(key, "again", &r);
+	ck_assert_msg(r.status == 409 && strcmp(JSTR(r.json, "error"), "window_closed") == 0,
+	              "second cancel: HTTP %ld %s", r.status, r.body);
+	tl_resp_free(&r);
+
+	/* Past the window: refused, nothing changes. */
+	mkkey(key, sizeof(key), "window-late");
+	claim_run(key, &cl);
+	post_output(key, cl.owner, cl.version, &s, &r);
+	tl_resp_free(&r);
+	{
+		PGresult *u = PQexecParams(c, "UPDATE effect_outbox SET not_before = now() - interval"
+		                              " '1 second' WHERE idempotency_key = $1",
+		                           1, NULL, (const char *const[]){ key }, NULL, NULL, 0);
+		ck_assert_int_eq(PQresultStatus(u), PGRES_COMMAND_OK);
+		PQclear(u);
+	}
+	cancel_run(key, "too late", &r);
+	ck_assert_msg(r.status == 409, "cancel after the window: HTTP %ld %s", r.status, r.body);
+	tl_resp_free(&r);
+	ck_assert_int_eq(count1(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
+	                        " AND state = 'pending'", key), 1);
+	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+	                        " AND state = 'approved'", key), 1);
 	PQfinish(c);
 }
 END_TEST

@@ -33,6 +33,7 @@ enum route_id {
 	ROUTE_TRANSITION,
 	ROUTE_HEALTHZ,
 	ROUTE_OUTPUT,
+	ROUTE_CANCEL,
 	ROUTE_APPROVE_PAGE,
 	ROUTE_APPROVE_DECIDE,
 };
@@ -78,6 +79,8 @@ static const struct route routes[] = {
 	  "/v1/runs/{key}/transition", AUTH_BEARER, BODY_JSON, false },
 	{ ROUTE_OUTPUT, "POST", SHAPE_KEY, "/v1/runs/", "/output", "/v1/runs/{key}/output",
 	  AUTH_BEARER, BODY_JSON, false },
+	{ ROUTE_CANCEL, "POST", SHAPE_KEY, "/v1/runs/", "/cancel", "/v1/runs/{key}/cancel",
+	  AUTH_BEARER, BODY_JSON, false },
 	{ ROUTE_HEALTHZ, "GET", SHAPE_EXACT, "/healthz", NULL, "/healthz", AUTH_NONE, BODY_NONE,
 	  false },
 	{ ROUTE_APPROVE_PAGE, "GET", SHAPE_KEY, "/approve/", "", "/approve/{token}", AUTH_SSO,
@@ -109,6 +112,7 @@ struct call {
 };
 
 static void handle_output(struct call *c);
+static void handle_cancel(struct call *c);
 static void approve_handle(struct call *c);
 
 static void
@@ -1071,6 +1075,82 @@ out:
 	ledger_run_clear(&run);
 }
 
+/* ---- cancel within the window (SPEC 4, act_with_window) ------------------ */
+
+static void
+handle_cancel(struct call *c)
+{
+	static const char *const fields[] = { "reason", NULL };
+	struct ledger_run run = { 0 };
+	struct log_fields f = { 0 };
+	const char *reason;
+	json_t *ids = NULL;
+	enum outbox_rc orc;
+	enum ledger_rc lrc;
+
+	if (!only_fields(c, fields) || !opt_string(c, "reason", OG_FIELD_MAX, &reason))
+		goto out;
+	if (reason == NULL || reason[0] == '\0') {
+		call_reject(c, 400, "invalid_field", "reason is required", "reason");
+		goto out;
+	}
+	f.reason = reason;
+	if (db_begin(c->ctx->db) != DB_OK) {
+		call_unavailable(c, db_error(c->ctx->db));
+		goto out;
+	}
+	orc = outbox_cancel_window(c->ctx->db, c->client.id, c->key, &ids);
+	if (orc != OUTBOX_OK) {
+		db_rollback(c->ctx->db);
+		call_unavailable(c, db_error(c->ctx->db));
+		goto out;
+	}
+	lrc = json_array_size(ids) > 0
+	          ? ledger_cancel(c->ctx->db, c->client.id, c->key, reason, &run)
+	          : LEDGER_LEASE_LOST;
+	if (lrc != LEDGER_OK) {
+		db_rollback(c->ctx->db);
+		if (lrc == LEDGER_UNAVAILABLE) {
+			call_unavailable(c, db_error(c->ctx->db));
+			goto out;
+		}
+		{
+			json_t *probe = NULL;
+			enum ledger_rc src = ledger_status(c->ctx->db, c->client.id, c->key, false,
+			                                   &probe);
+
+			json_decref(probe);
+			if (src == LEDGER_NOT_FOUND) {
+				call_ledger_failure(c, LEDGER_NOT_FOUND);
+				goto out;
+			}
+		}
+		http_json(c->resp, 409,
+		          json_pack("{s:s, s:s}", "error", "window_closed", "message",
+		                    "nothing is waiting inside its cancellation window: the "
+		                    "effect went out, is going out, or was never delayed"));
+		f.reason = "window_closed";
+		call_log(c, LOG_LEVEL_WARNING, "run.cancel_refused", &f);
+		goto out;
+	}
+	if (db_commit(c->ctx->db) != DB_OK) {
+		call_unavailable(c, db_error(c->ctx->db));
+		goto out;
+	}
+	http_json(c->resp, 200,
+	          json_pack("{s:s, s:I, s:O}", "state", "failed_terminal", "version",
+	                    (json_int_t)run.version, "cancelled_effects", ids));
+	f.state_from = "approved";
+	f.state_to = "failed_terminal";
+	f.version = run.version;
+	f.error_class = "cancelled";
+	f.effect_id = json_string_value(json_array_get(ids, 0));
+	call_log(c, LOG_LEVEL_INFO, "run.cancelled", &f);
+out:
+	json_decref(ids);
+	ledger_run_clear(&run);
+}
+
 /* ---- approval pages (SPEC 5) -------------------------------------------- */
 
 static void
@@ -1796,6 +1876,9 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 		break;
 	case ROUTE_OUTPUT:
 		handle_output(&c);
+		break;
+	case ROUTE_CANCEL:
+		handle_cancel(&c);
 		break;
 	case ROUTE_HEALTHZ:
 		handle_healthz(&c);

@@ -212,6 +212,24 @@ static const struct db_stmt st_decide = {
 	5, false,
 };
 
+static const struct db_stmt st_cancel = {
+	"ledger_cancel",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs"
+	"     SET state = 'failed_terminal', error_class = 'cancelled', reason = $3,"
+	"         version = version + 1, updated_at = now()"
+	"   WHERE client_id = $1 AND idempotency_key = $2 AND state = 'approved'"
+	"  RETURNING client_id, idempotency_key, state, version, attempt"
+	"), ev AS ("
+	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
+	"      state_to, version, attempt, actor, reason)"
+	"  SELECT client_id, idempotency_key, 'run.cancelled', 'approved', state,"
+	"         version, attempt, 'client', $3 FROM moved"
+	")"
+	"SELECT state, version, attempt FROM moved",
+	3, false,
+};
+
 const char *
 ledger_state_name(enum run_state s)
 {
@@ -682,6 +700,30 @@ ledger_decide(struct db *db, long long client_id, const char *key, const char *d
 	if (n == 1) {
 		run->state_from = RUN_AWAITING_HUMAN;
 		run->state = (enum run_state)ledger_state_parse(db_get(res, 0, "state"));
+		run->version = db_get_ll(res, 0, "version");
+		run->attempt = (int)db_get_ll(res, 0, "attempt");
+	}
+	PQclear(res);
+	return n == 1 ? LEDGER_OK : LEDGER_LEASE_LOST;
+}
+
+enum ledger_rc
+ledger_cancel(struct db *db, long long client_id, const char *key, const char *reason,
+              struct ledger_run *run)
+{
+	char client[24];
+	const char *params[3] = { client, key, reason };
+	PGresult *res;
+	enum db_rc rc;
+	int n;
+
+	snprintf(client, sizeof(client), "%lld", client_id);
+	if ((rc = db_exec(db, &st_cancel, params, &res)) != DB_OK)
+		return ledger_rc_of(rc);
+	n = PQntuples(res);
+	if (n == 1) {
+		run->state_from = RUN_APPROVED;
+		run->state = RUN_FAILED_TERMINAL;
 		run->version = db_get_ll(res, 0, "version");
 		run->attempt = (int)db_get_ll(res, 0, "attempt");
 	}

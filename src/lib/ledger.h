@@ -137,6 +137,13 @@ enum ledger_rc ledger_decide(struct db *db, long long client_id, const char *key
                              const char *decision, const char *subject, const char *reason,
                              struct ledger_run *run) __attribute__((warn_unused_result));
 
+/* The owning client cancelled an act-with-window run before its effect
+ * went out: approved → failed_terminal (error_class "cancelled"). Inside
+ * the transaction that cancels the effects. */
+enum ledger_rc ledger_cancel(struct db *db, long long client_id, const char *key,
+                             const char *reason, struct ledger_run *run)
+	__attribute__((warn_unused_result));
+
 /* The run as the status API shows it, with its timeline when asked (the
  * approval pages do without it); *out is a new reference. */
 enum ledger_rc ledger_status(struct db *db, long long client_id, const char *key,

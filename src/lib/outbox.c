@@ -35,6 +35,36 @@ static const struct db_stmt st_list = {
 	2, true,
 };
 
+/* act_with_window (SPEC 4): cancellable until not_before, never after. */
+static const struct db_stmt st_cancel = {
+	"outbox_cancel",
+	"UPDATE effect_outbox SET state = 'cancelled', updated_at = now()"
+	" WHERE client_id = $1 AND idempotency_key = $2 AND state = 'pending'"
+	"   AND not_before > now()"
+	" RETURNING id",
+	2, false,
+};
+
+enum outbox_rc
+outbox_cancel_window(struct db *db, long long client_id, const char *key, json_t **ids)
+{
+	char client[24];
+	const char *params[2] = { client, key };
+	PGresult *res;
+	enum db_rc rc;
+	int i;
+
+	*ids = NULL;
+	snprintf(client, sizeof(client), "%lld", client_id);
+	if ((rc = db_exec(db, &st_cancel, params, &res)) != DB_OK)
+		return rc == DB_UNAVAILABLE ? OUTBOX_UNAVAILABLE : OUTBOX_ERROR;
+	*ids = json_array();
+	for (i = 0; i < PQntuples(res); i++)
+		json_array_append_new(*ids, json_string(PQgetvalue(res, i, 0)));
+	PQclear(res);
+	return OUTBOX_OK;
+}
+
 char *
 outbox_provider_key(const char *key, const char *type)
 {

@@ -52,6 +52,11 @@ enum outbox_rc outbox_enqueue(struct db *db, const struct outbox_effect *e,
 enum outbox_rc outbox_list(struct db *db, long long client_id, const char *key,
                            const char *correlation_id, const char *workflow_version,
                            json_t **out) __attribute__((warn_unused_result));
+/* Cancels the run's effects still inside their window (pending, not_before
+ * in the future); inside the caller's transaction. *ids is a new array of
+ * the cancelled effect ids (empty: nothing could be cancelled). */
+enum outbox_rc outbox_cancel_window(struct db *db, long long client_id, const char *key,
+                                    json_t **ids) __attribute__((warn_unused_result));
 /* The provider idempotency key of an effect: "<run key>/<type>" (SPEC 6). */
 char *outbox_provider_key(const char *key, const char *type);
 
