@@ -752,6 +752,68 @@ START_TEST(test_repeat_order)
 }
 END_TEST
 
+/* Fills of a prototype made before page_repeat carry into the copies (a
+ * copy is of the prototype as it is then); a removed item takes its
+ * scope's later fills with it; a part replaced by text hides the slots
+ * that were inside it, and filling those is no failure. */
+START_TEST(test_repeat_copies_state)
+{
+	struct page *p = page_new(set, "approval");
+	struct collect_arg th = { "th", NULL, { 0 }, 0 };
+	struct page_scope *s, *gone;
+	xmlDocPtr x;
+	char *out;
+
+	ck_assert_ptr_nonnull(p);
+	ck_assert_int_eq(page_text(p, "field_name", "pre"), 0);
+	ck_assert_int_eq(page_attr(p, "output_fields", "title", "t<1>"), 0);
+	s = page_repeat(p, "output_fields");
+	ck_assert_int_eq(page_scope_attr(s, "output_fields", "title", "own"), 0);
+	gone = page_repeat(p, "output_fields");
+	ck_assert_ptr_nonnull(gone);
+	s = page_repeat(p, "output_fields");
+	ck_assert_int_eq(page_scope_text(s, "field_name", "last"), 0);
+	page_remove(p, "output_fields"); /* every row, copies included */
+	ck_assert_int_eq(page_scope_text(gone, "field_name", "hidden"), 0);
+	ck_assert_int_eq(page_text(p, "form", "<form replaced>"), 0);
+	ck_assert_int_eq(page_attr(p, "csrf", "value", "secret-token"), 0);
+	ck_assert_ptr_null(page_error(p));
+	out = render(p);
+	x = reparse_xml(out);
+	ck_assert_uint_eq(elements(x, "tr"), 1); /* the header row */
+	ck_assert_ptr_null(strstr(out, "hidden"));
+	ck_assert_ptr_null(strstr(out, "secret-token"));
+	ck_assert_ptr_nonnull(strstr(out, "&lt;form replaced&gt;</form>"));
+	xmlFreeDoc(x);
+	free(out);
+	page_free(p);
+
+	/* the same without the removal: three rows as filled */
+	p = page_new(set, "approval");
+	ck_assert_int_eq(page_text(p, "field_name", "pre"), 0);
+	ck_assert_int_eq(page_attr(p, "output_fields", "title", "t<1>"), 0);
+	s = page_repeat(p, "output_fields");
+	ck_assert_int_eq(page_scope_attr(s, "output_fields", "title", "own"), 0);
+	(void)page_repeat(p, "output_fields");
+	s = page_repeat(p, "output_fields");
+	ck_assert_int_eq(page_scope_text(s, "field_name", "last"), 0);
+	page_repeat_done(p, "output_fields");
+	out = render(p);
+	x = reparse_xml(out);
+	visit(x->children, collect, &th);
+	ck_assert_uint_eq(th.n, 5); /* Field, Value, pre, pre, last */
+	ck_assert_str_eq(th.v[2], "pre");
+	ck_assert_str_eq(th.v[3], "pre");
+	ck_assert_str_eq(th.v[4], "last");
+	ck_assert_ptr_nonnull(strstr(out, "<tr title=\"own\">"));
+	ck_assert_ptr_nonnull(strstr(out, "<tr title=\"t&lt;1&gt;\">"));
+	collect_free(&th);
+	xmlFreeDoc(x);
+	free(out);
+	page_free(p);
+}
+END_TEST
+
 START_TEST(test_repeat_none_and_done)
 {
 	struct page *p = page_new(set, "approval");
@@ -1157,6 +1219,7 @@ page_suite(void)
 	tc = tcase_create("structure");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_repeat_order);
+	tcase_add_test(tc, test_repeat_copies_state);
 	tcase_add_test(tc, test_repeat_none_and_done);
 	tcase_add_test(tc, test_remove);
 	tcase_add_test(tc, test_caller_bugs_are_sticky);

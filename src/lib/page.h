@@ -13,7 +13,8 @@
  * never sent even when a caller ignores a return value.
  *
  * Threads: a page_set is read-only after page_set_load and shared; each
- * page is a private copy owned by one thread.
+ * page is private to one thread. A page refers to its set's compiled
+ * template, so free every page before page_set_free of its set.
  */
 #ifndef OG_PAGE_H
 #define OG_PAGE_H
@@ -23,7 +24,7 @@
 struct buf;
 
 struct page_set;   /* the parsed templates of a directory */
-struct page;       /* one page being filled (a private copy of a template) */
+struct page;       /* one page being filled (private; refers to its set) */
 struct page_scope; /* one repeated item, owned by its page */
 
 /* Loads dir/NAME.xhtml for NAME in approval, decided, notice. Each must be
