@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "canon.h"
-#include "limits.h"
+#include "caps.h"
 
 struct canon_case {
 	const char *name;

@@ -23,7 +23,7 @@
 
 #include "contract.h"
 #include "digest.h"
-#include "limits.h"
+#include "caps.h"
 
 static char scratch[] = "/tmp/check_contract.XXXXXX";
 

@@ -51,6 +51,7 @@
 /* Test-only contracts (tests/data/contracts-test/): loaded only when the
  * test stack's contracts_dir holds them. */
 #define WINDOW_CONTRACT    "support_window"
+#define PAIR_CONTRACT      "support_pair"
 #define WINDOW_S           600
 #define SAMPLED_CONTRACT   "crm_tag_sampled"
 
@@ -909,11 +910,11 @@ START_TEST(test_approve_before_act)
 	ck_assert_int_eq(outbox_rows(c, g.key), 0);
 
 	lines = key_lines(off, g.key, 2);
-	l = tl_log_find_event(lines, "run.awaiting_human");
+	l = tl_log_find_event(lines, "gate.awaiting_human");
 	{
 		char *d = dump_json(lines);
 
-		ck_assert_msg(l != NULL, "no run.awaiting_human line: %s", d);
+		ck_assert_msg(l != NULL, "no gate.awaiting_human line: %s", d);
 		free(d);
 	}
 	expect_field(l, "contract", "support_reply");
@@ -1490,7 +1491,7 @@ START_TEST(test_refuse_missing_csrf)
 	web_post(g.token, APPROVER, "support", O_BROWSER, form, &w);
 	expect_page(&w, 400, NULL);
 	web_free(&w);
-	expect_page_log(off, "approval.refused", "missing_field|decision_not_allowed", g.approval_id,
+	expect_page_log(off, "approval.refused", "missing_field|wrong_decision", g.approval_id,
 	                400, "POST without decision");
 	free(form);
 
@@ -1702,7 +1703,7 @@ START_TEST(test_refuse_decision_not_allowed)
 		expect_page(&w, 400, NULL);
 		expect_no_form(&w);
 		web_free(&w);
-		expect_page_log(off, "approval.refused", "decision_not_allowed", g.approval_id, 400, what);
+		expect_page_log(off, "approval.refused", "wrong_decision", g.approval_id, 400, what);
 		free(form);
 	}
 	expect_unchanged(c, g.key, before, "decisions that do not exist");
@@ -1718,7 +1719,7 @@ START_TEST(test_refuse_decision_not_allowed)
 	web_post(g.token, APPROVER, "support", O_BROWSER, form, &w);
 	expect_page(&w, 400, NULL);
 	web_free(&w);
-	expect_page_log(off, "approval.refused", "decision_not_allowed", g.approval_id, 400,
+	expect_page_log(off, "approval.refused", "wrong_decision", g.approval_id, 400,
 	                "reject where the approval allows only approve");
 	expect_unchanged(c, g.key, before, "a decision the approval does not allow");
 	free(form);
@@ -1756,7 +1757,7 @@ START_TEST(test_refuse_not_an_approver)
 		expect_page(&w, 403, NULL);
 		expect_no_form(&w);
 		web_free(&w);
-		expect_page_log(off, "approval.refused", "not_an_approver", g.approval_id, 403, what);
+		expect_page_log(off, "approval.refused", "forbidden", g.approval_id, 403, what);
 	}
 	expect_unchanged(c, g.key, before, "POSTs by people outside group support");
 	/* Once dave is in support (among other groups), he may decide. */
@@ -1796,7 +1797,7 @@ START_TEST(test_refuse_separation_of_duties)
 		expect_page(&w, 403, NULL);
 		expect_no_form(&w);
 		web_free(&w);
-		expect_page_log(off, "approval.refused", "separation_of_duties", g.approval_id, 403, what);
+		expect_page_log(off, "approval.refused", "forbidden", g.approval_id, 403, what);
 		free(form);
 		free(csrf);
 	}
@@ -1834,7 +1835,7 @@ START_TEST(test_refuse_not_awaiting)
 	              w.r.body);
 	expect_page(&w, w.r.status, NULL);
 	expect_no_form(&w);
-	expect_page_log(off, "approval.gone|approval.refused", "run_not_awaiting", g.approval_id,
+	expect_page_log(off, "approval.gone|approval.refused", "not_awaiting", g.approval_id,
 	                w.r.status, "GET while the run is no longer awaiting_human");
 	web_free(&w);
 
@@ -1844,7 +1845,7 @@ START_TEST(test_refuse_not_awaiting)
 	              w.r.status, w.r.body);
 	expect_page(&w, w.r.status, NULL);
 	expect_no_form(&w);
-	expect_page_log(off, "approval.gone|approval.refused", "run_not_awaiting", g.approval_id,
+	expect_page_log(off, "approval.gone|approval.refused", "not_awaiting", g.approval_id,
 	                w.r.status, "POST while the run is no longer awaiting_human");
 	web_free(&w);
 
@@ -2080,15 +2081,15 @@ START_TEST(test_repair_budget)
 	{
 		char *d = dump_json(lines);
 
-		ck_assert_msg(tl_log_count_event(lines, "run.output_invalid") == 1 &&
-		              tl_log_count_event(lines, "run.failed_validation") == 1,
-		              "expected run.output_invalid then run.failed_validation: %s", d);
+		ck_assert_msg(tl_log_count_event(lines, "output.invalid") == 2,
+		              "expected two output.invalid lines (the second terminal): %s", d);
 		free(d);
 	}
-	l = tl_log_find_event(lines, "run.output_invalid");
+	l = tl_log_find_event(lines, "output.invalid");
 	expect_field(l, "contract", "support_reply");
 	expect_field(l, "validation", "invalid");
-	l = tl_log_find_event(lines, "run.failed_validation");
+	l = json_array_get(lines, json_array_size(lines) - 1);
+	expect_field(l, "event", "output.invalid");
 	expect_field(l, "error_class", "validation");
 	expect_field(l, "state_to", "failed_terminal");
 	json_decref(lines);
@@ -2193,11 +2194,11 @@ START_TEST(test_auto_path)
 		    " AND not_before <= now() + interval '1 s'", 4, p), 1);
 	}
 	lines = key_lines(off, key, 1);
-	l = tl_log_find_event(lines, "run.approved");
+	l = tl_log_find_event(lines, "gate.auto_approved");
 	{
 		char *d = dump_json(lines);
 
-		ck_assert_msg(l != NULL, "no run.approved line: %s", d);
+		ck_assert_msg(l != NULL, "no gate.auto_approved line: %s", d);
 		free(d);
 	}
 	expect_field(l, "decision", "auto");
@@ -2400,6 +2401,71 @@ START_TEST(test_act_with_window)
 	                        " AND state = 'pending'", key), 1);
 	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
 	                        " AND state = 'approved'", key), 1);
+	PQfinish(c);
+}
+END_TEST
+
+/* Two approvers: each gets a challenge of their own; the first decision
+ * settles the run and voids the other challenge (SPEC 5). */
+START_TEST(test_first_decision_voids_others)
+{
+	struct submission s = { .contract = PAIR_CONTRACT };
+	struct claimed cl;
+	struct tl_resp r;
+	PGconn *c = tl_pg_connect();
+	char key[200], tok_group[64], tok_lead[64], prefix[512];
+	char *csrf, *form;
+	json_t *list;
+	size_t i;
+	struct web w;
+
+	mkkey(key, sizeof(key), "pair");
+	claim_run(key, &cl);
+	post_output(key, cl.owner, cl.version, &s, &r);
+	require_contract(&r, PAIR_CONTRACT);
+	ck_assert_msg(r.status == 202, "pair output: HTTP %ld %s", r.status, r.body);
+	list = json_object_get(r.json, "approvals");
+	ck_assert_int_eq((int)json_array_size(list), 2);
+	snprintf(prefix, sizeof(prefix), "%s/approve/", g_base);
+	tok_group[0] = tok_lead[0] = '\0';
+	for (i = 0; i < json_array_size(list); i++) {
+		json_t *a = json_array_get(list, i);
+		const char *who = tl_jstr(a, "approver"), *url = tl_jstr(a, "url");
+
+		ck_assert_ptr_nonnull(url);
+		snprintf(strcmp(who, "lead@example.com") == 0 ? tok_lead : tok_group, 64, "%s",
+		         url + strlen(prefix));
+	}
+	ck_assert_msg(tok_group[0] && tok_lead[0] && strcmp(tok_group, tok_lead) != 0,
+	              "one distinct token per approver: %s", r.body);
+	tl_resp_free(&r);
+	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
+	                        " AND state = 'pending'", key), 2);
+
+	/* the lead decides first */
+	csrf = card_csrf(tok_lead, "lead@example.com", "");
+	decide_ok(tok_lead, "lead@example.com", "", "approve", csrf, "fine");
+	free(csrf);
+	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
+	                        " AND state = 'decided' AND approver = 'lead@example.com'", key), 1);
+	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
+	                        " AND state = 'voided' AND approver = 'group:support'", key), 1);
+	ck_assert_int_eq(outbox_rows(c, key), 1);
+
+	/* the other challenge is gone: its page says so and offers no form,
+	 * and a POST with a form fetched earlier changes nothing */
+	web_get(tok_group, "sam@example.com", "support", &w);
+	expect_page(&w, 410, "Another approver already decided");
+	expect_no_form(&w);
+	web_free(&w);
+	form = decide_form("reject", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", NULL);
+	web_post(tok_group, "sam@example.com", "support", O_BROWSER, form, &w);
+	ck_assert_msg(w.r.status == 410, "POST on a voided challenge: HTTP %ld", w.r.status);
+	web_free(&w);
+	free(form);
+	ck_assert_int_eq(outbox_rows(c, key), 1);
+	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+	                        " AND state = 'approved' AND decided_by = 'lead@example.com'", key), 1);
 	PQfinish(c);
 }
 END_TEST
@@ -2736,6 +2802,7 @@ gate_suite(void)
 	tcase_add_test(tc, test_output_refusals);
 	tcase_add_test(tc, test_act_with_window);
 	tcase_add_test(tc, test_sample_rate_one);
+	tcase_add_test(tc, test_first_decision_voids_others);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("escaping");

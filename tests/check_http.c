@@ -9,7 +9,7 @@
 
 #include "api.h"
 #include "http.h"
-#include "limits.h"
+#include "caps.h"
 
 struct route_case {
 	const char *method;

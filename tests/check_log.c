@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "limits.h"
+#include "caps.h"
 #include "log.h"
 
 static char tmpdir[64];

@@ -23,7 +23,7 @@
 #include "outbox.h"
 #include "page.h"
 #include "token.h"
-#include "limits.h"
+#include "caps.h"
 #include "log.h"
 
 enum route_id {
@@ -909,10 +909,8 @@ handle_output(struct call *c)
 		f.version = run.version;
 		f.validation = "invalid";
 		f.error_class = run.state == RUN_FAILED_TERMINAL ? "validation" : NULL;
-		call_log(c, LOG_LEVEL_NOTICE,
-		         run.state == RUN_FAILED_TERMINAL ? "run.failed_validation"
-		                                          : "run.output_invalid",
-		         &f);
+		f.reason = run.state == RUN_FAILED_TERMINAL ? "repair budget spent" : NULL;
+		call_log(c, LOG_LEVEL_NOTICE, "output.invalid", &f);
 		goto out;
 	}
 
@@ -1058,7 +1056,21 @@ handle_output(struct call *c)
 	f.actor = human ? NULL : "gate:auto";
 	f.model = json_string_value(json_object_get(model, "name"));
 	http_json(c->resp, 202, json_incref(answer));
-	call_log(c, LOG_LEVEL_INFO, human ? "run.awaiting_human" : "run.approved", &f);
+	/* three decisions, three lines: the output passed its contract, the
+	 * gate chose a person or the rules, and (rules) the effect is queued */
+	{
+		struct log_fields v = { .contract = f.contract, .model = f.model,
+			                .validation = "valid", .payload_hash = out_hash };
+
+		call_log(c, LOG_LEVEL_INFO, "output.valid", &v);
+	}
+	call_log(c, LOG_LEVEL_INFO, human ? "gate.awaiting_human" : "gate.auto_approved", &f);
+	if (!human) {
+		struct log_fields e = { .effect_id = f.effect_id, .target = etarget,
+			                .decision = "auto", .actor = "gate:auto" };
+
+		call_log(c, LOG_LEVEL_INFO, "effect.enqueued", &e);
+	}
 out:
 	if (in_tx)
 		db_rollback(c->ctx->db);
@@ -1365,7 +1377,8 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 	const json_t *effect = json_object_get(run, "proposed_effect");
 	const char *callback = json_string_value(json_object_get(run, "callback_url"));
 	char decision[16], csrf[128], reason[OG_FIELD_MAX + 1];
-	char effect_id[OUTBOX_ID_LEN] = "", not_before[OUTBOX_TS_LEN];
+	char effect_id[OUTBOX_ID_LEN] = "", callback_id[OUTBOX_ID_LEN] = "";
+	char not_before[OUTBOX_TS_LEN];
 	struct ledger_run lr = { 0 };
 	struct log_fields f = { 0 };
 	char *payload = NULL, *cb_payload = NULL;
@@ -1411,7 +1424,7 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 	}
 	if (!json_array_size(a->allowed_decisions) ||
 	    (strcmp(decision, "approve") != 0 && strcmp(decision, "reject") != 0)) {
-		f.reason = "decision_not_allowed";
+		f.reason = "wrong_decision";
 		page_notice(c, 400, "approval.refused", "Decision not allowed",
 		            "This approval does not allow that decision.", &f);
 		goto out;
@@ -1425,21 +1438,23 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 			if (json_is_string(v) && strcmp(json_string_value(v), decision) == 0)
 				allowed = true;
 		if (!allowed) {
-			f.reason = "decision_not_allowed";
+			f.reason = "wrong_decision";
 			page_notice(c, 400, "approval.refused", "Decision not allowed",
 			            "This approval does not allow that decision.", &f);
 			goto out;
 		}
 	}
 	if (!contract_approver_matches(a->approver, subject, c->req->auth_groups)) {
-		f.reason = "not_an_approver";
+		f.reason = "forbidden";
+		f.detail = "not among the approvers of this challenge";
 		page_notice(c, 403, "approval.refused", "Not your approval",
 		            "You are not among the approvers this link was issued to.", &f);
 		goto out;
 	}
 	if (a->separation_of_duties && a->requested_by != NULL &&
 	    strcasecmp(a->requested_by, subject) == 0) {
-		f.reason = "separation_of_duties";
+		f.reason = "forbidden";
+		f.detail = "separation of duties: the requester cannot approve";
 		page_notice(c, 403, "approval.refused", "Separation of duties",
 		            "You requested this action, so someone else must approve it.", &f);
 		goto out;
@@ -1448,13 +1463,11 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 	if (db_begin(c->ctx->db) != DB_OK)
 		goto unavailable;
 	grc = gate_consume(c->ctx->db, hash, decision, subject, reason[0] ? reason : NULL);
-	if (grc == GATE_OK)
-		grc = gate_void_others(c->ctx->db, a->client_id, a->key, a->id);
 	if (grc != GATE_OK) {
 		db_rollback(c->ctx->db);
 		if (grc == GATE_UNAVAILABLE)
 			goto unavailable;
-		f.reason = "already_decided";
+		f.reason = "used";
 		page_notice(c, 409, "approval.refused", "Already decided",
 		            "This approval was already decided, has expired, or was revoked. "
 		            "Nothing was changed.",
@@ -1467,7 +1480,7 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 		db_rollback(c->ctx->db);
 		if (lrc == LEDGER_UNAVAILABLE)
 			goto unavailable;
-		f.reason = "run_not_awaiting";
+		f.reason = "not_awaiting";
 		page_notice(c, 409, "approval.refused", "Already decided",
 		            "The run is no longer waiting for a decision. Nothing was changed.", &f);
 		goto out;
@@ -1495,7 +1508,7 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 		                       "decision", strcmp(decision, "approve") == 0 ? "approved"
 		                                                                    : "rejected",
 		                       "decided_by", subject, "approval_id", a->id);
-		char ceid[OUTBOX_ID_LEN], cnb[OUTBOX_TS_LEN], chash[CANON_HASH_LEN];
+		char cnb[OUTBOX_TS_LEN], chash[CANON_HASH_LEN];
 
 		if (cb == NULL || json_hash(cb, chash, &cb_payload) != 0) {
 			json_decref(cb);
@@ -1509,12 +1522,12 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 		e.payload = cb_payload;
 		e.payload_hash = chash;
 		e.approval_id = a->id;
-		if (outbox_enqueue(c->ctx->db, &e, ceid, cnb) != OUTBOX_OK)
+		if (outbox_enqueue(c->ctx->db, &e, callback_id, cnb) != OUTBOX_OK)
 			goto internal;
 	}
 	if (db_commit(c->ctx->db) != DB_OK) {
 		/* the partial unique index: another approver decided first */
-		f.reason = "already_decided";
+		f.reason = "used";
 		page_notice(c, 409, "approval.refused", "Already decided",
 		            "Another approver decided first. Nothing was changed.", &f);
 		goto out;
@@ -1535,6 +1548,19 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 	f.target = json_string_value(json_object_get(effect, "target"));
 	f.reason = reason[0] ? reason : NULL;
 	call_log(c, LOG_LEVEL_INFO, "approval.consumed", &f);
+	if (effect_id[0] != '\0') {
+		struct log_fields e = { .key = a->key, .effect_id = effect_id, .target = f.target,
+			                .approval_id = a->id, .actor = subject, .decision = decision };
+
+		call_log(c, LOG_LEVEL_INFO, "effect.enqueued", &e);
+	}
+	if (callback_id[0] != '\0') {
+		struct log_fields e = { .key = a->key, .effect_id = callback_id,
+			                .target = "callback", .approval_id = a->id,
+			                .decision = decision };
+
+		call_log(c, LOG_LEVEL_INFO, "effect.enqueued", &e);
+	}
 	goto out;
 internal:
 	db_rollback(c->ctx->db);
@@ -1567,6 +1593,7 @@ approve_handle(struct call *c)
 	enum gate_rc grc;
 	enum ledger_rc lrc;
 	const char *state;
+	bool post;
 
 	page_headers(c);
 	if (c->ctx->pages == NULL) {
@@ -1620,15 +1647,16 @@ approve_handle(struct call *c)
 		page_decided(c, 410, &a, run);
 		if (c->route->id == ROUTE_APPROVE_DECIDE) {
 			/* a decision on a used link is a refusal, and says so */
-			f.reason = "already_decided";
+			f.reason = "used";
 			f.decision = a.decision;
 			call_log(c, LOG_LEVEL_NOTICE, "approval.refused", &f);
 		}
 		goto out;
 	}
+	post = c->route->id == ROUTE_APPROVE_DECIDE;
 	if (a.state == APPROVAL_VOIDED || a.state == APPROVAL_REVOKED) {
 		f.reason = gate_state_name(a.state);
-		page_notice(c, 410, "approval.gone", "No longer valid",
+		page_notice(c, 410, post ? "approval.refused" : "approval.gone", "No longer valid",
 		            a.state == APPROVAL_VOIDED
 		                ? "Another approver already decided this run."
 		                : "This approval link was revoked by an operator.",
@@ -1637,7 +1665,7 @@ approve_handle(struct call *c)
 	}
 	if (a.expired || a.state == APPROVAL_EXPIRED) {
 		f.reason = "expired";
-		page_notice(c, 410, "approval.expired", "Expired",
+		page_notice(c, 410, post ? "approval.refused" : "approval.expired", "Expired",
 		            "This approval link has expired. Nothing was sent.", &f);
 		goto out;
 	}
@@ -1651,8 +1679,8 @@ approve_handle(struct call *c)
 			goto decided;
 	}
 	if (state == NULL || strcmp(state, "awaiting_human") != 0) {
-		f.reason = "run_not_awaiting";
-		page_notice(c, 410, "approval.gone", "No longer waiting",
+		f.reason = "not_awaiting";
+		page_notice(c, 410, post ? "approval.refused" : "approval.gone", "No longer waiting",
 		            "The run is no longer waiting for a decision.", &f);
 		goto out;
 	}

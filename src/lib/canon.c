@@ -18,7 +18,7 @@
 
 #include "canon.h"
 #include "digest.h"
-#include "limits.h"
+#include "caps.h"
 
 enum node_type {
 	NODE_NULL,

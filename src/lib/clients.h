@@ -12,7 +12,7 @@
 
 #include "db.h"
 #include "digest.h"
-#include "limits.h"
+#include "caps.h"
 
 #define CLIENTS_KEY_LEN (3 + 43 + 1)
 

@@ -15,7 +15,7 @@
 #include <strings.h>
 
 #include "config.h"
-#include "limits.h"
+#include "caps.h"
 #include "log.h"
 
 enum config_type { CT_STRING, CT_INT, CT_OCTAL };

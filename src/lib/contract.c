@@ -30,28 +30,7 @@
 
 #include "contract.h"
 #include "digest.h"
-#include "limits.h"
-
-/* Caps of the contract files; they belong in limits.h and this block goes
- * away once they are there. */
-#ifndef OG_CONTRACT_FILE_MAX
-#define OG_CONTRACT_FILE_MAX        (256 * 1024)
-#define OG_CONTRACTS_MAX            256   /* files in the contracts directory */
-#define OG_CONTRACT_NAME_MAX        64    /* contract, effect type and target names */
-#define OG_CONTRACT_ERRORS_MAX      50    /* validation errors reported per output */
-#define OG_CONTRACT_POINTER_MAX     1024  /* a JSON Pointer, in contracts and in errors */
-#define OG_CONTRACT_APPROVERS_MAX   20
-#define OG_CONTRACT_APPROVER_MAX    254   /* bytes of one approver entry */
-#define OG_CONTRACT_RULES_MAX       32    /* auto_when rules */
-#define OG_CONTRACT_ALLOWED_MAX     32    /* effects.allowed_types / allowed_targets */
-#define OG_CONTRACT_LOGGABLE_MAX    32
-#define OG_CONTRACT_WINDOW_MAX      604800
-#define OG_CONTRACT_EXPIRES_DEFAULT 86400
-#define OG_CONTRACT_EXPIRES_MIN     60
-#define OG_CONTRACT_EXPIRES_MAX     2592000
-#define OG_CONTRACT_REPAIR_DEFAULT  1
-#define OG_CONTRACT_REPAIR_MAX      10
-#endif
+#include "caps.h"
 
 #define CONTRACT_HASH_LEN (sizeof("sha256:") - 1 + DIGEST_HEX_LEN)
 /* enum / const values are quoted in error messages up to this many bytes. */

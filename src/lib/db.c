@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "db.h"
-#include "limits.h"
+#include "caps.h"
 #include "log.h"
 
 struct db {

@@ -35,24 +35,26 @@ static const struct db_stmt st_find = {
 };
 
 /* The single-use step: pending, unexpired, decision allowed — all checked
- * by the same statement that consumes. */
+ * by the same statement that consumes. It also voids the run's other
+ * pending challenges (the first valid decision settles the run, SPEC 5):
+ * one round trip for both. */
 static const struct db_stmt st_consume = {
 	"gate_consume",
-	"UPDATE approvals"
-	"   SET state = 'decided', consumed_at = now(), decision = $2,"
-	"       approver_subject = $3, reason = $4"
-	" WHERE token_hash = decode($1, 'hex') AND state = 'pending'"
-	"   AND expires_at > now() AND $2 = ANY (allowed_decisions)"
-	" RETURNING id",
+	"WITH consumed AS ("
+	"  UPDATE approvals"
+	"     SET state = 'decided', consumed_at = now(), decision = $2,"
+	"         approver_subject = $3, reason = $4"
+	"   WHERE token_hash = decode($1, 'hex') AND state = 'pending'"
+	"     AND expires_at > now() AND $2 = ANY (allowed_decisions)"
+	"  RETURNING id, client_id, idempotency_key"
+	"), voided AS ("
+	"  UPDATE approvals a SET state = 'voided'"
+	"    FROM consumed c"
+	"   WHERE a.client_id = c.client_id AND a.idempotency_key = c.idempotency_key"
+	"     AND a.state = 'pending' AND a.id <> c.id"
+	")"
+	"SELECT id FROM consumed",
 	4, false,
-};
-
-static const struct db_stmt st_void = {
-	"gate_void",
-	"UPDATE approvals SET state = 'voided'"
-	" WHERE client_id = $1 AND idempotency_key = $2 AND state = 'pending'"
-	"   AND id <> $3::uuid",
-	3, false,
 };
 
 static const struct db_stmt st_list = {
@@ -206,21 +208,6 @@ gate_consume(struct db *db, const unsigned char token_hash[32], const char *deci
 	n = PQntuples(res);
 	PQclear(res);
 	return n == 1 ? GATE_OK : GATE_NOT_PENDING;
-}
-
-enum gate_rc
-gate_void_others(struct db *db, long long client_id, const char *key, const char *except_id)
-{
-	char client[24];
-	const char *params[3] = { client, key, except_id };
-	PGresult *res;
-	enum db_rc rc;
-
-	snprintf(client, sizeof(client), "%lld", client_id);
-	if ((rc = db_exec(db, &st_void, params, &res)) != DB_OK)
-		return gate_rc_of(rc);
-	PQclear(res);
-	return GATE_OK;
 }
 
 static void

@@ -63,13 +63,11 @@ enum gate_rc gate_create(struct db *db, long long client_id, const char *key,
 	__attribute__((warn_unused_result));
 enum gate_rc gate_find(struct db *db, const unsigned char token_hash[32],
                        struct gate_approval *out) __attribute__((warn_unused_result));
-/* Consumes the challenge (inside the caller's transaction). */
+/* Consumes the challenge and voids the run's other pending challenges
+ * (inside the caller's transaction). */
 enum gate_rc gate_consume(struct db *db, const unsigned char token_hash[32],
                           const char *decision, const char *subject, const char *reason)
 	__attribute__((warn_unused_result));
-/* Voids the run's other pending challenges (inside the same transaction). */
-enum gate_rc gate_void_others(struct db *db, long long client_id, const char *key,
-                              const char *except_id) __attribute__((warn_unused_result));
 /* The run's approvals for the status API; *out is a new array. */
 enum gate_rc gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 	__attribute__((warn_unused_result));

@@ -7,7 +7,7 @@
 #include <strings.h>
 
 #include "http.h"
-#include "limits.h"
+#include "caps.h"
 
 void
 http_response_init(struct http_response *r)

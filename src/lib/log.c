@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "limits.h"
+#include "caps.h"
 #include "log.h"
 
 #define LOG_MODE 0640

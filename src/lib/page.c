@@ -50,14 +50,8 @@
 #include <libxml/tree.h>
 
 #include "buf.h"
-#include "limits.h"
+#include "caps.h"
 #include "page.h"
-
-/* Template file cap. Belongs in limits.h (the lead adds it there; this
- * fallback then goes away). */
-#ifndef OG_TEMPLATE_MAX
-#define OG_TEMPLATE_MAX (256 * 1024)
-#endif
 
 #define PAGE_XHTML_NS   "http://www.w3.org/1999/xhtml"
 #define PAGE_SLOT       "data-slot"

@@ -25,7 +25,7 @@
 #include "api.h"
 #include "db.h"
 #include "fcgi.h"
-#include "limits.h"
+#include "caps.h"
 #include "log.h"
 
 enum worker_state { WORKER_WAITING, WORKER_BUSY, WORKER_DONE };

@@ -1,11 +1,11 @@
 /*
- * limits.h — every cap and timeout default of oncegate, in one place.
+ * caps.h — every cap and timeout default of oncegate, in one place.
  *
  * Anything that grows from input gets one of these caps when it is created;
  * configurable values take their defaults and bounds from here too.
  */
-#ifndef OG_LIMITS_H
-#define OG_LIMITS_H
+#ifndef OG_CAPS_H
+#define OG_CAPS_H
 
 /* HTTP surface */
 #define OG_BODY_MAX_DEFAULT       (256 * 1024) /* SPEC 3.1: claim body cap */
@@ -33,6 +33,24 @@
 #define OG_DB_CONNECT_TIMEOUT_S   5
 #define OG_DB_STATEMENT_TIMEOUT_MS 10000
 #define OG_DB_RETRY_MS            250    /* reconnect attempts while the server is away */
+
+/* Output contracts (contract.c) */
+#define OG_CONTRACT_FILE_MAX        (256 * 1024)
+#define OG_CONTRACTS_MAX            256   /* files in the contracts directory */
+#define OG_CONTRACT_NAME_MAX        64    /* contract, effect type and target names */
+#define OG_CONTRACT_ERRORS_MAX      50    /* validation errors reported per output */
+#define OG_CONTRACT_POINTER_MAX     1024  /* a JSON Pointer, in contracts and in errors */
+#define OG_CONTRACT_APPROVERS_MAX   20
+#define OG_CONTRACT_APPROVER_MAX    254   /* bytes of one approver entry */
+#define OG_CONTRACT_RULES_MAX       32    /* auto_when rules */
+#define OG_CONTRACT_ALLOWED_MAX     32    /* effects.allowed_types / allowed_targets */
+#define OG_CONTRACT_LOGGABLE_MAX    32
+#define OG_CONTRACT_WINDOW_MAX      604800
+#define OG_CONTRACT_EXPIRES_DEFAULT 86400
+#define OG_CONTRACT_EXPIRES_MIN     60
+#define OG_CONTRACT_EXPIRES_MAX     2592000
+#define OG_CONTRACT_REPAIR_DEFAULT  1
+#define OG_CONTRACT_REPAIR_MAX      10
 
 /* Approval pages */
 #define OG_TEMPLATE_MAX           (256 * 1024)  /* one template file */

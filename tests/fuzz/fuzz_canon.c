@@ -1,0 +1,102 @@
+/*
+ * fuzz_canon.c — canonical JSON (src/lib/canon.c): canon_json, canon_member
+ * and canon_hash on arbitrary bytes.
+ *
+ * Properties, beyond "no crash, no leak": the canonical form is a fixed
+ * point (canon_json(canon_json(x)) == canon_json(x)) and so is its hash;
+ * whitespace around the document changes nothing; canon_member fails
+ * exactly as canon_json does on a broken document, and the member it
+ * returns is canonical and appears verbatim in the whole document's
+ * canonical form.
+ */
+#define _GNU_SOURCE /* memmem */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "canon.h"
+#include "fuzzlib.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void
+check_hash(const char *canon, size_t len)
+{
+	char h1[CANON_HASH_LEN], h2[CANON_HASH_LEN];
+	size_t i;
+
+	canon_hash(canon, len, h1);
+	canon_hash(canon, len, h2);
+	FUZZ_ASSERT(strcmp(h1, h2) == 0);
+	FUZZ_ASSERT(strlen(h1) == CANON_HASH_LEN - 1);
+	FUZZ_ASSERT(strncmp(h1, "sha256:", 7) == 0);
+	for (i = 7; i < CANON_HASH_LEN - 1; i++)
+		FUZZ_ASSERT((h1[i] >= '0' && h1[i] <= '9') || (h1[i] >= 'a' && h1[i] <= 'f'));
+}
+
+static void
+check_member(const char *in, size_t len, enum canon_rc whole_rc, const char *whole,
+             size_t whole_len, const char *name)
+{
+	char *m = NULL, *m2 = NULL;
+	size_t ml = 0, ml2 = 0;
+	enum canon_rc rc = canon_member(in, len, name, &m, &ml);
+
+	if (whole_rc != CANON_OK) {
+		FUZZ_ASSERT(rc == whole_rc);
+	} else if (whole[0] != '{') {
+		FUZZ_ASSERT(rc == CANON_NOT_OBJECT);
+	} else {
+		FUZZ_ASSERT(rc == CANON_OK || rc == CANON_NOT_FOUND);
+	}
+	if (rc == CANON_OK) {
+		FUZZ_ASSERT(m != NULL && strlen(m) == ml);
+		FUZZ_ASSERT(memmem(whole, whole_len, m, ml) != NULL);
+		FUZZ_ASSERT(canon_json(m, ml, &m2, &ml2) == CANON_OK);
+		FUZZ_ASSERT(ml2 == ml && memcmp(m, m2, ml) == 0);
+		check_hash(m, ml);
+	}
+	free(m);
+	free(m2);
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const char *in = (const char *)data;
+	char *c1 = NULL, *c2 = NULL, *c3 = NULL, *padded;
+	size_t l1 = 0, l2 = 0, l3 = 0;
+	enum canon_rc rc, rc3;
+
+	rc = canon_json(in, size, &c1, &l1);
+	FUZZ_ASSERT(canon_strerror(rc) != NULL);
+	if (rc == CANON_OK) {
+		/* no raw NUL or control byte survives: they are escaped */
+		FUZZ_ASSERT(c1 != NULL && strlen(c1) == l1 && l1 > 0);
+		FUZZ_ASSERT(canon_json(c1, l1, &c2, &l2) == CANON_OK);
+		FUZZ_ASSERT(l1 == l2 && memcmp(c1, c2, l1) == 0);
+		check_hash(c1, l1);
+	}
+
+	/* insignificant whitespace around the document */
+	padded = malloc(size + 4);
+	if (padded == NULL)
+		abort();
+	memcpy(padded, " \n", 2);
+	memcpy(padded + 2, data, size);
+	memcpy(padded + 2 + size, "\t\r", 2);
+	rc3 = canon_json(padded, size + 4, &c3, &l3);
+	FUZZ_ASSERT((rc == CANON_OK) == (rc3 == CANON_OK));
+	if (rc == CANON_OK)
+		FUZZ_ASSERT(l3 == l1 && memcmp(c1, c3, l1) == 0);
+	free(padded);
+
+	check_member(in, size, rc, c1, l1, "payload");
+	check_member(in, size, rc, c1, l1, "output");
+	check_member(in, size, rc, c1, l1, "");
+
+	free(c1);
+	free(c2);
+	free(c3);
+	return 0;
+}
