@@ -24,6 +24,7 @@
  * DATA (classify.h).
  */
 #include "classify.h"
+#include "jptr.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -175,98 +176,12 @@ tri_match(enum tri t, bool v)
 	return t == ANY || (t == YES) == v;
 }
 
-/* ---- JSON Pointer (RFC 6901) -------------------------------------------- */
-
-/* Next reference token of *pp into seg (unescaped); false when malformed. */
-static bool
-ptr_next(const char **pp, char *seg, size_t segcap, size_t *seglen)
-{
-	const char *p = *pp;
-	size_t n = 0;
-
-	if (*p != '/')
-		return false;
-	for (p++; *p != '\0' && *p != '/'; p++) {
-		char c = *p;
-
-		if (c == '~') {
-			if (p[1] == '0')
-				c = '~';
-			else if (p[1] == '1')
-				c = '/';
-			else
-				return false;
-			p++;
-		}
-		if (n + 1 >= segcap)
-			return false;
-		seg[n++] = c;
-	}
-	seg[n] = '\0';
-	*seglen = n;
-	*pp = p;
-	return true;
-}
-
-/* "0" or [1-9][0-9]* that fits a size_t. */
-static bool
-ptr_index(const char *s, size_t n, size_t *out)
-{
-	size_t v = 0, i;
-
-	if (n == 0 || (n > 1 && s[0] == '0'))
-		return false;
-	for (i = 0; i < n; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-		if (v > (SIZE_MAX - (size_t)(s[i] - '0')) / 10)
-			return false;
-		v = v * 10 + (size_t)(s[i] - '0');
-	}
-	*out = v;
-	return true;
-}
-
 bool
 classify_pointer_valid(const char *pointer)
 {
-	char seg[CLASSIFY_POINTER_MAX + 1];
-	const char *p = pointer;
-	size_t n;
-
-	if (p == NULL)
-		return false;
-	if (*p == '!')
-		p++;
-	if (strnlen(p, CLASSIFY_POINTER_MAX + 1) > CLASSIFY_POINTER_MAX)
-		return false;
-	while (*p != '\0')
-		if (!ptr_next(&p, seg, sizeof(seg), &n))
-			return false;
-	return true;
-}
-
-/* The value the (valid) pointer names, or NULL. */
-static json_t *
-ptr_get(json_t *doc, const char *p)
-{
-	char seg[CLASSIFY_POINTER_MAX + 1];
-	json_t *cur = doc;
-	size_t n, idx;
-
-	while (*p != '\0') {
-		if (!ptr_next(&p, seg, sizeof(seg), &n))
-			return NULL;
-		if (json_is_object(cur))
-			cur = json_object_getn(cur, seg, n);
-		else if (json_is_array(cur) && ptr_index(seg, n, &idx))
-			cur = json_array_get(cur, idx);
-		else
-			return NULL;
-		if (cur == NULL)
-			return NULL;
-	}
-	return cur;
+	if (pointer != NULL && *pointer == '!')
+		pointer++;
+	return jptr_valid(pointer, CLASSIFY_POINTER_MAX);
 }
 
 /* Falsy: null, false, 0, "", [] and {}. Empty containers are falsy so that
@@ -328,7 +243,7 @@ body_check(const struct attempt_result *a)
 	doc = json_loadb(a->body, a->body_len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
 	if (doc == NULL)
 		return BODY_UNREADABLE;
-	v = ptr_get(doc, p);
+	v = jptr_get(doc, p, CLASSIFY_POINTER_MAX);
 	if (v == NULL)
 		st = BODY_CLEAN;
 	else

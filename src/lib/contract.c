@@ -30,6 +30,7 @@
 
 #include "contract.h"
 #include "digest.h"
+#include "jptr.h"
 #include "caps.h"
 
 #define CONTRACT_HASH_LEN (sizeof("sha256:") - 1 + DIGEST_HEX_LEN)
@@ -192,94 +193,17 @@ ptr_pop(struct ptr *p, struct mark m)
 /* Unescapes the next segment of the pointer at *pp (which is at a '/')
  * into seg; advances *pp past it. False when the pointer is malformed or a
  * segment is longer than segcap - 1. */
-static bool
-ptr_next(const char **pp, char *seg, size_t segcap, size_t *seglen)
-{
-	const char *p = *pp;
-	size_t n = 0;
-
-	if (*p != '/')
-		return false;
-	for (p++; *p != '\0' && *p != '/'; p++) {
-		char c = *p;
-
-		if (c == '~') {
-			if (p[1] == '0')
-				c = '~';
-			else if (p[1] == '1')
-				c = '/';
-			else
-				return false;
-			p++;
-		}
-		if (n + 1 >= segcap)
-			return false;
-		seg[n++] = c;
-	}
-	seg[n] = '\0';
-	*seglen = n;
-	*pp = p;
-	return true;
-}
-
-/* "0" or [1-9][0-9]* that fits a size_t. */
-static bool
-parse_index(const char *s, size_t n, size_t *out)
-{
-	size_t v = 0, i;
-
-	if (n == 0 || (n > 1 && s[0] == '0'))
-		return false;
-	for (i = 0; i < n; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-		if (v > (SIZE_MAX - (size_t)(s[i] - '0')) / 10)
-			return false;
-		v = v * 10 + (size_t)(s[i] - '0');
-	}
-	*out = v;
-	return true;
-}
-
 /* Syntax check of a pointer as written in a contract. */
 static bool
 ptr_valid(const char *p)
 {
-	char seg[OG_CONTRACT_POINTER_MAX + 1];
-	size_t n;
-
-	if (strnlen(p, OG_CONTRACT_POINTER_MAX + 1) > OG_CONTRACT_POINTER_MAX)
-		return false;
-	while (*p != '\0')
-		if (!ptr_next(&p, seg, sizeof(seg), &n))
-			return false;
-	return true;
+	return jptr_valid(p, OG_CONTRACT_POINTER_MAX);
 }
 
 json_t *
 contract_pointer_get(const json_t *doc, const char *pointer)
 {
-	char seg[OG_CONTRACT_POINTER_MAX + 1];
-	const char *p = pointer;
-	json_t *cur = (json_t *)(uintptr_t)doc; /* jansson getters are not const-correct */
-	size_t n, idx;
-
-	if (doc == NULL || p == NULL ||
-	    strnlen(p, OG_CONTRACT_POINTER_MAX + 1) > OG_CONTRACT_POINTER_MAX)
-		return NULL;
-	while (*p != '\0') {
-		if (!ptr_next(&p, seg, sizeof(seg), &n))
-			return NULL;
-		if (json_is_object(cur))
-			cur = json_object_getn(cur, seg, n);
-		else if (json_is_array(cur) && parse_index(seg, n, &idx))
-			cur = json_array_get(cur, idx);
-		else
-			return NULL;
-		if (cur == NULL)
-			return NULL;
-	}
-	return cur;
+	return jptr_get(doc, pointer, OG_CONTRACT_POINTER_MAX);
 }
 
 /* ---- JSON values -------------------------------------------------------- */
@@ -974,13 +898,13 @@ schema_allows(const struct schema *s, const char *rest)
 	const struct schema *next;
 
 	while (s != NULL && *rest != '\0') {
-		if (!ptr_next(&rest, seg, sizeof(seg), &n))
+		if (!jptr_next(&rest, seg, sizeof(seg), &n))
 			return false;
 		next = NULL;
 		for (i = 0; i < s->nprops; i++)
 			if (s->props[i].name_len == n && memcmp(s->props[i].name, seg, n) == 0)
 				next = s->props[i].schema;
-		if (next == NULL && parse_index(seg, n, &idx) &&
+		if (next == NULL && jptr_index(seg, n, &idx) &&
 		    (s->types == 0 || (s->types & T_ARRAY)))
 			next = s->items;
 		else if (next == NULL && !s->additional &&
@@ -1026,14 +950,14 @@ compile_rule(struct loader *ld, struct contract *c, const json_t *j, struct rule
 	/* "output" and "effect" contain neither '~' nor '/', so their escaped
 	 * form is the plain one and the rest of the pointer starts 7 bytes in. */
 	full = p;
-	if (p[0] != '\0' && ptr_next(&p, seg, sizeof(seg), &n) &&
+	if (p[0] != '\0' && jptr_next(&p, seg, sizeof(seg), &n) &&
 	    strcmp(seg, "output") == 0) {
 		r->on_output = true;
 		r->rest = full + 7;
 		if (!schema_allows(c->schema, r->rest))
 			return lfail_at(ld, "path", "names a field the schema does not allow");
 	} else if (strcmp(seg, "effect") == 0 && *p != '\0' &&
-	           ptr_next(&p, seg, sizeof(seg), &n) &&
+	           jptr_next(&p, seg, sizeof(seg), &n) &&
 	           (strcmp(seg, "type") == 0 || strcmp(seg, "target") == 0 ||
 	            strcmp(seg, "payload") == 0)) {
 		r->on_output = false;
