@@ -60,12 +60,10 @@
 # the benchmark created.
 set -euo pipefail
 
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
-ROOT=$(cd "$HERE/../.." && pwd -P)
+# shellcheck source-path=SCRIPTDIR source=common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-DURATION=20 CONNS=16 THREADS=2 TOKENS=2000 PG_ROWS=200000 STRICT=no PRIVATE_NGINX=no
-ENV_FILE=$ROOT/.dev/env
-ARGS=("$@")
+DURATION=20 CONNS=16 THREADS=2 TOKENS=2000 PG_ROWS=200000 PRIVATE_NGINX=no
 
 # Targets (issue 3): page p99 under 10 ms; the consume within 1.5x the cost
 # of the bare statements, i.e. at least 1/1.5 of pgbench's rate.
@@ -78,74 +76,24 @@ REQUESTER=bench-requester@example.com
 # Below this many POSTs/s per address, the stack's nginx is not measurable.
 MIN_POST_RATE=10000
 
-say() { printf '==> %s\n' "$*" >&2; }
-die() { printf 'approvals.sh: %s\n' "$*" >&2; exit 1; }
-
-usage() {
-	sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
-}
-
-while [[ $# -gt 0 ]]; do
+bench_option() {
 	case $1 in
-	--duration) DURATION=${2:?--duration needs seconds}; shift 2 ;;
-	--connections) CONNS=${2:?--connections needs a number}; shift 2 ;;
-	--threads) THREADS=${2:?--threads needs a number}; shift 2 ;;
-	--tokens) TOKENS=${2:?--tokens needs a number}; shift 2 ;;
-	--pg-rows) PG_ROWS=${2:?--pg-rows needs a number}; shift 2 ;;
-	--private-nginx) PRIVATE_NGINX=yes; shift ;;
-	--env) ENV_FILE=${2:?--env needs a file}; shift 2 ;;
-	--strict) STRICT=yes; shift ;;
-	-h | --help) usage; exit 0 ;;
-	*) usage >&2; exit 1 ;;
+	--tokens) TOKENS=${2:?--tokens needs a number}; SHIFT=2 ;;
+	--pg-rows) PG_ROWS=${2:?--pg-rows needs a number}; SHIFT=2 ;;
+	--private-nginx) PRIVATE_NGINX=yes; SHIFT=1 ;;
+	*) return 1 ;;
 	esac
-done
-for v in DURATION CONNS THREADS TOKENS PG_ROWS; do
-	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer (got '${!v}')"
-done
-((DURATION >= 4)) || die "--duration must be at least 4 seconds"
-((CONNS >= THREADS)) || die "--connections must be at least --threads"
+}
+parse_options "$@"
+check_options TOKENS PG_ROWS
 ((TOKENS >= CONNS)) || die "--tokens must be at least --connections (every POST connection needs tokens)"
 ((PG_ROWS >= CONNS * 100)) || die "--pg-rows must be at least 100 per connection"
 
 # --- the stack -------------------------------------------------------------------
 
-[[ -r $ENV_FILE ]] || die "$ENV_FILE not found: start the stack with ./dev up"
-# shellcheck source=/dev/null
-. "$ENV_FILE"
-for v in ONCEGATE_URL ONCEGATE_API_KEY PGHOST PGPORT PGDATABASE PGUSER ONCEGATE_CONF; do
-	[[ -n ${!v:-} ]] || die "$v is not set by $ENV_FILE"
-	export "${v?}"
-done
-
-PGBENCH=$(command -v pgbench || true)
-[[ -n $PGBENCH ]] || PGBENCH=/usr/lib/postgresql/15/bin/pgbench
-for tool in wrk curl psql awk "$PGBENCH"; do
-	command -v "$tool" >/dev/null || die "$tool is not installed"
-done
-
-curl -fsS -o /dev/null --max-time 5 "$ONCEGATE_URL/healthz" ||
-	die "$ONCEGATE_URL/healthz is not healthy: is ./dev up running?"
-
-# The state directory holds the config, the PID files and nginx's config.
-STATE=$(dirname "$ONCEGATE_CONF")
+load_stack
+# nginx's config, in the stack's state directory.
 NGINX_CONF=$STATE/nginx/nginx.conf
-
-# pid_file FILE NAME: the PID in FILE when that process runs program NAME.
-pid_file() {
-	local pid exe
-	[[ -s $1 ]] || return 0
-	pid=$(head -n1 "$1")
-	[[ $pid =~ ^[0-9]+$ ]] || return 0
-	exe=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 0
-	[[ $exe == *"$2"* ]] && echo "$pid"
-	return 0
-}
-
-FCGI_PID=$(pid_file "$STATE/fcgi.pid" oncegate-fcgi)
-[[ -n $FCGI_PID ]] || FCGI_PID=$(pgrep -o -f "oncegate-fcgi -c $ONCEGATE_CONF" || true)
-[[ -n $FCGI_PID ]] || die "no oncegate-fcgi process for $ONCEGATE_CONF"
-PG_PID=$(pid_file "$STATE/pg/postmaster.pid" postgres)
-NGINX_PID=$(pid_file "$STATE/nginx/nginx.pid" nginx)
 
 # The stack's limit on approval POSTs (requests/s per client address), or
 # nothing when its nginx sets none.
@@ -162,16 +110,13 @@ if [[ $PRIVATE_NGINX == no && -n $POST_LIMIT ]] && ((POST_LIMIT < MIN_POST_RATE)
   benchmark must not measure), or run with --private-nginx."
 fi
 
-RUN=$(date -u +%Y%m%dT%H%M%SZ)-$$
 # Everything written below TMP (tokens, CSRF values) is private.
 umask 077
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-bench.XXXXXX")
-BG_PID='' NGX_DIR='' NGX_PID=''
+NGX_DIR='' NGX_PID=''
 BENCH_TABLES=no
 # shellcheck disable=SC2317  # called by the EXIT trap
-cleanup() {
+bench_cleanup() {
 	local i
-	if [[ -n $BG_PID ]]; then kill "$BG_PID" 2>/dev/null || true; wait "$BG_PID" 2>/dev/null || true; fi
 	if [[ $BENCH_TABLES == yes ]]; then
 		psql -X -q -v ON_ERROR_STOP=1 -c 'DROP TABLE IF EXISTS bench_outbox, bench_approvals, bench_run_events, bench_runs' \
 			>/dev/null 2>&1 || printf 'approvals.sh: could not drop the bench_* tables\n' >&2
@@ -187,13 +132,8 @@ cleanup() {
 		[[ -e /proc/$NGX_PID ]] && kill -KILL "$NGX_PID" 2>/dev/null
 	fi
 	[[ -n $NGX_DIR ]] && rm -rf "$NGX_DIR"
-	rm -rf "$TMP"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# The API key stays out of every command line: curl reads it from a file.
-printf 'Authorization: Bearer %s\n' "$ONCEGATE_API_KEY" >"$TMP/auth"
+start_run
 
 # --- the private nginx ------------------------------------------------------------
 
@@ -262,156 +202,19 @@ running() {
 	[[ ${stat%% *} != Z ]]
 }
 
-# --- CPU accounting (as claims.sh) ---------------------------------------------------
-
-NPROC=$(nproc)
-
-# cpu_snapshot FILE TOOL_PID: one line "GROUP PID TICKS" per process of the
-# stack (postgres: the postmaster and its children; nginx: the master and
-# its workers; oncegate-fcgi; the load tool), and "machine total|idle TICKS".
-cpu_snapshot() {
-	local out=$1 tool=$2 f line rest pid group
-	local -a a
-	{
-		read -r -a a </proc/stat
-		printf 'machine total %d\n' $((a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7] + a[8]))
-		printf 'machine idle %d\n' $((a[4] + a[5]))
-		for f in /proc/[0-9]*/stat; do
-			read -r line 2>/dev/null <"$f" || continue
-			pid=${line%% *}
-			rest=${line##*) }
-			read -r -a a <<<"$rest"
-			# a[1] is the parent, a[11] utime, a[12] stime.
-			group=''
-			if [[ $pid == "$FCGI_PID" ]]; then group=oncegate-fcgi
-			elif [[ $pid == "$tool" ]]; then group=client
-			elif [[ -n $PG_PID && ($pid == "$PG_PID" || ${a[1]} == "$PG_PID") ]]; then group=postgres
-			elif [[ -n $NGINX_PID && ($pid == "$NGINX_PID" || ${a[1]} == "$NGINX_PID") ]]; then group=nginx
-			fi
-			[[ -n $group ]] && printf '%s %s %d\n' "$group" "$pid" $((a[11] + a[12]))
-		done
-		# (the last [[ ]] may be false: not the function's status, set -e)
-		true
-	} >"$out"
-}
-
-# cpu_report BEFORE AFTER CLIENT_NAME: CPU of each group between the two
-# snapshots, in % of one core (the machine has NPROC x 100 %), then what
-# the rest of the machine used and what stayed idle.
-cpu_report() {
-	awk -v nproc="$NPROC" -v client="$3" '
-		FNR == NR { before[$1 " " $2] = $3; next }
-		{ d = $3 - before[$1 " " $2]; if ($1 == "machine") m[$2] = d; else g[$1] += d }
-		END {
-			wall = m["total"] / nproc
-			if (wall <= 0) { print "n/a"; exit }
-			n = split("postgres nginx oncegate-fcgi client", order, " ")
-			for (i = 1; i <= n; i++) {
-				name = order[i] == "client" ? client : order[i]
-				printf "%s %.0f%%  ", name, 100 * g[order[i]] / wall
-				ours += g[order[i]]
-			}
-			other = m["total"] - m["idle"] - ours
-			printf "other %.0f%%  idle %.0f%%", 100 * (other > 0 ? other : 0) / wall, 100 * m["idle"] / wall
-		}' "$1" "$2"
-}
-
-# machine_busy SECONDS: % of the whole machine in use over SECONDS.
-machine_busy() {
-	local -a a b
-	read -r -a a </proc/stat
-	sleep "$1"
-	read -r -a b </proc/stat
-	awk -v t=$(((b[1] + b[2] + b[3] + b[4] + b[5] + b[6] + b[7] + b[8]) - (a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7] + a[8]))) \
-		-v i=$(((b[4] + b[5]) - (a[4] + a[5]))) 'BEGIN { printf "%.0f", (t > 0 ? 100 * (t - i) / t : 0) }'
-}
-
-# measure NAME CLIENT_NAME OUTFILE COMMAND...: runs COMMAND (DURATION
-# seconds long) in the background with its output in OUTFILE, takes CPU
-# snapshots 2 s after the start and 2 s before the end, and leaves the
-# report in CPU_NAME.
-declare -A CPU
-measure() {
-	local name=$1 client=$2 out=$3 margin=2 rc=0
-	shift 3
-	((DURATION >= 8)) || margin=1
-	"$@" >"$out" 2>&1 &
-	BG_PID=$!
-	sleep "$margin"
-	cpu_snapshot "$TMP/cpu.a" "$BG_PID"
-	sleep $((DURATION - 2 * margin))
-	cpu_snapshot "$TMP/cpu.b" "$BG_PID"
-	wait "$BG_PID" || rc=$?
-	BG_PID=''
-	CPU[$name]=$(cpu_report "$TMP/cpu.a" "$TMP/cpu.b" "$client")
-	sed 's/^/    /' "$out" >&2
-	return "$rc"
-}
-
 # --- results -------------------------------------------------------------------------
 
-ERRORS=0
-ERRLOG=()
-# fail MESSAGE: a run had errors; MESSAGE goes to stderr and into the table.
-fail() {
-	say "$1"
-	ERRLOG+=("$1")
-	ERRORS=$((ERRORS + 1))
+# CHECK: what psql found after each run.
+declare -A CHECK
+
+# pgbench_hint OUTFILE: why the consume run failed, when pgbench says.
+pgbench_hint() {
+	if grep -q 'expected one row, got 0' "$1"; then printf ': a client ran out of rows, raise --pg-rows'; fi
 }
-declare -A RATE P50 P99 CMD CHECK
-
-# ms MICROSECONDS: milliseconds with two decimals.
-ms() { awk -v us="$1" 'BEGIN { printf "%.2f", us / 1000 }'; }
-
-# show_cmd WORD...: a command line for the table, with paths relative to the
-# checkout and the private directory written as $TMP.
-show_cmd() {
-	local w s='' re='^[][A-Za-z0-9_./:=@,+$-]*$'
-	for w; do
-		w=${w//$ROOT\//}
-		w=${w//$TMP/\$TMP}
-		[[ $w =~ $re ]] || w="'$w'"
-		s+=${s:+ }$w
-	done
-	printf '%s' "$s"
-}
-
-# wrk_result NAME OUTFILE RC: reads the bench-result line of approvals.lua.
-wrk_result() {
-	local name=$1 out=$2 rc=$3 line requests duration p50 p99 bad errors
-	line=$(grep '^bench-result ' "$out" || true)
-	if [[ $rc -ne 0 || -z $line ]]; then
-		fail "oncegate, $name: wrk failed (status $rc)"
-		RATE[$name]=0 P50[$name]=0 P99[$name]=0
-		return 0
-	fi
-	read -r requests duration p50 p99 bad errors < <(
-		sed -E 's/^bench-result requests=([0-9]+) duration_us=([0-9]+) p50_us=([0-9]+) p99_us=([0-9]+) bad=([0-9]+) errors=([0-9]+)$/\1 \2 \3 \4 \5 \6/' <<<"$line")
-	if ((bad + errors > 0)); then
-		local hint=''
-		grep -q '429=' "$out" && hint=' (429: nginx limit_req)'
-		fail "oncegate, $name: $bad unexpected answers$hint, $errors socket errors (connect/read/write/timeout): not a result"
-	fi
-	RATE[$name]=$(awk -v r="$requests" -v b="$bad" -v d="$duration" 'BEGIN { printf "%.1f", (d > 0 ? (r - b) / (d / 1e6) : 0) }')
-	P50[$name]=$(ms "$p50")
-	P99[$name]=$(ms "$p99")
-	REQUESTS[$name]=$requests
-}
-declare -A REQUESTS
-
-# q SQL: one value from psql.
-q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
 
 # --- 0. the machine ------------------------------------------------------------------
 
-MODEL=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
-[[ -n $MODEL ]] || MODEL=$(uname -m)
-PGVERSION=$(q 'SHOW server_version')
-PGDURABLE=$(q "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'shared_buffers', 'max_connections')")
-THREADS_CONF=$(sed -nE 's/^[[:space:]]*threads[[:space:]]*=[[:space:]]*([0-9]+).*/\1/p' "$ONCEGATE_CONF" | head -n1)
-say "run $RUN: $NPROC CPUs ($MODEL), kernel $(uname -r), PostgreSQL $PGVERSION"
-BUSY_BEFORE=$(machine_busy 2)
-say "machine busy before the first run: $BUSY_BEFORE %"
+describe_machine
 
 # --- 1. the pool of approval links ---------------------------------------------------
 
@@ -419,39 +222,24 @@ KEYS="bench:$RUN:appr:%"
 
 # setup_token I: claim bench:RUN:appr:I and hand in a valid output that
 # waits for a person; append the raw token to TMP/tokens.PID. Runs in the
-# bash processes xargs starts. Never prints a token.
+# bash processes parallel_setup starts. Never prints a token.
 # shellcheck disable=SC2317
 setup_token() {
-	local i=$1 key resp code owner version
+	local i=$1 key resp
 	key=bench:$RUN:appr:$i
-	resp=$(curl -sS --max-time 10 -w '\n%{http_code}' -H @"$TMP/auth" \
-		-H 'Content-Type: application/json' -X POST "$ONCEGATE_URL/v1/runs" \
-		-d "{\"key\":\"$key\",\"payload\":{\"ticket\":$i,\"source\":\"bench\"},\"workflow_version\":\"bench@1\",\"trigger\":\"bench\"}") || return 1
-	code=${resp##*$'\n'}
-	[[ $code == 201 && $resp =~ \"lease_owner\":\"([0-9a-f-]{36})\" ]] ||
-		{ printf 'claim %s: %s\n' "$key" "$resp" >&2; return 1; }
-	owner=${BASH_REMATCH[1]}
-	[[ $resp =~ \"version\":([0-9]+) ]] || { printf 'claim %s: no version\n' "$key" >&2; return 1; }
-	version=${BASH_REMATCH[1]}
-	resp=$(curl -sS --max-time 10 -w '\n%{http_code}' -H @"$TMP/auth" \
-		-H 'Content-Type: application/json' -X POST "$ONCEGATE_URL/v1/runs/$key/output" \
-		-d "{\"lease_owner\":\"$owner\",\"version\":$version,\"contract\":\"support_reply\",\"output\":{\"subject\":\"Re: ticket $i\",\"body\":\"Hello, your order $i has shipped and should arrive within three days.\",\"confidence\":0.5},\"effect\":{\"type\":\"email.send\",\"target\":\"demo_smtp\",\"payload\":{\"to\":\"x@example.com\"}},\"source_url\":\"https://crm.example/t/$i\",\"requested_by\":\"$REQUESTER\"}") || return 1
-	code=${resp##*$'\n'}
-	if [[ $code != 202 || ! $resp =~ \"url\":\"[^\"]*/approve/([A-Za-z0-9_-]{43})\" ]]; then
+	resp=$(api_claim_then "$key" "{\"ticket\":$i,\"source\":\"bench\"}" output \
+		"\"contract\":\"support_reply\",\"output\":{\"subject\":\"Re: ticket $i\",\"body\":\"Hello, your order $i has shipped and should arrive within three days.\",\"confidence\":0.5},\"effect\":{\"type\":\"email.send\",\"target\":\"demo_smtp\",\"payload\":{\"to\":\"x@example.com\"}},\"source_url\":\"https://crm.example/t/$i\",\"requested_by\":\"$REQUESTER\"") || return 1
+	if [[ ${resp##*$'\n'} != 202 || ! $resp =~ \"url\":\"[^\"]*/approve/([A-Za-z0-9_-]{43})\" ]]; then
 		printf 'output %s: %s\n' "$key" "$(sed -E 's#/approve/[A-Za-z0-9_-]+#/approve/[token]#g' <<<"$resp")" >&2
 		return 1
 	fi
 	printf '%s\n' "${BASH_REMATCH[1]}" >>"$TMP/tokens.$BASHPID"
 }
-export -f setup_token
-export RUN TMP REQUESTER
+export REQUESTER
 
 say "creating $TOKENS approval links (runs bench:$RUN:appr:1..$TOKENS) through the API"
 start=$SECONDS
-# 255 makes xargs stop at the first failure.
-# shellcheck disable=SC2016  # expanded by the inner bash
-seq 1 "$TOKENS" | xargs -P 8 -n 50 bash -c 'for i; do setup_token "$i" || exit 255; done' _ ||
-	die "creating the approval links failed"
+parallel_setup "$TOKENS" setup_token || die "creating the approval links failed"
 cat "$TMP"/tokens.* >"$TMP/tokens"
 rm -f "$TMP"/tokens.*
 got=$(wc -l <"$TMP/tokens")
@@ -464,13 +252,7 @@ say "created in $SETUP_S s"
 
 # --- 2. the approval page ----------------------------------------------------------------
 
-cmd=(wrk "-t$THREADS" "-c$CONNS" "-d${DURATION}s" --latency -s "$HERE/approvals.lua" "$BASE_URL"
-	-- page "$SUBJECT" "$GROUPS_HDR" "$TMP/tokens")
-CMD[page]=$(show_cmd "${cmd[@]}")
-say "oncegate, page: ${CMD[page]}"
-rc=0
-measure page wrk "$TMP/wrk.page" "${cmd[@]}" || rc=$?
-wrk_result page "$TMP/wrk.page" "$rc"
+wrk_run page "$BASE_URL" approvals.lua page "$SUBJECT" "$GROUPS_HDR" "$TMP/tokens"
 
 # A GET changes nothing: every run still waits, every challenge is pending,
 # no effect was enqueued.
@@ -636,34 +418,9 @@ EOF
 psql -X -q -v ON_ERROR_STOP=1 -c 'VACUUM (ANALYZE) bench_runs, bench_approvals, bench_run_events, bench_outbox' >/dev/null
 say "created in $((SECONDS - start)) s"
 
-out=$TMP/pgbench.consume
-cmd=("$PGBENCH" -n -M prepared "-c$CONNS" "-j$THREADS" "-T$DURATION" -f "$HERE/consume.sql"
-	-D "per=$PER" -D n=0 -D cid=1 -D decision=approve -D "subject=$SUBJECT" -D reason=bench
-	-D etype=email.send -D etarget=demo_smtp -D "payload=$PAYLOAD" -D "phash=$PHASH" -D delay=0
-	-l "--log-prefix=$TMP/pglog.consume")
-CMD[pg]=$(show_cmd "${cmd[@]}")
-CMD[pg]=${CMD[pg]/ -l --log-prefix=*/ -l}
-say "pgbench, consume: ${CMD[pg]}"
-rc=0
-measure pg pgbench "$out" "${cmd[@]}" || rc=$?
-tps=$(sed -nE 's/^tps = ([0-9.]+) .*/\1/p' "$out")
-failed=$(sed -nE 's/^number of failed transactions: ([0-9]+).*/\1/p' "$out")
-processed=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' "$out")
-if [[ $rc -ne 0 || -z $tps || ${failed:-0} -ne 0 ]]; then
-	hint=''
-	grep -q 'expected one row, got 0' "$out" && hint=': a client ran out of rows, raise --pg-rows'
-	fail "pgbench, consume: failed (status $rc, ${failed:-?} failed transactions)$hint"
-	tps=${tps:-0}
-fi
-RATE[pg]=$tps
-read -r "P50[pg]" "P99[pg]" < <(
-	cat "$TMP/pglog.consume".* 2>/dev/null | awk '$3 ~ /^[0-9]+$/ { print $3 }' | sort -n |
-		awk '{ v[NR] = $1 } END {
-			if (NR == 0) { print "n/a n/a"; exit }
-			i50 = int(NR * 0.50); if (i50 < 1) i50 = 1
-			i99 = int(NR * 0.99); if (i99 < 1) i99 = 1
-			printf "%.2f %.2f\n", v[i50] / 1000, v[i99] / 1000 }')
-rm -f "$TMP/pglog.consume".*
+pgbench_run pg consume consume.sql -D "per=$PER" -D n=0 -D cid=1 -D decision=approve -D "subject=$SUBJECT" \
+	-D reason=bench -D etype=email.send -D etarget=demo_smtp -D "payload=$PAYLOAD" -D "phash=$PHASH" -D delay=0
+processed=$(sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p' "$TMP/pgbench.consume")
 
 # Every transaction did the whole job: as many challenges decided, runs
 # approved, timeline rows and outbox rows as transactions.
@@ -681,15 +438,6 @@ psql -X -q -v ON_ERROR_STOP=1 -c 'DROP TABLE bench_outbox, bench_approvals, benc
 BENCH_TABLES=no
 
 # --- the table ----------------------------------------------------------------------------
-
-# verdict VALUE OP TARGET: "ok" or "MISS".
-verdict() {
-	if awk -v v="$1" -v t="$3" -v op="$2" 'BEGIN { exit !(op == ">=" ? v >= t : v < t) }'; then
-		echo ok
-	else
-		echo MISS
-	fi
-}
 
 {
 	RATIO=$(awk -v a="${RATE[decide]}" -v b="${RATE[pg]}" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
@@ -716,31 +464,10 @@ verdict() {
 	printf '  approve POST    %s\n' "${CPU[decide]:-n/a}"
 	printf '  pgbench consume %s\n' "${CPU[pg]:-n/a}"
 	echo "  (page and pgbench: the middle of the run; POST: from 0.3 s in until the first wrk thread ran out of tokens)"
-	echo "  machine busy before the first run: $BUSY_BEFORE% of all CPUs"
-	if ((BUSY_BEFORE > 10)) || printf '%s\n' "${CPU[@]}" | grep -qE 'other ([3-9][0-9]|[0-9]{3,})%'; then
-		echo "  WARNING: other work used this machine during the benchmark; the figures understate both sides."
-	fi
-	if ((ERRORS > 0)); then
-		echo
-		echo "ERRORS: these figures are not a result:"
-		printf '  %s\n' "${ERRLOG[@]}"
-	fi
-	echo
-	echo "machine:  $NPROC CPUs, $MODEL, Linux $(uname -r)"
-	echo "stack:    PostgreSQL $PGVERSION ($PGDURABLE), oncegate-fcgi threads=${THREADS_CONF:-?}, $(wrk -v 2>&1 | head -n1 | cut -d' ' -f1-2)"
+	table_footer
 	echo "nginx:    $NGINX_NOTE"
 	echo "run:      $RUN ($TOKENS links created through the API in $SETUP_S s; pgbench: $ROWS pre-filled rows)"
 	echo "command:  tests/bench/approvals.sh ${ARGS[*]}"
 	printf '          %s\n' "${CMD[page]}" "${CMD[decide]}" "${CMD[pg]}"
 } >"$TMP/table"
-cat "$TMP/table"
-MISSED=$(grep -c MISS "$TMP/table" || true)
-
-if ((ERRORS > 0)); then
-	say "$ERRORS run(s) had errors: these figures are not a result"
-	exit 1
-fi
-if [[ $STRICT == yes && $MISSED -gt 0 ]]; then
-	exit 2
-fi
-exit 0
+finish
