@@ -187,6 +187,29 @@ START_TEST(test_long_line)
 }
 END_TEST
 
+/* A NUL byte must not cut a line short and hide what follows it. */
+START_TEST(test_nul_byte)
+{
+	static const char text[] = "threads = 4\0 # hidden\nlog_level = debug\n";
+	struct config c;
+	char err[512];
+	FILE *f;
+	int fd;
+
+	strcpy(path, "/tmp/og-config-XXXXXX");
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	f = fdopen(fd, "w");
+	fwrite(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	config_defaults(&c);
+	ck_assert_int_ne(config_load(path, &c, err, sizeof(err)), 0);
+	ck_assert_ptr_nonnull(strstr(err, ":1: NUL byte in line"));
+	unlink(path);
+	config_free(&c);
+}
+END_TEST
+
 START_TEST(test_missing_file)
 {
 	struct config c;
@@ -211,6 +234,7 @@ config_suite(void)
 	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bad_cases) / sizeof(bad_cases[0])));
 	tcase_add_test(tc, test_targets);
 	tcase_add_test(tc, test_long_line);
+	tcase_add_test(tc, test_nul_byte);
 	tcase_add_test(tc, test_missing_file);
 	suite_add_tcase(s, tc);
 	return s;

@@ -38,6 +38,8 @@ static const struct route_case route_cases[] = {
 	{ "GET", "/v1/runs/k/lease/x", NULL, 404, "", NULL },
 	{ "GET", "/v1/runs//lease", NULL, 404, "", NULL },
 	{ "GET", "/healthz", "/healthz", 200, "", NULL },
+	{ "PUT", "/approve/abc", NULL, 405, "", "GET, POST" },
+	{ "POST", "/approve/abc", "/approve/{token}", 200, "abc", NULL },
 	{ "GET", "/healthz/", NULL, 404, "", NULL },
 	{ "GET", "/", NULL, 404, "", NULL },
 	{ "GET", "", NULL, 404, "", NULL },

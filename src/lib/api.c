@@ -211,8 +211,11 @@ route_match(const char *method, const char *uri, char *key, size_t keylen, int *
 		if (!route_path_match(&routes[i], uri, plen, &k, &klen))
 			continue;
 		if (strcmp(method, routes[i].method) != 0) {
-			if (*status != 405)
-				*allow = routes[i].method;
+			/* Allow names every method the path takes (only GET and POST
+			 * exist); a later match on the method itself still wins */
+			*allow = *status == 405 && *allow != NULL && strcmp(*allow, routes[i].method) != 0
+			             ? "GET, POST"
+			             : routes[i].method;
 			*status = 405;
 			continue;
 		}

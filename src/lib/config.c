@@ -388,19 +388,30 @@ config_load(const char *path, struct config *c, char *err, size_t errlen)
 		errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
 		return -1;
 	}
-	while (fgets(line, sizeof(line), f) != NULL) {
+	while (!feof(f)) {
 		const struct config_row *r;
 		struct config_target *target;
 		char *name, *value, *s;
-		size_t n = strlen(line);
+		size_t n = 0;
+		int ch = 0;
 
+		/* Byte by byte, so a NUL cannot silently cut a line short (fgets
+		 * would hand us the text before it and drop the rest). */
+		while (n < sizeof(line) - 1 && (ch = getc(f)) != EOF) {
+			line[n++] = (char)ch;
+			if (ch == '\n')
+				break;
+		}
+		if (n == 0)
+			break;
+		line[n] = '\0';
 		lineno++;
 		if (n > OG_CONFIG_LINE_MAX || (n == sizeof(line) - 1 && line[n - 1] != '\n')) {
 			errf(err, errlen, "%s:%d: line longer than %d bytes", path, lineno,
 			     OG_CONFIG_LINE_MAX);
 			goto out;
 		}
-		if (memchr(line, '\0', n) != NULL || strlen(line) != n) {
+		if (memchr(line, '\0', n) != NULL) {
 			errf(err, errlen, "%s:%d: NUL byte in line", path, lineno);
 			goto out;
 		}

@@ -4,13 +4,16 @@
  *
  * Properties, beyond "no crash, no leak": the canonical form is a fixed
  * point (canon_json(canon_json(x)) == canon_json(x)) and so is its hash;
- * whitespace around the document changes nothing; canon_member fails
+ * whitespace around the document changes nothing, nor does spelling the
+ * canonical form differently (characters as \uXXXX escapes or surrogate
+ * pairs, "\/", upper-case hex, whitespace between tokens); canon_member fails
  * exactly as canon_json does on a broken document, and the member it
  * returns is canonical and appears verbatim in the whole document's
  * canonical form.
  */
 #define _GNU_SOURCE /* memmem */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +21,91 @@
 #include "fuzzlib.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* A choice taken from the input, so that a run is reproducible. */
+static bool
+choose(const uint8_t *data, size_t size, size_t k)
+{
+	return size > 0 && ((data[k % size] >> (k % 7)) & 1) != 0;
+}
+
+static size_t
+put_u(char *out, unsigned long cp, bool upper)
+{
+	return (size_t)sprintf(out, upper ? "\\u%04lX" : "\\u%04lx", cp);
+}
+
+/* The same JSON text as the canonical form c[0..len), spelled differently:
+ * the canonical form of the result must be c again. */
+static char *
+respell(const char *c, size_t len, const uint8_t *data, size_t size, size_t *out_len)
+{
+	const unsigned char *p = (const unsigned char *)c, *end = p + len;
+	char *out = malloc(len * 14 + 16), *w = out;
+	bool in_string = false;
+	size_t k = 0;
+
+	if (out == NULL)
+		abort();
+	while (p < end) {
+		unsigned char ch = *p;
+		bool pick = choose(data, size, k++), upper = choose(data, size, k++);
+
+		if (!in_string) {
+			*w++ = (char)ch;
+			p++;
+			if (ch == '"')
+				in_string = true;
+			else if (pick && (ch == ',' || ch == ':' || ch == '[' || ch == '{'))
+				w += sprintf(w, upper ? " \n\t" : "\r ");
+			continue;
+		}
+		if (ch == '"') {
+			*w++ = '"';
+			p++;
+			in_string = false;
+		} else if (ch == '\\') {
+			/* canonical escapes: \" \\ \b \f \n \r \t and \u00XX */
+			size_t n = p[1] == 'u' ? 6 : 2, i;
+
+			FUZZ_ASSERT(p + n <= end);
+			for (i = 0; i < n; i++)
+				w[i] = (char)(upper && i >= 2 && p[i] >= 'a' && p[i] <= 'f' ? p[i] - 32 : p[i]);
+			w += n;
+			p += n;
+		} else if (ch < 0x80) {
+			if (!pick)
+				*w++ = (char)ch;
+			else if (ch == '/')
+				w += sprintf(w, "\\/");
+			else
+				w += put_u(w, ch, upper);
+			p++;
+		} else {
+			/* the canonical form is valid UTF-8 */
+			unsigned long cp;
+			size_t n = ch >= 0xF0 ? 4 : ch >= 0xE0 ? 3 : 2, i;
+
+			FUZZ_ASSERT(p + n <= end);
+			cp = ch & (0x3F >> (n - 1));
+			for (i = 1; i < n; i++)
+				cp = cp << 6 | (p[i] & 0x3F);
+			if (!pick) {
+				memcpy(w, p, n);
+				w += n;
+			} else if (cp >= 0x10000) {
+				w += put_u(w, 0xD800 + ((cp - 0x10000) >> 10), upper);
+				w += put_u(w, 0xDC00 + ((cp - 0x10000) & 0x3FF), upper);
+			} else {
+				w += put_u(w, cp, upper);
+			}
+			p += n;
+		}
+	}
+	*w = '\0';
+	*out_len = (size_t)(w - out);
+	return out;
+}
 
 static void
 check_hash(const char *canon, size_t len)
@@ -60,6 +148,18 @@ check_member(const char *in, size_t len, enum canon_rc whole_rc, const char *who
 	free(m2);
 }
 
+static void
+check_respelled(const char *c1, size_t l1, const uint8_t *data, size_t size)
+{
+	size_t lr = 0, l4 = 0;
+	char *r = respell(c1, l1, data, size, &lr), *c4 = NULL;
+
+	FUZZ_ASSERT(canon_json(r, lr, &c4, &l4) == CANON_OK);
+	FUZZ_ASSERT(l4 == l1 && memcmp(c4, c1, l1) == 0);
+	free(r);
+	free(c4);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -76,6 +176,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_ASSERT(canon_json(c1, l1, &c2, &l2) == CANON_OK);
 		FUZZ_ASSERT(l1 == l2 && memcmp(c1, c2, l1) == 0);
 		check_hash(c1, l1);
+		check_respelled(c1, l1, data, size);
 	}
 
 	/* insignificant whitespace around the document */
