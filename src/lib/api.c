@@ -1385,11 +1385,18 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 	struct ledger_run lr = { 0 };
 	struct log_fields f = { 0 };
 	char *payload = NULL, *cb_payload = NULL;
-	char phash[CANON_HASH_LEN];
+	char phash[CANON_HASH_LEN], chash[CANON_HASH_LEN];
+	struct outbox_effect eff = { 0 }, cbe = { 0 };
+	struct gate_consume_call gc;
+	struct ledger_decide_call dc;
+	struct outbox_enqueue_call ec = { 0 }, cc = { 0 };
+	struct db_call calls[4];
+	int ncalls = 0, eff_call = -1, cb_call = -1, k;
 	enum ledger_rc lrc;
 	enum gate_rc grc;
 	long n;
 
+	memset(calls, 0, sizeof(calls));
 	f.approval_id = a->id;
 	f.actor = subject;
 	if (!http_is_form(c->req->content_type) || c->req->body_too_large) {
@@ -1463,9 +1470,60 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 		goto out;
 	}
 
-	if (db_begin(c->ctx->db) != DB_OK)
-		goto unavailable;
-	grc = gate_consume(c->ctx->db, hash, decision, subject, reason[0] ? reason : NULL);
+	/* The effects the decision enqueues, built before the transaction. */
+	if (strcmp(decision, "approve") == 0) {
+		if (json_hash(json_object_get(effect, "payload"), phash, &payload) != 0)
+			goto internal;
+		eff.client_id = a->client_id;
+		eff.key = a->key;
+		eff.type = json_string_value(json_object_get(effect, "type"));
+		eff.target = json_string_value(json_object_get(effect, "target"));
+		eff.payload = payload;
+		eff.payload_hash = phash;
+		eff.approval_id = a->id;
+		if (eff.type == NULL || eff.target == NULL)
+			goto internal;
+	}
+	if (callback != NULL) {
+		/* The workflow's Wait node learns the outcome (SPEC 5). */
+		json_t *cb = json_pack("{s:s, s:s, s:s, s:s, s:s}", "url", callback, "key", a->key,
+		                       "decision", strcmp(decision, "approve") == 0 ? "approved"
+		                                                                    : "rejected",
+		                       "decided_by", subject, "approval_id", a->id);
+
+		if (cb == NULL || json_hash(cb, chash, &cb_payload) != 0) {
+			json_decref(cb);
+			goto internal;
+		}
+		json_decref(cb);
+		cbe.client_id = a->client_id;
+		cbe.key = a->key;
+		cbe.type = "decision.callback";
+		cbe.target = "callback";
+		cbe.payload = cb_payload;
+		cbe.payload_hash = chash;
+		cbe.approval_id = a->id;
+	}
+
+	/* ONE transaction (SPEC 5), its statements sent in one round trip:
+	 * consume the challenge (voiding the others), move the run, enqueue.
+	 * Each result is read in order and anything short of all of them rolls
+	 * the whole thing back. */
+	gate_consume_call(&gc, hash, decision, subject, reason[0] ? reason : NULL, &calls[ncalls++]);
+	ledger_decide_call(&dc, a->client_id, a->key, decision, subject,
+	                   reason[0] ? reason : "rejected by the approver", &calls[ncalls++]);
+	if (eff.type != NULL) {
+		if (outbox_enqueue_call(&ec, &eff, &calls[ncalls]) != 0)
+			goto internal;
+		eff_call = ncalls++;
+	}
+	if (cbe.type != NULL) {
+		if (outbox_enqueue_call(&cc, &cbe, &calls[ncalls]) != 0)
+			goto internal;
+		cb_call = ncalls++;
+	}
+	db_pipeline_tx(c->ctx->db, calls, ncalls); /* each call carries its own rc */
+	grc = gate_consume_result(&calls[0]);
 	if (grc != GATE_OK) {
 		db_rollback(c->ctx->db);
 		if (grc == GATE_UNAVAILABLE)
@@ -1477,8 +1535,7 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 		            &f);
 		goto out;
 	}
-	lrc = ledger_decide(c->ctx->db, a->client_id, a->key, decision, subject,
-	                    reason[0] ? reason : "rejected by the approver", &lr);
+	lrc = ledger_decide_result(&calls[1], &lr);
 	if (lrc != LEDGER_OK) {
 		db_rollback(c->ctx->db);
 		if (lrc == LEDGER_UNAVAILABLE)
@@ -1488,46 +1545,11 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 		            "The run is no longer waiting for a decision. Nothing was changed.", &f);
 		goto out;
 	}
-	if (strcmp(decision, "approve") == 0) {
-		struct outbox_effect e = { 0 };
-
-		if (json_hash(json_object_get(effect, "payload"), phash, &payload) != 0)
-			goto internal;
-		e.client_id = a->client_id;
-		e.key = a->key;
-		e.type = json_string_value(json_object_get(effect, "type"));
-		e.target = json_string_value(json_object_get(effect, "target"));
-		e.payload = payload;
-		e.payload_hash = phash;
-		e.approval_id = a->id;
-		if (e.type == NULL || e.target == NULL ||
-		    outbox_enqueue(c->ctx->db, &e, effect_id, not_before) != OUTBOX_OK)
-			goto internal;
-	}
-	if (callback != NULL) {
-		/* The workflow's Wait node learns the outcome (SPEC 5). */
-		struct outbox_effect e = { 0 };
-		json_t *cb = json_pack("{s:s, s:s, s:s, s:s, s:s}", "url", callback, "key", a->key,
-		                       "decision", strcmp(decision, "approve") == 0 ? "approved"
-		                                                                    : "rejected",
-		                       "decided_by", subject, "approval_id", a->id);
-		char cnb[OUTBOX_TS_LEN], chash[CANON_HASH_LEN];
-
-		if (cb == NULL || json_hash(cb, chash, &cb_payload) != 0) {
-			json_decref(cb);
-			goto internal;
-		}
-		json_decref(cb);
-		e.client_id = a->client_id;
-		e.key = a->key;
-		e.type = "decision.callback";
-		e.target = "callback";
-		e.payload = cb_payload;
-		e.payload_hash = chash;
-		e.approval_id = a->id;
-		if (outbox_enqueue(c->ctx->db, &e, callback_id, cnb) != OUTBOX_OK)
-			goto internal;
-	}
+	if ((eff_call >= 0 &&
+	     outbox_enqueue_result(&calls[eff_call], effect_id, not_before) != OUTBOX_OK) ||
+	    (cb_call >= 0 &&
+	     outbox_enqueue_result(&calls[cb_call], callback_id, not_before) != OUTBOX_OK))
+		goto internal;
 	if (db_commit(c->ctx->db) != DB_OK) {
 		/* the partial unique index: another approver decided first */
 		f.reason = "used";
@@ -1580,6 +1602,10 @@ unavailable:
 	page_notice(c, 503, "db.unavailable", "Try again shortly",
 	            "The database is unavailable; nothing was recorded.", &f);
 out:
+	for (k = 0; k < ncalls; k++)
+		PQclear(calls[k].res);
+	outbox_enqueue_call_free(&ec);
+	outbox_enqueue_call_free(&cc);
 	free(payload);
 	free(cb_payload);
 	ledger_run_clear(&lr);

@@ -339,6 +339,94 @@ broken:
 }
 
 enum db_rc
+db_pipeline_tx(struct db *db, struct db_call *calls, int n)
+{
+	enum db_rc rc;
+	PGresult *r;
+	int i;
+
+	db_batch_clear(calls, n);
+	if ((rc = db_ensure(db)) != DB_OK)
+		goto unsent;
+	rc = DB_ERROR;
+	if (PQtransactionStatus(db->conn) != PQTRANS_IDLE) {
+		snprintf(db->err, sizeof(db->err), "db_pipeline_tx inside a transaction");
+		goto unsent;
+	}
+	for (i = 0; i < n; i++)
+		if (!db_is_prepared(db, calls[i].stmt) && (rc = db_prepare(db, calls[i].stmt)) != DB_OK)
+			goto unsent;
+	if (PQenterPipelineMode(db->conn) != 1) {
+		snprintf(db->err, sizeof(db->err), "cannot enter pipeline mode");
+		rc = DB_ERROR;
+		goto unsent;
+	}
+	if (PQsendQueryParams(db->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) != 1)
+		goto broken;
+	for (i = 0; i < n; i++)
+		if (PQsendQueryPrepared(db->conn, calls[i].stmt->name, calls[i].stmt->nparams,
+		                        calls[i].params, NULL, NULL, 0) != 1)
+			goto broken;
+	if (PQpipelineSync(db->conn) != 1)
+		goto broken;
+	/* BEGIN */
+	r = PQgetResult(db->conn);
+	if (r == NULL || PQresultStatus(r) != PGRES_COMMAND_OK) {
+		PQclear(r);
+		goto broken;
+	}
+	PQclear(r);
+	if ((r = PQgetResult(db->conn)) != NULL) {
+		PQclear(r);
+		goto broken;
+	}
+	rc = DB_OK;
+	for (i = 0; i < n; i++) {
+		ExecStatusType st;
+
+		if ((r = PQgetResult(db->conn)) == NULL)
+			goto broken;
+		st = PQresultStatus(r);
+		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+			calls[i].res = r;
+			calls[i].rc = DB_OK;
+		} else {
+			calls[i].rc = st == PGRES_PIPELINE_ABORTED
+			                  ? DB_ERROR
+			                  : db_classify(db, r, calls[i].stmt->name);
+			if (rc == DB_OK)
+				rc = calls[i].rc;
+			PQclear(r);
+		}
+		if ((r = PQgetResult(db->conn)) != NULL) {
+			PQclear(r);
+			goto broken;
+		}
+	}
+	r = PQgetResult(db->conn);
+	if (r == NULL || PQresultStatus(r) != PGRES_PIPELINE_SYNC) {
+		PQclear(r);
+		goto broken;
+	}
+	PQclear(r);
+	if (PQexitPipelineMode(db->conn) != 1)
+		goto broken;
+	return rc;
+broken:
+	rc = PQstatus(db->conn) == CONNECTION_OK ? DB_ERROR : DB_UNAVAILABLE;
+	db_set_error(db, "pipeline", NULL);
+	db_pipeline_abandon(db);
+unsent:
+	/* nothing ran (or its results are lost): every call says why */
+	for (i = 0; i < n; i++) {
+		PQclear(calls[i].res);
+		calls[i].res = NULL;
+		calls[i].rc = rc;
+	}
+	return rc;
+}
+
+enum db_rc
 db_batch(struct db *db, struct db_call *calls, int n)
 {
 	enum db_rc rc;

@@ -52,6 +52,13 @@ struct db_call {
  * DB_ERROR with no result). */
 enum db_rc db_batch(struct db *db, struct db_call *calls, int n);
 
+/* BEGIN and the n calls in ONE round trip (pipeline mode); the
+ * transaction is left open for the caller to commit or roll back after
+ * looking at each call's result. Statements after a failing one carry
+ * DB_ERROR and no result, and the transaction can then only be rolled
+ * back. Outside a transaction only. */
+enum db_rc db_pipeline_tx(struct db *db, struct db_call *calls, int n);
+
 /* BEGIN / COMMIT / ROLLBACK. db_rollback is a no-op outside a transaction;
  * call it before reusing a connection for a new request, so a session left
  * in a failed transaction is never reused as it is. */

@@ -192,22 +192,41 @@ gate_find(struct db *db, const unsigned char token_hash[32], struct gate_approva
 	return GATE_OK;
 }
 
+void
+gate_consume_call(struct gate_consume_call *g, const unsigned char token_hash[32],
+                  const char *decision, const char *subject, const char *reason,
+                  struct db_call *call)
+{
+	digest_hex(token_hash, 32, g->hash);
+	g->params[0] = g->hash;
+	g->params[1] = decision;
+	g->params[2] = subject;
+	g->params[3] = reason;
+	call->stmt = &st_consume;
+	call->params = g->params;
+}
+
+enum gate_rc
+gate_consume_result(const struct db_call *call)
+{
+	if (call->rc != DB_OK)
+		return gate_rc_of(call->rc);
+	return PQntuples(call->res) == 1 ? GATE_OK : GATE_NOT_PENDING;
+}
+
 enum gate_rc
 gate_consume(struct db *db, const unsigned char token_hash[32], const char *decision,
              const char *subject, const char *reason)
 {
-	char hex[DIGEST_HEX_LEN];
-	const char *params[4] = { hex, decision, subject, reason };
-	PGresult *res;
-	enum db_rc rc;
-	int n;
+	struct gate_consume_call g;
+	struct db_call call = { 0 };
+	enum gate_rc grc;
 
-	digest_hex(token_hash, 32, hex);
-	if ((rc = db_exec(db, &st_consume, params, &res)) != DB_OK)
-		return gate_rc_of(rc);
-	n = PQntuples(res);
-	PQclear(res);
-	return n == 1 ? GATE_OK : GATE_NOT_PENDING;
+	gate_consume_call(&g, token_hash, decision, subject, reason, &call);
+	call.rc = db_exec(db, call.stmt, call.params, &call.res);
+	grc = gate_consume_result(&call);
+	PQclear(call.res);
+	return grc;
 }
 
 static void

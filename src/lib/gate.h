@@ -63,6 +63,17 @@ enum gate_rc gate_create(struct db *db, long long client_id, const char *key,
 	__attribute__((warn_unused_result));
 enum gate_rc gate_find(struct db *db, const unsigned char token_hash[32],
                        struct gate_approval *out) __attribute__((warn_unused_result));
+/* The consume as a db_call, to run in the decision's pipelined
+ * transaction (db_pipeline_tx); the struct holds the parameters. */
+struct gate_consume_call {
+	char hash[65];
+	const char *params[4];
+};
+void gate_consume_call(struct gate_consume_call *g, const unsigned char token_hash[32],
+                       const char *decision, const char *subject, const char *reason,
+                       struct db_call *call);
+enum gate_rc gate_consume_result(const struct db_call *call);
+
 /* Consumes the challenge and voids the run's other pending challenges
  * (inside the caller's transaction). */
 enum gate_rc gate_consume(struct db *db, const unsigned char token_hash[32],

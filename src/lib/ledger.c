@@ -683,28 +683,50 @@ ledger_output_accept(struct db *db, const struct ledger_output *o, enum run_stat
 	           : LEDGER_LEASE_LOST;
 }
 
+void
+ledger_decide_call(struct ledger_decide_call *d, long long client_id, const char *key,
+                   const char *decision, const char *subject, const char *reason,
+                   struct db_call *call)
+{
+	snprintf(d->client, sizeof(d->client), "%lld", client_id);
+	d->params[0] = d->client;
+	d->params[1] = key;
+	d->params[2] = decision;
+	d->params[3] = subject;
+	d->params[4] = reason;
+	call->stmt = &st_decide;
+	call->params = d->params;
+}
+
+enum ledger_rc
+ledger_decide_result(const struct db_call *call, struct ledger_run *run)
+{
+	const PGresult *res = call->res;
+
+	if (call->rc != DB_OK)
+		return ledger_rc_of(call->rc);
+	if (PQntuples(res) != 1)
+		return LEDGER_LEASE_LOST;
+	run->state_from = RUN_AWAITING_HUMAN;
+	run->state = (enum run_state)ledger_state_parse(db_get(res, 0, "state"));
+	run->version = db_get_ll(res, 0, "version");
+	run->attempt = (int)db_get_ll(res, 0, "attempt");
+	return LEDGER_OK;
+}
+
 enum ledger_rc
 ledger_decide(struct db *db, long long client_id, const char *key, const char *decision,
               const char *subject, const char *reason, struct ledger_run *run)
 {
-	char client[24];
-	const char *params[5] = { client, key, decision, subject, reason };
-	PGresult *res;
-	enum db_rc rc;
-	int n;
+	struct ledger_decide_call d;
+	struct db_call call = { 0 };
+	enum ledger_rc lrc;
 
-	snprintf(client, sizeof(client), "%lld", client_id);
-	if ((rc = db_exec(db, &st_decide, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
-	n = PQntuples(res);
-	if (n == 1) {
-		run->state_from = RUN_AWAITING_HUMAN;
-		run->state = (enum run_state)ledger_state_parse(db_get(res, 0, "state"));
-		run->version = db_get_ll(res, 0, "version");
-		run->attempt = (int)db_get_ll(res, 0, "attempt");
-	}
-	PQclear(res);
-	return n == 1 ? LEDGER_OK : LEDGER_LEASE_LOST;
+	ledger_decide_call(&d, client_id, key, decision, subject, reason, &call);
+	call.rc = db_exec(db, call.stmt, call.params, &call.res);
+	lrc = ledger_decide_result(&call, run);
+	PQclear(call.res);
+	return lrc;
 }
 
 enum ledger_rc

@@ -130,6 +130,16 @@ enum ledger_rc ledger_output_invalid(struct db *db, const struct ledger_output *
 enum ledger_rc ledger_output_accept(struct db *db, const struct ledger_output *o,
                                     enum run_state to, struct ledger_run *run)
 	__attribute__((warn_unused_result));
+/* ledger_decide as a db_call, for the decision's pipelined transaction. */
+struct ledger_decide_call {
+	char client[24];
+	const char *params[5];
+};
+void ledger_decide_call(struct ledger_decide_call *d, long long client_id, const char *key,
+                        const char *decision, const char *subject, const char *reason,
+                        struct db_call *call);
+enum ledger_rc ledger_decide_result(const struct db_call *call, struct ledger_run *run);
+
 /* A person's decision: awaiting_human → approved (approve) or
  * failed_terminal (reject, error_class "rejected"); LEDGER_LEASE_LOST when
  * the run is no longer awaiting_human. Inside the consume transaction. */

@@ -76,34 +76,66 @@ outbox_provider_key(const char *key, const char *type)
 	return s;
 }
 
+int
+outbox_enqueue_call(struct outbox_enqueue_call *o, const struct outbox_effect *e,
+                    struct db_call *call)
+{
+	memset(o, 0, sizeof(*o));
+	o->provider_key = outbox_provider_key(e->key, e->type);
+	if (o->provider_key == NULL)
+		return -1;
+	snprintf(o->client, sizeof(o->client), "%lld", e->client_id);
+	snprintf(o->delay, sizeof(o->delay), "%d", e->delay_seconds);
+	o->params[0] = o->client;
+	o->params[1] = e->key;
+	o->params[2] = e->type;
+	o->params[3] = e->target;
+	o->params[4] = e->payload;
+	o->params[5] = e->payload_hash;
+	o->params[6] = o->provider_key;
+	o->params[7] = o->delay;
+	o->params[8] = e->approval_id;
+	call->stmt = &st_enqueue;
+	call->params = o->params;
+	return 0;
+}
+
+enum outbox_rc
+outbox_enqueue_result(const struct db_call *call, char id[OUTBOX_ID_LEN],
+                      char not_before[OUTBOX_TS_LEN])
+{
+	if (call->rc != DB_OK)
+		return call->rc == DB_UNAVAILABLE ? OUTBOX_UNAVAILABLE
+		       : call->rc == DB_CONFLICT  ? OUTBOX_EXISTS
+		                                  : OUTBOX_ERROR;
+	if (PQntuples(call->res) != 1)
+		return OUTBOX_ERROR;
+	snprintf(id, OUTBOX_ID_LEN, "%s", db_get(call->res, 0, "id"));
+	snprintf(not_before, OUTBOX_TS_LEN, "%s", db_get(call->res, 0, "not_before"));
+	return OUTBOX_OK;
+}
+
+void
+outbox_enqueue_call_free(struct outbox_enqueue_call *o)
+{
+	free(o->provider_key);
+	o->provider_key = NULL;
+}
+
 enum outbox_rc
 outbox_enqueue(struct db *db, const struct outbox_effect *e, char id[OUTBOX_ID_LEN],
                char not_before[OUTBOX_TS_LEN])
 {
-	char client[24], delay[16];
-	char *pkey = outbox_provider_key(e->key, e->type);
-	const char *params[9] = { client, e->key, e->type, e->target, e->payload,
-		                  e->payload_hash, pkey, delay, e->approval_id };
-	PGresult *res = NULL;
-	enum outbox_rc orc = OUTBOX_OK;
-	enum db_rc rc;
+	struct outbox_enqueue_call o;
+	struct db_call call = { 0 };
+	enum outbox_rc orc;
 
-	if (pkey == NULL)
+	if (outbox_enqueue_call(&o, e, &call) != 0)
 		return OUTBOX_ERROR;
-	snprintf(client, sizeof(client), "%lld", e->client_id);
-	snprintf(delay, sizeof(delay), "%d", e->delay_seconds);
-	rc = db_exec(db, &st_enqueue, params, &res);
-	if (rc != DB_OK) {
-		orc = rc == DB_UNAVAILABLE ? OUTBOX_UNAVAILABLE
-		      : rc == DB_CONFLICT  ? OUTBOX_EXISTS
-		                           : OUTBOX_ERROR;
-		goto out;
-	}
-	snprintf(id, OUTBOX_ID_LEN, "%s", db_get(res, 0, "id"));
-	snprintf(not_before, OUTBOX_TS_LEN, "%s", db_get(res, 0, "not_before"));
-out:
-	PQclear(res);
-	free(pkey);
+	call.rc = db_exec(db, call.stmt, call.params, &call.res);
+	orc = outbox_enqueue_result(&call, id, not_before);
+	PQclear(call.res);
+	outbox_enqueue_call_free(&o);
 	return orc;
 }
 

@@ -42,6 +42,20 @@ struct outbox_effect {
 	const char *approval_id;      /* NULL for auto-approved effects */
 };
 
+/* outbox_enqueue as a db_call, for a pipelined transaction; release the
+ * struct with outbox_enqueue_call_free after the call has run. */
+struct outbox_enqueue_call {
+	char client[24];
+	char delay[16];
+	char *provider_key;
+	const char *params[9];
+};
+int outbox_enqueue_call(struct outbox_enqueue_call *o, const struct outbox_effect *e,
+                        struct db_call *call) __attribute__((warn_unused_result));
+enum outbox_rc outbox_enqueue_result(const struct db_call *call, char id[OUTBOX_ID_LEN],
+                                     char not_before[OUTBOX_TS_LEN]);
+void outbox_enqueue_call_free(struct outbox_enqueue_call *o);
+
 /* Enqueues one effect and wakes the dispatchers (NOTIFY oncegate_outbox,
  * delivered at commit). Fills id and not_before. */
 enum outbox_rc outbox_enqueue(struct db *db, const struct outbox_effect *e,
