@@ -278,11 +278,51 @@ db_pipeline_abandon(struct db *db)
 	db->nprepared = 0;
 }
 
+/* Reads the results of n pipelined calls and the closing sync, and leaves
+ * pipeline mode. *rc becomes the first failure (it must start as DB_OK).
+ * -1 when the pipeline broke (the caller abandons it). */
+static int
+db_pipeline_collect(struct db *db, struct db_call *calls, int n, enum db_rc *rc)
+{
+	PGresult *r;
+	int i;
+
+	for (i = 0; i < n; i++) {
+		ExecStatusType st;
+
+		if ((r = PQgetResult(db->conn)) == NULL)
+			return -1;
+		st = PQresultStatus(r);
+		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+			calls[i].res = r;
+			calls[i].rc = DB_OK;
+		} else {
+			calls[i].rc = st == PGRES_PIPELINE_ABORTED
+			                  ? DB_ERROR
+			                  : db_classify(db, r, calls[i].stmt->name);
+			if (*rc == DB_OK)
+				*rc = calls[i].rc;
+			PQclear(r);
+		}
+		/* each query's results end with a NULL */
+		if ((r = PQgetResult(db->conn)) != NULL) {
+			PQclear(r);
+			return -1;
+		}
+	}
+	r = PQgetResult(db->conn);
+	if (r == NULL || PQresultStatus(r) != PGRES_PIPELINE_SYNC) {
+		PQclear(r);
+		return -1;
+	}
+	PQclear(r);
+	return PQexitPipelineMode(db->conn) == 1 ? 0 : -1;
+}
+
 static enum db_rc
 db_batch_once(struct db *db, struct db_call *calls, int n)
 {
 	enum db_rc rc = DB_OK;
-	PGresult *r;
 	int i;
 
 	for (i = 0; i < n; i++)
@@ -298,36 +338,7 @@ db_batch_once(struct db *db, struct db_call *calls, int n)
 			goto broken;
 	if (PQpipelineSync(db->conn) != 1)
 		goto broken;
-	for (i = 0; i < n; i++) {
-		ExecStatusType st;
-
-		r = PQgetResult(db->conn);
-		if (r == NULL)
-			goto broken;
-		st = PQresultStatus(r);
-		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
-			calls[i].res = r;
-			calls[i].rc = DB_OK;
-		} else {
-			calls[i].rc = st == PGRES_PIPELINE_ABORTED ? DB_ERROR
-			                                          : db_classify(db, r, calls[i].stmt->name);
-			if (rc == DB_OK)
-				rc = calls[i].rc;
-			PQclear(r);
-		}
-		/* each query's results end with a NULL */
-		if ((r = PQgetResult(db->conn)) != NULL) {
-			PQclear(r);
-			goto broken;
-		}
-	}
-	r = PQgetResult(db->conn);
-	if (r == NULL || PQresultStatus(r) != PGRES_PIPELINE_SYNC) {
-		PQclear(r);
-		goto broken;
-	}
-	PQclear(r);
-	if (PQexitPipelineMode(db->conn) != 1)
+	if (db_pipeline_collect(db, calls, n, &rc) != 0)
 		goto broken;
 	return rc;
 broken:
@@ -381,35 +392,7 @@ db_pipeline_tx(struct db *db, struct db_call *calls, int n)
 		goto broken;
 	}
 	rc = DB_OK;
-	for (i = 0; i < n; i++) {
-		ExecStatusType st;
-
-		if ((r = PQgetResult(db->conn)) == NULL)
-			goto broken;
-		st = PQresultStatus(r);
-		if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
-			calls[i].res = r;
-			calls[i].rc = DB_OK;
-		} else {
-			calls[i].rc = st == PGRES_PIPELINE_ABORTED
-			                  ? DB_ERROR
-			                  : db_classify(db, r, calls[i].stmt->name);
-			if (rc == DB_OK)
-				rc = calls[i].rc;
-			PQclear(r);
-		}
-		if ((r = PQgetResult(db->conn)) != NULL) {
-			PQclear(r);
-			goto broken;
-		}
-	}
-	r = PQgetResult(db->conn);
-	if (r == NULL || PQresultStatus(r) != PGRES_PIPELINE_SYNC) {
-		PQclear(r);
-		goto broken;
-	}
-	PQclear(r);
-	if (PQexitPipelineMode(db->conn) != 1)
+	if (db_pipeline_collect(db, calls, n, &rc) != 0)
 		goto broken;
 	return rc;
 broken:
