@@ -982,7 +982,8 @@ handle_output(struct call *c)
 			grc = gate_create(c->ctx->db, c->client.id, c->key,
 			                  contract_approver(contract, i), decisions, lo.requested_by,
 			                  contract_separation_of_duties(contract),
-			                  contract_expires_seconds(contract), hash, id, expires);
+			                  contract_expires_seconds(contract), hash, eff_text,
+			                  lo.callback_url, id, expires);
 			if (grc != GATE_OK) {
 				digest_wipe(token, sizeof(token));
 				db_rollback(c->ctx->db);
@@ -1665,7 +1666,17 @@ approve_handle(struct call *c)
 	}
 	snprintf(c->key, sizeof(c->key), "%s", a.key);
 	f.approval_id = a.id;
-	lrc = ledger_status(c->ctx->db, a.client_id, a.key, false, &run);
+	if (c->route->id == ROUTE_APPROVE_DECIDE && a.effect != NULL) {
+		/* The decision needs only what the challenge carries (the effect
+		 * and the callback, copied when it was created); whether the run
+		 * still awaits a decision is checked inside the transaction. */
+		run = json_pack("{s:O, s:s}", "proposed_effect", a.effect, "state", "awaiting_human");
+		if (run != NULL && a.callback_url != NULL)
+			json_object_set_new(run, "callback_url", json_string(a.callback_url));
+		lrc = run != NULL ? LEDGER_OK : LEDGER_ERROR;
+	} else {
+		lrc = ledger_status(c->ctx->db, a.client_id, a.key, false, &run);
+	}
 	if (lrc != LEDGER_OK) {
 		page_notice(c, lrc == LEDGER_UNAVAILABLE ? 503 : 500, "approval.failed",
 		            "Try again shortly", "The run could not be read.", &f);

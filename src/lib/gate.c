@@ -15,12 +15,13 @@ static const char *const state_names[] = {
 static const struct db_stmt st_create = {
 	"gate_create",
 	"INSERT INTO approvals (client_id, idempotency_key, token_hash, approver,"
-	"    allowed_decisions, requested_by, separation_of_duties, expires_at)"
+	"    allowed_decisions, requested_by, separation_of_duties, expires_at,"
+	"    effect, callback_url)"
 	" VALUES ($1, $2, decode($3, 'hex'), $4,"
 	"    ARRAY(SELECT json_array_elements_text($5::json)), $6, $7::boolean,"
-	"    now() + make_interval(secs => $8::int))"
+	"    now() + make_interval(secs => $8::int), $9::jsonb, $10)"
 	" RETURNING id, og_ts(expires_at) AS expires_at",
-	8, false,
+	10, false,
 };
 
 static const struct db_stmt st_find = {
@@ -29,7 +30,7 @@ static const struct db_stmt st_find = {
 	"       array_to_json(allowed_decisions)::text AS allowed_decisions,"
 	"       separation_of_duties, state, expires_at <= now() AS expired,"
 	"       og_ts(expires_at) AS expires_at, og_ts(consumed_at) AS consumed_at,"
-	"       decision, approver_subject, reason"
+	"       decision, approver_subject, reason, effect::text AS effect, callback_url"
 	"  FROM approvals WHERE token_hash = decode($1, 'hex')",
 	1, true,
 };
@@ -113,6 +114,8 @@ gate_approval_clear(struct gate_approval *a)
 	free(a->decision);
 	free(a->approver_subject);
 	free(a->reason);
+	free(a->callback_url);
+	json_decref(a->effect);
 	json_decref(a->allowed_decisions);
 	memset(a, 0, sizeof(*a));
 }
@@ -121,13 +124,14 @@ enum gate_rc
 gate_create(struct db *db, long long client_id, const char *key, const char *approver,
             const json_t *allowed_decisions, const char *requested_by,
             bool separation_of_duties, int expires_seconds,
-            const unsigned char token_hash[32], char id[GATE_ID_LEN],
-            char expires_at[GATE_TS_LEN])
+            const unsigned char token_hash[32], const char *effect,
+            const char *callback_url, char id[GATE_ID_LEN], char expires_at[GATE_TS_LEN])
 {
 	char client[24], hex[DIGEST_HEX_LEN], secs[16];
 	char *decisions = json_dumps(allowed_decisions, JSON_COMPACT);
-	const char *params[8] = { client, key, hex, approver, decisions, requested_by,
-		                  separation_of_duties ? "true" : "false", secs };
+	const char *params[10] = { client, key, hex, approver, decisions, requested_by,
+		                   separation_of_duties ? "true" : "false", secs, effect,
+		                   callback_url };
 	PGresult *res = NULL;
 	enum gate_rc grc = GATE_OK;
 	enum db_rc rc;
@@ -184,6 +188,9 @@ gate_find(struct db *db, const unsigned char token_hash[32], struct gate_approva
 	a->decision = dup_or_null(db_get(res, 0, "decision"));
 	a->approver_subject = dup_or_null(db_get(res, 0, "approver_subject"));
 	a->reason = dup_or_null(db_get(res, 0, "reason"));
+	v = db_get(res, 0, "effect");
+	a->effect = v != NULL ? json_loads(v, 0, NULL) : NULL;
+	a->callback_url = dup_or_null(db_get(res, 0, "callback_url"));
 	PQclear(res);
 	if (a->key == NULL || a->approver == NULL || a->allowed_decisions == NULL) {
 		gate_approval_clear(a);

@@ -50,6 +50,8 @@ struct gate_approval {
 	char *decision;
 	char *approver_subject;
 	char *reason;
+	json_t *effect;              /* {"type","target","payload"}; NULL on old rows */
+	char *callback_url;
 };
 
 void gate_approval_clear(struct gate_approval *a);
@@ -59,6 +61,7 @@ enum gate_rc gate_create(struct db *db, long long client_id, const char *key,
                          const char *approver, const json_t *allowed_decisions,
                          const char *requested_by, bool separation_of_duties,
                          int expires_seconds, const unsigned char token_hash[32],
+                         const char *effect, const char *callback_url,
                          char id[GATE_ID_LEN], char expires_at[GATE_TS_LEN])
 	__attribute__((warn_unused_result));
 enum gate_rc gate_find(struct db *db, const unsigned char token_hash[32],
