@@ -324,6 +324,18 @@ call_ledger_failure(struct call *c, enum ledger_rc rc)
 	}
 }
 
+/* 409 lease_lost: the caller no longer owns the run and must stop. One
+ * lease.lost line with whatever f already says about the run. */
+static void
+call_lease_lost(struct call *c, struct log_fields *f)
+{
+	http_json(c->resp, 409,
+	          json_pack("{s:s, s:s}", "error", "lease_lost", "message",
+	                    "this execution no longer owns the run; stop"));
+	f->reason = "lease_lost";
+	call_log(c, LOG_LEVEL_WARNING, "lease.lost", f);
+}
+
 /* ---- field readers: each rejects with a clear message ------------------- */
 
 static bool
@@ -628,12 +640,8 @@ handle_lease(struct call *c)
 		call_log(c, LOG_LEVEL_WARNING, "lease.cap_reached", &f);
 		break;
 	case LEDGER_LEASE_LOST:
-		http_json(c->resp, 409,
-		          json_pack("{s:s, s:s}", "error", "lease_lost", "message",
-		                    "this execution no longer owns the run; stop"));
 		f.state_from = ledger_state_name(run.state);
-		f.reason = "lease_lost";
-		call_log(c, LOG_LEVEL_WARNING, "lease.lost", &f);
+		call_lease_lost(c, &f);
 		break;
 	default:
 		call_ledger_failure(c, rc);
@@ -713,14 +721,10 @@ handle_transition(struct call *c)
 		break;
 	case LEDGER_LEASE_LOST:
 	case LEDGER_CAP_REACHED:
-		http_json(c->resp, 409,
-		          json_pack("{s:s, s:s}", "error", "lease_lost", "message",
-		                    "this execution no longer owns the run; stop"));
 		f.state_from = ledger_state_name(run.state);
 		f.state_to = ledger_state_name((enum run_state)state);
 		f.version = run.version;
-		f.reason = "lease_lost";
-		call_log(c, LOG_LEVEL_WARNING, "lease.lost", &f);
+		call_lease_lost(c, &f);
 		break;
 	default:
 		call_ledger_failure(c, rc);
@@ -889,15 +893,10 @@ handle_output(struct call *c)
 		lo.validation = errors_text;
 		lrc = ledger_output_invalid(c->ctx->db, &lo, budget, &run);
 		if (lrc != LEDGER_OK) {
-			if (lrc == LEDGER_LEASE_LOST) {
-				http_json(c->resp, 409,
-				          json_pack("{s:s, s:s}", "error", "lease_lost", "message",
-				                    "this execution no longer owns the run; stop"));
-				f.reason = "lease_lost";
-				call_log(c, LOG_LEVEL_WARNING, "lease.lost", &f);
-			} else {
+			if (lrc == LEDGER_LEASE_LOST)
+				call_lease_lost(c, &f);
+			else
 				call_ledger_failure(c, lrc);
-			}
 			goto out;
 		}
 		left = budget - run.attempt;
@@ -953,15 +952,10 @@ handle_output(struct call *c)
 	if (lrc != LEDGER_OK) {
 		db_rollback(c->ctx->db);
 		in_tx = false;
-		if (lrc == LEDGER_LEASE_LOST) {
-			http_json(c->resp, 409,
-			          json_pack("{s:s, s:s}", "error", "lease_lost", "message",
-			                    "this execution no longer owns the run; stop"));
-			f.reason = "lease_lost";
-			call_log(c, LOG_LEVEL_WARNING, "lease.lost", &f);
-		} else {
+		if (lrc == LEDGER_LEASE_LOST)
+			call_lease_lost(c, &f);
+		else
 			call_ledger_failure(c, lrc);
-		}
 		goto out;
 	}
 	if (human) {

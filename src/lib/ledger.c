@@ -276,6 +276,18 @@ ledger_rc_of(enum db_rc rc)
 	return rc == DB_UNAVAILABLE ? LEDGER_UNAVAILABLE : LEDGER_ERROR;
 }
 
+/* Fills run from the one row a state-changing statement returned
+ * (version, attempt). */
+static void
+ledger_moved(struct ledger_run *run, const PGresult *res, enum run_state from,
+             enum run_state to)
+{
+	run->state_from = from;
+	run->state = to;
+	run->version = db_get_ll(res, 0, "version");
+	run->attempt = (int)db_get_ll(res, 0, "attempt");
+}
+
 static void
 copy_field(char *dst, size_t len, const PGresult *res, const char *col)
 {
@@ -405,9 +417,7 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
 		return ledger_rc_of(rc);
 	if (PQntuples(res) == 1) {
 		ledger_run_clear(run);
-		run->state = RUN_PROCESSING;
-		run->version = db_get_ll(res, 0, "version");
-		run->attempt = (int)db_get_ll(res, 0, "attempt");
+		ledger_moved(run, res, RUN_PROCESSING, RUN_PROCESSING);
 		run->lease_live = true;
 		snprintf(run->payload_hash, sizeof(run->payload_hash), "%s", c->payload_hash);
 		copy_field(run->lease_owner, sizeof(run->lease_owner), res, "lease_owner");
@@ -459,9 +469,7 @@ ledger_renew(struct db *db, long long client_id, const char *key, const char *ow
 	if ((rc = db_exec(db, &st_renew, params, &res)) != DB_OK)
 		return ledger_rc_of(rc);
 	if (PQntuples(res) == 1) {
-		run->state = RUN_PROCESSING;
-		run->version = db_get_ll(res, 0, "version");
-		run->attempt = (int)db_get_ll(res, 0, "attempt");
+		ledger_moved(run, res, RUN_PROCESSING, RUN_PROCESSING);
 		copy_field(run->lease_expires_at, sizeof(run->lease_expires_at), res,
 		           "lease_expires_at");
 		PQclear(res);
@@ -488,10 +496,7 @@ ledger_transition(struct db *db, long long client_id, const char *key, const cha
 	if ((rc = db_exec(db, &st_transition, params, &res)) != DB_OK)
 		return ledger_rc_of(rc);
 	if (PQntuples(res) == 1) {
-		run->state_from = RUN_PROCESSING;
-		run->state = to;
-		run->version = db_get_ll(res, 0, "version");
-		run->attempt = (int)db_get_ll(res, 0, "attempt");
+		ledger_moved(run, res, RUN_PROCESSING, to);
 		PQclear(res);
 		return LEDGER_OK;
 	}
@@ -668,10 +673,7 @@ ledger_output_accept(struct db *db, const struct ledger_output *o, enum run_stat
 	if ((rc = db_exec(db, &st_output_accept, params, &res)) != DB_OK)
 		return ledger_rc_of(rc);
 	if (PQntuples(res) == 1) {
-		run->state_from = RUN_PROCESSING;
-		run->state = to;
-		run->version = db_get_ll(res, 0, "version");
-		run->attempt = (int)db_get_ll(res, 0, "attempt");
+		ledger_moved(run, res, RUN_PROCESSING, to);
 		PQclear(res);
 		return LEDGER_OK;
 	}
@@ -707,10 +709,8 @@ ledger_decide_result(const struct db_call *call, struct ledger_run *run)
 		return ledger_rc_of(call->rc);
 	if (PQntuples(res) != 1)
 		return LEDGER_LEASE_LOST;
-	run->state_from = RUN_AWAITING_HUMAN;
-	run->state = (enum run_state)ledger_state_parse(db_get(res, 0, "state"));
-	run->version = db_get_ll(res, 0, "version");
-	run->attempt = (int)db_get_ll(res, 0, "attempt");
+	ledger_moved(run, res, RUN_AWAITING_HUMAN,
+	             (enum run_state)ledger_state_parse(db_get(res, 0, "state")));
 	return LEDGER_OK;
 }
 
@@ -743,12 +743,8 @@ ledger_cancel(struct db *db, long long client_id, const char *key, const char *r
 	if ((rc = db_exec(db, &st_cancel, params, &res)) != DB_OK)
 		return ledger_rc_of(rc);
 	n = PQntuples(res);
-	if (n == 1) {
-		run->state_from = RUN_APPROVED;
-		run->state = RUN_FAILED_TERMINAL;
-		run->version = db_get_ll(res, 0, "version");
-		run->attempt = (int)db_get_ll(res, 0, "attempt");
-	}
+	if (n == 1)
+		ledger_moved(run, res, RUN_APPROVED, RUN_FAILED_TERMINAL);
 	PQclear(res);
 	return n == 1 ? LEDGER_OK : LEDGER_LEASE_LOST;
 }
