@@ -9,11 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "clients.h"
 #include "config.h"
 #include "db.h"
 #include "digest.h"
+#include "log.h"
 #include "migrate.h"
 
 enum { EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNAVAILABLE = 3 };
@@ -148,11 +150,137 @@ cmd_config(struct ctl *ctl, int argc, char **argv)
 	return EXIT_SUCCESS;
 }
 
+/* The database half of the kill switch (SPEC 6). */
+static const struct db_stmt st_switch_set = {
+	"ctl_switch_set",
+	"UPDATE dispatch_control SET actions_enabled = $1::bool, changed_at = now(),"
+	"       changed_by = $2, reason = $3"
+	" RETURNING (SELECT actions_enabled FROM dispatch_control) AS was",
+	3, false,
+};
+
+static const struct db_stmt st_switch_get = {
+	"ctl_switch_get",
+	"SELECT actions_enabled, og_ts(changed_at) AS changed_at, changed_by, reason,"
+	"       blocked_sends,"
+	"       (SELECT count(*) FROM effect_outbox WHERE state = 'pending'"
+	"           AND next_attempt_at <= now()) AS due"
+	"  FROM dispatch_control",
+	0, true,
+};
+
+/* The operator: --operator, else the login name. */
+static const char *
+operator_name(const char *given)
+{
+	const char *u;
+
+	if (given != NULL && *given != '\0')
+		return given;
+	u = getenv("SUDO_USER");
+	if (u == NULL || *u == '\0')
+		u = getenv("USER");
+	if (u == NULL || *u == '\0')
+		u = getlogin();
+	return u != NULL && *u != '\0' ? u : "unknown";
+}
+
+static int
+cmd_kill_switch(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "reason", required_argument, NULL, 'r' },
+		{ "operator", required_argument, NULL, 'o' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *reason = NULL, *op = NULL, *what;
+	PGresult *res = NULL;
+	int opt;
+
+	optind = 0; /* glibc: 0 re-initialises getopt for the command's own arguments */
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (opt == 'r')
+			reason = optarg;
+		else if (opt == 'o')
+			op = optarg;
+		else
+			goto usage;
+	}
+	if (optind != argc - 1)
+		goto usage;
+	what = argv[optind];
+	if (strcmp(what, "status") == 0) {
+		if (ctl_db(ctl) != 0)
+			return EXIT_UNAVAILABLE;
+		if (db_exec(ctl->db, &st_switch_get, NULL, &res) != DB_OK || PQntuples(res) != 1) {
+			fprintf(stderr, "oncegatectl: kill-switch status: %s\n", db_error(ctl->db));
+			PQclear(res);
+			return EXIT_REFUSED;
+		}
+		if (ctl->json) {
+			printf("{\"database_flag\":%s,\"changed_at\":\"%s\",\"blocked_sends\":%s,"
+			       "\"due_effects\":%s,\"environment_needs\":\"AI_ACTIONS_ENABLED=true\"}\n",
+			       db_get(res, 0, "actions_enabled")[0] == 't' ? "true" : "false",
+			       db_get(res, 0, "changed_at"), db_get(res, 0, "blocked_sends"),
+			       db_get(res, 0, "due"));
+		} else {
+			const char *by = db_get(res, 0, "changed_by"), *why = db_get(res, 0, "reason");
+
+			printf("database flag   %s (since %s, by %s: %s)\n",
+			       db_get(res, 0, "actions_enabled")[0] == 't' ? "ON" : "OFF",
+			       db_get(res, 0, "changed_at"), by != NULL ? by : "-",
+			       why != NULL ? why : "-");
+			printf("effects due     %s\n", db_get(res, 0, "due"));
+			printf("blocked sends   %s (refused by the switch right before sending)\n",
+			       db_get(res, 0, "blocked_sends"));
+			printf("A dispatcher sends only while this flag is ON and its own environment "
+			       "has AI_ACTIONS_ENABLED=true.\n");
+		}
+		PQclear(res);
+		return EXIT_SUCCESS;
+	}
+	if (strcmp(what, "on") != 0 && strcmp(what, "off") != 0)
+		goto usage;
+	if (reason == NULL || *reason == '\0') {
+		fprintf(stderr, "oncegatectl: kill-switch %s needs --reason TEXT\n", what);
+		return EXIT_USAGE;
+	}
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	{
+		const char *p[3] = { strcmp(what, "on") == 0 ? "true" : "false", operator_name(op),
+			             reason };
+		struct log_fields f = { .actor = p[1], .reason = reason,
+			                .state_to = strcmp(what, "on") == 0 ? "on" : "off" };
+
+		if (db_exec(ctl->db, &st_switch_set, p, &res) != DB_OK || PQntuples(res) != 1) {
+			fprintf(stderr, "oncegatectl: kill-switch %s: %s\n", what, db_error(ctl->db));
+			PQclear(res);
+			return EXIT_REFUSED;
+		}
+		PQclear(res);
+		if (log_open(ctl->cfg.log_file, LOG_LEVEL_INFO, "oncegatectl") == 0) {
+			log_event(LOG_LEVEL_NOTICE, "kill_switch.changed", &f);
+			log_close();
+		}
+		fprintf(stderr, "oncegatectl: kill switch database flag %s (by %s); dispatchers "
+		        "also need AI_ACTIONS_ENABLED=true\n", strcmp(what, "on") == 0 ? "ON" : "OFF",
+		        p[1]);
+	}
+	return EXIT_SUCCESS;
+usage:
+	fprintf(stderr, "usage: oncegatectl kill-switch on|off --reason TEXT [--operator NAME] "
+	        "| status\n");
+	return EXIT_USAGE;
+}
+
 static const struct command commands[] = {
 	{ "migrate", "[--status]", "apply the schema migrations that are missing", cmd_migrate },
 	{ "client", "add NAME | revoke NAME | list",
 	  "manage API clients (a new key is printed once)", cmd_client },
 	{ "config", "check", "load and print the configuration, secrets masked", cmd_config },
+	{ "kill-switch", "on|off --reason TEXT | status",
+	  "the database half of the kill switch (sends need it ON)", cmd_kill_switch },
 };
 
 static void
@@ -162,7 +290,7 @@ usage(FILE *out)
 
 	fprintf(out, "usage: oncegatectl [-c FILE] [--json] COMMAND [ARGS]\n\ncommands:\n");
 	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		fprintf(out, "  %-8s %-32s %s\n", commands[i].name, commands[i].args,
+		fprintf(out, "  %-11s %-32s %s\n", commands[i].name, commands[i].args,
 		        commands[i].help);
 	fprintf(out, "\nexit codes: 0 done, 1 refused or failed, 2 usage, 3 database "
 	        "unavailable\n");

@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "caps.h"
+#include "classify.h"
 #include "log.h"
 
 enum config_type { CT_STRING, CT_INT, CT_OCTAL };
@@ -58,6 +59,13 @@ static const struct config_row rows[] = {
 	ROW_S(public_url, "", false),
 	ROW_S(csrf_secret, "", true),
 	ROW_S(callback_origins, "", false),
+	ROW_I(dispatch_workers, 4, 1, 256),
+	ROW_I(dispatch_batch, 8, 1, 1000),
+	ROW_I(dispatch_lease_seconds, 60, 5, 86400),
+	ROW_I(dispatch_poll_ms, 1000, 10, 600000),
+	ROW_I(dispatch_shutdown_seconds, 20, 1, 3600),
+	ROW_I(reconcile_interval_seconds, 30, 1, 86400),
+	ROW_I(retention_days, 30, 1, 3650),
 };
 
 /* The settings of a `[target NAME]` section. */
@@ -78,6 +86,11 @@ static const struct config_row target_rows[] = {
 	TROW_I(base_ms, 500, 1, 3600000),
 	TROW_I(cap_ms, 60000, 1, 86400000),
 	TROW_I(max_elapsed_s, 3600, 1, 7 * 86400),
+	TROW_I(jitter_percent, 20, 0, 100),
+	TROW_S(provider_id_header, ""),
+	TROW_S(provider_id_pointer, "/id"),
+	TROW_S(rejection_pointer, ""),
+	TROW_S(mail_from, "oncegate@localhost"),
 };
 
 static void
@@ -493,6 +506,27 @@ config_validate(const struct config *c, char *err, size_t errlen)
 		}
 		if (t->base_ms > t->cap_ms) {
 			errf(err, errlen, "target %s: base_ms is above cap_ms", t->name);
+			return -1;
+		}
+		/* A URL scheme the kind cannot speak would fail every send. */
+		if (strncmp(t->url, strcmp(t->kind, "smtp") == 0 ? "smtp" : "http", 4) != 0 ||
+		    (t->lookup_url[0] != '\0' && strncmp(t->lookup_url, "http", 4) != 0)) {
+			errf(err, errlen, "target %s: url must be http(s):// for kind http, "
+			     "smtp(s):// for kind smtp; lookup_url http(s)://", t->name);
+			return -1;
+		}
+		if ((t->rejection_pointer[0] != '\0' &&
+		     !classify_pointer_valid(t->rejection_pointer)) ||
+		    (t->provider_id_pointer[0] != '\0' && t->provider_id_pointer[0] != '/')) {
+			errf(err, errlen, "target %s: rejection_pointer and provider_id_pointer must "
+			     "be JSON Pointers (\"/field\")", t->name);
+			return -1;
+		}
+		if (t->credentials_env[0] != '\0' && strspn(t->credentials_env,
+		    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
+		    strlen(t->credentials_env)) {
+			errf(err, errlen, "target %s: credentials_env must name an environment "
+			     "variable", t->name);
 			return -1;
 		}
 	}

@@ -32,6 +32,15 @@ struct config_target {
 	int base_ms;
 	int cap_ms;
 	int max_elapsed_s;
+	int jitter_percent;      /* random share added to each retry delay */
+	/* Where the provider puts its id for the effect: a response header
+	 * name, else a JSON Pointer into the 2xx body (HTTP only). */
+	char *provider_id_header;
+	char *provider_id_pointer;
+	/* A 2xx whose body has this (RFC 6901) value truthy is a business
+	 * rejection; "!/ok": when falsy (classify.h). Empty: no check. */
+	char *rejection_pointer;
+	char *mail_from;         /* SMTP envelope and From: address */
 };
 
 struct config {
@@ -62,6 +71,14 @@ struct config {
 	char *public_url;      /* base of approval links, e.g. https://gate.example.com */
 	char *csrf_secret;     /* at least 32 characters */
 	char *callback_origins; /* space-separated origins a callback_url may use */
+	/* dispatcher (oncegate-dispatch) */
+	int dispatch_workers;  /* effects in flight at once, one thread each */
+	int dispatch_batch;    /* effects a worker claims per round trip */
+	int dispatch_lease_seconds;
+	int dispatch_poll_ms;  /* wake-up without a NOTIFY */
+	int dispatch_shutdown_seconds;
+	int reconcile_interval_seconds;
+	int retention_days;    /* dead letters keep their evidence this long */
 	/* `[target NAME]` sections */
 	struct config_target targets[CONFIG_TARGETS_MAX];
 	int ntargets;

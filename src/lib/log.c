@@ -385,6 +385,8 @@ log_event(enum log_level level, const char *event, const struct log_fields *f)
 	line_str(&l, "provider_id", f->provider_id, limit, OG_FIELD_MAX);
 	line_str(&l, "error_class", f->error_class, limit, OG_ERROR_CLASS_MAX);
 	line_num(&l, "attempt", f->attempt, limit);
+	line_num(&l, "duration_ms", f->duration_ms, limit);
+	line_num(&l, "count", f->count, limit);
 	line_str(&l, "model", f->model, limit, OG_FIELD_MAX);
 	line_str(&l, "validation", f->validation, limit, OG_FIELD_MAX);
 	line_str(&l, "reason", reason, limit, OG_FIELD_MAX);

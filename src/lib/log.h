@@ -50,6 +50,8 @@ struct log_fields {
 	const char *path;       /* route pattern, never a raw path (it may hold a token) */
 	long long version;      /* run version; 0 = absent (versions start at 1) */
 	int attempt;            /* 0 = absent */
+	long long duration_ms;  /* 0 = absent; rounded up, so a measured one is >= 1 */
+	long long count;        /* how many (e.g. effects held back); 0 = absent */
 	int status;             /* HTTP status answered; 0 = absent */
 };
 

@@ -1,0 +1,90 @@
+/*
+ * dispatch.h — the outbox dispatcher's rules (SPEC 6, 7): claim, send,
+ * settle, reconcile, and the housekeeping tick. oncegate-dispatch
+ * (src/dispatch/main.c) runs the threads; everything it decides is here.
+ *
+ * Concurrency: a pool of worker threads, each with its own database
+ * connection and its own libcurl handle, each sending one effect at a time
+ * with blocking calls. Every effect in flight needs its own compare-and-set
+ * round trips anyway, so a connection per worker is no extra cost, and
+ * blocking code reads top to bottom: at 3 a.m. the stack trace of a stuck
+ * worker says exactly which effect and which call. The limit on effects in
+ * flight is the number of workers (dispatch_workers).
+ *
+ * The rules, in the order an effect meets them:
+ *   claim     pending and due → sending, leased to this process, attempt+1
+ *             (FOR UPDATE SKIP LOCKED: any number of dispatchers, any host);
+ *   check     right before the send: the kill switch (environment AND the
+ *             database flag), that the lease is still ours and long enough
+ *             for the send; blocked → back to pending, counted, logged;
+ *   send      the adapter (adapter.h), then the classifier (classify.h);
+ *   settle    one transaction, compare-and-set on (sending, our lease):
+ *             success → completed (and the run, when all its effects are);
+ *             transient → pending at the backoff (backoff.h), or failed +
+ *             dead letter once the budget is spent; permanent → failed +
+ *             dead letter; ambiguous → unknown, never resent.
+ *   reconcile unknown effects of targets with a lookup URL are looked up:
+ *             found → completed; not found twice, an interval apart →
+ *             pending (resumed with the same key); unanswerable → dead letter.
+ *   tick      expired sending leases → unknown; expired approvals → run
+ *             failed_terminal + decision callback; the kill switch re-read.
+ */
+#ifndef OG_DISPATCH_H
+#define OG_DISPATCH_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "config.h"
+#include "db.h"
+
+/* A configuration in use, shared by the workers and replaced on SIGHUP; the
+ * last holder frees it. Per-target rate state lives with it, so a reload
+ * starts the limits afresh. */
+struct dispatch_config {
+	struct config cfg;
+	int refs;                       /* under dispatch_shared.cfg_mu */
+	pthread_mutex_t rate_mu;
+	long long *next_slot_ns;        /* per target, CLOCK_MONOTONIC */
+};
+
+struct dispatch_shared {
+	pthread_mutex_t cfg_mu;
+	struct dispatch_config *current;
+	char owner[37];                 /* lease owner: a random uuid per process */
+	char name[128];                 /* host:pid, in the attempt history */
+	bool env_enabled;               /* AI_ACTIONS_ENABLED=true at start */
+	atomic_bool db_enabled;         /* the database flag, as last read */
+	atomic_bool stopping;           /* SIGTERM: claim nothing more */
+	/* wake-ups: NOTIFY oncegate_outbox, the poll interval, shutdown */
+	pthread_mutex_t wake_mu;
+	pthread_cond_t wake_cv;
+	unsigned long wake_seq;
+};
+
+int dispatch_shared_init(struct dispatch_shared *s, struct dispatch_config *dc)
+	__attribute__((warn_unused_result));
+void dispatch_shared_destroy(struct dispatch_shared *s);
+/* A new reference-counted config owning *cfg's contents (cfg is zeroed). */
+struct dispatch_config *dispatch_config_new(struct config *cfg);
+struct dispatch_config *dispatch_config_get(struct dispatch_shared *s);
+void dispatch_config_put(struct dispatch_shared *s, struct dispatch_config *dc);
+/* SIGHUP: the workers pick the new one up at their next effect. */
+void dispatch_config_swap(struct dispatch_shared *s, struct dispatch_config *dc);
+
+/* Wakes every worker (a NOTIFY arrived, or shutdown). */
+void dispatch_wake(struct dispatch_shared *s);
+
+/* One worker thread's loop; returns when stopping is set and its work is
+ * finished or released. arg: struct dispatch_shared *. */
+void *dispatch_worker(void *arg);
+
+/* The housekeeping tick, run by the main thread every poll interval on its
+ * own connection. Returns false when the database is unreachable. */
+bool dispatch_tick(struct dispatch_shared *s, struct db *db);
+
+/* The statements on the LISTEN connection's first use. */
+const char *dispatch_listen_sql(void);
+
+#endif
