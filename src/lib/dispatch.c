@@ -45,19 +45,20 @@
  * a window are due at not_before (enqueue sets both). */
 static const struct db_stmt st_claim = {
 	"dispatch_claim",
-	"WITH due AS ("
-	"  SELECT id FROM effect_outbox"
-	"   WHERE state = 'pending' AND next_attempt_at <= now() AND not_before <= now()"
-	"   ORDER BY next_attempt_at"
-	"   LIMIT $2::int"
-	"   FOR UPDATE SKIP LOCKED"
-	")"
+	/* = ANY(ARRAY(…)): the chosen ids become one value, so the UPDATE finds
+	 * them through the primary key whatever the generic plan guesses for
+	 * LIMIT $2 (a join here was planned as a hash over the whole table). */
 	"UPDATE effect_outbox e"
 	"   SET state = 'sending', lease_owner = $1::uuid,"
 	"       lease_expires_at = now() + make_interval(secs => $3::int),"
 	"       attempt = e.attempt + 1, first_attempt_at = coalesce(e.first_attempt_at, now()),"
 	"       updated_at = now()"
-	"  FROM due WHERE e.id = due.id"
+	" WHERE e.id = ANY(ARRAY("
+	"   SELECT id FROM effect_outbox"
+	"    WHERE state = 'pending' AND next_attempt_at <= now() AND not_before <= now()"
+	"    ORDER BY next_attempt_at"
+	"    LIMIT $2::int"
+	"    FOR UPDATE SKIP LOCKED))"
 	" RETURNING e.id, e.client_id, e.idempotency_key, e.effect_type, e.target,"
 	"       e.payload::text AS payload, e.payload_hash, e.provider_key, e.attempt,"
 	"       (extract(epoch FROM now() - e.first_attempt_at) * 1000)::bigint AS elapsed_ms,"
@@ -208,16 +209,14 @@ static const struct db_stmt st_run_complete = {
  * pushing next_attempt_at forward. */
 static const struct db_stmt st_claim_reconcile = {
 	"dispatch_claim_reconcile",
-	"WITH due AS ("
-	"  SELECT id FROM effect_outbox"
-	"   WHERE state = 'unknown' AND next_attempt_at <= now() AND target = ANY($1::text[])"
-	"   ORDER BY next_attempt_at LIMIT $3::int"
-	"   FOR UPDATE SKIP LOCKED"
-	")"
 	"UPDATE effect_outbox e"
 	"   SET next_attempt_at = now() + make_interval(secs => $2::int),"
 	"       reconcile_attempts = e.reconcile_attempts + 1, updated_at = now()"
-	"  FROM due WHERE e.id = due.id"
+	" WHERE e.id = ANY(ARRAY("
+	"   SELECT id FROM effect_outbox"
+	"    WHERE state = 'unknown' AND next_attempt_at <= now() AND target = ANY($1::text[])"
+	"    ORDER BY next_attempt_at LIMIT $3::int"
+	"    FOR UPDATE SKIP LOCKED))"
 	" RETURNING e.id, e.client_id, e.idempotency_key, e.effect_type, e.target,"
 	"       e.provider_key, e.attempt, e.reconcile_attempts,"
 	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
@@ -231,16 +230,16 @@ static const struct db_stmt st_claim_reconcile = {
  * the provider may have acted. unknown, never pending (SPEC 6). */
 static const struct db_stmt st_expire_leases = {
 	"dispatch_expire_leases",
-	"WITH gone AS ("
-	"  SELECT id FROM effect_outbox"
-	"   WHERE state = 'sending' AND lease_expires_at < now()"
-	"   LIMIT $1::int FOR UPDATE SKIP LOCKED"
-	"), moved AS ("
+	"WITH moved AS ("
 	"  UPDATE effect_outbox e"
 	"     SET state = 'unknown', error_class = 'ambiguous', reason = 'lease_expired_while_sending',"
 	"         lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = now(),"
 	"         updated_at = now()"
-	"    FROM gone WHERE e.id = gone.id"
+	"   WHERE e.id = ANY(ARRAY("
+	"     SELECT id FROM effect_outbox"
+	"      WHERE state = 'sending' AND lease_expires_at < now()"
+	"      LIMIT $1::int FOR UPDATE SKIP LOCKED))"
+	"     AND e.state = 'sending' AND e.lease_expires_at < now()"
 	"  RETURNING e.id, e.attempt, e.target, e.idempotency_key, e.client_id"
 	"), att AS ("
 	"  INSERT INTO effect_attempts (effect_id, kind, attempt, started_at, duration_ms,"
