@@ -1506,7 +1506,10 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 	 * the whole thing back. */
 	gate_consume_call(&gc, hash, decision, subject, reason[0] ? reason : NULL, &calls[ncalls++]);
 	ledger_decide_call(&dc, a->client_id, a->key, decision, subject,
-	                   reason[0] ? reason : "rejected by the approver", &calls[ncalls++]);
+	                   reason[0] ? reason
+	                             : strcmp(decision, "approve") == 0 ? NULL
+	                                                                : "rejected by the approver",
+	                   &calls[ncalls++]);
 	if (eff.type != NULL) {
 		if (outbox_enqueue_call(&ec, &eff, &calls[ncalls]) != 0)
 			goto internal;
