@@ -707,6 +707,10 @@ smtp_send(struct adapter *a, const struct config_target *t, const struct adapter
 	common_options(c, t, &s, errbuf);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "smtp,smtps");
 	curl_easy_setopt(c, CURLOPT_URL, t->url);
+	/* Also bounds each wait for a server reply, the QUIT after a timeout
+	 * included: without it libcurl waits 120 s for a stalled server's
+	 * goodbye, long after the transfer's own timeout. */
+	curl_easy_setopt(c, CURLOPT_SERVER_RESPONSE_TIMEOUT, (long)(t->timeout_ms + 999) / 1000);
 	curl_easy_setopt(c, CURLOPT_DEBUGFUNCTION, on_debug);
 	curl_easy_setopt(c, CURLOPT_DEBUGDATA, &s);
 	curl_easy_setopt(c, CURLOPT_VERBOSE, 1L);

@@ -219,6 +219,7 @@ static const struct db_stmt st_claim_reconcile = {
 	"    FOR UPDATE SKIP LOCKED))"
 	" RETURNING e.id, e.client_id, e.idempotency_key, e.effect_type, e.target,"
 	"       e.provider_key, e.attempt, e.reconcile_attempts,"
+	"       (extract(epoch FROM now() - e.first_attempt_at) * 1000)::bigint AS elapsed_ms,"
 	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
 	"           AND a.kind = 'lookup' AND a.classification = 'not_found') AS not_found,"
 	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
@@ -562,6 +563,7 @@ job_read(struct job *j, const PGresult *res, int row)
 		j->elapsed_ms = db_get_ll(res, row, "elapsed_ms");
 	}
 	if (PQfnumber(res, "reconcile_attempts") >= 0) {
+		j->elapsed_ms = db_get_ll(res, row, "elapsed_ms");
 		j->reconcile_attempts = (int)db_get_ll(res, row, "reconcile_attempts");
 		j->not_found = db_get_ll(res, row, "not_found");
 		j->errors = db_get_ll(res, row, "errors");
@@ -750,11 +752,12 @@ presend_check(struct dispatch_shared *s, struct db *db, const struct job *j,
 		rc = 0;
 		goto out;
 	}
-	if (left == NULL || atof(left) < t->timeout_ms / 1000.0 + LEASE_MARGIN_S) {
+	if (left == NULL || atof(left) < 2 * (t->timeout_ms / 1000.0 + 1) + LEASE_MARGIN_S) {
 		char secs[16];
 		const char *rp[3] = { j->id, s->owner, secs };
 		PGresult *r2 = NULL;
-		int need = t->timeout_ms / 1000 + 2 * LEASE_MARGIN_S;
+		/* SMTP may wait a second timeout for the server's goodbye */
+		int need = 2 * (t->timeout_ms / 1000 + 1) + 2 * LEASE_MARGIN_S;
 
 		snprintf(secs, sizeof(secs), "%d", need > lease_s ? need : lease_s);
 		if (db_exec(db, &st_renew, rp, &r2) != DB_OK)
@@ -996,7 +999,16 @@ reconcile(struct dispatch_shared *s, struct db *db, struct adapter *ad, struct j
 	} else if (lr == LOOKUP_NOT_FOUND) {
 		st.attempt_class = "not_found";
 		st.error_class = "ambiguous";
-		if (j->not_found + 1 >= RECONCILE_NOT_FOUND_TO_RESUME) {
+		if (j->not_found + 1 >= RECONCILE_NOT_FOUND_TO_RESUME &&
+		    (j->attempt >= t->max_attempts ||
+		     j->elapsed_ms >= (long long)t->max_elapsed_s * 1000)) {
+			/* Known not delivered, and the budget is spent: an
+			 * operator decides (resume is safe). */
+			st.to = "failed";
+			st.reason = "reconciled_not_found";
+			st.dl_class = "exhausted";
+			st.dl_action = next_action_for("exhausted");
+		} else if (j->not_found + 1 >= RECONCILE_NOT_FOUND_TO_RESUME) {
 			/* Known not delivered: resumed with the same key. */
 			st.to = "pending";
 			st.delay_ms = 0;
@@ -1023,11 +1035,13 @@ reconcile(struct dispatch_shared *s, struct db *db, struct adapter *ad, struct j
 		           at.duration_ms, NULL);
 		goto out;
 	}
-	if (lr == LOOKUP_FOUND || strcmp(st.to, "pending") == 0)
+	if (lr == LOOKUP_FOUND || strcmp(st.to, "pending") == 0 || strcmp(st.to, "failed") == 0)
 		log_effect(LOG_LEVEL_INFO, "effect.reconciled", j, "unknown", st.to,
 		           st.provider_id, st.error_class, st.reason, at.duration_ms,
 		           lr == LOOKUP_FOUND ? "the provider has it: completed without resending"
-		                              : "the provider does not have it: resumed with the same key");
+		           : strcmp(st.to, "pending") == 0
+		                   ? "the provider does not have it: resumed with the same key"
+		                   : "the provider does not have it and the retry budget is spent");
 	else
 		log_effect(LOG_LEVEL_NOTICE, "effect.reconcile_pending", j, "unknown", "unknown", NULL,
 		           st.error_class, st.reason, at.duration_ms, NULL);
