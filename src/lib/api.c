@@ -579,7 +579,7 @@ handle_status(struct call *c)
 		return;
 	}
 	if (gate_list(c->ctx->db, c->client.id, c->key, &approvals) != GATE_OK ||
-	    outbox_list(c->ctx->db, c->client.id, c->key,
+	    outbox_list(c->ctx->db, c->ctx->cfg, c->client.id, c->key,
 	                json_string_value(json_object_get(run, "correlation_id")),
 	                json_string_value(json_object_get(run, "workflow_version")),
 	                &effects) != OUTBOX_OK) {

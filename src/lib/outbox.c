@@ -26,7 +26,8 @@ static const struct db_stmt st_enqueue = {
 static const struct db_stmt st_list = {
 	"outbox_list",
 	"SELECT id, effect_type, target, state, provider_key, payload_hash, attempt,"
-	"       provider_id, og_ts(not_before) AS not_before,"
+	"       provider_id, error_class, reason, og_ts(completed_at) AS completed_at,"
+	"       og_ts(not_before) AS not_before,"
 	"       og_ts(next_attempt_at) AS next_attempt_at,"
 	"       og_ts(created_at) AS created_at, og_ts(updated_at) AS updated_at,"
 	"       approval_id"
@@ -148,8 +149,8 @@ set_opt(json_t *o, const char *name, const PGresult *res, int row, const char *c
 }
 
 enum outbox_rc
-outbox_list(struct db *db, long long client_id, const char *key, const char *correlation_id,
-            const char *workflow_version, json_t **out)
+outbox_list(struct db *db, const struct config *cfg, long long client_id, const char *key,
+            const char *correlation_id, const char *workflow_version, json_t **out)
 {
 	char client[24];
 	const char *params[2] = { client, key };
@@ -182,8 +183,17 @@ outbox_list(struct db *db, long long client_id, const char *key, const char *cor
 		set_opt(e, "idempotency_key", res, i, "provider_key");
 		set_opt(e, "payload_hash", res, i, "payload_hash");
 		json_object_set_new(e, "attempt", json_integer(db_get_ll(res, i, "attempt")));
-		json_object_set_new(e, "max_attempts", json_null()); /* the target's, set by the dispatcher */
-		json_object_set_new(e, "classification", json_null());
+		{
+			const struct config_target *t =
+				cfg != NULL ? config_target(cfg, db_get(res, i, "target")) : NULL;
+
+			json_object_set_new(e, "max_attempts",
+			                    t != NULL ? json_integer(t->max_attempts) : json_null());
+		}
+		/* the last attempt's class and the rule that decided it */
+		set_opt(e, "classification", res, i, "error_class");
+		set_opt(e, "reason", res, i, "reason");
+		set_opt(e, "completed_at", res, i, "completed_at");
 		set_opt(e, "next_attempt_at", res, i, "next_attempt_at");
 		json_object_set_new(e, "workflow_version",
 		                    workflow_version ? json_string(workflow_version) : json_null());

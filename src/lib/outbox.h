@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "config.h"
 #include "db.h"
 
 /* Mirrors the CHECK constraint on effect_outbox.state one for one. */
@@ -62,8 +63,10 @@ enum outbox_rc outbox_enqueue(struct db *db, const struct outbox_effect *e,
                               char id[OUTBOX_ID_LEN], char not_before[OUTBOX_TS_LEN])
 	__attribute__((warn_unused_result));
 /* The run's effects for the status API, each with the recovery envelope of
- * SPEC 7.2; *out is a new array. */
-enum outbox_rc outbox_list(struct db *db, long long client_id, const char *key,
+ * SPEC 7.2 (max_attempts from cfg's targets; cfg may be NULL); *out is a
+ * new array. */
+enum outbox_rc outbox_list(struct db *db, const struct config *cfg, long long client_id,
+                           const char *key,
                            const char *correlation_id, const char *workflow_version,
                            json_t **out) __attribute__((warn_unused_result));
 /* Cancels the run's effects still inside their window (pending, not_before
