@@ -24,6 +24,7 @@
 #include <curl/curl.h>
 #include <libpq-fe.h>
 
+#include "classify.h"
 #include "config.h"
 #include "db.h"
 #include "dispatch.h"
@@ -170,6 +171,16 @@ main(int argc, char **argv)
 		config_free(&cfg);
 		return 1;
 	}
+	/* The classifier's rule names go into `reason` and must stay readable
+	 * although some are as long as a key. */
+	{
+		static const char *names[REASON__COUNT];
+		int r;
+
+		for (r = 0; r < REASON__COUNT; r++)
+			names[r] = classify_reason_name((enum outcome_reason)r);
+		log_keep_names(names, REASON__COUNT);
+	}
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
 		fprintf(stderr, "oncegate-dispatch: libcurl did not initialise\n");
 		config_free(&cfg);
@@ -288,10 +299,14 @@ main(int argc, char **argv)
 				all = false;
 		if (!all) {
 			/* A send still running past the deadline: its lease runs
-			 * out and the sweep makes it unknown. Never resent blindly. */
+			 * out and the sweep makes it unknown, never resent blindly.
+			 * What the workers claimed and never started goes back. */
 			struct log_fields f = { .reason = "shutdown deadline passed with a send in flight",
-				                .hint = "the effect's lease expires and it becomes unknown" };
+				                .hint = "the effect in flight becomes unknown when its "
+				                        "lease expires" };
+			int back = dispatch_release_unsent(&s, tick_db);
 
+			f.count = back > 0 ? back : 0;
 			log_event(LOG_LEVEL_WARNING, "dispatch.stopped", &f);
 			log_close();
 			_exit(0);

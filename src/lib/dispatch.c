@@ -102,6 +102,28 @@ static const struct db_stmt st_release = {
 	3, false,
 };
 
+/* The rest of a claimed batch keeps its lease while the worker sends the
+ * effects before it: one statement for all of them, only when short. */
+static const struct db_stmt st_renew_batch = {
+	"dispatch_renew_batch",
+	"UPDATE effect_outbox SET lease_expires_at = now() + make_interval(secs => $3::int)"
+	" WHERE id = ANY($1::uuid[]) AND state = 'sending' AND lease_owner = $2::uuid",
+	3, false,
+};
+
+/* Shutdown past its deadline: what this process holds and is not sending. */
+static const struct db_stmt st_release_unsent = {
+	"dispatch_release_unsent",
+	"UPDATE effect_outbox"
+	"   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,"
+	"       attempt = attempt - 1,"
+	"       first_attempt_at = CASE WHEN attempt = 1 THEN NULL ELSE first_attempt_at END,"
+	"       next_attempt_at = now(), updated_at = now()"
+	" WHERE lease_owner = $1::uuid AND state = 'sending' AND NOT (id = ANY($2::uuid[]))"
+	" RETURNING id",
+	2, false,
+};
+
 static const struct db_stmt st_blocked = {
 	"dispatch_blocked",
 	"UPDATE dispatch_control SET blocked_sends = blocked_sends + $1::bigint",
@@ -414,6 +436,12 @@ dispatch_shared_init(struct dispatch_shared *s, struct dispatch_config *dc)
 	s->env_enabled = env != NULL && strcmp(env, "true") == 0;
 	atomic_init(&s->db_enabled, false);
 	atomic_init(&s->stopping, false);
+	s->nslots = dc->cfg.dispatch_workers;
+	s->inflight = calloc((size_t)s->nslots, sizeof(*s->inflight));
+	if (s->inflight == NULL)
+		return -1;
+	atomic_init(&s->next_slot, 0);
+	pthread_mutex_init(&s->inflight_mu, NULL);
 	pthread_mutex_init(&s->cfg_mu, NULL);
 	pthread_mutex_init(&s->wake_mu, NULL);
 	pthread_cond_init(&s->wake_cv, NULL);
@@ -428,7 +456,10 @@ dispatch_shared_destroy(struct dispatch_shared *s)
 		dispatch_config_put(s, s->current);
 	s->current = NULL;
 	pthread_mutex_destroy(&s->cfg_mu);
+	pthread_mutex_destroy(&s->inflight_mu);
 	pthread_mutex_destroy(&s->wake_mu);
+	free(s->inflight);
+	s->inflight = NULL;
 	pthread_cond_destroy(&s->wake_cv);
 }
 
@@ -726,6 +757,14 @@ release(struct dispatch_shared *s, struct db *db, const struct job *j, int delay
 	return ok;
 }
 
+/* What one send of target t needs of its lease (no rate-limit wait: it is
+ * over by the time of the check). */
+static int
+lease_need_s_t(const struct config_target *t)
+{
+	return LEASE_MARGIN_S + 2 * (t->timeout_ms / 1000 + 1);
+}
+
 /* Is sending this effect allowed right now? Reads the kill switch's
  * database half and the lease; renews a lease too short for the send.
  * 1: send; 0: blocked by the switch; -1: not ours any more / no database. */
@@ -752,12 +791,13 @@ presend_check(struct dispatch_shared *s, struct db *db, const struct job *j,
 		rc = 0;
 		goto out;
 	}
-	if (left == NULL || atof(left) < 2 * (t->timeout_ms / 1000.0 + 1) + LEASE_MARGIN_S) {
+	/* keep_batch_leased() made the lease long enough for this send; one
+	 * that is not (a clock far off, a renewal that failed) is renewed. */
+	if (left == NULL || atof(left) < lease_need_s_t(t)) {
 		char secs[16];
 		const char *rp[3] = { j->id, s->owner, secs };
 		PGresult *r2 = NULL;
-		/* SMTP may wait a second timeout for the server's goodbye */
-		int need = 2 * (t->timeout_ms / 1000 + 1) + 2 * LEASE_MARGIN_S;
+		int need = 2 * lease_need_s_t(t);
 
 		snprintf(secs, sizeof(secs), "%d", need > lease_s ? need : lease_s);
 		if (db_exec(db, &st_renew, rp, &r2) != DB_OK)
@@ -1117,6 +1157,112 @@ claim_reconcile(struct dispatch_shared *s, struct db *db, struct adapter *ad)
 	return n;
 }
 
+static void
+set_inflight(struct dispatch_shared *s, int slot, const char *id)
+{
+	if (slot < 0 || slot >= s->nslots)
+		return;
+	pthread_mutex_lock(&s->inflight_mu);
+	snprintf(s->inflight[slot], sizeof(s->inflight[slot]), "%s", id);
+	pthread_mutex_unlock(&s->inflight_mu);
+}
+
+/* How long the rest of a batch must stay leased while the worker handles
+ * one effect of target t: its rate-limit wait, two timeouts (an SMTP
+ * server's goodbye after a timeout waits as long again), and a margin. */
+static int
+lease_need_s(const struct config *cfg, const char *target)
+{
+	const struct config_target *t = config_target(cfg, target);
+	int need = LEASE_MARGIN_S;
+
+	if (t != NULL) {
+		need += 2 * (t->timeout_ms / 1000 + 1);
+		if (t->rate_per_second > 0)
+			need += cfg->dispatch_workers / t->rate_per_second + 1;
+	}
+	return need;
+}
+
+/* Renews the lease of rows [from, n) of a claimed batch when it has less
+ * than the next effect needs; *until is the local estimate of its end. */
+static void
+keep_batch_leased(struct dispatch_shared *s, struct db *db, const PGresult *res, int from,
+                  long long *until)
+{
+	struct dispatch_config *dc = dispatch_config_get(s);
+	int need = lease_need_s(&dc->cfg, db_get(res, from, "target"));
+	int secs = dc->cfg.dispatch_lease_seconds > 2 * need ? dc->cfg.dispatch_lease_seconds
+	                                                     : 2 * need;
+	long long t0 = mono_ns();
+	char lease[16], *ids;
+	const char *p[3];
+	PGresult *r = NULL;
+	size_t len = 3;
+	int i;
+
+	dispatch_config_put(s, dc);
+	if (*until - t0 >= (long long)need * 1000000000LL)
+		return;
+	for (i = from; i < PQntuples(res); i++)
+		len += strlen(db_get(res, i, "id")) + 1;
+	if ((ids = malloc(len)) == NULL)
+		return;
+	strcpy(ids, "{");
+	for (i = from; i < PQntuples(res); i++) {
+		strcat(ids, db_get(res, i, "id")); /* uuids: nothing to quote */
+		strcat(ids, i + 1 < PQntuples(res) ? "," : "");
+	}
+	strcat(ids, "}");
+	snprintf(lease, sizeof(lease), "%d", secs);
+	p[0] = ids;
+	p[1] = s->owner;
+	p[2] = lease;
+	if (db_exec(db, &st_renew_batch, p, &r) == DB_OK) {
+		*until = t0 + (long long)secs * 1000000000LL;
+		PQclear(r);
+	}
+	free(ids);
+}
+
+int
+dispatch_release_unsent(struct dispatch_shared *s, struct db *db)
+{
+	char *busy;
+	const char *p[2];
+	PGresult *res = NULL;
+	size_t len = 3;
+	int i, n;
+
+	pthread_mutex_lock(&s->inflight_mu);
+	for (i = 0; i < s->nslots; i++)
+		len += strlen(s->inflight[i]) + 1;
+	busy = malloc(len);
+	if (busy != NULL) {
+		strcpy(busy, "{");
+		for (i = 0; i < s->nslots; i++)
+			if (s->inflight[i][0] != '\0') {
+				if (busy[1] != '\0')
+					strcat(busy, ",");
+				strcat(busy, s->inflight[i]);
+			}
+		strcat(busy, "}");
+	}
+	pthread_mutex_unlock(&s->inflight_mu);
+	if (busy == NULL)
+		return -1;
+	p[0] = s->owner;
+	p[1] = busy;
+	if (db_exec(db, &st_release_unsent, p, &res) != DB_OK) {
+		free(busy);
+		return -1;
+	}
+	n = PQntuples(res);
+	PQclear(res);
+	free(busy);
+	return n;
+}
+
 void *
 dispatch_worker(void *arg)
 {
@@ -1124,6 +1270,7 @@ dispatch_worker(void *arg)
 	struct dispatch_config *dc = dispatch_config_get(s);
 	struct db *db = db_new(dc->cfg.database, dc->cfg.statement_timeout_ms);
 	struct adapter *ad = adapter_new();
+	int slot = atomic_fetch_add(&s->next_slot, 1);
 
 	dispatch_config_put(s, dc);
 	if (db == NULL || ad == NULL) {
@@ -1135,14 +1282,18 @@ dispatch_worker(void *arg)
 		char owner_lease[16], batch[16];
 		const char *p[3] = { s->owner, batch, owner_lease };
 		PGresult *res = NULL;
-		int n = 0, i, poll_ms;
+		int n = 0, i, poll_ms, lease_s;
+		long long until;
 
 		dc = dispatch_config_get(s);
 		snprintf(batch, sizeof(batch), "%d", dc->cfg.dispatch_batch);
-		snprintf(owner_lease, sizeof(owner_lease), "%d", dc->cfg.dispatch_lease_seconds);
+		lease_s = dc->cfg.dispatch_lease_seconds;
+		snprintf(owner_lease, sizeof(owner_lease), "%d", lease_s);
 		poll_ms = dc->cfg.dispatch_poll_ms;
 		dispatch_config_put(s, dc);
 
+		/* the local estimate of the batch's lease starts before the claim */
+		until = mono_ns() + (long long)lease_s * 1000000000LL;
 		if (sending_allowed(s) && db_exec(db, &st_claim, p, &res) == DB_OK) {
 			n = PQntuples(res);
 			for (i = 0; i < n; i++) {
@@ -1153,7 +1304,10 @@ dispatch_worker(void *arg)
 					/* shutdown: the rest of the batch goes back */
 					(void)release(s, db, &j, 0);
 				} else {
+					keep_batch_leased(s, db, res, i, &until);
+					set_inflight(s, slot, j.id);
 					process(s, db, ad, &j);
+					set_inflight(s, slot, "");
 				}
 				job_clear(&j);
 			}

@@ -57,6 +57,12 @@ struct dispatch_shared {
 	bool env_enabled;               /* AI_ACTIONS_ENABLED=true at start */
 	atomic_bool db_enabled;         /* the database flag, as last read */
 	atomic_bool stopping;           /* SIGTERM: claim nothing more */
+	/* The effect each worker is sending ("" when none), so that a shutdown
+	 * past its deadline gives back the rest of the claimed batches. */
+	pthread_mutex_t inflight_mu;
+	char (*inflight)[40];
+	int nslots;
+	atomic_int next_slot;
 	/* wake-ups: NOTIFY oncegate_outbox, the poll interval, shutdown */
 	pthread_mutex_t wake_mu;
 	pthread_cond_t wake_cv;
@@ -83,6 +89,11 @@ void *dispatch_worker(void *arg);
 /* The housekeeping tick, run by the main thread every poll interval on its
  * own connection. Returns false when the database is unreachable. */
 bool dispatch_tick(struct dispatch_shared *s, struct db *db);
+
+/* SIGTERM past the deadline: every effect this process claimed but is not
+ * sending right now goes back to pending (nothing of it went out). Returns
+ * how many, or -1 when the database did not answer. */
+int dispatch_release_unsent(struct dispatch_shared *s, struct db *db);
 
 /* The statements on the LISTEN connection's first use. */
 const char *dispatch_listen_sql(void);

@@ -200,6 +200,30 @@ line_num(struct line *l, const char *name, long long v, size_t limit)
  * grow. With cut set the text is the head of something longer, so a token
  * run touching the end is masked whatever its length: it may be the first
  * half of a key. */
+/* Names that free text may carry whole although they look like key
+ * material: a rule's name such as "timeout_after_send_not_idempotent" must
+ * stay readable for the operator. Set once at start-up (log_keep_names). */
+static const char *const *kept_names;
+static size_t nkept_names;
+
+void
+log_keep_names(const char *const *names, size_t n)
+{
+	kept_names = names;
+	nkept_names = n;
+}
+
+static bool
+kept_name(const char *s, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < nkept_names; i++)
+		if (strlen(kept_names[i]) == n && memcmp(kept_names[i], s, n) == 0)
+			return true;
+	return false;
+}
+
 static size_t
 redact(char *text, bool cut)
 {
@@ -231,7 +255,8 @@ redact(char *text, bool cut)
 		} else {
 			for (e = r; IS_TOKEN(*e); e++)
 				;
-			if (e - r < 32 && !(cut && *e == '\0')) {
+			if ((e - r < 32 || kept_name(r, (size_t)(e - r))) &&
+			    !(cut && *e == '\0')) {
 				memmove(w, r, (size_t)(e - r));
 				w += e - r;
 				r = e;

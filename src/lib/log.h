@@ -80,5 +80,8 @@ void log_event(enum log_level level, const char *event, const struct log_fields 
  * left; a credential shorter than that marker is overwritten with '*'.
  * Returns the number of runs masked. */
 size_t log_redact(char *text);
+/* Exact names the redactor leaves alone (a rule name is not a secret);
+ * the array must outlive the log. Call before any thread logs. */
+void log_keep_names(const char *const *names, size_t n);
 
 #endif

@@ -1,0 +1,2545 @@
+/*
+ * check_dispatch.c — integration suite of the outbox dispatcher (SPEC 6, 7):
+ * oncegate-dispatch against real providers on loopback, on the cluster that
+ * `./dev test` starts. Without ONCEGATE_URL or ONCEGATE_DISPATCH the suite is
+ * skipped (exit 77).
+ *
+ * The stack runs no dispatcher of its own: every test starts the
+ * dispatchers it needs ($ONCEGATE_DISPATCH, built with ASan/UBSan), each
+ * with its own config, decision log and stderr file in the suite's
+ * temporary directory, and stops them by PID. The providers
+ * (tests/providers: http_provider.py, smtp_sink.py) are started once by
+ * main() and stopped after the run. A test that fails half-way leaves its
+ * dispatchers behind; the next test's setup (and main() at the end) kills
+ * every process the suite registered, so nothing outlives the suite.
+ *
+ * Work is created as the responder would create it: a workflow_runs row in
+ * state `approved` and effect_outbox rows, then NOTIFY oncegate_outbox; the
+ * expired-approval test goes through the API. Keys carry a per-run prefix
+ * ("dt<epoch>-<pid>"), so the suite can run again on the same database.
+ * Each test asserts what the provider really received (its own record of
+ * requests and committed effects), the rows, and the decision log.
+ *
+ * The kill switch's database flag is global: each test sets it itself
+ * (through oncegatectl), and the setup cancels every effect an earlier
+ * test (or suite) left pending, so no dispatcher ever sees foreign work.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <curl/curl.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "testlib.h"
+
+/* What the suite's dispatchers and providers are told. */
+#define STALL_S            60      /* http_provider --stall-seconds: longer than any wait here */
+#define MAIL_FROM          "oncegate@dispatch.example"
+#define MAIL_DOMAIN        "dispatch.example"
+#define START_WAIT_S       15      /* a process must be up within this */
+#define TEST_TIMEOUT_S     180
+#define BULK_EFFECTS       2000
+#define BULK_DISPATCHERS   4
+/* test stack (./dev): the responder accepts callbacks on n8n's origin */
+#define CALLBACK_ORIGIN    "http://127.0.0.1:5678"
+
+static char g_run[64];            /* "dt<epoch>-<pid>" */
+static char g_tmp[256];           /* the suite's temporary directory */
+static char g_procs[PATH_MAX];    /* registry of per-test processes */
+static char g_smtp_record[PATH_MAX];
+static const char *g_key_dev;     /* API key of client "dev" */
+static char g_client[24];         /* its id: the runs the suite creates are its own */
+static int g_http_port, g_smtp_port;
+static pid_t g_http_pid = -1, g_smtp_pid = -1;
+
+/* ---- small helpers ------------------------------------------------------- */
+
+#define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
+
+static void
+mkkey(char *buf, size_t n, const char *test)
+{
+	snprintf(buf, n, "%s-%s", g_run, test);
+}
+
+static char *
+dump_json(const json_t *v)
+{
+	char *s = v != NULL ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+
+	return s != NULL ? s : strdup("(null)");
+}
+
+static bool
+streq(const char *a, const char *b)
+{
+	return a != NULL && b != NULL && strcmp(a, b) == 0;
+}
+
+static long long
+jint(const json_t *o, const char *name)
+{
+	long long v = -1;
+
+	return tl_jint(o, name, &v) ? v : -1;
+}
+
+static void
+write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	ck_assert_msg(f != NULL, "cannot write %s: %s", path, strerror(errno));
+	ck_assert_msg(fputs(text, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
+}
+
+/* ---- PostgreSQL ------------------------------------------------------------ */
+
+/* Text parameters, NULL-terminated. */
+#define QMAX 8
+
+static int
+qparams(va_list ap, const char *p[QMAX])
+{
+	const char *v;
+	int n = 0;
+
+	while ((v = va_arg(ap, const char *)) != NULL) {
+		ck_assert_int_lt(n, QMAX);
+		p[n++] = v;
+	}
+	return n;
+}
+
+/* First column of the first row (malloc'd) or NULL. */
+static char *
+qstr(PGconn *c, const char *sql, ...)
+{
+	const char *p[QMAX];
+	va_list ap;
+	int n;
+
+	va_start(ap, sql);
+	n = qparams(ap, p);
+	va_end(ap);
+	return tl_pg_value(c, sql, n, p);
+}
+
+static long long
+qnum(PGconn *c, const char *sql, ...)
+{
+	const char *p[QMAX];
+	va_list ap;
+	int n;
+
+	va_start(ap, sql);
+	n = qparams(ap, p);
+	va_end(ap);
+	return tl_pg_count(c, sql, n, p);
+}
+
+static long long
+qexec(PGconn *c, const char *sql, ...)
+{
+	const char *p[QMAX];
+	va_list ap;
+	int n;
+
+	va_start(ap, sql);
+	n = qparams(ap, p);
+	va_end(ap);
+	return tl_pg_exec(c, sql, n, p);
+}
+
+/* A query returning one JSON text, parsed (NULL for no row / SQL NULL). */
+static json_t *
+qjson(PGconn *c, const char *sql, ...)
+{
+	const char *p[QMAX];
+	va_list ap;
+	char *text;
+	json_t *v;
+	int n;
+
+	va_start(ap, sql);
+	n = qparams(ap, p);
+	va_end(ap);
+	text = tl_pg_value(c, sql, n, p);
+	if (text == NULL)
+		return NULL;
+	v = json_loads(text, JSON_DECODE_ANY, NULL);
+	ck_assert_msg(v != NULL, "not JSON: %s", text);
+	free(text);
+	return v;
+}
+
+/* A run as the responder leaves it once its effects may go out. */
+static void
+make_run(PGconn *c, const char *key, const char *output)
+{
+	char hash[72], corr[256];
+	const char *p[5] = { g_client, key, hash, corr, output }; /* output may be NULL */
+
+	tl_payload_hash("{\"suite\":\"check_dispatch\"}", hash);
+	snprintf(corr, sizeof(corr), "corr-%s", key);
+	tl_pg_exec(c, "INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
+	      "    state, claim_started_at, workflow_version, trigger, correlation_id, output,"
+	      "    decision, decided_at)"
+	      " VALUES ($1::bigint, $2, $3, '{\"suite\":\"check_dispatch\"}', 'approved', now(),"
+	      "    'dispatch-suite@1', 'check_dispatch', $4, $5::jsonb, 'auto', now())", 5, p);
+}
+
+/* One effect of run `key`, due `delay_s` from now (not_before and
+ * next_attempt_at, as enqueue sets them); its id in id[40]. */
+static void
+add_effect_at(PGconn *c, const char *key, const char *type, const char *target,
+              const char *payload, double delay_s, char id[40])
+{
+	char hash[72], delay[32];
+	char *v;
+
+	tl_payload_hash(payload, hash);
+	snprintf(delay, sizeof(delay), "%.3f", delay_s);
+	v = qstr(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target,"
+	         "    payload, payload_hash, provider_key, not_before, next_attempt_at)"
+	         " VALUES ($1::bigint, $2, $3, $4, $5::jsonb, $6, $2 || '/' || $3,"
+	         "    now() + make_interval(secs => $7::float8),"
+	         "    now() + make_interval(secs => $7::float8))"
+	         " RETURNING id",
+	         g_client, key, type, target, payload, hash, delay, (char *)NULL);
+	ck_assert_ptr_nonnull(v);
+	snprintf(id, 40, "%s", v);
+	free(v);
+}
+
+static void
+add_effect(PGconn *c, const char *key, const char *type, const char *target,
+           const char *payload, char id[40])
+{
+	add_effect_at(c, key, type, target, payload, 0, id);
+}
+
+static void
+notify(PGconn *c)
+{
+	qexec(c, "NOTIFY oncegate_outbox", (char *)NULL);
+}
+
+static json_t *
+effect_row(PGconn *c, const char *id)
+{
+	json_t *v = qjson(c, "SELECT row_to_json(e)::text FROM effect_outbox e WHERE id = $1::uuid",
+	                  id, (char *)NULL);
+
+	ck_assert_msg(v != NULL, "effect %s does not exist", id);
+	return v;
+}
+
+static json_t *
+attempts_of(PGconn *c, const char *id)
+{
+	return qjson(c, "SELECT coalesce(json_agg(a ORDER BY a.id), '[]')::text"
+	             "  FROM effect_attempts a WHERE a.effect_id = $1::uuid", id, (char *)NULL);
+}
+
+/* The effect's dead letter, or NULL. */
+static json_t *
+dead_letter_of(PGconn *c, const char *id)
+{
+	return qjson(c, "SELECT row_to_json(d)::text FROM dead_letters d WHERE effect_id = $1::uuid",
+	             id, (char *)NULL);
+}
+
+static char *
+run_state(PGconn *c, const char *key)
+{
+	return qstr(c, "SELECT state FROM workflow_runs WHERE client_id = $1::bigint"
+	            " AND idempotency_key = $2", g_client, key, (char *)NULL);
+}
+
+static char *
+effect_state(PGconn *c, const char *id)
+{
+	return qstr(c, "SELECT state FROM effect_outbox WHERE id = $1::uuid", id, (char *)NULL);
+}
+
+/* Polls the effect's state until it is `want` (or the time is up); returns
+ * the last state seen (malloc'd). */
+static char *
+wait_effect(PGconn *c, const char *id, const char *want, double secs)
+{
+	double deadline = tl_now() + secs;
+	char *st;
+
+	for (;;) {
+		st = effect_state(c, id);
+		if (streq(st, want) || tl_now() > deadline)
+			return st;
+		free(st);
+		tl_sleep_ms(100);
+	}
+}
+
+#define EXPECT_EFFECT(c, id, want, secs)                                               \
+	do {                                                                           \
+		char *st_ = wait_effect((c), (id), (want), (secs));                    \
+		if (!streq(st_, (want))) {                                             \
+			json_t *row_ = effect_row((c), (id));                          \
+			json_t *att_ = attempts_of((c), (id));                         \
+			char *r_ = dump_json(row_), *a_ = dump_json(att_);             \
+			ck_abort_msg("effect %s: state %s after %.0f s, expected %s\n"  \
+			             "  row: %s\n  attempts: %s", (id), st_ ? st_ : "?", \
+			             (double)(secs), (want), r_, a_);                   \
+		}                                                                      \
+		free(st_);                                                             \
+	} while (0)
+
+static char *
+wait_run(PGconn *c, const char *key, const char *want, double secs)
+{
+	double deadline = tl_now() + secs;
+	char *st;
+
+	for (;;) {
+		st = run_state(c, key);
+		if (streq(st, want) || tl_now() > deadline)
+			return st;
+		free(st);
+		tl_sleep_ms(100);
+	}
+}
+
+static void
+kill_switch(bool on)
+{
+	char *out = NULL;
+	int rc = tl_ctl(&out, "kill-switch", on ? "on" : "off", "--reason",
+	                on ? "check_dispatch: this test sends" : "check_dispatch: this test holds sends",
+	                "--operator", "check_dispatch", (char *)NULL);
+
+	ck_assert_msg(rc == 0, "oncegatectl kill-switch %s: exit %d: %s", on ? "on" : "off", rc,
+	              out ? out : "");
+	free(out);
+}
+
+static long long
+blocked_sends(PGconn *c)
+{
+	return qnum(c, "SELECT blocked_sends FROM dispatch_control", (char *)NULL);
+}
+
+/* ---- processes ------------------------------------------------------------- */
+
+enum env_switch { ENV_TRUE, ENV_UNSET, ENV_FALSE };
+
+/* Is pid running (not a zombie)? Reaps it when it is our child. */
+static bool
+proc_running(pid_t pid)
+{
+	char path[64], buf[512];
+	FILE *f;
+	char *p;
+	size_t n;
+
+	if (pid <= 0)
+		return false;
+	(void)waitpid(pid, NULL, WNOHANG);
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	return p != NULL && p[1] == ' ' && p[2] != 'Z';
+}
+
+/* Does pid's command line mention the suite's temporary directory? (So a
+ * recycled PID is never taken for one of ours.) */
+static bool
+proc_ours(pid_t pid)
+{
+	char path[64], buf[4096];
+	size_t n, i;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	for (i = 0; i < n; i++)
+		if (buf[i] == '\0')
+			buf[i] = ' ';
+	buf[n] = '\0';
+	return strstr(buf, g_tmp) != NULL;
+}
+
+static void
+proc_register(pid_t pid)
+{
+	char line[32];
+	int fd = open(g_procs, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		return;
+	snprintf(line, sizeof(line), "%d\n", (int)pid);
+	if (write(fd, line, strlen(line)) < 0)
+		fprintf(stderr, "check_dispatch: cannot register pid %d\n", (int)pid);
+	close(fd);
+}
+
+/* Kills every registered process still running (a test that failed
+ * half-way leaves its dispatchers behind), then forgets them. */
+static void
+proc_sweep(void)
+{
+	char *text = tl_file_slurp(g_procs, NULL);
+	char *p, *end;
+
+	if (text == NULL)
+		return;
+	for (p = text; *p != '\0'; p = end) {
+		pid_t pid = (pid_t)strtol(p, &end, 10);
+		double deadline;
+
+		if (end == p)
+			break;
+		while (*end == '\n')
+			end++;
+		if (!proc_running(pid) || !proc_ours(pid))
+			continue;
+		fprintf(stderr, "check_dispatch: killing pid %d left by an earlier test\n", (int)pid);
+		kill(pid, SIGKILL);
+		deadline = tl_now() + 5;
+		while (proc_running(pid) && tl_now() < deadline)
+			tl_sleep_ms(20);
+	}
+	free(text);
+	if (truncate(g_procs, 0) != 0)
+		fprintf(stderr, "check_dispatch: cannot truncate %s\n", g_procs);
+}
+
+/* fork + exec with stdout and stderr to files (appended) and the kill
+ * switch's environment half set as asked. */
+static pid_t
+spawn(char *const argv[], const char *out, const char *err, enum env_switch env)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		sigset_t none;
+		int fd;
+
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		if ((fd = open("/dev/null", O_RDONLY)) >= 0)
+			dup2(fd, 0);
+		if ((fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644)) >= 0)
+			dup2(fd, 1);
+		if ((fd = open(err, O_WRONLY | O_CREAT | O_APPEND, 0644)) >= 0)
+			dup2(fd, 2);
+		for (fd = 3; fd < 1024; fd++)
+			close(fd);
+		if (env == ENV_TRUE)
+			setenv("AI_ACTIONS_ENABLED", "true", 1);
+		else if (env == ENV_FALSE)
+			setenv("AI_ACTIONS_ENABLED", "false", 1);
+		else
+			unsetenv("AI_ACTIONS_ENABLED");
+		setenv("ASAN_OPTIONS", "detect_leaks=1", 1);
+		setenv("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1", 1);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* Waits up to secs for our child pid to exit; true with its status. */
+static bool
+wait_exit(pid_t pid, double secs, int *status)
+{
+	double deadline = tl_now() + secs;
+
+	for (;;) {
+		pid_t r = waitpid(pid, status, WNOHANG);
+
+		if (r == pid)
+			return true;
+		if (r < 0 && errno != EINTR)
+			return false;
+		if (tl_now() > deadline)
+			return false;
+		tl_sleep_ms(20);
+	}
+}
+
+/* ---- the providers (started by main) -------------------------------------- */
+
+/* Starts a provider and reads "ready <port>" from its stdout file. -1 when
+ * it did not come up. Used outside any test: no Check assertions. */
+static int
+provider_start(const char *script, const char *name, char *const extra[], pid_t *pid_out)
+{
+	char path[PATH_MAX], out[PATH_MAX], err[PATH_MAX], pidf[PATH_MAX];
+	char *argv[16];
+	int argc = 0, i, port = -1;
+	double deadline;
+	pid_t pid;
+
+	snprintf(path, sizeof(path), "%s/%s", tl_env("ONCEGATE_PROVIDERS"), script);
+	snprintf(out, sizeof(out), "%s/%s.out", g_tmp, name);
+	snprintf(err, sizeof(err), "%s/%s.err", g_tmp, name);
+	snprintf(pidf, sizeof(pidf), "%s/%s.pid", g_tmp, name);
+	argv[argc++] = (char *)(uintptr_t)tl_env("ONCEGATE_PYTHON");
+	argv[argc++] = path;
+	argv[argc++] = (char *)(uintptr_t)"--port";
+	argv[argc++] = (char *)(uintptr_t)"0";
+	argv[argc++] = (char *)(uintptr_t)"--pid";
+	argv[argc++] = pidf;
+	for (i = 0; extra[i] != NULL && argc < 15; i++)
+		argv[argc++] = extra[i];
+	argv[argc] = NULL;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		int fd;
+
+		if ((fd = open("/dev/null", O_RDONLY)) >= 0)
+			dup2(fd, 0);
+		if ((fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644)) >= 0)
+			dup2(fd, 1);
+		if ((fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644)) >= 0)
+			dup2(fd, 2);
+		for (fd = 3; fd < 1024; fd++)
+			close(fd);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	*pid_out = pid;
+	deadline = tl_now() + START_WAIT_S;
+	while (tl_now() < deadline) {
+		char *text = tl_file_slurp(out, NULL);
+		char *r = text != NULL ? strstr(text, "ready ") : NULL;
+
+		if (r != NULL && strchr(r, '\n') != NULL)
+			port = atoi(r + 6);
+		free(text);
+		if (port > 0 || !proc_running(pid))
+			break;
+		tl_sleep_ms(50);
+	}
+	if (port <= 0) {
+		char *e = tl_file_slurp(err, NULL);
+
+		fprintf(stderr, "check_dispatch: %s did not start: %s\n", name, e ? e : "");
+		free(e);
+	}
+	return port;
+}
+
+static void
+provider_stop(pid_t pid, const char *name)
+{
+	int st = 0;
+
+	if (pid <= 0)
+		return;
+	kill(pid, SIGTERM);
+	if (!wait_exit(pid, 10, &st)) {
+		fprintf(stderr, "check_dispatch: %s did not stop on SIGTERM: SIGKILL\n", name);
+		kill(pid, SIGKILL);
+		(void)wait_exit(pid, 5, &st);
+	}
+}
+
+/* ---- the HTTP provider's own record ----------------------------------------- */
+
+struct body {
+	char *data;
+	size_t len;
+};
+
+static size_t
+body_cb(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+	struct body *b = ud;
+	size_t n = size * nmemb;
+	char *p = realloc(b->data, b->len + n + 1);
+
+	if (p == NULL)
+		return 0;
+	b->data = p;
+	memcpy(b->data + b->len, ptr, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+	return n;
+}
+
+/* GET (or POST with an empty body) of a control endpoint, parsed. */
+static json_t *
+prov_call(const char *method, const char *path)
+{
+	struct body b = { 0 };
+	char url[256], errbuf[CURL_ERROR_SIZE] = "";
+	long status = 0;
+	CURL *h = curl_easy_init();
+	CURLcode cc;
+	json_t *v;
+
+	ck_assert_ptr_nonnull(h);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", g_http_port, path);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
+	curl_easy_setopt(h, CURLOPT_PROXY, "");
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_cb);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+	if (strcmp(method, "POST") == 0)
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+	cc = curl_easy_perform(h);
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(h);
+	ck_assert_msg(cc == CURLE_OK && status == 200, "provider %s %s: %s (HTTP %ld)", method,
+	              path, cc != CURLE_OK ? errbuf : "", status);
+	v = json_loadb(b.data ? b.data : "", b.len, JSON_DECODE_ANY, NULL);
+	ck_assert_msg(v != NULL, "provider %s: not JSON: %.500s", path, b.data ? b.data : "");
+	free(b.data);
+	return v;
+}
+
+static int
+hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = tolower(c);
+	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The key= of a query string, percent-decoded (malloc'd), or NULL. */
+static char *
+query_key(const char *q)
+{
+	const char *p = q;
+	char *out, *o;
+
+	while (p != NULL && *p != '\0') {
+		if (strncmp(p, "key=", 4) == 0)
+			break;
+		p = strchr(p, '&');
+		if (p != NULL)
+			p++;
+	}
+	if (p == NULL || *p == '\0')
+		return NULL;
+	p += 4;
+	out = o = malloc(strlen(p) + 1);
+	if (out == NULL)
+		return NULL;
+	for (; *p != '\0' && *p != '&'; p++) {
+		if (*p == '%' && hexval(p[1]) >= 0 && hexval(p[2]) >= 0) {
+			*o++ = (char)(hexval(p[1]) * 16 + hexval(p[2]));
+			p += 2;
+		} else {
+			*o++ = *p == '+' ? ' ' : *p;
+		}
+	}
+	*o = '\0';
+	return out;
+}
+
+/* Does this recorded request concern provider keys starting with prefix?
+ * (its Idempotency-Key, or the key it looks up) */
+static bool
+req_matches(const json_t *req, const char *prefix)
+{
+	const char *k = tl_jstr(req, "idempotency_key");
+	char *qk = NULL;
+	bool m;
+
+	if (k == NULL && streq(tl_jstr(req, "kind"), "lookup"))
+		k = qk = query_key(JSTR(req, "query"));
+	m = k != NULL && strncmp(k, prefix, strlen(prefix)) == 0;
+	free(qk);
+	return m;
+}
+
+/* Requests the provider received about keys starting with prefix, of the
+ * given kind (effect, lookup, other; NULL: any), in arrival order. */
+static json_t *
+prov_requests(const char *prefix, const char *kind)
+{
+	json_t *all = prov_call("GET", "/_requests"), *out = json_array(), *r;
+	size_t i;
+
+	json_array_foreach(all, i, r)
+		if (req_matches(r, prefix) && (kind == NULL || streq(tl_jstr(r, "kind"), kind)))
+			json_array_append(out, r);
+	json_decref(all);
+	return out;
+}
+
+static size_t
+prov_count(const char *prefix, const char *kind)
+{
+	json_t *a = prov_requests(prefix, kind);
+	size_t n = json_array_size(a);
+
+	json_decref(a);
+	return n;
+}
+
+/* Effects the provider committed for keys starting with prefix. */
+static json_t *
+prov_committed(const char *prefix)
+{
+	json_t *all = prov_call("GET", "/_committed"), *out = json_array(), *r;
+	size_t i;
+
+	json_array_foreach(all, i, r) {
+		const char *k = tl_jstr(r, "idempotency_key");
+
+		if (k != NULL && strncmp(k, prefix, strlen(prefix)) == 0)
+			json_array_append(out, r);
+	}
+	json_decref(all);
+	return out;
+}
+
+/* Polls until the provider has at least `want` matching requests. */
+static size_t
+wait_prov(const char *prefix, const char *kind, size_t want, double secs)
+{
+	double deadline = tl_now() + secs;
+	size_t n;
+
+	for (;;) {
+		n = prov_count(prefix, kind);
+		if (n >= want || tl_now() > deadline)
+			return n;
+		tl_sleep_ms(50);
+	}
+}
+
+/* A request header, case-insensitively. */
+static const char *
+req_header(const json_t *req, const char *name)
+{
+	json_t *h = json_object_get(req, "headers"), *v;
+	const char *k;
+
+	json_object_foreach(h, k, v)
+		if (strcasecmp(k, name) == 0)
+			return json_string_value(v);
+	return NULL;
+}
+
+static double
+req_time(const json_t *req)
+{
+	return json_number_value(json_object_get(req, "time"));
+}
+
+/* The provider key of effect type `type` of run `key`, and its "key/" prefix. */
+static void
+pkey(char *buf, size_t n, const char *key, const char *type)
+{
+	snprintf(buf, n, "%s/%s", key, type);
+}
+
+/* ---- a dispatcher's decision log --------------------------------------------- */
+
+/* Complete lines of the file that are JSON objects about run `key` (all
+ * when key is NULL). */
+static json_t *
+log_lines(const char *path, const char *key)
+{
+	json_t *out = json_array();
+	size_t len;
+	char *text = tl_file_slurp(path, &len);
+	char *p, *nl;
+
+	if (text == NULL)
+		return out;
+	for (p = text; (nl = memchr(p, '\n', len - (size_t)(p - text))) != NULL; p = nl + 1) {
+		json_t *line = json_loadb(p, (size_t)(nl - p), 0, NULL);
+
+		if (!json_is_object(line)) {
+			/* A line that is not one JSON object is a bug worth seeing. */
+			ck_abort_msg("%s: not a JSON line: %.*s", path, (int)(nl - p), p);
+		}
+		if (key == NULL || streq(tl_jstr(line, "key"), key))
+			json_array_append(out, line);
+		json_decref(line);
+	}
+	free(text);
+	return out;
+}
+
+/* Lines with event == ev (and effect_id == effect when given). */
+static json_t *
+log_select(const json_t *lines, const char *ev, const char *effect)
+{
+	json_t *out = json_array(), *l;
+	size_t i;
+
+	json_array_foreach(lines, i, l)
+		if (streq(tl_jstr(l, "event"), ev) &&
+		    (effect == NULL || streq(tl_jstr(l, "effect_id"), effect)))
+			json_array_append(out, l);
+	return out;
+}
+
+static size_t
+log_count(const char *path, const char *key, const char *ev, const char *effect)
+{
+	json_t *lines = log_lines(path, key), *sel = log_select(lines, ev, effect);
+	size_t n = json_array_size(sel);
+
+	json_decref(sel);
+	json_decref(lines);
+	return n;
+}
+
+/* Polls until `want` lines of event ev (about key / effect) are there. */
+static size_t
+wait_log(const char *path, const char *key, const char *ev, const char *effect, size_t want,
+         double secs)
+{
+	double deadline = tl_now() + secs;
+	size_t n;
+
+	for (;;) {
+		n = log_count(path, key, ev, effect);
+		if (n >= want || tl_now() > deadline)
+			return n;
+		tl_sleep_ms(50);
+	}
+}
+
+/* The one line of event ev about effect (a new reference); fails unless
+ * there is exactly one. */
+static json_t *
+log_one(const char *path, const char *key, const char *ev, const char *effect)
+{
+	json_t *lines = log_lines(path, key), *sel = log_select(lines, ev, effect), *l;
+	char *all;
+
+	if (json_array_size(sel) != 1) {
+		all = dump_json(lines);
+		ck_abort_msg("%s: %zu lines of %s for effect %s of %s, expected 1; the key's lines: %s",
+		             path, json_array_size(sel), ev, effect ? effect : "(any)", key, all);
+	}
+	l = json_incref(json_array_get(sel, 0));
+	json_decref(sel);
+	json_decref(lines);
+	return l;
+}
+
+/* ---- dispatchers ------------------------------------------------------------- */
+
+struct dconf {
+	int workers;
+	int batch;
+	int lease_s;
+	int poll_ms;
+	int shutdown_s;
+	int reconcile_s;
+};
+
+static const struct dconf DCONF = { 2, 4, 30, 200, 5, 1 };
+
+struct disp {
+	pid_t pid;
+	char conf[PATH_MAX];
+	char log[PATH_MAX];
+	char err[PATH_MAX];
+	int shutdown_s;
+};
+
+/* The config: the dispatcher's settings, then every target of the suite
+ * (the test decides which ones its effects name). */
+static char *
+dconf_text(const struct dconf *d, const char *log)
+{
+	int P = g_http_port;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	ck_assert_ptr_nonnull(f);
+	fprintf(f,
+	        "# check_dispatch: one of the suite's dispatchers\n"
+	        "log_file = %s\nlog_level = info\n"
+	        "dispatch_workers = %d\ndispatch_batch = %d\ndispatch_lease_seconds = %d\n"
+	        "dispatch_poll_ms = %d\ndispatch_shutdown_seconds = %d\n"
+	        "reconcile_interval_seconds = %d\nretention_days = 7\n\n",
+	        log, d->workers, d->batch, d->lease_s, d->poll_ms, d->shutdown_s, d->reconcile_s);
+	/* honours Idempotency-Key; the id in a header */
+	fprintf(f, "[target t_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
+	        "idempotency_key = 1\nprovider_id_header = X-Provider-Id\ntimeout_ms = 5000\n"
+	        "max_attempts = 5\nbase_ms = 200\ncap_ms = 2000\njitter_percent = 0\n\n", P);
+	fprintf(f, "[target t_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\nmail_from = %s\n"
+	        "timeout_ms = 5000\nmax_attempts = 2\nbase_ms = 200\ncap_ms = 1000\n\n",
+	        g_smtp_port, MAIL_FROM);
+	/* no idempotency keys, no lookup: an ambiguous outcome waits for a person */
+	fprintf(f, "[target t_plain]\nkind = http\nurl = http://127.0.0.1:%d/plain/effects\n"
+	        "idempotency_key = 0\ntimeout_ms = 1500\nmax_attempts = 5\nbase_ms = 200\n"
+	        "cap_ms = 2000\njitter_percent = 0\n\n", P);
+	/* no idempotency keys, but a lookup URL to reconcile through */
+	fprintf(f, "[target t_lookup]\nkind = http\nurl = http://127.0.0.1:%d/plain/effects\n"
+	        "lookup_url = http://127.0.0.1:%d/plain/effects/lookup\nidempotency_key = 0\n"
+	        "timeout_ms = 1500\nmax_attempts = 5\nbase_ms = 200\ncap_ms = 2000\n"
+	        "jitter_percent = 0\n\n", P, P);
+	/* honours keys, short timeout: a timeout after the send is retried */
+	fprintf(f, "[target t_idem]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
+	        "idempotency_key = 1\ntimeout_ms = 1500\nmax_attempts = 5\nbase_ms = 200\n"
+	        "cap_ms = 2000\njitter_percent = 0\n\n", P);
+	fprintf(f, "[target t_retry]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
+	        "idempotency_key = 1\ntimeout_ms = 5000\nmax_attempts = 3\nbase_ms = 100\n"
+	        "cap_ms = 5000\nmax_elapsed_s = 60\njitter_percent = 0\n\n", P);
+	fprintf(f, "[target t_reject]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
+	        "idempotency_key = 1\nrejection_pointer = !/ok\ntimeout_ms = 5000\n"
+	        "max_attempts = 3\nbase_ms = 100\ncap_ms = 1000\n\n", P);
+	fprintf(f, "[target t_rate]\nkind = http\nurl = http://127.0.0.1:%d/plain/effects\n"
+	        "idempotency_key = 0\nrate_per_second = 1\ntimeout_ms = 5000\n\n", P);
+	fprintf(f, "[target t_bulk]\nkind = http\nurl = http://127.0.0.1:%d/plain/effects\n"
+	        "idempotency_key = 0\ntimeout_ms = 30000\nconnect_timeout_ms = 10000\n\n", P);
+	/* a send that outlasts dispatch_shutdown_seconds */
+	fprintf(f, "[target t_slow]\nkind = http\nurl = http://127.0.0.1:%d/plain/effects\n"
+	        "idempotency_key = 0\ntimeout_ms = 10000\n\n", P);
+	/* the n8n instance that decision callbacks go to */
+	fprintf(f, "[target callback]\nkind = http\nurl = http://127.0.0.1:%d/\n"
+	        "timeout_ms = 5000\nmax_attempts = 3\nbase_ms = 200\ncap_ms = 1000\n", P);
+	ck_assert_int_eq(fclose(f), 0);
+	return text;
+}
+
+static void
+disp_check_sanitizers(const struct disp *d)
+{
+	char *text = tl_file_slurp(d->err, NULL);
+	const char *hit = NULL;
+
+	if (text != NULL) {
+		hit = strstr(text, "ERROR: AddressSanitizer");
+		if (hit == NULL)
+			hit = strstr(text, "runtime error:");
+		if (hit == NULL)
+			hit = strstr(text, "LeakSanitizer");
+	}
+	if (hit != NULL)
+		ck_abort_msg("sanitizer finding in the dispatcher (%s):\n%.4000s", d->err, hit);
+	free(text);
+}
+
+/* Writes the config, checks it with -n, starts the dispatcher and waits
+ * for its dispatch.started line. */
+static void
+disp_start(struct disp *d, const struct dconf *dc, enum env_switch env)
+{
+	static int seq;
+	const char *bin = tl_env("ONCEGATE_DISPATCH");
+	char *text, *argv[5];
+	char check_out[PATH_MAX];
+	int st = 0;
+	pid_t pid;
+	double deadline;
+
+	memset(d, 0, sizeof(*d));
+	seq++;
+	snprintf(d->conf, sizeof(d->conf), "%s/d%d-%d.conf", g_tmp, (int)getpid(), seq);
+	snprintf(d->log, sizeof(d->log), "%s/d%d-%d.log", g_tmp, (int)getpid(), seq);
+	snprintf(d->err, sizeof(d->err), "%s/d%d-%d.err", g_tmp, (int)getpid(), seq);
+	snprintf(check_out, sizeof(check_out), "%s/d%d-%d.check", g_tmp, (int)getpid(), seq);
+	d->shutdown_s = dc->shutdown_s;
+	text = dconf_text(dc, d->log);
+	write_file(d->conf, text);
+	free(text);
+
+	argv[0] = (char *)(uintptr_t)bin;
+	argv[1] = (char *)(uintptr_t)"-c";
+	argv[2] = d->conf;
+	argv[3] = (char *)(uintptr_t)"-n";
+	argv[4] = NULL;
+	pid = spawn(argv, check_out, d->err, env);
+	ck_assert_msg(wait_exit(pid, START_WAIT_S, &st) && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	              "oncegate-dispatch -c %s -n refused the config (status %d); see %s", d->conf,
+	              st, d->err);
+
+	argv[3] = NULL;
+	d->pid = spawn(argv, "/dev/null", d->err, env);
+	proc_register(d->pid);
+	deadline = tl_now() + START_WAIT_S;
+	while (log_count(d->log, NULL, "dispatch.started", NULL) == 0) {
+		if (!proc_running(d->pid) || tl_now() > deadline) {
+			char *e = tl_file_slurp(d->err, NULL);
+
+			ck_abort_msg("oncegate-dispatch did not start (config %s): %.2000s", d->conf,
+			             e ? e : "");
+		}
+		tl_sleep_ms(20);
+	}
+}
+
+/* SIGTERM, then the exit within the shutdown deadline and a margin, exit
+ * status 0, no sanitizer finding. Returns how long it took, in seconds. */
+static double
+disp_stop(struct disp *d)
+{
+	double t0 = tl_now(), took;
+	int st = 0;
+
+	if (d->pid <= 0)
+		return 0;
+	ck_assert_int_eq(kill(d->pid, SIGTERM), 0);
+	if (!wait_exit(d->pid, d->shutdown_s + 15, &st)) {
+		kill(d->pid, SIGKILL);
+		(void)wait_exit(d->pid, 5, &st);
+		d->pid = -1;
+		ck_abort_msg("oncegate-dispatch (config %s) did not exit within %d s of SIGTERM",
+		             d->conf, d->shutdown_s + 15);
+	}
+	took = tl_now() - t0;
+	d->pid = -1;
+	disp_check_sanitizers(d);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		char *e = tl_file_slurp(d->err, NULL);
+
+		ck_abort_msg("oncegate-dispatch exited with status %d%s after SIGTERM: %.3000s",
+		             WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+		             WIFSIGNALED(st) ? " (signal)" : "", e ? e : "");
+	}
+	return took;
+}
+
+static void
+disp_kill9(struct disp *d)
+{
+	int st = 0;
+
+	ck_assert_int_eq(kill(d->pid, SIGKILL), 0);
+	ck_assert_msg(wait_exit(d->pid, 10, &st), "the dispatcher did not die of SIGKILL");
+	d->pid = -1;
+	disp_check_sanitizers(d);
+}
+
+/* ---- the API (the expired-approval test) ---------------------------------- */
+
+static char *
+run_path(const char *key, const char *suffix)
+{
+	char *enc = tl_urlencode(key), *p = NULL;
+
+	ck_assert_ptr_nonnull(enc);
+	ck_assert_int_ge(asprintf(&p, "/v1/runs/%s%s", enc, suffix ? suffix : ""), 0);
+	free(enc);
+	return p;
+}
+
+#define ASSERT_STATUS(r, code)                                                         \
+	ck_assert_msg((r)->status == (code), "%s: HTTP %ld, expected %d%s%s; body: %.2000s", \
+	              (r)->what, (r)->status, (int)(code), (r)->error[0] ? "; curl: " : "", \
+	              (r)->error, (r)->body)
+
+/* ---- the fixture ------------------------------------------------------------ */
+
+/* Before each test: nothing of an earlier test still runs, and nothing an
+ * earlier test (or suite) left waiting can be claimed. */
+static void
+setup(void)
+{
+	PGconn *c;
+
+	proc_sweep();
+	c = tl_pg_connect();
+	qexec(c, "UPDATE effect_outbox SET state = 'cancelled', lease_owner = NULL,"
+	      "    lease_expires_at = NULL, updated_at = now()"
+	      " WHERE state IN ('pending', 'unknown', 'sending')", (char *)NULL);
+	PQfinish(c);
+}
+
+static void
+teardown(void)
+{
+	proc_sweep();
+}
+
+/* ===== 1. happy path, HTTP ===================================================== */
+
+START_TEST(test_http_happy)
+{
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	struct dconf dc = DCONF;
+	char key[200], key2[200], pk[256], pk2a[256], pk2b[256], prefix[256];
+	char id[40], id2a[40], id2b[40], marker[128], payload[512];
+	json_t *reqs, *req, *com, *row, *att, *sent_body, *want_body, *l;
+	char *st, *logtext;
+
+	mkkey(key, sizeof(key), "http-happy");
+	mkkey(key2, sizeof(key2), "http-two");
+	snprintf(marker, sizeof(marker), "PAYLOAD-MARKER-%s", g_run);
+	snprintf(payload, sizeof(payload),
+	         "{\"contact\":\"c-1\",\"tag\":\"lead\",\"note\":\"%s\",\"n\":1}", marker);
+	make_run(c, key, NULL);
+	add_effect(c, key, "crm.tag", "t_http", payload, id);
+	/* A run with two effects completes only when both have. */
+	make_run(c, key2, NULL);
+	add_effect(c, key2, "crm.tag", "t_http", "{\"contact\":\"c-2\"}", id2a);
+	add_effect(c, key2, "crm.note", "t_http", "{\"contact\":\"c-2\",\"fault\":[\"503\",\"ok\"]}",
+	           id2b);
+	kill_switch(true);
+	disp_start(&d, &dc, ENV_TRUE);
+	notify(c);
+
+	EXPECT_EFFECT(c, id, "completed", 15);
+	pkey(pk, sizeof(pk), key, "crm.tag");
+
+	/* What the provider received: one POST, the key, the payload. */
+	snprintf(prefix, sizeof(prefix), "%s/", key);
+	reqs = prov_requests(prefix, NULL);
+	ck_assert_msg(json_array_size(reqs) == 1, "the provider got %zu requests, expected 1",
+	              json_array_size(reqs));
+	req = json_array_get(reqs, 0);
+	ck_assert_str_eq(JSTR(req, "method"), "POST");
+	ck_assert_str_eq(JSTR(req, "path"), "/idem/effects");
+	ck_assert_msg(streq(req_header(req, "Idempotency-Key"), pk), "Idempotency-Key %s, expected %s",
+	              req_header(req, "Idempotency-Key") ? req_header(req, "Idempotency-Key") : "(none)",
+	              pk);
+	ck_assert_msg(streq(req_header(req, "X-Oncegate-Effect"), id), "X-Oncegate-Effect");
+	ck_assert_msg(req_header(req, "Content-Type") != NULL &&
+	              strncmp(req_header(req, "Content-Type"), "application/json", 16) == 0,
+	              "Content-Type: %s", req_header(req, "Content-Type"));
+	sent_body = json_loads(JSTR(req, "body"), 0, NULL);
+	want_body = json_loads(payload, 0, NULL);
+	ck_assert_msg(sent_body != NULL && json_equal(sent_body, want_body),
+	              "the provider got body %s, expected %s", JSTR(req, "body"), payload);
+	json_decref(sent_body);
+	json_decref(want_body);
+	com = prov_committed(prefix);
+	ck_assert_int_eq(json_array_size(com), 1);
+
+	/* The effect: completed with the provider's id, one successful attempt. */
+	row = effect_row(c, id);
+	ck_assert_str_eq(JSTR(row, "provider_id"), JSTR(json_array_get(com, 0), "id"));
+	ck_assert_int_eq(jint(row, "attempt"), 1);
+	ck_assert_str_eq(JSTR(row, "error_class"), "success");
+	ck_assert_str_eq(JSTR(row, "reason"), "http_2xx");
+	ck_assert_msg(json_is_string(json_object_get(row, "completed_at")), "completed_at is not set");
+	ck_assert_msg(json_is_null(json_object_get(row, "lease_owner")), "the lease is still held");
+	att = attempts_of(c, id);
+	ck_assert_int_eq(json_array_size(att), 1);
+	l = json_array_get(att, 0);
+	ck_assert_str_eq(JSTR(l, "kind"), "send");
+	ck_assert_str_eq(JSTR(l, "classification"), "success");
+	ck_assert_int_eq(jint(l, "status"), 201);
+	ck_assert_int_eq(jint(l, "attempt"), 1);
+	ck_assert_str_eq(JSTR(l, "provider_id"), JSTR(row, "provider_id"));
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE effect_id = $1::uuid", id,
+	                      (char *)NULL), 0);
+	json_decref(att);
+
+	/* The run: completed by the dispatcher. */
+	st = wait_run(c, key, "completed", 5);
+	ck_assert_msg(streq(st, "completed"), "run %s is %s, expected completed", key, st);
+	free(st);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM run_events WHERE client_id = $1::bigint"
+	                      " AND idempotency_key = $2 AND event = 'run.completed'"
+	                      " AND state_from = 'approved' AND state_to = 'completed'"
+	                      " AND actor = 'dispatcher'", g_client, key, (char *)NULL), 1);
+
+	/* The decision log. */
+	ck_assert_int_eq(wait_log(d.log, key, "run.completed", NULL, 1, 5), 1);
+	l = log_one(d.log, key, "effect.claimed", id);
+	ck_assert_int_eq(jint(l, "attempt"), 1);
+	ck_assert_str_eq(JSTR(l, "target"), "t_http");
+	json_decref(l);
+	l = log_one(d.log, key, "effect.sent", id);
+	ck_assert_str_eq(JSTR(l, "provider_id"), JSTR(row, "provider_id"));
+	json_decref(l);
+	l = log_one(d.log, key, "effect.completed", id);
+	ck_assert_int_eq(jint(l, "attempt"), 1);
+	ck_assert_str_eq(JSTR(l, "target"), "t_http");
+	ck_assert_str_eq(JSTR(l, "provider_id"), JSTR(row, "provider_id"));
+	ck_assert_msg(jint(l, "duration_ms") >= 1, "effect.completed has no duration_ms");
+	json_decref(l);
+	l = log_one(d.log, key, "run.completed", NULL);
+	ck_assert_str_eq(JSTR(l, "effect_id"), id);
+	json_decref(l);
+	json_decref(row);
+	json_decref(com);
+	json_decref(reqs);
+
+	/* The run of two: one effect completes, the other waits for its retry
+	 * after a 503 (Retry-After: 1) — the run is still approved then. */
+	pkey(pk2a, sizeof(pk2a), key2, "crm.tag");
+	pkey(pk2b, sizeof(pk2b), key2, "crm.note");
+	EXPECT_EFFECT(c, id2a, "completed", 15);
+	ck_assert_msg(wait_prov(pk2b, "effect", 1, 10) >= 1, "the second effect was never sent");
+	/* one statement, one snapshot: the run's state while that effect is
+	 * not completed (no row once it is) */
+	st = qstr(c, "SELECT r.state FROM workflow_runs r JOIN effect_outbox e"
+	          "    ON e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
+	          " WHERE e.id = $1::uuid AND e.state <> 'completed'", id2b, (char *)NULL);
+	ck_assert_msg(st == NULL || streq(st, "approved"),
+	              "run %s is %s while one of its effects is not completed", key2, st);
+	free(st);
+	EXPECT_EFFECT(c, id2b, "completed", 15);
+	st = wait_run(c, key2, "completed", 5);
+	ck_assert_msg(streq(st, "completed"), "run %s is %s, expected completed", key2, st);
+	free(st);
+	ck_assert_int_eq(prov_count(pk2a, "effect"), 1);
+	ck_assert_int_eq(prov_count(pk2b, "effect"), 2);
+	ck_assert_int_eq(wait_log(d.log, key2, "run.completed", NULL, 1, 5), 1);
+	ck_assert_int_eq(log_count(d.log, key2, "run.completed", NULL), 1);
+
+	disp_stop(&d);
+	/* Raw payloads are never logged (SPEC 9). */
+	logtext = tl_file_slurp(d.log, NULL);
+	ck_assert_msg(logtext != NULL && strstr(logtext, marker) == NULL,
+	              "the decision log holds the effect's payload");
+	free(logtext);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 2. happy path, SMTP ====================================================== */
+
+static const char b64_alphabet[] =
+	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* Base64 text (whitespace ignored) → bytes, NUL-terminated (malloc'd). */
+static char *
+b64_decode(const char *s)
+{
+	size_t n = strlen(s), o = 0;
+	char *out = malloc(n + 1);
+	unsigned acc = 0;
+	int bits = 0;
+
+	ck_assert_ptr_nonnull(out);
+	for (; *s != '\0'; s++) {
+		const char *p;
+
+		if (*s == '=')
+			break;
+		if (isspace((unsigned char)*s))
+			continue;
+		p = strchr(b64_alphabet, *s);
+		ck_assert_msg(p != NULL && *s != '\0', "not base64: %c", *s);
+		acc = acc << 6 | (unsigned)(p - b64_alphabet);
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			out[o++] = (char)(acc >> bits & 0xff);
+		}
+	}
+	out[o] = '\0';
+	return out;
+}
+
+/* The sink's records (one JSON object per line) with this Message-ID. */
+static json_t *
+mail_records(const char *message_id)
+{
+	json_t *out = json_array();
+	size_t len;
+	char *text = tl_file_slurp(g_smtp_record, &len);
+	char *p, *nl;
+
+	if (text == NULL)
+		return out;
+	for (p = text; (nl = memchr(p, '\n', len - (size_t)(p - text))) != NULL; p = nl + 1) {
+		json_t *rec = json_loadb(p, (size_t)(nl - p), 0, NULL);
+
+		if (rec != NULL && streq(tl_jstr(rec, "message_id"), message_id))
+			json_array_append(out, rec);
+		json_decref(rec);
+	}
+	free(text);
+	return out;
+}
+
+/* The deterministic Message-ID of SPEC 6, computed here independently. */
+static void
+message_id(const char *provider_key, char out[128])
+{
+	char hex[65];
+
+	tl_sha256_hex(provider_key, hex);
+	snprintf(out, 128, "<%.32s.oncegate@%s>", hex, MAIL_DOMAIN);
+}
+
+/* One delivered message: envelope, headers, subject, decoded body. */
+static void
+expect_mail(PGconn *c, const char *effect, const char *key, const char *to, const char *subject,
+            const char *text)
+{
+	char pk[256], mid[128], hdr[256];
+	json_t *recs, *rec, *row;
+	const char *data, *body;
+	char *decoded;
+
+	pkey(pk, sizeof(pk), key, "email.send");
+	message_id(pk, mid);
+	recs = mail_records(mid);
+	ck_assert_msg(json_array_size(recs) == 1, "the sink holds %zu messages with Message-ID %s,"
+	              " expected 1", json_array_size(recs), mid);
+	rec = json_array_get(recs, 0);
+	ck_assert_str_eq(JSTR(rec, "mail_from"), MAIL_FROM);
+	ck_assert_msg(json_array_size(json_object_get(rec, "rcpt_tos")) == 1 &&
+	              streq(json_string_value(json_array_get(json_object_get(rec, "rcpt_tos"), 0)), to),
+	              "recipients of %s: not just %s", mid, to);
+	ck_assert_msg(streq(tl_jstr(rec, "subject"), subject), "subject %s, expected %s",
+	              JSTR(rec, "subject"), subject);
+	data = JSTR(rec, "data");
+	snprintf(hdr, sizeof(hdr), "Message-ID: %s\r\n", mid);
+	ck_assert_msg(strstr(data, hdr) != NULL, "no %s header in: %.1000s", mid, data);
+	snprintf(hdr, sizeof(hdr), "From: <%s>\r\n", MAIL_FROM);
+	ck_assert_msg(strstr(data, hdr) != NULL, "From: header: %.1000s", data);
+	snprintf(hdr, sizeof(hdr), "To: <%s>\r\n", to);
+	ck_assert_msg(strstr(data, hdr) != NULL, "To: header: %.1000s", data);
+	ck_assert_msg(strstr(data, "Content-Transfer-Encoding: base64\r\n") != NULL,
+	              "not base64: %.1000s", data);
+	body = strstr(data, "\r\n\r\n");
+	ck_assert_msg(body != NULL, "no body in: %.1000s", data);
+	decoded = b64_decode(body + 4);
+	ck_assert_msg(strcmp(decoded, text) == 0, "body decodes to \"%s\", expected \"%s\"", decoded,
+	              text);
+	free(decoded);
+	row = effect_row(c, effect);
+	ck_assert_str_eq(JSTR(row, "state"), "completed");
+	ck_assert_str_eq(JSTR(row, "provider_id"), JSTR(rec, "queue_id"));
+	ck_assert_int_eq(jint(row, "attempt"), 1);
+	ck_assert_str_eq(JSTR(row, "reason"), "smtp_2xx");
+	json_decref(row);
+	json_decref(recs);
+}
+
+START_TEST(test_smtp_happy)
+{
+	static const char text_a[] = "Hello,\nyour order 42 ships on Friday.\n.\n"
+	                             "A line with a lone dot above, and \xc3\xbcml\xc3\xa4uts.";
+	static const char subject_b[] = "Re: ticket 7 \xe2\x80\x94 \xc3\xbc" "bersicht";
+	static const char text_b[] = "The approved draft, taken from the run's output.";
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	struct dconf dc = DCONF;
+	char ka[200], kb[200], kc[200], ida[40], idb[40], idc[40], pkc[256], midc[128];
+	json_t *pa, *ob, *dl, *recs;
+	char *payload_a, *output_b, *st;
+
+	mkkey(ka, sizeof(ka), "smtp-payload");
+	mkkey(kb, sizeof(kb), "smtp-output");
+	mkkey(kc, sizeof(kc), "smtp-550");
+	/* subject and body in the payload */
+	pa = json_pack("{s:s, s:s, s:s}", "to", "customer+a@example.com", "subject",
+	               "Your order 42 ships on Friday", "body", text_a);
+	payload_a = json_dumps(pa, JSON_COMPACT);
+	make_run(c, ka, NULL);
+	add_effect(c, ka, "email.send", "t_smtp", payload_a, ida);
+	/* only the recipient in the payload: subject and body from the approved output */
+	ob = json_pack("{s:s, s:s, s:s, s:f}", "subject", subject_b, "body", text_b, "tone",
+	               "friendly", "confidence", 0.9);
+	output_b = json_dumps(ob, JSON_COMPACT);
+	make_run(c, kb, output_b);
+	add_effect(c, kb, "email.send", "t_smtp", "{\"to\":\"other@example.com\"}", idb);
+	/* a recipient the server refuses for good */
+	make_run(c, kc, NULL);
+	add_effect(c, kc, "email.send", "t_smtp",
+	           "{\"to\":\"fail550@example.com\",\"subject\":\"s\",\"body\":\"b\"}", idc);
+	kill_switch(true);
+	disp_start(&d, &dc, ENV_TRUE);
+	notify(c);
+
+	EXPECT_EFFECT(c, ida, "completed", 15);
+	EXPECT_EFFECT(c, idb, "completed", 15);
+	expect_mail(c, ida, ka, "customer+a@example.com", "Your order 42 ships on Friday", text_a);
+	expect_mail(c, idb, kb, "other@example.com", subject_b, text_b);
+	st = wait_run(c, kb, "completed", 5);
+	ck_assert_msg(streq(st, "completed"), "run %s is %s", kb, st);
+	free(st);
+
+	/* 550: permanent, dead-lettered, nothing delivered. */
+	EXPECT_EFFECT(c, idc, "failed", 15);
+	dl = dead_letter_of(c, idc);
+	ck_assert_msg(dl != NULL, "no dead letter for the refused message");
+	ck_assert_str_eq(JSTR(dl, "error_class"), "permanent");
+	ck_assert_str_eq(JSTR(dl, "reason"), "smtp_5xx");
+	json_decref(dl);
+	pkey(pkc, sizeof(pkc), kc, "email.send");
+	message_id(pkc, midc);
+	recs = mail_records(midc);
+	ck_assert_int_eq(json_array_size(recs), 0);
+	json_decref(recs);
+	ck_assert_int_eq(wait_log(d.log, kc, "effect.dead_lettered", idc, 1, 5), 1);
+	ck_assert_int_eq(wait_log(d.log, ka, "effect.completed", ida, 1, 5), 1);
+
+	disp_stop(&d);
+	json_decref(pa);
+	json_decref(ob);
+	free(payload_a);
+	free(output_b);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 3. ambiguous outcomes on a target without idempotency keys ============= */
+
+START_TEST(test_ambiguous_without_keys)
+{
+	static const struct {
+		const char *name, *target, *fault, *reason;
+	} cases[] = {
+		{ "plain-stall", "t_plain", "\"stall\"", "timeout_after_send_not_idempotent" },
+		{ "plain-reset", "t_plain", "\"reset\"", "connection_lost_after_send_not_idempotent" },
+		{ "look-stall", "t_lookup", "\"stall\"", "timeout_after_send_not_idempotent" },
+		{ "look-reset", "t_lookup", "\"reset\"", "connection_lost_after_send_not_idempotent" },
+		/* nothing committed: not found twice → resent with the same key */
+		{ "look-drop", "t_lookup", "[\"drop\",\"ok\"]", "connection_lost_after_send_not_idempotent" },
+	};
+	enum { N = sizeof(cases) / sizeof(cases[0]) };
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	struct dconf dc = DCONF;
+	char key[N][200], pk[N][256], id[N][40], payload[256];
+	double started;
+	json_t *row, *dl, *att, *com, *l, *posts;
+	size_t i;
+	int k;
+
+	dc.workers = 4;
+	dc.batch = 1;
+	dc.reconcile_s = 1;
+	for (k = 0; k < N; k++) {
+		mkkey(key[k], sizeof(key[k]), cases[k].name);
+		pkey(pk[k], sizeof(pk[k]), key[k], "crm.tag");
+		snprintf(payload, sizeof(payload), "{\"contact\":\"c-%d\",\"fault\":%s}", k,
+		         cases[k].fault);
+		make_run(c, key[k], NULL);
+		add_effect(c, key[k], "crm.tag", cases[k].target, payload, id[k]);
+	}
+	kill_switch(true);
+	disp_start(&d, &dc, ENV_TRUE);
+	started = tl_now();
+	notify(c);
+
+	/* Without a lookup URL: unknown, dead-lettered, never resent. */
+	for (k = 0; k < 2; k++) {
+		EXPECT_EFFECT(c, id[k], "unknown", 15);
+		row = effect_row(c, id[k]);
+		ck_assert_str_eq(JSTR(row, "error_class"), "ambiguous");
+		ck_assert_str_eq(JSTR(row, "reason"), cases[k].reason);
+		ck_assert_int_eq(jint(row, "attempt"), 1);
+		json_decref(row);
+		dl = dead_letter_of(c, id[k]);
+		ck_assert_msg(dl != NULL, "%s: no dead letter", cases[k].name);
+		ck_assert_str_eq(JSTR(dl, "error_class"), "unknown");
+		ck_assert_str_eq(JSTR(dl, "component"), "dispatcher");
+		ck_assert_int_eq(json_array_size(json_object_get(json_object_get(dl, "evidence"),
+		                                                 "attempts")), 1);
+		json_decref(dl);
+		ck_assert_int_eq(wait_log(d.log, key[k], "effect.unknown", id[k], 1, 5), 1);
+		ck_assert_int_eq(wait_log(d.log, key[k], "effect.dead_lettered", id[k], 1, 5), 1);
+	}
+
+	/* With a lookup URL: the provider has it → completed with its id,
+	 * without a second POST. */
+	for (k = 2; k < 4; k++) {
+		EXPECT_EFFECT(c, id[k], "completed", 15);
+		row = effect_row(c, id[k]);
+		com = prov_committed(pk[k]);
+		ck_assert_int_eq(json_array_size(com), 1);
+		ck_assert_str_eq(JSTR(row, "provider_id"), JSTR(json_array_get(com, 0), "id"));
+		ck_assert_str_eq(JSTR(row, "reason"), "reconciled_found");
+		json_decref(com);
+		ck_assert_int_eq(prov_count(pk[k], "effect"), 1);
+		ck_assert_msg(prov_count(pk[k], "lookup") >= 1, "%s: never looked up", cases[k].name);
+		att = attempts_of(c, id[k]);
+		ck_assert_msg(json_array_size(att) == 2 &&
+		              streq(tl_jstr(json_array_get(att, 0), "classification"), "ambiguous") &&
+		              streq(tl_jstr(json_array_get(att, 0), "reason"), cases[k].reason) &&
+		              streq(tl_jstr(json_array_get(att, 1), "kind"), "lookup") &&
+		              streq(tl_jstr(json_array_get(att, 1), "classification"), "found"),
+		              "%s: attempts %s", cases[k].name, dump_json(att));
+		json_decref(att);
+		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE effect_id = $1::uuid",
+		                      id[k], (char *)NULL), 0);
+		ck_assert_int_eq(wait_log(d.log, key[k], "effect.reconciled", id[k], 1, 5), 1);
+		l = log_one(d.log, key[k], "effect.reconciled", id[k]);
+		ck_assert_str_eq(JSTR(l, "provider_id"), JSTR(row, "provider_id"));
+		ck_assert_str_eq(JSTR(l, "state_to"), "completed");
+		json_decref(l);
+		ck_assert_int_eq(wait_log(d.log, key[k], "run.completed", NULL, 1, 5), 1);
+		json_decref(row);
+	}
+
+	/* Dropped before anything was committed: not found twice, then resent
+	 * with the same key and committed once. */
+	k = 4;
+	EXPECT_EFFECT(c, id[k], "completed", 20);
+	posts = prov_requests(pk[k], "effect");
+	ck_assert_int_eq(json_array_size(posts), 2);
+	for (i = 0; i < 2; i++)
+		ck_assert_str_eq(req_header(json_array_get(posts, i), "Idempotency-Key"), pk[k]);
+	json_decref(posts);
+	com = prov_committed(pk[k]);
+	ck_assert_int_eq(json_array_size(com), 1);
+	row = effect_row(c, id[k]);
+	ck_assert_str_eq(JSTR(row, "provider_id"), JSTR(json_array_get(com, 0), "id"));
+	ck_assert_int_eq(jint(row, "attempt"), 2);
+	json_decref(row);
+	json_decref(com);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_attempts WHERE effect_id = $1::uuid"
+	                      " AND kind = 'lookup' AND classification = 'not_found'", id[k],
+	                      (char *)NULL), 2);
+	l = log_one(d.log, key[k], "effect.reconciled", id[k]);
+	ck_assert_str_eq(JSTR(l, "state_to"), "pending");
+	ck_assert_str_eq(JSTR(l, "reason"), "reconciled_not_found");
+	json_decref(l);
+
+	/* Keep the dispatcher running ~30 s: the ambiguous effects are never
+	 * sent again. */
+	while (tl_now() - started < 30)
+		tl_sleep_ms(250);
+	for (k = 0; k < 2; k++) {
+		char *st = effect_state(c, id[k]);
+
+		ck_assert_msg(streq(st, "unknown"), "%s: %s after 30 s", cases[k].name, st);
+		free(st);
+		ck_assert_msg(prov_count(pk[k], NULL) == 1, "%s: the provider got %zu requests in 30 s,"
+		              " expected exactly 1", cases[k].name, prov_count(pk[k], NULL));
+		com = prov_committed(pk[k]);
+		ck_assert_int_eq(json_array_size(com), 1);
+		json_decref(com);
+		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_attempts WHERE effect_id = $1::uuid",
+		                      id[k], (char *)NULL), 1);
+	}
+	for (k = 2; k < 4; k++)
+		ck_assert_int_eq(prov_count(pk[k], "effect"), 1);
+	ck_assert_int_eq(prov_count(pk[4], "effect"), 2);
+
+	disp_stop(&d);
+	/* Last, so that it hides nothing else: the log names the rule that
+	 * fired (SPEC 9 `reason`), as effect_outbox.reason does. */
+	for (k = 0; k < N; k++) {
+		l = log_one(d.log, key[k], "effect.unknown", id[k]);
+		ck_assert_msg(streq(tl_jstr(l, "reason"), cases[k].reason),
+		              "%s: effect.unknown has reason \"%s\", expected \"%s\"",
+		              cases[k].name, JSTR(l, "reason"), cases[k].reason);
+		ck_assert_str_eq(JSTR(l, "error_class"), "ambiguous");
+		json_decref(l);
+	}
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 4. the same faults on a target that honours keys ======================= */
+
+START_TEST(test_idempotent_retry)
+{
+	static const struct {
+		const char *name, *fault, *reason;
+	} cases[] = {
+		{ "idem-stall", "[\"stall\",\"ok\"]", "timeout_after_send_idempotent" },
+		{ "idem-reset", "[\"reset\",\"ok\"]", "connection_lost_after_send_idempotent" },
+	};
+	enum { N = sizeof(cases) / sizeof(cases[0]) };
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	struct dconf dc = DCONF;
+	char key[N][200], pk[N][256], id[N][40], payload[256];
+	json_t *posts, *com, *row, *att, *l;
+	size_t i;
+	int k;
+
+	for (k = 0; k < N; k++) {
+		mkkey(key[k], sizeof(key[k]), cases[k].name);
+		pkey(pk[k], sizeof(pk[k]), key[k], "crm.tag");
+		snprintf(payload, sizeof(payload), "{\"contact\":\"c-%d\",\"fault\":%s}", k,
+		         cases[k].fault);
+		make_run(c, key[k], NULL);
+		add_effect(c, key[k], "crm.tag", "t_idem", payload, id[k]);
+	}
+	kill_switch(true);
+	disp_start(&d, &dc, ENV_TRUE);
+	notify(c);
+
+	for (k = 0; k < N; k++) {
+		EXPECT_EFFECT(c, id[k], "completed", 20);
+		/* Retried with the same key; the provider committed once. */
+		posts = prov_requests(pk[k], "effect");
+		ck_assert_msg(json_array_size(posts) == 2, "%s: %zu POSTs, expected 2", cases[k].name,
+		              json_array_size(posts));
+		for (i = 0; i < json_array_size(posts); i++)
+			ck_assert_str_eq(req_header(json_array_get(posts, i), "Idempotency-Key"), pk[k]);
+		com = prov_committed(pk[k]);
+		ck_assert_msg(json_array_size(com) == 1, "%s: %zu committed effects, expected 1",
+		              cases[k].name, json_array_size(com));
+		row = effect_row(c, id[k]);
+		ck_assert_str_eq(JSTR(row, "provider_id"), JSTR(json_array_get(com, 0), "id"));
+		ck_assert_int_eq(jint(row, "attempt"), 2);
+		att = attempts_of(c, id[k]);
+		ck_assert_msg(json_array_size(att) == 2 &&
+		              streq(tl_jstr(json_array_get(att, 0), "classification"), "transient") &&
+		              streq(tl_jstr(json_array_get(att, 0), "reason"), cases[k].reason) &&
+		              streq(tl_jstr(json_array_get(att, 1), "classification"), "success"),
+		              "%s: attempts %s", cases[k].name, dump_json(att));
+		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE effect_id = $1::uuid",
+		                      id[k], (char *)NULL), 0);
+		ck_assert_int_eq(wait_log(d.log, key[k], "effect.completed", id[k], 1, 5), 1);
+		l = log_one(d.log, key[k], "effect.retry_scheduled", id[k]);
+		ck_assert_int_eq(jint(l, "attempt"), 1);
+		ck_assert_str_eq(JSTR(l, "error_class"), "transient");
+		json_decref(l);
+		l = log_one(d.log, key[k], "effect.completed", id[k]);
+		ck_assert_int_eq(jint(l, "attempt"), 2);
+		json_decref(l);
+		json_decref(att);
+		json_decref(row);
+		json_decref(com);
+		json_decref(posts);
+	}
+	disp_stop(&d);
+	/* Last, so that it hides nothing else: the log names the rule that
+	 * fired (SPEC 9 `reason`), as effect_outbox.reason does. */
+	for (k = 0; k < N; k++) {
+		l = log_one(d.log, key[k], "effect.retry_scheduled", id[k]);
+		ck_assert_msg(streq(tl_jstr(l, "reason"), cases[k].reason),
+		              "%s: effect.retry_scheduled has reason \"%s\", expected \"%s\"",
+		              cases[k].name, JSTR(l, "reason"), cases[k].reason);
+		json_decref(l);
+	}
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 5. retry policy: Retry-After, budget, permanent failures ================ */
+
+START_TEST(test_retry_policy)
+{
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	struct dconf dc = DCONF;
+	char k429[200], k503[200], k400[200], krej[200];
+	char p429[256], p503[256], p400[256], prej[256];
+	char i429[40], i503[40], i400[40], irej[40];
+	json_t *reqs, *dl, *ev, *hist, *a, *row;
+	double gap;
+	size_t i;
+
+	dc.workers = 4;
+	mkkey(k429, sizeof(k429), "retry-429");
+	mkkey(k503, sizeof(k503), "retry-503");
+	mkkey(k400, sizeof(k400), "retry-400");
+	mkkey(krej, sizeof(krej), "retry-reject");
+	pkey(p429, sizeof(p429), k429, "crm.tag");
+	pkey(p503, sizeof(p503), k503, "crm.tag");
+	pkey(p400, sizeof(p400), k400, "crm.tag");
+	pkey(prej, sizeof(prej), krej, "crm.tag");
+	make_run(c, k429, NULL);
+	add_effect(c, k429, "crm.tag", "t_retry", "{\"fault\":[\"429:2\",\"ok\"]}", i429);
+	make_run(c, k503, NULL);
+	add_effect(c, k503, "crm.tag", "t_retry", "{\"fault\":\"503\"}", i503);
+	make_run(c, k400, NULL);
+	add_effect(c, k400, "crm.tag", "t_retry", "{\"fault\":\"400\"}", i400);
+	make_run(c, krej, NULL);
+	add_effect(c, krej, "crm.tag", "t_reject", "{\"fault\":\"reject\"}", irej);
+	kill_switch(true);
+	disp_start(&d, &dc, ENV_TRUE);
+	notify(c);
+
+	/* 429 with Retry-After: 2, then ok: the retry waits at least 2 s. */
+	EXPECT_EFFECT(c, i429, "completed", 20);
+	reqs = prov_requests(p429, "effect");
+	ck_assert_int_eq(json_array_size(reqs), 2);
+	gap = req_time(json_array_get(reqs, 1)) - req_time(json_array_get(reqs, 0));
+	ck_assert_msg(gap >= 2.0, "the retry after 429 (Retry-After: 2) came %.3f s after the first"
+	              " attempt", gap);
+	ck_assert_int_eq(jint(json_array_get(reqs, 0), "status"), 429);
+	json_decref(reqs);
+	row = effect_row(c, i429);
+	ck_assert_int_eq(jint(row, "attempt"), 2);
+	json_decref(row);
+
+	/* Always 503 with max_attempts 3: failed, dead letter with the history. */
+	EXPECT_EFFECT(c, i503, "failed", 20);
+	reqs = prov_requests(p503, "effect");
+	ck_assert_int_eq(json_array_size(reqs), 3);
+	for (i = 1; i < 3; i++) {
+		gap = req_time(json_array_get(reqs, i)) - req_time(json_array_get(reqs, i - 1));
+		ck_assert_msg(gap >= 1.0, "retry %zu after a 503 with Retry-After: 1 came after %.3f s",
+		              i, gap);
+	}
+	json_decref(reqs);
+	dl = dead_letter_of(c, i503);
+	ck_assert_msg(dl != NULL, "no dead letter for the exhausted effect");
+	ck_assert_str_eq(JSTR(dl, "error_class"), "exhausted");
+	ck_assert_str_eq(JSTR(dl, "reason"), "http_503");
+	ev = json_object_get(dl, "evidence");
+	hist = json_object_get(ev, "attempts");
+	ck_assert_msg(json_array_size(hist) == 3, "evidence.attempts: %s", dump_json(hist));
+	json_array_foreach(hist, i, a) {
+		ck_assert_int_eq(jint(a, "attempt"), (long long)i + 1);
+		ck_assert_int_eq(jint(a, "status"), 503);
+		ck_assert_str_eq(JSTR(a, "classification"), "transient");
+	}
+	ck_assert_int_eq(jint(ev, "max_attempts"), 3);
+	ck_assert_str_eq(JSTR(ev, "provider_key"), p503);
+	ck_assert_str_eq(JSTR(ev, "idempotency_key"), k503);
+	ck_assert_str_eq(JSTR(ev, "target"), "t_retry");
+	json_decref(dl);
+	ck_assert_int_eq(wait_log(d.log, k503, "effect.dead_lettered", i503, 1, 5), 1);
+	ck_assert_int_eq(log_count(d.log, k503, "effect.retry_scheduled", i503), 2);
+	ck_assert_int_eq(log_count(d.log, k503, "effect.failed", i503), 1);
+
+	/* 400: permanent at once, one request. */
+	EXPECT_EFFECT(c, i400, "failed", 10);
+	dl = dead_letter_of(c, i400);
+	ck_assert_msg(dl != NULL, "no dead letter after a 400");
+	ck_assert_str_eq(JSTR(dl, "error_class"), "permanent");
+	ck_assert_str_eq(JSTR(dl, "reason"), "http_4xx_rejected");
+	json_decref(dl);
+
+	/* A 200 whose body says {"ok": false}: a business rejection. */
+	EXPECT_EFFECT(c, irej, "failed", 10);
+	dl = dead_letter_of(c, irej);
+	ck_assert_msg(dl != NULL, "no dead letter after a business rejection");
+	ck_assert_str_eq(JSTR(dl, "error_class"), "permanent");
+	ck_assert_str_eq(JSTR(dl, "reason"), "business_rejection");
+	json_decref(dl);
+	ck_assert_int_eq(wait_log(d.log, krej, "effect.dead_lettered", irej, 1, 5), 1);
+
+	/* Never retried, however long one waits. */
+	tl_sleep_ms(2000);
+	ck_assert_int_eq(prov_count(p400, NULL), 1);
+	ck_assert_int_eq(prov_count(prej, NULL), 1);
+	ck_assert_int_eq(prov_count(p503, NULL), 3);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_attempts WHERE effect_id = $1::uuid",
+	                      i400, (char *)NULL), 1);
+
+	disp_stop(&d);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 6. the kill switch ======================================================= */
+
+/* A dispatcher that must not send: a few poll intervals, nothing at the
+ * provider, the effect still pending and untouched, dispatch.blocked. */
+static void
+expect_held(PGconn *c, const char *id, const char *pk, enum env_switch env, bool flag,
+            const char *why)
+{
+	struct disp d;
+	struct dconf dc = DCONF;
+	json_t *row, *lines, *sel, *l;
+
+	kill_switch(flag);
+	disp_start(&d, &dc, env);
+	notify(c);
+	ck_assert_int_ge(wait_log(d.log, NULL, "dispatch.blocked", NULL, 1, 5), 1);
+	tl_sleep_ms(5 * dc.poll_ms);
+	ck_assert_msg(prov_count(pk, NULL) == 0, "%s: the provider got a request", why);
+	row = effect_row(c, id);
+	ck_assert_msg(streq(tl_jstr(row, "state"), "pending") && jint(row, "attempt") == 0,
+	              "%s: the effect is not pending and untouched: %s", why, dump_json(row));
+	json_decref(row);
+	lines = log_lines(d.log, NULL);
+	sel = log_select(lines, "dispatch.blocked", NULL);
+	l = json_array_get(sel, 0);
+	ck_assert_msg(jint(l, "count") >= 1 && tl_jstr(l, "reason") != NULL,
+	              "%s: dispatch.blocked without count and reason: %s", why, dump_json(l));
+	json_decref(sel);
+	sel = log_select(lines, "effect.claimed", NULL);
+	ck_assert_msg(json_array_size(sel) == 0, "%s: the dispatcher claimed effects", why);
+	json_decref(sel);
+	json_decref(lines);
+	disp_stop(&d);
+}
+
+START_TEST(test_kill_switch)
+{
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	struct dconf dc = DCONF;
+	char key[200], pk[256], id[40], rkey[200], rprefix[256], ids[5][40], type[32];
+	double t_on;
+	long long before;
+	json_t *reqs;
+	char *sent_pk;
+	size_t blocked = 0, nblocked;
+	int i, sent;
+
+	mkkey(key, sizeof(key), "switch");
+	pkey(pk, sizeof(pk), key, "crm.tag");
+	make_run(c, key, NULL);
+	add_effect(c, key, "crm.tag", "t_http", "{\"contact\":\"c-9\"}", id);
+
+	/* (a) no AI_ACTIONS_ENABLED, (b) AI_ACTIONS_ENABLED=false: database
+	 * flag on, still nothing goes out. */
+	expect_held(c, id, pk, ENV_UNSET, true, "AI_ACTIONS_ENABLED unset");
+	expect_held(c, id, pk, ENV_FALSE, true, "AI_ACTIONS_ENABLED=false");
+
+	/* (c) the environment says yes, the database flag says no ... */
+	kill_switch(false);
+	disp_start(&d, &dc, ENV_TRUE);
+	notify(c);
+	ck_assert_int_ge(wait_log(d.log, NULL, "dispatch.blocked", NULL, 1, 5), 1);
+	tl_sleep_ms(5 * dc.poll_ms);
+	ck_assert_msg(prov_count(pk, NULL) == 0, "flag off: the provider got a request");
+	{
+		char *st = effect_state(c, id);
+
+		ck_assert_msg(streq(st, "pending"), "flag off: the effect is %s", st);
+		free(st);
+	}
+	/* ... until an operator turns it on: sent within a couple of seconds. */
+	kill_switch(true);
+	t_on = tl_now();
+	ck_assert_msg(wait_prov(pk, "effect", 1, 5) == 1, "flag on: nothing sent within 5 s");
+	ck_assert_msg(tl_now() - t_on < 3.0, "flag on: sent only after %.1f s", tl_now() - t_on);
+	EXPECT_EFFECT(c, id, "completed", 5);
+	disp_stop(&d);
+
+	/* Claimed just before the switch flips: not sent. One worker claims
+	 * all five; the rate limit (1/s) holds the later ones after their
+	 * claim; the switch goes off right after the first send. */
+	mkkey(rkey, sizeof(rkey), "switch-rate");
+	snprintf(rprefix, sizeof(rprefix), "%s/", rkey);
+	make_run(c, rkey, NULL);
+	for (i = 0; i < 5; i++) {
+		snprintf(type, sizeof(type), "crm.note%d", i);
+		add_effect(c, rkey, type, "t_rate", "{\"contact\":\"c-10\"}", ids[i]);
+	}
+	before = blocked_sends(c);
+	dc.workers = 1;
+	dc.batch = 8;
+	disp_start(&d, &dc, ENV_TRUE);
+	notify(c);
+	ck_assert_msg(wait_prov(rprefix, "effect", 1, 10) >= 1, "the first effect was never sent");
+	kill_switch(false);
+	tl_sleep_ms(5000); /* four more rate slots */
+	reqs = prov_requests(rprefix, "effect");
+	ck_assert_msg(json_array_size(reqs) == 1, "%zu effects went out after the switch was turned"
+	              " off, expected only the first", json_array_size(reqs));
+	sent_pk = strdup(JSTR(json_array_get(reqs, 0), "idempotency_key"));
+	json_decref(reqs);
+	sent = 0;
+	for (i = 0; i < 5; i++) {
+		json_t *row = effect_row(c, ids[i]);
+
+		if (streq(tl_jstr(row, "provider_key"), sent_pk)) {
+			sent++;
+			ck_assert_str_eq(JSTR(row, "state"), "completed");
+		} else {
+			ck_assert_msg(streq(tl_jstr(row, "state"), "pending") && jint(row, "attempt") == 0 &&
+			              json_is_null(json_object_get(row, "lease_owner")),
+			              "a blocked effect is not pending with its attempt given back: %s",
+			              dump_json(row));
+			ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_attempts"
+			                      " WHERE effect_id = $1::uuid", ids[i], (char *)NULL), 0);
+			nblocked = log_count(d.log, rkey, "dispatch.blocked", ids[i]);
+			ck_assert_msg(nblocked <= 1, "%zu dispatch.blocked lines for one effect", nblocked);
+			blocked += nblocked;
+		}
+		json_decref(row);
+	}
+	ck_assert_int_eq(sent, 1);
+	/* How many a worker holds when the switch flips depends on its batch
+	 * (today: all four); at least the next one was claimed, then refused
+	 * right before its send, counted and logged, each exactly once. */
+	ck_assert_msg(blocked >= 1, "no claimed effect was refused by the switch");
+	ck_assert_msg(blocked_sends(c) - before == (long long)blocked, "blocked_sends grew by %lld,"
+	              " %zu dispatch.blocked lines", blocked_sends(c) - before, blocked);
+	{
+		json_t *lines = log_lines(d.log, rkey), *sel = log_select(lines, "dispatch.blocked", NULL);
+		json_t *bl;
+		size_t j;
+
+		json_array_foreach(sel, j, bl)
+			ck_assert_msg(streq(tl_jstr(bl, "state_from"), "sending") &&
+			              streq(tl_jstr(bl, "state_to"), "pending"),
+			              "dispatch.blocked of a claimed effect: %s", dump_json(bl));
+		json_decref(sel);
+		json_decref(lines);
+	}
+	free(sent_pk);
+	disp_stop(&d);
+	ck_assert_int_eq(prov_count(rprefix, NULL), 1);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 6b. a claimed batch waits its turn =========================================== */
+
+/* One worker claims eight effects of a rate-limited target (1/s) with a
+ * 5 s lease: the later ones wait longer than the lease for their slot.
+ * Nothing was sent for them, so none may become unknown: every one is
+ * sent once and completed. */
+START_TEST(test_batch_wait_keeps_lease)
+{
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	struct dconf dc = DCONF;
+	char key[200], prefix[256], ids[8][40], type[32];
+	long long done;
+	double deadline;
+	json_t *row;
+	int i;
+
+	dc.workers = 1;
+	dc.batch = 8;
+	dc.lease_s = 5;
+	mkkey(key, sizeof(key), "batch-wait");
+	snprintf(prefix, sizeof(prefix), "%s/", key);
+	make_run(c, key, NULL);
+	for (i = 0; i < 8; i++) {
+		snprintf(type, sizeof(type), "crm.note%d", i);
+		add_effect(c, key, type, "t_rate", "{\"contact\":\"c-30\"}", ids[i]);
+	}
+	kill_switch(true);
+	disp_start(&d, &dc, ENV_TRUE);
+	notify(c);
+	deadline = tl_now() + 20;
+	do {
+		tl_sleep_ms(250);
+		done = qnum(c, "SELECT count(*) FROM effect_outbox WHERE client_id = $1::bigint"
+		            " AND idempotency_key = $2 AND state NOT IN ('pending', 'sending')",
+		            g_client, key, (char *)NULL);
+	} while (done < 8 && tl_now() < deadline);
+	disp_stop(&d);
+	for (i = 0; i < 8; i++) {
+		row = effect_row(c, ids[i]);
+		ck_assert_msg(streq(tl_jstr(row, "state"), "completed"),
+		              "an effect that waited in its claimed batch for its rate slot ended %s"
+		              " (provider got %zu of 8 requests): %s", JSTR(row, "state"),
+		              prov_count(prefix, NULL), dump_json(row));
+		json_decref(row);
+	}
+	ck_assert_int_eq(prov_count(prefix, "effect"), 8);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE client_id = $1::bigint"
+	                      " AND idempotency_key = $2", g_client, key, (char *)NULL), 0);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 7. kill -9 during a stalled send ========================================== */
+
+START_TEST(test_kill9_mid_send)
+{
+	PGconn *c = tl_pg_connect();
+	struct disp d1, d2;
+	struct dconf dc = DCONF;
+	char key[200], pk[256], id[40];
+	json_t *row, *dl, *att, *l;
+	char *st, *lease_end;
+
+	dc.workers = 1;
+	dc.lease_s = 5;
+	mkkey(key, sizeof(key), "kill9");
+	pkey(pk, sizeof(pk), key, "crm.tag");
+	make_run(c, key, NULL);
+	add_effect(c, key, "crm.tag", "t_plain", "{\"fault\":\"stall\"}", id);
+	kill_switch(true);
+	disp_start(&d1, &dc, ENV_TRUE);
+	notify(c);
+	ck_assert_msg(wait_prov(pk, "effect", 1, 10) == 1, "the effect was never sent");
+	disp_kill9(&d1);
+	st = effect_state(c, id);
+	ck_assert_msg(streq(st, "sending"), "after kill -9 mid-send the effect is %s", st);
+	free(st);
+	lease_end = qstr(c, "SELECT extract(epoch FROM lease_expires_at)::text FROM effect_outbox"
+	                 " WHERE id = $1::uuid", id, (char *)NULL);
+	ck_assert_ptr_nonnull(lease_end);
+
+	/* A new dispatcher: the lease runs out (right before the send it was
+	 * stretched to cover the send's timeout and a margin: ~25 s here), the
+	 * effect becomes unknown, never pending. */
+	disp_start(&d2, &dc, ENV_TRUE);
+	EXPECT_EFFECT(c, id, "unknown", 45);
+	row = effect_row(c, id);
+	ck_assert_str_eq(JSTR(row, "reason"), "lease_expired_while_sending");
+	ck_assert_str_eq(JSTR(row, "error_class"), "ambiguous");
+	ck_assert_int_eq(jint(row, "attempt"), 1);
+	json_decref(row);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE id = $1::uuid"
+	                      " AND updated_at >= to_timestamp($2::float8)", id, lease_end,
+	                      (char *)NULL), 1);
+	dl = dead_letter_of(c, id);
+	ck_assert_msg(dl != NULL, "no dead letter for the lost send");
+	ck_assert_str_eq(JSTR(dl, "error_class"), "unknown");
+	ck_assert_str_eq(JSTR(dl, "reason"), "lease_expired_while_sending");
+	json_decref(dl);
+	att = attempts_of(c, id);
+	ck_assert_msg(json_array_size(att) == 1 &&
+	              streq(tl_jstr(json_array_get(att, 0), "reason"), "lease_expired_while_sending"),
+	              "attempts: %s", dump_json(att));
+	json_decref(att);
+	ck_assert_int_eq(wait_log(d2.log, key, "effect.dead_lettered", id, 1, 5), 1);
+	l = log_one(d2.log, key, "effect.unknown", id);
+	ck_assert_str_eq(JSTR(l, "reason"), "lease_expired_while_sending");
+	json_decref(l);
+	/* never resent */
+	tl_sleep_ms(3000);
+	ck_assert_int_eq(prov_count(pk, NULL), 1);
+	st = effect_state(c, id);
+	ck_assert_msg(streq(st, "unknown"), "the effect moved on to %s", st);
+	free(st);
+	disp_stop(&d2);
+	free(lease_end);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 8. four dispatchers, 2,000 effects ========================================= */
+
+START_TEST(test_many_dispatchers)
+{
+	PGconn *c = tl_pg_connect();
+	struct disp d[BULK_DISPATCHERS];
+	struct dconf dc = DCONF;
+	char prefix[200], n[16], hash[72];
+	json_t *com, *reqs, *r, *seen;
+	PGresult *res;
+	size_t i;
+	int k;
+	long long done = 0;
+	double deadline, t0;
+	char *dist;
+
+	dc.workers = 4;
+	dc.batch = 8;
+	snprintf(prefix, sizeof(prefix), "%s-bulk-", g_run);
+	snprintf(n, sizeof(n), "%d", BULK_EFFECTS);
+	tl_payload_hash("{\"suite\":\"check_dispatch\"}", hash);
+	qexec(c, "INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
+	      "    state, claim_started_at, workflow_version, decision, decided_at)"
+	      " SELECT $1::bigint, $2 || lpad(i::text, 4, '0'), $3, '{\"suite\":\"check_dispatch\"}',"
+	      "    'approved', now(), 'dispatch-suite@1', 'auto', now()"
+	      "   FROM generate_series(1, $4::int) i", g_client, prefix, hash, n, (char *)NULL);
+	qexec(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target,"
+	      "    payload, payload_hash, provider_key)"
+	      " SELECT $1::bigint, $2 || lpad(i::text, 4, '0'), 'crm.tag', 't_bulk',"
+	      "    jsonb_build_object('n', i), $3, $2 || lpad(i::text, 4, '0') || '/crm.tag'"
+	      "   FROM generate_series(1, $4::int) i", g_client, prefix, hash, n, (char *)NULL);
+	kill_switch(true);
+	t0 = tl_now();
+	for (k = 0; k < BULK_DISPATCHERS; k++)
+		disp_start(&d[k], &dc, ENV_TRUE);
+	notify(c);
+	deadline = tl_now() + 150;
+	while (tl_now() < deadline) {
+		done = qnum(c, "SELECT count(*) FROM effect_outbox WHERE client_id = $1::bigint"
+		            " AND idempotency_key LIKE $2 || '%' AND state NOT IN ('pending', 'sending')",
+		            g_client, prefix, (char *)NULL);
+		if (done == BULK_EFFECTS)
+			break;
+		tl_sleep_ms(250);
+	}
+	ck_assert_msg(done == BULK_EFFECTS, "only %lld of %d effects settled", done, BULK_EFFECTS);
+	fprintf(stderr, "check_dispatch: %d effects through %d dispatchers in %.1f s\n",
+	        BULK_EFFECTS, BULK_DISPATCHERS, tl_now() - t0);
+	for (k = 0; k < BULK_DISPATCHERS; k++)
+		disp_stop(&d[k]);
+
+	/* Every one completed, none lost, none sent twice. */
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE client_id = $1::bigint"
+	                      " AND idempotency_key LIKE $2 || '%' AND state = 'completed'"
+	                      " AND attempt = 1", g_client, prefix, (char *)NULL), BULK_EFFECTS);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE client_id = $1::bigint"
+	                      " AND idempotency_key LIKE $2 || '%' AND state = 'completed'", g_client,
+	                      prefix, (char *)NULL), BULK_EFFECTS);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_attempts a JOIN effect_outbox e"
+	                      "  ON e.id = a.effect_id WHERE e.client_id = $1::bigint"
+	                      " AND e.idempotency_key LIKE $2 || '%'", g_client, prefix, (char *)NULL),
+	                 BULK_EFFECTS);
+	com = prov_committed(prefix);
+	ck_assert_msg(json_array_size(com) == BULK_EFFECTS, "the provider committed %zu effects,"
+	              " expected %d", json_array_size(com), BULK_EFFECTS);
+	seen = json_object();
+	json_array_foreach(com, i, r) {
+		const char *k2 = tl_jstr(r, "idempotency_key");
+
+		ck_assert_msg(json_object_get(seen, k2) == NULL, "%s committed twice", k2);
+		json_object_set_new(seen, k2, json_string(JSTR(r, "id")));
+	}
+	reqs = prov_requests(prefix, NULL);
+	ck_assert_msg(json_array_size(reqs) == BULK_EFFECTS, "the provider got %zu requests,"
+	              " expected %d", json_array_size(reqs), BULK_EFFECTS);
+	/* each effect's provider id is the one the provider gave its key */
+	res = PQexecParams(c, "SELECT provider_key, provider_id FROM effect_outbox"
+	                   " WHERE client_id = $1::bigint AND idempotency_key LIKE $2 || '%'", 2,
+	                   NULL, (const char *const[]){ g_client, prefix }, NULL, NULL, 0);
+	ck_assert_int_eq(PQresultStatus(res), PGRES_TUPLES_OK);
+	ck_assert_int_eq(PQntuples(res), BULK_EFFECTS);
+	for (k = 0; k < PQntuples(res); k++) {
+		const char *want = json_string_value(json_object_get(seen, PQgetvalue(res, k, 0)));
+
+		ck_assert_msg(streq(want, PQgetvalue(res, k, 1)), "%s: provider_id %s, the provider"
+		              " says %s", PQgetvalue(res, k, 0), PQgetvalue(res, k, 1),
+		              want ? want : "(nothing)");
+	}
+	PQclear(res);
+	/* all four took part */
+	dist = qstr(c, "SELECT string_agg(dispatcher || ': ' || n, ', ') FROM"
+	            " (SELECT a.dispatcher, count(*) AS n FROM effect_attempts a"
+	            "   JOIN effect_outbox e ON e.id = a.effect_id WHERE e.client_id = $1::bigint"
+	            "    AND e.idempotency_key LIKE $2 || '%' GROUP BY 1) x", g_client, prefix,
+	            (char *)NULL);
+	fprintf(stderr, "check_dispatch: sends per dispatcher: %s\n", dist ? dist : "");
+	ck_assert_int_eq(qnum(c, "SELECT count(DISTINCT a.dispatcher) FROM effect_attempts a"
+	                      "   JOIN effect_outbox e ON e.id = a.effect_id"
+	                      "  WHERE e.client_id = $1::bigint AND e.idempotency_key LIKE $2 || '%'",
+	                      g_client, prefix, (char *)NULL), BULK_DISPATCHERS);
+	free(dist);
+	json_decref(reqs);
+	json_decref(seen);
+	json_decref(com);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 9. an expired approval ======================================================== */
+
+START_TEST(test_approval_expired)
+{
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	struct dconf dc = DCONF;
+	char key[200], pk[256], n8n_url[512], cb_url[512], cb_path[256], owner[64];
+	char key2[200], pk2[256], id2[40], payload[1024];
+	long long version = 0;
+	json_t *body, *reqs, *req, *sent, *run, *l, *row, *dl;
+	struct tl_resp r;
+	char *path, *cb_id;
+
+	mkkey(key, sizeof(key), "expired");
+	pkey(pk, sizeof(pk), key, "decision.callback");
+	snprintf(cb_path, sizeof(cb_path), "/webhook-waiting/%s/expired", g_run);
+	snprintf(n8n_url, sizeof(n8n_url), "%s%s", CALLBACK_ORIGIN, cb_path);
+	snprintf(cb_url, sizeof(cb_url), "http://127.0.0.1:%d%s", g_http_port, cb_path);
+
+	/* claim → output (support_reply, a person decides) → awaiting_human */
+	body = json_pack("{s:s, s:{s:s}, s:i}", "key", key, "payload", "suite", g_run,
+	                 "lease_seconds", 60);
+	tl_post_json("/v1/runs", g_key_dev, body, &r);
+	json_decref(body);
+	ASSERT_STATUS(&r, 201);
+	ck_assert_msg(tl_jstr(r.json, "lease_owner") && tl_jint(r.json, "version", &version),
+	              "claim answer: %s", r.body);
+	snprintf(owner, sizeof(owner), "%s", tl_jstr(r.json, "lease_owner"));
+	tl_resp_free(&r);
+	path = run_path(key, "/output");
+	body = json_pack("{s:s, s:I, s:s, s:{s:s, s:s, s:s, s:f},"
+	                 " s:{s:s, s:s, s:s}, s:{s:s, s:s, s:{s:s}}, s:s, s:s}",
+	                 "lease_owner", owner, "version", (json_int_t)version,
+	                 "contract", "support_reply",
+	                 "output", "subject", "Re: your order", "body", "It ships on Friday.",
+	                 "tone", "friendly", "confidence", 0.8,
+	                 "model", "provider", "openai-compatible", "name", "qwen2.5-7b-instruct",
+	                 "revision", "2024-09-19",
+	                 "effect", "type", "email.send", "target", "demo_smtp", "payload", "to",
+	                 "customer@example.com",
+	                 "source_url", "https://crm.example/ticket/9",
+	                 "callback_url", n8n_url);
+	tl_post_json(path, g_key_dev, body, &r);
+	json_decref(body);
+	free(path);
+	ASSERT_STATUS(&r, 202);
+	ck_assert_msg(streq(tl_jstr(r.json, "outcome"), "awaiting_human"), "output: %s", r.body);
+	tl_resp_free(&r);
+
+	/* n8n does not listen in the test stack: the callback goes to the
+	 * provider instead; and time passes. */
+	ck_assert_int_eq(qexec(c, "UPDATE workflow_runs SET callback_url = $3"
+	                       " WHERE client_id = $1::bigint AND idempotency_key = $2",
+	                       g_client, key, cb_url, (char *)NULL), 1);
+	ck_assert_int_ge(qexec(c, "UPDATE approvals SET callback_url = $3,"
+	                       "    expires_at = now() - interval '1 second'"
+	                       " WHERE client_id = $1::bigint AND idempotency_key = $2"
+	                       "   AND state = 'pending'", g_client, key, cb_url, (char *)NULL), 1);
+	kill_switch(true);
+	disp_start(&d, &dc, ENV_TRUE);
+
+	{
+		char *st = wait_run(c, key, "failed_terminal", 10);
+
+		ck_assert_msg(streq(st, "failed_terminal"), "run %s is %s after its approval expired",
+		              key, st);
+		free(st);
+	}
+	run = qjson(c, "SELECT row_to_json(r)::text FROM workflow_runs r"
+	            " WHERE client_id = $1::bigint AND idempotency_key = $2", g_client, key,
+	            (char *)NULL);
+	ck_assert_str_eq(JSTR(run, "error_class"), "approval_expired");
+	ck_assert_str_eq(JSTR(run, "decision"), "expired");
+	json_decref(run);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE client_id = $1::bigint"
+	                      " AND idempotency_key = $2 AND state <> 'expired'", g_client, key,
+	                      (char *)NULL), 0);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM run_events WHERE client_id = $1::bigint"
+	                      " AND idempotency_key = $2 AND event = 'run.approval_expired'",
+	                      g_client, key, (char *)NULL), 1);
+	/* nothing the approval would have enqueued */
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE client_id = $1::bigint"
+	                      " AND idempotency_key = $2 AND effect_type = 'email.send'", g_client,
+	                      key, (char *)NULL), 0);
+
+	/* The workflow is told: one decision.callback POST to its resume URL. */
+	cb_id = qstr(c, "SELECT id FROM effect_outbox WHERE client_id = $1::bigint"
+	             " AND idempotency_key = $2 AND effect_type = 'decision.callback'"
+	             " AND target = 'callback'", g_client, key, (char *)NULL);
+	ck_assert_msg(cb_id != NULL, "no decision.callback effect was enqueued");
+	EXPECT_EFFECT(c, cb_id, "completed", 10);
+	reqs = prov_requests(pk, NULL);
+	ck_assert_int_eq(json_array_size(reqs), 1);
+	req = json_array_get(reqs, 0);
+	ck_assert_str_eq(JSTR(req, "method"), "POST");
+	ck_assert_str_eq(JSTR(req, "path"), cb_path);
+	sent = json_loads(JSTR(req, "body"), 0, NULL);
+	ck_assert_msg(json_is_object(sent) && json_object_size(sent) == 2 &&
+	              streq(tl_jstr(sent, "decision"), "expired") && streq(tl_jstr(sent, "key"), key),
+	              "callback body %s, expected {\"decision\":\"expired\",\"key\":\"%s\"}",
+	              JSTR(req, "body"), key);
+	json_decref(sent);
+	json_decref(reqs);
+
+	l = log_one(d.log, key, "approval.expired", NULL);
+	ck_assert_str_eq(JSTR(l, "decision"), "expired");
+	ck_assert_str_eq(JSTR(l, "state_to"), "failed_terminal");
+	json_decref(l);
+	ck_assert_int_eq(wait_log(d.log, key, "effect.completed", cb_id, 1, 5), 1);
+	/* the tick does it once */
+	tl_sleep_ms(1000);
+	ck_assert_int_eq(log_count(d.log, key, "approval.expired", NULL), 1);
+	ck_assert_int_eq(prov_count(pk, NULL), 1);
+
+	/* A callback URL outside the callback target's URL is never called,
+	 * whatever the payload says: it fails, dead-lettered, unsent. (The
+	 * provider listens on localhost too: a request would be recorded.) */
+	mkkey(key2, sizeof(key2), "callback-outside");
+	pkey(pk2, sizeof(pk2), key2, "decision.callback");
+	snprintf(payload, sizeof(payload), "{\"url\":\"http://localhost:%d%s\",\"key\":\"%s\","
+	         "\"decision\":\"approved\"}", g_http_port, cb_path, key2);
+	make_run(c, key2, NULL);
+	add_effect(c, key2, "decision.callback", "callback", payload, id2);
+	notify(c);
+	EXPECT_EFFECT(c, id2, "failed", 10);
+	row = effect_row(c, id2);
+	ck_assert_str_eq(JSTR(row, "reason"), "payload_invalid");
+	json_decref(row);
+	dl = dead_letter_of(c, id2);
+	ck_assert_msg(dl != NULL && streq(tl_jstr(dl, "error_class"), "permanent"),
+	              "dead letter of the refused callback: %s", dump_json(dl));
+	json_decref(dl);
+	ck_assert_int_eq(log_count(d.log, key2, "effect.sent", id2), 0);
+	ck_assert_int_eq(prov_count(pk2, NULL), 0);
+	disp_stop(&d);
+	free(cb_id);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 10. act with window ============================================================= */
+
+START_TEST(test_window)
+{
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	struct dconf dc = DCONF;
+	char ka[200], kb[200], pa[256], pb[256], ida[40], idb[40];
+	json_t *reqs, *body;
+	struct tl_resp r;
+	double nb, sent_at;
+	char *path, *nbs, *st;
+
+	mkkey(ka, sizeof(ka), "window-send");
+	mkkey(kb, sizeof(kb), "window-cancel");
+	pkey(pa, sizeof(pa), ka, "crm.tag");
+	pkey(pb, sizeof(pb), kb, "crm.tag");
+	kill_switch(true);
+	disp_start(&d, &dc, ENV_TRUE);
+	make_run(c, ka, NULL);
+	add_effect_at(c, ka, "crm.tag", "t_http", "{\"contact\":\"c-20\"}", 3.0, ida);
+	make_run(c, kb, NULL);
+	add_effect_at(c, kb, "crm.tag", "t_http", "{\"contact\":\"c-21\"}", 3.0, idb);
+	notify(c);
+
+	/* The workflow cancels the second inside its window. */
+	path = run_path(kb, "/cancel");
+	body = json_pack("{s:s}", "reason", "the customer withdrew the request");
+	tl_post_json(path, g_key_dev, body, &r);
+	json_decref(body);
+	free(path);
+	ASSERT_STATUS(&r, 200);
+	tl_resp_free(&r);
+
+	tl_sleep_ms(1500);
+	ck_assert_msg(prov_count(pa, NULL) == 0, "sent before its window ended");
+	EXPECT_EFFECT(c, ida, "completed", 10);
+	nbs = qstr(c, "SELECT extract(epoch FROM not_before)::text FROM effect_outbox"
+	           " WHERE id = $1::uuid", ida, (char *)NULL);
+	nb = strtod(nbs, NULL);
+	free(nbs);
+	reqs = prov_requests(pa, NULL);
+	ck_assert_int_eq(json_array_size(reqs), 1);
+	sent_at = req_time(json_array_get(reqs, 0));
+	ck_assert_msg(sent_at >= nb, "sent %.3f s before not_before", nb - sent_at);
+	ck_assert_msg(sent_at < nb + 3.0, "sent %.3f s after not_before", sent_at - nb);
+	json_decref(reqs);
+
+	/* The cancelled one: never sent. */
+	tl_sleep_ms(1000);
+	ck_assert_int_eq(prov_count(pb, NULL), 0);
+	st = effect_state(c, idb);
+	ck_assert_msg(streq(st, "cancelled"), "the cancelled effect is %s", st);
+	free(st);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_attempts WHERE effect_id = $1::uuid",
+	                      idb, (char *)NULL), 0);
+	ck_assert_int_eq(log_count(d.log, kb, "effect.claimed", NULL), 0);
+	disp_stop(&d);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 11. SIGTERM with a send in flight ================================================ */
+
+/* One worker claims all four effects (one batch); the first send stalls;
+ * SIGTERM. The dispatcher must exit within its shutdown deadline and a
+ * margin, and give back every effect it claimed but did not send. */
+static void
+sigterm_case(PGconn *c, const char *name, const char *target, int shutdown_s,
+             const char *const sent_states[])
+{
+	struct disp d;
+	struct dconf dc = DCONF;
+	char key[200], prefix[256], ids[4][40], type[32];
+	json_t *reqs;
+	double took;
+	char *sent_pk;
+	int i, sent = 0;
+
+	dc.workers = 1;
+	dc.batch = 8;
+	dc.shutdown_s = shutdown_s;
+	mkkey(key, sizeof(key), name);
+	snprintf(prefix, sizeof(prefix), "%s/", key);
+	make_run(c, key, NULL);
+	for (i = 0; i < 4; i++) {
+		snprintf(type, sizeof(type), "crm.note%d", i);
+		add_effect(c, key, type, target, "{\"fault\":\"stall\"}", ids[i]);
+	}
+	disp_start(&d, &dc, ENV_TRUE);
+	notify(c);
+	ck_assert_msg(wait_prov(prefix, "effect", 1, 10) == 1, "%s: nothing was sent", name);
+	tl_sleep_ms(200);
+	took = disp_stop(&d);
+	ck_assert_msg(took <= shutdown_s + 2.0, "%s: exit %.1f s after SIGTERM"
+	              " (dispatch_shutdown_seconds = %d)", name, took, shutdown_s);
+	reqs = prov_requests(prefix, NULL);
+	ck_assert_int_eq(json_array_size(reqs), 1);
+	sent_pk = strdup(JSTR(json_array_get(reqs, 0), "idempotency_key"));
+	json_decref(reqs);
+	for (i = 0; i < 4; i++) {
+		json_t *row = effect_row(c, ids[i]);
+		const char *st = tl_jstr(row, "state");
+
+		if (streq(tl_jstr(row, "provider_key"), sent_pk)) {
+			sent++;
+			ck_assert_msg(streq(st, sent_states[0]) || streq(st, sent_states[1]),
+			              "%s: the effect in flight is %s after SIGTERM: %s", name, st,
+			              dump_json(row));
+			ck_assert_int_eq(jint(row, "attempt"), 1);
+		} else {
+			ck_assert_msg(streq(st, "pending") && jint(row, "attempt") == 0 &&
+			              json_is_null(json_object_get(row, "lease_owner")) &&
+			              json_is_null(json_object_get(row, "first_attempt_at")),
+			              "%s: an effect claimed but never sent is not pending with its"
+			              " attempt given back after SIGTERM: %s", name, dump_json(row));
+		}
+		json_decref(row);
+	}
+	ck_assert_int_eq(sent, 1);
+	ck_assert_int_eq(log_count(d.log, NULL, "dispatch.stopped", NULL), 1);
+	free(sent_pk);
+}
+
+START_TEST(test_sigterm)
+{
+	static const char *const timed_out[] = { "unknown", "unknown" };
+	static const char *const in_flight[] = { "sending", "unknown" };
+	PGconn *c = tl_pg_connect();
+
+	kill_switch(true);
+	/* The stalled send times out (1.5 s) inside the deadline (5 s): it
+	 * settles as unknown, the rest of the batch goes back. */
+	sigterm_case(c, "sigterm-timeout", "t_plain", 5, timed_out);
+	/* The stalled send (timeout 10 s) outlasts the deadline (2 s): the
+	 * process exits with it in flight; it stays leased (and becomes
+	 * unknown when the lease runs out), the rest must still go back. */
+	sigterm_case(c, "sigterm-deadline", "t_slow", 2, in_flight);
+	PQfinish(c);
+}
+END_TEST
+
+/* ---- the suite ---------------------------------------------------------------- */
+
+static Suite *
+dispatch_suite(void)
+{
+	Suite *s = suite_create("dispatch");
+	TCase *tc = tcase_create("dispatch");
+
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_http_happy);
+	tcase_add_test(tc, test_smtp_happy);
+	tcase_add_test(tc, test_idempotent_retry);
+	tcase_add_test(tc, test_retry_policy);
+	tcase_add_test(tc, test_kill_switch);
+	tcase_add_test(tc, test_batch_wait_keeps_lease);
+	tcase_add_test(tc, test_window);
+	tcase_add_test(tc, test_approval_expired);
+	tcase_add_test(tc, test_sigterm);
+	tcase_add_test(tc, test_ambiguous_without_keys);
+	tcase_add_test(tc, test_kill9_mid_send);
+	tcase_add_test(tc, test_many_dispatchers);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+/* Outside a test: plain libpq, no Check assertions. */
+static bool
+suite_db_prepare(void)
+{
+	PGconn *c = PQconnectdb("");
+	PGresult *res;
+	bool ok = false;
+
+	if (PQstatus(c) != CONNECTION_OK) {
+		fprintf(stderr, "check_dispatch: cannot connect: %s\n", PQerrorMessage(c));
+		goto out;
+	}
+	res = PQexec(c, "SELECT id FROM api_clients WHERE name = 'dev'");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+		fprintf(stderr, "check_dispatch: no API client named dev: %s\n", PQerrorMessage(c));
+		PQclear(res);
+		goto out;
+	}
+	snprintf(g_client, sizeof(g_client), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	/* Earlier suites leave effects for targets no dispatcher here knows. */
+	res = PQexec(c, "UPDATE effect_outbox SET state = 'cancelled', updated_at = now()"
+	             " WHERE state IN ('pending', 'unknown')");
+	ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+	if (!ok)
+		fprintf(stderr, "check_dispatch: %s\n", PQerrorMessage(c));
+	PQclear(res);
+out:
+	PQfinish(c);
+	return ok;
+}
+
+int
+main(void)
+{
+	static const char *const needed[] = {
+		"ONCEGATE_API_KEY", "ONCEGATE_CONF", "ONCEGATE_CTL", "ONCEGATE_PROVIDERS",
+		"ONCEGATE_PYTHON", NULL,
+	};
+	char *http_extra[] = { (char *)(uintptr_t)"--stall-seconds", NULL, NULL };
+	char *smtp_extra[] = { (char *)(uintptr_t)"--record", g_smtp_record, NULL };
+	char stall[16];
+	SRunner *sr;
+	int failed = 1, i;
+
+	if (tl_env("ONCEGATE_URL") == NULL || tl_env("ONCEGATE_DISPATCH") == NULL) {
+		printf("check_dispatch: ONCEGATE_URL or ONCEGATE_DISPATCH is not set; run `./dev test`"
+		       " to start the stack. Skipping.\n");
+		return 77;
+	}
+	for (i = 0; needed[i] != NULL; i++) {
+		if (tl_env(needed[i]) == NULL) {
+			fprintf(stderr, "check_dispatch: ONCEGATE_URL is set but %s is not\n", needed[i]);
+			return 99;
+		}
+	}
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		return 99;
+	g_key_dev = tl_env("ONCEGATE_API_KEY");
+	snprintf(g_run, sizeof(g_run), "dt%lld-%d", (long long)time(NULL), (int)getpid());
+	snprintf(g_tmp, sizeof(g_tmp), "/tmp/check_dispatch.XXXXXX");
+	if (mkdtemp(g_tmp) == NULL) {
+		perror("check_dispatch: mkdtemp");
+		return 99;
+	}
+	snprintf(g_procs, sizeof(g_procs), "%s/procs", g_tmp);
+	snprintf(g_smtp_record, sizeof(g_smtp_record), "%s/mail.jsonl", g_tmp);
+	if (!suite_db_prepare())
+		goto out;
+
+	snprintf(stall, sizeof(stall), "%d", STALL_S);
+	http_extra[1] = stall;
+	g_http_port = provider_start("http_provider.py", "http_provider", http_extra, &g_http_pid);
+	g_smtp_port = provider_start("smtp_sink.py", "smtp_sink", smtp_extra, &g_smtp_pid);
+	if (g_http_port <= 0 || g_smtp_port <= 0)
+		goto out;
+	fprintf(stderr, "check_dispatch: run %s, files in %s, http provider :%d, smtp sink :%d\n",
+	        g_run, g_tmp, g_http_port, g_smtp_port);
+
+	sr = srunner_create(dispatch_suite());
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+out:
+	proc_sweep();
+	provider_stop(g_smtp_pid, "smtp_sink");
+	provider_stop(g_http_pid, "http_provider");
+	/* Deny by default once the suite is done. */
+	(void)tl_ctl(NULL, "kill-switch", "off", "--reason", "check_dispatch finished",
+	             "--operator", "check_dispatch", (char *)NULL);
+	curl_global_cleanup();
+	/* the files of a failed run are kept for the post-mortem */
+	if (failed == 0) {
+		char *cmd = NULL;
+
+		if (asprintf(&cmd, "rm -rf '%s'", g_tmp) > 0)
+			(void)tl_shell(cmd);
+		free(cmd);
+	} else {
+		fprintf(stderr, "check_dispatch: configs, decision logs and stderr kept in %s\n", g_tmp);
+	}
+	return failed == 0 ? 0 : 1;
+}
