@@ -12,20 +12,12 @@
 #include <unistd.h>
 
 #include "clients.h"
+#include "ctl.h"
 #include "config.h"
 #include "db.h"
 #include "digest.h"
 #include "log.h"
 #include "migrate.h"
-
-enum { EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNAVAILABLE = 3 };
-
-struct ctl {
-	struct config cfg;
-	const char *conf_path;
-	struct db *db;
-	int json;
-};
 
 struct command {
 	const char *name;
@@ -33,19 +25,6 @@ struct command {
 	const char *help;
 	int (*run)(struct ctl *ctl, int argc, char **argv);
 };
-
-static int
-ctl_db(struct ctl *ctl)
-{
-	if (ctl->db == NULL)
-		ctl->db = db_new(ctl->cfg.database, ctl->cfg.statement_timeout_ms);
-	if (ctl->db == NULL || db_ensure(ctl->db) != DB_OK) {
-		fprintf(stderr, "oncegatectl: %s\n",
-		        ctl->db != NULL ? db_error(ctl->db) : "out of memory");
-		return -1;
-	}
-	return 0;
-}
 
 static int
 exit_of(enum clients_rc rc, const char *what, const char *name, struct ctl *ctl)
@@ -169,22 +148,6 @@ static const struct db_stmt st_switch_get = {
 	0, true,
 };
 
-/* The operator: --operator, else the login name. */
-static const char *
-operator_name(const char *given)
-{
-	const char *u;
-
-	if (given != NULL && *given != '\0')
-		return given;
-	u = getenv("SUDO_USER");
-	if (u == NULL || *u == '\0')
-		u = getenv("USER");
-	if (u == NULL || *u == '\0')
-		u = getlogin();
-	return u != NULL && *u != '\0' ? u : "unknown";
-}
-
 static int
 cmd_kill_switch(struct ctl *ctl, int argc, char **argv)
 {
@@ -259,10 +222,7 @@ cmd_kill_switch(struct ctl *ctl, int argc, char **argv)
 			return EXIT_REFUSED;
 		}
 		PQclear(res);
-		if (log_open(ctl->cfg.log_file, LOG_LEVEL_INFO, "oncegatectl") == 0) {
-			log_event(LOG_LEVEL_NOTICE, "kill_switch.changed", &f);
-			log_close();
-		}
+		ctl_log(ctl, LOG_LEVEL_NOTICE, "kill_switch.changed", &f);
 		fprintf(stderr, "oncegatectl: kill switch database flag %s (by %s); dispatchers "
 		        "also need AI_ACTIONS_ENABLED=true\n", strcmp(what, "on") == 0 ? "ON" : "OFF",
 		        p[1]);
@@ -356,7 +316,6 @@ main(int argc, char **argv)
 	}
 	rc = commands[i].run(&ctl, argc - optind, argv + optind);
 out:
-	db_free(ctl.db);
-	config_free(&ctl.cfg);
+	ctl_close(&ctl);
 	return rc;
 }

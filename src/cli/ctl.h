@@ -1,0 +1,40 @@
+/*
+ * ctl.h — what every oncegatectl command shares: the loaded configuration,
+ * the database connection (made on first use), --json, the operator and
+ * the decision log. Each group of commands lives in its own file
+ * (src/cli/ctl_*.c) and is listed in the command table of oncegatectl.c.
+ *
+ * Exit codes: 0 done, 1 refused or failed (the message says why), 2 usage
+ * error, 3 database unavailable.
+ */
+#ifndef OG_CTL_H
+#define OG_CTL_H
+
+#include <stdbool.h>
+
+#include "config.h"
+#include "db.h"
+#include "log.h"
+
+enum { EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNAVAILABLE = 3 };
+
+struct ctl {
+	struct config cfg;
+	const char *conf_path;
+	struct db *db;
+	int json;
+	bool log_opened;
+};
+
+/* Connects on first use; -1 (message printed) when the database is away. */
+int ctl_db(struct ctl *ctl) __attribute__((warn_unused_result));
+/* The operator: `given` (--operator), else the login name. */
+const char *operator_name(const char *given);
+/* One decision-log line from oncegatectl (program "oncegatectl"); every
+ * mutating command logs its action with actor (the operator) and reason. */
+void ctl_log(struct ctl *ctl, enum log_level level, const char *event,
+             const struct log_fields *f);
+/* Closes the log and the connection, frees the config. */
+void ctl_close(struct ctl *ctl);
+
+#endif
