@@ -242,8 +242,12 @@ static const struct db_stmt st_claim_reconcile = {
 	" RETURNING e.id, e.client_id, e.idempotency_key, e.effect_type, e.target,"
 	"       e.provider_key, e.attempt, e.reconcile_attempts,"
 	"       (extract(epoch FROM now() - e.first_attempt_at) * 1000)::bigint AS elapsed_ms,"
+	/* only the answers since the last send count: a resumed effect that
+	 * is unknown again must be found missing twice again */
 	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
-	"           AND a.kind = 'lookup' AND a.classification = 'not_found') AS not_found,"
+	"           AND a.kind = 'lookup' AND a.classification = 'not_found'"
+	"           AND a.id > coalesce((SELECT max(b.id) FROM effect_attempts b"
+	"                 WHERE b.effect_id = e.id AND b.kind = 'send'), 0)) AS not_found,"
 	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
 	"           AND a.kind = 'lookup' AND a.classification = 'error') AS errors",
 	3, false,
