@@ -13,6 +13,8 @@
 
 #include "clients.h"
 #include "ctl.h"
+#include "ctl_replay.h"
+#include "ctl_repair.h"
 #include "config.h"
 #include "db.h"
 #include "digest.h"
@@ -241,6 +243,24 @@ static const struct command commands[] = {
 	{ "config", "check", "load and print the configuration, secrets masked", cmd_config },
 	{ "kill-switch", "on|off --reason TEXT | status",
 	  "the database half of the kill switch (sends need it ON)", cmd_kill_switch },
+	{ "replay", "KEY --new-key NEWKEY --reason TEXT [--payload FILE] | --map FILE | --resume JOB",
+	  "a correction as a new run linked to the original (SPEC 7.3)", ctl_replay },
+	{ "stop", "JOB --reason TEXT", "stop a bulk replay job before its next item", ctl_stop },
+	{ "explain", "KEY [--client NAME]",
+	  "processed? sent? who approved? which model? with the timeline", ctl_explain },
+	{ "report", "[--since 7d]", "the weekly figures (SPEC 8)", ctl_report },
+	{ "purge", "--older-than DAYS --reason TEXT [--dry-run]",
+	  "remove payloads and outputs past retention; hashes and decisions stay", ctl_purge },
+	{ "deadletter", "list [--since D] [--class C] [--target T] [--state S] | show ID",
+	  "what automatic recovery gave up on, with its evidence (SPEC 7.2)", ctl_deadletter },
+	{ "reconcile", "EFFECT --delivered --provider-id ID | --not-delivered --reason TEXT",
+	  "record what the provider really did with an unknown or failed effect", ctl_reconcile },
+	{ "resume", "EFFECT --reason TEXT",
+	  "send a failed effect known not delivered again, same key", ctl_resume },
+	{ "reject", "EFFECT|KEY --reason TEXT [--client NAME]",
+	  "terminal: cancel the effect (or the run's unsent ones), fail the run", ctl_reject },
+	{ "approval", "revoke ID --reason TEXT | list [--pending]",
+	  "revoke one approver's link; list the challenges waiting", ctl_approval },
 };
 
 static void

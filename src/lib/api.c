@@ -20,7 +20,9 @@
 #include "digest.h"
 #include "gate.h"
 #include "ledger.h"
+#include "metrics.h"
 #include "outbox.h"
+#include "replay.h"
 #include "page.h"
 #include "token.h"
 #include "caps.h"
@@ -36,6 +38,7 @@ enum route_id {
 	ROUTE_CANCEL,
 	ROUTE_APPROVE_PAGE,
 	ROUTE_APPROVE_DECIDE,
+	ROUTE_METRICS,
 };
 
 enum route_auth {
@@ -87,6 +90,11 @@ static const struct route routes[] = {
 	  BODY_NONE, true },
 	{ ROUTE_APPROVE_DECIDE, "POST", SHAPE_KEY, "/approve/", "", "/approve/{token}",
 	  AUTH_SSO, BODY_FORM, true },
+	/* No authentication here: both nginx configs answer /metrics only to
+	 * loopback (allow 127.0.0.1; deny all), and only nginx reaches the
+	 * responder's socket. */
+	{ ROUTE_METRICS, "GET", SHAPE_EXACT, "/metrics", NULL, "/metrics", AUTH_NONE, BODY_NONE,
+	  false },
 };
 
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
@@ -520,6 +528,7 @@ handle_claim(struct call *c)
 		                "lease_expires_at", run.lease_expires_at, "attempt", run.attempt,
 		                "payload_hash", hash);
 		http_json(c->resp, 201, out);
+		metrics_count(METRICS_CLAIM_CLAIMED);
 		f.state_to = "processing";
 		f.version = run.version;
 		f.attempt = run.attempt;
@@ -534,6 +543,7 @@ handle_claim(struct call *c)
 		if (run.lease_live)
 			json_set_opt(out, "lease_expires_at", run.lease_expires_at);
 		http_json(c->resp, 200, out);
+		metrics_count(METRICS_CLAIM_DUPLICATE);
 		f.state_from = ledger_state_name(run.state);
 		f.version = run.version;
 		f.attempt = run.attempt;
@@ -547,6 +557,7 @@ handle_claim(struct call *c)
 		                "key", c->key, "payload_hash", hash, "stored_payload_hash",
 		                run.payload_hash);
 		http_json(c->resp, 409, out);
+		metrics_count(METRICS_CLAIM_MISMATCH);
 		f.state_from = ledger_state_name(run.state);
 		f.version = run.version;
 		f.reason = "payload_mismatch";
@@ -570,8 +581,7 @@ handle_status(struct call *c)
 	json_t *run = NULL;
 	enum ledger_rc rc;
 
-	json_t *approvals = NULL, *effects = NULL;
-	size_t i;
+	json_t *approvals = NULL, *effects = NULL, *replay_of = NULL, *replayed_by = NULL;
 
 	rc = ledger_status(c->ctx->db, c->client.id, c->key, true, &run);
 	if (rc != LEDGER_OK) {
@@ -588,17 +598,18 @@ handle_status(struct call *c)
 		call_unavailable(c, db_error(c->ctx->db));
 		return;
 	}
-	/* the retry budget is the target's (SPEC 7.1) */
-	for (i = 0; i < json_array_size(effects); i++) {
-		json_t *e = json_array_get(effects, i);
-		const struct config_target *t =
-		    config_target(c->ctx->cfg, json_string_value(json_object_get(e, "target")));
-
-		if (t != NULL)
-			json_object_set_new(e, "max_attempts", json_integer(t->max_attempts));
+	if (replay_links(c->ctx->db, c->client.id, c->key, &replay_of, &replayed_by) !=
+	    REPLAY_OK) {
+		json_decref(approvals);
+		json_decref(effects);
+		json_decref(run);
+		call_unavailable(c, db_error(c->ctx->db));
+		return;
 	}
 	json_object_set_new(run, "approvals", approvals);
 	json_object_set_new(run, "effects", effects);
+	json_object_set_new(run, "replay_of", replay_of);
+	json_object_set_new(run, "replayed_by", replayed_by);
 	http_json(c->resp, 200, run);
 	call_log(c, LOG_LEVEL_DEBUG, "run.read", &f);
 }
@@ -748,6 +759,28 @@ handle_healthz(struct call *c)
 	}
 	PQclear(res);
 	http_json(c->resp, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+/* GET /metrics (SPEC 8): text, not JSON, so it sets its own headers. */
+static void
+handle_metrics(struct call *c)
+{
+	struct log_fields f = { 0 };
+	enum metrics_rc rc;
+
+	rc = metrics_text(c->ctx->db, &c->resp->body);
+	if (rc != METRICS_OK) {
+		json_headers(c);
+		if (rc == METRICS_UNAVAILABLE)
+			call_unavailable(c, db_error(c->ctx->db));
+		else
+			call_internal(c, "the metrics could not be computed");
+		return;
+	}
+	c->resp->status = 200;
+	(void)http_header(c->resp, "Content-Type", METRICS_CONTENT_TYPE);
+	(void)http_header(c->resp, "Cache-Control", "no-store");
+	call_log(c, LOG_LEVEL_DEBUG, "metrics.read", &f);
 }
 
 /* ---- model output (SPEC 3.5) ------------------------------------------- */
@@ -1916,6 +1949,10 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 		approve_handle(&c);
 		goto out;
 	}
+	if (c.route->id == ROUTE_METRICS) {
+		handle_metrics(&c);
+		goto out;
+	}
 	json_headers(&c);
 	if (c.route->body == BODY_JSON)
 		body_ok = call_parse_body(&c, &berr);
@@ -1950,6 +1987,7 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 		break;
 	case ROUTE_APPROVE_PAGE:
 	case ROUTE_APPROVE_DECIDE:
+	case ROUTE_METRICS:
 		break; /* handled above */
 	}
 out:

@@ -1,7 +1,7 @@
 /*
  * oncegate-fcgi — the FastCGI responder: the workflow API, the approval
- * pages, /healthz. main() only reads options and config, sets up signals
- * and the log, and runs the worker pool until SIGTERM.
+ * pages, /metrics, /healthz. main() only reads options and config, sets up
+ * signals and the log, and runs the worker pool until SIGTERM.
  */
 #include <getopt.h>
 #include <signal.h>
@@ -14,6 +14,7 @@
 #include "contract.h"
 #include "fcgi.h"
 #include "log.h"
+#include "metrics.h"
 #include "page.h"
 
 /* Loads the contracts and the page templates the configuration names. */
@@ -119,9 +120,16 @@ main(int argc, char **argv)
 		          &(struct log_fields){ .detail = err });
 		goto out_log;
 	}
+	/* Claim outcomes counted in memory reach the database from here
+	 * (metrics.h), so every responder's /metrics reads the same totals. */
+	if (metrics_flusher_start(cfg.database, cfg.statement_timeout_ms, err, sizeof(err)) != 0) {
+		fprintf(stderr, "oncegate-fcgi: %s\n", err);
+		goto out_log;
+	}
 	pool = fcgi_pool_start(fd, &cfg, &shared, err, sizeof(err));
 	if (pool == NULL) {
 		fprintf(stderr, "oncegate-fcgi: %s\n", err);
+		metrics_flusher_stop();
 		goto out_log;
 	}
 	snprintf(err, sizeof(err), "listening on %s with %d threads",
@@ -162,6 +170,7 @@ main(int argc, char **argv)
 	if (fcgi_pool_stop(pool, cfg.shutdown_grace_seconds) != 0)
 		log_event(LOG_LEVEL_WARNING, "responder.stop_timeout",
 		          &(struct log_fields){ .detail = "requests still running at the deadline" });
+	metrics_flusher_stop(); /* the last counts of this process */
 	if (cfg.listen[0] != '\0')
 		(void)unlink(cfg.listen);
 	log_event(LOG_LEVEL_INFO, "responder.stopped", NULL);

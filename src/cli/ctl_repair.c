@@ -1,0 +1,900 @@
+/*
+ * ctl_repair.c — the night shift's commands: see what automatic recovery
+ * gave up on, prove what happened, and repair it without sending anything
+ * twice (SPEC 7.2, 7.3; README "Operations").
+ *
+ * Every command that changes something needs --reason; the operator is
+ * --operator or the login name. A change is logged (actor, reason, ids)
+ * and recorded in operator_actions in the same transaction (repair.c). A
+ * refusal changes nothing, says why on stderr, exits non-zero and is
+ * logged too (`operator.refused`, error_class naming the kind of refusal),
+ * so the decision log shows what was tried as well as what was done.
+ */
+#include <ctype.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "ctl_repair.h"
+#include "repair.h"
+
+/* operator_actions' CHECKs, told before the database refuses them. */
+#define REASON_MAX 1000
+#define OPERATOR_MAX 200
+
+/* What a command knows when it logs: its name and the operator's words. */
+struct act {
+	const char *cmd;
+	const char *op;
+	const char *reason;
+};
+
+static const char *
+refusal_code(enum repair_rc rc)
+{
+	switch (rc) {
+	case REPAIR_NOT_FOUND:
+		return "not_found";
+	case REPAIR_WRONG_STATE:
+		return "wrong_state";
+	case REPAIR_NOT_UNDELIVERED:
+		return "not_known_undelivered";
+	case REPAIR_CHANGED:
+		return "changed_meanwhile";
+	case REPAIR_AMBIGUOUS:
+		return "ambiguous_key";
+	case REPAIR_BAD_INPUT:
+		return "usage";
+	case REPAIR_UNAVAILABLE:
+		return "database_unavailable";
+	default:
+		return "error";
+	}
+}
+
+/* Logs and prints a refusal; returns the exit code. out may be NULL. */
+static int
+refuse(struct ctl *ctl, const struct act *a, const char *code, const char *why,
+       const struct repair_out *out, int exit_code)
+{
+	char detail[REPAIR_WHY_MAX + 64];
+	struct log_fields f = { 0 };
+
+	snprintf(detail, sizeof(detail), "%s: %s", a->cmd, why);
+	f.actor = a->op;
+	f.reason = a->reason;
+	f.error_class = code;
+	f.detail = detail;
+	if (out != NULL) {
+		f.client = out->client[0] ? out->client : NULL;
+		f.key = out->key[0] ? out->key : NULL;
+		f.effect_id = out->effect_id[0] ? out->effect_id : NULL;
+		f.approval_id = out->approval_id[0] ? out->approval_id : NULL;
+		f.target = out->target[0] ? out->target : NULL;
+		f.state_from = out->from[0] ? out->from : NULL;
+	}
+	ctl_log(ctl, LOG_LEVEL_NOTICE, "operator.refused", &f);
+	fprintf(stderr, "oncegatectl: %s refused: %s. Nothing was changed.\n", a->cmd, why);
+	return exit_code;
+}
+
+/* The exit code (and the message and log line) of a refused repair. */
+static int
+refused(struct ctl *ctl, const struct act *a, enum repair_rc rc, struct repair_out *out)
+{
+	if (rc == REPAIR_UNAVAILABLE) {
+		snprintf(out->why, sizeof(out->why), "database unavailable: %s", db_error(ctl->db));
+		return refuse(ctl, a, refusal_code(rc), out->why, out, EXIT_UNAVAILABLE);
+	}
+	if (rc == REPAIR_ERROR || out->why[0] == '\0')
+		snprintf(out->why, sizeof(out->why), "%s", db_error(ctl->db));
+	return refuse(ctl, a, refusal_code(rc), out->why, out, EXIT_REFUSED);
+}
+
+/* --reason is required for every change, within operator_actions' limits. */
+static int
+check_reason(struct ctl *ctl, struct act *a)
+{
+	if (a->op == NULL || strlen(a->op) > OPERATOR_MAX)
+		return refuse(ctl, a, "usage", "the operator name is 1-200 characters", NULL,
+		              EXIT_USAGE);
+	if (a->reason == NULL || *a->reason == '\0')
+		return refuse(ctl, a, "usage", "--reason TEXT is required: say why, it is kept with "
+		              "the change", NULL, EXIT_USAGE);
+	if (strlen(a->reason) > REASON_MAX)
+		return refuse(ctl, a, "usage", "--reason is at most 1000 characters", NULL,
+		              EXIT_USAGE);
+	return 0;
+}
+
+static void
+print_json(json_t *v)
+{
+	char *s = v != NULL ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+
+	printf("%s\n", s != NULL ? s : "null");
+	free(s);
+}
+
+/* "3d4h", "5h12m", "42m", "17s". */
+static void
+fmt_age(long long s, char *buf, size_t n)
+{
+	if (s < 0)
+		s = 0;
+	if (s >= 86400)
+		snprintf(buf, n, "%lldd%lldh", s / 86400, (s % 86400) / 3600);
+	else if (s >= 3600)
+		snprintf(buf, n, "%lldh%lldm", s / 3600, (s % 3600) / 60);
+	else if (s >= 60)
+		snprintf(buf, n, "%lldm", s / 60);
+	else
+		snprintf(buf, n, "%llds", s);
+}
+
+/* "90s", "15m", "6h", "7d", "2w" → seconds; -1 when not a duration. */
+static long long
+parse_duration(const char *s)
+{
+	char *end;
+	long long v;
+
+	if (!isdigit((unsigned char)s[0]))
+		return -1;
+	v = strtoll(s, &end, 10);
+	if (v <= 0 || v > 100000000LL || end[0] == '\0' || end[1] != '\0')
+		return -1;
+	switch (end[0]) {
+	case 's':
+		return v;
+	case 'm':
+		return v * 60;
+	case 'h':
+		return v * 3600;
+	case 'd':
+		return v * 86400;
+	case 'w':
+		return v * 604800;
+	default:
+		return -1;
+	}
+}
+
+static const char *
+jstr(const json_t *o, const char *name)
+{
+	const char *v = json_string_value(json_object_get(o, name));
+
+	return v != NULL ? v : "-";
+}
+
+/* A JSON value as text for the human view ("-" for null). */
+static char *
+jtext(const json_t *v)
+{
+	if (v == NULL || json_is_null(v))
+		return strdup("-");
+	if (json_is_string(v))
+		return strdup(json_string_value(v));
+	return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+/* --- deadletter ------------------------------------------------------------------ */
+
+static int
+deadletter_usage(FILE *f, int rc)
+{
+	fprintf(f, "usage: oncegatectl [--json] deadletter list [--since DURATION|TIMESTAMP] "
+	        "[--class permanent|exhausted|unknown] [--target NAME] [--state open|resolved] "
+	        "[--limit N]\n"
+	        "       oncegatectl [--json] deadletter show ID   (a dead letter's or its "
+	        "effect's id)\n"
+	        "  DURATION: 90s, 15m, 6h, 7d, 2w. A letter is open while its effect is still "
+	        "failed or unknown and waits for an operator.\n");
+	return rc;
+}
+
+static int
+deadletter_list(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "since", required_argument, NULL, 's' },
+		{ "class", required_argument, NULL, 'c' },
+		{ "target", required_argument, NULL, 't' },
+		{ "state", required_argument, NULL, 'S' },
+		{ "limit", required_argument, NULL, 'l' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct repair_dl_filter f = { 0 };
+	json_t *list = NULL, *o;
+	enum repair_rc rc;
+	size_t i;
+	int opt;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (opt) {
+		case 's':
+			f.since_seconds = parse_duration(optarg);
+			if (f.since_seconds < 0) {
+				f.since_seconds = 0;
+				if (!isdigit((unsigned char)optarg[0]))
+					return deadletter_usage(stderr, EXIT_USAGE);
+				f.since_ts = optarg;
+			}
+			break;
+		case 'c':
+			if (strcmp(optarg, "permanent") != 0 && strcmp(optarg, "exhausted") != 0 &&
+			    strcmp(optarg, "unknown") != 0)
+				return deadletter_usage(stderr, EXIT_USAGE);
+			f.error_class = optarg;
+			break;
+		case 't':
+			f.target = optarg;
+			break;
+		case 'S':
+			if (strcmp(optarg, "open") != 0 && strcmp(optarg, "resolved") != 0)
+				return deadletter_usage(stderr, EXIT_USAGE);
+			f.state = optarg;
+			break;
+		case 'l':
+			f.limit = atoi(optarg);
+			if (f.limit <= 0)
+				return deadletter_usage(stderr, EXIT_USAGE);
+			break;
+		case 'j':
+			ctl->json = 1;
+			break;
+		case 'h':
+			return deadletter_usage(stdout, EXIT_SUCCESS);
+		default:
+			return deadletter_usage(stderr, EXIT_USAGE);
+		}
+	}
+	if (optind != argc)
+		return deadletter_usage(stderr, EXIT_USAGE);
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	rc = repair_dl_list(ctl->db, &f, &list);
+	if (rc == REPAIR_BAD_INPUT) {
+		fprintf(stderr, "oncegatectl: deadletter list: --since %s is neither a duration "
+		        "(15m, 6h, 7d) nor a timestamp (2024-05-01T08:00:00Z)\n", f.since_ts);
+		return EXIT_USAGE;
+	}
+	if (rc != REPAIR_OK) {
+		fprintf(stderr, "oncegatectl: deadletter list: %s\n", db_error(ctl->db));
+		return rc == REPAIR_UNAVAILABLE ? EXIT_UNAVAILABLE : EXIT_REFUSED;
+	}
+	if (ctl->json) {
+		print_json(list);
+		json_decref(list);
+		return EXIT_SUCCESS;
+	}
+	printf("%-36s  %-7s %-9s %-14s %-9s %-8s %s\n", "DEAD LETTER", "AGE", "CLASS", "TARGET",
+	       "EFFECT", "STATE", "KEY");
+	json_array_foreach(list, i, o) {
+		char age[32];
+
+		fmt_age(json_integer_value(json_object_get(o, "age_seconds")), age, sizeof(age));
+		printf("%-36s  %-7s %-9s %-14s %-9s %-8s %s\n", jstr(o, "dead_letter_id"), age,
+		       jstr(o, "error_class"), jstr(o, "target"), jstr(o, "effect_state"),
+		       jstr(o, "state"), jstr(o, "idempotency_key"));
+	}
+	printf("%zu dead letter%s\n", json_array_size(list), json_array_size(list) == 1 ? "" : "s");
+	json_decref(list);
+	return EXIT_SUCCESS;
+}
+
+/* One attempt, one line; the evidence of the last send below the table. */
+static void
+show_attempts(const json_t *doc)
+{
+	const json_t *atts = json_object_get(doc, "attempts"), *a, *last = NULL;
+	size_t i;
+
+	printf("\nattempts (%zu)\n", json_array_size(atts));
+	printf("  %-3s %-6s %-24s %7s %-10s %-6s %-12s %-5s %s\n", "#", "KIND", "STARTED", "MS",
+	       "CLASS", "STATUS", "SENT", "BY", "REASON");
+	json_array_foreach(atts, i, a) {
+		const json_t *ev = json_object_get(a, "evidence");
+		char *sent = jtext(json_object_get(ev, "request_sent"));
+		char *status = jtext(json_object_get(a, "status"));
+
+		printf("  %-3lld %-6s %-24s %7lld %-10s %-6s %-12s %-5s %s\n",
+		       (long long)json_integer_value(json_object_get(a, "attempt")), jstr(a, "kind"),
+		       jstr(a, "started_at"),
+		       (long long)json_integer_value(json_object_get(a, "duration_ms")),
+		       jstr(a, "classification"), status, sent,
+		       strncmp(jstr(a, "dispatcher"), "operator", 8) == 0 ? "op" : "disp",
+		       jstr(a, "reason"));
+		free(sent);
+		free(status);
+		if (strcmp(jstr(a, "kind"), "send") == 0)
+			last = a;
+	}
+	if (last != NULL) {
+		const json_t *ev = json_object_get(last, "evidence");
+		char *headers = jtext(json_object_get(ev, "headers"));
+		char *excerpt = jtext(json_object_get(ev, "body_excerpt"));
+		char *terr = jtext(json_object_get(ev, "transport_error"));
+		char *status = jtext(json_object_get(last, "status"));
+
+		printf("\nlast target evidence (attempt %lld)\n",
+		       (long long)json_integer_value(json_object_get(last, "attempt")));
+		printf("  status           %s\n", status);
+		printf("  transport error  %s\n", terr);
+		printf("  headers          %s\n", headers);
+		printf("  body excerpt     %s%s\n", excerpt,
+		       json_is_true(json_object_get(ev, "body_truncated")) ? " […truncated]" : "");
+		free(headers);
+		free(excerpt);
+		free(terr);
+		free(status);
+	}
+}
+
+static int
+deadletter_show(struct ctl *ctl, const char *id)
+{
+	json_t *doc = NULL, *eff, *run, *acts, *a;
+	enum repair_rc rc;
+	char age[32];
+	size_t i;
+
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	rc = repair_dl_show(ctl->db, &ctl->cfg, id, &doc);
+	if (rc == REPAIR_NOT_FOUND) {
+		fprintf(stderr, "oncegatectl: deadletter show: no dead letter has the id %s (as "
+		        "its own id or its effect's)\n", id);
+		return EXIT_REFUSED;
+	}
+	if (rc != REPAIR_OK) {
+		fprintf(stderr, "oncegatectl: deadletter show: %s\n", db_error(ctl->db));
+		return rc == REPAIR_UNAVAILABLE ? EXIT_UNAVAILABLE : EXIT_REFUSED;
+	}
+	if (ctl->json) {
+		print_json(doc);
+		json_decref(doc);
+		return EXIT_SUCCESS;
+	}
+	eff = json_object_get(doc, "effect");
+	run = json_object_get(doc, "run");
+	fmt_age(json_integer_value(json_object_get(doc, "age_seconds")), age, sizeof(age));
+	{
+		char *corr = jtext(json_object_get(doc, "correlation_id"));
+		char *wf = jtext(json_object_get(doc, "workflow_version"));
+		char *contract = jtext(json_object_get(doc, "contract"));
+		char *chash = jtext(json_object_get(doc, "contract_hash"));
+		char *ledger = jtext(json_object_get(doc, "ledger_state"));
+		char *evid = jtext(json_object_get(doc, "event_id"));
+		char *pid = jtext(json_object_get(eff, "provider_id"));
+
+		printf("dead letter      %s (%s, written %s, %s ago)\n", jstr(doc, "dead_letter_id"),
+		       jstr(doc, "state"), jstr(doc, "created_at"), age);
+		printf("effect           %s  %s -> %s  now %s%s\n", jstr(doc, "effect_id"),
+		       jstr(eff, "type"), jstr(eff, "target"), jstr(eff, "state"),
+		       json_is_true(json_object_get(eff, "known_undelivered"))
+		               ? " (known not delivered)" : "");
+		printf("event id         %s\n", evid);
+		printf("correlation id   %s\n", corr);
+		printf("workflow         %s\n", wf);
+		printf("contract         %s (%s)\n", contract, chash);
+		printf("payload          %s, ref %s (%s)\n", jstr(doc, "payload_hash"),
+		       jstr(doc, "payload_ref"),
+		       json_is_true(json_object_get(doc, "payload_kept")) ? "kept"
+		                                                          : "purged by retention");
+		printf("idempotency key  %s (client %s); provider key %s\n",
+		       jstr(doc, "idempotency_key"), jstr(doc, "client"), jstr(doc, "provider_key"));
+		printf("ledger state     %s when written; now %s (version %lld)\n", ledger,
+		       jstr(run, "state"), (long long)json_integer_value(json_object_get(run, "version")));
+		printf("failed           component %s, class %s, reason %s\n", jstr(doc, "component"),
+		       jstr(doc, "error_class"), jstr(doc, "reason"));
+		printf("provider id      %s\n", pid);
+		printf("owner            %s\n", jstr(doc, "owner"));
+		printf("next action      %s\n", jstr(doc, "next_action"));
+		printf("retention until  %s\n", jstr(doc, "retention_until"));
+		printf("replay count     %lld\n",
+		       (long long)json_integer_value(json_object_get(doc, "replay_count")));
+		printf("resolution       %s", jstr(doc, "resolution"));
+		if (json_is_string(json_object_get(doc, "resolved_by")))
+			printf(" (by %s at %s)", jstr(doc, "resolved_by"), jstr(doc, "resolved_at"));
+		printf("\n");
+		free(corr);
+		free(wf);
+		free(contract);
+		free(chash);
+		free(ledger);
+		free(evid);
+		free(pid);
+	}
+	show_attempts(doc);
+	acts = json_object_get(doc, "operator_actions");
+	printf("\noperator actions (%zu)\n", json_array_size(acts));
+	json_array_foreach(acts, i, a)
+		printf("  %s  %-10s %-16s %s\n", jstr(a, "ts"), jstr(a, "operator"), jstr(a, "action"),
+		       jstr(a, "reason"));
+	json_decref(doc);
+	return EXIT_SUCCESS;
+}
+
+int
+ctl_deadletter(struct ctl *ctl, int argc, char **argv)
+{
+	if (argc >= 2 && strcmp(argv[1], "list") == 0)
+		return deadletter_list(ctl, argc - 1, argv + 1);
+	if (argc >= 3 && strcmp(argv[1], "show") == 0) {
+		int i;
+		const char *id = NULL;
+
+		for (i = 2; i < argc; i++) {
+			if (strcmp(argv[i], "--json") == 0)
+				ctl->json = 1;
+			else if (id == NULL && argv[i][0] != '-')
+				id = argv[i];
+			else
+				return deadletter_usage(stderr, EXIT_USAGE);
+		}
+		if (id == NULL)
+			return deadletter_usage(stderr, EXIT_USAGE);
+		return deadletter_show(ctl, id);
+	}
+	return deadletter_usage(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
+	                        argc >= 2 && strcmp(argv[1], "--help") == 0 ? EXIT_SUCCESS
+	                                                                    : EXIT_USAGE);
+}
+
+/* --- the effect commands ------------------------------------------------------- */
+
+struct effect_args {
+	const char *target;        /* EFFECT (or KEY for reject) */
+	const char *expect;
+	const char *provider_id;
+	const char *client;
+	int delivered;             /* -1 not given, 0, 1 */
+	bool help;
+};
+
+/* Parses [--reason T] [--operator N] [--expect S] [--json] and the extra
+ * options of reconcile / reject; one positional argument. 0 or EXIT_USAGE. */
+static int
+effect_args(struct ctl *ctl, int argc, char **argv, struct act *a, struct effect_args *e)
+{
+	static const struct option opts[] = {
+		{ "reason", required_argument, NULL, 'r' },
+		{ "operator", required_argument, NULL, 'o' },
+		{ "expect", required_argument, NULL, 'e' },
+		{ "delivered", no_argument, NULL, 'D' },
+		{ "not-delivered", no_argument, NULL, 'N' },
+		{ "provider-id", required_argument, NULL, 'p' },
+		{ "client", required_argument, NULL, 'c' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *op = NULL;
+	int opt, bad = 0;
+
+	memset(e, 0, sizeof(*e));
+	e->delivered = -1;
+	optind = 0;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'r':
+			a->reason = optarg;
+			break;
+		case 'o':
+			op = optarg;
+			break;
+		case 'e':
+			e->expect = optarg;
+			break;
+		case 'D':
+		case 'N':
+			if (e->delivered != -1 && e->delivered != (opt == 'D'))
+				bad = 1;
+			e->delivered = opt == 'D';
+			break;
+		case 'p':
+			e->provider_id = optarg;
+			break;
+		case 'c':
+			e->client = optarg;
+			break;
+		case 'j':
+			ctl->json = 1;
+			break;
+		case 'h':
+			e->help = true;
+			break;
+		default:
+			bad = 1;
+		}
+	}
+	opterr = 1;
+	a->op = operator_name(op);
+	if (optind == argc - 1)
+		e->target = argv[optind];
+	else
+		bad = 1;
+	return bad ? EXIT_USAGE : 0;
+}
+
+/* Prints what a change did; the JSON form for scripts. */
+static void
+report(struct ctl *ctl, const char *outcome, const struct act *a, const struct repair_out *o)
+{
+	if (ctl->json) {
+		json_t *v = json_pack("{s:s, s:s, s:s, s:I}", "outcome", outcome, "operator", a->op,
+		                      "reason", a->reason, "action_id", (json_int_t)o->action_id);
+
+		if (o->effect_id[0])
+			json_object_set_new(v, "effect_id", json_string(o->effect_id));
+		if (o->approval_id[0])
+			json_object_set_new(v, "approval_id", json_string(o->approval_id));
+		if (o->key[0])
+			json_object_set_new(v, "idempotency_key", json_string(o->key));
+		if (o->client_name[0])
+			json_object_set_new(v, "client", json_string(o->client_name));
+		if (o->provider_key[0])
+			json_object_set_new(v, "provider_key", json_string(o->provider_key));
+		if (o->from[0])
+			json_object_set_new(v, "state_from", json_string(o->from));
+		if (o->to[0])
+			json_object_set_new(v, "state_to", json_string(o->to));
+		if (o->run_from[0])
+			json_object_set_new(v, "run_state_from", json_string(o->run_from));
+		if (o->run_to[0])
+			json_object_set_new(v, "run_state_to", json_string(o->run_to));
+		if (o->dead_letter_id[0])
+			json_object_set_new(v, "dead_letter_id", json_string(o->dead_letter_id));
+		if (o->callback_id[0])
+			json_object_set_new(v, "callback_effect_id", json_string(o->callback_id));
+		if (strcmp(outcome, "rejected") == 0 && o->effect_id[0] == '\0')
+			json_object_set_new(v, "effects_cancelled", json_integer(o->count));
+		if (strcmp(outcome, "revoked") == 0)
+			json_object_set_new(v, "still_pending", json_integer(o->count));
+		print_json(v);
+		json_decref(v);
+	}
+}
+
+/* The decision-log line of a change. */
+static void
+log_change(struct ctl *ctl, const char *event, const struct act *a, const struct repair_out *o,
+           const char *provider_id, const char *detail)
+{
+	struct log_fields f = { 0 };
+
+	f.actor = a->op;
+	f.reason = a->reason;
+	f.client = o->client[0] ? o->client : NULL;
+	f.key = o->key[0] ? o->key : NULL;
+	f.effect_id = o->effect_id[0] ? o->effect_id : NULL;
+	f.approval_id = o->approval_id[0] ? o->approval_id : NULL;
+	f.target = o->target[0] ? o->target : NULL;
+	f.state_from = o->from[0] ? o->from : NULL;
+	f.state_to = o->to[0] ? o->to : NULL;
+	f.provider_id = provider_id;
+	f.detail = detail;
+	ctl_log(ctl, LOG_LEVEL_NOTICE, event, &f);
+}
+
+static void
+log_run(struct ctl *ctl, const char *event, const struct act *a, const struct repair_out *o)
+{
+	struct log_fields f = { 0 };
+
+	if (o->run_to[0] == '\0')
+		return;
+	f.actor = a->op;
+	f.reason = a->reason;
+	f.client = o->client;
+	f.key = o->key;
+	f.effect_id = o->effect_id[0] ? o->effect_id : NULL;
+	f.state_from = o->run_from;
+	f.state_to = o->run_to;
+	f.version = o->run_version;
+	f.count = o->count;
+	ctl_log(ctl, LOG_LEVEL_NOTICE, event, &f);
+}
+
+static const char reconcile_usage[] =
+	"usage: oncegatectl reconcile EFFECT (--delivered --provider-id ID | --not-delivered) "
+	"--reason TEXT [--expect STATE] [--operator NAME] [--json]\n"
+	"  Records what you found out at the provider about an unknown or failed effect.\n"
+	"  --delivered: the effect becomes completed with the provider's id (its run too, "
+	"when it was the last one).\n"
+	"  --not-delivered: the effect becomes failed and known not delivered, so `resume` "
+	"may send it again with the same key.\n"
+	"  --expect STATE: refuse unless the effect is still in the state you saw.\n";
+
+int
+ctl_reconcile(struct ctl *ctl, int argc, char **argv)
+{
+	struct act a = { "reconcile", NULL, NULL };
+	struct effect_args e;
+	struct repair_out out;
+	struct repair_who who;
+	enum repair_rc rc;
+	int ex;
+
+	memset(&out, 0, sizeof(out));
+	ex = effect_args(ctl, argc, argv, &a, &e);
+	if (e.help) {
+		fputs(reconcile_usage, stdout);
+		return EXIT_SUCCESS;
+	}
+	if (ex == 0 && (e.delivered == -1 || e.client != NULL ||
+	                (e.delivered == 1) != (e.provider_id != NULL) ||
+	                (e.provider_id != NULL && *e.provider_id == '\0')))
+		ex = EXIT_USAGE;
+	if (ex != 0) {
+		fputs(reconcile_usage, stderr);
+		return refuse(ctl, &a, "usage", "say --delivered --provider-id ID or --not-delivered, "
+		              "and name one EFFECT", NULL, EXIT_USAGE);
+	}
+	if ((ex = check_reason(ctl, &a)) != 0)
+		return ex;
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	who.operator_name = a.op;
+	who.reason = a.reason;
+	rc = repair_reconcile(ctl->db, e.target, e.delivered == 1, e.provider_id, e.expect, &who,
+	                      &out);
+	if (rc != REPAIR_OK)
+		return refused(ctl, &a, rc, &out);
+	log_change(ctl, "effect.reconciled", &a, &out, e.delivered == 1 ? e.provider_id : NULL,
+	           e.delivered == 1 ? "operator: delivered" : "operator: not delivered");
+	log_run(ctl, "run.completed", &a, &out);
+	report(ctl, "reconciled", &a, &out);
+	fprintf(stderr, "oncegatectl: effect %s %s -> %s (%s)%s%s\n", out.effect_id, out.from,
+	        out.to, e.delivered == 1 ? "delivered" : "known not delivered",
+	        out.run_to[0] ? "; run completed" : "",
+	        e.delivered == 1 ? "" : "; `oncegatectl resume` sends it again with the same key");
+	return EXIT_SUCCESS;
+}
+
+static const char resume_usage[] =
+	"usage: oncegatectl resume EFFECT --reason TEXT [--expect STATE] [--operator NAME] "
+	"[--json]\n"
+	"  Sends a failed effect again, with the same provider key, only when it is known "
+	"not delivered:\n"
+	"  reconciled --not-delivered, or no send since the last such finding may have reached "
+	"the provider\n"
+	"  (every one recorded request_sent false). The retry budget starts afresh.\n";
+
+int
+ctl_resume(struct ctl *ctl, int argc, char **argv)
+{
+	struct act a = { "resume", NULL, NULL };
+	struct effect_args e;
+	struct repair_out out;
+	struct repair_who who;
+	enum repair_rc rc;
+	int ex;
+
+	memset(&out, 0, sizeof(out));
+	ex = effect_args(ctl, argc, argv, &a, &e);
+	if (e.help) {
+		fputs(resume_usage, stdout);
+		return EXIT_SUCCESS;
+	}
+	if (ex == 0 && (e.delivered != -1 || e.provider_id != NULL || e.client != NULL))
+		ex = EXIT_USAGE;
+	if (ex != 0) {
+		fputs(resume_usage, stderr);
+		return refuse(ctl, &a, "usage", "name one EFFECT", NULL, EXIT_USAGE);
+	}
+	if ((ex = check_reason(ctl, &a)) != 0)
+		return ex;
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	who.operator_name = a.op;
+	who.reason = a.reason;
+	rc = repair_resume(ctl->db, e.target, e.expect, &who, &out);
+	if (rc != REPAIR_OK)
+		return refused(ctl, &a, rc, &out);
+	log_change(ctl, "effect.resumed", &a, &out, NULL, out.provider_key);
+	report(ctl, "resumed", &a, &out);
+	fprintf(stderr, "oncegatectl: effect %s resumed: pending again with the same provider key "
+	        "%s\n", out.effect_id, out.provider_key);
+	return EXIT_SUCCESS;
+}
+
+static const char reject_usage[] =
+	"usage: oncegatectl reject EFFECT|KEY --reason TEXT [--client NAME] [--expect STATE] "
+	"[--operator NAME] [--json]\n"
+	"  Terminal. EFFECT (pending or failed): cancelled, never sent after; its run "
+	"failed_terminal.\n"
+	"  KEY: the run failed_terminal, its unsent effects cancelled, its pending approval "
+	"links revoked,\n"
+	"  and a workflow waiting on the decision told `rejected`. --client names the client "
+	"when several use the key.\n"
+	"  Refused while an effect is being sent or unknown (reconcile it first).\n";
+
+int
+ctl_reject(struct ctl *ctl, int argc, char **argv)
+{
+	struct act a = { "reject", NULL, NULL };
+	struct effect_args e;
+	struct repair_out out;
+	struct repair_who who;
+	enum repair_rc rc;
+	bool effect;
+	int ex;
+
+	memset(&out, 0, sizeof(out));
+	ex = effect_args(ctl, argc, argv, &a, &e);
+	if (e.help) {
+		fputs(reject_usage, stdout);
+		return EXIT_SUCCESS;
+	}
+	if (ex == 0 && (e.delivered != -1 || e.provider_id != NULL))
+		ex = EXIT_USAGE;
+	if (ex != 0) {
+		fputs(reject_usage, stderr);
+		return refuse(ctl, &a, "usage", "name one EFFECT or KEY", NULL, EXIT_USAGE);
+	}
+	if ((ex = check_reason(ctl, &a)) != 0)
+		return ex;
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	who.operator_name = a.op;
+	who.reason = a.reason;
+	/* A UUID names an effect (or its dead letter); a key that happens to
+	 * look like one is reached with --client. */
+	effect = repair_is_uuid(e.target) && e.client == NULL;
+	rc = effect ? repair_reject_effect(ctl->db, e.target, e.expect, &who, &out)
+	            : repair_reject_key(ctl->db, e.client, e.target, &who, &out);
+	if (rc != REPAIR_OK)
+		return refused(ctl, &a, rc, &out);
+	if (effect) {
+		log_change(ctl, "effect.rejected", &a, &out, NULL, "operator: rejected");
+		log_run(ctl, strcmp(out.run_to, "completed") == 0 ? "run.completed" : "run.rejected",
+		        &a, &out);
+		fprintf(stderr, "oncegatectl: effect %s %s -> cancelled%s%s\n", out.effect_id,
+		        out.from, out.run_to[0] ? "; run " : "", out.run_to);
+	} else {
+		log_run(ctl, "run.rejected", &a, &out);
+		if (out.callback_id[0]) {
+			struct log_fields f = { .client = out.client, .key = out.key,
+				                .effect_id = out.callback_id, .target = "callback",
+				                .decision = "rejected", .actor = a.op };
+
+			ctl_log(ctl, LOG_LEVEL_INFO, "effect.enqueued", &f);
+		}
+		fprintf(stderr, "oncegatectl: run %s (client %s) %s -> failed_terminal; %d effect%s "
+		        "cancelled%s\n", out.key, out.client_name, out.run_from, out.count,
+		        out.count == 1 ? "" : "s",
+		        out.callback_id[0] ? "; the workflow is told through its callback" : "");
+	}
+	report(ctl, "rejected", &a, &out);
+	return EXIT_SUCCESS;
+}
+
+/* --- approval -------------------------------------------------------------------- */
+
+static const char approval_usage[] =
+	"usage: oncegatectl approval revoke ID --reason TEXT [--operator NAME] [--json]\n"
+	"       oncegatectl [--json] approval list [--pending] [--limit N]\n"
+	"  revoke: one approver's pending link stops working (its page answers 410); the "
+	"run's other\n"
+	"  links stay. With none left the run waits in awaiting_human: `oncegatectl reject "
+	"KEY` ends it.\n"
+	"  list: the pending challenges, longest waiting first.\n";
+
+static int
+approval_list(struct ctl *ctl, int argc, char **argv)
+{
+	json_t *list = NULL, *o;
+	enum repair_rc rc;
+	int i, limit = 0;
+	size_t k;
+
+	for (i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--pending") == 0)
+			continue;
+		if (strcmp(argv[i], "--json") == 0)
+			ctl->json = 1;
+		else if (strcmp(argv[i], "--limit") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
+			limit = atoi(argv[++i]);
+		else {
+			fputs(approval_usage, stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	if ((rc = repair_approvals_pending(ctl->db, limit, &list)) != REPAIR_OK) {
+		fprintf(stderr, "oncegatectl: approval list: %s\n", db_error(ctl->db));
+		return rc == REPAIR_UNAVAILABLE ? EXIT_UNAVAILABLE : EXIT_REFUSED;
+	}
+	if (ctl->json) {
+		print_json(list);
+		json_decref(list);
+		return EXIT_SUCCESS;
+	}
+	printf("%-36s  %-8s %-10s %-12s %-20s %s\n", "APPROVAL", "WAITING", "EXPIRES IN", "CLIENT",
+	       "APPROVER", "KEY");
+	json_array_foreach(list, k, o) {
+		char wait[32], left[32];
+		long long in = json_integer_value(json_object_get(o, "expires_in_seconds"));
+
+		fmt_age(json_integer_value(json_object_get(o, "waiting_seconds")), wait, sizeof(wait));
+		if (in <= 0)
+			snprintf(left, sizeof(left), "expired");
+		else
+			fmt_age(in, left, sizeof(left));
+		printf("%-36s  %-8s %-10s %-12s %-20s %s\n", jstr(o, "approval_id"), wait, left,
+		       jstr(o, "client"), jstr(o, "approver"), jstr(o, "idempotency_key"));
+	}
+	printf("%zu pending\n", json_array_size(list));
+	json_decref(list);
+	return EXIT_SUCCESS;
+}
+
+static int
+approval_revoke(struct ctl *ctl, int argc, char **argv)
+{
+	struct act a = { "approval revoke", NULL, NULL };
+	struct effect_args e;
+	struct repair_out out;
+	struct repair_who who;
+	enum repair_rc rc;
+	int ex;
+
+	memset(&out, 0, sizeof(out));
+	ex = effect_args(ctl, argc, argv, &a, &e);
+	if (e.help) {
+		fputs(approval_usage, stdout);
+		return EXIT_SUCCESS;
+	}
+	if (ex == 0 && (e.delivered != -1 || e.provider_id != NULL || e.client != NULL ||
+	                e.expect != NULL))
+		ex = EXIT_USAGE;
+	if (ex != 0) {
+		fputs(approval_usage, stderr);
+		return refuse(ctl, &a, "usage", "name one approval ID", NULL, EXIT_USAGE);
+	}
+	if ((ex = check_reason(ctl, &a)) != 0)
+		return ex;
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	who.operator_name = a.op;
+	who.reason = a.reason;
+	rc = repair_approval_revoke(ctl->db, e.target, &who, &out);
+	if (rc != REPAIR_OK)
+		return refused(ctl, &a, rc, &out);
+	log_change(ctl, "approval.revoked", &a, &out, NULL, NULL);
+	report(ctl, "revoked", &a, &out);
+	if (out.count > 0)
+		fprintf(stderr, "oncegatectl: approval %s revoked; %d other link%s of the run still "
+		        "pending\n", out.approval_id, out.count, out.count == 1 ? "" : "s");
+	else
+		fprintf(stderr, "oncegatectl: approval %s revoked; no link of run %s is pending any "
+		        "more: it stays awaiting_human until `oncegatectl reject %s --reason ...` "
+		        "ends it\n", out.approval_id, out.key, out.key);
+	return EXIT_SUCCESS;
+}
+
+int
+ctl_approval(struct ctl *ctl, int argc, char **argv)
+{
+	if (argc >= 2 && strcmp(argv[1], "list") == 0)
+		return approval_list(ctl, argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "revoke") == 0)
+		return approval_revoke(ctl, argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "--help") == 0) {
+		fputs(approval_usage, stdout);
+		return EXIT_SUCCESS;
+	}
+	fputs(approval_usage, stderr);
+	return EXIT_USAGE;
+}

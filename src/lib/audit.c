@@ -1,0 +1,506 @@
+/*
+ * audit.c — explain, report and the retention purge; see audit.h.
+ *
+ * Every answer is read from the rows the other modules wrote as they
+ * decided (runs, run_events, approvals, effects, attempts, dead letters,
+ * operator_actions, run_replays); nothing here keeps a state of its own.
+ * The purge is the one write: it removes content, never a hash, a state or
+ * a decision.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* asprintf */
+#endif
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "audit.h"
+#include "gate.h"
+
+static const struct db_stmt st_run = {
+	"audit_run",
+	"SELECT client_id, (SELECT name FROM api_clients c WHERE c.id = r.client_id) AS client,"
+	"       state, og_ts(created_at) AS created_at, og_ts(updated_at) AS updated_at,"
+	"       attempt, version, payload_hash, payload IS NOT NULL AS payload_kept,"
+	"       output IS NOT NULL AS output_kept, output_hash, model::text AS model, contract,"
+	"       contract_hash, workflow_version, trigger, correlation_id, decision, decided_by,"
+	"       og_ts(decided_at) AS decided_at, error_class, reason,"
+	"       effect->>'type' AS effect_type, effect->>'target' AS effect_target,"
+	"       (SELECT count(*) FROM run_events v WHERE v.client_id = r.client_id"
+	"           AND v.idempotency_key = r.idempotency_key AND v.event = 'run.claimed') AS claims"
+	"  FROM workflow_runs r"
+	" WHERE idempotency_key = $1 AND ($2::text IS NULL OR client_id ="
+	"       (SELECT id FROM api_clients WHERE name = $2))"
+	" ORDER BY client_id LIMIT 2",
+	2, true,
+};
+
+static const struct db_stmt st_effects = {
+	"audit_effects",
+	"SELECT e.id, e.effect_type, e.target, e.state, e.attempt, e.provider_id,"
+	"       og_ts(e.completed_at) AS completed_at, e.approval_id, e.payload_hash,"
+	"       e.payload IS NOT NULL AS payload_kept, e.error_class,"
+	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
+	"           AND a.kind = 'send') AS sends,"
+	"       (SELECT d.error_class FROM dead_letters d WHERE d.effect_id = e.id) AS dead_letter"
+	"  FROM effect_outbox e WHERE e.client_id = $1 AND e.idempotency_key = $2"
+	" ORDER BY e.created_at, e.id",
+	2, true,
+};
+
+static const struct db_stmt st_links = {
+	"audit_links",
+	"SELECT CASE WHEN replay_key = $2 THEN 'replay_of' ELSE 'replayed_as' END AS dir,"
+	"       CASE WHEN replay_key = $2 THEN original_key ELSE replay_key END AS other,"
+	"       og_ts(created_at) AS at, operator, reason, payload_source, start_state, job_id"
+	"  FROM run_replays WHERE client_id = $1 AND (replay_key = $2 OR original_key = $2)"
+	" ORDER BY id",
+	2, true,
+};
+
+/* Everything that happened to the run, from every table that records it,
+ * in time order. */
+static const struct db_stmt st_timeline = {
+	"audit_timeline",
+	"SELECT og_ts(t.ts) AS ts, t.source, t.event, t.detail, t.actor FROM ("
+	"  SELECT ts, id AS n, 'run' AS source, event,"
+	"         concat_ws(' ', nullif(concat_ws(' -> ', state_from, state_to), ''),"
+	"                   'v' || version, CASE WHEN attempt > 1 THEN 'attempt ' || attempt END,"
+	"                   reason) AS detail, actor"
+	"    FROM run_events WHERE client_id = $1 AND idempotency_key = $2"
+	"  UNION ALL"
+	"  SELECT created_at, 0, 'approval', 'approval.created',"
+	"         'challenge ' || id || ' for ' || approver, NULL"
+	"    FROM approvals WHERE client_id = $1 AND idempotency_key = $2"
+	"  UNION ALL"
+	"  SELECT coalesce(consumed_at, expires_at), 0, 'approval', 'approval.' || state,"
+	"         concat_ws(': ', 'challenge ' || id || coalesce(' ' || decision, ''), reason),"
+	"         approver_subject"
+	"    FROM approvals WHERE client_id = $1 AND idempotency_key = $2"
+	"     AND state <> 'pending'"
+	"  UNION ALL"
+	"  SELECT created_at, 0, 'effect', 'effect.enqueued',"
+	"         effect_type || ' to ' || target || ' (' || id || ')', NULL"
+	"    FROM effect_outbox WHERE client_id = $1 AND idempotency_key = $2"
+	"  UNION ALL"
+	"  SELECT a.started_at, a.id, 'effect', 'effect.' || a.kind,"
+	"         concat_ws(' ', 'attempt ' || a.attempt, a.classification, a.reason,"
+	"                   'status ' || a.status, 'provider id ' || a.provider_id),"
+	"         a.dispatcher"
+	"    FROM effect_attempts a JOIN effect_outbox e ON e.id = a.effect_id"
+	"   WHERE e.client_id = $1 AND e.idempotency_key = $2"
+	"  UNION ALL"
+	"  SELECT d.created_at, 0, 'effect', 'effect.dead_letter',"
+	"         concat_ws(' ', d.error_class, d.reason, 'resolution: ' || d.resolution), d.owner"
+	"    FROM dead_letters d WHERE d.client_id = $1 AND d.idempotency_key = $2"
+	"  UNION ALL"
+	"  SELECT ts, id, 'operator', 'operator.' || action, reason, operator"
+	"    FROM operator_actions"
+	"   WHERE client_id = $1 AND (idempotency_key = $2 OR details->>'original_key' = $2)"
+	") t ORDER BY t.ts, t.n LIMIT 2000",
+	2, true,
+};
+
+/* The weekly figures (SPEC 8), one JSON document. Duplicate deliveries are
+ * counted only by /metrics: a duplicate changes no row. */
+static const struct db_stmt st_report = {
+	"audit_report",
+	"WITH since AS (SELECT now() - make_interval(secs => $1::float8) AS t),"
+	" dec AS (SELECT decision, extract(epoch FROM consumed_at - created_at) AS wait"
+	"           FROM approvals, since WHERE state = 'decided' AND consumed_at >= since.t)"
+	"SELECT json_build_object("
+	" 'since', (SELECT og_ts(t) FROM since), 'until', og_ts(now()),"
+	" 'runs_claimed', (SELECT count(*) FROM workflow_runs, since WHERE created_at >= since.t),"
+	" 'reclaims', (SELECT count(*) FROM run_events, since WHERE event = 'run.claimed'"
+	"     AND attempt > 1 AND ts >= since.t),"
+	" 'invalid_outputs', (SELECT count(*) FROM run_events, since"
+	"     WHERE event = 'run.output_invalid' AND ts >= since.t),"
+	" 'failed_validation', (SELECT count(*) FROM workflow_runs, since"
+	"     WHERE error_class = 'validation' AND updated_at >= since.t),"
+	" 'approvals_by_decision', (SELECT coalesce(json_object_agg(decision, n), '{}') FROM"
+	"     (SELECT decision, count(*) AS n FROM dec GROUP BY decision) x),"
+	" 'approvals_expired', (SELECT count(*) FROM approvals, since WHERE state = 'expired'"
+	"     AND expires_at >= since.t),"
+	" 'approvals_pending', (SELECT count(*) FROM approvals WHERE state = 'pending'"
+	"     AND expires_at > now()),"
+	" 'approval_wait_p50_s', (SELECT round(percentile_cont(0.5) WITHIN GROUP"
+	"     (ORDER BY wait)::numeric, 1) FROM dec),"
+	" 'approval_wait_p95_s', (SELECT round(percentile_cont(0.95) WITHIN GROUP"
+	"     (ORDER BY wait)::numeric, 1) FROM dec),"
+	" 'decisions', (SELECT coalesce(json_object_agg(decision, n), '{}') FROM"
+	"     (SELECT decision, count(*) AS n FROM workflow_runs, since"
+	"       WHERE decided_at >= since.t AND decision IS NOT NULL GROUP BY decision) x),"
+	" 'effects_by_state', (SELECT coalesce(json_object_agg(state, n), '{}') FROM"
+	"     (SELECT state, count(*) AS n FROM effect_outbox, since"
+	"       WHERE created_at >= since.t GROUP BY state) x),"
+	" 'dead_letters_by_class', (SELECT coalesce(json_object_agg(error_class, n), '{}') FROM"
+	"     (SELECT error_class, count(*) AS n FROM dead_letters, since"
+	"       WHERE created_at >= since.t GROUP BY error_class) x),"
+	" 'dead_letters_open', (SELECT count(*) FROM dead_letters WHERE resolution IS NULL),"
+	" 'oldest_open_dead_letter_s', (SELECT round(extract(epoch FROM now() - min(created_at)))"
+	"     FROM dead_letters WHERE resolution IS NULL),"
+	" 'retry_exhaustions', (SELECT count(*) FROM dead_letters, since"
+	"     WHERE error_class = 'exhausted' AND created_at >= since.t),"
+	" 'replays', (SELECT count(*) FROM run_replays, since WHERE created_at >= since.t),"
+	" 'operator_actions', (SELECT coalesce(json_object_agg(action, n), '{}') FROM"
+	"     (SELECT action, count(*) AS n FROM operator_actions, since"
+	"       WHERE ts >= since.t GROUP BY action) x),"
+	" 'kill_switch_on', (SELECT actions_enabled FROM dispatch_control),"
+	" 'blocked_sends', (SELECT blocked_sends FROM dispatch_control)"
+	")::text AS report",
+	1, true,
+};
+
+/* What retention may take: runs finished (completed or failed_terminal)
+ * longer ago than $1 days that still hold content. */
+#define PURGE_RUNS                                                                   \
+	"SELECT client_id, idempotency_key FROM workflow_runs"                           \
+	" WHERE state IN ('completed', 'failed_terminal')"                               \
+	"   AND updated_at < now() - make_interval(days => $1::int)"                     \
+	"   AND (payload IS NOT NULL OR output IS NOT NULL"                              \
+	"        OR coalesce(effect ? 'payload', false))"
+
+static const struct db_stmt st_purge_count = {
+	"audit_purge_count",
+	"WITH runs AS (" PURGE_RUNS ")"
+	"SELECT (SELECT count(*) FROM runs) AS runs,"
+	"       (SELECT count(*) FROM effect_outbox o JOIN runs USING (client_id, idempotency_key)"
+	"         WHERE o.payload IS NOT NULL) AS effects,"
+	"       (SELECT count(*) FROM approvals a JOIN runs USING (client_id, idempotency_key)"
+	"         WHERE a.effect IS NOT NULL) AS approvals",
+	1, true,
+};
+
+static const struct db_stmt st_purge = {
+	"audit_purge",
+	"WITH runs AS (" PURGE_RUNS " FOR UPDATE),"
+	" r AS (UPDATE workflow_runs w SET payload = NULL, output = NULL,"
+	"         effect = CASE WHEN w.effect IS NULL THEN NULL ELSE w.effect - 'payload' END"
+	"         FROM runs WHERE w.client_id = runs.client_id"
+	"          AND w.idempotency_key = runs.idempotency_key"
+	"       RETURNING w.client_id, w.idempotency_key, w.state, w.version, w.attempt),"
+	" e AS (UPDATE effect_outbox o SET payload = NULL FROM runs"
+	"        WHERE o.client_id = runs.client_id AND o.idempotency_key = runs.idempotency_key"
+	"          AND o.payload IS NOT NULL RETURNING o.id),"
+	" a AS (UPDATE approvals ap SET effect = NULL FROM runs"
+	"        WHERE ap.client_id = runs.client_id AND ap.idempotency_key = runs.idempotency_key"
+	"          AND ap.effect IS NOT NULL RETURNING ap.id),"
+	" ev AS (INSERT INTO run_events (client_id, idempotency_key, event, state_from, state_to,"
+	"            version, attempt, actor, reason)"
+	"        SELECT client_id, idempotency_key, 'run.purged', state, state, version, attempt,"
+	"               $2, 'retention: payload and model output removed; hashes kept' FROM r),"
+	" act AS (INSERT INTO operator_actions (operator, action, reason, details)"
+	"        SELECT $2, 'purge', $3, json_build_object('older_than_days', $1::int,"
+	"               'runs', (SELECT count(*) FROM r), 'effects', (SELECT count(*) FROM e),"
+	"               'approvals', (SELECT count(*) FROM a))::jsonb)"
+	"SELECT (SELECT count(*) FROM r) AS runs, (SELECT count(*) FROM e) AS effects,"
+	"       (SELECT count(*) FROM a) AS approvals",
+	3, false,
+};
+
+static enum audit_rc
+rc_of(enum db_rc rc)
+{
+	return rc == DB_UNAVAILABLE ? AUDIT_UNAVAILABLE : AUDIT_ERROR;
+}
+
+static void
+put(json_t *o, const char *name, const PGresult *res, int row, const char *col)
+{
+	const char *v = db_get(res, row, col);
+
+	json_object_set_new(o, name, v != NULL ? json_string(v) : json_null());
+}
+
+static bool
+truth(const PGresult *res, int row, const char *col)
+{
+	const char *v = db_get(res, row, col);
+
+	return v != NULL && v[0] == 't';
+}
+
+static json_t *
+sentence(const char *answer, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static json_t *
+sentence(const char *answer, const char *fmt, ...)
+{
+	char text[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	return json_pack("{s:s, s:s}", "answer", answer, "text", text);
+}
+
+/* "Did we send?" from the effects (an empty array: nothing was enqueued). */
+static json_t *
+answer_sent(const PGresult *run, const json_t *effects)
+{
+	const char *state = db_get(run, 0, "state"), *decision = db_get(run, 0, "decision");
+	size_t i;
+	json_t *e, *best = NULL;
+	int rank = -1;
+
+	/* one effect is enough for the answer: completed beats unknown beats
+	 * queued beats failed beats cancelled */
+	json_array_foreach(effects, i, e) {
+		static const char *const order[] = { "cancelled", "failed", "pending", "sending",
+			                             "unknown", "completed" };
+		const char *s = json_string_value(json_object_get(e, "state"));
+		int k;
+
+		for (k = 0; k < 6; k++)
+			if (s != NULL && strcmp(s, order[k]) == 0 && k > rank) {
+				rank = k;
+				best = e;
+			}
+	}
+	if (best == NULL) {
+		if (decision != NULL && strcmp(decision, "reject") == 0)
+			return sentence("no", "no: the run was rejected, nothing was enqueued");
+		return sentence("no", "no: nothing was enqueued (run %s)", state);
+	}
+#define ES(n) (json_string_value(json_object_get(best, n)) ?: "-")
+	switch (rank) {
+	case 5:
+		return sentence("yes", "yes: %s to %s completed at %s, provider id %s, after %lld "
+		                "send attempt(s)", ES("type"), ES("target"), ES("completed_at"),
+		                ES("provider_id"),
+		                (long long)json_integer_value(json_object_get(best, "sends")));
+	case 4:
+		return sentence("unknown", "unknown: %s to %s may or may not have happened; it waits "
+		                "for reconciliation and is never resent automatically", ES("type"),
+		                ES("target"));
+	case 3:
+	case 2:
+		return sentence("not_yet", "not yet: %s to %s is queued (%s)", ES("type"),
+		                ES("target"), ES("state"));
+	case 1:
+		return sentence("no", "no: %s to %s failed (%s) and was dead-lettered", ES("type"),
+		                ES("target"), ES("dead_letter"));
+	default:
+		return sentence("no", "no: %s to %s was cancelled before it went out", ES("type"),
+		                ES("target"));
+	}
+#undef ES
+}
+
+static json_t *
+answer_approved(const PGresult *run, const json_t *approvals)
+{
+	const char *d = db_get(run, 0, "decision"), *by = db_get(run, 0, "decided_by");
+	const char *at = db_get(run, 0, "decided_at"), *state = db_get(run, 0, "state");
+
+	if (d == NULL) {
+		if (strcmp(state, "awaiting_human") == 0)
+			return sentence("pending", "nobody yet: %zu challenge(s) wait for a decision",
+			                json_array_size(approvals));
+		return sentence("none", "nobody: no decision was taken (run %s)", state);
+	}
+	if (strcmp(d, "approve") == 0)
+		return sentence("human", "%s approved it at %s", by ? by : "?", at ? at : "?");
+	if (strcmp(d, "auto") == 0)
+		return sentence("auto", "nobody: the contract's rules approved it automatically "
+		                "(gate:auto) at %s", at ? at : "?");
+	if (strcmp(d, "reject") == 0)
+		return sentence("rejected", "nobody: %s rejected it at %s", by ? by : "?",
+		                at ? at : "?");
+	return sentence(d, "nobody: the approval %s", d);
+}
+
+static json_t *
+answer_model(const PGresult *run)
+{
+	const char *m = db_get(run, 0, "model");
+	json_t *model = m != NULL ? json_loads(m, 0, NULL) : NULL, *a;
+
+	if (model == NULL)
+		a = sentence("none", "no model output was accepted for this run");
+	else
+		a = sentence("known", "%s %s revision %s, under contract %s (%s), workflow %s",
+		             json_string_value(json_object_get(model, "provider")) ?: "?",
+		             json_string_value(json_object_get(model, "name")) ?: "?",
+		             json_string_value(json_object_get(model, "revision")) ?: "?",
+		             db_get(run, 0, "contract") ?: "?", db_get(run, 0, "contract_hash") ?: "?",
+		             db_get(run, 0, "workflow_version") ?: "?");
+	json_object_set_new(a, "model", model != NULL ? model : json_null());
+	put(a, "contract", run, 0, "contract");
+	put(a, "contract_hash", run, 0, "contract_hash");
+	put(a, "output_hash", run, 0, "output_hash");
+	put(a, "workflow_version", run, 0, "workflow_version");
+	json_object_set_new(a, "output_kept", json_boolean(truth(run, 0, "output_kept")));
+	return a;
+}
+
+enum audit_rc
+audit_explain(struct db *db, const char *client, const char *key, json_t **out, char *msg,
+              size_t msglen)
+{
+	const char *p1[2] = { key, client };
+	char cid[24];
+	const char *p2[2] = { cid, key };
+	PGresult *run = NULL, *res = NULL;
+	json_t *doc = NULL, *effects = NULL, *approvals = NULL, *links = NULL, *timeline = NULL;
+	json_t *processed;
+	enum audit_rc arc = AUDIT_ERROR;
+	enum db_rc rc;
+	int i;
+
+	*out = NULL;
+	if ((rc = db_exec(db, &st_run, p1, &run)) != DB_OK)
+		return rc_of(rc);
+	if (PQntuples(run) != 1) {
+		arc = PQntuples(run) == 0 ? AUDIT_NOT_FOUND : AUDIT_AMBIGUOUS;
+		snprintf(msg, msglen, arc == AUDIT_NOT_FOUND
+		                          ? "no: no run has the key \"%s\"%s (never claimed, or "
+		                            "another client's)"
+		                          : "the key \"%s\" exists for several API clients%s; name "
+		                            "one with --client",
+		         key, client ? " for that client" : "");
+		PQclear(run);
+		return arc;
+	}
+	snprintf(cid, sizeof(cid), "%s", db_get(run, 0, "client_id"));
+
+	effects = json_array();
+	if ((rc = db_exec(db, &st_effects, p2, &res)) != DB_OK)
+		goto fail;
+	for (i = 0; i < PQntuples(res); i++) {
+		json_t *e = json_object();
+
+		put(e, "effect_id", res, i, "id");
+		put(e, "type", res, i, "effect_type");
+		put(e, "target", res, i, "target");
+		put(e, "state", res, i, "state");
+		put(e, "provider_id", res, i, "provider_id");
+		put(e, "completed_at", res, i, "completed_at");
+		put(e, "approval_id", res, i, "approval_id");
+		put(e, "payload_hash", res, i, "payload_hash");
+		put(e, "dead_letter", res, i, "dead_letter");
+		json_object_set_new(e, "sends", json_integer(db_get_ll(res, i, "sends")));
+		json_object_set_new(e, "payload_kept", json_boolean(truth(res, i, "payload_kept")));
+		json_array_append_new(effects, e);
+	}
+	PQclear(res);
+	res = NULL;
+	if (gate_list(db, db_get_ll(run, 0, "client_id"), key, &approvals) != GATE_OK)
+		goto fail;
+	links = json_array();
+	if ((rc = db_exec(db, &st_links, p2, &res)) != DB_OK)
+		goto fail;
+	for (i = 0; i < PQntuples(res); i++) {
+		json_t *l = json_object();
+
+		put(l, "direction", res, i, "dir");
+		put(l, "key", res, i, "other");
+		put(l, "at", res, i, "at");
+		put(l, "operator", res, i, "operator");
+		put(l, "reason", res, i, "reason");
+		put(l, "payload_source", res, i, "payload_source");
+		put(l, "start_state", res, i, "start_state");
+		put(l, "job_id", res, i, "job_id");
+		json_array_append_new(links, l);
+	}
+	PQclear(res);
+	res = NULL;
+	timeline = json_array();
+	if ((rc = db_exec(db, &st_timeline, p2, &res)) != DB_OK)
+		goto fail;
+	for (i = 0; i < PQntuples(res); i++) {
+		json_t *t = json_object();
+
+		put(t, "ts", res, i, "ts");
+		put(t, "source", res, i, "source");
+		put(t, "event", res, i, "event");
+		put(t, "detail", res, i, "detail");
+		put(t, "actor", res, i, "actor");
+		json_array_append_new(timeline, t);
+	}
+	PQclear(res);
+	res = NULL;
+
+	processed = sentence("yes", "yes: claimed %s time(s) since %s; now %s%s%s", 
+	                     db_get(run, 0, "claims"), db_get(run, 0, "created_at"),
+	                     db_get(run, 0, "state"), db_get(run, 0, "error_class") ? " / " : "",
+	                     db_get(run, 0, "error_class") ?: "");
+	put(processed, "state", run, 0, "state");
+	put(processed, "created_at", run, 0, "created_at");
+	put(processed, "updated_at", run, 0, "updated_at");
+	put(processed, "payload_hash", run, 0, "payload_hash");
+	put(processed, "correlation_id", run, 0, "correlation_id");
+	put(processed, "trigger", run, 0, "trigger");
+	put(processed, "reason", run, 0, "reason");
+	json_object_set_new(processed, "attempt", json_integer(db_get_ll(run, 0, "attempt")));
+	json_object_set_new(processed, "payload_kept", json_boolean(truth(run, 0, "payload_kept")));
+
+	doc = json_object();
+	json_object_set_new(doc, "key", json_string(key));
+	put(doc, "client", run, 0, "client");
+	json_object_set_new(doc, "processed", processed);
+	json_object_set_new(doc, "sent", answer_sent(run, effects));
+	json_object_set_new(doc, "approved", answer_approved(run, approvals));
+	json_object_set_new(doc, "model", answer_model(run));
+	json_object_set_new(doc, "effects", effects);
+	json_object_set_new(doc, "approvals", approvals);
+	json_object_set_new(doc, "replays", links);
+	json_object_set_new(doc, "timeline", timeline);
+	effects = approvals = links = timeline = NULL;
+	*out = doc;
+	arc = AUDIT_OK;
+	goto out;
+fail:
+	arc = rc == DB_UNAVAILABLE ? AUDIT_UNAVAILABLE : AUDIT_ERROR;
+	snprintf(msg, msglen, "%s", db_error(db));
+out:
+	json_decref(effects);
+	json_decref(approvals);
+	json_decref(links);
+	json_decref(timeline);
+	PQclear(res);
+	PQclear(run);
+	return arc;
+}
+
+enum audit_rc
+audit_report(struct db *db, long long since_seconds, json_t **out)
+{
+	char secs[24];
+	const char *params[1] = { secs };
+	PGresult *res;
+	enum db_rc rc;
+
+	*out = NULL;
+	snprintf(secs, sizeof(secs), "%lld", since_seconds);
+	if ((rc = db_exec(db, &st_report, params, &res)) != DB_OK)
+		return rc_of(rc);
+	*out = json_loads(db_get(res, 0, "report"), 0, NULL);
+	PQclear(res);
+	if (*out == NULL)
+		return AUDIT_ERROR;
+	json_object_set_new(*out, "duplicates", json_null()); /* counted by /metrics only */
+	return AUDIT_OK;
+}
+
+enum audit_rc
+audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
+            const char *reason, struct audit_purge *out)
+{
+	char d[16];
+	const char *params[3] = { d, operator_name, reason };
+	PGresult *res;
+	enum db_rc rc;
+
+	memset(out, 0, sizeof(*out));
+	snprintf(d, sizeof(d), "%d", days);
+	if ((rc = db_exec(db, dry_run ? &st_purge_count : &st_purge, params, &res)) != DB_OK)
+		return rc_of(rc);
+	out->runs = db_get_ll(res, 0, "runs");
+	out->effects = db_get_ll(res, 0, "effects");
+	out->approvals = db_get_ll(res, 0, "approvals");
+	PQclear(res);
+	return AUDIT_OK;
+}

@@ -1,0 +1,64 @@
+/*
+ * metrics.h — GET /metrics (SPEC 8): the Prometheus text exposition format
+ * 0.0.4, computed from the database so that every responder answers with
+ * the same figures however many responders and dispatchers run.
+ *
+ * Two halves:
+ *  - Claim outcomes are not stored anywhere (a duplicate is answered by a
+ *    read, on purpose), so each process counts them in memory with
+ *    metrics_count() — one relaxed atomic add, nothing else on the claim
+ *    path — and metrics_flush() adds the deltas to the metric_counters table
+ *    (sql/007_metrics.sql). The responder flushes from a thread of its own
+ *    once a second (metrics_flusher_start) and before every refresh.
+ *  - Everything else is read from the rows the product keeps (runs,
+ *    approvals, effects, dead letters, the kill switch), in ONE statement, so
+ *    all figures of an answer come from one snapshot.
+ *
+ * The answer is cached per process for OG_METRICS_CACHE_MS and shared by the
+ * worker threads: a scrape storm costs one query per interval per process.
+ */
+#ifndef OG_METRICS_H
+#define OG_METRICS_H
+
+#include "buf.h"
+#include "db.h"
+
+/* What a process counts in memory. Names in metric_counters: metrics.c. */
+enum metrics_counter {
+	METRICS_CLAIM_CLAIMED = 0,     /* 201: a new key or a reclaim */
+	METRICS_CLAIM_DUPLICATE,       /* 200: the key exists and is not claimable */
+	METRICS_CLAIM_MISMATCH,        /* 409: same key, different payload */
+	METRICS_NCOUNTERS,
+};
+
+enum metrics_rc {
+	METRICS_OK = 0,
+	METRICS_UNAVAILABLE,  /* the database cannot be reached: 503 */
+	METRICS_ERROR,        /* anything else: 500 */
+};
+
+/* Counts one event of this process. Lock-free; safe from any thread. */
+void metrics_count(enum metrics_counter c);
+
+/* Adds this process's uncounted events to metric_counters in one
+ * statement. On failure the events stay counted in memory for the next
+ * flush (so a flush whose reply was lost may count them twice). */
+enum metrics_rc metrics_flush(struct db *db) __attribute__((warn_unused_result));
+
+/* The exposition text into out (replacing what it held): from the cache
+ * while it is fresh, otherwise flushed and computed on db. While another
+ * thread computes it, an older copy is answered instead of waiting. */
+enum metrics_rc metrics_text(struct db *db, struct buf *out)
+	__attribute__((warn_unused_result));
+
+/* The media type of metrics_text's answer. */
+#define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+/* The responder's flush thread: its own database connection, a flush every
+ * OG_METRICS_FLUSH_MS, and a last one when stopped (a SIGTERM loses no
+ * count; a SIGKILL loses at most one interval's). */
+int metrics_flusher_start(const char *conninfo, int statement_timeout_ms, char *err,
+                          size_t errlen) __attribute__((warn_unused_result));
+void metrics_flusher_stop(void);
+
+#endif

@@ -1,0 +1,133 @@
+/*
+ * repair.h — what an operator may do about effects that automatic recovery
+ * gave up on (SPEC 7.2, 7.3): read dead letters, reconcile, resume, reject,
+ * and revoke approval challenges.
+ *
+ * Every change is one transaction that also writes its operator_actions
+ * row (sql/005), so a repair and its record cannot exist without each
+ * other. Every change is a compare-and-set on the state the operator saw:
+ * a dispatcher, an approver or another operator acting at the same moment
+ * makes the statement match nothing, and the operator is told instead of
+ * being overruled silently.
+ *
+ * "Known not delivered" — the one condition under which `resume` sends an
+ * effect again with its provider key — is defined once, in repair.c
+ * (REPAIR_KNOWN_UNDELIVERED), from the attempt history and the operators'
+ * findings; README "Operations" says it in words.
+ */
+#ifndef OG_REPAIR_H
+#define OG_REPAIR_H
+
+#include <stdbool.h>
+
+#include <jansson.h>
+
+#include "config.h"
+#include "db.h"
+
+enum repair_rc {
+	REPAIR_OK = 0,
+	REPAIR_NOT_FOUND,        /* no such effect, dead letter, run or approval */
+	REPAIR_WRONG_STATE,      /* the state does not allow it; why says which */
+	REPAIR_NOT_UNDELIVERED,  /* resume: not known to be undelivered */
+	REPAIR_CHANGED,          /* changed by someone else since it was read */
+	REPAIR_AMBIGUOUS,        /* a key that several clients use: name the client */
+	REPAIR_BAD_INPUT,        /* a filter the database cannot read (a timestamp) */
+	REPAIR_UNAVAILABLE,
+	REPAIR_ERROR,
+};
+
+/* Who acts and why: both go into operator_actions and the decision log. */
+struct repair_who {
+	const char *operator_name;
+	const char *reason;
+};
+
+#define REPAIR_ID_LEN 37
+#define REPAIR_KEY_MAX 808      /* 200 characters of UTF-8, NUL */
+#define REPAIR_WHY_MAX 320
+
+/* What a change did, or why it was refused (why). */
+struct repair_out {
+	char why[REPAIR_WHY_MAX];
+	char effect_id[REPAIR_ID_LEN];
+	char approval_id[REPAIR_ID_LEN];
+	char dead_letter_id[REPAIR_ID_LEN];
+	char callback_id[REPAIR_ID_LEN];   /* reject KEY: the decision callback enqueued */
+	char client[24];                   /* client id */
+	char client_name[72];
+	char key[REPAIR_KEY_MAX];
+	char target[72];
+	char type[72];                     /* effect type */
+	char provider_key[REPAIR_KEY_MAX + 64];
+	char from[24], to[24];             /* effect (or approval) state */
+	char run_from[24], run_to[24];     /* empty: the run did not move */
+	long long run_version;
+	long long action_id;               /* the operator_actions row */
+	int count;                         /* reject KEY: effects cancelled;
+	                                      revoke: challenges still pending */
+};
+
+/* Dead-letter list filters; NULL/0 members do not filter. */
+struct repair_dl_filter {
+	const char *since_ts;        /* a timestamp PostgreSQL reads */
+	long long since_seconds;     /* or this long ago (> 0) */
+	const char *error_class;     /* permanent | exhausted | unknown */
+	const char *target;
+	const char *state;           /* open | resolved */
+	int limit;
+};
+
+/* Dead letters, oldest first, each with its age and whether it is open:
+ * *out is a new array. */
+enum repair_rc repair_dl_list(struct db *db, const struct repair_dl_filter *f, json_t **out)
+	__attribute__((warn_unused_result));
+/* One dead letter, by its id or its effect's id, with everything SPEC 7.2
+ * asks for, the attempts made since, the operators' actions and the
+ * recovery envelope; *out is a new object. cfg (may be NULL) gives the
+ * target's current max_attempts. */
+enum repair_rc repair_dl_show(struct db *db, const struct config *cfg, const char *id,
+                              json_t **out) __attribute__((warn_unused_result));
+
+/* An effect in `unknown` or `failed`: delivered → `completed` with the
+ * provider's id (and its run completed when that was the last effect);
+ * not delivered → `failed`, recorded as known not delivered. expect (may
+ * be NULL) is the state the operator saw. */
+enum repair_rc repair_reconcile(struct db *db, const char *effect, bool delivered,
+                                const char *provider_id, const char *expect,
+                                const struct repair_who *who, struct repair_out *out)
+	__attribute__((warn_unused_result));
+/* A `failed` effect known not delivered → `pending`, same provider key,
+ * a fresh retry budget; the dispatchers are woken. */
+enum repair_rc repair_resume(struct db *db, const char *effect, const char *expect,
+                             const struct repair_who *who, struct repair_out *out)
+	__attribute__((warn_unused_result));
+/* A `pending` or `failed` effect → `cancelled`; its run → failed_terminal
+ * (a decision callback's run is completed instead when nothing else is
+ * left). */
+enum repair_rc repair_reject_effect(struct db *db, const char *effect, const char *expect,
+                                    const struct repair_who *who, struct repair_out *out)
+	__attribute__((warn_unused_result));
+/* A run → failed_terminal with its unsent effects cancelled and its
+ * pending challenges revoked; a run that was awaiting a human and has a
+ * callback tells the workflow `rejected`. client_name may be NULL when the
+ * key is one client's only. */
+enum repair_rc repair_reject_key(struct db *db, const char *client_name, const char *key,
+                                 const struct repair_who *who, struct repair_out *out)
+	__attribute__((warn_unused_result));
+
+/* A pending, unexpired challenge → `revoked`; out->count is how many of
+ * the run's challenges are still pending. */
+enum repair_rc repair_approval_revoke(struct db *db, const char *approval_id,
+                                      const struct repair_who *who, struct repair_out *out)
+	__attribute__((warn_unused_result));
+/* Pending challenges, longest waiting first, with their wait; *out is a
+ * new array. */
+enum repair_rc repair_approvals_pending(struct db *db, int limit, json_t **out)
+	__attribute__((warn_unused_result));
+
+/* Is s a UUID in its text form (what the ids of effects, dead letters and
+ * approvals look like)? */
+bool repair_is_uuid(const char *s);
+
+#endif

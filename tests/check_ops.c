@@ -1,0 +1,1942 @@
+/*
+ * check_ops.c — integration suite of the operator's repair commands (SPEC
+ * 7.2, 7.3; issue 5): dead letters and their evidence, reconcile, resume,
+ * reject and approval revoke, through oncegatectl against the stack that
+ * `./dev test` starts, with oncegate-dispatch and the loopback HTTP
+ * provider doing the sending. Without ONCEGATE_URL or ONCEGATE_DISPATCH the
+ * suite is skipped (exit 77).
+ *
+ * Like check_dispatch, each test starts the dispatcher it needs with its
+ * own config (targets o_*) and decision log in the suite's temporary
+ * directory, and stops it by PID; the HTTP provider is started once by
+ * main(). Work is created as the responder and the dispatcher leave it: a
+ * run in `approved`, effects in the outbox — and, for "the dispatcher died
+ * before its request went out", an effect still `sending` under a lease
+ * that has run out, which the dispatcher's housekeeping makes `unknown`.
+ * Keys carry a per-run prefix ("op<epoch>-<pid>").
+ *
+ * What each test asserts is what an operator relies on: what the provider
+ * received (its own record), the rows before and after, the JSON and the
+ * text the commands print, their exit codes, and the decision log that
+ * oncegatectl writes ($ONCEGATE_LOG). Every refusal is checked to change
+ * nothing: the rows it could touch are compared before and after.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <curl/curl.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "testlib.h"
+
+#define STALL_S         60
+#define START_WAIT_S    15
+#define TEST_TIMEOUT_S  120
+#define OPERATOR        "night-op"
+
+static char g_run[64];            /* "op<epoch>-<pid>" */
+static char g_tmp[256];
+static char g_procs[PATH_MAX];
+static const char *g_key_dev;
+static char g_client[24];         /* id of client "dev" */
+static int g_http_port, g_closed_port;
+static pid_t g_http_pid = -1;
+
+enum env_switch { ENV_TRUE, ENV_UNSET, ENV_FALSE };
+
+#define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
+
+static void
+mkkey(char *buf, size_t n, const char *test)
+{
+	snprintf(buf, n, "%s-%s", g_run, test);
+}
+
+static char *
+dump_json(const json_t *v)
+{
+	char *s = v != NULL ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+
+	return s != NULL ? s : strdup("(null)");
+}
+
+static bool
+streq(const char *a, const char *b)
+{
+	return a != NULL && b != NULL && strcmp(a, b) == 0;
+}
+
+static void
+write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	ck_assert_msg(f != NULL, "cannot write %s: %s", path, strerror(errno));
+	ck_assert_msg(fputs(text, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
+}
+
+/* Text parameters, NULL-terminated. */
+#define QMAX 8
+
+static int
+qparams(va_list ap, const char *p[QMAX])
+{
+	const char *v;
+	int n = 0;
+
+	while ((v = va_arg(ap, const char *)) != NULL) {
+		ck_assert_int_lt(n, QMAX);
+		p[n++] = v;
+	}
+	return n;
+}
+
+/* First column of the first row (malloc'd) or NULL. */
+static char *
+qstr(PGconn *c, const char *sql, ...)
+{
+	const char *p[QMAX];
+	va_list ap;
+	int n;
+
+	va_start(ap, sql);
+	n = qparams(ap, p);
+	va_end(ap);
+	return tl_pg_value(c, sql, n, p);
+}
+
+static long long
+qnum(PGconn *c, const char *sql, ...)
+{
+	const char *p[QMAX];
+	va_list ap;
+	int n;
+
+	va_start(ap, sql);
+	n = qparams(ap, p);
+	va_end(ap);
+	return tl_pg_count(c, sql, n, p);
+}
+
+static long long
+qexec(PGconn *c, const char *sql, ...)
+{
+	const char *p[QMAX];
+	va_list ap;
+	int n;
+
+	va_start(ap, sql);
+	n = qparams(ap, p);
+	va_end(ap);
+	return tl_pg_exec(c, sql, n, p);
+}
+
+/* A query returning one JSON text, parsed (NULL for no row / SQL NULL). */
+static json_t *
+qjson(PGconn *c, const char *sql, ...)
+{
+	const char *p[QMAX];
+	va_list ap;
+	char *text;
+	json_t *v;
+	int n;
+
+	va_start(ap, sql);
+	n = qparams(ap, p);
+	va_end(ap);
+	text = tl_pg_value(c, sql, n, p);
+	if (text == NULL)
+		return NULL;
+	v = json_loads(text, JSON_DECODE_ANY, NULL);
+	ck_assert_msg(v != NULL, "not JSON: %s", text);
+	free(text);
+	return v;
+}
+
+/* Is pid running (not a zombie)? Reaps it when it is our child. */
+static bool
+proc_running(pid_t pid)
+{
+	char path[64], buf[512];
+	FILE *f;
+	char *p;
+	size_t n;
+
+	if (pid <= 0)
+		return false;
+	(void)waitpid(pid, NULL, WNOHANG);
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	return p != NULL && p[1] == ' ' && p[2] != 'Z';
+}
+
+/* Does pid's command line mention the suite's temporary directory? (So a
+ * recycled PID is never taken for one of ours.) */
+static bool
+proc_ours(pid_t pid)
+{
+	char path[64], buf[4096];
+	size_t n, i;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	for (i = 0; i < n; i++)
+		if (buf[i] == '\0')
+			buf[i] = ' ';
+	buf[n] = '\0';
+	return strstr(buf, g_tmp) != NULL;
+}
+
+static void
+proc_register(pid_t pid)
+{
+	char line[32];
+	int fd = open(g_procs, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		return;
+	snprintf(line, sizeof(line), "%d\n", (int)pid);
+	if (write(fd, line, strlen(line)) < 0)
+		fprintf(stderr, "check_ops: cannot register pid %d\n", (int)pid);
+	close(fd);
+}
+
+/* Kills every registered process still running (a test that failed
+ * half-way leaves its dispatchers behind), then forgets them. */
+static void
+proc_sweep(void)
+{
+	char *text = tl_file_slurp(g_procs, NULL);
+	char *p, *end;
+
+	if (text == NULL)
+		return;
+	for (p = text; *p != '\0'; p = end) {
+		pid_t pid = (pid_t)strtol(p, &end, 10);
+		double deadline;
+
+		if (end == p)
+			break;
+		while (*end == '\n')
+			end++;
+		if (!proc_running(pid) || !proc_ours(pid))
+			continue;
+		fprintf(stderr, "check_ops: killing pid %d left by an earlier test\n", (int)pid);
+		kill(pid, SIGKILL);
+		deadline = tl_now() + 5;
+		while (proc_running(pid) && tl_now() < deadline)
+			tl_sleep_ms(20);
+	}
+	free(text);
+	if (truncate(g_procs, 0) != 0)
+		fprintf(stderr, "check_ops: cannot truncate %s\n", g_procs);
+}
+
+/* fork + exec with stdout and stderr to files (appended) and the kill
+ * switch's environment half set as asked. */
+static pid_t
+spawn(char *const argv[], const char *out, const char *err, enum env_switch env)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		sigset_t none;
+		int fd;
+
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		if ((fd = open("/dev/null", O_RDONLY)) >= 0)
+			dup2(fd, 0);
+		if ((fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644)) >= 0)
+			dup2(fd, 1);
+		if ((fd = open(err, O_WRONLY | O_CREAT | O_APPEND, 0644)) >= 0)
+			dup2(fd, 2);
+		for (fd = 3; fd < 1024; fd++)
+			close(fd);
+		if (env == ENV_TRUE)
+			setenv("AI_ACTIONS_ENABLED", "true", 1);
+		else if (env == ENV_FALSE)
+			setenv("AI_ACTIONS_ENABLED", "false", 1);
+		else
+			unsetenv("AI_ACTIONS_ENABLED");
+		setenv("ASAN_OPTIONS", "detect_leaks=1", 1);
+		setenv("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1", 1);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* Waits up to secs for our child pid to exit; true with its status. */
+static bool
+wait_exit(pid_t pid, double secs, int *status)
+{
+	double deadline = tl_now() + secs;
+
+	for (;;) {
+		pid_t r = waitpid(pid, status, WNOHANG);
+
+		if (r == pid)
+			return true;
+		if (r < 0 && errno != EINTR)
+			return false;
+		if (tl_now() > deadline)
+			return false;
+		tl_sleep_ms(20);
+	}
+}
+
+/* Starts a provider and reads "ready <port>" from its stdout file. -1 when
+ * it did not come up. Used outside any test: no Check assertions. */
+static int
+provider_start(const char *script, const char *name, char *const extra[], pid_t *pid_out)
+{
+	char path[PATH_MAX], out[PATH_MAX], err[PATH_MAX], pidf[PATH_MAX];
+	char *argv[16];
+	int argc = 0, i, port = -1;
+	double deadline;
+	pid_t pid;
+
+	snprintf(path, sizeof(path), "%s/%s", tl_env("ONCEGATE_PROVIDERS"), script);
+	snprintf(out, sizeof(out), "%s/%s.out", g_tmp, name);
+	snprintf(err, sizeof(err), "%s/%s.err", g_tmp, name);
+	snprintf(pidf, sizeof(pidf), "%s/%s.pid", g_tmp, name);
+	argv[argc++] = (char *)(uintptr_t)tl_env("ONCEGATE_PYTHON");
+	argv[argc++] = path;
+	argv[argc++] = (char *)(uintptr_t)"--port";
+	argv[argc++] = (char *)(uintptr_t)"0";
+	argv[argc++] = (char *)(uintptr_t)"--pid";
+	argv[argc++] = pidf;
+	for (i = 0; extra[i] != NULL && argc < 15; i++)
+		argv[argc++] = extra[i];
+	argv[argc] = NULL;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		int fd;
+
+		if ((fd = open("/dev/null", O_RDONLY)) >= 0)
+			dup2(fd, 0);
+		if ((fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644)) >= 0)
+			dup2(fd, 1);
+		if ((fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644)) >= 0)
+			dup2(fd, 2);
+		for (fd = 3; fd < 1024; fd++)
+			close(fd);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	*pid_out = pid;
+	deadline = tl_now() + START_WAIT_S;
+	while (tl_now() < deadline) {
+		char *text = tl_file_slurp(out, NULL);
+		char *r = text != NULL ? strstr(text, "ready ") : NULL;
+
+		if (r != NULL && strchr(r, '\n') != NULL)
+			port = atoi(r + 6);
+		free(text);
+		if (port > 0 || !proc_running(pid))
+			break;
+		tl_sleep_ms(50);
+	}
+	if (port <= 0) {
+		char *e = tl_file_slurp(err, NULL);
+
+		fprintf(stderr, "check_ops: %s did not start: %s\n", name, e ? e : "");
+		free(e);
+	}
+	return port;
+}
+
+static void
+provider_stop(pid_t pid, const char *name)
+{
+	int st = 0;
+
+	if (pid <= 0)
+		return;
+	kill(pid, SIGTERM);
+	if (!wait_exit(pid, 10, &st)) {
+		fprintf(stderr, "check_ops: %s did not stop on SIGTERM: SIGKILL\n", name);
+		kill(pid, SIGKILL);
+		(void)wait_exit(pid, 5, &st);
+	}
+}
+
+struct body {
+	char *data;
+	size_t len;
+};
+
+static size_t
+body_cb(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+	struct body *b = ud;
+	size_t n = size * nmemb;
+	char *p = realloc(b->data, b->len + n + 1);
+
+	if (p == NULL)
+		return 0;
+	b->data = p;
+	memcpy(b->data + b->len, ptr, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+	return n;
+}
+
+/* GET (or POST with an empty body) of a control endpoint, parsed. */
+static json_t *
+prov_call(const char *method, const char *path)
+{
+	struct body b = { 0 };
+	char url[256], errbuf[CURL_ERROR_SIZE] = "";
+	long status = 0;
+	CURL *h = curl_easy_init();
+	CURLcode cc;
+	json_t *v;
+
+	ck_assert_ptr_nonnull(h);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", g_http_port, path);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
+	curl_easy_setopt(h, CURLOPT_PROXY, "");
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_cb);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+	if (strcmp(method, "POST") == 0)
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+	cc = curl_easy_perform(h);
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(h);
+	ck_assert_msg(cc == CURLE_OK && status == 200, "provider %s %s: %s (HTTP %ld)", method,
+	              path, cc != CURLE_OK ? errbuf : "", status);
+	v = json_loadb(b.data ? b.data : "", b.len, JSON_DECODE_ANY, NULL);
+	ck_assert_msg(v != NULL, "provider %s: not JSON: %.500s", path, b.data ? b.data : "");
+	free(b.data);
+	return v;
+}
+
+static int
+hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = tolower(c);
+	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The key= of a query string, percent-decoded (malloc'd), or NULL. */
+static char *
+query_key(const char *q)
+{
+	const char *p = q;
+	char *out, *o;
+
+	while (p != NULL && *p != '\0') {
+		if (strncmp(p, "key=", 4) == 0)
+			break;
+		p = strchr(p, '&');
+		if (p != NULL)
+			p++;
+	}
+	if (p == NULL || *p == '\0')
+		return NULL;
+	p += 4;
+	out = o = malloc(strlen(p) + 1);
+	if (out == NULL)
+		return NULL;
+	for (; *p != '\0' && *p != '&'; p++) {
+		if (*p == '%' && hexval(p[1]) >= 0 && hexval(p[2]) >= 0) {
+			*o++ = (char)(hexval(p[1]) * 16 + hexval(p[2]));
+			p += 2;
+		} else {
+			*o++ = *p == '+' ? ' ' : *p;
+		}
+	}
+	*o = '\0';
+	return out;
+}
+
+/* Does this recorded request concern provider keys starting with prefix?
+ * (its Idempotency-Key, or the key it looks up) */
+static bool
+req_matches(const json_t *req, const char *prefix)
+{
+	const char *k = tl_jstr(req, "idempotency_key");
+	char *qk = NULL;
+	bool m;
+
+	if (k == NULL && streq(tl_jstr(req, "kind"), "lookup"))
+		k = qk = query_key(JSTR(req, "query"));
+	m = k != NULL && strncmp(k, prefix, strlen(prefix)) == 0;
+	free(qk);
+	return m;
+}
+
+/* Requests the provider received about keys starting with prefix, of the
+ * given kind (effect, lookup, other; NULL: any), in arrival order. */
+static json_t *
+prov_requests(const char *prefix, const char *kind)
+{
+	json_t *all = prov_call("GET", "/_requests"), *out = json_array(), *r;
+	size_t i;
+
+	json_array_foreach(all, i, r)
+		if (req_matches(r, prefix) && (kind == NULL || streq(tl_jstr(r, "kind"), kind)))
+			json_array_append(out, r);
+	json_decref(all);
+	return out;
+}
+
+static size_t
+prov_count(const char *prefix, const char *kind)
+{
+	json_t *a = prov_requests(prefix, kind);
+	size_t n = json_array_size(a);
+
+	json_decref(a);
+	return n;
+}
+
+/* Effects the provider committed for keys starting with prefix. */
+static json_t *
+prov_committed(const char *prefix)
+{
+	json_t *all = prov_call("GET", "/_committed"), *out = json_array(), *r;
+	size_t i;
+
+	json_array_foreach(all, i, r) {
+		const char *k = tl_jstr(r, "idempotency_key");
+
+		if (k != NULL && strncmp(k, prefix, strlen(prefix)) == 0)
+			json_array_append(out, r);
+	}
+	json_decref(all);
+	return out;
+}
+
+/* Polls until the provider has at least `want` matching requests. */
+static size_t
+wait_prov(const char *prefix, const char *kind, size_t want, double secs)
+{
+	double deadline = tl_now() + secs;
+	size_t n;
+
+	for (;;) {
+		n = prov_count(prefix, kind);
+		if (n >= want || tl_now() > deadline)
+			return n;
+		tl_sleep_ms(50);
+	}
+}
+
+/* ---- runs and effects ------------------------------------------------------ */
+
+/* A run as the responder leaves it once its effect may go out: approved,
+ * with the event's ids, versions and contract a dead letter must carry. */
+static void
+make_run(PGconn *c, const char *key)
+{
+	char hash[72], corr[256];
+	const char *p[4] = { g_client, key, hash, corr };
+
+	tl_payload_hash("{\"suite\":\"check_ops\"}", hash);
+	snprintf(corr, sizeof(corr), "corr-%s", key);
+	tl_pg_exec(c, "INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
+	           "    state, claim_started_at, workflow_version, trigger, correlation_id,"
+	           "    contract, contract_hash, decision, decided_at)"
+	           " VALUES ($1::bigint, $2, $3, '{\"suite\":\"check_ops\"}', 'approved', now(),"
+	           "    'ops-suite@3', 'check_ops', $4, 'support_reply',"
+	           "    'sha256:0c0ffee0c0ffee0c0ffee0c0ffee0c0ffee0c0ffee0c0ffee0c0ffee0c0ffee0',"
+	           "    'auto', now())", 4, p);
+}
+
+/* One effect of run `key`: state 'pending' (due now), or 'sending' under
+ * a lease that ran out — what a dispatcher that died before its request
+ * went out leaves behind. Its id in id[40]. */
+static void
+add_effect(PGconn *c, const char *key, const char *type, const char *target,
+           const char *payload, bool dead_sender, char id[40])
+{
+	char hash[72];
+	char *v;
+
+	tl_payload_hash(payload, hash);
+	if (!dead_sender)
+		v = qstr(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type,"
+		         "    target, payload, payload_hash, provider_key)"
+		         " VALUES ($1::bigint, $2, $3, $4, $5::jsonb, $6, $2 || '/' || $3)"
+		         " RETURNING id", g_client, key, type, target, payload, hash, (char *)NULL);
+	else
+		v = qstr(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type,"
+		         "    target, payload, payload_hash, provider_key, state, lease_owner,"
+		         "    lease_expires_at, attempt, first_attempt_at)"
+		         " VALUES ($1::bigint, $2, $3, $4, $5::jsonb, $6, $2 || '/' || $3, 'sending',"
+		         "    gen_random_uuid(), now() - interval '1 second', 1,"
+		         "    now() - interval '5 seconds')"
+		         " RETURNING id", g_client, key, type, target, payload, hash, (char *)NULL);
+	ck_assert_ptr_nonnull(v);
+	snprintf(id, 40, "%s", v);
+	free(v);
+	qexec(c, "NOTIFY oncegate_outbox", (char *)NULL);
+}
+
+static json_t *
+effect_row(PGconn *c, const char *id)
+{
+	json_t *v = qjson(c, "SELECT row_to_json(e)::text FROM effect_outbox e WHERE id = $1::uuid",
+	                  id, (char *)NULL);
+
+	ck_assert_msg(v != NULL, "effect %s does not exist", id);
+	return v;
+}
+
+static json_t *
+dead_letter_of(PGconn *c, const char *effect)
+{
+	return qjson(c, "SELECT row_to_json(d)::text FROM dead_letters d WHERE effect_id = $1::uuid",
+	             effect, (char *)NULL);
+}
+
+static char *
+wait_effect(PGconn *c, const char *id, const char *want, double secs)
+{
+	double deadline = tl_now() + secs;
+	char *st;
+
+	for (;;) {
+		st = qstr(c, "SELECT state FROM effect_outbox WHERE id = $1::uuid", id, (char *)NULL);
+		if (streq(st, want) || tl_now() > deadline)
+			return st;
+		free(st);
+		tl_sleep_ms(100);
+	}
+}
+
+#define EXPECT_EFFECT(c, id, want, secs)                                               \
+	do {                                                                           \
+		char *st_ = wait_effect((c), (id), (want), (secs));                    \
+		if (!streq(st_, (want))) {                                             \
+			json_t *row_ = effect_row((c), (id));                          \
+			char *r_ = dump_json(row_);                                    \
+			ck_abort_msg("effect %s: state %s after %.0f s, expected %s: %s", \
+			             (id), st_ ? st_ : "?", (double)(secs), (want), r_); \
+		}                                                                      \
+		free(st_);                                                             \
+	} while (0)
+
+/* Polls until the effect has a dead letter. */
+static json_t *
+wait_dead_letter(PGconn *c, const char *effect, double secs)
+{
+	double deadline = tl_now() + secs;
+	json_t *dl;
+
+	while ((dl = dead_letter_of(c, effect)) == NULL && tl_now() < deadline)
+		tl_sleep_ms(100);
+	ck_assert_msg(dl != NULL, "effect %s has no dead letter after %.0f s", effect, secs);
+	return dl;
+}
+
+static char *
+run_state(PGconn *c, const char *key)
+{
+	return qstr(c, "SELECT state FROM workflow_runs WHERE client_id = $1::bigint"
+	            " AND idempotency_key = $2", g_client, key, (char *)NULL);
+}
+
+/* Everything a repair of run `key` could touch, as one JSON text: the run,
+ * its effects, their attempts and dead letters, its approvals, its events
+ * and the operator actions about it. Equal before and after = nothing
+ * changed. */
+static char *
+snapshot(PGconn *c, const char *key)
+{
+	char *s = qstr(c,
+	        "SELECT json_build_object("
+	        " 'run', (SELECT row_to_json(r) FROM workflow_runs r"
+	        "          WHERE client_id = $1::bigint AND idempotency_key = $2),"
+	        " 'effects', (SELECT json_agg(e ORDER BY e.id) FROM effect_outbox e"
+	        "          WHERE client_id = $1::bigint AND idempotency_key = $2),"
+	        " 'attempts', (SELECT json_agg(a ORDER BY a.id) FROM effect_attempts a"
+	        "          JOIN effect_outbox e ON e.id = a.effect_id"
+	        "          WHERE e.client_id = $1::bigint AND e.idempotency_key = $2),"
+	        " 'letters', (SELECT json_agg(d ORDER BY d.id) FROM dead_letters d"
+	        "          WHERE client_id = $1::bigint AND idempotency_key = $2),"
+	        " 'approvals', (SELECT json_agg(json_build_object('id', a.id, 'state', a.state,"
+	        "          'decision', a.decision, 'consumed_at', a.consumed_at) ORDER BY a.id)"
+	        "          FROM approvals a WHERE client_id = $1::bigint AND idempotency_key = $2),"
+	        " 'events', (SELECT json_agg(v ORDER BY v.id) FROM run_events v"
+	        "          WHERE client_id = $1::bigint AND idempotency_key = $2),"
+	        " 'actions', (SELECT json_agg(o ORDER BY o.id) FROM operator_actions o"
+	        "          WHERE (client_id = $1::bigint AND idempotency_key = $2)"
+	        "             OR effect_id IN (SELECT id FROM effect_outbox"
+	        "                 WHERE client_id = $1::bigint AND idempotency_key = $2)))::text",
+	        g_client, key, (char *)NULL);
+
+	ck_assert_ptr_nonnull(s);
+	return s;
+}
+
+static long long
+actions_of(PGconn *c, const char *key, const char *action)
+{
+	return qnum(c, "SELECT count(*) FROM operator_actions WHERE client_id = $1::bigint"
+	            " AND idempotency_key = $2 AND action = $3", g_client, key, action, (char *)NULL);
+}
+
+/* ---- oncegatectl, with its stderr ------------------------------------------- */
+
+static int
+append_word(char **cmd, const char *word)
+{
+	size_t n = strlen(*cmd), extra = 3;
+	const char *s;
+	char *p;
+
+	for (s = word; *s != '\0'; s++)
+		extra += *s == '\'' ? 4 : 1;
+	p = realloc(*cmd, n + extra + 1);
+	if (p == NULL)
+		return -1;
+	*cmd = p;
+	p += n;
+	*p++ = ' ';
+	*p++ = '\'';
+	for (s = word; *s != '\0'; s++) {
+		if (*s == '\'') {
+			memcpy(p, "'\\''", 4);
+			p += 4;
+		} else {
+			*p++ = *s;
+		}
+	}
+	*p++ = '\'';
+	*p = '\0';
+	return 0;
+}
+
+/* "$ONCEGATE_CTL -c $ONCEGATE_CONF args…": the exit status; stdout in *out,
+ * stderr in *err (both malloc'd, never NULL). */
+static int
+ctl(char **out, char **err, ...)
+{
+	static int seq;
+	char errpath[PATH_MAX];
+	const char *arg;
+	char *cmd = calloc(1, 1);
+	va_list ap;
+	int rc;
+
+	snprintf(errpath, sizeof(errpath), "%s/ctl-%d.err", g_tmp, ++seq);
+	ck_assert_ptr_nonnull(cmd);
+	ck_assert_int_eq(append_word(&cmd, tl_env("ONCEGATE_CTL")), 0);
+	ck_assert_int_eq(append_word(&cmd, "-c"), 0);
+	ck_assert_int_eq(append_word(&cmd, tl_env("ONCEGATE_CONF")), 0);
+	va_start(ap, err);
+	while ((arg = va_arg(ap, const char *)) != NULL)
+		ck_assert_int_eq(append_word(&cmd, arg), 0);
+	va_end(ap);
+	{
+		char *full = NULL;
+
+		ck_assert_int_ge(asprintf(&full, "%s 2>'%s'", cmd, errpath), 0);
+		free(cmd);
+		cmd = full;
+	}
+	{
+		char buf[4096];
+		size_t n = 0, got;
+		char *acc = calloc(1, 1);
+		FILE *f;
+		int st;
+
+		fflush(NULL);
+		f = popen(cmd, "r");
+		ck_assert_msg(f != NULL, "cannot run %s", cmd);
+		while ((got = fread(buf, 1, sizeof(buf), f)) > 0) {
+			acc = realloc(acc, n + got + 1);
+			ck_assert_ptr_nonnull(acc);
+			memcpy(acc + n, buf, got);
+			n += got;
+			acc[n] = '\0';
+		}
+		st = pclose(f);
+		ck_assert_msg(st != -1 && WIFEXITED(st), "%s did not exit normally", cmd);
+		rc = WEXITSTATUS(st);
+		*out = acc;
+	}
+	*err = tl_file_slurp(errpath, NULL);
+	if (*err == NULL)
+		*err = strdup("");
+	free(cmd);
+	return rc;
+}
+
+/* Runs a command that must succeed; returns its stdout. */
+#define CTL_OK(outp, ...)                                                              \
+	do {                                                                           \
+		char *e_ = NULL;                                                       \
+		int rc_ = ctl((outp), &e_, __VA_ARGS__, (char *)NULL);                 \
+		ck_assert_msg(rc_ == 0, "oncegatectl exit %d: %s%s", rc_, e_, *(outp)); \
+		free(e_);                                                              \
+	} while (0)
+
+static bool
+is_event(const json_t *line, const void *ev)
+{
+	return streq(tl_jstr(line, "event"), ev);
+}
+
+/* The one decision-log line of event ev written after offset (a new
+ * reference); fails unless there is exactly one. */
+static json_t *
+log_one(long offset, const char *ev)
+{
+	json_t *lines = tl_log_collect(offset, is_event, ev, 1), *l;
+	char *all;
+
+	if (json_array_size(lines) != 1) {
+		all = dump_json(lines);
+		ck_abort_msg("%zu lines of %s in the decision log, expected 1: %s",
+		             json_array_size(lines), ev, all);
+	}
+	l = json_incref(json_array_get(lines, 0));
+	json_decref(lines);
+	return l;
+}
+
+/* A refusal: exit code `want_exit`, stderr names it (and says nothing was
+ * changed) and contains `says`, run `key`'s rows are unchanged, and one
+ * operator.refused line with error_class `code` and the operator. */
+#define REFUSED(c, key, want_exit, says, code, ...)                                    \
+	do {                                                                           \
+		char *b_ = snapshot((c), (key)), *a_, *o_ = NULL, *e_ = NULL;          \
+		long off_ = tl_log_offset();                                           \
+		int rc_ = ctl(&o_, &e_, __VA_ARGS__, (char *)NULL);                    \
+		json_t *l_;                                                            \
+		ck_assert_msg(rc_ == (want_exit), "exit %d, expected %d; stderr: %s",  \
+		              rc_, (want_exit), e_);                                   \
+		ck_assert_msg(strstr(e_, (says)) != NULL && strstr(e_, "refused") != NULL \
+		              && strstr(e_, "Nothing was changed") != NULL,            \
+		              "stderr does not say \"%s\", refused and that nothing was " \
+		              "changed: %s", (says), e_);                              \
+		a_ = snapshot((c), (key));                                             \
+		ck_assert_msg(strcmp(b_, a_) == 0, "a refusal changed rows:\n before %s\n" \
+		              " after  %s", b_, a_);                                   \
+		l_ = log_one(off_, "operator.refused");                                \
+		ck_assert_str_eq(JSTR(l_, "error_class"), (code));                     \
+		ck_assert_str_eq(JSTR(l_, "actor"), OPERATOR);                         \
+		ck_assert_msg(strstr(JSTR(l_, "detail"), (says)) != NULL,              \
+		              "log detail: %s", JSTR(l_, "detail"));                   \
+		json_decref(l_);                                                       \
+		free(b_);                                                              \
+		free(a_);                                                              \
+		free(o_);                                                              \
+		free(e_);                                                              \
+	} while (0)
+
+static void
+kill_switch(bool on)
+{
+	char *out = NULL;
+	int rc = tl_ctl(&out, "kill-switch", on ? "on" : "off", "--reason",
+	                on ? "check_ops: this test sends" : "check_ops: finished",
+	                "--operator", "check_ops", (char *)NULL);
+
+	ck_assert_msg(rc == 0, "oncegatectl kill-switch: exit %d: %s", rc, out ? out : "");
+	free(out);
+}
+
+/* ---- the dispatcher ----------------------------------------------------------- */
+
+struct disp {
+	pid_t pid;
+	char conf[PATH_MAX];
+	char log[PATH_MAX];
+	char err[PATH_MAX];
+};
+
+static void
+disp_start(struct disp *d)
+{
+	static int seq;
+	char *text = NULL, *argv[5];
+	size_t len = 0;
+	FILE *f;
+	int st = 0, P = g_http_port;
+	pid_t pid;
+	double deadline;
+
+	memset(d, 0, sizeof(*d));
+	seq++;
+	snprintf(d->conf, sizeof(d->conf), "%s/d%d.conf", g_tmp, seq);
+	snprintf(d->log, sizeof(d->log), "%s/d%d.log", g_tmp, seq);
+	snprintf(d->err, sizeof(d->err), "%s/d%d.err", g_tmp, seq);
+	f = open_memstream(&text, &len);
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "log_file = %s\nlog_level = info\ndispatch_workers = 2\ndispatch_batch = 4\n"
+	        "dispatch_lease_seconds = 30\ndispatch_poll_ms = 200\n"
+	        "dispatch_shutdown_seconds = 5\nreconcile_interval_seconds = 1\n"
+	        "retention_days = 7\n\n", d->log);
+	/* honours Idempotency-Key; a 4xx is permanent */
+	fprintf(f, "[target o_idem]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
+	        "idempotency_key = 1\nprovider_id_header = X-Provider-Id\ntimeout_ms = 5000\n"
+	        "max_attempts = 3\nbase_ms = 100\ncap_ms = 1000\njitter_percent = 0\n\n", P);
+	/* no keys, no lookup URL: an ambiguous outcome waits for an operator */
+	fprintf(f, "[target o_plain]\nkind = http\nurl = http://127.0.0.1:%d/plain/effects\n"
+	        "idempotency_key = 0\nprovider_id_header = X-Provider-Id\ntimeout_ms = 1500\n"
+	        "max_attempts = 3\nbase_ms = 100\ncap_ms = 1000\njitter_percent = 0\n\n", P);
+	/* nobody listens: every attempt is refused before anything is sent */
+	fprintf(f, "[target o_refused]\nkind = http\nurl = http://127.0.0.1:%d/effects\n"
+	        "idempotency_key = 0\nconnect_timeout_ms = 1000\ntimeout_ms = 2000\n"
+	        "max_attempts = 2\nbase_ms = 100\ncap_ms = 500\njitter_percent = 0\n",
+	        g_closed_port);
+	ck_assert_int_eq(fclose(f), 0);
+	write_file(d->conf, text);
+	free(text);
+
+	argv[0] = (char *)(uintptr_t)tl_env("ONCEGATE_DISPATCH");
+	argv[1] = (char *)(uintptr_t)"-c";
+	argv[2] = d->conf;
+	argv[3] = (char *)(uintptr_t)"-n";
+	argv[4] = NULL;
+	pid = spawn(argv, "/dev/null", d->err, ENV_TRUE);
+	ck_assert_msg(wait_exit(pid, START_WAIT_S, &st) && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	              "oncegate-dispatch -n refused %s; see %s", d->conf, d->err);
+	argv[3] = NULL;
+	d->pid = spawn(argv, "/dev/null", d->err, ENV_TRUE);
+	proc_register(d->pid);
+	deadline = tl_now() + START_WAIT_S;
+	for (;;) {
+		char *logtext = tl_file_slurp(d->log, NULL);
+		bool up = logtext != NULL && strstr(logtext, "\"dispatch.started\"") != NULL;
+
+		free(logtext);
+		if (up)
+			break;
+		if (!proc_running(d->pid) || tl_now() > deadline) {
+			char *e = tl_file_slurp(d->err, NULL);
+
+			ck_abort_msg("oncegate-dispatch did not start: %.2000s", e ? e : "");
+		}
+		tl_sleep_ms(20);
+	}
+}
+
+static void
+disp_stop(struct disp *d)
+{
+	int st = 0;
+	char *e;
+
+	if (d->pid <= 0)
+		return;
+	ck_assert_int_eq(kill(d->pid, SIGTERM), 0);
+	if (!wait_exit(d->pid, 20, &st)) {
+		kill(d->pid, SIGKILL);
+		(void)wait_exit(d->pid, 5, &st);
+		ck_abort_msg("oncegate-dispatch did not exit within 20 s of SIGTERM");
+	}
+	d->pid = -1;
+	e = tl_file_slurp(d->err, NULL);
+	ck_assert_msg(e == NULL || (strstr(e, "ERROR: AddressSanitizer") == NULL &&
+	                            strstr(e, "runtime error:") == NULL &&
+	                            strstr(e, "LeakSanitizer") == NULL),
+	              "sanitizer finding in the dispatcher: %.4000s", e);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the dispatcher exited with %d", st);
+	free(e);
+}
+
+/* ---- the fixture ---------------------------------------------------------------- */
+
+static void
+setup(void)
+{
+	proc_sweep();
+}
+
+static void
+teardown(void)
+{
+	proc_sweep();
+}
+
+/* A JSON member that must be a non-empty string. */
+static void
+must_str(const json_t *o, const char *name, const char *what)
+{
+	const char *v = tl_jstr(o, name);
+	char *all;
+
+	if (v == NULL || *v == '\0') {
+		all = dump_json(o);
+		ck_abort_msg("%s: \"%s\" is missing or empty in %s", what, name, all);
+	}
+}
+
+/* ===== 1. a dead letter holds the whole evidence ================================ */
+
+START_TEST(test_dead_letter_evidence)
+{
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	char key[200], pk[256], id[40], corr[256];
+	char *out = NULL, *dlid;
+	json_t *dl, *ev, *atts, *a, *doc, *env, *list, *o, *l;
+	size_t i;
+	bool seen;
+	long off;
+
+	mkkey(key, sizeof(key), "evidence");
+	snprintf(pk, sizeof(pk), "%s/ticket.update", key);
+	snprintf(corr, sizeof(corr), "corr-%s", key);
+	make_run(c, key);
+	/* the provider refuses it: 422, a permanent failure after the send */
+	add_effect(c, key, "ticket.update", "o_idem", "{\"ticket\":42,\"fault\":\"422\"}", false, id);
+	kill_switch(true);
+	disp_start(&d);
+	EXPECT_EFFECT(c, id, "failed", 15);
+	dl = wait_dead_letter(c, id, 5);
+	disp_stop(&d);
+	ck_assert_int_eq(prov_count(pk, "effect"), 1);
+
+	/* The record itself, SPEC 7.2 item by item. */
+	dlid = strdup(JSTR(dl, "id"));
+	ck_assert_str_eq(JSTR(dl, "component"), "dispatcher");
+	ck_assert_str_eq(JSTR(dl, "error_class"), "permanent");
+	must_str(dl, "reason", "dead letter");
+	must_str(dl, "next_action", "dead letter");
+	ck_assert_str_eq(JSTR(dl, "idempotency_key"), key);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE id = $1::uuid"
+	                      " AND retention_until > now() + interval '6 days'", dlid, (char *)NULL),
+	                 1);
+	ck_assert_int_eq(json_integer_value(json_object_get(dl, "replay_count")), 0);
+	ck_assert_msg(json_is_null(json_object_get(dl, "resolution")), "a new letter is resolved");
+	ev = json_object_get(dl, "evidence");
+	ck_assert_str_eq(JSTR(ev, "event_id"), id);
+	ck_assert_str_eq(JSTR(ev, "correlation_id"), corr);
+	ck_assert_str_eq(JSTR(ev, "workflow_version"), "ops-suite@3");
+	ck_assert_str_eq(JSTR(ev, "contract"), "support_reply");
+	must_str(ev, "contract_hash", "evidence");
+	must_str(ev, "payload_hash", "evidence");
+	must_str(ev, "payload_ref", "evidence");
+	ck_assert_str_eq(JSTR(ev, "idempotency_key"), key);
+	ck_assert_str_eq(JSTR(ev, "provider_key"), pk);
+	ck_assert_str_eq(JSTR(ev, "ledger_state"), "approved");
+	atts = json_object_get(ev, "attempts");
+	ck_assert_int_eq(json_array_size(atts), 1);
+	a = json_array_get(atts, 0);
+	ck_assert_int_eq(json_integer_value(json_object_get(a, "status")), 422);
+	ck_assert_str_eq(JSTR(a, "classification"), "permanent");
+	ck_assert_msg(json_is_object(json_object_get(json_object_get(a, "evidence"), "headers")),
+	              "no selected headers in the attempt's evidence: %s", dump_json(a));
+	ck_assert_msg(strstr(JSTR(json_object_get(a, "evidence"), "body_excerpt"),
+	                     "unprocessable") != NULL, "no body excerpt: %s", dump_json(a));
+	ck_assert_msg(json_is_true(json_object_get(json_object_get(a, "evidence"), "request_sent")),
+	              "request_sent is not true: %s", dump_json(a));
+
+	/* `show`, for people: every item on its line. */
+	CTL_OK(&out, "deadletter", "show", dlid);
+	{
+		static const char *const labels[] = {
+			"dead letter", "event id", "correlation id", "workflow", "contract", "payload",
+			"idempotency key", "ledger state", "failed", "owner", "next action",
+			"retention until", "replay count", "resolution", "attempts (1)",
+			"last target evidence", "body excerpt", "operator actions (0)",
+		};
+		const char *const values[] = {
+			dlid, id, corr, "ops-suite@3", "support_reply", pk, "dispatcher", "permanent",
+			"422", "unprocessable", "client:dev", "open", "effect_outbox/",
+		};
+
+		for (i = 0; i < sizeof(labels) / sizeof(labels[0]); i++)
+			ck_assert_msg(strstr(out, labels[i]) != NULL, "show has no \"%s\": %s",
+			              labels[i], out);
+		for (i = 0; i < sizeof(values) / sizeof(values[0]); i++)
+			ck_assert_msg(strstr(out, values[i]) != NULL, "show does not say %s: %s",
+			              values[i], out);
+	}
+	free(out);
+
+	/* `--json show`, for scripts, by the effect's id: it parses and holds
+	 * the same, plus the recovery envelope. */
+	CTL_OK(&out, "--json", "deadletter", "show", id);
+	doc = json_loads(out, 0, NULL);
+	ck_assert_msg(doc != NULL, "deadletter show --json is not JSON: %s", out);
+	free(out);
+	ck_assert_str_eq(JSTR(doc, "dead_letter_id"), dlid);
+	ck_assert_str_eq(JSTR(doc, "event_id"), id);
+	ck_assert_str_eq(JSTR(doc, "correlation_id"), corr);
+	ck_assert_str_eq(JSTR(doc, "workflow_version"), "ops-suite@3");
+	ck_assert_str_eq(JSTR(doc, "contract"), "support_reply");
+	ck_assert_str_eq(JSTR(doc, "component"), "dispatcher");
+	ck_assert_str_eq(JSTR(doc, "error_class"), "permanent");
+	ck_assert_str_eq(JSTR(doc, "idempotency_key"), key);
+	ck_assert_str_eq(JSTR(doc, "provider_key"), pk);
+	ck_assert_str_eq(JSTR(doc, "ledger_state"), "approved");
+	ck_assert_str_eq(JSTR(doc, "owner"), "client:dev");
+	ck_assert_str_eq(JSTR(doc, "state"), "open");
+	must_str(doc, "payload_hash", "show --json");
+	must_str(doc, "payload_ref", "show --json");
+	must_str(doc, "next_action", "show --json");
+	must_str(doc, "retention_until", "show --json");
+	ck_assert_msg(json_is_integer(json_object_get(doc, "replay_count")) &&
+	              json_object_get(doc, "resolution") != NULL, "replay_count / resolution");
+	ck_assert_int_eq(json_integer_value(json_object_get(
+		json_array_get(json_object_get(doc, "attempts"), 0), "status")), 422);
+	ck_assert_msg(json_is_false(json_object_get(json_object_get(doc, "effect"),
+	                                            "known_undelivered")),
+	              "a 422 after the send is called known undelivered");
+	env = json_object_get(doc, "envelope");
+	{
+		static const char *const keys[] = {
+			"event_id", "correlation_id", "operation", "idempotency_key", "payload_hash",
+			"attempt", "max_attempts", "classification", "next_attempt_at",
+			"workflow_version", "status",
+		};
+
+		for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+			ck_assert_msg(json_object_get(env, keys[i]) != NULL, "envelope has no %s: %s",
+			              keys[i], dump_json(env));
+		ck_assert_str_eq(JSTR(env, "idempotency_key"), pk);
+		ck_assert_int_eq(json_integer_value(json_object_get(env, "max_attempts")), 3);
+		ck_assert_str_eq(JSTR(env, "status"), "failed");
+	}
+	json_decref(doc);
+
+	/* `list` with its filters and age. */
+	CTL_OK(&out, "--json", "deadletter", "list", "--since", "1h", "--class", "permanent",
+	       "--target", "o_idem", "--state", "open");
+	list = json_loads(out, 0, NULL);
+	ck_assert_msg(json_is_array(list), "deadletter list --json: %s", out);
+	free(out);
+	seen = false;
+	json_array_foreach(list, i, o)
+		if (streq(tl_jstr(o, "dead_letter_id"), dlid)) {
+			seen = true;
+			ck_assert_msg(json_integer_value(json_object_get(o, "age_seconds")) >= 0 &&
+			              json_integer_value(json_object_get(o, "age_seconds")) < 3600,
+			              "age: %s", dump_json(o));
+			ck_assert_str_eq(JSTR(o, "effect_id"), id);
+		}
+	ck_assert_msg(seen, "the letter is not in the filtered list");
+	json_decref(list);
+	{
+		static const char *const other[][2] = {
+			{ "--class", "unknown" }, { "--target", "o_plain" }, { "--state", "resolved" },
+		};
+
+		for (i = 0; i < 3; i++) {
+			CTL_OK(&out, "--json", "deadletter", "list", other[i][0], other[i][1]);
+			ck_assert_msg(strstr(out, dlid) == NULL, "%s %s lists the letter", other[i][0],
+			              other[i][1]);
+			free(out);
+		}
+	}
+	CTL_OK(&out, "deadletter", "list", "--since", "2000-01-01T00:00:00Z");
+	ck_assert_msg(strstr(out, dlid) != NULL && strstr(out, "AGE") != NULL, "list: %s", out);
+	free(out);
+
+	/* resume: the request reached the provider, so it is refused */
+	REFUSED(c, key, 1, "not known undelivered", "not_known_undelivered", "resume", id,
+	        "--reason", "customer asked again", "--operator", OPERATOR);
+
+	/* reject: terminal; the run fails, the letter is resolved */
+	off = tl_log_offset();
+	CTL_OK(&out, "reject", id, "--reason", "ticket closed by hand", "--operator", OPERATOR);
+	free(out);
+	EXPECT_EFFECT(c, id, "cancelled", 0);
+	{
+		char *st = run_state(c, key);
+
+		ck_assert_str_eq(st, "failed_terminal");
+		free(st);
+	}
+	json_decref(dl);
+	dl = dead_letter_of(c, id);
+	ck_assert_str_eq(JSTR(dl, "resolution"), "rejected");
+	ck_assert_str_eq(JSTR(dl, "resolved_by"), OPERATOR);
+	ck_assert_int_eq(actions_of(c, key, "reject"), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE effect_id = $1::uuid"
+	                      " AND operator = $2 AND reason = 'ticket closed by hand'",
+	                      id, OPERATOR, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM run_events WHERE client_id = $1::bigint"
+	                      " AND idempotency_key = $2 AND event = 'run.rejected_by_operator'"
+	                      " AND actor = 'operator:' || $3", g_client, key, OPERATOR,
+	                      (char *)NULL), 1);
+	l = log_one(off, "effect.rejected");
+	ck_assert_str_eq(JSTR(l, "actor"), OPERATOR);
+	ck_assert_str_eq(JSTR(l, "reason"), "ticket closed by hand");
+	ck_assert_str_eq(JSTR(l, "effect_id"), id);
+	ck_assert_str_eq(JSTR(l, "key"), key);
+	json_decref(l);
+	l = log_one(off, "run.rejected");
+	ck_assert_str_eq(JSTR(l, "state_to"), "failed_terminal");
+	json_decref(l);
+	CTL_OK(&out, "--json", "deadletter", "list", "--state", "resolved");
+	ck_assert_msg(strstr(out, dlid) != NULL, "the rejected letter is not resolved: %s", out);
+	free(out);
+	/* rejected twice: refused */
+	REFUSED(c, key, 1, "cancelled already", "wrong_state", "reject", id, "--reason", "again",
+	        "--operator", OPERATOR);
+	/* and nothing was ever sent again */
+	ck_assert_int_eq(prov_count(pk, "effect"), 1);
+	json_decref(dl);
+	free(dlid);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 2. reconcile --not-delivered, then resume: sent once ===================== */
+
+START_TEST(test_not_delivered_then_resume)
+{
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	char key[200], pk[256], id[40];
+	char *out = NULL, *st;
+	json_t *dl, *row, *doc, *reqs, *l, *res;
+	long off;
+
+	mkkey(key, sizeof(key), "resume");
+	snprintf(pk, sizeof(pk), "%s/crm.note", key);
+	make_run(c, key);
+	/* A dispatcher died holding it, before its request went out: the
+	 * sweep makes it unknown, and without a lookup URL it waits for us. */
+	add_effect(c, key, "crm.note", "o_plain", "{\"contact\":\"c-7\",\"note\":\"hello\"}", true, id);
+	kill_switch(true);
+	disp_start(&d);
+	EXPECT_EFFECT(c, id, "unknown", 10);
+	dl = wait_dead_letter(c, id, 5);
+	ck_assert_str_eq(JSTR(dl, "error_class"), "unknown");
+	json_decref(dl);
+	ck_assert_int_eq(prov_count(pk, NULL), 0);
+
+	/* Not yet known: resume is refused, and so are bad reconciles. */
+	REFUSED(c, key, 1, "reconcile first", "not_known_undelivered", "resume", id, "--reason",
+	        "try again", "--operator", OPERATOR);
+	REFUSED(c, key, 2, "--reason TEXT is required", "usage", "reconcile", id,
+	        "--not-delivered", "--operator", OPERATOR);
+	REFUSED(c, key, 2, "--delivered --provider-id ID or --not-delivered", "usage", "reconcile",
+	        id, "--delivered", "--reason", "found it", "--operator", OPERATOR);
+	REFUSED(c, key, 2, "--delivered --provider-id ID or --not-delivered", "usage", "reconcile",
+	        id, "--delivered", "--not-delivered", "--provider-id", "x", "--reason", "both",
+	        "--operator", OPERATOR);
+	REFUSED(c, key, 1, "not pending as expected", "changed_meanwhile", "reconcile", id,
+	        "--not-delivered", "--expect", "pending", "--reason", "stale view", "--operator",
+	        OPERATOR);
+
+	/* The provider has nothing (its record says so): not delivered. */
+	off = tl_log_offset();
+	CTL_OK(&out, "--json", "reconcile", id, "--not-delivered", "--expect", "unknown",
+	       "--reason", "provider console shows nothing for this key", "--operator", OPERATOR);
+	res = json_loads(out, 0, NULL);
+	ck_assert_msg(res != NULL && streq(tl_jstr(res, "state_from"), "unknown") &&
+	              streq(tl_jstr(res, "state_to"), "failed"), "reconcile --json: %s", out);
+	json_decref(res);
+	free(out);
+	row = effect_row(c, id);
+	ck_assert_str_eq(JSTR(row, "state"), "failed");
+	ck_assert_str_eq(JSTR(row, "provider_key"), pk);
+	json_decref(row);
+	dl = dead_letter_of(c, id);
+	ck_assert_str_eq(JSTR(dl, "resolution"), "not_delivered");
+	json_decref(dl);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE effect_id = $1::uuid"
+	                      " AND action = 'reconcile' AND details->>'finding' = 'not_delivered'"
+	                      " AND operator = $2", id, OPERATOR, (char *)NULL), 1);
+	l = log_one(off, "effect.reconciled");
+	ck_assert_str_eq(JSTR(l, "actor"), OPERATOR);
+	ck_assert_str_eq(JSTR(l, "reason"), "provider console shows nothing for this key");
+	ck_assert_str_eq(JSTR(l, "effect_id"), id);
+	ck_assert_str_eq(JSTR(l, "state_to"), "failed");
+	json_decref(l);
+	CTL_OK(&out, "--json", "deadletter", "show", id);
+	doc = json_loads(out, 0, NULL);
+	free(out);
+	ck_assert_msg(json_is_true(json_object_get(json_object_get(doc, "effect"),
+	                                           "known_undelivered")) &&
+	              streq(tl_jstr(doc, "state"), "open") &&
+	              strstr(JSTR(doc, "next_action"), "resume") != NULL,
+	              "after --not-delivered: %s", dump_json(doc));
+	json_decref(doc);
+	/* Still nothing sent: a finding sends nothing. */
+	tl_sleep_ms(600);
+	ck_assert_int_eq(prov_count(pk, NULL), 0);
+
+	/* resume: pending again, the same key; the dispatcher sends it once */
+	off = tl_log_offset();
+	CTL_OK(&out, "resume", id, "--reason", "provider fixed, send it", "--operator", OPERATOR);
+	free(out);
+	EXPECT_EFFECT(c, id, "completed", 15);
+	st = run_state(c, key);
+	ck_assert_str_eq(st, "completed");
+	free(st);
+	ck_assert_int_eq(wait_prov(pk, NULL, 1, 2), 1);
+	tl_sleep_ms(600);
+	reqs = prov_requests(pk, NULL);
+	ck_assert_msg(json_array_size(reqs) == 1, "the provider received %zu requests, expected 1",
+	              json_array_size(reqs));
+	ck_assert_str_eq(JSTR(json_array_get(reqs, 0), "idempotency_key"), pk);
+	json_decref(reqs);
+	reqs = prov_committed(pk);
+	ck_assert_int_eq(json_array_size(reqs), 1);
+	row = effect_row(c, id);
+	ck_assert_str_eq(JSTR(row, "provider_key"), pk);
+	ck_assert_str_eq(JSTR(row, "provider_id"), JSTR(json_array_get(reqs, 0), "id"));
+	json_decref(row);
+	json_decref(reqs);
+	l = log_one(off, "effect.resumed");
+	ck_assert_str_eq(JSTR(l, "actor"), OPERATOR);
+	ck_assert_str_eq(JSTR(l, "reason"), "provider fixed, send it");
+	ck_assert_str_eq(JSTR(l, "state_from"), "failed");
+	ck_assert_str_eq(JSTR(l, "state_to"), "pending");
+	json_decref(l);
+	ck_assert_int_eq(actions_of(c, key, "resume"), 1);
+	dl = dead_letter_of(c, id);
+	ck_assert_str_eq(JSTR(dl, "resolution"), "resumed");
+	json_decref(dl);
+	CTL_OK(&out, "--json", "deadletter", "show", id);
+	ck_assert_msg(strstr(out, "\"state\":\"resolved\"") != NULL, "after the resume: %s", out);
+	free(out);
+	disp_stop(&d);
+	/* Delivered now: a second resume is refused. */
+	REFUSED(c, key, 1, "it was delivered", "wrong_state", "resume", id, "--reason", "again",
+	        "--operator", OPERATOR);
+	ck_assert_int_eq(prov_count(pk, NULL), 1);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 3. known undelivered from the evidence alone ============================== */
+
+START_TEST(test_resume_before_send)
+{
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	char key[200], key2[200], id[40], id2[40];
+	char *out = NULL;
+	json_t *dl, *row;
+
+	/* A target this dispatcher does not know: failed, nothing went out. */
+	mkkey(key, sizeof(key), "unconfigured");
+	make_run(c, key);
+	add_effect(c, key, "crm.tag", "o_gone", "{\"contact\":\"c-9\"}", false, id);
+	/* A target nobody listens on: every attempt refused before sending,
+	 * the budget spent. */
+	mkkey(key2, sizeof(key2), "refused");
+	make_run(c, key2);
+	add_effect(c, key2, "crm.tag", "o_refused", "{\"contact\":\"c-10\"}", false, id2);
+	kill_switch(true);
+	disp_start(&d);
+	EXPECT_EFFECT(c, id, "failed", 10);
+	EXPECT_EFFECT(c, id2, "failed", 15);
+	dl = wait_dead_letter(c, id2, 5);
+	ck_assert_str_eq(JSTR(dl, "error_class"), "exhausted");
+	json_decref(dl);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_attempts WHERE effect_id = $1::uuid"
+	                      " AND evidence->'request_sent' = 'false'::jsonb", id2, (char *)NULL), 2);
+	disp_stop(&d);
+
+	/* Both are known undelivered without anyone reconciling. */
+	CTL_OK(&out, "--json", "deadletter", "show", id2);
+	ck_assert_msg(strstr(out, "\"known_undelivered\":true") != NULL, "show: %s", out);
+	free(out);
+	CTL_OK(&out, "resume", id2, "--reason", "the target is back", "--operator", OPERATOR);
+	free(out);
+	row = effect_row(c, id2);
+	ck_assert_str_eq(JSTR(row, "state"), "pending");
+	ck_assert_int_eq(json_integer_value(json_object_get(row, "attempt")), 0);
+	ck_assert_msg(json_is_null(json_object_get(row, "first_attempt_at")),
+	              "the retry budget did not start afresh: %s", dump_json(row));
+	json_decref(row);
+	/* resumed by its dead letter's id */
+	dl = dead_letter_of(c, id);
+	CTL_OK(&out, "resume", JSTR(dl, "id"), "--reason", "target configured now", "--operator",
+	       OPERATOR);
+	free(out);
+	json_decref(dl);
+	EXPECT_EFFECT(c, id, "pending", 0);
+
+	/* Both fail again (the targets are still wrong): their letters reopen. */
+	disp_start(&d);
+	EXPECT_EFFECT(c, id, "failed", 10);
+	EXPECT_EFFECT(c, id2, "failed", 15);
+	disp_stop(&d);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE effect_id = $1::uuid",
+	                      id, (char *)NULL), 1);
+	CTL_OK(&out, "--json", "deadletter", "list", "--state", "open", "--target", "o_gone");
+	ck_assert_msg(strstr(out, id) != NULL, "the letter of a resumed effect that failed again "
+	              "is not open: %s", out);
+	free(out);
+	/* Done with them. */
+	CTL_OK(&out, "reject", id, "--reason", "wrong target, replay later", "--operator",
+	       OPERATOR);
+	free(out);
+	CTL_OK(&out, "reject", key2, "--reason", "give up on this key", "--operator", OPERATOR);
+	free(out);
+	EXPECT_EFFECT(c, id2, "cancelled", 0);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 4. reconcile --delivered completes the effect and the run =================== */
+
+START_TEST(test_reconcile_delivered)
+{
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	char key[200], id[40], id2[40];
+	char *out = NULL, *st;
+	json_t *row, *dl, *l;
+	long off;
+
+	mkkey(key, sizeof(key), "delivered");
+	make_run(c, key);
+	add_effect(c, key, "crm.note", "o_plain", "{\"contact\":\"c-11\"}", true, id);
+	/* a second effect of the run, delivered already */
+	add_effect(c, key, "crm.tag", "o_plain", "{\"contact\":\"c-11\"}", false, id2);
+	qexec(c, "UPDATE effect_outbox SET state = 'completed', completed_at = now(),"
+	      " provider_id = 'prov-done' WHERE id = $1::uuid", id2, (char *)NULL);
+	kill_switch(true);
+	disp_start(&d);
+	EXPECT_EFFECT(c, id, "unknown", 10);
+	disp_stop(&d);
+	dl = wait_dead_letter(c, id, 5);
+	ck_assert_str_eq(JSTR(dl, "error_class"), "unknown");
+	json_decref(dl);
+
+	REFUSED(c, key, 2, "--delivered --provider-id ID or --not-delivered", "usage",
+	        "reconcile", id, "--delivered", "--provider-id", "", "--reason", "empty id",
+	        "--operator", OPERATOR);
+	/* an effect that is not unknown or failed */
+	REFUSED(c, key, 1, "only an unknown or failed effect is reconciled", "wrong_state",
+	        "reconcile", id2, "--delivered", "--provider-id", "prov-x", "--reason", "no",
+	        "--operator", OPERATOR);
+
+	off = tl_log_offset();
+	CTL_OK(&out, "reconcile", id, "--delivered", "--provider-id", "prov-ext-77", "--reason",
+	       "found in the CRM audit log", "--operator", OPERATOR);
+	free(out);
+	row = effect_row(c, id);
+	ck_assert_str_eq(JSTR(row, "state"), "completed");
+	ck_assert_str_eq(JSTR(row, "provider_id"), "prov-ext-77");
+	ck_assert_msg(json_is_string(json_object_get(row, "completed_at")), "completed_at unset");
+	json_decref(row);
+	st = run_state(c, key);
+	ck_assert_str_eq(st, "completed");
+	free(st);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM run_events WHERE client_id = $1::bigint"
+	                      " AND idempotency_key = $2 AND event = 'run.completed'"
+	                      " AND actor = 'operator:' || $3", g_client, key, OPERATOR,
+	                      (char *)NULL), 1);
+	dl = dead_letter_of(c, id);
+	ck_assert_str_eq(JSTR(dl, "resolution"), "delivered");
+	json_decref(dl);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE effect_id = $1::uuid"
+	                      " AND action = 'reconcile' AND details->>'provider_id' = 'prov-ext-77'",
+	                      id, (char *)NULL), 1);
+	l = log_one(off, "effect.reconciled");
+	ck_assert_str_eq(JSTR(l, "provider_id"), "prov-ext-77");
+	ck_assert_str_eq(JSTR(l, "actor"), OPERATOR);
+	ck_assert_str_eq(JSTR(l, "state_to"), "completed");
+	json_decref(l);
+	l = log_one(off, "run.completed");
+	ck_assert_str_eq(JSTR(l, "actor"), OPERATOR);
+	json_decref(l);
+	/* nothing was sent for it, ever */
+	ck_assert_int_eq(prov_count(key, NULL), 0);
+	REFUSED(c, key, 1, "only an unknown or failed effect is reconciled", "wrong_state",
+	        "reconcile", id, "--not-delivered", "--reason", "changed my mind", "--operator",
+	        OPERATOR);
+	REFUSED(c, key, 1, "it was delivered and cannot be taken back", "wrong_state", "reject", id,
+	        "--reason", "too late", "--operator", OPERATOR);
+	REFUSED(c, key, 1, "already: nothing to reject", "wrong_state", "reject", key, "--reason",
+	        "too late", "--operator", OPERATOR);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 5. approval revoke, list, and reject KEY ===================================== */
+
+/* The hidden csrf input's value on an approval page (malloc'd). */
+static char *
+csrf_of(const char *page)
+{
+	const char *p = strstr(page, "name=\"csrf\""), *v, *end;
+
+	ck_assert_msg(p != NULL, "the page has no csrf input: %.2000s", page);
+	while (p > page && *p != '<')
+		p--;
+	v = strstr(p, "value=\"");
+	ck_assert_ptr_nonnull(v);
+	v += 7;
+	end = strchr(v, '"');
+	ck_assert_msg(end != NULL && end - v >= 16, "no csrf value");
+	return strndup(v, (size_t)(end - v));
+}
+
+static void
+page(const char *token, const char *form, struct tl_resp *r)
+{
+	char path[256], origin[512];
+	const char *h[6] = { "X-Dev-User: alice@example.com", "X-Dev-Groups: support", NULL };
+
+	snprintf(path, sizeof(path), "/approve/%s", token);
+	snprintf(origin, sizeof(origin), "Origin: %s", tl_env("ONCEGATE_URL"));
+	if (form != NULL) {
+		h[2] = origin;
+		h[3] = "Sec-Fetch-Site: same-origin";
+		h[4] = NULL;
+	}
+	memset(r, 0, sizeof(*r));
+	ck_assert_int_eq(tl_http_hdrs(form != NULL ? "POST" : "GET", path, h,
+	                              form != NULL ? "application/x-www-form-urlencoded" : NULL,
+	                              form, form != NULL ? strlen(form) : 0, r, NULL), 0);
+}
+
+START_TEST(test_approval_revoke_and_reject_key)
+{
+	PGconn *c = tl_pg_connect();
+	char key[200], owner[64], tok_b[44], hash_b[65], n8n_url[512];
+	char *path, *out = NULL, *aid, *bid, *csrf, *form, *st;
+	const char *url, *tok_a;
+	long long version = 0;
+	json_t *body, *list, *o, *l, *cb;
+	struct tl_resp r;
+	size_t i;
+	long off;
+	bool seen_a = false, seen_b = false;
+
+	/* claim → output (support_reply: a person from group support decides) */
+	mkkey(key, sizeof(key), "revoke");
+	snprintf(n8n_url, sizeof(n8n_url), "http://127.0.0.1:5678/webhook-waiting/%s", g_run);
+	body = json_pack("{s:s, s:{s:s}}", "key", key, "payload", "suite", g_run);
+	tl_post_json("/v1/runs", g_key_dev, body, &r);
+	json_decref(body);
+	ck_assert_msg(r.status == 201 && tl_jint(r.json, "version", &version), "claim: %ld %s",
+	              r.status, r.body);
+	snprintf(owner, sizeof(owner), "%s", tl_jstr(r.json, "lease_owner"));
+	tl_resp_free(&r);
+	path = NULL;
+	ck_assert_int_ge(asprintf(&path, "/v1/runs/%s/output", key), 0);
+	body = json_pack("{s:s, s:I, s:s, s:{s:s, s:s, s:s, s:f}, s:{s:s, s:s, s:s},"
+	                 " s:{s:s, s:s, s:{s:s}}, s:s, s:s}",
+	                 "lease_owner", owner, "version", (json_int_t)version,
+	                 "contract", "support_reply",
+	                 "output", "subject", "Re: refund", "body", "Refund approved.",
+	                 "tone", "friendly", "confidence", 0.7,
+	                 "model", "provider", "openai-compatible", "name", "m", "revision", "1",
+	                 "effect", "type", "email.send", "target", "demo_smtp", "payload", "to",
+	                 "customer@example.com", "source_url", "https://crm.example/ticket/5",
+	                 "callback_url", n8n_url);
+	tl_post_json(path, g_key_dev, body, &r);
+	json_decref(body);
+	free(path);
+	ck_assert_msg(r.status == 202 && streq(tl_jstr(r.json, "outcome"), "awaiting_human"),
+	              "output: %ld %s", r.status, r.body);
+	o = json_array_get(json_object_get(r.json, "approvals"), 0);
+	aid = strdup(JSTR(o, "approval_id"));
+	url = tl_jstr(o, "url");
+	ck_assert_ptr_nonnull(url);
+	tok_a = strstr(url, "/approve/");
+	ck_assert_ptr_nonnull(tok_a);
+	tok_a = strdup(tok_a + 9);
+	tl_resp_free(&r);
+	/* A second approver's challenge, as a contract naming two would
+	 * create: its own token. */
+	tl_random_token(tok_b);
+	tl_sha256_hex(tok_b, hash_b);
+	bid = qstr(c, "INSERT INTO approvals (client_id, idempotency_key, token_hash, approver,"
+	           "    allowed_decisions, requested_by, separation_of_duties, expires_at, effect,"
+	           "    callback_url)"
+	           " SELECT client_id, idempotency_key, decode($2, 'hex'), 'bob@example.com',"
+	           "    allowed_decisions, requested_by, separation_of_duties, expires_at, effect,"
+	           "    callback_url FROM approvals WHERE id = $1::uuid RETURNING id",
+	           aid, hash_b, (char *)NULL);
+	ck_assert_ptr_nonnull(bid);
+
+	/* The approver has the page open (and its csrf) when the link is revoked. */
+	page(tok_a, NULL, &r);
+	ck_assert_msg(r.status == 200, "GET approval page: %ld", r.status);
+	csrf = csrf_of(r.body);
+	tl_resp_free(&r);
+
+	/* approval list --pending: both, with their wait */
+	CTL_OK(&out, "--json", "approval", "list", "--pending");
+	list = json_loads(out, 0, NULL);
+	ck_assert_msg(json_is_array(list), "approval list --json: %s", out);
+	free(out);
+	json_array_foreach(list, i, o) {
+		if (streq(tl_jstr(o, "approval_id"), aid) || streq(tl_jstr(o, "approval_id"), bid)) {
+			seen_a |= streq(tl_jstr(o, "approval_id"), aid);
+			seen_b |= streq(tl_jstr(o, "approval_id"), bid);
+			ck_assert_str_eq(JSTR(o, "idempotency_key"), key);
+			ck_assert_msg(json_integer_value(json_object_get(o, "waiting_seconds")) >= 0 &&
+			              json_integer_value(json_object_get(o, "expires_in_seconds")) > 3600,
+			              "wait / expiry: %s", dump_json(o));
+		}
+	}
+	ck_assert_msg(seen_a && seen_b, "approval list misses a pending challenge");
+	json_decref(list);
+	CTL_OK(&out, "approval", "list", "--pending");
+	ck_assert_msg(strstr(out, aid) != NULL && strstr(out, "WAITING") != NULL, "list: %s", out);
+	free(out);
+
+	/* refusals */
+	REFUSED(c, key, 2, "--reason TEXT is required", "usage", "approval", "revoke", aid,
+	        "--operator", OPERATOR);
+	REFUSED(c, key, 1, "no approval has the id", "not_found", "approval", "revoke",
+	        "00000000-0000-4000-8000-000000000000", "--reason", "typo", "--operator", OPERATOR);
+	REFUSED(c, key, 1, "is not an approval id", "not_found", "approval", "revoke", "nope",
+	        "--reason", "typo", "--operator", OPERATOR);
+
+	/* revoke A: A's link is dead, B's still works, the run still waits */
+	off = tl_log_offset();
+	CTL_OK(&out, "approval", "revoke", aid, "--reason", "alice left the team", "--operator",
+	       OPERATOR);
+	free(out);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE id = $1::uuid"
+	                      " AND state = 'revoked'", aid, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE id = $1::uuid"
+	                      " AND state = 'pending'", bid, (char *)NULL), 1);
+	st = run_state(c, key);
+	ck_assert_str_eq(st, "awaiting_human");
+	free(st);
+	ck_assert_int_eq(actions_of(c, key, "approval_revoke"), 1);
+	l = log_one(off, "approval.revoked");
+	ck_assert_str_eq(JSTR(l, "approval_id"), aid);
+	ck_assert_str_eq(JSTR(l, "actor"), OPERATOR);
+	ck_assert_str_eq(JSTR(l, "reason"), "alice left the team");
+	ck_assert_str_eq(JSTR(l, "key"), key);
+	json_decref(l);
+	page(tok_a, NULL, &r);
+	ck_assert_msg(r.status == 410 && strstr(r.body, "revoked") != NULL,
+	              "GET of a revoked link: %ld %.1000s", r.status, r.body);
+	tl_resp_free(&r);
+	form = tl_form("decision", "approve", "csrf", csrf, "reason", "ok", (char *)NULL);
+	{
+		char *before = snapshot(c, key), *after;
+
+		page(tok_a, form, &r);
+		ck_assert_msg(r.status == 410 || r.status == 409, "POST to a revoked link: %ld %.1000s",
+		              r.status, r.body);
+		tl_resp_free(&r);
+		after = snapshot(c, key);
+		ck_assert_msg(strcmp(before, after) == 0, "a POST to a revoked link changed rows");
+		free(before);
+		free(after);
+	}
+	free(form);
+	page(tok_b, NULL, &r);
+	ck_assert_msg(r.status == 200, "the other approver's link: %ld", r.status);
+	tl_resp_free(&r);
+	REFUSED(c, key, 1, "only a pending challenge is revoked", "wrong_state", "approval",
+	        "revoke", aid, "--reason", "twice", "--operator", OPERATOR);
+
+	/* reject KEY: the run ends, B's link is revoked, the workflow is told */
+	REFUSED(c, key, 1, "no run has the key", "not_found", "reject", "no-such-key-anywhere",
+	        "--reason", "typo", "--operator", OPERATOR);
+	REFUSED(c, key, 2, "--reason TEXT is required", "usage", "reject", key, "--operator",
+	        OPERATOR);
+	off = tl_log_offset();
+	CTL_OK(&out, "reject", key, "--reason", "customer withdrew the request", "--operator",
+	       OPERATOR);
+	free(out);
+	st = run_state(c, key);
+	ck_assert_str_eq(st, "failed_terminal");
+	free(st);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE client_id = $1::bigint"
+	                      " AND idempotency_key = $2 AND state = 'pending'", g_client, key,
+	                      (char *)NULL), 0);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE client_id = $1::bigint"
+	                      " AND idempotency_key = $2 AND effect_type = 'email.send'", g_client,
+	                      key, (char *)NULL), 0);
+	cb = qjson(c, "SELECT payload::text FROM effect_outbox WHERE client_id = $1::bigint"
+	           " AND idempotency_key = $2 AND effect_type = 'decision.callback'", g_client, key,
+	           (char *)NULL);
+	ck_assert_msg(cb != NULL && streq(tl_jstr(cb, "decision"), "rejected") &&
+	              streq(tl_jstr(cb, "url"), n8n_url), "callback: %s", dump_json(cb));
+	json_decref(cb);
+	l = log_one(off, "run.rejected");
+	ck_assert_str_eq(JSTR(l, "state_from"), "awaiting_human");
+	ck_assert_str_eq(JSTR(l, "state_to"), "failed_terminal");
+	ck_assert_str_eq(JSTR(l, "actor"), OPERATOR);
+	json_decref(l);
+	page(tok_b, NULL, &r);
+	ck_assert_msg(r.status == 410, "B's link after reject KEY: %ld", r.status);
+	tl_resp_free(&r);
+	REFUSED(c, key, 1, "already: nothing to reject", "wrong_state", "reject", key, "--reason",
+	        "twice", "--operator", OPERATOR);
+	/* The callback is the workflow's; rejecting it leaves the run as it is. */
+	{
+		char *cbid = qstr(c, "SELECT id FROM effect_outbox WHERE client_id = $1::bigint"
+		                  " AND idempotency_key = $2 AND effect_type = 'decision.callback'",
+		                  g_client, key, (char *)NULL);
+
+		CTL_OK(&out, "reject", cbid, "--reason", "n8n is not there in tests", "--operator",
+		       OPERATOR);
+		free(out);
+		st = run_state(c, key);
+		ck_assert_str_eq(st, "failed_terminal");
+		free(st);
+		free(cbid);
+	}
+	free(aid);
+	free(bid);
+	free(csrf);
+	free((char *)(uintptr_t)tok_a);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 6. refusals of every command on things that do not exist ==================== */
+
+START_TEST(test_refusals)
+{
+	static const char *const nobody = "00000000-0000-4000-8000-000000000001";
+	PGconn *c = tl_pg_connect();
+	char key[200], id[40];
+	char *out = NULL, *err = NULL;
+	int rc;
+
+	mkkey(key, sizeof(key), "refusals");
+	make_run(c, key);
+	add_effect(c, key, "crm.tag", "o_idem", "{\"contact\":\"c-12\"}", false, id);
+	/* pending; no dispatcher of this suite runs in this test */
+
+	REFUSED(c, key, 1, "no effect or dead letter has the id", "not_found", "resume", nobody,
+	        "--reason", "x", "--operator", OPERATOR);
+	REFUSED(c, key, 1, "no effect or dead letter has the id", "not_found", "reconcile", nobody,
+	        "--not-delivered", "--reason", "x", "--operator", OPERATOR);
+	REFUSED(c, key, 1, "is not an effect or dead-letter id", "not_found", "resume", "12",
+	        "--reason", "x", "--operator", OPERATOR);
+	REFUSED(c, key, 1, "no effect or dead letter has the id", "not_found", "reject", nobody,
+	        "--reason", "x", "--operator", OPERATOR);
+	/* wrong states of a pending effect */
+	REFUSED(c, key, 1, "nothing to resume", "wrong_state", "resume", id, "--reason", "x",
+	        "--operator", OPERATOR);
+	REFUSED(c, key, 1, "it is waiting to be sent", "wrong_state", "reconcile", id,
+	        "--not-delivered", "--reason", "x", "--operator", OPERATOR);
+	/* usage */
+	REFUSED(c, key, 2, "--reason TEXT is required", "usage", "resume", id, "--operator",
+	        OPERATOR);
+	REFUSED(c, key, 2, "--reason TEXT is required", "usage", "resume", id, "--reason", "",
+	        "--operator", OPERATOR);
+	REFUSED(c, key, 2, "--reason TEXT is required", "usage", "reject", id, "--operator",
+	        OPERATOR);
+	REFUSED(c, key, 2, "name one EFFECT", "usage", "resume", "--reason", "x", "--operator",
+	        OPERATOR);
+	REFUSED(c, key, 2, "name one EFFECT", "usage", "resume", id, id, "--reason", "x",
+	        "--operator", OPERATOR);
+	/* a reason longer than operator_actions keeps */
+	{
+		char *longr = malloc(1200);
+
+		memset(longr, 'r', 1100);
+		longr[1100] = '\0';
+		REFUSED(c, key, 2, "at most 1000 characters", "usage", "reject", id, "--reason",
+		        longr, "--operator", OPERATOR);
+		free(longr);
+	}
+	/* reads: unknown ids, bad filters */
+	rc = ctl(&out, &err, "deadletter", "show", nobody, (char *)NULL);
+	ck_assert_msg(rc == 1 && strstr(err, "no dead letter has the id") != NULL, "show: %d %s", rc,
+	              err);
+	free(out);
+	free(err);
+	rc = ctl(&out, &err, "deadletter", "list", "--class", "bogus", (char *)NULL);
+	ck_assert_msg(rc == 2 && strstr(err, "usage") != NULL, "list --class bogus: %d %s", rc, err);
+	free(out);
+	free(err);
+	rc = ctl(&out, &err, "deadletter", "list", "--since", "2024-99-99", (char *)NULL);
+	ck_assert_msg(rc == 2 && strstr(err, "neither a duration") != NULL, "--since: %d %s", rc, err);
+	free(out);
+	free(err);
+	/* --help of each command */
+	{
+		static const char *const cmds[] = { "deadletter", "reconcile", "resume", "reject",
+			                            "approval" };
+		size_t i;
+
+		for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+			rc = ctl(&out, &err, cmds[i], "--help", (char *)NULL);
+			ck_assert_msg(rc == 0 && strstr(out, "usage: oncegatectl") != NULL &&
+			              strstr(out, cmds[i]) != NULL, "%s --help: %d %s", cmds[i], rc, out);
+			free(out);
+			free(err);
+		}
+	}
+	/* the pending effect is still pending and untouched; reject it now */
+	CTL_OK(&out, "reject", id, "--reason", "test done", "--operator", OPERATOR);
+	free(out);
+	EXPECT_EFFECT(c, id, "cancelled", 0);
+	PQfinish(c);
+}
+END_TEST
+
+/* ---- the suite -------------------------------------------------------------------- */
+
+static Suite *
+ops_suite(void)
+{
+	Suite *s = suite_create("ops");
+	TCase *tc = tcase_create("ops");
+
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_dead_letter_evidence);
+	tcase_add_test(tc, test_not_delivered_then_resume);
+	tcase_add_test(tc, test_resume_before_send);
+	tcase_add_test(tc, test_reconcile_delivered);
+	tcase_add_test(tc, test_approval_revoke_and_reject_key);
+	tcase_add_test(tc, test_refusals);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+/* The client id of "dev", and a port nobody listens on. No Check here. */
+static bool
+suite_prepare(void)
+{
+	PGconn *c = PQconnectdb("");
+	PGresult *res;
+	struct sockaddr_in a;
+	socklen_t alen = sizeof(a);
+	bool ok = false;
+	int fd;
+
+	if (PQstatus(c) != CONNECTION_OK) {
+		fprintf(stderr, "check_ops: cannot connect: %s\n", PQerrorMessage(c));
+		goto out;
+	}
+	res = PQexec(c, "SELECT id FROM api_clients WHERE name = 'dev'");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+		fprintf(stderr, "check_ops: no API client named dev\n");
+		PQclear(res);
+		goto out;
+	}
+	snprintf(g_client, sizeof(g_client), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
+		perror("check_ops: a free port");
+		goto out;
+	}
+	g_closed_port = ntohs(a.sin_port);
+	close(fd);
+	ok = true;
+out:
+	PQfinish(c);
+	return ok;
+}
+
+int
+main(void)
+{
+	static const char *const needed[] = {
+		"ONCEGATE_API_KEY", "ONCEGATE_CONF", "ONCEGATE_CTL", "ONCEGATE_PROVIDERS",
+		"ONCEGATE_PYTHON", "ONCEGATE_LOG", NULL,
+	};
+	char *http_extra[] = { (char *)(uintptr_t)"--stall-seconds", NULL, NULL };
+	char stall[16];
+	SRunner *sr;
+	int failed = 1, i;
+
+	if (tl_env("ONCEGATE_URL") == NULL || tl_env("ONCEGATE_DISPATCH") == NULL) {
+		printf("check_ops: ONCEGATE_URL or ONCEGATE_DISPATCH is not set; run `./dev test`"
+		       " to start the stack. Skipping.\n");
+		return 77;
+	}
+	for (i = 0; needed[i] != NULL; i++) {
+		if (tl_env(needed[i]) == NULL) {
+			fprintf(stderr, "check_ops: ONCEGATE_URL is set but %s is not\n", needed[i]);
+			return 99;
+		}
+	}
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		return 99;
+	g_key_dev = tl_env("ONCEGATE_API_KEY");
+	snprintf(g_run, sizeof(g_run), "op%lld-%d", (long long)time(NULL), (int)getpid());
+	snprintf(g_tmp, sizeof(g_tmp), "/tmp/check_ops.XXXXXX");
+	if (mkdtemp(g_tmp) == NULL) {
+		perror("check_ops: mkdtemp");
+		return 99;
+	}
+	snprintf(g_procs, sizeof(g_procs), "%s/procs", g_tmp);
+	if (!suite_prepare())
+		goto out;
+	snprintf(stall, sizeof(stall), "%d", STALL_S);
+	http_extra[1] = stall;
+	g_http_port = provider_start("http_provider.py", "http_provider", http_extra, &g_http_pid);
+	if (g_http_port <= 0)
+		goto out;
+	fprintf(stderr, "check_ops: run %s, files in %s, http provider :%d\n", g_run, g_tmp,
+	        g_http_port);
+
+	sr = srunner_create(ops_suite());
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+out:
+	proc_sweep();
+	provider_stop(g_http_pid, "http_provider");
+	(void)tl_ctl(NULL, "kill-switch", "off", "--reason", "check_ops finished", "--operator",
+	             "check_ops", (char *)NULL);
+	curl_global_cleanup();
+	if (failed == 0) {
+		char *cmd = NULL;
+
+		if (asprintf(&cmd, "rm -rf '%s'", g_tmp) > 0)
+			(void)tl_shell(cmd);
+		free(cmd);
+	} else {
+		fprintf(stderr, "check_ops: configs, decision logs and stderr kept in %s\n", g_tmp);
+	}
+	return failed == 0 ? 0 : 1;
+}
