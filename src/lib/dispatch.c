@@ -176,7 +176,7 @@ static const struct db_stmt st_settle = {
 static const struct db_stmt st_dead_letter = {
 	"dispatch_dead_letter",
 	"INSERT INTO dead_letters (effect_id, client_id, idempotency_key, component,"
-	"    error_class, reason, evidence, next_action, retention_until)"
+	"    error_class, reason, evidence, next_action, retention_until, owner)"
 	"SELECT e.id, e.client_id, e.idempotency_key, 'dispatcher', $2, $3,"
 	"  jsonb_build_object("
 	"    'event_id', e.id, 'correlation_id', r.correlation_id,"
@@ -195,7 +195,9 @@ static const struct db_stmt st_dead_letter = {
 	"         'status', a.status, 'provider_id', a.provider_id, 'evidence', a.evidence)"
 	"         ORDER BY a.id), '[]'::jsonb)"
 	"       FROM effect_attempts a WHERE a.effect_id = e.id)),"
-	"  $4, now() + make_interval(days => $6::int)"
+	"  $4, now() + make_interval(days => $6::int),"
+	/* who answers for it until an operator takes it: the workflow's client */
+	"  (SELECT 'client:' || c.name FROM api_clients c WHERE c.id = e.client_id)"
 	"  FROM effect_outbox e"
 	"  JOIN workflow_runs r ON r.client_id = e.client_id"
 	"   AND r.idempotency_key = e.idempotency_key"
