@@ -1,7 +1,9 @@
 /*
  * check_ops.c — integration suite of the operator's repair commands (SPEC
  * 7.2, 7.3; issue 5): dead letters and their evidence, reconcile, resume,
- * reject and approval revoke, through oncegatectl against the stack that
+ * reject and approval revoke, the kill switch's record and bulk resume
+ * (dry run, rate, stop half-way, continue, each effect sent once),
+ * through oncegatectl against the stack that
  * `./dev test` starts, with oncegate-dispatch and the loopback HTTP
  * provider doing the sending. Without ONCEGATE_URL or ONCEGATE_DISPATCH the
  * suite is skipped (exit 77).
@@ -61,6 +63,7 @@ static char g_procs[PATH_MAX];
 static const char *g_key_dev;
 static char g_client[24];         /* id of client "dev" */
 static int g_http_port, g_closed_port;
+static int g_flaky_port;          /* o_flaky's port: 0 = nobody listens */
 static pid_t g_http_pid = -1;
 
 enum env_switch { ENV_TRUE, ENV_UNSET, ENV_FALSE };
@@ -930,8 +933,14 @@ disp_start(struct disp *d)
 	/* nobody listens: every attempt is refused before anything is sent */
 	fprintf(f, "[target o_refused]\nkind = http\nurl = http://127.0.0.1:%d/effects\n"
 	        "idempotency_key = 0\nconnect_timeout_ms = 1000\ntimeout_ms = 2000\n"
-	        "max_attempts = 2\nbase_ms = 100\ncap_ms = 500\njitter_percent = 0\n",
+	        "max_attempts = 2\nbase_ms = 100\ncap_ms = 500\njitter_percent = 0\n\n",
 	        g_closed_port);
+	/* down (nobody listens) until a test brings it back (g_flaky_port) */
+	fprintf(f, "[target o_flaky]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
+	        "idempotency_key = 1\nprovider_id_header = X-Provider-Id\n"
+	        "connect_timeout_ms = 1000\ntimeout_ms = 5000\nmax_attempts = 2\nbase_ms = 100\n"
+	        "cap_ms = 500\njitter_percent = 0\n",
+	        g_flaky_port > 0 ? g_flaky_port : g_closed_port);
 	ck_assert_int_eq(fclose(f), 0);
 	write_file(d->conf, text);
 	free(text);
@@ -1816,6 +1825,415 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+/* How many lines of event ev were written after offset (waits for want). */
+static size_t
+log_count(long offset, const char *ev, size_t want)
+{
+	json_t *lines = tl_log_collect(offset, is_event, ev, want);
+	size_t n = json_array_size(lines);
+
+	json_decref(lines);
+	return n;
+}
+
+/* ===== 7. the kill switch: who turned it and why ================================= */
+
+START_TEST(test_kill_switch_logged)
+{
+	static const char *const reasons[2] = { "incident 42: stop every send now",
+		                                "incident 42 over: sends may resume" };
+	PGconn *c = tl_pg_connect();
+	char *out = NULL, *err = NULL, *before, *after;
+	json_t *l, *row, *doc;
+	long off;
+	int k, rc;
+
+	for (k = 0; k < 2; k++) {
+		bool on = k == 1;
+
+		off = tl_log_offset();
+		CTL_OK(&out, "kill-switch", on ? "on" : "off", "--reason", reasons[k], "--operator",
+		       OPERATOR);
+		free(out);
+		/* the decision log: one line, with the operator and the reason */
+		l = log_one(off, "kill_switch.changed");
+		ck_assert_str_eq(JSTR(l, "actor"), OPERATOR);
+		ck_assert_str_eq(JSTR(l, "reason"), reasons[k]);
+		ck_assert_str_eq(JSTR(l, "state_to"), on ? "on" : "off");
+		ck_assert_str_eq(JSTR(l, "program"), "oncegatectl");
+		json_decref(l);
+		/* the database row says the same */
+		row = qjson(c, "SELECT row_to_json(d)::text FROM dispatch_control d", (char *)NULL);
+		ck_assert_ptr_nonnull(row);
+		ck_assert_msg(json_is_boolean(json_object_get(row, "actions_enabled")) &&
+		              json_is_true(json_object_get(row, "actions_enabled")) == on,
+		              "dispatch_control: %s", dump_json(row));
+		ck_assert_str_eq(JSTR(row, "changed_by"), OPERATOR);
+		ck_assert_str_eq(JSTR(row, "reason"), reasons[k]);
+		json_decref(row);
+		/* status --json parses, shows the flag and what the environment
+		 * of a dispatcher must hold */
+		CTL_OK(&out, "--json", "kill-switch", "status");
+		doc = json_loads(out, 0, NULL);
+		ck_assert_msg(doc != NULL, "kill-switch status --json does not parse: %s", out);
+		free(out);
+		ck_assert_msg(json_is_true(json_object_get(doc, "database_flag")) == on &&
+		              json_is_boolean(json_object_get(doc, "database_flag")),
+		              "status: %s", dump_json(doc));
+		ck_assert_str_eq(JSTR(doc, "environment_needs"), "AI_ACTIONS_ENABLED=true");
+		ck_assert_msg(json_is_integer(json_object_get(doc, "blocked_sends")) &&
+		              json_is_integer(json_object_get(doc, "due_effects")),
+		              "status: %s", dump_json(doc));
+		json_decref(doc);
+		CTL_OK(&out, "kill-switch", "status");
+		ck_assert_msg(strstr(out, "AI_ACTIONS_ENABLED=true") != NULL &&
+		              strstr(out, OPERATOR) != NULL && strstr(out, reasons[k]) != NULL,
+		              "kill-switch status: %s", out);
+		free(out);
+	}
+	/* without a reason: refused, nothing changed */
+	before = qstr(c, "SELECT row_to_json(d)::text FROM dispatch_control d", (char *)NULL);
+	off = tl_log_offset();
+	rc = ctl(&out, &err, "kill-switch", "off", "--operator", OPERATOR, (char *)NULL);
+	ck_assert_msg(rc == 2 && strstr(err, "--reason") != NULL, "off without a reason: %d %s",
+	              rc, err);
+	free(out);
+	free(err);
+	after = qstr(c, "SELECT row_to_json(d)::text FROM dispatch_control d", (char *)NULL);
+	ck_assert_str_eq(before, after);
+	ck_assert_int_eq(log_count(off, "kill_switch.changed", (size_t)0),
+	                 0);
+	free(before);
+	free(after);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 8. bulk resume: dry run, rate, stop half-way, continue, sent once ========== */
+
+#define BULK_N     20
+#define BULK_RATE  5.0
+
+/* Everything of this test's runs a bulk resume could touch, plus the
+ * number of jobs and operator actions: equal before and after = nothing
+ * changed. */
+static char *
+bulk_snapshot(PGconn *c, const char *like)
+{
+	char *s = qstr(c,
+	        "SELECT json_build_object("
+	        " 'effects', (SELECT json_agg(e ORDER BY e.id) FROM effect_outbox e"
+	        "          WHERE client_id = $1::bigint AND idempotency_key LIKE $2),"
+	        " 'letters', (SELECT json_agg(d ORDER BY d.id) FROM dead_letters d"
+	        "          WHERE client_id = $1::bigint AND idempotency_key LIKE $2),"
+	        " 'runs', (SELECT json_agg(r ORDER BY r.idempotency_key) FROM workflow_runs r"
+	        "          WHERE client_id = $1::bigint AND idempotency_key LIKE $2),"
+	        " 'jobs', (SELECT count(*) FROM replay_jobs),"
+	        " 'items', (SELECT count(*) FROM resume_job_items),"
+	        " 'actions', (SELECT count(*) FROM operator_actions))::text",
+	        g_client, like, (char *)NULL);
+
+	ck_assert_ptr_nonnull(s);
+	return s;
+}
+
+/* Items of the job whose effect and record disagree with the item's
+ * state: a done item's effect is resumed (pending, or sent since) with
+ * exactly one resume action of this job; a pending item's effect is
+ * still failed with none. */
+static long long
+bulk_inconsistent(PGconn *c, const char *job)
+{
+	return qnum(c,
+	        "SELECT count(*) FROM resume_job_items i JOIN effect_outbox e ON e.id = i.effect_id"
+	        " WHERE i.job_id = $1::bigint AND ("
+	        "   (i.state = 'done') <> (e.state IN ('pending', 'sending', 'completed'))"
+	        "   OR (i.state = 'pending') <> (e.state = 'failed')"
+	        "   OR (SELECT count(*) FROM operator_actions o WHERE o.effect_id = i.effect_id"
+	        "        AND o.action = 'resume' AND o.details->>'job_id' = $1::text)"
+	        "      <> CASE WHEN i.state = 'done' THEN 1 ELSE 0 END)",
+	        job, (char *)NULL);
+}
+
+START_TEST(test_bulk_resume)
+{
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	char keys[BULK_N][200], ids[BULK_N][40], pend_key[200], pend[40], like[128];
+	char sel[PATH_MAX], sel_all[PATH_MAX], outp[PATH_MAX], errp[PATH_MAX];
+	char *since, *out = NULL, *err = NULL, *before, *after, *job = NULL, *v;
+	char *argv[16];
+	json_t *doc, *items, *it, *l;
+	FILE *f;
+	size_t k;
+	int i, rc, st = 0;
+	long long done, pending;
+	double t, took;
+	long off;
+	pid_t pid;
+
+	since = qstr(c, "SELECT og_ts(now() - interval '1 second')", (char *)NULL);
+	snprintf(like, sizeof(like), "%s-bulk%%", g_run);
+	/* BULK_N runs whose one effect goes to o_flaky while nobody listens
+	 * there: every attempt refused before anything was sent, the budget
+	 * spent, a dead letter each — known undelivered. */
+	g_flaky_port = 0;
+	for (i = 0; i < BULK_N; i++) {
+		char name[32], payload[64];
+
+		snprintf(name, sizeof(name), "bulk%02d", i);
+		snprintf(payload, sizeof(payload), "{\"contact\":\"b-%d\"}", i);
+		mkkey(keys[i], sizeof(keys[i]), name);
+		make_run(c, keys[i]);
+		add_effect(c, keys[i], "crm.tag", "o_flaky", payload, false, ids[i]);
+	}
+	kill_switch(true);
+	disp_start(&d);
+	for (i = 0; i < BULK_N; i++)
+		EXPECT_EFFECT(c, ids[i], "failed", 30);
+	for (i = 0; i < BULK_N; i++)
+		json_decref(wait_dead_letter(c, ids[i], 5));
+	disp_stop(&d);
+	/* and one effect that is not known undelivered: it waits to be sent */
+	mkkey(pend_key, sizeof(pend_key), "bulkpending");
+	make_run(c, pend_key);
+	add_effect(c, pend_key, "crm.tag", "o_idem", "{\"contact\":\"b-p\"}", false, pend);
+
+	/* The selection: effect ids and dead-letter ids mixed, comments. */
+	snprintf(sel, sizeof(sel), "%s/bulk.sel", g_tmp);
+	snprintf(sel_all, sizeof(sel_all), "%s/bulk-all.sel", g_tmp);
+	for (k = 0; k < 2; k++) {
+		f = fopen(k == 0 ? sel : sel_all, "w");
+		ck_assert_ptr_nonnull(f);
+		fprintf(f, "# check_ops bulk resume\n\n");
+		for (i = 0; i < BULK_N; i++) {
+			if (i % 2 == 1) {
+				v = qstr(c, "SELECT id FROM dead_letters WHERE effect_id = $1::uuid", ids[i],
+				         (char *)NULL);
+				fprintf(f, "%s\n", v);
+				free(v);
+			} else {
+				fprintf(f, "  %s  \n", ids[i]);
+			}
+		}
+		if (k == 1)
+			fprintf(f, "%s\n", pend);
+		ck_assert_int_eq(fclose(f), 0);
+	}
+
+	/* --dry-run lists exactly the selection with each verdict, changes
+	 * nothing, and exits 1 because one item would be refused. */
+	before = bulk_snapshot(c, like);
+	off = tl_log_offset();
+	rc = ctl(&out, &err, "--json", "resume", "--select", sel_all, "--dry-run", "--operator",
+	         OPERATOR, (char *)NULL);
+	ck_assert_msg(rc == 1, "dry run with a refused item: exit %d: %s", rc, err);
+	doc = json_loads(out, 0, NULL);
+	ck_assert_msg(doc != NULL, "dry run --json does not parse: %s", out);
+	free(out);
+	free(err);
+	items = json_object_get(doc, "items");
+	ck_assert_int_eq(json_array_size(items), BULK_N + 1);
+	json_array_foreach(items, k, it) {
+		const char *want = k < BULK_N ? ids[k] : pend;
+
+		ck_assert_int_eq(json_integer_value(json_object_get(it, "seq")), (int)k + 1);
+		ck_assert_str_eq(JSTR(it, "effect_id"), want);
+		ck_assert_str_eq(JSTR(it, "verdict"), k < BULK_N ? "resume" : "refused");
+		if (k < BULK_N) {
+			ck_assert_str_eq(JSTR(it, "state"), "failed");
+			ck_assert_str_eq(JSTR(it, "key"), keys[k]);
+		} else {
+			ck_assert_msg(strstr(JSTR(it, "detail"), "not known undelivered") != NULL,
+			              "the pending effect's verdict: %s", dump_json(it));
+		}
+	}
+	it = json_object_get(doc, "totals");
+	ck_assert_int_eq(json_integer_value(json_object_get(it, "items")), BULK_N + 1);
+	ck_assert_int_eq(json_integer_value(json_object_get(it, "would_resume")), BULK_N);
+	ck_assert_int_eq(json_integer_value(json_object_get(it, "refused")), 1);
+	json_decref(doc);
+	l = log_one(off, "resume.dry_run");
+	ck_assert_str_eq(JSTR(l, "actor"), OPERATOR);
+	json_decref(l);
+	/* the human table too */
+	rc = ctl(&out, &err, "resume", "--select", sel_all, "--dry-run", (char *)NULL);
+	ck_assert_msg(rc == 1 && strstr(out, "total 21: 20 would be resumed, 1 refused") != NULL &&
+	              strstr(out, pend) != NULL && strstr(out, "REFUSED") != NULL,
+	              "dry run table: %d %s", rc, out);
+	free(out);
+	free(err);
+	/* the dead letters of this test, by filter: exactly the BULK_N */
+	CTL_OK(&out, "--json", "resume", "--dead-letters", "--target", "o_flaky", "--class",
+	       "exhausted", "--since", since, "--dry-run");
+	doc = json_loads(out, 0, NULL);
+	ck_assert_msg(doc != NULL, "--dead-letters --dry-run: %s", out);
+	free(out);
+	items = json_object_get(doc, "items");
+	ck_assert_int_eq(json_array_size(items), BULK_N);
+	for (i = 0; i < BULK_N; i++) {
+		bool found = false;
+
+		json_array_foreach(items, k, it)
+			found = found || streq(tl_jstr(it, "effect_id"), ids[i]);
+		ck_assert_msg(found, "effect %s is not in the --dead-letters selection", ids[i]);
+	}
+	json_decref(doc);
+	/* a real run over a selection with a refused item: refused whole */
+	REFUSED(c, keys[0], 1, "would be refused", "not_known_undelivered", "resume", "--select",
+	        sel_all, "--reason", "all of them", "--operator", OPERATOR);
+	after = bulk_snapshot(c, like);
+	ck_assert_msg(strcmp(before, after) == 0, "a dry run or a refusal changed rows:\n before "
+	              "%s\n after  %s", before, after);
+	free(before);
+	free(after);
+	REFUSED(c, keys[0], 2, "name one selection", "usage", "resume", "--select", sel,
+	        "--job", "1", "--reason", "x", "--operator", OPERATOR);
+	REFUSED(c, keys[0], 2, "--reason TEXT is required", "usage", "resume", "--select", sel,
+	        "--operator", OPERATOR);
+
+	/* A real run at 5/s in the background, stopped half-way. */
+	snprintf(outp, sizeof(outp), "%s/bulk.out", g_tmp);
+	snprintf(errp, sizeof(errp), "%s/bulk.err", g_tmp);
+	i = 0;
+	argv[i++] = (char *)(uintptr_t)tl_env("ONCEGATE_CTL");
+	argv[i++] = (char *)(uintptr_t)"-c";
+	argv[i++] = (char *)(uintptr_t)tl_env("ONCEGATE_CONF");
+	argv[i++] = (char *)(uintptr_t)"--json";
+	argv[i++] = (char *)(uintptr_t)"resume";
+	argv[i++] = (char *)(uintptr_t)"--select";
+	argv[i++] = sel;
+	argv[i++] = (char *)(uintptr_t)"--rate";
+	argv[i++] = (char *)(uintptr_t)"5/s";
+	argv[i++] = (char *)(uintptr_t)"--reason";
+	argv[i++] = (char *)(uintptr_t)"bulk: the target is back";
+	argv[i++] = (char *)(uintptr_t)"--operator";
+	argv[i++] = (char *)(uintptr_t)OPERATOR;
+	argv[i] = NULL;
+	off = tl_log_offset();
+	pid = spawn(argv, outp, errp, ENV_UNSET);
+	proc_register(pid);
+	t = tl_now();
+	while ((job = qstr(c, "SELECT max(id)::text FROM replay_jobs WHERE kind = 'resume'"
+	                   " AND source = 'select: ' || $1", sel, (char *)NULL)) == NULL &&
+	       tl_now() < t + 10)
+		tl_sleep_ms(20);
+	ck_assert_msg(job != NULL, "no resume job appeared");
+	while ((done = qnum(c, "SELECT count(*) FROM resume_job_items WHERE job_id = $1::bigint"
+	                    " AND state = 'done'", job, (char *)NULL)) < 5 && tl_now() < t + 15)
+		tl_sleep_ms(20);
+	ck_assert_int_ge(done, 5);
+	CTL_OK(&out, "stop", job, "--reason", "half-way: check what went out", "--operator",
+	       OPERATOR);
+	free(out);
+	ck_assert_msg(wait_exit(pid, 10, &st), "the bulk resume did not stop");
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 4, "a stopped job exits 4, not %d", st);
+	/* what is done is consistent, and no more than was due at 5/s */
+	done = qnum(c, "SELECT count(*) FROM resume_job_items WHERE job_id = $1::bigint"
+	            " AND state = 'done'", job, (char *)NULL);
+	pending = qnum(c, "SELECT count(*) FROM resume_job_items WHERE job_id = $1::bigint"
+	               " AND state = 'pending'", job, (char *)NULL);
+	ck_assert_msg(done >= 5 && done + pending == BULK_N && pending >= 10,
+	              "after the stop: %lld done, %lld pending", done, pending);
+	ck_assert_int_eq(bulk_inconsistent(c, job), 0);
+	v = qstr(c, "SELECT extract(epoch FROM max(done_at) - min(done_at))::text"
+	         " FROM resume_job_items WHERE job_id = $1::bigint AND state = 'done'", job,
+	         (char *)NULL);
+	ck_assert_msg(strtod(v, NULL) >= (double)(done - 1) / BULK_RATE - 0.05,
+	              "%lld items done in %s s: faster than 5/s", done, v);
+	free(v);
+	v = qstr(c, "SELECT state || ' ' || coalesce(stop_requested_by, '-') FROM replay_jobs"
+	         " WHERE id = $1::bigint", job, (char *)NULL);
+	ck_assert_str_eq(v, "stopped " OPERATOR);
+	free(v);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE action = $2"
+	                      " AND details->>'job_id' = $1 AND operator = $3", job,
+	                      "resume.job_stop", OPERATOR, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE action = $2"
+	                      " AND details->>'job_id' = $1", job, "resume.job_created",
+	                      (char *)NULL), 1);
+	l = log_one(off, "resume.job_stop");
+	ck_assert_str_eq(JSTR(l, "actor"), OPERATOR);
+	ck_assert_str_eq(JSTR(l, "reason"), "half-way: check what went out");
+	json_decref(l);
+	ck_assert_int_eq(log_count(off, "effect.resumed", (size_t)done),
+	                 done);
+	{
+		char *e = tl_file_slurp(errp, NULL);
+
+		ck_assert_msg(e != NULL && strstr(e, "resume --job") != NULL &&
+		              strstr(e, "AddressSanitizer") == NULL && strstr(e, "runtime error") == NULL,
+		              "the stopped runner's stderr: %s", e ? e : "");
+		free(e);
+	}
+	/* a replay cannot take it over */
+	{
+		rc = ctl(&out, &err, "replay", "--resume", job, "--reason", "x", (char *)NULL);
+		ck_assert_msg(rc == 1 && strstr(err, "resume job") != NULL, "replay --resume of a "
+		              "resume job: %d %s", rc, err);
+		free(out);
+		free(err);
+	}
+
+	/* Continued: the pending items only, at 5/s, none twice. */
+	off = tl_log_offset();
+	t = tl_now();
+	CTL_OK(&out, "resume", "--job", job, "--reason", "checked: continue", "--operator",
+	       OPERATOR);
+	took = tl_now() - t;
+	free(out);
+	ck_assert_msg(took >= (double)(pending - 1) / BULK_RATE - 0.05,
+	              "%lld items at 5/s took %.2f s", pending, took);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM resume_job_items WHERE job_id = $1::bigint"
+	                      " AND state = 'done'", job, (char *)NULL), BULK_N);
+	ck_assert_int_eq(bulk_inconsistent(c, job), 0);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE action = 'resume'"
+	                      " AND details->>'job_id' = $1", job, (char *)NULL), BULK_N);
+	ck_assert_int_eq(log_count(off, "effect.resumed", (size_t)pending),
+	                 pending);
+	l = log_one(off, "resume.job_resumed");
+	ck_assert_str_eq(JSTR(l, "actor"), OPERATOR);
+	json_decref(l);
+	v = qstr(c, "SELECT state FROM replay_jobs WHERE id = $1::bigint", job, (char *)NULL);
+	ck_assert_str_eq(v, "completed");
+	free(v);
+	for (i = 0; i < BULK_N; i++)
+		EXPECT_EFFECT(c, ids[i], "pending", 0);
+	rc = ctl(&out, &err, "resume", "--job", job, "--reason", "again", (char *)NULL);
+	ck_assert_msg(rc == 1 && strstr(err, "completed") != NULL, "a completed job again: %d %s",
+	              rc, err);
+	free(out);
+	free(err);
+
+	/* not part of the job: it must not go out with it */
+	CTL_OK(&out, "reject", pend, "--reason", "bulk test done", "--operator", OPERATOR);
+	free(out);
+
+	/* The target is back: the dispatcher sends each effect exactly once. */
+	g_flaky_port = g_http_port;
+	disp_start(&d);
+	for (i = 0; i < BULK_N; i++)
+		EXPECT_EFFECT(c, ids[i], "completed", 30);
+	tl_sleep_ms(600);
+	for (i = 0; i < BULK_N; i++) {
+		char pk[256];
+		json_t *reqs;
+
+		snprintf(pk, sizeof(pk), "%s/crm.tag", keys[i]);
+		ck_assert_msg(prov_count(pk, NULL) == 1, "the provider received %zu requests for %s",
+		              prov_count(pk, NULL), pk);
+		reqs = prov_committed(pk);
+		ck_assert_int_eq(json_array_size(reqs), 1);
+		json_decref(reqs);
+	}
+	disp_stop(&d);
+	g_flaky_port = 0;
+	free(job);
+	free(since);
+	PQfinish(c);
+}
+END_TEST
+
 /* ---- the suite -------------------------------------------------------------------- */
 
 static Suite *
@@ -1832,6 +2250,8 @@ ops_suite(void)
 	tcase_add_test(tc, test_reconcile_delivered);
 	tcase_add_test(tc, test_approval_revoke_and_reject_key);
 	tcase_add_test(tc, test_refusals);
+	tcase_add_test(tc, test_kill_switch_logged);
+	tcase_add_test(tc, test_bulk_resume);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -5,7 +5,7 @@
  * (src/cli/ctl_*.c) and is listed in the command table of oncegatectl.c.
  *
  * Exit codes: 0 done, 1 refused or failed (the message says why), 2 usage
- * error, 3 database unavailable.
+ * error, 3 database unavailable, 4 a bulk job stopped before its end.
  */
 #ifndef OG_CTL_H
 #define OG_CTL_H
@@ -16,7 +16,7 @@
 #include "db.h"
 #include "log.h"
 
-enum { EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNAVAILABLE = 3 };
+enum { EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNAVAILABLE = 3, EXIT_STOPPED = 4 };
 
 struct ctl {
 	struct config cfg;

@@ -10,20 +10,35 @@
  * logged too (`operator.refused`, error_class naming the kind of refusal),
  * so the decision log shows what was tried as well as what was done.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* getline */
+#endif
 #include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "ctl_repair.h"
 #include "repair.h"
+#include "replay.h"
 
 /* operator_actions' CHECKs, told before the database refuses them. */
 #define REASON_MAX 1000
 #define OPERATOR_MAX 200
+
+/* bulk resume */
+#define BULK_ITEMS_MAX  10000    /* ids of one selection */
+#define BULK_LINE_MAX   256
+#define BULK_RATE_DEFAULT 5.0    /* items per second when --rate is not given */
+#define BULK_RATE_MAX   1000.0
 
 /* What a command knows when it logs: its name and the operator's words. */
 struct act {
@@ -664,11 +679,608 @@ ctl_reconcile(struct ctl *ctl, int argc, char **argv)
 static const char resume_usage[] =
 	"usage: oncegatectl resume EFFECT --reason TEXT [--expect STATE] [--operator NAME] "
 	"[--json]\n"
+	"       oncegatectl resume --select FILE --reason TEXT [--rate N/s] [--dry-run]\n"
+	"       oncegatectl resume --dead-letters [--class C] [--target T] [--since D] "
+	"--reason TEXT [--rate N/s] [--dry-run]\n"
+	"       oncegatectl resume --job JOB --reason TEXT [--rate N/s]\n"
 	"  Sends a failed effect again, with the same provider key, only when it is known "
 	"not delivered:\n"
 	"  reconciled --not-delivered, or no send since the last such finding may have reached "
 	"the provider\n"
-	"  (every one recorded request_sent false). The retry budget starts afresh.\n";
+	"  (every one recorded request_sent false). The retry budget starts afresh.\n"
+	"  Bulk: FILE has one effect or dead-letter id a line (# comments); --dead-letters "
+	"selects the open\n"
+	"  letters the filters match. --dry-run lists every item with its verdict and changes "
+	"nothing; a real\n"
+	"  run refuses the whole selection if any item would be refused, then stores it as a "
+	"job and goes at\n"
+	"  --rate (default 5/s). `oncegatectl stop JOB` or Ctrl-C stops it (exit 4); --job "
+	"JOB continues it.\n";
+
+/* --- bulk resume ------------------------------------------------------------------ */
+
+static volatile sig_atomic_t g_interrupted;
+
+static void
+on_signal(int sig)
+{
+	g_interrupted = sig;
+}
+
+static double
+now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct bulk_opts {
+	const char *select, *cls, *target, *since, *rate_text;
+	bool dead_letters, dry_run;
+	long long job;
+	double rate;
+};
+
+struct selection {
+	struct repair_bulk_item *items;
+	int n;
+	char source[300];
+};
+
+static int
+parse_rate(const char *s, double *rate)
+{
+	char *end;
+	double r;
+
+	errno = 0;
+	r = strtod(s, &end);
+	if (errno != 0 || end == s || !(r > 0) || r > BULK_RATE_MAX ||
+	    (*end != '\0' && strcmp(end, "/s") != 0))
+		return -1;
+	*rate = r;
+	return 0;
+}
+
+static int
+sel_add(struct selection *sel, const char *id, char *err, size_t errlen)
+{
+	struct repair_bulk_item *p;
+
+	if (sel->n >= BULK_ITEMS_MAX) {
+		snprintf(err, errlen, "a selection holds at most %d ids", BULK_ITEMS_MAX);
+		return -1;
+	}
+	if ((sel->n & (sel->n - 1)) == 0) {  /* 0, 1, 2, 4, …: double */
+		p = realloc(sel->items, sizeof(*p) * (size_t)(sel->n == 0 ? 16 : sel->n * 2));
+		if (p == NULL) {
+			snprintf(err, errlen, "out of memory");
+			return -1;
+		}
+		sel->items = p;
+	}
+	memset(&sel->items[sel->n], 0, sizeof(sel->items[0]));
+	sel->items[sel->n].seq = sel->n + 1;
+	snprintf(sel->items[sel->n].given, sizeof(sel->items[0].given), "%s", id);
+	sel->n++;
+	return 0;
+}
+
+/* FILE: one id a line; blank lines and # comments skipped. */
+static int
+sel_read(const char *path, struct selection *sel, char *err, size_t errlen)
+{
+	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	int lineno = 0, rc = 0, i;
+
+	if (f == NULL) {
+		snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+		return -1;
+	}
+	while (rc == 0 && (len = getline(&line, &cap, f)) != -1) {
+		char *p = line, *e;
+
+		lineno++;
+		if (len > BULK_LINE_MAX) {
+			snprintf(err, errlen, "%s line %d is longer than %d bytes", path, lineno,
+			         BULK_LINE_MAX);
+			rc = -1;
+			break;
+		}
+		while (*p == ' ' || *p == '\t')
+			p++;
+		e = p + strlen(p);
+		while (e > p && isspace((unsigned char)e[-1]))
+			*--e = '\0';
+		if (*p == '\0' || *p == '#')
+			continue;
+		if (!repair_is_uuid(p)) {
+			snprintf(err, errlen, "%s line %d: \"%.60s\" is not an effect or dead-letter id "
+			         "(a UUID)", path, lineno, p);
+			rc = -1;
+			break;
+		}
+		for (i = 0; i < sel->n; i++) {
+			if (strcasecmp(sel->items[i].given, p) == 0) {
+				snprintf(err, errlen, "%s line %d names %s again", path, lineno, p);
+				rc = -1;
+				break;
+			}
+		}
+		if (rc == 0)
+			rc = sel_add(sel, p, err, errlen);
+	}
+	free(line);
+	if (f != stdin)
+		fclose(f);
+	return rc;
+}
+
+/* --dead-letters: the open letters the filters match, oldest first. */
+static int
+sel_letters(struct ctl *ctl, const struct bulk_opts *o, struct selection *sel, char *err,
+            size_t errlen)
+{
+	struct repair_dl_filter f = { 0 };
+	json_t *list = NULL, *v;
+	enum repair_rc rc;
+	size_t i;
+
+	f.error_class = o->cls;
+	f.target = o->target;
+	f.state = "open";
+	f.limit = BULK_ITEMS_MAX + 1;
+	if (o->since != NULL && (f.since_seconds = parse_duration(o->since)) < 0) {
+		f.since_seconds = 0;
+		f.since_ts = o->since;
+	}
+	rc = repair_dl_list(ctl->db, &f, &list);
+	if (rc == REPAIR_BAD_INPUT) {
+		snprintf(err, errlen, "--since %s is neither a duration (15m, 6h, 7d) nor a "
+		         "timestamp", o->since);
+		return EXIT_USAGE;
+	}
+	if (rc != REPAIR_OK) {
+		snprintf(err, errlen, "%s", db_error(ctl->db));
+		return rc == REPAIR_UNAVAILABLE ? EXIT_UNAVAILABLE : EXIT_REFUSED;
+	}
+	if (json_array_size(list) > BULK_ITEMS_MAX) {
+		json_decref(list);
+		snprintf(err, errlen, "more than %d letters match: narrow the selection",
+		         BULK_ITEMS_MAX);
+		return EXIT_REFUSED;
+	}
+	json_array_foreach(list, i, v) {
+		if (sel_add(sel, jstr(v, "dead_letter_id"), err, errlen) != 0) {
+			json_decref(list);
+			return EXIT_REFUSED;
+		}
+	}
+	json_decref(list);
+	snprintf(sel->source, sizeof(sel->source), "dead letters: open%s%s%s%s%s%s",
+	         o->cls ? ", class " : "", o->cls ? o->cls : "", o->target ? ", target " : "",
+	         o->target ? o->target : "", o->since ? ", since " : "",
+	         o->since ? o->since : "");
+	return 0;
+}
+
+static void
+sel_print(struct ctl *ctl, const struct selection *sel, int ok, int refused)
+{
+	int i;
+
+	if (ctl->json) {
+		json_t *list = json_array(), *doc;
+
+		for (i = 0; i < sel->n; i++) {
+			const struct repair_bulk_item *it = &sel->items[i];
+
+			json_array_append_new(list, json_pack(
+				"{s:i, s:s, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s, s:s}", "seq", it->seq,
+				"id", it->given, "effect_id", it->effect_id[0] ? it->effect_id : NULL,
+				"client", it->client_name[0] ? it->client_name : NULL,
+				"key", it->key[0] ? it->key : NULL,
+				"target", it->target[0] ? it->target : NULL,
+				"type", it->type[0] ? it->type : NULL,
+				"state", it->state[0] ? it->state : NULL,
+				"verdict", it->ok ? "resume" : "refused", "detail", it->why));
+		}
+		doc = json_pack("{s:b, s:s, s:o, s:{s:i, s:i, s:i}}", "dry_run", 1, "source",
+		                sel->source, "items", list, "totals", "items", sel->n,
+		                "would_resume", ok, "refused", refused);
+		print_json(doc);
+		json_decref(doc);
+		return;
+	}
+	printf("%-5s %-36s  %-36s  %-9s %-14s %-30s %s\n", "SEQ", "ID", "EFFECT", "STATE",
+	       "TARGET", "KEY", "VERDICT");
+	for (i = 0; i < sel->n; i++) {
+		const struct repair_bulk_item *it = &sel->items[i];
+
+		printf("%-5d %-36s  %-36s  %-9s %-14s %-30s %s%s\n", it->seq, it->given,
+		       it->effect_id[0] ? it->effect_id : "-", it->state[0] ? it->state : "-",
+		       it->target[0] ? it->target : "-", it->key[0] ? it->key : "-",
+		       it->ok ? "" : "REFUSED: ", it->why);
+	}
+	printf("total %d: %d would be resumed, %d refused\n", sel->n, ok, refused);
+}
+
+static void
+bulk_progress(bool tty, long long job, int done, int refused, int pending)
+{
+	if (!tty)
+		return;
+	printf("\r\033[Kjob %lld: %d resumed, %d refused, %d to go", job, done, refused, pending);
+	fflush(stdout);
+}
+
+static int
+exit_of_replay(enum replay_rc rc)
+{
+	return rc == REPLAY_OK ? EXIT_SUCCESS
+	       : rc == REPLAY_UNAVAILABLE ? EXIT_UNAVAILABLE
+	                                  : EXIT_REFUSED;
+}
+
+/* Runs the job's pending items at o->rate per second until done, stopped
+ * (oncegatectl stop) or interrupted (SIGINT, SIGTERM). The job is taken. */
+static int
+bulk_run(struct ctl *ctl, struct act *a, const struct bulk_opts *o, long long job)
+{
+	bool tty = isatty(STDOUT_FILENO) && !ctl->json;
+	struct repair_who who = { a->op, a->reason };
+	struct sigaction sa;
+	double t0 = now_s();
+	int done = 0, refused_n = 0, pending = 0, n = 0, ex = EXIT_SUCCESS;
+	enum replay_rc jrc;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal; /* no SA_RESTART: a sleep ends at once */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	if (replay_job_counts(ctl->db, job, &done, &refused_n, &pending) != REPLAY_OK)
+		return EXIT_UNAVAILABLE;
+	done = refused_n = 0;    /* what this run does */
+	bulk_progress(tty, job, done, refused_n, pending);
+	for (;;) {
+		struct repair_out out;
+		char effect[REPAIR_ID_LEN], detail[64];
+		double due = t0 + (double)n / o->rate;
+		bool stop = false;
+		int seq;
+		enum repair_rc rc;
+
+		/* the rate limit: item n starts no earlier than t0 + n / rate */
+		while (!g_interrupted && now_s() < due) {
+			double left = due - now_s();
+			struct timespec ts = { 0, (long)((left < 0.1 ? left : 0.1) * 1e9) };
+
+			nanosleep(&ts, NULL);
+		}
+		if (g_interrupted) {
+			if (tty)
+				printf("\n");
+			fprintf(stderr, "oncegatectl: job %lld interrupted (%s); what is done stays "
+			        "done; continue with: oncegatectl resume --job %lld --reason TEXT\n",
+			        job, g_interrupted == SIGINT ? "SIGINT" : "SIGTERM", job);
+			jrc = replay_job_finish(ctl->db, job, false, a->op,
+			                        g_interrupted == SIGINT ? "interrupted (SIGINT)"
+			                                                : "interrupted (SIGTERM)");
+			ex = jrc == REPLAY_OK ? EXIT_STOPPED : exit_of_replay(jrc);
+			break;
+		}
+		if ((rc = repair_bulk_next(ctl->db, job, &seq, effect, &stop)) != REPAIR_OK) {
+			ex = rc == REPAIR_UNAVAILABLE ? EXIT_UNAVAILABLE : EXIT_REFUSED;
+			break;
+		}
+		if (stop) {
+			if (tty)
+				printf("\n");
+			fprintf(stderr, "oncegatectl: job %lld stopped as asked (oncegatectl stop); "
+			        "continue with: oncegatectl resume --job %lld --reason TEXT\n", job, job);
+			jrc = replay_job_finish(ctl->db, job, false, a->op,
+			                        "stopped as asked by oncegatectl stop");
+			ex = jrc == REPLAY_OK ? EXIT_STOPPED : exit_of_replay(jrc);
+			break;
+		}
+		if (seq == 0) {
+			jrc = replay_job_finish(ctl->db, job, true, a->op, NULL);
+			ex = jrc != REPLAY_OK ? exit_of_replay(jrc)
+			     : refused_n > 0  ? EXIT_REFUSED
+			                      : EXIT_SUCCESS;
+			break;
+		}
+		memset(&out, 0, sizeof(out));
+		rc = repair_bulk_resume(ctl->db, job, seq, effect, &who, &out);
+		snprintf(detail, sizeof(detail), "job %lld item %d", job, seq);
+		if (rc == REPAIR_OK) {
+			done++;
+			log_change(ctl, "effect.resumed", a, &out, NULL, detail);
+			if (ctl->json) {
+				json_t *v = json_pack("{s:I, s:i, s:s, s:s, s:s, s:s}", "job", (json_int_t)job,
+				                      "seq", seq, "effect_id", out.effect_id, "key", out.key,
+				                      "outcome", "resumed", "provider_key",
+				                      out.provider_key);
+
+				print_json(v);
+				json_decref(v);
+			}
+		} else if (rc == REPAIR_UNAVAILABLE) {
+			if (tty)
+				printf("\n");
+			fprintf(stderr, "oncegatectl: job %lld: the database went away; what is done "
+			        "stays done; continue with: oncegatectl resume --job %lld\n", job, job);
+			ex = EXIT_UNAVAILABLE;
+			break;
+		} else {
+			char why[REPAIR_WHY_MAX + 80];
+
+			refused_n++;
+			if (rc == REPAIR_ERROR || out.why[0] == '\0')
+				snprintf(out.why, sizeof(out.why), "%s", db_error(ctl->db));
+			snprintf(why, sizeof(why), "%s: %s", detail, out.why);
+			(void)refuse(ctl, a, refusal_code(rc), why, &out, EXIT_REFUSED);
+			if (repair_bulk_refuse(ctl->db, job, seq, out.why) != REPAIR_OK) {
+				ex = EXIT_UNAVAILABLE;
+				break;
+			}
+		}
+		pending--;
+		n++;
+		bulk_progress(tty, job, done, refused_n, pending);
+		fflush(stdout);
+	}
+	if (tty && ex == EXIT_SUCCESS)
+		printf("\n");
+	{
+		int d = 0, r = 0, p = 0;
+		struct log_fields f = { .actor = a->op, .reason = a->reason };
+		char detail[160];
+
+		if (replay_job_counts(ctl->db, job, &d, &r, &p) == REPLAY_OK) {
+			snprintf(detail, sizeof(detail), "job %lld: %d resumed, %d refused, %d pending",
+			         job, d, r, p);
+			f.detail = detail;
+			f.count = d;
+			fprintf(stderr, "oncegatectl: %s\n", detail);
+		}
+		ctl_log(ctl, LOG_LEVEL_NOTICE,
+		        ex == EXIT_STOPPED ? "resume.job_stopped"
+		        : p == 0 && ex != EXIT_UNAVAILABLE ? "resume.job_completed"
+		                                             : "resume.job_interrupted",
+		        &f);
+	}
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	return ex;
+}
+
+static int
+resume_bulk(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "select", required_argument, NULL, 'f' },
+		{ "dead-letters", no_argument, NULL, 'L' },
+		{ "class", required_argument, NULL, 'c' },
+		{ "target", required_argument, NULL, 't' },
+		{ "since", required_argument, NULL, 's' },
+		{ "job", required_argument, NULL, 'J' },
+		{ "rate", required_argument, NULL, 'R' },
+		{ "dry-run", no_argument, NULL, 'n' },
+		{ "reason", required_argument, NULL, 'r' },
+		{ "operator", required_argument, NULL, 'o' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct act a = { "resume", NULL, NULL };
+	struct bulk_opts o;
+	struct selection sel;
+	struct repair_who who;
+	const char *op = NULL;
+	char err[1024];
+	int opt, bad = 0, ex, i, ok = 0, refused_n = 0;
+	long long job = 0, cid;
+	double rate;
+	enum repair_rc rc;
+	enum replay_rc jrc;
+
+	memset(&o, 0, sizeof(o));
+	memset(&sel, 0, sizeof(sel));
+	o.rate = BULK_RATE_DEFAULT;
+	optind = 0;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'f': o.select = optarg; break;
+		case 'L': o.dead_letters = true; break;
+		case 'c': o.cls = optarg; break;
+		case 't': o.target = optarg; break;
+		case 's': o.since = optarg; break;
+		case 'R': o.rate_text = optarg; break;
+		case 'n': o.dry_run = true; break;
+		case 'r': a.reason = optarg; break;
+		case 'o': op = optarg; break;
+		case 'j': ctl->json = 1; break;
+		case 'h':
+			opterr = 1;
+			fputs(resume_usage, stdout);
+			return EXIT_SUCCESS;
+		case 'J': {
+			char *end;
+
+			o.job = strtoll(optarg, &end, 10);
+			if (*end != '\0' || o.job <= 0)
+				bad = 1;
+			break;
+		}
+		default:
+			bad = 1;
+		}
+	}
+	opterr = 1;
+	a.op = operator_name(op);
+	if (bad || optind != argc) {
+		fputs(resume_usage, stderr);
+		return refuse(ctl, &a, "usage", "bulk resume takes --select FILE, --dead-letters or "
+		              "--job JOB, and no EFFECT", NULL, EXIT_USAGE);
+	}
+	if ((o.select != NULL) + o.dead_letters + (o.job > 0) != 1)
+		return refuse(ctl, &a, "usage", "name one selection: --select FILE, --dead-letters "
+		              "[filters] or --job JOB", NULL, EXIT_USAGE);
+	if (!o.dead_letters && (o.cls != NULL || o.target != NULL || o.since != NULL))
+		return refuse(ctl, &a, "usage", "--class, --target and --since filter "
+		              "--dead-letters", NULL, EXIT_USAGE);
+	if (o.cls != NULL && strcmp(o.cls, "permanent") != 0 && strcmp(o.cls, "exhausted") != 0 &&
+	    strcmp(o.cls, "unknown") != 0)
+		return refuse(ctl, &a, "usage", "--class is permanent, exhausted or unknown", NULL,
+		              EXIT_USAGE);
+	if (o.job > 0 && o.dry_run)
+		return refuse(ctl, &a, "usage", "--dry-run is for a new selection; a job's list is "
+		              "fixed (see it with --json)", NULL, EXIT_USAGE);
+	if (o.rate_text != NULL && parse_rate(o.rate_text, &o.rate) != 0) {
+		snprintf(err, sizeof(err), "--rate is N or N/s with 0 < N <= %g", BULK_RATE_MAX);
+		return refuse(ctl, &a, "usage", err, NULL, EXIT_USAGE);
+	}
+	if (!o.dry_run && (ex = check_reason(ctl, &a)) != 0)
+		return ex;
+	if (o.dry_run && a.reason != NULL && strlen(a.reason) > REASON_MAX)
+		return refuse(ctl, &a, "usage", "--reason is at most 1000 characters", NULL,
+		              EXIT_USAGE);
+	if (o.select != NULL) {
+		snprintf(sel.source, sizeof(sel.source), "select: %s", o.select);
+		if (sel_read(o.select, &sel, err, sizeof(err)) != 0) {
+			free(sel.items);
+			return refuse(ctl, &a, "usage", err, NULL, EXIT_USAGE);
+		}
+	}
+	if (ctl_db(ctl) != 0) {
+		free(sel.items);
+		return EXIT_UNAVAILABLE;
+	}
+	who.operator_name = a.op;
+	who.reason = a.reason;
+	if (o.job > 0) {
+		jrc = replay_job_take(ctl->db, o.job, "resume", true, a.op, a.reason, &cid, &rate,
+		                      err, sizeof(err));
+		if (jrc != REPLAY_OK)
+			return refuse(ctl, &a, jrc == REPLAY_NOT_FOUND ? "not_found" : "wrong_state",
+			              jrc == REPLAY_UNAVAILABLE ? db_error(ctl->db) : err, NULL,
+			              exit_of_replay(jrc));
+		if (o.rate_text == NULL)
+			o.rate = rate;
+		{
+			struct log_fields f = { .actor = a.op, .reason = a.reason };
+			char detail[128];
+
+			snprintf(detail, sizeof(detail), "job %lld continued at %g/s", o.job, o.rate);
+			f.detail = detail;
+			ctl_log(ctl, LOG_LEVEL_NOTICE, "resume.job_resumed", &f);
+			fprintf(stderr, "oncegatectl: %s\n", detail);
+		}
+		return bulk_run(ctl, &a, &o, o.job);
+	}
+	if (o.dead_letters && (ex = sel_letters(ctl, &o, &sel, err, sizeof(err))) != 0) {
+		free(sel.items);
+		return refuse(ctl, &a, ex == EXIT_USAGE ? "usage" : "error", err, NULL, ex);
+	}
+	if (sel.n == 0) {
+		free(sel.items);
+		return refuse(ctl, &a, "not_found", "the selection is empty", NULL, EXIT_REFUSED);
+	}
+	rc = repair_bulk_check(ctl->db, sel.items, sel.n);
+	if (rc != REPAIR_OK) {
+		free(sel.items);
+		return refuse(ctl, &a, refusal_code(rc), db_error(ctl->db), NULL,
+		              rc == REPAIR_UNAVAILABLE ? EXIT_UNAVAILABLE : EXIT_REFUSED);
+	}
+	/* an effect named twice (by its id and its letter's): a usage error */
+	for (i = 0; i < sel.n; i++) {
+		int k;
+
+		for (k = 0; k < i && sel.items[i].effect_id[0]; k++) {
+			if (strcmp(sel.items[i].effect_id, sel.items[k].effect_id) == 0) {
+				snprintf(err, sizeof(err), "items %d (%s) and %d (%s) name the same effect "
+				         "%s", sel.items[k].seq, sel.items[k].given, sel.items[i].seq,
+				         sel.items[i].given, sel.items[i].effect_id);
+				free(sel.items);
+				return refuse(ctl, &a, "usage", err, NULL, EXIT_USAGE);
+			}
+		}
+		if (sel.items[i].ok)
+			ok++;
+		else
+			refused_n++;
+	}
+	if (o.dry_run) {
+		struct log_fields f = { .actor = a.op, .reason = a.reason, .count = sel.n };
+		char detail[400];
+
+		sel_print(ctl, &sel, ok, refused_n);
+		snprintf(detail, sizeof(detail), "dry run of %s: %d items, %d would be resumed, %d "
+		         "refused; nothing changed", sel.source, sel.n, ok, refused_n);
+		f.detail = detail;
+		ctl_log(ctl, LOG_LEVEL_INFO, "resume.dry_run", &f);
+		free(sel.items);
+		return refused_n > 0 ? EXIT_REFUSED : EXIT_SUCCESS;
+	}
+	if (refused_n > 0) {
+		/* all or nothing at the start: a job runs only a list that checked */
+		sel_print(ctl, &sel, ok, refused_n);
+		free(sel.items);
+		snprintf(err, sizeof(err), "%d of the selection's %d items would be refused (listed "
+		         "above); fix the selection (--dry-run shows it) and run it again",
+		         refused_n, ok + refused_n);
+		return refuse(ctl, &a, "not_known_undelivered", err, NULL, EXIT_REFUSED);
+	}
+	rc = repair_bulk_create(ctl->db, sel.source, o.rate, &who, sel.items, sel.n, &job);
+	free(sel.items);
+	if (rc != REPAIR_OK)
+		return refuse(ctl, &a, refusal_code(rc), db_error(ctl->db), NULL,
+		              rc == REPAIR_UNAVAILABLE ? EXIT_UNAVAILABLE : EXIT_REFUSED);
+	{
+		struct log_fields f = { .actor = a.op, .reason = a.reason, .count = ok };
+		char detail[400];
+
+		snprintf(detail, sizeof(detail), "job %lld from %s: %d items at %g/s", job,
+		         sel.source, ok, o.rate);
+		f.detail = detail;
+		ctl_log(ctl, LOG_LEVEL_NOTICE, "resume.job_created", &f);
+	}
+	fprintf(stderr, "oncegatectl: job %lld: %d items at %g/s; stop it with `oncegatectl stop "
+	        "%lld --reason TEXT` (or Ctrl-C), continue with `oncegatectl resume --job %lld "
+	        "--reason TEXT`\n", job, ok, o.rate, job, job);
+	if (ctl->json)
+		printf("{\"job\":%lld,\"items\":%d}\n", job, ok);
+	fflush(stdout);
+	jrc = replay_job_take(ctl->db, job, "resume", false, a.op, a.reason, &cid, &rate, err,
+	                      sizeof(err));
+	if (jrc != REPLAY_OK)
+		return refuse(ctl, &a, "wrong_state", err, NULL, exit_of_replay(jrc));
+	return bulk_run(ctl, &a, &o, job);
+}
+
+/* Is this a bulk resume (--select, --dead-letters or --job)? */
+static bool
+is_bulk(int argc, char **argv)
+{
+	int i;
+
+	for (i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--") == 0)
+			break;
+		if (strncmp(argv[i], "--select", 8) == 0 || strcmp(argv[i], "--dead-letters") == 0 ||
+		    strncmp(argv[i], "--job", 5) == 0)
+			return true;
+	}
+	return false;
+}
 
 int
 ctl_resume(struct ctl *ctl, int argc, char **argv)
@@ -681,6 +1293,8 @@ ctl_resume(struct ctl *ctl, int argc, char **argv)
 	int ex;
 
 	memset(&out, 0, sizeof(out));
+	if (is_bulk(argc, argv))
+		return resume_bulk(ctl, argc, argv);
 	ex = effect_args(ctl, argc, argv, &a, &e);
 	if (e.help) {
 		fputs(resume_usage, stdout);

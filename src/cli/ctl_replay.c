@@ -651,7 +651,7 @@ replay_map(struct ctl *ctl, struct replay_opts *o)
 	if (ctl->json)
 		printf("{\"job\":%lld,\"items\":%d}\n", job_id, ok);
 	fflush(stdout);
-	rc = replay_job_take(ctl->db, job_id, false, op, o->reason, &cid, &rate, err,
+	rc = replay_job_take(ctl->db, job_id, "replay", false, op, o->reason, &cid, &rate, err,
 	                     sizeof(err));
 	if (rc != REPLAY_OK)
 		return refuse(ctl, "replay", exit_of(rc), op, NULL, o->reason, "%s", err);
@@ -668,8 +668,8 @@ replay_resume(struct ctl *ctl, struct replay_opts *o)
 	double rate;
 	enum replay_rc rc;
 
-	rc = replay_job_take(ctl->db, o->resume, true, op, o->reason, &client_id, &rate, err,
-	                     sizeof(err));
+	rc = replay_job_take(ctl->db, o->resume, "replay", true, op, o->reason, &client_id, &rate,
+	                     err, sizeof(err));
 	if (rc != REPLAY_OK)
 		return refuse(ctl, "replay", exit_of(rc), op, NULL, o->reason, "%s",
 		              rc == REPLAY_UNAVAILABLE ? db_error(ctl->db) : err);
@@ -824,7 +824,7 @@ ctl_stop(struct ctl *ctl, int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *reason = NULL, *opname = NULL, *op;
-	char msg[512], *end;
+	char msg[512], kind[16] = "replay", event[48], *end;
 	long long job;
 	enum replay_rc rc;
 	int opt;
@@ -849,7 +849,7 @@ ctl_stop(struct ctl *ctl, int argc, char **argv)
 		              "--reason TEXT is required: it is recorded with the operator");
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	rc = replay_job_stop(ctl->db, job, op, reason, msg, sizeof(msg));
+	rc = replay_job_stop(ctl->db, job, op, reason, kind, sizeof(kind), msg, sizeof(msg));
 	if (rc != REPLAY_OK)
 		return refuse(ctl, "stop", exit_of(rc), op, NULL, reason, "%s",
 		              rc == REPLAY_UNAVAILABLE ? db_error(ctl->db) : msg);
@@ -857,14 +857,16 @@ ctl_stop(struct ctl *ctl, int argc, char **argv)
 		struct log_fields f = { .actor = op, .reason = reason };
 		char detail[64];
 
-		snprintf(detail, sizeof(detail), "job %lld asked to stop", job);
+		snprintf(detail, sizeof(detail), "%s job %lld asked to stop", kind, job);
 		f.detail = detail;
-		ctl_log(ctl, LOG_LEVEL_NOTICE, "replay.job_stop", &f);
+		snprintf(event, sizeof(event), "%s.job_stop", kind);
+		ctl_log(ctl, LOG_LEVEL_NOTICE, event, &f);
 	}
 	if (ctl->json)
-		printf("{\"job\":%lld,\"stop_requested\":true}\n", job);
+		printf("{\"job\":%lld,\"kind\":\"%s\",\"stop_requested\":true}\n", job, kind);
 	fprintf(stderr, "oncegatectl: job %lld stops before its next item; what is done stays "
-	        "done (resume with `oncegatectl replay --resume %lld --reason TEXT`)\n", job, job);
+	        "done (continue with `oncegatectl %s %lld --reason TEXT`)\n", job,
+	        strcmp(kind, "resume") == 0 ? "resume --job" : "replay --resume", job);
 	return EXIT_SUCCESS;
 usage:
 	fprintf(stderr, "usage: oncegatectl stop JOB --reason TEXT [--operator NAME]\n");
@@ -1046,7 +1048,6 @@ ctl_report(struct ctl *ctl, int argc, char **argv)
 	} rows[] = {
 		{ "runs_claimed", "runs claimed (new keys)" },
 		{ "reclaims", "reclaims (attempt > 1)" },
-		{ "duplicates", "duplicate deliveries" },
 		{ "invalid_outputs", "invalid model outputs" },
 		{ "failed_validation", "runs failed on validation" },
 		{ "approvals_by_decision", "approvals by decision" },
@@ -1064,6 +1065,9 @@ ctl_report(struct ctl *ctl, int argc, char **argv)
 		{ "operator_actions", "operator actions" },
 		{ "kill_switch_on", "kill switch database flag on" },
 		{ "blocked_sends", "sends blocked by the switch" },
+	}, lifetime[] = {
+		{ "duplicates_lifetime", "duplicate deliveries" },
+		{ "claims_by_outcome_lifetime", "claims by outcome" },
 	};
 	const char *since = "7d";
 	long long secs;
@@ -1102,7 +1106,12 @@ ctl_report(struct ctl *ctl, int argc, char **argv)
 		       json_string_value(json_object_get(doc, "until")) ?: "?");
 		for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
 			report_line(rows[i].label, json_object_get(doc, rows[i].name));
-		printf("\nDuplicate deliveries change no row: they are counted by GET /metrics.\n");
+		/* not per period: the responders' counters only ever add up */
+		printf("\nlifetime totals (not for the period above; counted by the responders, "
+		       "as GET /metrics shows them; last added %s)\n",
+		       json_string_value(json_object_get(doc, "counters_updated_at")) ?: "never");
+		for (i = 0; i < sizeof(lifetime) / sizeof(lifetime[0]); i++)
+			report_line(lifetime[i].label, json_object_get(doc, lifetime[i].name));
 	}
 	json_decref(doc);
 	return EXIT_SUCCESS;

@@ -7,9 +7,9 @@
 
 #include "ctl.h"
 
-/* A bulk replay stopped before its end (oncegatectl stop, SIGINT): what was
- * done is done and recorded; `replay --resume JOB` continues. */
-enum { EXIT_STOPPED = 4 };
+/* A bulk replay stopped before its end (oncegatectl stop, SIGINT) exits
+ * EXIT_STOPPED (ctl.h): what was done is done and recorded; `replay
+ * --resume JOB` continues. */
 
 int ctl_replay(struct ctl *ctl, int argc, char **argv);
 int ctl_stop(struct ctl *ctl, int argc, char **argv);

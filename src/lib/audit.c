@@ -102,8 +102,11 @@ static const struct db_stmt st_timeline = {
 	2, true,
 };
 
-/* The weekly figures (SPEC 8), one JSON document. Duplicate deliveries are
- * counted only by /metrics: a duplicate changes no row. */
+/* The weekly figures (SPEC 8), one JSON document. Duplicate deliveries
+ * and claims by outcome change no row of their own: the responders add
+ * them to metric_counters (sql/007, metrics.c), which holds lifetime
+ * totals (since the counters were installed), not figures per period —
+ * hence the _lifetime names. */
 static const struct db_stmt st_report = {
 	"audit_report",
 	"WITH since AS (SELECT now() - make_interval(secs => $1::float8) AS t),"
@@ -147,7 +150,13 @@ static const struct db_stmt st_report = {
 	"     (SELECT action, count(*) AS n FROM operator_actions, since"
 	"       WHERE ts >= since.t GROUP BY action) x),"
 	" 'kill_switch_on', (SELECT actions_enabled FROM dispatch_control),"
-	" 'blocked_sends', (SELECT blocked_sends FROM dispatch_control)"
+	" 'blocked_sends', (SELECT blocked_sends FROM dispatch_control),"
+	" 'duplicates_lifetime', (SELECT value FROM metric_counters"
+	"     WHERE name = 'claims_duplicate'),"
+	" 'claims_by_outcome_lifetime', (SELECT coalesce(json_object_agg("
+	"     substr(name, 8), value ORDER BY name), '{}') FROM metric_counters"
+	"     WHERE name LIKE 'claims\\_%'),"
+	" 'counters_updated_at', (SELECT og_ts(max(updated_at)) FROM metric_counters)"
 	")::text AS report",
 	1, true,
 };
@@ -481,7 +490,6 @@ audit_report(struct db *db, long long since_seconds, json_t **out)
 	PQclear(res);
 	if (*out == NULL)
 		return AUDIT_ERROR;
-	json_object_set_new(*out, "duplicates", json_null()); /* counted by /metrics only */
 	return AUDIT_OK;
 }
 

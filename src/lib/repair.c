@@ -362,6 +362,69 @@ static const struct db_stmt st_action = {
 	8, false,
 };
 
+/* --- bulk resume (sql/008): the job's items, resume_job_items ---------------- */
+
+/* Each id of the selection ($1, in order) with its effect and the verdict's
+ * inputs: the same rule as st_resume, read without changing anything. */
+static const struct db_stmt st_bulk_check = {
+	"repair_bulk_check",
+	"SELECT s.seq, e.id AS effect_id, c.name AS client_name, e.idempotency_key,"
+	"       e.target, e.effect_type, e.state, e.provider_key, r.state AS run_state,"
+	"       coalesce(" REPAIR_KNOWN_UNDELIVERED("e") ", false) AS undelivered"
+	"  FROM unnest($1::uuid[]) WITH ORDINALITY AS s(id, seq)"
+	"  LEFT JOIN effect_outbox e ON e.id = coalesce("
+	"       (SELECT x.id FROM effect_outbox x WHERE x.id = s.id),"
+	"       (SELECT d.effect_id FROM dead_letters d WHERE d.id = s.id))"
+	"  LEFT JOIN workflow_runs r ON r.client_id = e.client_id"
+	"   AND r.idempotency_key = e.idempotency_key"
+	"  LEFT JOIN api_clients c ON c.id = e.client_id"
+	" ORDER BY s.seq",
+	1, true,
+};
+
+/* A resume job: no client of its own (a selection may span clients). */
+static const struct db_stmt st_bulk_job = {
+	"repair_bulk_job",
+	"INSERT INTO replay_jobs (kind, operator, reason, source, client_id, rate_per_second)"
+	" VALUES ('resume', $1, $2, $3, NULL, $4::numeric) RETURNING id",
+	4, false,
+};
+
+static const struct db_stmt st_bulk_item = {
+	"repair_bulk_item",
+	"INSERT INTO resume_job_items (job_id, seq, effect_id, given_id)"
+	" VALUES ($1::bigint, $2::int, $3::uuid, $4)",
+	4, false,
+};
+
+static const struct db_stmt st_bulk_next = {
+	"repair_bulk_next",
+	"SELECT i.seq, i.effect_id,"
+	"       (SELECT stop_requested_at IS NOT NULL FROM replay_jobs WHERE id = $1::bigint)"
+	"           AS stop"
+	"  FROM (SELECT 1) one"
+	"  LEFT JOIN LATERAL (SELECT seq, effect_id FROM resume_job_items"
+	"     WHERE job_id = $1::bigint AND state = 'pending' ORDER BY seq LIMIT 1) i ON true",
+	1, true,
+};
+
+/* Marked done in the transaction that resumes the effect: never twice. */
+static const struct db_stmt st_bulk_done = {
+	"repair_bulk_done",
+	"UPDATE resume_job_items SET state = 'done', done_at = now(), detail = 'resumed'"
+	" WHERE job_id = $1::bigint AND seq = $2::int AND effect_id = $3::uuid"
+	"   AND state = 'pending'"
+	" RETURNING seq",
+	3, false,
+};
+
+static const struct db_stmt st_bulk_refuse = {
+	"repair_bulk_refuse",
+	"UPDATE resume_job_items SET state = 'refused', done_at = now(), detail = $3"
+	" WHERE job_id = $1::bigint AND seq = $2::int AND state = 'pending'",
+	3, false,
+};
+
 /* --- helpers --------------------------------------------------------------- */
 
 bool
@@ -723,9 +786,11 @@ out:
 	return finish(db, rc);
 }
 
-enum repair_rc
-repair_resume(struct db *db, const char *effect, const char *expect,
-              const struct repair_who *who, struct repair_out *out)
+/* One resume; job > 0: the job's item seq is marked done in the same
+ * transaction, or nothing happens. */
+static enum repair_rc
+resume_one(struct db *db, const char *effect, const char *expect, const struct repair_who *who,
+           long long job, int seq, struct repair_out *out)
 {
 	PGresult *run = NULL, *res = NULL;
 	enum repair_rc rc;
@@ -790,11 +855,207 @@ repair_resume(struct db *db, const char *effect, const char *expect,
 		goto out;
 	details = json_pack("{s:s, s:s, s:s}", "state_from", out->from, "state_to", "pending",
 	                    "provider_key", out->provider_key);
+	if (details != NULL && job > 0) {
+		json_object_set_new(details, "job_id", json_integer(job));
+		json_object_set_new(details, "job_item", json_integer(seq));
+	}
 	rc = details != NULL ? record_action(db, who, "resume", out, details) : REPAIR_ERROR;
+	if (rc == REPAIR_OK && job > 0) {
+		char j[24], q[16];
+		const char *p[3] = { j, q, out->effect_id };
+
+		snprintf(j, sizeof(j), "%lld", job);
+		snprintf(q, sizeof(q), "%d", seq);
+		PQclear(res);
+		res = NULL;
+		if ((rc = rc_of(db_exec(db, &st_bulk_done, p, &res))) == REPAIR_OK &&
+		    PQntuples(res) != 1) {
+			snprintf(out->why, sizeof(out->why), "job %lld item %d is no longer pending "
+			         "(done or refused already)", job, seq);
+			rc = REPAIR_CHANGED;
+		}
+	}
 out:
 	json_decref(details);
 	PQclear(res);
 	return finish(db, rc);
+}
+
+enum repair_rc
+repair_resume(struct db *db, const char *effect, const char *expect,
+              const struct repair_who *who, struct repair_out *out)
+{
+	return resume_one(db, effect, expect, who, 0, 0, out);
+}
+
+/* --- bulk resume ------------------------------------------------------------- */
+
+enum repair_rc
+repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
+{
+	size_t len = 3;
+	char *arr, *p;
+	const char *params[1];
+	PGresult *res = NULL;
+	enum repair_rc rc;
+	int i;
+
+	for (i = 0; i < n; i++) {
+		if (!repair_is_uuid(items[i].given))
+			return REPAIR_BAD_INPUT;
+		len += strlen(items[i].given) + 1;
+	}
+	if ((arr = malloc(len)) == NULL)
+		return REPAIR_ERROR;
+	p = arr;
+	*p++ = '{';
+	for (i = 0; i < n; i++)
+		p += sprintf(p, "%s%s", i > 0 ? "," : "", items[i].given); /* uuids: no quoting */
+	*p++ = '}';
+	*p = '\0';
+	params[0] = arr;
+	rc = rc_of(db_exec(db, &st_bulk_check, params, &res));
+	free(arr);
+	if (rc != REPAIR_OK)
+		return rc;
+	if (PQntuples(res) != n) {
+		PQclear(res);
+		return REPAIR_ERROR;
+	}
+	for (i = 0; i < n; i++) {
+		struct repair_bulk_item *it = &items[i];
+		const char *eid = db_get(res, i, "effect_id");
+		const char *run = db_get(res, i, "run_state");
+		bool callback;
+
+		it->ok = false;
+		if (eid == NULL) {
+			copy(it->effect_id, sizeof(it->effect_id), "");
+			snprintf(it->why, sizeof(it->why), "no effect or dead letter has the id %s",
+			         it->given);
+			continue;
+		}
+		copy(it->effect_id, sizeof(it->effect_id), eid);
+		copy(it->client_name, sizeof(it->client_name), db_get(res, i, "client_name"));
+		copy(it->key, sizeof(it->key), db_get(res, i, "idempotency_key"));
+		copy(it->target, sizeof(it->target), db_get(res, i, "target"));
+		copy(it->type, sizeof(it->type), db_get(res, i, "effect_type"));
+		copy(it->state, sizeof(it->state), db_get(res, i, "state"));
+		callback = strcmp(it->type, "decision.callback") == 0;
+		/* the order of repair_resume's checks, so the verdicts agree */
+		if (strcmp(it->state, "failed") != 0)
+			snprintf(it->why, sizeof(it->why), "not known undelivered: the effect is %s%s",
+			         it->state,
+			         strcmp(it->state, "unknown") == 0 ? " (reconcile first)"
+			         : strcmp(it->state, "completed") == 0 ? " (it was delivered)"
+			         : strcmp(it->state, "cancelled") == 0 ? " (it was rejected)"
+			                                                : " (nothing to resume)");
+		else if (!callback && (run == NULL || strcmp(run, "approved") != 0))
+			snprintf(it->why, sizeof(it->why), "the run is %s, not approved",
+			         run != NULL ? run : "?");
+		else if (db_get(res, i, "undelivered")[0] != 't')
+			snprintf(it->why, sizeof(it->why), "not known undelivered: a send attempt may "
+			         "have reached the provider (reconcile first)");
+		else {
+			it->ok = true;
+			snprintf(it->why, sizeof(it->why), "would resume, same key %s",
+			         db_get(res, i, "provider_key"));
+		}
+	}
+	PQclear(res);
+	return REPAIR_OK;
+}
+
+enum repair_rc
+repair_bulk_create(struct db *db, const char *source, double rate, const struct repair_who *who,
+                   const struct repair_bulk_item *items, int n, long long *job_id)
+{
+	char rate_s[32], jid[24], seq[16];
+	struct repair_out out;
+	PGresult *res = NULL;
+	json_t *details = NULL;
+	enum repair_rc rc;
+	int i;
+
+	memset(&out, 0, sizeof(out));
+	*job_id = 0;
+	snprintf(rate_s, sizeof(rate_s), "%.6f", rate);
+	if (db_begin(db) != DB_OK)
+		return REPAIR_UNAVAILABLE;
+	{
+		const char *p[4] = { who->operator_name, who->reason, source, rate_s };
+
+		if ((rc = rc_of(db_exec(db, &st_bulk_job, p, &res))) != REPAIR_OK)
+			goto out;
+		*job_id = db_get_ll(res, 0, "id");
+		PQclear(res);
+		res = NULL;
+	}
+	snprintf(jid, sizeof(jid), "%lld", *job_id);
+	for (i = 0; i < n; i++) {
+		const char *p[4] = { jid, seq, items[i].effect_id, items[i].given };
+
+		snprintf(seq, sizeof(seq), "%d", items[i].seq);
+		if ((rc = rc_of(db_exec(db, &st_bulk_item, p, &res))) != REPAIR_OK)
+			goto out;
+		PQclear(res);
+		res = NULL;
+	}
+	details = json_pack("{s:I, s:s, s:i, s:f}", "job_id", (json_int_t)*job_id, "source",
+	                    source, "items", n, "rate_per_second", rate);
+	rc = details != NULL ? record_action(db, who, "resume.job_created", &out, details)
+	                     : REPAIR_ERROR;
+out:
+	json_decref(details);
+	PQclear(res);
+	return finish(db, rc);
+}
+
+enum repair_rc
+repair_bulk_next(struct db *db, long long job_id, int *seq, char effect_id[REPAIR_ID_LEN],
+                 bool *stop)
+{
+	char jid[24];
+	const char *p[1] = { jid };
+	PGresult *res = NULL;
+	enum repair_rc rc;
+	const char *v;
+
+	*seq = 0;
+	effect_id[0] = '\0';
+	snprintf(jid, sizeof(jid), "%lld", job_id);
+	if ((rc = rc_of(db_exec(db, &st_bulk_next, p, &res))) != REPAIR_OK)
+		return rc;
+	v = db_get(res, 0, "stop");
+	*stop = v != NULL && v[0] == 't';
+	if (db_get(res, 0, "seq") != NULL) {
+		*seq = (int)db_get_ll(res, 0, "seq");
+		copy(effect_id, REPAIR_ID_LEN, db_get(res, 0, "effect_id"));
+	}
+	PQclear(res);
+	return REPAIR_OK;
+}
+
+enum repair_rc
+repair_bulk_resume(struct db *db, long long job_id, int seq, const char *effect_id,
+                   const struct repair_who *who, struct repair_out *out)
+{
+	return resume_one(db, effect_id, NULL, who, job_id, seq, out);
+}
+
+enum repair_rc
+repair_bulk_refuse(struct db *db, long long job_id, int seq, const char *why)
+{
+	char jid[24], q[16];
+	const char *p[3] = { jid, q, why };
+	PGresult *res = NULL;
+	enum repair_rc rc;
+
+	snprintf(jid, sizeof(jid), "%lld", job_id);
+	snprintf(q, sizeof(q), "%d", seq);
+	rc = rc_of(db_exec(db, &st_bulk_refuse, p, &res));
+	PQclear(res);
+	return rc;
 }
 
 /* The run → failed_terminal from any of the states in `from` (text[]). */

@@ -126,6 +126,51 @@ enum repair_rc repair_approval_revoke(struct db *db, const char *approval_id,
 enum repair_rc repair_approvals_pending(struct db *db, int limit, json_t **out)
 	__attribute__((warn_unused_result));
 
+/* ---- bulk resume (sql/008) --------------------------------------------------
+ * An explicit selection of effect or dead-letter ids becomes a job of kind
+ * "resume" (replay_jobs, resume_job_items) before anything runs; each item
+ * is resumed by the rule and in the transaction of repair_resume(), which
+ * also marks the item done, so a stopped job is continued without doing
+ * an item twice. Taking, stopping and finishing a job: replay_job_*(). */
+
+#define REPAIR_GIVEN_MAX 40
+
+struct repair_bulk_item {
+	int seq;                           /* 1.. in the selection's order */
+	char given[REPAIR_GIVEN_MAX];      /* the id as named (effect or dead letter) */
+	char effect_id[REPAIR_ID_LEN];     /* "" when no such effect */
+	char client_name[72];
+	char key[REPAIR_KEY_MAX];
+	char target[72];
+	char type[72];
+	char state[24];                    /* the effect's state now */
+	bool ok;                           /* would be resumed */
+	char why[REPAIR_WHY_MAX];          /* the verdict in words */
+};
+
+/* Fills in each item's effect and verdict (same rule as repair_resume),
+ * changing nothing. REPAIR_BAD_INPUT when a given id is not a UUID. */
+enum repair_rc repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
+	__attribute__((warn_unused_result));
+/* Stores the job (kind resume) with its items, all pending, and the
+ * operator_actions row, in one transaction. */
+enum repair_rc repair_bulk_create(struct db *db, const char *source, double rate,
+                                  const struct repair_who *who,
+                                  const struct repair_bulk_item *items, int n,
+                                  long long *job_id) __attribute__((warn_unused_result));
+/* The next pending item (*seq 0 when none) and whether a stop was asked. */
+enum repair_rc repair_bulk_next(struct db *db, long long job_id, int *seq,
+                                char effect_id[REPAIR_ID_LEN], bool *stop)
+	__attribute__((warn_unused_result));
+/* Resumes the item's effect and marks the item done, together or not at
+ * all; a refusal changes nothing (out->why says why). */
+enum repair_rc repair_bulk_resume(struct db *db, long long job_id, int seq, const char *effect_id,
+                                  const struct repair_who *who, struct repair_out *out)
+	__attribute__((warn_unused_result));
+/* An item that was refused when its turn came: marked so, with why. */
+enum repair_rc repair_bulk_refuse(struct db *db, long long job_id, int seq, const char *why)
+	__attribute__((warn_unused_result));
+
 /* Is s a UUID in its text form (what the ids of effects, dead letters and
  * approvals look like)? */
 bool repair_is_uuid(const char *s);

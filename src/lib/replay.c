@@ -112,12 +112,25 @@ static const struct db_stmt st_job_item = {
 	4, false,
 };
 
+/* Both kinds of job (sql/008): a replay job's items are replay_job_items,
+ * a resume job's resume_job_items (written by repair.c); a job has items
+ * in one of them only. */
+static const struct db_stmt st_job_counts = {
+	"replay_job_counts",
+	"SELECT count(*) FILTER (WHERE state = 'done') AS done,"
+	"       count(*) FILTER (WHERE state = 'refused') AS refused,"
+	"       count(*) FILTER (WHERE state = 'pending') AS pending"
+	"  FROM (SELECT state FROM replay_job_items WHERE job_id = $1"
+	"        UNION ALL SELECT state FROM resume_job_items WHERE job_id = $1) i",
+	1, true,
+};
+
 /* A session-level advisory lock per job: held by the one process running
  * it, released when that process exits (or dies). */
 static const struct db_stmt st_job_lock = {
 	"replay_job_lock",
 	"SELECT pg_try_advisory_lock(hashtext('oncegate.replay_job'), $1::int) AS locked,"
-	"       j.state, j.client_id, j.rate_per_second::float8 AS rate"
+	"       j.state, j.kind, j.client_id, j.rate_per_second::float8 AS rate"
 	"  FROM replay_jobs j WHERE j.id = $1::bigint",
 	1, false,
 };
@@ -151,7 +164,7 @@ static const struct db_stmt st_job_finish = {
 	"replay_job_finish",
 	"UPDATE replay_jobs SET state = $2, updated_at = now(),"
 	"       stop_requested_by = COALESCE(stop_requested_by, $3)"
-	" WHERE id = $1 AND state = 'running' RETURNING client_id",
+	" WHERE id = $1 AND state = 'running' RETURNING client_id, kind",
 	3, false,
 };
 
@@ -160,24 +173,17 @@ static const struct db_stmt st_job_stop = {
 	"UPDATE replay_jobs SET stop_requested_at = now(), stop_requested_by = $2,"
 	"       updated_at = now()"
 	" WHERE id = $1 AND state = 'running' AND stop_requested_at IS NULL"
-	" RETURNING client_id",
+	" RETURNING client_id, kind",
 	2, false,
 };
 
 static const struct db_stmt st_job_state = {
 	"replay_job_state",
-	"SELECT state, stop_requested_at IS NOT NULL AS stopping FROM replay_jobs WHERE id = $1",
+	"SELECT state, kind, stop_requested_at IS NOT NULL AS stopping FROM replay_jobs"
+	" WHERE id = $1",
 	1, true,
 };
 
-static const struct db_stmt st_job_counts = {
-	"replay_job_counts",
-	"SELECT count(*) FILTER (WHERE state = 'done') AS done,"
-	"       count(*) FILTER (WHERE state = 'refused') AS refused,"
-	"       count(*) FILTER (WHERE state = 'pending') AS pending"
-	"  FROM replay_job_items WHERE job_id = $1",
-	1, true,
-};
 
 static const char *const rc_names[] = {
 	"ok", "not_found", "ambiguous", "exists", "not_finished", "no_payload",
@@ -720,10 +726,11 @@ job_action(struct db *db, long long job_id, long long client_id, const char *act
 }
 
 enum replay_rc
-replay_job_take(struct db *db, long long job_id, bool resume, const char *operator_name,
-                const char *reason, long long *client_id, double *rate, char *msg,
-                size_t msglen)
+replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
+                const char *operator_name, const char *reason, long long *client_id,
+                double *rate, char *msg, size_t msglen)
 {
+	char action[48];
 	char jid[24];
 	const char *params[1] = { jid };
 	PGresult *res = NULL;
@@ -735,7 +742,17 @@ replay_job_take(struct db *db, long long job_id, bool resume, const char *operat
 	if ((rc = db_exec(db, &st_job_lock, params, &res)) != DB_OK)
 		return rc_of(rc);
 	if (PQntuples(res) != 1) {
-		snprintf(msg, msglen, "no replay job %lld", job_id);
+		snprintf(msg, msglen, "no job %lld", job_id);
+		PQclear(res);
+		return REPLAY_NOT_FOUND;
+	}
+	if (strcmp(db_get(res, 0, "kind"), kind) != 0) {
+		/* the other kind's runner continues it; this session's lock on it
+		 * ends with the command */
+		snprintf(msg, msglen, "job %lld is a %s job, not a %s job: continue it with "
+		         "oncegatectl %s", job_id, db_get(res, 0, "kind"), kind,
+		         strcmp(db_get(res, 0, "kind"), "resume") == 0 ? "resume --job JOB"
+		                                                        : "replay --resume JOB");
 		PQclear(res);
 		return REPLAY_NOT_FOUND;
 	}
@@ -760,9 +777,10 @@ replay_job_take(struct db *db, long long job_id, bool resume, const char *operat
 	/* a resume: the job was stopped, or its runner died while running */
 	if ((rc = db_begin(db)) != DB_OK)
 		return rc_of(rc);
+	snprintf(action, sizeof(action), "%s.job_resumed", kind);
 	if ((rrc = exec_one(db, &st_job_run, params, 1)) != REPLAY_OK ||
-	    (rrc = job_action(db, job_id, *client_id, "replay.job_resumed", operator_name,
-	                      reason)) != REPLAY_OK) {
+	    (rrc = job_action(db, job_id, *client_id, action, operator_name, reason)) !=
+	        REPLAY_OK) {
 		db_rollback(db);
 		return rrc;
 	}
@@ -821,6 +839,7 @@ replay_job_finish(struct db *db, long long job_id, bool completed, const char *o
 	enum db_rc rc;
 	PGresult *res;
 	long long client_id = 0;
+	char action[48] = "replay.job_stopped";
 
 	snprintf(jid, sizeof(jid), "%lld", job_id);
 	if ((rc = db_begin(db)) != DB_OK)
@@ -829,13 +848,14 @@ replay_job_finish(struct db *db, long long job_id, bool completed, const char *o
 		db_rollback(db);
 		return rc_of(rc);
 	}
-	if (PQntuples(res) == 1)
+	if (PQntuples(res) == 1) {
 		client_id = db_get_ll(res, 0, "client_id");
+		snprintf(action, sizeof(action), "%s.job_stopped", db_get(res, 0, "kind"));
+	}
 	PQclear(res);
 	/* a stop is an operator's action too: who stopped it and why */
 	if (!completed &&
-	    (rrc = job_action(db, job_id, client_id, "replay.job_stopped", operator_name, why)) !=
-	        REPLAY_OK) {
+	    (rrc = job_action(db, job_id, client_id, action, operator_name, why)) != REPLAY_OK) {
 		db_rollback(db);
 		return rrc;
 	}
@@ -846,9 +866,9 @@ replay_job_finish(struct db *db, long long job_id, bool completed, const char *o
 
 enum replay_rc
 replay_job_stop(struct db *db, long long job_id, const char *operator_name, const char *reason,
-                char *msg, size_t msglen)
+                char *kind, size_t kindlen, char *msg, size_t msglen)
 {
-	char jid[24];
+	char jid[24], action[48];
 	const char *params[2] = { jid, operator_name };
 	PGresult *res;
 	enum replay_rc rrc;
@@ -872,9 +892,10 @@ replay_job_stop(struct db *db, long long job_id, const char *operator_name, cons
 				return REPLAY_UNAVAILABLE;
 		}
 		if (PQntuples(res) == 0) {
-			snprintf(msg, msglen, "no replay job %lld", job_id);
+			snprintf(msg, msglen, "no job %lld", job_id);
 			rrc = REPLAY_NOT_FOUND;
 		} else {
+			snprintf(kind, kindlen, "%s", db_get(res, 0, "kind"));
 			snprintf(msg, msglen, "job %lld is %s%s: nothing to stop", job_id,
 			         db_get(res, 0, "state"),
 			         db_get(res, 0, "stopping")[0] == 't' ? " and already asked to stop" : "");
@@ -884,8 +905,10 @@ replay_job_stop(struct db *db, long long job_id, const char *operator_name, cons
 		return rrc;
 	}
 	client_id = db_get_ll(res, 0, "client_id");
+	snprintf(kind, kindlen, "%s", db_get(res, 0, "kind"));
+	snprintf(action, sizeof(action), "%s.job_stop", kind);
 	PQclear(res);
-	if ((rrc = job_action(db, job_id, client_id, "replay.job_stop", operator_name, reason)) !=
+	if ((rrc = job_action(db, job_id, client_id, action, operator_name, reason)) !=
 	    REPLAY_OK) {
 		db_rollback(db);
 		return rrc;

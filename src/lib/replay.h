@@ -99,8 +99,11 @@ enum replay_rc replay_job_create(struct db *db, long long client_id, const char 
 	__attribute__((warn_unused_result));
 /* Takes the job for this session (advisory lock, so two runners never
  * share one job) and marks it running again; a stopped job needs resume.
- * REPLAY_NOT_FINISHED when another process holds it or it is completed. */
-enum replay_rc replay_job_take(struct db *db, long long job_id, bool resume,
+ * kind is "replay" or "resume" (sql/008): a job of the other kind is
+ * REPLAY_NOT_FOUND. REPLAY_NOT_FINISHED when another process holds it or
+ * it is completed. The take, stop, finish and counts below serve both
+ * kinds; operator_actions name the kind ("resume.job_stopped"). */
+enum replay_rc replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
                                const char *operator_name, const char *reason,
                                long long *client_id, double *rate, char *msg, size_t msglen)
 	__attribute__((warn_unused_result));
@@ -114,9 +117,11 @@ enum replay_rc replay_job_refuse(struct db *db, long long job_id, int seq, const
 enum replay_rc replay_job_finish(struct db *db, long long job_id, bool completed,
                                  const char *operator_name, const char *why)
 	__attribute__((warn_unused_result));
-/* `oncegatectl stop JOB`: asks the runner to stop before its next item. */
+/* `oncegatectl stop JOB`: asks the runner to stop before its next item;
+ * kind gets the job's kind (to say how it is continued). */
 enum replay_rc replay_job_stop(struct db *db, long long job_id, const char *operator_name,
-                               const char *reason, char *msg, size_t msglen)
+                               const char *reason, char *kind, size_t kindlen, char *msg,
+                               size_t msglen)
 	__attribute__((warn_unused_result));
 /* Counts of the job's items by state: done, refused, pending. */
 enum replay_rc replay_job_counts(struct db *db, long long job_id, int *done, int *refused,
