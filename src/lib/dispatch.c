@@ -35,6 +35,9 @@
 /* A send is started only with at least this much lease left beyond the
  * target's timeout; otherwise the lease is renewed first. */
 #define LEASE_MARGIN_S 10
+/* A worker claims what it expects to start within this long (see
+ * dispatch_worker). */
+#define CLAIM_AHEAD_MS 100
 /* Rows per housekeeping statement. */
 #define TICK_BATCH 100
 
@@ -1277,6 +1280,13 @@ dispatch_worker(void *arg)
 	struct db *db = db_new(dc->cfg.database, dc->cfg.statement_timeout_ms);
 	struct adapter *ad = adapter_new();
 	int slot = atomic_fetch_add(&s->next_slot, 1);
+	/* How many effects the next claim takes: no more than this worker
+	 * expects to start within CLAIM_AHEAD_MS (from the last batch's pace),
+	 * at most dispatch_batch. A claimed effect that waits its turn is, if
+	 * this process is killed, an effect nobody can prove unsent: it turns
+	 * unknown with its lease. Fast targets get full batches (fewer claim
+	 * round trips); slow or rate-limited ones one effect at a time. */
+	int ahead = 1;
 
 	dispatch_config_put(s, dc);
 	if (db == NULL || ad == NULL) {
@@ -1292,7 +1302,9 @@ dispatch_worker(void *arg)
 		long long until;
 
 		dc = dispatch_config_get(s);
-		snprintf(batch, sizeof(batch), "%d", dc->cfg.dispatch_batch);
+		if (ahead > dc->cfg.dispatch_batch)
+			ahead = dc->cfg.dispatch_batch;
+		snprintf(batch, sizeof(batch), "%d", ahead);
 		lease_s = dc->cfg.dispatch_lease_seconds;
 		snprintf(owner_lease, sizeof(owner_lease), "%d", lease_s);
 		poll_ms = dc->cfg.dispatch_poll_ms;
@@ -1301,6 +1313,8 @@ dispatch_worker(void *arg)
 		/* the local estimate of the batch's lease starts before the claim */
 		until = mono_ns() + (long long)lease_s * 1000000000LL;
 		if (sending_allowed(s) && db_exec(db, &st_claim, p, &res) == DB_OK) {
+			long long t0 = mono_ns(), per;
+
 			n = PQntuples(res);
 			for (i = 0; i < n; i++) {
 				struct job j;
@@ -1318,6 +1332,15 @@ dispatch_worker(void *arg)
 				job_clear(&j);
 			}
 			PQclear(res);
+			if (n > 0) {
+				per = (mono_ns() - t0) / n;
+				ahead = per <= 0 ? 1 << 20
+				                 : (int)((long long)CLAIM_AHEAD_MS * 1000000LL / per > 1 << 20
+				                             ? 1 << 20
+				                             : (long long)CLAIM_AHEAD_MS * 1000000LL / per);
+				if (ahead < 1)
+					ahead = 1;
+			}
 		}
 		if (n == 0 && sending_allowed(s) && !atomic_load(&s->stopping))
 			n = claim_reconcile(s, db, ad);
