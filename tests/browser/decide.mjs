@@ -1,0 +1,90 @@
+// decide.mjs — a person decides an approval in a real browser: approve or
+// reject, whichever button is asked for. The n8n end-to-end test
+// (tests/n8n/run.sh) uses it for its rejection; approve.mjs, which checks
+// the page in more detail, does its approval.
+//
+//   node decide.mjs URL USER GROUPS DECISION SCREENSHOT [REASON]
+//
+// URL is the approval link, USER and GROUPS stand in for the SSO identity
+// (the local nginx config maps X-Dev-User / X-Dev-Groups to REMOTE_USER /
+// AUTH_GROUPS), DECISION is the value of the button to press (approve or
+// reject). Debian's Chromium, headless, driven by playwright-core. Exit 0
+// when the form POST answered 303 and the decided page (410, no form) came
+// back naming the decision; 1 otherwise, with a screenshot.
+
+import { chromium } from 'playwright-core';
+import { mkdtempSync, rmSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+
+const CHROMIUM = process.env.ONCEGATE_CHROMIUM || '/usr/bin/chromium';
+const TIMEOUT_MS = 30000;
+
+const [url, user, groups, decision, screenshot, reasonArg] = process.argv.slice(2);
+if (!url || !user || groups === undefined || !decision || !screenshot) {
+  console.error('usage: node decide.mjs URL USER GROUPS DECISION SCREENSHOT [REASON]');
+  process.exit(2);
+}
+const reason = reasonArg || `${decision} in Chromium by tests/browser/decide.mjs`;
+
+function check(ok, what) {
+  if (!ok) throw new Error(what);
+  console.log(`ok - ${what}`);
+}
+
+const profile = mkdtempSync(join(tmpdir(), 'oncegate-chromium-'));
+mkdirSync(dirname(screenshot), { recursive: true });
+let context;
+let page;
+let status = 1;
+try {
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+    ],
+    viewport: { width: 1000, height: 1400 },
+  });
+  context.setDefaultTimeout(TIMEOUT_MS);
+  page = context.pages()[0] || await context.newPage();
+  await page.setExtraHTTPHeaders({ 'X-Dev-User': user, 'X-Dev-Groups': groups });
+
+  const card = await page.goto(url, { waitUntil: 'load' });
+  check(card !== null && card.status() === 200, `the card answers 200 (got ${card && card.status()})`);
+  const button = page.locator(`button[name="decision"][value="${decision}"]`);
+  check(await button.count() === 1, `the card has a ${decision} button`);
+  await page.locator('textarea[name="reason"]').fill(reason);
+  const seen = [];
+  page.on('response', (r) => {
+    if (r.url() === url) seen.push([r.request().method(), r.status()]);
+  });
+  const [decided] = await Promise.all([
+    page.waitForResponse((r) => r.url() === url && r.request().method() === 'GET'),
+    button.click(),
+  ]);
+  await page.waitForLoadState('load');
+  check(seen.some(([m, s]) => m === 'POST' && s === 303),
+    `the form POST answered 303 (responses: ${JSON.stringify(seen)})`);
+  check(decided.status() === 410, `the decided page answers 410 (got ${decided.status()})`);
+  const text = await page.locator('body').innerText();
+  check(new RegExp(decision, 'i').test(text), `the page names the decision ${decision}`);
+  check(text.includes(user), `the page says who decided: ${user}`);
+  check(await page.locator('form').count() === 0, 'the decided page has no form');
+  status = 0;
+} catch (e) {
+  console.error(`not ok - ${e.message}`);
+} finally {
+  if (page) {
+    try {
+      await page.screenshot({ path: screenshot, fullPage: true });
+      console.log(`screenshot: ${screenshot}`);
+    } catch (e) {
+      console.error(`no screenshot: ${e.message}`);
+    }
+  }
+  if (context) await context.close().catch(() => {});
+  rmSync(profile, { recursive: true, force: true });
+}
+process.exit(status);

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# kill9.sh — the dispatcher killed with SIGKILL at random points while it
+# drains the outbox to a provider WITHOUT idempotency keys, where a resend
+# would be a duplicate the provider cannot detect. Afterwards:
+#   * no effect reached the provider twice (its own record of requests);
+#   * none is lost: every effect ends `completed`, or `unknown` with a dead
+#     letter for an operator (a kill between its send and its settle);
+#   * every `completed` effect was received exactly once, and an `unknown`
+#     one at most once.
+#
+#   tests/chaos/kill9.sh [--effects N] [--kills K]      (default 1000, 50)
+#
+# Runs against the test stack that `./dev test` (or `./dev chaos`) starts:
+# it needs ONCEGATE_DISPATCH, ONCEGATE_PROVIDERS, ONCEGATE_PYTHON,
+# ONCEGATE_CTL and the PG* variables. It starts its own provider
+# (tests/providers/http_provider.py, /plain paths: keys ignored) and its
+# own dispatchers, one at a time, each killed after a random 0.1-1.2 s;
+# then a last one drains what is left and the sending leases of the killed
+# ones run out. Everything it starts is stopped by PID on exit. Prints one
+# table; exit status 0 when nothing was sent twice and nothing was lost.
+set -euo pipefail
+
+EFFECTS=1000 KILLS=50
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--effects) EFFECTS=${2:?}; shift 2 ;;
+	--kills) KILLS=${2:?}; shift 2 ;;
+	*) echo "usage: $0 [--effects N] [--kills K]" >&2; exit 2 ;;
+	esac
+done
+for v in ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST PGPORT PGDATABASE; do
+	[[ -n ${!v:-} ]] || { echo "kill9.sh: $v is not set (run under ./dev test or ./dev chaos)" >&2; exit 2; }
+done
+
+say() { printf '==> %s\n' "$*" >&2; }
+q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-kill9.XXXXXX")
+PROVIDER_PID='' DISPATCH_PID=''
+RUN=k9$(date +%s)-$$
+cleanup() {
+	[[ -n $DISPATCH_PID ]] && kill -KILL "$DISPATCH_PID" 2>/dev/null || true
+	[[ -n $PROVIDER_PID ]] && kill -TERM "$PROVIDER_PID" 2>/dev/null || true
+	wait 2>/dev/null || true
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- the provider ------------------------------------------------------------------
+"$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/http_provider.py" --port 0 --pid "$TMP/provider.pid" \
+	>"$TMP/provider.out" 2>&1 &
+PROVIDER_PID=$!
+for ((i = 0; i < 100; i++)); do grep -q '^ready' "$TMP/provider.out" 2>/dev/null && break; sleep 0.1; done
+PORT=$(sed -n 's/^ready \([0-9]*\).*/\1/p' "$TMP/provider.out")
+[[ -n $PORT ]] || { cat "$TMP/provider.out" >&2; echo "kill9.sh: the provider did not start" >&2; exit 1; }
+
+cat >"$TMP/dispatch.conf" <<EOF
+# tests/chaos/kill9.sh
+log_file = $TMP/decisions.log
+dispatch_workers = 4
+dispatch_batch = 8
+dispatch_lease_seconds = 5
+dispatch_poll_ms = 100
+dispatch_shutdown_seconds = 2
+
+[target chaos_plain]
+kind = http
+url = http://127.0.0.1:$PORT/plain/effects
+idempotency_key = 0
+timeout_ms = 2000
+connect_timeout_ms = 1000
+max_attempts = 3
+base_ms = 100
+# slow enough that the kills land mid-drain: about the whole outbox over
+# the dispatchers' lifetimes (0.65 s on average each)
+rate_per_second = $(( EFFECTS * 3 / (KILLS * 2) > 0 ? EFFECTS * 3 / (KILLS * 2) : 1 ))
+EOF
+"$ONCEGATE_DISPATCH" -c "$TMP/dispatch.conf" -n >/dev/null
+
+# --- the work ------------------------------------------------------------------------
+say "kill -9: $EFFECTS effects, $KILLS kills, provider without idempotency keys on :$PORT"
+# Nothing else may be sent by these dispatchers: earlier work is cancelled.
+q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
+"$ONCEGATE_CTL" kill-switch on --operator kill9.sh --reason "chaos: kill -9 of the dispatcher" 2>/dev/null
+psql -X -q -v ON_ERROR_STOP=1 <<EOF
+INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, state, claim_started_at)
+SELECT 1, '$RUN:' || g, 'sha256:' || md5(g::text), 'approved', now()
+  FROM generate_series(1, $EFFECTS) g;
+INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target, payload,
+    payload_hash, provider_key)
+SELECT 1, '$RUN:' || g, 'crm.tag', 'chaos_plain', jsonb_build_object('n', g),
+       'sha256:' || md5(g::text), '$RUN:' || g || '/crm.tag'
+  FROM generate_series(1, $EFFECTS) g;
+EOF
+
+start_dispatcher() {
+	AI_ACTIONS_ENABLED=true ASAN_OPTIONS=detect_leaks=0 "$ONCEGATE_DISPATCH" -c "$TMP/dispatch.conf" \
+		</dev/null >>"$TMP/dispatch.stderr" 2>&1 &
+	DISPATCH_PID=$!
+}
+
+start=$SECONDS
+for ((k = 1; k <= KILLS; k++)); do
+	start_dispatcher
+	sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.2f", 0.1 + (r % 1100) / 1000 }')"
+	kill -KILL "$DISPATCH_PID" 2>/dev/null || true
+	wait "$DISPATCH_PID" 2>/dev/null || true
+	DISPATCH_PID=''
+done
+left=$(q "SELECT count(*) FROM effect_outbox WHERE idempotency_key LIKE '$RUN:%' AND state IN ('pending', 'sending')")
+say "after $KILLS kills: $left effects pending or sending; a last dispatcher drains them"
+start_dispatcher
+# The killed dispatchers' leases run out (up to ~35 s: lease renewed for
+# two timeouts and a margin); the sweep makes those effects unknown.
+for ((i = 0; i < 600; i++)); do
+	left=$(q "SELECT count(*) FROM effect_outbox WHERE idempotency_key LIKE '$RUN:%' AND state IN ('pending', 'sending')")
+	[[ $left == 0 ]] && break
+	sleep 0.2
+done
+kill -TERM "$DISPATCH_PID" 2>/dev/null || true
+wait "$DISPATCH_PID" 2>/dev/null || true
+DISPATCH_PID=''
+ELAPSED=$((SECONDS - start))
+
+# --- what happened --------------------------------------------------------------------
+curl -fsS "http://127.0.0.1:$PORT/_requests" >"$TMP/requests.json"
+"$ONCEGATE_PYTHON" - "$TMP/requests.json" "$RUN" >"$TMP/received" <<'EOF'
+import json, sys
+reqs = json.load(open(sys.argv[1]))
+prefix = sys.argv[2] + ":"
+counts = {}
+for r in reqs:
+    k = r.get("idempotency_key") or ""
+    if r.get("kind") == "effect" and k.startswith(prefix):
+        counts[k] = counts.get(k, 0) + 1
+for k, n in sorted(counts.items()):
+    print(k, n)
+EOF
+psql -X -At -F ' ' -c "SELECT provider_key, state, (SELECT count(*) FROM dead_letters d WHERE d.effect_id = e.id) FROM effect_outbox e WHERE idempotency_key LIKE '$RUN:%' ORDER BY 1" >"$TMP/states"
+
+read -r total completed unknown other dups lost completed_bad unknown_bad unknown_no_letter unknown_sent < <(
+	awk 'FNR == NR { got[$1] = $2; next }
+	{
+		total++; n = ($1 in got) ? got[$1] : 0
+		if (n > 1) dups++
+		if ($2 == "completed") { completed++; if (n != 1) completed_bad++ }
+		else if ($2 == "unknown") { unknown++; if (n > 1) unknown_bad++; if (n == 1) unknown_sent++; if ($3 == 0) noletter++ }
+		else other++
+	}
+	END { printf "%d %d %d %d %d %d %d %d %d %d\n", total, completed, unknown, other, dups, 0, completed_bad, unknown_bad, noletter, unknown_sent }' \
+		"$TMP/received" "$TMP/states")
+lost=$((EFFECTS - total + other))
+sent=$(awk '{ s += $2 } END { print s + 0 }' "$TMP/received")
+sanitizer=$(grep -cE 'ERROR: AddressSanitizer|runtime error:' "$TMP/dispatch.stderr" || true)
+
+printf '\nkill -9 of the dispatcher (%s)\n' "$RUN"
+printf '  effects %d, kills %d, %d s\n' "$EFFECTS" "$KILLS" "$ELAPSED"
+printf '  requests received by the provider      %d\n' "$sent"
+printf '  effects received more than once        %d   (must be 0)\n' "$dups"
+printf '  completed                              %d   (each received exactly once: %s)\n' "$completed" \
+	"$([[ $completed_bad == 0 ]] && echo yes || echo "NO, $completed_bad not")"
+printf '  unknown, listed for reconciliation     %d   (dead letter each: %s)\n' "$unknown" \
+	"$([[ $unknown_no_letter == 0 ]] && echo yes || echo "NO, $unknown_no_letter without")"
+printf '    of which reached the provider        %d   (killed between send and settle; the rest\n' "$unknown_sent"
+printf '                                              were claimed ahead and never sent)\n'
+printf '  lost (neither completed nor unknown)   %d   (must be 0)\n' "$lost"
+printf '  sanitizer findings in the dispatchers  %d\n' "$sanitizer"
+rc=0
+[[ $dups == 0 && $lost == 0 && $completed_bad == 0 && $unknown_bad == 0 && $unknown_no_letter == 0 && $sanitizer == 0 ]] || rc=1
+"$ONCEGATE_CTL" kill-switch off --operator kill9.sh --reason "chaos run over" 2>/dev/null || true
+exit "$rc"

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# pg_restart.sh — PostgreSQL stopped and started again while clients claim
+# keys through nginx. A workflow that gets 503 retries the same key later,
+# as n8n does; afterwards:
+#   * every answer was 201 (claimed), 200 (duplicate: a retry of a claim
+#     that had committed) or 503 — never a 500 or a 502;
+#   * every key ends claimed exactly once: one row, at most one 201;
+#   * the responder served again without a restart.
+#
+#   tests/chaos/pg_restart.sh [--clients N] [--down S]
+#                              (default 8 clients, 3 s outage)
+#
+# Each client claims new keys one after another from 1 s before the outage
+# until 2 s after it; a key answered 503 is tried again until it is
+# claimed (201) or found claimed (200).
+#
+# Runs against the test stack that `./dev test` (or `./dev chaos`) starts:
+# ONCEGATE_URL, ONCEGATE_API_KEY, the PG* variables and the stack's own
+# stop/start commands (ONCEGATE_TEST_PG_STOP, ONCEGATE_TEST_PG_START).
+set -euo pipefail
+
+CLIENTS=8 DOWN=3
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--clients) CLIENTS=${2:?}; shift 2 ;;
+	--down) DOWN=${2:?}; shift 2 ;;
+	*) echo "usage: $0 [--clients N] [--down S]" >&2; exit 2 ;;
+	esac
+done
+for v in ONCEGATE_URL ONCEGATE_API_KEY ONCEGATE_TEST_PG_STOP ONCEGATE_TEST_PG_START PGHOST; do
+	[[ -n ${!v:-} ]] || { echo "pg_restart.sh: $v is not set (run under ./dev test or ./dev chaos)" >&2; exit 2; }
+done
+
+say() { printf '==> %s\n' "$*" >&2; }
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-pgrestart.XXXXXX")
+RUN=pr$(date +%s)-$$
+PIDS=()
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	# never leave the stack without its database
+	bash -c "$ONCEGATE_TEST_PG_START" >/dev/null 2>&1 || true
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+(umask 077 && printf 'Authorization: Bearer %s\n' "$ONCEGATE_API_KEY" >"$TMP/auth")
+
+# client C: claims new keys one after another until TMP/stop appears; on
+# anything but 201/200 it waits a little and tries the same key again (at
+# most 200 times).
+client() {
+	local c=$1 i k status tries
+	for ((i = 1; ; i++)); do
+		[[ -e $TMP/stop ]] && break
+		k="$RUN:$c:$i"
+		for ((tries = 0; tries < 200; tries++)); do
+			status=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 -H @"$TMP/auth" \
+				-H 'Content-Type: application/json' -X POST "$ONCEGATE_URL/v1/runs" \
+				-d "{\"key\":\"$k\",\"payload\":{\"n\":$i}}" 2>/dev/null) || status=000
+			echo "$k $status" >>"$TMP/answers.$c"
+			[[ $status == 201 || $status == 200 ]] && break
+			sleep 0.2
+		done
+	done
+}
+
+say "PostgreSQL restart under load: $CLIENTS clients, ${DOWN}s outage"
+start=$SECONDS
+for ((c = 1; c <= CLIENTS; c++)); do
+	client "$c" &
+	PIDS+=($!)
+done
+sleep 1
+say "stopping PostgreSQL"
+bash -c "$ONCEGATE_TEST_PG_STOP" >/dev/null
+sleep "$DOWN"
+say "starting PostgreSQL"
+bash -c "$ONCEGATE_TEST_PG_START" >/dev/null
+sleep 2
+touch "$TMP/stop"
+for p in "${PIDS[@]}"; do wait "$p" || true; done
+PIDS=()
+ELAPSED=$((SECONDS - start))
+
+cat "$TMP"/answers.* >"$TMP/answers"
+total=$(wc -l <"$TMP/answers")
+declare -A by_status=()
+while read -r _ s; do by_status[$s]=$((${by_status[$s]:-0} + 1)); done <"$TMP/answers"
+bad=$(awk '$2 != 200 && $2 != 201 && $2 != 503' "$TMP/answers" | wc -l)
+doubled=$(awk '$2 == 201 { n[$1]++ } END { for (k in n) if (n[k] > 1) c++; print c + 0 }' "$TMP/answers")
+unfinished=$(awk '{ last[$1] = $2 } END { for (k in last) if (last[k] != 201 && last[k] != 200) c++; print c + 0 }' "$TMP/answers")
+rows=$(psql -X -At -c "SELECT count(*) FROM workflow_runs WHERE idempotency_key LIKE '$RUN:%'")
+keys=$(awk '{ print $1 }' "$TMP/answers" | sort -u | wc -l)
+healthy=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 5 "$ONCEGATE_URL/healthz" || true)
+
+printf '\nPostgreSQL stopped for %d s under %d clients (%s), %d s in all\n' "$DOWN" "$CLIENTS" "$RUN" "$ELAPSED"
+printf '  requests %d:' "$total"
+for s in "${!by_status[@]}"; do printf ' %s x%d' "$s" "${by_status[$s]}"; done
+printf '\n'
+printf '  answers other than 200/201/503          %d   (must be 0)\n' "$bad"
+printf '  keys claimed (201) more than once       %d   (must be 0)\n' "$doubled"
+printf '  keys never claimed                      %d   (must be 0)\n' "$unfinished"
+printf '  rows for %d keys                       %d   (must be equal)\n' "$keys" "$rows"
+printf '  /healthz afterwards                     %s\n' "$healthy"
+[[ $bad == 0 && $doubled == 0 && $unfinished == 0 && $rows == "$keys" && $healthy == 200 && ${by_status[503]:-0} -gt 0 ]] || {
+	[[ ${by_status[503]:-0} -gt 0 ]] || echo "  (no 503 seen: the outage missed the load)"
+	exit 1
+}

@@ -1,0 +1,415 @@
+#!/usr/bin/env bash
+# tests/n8n/run.sh — issue 6: the workflows of examples/n8n in a real n8n,
+# end to end, against the stack `./dev test-n8n` started (it exports
+# ONCEGATE_URL, ONCEGATE_API_KEY, ONCEGATE_CONF, ONCEGATE_CTL,
+# ONCEGATE_STATE, ONCEGATE_DEMO_HTTP, ONCEGATE_DEMO_SMTP_LOG and PG*; its
+# dispatcher sends, with callback_origins and [target callback] naming
+# http://127.0.0.1:5678, so n8n listens there).
+#
+#   1. installs n8n (tests/n8n/package.json: 2.8.4, the newest that runs on
+#      Node.js 20, with xlsx pinned to the registry's 0.18.5) into
+#      ONCEGATE_N8N_DIR (.dev/n8n), reusing npm's cache;
+#   2. starts the model stand-in (model_server.py) and imports the
+#      credentials (written here, never in the JSON files) and the three
+#      workflows through n8n's CLI, publishes (activates) them, and starts
+#      n8n headless on 127.0.0.1:5678 with its own SQLite under the state
+#      directory;
+#   3. drives the webhooks and asserts on the model's call count, the demo
+#      providers (what they received), the database and n8n's own record of
+#      each execution (which branch it ended on):
+#        a. 3 concurrent deliveries + 2 later: one model call, one approval,
+#           one mail; approved in Chromium, the execution ends approved;
+#        b. rejected in Chromium: ends on the rejected branch, nothing sent;
+#        c. approval expired (the dispatcher's tick): ends on the expired branch;
+#        d. a contract-breaking model: one repair, failed_terminal, and the
+#           error workflow reports it; a model outage: the error workflow
+#           reports failed_retryable;
+#        e. kill switch off: the crm_tag execution finishes, the provider
+#           gets nothing until the switch is on again.
+# Every process it starts is stopped by its PID on exit.
+#
+# Exit 0 pass, 1 fail, 77 skipped (no stack).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+ROOT=$(cd "$HERE/../.." && pwd -P)
+PY=${ONCEGATE_PYTHON:-/usr/bin/python3}
+N8N_DIR=${ONCEGATE_N8N_DIR:-$ROOT/.dev/n8n}
+N8N_VERSION=2.8.4
+N8N_PORT=5678
+N8N_ORIGIN=http://127.0.0.1:$N8N_PORT
+ARTIFACTS=${ONCEGATE_ARTIFACTS:-$ROOT/.dev/artifacts}
+APPROVER=sam@example.com
+APPROVER_GROUPS=support
+T0=$(date +%s)
+
+say() { printf 'n8n-test: %s\n' "$*" >&2; }
+fail() {
+	printf 'n8n-test: FAIL: %s\n' "$*" >&2
+	[[ -n ${N8N_LOG:-} && -f $N8N_LOG ]] && { echo '--- n8n log (tail)' >&2; tail -n 40 "$N8N_LOG" >&2; }
+	exit 1
+}
+ok() { printf 'ok - %s\n' "$*"; }
+
+if [[ -z ${ONCEGATE_URL:-} ]]; then
+	echo "n8n-test: ONCEGATE_URL is not set; run ./dev test-n8n. Skipping."
+	exit 77
+fi
+for v in ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_CTL ONCEGATE_STATE ONCEGATE_LOG ONCEGATE_DEMO_HTTP \
+	ONCEGATE_DEMO_SMTP_LOG PGHOST PGPORT PGDATABASE PGUSER; do
+	[[ -n ${!v:-} ]] || fail "ONCEGATE_URL is set but $v is not"
+done
+grep -q "^callback_origins = $N8N_ORIGIN\$" "$ONCEGATE_CONF" ||
+	fail "$ONCEGATE_CONF does not list $N8N_ORIGIN in callback_origins"
+if (exec 3<>"/dev/tcp/127.0.0.1/$N8N_PORT") 2>/dev/null; then
+	fail "127.0.0.1:$N8N_PORT is taken (another n8n?); the stack's callback target names it"
+fi
+
+# --- 1. n8n --------------------------------------------------------------------
+
+t=$(date +%s)
+mkdir -p "$N8N_DIR"
+if ! cmp -s "$HERE/package.json" "$N8N_DIR/node_modules/.oncegate-package.json" 2>/dev/null; then
+	say "npm install n8n@$N8N_VERSION in $N8N_DIR (about 4 min and 2.3 GB the first time)"
+	cp "$HERE/package.json" "$N8N_DIR/package.json"
+	(cd "$N8N_DIR" && npm install --no-audit --no-fund --prefer-offline --loglevel=error >&2)
+	cp "$HERE/package.json" "$N8N_DIR/node_modules/.oncegate-package.json"
+fi
+N8N=$N8N_DIR/node_modules/n8n/bin/n8n
+[[ -x $N8N ]] || fail "no n8n in $N8N_DIR"
+INSTALL_S=$(($(date +%s) - t))
+
+WORK=$(mktemp -d)
+N8N_HOME=$ONCEGATE_STATE/n8n
+N8N_LOG=$ONCEGATE_STATE/n8n.log
+N8N_DB=$N8N_HOME/.n8n/database.sqlite
+MODEL_PID='' N8N_PID=''
+mkdir -p "$N8N_HOME" "$ARTIFACTS"
+: >"$N8N_LOG"
+
+# stop PID NAME: SIGTERM, then SIGKILL after 20 s; n8n's task runner is its
+# child and ends with it.
+stop() {
+	local pid=$1 i
+	[[ -n $pid ]] || return 0
+	kill -TERM "$pid" 2>/dev/null || return 0
+	for ((i = 0; i < 200; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		say "$2 (pid $pid) did not stop: SIGKILL"
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	wait "$pid" 2>/dev/null || true
+}
+cleanup() {
+	stop "$N8N_PID" n8n
+	stop "$MODEL_PID" model_server
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- 2. model stand-in, n8n's credentials and workflows, n8n ----------------------
+
+"$PY" "$HERE/model_server.py" --port 0 </dev/null >"$WORK/model.out" 2>&1 &
+MODEL_PID=$!
+for ((i = 0; i < 100; i++)); do
+	grep -q '^ready' "$WORK/model.out" && break
+	sleep 0.1
+done
+MODEL_PORT=$(sed -n 's/^ready //p' "$WORK/model.out")
+[[ -n $MODEL_PORT ]] || fail "model_server.py did not start: $(cat "$WORK/model.out")"
+MODEL=http://127.0.0.1:$MODEL_PORT
+
+# n8n's environment: loopback only, its own SQLite, no phoning home; the
+# workflows read ONCEGATE_URL and MODEL_BASE_URL (hence env access on).
+export N8N_USER_FOLDER=$N8N_HOME DB_TYPE=sqlite N8N_LISTEN_ADDRESS=127.0.0.1 \
+	N8N_PORT N8N_HOST=127.0.0.1 N8N_PROTOCOL=http WEBHOOK_URL=$N8N_ORIGIN/ \
+	N8N_EDITOR_BASE_URL=$N8N_ORIGIN/ N8N_BLOCK_ENV_ACCESS_IN_NODE=false \
+	N8N_DIAGNOSTICS_ENABLED=false N8N_VERSION_NOTIFICATIONS_ENABLED=false \
+	N8N_TEMPLATES_ENABLED=false N8N_PERSONALIZATION_ENABLED=false \
+	N8N_HIRING_BANNER_ENABLED=false N8N_SECURE_COOKIE=false \
+	N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS=true N8N_RUNNERS_BROKER_LISTEN_ADDRESS=127.0.0.1 \
+	N8N_LOG_OUTPUT=console N8N_LOG_LEVEL=info EXECUTIONS_MODE=regular \
+	EXECUTIONS_DATA_SAVE_ON_SUCCESS=all EXECUTIONS_DATA_SAVE_ON_ERROR=all \
+	QUEUE_HEALTH_CHECK_ACTIVE=false N8N_ENCRYPTION_KEY=$(head -c 24 /dev/urandom | base64) \
+	ONCEGATE_URL MODEL_BASE_URL=$MODEL/v1 MODEL_NAME=stub-chat-1 \
+	NO_PROXY='*' no_proxy='*'
+unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY
+
+# n8n CLI, quiet unless it fails.
+n8n_cli() {
+	"$N8N" "$@" >>"$N8N_LOG" 2>&1 9>&- || fail "n8n $* failed (log: $N8N_LOG)"
+}
+
+t=$(date +%s)
+say "n8n $("$N8N" --version 2>/dev/null | tail -n1): importing credentials and workflows"
+[[ $("$N8N" --version 2>/dev/null | tail -n1) == "$N8N_VERSION" ]] || fail "n8n is not $N8N_VERSION"
+# The credentials the workflows name by id; the JSON files hold none.
+(umask 077 && "$PY" - "$WORK/credentials.json" "$ONCEGATE_API_KEY" <<-'EOF'
+	import json, sys
+	json.dump([
+	    {"id": "oncegateApiKey01", "name": "oncegate API key", "type": "httpHeaderAuth",
+	     "data": {"name": "Authorization", "value": "Bearer " + sys.argv[2]}},
+	    {"id": "modelApiKey00001", "name": "Model API key", "type": "httpHeaderAuth",
+	     "data": {"name": "Authorization", "value": "Bearer sk-test-not-a-secret"}},
+	], open(sys.argv[1], "w"))
+EOF
+)
+n8n_cli import:credentials --input="$WORK/credentials.json"
+rm -f "$WORK/credentials.json"
+n8n_cli import:workflow --separate --input="$ROOT/examples/n8n"
+# n8n 2.x runs an error workflow only while it is published, too.
+for id in ogSupportReply01 ogCrmTag00000001 ogErrorReport001; do
+	n8n_cli publish:workflow --id="$id"
+done
+IMPORT_S=$(($(date +%s) - t))
+
+t=$(date +%s)
+say "starting n8n on $N8N_ORIGIN (log: $N8N_LOG)"
+setsid "$N8N" start </dev/null >>"$N8N_LOG" 2>&1 9>&- &
+N8N_PID=$!
+
+# hook PATH BODY: one delivery of an event to a production webhook; prints
+# the HTTP status.
+hook() {
+	curl -sS --noproxy '*' --max-time 30 -o "$WORK/hook.out" -w '%{http_code}' -X POST \
+		-H 'Content-Type: application/json' --data-binary "$2" "$N8N_ORIGIN/webhook/$1"
+}
+# Webhooks answer only once the workflows are active, after /healthz.
+registered() {
+	kill -0 "$N8N_PID" 2>/dev/null || fail "n8n exited (log: $N8N_LOG)"
+	local path
+	# A GET on an active POST-only webhook: n8n says the method is wrong
+	# ("Did you mean to make a POST request?"); before, that it is unknown.
+	for path in oncegate/support-reply oncegate/crm-tag; do
+		curl -sS --noproxy '*' --max-time 5 -o "$WORK/probe" "$N8N_ORIGIN/webhook/$path" \
+			2>/dev/null || return 1
+		grep -q 'POST request' "$WORK/probe" || return 1
+	done
+}
+for ((i = 0; i < 1200; i++)); do
+	registered && break
+	sleep 0.1
+done
+registered || fail "n8n's webhooks were not active within 120 s ($(cat "$WORK/probe" 2>/dev/null))"
+START_S=$(($(date +%s) - t))
+say "n8n is up, webhooks active (${START_S}s)"
+
+# --- helpers --------------------------------------------------------------------------
+
+q() { psql -X -q -At -v ON_ERROR_STOP=1 -v key="$1" <<<"$2"; }
+ctl() { "$ONCEGATE_CTL" -c "$ONCEGATE_CONF" "$@"; }
+
+# execs FILTER: n8n's executions (JSON lines) for which the Python
+# expression FILTER over e (one execution) holds.
+execs() {
+	"$PY" "$HERE/n8n_exec.py" "$N8N_DB" list | "$PY" -c '
+import json, sys
+for line in sys.stdin:
+    e = json.loads(line)
+    if eval(sys.argv[1]):
+        print(line.strip())' "$1"
+}
+count_execs() { execs "$1" | wc -l; }
+# model_calls TEXT: chat requests whose messages mention TEXT.
+model_calls() {
+	curl -sS --noproxy '*' "$MODEL/_requests" | "$PY" -c '
+import json, sys
+print(sum(1 for r in json.load(sys.stdin) if any(sys.argv[1] in str(m.get("content")) for m in r["messages"])))' "$1"
+}
+# provider_requests IDEMPOTENCY_KEY: requests the demo HTTP provider received with it.
+provider_requests() {
+	curl -sS --noproxy '*' "$ONCEGATE_DEMO_HTTP/_requests" | "$PY" -c '
+import json, sys
+print(sum(1 for r in json.load(sys.stdin) if r.get("idempotency_key") == sys.argv[1]))' "$1"
+}
+provider_committed() {
+	curl -sS --noproxy '*' "$ONCEGATE_DEMO_HTTP/_committed" | "$PY" -c '
+import json, sys
+print(sum(1 for r in json.load(sys.stdin) if r.get("idempotency_key") == sys.argv[1]))' "$1"
+}
+# mails RCPT: messages the SMTP sink recorded for that recipient.
+mails() {
+	[[ -f $ONCEGATE_DEMO_SMTP_LOG ]] || { echo 0; return; }
+	"$PY" -c '
+import json, sys
+n = 0
+for line in open(sys.argv[1]):
+    if line.strip() and sys.argv[2] in json.loads(line).get("rcpt_tos", []):
+        n += 1
+print(n)' "$ONCEGATE_DEMO_SMTP_LOG" "$1"
+}
+# until_true SECONDS WHAT COMMAND...
+until_true() {
+	local secs=$1 what=$2 i
+	shift 2
+	for ((i = 0; i < secs * 5; i++)); do
+		if "$@"; then
+			ok "$what"
+			return 0
+		fi
+		sleep 0.2
+	done
+	fail "timed out after ${secs}s: $what"
+}
+# expect WHAT ACTUAL WANTED
+expect() {
+	[[ $2 == "$3" ]] || fail "$1: got \"$2\", wanted \"$3\""
+	ok "$1: $3"
+}
+run_state() { q "$1" "SELECT state || ' ' || coalesce(error_class, '-') FROM workflow_runs WHERE idempotency_key = :'key'"; }
+state_is() { [[ $(run_state "$1") == "$2" ]]; }
+exec_ended() { [[ $(count_execs "e['key'] == '$1' and e['last_node'] == '''$2''' and e['status'] == '$3'") -ge ${4:-1} ]]; }
+waiting_exec() { [[ $(count_execs "e['key'] == '$1' and e['status'] == 'waiting'") -eq 1 ]]; }
+approval_url() { execs "e['key'] == '$1' and e['status'] == 'waiting'" | "$PY" -c 'import json,sys; print(json.loads(sys.stdin.readline())["approval_url"] or "")'; }
+
+SUPPORT=oncegate/support-reply
+CRM=oncegate/crm-tag
+ticket() { # ticket ID MESSAGE
+	printf '{"ticket_id":%s,"customer_email":"customer-%s@example.com","subject":"Where is my parcel?","message":"%s"}' \
+		"$1" "$1" "$2"
+}
+
+# --- a. duplicates: 3 at once, 2 later; approval in Chromium --------------------------
+
+t=$(date +%s)
+K=acme:support-reply:ticket-101:v1
+say "a. ticket 101: 3 concurrent deliveries"
+pids=()
+for i in 1 2 3; do
+	hook "$SUPPORT" "$(ticket 101 'Hello, my parcel 101 has not arrived.')" >"$WORK/st.$i" &
+	pids+=($!)
+done
+wait "${pids[@]}"
+for i in 1 2 3; do expect "delivery $i answered" "$(cat "$WORK/st.$i")" 200; done
+until_true 60 "two of the 3 executions for $K ended as duplicates" \
+	exec_ended "$K" 'Duplicate: stop here' success 2
+until_true 30 "the claimed execution waits for the decision" waiting_exec "$K"
+expect "run $K" "$(run_state "$K")" "awaiting_human -"
+expect "model calls for ticket 101" "$(model_calls 'Ticket 101:')" 1
+expect "approvals for $K" "$(q "$K" "SELECT count(*) FROM approvals WHERE idempotency_key = :'key'")" 1
+URL=$(approval_url "$K")
+[[ $URL == "$ONCEGATE_URL/approve/"* ]] || fail "no approval link in the waiting execution ($URL)"
+say "a. approving in Chromium"
+node "$ROOT/tests/browser/approve.mjs" "$URL" "$APPROVER" "$APPROVER_GROUPS" "$K" \
+	"$ARTIFACTS/n8n-approval.png" >"$WORK/approve.log" 2>&1 ||
+	{ cat "$WORK/approve.log" >&2; fail "approve.mjs failed (screenshot: $ARTIFACTS/n8n-approval.png)"; }
+ok "approved in Chromium by $APPROVER"
+until_true 60 "the execution resumed and ended on the approved branch" \
+	exec_ended "$K" 'Approved: oncegate sends it' success
+until_true 60 "run $K completed" state_is "$K" "completed -"
+mail_sent() { [[ $(mails "$1") -ge 1 ]]; }
+until_true 30 "a mail for customer-101" mail_sent customer-101@example.com
+say "a. two more deliveries, later"
+for i in 4 5; do expect "delivery $i answered" "$(hook "$SUPPORT" "$(ticket 101 'Hello, my parcel 101 has not arrived.')")" 200; done
+until_true 60 "4 duplicate executions for $K" exec_ended "$K" 'Duplicate: stop here' success 4
+expect "executions for $K" "$(count_execs "e['key'] == '$K'")" 5
+expect "model calls for ticket 101 after 5 deliveries" "$(model_calls 'Ticket 101:')" 1
+expect "approvals for $K after 5 deliveries" "$(q "$K" "SELECT count(*) FROM approvals WHERE idempotency_key = :'key'")" 1
+expect "mails to customer-101" "$(mails customer-101@example.com)" 1
+expect "outbox rows for $K" "$(q "$K" "SELECT string_agg(effect_type || ':' || state, ' ' ORDER BY effect_type) FROM effect_outbox WHERE idempotency_key = :'key'")" \
+	"decision.callback:completed email.send:completed"
+expect "run $K after 5 deliveries" "$(run_state "$K")" "completed -"
+# The decision log: one claim, four duplicates (the first two within
+# milliseconds of the claim).
+log_events() { grep -F "\"key\":\"$K\"" "$ONCEGATE_LOG" | grep -c "\"event\":\"$1\"" || true; }
+expect "run.claimed lines for $K" "$(log_events run.claimed)" 1
+expect "run.duplicate lines for $K" "$(log_events run.duplicate)" 4
+A_S=$(($(date +%s) - t))
+
+# --- b. rejected in Chromium --------------------------------------------------------------
+
+t=$(date +%s)
+K=acme:support-reply:ticket-102:v1
+say "b. ticket 102: rejected in Chromium"
+expect "delivery answered" "$(hook "$SUPPORT" "$(ticket 102 'Please refund order 102.')")" 200
+until_true 60 "execution for $K waits for the decision" waiting_exec "$K"
+URL=$(approval_url "$K")
+node "$ROOT/tests/browser/decide.mjs" "$URL" "$APPROVER" "$APPROVER_GROUPS" reject \
+	"$ARTIFACTS/n8n-reject.png" "Wrong tone for a refund" >"$WORK/reject.log" 2>&1 ||
+	{ cat "$WORK/reject.log" >&2; fail "decide.mjs reject failed"; }
+ok "rejected in Chromium by $APPROVER"
+until_true 60 "the execution ended on the rejected branch" \
+	exec_ended "$K" 'Rejected: nothing is sent' success
+expect "run $K" "$(q "$K" "SELECT state || ' ' || decision || ' ' || decided_by FROM workflow_runs WHERE idempotency_key = :'key'")" \
+	"failed_terminal reject $APPROVER"
+expect "email effects for $K" "$(q "$K" "SELECT count(*) FROM effect_outbox WHERE idempotency_key = :'key' AND effect_type = 'email.send'")" 0
+expect "mails to customer-102" "$(mails customer-102@example.com)" 0
+B_S=$(($(date +%s) - t))
+
+# --- c. approval expired --------------------------------------------------------------------
+
+t=$(date +%s)
+K=acme:support-reply:ticket-103:v1
+say "c. ticket 103: the approval expires"
+expect "delivery answered" "$(hook "$SUPPORT" "$(ticket 103 'Can I change my address?')")" 200
+until_true 60 "execution for $K waits for the decision" waiting_exec "$K"
+q "$K" "UPDATE approvals SET expires_at = now() - interval '1 second' WHERE idempotency_key = :'key'"
+until_true 60 "the execution ended on the expired branch" \
+	exec_ended "$K" 'Expired: nobody decided in time' success
+expect "run $K" "$(run_state "$K")" "failed_terminal approval_expired"
+expect "email effects for $K" "$(q "$K" "SELECT count(*) FROM effect_outbox WHERE idempotency_key = :'key' AND effect_type = 'email.send'")" 0
+expect "mails to customer-103" "$(mails customer-103@example.com)" 0
+C_S=$(($(date +%s) - t))
+
+# --- d. contract broken after one repair; model outage -------------------------------------------
+
+t=$(date +%s)
+K=acme:support-reply:ticket-104:v1
+say "d. ticket 104: the model breaks the contract"
+expect "delivery answered" "$(hook "$SUPPORT" "$(ticket 104 'Tell me a joke [break]')")" 200
+until_true 60 "the execution failed at Contract broken" exec_ended "$K" 'Contract broken' error
+until_true 60 "the error workflow handled it" \
+	exec_ended "$K" 'Already failed_terminal in oncegate' success
+expect "model calls for ticket 104 (draft + one repair)" "$(model_calls 'Ticket 104:')" 2
+expect "run $K" "$(q "$K" "SELECT state || ' ' || error_class || ' ' || invalid_outputs FROM workflow_runs WHERE idempotency_key = :'key'")" \
+	"failed_terminal validation 2"
+expect "effects for $K" "$(q "$K" "SELECT count(*) FROM effect_outbox WHERE idempotency_key = :'key'")" 0
+expect "mails to customer-104" "$(mails customer-104@example.com)" 0
+
+K=acme:support-reply:ticket-105:v1
+say "d. ticket 105: the model endpoint fails"
+expect "delivery answered" "$(hook "$SUPPORT" "$(ticket 105 'Anything [fail]')")" 200
+until_true 60 "the execution failed at Model failed" exec_ended "$K" 'Model failed' error
+until_true 60 "the error workflow reported it" exec_ended "$K" 'Reported to oncegate' success
+expect "run $K" "$(run_state "$K")" "failed_retryable model_unavailable"
+reason=$(q "$K" "SELECT reason FROM workflow_runs WHERE idempotency_key = :'key'")
+[[ $reason == *"n8n execution"*"node Model failed"* ]] || fail "run $K reason: $reason"
+ok "the reason names the n8n execution and node: $reason"
+D_S=$(($(date +%s) - t))
+
+# --- e. kill switch off: the execution finishes, nothing is sent until it is on --------------------
+
+t=$(date +%s)
+# crm_tag sends 10 % of the eligible runs to a person anyway, chosen by a
+# hash of the key: this key is not among them (it would wait, not finish).
+K=acme:crm-tag:contact-201:v1
+say "e. contact 201 (crm_tag, auto-eligible) with the kill switch off"
+ctl kill-switch off --operator n8n-test --reason "tests/n8n: nothing may reach the provider" >/dev/null
+expect "delivery answered" "$(hook "$CRM" '{"contact_id":201,"message":"How much is the pro plan?"}')" 200
+until_true 60 "the crm_tag execution finished on the auto branch" \
+	exec_ended "$K" "Approved by the contract's rules" success
+expect "run $K" "$(run_state "$K")" "approved -"
+sleep 3 # six dispatcher polls
+expect "crm.tag effect while the switch is off" \
+	"$(q "$K" "SELECT effect_type || ':' || state FROM effect_outbox WHERE idempotency_key = :'key'")" "crm.tag:pending"
+expect "provider requests for $K/crm.tag while off" "$(provider_requests "$K/crm.tag")" 0
+ctl kill-switch on --operator n8n-test --reason "tests/n8n: back on" >/dev/null
+committed() { [[ $(provider_committed "$K/crm.tag") -ge 1 ]]; }
+until_true 30 "the provider committed the tag once the switch is on" committed
+until_true 30 "run $K completed" state_is "$K" "completed -"
+expect "provider effects committed for $K/crm.tag" "$(provider_committed "$K/crm.tag")" 1
+expect "provider requests for $K/crm.tag" "$(provider_requests "$K/crm.tag")" 1
+E_S=$(($(date +%s) - t))
+
+# --- done -----------------------------------------------------------------------------------
+
+expect "n8n executions that failed outside the two planned failures" \
+	"$(count_execs "e['status'] not in ('success', 'waiting') and e['last_node'] not in ('Contract broken', 'Model failed')")" 0
+TOTAL_S=$(($(date +%s) - T0))
+printf 'n8n %s: install/check %ss, import+publish %ss, start %ss; a %ss, b %ss, c %ss, d %ss, e %ss; total %ss\n' \
+	"$N8N_VERSION" "$INSTALL_S" "$IMPORT_S" "$START_S" "$A_S" "$B_S" "$C_S" "$D_S" "$E_S" "$TOTAL_S"
+say "all n8n scenarios passed"
