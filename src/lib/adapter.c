@@ -341,6 +341,24 @@ url_under(const char *url, const char *base)
 
 static bool header_safe(const char *s, size_t max);
 
+/* The target's credential (the environment variable credentials_env
+ * names) as a bearer token; the header text is wiped once libcurl has its
+ * copy. */
+static struct curl_slist *
+add_bearer(struct curl_slist *hdrs, const struct config_target *t)
+{
+	const char *secret;
+	char *line = NULL;
+
+	if (t->credentials_env[0] == '\0' || (secret = getenv(t->credentials_env)) == NULL ||
+	    asprintf(&line, "Authorization: Bearer %s", secret) < 0)
+		return hdrs;
+	hdrs = curl_slist_append(hdrs, line);
+	digest_wipe(line, strlen(line));
+	free(line);
+	return hdrs;
+}
+
 static void
 invalid(struct adapter_attempt *out, const char *why)
 {
@@ -364,7 +382,6 @@ http_send(struct adapter *a, const struct config_target *t, const struct adapter
 	CURLcode rc;
 	long status = 0;
 	curl_off_t sent = 0;
-	const char *secret;
 
 	/* A decision callback goes to the resume URL it carries; the rest of
 	 * its payload is the body. */
@@ -411,13 +428,7 @@ http_send(struct adapter *a, const struct config_target *t, const struct adapter
 		free(line);
 		line = NULL;
 	}
-	if (t->credentials_env[0] != '\0' && (secret = getenv(t->credentials_env)) != NULL &&
-	    asprintf(&line, "Authorization: Bearer %s", secret) > 0) {
-		hdrs = curl_slist_append(hdrs, line);
-		digest_wipe(line, strlen(line));
-		free(line);
-		line = NULL;
-	}
+	hdrs = add_bearer(hdrs, t);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -794,11 +805,10 @@ adapter_lookup(struct adapter *a, const struct config_target *t, const char *pro
 	CURL *c = a->curl;
 	struct curl_slist *hdrs = NULL;
 	struct sink s;
-	char errbuf[CURL_ERROR_SIZE] = "", *esc, *url = NULL, *line = NULL;
+	char errbuf[CURL_ERROR_SIZE] = "", *esc, *url = NULL;
 	struct timespec t0;
 	CURLcode rc;
 	long status = 0;
-	const char *secret;
 	enum lookup_result lr = LOOKUP_ERROR;
 
 	memset(out, 0, sizeof(*out));
@@ -817,12 +827,7 @@ adapter_lookup(struct adapter *a, const struct config_target *t, const char *pro
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
-	if (t->credentials_env[0] != '\0' && (secret = getenv(t->credentials_env)) != NULL &&
-	    asprintf(&line, "Authorization: Bearer %s", secret) > 0) {
-		hdrs = curl_slist_append(hdrs, line);
-		digest_wipe(line, strlen(line));
-		free(line);
-	}
+	hdrs = add_bearer(hdrs, t);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	rc = curl_easy_perform(c);

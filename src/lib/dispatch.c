@@ -644,6 +644,17 @@ log_effect(enum log_level level, const char *event, const struct job *j,
 	log_event(level, event, &f);
 }
 
+/* The run moved approved → completed with this effect, its last. */
+static void
+log_run_completed(const struct job *j)
+{
+	struct log_fields f = { .client = j->client, .key = j->key, .state_from = "approved",
+		                .state_to = "completed", .actor = "dispatcher",
+		                .effect_id = j->id };
+
+	log_event(LOG_LEVEL_INFO, "run.completed", &f);
+}
+
 /* What a settle transaction should do besides the compare-and-set. */
 struct settle {
 	const char *expect;          /* expected state */
@@ -981,13 +992,8 @@ settle_it:
 	if (strcmp(st.to, "completed") == 0) {
 		log_effect(LOG_LEVEL_INFO, "effect.completed", j, "sending", "completed",
 		           st.provider_id, "success", st.reason, at.duration_ms, NULL);
-		if (run_done) {
-			struct log_fields f = { .client = j->client, .key = j->key,
-				                .state_from = "approved", .state_to = "completed",
-				                .actor = "dispatcher", .effect_id = j->id };
-
-			log_event(LOG_LEVEL_INFO, "run.completed", &f);
-		}
+		if (run_done)
+			log_run_completed(j);
 	} else if (strcmp(st.to, "pending") == 0) {
 		char next[64];
 
@@ -1097,13 +1103,8 @@ reconcile(struct dispatch_shared *s, struct db *db, struct adapter *ad, struct j
 	if (st.dl_class != NULL)
 		log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", j, NULL, "unknown", NULL,
 		           st.dl_class, st.reason, 0, st.dl_action);
-	if (run_done) {
-		struct log_fields f = { .client = j->client, .key = j->key,
-			                .state_from = "approved", .state_to = "completed",
-			                .actor = "dispatcher", .effect_id = j->id };
-
-		log_event(LOG_LEVEL_INFO, "run.completed", &f);
-	}
+	if (run_done)
+		log_run_completed(j);
 out:
 	adapter_attempt_clear(&at);
 	dispatch_config_put(s, dc);
@@ -1183,14 +1184,11 @@ static int
 lease_need_s(const struct config *cfg, const char *target)
 {
 	const struct config_target *t = config_target(cfg, target);
-	int need = LEASE_MARGIN_S;
 
-	if (t != NULL) {
-		need += 2 * (t->timeout_ms / 1000 + 1);
-		if (t->rate_per_second > 0)
-			need += cfg->dispatch_workers / t->rate_per_second + 1;
-	}
-	return need;
+	if (t == NULL)
+		return LEASE_MARGIN_S;
+	return lease_need_s_t(t) +
+	       (t->rate_per_second > 0 ? cfg->dispatch_workers / t->rate_per_second + 1 : 0);
 }
 
 /* Renews the lease of rows [from, n) of a claimed batch when it has less
