@@ -70,6 +70,22 @@ START_TEST(test_values)
 }
 END_TEST
 
+START_TEST(test_listen_tcp)
+{
+	struct config c;
+	char err[256];
+
+	ck_assert_int_eq(load_text("listen = 10.77.0.11:9000\n"
+	                           "listen_allow = 10.77.0.1,127.0.0.1\n",
+	                           &c, err, sizeof(err)),
+	                 0);
+	ck_assert(config_listen_is_tcp(c.listen));
+	ck_assert_str_eq(c.listen_allow, "10.77.0.1,127.0.0.1");
+	ck_assert(!config_listen_is_tcp("/run/oncegate/fcgi.sock"));
+	config_free(&c);
+}
+END_TEST
+
 START_TEST(test_dump_masks_secrets)
 {
 	struct config c;
@@ -106,7 +122,15 @@ static const struct bad_case bad_cases[] = {
 	{ "database = \"open\n", "unterminated quoted value" },
 	{ "database = \"a\" b\n", "text after the closing quote" },
 	{ "log_level = loud\n", "log_level" },
-	{ "listen = relative.sock\n", "not an absolute socket path" },
+	{ "listen = relative.sock\n", "neither an absolute socket path nor IPV4:PORT" },
+	{ "listen = 10.0.0.1:9000\n", "needs listen_allow" },
+	{ "listen = 10.0.0.1:0\nlisten_allow = 10.0.0.2\n", "the port must be 1-65535" },
+	{ "listen = 10.0.0.1:9x\nlisten_allow = 10.0.0.2\n", "the port must be 1-65535" },
+	{ "listen = 010.0.0.1:9000\nlisten_allow = 10.0.0.2\n", "nor IPV4:PORT" },
+	{ "listen = :9000\nlisten_allow = 10.0.0.2\n", "nor IPV4:PORT" },
+	{ "listen = 10.0.0.1:9000\nlisten_allow = 10.0.0.2,,10.0.0.3\n", "listen_allow: " },
+	{ "listen = 10.0.0.1:9000\nlisten_allow = 10.0.0.0/24\n", "listen_allow: " },
+	{ "listen_allow = 10.0.0.2\n", "TCP listen (HOST:PORT) only" },
 	{ "lease_default_seconds = 600\nlease_max_seconds = 60\n", "above lease_max_seconds" },
 	{ "max_body_bytes = 1\n", "out of range" },
 	{ "[source x]\n", "unknown section" },
@@ -230,6 +254,7 @@ config_suite(void)
 
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_values);
+	tcase_add_test(tc, test_listen_tcp);
 	tcase_add_test(tc, test_dump_masks_secrets);
 	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bad_cases) / sizeof(bad_cases[0])));
 	tcase_add_test(tc, test_targets);

@@ -33,6 +33,19 @@
 #define OG_DB_CONNECT_TIMEOUT_S   5
 #define OG_DB_STATEMENT_TIMEOUT_MS 10000
 #define OG_DB_RETRY_MS            250    /* reconnect attempts while the server is away */
+/* A TCP link to PostgreSQL that silently went away (a cut cable, a host
+ * gone) is noticed within about 11 s by keepalives, and data unacknowledged
+ * for 15 s ends the connection: the request is answered 503, not held for
+ * the kernel's ~15 minutes. Ignored on unix sockets; `database` may
+ * override each. */
+#define OG_DB_KEEPALIVES_IDLE_S     5
+#define OG_DB_KEEPALIVES_INTERVAL_S 2
+#define OG_DB_KEEPALIVES_COUNT      3
+#define OG_DB_TCP_USER_TIMEOUT_MS   15000
+/* The server ends a session of ours that sits idle inside a transaction
+ * this long (its client was cut off mid-transaction), releasing the row
+ * locks it held; oncegate never waits on anything else inside one. */
+#define OG_DB_IDLE_IN_TX_MS       30000
 
 /* Output contracts (contract.c) */
 #define OG_CONTRACT_FILE_MAX        (256 * 1024)

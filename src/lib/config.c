@@ -4,6 +4,7 @@
  * Each row names a setting, its type, default, bounds and whether it is a
  * secret; the loader, the validator and the dumper all walk the same table.
  */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -41,6 +42,7 @@ static const struct config_row rows[] = {
 	ROW_S(listen_owner, "", false),
 	ROW_S(listen_group, "", false),
 	ROW_I(listen_backlog, OG_LISTEN_BACKLOG, 1, 65535),
+	ROW_S(listen_allow, "", false),
 	ROW_I(threads, OG_THREADS_DEFAULT, 1, OG_THREADS_MAX),
 	ROW_I(max_body_bytes, OG_BODY_MAX_DEFAULT, 1024, OG_BODY_MAX_LIMIT),
 	ROW_I(retry_after_seconds, OG_RETRY_AFTER_DEFAULT, 1, 3600),
@@ -480,6 +482,68 @@ out:
 	return rc;
 }
 
+bool
+config_listen_is_tcp(const char *listen)
+{
+	return listen[0] != '\0' && listen[0] != '/';
+}
+
+/* A canonical dotted-quad IPv4 address of len bytes (libfcgi compares the
+ * peer's inet_ntoa() text with listen_allow's items as strings). */
+static bool
+ipv4_canonical(const char *s, size_t len)
+{
+	char in[INET_ADDRSTRLEN], out[INET_ADDRSTRLEN];
+	struct in_addr a;
+
+	if (len == 0 || len >= sizeof(in))
+		return false;
+	memcpy(in, s, len);
+	in[len] = '\0';
+	return inet_pton(AF_INET, in, &a) == 1 &&
+	       inet_ntop(AF_INET, &a, out, sizeof(out)) != NULL && strcmp(in, out) == 0;
+}
+
+/* listen = IPV4:PORT. FastCGI has no authentication and the responder
+ * trusts the identity nginx passes, so a TCP socket needs listen_allow:
+ * the addresses of the web servers allowed to connect. */
+static int
+check_listen_tcp(const struct config *c, char *err, size_t errlen)
+{
+	const char *colon = strrchr(c->listen, ':'), *p, *item;
+	char *end;
+	long port;
+
+	if (colon == NULL || !ipv4_canonical(c->listen, (size_t)(colon - c->listen))) {
+		errf(err, errlen, "listen: \"%s\" is neither an absolute socket path nor "
+		     "IPV4:PORT", c->listen);
+		return -1;
+	}
+	errno = 0;
+	port = strtol(colon + 1, &end, 10);
+	if (!isdigit((unsigned char)colon[1]) || *end != '\0' || errno != 0 || port < 1 ||
+	    port > 65535) {
+		errf(err, errlen, "listen: \"%s\": the port must be 1-65535", c->listen);
+		return -1;
+	}
+	if (c->listen_allow[0] == '\0') {
+		errf(err, errlen, "listen on TCP needs listen_allow, the IPv4 addresses of "
+		     "the web servers that may connect (FastCGI has no authentication)");
+		return -1;
+	}
+	for (item = c->listen_allow; ; item = p + 1) {
+		p = strchr(item, ',');
+		if (!ipv4_canonical(item, p != NULL ? (size_t)(p - item) : strlen(item))) {
+			errf(err, errlen, "listen_allow: \"%s\" is not a comma-separated list "
+			     "of IPv4 addresses", c->listen_allow);
+			return -1;
+		}
+		if (p == NULL)
+			break;
+	}
+	return 0;
+}
+
 int
 config_validate(const struct config *c, char *err, size_t errlen)
 {
@@ -539,8 +603,10 @@ config_validate(const struct config *c, char *err, size_t errlen)
 		errf(err, errlen, "public_url must start with https:// (or http:// for a local stack)");
 		return -1;
 	}
-	if (c->listen[0] != '\0' && c->listen[0] != '/') {
-		errf(err, errlen, "listen: \"%s\" is not an absolute socket path", c->listen);
+	if (c->listen[0] != '\0' && c->listen[0] != '/' && check_listen_tcp(c, err, errlen) != 0)
+		return -1;
+	if (c->listen_allow[0] != '\0' && !config_listen_is_tcp(c->listen)) {
+		errf(err, errlen, "listen_allow applies to a TCP listen (HOST:PORT) only");
 		return -1;
 	}
 	return 0;

@@ -45,11 +45,12 @@ struct config_target {
 
 struct config {
 	/* responder */
-	char *listen;          /* unix socket path; empty: inherit fd 0 from the spawner */
+	char *listen;          /* unix socket path, or IPv4:PORT; empty: inherit fd 0 from the spawner */
 	int listen_mode;       /* octal file mode of the socket */
 	char *listen_owner;    /* user name or empty */
 	char *listen_group;    /* group name or empty */
 	int listen_backlog;
+	char *listen_allow;    /* TCP listen: the comma-separated IPv4 addresses of the web servers */
 	int threads;
 	int max_body_bytes;
 	int retry_after_seconds;
@@ -88,6 +89,9 @@ struct config {
 const struct config_target *config_target(const struct config *c, const char *name);
 /* Is url's origin (scheme://host[:port]) one of callback_origins? */
 bool config_callback_allowed(const struct config *c, const char *url);
+
+/* Does listen name a TCP address (IPV4:PORT) rather than a socket path? */
+bool config_listen_is_tcp(const char *listen);
 
 /* Fills every member with its default. */
 void config_defaults(struct config *c);

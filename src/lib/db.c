@@ -63,14 +63,18 @@ db_set_error(struct db *db, const char *what, const PGresult *res)
 	snprintf(db->sqlstate, sizeof(db->sqlstate), "%s", state != NULL ? state : "");
 }
 
-/* Class 08 (connection exception) and 57P0x (server shutting down or
- * starting) mean "try again later", not "your request is wrong". */
+/* Class 08 (connection exception), 57P0x (server shutting down or
+ * starting), 53300 (too many connections), 57014 (statement_timeout: e.g.
+ * waiting on a row lock held by a session whose client was cut off) and
+ * 55P03 (lock not available) mean "try again later", not "your request is
+ * wrong": the statement was rolled back. */
 static bool
 db_state_unavailable(const char *state)
 {
 	return strncmp(state, "08", 2) == 0 || strcmp(state, "57P01") == 0 ||
 	       strcmp(state, "57P02") == 0 || strcmp(state, "57P03") == 0 ||
-	       strcmp(state, "53300") == 0;
+	       strcmp(state, "53300") == 0 || strcmp(state, "57014") == 0 ||
+	       strcmp(state, "55P03") == 0;
 }
 
 static enum db_rc
@@ -89,13 +93,15 @@ db_classify(struct db *db, const PGresult *res, const char *what)
 static enum db_rc
 db_session_setup(struct db *db)
 {
-	char timeout[32];
-	const char *params[1];
+	char timeout[32], idle[32];
+	const char *params[2];
 	PGresult *res;
 	enum db_rc rc = DB_OK;
 
 	snprintf(timeout, sizeof(timeout), "%d", db->statement_timeout_ms);
+	snprintf(idle, sizeof(idle), "%d", OG_DB_IDLE_IN_TX_MS);
 	params[0] = timeout;
+	params[1] = idle;
 	/* client_min_messages: NOTICEs (IF NOT EXISTS, …) are not ours to print.
 	 * plan_cache_mode: every statement of ours is a key look-up whose
 	 * generic plan is the right one; without this, PostgreSQL plans the
@@ -103,8 +109,9 @@ db_session_setup(struct db *db)
 	res = PQexecParams(db->conn,
 	                   "SELECT set_config('statement_timeout', $1, false),"
 	                   "       set_config('client_min_messages', 'warning', false),"
-	                   "       set_config('plan_cache_mode', 'force_generic_plan', false)",
-	                   1, NULL, params, NULL, NULL, 0);
+	                   "       set_config('plan_cache_mode', 'force_generic_plan', false),"
+	                   "       set_config('idle_in_transaction_session_timeout', $2, false)",
+	                   2, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		rc = db_classify(db, res, "session setup");
 	PQclear(res);
@@ -114,10 +121,14 @@ db_session_setup(struct db *db)
 enum db_rc
 db_ensure(struct db *db)
 {
-	static const char *const keys[] = { "dbname", "connect_timeout",
-	                                    "application_name", NULL };
-	char timeout[16];
-	const char *values[4];
+	/* Our defaults come first: the conninfo in dbname is expanded in its
+	 * place, so what the operator wrote there overrides them. */
+	static const char *const keys[] = { "connect_timeout", "application_name",
+	                                    "keepalives", "keepalives_idle",
+	                                    "keepalives_interval", "keepalives_count",
+	                                    "tcp_user_timeout", "dbname", NULL };
+	char timeout[16], idle[16], interval[16], count[16], user_timeout[16];
+	const char *values[9];
 	struct timespec now;
 	long long since_ms;
 
@@ -138,10 +149,19 @@ db_ensure(struct db *db)
 		PQreset(db->conn);
 	} else {
 		snprintf(timeout, sizeof(timeout), "%d", OG_DB_CONNECT_TIMEOUT_S);
-		values[0] = db->conninfo;
-		values[1] = timeout;
-		values[2] = "oncegate";
-		values[3] = NULL;
+		snprintf(idle, sizeof(idle), "%d", OG_DB_KEEPALIVES_IDLE_S);
+		snprintf(interval, sizeof(interval), "%d", OG_DB_KEEPALIVES_INTERVAL_S);
+		snprintf(count, sizeof(count), "%d", OG_DB_KEEPALIVES_COUNT);
+		snprintf(user_timeout, sizeof(user_timeout), "%d", OG_DB_TCP_USER_TIMEOUT_MS);
+		values[0] = timeout;
+		values[1] = "oncegate";
+		values[2] = "1";
+		values[3] = idle;
+		values[4] = interval;
+		values[5] = count;
+		values[6] = user_timeout;
+		values[7] = db->conninfo;
+		values[8] = NULL;
 		db->conn = PQconnectdbParams(keys, values, 1);
 	}
 	if (db->conn == NULL || PQstatus(db->conn) != CONNECTION_OK) {

@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "adapter.h"
+#include "buf.h"
 #include "backoff.h"
 #include "canon.h"
 #include "classify.h"
@@ -1112,28 +1113,54 @@ out:
 
 /* --- the worker --------------------------------------------------------------- */
 
-/* The targets with a lookup URL, as a PostgreSQL text[] literal. */
+/* A PostgreSQL array literal of words that need no quoting (target names
+ * are [a-z0-9_], effect ids are uuids), built word by word; empty words
+ * are left out. */
+#define WORDS_MAX ((size_t)1 << 24)
+
+struct words {
+	struct buf b;
+	bool failed;
+};
+
+static void
+words_init(struct words *w)
+{
+	buf_init(&w->b, WORDS_MAX);
+	w->failed = buf_puts(&w->b, "{") != 0;
+}
+
+static void
+words_add(struct words *w, const char *word)
+{
+	if (!w->failed && word[0] != '\0' &&
+	    buf_printf(&w->b, "%s%s", w->b.len > 1 ? "," : "", word) != 0)
+		w->failed = true;
+}
+
+/* The literal, or NULL when memory ran out. */
+static char *
+words_end(struct words *w)
+{
+	if (w->failed || buf_puts(&w->b, "}") != 0) {
+		buf_free(&w->b);
+		return NULL;
+	}
+	return buf_steal(&w->b);
+}
+
+/* The targets with a lookup URL, as a text[] literal. */
 static char *
 lookup_targets(const struct config *cfg)
 {
-	size_t n = 3;
+	struct words w;
 	int i;
-	char *s;
 
+	words_init(&w);
 	for (i = 0; i < cfg->ntargets; i++)
-		n += strlen(cfg->targets[i].name) + 3;
-	s = malloc(n);
-	if (s == NULL)
-		return NULL;
-	strcpy(s, "{");
-	for (i = 0; i < cfg->ntargets; i++)
-		if (cfg->targets[i].lookup_url[0] != '\0') {
-			if (s[1] != '\0')
-				strcat(s, ",");
-			strcat(s, cfg->targets[i].name); /* names are [a-z0-9_] */
-		}
-	strcat(s, "}");
-	return s;
+		if (cfg->targets[i].lookup_url[0] != '\0')
+			words_add(&w, cfg->targets[i].name);
+	return words_end(&w);
 }
 
 static int
@@ -1205,22 +1232,17 @@ keep_batch_leased(struct dispatch_shared *s, struct db *db, const PGresult *res,
 	char lease[16], *ids;
 	const char *p[3];
 	PGresult *r = NULL;
-	size_t len = 3;
+	struct words w;
 	int i;
 
 	dispatch_config_put(s, dc);
 	if (*until - t0 >= (long long)need * 1000000000LL)
 		return;
+	words_init(&w);
 	for (i = from; i < PQntuples(res); i++)
-		len += strlen(db_get(res, i, "id")) + 1;
-	if ((ids = malloc(len)) == NULL)
+		words_add(&w, db_get(res, i, "id"));
+	if ((ids = words_end(&w)) == NULL)
 		return;
-	strcpy(ids, "{");
-	for (i = from; i < PQntuples(res); i++) {
-		strcat(ids, db_get(res, i, "id")); /* uuids: nothing to quote */
-		strcat(ids, i + 1 < PQntuples(res) ? "," : "");
-	}
-	strcat(ids, "}");
 	snprintf(lease, sizeof(lease), "%d", secs);
 	p[0] = ids;
 	p[1] = s->owner;
@@ -1238,24 +1260,15 @@ dispatch_release_unsent(struct dispatch_shared *s, struct db *db)
 	char *busy;
 	const char *p[2];
 	PGresult *res = NULL;
-	size_t len = 3;
+	struct words w;
 	int i, n;
 
+	words_init(&w);
 	pthread_mutex_lock(&s->inflight_mu);
 	for (i = 0; i < s->nslots; i++)
-		len += strlen(s->inflight[i]) + 1;
-	busy = malloc(len);
-	if (busy != NULL) {
-		strcpy(busy, "{");
-		for (i = 0; i < s->nslots; i++)
-			if (s->inflight[i][0] != '\0') {
-				if (busy[1] != '\0')
-					strcat(busy, ",");
-				strcat(busy, s->inflight[i]);
-			}
-		strcat(busy, "}");
-	}
+		words_add(&w, s->inflight[i]);
 	pthread_mutex_unlock(&s->inflight_mu);
+	busy = words_end(&w);
 	if (busy == NULL)
 		return -1;
 	p[0] = s->owner;

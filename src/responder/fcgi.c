@@ -63,6 +63,12 @@ fcgi_open_socket(const struct config *cfg, char *err, size_t errlen)
 	mode_t old;
 	int fd;
 
+	/* libfcgi reads the allowed peers once, in FCGX_Init, and closes
+	 * connections from any other address as it accepts them. */
+	if (cfg->listen_allow[0] != '\0' && setenv("FCGI_WEB_SERVER_ADDRS", cfg->listen_allow, 1) != 0) {
+		snprintf(err, errlen, "setenv: %s", strerror(errno));
+		return -1;
+	}
 	if (FCGX_Init() != 0) {
 		snprintf(err, errlen, "FCGX_Init failed");
 		return -1;
@@ -75,6 +81,12 @@ fcgi_open_socket(const struct config *cfg, char *err, size_t errlen)
 			return -1;
 		}
 		return 0;
+	}
+	if (config_listen_is_tcp(cfg->listen)) {
+		fd = FCGX_OpenSocket(cfg->listen, cfg->listen_backlog);
+		if (fd < 0)
+			snprintf(err, errlen, "%s: cannot listen: %s", cfg->listen, strerror(errno));
+		return fd;
 	}
 	if (cfg->listen_owner[0] != '\0') {
 		struct passwd *pw = getpwnam(cfg->listen_owner);

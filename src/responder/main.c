@@ -171,7 +171,7 @@ main(int argc, char **argv)
 		log_event(LOG_LEVEL_WARNING, "responder.stop_timeout",
 		          &(struct log_fields){ .detail = "requests still running at the deadline" });
 	metrics_flusher_stop(); /* the last counts of this process */
-	if (cfg.listen[0] != '\0')
+	if (cfg.listen[0] != '\0' && !config_listen_is_tcp(cfg.listen))
 		(void)unlink(cfg.listen);
 	log_event(LOG_LEVEL_INFO, "responder.stopped", NULL);
 	rc = EXIT_SUCCESS;
