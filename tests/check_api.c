@@ -49,28 +49,10 @@ static char g_fake_key[96];     /* looks like a key, belongs to nobody */
 
 /* ---- small helpers ----------------------------------------------------- */
 
-#define ASSERT_STATUS(r, code)                                                 \
-	ck_assert_msg((r)->status == (code),                                   \
-	              "%s: HTTP %ld, expected %d%s%s; body: %.2000s",          \
-	              (r)->what, (r)->status, (int)(code),                     \
-	              (r)->error[0] ? "; curl: " : "", (r)->error, (r)->body)
-
 static void
 mkkey(char *buf, size_t n, const char *test)
 {
 	snprintf(buf, n, "%s-%s", g_run, test);
-}
-
-static char *
-run_path(const char *key, const char *suffix)
-{
-	char *enc = tl_urlencode(key);
-	char *p = NULL;
-
-	ck_assert_ptr_nonnull(enc);
-	ck_assert_int_ge(asprintf(&p, "/v1/runs/%s%s", enc, suffix ? suffix : ""), 0);
-	free(enc);
-	return p;
 }
 
 static bool
@@ -127,7 +109,7 @@ static void
 renew(const char *bearer, const char *key, const char *owner,
       long long version, int lease_seconds, struct tl_resp *r)
 {
-	char *path = run_path(key, "/lease");
+	char *path = tl_run_path(key, "/lease");
 	json_t *body = json_pack("{s:s, s:I, s:i}", "lease_owner", owner,
 	                         "version", (json_int_t)version,
 	                         "lease_seconds", lease_seconds);
@@ -143,7 +125,7 @@ transition(const char *bearer, const char *key, const char *owner,
            long long version, const char *to, json_t *result,
            const char *error_class, const char *reason, struct tl_resp *r)
 {
-	char *path = run_path(key, "/transition");
+	char *path = tl_run_path(key, "/transition");
 	json_t *body = json_pack("{s:s, s:I, s:s}", "lease_owner", owner,
 	                         "version", (json_int_t)version, "to", to);
 
@@ -161,7 +143,7 @@ transition(const char *bearer, const char *key, const char *owner,
 static void
 get_run(const char *bearer, const char *key, struct tl_resp *r)
 {
-	char *path = run_path(key, NULL);
+	char *path = tl_run_path(key, NULL);
 
 	tl_get(path, bearer, r);
 	free(path);
@@ -1430,7 +1412,7 @@ START_TEST(test_status)
 	expect_claimed(&r, key, 1, hash, &a);
 	tl_resp_free(&r);
 
-	path = run_path(key, NULL);
+	path = tl_run_path(key, NULL);
 	ck_assert_msg(strstr(path, "%2F") && strstr(path, "%3A") && strstr(path, "%20"), "%s", path);
 	free(path);
 

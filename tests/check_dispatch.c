@@ -49,13 +49,13 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
+#include "dispatchlib.h"
 #include "testlib.h"
 
 /* What the suite's dispatchers and providers are told. */
 #define STALL_S            60      /* http_provider --stall-seconds: longer than any wait here */
 #define MAIL_FROM          "oncegate@dispatch.example"
 #define MAIL_DOMAIN        "dispatch.example"
-#define START_WAIT_S       15      /* a process must be up within this */
 #define TEST_TIMEOUT_S     180
 #define BULK_EFFECTS       2000
 #define BULK_DISPATCHERS   4
@@ -63,12 +63,10 @@
 #define CALLBACK_ORIGIN    "http://127.0.0.1:5678"
 
 static char g_run[64];            /* "dt<epoch>-<pid>" */
-static char g_tmp[256];           /* the suite's temporary directory */
-static char g_procs[PATH_MAX];    /* registry of per-test processes */
 static char g_smtp_record[PATH_MAX];
 static const char *g_key_dev;     /* API key of client "dev" */
 static char g_client[24];         /* its id: the runs the suite creates are its own */
-static int g_http_port, g_smtp_port;
+static int g_smtp_port;
 static pid_t g_http_pid = -1, g_smtp_pid = -1;
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -89,11 +87,6 @@ dump_json(const json_t *v)
 	return s != NULL ? s : strdup("(null)");
 }
 
-static bool
-streq(const char *a, const char *b)
-{
-	return a != NULL && b != NULL && strcmp(a, b) == 0;
-}
 
 static long long
 jint(const json_t *o, const char *name)
@@ -103,94 +96,13 @@ jint(const json_t *o, const char *name)
 	return tl_jint(o, name, &v) ? v : -1;
 }
 
-static void
-write_file(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-
-	ck_assert_msg(f != NULL, "cannot write %s: %s", path, strerror(errno));
-	ck_assert_msg(fputs(text, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
-}
 
 /* ---- PostgreSQL ------------------------------------------------------------ */
 
-/* Text parameters, NULL-terminated. */
-#define QMAX 8
 
-static int
-qparams(va_list ap, const char *p[QMAX])
-{
-	const char *v;
-	int n = 0;
 
-	while ((v = va_arg(ap, const char *)) != NULL) {
-		ck_assert_int_lt(n, QMAX);
-		p[n++] = v;
-	}
-	return n;
-}
 
-/* First column of the first row (malloc'd) or NULL. */
-static char *
-qstr(PGconn *c, const char *sql, ...)
-{
-	const char *p[QMAX];
-	va_list ap;
-	int n;
 
-	va_start(ap, sql);
-	n = qparams(ap, p);
-	va_end(ap);
-	return tl_pg_value(c, sql, n, p);
-}
-
-static long long
-qnum(PGconn *c, const char *sql, ...)
-{
-	const char *p[QMAX];
-	va_list ap;
-	int n;
-
-	va_start(ap, sql);
-	n = qparams(ap, p);
-	va_end(ap);
-	return tl_pg_count(c, sql, n, p);
-}
-
-static long long
-qexec(PGconn *c, const char *sql, ...)
-{
-	const char *p[QMAX];
-	va_list ap;
-	int n;
-
-	va_start(ap, sql);
-	n = qparams(ap, p);
-	va_end(ap);
-	return tl_pg_exec(c, sql, n, p);
-}
-
-/* A query returning one JSON text, parsed (NULL for no row / SQL NULL). */
-static json_t *
-qjson(PGconn *c, const char *sql, ...)
-{
-	const char *p[QMAX];
-	va_list ap;
-	char *text;
-	json_t *v;
-	int n;
-
-	va_start(ap, sql);
-	n = qparams(ap, p);
-	va_end(ap);
-	text = tl_pg_value(c, sql, n, p);
-	if (text == NULL)
-		return NULL;
-	v = json_loads(text, JSON_DECODE_ANY, NULL);
-	ck_assert_msg(v != NULL, "not JSON: %s", text);
-	free(text);
-	return v;
-}
 
 /* A run as the responder leaves it once its effects may go out. */
 static void
@@ -345,410 +257,6 @@ static long long
 blocked_sends(PGconn *c)
 {
 	return qnum(c, "SELECT blocked_sends FROM dispatch_control", (char *)NULL);
-}
-
-/* ---- processes ------------------------------------------------------------- */
-
-enum env_switch { ENV_TRUE, ENV_UNSET, ENV_FALSE };
-
-/* Is pid running (not a zombie)? Reaps it when it is our child. */
-static bool
-proc_running(pid_t pid)
-{
-	char path[64], buf[512];
-	FILE *f;
-	char *p;
-	size_t n;
-
-	if (pid <= 0)
-		return false;
-	(void)waitpid(pid, NULL, WNOHANG);
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
-	if (f == NULL)
-		return false;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	p = strrchr(buf, ')');
-	return p != NULL && p[1] == ' ' && p[2] != 'Z';
-}
-
-/* Does pid's command line mention the suite's temporary directory? (So a
- * recycled PID is never taken for one of ours.) */
-static bool
-proc_ours(pid_t pid)
-{
-	char path[64], buf[4096];
-	size_t n, i;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-	f = fopen(path, "r");
-	if (f == NULL)
-		return false;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	for (i = 0; i < n; i++)
-		if (buf[i] == '\0')
-			buf[i] = ' ';
-	buf[n] = '\0';
-	return strstr(buf, g_tmp) != NULL;
-}
-
-static void
-proc_register(pid_t pid)
-{
-	char line[32];
-	int fd = open(g_procs, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-
-	if (fd < 0)
-		return;
-	snprintf(line, sizeof(line), "%d\n", (int)pid);
-	if (write(fd, line, strlen(line)) < 0)
-		fprintf(stderr, "check_dispatch: cannot register pid %d\n", (int)pid);
-	close(fd);
-}
-
-/* Kills every registered process still running (a test that failed
- * half-way leaves its dispatchers behind), then forgets them. */
-static void
-proc_sweep(void)
-{
-	char *text = tl_file_slurp(g_procs, NULL);
-	char *p, *end;
-
-	if (text == NULL)
-		return;
-	for (p = text; *p != '\0'; p = end) {
-		pid_t pid = (pid_t)strtol(p, &end, 10);
-		double deadline;
-
-		if (end == p)
-			break;
-		while (*end == '\n')
-			end++;
-		if (!proc_running(pid) || !proc_ours(pid))
-			continue;
-		fprintf(stderr, "check_dispatch: killing pid %d left by an earlier test\n", (int)pid);
-		kill(pid, SIGKILL);
-		deadline = tl_now() + 5;
-		while (proc_running(pid) && tl_now() < deadline)
-			tl_sleep_ms(20);
-	}
-	free(text);
-	if (truncate(g_procs, 0) != 0)
-		fprintf(stderr, "check_dispatch: cannot truncate %s\n", g_procs);
-}
-
-/* fork + exec with stdout and stderr to files (appended) and the kill
- * switch's environment half set as asked. */
-static pid_t
-spawn(char *const argv[], const char *out, const char *err, enum env_switch env)
-{
-	pid_t pid;
-
-	fflush(NULL);
-	pid = fork();
-	ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
-	if (pid == 0) {
-		sigset_t none;
-		int fd;
-
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		signal(SIGPIPE, SIG_DFL);
-		if ((fd = open("/dev/null", O_RDONLY)) >= 0)
-			dup2(fd, 0);
-		if ((fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644)) >= 0)
-			dup2(fd, 1);
-		if ((fd = open(err, O_WRONLY | O_CREAT | O_APPEND, 0644)) >= 0)
-			dup2(fd, 2);
-		for (fd = 3; fd < 1024; fd++)
-			close(fd);
-		if (env == ENV_TRUE)
-			setenv("AI_ACTIONS_ENABLED", "true", 1);
-		else if (env == ENV_FALSE)
-			setenv("AI_ACTIONS_ENABLED", "false", 1);
-		else
-			unsetenv("AI_ACTIONS_ENABLED");
-		setenv("ASAN_OPTIONS", "detect_leaks=1", 1);
-		setenv("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1", 1);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	return pid;
-}
-
-/* Waits up to secs for our child pid to exit; true with its status. */
-static bool
-wait_exit(pid_t pid, double secs, int *status)
-{
-	double deadline = tl_now() + secs;
-
-	for (;;) {
-		pid_t r = waitpid(pid, status, WNOHANG);
-
-		if (r == pid)
-			return true;
-		if (r < 0 && errno != EINTR)
-			return false;
-		if (tl_now() > deadline)
-			return false;
-		tl_sleep_ms(20);
-	}
-}
-
-/* ---- the providers (started by main) -------------------------------------- */
-
-/* Starts a provider and reads "ready <port>" from its stdout file. -1 when
- * it did not come up. Used outside any test: no Check assertions. */
-static int
-provider_start(const char *script, const char *name, char *const extra[], pid_t *pid_out)
-{
-	char path[PATH_MAX], out[PATH_MAX], err[PATH_MAX], pidf[PATH_MAX];
-	char *argv[16];
-	int argc = 0, i, port = -1;
-	double deadline;
-	pid_t pid;
-
-	snprintf(path, sizeof(path), "%s/%s", tl_env("ONCEGATE_PROVIDERS"), script);
-	snprintf(out, sizeof(out), "%s/%s.out", g_tmp, name);
-	snprintf(err, sizeof(err), "%s/%s.err", g_tmp, name);
-	snprintf(pidf, sizeof(pidf), "%s/%s.pid", g_tmp, name);
-	argv[argc++] = (char *)(uintptr_t)tl_env("ONCEGATE_PYTHON");
-	argv[argc++] = path;
-	argv[argc++] = (char *)(uintptr_t)"--port";
-	argv[argc++] = (char *)(uintptr_t)"0";
-	argv[argc++] = (char *)(uintptr_t)"--pid";
-	argv[argc++] = pidf;
-	for (i = 0; extra[i] != NULL && argc < 15; i++)
-		argv[argc++] = extra[i];
-	argv[argc] = NULL;
-
-	fflush(NULL);
-	pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		int fd;
-
-		if ((fd = open("/dev/null", O_RDONLY)) >= 0)
-			dup2(fd, 0);
-		if ((fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644)) >= 0)
-			dup2(fd, 1);
-		if ((fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644)) >= 0)
-			dup2(fd, 2);
-		for (fd = 3; fd < 1024; fd++)
-			close(fd);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	*pid_out = pid;
-	deadline = tl_now() + START_WAIT_S;
-	while (tl_now() < deadline) {
-		char *text = tl_file_slurp(out, NULL);
-		char *r = text != NULL ? strstr(text, "ready ") : NULL;
-
-		if (r != NULL && strchr(r, '\n') != NULL)
-			port = atoi(r + 6);
-		free(text);
-		if (port > 0 || !proc_running(pid))
-			break;
-		tl_sleep_ms(50);
-	}
-	if (port <= 0) {
-		char *e = tl_file_slurp(err, NULL);
-
-		fprintf(stderr, "check_dispatch: %s did not start: %s\n", name, e ? e : "");
-		free(e);
-	}
-	return port;
-}
-
-static void
-provider_stop(pid_t pid, const char *name)
-{
-	int st = 0;
-
-	if (pid <= 0)
-		return;
-	kill(pid, SIGTERM);
-	if (!wait_exit(pid, 10, &st)) {
-		fprintf(stderr, "check_dispatch: %s did not stop on SIGTERM: SIGKILL\n", name);
-		kill(pid, SIGKILL);
-		(void)wait_exit(pid, 5, &st);
-	}
-}
-
-/* ---- the HTTP provider's own record ----------------------------------------- */
-
-struct body {
-	char *data;
-	size_t len;
-};
-
-static size_t
-body_cb(char *ptr, size_t size, size_t nmemb, void *ud)
-{
-	struct body *b = ud;
-	size_t n = size * nmemb;
-	char *p = realloc(b->data, b->len + n + 1);
-
-	if (p == NULL)
-		return 0;
-	b->data = p;
-	memcpy(b->data + b->len, ptr, n);
-	b->len += n;
-	b->data[b->len] = '\0';
-	return n;
-}
-
-/* GET (or POST with an empty body) of a control endpoint, parsed. */
-static json_t *
-prov_call(const char *method, const char *path)
-{
-	struct body b = { 0 };
-	char url[256], errbuf[CURL_ERROR_SIZE] = "";
-	long status = 0;
-	CURL *h = curl_easy_init();
-	CURLcode cc;
-	json_t *v;
-
-	ck_assert_ptr_nonnull(h);
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", g_http_port, path);
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
-	curl_easy_setopt(h, CURLOPT_PROXY, "");
-	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_cb);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-	if (strcmp(method, "POST") == 0)
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
-	cc = curl_easy_perform(h);
-	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_cleanup(h);
-	ck_assert_msg(cc == CURLE_OK && status == 200, "provider %s %s: %s (HTTP %ld)", method,
-	              path, cc != CURLE_OK ? errbuf : "", status);
-	v = json_loadb(b.data ? b.data : "", b.len, JSON_DECODE_ANY, NULL);
-	ck_assert_msg(v != NULL, "provider %s: not JSON: %.500s", path, b.data ? b.data : "");
-	free(b.data);
-	return v;
-}
-
-static int
-hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	c = tolower(c);
-	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* The key= of a query string, percent-decoded (malloc'd), or NULL. */
-static char *
-query_key(const char *q)
-{
-	const char *p = q;
-	char *out, *o;
-
-	while (p != NULL && *p != '\0') {
-		if (strncmp(p, "key=", 4) == 0)
-			break;
-		p = strchr(p, '&');
-		if (p != NULL)
-			p++;
-	}
-	if (p == NULL || *p == '\0')
-		return NULL;
-	p += 4;
-	out = o = malloc(strlen(p) + 1);
-	if (out == NULL)
-		return NULL;
-	for (; *p != '\0' && *p != '&'; p++) {
-		if (*p == '%' && hexval(p[1]) >= 0 && hexval(p[2]) >= 0) {
-			*o++ = (char)(hexval(p[1]) * 16 + hexval(p[2]));
-			p += 2;
-		} else {
-			*o++ = *p == '+' ? ' ' : *p;
-		}
-	}
-	*o = '\0';
-	return out;
-}
-
-/* Does this recorded request concern provider keys starting with prefix?
- * (its Idempotency-Key, or the key it looks up) */
-static bool
-req_matches(const json_t *req, const char *prefix)
-{
-	const char *k = tl_jstr(req, "idempotency_key");
-	char *qk = NULL;
-	bool m;
-
-	if (k == NULL && streq(tl_jstr(req, "kind"), "lookup"))
-		k = qk = query_key(JSTR(req, "query"));
-	m = k != NULL && strncmp(k, prefix, strlen(prefix)) == 0;
-	free(qk);
-	return m;
-}
-
-/* Requests the provider received about keys starting with prefix, of the
- * given kind (effect, lookup, other; NULL: any), in arrival order. */
-static json_t *
-prov_requests(const char *prefix, const char *kind)
-{
-	json_t *all = prov_call("GET", "/_requests"), *out = json_array(), *r;
-	size_t i;
-
-	json_array_foreach(all, i, r)
-		if (req_matches(r, prefix) && (kind == NULL || streq(tl_jstr(r, "kind"), kind)))
-			json_array_append(out, r);
-	json_decref(all);
-	return out;
-}
-
-static size_t
-prov_count(const char *prefix, const char *kind)
-{
-	json_t *a = prov_requests(prefix, kind);
-	size_t n = json_array_size(a);
-
-	json_decref(a);
-	return n;
-}
-
-/* Effects the provider committed for keys starting with prefix. */
-static json_t *
-prov_committed(const char *prefix)
-{
-	json_t *all = prov_call("GET", "/_committed"), *out = json_array(), *r;
-	size_t i;
-
-	json_array_foreach(all, i, r) {
-		const char *k = tl_jstr(r, "idempotency_key");
-
-		if (k != NULL && strncmp(k, prefix, strlen(prefix)) == 0)
-			json_array_append(out, r);
-	}
-	json_decref(all);
-	return out;
-}
-
-/* Polls until the provider has at least `want` matching requests. */
-static size_t
-wait_prov(const char *prefix, const char *kind, size_t want, double secs)
-{
-	double deadline = tl_now() + secs;
-	size_t n;
-
-	for (;;) {
-		n = prov_count(prefix, kind);
-		if (n >= want || tl_now() > deadline)
-			return n;
-		tl_sleep_ms(50);
-	}
 }
 
 /* A request header, case-insensitively. */
@@ -1055,22 +563,6 @@ disp_kill9(struct disp *d)
 }
 
 /* ---- the API (the expired-approval test) ---------------------------------- */
-
-static char *
-run_path(const char *key, const char *suffix)
-{
-	char *enc = tl_urlencode(key), *p = NULL;
-
-	ck_assert_ptr_nonnull(enc);
-	ck_assert_int_ge(asprintf(&p, "/v1/runs/%s%s", enc, suffix ? suffix : ""), 0);
-	free(enc);
-	return p;
-}
-
-#define ASSERT_STATUS(r, code)                                                         \
-	ck_assert_msg((r)->status == (code), "%s: HTTP %ld, expected %d%s%s; body: %.2000s", \
-	              (r)->what, (r)->status, (int)(code), (r)->error[0] ? "; curl: " : "", \
-	              (r)->error, (r)->body)
 
 /* ---- the fixture ------------------------------------------------------------ */
 
@@ -2161,7 +1653,7 @@ START_TEST(test_approval_expired)
 	              "claim answer: %s", r.body);
 	snprintf(owner, sizeof(owner), "%s", tl_jstr(r.json, "lease_owner"));
 	tl_resp_free(&r);
-	path = run_path(key, "/output");
+	path = tl_run_path(key, "/output");
 	body = json_pack("{s:s, s:I, s:s, s:{s:s, s:s, s:s, s:f},"
 	                 " s:{s:s, s:s, s:s}, s:{s:s, s:s, s:{s:s}}, s:s, s:s}",
 	                 "lease_owner", owner, "version", (json_int_t)version,
@@ -2298,7 +1790,7 @@ START_TEST(test_window)
 	notify(c);
 
 	/* The workflow cancels the second inside its window. */
-	path = run_path(kb, "/cancel");
+	path = tl_run_path(kb, "/cancel");
 	body = json_pack("{s:s}", "reason", "the customer withdrew the request");
 	tl_post_json(path, g_key_dev, body, &r);
 	json_decref(body);
@@ -2483,29 +1975,11 @@ main(void)
 	char *smtp_extra[] = { (char *)(uintptr_t)"--record", g_smtp_record, NULL };
 	char stall[16];
 	SRunner *sr;
-	int failed = 1, i;
+	int failed = 1, rc;
 
-	if (tl_env("ONCEGATE_URL") == NULL || tl_env("ONCEGATE_DISPATCH") == NULL) {
-		printf("check_dispatch: ONCEGATE_URL or ONCEGATE_DISPATCH is not set; run `./dev test`"
-		       " to start the stack. Skipping.\n");
-		return 77;
-	}
-	for (i = 0; needed[i] != NULL; i++) {
-		if (tl_env(needed[i]) == NULL) {
-			fprintf(stderr, "check_dispatch: ONCEGATE_URL is set but %s is not\n", needed[i]);
-			return 99;
-		}
-	}
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		return 99;
+	if ((rc = dl_suite_begin("check_dispatch", "dt", needed, g_run, sizeof(g_run))) != 0)
+		return rc;
 	g_key_dev = tl_env("ONCEGATE_API_KEY");
-	snprintf(g_run, sizeof(g_run), "dt%lld-%d", (long long)time(NULL), (int)getpid());
-	snprintf(g_tmp, sizeof(g_tmp), "/tmp/check_dispatch.XXXXXX");
-	if (mkdtemp(g_tmp) == NULL) {
-		perror("check_dispatch: mkdtemp");
-		return 99;
-	}
-	snprintf(g_procs, sizeof(g_procs), "%s/procs", g_tmp);
 	snprintf(g_smtp_record, sizeof(g_smtp_record), "%s/mail.jsonl", g_tmp);
 	if (!suite_db_prepare())
 		goto out;
@@ -2524,22 +1998,7 @@ main(void)
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 out:
-	proc_sweep();
 	provider_stop(g_smtp_pid, "smtp_sink");
 	provider_stop(g_http_pid, "http_provider");
-	/* Deny by default once the suite is done. */
-	(void)tl_ctl(NULL, "kill-switch", "off", "--reason", "check_dispatch finished",
-	             "--operator", "check_dispatch", (char *)NULL);
-	curl_global_cleanup();
-	/* the files of a failed run are kept for the post-mortem */
-	if (failed == 0) {
-		char *cmd = NULL;
-
-		if (asprintf(&cmd, "rm -rf '%s'", g_tmp) > 0)
-			(void)tl_shell(cmd);
-		free(cmd);
-	} else {
-		fprintf(stderr, "check_dispatch: configs, decision logs and stderr kept in %s\n", g_tmp);
-	}
-	return failed == 0 ? 0 : 1;
+	return dl_suite_end(failed);
 }

@@ -67,36 +67,12 @@ static const char *g_base;      /* ONCEGATE_URL */
 
 /* ---- small helpers ----------------------------------------------------- */
 
-#define ASSERT_STATUS(r, code)                                                 \
-	ck_assert_msg((r)->status == (code),                                   \
-	              "%s: HTTP %ld, expected %d%s%s; body: %.2000s",          \
-	              (r)->what, (r)->status, (int)(code),                     \
-	              (r)->error[0] ? "; curl: " : "", (r)->error, (r)->body)
-
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
 
 static void
 mkkey(char *buf, size_t n, const char *test)
 {
 	snprintf(buf, n, "%s-%s", g_run, test);
-}
-
-static char *
-run_path(const char *key, const char *suffix)
-{
-	char *enc = tl_urlencode(key);
-	char *p = NULL;
-
-	ck_assert_ptr_nonnull(enc);
-	ck_assert_int_ge(asprintf(&p, "/v1/runs/%s%s", enc, suffix ? suffix : ""), 0);
-	free(enc);
-	return p;
-}
-
-static bool
-contains_ci(const char *hay, const char *needle)
-{
-	return hay != NULL && needle != NULL && strcasestr(hay, needle) != NULL;
 }
 
 static char *
@@ -221,7 +197,7 @@ static void
 post_output(const char *key, const char *owner, long long version, struct submission *s,
             struct tl_resp *r)
 {
-	char *path = run_path(key, "/output");
+	char *path = tl_run_path(key, "/output");
 	json_t *body = json_pack("{s:s, s:I, s:s, s:o, s:o, s:o}", "lease_owner", owner,
 	                         "version", (json_int_t)version, "contract",
 	                         s->contract ? s->contract : "support_reply", "output",
@@ -248,7 +224,7 @@ post_output(const char *key, const char *owner, long long version, struct submis
 static void
 cancel_run(const char *key, const char *reason, struct tl_resp *r)
 {
-	char *path = run_path(key, "/cancel");
+	char *path = tl_run_path(key, "/cancel");
 	json_t *body = json_pack("{s:s}", "reason", reason);
 
 	tl_post_json(path, g_key_dev, body, r);
@@ -324,36 +300,6 @@ make_gated(const char *test, struct submission *s, struct gated *g)
 }
 
 /* ---- the database -------------------------------------------------------- */
-
-/* Everything stored about one run: its row, its approvals, its effects,
- * the number of its timeline events. Equal snapshots: nothing changed. */
-static char *
-snapshot(PGconn *c, const char *key)
-{
-	const char *p[1] = { key };
-	char *s = tl_pg_value(c,
-	    "SELECT concat_ws(E'\\n',"
-	    " (SELECT row_to_json(r)::text FROM workflow_runs r WHERE idempotency_key = $1),"
-	    " (SELECT coalesce(json_agg(a ORDER BY a.id)::text, '[]') FROM approvals a"
-	    "   WHERE idempotency_key = $1),"
-	    " (SELECT coalesce(json_agg(e ORDER BY e.id)::text, '[]') FROM effect_outbox e"
-	    "   WHERE idempotency_key = $1),"
-	    " (SELECT count(*)::text FROM run_events WHERE idempotency_key = $1))", 1, p);
-
-	ck_assert_ptr_nonnull(s);
-	return s;
-}
-
-static void
-expect_unchanged(PGconn *c, const char *key, const char *before, const char *what)
-{
-	char *after = snapshot(c, key);
-
-	ck_assert_msg(strcmp(before, after) == 0,
-	              "%s changed the stored run.\nbefore: %.3000s\nafter:  %.3000s", what,
-	              before, after);
-	free(after);
-}
 
 static long long
 count1(PGconn *c, const char *sql, const char *a)
@@ -674,7 +620,7 @@ expect_page_headers(const struct web *w)
 	for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
 		char *v = tl_header_get(w->hdrs, want[i].name);
 
-		ck_assert_msg(v != NULL && contains_ci(v, want[i].must),
+		ck_assert_msg(v != NULL && tl_contains_ci(v, want[i].must),
 		              "%s (HTTP %ld): header %s is \"%s\", must contain \"%s\"", w->r.what,
 		              w->r.status, want[i].name, v ? v : "(absent)", want[i].must);
 		free(v);
@@ -682,7 +628,7 @@ expect_page_headers(const struct web *w)
 	{
 		char *csp = tl_header_get(w->hdrs, "Content-Security-Policy");
 
-		ck_assert_msg(!contains_ci(csp, "unsafe-inline") && !contains_ci(csp, "unsafe-eval"),
+		ck_assert_msg(!tl_contains_ci(csp, "unsafe-inline") && !tl_contains_ci(csp, "unsafe-eval"),
 		              "%s: the CSP allows inline code: %s", w->r.what, csp);
 		free(csp);
 	}
@@ -700,7 +646,7 @@ expect_page(const struct web *w, long status, const char *text)
 	ck_assert_msg(count_elems(w, "script") == 0 && count_nodes(w, pred_on_attr, NULL, NULL) == 0,
 	              "%s: the page carries script: %.3000s", w->r.what, w->r.body);
 	if (text != NULL)
-		ck_assert_msg(contains_ci(w->text, text), "%s: the page does not say \"%s\": %.3000s",
+		ck_assert_msg(tl_contains_ci(w->text, text), "%s: the page does not say \"%s\": %.3000s",
 		              w->r.what, text, w->text);
 }
 
@@ -923,7 +869,7 @@ START_TEST(test_approve_before_act)
 	json_decref(lines);
 
 	/* The card, as the approver sees it. */
-	before = snapshot(c, g.key);
+	before = tl_run_snapshot(c, g.key);
 	off = tl_log_offset();
 	web_get(g.token, APPROVER, "support", &w);
 	expect_page(&w, 200, NULL);
@@ -943,15 +889,15 @@ START_TEST(test_approve_before_act)
 		};
 		size_t k;
 
-		ck_assert_msg(contains_ci(w.text, g.key), "the card does not show the key %s: %.3000s",
+		ck_assert_msg(tl_contains_ci(w.text, g.key), "the card does not show the key %s: %.3000s",
 		              g.key, w.text);
-		ck_assert_msg(contains_ci(w.text, g_marker), "the card does not show the draft body");
+		ck_assert_msg(tl_contains_ci(w.text, g_marker), "the card does not show the draft body");
 		for (k = 0; k < sizeof(shown) / sizeof(shown[0]); k++)
-			ck_assert_msg(contains_ci(w.text, shown[k]),
+			ck_assert_msg(tl_contains_ci(w.text, shown[k]),
 			              "the card does not show \"%s\": %.4000s", shown[k], w.text);
-		ck_assert_msg(contains_ci(w.text, g.expires_at),
+		ck_assert_msg(tl_contains_ci(w.text, g.expires_at),
 		              "the card does not show the expiry %s: %.4000s", g.expires_at, w.text);
-		ck_assert_msg(contains_ci(w.text, "replay"),
+		ck_assert_msg(tl_contains_ci(w.text, "replay"),
 		              "the card does not explain the re-run protocol (replay, SPEC 7.3): %.4000s",
 		              w.text);
 	}
@@ -988,7 +934,7 @@ START_TEST(test_approve_before_act)
 		expect_page(&w, 200, g.key);
 		web_free(&w);
 	}
-	expect_unchanged(c, g.key, before, "20 GETs of the approval page");
+	tl_expect_run_unchanged(c, g.key, before, "20 GETs of the approval page");
 	ck_assert_int_eq(outbox_rows(c, g.key), 0);
 	lines = tl_log_collect(off, is_approval_id, g.approval_id, 20);
 	{
@@ -1053,15 +999,15 @@ START_TEST(test_approve_before_act)
 	json_decref(lines);
 
 	/* The page now says who decided what, and offers nothing. */
-	before = snapshot(c, g.key);
+	before = tl_run_snapshot(c, g.key);
 	web_get(g.token, APPROVER, "support", &w);
 	expect_page(&w, 410, APPROVER);
-	ck_assert_msg(contains_ci(w.text, "approve"), "the decided page does not say approve: %.3000s",
+	ck_assert_msg(tl_contains_ci(w.text, "approve"), "the decided page does not say approve: %.3000s",
 	              w.text);
-	ck_assert_msg(contains_ci(w.text, "Checked the order: ships Friday."),
+	ck_assert_msg(tl_contains_ci(w.text, "Checked the order: ships Friday."),
 	              "the decided page does not show the reason: %.3000s", w.text);
 	v = value1(c, "SELECT og_ts(consumed_at) FROM approvals WHERE id = $1::uuid", g.approval_id);
-	ck_assert_msg(v != NULL && contains_ci(w.text, v), "the decided page does not say when (%s): %.3000s",
+	ck_assert_msg(v != NULL && tl_contains_ci(w.text, v), "the decided page does not say when (%s): %.3000s",
 	              v ? v : "?", w.text);
 	free(v);
 	expect_no_form(&w);
@@ -1071,7 +1017,7 @@ START_TEST(test_approve_before_act)
 	expect_page(&w, 410, APPROVER);
 	expect_no_form(&w);
 	web_free(&w);
-	expect_unchanged(c, g.key, before, "GETs of the decided page");
+	tl_expect_run_unchanged(c, g.key, before, "GETs of the decided page");
 	free(before);
 
 	/* A late claim of the key is a duplicate of the approved run. */
@@ -1186,7 +1132,7 @@ START_TEST(test_concurrent_decisions)
 			expect_page(w, 409, "already decided");
 			expect_no_form(w);
 			n409++;
-		} else if (w->r.status == 410 && contains_ci(w->text, APPROVER)) {
+		} else if (w->r.status == 410 && tl_contains_ci(w->text, APPROVER)) {
 			/* arrived after the winner committed: the decided page */
 			expect_page(w, 410, "decided");
 			expect_no_form(w);
@@ -1253,13 +1199,13 @@ START_TEST(test_refuse_no_subject)
 	make_gated("nosubject", NULL, &g);
 	csrf = card_csrf(g.token, APPROVER, "support");
 	form = decide_form("approve", csrf, NULL);
-	before = snapshot(c, g.key);
+	before = tl_run_snapshot(c, g.key);
 
 	off = tl_log_offset();
 	web_get(g.token, NULL, NULL, &w);
 	expect_page(&w, 401, NULL);
 	expect_no_form(&w);
-	ck_assert_msg(!contains_ci(w.text, g.key), "the 401 page shows the run to nobody");
+	ck_assert_msg(!tl_contains_ci(w.text, g.key), "the 401 page shows the run to nobody");
 	web_free(&w);
 	expect_page_log(off, "auth.failed", NULL, NULL, 401, "GET without subject");
 
@@ -1281,7 +1227,7 @@ START_TEST(test_refuse_no_subject)
 	web_free(&w);
 	expect_page_log(off, "auth.failed", NULL, NULL, 401, "POST without subject");
 
-	expect_unchanged(c, g.key, before, "requests without an SSO subject");
+	tl_expect_run_unchanged(c, g.key, before, "requests without an SSO subject");
 	/* The same form with the subject goes through: the refusal was the subject's. */
 	decide_ok(g.token, APPROVER, "support", "approve", csrf, NULL);
 	free(before);
@@ -1306,7 +1252,7 @@ START_TEST(test_refuse_unknown_token)
 	make_gated("unknown", NULL, &g);
 	csrf = card_csrf(g.token, APPROVER, "support");
 	form = decide_form("approve", csrf, NULL);
-	before = snapshot(c, g.key);
+	before = tl_run_snapshot(c, g.key);
 	global_before = tl_pg_value(c, global, 0, NULL);
 	tl_random_token(tok);
 
@@ -1348,7 +1294,7 @@ START_TEST(test_refuse_unknown_token)
 		tl_resp_free(&r);
 	}
 
-	expect_unchanged(c, g.key, before, "requests with unknown tokens");
+	tl_expect_run_unchanged(c, g.key, before, "requests with unknown tokens");
 	global_after = tl_pg_value(c, global, 0, NULL);
 	ck_assert_msg(strcmp(global_before, global_after) == 0,
 	              "unknown tokens changed approvals/outbox: %s → %s", global_before, global_after);
@@ -1377,7 +1323,7 @@ START_TEST(test_refuse_expired)
 	p[0] = g.approval_id;
 	ck_assert_int_eq(tl_pg_exec(c, "UPDATE approvals SET expires_at = now() - interval '1 second'"
 	                            " WHERE id = $1::uuid", 1, p), 1);
-	before = snapshot(c, g.key);
+	before = tl_run_snapshot(c, g.key);
 
 	off = tl_log_offset();
 	web_get(g.token, APPROVER, "support", &w);
@@ -1397,7 +1343,7 @@ START_TEST(test_refuse_expired)
 	                w.r.status, "POST to an expired token");
 	web_free(&w);
 
-	expect_unchanged(c, g.key, before, "GET and POST of an expired token");
+	tl_expect_run_unchanged(c, g.key, before, "GET and POST of an expired token");
 	ck_assert_int_eq(outbox_rows(c, g.key), 0);
 	free(before);
 	free(form);
@@ -1417,7 +1363,7 @@ START_TEST(test_refuse_used)
 	make_gated("used", NULL, &g);
 	csrf = card_csrf(g.token, APPROVER, "support");
 	decide_ok(g.token, APPROVER, "support", "approve", csrf, NULL);
-	before = snapshot(c, g.key);
+	before = tl_run_snapshot(c, g.key);
 
 	/* The same form again, then a change of mind: both refused. */
 	form = decide_form("approve", csrf, NULL);
@@ -1443,7 +1389,7 @@ START_TEST(test_refuse_used)
 	                "reject POST to a used token");
 	web_free(&w);
 
-	expect_unchanged(c, g.key, before, "POSTs to a used token");
+	tl_expect_run_unchanged(c, g.key, before, "POSTs to a used token");
 	ck_assert_int_eq(outbox_rows(c, g.key), 1);
 	free(before);
 	free(form);
@@ -1462,7 +1408,7 @@ START_TEST(test_refuse_missing_csrf)
 
 	make_gated("nocsrf", NULL, &g);
 	csrf = card_csrf(g.token, APPROVER, "support");
-	before = snapshot(c, g.key);
+	before = tl_run_snapshot(c, g.key);
 
 	form = tl_form("decision", "approve", "reason", "no csrf", (char *)NULL);
 	off = tl_log_offset();
@@ -1514,7 +1460,7 @@ START_TEST(test_refuse_missing_csrf)
 		tl_resp_free(&r);
 	}
 
-	expect_unchanged(c, g.key, before, "POSTs without a CSRF value");
+	tl_expect_run_unchanged(c, g.key, before, "POSTs without a CSRF value");
 	decide_ok(g.token, APPROVER, "support", "approve", csrf, NULL);
 	free(before);
 	free(csrf);
@@ -1535,8 +1481,8 @@ START_TEST(test_refuse_csrf_of_other_approval)
 	csrf_a = card_csrf(a.token, APPROVER, "support");
 	csrf_b = card_csrf(b.token, APPROVER, "support");
 	ck_assert_msg(strcmp(csrf_a, csrf_b) != 0, "two approvals got the same CSRF value");
-	before_a = snapshot(c, a.key);
-	before_b = snapshot(c, b.key);
+	before_a = tl_run_snapshot(c, a.key);
+	before_b = tl_run_snapshot(c, b.key);
 
 	form = decide_form("approve", csrf_b, NULL);
 	off = tl_log_offset();
@@ -1559,8 +1505,8 @@ START_TEST(test_refuse_csrf_of_other_approval)
 	                "POST with a tampered CSRF");
 	free(form);
 
-	expect_unchanged(c, a.key, before_a, "POSTs with a foreign CSRF");
-	expect_unchanged(c, b.key, before_b, "a POST to another approval with this one's CSRF");
+	tl_expect_run_unchanged(c, a.key, before_a, "POSTs with a foreign CSRF");
+	tl_expect_run_unchanged(c, b.key, before_b, "a POST to another approval with this one's CSRF");
 	free(before_a);
 	free(before_b);
 	free(csrf_a);
@@ -1581,7 +1527,7 @@ START_TEST(test_refuse_csrf_of_other_subject)
 	csrf_bob = card_csrf(g.token, "bob@example.com", "support");
 	csrf_carol = card_csrf(g.token, "carol@example.com", "support");
 	ck_assert_msg(strcmp(csrf_bob, csrf_carol) != 0, "two subjects got the same CSRF value");
-	before = snapshot(c, g.key);
+	before = tl_run_snapshot(c, g.key);
 
 	form = decide_form("approve", csrf_bob, NULL);
 	off = tl_log_offset();
@@ -1591,7 +1537,7 @@ START_TEST(test_refuse_csrf_of_other_subject)
 	web_free(&w);
 	expect_page_log(off, "approval.refused", "csrf", g.approval_id, 403,
 	                "carol POSTs bob's CSRF");
-	expect_unchanged(c, g.key, before, "a POST with another subject's CSRF");
+	tl_expect_run_unchanged(c, g.key, before, "a POST with another subject's CSRF");
 	free(form);
 
 	/* carol with her own value: fine. */
@@ -1628,7 +1574,7 @@ START_TEST(test_refuse_cross_origin)
 	make_gated("crossorigin", NULL, &g);
 	csrf = card_csrf(g.token, APPROVER, "support");
 	form = decide_form("approve", csrf, NULL);
-	before = snapshot(c, g.key);
+	before = tl_run_snapshot(c, g.key);
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char what[128];
 
@@ -1642,7 +1588,7 @@ START_TEST(test_refuse_cross_origin)
 		web_free(&w);
 		expect_page_log(off, "approval.refused", "cross_origin", NULL, 403, what);
 	}
-	expect_unchanged(c, g.key, before, "cross-origin POSTs");
+	tl_expect_run_unchanged(c, g.key, before, "cross-origin POSTs");
 
 	/* Either signal alone, when it says same-origin, is enough. */
 	{
@@ -1690,7 +1636,7 @@ START_TEST(test_refuse_decision_not_allowed)
 
 	make_gated("decision", NULL, &g);
 	csrf = card_csrf(g.token, APPROVER, "support");
-	before = snapshot(c, g.key);
+	before = tl_run_snapshot(c, g.key);
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char what[96];
 
@@ -1706,14 +1652,14 @@ START_TEST(test_refuse_decision_not_allowed)
 		expect_page_log(off, "approval.refused", "wrong_decision", g.approval_id, 400, what);
 		free(form);
 	}
-	expect_unchanged(c, g.key, before, "decisions that do not exist");
+	tl_expect_run_unchanged(c, g.key, before, "decisions that do not exist");
 	free(before);
 
 	/* The approval row itself allows only approve now: reject is refused. */
 	p[0] = g.approval_id;
 	ck_assert_int_eq(tl_pg_exec(c, "UPDATE approvals SET allowed_decisions = ARRAY['approve']"
 	                            " WHERE id = $1::uuid", 1, p), 1);
-	before = snapshot(c, g.key);
+	before = tl_run_snapshot(c, g.key);
 	form = decide_form("reject", csrf, "not allowed here");
 	off = tl_log_offset();
 	web_post(g.token, APPROVER, "support", O_BROWSER, form, &w);
@@ -1721,7 +1667,7 @@ START_TEST(test_refuse_decision_not_allowed)
 	web_free(&w);
 	expect_page_log(off, "approval.refused", "wrong_decision", g.approval_id, 400,
 	                "reject where the approval allows only approve");
-	expect_unchanged(c, g.key, before, "a decision the approval does not allow");
+	tl_expect_run_unchanged(c, g.key, before, "a decision the approval does not allow");
 	free(form);
 	decide_ok(g.token, APPROVER, "support", "approve", csrf, NULL);
 	free(before);
@@ -1744,7 +1690,7 @@ START_TEST(test_refuse_not_an_approver)
 	make_gated("approver", NULL, &g);
 	csrf = card_csrf(g.token, "dave@example.com", "sales");
 	form = decide_form("approve", csrf, NULL);
-	before = snapshot(c, g.key);
+	before = tl_run_snapshot(c, g.key);
 	for (i = 0; i <= sizeof(groups) / sizeof(groups[0]); i++) {
 		const char *gr = i < sizeof(groups) / sizeof(groups[0]) ? groups[i] : NULL;
 		char what[128];
@@ -1759,7 +1705,7 @@ START_TEST(test_refuse_not_an_approver)
 		web_free(&w);
 		expect_page_log(off, "approval.refused", "forbidden", g.approval_id, 403, what);
 	}
-	expect_unchanged(c, g.key, before, "POSTs by people outside group support");
+	tl_expect_run_unchanged(c, g.key, before, "POSTs by people outside group support");
 	/* Once dave is in support (among other groups), he may decide. */
 	decide_ok(g.token, "dave@example.com", "sales, support", "approve", csrf, NULL);
 	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
@@ -1783,7 +1729,7 @@ START_TEST(test_refuse_separation_of_duties)
 	long off;
 
 	make_gated("sod", &s, &g);
-	before = snapshot(c, g.key);
+	before = tl_run_snapshot(c, g.key);
 	for (i = 0; i < sizeof(selves) / sizeof(selves[0]); i++) {
 		char what[128];
 
@@ -1801,7 +1747,7 @@ START_TEST(test_refuse_separation_of_duties)
 		free(form);
 		free(csrf);
 	}
-	expect_unchanged(c, g.key, before, "the requester approving her own request");
+	tl_expect_run_unchanged(c, g.key, before, "the requester approving her own request");
 	csrf = card_csrf(g.token, "bob@example.com", "support");
 	decide_ok(g.token, "bob@example.com", "support", "approve", csrf, NULL);
 	free(csrf);
@@ -1827,7 +1773,7 @@ START_TEST(test_refuse_not_awaiting)
 	ck_assert_int_eq(tl_pg_exec(c, "UPDATE workflow_runs SET state = 'failed_terminal',"
 	                            " error_class = 'operator', reason = 'settled by check_gate',"
 	                            " version = version + 1 WHERE idempotency_key = $1", 1, p), 1);
-	before = snapshot(c, g.key);
+	before = tl_run_snapshot(c, g.key);
 
 	off = tl_log_offset();
 	web_get(g.token, APPROVER, "support", &w);
@@ -1849,7 +1795,7 @@ START_TEST(test_refuse_not_awaiting)
 	                w.r.status, "POST while the run is no longer awaiting_human");
 	web_free(&w);
 
-	expect_unchanged(c, g.key, before, "a decision on a run no longer awaiting_human");
+	tl_expect_run_unchanged(c, g.key, before, "a decision on a run no longer awaiting_human");
 	ck_assert_int_eq(outbox_rows(c, g.key), 0);
 	free(before);
 	free(form);
@@ -1873,7 +1819,7 @@ START_TEST(test_refuse_revoked)
 	p[0] = g.approval_id;
 	ck_assert_int_eq(tl_pg_exec(c, "UPDATE approvals SET state = 'revoked' WHERE id = $1::uuid",
 	                            1, p), 1);
-	before = snapshot(c, g.key);
+	before = tl_run_snapshot(c, g.key);
 
 	off = tl_log_offset();
 	web_get(g.token, APPROVER, "support", &w);
@@ -1889,7 +1835,7 @@ START_TEST(test_refuse_revoked)
 	expect_page_log(off, "approval.gone|approval.refused", NULL, g.approval_id, w.r.status,
 	                "POST to a revoked token");
 	web_free(&w);
-	expect_unchanged(c, g.key, before, "a revoked token");
+	tl_expect_run_unchanged(c, g.key, before, "a revoked token");
 	free(before);
 	free(form);
 	free(csrf);
@@ -1939,8 +1885,8 @@ START_TEST(test_reject)
 
 	web_get(g.token, APPROVER, "support", &w);
 	expect_page(&w, 410, APPROVER);
-	ck_assert_msg(contains_ci(w.text, "reject"), "decided page: %.2000s", w.text);
-	ck_assert_msg(contains_ci(w.text, reason), "decided page lacks the reason: %.2000s", w.text);
+	ck_assert_msg(tl_contains_ci(w.text, "reject"), "decided page: %.2000s", w.text);
+	ck_assert_msg(tl_contains_ci(w.text, reason), "decided page lacks the reason: %.2000s", w.text);
 	expect_no_form(&w);
 	web_free(&w);
 	free(csrf);
@@ -1991,13 +1937,13 @@ START_TEST(test_decision_callback)
 	/* A callback elsewhere than the configured n8n origin: refused. */
 	mkkey(key, sizeof(key), "callback-evil");
 	claim_run(key, &cl);
-	before = snapshot(c, key);
+	before = tl_run_snapshot(c, key);
 	post_output(key, cl.owner, cl.version, &bad, &r);
 	ASSERT_STATUS(&r, 422);
 	ck_assert_msg(tl_jstr(r.json, "error") && strcmp(tl_jstr(r.json, "error"), "callback_not_allowed") == 0,
 	              "error: %s", r.body);
 	tl_resp_free(&r);
-	expect_unchanged(c, key, before, "an output with a foreign callback_url");
+	tl_expect_run_unchanged(c, key, before, "an output with a foreign callback_url");
 	free(before);
 	PQfinish(c);
 }
@@ -2095,11 +2041,11 @@ START_TEST(test_repair_budget)
 	json_decref(lines);
 
 	/* Nothing more is accepted for the run, not even a valid output. */
-	before = snapshot(c, key);
+	before = tl_run_snapshot(c, key);
 	post_output(key, cl.owner, v2, &s3, &r);
 	ASSERT_STATUS(&r, 409);
 	tl_resp_free(&r);
-	expect_unchanged(c, key, before, "an output after failed_terminal");
+	tl_expect_run_unchanged(c, key, before, "an output after failed_terminal");
 	free(before);
 
 	/* A repair inside the budget is accepted. */
@@ -2304,7 +2250,7 @@ START_TEST(test_output_refusals)
 
 	mkkey(key, sizeof(key), "badoutput");
 	claim_run(key, &cl);
-	before = snapshot(c, key);
+	before = tl_run_snapshot(c, key);
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct submission s = { .contract = cases[i].contract, .source_url = cases[i].source };
 		struct tl_resp r;
@@ -2317,7 +2263,7 @@ START_TEST(test_output_refusals)
 		              "%s: HTTP %ld %s, expected %ld %s", cases[i].name, r.status, r.body,
 		              cases[i].status, cases[i].error);
 		tl_resp_free(&r);
-		expect_unchanged(c, key, before, cases[i].name);
+		tl_expect_run_unchanged(c, key, before, cases[i].name);
 	}
 	free(before);
 	PQfinish(c);
@@ -2526,11 +2472,11 @@ START_TEST(test_hostile_output)
 	expect_page(&w, 200, NULL);
 	expect_well_formed(&w);
 	/* Nothing of it became markup. */
-	ck_assert_msg(!contains_ci(w.r.body, "<script") && !contains_ci(w.r.body, "<img") &&
-	              !contains_ci(w.r.body, "<svg") && !contains_ci(w.r.body, "<b>bold") &&
-	              !contains_ci(w.r.body, "<b>model") && !contains_ci(w.r.body, "<i>mallory") &&
-	              !contains_ci(w.r.body, "<b>evil") && strstr(w.r.body, "]]>") == NULL &&
-	              !contains_ci(w.r.body, "</textarea><b>"),
+	ck_assert_msg(!tl_contains_ci(w.r.body, "<script") && !tl_contains_ci(w.r.body, "<img") &&
+	              !tl_contains_ci(w.r.body, "<svg") && !tl_contains_ci(w.r.body, "<b>bold") &&
+	              !tl_contains_ci(w.r.body, "<b>model") && !tl_contains_ci(w.r.body, "<i>mallory") &&
+	              !tl_contains_ci(w.r.body, "<b>evil") && strstr(w.r.body, "]]>") == NULL &&
+	              !tl_contains_ci(w.r.body, "</textarea><b>"),
 	              "hostile text became markup: %.6000s", w.r.body);
 	ck_assert_msg(count_elems(&w, "img") == 0 && count_elems(&w, "svg") == 0 &&
 	              count_elems(&w, "script") == 0 && count_nodes(&w, pred_on_attr, NULL, NULL) == 0,
@@ -2561,7 +2507,7 @@ START_TEST(test_hostile_output)
 	web_get(g.token, APPROVER, "support", &w);
 	expect_page(&w, 410, NULL);
 	expect_well_formed(&w);
-	ck_assert_msg(!contains_ci(w.r.body, "<script") &&
+	ck_assert_msg(!tl_contains_ci(w.r.body, "<script") &&
 	              strstr(w.text, "<script>alert(5)</script> & ok") != NULL &&
 	              strstr(w.text, g.key) != NULL,
 	              "decided page: %.4000s", w.r.body);
@@ -2680,7 +2626,7 @@ START_TEST(test_token_never_stored_or_logged)
 
 	/* The answers of the API hold no token, hash or CSRF value either. */
 	{
-		char *rp = run_path(a.key, NULL);
+		char *rp = tl_run_path(a.key, NULL);
 
 		tl_get(rp, g_key_dev, &r);
 		free(rp);
@@ -2699,10 +2645,9 @@ START_TEST(test_token_never_stored_or_logged)
 	                        " token_hash = decode($2, 'hex')", a.approval_id, hash_a), 1);
 	ck_assert_int_eq(count2(c, "SELECT count(*) FROM approvals WHERE id = $1::uuid AND"
 	                        " token_hash = decode($2, 'hex')", b.approval_id, hash_b), 1);
-	text = tl_pg_dump_all(c);
 	for (i = 0; i < 4; i++)
-		assert_secret_absent(text, tokens[i], "a raw approval token", "a database table");
-	free(text);
+		ck_assert_msg(tl_pg_rows_holding(c, tokens[i]) == 0,
+		              "a raw approval token appears in a database table");
 
 	/* The decision log: no token, no token hash, no CSRF value, no output. */
 	tl_sleep_ms(TL_LOG_SETTLE_MS);
@@ -2727,7 +2672,7 @@ START_TEST(test_token_never_stored_or_logged)
 	acc_path = tl_access_log_path();
 	text = tl_file_slurp(acc_path, NULL);
 	ck_assert_msg(text != NULL, "cannot read the access log %s", acc_path ? acc_path : "(?)");
-	ck_assert_msg(strstr(text, "/approve/") != NULL || contains_ci(text, "[token]"),
+	ck_assert_msg(strstr(text, "/approve/") != NULL || tl_contains_ci(text, "[token]"),
 	              "the access log %s shows no approval requests at all", acc_path);
 	for (i = 0; i < 4; i++)
 		assert_secret_absent(text, tokens[i], "a raw approval token", "nginx's access log");

@@ -54,12 +54,6 @@ static const double bounds[] = {
 };
 #define NBOUNDS (sizeof(bounds) / sizeof(bounds[0]))
 
-#define ASSERT_STATUS(r, code)                                                 \
-	ck_assert_msg((r)->status == (code),                                   \
-	              "%s: HTTP %ld, expected %d%s%s; body: %.2000s",          \
-	              (r)->what, (r)->status, (int)(code),                     \
-	              (r)->error[0] ? "; curl: " : "", (r)->error, (r)->body)
-
 /* ---- scraping and parsing ----------------------------------------------- */
 
 /* Reads the exposition text with prometheus_client and prints, as JSON,
@@ -204,17 +198,6 @@ mkkey(char *buf, size_t n, const char *name)
 	snprintf(buf, n, "%s-%s", g_run, name);
 }
 
-static char *
-run_path(const char *key, const char *suffix)
-{
-	char *enc = tl_urlencode(key), *p = NULL;
-
-	ck_assert_ptr_nonnull(enc);
-	ck_assert_int_ge(asprintf(&p, "/v1/runs/%s%s", enc, suffix), 0);
-	free(enc);
-	return p;
-}
-
 struct claimed {
 	char owner[64];
 	long long version;
@@ -249,7 +232,7 @@ static void
 post_output(const char *key, const struct claimed *c, long long version, const char *contract,
             json_t *output, json_t *effect, struct tl_resp *r)
 {
-	char *path = run_path(key, "/output");
+	char *path = tl_run_path(key, "/output");
 	json_t *body = json_pack("{s:s, s:I, s:s, s:o, s:o, s:{s:s, s:s}}", "lease_owner", c->owner,
 	                         "version", (json_int_t)version, "contract", contract, "output",
 	                         output, "effect", effect, "model", "provider",

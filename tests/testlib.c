@@ -15,6 +15,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <check.h>
 #include <curl/curl.h>
@@ -1051,42 +1054,27 @@ tl_file_slurp(const char *path, size_t *len)
 	return buf;
 }
 
-char *
-tl_pg_dump_all(PGconn *c)
+long long
+tl_pg_rows_holding(PGconn *c, const char *needle)
 {
 	PGresult *tables = PQexec(c, "SELECT quote_ident(tablename) FROM pg_tables "
 	                             "WHERE schemaname = 'public' ORDER BY 1");
-	char *out = calloc(1, 1);
-	size_t len = 0;
-	int i, j;
+	const char *p[1] = { needle };
+	long long n = 0;
+	int i;
 
 	ck_assert_msg(tables != NULL && PQresultStatus(tables) == PGRES_TUPLES_OK,
 	              "listing tables: %s", PQerrorMessage(c));
-	ck_assert_ptr_nonnull(out);
 	for (i = 0; i < PQntuples(tables); i++) {
-		const char *t = PQgetvalue(tables, i, 0);
 		char *sql = NULL;
-		PGresult *rows;
 
-		ck_assert_int_ge(asprintf(&sql, "SELECT x::text FROM %s x", t), 0);
-		rows = PQexec(c, sql);
-		ck_assert_msg(rows != NULL && PQresultStatus(rows) == PGRES_TUPLES_OK,
-		              "%s: %s", sql, PQerrorMessage(c));
-		for (j = 0; j < PQntuples(rows); j++) {
-			const char *v = PQgetvalue(rows, j, 0);
-			size_t add = strlen(t) + strlen(v) + 2;
-			char *p = realloc(out, len + add + 1);
-
-			ck_assert_ptr_nonnull(p);
-			out = p;
-			snprintf(out + len, add + 1, "%s\t%s\n", t, v);
-			len += add;
-		}
-		PQclear(rows);
+		ck_assert_int_ge(asprintf(&sql, "SELECT count(*) FROM %s x WHERE"
+		                          " strpos(x::text, $1) > 0", PQgetvalue(tables, i, 0)), 0);
+		n += tl_pg_count(c, sql, 1, p);
 		free(sql);
 	}
 	PQclear(tables);
-	return out;
+	return n;
 }
 
 long long
@@ -1122,4 +1110,149 @@ tl_wait_healthy(int seconds)
 			return false;
 		tl_sleep_ms(200);
 	}
+}
+
+/* ---- raw HTTP (check_security) ------------------------------------------ */
+
+int
+tl_raw_connect(void)
+{
+	const char *base = tl_env("ONCEGATE_URL");
+	struct addrinfo hints, *ai = NULL;
+	char host[256], port[16];
+	const char *h, *colon, *end;
+	int fd;
+
+	if (base == NULL || strncmp(base, "http://", 7) != 0)
+		return -1;
+	h = base + 7;
+	end = h + strcspn(h, "/");
+	colon = memchr(h, ':', (size_t)(end - h));
+	if (colon == NULL || (size_t)(colon - h) >= sizeof(host) ||
+	    (size_t)(end - colon - 1) >= sizeof(port))
+		return -1;
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - h), h);
+	snprintf(port, sizeof(port), "%.*s", (int)(end - colon - 1), colon + 1);
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	if (getaddrinfo(host, port, &hints, &ai) != 0 || ai == NULL)
+		return -1;
+	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+	if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	return fd;
+}
+
+long
+tl_raw_request(const char *req, size_t len, int timeout_ms, char **out)
+{
+	double deadline = tl_now() + timeout_ms / 1000.0;
+	struct sink s = { 0 };
+	size_t sent = 0;
+	long status = 0;
+	int fd = tl_raw_connect();
+
+	if (out != NULL)
+		*out = NULL;
+	if (fd < 0)
+		return -1;
+	for (;;) {
+		struct pollfd p = { fd, POLLIN | (sent < len ? POLLOUT : 0), 0 };
+		int left = (int)((deadline - tl_now()) * 1000);
+		char buf[16384];
+		ssize_t n;
+
+		if (left <= 0 || poll(&p, 1, left) <= 0)
+			break;
+		if (p.revents & POLLIN) {
+			n = recv(fd, buf, sizeof(buf), 0);
+			if (n <= 0)
+				break;
+			if (body_cb(buf, 1, (size_t)n, &s) != (size_t)n)
+				break;
+			continue;
+		}
+		if (p.revents & (POLLERR | POLLHUP))
+			break;
+		if ((p.revents & POLLOUT) && sent < len) {
+			n = send(fd, req + sent, len - sent, MSG_NOSIGNAL);
+			if (n < 0 && errno != EINTR && errno != EAGAIN)
+				sent = len; /* cut short: read what the server said */
+			else if (n > 0)
+				sent += (size_t)n;
+		}
+	}
+	close(fd);
+	if (s.data != NULL && strncmp(s.data, "HTTP/1.", 7) == 0 && s.len > 12)
+		status = strtol(s.data + 9, NULL, 10);
+	if (out != NULL)
+		*out = s.data != NULL ? s.data : strdup("");
+	else
+		free(s.data);
+	return status;
+}
+
+char *
+tl_state_dir(void)
+{
+	const char *conf = tl_env("ONCEGATE_CONF");
+	const char *slash;
+
+	if (conf == NULL || (slash = strrchr(conf, '/')) == NULL)
+		return NULL;
+	return strndup(conf, (size_t)(slash - conf));
+}
+
+char *
+tl_run_snapshot(PGconn *c, const char *key)
+{
+	const char *p[1] = { key };
+	char *s = tl_pg_value(c,
+	    "SELECT concat_ws(E'\\n',"
+	    " (SELECT row_to_json(r)::text FROM workflow_runs r WHERE idempotency_key = $1),"
+	    " (SELECT coalesce(json_agg(a ORDER BY a.id)::text, '[]') FROM approvals a"
+	    "   WHERE idempotency_key = $1),"
+	    " (SELECT coalesce(json_agg(e ORDER BY e.id)::text, '[]') FROM effect_outbox e"
+	    "   WHERE idempotency_key = $1),"
+	    " (SELECT coalesce(json_agg(t ORDER BY t.id)::text, '[]') FROM effect_attempts t"
+	    "   JOIN effect_outbox e ON e.id = t.effect_id WHERE e.idempotency_key = $1),"
+	    " (SELECT coalesce(json_agg(v ORDER BY v.id)::text, '[]') FROM run_events v"
+	    "   WHERE idempotency_key = $1),"
+	    " (SELECT coalesce(json_agg(d ORDER BY d.id)::text, '[]') FROM dead_letters d"
+	    "   WHERE idempotency_key = $1))", 1, p);
+
+	ck_assert_ptr_nonnull(s);
+	return s;
+}
+
+void
+tl_expect_run_unchanged(PGconn *c, const char *key, const char *before, const char *what)
+{
+	char *after = tl_run_snapshot(c, key);
+
+	ck_assert_msg(strcmp(before, after) == 0,
+	              "%s changed the stored run %s.\nbefore: %.3000s\nafter:  %.3000s", what, key,
+	              before, after);
+	free(after);
+}
+
+char *
+tl_run_path(const char *key, const char *suffix)
+{
+	char *enc = tl_urlencode(key), *p = NULL;
+
+	ck_assert_ptr_nonnull(enc);
+	ck_assert_int_ge(asprintf(&p, "/v1/runs/%s%s", enc, suffix ? suffix : ""), 0);
+	free(enc);
+	return p;
+}
+
+bool
+tl_contains_ci(const char *hay, const char *needle)
+{
+	return hay != NULL && needle != NULL && strcasestr(hay, needle) != NULL;
 }

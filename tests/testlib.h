@@ -172,9 +172,9 @@ char *tl_error_log_path(void);
 /* A whole file, NUL-terminated (malloc'd); NULL when it cannot be read. */
 char *tl_file_slurp(const char *path, size_t *len);
 
-/* Every row of every table of the public schema as text, one
- * "table<TAB>row" per line (malloc'd): what a database dump would hold. */
-char *tl_pg_dump_all(PGconn *c);
+/* How many rows of all tables of the public schema hold needle anywhere
+ * in their text form (what a dump would hold), searched by the server. */
+long long tl_pg_rows_holding(PGconn *c, const char *needle);
 
 /* Executes a statement that returns no rows; fails the test on error.
  * Returns the number of rows it affected. */
@@ -183,5 +183,42 @@ long long tl_pg_exec(PGconn *c, const char *sql, int nparams,
 
 /* Polls GET /healthz until it answers 200, at most `seconds`. */
 bool tl_wait_healthy(int seconds);
+
+/* ---- raw HTTP (check_security) ------------------------------------------ */
+
+/* A new TCP connection to the host and port of $ONCEGATE_URL (http only),
+ * or -1. */
+int tl_raw_connect(void);
+
+/* Sends len bytes of req, exactly as given, on a new connection, then reads
+ * until the server closes it or timeout_ms passes. Returns the status code
+ * of the first status line (0 when none came), or -1 when no connection
+ * could be made; the whole answer (NUL-terminated, malloc'd) in *out when
+ * out is not NULL. A send that the server cuts short (it answered early)
+ * is not an error. */
+long tl_raw_request(const char *req, size_t len, int timeout_ms, char **out);
+
+/* The directory that holds $ONCEGATE_CONF (the stack's state directory,
+ * malloc'd), or NULL. */
+char *tl_state_dir(void);
+
+/* Fails the test unless the answer r has HTTP status code. */
+#define ASSERT_STATUS(r, code)                                                 \
+	ck_assert_msg((r)->status == (code),                                   \
+	              "%s: HTTP %ld, expected %d%s%s; body: %.2000s",          \
+	              (r)->what, (r)->status, (int)(code),                     \
+	              (r)->error[0] ? "; curl: " : "", (r)->error, (r)->body)
+
+/* "/v1/runs/" + the key percent-encoded + suffix (may be NULL); malloc'd. */
+char *tl_run_path(const char *key, const char *suffix);
+/* Does hay contain needle, ignoring ASCII case? (false for NULLs) */
+bool tl_contains_ci(const char *hay, const char *needle);
+
+/* Everything stored about one run (its row, approvals, effects, attempts,
+ * timeline events, dead letters), as text: equal snapshots, nothing
+ * changed, byte for byte. */
+char *tl_run_snapshot(PGconn *c, const char *key);
+/* Fails the test, naming what, when the run's snapshot differs from before. */
+void tl_expect_run_unchanged(PGconn *c, const char *key, const char *before, const char *what);
 
 #endif

@@ -1196,10 +1196,11 @@ out:
 
 /* ---- approval pages (SPEC 5) -------------------------------------------- */
 
+/* What every answer under /approve/ carries (SPEC 5), pages and the JSON
+ * refusals of the route table alike: the URL holds a capability. */
 static void
-page_headers(struct call *c)
+page_security_headers(struct call *c)
 {
-	(void)http_header(c->resp, "Content-Type", "text/html; charset=utf-8");
 	(void)http_header(c->resp, "Cache-Control", "no-store");
 	(void)http_header(c->resp, "Referrer-Policy", "no-referrer");
 	(void)http_header(c->resp, "X-Content-Type-Options", "nosniff");
@@ -1207,6 +1208,13 @@ page_headers(struct call *c)
 	(void)http_header(c->resp, "Content-Security-Policy",
 	                  "default-src 'none'; style-src 'self'; img-src 'self'; "
 	                  "form-action 'self'; frame-ancestors 'none'; base-uri 'none'");
+}
+
+static void
+page_headers(struct call *c)
+{
+	(void)http_header(c->resp, "Content-Type", "text/html; charset=utf-8");
+	page_security_headers(c);
 }
 
 /* Renders a filled page as the answer; consumes p. */
@@ -1925,7 +1933,12 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 
 	c.route = route_match(req->method, req->uri, c.key, sizeof(c.key), &status, &allow);
 	if (c.route == NULL) {
-		json_headers(&c);
+		if (strncmp(req->uri, "/approve/", 9) == 0) {
+			(void)http_header(resp, "Content-Type", "application/json");
+			page_security_headers(&c);
+		} else {
+			json_headers(&c);
+		}
 		if (status == 405) {
 			(void)http_header(resp, "Allow", allow);
 			call_reject(&c, 405, "method_not_allowed",

@@ -360,8 +360,11 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	int i;
 
 	*out = NULL;
-	if ((rc = db_exec(db, &st_run, p1, &run)) != DB_OK)
+	if ((rc = db_exec(db, &st_run, p1, &run)) != DB_OK) {
+		/* the caller prints msg: never leave it unset */
+		snprintf(msg, msglen, "%s", db_error(db));
 		return rc_of(rc);
+	}
 	if (PQntuples(run) != 1) {
 		arc = PQntuples(run) == 0 ? AUDIT_NOT_FOUND : AUDIT_AMBIGUOUS;
 		snprintf(msg, msglen, arc == AUDIT_NOT_FOUND

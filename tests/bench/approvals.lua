@@ -3,6 +3,7 @@
 --
 --   wrk -t2 -c16 -d20s --latency -s approvals.lua URL -- page SUBJECT GROUPS TOKENS
 --   wrk -t16 -c16 -d1h -s approvals.lua URL -- decide SUBJECT GROUPS FORMS DONE THREADS
+--   wrk -t2 -c16 -d20s --latency -s approvals.lua URL -- static SUBJECT GROUPS PATH
 --
 -- The signed-in person is SUBJECT with groups GROUPS, sent as X-Dev-User and
 -- X-Dev-Groups (the local nginx's stand-in for SSO).
@@ -10,6 +11,8 @@
 -- page    GET /approve/TOKEN round-robin over the tokens of the file TOKENS
 --         (one a line), each thread from its own place; every answer must be
 --         200 with the approval card (its form's csrf field).
+-- static  GET PATH, a static copy of a card that nginx serves itself (the
+--         baseline of the page run): the same headers, the same check.
 -- decide  POST /approve/TOKEN with decision=approve&csrf=CSRF&reason=bench
 --         for every line "TOKEN CSRF" of the file FORMS exactly once: thread
 --         I of THREADS takes lines I, I+THREADS, I+2*THREADS, … Needs one
@@ -80,11 +83,18 @@ end
 function init(args)
 	mode = args[1]
 	local subject, groups = args[2], args[3]
-	if (mode ~= "page" and mode ~= "decide") or subject == nil or groups == nil or args[4] == nil then
-		error("usage: -- page SUBJECT GROUPS TOKENS | -- decide SUBJECT GROUPS FORMS DONE THREADS")
+	if (mode ~= "page" and mode ~= "decide" and mode ~= "static") or subject == nil or groups == nil
+			or args[4] == nil then
+		error("usage: -- page SUBJECT GROUPS TOKENS | -- decide SUBJECT GROUPS FORMS DONE THREADS"
+			.. " | -- static SUBJECT GROUPS PATH")
 	end
 	wrk.headers["X-Dev-User"] = subject
 	wrk.headers["X-Dev-Groups"] = groups
+	if mode == "static" then
+		wrk.method = "GET"
+		wrk.path = args[4]
+		return
+	end
 	if mode == "page" then
 		wrk.method = "GET"
 		tokens = read_lines(args[4])
@@ -122,6 +132,9 @@ local function decide_request(form)
 end
 
 function request()
+	if mode == "static" then
+		return wrk.format()
+	end
 	if mode == "page" then
 		n = n % #tokens + 1
 		return wrk.format(nil, "/approve/" .. tokens[n])
@@ -156,7 +169,7 @@ end
 function response(status, headers, body)
 	local key = tostring(status)
 	statuses[key] = (statuses[key] or 0) + 1
-	if mode == "page" then
+	if mode == "page" or mode == "static" then
 		if status ~= 200 or not string.find(body, 'name="csrf"', 1, true) then
 			wrong(status, string.sub(body, 1, 300))
 		end

@@ -34,11 +34,10 @@ set -euo pipefail
 
 # shellcheck source-path=SCRIPTDIR source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# shellcheck source-path=SCRIPTDIR source=claims_lib.sh
+. "$HERE/claims_lib.sh"
 
 DURATION=20 CONNS=32 THREADS=2 EXISTING=2000
-
-# Targets (issue 2).
-TARGET_NEW=0.60 TARGET_EXISTING=2.00 TARGET_P99_MS=15 TARGET_RSS_MB=30
 
 bench_option() {
 	case $1 in
@@ -50,15 +49,6 @@ parse_options "$@"
 check_options EXISTING
 
 load_stack
-
-BENCH_TABLE=no
-# shellcheck disable=SC2317  # called by the EXIT trap
-bench_cleanup() {
-	if [[ $BENCH_TABLE == yes ]]; then
-		psql -X -q -v ON_ERROR_STOP=1 -c 'DROP TABLE IF EXISTS bench_claims' >/dev/null 2>&1 ||
-			printf 'claims.sh: could not drop table bench_claims\n' >&2
-	fi
-}
 start_run
 
 # --- 0. the machine ------------------------------------------------------------------
@@ -67,70 +57,20 @@ describe_machine
 
 # --- 1. oncegate, new keys -----------------------------------------------------------
 
-# claims.lua reads the API key from the environment.
-CMD_ENV='ONCEGATE_API_KEY=… '
-wrk_run new "$ONCEGATE_URL" claims.lua new "$RUN"
+claims_run_new
 
 # --- 2. oncegate, existing keys in state completed -----------------------------------
 
-# setup_key I: claim bench:RUN:done:I and report it completed. Runs in the
-# bash processes parallel_setup starts.
-# shellcheck disable=SC2317
-setup_key() {
-	local i=$1 key resp
-	key=bench:$RUN:done:$i
-	resp=$(api_claim_then "$key" "{\"lead\":$i,\"source\":\"bench\"}" transition \
-		'"to":"completed","result":{"ok":true}') || return 1
-	[[ ${resp##*$'\n'} == 200 ]] || { printf 'transition %s: %s\n' "$key" "$resp" >&2; return 1; }
-}
-
-say "creating $EXISTING completed runs bench:$RUN:done:1..$EXISTING through the API"
-start=$SECONDS
-parallel_setup "$EXISTING" setup_key || die "creating the completed runs failed"
-got=$(q "SELECT count(*) FROM workflow_runs
-	WHERE idempotency_key LIKE 'bench:$RUN:done:%' AND state = 'completed'")
-[[ $got == "$EXISTING" ]] || die "expected $EXISTING completed runs, found $got"
-say "created in $((SECONDS - start)) s"
-
-wrk_run existing "$ONCEGATE_URL" claims.lua existing "$RUN" "$EXISTING"
+claims_setup_existing
+claims_run_existing
 
 # --- 3. pgbench, the bare statement ---------------------------------------------------
 
-# The seed's table (shared/seeds), apart from the product's tables.
-HASH=sha256:$(printf '{"lead":1,"source":"bench"}' | sha256sum | cut -c1-64)
-say "creating table bench_claims with $EXISTING completed rows"
-BENCH_TABLE=yes
-psql -X -q -v ON_ERROR_STOP=1 >/dev/null <<-EOF
-	SET client_min_messages = warning;
-	DROP TABLE IF EXISTS bench_claims;
-	CREATE TABLE bench_claims (
-	  idempotency_key text PRIMARY KEY,
-	  state text NOT NULL CHECK (state IN (
-	    'processing', 'awaiting_human', 'approved',
-	    'completed', 'failed_retryable', 'failed_terminal'
-	  )),
-	  payload_hash text NOT NULL,
-	  lease_owner uuid,
-	  lease_expires_at timestamptz,
-	  version bigint NOT NULL DEFAULT 0,
-	  result jsonb,
-	  updated_at timestamptz NOT NULL DEFAULT now()
-	);
-	INSERT INTO bench_claims (idempotency_key, state, payload_hash, version, result)
-	SELECT 'bench:done:' || i, 'completed', '$HASH', 2, '{"ok": true}'
-	FROM generate_series(1, $EXISTING) AS i;
-	ANALYZE bench_claims;
-EOF
-
-pgbench_run pg.new new claim_new.sql -D "run=$RUN" -D n=0 -D "hash=$HASH"
-pgbench_run pg.existing existing claim_existing.sql -D "count=$EXISTING" -D "hash=$HASH"
-
-psql -X -q -v ON_ERROR_STOP=1 -c 'DROP TABLE bench_claims' >/dev/null
-BENCH_TABLE=no
+claims_pgbench
 
 # --- 4. the responder's memory ----------------------------------------------------------
 
-HWM_KB=$(sed -nE 's/^VmHWM:[[:space:]]+([0-9]+) kB/\1/p' "/proc/$FCGI_PID/status" 2>/dev/null || true)
+HWM_KB=$(hwm_kb "$FCGI_PID")
 RSS_KB=$(sed -nE 's/^VmRSS:[[:space:]]+([0-9]+) kB/\1/p' "/proc/$FCGI_PID/status" 2>/dev/null || true)
 [[ -n $HWM_KB ]] || { fail "oncegate-fcgi (pid $FCGI_PID) is gone"; HWM_KB=0 RSS_KB=0; }
 
@@ -142,19 +82,18 @@ RSS_KB=$(sed -nE 's/^VmRSS:[[:space:]]+([0-9]+) kB/\1/p' "/proc/$FCGI_PID/status
 	for name in new existing; do
 		if [[ $name == new ]]; then label='new keys' target=$TARGET_NEW
 		else label='existing (terminal)' target=$TARGET_EXISTING; fi
-		ratio=$(awk -v a="${RATE[$name]}" -v b="${RATE[pg.$name]}" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
-		v=$(verdict "$ratio" '>=' "$target")
-		p=$(verdict "${P99[$name]}" '<' "$TARGET_P99_MS")
+		r=$(ratio "${RATE[$name]}" "${RATE[pg.$name]}")
+		v=$(verdict "$r" '>=' "$target")
+		p=$(verdict "${P99[$name]}" '<' "$TARGET_CLAIM_P99_MS")
 		printf '%-20s %17s %7s %7s %12.1f %7s %7s %6s %8s  %s, p99 %s\n' "$label" "${RATE[$name]}" \
 			"${P50[$name]}" "${P99[$name]}" "${RATE[pg.$name]}" "${P50[pg.$name]}" \
-			"${P99[pg.$name]}" "$ratio" ">= $target" "$v" "$p"
+			"${P99[pg.$name]}" "$r" ">= $target" "$v" "$p"
 	done
-	hwm=$(awk -v k="$HWM_KB" 'BEGIN { printf "%.1f", k / 1024 }')
+	hwm=$(mb "$HWM_KB")
 	printf '%-20s %s MB (now %s MB; target < %s MB)  %s\n' 'responder peak RSS' "$hwm" \
-		"$(awk -v k="$RSS_KB" 'BEGIN { printf "%.1f", k / 1024 }')" "$TARGET_RSS_MB" \
-		"$(verdict "$hwm" '<' "$TARGET_RSS_MB")"
+		"$(mb "$RSS_KB")" "$TARGET_FCGI_RSS_MB" "$(verdict "$hwm" '<' "$TARGET_FCGI_RSS_MB")"
 	echo
-	echo "p99 target < $TARGET_P99_MS ms (oncegate). CPU in the middle of each run, % of one core (machine: $((NPROC * 100))%):"
+	echo "p99 target < $TARGET_CLAIM_P99_MS ms (oncegate). CPU in the middle of each run, % of one core (machine: $((NPROC * 100))%):"
 	printf '  oncegate new       %s\n' "${CPU[new]}"
 	printf '  oncegate existing  %s\n' "${CPU[existing]}"
 	printf '  pgbench new        %s\n' "${CPU[pg.new]}"

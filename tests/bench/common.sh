@@ -1,17 +1,20 @@
 # shellcheck shell=bash
-# common.sh — what the benchmarks tests/bench/claims.sh and approvals.sh share:
-# their common options, the stack `./dev up` leaves running, the private
-# temporary directory and the exit trap, the CPU accounting around a timed
-# run, wrk's and pgbench's results, and the end of the table. Sourced by the
-# scripts after `set -euo pipefail`; it defines functions and the arrays of
-# results and runs nothing.
+# common.sh — what the benchmarks in tests/bench share: their common options,
+# the stack `./dev up` leaves running, the private temporary directory and
+# the exit trap, private nginx instances, the CPU accounting around a timed
+# run, peak memory, wrk's and pgbench's results, and the end of the table.
+# Sourced by the scripts (claims.sh, approvals.sh, drain.sh, run.sh) and by
+# the phase libraries (claims_lib.sh, approvals_lib.sh, drain_lib.sh) after
+# `set -euo pipefail`; it defines functions and the arrays of results and
+# runs nothing.
 #
 # The script sets DURATION, CONNS and THREADS (its defaults) before
 # parse_options, and defines:
 #   bench_option ARG...  its own options: sets SHIFT to the words it took,
 #                        fails on an option it does not know;
-#   bench_cleanup        what the exit trap undoes besides TMP (scratch
-#                        tables, processes it started);
+#   bench_cleanup        (optional) what the exit trap undoes besides TMP
+#                        and what the phase libraries registered with
+#                        at_exit;
 #   pgbench_hint OUTFILE (optional) printed after the message of a failed
 #                        pgbench run.
 
@@ -82,7 +85,9 @@ pid_file() {
 
 # load_stack: the environment ENV_FILE (exported), the tools (PGBENCH), the
 # stack's health, STATE (the directory of its config and PID files) and its
-# processes: FCGI_PID, PG_PID, NGINX_PID.
+# processes: FCGI_PID, PG_PID, NGINX_PID (the nginx whose CPU is counted:
+# a script that sends its runs through a private nginx sets it to that
+# one's master) and STACK_NGINX_PID.
 load_stack() {
 	local v tool
 	[[ -r $ENV_FILE ]] || die "$ENV_FILE not found: start the stack with ./dev up"
@@ -108,11 +113,12 @@ load_stack() {
 	[[ -n $FCGI_PID ]] || die "no oncegate-fcgi process for $ONCEGATE_CONF"
 	PG_PID=$(pid_file "$STATE/pg/postmaster.pid" postgres)
 	NGINX_PID=$(pid_file "$STATE/nginx/nginx.pid" nginx)
+	STACK_NGINX_PID=$NGINX_PID
 	NPROC=$(nproc)
 }
 
 # start_run: RUN, unique per invocation; TMP, a temporary directory removed
-# at exit after the script's bench_cleanup; TMP/auth, the API key as a curl
+# at exit after the at_exit functions and the script's bench_cleanup; TMP/auth, the API key as a curl
 # header. The API key stays out of every command line: curl reads it from
 # that file, claims.lua from the environment.
 start_run() {
@@ -124,12 +130,150 @@ start_run() {
 	(umask 077 && printf 'Authorization: Bearer %s\n' "$ONCEGATE_API_KEY" >"$TMP/auth")
 }
 
+# at_exit FUNCTION: the exit trap calls FUNCTION, the functions in the
+# reverse order of their registration (the last set-up is undone first).
+# Each must be safe to call when its set-up never happened or was already
+# undone.
+AT_EXIT=()
+at_exit() { AT_EXIT+=("$1"); }
+
 # shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
-	if [[ -n $BG_PID ]]; then kill "$BG_PID" 2>/dev/null || true; wait "$BG_PID" 2>/dev/null || true; fi
-	bench_cleanup || true
-	rm -rf "$TMP"
+	local i
+	if [[ -n ${BG_PID:-} ]]; then kill "$BG_PID" 2>/dev/null || true; wait "$BG_PID" 2>/dev/null || true; fi
+	for ((i = ${#AT_EXIT[@]} - 1; i >= 0; i--)); do "${AT_EXIT[i]}" || true; done
+	if declare -F bench_cleanup >/dev/null; then bench_cleanup || true; fi
+	[[ -n ${TMP:-} ]] && rm -rf "$TMP"
 }
+
+# --- processes we start ---------------------------------------------------------------
+
+# free_port FIRST: a loopback port from FIRST on (400 tried) that nothing
+# listens on.
+free_port() {
+	local p
+	for ((p = $1; p < $1 + 400; p++)); do
+		if ! (: <"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# running PID: the process exists and is not a zombie (a child of ours
+# that exited stays one until it is waited for).
+running() {
+	local stat
+	read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+	stat=${stat##*) }
+	[[ ${stat%% *} != Z ]]
+}
+
+# nginx_start DIR: starts an nginx of our own from DIR/nginx.conf (its pid
+# file DIR/nginx.pid, its error log DIR/error.log) and prints its master's
+# PID; fails when the config does not pass nginx -t or nginx did not start.
+nginx_start() {
+	local dir=$1 bin i pid
+	bin=$(command -v nginx || echo /usr/sbin/nginx)
+	[[ -x $bin ]] || { printf 'nginx is not installed\n' >&2; return 1; }
+	"$bin" -q -t -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" || return 1
+	"$bin" -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" || return 1
+	for ((i = 0; i < 50; i++)); do
+		[[ -s $dir/nginx.pid ]] && break
+		sleep 0.1
+	done
+	pid=$(pid_file "$dir/nginx.pid" nginx)
+	[[ -n $pid ]] || { printf 'nginx in %s wrote no PID\n' "$dir" >&2; return 1; }
+	echo "$pid"
+}
+
+# nginx_stop PID DIR: stops the nginx nginx_start started in DIR: only that
+# master, recognised by its command line naming DIR; gracefully, then after
+# 5 s for good.
+nginx_stop() {
+	local pid=$1 dir=$2 i
+	[[ -n $pid && -n $dir ]] || return 0
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir" || return 0
+	kill -QUIT "$pid" 2>/dev/null || true
+	for ((i = 0; i < 50; i++)); do
+		[[ -e /proc/$pid ]] || return 0
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+}
+
+# --- peak memory -------------------------------------------------------------------------
+
+# PEAK_KB[GROUP]: the largest VmHWM (peak resident set, kB) seen in a
+# process of GROUP; PEAK_N[GROUP], how many processes of GROUP were looked
+# at, at most at once.
+declare -A PEAK_KB PEAK_N
+
+# hwm_kb PID: the process's VmHWM in kB, or nothing when it is gone.
+hwm_kb() {
+	local k v _
+	while read -r k v _; do
+		[[ $k == VmHWM: ]] && { echo "$v"; return 0; }
+	done 2>/dev/null <"/proc/$1/status"
+	return 0
+}
+
+# children_of PID: the PIDs of the process's children (from /proc, without
+# forking a process per PID).
+children_of() {
+	local f line rest
+	local -a a
+	for f in /proc/[0-9]*/stat; do
+		read -r line 2>/dev/null <"$f" || continue
+		rest=${line##*) }
+		read -r -a a <<<"$rest"
+		[[ ${a[1]} == "$1" ]] && echo "${line%% *}"
+	done
+	return 0
+}
+
+# pg_backends: the client backends of the stack's PostgreSQL (children of
+# the postmaster whose title names a user and a database, not the
+# checkpointer, the WAL writer, autovacuum …).
+pg_backends() {
+	local pid title
+	[[ -n ${PG_PID:-} ]] || return 0
+	for pid in $(children_of "$PG_PID"); do
+		title=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+		[[ $title =~ ^postgres:\ [^\ ]+\ [^\ ]+\ (\[local\]|[0-9]) ]] && echo "$pid"
+	done
+	return 0
+}
+
+# peak_note GROUP PID...: folds the VmHWM of PIDs into PEAK_KB[GROUP]. Call
+# it before the processes are stopped: the high-water mark goes with them.
+peak_note() {
+	local group=$1 pid kb n=0
+	shift
+	for pid; do
+		kb=$(hwm_kb "$pid")
+		[[ -n $kb ]] || continue
+		n=$((n + 1))
+		((kb > ${PEAK_KB[$group]:-0})) && PEAK_KB[$group]=$kb
+	done
+	((n > ${PEAK_N[$group]:-0})) && PEAK_N[$group]=$n
+	return 0
+}
+
+# peak_note_stack: the peaks of the stack's long-lived processes: the
+# responder, nginx's workers, PostgreSQL's client backends.
+peak_note_stack() {
+	peak_note oncegate-fcgi "$FCGI_PID"
+	# shellcheck disable=SC2046  # one word per PID
+	[[ -n ${STACK_NGINX_PID:-} ]] && peak_note nginx-worker $(children_of "$STACK_NGINX_PID")
+	# shellcheck disable=SC2046  # one word per PID
+	peak_note pg-backend $(pg_backends)
+	return 0
+}
+
+# mb KB: megabytes with one decimal.
+mb() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 
 # q SQL: one value from psql.
 q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
@@ -288,6 +432,9 @@ fail() {
 	ERRLOG+=("$1")
 	ERRORS=$((ERRORS + 1))
 }
+
+# ratio A B: A / B with two decimals (0 when B is 0).
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 # ms MICROSECONDS: milliseconds with two decimals.
 ms() { awk -v us="$1" 'BEGIN { printf "%.2f", us / 1000 }'; }

@@ -3,12 +3,16 @@
 
 The dispatcher's integration suites use it as a provider that misbehaves on
 purpose, and `./dev up` runs it as the demo provider. It listens on
-127.0.0.1 only, remembers every request, and lets the sender choose how each
-one goes wrong, so a test can assert what the provider really received and
-committed, not only what the dispatcher believes happened.
+127.0.0.1 (or --host), remembers every request, and lets the sender choose
+how each one goes wrong, so a test can assert what the provider really
+received and committed, not only what the dispatcher believes happened.
 
     /usr/bin/python3 tests/providers/http_provider.py --port P [--pid FILE]
-        [--stall-seconds 60] [--verbose]
+        [--host 127.0.0.1] [--stall-seconds 60] [--verbose]
+
+--host binds another local IPv4 address instead of 127.0.0.1 (the
+multi-host chaos test puts it on its private bridge, which dispatchers in
+other network namespaces reach).
 
 Once listening it prints `ready <port>` (port 0 picks a free one).
 SIGTERM or SIGINT stops it with exit status 0.
@@ -517,7 +521,9 @@ def main():
     parser = argparse.ArgumentParser(
         description="Loopback HTTP provider for oncegate's dispatcher.")
     parser.add_argument("--port", type=int, required=True,
-                        help="TCP port on 127.0.0.1 (0 picks a free one)")
+                        help="TCP port (0 picks a free one)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="local IPv4 address to listen on (127.0.0.1)")
     parser.add_argument("--pid", metavar="FILE",
                         help="write the process id to FILE")
     parser.add_argument("--stall-seconds", type=float, default=60.0,
@@ -532,11 +538,11 @@ def main():
     # them, so shutdown never races a request in progress.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     try:
-        server = ProviderServer(("127.0.0.1", args.port), args.stall_seconds,
+        server = ProviderServer((args.host, args.port), args.stall_seconds,
                                 args.verbose)
     except OSError as exc:
-        sys.stderr.write("http_provider: cannot listen on 127.0.0.1:%d: %s\n"
-                         % (args.port, exc.strerror or exc))
+        sys.stderr.write("http_provider: cannot listen on %s:%d: %s\n"
+                         % (args.host, args.port, exc.strerror or exc))
         return 1
     if args.pid:
         write_pid(args.pid)

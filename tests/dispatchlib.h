@@ -1,0 +1,82 @@
+/*
+ * dispatchlib.h — shared by the suites that run oncegate-dispatch
+ * (check_dispatch, check_ops): child processes, the loopback providers, the
+ * HTTP provider's record. Each suite sets g_suite, g_tmp and g_procs before
+ * it starts anything, and g_http_port once its HTTP provider is up.
+ */
+#ifndef OG_DISPATCHLIB_H
+#define OG_DISPATCHLIB_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#define START_WAIT_S 15 /* a process must be up within this */
+
+extern const char *g_suite;      /* the suite's name, for messages */
+extern char g_tmp[256];          /* the suite's temporary directory */
+extern char g_procs[PATH_MAX];   /* registry of per-test processes */
+extern int g_http_port;          /* the HTTP provider's port */
+
+bool streq(const char *a, const char *b); /* both non-NULL and equal */
+/* Writes text to path; fails the test when it cannot. */
+void write_file(const char *path, const char *text);
+
+/* Queries with text parameters given as a NULL-terminated list (at most
+ * QMAX): the first column of the first row (malloc'd) or NULL; it as a
+ * count; the rows an INSERT/UPDATE/DELETE touched; it parsed as JSON. */
+#define QMAX 8
+char *qstr(PGconn *c, const char *sql, ...);
+long long qnum(PGconn *c, const char *sql, ...);
+long long qexec(PGconn *c, const char *sql, ...);
+json_t *qjson(PGconn *c, const char *sql, ...);
+
+/* The kill switch's environment half for a spawned dispatcher. */
+enum env_switch { ENV_TRUE, ENV_UNSET, ENV_FALSE };
+
+/* Is pid running (not a zombie)? Reaps it when it is our child. */
+bool proc_running(pid_t pid);
+/* Does pid's command line mention g_tmp? (A recycled PID is never ours.) */
+bool proc_ours(pid_t pid);
+/* Notes pid in g_procs, for proc_sweep. */
+void proc_register(pid_t pid);
+/* Kills every registered process still running, then forgets them. */
+void proc_sweep(void);
+/* fork + exec with stdout and stderr appended to files and the kill
+ * switch's environment half set as asked. */
+pid_t spawn(char *const argv[], const char *out, const char *err, enum env_switch env);
+/* Waits up to secs for our child pid to exit; true with its status. */
+bool wait_exit(pid_t pid, double secs, int *status);
+
+/* Starts tests/providers/SCRIPT (extra: more arguments, NULL-terminated) and
+ * reads "ready <port>" from its stdout; -1 when it did not come up. No Check
+ * assertions: used outside any test. */
+int provider_start(const char *script, const char *name, char *const extra[], pid_t *pid_out);
+void provider_stop(pid_t pid, const char *name);
+
+/* The HTTP provider's answer to METHOD path (its /_requests, /_committed,
+ * /_reset), parsed; fails the test when it does not answer. */
+json_t *prov_call(const char *method, const char *path);
+/* Recorded requests whose Idempotency-Key (or lookup key) starts with
+ * prefix, of kind (effect, lookup, other; NULL: any). */
+json_t *prov_requests(const char *prefix, const char *kind);
+size_t prov_count(const char *prefix, const char *kind);
+/* Committed effects whose key starts with prefix. */
+json_t *prov_committed(const char *prefix);
+/* Polls until the provider has at least want matching requests. */
+size_t wait_prov(const char *prefix, const char *kind, size_t want, double secs);
+
+/* The start of a suite's main: 77 (skip) without the stack, 99 when one of
+ * the needed variables is missing; else 0, with the run named
+ * PREFIX<epoch>-<pid> in run and g_suite, g_tmp, g_procs set. */
+int dl_suite_begin(const char *suite, const char *prefix, const char *const needed[], char *run,
+                   size_t runlen);
+/* The end, once the providers are stopped: kills what tests left running,
+ * turns the kill switch off, removes g_tmp unless something failed (then
+ * keeps it and says so). Returns the exit status. */
+int dl_suite_end(int failed);
+
+#endif
