@@ -340,6 +340,12 @@ approvals_fetch_csrf() {
 	paste -d ' ' "$TMP/tokens" "$TMP/csrf" >"$TMP/forms"
 }
 
+# shellcheck disable=SC2317  # also called by the EXIT trap
+approvals_resume_dispatcher() {
+	[[ -n ${DISPATCH_PID:-} ]] && kill -CONT "$DISPATCH_PID" 2>/dev/null
+	return 0
+}
+
 # approvals_run_decide: wrk, POST /approve/{token} decision=approve for
 # every token exactly once: one wrk thread per connection, each POSTing its
 # share of the forms once; wrk is interrupted when every thread has
@@ -356,6 +362,15 @@ approvals_run_decide() {
 	say "oncegate, approve POST: ${CMD[decide]}"
 	# Generous: 20 consumes/s would still finish.
 	limit_s=$((TOKENS / 20 + 30))
+	# The stack's dispatcher would send the TOKENS mails this run enqueues
+	# while it runs, on the same cores as the responder and PostgreSQL (in
+	# production it runs on its own hosts): paused (SIGSTOP) for the run,
+	# resumed after it, and at exit whatever happens.
+	DISPATCH_PID=$(pid_file "$STATE/dispatch.pid" oncegate-dispatch)
+	if [[ -n $DISPATCH_PID ]]; then
+		at_exit approvals_resume_dispatcher
+		kill -STOP "$DISPATCH_PID"
+	fi
 	"${cmd[@]}" >"$TMP/wrk.decide" 2>&1 &
 	BG_PID=$!
 	# A FIFO opened read-write never delivers anything: read -t on it is a
@@ -395,6 +410,7 @@ approvals_run_decide() {
 	done
 	wait "$BG_PID" || rc=$?
 	BG_PID=''
+	approvals_resume_dispatcher
 	CPU[decide]=$(cpu_report "$TMP/cpu.a" "$TMP/cpu.b" wrk)
 	# wrk's own Requests/sec and latency include the wait for the
 	# interrupt: the lines of approvals.lua are the result.

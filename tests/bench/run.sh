@@ -25,8 +25,9 @@
 #      the API; wrk GET /approve/{token}; wrk GET of a static copy of one
 #      card (same bytes, the page's headers) from the same nginx: the page's
 #      baseline; pgbench, the consume transaction's three statements
-#      (consume.sql); wrk POST /approve/{token}, each token once (last: the
-#      stack's dispatcher then sends those TOKENS effects to demo_smtp);
+#      (consume.sql); wrk POST /approve/{token}, each token once (last; the
+#      stack's dispatcher is paused meanwhile, and sends those TOKENS
+#      effects to demo_smtp after);
 #   4. oncegatectl report (the weekly figures, read over every table the
 #      run filled) under /usr/bin/time, for its peak RSS.
 # Peak RSS is each process's VmHWM, read before it is stopped: the
