@@ -620,6 +620,34 @@ log_run(struct ctl *ctl, const char *event, const struct act *a, const struct re
 	ctl_log(ctl, LOG_LEVEL_NOTICE, event, &f);
 }
 
+/* The common middle of the one-target commands, after effect_args
+ * returned parsed: --help prints usage; a parse error or an option the
+ * command does not take (misuse) is refused with usage and what it wants;
+ * then --reason is checked and the database reached, and who is filled.
+ * Returns -1 to go on, else the exit status. */
+static int
+effect_cmd_ready(struct ctl *ctl, struct act *a, const struct effect_args *e, int parsed,
+                 bool misuse, const char *usage, const char *what, struct repair_who *who)
+{
+	int ex;
+
+	if (e->help) {
+		fputs(usage, stdout);
+		return EXIT_SUCCESS;
+	}
+	if (parsed != 0 || misuse) {
+		fputs(usage, stderr);
+		return refuse(ctl, a, "usage", what, NULL, EXIT_USAGE);
+	}
+	if ((ex = check_reason(ctl, a)) != 0)
+		return ex;
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	who->operator_name = a->op;
+	who->reason = a->reason;
+	return -1;
+}
+
 static const char reconcile_usage[] =
 	"usage: oncegatectl reconcile EFFECT (--delivered --provider-id ID | --not-delivered) "
 	"--reason TEXT [--expect STATE] [--operator NAME] [--json]\n"
@@ -642,25 +670,14 @@ ctl_reconcile(struct ctl *ctl, int argc, char **argv)
 
 	memset(&out, 0, sizeof(out));
 	ex = effect_args(ctl, argc, argv, &a, &e);
-	if (e.help) {
-		fputs(reconcile_usage, stdout);
-		return EXIT_SUCCESS;
-	}
-	if (ex == 0 && (e.delivered == -1 || e.client != NULL ||
-	                (e.delivered == 1) != (e.provider_id != NULL) ||
-	                (e.provider_id != NULL && *e.provider_id == '\0')))
-		ex = EXIT_USAGE;
-	if (ex != 0) {
-		fputs(reconcile_usage, stderr);
-		return refuse(ctl, &a, "usage", "say --delivered --provider-id ID or --not-delivered, "
-		              "and name one EFFECT", NULL, EXIT_USAGE);
-	}
-	if ((ex = check_reason(ctl, &a)) != 0)
+	ex = effect_cmd_ready(ctl, &a, &e, ex,
+	                      e.delivered == -1 || e.client != NULL ||
+	                          (e.delivered == 1) != (e.provider_id != NULL) ||
+	                          (e.provider_id != NULL && *e.provider_id == '\0'),
+	                      reconcile_usage, "say --delivered --provider-id ID or "
+	                      "--not-delivered, and name one EFFECT", &who);
+	if (ex >= 0)
 		return ex;
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
-	who.operator_name = a.op;
-	who.reason = a.reason;
 	rc = repair_reconcile(ctl->db, e.target, e.delivered == 1, e.provider_id, e.expect, &who,
 	                      &out);
 	if (rc != REPAIR_OK)
@@ -1296,22 +1313,11 @@ ctl_resume(struct ctl *ctl, int argc, char **argv)
 	if (is_bulk(argc, argv))
 		return resume_bulk(ctl, argc, argv);
 	ex = effect_args(ctl, argc, argv, &a, &e);
-	if (e.help) {
-		fputs(resume_usage, stdout);
-		return EXIT_SUCCESS;
-	}
-	if (ex == 0 && (e.delivered != -1 || e.provider_id != NULL || e.client != NULL))
-		ex = EXIT_USAGE;
-	if (ex != 0) {
-		fputs(resume_usage, stderr);
-		return refuse(ctl, &a, "usage", "name one EFFECT", NULL, EXIT_USAGE);
-	}
-	if ((ex = check_reason(ctl, &a)) != 0)
+	ex = effect_cmd_ready(ctl, &a, &e, ex,
+	                      e.delivered != -1 || e.provider_id != NULL || e.client != NULL,
+	                      resume_usage, "name one EFFECT", &who);
+	if (ex >= 0)
 		return ex;
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
-	who.operator_name = a.op;
-	who.reason = a.reason;
 	rc = repair_resume(ctl->db, e.target, e.expect, &who, &out);
 	if (rc != REPAIR_OK)
 		return refused(ctl, &a, rc, &out);
@@ -1346,22 +1352,10 @@ ctl_reject(struct ctl *ctl, int argc, char **argv)
 
 	memset(&out, 0, sizeof(out));
 	ex = effect_args(ctl, argc, argv, &a, &e);
-	if (e.help) {
-		fputs(reject_usage, stdout);
-		return EXIT_SUCCESS;
-	}
-	if (ex == 0 && (e.delivered != -1 || e.provider_id != NULL))
-		ex = EXIT_USAGE;
-	if (ex != 0) {
-		fputs(reject_usage, stderr);
-		return refuse(ctl, &a, "usage", "name one EFFECT or KEY", NULL, EXIT_USAGE);
-	}
-	if ((ex = check_reason(ctl, &a)) != 0)
+	ex = effect_cmd_ready(ctl, &a, &e, ex, e.delivered != -1 || e.provider_id != NULL,
+	                      reject_usage, "name one EFFECT or KEY", &who);
+	if (ex >= 0)
 		return ex;
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
-	who.operator_name = a.op;
-	who.reason = a.reason;
 	/* A UUID names an effect (or its dead letter); a key that happens to
 	 * look like one is reached with --client. */
 	effect = repair_is_uuid(e.target) && e.client == NULL;
@@ -1466,23 +1460,12 @@ approval_revoke(struct ctl *ctl, int argc, char **argv)
 
 	memset(&out, 0, sizeof(out));
 	ex = effect_args(ctl, argc, argv, &a, &e);
-	if (e.help) {
-		fputs(approval_usage, stdout);
-		return EXIT_SUCCESS;
-	}
-	if (ex == 0 && (e.delivered != -1 || e.provider_id != NULL || e.client != NULL ||
-	                e.expect != NULL))
-		ex = EXIT_USAGE;
-	if (ex != 0) {
-		fputs(approval_usage, stderr);
-		return refuse(ctl, &a, "usage", "name one approval ID", NULL, EXIT_USAGE);
-	}
-	if ((ex = check_reason(ctl, &a)) != 0)
+	ex = effect_cmd_ready(ctl, &a, &e, ex,
+	                      e.delivered != -1 || e.provider_id != NULL || e.client != NULL ||
+	                          e.expect != NULL,
+	                      approval_usage, "name one approval ID", &who);
+	if (ex >= 0)
 		return ex;
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
-	who.operator_name = a.op;
-	who.reason = a.reason;
 	rc = repair_approval_revoke(ctl->db, e.target, &who, &out);
 	if (rc != REPAIR_OK)
 		return refused(ctl, &a, rc, &out);
