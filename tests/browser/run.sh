@@ -2,9 +2,8 @@
 # tests/browser/run.sh — issue 3's real-browser test, against the stack that
 # `./dev test` started (it exports ONCEGATE_URL, ONCEGATE_API_KEY and PG*).
 #
-#   1. makes sure Debian's chromium is installed (apt-get as root) and
-#      playwright-core is in tests/browser/node_modules (npm ci, reusing the
-#      npm cache; playwright never downloads a browser of its own);
+#   1. makes sure Debian's chromium, Node.js and playwright-core are in place
+#      (ensure.sh, shared with tests/n8n/run.sh);
 #   2. creates a run waiting for a person: a claim, then a support_reply
 #      output, through the API with curl;
 #   3. runs approve.mjs: headless Chromium opens the approval link as
@@ -19,7 +18,6 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ARTIFACTS=${ONCEGATE_ARTIFACTS:-$HERE/artifacts}
-CHROMIUM=${ONCEGATE_CHROMIUM:-/usr/bin/chromium}
 APPROVER=sam@example.com
 APPROVER_GROUPS=support
 
@@ -36,32 +34,7 @@ done
 
 # --- 1. chromium, node, playwright-core --------------------------------------
 
-as_root_install() {
-	[[ $(id -u) -eq 0 ]] || fail "$* missing: install it (apt-get install $*) or run as root"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y -q "$@" >&2 || { apt-get update -q >&2 && apt-get install -y -q "$@" >&2; }
-}
-
-if [[ ! -x $CHROMIUM ]]; then
-	say "installing Debian's chromium"
-	as_root_install chromium
-fi
-[[ -x $CHROMIUM ]] || fail "no browser at $CHROMIUM"
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-	say "installing Node.js and npm"
-	as_root_install nodejs npm
-fi
-node_major=$(node -p 'process.versions.node.split(".")[0]')
-((node_major >= 20)) || fail "playwright-core needs Node.js 20 or later, this is $(node --version)"
-
-# npm ci only when node_modules does not match the lockfile; the cache
-# (npm's default, or $npm_config_cache) is reused, so a warm machine needs
-# no network at all.
-if ! cmp -s "$HERE/package-lock.json" "$HERE/node_modules/.oncegate-lock" 2>/dev/null; then
-	say "npm ci in $HERE"
-	(cd "$HERE" && npm ci --no-audit --no-fund --prefer-offline >&2)
-	cp "$HERE/package-lock.json" "$HERE/node_modules/.oncegate-lock"
-fi
+bash "$HERE/ensure.sh" || fail "the browser tooling is not in place"
 
 # --- 2. a run waiting for a person ---------------------------------------------
 
