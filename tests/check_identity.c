@@ -411,6 +411,51 @@ START_TEST(test_sod_needs_requester)
 }
 END_TEST
 
+/* A challenge made before outputs had to name a requester (requested_by
+ * NULL in its row) under separation of duties: nobody can show they did
+ * not request it, so it can be rejected, never approved — on the page (no
+ * Approve button) and in the POST. */
+START_TEST(test_sod_unknown_requester)
+{
+	PGconn *c = tl_pg_connect();
+	struct gated g;
+	struct tl_resp r;
+	char *csrf, *form, *before;
+	const char *p[1];
+
+	make_gated("sod-unknown", &g);
+	p[0] = g.approval_id;
+	ck_assert_int_eq(tl_pg_exec(c, "UPDATE approvals SET requested_by = NULL WHERE id = $1", 1,
+	                            p), 1);
+	page(g.token, "sam@example.com", "customer support,support", NULL, &r, NULL);
+	ck_assert_msg(r.status == 200 && has_form(&r) && strstr(r.body, "value=\"reject\"") &&
+	              !strstr(r.body, "value=\"approve\""),
+	              "the page must offer Reject only: %.3000s", r.body);
+	tl_resp_free(&r);
+	before = tl_run_snapshot(c, g.key);
+	csrf = tl_csrf_for(g.approval_id, "sam@example.com");
+	form = tl_form("decision", "approve", "csrf", csrf, (char *)NULL);
+	page(g.token, "sam@example.com", "support", form, &r, NULL);
+	ck_assert_msg(r.status == 403 && strstr(r.body, "can only be rejected") != NULL,
+	              "approve without a known requester: HTTP %ld: %.2000s", r.status, r.body);
+	tl_resp_free(&r);
+	free(form);
+	tl_expect_run_unchanged(c, g.key, before, "approving a challenge with no requester");
+	form = tl_form("decision", "reject", "csrf", csrf, "reason", "Кто это запросил? 誰の依頼?",
+	               (char *)NULL);
+	page(g.token, "sam@example.com", "support", form, &r, NULL);
+	ck_assert_msg(r.status == 303, "reject: HTTP %ld: %.2000s", r.status, r.body);
+	tl_resp_free(&r);
+	p[0] = g.key;
+	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM workflow_runs WHERE "
+	                                "idempotency_key = $1 AND state = 'failed_terminal'", 1, p), 1);
+	free(form);
+	free(csrf);
+	free(before);
+	PQfinish(c);
+}
+END_TEST
+
 static Suite *
 identity_suite(bool stack)
 {
@@ -425,6 +470,7 @@ identity_suite(bool stack)
 		tcase_set_timeout(tc, 120);
 		tcase_add_test(tc, test_groups_on_the_page);
 		tcase_add_test(tc, test_sod_needs_requester);
+		tcase_add_test(tc, test_sod_unknown_requester);
 		suite_add_tcase(s, tc);
 	}
 	return s;
