@@ -246,6 +246,47 @@ START_TEST(test_missing_file)
 }
 END_TEST
 
+/* AUTH_GROUPS is split at one character; "," unless configured. */
+START_TEST(test_separator_setting)
+{
+	static const struct {
+		const char *line;
+		char want; /* '\0': refused */
+	} cases[] = {
+		{ "", ',' },
+		{ "auth_groups_separator = ,\n", ',' },
+		{ "auth_groups_separator = ;\n", ';' },
+		{ "auth_groups_separator = |\n", '|' },
+		{ "auth_groups_separator = \" \"\n", ' ' },
+		{ "auth_groups_separator = \"\"\n", '\0' },
+		{ "auth_groups_separator = ,;\n", '\0' },
+		{ "auth_groups_separator = a\n", '\0' },
+		{ "auth_groups_separator = 7\n", '\0' },
+		{ "auth_groups_separator = \"\t\"\n", '\0' },
+		{ "auth_groups_separator = \xc2\xb7\n", '\0' },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct config c;
+		char err[512] = "";
+		int rc = load_text(cases[i].line, &c, err, sizeof(err));
+
+		if (cases[i].want != '\0') {
+			ck_assert_msg(rc == 0, "\"%s\" refused: %s", cases[i].line, err);
+			ck_assert_msg(c.auth_groups_separator[0] == cases[i].want &&
+			              c.auth_groups_separator[1] == '\0', "\"%s\" gave \"%s\"",
+			              cases[i].line, c.auth_groups_separator);
+		} else {
+			ck_assert_msg(rc != 0, "\"%s\" accepted", cases[i].line);
+			ck_assert_msg(strstr(err, "auth_groups_separator") != NULL,
+			              "\"%s\": the error does not name the setting: %s", cases[i].line, err);
+		}
+		config_free(&c);
+	}
+}
+END_TEST
+
 static Suite *
 config_suite(void)
 {
@@ -261,6 +302,7 @@ config_suite(void)
 	tcase_add_test(tc, test_long_line);
 	tcase_add_test(tc, test_nul_byte);
 	tcase_add_test(tc, test_missing_file);
+	tcase_add_test(tc, test_separator_setting);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -239,6 +239,8 @@ post_output(const char *key, const struct claimed *c, long long version, const c
 	                         "openai-compatible", "name", "check-metrics");
 
 	ck_assert_ptr_nonnull(body);
+	/* the shipped contracts separate duties: an output names its requester */
+	json_object_set_new(body, "requested_by", json_string("n8n:check-metrics"));
 	tl_post_json(path, g_key, body, r);
 	json_decref(body);
 	free(path);

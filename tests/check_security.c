@@ -261,6 +261,8 @@ output_body(const struct claimed *c, const char *contract, json_t *output, json_
 	                      "source_url", "https://crm.example/ticket/42");
 
 	ck_assert_ptr_nonnull(b);
+	/* the shipped contracts separate duties: an output names its requester */
+	json_object_set_new(b, "requested_by", json_string("n8n:support-inbox"));
 	return b;
 }
 

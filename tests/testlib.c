@@ -23,6 +23,8 @@
 #include <curl/curl.h>
 #include <openssl/sha.h>
 
+#include "config.h"
+#include "csrf.h"
 #include "testlib.h"
 
 const char *
@@ -1255,4 +1257,21 @@ bool
 tl_contains_ci(const char *hay, const char *needle)
 {
 	return hay != NULL && needle != NULL && strcasestr(hay, needle) != NULL;
+}
+
+char *
+tl_csrf_for(const char *approval_id, const char *subject)
+{
+	struct config cfg;
+	char err[512], tok[CSRF_TEXT_LEN + 1];
+	const char *conf = tl_env("ONCEGATE_CONF");
+
+	ck_assert_msg(conf != NULL, "ONCEGATE_CONF is not set");
+	config_defaults(&cfg);
+	ck_assert_msg(config_load(conf, &cfg, err, sizeof(err)) == 0, "%s", err);
+	csrf_issue((const unsigned char *)cfg.csrf_secret, strlen(cfg.csrf_secret), approval_id,
+	           subject, tok);
+	config_free(&cfg);
+	ck_assert_msg(tok[0] != '\0', "no CSRF value for approval %s", approval_id);
+	return strdup(tok);
 }

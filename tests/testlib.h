@@ -221,4 +221,10 @@ char *tl_run_snapshot(PGconn *c, const char *key);
 /* Fails the test, naming what, when the run's snapshot differs from before. */
 void tl_expect_run_unchanged(PGconn *c, const char *key, const char *before, const char *what);
 
+/* The CSRF value the responder would put in the approval form for this
+ * approval and subject, made with the csrf_secret of $ONCEGATE_CONF: what a
+ * person who once had the form holds, for tests of refusals to people who
+ * are now shown none (malloc'd). */
+char *tl_csrf_for(const char *approval_id, const char *subject);
+
 #endif

@@ -888,6 +888,16 @@ handle_output(struct call *c)
 	    !opt_string(c, "requested_by", OG_FIELD_MAX, &lo.requested_by) ||
 	    !opt_string(c, "callback_url", 2048, &lo.callback_url))
 		goto out;
+	/* Separation of duties compares the approver with the requester: with
+	 * no requester named, the requester could approve unseen. */
+	if (contract_separation_of_duties(contract) &&
+	    (lo.requested_by == NULL || lo.requested_by[strspn(lo.requested_by, " \t")] == '\0')) {
+		call_unprocessable(c, "requested_by_required",
+		                   "the contract requires separation of duties: requested_by must "
+		                   "name who asked for this action, so that they cannot approve it",
+		                   "requested_by");
+		goto out;
+	}
 	if (lo.source_url != NULL && !http_url(lo.source_url)) {
 		call_reject(c, 400, "invalid_field", "source_url must be an http(s) URL",
 		            "source_url");
@@ -1286,6 +1296,30 @@ page_decided(struct call *c, int status, const struct gate_approval *a, const js
 	call_log(c, LOG_LEVEL_DEBUG, "approval.viewed", &f);
 }
 
+/* May the signed-in person take this decision on this challenge? NULL when
+ * yes, else why not, in words for the page. The page offers only the
+ * decisions this allows and the POST refuses the rest, so both say the
+ * same. Under separation of duties the requester decides nothing, and a
+ * challenge whose requester is unknown (made before outputs had to name
+ * one) can be rejected but never approved. */
+static const char *
+approve_refusal(const struct call *c, const struct gate_approval *a, const char *decision)
+{
+	const char *subject = c->req->remote_user;
+
+	if (!contract_approver_matches(a->approver, subject, c->req->auth_groups,
+	                               c->ctx->cfg->auth_groups_separator[0]))
+		return "You are not among the approvers this link was issued to.";
+	if (a->separation_of_duties && a->requested_by != NULL &&
+	    strcasecmp(a->requested_by, subject) == 0)
+		return "You requested this action, so someone else must approve it.";
+	if (a->separation_of_duties && a->requested_by == NULL &&
+	    strcmp(decision, "approve") == 0)
+		return "Nobody is recorded as having requested this action, so no one can "
+		       "show they are not its requester: it can only be rejected.";
+	return NULL;
+}
+
 /* The confirmation card. GET never changes anything. */
 static void
 page_card(struct call *c, const struct gate_approval *a, const json_t *run)
@@ -1297,8 +1331,9 @@ page_card(struct call *c, const struct gate_approval *a, const json_t *run)
 	const json_t *errs = json_object_get(run, "validation_errors");
 	const char *source = json_string_value(json_object_get(run, "source_url"));
 	const char *requested = json_string_value(json_object_get(run, "requested_by"));
-	const char *subject = c->req->remote_user, *name, *dec;
+	const char *subject = c->req->remote_user, *name, *dec, *why, *refusal = NULL;
 	char csrf[CSRF_TEXT_LEN + 1], model_text[512];
+	size_t buttons = 0;
 	char *out_text = pretty(output), *eff_text = pretty(json_object_get(effect, "payload"));
 	struct page *p = page_new(c->ctx->pages, "approval");
 	struct log_fields f = { 0 };
@@ -1363,22 +1398,39 @@ page_card(struct call *c, const struct gate_approval *a, const json_t *run)
 	(void)page_text(p, "effect_target", json_string_value(json_object_get(effect, "target")) ?: "");
 	(void)page_text(p, "effect_payload", eff_text);
 	(void)page_text(p, "requested_by", requested != NULL ? requested : "(not given)");
-	/* no action attribute: the form posts to the page's own URL */
-	csrf_issue((const unsigned char *)cfg->csrf_secret, strlen(cfg->csrf_secret), a->id,
-	           subject, csrf);
-	(void)page_attr(p, "csrf", "value", csrf);
-	digest_wipe(csrf, sizeof(csrf));
+	/* Only the decisions this person may take are buttons; none, no form
+	 * (and no CSRF token issued to them). */
 	json_array_foreach(a->allowed_decisions, i, v) {
 		struct page_scope *sc;
 
 		dec = json_string_value(v);
-		if (dec == NULL || (sc = page_repeat(p, "decision_button")) == NULL)
+		if (dec == NULL)
+			continue;
+		if ((why = approve_refusal(c, a, dec)) != NULL) {
+			refusal = refusal != NULL ? refusal : why;
+			continue;
+		}
+		if ((sc = page_repeat(p, "decision_button")) == NULL)
 			continue;
 		(void)page_scope_attr(sc, "decision_value", "value", dec);
 		(void)page_scope_text(sc, "decision_label",
 		                      strcmp(dec, "approve") == 0 ? "Approve" : "Reject");
+		buttons++;
 	}
 	page_repeat_done(p, "decision_button");
+	if (buttons == 0) {
+		page_remove(p, "form");
+		(void)page_text(p, "cannot_decide_reason",
+		                refusal != NULL ? refusal : "This request allows no decision.");
+		f.reason = "may_not_decide";
+	} else {
+		page_remove(p, "cannot_decide");
+		/* no action attribute: the form posts to the page's own URL */
+		csrf_issue((const unsigned char *)cfg->csrf_secret, strlen(cfg->csrf_secret),
+		           a->id, subject, csrf);
+		(void)page_attr(p, "csrf", "value", csrf);
+		digest_wipe(csrf, sizeof(csrf));
+	}
 out:
 	page_answer(c, 200, p);
 	free(out_text);
@@ -1415,6 +1467,7 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 	const char *subject = c->req->remote_user;
 	const json_t *effect = json_object_get(run, "proposed_effect");
 	const char *callback = json_string_value(json_object_get(run, "callback_url"));
+	const char *why;
 	char decision[16], csrf[128], reason[OG_FIELD_MAX + 1];
 	char effect_id[OUTBOX_ID_LEN] = "", callback_id[OUTBOX_ID_LEN] = "";
 	char not_before[OUTBOX_TS_LEN];
@@ -1490,19 +1543,17 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 			goto out;
 		}
 	}
-	if (!contract_approver_matches(a->approver, subject, c->req->auth_groups)) {
+	if ((why = approve_refusal(c, a, decision)) != NULL) {
+		bool approver = contract_approver_matches(a->approver, subject, c->req->auth_groups,
+		                                          cfg->auth_groups_separator[0]);
+
 		f.reason = "forbidden";
-		f.detail = "not among the approvers of this challenge";
-		page_notice(c, 403, "approval.refused", "Not your approval",
-		            "You are not among the approvers this link was issued to.", &f);
-		goto out;
-	}
-	if (a->separation_of_duties && a->requested_by != NULL &&
-	    strcasecmp(a->requested_by, subject) == 0) {
-		f.reason = "forbidden";
-		f.detail = "separation of duties: the requester cannot approve";
-		page_notice(c, 403, "approval.refused", "Separation of duties",
-		            "You requested this action, so someone else must approve it.", &f);
+		f.detail = !approver ? "not among the approvers of this challenge"
+		                     : a->requested_by != NULL
+		                           ? "separation of duties: the requester cannot approve"
+		                           : "separation of duties: the requester is unknown";
+		page_notice(c, 403, "approval.refused",
+		            approver ? "Separation of duties" : "Not your approval", why, &f);
 		goto out;
 	}
 

@@ -60,6 +60,7 @@ static const struct config_row rows[] = {
 	ROW_S(templates_dir, OG_PKGDATADIR "/templates", false),
 	ROW_S(public_url, "", false),
 	ROW_S(csrf_secret, "", true),
+	ROW_S(auth_groups_separator, ",", false),
 	ROW_S(callback_origins, "", false),
 	ROW_I(dispatch_workers, 4, 1, 256),
 	ROW_I(dispatch_batch, 8, 1, 1000),
@@ -596,6 +597,15 @@ config_validate(const struct config *c, char *err, size_t errlen)
 	}
 	if (c->csrf_secret[0] != '\0' && strlen(c->csrf_secret) < 32) {
 		errf(err, errlen, "csrf_secret must be at least 32 characters");
+		return -1;
+	}
+	/* One character that no group name is made of: a letter, digit or
+	 * control character would cut names apart. */
+	if (strlen(c->auth_groups_separator) != 1 ||
+	    (!ispunct((unsigned char)c->auth_groups_separator[0]) &&
+	     c->auth_groups_separator[0] != ' ')) {
+		errf(err, errlen, "auth_groups_separator must be one punctuation character or a "
+		     "space (default \",\", as oauth2-proxy joins groups)");
 		return -1;
 	}
 	if (c->public_url[0] != '\0' && strncmp(c->public_url, "https://", 8) != 0 &&

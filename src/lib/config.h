@@ -71,6 +71,7 @@ struct config {
 	char *templates_dir;
 	char *public_url;      /* base of approval links, e.g. https://gate.example.com */
 	char *csrf_secret;     /* at least 32 characters */
+	char *auth_groups_separator; /* one character between the groups in AUTH_GROUPS */
 	char *callback_origins; /* space-separated origins a callback_url may use */
 	/* dispatcher (oncegate-dispatch) */
 	int dispatch_workers;  /* effects in flight at once, one thread each */

@@ -1009,6 +1009,7 @@ compile_rule(struct loader *ld, struct contract *c, const json_t *j, struct rule
 static bool
 approver_ok(const char *s, size_t n)
 {
+	bool group = n > 6 && strncmp(s, "group:", 6) == 0;
 	size_t i;
 
 	if (n == 0 || n > OG_CONTRACT_APPROVER_MAX || strlen(s) != n)
@@ -1016,6 +1017,10 @@ approver_ok(const char *s, size_t n)
 	for (i = 0; i < n; i++) {
 		unsigned char ch = (unsigned char)s[i];
 
+		/* Group names as identity providers emit them may hold inner
+		 * spaces ("group:customer support"); subjects never do. */
+		if (ch == ' ' && group && i > 6 && i < n - 1)
+			continue;
 		if (ch <= 0x20 || ch == 0x7f || ch == ',')
 			return false;
 	}
@@ -1051,7 +1056,8 @@ compile_approvers(struct loader *ld, struct contract *c, const json_t *gate)
 		if (!json_is_string(v) ||
 		    !approver_ok(json_string_value(v), json_string_length(v)))
 			return lfail(ld, "must be a subject or \"group:NAME\" of 1..%d "
-			             "bytes without spaces or commas", OG_CONTRACT_APPROVER_MAX);
+			             "bytes without commas, and without spaces except inside "
+			             "a group name", OG_CONTRACT_APPROVER_MAX);
 		for (j = 0; j < i; j++)
 			if (approver_same(c->approvers[j], json_string_value(v)))
 				return lfail(ld, "duplicate of entry %zu", j);
@@ -1890,9 +1896,10 @@ contract_approver(const struct contract *c, size_t i)
 }
 
 bool
-contract_approver_matches(const char *approver, const char *subject, const char *groups)
+contract_approver_matches(const char *approver, const char *subject, const char *groups,
+                          char sep)
 {
-	const char *g, *p, *tok;
+	const char *g, *p, *tok, *end, *next;
 	size_t glen;
 
 	if (approver == NULL || subject == NULL || subject[0] == '\0')
@@ -1901,18 +1908,24 @@ contract_approver_matches(const char *approver, const char *subject, const char 
 		return approver_same(approver, subject) && strncmp(subject, "group:", 6) != 0;
 	g = approver + 6;
 	glen = strlen(g);
-	if (glen == 0 || groups == NULL)
+	if (glen == 0 || groups == NULL || sep == '\0')
 		return false;
-	for (p = groups; *p != '\0';) {
-		while (*p == ',' || *p == ' ' || *p == '\t')
-			p++;
+	/* Items split at sep, each trimmed of spaces and tabs and compared
+	 * whole and exactly: "customer support" is not "support", nor is
+	 * "Support". */
+	for (p = groups;; p = next + 1) {
+		next = strchr(p, sep);
+		end = next != NULL ? next : p + strlen(p);
 		tok = p;
-		while (*p != '\0' && *p != ',' && *p != ' ' && *p != '\t')
-			p++;
-		if ((size_t)(p - tok) == glen && memcmp(tok, g, glen) == 0)
+		while (tok < end && (*tok == ' ' || *tok == '\t'))
+			tok++;
+		while (end > tok && (end[-1] == ' ' || end[-1] == '\t'))
+			end--;
+		if ((size_t)(end - tok) == glen && memcmp(tok, g, glen) == 0)
 			return true;
+		if (next == NULL)
+			return false;
 	}
-	return false;
 }
 
 bool

@@ -16,7 +16,8 @@
  *                                   1..32 rules, all must hold
  *       "sample_rate": R,           approve_by_exception only, 0..1, default 0
  *       "approvers": ["group:support", "lead@example.com"],   required, 1..20,
- *                                   distinct; no spaces or commas
+ *                                   distinct; no commas; spaces only inside
+ *                                   a group name ("group:customer support")
  *       "expires_seconds": N,       60..2592000, default 86400
  *       "allowed_decisions": ["approve", "reject"],   non-empty subset, default both
  *       "separation_of_duties": B   default true
@@ -120,13 +121,17 @@ size_t contract_approver_count(const struct contract *c);
 /* "alice@example.com" or "group:support"; NULL when i is out of range. */
 const char *contract_approver(const struct contract *c, size_t i);
 
-/* May this SSO subject with these groups (AUTH_GROUPS: a comma- and/or
- * space-separated list) decide for the approver entry `approver`? A
- * "group:NAME" entry matches exactly when NAME is one of the groups (exact,
- * case-sensitive); any other entry matches only the subject: ignoring ASCII
- * case when both contain '@' (e-mail addresses), exactly otherwise. NULL or
+/* May this SSO subject with these groups decide for the approver entry
+ * `approver`? groups is AUTH_GROUPS: a list separated by sep (config
+ * auth_groups_separator, "," as oauth2-proxy joins them); each item is
+ * trimmed of spaces and tabs, empty items are ignored, and a "group:NAME"
+ * entry matches when NAME equals an item whole and exactly (bytes, case
+ * included: "customer support" is neither "support" nor "Customer
+ * support"). Any other entry matches only the subject: ignoring ASCII case
+ * when both contain '@' (e-mail addresses), exactly otherwise. NULL or
  * empty subject never matches. */
-bool contract_approver_matches(const char *approver, const char *subject, const char *groups);
+bool contract_approver_matches(const char *approver, const char *subject, const char *groups,
+                               char sep);
 
 bool contract_effect_allowed(const struct contract *c, const char *type, const char *target);
 

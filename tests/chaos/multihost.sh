@@ -36,9 +36,10 @@
 # command line, which no configuration file overrides, so the cluster is
 # restarted once with the same command and listen_addresses
 # 127.0.0.1,10.77.0.1, after appending to its pg_hba.conf one line that
-# trusts the test's database user from 10.77.0.0/24 only (the cluster was
-# initdb'd -A trust; that subnet exists only on this bridge). On exit the
-# file is put back and the cluster restarted with the original command.
+# lets the test's database user in from 10.77.0.0/24 only (that subnet
+# exists only on this bridge) with its password (scram-sha-256, from
+# PGPASSFILE, which the namespaced programs inherit). On exit the file is
+# put back and the cluster restarted with the original command.
 #
 # Responders: oncegate-fcgi (ONCEGATE_FCGI, else $ONCEGATE_BUILD/
 # oncegate-fcgi) in each responder namespace, `listen = 10.77.0.1X:9000`,
@@ -104,7 +105,7 @@ for v in RUNS RATE CUT DCUT; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "multihost.sh: --${v,,} must be a positive integer" >&2; exit 2; }
 done
 for v in ONCEGATE_CONF ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON \
-	ONCEGATE_TEST_PG_START ONCEGATE_TEST_PG_STOP PGHOST PGPORT PGDATABASE PGUSER; do
+	ONCEGATE_TEST_PG_START ONCEGATE_TEST_PG_STOP PGHOST PGPORT PGDATABASE PGUSER PGPASSFILE; do
 	[[ -n ${!v:-} ]] || { echo "multihost.sh: $v is not set (run under ./dev test or ./dev chaos)" >&2; exit 2; }
 done
 FCGI=${ONCEGATE_FCGI:-${ONCEGATE_BUILD:+$ONCEGATE_BUILD/oncegate-fcgi}}
@@ -207,9 +208,9 @@ START_BRIDGE=${ONCEGATE_TEST_PG_START/listen_addresses=127.0.0.1/listen_addresse
 [[ $START_BRIDGE != "$ONCEGATE_TEST_PG_START" ]] ||
 	die "ONCEGATE_TEST_PG_START does not set listen_addresses=127.0.0.1: cannot add the bridge address"
 cp "$HBA" "$PRIV/pg_hba.conf.orig"
-say "PostgreSQL: restarted listening on 127.0.0.1,$BR_IP; pg_hba trusts $PGUSER from $NET.0/24"
+say "PostgreSQL: restarted listening on 127.0.0.1,$BR_IP; pg_hba lets $PGUSER in from $NET.0/24 with its password"
 PG_CHANGED=yes
-printf '# tests/chaos/multihost.sh %s (removed on exit)\nhost %s %s %s.0/24 trust\n' \
+printf '# tests/chaos/multihost.sh %s (removed on exit)\nhost %s %s %s.0/24 scram-sha-256\n' \
 	"$RUN" "$PGDATABASE" "$PGUSER" "$NET" >>"$HBA"
 pg_restart "$START_BRIDGE" || die "PostgreSQL did not start with listen_addresses=127.0.0.1,$BR_IP"
 DB="host=$BR_IP port=$PGPORT dbname=$PGDATABASE user=$PGUSER"

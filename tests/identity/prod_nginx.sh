@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# prod_nginx.sh — the PRODUCTION nginx site (nginx/oncegate.conf) in front of
+# the test stack's responder, with tests/identity/sso_standin.py playing
+# oauth2-proxy and the identity provider, and tests/identity/prod_flow.py
+# playing a person's browser (see there for what is checked: approval
+# tokens never reach the SSO side nor the access log, a visitor without a
+# session ends up back on the page, identity and groups flow through,
+# X-Dev-* headers are ignored).
+#
+# The site file is used as shipped except for what a deployment edits:
+# the listen lines (loopback ports here, no IPv6), the certificate (a
+# throwaway self-signed one made with openssl), the responder's socket,
+# the oauth2-proxy address, the access log path and the stylesheet path.
+# Each substitution must apply, or the test fails: a changed config is
+# never silently tested in some other shape.
+#
+# Runs against the stack `./dev test` starts: ONCEGATE_URL,
+# ONCEGATE_API_KEY, ONCEGATE_CONF (its `listen` is the responder's
+# socket), ONCEGATE_PYTHON. Binds to 127.0.0.1 only; everything it starts
+# is stopped by PID on exit. Needs root (nginx's workers run as www-data,
+# the responder's socket is group www-data). Exit 0 pass, 1 fail, 77 no stack.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+ROOT=$(cd "$HERE/../.." && pwd -P)
+say() { printf 'prod-nginx: %s\n' "$*" >&2; }
+die() { printf 'prod-nginx: FAIL: %s\n' "$*" >&2; exit 1; }
+
+if [[ -z ${ONCEGATE_URL:-} ]]; then
+	echo "prod-nginx: ONCEGATE_URL is not set; run under ./dev test. Skipping."
+	exit 77
+fi
+for v in ONCEGATE_API_KEY ONCEGATE_CONF; do
+	[[ -n ${!v:-} ]] || die "ONCEGATE_URL is set but $v is not"
+done
+PYTHON=${ONCEGATE_PYTHON:-/usr/bin/python3}
+[[ $EUID == 0 ]] || die "needs root (nginx workers run as www-data)"
+SOCKET=$(sed -n 's/^listen *= *//p' "$ONCEGATE_CONF" | head -n1)
+[[ $SOCKET == /* && -S $SOCKET ]] || die "the stack's responder socket ($SOCKET) is not there"
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-prodnginx.XXXXXX")
+chmod 0711 "$TMP"
+SSO_PID='' NGINX_PID=''
+cleanup() {
+	set +e
+	if [[ -n $NGINX_PID ]] && tr '\0' ' ' <"/proc/$NGINX_PID/cmdline" 2>/dev/null | grep -qF "$TMP/"; then
+		kill -QUIT "$NGINX_PID"
+		for ((i = 0; i < 50; i++)); do kill -0 "$NGINX_PID" 2>/dev/null || break; sleep 0.1; done
+	fi
+	if [[ -n $SSO_PID ]]; then
+		kill -TERM "$SSO_PID" 2>/dev/null
+		wait "$SSO_PID" 2>/dev/null
+	fi
+	if [[ ${KEEP:-no} == yes ]]; then echo "prod-nginx: kept $TMP" >&2; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+	local p
+	for ((p = 21000 + RANDOM % 8000; p < 31000; p++)); do
+		(: <"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
+	done
+	return 1
+}
+HTTP_PORT=$(free_port) || die "no free port"
+HTTPS_PORT=$(free_port) || die "no free port"
+[[ $HTTP_PORT != "$HTTPS_PORT" ]] || HTTPS_PORT=$((HTTPS_PORT + 1))
+
+# --- a throwaway certificate for 127.0.0.1 -----------------------------------
+mkdir -p "$TMP/tls" "$TMP/nginx/tmp" "$TMP/assets"
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=127.0.0.1" \
+	-addext "subjectAltName=IP:127.0.0.1" -keyout "$TMP/tls/key.pem" -out "$TMP/tls/cert.pem" \
+	>/dev/null 2>&1 || die "openssl could not make a certificate"
+install -m 0644 "$ROOT/templates/approval.css" "$TMP/assets/approval.css"
+
+# --- the stand-in SSO ------------------------------------------------------------
+"$PYTHON" "$HERE/sso_standin.py" --port 0 \
+	--redirect-url "https://127.0.0.1:$HTTPS_PORT/oauth2/callback" >"$TMP/sso.out" 2>&1 &
+SSO_PID=$!
+for ((i = 0; i < 100; i++)); do grep -q '^ready' "$TMP/sso.out" 2>/dev/null && break; sleep 0.1; done
+SSO_PORT=$(sed -n 's/^ready \([0-9]*\)$/\1/p' "$TMP/sso.out")
+[[ -n $SSO_PORT ]] || { cat "$TMP/sso.out" >&2; die "the SSO stand-in did not start"; }
+
+# --- the production site, with a deployment's edits only --------------------------
+"$PYTHON" - "$ROOT/nginx/oncegate.conf" "$TMP/oncegate.conf" <<EOF || die "nginx/oncegate.conf changed shape: cannot adapt it"
+import re, sys
+src, dst = sys.argv[1], sys.argv[2]
+text = open(src).read()
+edits = [
+    (r"^( *)listen 80;$", r"\1listen 127.0.0.1:$HTTP_PORT;"),
+    (r"^( *)listen \[::\]:80;\n", ""),
+    (r"^( *)listen 443 ssl http2;$", r"\1listen 127.0.0.1:$HTTPS_PORT ssl http2;"),
+    (r"^( *)listen \[::\]:443 ssl http2;\n", ""),
+    (r"/etc/ssl/oncegate/fullchain\.pem", "$TMP/tls/cert.pem"),
+    (r"/etc/ssl/oncegate/privkey\.pem", "$TMP/tls/key.pem"),
+    (r"server unix:/run/oncegate/fcgi\.sock;", "server unix:$SOCKET;"),
+    (r"/var/log/nginx/oncegate\.access\.log", "$TMP/nginx/access.log"),
+    (r"http://127\.0\.0\.1:4180;", "http://127.0.0.1:$SSO_PORT;"),
+    (r"/usr/local/share/oncegate/templates/approval\.css", "$TMP/assets/approval.css"),
+]
+for pat, rep in edits:
+    text, n = re.subn(pat, rep, text, flags=re.M)
+    if n == 0:
+        sys.exit("no match for %s" % pat)
+open(dst, "w").write(text)
+EOF
+cat >"$TMP/nginx/nginx.conf" <<EOF
+# prod_nginx.sh: nginx/oncegate.conf as Debian's nginx.conf would include it.
+user www-data;
+worker_processes 1;
+daemon on;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log warn;
+events { worker_connections 256; }
+http {
+    client_body_temp_path $TMP/nginx/tmp/client_body;
+    proxy_temp_path       $TMP/nginx/tmp/proxy;
+    fastcgi_temp_path     $TMP/nginx/tmp/fastcgi;
+    uwsgi_temp_path       $TMP/nginx/tmp/uwsgi;
+    scgi_temp_path        $TMP/nginx/tmp/scgi;
+    access_log off;
+    include $TMP/oncegate.conf;
+}
+EOF
+chmod -R a+rX "$TMP/nginx" "$TMP/assets"
+nginx -q -t -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" ||
+	die "nginx rejects the production config"
+nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" || die "nginx did not start"
+for ((i = 0; i < 50; i++)); do [[ -s $TMP/nginx/nginx.pid ]] && break; sleep 0.1; done
+NGINX_PID=$(head -n1 "$TMP/nginx/nginx.pid" 2>/dev/null || true)
+[[ -n $NGINX_PID ]] || die "nginx wrote no PID"
+curl -fsS -o /dev/null --max-time 5 --cacert "$TMP/tls/cert.pem" "https://127.0.0.1:$HTTPS_PORT/healthz" ||
+	die "the production site does not answer /healthz"
+
+say "production site on https://127.0.0.1:$HTTPS_PORT, SSO stand-in on 127.0.0.1:$SSO_PORT"
+"$PYTHON" "$HERE/prod_flow.py" --https "https://127.0.0.1:$HTTPS_PORT" --ca "$TMP/tls/cert.pem" \
+	--sso "http://127.0.0.1:$SSO_PORT" --access-log "$TMP/nginx/access.log" \
+	--error-log "$TMP/nginx/error.log" || { KEEP=yes; die "see above (kept $TMP)"; }
+say "passed"
