@@ -24,7 +24,7 @@ enum effect_state {
 
 enum outbox_rc {
 	OUTBOX_OK = 0,
-	OUTBOX_EXISTS,       /* this (run, type, target) is already enqueued */
+	OUTBOX_EXISTS,       /* this (run, type, target, slot) is already enqueued */
 	OUTBOX_UNAVAILABLE,
 	OUTBOX_ERROR,
 };
