@@ -41,6 +41,7 @@
 #include <libpq-fe.h>
 
 #include "dispatchlib.h"
+#include "outbox.h"
 #include "testlib.h"
 
 #define CONTRACT       "pkey_auto"
@@ -755,6 +756,84 @@ START_TEST(test_property)
 }
 END_TEST
 
+/* ===== the same property for the outbox's function, over every field ===== */
+
+/* Beyond what one run per key can vary through the API: types, targets
+ * and slots too, and tuples built to meet where a naive key would (the
+ * same readable form, a field boundary moved). The outbox's own function,
+ * called as the enqueue calls it, against the documented form. */
+START_TEST(test_property_fields)
+{
+	static const char *const types[] = { "crm.tag", "email.send", "ticket.update",
+		                             "decision.callback", "approval.notify", "crm.tag/x" };
+	static const char *const targets[] = { "demo_http", "demo_smtp", "callback", "crm-eu",
+		                               "crm_eu", "demo" };
+	static const struct {
+		long long client;
+		const char *key, *type, *target;
+		int slot;
+	} edge[] = {
+		{ 1, "Заказ 1", "crm.tag", "demo_http", 0 }, /* readable "_1" ... */
+		{ 1, "Счёт 1", "crm.tag", "demo_http", 0 },  /* ... the same */
+		{ 1, "a/b", "c", "demo_http", 0 },           /* boundaries moved */
+		{ 1, "a", "b/c", "demo_http", 0 },
+		{ 1, "a", "b", "c/demo_http", 0 },
+		{ 1, "a/b/c", "demo_http", "", 0 },
+		{ 12, "3", "crm.tag", "demo_http", 0 },       /* client and key digits */
+		{ 1, "23", "crm.tag", "demo_http", 0 },
+		{ 1, "k", "crm.tag", "demo_http", 10 },       /* slot digits */
+		{ 1, "k1", "crm.tag", "demo_http", 0 },
+		{ 1, "k", "crm.tag", "demo_http", 1 },
+	};
+	unsigned seed = (unsigned)getpid() ^ 0x5eedu;
+	json_t *seen = json_object();
+	char key[1024], client[24], *tuple = NULL;
+	size_t i, n = sizeof(edge) / sizeof(edge[0]);
+
+	for (i = 0; i < n + 4000; i++) {
+		long long cid;
+		const char *k, *type, *target;
+		int slot;
+		char *pk, *again, *want;
+		const char *prev;
+
+		if (i < n) {
+			cid = edge[i].client;
+			k = edge[i].key;
+			type = edge[i].type;
+			target = edge[i].target;
+			slot = edge[i].slot;
+		} else {
+			random_key(key, sizeof(key), &seed, (int)i);
+			cid = 1 + rand_r(&seed) % 5;
+			k = key;
+			type = types[rand_r(&seed) % (sizeof(types) / sizeof(types[0]))];
+			target = targets[rand_r(&seed) % (sizeof(targets) / sizeof(targets[0]))];
+			slot = rand_r(&seed) % 4;
+		}
+		snprintf(client, sizeof(client), "%lld", cid);
+		pk = outbox_provider_key(cid, k, type, target, slot);
+		again = outbox_provider_key(cid, k, type, target, slot);
+		want = tl_provider_key(client, k, type, target, slot);
+		ck_assert_ptr_nonnull(pk);
+		ck_assert_msg(strlen(pk) <= 255 && tl_header_safe(pk), "provider key %s", pk);
+		ck_assert_msg(streq(pk, again), "computed twice: %s, then %s", pk, again);
+		ck_assert_msg(streq(pk, want), "%s, documented form %s", pk, want);
+		ck_assert_int_ge(asprintf(&tuple, "%s|%zu:%s|%s|%s|%d", client, strlen(k), k, type,
+		                          target, slot), 0);
+		prev = json_string_value(json_object_get(seen, pk));
+		ck_assert_msg(prev == NULL || strcmp(prev, tuple) == 0,
+		              "provider key %s for both (%s) and (%s)", pk, prev, tuple);
+		json_object_set_new(seen, pk, json_string(tuple));
+		free(tuple);
+		free(pk);
+		free(again);
+		free(want);
+	}
+	json_decref(seen);
+}
+END_TEST
+
 /* ===== a migration never moves a stored key ===== */
 
 /* The sql_dir of the stack's config. */
@@ -955,6 +1034,7 @@ pkey_suite(void)
 	tcase_add_test(tc, test_two_tenants_smtp);
 	tcase_add_test(tc, test_two_tenants_lookup);
 	tcase_add_test(tc, test_property);
+	tcase_add_test(tc, test_property_fields);
 	tcase_add_test(tc, test_migration_keeps_keys);
 	suite_add_tcase(s, tc);
 	return s;
