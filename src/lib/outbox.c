@@ -71,8 +71,8 @@ outbox_cancel_window(struct db *db, long long client_id, const char *key, json_t
 	return OUTBOX_OK;
 }
 
-/* Appends the readable form of s (at most max bytes) to out: bytes in
- * [A-Za-z0-9._-] as they are, each run of other bytes as one '_'. */
+/* Writes the readable form of s (at most max bytes) to out: bytes in
+ * [A-Za-z0-9._-] as they are, each run of other bytes as one '_'; its length. */
 static size_t
 pkey_readable(char *out, const char *s, size_t max)
 {
