@@ -571,14 +571,8 @@ disp_kill9(struct disp *d)
 static void
 setup(void)
 {
-	PGconn *c;
-
 	proc_sweep();
-	c = tl_pg_connect();
-	qexec(c, "UPDATE effect_outbox SET state = 'cancelled', lease_owner = NULL,"
-	      "    lease_expires_at = NULL, updated_at = now()"
-	      " WHERE state IN ('pending', 'unknown', 'sending')", (char *)NULL);
-	PQfinish(c);
+	dl_cancel_waiting();
 }
 
 static void
@@ -1638,7 +1632,6 @@ START_TEST(test_approval_expired)
 	char *path, *cb_id;
 
 	mkkey(key, sizeof(key), "expired");
-	pkey(pk, sizeof(pk), key, "decision.callback");
 	snprintf(cb_path, sizeof(cb_path), "/webhook-waiting/%s/expired", g_run);
 	snprintf(n8n_url, sizeof(n8n_url), "%s%s", CALLBACK_ORIGIN, cb_path);
 	snprintf(cb_url, sizeof(cb_url), "http://127.0.0.1:%d%s", g_http_port, cb_path);
@@ -1716,6 +1709,18 @@ START_TEST(test_approval_expired)
 	             " AND idempotency_key = $2 AND effect_type = 'decision.callback'"
 	             " AND target = 'callback'", g_client, key, (char *)NULL);
 	ck_assert_msg(cb_id != NULL, "no decision.callback effect was enqueued");
+	/* its provider key, stored when it was enqueued: this client's own */
+	{
+		char *stored = qstr(c, "SELECT provider_key FROM effect_outbox WHERE id = $1::uuid",
+		                    cb_id, (char *)NULL);
+		char *want = tl_provider_key(g_client, key, "decision.callback", "callback", 0);
+
+		ck_assert_msg(streq(stored, want), "the callback's provider key is %s, expected %s",
+		              stored ? stored : "(none)", want);
+		snprintf(pk, sizeof(pk), "%s", stored);
+		free(stored);
+		free(want);
+	}
 	EXPECT_EFFECT(c, cb_id, "completed", 10);
 	reqs = prov_requests(pk, NULL);
 	ck_assert_int_eq(json_array_size(reqs), 1);

@@ -972,7 +972,13 @@ START_TEST(test_approve_before_act)
 		const char *p[4] = { g.key, g.approval_id, hash, EMAIL_PAYLOAD_CANON };
 		char pk[260];
 
-		snprintf(pk, sizeof(pk), "%s/email.send", g.key);
+		char *cid = value1(c, "SELECT id::text FROM api_clients WHERE name = $1", "dev");
+		char *want = tl_provider_key(cid, g.key, "email.send", "demo_smtp", 0);
+
+		/* the provider key: this client's own, stored when enqueued */
+		snprintf(pk, sizeof(pk), "%s", want);
+		free(want);
+		free(cid);
 		ck_assert_int_eq(tl_pg_count(c,
 		    "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
 		    " AND effect_type = 'email.send' AND target = 'demo_smtp' AND state = 'pending'"
@@ -2144,7 +2150,14 @@ START_TEST(test_auto_path)
 	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1", key), 0);
 	ck_assert_int_eq(outbox_rows(c, key), 1);
 	tl_payload_hash(TAG_PAYLOAD_CANON, hash);
-	snprintf(pk, sizeof(pk), "%s/crm.tag", key);
+	{
+		char *cid = value1(c, "SELECT id::text FROM api_clients WHERE name = $1", "dev");
+		char *want = tl_provider_key(cid, key, "crm.tag", "demo_http", 0);
+
+		snprintf(pk, sizeof(pk), "%s", want);
+		free(want);
+		free(cid);
+	}
 	{
 		const char *p[4] = { key, effect_id, hash, pk };
 

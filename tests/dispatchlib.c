@@ -527,6 +527,20 @@ wait_prov(const char *prefix, const char *kind, size_t want, double secs)
 	}
 }
 
+/* Cancels every effect still waiting (pending, unknown, or leased by a
+ * dispatcher an earlier test left behind), so that the next test's
+ * dispatchers never see another test's or suite's work. */
+void
+dl_cancel_waiting(void)
+{
+	PGconn *c = tl_pg_connect();
+
+	qexec(c, "UPDATE effect_outbox SET state = 'cancelled', lease_owner = NULL,"
+	      "    lease_expires_at = NULL, updated_at = now()"
+	      " WHERE state IN ('pending', 'unknown', 'sending')", (char *)NULL);
+	PQfinish(c);
+}
+
 /* ---- a suite's main --------------------------------------------------------- */
 
 int

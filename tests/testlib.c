@@ -962,6 +962,58 @@ tl_sha256_hex(const char *s, char out[65])
 		snprintf(out + 2 * i, 3, "%02x", md[i]);
 }
 
+/* The readable part of a provider key, written here from the documented
+ * rule, not from outbox.c: [A-Za-z0-9._-] kept, each run of anything else
+ * one '_', at most 48 bytes, "_" when nothing is left. */
+static void
+pkey_readable(const char *s, char out[49])
+{
+	size_t n = 0;
+
+	for (; *s != '\0' && n < 48; s++) {
+		if (isalnum((unsigned char)*s) && (unsigned char)*s < 0x80)
+			out[n++] = *s;
+		else if (strchr("._-", *s) != NULL)
+			out[n++] = *s;
+		else if (n == 0 || out[n - 1] != '_' || strchr("._-", s[-1]) != NULL ||
+		         isalnum((unsigned char)s[-1]))
+			out[n++] = '_';
+	}
+	if (n == 0)
+		out[n++] = '_';
+	out[n] = '\0';
+}
+
+char *
+tl_provider_key(const char *client_id, const char *key, const char *type, const char *target,
+                int slot)
+{
+	char slots[16], hex[65], rk[49], rt[49], *tuple = NULL, *out = NULL;
+
+	snprintf(slots, sizeof(slots), "%d", slot);
+	ck_assert_int_ge(asprintf(&tuple, "oncegate provider key 1\n%zu:%s,%zu:%s,%zu:%s,%zu:%s,"
+	                          "%zu:%s,", strlen(client_id), client_id, strlen(key), key,
+	                          strlen(type), type, strlen(target), target, strlen(slots),
+	                          slots), 0);
+	tl_sha256_hex(tuple, hex);
+	free(tuple);
+	pkey_readable(key, rk);
+	pkey_readable(type, rt);
+	ck_assert_int_ge(asprintf(&out, "og1/c%s/%s/%s/%s/%s", client_id, rk, rt, slots, hex), 0);
+	return out;
+}
+
+bool
+tl_header_safe(const char *s)
+{
+	size_t i;
+
+	for (i = 0; s[i] != '\0'; i++)
+		if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f)
+			return false;
+	return i > 0;
+}
+
 void
 tl_random_token(char out[44])
 {

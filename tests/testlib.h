@@ -159,6 +159,15 @@ char *tl_form(const char *name, ...) __attribute__((sentinel));
 /* Lowercase hex SHA-256 of a NUL-terminated string. */
 void tl_sha256_hex(const char *s, char out[65]);
 
+/* The provider idempotency key the outbox stores for a new effect of
+ * (API client id, run key, effect type, target, slot), computed here from
+ * the documented format (malloc'd): og1/c<client>/<key>/<type>/<slot>/<hex>. */
+char *tl_provider_key(const char *client_id, const char *key, const char *type,
+                      const char *target, int slot);
+/* Printable ASCII without spaces, non-empty: safe as an HTTP header value
+ * and inside a Message-ID. */
+bool tl_header_safe(const char *s);
+
 /* 32 random bytes as unpadded base64url: the shape of an approval token
  * that no approval has. */
 void tl_random_token(char out[44]);

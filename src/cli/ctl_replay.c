@@ -967,7 +967,7 @@ ctl_explain(struct ctl *ctl, int argc, char **argv)
 		       json_string_value(json_object_get(v, "reason")) ?: "");
 	printf("\nEffects\n  %-36s %-18s %-12s %-10s %-5s %s\n", "ID", "TYPE", "TARGET", "STATE",
 	       "SENDS", "PROVIDER ID");
-	json_array_foreach(json_object_get(doc, "effects"), i, v)
+	json_array_foreach(json_object_get(doc, "effects"), i, v) {
 		printf("  %-36s %-18s %-12s %-10s %-5lld %s\n",
 		       json_string_value(json_object_get(v, "effect_id")) ?: "",
 		       json_string_value(json_object_get(v, "type")) ?: "",
@@ -975,6 +975,9 @@ ctl_explain(struct ctl *ctl, int argc, char **argv)
 		       json_string_value(json_object_get(v, "state")) ?: "",
 		       (long long)json_integer_value(json_object_get(v, "sends")),
 		       json_string_value(json_object_get(v, "provider_id")) ?: "-");
+		printf("  %-36s provider key %s\n", "",
+		       json_string_value(json_object_get(v, "provider_key")) ?: "-");
+	}
 	printf("\nTimeline\n");
 	json_array_foreach(json_object_get(doc, "timeline"), i, v)
 		printf("  %-24s %-9s %-26s %-22s %s\n",

@@ -38,7 +38,7 @@ static const struct db_stmt st_run = {
 
 static const struct db_stmt st_effects = {
 	"audit_effects",
-	"SELECT e.id, e.effect_type, e.target, e.state, e.attempt, e.provider_id,"
+	"SELECT e.id, e.effect_type, e.target, e.state, e.attempt, e.provider_id, e.provider_key,"
 	"       og_ts(e.completed_at) AS completed_at, e.approval_id, e.payload_hash,"
 	"       e.payload IS NOT NULL AS payload_kept, e.error_class,"
 	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
@@ -389,6 +389,7 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 		put(e, "target", res, i, "target");
 		put(e, "state", res, i, "state");
 		put(e, "provider_id", res, i, "provider_id");
+		put(e, "provider_key", res, i, "provider_key");
 		put(e, "completed_at", res, i, "completed_at");
 		put(e, "approval_id", res, i, "approval_id");
 		put(e, "payload_hash", res, i, "payload_hash");

@@ -1,10 +1,15 @@
 /*
  * outbox.c — enqueue effects and show them; sending is the dispatcher's.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* asprintf */
+#endif
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "digest.h"
 #include "outbox.h"
 
 static const struct db_stmt st_enqueue = {
@@ -12,15 +17,15 @@ static const struct db_stmt st_enqueue = {
 	"WITH ins AS ("
 	"  INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target,"
 	"      payload, payload_hash, provider_key, not_before, next_attempt_at,"
-	"      approval_id)"
+	"      approval_id, slot)"
 	"  VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7,"
 	"      now() + make_interval(secs => $8::int),"
-	"      now() + make_interval(secs => $8::int), $9::uuid)"
+	"      now() + make_interval(secs => $8::int), $9::uuid, $10::int)"
 	"  RETURNING id, not_before"
 	")"
 	"SELECT id, og_ts(not_before) AS not_before,"
 	"       pg_notify('oncegate_outbox', id::text) FROM ins",
-	9, false,
+	10, false,
 };
 
 static const struct db_stmt st_list = {
@@ -30,7 +35,7 @@ static const struct db_stmt st_list = {
 	"       og_ts(not_before) AS not_before,"
 	"       og_ts(next_attempt_at) AS next_attempt_at,"
 	"       og_ts(created_at) AS created_at, og_ts(updated_at) AS updated_at,"
-	"       approval_id"
+	"       approval_id, slot"
 	"  FROM effect_outbox WHERE client_id = $1 AND idempotency_key = $2"
 	" ORDER BY created_at, id",
 	2, true,
@@ -66,15 +71,58 @@ outbox_cancel_window(struct db *db, long long client_id, const char *key, json_t
 	return OUTBOX_OK;
 }
 
-char *
-outbox_provider_key(const char *key, const char *type)
+/* Writes the readable form of s (at most max bytes) to out: bytes in
+ * [A-Za-z0-9._-] as they are, each run of other bytes as one '_'; its length. */
+static size_t
+pkey_readable(char *out, const char *s, size_t max)
 {
-	size_t n = strlen(key) + strlen(type) + 2;
-	char *s = malloc(n);
+	size_t n = 0;
+	bool gap = false;
 
-	if (s != NULL)
-		snprintf(s, n, "%s/%s", key, type);
-	return s;
+	for (; *s != '\0' && n < max; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+		    (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-') {
+			out[n++] = (char)ch;
+			gap = false;
+		} else if (!gap) {
+			out[n++] = '_';
+			gap = true;
+		}
+	}
+	if (n == 0)
+		out[n++] = '_';
+	return n;
+}
+
+char *
+outbox_provider_key(long long client_id, const char *key, const char *type,
+                    const char *target, int slot)
+{
+	char client[24], slots[16], hex[DIGEST_HEX_LEN];
+	char rk[OUTBOX_PKEY_READABLE_MAX], rt[OUTBOX_PKEY_READABLE_MAX];
+	char *tuple = NULL, *out;
+	size_t nk, nt;
+	int n;
+
+	snprintf(client, sizeof(client), "%lld", client_id);
+	snprintf(slots, sizeof(slots), "%d", slot);
+	/* length-prefixed fields: no two tuples share an encoding */
+	n = asprintf(&tuple, "oncegate provider key 1\n%zu:%s,%zu:%s,%zu:%s,%zu:%s,%zu:%s,",
+	             strlen(client), client, strlen(key), key, strlen(type), type,
+	             strlen(target), target, strlen(slots), slots);
+	if (n < 0)
+		return NULL;
+	digest_sha256_hex(tuple, (size_t)n, hex);
+	free(tuple);
+	nk = pkey_readable(rk, key, sizeof(rk));
+	nt = pkey_readable(rt, type, sizeof(rt));
+	/* 5 + 20 + 1 + 48 + 1 + 48 + 1 + 11 + 1 + 64 = 200 bytes at most */
+	if (asprintf(&out, "og1/c%s/%.*s/%.*s/%s/%s", client, (int)nk, rk, (int)nt, rt, slots,
+	             hex) < 0)
+		return NULL;
+	return out;
 }
 
 int
@@ -82,11 +130,13 @@ outbox_enqueue_call(struct outbox_enqueue_call *o, const struct outbox_effect *e
                     struct db_call *call)
 {
 	memset(o, 0, sizeof(*o));
-	o->provider_key = outbox_provider_key(e->key, e->type);
+	o->provider_key =
+		outbox_provider_key(e->client_id, e->key, e->type, e->target, e->slot);
 	if (o->provider_key == NULL)
 		return -1;
 	snprintf(o->client, sizeof(o->client), "%lld", e->client_id);
 	snprintf(o->delay, sizeof(o->delay), "%d", e->delay_seconds);
+	snprintf(o->slot, sizeof(o->slot), "%d", e->slot);
 	o->params[0] = o->client;
 	o->params[1] = e->key;
 	o->params[2] = e->type;
@@ -96,6 +146,7 @@ outbox_enqueue_call(struct outbox_enqueue_call *o, const struct outbox_effect *e
 	o->params[6] = o->provider_key;
 	o->params[7] = o->delay;
 	o->params[8] = e->approval_id;
+	o->params[9] = o->slot;
 	call->stmt = &st_enqueue;
 	call->params = o->params;
 	return 0;
@@ -171,6 +222,9 @@ outbox_list(struct db *db, const struct config *cfg, long long client_id, const 
 		set_opt(e, "type", res, i, "effect_type");
 		set_opt(e, "target", res, i, "target");
 		set_opt(e, "provider_id", res, i, "provider_id");
+		/* the key the provider sees, stored when the effect was enqueued */
+		set_opt(e, "provider_key", res, i, "provider_key");
+		json_object_set_new(e, "slot", json_integer(db_get_ll(res, i, "slot")));
 		set_opt(e, "not_before", res, i, "not_before");
 		set_opt(e, "approval_id", res, i, "approval_id");
 		set_opt(e, "created_at", res, i, "created_at");

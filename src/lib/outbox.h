@@ -24,7 +24,7 @@ enum effect_state {
 
 enum outbox_rc {
 	OUTBOX_OK = 0,
-	OUTBOX_EXISTS,       /* this (run, type, target) is already enqueued */
+	OUTBOX_EXISTS,       /* this (run, type, target, slot) is already enqueued */
 	OUTBOX_UNAVAILABLE,
 	OUTBOX_ERROR,
 };
@@ -41,6 +41,7 @@ struct outbox_effect {
 	const char *payload_hash;
 	int delay_seconds;            /* not_before = now() + delay (act-with-window) */
 	const char *approval_id;      /* NULL for auto-approved effects */
+	int slot;                     /* tells apart effects of one kind in one run; 0 today */
 };
 
 /* outbox_enqueue as a db_call, for a pipelined transaction; release the
@@ -48,8 +49,9 @@ struct outbox_effect {
 struct outbox_enqueue_call {
 	char client[24];
 	char delay[16];
+	char slot[16];
 	char *provider_key;
-	const char *params[9];
+	const char *params[10];
 };
 int outbox_enqueue_call(struct outbox_enqueue_call *o, const struct outbox_effect *e,
                         struct db_call *call) __attribute__((warn_unused_result));
@@ -74,7 +76,26 @@ enum outbox_rc outbox_list(struct db *db, const struct config *cfg, long long cl
  * the cancelled effect ids (empty: nothing could be cancelled). */
 enum outbox_rc outbox_cancel_window(struct db *db, long long client_id, const char *key,
                                     json_t **ids) __attribute__((warn_unused_result));
-/* The provider idempotency key of an effect: "<run key>/<type>" (SPEC 6). */
-char *outbox_provider_key(const char *key, const char *type);
+/* The provider idempotency key of an effect, computed once when its row is
+ * inserted and stored there; every attempt, the SMTP Message-ID and the
+ * reconciliation look-ups use the stored value, never a recomputed one.
+ *
+ *   og1/c<client id>/<run key, readable>/<type, readable>/<slot>/<sha256 hex>
+ *
+ * The hash covers the whole tuple (client id, run key, type, target, slot),
+ * each field length-prefixed, so two effects share a key only if they share
+ * all five: two API clients that use the same run key never meet at a
+ * provider. The readable parts are for people searching a provider's
+ * dashboard: the bytes of the run key and the type in [A-Za-z0-9._-], each
+ * run of other bytes (spaces, slashes, non-ASCII) shown as one '_', cut at
+ * OUTBOX_PKEY_READABLE_MAX bytes. The result is ASCII without spaces or
+ * controls — safe as an HTTP header value, in a Message-ID, and in a URL once
+ * percent-encoded — and at most OUTBOX_PKEY_MAX bytes for any run key.
+ * Keys stored by earlier versions ("<run key>/<type>") stay as they were.
+ * NULL when out of memory. */
+#define OUTBOX_PKEY_MAX          255
+#define OUTBOX_PKEY_READABLE_MAX 48
+char *outbox_provider_key(long long client_id, const char *key, const char *type,
+                          const char *target, int slot);
 
 #endif

@@ -56,7 +56,7 @@
 static const struct db_stmt st_dl_list = {
 	"repair_dl_list",
 	"SELECT d.id, d.effect_id, c.name AS client, d.idempotency_key, e.effect_type,"
-	"       e.target, d.error_class, d.reason, og_ts(d.created_at) AS created_at,"
+	"       e.target, e.provider_key, d.error_class, d.reason, og_ts(d.created_at) AS created_at,"
 	"       floor(extract(epoch FROM now() - d.created_at))::bigint AS age_seconds,"
 	"       e.state AS effect_state, d.resolution, d.resolved_by,"
 	"       og_ts(d.resolved_at) AS resolved_at, d.replay_count,"
@@ -631,7 +631,7 @@ repair_dl_list(struct db *db, const struct repair_dl_filter *f, json_t **out)
 	for (i = 0; i < PQntuples(res); i++) {
 		static const char *const text_cols[] = {
 			"id", "effect_id", "client", "idempotency_key", "effect_type", "target",
-			"error_class", "reason", "created_at", "effect_state", "resolution",
+			"provider_key", "error_class", "reason", "created_at", "effect_state", "resolution",
 			"resolved_by", "resolved_at", "retention_until",
 		};
 		json_t *o = json_object();

@@ -105,8 +105,10 @@ appr=$(q "SELECT state || ' ' || approver_subject || ' ' || decision FROM approv
 [[ $appr == "decided $APPROVER approve" ]] || fail "the approval is \"$appr\""
 n=$(q "SELECT count(*) FROM effect_outbox WHERE idempotency_key = :'key'")
 [[ $n == 1 ]] || fail "$n outbox rows for the run, expected exactly 1"
+# the provider key: this client's own, og1/c<client id>/<key>/<type>/<slot>/<sha256 hex>
 row=$(q "SELECT effect_type || ' ' || target || ' ' || (approval_id = :'approval'::uuid)::text
-	|| ' ' || provider_key FROM effect_outbox WHERE idempotency_key = :'key'")
-[[ $row == "email.send demo_smtp true $KEY/email.send" ]] || fail "the outbox row is \"$row\""
+	|| ' ' || (provider_key ~ ('^og1/c' || client_id || '/[A-Za-z0-9._-]+/email\.send/0/[0-9a-f]{64}$'))::text
+	FROM effect_outbox WHERE idempotency_key = :'key'")
+[[ $row == "email.send demo_smtp true true" ]] || fail "the outbox row is \"$row\""
 
 say "ok: approved in Chromium by $APPROVER; one outbox row ($row); screenshot $ARTIFACTS/approval.png"

@@ -401,13 +401,17 @@ expect "run $K" "$(run_state "$K")" "approved -"
 sleep 3 # six dispatcher polls
 expect "crm.tag effect while the switch is off" \
 	"$(q "$K" "SELECT effect_type || ':' || state FROM effect_outbox WHERE idempotency_key = :'key'")" "crm.tag:pending"
-expect "provider requests for $K/crm.tag while off" "$(provider_requests "$K/crm.tag")" 0
+# the provider key stored with the effect: this client's own (og1/c<client id>/...)
+PK=$(q "$K" "SELECT provider_key FROM effect_outbox WHERE idempotency_key = :'key'
+	AND effect_type = 'crm.tag' AND provider_key ~ ('^og1/c' || client_id || '/')")
+[[ -n $PK ]] || fail "the crm.tag effect of $K has no per-client provider key"
+expect "provider requests for $PK while off" "$(provider_requests "$PK")" 0
 ctl kill-switch on --operator n8n-test --reason "tests/n8n: back on" >/dev/null
-committed() { [[ $(provider_committed "$K/crm.tag") -ge 1 ]]; }
+committed() { [[ $(provider_committed "$PK") -ge 1 ]]; }
 until_true 30 "the provider committed the tag once the switch is on" committed
 until_true 30 "run $K completed" state_is "$K" "completed -"
-expect "provider effects committed for $K/crm.tag" "$(provider_committed "$K/crm.tag")" 1
-expect "provider requests for $K/crm.tag" "$(provider_requests "$K/crm.tag")" 1
+expect "provider effects committed for $PK" "$(provider_committed "$PK")" 1
+expect "provider requests for $PK" "$(provider_requests "$PK")" 1
 E_S=$(($(date +%s) - t))
 
 # --- done -----------------------------------------------------------------------------------

@@ -223,6 +223,9 @@ curl -fsS "http://127.0.0.1:$HTTP_PORT/_requests" >"$DIR/requests.json"
 import json, re, sys
 d, run, slack, native = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "yes"
 prefix = run + ":"
+# provider keys: "og1/c<client>/<run key, readable>/..." (the readable
+# form keeps [A-Za-z0-9._-] and shows every other run of bytes as one "_")
+ours = re.compile(r"og1/c[0-9]+/" + re.escape(re.sub(r"[^A-Za-z0-9._-]+", "_", prefix)))
 load = json.load(open(d + "/load.json"))
 
 def vg(name):
@@ -242,7 +245,7 @@ def vg(name):
 http = {}
 for r in json.load(open(d + "/requests.json")):
     k = r.get("idempotency_key") or ""
-    if r.get("kind") == "effect" and k.startswith(prefix):
+    if r.get("kind") == "effect" and (k.startswith(prefix) or ours.match(k)):
         http[k] = http.get(k, 0) + 1
 smtp = {}
 for line in open(d + "/smtp.jsonl"):
