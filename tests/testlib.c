@@ -1256,3 +1256,15 @@ tl_contains_ci(const char *hay, const char *needle)
 {
 	return hay != NULL && needle != NULL && strcasestr(hay, needle) != NULL;
 }
+
+void
+tl_keep_sample_draw(const char *key, const char *draw)
+{
+	PGconn *c = tl_pg_connect();
+	const char *p[2] = { key, draw };
+
+	ck_assert_msg(tl_pg_exec(c, "UPDATE workflow_runs SET sample_draw = $2::float8"
+	                         " WHERE idempotency_key = $1 AND state = 'processing'", 2, p) == 1,
+	              "keeping sample draw %s on run %s", draw, key);
+	PQfinish(c);
+}

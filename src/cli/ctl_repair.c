@@ -63,6 +63,10 @@ refusal_code(enum repair_rc rc)
 		return "ambiguous_key";
 	case REPAIR_BAD_INPUT:
 		return "usage";
+	case REPAIR_REPLAYED:
+		return "replayed";
+	case REPAIR_WINDOW_CLOSED:
+		return "window_closed";
 	case REPAIR_UNAVAILABLE:
 		return "database_unavailable";
 	default:
@@ -1394,8 +1398,9 @@ static const char approval_usage[] =
 	"       oncegatectl [--json] approval list [--pending] [--limit N]\n"
 	"  revoke: one approver's pending link stops working (its page answers 410); the "
 	"run's other\n"
-	"  links stay. With none left the run waits in awaiting_human: `oncegatectl reject "
-	"KEY` ends it.\n"
+	"  links stay. Revoking the last one ends the run as an expired approval does:\n"
+	"  failed_terminal, error_class approval_revoked, and a waiting workflow is told "
+	"`expired`.\n"
 	"  list: the pending challenges, longest waiting first.\n";
 
 static int
@@ -1470,14 +1475,32 @@ approval_revoke(struct ctl *ctl, int argc, char **argv)
 	if (rc != REPAIR_OK)
 		return refused(ctl, &a, rc, &out);
 	log_change(ctl, "approval.revoked", &a, &out, NULL, NULL);
+	if (out.run_to[0]) {
+		struct log_fields f = { .client = out.client, .key = out.key, .actor = a.op,
+			                .reason = a.reason, .state_from = out.run_from,
+			                .state_to = out.run_to, .version = out.run_version,
+			                .decision = "expired", .error_class = "approval_revoked" };
+
+		ctl_log(ctl, LOG_LEVEL_NOTICE, "run.approval_revoked", &f);
+	}
+	if (out.callback_id[0]) {
+		struct log_fields f = { .client = out.client, .key = out.key,
+			                .effect_id = out.callback_id, .target = "callback",
+			                .decision = "expired", .actor = a.op };
+
+		ctl_log(ctl, LOG_LEVEL_INFO, "effect.enqueued", &f);
+	}
 	report(ctl, "revoked", &a, &out);
 	if (out.count > 0)
 		fprintf(stderr, "oncegatectl: approval %s revoked; %d other link%s of the run still "
 		        "pending\n", out.approval_id, out.count, out.count == 1 ? "" : "s");
+	else if (out.run_to[0])
+		fprintf(stderr, "oncegatectl: approval %s revoked; it was the last link of run %s: "
+		        "the run is failed_terminal (approval_revoked)%s\n", out.approval_id,
+		        out.key, out.callback_id[0] ? "; the workflow is told `expired`" : "");
 	else
 		fprintf(stderr, "oncegatectl: approval %s revoked; no link of run %s is pending any "
-		        "more: it stays awaiting_human until `oncegatectl reject %s --reason ...` "
-		        "ends it\n", out.approval_id, out.key, out.key);
+		        "more\n", out.approval_id, out.key);
 	return EXIT_SUCCESS;
 }
 
@@ -1494,4 +1517,45 @@ ctl_approval(struct ctl *ctl, int argc, char **argv)
 	}
 	fputs(approval_usage, stderr);
 	return EXIT_USAGE;
+}
+
+/* --- cancel ---------------------------------------------------------------------- */
+
+static const char cancel_usage[] =
+	"usage: oncegatectl cancel EFFECT --reason TEXT [--operator NAME] [--json]\n"
+	"  Cancels an act_with_window effect that still waits for its not_before: it is never "
+	"sent,\n"
+	"  and its run becomes failed_terminal (error_class cancelled), as when the owning "
+	"client\n"
+	"  cancels with POST /v1/runs/{key}/cancel. After the window, or once the effect is "
+	"being sent\n"
+	"  or was sent, it is refused (exit 1) and nothing changes.\n";
+
+int
+ctl_cancel(struct ctl *ctl, int argc, char **argv)
+{
+	struct act a = { "cancel", NULL, NULL };
+	struct effect_args e;
+	struct repair_out out;
+	struct repair_who who;
+	enum repair_rc rc;
+	int ex;
+
+	memset(&out, 0, sizeof(out));
+	ex = effect_args(ctl, argc, argv, &a, &e);
+	ex = effect_cmd_ready(ctl, &a, &e, ex,
+	                      e.delivered != -1 || e.provider_id != NULL || e.client != NULL ||
+	                          e.expect != NULL,
+	                      cancel_usage, "name one EFFECT", &who);
+	if (ex >= 0)
+		return ex;
+	rc = repair_cancel_window(ctl->db, e.target, &who, &out);
+	if (rc != REPAIR_OK)
+		return refused(ctl, &a, rc, &out);
+	log_change(ctl, "effect.cancelled", &a, &out, NULL, "operator: cancelled in its window");
+	log_run(ctl, "run.cancelled", &a, &out);
+	report(ctl, "cancelled", &a, &out);
+	fprintf(stderr, "oncegatectl: effect %s cancelled before its window ended (%s); run %s "
+	        "failed_terminal (cancelled)\n", out.effect_id, out.not_before, out.key);
+	return EXIT_SUCCESS;
 }

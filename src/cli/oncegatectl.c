@@ -261,6 +261,8 @@ static const struct command commands[] = {
 	  "terminal: cancel the effect (or the run's unsent ones), fail the run", ctl_reject },
 	{ "approval", "revoke ID --reason TEXT | list [--pending]",
 	  "revoke one approver's link; list the challenges waiting", ctl_approval },
+	{ "cancel", "EFFECT --reason TEXT",
+	  "cancel an act_with_window effect before its not_before; the run fails", ctl_cancel },
 };
 
 static void
