@@ -418,8 +418,11 @@ deadletter_show(struct ctl *ctl, const char *id)
 		printf("owner            %s\n", jstr(doc, "owner"));
 		printf("next action      %s\n", jstr(doc, "next_action"));
 		printf("retention until  %s\n", jstr(doc, "retention_until"));
-		printf("replay count     %lld\n",
-		       (long long)json_integer_value(json_object_get(doc, "replay_count")));
+		printf("replay count     %lld%s%s\n",
+		       (long long)json_integer_value(json_object_get(doc, "replay_count")),
+		       json_is_string(json_object_get(doc, "replayed_as")) ? ", replayed as " : "",
+		       json_is_string(json_object_get(doc, "replayed_as")) ? jstr(doc, "replayed_as")
+		                                                           : "");
 		printf("resolution       %s", jstr(doc, "resolution"));
 		if (json_is_string(json_object_get(doc, "resolved_by")))
 			printf(" (by %s at %s)", jstr(doc, "resolved_by"), jstr(doc, "resolved_at"));

@@ -113,6 +113,7 @@ static const struct db_stmt st_dl_show = {
 	"     ELSE d.next_action END,"
 	"  'next_action_when_written', d.next_action,"
 	"  'retention_until', og_ts(d.retention_until), 'replay_count', d.replay_count,"
+	"  'replayed_as', d.replayed_as,"
 	"  'resolution', d.resolution, 'resolved_at', og_ts(d.resolved_at),"
 	"  'resolved_by', d.resolved_by,"
 	"  'evidence', d.evidence,"
