@@ -736,6 +736,10 @@ START_TEST(test_revoke_last_link_ends_run)
 	              "no run.approval_revoked line");
 	ck_assert_ptr_nonnull(tl_log_find_event(lines, "effect.enqueued"));
 	json_decref(lines);
+	/* explain says why nobody decided */
+	ck_assert_int_eq(ctl(&out, "explain", key, (char *)NULL), 0);
+	ck_assert_msg(has(out, "every approval link was revoked"), "explain: %s", out);
+	free(out);
 	json_decref(approvals);
 	PQfinish(pc);
 }

@@ -319,6 +319,9 @@ answer_approved(const PGresult *run, const json_t *approvals)
 	if (strcmp(d, "reject") == 0)
 		return sentence("rejected", "nobody: %s rejected it at %s", by ? by : "?",
 		                at ? at : "?");
+	if (strcmp(d, "expired") == 0 && db_get(run, 0, "error_class") != NULL &&
+	    strcmp(db_get(run, 0, "error_class"), "approval_revoked") == 0)
+		return sentence(d, "nobody: every approval link was revoked before anyone decided");
 	return sentence(d, "nobody: the approval %s", d);
 }
 
