@@ -655,6 +655,20 @@ effect_cmd_ready(struct ctl *ctl, struct act *a, const struct effect_args *e, in
 	return -1;
 }
 
+/* effect_args and effect_cmd_ready for a command that takes one target
+ * and no option but --reason, --operator and --json. */
+static int
+plain_cmd_ready(struct ctl *ctl, int argc, char **argv, struct act *a, struct effect_args *e,
+                const char *usage, const char *what, struct repair_who *who)
+{
+	int parsed = effect_args(ctl, argc, argv, a, e);
+
+	return effect_cmd_ready(ctl, a, e, parsed,
+	                        e->delivered != -1 || e->provider_id != NULL ||
+	                            e->client != NULL || e->expect != NULL,
+	                        usage, what, who);
+}
+
 static const char reconcile_usage[] =
 	"usage: oncegatectl reconcile EFFECT (--delivered --provider-id ID | --not-delivered) "
 	"--reason TEXT [--expect STATE] [--operator NAME] [--json]\n"
@@ -1467,11 +1481,7 @@ approval_revoke(struct ctl *ctl, int argc, char **argv)
 	int ex;
 
 	memset(&out, 0, sizeof(out));
-	ex = effect_args(ctl, argc, argv, &a, &e);
-	ex = effect_cmd_ready(ctl, &a, &e, ex,
-	                      e.delivered != -1 || e.provider_id != NULL || e.client != NULL ||
-	                          e.expect != NULL,
-	                      approval_usage, "name one approval ID", &who);
+	ex = plain_cmd_ready(ctl, argc, argv, &a, &e, approval_usage, "name one approval ID", &who);
 	if (ex >= 0)
 		return ex;
 	rc = repair_approval_revoke(ctl->db, e.target, &who, &out);
@@ -1545,11 +1555,7 @@ ctl_cancel(struct ctl *ctl, int argc, char **argv)
 	int ex;
 
 	memset(&out, 0, sizeof(out));
-	ex = effect_args(ctl, argc, argv, &a, &e);
-	ex = effect_cmd_ready(ctl, &a, &e, ex,
-	                      e.delivered != -1 || e.provider_id != NULL || e.client != NULL ||
-	                          e.expect != NULL,
-	                      cancel_usage, "name one EFFECT", &who);
+	ex = plain_cmd_ready(ctl, argc, argv, &a, &e, cancel_usage, "name one EFFECT", &who);
 	if (ex >= 0)
 		return ex;
 	rc = repair_cancel_window(ctl->db, e.target, &who, &out);

@@ -392,11 +392,9 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		if (!req->force || req->job_id > 0) {
 			snprintf(out->message, sizeof(out->message),
 			         "a business effect of the original may have happened (%s): a replay "
-			         "could do it a second time; %s", p->sent,
-			         req->job_id > 0 ? "a bulk job never forces, replay this key alone "
-			                           "with --force if you must"
-			                         : "if it must be done again, say so with --force "
-			                           "and --reason");
+			         "could do it a second time; if it must be done again, replay this key "
+			         "alone with --force and say why in --reason (a bulk job never forces)",
+			         p->sent);
 			rrc = REPLAY_NEEDS_FORCE;
 			goto out;
 		}
