@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -925,7 +926,7 @@ START_TEST(test_defaults)
 	ck_assert_str_eq(contract_approver(c, 0), "group:x");
 	ck_assert_ptr_null(contract_approver(c, 1));
 	ck_assert(!contract_auto_eligible(c, NULL, NULL));
-	ck_assert(!contract_sampled(c, "k"));
+	ck_assert(!contract_sampled(c, 0.0));
 	contract_set_free(set);
 }
 END_TEST
@@ -1108,15 +1109,17 @@ START_TEST(test_crm_tag_rules)
 }
 END_TEST
 
+/* The share of n fresh CSPRNG draws the contract samples. */
 static double
 sampled_share(const struct contract *c, size_t n)
 {
-	char key[64];
 	size_t i, hits = 0;
+	double d;
 
 	for (i = 0; i < n; i++) {
-		snprintf(key, sizeof(key), "run-%zu", i);
-		hits += contract_sampled(c, key);
+		ck_assert_int_eq(contract_sample_draw(&d), 0);
+		ck_assert_msg(d >= 0 && d < 1, "draw %f outside [0,1)", d);
+		hits += contract_sampled(c, d);
 	}
 	return (double)hits / (double)n;
 }
@@ -1138,15 +1141,19 @@ START_TEST(test_sampling)
 
 	set = load_rules(rule, ",\"sample_rate\":1", &c);
 	ck_assert(sampled_share(c, 10000) == 1.0);
-	ck_assert(contract_sampled(c, ""));
+	ck_assert(contract_sampled(c, 0.9999999999));
 	contract_set_free(set);
 
 	set = load_rules(rule, ",\"sample_rate\":0.5", &c);
 	share = sampled_share(c, 10000);
 	ck_assert_msg(share >= 0.47 && share <= 0.53, "share %f", share);
-	/* deterministic: the same key always gets the same answer */
-	ck_assert(contract_sampled(c, "k-1") == contract_sampled(c, "k-1"));
-	ck_assert(contract_sampled(c, NULL)); /* no key: a person decides */
+	/* the verdict is the draw against the rate, and nothing else */
+	ck_assert(contract_sampled(c, 0.4999));
+	ck_assert(!contract_sampled(c, 0.5));
+	/* no valid draw: a person decides */
+	ck_assert(contract_sampled(c, -1));
+	ck_assert(contract_sampled(c, 1.0));
+	ck_assert(contract_sampled(c, NAN));
 	contract_set_free(set);
 
 	set = load_rules(rule, ",\"sample_rate\":0.1", &c);
@@ -1304,7 +1311,6 @@ static void *
 worker_run(void *arg)
 {
 	struct worker *w = arg;
-	char key[32];
 	json_t *e;
 	int i;
 
@@ -1316,8 +1322,7 @@ worker_run(void *arg)
 		w->failures += e == NULL || json_array_size(e) != 2;
 		json_decref(e);
 		w->failures += !contract_auto_eligible(w->c, w->tag, w->eff);
-		snprintf(key, sizeof(key), "k%d", i);
-		(void)contract_sampled(w->c, key);
+		(void)contract_sampled(w->c, (double)i / 1e6);
 	}
 	return NULL;
 }
@@ -1447,7 +1452,7 @@ START_TEST(test_mutations)
 			ck_assert_ptr_nonnull(errors);
 			json_decref(errors);
 			(void)contract_auto_eligible(c, o, e);
-			(void)contract_sampled(c, "k");
+			(void)contract_sampled(c, 0.5);
 		}
 		contract_set_free(set);
 	}

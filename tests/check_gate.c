@@ -36,14 +36,12 @@
 #include <libxml/HTMLparser.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
-#include <openssl/sha.h>
 
 #include "testlib.h"
 
 /* What the test stack and the shipped contracts set. */
 #define TOKEN_LEN          43        /* base64url of 32 bytes */
 #define EXPIRES_S          86400     /* support_reply, crm_tag: gate.expires_seconds */
-#define CRM_SAMPLE_RATE    0.1       /* crm_tag: gate.sample_rate */
 #define CALLBACK_ORIGIN    "http://127.0.0.1:5678"
 #define RACERS             50
 #define RATE_LIMIT_RETRIES 8         /* nginx limit_req on approval POSTs: 429 → wait */
@@ -94,23 +92,6 @@ is_token_shape(const char *s)
 		if (!isalnum((unsigned char)s[i]) && s[i] != '-' && s[i] != '_')
 			return false;
 	return true;
-}
-
-/* crm_tag's sample: the contract sends a share sample_rate of eligible runs
- * to a person, chosen deterministically by the SHA-256 of the run key (the
- * first 8 bytes, big-endian, top 53 bits as a fraction). Used to pick keys
- * whose outcome is known in advance. */
-static bool
-key_sampled(const char *key, double rate)
-{
-	unsigned char md[SHA256_DIGEST_LENGTH];
-	uint64_t x = 0;
-	int i;
-
-	SHA256((const unsigned char *)key, strlen(key), md);
-	for (i = 0; i < 8; i++)
-		x = x << 8 | md[i];
-	return (double)(x >> 11) / 9007199254740992.0 < rate;
 }
 
 /* ---- the API: claim and output ------------------------------------------ */
@@ -2101,18 +2082,14 @@ END_TEST
 
 /* ===== 7. the auto path (approve_by_exception) =============================== */
 
-/* A key for test `test` whose sample draw is (or is not) under rate. */
+/* A key for test `test`, claimed, whose sample draw is kept under (or
+ * over) the rate. */
 static void
-pick_key(char *buf, size_t n, const char *test, double rate, bool sampled)
+pick_key(char *buf, size_t n, const char *test, bool sampled, struct claimed *cl)
 {
-	int i;
-
-	for (i = 0; i < 10000; i++) {
-		snprintf(buf, n, "%s-%s-%d", g_run, test, i);
-		if (key_sampled(buf, rate) == sampled)
-			return;
-	}
-	ck_abort_msg("no key with sampled=%d found", sampled);
+	snprintf(buf, n, "%s-%s", g_run, test);
+	claim_run(buf, cl);
+	tl_keep_sample_draw(buf, sampled ? "0.01" : "0.99");
 }
 
 START_TEST(test_auto_path)
@@ -2127,16 +2104,15 @@ START_TEST(test_auto_path)
 	long off;
 	long long v;
 
-	pick_key(key, sizeof(key), "auto", CRM_SAMPLE_RATE, false);
-	claim_run(key, &cl);
+	pick_key(key, sizeof(key), "auto", false, &cl);
 	off = tl_log_offset();
 	s.output = tag_output("lead", 0.95);
 	s.effect = tag_effect();
 	post_output(key, cl.owner, cl.version, &s, &r);
 	ck_assert_msg(r.status == 202 && tl_jstr(r.json, "outcome") &&
 	              strcmp(tl_jstr(r.json, "outcome"), "approved") == 0,
-	              "an eligible crm_tag output on an unsampled key (sample_rate 0.1 by SHA-256 of "
-	              "the key) must be approved automatically: HTTP %ld %s", r.status, r.body);
+	              "an eligible crm_tag output whose run drew outside the sample (rate 0.1) "
+	              "must be approved automatically: HTTP %ld %s", r.status, r.body);
 	effect_id = tl_jstr(r.json, "effect_id");
 	ck_assert_msg(effect_id != NULL && strlen(effect_id) == 36, "effect_id: %s", r.body);
 	ck_assert_msg(json_object_get(r.json, "approvals") == NULL, "no approvals: %s", r.body);
@@ -2218,8 +2194,7 @@ START_TEST(test_auto_path)
 		struct submission t = { .contract = "crm_tag" };
 		struct gated g;
 
-		pick_key(key, sizeof(key), "sampled", CRM_SAMPLE_RATE, true);
-		claim_run(key, &cl);
+		pick_key(key, sizeof(key), "sampled", true, &cl);
 		t.output = tag_output("customer", 0.99);
 		t.effect = tag_effect();
 		post_output(key, cl.owner, cl.version, &t, &r);

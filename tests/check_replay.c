@@ -34,13 +34,11 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <libpq-fe.h>
-#include <openssl/sha.h>
 
 #include "testlib.h"
 
 #define APPROVER        "sam@example.com"    /* in groups support and sales */
 #define OPERATOR        "check_replay"
-#define CRM_SAMPLE_RATE 0.1                  /* crm_tag: gate.sample_rate */
 #define BULK_N          50
 #define BULK_RATE       "5/s"
 #define START_WAIT_S    15
@@ -83,34 +81,6 @@ write_file(const char *path, const char *text)
 	ck_assert_msg(f != NULL, "cannot write %s: %s", path, strerror(errno));
 	fputs(text, f);
 	ck_assert_int_eq(fclose(f), 0);
-}
-
-/* crm_tag's sample is chosen by the SHA-256 of the run key (check_gate). */
-static bool
-key_sampled(const char *key, double rate)
-{
-	unsigned char md[SHA256_DIGEST_LENGTH];
-	uint64_t x = 0;
-	int i;
-
-	SHA256((const unsigned char *)key, strlen(key), md);
-	for (i = 0; i < 8; i++)
-		x = x << 8 | md[i];
-	return (double)(x >> 11) / 9007199254740992.0 < rate;
-}
-
-/* A crm_tag key the contract does not sample: its confident output is
- * approved by the rules alone. */
-static void
-mkkey_auto(char *buf, size_t n, const char *test)
-{
-	int i;
-
-	for (i = 0;; i++) {
-		snprintf(buf, n, "%s-%s-%d", g_run, test, i);
-		if (!key_sampled(buf, CRM_SAMPLE_RATE))
-			return;
-	}
 }
 
 /* ---- the API ---------------------------------------------------------------- */
@@ -166,7 +136,7 @@ std_model(void)
 	                 "qwen2.5-7b-instruct", "revision", "2024-09-19");
 }
 
-/* claim + a valid output; crm: crm_tag (confident: auto unless sampled),
+/* claim + a valid output; crm: crm_tag (confident, drawn outside the sample: auto),
  * else support_reply (a person decides). Returns the answer. */
 static void
 make_output(const char *key, bool crm, struct tl_resp *r)
@@ -176,6 +146,8 @@ make_output(const char *key, bool crm, struct tl_resp *r)
 	json_t *body;
 
 	claim(key, TICKET_PAYLOAD, &c);
+	if (crm)
+		tl_keep_sample_draw(key, "0.99"); /* outside crm_tag's sample: the rules decide */
 	if (crm)
 		body = json_pack("{s:s, s:I, s:s, s:{s:s, s:f, s:s}, s:o,"
 		                 " s:{s:s, s:s, s:{s:s, s:s}}, s:s}",
@@ -554,7 +526,7 @@ START_TEST(test_replay_through_approval_and_outbox)
 
 	if (tl_env("ONCEGATE_DISPATCH") == NULL || tl_env("ONCEGATE_PROVIDERS") == NULL)
 		return;
-	mkkey_auto(key, sizeof(key), "orig");
+	mkkey(key, sizeof(key), "orig");
 	mkkey(nkey, sizeof(nkey), "orig-fixed");
 	/* only this test's work may be sent by its dispatcher */
 	tl_pg_exec(c, "UPDATE effect_outbox SET state = 'cancelled' WHERE state = 'pending'"
@@ -574,8 +546,15 @@ START_TEST(test_replay_through_approval_and_outbox)
 	free(st);
 	before = tl_run_snapshot(c, key);
 
+	/* its crm.tag was sent: a replay could tag a second time, so only
+	 * with --force */
+	ck_assert_int_eq(tl_ctl(&out, "replay", key, "--new-key", nkey, "--reason",
+	                        "the tag went to the wrong contact", "--operator", OPERATOR,
+	                        (char *)NULL), 1);
+	free(out);
 	doc = ctl_json(0, &out, "replay", key, "--new-key", nkey, "--reason",
-	               "the tag went to the wrong contact", "--operator", OPERATOR, (char *)NULL);
+	               "the tag went to the wrong contact", "--operator", OPERATOR, "--force",
+	               (char *)NULL);
 	ck_assert_msg(doc != NULL, "no JSON from replay: %s", out);
 	ck_assert_str_eq(tl_jstr(doc, "state"), "awaiting_human");
 	a = json_array_get(json_object_get(doc, "approvals"), 0);
@@ -824,7 +803,7 @@ START_TEST(test_explain_scenarios)
 
 	mkkey(k1, sizeof(k1), "ex-approve");
 	mkkey(k2, sizeof(k2), "ex-reject");
-	mkkey_auto(k3, sizeof(k3), "ex-auto");
+	mkkey(k3, sizeof(k3), "ex-auto");
 	make_awaiting(k1, tok, sizeof(tok));
 	doc = ctl_json(0, NULL, "explain", k1, (char *)NULL);
 	ck_assert_str_eq(answer(doc, "approved"), "pending");

@@ -1327,3 +1327,15 @@ tl_csrf_for(const char *approval_id, const char *subject)
 	ck_assert_msg(tok[0] != '\0', "no CSRF value for approval %s", approval_id);
 	return strdup(tok);
 }
+
+void
+tl_keep_sample_draw(const char *key, const char *draw)
+{
+	PGconn *c = tl_pg_connect();
+	const char *p[2] = { key, draw };
+
+	ck_assert_msg(tl_pg_exec(c, "UPDATE workflow_runs SET sample_draw = $2::float8"
+	                         " WHERE idempotency_key = $1 AND state = 'processing'", 2, p) == 1,
+	              "keeping sample draw %s on run %s", draw, key);
+	PQfinish(c);
+}

@@ -90,6 +90,13 @@ double tl_pg_double(PGconn *c, const char *sql, int nparams,
 /* The whole workflow_runs row of (client name, key) as JSON text, or NULL. */
 char *tl_run_row(PGconn *c, const char *client, const char *key);
 
+/* The gate's sample is a CSPRNG draw kept on the run (sql/010): a test that
+ * needs a known outcome keeps a draw (e.g. "0.99": outside any sample below
+ * 1) on the claimed, still processing run before its output — the way a
+ * resubmitted output meets the draw of its first try. Fails the test
+ * unless exactly one run with that key took it. */
+void tl_keep_sample_draw(const char *key, const char *draw);
+
 /* ---- the decision log -------------------------------------------------- */
 
 /* Current size of $ONCEGATE_LOG: where "lines written from now on" start. */

@@ -63,6 +63,10 @@ refusal_code(enum repair_rc rc)
 		return "ambiguous_key";
 	case REPAIR_BAD_INPUT:
 		return "usage";
+	case REPAIR_REPLAYED:
+		return "replayed";
+	case REPAIR_WINDOW_CLOSED:
+		return "window_closed";
 	case REPAIR_UNAVAILABLE:
 		return "database_unavailable";
 	default:
@@ -414,8 +418,11 @@ deadletter_show(struct ctl *ctl, const char *id)
 		printf("owner            %s\n", jstr(doc, "owner"));
 		printf("next action      %s\n", jstr(doc, "next_action"));
 		printf("retention until  %s\n", jstr(doc, "retention_until"));
-		printf("replay count     %lld\n",
-		       (long long)json_integer_value(json_object_get(doc, "replay_count")));
+		printf("replay count     %lld%s%s\n",
+		       (long long)json_integer_value(json_object_get(doc, "replay_count")),
+		       json_is_string(json_object_get(doc, "replayed_as")) ? ", replayed as " : "",
+		       json_is_string(json_object_get(doc, "replayed_as")) ? jstr(doc, "replayed_as")
+		                                                           : "");
 		printf("resolution       %s", jstr(doc, "resolution"));
 		if (json_is_string(json_object_get(doc, "resolved_by")))
 			printf(" (by %s at %s)", jstr(doc, "resolved_by"), jstr(doc, "resolved_at"));
@@ -646,6 +653,20 @@ effect_cmd_ready(struct ctl *ctl, struct act *a, const struct effect_args *e, in
 	who->operator_name = a->op;
 	who->reason = a->reason;
 	return -1;
+}
+
+/* effect_args and effect_cmd_ready for a command that takes one target
+ * and no option but --reason, --operator and --json. */
+static int
+plain_cmd_ready(struct ctl *ctl, int argc, char **argv, struct act *a, struct effect_args *e,
+                const char *usage, const char *what, struct repair_who *who)
+{
+	int parsed = effect_args(ctl, argc, argv, a, e);
+
+	return effect_cmd_ready(ctl, a, e, parsed,
+	                        e->delivered != -1 || e->provider_id != NULL ||
+	                            e->client != NULL || e->expect != NULL,
+	                        usage, what, who);
 }
 
 static const char reconcile_usage[] =
@@ -1394,8 +1415,9 @@ static const char approval_usage[] =
 	"       oncegatectl [--json] approval list [--pending] [--limit N]\n"
 	"  revoke: one approver's pending link stops working (its page answers 410); the "
 	"run's other\n"
-	"  links stay. With none left the run waits in awaiting_human: `oncegatectl reject "
-	"KEY` ends it.\n"
+	"  links stay. Revoking the last one ends the run as an expired approval does:\n"
+	"  failed_terminal, error_class approval_revoked, and a waiting workflow is told "
+	"`expired`.\n"
 	"  list: the pending challenges, longest waiting first.\n";
 
 static int
@@ -1459,25 +1481,39 @@ approval_revoke(struct ctl *ctl, int argc, char **argv)
 	int ex;
 
 	memset(&out, 0, sizeof(out));
-	ex = effect_args(ctl, argc, argv, &a, &e);
-	ex = effect_cmd_ready(ctl, &a, &e, ex,
-	                      e.delivered != -1 || e.provider_id != NULL || e.client != NULL ||
-	                          e.expect != NULL,
-	                      approval_usage, "name one approval ID", &who);
+	ex = plain_cmd_ready(ctl, argc, argv, &a, &e, approval_usage, "name one approval ID", &who);
 	if (ex >= 0)
 		return ex;
 	rc = repair_approval_revoke(ctl->db, e.target, &who, &out);
 	if (rc != REPAIR_OK)
 		return refused(ctl, &a, rc, &out);
 	log_change(ctl, "approval.revoked", &a, &out, NULL, NULL);
+	if (out.run_to[0]) {
+		struct log_fields f = { .client = out.client, .key = out.key, .actor = a.op,
+			                .reason = a.reason, .state_from = out.run_from,
+			                .state_to = out.run_to, .version = out.run_version,
+			                .decision = "expired", .error_class = "approval_revoked" };
+
+		ctl_log(ctl, LOG_LEVEL_NOTICE, "run.approval_revoked", &f);
+	}
+	if (out.callback_id[0]) {
+		struct log_fields f = { .client = out.client, .key = out.key,
+			                .effect_id = out.callback_id, .target = "callback",
+			                .decision = "expired", .actor = a.op };
+
+		ctl_log(ctl, LOG_LEVEL_INFO, "effect.enqueued", &f);
+	}
 	report(ctl, "revoked", &a, &out);
 	if (out.count > 0)
 		fprintf(stderr, "oncegatectl: approval %s revoked; %d other link%s of the run still "
 		        "pending\n", out.approval_id, out.count, out.count == 1 ? "" : "s");
+	else if (out.run_to[0])
+		fprintf(stderr, "oncegatectl: approval %s revoked; it was the last link of run %s: "
+		        "the run is failed_terminal (approval_revoked)%s\n", out.approval_id,
+		        out.key, out.callback_id[0] ? "; the workflow is told `expired`" : "");
 	else
 		fprintf(stderr, "oncegatectl: approval %s revoked; no link of run %s is pending any "
-		        "more: it stays awaiting_human until `oncegatectl reject %s --reason ...` "
-		        "ends it\n", out.approval_id, out.key, out.key);
+		        "more\n", out.approval_id, out.key);
 	return EXIT_SUCCESS;
 }
 
@@ -1494,4 +1530,41 @@ ctl_approval(struct ctl *ctl, int argc, char **argv)
 	}
 	fputs(approval_usage, stderr);
 	return EXIT_USAGE;
+}
+
+/* --- cancel ---------------------------------------------------------------------- */
+
+static const char cancel_usage[] =
+	"usage: oncegatectl cancel EFFECT --reason TEXT [--operator NAME] [--json]\n"
+	"  Cancels an act_with_window effect that still waits for its not_before: it is never "
+	"sent,\n"
+	"  and its run becomes failed_terminal (error_class cancelled), as when the owning "
+	"client\n"
+	"  cancels with POST /v1/runs/{key}/cancel. After the window, or once the effect is "
+	"being sent\n"
+	"  or was sent, it is refused (exit 1) and nothing changes.\n";
+
+int
+ctl_cancel(struct ctl *ctl, int argc, char **argv)
+{
+	struct act a = { "cancel", NULL, NULL };
+	struct effect_args e;
+	struct repair_out out;
+	struct repair_who who;
+	enum repair_rc rc;
+	int ex;
+
+	memset(&out, 0, sizeof(out));
+	ex = plain_cmd_ready(ctl, argc, argv, &a, &e, cancel_usage, "name one EFFECT", &who);
+	if (ex >= 0)
+		return ex;
+	rc = repair_cancel_window(ctl->db, e.target, &who, &out);
+	if (rc != REPAIR_OK)
+		return refused(ctl, &a, rc, &out);
+	log_change(ctl, "effect.cancelled", &a, &out, NULL, "operator: cancelled in its window");
+	log_run(ctl, "run.cancelled", &a, &out);
+	report(ctl, "cancelled", &a, &out);
+	fprintf(stderr, "oncegatectl: effect %s cancelled before its window ended (%s); run %s "
+	        "failed_terminal (cancelled)\n", out.effect_id, out.not_before, out.key);
+	return EXIT_SUCCESS;
 }

@@ -1,6 +1,6 @@
 /*
  * ctl_repair.h — oncegatectl's repair commands (SPEC 7.2, 7.3): dead
- * letters, reconcile, resume, reject, approval revoke and list. The SQL is
+ * letters, reconcile, resume, reject, cancel, approval revoke and list. The SQL is
  * in src/lib/repair.c; these parse, print and log.
  */
 #ifndef OG_CTL_REPAIR_H
@@ -13,5 +13,6 @@ int ctl_reconcile(struct ctl *ctl, int argc, char **argv);
 int ctl_resume(struct ctl *ctl, int argc, char **argv);
 int ctl_reject(struct ctl *ctl, int argc, char **argv);
 int ctl_approval(struct ctl *ctl, int argc, char **argv);
+int ctl_cancel(struct ctl *ctl, int argc, char **argv);
 
 #endif

@@ -95,7 +95,7 @@ refuse(struct ctl *ctl, const char *what, int code, const char *op, const char *
 struct replay_opts {
 	const char *new_key, *reason, *payload_file, *op, *client, *map, *rate_text;
 	long long resume;
-	bool dry_run;
+	bool dry_run, force;
 	double rate;
 	struct contract_set *contracts;
 	char *payload, payload_hash[CANON_HASH_LEN];
@@ -155,11 +155,12 @@ print_links(struct ctl *ctl, const char *new_key, const json_t *approvals, bool 
 static void
 log_replayed(struct ctl *ctl, const struct replay_req *req, const struct replay_result *res)
 {
-	char client[24], detail[600];
+	char client[24], detail[2048];
 	struct log_fields f = { 0 };
 
 	snprintf(client, sizeof(client), "%lld", res->client_id);
-	snprintf(detail, sizeof(detail), "replay of %s; %s", req->key, res->note);
+	snprintf(detail, sizeof(detail), "replay of %s%s%s; %s", req->key,
+	         res->forced_past[0] ? "; forced past " : "", res->forced_past, res->note);
 	f.client = client;
 	f.key = req->new_key;
 	f.actor = req->operator_name;
@@ -189,6 +190,7 @@ replay_one(struct ctl *ctl, struct replay_opts *o, const char *key)
 	req.contracts = o->contracts;
 	req.public_url = ctl->cfg.public_url;
 	req.dry_run = o->dry_run;
+	req.force = o->force;
 	rc = replay_run(ctl->db, &req, &res);
 	if (rc != REPLAY_OK) {
 		ex = refuse(ctl, "replay", exit_of(rc), req.operator_name, key, o->reason, "%s",
@@ -202,6 +204,11 @@ replay_one(struct ctl *ctl, struct replay_opts *o, const char *key)
 		                        "new_key", o->new_key, "dry_run", o->dry_run,
 		                        "state", res.start_state, "payload_hash", res.payload_hash,
 		                        "note", res.note, "approvals", res.approvals);
+
+		if (doc != NULL && res.forced_past[0])
+			json_object_set_new(doc, "forced_past", json_string(res.forced_past));
+		if (doc != NULL)
+			json_object_set_new(doc, "dead_letters_linked", json_integer(res.letters));
 		char *s = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
 
 		printf("%s\n", s != NULL ? s : "{}");
@@ -214,6 +221,12 @@ replay_one(struct ctl *ctl, struct replay_opts *o, const char *key)
 		printf("payload    %s, %s\n", o->payload ? "corrected (--payload)" : "the original's",
 		       res.payload_hash);
 		printf("note       %s\n", res.note);
+		if (res.forced_past[0])
+			printf("forced     past %s: a second business effect is on you\n",
+			       res.forced_past);
+		if (res.letters > 0)
+			printf("letters    %d dead letter(s) of the original now name %s\n", res.letters,
+			       o->new_key);
 		print_links(ctl, o->new_key, res.approvals, false);
 	}
 	fflush(stdout);
@@ -704,10 +717,14 @@ parse_rate(const char *s, double *rate)
 
 #define REPLAY_USAGE                                                                        \
 	"usage: oncegatectl replay KEY --new-key NEWKEY --reason TEXT [--payload FILE]\n"       \
-	"                          [--client NAME] [--operator NAME] [--dry-run]\n"              \
+	"                          [--client NAME] [--operator NAME] [--dry-run] [--force]\n"    \
 	"       oncegatectl replay --map FILE --reason TEXT [--rate N/s] [--client NAME]\n"    \
 	"                          [--operator NAME] [--dry-run]\n"                              \
-	"       oncegatectl replay --resume JOB --reason TEXT [--rate N/s] [--operator NAME]\n"
+	"       oncegatectl replay --resume JOB --reason TEXT [--rate N/s] [--operator NAME]\n"   \
+	"  Refused while an effect of the original is pending. When a business effect of it\n"   \
+	"  was sent, is being sent or unknown, or was resumed, only one KEY with --force\n"      \
+	"  (and --reason): one event, at most one business effect. A replayed run is never\n"  \
+	"  resumed; its open dead letters are answered by the new run.\n"
 
 int
 ctl_replay(struct ctl *ctl, int argc, char **argv)
@@ -722,6 +739,7 @@ ctl_replay(struct ctl *ctl, int argc, char **argv)
 		{ "rate", required_argument, NULL, 'R' },
 		{ "resume", required_argument, NULL, 'J' },
 		{ "dry-run", no_argument, NULL, 'n' },
+		{ "force", no_argument, NULL, 'F' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -743,6 +761,7 @@ ctl_replay(struct ctl *ctl, int argc, char **argv)
 		case 'm': o.map = optarg; break;
 		case 'R': o.rate_text = optarg; break;
 		case 'n': o.dry_run = true; break;
+		case 'F': o.force = true; break;
 		case 'J': {
 			char *end;
 
@@ -774,9 +793,10 @@ ctl_replay(struct ctl *ctl, int argc, char **argv)
 		return refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,
 		              "--new-key NEWKEY is required: a correction is a new event whose key "
 		              "is issued upstream, never invented by oncegate");
-	if (key == NULL && (o.new_key != NULL || o.payload_file != NULL))
+	if (key == NULL && (o.new_key != NULL || o.payload_file != NULL || o.force))
 		return refuse(ctl, "replay", EXIT_USAGE, op, NULL, o.reason,
-		              "--new-key and --payload are for one KEY; a map file names its keys");
+		              "--new-key, --payload and --force are for one KEY; a map file names its "
+		              "keys, and a bulk job never forces");
 	if (key != NULL && (!api_key_valid(key, strlen(key)) ||
 	                    !api_key_valid(o.new_key, strlen(o.new_key))))
 		return refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,

@@ -243,7 +243,8 @@ static const struct command commands[] = {
 	{ "config", "check", "load and print the configuration, secrets masked", cmd_config },
 	{ "kill-switch", "on|off --reason TEXT | status",
 	  "the database half of the kill switch (sends need it ON)", cmd_kill_switch },
-	{ "replay", "KEY --new-key NEWKEY --reason TEXT [--payload FILE] | --map FILE | --resume JOB",
+	{ "replay",
+	  "KEY --new-key NEWKEY --reason TEXT [--payload FILE] [--force] | --map FILE | --resume JOB",
 	  "a correction as a new run linked to the original (SPEC 7.3)", ctl_replay },
 	{ "stop", "JOB --reason TEXT", "stop a bulk replay or resume job before its next item", ctl_stop },
 	{ "explain", "KEY [--client NAME]",
@@ -261,6 +262,8 @@ static const struct command commands[] = {
 	  "terminal: cancel the effect (or the run's unsent ones), fail the run", ctl_reject },
 	{ "approval", "revoke ID --reason TEXT | list [--pending]",
 	  "revoke one approver's link; list the challenges waiting", ctl_approval },
+	{ "cancel", "EFFECT --reason TEXT",
+	  "cancel an act_with_window effect before its not_before; the run fails", ctl_cancel },
 };
 
 static void

@@ -835,6 +835,7 @@ handle_output(struct call *c)
 	const char *name, *etype, *etarget;
 	json_t *output, *effect, *model, *errors = NULL, *answer = NULL, *approvals = NULL;
 	json_t *decisions = NULL, *effect_doc = NULL;
+	char sample_detail[128] = "";
 	bool human, in_tx = false;
 	enum ledger_rc lrc;
 	long long version;
@@ -965,10 +966,34 @@ handle_output(struct call *c)
 	case GATE_ACT_WITH_WINDOW:
 		human = false;
 		break;
-	case GATE_APPROVE_BY_EXCEPTION:
+	case GATE_APPROVE_BY_EXCEPTION: {
+		/* The sample is drawn from the CSPRNG once per run and kept on
+		 * it, never derived from the key: a caller cannot choose runs
+		 * that dodge it, nor roll again by resubmitting. */
+		double fresh, draw = -1;
+
+		if (contract_sample_draw(&fresh) != 0) {
+			call_internal(c, "the CSPRNG failed");
+			goto out;
+		}
+		lrc = ledger_sample_draw(c->ctx->db, c->client.id, c->key, fresh,
+		                         contract_sample_rate(contract), &draw);
+		if (lrc == LEDGER_UNAVAILABLE) {
+			call_unavailable(c, db_error(c->ctx->db));
+			goto out;
+		}
+		/* not processing: the accept below says why; -1 is "sampled" */
 		human = !contract_auto_eligible(contract, output, effect) ||
-		        contract_sampled(contract, c->key);
+		        contract_sampled(contract, draw);
+		if (lrc == LEDGER_OK)
+			snprintf(sample_detail, sizeof(sample_detail),
+			         "sample draw %.6f %s rate %g: %s", draw,
+			         draw < contract_sample_rate(contract) ? "<" : ">=",
+			         contract_sample_rate(contract),
+			         contract_sampled(contract, draw) ? "sampled, a person decides"
+			                                          : "not sampled");
 		break;
+	}
 	default:
 		human = true;
 		break;
@@ -1096,6 +1121,7 @@ handle_output(struct call *c)
 	f.decision = human ? NULL : "auto";
 	f.actor = human ? NULL : "gate:auto";
 	f.model = json_string_value(json_object_get(model, "name"));
+	f.detail = sample_detail[0] != '\0' ? sample_detail : NULL;
 	http_json(c->resp, 202, json_incref(answer));
 	/* three decisions, three lines: the output passed its contract, the
 	 * gate chose a person or the rules, and (rules) the effect is queued */

@@ -26,6 +26,7 @@ static const struct db_stmt st_run = {
 	"       output IS NOT NULL AS output_kept, output_hash, model::text AS model, contract,"
 	"       contract_hash, workflow_version, trigger, correlation_id, decision, decided_by,"
 	"       og_ts(decided_at) AS decided_at, error_class, reason,"
+	"       sample_draw, sample_rate,"
 	"       effect->>'type' AS effect_type, effect->>'target' AS effect_target,"
 	"       (SELECT count(*) FROM run_events v WHERE v.client_id = r.client_id"
 	"           AND v.idempotency_key = r.idempotency_key AND v.event = 'run.claimed') AS claims"
@@ -318,7 +319,37 @@ answer_approved(const PGresult *run, const json_t *approvals)
 	if (strcmp(d, "reject") == 0)
 		return sentence("rejected", "nobody: %s rejected it at %s", by ? by : "?",
 		                at ? at : "?");
+	if (strcmp(d, "expired") == 0 && db_get(run, 0, "error_class") != NULL &&
+	    strcmp(db_get(run, 0, "error_class"), "approval_revoked") == 0)
+		return sentence(d, "nobody: every approval link was revoked before anyone decided");
 	return sentence(d, "nobody: the approval %s", d);
+}
+
+/* The gate's sample draw (approve_by_exception), when the run has one:
+ * the draw, the rate it met, and the verdict, added to the answer. */
+static json_t *
+answer_sample(const PGresult *run, json_t *a)
+{
+	const char *d = db_get(run, 0, "sample_draw"), *r = db_get(run, 0, "sample_rate");
+	const char *text = json_string_value(json_object_get(a, "text"));
+	double draw, rate;
+	char *t = NULL;
+	bool sampled;
+
+	if (d == NULL || r == NULL || text == NULL)
+		return a;
+	draw = strtod(d, NULL);
+	rate = strtod(r, NULL);
+	sampled = rate >= 1 || (rate > 0 && draw < rate);
+	json_object_set_new(a, "sample_draw", json_real(draw));
+	json_object_set_new(a, "sample_rate", json_real(rate));
+	json_object_set_new(a, "sampled", json_boolean(sampled));
+	if (asprintf(&t, "%s; the gate's sample drew %.6f against rate %g: %s", text, draw, rate,
+	             sampled ? "sampled, a person decides" : "not sampled") >= 0) {
+		json_object_set_new(a, "text", json_string(t));
+		free(t);
+	}
+	return a;
 }
 
 static json_t *
@@ -455,7 +486,7 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	put(doc, "client", run, 0, "client");
 	json_object_set_new(doc, "processed", processed);
 	json_object_set_new(doc, "sent", answer_sent(run, effects));
-	json_object_set_new(doc, "approved", answer_approved(run, approvals));
+	json_object_set_new(doc, "approved", answer_sample(run, answer_approved(run, approvals)));
 	json_object_set_new(doc, "model", answer_model(run));
 	json_object_set_new(doc, "effects", effects);
 	json_object_set_new(doc, "approvals", approvals);

@@ -1991,22 +1991,37 @@ contract_auto_eligible(const struct contract *c, const json_t *output, const jso
 	return true;
 }
 
-bool
-contract_sampled(const struct contract *c, const char *run_key)
+int
+contract_sample_draw(double *draw)
 {
-	unsigned char md[DIGEST_SHA256_LEN];
+	unsigned char b[8];
 	uint64_t x = 0;
 	size_t i;
 
+	if (digest_random(b, sizeof(b)) != 0)
+		return -1;
+	for (i = 0; i < sizeof(b); i++)
+		x = x << 8 | b[i];
+	/* 53 bits: exactly representable, so the fraction is < 1. */
+	*draw = (double)(x >> 11) / 9007199254740992.0;
+	return 0;
+}
+
+double
+contract_sample_rate(const struct contract *c)
+{
+	return c->mode == GATE_APPROVE_BY_EXCEPTION ? c->sample_rate : 0;
+}
+
+bool
+contract_sampled(const struct contract *c, double draw)
+{
 	if (c->sample_rate <= 0)
 		return false;
-	if (c->sample_rate >= 1 || run_key == NULL)
+	/* a draw that is not one (NaN, out of range) sends the run to a person */
+	if (c->sample_rate >= 1 || !(draw >= 0 && draw < 1))
 		return true;
-	digest_sha256(run_key, strlen(run_key), md);
-	for (i = 0; i < 8; i++)
-		x = x << 8 | md[i];
-	/* 53 bits: exactly representable, so the fraction is < 1. */
-	return (double)(x >> 11) / 9007199254740992.0 < c->sample_rate;
+	return draw < c->sample_rate;
 }
 
 size_t

@@ -139,11 +139,17 @@ bool contract_effect_allowed(const struct contract *c, const char *type, const c
  * {"output": output, "effect": effect}. Always false for the other modes. */
 bool contract_auto_eligible(const struct contract *c, const json_t *output, const json_t *effect);
 
-/* Deterministic sampling: true when this run must still go to a person
- * although eligible: the first 53 bits of SHA-256(run_key) as a fraction in
- * [0,1) < sample_rate. sample_rate 1.0 → always true; 0 → never. A NULL
- * run_key is sampled (a person decides). */
-bool contract_sampled(const struct contract *c, const char *run_key);
+/* Sampling (approve_by_exception): a share sample_rate of the eligible runs
+ * still goes to a person. Which ones is decided by a draw from the CSPRNG,
+ * made once per run and kept on it (ledger_sample_draw), never by anything
+ * the caller chooses such as the key: nobody can pick runs that dodge the
+ * sample, and a resubmitted output meets the same draw.
+ * contract_sample_draw: a uniform draw in [0,1) from RAND_bytes (53 bits);
+ * -1 when the CSPRNG fails. contract_sampled: draw < sample_rate; rate 0 →
+ * never, rate 1 → always; a draw outside [0,1) → true (a person decides). */
+int contract_sample_draw(double *draw) __attribute__((warn_unused_result));
+double contract_sample_rate(const struct contract *c);
+bool contract_sampled(const struct contract *c, double draw);
 
 /* Output fields the contract marks loggable (JSON Pointers), for the
  * decision log. */

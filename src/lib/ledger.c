@@ -224,10 +224,45 @@ static const struct db_stmt st_cancel = {
 	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
 	"      state_to, version, attempt, actor, reason)"
 	"  SELECT client_id, idempotency_key, 'run.cancelled', 'approved', state,"
-	"         version, attempt, 'client', $3 FROM moved"
+	"         version, attempt, $4, $3 FROM moved"
 	")"
 	"SELECT state, version, attempt FROM moved",
-	3, false,
+	4, false,
+};
+
+/* The draw of the gate's sample, once per run: a draw already kept wins,
+ * so a resubmitted output cannot roll again. $3 the fresh draw, $4 the
+ * contract's rate now. */
+static const struct db_stmt st_sample = {
+	"ledger_sample",
+	"UPDATE workflow_runs"
+	"   SET sample_draw = coalesce(sample_draw, $3::float8), sample_rate = $4::float8"
+	" WHERE client_id = $1 AND idempotency_key = $2 AND state = 'processing'"
+	" RETURNING sample_draw",
+	4, false,
+};
+
+/* A run nobody can decide any more (every challenge revoked): ended like
+ * an expired approval, under its own error class. */
+static const struct db_stmt st_end_undecided = {
+	"ledger_end_undecided",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs r"
+	"     SET state = 'failed_terminal', error_class = $3, reason = $4,"
+	"         decision = 'expired', decided_at = now(), version = version + 1,"
+	"         updated_at = now()"
+	"   WHERE r.client_id = $1 AND r.idempotency_key = $2 AND r.state = 'awaiting_human'"
+	"     AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.client_id = r.client_id"
+	"          AND a.idempotency_key = r.idempotency_key AND a.state IN ('pending', 'decided'))"
+	"  RETURNING client_id, idempotency_key, state, version, attempt, callback_url"
+	"), ev AS ("
+	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
+	"      state_to, version, attempt, actor, reason)"
+	"  SELECT client_id, idempotency_key, 'run.' || $3, 'awaiting_human', state,"
+	"         version, attempt, $5, $4 FROM moved"
+	")"
+	"SELECT state, version, attempt, callback_url FROM moved",
+	5, false,
 };
 
 const char *
@@ -733,8 +768,15 @@ enum ledger_rc
 ledger_cancel(struct db *db, long long client_id, const char *key, const char *reason,
               struct ledger_run *run)
 {
+	return ledger_cancel_by(db, client_id, key, reason, "client", run);
+}
+
+enum ledger_rc
+ledger_cancel_by(struct db *db, long long client_id, const char *key, const char *reason,
+                 const char *actor, struct ledger_run *run)
+{
 	char client[24];
-	const char *params[3] = { client, key, reason };
+	const char *params[4] = { client, key, reason, actor };
 	PGresult *res;
 	enum db_rc rc;
 	int n;
@@ -745,6 +787,56 @@ ledger_cancel(struct db *db, long long client_id, const char *key, const char *r
 	n = PQntuples(res);
 	if (n == 1)
 		ledger_moved(run, res, RUN_APPROVED, RUN_FAILED_TERMINAL);
+	PQclear(res);
+	return n == 1 ? LEDGER_OK : LEDGER_LEASE_LOST;
+}
+
+enum ledger_rc
+ledger_sample_draw(struct db *db, long long client_id, const char *key, double fresh,
+                   double rate, double *draw)
+{
+	char client[24], f[32], r[32];
+	const char *params[4] = { client, key, f, r };
+	PGresult *res;
+	enum db_rc rc;
+	int n;
+
+	snprintf(client, sizeof(client), "%lld", client_id);
+	snprintf(f, sizeof(f), "%.17g", fresh);
+	snprintf(r, sizeof(r), "%.17g", rate);
+	if ((rc = db_exec(db, &st_sample, params, &res)) != DB_OK)
+		return ledger_rc_of(rc);
+	n = PQntuples(res);
+	if (n == 1)
+		*draw = strtod(db_get(res, 0, "sample_draw"), NULL);
+	PQclear(res);
+	return n == 1 ? LEDGER_OK : LEDGER_LEASE_LOST;
+}
+
+enum ledger_rc
+ledger_end_undecided(struct db *db, long long client_id, const char *key,
+                     const char *error_class, const char *reason, const char *actor,
+                     struct ledger_run *run, char **callback_url)
+{
+	char client[24];
+	const char *params[5] = { client, key, error_class, reason, actor };
+	PGresult *res;
+	enum db_rc rc;
+	int n;
+
+	*callback_url = NULL;
+	snprintf(client, sizeof(client), "%lld", client_id);
+	if ((rc = db_exec(db, &st_end_undecided, params, &res)) != DB_OK)
+		return ledger_rc_of(rc);
+	n = PQntuples(res);
+	if (n == 1) {
+		ledger_moved(run, res, RUN_AWAITING_HUMAN, RUN_FAILED_TERMINAL);
+		if (db_get(res, 0, "callback_url") != NULL &&
+		    (*callback_url = strdup(db_get(res, 0, "callback_url"))) == NULL) {
+			PQclear(res);
+			return LEDGER_ERROR;
+		}
+	}
 	PQclear(res);
 	return n == 1 ? LEDGER_OK : LEDGER_LEASE_LOST;
 }

@@ -153,6 +153,31 @@ enum ledger_rc ledger_decide(struct db *db, long long client_id, const char *key
 enum ledger_rc ledger_cancel(struct db *db, long long client_id, const char *key,
                              const char *reason, struct ledger_run *run)
 	__attribute__((warn_unused_result));
+/* The same, cancelled by someone other than the client: actor is who
+ * (e.g. "operator:NAME"), in the run's timeline. */
+enum ledger_rc ledger_cancel_by(struct db *db, long long client_id, const char *key,
+                                const char *reason, const char *actor, struct ledger_run *run)
+	__attribute__((warn_unused_result));
+
+/* The gate's sample draw of a run still processing: the draw kept on the
+ * run if it has one, else fresh (kept from now on), in *draw; rate, the
+ * contract's sample_rate it is compared with, is recorded beside it.
+ * LEDGER_LEASE_LOST when the run is not processing. Its own statement,
+ * outside the output's transaction: a rolled-back output keeps the draw. */
+enum ledger_rc ledger_sample_draw(struct db *db, long long client_id, const char *key,
+                                  double fresh, double rate, double *draw)
+	__attribute__((warn_unused_result));
+
+/* awaiting_human → failed_terminal (decision "expired", error_class as
+ * given, event "run.<error_class>") when no challenge of the run is
+ * pending or decided any more, e.g. the last one was revoked.
+ * *callback_url (malloc'd, or NULL) is the workflow to tell.
+ * LEDGER_LEASE_LOST when the run was not ended (still decidable, or no
+ * longer awaiting a person). Inside the caller's transaction. */
+enum ledger_rc ledger_end_undecided(struct db *db, long long client_id, const char *key,
+                                    const char *error_class, const char *reason,
+                                    const char *actor, struct ledger_run *run,
+                                    char **callback_url) __attribute__((warn_unused_result));
 
 /* The run as the status API shows it, with its timeline when asked (the
  * approval pages do without it); *out is a new reference. */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "canon.h"
+#include "ledger.h"
 #include "outbox.h"
 #include "repair.h"
 
@@ -50,6 +51,15 @@
 #define REPAIR_DL_OPEN(d, e)                                                               \
 	"(" e ".state IN ('failed', 'unknown') AND coalesce(" d ".resolution, '')"           \
 	" IN ('', 'not_delivered', 'resumed'))"
+
+/*
+ * A run that was replayed has handed its event to the new run: its own
+ * effects are never resumed, whatever their state, or the event could have
+ * two business effects. The newest replay's key, or NULL.
+ */
+#define REPAIR_REPLAYED_AS(r)                                                              \
+	"(SELECT x.replay_key FROM run_replays x WHERE x.client_id = " r ".client_id"        \
+	"    AND x.original_key = " r ".idempotency_key ORDER BY x.id DESC LIMIT 1)"
 
 /* --- statements ------------------------------------------------------------ */
 
@@ -103,6 +113,7 @@ static const struct db_stmt st_dl_show = {
 	"     ELSE d.next_action END,"
 	"  'next_action_when_written', d.next_action,"
 	"  'retention_until', og_ts(d.retention_until), 'replay_count', d.replay_count,"
+	"  'replayed_as', d.replayed_as,"
 	"  'resolution', d.resolution, 'resolved_at', og_ts(d.resolved_at),"
 	"  'resolved_by', d.resolved_by,"
 	"  'evidence', d.evidence,"
@@ -156,7 +167,8 @@ static const struct db_stmt st_dl_target = {
 static const struct db_stmt st_effect_find = {
 	"repair_effect_find",
 	"SELECT e.id, e.client_id, c.name AS client_name, e.idempotency_key, e.state,"
-	"       e.effect_type, e.target, e.provider_key, d.id AS dead_letter_id"
+	"       e.effect_type, e.target, e.provider_key, d.id AS dead_letter_id,"
+	"       og_ts(e.not_before) AS not_before"
 	"  FROM effect_outbox e"
 	"  LEFT JOIN dead_letters d ON d.effect_id = e.id"
 	"  LEFT JOIN api_clients c ON c.id = e.client_id"
@@ -165,11 +177,24 @@ static const struct db_stmt st_effect_find = {
 	1, false,
 };
 
+/* The run, locked: every operator path (resume, replay, reject, cancel)
+ * decides under this lock, so two operators racing are serialised. What
+ * the first one did is read by the second in statements after this one
+ * (a statement that waited for a lock still sees its own older snapshot
+ * in everything but the locked row). */
 static const struct db_stmt st_lock_run = {
 	"repair_lock_run",
 	"SELECT state, version, callback_url, lease_expires_at < now() AS lease_over"
 	"  FROM workflow_runs WHERE client_id = $1::bigint AND idempotency_key = $2"
 	"   FOR UPDATE",
+	2, false,
+};
+
+/* After st_lock_run: the newest replay of the run, or NULL. */
+static const struct db_stmt st_run_replayed = {
+	"repair_run_replayed",
+	"SELECT " REPAIR_REPLAYED_AS("r") " AS replayed_as"
+	"  FROM workflow_runs r WHERE r.client_id = $1::bigint AND r.idempotency_key = $2",
 	2, false,
 };
 
@@ -294,6 +319,24 @@ static const struct db_stmt st_resolve = {
 	3, false,
 };
 
+/* A replay of the run $1/$2 as $3: every letter of its effects counts it
+ * and names the new run; an open one is answered by it (resolution
+ * 'replayed'), so it is not resumed as well. */
+static const struct db_stmt st_letters_replayed = {
+	"repair_letters_replayed",
+	"UPDATE dead_letters d SET replay_count = d.replay_count + 1, replayed_as = $3,"
+	"       resolution = CASE WHEN " REPAIR_DL_OPEN("d", "e") " THEN 'replayed'"
+	"                         ELSE d.resolution END,"
+	"       resolved_at = CASE WHEN " REPAIR_DL_OPEN("d", "e") " THEN now()"
+	"                          ELSE d.resolved_at END,"
+	"       resolved_by = CASE WHEN " REPAIR_DL_OPEN("d", "e") " THEN $4"
+	"                          ELSE d.resolved_by END"
+	"  FROM effect_outbox e"
+	" WHERE e.id = d.effect_id AND d.client_id = $1::bigint AND d.idempotency_key = $2"
+	" RETURNING d.id",
+	4, false,
+};
+
 static const struct db_stmt st_runs_by_key = {
 	"repair_runs_by_key",
 	"SELECT r.client_id, c.name AS client_name FROM workflow_runs r"
@@ -370,6 +413,7 @@ static const struct db_stmt st_bulk_check = {
 	"repair_bulk_check",
 	"SELECT s.seq, e.id AS effect_id, c.name AS client_name, e.idempotency_key,"
 	"       e.target, e.effect_type, e.state, e.provider_key, r.state AS run_state,"
+	"       " REPAIR_REPLAYED_AS("r") " AS replayed_as,"
 	"       coalesce(" REPAIR_KNOWN_UNDELIVERED("e") ", false) AS undelivered"
 	"  FROM unnest($1::uuid[]) WITH ORDINALITY AS s(id, seq)"
 	"  LEFT JOIN effect_outbox e ON e.id = coalesce("
@@ -470,6 +514,7 @@ effect_read(struct repair_out *out, const PGresult *res)
 	copy(out->type, sizeof(out->type), db_get(res, 0, "effect_type"));
 	copy(out->provider_key, sizeof(out->provider_key), db_get(res, 0, "provider_key"));
 	copy(out->dead_letter_id, sizeof(out->dead_letter_id), db_get(res, 0, "dead_letter_id"));
+	copy(out->not_before, sizeof(out->not_before), db_get(res, 0, "not_before"));
 }
 
 /* One operator_actions row, inside the caller's transaction. */
@@ -794,7 +839,7 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 {
 	PGresult *run = NULL, *res = NULL;
 	enum repair_rc rc;
-	char ids[REPAIR_ID_LEN + 2];
+	char ids[REPAIR_ID_LEN + 2], replayed_as[REPAIR_KEY_MAX];
 	json_t *details = NULL;
 	bool callback;
 
@@ -802,6 +847,17 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 	if ((rc = effect_begin(db, effect, expect, out, &run)) != REPAIR_OK)
 		return rc;
 	PQclear(run);
+	run = NULL;
+	{
+		const char *p[2] = { out->client, out->key };
+
+		if ((rc = rc_of(db_exec(db, &st_run_replayed, p, &run))) != REPAIR_OK)
+			goto out;
+		copy(replayed_as, sizeof(replayed_as),
+		     PQntuples(run) == 1 ? db_get(run, 0, "replayed_as") : NULL);
+		PQclear(run);
+		run = NULL;
+	}
 	callback = strcmp(out->type, "decision.callback") == 0;
 	if (strcmp(out->from, "failed") != 0) {
 		snprintf(out->why, sizeof(out->why), "not known undelivered: the effect is %s%s",
@@ -813,6 +869,14 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 		                 : strcmp(out->from, "cancelled") == 0 ? " (it was rejected)"
 		                                                        : " (nothing to resume)");
 		rc = strcmp(out->from, "unknown") == 0 ? REPAIR_NOT_UNDELIVERED : REPAIR_WRONG_STATE;
+		goto out;
+	}
+	/* One event, at most one business effect: the replay carries it now. */
+	if (replayed_as[0] != '\0') {
+		snprintf(out->why, sizeof(out->why), "the run was replayed as \"%.120s\": the "
+		         "event is that run's now, and an effect of the original is never sent again "
+		         "(reject it to close it)", replayed_as);
+		rc = REPAIR_REPLAYED;
 		goto out;
 	}
 	/* A business effect is resumed only while its run is approved; the
@@ -926,6 +990,7 @@ repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 		struct repair_bulk_item *it = &items[i];
 		const char *eid = db_get(res, i, "effect_id");
 		const char *run = db_get(res, i, "run_state");
+		const char *replayed_as = db_get(res, i, "replayed_as");
 		bool callback;
 
 		it->ok = false;
@@ -950,6 +1015,9 @@ repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 			         : strcmp(it->state, "completed") == 0 ? " (it was delivered)"
 			         : strcmp(it->state, "cancelled") == 0 ? " (it was rejected)"
 			                                                : " (nothing to resume)");
+		else if (replayed_as != NULL)
+			snprintf(it->why, sizeof(it->why), "the run was replayed as \"%.200s\": never "
+			         "resumed", replayed_as);
 		else if (!callback && (run == NULL || strcmp(run, "approved") != 0))
 			snprintf(it->why, sizeof(it->why), "the run is %s, not approved",
 			         run != NULL ? run : "?");
@@ -1136,11 +1204,11 @@ out:
 	return finish(db, rc);
 }
 
-/* The workflow waiting on a decision hears `rejected` (SPEC 5), in the
- * caller's transaction. */
+/* The workflow waiting on a decision hears it (`rejected`, or `expired`
+ * when nobody is left to decide), in the caller's transaction. */
 static enum repair_rc
 enqueue_callback(struct db *db, const struct repair_who *who, const char *url,
-                 struct repair_out *out)
+                 const char *decision, struct repair_out *out)
 {
 	char subject[256], hash[CANON_HASH_LEN], nb[OUTBOX_TS_LEN];
 	struct outbox_effect e = { 0 };
@@ -1150,7 +1218,7 @@ enqueue_callback(struct db *db, const struct repair_who *who, const char *url,
 	enum outbox_rc orc;
 
 	snprintf(subject, sizeof(subject), "operator:%s", who->operator_name);
-	cb = json_pack("{s:s, s:s, s:s, s:s}", "url", url, "key", out->key, "decision", "rejected",
+	cb = json_pack("{s:s, s:s, s:s, s:s}", "url", url, "key", out->key, "decision", decision,
 	               "decided_by", subject);
 	text = cb != NULL ? json_dumps(cb, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 	json_decref(cb);
@@ -1294,7 +1362,7 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 	}
 	if ((rc = resolve_letters(db, ids, "rejected", who->operator_name)) != REPAIR_OK)
 		goto out;
-	if (url != NULL && (rc = enqueue_callback(db, who, url, out)) != REPAIR_OK)
+	if (url != NULL && (rc = enqueue_callback(db, who, url, "rejected", out)) != REPAIR_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:O, s:O, s:s*}", "run_from", out->run_from, "run_to",
 	                    "failed_terminal", "cancelled_effects", cancelled,
@@ -1311,6 +1379,37 @@ out:
 	PQclear(run);
 	PQclear(eff);
 	return finish(db, rc);
+}
+
+/* The last open challenge of a run was revoked: nobody can decide it any
+ * more, so it ends as an expired approval does (failed_terminal, decision
+ * expired, error_class approval_revoked) and a waiting workflow hears
+ * `expired`. A run with a decided challenge, or no longer awaiting a
+ * person, is left alone. In the revoke's transaction. */
+static enum repair_rc
+end_revoked(struct db *db, const struct repair_who *who, struct repair_out *out)
+{
+	struct ledger_run run = { 0 };
+	char actor[256], *url = NULL;
+	enum ledger_rc lrc;
+	enum repair_rc rc = REPAIR_OK;
+
+	snprintf(actor, sizeof(actor), "operator:%s", who->operator_name);
+	lrc = ledger_end_undecided(db, atoll(out->client), out->key, "approval_revoked",
+	                           "every approval link was revoked before anyone decided", actor,
+	                           &run, &url);
+	if (lrc == LEDGER_OK) {
+		copy(out->run_from, sizeof(out->run_from), "awaiting_human");
+		copy(out->run_to, sizeof(out->run_to), "failed_terminal");
+		out->run_version = run.version;
+		if (url != NULL)
+			rc = enqueue_callback(db, who, url, "expired", out);
+	} else if (lrc != LEDGER_LEASE_LOST) {
+		rc = lrc == LEDGER_UNAVAILABLE ? REPAIR_UNAVAILABLE : REPAIR_ERROR;
+	}
+	free(url);
+	ledger_run_clear(&run);
+	return rc;
 }
 
 enum repair_rc
@@ -1360,12 +1459,103 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 	}
 	copy(out->to, sizeof(out->to), "revoked");
 	out->count = (int)db_get_ll(res, 0, "left_pending");
-	details = json_pack("{s:s, s:s, s:i}", "state_from", "pending", "state_to", "revoked",
-	                    "still_pending", out->count);
+	if (out->count == 0 && (rc = end_revoked(db, who, out)) != REPAIR_OK)
+		goto out;
+	details = json_pack("{s:s, s:s, s:i, s:s*, s:s*}", "state_from", "pending", "state_to",
+	                    "revoked", "still_pending", out->count, "run_to",
+	                    out->run_to[0] ? out->run_to : NULL, "callback_effect",
+	                    out->callback_id[0] ? out->callback_id : NULL);
 	rc = details != NULL ? record_action(db, who, "approval_revoke", out, details)
 	                     : REPAIR_ERROR;
 out:
 	json_decref(details);
 	PQclear(res);
 	return finish(db, rc);
+}
+
+/* --- cancel inside the window ------------------------------------------------- */
+
+enum repair_rc
+repair_cancel_window(struct db *db, const char *effect, const struct repair_who *who,
+                     struct repair_out *out)
+{
+	struct ledger_run run = { 0 };
+	PGresult *locked = NULL;
+	json_t *ids = NULL, *details = NULL, *v;
+	enum repair_rc rc;
+	enum ledger_rc lrc;
+	char actor[256];
+	bool named = false;
+	size_t i;
+
+	memset(out, 0, sizeof(*out));
+	if ((rc = effect_begin(db, effect, NULL, out, &locked)) != REPAIR_OK)
+		return rc;
+	PQclear(locked);
+	if (strcmp(out->from, "pending") != 0) {
+		snprintf(out->why, sizeof(out->why), "the effect is %s: only an effect still waiting "
+		         "inside its cancellation window is cancelled%s", out->from,
+		         strcmp(out->from, "sending") == 0 || strcmp(out->from, "completed") == 0 ||
+		                 strcmp(out->from, "unknown") == 0
+		             ? " (it went out, or is going out)"
+		             : "");
+		rc = REPAIR_WRONG_STATE;
+		goto out;
+	}
+	/* the owning client's cancel, the same statements */
+	if (outbox_cancel_window(db, atoll(out->client), out->key, &ids) != OUTBOX_OK) {
+		rc = REPAIR_UNAVAILABLE;
+		goto out;
+	}
+	json_array_foreach(ids, i, v)
+		named = named || strcmp(json_string_value(v), out->effect_id) == 0;
+	if (!named) {
+		snprintf(out->why, sizeof(out->why), "the effect's cancellation window is over "
+		         "(not_before %s): it is due to be sent, or was never delayed; "
+		         "`oncegatectl reject EFFECT` stops an effect that waits outside a window",
+		         out->not_before[0] ? out->not_before : "?");
+		rc = REPAIR_WINDOW_CLOSED;
+		goto out;
+	}
+	snprintf(actor, sizeof(actor), "operator:%s", who->operator_name);
+	lrc = ledger_cancel_by(db, atoll(out->client), out->key, who->reason, actor, &run);
+	if (lrc != LEDGER_OK) {
+		snprintf(out->why, sizeof(out->why), "the run is %s, not approved: look again",
+		         out->run_from);
+		rc = lrc == LEDGER_UNAVAILABLE ? REPAIR_UNAVAILABLE
+		     : lrc == LEDGER_LEASE_LOST ? REPAIR_CHANGED
+		                                : REPAIR_ERROR;
+		goto out;
+	}
+	copy(out->to, sizeof(out->to), "cancelled");
+	copy(out->run_to, sizeof(out->run_to), "failed_terminal");
+	out->run_version = run.version;
+	out->count = (int)json_array_size(ids);
+	details = json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "state_from", "pending", "state_to",
+	                    "cancelled", "not_before", out->not_before, "run_from", out->run_from,
+	                    "run_to", "failed_terminal", "cancelled_effects", ids);
+	rc = details != NULL ? record_action(db, who, "cancel", out, details) : REPAIR_ERROR;
+out:
+	json_decref(details);
+	json_decref(ids);
+	ledger_run_clear(&run);
+	return finish(db, rc);
+}
+
+/* --- replay ------------------------------------------------------------------- */
+
+enum repair_rc
+repair_letters_replayed(struct db *db, long long client_id, const char *key,
+                        const char *new_key, const char *operator_name, int *count)
+{
+	char client[24];
+	const char *p[4] = { client, key, new_key, operator_name };
+	PGresult *res = NULL;
+	enum repair_rc rc;
+
+	snprintf(client, sizeof(client), "%lld", client_id);
+	rc = rc_of(db_exec(db, &st_letters_replayed, p, &res));
+	*count = rc == REPAIR_OK ? PQntuples(res) : 0;
+	PQclear(res);
+	return rc;
 }

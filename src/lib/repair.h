@@ -33,6 +33,8 @@ enum repair_rc {
 	REPAIR_CHANGED,          /* changed by someone else since it was read */
 	REPAIR_AMBIGUOUS,        /* a key that several clients use: name the client */
 	REPAIR_BAD_INPUT,        /* a filter the database cannot read (a timestamp) */
+	REPAIR_REPLAYED,         /* resume: the run was replayed; its event is the new run's */
+	REPAIR_WINDOW_CLOSED,    /* cancel: not (or no longer) inside a cancellation window */
 	REPAIR_UNAVAILABLE,
 	REPAIR_ERROR,
 };
@@ -61,6 +63,7 @@ struct repair_out {
 	char type[72];                     /* effect type */
 	char provider_key[REPAIR_KEY_MAX + 64];
 	char from[24], to[24];             /* effect (or approval) state */
+	char not_before[40];               /* the effect's not_before */
 	char run_from[24], run_to[24];     /* empty: the run did not move */
 	long long run_version;
 	long long action_id;               /* the operator_actions row */
@@ -117,7 +120,11 @@ enum repair_rc repair_reject_key(struct db *db, const char *client_name, const c
 	__attribute__((warn_unused_result));
 
 /* A pending, unexpired challenge → `revoked`; out->count is how many of
- * the run's challenges are still pending. */
+ * the run's challenges are still pending. When none is left and none was
+ * decided, nobody can decide the run any more: it ends as an expired
+ * approval does — failed_terminal, decision expired, error_class
+ * approval_revoked (out->run_to) — and a workflow waiting on it is told
+ * `expired` through its callback (out->callback_id). */
 enum repair_rc repair_approval_revoke(struct db *db, const char *approval_id,
                                       const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
@@ -170,6 +177,25 @@ enum repair_rc repair_bulk_resume(struct db *db, long long job_id, int seq, cons
 /* An item that was refused when its turn came: marked so, with why. */
 enum repair_rc repair_bulk_refuse(struct db *db, long long job_id, int seq, const char *why)
 	__attribute__((warn_unused_result));
+
+/* `oncegatectl cancel EFFECT`: an act_with_window effect still pending
+ * before its not_before → cancelled, with the run's other effects inside
+ * the window, and the run → failed_terminal (error_class cancelled), by
+ * the statements of the owning client's POST /v1/runs/{key}/cancel.
+ * REPAIR_WINDOW_CLOSED after not_before (or for an effect never delayed),
+ * REPAIR_WRONG_STATE once it is sending, sent or otherwise settled. */
+enum repair_rc repair_cancel_window(struct db *db, const char *effect,
+                                    const struct repair_who *who, struct repair_out *out)
+	__attribute__((warn_unused_result));
+
+/* A replay of run (client_id, key) as new_key, in the replay's
+ * transaction: each dead letter of the run counts it (replay_count) and
+ * names the new run (replayed_as); an open one is answered by it
+ * (resolution `replayed`), so nobody resumes the original as well.
+ * *count: the letters touched. */
+enum repair_rc repair_letters_replayed(struct db *db, long long client_id, const char *key,
+                                       const char *new_key, const char *operator_name,
+                                       int *count) __attribute__((warn_unused_result));
 
 /* Is s a UUID in its text form (what the ids of effects, dead letters and
  * approvals look like)? */

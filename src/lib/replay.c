@@ -19,6 +19,7 @@
 #include "buf.h"
 #include "digest.h"
 #include "gate.h"
+#include "repair.h"
 #include "replay.h"
 #include "token.h"
 
@@ -26,9 +27,13 @@ static const struct db_stmt st_client = {
 	"replay_client", "SELECT id FROM api_clients WHERE name = $1", 1, true,
 };
 
-/* The original, and whether an effect of it may still go out (pending,
- * sending or unknown): replaying then could send the business effect twice.
- * LIMIT 2 tells an ambiguous key (several clients) from a unique one. */
+/* The original (after st_lock_original), and what its effects say. live_effects: an effect
+ * still pending (it will go out), or a decision callback in flight —
+ * always refused. sent: the business effects that were sent, are being
+ * sent, are unknown, or were resumed by an operator ("type id state",
+ * comma-separated) — a replay could make a second business effect, so
+ * only with force. LIMIT 2 tells an ambiguous key (several clients) from a
+ * unique one. */
 static const struct db_stmt st_original = {
 	"replay_original",
 	"SELECT r.client_id, r.state, r.payload::text AS payload, r.payload_hash,"
@@ -36,11 +41,32 @@ static const struct db_stmt st_original = {
 	"       r.effect::text AS effect, r.source_url, r.workflow_version, r.correlation_id,"
 	"       (SELECT count(*) FROM effect_outbox e"
 	"         WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
-	"           AND e.state IN ('pending', 'sending', 'unknown')) AS live_effects"
+	"           AND (e.state = 'pending' OR (e.effect_type = 'decision.callback'"
+	"                AND e.state IN ('sending', 'unknown')))) AS live_effects,"
+	"       (SELECT string_agg(e.effect_type || ' ' || e.id || ' ' ||"
+	"                CASE WHEN e.state IN ('completed', 'sending', 'unknown') THEN e.state"
+	"                     ELSE 'resumed' END, ', ' ORDER BY e.created_at, e.id)"
+	"          FROM effect_outbox e"
+	"         WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
+	"           AND e.effect_type <> 'decision.callback'"
+	"           AND (e.state IN ('completed', 'sending', 'unknown') OR EXISTS ("
+	"                SELECT 1 FROM operator_actions o"
+	"                 WHERE o.effect_id = e.id AND o.action = 'resume'))) AS sent"
 	"  FROM workflow_runs r"
 	" WHERE r.idempotency_key = $1 AND ($2::bigint IS NULL OR r.client_id = $2::bigint)"
 	" ORDER BY r.client_id LIMIT 2",
-	2, true,
+	2, false,
+};
+
+/* The original's row lock, taken before st_original reads (a statement
+ * that waited for a lock would read the rest with its older snapshot): the
+ * lock that resume, reject and cancel take too, held to the commit. */
+static const struct db_stmt st_lock_original = {
+	"replay_lock_original",
+	"SELECT client_id FROM workflow_runs"
+	" WHERE idempotency_key = $1 AND ($2::bigint IS NULL OR client_id = $2::bigint)"
+	" ORDER BY client_id LIMIT 2 FOR UPDATE",
+	2, false,
 };
 
 static const struct db_stmt st_exists = {
@@ -187,7 +213,7 @@ static const struct db_stmt st_job_state = {
 
 static const char *const rc_names[] = {
 	"ok", "not_found", "ambiguous", "exists", "not_finished", "no_payload",
-	"no_approvers", "done_already", "unavailable", "error",
+	"no_approvers", "done_already", "needs_force", "unavailable", "error",
 };
 
 const char *
@@ -262,6 +288,7 @@ struct plan {
 	char *source_url, *workflow_version, *correlation_id;
 	const struct contract *c;    /* set when the new run goes to a person */
 	bool human;
+	char sent[REPLAY_MSG_LEN / 2];  /* forced past these effects ("" none) */
 };
 
 static void
@@ -314,6 +341,12 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		snprintf(cid, sizeof(cid), "%lld", id);
 		params[1] = cid;
 	}
+	if (!req->dry_run) {
+		if ((rc = db_exec(db, &st_lock_original, params, &res)) != DB_OK)
+			return rc_of(rc);
+		PQclear(res);
+		res = NULL;
+	}
 	if ((rc = db_exec(db, &st_original, params, &res)) != DB_OK)
 		return rc_of(rc);
 	if (PQntuples(res) == 0) {
@@ -348,10 +381,23 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 	}
 	if (db_get_ll(res, 0, "live_effects") > 0) {
 		snprintf(out->message, sizeof(out->message),
-		         "an effect of the original is still pending, sending or unknown: "
-		         "reconcile or cancel it first, or the business effect could happen twice");
+		         "an effect of the original is still pending (or its decision callback is "
+		         "in flight): reject or cancel it first, or the business effect could "
+		         "happen twice");
 		rrc = REPLAY_NOT_FINISHED;
 		goto out;
+	}
+	if (db_get(res, 0, "sent") != NULL) {
+		snprintf(p->sent, sizeof(p->sent), "%s", db_get(res, 0, "sent"));
+		if (!req->force || req->job_id > 0) {
+			snprintf(out->message, sizeof(out->message),
+			         "a business effect of the original may have happened (%s): a replay "
+			         "could do it a second time; if it must be done again, replay this key "
+			         "alone with --force and say why in --reason (a bulk job never forces)",
+			         p->sent);
+			rrc = REPLAY_NEEDS_FORCE;
+			goto out;
+		}
 	}
 	if (req->payload == NULL && db_get(res, 0, "payload") == NULL) {
 		snprintf(out->message, sizeof(out->message),
@@ -514,15 +560,26 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 
 	memset(out, 0, sizeof(out->client_id) + sizeof(out->start_state));
 	out->approvals = NULL;
-	out->note[0] = out->message[0] = '\0';
+	out->note[0] = out->message[0] = out->forced_past[0] = '\0';
+	out->letters = 0;
 	if (strcmp(req->key, req->new_key) == 0) {
 		snprintf(out->message, sizeof(out->message),
 		         "the new key is the original's key: a correction needs a new key issued "
 		         "upstream");
 		return REPLAY_EXISTS;
 	}
+	/* The rules are checked under the original's row lock (st_original),
+	 * held until the replay commits. */
+	if (!req->dry_run) {
+		if ((rc = db_begin(db)) != DB_OK) {
+			rrc = rc_of(rc);
+			goto out;
+		}
+		in_tx = true;
+	}
 	if ((rrc = replay_plan(db, req, &p, out)) != REPLAY_OK)
 		goto out;
+	snprintf(out->forced_past, sizeof(out->forced_past), "%s", p.sent);
 	{
 		const char *params[2] = { p.client, req->new_key };
 
@@ -555,6 +612,10 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 
 		if (d != NULL && req->job_id > 0)
 			json_object_set_new(d, "job_id", json_integer(req->job_id));
+		if (d != NULL && p.sent[0] != '\0') {
+			json_object_set_new(d, "forced", json_true());
+			json_object_set_new(d, "forced_past", json_string(p.sent));
+		}
 		details = d != NULL ? json_dumps(d, JSON_COMPACT) : NULL;
 		json_decref(d);
 	}
@@ -562,11 +623,6 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		rrc = REPLAY_ERROR;
 		goto out;
 	}
-	if ((rc = db_begin(db)) != DB_OK) {
-		rrc = rc_of(rc);
-		goto out;
-	}
-	in_tx = true;
 	{
 		bool retry = !p.human;
 		const char *params[18] = {
@@ -599,6 +655,18 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 
 		if ((rrc = exec_one(db, &st_link, params, 1)) != REPLAY_OK)
 			goto out;
+	}
+	{
+		int letters = 0;
+		enum repair_rc prc = repair_letters_replayed(db, p.client_id, req->key,
+		                                             req->new_key, req->operator_name,
+		                                             &letters);
+
+		if (prc != REPAIR_OK) {
+			rrc = prc == REPAIR_UNAVAILABLE ? REPLAY_UNAVAILABLE : REPLAY_ERROR;
+			goto out;
+		}
+		out->letters = letters;
 	}
 	if (req->job_id > 0) {
 		const char *params[3] = { job, seq, out->start_state };

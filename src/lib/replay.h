@@ -39,6 +39,8 @@ enum replay_rc {
 	REPLAY_NO_PAYLOAD,     /* purged by retention and no corrected payload given */
 	REPLAY_NO_APPROVERS,   /* contract not loaded or names no approver */
 	REPLAY_DONE_ALREADY,   /* a job item that is no longer pending */
+	REPLAY_NEEDS_FORCE,    /* the original's effect may have been sent, or was
+	                          resumed: only with force (see replay_req) */
 	REPLAY_UNAVAILABLE,
 	REPLAY_ERROR,
 };
@@ -59,6 +61,12 @@ struct replay_req {
 	long long job_id;            /* bulk: the job and item this replay settles; 0 */
 	int job_seq;
 	bool dry_run;                /* check everything, write nothing */
+	/* Replay although a business effect of the original was sent, is
+	 * being sent, is unknown, or was resumed by an operator: the operator
+	 * takes responsibility for a second business effect (recorded as
+	 * forced, with the reason). Never for bulk jobs; never past an effect
+	 * still pending. */
+	bool force;
 };
 
 struct replay_result {
@@ -69,6 +77,8 @@ struct replay_result {
 	 * to be shown once and never stored; NULL when none */
 	json_t *approvals;
 	char note[REPLAY_MSG_LEN];   /* why the new run starts as it does */
+	char forced_past[REPLAY_MSG_LEN / 2]; /* force: the effects it went past, or "" */
+	int letters;                 /* dead letters of the original now linked to it */
 	char message[REPLAY_MSG_LEN];/* why it was refused */
 };
 
@@ -76,8 +86,14 @@ void replay_result_clear(struct replay_result *r);
 const char *replay_rc_name(enum replay_rc rc);
 
 /* One replay in one transaction: the new run, its timeline entry, its
- * challenges, the link, the job item (if any) and the operator_actions row
- * commit together or not at all. */
+ * challenges, the link, the original's dead letters (replay_count, linked
+ * to the new run), the job item (if any) and the operator_actions row
+ * commit together or not at all. The original's row is locked (FOR UPDATE)
+ * while the rules are checked, the lock `resume`, `reject` and `cancel`
+ * take too: an operator path racing this one waits, then sees the replay.
+ * Refused (nothing written): the original still live; an effect of it
+ * still pending; REPLAY_NEEDS_FORCE when a business effect of it was sent,
+ * is sending or unknown, or was resumed, and force is not set. */
 enum replay_rc replay_run(struct db *db, const struct replay_req *req,
                           struct replay_result *out) __attribute__((warn_unused_result));
 

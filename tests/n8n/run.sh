@@ -390,7 +390,8 @@ D_S=$(($(date +%s) - t))
 
 t=$(date +%s)
 # crm_tag sends 10 % of the eligible runs to a person anyway, chosen by a
-# hash of the key: this key is not among them (it would wait, not finish).
+# CSPRNG draw kept on each run (no key is known in advance to escape it):
+# when this run is drawn it waits for sales instead of finishing here.
 K=acme:crm-tag:contact-201:v1
 say "e. contact 201 (crm_tag, auto-eligible) with the kill switch off"
 ctl kill-switch off --operator n8n-test --reason "tests/n8n: nothing may reach the provider" >/dev/null
