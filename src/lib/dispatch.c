@@ -1369,15 +1369,48 @@ out:
 static void
 expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg)
 {
-	char limit[16];
+	char limit[16], maxa[16], days[16];
 	const char *p[2] = { limit, s->name };
 	PGresult *res = NULL;
-	int i;
+	bool *lettered = NULL;
+	int i, n;
 
+	/* The effect turns unknown and, where no lookup URL can settle it, gets
+	 * its dead letter in the same transaction: a dispatcher that dies in
+	 * between never leaves an unknown effect nobody is told about. */
 	snprintf(limit, sizeof(limit), "%d", TICK_BATCH);
-	if (db_exec(db, &st_expire_leases, p, &res) != DB_OK)
+	snprintf(days, sizeof(days), "%d", cfg->retention_days);
+	if (db_begin(db) != DB_OK)
 		return;
-	for (i = 0; i < PQntuples(res); i++) {
+	if (db_exec(db, &st_expire_leases, p, &res) != DB_OK)
+		goto fail;
+	n = PQntuples(res);
+	if (n == 0) {
+		PQclear(res);
+		if (db_commit(db) != DB_OK)
+			db_rollback(db);
+		return;
+	}
+	lettered = calloc((size_t)n, sizeof(*lettered));
+	if (lettered == NULL)
+		goto fail;
+	for (i = 0; i < n; i++) {
+		const struct config_target *t = config_target(cfg, db_get(res, i, "target"));
+		const char *dp[6] = { db_get(res, i, "id"), "unknown", "lease_expired_while_sending",
+			              next_action_for("unknown"), maxa, days };
+		PGresult *r2 = NULL;
+
+		if (t != NULL && t->lookup_url[0] != '\0')
+			continue;
+		snprintf(maxa, sizeof(maxa), "%d", t != NULL ? t->max_attempts : 0);
+		if (db_exec(db, &st_dead_letter, dp, &r2) != DB_OK)
+			goto fail;
+		lettered[i] = PQntuples(r2) == 1;
+		PQclear(r2);
+	}
+	if (db_commit(db) != DB_OK)
+		goto fail;
+	for (i = 0; i < n; i++) {
 		struct job j = { 0 };
 		const struct config_target *t;
 
@@ -1390,23 +1423,17 @@ expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg
 		           "ambiguous", "lease_expired_while_sending", 0,
 		           t != NULL && t->lookup_url[0] ? "will be reconciled through the lookup URL"
 		                                         : "not resent; waits for an operator");
-		if (t == NULL || t->lookup_url[0] == '\0') {
-			char maxa[16], days[16];
-			const char *dp[6] = { j.id, "unknown", "lease_expired_while_sending",
-				              next_action_for("unknown"), maxa, days };
-			PGresult *r2 = NULL;
-
-			snprintf(maxa, sizeof(maxa), "%d", t != NULL ? t->max_attempts : 0);
-			snprintf(days, sizeof(days), "%d", cfg->retention_days);
-			if (db_exec(db, &st_dead_letter, dp, &r2) == DB_OK) {
-				if (PQntuples(r2) == 1)
-					log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", &j, NULL,
-					           "unknown", NULL, "unknown", "lease_expired_while_sending",
-					           0, next_action_for("unknown"));
-				PQclear(r2);
-			}
-		}
+		if (lettered[i])
+			log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", &j, NULL, "unknown", NULL,
+			           "unknown", "lease_expired_while_sending", 0,
+			           next_action_for("unknown"));
 	}
+	free(lettered);
+	PQclear(res);
+	return;
+fail:
+	db_rollback(db);
+	free(lettered);
 	PQclear(res);
 }
 
