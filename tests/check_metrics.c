@@ -267,8 +267,8 @@ tag_output(const char *tag, double confidence)
 static json_t *
 tag_effect(void)
 {
-	return json_pack("{s:s, s:s, s:{s:s, s:s}}", "type", "crm.tag", "target", "demo_http",
-	                 "payload", "contact", "c-42", "tag", "lead");
+	return json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target", "demo_http",
+	                 "payload", "contact_id", "c-42");
 }
 
 /* crm_tag's sample is chosen by the SHA-256 of the run key (contract.c):

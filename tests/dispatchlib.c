@@ -583,3 +583,31 @@ dl_suite_end(int failed)
 	}
 	return failed == 0 ? 0 : 1;
 }
+
+void
+dl_conf_contracts(FILE *f)
+{
+	char *state = tl_state_dir();
+
+	fprintf(f, "contracts_dir = %s/contracts\n", state != NULL ? state : ".");
+	free(state);
+}
+
+void
+dl_fixture_setup(void)
+{
+	PGconn *c;
+
+	proc_sweep();
+	c = tl_pg_connect();
+	qexec(c, "UPDATE effect_outbox SET state = 'cancelled', lease_owner = NULL,"
+	      "    lease_expires_at = NULL, updated_at = now()"
+	      " WHERE state IN ('pending', 'unknown', 'sending')", (char *)NULL);
+	PQfinish(c);
+}
+
+void
+dl_fixture_teardown(void)
+{
+	proc_sweep();
+}
