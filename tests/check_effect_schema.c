@@ -975,6 +975,7 @@ enum stall_mode {
 	STALL_SILENT,      /* accepts, never says a word */
 	STALL_TRICKLE,     /* a greeting that never ends, one line at a time */
 	STALL_AFTER_DATA,  /* takes the whole message, then never answers */
+	STALL_DRIP,        /* takes the whole message, then answers a byte at a time */
 };
 
 struct stall_server {
@@ -1039,15 +1040,26 @@ stall_session(struct stall_server *s, int fd)
 			tl_sleep_ms(200);
 		break;
 	case STALL_AFTER_DATA:
+	case STALL_DRIP:
 		if (!send_all(fd, "220 stall.example ESMTP\r\n"))
 			break;
 		while (read_line(s, fd, line, sizeof(line))) {
 			if (strncasecmp(line, "DATA", 4) == 0) {
+				const char *drip = "250 2.0.0 Ok: queued as SLOWLY0000000000000000000000";
+
 				send_all(fd, "354 go ahead\r\n");
 				while (read_line(s, fd, line, sizeof(line)) && strcmp(line, ".\r\n") != 0)
 					;
+				/* the message is in: never a whole answer */
+				for (; s->mode == STALL_DRIP && !s->stop && *drip != '\0'; drip++) {
+					char one[2] = { *drip, '\0' };
+
+					if (!send_all(fd, one))
+						break;
+					tl_sleep_ms(100);
+				}
 				while (!s->stop && recv(fd, line, sizeof(line), 0) != 0)
-					; /* the message is in: never an answer */
+					;
 				break;
 			}
 			if (!send_all(fd, "250 ok\r\n"))
@@ -1117,6 +1129,7 @@ START_TEST(test_stalled_smtp)
 		{ STALL_SILENT, "silent after accept", false },
 		{ STALL_TRICKLE, "a greeting that trickles forever", false },
 		{ STALL_AFTER_DATA, "silent after the message", true },
+		{ STALL_DRIP, "an answer a byte at a time", true },
 	};
 	size_t i;
 
