@@ -35,8 +35,28 @@
 #define PACKAGE_VERSION "unknown"
 #endif
 
+/* The SMTP attempt's deadline, enforced from outside libcurl. libcurl's own
+ * timeout stops the transfer, but then it still says goodbye (QUIT) to a
+ * server that stalled and waits for the answer, and some waits for a
+ * reply run on their own clock: a stalled server could hold a send twice
+ * the target's timeout. At the deadline the watchdog shuts the sockets
+ * down; every wait ends at once, and the attempt is a timeout. */
+#define WATCH_FDS 4
+
+struct watchdog {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct timespec deadline;  /* CLOCK_MONOTONIC */
+	curl_socket_t fds[WATCH_FDS];
+	bool done, fired;
+};
+
 struct adapter {
 	CURL *curl;
+	/* Lives as long as the handle: a socket libcurl closes late still
+	 * finds it. */
+	struct watchdog watch;
+	bool watch_ok;             /* its mutex and condition exist */
 };
 
 /* The response as it arrives: body up to the cap, a few headers. */
@@ -48,6 +68,28 @@ struct sink {
 	json_t *headers;           /* selected headers, lower-case names */
 	char smtp_reply[512];      /* SMTP: the last reply line */
 };
+
+static bool
+watch_init(struct watchdog *w)
+{
+	pthread_condattr_t ca;
+	size_t i;
+	bool ok;
+
+	memset(w, 0, sizeof(*w));
+	for (i = 0; i < WATCH_FDS; i++)
+		w->fds[i] = CURL_SOCKET_BAD;
+	if (pthread_condattr_init(&ca) != 0)
+		return false;
+	ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+	     pthread_cond_init(&w->cv, &ca) == 0;
+	pthread_condattr_destroy(&ca);
+	if (ok && pthread_mutex_init(&w->mu, NULL) != 0) {
+		pthread_cond_destroy(&w->cv);
+		ok = false;
+	}
+	return ok;
+}
 
 struct adapter *
 adapter_new(void)
@@ -61,6 +103,7 @@ adapter_new(void)
 		free(a);
 		return NULL;
 	}
+	a->watch_ok = watch_init(&a->watch);
 	return a;
 }
 
@@ -70,6 +113,10 @@ adapter_free(struct adapter *a)
 	if (a == NULL)
 		return;
 	curl_easy_cleanup(a->curl);
+	if (a->watch_ok) {
+		pthread_cond_destroy(&a->watch.cv);
+		pthread_mutex_destroy(&a->watch.mu);
+	}
 	free(a);
 }
 
@@ -536,13 +583,13 @@ put_subject(struct buf *b, const char *s)
 	if (buf_puts(b, "Subject:") != 0)
 		return -1;
 	while (off < n) {
-		size_t take = n - off < WORD_BYTES ? n - off : WORD_BYTES;
+		size_t take = n - off < WORD_BYTES ? n - off : WORD_BYTES, back = take;
 
-		/* back off to the start of a UTF-8 sequence */
-		while (off + take < n && take > 0 && ((unsigned char)s[off + take] & 0xc0) == 0x80)
-			take--;
-		if (take == 0)
-			return -1; /* not UTF-8: effect_mail_check lets none through */
+		/* end the word before a UTF-8 sequence, never inside one */
+		while (off + back < n && back > 0 && ((unsigned char)s[off + back] & 0xc0) == 0x80)
+			back--;
+		if (back > 0)
+			take = back;
 		EVP_EncodeBlock(enc, (const unsigned char *)s + off, (int)take);
 		if (buf_printf(b, "%s=?UTF-8?B?%s?=", off > 0 ? "\r\n " : " ", (const char *)enc) != 0)
 			return -1;
@@ -705,22 +752,6 @@ queue_id(const char *reply, char *out, size_t outlen)
 	out[n] = '\0';
 }
 
-/* The SMTP attempt's deadline, enforced from outside libcurl. libcurl's own
- * timeout stops the transfer, but then it still says goodbye (QUIT) to a
- * server that stalled and waits for the answer, and some waits for a
- * reply run on their own clock: a stalled server could hold a send twice
- * the target's timeout. At the deadline the watchdog shuts the sockets
- * down; every wait ends at once, and the attempt is a timeout. */
-#define WATCH_FDS 4
-
-struct watchdog {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	struct timespec deadline;  /* CLOCK_MONOTONIC */
-	curl_socket_t fds[WATCH_FDS];
-	bool done, fired;
-};
-
 static curl_socket_t
 watch_open(void *clientp, curlsocktype purpose, struct curl_sockaddr *addr)
 {
@@ -796,12 +827,12 @@ watch_run(void *arg)
 static bool
 watch_start(struct watchdog *w, pthread_t *th, const struct timespec *t0, int timeout_ms)
 {
-	pthread_condattr_t ca;
 	size_t i;
 
-	memset(w, 0, sizeof(*w));
+	pthread_mutex_lock(&w->mu);
 	for (i = 0; i < WATCH_FDS; i++)
 		w->fds[i] = CURL_SOCKET_BAD;
+	w->done = w->fired = false;
 	w->deadline = *t0;
 	w->deadline.tv_sec += timeout_ms / 1000;
 	w->deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
@@ -809,18 +840,8 @@ watch_start(struct watchdog *w, pthread_t *th, const struct timespec *t0, int ti
 		w->deadline.tv_sec++;
 		w->deadline.tv_nsec -= 1000000000L;
 	}
-	if (pthread_condattr_init(&ca) != 0)
-		return false;
-	(void)pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_mutex_init(&w->mu, NULL);
-	pthread_cond_init(&w->cv, &ca);
-	pthread_condattr_destroy(&ca);
-	if (pthread_create(th, NULL, watch_run, w) != 0) {
-		pthread_cond_destroy(&w->cv);
-		pthread_mutex_destroy(&w->mu);
-		return false;
-	}
-	return true;
+	pthread_mutex_unlock(&w->mu);
+	return pthread_create(th, NULL, watch_run, w) == 0;
 }
 
 static void
@@ -831,8 +852,6 @@ watch_stop(struct watchdog *w, pthread_t th)
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 	pthread_join(th, NULL);
-	pthread_cond_destroy(&w->cv);
-	pthread_mutex_destroy(&w->mu);
 }
 
 static void
@@ -847,7 +866,7 @@ smtp_send(struct adapter *a, const struct config_target *t, const struct adapter
 	char *msg, *user = NULL;
 	json_t *rcpt = NULL, *v;
 	struct timespec t0;
-	struct watchdog w;
+	struct watchdog *w = &a->watch;
 	pthread_t wth;
 	bool watched;
 	CURLcode rc;
@@ -896,19 +915,19 @@ smtp_send(struct adapter *a, const struct config_target *t, const struct adapter
 	curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)up.len);
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	watched = watch_start(&w, &wth, &t0, t->timeout_ms);
+	watched = a->watch_ok && watch_start(w, &wth, &t0, t->timeout_ms);
 	if (watched) {
 		curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, watch_open);
-		curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, &w);
+		curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, w);
 		curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, watch_close);
-		curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, &w);
+		curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, w);
 	}
 	rc = curl_easy_perform(c);
 	out->duration_ms = elapsed_ms(&t0);
 	if (watched) {
-		watch_stop(&w, wth);
+		watch_stop(w, wth);
 		/* what a shut-down socket looks like to libcurl is a timeout */
-		if (w.fired && rc != CURLE_OK) {
+		if (w->fired && rc != CURLE_OK) {
 			rc = CURLE_OPERATION_TIMEDOUT;
 			snprintf(errbuf, sizeof(errbuf), "no answer within timeout_ms (%d ms)",
 			         t->timeout_ms);
