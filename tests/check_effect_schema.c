@@ -924,7 +924,92 @@ START_TEST(test_long_multilingual_mail)
 }
 END_TEST
 
-/* ===== 7. an HTTP body up to the responder's maximum ============================ */
+/* ===== 7. the message itself, at the limits ========================================= */
+
+START_TEST(test_message_limits)
+{
+	struct config_target t;
+	struct adapter_effect e = { "00000000-0000-4000-8000-000000000002", "email.send",
+		                    "limits/email.send", NULL };
+	json_t *payload, *to = json_array(), *rcpt = NULL;
+	char why[160], *msg, *subject, *body, *head, *h, *decoded, *text;
+	const char *p, *sep;
+	size_t i, n;
+
+	memset(&t, 0, sizeof(t));
+	t.mail_from = (char *)(uintptr_t)MAIL_FROM;
+	/* 1,000 recipients, a subject of 1,500 characters of mixed scripts, a
+	 * body of 300,000 */
+	for (i = 0; i < 1000; i++) {
+		char a[64];
+
+		snprintf(a, sizeof(a), "member.%04zu@list.example", i);
+		json_array_append_new(to, json_string(a));
+	}
+	subject = malloc(1500 * 4 + 1);
+	ck_assert_ptr_nonnull(subject);
+	for (n = 0, i = 0; i < 1500; i++) {
+		static const char *const bits[] = { "a", "Ж", "语", "ع", "🙂", " ", "=", "?" };
+		const char *b = bits[(i * 7) % 8];
+
+		memcpy(subject + n, b, strlen(b));
+		n += strlen(b);
+	}
+	subject[n] = '\0';
+	body = long_body(300 * 1024);
+	payload = json_pack("{s:o, s:s, s:s, s:s}", "to", to, "subject", subject, "body", body,
+	                    "in_reply_to", "<original-42@mail.example>");
+	text = json_dumps(payload, JSON_COMPACT);
+	e.payload = text;
+	msg = adapter_smtp_message(&t, &e, &rcpt, why, sizeof(why));
+	ck_assert_msg(msg != NULL, "no message: %s", why);
+	ck_assert_uint_eq(json_array_size(rcpt), 1000);
+	for (p = msg; *p != '\0';) {
+		const char *eol = strstr(p, "\r\n");
+
+		ck_assert_msg(eol != NULL && eol - p <= 78 && memchr(p, '\n', (size_t)(eol - p)) == NULL,
+		              "a line over 78 characters or without CRLF: %.120s", p);
+		p = eol + 2;
+	}
+	sep = strstr(msg, "\r\n\r\n");
+	ck_assert_ptr_nonnull(sep);
+	head = strndup(msg, (size_t)(sep - msg) + 2);
+	h = header(head, "Subject");
+	decoded = decode_words(h);
+	ck_assert_msg(strcmp(decoded, subject) == 0, "the subject does not decode back");
+	free(decoded);
+	free(h);
+	h = header(head, "To");
+	ck_assert_msg(strstr(h, "<member.0000@list.example>,") != NULL &&
+	              strstr(h, "<member.0999@list.example>") != NULL, "To: %.200s", h);
+	free(h);
+	h = header(head, "In-Reply-To");
+	ck_assert_str_eq(h, " <original-42@mail.example>");
+	free(h);
+	free(head);
+	decoded = b64(sep + 4, strlen(sep + 4));
+	ck_assert_msg(strcmp(decoded, body) == 0, "the body does not decode back");
+	free(decoded);
+	free(msg);
+	json_decref(rcpt);
+	free(text);
+
+	/* one recipient too many: refused, and said so */
+	json_array_append_new(json_object_get(payload, "to"), json_string("one.more@list.example"));
+	text = json_dumps(payload, JSON_COMPACT);
+	e.payload = text;
+	rcpt = NULL;
+	msg = adapter_smtp_message(&t, &e, &rcpt, why, sizeof(why));
+	ck_assert_msg(msg == NULL && rcpt == NULL && strstr(why, "/effect/payload/to") != NULL &&
+	              strstr(why, "out of memory") == NULL, "1,001 recipients: %s", why);
+	free(text);
+	json_decref(payload);
+	free(body);
+	free(subject);
+}
+END_TEST
+
+/* ===== 8. an HTTP body up to the responder's maximum ============================ */
 
 START_TEST(test_http_large_body)
 {
@@ -969,7 +1054,7 @@ START_TEST(test_http_large_body)
 }
 END_TEST
 
-/* ===== 8. a stalled SMTP server costs at most the target's timeout ================ */
+/* ===== 9. a stalled SMTP server costs at most the target's timeout ================ */
 
 enum stall_mode {
 	STALL_SILENT,      /* accepts, never says a word */
@@ -1195,6 +1280,7 @@ effect_suite(void)
 	tcase_add_test(tc, test_crlf_injection);
 	tcase_add_test(tc, test_dispatcher_recheck);
 	tcase_add_test(tc, test_long_multilingual_mail);
+	tcase_add_test(tc, test_message_limits);
 	tcase_add_test(tc, test_http_large_body);
 	tcase_add_test(tc, test_stalled_smtp);
 	suite_add_tcase(s, tc);

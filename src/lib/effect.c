@@ -96,12 +96,15 @@ one_line(const json_t *v, size_t max)
 	return NULL;
 }
 
-/* "<left@right>": what In-Reply-To and References carry. */
+/* "<left@right>" in ASCII: In-Reply-To and References carry it as it is. */
 static bool
 message_id(const char *s)
 {
-	size_t n = strlen(s);
+	size_t n = strlen(s), i;
 
+	for (i = 0; i < n; i++)
+		if ((unsigned char)s[i] >= 0x80)
+			return false;
 	return n >= 5 && s[0] == '<' && s[n - 1] == '>' && memchr(s, '@', n) != NULL &&
 	       strcspn(s + 1, "<> ") == n - 2;
 }
@@ -150,7 +153,7 @@ effect_mail_check(const json_t *payload, json_t *errors)
 	v = json_object_get(payload, "subject");
 	if (v == NULL)
 		(void)add_member_error(errors, "subject", "required", "is required but missing");
-	else if ((why = one_line(v, OG_MAIL_HEADER_MAX)) != NULL)
+	else if ((why = one_line(v, OG_MAIL_SUBJECT_MAX)) != NULL)
 		(void)add_member_error(errors, "subject", "header", why);
 
 	v = json_object_get(payload, "body");
@@ -167,7 +170,7 @@ effect_mail_check(const json_t *payload, json_t *errors)
 	if (v != NULL) {
 		const char *s = json_string_value(v);
 
-		if ((why = one_line(v, OG_MAIL_HEADER_MAX)) != NULL)
+		if ((why = one_line(v, OG_MAIL_MSGID_MAX)) != NULL)
 			(void)add_member_error(errors, "in_reply_to", "header", why);
 		else if (!message_id(s))
 			(void)add_member_error(errors, "in_reply_to", "header",

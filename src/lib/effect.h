@@ -45,9 +45,10 @@ json_t *effect_build(const struct contract *c, const char *type, bool mail,
                      json_t *errors) __attribute__((warn_unused_result));
 
 /* Can this payload become one mail message? {"to": ADDRESS or [ADDRESS, …]
- * (1..OG_MAIL_RCPT_MAX), "subject": one line of text (≤ OG_MAIL_HEADER_MAX
+ * (1..OG_MAIL_RCPT_MAX), "subject": one line of text (≤ OG_MAIL_SUBJECT_MAX
  * characters), "body": text without NUL (≤ OG_MAIL_BODY_MAX bytes),
- * "in_reply_to"?: a message id "<…@…>"}; other members are the workflow's
+ * "in_reply_to"?: a message id "<…@…>" (≤ OG_MAIL_MSGID_MAX bytes, ASCII)};
+ * other members are the workflow's
  * own and are not sent. Appends an error per problem; true when none. */
 bool effect_mail_check(const json_t *payload, json_t *errors);
 
