@@ -1077,33 +1077,41 @@ START_TEST(test_crm_tag_rules)
 	struct contract_set *set = load_shipped();
 	const struct contract *c = contract_find(set, "crm_tag");
 	const struct contract *s = contract_find(set, "support_reply");
-	json_t *eff = parse("{\"type\":\"crm.tag\",\"target\":\"demo_http\",\"payload\":{}}");
-	json_t *other = parse("{\"type\":\"crm.untag\",\"target\":\"demo_http\"}");
-	struct { const char *out; bool want; } rows[] = {
-		{ "{\"tag\":\"lead\",\"confidence\":0.95}", true },
-		{ "{\"tag\":\"customer\",\"confidence\":0.9}", true },
-		{ "{\"tag\":\"customer\",\"confidence\":1}", true },
-		{ "{\"tag\":\"churn_risk\",\"confidence\":0.99}", false },
-		{ "{\"tag\":\"spam\",\"confidence\":1}", false },
-		{ "{\"tag\":\"lead\",\"confidence\":0.89}", false },
-		{ "{\"tag\":\"lead\",\"confidence\":\"0.95\"}", false },
-		{ "{\"tag\":\"lead\"}", false },
+	json_t *other = parse("{\"type\":\"crm.untag\",\"target\":\"demo_http\","
+	                      "\"payload\":{\"tag\":\"lead\"}}");
+	/* The rules judge the payload that goes out (the tag in it comes from
+	 * the output); the model's confidence plays no part. */
+	struct { const char *out; const char *tag; bool want; } rows[] = {
+		{ "{\"tag\":\"lead\",\"confidence\":0.95}", "lead", true },
+		{ "{\"tag\":\"customer\",\"confidence\":0.9}", "customer", true },
+		{ "{\"tag\":\"lead\",\"confidence\":0.05}", "lead", true },
+		{ "{\"tag\":\"lead\"}", "lead", true },
+		{ "{\"tag\":\"churn_risk\",\"confidence\":0.99}", "churn_risk", false },
+		{ "{\"tag\":\"spam\",\"confidence\":1}", "spam", false },
+		/* what is sent decides, not what the output says */
+		{ "{\"tag\":\"lead\",\"confidence\":1}", "spam", false },
+		{ "{\"tag\":\"lead\",\"confidence\":1}", NULL, false },
 		/* the model's own fields never grant autonomy */
-		{ "{\"tag\":\"spam\",\"confidence\":1,\"auto_reply\":true}", false },
+		{ "{\"tag\":\"spam\",\"confidence\":1,\"auto_reply\":true}", "spam", false },
 	};
 	size_t i;
 
 	ck_assert_ptr_nonnull(c);
 	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
 		json_t *o = parse(rows[i].out);
+		json_t *eff = json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target",
+		                        "demo_http", "payload", "contact_id", "c-1");
 
-		ck_assert_msg(contract_auto_eligible(c, o, eff) == rows[i].want, "%s",
-		              rows[i].out);
+		if (rows[i].tag != NULL)
+			json_object_set_new(json_object_get(eff, "payload"), "tag",
+			                    json_string(rows[i].tag));
+		ck_assert_msg(contract_auto_eligible(c, o, eff) == rows[i].want, "%s, tag %s",
+		              rows[i].out, rows[i].tag ? rows[i].tag : "(none)");
 		ck_assert(!contract_auto_eligible(c, o, other));
 		ck_assert(!contract_auto_eligible(s, o, eff)); /* not its mode */
 		json_decref(o);
+		json_decref(eff);
 	}
-	json_decref(eff);
 	json_decref(other);
 	contract_set_free(set);
 }
@@ -1333,7 +1341,8 @@ START_TEST(test_threads)
 	json_t *good = parse("{\"subject\":\"s\",\"body\":\"b\",\"confidence\":0.5}");
 	json_t *bad = parse("{\"subject\":\"s\",\"body\":\"\",\"confidence\":2}");
 	json_t *tag = parse("{\"tag\":\"lead\",\"confidence\":0.95}");
-	json_t *eff = parse("{\"type\":\"crm.tag\",\"target\":\"demo_http\"}");
+	json_t *eff = parse("{\"type\":\"crm.tag\",\"target\":\"demo_http\","
+	                    "\"payload\":{\"contact_id\":\"c-1\",\"tag\":\"lead\"}}");
 	struct worker w[8];
 	pthread_t t[8];
 	size_t i;

@@ -413,6 +413,8 @@ dconf_text(const struct dconf *d, const char *log)
 	        "dispatch_poll_ms = %d\ndispatch_shutdown_seconds = %d\n"
 	        "reconcile_interval_seconds = %d\nretention_days = 7\n\n",
 	        log, d->workers, d->batch, d->lease_s, d->poll_ms, d->shutdown_s, d->reconcile_s);
+	dl_conf_contracts(f);
+	fputc('\n', f);
 	/* honours Idempotency-Key; the id in a header */
 	fprintf(f, "[target t_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
 	        "idempotency_key = 1\nprovider_id_header = X-Provider-Id\ntimeout_ms = 5000\n"
@@ -566,20 +568,6 @@ disp_kill9(struct disp *d)
 
 /* ---- the fixture ------------------------------------------------------------ */
 
-/* Before each test: nothing of an earlier test still runs, and nothing an
- * earlier test (or suite) left waiting can be claimed. */
-static void
-setup(void)
-{
-	proc_sweep();
-	dl_cancel_waiting();
-}
-
-static void
-teardown(void)
-{
-	proc_sweep();
-}
 
 /* ===== 1. happy path, HTTP ===================================================== */
 
@@ -1922,7 +1910,7 @@ dispatch_suite(void)
 	TCase *tc = tcase_create("dispatch");
 
 	tcase_set_timeout(tc, TEST_TIMEOUT_S);
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_checked_fixture(tc, dl_fixture_setup, dl_fixture_teardown);
 	tcase_add_test(tc, test_http_happy);
 	tcase_add_test(tc, test_smtp_happy);
 	tcase_add_test(tc, test_idempotent_retry);

@@ -133,9 +133,18 @@ email_effect(void)
 	                 "in_reply_to", "<msg-42@example.com>");
 }
 
-/* ... and its payload in canonical JSON, written by hand. */
-#define EMAIL_PAYLOAD_CANON \
-	"{\"in_reply_to\":\"<msg-42@example.com>\",\"ticket\":42,\"to\":\"customer@example.com\"}"
+/* ... and the payload that goes out, in canonical JSON: the contract adds
+ * the drafted subject and body (g_marker: ASCII, nothing to escape). */
+static char *
+email_payload_canon(void)
+{
+	char *s = NULL;
+
+	ck_assert_int_gt(asprintf(&s, "{\"body\":\"%s\",\"in_reply_to\":\"<msg-42@example.com>\","
+	                          "\"subject\":\"Re: order 42 arrives on Friday\",\"ticket\":42,"
+	                          "\"to\":\"customer@example.com\"}", g_marker), 0);
+	return s;
+}
 
 static json_t *
 tag_output(const char *tag, double confidence)
@@ -147,11 +156,12 @@ tag_output(const char *tag, double confidence)
 static json_t *
 tag_effect(void)
 {
-	return json_pack("{s:s, s:s, s:{s:s, s:s}}", "type", "crm.tag", "target", "demo_http",
-	                 "payload", "contact", "c-42", "tag", "lead");
+	return json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target", "demo_http",
+	                 "payload", "contact_id", "c-42");
 }
 
-#define TAG_PAYLOAD_CANON "{\"contact\":\"c-42\",\"tag\":\"lead\"}"
+/* ... and the payload that goes out: the tag comes from the output. */
+#define TAG_PAYLOAD_CANON "{\"contact_id\":\"c-42\",\"tag\":\"lead\"}"
 
 static json_t *
 std_model(void)
@@ -806,7 +816,7 @@ START_TEST(test_approve_before_act)
 	struct gated g;
 	struct web w;
 	PGconn *c = tl_pg_connect();
-	char *before, *csrf, *v, *effect_id, hash[72], thash[65];
+	char *before, *csrf, *v, *effect_id, *canon, hash[72], thash[65];
 	json_t *lines, *l;
 	long off = tl_log_offset();
 	long long ver;
@@ -948,9 +958,10 @@ START_TEST(test_approve_before_act)
 	    " AND consumed_at IS NOT NULL AND decision = 'approve' AND approver_subject = $2"
 	    " AND reason = 'Checked the order: ships Friday.'", g.approval_id, APPROVER), 1);
 	ck_assert_int_eq(outbox_rows(c, g.key), 1);
-	tl_payload_hash(EMAIL_PAYLOAD_CANON, hash);
+	canon = email_payload_canon();
+	tl_payload_hash(canon, hash);
 	{
-		const char *p[4] = { g.key, g.approval_id, hash, EMAIL_PAYLOAD_CANON };
+		const char *p[4] = { g.key, g.approval_id, hash, canon };
 		char pk[260];
 
 		char *cid = value1(c, "SELECT id::text FROM api_clients WHERE name = $1", "dev");
@@ -968,6 +979,7 @@ START_TEST(test_approve_before_act)
 		ck_assert_int_eq(count2(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
 		                        " AND provider_key = $2", g.key, pk), 1);
 	}
+	free(canon);
 	effect_id = value1(c, "SELECT id::text FROM effect_outbox WHERE idempotency_key = $1", g.key);
 
 	lines = tl_log_collect(off, is_approve_line, NULL, 1);
@@ -2163,7 +2175,7 @@ START_TEST(test_auto_path)
 		static const struct {
 			const char *tag;
 			double conf;
-		} cases[] = { { "churn_risk", 0.99 }, { "lead", 0.89 }, { "spam", 1.0 } };
+		} cases[] = { { "churn_risk", 0.99 }, { "spam", 0.5 }, { "spam", 1.0 } };
 		size_t i;
 
 		for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -2467,7 +2479,7 @@ START_TEST(test_hostile_output)
 	s.model = json_pack("{s:s, s:s, s:s}", "provider", "<b>evil</b>", "name", "<b>model</b>",
 	                    "revision", "\"><svg onload=alert(6)>");
 	s.effect = json_pack("{s:s, s:s, s:{s:s, s:s}}", "type", "email.send", "target", "demo_smtp",
-	                     "payload", "to", "\"Evil\" <x@example.com>", "html",
+	                     "payload", "to", "x@example.com", "ticket",
 	                     "<script>alert(4)</script>");
 	make_gated("hostile-<i>&\"'", &s, &g);
 

@@ -267,8 +267,8 @@ tag_output(const char *tag, double confidence)
 static json_t *
 tag_effect(void)
 {
-	return json_pack("{s:s, s:s, s:{s:s, s:s}}", "type", "crm.tag", "target", "demo_http",
-	                 "payload", "contact", "c-42", "tag", "lead");
+	return json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target", "demo_http",
+	                 "payload", "contact_id", "c-42");
 }
 
 /* The approval link's token from a 202 awaiting_human answer. */

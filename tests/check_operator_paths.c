@@ -111,12 +111,13 @@ post_tag(const char *bearer, const char *key, const struct claimed *c, long long
 {
 	char *path = tl_run_path(key, "/output");
 	json_t *body = json_pack(
-		"{s:s, s:I, s:s, s:{s:s, s:f, s:s}, s:o, s:{s:s, s:s, s:{s:s, s:s}}, s:s}",
+		"{s:s, s:I, s:s, s:{s:s, s:f, s:s}, s:o, s:{s:s, s:s, s:{s:s}}, s:s, s:s}",
 		"lease_owner", c->owner, "version", (json_int_t)version, "contract", contract,
 		"output", "tag", "lead", "confidence", 0.97, "reason",
 		"Asked twice for a quote for 40 seats — «нужен счёт до пятницы»",
 		"model", model(), "effect", "type", "crm.tag", "target", "demo_http", "payload",
-		"contact", "c-4711", "tag", "lead", "source_url", "https://crm.example/contact/4711");
+		"contact_id", "c-4711", "source_url", "https://crm.example/contact/4711",
+		"requested_by", "agent.bot@example.com");
 
 	tl_post_json(path, bearer, body, r);
 	json_decref(body);

@@ -435,7 +435,9 @@ disp_start(struct disp *d)
 	fprintf(f, "log_file = %s\nlog_level = info\ndispatch_workers = 2\ndispatch_batch = 4\n"
 	        "dispatch_lease_seconds = 30\ndispatch_poll_ms = 200\n"
 	        "dispatch_shutdown_seconds = 5\nreconcile_interval_seconds = 1\n"
-	        "retention_days = 7\n\n", d->log);
+	        "retention_days = 7\n", d->log);
+	dl_conf_contracts(f);
+	fputc('\n', f);
 	/* honours Idempotency-Key; a 4xx is permanent */
 	fprintf(f, "[target o_idem]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
 	        "idempotency_key = 1\nprovider_id_header = X-Provider-Id\ntimeout_ms = 5000\n"

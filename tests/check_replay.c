@@ -150,12 +150,12 @@ make_output(const char *key, bool crm, struct tl_resp *r)
 		tl_keep_sample_draw(key, "0.99"); /* outside crm_tag's sample: the rules decide */
 	if (crm)
 		body = json_pack("{s:s, s:I, s:s, s:{s:s, s:f, s:s}, s:o,"
-		                 " s:{s:s, s:s, s:{s:s, s:s}}, s:s}",
+		                 " s:{s:s, s:s, s:{s:s}}, s:s}",
 		                 "lease_owner", c.owner, "version", (json_int_t)c.version,
 		                 "contract", "crm_tag", "output", "tag", "lead", "confidence", 0.95,
 		                 "reason", "asked for a quote twice", "model", std_model(), "effect",
-		                 "type", "crm.tag", "target", "demo_http", "payload", "contact",
-		                 key, "tag", "lead", "source_url", "https://crm.example/contact/42");
+		                 "type", "crm.tag", "target", "demo_http", "payload", "contact_id",
+		                 key, "source_url", "https://crm.example/contact/42");
 	else
 		body = json_pack("{s:s, s:I, s:s, s:{s:s, s:s, s:s, s:f}, s:o,"
 		                 " s:{s:s, s:s, s:{s:s, s:i}}, s:s}",
@@ -437,7 +437,7 @@ provider_start(pid_t *pid)
 static pid_t
 dispatcher_start(int port, char *log, size_t loglen)
 {
-	char conf[PATH_MAX], err[PATH_MAX], *text = NULL, *argv[4];
+	char conf[PATH_MAX], err[PATH_MAX], *text = NULL, *argv[4], *state = tl_state_dir();
 	double deadline;
 	pid_t pid;
 
@@ -447,12 +447,16 @@ dispatcher_start(int port, char *log, size_t loglen)
 	ck_assert_int_ge(asprintf(&text,
 	    "log_file = %s\nlog_level = info\ndispatch_workers = 2\ndispatch_batch = 4\n"
 	    "dispatch_lease_seconds = 30\ndispatch_poll_ms = 200\ndispatch_shutdown_seconds = 5\n"
-	    "reconcile_interval_seconds = 1\n\n"
+	    "reconcile_interval_seconds = 1\n"
+	    /* the stack's contracts: each payload is checked again before it goes */
+	    "contracts_dir = %s/contracts\n\n"
 	    "[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
 	    "idempotency_key = 1\nprovider_id_header = X-Provider-Id\ntimeout_ms = 5000\n"
-	    "max_attempts = 3\nbase_ms = 200\ncap_ms = 1000\n", log, port), 0);
+	    "max_attempts = 3\nbase_ms = 200\ncap_ms = 1000\n", log, state ? state : ".",
+	    port), 0);
 	write_file(conf, text);
 	free(text);
+	free(state);
 	argv[0] = (char *)(uintptr_t)tl_env("ONCEGATE_DISPATCH");
 	argv[1] = (char *)(uintptr_t)"-c";
 	argv[2] = conf;

@@ -597,3 +597,25 @@ dl_suite_end(int failed)
 	}
 	return failed == 0 ? 0 : 1;
 }
+
+void
+dl_conf_contracts(FILE *f)
+{
+	char *state = tl_state_dir();
+
+	fprintf(f, "contracts_dir = %s/contracts\n", state != NULL ? state : ".");
+	free(state);
+}
+
+void
+dl_fixture_setup(void)
+{
+	proc_sweep();
+	dl_cancel_waiting();
+}
+
+void
+dl_fixture_teardown(void)
+{
+	proc_sweep();
+}

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 #include <jansson.h>
 #include <libpq-fe.h>
@@ -33,6 +34,17 @@ char *qstr(PGconn *c, const char *sql, ...);
 long long qnum(PGconn *c, const char *sql, ...);
 long long qexec(PGconn *c, const char *sql, ...);
 json_t *qjson(PGconn *c, const char *sql, ...);
+
+/* The fixture of a suite whose tests run dispatchers: before each test
+ * nothing of an earlier test still runs, and nothing an earlier test (or
+ * suite) left waiting can be claimed; after it, nothing it started runs. */
+void dl_fixture_setup(void);
+void dl_fixture_teardown(void);
+
+/* Writes the dispatcher setting that names the test stack's contracts
+ * directory (each payload is checked against its contract again before it
+ * is sent). */
+void dl_conf_contracts(FILE *f);
 
 /* The kill switch's environment half for a spawned dispatcher. */
 enum env_switch { ENV_TRUE, ENV_UNSET, ENV_FALSE };

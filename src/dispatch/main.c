@@ -53,7 +53,8 @@ usage(FILE *out)
 	        "database flag is on (oncegatectl kill-switch on).\n"
 	        "Signals: SIGTERM/SIGINT stop claiming, finish or release in-flight work\n"
 	        "within dispatch_shutdown_seconds and exit; SIGHUP reopens the decision log\n"
-	        "and reloads the configuration (targets, limits).\n");
+	        "and reloads the configuration (targets, limits) and the contracts every\n"
+	        "payload is checked against again before it is sent.\n");
 }
 
 static int

@@ -10,18 +10,23 @@
 #define _GNU_SOURCE /* asprintf */
 #endif
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/socket.h>
 
 #include <curl/curl.h>
 #include <openssl/evp.h>
 
 #include "adapter.h"
 #include "buf.h"
+#include "caps.h"
 #include "digest.h"
+#include "effect.h"
 #include "jptr.h"
 #include "log.h"
 
@@ -30,8 +35,28 @@
 #define PACKAGE_VERSION "unknown"
 #endif
 
+/* The SMTP attempt's deadline, enforced from outside libcurl. libcurl's own
+ * timeout stops the transfer, but then it still says goodbye (QUIT) to a
+ * server that stalled and waits for the answer, and some waits for a
+ * reply run on their own clock: a stalled server could hold a send twice
+ * the target's timeout. At the deadline the watchdog shuts the sockets
+ * down; every wait ends at once, and the attempt is a timeout. */
+#define WATCH_FDS 4
+
+struct watchdog {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct timespec deadline;  /* CLOCK_MONOTONIC */
+	curl_socket_t fds[WATCH_FDS];
+	bool done, fired;
+};
+
 struct adapter {
 	CURL *curl;
+	/* Lives as long as the handle: a socket libcurl closes late still
+	 * finds it. */
+	struct watchdog watch;
+	bool watch_ok;             /* its mutex and condition exist */
 };
 
 /* The response as it arrives: body up to the cap, a few headers. */
@@ -43,6 +68,28 @@ struct sink {
 	json_t *headers;           /* selected headers, lower-case names */
 	char smtp_reply[512];      /* SMTP: the last reply line */
 };
+
+static bool
+watch_init(struct watchdog *w)
+{
+	pthread_condattr_t ca;
+	size_t i;
+	bool ok;
+
+	memset(w, 0, sizeof(*w));
+	for (i = 0; i < WATCH_FDS; i++)
+		w->fds[i] = CURL_SOCKET_BAD;
+	if (pthread_condattr_init(&ca) != 0)
+		return false;
+	ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+	     pthread_cond_init(&w->cv, &ca) == 0;
+	pthread_condattr_destroy(&ca);
+	if (ok && pthread_mutex_init(&w->mu, NULL) != 0) {
+		pthread_cond_destroy(&w->cv);
+		ok = false;
+	}
+	return ok;
+}
 
 struct adapter *
 adapter_new(void)
@@ -56,6 +103,7 @@ adapter_new(void)
 		free(a);
 		return NULL;
 	}
+	a->watch_ok = watch_init(&a->watch);
 	return a;
 }
 
@@ -65,6 +113,10 @@ adapter_free(struct adapter *a)
 	if (a == NULL)
 		return;
 	curl_easy_cleanup(a->curl);
+	if (a->watch_ok) {
+		pthread_cond_destroy(&a->watch.cv);
+		pthread_mutex_destroy(&a->watch.mu);
+	}
 	free(a);
 }
 
@@ -241,7 +293,8 @@ static void
 sink_init(struct sink *s, const struct config_target *t)
 {
 	memset(s, 0, sizeof(*s));
-	buf_init(&s->body, 1024);
+	/* the buffer's cap is the target's: on_body keeps to it */
+	buf_init(&s->body, (size_t)t->response_cap_bytes);
 	s->cap = (size_t)t->response_cap_bytes;
 	s->id_header = t->provider_id_header[0] != '\0' ? t->provider_id_header : NULL;
 	s->headers = json_object();
@@ -500,16 +553,6 @@ header_safe(const char *s, size_t max)
 	return i <= max;
 }
 
-/* An address we are willing to put in RCPT TO and To:. */
-static bool
-address_ok(const char *s)
-{
-	const char *at = strchr(s, '@');
-
-	return at != NULL && at != s && at[1] != '\0' && strchr(at + 1, '@') == NULL &&
-	       strlen(s) <= 254 && header_safe(s, 254) && strpbrk(s, "<>,;\" ()\\") == NULL;
-}
-
 static bool
 ascii_only(const char *s)
 {
@@ -519,27 +562,70 @@ ascii_only(const char *s)
 	return true;
 }
 
-/* RFC 2047 "B" encoding when the text is not plain ASCII. */
-static int
-put_encoded_word(struct buf *b, const char *s)
-{
-	size_t n = strlen(s);
-	unsigned char *enc;
-	int rc;
+/* Header lines are folded before this many characters (RFC 5322 says
+ * SHOULD 78, MUST 998). */
+#define FOLD_AT 78
+/* Bytes of text per RFC 2047 word: 42 bytes are 56 base64 characters, a
+ * word of 68, and "Subject: " plus one word stays within FOLD_AT. */
+#define WORD_BYTES 42
 
-	if (ascii_only(s))
-		return buf_puts(b, s);
-	enc = malloc(4 * ((n + 2) / 3) + 1);
-	if (enc == NULL)
+/* "Subject: " + the text: as it is when it is short printable ASCII that
+ * cannot be mistaken for an encoded word; otherwise RFC 2047 "B" words of
+ * UTF-8, each on a line of its own, never splitting a character. */
+static int
+put_subject(struct buf *b, const char *s)
+{
+	size_t n = strlen(s), off = 0;
+	unsigned char enc[4 * ((WORD_BYTES + 2) / 3) + 1];
+
+	if (ascii_only(s) && n + 9 <= FOLD_AT && strstr(s, "=?") == NULL)
+		return buf_printf(b, "Subject: %s\r\n", s);
+	if (buf_puts(b, "Subject:") != 0)
 		return -1;
-	EVP_EncodeBlock(enc, (const unsigned char *)s, (int)n);
-	rc = buf_printf(b, "=?UTF-8?B?%s?=", (const char *)enc);
-	free(enc);
-	return rc;
+	while (off < n) {
+		size_t take = n - off < WORD_BYTES ? n - off : WORD_BYTES, back = take;
+
+		/* end the word before a UTF-8 sequence, never inside one */
+		while (off + back < n && back > 0 && ((unsigned char)s[off + back] & 0xc0) == 0x80)
+			back--;
+		if (back > 0)
+			take = back;
+		EVP_EncodeBlock(enc, (const unsigned char *)s + off, (int)take);
+		if (buf_printf(b, "%s=?UTF-8?B?%s?=", off > 0 ? "\r\n " : " ", (const char *)enc) != 0)
+			return -1;
+		off += take;
+	}
+	return buf_puts(b, "\r\n");
 }
 
-/* The body, base64 in lines of 76: any text, any line length, no dot or
- * line-ending surprises on the way. */
+/* "To: " and the addresses, folded between them. */
+static int
+put_to(struct buf *b, const json_t *to)
+{
+	size_t i, col = 3;
+	const json_t *v;
+
+	if (buf_puts(b, "To:") != 0)
+		return -1;
+	json_array_foreach(to, i, v) {
+		size_t len = json_string_length(v) + 3; /* " <" … ">" */
+		bool last = i + 1 == json_array_size(to);
+
+		if (i > 0 && col + len + 1 > FOLD_AT) {
+			if (buf_puts(b, "\r\n") != 0)
+				return -1;
+			col = 0;
+		}
+		if (buf_printf(b, " <%s>%s", json_string_value(v), last ? "" : ",") != 0)
+			return -1;
+		col += len + (last ? 0 : 1);
+	}
+	return buf_puts(b, "\r\n");
+}
+
+/* The body, base64 in lines of 76: any script, any line length, no line
+ * that starts with a dot, and the approved text byte for byte (its own
+ * line ends included) once decoded. */
 static int
 put_base64_body(struct buf *b, const char *s)
 {
@@ -556,96 +642,72 @@ put_base64_body(struct buf *b, const char *s)
 	return 0;
 }
 
-static const char *
-field(const json_t *payload, const json_t *output, const char *name)
-{
-	const char *v = json_string_value(json_object_get(payload, name));
-
-	return v != NULL ? v : json_string_value(json_object_get(output, name));
-}
-
 char *
 adapter_smtp_message(const struct config_target *t, const struct adapter_effect *e,
                      json_t **rcpt, char *why, size_t whylen)
 {
 	json_t *payload = json_loads(e->payload, 0, NULL);
-	json_t *output = e->run_output != NULL ? json_loads(e->run_output, 0, NULL) : NULL;
-	json_t *to = NULL, *v;
-	const char *subject, *text, *reply_to;
+	json_t *errors = json_array(), *to = NULL, *v;
+	const char *reply_to;
 	char msgid[300], date[64];
 	struct buf b;
-	size_t i;
 	time_t now = time(NULL);
 	struct tm tm;
 
 	*rcpt = NULL;
-	buf_init(&b, 1024);
-	if (!json_is_object(payload)) {
-		snprintf(why, whylen, "payload is not a JSON object");
+	buf_init(&b, OG_MAIL_MESSAGE_MAX);
+	if (errors == NULL)
+		goto oom;
+	/* The dispatcher checked it already (effect.h); the adapter refuses
+	 * on its own anything it could not turn into a message. */
+	if (!effect_mail_check(payload, errors)) {
+		const json_t *e0 = json_array_get(errors, 0);
+
+		snprintf(why, whylen, "%s %s", json_string_value(json_object_get(e0, "path")),
+		         json_string_value(json_object_get(e0, "message")));
 		goto fail;
 	}
-	to = json_array();
-	v = json_object_get(payload, "to");
-	if (json_is_string(v))
-		json_array_append(to, v);
-	else if (json_is_array(v))
-		json_array_extend(to, v);
-	if (json_array_size(to) == 0 || json_array_size(to) > 50) {
-		snprintf(why, whylen, "payload needs \"to\": one address or 1-50 of them");
-		goto fail;
-	}
-	json_array_foreach(to, i, v)
-		if (!json_is_string(v) || !address_ok(json_string_value(v))) {
-			snprintf(why, whylen, "payload \"to\" holds an address that is not plain "
-			         "local@domain");
-			goto fail;
-		}
-	subject = field(payload, output, "subject");
-	text = field(payload, output, "body");
-	reply_to = json_string_value(json_object_get(payload, "in_reply_to"));
-	if (subject == NULL || text == NULL) {
-		snprintf(why, whylen, "no subject and body in the payload or the approved output");
-		goto fail;
-	}
-	if (!header_safe(subject, 998) || (reply_to != NULL && !header_safe(reply_to, 998))) {
-		snprintf(why, whylen, "subject or in_reply_to is not one line of text");
-		goto fail;
-	}
-	if (!address_ok(t->mail_from)) {
+	if (!effect_mail_address_ok(t->mail_from)) {
 		snprintf(why, whylen, "target mail_from is not plain local@domain");
 		goto fail;
 	}
+	v = json_object_get(payload, "to");
+	to = json_is_array(v) ? json_incref(v) : json_pack("[O]", v);
+	if (to == NULL)
+		goto oom;
+	reply_to = json_string_value(json_object_get(payload, "in_reply_to"));
 	adapter_message_id(e->provider_key, t->mail_from, msgid, sizeof(msgid));
 	gmtime_r(&now, &tm);
 	strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S +0000", &tm);
-	if (buf_printf(&b, "Message-ID: %s\r\nDate: %s\r\nFrom: <%s>\r\nTo: ", msgid, date,
-	               t->mail_from) != 0)
-		goto oom;
-	json_array_foreach(to, i, v)
-		if (buf_printf(&b, "%s<%s>", i ? ", " : "", json_string_value(v)) != 0)
-			goto oom;
-	if (buf_puts(&b, "\r\nSubject: ") != 0 || put_encoded_word(&b, subject) != 0 ||
-	    buf_puts(&b, "\r\n") != 0)
-		goto oom;
+	if (buf_printf(&b, "Message-ID: %s\r\nDate: %s\r\nFrom: <%s>\r\n", msgid, date,
+	               t->mail_from) != 0 ||
+	    put_to(&b, to) != 0 ||
+	    put_subject(&b, json_string_value(json_object_get(payload, "subject"))) != 0)
+		goto toolong;
 	if (reply_to != NULL && buf_printf(&b, "In-Reply-To: %s\r\nReferences: %s\r\n",
 	                                   reply_to, reply_to) != 0)
-		goto oom;
+		goto toolong;
 	if (buf_puts(&b, "MIME-Version: 1.0\r\n"
 	                 "Content-Type: text/plain; charset=utf-8\r\n"
 	                 "Content-Transfer-Encoding: base64\r\n"
 	                 "Auto-Submitted: auto-generated\r\n\r\n") != 0 ||
-	    put_base64_body(&b, text) != 0)
-		goto oom;
+	    put_base64_body(&b, json_string_value(json_object_get(payload, "body"))) != 0)
+		goto toolong;
 	json_decref(payload);
-	json_decref(output);
+	json_decref(errors);
 	*rcpt = to;
 	return buf_steal(&b);
+toolong:
+	if (b.overflow) {
+		snprintf(why, whylen, "the message would exceed %d bytes", OG_MAIL_MESSAGE_MAX);
+		goto fail;
+	}
 oom:
 	snprintf(why, whylen, "out of memory");
 fail:
 	json_decref(to);
+	json_decref(errors);
 	json_decref(payload);
-	json_decref(output);
 	buf_free(&b);
 	return NULL;
 }
@@ -690,6 +752,108 @@ queue_id(const char *reply, char *out, size_t outlen)
 	out[n] = '\0';
 }
 
+static curl_socket_t
+watch_open(void *clientp, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+	struct watchdog *w = clientp;
+	curl_socket_t fd;
+	size_t i;
+
+	(void)purpose;
+	pthread_mutex_lock(&w->mu);
+	if (w->fired) {
+		pthread_mutex_unlock(&w->mu);
+		return CURL_SOCKET_BAD;
+	}
+	fd = socket(addr->family, addr->socktype, addr->protocol);
+	for (i = 0; fd != CURL_SOCKET_BAD && i < WATCH_FDS; i++)
+		if (w->fds[i] == CURL_SOCKET_BAD) {
+			w->fds[i] = fd;
+			break;
+		}
+	if (fd != CURL_SOCKET_BAD && i == WATCH_FDS) {
+		close(fd); /* one the watchdog could not stop is not opened */
+		fd = CURL_SOCKET_BAD;
+	}
+	pthread_mutex_unlock(&w->mu);
+	return fd;
+}
+
+/* Under the lock, so the watchdog never shuts down a number that another
+ * thread's socket took over. */
+static int
+watch_close(void *clientp, curl_socket_t fd)
+{
+	struct watchdog *w = clientp;
+	size_t i;
+	int rc;
+
+	pthread_mutex_lock(&w->mu);
+	for (i = 0; i < WATCH_FDS; i++)
+		if (w->fds[i] == fd)
+			w->fds[i] = CURL_SOCKET_BAD;
+	rc = close(fd);
+	pthread_mutex_unlock(&w->mu);
+	return rc;
+}
+
+static void *
+watch_run(void *arg)
+{
+	struct watchdog *w = arg;
+	size_t i;
+
+	pthread_mutex_lock(&w->mu);
+	while (!w->done)
+		if (pthread_cond_timedwait(&w->cv, &w->mu, &w->deadline) != 0 && !w->done) {
+			struct timespec now;
+
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			if (now.tv_sec < w->deadline.tv_sec ||
+			    (now.tv_sec == w->deadline.tv_sec && now.tv_nsec < w->deadline.tv_nsec))
+				continue;
+			w->fired = true;
+			for (i = 0; i < WATCH_FDS; i++)
+				if (w->fds[i] != CURL_SOCKET_BAD)
+					(void)shutdown(w->fds[i], SHUT_RDWR);
+			break;
+		}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+/* Arms the watchdog for timeout_ms from t0; false when it cannot run (then
+ * libcurl's own timeouts are all there is). */
+static bool
+watch_start(struct watchdog *w, pthread_t *th, const struct timespec *t0, int timeout_ms)
+{
+	size_t i;
+
+	pthread_mutex_lock(&w->mu);
+	for (i = 0; i < WATCH_FDS; i++)
+		w->fds[i] = CURL_SOCKET_BAD;
+	w->done = w->fired = false;
+	w->deadline = *t0;
+	w->deadline.tv_sec += timeout_ms / 1000;
+	w->deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (w->deadline.tv_nsec >= 1000000000L) {
+		w->deadline.tv_sec++;
+		w->deadline.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_unlock(&w->mu);
+	return pthread_create(th, NULL, watch_run, w) == 0;
+}
+
+static void
+watch_stop(struct watchdog *w, pthread_t th)
+{
+	pthread_mutex_lock(&w->mu);
+	w->done = true;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(th, NULL);
+}
+
 static void
 smtp_send(struct adapter *a, const struct config_target *t, const struct adapter_effect *e,
           struct adapter_attempt *out)
@@ -702,6 +866,9 @@ smtp_send(struct adapter *a, const struct config_target *t, const struct adapter
 	char *msg, *user = NULL;
 	json_t *rcpt = NULL, *v;
 	struct timespec t0;
+	struct watchdog *w = &a->watch;
+	pthread_t wth;
+	bool watched;
 	CURLcode rc;
 	long status = 0;
 	curl_off_t sent = 0;
@@ -748,8 +915,24 @@ smtp_send(struct adapter *a, const struct config_target *t, const struct adapter
 	curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)up.len);
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	watched = a->watch_ok && watch_start(w, &wth, &t0, t->timeout_ms);
+	if (watched) {
+		curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, watch_open);
+		curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, w);
+		curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, watch_close);
+		curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, w);
+	}
 	rc = curl_easy_perform(c);
 	out->duration_ms = elapsed_ms(&t0);
+	if (watched) {
+		watch_stop(w, wth);
+		/* what a shut-down socket looks like to libcurl is a timeout */
+		if (w->fired && rc != CURLE_OK) {
+			rc = CURLE_OPERATION_TIMEDOUT;
+			snprintf(errbuf, sizeof(errbuf), "no answer within timeout_ms (%d ms)",
+			         t->timeout_ms);
+		}
+	}
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
 	curl_easy_getinfo(c, CURLINFO_SIZE_UPLOAD_T, &sent);
 	out->r.kind = ATTEMPT_SMTP;

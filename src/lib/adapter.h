@@ -13,10 +13,13 @@
  * it carries (the n8n Wait node's resume URL), which must lie under its
  * target's URL.
  *
- * SMTP: the payload becomes one text/plain message with a deterministic
+ * SMTP: the payload becomes one text/plain UTF-8 message (body base64 in
+ * lines of 76, CRLF line ends, a non-ASCII subject as RFC 2047 words, To:
+ * folded; up to OG_MAIL_RCPT_MAX recipients) with a deterministic
  * Message-ID derived from the provider key, so the same effect is the same
  * message on every attempt; the server's queue id ("queued as …") is the
- * provider id.
+ * provider id. The target's timeout_ms bounds the whole attempt, the
+ * goodbye to a server that stalled included.
  */
 #ifndef OG_ADAPTER_H
 #define OG_ADAPTER_H
@@ -38,10 +41,10 @@ struct adapter_effect {
 	const char *id;            /* effect id (uuid) */
 	const char *type;          /* effect type, e.g. email.send, decision.callback */
 	const char *provider_key;  /* "<run key>/<type>", the same on every attempt */
-	const char *payload;       /* JSON text */
-	/* The run's model output (JSON text) or NULL: an email effect whose
-	 * payload lacks subject or body takes them from the approved draft. */
-	const char *run_output;
+	/* JSON text: the payload as it goes out, built and checked by the
+	 * dispatcher (effect.h); mail takes to, subject, body and in_reply_to
+	 * from it and nothing from anywhere else. */
+	const char *payload;
 };
 
 /* What one attempt observed. attempt_result's pointers point into this

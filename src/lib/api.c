@@ -18,6 +18,7 @@
 #include "contract.h"
 #include "csrf.h"
 #include "digest.h"
+#include "effect.h"
 #include "gate.h"
 #include "ledger.h"
 #include "metrics.h"
@@ -834,7 +835,8 @@ handle_output(struct call *c)
 	char *effect_payload_text = NULL;
 	const char *name, *etype, *etarget;
 	json_t *output, *effect, *model, *errors = NULL, *answer = NULL, *approvals = NULL;
-	json_t *decisions = NULL, *effect_doc = NULL;
+	json_t *decisions = NULL, *effect_doc = NULL, *sent = NULL;
+	const struct config_target *target;
 	char sample_detail[128] = "";
 	bool human, in_tx = false;
 	enum ledger_rc lrc;
@@ -880,7 +882,8 @@ handle_output(struct call *c)
 		                   "effect");
 		goto out;
 	}
-	if (config_target(cfg, etarget) == NULL) {
+	target = config_target(cfg, etarget);
+	if (target == NULL) {
 		call_unprocessable(c, "unknown_target", "effect.target names no configured target",
 		                   "effect");
 		goto out;
@@ -930,6 +933,18 @@ handle_output(struct call *c)
 		call_internal(c, "validator failed");
 		goto out;
 	}
+	/* The payload as it will be sent: the caller's, with the members the
+	 * contract takes from the output; checked like the output, so nobody
+	 * approves (and no rule judges) anything but what goes out. */
+	if (json_array_size(errors) == 0) {
+		sent = effect_build(contract, etype, strcmp(target->kind, "smtp") == 0,
+		                    json_object_get(effect, "payload"), output, EFFECT_AT_OUTPUT,
+		                    errors);
+		if (sent == NULL && json_array_size(errors) == 0) {
+			call_internal(c, "effect could not be built");
+			goto out;
+		}
+	}
 	if (json_array_size(errors) > 0) {
 		int budget = contract_repair_attempts(contract), left;
 
@@ -960,8 +975,11 @@ handle_output(struct call *c)
 		goto out;
 	}
 
+	effect_doc = json_pack("{s:s, s:s, s:O}", "type", etype, "target", etarget, "payload",
+	                       sent);
 	/* Valid. The gate decides by the contract's rules alone: fields of the
-	 * model's own output never grant autonomy unless a rule names them. */
+	 * model's own output never grant autonomy unless a rule names them; a
+	 * rule over /effect sees the payload that will be sent. */
 	switch (contract_gate_mode(contract)) {
 	case GATE_ACT_WITH_WINDOW:
 		human = false;
@@ -983,7 +1001,8 @@ handle_output(struct call *c)
 			goto out;
 		}
 		/* not processing: the accept below says why; -1 is "sampled" */
-		human = !contract_auto_eligible(contract, output, effect) ||
+		human = effect_doc == NULL ||
+		        !contract_auto_eligible(contract, output, effect_doc) ||
 		        contract_sampled(contract, draw);
 		if (lrc == LEDGER_OK)
 			snprintf(sample_detail, sizeof(sample_detail),
@@ -999,11 +1018,8 @@ handle_output(struct call *c)
 		break;
 	}
 	model_text = model != NULL ? json_dumps(model, JSON_COMPACT) : NULL;
-	effect_doc = json_pack("{s:s, s:s, s:O}", "type", etype, "target", etarget, "payload",
-	                       json_object_get(effect, "payload"));
 	eff_text = effect_doc != NULL ? json_dumps(effect_doc, JSON_COMPACT) : NULL;
-	if (eff_text == NULL ||
-	    json_hash(json_object_get(effect, "payload"), eff_hash, &effect_payload_text) != 0) {
+	if (eff_text == NULL || json_hash(sent, eff_hash, &effect_payload_text) != 0) {
 		call_internal(c, "effect could not be serialised");
 		goto out;
 	}
@@ -1146,6 +1162,7 @@ out:
 	json_decref(decisions);
 	json_decref(errors);
 	json_decref(effect_doc);
+	json_decref(sent);
 	free(out_text);
 	free(eff_text);
 	free(model_text);

@@ -64,6 +64,26 @@
 #define OG_CONTRACT_EXPIRES_MAX     2592000
 #define OG_CONTRACT_REPAIR_DEFAULT  1
 #define OG_CONTRACT_REPAIR_MAX      10
+#define OG_CONTRACT_FROM_OUTPUT_MAX 32    /* effects.types.<type>.from_output entries */
+
+/* Mail effects (effect.c checks them at /output and before sending;
+ * adapter.c builds the message). What a contract allows is the limit:
+ * these only bound what no contract could sensibly ask for. */
+#define OG_MAIL_RCPT_MAX          1000  /* recipients of one message */
+#define OG_MAIL_ADDRESS_MAX       254   /* bytes of one address (RFC 5321) */
+/* characters of a subject: encoded words fold it over as many lines as
+ * it needs */
+#define OG_MAIL_SUBJECT_MAX       16384
+/* bytes of in_reply_to: it goes out as it is, and "References: " plus it
+ * must fit a line of 998 */
+#define OG_MAIL_MSGID_MAX         985
+/* bytes of the body text: whatever a request may carry */
+#define OG_MAIL_BODY_MAX          OG_BODY_MAX_LIMIT
+/* The whole message as sent: the body base64-encoded (4/3, plus CRLF per
+ * 76 characters), the subject the same, the headers folded, and room for
+ * every recipient. */
+#define OG_MAIL_MESSAGE_MAX \
+	(2 * OG_MAIL_BODY_MAX + 8 * OG_MAIL_SUBJECT_MAX + OG_MAIL_RCPT_MAX * 300 + 64 * 1024)
 
 /* Approval pages */
 #define OG_TEMPLATE_MAX           (256 * 1024)  /* one template file */

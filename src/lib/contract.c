@@ -96,6 +96,15 @@ struct rule {
 	bool want;                    /* exists: present (true) or absent */
 };
 
+/* effects.types.<type>: what a payload of that type must meet, and which of
+ * its members come from the output instead of the payload. */
+struct effect_decl {
+	const char *type;
+	struct schema *schema;
+	const char *from_output[OG_CONTRACT_FROM_OUTPUT_MAX];
+	size_t nfrom;
+};
+
 struct contract {
 	char name[OG_CONTRACT_NAME_MAX + 1];
 	char hash[CONTRACT_HASH_LEN];
@@ -118,6 +127,8 @@ struct contract {
 	size_t ntargets;
 	const char *loggable[OG_CONTRACT_LOGGABLE_MAX];
 	size_t nloggable;
+	struct effect_decl decls[OG_CONTRACT_ALLOWED_MAX];
+	size_t ndecls;
 };
 
 struct contract_set {
@@ -1189,14 +1200,20 @@ static const char *const top_members[] = {
 };
 
 static const char *const effects_members[] = {
-	"allowed_types", "allowed_targets", NULL,
+	"allowed_types", "allowed_targets", "types", NULL,
 };
+
+static const char *const decl_members[] = { "schema", "from_output", NULL };
 
 static void
 contract_free(struct contract *c)
 {
+	size_t i;
+
 	if (c == NULL)
 		return;
+	for (i = 0; i < c->ndecls; i++)
+		schema_free(c->decls[i].schema);
 	schema_free(c->schema);
 	json_decref(c->doc);
 	free(c);
@@ -1257,6 +1274,93 @@ compile_loggable(struct loader *ld, struct contract *c, const json_t *arr)
 	}
 	ptr_pop(&ld->ptr, m);
 	c->nloggable = json_array_size(arr);
+	return true;
+}
+
+/* effects.types.<type>.from_output: top-level members of the output that
+ * the payload takes from it; the output's schema and the type's schema must
+ * both allow each, so a typo cannot name a field that never exists. */
+static bool
+compile_from_output(struct loader *ld, struct contract *c, struct effect_decl *d,
+                    const json_t *arr)
+{
+	char ptr[OG_CONTRACT_NAME_MAX + 2];
+	struct mark m;
+	size_t i, j;
+	json_t *v;
+
+	if (arr == NULL)
+		return true;
+	if (!json_is_array(arr) || json_array_size(arr) > OG_CONTRACT_FROM_OUTPUT_MAX)
+		return lfail_at(ld, "from_output", "must be an array of at most %d member names",
+		                OG_CONTRACT_FROM_OUTPUT_MAX);
+	m = ptr_push_str(&ld->ptr, "from_output");
+	json_array_foreach(arr, i, v) {
+		struct mark mi = ptr_push_index(&ld->ptr, i);
+		const char *name = json_string_value(v);
+
+		if (name == NULL || !name_ok(name, json_string_length(v), false))
+			return lfail(ld, "must be the name of a top-level member of the output, "
+			             "1..%d characters [a-z0-9_]", OG_CONTRACT_NAME_MAX);
+		snprintf(ptr, sizeof(ptr), "/%s", name);
+		if (!schema_allows(c->schema, ptr))
+			return lfail(ld, "names a member the output's schema does not allow");
+		if (!schema_allows(d->schema, ptr))
+			return lfail(ld, "names a member this type's schema does not allow");
+		for (j = 0; j < i; j++)
+			if (strcmp(d->from_output[j], name) == 0)
+				return lfail(ld, "duplicate of entry %zu", j);
+		d->from_output[i] = name;
+		ptr_pop(&ld->ptr, mi);
+	}
+	ptr_pop(&ld->ptr, m);
+	d->nfrom = json_array_size(arr);
+	return true;
+}
+
+/* effects.types: {"<type>": {"schema": {…}, "from_output": [NAME, …]}}, each
+ * type one of allowed_types. */
+static bool
+compile_effect_types(struct loader *ld, struct contract *c, const json_t *types)
+{
+	const char *key;
+	size_t key_len, i;
+	struct mark m;
+	json_t *v;
+
+	if (types == NULL)
+		return true;
+	if (!json_is_object(types))
+		return lfail_at(ld, "types", "must be an object of effect types");
+	m = ptr_push_str(&ld->ptr, "types");
+	json_object_keylen_foreach((json_t *)(uintptr_t)types, key, key_len, v) {
+		struct mark mt = ptr_push(&ld->ptr, key, key_len);
+		struct effect_decl *d = &c->decls[c->ndecls];
+		struct mark ms;
+
+		for (i = 0; i < c->ntypes; i++)
+			if (strlen(c->types[i]) == key_len && memcmp(c->types[i], key, key_len) == 0)
+				break;
+		if (i == c->ntypes)
+			return lfail(ld, "is not one of allowed_types");
+		if (!json_is_object(v))
+			return lfail(ld, "must be an object {\"schema\", \"from_output\"}");
+		if (!check_members(ld, v, decl_members, "unknown member"))
+			return false;
+		if (json_object_get(v, "schema") == NULL)
+			return lfail_at(ld, "schema", "missing (required)");
+		d->type = c->types[i];
+		ms = ptr_push_str(&ld->ptr, "schema");
+		d->schema = compile_schema(ld, json_object_get(v, "schema"));
+		ptr_pop(&ld->ptr, ms);
+		if (d->schema == NULL)
+			return false;
+		c->ndecls++;
+		if (!compile_from_output(ld, c, d, json_object_get(v, "from_output")))
+			return false;
+		ptr_pop(&ld->ptr, mt);
+	}
+	ptr_pop(&ld->ptr, m);
 	return true;
 }
 
@@ -1348,7 +1452,8 @@ contract_parse(struct loader *ld, const char *stem, const char *data, size_t len
 	ok = json_is_object(eff) ? true : lfail(ld, "must be an object");
 	ok = ok && check_members(ld, eff, effects_members, "unknown member") &&
 	     get_names(ld, eff, "allowed_types", c->types, &c->ntypes) &&
-	     get_names(ld, eff, "allowed_targets", c->targets, &c->ntargets);
+	     get_names(ld, eff, "allowed_targets", c->targets, &c->ntargets) &&
+	     compile_effect_types(ld, c, json_object_get(eff, "types"));
 	ptr_pop(&ld->ptr, m);
 	if (!ok)
 		goto out;
@@ -1814,6 +1919,68 @@ out:
 	json_decref(vs->errors);
 	free(vs);
 	return errors;
+}
+
+static const struct effect_decl *
+decl_of(const struct contract *c, const char *type)
+{
+	size_t i;
+
+	for (i = 0; c != NULL && type != NULL && i < c->ndecls; i++)
+		if (strcmp(c->decls[i].type, type) == 0)
+			return &c->decls[i];
+	return NULL;
+}
+
+json_t *
+contract_validate_effect(const struct contract *c, const char *type, const json_t *payload)
+{
+	const struct effect_decl *d = decl_of(c, type);
+	struct vstate *vs;
+	json_t *errors = NULL;
+
+	vs = calloc(1, sizeof(*vs));
+	if (vs == NULL)
+		return NULL;
+	vs->errors = json_array();
+	if (vs->errors == NULL)
+		goto out;
+	(void)ptr_push_str(&vs->path, "effect");
+	(void)ptr_push_str(&vs->path, "payload");
+	if (d != NULL && payload == NULL)
+		verr(vs, "type", "no payload");
+	else if (d != NULL)
+		validate(vs, d->schema, payload);
+	if (vs->nomem)
+		goto out;
+	errors = vs->errors;
+	vs->errors = NULL;
+out:
+	json_decref(vs->errors);
+	free(vs);
+	return errors;
+}
+
+bool
+contract_effect_declared(const struct contract *c, const char *type)
+{
+	return decl_of(c, type) != NULL;
+}
+
+size_t
+contract_from_output_count(const struct contract *c, const char *type)
+{
+	const struct effect_decl *d = decl_of(c, type);
+
+	return d != NULL ? d->nfrom : 0;
+}
+
+const char *
+contract_from_output(const struct contract *c, const char *type, size_t i)
+{
+	const struct effect_decl *d = decl_of(c, type);
+
+	return d != NULL && i < d->nfrom ? d->from_output[i] : NULL;
 }
 
 /* ---- gate policy ------------------------------------------------------------------ */

@@ -24,11 +24,29 @@
  *     },
  *     "effects": {                                    required
  *       "allowed_types": ["email.send"],      non-empty, distinct, [a-z0-9_.]{1,64}
- *       "allowed_targets": ["demo_smtp"]      the same
+ *       "allowed_targets": ["demo_smtp"],     the same
+ *       "types": {                            optional; keys among allowed_types
+ *         "email.send": {
+ *           "schema": { … },                  required: the schema (same subset
+ *                                             as below) every payload of this
+ *                                             type must meet, as it is sent
+ *           "from_output": ["subject", "body"]  optional, ≤ 32 distinct names:
+ *                                             top-level output members the
+ *                                             payload takes from the output
+ *         }
+ *       }
  *     },
  *     "repair_attempts": N,                           0..10, default 1
  *     "loggable_fields": ["/label"]                   optional, ≤ 32 JSON Pointers
  *   }                                                 into the output (not "")
+ *
+ * One source per field: a member named in from_output comes from the
+ * output and the caller's payload must not carry it; every other member
+ * comes from the payload. Both the output's schema and the type's schema
+ * must allow each from_output name. The payload that goes out (and that
+ * auto_when rules over /effect/payload see) is the caller's payload with
+ * those members of the output added; it is what the type's schema checks
+ * (effect.h).
  *
  * RULE is {"path": P, "op": OP, "value": V}. P is a JSON Pointer into the
  * document {"output": <model output>, "effect": <proposed effect>}; it must
@@ -106,6 +124,18 @@ const char *contract_hash(const struct contract *c);   /* "sha256:" + hex of the
  * it fails, nothing else about that value is. */
 json_t *contract_validate(const struct contract *c, const json_t *output)
 	__attribute__((warn_unused_result));
+
+/* Validates an effect payload (as it will be sent) against the schema of
+ * effects.types.<type>. Errors as contract_validate's, with paths that
+ * start "/effect/payload" (pointers into the /output request body); an
+ * empty array when the type has no entry. NULL only when out of memory. */
+json_t *contract_validate_effect(const struct contract *c, const char *type,
+                                 const json_t *payload) __attribute__((warn_unused_result));
+/* Has the contract an effects.types entry for type? */
+bool contract_effect_declared(const struct contract *c, const char *type);
+/* The type's from_output names; 0 / NULL when it has none or no entry. */
+size_t contract_from_output_count(const struct contract *c, const char *type);
+const char *contract_from_output(const struct contract *c, const char *type, size_t i);
 
 enum gate_mode contract_gate_mode(const struct contract *c);
 const char *contract_gate_mode_name(enum gate_mode mode);

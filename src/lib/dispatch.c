@@ -24,6 +24,7 @@
 #include "classify.h"
 #include "digest.h"
 #include "dispatch.h"
+#include "effect.h"
 #include "log.h"
 #include "outbox.h"
 
@@ -39,6 +40,9 @@
 /* A worker claims what it expects to start within this long (see
  * dispatch_worker). */
 #define CLAIM_AHEAD_MS 100
+/* An effect whose contract is not loaded here is looked at again after
+ * this long (seconds). */
+#define HOLD_S 30
 /* Rows per housekeeping statement. */
 #define TICK_BATCH 100
 
@@ -66,10 +70,15 @@ static const struct db_stmt st_claim = {
 	" RETURNING e.id, e.client_id, e.idempotency_key, e.effect_type, e.target,"
 	"       e.payload::text AS payload, e.payload_hash, e.provider_key, e.attempt,"
 	"       (extract(epoch FROM now() - e.first_attempt_at) * 1000)::bigint AS elapsed_ms,"
-	"       CASE WHEN e.effect_type LIKE 'email.%' THEN"
-	"         (SELECT r.output::text FROM workflow_runs r"
-	"           WHERE r.client_id = e.client_id AND r.idempotency_key = e.idempotency_key)"
-	"       END AS run_output",
+	/* what the payload is checked against again right before the send:
+	 * the run's output and, for the effect the run proposed, its contract */
+	"       (SELECT r.output::text FROM workflow_runs r"
+	"         WHERE r.client_id = e.client_id AND r.idempotency_key = e.idempotency_key)"
+	"         AS run_output,"
+	"       (SELECT r.contract FROM workflow_runs r"
+	"         WHERE r.client_id = e.client_id AND r.idempotency_key = e.idempotency_key"
+	"           AND r.effect->>'type' = e.effect_type AND r.effect->>'target' = e.target)"
+	"         AS run_contract",
 	3, false,
 };
 
@@ -365,11 +374,24 @@ dispatch_config_new(struct config *cfg)
 	dc->cfg = *cfg;
 	memset(cfg, 0, sizeof(*cfg));
 	dc->refs = 1;
+	/* The contracts every payload is checked against again before it is
+	 * sent. A directory that does not load holds the effects that need
+	 * one (never sent unchecked); the rest go out. */
+	dc->contracts = contract_load_dir(dc->cfg.contracts_dir, dc->contracts_err,
+	                                  sizeof(dc->contracts_err));
+	if (dc->contracts == NULL) {
+		struct log_fields f = { .reason = dc->contracts_err,
+			                .hint = "effects of runs under a contract wait until the "
+			                        "contracts load (SIGHUP)" };
+
+		log_event(LOG_LEVEL_ERROR, "dispatch.contracts_failed", &f);
+	}
 	pthread_mutex_init(&dc->rate_mu, NULL);
 	dc->next_slot_ns = calloc((size_t)(dc->cfg.ntargets > 0 ? dc->cfg.ntargets : 1),
 	                          sizeof(long long));
 	if (dc->next_slot_ns == NULL) {
 		*cfg = dc->cfg;
+		contract_set_free(dc->contracts);
 		pthread_mutex_destroy(&dc->rate_mu);
 		free(dc);
 		return NULL;
@@ -380,6 +402,7 @@ dispatch_config_new(struct config *cfg)
 static void
 dispatch_config_free(struct dispatch_config *dc)
 {
+	contract_set_free(dc->contracts);
 	config_free(&dc->cfg);
 	pthread_mutex_destroy(&dc->rate_mu);
 	free(dc->next_slot_ns);
@@ -557,6 +580,7 @@ struct job {
 	long long client_id;
 	char client[24];
 	char *key, *type, *target, *payload, *payload_hash, *provider_key, *run_output;
+	char *run_contract;        /* the contract of the effect the run proposed, or NULL */
 	int attempt;
 	long long elapsed_ms;
 	/* reconciliation */
@@ -582,6 +606,7 @@ job_clear(struct job *j)
 	free(j->payload_hash);
 	free(j->provider_key);
 	free(j->run_output);
+	free(j->run_contract);
 	memset(j, 0, sizeof(*j));
 }
 
@@ -601,6 +626,7 @@ job_read(struct job *j, const PGresult *res, int row)
 		j->payload = dup_field(res, row, "payload");
 		j->payload_hash = dup_field(res, row, "payload_hash");
 		j->run_output = dup_field(res, row, "run_output");
+		j->run_contract = dup_field(res, row, "run_contract");
 		j->elapsed_ms = db_get_ll(res, row, "elapsed_ms");
 	}
 	if (PQfnumber(res, "reconcile_attempts") >= 0) {
@@ -848,6 +874,61 @@ next_action_for(const char *dl_class)
 	       "--new-key NEWKEY` or `oncegatectl reject EFFECT`";
 }
 
+enum recheck { RECHECK_SEND = 0, RECHECK_REFUSED, RECHECK_HOLD, RECHECK_NOMEM };
+
+/* Right before the send: the payload that goes out, built and checked
+ * again against the run's output and, for the effect the run proposed,
+ * its contract as loaded now (effect.h). *text is what to send (the stored
+ * text when nothing was added); RECHECK_REFUSED leaves evidence and a
+ * reason in *at. */
+static enum recheck
+recheck(const struct dispatch_config *dc, const struct config_target *t, const struct job *j,
+        char **text, struct adapter_attempt *at)
+{
+	const struct contract *c = NULL;
+	json_t *payload = NULL, *output = NULL, *errors = NULL, *sent = NULL;
+	enum recheck rc = RECHECK_NOMEM;
+
+	*text = NULL;
+	if (j->run_contract != NULL) {
+		c = dc->contracts != NULL ? contract_find(dc->contracts, j->run_contract) : NULL;
+		if (c == NULL)
+			return RECHECK_HOLD;
+	}
+	payload = j->payload != NULL ? json_loads(j->payload, JSON_DECODE_ANY, NULL) : NULL;
+	output = j->run_output != NULL ? json_loads(j->run_output, JSON_DECODE_ANY, NULL) : NULL;
+	errors = json_array();
+	if (errors == NULL)
+		goto out;
+	sent = effect_build(c, j->type, strcmp(t->kind, "smtp") == 0, payload, output,
+	                    EFFECT_AT_SEND, errors);
+	if (sent == NULL && json_array_size(errors) == 0)
+		goto out;
+	if (sent == NULL) {
+		const json_t *e0 = json_array_get(errors, 0);
+
+		snprintf(at->invalid_reason, sizeof(at->invalid_reason), "%s %s",
+		         json_string_value(json_object_get(e0, "path")),
+		         json_string_value(json_object_get(e0, "message")));
+		at->invalid = true;
+		at->duration_ms = 1;
+		at->evidence = json_pack("{s:s, s:O, s:b}", "invalid", at->invalid_reason,
+		                         "errors", errors, "request_sent", 0);
+		rc = RECHECK_REFUSED;
+		goto out;
+	}
+	*text = payload != NULL && json_equal(sent, payload)
+	            ? strdup(j->payload)
+	            : json_dumps(sent, JSON_COMPACT | JSON_ENCODE_ANY);
+	rc = *text != NULL ? RECHECK_SEND : RECHECK_NOMEM;
+out:
+	json_decref(payload);
+	json_decref(output);
+	json_decref(errors);
+	json_decref(sent);
+	return rc;
+}
+
 /* Sends one claimed effect and settles it. */
 static void
 process(struct dispatch_shared *s, struct db *db, struct adapter *ad, struct job *j)
@@ -856,8 +937,10 @@ process(struct dispatch_shared *s, struct db *db, struct adapter *ad, struct job
 	const struct config *cfg = &dc->cfg;
 	int ti = target_index(cfg, j->target), chk;
 	const struct config_target *t = ti >= 0 ? &cfg->targets[ti] : NULL;
-	struct adapter_effect e = { j->id, j->type, j->provider_key, j->payload, j->run_output };
+	struct adapter_effect e = { j->id, j->type, j->provider_key, NULL };
 	struct adapter_attempt at;
+	char *sent = NULL;
+	enum recheck rck;
 	struct outcome o;
 	struct settle st;
 	const char *hint = NULL;
@@ -910,10 +993,25 @@ process(struct dispatch_shared *s, struct db *db, struct adapter *ad, struct job
 		goto out;
 	}
 
+	rck = recheck(dc, t, j, &sent, &at);
+	if (rck == RECHECK_HOLD || rck == RECHECK_NOMEM) {
+		/* Not checked, so not sent: pending again, the attempt given back. */
+		if (release(s, db, j, HOLD_S))
+			log_effect(LOG_LEVEL_WARNING, "effect.held", j, "sending", "pending", NULL,
+			           NULL, rck == RECHECK_HOLD ? "contract_not_loaded" : "out_of_memory",
+			           0, rck == RECHECK_HOLD ? "the run's contract is not loaded here: "
+			                                    "check contracts_dir, then SIGHUP"
+			                                  : NULL);
+		goto out;
+	}
 	log_effect(LOG_LEVEL_INFO, "effect.claimed", j, "pending", "sending", NULL, NULL, NULL,
 	           0, NULL);
-	adapter_send(ad, t, &e, &at);
+	if (rck == RECHECK_SEND) {
+		e.payload = sent;
+		adapter_send(ad, t, &e, &at);
+	}
 	if (at.invalid) {
+		/* Nothing went out: what cannot be sent as approved never is. */
 		o.cls = OUTCOME_PERMANENT;
 		o.reason = REASON_INVALID_INPUT;
 		o.retry_after_ms = -1;
@@ -1015,6 +1113,7 @@ settle_it:
 		           st.dl_class, st.reason, 0, st.dl_action);
 out:
 	adapter_attempt_clear(&at);
+	free(sent);
 	dispatch_config_put(s, dc);
 }
 

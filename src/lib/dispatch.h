@@ -37,6 +37,7 @@
 #include <stdbool.h>
 
 #include "config.h"
+#include "contract.h"
 #include "db.h"
 
 /* A configuration in use, shared by the workers and replaced on SIGHUP; the
@@ -44,6 +45,8 @@
  * starts the limits afresh. */
 struct dispatch_config {
 	struct config cfg;
+	struct contract_set *contracts; /* NULL: contracts_dir did not load */
+	char contracts_err[512];
 	int refs;                       /* under dispatch_shared.cfg_mu */
 	pthread_mutex_t rate_mu;
 	long long *next_slot_ns;        /* per target, CLOCK_MONOTONIC */

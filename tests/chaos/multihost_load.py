@@ -175,8 +175,7 @@ class Load:
             "model": {"provider": "openai-compatible", "name": "chaos-model",
                       "revision": "1"},
             "effect": {"type": "crm.tag", "target": "demo_http",
-                       "payload": {"contact": "c-%d" % i, "tag": "churn_risk",
-                                   "run": key}},
+                       "payload": {"contact_id": "c-%d" % i}},
             "source_url": "https://crm.example/contacts/%d" % i,
             "requested_by": REQUESTER,
         }

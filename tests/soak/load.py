@@ -13,7 +13,7 @@ Each worker repeats one of four journeys, in turn:
             link), the approval page as a member of group support (200, the
             card and its CSRF value), the approve POST (303), and the page
             again (the link is used: never 200 with a form)
-  crm       claim a new key and a confident crm_tag output: approved by the
+  crm       claim a new key and a crm_tag output adding lead: approved by the
             contract's rules and enqueued at once (or, for the sampled share,
             an approval link that is then approved like the above)
   conflict  an earlier key claimed with a different payload (409
@@ -230,7 +230,7 @@ class Worker(threading.Thread):
             "output": {"tag": "lead", "confidence": 0.95, "reason": "asked for a demo"},
             "model": {"provider": "soak", "name": "soak-model", "revision": "1"},
             "effect": {"type": "crm.tag", "target": "demo_http",
-                       "payload": {"contact": "%d-%d" % (self.wid, self.n), "tag": "lead"}},
+                       "payload": {"contact_id": "%d-%d" % (self.wid, self.n)}},
             "source_url": "https://crm.example/c/%d" % self.n, "requested_by": REQUESTER})
         if not self.expect("crm", "output", st, body, (202,)):
             return

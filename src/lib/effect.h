@@ -1,0 +1,58 @@
+/*
+ * effect.h — an effect's payload as it goes out.
+ *
+ * What the gate judges must be what is sent. The payload that goes out is
+ * built once, at POST /v1/runs/{key}/output, from the caller's payload and
+ * the model output as the contract says (effects.types.<type>.from_output:
+ * one source per field), checked against the type's schema and, for mail,
+ * against what SMTP can carry; that payload is what auto_when rules, the
+ * approval page and the outbox hold. The dispatcher builds and checks it
+ * again right before sending, so a row that no longer meets its contract
+ * is never sent.
+ *
+ * Errors are {"path", "rule", "message"} like output validation errors,
+ * with paths into the /output request body ("/effect/payload/to/3").
+ */
+#ifndef OG_EFFECT_H
+#define OG_EFFECT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "contract.h"
+
+enum effect_when {
+	/* A payload member that the contract takes from the output is an
+	 * error: the caller may not supply it. */
+	EFFECT_AT_OUTPUT,
+	/* The stored payload already holds them (added at /output); one that
+	 * is missing (an effect queued before the contract said so) is taken
+	 * from the output, one that differs from the output is an error. */
+	EFFECT_AT_SEND,
+};
+
+/* The payload that goes out for an effect of `type` under contract c (NULL:
+ * no contract; email.send then takes subject and body from the output, as
+ * it does when the contract has no entry for it). mail: the target is an
+ * SMTP target, so the payload must make a message (effect_mail_check).
+ * Returns a new payload when it is sendable; NULL otherwise, with the
+ * reasons appended to errors (an array) — or, when errors stayed empty,
+ * because memory ran out. */
+json_t *effect_build(const struct contract *c, const char *type, bool mail,
+                     const json_t *payload, const json_t *output, enum effect_when when,
+                     json_t *errors) __attribute__((warn_unused_result));
+
+/* Can this payload become one mail message? {"to": ADDRESS or [ADDRESS, …]
+ * (1..OG_MAIL_RCPT_MAX), "subject": one line of text (≤ OG_MAIL_SUBJECT_MAX
+ * characters), "body": text without NUL (≤ OG_MAIL_BODY_MAX bytes),
+ * "in_reply_to"?: a message id "<…@…>" (≤ OG_MAIL_MSGID_MAX bytes, ASCII)};
+ * other members are the workflow's
+ * own and are not sent. Appends an error per problem; true when none. */
+bool effect_mail_check(const json_t *payload, json_t *errors);
+
+/* A plain addr-spec, local@domain in ASCII, as RCPT TO and To: carry it. */
+bool effect_mail_address_ok(const char *s);
+
+#endif
