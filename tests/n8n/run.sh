@@ -391,13 +391,25 @@ D_S=$(($(date +%s) - t))
 t=$(date +%s)
 # crm_tag sends 10 % of the eligible runs to a person anyway, chosen by a
 # CSPRNG draw kept on each run (no key is known in advance to escape it):
-# when this run is drawn it waits for sales instead of finishing here.
+# when this run is drawn it waits for sales, who approve it in Chromium,
+# and the scenario goes on from there.
 K=acme:crm-tag:contact-201:v1
 say "e. contact 201 (crm_tag, auto-eligible) with the kill switch off"
 ctl kill-switch off --operator n8n-test --reason "tests/n8n: nothing may reach the provider" >/dev/null
 expect "delivery answered" "$(hook "$CRM" '{"contact_id":201,"message":"How much is the pro plan?"}')" 200
-until_true 60 "the crm_tag execution finished on the auto branch" \
-	exec_ended "$K" "Approved by the contract's rules" success
+auto_or_waiting() { exec_ended "$K" "Approved by the contract's rules" success || waiting_exec "$K"; }
+until_true 60 "the crm_tag execution finished on the auto branch or waits for sales" auto_or_waiting
+if waiting_exec "$K"; then
+	say "e. the run was drawn for the sample: sales approve it in Chromium"
+	node "$ROOT/tests/browser/decide.mjs" "$(approval_url "$K")" lee@example.com sales approve \
+		"$ARTIFACTS/n8n-crm-sampled.png" >"$WORK/crm-approve.log" 2>&1 ||
+		{ cat "$WORK/crm-approve.log" >&2; fail "decide.mjs approve (sampled crm_tag run) failed"; }
+	# The decision reaches n8n through the dispatcher: once the switch is on.
+	SAMPLED=yes
+else
+	SAMPLED=no
+	ok "the crm_tag execution finished on the auto branch"
+fi
 expect "run $K" "$(run_state "$K")" "approved -"
 sleep 3 # six dispatcher polls
 expect "crm.tag effect while the switch is off" \
@@ -413,6 +425,10 @@ until_true 30 "the provider committed the tag once the switch is on" committed
 until_true 30 "run $K completed" state_is "$K" "completed -"
 expect "provider effects committed for $PK" "$(provider_committed "$PK")" 1
 expect "provider requests for $PK" "$(provider_requests "$PK")" 1
+if [[ $SAMPLED == yes ]]; then
+	until_true 60 "the sampled crm_tag execution resumed and ended approved by a person" \
+		exec_ended "$K" 'Approved by a person' success
+fi
 E_S=$(($(date +%s) - t))
 
 # --- done -----------------------------------------------------------------------------------
