@@ -204,11 +204,11 @@ post_output(const char *key, const struct claimed *c, bool crm, const char *requ
 	json_t *b;
 
 	if (crm)
-		b = json_pack("{s:s, s:I, s:s, s:{s:s, s:f, s:s}, s:{s:s, s:s, s:{s:s, s:s}}}",
+		b = json_pack("{s:s, s:I, s:s, s:{s:s, s:f, s:s}, s:{s:s, s:s, s:{s:s}}}",
 		              "lease_owner", c->owner, "version", (json_int_t)c->version, "contract",
 		              "crm_tag", "output", "tag", "lead", "confidence", 0.97, "reason",
 		              "Спросил цену дважды; 見積もりを二回依頼", "effect", "type", "crm.tag",
-		              "target", "demo_http", "payload", "contact", key, "tag", "lead");
+		              "target", "demo_http", "payload", "contact_id", key);
 	else
 		b = json_pack("{s:s, s:I, s:s, s:{s:s, s:s, s:s, s:f},"
 		              " s:{s:s, s:s, s:{s:s, s:i}}, s:s}",
