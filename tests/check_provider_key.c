@@ -230,7 +230,10 @@ disp_start(struct disp *d, enum http_mode mode)
 	fprintf(f, "# check_provider_key: one of the suite's dispatchers\n"
 	        "log_file = %s\nlog_level = info\ndispatch_workers = 4\ndispatch_poll_ms = 200\n"
 	        "dispatch_shutdown_seconds = 10\nreconcile_interval_seconds = 1\n"
-	        "retention_days = 7\n\n", d->log);
+	        "retention_days = 7\n", d->log);
+	/* It re-checks each payload against the run's contract before sending. */
+	dl_conf_contracts(f);
+	fputc('\n', f);
 	if (mode == HTTP_IDEM)
 		fprintf(f, "[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
 		        "idempotency_key = 1\nprovider_id_header = X-Provider-Id\n"
