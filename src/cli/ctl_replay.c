@@ -941,6 +941,7 @@ ctl_explain(struct ctl *ctl, int argc, char **argv)
 		json_decref(doc);
 		return EXIT_SUCCESS;
 	}
+	ctl_terminal_safe(doc);
 	printf("%s (client %s)\n\n", key, json_string_value(json_object_get(doc, "client")) ?: "?");
 	printf("Did we process this key?   %s\n", jtext(doc, "processed", "text"));
 	printf("Did we send?               %s\n", jtext(doc, "sent", "text"));

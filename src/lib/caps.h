@@ -18,6 +18,9 @@
 #define OG_RESULT_MAX             (64 * 1024) /* a run's stored result */
 #define OG_JSON_DEPTH_MAX         64
 #define OG_RESPONSE_MAX           (1024 * 1024)
+/* An approval page may take OG_RESPONSE_MAX plus this many times the body
+ * cap: it shows the output whole and field by field, with HTML escapes. */
+#define OG_PAGE_BODY_FACTOR       12
 
 /* Leases (seconds) */
 #define OG_LEASE_DEFAULT          300
