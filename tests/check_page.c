@@ -1200,7 +1200,7 @@ END_TEST
 START_TEST(test_json_text)
 {
 	json_t *v = json_pack("{s:f, s:[i, {s:{s:{s:{s:s}}}}], s:s}", "z", 0.8, "a", 1, "b",
-	                      "c", "d", "e", "f", "глубоко 🐚", "m", "<b>&</b>");
+	                      "c", "d", "e", "глубоко 🐚", "m", "<b>&</b>");
 	json_t *deep = json_array(), *cur = deep, *next;
 	char *t;
 	size_t compact, i;
