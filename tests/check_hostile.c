@@ -806,6 +806,27 @@ START_TEST(test_client_changes_need_a_reason)
 }
 END_TEST
 
+/* A replay's new key is a claimed key too: the same rule. */
+START_TEST(test_replay_new_key_the_path_cannot_carry)
+{
+	char key[160], args[512], *out, *before;
+	struct claimed c;
+	int rc;
+
+	mkkey(key, sizeof(key), "replay-dots");
+	claim_ok(key, &c);
+	before = totals();
+	snprintf(args, sizeof(args), "replay '%s' --new-key '%s/../../x' --reason 'fix the tag'",
+	         key, g_run);
+	out = ctl_all(&rc, args);
+	ck_assert_msg(rc == 2 && strstr(out, "\"..\" as a part between slashes") != NULL,
+	              "replay to a dot-segment key: exit %d: %s", rc, out);
+	free(out);
+	expect_totals(before, "a replay to a key the path cannot carry");
+	free(before);
+}
+END_TEST
+
 static Suite *
 hostile_suite(void)
 {
@@ -823,6 +844,7 @@ hostile_suite(void)
 	tcase_add_test(t, test_reason_not_utf8);
 	tcase_add_test(t, test_explain_escapes_control_characters);
 	tcase_add_test(t, test_client_changes_need_a_reason);
+	tcase_add_test(t, test_replay_new_key_the_path_cannot_carry);
 	suite_add_tcase(s, t);
 	return s;
 }
