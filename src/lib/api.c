@@ -1957,7 +1957,7 @@ call_parse_body(struct call *c, struct body_error *e)
 	if (c->body == NULL) {
 		snprintf(e->message, sizeof(e->message),
 		         "the body is not valid JSON: %s at line %d column %d",
-		         canon_jansson_problem(jerr.text), jerr.line, jerr.column);
+		         canon_jansson_problem(jerr.text) ?: jerr.text, jerr.line, jerr.column);
 		return false;
 	}
 	if (!json_is_object(c->body)) {

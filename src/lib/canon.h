@@ -79,7 +79,8 @@ void canon_describe(enum canon_rc rc, const struct canon_where *where, char *out
                     size_t outlen);
 
 /* jansson's error text (json_error_t.text) in plain words: the one place
- * that maps what jansson says to what the writer of the JSON understands. */
+ * that maps what jansson says to what the writer of the JSON understands.
+ * NULL for a text it does not know (its syntax messages read plainly). */
 const char *canon_jansson_problem(const char *text);
 
 #endif
