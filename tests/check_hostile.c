@@ -625,6 +625,32 @@ START_TEST(test_page_of_wide_output)
 }
 END_TEST
 
+/* An output near the body cap made of what HTML must escape (& < >): the
+ * page is several times the body, and still renders. */
+START_TEST(test_page_of_escaped_output)
+{
+	struct gated g;
+	struct tl_resp r;
+	size_t n = 200 * 1024, i, len;
+	char *out;
+
+	out = malloc(n + 64);
+	ck_assert_ptr_nonnull(out);
+	len = (size_t)snprintf(out, 64, "{\"html\":\"");
+	for (i = 0; i < n; i++)
+		out[len++] = "&<>"[i % 3];
+	memcpy(out + len, "\"}", 3);
+	gate_output("page-escaped", out, NULL, &g);
+	free(out);
+	page_request(&g, NULL, &r);
+	ASSERT_STATUS(&r, 200);
+	ck_assert_msg(strstr(r.body, "&amp;&lt;&gt;&amp;&lt;&gt;") != NULL,
+	              "the escaped output is not on the page");
+	ck_assert_msg(strstr(r.body, "name=\"csrf\"") != NULL, "the page has no form");
+	tl_resp_free(&r);
+}
+END_TEST
+
 /* ---- the approval reason ------------------------------------------------ */
 
 START_TEST(test_reason_not_utf8)
@@ -841,6 +867,7 @@ hostile_suite(void)
 	tcase_add_test(t, test_every_claimable_key_completes);
 	tcase_add_test(t, test_page_of_deep_output);
 	tcase_add_test(t, test_page_of_wide_output);
+	tcase_add_test(t, test_page_of_escaped_output);
 	tcase_add_test(t, test_reason_not_utf8);
 	tcase_add_test(t, test_explain_escapes_control_characters);
 	tcase_add_test(t, test_client_changes_need_a_reason);
