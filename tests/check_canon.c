@@ -526,14 +526,14 @@ START_TEST(test_where)
 	ck_assert_uint_eq(w.line, 2);
 	ck_assert_uint_eq(w.column, 6);
 
-	num = malloc(CANON_NUMBER_MAX + 2);
+	num = malloc(OG_JSON_NUMBER_MAX + 2);
 	ck_assert_ptr_nonnull(num);
-	memset(num, '1', CANON_NUMBER_MAX + 1);
+	memset(num, '1', OG_JSON_NUMBER_MAX + 1);
 	num[0] = '0';
 	num[1] = '.';
-	num[CANON_NUMBER_MAX + 1] = '\0';
-	ck_assert_int_eq(canon_validate(num, CANON_NUMBER_MAX + 1, NULL), CANON_NUMBER_LONG);
-	ck_assert_int_eq(canon_validate(num, CANON_NUMBER_MAX, NULL), CANON_OK);
+	num[OG_JSON_NUMBER_MAX + 1] = '\0';
+	ck_assert_int_eq(canon_validate(num, OG_JSON_NUMBER_MAX + 1, NULL), CANON_NUMBER_LONG);
+	ck_assert_int_eq(canon_validate(num, OG_JSON_NUMBER_MAX, NULL), CANON_OK);
 	free(num);
 
 	ck_assert(canon_utf8_valid("Заказ 🚚 注文", strlen("Заказ 🚚 注文")));

@@ -314,12 +314,12 @@ parse_string(struct parser *ps, const char **text, size_t *text_len)
 static bool
 number_in_range(const char *text, size_t len)
 {
-	char buf[CANON_NUMBER_MAX + 1];
+	char buf[OG_JSON_NUMBER_MAX + 1];
 	const char *p;
 	bool nonzero = false;
 	double v;
 
-	if (len > CANON_NUMBER_MAX)
+	if (len > OG_JSON_NUMBER_MAX)
 		return false;
 	memcpy(buf, text, len);
 	buf[len] = '\0';
@@ -335,7 +335,7 @@ number_in_range(const char *text, size_t len)
 		for (p++; *p == '+' || *p == '-'; p++)
 			;
 		for (; *p != '\0'; p++)
-			if ((e = e * 10 + (*p - '0')) > CANON_EXPONENT_MAX)
+			if ((e = e * 10 + (*p - '0')) > OG_JSON_EXPONENT_MAX)
 				return false;
 	}
 	errno = 0;
@@ -381,7 +381,7 @@ parse_number(struct parser *ps, struct node *n)
 	n->text_len = (size_t)(p - ps->p);
 	if (!number_in_range(n->text, n->text_len)) {
 		ps->bad = ps->p;
-		return n->text_len > CANON_NUMBER_MAX ? CANON_NUMBER_LONG : CANON_NUMBER_RANGE;
+		return n->text_len > OG_JSON_NUMBER_MAX ? CANON_NUMBER_LONG : CANON_NUMBER_RANGE;
 	}
 	ps->p = p;
 	return CANON_OK;

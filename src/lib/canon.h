@@ -16,11 +16,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* The longest number text accepted (numbers are kept as written). */
-#define CANON_NUMBER_MAX 1000
-/* The largest exponent magnitude accepted as written (1e1000, 0e-1000). */
-#define CANON_EXPONENT_MAX 1000
-
 /* "sha256:" + 64 hex digits + NUL */
 #define CANON_HASH_LEN 72
 
@@ -34,7 +29,7 @@ enum canon_rc {
 	CANON_CONTROL,       /* a raw control character in a string */
 	CANON_NUL,           /* \\u0000 */
 	CANON_NUMBER_RANGE,  /* beyond IEEE 754 double range (1e400, 1e-20000) */
-	CANON_NUMBER_LONG,   /* more than CANON_NUMBER_MAX characters */
+	CANON_NUMBER_LONG,   /* more than OG_JSON_NUMBER_MAX characters */
 	CANON_NOT_OBJECT,    /* canon_member: the document is not an object */
 	CANON_NOT_FOUND,     /* canon_member: no such top-level member */
 	CANON_NOMEM,
