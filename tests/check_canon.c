@@ -87,7 +87,8 @@ static const struct canon_case cases[] = {
 	OK("DEL raw", "\"\\u007f\"", "\"\x7f\""),
 	OK("non-ascii escapes decoded", "\"\\u00E9\\u4E2D\"",
 	   "\"\xc3\xa9\xe4\xb8\xad\""),
-	{ "NUL escape", "\"a\\u0000b\"", 0, CANON_OK, "\"a\\u0000b\"", 0 },
+	/* jsonb cannot store U+0000: refused, not hashed and then failed on */
+	BAD("NUL escape", "\"a\\u0000b\"", CANON_NUL),
 	OK("escaped key", "{\"a\\nb\":1}", "{\"a\\nb\":1}"),
 
 	/* duplicate keys */
@@ -134,9 +135,9 @@ static const struct canon_case cases[] = {
 	BAD("unterminated string", "\"abc", CANON_SYNTAX),
 	BAD("unterminated after escape", "\"abc\\", CANON_SYNTAX),
 	BAD("escaped closing quote", "\"abc\\\"", CANON_SYNTAX),
-	BAD("raw tab in string", "\"a\tb\"", CANON_SYNTAX),
-	BAD("raw newline in string", "\"a\nb\"", CANON_SYNTAX),
-	BAD("raw control in key", "{\"a\x01\":1}", CANON_SYNTAX),
+	BAD("raw tab in string", "\"a\tb\"", CANON_CONTROL),
+	BAD("raw newline in string", "\"a\nb\"", CANON_CONTROL),
+	BAD("raw control in key", "{\"a\x01\":1}", CANON_CONTROL),
 	BAD("unknown escape", "\"\\x41\"", CANON_SYNTAX),
 	BAD("short unicode escape", "\"\\u12\"", CANON_SYNTAX),
 	BAD("non-hex unicode escape", "\"\\u12g4\"", CANON_SYNTAX),
@@ -146,7 +147,7 @@ static const struct canon_case cases[] = {
 	BAD("byte order mark", "\xef\xbb\xbf{}", CANON_SYNTAX),
 	BAD("invalid utf-8 outside string", "\xff", CANON_SYNTAX),
 	{ "NUL after value", "{}\0", 3, CANON_SYNTAX, NULL, 0 },
-	{ "raw NUL in string", "\"a\0b\"", 5, CANON_SYNTAX, NULL, 0 },
+	{ "raw NUL in string", "\"a\0b\"", 5, CANON_CONTROL, NULL, 0 },
 
 	/* invalid UTF-8 and lone surrogates */
 	BAD("overlong 2-byte", "\"\xc0\xaf\"", CANON_BAD_UTF8),
@@ -163,12 +164,25 @@ static const struct canon_case cases[] = {
 	BAD("truncated 4-byte", "\"\xf0\x9f\x98\"", CANON_BAD_UTF8),
 	BAD("bad continuation", "\"\xc3\x28\"", CANON_BAD_UTF8),
 	BAD("invalid UTF-8 in key", "{\"\xc3\":1}", CANON_BAD_UTF8),
-	BAD("lone high surrogate", "\"\\ud83d\"", CANON_BAD_UTF8),
-	BAD("lone low surrogate", "\"\\ude00\"", CANON_BAD_UTF8),
-	BAD("high then letter", "\"\\ud83dx\"", CANON_BAD_UTF8),
-	BAD("high then non-low", "\"\\ud83d\\u0041\"", CANON_BAD_UTF8),
-	BAD("high then high", "\"\\ud83d\\ud83d\"", CANON_BAD_UTF8),
-	BAD("swapped pair", "\"\\ude00\\ud83d\"", CANON_BAD_UTF8),
+	BAD("lone high surrogate", "\"\\ud83d\"", CANON_LONE_SURROGATE),
+	BAD("lone low surrogate", "\"\\ude00\"", CANON_LONE_SURROGATE),
+	BAD("high then letter", "\"\\ud83dx\"", CANON_LONE_SURROGATE),
+	BAD("high then non-low", "\"\\ud83d\\u0041\"", CANON_LONE_SURROGATE),
+	BAD("high then high", "\"\\ud83d\\ud83d\"", CANON_LONE_SURROGATE),
+	BAD("swapped pair", "\"\\ude00\\ud83d\"", CANON_LONE_SURROGATE),
+
+	/* numbers a double cannot hold, or jsonb cannot store as written */
+	BAD("underflow", "1e-20000", CANON_NUMBER_RANGE),
+	BAD("overflow", "[1e400]", CANON_NUMBER_RANGE),
+	BAD("negative overflow", "{\"a\":-1e999}", CANON_NUMBER_RANGE),
+	BAD("just past DBL_MAX", "1.8e308", CANON_NUMBER_RANGE),
+	BAD("below the least denormal", "2e-324", CANON_NUMBER_RANGE),
+	BAD("zero with a huge exponent", "0e-1001", CANON_NUMBER_RANGE),
+	BAD("huge exponent digits", "1e-99999999999999999999999", CANON_NUMBER_RANGE),
+	OK("DBL_MAX", "[1.7976931348623157e308,-1.7976931348623157E+308]",
+	   "[1.7976931348623157e308,-1.7976931348623157E+308]"),
+	OK("least denormal", "4.9e-324", "4.9e-324"),
+	OK("zero at the largest exponent", "[0e-1000,-0.0E+1000]", "[0e-1000,-0.0E+1000]"),
 };
 
 START_TEST(test_table)
@@ -487,6 +501,56 @@ START_TEST(test_strerror)
 }
 END_TEST
 
+/* Where a document fails, in characters, and the problem in plain words. */
+START_TEST(test_where)
+{
+	static const char half_emoji[] = "{\"text\": \"Заказ\n\",\n \"more\": \"доставлен \\ud83d\"}";
+	static const char two_lines[] = "{\"a\": \"x\",\n \"b\": \"доставлен \\ud83d\"}";
+	struct canon_where w;
+	char msg[512], *num;
+	enum canon_rc rc;
+
+	rc = canon_validate(half_emoji, strlen(half_emoji), &w);
+	ck_assert_int_eq(rc, CANON_CONTROL);
+	ck_assert_uint_eq(w.line, 1);
+	ck_assert_uint_eq(w.column, 16); /* the raw newline after "Заказ" */
+
+	rc = canon_validate(two_lines, strlen(two_lines), &w);
+	ck_assert_int_eq(rc, CANON_LONE_SURROGATE);
+	canon_describe(rc, &w, msg, sizeof(msg));
+	/* the column of the backslash, counted in characters */
+	ck_assert_msg(strstr(msg, "lone surrogate \\uD83D at line 2 column 18") != NULL, "%s", msg);
+
+	rc = canon_validate("[1,\n  2, 1e-20000]", strlen("[1,\n  2, 1e-20000]"), &w);
+	ck_assert_int_eq(rc, CANON_NUMBER_RANGE);
+	ck_assert_uint_eq(w.line, 2);
+	ck_assert_uint_eq(w.column, 6);
+
+	num = malloc(OG_JSON_NUMBER_MAX + 2);
+	ck_assert_ptr_nonnull(num);
+	memset(num, '1', OG_JSON_NUMBER_MAX + 1);
+	num[0] = '0';
+	num[1] = '.';
+	num[OG_JSON_NUMBER_MAX + 1] = '\0';
+	ck_assert_int_eq(canon_validate(num, OG_JSON_NUMBER_MAX + 1, NULL), CANON_NUMBER_LONG);
+	ck_assert_int_eq(canon_validate(num, OG_JSON_NUMBER_MAX, NULL), CANON_OK);
+	free(num);
+
+	ck_assert(canon_utf8_valid("Заказ 🚚 注文", strlen("Заказ 🚚 注文")));
+	ck_assert(!canon_utf8_valid("\xce\xf2\xea\xe0\xe7", 5));
+	ck_assert(!canon_utf8_valid("\xed\xa0\xbd", 3));
+
+	/* jansson's words, never its flag names */
+	ck_assert_str_eq(canon_jansson_problem("too big integer"),
+	                 "an integer is beyond the 64-bit signed range (write it as a string, or as "
+	                 "a decimal number)");
+	ck_assert(strstr(canon_jansson_problem("\\u0000 is not allowed without JSON_ALLOW_NUL"),
+	                 "JSON_") == NULL);
+	ck_assert(strstr(canon_jansson_problem("invalid Unicode '\\uD83D'"), "lone surrogate") != NULL);
+	ck_assert_ptr_null(canon_jansson_problem("',' or '}' expected near 'x'"));
+}
+END_TEST
+
 static Suite *
 canon_suite(void)
 {
@@ -501,6 +565,7 @@ canon_suite(void)
 	tcase_add_test(tc, test_truncations);
 	tcase_add_test(tc, test_mutations);
 	tcase_add_test(tc, test_strerror);
+	tcase_add_test(tc, test_where);
 	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
 

@@ -498,6 +498,10 @@ static const struct lcase lcases[] = {
 	{ "duplicate member", "t.json", "{\"name\":\"t\",\"name\":\"t\"}", "duplicate" },
 	{ "not an object", "t.json", "[]", "must be a JSON object" },
 	{ "empty file", "t.json", "", "not valid JSON" },
+	{ "NUL escape", "t.json", "{\"name\":\"t\\u0000\"}",
+	  "the escape \\u0000 (the NUL character) is not allowed in strings" },
+	{ "half an emoji", "t.json", "{\"name\":\"t\",\"description\":\"\\ud83d\"}",
+	  "lone surrogate" },
 	{ "unknown top-level member", "t.json", C(SCHEMA_OK "," GATE_OK "," EFFECTS
 	  ",\"gaet\":{}"), ": /gaet: unknown member \"gaet\"" },
 	{ "typo of a member", "t.json", C(SCHEMA_OK "," GATE_OK "," EFFECTS

@@ -1195,6 +1195,58 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* JSON for a person: sorted, shortest numbers, indented four levels and
+ * compact below, so its size follows the value's, not its depth. */
+START_TEST(test_json_text)
+{
+	json_t *v = json_pack("{s:f, s:[i, {s:{s:{s:{s:s}}}}], s:s}", "z", 0.8, "a", 1, "b",
+	                      "c", "d", "e", "глубоко 🐚", "m", "<b>&</b>");
+	json_t *deep = json_array(), *cur = deep, *next;
+	char *t;
+	size_t compact, i;
+	int level;
+
+	ck_assert_ptr_nonnull(v);
+	t = page_json_text(v);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_str_eq(t, "{\n"
+	                    "  \"a\": [\n"
+	                    "    1,\n"
+	                    "    {\n"
+	                    "      \"b\": {\n"
+	                    "        \"c\": {\"d\":{\"e\":\"глубоко 🐚\"}}\n"
+	                    "      }\n"
+	                    "    }\n"
+	                    "  ],\n"
+	                    "  \"m\": \"<b>&</b>\",\n"
+	                    "  \"z\": 0.8\n"
+	                    "}");
+	free(t);
+	json_decref(v);
+	t = page_json_text(NULL);
+	ck_assert_str_eq(t, "");
+	free(t);
+
+	/* 60 levels, then 20,000 items: no more than a few bytes per item */
+	for (level = 0; level < 60; level++) {
+		next = json_array();
+		json_array_append_new(cur, next);
+		cur = next;
+	}
+	for (i = 0; i < 20000; i++)
+		json_array_append_new(cur, json_integer((json_int_t)(i % 10)));
+	t = json_dumps(deep, JSON_COMPACT);
+	compact = strlen(t);
+	free(t);
+	t = page_json_text(deep);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_msg(strlen(t) < compact + 200, "%zu bytes for %zu of compact JSON", strlen(t),
+	              compact);
+	free(t);
+	json_decref(deep);
+}
+END_TEST
+
 static Suite *
 page_suite(void)
 {
@@ -1225,6 +1277,7 @@ page_suite(void)
 	tcase_add_test(tc, test_caller_bugs_are_sticky);
 	tcase_add_test(tc, test_render);
 	tcase_add_test(tc, test_page_new);
+	tcase_add_test(tc, test_json_text);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("load");

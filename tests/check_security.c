@@ -1008,13 +1008,16 @@ START_TEST(test_ctl_hostile_arguments)
 	int rc;
 
 	before = totals(c);
-	rc = tl_ctl(&out, "client", "add", "'; DROP TABLE api_clients; --", (char *)NULL);
+	rc = tl_ctl(&out, "client", "add", "'; DROP TABLE api_clients; --", "--reason",
+	            "check_security: a hostile name", (char *)NULL);
 	ck_assert_msg(rc == 2, "client add with SQL in the name: exit %d, expected 2 (usage)", rc);
 	free(out);
-	rc = tl_ctl(&out, "client", "add", "\xe2\x80\xae" "dev", (char *)NULL);
+	rc = tl_ctl(&out, "client", "add", "\xe2\x80\xae" "dev", "--reason",
+	            "check_security: a hostile name", (char *)NULL);
 	ck_assert_msg(rc == 2, "client add with an RTL override in the name: exit %d", rc);
 	free(out);
-	rc = tl_ctl(&out, "client", "revoke", "dev' OR '1'='1", (char *)NULL);
+	rc = tl_ctl(&out, "client", "revoke", "dev' OR '1'='1", "--reason",
+	            "check_security: a hostile name", (char *)NULL);
 	ck_assert_msg(rc != 0, "client revoke with SQL in the name succeeded");
 	free(out);
 	rc = tl_ctl(&out, "explain", "'; DROP TABLE workflow_runs; --", (char *)NULL);

@@ -712,7 +712,8 @@ tl_client_add(const char *name)
 {
 	char *out = NULL;
 	size_t n;
-	int rc = tl_ctl(&out, "client", "add", name, (char *)NULL);
+	int rc = tl_ctl(&out, "client", "add", name, "--operator", "testlib", "--reason",
+	                "a test suite's own API client", (char *)NULL);
 
 	if (rc != 0 || out == NULL) {
 		fprintf(stderr, "oncegatectl client add %s: exit %d, output: %s\n",
@@ -735,7 +736,8 @@ tl_client_add(const char *name)
 int
 tl_client_revoke(const char *name)
 {
-	return tl_ctl(NULL, "client", "revoke", name, (char *)NULL);
+	return tl_ctl(NULL, "client", "revoke", name, "--operator", "testlib", "--reason",
+	              "a test suite revokes its client", (char *)NULL);
 }
 
 char *

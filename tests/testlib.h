@@ -128,7 +128,7 @@ json_t *tl_log_find_event(const json_t *lines, const char *event);
  * as one word, NULL-terminated list), captures stdout into *out (may be
  * NULL). Returns the exit status, or -1 when it could not run. */
 int tl_ctl(char **out, ...) __attribute__((sentinel));
-/* `client add NAME`: the new API key, or NULL. */
+/* `client add NAME --reason ...`: the new API key, or NULL. */
 char *tl_client_add(const char *name);
 int tl_client_revoke(const char *name);
 

@@ -3,7 +3,10 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+#include "buf.h"
 
 #include "ctl.h"
 
@@ -58,4 +61,95 @@ ctl_close(struct ctl *ctl)
 	db_free(ctl->db);
 	ctl->db = NULL;
 	config_free(&ctl->cfg);
+}
+
+/* Length of the UTF-8 sequence at s (1-4) and its code point, or 0 when
+ * the bytes are not one. */
+static size_t
+utf8_at(const unsigned char *s, long *cp)
+{
+	size_t n, i;
+
+	if (s[0] < 0x80) {
+		*cp = s[0];
+		return 1;
+	}
+	n = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 ? 2 : 0;
+	if (n == 0 || s[0] > 0xF4)
+		return 0;
+	*cp = s[0] & (0x7F >> n);
+	for (i = 1; i < n; i++) {
+		if ((s[i] & 0xC0) != 0x80)
+			return 0;
+		*cp = *cp << 6 | (s[i] & 0x3F);
+	}
+	return n;
+}
+
+char *
+ctl_terminal_text(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	struct buf b;
+	long cp;
+	size_t n;
+	int rc = 0;
+
+	buf_init(&b, strlen(s) * 6 + 1);
+	while (*p != '\0' && rc == 0) {
+		n = utf8_at(p, &cp);
+		if (n == 0)
+			rc = buf_printf(&b, "\\x%02x", *p++);
+		else if (cp < 0x20 || cp == 0x7F)
+			rc = buf_printf(&b, "\\x%02lx", cp);
+		/* C1 controls, and the bidirectional controls that reorder what
+		 * follows them on the screen */
+		else if ((cp >= 0x80 && cp <= 0x9F) || (cp >= 0x202A && cp <= 0x202E) ||
+		         (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200E || cp == 0x200F ||
+		         cp == 0x061C)
+			rc = buf_printf(&b, "\\u%04lx", cp);
+		else
+			rc = buf_append(&b, p, n);
+		if (n > 0)
+			p += n;
+	}
+	if (rc != 0 || buf_puts(&b, "") != 0) {
+		buf_free(&b);
+		return NULL;
+	}
+	return buf_steal(&b);
+}
+
+/* The terminal-safe copy of a string value (NULL: keep m, walked into). */
+static json_t *
+safe_value(json_t *m)
+{
+	char *t;
+	json_t *s;
+
+	if (!json_is_string(m) || (t = ctl_terminal_text(json_string_value(m))) == NULL) {
+		ctl_terminal_safe(m);
+		return NULL;
+	}
+	s = json_string_nocheck(t);
+	free(t);
+	return s;
+}
+
+void
+ctl_terminal_safe(json_t *v)
+{
+	const char *k;
+	json_t *m, *s;
+	size_t i;
+
+	if (json_is_object(v)) {
+		json_object_foreach(v, k, m)
+			if ((s = safe_value(m)) != NULL)
+				json_object_set_new(v, k, s);
+	} else if (json_is_array(v)) {
+		json_array_foreach(v, i, m)
+			if ((s = safe_value(m)) != NULL)
+				json_array_set_new(v, i, s);
+	}
 }

@@ -12,6 +12,8 @@
 
 #include <stdbool.h>
 
+#include <jansson.h>
+
 #include "config.h"
 #include "db.h"
 #include "log.h"
@@ -34,6 +36,15 @@ const char *operator_name(const char *given);
  * mutating command logs its action with actor (the operator) and reason. */
 void ctl_log(struct ctl *ctl, enum log_level level, const char *event,
              const struct log_fields *f);
+/* s for a terminal: control characters (C0, DEL, C1), the bidirectional
+ * controls and bytes that are not UTF-8 written as \\x1b / \\u202e, so
+ * run-provided text (a model name, a reason) cannot move the cursor, clear
+ * the screen or reorder the line. malloc'd; NULL when memory runs out. */
+char *ctl_terminal_text(const char *s);
+/* Every string inside v (member values, array items) made terminal-safe
+ * in place, for text output; --json output stays the JSON as stored. */
+void ctl_terminal_safe(json_t *v);
+
 /* Closes the log and the connection, frees the config. */
 void ctl_close(struct ctl *ctl);
 

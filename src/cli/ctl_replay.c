@@ -303,6 +303,11 @@ map_read(const char *path, struct map *m, char *err, size_t errlen)
 			         OG_KEY_MAX_CHARS);
 			goto fail;
 		}
+		if (api_key_claim_problem(b, strlen(b)) != NULL) {
+			snprintf(err, errlen, "%s:%d: new %s", path, lineno,
+			         api_key_claim_problem(b, strlen(b)));
+			goto fail;
+		}
 		if (m->n >= MAP_ITEMS_MAX) {
 			snprintf(err, errlen, "%s: more than %d items", path, MAP_ITEMS_MAX);
 			goto fail;
@@ -801,6 +806,10 @@ ctl_replay(struct ctl *ctl, int argc, char **argv)
 	                    !api_key_valid(o.new_key, strlen(o.new_key))))
 		return refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,
 		              "a key is 1-%d printable characters", OG_KEY_MAX_CHARS);
+	/* the new run must be reachable through the API like any claimed one */
+	if (key != NULL && api_key_claim_problem(o.new_key, strlen(o.new_key)) != NULL)
+		return refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason, "--new-key: %s",
+		              api_key_claim_problem(o.new_key, strlen(o.new_key)));
 	if (!o.dry_run && (o.reason == NULL || o.reason[0] == '\0'))
 		return refuse(ctl, "replay", EXIT_USAGE, op, key, NULL,
 		              "--reason TEXT is required: it is recorded with the operator");
@@ -961,6 +970,7 @@ ctl_explain(struct ctl *ctl, int argc, char **argv)
 		json_decref(doc);
 		return EXIT_SUCCESS;
 	}
+	ctl_terminal_safe(doc);
 	printf("%s (client %s)\n\n", key, json_string_value(json_object_get(doc, "client")) ?: "?");
 	printf("Did we process this key?   %s\n", jtext(doc, "processed", "text"));
 	printf("Did we send?               %s\n", jtext(doc, "sent", "text"));

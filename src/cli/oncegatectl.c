@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "clients.h"
 #include "ctl.h"
 #include "ctl_replay.h"
@@ -81,11 +82,77 @@ cmd_migrate(struct ctl *ctl, int argc, char **argv)
 	return EXIT_SUCCESS;
 }
 
+/* The operator_actions row of a change made in the open transaction, with
+ * its client (id; 0 for none); 0 when written. */
+static int
+record(struct ctl *ctl, const char *op, const char *action, const char *reason,
+       long long client_id, json_t *details)
+{
+	char cid[24];
+	char *text = details != NULL ? json_dumps(details, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	struct audit_action a = { .operator_name = op, .action = action, .reason = reason,
+		                  .client_id = client_id > 0 ? cid : NULL, .details = text };
+	enum audit_rc rc;
+
+	snprintf(cid, sizeof(cid), "%lld", client_id);
+	rc = audit_record_action(ctl->db, &a, NULL);
+	free(text);
+	json_decref(details);
+	return rc == AUDIT_OK ? 0 : -1;
+}
+
+/* --reason TEXT (required) and --operator NAME of a command that changes
+ * something; argv[optind..] are the words left. -1 on a usage error. */
+static int
+change_opts(int argc, char **argv, const char **reason, const char **op)
+{
+	static const struct option opts[] = {
+		{ "reason", required_argument, NULL, 'r' },
+		{ "operator", required_argument, NULL, 'o' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int opt;
+
+	*reason = *op = NULL;
+	optind = 0; /* glibc: 0 re-initialises getopt for the command's own arguments */
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (opt == 'r')
+			*reason = optarg;
+		else if (opt == 'o')
+			*op = optarg;
+		else
+			return -1;
+	}
+	return 0;
+}
+
+/* --reason is required for every change, within operator_actions' limits;
+ * true (message printed) when it is missing or too long. */
+static bool
+bad_reason(const char *what, const char *reason, const char *op)
+{
+	if (reason == NULL || *reason == '\0') {
+		fprintf(stderr, "oncegatectl: %s needs --reason TEXT: say why, it is kept with the "
+		        "change\n", what);
+		return true;
+	}
+	if (strlen(reason) > AUDIT_REASON_MAX || (op != NULL && strlen(op) > AUDIT_OPERATOR_MAX)) {
+		fprintf(stderr, "oncegatectl: %s: --reason is at most %d characters, --operator "
+		        "at most %d\n", what, AUDIT_REASON_MAX, AUDIT_OPERATOR_MAX);
+		return true;
+	}
+	return false;
+}
+
 static int
 cmd_client(struct ctl *ctl, int argc, char **argv)
 {
 	char key[CLIENTS_KEY_LEN];
+	const char *reason, *op, *verb, *name;
+	struct log_fields f = { 0 };
+	long long id = 0;
 	enum clients_rc rc;
+	bool add;
 	int ex;
 
 	if (argc == 2 && strcmp(argv[1], "list") == 0) {
@@ -93,30 +160,56 @@ cmd_client(struct ctl *ctl, int argc, char **argv)
 			return EXIT_UNAVAILABLE;
 		return exit_of(clients_list(ctl->db, stdout, ctl->json), "client list", "", ctl);
 	}
-	if (argc != 3 || (strcmp(argv[1], "add") != 0 && strcmp(argv[1], "revoke") != 0)) {
-		fprintf(stderr, "usage: oncegatectl client add NAME | revoke NAME | list\n");
+	if (change_opts(argc, argv, &reason, &op) != 0 || optind != argc - 2 ||
+	    (strcmp(argv[optind], "add") != 0 && strcmp(argv[optind], "revoke") != 0))
+		goto usage;
+	verb = argv[optind];
+	name = argv[optind + 1];
+	add = strcmp(verb, "add") == 0;
+	/* Who may call the API is a change like any other: it says why. */
+	if (bad_reason(add ? "client add" : "client revoke", reason, op))
 		return EXIT_USAGE;
-	}
+	if (!clients_name_valid(name))
+		return exit_of(CLIENTS_BAD_NAME, add ? "client add" : "client revoke", name, ctl);
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	if (strcmp(argv[1], "revoke") == 0) {
-		ex = exit_of(clients_revoke(ctl->db, argv[2]), "client revoke", argv[2], ctl);
-		if (ex == EXIT_SUCCESS)
-			fprintf(stderr, "oncegatectl: client \"%s\" revoked; its key is refused "
-			        "from the next request\n", argv[2]);
+	op = operator_name(op);
+	if (db_begin(ctl->db) != DB_OK)
+		return exit_of(CLIENTS_UNAVAILABLE, add ? "client add" : "client revoke", name, ctl);
+	rc = add ? clients_add(ctl->db, name, key, &id) : clients_revoke(ctl->db, name, &id);
+	if (rc == CLIENTS_OK &&
+	    (record(ctl, op, add ? "client.add" : "client.revoke", reason, id,
+	            json_pack("{s:s}", "client", name)) != 0 ||
+	     db_commit(ctl->db) != DB_OK))
+		rc = CLIENTS_ERROR;
+	if (rc != CLIENTS_OK) {
+		db_rollback(ctl->db);
+		if (add)
+			digest_wipe(key, sizeof(key));
+	}
+	ex = exit_of(rc, add ? "client add" : "client revoke", name, ctl);
+	if (ex != EXIT_SUCCESS)
 		return ex;
+	f.client = name;
+	f.actor = op;
+	f.reason = reason;
+	ctl_log(ctl, LOG_LEVEL_NOTICE, add ? "client.added" : "client.revoked", &f);
+	if (!add) {
+		fprintf(stderr, "oncegatectl: client \"%s\" revoked; its key is refused "
+		        "from the next request\n", name);
+		return EXIT_SUCCESS;
 	}
-	rc = clients_add(ctl->db, argv[2], key);
-	ex = exit_of(rc, "client add", argv[2], ctl);
-	if (ex == EXIT_SUCCESS) {
-		/* The key alone on stdout, for scripts; the warning on stderr. */
-		printf("%s\n", key);
-		fflush(stdout);
-		fprintf(stderr, "oncegatectl: client \"%s\" added. This key is shown once and "
-		        "only its SHA-256 is stored.\n", argv[2]);
-		digest_wipe(key, sizeof(key));
-	}
-	return ex;
+	/* The key alone on stdout, for scripts; the warning on stderr. */
+	printf("%s\n", key);
+	fflush(stdout);
+	fprintf(stderr, "oncegatectl: client \"%s\" added. This key is shown once and "
+	        "only its SHA-256 is stored.\n", name);
+	digest_wipe(key, sizeof(key));
+	return EXIT_SUCCESS;
+usage:
+	fprintf(stderr, "usage: oncegatectl client add|revoke NAME --reason TEXT "
+	        "[--operator NAME] | list\n");
+	return EXIT_USAGE;
 }
 
 static int
@@ -153,25 +246,10 @@ static const struct db_stmt st_switch_get = {
 static int
 cmd_kill_switch(struct ctl *ctl, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "reason", required_argument, NULL, 'r' },
-		{ "operator", required_argument, NULL, 'o' },
-		{ NULL, 0, NULL, 0 },
-	};
 	const char *reason = NULL, *op = NULL, *what;
 	PGresult *res = NULL;
-	int opt;
 
-	optind = 0; /* glibc: 0 re-initialises getopt for the command's own arguments */
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (opt == 'r')
-			reason = optarg;
-		else if (opt == 'o')
-			op = optarg;
-		else
-			goto usage;
-	}
-	if (optind != argc - 1)
+	if (change_opts(argc, argv, &reason, &op) != 0 || optind != argc - 1)
 		goto usage;
 	what = argv[optind];
 	if (strcmp(what, "status") == 0) {
@@ -206,10 +284,8 @@ cmd_kill_switch(struct ctl *ctl, int argc, char **argv)
 	}
 	if (strcmp(what, "on") != 0 && strcmp(what, "off") != 0)
 		goto usage;
-	if (reason == NULL || *reason == '\0') {
-		fprintf(stderr, "oncegatectl: kill-switch %s needs --reason TEXT\n", what);
+	if (bad_reason(strcmp(what, "on") == 0 ? "kill-switch on" : "kill-switch off", reason, op))
 		return EXIT_USAGE;
-	}
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
 	{
@@ -218,12 +294,25 @@ cmd_kill_switch(struct ctl *ctl, int argc, char **argv)
 		struct log_fields f = { .actor = p[1], .reason = reason,
 			                .state_to = strcmp(what, "on") == 0 ? "on" : "off" };
 
-		if (db_exec(ctl->db, &st_switch_set, p, &res) != DB_OK || PQntuples(res) != 1) {
+		bool was;
+
+		/* the change and its operator_actions row commit together */
+		if (db_begin(ctl->db) != DB_OK ||
+		    db_exec(ctl->db, &st_switch_set, p, &res) != DB_OK || PQntuples(res) != 1) {
 			fprintf(stderr, "oncegatectl: kill-switch %s: %s\n", what, db_error(ctl->db));
 			PQclear(res);
+			db_rollback(ctl->db);
 			return EXIT_REFUSED;
 		}
+		was = db_get(res, 0, "was") != NULL && db_get(res, 0, "was")[0] == 't';
 		PQclear(res);
+		if (record(ctl, p[1], strcmp(what, "on") == 0 ? "kill_switch.on" : "kill_switch.off",
+		           reason, 0, json_pack("{s:b, s:b}", "was", was, "now", p[0][0] == 't')) != 0 ||
+		    db_commit(ctl->db) != DB_OK) {
+			fprintf(stderr, "oncegatectl: kill-switch %s: %s\n", what, db_error(ctl->db));
+			db_rollback(ctl->db);
+			return EXIT_REFUSED;
+		}
 		ctl_log(ctl, LOG_LEVEL_NOTICE, "kill_switch.changed", &f);
 		fprintf(stderr, "oncegatectl: kill switch database flag %s (by %s); dispatchers "
 		        "also need AI_ACTIONS_ENABLED=true\n", strcmp(what, "on") == 0 ? "ON" : "OFF",
@@ -238,7 +327,7 @@ usage:
 
 static const struct command commands[] = {
 	{ "migrate", "[--status]", "apply the schema migrations that are missing", cmd_migrate },
-	{ "client", "add NAME | revoke NAME | list",
+	{ "client", "add|revoke NAME --reason TEXT [--operator NAME] | list",
 	  "manage API clients (a new key is printed once)", cmd_client },
 	{ "config", "check", "load and print the configuration, secrets masked", cmd_config },
 	{ "kill-switch", "on|off --reason TEXT | status",

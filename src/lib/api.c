@@ -201,6 +201,31 @@ api_key_valid(const char *key, size_t len)
 	return 1;
 }
 
+const char *
+api_key_claim_problem(const char *key, size_t len)
+{
+	const char *seg = key, *end = key + len, *slash;
+	size_t n;
+
+	if (!api_key_valid(key, len))
+		return "key must be a string of 1 to 200 printable characters";
+	/* Percent-encoded or not, "." and ".." between slashes are removed by
+	 * every URL normaliser on the way (browsers, fetch, proxies, nginx), so
+	 * /v1/runs/{key} would name another resource or none. */
+	for (;;) {
+		slash = memchr(seg, '/', (size_t)(end - seg));
+		n = (size_t)((slash != NULL ? slash : end) - seg);
+		if ((n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
+			return "key must not have \".\" or \"..\" as a part between slashes (or at "
+			       "either end next to a slash, or as the whole key): the URL path "
+			       "/v1/runs/{key} cannot carry it, so the run could never be read or "
+			       "completed";
+		if (slash == NULL)
+			return NULL;
+		seg = slash + 1;
+	}
+}
+
 /* The route for method and uri, with the percent-decoded path segment in
  * key; NULL with *status 404, 405 (and *allow) or 400. */
 static const struct route *
@@ -476,16 +501,20 @@ handle_claim(struct call *c)
 	long long lease;
 	enum canon_rc crc;
 	enum ledger_rc rc;
+	const char *problem;
 	json_t *key, *out;
 
 	if (!only_fields(c, fields))
 		goto out;
 	key = json_object_get(c->body, "key");
-	if (!json_is_string(key) ||
-	    !api_key_valid(json_string_value(key), json_string_length(key)) ||
-	    strlen(json_string_value(key)) != json_string_length(key)) {
+	if (!json_is_string(key) || strlen(json_string_value(key)) != json_string_length(key)) {
 		call_reject(c, 400, "invalid_key",
 		            "key must be a string of 1 to 200 printable characters", "key");
+		goto out;
+	}
+	if ((problem = api_key_claim_problem(json_string_value(key), json_string_length(key))) !=
+	    NULL) {
+		call_reject(c, 400, "invalid_key", problem, "key");
 		goto out;
 	}
 	snprintf(c->key, sizeof(c->key), "%s", json_string_value(key));
@@ -1274,9 +1303,17 @@ page_headers(struct call *c)
 static void
 page_answer(struct call *c, int status, struct page *p)
 {
+	size_t cap = c->resp->body.cap;
+	int rc;
+
 	buf_reset(&c->resp->body);
 	c->resp->status = status;
-	if (p == NULL || page_render(p, &c->resp->body) != 0) {
+	/* Any output the contract accepted is shown, whole and field by field,
+	 * escaped: the page may be several times the largest body. */
+	c->resp->body.cap = OG_RESPONSE_MAX + OG_PAGE_BODY_FACTOR * (size_t)c->ctx->cfg->max_body_bytes;
+	rc = p != NULL ? page_render(p, &c->resp->body) : -1;
+	c->resp->body.cap = cap;
+	if (rc != 0) {
 		buf_reset(&c->resp->body);
 		c->resp->status = 500;
 		if (buf_puts(&c->resp->body, "<!DOCTYPE html><title>Error</title>"
@@ -1308,10 +1345,7 @@ page_notice(struct call *c, int status, const char *event, const char *heading,
 static char *
 pretty(const json_t *v)
 {
-	/* 15 significant digits: 0.8 shows as 0.8, not 0.80000000000000004 */
-	return v != NULL ? json_dumps(v, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENCODE_ANY |
-	                                     JSON_REAL_PRECISION(15))
-	                 : strdup("");
+	return page_json_text(v);
 }
 
 /* The page of an approval that was decided: who decided what, when. */
@@ -1546,6 +1580,13 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 		goto out;
 	}
 	n = http_form_get(c->req->body, c->req->body_len, "reason", reason, sizeof(reason));
+	if (n > 0 && !canon_utf8_valid(reason, (size_t)n)) {
+		f.reason = "bad_reason";
+		page_notice(c, 400, "approval.refused", "Reason not accepted",
+		            "The reason is not valid UTF-8 text; nothing was decided. Type it "
+		            "again on the approval page.", &f);
+		goto out;
+	}
 	if (n == -2 || (n > 0 && !printable_text(reason))) {
 		f.reason = "bad_reason";
 		page_notice(c, 400, "approval.refused", "Reason not accepted",
@@ -1966,13 +2007,16 @@ call_authenticate(struct call *c)
 struct body_error {
 	int status;
 	const char *code;
-	char message[JSON_ERROR_TEXT_LENGTH + 96];
+	char message[JSON_ERROR_TEXT_LENGTH + 256];
 };
 
 static bool
 call_parse_body(struct call *c, struct body_error *e)
 {
+	struct canon_where where;
+	char problem[JSON_ERROR_TEXT_LENGTH + 160];
 	json_error_t jerr;
+	enum canon_rc crc;
 
 	e->status = 400;
 	e->code = "invalid_json";
@@ -1994,11 +2038,20 @@ call_parse_body(struct call *c, struct body_error *e)
 		snprintf(e->message, sizeof(e->message), "the body is empty");
 		return false;
 	}
+	/* The strict parser first: every field of every route is then held to
+	 * the same rules (numbers a double can hold, no lone surrogates), and
+	 * its problems come in the writer's words with where they are. */
+	crc = canon_validate(c->req->body, c->req->body_len, &where);
+	if (crc != CANON_OK) {
+		canon_describe(crc, &where, problem, sizeof(problem));
+		snprintf(e->message, sizeof(e->message), "the body is not valid JSON: %s", problem);
+		return false;
+	}
 	c->body = json_loadb(c->req->body, c->req->body_len, JSON_REJECT_DUPLICATES, &jerr);
 	if (c->body == NULL) {
 		snprintf(e->message, sizeof(e->message),
-		         "the body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
-		         jerr.column);
+		         "the body is not valid JSON: %s at line %d column %d",
+		         canon_jansson_problem(jerr.text) ?: jerr.text, jerr.line, jerr.column);
 		return false;
 	}
 	if (!json_is_object(c->body)) {

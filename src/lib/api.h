@@ -45,5 +45,9 @@ const char *api_route(const char *method, const char *uri, char *key, size_t key
 /* SPEC 3.1: 1–200 printable characters (valid UTF-8, no control
  * characters). */
 int api_key_valid(const char *key, size_t len);
+/* The rule a key must meet to be claimed: api_key_valid, and carried by
+ * the URL path unchanged (no "." or ".." between slashes). NULL when the
+ * key may be claimed, else what is wrong, in words for the caller. */
+const char *api_key_claim_problem(const char *key, size_t len);
 
 #endif

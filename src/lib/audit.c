@@ -547,3 +547,32 @@ audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
 	PQclear(res);
 	return AUDIT_OK;
 }
+
+static const struct db_stmt st_action = {
+	"audit_action",
+	"INSERT INTO operator_actions (operator, action, reason, client_id, idempotency_key,"
+	"    effect_id, approval_id, details)"
+	" VALUES ($1, $2, $3, $4::bigint, $5, $6::uuid, $7::uuid, coalesce($8::jsonb, '{}'))"
+	" RETURNING id",
+	8, false,
+};
+
+enum audit_rc
+audit_record_action(struct db *db, const struct audit_action *a, long long *id)
+{
+	const char *params[8] = { a->operator_name, a->action, a->reason, a->client_id, a->key,
+		                  a->effect_id, a->approval_id, a->details };
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	if ((rc = db_exec(db, &st_action, params, &res)) != DB_OK)
+		return rc_of(rc);
+	if (PQntuples(res) != 1) {
+		PQclear(res);
+		return AUDIT_ERROR;
+	}
+	if (id != NULL)
+		*id = db_get_ll(res, 0, "id");
+	PQclear(res);
+	return AUDIT_OK;
+}

@@ -11,10 +11,14 @@
  * (trailing commas, comments, NaN, leading zeros, duplicate names, invalid
  * UTF-8) is refused instead of guessed at.
  */
+#include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "canon.h"
 #include "digest.h"
@@ -59,8 +63,10 @@ struct arena {
 struct parser {
 	const char *p;
 	const char *end;
+	const char *bad;        /* where the problem is, when parsing fails */
 	struct arena arena;
 	unsigned depth;
+	long surrogate;         /* the lone surrogate, for CANON_LONE_SURROGATE */
 };
 
 struct out {
@@ -242,8 +248,9 @@ parse_string(struct parser *ps, const char **text, size_t *text_len)
 	while (q < close) {
 		unsigned char c = (unsigned char)*q;
 
+		ps->bad = q;
 		if (c < 0x20)
-			return CANON_SYNTAX;
+			return CANON_CONTROL;
 		if (c >= 0x80) {
 			n = utf8_seq_len((const unsigned char *)q, (size_t)(close - q));
 			if (n == 0)
@@ -274,16 +281,20 @@ parse_string(struct parser *ps, const char **text, size_t *text_len)
 		if (close - q < 5 || (cp = read_hex4(q + 1)) < 0)
 			return CANON_SYNTAX;
 		q += 5;
+		/* jsonb cannot store U+0000, and C strings end there */
+		if (cp == 0)
+			return CANON_NUL;
+		ps->surrogate = cp;
 		if (cp >= 0xDC00 && cp <= 0xDFFF)
-			return CANON_BAD_UTF8;
+			return CANON_LONE_SURROGATE;
 		if (cp >= 0xD800 && cp <= 0xDBFF) {
 			if (close - q < 6 || q[0] != '\\' || q[1] != 'u')
-				return CANON_BAD_UTF8;
+				return CANON_LONE_SURROGATE;
 			lo = read_hex4(q + 2);
 			if (lo < 0)
 				return CANON_SYNTAX;
 			if (lo < 0xDC00 || lo > 0xDFFF)
-				return CANON_BAD_UTF8;
+				return CANON_LONE_SURROGATE;
 			cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
 			q += 6;
 		}
@@ -294,6 +305,44 @@ parse_string(struct parser *ps, const char **text, size_t *text_len)
 	*text_len = (size_t)(w - dst);
 	ps->p = close + 1;
 	return CANON_OK;
+}
+
+/* Whether the number text (valid RFC 8259 syntax) is one an IEEE 754
+ * double can hold: not beyond ±DBL_MAX, and not a non-zero value so small
+ * it would round to zero. Every consumer (jsonb, JavaScript, jansson)
+ * would otherwise turn it into something else or fail on it. */
+static bool
+number_in_range(const char *text, size_t len)
+{
+	char buf[OG_JSON_NUMBER_MAX + 1];
+	const char *p;
+	bool nonzero = false;
+	double v;
+
+	if (len > OG_JSON_NUMBER_MAX)
+		return false;
+	memcpy(buf, text, len);
+	buf[len] = '\0';
+	for (p = buf; *p != '\0' && *p != 'e' && *p != 'E'; p++)
+		if (*p >= '1' && *p <= '9')
+			nonzero = true;
+	/* Even a zero: jsonb (PostgreSQL numeric) refuses an exponent beyond
+	 * this, and no double needs one (at most 1000 characters of digits
+	 * around it). */
+	if (*p != '\0') {
+		long e = 0;
+
+		for (p++; *p == '+' || *p == '-'; p++)
+			;
+		for (; *p != '\0'; p++)
+			if ((e = e * 10 + (*p - '0')) > OG_JSON_EXPONENT_MAX)
+				return false;
+	}
+	errno = 0;
+	v = strtod(buf, NULL);
+	if (v == HUGE_VAL || v == -HUGE_VAL)
+		return false;
+	return !(nonzero && v == 0.0);
 }
 
 /* RFC 8259 number: -? (0 | [1-9][0-9]*) (.[0-9]+)? ([eE][+-]?[0-9]+)? */
@@ -330,6 +379,10 @@ parse_number(struct parser *ps, struct node *n)
 	n->type = NODE_NUMBER;
 	n->text = ps->p;
 	n->text_len = (size_t)(p - ps->p);
+	if (!number_in_range(n->text, n->text_len)) {
+		ps->bad = ps->p;
+		return n->text_len > OG_JSON_NUMBER_MAX ? CANON_NUMBER_LONG : CANON_NUMBER_RANGE;
+	}
 	ps->p = p;
 	return CANON_OK;
 }
@@ -459,6 +512,7 @@ parse_value(struct parser *ps, struct node **out)
 	enum canon_rc rc;
 
 	skip_ws(ps);
+	ps->bad = ps->p;
 	if (ps->p >= ps->end)
 		return CANON_SYNTAX;
 	n = arena_alloc(&ps->arena, sizeof(*n));
@@ -470,8 +524,10 @@ parse_value(struct parser *ps, struct node **out)
 	switch (*ps->p) {
 	case '{':
 	case '[':
-		if (ps->depth >= OG_JSON_DEPTH_MAX)
+		if (ps->depth >= OG_JSON_DEPTH_MAX) {
+			ps->bad = ps->p;
 			return CANON_DEPTH;
+		}
 		ps->depth++;
 		rc = *ps->p == '{' ? parse_object(ps, n) : parse_array(ps, n);
 		ps->depth--;
@@ -499,6 +555,8 @@ parse_document(struct parser *ps, const char *in, size_t len, struct node **root
 
 	ps->arena.top = NULL;
 	ps->depth = 0;
+	ps->bad = NULL;
+	ps->surrogate = 0;
 	if (in == NULL)
 		return CANON_SYNTAX;
 	ps->p = in;
@@ -705,15 +763,133 @@ canon_hash(const char *canon, size_t len, char out[CANON_HASH_LEN])
 	digest_sha256_hex(canon, len, out + sizeof(prefix) - 1);
 }
 
+enum canon_rc
+canon_validate(const char *in, size_t len, struct canon_where *where)
+{
+	struct parser ps;
+	struct node *root = NULL;
+	enum canon_rc rc;
+	const char *at, *q;
+
+	memset(&ps, 0, sizeof(ps));
+	rc = parse_document(&ps, in, len, &root);
+	if (rc != CANON_OK && where != NULL && in != NULL) {
+		at = ps.bad != NULL && ps.bad > ps.p ? ps.bad : ps.p;
+		if (at == NULL || at < in || at > in + len)
+			at = in;
+		where->offset = (size_t)(at - in);
+		where->line = 1;
+		where->column = 1;
+		for (q = in; q < at; q++) {
+			if (*q == '\n') {
+				where->line++;
+				where->column = 1;
+			} else if (((unsigned char)*q & 0xC0) != 0x80) {
+				where->column++; /* characters, not bytes */
+			}
+		}
+		where->surrogate = ps.surrogate;
+	}
+	arena_free(&ps.arena);
+	return rc;
+}
+
+bool
+canon_utf8_valid(const char *s, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)s, *end = p + len;
+	size_t n;
+
+	while (p < end) {
+		if ((n = utf8_seq_len(p, (size_t)(end - p))) == 0)
+			return false;
+		p += n;
+	}
+	return true;
+}
+
+void
+canon_describe(enum canon_rc rc, const struct canon_where *w, char *out, size_t outlen)
+{
+	if (w == NULL) {
+		snprintf(out, outlen, "%s", canon_strerror(rc));
+	} else if (rc == CANON_LONE_SURROGATE) {
+		snprintf(out, outlen,
+		         "invalid \\u escape: lone surrogate \\u%04lX at line %u column %u "
+		         "(half of an emoji or other character outside the Basic Multilingual "
+		         "Plane; was the text cut in the middle of one?)",
+		         (unsigned long)w->surrogate, w->line, w->column);
+	} else {
+		snprintf(out, outlen, "%s at line %u column %u", canon_strerror(rc), w->line,
+		         w->column);
+	}
+}
+
+/* The problems jansson names in its own words (some with its flag names),
+ * in the words of someone who wrote the JSON. Everything the strict parser
+ * above accepts reaches jansson, so only its own limits show up here. */
+static const struct {
+	const char *prefix;
+	const char *plain;
+} jansson_texts[] = {
+	{ "too big integer", "an integer is beyond the 64-bit signed range (write it as a "
+	                     "string, or as a decimal number)" },
+	{ "too big negative integer", "an integer is beyond the 64-bit signed range (write it "
+	                              "as a string, or as a decimal number)" },
+	{ "real number overflow", "a number is beyond the range of an IEEE 754 double" },
+	{ "\\u0000 is not allowed", "the escape \\u0000 (the NUL character) is not allowed "
+	                            "in strings" },
+	{ "NUL byte in object key", "the escape \\u0000 (the NUL character) is not allowed "
+	                          "in strings" },
+	{ "invalid Unicode", "invalid \\u escape: a lone surrogate (half of an emoji or other "
+	                     "character outside the Basic Multilingual Plane)" },
+	{ "invalid escape", "a string has an invalid backslash escape" },
+	{ "unexpected newline", "a string has a raw line break; write it as \\n" },
+	{ "control character", "a string has a raw control character; escape it as \\u00XX" },
+	{ "premature end of input", "the JSON text ends too early" },
+	{ "end of file expected", "there is text after the end of the JSON value" },
+	{ "maximum parsing depth", "JSON nested too deeply" },
+	{ "unable to decode byte", "the text is not valid UTF-8" },
+	{ "invalid UTF-8", "the text is not valid UTF-8" },
+};
+
+const char *
+canon_jansson_problem(const char *text)
+{
+	size_t i, n;
+
+	if (text == NULL)
+		return NULL;
+	for (i = 0; i < sizeof(jansson_texts) / sizeof(jansson_texts[0]); i++) {
+		n = strlen(jansson_texts[i].prefix);
+		if (strncasecmp(text, jansson_texts[i].prefix, n) == 0)
+			return jansson_texts[i].plain;
+	}
+	return NULL;
+}
+
 const char *
 canon_strerror(enum canon_rc rc)
 {
 	switch (rc) {
 	case CANON_OK: return "ok";
 	case CANON_SYNTAX: return "not valid JSON";
-	case CANON_DEPTH: return "JSON nested too deeply";
+	case CANON_DEPTH: return "JSON nested too deeply (more than 64 levels)";
 	case CANON_DUPLICATE_KEY: return "JSON object has a duplicate member name";
-	case CANON_BAD_UTF8: return "invalid UTF-8 or lone surrogate in JSON string";
+	case CANON_BAD_UTF8: return "invalid UTF-8 in a JSON string";
+	case CANON_LONE_SURROGATE:
+		return "invalid \\u escape: lone surrogate (half of an emoji or other character "
+		       "outside the Basic Multilingual Plane)";
+	case CANON_CONTROL:
+		return "a JSON string has a raw control character (escape it, e.g. \\n or \\u0001)";
+	case CANON_NUL:
+		return "the escape \\u0000 (the NUL character) is not allowed in JSON strings";
+	case CANON_NUMBER_RANGE:
+		return "a number is outside the range of an IEEE 754 double (beyond about "
+		       "1.8e308, so close to zero it would round to 0, or with an exponent beyond "
+		       "\u00b11000); send it as a string";
+	case CANON_NUMBER_LONG:
+		return "a number is written with more than 1000 characters; send it as a string";
 	case CANON_NOT_OBJECT: return "JSON document is not an object";
 	case CANON_NOT_FOUND: return "JSON object has no such member";
 	case CANON_NOMEM: return "out of memory";

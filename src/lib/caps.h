@@ -17,7 +17,12 @@
 #define OG_ERROR_CLASS_MAX        64
 #define OG_RESULT_MAX             (64 * 1024) /* a run's stored result */
 #define OG_JSON_DEPTH_MAX         64
+#define OG_JSON_NUMBER_MAX        1000  /* characters of one number (kept as written) */
+#define OG_JSON_EXPONENT_MAX      1000  /* |exponent| as written: jsonb's limit */
 #define OG_RESPONSE_MAX           (1024 * 1024)
+/* An approval page may take OG_RESPONSE_MAX plus this many times the body
+ * cap: it shows the output whole and field by field, with HTML escapes. */
+#define OG_PAGE_BODY_FACTOR       12
 
 /* Leases (seconds) */
 #define OG_LEASE_DEFAULT          300

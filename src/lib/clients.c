@@ -105,7 +105,7 @@ clients_authenticate(struct db *db, const char *key, struct client *out)
 }
 
 enum clients_rc
-clients_add(struct db *db, const char *name, char key[CLIENTS_KEY_LEN])
+clients_add(struct db *db, const char *name, char key[CLIENTS_KEY_LEN], long long *id)
 {
 	unsigned char raw[OG_API_KEY_BYTES];
 	char hex[DIGEST_HEX_LEN];
@@ -128,6 +128,8 @@ clients_add(struct db *db, const char *name, char key[CLIENTS_KEY_LEN])
 	}
 	if (PQntuples(res) != 1)
 		crc = CLIENTS_EXISTS;
+	else if (id != NULL)
+		*id = db_get_ll(res, 0, "id");
 	PQclear(res);
 out:
 	if (crc != CLIENTS_OK)
@@ -136,7 +138,7 @@ out:
 }
 
 enum clients_rc
-clients_revoke(struct db *db, const char *name)
+clients_revoke(struct db *db, const char *name, long long *id)
 {
 	const char *params[1] = { name };
 	PGresult *res;
@@ -146,6 +148,8 @@ clients_revoke(struct db *db, const char *name)
 	if ((rc = db_exec(db, &st_revoke, params, &res)) != DB_OK)
 		return clients_rc_of(rc);
 	n = PQntuples(res);
+	if (n == 1 && id != NULL)
+		*id = db_get_ll(res, 0, "id");
 	PQclear(res);
 	return n == 1 ? CLIENTS_OK : CLIENTS_NOT_FOUND;
 }

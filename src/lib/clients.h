@@ -47,10 +47,12 @@ enum clients_rc clients_auth_result(const struct db_call *call, struct client *o
 /* Resolves a bearer key to an active client. */
 enum clients_rc clients_authenticate(struct db *db, const char *key, struct client *out)
 	__attribute__((warn_unused_result));
-/* Creates a client and writes its new key (NUL-terminated) into key. */
-enum clients_rc clients_add(struct db *db, const char *name, char key[CLIENTS_KEY_LEN])
-	__attribute__((warn_unused_result));
-enum clients_rc clients_revoke(struct db *db, const char *name)
+/* Creates a client and writes its new key (NUL-terminated) into key and
+ * its id into *id (may be NULL). */
+enum clients_rc clients_add(struct db *db, const char *name, char key[CLIENTS_KEY_LEN],
+                            long long *id) __attribute__((warn_unused_result));
+/* Revokes (again: a no-op) client name; *id (may be NULL) gets its id. */
+enum clients_rc clients_revoke(struct db *db, const char *name, long long *id)
 	__attribute__((warn_unused_result));
 /* Prints name, created, revoked as a table (or JSON lines when json). */
 enum clients_rc clients_list(struct db *db, FILE *out, int json)

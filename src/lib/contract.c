@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "canon.h"
 #include "contract.h"
 #include "digest.h"
 #include "jptr.h"
@@ -1388,7 +1389,7 @@ contract_parse(struct loader *ld, const char *stem, const char *data, size_t len
 		/* jansson quotes the offending input: keep it printable ASCII. */
 		show(jerr.text, strlen(jerr.text), shown, sizeof(shown), sizeof(jerr.text));
 		lfail(ld, "not valid JSON at line %d, column %d: %s", jerr.line,
-		      jerr.column, shown);
+		      jerr.column, canon_jansson_problem(jerr.text) ?: shown);
 		goto out;
 	}
 	if (!json_is_object(c->doc)) {

@@ -46,6 +46,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
@@ -769,6 +770,28 @@ found_add(struct page *p, size_t *nfound, int32_t n)
 	return 0;
 }
 
+/* Every element with slot sid in top's subtree (top included), in
+ * document order, to p->found. */
+static int
+scope_find(struct page *p, int32_t top, int sid, size_t *nfound)
+{
+	int32_t n = top;
+
+	for (;;) {
+		if (node_has_slot(p, n, sid) && found_add(p, nfound, n) != 0)
+			return -1;
+		if (p->nodes[n].first != NONE) {
+			n = p->nodes[n].first;
+			continue;
+		}
+		while (n != top && p->nodes[n].next == NONE)
+			n = p->nodes[n].parent;
+		if (n == top)
+			return 0;
+		n = p->nodes[n].next;
+	}
+}
+
 /* Every element with slot in top's subtree (top included) goes to
  * p->found. None there but some among the removed parts is fine (filling
  * what was removed does nothing); none at all is a caller's typo and
@@ -790,6 +813,17 @@ find_slot(struct page *p, int32_t top, const char *slot, size_t *nfound)
 	if ((sid = slot_id(t, slot)) < 0) {
 		fail(p, "no element has data-slot \"%s\"", slot);
 		return -1;
+	}
+	/* A scope (one repeated item) is small and the copies of it are many:
+	 * walk the item, not every copy made so far, or filling n items costs
+	 * n^2. */
+	if (top != NONE && top != 0) {
+		if (scope_find(p, top, sid, nfound) != 0) {
+			fail(p, "out of memory");
+			return -1;
+		}
+		if (*nfound > 0)
+			return 0;
 	}
 	for (i = t->slot_first[sid]; i < t->slot_first[sid + 1] + p->nextras;
 	     i++) {
@@ -1891,4 +1925,96 @@ page_set_free(struct page_set *set)
 	for (i = 0; i < PAGE_NTEMPLATES; i++)
 		arena_free(&set->t[i].arena);
 	free(set);
+}
+
+/* ---- JSON shown on a page ------------------------------------------------ */
+
+static int
+pj_compact(struct buf *b, const json_t *v)
+{
+	/* 15 significant digits: 0.8 shows as 0.8, not 0.80000000000000004 */
+	char *t = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY |
+	                            JSON_REAL_PRECISION(15));
+	int rc = t != NULL ? buf_puts(b, t) : -1;
+
+	free(t);
+	return rc;
+}
+
+static int
+pj_indent(struct buf *b, int depth)
+{
+	static const char spaces[] = "        "; /* 2 * PAGE_JSON_INDENT_DEPTH */
+	size_t n = (size_t)depth * 2;
+
+	return buf_append(b, spaces, n < sizeof(spaces) - 1 ? n : sizeof(spaces) - 1);
+}
+
+static int
+pj_strcmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Indented for the first PAGE_JSON_INDENT_DEPTH levels, compact below:
+ * the text grows at most a few bytes per value, never with the depth. */
+static int
+pj_value(struct buf *b, const json_t *v, int depth)
+{
+	const char **keys = NULL, *k;
+	size_t i, n;
+	json_t *m;
+	int rc = -1;
+
+	n = json_is_object(v) ? json_object_size(v) : json_is_array(v) ? json_array_size(v) : 0;
+	if (n == 0 || depth >= PAGE_JSON_INDENT_DEPTH)
+		return pj_compact(b, v);
+	if (buf_puts(b, json_is_object(v) ? "{\n" : "[\n") != 0)
+		return -1;
+	if (json_is_object(v)) {
+		if ((keys = malloc(n * sizeof(*keys))) == NULL)
+			return -1;
+		i = 0;
+		json_object_foreach((json_t *)(uintptr_t)v, k, m)
+			keys[i++] = k;
+		qsort(keys, n, sizeof(*keys), pj_strcmp);
+	}
+	for (i = 0; i < n; i++) {
+		if (pj_indent(b, depth + 1) != 0)
+			goto out;
+		if (keys != NULL) {
+			json_t *name = json_string(keys[i]);
+
+			rc = name != NULL ? pj_compact(b, name) : -1;
+			json_decref(name);
+			if (rc != 0 || buf_puts(b, ": ") != 0)
+				goto out;
+			rc = -1;
+			m = json_object_get(v, keys[i]);
+		} else {
+			m = json_array_get(v, i);
+		}
+		if (pj_value(b, m, depth + 1) != 0 || buf_puts(b, i + 1 < n ? ",\n" : "\n") != 0)
+			goto out;
+	}
+	if (pj_indent(b, depth) == 0 && buf_puts(b, json_is_object(v) ? "}" : "]") == 0)
+		rc = 0;
+out:
+	free(keys);
+	return rc;
+}
+
+char *
+page_json_text(const json_t *v)
+{
+	struct buf b;
+
+	if (v == NULL)
+		return strdup("");
+	buf_init(&b, SIZE_MAX / 2);
+	if (pj_value(&b, v, 0) != 0 || buf_puts(&b, "") != 0) {
+		buf_free(&b);
+		return NULL;
+	}
+	return buf_steal(&b);
 }

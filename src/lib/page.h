@@ -21,6 +21,8 @@
 
 #include <stddef.h>
 
+#include <jansson.h>
+
 struct buf;
 
 struct page_set;   /* the parsed templates of a directory */
@@ -81,6 +83,16 @@ void page_repeat_done(struct page *p, const char *slot);
  * way: "<!DOCTYPE html>" first, data-slot and data-repeat attributes
  * stripped, comments dropped. -1 (out left as it was) when a fill failed
  * before or out's cap is reached. The page is not changed. */
+/* Levels of a JSON value page_json_text indents; deeper ones are shown as
+ * compact JSON text on one line. */
+#define PAGE_JSON_INDENT_DEPTH 4
+
+/* v as JSON text for a person to read (members sorted, numbers in their
+ * shortest form), in time and size linear in v whatever its depth: the
+ * first PAGE_JSON_INDENT_DEPTH levels indented, deeper ones compact.
+ * malloc'd; NULL when memory runs out. "" for NULL. */
+char *page_json_text(const json_t *v);
+
 int page_render(const struct page *p, struct buf *out)
 	__attribute__((warn_unused_result));
 

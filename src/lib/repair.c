@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "audit.h"
 #include "canon.h"
 #include "ledger.h"
 #include "outbox.h"
@@ -394,17 +395,6 @@ static const struct db_stmt st_approvals_pending = {
 	1, true,
 };
 
-/* $1 operator $2 action $3 reason $4 client $5 key $6 effect $7 approval
- * $8 details */
-static const struct db_stmt st_action = {
-	"repair_action",
-	"INSERT INTO operator_actions (operator, action, reason, client_id, idempotency_key,"
-	"    effect_id, approval_id, details)"
-	" VALUES ($1, $2, $3, $4::bigint, $5, $6::uuid, $7::uuid, $8::jsonb)"
-	" RETURNING id",
-	8, false,
-};
-
 /* --- bulk resume (sql/008): the job's items, resume_job_items ---------------- */
 
 /* Each id of the selection ($1, in order) with its effect and the verdict's
@@ -523,23 +513,20 @@ record_action(struct db *db, const struct repair_who *who, const char *action,
               struct repair_out *out, json_t *details)
 {
 	char *text = json_dumps(details, JSON_COMPACT | JSON_SORT_KEYS);
-	const char *p[8] = {
+	struct audit_action a = {
 		who->operator_name, action, who->reason,
 		out->client[0] ? out->client : NULL, out->key[0] ? out->key : NULL,
 		out->effect_id[0] ? out->effect_id : NULL,
 		out->approval_id[0] ? out->approval_id : NULL, text,
 	};
-	PGresult *res = NULL;
-	enum repair_rc rc;
+	enum audit_rc arc;
 
 	if (text == NULL)
 		return REPAIR_ERROR;
-	rc = rc_of(db_exec(db, &st_action, p, &res));
-	if (rc == REPAIR_OK && PQntuples(res) == 1)
-		out->action_id = db_get_ll(res, 0, "id");
-	PQclear(res);
+	arc = audit_record_action(db, &a, &out->action_id);
 	free(text);
-	return rc;
+	return arc == AUDIT_OK ? REPAIR_OK : arc == AUDIT_UNAVAILABLE ? REPAIR_UNAVAILABLE
+	                                                              : REPAIR_ERROR;
 }
 
 /* Resolves dead letters of the effects in ids (a PostgreSQL uuid[] text). */

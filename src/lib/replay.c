@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "audit.h"
 #include "buf.h"
 #include "digest.h"
 #include "gate.h"
@@ -112,16 +113,6 @@ static const struct db_stmt st_item_done = {
 	"UPDATE replay_job_items SET state = 'done', done_at = now(), detail = $3"
 	" WHERE job_id = $1 AND seq = $2 AND state = 'pending' RETURNING seq",
 	3, false,
-};
-
-/* The record of what an operator did (sql/005), in the transaction of the
- * change itself. */
-static const struct db_stmt st_action = {
-	"replay_action",
-	"INSERT INTO operator_actions (operator, action, reason, client_id,"
-	"    idempotency_key, details)"
-	" VALUES ($1, $2, $3, $4::bigint, $5, $6::jsonb) RETURNING id",
-	6, false,
 };
 
 static const struct db_stmt st_job_create = {
@@ -546,6 +537,19 @@ exec_one(struct db *db, const struct db_stmt *st, const char *const *params, int
 	return want_rows < 0 || n == want_rows ? REPLAY_OK : REPLAY_DONE_ALREADY;
 }
 
+/* The record of what an operator did (operator, action, reason, client,
+ * key, details), in the transaction of the change itself. */
+static enum replay_rc
+record_action(struct db *db, const char *const *p)
+{
+	struct audit_action a = { .operator_name = p[0], .action = p[1], .reason = p[2],
+		                  .client_id = p[3], .key = p[4], .details = p[5] };
+	enum audit_rc rc = audit_record_action(db, &a, NULL);
+
+	return rc == AUDIT_OK ? REPLAY_OK : rc == AUDIT_UNAVAILABLE ? REPLAY_UNAVAILABLE
+	                                                            : REPLAY_ERROR;
+}
+
 enum replay_rc
 replay_run(struct db *db, const struct replay_req *req, struct replay_result *out)
 {
@@ -681,7 +685,7 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		const char *params[6] = { req->operator_name, "replay", req->reason, p.client,
 			                  req->new_key, details };
 
-		if ((rrc = exec_one(db, &st_action, params, 1)) != REPLAY_OK)
+		if ((rrc = record_action(db, params)) != REPLAY_OK)
 			goto out;
 	}
 	if ((rc = db_commit(db)) != DB_OK) {
@@ -756,7 +760,7 @@ replay_job_create(struct db *db, long long client_id, const char *source, double
 			rrc = REPLAY_ERROR;
 			goto out;
 		}
-		if ((rrc = exec_one(db, &st_action, params, 1)) != REPLAY_OK)
+		if ((rrc = record_action(db, params)) != REPLAY_OK)
 			goto out;
 	}
 	if ((rc = db_commit(db)) != DB_OK) {
@@ -788,7 +792,7 @@ job_action(struct db *db, long long job_id, long long client_id, const char *act
 	if (details == NULL)
 		return REPLAY_ERROR;
 	params[5] = details;
-	rrc = exec_one(db, &st_action, params, 1);
+	rrc = record_action(db, params);
 	free(details);
 	return rrc;
 }

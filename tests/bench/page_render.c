@@ -3,8 +3,13 @@
  * card the way api.c page_card() does. Standalone, not built by make:
  *
  *   gcc -std=gnu11 -O2 -Isrc/lib src/lib/page.c src/lib/buf.c \
- *       tests/bench/page_render.c $(pkg-config --cflags --libs libxml-2.0) \
+ *       tests/bench/page_render.c \
+ *       $(pkg-config --cflags --libs libxml-2.0 jansson) \
  *       -o /tmp/page_bench && /tmp/page_bench templates [rounds]
+ *
+ * With "wide N" it fills one card with N output fields (the field table of
+ * an output with N members) and prints how long filling and rendering took:
+ * the time must grow linearly with N.
  *
  * With "dump" instead of a round count it writes a set of edge-case pages
  * (hostile text, fills before and after repeats, removals, nested slots)
@@ -201,6 +206,53 @@ dump(const struct page_set *set)
 	emit("void", p);
 }
 
+/* One card with n output fields, filled and rendered, timed. */
+static int
+wide(const struct page_set *set, long n)
+{
+	struct page *p = page_new(set, "approval");
+	struct page_scope *sc;
+	struct timespec t0, t1;
+	struct buf b;
+	char name[32], value[32];
+	long i;
+	int rc;
+
+	if (p == NULL || n < 0)
+		return 1;
+	buf_init(&b, 64 * 1024 * 1024);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	(void)page_text(p, "title", "Approval needed");
+	(void)page_text(p, "key", "crm-ticket-4711-refund");
+	(void)page_text(p, "output", output_json);
+	for (i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "f%ld", i);
+		snprintf(value, sizeof(value), "%ld", i % 7);
+		if ((sc = page_repeat(p, "output_fields")) == NULL)
+			return 1;
+		(void)page_scope_text(sc, "field_name", name);
+		(void)page_scope_text(sc, "field_value", value);
+	}
+	page_repeat_done(p, "output_fields");
+	/* what page_card fills after the field table */
+	page_remove(p, "errors");
+	(void)page_text(p, "approver", "agent.petrova@example.com");
+	(void)page_text(p, "approver_groups", "staff,support,emea");
+	(void)page_text(p, "expires_at", "2026-12-02T14:29:58.071Z");
+	(void)page_text(p, "effect_type", "crm.tag");
+	(void)page_text(p, "effect_target", "demo_http");
+	(void)page_text(p, "effect_payload", "{}");
+	(void)page_text(p, "requested_by", "(not given)");
+	rc = page_render(p, &b);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("%ld fields: %.3f s, %zu bytes%s\n", n,
+	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9, b.len,
+	       rc != 0 ? " (render failed)" : "");
+	buf_free(&b);
+	page_free(p);
+	return rc != 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -213,7 +265,7 @@ main(int argc, char **argv)
 	double ns;
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s TEMPLATE_DIR [ROUNDS|dump]\n", argv[0]);
+		fprintf(stderr, "usage: %s TEMPLATE_DIR [ROUNDS|dump|wide N]\n", argv[0]);
 		return 2;
 	}
 	if ((set = page_set_load(argv[1], err, sizeof(err))) == NULL) {
@@ -225,6 +277,8 @@ main(int argc, char **argv)
 		page_set_free(set);
 		return 0;
 	}
+	if (argc > 3 && strcmp(argv[2], "wide") == 0)
+		return wide(set, atol(argv[3]));
 	if (argc > 2)
 		rounds = atol(argv[2]);
 	buf_init(&b, 1024 * 1024);

@@ -160,6 +160,25 @@ check_respelled(const char *c1, size_t l1, const uint8_t *data, size_t size)
 	free(c4);
 }
 
+/* canon_validate agrees with canon_json, and where it points is inside
+ * the input; the description names the place. */
+static void
+check_validate(const char *in, size_t len, enum canon_rc whole_rc)
+{
+	struct canon_where w;
+	char msg[512];
+	enum canon_rc rc;
+
+	memset(&w, 0, sizeof(w));
+	rc = canon_validate(in, len, &w);
+	FUZZ_ASSERT(rc == whole_rc || (whole_rc == CANON_NOMEM && rc == CANON_OK));
+	if (rc != CANON_OK) {
+		FUZZ_ASSERT(w.offset <= len && w.line >= 1 && w.column >= 1);
+		canon_describe(rc, &w, msg, sizeof(msg));
+		FUZZ_ASSERT(strstr(msg, " line ") != NULL);
+	}
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -170,6 +189,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	rc = canon_json(in, size, &c1, &l1);
 	FUZZ_ASSERT(canon_strerror(rc) != NULL);
+	check_validate(in, size, rc);
 	if (rc == CANON_OK) {
 		/* no raw NUL or control byte survives: they are escaped */
 		FUZZ_ASSERT(c1 != NULL && strlen(c1) == l1 && l1 > 0);
