@@ -1,6 +1,7 @@
 -- 014_observe.sql — what operators need to see and what retention removes:
 -- the upstream event id of a run, effects held by the kill switch, the
--- purge mark of dead letters, and request latency per route for /metrics.
+-- purge mark of dead letters, and for /metrics request latency per route
+-- and send attempts per target and class.
 
 -- The event id the caller's source gave the event (a webhook delivery id,
 -- a message id), when the claim names one. The recovery envelope carries
@@ -35,5 +36,27 @@ CREATE TABLE metric_route_latency (
     updated_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (method, route)
 );
+
+-- Send attempts by target and outcome class (retries: the attempts after an
+-- effect's first; lease_expired: sending leases that ran out), counted in
+-- each dispatcher's memory and added here at every housekeeping tick, so a
+-- scrape reads a handful of rows instead of the whole attempt history.
+-- Started from the history already kept. Owned by metrics.c.
+CREATE TABLE metric_attempts (
+    target         text NOT NULL CHECK (char_length(target) BETWEEN 1 AND 63),
+    class          text NOT NULL CHECK (class ~ '^[a-z_]{1,15}$'),
+    attempts       bigint NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    retries        bigint NOT NULL DEFAULT 0 CHECK (retries >= 0),
+    lease_expired  bigint NOT NULL DEFAULT 0 CHECK (lease_expired >= 0),
+    updated_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (target, class)
+);
+
+INSERT INTO metric_attempts (target, class, attempts, retries, lease_expired)
+SELECT e.target, a.classification, count(*), count(*) FILTER (WHERE a.attempt > 1),
+       count(*) FILTER (WHERE a.reason = 'lease_expired_while_sending')
+  FROM effect_attempts a JOIN effect_outbox e ON e.id = a.effect_id
+ WHERE a.kind = 'send' AND char_length(e.target) <= 63
+ GROUP BY 1, 2;
 
 INSERT INTO metric_counters (name) VALUES ('runs_lease_reclaimed');

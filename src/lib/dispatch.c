@@ -24,6 +24,7 @@
 #include "classify.h"
 #include "digest.h"
 #include "dispatch.h"
+#include "metrics.h"
 #include "log.h"
 #include "outbox.h"
 
@@ -675,9 +676,9 @@ log_effect(enum log_level level, const char *event, const struct job *j,
 static void
 log_run_completed(const struct job *j)
 {
-	struct log_fields f = { .client = j->client, .key = j->key, .state_from = "approved",
-		                .state_to = "completed", .actor = "dispatcher",
-		                .effect_id = j->id };
+	struct log_fields f = { .client = j->client[0] ? j->client : NULL, .key = j->key,
+		                .state_from = "approved", .state_to = "completed",
+		                .actor = "dispatcher", .effect_id = j->id };
 
 	log_event(LOG_LEVEL_INFO, "run.completed", &f);
 }
@@ -1016,6 +1017,9 @@ settle_it:
 		           "the lease ran out during the send; the sweep made it unknown");
 		goto out;
 	}
+	/* as the attempt history now says (a lost settle: the sweep's row) */
+	if (src == SETTLED)
+		metrics_count_attempt(j->target, st.attempt_class, j->attempt > 1, false);
 	if (src == SETTLE_DB) {
 		/* The outcome is lost with the connection; the lease runs out and
 		 * the sweep makes it unknown: never resent blindly. */
@@ -1420,6 +1424,7 @@ expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg
 		j.target = (char *)(uintptr_t)db_get(res, i, "target");
 		j.attempt = (int)db_get_ll(res, i, "attempt");
 		snprintf(j.client, sizeof(j.client), "%s", db_get(res, i, "client_name") ?: "");
+		metrics_count_attempt(j.target, "ambiguous", j.attempt > 1, true);
 		t = config_target(cfg, j.target);
 		log_effect(LOG_LEVEL_WARNING, "effect.unknown", &j, "sending", "unknown", NULL,
 		           "ambiguous", "lease_expired_while_sending", 0,

@@ -51,6 +51,19 @@ static const double lat_bounds[] = {
 static atomic_ullong lat_counts[METRICS_ROUTES_MAX][NLAT + 1];
 static atomic_ullong lat_sum_us[METRICS_ROUTES_MAX];
 
+/* Send attempts of this process by (target, class), flushed to
+ * metric_attempts. */
+static struct {
+	pthread_mutex_t lock;
+	size_t n;
+	bool full_said;
+	struct attempt_count {
+		char target[64];
+		char cls[16];
+		unsigned long long attempts, retries, lease_expired;
+	} k[METRICS_ATTEMPT_KEYS];
+} att = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
 /* Outcome classes of a send attempt (classify.h), always listed. */
 static const char *const attempt_classes[] = { "success", "transient", "permanent",
 	                                       "ambiguous" };
@@ -92,6 +105,18 @@ static const struct db_stmt st_flush_latency = {
 	"                            AS u(x, y, i) ORDER BY i),"
 	"     count = m.count + EXCLUDED.count,"
 	"     sum_seconds = m.sum_seconds + EXCLUDED.sum_seconds, updated_at = now()",
+	5, false,
+};
+
+/* $1 targets, $2 classes, $3 attempts, $4 retries, $5 lease expiries. */
+static const struct db_stmt st_flush_attempts = {
+	"metrics_flush_attempts",
+	"INSERT INTO metric_attempts AS m (target, class, attempts, retries, lease_expired)"
+	" SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[])"
+	"  ORDER BY 1, 2"
+	" ON CONFLICT (target, class) DO UPDATE SET attempts = m.attempts + EXCLUDED.attempts,"
+	"     retries = m.retries + EXCLUDED.retries,"
+	"     lease_expired = m.lease_expired + EXCLUDED.lease_expired, updated_at = now()",
 	5, false,
 };
 
@@ -143,15 +168,9 @@ static const struct db_stmt st_snapshot = {
 	"  (SELECT count(DISTINCT (client_id, idempotency_key)) FROM approvals"
 	"    WHERE state = 'pending' AND expires_at > now()"
 	"      AND expires_at <= now() + interval '1 hour') AS expiring_soon,"
-	/* every send attempt, by target and class: attempts, retries (the
-	 * attempts after a first), and sending leases that ran out */
 	"  (SELECT coalesce(json_agg(x), '[]') FROM"
-	"     (SELECT e.target, a.classification AS class, count(*) AS attempts,"
-	"             count(*) FILTER (WHERE a.attempt > 1) AS retries,"
-	"             count(*) FILTER (WHERE a.reason = 'lease_expired_while_sending')"
-	"                 AS lease_expired"
-	"        FROM effect_attempts a JOIN effect_outbox e ON e.id = a.effect_id"
-	"       WHERE a.kind = 'send' GROUP BY 1, 2) AS x)::text AS attempts,"
+	"     (SELECT target, class, attempts, retries, lease_expired FROM metric_attempts)"
+	"     AS x)::text AS attempts,"
 	"  (SELECT coalesce(json_agg(json_build_object('method', method, 'route', route,"
 	"       'buckets', buckets, 'count', count, 'sum', sum_seconds)), '[]')"
 	"     FROM metric_route_latency)::text AS latency,"
@@ -255,6 +274,126 @@ flush_latency(struct db *db)
 }
 
 void
+metrics_count_attempt(const char *target, const char *cls, bool retry, bool lease_expired)
+{
+	size_t i;
+
+	if (target == NULL || cls == NULL)
+		return;
+	pthread_mutex_lock(&att.lock);
+	for (i = 0; i < att.n; i++)
+		if (strcmp(att.k[i].target, target) == 0 && strcmp(att.k[i].cls, cls) == 0)
+			break;
+	if (i == att.n) {
+		if (att.n == METRICS_ATTEMPT_KEYS || strlen(target) >= sizeof(att.k[0].target) ||
+		    strlen(cls) >= sizeof(att.k[0].cls)) {
+			bool say = !att.full_said;
+
+			att.full_said = true;
+			pthread_mutex_unlock(&att.lock);
+			if (say)
+				log_event(LOG_LEVEL_WARNING, "metrics.attempts_not_counted",
+				          &(struct log_fields){ .target = target, .error_class = cls,
+				                                .detail = "too many targets and classes in "
+				                                          "one process, or a name too long" });
+			return;
+		}
+		snprintf(att.k[i].target, sizeof(att.k[i].target), "%s", target);
+		snprintf(att.k[i].cls, sizeof(att.k[i].cls), "%s", cls);
+		att.n++;
+	}
+	att.k[i].attempts++;
+	att.k[i].retries += retry ? 1 : 0;
+	att.k[i].lease_expired += lease_expired ? 1 : 0;
+	pthread_mutex_unlock(&att.lock);
+}
+
+/* An element of a text[] literal, quoted. Target names and classes hold
+ * no quote or backslash (config and classify.h say what they are). */
+static int
+array_word(struct buf *b, const char *w)
+{
+	return buf_printf(b, "%s\"%s\"", b->len > 1 ? "," : "", w);
+}
+
+/* Adds this process's attempt counts; on failure they stay. */
+static enum metrics_rc
+flush_attempts(struct db *db)
+{
+	static struct attempt_count taken[METRICS_ATTEMPT_KEYS];
+	static pthread_mutex_t one = PTHREAD_MUTEX_INITIALIZER;
+	struct buf t, c, a, r, l;
+	const char *params[5];
+	size_t n = 0, i, j;
+	bool failed;
+	PGresult *res = NULL;
+	enum db_rc rc = DB_OK;
+
+	/* taken[] is static (it is large): one flush at a time */
+	pthread_mutex_lock(&one);
+	pthread_mutex_lock(&att.lock);
+	for (i = 0; i < att.n; i++)
+		if (att.k[i].attempts != 0) {
+			taken[n++] = att.k[i];
+			att.k[i].attempts = att.k[i].retries = att.k[i].lease_expired = 0;
+		}
+	pthread_mutex_unlock(&att.lock);
+	if (n == 0) {
+		pthread_mutex_unlock(&one);
+		return METRICS_OK;
+	}
+	buf_init(&t, 65536);
+	buf_init(&c, 65536);
+	buf_init(&a, 65536);
+	buf_init(&r, 65536);
+	buf_init(&l, 65536);
+	failed = buf_puts(&t, "{") || buf_puts(&c, "{") || buf_puts(&a, "{") ||
+	         buf_puts(&r, "{") || buf_puts(&l, "{");
+	for (i = 0; i < n && !failed; i++) {
+		const char *sep = i ? "," : "";
+
+		failed = array_word(&t, taken[i].target) || array_word(&c, taken[i].cls) ||
+		         buf_printf(&a, "%s%llu", sep, taken[i].attempts) ||
+		         buf_printf(&r, "%s%llu", sep, taken[i].retries) ||
+		         buf_printf(&l, "%s%llu", sep, taken[i].lease_expired);
+	}
+	failed = failed || buf_puts(&t, "}") || buf_puts(&c, "}") || buf_puts(&a, "}") ||
+	         buf_puts(&r, "}") || buf_puts(&l, "}");
+	if (!failed) {
+		params[0] = t.data;
+		params[1] = c.data;
+		params[2] = a.data;
+		params[3] = r.data;
+		params[4] = l.data;
+		rc = db_exec(db, &st_flush_attempts, params, &res);
+		PQclear(res);
+	}
+	buf_free(&t);
+	buf_free(&c);
+	buf_free(&a);
+	buf_free(&r);
+	buf_free(&l);
+	if (failed || rc != DB_OK) {
+		/* late, not lost */
+		pthread_mutex_lock(&att.lock);
+		for (i = 0; i < n; i++)
+			for (j = 0; j < att.n; j++)
+				if (strcmp(att.k[j].target, taken[i].target) == 0 &&
+				    strcmp(att.k[j].cls, taken[i].cls) == 0) {
+					att.k[j].attempts += taken[i].attempts;
+					att.k[j].retries += taken[i].retries;
+					att.k[j].lease_expired += taken[i].lease_expired;
+					break;
+				}
+		pthread_mutex_unlock(&att.lock);
+	}
+	pthread_mutex_unlock(&one);
+	if (!failed && rc == DB_OK)
+		return METRICS_OK;
+	return rc == DB_UNAVAILABLE ? METRICS_UNAVAILABLE : METRICS_ERROR;
+}
+
+void
 metrics_count(enum metrics_counter c)
 {
 	if ((unsigned)c < METRICS_NCOUNTERS)
@@ -273,7 +412,10 @@ metrics_flush(struct db *db)
 	enum db_rc rc;
 	int i;
 
-	enum metrics_rc lrc = flush_latency(db);
+	enum metrics_rc lrc = flush_latency(db), arc = flush_attempts(db);
+
+	if (lrc == METRICS_OK)
+		lrc = arc;
 
 	for (i = 0; i < METRICS_NCOUNTERS; i++) {
 		taken[i] = atomic_exchange_explicit(&counts[i], 0, memory_order_relaxed);
@@ -461,8 +603,9 @@ render_attempts(struct buf *b, const struct snapshot *s)
 	static const char *const fams[2][3] = {
 		{ "oncegate_effect_attempts_total", "attempts",
 		  "Send attempts of effects by target and outcome class (success, transient, "
-		  "permanent, ambiguous), counted from the attempt history; a sending lease "
-		  "that ran out is an ambiguous attempt." },
+		  "permanent, ambiguous) as the attempt history records them, counted by each "
+		  "dispatcher and added at its housekeeping tick; a sending lease that ran out "
+		  "is an ambiguous attempt." },
 		{ "oncegate_effect_retries_total", "retries",
 		  "Send attempts after an effect's first, by target and outcome class: the retry "
 		  "rate is sum(rate(oncegate_effect_retries_total)) / "
