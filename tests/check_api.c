@@ -1495,7 +1495,7 @@ static const char *const allowed_fields[] = {
 	"workflow_version", "contract", "trigger", "payload_hash", "state_from",
 	"state_to", "version", "actor", "decision", "approval_id", "effect_id",
 	"target", "provider_id", "error_class", "attempt", "model", "validation",
-	"reason", "detail", "hint", "request_id", "method", "path", "status", NULL,
+	"output", "reason", "detail", "hint", "request_id", "method", "path", "status", NULL,
 };
 static const char *const levels[] = {
 	"debug", "info", "notice", "warning", "error", "alert", NULL,

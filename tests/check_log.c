@@ -742,6 +742,52 @@ START_TEST(test_threads_with_reopen)
 }
 END_TEST
 
+/* The model as an object of its parts; the loggable output fields as one
+ * object, written whole or left out whole, never cut into invalid JSON. */
+START_TEST(test_model_and_output_fields)
+{
+	static char big[OG_LOG_LINE_MAX + 64];
+	struct log_fields f = { .key = "k", .model = "qwen2.5-7b-instruct",
+		                .model_provider = "openai-compatible", .model_revision = "2024-09-19",
+		                .output_fields = "{\"/confidence\":0.82,\"/tone\":\"дружелюбный\"}" };
+	json_t *lines, *o, *m;
+
+	open_log(LOG_LEVEL_INFO);
+	log_event(LOG_LEVEL_INFO, "output.valid", &f);
+	f.model_provider = f.model_revision = NULL;
+	memset(big, 'x', sizeof(big) - 1);
+	big[0] = '{';
+	big[1] = '"';
+	big[sizeof(big) - 3] = '"';
+	big[sizeof(big) - 2] = '}';
+	f.output_fields = big;
+	log_event(LOG_LEVEL_INFO, "output.big", &f);
+	f.output_fields = "[1,2]"; /* not an object */
+	log_event(LOG_LEVEL_INFO, "output.array", &f);
+	lines = load_lines(logpath);
+	ck_assert_uint_eq(json_array_size(lines), 3);
+
+	o = json_array_get(lines, 0);
+	m = json_object_get(o, "model");
+	ck_assert_uint_eq(json_object_size(m), 3);
+	ck_assert_str_eq(json_string_value(json_object_get(m, "provider")), "openai-compatible");
+	ck_assert_str_eq(json_string_value(json_object_get(m, "name")), "qwen2.5-7b-instruct");
+	ck_assert_str_eq(json_string_value(json_object_get(m, "revision")), "2024-09-19");
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "output"), "/tone")),
+	                 "дружелюбный");
+	ck_assert(json_object_get(o, "truncated") == NULL);
+
+	for (size_t i = 1; i < 3; i++) {
+		o = json_array_get(lines, i);
+		ck_assert_msg(json_object_get(o, "output") == NULL, "line %zu kept output", i);
+		ck_assert(json_is_true(json_object_get(o, "truncated")));
+		ck_assert_str_eq(str_field(o, "key"), "k");
+		ck_assert_uint_eq(json_object_size(json_object_get(o, "model")), 1);
+	}
+	json_decref(lines);
+}
+END_TEST
+
 static Suite *
 log_suite(void)
 {
@@ -753,6 +799,7 @@ log_suite(void)
 	tcase_add_test(tc, test_fields);
 	tcase_add_test(tc, test_field_order);
 	tcase_add_test(tc, test_no_fields);
+	tcase_add_test(tc, test_model_and_output_fields);
 	tcase_add_test(tc, test_levels);
 	tcase_add_test(tc, test_level_names);
 	tcase_add_test(tc, test_truncation);

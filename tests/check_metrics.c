@@ -367,6 +367,13 @@ START_TEST(test_families)
 		{ "oncegate_dead_letter_oldest_age_seconds", "gauge" },
 		{ "oncegate_kill_switch_actions_enabled", "gauge" },
 		{ "oncegate_dispatch_blocked_sends", "counter" },
+		{ "oncegate_build_info", "gauge" },
+		{ "oncegate_effect_attempts", "counter" },
+		{ "oncegate_effect_retries", "counter" },
+		{ "oncegate_lease_reclaims", "counter" },
+		{ "oncegate_dispatch_held_effects", "gauge" },
+		{ "oncegate_approvals_expiring_soon", "gauge" },
+		{ "oncegate_http_request_duration_seconds", "histogram" },
 	};
 	static const char *const states[] = { "pending", "sending", "completed", "unknown",
 		                              "failed", "cancelled" };

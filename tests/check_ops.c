@@ -407,35 +407,21 @@ kill_switch(bool on)
 
 /* ---- the dispatcher ----------------------------------------------------------- */
 
-struct disp {
-	pid_t pid;
-	char conf[PATH_MAX];
-	char log[PATH_MAX];
-	char err[PATH_MAX];
-};
-
+/* The suite's dispatchers (dispatchlib's), with the suite's targets. */
 static void
-disp_start(struct disp *d)
+disp_start(struct dl_disp *d)
 {
-	static int seq;
-	char *text = NULL, *argv[5];
+	char *text = NULL;
 	size_t len = 0;
 	FILE *f;
-	int st = 0, P = g_http_port;
-	pid_t pid;
-	double deadline;
+	int P = g_http_port;
 
-	memset(d, 0, sizeof(*d));
-	seq++;
-	snprintf(d->conf, sizeof(d->conf), "%s/d%d.conf", g_tmp, seq);
-	snprintf(d->log, sizeof(d->log), "%s/d%d.log", g_tmp, seq);
-	snprintf(d->err, sizeof(d->err), "%s/d%d.err", g_tmp, seq);
 	f = open_memstream(&text, &len);
 	ck_assert_ptr_nonnull(f);
 	fprintf(f, "log_file = %s\nlog_level = info\ndispatch_workers = 2\ndispatch_batch = 4\n"
 	        "dispatch_lease_seconds = 30\ndispatch_poll_ms = 200\n"
 	        "dispatch_shutdown_seconds = 5\nreconcile_interval_seconds = 1\n"
-	        "retention_days = 7\n", d->log);
+	        "retention_days = 7\n", dl_disp_files(d));
 	dl_conf_contracts(f);
 	fputc('\n', f);
 	/* honours Idempotency-Key; a 4xx is permanent */
@@ -458,59 +444,14 @@ disp_start(struct disp *d)
 	        "cap_ms = 500\njitter_percent = 0\n",
 	        g_flaky_port > 0 ? g_flaky_port : g_closed_port);
 	ck_assert_int_eq(fclose(f), 0);
-	write_file(d->conf, text);
+	dl_disp_start(d, text, ENV_TRUE);
 	free(text);
-
-	argv[0] = (char *)(uintptr_t)tl_env("ONCEGATE_DISPATCH");
-	argv[1] = (char *)(uintptr_t)"-c";
-	argv[2] = d->conf;
-	argv[3] = (char *)(uintptr_t)"-n";
-	argv[4] = NULL;
-	pid = spawn(argv, "/dev/null", d->err, ENV_TRUE);
-	ck_assert_msg(wait_exit(pid, START_WAIT_S, &st) && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-	              "oncegate-dispatch -n refused %s; see %s", d->conf, d->err);
-	argv[3] = NULL;
-	d->pid = spawn(argv, "/dev/null", d->err, ENV_TRUE);
-	proc_register(d->pid);
-	deadline = tl_now() + START_WAIT_S;
-	for (;;) {
-		char *logtext = tl_file_slurp(d->log, NULL);
-		bool up = logtext != NULL && strstr(logtext, "\"dispatch.started\"") != NULL;
-
-		free(logtext);
-		if (up)
-			break;
-		if (!proc_running(d->pid) || tl_now() > deadline) {
-			char *e = tl_file_slurp(d->err, NULL);
-
-			ck_abort_msg("oncegate-dispatch did not start: %.2000s", e ? e : "");
-		}
-		tl_sleep_ms(20);
-	}
 }
 
 static void
-disp_stop(struct disp *d)
+disp_stop(struct dl_disp *d)
 {
-	int st = 0;
-	char *e;
-
-	if (d->pid <= 0)
-		return;
-	ck_assert_int_eq(kill(d->pid, SIGTERM), 0);
-	if (!wait_exit(d->pid, 20, &st)) {
-		kill(d->pid, SIGKILL);
-		(void)wait_exit(d->pid, 5, &st);
-		ck_abort_msg("oncegate-dispatch did not exit within 20 s of SIGTERM");
-	}
-	d->pid = -1;
-	e = tl_file_slurp(d->err, NULL);
-	ck_assert_msg(e == NULL || (strstr(e, "ERROR: AddressSanitizer") == NULL &&
-	                            strstr(e, "runtime error:") == NULL &&
-	                            strstr(e, "LeakSanitizer") == NULL),
-	              "sanitizer finding in the dispatcher: %.4000s", e);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the dispatcher exited with %d", st);
-	free(e);
+	dl_disp_stop(d, 20);
 }
 
 /* ---- the fixture ---------------------------------------------------------------- */
@@ -545,7 +486,7 @@ must_str(const json_t *o, const char *name, const char *what)
 START_TEST(test_dead_letter_evidence)
 {
 	PGconn *c = tl_pg_connect();
-	struct disp d;
+	struct dl_disp d;
 	char key[200], pk[256], id[40], corr[256];
 	char *out = NULL, *dlid;
 	json_t *dl, *ev, *atts, *a, *doc, *env, *list, *o, *l;
@@ -579,7 +520,8 @@ START_TEST(test_dead_letter_evidence)
 	ck_assert_int_eq(json_integer_value(json_object_get(dl, "replay_count")), 0);
 	ck_assert_msg(json_is_null(json_object_get(dl, "resolution")), "a new letter is resolved");
 	ev = json_object_get(dl, "evidence");
-	ck_assert_str_eq(JSTR(ev, "event_id"), id);
+	/* the run names no upstream event id: its correlation id stands for it */
+	ck_assert_str_eq(JSTR(ev, "event_id"), corr);
 	ck_assert_str_eq(JSTR(ev, "correlation_id"), corr);
 	ck_assert_str_eq(JSTR(ev, "workflow_version"), "ops-suite@3");
 	ck_assert_str_eq(JSTR(ev, "contract"), "support_reply");
@@ -631,7 +573,7 @@ START_TEST(test_dead_letter_evidence)
 	ck_assert_msg(doc != NULL, "deadletter show --json is not JSON: %s", out);
 	free(out);
 	ck_assert_str_eq(JSTR(doc, "dead_letter_id"), dlid);
-	ck_assert_str_eq(JSTR(doc, "event_id"), id);
+	ck_assert_str_eq(JSTR(doc, "event_id"), corr);
 	ck_assert_str_eq(JSTR(doc, "correlation_id"), corr);
 	ck_assert_str_eq(JSTR(doc, "workflow_version"), "ops-suite@3");
 	ck_assert_str_eq(JSTR(doc, "contract"), "support_reply");
@@ -758,7 +700,7 @@ END_TEST
 START_TEST(test_not_delivered_then_resume)
 {
 	PGconn *c = tl_pg_connect();
-	struct disp d;
+	struct dl_disp d;
 	char key[200], pk[256], id[40];
 	char *out = NULL, *st;
 	json_t *dl, *row, *doc, *reqs, *l, *res;
@@ -879,7 +821,7 @@ END_TEST
 START_TEST(test_resume_before_send)
 {
 	PGconn *c = tl_pg_connect();
-	struct disp d;
+	struct dl_disp d;
 	char key[200], key2[200], id[40], id2[40];
 	char *out = NULL;
 	json_t *dl, *row;
@@ -951,7 +893,7 @@ END_TEST
 START_TEST(test_reconcile_delivered)
 {
 	PGconn *c = tl_pg_connect();
-	struct disp d;
+	struct dl_disp d;
 	char key[200], id[40], id2[40];
 	char *out = NULL, *st;
 	json_t *row, *dl, *l;
@@ -1476,7 +1418,7 @@ bulk_inconsistent(PGconn *c, const char *job)
 START_TEST(test_bulk_resume)
 {
 	PGconn *c = tl_pg_connect();
-	struct disp d;
+	struct dl_disp d;
 	char keys[BULK_N][200], ids[BULK_N][40], pend_key[200], pend[40], like[128];
 	char sel[PATH_MAX], sel_all[PATH_MAX], outp[PATH_MAX], errp[PATH_MAX];
 	char *since, *out = NULL, *err = NULL, *before, *after, *job = NULL, *v;

@@ -619,3 +619,78 @@ dl_fixture_teardown(void)
 {
 	proc_sweep();
 }
+
+const char *
+dl_disp_files(struct dl_disp *d)
+{
+	static int seq;
+
+	memset(d, 0, sizeof(*d));
+	d->pid = -1;
+	seq++;
+	snprintf(d->conf, sizeof(d->conf), "%s/d%d.conf", g_tmp, seq);
+	snprintf(d->log, sizeof(d->log), "%s/d%d.log", g_tmp, seq);
+	snprintf(d->err, sizeof(d->err), "%s/d%d.err", g_tmp, seq);
+	return d->log;
+}
+
+void
+dl_disp_start(struct dl_disp *d, const char *conf_text, enum env_switch env)
+{
+	char *argv[5];
+	double deadline;
+	int st = 0;
+	pid_t pid;
+
+	write_file(d->conf, conf_text);
+	argv[0] = (char *)(uintptr_t)tl_env("ONCEGATE_DISPATCH");
+	argv[1] = (char *)(uintptr_t)"-c";
+	argv[2] = d->conf;
+	argv[3] = (char *)(uintptr_t)"-n";
+	argv[4] = NULL;
+	pid = spawn(argv, "/dev/null", d->err, env);
+	ck_assert_msg(wait_exit(pid, START_WAIT_S, &st) && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	              "oncegate-dispatch -n refused %s; see %s", d->conf, d->err);
+	argv[3] = NULL;
+	d->pid = spawn(argv, "/dev/null", d->err, env);
+	proc_register(d->pid);
+	deadline = tl_now() + START_WAIT_S;
+	for (;;) {
+		char *logtext = tl_file_slurp(d->log, NULL);
+		bool up = logtext != NULL && strstr(logtext, "\"dispatch.started\"") != NULL;
+
+		free(logtext);
+		if (up)
+			break;
+		if (!proc_running(d->pid) || tl_now() > deadline) {
+			char *e = tl_file_slurp(d->err, NULL);
+
+			ck_abort_msg("oncegate-dispatch did not start: %.2000s", e ? e : "");
+		}
+		tl_sleep_ms(20);
+	}
+}
+
+void
+dl_disp_stop(struct dl_disp *d, int wait_s)
+{
+	int st = 0;
+	char *e;
+
+	if (d->pid <= 0)
+		return;
+	ck_assert_int_eq(kill(d->pid, SIGTERM), 0);
+	if (!wait_exit(d->pid, wait_s, &st)) {
+		kill(d->pid, SIGKILL);
+		(void)wait_exit(d->pid, 5, &st);
+		ck_abort_msg("oncegate-dispatch did not exit within %d s of SIGTERM", wait_s);
+	}
+	d->pid = -1;
+	e = tl_file_slurp(d->err, NULL);
+	ck_assert_msg(e == NULL || (strstr(e, "ERROR: AddressSanitizer") == NULL &&
+	                            strstr(e, "runtime error:") == NULL &&
+	                            strstr(e, "LeakSanitizer") == NULL),
+	              "sanitizer finding in the dispatcher: %.4000s", e);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the dispatcher exited with %d", st);
+	free(e);
+}

@@ -95,4 +95,21 @@ int dl_suite_begin(const char *suite, const char *prefix, const char *const need
  * keeps it and says so). Returns the exit status. */
 int dl_suite_end(int failed);
 
+/* A dispatcher of a test: its config, decision log and stderr in g_tmp. */
+struct dl_disp {
+	pid_t pid;
+	char conf[PATH_MAX];
+	char log[PATH_MAX];
+	char err[PATH_MAX];
+};
+/* Names the files (dN.conf, dN.log, dN.err in g_tmp) and returns the log's
+ * path, for the config text the caller writes next. */
+const char *dl_disp_files(struct dl_disp *d);
+/* Writes conf_text as d->conf, checks it with -n, starts the dispatcher
+ * with the kill switch's environment half as asked and waits for its
+ * dispatch.started line; fails the test otherwise. */
+void dl_disp_start(struct dl_disp *d, const char *conf_text, enum env_switch env);
+/* SIGTERM, the exit within wait_s (status 0), no sanitizer finding. */
+void dl_disp_stop(struct dl_disp *d, int wait_s);
+
 #endif

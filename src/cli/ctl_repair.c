@@ -88,7 +88,7 @@ refuse(struct ctl *ctl, const struct act *a, const char *code, const char *why,
 	f.error_class = code;
 	f.detail = detail;
 	if (out != NULL) {
-		f.client = out->client[0] ? out->client : NULL;
+		f.client = out->client_name[0] ? out->client_name : NULL;
 		f.key = out->key[0] ? out->key : NULL;
 		f.effect_id = out->effect_id[0] ? out->effect_id : NULL;
 		f.approval_id = out->approval_id[0] ? out->approval_id : NULL;
@@ -596,7 +596,7 @@ log_change(struct ctl *ctl, const char *event, const struct act *a, const struct
 
 	f.actor = a->op;
 	f.reason = a->reason;
-	f.client = o->client[0] ? o->client : NULL;
+	f.client = o->client_name[0] ? o->client_name : NULL;
 	f.key = o->key[0] ? o->key : NULL;
 	f.effect_id = o->effect_id[0] ? o->effect_id : NULL;
 	f.approval_id = o->approval_id[0] ? o->approval_id : NULL;
@@ -617,7 +617,7 @@ log_run(struct ctl *ctl, const char *event, const struct act *a, const struct re
 		return;
 	f.actor = a->op;
 	f.reason = a->reason;
-	f.client = o->client;
+	f.client = o->client_name[0] ? o->client_name : NULL;
 	f.key = o->key;
 	f.effect_id = o->effect_id[0] ? o->effect_id : NULL;
 	f.state_from = o->run_from;
@@ -1393,7 +1393,7 @@ ctl_reject(struct ctl *ctl, int argc, char **argv)
 	} else {
 		log_run(ctl, "run.rejected", &a, &out);
 		if (out.callback_id[0]) {
-			struct log_fields f = { .client = out.client, .key = out.key,
+			struct log_fields f = { .client = out.client_name, .key = out.key,
 				                .effect_id = out.callback_id, .target = "callback",
 				                .decision = "rejected", .actor = a.op };
 

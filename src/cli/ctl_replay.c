@@ -25,6 +25,7 @@
 #include "audit.h"
 #include "caps.h"
 #include "canon.h"
+#include "clients.h"
 #include "contract.h"
 #include "ctl_replay.h"
 #include "replay.h"
@@ -155,10 +156,12 @@ print_links(struct ctl *ctl, const char *new_key, const json_t *approvals, bool 
 static void
 log_replayed(struct ctl *ctl, const struct replay_req *req, const struct replay_result *res)
 {
-	char client[24], detail[2048];
+	char client[72], detail[2048];
 	struct log_fields f = { 0 };
 
-	snprintf(client, sizeof(client), "%lld", res->client_id);
+	/* the log names a client by its name, in every program */
+	if (clients_name(ctl->db, res->client_id, client, sizeof(client)) != CLIENTS_OK)
+		snprintf(client, sizeof(client), "%lld", res->client_id);
 	snprintf(detail, sizeof(detail), "replay of %s%s%s; %s", req->key,
 	         res->forced_past[0] ? "; forced past " : "", res->forced_past, res->note);
 	f.client = client;
@@ -1208,23 +1211,26 @@ ctl_purge(struct ctl *ctl, int argc, char **argv)
 		char detail[256];
 
 		snprintf(detail, sizeof(detail), "%s runs finished more than %ld days ago: %lld runs, "
-		         "%lld effect payloads, %lld approval copies", dry ? "would purge" : "purged",
-		         days, p.runs, p.effects, p.approvals);
+		         "%lld effect payloads, %lld approval copies, %lld attempt excerpts, "
+		         "%lld dead letters past retention", dry ? "would purge" : "purged",
+		         days, p.runs, p.effects, p.approvals, p.attempts, p.dead_letters);
 		f.detail = detail;
 		ctl_log(ctl, dry ? LOG_LEVEL_INFO : LOG_LEVEL_NOTICE,
 		        dry ? "purge.dry_run" : "purge.done", &f);
 	}
 	if (ctl->json)
 		printf("{\"dry_run\":%s,\"older_than_days\":%ld,\"runs\":%lld,\"effects\":%lld,"
-		       "\"approvals\":%lld}\n", dry ? "true" : "false", days, p.runs, p.effects,
-		       p.approvals);
+		       "\"approvals\":%lld,\"attempts\":%lld,\"dead_letters\":%lld}\n",
+		       dry ? "true" : "false", days, p.runs, p.effects, p.approvals, p.attempts,
+		       p.dead_letters);
 	else
 		printf("%s (finished more than %ld days ago)\n  runs (payload, output, effect "
 		       "payload)  %lld\n  effect payloads                       %lld\n  approval "
-		       "copies of the effect          %lld\nHashes, states and decisions are kept: "
-		       "`oncegatectl explain KEY` still answers.\n",
+		       "copies of the effect          %lld\n  attempt evidence excerpts             "
+		       "%lld\n  dead letters past retention           %lld\nHashes, states and "
+		       "decisions are kept: `oncegatectl explain KEY` still answers.\n",
 		       dry ? "Would purge (dry run, nothing changed)" : "Purged", days, p.runs,
-		       p.effects, p.approvals);
+		       p.effects, p.approvals, p.attempts, p.dead_letters);
 	return EXIT_SUCCESS;
 usage:
 	fprintf(stderr, "usage: oncegatectl purge --older-than DAYS --reason TEXT [--dry-run] "

@@ -29,6 +29,7 @@
 #include "db.h"
 #include "dispatch.h"
 #include "log.h"
+#include "metrics.h"
 
 static volatile sig_atomic_t got_term, got_hup;
 
@@ -66,6 +67,18 @@ load_config(const char *path, struct config *cfg, char *err, size_t errlen)
 		return -1;
 	}
 	return 0;
+}
+
+/* The send attempts counted since the last tick go to the database (the
+ * metrics); when it does not answer they wait in memory for the next. */
+static void
+flush_metrics(struct db *db)
+{
+	if (metrics_flush(db) != METRICS_OK)
+		log_event(LOG_LEVEL_DEBUG, "metrics.flush_failed",
+		          &(struct log_fields){ .detail = db_error(db),
+		                                .hint = "attempt counts stay in memory until a "
+		                                        "flush succeeds" });
 }
 
 /* The LISTEN connection: plain libpq, no prepared statements. NULL while
@@ -277,6 +290,7 @@ main(int argc, char **argv)
 			last_tick = t;
 			/* effects due by time (retries, windows) need no NOTIFY */
 			(void)dispatch_tick(&s, tick_db);
+			flush_metrics(tick_db);
 			dispatch_wake(&s);
 		}
 	}
@@ -308,11 +322,13 @@ main(int argc, char **argv)
 			int back = dispatch_release_unsent(&s, tick_db);
 
 			f.count = back > 0 ? back : 0;
+			flush_metrics(tick_db);
 			log_event(LOG_LEVEL_WARNING, "dispatch.stopped", &f);
 			log_close();
 			_exit(0);
 		}
 	}
+	flush_metrics(tick_db);
 	log_event(LOG_LEVEL_NOTICE, "dispatch.stopped", NULL);
 	if (listen_conn != NULL)
 		PQfinish(listen_conn);

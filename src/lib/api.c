@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "api.h"
 #include "canon.h"
@@ -99,6 +100,19 @@ static const struct route routes[] = {
 };
 
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
+
+size_t
+api_route_count(void)
+{
+	return NROUTES;
+}
+
+void
+api_route_label(size_t i, const char **method, const char **pattern)
+{
+	*method = i < NROUTES ? routes[i].method : NULL;
+	*pattern = i < NROUTES ? routes[i].pattern : NULL;
+}
 
 static const struct db_stmt st_ping = { "api_ping", "SELECT 1", 0, true };
 
@@ -490,7 +504,8 @@ static void
 handle_claim(struct call *c)
 {
 	static const char *const fields[] = { "key", "payload", "workflow_version", "trigger",
-		                              "correlation_id", "lease_seconds", NULL };
+		                              "correlation_id", "event_id", "lease_seconds",
+		                              NULL };
 	const struct config *cfg = c->ctx->cfg;
 	struct ledger_claim lc = { 0 };
 	struct ledger_run run = { 0 };
@@ -525,6 +540,7 @@ handle_claim(struct call *c)
 	if (!opt_string(c, "workflow_version", OG_FIELD_MAX, &lc.workflow_version) ||
 	    !opt_string(c, "trigger", OG_FIELD_MAX, &lc.trigger) ||
 	    !opt_string(c, "correlation_id", OG_FIELD_MAX, &lc.correlation_id) ||
+	    !opt_string(c, "event_id", OG_FIELD_MAX, &lc.event_id) ||
 	    !opt_int(c, "lease_seconds", 1, cfg->lease_max_seconds, cfg->lease_default_seconds,
 	             &lease))
 		goto out;
@@ -559,6 +575,8 @@ handle_claim(struct call *c)
 		                "payload_hash", hash);
 		http_json(c->resp, 201, out);
 		metrics_count(METRICS_CLAIM_CLAIMED);
+		if (run.lease_reclaimed)
+			metrics_count(METRICS_RUN_LEASE_RECLAIMED);
 		f.state_to = "processing";
 		f.version = run.version;
 		f.attempt = run.attempt;
@@ -848,6 +866,31 @@ call_unprocessable(struct call *c, const char *code, const char *message, const 
 	call_reject(c, 422, code, message, field);
 }
 
+/* The output fields contract k marks loggable, as one compact JSON object
+ * keyed by JSON Pointer (malloc'd), or NULL when it marks none that the
+ * output has. Nothing else of an output is ever logged. */
+static char *
+loggable_fields(const struct contract *k, const json_t *output)
+{
+	size_t i, n = k != NULL && output != NULL ? contract_loggable_count(k) : 0;
+	json_t *o;
+	char *text = NULL;
+
+	if (n == 0 || (o = json_object()) == NULL)
+		return NULL;
+	for (i = 0; i < n; i++) {
+		const char *ptr = contract_loggable(k, i);
+		json_t *v = ptr != NULL ? contract_pointer_get(output, ptr) : NULL;
+
+		if (v != NULL)
+			json_object_set(o, ptr, v);
+	}
+	if (json_object_size(o) > 0)
+		text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
+	json_decref(o);
+	return text;
+}
+
 static void
 handle_output(struct call *c)
 {
@@ -861,7 +904,7 @@ handle_output(struct call *c)
 	struct log_fields f = { 0 };
 	char out_hash[CANON_HASH_LEN], eff_hash[CANON_HASH_LEN];
 	char *out_text = NULL, *eff_text = NULL, *model_text = NULL, *errors_text = NULL;
-	char *effect_payload_text = NULL;
+	char *effect_payload_text = NULL, *logged = NULL;
 	const char *name, *etype, *etarget;
 	json_t *output, *effect, *model, *errors = NULL, *answer = NULL, *approvals = NULL;
 	json_t *decisions = NULL, *effect_doc = NULL, *sent = NULL;
@@ -1167,11 +1210,17 @@ handle_output(struct call *c)
 	f.actor = human ? NULL : "gate:auto";
 	f.model = json_string_value(json_object_get(model, "name"));
 	f.detail = sample_detail[0] != '\0' ? sample_detail : NULL;
+	f.model_provider = json_string_value(json_object_get(model, "provider"));
+	f.model_revision = json_string_value(json_object_get(model, "revision"));
+	f.output_fields = logged = loggable_fields(contract, output);
 	http_json(c->resp, 202, json_incref(answer));
 	/* three decisions, three lines: the output passed its contract, the
 	 * gate chose a person or the rules, and (rules) the effect is queued */
 	{
 		struct log_fields v = { .contract = f.contract, .model = f.model,
+			                .model_provider = f.model_provider,
+			                .model_revision = f.model_revision,
+			                .output_fields = f.output_fields,
 			                .validation = "valid", .payload_hash = out_hash };
 
 		call_log(c, LOG_LEVEL_INFO, "output.valid", &v);
@@ -1197,6 +1246,7 @@ out:
 	free(model_text);
 	free(errors_text);
 	free(effect_payload_text);
+	free(logged);
 	ledger_run_clear(&run);
 }
 
@@ -1550,7 +1600,7 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 	char not_before[OUTBOX_TS_LEN];
 	struct ledger_run lr = { 0 };
 	struct log_fields f = { 0 };
-	char *payload = NULL, *cb_payload = NULL;
+	char *payload = NULL, *cb_payload = NULL, *logged = NULL;
 	char phash[CANON_HASH_LEN], chash[CANON_HASH_LEN];
 	struct outbox_effect eff = { 0 }, cbe = { 0 };
 	struct gate_consume_call gc;
@@ -1746,6 +1796,12 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 	f.effect_id = effect_id[0] ? effect_id : NULL;
 	f.target = json_string_value(json_object_get(effect, "target"));
 	f.reason = reason[0] ? reason : NULL;
+	f.contract = json_string_value(json_object_get(lr.decided, "contract"));
+	f.output_fields = logged =
+		f.contract != NULL && c->ctx->contracts != NULL
+			? loggable_fields(contract_find(c->ctx->contracts, f.contract),
+			                  json_object_get(lr.decided, "output"))
+			: NULL;
 	call_log(c, LOG_LEVEL_INFO, "approval.consumed", &f);
 	if (effect_id[0] != '\0') {
 		struct log_fields e = { .key = a->key, .effect_id = effect_id, .target = f.target,
@@ -1782,6 +1838,7 @@ out:
 	outbox_enqueue_call_free(&cc);
 	free(payload);
 	free(cb_payload);
+	free(logged);
 	ledger_run_clear(&lr);
 	digest_wipe(csrf, sizeof(csrf));
 }
@@ -2071,7 +2128,9 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 	const char *allow;
 	bool body_ok = true;
 	int status;
+	struct timespec t0, t1;
 
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	memset(&c, 0, sizeof(c));
 	c.ctx = ctx;
 	c.req = req;
@@ -2151,6 +2210,10 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 		break; /* handled above */
 	}
 out:
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	metrics_observe_request((size_t)(c.route - routes),
+	                        (double)(t1.tv_sec - t0.tv_sec) +
+	                            (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
 	if (c.prefetched)
 		PQclear(c.prefetch.res);
 	json_decref(c.body);

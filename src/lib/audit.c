@@ -171,6 +171,24 @@ static const struct db_stmt st_report = {
 	"   AND (payload IS NOT NULL OR output IS NOT NULL"                              \
 	"        OR coalesce(effect ? 'payload', false))"
 
+/* What a purge takes out of an attempt's evidence: what the provider
+ * answered (body excerpt, headers, SMTP reply) and why a payload could not
+ * be sent (it may quote it). Status, request_sent (resume relies on it),
+ * the transport error and the message id stay. */
+#define PURGE_EVIDENCE_KEYS "ARRAY['body_excerpt', 'body_truncated', 'headers', 'reply', 'invalid']"
+
+/* Attempts older than $1 days of effects that are over (completed, failed,
+ * cancelled) and still hold an excerpt. */
+#define PURGE_ATTEMPTS                                                               \
+	"SELECT a.id FROM effect_attempts a JOIN effect_outbox o ON o.id = a.effect_id"  \
+	" WHERE o.state IN ('completed', 'failed', 'cancelled')"                         \
+	"   AND a.started_at < now() - make_interval(days => $1::int)"                   \
+	"   AND a.evidence ?| " PURGE_EVIDENCE_KEYS
+
+/* Dead letters past their retention deadline whose content is still there. */
+#define PURGE_LETTERS                                                                \
+	"SELECT id FROM dead_letters WHERE retention_until < now() AND purged_at IS NULL"
+
 static const struct db_stmt st_purge_count = {
 	"audit_purge_count",
 	"WITH runs AS (" PURGE_RUNS ")"
@@ -178,7 +196,9 @@ static const struct db_stmt st_purge_count = {
 	"       (SELECT count(*) FROM effect_outbox o JOIN runs USING (client_id, idempotency_key)"
 	"         WHERE o.payload IS NOT NULL) AS effects,"
 	"       (SELECT count(*) FROM approvals a JOIN runs USING (client_id, idempotency_key)"
-	"         WHERE a.effect IS NOT NULL) AS approvals",
+	"         WHERE a.effect IS NOT NULL) AS approvals,"
+	"       (SELECT count(*) FROM (" PURGE_ATTEMPTS ") AS x) AS attempts,"
+	"       (SELECT count(*) FROM (" PURGE_LETTERS ") AS y) AS dead_letters",
 	1, true,
 };
 
@@ -196,6 +216,25 @@ static const struct db_stmt st_purge = {
 	" a AS (UPDATE approvals ap SET effect = NULL FROM runs"
 	"        WHERE ap.client_id = runs.client_id AND ap.idempotency_key = runs.idempotency_key"
 	"          AND ap.effect IS NOT NULL RETURNING ap.id),"
+	" att AS (UPDATE effect_attempts t"
+	"          SET evidence = (t.evidence - " PURGE_EVIDENCE_KEYS ")"
+	"                         || '{\"purged\": true}'::jsonb"
+	"         WHERE t.id IN (" PURGE_ATTEMPTS ") RETURNING t.id),"
+	/* a dead letter keeps its ids, hashes, states, class and resolution; its
+	 * snapshot loses any payload and the answers in its attempt history */
+	" dl AS (UPDATE dead_letters d"
+	"          SET purged_at = now(),"
+	"              evidence = CASE WHEN jsonb_typeof(d.evidence->'attempts') = 'array'"
+	"                THEN jsonb_set(d.evidence - ARRAY['payload', 'payload_snapshot'],"
+	"                  '{attempts}', coalesce((SELECT jsonb_agg(CASE"
+	"                      WHEN jsonb_typeof(x->'evidence') = 'object' THEN jsonb_set(x,"
+	"                        '{evidence}', ((x->'evidence') - " PURGE_EVIDENCE_KEYS ")"
+	"                          || '{\"purged\": true}'::jsonb)"
+	"                      ELSE x END ORDER BY i)"
+	"                    FROM jsonb_array_elements(d.evidence->'attempts')"
+	"                         WITH ORDINALITY AS t(x, i)), '[]'::jsonb))"
+	"                ELSE d.evidence - ARRAY['payload', 'payload_snapshot'] END"
+	"         WHERE d.id IN (" PURGE_LETTERS ") RETURNING d.id),"
 	" ev AS (INSERT INTO run_events (client_id, idempotency_key, event, state_from, state_to,"
 	"            version, attempt, actor, reason)"
 	"        SELECT client_id, idempotency_key, 'run.purged', state, state, version, attempt,"
@@ -203,9 +242,12 @@ static const struct db_stmt st_purge = {
 	" act AS (INSERT INTO operator_actions (operator, action, reason, details)"
 	"        SELECT $2, 'purge', $3, json_build_object('older_than_days', $1::int,"
 	"               'runs', (SELECT count(*) FROM r), 'effects', (SELECT count(*) FROM e),"
-	"               'approvals', (SELECT count(*) FROM a))::jsonb)"
+	"               'approvals', (SELECT count(*) FROM a),"
+	"               'attempts', (SELECT count(*) FROM att),"
+	"               'dead_letters', (SELECT count(*) FROM dl))::jsonb)"
 	"SELECT (SELECT count(*) FROM r) AS runs, (SELECT count(*) FROM e) AS effects,"
-	"       (SELECT count(*) FROM a) AS approvals",
+	"       (SELECT count(*) FROM a) AS approvals, (SELECT count(*) FROM att) AS attempts,"
+	"       (SELECT count(*) FROM dl) AS dead_letters",
 	3, false,
 };
 
@@ -544,6 +586,8 @@ audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
 	out->runs = db_get_ll(res, 0, "runs");
 	out->effects = db_get_ll(res, 0, "effects");
 	out->approvals = db_get_ll(res, 0, "approvals");
+	out->attempts = db_get_ll(res, 0, "attempts");
+	out->dead_letters = db_get_ll(res, 0, "dead_letters");
 	PQclear(res);
 	return AUDIT_OK;
 }

@@ -37,12 +37,18 @@ struct audit_purge {
 	long long runs;        /* runs whose payload / output / effect payload go */
 	long long effects;     /* effect payloads */
 	long long approvals;   /* challenge copies of the effect */
+	long long attempts;    /* attempt evidence excerpts (effects that are over) */
+	long long dead_letters;/* dead letters past retention_until: their snapshots */
 };
 
 /* Retention (SPEC 10): for runs completed or failed_terminal more than
  * days ago, sets workflow_runs.payload and output to NULL, drops the
  * payload from workflow_runs.effect (type and target stay), and NULLs
- * effect_outbox.payload and approvals.effect. Each purged run gets a
+ * effect_outbox.payload and approvals.effect; strips the provider's
+ * answers (body excerpt, headers, SMTP reply, payload complaints) from the
+ * evidence of attempts older than days of effects that are over, and
+ * the same plus any payload from the snapshot of every dead letter past its
+ * retention_until (marked purged_at). Each purged run gets a
  * `run.purged` timeline entry and the purge one operator_actions row, all
  * in one statement. dry_run only counts. */
 enum audit_rc audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,

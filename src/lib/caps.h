@@ -96,7 +96,7 @@
 /* GET /metrics (metrics.c) */
 #define OG_METRICS_CACHE_MS       1000   /* a scrape storm costs one query per this */
 #define OG_METRICS_FLUSH_MS       1000   /* in-memory claim counts reach the database */
-#define OG_METRICS_TEXT_MAX       (64 * 1024)  /* the exposition text */
+#define OG_METRICS_TEXT_MAX       (256 * 1024)  /* the exposition text */
 
 /* Decision log */
 #define OG_LOG_LINE_MAX           (16 * 1024)

@@ -187,3 +187,26 @@ clients_list(struct db *db, FILE *out, int json)
 	PQclear(res);
 	return CLIENTS_OK;
 }
+
+static const struct db_stmt st_name = {
+	"clients_name", "SELECT name FROM api_clients WHERE id = $1::bigint", 1, true,
+};
+
+enum clients_rc
+clients_name(struct db *db, long long id, char *name, size_t len)
+{
+	char idtext[24];
+	const char *params[1] = { idtext };
+	PGresult *res;
+	enum db_rc rc;
+	int n;
+
+	snprintf(idtext, sizeof(idtext), "%lld", id);
+	if ((rc = db_exec(db, &st_name, params, &res)) != DB_OK)
+		return clients_rc_of(rc);
+	n = PQntuples(res);
+	if (n == 1 && len > 0)
+		snprintf(name, len, "%s", db_get(res, 0, "name"));
+	PQclear(res);
+	return n == 1 ? CLIENTS_OK : CLIENTS_NOT_FOUND;
+}

@@ -58,5 +58,8 @@ enum clients_rc clients_revoke(struct db *db, const char *name, long long *id)
 enum clients_rc clients_list(struct db *db, FILE *out, int json)
 	__attribute__((warn_unused_result));
 int clients_name_valid(const char *name);
+/* The name of client id (what the decision log calls a client). */
+enum clients_rc clients_name(struct db *db, long long id, char *name, size_t len)
+	__attribute__((warn_unused_result));
 
 #endif

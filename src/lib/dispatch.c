@@ -26,6 +26,7 @@
 #include "dispatch.h"
 #include "effect.h"
 #include "log.h"
+#include "metrics.h"
 #include "outbox.h"
 
 /* Reconciliation: "not found" must be seen this many times, a
@@ -60,7 +61,7 @@ static const struct db_stmt st_claim = {
 	"   SET state = 'sending', lease_owner = $1::uuid,"
 	"       lease_expires_at = now() + make_interval(secs => $3::int),"
 	"       attempt = e.attempt + 1, first_attempt_at = coalesce(e.first_attempt_at, now()),"
-	"       updated_at = now()"
+	"       held_at = NULL, updated_at = now()"
 	" WHERE e.id = ANY(ARRAY("
 	"   SELECT id FROM effect_outbox"
 	"    WHERE state = 'pending' AND next_attempt_at <= now() AND not_before <= now()"
@@ -68,6 +69,7 @@ static const struct db_stmt st_claim = {
 	"    LIMIT $2::int"
 	"    FOR UPDATE SKIP LOCKED))"
 	" RETURNING e.id, e.client_id, e.idempotency_key, e.effect_type, e.target,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = e.client_id) AS client_name,"
 	"       e.payload::text AS payload, e.payload_hash, e.provider_key, e.attempt,"
 	"       (extract(epoch FROM now() - e.first_attempt_at) * 1000)::bigint AS elapsed_ms,"
 	/* what the payload is checked against again right before the send:
@@ -137,10 +139,26 @@ static const struct db_stmt st_release_unsent = {
 	2, false,
 };
 
-static const struct db_stmt st_blocked = {
-	"dispatch_blocked",
-	"UPDATE dispatch_control SET blocked_sends = blocked_sends + $1::bigint",
-	1, false,
+/* Held back by the kill switch: due pending effects not yet marked ($1: one
+ * effect just refused before its send, or NULL: any, up to $2) are marked
+ * and counted, each once per hold however many dispatchers see it; the
+ * claim clears the mark. */
+static const struct db_stmt st_hold = {
+	"dispatch_hold",
+	"WITH held AS ("
+	"  UPDATE effect_outbox SET held_at = now()"
+	"   WHERE id = ANY(ARRAY("
+	"     SELECT id FROM effect_outbox"
+	"      WHERE state = 'pending' AND next_attempt_at <= now() AND not_before <= now()"
+	"        AND held_at IS NULL AND ($1::uuid IS NULL OR id = $1::uuid)"
+	"      LIMIT $2::int FOR UPDATE SKIP LOCKED))"
+	"     AND held_at IS NULL"
+	"  RETURNING 1"
+	")"
+	"UPDATE dispatch_control SET blocked_sends = blocked_sends + (SELECT count(*) FROM held)"
+	" WHERE (SELECT count(*) FROM held) > 0"
+	" RETURNING (SELECT count(*) FROM held) AS n",
+	2, false,
 };
 
 /* The run's row lock, taken first in a completing transaction: two effects
@@ -192,7 +210,8 @@ static const struct db_stmt st_dead_letter = {
 	"    error_class, reason, evidence, next_action, retention_until, owner)"
 	"SELECT e.id, e.client_id, e.idempotency_key, 'dispatcher', $2, $3,"
 	"  jsonb_build_object("
-	"    'event_id', e.id, 'correlation_id', r.correlation_id,"
+	"    'event_id', coalesce(r.event_id, r.correlation_id),"
+	"    'correlation_id', r.correlation_id,"
 	"    'operation', e.effect_type, 'target', e.target,"
 	"    'workflow_version', r.workflow_version, 'contract', r.contract,"
 	"    'contract_hash', r.contract_hash, 'payload_hash', e.payload_hash,"
@@ -255,6 +274,7 @@ static const struct db_stmt st_claim_reconcile = {
 	"    ORDER BY next_attempt_at LIMIT $3::int"
 	"    FOR UPDATE SKIP LOCKED))"
 	" RETURNING e.id, e.client_id, e.idempotency_key, e.effect_type, e.target,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = e.client_id) AS client_name,"
 	"       e.provider_key, e.attempt, e.reconcile_attempts,"
 	"       (extract(epoch FROM now() - e.first_attempt_at) * 1000)::bigint AS elapsed_ms,"
 	/* only the answers since the last send count: a resumed effect that
@@ -290,7 +310,9 @@ static const struct db_stmt st_expire_leases = {
 	"         'lease_expired_while_sending', '{\"request_sent\": \"unknown\"}'::jsonb"
 	"    FROM moved"
 	")"
-	"SELECT id, attempt, target, idempotency_key FROM moved",
+	"SELECT id, attempt, target, idempotency_key,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = moved.client_id) AS client_name"
+	"  FROM moved",
 	2, false,
 };
 
@@ -307,9 +329,11 @@ static const struct db_stmt st_switch = {
 /* Runs whose every pending challenge has expired, a few at a time. */
 static const struct db_stmt st_expired_runs = {
 	"dispatch_expired_runs",
-	"SELECT DISTINCT a.client_id, a.idempotency_key FROM approvals a"
-	" WHERE a.state = 'pending' AND a.expires_at <= now()"
-	" LIMIT $1::int",
+	"SELECT x.client_id, x.idempotency_key,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = x.client_id) AS client_name"
+	"  FROM (SELECT DISTINCT a.client_id, a.idempotency_key FROM approvals a"
+	"         WHERE a.state = 'pending' AND a.expires_at <= now()"
+	"         LIMIT $1::int) AS x",
 	1, true,
 };
 
@@ -578,7 +602,7 @@ rate_wait(struct dispatch_shared *s, struct dispatch_config *dc, int ti)
 struct job {
 	char id[40];
 	long long client_id;
-	char client[24];
+	char client[72];             /* the API client's name (its id if it has none) */
 	char *key, *type, *target, *payload, *payload_hash, *provider_key, *run_output;
 	char *run_contract;        /* the contract of the effect the run proposed, or NULL */
 	int attempt;
@@ -616,7 +640,10 @@ job_read(struct job *j, const PGresult *res, int row)
 	memset(j, 0, sizeof(*j));
 	snprintf(j->id, sizeof(j->id), "%s", db_get(res, row, "id"));
 	j->client_id = db_get_ll(res, row, "client_id");
-	snprintf(j->client, sizeof(j->client), "%lld", j->client_id);
+	if (db_get(res, row, "client_name") != NULL)
+		snprintf(j->client, sizeof(j->client), "%s", db_get(res, row, "client_name"));
+	else
+		snprintf(j->client, sizeof(j->client), "%lld", j->client_id);
 	j->key = dup_field(res, row, "idempotency_key");
 	j->type = dup_field(res, row, "effect_type");
 	j->target = dup_field(res, row, "target");
@@ -655,7 +682,7 @@ log_effect(enum log_level level, const char *event, const struct job *j,
 {
 	struct log_fields f = { 0 };
 
-	f.client = j->client;
+	f.client = j->client[0] ? j->client : NULL;
 	f.key = j->key;
 	f.effect_id = j->id;
 	f.target = j->target;
@@ -675,9 +702,9 @@ log_effect(enum log_level level, const char *event, const struct job *j,
 static void
 log_run_completed(const struct job *j)
 {
-	struct log_fields f = { .client = j->client, .key = j->key, .state_from = "approved",
-		                .state_to = "completed", .actor = "dispatcher",
-		                .effect_id = j->id };
+	struct log_fields f = { .client = j->client[0] ? j->client : NULL, .key = j->key,
+		                .state_from = "approved", .state_to = "completed",
+		                .actor = "dispatcher", .effect_id = j->id };
 
 	log_event(LOG_LEVEL_INFO, "run.completed", &f);
 }
@@ -715,7 +742,8 @@ settle(struct dispatch_shared *s, struct db *db, const struct job *j, const stru
 {
 	char delay[32], dur[32], status[16], maxa[16], days[16], recon[16];
 	char *ev = st->evidence != NULL ? json_dumps(st->evidence, JSON_COMPACT) : NULL;
-	const char *lock_p[2] = { j->client, j->key };
+	char cid[24];
+	const char *lock_p[2] = { cid, j->key };
 	const char *settle_p[15] = {
 		j->id, st->expect, st->owner, st->to, st->provider_id, st->error_class,
 		st->reason, delay, st->kind, dur, s->name, st->attempt_class,
@@ -727,6 +755,7 @@ settle(struct dispatch_shared *s, struct db *db, const struct job *j, const stru
 	int n = 0, i_settle, i_dl = -1, i_run = -1, k;
 	enum settle_rc rc = SETTLE_DB;
 
+	snprintf(cid, sizeof(cid), "%lld", j->client_id);
 	snprintf(delay, sizeof(delay), "%lld", st->delay_ms > 0 ? st->delay_ms : 0);
 	snprintf(dur, sizeof(dur), "%lld", st->duration_ms);
 	snprintf(status, sizeof(status), "%d", st->status);
@@ -776,16 +805,22 @@ out_noroll:
 	return rc;
 }
 
-static void
-count_blocked(struct db *db, long long n)
+/* Marks and counts effects held back by the kill switch (effect_id: that
+ * one, or NULL: any due one); how many were new, -1 on a database error. */
+static long long
+hold(struct db *db, const char *effect_id)
 {
-	char v[24];
-	const char *p[1] = { v };
+	char lim[16];
+	const char *p[2] = { effect_id, lim };
 	PGresult *res = NULL;
+	long long n;
 
-	snprintf(v, sizeof(v), "%lld", n);
-	if (db_exec(db, &st_blocked, p, &res) == DB_OK)
-		PQclear(res);
+	snprintf(lim, sizeof(lim), "%d", effect_id != NULL ? 1 : 10 * TICK_BATCH);
+	if (db_exec(db, &st_hold, p, &res) != DB_OK)
+		return -1;
+	n = PQntuples(res) == 1 ? db_get_ll(res, 0, "n") : 0;
+	PQclear(res);
+	return n;
 }
 
 static bool
@@ -984,7 +1019,7 @@ process(struct dispatch_shared *s, struct db *db, struct adapter *ad, struct job
 	if (chk == 0) {
 		if (release(s, db, j, 0)) {
 			j->attempt--;
-			count_blocked(db, 1);
+			(void)hold(db, j->id);
 			log_effect(LOG_LEVEL_NOTICE, "dispatch.blocked", j, "sending", "pending", NULL,
 			           NULL, s->env_enabled ? "kill switch off (database flag)"
 			                                : "kill switch off (AI_ACTIONS_ENABLED)",
@@ -1080,6 +1115,9 @@ settle_it:
 		           "the lease ran out during the send; the sweep made it unknown");
 		goto out;
 	}
+	/* as the attempt history now says (a lost settle: the sweep's row) */
+	if (src == SETTLED)
+		metrics_count_attempt(j->target, st.attempt_class, j->attempt > 1, false);
 	if (src == SETTLE_DB) {
 		/* The outcome is lost with the connection; the lease runs out and
 		 * the sweep makes it unknown: never resent blindly. */
@@ -1517,6 +1555,8 @@ expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg
 		j.key = (char *)(uintptr_t)db_get(res, i, "idempotency_key");
 		j.target = (char *)(uintptr_t)db_get(res, i, "target");
 		j.attempt = (int)db_get_ll(res, i, "attempt");
+		snprintf(j.client, sizeof(j.client), "%s", db_get(res, i, "client_name") ?: "");
+		metrics_count_attempt(j.target, "ambiguous", j.attempt > 1, true);
 		t = config_target(cfg, j.target);
 		log_effect(LOG_LEVEL_WARNING, "effect.unknown", &j, "sending", "unknown", NULL,
 		           "ambiguous", "lease_expired_while_sending", 0,
@@ -1539,7 +1579,7 @@ fail:
 /* One run whose approval expired: challenges expired, run failed_terminal,
  * and the workflow told through its callback, in one transaction. */
 static void
-expire_run(struct db *db, long long client_id, const char *key)
+expire_run(struct db *db, long long client_id, const char *client_name, const char *key)
 {
 	char client[24], id[OUTBOX_ID_LEN] = "", nb[OUTBOX_TS_LEN];
 	const char *p[2] = { client, key };
@@ -1555,7 +1595,7 @@ expire_run(struct db *db, long long client_id, const char *key)
 	if (db_exec(db, &st_expire_approvals, p, &ra) != DB_OK ||
 	    db_exec(db, &st_expire_run, p, &rr) != DB_OK)
 		goto fail;
-	f.client = client;
+	f.client = client_name;
 	f.key = key;
 	f.actor = "dispatcher";
 	f.reason = "approval_expired";
@@ -1599,7 +1639,7 @@ expire_run(struct db *db, long long client_id, const char *key)
 	if (PQntuples(ra) > 0)
 		log_event(LOG_LEVEL_NOTICE, "approval.expired", &f);
 	if (id[0] != '\0') {
-		struct log_fields e = { .client = client, .key = key, .effect_id = id,
+		struct log_fields e = { .client = client_name, .key = key, .effect_id = id,
 			                .target = "callback", .decision = "expired" };
 
 		log_event(LOG_LEVEL_INFO, "effect.enqueued", &e);
@@ -1626,7 +1666,8 @@ expire_approvals(struct db *db)
 	if (db_exec(db, &st_expired_runs, p, &res) != DB_OK)
 		return;
 	for (i = 0; i < PQntuples(res); i++)
-		expire_run(db, db_get_ll(res, i, "client_id"), db_get(res, i, "idempotency_key"));
+		expire_run(db, db_get_ll(res, i, "client_id"), db_get(res, i, "client_name"),
+		           db_get(res, i, "idempotency_key"));
 	PQclear(res);
 }
 
@@ -1649,6 +1690,10 @@ dispatch_tick(struct dispatch_shared *s, struct db *db)
 	if (!s->env_enabled || !now_on) {
 		long long due = PQntuples(res) == 1 ? db_get_ll(res, 0, "due") : 0;
 		long long t = mono_ns();
+
+		/* each effect held back is counted once (metrics) */
+		if (due > 0)
+			(void)hold(db, NULL);
 
 		/* Held back by the switch: said at most every 30 s per process. */
 		if (due > 0 && (last_blocked_log == 0 || t - last_blocked_log > 30000000000LL)) {

@@ -41,10 +41,10 @@ static const struct db_stmt st_claim = {
 	"WITH claimed AS ("
 	"  INSERT INTO workflow_runs AS r (client_id, idempotency_key, payload_hash,"
 	"      payload, state, lease_owner, lease_expires_at, claim_started_at,"
-	"      version, attempt, workflow_version, trigger, correlation_id)"
+	"      version, attempt, workflow_version, trigger, correlation_id, event_id)"
 	"  VALUES ($1, $2, $3, $4::jsonb, 'processing', gen_random_uuid(),"
 	"      now() + make_interval(secs => LEAST($5::int, $6::int)), now(), 1, 1,"
-	"      $7, $8, $9)"
+	"      $7, $8, $9, $10)"
 	"  ON CONFLICT (client_id, idempotency_key) DO UPDATE"
 	"    SET state = 'processing', lease_owner = EXCLUDED.lease_owner,"
 	"        lease_expires_at = EXCLUDED.lease_expires_at,"
@@ -53,6 +53,7 @@ static const struct db_stmt st_claim = {
 	"        workflow_version = COALESCE(EXCLUDED.workflow_version, r.workflow_version),"
 	"        trigger = COALESCE(EXCLUDED.trigger, r.trigger),"
 	"        correlation_id = COALESCE(EXCLUDED.correlation_id, r.correlation_id),"
+	"        event_id = COALESCE(EXCLUDED.event_id, r.event_id),"
 	"        result = NULL, error_class = NULL, reason = NULL, updated_at = now()"
 	"    WHERE r.payload_hash = EXCLUDED.payload_hash"
 	"      AND (r.state = 'failed_retryable'"
@@ -67,7 +68,7 @@ static const struct db_stmt st_claim = {
 	")"
 	"SELECT lease_owner, version, attempt,"
 	"       og_ts(lease_expires_at) AS lease_expires_at FROM claimed",
-	9, false,
+	10, false,
 };
 
 /* Renewal: only the owner, with the current version, before expiry, and
@@ -110,7 +111,7 @@ static const struct db_stmt st_transition = {
 static const struct db_stmt st_status = {
 	"ledger_status",
 	"SELECT idempotency_key, state, version, attempt, payload_hash,"
-	"       workflow_version, trigger, correlation_id, lease_owner,"
+	"       workflow_version, trigger, correlation_id, event_id, lease_owner,"
 	"       og_ts(lease_expires_at) AS lease_expires_at,"
 	"       og_ts(claim_started_at) AS claim_started_at, result::text AS result,"
 	"       error_class, reason, og_ts(created_at) AS created_at,"
@@ -170,7 +171,7 @@ static const struct db_stmt st_output_accept = {
 	"     SET state = $5, contract = $6, contract_hash = $7, output = $8::jsonb,"
 	"         output_hash = $9, model = $10::jsonb, effect = $11::jsonb,"
 	"         source_url = $12, requested_by = $13, callback_url = $14,"
-	"         validation = NULL, version = version + 1, lease_expires_at = NULL,"
+	"         version = version + 1, lease_expires_at = NULL,"
 	"         decision = CASE WHEN $5 = 'approved' THEN 'auto' END,"
 	"         decided_at = CASE WHEN $5 = 'approved' THEN now() END,"
 	"         updated_at = now()"
@@ -201,14 +202,17 @@ static const struct db_stmt st_decide = {
 	"         reason = CASE WHEN $3 = 'approve' THEN reason ELSE $5 END,"
 	"         version = version + 1, updated_at = now()"
 	"   WHERE client_id = $1 AND idempotency_key = $2 AND state = 'awaiting_human'"
-	"  RETURNING client_id, idempotency_key, state, version, attempt"
+	"  RETURNING client_id, idempotency_key, state, version, attempt, contract, output"
 	"), ev AS ("
 	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
 	"      state_to, version, attempt, actor, reason)"
 	"  SELECT client_id, idempotency_key, 'run.decided', 'awaiting_human', state,"
 	"         version, attempt, $4, $5 FROM moved"
 	")"
-	"SELECT state, version, attempt FROM moved",
+	/* what was decided on, for the contract's loggable fields */
+	"SELECT state, version, attempt,"
+	"       json_build_object('contract', contract, 'output', output)::text AS decided"
+	"  FROM moved",
 	5, false,
 };
 
@@ -302,6 +306,7 @@ void
 ledger_run_clear(struct ledger_run *run)
 {
 	json_decref(run->result);
+	json_decref(run->decided);
 	memset(run, 0, sizeof(*run));
 }
 
@@ -418,10 +423,11 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
              struct ledger_run *run)
 {
 	char client[24], lease[16], cap[16];
-	const char *params[9];
+	const char *params[10];
 	PGresult *res;
 	enum ledger_rc lrc;
 	enum db_rc rc;
+	bool expired_lease = false;
 
 	snprintf(client, sizeof(client), "%lld", c->client_id);
 	snprintf(lease, sizeof(lease), "%d", c->lease_seconds);
@@ -435,6 +441,7 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
 	if (lrc == LEDGER_OK) {
 		if (strcmp(run->payload_hash, c->payload_hash) != 0 || !ledger_claimable(run))
 			return ledger_settle(run, c->payload_hash);
+		expired_lease = run->state == RUN_PROCESSING;
 	} else if (lrc != LEDGER_NOT_FOUND) {
 		return lrc;
 	}
@@ -448,12 +455,14 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
 	params[6] = c->workflow_version;
 	params[7] = c->trigger;
 	params[8] = c->correlation_id;
+	params[9] = c->event_id;
 	if ((rc = db_exec(db, &st_claim, params, &res)) != DB_OK)
 		return ledger_rc_of(rc);
 	if (PQntuples(res) == 1) {
 		ledger_run_clear(run);
 		ledger_moved(run, res, RUN_PROCESSING, RUN_PROCESSING);
 		run->lease_live = true;
+		run->lease_reclaimed = expired_lease;
 		snprintf(run->payload_hash, sizeof(run->payload_hash), "%s", c->payload_hash);
 		copy_field(run->lease_owner, sizeof(run->lease_owner), res, "lease_owner");
 		copy_field(run->lease_expires_at, sizeof(run->lease_expires_at), res,
@@ -599,6 +608,7 @@ ledger_status(struct db *db, long long client_id, const char *key, bool with_tim
 	set_str(run, "workflow_version", res, 0, "workflow_version");
 	set_str(run, "trigger", res, 0, "trigger");
 	set_str(run, "correlation_id", res, 0, "correlation_id");
+	set_str(run, "event_id", res, 0, "event_id");
 	set_str(run, "lease_owner", res, 0, "lease_owner");
 	set_str(run, "lease_expires_at", res, 0, "lease_expires_at");
 	set_str(run, "claim_started_at", res, 0, "claim_started_at");
@@ -746,6 +756,10 @@ ledger_decide_result(const struct db_call *call, struct ledger_run *run)
 		return LEDGER_LEASE_LOST;
 	ledger_moved(run, res, RUN_AWAITING_HUMAN,
 	             (enum run_state)ledger_state_parse(db_get(res, 0, "state")));
+	json_decref(run->decided);
+	run->decided = db_get(res, 0, "decided") != NULL
+	                   ? json_loads(db_get(res, 0, "decided"), 0, NULL)
+	                   : NULL;
 	return LEDGER_OK;
 }
 

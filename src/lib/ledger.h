@@ -45,10 +45,12 @@ struct ledger_run {
 	long long version;
 	int attempt;
 	bool lease_live;                 /* processing with an unexpired lease */
+	bool lease_reclaimed;            /* claimed: taken over from an expired lease */
 	char payload_hash[CANON_HASH_LEN];
 	char lease_owner[LEDGER_UUID_LEN];
 	char lease_expires_at[LEDGER_TS_LEN];
 	json_t *result;                  /* owned; NULL when none */
+	json_t *decided;                 /* decide: {contract, output}; owned */
 };
 
 struct ledger_claim {
@@ -59,6 +61,7 @@ struct ledger_claim {
 	const char *workflow_version;    /* NULL when absent */
 	const char *trigger;
 	const char *correlation_id;
+	const char *event_id;            /* the source's id of the event, or NULL */
 	int lease_seconds;
 	int cap_seconds;
 };

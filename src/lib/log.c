@@ -8,7 +8,7 @@
  * descriptor number with dup2, so a writer racing with it writes either to
  * the old file or to the new one, never to a closed descriptor.
  *
- * Field order is fixed (ts, level, event, program, the SPEC 9 fields, then
+ * Field order is fixed (ts, level, event, program, the decision fields, then
  * detail, hint, request_id, method, path, status) so lines are easy to read
  * with grep as well as with jq.
  */
@@ -192,6 +192,59 @@ line_num(struct line *l, const char *name, long long v, size_t limit)
 	if (n < 0 || (size_t)n >= sizeof(tmp) || l->len + (size_t)n > limit ||
 	    !line_put(l, tmp, (size_t)n))
 		l->cut = true;
+}
+
+/* Appends ,"model":{"provider":…,"name":…,"revision":…} with the parts
+ * given, whole or not at all. */
+static void
+line_model(struct line *l, const char *name, const char *provider, const char *revision,
+           size_t limit)
+{
+	char tmp[3 * (OG_FIELD_MAX + 16) + 16];
+	struct line m = { tmp, 0, sizeof(tmp), false };
+	size_t mark = l->len;
+
+	if (name == NULL && provider == NULL && revision == NULL)
+		return;
+	line_str(&m, "provider", provider, m.cap, OG_FIELD_MAX);
+	line_str(&m, "name", name, m.cap, OG_FIELD_MAX);
+	line_str(&m, "revision", revision, m.cap, OG_FIELD_MAX);
+	l->cut |= m.cut;
+	/* m holds ,"provider":"…",…: its first comma becomes the brace */
+	if (m.len == 0 || l->len + m.len + sizeof(",\"model\":}") - 1 > limit ||
+	    !line_put(l, ",\"model\":{", 10) || !line_put(l, tmp + 1, m.len - 1) ||
+	    !line_put(l, "}", 1)) {
+		l->len = mark;
+		l->cut = true;
+	}
+}
+
+/* Appends ,"name":<text> where text is a JSON object written by jansson,
+ * whole or not at all: a part of an object would not be JSON. */
+static void
+line_object(struct line *l, const char *name, const char *text, size_t limit)
+{
+	size_t n, mark = l->len;
+	const unsigned char *p;
+
+	if (text == NULL)
+		return;
+	n = strlen(text);
+	if (n < 2 || text[0] != '{' || text[n - 1] != '}') {
+		l->cut = true;
+		return;
+	}
+	/* one line: jansson escapes control characters; refuse any that came */
+	for (p = (const unsigned char *)text; *p != '\0'; p++)
+		if (*p < 0x20) {
+			l->cut = true;
+			return;
+		}
+	if (l->len + n + strlen(name) + 4 > limit || !line_put(l, ",\"", 2) ||
+	    !line_put(l, name, strlen(name)) || !line_put(l, "\":", 2) || !line_put(l, text, n)) {
+		l->len = mark;
+		l->cut = true;
+	}
 }
 
 /* Masks in place. A run is replaced by LOG_REDACTED and the rest of the
@@ -412,8 +465,9 @@ log_event(enum log_level level, const char *event, const struct log_fields *f)
 	line_num(&l, "attempt", f->attempt, limit);
 	line_num(&l, "duration_ms", f->duration_ms, limit);
 	line_num(&l, "count", f->count, limit);
-	line_str(&l, "model", f->model, limit, OG_FIELD_MAX);
+	line_model(&l, f->model, f->model_provider, f->model_revision, limit);
 	line_str(&l, "validation", f->validation, limit, OG_FIELD_MAX);
+	line_object(&l, "output", f->output_fields, limit);
 	line_str(&l, "reason", reason, limit, OG_FIELD_MAX);
 
 	/* detail and hint take what is left, detail leaving hint a share */

@@ -40,8 +40,16 @@ struct log_fields {
 	const char *target;
 	const char *provider_id;
 	const char *error_class;
-	const char *model;
+	const char *model;          /* the model's name; with the two below, logged as
+	                               "model":{"provider","name","revision"} */
+	const char *model_provider;
+	const char *model_revision;
 	const char *validation;
+	/* The output fields the contract marks loggable, as one compact JSON
+	 * object text keyed by JSON Pointer ({"/label":"refund"}), written as
+	 * "output"; never the rest of an output. Left out whole, never cut, when
+	 * it does not fit or is not an object. */
+	const char *output_fields;
 	const char *reason;
 	const char *detail;     /* a short fact for the reader */
 	const char *hint;       /* what to do about it */

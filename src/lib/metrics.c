@@ -21,9 +21,14 @@
 
 #include <jansson.h>
 
+#include "api.h"
 #include "caps.h"
 #include "log.h"
 #include "metrics.h"
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "unknown"
+#endif
 
 /* metric_counters.name of each enum metrics_counter, in enum order. The
  * flush names them in this order, so concurrent flushes of several
@@ -32,7 +37,36 @@ static const char *const counter_names[METRICS_NCOUNTERS] = {
 	[METRICS_CLAIM_CLAIMED] = "claims_claimed",
 	[METRICS_CLAIM_DUPLICATE] = "claims_duplicate",
 	[METRICS_CLAIM_MISMATCH] = "claims_payload_mismatch",
+	[METRICS_RUN_LEASE_RECLAIMED] = "runs_lease_reclaimed",
 };
+
+/* Upper bounds (le) of the request-latency histograms, in seconds. */
+static const double lat_bounds[] = {
+	0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+};
+#define NLAT (sizeof(lat_bounds) / sizeof(lat_bounds[0]))
+
+/* Per route of this process: requests per bucket (the last one: above
+ * every bound), and the sum in microseconds. */
+static atomic_ullong lat_counts[METRICS_ROUTES_MAX][NLAT + 1];
+static atomic_ullong lat_sum_us[METRICS_ROUTES_MAX];
+
+/* Send attempts of this process by (target, class), flushed to
+ * metric_attempts. */
+static struct {
+	pthread_mutex_t lock;
+	size_t n;
+	bool full_said;
+	struct attempt_count {
+		char target[64];
+		char cls[16];
+		unsigned long long attempts, retries, lease_expired;
+	} k[METRICS_ATTEMPT_KEYS];
+} att = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* Outcome classes of a send attempt (classify.h), always listed. */
+static const char *const attempt_classes[] = { "success", "transient", "permanent",
+	                                       "ambiguous" };
 
 /* Upper bounds (le) of the approval-wait histogram, in seconds: from a
  * person answering at once to the default approval expiry of a day. */
@@ -54,6 +88,37 @@ static const char *const decisions[] = { "auto", "approve", "reject", "expired" 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 static atomic_ullong counts[METRICS_NCOUNTERS];
+
+/* $1 methods, $2 routes, $3 bucket arrays (as text), $4 counts, $5 sums;
+ * rows in key order so concurrent flushes lock them in one order. Buckets
+ * add up element by element. */
+static const struct db_stmt st_flush_latency = {
+	"metrics_flush_latency",
+	"INSERT INTO metric_route_latency AS m (method, route, buckets, count, sum_seconds)"
+	" SELECT t.method, t.route, t.b::bigint[], t.n, t.s"
+	"   FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::float8[])"
+	"        AS t(method, route, b, n, s)"
+	"  ORDER BY 1, 2"
+	" ON CONFLICT (method, route) DO UPDATE SET"
+	"     buckets = ARRAY(SELECT coalesce(x, 0) + coalesce(y, 0)"
+	"                       FROM unnest(m.buckets, EXCLUDED.buckets) WITH ORDINALITY"
+	"                            AS u(x, y, i) ORDER BY i),"
+	"     count = m.count + EXCLUDED.count,"
+	"     sum_seconds = m.sum_seconds + EXCLUDED.sum_seconds, updated_at = now()",
+	5, false,
+};
+
+/* $1 targets, $2 classes, $3 attempts, $4 retries, $5 lease expiries. */
+static const struct db_stmt st_flush_attempts = {
+	"metrics_flush_attempts",
+	"INSERT INTO metric_attempts AS m (target, class, attempts, retries, lease_expired)"
+	" SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[])"
+	"  ORDER BY 1, 2"
+	" ON CONFLICT (target, class) DO UPDATE SET attempts = m.attempts + EXCLUDED.attempts,"
+	"     retries = m.retries + EXCLUDED.retries,"
+	"     lease_expired = m.lease_expired + EXCLUDED.lease_expired, updated_at = now()",
+	5, false,
+};
 
 static const struct db_stmt st_flush = {
 	"metrics_flush",
@@ -98,11 +163,235 @@ static const struct db_stmt st_snapshot = {
 	"     FROM dead_letters WHERE resolution IS NULL) AS oldest_open_s,"
 	"  (SELECT actions_enabled FROM dispatch_control) AS actions_enabled,"
 	"  (SELECT coalesce(blocked_sends, 0) FROM dispatch_control) AS blocked_sends,"
+	"  (SELECT count(*) FROM effect_outbox WHERE held_at IS NOT NULL AND state = 'pending')"
+	"      AS held,"
+	"  (SELECT count(DISTINCT (client_id, idempotency_key)) FROM approvals"
+	"    WHERE state = 'pending' AND expires_at > now()"
+	"      AND expires_at <= now() + interval '1 hour') AS expiring_soon,"
+	"  (SELECT coalesce(json_agg(x), '[]') FROM"
+	"     (SELECT target, class, attempts, retries, lease_expired FROM metric_attempts)"
+	"     AS x)::text AS attempts,"
+	"  (SELECT coalesce(json_agg(json_build_object('method', method, 'route', route,"
+	"       'buckets', buckets, 'count', count, 'sum', sum_seconds)), '[]')"
+	"     FROM metric_route_latency)::text AS latency,"
 	"  (SELECT coalesce(sum(n), 0) FROM hist) AS wait_count,"
 	"  (SELECT coalesce(sum(s), 0)::float8 FROM hist) AS wait_sum,"
 	"  (SELECT coalesce(json_object_agg(k, n), '{}') FROM hist)::text AS wait_buckets",
 	1, true,
 };
+
+void
+metrics_observe_request(size_t route, double seconds)
+{
+	size_t k = 0;
+
+	if (route >= METRICS_ROUTES_MAX)
+		return;
+	if (!(seconds >= 0))
+		seconds = 0;
+	while (k < NLAT && seconds > lat_bounds[k])
+		k++;
+	atomic_fetch_add_explicit(&lat_counts[route][k], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&lat_sum_us[route],
+	                          (unsigned long long)(seconds * 1e6 + 0.5),
+	                          memory_order_relaxed);
+}
+
+/* Adds this process's latency observations; on failure they stay. */
+static enum metrics_rc
+flush_latency(struct db *db)
+{
+	unsigned long long taken[METRICS_ROUTES_MAX][NLAT + 1], sums[METRICS_ROUTES_MAX];
+	size_t nroutes = api_route_count(), r, k;
+	struct buf m, rt, b, n, sm;
+	const char *params[5];
+	bool any = false, failed = false;
+	PGresult *res = NULL;
+	enum db_rc rc = DB_OK;
+
+	if (nroutes > METRICS_ROUTES_MAX)
+		nroutes = METRICS_ROUTES_MAX;
+	for (r = 0; r < nroutes; r++) {
+		for (k = 0; k <= NLAT; k++) {
+			taken[r][k] = atomic_exchange_explicit(&lat_counts[r][k], 0,
+			                                       memory_order_relaxed);
+			any = any || taken[r][k] != 0;
+		}
+		sums[r] = atomic_exchange_explicit(&lat_sum_us[r], 0, memory_order_relaxed);
+	}
+	if (!any)
+		return METRICS_OK;
+	buf_init(&m, 4096);
+	buf_init(&rt, 8192);
+	buf_init(&b, 65536);
+	buf_init(&n, 4096);
+	buf_init(&sm, 4096);
+	failed = buf_puts(&m, "{") || buf_puts(&rt, "{") || buf_puts(&b, "{") ||
+	         buf_puts(&n, "{") || buf_puts(&sm, "{");
+	for (r = 0; r < nroutes && !failed; r++) {
+		const char *method, *pattern, *sep = m.len > 1 ? "," : "";
+		unsigned long long total = 0;
+
+		for (k = 0; k <= NLAT; k++)
+			total += taken[r][k];
+		if (total == 0)
+			continue;
+		api_route_label(r, &method, &pattern);
+		/* patterns hold braces ({key}): quoted array elements; they hold
+		 * no quote or backslash */
+		failed = buf_printf(&m, "%s%s", sep, method) || buf_printf(&rt, "%s\"%s\"", sep, pattern) ||
+		         buf_printf(&b, "%s\"{", sep) || buf_printf(&n, "%s%llu", sep, total) ||
+		         buf_printf(&sm, "%s%.6f", sep, (double)sums[r] / 1e6);
+		for (k = 0; k <= NLAT && !failed; k++)
+			failed = buf_printf(&b, "%s%llu", k ? "," : "", taken[r][k]) != 0;
+		failed = failed || buf_puts(&b, "}\"");
+	}
+	failed = failed || buf_puts(&m, "}") || buf_puts(&rt, "}") || buf_puts(&b, "}") ||
+	         buf_puts(&n, "}") || buf_puts(&sm, "}");
+	if (!failed) {
+		params[0] = m.data;
+		params[1] = rt.data;
+		params[2] = b.data;
+		params[3] = n.data;
+		params[4] = sm.data;
+		rc = db_exec(db, &st_flush_latency, params, &res);
+		PQclear(res);
+	}
+	buf_free(&m);
+	buf_free(&rt);
+	buf_free(&b);
+	buf_free(&n);
+	buf_free(&sm);
+	if (!failed && rc == DB_OK)
+		return METRICS_OK;
+	/* late, not lost */
+	for (r = 0; r < nroutes; r++) {
+		for (k = 0; k <= NLAT; k++)
+			atomic_fetch_add_explicit(&lat_counts[r][k], taken[r][k], memory_order_relaxed);
+		atomic_fetch_add_explicit(&lat_sum_us[r], sums[r], memory_order_relaxed);
+	}
+	return rc == DB_UNAVAILABLE ? METRICS_UNAVAILABLE : METRICS_ERROR;
+}
+
+void
+metrics_count_attempt(const char *target, const char *cls, bool retry, bool lease_expired)
+{
+	size_t i;
+
+	if (target == NULL || cls == NULL)
+		return;
+	pthread_mutex_lock(&att.lock);
+	for (i = 0; i < att.n; i++)
+		if (strcmp(att.k[i].target, target) == 0 && strcmp(att.k[i].cls, cls) == 0)
+			break;
+	if (i == att.n) {
+		if (att.n == METRICS_ATTEMPT_KEYS || strlen(target) >= sizeof(att.k[0].target) ||
+		    strlen(cls) >= sizeof(att.k[0].cls)) {
+			bool say = !att.full_said;
+
+			att.full_said = true;
+			pthread_mutex_unlock(&att.lock);
+			if (say)
+				log_event(LOG_LEVEL_WARNING, "metrics.attempts_not_counted",
+				          &(struct log_fields){ .target = target, .error_class = cls,
+				                                .detail = "too many targets and classes in "
+				                                          "one process, or a name too long" });
+			return;
+		}
+		snprintf(att.k[i].target, sizeof(att.k[i].target), "%s", target);
+		snprintf(att.k[i].cls, sizeof(att.k[i].cls), "%s", cls);
+		att.n++;
+	}
+	att.k[i].attempts++;
+	att.k[i].retries += retry ? 1 : 0;
+	att.k[i].lease_expired += lease_expired ? 1 : 0;
+	pthread_mutex_unlock(&att.lock);
+}
+
+/* An element of a text[] literal, quoted. Target names and classes hold
+ * no quote or backslash (config and classify.h say what they are). */
+static int
+array_word(struct buf *b, const char *w)
+{
+	return buf_printf(b, "%s\"%s\"", b->len > 1 ? "," : "", w);
+}
+
+/* Adds this process's attempt counts; on failure they stay. */
+static enum metrics_rc
+flush_attempts(struct db *db)
+{
+	static struct attempt_count taken[METRICS_ATTEMPT_KEYS];
+	static pthread_mutex_t one = PTHREAD_MUTEX_INITIALIZER;
+	struct buf t, c, a, r, l;
+	const char *params[5];
+	size_t n = 0, i, j;
+	bool failed;
+	PGresult *res = NULL;
+	enum db_rc rc = DB_OK;
+
+	/* taken[] is static (it is large): one flush at a time */
+	pthread_mutex_lock(&one);
+	pthread_mutex_lock(&att.lock);
+	for (i = 0; i < att.n; i++)
+		if (att.k[i].attempts != 0) {
+			taken[n++] = att.k[i];
+			att.k[i].attempts = att.k[i].retries = att.k[i].lease_expired = 0;
+		}
+	pthread_mutex_unlock(&att.lock);
+	if (n == 0) {
+		pthread_mutex_unlock(&one);
+		return METRICS_OK;
+	}
+	buf_init(&t, 65536);
+	buf_init(&c, 65536);
+	buf_init(&a, 65536);
+	buf_init(&r, 65536);
+	buf_init(&l, 65536);
+	failed = buf_puts(&t, "{") || buf_puts(&c, "{") || buf_puts(&a, "{") ||
+	         buf_puts(&r, "{") || buf_puts(&l, "{");
+	for (i = 0; i < n && !failed; i++) {
+		const char *sep = i ? "," : "";
+
+		failed = array_word(&t, taken[i].target) || array_word(&c, taken[i].cls) ||
+		         buf_printf(&a, "%s%llu", sep, taken[i].attempts) ||
+		         buf_printf(&r, "%s%llu", sep, taken[i].retries) ||
+		         buf_printf(&l, "%s%llu", sep, taken[i].lease_expired);
+	}
+	failed = failed || buf_puts(&t, "}") || buf_puts(&c, "}") || buf_puts(&a, "}") ||
+	         buf_puts(&r, "}") || buf_puts(&l, "}");
+	if (!failed) {
+		params[0] = t.data;
+		params[1] = c.data;
+		params[2] = a.data;
+		params[3] = r.data;
+		params[4] = l.data;
+		rc = db_exec(db, &st_flush_attempts, params, &res);
+		PQclear(res);
+	}
+	buf_free(&t);
+	buf_free(&c);
+	buf_free(&a);
+	buf_free(&r);
+	buf_free(&l);
+	if (failed || rc != DB_OK) {
+		/* late, not lost */
+		pthread_mutex_lock(&att.lock);
+		for (i = 0; i < n; i++)
+			for (j = 0; j < att.n; j++)
+				if (strcmp(att.k[j].target, taken[i].target) == 0 &&
+				    strcmp(att.k[j].cls, taken[i].cls) == 0) {
+					att.k[j].attempts += taken[i].attempts;
+					att.k[j].retries += taken[i].retries;
+					att.k[j].lease_expired += taken[i].lease_expired;
+					break;
+				}
+		pthread_mutex_unlock(&att.lock);
+	}
+	pthread_mutex_unlock(&one);
+	if (!failed && rc == DB_OK)
+		return METRICS_OK;
+	return rc == DB_UNAVAILABLE ? METRICS_UNAVAILABLE : METRICS_ERROR;
+}
 
 void
 metrics_count(enum metrics_counter c)
@@ -123,12 +412,17 @@ metrics_flush(struct db *db)
 	enum db_rc rc;
 	int i;
 
+	enum metrics_rc lrc = flush_latency(db), arc = flush_attempts(db);
+
+	if (lrc == METRICS_OK)
+		lrc = arc;
+
 	for (i = 0; i < METRICS_NCOUNTERS; i++) {
 		taken[i] = atomic_exchange_explicit(&counts[i], 0, memory_order_relaxed);
 		any = any || taken[i] != 0;
 	}
 	if (!any)
-		return METRICS_OK;
+		return lrc;
 	names[nl++] = '{';
 	values[vl++] = '{';
 	for (i = 0; i < METRICS_NCOUNTERS; i++) {
@@ -142,7 +436,7 @@ metrics_flush(struct db *db)
 	rc = db_exec(db, &st_flush, params, &res);
 	PQclear(res);
 	if (rc == DB_OK)
-		return METRICS_OK;
+		return lrc;
 	/* Keep them for the next flush: a count is late, not lost. */
 	for (i = 0; i < METRICS_NCOUNTERS; i++)
 		atomic_fetch_add_explicit(&counts[i], taken[i], memory_order_relaxed);
@@ -154,7 +448,8 @@ metrics_flush(struct db *db)
 /* What one refresh read. */
 struct snapshot {
 	json_t *counters, *decisions, *effects, *open_letters, *wait_buckets;
-	long long invalid_outputs, exhausted, blocked_sends, wait_count;
+	json_t *attempts, *latency; /* arrays of objects */
+	long long invalid_outputs, exhausted, blocked_sends, wait_count, held, expiring_soon;
 	double oldest_open_s, wait_sum;
 	bool actions_enabled;
 };
@@ -167,19 +462,21 @@ snapshot_clear(struct snapshot *s)
 	json_decref(s->effects);
 	json_decref(s->open_letters);
 	json_decref(s->wait_buckets);
+	json_decref(s->attempts);
+	json_decref(s->latency);
 	memset(s, 0, sizeof(*s));
 }
 
-/* A json_object_agg column; an object whatever happens. */
+/* A json_object_agg (or json_agg, array) column: that type whatever happens. */
 static json_t *
-object_col(const PGresult *res, const char *col)
+json_col(const PGresult *res, const char *col, bool array)
 {
 	const char *v = db_get(res, 0, col);
 	json_t *o = v != NULL ? json_loads(v, 0, NULL) : NULL;
 
-	if (!json_is_object(o)) {
+	if (array ? !json_is_array(o) : !json_is_object(o)) {
 		json_decref(o);
-		o = json_object();
+		o = array ? json_array() : json_object();
 	}
 	return o;
 }
@@ -286,6 +583,197 @@ render_histogram(struct buf *b, const struct snapshot *s)
 	                  s->wait_count, name, s->wait_sum, name, s->wait_count);
 }
 
+/* A sample with two labels, both escaped. */
+static int
+labelled2(struct buf *b, const char *name, const char *l1, const char *v1, const char *l2,
+          const char *v2, long long n)
+{
+	return buf_printf(b, "%s{%s=\"", name, l1) != 0 || label_value(b, v1) != 0 ||
+	               buf_printf(b, "\",%s=\"", l2) != 0 || label_value(b, v2) != 0 ||
+	               buf_printf(b, "\"} %lld\n", n) != 0
+	           ? -1
+	           : 0;
+}
+
+/* oncegate_effect_attempts_total and _retries_total{target, class}: every
+ * class of every target that has attempts, zero when none of a class. */
+static int
+render_attempts(struct buf *b, const struct snapshot *s)
+{
+	static const char *const fams[2][3] = {
+		{ "oncegate_effect_attempts_total", "attempts",
+		  "Send attempts of effects by target and outcome class (success, transient, "
+		  "permanent, ambiguous) as the attempt history records them, counted by each "
+		  "dispatcher and added at its housekeeping tick; a sending lease that ran out "
+		  "is an ambiguous attempt." },
+		{ "oncegate_effect_retries_total", "retries",
+		  "Send attempts after an effect's first, by target and outcome class: the retry "
+		  "rate is sum(rate(oncegate_effect_retries_total)) / "
+		  "sum(rate(oncegate_effect_attempts_total))." },
+	};
+	json_t *targets = json_object(), *row;
+	const char *t;
+	size_t i, j, f;
+	int rc = -1;
+
+	if (targets == NULL)
+		return -1;
+	json_array_foreach(s->attempts, i, row) {
+		const char *target = json_string_value(json_object_get(row, "target"));
+		const char *cls = json_string_value(json_object_get(row, "class"));
+
+		if (target == NULL || cls == NULL)
+			continue;
+		if (json_object_get(targets, target) == NULL)
+			json_object_set_new(targets, target, json_object());
+		json_object_set(json_object_get(targets, target), cls, row);
+	}
+	for (f = 0; f < 2; f++) {
+		if (family(b, fams[f][0], "counter", fams[f][2]) != 0)
+			goto out;
+		json_object_foreach(targets, t, row) {
+			const char *cls;
+			json_t *r;
+
+			for (j = 0; j < NELEM(attempt_classes); j++) {
+				r = json_object_get(row, attempt_classes[j]);
+				if (labelled2(b, fams[f][0], "target", t, "class", attempt_classes[j],
+				              member(r, fams[f][1])) != 0)
+					goto out;
+			}
+			json_object_foreach(row, cls, r) {
+				for (j = 0; j < NELEM(attempt_classes); j++)
+					if (strcmp(cls, attempt_classes[j]) == 0)
+						break;
+				if (j == NELEM(attempt_classes) &&
+				    labelled2(b, fams[f][0], "target", t, "class", cls,
+				              member(r, fams[f][1])) != 0)
+					goto out;
+			}
+		}
+	}
+	rc = 0;
+out:
+	json_decref(targets);
+	return rc;
+}
+
+/* One sample of the latency family: NAME_SUFFIX{method,route[,le]} value. */
+static int
+latency_sample(struct buf *b, const char *suffix, const char *method, const char *route,
+               const char *le, const char *value)
+{
+	return buf_printf(b, "oncegate_http_request_duration_seconds%s{method=\"", suffix) != 0 ||
+	               label_value(b, method) != 0 || buf_puts(b, "\",route=\"") != 0 ||
+	               label_value(b, route) != 0 ||
+	               (le != NULL && buf_printf(b, "\",le=\"%s", le) != 0) ||
+	               buf_printf(b, "\"} %s\n", value) != 0
+	           ? -1
+	           : 0;
+}
+
+/* oncegate_http_request_duration_seconds{method, route}: every route of the
+ * responder's table, zero when it has answered nothing yet. */
+static int
+render_latency(struct buf *b, const struct snapshot *s)
+{
+	size_t r, k, i, nroutes = api_route_count();
+	char le[32], v[48];
+	json_t *row;
+
+	if (family(b, "oncegate_http_request_duration_seconds", "histogram",
+	           "Time the responder took to answer a request, by route of its route table "
+	           "(method and path pattern), from matching the route to the answer being "
+	           "ready; every responder's requests, flushed at most a second later.") != 0)
+		return -1;
+	if (nroutes > METRICS_ROUTES_MAX)
+		nroutes = METRICS_ROUTES_MAX;
+	for (r = 0; r < nroutes; r++) {
+		const char *method, *pattern;
+		json_t *found = NULL, *bk;
+		long long cum = 0;
+
+		api_route_label(r, &method, &pattern);
+		json_array_foreach(s->latency, i, row)
+			if (strcmp(json_string_value(json_object_get(row, "method")) ?: "", method) == 0 &&
+			    strcmp(json_string_value(json_object_get(row, "route")) ?: "", pattern) == 0)
+				found = row;
+		bk = json_object_get(found, "buckets");
+		for (k = 0; k < NLAT; k++) {
+			json_t *n = json_array_get(bk, k);
+
+			cum += json_is_integer(n) ? (long long)json_integer_value(n) : 0;
+			snprintf(le, sizeof(le), "%g", lat_bounds[k]);
+			snprintf(v, sizeof(v), "%lld", cum);
+			if (latency_sample(b, "_bucket", method, pattern, le, v) != 0)
+				return -1;
+		}
+		snprintf(v, sizeof(v), "%lld", member(found, "count"));
+		if (latency_sample(b, "_bucket", method, pattern, "+Inf", v) != 0)
+			return -1;
+		snprintf(v, sizeof(v), "%.6f", json_number_value(json_object_get(found, "sum")));
+		if (latency_sample(b, "_sum", method, pattern, NULL, v) != 0)
+			return -1;
+		snprintf(v, sizeof(v), "%lld", member(found, "count"));
+		if (latency_sample(b, "_count", method, pattern, NULL, v) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+static long long
+sum_member(const json_t *rows, const char *name)
+{
+	long long n = 0;
+	size_t i;
+	json_t *row;
+
+	json_array_foreach(rows, i, row)
+		n += member(row, name);
+	return n;
+}
+
+/* The version, lease reclaims, held work, approvals about to lapse and
+ * request latency. */
+static int
+render_more(struct buf *b, const struct snapshot *s)
+{
+	static const char *const leases[] = { "run", "effect" };
+	json_t *reclaims = json_object();
+	int rc = -1;
+
+	if (reclaims == NULL)
+		return -1;
+	json_object_set_new(reclaims, "run",
+	                    json_integer(member(s->counters, "runs_lease_reclaimed")));
+	json_object_set_new(reclaims, "effect",
+	                    json_integer(sum_member(s->attempts, "lease_expired")));
+	if (family(b, "oncegate_build_info", "gauge",
+	           "The oncegate version that answers this scrape; always 1.") != 0 ||
+	    buf_puts(b, "oncegate_build_info{version=\"") != 0 ||
+	    label_value(b, PACKAGE_VERSION) != 0 || buf_puts(b, "\"} 1\n") != 0 ||
+	    render_attempts(b, s) != 0 ||
+	    labelled_family(b, "oncegate_lease_reclaims_total", "counter",
+	                    "Leases that ran out and were taken back: run (a claim took over a "
+	                    "run whose owner's lease had ended) and effect (a sending lease "
+	                    "ended mid-send, so the effect became unknown and was not resent).",
+	                    "lease", leases, NELEM(leases), reclaims) != 0 ||
+	    family(b, "oncegate_dispatch_held_effects", "gauge",
+	           "Effects due now that a dispatcher holds back because the kill switch is off "
+	           "(pending; each counted once in oncegate_dispatch_blocked_sends_total).") != 0 ||
+	    buf_printf(b, "oncegate_dispatch_held_effects %lld\n", s->held) != 0 ||
+	    family(b, "oncegate_approvals_expiring_soon", "gauge",
+	           "Runs waiting for a person whose pending approval challenges expire within "
+	           "the next hour.") != 0 ||
+	    buf_printf(b, "oncegate_approvals_expiring_soon %lld\n", s->expiring_soon) != 0 ||
+	    render_latency(b, s) != 0)
+		goto out;
+	rc = 0;
+out:
+	json_decref(reclaims);
+	return rc;
+}
+
 static int
 render(struct buf *b, const struct snapshot *s)
 {
@@ -296,7 +784,7 @@ render(struct buf *b, const struct snapshot *s)
 
 	if (claims == NULL)
 		return -1;
-	for (i = 0; i < METRICS_NCOUNTERS; i++)
+	for (i = 0; i < NELEM(outcomes); i++)
 		json_object_set_new(claims, outcomes[i],
 		                    json_integer(member(s->counters, counter_names[i])));
 	if (labelled_family(b, "oncegate_claims_total", "counter",
@@ -346,9 +834,12 @@ render(struct buf *b, const struct snapshot *s)
 	    buf_printf(b, "oncegate_kill_switch_actions_enabled %d\n", s->actions_enabled ? 1 : 0) !=
 	        0 ||
 	    family(b, "oncegate_dispatch_blocked_sends_total", "counter",
-	           "Sends a dispatcher refused because the kill switch was off; the effect stayed "
-	           "pending (dispatch_control.blocked_sends, counted by every dispatcher).") != 0 ||
-	    buf_printf(b, "oncegate_dispatch_blocked_sends_total %lld\n", s->blocked_sends) != 0)
+	           "Effects held back because the kill switch was off: each effect due while the "
+	           "switch is off counts once per hold, whether a dispatcher saw it in the queue "
+	           "or had claimed it and refused it right before its send; it stays pending "
+	           "(dispatch_control.blocked_sends, counted by every dispatcher).") != 0 ||
+	    buf_printf(b, "oncegate_dispatch_blocked_sends_total %lld\n", s->blocked_sends) != 0 ||
+	    render_more(b, s) != 0)
 		goto out;
 	rc = 0;
 out:
@@ -382,11 +873,15 @@ snapshot_read(struct db *db, struct snapshot *s)
 		PQclear(res);
 		return METRICS_ERROR;
 	}
-	s->counters = object_col(res, "counters");
-	s->decisions = object_col(res, "decisions");
-	s->effects = object_col(res, "effects");
-	s->open_letters = object_col(res, "open_letters");
-	s->wait_buckets = object_col(res, "wait_buckets");
+	s->counters = json_col(res, "counters", false);
+	s->decisions = json_col(res, "decisions", false);
+	s->effects = json_col(res, "effects", false);
+	s->open_letters = json_col(res, "open_letters", false);
+	s->wait_buckets = json_col(res, "wait_buckets", false);
+	s->attempts = json_col(res, "attempts", true);
+	s->latency = json_col(res, "latency", true);
+	s->held = db_get_ll(res, 0, "held");
+	s->expiring_soon = db_get_ll(res, 0, "expiring_soon");
 	s->invalid_outputs = db_get_ll(res, 0, "invalid_outputs");
 	s->exhausted = db_get_ll(res, 0, "exhausted");
 	s->blocked_sends = db_get_ll(res, 0, "blocked_sends");

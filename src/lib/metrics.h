@@ -20,6 +20,9 @@
 #ifndef OG_METRICS_H
 #define OG_METRICS_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 #include "buf.h"
 #include "db.h"
 
@@ -28,6 +31,7 @@ enum metrics_counter {
 	METRICS_CLAIM_CLAIMED = 0,     /* 201: a new key or a reclaim */
 	METRICS_CLAIM_DUPLICATE,       /* 200: the key exists and is not claimable */
 	METRICS_CLAIM_MISMATCH,        /* 409: same key, different payload */
+	METRICS_RUN_LEASE_RECLAIMED,   /* 201 over a run whose lease had run out */
 	METRICS_NCOUNTERS,
 };
 
@@ -39,6 +43,23 @@ enum metrics_rc {
 
 /* Counts one event of this process. Lock-free; safe from any thread. */
 void metrics_count(enum metrics_counter c);
+
+/* Routes of the responder's table (api_route_count) with a latency
+ * histogram; requests of a route past this are not timed. */
+#define METRICS_ROUTES_MAX 32
+
+/* Times one request of route i (api_route_label) in this process: a few
+ * relaxed atomic adds. Flushed with the counters. */
+void metrics_observe_request(size_t route, double seconds);
+
+/* Counts one send attempt of this process (a dispatcher) as the attempt
+ * history records it: target, outcome class, whether it came after the
+ * effect's first, whether it is a sending lease that ran out. A few
+ * distinct targets and classes per process; past METRICS_ATTEMPT_KEYS
+ * pairs, new ones are not counted (and said so once). */
+#define METRICS_ATTEMPT_KEYS 256
+void metrics_count_attempt(const char *target, const char *cls, bool retry,
+                           bool lease_expired);
 
 /* Adds this process's uncounted events to metric_counters in one
  * statement. On failure the events stay counted in memory for the next

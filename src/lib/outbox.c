@@ -33,10 +33,17 @@ static const struct db_stmt st_list = {
 	"SELECT id, effect_type, target, state, provider_key, payload_hash, attempt,"
 	"       provider_id, error_class, reason, og_ts(completed_at) AS completed_at,"
 	"       og_ts(not_before) AS not_before,"
-	"       og_ts(next_attempt_at) AS next_attempt_at,"
+	/* the same value and format as oncegatectl's envelope: only while
+	 * the dispatcher will act on it */
+	"       CASE WHEN state IN ('pending', 'unknown') THEN og_ts(next_attempt_at) END"
+	"           AS next_attempt_at,"
 	"       og_ts(created_at) AS created_at, og_ts(updated_at) AS updated_at,"
-	"       approval_id, slot"
-	"  FROM effect_outbox WHERE client_id = $1 AND idempotency_key = $2"
+	"       approval_id, slot,"
+	/* the upstream event's id, else its correlation id (the run's) */
+	"       (SELECT coalesce(r.event_id, r.correlation_id) FROM workflow_runs r"
+	"         WHERE r.client_id = e.client_id AND r.idempotency_key = e.idempotency_key)"
+	"           AS event_id"
+	"  FROM effect_outbox e WHERE client_id = $1 AND idempotency_key = $2"
 	" ORDER BY created_at, id",
 	2, true,
 };
@@ -230,7 +237,7 @@ outbox_list(struct db *db, const struct config *cfg, long long client_id, const 
 		set_opt(e, "created_at", res, i, "created_at");
 		set_opt(e, "updated_at", res, i, "updated_at");
 		/* the recovery envelope (SPEC 7.2, seed 004) */
-		set_opt(e, "event_id", res, i, "id");
+		set_opt(e, "event_id", res, i, "event_id");
 		json_object_set_new(e, "correlation_id",
 		                    correlation_id ? json_string(correlation_id) : json_null());
 		json_object_set_new(e, "operation", json_string(db_get(res, i, "effect_type")));

@@ -137,7 +137,7 @@ static const struct db_stmt st_dl_show = {
 	"       'id', o.id, 'ts', og_ts(o.ts), 'operator', o.operator, 'action', o.action,"
 	"       'reason', o.reason, 'details', o.details) ORDER BY o.id), '[]'::jsonb)"
 	"     FROM operator_actions o WHERE o.effect_id = e.id),"
-	"  'envelope', jsonb_build_object('event_id', e.id,"
+	"  'envelope', jsonb_build_object('event_id', coalesce(r.event_id, r.correlation_id),"
 	"      'correlation_id', r.correlation_id, 'operation', e.effect_type,"
 	"      'idempotency_key', e.provider_key, 'payload_hash', e.payload_hash,"
 	"      'attempt', e.attempt,"

@@ -38,7 +38,8 @@ static const struct db_stmt st_client = {
 static const struct db_stmt st_original = {
 	"replay_original",
 	"SELECT r.client_id, r.state, r.payload::text AS payload, r.payload_hash,"
-	"       r.contract, r.output::text AS output, r.output_hash, r.model::text AS model,"
+	"       r.contract, r.contract_hash, r.output::text AS output, r.output_hash,"
+	"       r.model::text AS model,"
 	"       r.effect::text AS effect, r.source_url, r.workflow_version, r.correlation_id,"
 	"       (SELECT count(*) FROM effect_outbox e"
 	"         WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
@@ -428,6 +429,17 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		         "the fresh approval", db_get(res, 0, "contract"));
 		rrc = REPLAY_NO_APPROVERS;
 		goto out;
+	}
+	/* A draft answers the contract it was written for: once the contract
+	 * changed, the old output is never carried, even when it still passes. */
+	if (db_get(res, 0, "contract_hash") != NULL &&
+	    strcmp(db_get(res, 0, "contract_hash"), contract_hash(p->c)) != 0) {
+		snprintf(out->note, sizeof(out->note),
+		         "contract %s changed since the original's draft (%.20s… now %.20s…); "
+		         "the workflow drafts again when it claims the new key",
+		         contract_name(p->c), db_get(res, 0, "contract_hash"), contract_hash(p->c));
+		p->c = NULL;
+		goto retryable;
 	}
 	output = json_loads(db_get(res, 0, "output"), JSON_DECODE_ANY, NULL);
 	errors = output != NULL ? contract_validate(p->c, output) : NULL;
