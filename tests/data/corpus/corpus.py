@@ -1,0 +1,78 @@
+"""The corpus of tests/data/corpus for Python test scripts (the soak, the
+multi-host chaos): support mails in several scripts at the contracts'
+maxima, recipient lists, group headers, the business keys two tenants
+share, model outputs. README.md says what each file holds.
+
+    sys.path.insert(0, "<root>/tests/data/corpus")
+    import corpus
+    m = corpus.mail("ru_max")            # {"id", "subject", "body", ...}
+    corpus.fit_key("soak123:", k)        # prefix + k, at most 200 code points
+"""
+
+import json
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KEY_MAX = 200
+_cache = {}
+
+
+def load(name):
+    """One corpus file ("mails.json"), parsed (cached; do not modify)."""
+    if name not in _cache:
+        with open(os.path.join(HERE, name), encoding="utf-8") as f:
+            _cache[name] = json.load(f)
+    return _cache[name]
+
+
+def mails():
+    return load("mails.json")["mails"]
+
+
+def mail(mid):
+    for m in mails():
+        if m["id"] == mid:
+            return m
+    raise KeyError("corpus mails.json has no mail %r" % mid)
+
+
+def long_mails():
+    """The mails at the support_reply contract's maxima (200/5000)."""
+    return [m for m in mails() if m["id"].endswith("_max")]
+
+
+def short_mails():
+    return [m for m in mails() if m["id"].endswith("_short")]
+
+
+def recipients(n=None):
+    """The first n addresses of the 100-address list (all by default)."""
+    addrs = load("recipients.json")["max"]
+    return list(addrs if n is None else addrs[:n])
+
+
+def groups():
+    return load("groups.json")["cases"]
+
+
+def tenants():
+    return [t["name"] for t in load("tenants.json")["tenants"]]
+
+
+def shared_keys():
+    return list(load("tenants.json")["shared_keys"])
+
+
+def long_keys():
+    return list(load("tenants.json")["long_keys"])
+
+
+def fit_key(prefix, key, max_chars=KEY_MAX):
+    """prefix + key, cut to at most max_chars code points in all."""
+    assert len(prefix) < max_chars
+    return prefix + key[:max_chars - len(prefix)]
+
+
+def crm_reasons():
+    """crm_tag outputs whose reason is at the contract's 500 code points."""
+    return [c["output"] for c in load("outputs.json")["crm_tag"]]
