@@ -571,14 +571,8 @@ disp_kill9(struct disp *d)
 static void
 setup(void)
 {
-	PGconn *c;
-
 	proc_sweep();
-	c = tl_pg_connect();
-	qexec(c, "UPDATE effect_outbox SET state = 'cancelled', lease_owner = NULL,"
-	      "    lease_expires_at = NULL, updated_at = now()"
-	      " WHERE state IN ('pending', 'unknown', 'sending')", (char *)NULL);
-	PQfinish(c);
+	dl_cancel_waiting();
 }
 
 static void

@@ -527,6 +527,17 @@ wait_prov(const char *prefix, const char *kind, size_t want, double secs)
 	}
 }
 
+void
+dl_cancel_waiting(void)
+{
+	PGconn *c = tl_pg_connect();
+
+	qexec(c, "UPDATE effect_outbox SET state = 'cancelled', lease_owner = NULL,"
+	      "    lease_expires_at = NULL, updated_at = now()"
+	      " WHERE state IN ('pending', 'unknown', 'sending')", (char *)NULL);
+	PQfinish(c);
+}
+
 /* ---- a suite's main --------------------------------------------------------- */
 
 int

@@ -69,6 +69,10 @@ json_t *prov_committed(const char *prefix);
 /* Polls until the provider has at least want matching requests. */
 size_t wait_prov(const char *prefix, const char *kind, size_t want, double secs);
 
+/* Before a test: what an earlier test (or suite) left pending, unknown or
+ * sending can no longer be claimed by this test's dispatcher. */
+void dl_cancel_waiting(void);
+
 /* The start of a suite's main: 77 (skip) without the stack, 99 when one of
  * the needed variables is missing; else 0, with the run named
  * PREFIX<epoch>-<pid> in run and g_suite, g_tmp, g_procs set. */

@@ -9,6 +9,8 @@ share, model outputs. README.md says what each file holds.
     corpus.fit_key("soak123:", k)        # prefix + k, at most 200 code points
 """
 
+import email
+import email.policy
 import json
 import os
 
@@ -76,3 +78,31 @@ def fit_key(prefix, key, max_chars=KEY_MAX):
 def crm_reasons():
     """crm_tag outputs whose reason is at the contract's 500 code points."""
     return [c["output"] for c in load("outputs.json")["crm_tag"]]
+
+
+# ---- reading what the providers and the database recorded, to compare
+# with the corpus ----------------------------------------------------------
+
+
+def mime_text(raw):
+    """(Message-ID, Subject, body text) of a whole message as the SMTP sink
+    recorded it, MIME-decoded (RFC 2047 words, base64 or quoted-printable,
+    charset); CRLF line ends read as LF, as the corpus writes them."""
+    msg = email.message_from_string(raw, policy=email.policy.default)
+    part = msg.get_body(preferencelist=("plain",)) if msg.is_multipart() else msg
+    body = part.get_content() if part is not None else None
+    if body is not None:
+        body = body.replace("\r\n", "\n")
+    return str(msg.get("Message-ID", "")).strip(), str(msg.get("Subject", "")), body
+
+
+def read_tsv(path, ncols):
+    """Rows of a tab-separated dump (psql -At -F TAB) with exactly ncols
+    columns."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) == ncols:
+                rows.append(parts)
+    return rows
