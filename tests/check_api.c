@@ -885,10 +885,10 @@ START_TEST(test_corpus_keys_two_tenants)
 		struct tl_resp r;
 		const char *p[1] = { key };
 
-		claim(g_key_dev, key, json_deep_copy(json_object_get(pa, "payload")), 30, &r);
+		claim(g_key_dev, key, json_deep_copy(json_object_get(pa, "payload")), 8, &r);
 		expect_claimed(&r, key, 1, ha, &d);
 		tl_resp_free(&r);
-		claim(g_key_b, key, json_deep_copy(json_object_get(pb, "payload")), 30, &r);
+		claim(g_key_b, key, json_deep_copy(json_object_get(pb, "payload")), 8, &r);
 		expect_claimed(&r, key, 1, hb, &b);
 		tl_resp_free(&r);
 		ck_assert_int_eq(tl_pg_count(c, "SELECT count(DISTINCT client_id) FROM workflow_runs "
@@ -899,7 +899,7 @@ START_TEST(test_corpus_keys_two_tenants)
 		expect_own_run(g_key_b, key, b.owner, hb);
 
 		/* renew and complete dev's; b's run stays as it was */
-		renew(g_key_dev, key, d.owner, d.version, 20, &r);
+		renew(g_key_dev, key, d.owner, d.version, 5, &r);
 		ASSERT_STATUS(&r, 200);
 		ck_assert_msg(tl_jint(r.json, "version", &d.version), "renew: %s", r.body);
 		tl_resp_free(&r);
