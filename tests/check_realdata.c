@@ -261,7 +261,7 @@ END_TEST
 static pid_t
 dispatcher_start(const char *conf, const char *log, const char *err)
 {
-	char text[2048], *argv[4];
+	char text[PATH_MAX + 2048], *argv[4];
 	pid_t pid;
 	double deadline;
 	char *lines;
