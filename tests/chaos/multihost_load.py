@@ -20,7 +20,7 @@ nginx:
   2. hand in the model's output (POST /v1/runs/{key}/output) -> 202 and the
      approval link: for odd N a support_reply mail from the corpus (--mails
      long: at the contract's 200 + 5,000 code points, every script, to 10
-     recipients; short: its short mails, to 3) for target demo_smtp, for
+     recipients; short: notes of 40 + 60 code points, to 3) for target demo_smtp, for
      even N a crm_tag whose 500-character multilingual reason needs a
      person;
   3. the approver opens the page (GET /approve/{token}) and approves with
@@ -105,7 +105,7 @@ class Load:
             with open(args.out + "/api_key_b") as f:
                 self.tenants.append((args.client_b, "Bearer " + f.read().strip()))
         self.keys = corpus.shared_keys()
-        self.mails = corpus.long_mails() if args.mails == "long" else corpus.short_mails()
+        self.mails = corpus.long_mails() if args.mails == "long" else corpus.brief_mails()
         self.reasons = corpus.crm_reasons()
         self.local = threading.local()
 
@@ -213,7 +213,7 @@ class Load:
                     {"subject": mail["subject"], "body": mail["body"], "tone": "formal",
                      "confidence": 0.55},
                     {"type": "email.send", "target": "demo_smtp", "payload": {"to": to}},
-                    {"mail": mail["id"], "to": to})
+                    {"mail": mail["id"], "brief": self.args.mails == "short", "to": to})
         reason = self.reasons[(i + t) % len(self.reasons)]["reason"]
         return ("crm_tag",
                 {"tag": "churn_risk", "confidence": 0.4,
@@ -535,6 +535,8 @@ def check(args):
         if f is not None:
             _, subject, body = corpus.mime_text(m.get("data", ""))
             want = corpus.mail(f["mail"])
+            if f.get("brief"):
+                want = corpus.brief(want)
             if subject != want["subject"] or body != want["body"] or \
                     [a.lower() for a in m.get("rcpt_tos", [])] != [a.lower() for a in f["to"]]:
                 wrong_bytes += 1

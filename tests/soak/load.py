@@ -14,7 +14,7 @@ two tenants share in tests/data/corpus (Cyrillic, Han, Arabic, Hebrew,
 emoji, 200 characters long), each with its own mail or tag. --mails long
 (the default) drafts the corpus mails at the support_reply contract's
 maxima (200 + 5,000 code points, every script) to 10 or 100 recipients;
---mails short drafts its short mails to three.
+--mails short drafts notes of 40 + 60 code points in every script to three.
 Each worker repeats one of four journeys, in turn:
 
   support   claim a new key, the same claim again (a duplicate: 200 with the
@@ -169,7 +169,7 @@ class Worker(threading.Thread):
         self.client = next(iter(self.clients.values()))
         self.n = 0
         self.keys = corpus.shared_keys()
-        self.mails = corpus.long_mails() if args.mails == "long" else corpus.short_mails()
+        self.mails = corpus.long_mails() if args.mails == "long" else corpus.brief_mails()
 
     def business_key(self, kind):
         """RUN:kind:worker:n: + a key of the corpus, at most 200 characters:
