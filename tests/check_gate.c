@@ -2587,6 +2587,61 @@ START_TEST(test_corpus_drafts)
 }
 END_TEST
 
+/* The limits count code points, not bytes: one character past them (a
+ * 15,000-byte CJK body of 5,001 characters, an emoji body whose flags and
+ * ZWJ sequences are several code points each) is refused naming /subject
+ * and /body maxLength; the same drafts at exactly the limits are taken. */
+START_TEST(test_corpus_one_over)
+{
+	static const char *const ids[] = { "zh_max", "emoji_max" };
+	size_t i, j;
+
+	for (i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+		const char *subject = tl_corpus_mail_str(ids[i], "subject");
+		const char *body = tl_corpus_mail_str(ids[i], "body");
+		struct submission bad = { .requested_by = REQUESTER }, good = { .requested_by = REQUESTER };
+		char key[200], *s2, *b2;
+		struct claimed cl;
+		struct tl_resp r;
+		struct gated g;
+		long long v1 = 0;
+		bool e_subject = false, e_body = false;
+		json_t *errs;
+
+		ck_assert_int_gt(asprintf(&s2, "%s\xe2\x9c\x93", subject), 0); /* + U+2713 */
+		ck_assert_int_gt(asprintf(&b2, "%s\xe2\x9c\x93", body), 0);
+		mkkey(key, sizeof(key), ids[i]);
+		strcat(key, "-over");
+		claim_run(key, &cl);
+		bad.output = json_pack("{s:s, s:s, s:f}", "subject", s2, "body", b2, "confidence", 0.5);
+		post_output(key, cl.owner, cl.version, &bad, &r);
+		ASSERT_STATUS(&r, 422);
+		errs = json_object_get(r.json, "errors");
+		for (j = 0; j < json_array_size(errs); j++) {
+			const char *path = tl_jstr(json_array_get(errs, j), "path");
+			const char *rule = tl_jstr(json_array_get(errs, j), "rule");
+
+			e_subject = e_subject || (path && rule && strcmp(path, "/subject") == 0 &&
+			                          strcmp(rule, "maxLength") == 0);
+			e_body = e_body || (path && rule && strcmp(path, "/body") == 0 &&
+			                    strcmp(rule, "maxLength") == 0);
+		}
+		ck_assert_msg(e_subject && e_body, "%s + 1 character: want /subject and /body "
+		              "maxLength: %.1000s", ids[i], r.body);
+		ck_assert_msg(tl_jint(r.json, "version", &v1), "version: %s", r.body);
+		tl_resp_free(&r);
+		good.output = json_pack("{s:s, s:s, s:f}", "subject", subject, "body", body, "confidence",
+		                        0.5);
+		post_output(key, cl.owner, v1, &good, &r);
+		memset(&g, 0, sizeof(g));
+		expect_awaiting(&r, "group:support", &g);
+		tl_resp_free(&r);
+		free(s2);
+		free(b2);
+	}
+}
+END_TEST
+
 /* ===== 11. the raw token is stored and logged nowhere ====================== */
 
 static void
@@ -2825,6 +2880,7 @@ gate_suite(void)
 	tcase_add_checked_fixture(tc, setup_healthy, NULL);
 	tcase_add_test(tc, test_hostile_output);
 	tcase_add_test(tc, test_corpus_drafts);
+	tcase_add_test(tc, test_corpus_one_over);
 	suite_add_tcase(s, tc);
 
 	/* Last: it reads everything the others wrote too. */

@@ -489,7 +489,7 @@ qt "SELECT c.name || '|' || e.idempotency_key, e.provider_key, e.state,
 	WHERE e.idempotency_key LIKE '$RUN%'" >"$TMP/effects.tsv"
 rc=0
 "$ONCEGATE_PYTHON" "$HERE/multihost_load.py" check --run "$RUN" --runs "$RUNS" --out "$PRIV" \
-	--requests "$TMP/requests.json" --mails "$TMP/smtp.jsonl" --runs-tsv "$TMP/runs.tsv" --approvals-tsv "$TMP/approvals.tsv" \
+	--requests "$TMP/requests.json" --smtp "$TMP/smtp.jsonl" --runs-tsv "$TMP/runs.tsv" --approvals-tsv "$TMP/approvals.tsv" \
 	--effects-tsv "$TMP/effects.tsv" >"$TMP/check.out" 2>"$TMP/check.err" || rc=1
 declare -A R=()
 while IFS='=' read -r k v; do R[$k]=$v; done <"$TMP/check.out"

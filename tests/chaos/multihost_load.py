@@ -5,7 +5,7 @@
         --workers W --public-url URL --out DIR [--client NAME]
         [--client-b NAME] [--mails long|short]
     multihost_load.py check --run RUN --runs N --out DIR --requests FILE
-        --mails FILE --runs-tsv FILE --approvals-tsv FILE --effects-tsv FILE
+        --smtp FILE --runs-tsv FILE --approvals-tsv FILE --effects-tsv FILE
 
 load: N business keys, started R per second by W threads. DIR/api_key is
 the first tenant's API key (client --client), DIR/api_key_b, with
@@ -155,6 +155,11 @@ class Load:
                             {"Authorization": self.local.auth,
                              "Content-Type": "application/json"})
 
+    def api_as(self, who, *args):
+        """api() on another thread, for the tenant who = (name, auth)."""
+        self.local.tenant, self.local.auth = who
+        return self.api(*args)
+
     @staticmethod
     def pause():
         time.sleep(random.uniform(0.25, 0.5))
@@ -172,8 +177,9 @@ class Load:
                 # The same claim twice at the same moment (n8n retrying
                 # while the first is still in flight).
                 dup = []
+                who = (self.local.tenant, self.local.auth)
                 t = threading.Thread(target=lambda: dup.append(
-                    self.api("claim_dup", key, "POST", "/v1/runs", body)))
+                    self.api_as(who, "claim_dup", key, "POST", "/v1/runs", body)))
                 t.start()
                 answers.append(self.api("claim", key, "POST", "/v1/runs", body))
                 t.join()
@@ -383,7 +389,7 @@ def check(args):
         flows[d["key"]] = d["end"]
         flow_of[d["key"]] = d
     requests = json.load(open(args.requests, encoding="utf-8"))
-    mails = [json.loads(line) for line in open(args.mails, encoding="utf-8") if line.strip()]
+    mails = [json.loads(line) for line in open(args.smtp, encoding="utf-8") if line.strip()]
     runs = corpus.read_tsv(args.runs_tsv, 3)            # tenant|key, state, attempt
     approvals = corpus.read_tsv(args.approvals_tsv, 3)  # tenant|key, state, decision
     # tenant|key, provider_key, state, letters, effect type
@@ -609,7 +615,7 @@ def main():
     cp.add_argument("--runs", type=int, required=True)
     cp.add_argument("--out", required=True)
     cp.add_argument("--requests", required=True)
-    cp.add_argument("--mails", required=True, help="the SMTP sink's record")
+    cp.add_argument("--smtp", required=True, help="the SMTP sink's record")
     cp.add_argument("--runs-tsv", required=True)
     cp.add_argument("--approvals-tsv", required=True)
     cp.add_argument("--effects-tsv", required=True)
