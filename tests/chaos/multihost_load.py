@@ -532,7 +532,12 @@ def check(args):
         else:
             k = "%s|%s" % (b.get("tenant"), b.get("run"))
         got[k] += 1
-        sent_with[k].add(r.get("idempotency_key") or "")
+        pk = r.get("idempotency_key") or ""
+        try:  # http.server reads header bytes as Latin-1; the outbox holds UTF-8
+            pk = pk.encode("latin-1").decode("utf-8")
+        except UnicodeError:
+            pass
+        sent_with[k].add(pk)
     for m in mails:
         rc = m.get("rcpt_tos") or [""]
         k = by_flow_to.get(rc[0].lower(), "?|mail to %s" % rc[0])

@@ -360,10 +360,17 @@ def check(args):
     bad = collections.Counter()
     examples = []
 
-    def fail(kind, what):
-        bad[kind] += 1
+    def fail(kind, what, n=1):
+        bad[kind] += n
         if len(examples) < 20:
             examples.append("%s: %s" % (kind, what[:400]))
+
+    def header_text(v):
+        # http.server reads header bytes as Latin-1; the outbox holds UTF-8
+        try:
+            return v.encode("latin-1").decode("utf-8")
+        except (AttributeError, UnicodeError):
+            return v
 
     eff = {}
     for client, key, etype, pkey, state, pid in effects:
@@ -442,9 +449,9 @@ def check(args):
             r, body = got[0]
             if any(body.get(k) != v for k, v in d["payload"].items()):
                 fail("payload differs", "%s: %s" % (what, json.dumps(body)[:200]))
-            if r.get("idempotency_key") != e["provider_key"]:
+            if header_text(r.get("idempotency_key")) != e["provider_key"]:
                 fail("sent with another tenant's provider key", "%s: %r != %r" % (
-                    what, r.get("idempotency_key"), e["provider_key"]))
+                    what, header_text(r.get("idempotency_key")), e["provider_key"]))
             if e["provider_id"] != r.get("id"):
                 fail("provider id of another delivery", "%s: %s != %s" % (
                     what, e["provider_id"], r.get("id")))
@@ -461,11 +468,11 @@ def check(args):
     pkeys = collections.Counter(e["provider_key"] for e in eff.values())
     shared = sum(1 for n in pkeys.values() if n > 1)
     if shared:
-        fail("provider key shared by two effects", "%d keys" % shared)
+        fail("provider key shared by two effects", "%d keys" % shared, shared)
     mids = collections.Counter(corpus.mime_text(m.get("data", ""))[0] for m in mails)
     mid_shared = sum(1 for n in mids.values() if n > 1)
     if mid_shared:
-        fail("Message-ID shared by two mails", "%d Message-IDs" % mid_shared)
+        fail("Message-ID shared by two mails", "%d Message-IDs" % mid_shared, mid_shared)
 
     out["doubled"] = bad["doubled"]
     out["lost"] = bad["lost"]
