@@ -840,6 +840,114 @@ START_TEST(test_clients_are_isolated)
 }
 END_TEST
 
+/* ---- 5b. real keys, two tenants (tests/data/corpus) ----------------------- */
+
+/* GET of key as bearer: 200, the whole key, this lease owner and hash. */
+static void
+expect_own_run(const char *bearer, const char *key, const char *owner, const char *hash)
+{
+	struct tl_resp r;
+
+	get_run(bearer, key, &r);
+	ASSERT_STATUS(&r, 200);
+	ck_assert_str_eq(tl_jstr(r.json, "key") ? tl_jstr(r.json, "key") : "", key);
+	ck_assert_str_eq(tl_jstr(r.json, "lease_owner") ? tl_jstr(r.json, "lease_owner") : "", owner);
+	ck_assert_str_eq(tl_jstr(r.json, "payload_hash") ? tl_jstr(r.json, "payload_hash") : "", hash);
+	tl_resp_free(&r);
+}
+
+/* The business keys two tenants share in the corpus — ids with '/', '#',
+ * '%', '?', '&', a Message-ID, Cyrillic, Han, Arabic, Hebrew, emoji, and
+ * seven of exactly 200 characters in each script — each claimed by dev and
+ * by client b with different mail-sized payloads, read, renewed and
+ * completed through nginx. Each tenant sees its own run only: its lease
+ * owner, its payload hash (the RFC 8785 one any client computes), its
+ * result; one completing leaves the other's run as it was. */
+START_TEST(test_corpus_keys_two_tenants)
+{
+	json_t *tenants = tl_corpus_load("tenants.json");
+	json_t *outputs = tl_corpus_load("outputs.json");
+	json_t *keys = json_object_get(tenants, "shared_keys");
+	json_t *payloads = json_object_get(outputs, "payloads");
+	PGconn *c = tl_pg_connect();
+	char prefix[96];
+	size_t i, np = json_array_size(payloads);
+
+	ck_assert_msg(g_key_b != NULL, "no second client: `oncegatectl client add` failed in main()");
+	ck_assert_msg(json_array_size(keys) >= 10 && np >= 2, "the corpus is too small");
+	snprintf(prefix, sizeof(prefix), "%s-corpus:", g_run);
+	for (i = 0; i < json_array_size(keys); i++) {
+		char *key = tl_corpus_key(prefix, json_string_value(json_array_get(keys, i)), 200);
+		const json_t *pa = json_array_get(payloads, i % np), *pb = json_array_get(payloads, (i + 1) % np);
+		const char *ha = tl_jstr(pa, "payload_hash"), *hb = tl_jstr(pb, "payload_hash");
+		char *row_b, *after;
+		struct claimed d, b;
+		struct tl_resp r;
+		const char *p[1] = { key };
+
+		claim(g_key_dev, key, json_deep_copy(json_object_get(pa, "payload")), 8, &r);
+		expect_claimed(&r, key, 1, ha, &d);
+		tl_resp_free(&r);
+		claim(g_key_b, key, json_deep_copy(json_object_get(pb, "payload")), 8, &r);
+		expect_claimed(&r, key, 1, hb, &b);
+		tl_resp_free(&r);
+		ck_assert_int_eq(tl_pg_count(c, "SELECT count(DISTINCT client_id) FROM workflow_runs "
+		                             "WHERE idempotency_key = $1", 1, p), 2);
+
+		/* each reads its own run, whole key and all */
+		expect_own_run(g_key_dev, key, d.owner, ha);
+		expect_own_run(g_key_b, key, b.owner, hb);
+
+		/* renew and complete dev's; b's run stays as it was */
+		renew(g_key_dev, key, d.owner, d.version, 5, &r);
+		ASSERT_STATUS(&r, 200);
+		ck_assert_msg(tl_jint(r.json, "version", &d.version), "renew: %s", r.body);
+		tl_resp_free(&r);
+		row_b = tl_run_row(c, g_client_b, key);
+		transition(g_key_dev, key, d.owner, d.version, "completed",
+		           json_pack("{s:s, s:I}", "sent", key, "n", (json_int_t)i), NULL, NULL, &r);
+		ASSERT_STATUS(&r, 200);
+		tl_resp_free(&r);
+		after = tl_run_row(c, g_client_b, key);
+		ck_assert_msg(after != NULL && strcmp(after, row_b) == 0,
+		              "dev completing %s changed b's run", key);
+		free(after);
+		free(row_b);
+
+		/* a duplicate answers each tenant with its own run */
+		claim(g_key_dev, key, json_deep_copy(json_object_get(pa, "payload")), 0, &r);
+		expect_duplicate(&r, key, "completed");
+		ck_assert_msg(json_is_object(json_object_get(r.json, "result")) &&
+		              tl_jstr(json_object_get(r.json, "result"), "sent") != NULL &&
+		              strcmp(tl_jstr(json_object_get(r.json, "result"), "sent"), key) == 0,
+		              "dev's duplicate does not carry dev's result: %.1000s", r.body);
+		tl_resp_free(&r);
+		claim(g_key_b, key, json_deep_copy(json_object_get(pb, "payload")), 0, &r);
+		expect_duplicate(&r, key, "processing");
+		ck_assert_msg(json_object_get(r.json, "result") == NULL,
+		              "b's duplicate carries a result of dev's run: %.1000s", r.body);
+		tl_resp_free(&r);
+		/* b's payload is not dev's: a mismatch for b, against b's hash */
+		claim(g_key_b, key, json_deep_copy(json_object_get(pa, "payload")), 0, &r);
+		ck_assert_msg((r.status == 409 || r.status == 422) &&
+		              tl_jstr(r.json, "stored_payload_hash") != NULL &&
+		              strcmp(tl_jstr(r.json, "stored_payload_hash"), hb) == 0,
+		              "b claiming with dev's payload: HTTP %ld %.1000s", r.status, r.body);
+		tl_resp_free(&r);
+
+		transition(g_key_b, key, b.owner, b.version, "completed", NULL, NULL, NULL, &r);
+		ASSERT_STATUS(&r, 200);
+		tl_resp_free(&r);
+		ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM workflow_runs WHERE "
+		                             "idempotency_key = $1 AND state = 'completed'", 1, p), 2);
+		free(key);
+	}
+	json_decref(tenants);
+	json_decref(outputs);
+	PQfinish(c);
+}
+END_TEST
+
 /* ---- 6. the lease cap --------------------------------------------------- */
 
 START_TEST(test_lease_cap)
@@ -1847,6 +1955,7 @@ api_suite(void)
 	tcase_add_test(tc, test_payload_reordered_is_duplicate);
 	tcase_add_test(tc, test_payload_numbers_as_given);
 	tcase_add_test(tc, test_clients_are_isolated);
+	tcase_add_test(tc, test_corpus_keys_two_tenants);
 	tcase_add_test(tc, test_lease_cap);
 	tcase_add_test(tc, test_default_lease_clamped);
 	tcase_add_test(tc, test_boundaries_accepted);

@@ -12,6 +12,7 @@
 
 #include "canon.h"
 #include "caps.h"
+#include "testlib.h"
 
 struct canon_case {
 	const char *name;
@@ -551,6 +552,51 @@ START_TEST(test_where)
 }
 END_TEST
 
+/* Claim payloads as a mail-to-ticket workflow sends them (tests/data/corpus:
+ * long mails in several scripts, nested objects, arrays, member names in
+ * Cyrillic, Han, Arabic, Hebrew), written the ways a client writes JSON:
+ * UTF-8 as is, every non-ASCII character as \u escapes (surrogate pairs for
+ * emoji), indented. Each canonicalises to the text any JCS library
+ * computes, and hashes to its payload_hash. */
+START_TEST(test_corpus_payloads)
+{
+	static const size_t flags[] = { JSON_COMPACT, JSON_ENSURE_ASCII | JSON_COMPACT,
+		                        JSON_INDENT(2), JSON_ENSURE_ASCII | JSON_INDENT(3) };
+	json_t *doc = tl_corpus_load("outputs.json");
+	json_t *list = json_object_get(doc, "payloads"), *item;
+	char hash[CANON_HASH_LEN];
+	size_t i, f, len, len2;
+
+	ck_assert_msg(json_array_size(list) >= 7, "outputs.json: too few payloads");
+	json_array_foreach(list, i, item) {
+		const char *want = tl_jstr(item, "canonical"), *want_hash = tl_jstr(item, "payload_hash");
+
+		ck_assert_ptr_nonnull(want);
+		ck_assert_ptr_nonnull(want_hash);
+		for (f = 0; f < sizeof(flags) / sizeof(flags[0]); f++) {
+			char *text = json_dumps(json_object_get(item, "payload"), flags[f]);
+			char *out = NULL, *again = NULL;
+
+			ck_assert_ptr_nonnull(text);
+			ck_assert_msg(canon_json(text, strlen(text), &out, &len) == CANON_OK,
+			              "payload %zu (flags %zx) refused", i, flags[f]);
+			ck_assert_msg(len == strlen(want) && memcmp(out, want, len) == 0,
+			              "payload %zu (flags %zx): canonical text differs:\n"
+			              "got  %.300s\nwant %.300s", i, flags[f], out, want);
+			ck_assert_int_eq(canon_json(out, len, &again, &len2), CANON_OK);
+			ck_assert_msg(len2 == len && memcmp(again, out, len) == 0,
+			              "payload %zu: the canonical form is not a fixed point", i);
+			canon_hash(out, len, hash);
+			ck_assert_str_eq(hash, want_hash);
+			free(again);
+			free(out);
+			free(text);
+		}
+	}
+	json_decref(doc);
+}
+END_TEST
+
 static Suite *
 canon_suite(void)
 {
@@ -577,6 +623,7 @@ canon_suite(void)
 	tc = tcase_create("canon_hash");
 	tcase_add_test(tc, test_hash_known);
 	tcase_add_test(tc, test_hash_same_value);
+	tcase_add_test(tc, test_corpus_payloads);
 	suite_add_tcase(s, tc);
 	return s;
 }

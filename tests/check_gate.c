@@ -2534,6 +2534,131 @@ START_TEST(test_hostile_output)
 }
 END_TEST
 
+/* ===== 10b. real drafts (tests/data/corpus) =================================== */
+
+/* Long support mails as a model drafts them — Cyrillic, Han, Japanese,
+ * Arabic and Hebrew (right to left), emoji ZWJ sequences and flags, and all
+ * of them in one mail, each at the contract's 200 + 5,000 code points, to
+ * 100 recipients — through nginx: the approver's page shows subject and
+ * body complete and exactly as written (the quoted "Name <address>" lines
+ * as text, not markup, no character replaced), with the decision form
+ * whole; approving it enqueues the mail. */
+START_TEST(test_corpus_drafts)
+{
+	static const char *const ids[] = { "ru_max", "zh_max", "ja_max", "ar_max", "he_max",
+		                           "emoji_max", "mixed_max" };
+	json_t *rc = tl_corpus_load("recipients.json");
+	PGconn *c = tl_pg_connect();
+	size_t i;
+
+	ck_assert_uint_eq(json_array_size(json_object_get(rc, "max")), 100);
+	for (i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+		const char *subject = tl_corpus_mail_str(ids[i], "subject");
+		const char *body = tl_corpus_mail_str(ids[i], "body");
+		struct submission s = { .requested_by = REQUESTER };
+		struct gated g;
+		struct web w;
+		char test[64], *csrf, *sent;
+
+		ck_assert_uint_eq(tl_utf8_chars(subject), 200);
+		ck_assert_uint_eq(tl_utf8_chars(body), 5000);
+		s.output = json_pack("{s:s, s:s, s:s, s:f}", "subject", subject, "body", body, "tone",
+		                     "formal", "confidence", 0.62);
+		s.effect = json_pack("{s:s, s:s, s:{s:O}}", "type", "email.send", "target", "demo_smtp",
+		                     "payload", "to", json_object_get(rc, "max"));
+		snprintf(test, sizeof(test), "corpus-%s", ids[i]);
+		make_gated(test, &s, &g);
+
+		web_get(g.token, APPROVER, "support", &w);
+		expect_page(&w, 200, NULL);
+		expect_well_formed(&w);
+		ck_assert_msg(w.text != NULL && strstr(w.text, body) != NULL,
+		              "%s: the page does not show the %zu-byte body whole, as written: %.3000s",
+		              ids[i], strlen(body), w.text ? w.text : w.r.body);
+		ck_assert_msg(strstr(w.text, subject) != NULL,
+		              "%s: the page does not show the subject as written", ids[i]);
+		ck_assert_msg(strstr(w.r.body, "\xef\xbf\xbd") == NULL,
+		              "%s: the page replaced characters: %.300s", ids[i],
+		              strstr(w.r.body, "\xef\xbf\xbd"));
+		ck_assert_msg(!tl_contains_ci(w.r.body, "<anna.") && !tl_contains_ci(w.r.body, "<wang.") &&
+		              !tl_contains_ci(w.r.body, "<jordan.") && !tl_contains_ci(w.r.body, "<ahmed."),
+		              "%s: a quoted address became markup", ids[i]);
+		ck_assert_msg(count_elems(&w, "form") == 1 && count_nodes(&w, pred_control, "reason", NULL) == 1,
+		              "%s: the long draft broke the form", ids[i]);
+		csrf = csrf_of(&w);
+		web_free(&w);
+
+		decide_ok(g.token, APPROVER, "support", "approve", csrf, "долгое письмо / 长邮件 ✓");
+		free(csrf);
+		ck_assert_int_eq(count1(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1 "
+		                        "AND effect_type = 'email.send'", g.key), 1);
+		/* what the dispatcher will send is the approved draft, byte for byte */
+		sent = value1(c, "SELECT output->>'body' FROM workflow_runs WHERE idempotency_key = $1",
+		              g.key);
+		ck_assert_msg(sent != NULL && strcmp(sent, body) == 0, "%s: the stored draft differs",
+		              ids[i]);
+		free(sent);
+	}
+	json_decref(rc);
+	PQfinish(c);
+}
+END_TEST
+
+/* The limits count code points, not bytes: one character past them (a
+ * 15,000-byte CJK body of 5,001 characters, an emoji body whose flags and
+ * ZWJ sequences are several code points each) is refused naming /subject
+ * and /body maxLength; the same drafts at exactly the limits are taken. */
+START_TEST(test_corpus_one_over)
+{
+	static const char *const ids[] = { "zh_max", "emoji_max" };
+	size_t i, j;
+
+	for (i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+		const char *subject = tl_corpus_mail_str(ids[i], "subject");
+		const char *body = tl_corpus_mail_str(ids[i], "body");
+		struct submission bad = { .requested_by = REQUESTER }, good = { .requested_by = REQUESTER };
+		char key[200], *s2, *b2;
+		struct claimed cl;
+		struct tl_resp r;
+		struct gated g;
+		long long v1 = 0;
+		bool e_subject = false, e_body = false;
+		json_t *errs;
+
+		ck_assert_int_gt(asprintf(&s2, "%s\xe2\x9c\x93", subject), 0); /* + U+2713 */
+		ck_assert_int_gt(asprintf(&b2, "%s\xe2\x9c\x93", body), 0);
+		mkkey(key, sizeof(key), ids[i]);
+		strcat(key, "-over");
+		claim_run(key, &cl);
+		bad.output = json_pack("{s:s, s:s, s:f}", "subject", s2, "body", b2, "confidence", 0.5);
+		post_output(key, cl.owner, cl.version, &bad, &r);
+		ASSERT_STATUS(&r, 422);
+		errs = json_object_get(r.json, "errors");
+		for (j = 0; j < json_array_size(errs); j++) {
+			const char *path = tl_jstr(json_array_get(errs, j), "path");
+			const char *rule = tl_jstr(json_array_get(errs, j), "rule");
+
+			e_subject = e_subject || (path && rule && strcmp(path, "/subject") == 0 &&
+			                          strcmp(rule, "maxLength") == 0);
+			e_body = e_body || (path && rule && strcmp(path, "/body") == 0 &&
+			                    strcmp(rule, "maxLength") == 0);
+		}
+		ck_assert_msg(e_subject && e_body, "%s + 1 character: want /subject and /body "
+		              "maxLength: %.1000s", ids[i], r.body);
+		ck_assert_msg(tl_jint(r.json, "version", &v1), "version: %s", r.body);
+		tl_resp_free(&r);
+		good.output = json_pack("{s:s, s:s, s:f}", "subject", subject, "body", body, "confidence",
+		                        0.5);
+		post_output(key, cl.owner, v1, &good, &r);
+		memset(&g, 0, sizeof(g));
+		expect_awaiting(&r, "group:support", &g);
+		tl_resp_free(&r);
+		free(s2);
+		free(b2);
+	}
+}
+END_TEST
+
 /* ===== 11. the raw token is stored and logged nowhere ====================== */
 
 static void
@@ -2771,6 +2896,8 @@ gate_suite(void)
 	tcase_set_timeout(tc, 90);
 	tcase_add_checked_fixture(tc, setup_healthy, NULL);
 	tcase_add_test(tc, test_hostile_output);
+	tcase_add_test(tc, test_corpus_drafts);
+	tcase_add_test(tc, test_corpus_one_over);
 	suite_add_tcase(s, tc);
 
 	/* Last: it reads everything the others wrote too. */

@@ -26,6 +26,7 @@
 
 #include "buf.h"
 #include "page.h"
+#include "testlib.h"
 
 #define TEST_PATH_MAX 4096
 #define RENDER_CAP (1024 * 1024)
@@ -998,6 +999,72 @@ START_TEST(test_page_new)
 }
 END_TEST
 
+/* ---- real drafts (tests/data/corpus) ------------------------------------ */
+
+/* Every support mail of the corpus (Cyrillic, Han, Japanese, Arabic and
+ * Hebrew right to left, emoji ZWJ sequences and flags, all of them mixed;
+ * up to the contract's 200 + 5,000 code points), with a 200-character key
+ * in each script: shown complete and exactly as written in every place
+ * the template gives it, to the XML and the HTML parser alike, nothing
+ * replaced by U+FFFD, nothing turned into markup. */
+START_TEST(test_corpus_drafts)
+{
+	json_t *tenants = tl_corpus_load("tenants.json");
+	const json_t *keys = json_object_get(tenants, "long_keys");
+	const char *const *ids = tl_corpus_mail_ids();
+	size_t n_output = template_slot_count("approval", "output");
+	size_t n_value = template_slot_count("approval", "field_value");
+	size_t n_title = template_slot_count("approval", "title");
+	size_t n_key = template_slot_count("approval", "key");
+	size_t i;
+
+	ck_assert_msg(ids[0] != NULL && json_array_size(keys) > 0, "the corpus is empty");
+	for (i = 0; ids[i] != NULL; i++) {
+		const char *subject = tl_corpus_mail_str(ids[i], "subject");
+		const char *body = tl_corpus_mail_str(ids[i], "body");
+		const char *key = json_string_value(json_array_get(keys, i % json_array_size(keys)));
+		struct page *p = page_new(set, "approval");
+		struct page_scope *s;
+		xmlDocPtr x, h;
+		char *out;
+
+		ck_assert_ptr_nonnull(p);
+		ck_assert_ptr_nonnull(key);
+		ck_assert_msg(page_text(p, "title", subject) == 0 && page_text(p, "key", key) == 0 &&
+		              page_text(p, "output", body) == 0, "%s: fill: %s", ids[i], page_error(p));
+		ck_assert_ptr_nonnull(s = page_repeat(p, "output_fields"));
+		ck_assert_int_eq(page_scope_text(s, "field_name", "body"), 0);
+		ck_assert_int_eq(page_scope_text(s, "field_value", body), 0);
+		page_repeat_done(p, "output_fields");
+		page_repeat_done(p, "error_item");
+		page_repeat_done(p, "decision_button");
+		ck_assert_msg(page_error(p) == NULL, "%s: %s", ids[i], page_error(p));
+		out = render(p);
+		x = reparse_xml(out);
+		h = reparse_html(out);
+		assert_clean(out, x, h);
+		ck_assert_msg(strstr(out, FFFD) == NULL, "%s: the page replaced characters: ...%.300s",
+		              ids[i], strstr(out, FFFD));
+		ck_assert_msg(texts_equal(x, body) == n_output + n_value &&
+		              texts_equal(h, body) == n_output + n_value,
+		              "%s: the body (%zu bytes) shows whole in %zu (XML) / %zu (HTML) places, "
+		              "want %zu", ids[i], strlen(body), texts_equal(x, body), texts_equal(h, body),
+		              n_output + n_value);
+		ck_assert_msg(texts_equal(x, subject) == n_title && texts_equal(h, subject) == n_title,
+		              "%s: the subject shows whole in %zu places, want %zu", ids[i],
+		              texts_equal(x, subject), n_title);
+		ck_assert_msg(texts_equal(x, key) == n_key && texts_equal(h, key) == n_key,
+		              "%s: the 200-character key shows whole in %zu places, want %zu", ids[i],
+		              texts_equal(x, key), n_key);
+		xmlFreeDoc(x);
+		xmlFreeDoc(h);
+		free(out);
+		page_free(p);
+	}
+	json_decref(tenants);
+}
+END_TEST
+
 /* ---- broken template directories --------------------------------------- */
 
 struct broken {
@@ -1278,6 +1345,7 @@ page_suite(void)
 	tcase_add_test(tc, test_render);
 	tcase_add_test(tc, test_page_new);
 	tcase_add_test(tc, test_json_text);
+	tcase_add_test(tc, test_corpus_drafts);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("load");

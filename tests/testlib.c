@@ -1341,3 +1341,115 @@ tl_keep_sample_draw(const char *key, const char *draw)
 	              "keeping sample draw %s on run %s", draw, key);
 	PQfinish(c);
 }
+
+/* ---- the corpus ---------------------------------------------------------- */
+
+#define TL_CORPUS_DIR  "tests/data/corpus"
+#define TL_CORPUS_MAILS_MAX 64
+
+static json_t *
+corpus_try(const char *dir, const char *file, json_error_t *err)
+{
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s%s" TL_CORPUS_DIR "/%s", dir != NULL ? dir : "",
+	         dir != NULL ? "/" : "", file);
+	return json_load_file(path, 0, err);
+}
+
+json_t *
+tl_corpus_load(const char *file)
+{
+	static const char *const rel[] = { ".", "..", "../..", NULL };
+	json_error_t err = { 0 };
+	json_t *doc = NULL;
+	size_t i;
+
+	if (tl_env("srcdir") != NULL)
+		doc = corpus_try(tl_env("srcdir"), file, &err);
+	for (i = 0; doc == NULL && rel[i] != NULL; i++)
+		doc = corpus_try(rel[i], file, &err);
+	ck_assert_msg(doc != NULL, "corpus %s/%s: %s (line %d)", TL_CORPUS_DIR, file, err.text,
+	              err.line);
+	return doc;
+}
+
+static json_t *corpus_mails;
+static const char *corpus_ids[TL_CORPUS_MAILS_MAX + 1];
+
+static const json_t *
+corpus_mail_list(void)
+{
+	json_t *list, *m;
+	size_t i;
+
+	if (corpus_mails == NULL) {
+		corpus_mails = tl_corpus_load("mails.json");
+		list = json_object_get(corpus_mails, "mails");
+		ck_assert_msg(json_is_array(list) && json_array_size(list) <= TL_CORPUS_MAILS_MAX,
+		              "corpus mails.json: no \"mails\" array of at most %d",
+		              TL_CORPUS_MAILS_MAX);
+		json_array_foreach(list, i, m)
+			corpus_ids[i] = tl_jstr(m, "id");
+	}
+	return json_object_get(corpus_mails, "mails");
+}
+
+const json_t *
+tl_corpus_mail(const char *id)
+{
+	const json_t *m;
+	size_t i;
+
+	json_array_foreach(corpus_mail_list(), i, m)
+		if (tl_jstr(m, "id") != NULL && strcmp(tl_jstr(m, "id"), id) == 0)
+			return m;
+	ck_abort_msg("corpus mails.json has no mail %s", id);
+	return NULL;
+}
+
+const char *
+tl_corpus_mail_str(const char *id, const char *member)
+{
+	const char *s = tl_jstr(tl_corpus_mail(id), member);
+
+	ck_assert_msg(s != NULL, "corpus mail %s has no string %s", id, member);
+	return s;
+}
+
+const char *const *
+tl_corpus_mail_ids(void)
+{
+	corpus_mail_list();
+	return corpus_ids;
+}
+
+size_t
+tl_utf8_chars(const char *s)
+{
+	size_t n = 0;
+
+	for (; *s != '\0'; s++)
+		n += ((unsigned char)*s & 0xc0) != 0x80;
+	return n;
+}
+
+char *
+tl_corpus_key(const char *prefix, const char *key, size_t max_chars)
+{
+	size_t room, plen = strlen(prefix), i = 0;
+	char *out;
+
+	ck_assert_msg(tl_utf8_chars(prefix) < max_chars, "prefix %s is too long for a key", prefix);
+	room = max_chars - tl_utf8_chars(prefix);
+	/* i: bytes of key that hold its first `room` code points */
+	for (; key[i] != '\0'; i++)
+		if (((unsigned char)key[i] & 0xc0) != 0x80 && room-- == 0)
+			break;
+	out = malloc(plen + i + 1);
+	ck_assert_ptr_nonnull(out);
+	memcpy(out, prefix, plen);
+	memcpy(out + plen, key, i);
+	out[plen + i] = '\0';
+	return out;
+}

@@ -218,6 +218,32 @@ long tl_raw_request(const char *req, size_t len, int timeout_ms, char **out);
  * malloc'd), or NULL. */
 char *tl_state_dir(void);
 
+/* ---- the corpus (tests/data/corpus) ------------------------------------ */
+
+/* Realistic test data: support mails in several scripts at the contracts'
+ * maxima, recipient lists, identity-provider group headers, business keys
+ * two tenants share, outputs and claim payloads (README.md there says what
+ * each file holds). Found through $srcdir under make check, else relative
+ * to the current directory. */
+
+/* One corpus file ("mails.json"), parsed; a new reference. Fails the
+ * current test when it cannot be read or parsed. */
+json_t *tl_corpus_load(const char *file);
+/* The mail with this id in mails.json ("ru_max", "mixed_max", ...):
+ * {"id", "subject", "body", ...}, borrowed from a copy loaded once per
+ * process. Fails the test when there is none. */
+const json_t *tl_corpus_mail(const char *id);
+/* A string member of a mail, e.g. tl_corpus_mail_str("zh_max", "body"). */
+const char *tl_corpus_mail_str(const char *id, const char *member);
+/* The ids of mails.json, in file order, as a NULL-terminated static list. */
+const char *const *tl_corpus_mail_ids(void);
+/* Code points of UTF-8 text (what the contracts' lengths count). */
+size_t tl_utf8_chars(const char *s);
+/* prefix + key, cut so that the whole is at most max_chars code points
+ * (malloc'd): a test's run prefix in front of a corpus key keeps the key
+ * at the length limit. */
+char *tl_corpus_key(const char *prefix, const char *key, size_t max_chars);
+
 /* Fails the test unless the answer r has HTTP status code. */
 #define ASSERT_STATUS(r, code)                                                 \
 	ck_assert_msg((r)->status == (code),                                   \

@@ -7,19 +7,29 @@
 #     conflicting replay got 409;
 #   * every approval was consumed at most once, every approved run has
 #     exactly one effect in the outbox, and no other run has one;
-#   * no effect reached the provider twice (its own record of requests);
-#     each is `completed` (received exactly once) or `unknown` with a dead
-#     letter (received at most once): none lost;
+#   * no effect reached its provider twice (the HTTP provider's record of
+#     requests, the SMTP sink's record of mails, each delivery told apart by
+#     what it carries: tenant and key); each is `completed` (received
+#     exactly once) or `unknown` with a dead letter (received at most once):
+#     none lost;
+#   * two tenants (API clients) drive the same business keys (long,
+#     multilingual, from tests/data/corpus), each its own effect: every
+#     delivery went out with its own tenant's provider key, no two effects
+#     share one, and every mail arrived with the approved recipients,
+#     subject and body (MIME-decoded, byte for byte; long mails in every
+#     script at the support_reply contract's maxima);
 #   * every HTTP answer was in the expected set (201/200/202/303, 409 for a
 #     conflicting replay or a lease lost, 410 for an approval retried after
 #     its answer was lost, 502/503/504 and client timeouts while a link was
 #     down) — never a 500.
 #
 #   tests/chaos/multihost.sh [--short] [--runs N] [--rate R] [--cut SECONDS]
-#                            [--dispatcher-cut SECONDS]
+#                            [--dispatcher-cut SECONDS] [--tenants 1|2]
+#                            [--mails long|short]
 #       default (./dev chaos): 1200 runs at 8/s, cuts of 8 s, d1's of 40 s
 #       --short (./dev test):   200 runs at 8/s, cuts of 7 s (d1's too)
-#   (options after --short override it)
+#   (options after --short override it; N counts business keys, each
+#   driven by every tenant: default 2 tenants, long mails)
 #
 # Topology (made here, removed on exit; refuses to start if any of it
 # exists): four network namespaces ogmh-r1, ogmh-r2 (responder hosts) and
@@ -57,12 +67,14 @@
 # (AI_ACTIONS_ENABLED=true, kill switch on, dispatch_lease_seconds 5),
 # target demo_http = tests/providers/http_provider.py on 10.77.0.1, on its
 # /plain/ path: it ignores idempotency keys, so a resend would be a visible
-# duplicate.
+# duplicate; target demo_smtp = tests/providers/smtp_sink.py on 10.77.0.1.
 #
 # Load (tests/chaos/multihost_load.py, from the root namespace through the
-# private nginx, for the whole run): RUNS workflows started RATE per second:
-# a claim sent twice at once, the model output for contract crm_tag that
-# needs a person (group sales), the approval page and its CSRF-protected
+# private nginx, for the whole run): RUNS business keys started RATE per
+# second, each driven by both tenants (the stack's client dev and one made
+# here): a claim sent twice at once, the model output that needs a person
+# (a long support_reply mail for group support, or a crm_tag with a long
+# reason for group sales), the approval page and its CSRF-protected
 # approve POST, then a late duplicate claim (and a conflicting one for every
 # tenth key). 502/503/504 and timeouts are retried with the same key,
 # lease, token and CSRF value (bounded). The approved effects are drained by
@@ -89,7 +101,7 @@
 # status 0 when nothing was doubled or lost and every answer was expected.
 set -euo pipefail
 
-RUNS=1200 RATE=8 CUT=8 DCUT=40 WORKERS=24
+RUNS=1200 RATE=8 CUT=8 DCUT=40 WORKERS=24 TENANTS=2 MAILS=long
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--short) RUNS=200 RATE=8 CUT=7 DCUT=''; shift ;;
@@ -97,10 +109,14 @@ while [[ $# -gt 0 ]]; do
 	--rate) RATE=${2:?}; shift 2 ;;
 	--cut) CUT=${2:?}; shift 2 ;;
 	--dispatcher-cut) DCUT=${2:?}; shift 2 ;;
-	*) echo "usage: $0 [--short] [--runs N] [--rate R] [--cut SECONDS] [--dispatcher-cut SECONDS]" >&2; exit 2 ;;
+	--tenants) TENANTS=${2:?}; shift 2 ;;
+	--mails) MAILS=${2:?}; shift 2 ;;
+	*) echo "usage: $0 [--short] [--runs N] [--rate R] [--cut SECONDS] [--dispatcher-cut SECONDS] [--tenants 1|2] [--mails long|short]" >&2; exit 2 ;;
 	esac
 done
 DCUT=${DCUT:-$CUT}
+[[ $TENANTS == 1 || $TENANTS == 2 ]] || { echo "multihost.sh: --tenants is 1 or 2" >&2; exit 2; }
+[[ $MAILS == long || $MAILS == short ]] || { echo "multihost.sh: --mails is long or short" >&2; exit 2; }
 for v in RUNS RATE CUT DCUT; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "multihost.sh: --${v,,} must be a positive integer" >&2; exit 2; }
 done
@@ -169,7 +185,7 @@ cleanup() {
 	if [[ -n $NGINX_PID ]] && tr '\0' ' ' <"/proc/$NGINX_PID/cmdline" 2>/dev/null | grep -qF "$TMP/nginx"; then
 		kill -QUIT "$NGINX_PID" 2>/dev/null
 	fi
-	for h in d1 d2 r1 r2 provider; do stop_pid "$h" TERM 5; done
+	for h in d1 d2 r1 r2 provider smtp; do stop_pid "$h" TERM 5; done
 	wait 2>/dev/null
 	if [[ $PG_CHANGED == yes ]]; then
 		cat "$PRIV/pg_hba.conf.orig" >"$HBA"
@@ -224,6 +240,13 @@ PID[provider]=$!
 for ((i = 0; i < 100; i++)); do grep -q '^ready' "$TMP/provider.out" 2>/dev/null && break; sleep 0.1; done
 PROVIDER_PORT=$(sed -n 's/^ready \([0-9]*\).*/\1/p' "$TMP/provider.out")
 [[ -n $PROVIDER_PORT ]] || { cat "$TMP/provider.out" >&2; die "the provider did not start"; }
+"$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/smtp_sink.py" --host "$BR_IP" --port 0 \
+	--record "$TMP/smtp.jsonl" >"$TMP/smtp.out" 2>&1 &
+PID[smtp]=$!
+for ((i = 0; i < 100; i++)); do grep -q '^ready' "$TMP/smtp.out" 2>/dev/null && break; sleep 0.1; done
+SMTP_PORT=$(sed -n 's/^ready \([0-9]*\).*/\1/p' "$TMP/smtp.out")
+[[ -n $SMTP_PORT ]] || { cat "$TMP/smtp.out" >&2; die "the SMTP sink did not start"; }
+: >>"$TMP/smtp.jsonl"
 
 # --- the responders -------------------------------------------------------------------------------
 # The stack's settings before its first [target] section, without those
@@ -315,6 +338,17 @@ for h in d1 d2; do
 		max_elapsed_s = 600
 		# sends take a while, so a cut finds some in flight
 		rate_per_second = 20
+
+		[target demo_smtp]
+		kind = smtp
+		url = smtp://$BR_IP:$SMTP_PORT
+		mail_from = oncegate@multihost.example
+		timeout_ms = 5000
+		connect_timeout_ms = 1000
+		max_attempts = 10
+		base_ms = 200
+		cap_ms = 2000
+		max_elapsed_s = 600
 	EOF
 	out=$("$ONCEGATE_DISPATCH" -c "$PRIV/$h.conf" -n 2>&1) || die "oncegate-dispatch rejects $PRIV/$h.conf: $out"
 done
@@ -334,11 +368,21 @@ done
 # --- the load and the cuts -----------------------------------------------------------------------------------
 PUBLIC_URL=$(sed -nE 's/^[[:space:]]*public_url[[:space:]]*=[[:space:]]*"?([^"]*)"?[[:space:]]*$/\1/p' "$ONCEGATE_CONF" | head -n1)
 (umask 077 && printf '%s\n' "$ONCEGATE_API_KEY" >"$PRIV/api_key")
+# The second tenant: an API client of its own, driving the same keys.
+LOAD_TENANTS=()
+if [[ $TENANTS == 2 ]]; then
+	CLIENT_B=mh-b-$RUN
+	key_b=$("$ONCEGATE_CTL" client add "$CLIENT_B") || die "oncegatectl client add $CLIENT_B failed"
+	(umask 077 && printf '%s\n' "$key_b" >"$PRIV/api_key_b")
+	unset key_b
+	LOAD_TENANTS=(--client-b "$CLIENT_B")
+fi
 LOAD_S=$(((RUNS + RATE - 1) / RATE))
 say "load: $RUNS workflows at $RATE/s (~${LOAD_S}s) through nginx $BASE over r1, r2; cuts of ${CUT}s (d1: ${DCUT}s)"
 start=$SECONDS
 "$ONCEGATE_PYTHON" "$HERE/multihost_load.py" load --base "$BASE" --run "$RUN" --runs "$RUNS" \
-	--rate "$RATE" --workers "$WORKERS" --public-url "$PUBLIC_URL" --out "$PRIV" 2>"$TMP/load.stderr" &
+	--rate "$RATE" --workers "$WORKERS" --public-url "$PUBLIC_URL" --out "$PRIV" \
+	--client dev "${LOAD_TENANTS[@]}" --mails "$MAILS" 2>"$TMP/load.stderr" &
 LOAD_PID=$!
 t0=$EPOCHREALTIME
 
@@ -434,15 +478,19 @@ for h in d1 d2 r1 r2; do stop_pid "$h" TERM 40; done
 
 # --- what happened ---------------------------------------------------------------------------------------------
 curl -fsS "http://$BR_IP:$PROVIDER_PORT/_requests" >"$TMP/requests.json"
-q "SELECT idempotency_key, state, attempt FROM workflow_runs WHERE idempotency_key LIKE '$RUN:%'" |
-	tr '|' '\t' >"$TMP/runs.tsv"
-q "SELECT idempotency_key, state, coalesce(decision, '') FROM approvals WHERE idempotency_key LIKE '$RUN:%'" |
-	tr '|' '\t' >"$TMP/approvals.tsv"
-q "SELECT idempotency_key, provider_key, state, (SELECT count(*) FROM dead_letters d WHERE d.effect_id = e.id)
-	FROM effect_outbox e WHERE idempotency_key LIKE '$RUN%'" | tr '|' '\t' >"$TMP/effects.tsv"
+# Runs, approvals and effects as TENANT|KEY (the API client's name).
+qt() { psql -X -At -F $'\t' -v ON_ERROR_STOP=1 -c "$1"; }
+qt "SELECT c.name || '|' || r.idempotency_key, r.state, r.attempt FROM workflow_runs r
+	JOIN api_clients c ON c.id = r.client_id WHERE r.idempotency_key LIKE '$RUN:%'" >"$TMP/runs.tsv"
+qt "SELECT c.name || '|' || a.idempotency_key, a.state, coalesce(a.decision, '') FROM approvals a
+	JOIN api_clients c ON c.id = a.client_id WHERE a.idempotency_key LIKE '$RUN:%'" >"$TMP/approvals.tsv"
+qt "SELECT c.name || '|' || e.idempotency_key, e.provider_key, e.state,
+	(SELECT count(*) FROM dead_letters d WHERE d.effect_id = e.id), e.effect_type
+	FROM effect_outbox e JOIN api_clients c ON c.id = e.client_id
+	WHERE e.idempotency_key LIKE '$RUN%'" >"$TMP/effects.tsv"
 rc=0
 "$ONCEGATE_PYTHON" "$HERE/multihost_load.py" check --run "$RUN" --runs "$RUNS" --out "$PRIV" \
-	--requests "$TMP/requests.json" --runs-tsv "$TMP/runs.tsv" --approvals-tsv "$TMP/approvals.tsv" \
+	--requests "$TMP/requests.json" --smtp "$TMP/smtp.jsonl" --runs-tsv "$TMP/runs.tsv" --approvals-tsv "$TMP/approvals.tsv" \
 	--effects-tsv "$TMP/effects.tsv" >"$TMP/check.out" 2>"$TMP/check.err" || rc=1
 declare -A R=()
 while IFS='=' read -r k v; do R[$k]=$v; done <"$TMP/check.out"
@@ -497,7 +545,12 @@ printf '  runs awaiting a person, link lost      %s   (the output answer was los
 	"${R[stranded_awaiting_human]:-?}"
 printf '  effects enqueued by approvals          %s   (runs without exactly one per decision: %s; with the burst: %s)\n' \
 	"${R[effects]:-?}" "${R[effects_not_once]:-?}" "${R[effects_all]:-?}"
-printf '  requests received by the provider      %s\n' "${R[provider_requests]:-?}"
+printf '  tenants (API clients), mails           %s, %s\n' "${R[tenants]:-?}" "$MAILS"
+printf '  received: HTTP requests, mails         %s, %s\n' "${R[provider_requests]:-?}" "${R[mails_received]:-?}"
+printf '  mails not as approved                  %s   (recipients, subject or body differ; must be 0)\n' \
+	"${R[mails_not_as_approved]:-?}"
+printf '  provider keys shared by two effects    %s   (must be 0; sent with another effect'"'"'s key: %s)\n' \
+	"${R[provider_keys_shared]:-?}" "${R[sent_with_other_provider_key]:-?}"
 printf '  effects received more than once        %s   (must be 0)\n' "${R[effects_received_twice]:-?}"
 printf '  completed                              %s   (received other than once: %s)\n' \
 	"${R[completed]:-?}" "${R[completed_not_once]:-?}"

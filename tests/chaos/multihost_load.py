@@ -2,16 +2,27 @@
 """The workflows and approvers of tests/chaos/multihost.sh, and its checks.
 
     multihost_load.py load --base URL --run RUN --runs N --rate R
-        --workers W --public-url URL --out DIR
-    multihost_load.py check --run RUN --out DIR --requests FILE
-        --runs-tsv FILE --approvals-tsv FILE --effects-tsv FILE
+        --workers W --public-url URL --out DIR [--client NAME]
+        [--client-b NAME] [--mails long|short]
+    multihost_load.py check --run RUN --runs N --out DIR --requests FILE
+        --smtp FILE --runs-tsv FILE --approvals-tsv FILE --effects-tsv FILE
 
-load: N business events, started R per second by W threads, each the way a
-workflow and a person drive oncegate through nginx:
+load: N business keys, started R per second by W threads. DIR/api_key is
+the first tenant's API key (client --client), DIR/api_key_b, with
+--client-b, a second tenant's: each key is then driven by both tenants, one
+after the other, each with its own model output and effect. Keys are
+RUN:N: followed by one of the keys two tenants share in tests/data/corpus
+(Cyrillic, Han, Arabic, Hebrew, emoji, up to 200 characters). Each
+(tenant, key) goes the way a workflow and a person drive oncegate through
+nginx:
   1. claim the key (POST /v1/runs) twice at the same moment: one answer must
      be 201, the other a duplicate;
-  2. hand in the model's output for contract crm_tag with a tag that needs
-     a person (POST /v1/runs/{key}/output) -> 202 and the approval link;
+  2. hand in the model's output (POST /v1/runs/{key}/output) -> 202 and the
+     approval link: for odd N a support_reply mail from the corpus (--mails
+     long: at the contract's 200 + 5,000 code points, every script, to 10
+     recipients; short: notes of 40 + 60 code points, to 3) for target demo_smtp, for
+     even N a crm_tag whose 500-character multilingual reason needs a
+     person;
   3. the approver opens the page (GET /approve/{token}) and approves with
      its CSRF value (POST, decision=approve) -> 303;
   4. the key is claimed again afterwards (a late duplicate: 200 with the
@@ -24,24 +35,36 @@ of ours whose answer was lost) is retried until the lease runs out and the
 key is reclaimed; an output refused with 409 lease_lost goes back to the
 claim. Approval tokens stay in memory: the answers file masks them.
 Writes DIR/answers.jsonl (one line per HTTP answer) and DIR/flows.jsonl
-(one line per key: how its workflow ended).
+(one line per (tenant, key): how its workflow ended, what it approved).
+Runs, approvals and effects are named TENANT|KEY throughout.
 
-check: joins those files with the provider's record (GET /_requests) and
-tab-separated dumps of the run, approval and outbox rows, prints the result
+check: joins those files with the providers' records (the HTTP provider's
+GET /_requests, the SMTP sink's record) and tab-separated dumps of the run,
+approval and outbox rows (first column TENANT|KEY), prints the result
 table's figures as NAME=VALUE lines for the shell script, and exits 0 only
-when nothing was doubled, lost or answered outside the expected set.
+when nothing was doubled, lost or answered outside the expected set. A
+delivery is told apart by what it carries (the HTTP body's tenant and run,
+a mail's first recipient), never by its provider key, which must be the
+one on that tenant's effect; mails must arrive with the approved subject
+and body, byte for byte after MIME decoding; no two effects may share a
+provider key.
 """
 
 import argparse
 import collections
 import http.client
 import json
+import os
 import random
 import re
 import sys
 import threading
 import time
 import urllib.parse
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                                "corpus"))
+import corpus  # noqa: E402  (tests/data/corpus/corpus.py)
 
 RETRYABLE = {0, 502, 503, 504}
 MAX_TRIES = 80              # per request, with 0.25-0.5 s between tries
@@ -71,12 +94,20 @@ class Load:
         u = urllib.parse.urlsplit(args.base)
         self.host, self.port = u.hostname, u.port or 80
         self.lock = threading.Lock()
-        self.answers = open(args.out + "/answers.jsonl", "w")
-        self.flows = open(args.out + "/flows.jsonl", "w")
+        self.answers = open(args.out + "/answers.jsonl", "w", encoding="utf-8")
+        self.flows = open(args.out + "/flows.jsonl", "w", encoding="utf-8")
         self.next = 0
         self.t0 = time.monotonic()
+        self.tenants = []   # (client name, Authorization value)
         with open(args.out + "/api_key") as f:
-            self.auth = "Bearer " + f.read().strip()
+            self.tenants.append((args.client, "Bearer " + f.read().strip()))
+        if args.client_b:
+            with open(args.out + "/api_key_b") as f:
+                self.tenants.append((args.client_b, "Bearer " + f.read().strip()))
+        self.keys = corpus.shared_keys()
+        self.mails = corpus.long_mails() if args.mails == "long" else corpus.brief_mails()
+        self.reasons = corpus.crm_reasons()
+        self.local = threading.local()
 
     # --- one HTTP exchange, recorded ---------------------------------------
 
@@ -115,13 +146,19 @@ class Load:
                 if name in doc and name not in rec:
                     rec[name] = doc[name]
         with self.lock:
-            self.answers.write(json.dumps(rec) + "\n")
+            self.answers.write(json.dumps(rec, ensure_ascii=False) + "\n")
         return status, doc, text, location
 
     def api(self, step, key, method, path, doc):
-        return self.request(step, key, method, path, json.dumps(doc),
-                            {"Authorization": self.auth,
+        # answers are recorded under TENANT|KEY
+        return self.request(step, self.local.tenant + "|" + key, method, path, json.dumps(doc),
+                            {"Authorization": self.local.auth,
                              "Content-Type": "application/json"})
+
+    def api_as(self, who, *args):
+        """api() on another thread, for the tenant who = (name, auth)."""
+        self.local.tenant, self.local.auth = who
+        return self.api(*args)
 
     @staticmethod
     def pause():
@@ -140,8 +177,9 @@ class Load:
                 # The same claim twice at the same moment (n8n retrying
                 # while the first is still in flight).
                 dup = []
+                who = (self.local.tenant, self.local.auth)
                 t = threading.Thread(target=lambda: dup.append(
-                    self.api("claim_dup", key, "POST", "/v1/runs", body)))
+                    self.api_as(who, "claim_dup", key, "POST", "/v1/runs", body)))
                 t.start()
                 answers.append(self.api("claim", key, "POST", "/v1/runs", body))
                 t.join()
@@ -166,16 +204,40 @@ class Load:
             self.pause()
         return None, None
 
+    def effect_of(self, key, i):
+        """The model output and effect of (this thread's tenant, key): a
+        long mail for odd i, a tag with a long reason for even i."""
+        tenant = self.local.tenant
+        t = [n for n, _ in self.tenants].index(tenant)
+        if i % 2:
+            mail = self.mails[(i + t) % len(self.mails)]
+            # The first recipient names tenant and key: how the check finds
+            # the mail at the sink.
+            to = ["customer+mh-%s-%d@multihost.example.com" % (tenant, i)] + \
+                corpus.recipients(9 if self.args.mails == "long" else 2)
+            return ("support_reply",
+                    {"subject": mail["subject"], "body": mail["body"], "tone": "formal",
+                     "confidence": 0.55},
+                    {"type": "email.send", "target": "demo_smtp", "payload": {"to": to}},
+                    {"mail": mail["id"], "brief": self.args.mails == "short", "to": to})
+        reason = self.reasons[(i + t) % len(self.reasons)]["reason"]
+        return ("crm_tag",
+                {"tag": "churn_risk", "confidence": 0.4,
+                 "reason": reason if self.args.mails == "long" else "no login for 90 days"},
+                {"type": "crm.tag", "target": "demo_http",
+                 "payload": {"contact": "c-%d" % i, "tag": "churn_risk", "run": key,
+                             "tenant": tenant}},
+                {})
+
     def output(self, key, owner, version, i):
         """The approval token, "lease_lost", or None."""
+        contract, out, effect, _ = self.effect_of(key, i)
         body = {
-            "lease_owner": owner, "version": version, "contract": "crm_tag",
-            "output": {"tag": "churn_risk", "confidence": 0.4,
-                       "reason": "no login for 90 days"},
+            "lease_owner": owner, "version": version, "contract": contract,
+            "output": out,
             "model": {"provider": "openai-compatible", "name": "chaos-model",
                       "revision": "1"},
-            "effect": {"type": "crm.tag", "target": "demo_http",
-                       "payload": {"contact_id": "c-%d" % i}},
+            "effect": effect,
             "source_url": "https://crm.example/contacts/%d" % i,
             "requested_by": REQUESTER,
         }
@@ -194,12 +256,13 @@ class Load:
 
     def approve(self, key, token):
         """approved | already_decided | None."""
-        who = {"X-Dev-User": APPROVER, "X-Dev-Groups": "sales"}
+        # as oauth2-proxy sends groups: joined with commas
+        who = {"X-Dev-User": APPROVER, "X-Dev-Groups": "support,sales"}
         path = "/approve/" + token
         csrf = None
         for _ in range(MAX_TRIES):
-            status, _, text, _ = self.request("page", key, "GET", path,
-                                              headers=who)
+            status, _, text, _ = self.request("page", self.local.tenant + "|" + key, "GET",
+                                              path, headers=who)
             if status == 200:
                 tag = CSRF_RE.search(text)
                 m = VALUE_RE.search(tag.group(0)) if tag else None
@@ -218,8 +281,8 @@ class Load:
                     "Sec-Fetch-Site": "same-origin"})
         tried = False
         for _ in range(MAX_TRIES):
-            status, _, _, _ = self.request("decide", key, "POST", path, form,
-                                           hdr)
+            status, _, _, _ = self.request("decide", self.local.tenant + "|" + key, "POST",
+                                           path, form, hdr)
             if status == 303:
                 return "approved"
             if status in (409, 410):
@@ -232,8 +295,14 @@ class Load:
         return None
 
     def flow(self, i):
-        key = "%s:%d" % (self.args.run, i)
-        payload = {"contact": "c-%d" % i, "n": i}
+        """Key i, driven by every tenant in turn (the same business key)."""
+        key = corpus.fit_key("%s:%d:" % (self.args.run, i), self.keys[i % len(self.keys)])
+        for tenant, auth in self.tenants:
+            self.local.tenant, self.local.auth = tenant, auth
+            self.flow_one(key, i)
+
+    def flow_one(self, key, i):
+        payload = {"contact": "c-%d" % i, "n": i, "tenant": self.local.tenant}
         end = "gave_up"
         first = True
         for _ in range(10):
@@ -268,8 +337,10 @@ class Load:
                 if status not in RETRYABLE:
                     break
                 self.pause()
+        rec = {"key": self.local.tenant + "|" + key, "end": end}
+        rec.update(self.effect_of(key, i)[3])
         with self.lock:
-            self.flows.write(json.dumps({"key": key, "end": end}) + "\n")
+            self.flows.write(json.dumps(rec, ensure_ascii=False) + "\n")
             self.flows.flush()
 
     def worker(self):
@@ -302,29 +373,28 @@ class Load:
 # --- the checks ----------------------------------------------------------------
 
 
-def read_tsv(path, ncols):
-    rows = []
-    with open(path) as f:
-        for line in f:
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) == ncols:
-                rows.append(parts)
-    return rows
-
-
 def check(args):
-    # The workflows' keys are RUN:N; the outbox and the provider also hold
-    # the effects the shell script put in straight (RUNb:N).
+    # Runs are TENANT|KEY; the workflows' keys are RUN:N:...; the outbox and
+    # the provider also hold the effects the shell script put in straight
+    # (RUNb:N, the first tenant's).
     prefix = args.run + ":"
-    answers = [json.loads(line) for line in open(args.out + "/answers.jsonl")]
-    flows = {}
-    for line in open(args.out + "/flows.jsonl"):
+
+    def ours(k):
+        return k.split("|", 1)[-1].startswith(prefix)
+
+    answers = [json.loads(line) for line in open(args.out + "/answers.jsonl", encoding="utf-8")]
+    flows, flow_of = {}, {}
+    for line in open(args.out + "/flows.jsonl", encoding="utf-8"):
         d = json.loads(line)
         flows[d["key"]] = d["end"]
-    requests = json.load(open(args.requests))
-    runs = read_tsv(args.runs_tsv, 3)            # key, state, attempt
-    approvals = read_tsv(args.approvals_tsv, 3)  # key, state, decision
-    effects = read_tsv(args.effects_tsv, 4)      # key, provider_key, state, letters
+        flow_of[d["key"]] = d
+    requests = json.load(open(args.requests, encoding="utf-8"))
+    mails = [json.loads(line) for line in open(args.smtp, encoding="utf-8") if line.strip()]
+    runs = corpus.read_tsv(args.runs_tsv, 3)            # tenant|key, state, attempt
+    approvals = corpus.read_tsv(args.approvals_tsv, 3)  # tenant|key, state, decision
+    # tenant|key, provider_key, state, letters, effect type
+    effects = corpus.read_tsv(args.effects_tsv, 5)
+    tenants = sorted({k.split("|", 1)[0] for k in flows})
 
     out = collections.OrderedDict()
     bad = []
@@ -385,9 +455,10 @@ def check(args):
     out["run_rows"] = len(runs)
     out["keys_without_row"] = len(missing)
     out["keys_with_rows_gt1"] = len(multi)
-    if missing or multi or len(keys) != args.runs:
-        bad.append("rows: %d keys of %d, %d without a row, %d with more than one"
-                   % (len(keys), args.runs, len(missing), len(multi)))
+    out["tenants"] = " ".join(tenants)
+    if missing or multi or len(keys) != args.runs * len(tenants):
+        bad.append("rows: %d (tenant, key) of %d, %d without a row, %d with more than one"
+                   % (len(keys), args.runs * len(tenants), len(missing), len(multi)))
 
     # The late duplicate answers the run's state as it was then: never
     # "processing" once the workflow got past its claim.
@@ -424,7 +495,7 @@ def check(args):
     out["stranded_awaiting_human"] = sum(1 for k in keys if state.get(k) == "awaiting_human")
 
     # Effects: exactly one per decided run, none for the others.
-    eff_count = collections.Counter(e[0] for e in effects if e[0].startswith(prefix))
+    eff_count = collections.Counter(e[0] for e in effects if ours(e[0]))
     decided_keys = set(decided)
     eff_bad = [k for k in decided_keys if eff_count[k] != 1]
     eff_bad += [k for k in eff_count if k not in decided_keys]
@@ -434,22 +505,62 @@ def check(args):
     if eff_bad:
         bad.append("%d runs without exactly one effect for one decision" % len(eff_bad))
 
-    # What the provider received.
+    # What the providers received, told apart by what it carries: the HTTP
+    # body's tenant and run (the burst's {"burst": N} is the first
+    # tenant's RUNb:N), a mail's first recipient (customer+mh-TENANT-N@).
+    first_tenant = tenants[0] if tenants else ""
+    by_flow_to = {}
+    for k, f in flow_of.items():
+        if f.get("to"):
+            by_flow_to[f["to"][0].lower()] = k
     got = collections.Counter()
-    # provider keys of effects enqueued through the API:
-    # "og1/c<client>/<run key, readable>/..." ([A-Za-z0-9._-] kept, every
-    # other run of bytes one "_"); effects the test wrote itself keep the
-    # run key as their prefix
-    ours = re.compile(r"og1/c[0-9]+/" + re.escape(re.sub(r"[^A-Za-z0-9._-]+", "_", args.run)))
+    sent_with = collections.defaultdict(set)   # tenant|key -> provider keys used
+    wrong_bytes = 0
+    http_requests = 0
     for r in requests:
-        k = r.get("idempotency_key") or ""
-        if r.get("kind") == "effect" and (k.startswith(args.run) or ours.match(k)):
-            got[k] += 1
-    out["provider_requests"] = sum(got.values())
+        if r.get("kind") != "effect":
+            continue
+        http_requests += 1
+        try:
+            b = json.loads(r.get("body") or "")
+        except ValueError:
+            b = {}
+        if not isinstance(b, dict):
+            b = {}
+        if "burst" in b:
+            k = "%s|%sb:%s" % (first_tenant, args.run, b["burst"])
+        else:
+            k = "%s|%s" % (b.get("tenant"), b.get("run"))
+        got[k] += 1
+        pk = r.get("idempotency_key") or ""
+        try:  # http.server reads header bytes as Latin-1; the outbox holds UTF-8
+            pk = pk.encode("latin-1").decode("utf-8")
+        except UnicodeError:
+            pass
+        sent_with[k].add(pk)
+    for m in mails:
+        rc = m.get("rcpt_tos") or [""]
+        k = by_flow_to.get(rc[0].lower(), "?|mail to %s" % rc[0])
+        got[k] += 1
+        f = flow_of.get(k)
+        if f is not None:
+            _, subject, body = corpus.mime_text(m.get("data", ""))
+            want = corpus.mail(f["mail"])
+            if f.get("brief"):
+                want = corpus.brief(want)
+            if subject != want["subject"] or body != want["body"] or \
+                    [a.lower() for a in m.get("rcpt_tos", [])] != [a.lower() for a in f["to"]]:
+                wrong_bytes += 1
+    out["provider_requests"] = http_requests
+    out["mails_received"] = len(mails)
     dups = sum(1 for n in got.values() if n > 1)
     completed = unknown = other = completed_bad = unknown_bad = no_letter = unknown_sent = 0
-    for key, pkey, st, letters in effects:
-        n = got.get(pkey, 0)
+    other_key = 0
+    pkeys = collections.Counter(e[1] for e in effects)
+    for key, pkey, st, letters, etype in effects:
+        n = got.get(key, 0)
+        if etype == "crm.tag" and sent_with.get(key, set()) - {pkey}:
+            other_key += 1
         if st == "completed":
             completed += 1
             completed_bad += n != 1
@@ -460,7 +571,8 @@ def check(args):
             no_letter += letters == "0"
         else:
             other += 1
-    stray = sum(1 for k in got if k not in {e[1] for e in effects})
+    stray = sum(1 for k in got if k not in {e[0] for e in effects})
+    shared_pkeys = sum(1 for n in pkeys.values() if n > 1)
     out["effects_received_twice"] = dups
     out["completed"] = completed
     out["completed_not_once"] = completed_bad
@@ -469,11 +581,18 @@ def check(args):
     out["unknown_without_letter"] = no_letter
     out["lost"] = other
     out["received_without_effect"] = stray
+    out["mails_not_as_approved"] = wrong_bytes
+    out["sent_with_other_provider_key"] = other_key
+    out["provider_keys_shared"] = shared_pkeys
     if dups or completed_bad or unknown_bad or no_letter or other or stray:
         bad.append("effects: %d received twice, %d completed not once, %d unknown "
                    "received twice, %d unknown without dead letter, %d neither "
                    "completed nor unknown, %d received without an outbox row"
                    % (dups, completed_bad, unknown_bad, no_letter, other, stray))
+    if wrong_bytes or other_key or shared_pkeys:
+        bad.append("deliveries: %d mails not as approved (recipients, subject, body), %d "
+                   "requests sent with a provider key not their effect's, %d provider keys "
+                   "shared by two effects" % (wrong_bytes, other_key, shared_pkeys))
 
     for k, v in out.items():
         print("%s=%s" % (k, v))
@@ -493,11 +612,15 @@ def main():
     lp.add_argument("--workers", type=int, default=16)
     lp.add_argument("--public-url", required=True)
     lp.add_argument("--out", required=True)
+    lp.add_argument("--client", default="dev", help="the API client of DIR/api_key")
+    lp.add_argument("--client-b", help="a second tenant: the API client of DIR/api_key_b")
+    lp.add_argument("--mails", choices=("long", "short"), default="long")
     cp = sub.add_parser("check")
     cp.add_argument("--run", required=True)
     cp.add_argument("--runs", type=int, required=True)
     cp.add_argument("--out", required=True)
     cp.add_argument("--requests", required=True)
+    cp.add_argument("--smtp", required=True, help="the SMTP sink's record")
     cp.add_argument("--runs-tsv", required=True)
     cp.add_argument("--approvals-tsv", required=True)
     cp.add_argument("--effects-tsv", required=True)

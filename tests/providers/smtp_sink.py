@@ -3,12 +3,16 @@
 
 The dispatcher's integration suites use it as a mail provider that
 misbehaves on purpose, and `./dev up` runs it as the demo mail server. It
-listens on 127.0.0.1 only, accepts every message without relaying it, and
+listens on 127.0.0.1 (or --host), accepts every message without relaying it, and
 appends one JSON line per message to the record file, so a test can count
 what was really delivered, e.g. how many messages carry one Message-ID.
 
     /usr/bin/python3 tests/providers/smtp_sink.py --port P --record FILE
-        [--pid FILE]
+        [--pid FILE] [--host 127.0.0.1]
+
+--host binds another local IPv4 address instead of 127.0.0.1 (the
+multi-host chaos test puts it on its private bridge, which dispatchers in
+other network namespaces reach).
 
 Once listening it prints `ready <port>` (port 0 picks a free one).
 SIGTERM or SIGINT stops it with exit status 0.
@@ -176,7 +180,9 @@ def main():
     parser = argparse.ArgumentParser(
         description="Loopback SMTP sink for oncegate's dispatcher.")
     parser.add_argument("--port", type=int, required=True,
-                        help="TCP port on 127.0.0.1 (0 picks a free one)")
+                        help="TCP port (0 picks a free one)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="local IPv4 address to listen on (default 127.0.0.1)")
     parser.add_argument("--record", metavar="FILE", required=True,
                         help="append one JSON line per message to FILE")
     parser.add_argument("--pid", metavar="FILE",
@@ -199,23 +205,23 @@ def main():
         probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         with probe:
-            probe.bind(("127.0.0.1", args.port))
+            probe.bind((args.host, args.port))
     except OSError as exc:
-        sys.stderr.write("smtp_sink: cannot listen on 127.0.0.1:%d: %s\n"
-                         % (args.port, exc.strerror or exc))
+        sys.stderr.write("smtp_sink: cannot listen on %s:%d: %s\n"
+                         % (args.host, args.port, exc.strerror or exc))
         return 1
 
     # The controller's thread inherits the blocked signals; only sigwait()
     # below sees them.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     controller = SinkController(
-        SinkHandler(record_fd), hostname="127.0.0.1", port=args.port,
+        SinkHandler(record_fd), hostname=args.host, port=args.port,
         server_hostname="oncegate-smtp-sink", data_size_limit=SIZE_LIMIT)
     try:
         controller.start()
     except Exception as exc:
-        sys.stderr.write("smtp_sink: cannot listen on 127.0.0.1:%d: %s\n"
-                         % (args.port, exc))
+        sys.stderr.write("smtp_sink: cannot listen on %s:%d: %s\n"
+                         % (args.host, args.port, exc))
         return 1
     if args.pid:
         write_pid(args.pid)

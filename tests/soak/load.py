@@ -2,10 +2,19 @@
 """Mixed load for the soak (tests/soak/soak.sh): what a busy n8n instance
 sends oncegate, for a given time, from several workers at once.
 
-    load.py --url URL --key-file FILE --prefix P --seconds N [--workers W]
-            --out STATS.json
+    load.py --url URL --key-file FILE [--key-file-b FILE] --prefix P
+            --seconds N [--workers W] [--mails long|short] --out STATS.json
+    load.py check --load STATS.json --smtp MAIL.jsonl --requests REQ.json
+            --effects EFFECTS.tsv --out RESULT.json
 
-The API key is read from a file so it never appears on a command line.
+The API keys are read from files so they never appear on a command line.
+With --key-file-b there are two tenants (API clients) and every support and
+crm journey runs for both with the same business key, built from the keys
+two tenants share in tests/data/corpus (Cyrillic, Han, Arabic, Hebrew,
+emoji, 200 characters long), each with its own mail or tag. --mails long
+(the default) drafts the corpus mails at the support_reply contract's
+maxima (200 + 5,000 code points, every script) to 10 or 100 recipients;
+--mails short drafts notes of 40 + 60 code points in every script to three.
 Each worker repeats one of four journeys, in turn:
 
   support   claim a new key, the same claim again (a duplicate: 200 with the
@@ -23,18 +32,38 @@ Each worker repeats one of four journeys, in turn:
 Every answer outside the journey's expected statuses is an error; the first
 few are kept with their bodies (approval links masked). At the end STATS.json
 holds the counts: requests by journey and status, runs created, approvals
-decided, effects enqueued by type, errors. Exit status 0 when there were no
-errors.
+decided, effects enqueued by type, errors, and every delivery that was
+approved or auto-approved: (tenant, key, effect) with the recipients,
+subject and body, or the tag payload, that must arrive. Exit status 0 when
+there were no errors.
+
+check: every provider record against what was approved. EFFECTS.tsv holds
+the outbox rows of the run (tenant, key, effect type, provider key, state,
+provider id). Per (tenant, key, effect): exactly one mail at the SMTP sink
+(told apart by its first recipient, which names tenant and key) whose
+recipients, subject and body, MIME-decoded, are byte for byte the approved
+ones, and whose queue id is the provider id on that tenant's effect; exactly
+one committed request at the HTTP provider whose JSON body carries the
+approved payload, sent with that tenant's provider key, whose id is the
+provider id on that tenant's effect. No two effects share a provider key or
+a Message-ID; nothing arrived that was not approved. Writes RESULT.json;
+exit status 0 when all of it holds.
 """
 
 import argparse
+import collections
 import http.client
 import json
+import os
 import re
 import sys
 import threading
 import time
 import urllib.parse
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                                "corpus"))
+import corpus  # noqa: E402  (tests/data/corpus/corpus.py)
 
 APPROVER = {"X-Dev-User": "soak-approver@example.com", "X-Dev-Groups": "support,sales"}
 REQUESTER = "soak-requester@example.com"
@@ -56,6 +85,7 @@ class Stats:
                        "errors": 0}
         self.errors = []
         self.keys = []
+        self.deliveries = []
 
     def request(self, journey, status):
         with self.lock:
@@ -72,9 +102,13 @@ class Stats:
             if len(self.errors) < 20:
                 self.errors.append(mask(what)[:600])
 
-    def remember(self, key, payload):
+    def remember(self, tenant, key, payload):
         with self.lock:
-            self.keys.append((key, payload))
+            self.keys.append((tenant, key, payload))
+
+    def deliver(self, d):
+        with self.lock:
+            self.deliveries.append(d)
 
     def pick(self, n):
         with self.lock:
@@ -129,8 +163,28 @@ class Worker(threading.Thread):
     def __init__(self, wid, args, api_key, stats, deadline):
         super().__init__(daemon=True)
         self.wid, self.args, self.stats, self.deadline = wid, args, stats, deadline
-        self.client = Client(args.url, api_key)
+        # tenant name -> its connection; tenant a is the stack's client
+        self.clients = collections.OrderedDict(
+            (name, Client(args.url, key)) for name, key in api_key)
+        self.client = next(iter(self.clients.values()))
         self.n = 0
+        self.keys = corpus.shared_keys()
+        self.mails = corpus.long_mails() if args.mails == "long" else corpus.brief_mails()
+
+    def business_key(self, kind):
+        """RUN:kind:worker:n: + a key of the corpus, at most 200 characters:
+        the same for every tenant."""
+        return corpus.fit_key("%s:%s:%d:%d:" % (self.args.prefix, kind, self.wid, self.n),
+                              self.keys[(self.n * 7 + self.wid) % len(self.keys)])
+
+    def recipients(self, tenant, kind):
+        """A first address that names tenant, worker and journey (how the
+        check tells mails apart), then corpus addresses: 100 in all for
+        every third long mail, else 10; three for short mails."""
+        first = "customer+%s-%s-%d-%d@soak.example.com" % (kind, tenant, self.wid, self.n)
+        if self.args.mails == "short":
+            return [first] + corpus.recipients(2)
+        return [first] + corpus.recipients(99 if self.n % 3 == 0 else 9)
 
     def expect(self, journey, what, status, body, allowed):
         self.stats.request(journey, status)
@@ -139,7 +193,7 @@ class Worker(threading.Thread):
             return False
         return True
 
-    def claim(self, journey, key, payload):
+    def claim(self, journey, key, payload, tenant):
         path = "/v1/runs"
         st, body, _ = self.client.call("POST", path, {
             "key": key, "payload": payload, "workflow_version": "soak@1",
@@ -148,7 +202,7 @@ class Worker(threading.Thread):
             return None
         j = jload(body) or {}
         self.stats.add("runs")
-        self.stats.remember(key, payload)
+        self.stats.remember(tenant, key, payload)
         return j
 
     def approve(self, journey, url):
@@ -189,24 +243,29 @@ class Worker(threading.Thread):
         return True
 
     def support(self):
-        key = "%s:s:%d:%d" % (self.args.prefix, self.wid, self.n)
-        payload = {"ticket": self.n, "worker": self.wid, "text": "Where is my order? ✓"}
-        j = self.claim("support", key, payload)
+        key = self.business_key("s")
+        for i, tenant in enumerate(self.clients):
+            self.client = self.clients[tenant]
+            self.support_one(tenant, key, self.mails[(self.n + i) % len(self.mails)])
+
+    def support_one(self, tenant, key, mail):
+        payload = {"ticket": self.n, "worker": self.wid, "tenant": tenant,
+                   "text": mail["subject"]}
+        j = self.claim("support", key, payload, tenant)
         if j is None:
             return
         st, body, _ = self.client.call("POST", "/v1/runs", {
             "key": key, "payload": payload, "workflow_version": "soak@1", "trigger": "soak"})
         if self.expect("support", "duplicate claim", st, body, (200,)):
             self.stats.add("duplicates")
+        to = self.recipients(tenant, "s")
+        output = {"subject": mail["subject"], "body": mail["body"], "tone": "formal",
+                  "confidence": 0.5}
         st, body, _ = self.client.call("POST", "/v1/runs/%s/output" % urllib.parse.quote(key, safe=""), {
             "lease_owner": j.get("lease_owner"), "version": j.get("version"),
-            "contract": "support_reply",
-            "output": {"subject": "Re: ticket %d" % self.n,
-                       "body": "Hello, your order %d has shipped and arrives within three days." % self.n,
-                       "confidence": 0.5},
+            "contract": "support_reply", "output": output,
             "model": {"provider": "soak", "name": "soak-model", "revision": "1"},
-            "effect": {"type": "email.send", "target": "demo_smtp",
-                       "payload": {"to": "customer-%d-%d@example.com" % (self.wid, self.n)}},
+            "effect": {"type": "email.send", "target": "demo_smtp", "payload": {"to": to}},
             "source_url": "https://crm.example/t/%d" % self.n, "requested_by": REQUESTER})
         if not self.expect("support", "output", st, body, (202,)):
             return
@@ -217,20 +276,32 @@ class Worker(threading.Thread):
             return
         if self.approve("support", urls[0]):
             self.stats.add("email.send")
+            self.stats.deliver({"tenant": tenant, "key": key, "effect": "email.send",
+                                "to": to, "subject": mail["subject"], "body": mail["body"],
+                                "mail": mail["id"]})
 
     def crm(self):
-        key = "%s:c:%d:%d" % (self.args.prefix, self.wid, self.n)
-        payload = {"contact": self.n, "worker": self.wid}
-        j = self.claim("crm", key, payload)
+        key = self.business_key("c")
+        reasons = corpus.crm_reasons()
+        for i, tenant in enumerate(self.clients):
+            self.client = self.clients[tenant]
+            self.crm_one(tenant, key, reasons[(self.n + i) % len(reasons)]["reason"])
+
+    def crm_one(self, tenant, key, reason):
+        payload = {"contact": self.n, "worker": self.wid, "tenant": tenant}
+        j = self.claim("crm", key, payload, tenant)
         if j is None:
             return
+        # The contact names tenant, worker and journey: the check finds the
+        # request by it.
+        effect = {"contact": "%s-%d-%d" % (tenant, self.wid, self.n), "tag": "lead"}
         st, body, _ = self.client.call("POST", "/v1/runs/%s/output" % urllib.parse.quote(key, safe=""), {
             "lease_owner": j.get("lease_owner"), "version": j.get("version"),
             "contract": "crm_tag",
-            "output": {"tag": "lead", "confidence": 0.95, "reason": "asked for a demo"},
+            "output": {"tag": "lead", "confidence": 0.95,
+                       "reason": reason if self.args.mails == "long" else "asked for a demo"},
             "model": {"provider": "soak", "name": "soak-model", "revision": "1"},
-            "effect": {"type": "crm.tag", "target": "demo_http",
-                       "payload": {"contact_id": "%d-%d" % (self.wid, self.n)}},
+            "effect": {"type": "crm.tag", "target": "demo_http", "payload": effect},
             "source_url": "https://crm.example/c/%d" % self.n, "requested_by": REQUESTER})
         if not self.expect("crm", "output", st, body, (202,)):
             return
@@ -244,12 +315,15 @@ class Worker(threading.Thread):
             self.stats.error("crm: unexpected output answer: %s" % body[:300])
             return
         self.stats.add("crm.tag")
+        self.stats.deliver({"tenant": tenant, "key": key, "effect": "crm.tag",
+                            "payload": effect})
 
     def conflict(self):
         old = self.stats.pick(self.n * 7919 + self.wid)
         if old is None:
             return
-        key, payload = old
+        tenant, key, payload = old
+        self.client = self.clients[tenant]
         st, body, _ = self.client.call("POST", "/v1/runs", {
             "key": key, "payload": {"other": payload}, "workflow_version": "soak@1",
             "trigger": "soak"})
@@ -260,7 +334,8 @@ class Worker(threading.Thread):
         old = self.stats.pick(self.n * 104729 + self.wid)
         if old is None:
             return
-        st, body, _ = self.client.call("GET", "/v1/runs/" + urllib.parse.quote(old[0], safe=""))
+        self.client = self.clients[old[0]]
+        st, body, _ = self.client.call("GET", "/v1/runs/" + urllib.parse.quote(old[1], safe=""))
         self.expect("status", "status", st, body, (200,))
 
     def run(self):
@@ -273,26 +348,181 @@ class Worker(threading.Thread):
             self.n += 1
 
 
+def check(args):
+    """Every provider record against what was approved (see the module's
+    text). Returns the exit status."""
+    load = json.load(open(args.load, encoding="utf-8"))
+    deliveries = load.get("deliveries", [])
+    effects = corpus.read_tsv(args.effects, 6)   # client, key, type, provider_key, state, provider_id
+    requests = json.load(open(args.requests, encoding="utf-8"))
+    mails = [json.loads(line) for line in open(args.smtp, encoding="utf-8") if line.strip()]
+    out = collections.OrderedDict()
+    bad = collections.Counter()
+    examples = []
+
+    def fail(kind, what, n=1):
+        bad[kind] += n
+        if len(examples) < 20:
+            examples.append("%s: %s" % (kind, what[:400]))
+
+    def header_text(v):
+        # http.server reads header bytes as Latin-1; the outbox holds UTF-8
+        try:
+            return v.encode("latin-1").decode("utf-8")
+        except (AttributeError, UnicodeError):
+            return v
+
+    eff = {}
+    for client, key, etype, pkey, state, pid in effects:
+        eff[(client, key, etype)] = {"provider_key": pkey, "state": state, "provider_id": pid}
+    out["deliveries_approved"] = len(deliveries)
+    out["tenants"] = sorted({d["tenant"] for d in deliveries})
+    by_key = collections.defaultdict(set)
+    for d in deliveries:
+        by_key[(d["key"], d["effect"])].add(d["tenant"])
+    out["keys_shared_by_two_tenants"] = sum(1 for t in by_key.values() if len(t) > 1)
+
+    # The SMTP sink: told apart by the first recipient.
+    by_first = collections.defaultdict(list)
+    for m in mails:
+        rc = m.get("rcpt_tos") or [""]
+        by_first[rc[0].lower()].append(m)
+    # The HTTP provider: committed effect requests, told apart by contact.
+    by_contact = collections.defaultdict(list)
+    http_requests = 0
+    for r in requests:
+        if r.get("kind") != "effect":
+            continue
+        http_requests += 1
+        try:
+            b = json.loads(r.get("body") or "")
+        except ValueError:
+            b = None
+        if r.get("committed") and isinstance(b, dict):
+            by_contact[str(b.get("contact"))].append((r, b))
+    out["mails_received"] = len(mails)
+    out["http_effect_requests"] = http_requests
+    out["http_committed"] = sum(len(v) for v in by_contact.values())
+
+    seen_mail, seen_http = set(), set()
+    for d in deliveries:
+        what = "%s %s %r" % (d["tenant"], d["effect"], d["key"])
+        e = eff.get((d["tenant"], d["key"], d["effect"]))
+        if e is None:
+            fail("approved but no outbox row", what)
+            continue
+        if d["effect"] == "email.send":
+            first = d["to"][0].lower()
+            got = by_first.get(first, [])
+            seen_mail.add(first)
+            if not got:
+                fail("lost", what)
+                continue
+            if len(got) > 1:
+                fail("doubled", "%s (%d mails)" % (what, len(got)))
+            m = got[0]
+            if [a.lower() for a in m.get("rcpt_tos", [])] != [a.lower() for a in d["to"]]:
+                fail("wrong recipients", "%s: %d of %d" % (what, len(m.get("rcpt_tos", [])),
+                                                        len(d["to"])))
+            try:
+                mid, subject, body = corpus.mime_text(m.get("data", ""))
+            except Exception as exc:  # a message Python cannot read is a finding
+                fail("unreadable mail", "%s: %r" % (what, exc))
+                continue
+            if subject != d["subject"]:
+                fail("subject differs", "%s: %r != %r" % (what, subject[:80], d["subject"][:80]))
+            if body != d["body"]:
+                fail("body differs", "%s: %d != %d characters" % (
+                    what, len(body or ""), len(d["body"])))
+            if e["provider_id"] != m.get("queue_id"):
+                fail("provider id of another delivery", "%s: %s != %s" % (
+                    what, e["provider_id"], m.get("queue_id")))
+        else:
+            contact = d["payload"]["contact"]
+            got = by_contact.get(contact, [])
+            seen_http.add(contact)
+            if not got:
+                fail("lost", what)
+                continue
+            if len(got) > 1:
+                fail("doubled", "%s (%d committed)" % (what, len(got)))
+            r, body = got[0]
+            if any(body.get(k) != v for k, v in d["payload"].items()):
+                fail("payload differs", "%s: %s" % (what, json.dumps(body)[:200]))
+            if header_text(r.get("idempotency_key")) != e["provider_key"]:
+                fail("sent with another tenant's provider key", "%s: %r != %r" % (
+                    what, header_text(r.get("idempotency_key")), e["provider_key"]))
+            if e["provider_id"] != r.get("id"):
+                fail("provider id of another delivery", "%s: %s != %s" % (
+                    what, e["provider_id"], r.get("id")))
+        if e["state"] != "completed":
+            fail("effect not completed", "%s: %s" % (what, e["state"]))
+    for first in by_first:
+        if first not in seen_mail:
+            fail("received but not approved", "mail to %s" % first)
+    for contact in by_contact:
+        if contact not in seen_http:
+            fail("received but not approved", "crm.tag for %s" % contact)
+
+    # Provider keys and Message-IDs name one effect each.
+    pkeys = collections.Counter(e["provider_key"] for e in eff.values())
+    shared = sum(1 for n in pkeys.values() if n > 1)
+    if shared:
+        fail("provider key shared by two effects", "%d keys" % shared, shared)
+    mids = collections.Counter(corpus.mime_text(m.get("data", ""))[0] for m in mails)
+    mid_shared = sum(1 for n in mids.values() if n > 1)
+    if mid_shared:
+        fail("Message-ID shared by two mails", "%d Message-IDs" % mid_shared, mid_shared)
+
+    out["doubled"] = bad["doubled"]
+    out["lost"] = bad["lost"]
+    out["findings"] = dict(bad)
+    out["examples"] = examples
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=1, ensure_ascii=False)
+    return 1 if bad else 0
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "check":
+        p = argparse.ArgumentParser(description="check: provider records against approvals")
+        p.add_argument("cmd")
+        p.add_argument("--load", required=True)
+        p.add_argument("--smtp", required=True)
+        p.add_argument("--requests", required=True)
+        p.add_argument("--effects", required=True)
+        p.add_argument("--out", required=True)
+        return check(p.parse_args())
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--url", required=True)
     p.add_argument("--key-file", required=True)
+    p.add_argument("--client", default="dev", help="the API client of --key-file")
+    p.add_argument("--key-file-b", help="a second tenant's API key")
+    p.add_argument("--client-b", help="the API client of --key-file-b")
+    p.add_argument("--mails", choices=("long", "short"), default="long")
     p.add_argument("--prefix", required=True)
     p.add_argument("--seconds", type=float, required=True)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    api_key = open(args.key_file).read().strip()
+    keys = [(args.client, open(args.key_file).read().strip())]
+    if args.key_file_b:
+        if not args.client_b:
+            p.error("--key-file-b needs --client-b")
+        keys.append((args.client_b, open(args.key_file_b).read().strip()))
     stats = Stats()
     deadline = time.monotonic() + args.seconds
-    workers = [Worker(i, args, api_key, stats, deadline) for i in range(args.workers)]
+    workers = [Worker(i, args, keys, stats, deadline) for i in range(args.workers)]
     for w in workers:
         w.start()
     for w in workers:
         w.join()
-    with open(args.out, "w") as f:
+    with open(args.out, "w", encoding="utf-8") as f:
         json.dump({"requests": stats.requests, "counts": stats.counts,
-                   "errors": stats.errors, "prefix": args.prefix}, f, indent=1, sort_keys=True)
+                   "errors": stats.errors, "prefix": args.prefix,
+                   "tenants": [k[0] for k in keys], "mails": args.mails,
+                   "deliveries": stats.deliveries}, f, indent=1, sort_keys=True,
+                  ensure_ascii=False)
     return 1 if stats.counts["errors"] else 0
 
 

@@ -9,7 +9,15 @@
 #     one-time initialisation are not leaks and are reported only);
 #   * exactly once: every effect of the run `completed`, each received by
 #     its provider exactly once (the HTTP provider's record of requests, the
-#     SMTP sink's record of messages); the load saw no unexpected answer.
+#     SMTP sink's record of messages); the load saw no unexpected answer;
+#   * what was approved is what arrived, to the right tenant: two API
+#     clients (tenants) use the same business keys (tests/data/corpus: long,
+#     multilingual), each drafting its own long mail (every script, up to
+#     200 + 5,000 code points, 10 or 100 recipients) or tag; per (tenant,
+#     key, effect) exactly one delivery whose recipients, subject and body
+#     (MIME-decoded) or payload are byte for byte the approved ones, whose
+#     provider id is the one on that tenant's effect; no provider key or
+#     Message-ID shared by two effects (tests/soak/load.py check).
 # With --native the same run goes without valgrind, and checks instead:
 #   * RSS flat after warm-up: each program's resident size at the end of the
 #     run is within RSS_SLACK KiB of what it was at the end of the warm-up
@@ -19,7 +27,10 @@
 #     time whatever the program does.
 #
 #   tests/soak/soak.sh [--seconds N] [--threads T] [--workers W] [--native]
-#       (default 1800 s, the responder's configured threads, 4 workers)
+#       [--tenants 1|2] [--mails long|short]
+#       (default 1800 s, the responder's configured threads, 4 workers,
+#       2 tenants, long mails; one tenant and short mails exercise the rest
+#       on a build that cannot yet send the long ones)
 #
 # Runs beside the test stack that `./dev test` (or `./dev soak`) starts: it
 # uses that stack's PostgreSQL, configuration (contracts, templates, CSRF
@@ -32,7 +43,7 @@
 # table; exit status 0 when every check above holds.
 set -euo pipefail
 
-SECONDS_RUN=1800 THREADS='' WORKERS=4 NATIVE=no
+SECONDS_RUN=1800 THREADS='' WORKERS=4 NATIVE=no TENANTS=2 MAILS=long
 # KiB a program's RSS may grow between the end of the warm-up and the end.
 RSS_SLACK=${RSS_SLACK:-4096}
 while [[ $# -gt 0 ]]; do
@@ -41,13 +52,17 @@ while [[ $# -gt 0 ]]; do
 	--threads) THREADS=${2:?}; shift 2 ;;
 	--workers) WORKERS=${2:?}; shift 2 ;;
 	--native) NATIVE=yes; shift ;;
-	*) echo "usage: $0 [--seconds N] [--threads T] [--workers W] [--native]" >&2; exit 2 ;;
+	--tenants) TENANTS=${2:?}; shift 2 ;;
+	--mails) MAILS=${2:?}; shift 2 ;;
+	*) echo "usage: $0 [--seconds N] [--threads T] [--workers W] [--native] [--tenants 1|2] [--mails long|short]" >&2; exit 2 ;;
 	esac
 done
 for v in ONCEGATE_VG_FCGI ONCEGATE_VG_DISPATCH ONCEGATE_CONF ONCEGATE_CTL ONCEGATE_API_KEY \
 	ONCEGATE_PROVIDERS ONCEGATE_PYTHON PGHOST PGPORT PGDATABASE; do
 	[[ -n ${!v:-} ]] || { echo "soak.sh: $v is not set (run under ./dev test or ./dev soak)" >&2; exit 2; }
 done
+[[ $TENANTS == 1 || $TENANTS == 2 ]] || { echo "soak.sh: --tenants is 1 or 2" >&2; exit 2; }
+[[ $MAILS == long || $MAILS == short ]] || { echo "soak.sh: --mails is long or short" >&2; exit 2; }
 command -v valgrind >/dev/null || { echo "soak.sh: valgrind is not installed" >&2; exit 2; }
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
@@ -131,6 +146,16 @@ NGINX_PORT=$(free_port)
 } >"$DIR/oncegate.conf"
 chmod 0640 "$DIR/oncegate.conf"
 (umask 077 && printf '%s\n' "$ONCEGATE_API_KEY" >"$DIR/api_key")
+# The second tenant: an API client of its own, with the same business keys.
+LOAD_TENANTS=()
+if [[ $TENANTS == 2 ]]; then
+	CLIENT_B=soak-b-$RUN
+	key_b=$("$ONCEGATE_CTL" -c "$DIR/oncegate.conf" client add "$CLIENT_B") ||
+		{ echo "soak.sh: oncegatectl client add $CLIENT_B failed" >&2; exit 1; }
+	(umask 077 && printf '%s\n' "$key_b" >"$DIR/api_key_b")
+	unset key_b
+	LOAD_TENANTS=(--key-file-b "$DIR/api_key_b" --client-b "$CLIENT_B")
+fi
 
 # --- the programs under valgrind -----------------------------------------------------
 VALGRIND=(valgrind --tool=memcheck --leak-check=full --show-leak-kinds=definite,indirect,possible
@@ -192,6 +217,7 @@ SAMPLER_PID=$!
 # --- the load ------------------------------------------------------------------------
 load_rc=0
 "$ONCEGATE_PYTHON" "$HERE/load.py" --url "http://127.0.0.1:$NGINX_PORT" --key-file "$DIR/api_key" \
+	--client dev "${LOAD_TENANTS[@]}" --mails "$MAILS" \
 	--prefix "$RUN" --seconds "$SECONDS_RUN" --workers "$WORKERS" --out "$DIR/load.json" &
 LOAD_PID=$!
 wait "$LOAD_PID" || load_rc=$?
@@ -219,6 +245,14 @@ FCGI_PID=''
 
 # --- what happened -------------------------------------------------------------------
 curl -fsS "http://127.0.0.1:$HTTP_PORT/_requests" >"$DIR/requests.json"
+# Every provider record against what was approved, per tenant.
+psql -X -At -F $'\t' -v ON_ERROR_STOP=1 -c "
+	SELECT c.name, e.idempotency_key, e.effect_type, e.provider_key, e.state,
+	       coalesce(e.provider_id, '')
+	  FROM effect_outbox e JOIN api_clients c ON c.id = e.client_id
+	 WHERE e.idempotency_key LIKE '$RUN:%'" >"$DIR/effects.tsv"
+"$ONCEGATE_PYTHON" "$HERE/load.py" check --load "$DIR/load.json" --smtp "$DIR/smtp.jsonl" \
+	--requests "$DIR/requests.json" --effects "$DIR/effects.tsv" --out "$DIR/deliveries.json" || true
 "$ONCEGATE_PYTHON" - "$DIR" "$RUN" "$RSS_SLACK" "$NATIVE" >"$DIR/summary" <<'EOF'
 import json, re, sys
 d, run, slack, native = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "yes"
@@ -243,9 +277,11 @@ def vg(name):
     return errors, lost
 
 http = {}
+# The soak's own provider: every effect request it saw is this run's (the
+# provider key need not start with the run key).
 for r in json.load(open(d + "/requests.json")):
     k = r.get("idempotency_key") or ""
-    if r.get("kind") == "effect" and (k.startswith(prefix) or ours.match(k)):
+    if r.get("kind") == "effect":
         http[k] = http.get(k, 0) + 1
 smtp = {}
 for line in open(d + "/smtp.jsonl"):
@@ -275,6 +311,7 @@ out = {
     "rss_fcgi_peak": max((s[1] for s in samples), default=0),
     "rss_dispatch_peak": max((s[2] for s in samples), default=0),
     "slack": slack, "native": native,
+    "deliveries": json.load(open(d + "/deliveries.json")),
 }
 print(json.dumps(out))
 EOF
@@ -299,6 +336,8 @@ print("\nsoak (%s), %d s of load, %s" % (run, elapsed, "native (RSS)" if s["nati
 line("requests answered", sum(req.values()))
 for k in sorted(req):
     line("  " + k, req[k])
+line("tenants (API clients) / mails", "%s / %s" % (" + ".join(s["load"].get("tenants", [])),
+                                                  s["load"].get("mails", "?")))
 line("runs claimed", c["runs"])
 line("duplicate claims answered with the run", c["duplicates"])
 line("conflicting payloads refused (409)", c["conflicts"])
@@ -325,6 +364,20 @@ if s["http_twice"] + s["smtp_twice"]:
 if s["http_received"] + s["smtp_received"] != completed:
     fails.append("received != completed")
     line("received != completed", "%d != %d" % (s["http_received"] + s["smtp_received"], completed))
+dv = s["deliveries"]
+line("deliveries approved (tenant, key, effect)", dv["deliveries_approved"])
+line("  keys used by both tenants", dv["keys_shared_by_two_tenants"])
+line("  mails / HTTP effects committed", "%d / %d" % (dv["mails_received"], dv["http_committed"]))
+line("  doubled", dv["doubled"], 0)
+line("  lost", dv["lost"], 0)
+others = {k: n for k, n in dv["findings"].items() if k not in ("doubled", "lost")}
+line("  other findings (wrong tenant, bytes differ)", sum(others.values()), 0)
+for k in sorted(others):
+    line("    " + k, others[k])
+if dv["findings"]:
+    fails.append("deliveries differ from approvals")
+    for e in dv["examples"][:10]:
+        print("      " + e)
 for name in ("fcgi", "dispatch"):
     errors, lost = s["vg_" + name]
     prog = "oncegate-" + name

@@ -1,0 +1,544 @@
+/*
+ * check_realdata.c — integration suite: the promises that short,
+ * single-tenant test data never tested, with the data of tests/data/corpus.
+ *
+ *   groups     identity headers as SSO proxies send them (oauth2-proxy's
+ *              comma-joined X-Auth-Request-Groups, names with spaces,
+ *              Keycloak group paths, Azure GUIDs): a person may decide for
+ *              group:support exactly when one comma-separated item, trimmed,
+ *              is the whole name "support";
+ *   delivery   two tenants (API clients) use one business key of 200
+ *              characters; each approves its own long mail (every script,
+ *              200 + 5,000 code points, 100 recipients) and its own tag; the
+ *              real dispatcher sends them to loopback providers that honour
+ *              idempotency keys: each tenant's mail and tag arrive exactly
+ *              once, as approved byte for byte (MIME-decoded), under a
+ *              provider key and Message-ID of their own, and each effect
+ *              stores the provider id of its own delivery.
+ *
+ * It runs against the stack of ./dev test like check_dispatch.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "canon.h"
+#include "dispatchlib.h"
+#include "testlib.h"
+
+#define APPROVER       "erin@example.com"
+#define REQUESTER      "alice@example.com"
+#define MAIL_FROM      "support@realdata.example.com"
+#define SETTLE_S       60   /* how long the dispatcher may take for the effects */
+#define RATE_RETRIES   8    /* nginx limits approval POSTs: a 429 is waited out */
+
+static char g_run[64];
+static const char *g_key_dev;
+static char g_client_b[96];
+static char *g_key_b;
+static char g_smtp_record[PATH_MAX];
+static int g_smtp_port;
+static pid_t g_http_pid = -1, g_smtp_pid = -1;
+
+#define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
+
+/* ---- the API ------------------------------------------------------------- */
+
+/* Claims key as bearer, hands in output for contract with effect (both
+ * stolen); the answer of /output in *r. */
+static void
+claim_and_output(const char *bearer, const char *key, const char *contract, json_t *output,
+                 json_t *effect, struct tl_resp *r)
+{
+	json_t *body = json_pack("{s:s, s:{s:s, s:s}, s:i}", "key", key, "payload", "run", g_run,
+	                         "contract", contract, "lease_seconds", 60);
+	char owner[64], *path;
+	long long version = 0;
+	struct tl_resp c;
+
+	tl_post_json("/v1/runs", bearer, body, &c);
+	json_decref(body);
+	ASSERT_STATUS(&c, 201);
+	ck_assert_msg(tl_jstr(c.json, "lease_owner") && tl_jint(c.json, "version", &version),
+	              "claim answer: %s", c.body);
+	snprintf(owner, sizeof(owner), "%s", tl_jstr(c.json, "lease_owner"));
+	tl_resp_free(&c);
+	body = json_pack("{s:s, s:I, s:s, s:o, s:o, s:{s:s, s:s, s:s}, s:s, s:s}", "lease_owner",
+	                 owner, "version", (json_int_t)version, "contract", contract, "output", output,
+	                 "effect", effect, "model", "provider", "openai-compatible", "name",
+	                 "qwen2.5-7b-instruct", "revision", "2024-09-19", "source_url",
+	                 "https://crm.example/ticket/48213", "requested_by", REQUESTER);
+	path = tl_run_path(key, "/output");
+	tl_post_json(path, bearer, body, r);
+	json_decref(body);
+	free(path);
+}
+
+/* The raw token of the one approval in an /output answer (malloc'd). */
+static char *
+token_of(const struct tl_resp *r)
+{
+	const char *url = tl_jstr(json_array_get(json_object_get(r->json, "approvals"), 0), "url");
+	const char *t = url ? strstr(url, "/approve/") : NULL;
+
+	ck_assert_msg(r->status == 202 && t != NULL, "%s: expected 202 with an approval link: %.1000s",
+	              r->what, r->body);
+	return strdup(t + 9);
+}
+
+/* GET or POST /approve/TOKEN as user in groups (the header as the SSO
+ * proxy sends it); a 429 of nginx's POST limit is waited out. */
+static void
+approval_request(const char *token, const char *user, const char *groups, const char *form,
+                 struct tl_resp *r)
+{
+	char path[128], hu[256], hg[1024], ho[256];
+	const char *h[6];
+	int n = 0, attempt;
+
+	snprintf(path, sizeof(path), "/approve/%s", token);
+	snprintf(hu, sizeof(hu), "X-Dev-User: %s", user);
+	snprintf(hg, sizeof(hg), "X-Dev-Groups: %s", groups);
+	snprintf(ho, sizeof(ho), "Origin: %s", tl_env("ONCEGATE_URL"));
+	h[n++] = hu;
+	h[n++] = hg;
+	if (form != NULL) {
+		h[n++] = ho;
+		h[n++] = "Sec-Fetch-Site: same-origin";
+	}
+	h[n] = NULL;
+	for (attempt = 0;; attempt++) {
+		if (form != NULL)
+			tl_http_hdrs("POST", path, h, "application/x-www-form-urlencoded", form,
+			             strlen(form), r, NULL);
+		else
+			tl_http_hdrs("GET", path, h, NULL, NULL, 0, r, NULL);
+		if (r->status != 429 || attempt >= RATE_RETRIES)
+			return;
+		tl_resp_free(r);
+		tl_sleep_ms(1000);
+	}
+}
+
+/* The value of the page's hidden csrf input (malloc'd), or NULL. */
+static char *
+csrf_value(const char *page)
+{
+	const char *p = strstr(page, "name=\"csrf\""), *v, *e;
+
+	if (p == NULL)
+		return NULL;
+	/* the input element around it */
+	while (p > page && *p != '<')
+		p--;
+	v = strstr(p, "value=\"");
+	if (v == NULL)
+		return NULL;
+	v += 7;
+	e = strchr(v, '"');
+	return e != NULL ? strndup(v, (size_t)(e - v)) : NULL;
+}
+
+/* Opens the page as user in groups and POSTs decision=approve with its
+ * CSRF value; the POST's HTTP status. */
+static long
+approve_as(const char *token, const char *user, const char *groups)
+{
+	struct tl_resp r;
+	char *csrf, *form;
+	long st;
+
+	approval_request(token, user, groups, NULL, &r);
+	ASSERT_STATUS(&r, 200);
+	csrf = csrf_value(r.body);
+	tl_resp_free(&r);
+	ck_assert_msg(csrf != NULL, "the approval page has no CSRF value for %s in \"%s\"", user,
+	              groups);
+	form = tl_form("decision", "approve", "csrf", csrf, "reason", "realdata", (char *)NULL);
+	approval_request(token, user, groups, form, &r);
+	st = r.status;
+	tl_resp_free(&r);
+	free(form);
+	free(csrf);
+	return st;
+}
+
+static json_t *
+reply(const char *mail_id)
+{
+	return json_pack("{s:s, s:s, s:s, s:f}", "subject", tl_corpus_mail_str(mail_id, "subject"),
+	                 "body", tl_corpus_mail_str(mail_id, "body"), "tone", "formal",
+	                 "confidence", 0.62);
+}
+
+/* ===== groups ==================================================================== */
+
+/* Each group header of the corpus, as the SSO proxy sends it: a person
+ * with it may approve a group:support challenge exactly when the corpus
+ * says so (303), else the POST is refused (403) and the run does not
+ * change. */
+START_TEST(test_group_headers)
+{
+	json_t *doc = tl_corpus_load("groups.json"), *cases = json_object_get(doc, "cases");
+	const json_t *gc = json_array_get(cases, (size_t)_i);
+	const char *header = tl_jstr(gc, "header");
+	bool may = json_is_true(json_object_get(gc, "matches_group_support"));
+	PGconn *c = tl_pg_connect();
+	char key[128], *token, *before;
+	struct tl_resp r;
+	long st;
+
+	ck_assert_ptr_nonnull(header);
+	snprintf(key, sizeof(key), "%s-groups-%d", g_run, _i);
+	claim_and_output(g_key_dev, key, "support_reply", reply("ru_reply"),
+	                 json_pack("{s:s, s:s, s:{s:s}}", "type", "email.send", "target", "demo_smtp",
+	                           "payload", "to", "anna.morozova@example.com"), &r);
+	token = token_of(&r);
+	tl_resp_free(&r);
+	before = tl_run_snapshot(c, key);
+	st = approve_as(token, APPROVER, header);
+	if (may) {
+		ck_assert_msg(st == 303, "groups \"%s\" (%s) include support: HTTP %ld, expected 303",
+		              header, JSTR(gc, "source"), st);
+	} else {
+		ck_assert_msg(st == 403, "groups \"%s\" (%s) do not include the group support: "
+		              "HTTP %ld, expected 403", header, JSTR(gc, "source"), st);
+		tl_expect_run_unchanged(c, key, before, "a POST by someone outside group support");
+	}
+	free(before);
+	free(token);
+	json_decref(doc);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== delivery ==================================================================== */
+
+/* The suite's dispatcher: targets demo_http and demo_smtp (the names the
+ * shipped contracts use) at this suite's providers. */
+static pid_t
+dispatcher_start(const char *conf, const char *log, const char *err)
+{
+	char text[PATH_MAX + 2048], *argv[4];
+	pid_t pid;
+	double deadline;
+	char *lines;
+
+	snprintf(text, sizeof(text),
+	         "# check_realdata\nlog_file = %s\nlog_level = info\ndispatch_workers = 2\n"
+	         "dispatch_poll_ms = 200\ndispatch_shutdown_seconds = 5\n\n"
+	         "[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
+	         "lookup_url = http://127.0.0.1:%d/idem/effects/lookup\nidempotency_key = 1\n"
+	         "provider_id_header = X-Provider-Id\ntimeout_ms = 5000\nmax_attempts = 3\n"
+	         "base_ms = 200\ncap_ms = 1000\n\n"
+	         "[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\nmail_from = %s\n"
+	         "timeout_ms = 5000\nmax_attempts = 2\nbase_ms = 200\ncap_ms = 1000\n",
+	         log, g_http_port, g_http_port, g_smtp_port, MAIL_FROM);
+	write_file(conf, text);
+	argv[0] = (char *)(uintptr_t)tl_env("ONCEGATE_DISPATCH");
+	argv[1] = (char *)(uintptr_t)"-c";
+	argv[2] = (char *)(uintptr_t)conf;
+	argv[3] = NULL;
+	pid = spawn(argv, "/dev/null", err, ENV_TRUE);
+	proc_register(pid);
+	deadline = tl_now() + START_WAIT_S;
+	for (;;) {
+		lines = tl_file_slurp(log, NULL);
+		if (lines != NULL && strstr(lines, "\"dispatch.started\"") != NULL)
+			break;
+		free(lines);
+		ck_assert_msg(proc_running(pid) && tl_now() < deadline,
+		              "oncegate-dispatch did not start (config %s, stderr %s)", conf, err);
+		tl_sleep_ms(50);
+	}
+	free(lines);
+	return pid;
+}
+
+/* The SMTP sink's record, MIME-decoded by Python's email package: one JSON
+ * object per mail {rcpt (all), message_id, subject, body}. */
+static json_t *
+mails_decoded(void)
+{
+	static const char script[] =
+	    "import json, sys, email, email.policy\n"
+	    "for line in open(sys.argv[1], encoding='utf-8'):\n"
+	    "    r = json.loads(line)\n"
+	    "    m = email.message_from_string(r['data'], policy=email.policy.default)\n"
+	    "    print(json.dumps({'rcpt': r['rcpt_tos'], 'queue_id': r['queue_id'],\n"
+	    "        'message_id': str(m.get('Message-ID', '')).strip(),\n"
+	    "        'subject': str(m.get('Subject', '')),\n"
+	    "        'body': m.get_content().replace('\\r\\n', '\\n')}))\n";
+	char path[PATH_MAX], cmd[PATH_MAX * 2 + 256], *out, *line, *save = NULL;
+	json_t *list = json_array();
+
+	snprintf(path, sizeof(path), "%s/decode.py", g_tmp);
+	write_file(path, script);
+	snprintf(cmd, sizeof(cmd), "'%s' '%s' '%s'", tl_env("ONCEGATE_PYTHON"), path, g_smtp_record);
+	out = tl_shell_output(cmd);
+	ck_assert_msg(out != NULL, "decoding the SMTP sink's record failed");
+	for (line = strtok_r(out, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+		json_t *m = json_loads(line, 0, NULL);
+
+		ck_assert_msg(m != NULL, "decoder output: %.300s", line);
+		json_array_append_new(list, m);
+	}
+	free(out);
+	return list;
+}
+
+struct delivery {
+	const char *bearer, *client, *mail;
+	char first[128];   /* the first recipient: names the tenant */
+	char contact[128]; /* the tag's contact: names the tenant */
+};
+
+START_TEST(test_two_tenants_one_key)
+{
+	json_t *tenants = tl_corpus_load("tenants.json"), *rc = tl_corpus_load("recipients.json");
+	struct delivery d[2] = {
+		{ .bearer = g_key_dev, .client = "dev", .mail = "mixed_max" },
+		{ .bearer = g_key_b, .client = g_client_b, .mail = "he_max" },
+	};
+	PGconn *c = tl_pg_connect();
+	char prefix[96], conf[PATH_MAX], log[PATH_MAX], err[PATH_MAX];
+	char *key, *tag_key;
+	json_t *mails, *committed;
+	pid_t pid;
+	double deadline;
+	size_t i, j;
+	int st = 0;
+
+	ck_assert_msg(g_key_b != NULL, "no second client: `oncegatectl client add` failed");
+	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_realdata sends to loopback",
+	             "--operator", "check_realdata", (char *)NULL);
+	snprintf(prefix, sizeof(prefix), "%s:", g_run);
+	key = tl_corpus_key(prefix, json_string_value(json_array_get(
+	                                json_object_get(tenants, "long_keys"), 6)), 200);
+	snprintf(prefix, sizeof(prefix), "%s-tag:", g_run);
+	tag_key = tl_corpus_key(prefix, json_string_value(json_array_get(
+	                                    json_object_get(tenants, "long_keys"), 1)), 200);
+	ck_assert_uint_eq(tl_utf8_chars(key), 200);
+
+	for (i = 0; i < 2; i++) {
+		json_t *to = json_array();
+		struct tl_resp r;
+		char *token;
+
+		snprintf(d[i].first, sizeof(d[i].first), "customer+%s@realdata.example.com",
+		         i == 0 ? "dev" : "b");
+		snprintf(d[i].contact, sizeof(d[i].contact), "contact-of-%s", d[i].client);
+		json_array_append_new(to, json_string(d[i].first));
+		for (j = 0; j < 99; j++)
+			json_array_append(to, json_array_get(json_object_get(rc, "max"), j));
+		/* the mail: a person approves it */
+		claim_and_output(d[i].bearer, key, "support_reply", reply(d[i].mail),
+		                 json_pack("{s:s, s:s, s:{s:o}}", "type", "email.send", "target",
+		                           "demo_smtp", "payload", "to", to), &r);
+		token = token_of(&r);
+		tl_resp_free(&r);
+		ck_assert_int_eq(approve_as(token, APPROVER, "support"), 303);
+		free(token);
+		/* the tag: approved by the rules, or by sales when sampled */
+		claim_and_output(d[i].bearer, tag_key, "crm_tag",
+		                 json_pack("{s:s, s:f, s:s}", "tag", "lead", "confidence", 0.97, "reason",
+		                           tl_corpus_mail_str("zh_short", "body")),
+		                 json_pack("{s:s, s:s, s:{s:s, s:s}}", "type", "crm.tag", "target",
+		                           "demo_http", "payload", "contact", d[i].contact, "tag", "lead"),
+		                 &r);
+		ck_assert_msg(r.status == 202, "crm_tag output: HTTP %ld %.500s", r.status, r.body);
+		if (strcmp(JSTR(r.json, "outcome"), "awaiting_human") == 0) {
+			token = token_of(&r);
+			ck_assert_int_eq(approve_as(token, APPROVER, "sales"), 303);
+			free(token);
+		}
+		tl_resp_free(&r);
+	}
+
+	snprintf(conf, sizeof(conf), "%s/dispatch.conf", g_tmp);
+	snprintf(log, sizeof(log), "%s/dispatch.log", g_tmp);
+	snprintf(err, sizeof(err), "%s/dispatch.err", g_tmp);
+	pid = dispatcher_start(conf, log, err);
+	{
+		const char *p[2] = { key, tag_key };
+
+		deadline = tl_now() + SETTLE_S;
+		while (tl_pg_count(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key IN "
+		                      "($1, $2) AND state IN ('pending', 'sending')", 2, p) > 0 &&
+		       tl_now() < deadline)
+			tl_sleep_ms(200);
+	}
+	kill(pid, SIGTERM);
+	ck_assert_msg(wait_exit(pid, 20, &st), "the dispatcher did not stop");
+
+	mails = mails_decoded();
+	committed = prov_call("GET", "/_committed");
+	for (i = 0; i < 2; i++) {
+		const char *p[3] = { d[i].client, key, tag_key };
+		char *mail_state = tl_pg_value(c, "SELECT e.state || ' ' || coalesce(e.provider_id, '')"
+		                                  " FROM effect_outbox e JOIN api_clients a ON"
+		                                  " a.id = e.client_id WHERE a.name = $1 AND"
+		                                  " e.idempotency_key = $2", 2, p);
+		const char *pt[2] = { d[i].client, tag_key };
+		char *tag_state = tl_pg_value(c, "SELECT e.state || ' ' || coalesce(e.provider_id, '')"
+		                                 " FROM effect_outbox e JOIN api_clients a ON"
+		                                 " a.id = e.client_id WHERE a.name = $1 AND"
+		                                 " e.idempotency_key = $2", 2, pt);
+		json_t *m, *got = NULL, *cm, *got_tag = NULL;
+		size_t n = 0, nt = 0;
+		char want[160];
+
+		/* the mail: once, to this tenant's recipients, as approved */
+		json_array_foreach(mails, j, m) {
+			if (strcmp(json_string_value(json_array_get(json_object_get(m, "rcpt"), 0)) ?: "",
+			           d[i].first) == 0) {
+				got = m;
+				n++;
+			}
+		}
+		ck_assert_msg(n == 1, "%s's mail arrived %zu times (effect: %s)", d[i].client, n,
+		              mail_state ? mail_state : "(no row)");
+		ck_assert_uint_eq(json_array_size(json_object_get(got, "rcpt")), 100);
+		ck_assert_msg(strcmp(JSTR(got, "subject"), tl_corpus_mail_str(d[i].mail, "subject")) == 0,
+		              "%s's mail: the subject is not the approved one: %s", d[i].client,
+		              JSTR(got, "subject"));
+		ck_assert_msg(strcmp(JSTR(got, "body"), tl_corpus_mail_str(d[i].mail, "body")) == 0,
+		              "%s's mail: the body is not the approved one (%zu bytes, want %zu)",
+		              d[i].client, strlen(JSTR(got, "body")),
+		              strlen(tl_corpus_mail_str(d[i].mail, "body")));
+		snprintf(want, sizeof(want), "completed %s", JSTR(got, "queue_id"));
+		ck_assert_msg(mail_state != NULL && strcmp(mail_state, want) == 0,
+		              "%s's mail effect is \"%s\", want \"%s\" (its own delivery)", d[i].client,
+		              mail_state ? mail_state : "(no row)", want);
+		/* the tag: committed once, under this tenant's effect */
+		json_array_foreach(committed, j, cm) {
+			json_t *b = json_loads(JSTR(cm, "body"), 0, NULL);
+
+			if (b != NULL && strcmp(JSTR(b, "contact"), d[i].contact) == 0) {
+				got_tag = cm;
+				nt++;
+			}
+			json_decref(b);
+		}
+		ck_assert_msg(nt == 1, "%s's tag was committed %zu times at the provider (effect: %s)",
+		              d[i].client, nt, tag_state ? tag_state : "(no row)");
+		snprintf(want, sizeof(want), "completed %s", JSTR(got_tag, "id"));
+		ck_assert_msg(tag_state != NULL && strcmp(tag_state, want) == 0,
+		              "%s's tag effect is \"%s\", want \"%s\" (its own delivery)", d[i].client,
+		              tag_state ? tag_state : "(no row)", want);
+		free(mail_state);
+		free(tag_state);
+	}
+	/* neither a Message-ID nor a provider key is shared by the tenants */
+	ck_assert_msg(strcmp(JSTR(json_array_get(mails, 0), "message_id"),
+	                     JSTR(json_array_get(mails, 1), "message_id")) != 0,
+	              "two tenants' mails share the Message-ID %s",
+	              JSTR(json_array_get(mails, 0), "message_id"));
+	{
+		const char *p[2] = { key, tag_key };
+
+		ck_assert_int_eq(tl_pg_count(c, "SELECT count(DISTINCT provider_key) FROM effect_outbox"
+		                             " WHERE idempotency_key IN ($1, $2)", 2, p), 4);
+	}
+	json_decref(mails);
+	json_decref(committed);
+	json_decref(tenants);
+	json_decref(rc);
+	free(key);
+	free(tag_key);
+	PQfinish(c);
+}
+END_TEST
+
+/* ---- the suite ------------------------------------------------------------------- */
+
+static void
+setup(void)
+{
+	proc_sweep();
+	dl_cancel_waiting();
+}
+
+static void
+teardown(void)
+{
+	proc_sweep();
+}
+
+static Suite *
+realdata_suite(void)
+{
+	Suite *s = suite_create("realdata");
+	json_t *groups = NULL;
+	json_error_t e;
+	char path[PATH_MAX];
+	TCase *tc;
+
+	snprintf(path, sizeof(path), "%s/tests/data/corpus/groups.json",
+	         tl_env("srcdir") ? tl_env("srcdir") : ".");
+	groups = json_load_file(path, 0, &e);
+
+	tc = tcase_create("groups");
+	tcase_set_timeout(tc, 60);
+	/* an unreadable corpus still runs one case, which then fails saying why */
+	tcase_add_loop_test(tc, test_group_headers, 0,
+	                    groups != NULL ? (int)json_array_size(json_object_get(groups, "cases"))
+	                                   : 1);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("delivery");
+	tcase_set_timeout(tc, SETTLE_S + 60);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_two_tenants_one_key);
+	suite_add_tcase(s, tc);
+	json_decref(groups);
+	return s;
+}
+
+int
+main(void)
+{
+	static const char *const needed[] = {
+		"ONCEGATE_API_KEY", "ONCEGATE_CONF", "ONCEGATE_CTL", "ONCEGATE_PROVIDERS",
+		"ONCEGATE_PYTHON", NULL,
+	};
+	char *smtp_extra[] = { (char *)(uintptr_t)"--record", g_smtp_record, NULL };
+	char *http_extra[] = { NULL };
+	SRunner *sr;
+	int failed = 1, rc;
+
+	if ((rc = dl_suite_begin("check_realdata", "rd", needed, g_run, sizeof(g_run))) != 0)
+		return rc;
+	g_key_dev = tl_env("ONCEGATE_API_KEY");
+	snprintf(g_client_b, sizeof(g_client_b), "%s-b", g_run);
+	g_key_b = tl_client_add(g_client_b);
+	snprintf(g_smtp_record, sizeof(g_smtp_record), "%s/mail.jsonl", g_tmp);
+	g_http_port = provider_start("http_provider.py", "http_provider", http_extra, &g_http_pid);
+	g_smtp_port = provider_start("smtp_sink.py", "smtp_sink", smtp_extra, &g_smtp_pid);
+	if (g_http_port <= 0 || g_smtp_port <= 0)
+		goto out;
+	fprintf(stderr, "check_realdata: run %s, files in %s, http provider :%d, smtp sink :%d\n",
+	        g_run, g_tmp, g_http_port, g_smtp_port);
+	sr = srunner_create(realdata_suite());
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+out:
+	provider_stop(g_smtp_pid, "smtp_sink");
+	provider_stop(g_http_pid, "http_provider");
+	free(g_key_b);
+	return dl_suite_end(failed);
+}
