@@ -2555,7 +2555,7 @@ START_TEST(test_corpus_drafts)
 	for (i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
 		const char *subject = tl_corpus_mail_str(ids[i], "subject");
 		const char *body = tl_corpus_mail_str(ids[i], "body");
-		struct submission s = { .requested_by = REQUESTER };
+		struct submission s = { .contract = "support_list", .requested_by = REQUESTER };
 		struct gated g;
 		struct web w;
 		char test[64], *csrf, *sent;
