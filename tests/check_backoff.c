@@ -1,5 +1,5 @@
 /*
- * check_backoff.c — the retry schedule (SPEC 7.1).
+ * check_backoff.c — the retry schedule.
  *
  * A table of single decisions (policy, outcome, attempt, elapsed, rnd →
  * decision, delay), then whole schedules walked attempt by attempt, then

@@ -1,5 +1,5 @@
 /*
- * check_canon.c — canonical JSON and the payload hash (SPEC 3.1).
+ * check_canon.c — canonical JSON and the payload hash.
  *
  * Mostly one table: input, expected result code, expected canonical text.
  * Every accepted input is also canonicalised a second time, because the

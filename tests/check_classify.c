@@ -1,5 +1,5 @@
 /*
- * check_classify.c — the outcome classifier (SPEC 6).
+ * check_classify.c — the outcome classifier.
  *
  * One table: what the adapter observed → the class and the reason name
  * (the name is what logs and dead letters show, so it is asserted as

@@ -1,5 +1,5 @@
 /*
- * check_contract.c — output contracts and gate policy (SPEC 4).
+ * check_contract.c — output contracts and gate policy.
  *
  * Tables, mostly: the validator per keyword (schema, instance, how many
  * errors, the first one's path and rule), load errors (file text, what the

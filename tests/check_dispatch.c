@@ -1,5 +1,5 @@
 /*
- * check_dispatch.c — integration suite of the outbox dispatcher (SPEC 6, 7):
+ * check_dispatch.c — integration suite of the outbox dispatcher:
  * oncegate-dispatch against real providers on loopback, on the cluster that
  * `./dev test` starts. Without ONCEGATE_URL or ONCEGATE_DISPATCH the suite is
  * skipped (exit 77).
@@ -699,7 +699,7 @@ START_TEST(test_http_happy)
 	ck_assert_int_eq(log_count(d.log, key2, "run.completed", NULL), 1);
 
 	disp_stop(&d);
-	/* Raw payloads are never logged (SPEC 9). */
+	/* Raw payloads are never logged. */
 	logtext = tl_file_slurp(d.log, NULL);
 	ck_assert_msg(logtext != NULL && strstr(logtext, marker) == NULL,
 	              "the decision log holds the effect's payload");
@@ -765,7 +765,7 @@ mail_records(const char *message_id)
 	return out;
 }
 
-/* The deterministic Message-ID of SPEC 6, computed here independently. */
+/* The deterministic Message-ID derived from the provider key, computed here independently. */
 static void
 message_id(const char *provider_key, char out[128])
 {
@@ -1026,7 +1026,7 @@ START_TEST(test_ambiguous_without_keys)
 
 	disp_stop(&d);
 	/* Last, so that it hides nothing else: the log names the rule that
-	 * fired (SPEC 9 `reason`), as effect_outbox.reason does. */
+	 * fired (the log's `reason`), as effect_outbox.reason does. */
 	for (k = 0; k < N; k++) {
 		l = log_one(d.log, key[k], "effect.unknown", id[k]);
 		ck_assert_msg(streq(tl_jstr(l, "reason"), cases[k].reason),
@@ -1107,7 +1107,7 @@ START_TEST(test_idempotent_retry)
 	}
 	disp_stop(&d);
 	/* Last, so that it hides nothing else: the log names the rule that
-	 * fired (SPEC 9 `reason`), as effect_outbox.reason does. */
+	 * fired (the log's `reason`), as effect_outbox.reason does. */
 	for (k = 0; k < N; k++) {
 		l = log_one(d.log, key[k], "effect.retry_scheduled", id[k]);
 		ck_assert_msg(streq(tl_jstr(l, "reason"), cases[k].reason),

@@ -594,7 +594,7 @@ csrf_of(const struct web *w)
 	return v;
 }
 
-/* The headers SPEC 5 requires on every page. */
+/* The headers every approval page must carry. */
 static void
 expect_page_headers(const struct web *w)
 {
@@ -896,7 +896,7 @@ START_TEST(test_approve_before_act)
 		ck_assert_msg(tl_contains_ci(w.text, g.expires_at),
 		              "the card does not show the expiry %s: %.4000s", g.expires_at, w.text);
 		ck_assert_msg(tl_contains_ci(w.text, "replay"),
-		              "the card does not explain the re-run protocol (replay, SPEC 7.3): %.4000s",
+		              "the card does not explain the re-run protocol (replay): %.4000s",
 		              w.text);
 	}
 	ck_assert_msg(count_nodes(&w, pred_href, "https://crm.example/ticket/42?view=full&tab=mail", NULL) >= 1,
@@ -2369,7 +2369,7 @@ START_TEST(test_act_with_window)
 END_TEST
 
 /* Two approvers: each gets a challenge of their own; the first decision
- * settles the run and voids the other challenge (SPEC 5). */
+ * settles the run and voids the other challenge. */
 START_TEST(test_first_decision_voids_others)
 {
 	struct submission s = { .contract = PAIR_CONTRACT };
@@ -2823,7 +2823,7 @@ START_TEST(test_token_never_stored_or_logged)
 	free(text);
 	free(acc_path);
 
-	/* The error log cannot be masked (SPEC 5 only promises the access log);
+	/* The error log cannot be masked (only the access log is promised to be masked);
 	 * say so when it holds a token, without failing. */
 	err_path = tl_error_log_path();
 	text = tl_file_slurp(err_path, NULL);

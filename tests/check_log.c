@@ -1,5 +1,5 @@
 /*
- * check_log.c — the decision log (SPEC 9): what reaches the file is what a
+ * check_log.c — the decision log: what reaches the file is what a
  * reader (jq, an auditor) sees, so every test reads the file back and
  * parses it with jansson.
  */

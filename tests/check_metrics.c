@@ -1,5 +1,5 @@
 /*
- * check_metrics.c — integration suite of GET /metrics (SPEC 8, issue 5):
+ * check_metrics.c — integration suite of GET /metrics:
  * through nginx, against the real responder and cluster that `./dev test`
  * starts. Without ONCEGATE_URL the suite is skipped (exit 77).
  *

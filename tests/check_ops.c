@@ -1,6 +1,5 @@
 /*
- * check_ops.c — integration suite of the operator's repair commands (SPEC
- * 7.2, 7.3; issue 5): dead letters and their evidence, reconcile, resume,
+ * check_ops.c — integration suite of the operator's repair commands: dead letters and their evidence, reconcile, resume,
  * reject and approval revoke, the kill switch's record and bulk resume
  * (dry run, rate, stop half-way, continue, each effect sent once),
  * through oncegatectl against the stack that
@@ -507,7 +506,7 @@ START_TEST(test_dead_letter_evidence)
 	disp_stop(&d);
 	ck_assert_int_eq(prov_count(pk, "effect"), 1);
 
-	/* The record itself, SPEC 7.2 item by item. */
+	/* The record itself, item by item as the dead-letter record is defined. */
 	dlid = strdup(JSTR(dl, "id"));
 	ck_assert_str_eq(JSTR(dl, "component"), "dispatcher");
 	ck_assert_str_eq(JSTR(dl, "error_class"), "permanent");

@@ -1,6 +1,6 @@
 /*
  * check_replay.c — integration suite of controlled replay, bulk replay
- * jobs, explain, report and purge (SPEC 7.3, 8, 10; issue 5), through the
+ * jobs, explain, report and purge (issue 5), through the
  * real responder, nginx, oncegatectl and oncegate-dispatch against the
  * cluster that `./dev test` starts. Without ONCEGATE_URL (or
  * ONCEGATE_DISPATCH for the outbox test) the suite is skipped (exit 77).

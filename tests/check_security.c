@@ -9,7 +9,7 @@
  * oncegate-fcgi -n — and asserts what a user would check. Without
  * ONCEGATE_URL the suite is skipped (exit 77).
  *
- * The rule for hostile input (SPEC 11): each value either round-trips byte
+ * The rule for hostile input: each value either round-trips byte
  * for byte (read back through the API and in the rows) or gets a clear 4xx
  * whose JSON says what was wrong, and a refused request changes nothing.
  *
@@ -366,7 +366,7 @@ approve_path(const char *token)
 	return p;
 }
 
-/* SPEC 5: what every answer under /approve/ carries, whoever wrote it
+/* what every answer under /approve/ carries, whoever wrote it
  * (the responder's pages, its JSON refusals, nginx's own errors). */
 static void
 expect_spec5_headers(const char *hdrs, long status, const char *what)
@@ -1284,7 +1284,7 @@ START_TEST(test_url_path_traversal)
 		if (strncmp(paths[i], "/approve", 8) == 0 && st != 400) {
 			/* nginx's own 400 for a malformed request line comes before any
 			 * location; everything else under /approve/ is an approval
-			 * answer and carries SPEC 5's headers. */
+			 * answer and carries the approval pages' security headers. */
 			char *hdr_end = strstr(ans, "\r\n\r\n");
 
 			if (hdr_end != NULL && strncmp(paths[i], "/approve/", 9) == 0) {
@@ -1916,7 +1916,7 @@ assert_token_absent(const char *text, const char *token, bool hash_too, const ch
 	assert_absent(text, enc_upper, "a percent-encoded approval token", where);
 	assert_absent(text, enc_lower, "a percent-encoded approval token", where);
 	assert_absent(text, std, "an approval token (standard base64)", where);
-	if (hash_too) /* SPEC 9: never logged; the gate stores it (SPEC 5) */
+	if (hash_too) /* never logged; the gate stores it */
 		assert_absent(text, hex, "an approval token's hash", where);
 	/* half of it is as good as a hint */
 	{
@@ -2116,7 +2116,7 @@ START_TEST(test_token_never_leaks)
 END_TEST
 
 /* Every answer under /approve/ — the responder's pages and refusals and
- * nginx's own — carries SPEC 5's headers; the API's answers are never
+ * nginx's own — carries the approval pages' security headers; the API's answers are never
  * cached (the output answer holds the approval link). */
 START_TEST(test_headers_on_every_answer)
 {

@@ -1,5 +1,5 @@
 /*
- * check_token.c — approval tokens and CSRF tokens (SPEC 5).
+ * check_token.c — approval tokens and CSRF tokens.
  *
  * Known-answer vectors were computed independently (sha256sum, Python's
  * hmac module), so the tests pin the stored hash and the MAC encoding: a

@@ -1,7 +1,7 @@
 /*
  * ctl_repair.c — the night shift's commands: see what automatic recovery
  * gave up on, prove what happened, and repair it without sending anything
- * twice (SPEC 7.2, 7.3; README "Operations").
+ * twice (README "Operations").
  *
  * Every command that changes something needs --reason; the operator is
  * --operator or the login name. A change is logged (actor, reason, ids)

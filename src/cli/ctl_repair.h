@@ -1,5 +1,5 @@
 /*
- * ctl_repair.h — oncegatectl's repair commands (SPEC 7.2, 7.3): dead
+ * ctl_repair.h — oncegatectl's repair commands: dead
  * letters, reconcile, resume, reject, cancel, approval revoke and list. The SQL is
  * in src/lib/repair.c; these parse, print and log.
  */

@@ -1,6 +1,6 @@
 /*
- * ctl_replay.h — oncegatectl's replay, stop, explain, report and purge
- * (SPEC 7.3, 8, 10). The SQL is in src/lib/replay.c and src/lib/audit.c.
+ * ctl_replay.h — oncegatectl's replay, stop, explain, report and purge.
+ * The SQL is in src/lib/replay.c and src/lib/audit.c.
  */
 #ifndef OG_CTL_REPLAY_H
 #define OG_CTL_REPLAY_H

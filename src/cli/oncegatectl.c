@@ -224,7 +224,7 @@ cmd_config(struct ctl *ctl, int argc, char **argv)
 	return EXIT_SUCCESS;
 }
 
-/* The database half of the kill switch (SPEC 6). */
+/* The database half of the kill switch. */
 static const struct db_stmt st_switch_set = {
 	"ctl_switch_set",
 	"UPDATE dispatch_control SET actions_enabled = $1::bool, changed_at = now(),"
@@ -334,15 +334,15 @@ static const struct command commands[] = {
 	  "the database half of the kill switch (sends need it ON)", cmd_kill_switch },
 	{ "replay",
 	  "KEY --new-key NEWKEY --reason TEXT [--payload FILE] [--force] | --map FILE | --resume JOB",
-	  "a correction as a new run linked to the original (SPEC 7.3)", ctl_replay },
+	  "a correction as a new run linked to the original", ctl_replay },
 	{ "stop", "JOB --reason TEXT", "stop a bulk replay or resume job before its next item", ctl_stop },
 	{ "explain", "KEY [--client NAME]",
 	  "processed? sent? who approved? which model? with the timeline", ctl_explain },
-	{ "report", "[--since 7d]", "the weekly figures (SPEC 8)", ctl_report },
+	{ "report", "[--since 7d]", "the weekly figures", ctl_report },
 	{ "purge", "--older-than DAYS --reason TEXT [--dry-run]",
 	  "remove payloads and outputs past retention; hashes and decisions stay", ctl_purge },
 	{ "deadletter", "list [--since D] [--class C] [--target T] [--state S] | show ID",
-	  "what automatic recovery gave up on, with its evidence (SPEC 7.2)", ctl_deadletter },
+	  "what automatic recovery gave up on, with its evidence", ctl_deadletter },
 	{ "reconcile", "EFFECT --delivered --provider-id ID | --not-delivered --reason TEXT",
 	  "record what the provider really did with an unknown or failed effect", ctl_reconcile },
 	{ "resume", "EFFECT | --select FILE | --dead-letters | --job JOB --reason TEXT",

@@ -1,6 +1,6 @@
 /*
  * oncegate-dispatch — the outbox dispatcher, the only part of oncegate that
- * acts on the outside world (SPEC 6). main() reads options and config,
+ * acts on the outside world. main() reads options and config,
  * starts the workers (dispatch.h), and then listens: for NOTIFY
  * oncegate_outbox (an effect was enqueued), for the poll interval (the
  * housekeeping tick, and effects that became due without a notification),

@@ -300,7 +300,7 @@ sink_init(struct sink *s, const struct config_target *t)
 	s->headers = json_object();
 }
 
-/* The evidence object of SPEC 7.2: what came back, bounded. */
+/* The evidence a dead letter keeps of an attempt: what came back, bounded. */
 static void
 fill_evidence(struct adapter_attempt *out, struct sink *s, CURLcode rc, const char *errbuf)
 {

@@ -1,5 +1,5 @@
 /*
- * adapter.h — one delivery attempt to a provider, through libcurl (SPEC 6).
+ * adapter.h — one delivery attempt to a provider, through libcurl.
  *
  * An adapter performs the request and reports what it observed; it decides
  * nothing. The observation goes to classify_attempt() (classify.h), and the
@@ -81,7 +81,7 @@ enum lookup_result {
 	LOOKUP_ERROR,         /* anything else: ask again later */
 };
 
-/* Reconciliation (SPEC 6): GET <lookup_url>?key=<provider key>. */
+/* Reconciliation: GET <lookup_url>?key=<provider key>. */
 enum lookup_result adapter_lookup(struct adapter *a, const struct config_target *t,
                                   const char *provider_key, struct adapter_attempt *out);
 

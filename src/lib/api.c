@@ -1,5 +1,5 @@
 /*
- * api.c — routes and handlers of the workflow API (SPEC 3.1–3.4, 11).
+ * api.c — routes and handlers of the workflow API.
  *
  * Every request goes through the same steps: match the route table, check
  * authentication, check the body's media type, size and JSON shape, then
@@ -809,7 +809,7 @@ handle_healthz(struct call *c)
 	http_json(c->resp, 200, json_pack("{s:s}", "status", "ok"));
 }
 
-/* GET /metrics (SPEC 8): text, not JSON, so it sets its own headers. */
+/* GET /metrics: text, not JSON, so it sets its own headers. */
 static void
 handle_metrics(struct call *c)
 {
@@ -831,7 +831,7 @@ handle_metrics(struct call *c)
 	call_log(c, LOG_LEVEL_DEBUG, "metrics.read", &f);
 }
 
-/* ---- model output (SPEC 3.5) ------------------------------------------- */
+/* ---- model output ---------------------------------------------------- */
 
 /* Canonical hash of a JSON value as jansson holds it. */
 static int
@@ -1250,7 +1250,7 @@ out:
 	ledger_run_clear(&run);
 }
 
-/* ---- cancel within the window (SPEC 4, act_with_window) ------------------ */
+/* ---- cancel within the window ---------------------------------------- */
 
 static void
 handle_cancel(struct call *c)
@@ -1326,9 +1326,9 @@ out:
 	ledger_run_clear(&run);
 }
 
-/* ---- approval pages (SPEC 5) -------------------------------------------- */
+/* ---- approval pages -------------------------------------------------- */
 
-/* What every answer under /approve/ carries (SPEC 5), pages and the JSON
+/* What every answer under /approve/ carries, pages and the JSON
  * refusals of the route table alike: the URL holds a capability. */
 static void
 page_security_headers(struct call *c)
@@ -1585,7 +1585,7 @@ same_origin(const struct call *c)
 	return false;
 }
 
-/* The decision: one transaction (SPEC 5), then 303 to the page. */
+/* The decision: one transaction, then 303 to the page. */
 static void
 approve_decide(struct call *c, const unsigned char hash[32], struct gate_approval *a,
                const json_t *run)
@@ -1706,7 +1706,7 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 			goto internal;
 	}
 	if (callback != NULL) {
-		/* The workflow's Wait node learns the outcome (SPEC 5). */
+		/* The workflow's Wait node learns the outcome. */
 		json_t *cb = json_pack("{s:s, s:s, s:s, s:s, s:s}", "url", callback, "key", a->key,
 		                       "decision", strcmp(decision, "approve") == 0 ? "approved"
 		                                                                    : "rejected",
@@ -1726,7 +1726,7 @@ approve_decide(struct call *c, const unsigned char hash[32], struct gate_approva
 		cbe.approval_id = a->id;
 	}
 
-	/* ONE transaction (SPEC 5), its statements sent in one round trip:
+	/* ONE transaction, its statements sent in one round trip:
 	 * consume the challenge (voiding the others), move the run, enqueue.
 	 * Each result is read in order and anything short of all of them rolls
 	 * the whole thing back. */

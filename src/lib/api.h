@@ -46,7 +46,7 @@ const char *api_route(const char *method, const char *uri, char *key, size_t key
  * routes, and route i's method and pattern. */
 size_t api_route_count(void);
 void api_route_label(size_t i, const char **method, const char **pattern);
-/* SPEC 3.1: 1–200 printable characters (valid UTF-8, no control
+/* 1–200 printable characters (valid UTF-8, no control
  * characters). */
 int api_key_valid(const char *key, size_t len);
 /* The rule a key must meet to be claimed: api_key_valid, and carried by

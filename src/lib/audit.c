@@ -103,7 +103,7 @@ static const struct db_stmt st_timeline = {
 	2, true,
 };
 
-/* The weekly figures (SPEC 8), one JSON document. Duplicate deliveries
+/* The weekly figures, one JSON document. Duplicate deliveries
  * and claims by outcome change no row of their own: the responders add
  * them to metric_counters (sql/007, metrics.c), which holds lifetime
  * totals (since the counters were installed), not figures per period —

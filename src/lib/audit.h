@@ -1,6 +1,6 @@
 /*
  * audit.h — answers from the database for people who must prove what
- * happened (SPEC 8, 10): `explain` (the four audit questions about one key,
+ * happened: `explain` (the four audit questions about one key,
  * with its timeline), `report` (the weekly figures) and the retention purge
  * that removes payloads and model outputs while keeping every hash, state
  * and decision, so `explain` still answers after it.
@@ -29,7 +29,7 @@ enum audit_rc {
 enum audit_rc audit_explain(struct db *db, const char *client, const char *key, json_t **out,
                             char *msg, size_t msglen) __attribute__((warn_unused_result));
 
-/* The figures of SPEC 8 over the last since_seconds; *out is a new object. */
+/* The weekly report's figures (the same as GET /metrics) over the last since_seconds; *out is a new object. */
 enum audit_rc audit_report(struct db *db, long long since_seconds, json_t **out)
 	__attribute__((warn_unused_result));
 
@@ -41,7 +41,7 @@ struct audit_purge {
 	long long dead_letters;/* dead letters past retention_until: their snapshots */
 };
 
-/* Retention (SPEC 10): for runs completed or failed_terminal more than
+/* Retention: for runs completed or failed_terminal more than
  * days ago, sets workflow_runs.payload and output to NULL, drops the
  * payload from workflow_runs.effect (type and target stay), and NULLs
  * effect_outbox.payload and approvals.effect; strips the provider's

@@ -1,5 +1,5 @@
 /*
- * backoff.c — the retry schedule (SPEC 7.1). See backoff.h.
+ * backoff.c — the retry schedule. See backoff.h.
  */
 #include "backoff.h"
 

@@ -1,5 +1,5 @@
 /*
- * backoff.h — the retry schedule (SPEC 7.1): one pure function.
+ * backoff.h — the retry schedule: one pure function.
  *
  * The dispatcher is the one layer that owns the retry budget (seed 004:
  * retries stacked in several layers multiply). After a failed attempt it

@@ -1,5 +1,5 @@
 /*
- * canon.c — strict JSON parser and canonical serialiser (SPEC 3.1).
+ * canon.c — strict JSON parser and canonical serialiser.
  *
  * Two passes: a recursive-descent parser builds a tree in an arena (numbers
  * keep their input text, strings are decoded to UTF-8), then the tree is

@@ -1,5 +1,5 @@
 /*
- * canon.h — canonical JSON and the payload hash (SPEC 3.1).
+ * canon.h — canonical JSON and the payload hash.
  *
  * Canonical form: object members sorted by key in Unicode code point order,
  * no insignificant whitespace, strings re-escaped minimally as UTF-8, numbers

@@ -8,11 +8,11 @@
 #define OG_CAPS_H
 
 /* HTTP surface */
-#define OG_BODY_MAX_DEFAULT       (256 * 1024) /* SPEC 3.1: claim body cap */
+#define OG_BODY_MAX_DEFAULT       (256 * 1024) /* claim body cap */
 #define OG_BODY_MAX_LIMIT         (4 * 1024 * 1024)
 #define OG_BODY_DRAIN_MAX         (8 * 1024 * 1024) /* read and discard past the cap, then stop */
 #define OG_URI_MAX                8192
-#define OG_KEY_MAX_CHARS          200   /* SPEC 3.1: key is 1–200 printable characters */
+#define OG_KEY_MAX_CHARS          200   /* key is 1–200 printable characters */
 #define OG_FIELD_MAX              512   /* workflow_version, trigger, correlation_id, reason, … */
 #define OG_ERROR_CLASS_MAX        64
 #define OG_RESULT_MAX             (64 * 1024) /* a run's stored result */

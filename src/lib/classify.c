@@ -1,5 +1,5 @@
 /*
- * classify.c — the outcome classifier (SPEC 6). See classify.h.
+ * classify.c — the outcome classifier. See classify.h.
  *
  * The policy is three tables, read top to bottom, first match wins:
  *
@@ -112,7 +112,7 @@ static const struct status_rule {
 	{ ATTEMPT_HTTP, 409, 409, NO,  REASON_HTTP_409_NOT_IDEMPOTENT },
 	{ ATTEMPT_HTTP, 429, 429, ANY, REASON_HTTP_429 },
 	{ ATTEMPT_HTTP, 400, 499, ANY, REASON_HTTP_4XX_REJECTED },
-	/* SPEC 6: 503 means the provider did not process the request. */
+	/* 503 means the provider did not process the request. */
 	{ ATTEMPT_HTTP, 503, 503, ANY, REASON_HTTP_503 },
 	{ ATTEMPT_HTTP, 500, 599, YES, REASON_HTTP_5XX_IDEMPOTENT },
 	{ ATTEMPT_HTTP, 500, 599, NO,  REASON_HTTP_5XX_NOT_IDEMPOTENT },

@@ -1,5 +1,5 @@
 /*
- * classify.h — what one delivery attempt's outcome means (SPEC 6).
+ * classify.h — what one delivery attempt's outcome means.
  *
  * One pure function: everything the adapter observed goes in, exactly one
  * class and one reason come out. No I/O, no clock (the caller passes
@@ -27,7 +27,7 @@
 
 /* Longest rejection pointer accepted (characters, after any "!"). */
 #define CLASSIFY_POINTER_MAX      256
-/* A Retry-After beyond this is not sane and is ignored (SPEC 7.1). */
+/* A Retry-After beyond this is not sane and is ignored. */
 #define CLASSIFY_RETRY_AFTER_MAX_S 86400
 
 enum outcome_class {

@@ -1,5 +1,5 @@
 /*
- * clients.h — API clients (SPEC 2): the one owner of api_clients.
+ * clients.h — API clients: the one owner of api_clients.
  *
  * A key is "og_" + base64url of 32 random bytes. Only its SHA-256 is
  * stored; the key is shown once by `oncegatectl client add`.

@@ -15,7 +15,7 @@
 
 #define CONFIG_TARGETS_MAX 64
 
-/* A provider the dispatcher may send to (SPEC 6), named in config as a
+/* A provider the dispatcher may send to, named in config as a
  * `[target NAME]` section. Effects name targets, never URLs. */
 struct config_target {
 	char *name;

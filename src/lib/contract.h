@@ -1,5 +1,5 @@
 /*
- * contract.h — output contracts and gate policy (SPEC 4).
+ * contract.h — output contracts and gate policy.
  *
  * A contract is one JSON file `NAME.json` in the contracts directory, NAME
  * matching [a-z0-9_]{1,64} and equal to the file's "name":

@@ -1,5 +1,5 @@
 /*
- * csrf.h — CSRF tokens for the approval form (SPEC 5), bound to one
+ * csrf.h — CSRF tokens for the approval form, bound to one
  * approval and one SSO subject: HMAC-SHA256 with a server secret over a
  * length-prefixed ("oncegate-csrf-v1", approval id, subject), as base64url.
  * Nothing is stored; a token from another approval or another person's

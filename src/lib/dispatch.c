@@ -289,7 +289,7 @@ static const struct db_stmt st_claim_reconcile = {
 };
 
 /* A sending lease that ran out: the dispatcher died or stalled mid-send, so
- * the provider may have acted. unknown, never pending (SPEC 6). */
+ * the provider may have acted. unknown, never pending. */
 static const struct db_stmt st_expire_leases = {
 	"dispatch_expire_leases",
 	"WITH moved AS ("
@@ -489,7 +489,7 @@ dispatch_shared_init(struct dispatch_shared *s, struct dispatch_config *dc)
 		snprintf(host, sizeof(host), "localhost");
 	host[sizeof(host) - 1] = '\0';
 	snprintf(s->name, sizeof(s->name), "%s:%ld", host, (long)getpid());
-	/* Deny by default: exactly "true" turns it on (SPEC 6). */
+	/* Deny by default: exactly "true" turns it on. */
 	s->env_enabled = env != NULL && strcmp(env, "true") == 0;
 	atomic_init(&s->db_enabled, false);
 	atomic_init(&s->stopping, false);

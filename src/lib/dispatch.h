@@ -1,5 +1,5 @@
 /*
- * dispatch.h — the outbox dispatcher's rules (SPEC 6, 7): claim, send,
+ * dispatch.h — the outbox dispatcher's rules: claim, send,
  * settle, reconcile, and the housekeeping tick. oncegate-dispatch
  * (src/dispatch/main.c) runs the threads; everything it decides is here.
  *

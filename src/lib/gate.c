@@ -37,7 +37,7 @@ static const struct db_stmt st_find = {
 
 /* The single-use step: pending, unexpired, decision allowed — all checked
  * by the same statement that consumes. It also voids the run's other
- * pending challenges (the first valid decision settles the run, SPEC 5):
+ * pending challenges (the first valid decision settles the run):
  * one round trip for both. */
 static const struct db_stmt st_consume = {
 	"gate_consume",

@@ -1,5 +1,5 @@
 /*
- * gate.h — approval challenges (SPEC 5): the one owner of `approvals`.
+ * gate.h — approval challenges: the one owner of `approvals`.
  *
  * A challenge is created per named approver with a fresh token whose
  * SHA-256 alone is stored; it is consumed at most once, by one UPDATE that

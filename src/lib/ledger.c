@@ -33,7 +33,7 @@ static const struct db_stmt st_lookup = {
 	3, true,
 };
 
-/* The claim: ONE atomic statement (SPEC 3.1). A new key inserts; an
+/* The claim: ONE atomic statement. A new key inserts; an
  * existing key is taken over only when its payload is the same and it is
  * failed_retryable or its lease has expired. */
 static const struct db_stmt st_claim = {
@@ -190,7 +190,7 @@ static const struct db_stmt st_output_accept = {
 	14, false,
 };
 
-/* Also the row lock of the consume transaction (SPEC 5): the UPDATE locks
+/* Also the row lock of the consume transaction: the UPDATE locks
  * the run and checks it is still awaiting_human in one step. */
 static const struct db_stmt st_decide = {
 	"ledger_decide",

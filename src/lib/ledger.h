@@ -1,5 +1,5 @@
 /*
- * ledger.h — the run ledger (SPEC 3): the one owner of workflow_runs and
+ * ledger.h — the run ledger: the one owner of workflow_runs and
  * run_events. Every change is compare-and-set; the claim is one atomic
  * statement.
  */
@@ -102,7 +102,7 @@ enum ledger_rc ledger_transition(struct db *db, long long client_id, const char 
                                  const char *error_class, const char *reason,
                                  struct ledger_run *run)
 	__attribute__((warn_unused_result));
-/* A valid or invalid model output handed in by the lease owner (SPEC 3.5). */
+/* A valid or invalid model output handed in by the lease owner. */
 struct ledger_output {
 	long long client_id;
 	const char *key;

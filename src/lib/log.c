@@ -1,5 +1,5 @@
 /*
- * log.c — the decision log (SPEC 9).
+ * log.c — the decision log.
  *
  * Each line is built in a stack buffer by a tiny JSON writer (no allocation
  * but the redacted copies of free text) and handed to ONE write(2) on an

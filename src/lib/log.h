@@ -1,5 +1,5 @@
 /*
- * log.h — the decision log (SPEC 9): one JSON object per line, written whole
+ * log.h — the decision log: one JSON object per line, written whole
  * by a single write(2) on an O_APPEND descriptor, reopened on SIGHUP.
  *
  * The API has a named field for everything a decision may carry and nothing

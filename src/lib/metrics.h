@@ -1,5 +1,5 @@
 /*
- * metrics.h — GET /metrics (SPEC 8): the Prometheus text exposition format
+ * metrics.h — GET /metrics: the Prometheus text exposition format
  * 0.0.4, computed from the database so that every responder answers with
  * the same figures however many responders and dispatchers run.
  *

@@ -48,7 +48,7 @@ static const struct db_stmt st_list = {
 	2, true,
 };
 
-/* act_with_window (SPEC 4): cancellable until not_before, never after. */
+/* act_with_window: cancellable until not_before, never after. */
 static const struct db_stmt st_cancel = {
 	"outbox_cancel",
 	"UPDATE effect_outbox SET state = 'cancelled', updated_at = now()"
@@ -236,7 +236,7 @@ outbox_list(struct db *db, const struct config *cfg, long long client_id, const 
 		set_opt(e, "approval_id", res, i, "approval_id");
 		set_opt(e, "created_at", res, i, "created_at");
 		set_opt(e, "updated_at", res, i, "updated_at");
-		/* the recovery envelope (SPEC 7.2, seed 004) */
+		/* the recovery envelope every effect's status carries */
 		set_opt(e, "event_id", res, i, "event_id");
 		json_object_set_new(e, "correlation_id",
 		                    correlation_id ? json_string(correlation_id) : json_null());

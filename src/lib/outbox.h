@@ -1,5 +1,5 @@
 /*
- * outbox.h — the effect outbox (SPEC 6): the one owner of effect_outbox.
+ * outbox.h — the effect outbox: the one owner of effect_outbox.
  *
  * An effect is enqueued in the same transaction as the decision that allows
  * it; the dispatcher (oncegate-dispatch) is the only reader that sends.
@@ -65,7 +65,7 @@ enum outbox_rc outbox_enqueue(struct db *db, const struct outbox_effect *e,
                               char id[OUTBOX_ID_LEN], char not_before[OUTBOX_TS_LEN])
 	__attribute__((warn_unused_result));
 /* The run's effects for the status API, each with the recovery envelope of
- * SPEC 7.2 (max_attempts from cfg's targets; cfg may be NULL); *out is a
+ * dead-letter record (max_attempts from cfg's targets; cfg may be NULL); *out is a
  * new array. */
 enum outbox_rc outbox_list(struct db *db, const struct config *cfg, long long client_id,
                            const char *key,

@@ -1,5 +1,5 @@
 /*
- * page.h — HTML pages from templates/ (SPEC 5), filled as a DOM.
+ * page.h — HTML pages from templates/, filled as a DOM.
  *
  * A template is well-formed XHTML. Elements to fill carry data-slot, a
  * space-separated list of slot names (like class), so one element can be

@@ -1,6 +1,6 @@
 /*
  * repair.h — what an operator may do about effects that automatic recovery
- * gave up on (SPEC 7.2, 7.3): read dead letters, reconcile, resume, reject,
+ * gave up on: read dead letters, reconcile, resume, reject,
  * and revoke approval challenges.
  *
  * Every change is one transaction that also writes its operator_actions
@@ -85,7 +85,7 @@ struct repair_dl_filter {
  * *out is a new array. */
 enum repair_rc repair_dl_list(struct db *db, const struct repair_dl_filter *f, json_t **out)
 	__attribute__((warn_unused_result));
-/* One dead letter, by its id or its effect's id, with everything SPEC 7.2
+/* One dead letter, by its id or its effect's id, with everything the dead-letter record
  * asks for, the attempts made since, the operators' actions and the
  * recovery envelope; *out is a new object. cfg (may be NULL) gives the
  * target's current max_attempts. */

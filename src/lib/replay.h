@@ -1,5 +1,5 @@
 /*
- * replay.h — controlled replay (SPEC 7.3): a correction is a NEW run under a
+ * replay.h — controlled replay: a correction is a NEW run under a
  * key issued upstream, linked both ways to the original (run_replays), with
  * a fresh approval and, once approved through the normal page, a fresh
  * outbox row. The original run and everything hanging off it are never
@@ -144,7 +144,7 @@ enum replay_rc replay_job_counts(struct db *db, long long job_id, int *done, int
                                  int *pending) __attribute__((warn_unused_result));
 void replay_item_clear(struct replay_item *it);
 
-/* The status API's links (SPEC 3.2): *replay_of the original's key (JSON
+/* The status API's links: *replay_of the original's key (JSON
  * null when this run is no replay), *replayed_by the keys that correct it
  * (an array, oldest first). New references on REPLAY_OK. */
 enum replay_rc replay_links(struct db *db, long long client_id, const char *key,

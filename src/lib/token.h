@@ -1,5 +1,5 @@
 /*
- * token.h — approval tokens (SPEC 5): 256 bits from the CSPRNG, sent as
+ * token.h — approval tokens: 256 bits from the CSPRNG, sent as
  * base64url text inside the approval link. Only the SHA-256 of that text is
  * ever stored, so a database dump cannot be turned back into links.
  */

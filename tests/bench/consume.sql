@@ -1,5 +1,5 @@
 -- consume.sql — pgbench script for tests/bench/approvals.sh: the consume
--- transaction of POST /approve/{token} (SPEC 5) as three bare statements in
+-- transaction of POST /approve/{token} as three bare statements in
 -- one transaction, copied from the responder with the table names changed:
 --   1. gate.c st_consume: the single-use UPDATE of the challenge;
 --   2. ledger.c st_decide: the run to 'approved' with its run_events row;
