@@ -54,6 +54,10 @@ FCGI_PID=$(head -n1 "$(dirname "$ONCEGATE_CONF")/fcgi.pid" 2>/dev/null || true)
 CONTRACTS=$(sed -n 's/^[[:space:]]*contracts_dir[[:space:]]*=[[:space:]]*//p' "$ONCEGATE_CONF" | tail -n1)
 [[ $FCGI_PID =~ ^[0-9]+$ && -d $CONTRACTS ]] ||
 	{ echo "replay_contract.sh: no responder PID or contracts_dir beside $ONCEGATE_CONF" >&2; exit 2; }
+# The contracts are changed in place: only the stack's own copies, never a
+# checkout's.
+[[ $CONTRACTS == "$(dirname "$ONCEGATE_CONF")"/* ]] ||
+	{ echo "replay_contract.sh: contracts_dir $CONTRACTS is not the stack's own copy" >&2; exit 2; }
 q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
 ctl() { "$ONCEGATE_CTL" -c "$ONCEGATE_CONF" "$@"; }
 flow() { "$ONCEGATE_PYTHON" "$HERE/replay_contract_flow.py" "$1" --out "$TMP" "${@:2}"; }
