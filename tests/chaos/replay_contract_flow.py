@@ -4,7 +4,7 @@ through the API, for two API clients (tenants) that share business keys.
 
     replay_contract_flow.py plan  --runs N --run RUN --out DIR
     replay_contract_flow.py draft --stage old|new --out DIR
-    replay_contract_flow.py sent  --out DIR --provider URL --sink FILE --stage old|new
+    replay_contract_flow.py sent  --out DIR --provider URL --sink FILE [--keys FILE]
 
 plan   writes DIR/items.json (one item per run: tenant, key, new key,
        contract, claim payload), DIR/singles.tsv (CLIENT TAB KEY TAB NEWKEY:
@@ -19,9 +19,9 @@ draft  claims each key, hands in the model's output and approves it on the
        is not approved by anyone, a sampled one goes to sales.
        Prints one line of counts; exit 1 when a step answered otherwise.
 sent   prints what the provider and the sink received for this run:
-       "requests N committed N mails N" (stage old: the originals' effects,
-       new: the replays'), and with --keys FILE (provider keys, one a line)
-       the number of keys that do not have exactly one committed effect.
+       "requests N committed N mails N" (every effect of this run); with
+       --keys FILE (provider keys, one a line) also "off N none M": the keys
+       without exactly one committed effect, and those without any.
 
 Environment: ONCEGATE_URL, ONCEGATE_API_KEY (the first tenant, client
 "dev"); DIR/api_key_b holds the second tenant's key.
@@ -231,7 +231,8 @@ def sent(args):
         per = {}
         for c in committed:
             per[c.get("idempotency_key")] = per.get(c.get("idempotency_key"), 0) + 1
-        line += " off %d" % sum(1 for k in keys if per.get(k, 0) != 1)
+        line += " off %d none %d" % (sum(1 for k in keys if per.get(k, 0) != 1),
+                                     sum(1 for k in keys if per.get(k, 0) == 0))
     print(line)
     return 0
 
