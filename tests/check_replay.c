@@ -91,14 +91,14 @@ struct claimed {
 };
 
 static void
-claim(const char *key, const char *payload_json, struct claimed *c)
+claim_as(const char *api_key, const char *key, const char *payload_json, struct claimed *c)
 {
 	json_t *payload = json_loads(payload_json, 0, NULL);
 	json_t *body = json_pack("{s:s, s:o, s:s, s:i}", "key", key, "payload", payload,
 	                         "workflow_version", "replay-suite@1", "lease_seconds", 60);
 	struct tl_resp r;
 
-	tl_post_json("/v1/runs", g_key_dev, body, &r);
+	tl_post_json("/v1/runs", api_key, body, &r);
 	json_decref(body);
 	ASSERT_STATUS(&r, 201);
 	snprintf(c->owner, sizeof(c->owner), "%s", tl_jstr(r.json, "lease_owner"));
@@ -106,27 +106,39 @@ claim(const char *key, const char *payload_json, struct claimed *c)
 	tl_resp_free(&r);
 }
 
+static void
+claim(const char *key, const char *payload_json, struct claimed *c)
+{
+	claim_as(g_key_dev, key, payload_json, c);
+}
+
 #define TICKET_PAYLOAD "{\"ticket\":42,\"m\":\"replay\"}"
 
 /* claim + transition failed_terminal: a finished run with a payload and no
  * output. */
 static void
-make_terminal(const char *key)
+make_terminal_as(const char *api_key, const char *key)
 {
 	struct claimed c;
 	struct tl_resp r;
 	char *path = tl_run_path(key, "/transition");
 	json_t *body;
 
-	claim(key, TICKET_PAYLOAD, &c);
+	claim_as(api_key, key, TICKET_PAYLOAD, &c);
 	body = json_pack("{s:s, s:I, s:s, s:s, s:s}", "lease_owner", c.owner, "version",
 	                 (json_int_t)c.version, "to", "failed_terminal", "error_class",
 	                 "business", "reason", "the CRM record was wrong");
-	tl_post_json(path, g_key_dev, body, &r);
+	tl_post_json(path, api_key, body, &r);
 	json_decref(body);
 	free(path);
 	ASSERT_STATUS(&r, 200);
 	tl_resp_free(&r);
+}
+
+static void
+make_terminal(const char *key)
+{
+	make_terminal_as(g_key_dev, key);
 }
 
 static json_t *
@@ -910,6 +922,44 @@ START_TEST(test_bulk_dry_run)
 }
 END_TEST
 
+/* Two clients share a business key: a job with --client replays that
+ * client's run and leaves the other's alone. */
+START_TEST(test_bulk_shared_key)
+{
+	PGconn *c = tl_pg_connect();
+	char key[200], nkey[220], name[96], path[PATH_MAX], *line, *key_b;
+	json_t *doc;
+
+	mkkey(key, sizeof(key), "bulk-shared-заказ-№7");
+	snprintf(nkey, sizeof(nkey), "%s-v2", key);
+	snprintf(name, sizeof(name), "%s-globex", g_run);
+	key_b = tl_client_add(name);
+	ck_assert_ptr_nonnull(key_b);
+	make_terminal_as(g_key_dev, key);
+	make_terminal_as(key_b, key);
+	ck_assert(asprintf(&line, "%s %s\n", key, nkey) > 0);
+	snprintf(path, sizeof(path), "%s/shared.map", g_tmp);
+	write_file(path, line);
+	doc = ctl_json(0, NULL, "replay", "--map", path, "--client", "dev", "--rate", "100/s",
+	               "--reason", "bulk correction of one tenant", "--operator", OPERATOR,
+	               (char *)NULL);
+	json_decref(doc);
+	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM run_replays p JOIN api_clients a"
+	                         " ON a.id = p.client_id WHERE a.name = 'dev'"
+	                         " AND p.original_key = $1", key), 1);
+	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM workflow_runs r JOIN api_clients a"
+	                         " ON a.id = r.client_id WHERE a.name = 'dev'"
+	                         " AND r.idempotency_key = $1", nkey), 1);
+	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1",
+	                         nkey), 1);
+	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM run_replays WHERE original_key = $1",
+	                         key), 1);
+	free(line);
+	free(key_b);
+	PQfinish(c);
+}
+END_TEST
+
 /* --rate 5/s over 50 items takes at least 9 s; every item once. */
 START_TEST(test_bulk_rate)
 {
@@ -1098,6 +1148,7 @@ replay_suite(void)
 	tcase_add_test(tc, test_replay_corrected_payload);
 	tcase_add_test(tc, test_explain_scenarios);
 	tcase_add_test(tc, test_bulk_dry_run);
+	tcase_add_test(tc, test_bulk_shared_key);
 	tcase_add_test(tc, test_bulk_rate);
 	tcase_add_test(tc, test_bulk_stop_resume);
 	tcase_add_test(tc, test_purge);

@@ -468,10 +468,8 @@ job_run(struct ctl *ctl, struct replay_opts *o, long long job_id, long long clie
 	struct sigaction sa;
 	double t0 = now_s();
 	int done = 0, refused = 0, pending = 0, n = 0, ex = EXIT_SUCCESS;
-	char client[24];
 	enum replay_rc rc;
 
-	snprintf(client, sizeof(client), "%lld", client_id);
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal; /* no SA_RESTART: a sleep ends at once */
 	sigemptyset(&sa.sa_mask);
@@ -527,7 +525,6 @@ job_run(struct ctl *ctl, struct replay_opts *o, long long job_id, long long clie
 			ex = rc != REPLAY_OK ? exit_of(rc) : refused > 0 ? EXIT_REFUSED : EXIT_SUCCESS;
 			break;
 		}
-		req.client = client;
 		req.key = it.key;
 		req.new_key = it.new_key;
 		req.operator_name = op;
@@ -536,8 +533,10 @@ job_run(struct ctl *ctl, struct replay_opts *o, long long job_id, long long clie
 		req.public_url = ctl->cfg.public_url;
 		req.job_id = job_id;
 		req.job_seq = it.seq;
-		/* the client id, not its name: look it up once per job */
+		/* the job's client, by the id stored with the job: a key that
+		 * several clients share is replayed for this one only */
 		req.client = NULL;
+		req.client_id = client_id;
 		rc = replay_run(ctl->db, &req, &res);
 		if (rc == REPLAY_OK && res.client_id != client_id) {
 			/* cannot happen for a checked job; never mix clients silently */

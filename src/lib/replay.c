@@ -321,7 +321,10 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 	const char *state;
 	json_t *output = NULL, *errors = NULL;
 
-	if (req->client != NULL) {
+	if (req->client_id > 0) {
+		snprintf(cid, sizeof(cid), "%lld", req->client_id);
+		params[1] = cid;
+	} else if (req->client != NULL) {
 		long long id;
 
 		rrc = replay_client_id(db, req->client, &id);

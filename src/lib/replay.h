@@ -50,6 +50,7 @@ enum replay_rc {
 
 struct replay_req {
 	const char *client;          /* API client name, or NULL: the key's only client */
+	long long client_id;         /* or the client by id (a bulk job's), 0: by name */
 	const char *key;             /* the original */
 	const char *new_key;         /* issued upstream, never invented here */
 	const char *operator_name;

@@ -36,6 +36,9 @@ POST <prefix>/effects (any path with an `effects` segment)
       500 502 503 that status (503 with Retry-After: 1)
       400 401 403 404 422   that status with {"error": ...}
       reject      200 {"ok": false, "error": "recipient unsubscribed"}
+    A body that names no fault takes the URL's `fault` query parameter
+    (`/effects?fault=403`): a target whose every send is refused, whatever
+    the payload (a closed effect schema leaves no room for a "fault" member).
 GET <prefix>/effects/lookup?key=K (any path ending in /lookup)
     200 {"id", "found": true} + X-Provider-Id for the first effect committed
     with Idempotency-Key K, in either mode; else 404 {"found": false}.
@@ -427,7 +430,10 @@ class ProviderHandler(BaseHTTPRequestHandler):
                            [("Allow", "POST")])
             ledger.update(entry, status=405)
         else:
-            self.post(entry, kind, mode, key, choose_fault(body, earlier))
+            fault = choose_fault(body, earlier)
+            if fault is None:
+                fault = urllib.parse.parse_qs(query).get("fault", [None])[0]
+            self.post(entry, kind, mode, key, fault)
 
     def lookup(self, entry, query):
         ledger = self.server.ledger
