@@ -8,15 +8,19 @@
  *              group:support exactly when one comma-separated item, trimmed,
  *              is the whole name "support";
  *   delivery   two tenants (API clients) use one business key of 200
- *              characters; each approves its own long mail (every script,
- *              200 + 5,000 code points, 100 recipients) and its own tag; the
- *              real dispatcher sends them to loopback providers that honour
- *              idempotency keys: each tenant's mail and tag arrive exactly
- *              once, as approved byte for byte (MIME-decoded), under a
- *              provider key and Message-ID of their own, and each effect
- *              stores the provider id of its own delivery.
+ *              characters; each hands in its own long mail (every script,
+ *              200 + 5,000 code points, 100 recipients, the test contract
+ *              mail_list: sent after a one-second window) and its own tag
+ *              (crm_tag: approved by the rules, or by sales when sampled);
+ *              the real dispatcher sends them to loopback providers that
+ *              honour idempotency keys: each tenant's mail and tag arrive
+ *              exactly once, as handed in byte for byte (MIME-decoded), under
+ *              the provider key stored for that tenant's effect and a
+ *              Message-ID of its own, and each effect stores the provider id
+ *              of its own delivery.
  *
- * It runs against the stack of ./dev test like check_dispatch.
+ * It runs against the stack of ./dev test like check_dispatch (which loads
+ * the test contracts of tests/data/contracts-test beside the shipped ones).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -87,15 +91,19 @@ claim_and_output(const char *bearer, const char *key, const char *contract, json
 	free(path);
 }
 
-/* The raw token of the one approval in an /output answer (malloc'd). */
+/* The raw token of the one approval in an /output answer (malloc'd); its
+ * approval id in id (idsz bytes) when id is not NULL. */
 static char *
-token_of(const struct tl_resp *r)
+token_of(const struct tl_resp *r, char *id, size_t idsz)
 {
-	const char *url = tl_jstr(json_array_get(json_object_get(r->json, "approvals"), 0), "url");
+	const json_t *a = json_array_get(json_object_get(r->json, "approvals"), 0);
+	const char *url = tl_jstr(a, "url");
 	const char *t = url ? strstr(url, "/approve/") : NULL;
 
 	ck_assert_msg(r->status == 202 && t != NULL, "%s: expected 202 with an approval link: %.1000s",
 	              r->what, r->body);
+	if (id != NULL)
+		snprintf(id, idsz, "%s", JSTR(a, "approval_id"));
 	return strdup(t + 9);
 }
 
@@ -153,9 +161,12 @@ csrf_value(const char *page)
 }
 
 /* Opens the page as user in groups and POSTs decision=approve with its
- * CSRF value; the POST's HTTP status. */
+ * CSRF value; the POST's HTTP status. With approval_id, a page that shows
+ * user no form is allowed: the POST then carries the value a person who
+ * once had the form holds (tl_csrf_for), and *had_form says which. */
 static long
-approve_as(const char *token, const char *user, const char *groups)
+approve_as(const char *token, const char *approval_id, const char *user, const char *groups,
+           bool *had_form)
 {
 	struct tl_resp r;
 	char *csrf, *form;
@@ -165,6 +176,10 @@ approve_as(const char *token, const char *user, const char *groups)
 	ASSERT_STATUS(&r, 200);
 	csrf = csrf_value(r.body);
 	tl_resp_free(&r);
+	if (had_form != NULL)
+		*had_form = csrf != NULL;
+	if (csrf == NULL && approval_id != NULL)
+		csrf = tl_csrf_for(approval_id, user);
 	ck_assert_msg(csrf != NULL, "the approval page has no CSRF value for %s in \"%s\"", user,
 	              groups);
 	form = tl_form("decision", "approve", "csrf", csrf, "reason", "realdata", (char *)NULL);
@@ -197,8 +212,9 @@ START_TEST(test_group_headers)
 	const char *header = tl_jstr(gc, "header");
 	bool may = json_is_true(json_object_get(gc, "matches_group_support"));
 	PGconn *c = tl_pg_connect();
-	char key[128], *token, *before;
+	char key[128], id[64], *token, *before;
 	struct tl_resp r;
+	bool form = false;
 	long st;
 
 	ck_assert_ptr_nonnull(header);
@@ -206,14 +222,18 @@ START_TEST(test_group_headers)
 	claim_and_output(g_key_dev, key, "support_reply", reply("ru_reply"),
 	                 json_pack("{s:s, s:s, s:{s:s}}", "type", "email.send", "target", "demo_smtp",
 	                           "payload", "to", "anna.morozova@example.com"), &r);
-	token = token_of(&r);
+	token = token_of(&r, id, sizeof(id));
 	tl_resp_free(&r);
 	before = tl_run_snapshot(c, key);
-	st = approve_as(token, APPROVER, header);
+	st = approve_as(token, id, APPROVER, header, &form);
 	if (may) {
+		ck_assert_msg(form, "groups \"%s\" (%s) include support: the page shows no form",
+		              header, JSTR(gc, "source"));
 		ck_assert_msg(st == 303, "groups \"%s\" (%s) include support: HTTP %ld, expected 303",
 		              header, JSTR(gc, "source"), st);
 	} else {
+		ck_assert_msg(!form, "groups \"%s\" (%s) do not include the group support, yet the "
+		              "page shows the decision form", header, JSTR(gc, "source"));
 		ck_assert_msg(st == 403, "groups \"%s\" (%s) do not include the group support: "
 		              "HTTP %ld, expected 403", header, JSTR(gc, "source"), st);
 		tl_expect_run_unchanged(c, key, before, "a POST by someone outside group support");
@@ -237,17 +257,27 @@ dispatcher_start(const char *conf, const char *log, const char *err)
 	double deadline;
 	char *lines;
 
+	FILE *f;
+
+	/* the dispatcher re-checks each payload against the run's contract:
+	 * it loads the stack's contracts (dl_conf_contracts) */
 	snprintf(text, sizeof(text),
 	         "# check_realdata\nlog_file = %s\nlog_level = info\ndispatch_workers = 2\n"
-	         "dispatch_poll_ms = 200\ndispatch_shutdown_seconds = 5\n\n"
-	         "[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
-	         "lookup_url = http://127.0.0.1:%d/idem/effects/lookup\nidempotency_key = 1\n"
-	         "provider_id_header = X-Provider-Id\ntimeout_ms = 5000\nmax_attempts = 3\n"
-	         "base_ms = 200\ncap_ms = 1000\n\n"
-	         "[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\nmail_from = %s\n"
-	         "timeout_ms = 5000\nmax_attempts = 2\nbase_ms = 200\ncap_ms = 1000\n",
-	         log, g_http_port, g_http_port, g_smtp_port, MAIL_FROM);
+	         "dispatch_poll_ms = 200\ndispatch_shutdown_seconds = 5\n",
+	         log);
 	write_file(conf, text);
+	f = fopen(conf, "a");
+	ck_assert_msg(f != NULL, "%s: %s", conf, strerror(errno));
+	dl_conf_contracts(f);
+	fprintf(f,
+	        "\n[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
+	        "lookup_url = http://127.0.0.1:%d/idem/effects/lookup\nidempotency_key = 1\n"
+	        "provider_id_header = X-Provider-Id\ntimeout_ms = 5000\nmax_attempts = 3\n"
+	        "base_ms = 200\ncap_ms = 1000\n\n"
+	        "[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\nmail_from = %s\n"
+	        "timeout_ms = 5000\nmax_attempts = 2\nbase_ms = 200\ncap_ms = 1000\n",
+	        g_http_port, g_http_port, g_smtp_port, MAIL_FROM);
+	ck_assert_int_eq(fclose(f), 0);
 	argv[0] = (char *)(uintptr_t)tl_env("ONCEGATE_DISPATCH");
 	argv[1] = (char *)(uintptr_t)"-c";
 	argv[2] = (char *)(uintptr_t)conf;
@@ -344,25 +374,31 @@ START_TEST(test_two_tenants_one_key)
 		json_array_append_new(to, json_string(d[i].first));
 		for (j = 0; j < 99; j++)
 			json_array_append(to, json_array_get(json_object_get(rc, "max"), j));
-		/* the mail: a person approves it */
-		claim_and_output(d[i].bearer, key, "support_reply", reply(d[i].mail),
+		/* the mail to a list: the test contract mail_list (the shipped
+		 * support_reply takes exactly one address); subject and body come
+		 * from the output, and it goes after its one-second window */
+		claim_and_output(d[i].bearer, key, "mail_list",
+		                 json_pack("{s:s, s:s}", "subject",
+		                           tl_corpus_mail_str(d[i].mail, "subject"), "body",
+		                           tl_corpus_mail_str(d[i].mail, "body")),
 		                 json_pack("{s:s, s:s, s:{s:o}}", "type", "email.send", "target",
 		                           "demo_smtp", "payload", "to", to), &r);
-		token = token_of(&r);
+		ck_assert_msg(r.status == 202 && strcmp(JSTR(r.json, "outcome"), "approved") == 0,
+		              "%s's mail_list output: HTTP %ld %.1000s", d[i].client, r.status,
+		              r.body);
 		tl_resp_free(&r);
-		ck_assert_int_eq(approve_as(token, APPROVER, "support"), 303);
-		free(token);
-		/* the tag: approved by the rules, or by sales when sampled */
+		/* the tag: approved by the rules, or by sales when sampled; the
+		 * payload names only the contact, the tag comes from the output */
 		claim_and_output(d[i].bearer, tag_key, "crm_tag",
 		                 json_pack("{s:s, s:f, s:s}", "tag", "lead", "confidence", 0.97, "reason",
 		                           tl_corpus_mail_str("zh_short", "body")),
-		                 json_pack("{s:s, s:s, s:{s:s, s:s}}", "type", "crm.tag", "target",
-		                           "demo_http", "payload", "contact", d[i].contact, "tag", "lead"),
+		                 json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target",
+		                           "demo_http", "payload", "contact_id", d[i].contact),
 		                 &r);
 		ck_assert_msg(r.status == 202, "crm_tag output: HTTP %ld %.500s", r.status, r.body);
 		if (strcmp(JSTR(r.json, "outcome"), "awaiting_human") == 0) {
-			token = token_of(&r);
-			ck_assert_int_eq(approve_as(token, APPROVER, "sales"), 303);
+			token = token_of(&r, NULL, 0);
+			ck_assert_int_eq(approve_as(token, NULL, APPROVER, "sales", NULL), 303);
 			free(token);
 		}
 		tl_resp_free(&r);
@@ -427,7 +463,9 @@ START_TEST(test_two_tenants_one_key)
 		json_array_foreach(committed, j, cm) {
 			json_t *b = json_loads(JSTR(cm, "body"), 0, NULL);
 
-			if (b != NULL && strcmp(JSTR(b, "contact"), d[i].contact) == 0) {
+			if (b != NULL && strcmp(JSTR(b, "contact_id"), d[i].contact) == 0) {
+				ck_assert_msg(strcmp(JSTR(b, "tag"), "lead") == 0,
+				              "%s's tag arrived as %s", d[i].client, JSTR(cm, "body"));
 				got_tag = cm;
 				nt++;
 			}
@@ -439,6 +477,17 @@ START_TEST(test_two_tenants_one_key)
 		ck_assert_msg(tag_state != NULL && strcmp(tag_state, want) == 0,
 		              "%s's tag effect is \"%s\", want \"%s\" (its own delivery)", d[i].client,
 		              tag_state ? tag_state : "(no row)", want);
+		/* ... under the provider key stored for this tenant's effect */
+		{
+			char *pkey = tl_pg_value(c, "SELECT e.provider_key FROM effect_outbox e JOIN"
+			                            " api_clients a ON a.id = e.client_id WHERE"
+			                            " a.name = $1 AND e.idempotency_key = $2", 2, pt);
+
+			ck_assert_msg(pkey != NULL && strcmp(pkey, JSTR(got_tag, "idempotency_key")) == 0,
+			              "%s's tag arrived under the key %s, its effect stores %s",
+			              d[i].client, JSTR(got_tag, "idempotency_key"), pkey ? pkey : "(none)");
+			free(pkey);
+		}
 		free(mail_state);
 		free(tag_state);
 	}

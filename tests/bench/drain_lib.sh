@@ -112,6 +112,8 @@ drain_init() {
 		# tests/bench/drain_lib.sh: the benchmark's dispatchers and the scratch database.
 		database = "host=$PGHOST port=$PGPORT dbname=$DRAIN_DB user=$PGUSER"
 		sql_dir = $ROOT/sql
+		# each payload is checked against its run's contract before the send
+		contracts_dir = $ROOT/contracts
 		log_file = $TMP/decisions.log
 		log_level = info
 		dispatch_workers = $CONNS

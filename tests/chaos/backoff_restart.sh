@@ -32,7 +32,7 @@ while [[ $# -gt 0 ]]; do
 	esac
 done
 [[ $RESTARTS =~ ^[1-9][0-9]?$ ]] || { echo "backoff_restart.sh: --restarts takes 1-99" >&2; exit 2; }
-for v in ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST; do
+for v in ONCEGATE_CONF ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST; do
 	[[ -n ${!v:-} ]] || { echo "backoff_restart.sh: $v is not set (run under ./dev test or ./dev chaos)" >&2; exit 2; }
 done
 q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
@@ -67,8 +67,12 @@ target() { # NAME MAX_ATTEMPTS: a target that honours Idempotency-Key
 	printf 'idempotency_key = 1\nprovider_id_header = X-Provider-Id\ntimeout_ms = 5000\n'
 	printf 'max_attempts = %s\nbase_ms = %s\ncap_ms = %s\njitter_percent = 0\n' "$2" "$BASE_MS" "$BASE_MS"
 }
+# The dispatcher re-checks each payload against its run's contract before
+# sending: it loads the stack's contracts.
+CONTRACTS_DIR=$(sed -nE 's/^[[:space:]]*contracts_dir[[:space:]]*=[[:space:]]*//p' "$ONCEGATE_CONF" | head -n1)
 {
 	printf 'log_file = %s\ndispatch_poll_ms = 100\ndispatch_shutdown_seconds = 2\n' "$TMP/decisions.log"
+	printf 'contracts_dir = %s\n' "$CONTRACTS_DIR"
 	target bo_idem 3
 	target bo_spent 2
 } >"$TMP/dispatch.conf"

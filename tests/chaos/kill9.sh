@@ -28,7 +28,7 @@ while [[ $# -gt 0 ]]; do
 	*) echo "usage: $0 [--effects N] [--kills K]" >&2; exit 2 ;;
 	esac
 done
-for v in ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST PGPORT PGDATABASE; do
+for v in ONCEGATE_CONF ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST PGPORT PGDATABASE; do
 	[[ -n ${!v:-} ]] || { echo "kill9.sh: $v is not set (run under ./dev test or ./dev chaos)" >&2; exit 2; }
 done
 
@@ -55,9 +55,13 @@ for ((i = 0; i < 100; i++)); do grep -q '^ready' "$TMP/provider.out" 2>/dev/null
 PORT=$(sed -n 's/^ready \([0-9]*\).*/\1/p' "$TMP/provider.out")
 [[ -n $PORT ]] || { cat "$TMP/provider.out" >&2; echo "kill9.sh: the provider did not start" >&2; exit 1; }
 
+# The dispatcher re-checks each payload against its run's contract before
+# sending: it loads the stack's contracts.
+CONTRACTS_DIR=$(sed -nE 's/^[[:space:]]*contracts_dir[[:space:]]*=[[:space:]]*//p' "$ONCEGATE_CONF" | head -n1)
 cat >"$TMP/dispatch.conf" <<EOF
 # tests/chaos/kill9.sh
 log_file = $TMP/decisions.log
+contracts_dir = $CONTRACTS_DIR
 dispatch_workers = 4
 dispatch_batch = 8
 dispatch_lease_seconds = 5

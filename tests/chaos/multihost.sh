@@ -8,16 +8,20 @@
 #   * every approval was consumed at most once, every approved run has
 #     exactly one effect in the outbox, and no other run has one;
 #   * no effect reached its provider twice (the HTTP provider's record of
-#     requests, the SMTP sink's record of mails, each delivery told apart by
-#     what it carries: tenant and key); each is `completed` (received
-#     exactly once) or `unknown` with a dead letter (received at most once):
-#     none lost;
+#     requests, each matched to its effect by its Idempotency-Key, which
+#     must be the stored provider key of exactly one effect; the SMTP sink's
+#     record of mails, told apart by the first recipient, which names tenant
+#     and key); each is `completed` (received exactly once) or `unknown`
+#     with a dead letter (received at most once): none lost;
 #   * two tenants (API clients) drive the same business keys (long,
 #     multilingual, from tests/data/corpus), each its own effect: every
-#     delivery went out with its own tenant's provider key, no two effects
-#     share one, and every mail arrived with the approved recipients,
-#     subject and body (MIME-decoded, byte for byte; long mails in every
-#     script at the support_reply contract's maxima);
+#     HTTP delivery carried its own effect's approved payload (a contact
+#     that names tenant and key, the tag from the output), no two effects
+#     share a provider key, and every mail arrived with the approved
+#     recipients, subject and body (MIME-decoded, byte for byte; long mails
+#     in every script at the contracts' maxima, to one address under
+#     support_reply or to a list under the test contract support_list,
+#     which the stack must load from tests/data/contracts-test);
 #   * every HTTP answer was in the expected set (201/200/202/303, 409 for a
 #     conflicting replay or a lease lost, 410 for an approval retried after
 #     its answer was lost, 502/503/504 and client timeouts while a link was
@@ -64,7 +68,8 @@
 # retried by nginx (POST is not idempotent): it completes when the link
 # returns, or the client retries with the same key.
 # Dispatchers: oncegate-dispatch in each dispatcher namespace
-# (AI_ACTIONS_ENABLED=true, kill switch on, dispatch_lease_seconds 5),
+# (AI_ACTIONS_ENABLED=true, kill switch on, dispatch_lease_seconds 5, the
+# stack's contracts_dir: each payload is checked again before the send),
 # target demo_http = tests/providers/http_provider.py on 10.77.0.1, on its
 # /plain/ path: it ignores idempotency keys, so a resend would be a visible
 # duplicate; target demo_smtp = tests/providers/smtp_sink.py on 10.77.0.1.
@@ -73,8 +78,8 @@
 # private nginx, for the whole run): RUNS business keys started RATE per
 # second, each driven by both tenants (the stack's client dev and one made
 # here): a claim sent twice at once, the model output that needs a person
-# (a long support_reply mail for group support, or a crm_tag with a long
-# reason for group sales), the approval page and its CSRF-protected
+# (a long mail for group support, under support_reply or support_list, or
+# a crm_tag with a long reason for group sales), the approval page and its CSRF-protected
 # approve POST, then a late duplicate claim (and a conflicting one for every
 # tenth key). 502/503/504 and timeouts are retried with the same key,
 # lease, token and CSRF value (bounded). The approved effects are drained by
@@ -315,11 +320,16 @@ for ((i = 0; i < 4; i++)); do # round robin: both responders answer
 done
 
 # --- the dispatchers ---------------------------------------------------------------------------------------
+# The dispatchers re-check each payload against its run's contract before
+# sending: they load the stack's contracts.
+CONTRACTS_DIR=$(sed -nE 's/^[[:space:]]*contracts_dir[[:space:]]*=[[:space:]]*//p' "$ONCEGATE_CONF" | head -n1)
+[[ -n $CONTRACTS_DIR ]] || die "$ONCEGATE_CONF names no contracts_dir"
 for h in d1 d2; do
 	cat >"$PRIV/$h.conf" <<-EOF
 		# tests/chaos/multihost.sh: host $h
 		database = "$DB"
 		log_file = $TMP/$h.decisions.log
+		contracts_dir = $CONTRACTS_DIR
 		dispatch_workers = 2
 		dispatch_batch = 4
 		dispatch_lease_seconds = 5
@@ -372,7 +382,8 @@ PUBLIC_URL=$(sed -nE 's/^[[:space:]]*public_url[[:space:]]*=[[:space:]]*"?([^"]*
 LOAD_TENANTS=()
 if [[ $TENANTS == 2 ]]; then
 	CLIENT_B=mh-b-$RUN
-	key_b=$("$ONCEGATE_CTL" client add "$CLIENT_B") || die "oncegatectl client add $CLIENT_B failed"
+	key_b=$("$ONCEGATE_CTL" client add "$CLIENT_B" --reason "multihost.sh: a second tenant with the same business keys") ||
+		die "oncegatectl client add $CLIENT_B failed"
 	(umask 077 && printf '%s\n' "$key_b" >"$PRIV/api_key_b")
 	unset key_b
 	LOAD_TENANTS=(--client-b "$CLIENT_B")
@@ -549,6 +560,8 @@ printf '  tenants (API clients), mails           %s, %s\n' "${R[tenants]:-?}" "$
 printf '  received: HTTP requests, mails         %s, %s\n' "${R[provider_requests]:-?}" "${R[mails_received]:-?}"
 printf '  mails not as approved                  %s   (recipients, subject or body differ; must be 0)\n' \
 	"${R[mails_not_as_approved]:-?}"
+printf '  HTTP requests not as approved          %s   (body not its effect'"'"'s approved payload; must be 0)\n' \
+	"${R[http_not_as_approved]:-?}"
 printf '  provider keys shared by two effects    %s   (must be 0; sent with another effect'"'"'s key: %s)\n' \
 	"${R[provider_keys_shared]:-?}" "${R[sent_with_other_provider_key]:-?}"
 printf '  effects received more than once        %s   (must be 0)\n' "${R[effects_received_twice]:-?}"

@@ -18,11 +18,15 @@ nginx:
   1. claim the key (POST /v1/runs) twice at the same moment: one answer must
      be 201, the other a duplicate;
   2. hand in the model's output (POST /v1/runs/{key}/output) -> 202 and the
-     approval link: for odd N a support_reply mail from the corpus (--mails
-     long: at the contract's 200 + 5,000 code points, every script, to 10
-     recipients; short: notes of 40 + 60 code points, to 3) for target demo_smtp, for
-     even N a crm_tag whose 500-character multilingual reason needs a
-     person;
+     approval link: for odd N a mail from the corpus (--mails long: at the
+     contract's 200 + 5,000 code points, every script; short: notes of
+     40 + 60 code points) for target demo_smtp, to a list (10 recipients,
+     or 3 for short mails) under the test contract support_list of
+     tests/data/contracts-test, which the stack must load, or, for every
+     other odd N, to one address under the shipped support_reply; for even
+     N a crm_tag (churn_risk, so it needs a person) whose 500-character
+     multilingual reason is shown to the approver, its payload naming only
+     the contact (the tag comes from the output);
   3. the approver opens the page (GET /approve/{token}) and approves with
      its CSRF value (POST, decision=approve) -> 303;
   4. the key is claimed again afterwards (a late duplicate: 200 with the
@@ -43,11 +47,13 @@ GET /_requests, the SMTP sink's record) and tab-separated dumps of the run,
 approval and outbox rows (first column TENANT|KEY), prints the result
 table's figures as NAME=VALUE lines for the shell script, and exits 0 only
 when nothing was doubled, lost or answered outside the expected set. A
-delivery is told apart by what it carries (the HTTP body's tenant and run,
-a mail's first recipient), never by its provider key, which must be the
-one on that tenant's effect; mails must arrive with the approved subject
-and body, byte for byte after MIME decoding; no two effects may share a
-provider key.
+mail is told apart by its first recipient (which names tenant and key);
+an HTTP delivery by its Idempotency-Key, which must be the stored provider
+key of exactly one effect, and its body must be that effect's approved
+payload (the contact, which names tenant and key, and the tag from the
+output; the burst's {"burst": N}); mails must arrive with the approved
+recipients, subject and body, byte for byte after MIME decoding; no two
+effects may share a provider key.
 """
 
 import argparse
@@ -213,21 +219,29 @@ class Load:
             mail = self.mails[(i + t) % len(self.mails)]
             # The first recipient names tenant and key: how the check finds
             # the mail at the sink.
-            to = ["customer+mh-%s-%d@multihost.example.com" % (tenant, i)] + \
-                corpus.recipients(9 if self.args.mails == "long" else 2)
-            return ("support_reply",
+            # A list goes with the test contract support_list; the shipped
+            # support_reply takes exactly one address.
+            to = ["customer+mh-%s-%d@multihost.example.com" % (tenant, i)]
+            if i % 4 == 1:
+                contract = "support_list"
+                to += corpus.recipients(9 if self.args.mails == "long" else 2)
+            else:
+                contract = "support_reply"
+            return (contract,
                     {"subject": mail["subject"], "body": mail["body"], "tone": "formal",
                      "confidence": 0.55},
-                    {"type": "email.send", "target": "demo_smtp", "payload": {"to": to}},
+                    {"type": "email.send", "target": "demo_smtp",
+                     "payload": {"to": to if contract == "support_list" else to[0]}},
                     {"mail": mail["id"], "brief": self.args.mails == "short", "to": to})
         reason = self.reasons[(i + t) % len(self.reasons)]["reason"]
+        # crm_tag closes the payload to the contact; the tag comes from the
+        # output. The contact names tenant and key.
+        contact = "c-%d-%s" % (i, tenant)
         return ("crm_tag",
                 {"tag": "churn_risk", "confidence": 0.4,
                  "reason": reason if self.args.mails == "long" else "no login for 90 days"},
-                {"type": "crm.tag", "target": "demo_http",
-                 "payload": {"contact": "c-%d" % i, "tag": "churn_risk", "run": key,
-                             "tenant": tenant}},
-                {})
+                {"type": "crm.tag", "target": "demo_http", "payload": {"contact_id": contact}},
+                {"sent": {"contact_id": contact, "tag": "churn_risk"}})
 
     def output(self, key, owner, version, i):
         """The approval token, "lease_lost", or None."""
@@ -505,10 +519,15 @@ def check(args):
     if eff_bad:
         bad.append("%d runs without exactly one effect for one decision" % len(eff_bad))
 
-    # What the providers received, told apart by what it carries: the HTTP
-    # body's tenant and run (the burst's {"burst": N} is the first
-    # tenant's RUNb:N), a mail's first recipient (customer+mh-TENANT-N@).
-    first_tenant = tenants[0] if tenants else ""
+    # What the providers received: an HTTP delivery matched to its effect by
+    # its Idempotency-Key, which must be the stored provider key of exactly
+    # one effect, its body that effect's payload as approved (the burst's
+    # {"burst": N} for RUNb:N); a mail by its first
+    # recipient (customer+mh-TENANT-N@).
+    by_pkey = collections.defaultdict(list)
+    for e in effects:
+        by_pkey[e[1]].append(e[0])
+    wrong_payload = 0
     by_flow_to = {}
     for k, f in flow_of.items():
         if f.get("to"):
@@ -527,17 +546,26 @@ def check(args):
             b = {}
         if not isinstance(b, dict):
             b = {}
-        if "burst" in b:
-            k = "%s|%sb:%s" % (first_tenant, args.run, b["burst"])
-        else:
-            k = "%s|%s" % (b.get("tenant"), b.get("run"))
-        got[k] += 1
         pk = r.get("idempotency_key") or ""
         try:  # http.server reads header bytes as Latin-1; the outbox holds UTF-8
             pk = pk.encode("latin-1").decode("utf-8")
         except UnicodeError:
             pass
+        owners = by_pkey.get(pk, [])
+        if len(owners) == 1:
+            k = owners[0]
+        else:
+            # not one effect's key: counted against what the body names
+            k = "?|HTTP request under %r (%d effects)" % (pk, len(owners))
+        got[k] += 1
         sent_with[k].add(pk)
+        if "burst" in b:
+            want = {"burst": int(k.rsplit(":", 1)[-1])} \
+                if k.split("|", 1)[-1].startswith(args.run + "b:") else None
+        else:
+            want = (flow_of.get(k) or {}).get("sent")
+        if b != want:
+            wrong_payload += 1
     for m in mails:
         rc = m.get("rcpt_tos") or [""]
         k = by_flow_to.get(rc[0].lower(), "?|mail to %s" % rc[0])
@@ -583,16 +611,18 @@ def check(args):
     out["received_without_effect"] = stray
     out["mails_not_as_approved"] = wrong_bytes
     out["sent_with_other_provider_key"] = other_key
+    out["http_not_as_approved"] = wrong_payload
     out["provider_keys_shared"] = shared_pkeys
     if dups or completed_bad or unknown_bad or no_letter or other or stray:
         bad.append("effects: %d received twice, %d completed not once, %d unknown "
                    "received twice, %d unknown without dead letter, %d neither "
                    "completed nor unknown, %d received without an outbox row"
                    % (dups, completed_bad, unknown_bad, no_letter, other, stray))
-    if wrong_bytes or other_key or shared_pkeys:
+    if wrong_bytes or other_key or shared_pkeys or wrong_payload:
         bad.append("deliveries: %d mails not as approved (recipients, subject, body), %d "
-                   "requests sent with a provider key not their effect's, %d provider keys "
-                   "shared by two effects" % (wrong_bytes, other_key, shared_pkeys))
+                   "HTTP requests not as approved (payload), %d requests sent with a "
+                   "provider key not their effect's, %d provider keys shared by two effects"
+                   % (wrong_bytes, wrong_payload, other_key, shared_pkeys))
 
     for k, v in out.items():
         print("%s=%s" % (k, v))

@@ -19,7 +19,7 @@
 # ONCEGATE_PYTHON, ONCEGATE_CTL and the PG* variables.
 set -euo pipefail
 
-for v in ONCEGATE_URL ONCEGATE_API_KEY ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST; do
+for v in ONCEGATE_URL ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST; do
 	[[ -n ${!v:-} ]] || { echo "skew.sh: $v is not set (run under ./dev test or ./dev chaos)" >&2; exit 2; }
 done
 say() { printf '==> %s\n' "$*" >&2; }
@@ -76,8 +76,12 @@ check "the new owner's transition goes through (completed by b)" \
 PROVIDER_PID=$!
 for ((i = 0; i < 100; i++)); do grep -q '^ready' "$TMP/provider.out" 2>/dev/null && break; sleep 0.1; done
 PORT=$(sed -n 's/^ready \([0-9]*\).*/\1/p' "$TMP/provider.out")
+# The dispatcher re-checks each payload against its run's contract before
+# sending: it loads the stack's contracts.
+CONTRACTS_DIR=$(sed -nE 's/^[[:space:]]*contracts_dir[[:space:]]*=[[:space:]]*//p' "$ONCEGATE_CONF" | head -n1)
 cat >"$TMP/dispatch.conf" <<EOF
 log_file = $TMP/decisions.log
+contracts_dir = $CONTRACTS_DIR
 dispatch_poll_ms = 100
 [target skew_plain]
 kind = http

@@ -12,19 +12,23 @@ With --key-file-b there are two tenants (API clients) and every support and
 crm journey runs for both with the same business key, built from the keys
 two tenants share in tests/data/corpus (Cyrillic, Han, Arabic, Hebrew,
 emoji, 200 characters long), each with its own mail or tag. --mails long
-(the default) drafts the corpus mails at the support_reply contract's
-maxima (200 + 5,000 code points, every script) to 10 or 100 recipients;
---mails short drafts notes of 40 + 60 code points in every script to three.
+(the default) drafts the corpus mails at the contract's maxima (200 + 5,000
+code points, every script), in turn to 100 recipients, to 10 (both with the
+test contract support_list of tests/data/contracts-test, which the stack
+must load: the shipped support_reply takes one address) and to one (the
+shipped support_reply); --mails short drafts notes of 40 + 60 code points in
+every script to three recipients, or to one.
 Each worker repeats one of four journeys, in turn:
 
   support   claim a new key, the same claim again (a duplicate: 200 with the
-            run's state), a valid support_reply output (202, one approval
-            link), the approval page as a member of group support (200, the
-            card and its CSRF value), the approve POST (303), and the page
-            again (the link is used: never 200 with a form)
-  crm       claim a new key and a crm_tag output adding lead: approved by the
-            contract's rules and enqueued at once (or, for the sampled share,
-            an approval link that is then approved like the above)
+            run's state), a valid output (202, one approval link), the
+            approval page as a member of group support (200, the card and
+            its CSRF value), the approve POST (303), and the page again (the
+            link is used: never 200 with a form)
+  crm       claim a new key and a crm_tag output adding lead, the payload
+            naming only the contact (the tag comes from the output): approved
+            by the contract's rules and enqueued at once (or, for the sampled
+            share, an approval link that is then approved like the above)
   conflict  an earlier key claimed with a different payload (409
             payload_mismatch: nothing changes)
   status    an earlier key read back (GET /v1/runs/KEY, 200)
@@ -43,9 +47,11 @@ provider id). Per (tenant, key, effect): exactly one mail at the SMTP sink
 (told apart by its first recipient, which names tenant and key) whose
 recipients, subject and body, MIME-decoded, are byte for byte the approved
 ones, and whose queue id is the provider id on that tenant's effect; exactly
-one committed request at the HTTP provider whose JSON body carries the
-approved payload, sent with that tenant's provider key, whose id is the
-provider id on that tenant's effect. No two effects share a provider key or
+one committed request at the HTTP provider sent with the provider key stored
+for that tenant's effect (each HTTP delivery is matched to its effect by its
+Idempotency-Key: the key of exactly one effect, of that tenant), whose JSON
+body is the approved payload with the tag from the output, and whose id is
+the provider id on that tenant's effect. No two effects share a provider key or
 a Message-ID; nothing arrived that was not approved. Writes RESULT.json;
 exit status 0 when all of it holds.
 """
@@ -178,13 +184,20 @@ class Worker(threading.Thread):
                               self.keys[(self.n * 7 + self.wid) % len(self.keys)])
 
     def recipients(self, tenant, kind):
-        """A first address that names tenant, worker and journey (how the
-        check tells mails apart), then corpus addresses: 100 in all for
-        every third long mail, else 10; three for short mails."""
+        """The contract and the recipients: a first address that names
+        tenant, worker and journey (how the check tells mails apart), then
+        corpus addresses: 100 in all, 10, or that one alone, in turn, for
+        long mails; three or one for short mails. One recipient goes with
+        the shipped support_reply ("to": one address), a list with the test
+        contract support_list."""
         first = "customer+%s-%s-%d-%d@soak.example.com" % (kind, tenant, self.wid, self.n)
         if self.args.mails == "short":
-            return [first] + corpus.recipients(2)
-        return [first] + corpus.recipients(99 if self.n % 3 == 0 else 9)
+            more = 2 if self.n % 2 == 0 else 0
+        else:
+            more = (99, 9, 0)[self.n % 3]
+        if more == 0:
+            return "support_reply", [first]
+        return "support_list", [first] + corpus.recipients(more)
 
     def expect(self, journey, what, status, body, allowed):
         self.stats.request(journey, status)
@@ -258,14 +271,15 @@ class Worker(threading.Thread):
             "key": key, "payload": payload, "workflow_version": "soak@1", "trigger": "soak"})
         if self.expect("support", "duplicate claim", st, body, (200,)):
             self.stats.add("duplicates")
-        to = self.recipients(tenant, "s")
+        contract, to = self.recipients(tenant, "s")
         output = {"subject": mail["subject"], "body": mail["body"], "tone": "formal",
                   "confidence": 0.5}
         st, body, _ = self.client.call("POST", "/v1/runs/%s/output" % urllib.parse.quote(key, safe=""), {
             "lease_owner": j.get("lease_owner"), "version": j.get("version"),
-            "contract": "support_reply", "output": output,
+            "contract": contract, "output": output,
             "model": {"provider": "soak", "name": "soak-model", "revision": "1"},
-            "effect": {"type": "email.send", "target": "demo_smtp", "payload": {"to": to}},
+            "effect": {"type": "email.send", "target": "demo_smtp",
+                       "payload": {"to": to if contract == "support_list" else to[0]}},
             "source_url": "https://crm.example/t/%d" % self.n, "requested_by": REQUESTER})
         if not self.expect("support", "output", st, body, (202,)):
             return
@@ -292,9 +306,9 @@ class Worker(threading.Thread):
         j = self.claim("crm", key, payload, tenant)
         if j is None:
             return
-        # The contact names tenant, worker and journey: the check finds the
-        # request by it.
-        effect = {"contact": "%s-%d-%d" % (tenant, self.wid, self.n), "tag": "lead"}
+        # The contact names tenant, worker and journey; the crm_tag contract
+        # closes the payload to the contact (the tag comes from the output).
+        effect = {"contact_id": "%s-%d-%d" % (tenant, self.wid, self.n)}
         st, body, _ = self.client.call("POST", "/v1/runs/%s/output" % urllib.parse.quote(key, safe=""), {
             "lease_owner": j.get("lease_owner"), "version": j.get("version"),
             "contract": "crm_tag",
@@ -315,8 +329,9 @@ class Worker(threading.Thread):
             self.stats.error("crm: unexpected output answer: %s" % body[:300])
             return
         self.stats.add("crm.tag")
+        # what must arrive: the payload with the tag from the output
         self.stats.deliver({"tenant": tenant, "key": key, "effect": "crm.tag",
-                            "payload": effect})
+                            "payload": dict(effect, tag="lead")})
 
     def conflict(self):
         old = self.stats.pick(self.n * 7919 + self.wid)
@@ -373,8 +388,10 @@ def check(args):
             return v
 
     eff = {}
+    by_pkey = collections.defaultdict(list)   # provider key -> the effects stored with it
     for client, key, etype, pkey, state, pid in effects:
         eff[(client, key, etype)] = {"provider_key": pkey, "state": state, "provider_id": pid}
+        by_pkey[pkey].append((client, key, etype))
     out["deliveries_approved"] = len(deliveries)
     out["tenants"] = sorted({d["tenant"] for d in deliveries})
     by_key = collections.defaultdict(set)
@@ -387,9 +404,11 @@ def check(args):
     for m in mails:
         rc = m.get("rcpt_tos") or [""]
         by_first[rc[0].lower()].append(m)
-    # The HTTP provider: committed effect requests, told apart by contact.
-    by_contact = collections.defaultdict(list)
-    http_requests = 0
+    # The HTTP provider: committed effect requests, each matched to its
+    # effect by its Idempotency-Key, which must be the stored provider key
+    # of exactly one effect of the run.
+    by_effect = collections.defaultdict(list)
+    http_requests = http_committed = 0
     for r in requests:
         if r.get("kind") != "effect":
             continue
@@ -398,11 +417,19 @@ def check(args):
             b = json.loads(r.get("body") or "")
         except ValueError:
             b = None
-        if r.get("committed") and isinstance(b, dict):
-            by_contact[str(b.get("contact"))].append((r, b))
+        if not r.get("committed"):
+            continue
+        http_committed += 1
+        pkey = header_text(r.get("idempotency_key"))
+        owners = by_pkey.get(pkey, [])
+        if len(owners) != 1:
+            fail("HTTP delivery under a key of %d effects" % len(owners),
+                 "%r: %s" % (pkey, json.dumps(b, ensure_ascii=False)[:200]))
+            continue
+        by_effect[owners[0]].append((r, b if isinstance(b, dict) else {}))
     out["mails_received"] = len(mails)
     out["http_effect_requests"] = http_requests
-    out["http_committed"] = sum(len(v) for v in by_contact.values())
+    out["http_committed"] = http_committed
 
     seen_mail, seen_http = set(), set()
     for d in deliveries:
@@ -438,17 +465,19 @@ def check(args):
                 fail("provider id of another delivery", "%s: %s != %s" % (
                     what, e["provider_id"], m.get("queue_id")))
         else:
-            contact = d["payload"]["contact"]
-            got = by_contact.get(contact, [])
-            seen_http.add(contact)
+            ident = (d["tenant"], d["key"], d["effect"])
+            got = by_effect.get(ident, [])
+            seen_http.add(ident)
             if not got:
                 fail("lost", what)
                 continue
             if len(got) > 1:
                 fail("doubled", "%s (%d committed)" % (what, len(got)))
             r, body = got[0]
-            if any(body.get(k) != v for k, v in d["payload"].items()):
-                fail("payload differs", "%s: %s" % (what, json.dumps(body)[:200]))
+            if body != d["payload"]:
+                fail("payload differs", "%s: %s != %s" % (
+                    what, json.dumps(body, ensure_ascii=False)[:200],
+                    json.dumps(d["payload"], ensure_ascii=False)[:200]))
             if header_text(r.get("idempotency_key")) != e["provider_key"]:
                 fail("sent with another tenant's provider key", "%s: %r != %r" % (
                     what, header_text(r.get("idempotency_key")), e["provider_key"]))
@@ -460,9 +489,9 @@ def check(args):
     for first in by_first:
         if first not in seen_mail:
             fail("received but not approved", "mail to %s" % first)
-    for contact in by_contact:
-        if contact not in seen_http:
-            fail("received but not approved", "crm.tag for %s" % contact)
+    for ident in by_effect:
+        if ident not in seen_http:
+            fail("received but not approved", "%s %s %r" % ident)
 
     # Provider keys and Message-IDs name one effect each.
     pkeys = collections.Counter(e["provider_key"] for e in eff.values())

@@ -13,11 +13,13 @@
 #   * what was approved is what arrived, to the right tenant: two API
 #     clients (tenants) use the same business keys (tests/data/corpus: long,
 #     multilingual), each drafting its own long mail (every script, up to
-#     200 + 5,000 code points, 10 or 100 recipients) or tag; per (tenant,
-#     key, effect) exactly one delivery whose recipients, subject and body
-#     (MIME-decoded) or payload are byte for byte the approved ones, whose
-#     provider id is the one on that tenant's effect; no provider key or
-#     Message-ID shared by two effects (tests/soak/load.py check).
+#     200 + 5,000 code points, to 1, 10 or 100 recipients) or tag; per
+#     (tenant, key, effect) exactly one delivery whose recipients, subject
+#     and body (MIME-decoded) or payload are byte for byte the approved
+#     ones, whose provider id is the one on that tenant's effect; each HTTP
+#     delivery's Idempotency-Key is the stored provider key of exactly one
+#     effect, of that tenant; no provider key or Message-ID shared by two
+#     effects (tests/soak/load.py check).
 # With --native the same run goes without valgrind, and checks instead:
 #   * RSS flat after warm-up: each program's resident size at the end of the
 #     run is within RSS_SLACK KiB of what it was at the end of the warm-up
@@ -34,7 +36,8 @@
 #
 # Runs beside the test stack that `./dev test` (or `./dev soak`) starts: it
 # uses that stack's PostgreSQL, configuration (contracts, templates, CSRF
-# secret) and API key, but starts its own responder and dispatcher, both
+# secret; the stack must load the test contracts of tests/data/contracts-test:
+# lists of recipients go through support_list) and API key, but starts its own responder and dispatcher, both
 # under valgrind (so built without sanitizers: ONCEGATE_VG_FCGI and
 # ONCEGATE_VG_DISPATCH name them), its own nginx in front of that
 # responder, and its own HTTP provider and SMTP sink, in a private
@@ -150,7 +153,8 @@ chmod 0640 "$DIR/oncegate.conf"
 LOAD_TENANTS=()
 if [[ $TENANTS == 2 ]]; then
 	CLIENT_B=soak-b-$RUN
-	key_b=$("$ONCEGATE_CTL" -c "$DIR/oncegate.conf" client add "$CLIENT_B") ||
+	key_b=$("$ONCEGATE_CTL" -c "$DIR/oncegate.conf" client add "$CLIENT_B" \
+		--reason "soak: a second tenant with the same business keys") ||
 		{ echo "soak.sh: oncegatectl client add $CLIENT_B failed" >&2; exit 1; }
 	(umask 077 && printf '%s\n' "$key_b" >"$DIR/api_key_b")
 	unset key_b
