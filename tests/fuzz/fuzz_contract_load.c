@@ -93,8 +93,8 @@ use_contract(const struct contract *c, const uint8_t *data, size_t size)
 		else
 			(void)contract_auto_eligible(c, outputs[i], effect);
 	}
-	(void)contract_sampled(c, "acme:lead-sync:lead-42:v1");
-	(void)contract_sampled(c, NULL);
+	(void)contract_sampled(c, 0.5);
+	(void)contract_sampled(c, -1.0); /* not a draw: a person decides */
 	FUZZ_ASSERT(contract_gate_mode_name(contract_gate_mode(c)) != NULL);
 	(void)contract_window_seconds(c);
 	(void)contract_expires_seconds(c);

@@ -7,8 +7,8 @@
  * The input is read as a request body would be (jansson, duplicates
  * refused). Its "output" member is the model output and "effect" the
  * proposed effect when present; the whole document is also validated as an
- * output. "key" (or the raw input) is the run key for sampling, "pointer" a
- * JSON Pointer to resolve.
+ * output. "draw" (or one from the input's size) is the run's sample draw,
+ * "pointer" a JSON Pointer to resolve.
  *
  * Properties: errors are well-formed and capped, validation and sampling
  * are deterministic, and only approve_by_exception ever auto-approves.
@@ -61,7 +61,7 @@ check_errors(const json_t *errors)
 
 static void
 check_contract(const struct contract *c, const json_t *output, const json_t *effect,
-               const char *run_key)
+               double draw)
 {
 	json_t *e1 = contract_validate(c, output), *e2 = contract_validate(c, output);
 	bool auto1 = contract_auto_eligible(c, output, effect);
@@ -71,7 +71,8 @@ check_contract(const struct contract *c, const json_t *output, const json_t *eff
 	FUZZ_ASSERT(contract_auto_eligible(c, output, effect) == auto1);
 	if (contract_gate_mode(c) != GATE_APPROVE_BY_EXCEPTION)
 		FUZZ_ASSERT(!auto1);
-	FUZZ_ASSERT(contract_sampled(c, run_key) == contract_sampled(c, run_key));
+	/* the sample is a draw kept on the run: the same draw, the same verdict */
+	FUZZ_ASSERT(contract_sampled(c, draw) == contract_sampled(c, draw));
 	json_decref(e1);
 	json_decref(e2);
 }
@@ -83,8 +84,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	                         JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, NULL);
 	const json_t *output, *effect;
 	json_t *none;
-	const char *key, *pointer;
+	const char *pointer;
 	char *raw;
+	double draw;
 	size_t i;
 
 	if (doc == NULL)
@@ -95,7 +97,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	effect = json_object_get(doc, "effect");
 	if (!json_is_object(effect))
 		effect = none;
-	key = json_string_value(json_object_get(doc, "key"));
+	/* a sample draw: the document's "draw" when it has one (NaN, out of
+	 * range and all), else one from the input's size */
+	draw = json_is_number(json_object_get(doc, "draw"))
+	               ? json_number_value(json_object_get(doc, "draw"))
+	               : (double)(size % 1024) / 1024.0;
 	pointer = json_string_value(json_object_get(doc, "pointer"));
 	raw = strndup((const char *)data, size);
 	if (raw == NULL)
@@ -103,8 +109,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (i = 0; i < contract_count(set); i++) {
 		const struct contract *c = contract_at(set, i);
 
-		check_contract(c, output != NULL ? output : doc, effect, key != NULL ? key : raw);
-		check_contract(c, doc, json_is_object(doc) ? doc : none, raw);
+		check_contract(c, output != NULL ? output : doc, effect, draw);
+		check_contract(c, doc, json_is_object(doc) ? doc : none, 1.0 - draw);
 	}
 	if (pointer != NULL)
 		(void)contract_pointer_get(doc, pointer);
