@@ -1,8 +1,9 @@
 /*
  * api_approve.c — the approval pages: the card a person reads before
- * deciding (GET /approve/{token}) and the decision it posts back (one
- * transaction, then 303 to the page). Every answer is a page; the token
- * in the URL is a capability, never logged or stored.
+ * deciding (GET /approve/{token}) and the decision it posts back (checked
+ * here, taken by decide_approval in one transaction, then 303 to the
+ * page). Every answer is a page; the token in the URL is a capability,
+ * never logged or stored.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -14,10 +15,10 @@
 #include "canon.h"
 #include "contract.h"
 #include "csrf.h"
+#include "decide.h"
 #include "digest.h"
 #include "gate.h"
 #include "ledger.h"
-#include "outbox.h"
 #include "page.h"
 #include "token.h"
 #include "caps.h"
@@ -288,7 +289,8 @@ refuse(struct api_call *c, struct log_fields *f, int status, const char *reason,
 	page_notice(c, status, "approval.refused", heading, message, f);
 }
 
-/* The decision: one transaction, then 303 to the page. */
+/* The decision: the form checked here, the transaction in decide_approval,
+ * then 303 to the page. */
 static void
 approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_approval *a,
                const json_t *run)
@@ -299,23 +301,12 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 	const char *callback = json_string_value(json_object_get(run, "callback_url"));
 	const char *why;
 	char decision[16], csrf[128], reason[OG_FIELD_MAX + 1];
-	char effect_id[OUTBOX_ID_LEN] = "", callback_id[OUTBOX_ID_LEN] = "";
-	char not_before[OUTBOX_TS_LEN];
+	struct decide_approval d = { 0 };
 	struct ledger_run lr = { 0 };
 	struct log_fields f = { 0 };
-	char *payload = NULL, *cb_payload = NULL, *logged = NULL;
-	char phash[CANON_HASH_LEN], chash[CANON_HASH_LEN];
-	struct outbox_effect eff = { 0 }, cbe = { 0 };
-	struct gate_consume_call gc;
-	struct ledger_decide_call dc;
-	struct outbox_enqueue_call ec = { 0 }, cc = { 0 };
-	struct db_call calls[4];
-	int ncalls = 0, eff_call = -1, cb_call = -1, k;
-	enum ledger_rc lrc;
-	enum gate_rc grc;
+	char *logged = NULL;
 	long n;
 
-	memset(calls, 0, sizeof(calls));
 	f.approval_id = a->id;
 	f.actor = subject;
 	if (c->body_refused) {
@@ -386,90 +377,41 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 		goto out;
 	}
 
-	/* The effects the decision enqueues, built before the transaction. */
-	if (strcmp(decision, "approve") == 0) {
-		if (api_output_hash(json_object_get(effect, "payload"), phash, &payload) != 0)
-			goto internal;
-		eff.client_id = a->client_id;
-		eff.key = a->key;
-		eff.type = json_string_value(json_object_get(effect, "type"));
-		eff.target = json_string_value(json_object_get(effect, "target"));
-		eff.payload = payload;
-		eff.payload_hash = phash;
-		eff.approval_id = a->id;
-		if (eff.type == NULL || eff.target == NULL)
-			goto internal;
-	}
-	if (callback != NULL) {
-		/* The workflow's Wait node learns the outcome. */
-		json_t *cb = json_pack("{s:s, s:s, s:s, s:s, s:s}", "url", callback, "key", a->key,
-		                       "decision", strcmp(decision, "approve") == 0 ? "approved"
-		                                                                    : "rejected",
-		                       "decided_by", subject, "approval_id", a->id);
-
-		if (cb == NULL || api_output_hash(cb, chash, &cb_payload) != 0) {
-			json_decref(cb);
-			goto internal;
-		}
-		json_decref(cb);
-		cbe.client_id = a->client_id;
-		cbe.key = a->key;
-		cbe.type = "decision.callback";
-		cbe.target = "callback";
-		cbe.payload = cb_payload;
-		cbe.payload_hash = chash;
-		cbe.approval_id = a->id;
-	}
-
-	/* ONE transaction, its statements sent in one round trip:
-	 * consume the challenge (voiding the others), move the run, enqueue.
-	 * Each result is read in order and anything short of all of them rolls
-	 * the whole thing back. */
-	gate_consume_call(&gc, hash, decision, subject, reason[0] ? reason : NULL, &calls[ncalls++]);
-	ledger_decide_call(&dc, a->client_id, a->key, decision, subject,
-	                   reason[0] ? reason
-	                             : strcmp(decision, "approve") == 0 ? NULL
-	                                                                : "rejected by the approver",
-	                   &calls[ncalls++]);
-	if (eff.type != NULL) {
-		if (outbox_enqueue_call(&ec, &eff, &calls[ncalls]) != 0)
-			goto internal;
-		eff_call = ncalls++;
-	}
-	if (cbe.type != NULL) {
-		if (outbox_enqueue_call(&cc, &cbe, &calls[ncalls]) != 0)
-			goto internal;
-		cb_call = ncalls++;
-	}
-	db_pipeline_tx(c->ctx->db, calls, ncalls); /* each call carries its own rc */
-	grc = gate_consume_result(&calls[0]);
-	if (grc != GATE_OK) {
-		db_rollback(c->ctx->db);
-		if (grc == GATE_UNAVAILABLE)
-			goto unavailable;
+	d.approval = a;
+	d.token_hash = hash;
+	d.decision = decision;
+	d.subject = subject;
+	d.reason = reason[0] ? reason : NULL;
+	d.effect = effect;
+	d.callback_url = callback;
+	switch (decide_approval(c->ctx->db, &d, &lr)) {
+	case DECIDE_OK:
+		break;
+	case DECIDE_USED:
 		refuse(c, &f, 409, "used", "Already decided",
 		       "This approval was already decided, has expired, or was revoked. "
 		       "Nothing was changed.");
 		goto out;
-	}
-	lrc = ledger_decide_result(&calls[1], &lr);
-	if (lrc != LEDGER_OK) {
-		db_rollback(c->ctx->db);
-		if (lrc == LEDGER_UNAVAILABLE)
-			goto unavailable;
+	case DECIDE_NOT_AWAITING:
 		refuse(c, &f, 409, "not_awaiting", "Already decided",
 		       "The run is no longer waiting for a decision. Nothing was changed.");
 		goto out;
-	}
-	if ((eff_call >= 0 &&
-	     outbox_enqueue_result(&calls[eff_call], effect_id, not_before) != OUTBOX_OK) ||
-	    (cb_call >= 0 &&
-	     outbox_enqueue_result(&calls[cb_call], callback_id, not_before) != OUTBOX_OK))
-		goto internal;
-	if (db_commit(c->ctx->db) != DB_OK) {
-		/* the partial unique index: another approver decided first */
+	case DECIDE_CONFLICT:
 		refuse(c, &f, 409, "used", "Already decided",
 		       "Another approver decided first. Nothing was changed.");
+		goto out;
+	case DECIDE_UNAVAILABLE:
+		(void)http_header(c->resp, "Retry-After", "5");
+		f.reason = "database_unavailable";
+		page_notice(c, 503, "db.unavailable", "Try again shortly",
+		            "The database is unavailable; nothing was recorded.", &f);
+		goto out;
+	default:
+		f.reason = "internal";
+		page_notice(c, 500, "approval.failed", "Something went wrong",
+		            "The decision was not recorded. Try again; if it persists, tell the "
+		            "operators.",
+		            &f);
 		goto out;
 	}
 	c->resp->status = 303;
@@ -484,7 +426,7 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 	f.state_from = "awaiting_human";
 	f.state_to = ledger_state_name(lr.state);
 	f.version = lr.version;
-	f.effect_id = effect_id[0] ? effect_id : NULL;
+	f.effect_id = d.effect_id[0] ? d.effect_id : NULL;
 	f.target = json_string_value(json_object_get(effect, "target"));
 	f.reason = reason[0] ? reason : NULL;
 	f.contract = json_string_value(json_object_get(lr.decided, "contract"));
@@ -494,41 +436,20 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 			                      json_object_get(lr.decided, "output"))
 			: NULL;
 	api_log(c, LOG_LEVEL_INFO, "approval.consumed", &f);
-	if (effect_id[0] != '\0') {
-		struct log_fields e = { .key = a->key, .effect_id = effect_id, .target = f.target,
+	if (d.effect_id[0] != '\0') {
+		struct log_fields e = { .key = a->key, .effect_id = d.effect_id, .target = f.target,
 			                .approval_id = a->id, .actor = subject, .decision = decision };
 
 		api_log(c, LOG_LEVEL_INFO, "effect.enqueued", &e);
 	}
-	if (callback_id[0] != '\0') {
-		struct log_fields e = { .key = a->key, .effect_id = callback_id,
+	if (d.callback_id[0] != '\0') {
+		struct log_fields e = { .key = a->key, .effect_id = d.callback_id,
 			                .target = "callback", .approval_id = a->id,
 			                .decision = decision };
 
 		api_log(c, LOG_LEVEL_INFO, "effect.enqueued", &e);
 	}
-	goto out;
-internal:
-	db_rollback(c->ctx->db);
-	f.reason = "internal";
-	page_notice(c, 500, "approval.failed", "Something went wrong",
-	            "The decision was not recorded. Try again; if it persists, tell the "
-	            "operators.",
-	            &f);
-	goto out;
-unavailable:
-	db_rollback(c->ctx->db);
-	(void)http_header(c->resp, "Retry-After", "5");
-	f.reason = "database_unavailable";
-	page_notice(c, 503, "db.unavailable", "Try again shortly",
-	            "The database is unavailable; nothing was recorded.", &f);
 out:
-	for (k = 0; k < ncalls; k++)
-		PQclear(calls[k].res);
-	outbox_enqueue_call_free(&ec);
-	outbox_enqueue_call_free(&cc);
-	free(payload);
-	free(cb_payload);
 	free(logged);
 	ledger_run_clear(&lr);
 	digest_wipe(csrf, sizeof(csrf));

@@ -7,8 +7,12 @@
  *                  body kind and size, dispatch), the shared answers
  *   api_runs.c     the workflow's own calls: claim, status, lease,
  *                  transition, cancel
- *   api_output.c   a model's output: contract, gate, approvals or outbox
+ *   api_output.c   a model's output: contract, repairs, the gate's choice
  *   api_approve.c  the approval pages of the people who decide
+ *
+ * The two transactions behind an output and a decision are use cases of
+ * the library (decide.c): the handlers read the request, call them, and
+ * turn their result into the answer and the log lines.
  *   api_ops.c      what operators and monitors read: healthz, metrics
  *
  * Private to those files; programs and suites use api.h.
@@ -22,7 +26,6 @@
 
 #include "api.h"
 #include "caps.h"
-#include "canon.h"
 #include "clients.h"
 #include "ledger.h"
 #include "log.h"
@@ -146,8 +149,6 @@ void api_ops_metrics(struct api_call *c);      /* GET /metrics */
 
 /* ---- shared by the output and the approval decision (api_output.c) ---- */
 
-/* Canonical hash and text (malloc'd) of a JSON value as jansson holds it. */
-int api_output_hash(const json_t *v, char hash[CANON_HASH_LEN], char **text);
 /* The output fields contract k marks loggable, as one compact JSON object
  * keyed by JSON Pointer (malloc'd), or NULL when it marks none that the
  * output has. Nothing else of an output is ever logged. */

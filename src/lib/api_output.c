@@ -1,44 +1,21 @@
 /*
  * api_output.c — POST /v1/runs/{key}/output: a model's output is checked
- * against its contract, the effect it proposes is built, and the gate
- * sends it to people (approval links) or to the outbox, in one
- * transaction with the run's move.
+ * against its contract and the effect it proposes is built; an invalid
+ * output spends a repair, a valid one goes to the gate, whose choice (a
+ * person, or the rules) decide_output carries out in one transaction.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api_int.h"
-#include "buf.h"
 #include "canon.h"
 #include "contract.h"
-#include "digest.h"
+#include "decide.h"
 #include "effect.h"
-#include "gate.h"
 #include "ledger.h"
-#include "outbox.h"
-#include "token.h"
 #include "caps.h"
 #include "log.h"
-
-/* Canonical hash of a JSON value as jansson holds it. */
-int
-api_output_hash(const json_t *v, char hash[CANON_HASH_LEN], char **text)
-{
-	char *dumped = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-	char *canon = NULL;
-	size_t n;
-
-	*text = NULL;
-	if (dumped == NULL || canon_json(dumped, strlen(dumped), &canon, &n) != CANON_OK) {
-		free(dumped);
-		return -1;
-	}
-	canon_hash(canon, n, hash);
-	free(dumped);
-	*text = canon;
-	return 0;
-}
 
 static bool
 http_url(const char *s)
@@ -90,19 +67,19 @@ api_output_submit(struct api_call *c)
 	struct ledger_output lo = { 0 };
 	struct ledger_run run = { 0 };
 	struct log_fields f = { 0 };
-	char out_hash[CANON_HASH_LEN], eff_hash[CANON_HASH_LEN];
+	char out_hash[CANON_HASH_LEN];
 	char *out_text = NULL, *eff_text = NULL, *model_text = NULL, *errors_text = NULL;
-	char *effect_payload_text = NULL, *logged = NULL;
+	char *logged = NULL;
 	const char *name, *etype, *etarget;
-	json_t *output, *effect, *model, *errors = NULL, *answer = NULL, *approvals = NULL;
-	json_t *decisions = NULL, *effect_doc = NULL, *sent = NULL;
+	json_t *output, *effect, *model, *errors = NULL, *answer = NULL;
+	json_t *effect_doc = NULL, *sent = NULL;
 	const struct config_target *target;
 	char sample_detail[128] = "";
-	bool human, in_tx = false;
+	struct decide_output d = { 0 };
+	bool human;
 	enum ledger_rc lrc;
 	long long version;
 	size_t out_len;
-	size_t i;
 
 	if (!api_only_fields(c, fields) || !api_req_owner(c, &lo.owner) ||
 	    !api_req_int(c, "version", 1, (long long)1 << 53, &version))
@@ -279,111 +256,47 @@ api_output_submit(struct api_call *c)
 	}
 	model_text = model != NULL ? json_dumps(model, JSON_COMPACT) : NULL;
 	eff_text = effect_doc != NULL ? json_dumps(effect_doc, JSON_COMPACT) : NULL;
-	if (eff_text == NULL || api_output_hash(sent, eff_hash, &effect_payload_text) != 0) {
+	if (eff_text == NULL) {
 		api_internal(c, "effect could not be serialised");
 		goto out;
 	}
 	lo.model = model_text;
 	lo.effect = eff_text;
-
-	if (db_begin(c->ctx->db) != DB_OK) {
+	d.output = &lo;
+	d.contract = contract;
+	d.human = human;
+	d.effect_type = etype;
+	d.effect_target = etarget;
+	d.payload = sent;
+	d.public_url = cfg->public_url;
+	switch (decide_output(c->ctx->db, &d, &run)) {
+	case DECIDE_OK:
+		break;
+	case DECIDE_LEASE_LOST:
+		api_lease_lost(c, &f);
+		goto out;
+	case DECIDE_NOT_FOUND:
+		api_fail(c, API_FAILURE_NOT_FOUND);
+		goto out;
+	case DECIDE_UNAVAILABLE:
 		api_fail(c, API_FAILURE_UNAVAILABLE);
 		goto out;
-	}
-	in_tx = true;
-	lrc = ledger_output_accept(c->ctx->db, &lo, human ? RUN_AWAITING_HUMAN : RUN_APPROVED,
-	                           &run);
-	if (lrc != LEDGER_OK) {
-		db_rollback(c->ctx->db);
-		in_tx = false;
-		if (lrc == LEDGER_LEASE_LOST)
-			api_lease_lost(c, &f);
+	default:
+		if (d.detail != NULL)
+			api_internal(c, d.detail);
 		else
-			api_fail(c, api_failure_of_ledger(lrc));
+			api_fail(c, API_FAILURE_INTERNAL);
 		goto out;
 	}
 	if (human) {
-		approvals = json_array();
-		decisions = contract_allowed_decisions(contract);
-		for (i = 0; i < contract_approver_count(contract); i++) {
-			char token[TOKEN_TEXT_LEN + 1], id[GATE_ID_LEN], expires[GATE_TS_LEN];
-			unsigned char hash[32];
-			struct buf url;
-			enum gate_rc grc;
-
-			if (token_new(token, hash) != 0) {
-				db_rollback(c->ctx->db);
-				in_tx = false;
-				api_internal(c, "the CSPRNG failed");
-				goto out;
-			}
-			grc = gate_create(c->ctx->db, c->client.id, c->key,
-			                  contract_approver(contract, i), decisions, lo.requested_by,
-			                  contract_separation_of_duties(contract),
-			                  contract_expires_seconds(contract), hash, eff_text,
-			                  lo.callback_url, id, expires);
-			if (grc != GATE_OK) {
-				digest_wipe(token, sizeof(token));
-				db_rollback(c->ctx->db);
-				in_tx = false;
-				api_fail(c, grc == GATE_UNAVAILABLE ? API_FAILURE_UNAVAILABLE
-				                                     : API_FAILURE_INTERNAL);
-				goto out;
-			}
-			/* The raw token leaves here once, in this answer, and is
-			 * never stored or logged. */
-			buf_init(&url, 4096);
-			if (buf_printf(&url, "%s/approve/%s", cfg->public_url, token) != 0) {
-				buf_free(&url);
-				digest_wipe(token, sizeof(token));
-				db_rollback(c->ctx->db);
-				in_tx = false;
-				api_internal(c, "approval URL too long");
-				goto out;
-			}
-			json_array_append_new(approvals,
-			                      json_pack("{s:s, s:s, s:s, s:s}", "approval_id", id,
-			                                "approver", contract_approver(contract, i),
-			                                "expires_at", expires, "url", url.data));
-			digest_wipe(url.data, url.len);
-			buf_free(&url);
-			digest_wipe(token, sizeof(token));
-		}
-		answer = json_pack("{s:s, s:o, s:I}", "outcome", "awaiting_human", "approvals",
-		                   approvals, "version", (json_int_t)run.version);
-		approvals = NULL;
+		answer = json_pack("{s:s, s:O, s:I}", "outcome", "awaiting_human", "approvals",
+		                   d.approvals, "version", (json_int_t)run.version);
 	} else {
-		struct outbox_effect e = { 0 };
-		char id[OUTBOX_ID_LEN], not_before[OUTBOX_TS_LEN];
-		enum outbox_rc orc;
-
-		e.client_id = c->client.id;
-		e.key = c->key;
-		e.type = etype;
-		e.target = etarget;
-		e.payload = effect_payload_text;
-		e.payload_hash = eff_hash;
-		e.delay_seconds = contract_window_seconds(contract);
-		orc = outbox_enqueue(c->ctx->db, &e, id, not_before);
-		if (orc != OUTBOX_OK) {
-			db_rollback(c->ctx->db);
-			in_tx = false;
-			api_fail(c, orc == OUTBOX_UNAVAILABLE ? API_FAILURE_UNAVAILABLE
-			                                       : API_FAILURE_INTERNAL);
-			goto out;
-		}
-		answer = json_pack("{s:s, s:s, s:I}", "outcome", "approved", "effect_id", id,
-		                   "version", (json_int_t)run.version);
-		if (e.delay_seconds > 0)
-			json_object_set_new(answer, "not_before", json_string(not_before));
-		f.effect_id = NULL; /* logged below from the answer */
+		answer = json_pack("{s:s, s:s, s:I}", "outcome", "approved", "effect_id",
+		                   d.effect_id, "version", (json_int_t)run.version);
+		if (d.delay_seconds > 0)
+			json_object_set_new(answer, "not_before", json_string(d.not_before));
 	}
-	if (db_commit(c->ctx->db) != DB_OK) {
-		in_tx = false;
-		api_fail(c, API_FAILURE_UNAVAILABLE);
-		goto out;
-	}
-	in_tx = false;
 	f.state_from = "processing";
 	f.state_to = ledger_state_name(run.state);
 	f.version = run.version;
@@ -417,11 +330,8 @@ api_output_submit(struct api_call *c)
 		api_log(c, LOG_LEVEL_INFO, "effect.enqueued", &e);
 	}
 out:
-	if (in_tx)
-		db_rollback(c->ctx->db);
 	json_decref(answer);
-	json_decref(approvals);
-	json_decref(decisions);
+	decide_output_clear(&d);
 	json_decref(errors);
 	json_decref(effect_doc);
 	json_decref(sent);
@@ -429,7 +339,6 @@ out:
 	free(eff_text);
 	free(model_text);
 	free(errors_text);
-	free(effect_payload_text);
 	free(logged);
 	ledger_run_clear(&run);
 }
