@@ -23,6 +23,17 @@ json_set_opt(json_t *o, const char *name, const char *v)
 		json_object_set_new(o, name, json_string(v));
 }
 
+/* lease_seconds of a claim or a renewal: 1 to the configured maximum,
+ * the configured default when absent. */
+static bool
+opt_lease_seconds(struct api_call *c, long long *lease)
+{
+	const struct config *cfg = c->ctx->cfg;
+
+	return api_opt_int(c, "lease_seconds", 1, cfg->lease_max_seconds,
+	                   cfg->lease_default_seconds, lease);
+}
+
 void
 api_runs_claim(struct api_call *c)
 {
@@ -64,8 +75,7 @@ api_runs_claim(struct api_call *c)
 	    !api_opt_string(c, "trigger", OG_FIELD_MAX, &lc.trigger) ||
 	    !api_opt_string(c, "correlation_id", OG_FIELD_MAX, &lc.correlation_id) ||
 	    !api_opt_string(c, "event_id", OG_FIELD_MAX, &lc.event_id) ||
-	    !api_opt_int(c, "lease_seconds", 1, cfg->lease_max_seconds, cfg->lease_default_seconds,
-	                 &lease))
+	    !opt_lease_seconds(c, &lease))
 		goto out;
 
 	/* The hash is over the payload exactly as sent (numbers as given),
@@ -198,8 +208,7 @@ api_runs_lease(struct api_call *c)
 
 	if (!api_only_fields(c, fields) || !api_req_owner(c, &owner) ||
 	    !api_req_int(c, "version", 1, (long long)1 << 53, &version) ||
-	    !api_opt_int(c, "lease_seconds", 1, cfg->lease_max_seconds, cfg->lease_default_seconds,
-	                 &lease))
+	    !opt_lease_seconds(c, &lease))
 		goto out;
 	rc = ledger_renew(c->ctx->db, c->client.id, c->key, owner, version, (int)lease,
 	                  cfg->lease_cap_seconds, &run);

@@ -99,6 +99,13 @@ output_enqueue(struct db *db, struct decide_output *d, const char *payload, cons
 	                                   : DECIDE_ERROR;
 }
 
+void
+decide_output_clear(struct decide_output *d)
+{
+	json_decref(d->approvals);
+	d->approvals = NULL;
+}
+
 enum decide_rc
 decide_output(struct db *db, struct decide_output *d, struct ledger_run *run)
 {
@@ -150,13 +157,6 @@ out:
 	json_decref(decisions);
 	free(payload);
 	return rc;
-}
-
-void
-decide_output_clear(struct decide_output *d)
-{
-	json_decref(d->approvals);
-	d->approvals = NULL;
 }
 
 /* ---- a person's decision ----------------------------------------------- */
@@ -258,11 +258,11 @@ decide_approval(struct db *db, struct decide_approval *d, struct ledger_run *run
 rollback:
 	db_rollback(db);
 out:
-	for (k = 0; k < ncalls; k++)
-		PQclear(calls[k].res);
 	outbox_enqueue_call_free(&ec);
 	outbox_enqueue_call_free(&cc);
 	free(payload);
 	free(cb_payload);
+	for (k = 0; k < ncalls; k++)
+		PQclear(calls[k].res);
 	return rc;
 }
