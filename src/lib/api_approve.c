@@ -1,0 +1,583 @@
+/*
+ * api_approve.c — the approval pages: the card a person reads before
+ * deciding (GET /approve/{token}) and the decision it posts back (checked
+ * here, taken by decide_approval in one transaction, then 303 to the
+ * page). Every answer is a page; the token in the URL is a capability,
+ * never logged or stored.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "api_int.h"
+#include "canon.h"
+#include "contract.h"
+#include "csrf.h"
+#include "decide.h"
+#include "digest.h"
+#include "gate.h"
+#include "ledger.h"
+#include "page.h"
+#include "token.h"
+#include "caps.h"
+#include "log.h"
+
+void
+api_approve_security_headers(struct api_call *c)
+{
+	(void)http_header(c->resp, "Cache-Control", "no-store");
+	(void)http_header(c->resp, "Referrer-Policy", "no-referrer");
+	(void)http_header(c->resp, "X-Content-Type-Options", "nosniff");
+	(void)http_header(c->resp, "X-Frame-Options", "DENY");
+	(void)http_header(c->resp, "Content-Security-Policy",
+	                  "default-src 'none'; style-src 'self'; img-src 'self'; "
+	                  "form-action 'self'; frame-ancestors 'none'; base-uri 'none'");
+}
+
+void
+api_approve_headers(struct api_call *c)
+{
+	(void)http_header(c->resp, "Content-Type", "text/html; charset=utf-8");
+	api_approve_security_headers(c);
+}
+
+/* Renders a filled page as the answer; consumes p. */
+static void
+page_answer(struct api_call *c, int status, struct page *p)
+{
+	size_t cap = c->resp->body.cap;
+	int rc;
+
+	buf_reset(&c->resp->body);
+	c->resp->status = status;
+	/* Any output the contract accepted is shown, whole and field by field,
+	 * escaped: the page may be several times the largest body. */
+	c->resp->body.cap = OG_RESPONSE_MAX + OG_PAGE_BODY_FACTOR * (size_t)c->ctx->cfg->max_body_bytes;
+	rc = p != NULL ? page_render(p, &c->resp->body) : -1;
+	c->resp->body.cap = cap;
+	if (rc != 0) {
+		buf_reset(&c->resp->body);
+		c->resp->status = 500;
+		if (buf_puts(&c->resp->body, "<!DOCTYPE html><title>Error</title>"
+		                             "<p>The page could not be built.</p>") != 0)
+			buf_reset(&c->resp->body);
+	}
+	page_free(p);
+}
+
+/* The notice page: unknown, expired, used, refused. One log line. */
+static void
+page_notice(struct api_call *c, int status, const char *event, const char *heading,
+            const char *message, struct log_fields *f)
+{
+	struct page *p = c->ctx->pages != NULL ? page_new(c->ctx->pages, "notice") : NULL;
+
+	if (p != NULL) {
+		(void)page_text(p, "title", heading);
+		(void)page_text(p, "heading", heading);
+		(void)page_text(p, "message", message);
+		page_remove(p, "detail");
+	}
+	page_answer(c, status, p);
+	if (f->reason == NULL)
+		f->reason = message;
+	api_log(c, status >= 500 ? LOG_LEVEL_ERROR : LOG_LEVEL_NOTICE, event, f);
+}
+
+static char *
+pretty(const json_t *v)
+{
+	return page_json_text(v);
+}
+
+/* The page of an approval that was decided: who decided what, when. */
+static void
+page_decided(struct api_call *c, int status, const struct gate_approval *a, const json_t *run)
+{
+	struct page *p = page_new(c->ctx->pages, "decided");
+	const json_t *effect = json_object_get(run, "proposed_effect");
+	struct log_fields f = { 0 };
+
+	if (p != NULL) {
+		(void)page_text(p, "title", "Decided");
+		(void)page_text(p, "key", a->key);
+		(void)page_text(p, "decision", a->decision != NULL ? a->decision : "");
+		(void)page_text(p, "decided_by", a->approver_subject != NULL ? a->approver_subject : "");
+		(void)page_text(p, "decided_at", a->consumed_at);
+		(void)page_text(p, "reason", a->reason != NULL ? a->reason : "");
+		(void)page_text(p, "effect_type", json_string_value(json_object_get(effect, "type")) ?: "");
+		(void)page_text(p, "effect_target",
+		                json_string_value(json_object_get(effect, "target")) ?: "");
+	}
+	page_answer(c, status, p);
+	f.approval_id = a->id;
+	f.decision = a->decision;
+	api_log(c, LOG_LEVEL_DEBUG, "approval.viewed", &f);
+}
+
+/* May the signed-in person take this decision on this challenge? NULL when
+ * yes, else why not, in words for the page. The page offers only the
+ * decisions this allows and the POST refuses the rest, so both say the
+ * same. Under separation of duties the requester decides nothing, and a
+ * challenge whose requester is unknown (made before outputs had to name
+ * one) can be rejected but never approved. */
+static const char *
+approve_refusal(const struct api_call *c, const struct gate_approval *a, const char *decision)
+{
+	const char *subject = c->req->remote_user;
+
+	if (!contract_approver_matches(a->approver, subject, c->req->auth_groups,
+	                               c->ctx->cfg->auth_groups_separator[0]))
+		return "You are not among the approvers this link was issued to.";
+	if (a->separation_of_duties && a->requested_by != NULL &&
+	    strcasecmp(a->requested_by, subject) == 0)
+		return "You requested this action, so someone else must approve it.";
+	if (a->separation_of_duties && a->requested_by == NULL &&
+	    strcmp(decision, "approve") == 0)
+		return "Nobody is recorded as having requested this action, so no one can "
+		       "show they are not its requester: it can only be rejected.";
+	return NULL;
+}
+
+/* The confirmation card. GET never changes anything. */
+static void
+page_card(struct api_call *c, const struct gate_approval *a, const json_t *run)
+{
+	const struct config *cfg = c->ctx->cfg;
+	const json_t *output = json_object_get(run, "output");
+	const json_t *effect = json_object_get(run, "proposed_effect");
+	const json_t *model = json_object_get(run, "model");
+	const json_t *errs = json_object_get(run, "validation_errors");
+	const char *source = json_string_value(json_object_get(run, "source_url"));
+	const char *requested = json_string_value(json_object_get(run, "requested_by"));
+	const char *subject = c->req->remote_user, *name, *dec, *why, *refusal = NULL;
+	char csrf[CSRF_TEXT_LEN + 1], model_text[512];
+	size_t buttons = 0;
+	char *out_text = pretty(output), *eff_text = pretty(json_object_get(effect, "payload"));
+	struct page *p = page_new(c->ctx->pages, "approval");
+	struct log_fields f = { 0 };
+	size_t i;
+	json_t *v;
+
+	if (p == NULL || out_text == NULL || eff_text == NULL) {
+		page_free(p);
+		p = NULL;
+		goto out;
+	}
+	(void)page_text(p, "title", "Approval needed");
+	(void)page_text(p, "key", a->key);
+	if (source != NULL) {
+		(void)page_attr(p, "source_link", "href", source);
+		(void)page_text(p, "source_link", source);
+	} else {
+		(void)page_text(p, "source_link", "(none given)");
+	}
+	(void)page_text(p, "contract", json_string_value(json_object_get(run, "contract")) ?: "");
+	snprintf(model_text, sizeof(model_text), "%s %s %s",
+	         json_string_value(json_object_get(model, "provider")) ?: "",
+	         json_string_value(json_object_get(model, "name")) ?: "",
+	         json_string_value(json_object_get(model, "revision")) ?: "");
+	(void)page_text(p, "model", model_text);
+	(void)page_text(p, "output", out_text);
+	if (json_is_object(output)) {
+		json_object_foreach((json_t *)(uintptr_t)output, name, v) {
+			struct page_scope *sc = page_repeat(p, "output_fields");
+			char *text = json_is_string(v)
+			                 ? strdup(json_string_value(v))
+			                 : json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY |
+			                                     JSON_REAL_PRECISION(15));
+
+			if (sc != NULL && text != NULL) {
+				(void)page_scope_text(sc, "field_name", name);
+				(void)page_scope_text(sc, "field_value", text);
+			}
+			free(text);
+		}
+	}
+	page_repeat_done(p, "output_fields");
+	if (json_array_size(errs) > 0) {
+		json_array_foreach(errs, i, v) {
+			struct page_scope *sc = page_repeat(p, "error_item");
+
+			if (sc == NULL)
+				break;
+			(void)page_scope_text(sc, "error_path",
+			                      json_string_value(json_object_get(v, "path")) ?: "");
+			(void)page_scope_text(sc, "error_message",
+			                      json_string_value(json_object_get(v, "message")) ?: "");
+		}
+		page_repeat_done(p, "error_item");
+	} else {
+		page_remove(p, "errors");
+	}
+	(void)page_text(p, "approver", subject);
+	(void)page_text(p, "approver_groups", c->req->auth_groups != NULL ? c->req->auth_groups : "");
+	(void)page_text(p, "expires_at", a->expires_at);
+	(void)page_text(p, "effect_type", json_string_value(json_object_get(effect, "type")) ?: "");
+	(void)page_text(p, "effect_target", json_string_value(json_object_get(effect, "target")) ?: "");
+	(void)page_text(p, "effect_payload", eff_text);
+	(void)page_text(p, "requested_by", requested != NULL ? requested : "(not given)");
+	/* Only the decisions this person may take are buttons; none, no form
+	 * (and no CSRF token issued to them). */
+	json_array_foreach(a->allowed_decisions, i, v) {
+		struct page_scope *sc;
+
+		dec = json_string_value(v);
+		if (dec == NULL)
+			continue;
+		if ((why = approve_refusal(c, a, dec)) != NULL) {
+			refusal = refusal != NULL ? refusal : why;
+			continue;
+		}
+		if ((sc = page_repeat(p, "decision_button")) == NULL)
+			continue;
+		(void)page_scope_attr(sc, "decision_value", "value", dec);
+		(void)page_scope_text(sc, "decision_label",
+		                      strcmp(dec, "approve") == 0 ? "Approve" : "Reject");
+		buttons++;
+	}
+	page_repeat_done(p, "decision_button");
+	if (buttons == 0) {
+		page_remove(p, "form");
+		(void)page_text(p, "cannot_decide_reason",
+		                refusal != NULL ? refusal : "This request allows no decision.");
+		f.reason = "may_not_decide";
+	} else {
+		page_remove(p, "cannot_decide");
+		/* no action attribute: the form posts to the page's own URL */
+		csrf_issue((const unsigned char *)cfg->csrf_secret, strlen(cfg->csrf_secret),
+		           a->id, subject, csrf);
+		(void)page_attr(p, "csrf", "value", csrf);
+		digest_wipe(csrf, sizeof(csrf));
+	}
+out:
+	page_answer(c, 200, p);
+	free(out_text);
+	free(eff_text);
+	f.approval_id = a->id;
+	f.actor = subject;
+	api_log(c, LOG_LEVEL_INFO, "approval.viewed", &f);
+}
+
+/* Origin / Sec-Fetch-Site: the form must come from our own pages. */
+static bool
+same_origin(const struct api_call *c)
+{
+	const char *origin = c->req->origin, *site = c->req->sec_fetch_site;
+	const char *pub = c->ctx->cfg->public_url;
+
+	if (site != NULL && site[0] != '\0')
+		return strcmp(site, "same-origin") == 0;
+	if (origin != NULL && origin[0] != '\0' && pub[0] != '\0') {
+		size_t n = strcspn(pub + (strncmp(pub, "https://", 8) == 0 ? 8 : 7), "/") +
+		           (strncmp(pub, "https://", 8) == 0 ? 8 : 7);
+
+		return strlen(origin) == n && strncasecmp(origin, pub, n) == 0;
+	}
+	return false;
+}
+
+/* A decision refused: the page says why, and one approval.refused line. */
+static void
+refuse(struct api_call *c, struct log_fields *f, int status, const char *reason,
+       const char *heading, const char *message)
+{
+	if (reason != NULL)
+		f->reason = reason;
+	page_notice(c, status, "approval.refused", heading, message, f);
+}
+
+/* The decision: the form checked here, the transaction in decide_approval,
+ * then 303 to the page. */
+static void
+approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_approval *a,
+               const json_t *run)
+{
+	const struct config *cfg = c->ctx->cfg;
+	const char *subject = c->req->remote_user;
+	const json_t *effect = json_object_get(run, "proposed_effect");
+	const char *callback = json_string_value(json_object_get(run, "callback_url"));
+	const char *why;
+	char decision[16], csrf[128], reason[OG_FIELD_MAX + 1];
+	struct decide_approval d = { 0 };
+	struct ledger_run lr = { 0 };
+	struct log_fields f = { 0 };
+	char *logged = NULL;
+	long n;
+
+	f.approval_id = a->id;
+	f.actor = subject;
+	if (c->body_refused) {
+		refuse(c, &f, 415, NULL, "Not a form",
+		       "The decision must be sent by the form on the approval page.");
+		goto out;
+	}
+	if (http_form_get(c->req->body, c->req->body_len, "decision", decision,
+	                  sizeof(decision)) <= 0 ||
+	    http_form_get(c->req->body, c->req->body_len, "csrf", csrf, sizeof(csrf)) <= 0) {
+		refuse(c, &f, 400, "missing_field", "Incomplete form",
+		       "The form lacks its decision or its protection token; reload the page.");
+		goto out;
+	}
+	n = http_form_get(c->req->body, c->req->body_len, "reason", reason, sizeof(reason));
+	if (n > 0 && !canon_utf8_valid(reason, (size_t)n)) {
+		refuse(c, &f, 400, "bad_reason", "Reason not accepted",
+		       "The reason is not valid UTF-8 text; nothing was decided. Type it "
+		       "again on the approval page.");
+		goto out;
+	}
+	if (n == -2 || (n > 0 && !api_printable(reason))) {
+		refuse(c, &f, 400, "bad_reason", "Reason not accepted",
+		       "The reason must be plain text of at most 512 bytes.");
+		goto out;
+	}
+	if (n < 0)
+		reason[0] = '\0';
+	f.decision = decision;
+	if (!csrf_verify((const unsigned char *)cfg->csrf_secret, strlen(cfg->csrf_secret), a->id,
+	                 subject, csrf)) {
+		refuse(c, &f, 403, "csrf", "Form expired",
+		       "This form was not issued to you for this approval. Reload the "
+		       "approval page and decide again.");
+		goto out;
+	}
+	if (!json_array_size(a->allowed_decisions) ||
+	    (strcmp(decision, "approve") != 0 && strcmp(decision, "reject") != 0)) {
+		refuse(c, &f, 400, "wrong_decision", "Decision not allowed",
+		       "This approval does not allow that decision.");
+		goto out;
+	}
+	{
+		size_t i;
+		json_t *v;
+		bool allowed = false;
+
+		json_array_foreach(a->allowed_decisions, i, v)
+			if (json_is_string(v) && strcmp(json_string_value(v), decision) == 0)
+				allowed = true;
+		if (!allowed) {
+			refuse(c, &f, 400, "wrong_decision", "Decision not allowed",
+			       "This approval does not allow that decision.");
+			goto out;
+		}
+	}
+	if ((why = approve_refusal(c, a, decision)) != NULL) {
+		bool approver = contract_approver_matches(a->approver, subject, c->req->auth_groups,
+		                                          cfg->auth_groups_separator[0]);
+
+		f.reason = "forbidden";
+		f.detail = !approver ? "not among the approvers of this challenge"
+		                     : a->requested_by != NULL
+		                           ? "separation of duties: the requester cannot approve"
+		                           : "separation of duties: the requester is unknown";
+		refuse(c, &f, 403, NULL,
+		       approver ? "Separation of duties" : "Not your approval", why);
+		goto out;
+	}
+
+	d.approval = a;
+	d.token_hash = hash;
+	d.decision = decision;
+	d.subject = subject;
+	d.reason = reason[0] ? reason : NULL;
+	d.effect = effect;
+	d.callback_url = callback;
+	switch (decide_approval(c->ctx->db, &d, &lr)) {
+	case DECIDE_OK:
+		break;
+	case DECIDE_USED:
+		refuse(c, &f, 409, "used", "Already decided",
+		       "This approval was already decided, has expired, or was revoked. "
+		       "Nothing was changed.");
+		goto out;
+	case DECIDE_NOT_AWAITING:
+		refuse(c, &f, 409, "not_awaiting", "Already decided",
+		       "The run is no longer waiting for a decision. Nothing was changed.");
+		goto out;
+	case DECIDE_CONFLICT:
+		refuse(c, &f, 409, "used", "Already decided",
+		       "Another approver decided first. Nothing was changed.");
+		goto out;
+	case DECIDE_UNAVAILABLE:
+		(void)http_header(c->resp, "Retry-After", "5");
+		f.reason = "database_unavailable";
+		page_notice(c, 503, "db.unavailable", "Try again shortly",
+		            "The database is unavailable; nothing was recorded.", &f);
+		goto out;
+	default:
+		f.reason = "internal";
+		page_notice(c, 500, "approval.failed", "Something went wrong",
+		            "The decision was not recorded. Try again; if it persists, tell the "
+		            "operators.",
+		            &f);
+		goto out;
+	}
+	c->resp->status = 303;
+	{
+		char location[sizeof(c->token) + 16];
+
+		snprintf(location, sizeof(location), "/approve/%s", c->token);
+		(void)http_header(c->resp, "Location", location);
+		digest_wipe(location, sizeof(location));
+	}
+	f.key = a->key;
+	f.state_from = "awaiting_human";
+	f.state_to = ledger_state_name(lr.state);
+	f.version = lr.version;
+	f.effect_id = d.effect_id[0] ? d.effect_id : NULL;
+	f.target = json_string_value(json_object_get(effect, "target"));
+	f.reason = reason[0] ? reason : NULL;
+	f.contract = json_string_value(json_object_get(lr.decided, "contract"));
+	f.output_fields = logged =
+		f.contract != NULL && c->ctx->contracts != NULL
+			? api_output_loggable(contract_find(c->ctx->contracts, f.contract),
+			                      json_object_get(lr.decided, "output"))
+			: NULL;
+	api_log(c, LOG_LEVEL_INFO, "approval.consumed", &f);
+	if (d.effect_id[0] != '\0') {
+		struct log_fields e = { .key = a->key, .effect_id = d.effect_id, .target = f.target,
+			                .approval_id = a->id, .actor = subject, .decision = decision };
+
+		api_log(c, LOG_LEVEL_INFO, "effect.enqueued", &e);
+	}
+	if (d.callback_id[0] != '\0') {
+		struct log_fields e = { .key = a->key, .effect_id = d.callback_id,
+			                .target = "callback", .approval_id = a->id,
+			                .decision = decision };
+
+		api_log(c, LOG_LEVEL_INFO, "effect.enqueued", &e);
+	}
+out:
+	free(logged);
+	ledger_run_clear(&lr);
+	digest_wipe(csrf, sizeof(csrf));
+}
+
+bool
+api_approve_signed_in(struct api_call *c)
+{
+	struct log_fields f = { 0 };
+
+	if (c->ctx->pages == NULL) {
+		page_notice(c, 503, "approval.unavailable", "Approvals unavailable",
+		            "This server has no approval templates configured.", &f);
+		return false;
+	}
+	if (c->req->remote_user == NULL || c->req->remote_user[0] == '\0') {
+		f.reason = "no_subject";
+		page_notice(c, 401, "auth.failed", "Sign-in required",
+		            "Sign in to see and decide approvals.", &f);
+		return false;
+	}
+	return true;
+}
+
+void
+api_approve_handle(struct api_call *c)
+{
+	struct gate_approval a = { 0 };
+	struct log_fields f = { 0 };
+	unsigned char hash[32];
+	json_t *run = NULL;
+	enum gate_rc grc;
+	enum ledger_rc lrc;
+	const char *state;
+	bool post;
+
+	f.actor = c->req->remote_user;
+	if (!token_shape_valid(c->token)) {
+		f.reason = "unknown_token";
+		page_notice(c, 404, "approval.unknown", "Unknown link",
+		            "This approval link is not valid. Check that it was copied whole.", &f);
+		return;
+	}
+	if (c->route->body == BODY_FORM && !same_origin(c)) {
+		f.reason = "cross_origin";
+		page_notice(c, 403, "approval.refused", "Refused",
+		            "Decisions are accepted only from the approval page itself.", &f);
+		return;
+	}
+	token_hash(c->token, hash);
+	grc = gate_find(c->ctx->db, hash, &a);
+	if (grc == GATE_UNAVAILABLE) {
+		(void)http_header(c->resp, "Retry-After", "5");
+		page_notice(c, 503, "db.unavailable", "Try again shortly",
+		            "The database is unavailable.", &f);
+		return;
+	}
+	if (grc != GATE_OK) {
+		f.reason = "unknown_token";
+		page_notice(c, 404, "approval.unknown", "Unknown link",
+		            "This approval link is not valid. Check that it was copied whole.", &f);
+		return;
+	}
+	snprintf(c->key, sizeof(c->key), "%s", a.key);
+	f.approval_id = a.id;
+	if (c->route->body == BODY_FORM && a.effect != NULL) {
+		/* The decision needs only what the challenge carries (the effect
+		 * and the callback, copied when it was created); whether the run
+		 * still awaits a decision is checked inside the transaction. */
+		run = json_pack("{s:O, s:s}", "proposed_effect", a.effect, "state", "awaiting_human");
+		if (run != NULL && a.callback_url != NULL)
+			json_object_set_new(run, "callback_url", json_string(a.callback_url));
+		lrc = run != NULL ? LEDGER_OK : LEDGER_ERROR;
+	} else {
+		lrc = ledger_status(c->ctx->db, a.client_id, a.key, false, &run);
+	}
+	if (lrc != LEDGER_OK) {
+		page_notice(c, lrc == LEDGER_UNAVAILABLE ? 503 : 500, "approval.failed",
+		            "Try again shortly", "The run could not be read.", &f);
+		goto out;
+	}
+	if (a.state == APPROVAL_DECIDED) {
+		decided:
+		page_decided(c, 410, &a, run);
+		if (c->route->body == BODY_FORM) {
+			/* a decision on a used link is a refusal, and says so */
+			f.reason = "used";
+			f.decision = a.decision;
+			api_log(c, LOG_LEVEL_NOTICE, "approval.refused", &f);
+		}
+		goto out;
+	}
+	post = c->route->body == BODY_FORM;
+	if (a.state == APPROVAL_VOIDED || a.state == APPROVAL_REVOKED) {
+		f.reason = gate_state_name(a.state);
+		page_notice(c, 410, post ? "approval.refused" : "approval.gone", "No longer valid",
+		            a.state == APPROVAL_VOIDED
+		                ? "Another approver already decided this run."
+		                : "This approval link was revoked by an operator.",
+		            &f);
+		goto out;
+	}
+	if (a.expired || a.state == APPROVAL_EXPIRED) {
+		f.reason = "expired";
+		page_notice(c, 410, post ? "approval.refused" : "approval.expired", "Expired",
+		            "This approval link has expired. Nothing was sent.", &f);
+		goto out;
+	}
+	state = json_string_value(json_object_get(run, "state"));
+	if (state != NULL && strcmp(state, "awaiting_human") != 0) {
+		/* The approval and the run are read one after the other: a decision
+		 * committed in between shows as a pending approval of a decided
+		 * run. Read the approval again before calling it anything else. */
+		gate_approval_clear(&a);
+		if (gate_find(c->ctx->db, hash, &a) == GATE_OK && a.state == APPROVAL_DECIDED)
+			goto decided;
+	}
+	if (state == NULL || strcmp(state, "awaiting_human") != 0) {
+		f.reason = "not_awaiting";
+		page_notice(c, 410, post ? "approval.refused" : "approval.gone", "No longer waiting",
+		            "The run is no longer waiting for a decision.", &f);
+		goto out;
+	}
+	if (c->route->body != BODY_FORM)
+		page_card(c, &a, run);
+	else
+		approve_decide(c, hash, &a, run);
+out:
+	json_decref(run);
+	gate_approval_clear(&a);
+}

@@ -1,0 +1,168 @@
+/*
+ * api_int.h — what the request pipeline (api.c) and the handler files
+ * share: the route row, the state of one request, the answers every
+ * handler gives the same way, and the handlers themselves.
+ *
+ *   api.c          route table, route matching, the pipeline (authentication,
+ *                  body kind and size, dispatch), the shared answers
+ *   api_runs.c     the workflow's own calls: claim, status, lease,
+ *                  transition, cancel
+ *   api_output.c   a model's output: contract, repairs, the gate's choice
+ *   api_approve.c  the approval pages of the people who decide
+ *
+ * The two transactions behind an output and a decision are use cases of
+ * the library (decide.c): the handlers read the request, call them, and
+ * turn their result into the answer and the log lines.
+ *   api_ops.c      what operators and monitors read: healthz, metrics
+ *
+ * Private to those files; programs and suites use api.h.
+ */
+#ifndef OG_API_INT_H
+#define OG_API_INT_H
+
+#include <stdbool.h>
+
+#include <jansson.h>
+
+#include "api.h"
+#include "caps.h"
+#include "clients.h"
+#include "ledger.h"
+#include "log.h"
+
+struct contract;
+struct api_call;
+
+enum route_auth {
+	AUTH_NONE,
+	AUTH_BEARER,   /* an API client's key */
+	AUTH_SSO,      /* a person signed in through nginx (REMOTE_USER) */
+};
+
+/* What a route accepts as its body. A route that takes one takes at most
+ * max_body_bytes of it; a route that takes none ignores any. */
+enum route_body {
+	BODY_NONE,
+	BODY_JSON,     /* a JSON object */
+	BODY_FORM,     /* an HTML form post */
+};
+
+/* What a route answers with, which sets the headers every answer of it
+ * carries (refusals of the pipeline included). */
+enum route_answer {
+	ANSWER_JSON,   /* application/json, not cached */
+	ANSWER_PAGE,   /* an HTML page holding a capability in its URL */
+	ANSWER_TEXT,   /* the handler sets its own headers */
+};
+
+/* What a route's path looks like. */
+enum route_shape {
+	SHAPE_EXACT,      /* the path is exactly prefix */
+	SHAPE_KEY,        /* prefix + {key} + suffix ("" for none) */
+};
+
+struct route {
+	const char *method;
+	enum route_shape shape;
+	const char *prefix;
+	const char *suffix;
+	const char *pattern;  /* for logs and errors; never the raw path */
+	enum route_auth auth;
+	enum route_body body;
+	enum route_answer answer;
+	bool token;           /* the path segment is an approval token, not a key */
+	bool lookup;          /* the body's key is looked up with the authentication */
+	void (*handler)(struct api_call *c);
+};
+
+/* The state of one request while it is handled. */
+struct api_call {
+	struct api_ctx *ctx;
+	const struct http_request *req;
+	struct http_response *resp;
+	const struct route *route;
+	const char *pattern;
+	struct client client;
+	bool authed;
+	char key[OG_KEY_MAX_CHARS * 4 + 1];
+	json_t *body;          /* BODY_JSON: the parsed object */
+	bool body_refused;     /* BODY_FORM: not a form, or over the size cap */
+	/* The claim's look-up, when it travelled with the authentication. */
+	struct ledger_lookup lookup;
+	struct db_call prefetch;
+	bool prefetched;
+	char token[OG_KEY_MAX_CHARS * 4 + 1]; /* approval routes: the raw token */
+};
+
+/* What a failed call into the data or use-case layer means to the caller:
+ * api_fail gives the one answer (status, body, log line) for each. */
+enum api_failure {
+	API_FAILURE_INTERNAL,      /* 500 internal_error */
+	API_FAILURE_UNAVAILABLE,   /* 503 database_unavailable, Retry-After */
+	API_FAILURE_NOT_FOUND,     /* 404 run_not_found */
+};
+
+/* A ledger result that is not a business answer, as a failure. */
+enum api_failure api_failure_of_ledger(enum ledger_rc rc);
+
+/* ---- answers (api.c) ---- */
+
+void api_json_headers(struct api_call *c);
+/* One log line with the request's context (client, key, route, status). */
+void api_log(struct api_call *c, enum log_level level, const char *event, struct log_fields *f);
+/* A 4xx for bad input: the error body, and one request.invalid line
+ * (auth.failed for 401). */
+void api_reject(struct api_call *c, int status, const char *code, const char *message,
+                const char *field);
+/* The one mapping of a failed data or use-case call to the answer. */
+void api_fail(struct api_call *c, enum api_failure why);
+/* 500 with detail in the log: a fault that is not the caller's. */
+void api_internal(struct api_call *c, const char *detail);
+/* 409 lease_lost: the caller no longer owns the run and must stop. One
+ * lease.lost line with whatever f already says about the run. */
+void api_lease_lost(struct api_call *c, struct log_fields *f);
+
+/* ---- field readers (api.c): each rejects with a clear message ---- */
+
+bool api_printable(const char *s);
+/* Optional string field of at most max bytes. */
+bool api_opt_string(struct api_call *c, const char *name, size_t max, const char **out);
+bool api_opt_int(struct api_call *c, const char *name, long long lo, long long hi,
+                 long long def, long long *out);
+bool api_req_int(struct api_call *c, const char *name, long long lo, long long hi,
+                 long long *out);
+bool api_req_owner(struct api_call *c, const char **owner);
+/* Refuses members the route does not know: a typo must not pass silently. */
+bool api_only_fields(struct api_call *c, const char *const *allowed);
+
+/* ---- handlers: one a route, named in the route table ---- */
+
+void api_runs_claim(struct api_call *c);       /* POST /v1/runs */
+void api_runs_status(struct api_call *c);      /* GET /v1/runs/{key} */
+void api_runs_lease(struct api_call *c);       /* POST /v1/runs/{key}/lease */
+void api_runs_transition(struct api_call *c);  /* POST /v1/runs/{key}/transition */
+void api_runs_cancel(struct api_call *c);      /* POST /v1/runs/{key}/cancel */
+void api_output_submit(struct api_call *c);    /* POST /v1/runs/{key}/output */
+void api_approve_handle(struct api_call *c);   /* GET and POST /approve/{token} */
+void api_ops_healthz(struct api_call *c);      /* GET /healthz */
+void api_ops_metrics(struct api_call *c);      /* GET /metrics */
+
+/* ---- shared by the output and the approval decision (api_output.c) ---- */
+
+/* The output fields contract k marks loggable, as one compact JSON object
+ * keyed by JSON Pointer (malloc'd), or NULL when it marks none that the
+ * output has. Nothing else of an output is ever logged. */
+char *api_output_loggable(const struct contract *k, const json_t *output);
+
+/* ---- the approval pages' part of the pipeline (api_approve.c) ---- */
+
+/* What every answer under /approve/ carries, pages and the JSON
+ * refusals of the pipeline alike: the URL holds a capability. */
+void api_approve_security_headers(struct api_call *c);
+/* The headers of an approval page. */
+void api_approve_headers(struct api_call *c);
+/* Whether a person is signed in; when not (or when this server has no
+ * pages to show them), answers with a page saying so. */
+bool api_approve_signed_in(struct api_call *c);
+
+#endif

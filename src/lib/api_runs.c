@@ -1,0 +1,403 @@
+/*
+ * api_runs.c — the workflow's own calls on a run: claim (POST /v1/runs),
+ * status, lease renewal, transition and cancel within the window.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_int.h"
+#include "canon.h"
+#include "gate.h"
+#include "ledger.h"
+#include "metrics.h"
+#include "outbox.h"
+#include "replay.h"
+#include "caps.h"
+#include "log.h"
+
+static void
+json_set_opt(json_t *o, const char *name, const char *v)
+{
+	if (v != NULL && v[0] != '\0')
+		json_object_set_new(o, name, json_string(v));
+}
+
+/* lease_seconds of a claim or a renewal: 1 to the configured maximum,
+ * the configured default when absent. */
+static bool
+opt_lease_seconds(struct api_call *c, long long *lease)
+{
+	const struct config *cfg = c->ctx->cfg;
+
+	return api_opt_int(c, "lease_seconds", 1, cfg->lease_max_seconds,
+	                   cfg->lease_default_seconds, lease);
+}
+
+void
+api_runs_claim(struct api_call *c)
+{
+	static const char *const fields[] = { "key", "payload", "workflow_version", "trigger",
+		                              "correlation_id", "event_id", "lease_seconds",
+		                              NULL };
+	const struct config *cfg = c->ctx->cfg;
+	struct ledger_claim lc = { 0 };
+	struct ledger_run run = { 0 };
+	struct log_fields f = { 0 };
+	char hash[CANON_HASH_LEN];
+	char *payload = NULL;
+	size_t payload_len;
+	long long lease;
+	enum canon_rc crc;
+	enum ledger_rc rc;
+	const char *problem;
+	json_t *key, *out;
+
+	if (!api_only_fields(c, fields))
+		goto out;
+	key = json_object_get(c->body, "key");
+	if (!json_is_string(key) || strlen(json_string_value(key)) != json_string_length(key)) {
+		api_reject(c, 400, "invalid_key",
+		           "key must be a string of 1 to 200 printable characters", "key");
+		goto out;
+	}
+	if ((problem = api_key_claim_problem(json_string_value(key), json_string_length(key))) !=
+	    NULL) {
+		api_reject(c, 400, "invalid_key", problem, "key");
+		goto out;
+	}
+	snprintf(c->key, sizeof(c->key), "%s", json_string_value(key));
+	if (json_object_get(c->body, "payload") == NULL) {
+		api_reject(c, 400, "invalid_field", "payload is required", "payload");
+		goto out;
+	}
+	if (!api_opt_string(c, "workflow_version", OG_FIELD_MAX, &lc.workflow_version) ||
+	    !api_opt_string(c, "trigger", OG_FIELD_MAX, &lc.trigger) ||
+	    !api_opt_string(c, "correlation_id", OG_FIELD_MAX, &lc.correlation_id) ||
+	    !api_opt_string(c, "event_id", OG_FIELD_MAX, &lc.event_id) ||
+	    !opt_lease_seconds(c, &lease))
+		goto out;
+
+	/* The hash is over the payload exactly as sent (numbers as given),
+	 * which jansson cannot reproduce, hence our own canonicaliser. */
+	crc = canon_member(c->req->body, c->req->body_len, "payload", &payload, &payload_len);
+	if (crc != CANON_OK) {
+		api_reject(c, 400, "invalid_json", canon_strerror(crc), "payload");
+		goto out;
+	}
+	canon_hash(payload, payload_len, hash);
+
+	lc.client_id = c->client.id;
+	lc.key = c->key;
+	lc.payload = payload;
+	lc.payload_hash = hash;
+	lc.lease_seconds = (int)lease;
+	lc.cap_seconds = cfg->lease_cap_seconds;
+	rc = ledger_claim(c->ctx->db, &lc, c->prefetched ? &c->prefetch : NULL, &run);
+
+	f.correlation_id = lc.correlation_id;
+	f.workflow_version = lc.workflow_version;
+	f.trigger = lc.trigger;
+	f.payload_hash = hash;
+	switch (rc) {
+	case LEDGER_CLAIMED:
+		out = json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:i, s:s}", "outcome", "claimed",
+		                "key", c->key, "state", "processing", "lease_owner",
+		                run.lease_owner, "version", (json_int_t)run.version,
+		                "lease_expires_at", run.lease_expires_at, "attempt", run.attempt,
+		                "payload_hash", hash);
+		http_json(c->resp, 201, out);
+		metrics_count(METRICS_CLAIM_CLAIMED);
+		if (run.lease_reclaimed)
+			metrics_count(METRICS_RUN_LEASE_RECLAIMED);
+		f.state_to = "processing";
+		f.version = run.version;
+		f.attempt = run.attempt;
+		api_log(c, LOG_LEVEL_INFO, "run.claimed", &f);
+		break;
+	case LEDGER_DUPLICATE:
+		out = json_pack("{s:s, s:s, s:s, s:I}", "outcome", "duplicate", "key", c->key,
+		                "state", ledger_state_name(run.state), "version",
+		                (json_int_t)run.version);
+		if (run.result != NULL)
+			json_object_set(out, "result", run.result);
+		if (run.lease_live)
+			json_set_opt(out, "lease_expires_at", run.lease_expires_at);
+		http_json(c->resp, 200, out);
+		metrics_count(METRICS_CLAIM_DUPLICATE);
+		f.state_from = ledger_state_name(run.state);
+		f.version = run.version;
+		f.attempt = run.attempt;
+		api_log(c, LOG_LEVEL_INFO, "run.duplicate", &f);
+		break;
+	case LEDGER_MISMATCH:
+		out = json_pack("{s:s, s:s, s:s, s:s, s:s}", "error", "payload_mismatch",
+		                "message",
+		                "this key was claimed with a different payload; nothing was "
+		                "changed",
+		                "key", c->key, "payload_hash", hash, "stored_payload_hash",
+		                run.payload_hash);
+		http_json(c->resp, 409, out);
+		metrics_count(METRICS_CLAIM_MISMATCH);
+		f.state_from = ledger_state_name(run.state);
+		f.version = run.version;
+		f.reason = "payload_mismatch";
+		f.hint = "the same business key arrived with changed input: investigate "
+		         "upstream; a correction is a new key (oncegatectl replay)";
+		api_log(c, LOG_LEVEL_ALERT, "run.payload_mismatch", &f);
+		break;
+	default:
+		api_fail(c, api_failure_of_ledger(rc));
+		break;
+	}
+out:
+	ledger_run_clear(&run);
+	free(payload);
+}
+
+void
+api_runs_status(struct api_call *c)
+{
+	struct log_fields f = { 0 };
+	json_t *run = NULL;
+	enum ledger_rc rc;
+
+	json_t *approvals = NULL, *effects = NULL, *replay_of = NULL, *replayed_by = NULL;
+
+	rc = ledger_status(c->ctx->db, c->client.id, c->key, true, &run);
+	if (rc != LEDGER_OK) {
+		api_fail(c, api_failure_of_ledger(rc));
+		return;
+	}
+	if (gate_list(c->ctx->db, c->client.id, c->key, &approvals) != GATE_OK ||
+	    outbox_list(c->ctx->db, c->ctx->cfg, c->client.id, c->key,
+	                json_string_value(json_object_get(run, "correlation_id")),
+	                json_string_value(json_object_get(run, "workflow_version")),
+	                &effects) != OUTBOX_OK) {
+		json_decref(approvals);
+		json_decref(run);
+		api_fail(c, API_FAILURE_UNAVAILABLE);
+		return;
+	}
+	if (replay_links(c->ctx->db, c->client.id, c->key, &replay_of, &replayed_by) !=
+	    REPLAY_OK) {
+		json_decref(approvals);
+		json_decref(effects);
+		json_decref(run);
+		api_fail(c, API_FAILURE_UNAVAILABLE);
+		return;
+	}
+	json_object_set_new(run, "approvals", approvals);
+	json_object_set_new(run, "effects", effects);
+	json_object_set_new(run, "replay_of", replay_of);
+	json_object_set_new(run, "replayed_by", replayed_by);
+	http_json(c->resp, 200, run);
+	api_log(c, LOG_LEVEL_DEBUG, "run.read", &f);
+}
+
+void
+api_runs_lease(struct api_call *c)
+{
+	static const char *const fields[] = { "lease_owner", "version", "lease_seconds", NULL };
+	const struct config *cfg = c->ctx->cfg;
+	struct ledger_run run = { 0 };
+	struct log_fields f = { 0 };
+	const char *owner;
+	long long version, lease;
+	enum ledger_rc rc;
+
+	if (!api_only_fields(c, fields) || !api_req_owner(c, &owner) ||
+	    !api_req_int(c, "version", 1, (long long)1 << 53, &version) ||
+	    !opt_lease_seconds(c, &lease))
+		goto out;
+	rc = ledger_renew(c->ctx->db, c->client.id, c->key, owner, version, (int)lease,
+	                  cfg->lease_cap_seconds, &run);
+	f.version = run.version;
+	f.attempt = run.attempt;
+	switch (rc) {
+	case LEDGER_OK:
+		http_json(c->resp, 200,
+		          json_pack("{s:I, s:s}", "version", (json_int_t)run.version,
+		                    "lease_expires_at", run.lease_expires_at));
+		api_log(c, LOG_LEVEL_INFO, "lease.renewed", &f);
+		break;
+	case LEDGER_CAP_REACHED:
+		http_json(c->resp, 409,
+		          json_pack("{s:s, s:s, s:s}", "error", "lease_cap_reached", "message",
+		                    "this claim reached its total lease lifetime; finish or let "
+		                    "it expire",
+		                    "lease_expires_at", run.lease_expires_at));
+		f.reason = "lease_cap_reached";
+		api_log(c, LOG_LEVEL_WARNING, "lease.cap_reached", &f);
+		break;
+	case LEDGER_LEASE_LOST:
+		f.state_from = ledger_state_name(run.state);
+		api_lease_lost(c, &f);
+		break;
+	default:
+		api_fail(c, api_failure_of_ledger(rc));
+		break;
+	}
+out:
+	ledger_run_clear(&run);
+}
+
+static bool
+error_class_valid(const char *s)
+{
+	for (; *s != '\0'; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_' ||
+		      *s == '.' || *s == '-'))
+			return false;
+	return true;
+}
+
+void
+api_runs_transition(struct api_call *c)
+{
+	static const char *const fields[] = { "lease_owner", "version", "to", "result",
+		                              "error_class", "reason", NULL };
+	struct ledger_run run = { 0 };
+	struct log_fields f = { 0 };
+	const char *owner, *to_name, *error_class, *reason;
+	char *result = NULL;
+	long long version;
+	json_t *to, *res;
+	enum ledger_rc rc;
+	int state;
+
+	if (!api_only_fields(c, fields) || !api_req_owner(c, &owner) ||
+	    !api_req_int(c, "version", 1, (long long)1 << 53, &version))
+		goto out;
+	to = json_object_get(c->body, "to");
+	to_name = json_is_string(to) ? json_string_value(to) : NULL;
+	state = ledger_state_parse(to_name);
+	if (state != RUN_COMPLETED && state != RUN_FAILED_RETRYABLE &&
+	    state != RUN_FAILED_TERMINAL) {
+		api_reject(c, 400, "invalid_field",
+		           "to must be completed, failed_retryable or failed_terminal", "to");
+		goto out;
+	}
+	if (!api_opt_string(c, "error_class", OG_ERROR_CLASS_MAX, &error_class) ||
+	    !api_opt_string(c, "reason", OG_FIELD_MAX, &reason))
+		goto out;
+	if (error_class != NULL && !error_class_valid(error_class)) {
+		api_reject(c, 400, "invalid_field",
+		           "error_class may hold only a-z, 0-9, '_', '.' and '-'", "error_class");
+		goto out;
+	}
+	res = json_object_get(c->body, "result");
+	if (res != NULL && !json_is_null(res)) {
+		result = json_dumps(res, JSON_COMPACT | JSON_ENCODE_ANY);
+		if (result == NULL || strlen(result) > OG_RESULT_MAX) {
+			api_reject(c, 400, "invalid_field", "result must be at most 64 KiB of JSON",
+			           "result");
+			goto out;
+		}
+	}
+	rc = ledger_transition(c->ctx->db, c->client.id, c->key, owner, version,
+	                       (enum run_state)state, result, error_class, reason, &run);
+	f.error_class = error_class;
+	f.reason = reason;
+	switch (rc) {
+	case LEDGER_OK:
+		http_json(c->resp, 200,
+		          json_pack("{s:s, s:I}", "state", ledger_state_name(run.state), "version",
+		                    (json_int_t)run.version));
+		f.state_from = ledger_state_name(run.state_from);
+		f.state_to = ledger_state_name(run.state);
+		f.version = run.version;
+		f.attempt = run.attempt;
+		api_log(c, LOG_LEVEL_INFO, "run.transitioned", &f);
+		break;
+	case LEDGER_LEASE_LOST:
+	case LEDGER_CAP_REACHED:
+		f.state_from = ledger_state_name(run.state);
+		f.state_to = ledger_state_name((enum run_state)state);
+		f.version = run.version;
+		api_lease_lost(c, &f);
+		break;
+	default:
+		api_fail(c, api_failure_of_ledger(rc));
+		break;
+	}
+out:
+	free(result);
+	ledger_run_clear(&run);
+}
+
+/* Cancel within the window: the delayed effects are withdrawn and the
+ * run ends, in one transaction. */
+void
+api_runs_cancel(struct api_call *c)
+{
+	static const char *const fields[] = { "reason", NULL };
+	struct ledger_run run = { 0 };
+	struct log_fields f = { 0 };
+	const char *reason;
+	json_t *ids = NULL;
+	enum outbox_rc orc;
+	enum ledger_rc lrc;
+
+	if (!api_only_fields(c, fields) || !api_opt_string(c, "reason", OG_FIELD_MAX, &reason))
+		goto out;
+	if (reason == NULL || reason[0] == '\0') {
+		api_reject(c, 400, "invalid_field", "reason is required", "reason");
+		goto out;
+	}
+	f.reason = reason;
+	if (db_begin(c->ctx->db) != DB_OK) {
+		api_fail(c, API_FAILURE_UNAVAILABLE);
+		goto out;
+	}
+	orc = outbox_cancel_window(c->ctx->db, c->client.id, c->key, &ids);
+	if (orc != OUTBOX_OK) {
+		db_rollback(c->ctx->db);
+		api_fail(c, API_FAILURE_UNAVAILABLE);
+		goto out;
+	}
+	lrc = json_array_size(ids) > 0
+	          ? ledger_cancel(c->ctx->db, c->client.id, c->key, reason, &run)
+	          : LEDGER_LEASE_LOST;
+	if (lrc != LEDGER_OK) {
+		db_rollback(c->ctx->db);
+		if (lrc == LEDGER_UNAVAILABLE) {
+			api_fail(c, API_FAILURE_UNAVAILABLE);
+			goto out;
+		}
+		{
+			json_t *probe = NULL;
+			enum ledger_rc src = ledger_status(c->ctx->db, c->client.id, c->key, false,
+			                                   &probe);
+
+			json_decref(probe);
+			if (src == LEDGER_NOT_FOUND) {
+				api_fail(c, API_FAILURE_NOT_FOUND);
+				goto out;
+			}
+		}
+		http_json(c->resp, 409,
+		          json_pack("{s:s, s:s}", "error", "window_closed", "message",
+		                    "nothing is waiting inside its cancellation window: the "
+		                    "effect went out, is going out, or was never delayed"));
+		f.reason = "window_closed";
+		api_log(c, LOG_LEVEL_WARNING, "run.cancel_refused", &f);
+		goto out;
+	}
+	if (db_commit(c->ctx->db) != DB_OK) {
+		api_fail(c, API_FAILURE_UNAVAILABLE);
+		goto out;
+	}
+	http_json(c->resp, 200,
+	          json_pack("{s:s, s:I, s:O}", "state", "failed_terminal", "version",
+	                    (json_int_t)run.version, "cancelled_effects", ids));
+	f.state_from = "approved";
+	f.state_to = "failed_terminal";
+	f.version = run.version;
+	f.error_class = "cancelled";
+	f.effect_id = json_string_value(json_array_get(ids, 0));
+	api_log(c, LOG_LEVEL_INFO, "run.cancelled", &f);
+out:
+	json_decref(ids);
+	ledger_run_clear(&run);
+}

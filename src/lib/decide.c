@@ -1,0 +1,268 @@
+/*
+ * decide.c — the output acceptance and the approval decision, each one
+ * transaction composed of the table owners' functions (ledger, gate,
+ * outbox). Whatever fails rolls the whole transaction back.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "canon.h"
+#include "contract.h"
+#include "decide.h"
+#include "digest.h"
+#include "token.h"
+
+/* Canonical hash and text (malloc'd) of a JSON value as jansson holds it:
+ * what the outbox stores and hashes for an effect's payload. */
+static int
+json_hash(const json_t *v, char hash[CANON_HASH_LEN], char **text)
+{
+	char *dumped = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+	char *canon = NULL;
+	size_t n;
+
+	*text = NULL;
+	if (dumped == NULL || canon_json(dumped, strlen(dumped), &canon, &n) != CANON_OK) {
+		free(dumped);
+		return -1;
+	}
+	canon_hash(canon, n, hash);
+	free(dumped);
+	*text = canon;
+	return 0;
+}
+
+/* ---- a valid output ---------------------------------------------------- */
+
+/* The challenge of the contract's approver i, with its link appended to
+ * d->approvals. */
+static enum decide_rc
+output_challenge(struct db *db, struct decide_output *d, const json_t *decisions, size_t i)
+{
+	const struct ledger_output *lo = d->output;
+	const struct contract *k = d->contract;
+	char token[TOKEN_TEXT_LEN + 1], id[GATE_ID_LEN], expires[GATE_TS_LEN];
+	unsigned char hash[32];
+	enum decide_rc rc = DECIDE_OK;
+	struct buf url;
+	enum gate_rc grc;
+
+	if (token_new(token, hash) != 0) {
+		d->detail = "the CSPRNG failed";
+		return DECIDE_ERROR;
+	}
+	grc = gate_create(db, lo->client_id, lo->key, contract_approver(k, i), decisions,
+	                  lo->requested_by, contract_separation_of_duties(k),
+	                  contract_expires_seconds(k), hash, lo->effect, lo->callback_url, id,
+	                  expires);
+	if (grc != GATE_OK) {
+		rc = grc == GATE_UNAVAILABLE ? DECIDE_UNAVAILABLE : DECIDE_ERROR;
+		goto out;
+	}
+	/* The raw token leaves here once, in the link for the caller's answer,
+	 * and is never stored or logged. */
+	buf_init(&url, 4096);
+	if (buf_printf(&url, "%s/approve/%s", d->public_url, token) != 0) {
+		d->detail = "approval URL too long";
+		rc = DECIDE_ERROR;
+	} else {
+		json_array_append_new(d->approvals,
+		                      json_pack("{s:s, s:s, s:s, s:s}", "approval_id", id, "approver",
+		                                contract_approver(k, i), "expires_at", expires, "url",
+		                                url.data));
+		digest_wipe(url.data, url.len);
+	}
+	buf_free(&url);
+out:
+	digest_wipe(token, sizeof(token));
+	return rc;
+}
+
+/* The effect into the outbox, after the contract's cancellation window. */
+static enum decide_rc
+output_enqueue(struct db *db, struct decide_output *d, const char *payload, const char *hash)
+{
+	struct outbox_effect e = { 0 };
+	enum outbox_rc orc;
+
+	e.client_id = d->output->client_id;
+	e.key = d->output->key;
+	e.type = d->effect_type;
+	e.target = d->effect_target;
+	e.payload = payload;
+	e.payload_hash = hash;
+	e.delay_seconds = d->delay_seconds = contract_window_seconds(d->contract);
+	orc = outbox_enqueue(db, &e, d->effect_id, d->not_before);
+	return orc == OUTBOX_OK            ? DECIDE_OK
+	       : orc == OUTBOX_UNAVAILABLE ? DECIDE_UNAVAILABLE
+	                                   : DECIDE_ERROR;
+}
+
+void
+decide_output_clear(struct decide_output *d)
+{
+	json_decref(d->approvals);
+	d->approvals = NULL;
+}
+
+enum decide_rc
+decide_output(struct db *db, struct decide_output *d, struct ledger_run *run)
+{
+	char hash[CANON_HASH_LEN];
+	char *payload = NULL;
+	json_t *decisions = NULL;
+	enum decide_rc rc;
+	enum ledger_rc lrc;
+	size_t i;
+
+	d->approvals = NULL;
+	d->effect_id[0] = d->not_before[0] = '\0';
+	d->delay_seconds = 0;
+	d->detail = NULL;
+	if (json_hash(d->payload, hash, &payload) != 0) {
+		d->detail = "effect could not be serialised";
+		return DECIDE_ERROR;
+	}
+	if (db_begin(db) != DB_OK) {
+		rc = DECIDE_UNAVAILABLE;
+		goto out;
+	}
+	lrc = ledger_output_accept(db, d->output, d->human ? RUN_AWAITING_HUMAN : RUN_APPROVED,
+	                           run);
+	if (lrc != LEDGER_OK) {
+		rc = lrc == LEDGER_LEASE_LOST    ? DECIDE_LEASE_LOST
+		     : lrc == LEDGER_UNAVAILABLE ? DECIDE_UNAVAILABLE
+		     : lrc == LEDGER_NOT_FOUND   ? DECIDE_NOT_FOUND
+		                                 : DECIDE_ERROR;
+		goto rollback;
+	}
+	if (d->human) {
+		d->approvals = json_array();
+		decisions = contract_allowed_decisions(d->contract);
+		rc = DECIDE_OK;
+		for (i = 0; i < contract_approver_count(d->contract) && rc == DECIDE_OK; i++)
+			rc = output_challenge(db, d, decisions, i);
+	} else {
+		rc = output_enqueue(db, d, payload, hash);
+	}
+	if (rc != DECIDE_OK)
+		goto rollback;
+	if (db_commit(db) != DB_OK)
+		rc = DECIDE_UNAVAILABLE;
+	goto out;
+rollback:
+	db_rollback(db);
+out:
+	json_decref(decisions);
+	free(payload);
+	return rc;
+}
+
+/* ---- a person's decision ----------------------------------------------- */
+
+enum decide_rc
+decide_approval(struct db *db, struct decide_approval *d, struct ledger_run *run)
+{
+	const struct gate_approval *a = d->approval;
+	bool approve = strcmp(d->decision, "approve") == 0;
+	char phash[CANON_HASH_LEN], chash[CANON_HASH_LEN], not_before[OUTBOX_TS_LEN];
+	struct outbox_effect eff = { 0 }, cbe = { 0 };
+	struct outbox_enqueue_call ec = { 0 }, cc = { 0 };
+	struct gate_consume_call gc;
+	struct ledger_decide_call dc;
+	struct db_call calls[4];
+	char *payload = NULL, *cb_payload = NULL;
+	int ncalls = 0, eff_call = -1, cb_call = -1, k;
+	enum decide_rc rc = DECIDE_ERROR;
+	enum ledger_rc lrc;
+	enum gate_rc grc;
+
+	memset(calls, 0, sizeof(calls));
+	d->effect_id[0] = d->callback_id[0] = '\0';
+	/* The effects the decision enqueues, built before the transaction. */
+	if (approve) {
+		if (json_hash(json_object_get(d->effect, "payload"), phash, &payload) != 0)
+			goto out;
+		eff.client_id = a->client_id;
+		eff.key = a->key;
+		eff.type = json_string_value(json_object_get(d->effect, "type"));
+		eff.target = json_string_value(json_object_get(d->effect, "target"));
+		eff.payload = payload;
+		eff.payload_hash = phash;
+		eff.approval_id = a->id;
+		if (eff.type == NULL || eff.target == NULL)
+			goto out;
+	}
+	if (d->callback_url != NULL) {
+		/* The workflow's Wait node learns the outcome. */
+		json_t *cb = json_pack("{s:s, s:s, s:s, s:s, s:s}", "url", d->callback_url, "key",
+		                       a->key, "decision", approve ? "approved" : "rejected",
+		                       "decided_by", d->subject, "approval_id", a->id);
+
+		if (cb == NULL || json_hash(cb, chash, &cb_payload) != 0) {
+			json_decref(cb);
+			goto out;
+		}
+		json_decref(cb);
+		cbe.client_id = a->client_id;
+		cbe.key = a->key;
+		cbe.type = "decision.callback";
+		cbe.target = "callback";
+		cbe.payload = cb_payload;
+		cbe.payload_hash = chash;
+		cbe.approval_id = a->id;
+	}
+
+	/* ONE transaction, its statements sent in one round trip:
+	 * consume the challenge (voiding the others), move the run, enqueue.
+	 * Each result is read in order and anything short of all of them rolls
+	 * the whole thing back. */
+	gate_consume_call(&gc, d->token_hash, d->decision, d->subject, d->reason, &calls[ncalls++]);
+	ledger_decide_call(&dc, a->client_id, a->key, d->decision, d->subject,
+	                   d->reason != NULL ? d->reason
+	                   : approve         ? NULL
+	                                     : "rejected by the approver",
+	                   &calls[ncalls++]);
+	if (eff.type != NULL) {
+		if (outbox_enqueue_call(&ec, &eff, &calls[ncalls]) != 0)
+			goto out;
+		eff_call = ncalls++;
+	}
+	if (cbe.type != NULL) {
+		if (outbox_enqueue_call(&cc, &cbe, &calls[ncalls]) != 0)
+			goto out;
+		cb_call = ncalls++;
+	}
+	db_pipeline_tx(db, calls, ncalls); /* each call carries its own rc */
+	grc = gate_consume_result(&calls[0]);
+	if (grc != GATE_OK) {
+		rc = grc == GATE_UNAVAILABLE ? DECIDE_UNAVAILABLE : DECIDE_USED;
+		goto rollback;
+	}
+	lrc = ledger_decide_result(&calls[1], run);
+	if (lrc != LEDGER_OK) {
+		rc = lrc == LEDGER_UNAVAILABLE ? DECIDE_UNAVAILABLE : DECIDE_NOT_AWAITING;
+		goto rollback;
+	}
+	if ((eff_call >= 0 &&
+	     outbox_enqueue_result(&calls[eff_call], d->effect_id, not_before) != OUTBOX_OK) ||
+	    (cb_call >= 0 &&
+	     outbox_enqueue_result(&calls[cb_call], d->callback_id, not_before) != OUTBOX_OK)) {
+		rc = DECIDE_ERROR;
+		goto rollback;
+	}
+	/* the partial unique index: another approver decided first */
+	rc = db_commit(db) == DB_OK ? DECIDE_OK : DECIDE_CONFLICT;
+	goto out;
+rollback:
+	db_rollback(db);
+out:
+	outbox_enqueue_call_free(&ec);
+	outbox_enqueue_call_free(&cc);
+	free(payload);
+	free(cb_payload);
+	for (k = 0; k < ncalls; k++)
+		PQclear(calls[k].res);
+	return rc;
+}
