@@ -1,7 +1,7 @@
 /*
  * check_classify.c — the outcome classifier.
  *
- * One table: what the adapter observed → the class and the reason name
+ * One table: what the provider observed → the class and the reason name
  * (the name is what logs and dead letters show, so it is asserted as
  * text), plus the parsed Retry-After. Every reason must be produced by at
  * least one row, so a new rule cannot land without its fixture.

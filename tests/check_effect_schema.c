@@ -12,7 +12,7 @@
  * dispatcher ($ONCEGATE_DISPATCH) whose demo_http and demo_smtp are this
  * suite's loopback providers (tests/providers), and asserts what they
  * received. The stalled server is a small misbehaving SMTP server in this
- * file, driven through the adapter itself, so the time it costs is measured
+ * file, driven through the provider itself, so the time it costs is measured
  * without a dispatcher's own waits around it.
  */
 #define _GNU_SOURCE
@@ -43,11 +43,11 @@
 #include <libpq-fe.h>
 #include <openssl/evp.h>
 
-#include "adapter.h"
 #include "classify.h"
 #include "config.h"
 #include "contract.h"
 #include "dispatchlib.h"
+#include "provider.h"
 #include "testlib.h"
 
 #define MAIL_FROM        "oncegate@effects.example"
@@ -929,7 +929,7 @@ END_TEST
 START_TEST(test_message_limits)
 {
 	struct config_target t;
-	struct adapter_effect e = { "00000000-0000-4000-8000-000000000002", "email.send",
+	struct provider_effect e = { "00000000-0000-4000-8000-000000000002", "email.send",
 		                    "limits/email.send", NULL };
 	json_t *payload, *to = json_array(), *rcpt = NULL;
 	char why[160], *msg, *subject, *body, *head, *h, *decoded, *text;
@@ -961,7 +961,7 @@ START_TEST(test_message_limits)
 	                    "in_reply_to", "<original-42@mail.example>");
 	text = json_dumps(payload, JSON_COMPACT);
 	e.payload = text;
-	msg = adapter_smtp_message(&t, &e, &rcpt, why, sizeof(why));
+	msg = provider_smtp_message(&t, &e, &rcpt, why, sizeof(why));
 	ck_assert_msg(msg != NULL, "no message: %s", why);
 	ck_assert_uint_eq(json_array_size(rcpt), 1000);
 	for (p = msg; *p != '\0';) {
@@ -999,7 +999,7 @@ START_TEST(test_message_limits)
 	text = json_dumps(payload, JSON_COMPACT);
 	e.payload = text;
 	rcpt = NULL;
-	msg = adapter_smtp_message(&t, &e, &rcpt, why, sizeof(why));
+	msg = provider_smtp_message(&t, &e, &rcpt, why, sizeof(why));
 	ck_assert_msg(msg == NULL && rcpt == NULL && strstr(why, "/effect/payload/to") != NULL &&
 	              strstr(why, "out of memory") == NULL, "1,001 recipients: %s", why);
 	free(text);
@@ -1221,12 +1221,12 @@ START_TEST(test_stalled_smtp)
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct stall_server srv;
 		struct config_target t;
-		struct adapter *a = adapter_new();
-		struct adapter_effect e = { "00000000-0000-4000-8000-000000000001", "email.send",
+		struct provider_conn *a = provider_conn_new();
+		struct provider_effect e = { "00000000-0000-4000-8000-000000000001", "email.send",
 			                    "stall/email.send",
 			                    "{\"to\":\"kunde@example.com\",\"subject\":\"Заказ 42\","
 			                    "\"body\":\"Привет 📦\"}" };
-		struct adapter_attempt at;
+		struct provider_attempt at;
 		char url[64];
 		double t0, took_ms;
 
@@ -1245,7 +1245,7 @@ START_TEST(test_stalled_smtp)
 		t.connect_timeout_ms = 4 * STALL_TIMEOUT_MS;
 		t.response_cap_bytes = 65536;
 		t0 = tl_now();
-		adapter_send(a, &t, &e, &at);
+		provider_smtp.send(a, &t, &e, &at);
 		took_ms = (tl_now() - t0) * 1000;
 		stall_stop(&srv);
 		ck_assert_msg(took_ms <= STALL_TIMEOUT_MS + STALL_SLACK_MS,
@@ -1258,8 +1258,8 @@ START_TEST(test_stalled_smtp)
 		              at.invalid_reason);
 		ck_assert_msg(at.r.request_sent == cases[i].sent, "%s: request_sent %d", cases[i].name,
 		              (int)at.r.request_sent);
-		adapter_attempt_clear(&at);
-		adapter_free(a);
+		provider_attempt_clear(&at);
+		provider_conn_free(a);
 	}
 }
 END_TEST

@@ -72,7 +72,7 @@
 #define OG_CONTRACT_FROM_OUTPUT_MAX 32    /* effects.types.<type>.from_output entries */
 
 /* Mail effects (effect.c checks them at /output and before sending;
- * adapter.c builds the message). What a contract allows is the limit:
+ * provider_smtp.c builds the message). What a contract allows is the limit:
  * these only bound what no contract could sensibly ask for. */
 #define OG_MAIL_RCPT_MAX          1000  /* recipients of one message */
 #define OG_MAIL_ADDRESS_MAX       254   /* bytes of one address (RFC 5321) */

@@ -1,7 +1,7 @@
 /*
  * classify.h — what one delivery attempt's outcome means.
  *
- * One pure function: everything the adapter observed goes in, exactly one
+ * One pure function: everything the provider observed goes in, exactly one
  * class and one reason come out. No I/O, no clock (the caller passes
  * `now`), no global state; the same input always gives the same answer, so
  * the whole policy is tested by a fixture table (tests/check_classify.c).
@@ -84,7 +84,8 @@ enum attempt_kind {
 };
 
 /* What libcurl reported, reduced to what matters for the decision. The
- * adapter maps CURLcode onto these; the mapping lives with the adapter. */
+ * provider maps CURLcode onto these; the mapping lives with the providers
+ * (provider.c). */
 enum attempt_error {
 	ATTEMPT_ERR_NONE = 0,
 	ATTEMPT_ERR_CONNECT,    /* CURLE_COULDNT_CONNECT (refused, unreachable) */
@@ -97,14 +98,14 @@ enum attempt_error {
 	ATTEMPT_ERR_OTHER,      /* anything else */
 };
 
-/* Everything the adapter observed, nothing else. Borrowed pointers. */
+/* Everything the provider observed, nothing else. Borrowed pointers. */
 struct attempt_result {
 	enum attempt_kind kind;
 	enum attempt_error transport_error;
 	/* HTTP: did any byte of the request reach the socket (CURLINFO_REQUEST_SIZE
 	 * > 0)? SMTP: did any byte of the message content after DATA go out
 	 * (CURLINFO_SIZE_UPLOAD_T > 0)? Before that an SMTP server cannot have
-	 * queued anything. When in doubt the adapter says true. */
+	 * queued anything. When in doubt the provider says true. */
 	bool request_sent;
 	/* HTTP status or SMTP reply code as libcurl last saw it; 0 = none. For
 	 * SMTP it must be the reply that ended the exchange (or the failure). */

@@ -1,5 +1,9 @@
 /*
- * dispatch.c — claim, send, settle, reconcile, tick; see dispatch.h.
+ * dispatch.c — the dispatcher's shared state and its workers: claim a batch
+ * of due effects, keep it leased, hand each effect to dispatch_effect.c,
+ * claim unknown effects for reconciliation, give back what a shutdown
+ * leaves unsent; see dispatch.h. The housekeeping the janitor runs is in
+ * dispatch_tick.c.
  *
  * Every change to an effect is a compare-and-set on its state (and, while
  * it is being sent, on this process's lease), so two dispatchers, a slow
@@ -17,35 +21,18 @@
 
 #include <jansson.h>
 
-#include "adapter.h"
 #include "buf.h"
-#include "backoff.h"
-#include "canon.h"
-#include "classify.h"
 #include "digest.h"
 #include "dispatch.h"
-#include "effect.h"
+#include "dispatch_int.h"
 #include "log.h"
-#include "metrics.h"
-#include "outbox.h"
+#include "provider.h"
 
-/* Reconciliation: "not found" must be seen this many times, a
- * reconcile_interval apart, before an unknown effect is resumed (a provider
- * still working on the request when it was first asked must not be sent it
- * twice); a target that cannot answer this many look-ups dead-letters it. */
-#define RECONCILE_NOT_FOUND_TO_RESUME 2
-#define RECONCILE_ERRORS_TO_DEAD_LETTER 10
-/* A send is started only with at least this much lease left beyond the
- * target's timeout; otherwise the lease is renewed first. */
-#define LEASE_MARGIN_S 10
 /* A worker claims what it expects to start within this long (see
  * dispatch_worker). */
 #define CLAIM_AHEAD_MS 100
-/* An effect whose contract is not loaded here is looked at again after
- * this long (seconds). */
-#define HOLD_S 30
-/* Rows per housekeeping statement. */
-#define TICK_BATCH 100
+
+/* --- statements ------------------------------------------------------------ */
 
 /* --- statements ------------------------------------------------------------ */
 
@@ -81,25 +68,6 @@ static const struct db_stmt st_claim = {
 	"         WHERE r.client_id = e.client_id AND r.idempotency_key = e.idempotency_key"
 	"           AND r.effect->>'type' = e.effect_type AND r.effect->>'target' = e.target)"
 	"         AS run_contract",
-	3, false,
-};
-
-/* Right before a send: the database half of the kill switch, and whether
- * the lease is still ours and how long it has left. */
-static const struct db_stmt st_check = {
-	"dispatch_check",
-	"SELECT (SELECT actions_enabled FROM dispatch_control) AS enabled,"
-	"       (state = 'sending' AND lease_owner = $2::uuid) AS owned,"
-	"       extract(epoch FROM lease_expires_at - now())::float8 AS lease_left"
-	"  FROM effect_outbox WHERE id = $1::uuid",
-	2, true,
-};
-
-static const struct db_stmt st_renew = {
-	"dispatch_renew",
-	"UPDATE effect_outbox SET lease_expires_at = now() + make_interval(secs => $3::int)"
-	" WHERE id = $1::uuid AND state = 'sending' AND lease_owner = $2::uuid"
-	" RETURNING 1",
 	3, false,
 };
 
@@ -161,50 +129,9 @@ static const struct db_stmt st_hold = {
 	2, false,
 };
 
-/* The run's row lock, taken first in a completing transaction: two effects
- * of one run completing at once then see each other, and the second one
- * completes the run. Same lock order as the responder (run, then effects). */
-static const struct db_stmt st_lock_run = {
-	"dispatch_lock_run",
-	"SELECT 1 FROM workflow_runs WHERE client_id = $1::bigint AND idempotency_key = $2"
-	"   FOR UPDATE",
-	2, false,
-};
-
-/* Settles one attempt (send or look-up) by compare-and-set and records it.
- *  $1 effect  $2 expected state  $3 lease owner or NULL  $4 new state
- *  $5 provider id  $6 class  $7 reason  $8 delay ms (pending/unknown)
- *  $9 kind  $10 duration ms  $11 dispatcher  $12 attempt classification
- *  $13 status  $14 evidence  $15 expected reconcile_attempts or NULL */
-static const struct db_stmt st_settle = {
-	"dispatch_settle",
-	"WITH moved AS ("
-	"  UPDATE effect_outbox"
-	"     SET state = $4, provider_id = coalesce($5, provider_id),"
-	"         error_class = $6, reason = $7,"
-	"         next_attempt_at = CASE WHEN $4 IN ('pending', 'unknown')"
-	"             THEN now() + make_interval(secs => $8::float8 / 1000)"
-	"             ELSE next_attempt_at END,"
-	"         lease_owner = NULL, lease_expires_at = NULL,"
-	"         completed_at = CASE WHEN $4 = 'completed' THEN now() END,"
-	"         updated_at = now()"
-	"   WHERE id = $1::uuid AND state = $2"
-	"     AND ($3::uuid IS NULL OR lease_owner = $3::uuid)"
-	"     AND ($15::int IS NULL OR reconcile_attempts = $15::int)"
-	"  RETURNING id, attempt, client_id, idempotency_key"
-	"), att AS ("
-	"  INSERT INTO effect_attempts (effect_id, kind, attempt, started_at, duration_ms,"
-	"      dispatcher, classification, reason, status, provider_id, evidence)"
-	"  SELECT id, $9, attempt, now() - make_interval(secs => $10::float8 / 1000),"
-	"         $10::int, $11, $12, $7, $13::int, $5, $14::jsonb FROM moved"
-	")"
-	"SELECT attempt FROM moved",
-	15, false,
-};
-
 /* Runs after st_settle in the same transaction, so the attempt just made is
  * part of the history it copies. */
-static const struct db_stmt st_dead_letter = {
+const struct db_stmt dispatch_st_dead_letter = {
 	"dispatch_dead_letter",
 	"INSERT INTO dead_letters (effect_id, client_id, idempotency_key, component,"
 	"    error_class, reason, evidence, next_action, retention_until, owner)"
@@ -239,28 +166,6 @@ static const struct db_stmt st_dead_letter = {
 	6, false,
 };
 
-/* approved → completed once every effect of the run is completed (or was
- * cancelled inside its window). */
-static const struct db_stmt st_run_complete = {
-	"dispatch_run_complete",
-	"WITH moved AS ("
-	"  UPDATE workflow_runs r SET state = 'completed', version = version + 1,"
-	"         updated_at = now()"
-	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2 AND r.state = 'approved'"
-	"     AND NOT EXISTS (SELECT 1 FROM effect_outbox e"
-	"          WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
-	"            AND e.state NOT IN ('completed', 'cancelled'))"
-	"  RETURNING client_id, idempotency_key, version, attempt"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor)"
-	"  SELECT client_id, idempotency_key, 'run.completed', 'approved', 'completed',"
-	"         version, attempt, 'dispatcher' FROM moved"
-	")"
-	"SELECT version FROM moved",
-	2, false,
-};
-
 /* unknown effects of targets that can be asked, leased for one interval by
  * pushing next_attempt_at forward. */
 static const struct db_stmt st_claim_reconcile = {
@@ -288,89 +193,6 @@ static const struct db_stmt st_claim_reconcile = {
 	3, false,
 };
 
-/* A sending lease that ran out: the dispatcher died or stalled mid-send, so
- * the provider may have acted. unknown, never pending. */
-static const struct db_stmt st_expire_leases = {
-	"dispatch_expire_leases",
-	"WITH moved AS ("
-	"  UPDATE effect_outbox e"
-	"     SET state = 'unknown', error_class = 'ambiguous', reason = 'lease_expired_while_sending',"
-	"         lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = now(),"
-	"         updated_at = now()"
-	"   WHERE e.id = ANY(ARRAY("
-	"     SELECT id FROM effect_outbox"
-	"      WHERE state = 'sending' AND lease_expires_at < now()"
-	"      LIMIT $1::int FOR UPDATE SKIP LOCKED))"
-	"     AND e.state = 'sending' AND e.lease_expires_at < now()"
-	"  RETURNING e.id, e.attempt, e.target, e.idempotency_key, e.client_id"
-	"), att AS ("
-	"  INSERT INTO effect_attempts (effect_id, kind, attempt, started_at, duration_ms,"
-	"      dispatcher, classification, reason, evidence)"
-	"  SELECT id, 'send', attempt, now(), 0, $2, 'ambiguous',"
-	"         'lease_expired_while_sending', '{\"request_sent\": \"unknown\"}'::jsonb"
-	"    FROM moved"
-	")"
-	"SELECT id, attempt, target, idempotency_key,"
-	"       (SELECT c.name FROM api_clients c WHERE c.id = moved.client_id) AS client_name"
-	"  FROM moved",
-	2, false,
-};
-
-static const struct db_stmt st_switch = {
-	"dispatch_switch",
-	"SELECT actions_enabled,"
-	"       CASE WHEN NOT (actions_enabled AND $1::bool) THEN"
-	"         (SELECT count(*) FROM effect_outbox WHERE state = 'pending'"
-	"             AND next_attempt_at <= now()) END AS due"
-	"  FROM dispatch_control",
-	1, true,
-};
-
-/* Runs whose every pending challenge has expired, a few at a time. */
-static const struct db_stmt st_expired_runs = {
-	"dispatch_expired_runs",
-	"SELECT x.client_id, x.idempotency_key,"
-	"       (SELECT c.name FROM api_clients c WHERE c.id = x.client_id) AS client_name"
-	"  FROM (SELECT DISTINCT a.client_id, a.idempotency_key FROM approvals a"
-	"         WHERE a.state = 'pending' AND a.expires_at <= now()"
-	"         LIMIT $1::int) AS x",
-	1, true,
-};
-
-static const struct db_stmt st_expire_approvals = {
-	"dispatch_expire_approvals",
-	"UPDATE approvals SET state = 'expired'"
-	" WHERE client_id = $1::bigint AND idempotency_key = $2 AND state = 'pending'"
-	"   AND expires_at <= now()"
-	" RETURNING id",
-	2, false,
-};
-
-static const struct db_stmt st_expire_run = {
-	"dispatch_expire_run",
-	"WITH moved AS ("
-	"  UPDATE workflow_runs r"
-	"     SET state = 'failed_terminal', error_class = 'approval_expired',"
-	"         reason = 'the approval expired before anyone decided',"
-	"         decision = 'expired', decided_at = now(), version = version + 1,"
-	"         updated_at = now()"
-	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2"
-	"     AND r.state = 'awaiting_human'"
-	"     AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.client_id = r.client_id"
-	"          AND a.idempotency_key = r.idempotency_key AND a.state IN ('pending', 'decided'))"
-	"  RETURNING client_id, idempotency_key, version, attempt, callback_url,"
-	"            correlation_id, workflow_version"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.approval_expired', 'awaiting_human',"
-	"         'failed_terminal', version, attempt, 'dispatcher', 'approval_expired'"
-	"    FROM moved"
-	")"
-	"SELECT version, callback_url, correlation_id, workflow_version FROM moved",
-	2, false,
-};
-
 const char *
 dispatch_listen_sql(void)
 {
@@ -379,8 +201,8 @@ dispatch_listen_sql(void)
 
 /* --- shared state ---------------------------------------------------------- */
 
-static long long
-mono_ns(void)
+long long
+dispatch_mono_ns(void)
 {
 	struct timespec t;
 
@@ -392,6 +214,7 @@ struct dispatch_config *
 dispatch_config_new(struct config *cfg)
 {
 	struct dispatch_config *dc = calloc(1, sizeof(*dc));
+	int i;
 
 	if (dc == NULL)
 		return NULL;
@@ -413,14 +236,24 @@ dispatch_config_new(struct config *cfg)
 	pthread_mutex_init(&dc->rate_mu, NULL);
 	dc->next_slot_ns = calloc((size_t)(dc->cfg.ntargets > 0 ? dc->cfg.ntargets : 1),
 	                          sizeof(long long));
-	if (dc->next_slot_ns == NULL) {
-		*cfg = dc->cfg;
-		contract_set_free(dc->contracts);
-		pthread_mutex_destroy(&dc->rate_mu);
-		free(dc);
-		return NULL;
-	}
+	dc->providers = calloc((size_t)(dc->cfg.ntargets > 0 ? dc->cfg.ntargets : 1),
+	                       sizeof(*dc->providers));
+	if (dc->next_slot_ns == NULL || dc->providers == NULL)
+		goto fail;
+	/* Each target's provider, chosen once from its kind (the configuration
+	 * admits only kinds a provider serves). */
+	for (i = 0; i < dc->cfg.ntargets; i++)
+		if ((dc->providers[i] = provider_for(dc->cfg.targets[i].kind)) == NULL)
+			goto fail;
 	return dc;
+fail:
+	*cfg = dc->cfg;
+	contract_set_free(dc->contracts);
+	pthread_mutex_destroy(&dc->rate_mu);
+	free(dc->next_slot_ns);
+	free(dc->providers);
+	free(dc);
+	return NULL;
 }
 
 static void
@@ -430,6 +263,7 @@ dispatch_config_free(struct dispatch_config *dc)
 	config_free(&dc->cfg);
 	pthread_mutex_destroy(&dc->rate_mu);
 	free(dc->next_slot_ns);
+	free(dc->providers);
 	free(dc);
 }
 
@@ -560,57 +394,13 @@ wake_seq(struct dispatch_shared *s)
 	return v;
 }
 
-static bool
-sending_allowed(struct dispatch_shared *s)
+bool
+dispatch_sending_allowed(struct dispatch_shared *s)
 {
 	return s->env_enabled && atomic_load(&s->db_enabled);
 }
 
-/* Per-target rate limit, per process: waits for the target's next slot.
- * False when shutdown came first. */
-static bool
-rate_wait(struct dispatch_shared *s, struct dispatch_config *dc, int ti)
-{
-	const struct config_target *t = &dc->cfg.targets[ti];
-	long long slot, now, gap;
-
-	if (t->rate_per_second <= 0)
-		return true;
-	gap = 1000000000LL / t->rate_per_second;
-	pthread_mutex_lock(&dc->rate_mu);
-	now = mono_ns();
-	slot = dc->next_slot_ns[ti] > now ? dc->next_slot_ns[ti] : now;
-	dc->next_slot_ns[ti] = slot + gap;
-	pthread_mutex_unlock(&dc->rate_mu);
-	while ((now = mono_ns()) < slot) {
-		long long left = slot - now;
-		struct timespec ts;
-
-		if (atomic_load(&s->stopping))
-			return false;
-		if (left > 100000000LL)
-			left = 100000000LL;
-		ts.tv_sec = 0;
-		ts.tv_nsec = (long)left;
-		nanosleep(&ts, NULL);
-	}
-	return true;
-}
-
 /* --- one effect ------------------------------------------------------------- */
-
-struct job {
-	char id[40];
-	long long client_id;
-	char client[72];             /* the API client's name (its id if it has none) */
-	char *key, *type, *target, *payload, *payload_hash, *provider_key, *run_output;
-	char *run_contract;        /* the contract of the effect the run proposed, or NULL */
-	int attempt;
-	long long elapsed_ms;
-	/* reconciliation */
-	int reconcile_attempts;
-	long long not_found, errors;
-};
 
 static char *
 dup_field(const PGresult *res, int row, const char *col)
@@ -621,7 +411,7 @@ dup_field(const PGresult *res, int row, const char *col)
 }
 
 static void
-job_clear(struct job *j)
+job_clear(struct dispatch_job *j)
 {
 	free(j->key);
 	free(j->type);
@@ -635,7 +425,7 @@ job_clear(struct job *j)
 }
 
 static void
-job_read(struct job *j, const PGresult *res, int row)
+job_read(struct dispatch_job *j, const PGresult *res, int row)
 {
 	memset(j, 0, sizeof(*j));
 	snprintf(j->id, sizeof(j->id), "%s", db_get(res, row, "id"));
@@ -664,21 +454,11 @@ job_read(struct job *j, const PGresult *res, int row)
 	}
 }
 
-static int
-target_index(const struct config *cfg, const char *name)
-{
-	int i;
-
-	for (i = 0; name != NULL && i < cfg->ntargets; i++)
-		if (strcmp(cfg->targets[i].name, name) == 0)
-			return i;
-	return -1;
-}
-
-static void
-log_effect(enum log_level level, const char *event, const struct job *j,
-           const char *from, const char *to, const char *provider_id, const char *error_class,
-           const char *reason, long long duration_ms, const char *hint)
+void
+dispatch_log_effect(enum log_level level, const char *event, const struct dispatch_job *j,
+                    const char *from, const char *to, const char *provider_id,
+                    const char *error_class, const char *reason, long long duration_ms,
+                    const char *hint)
 {
 	struct log_fields f = { 0 };
 
@@ -698,124 +478,17 @@ log_effect(enum log_level level, const char *event, const struct job *j,
 	log_event(level, event, &f);
 }
 
-/* The run moved approved → completed with this effect, its last. */
-static void
-log_run_completed(const struct job *j)
-{
-	struct log_fields f = { .client = j->client[0] ? j->client : NULL, .key = j->key,
-		                .state_from = "approved", .state_to = "completed",
-		                .actor = "dispatcher", .effect_id = j->id };
-
-	log_event(LOG_LEVEL_INFO, "run.completed", &f);
-}
-
-/* What a settle transaction should do besides the compare-and-set. */
-struct settle {
-	const char *expect;          /* expected state */
-	const char *owner;           /* lease owner, or NULL (reconciliation) */
-	const char *to;              /* new state */
-	const char *provider_id;
-	const char *error_class;
-	const char *reason;
-	long long delay_ms;          /* pending / unknown: next_attempt_at */
-	const char *kind;            /* send | lookup */
-	long long duration_ms;
-	const char *attempt_class;   /* success … / found / not_found / error */
-	int status;
-	const json_t *evidence;
-	int expect_reconcile;        /* -1: any */
-	/* dead letter */
-	const char *dl_class;        /* NULL: none */
-	const char *dl_action;
-	int max_attempts;
-	int retention_days;
-	bool complete_run;
-};
-
-enum settle_rc { SETTLED = 0, SETTLE_LOST, SETTLE_DB };
-
-/* One transaction, one round trip: [lock run,] CAS + history, [dead
- * letter,] [complete run]. */
-static enum settle_rc
-settle(struct dispatch_shared *s, struct db *db, const struct job *j, const struct settle *st,
-       bool *run_completed)
-{
-	char delay[32], dur[32], status[16], maxa[16], days[16], recon[16];
-	char *ev = st->evidence != NULL ? json_dumps(st->evidence, JSON_COMPACT) : NULL;
-	char cid[24];
-	const char *lock_p[2] = { cid, j->key };
-	const char *settle_p[15] = {
-		j->id, st->expect, st->owner, st->to, st->provider_id, st->error_class,
-		st->reason, delay, st->kind, dur, s->name, st->attempt_class,
-		st->status ? status : NULL, ev != NULL ? ev : "{}",
-		st->expect_reconcile >= 0 ? recon : NULL,
-	};
-	const char *dl_p[6] = { j->id, st->dl_class, st->reason, st->dl_action, maxa, days };
-	struct db_call calls[4];
-	int n = 0, i_settle, i_dl = -1, i_run = -1, k;
-	enum settle_rc rc = SETTLE_DB;
-
-	snprintf(cid, sizeof(cid), "%lld", j->client_id);
-	snprintf(delay, sizeof(delay), "%lld", st->delay_ms > 0 ? st->delay_ms : 0);
-	snprintf(dur, sizeof(dur), "%lld", st->duration_ms);
-	snprintf(status, sizeof(status), "%d", st->status);
-	snprintf(maxa, sizeof(maxa), "%d", st->max_attempts);
-	snprintf(days, sizeof(days), "%d", st->retention_days);
-	snprintf(recon, sizeof(recon), "%d", st->expect_reconcile);
-	memset(calls, 0, sizeof(calls));
-	*run_completed = false;
-	if (st->complete_run) {
-		calls[n].stmt = &st_lock_run;
-		calls[n++].params = lock_p;
-	}
-	i_settle = n;
-	calls[n].stmt = &st_settle;
-	calls[n++].params = settle_p;
-	if (st->dl_class != NULL) {
-		i_dl = n;
-		calls[n].stmt = &st_dead_letter;
-		calls[n++].params = dl_p;
-	}
-	if (st->complete_run) {
-		i_run = n;
-		calls[n].stmt = &st_run_complete;
-		calls[n++].params = lock_p;
-	}
-	(void)db_pipeline_tx(db, calls, n);
-	for (k = 0; k < n; k++)
-		if (calls[k].rc != DB_OK)
-			goto out;
-	if (PQntuples(calls[i_settle].res) != 1) {
-		rc = SETTLE_LOST;
-		goto out;
-	}
-	(void)i_dl;
-	if (db_commit(db) != DB_OK)
-		goto out_noroll;
-	if (i_run >= 0)
-		*run_completed = PQntuples(calls[i_run].res) == 1;
-	rc = SETTLED;
-	goto out_noroll;
-out:
-	db_rollback(db);
-out_noroll:
-	for (k = 0; k < n; k++)
-		PQclear(calls[k].res);
-	free(ev);
-	return rc;
-}
-
 /* Marks and counts effects held back by the kill switch (effect_id: that
  * one, or NULL: any due one); how many were new, -1 on a database error. */
-static long long
-hold(struct db *db, const char *effect_id)
+long long
+dispatch_hold(struct db *db, const char *effect_id)
 {
 	char lim[16];
 	const char *p[2] = { effect_id, lim };
 	PGresult *res = NULL;
 	long long n;
 
-	snprintf(lim, sizeof(lim), "%d", effect_id != NULL ? 1 : 10 * TICK_BATCH);
+	snprintf(lim, sizeof(lim), "%d", effect_id != NULL ? 1 : 10 * DISPATCH_TICK_BATCH);
 	if (db_exec(db, &st_hold, p, &res) != DB_OK)
 		return -1;
 	n = PQntuples(res) == 1 ? db_get_ll(res, 0, "n") : 0;
@@ -823,8 +496,9 @@ hold(struct db *db, const char *effect_id)
 	return n;
 }
 
-static bool
-release(struct dispatch_shared *s, struct db *db, const struct job *j, int delay_s)
+bool
+dispatch_release(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j,
+                          int delay_s)
 {
 	char d[16];
 	const char *p[3] = { j->id, s->owner, d };
@@ -841,63 +515,14 @@ release(struct dispatch_shared *s, struct db *db, const struct job *j, int delay
 
 /* What one send of target t needs of its lease (no rate-limit wait: it is
  * over by the time of the check). */
-static int
-lease_need_s_t(const struct config_target *t)
+int
+dispatch_send_lease_s(const struct config_target *t)
 {
-	return LEASE_MARGIN_S + 2 * (t->timeout_ms / 1000 + 1);
+	return DISPATCH_LEASE_MARGIN_S + 2 * (t->timeout_ms / 1000 + 1);
 }
 
-/* Is sending this effect allowed right now? Reads the kill switch's
- * database half and the lease; renews a lease too short for the send.
- * 1: send; 0: blocked by the switch; -1: not ours any more / no database. */
-static int
-presend_check(struct dispatch_shared *s, struct db *db, const struct job *j,
-              const struct config_target *t, int lease_s)
-{
-	const char *p[2] = { j->id, s->owner };
-	PGresult *res = NULL;
-	const char *enabled, *owned, *left;
-	int rc = -1;
-
-	if (db_exec(db, &st_check, p, &res) != DB_OK)
-		return -1;
-	if (PQntuples(res) != 1)
-		goto out;
-	enabled = db_get(res, 0, "enabled");
-	owned = db_get(res, 0, "owned");
-	left = db_get(res, 0, "lease_left");
-	atomic_store(&s->db_enabled, enabled != NULL && enabled[0] == 't');
-	if (owned == NULL || owned[0] != 't')
-		goto out;
-	if (!s->env_enabled || enabled == NULL || enabled[0] != 't') {
-		rc = 0;
-		goto out;
-	}
-	/* keep_batch_leased() made the lease long enough for this send; one
-	 * that is not (a clock far off, a renewal that failed) is renewed. */
-	if (left == NULL || atof(left) < lease_need_s_t(t)) {
-		char secs[16];
-		const char *rp[3] = { j->id, s->owner, secs };
-		PGresult *r2 = NULL;
-		int need = 2 * lease_need_s_t(t);
-
-		snprintf(secs, sizeof(secs), "%d", need > lease_s ? need : lease_s);
-		if (db_exec(db, &st_renew, rp, &r2) != DB_OK)
-			goto out;
-		if (PQntuples(r2) != 1) {
-			PQclear(r2);
-			goto out;
-		}
-		PQclear(r2);
-	}
-	rc = 1;
-out:
-	PQclear(res);
-	return rc;
-}
-
-static const char *
-next_action_for(const char *dl_class)
+const char *
+dispatch_next_action(const char *dl_class)
 {
 	if (strcmp(dl_class, "unknown") == 0)
 		return "find out whether the provider acted, then `oncegatectl reconcile EFFECT "
@@ -907,345 +532,6 @@ next_action_for(const char *dl_class)
 		       "`oncegatectl reject EFFECT`";
 	return "fix the cause (payload, credentials, target), then `oncegatectl replay KEY "
 	       "--new-key NEWKEY` or `oncegatectl reject EFFECT`";
-}
-
-enum recheck { RECHECK_SEND = 0, RECHECK_REFUSED, RECHECK_HOLD, RECHECK_NOMEM };
-
-/* Right before the send: the payload that goes out, built and checked
- * again against the run's output and, for the effect the run proposed,
- * its contract as loaded now (effect.h). *text is what to send (the stored
- * text when nothing was added); RECHECK_REFUSED leaves evidence and a
- * reason in *at. */
-static enum recheck
-recheck(const struct dispatch_config *dc, const struct config_target *t, const struct job *j,
-        char **text, struct adapter_attempt *at)
-{
-	const struct contract *c = NULL;
-	json_t *payload = NULL, *output = NULL, *errors = NULL, *sent = NULL;
-	enum recheck rc = RECHECK_NOMEM;
-
-	*text = NULL;
-	if (j->run_contract != NULL) {
-		c = dc->contracts != NULL ? contract_find(dc->contracts, j->run_contract) : NULL;
-		if (c == NULL)
-			return RECHECK_HOLD;
-	}
-	payload = j->payload != NULL ? json_loads(j->payload, JSON_DECODE_ANY, NULL) : NULL;
-	output = j->run_output != NULL ? json_loads(j->run_output, JSON_DECODE_ANY, NULL) : NULL;
-	errors = json_array();
-	if (errors == NULL)
-		goto out;
-	sent = effect_build(c, j->type, strcmp(t->kind, "smtp") == 0, payload, output,
-	                    EFFECT_AT_SEND, errors);
-	if (sent == NULL && json_array_size(errors) == 0)
-		goto out;
-	if (sent == NULL) {
-		const json_t *e0 = json_array_get(errors, 0);
-
-		snprintf(at->invalid_reason, sizeof(at->invalid_reason), "%s %s",
-		         json_string_value(json_object_get(e0, "path")),
-		         json_string_value(json_object_get(e0, "message")));
-		at->invalid = true;
-		at->duration_ms = 1;
-		at->evidence = json_pack("{s:s, s:O, s:b}", "invalid", at->invalid_reason,
-		                         "errors", errors, "request_sent", 0);
-		rc = RECHECK_REFUSED;
-		goto out;
-	}
-	*text = payload != NULL && json_equal(sent, payload)
-	            ? strdup(j->payload)
-	            : json_dumps(sent, JSON_COMPACT | JSON_ENCODE_ANY);
-	rc = *text != NULL ? RECHECK_SEND : RECHECK_NOMEM;
-out:
-	json_decref(payload);
-	json_decref(output);
-	json_decref(errors);
-	json_decref(sent);
-	return rc;
-}
-
-/* Sends one claimed effect and settles it. */
-static void
-process(struct dispatch_shared *s, struct db *db, struct adapter *ad, struct job *j)
-{
-	struct dispatch_config *dc = dispatch_config_get(s);
-	const struct config *cfg = &dc->cfg;
-	int ti = target_index(cfg, j->target), chk;
-	const struct config_target *t = ti >= 0 ? &cfg->targets[ti] : NULL;
-	struct adapter_effect e = { j->id, j->type, j->provider_key, NULL };
-	struct adapter_attempt at;
-	char *sent = NULL;
-	enum recheck rck;
-	struct outcome o;
-	struct settle st;
-	const char *hint = NULL;
-	bool run_done = false;
-	enum settle_rc src;
-
-	memset(&at, 0, sizeof(at));
-	memset(&st, 0, sizeof(st));
-	st.expect = "sending";
-	st.owner = s->owner;
-	st.kind = "send";
-	st.expect_reconcile = -1;
-	st.retention_days = cfg->retention_days;
-
-	if (t == NULL) {
-		/* Nothing can be sent to a target this dispatcher does not know:
-		 * nothing went out, so a later resume is safe. */
-		at.evidence = json_pack("{s:s, s:b}", "invalid", "target not configured",
-		                        "request_sent", 0);
-		at.duration_ms = 1;
-		st.to = "failed";
-		st.error_class = "permanent";
-		st.reason = "target_not_configured";
-		st.attempt_class = "permanent";
-		st.dl_class = "permanent";
-		st.max_attempts = 1;
-		goto settle_it;
-	}
-	st.max_attempts = t->max_attempts;
-	if (!rate_wait(s, dc, ti)) {
-		(void)release(s, db, j, 0);
-		goto out;
-	}
-	chk = presend_check(s, db, j, t, cfg->dispatch_lease_seconds);
-	if (chk < 0) {
-		log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", NULL, NULL, NULL,
-		           "lease no longer held or database unavailable: not sent", 0,
-		           "another dispatcher or the lease sweep owns it now");
-		goto out;
-	}
-	if (chk == 0) {
-		if (release(s, db, j, 0)) {
-			j->attempt--;
-			(void)hold(db, j->id);
-			log_effect(LOG_LEVEL_NOTICE, "dispatch.blocked", j, "sending", "pending", NULL,
-			           NULL, s->env_enabled ? "kill switch off (database flag)"
-			                                : "kill switch off (AI_ACTIONS_ENABLED)",
-			           0, "oncegatectl kill-switch status");
-		}
-		goto out;
-	}
-
-	rck = recheck(dc, t, j, &sent, &at);
-	if (rck == RECHECK_HOLD || rck == RECHECK_NOMEM) {
-		/* Not checked, so not sent: pending again, the attempt given back. */
-		if (release(s, db, j, HOLD_S))
-			log_effect(LOG_LEVEL_WARNING, "effect.held", j, "sending", "pending", NULL,
-			           NULL, rck == RECHECK_HOLD ? "contract_not_loaded" : "out_of_memory",
-			           0, rck == RECHECK_HOLD ? "the run's contract is not loaded here: "
-			                                    "check contracts_dir, then SIGHUP"
-			                                  : NULL);
-		goto out;
-	}
-	log_effect(LOG_LEVEL_INFO, "effect.claimed", j, "pending", "sending", NULL, NULL, NULL,
-	           0, NULL);
-	if (rck == RECHECK_SEND) {
-		e.payload = sent;
-		adapter_send(ad, t, &e, &at);
-	}
-	if (at.invalid) {
-		/* Nothing went out: what cannot be sent as approved never is. */
-		o.cls = OUTCOME_PERMANENT;
-		o.reason = REASON_INVALID_INPUT;
-		o.retry_after_ms = -1;
-		st.reason = "payload_invalid";
-		hint = at.invalid_reason;
-	} else {
-		o = classify_attempt(&at.r, time(NULL));
-		st.reason = classify_reason_name(o.reason);
-		log_effect(LOG_LEVEL_INFO, "effect.sent", j, NULL, NULL, at.provider_id,
-		           classify_class_name(o.cls), st.reason, at.duration_ms, NULL);
-	}
-	st.error_class = classify_class_name(o.cls);
-	st.attempt_class = st.error_class;
-	st.status = at.r.status;
-	st.provider_id = at.provider_id[0] ? at.provider_id : NULL;
-	switch (o.cls) {
-	case OUTCOME_SUCCESS:
-		st.to = "completed";
-		st.complete_run = true;
-		break;
-	case OUTCOME_TRANSIENT: {
-		struct retry_policy p = { t->max_attempts, t->base_ms, t->cap_ms,
-			                  (long)t->max_elapsed_s * 1000L, t->jitter_percent / 100.0 };
-		unsigned char rb[4];
-		double rnd = 0.5;
-		long delay = -1;
-		enum retry_decision d;
-
-		if (digest_random(rb, sizeof(rb)) == 0)
-			rnd = (double)(((unsigned)rb[0] << 24 | (unsigned)rb[1] << 16 |
-			                (unsigned)rb[2] << 8 | rb[3]) >> 8) / 16777216.0;
-		d = backoff_next(&p, &o, j->attempt, (long)(j->elapsed_ms + at.duration_ms), rnd,
-		                 &delay);
-		if (d == RETRY_AT) {
-			st.to = "pending";
-			st.delay_ms = delay;
-		} else {
-			st.to = "failed";
-			st.dl_class = "exhausted";
-			hint = backoff_decision_name(d);
-		}
-		break;
-	}
-	case OUTCOME_PERMANENT:
-		st.to = "failed";
-		st.dl_class = "permanent";
-		break;
-	case OUTCOME_AMBIGUOUS:
-	default:
-		st.to = "unknown";
-		if (t->lookup_url[0] != '\0')
-			st.delay_ms = (long long)cfg->reconcile_interval_seconds * 1000;
-		else
-			st.dl_class = "unknown";
-		break;
-	}
-settle_it:
-	if (st.dl_class != NULL)
-		st.dl_action = next_action_for(st.dl_class);
-	st.duration_ms = at.duration_ms;
-	st.evidence = at.evidence;
-	src = settle(s, db, j, &st, &run_done);
-	if (src == SETTLE_LOST) {
-		log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", st.to,
-		           st.provider_id, st.error_class, st.reason, at.duration_ms,
-		           "the lease ran out during the send; the sweep made it unknown");
-		goto out;
-	}
-	/* as the attempt history now says (a lost settle: the sweep's row) */
-	if (src == SETTLED)
-		metrics_count_attempt(j->target, st.attempt_class, j->attempt > 1, false);
-	if (src == SETTLE_DB) {
-		/* The outcome is lost with the connection; the lease runs out and
-		 * the sweep makes it unknown: never resent blindly. */
-		log_effect(LOG_LEVEL_ERROR, "effect.settle_failed", j, "sending", st.to,
-		           st.provider_id, st.error_class, db_error(db), at.duration_ms,
-		           "the database did not take the outcome; the lease sweep will mark it unknown");
-		goto out;
-	}
-	if (strcmp(st.to, "completed") == 0) {
-		log_effect(LOG_LEVEL_INFO, "effect.completed", j, "sending", "completed",
-		           st.provider_id, "success", st.reason, at.duration_ms, NULL);
-		if (run_done)
-			log_run_completed(j);
-	} else if (strcmp(st.to, "pending") == 0) {
-		char next[64];
-
-		snprintf(next, sizeof(next), "next attempt in %lld ms", st.delay_ms);
-		log_effect(LOG_LEVEL_NOTICE, "effect.retry_scheduled", j, "sending", "pending", NULL,
-		           st.error_class, st.reason, at.duration_ms, next);
-	} else if (strcmp(st.to, "unknown") == 0) {
-		log_effect(LOG_LEVEL_WARNING, "effect.unknown", j, "sending", "unknown", NULL,
-		           st.error_class, st.reason, at.duration_ms,
-		           t != NULL && t->lookup_url[0] ? "will be reconciled through the lookup URL"
-		                                         : "not resent; waits for an operator");
-	} else {
-		log_effect(LOG_LEVEL_WARNING, "effect.failed", j, "sending", "failed", NULL,
-		           st.error_class, st.reason, at.duration_ms, hint);
-	}
-	if (st.dl_class != NULL)
-		log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", j, NULL, st.to, NULL,
-		           st.dl_class, st.reason, 0, st.dl_action);
-out:
-	adapter_attempt_clear(&at);
-	free(sent);
-	dispatch_config_put(s, dc);
-}
-
-/* Looks up one unknown effect at its target. */
-static void
-reconcile(struct dispatch_shared *s, struct db *db, struct adapter *ad, struct job *j)
-{
-	struct dispatch_config *dc = dispatch_config_get(s);
-	const struct config *cfg = &dc->cfg;
-	const struct config_target *t = config_target(cfg, j->target);
-	struct adapter_attempt at;
-	struct settle st;
-	enum lookup_result lr;
-	bool run_done = false;
-	enum settle_rc src;
-
-	memset(&at, 0, sizeof(at));
-	memset(&st, 0, sizeof(st));
-	if (t == NULL || t->lookup_url[0] == '\0' || !sending_allowed(s))
-		goto out;
-	lr = adapter_lookup(ad, t, j->provider_key, &at);
-	st.expect = "unknown";
-	st.kind = "lookup";
-	st.expect_reconcile = j->reconcile_attempts;
-	st.status = at.r.status;
-	st.duration_ms = at.duration_ms;
-	st.evidence = at.evidence;
-	st.max_attempts = t->max_attempts;
-	st.retention_days = cfg->retention_days;
-	st.delay_ms = (long long)cfg->reconcile_interval_seconds * 1000;
-	if (lr == LOOKUP_FOUND) {
-		st.to = "completed";
-		st.provider_id = at.provider_id;
-		st.error_class = "success";
-		st.reason = "reconciled_found";
-		st.attempt_class = "found";
-		st.complete_run = true;
-	} else if (lr == LOOKUP_NOT_FOUND) {
-		st.attempt_class = "not_found";
-		st.error_class = "ambiguous";
-		if (j->not_found + 1 >= RECONCILE_NOT_FOUND_TO_RESUME &&
-		    (j->attempt >= t->max_attempts ||
-		     j->elapsed_ms >= (long long)t->max_elapsed_s * 1000)) {
-			/* Known not delivered, and the budget is spent: an
-			 * operator decides (resume is safe). */
-			st.to = "failed";
-			st.reason = "reconciled_not_found";
-			st.dl_class = "exhausted";
-			st.dl_action = next_action_for("exhausted");
-		} else if (j->not_found + 1 >= RECONCILE_NOT_FOUND_TO_RESUME) {
-			/* Known not delivered: resumed with the same key. */
-			st.to = "pending";
-			st.delay_ms = 0;
-			st.reason = "reconciled_not_found";
-		} else {
-			st.to = "unknown";
-			st.reason = "lookup_not_found_once";
-		}
-	} else {
-		st.attempt_class = "error";
-		st.error_class = "ambiguous";
-		st.to = "unknown";
-		st.reason = "lookup_failed";
-		if (j->errors + 1 >= RECONCILE_ERRORS_TO_DEAD_LETTER) {
-			st.dl_class = "unknown";
-			st.dl_action = next_action_for("unknown");
-			st.delay_ms = 365LL * 86400 * 1000; /* stop asking: an operator decides */
-		}
-	}
-	src = settle(s, db, j, &st, &run_done);
-	if (src != SETTLED) {
-		log_effect(LOG_LEVEL_WARNING, "effect.reconcile_lost", j, "unknown", st.to, NULL, NULL,
-		           src == SETTLE_LOST ? "changed by someone else meanwhile" : db_error(db),
-		           at.duration_ms, NULL);
-		goto out;
-	}
-	if (lr == LOOKUP_FOUND || strcmp(st.to, "pending") == 0 || strcmp(st.to, "failed") == 0)
-		log_effect(LOG_LEVEL_INFO, "effect.reconciled", j, "unknown", st.to,
-		           st.provider_id, st.error_class, st.reason, at.duration_ms,
-		           lr == LOOKUP_FOUND ? "the provider has it: completed without resending"
-		           : strcmp(st.to, "pending") == 0
-		                   ? "the provider does not have it: resumed with the same key"
-		                   : "the provider does not have it and the retry budget is spent");
-	else
-		log_effect(LOG_LEVEL_NOTICE, "effect.reconcile_pending", j, "unknown", "unknown", NULL,
-		           st.error_class, st.reason, at.duration_ms, NULL);
-	if (st.dl_class != NULL)
-		log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", j, NULL, "unknown", NULL,
-		           st.dl_class, st.reason, 0, st.dl_action);
-	if (run_done)
-		log_run_completed(j);
-out:
-	adapter_attempt_clear(&at);
-	dispatch_config_put(s, dc);
 }
 
 /* --- the worker --------------------------------------------------------------- */
@@ -1301,7 +587,7 @@ lookup_targets(const struct config *cfg)
 }
 
 static int
-claim_reconcile(struct dispatch_shared *s, struct db *db, struct adapter *ad)
+claim_reconcile(struct dispatch_shared *s, struct db *db, struct provider_conn *pc)
 {
 	struct dispatch_config *dc = dispatch_config_get(s);
 	char *targets = lookup_targets(&dc->cfg);
@@ -1321,10 +607,10 @@ claim_reconcile(struct dispatch_shared *s, struct db *db, struct adapter *ad)
 	free(targets);
 	n = PQntuples(res);
 	for (i = 0; i < n; i++) {
-		struct job j;
+		struct dispatch_job j;
 
 		job_read(&j, res, i);
-		reconcile(s, db, ad, &j);
+		dispatch_effect_reconcile(s, db, pc, &j);
 		job_clear(&j);
 	}
 	PQclear(res);
@@ -1350,8 +636,8 @@ lease_need_s(const struct config *cfg, const char *target)
 	const struct config_target *t = config_target(cfg, target);
 
 	if (t == NULL)
-		return LEASE_MARGIN_S;
-	return lease_need_s_t(t) +
+		return DISPATCH_LEASE_MARGIN_S;
+	return dispatch_send_lease_s(t) +
 	       (t->rate_per_second > 0 ? cfg->dispatch_workers / t->rate_per_second + 1 : 0);
 }
 
@@ -1365,7 +651,7 @@ keep_batch_leased(struct dispatch_shared *s, struct db *db, const PGresult *res,
 	int need = lease_need_s(&dc->cfg, db_get(res, from, "target"));
 	int secs = dc->cfg.dispatch_lease_seconds > 2 * need ? dc->cfg.dispatch_lease_seconds
 	                                                     : 2 * need;
-	long long t0 = mono_ns();
+	long long t0 = dispatch_mono_ns();
 	char lease[16], *ids;
 	const char *p[3];
 	PGresult *r = NULL;
@@ -1426,7 +712,7 @@ dispatch_worker(void *arg)
 	struct dispatch_shared *s = arg;
 	struct dispatch_config *dc = dispatch_config_get(s);
 	struct db *db = db_new(dc->cfg.database, dc->cfg.statement_timeout_ms);
-	struct adapter *ad = adapter_new();
+	struct provider_conn *pc = provider_conn_new();
 	int slot = atomic_fetch_add(&s->next_slot, 1);
 	/* How many effects the next claim takes: no more than this worker
 	 * expects to start within CLAIM_AHEAD_MS (from the last batch's pace),
@@ -1437,7 +723,7 @@ dispatch_worker(void *arg)
 	int ahead = 1;
 
 	dispatch_config_put(s, dc);
-	if (db == NULL || ad == NULL) {
+	if (db == NULL || pc == NULL) {
 		log_event(LOG_LEVEL_ERROR, "dispatch.worker_failed", NULL);
 		goto out;
 	}
@@ -1459,29 +745,29 @@ dispatch_worker(void *arg)
 		dispatch_config_put(s, dc);
 
 		/* the local estimate of the batch's lease starts before the claim */
-		until = mono_ns() + (long long)lease_s * 1000000000LL;
-		if (sending_allowed(s) && db_exec(db, &st_claim, p, &res) == DB_OK) {
-			long long t0 = mono_ns(), per;
+		until = dispatch_mono_ns() + (long long)lease_s * 1000000000LL;
+		if (dispatch_sending_allowed(s) && db_exec(db, &st_claim, p, &res) == DB_OK) {
+			long long t0 = dispatch_mono_ns(), per;
 
 			n = PQntuples(res);
 			for (i = 0; i < n; i++) {
-				struct job j;
+				struct dispatch_job j;
 
 				job_read(&j, res, i);
 				if (atomic_load(&s->stopping)) {
 					/* shutdown: the rest of the batch goes back */
-					(void)release(s, db, &j, 0);
+					(void)dispatch_release(s, db, &j, 0);
 				} else {
 					keep_batch_leased(s, db, res, i, &until);
 					set_inflight(s, slot, j.id);
-					process(s, db, ad, &j);
+					dispatch_effect_send(s, db, pc, &j);
 					set_inflight(s, slot, "");
 				}
 				job_clear(&j);
 			}
 			PQclear(res);
 			if (n > 0) {
-				per = (mono_ns() - t0) / n;
+				per = (dispatch_mono_ns() - t0) / n;
 				ahead = per <= 0 ? 1 << 20
 				                 : (int)((long long)CLAIM_AHEAD_MS * 1000000LL / per > 1 << 20
 				                             ? 1 << 20
@@ -1490,229 +776,13 @@ dispatch_worker(void *arg)
 					ahead = 1;
 			}
 		}
-		if (n == 0 && sending_allowed(s) && !atomic_load(&s->stopping))
-			n = claim_reconcile(s, db, ad);
+		if (n == 0 && dispatch_sending_allowed(s) && !atomic_load(&s->stopping))
+			n = claim_reconcile(s, db, pc);
 		if (n == 0)
 			wait_wake(s, seen, poll_ms);
 	}
 out:
-	adapter_free(ad);
+	provider_conn_free(pc);
 	db_free(db);
 	return NULL;
-}
-
-/* --- the tick ------------------------------------------------------------------ */
-
-static void
-expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg)
-{
-	char limit[16], maxa[16], days[16];
-	const char *p[2] = { limit, s->name };
-	PGresult *res = NULL;
-	bool *lettered = NULL;
-	int i, n;
-
-	/* The effect turns unknown and, where no lookup URL can settle it, gets
-	 * its dead letter in the same transaction: a dispatcher that dies in
-	 * between never leaves an unknown effect nobody is told about. */
-	snprintf(limit, sizeof(limit), "%d", TICK_BATCH);
-	snprintf(days, sizeof(days), "%d", cfg->retention_days);
-	if (db_begin(db) != DB_OK)
-		return;
-	if (db_exec(db, &st_expire_leases, p, &res) != DB_OK)
-		goto fail;
-	n = PQntuples(res);
-	if (n == 0) {
-		PQclear(res);
-		if (db_commit(db) != DB_OK)
-			db_rollback(db);
-		return;
-	}
-	lettered = calloc((size_t)n, sizeof(*lettered));
-	if (lettered == NULL)
-		goto fail;
-	for (i = 0; i < n; i++) {
-		const struct config_target *t = config_target(cfg, db_get(res, i, "target"));
-		const char *dp[6] = { db_get(res, i, "id"), "unknown", "lease_expired_while_sending",
-			              next_action_for("unknown"), maxa, days };
-		PGresult *r2 = NULL;
-
-		if (t != NULL && t->lookup_url[0] != '\0')
-			continue;
-		snprintf(maxa, sizeof(maxa), "%d", t != NULL ? t->max_attempts : 0);
-		if (db_exec(db, &st_dead_letter, dp, &r2) != DB_OK)
-			goto fail;
-		lettered[i] = PQntuples(r2) == 1;
-		PQclear(r2);
-	}
-	if (db_commit(db) != DB_OK)
-		goto fail;
-	for (i = 0; i < n; i++) {
-		struct job j = { 0 };
-		const struct config_target *t;
-
-		snprintf(j.id, sizeof(j.id), "%s", db_get(res, i, "id"));
-		j.key = (char *)(uintptr_t)db_get(res, i, "idempotency_key");
-		j.target = (char *)(uintptr_t)db_get(res, i, "target");
-		j.attempt = (int)db_get_ll(res, i, "attempt");
-		snprintf(j.client, sizeof(j.client), "%s", db_get(res, i, "client_name") ?: "");
-		metrics_count_attempt(j.target, "ambiguous", j.attempt > 1, true);
-		t = config_target(cfg, j.target);
-		log_effect(LOG_LEVEL_WARNING, "effect.unknown", &j, "sending", "unknown", NULL,
-		           "ambiguous", "lease_expired_while_sending", 0,
-		           t != NULL && t->lookup_url[0] ? "will be reconciled through the lookup URL"
-		                                         : "not resent; waits for an operator");
-		if (lettered[i])
-			log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", &j, NULL, "unknown", NULL,
-			           "unknown", "lease_expired_while_sending", 0,
-			           next_action_for("unknown"));
-	}
-	free(lettered);
-	PQclear(res);
-	return;
-fail:
-	db_rollback(db);
-	free(lettered);
-	PQclear(res);
-}
-
-/* One run whose approval expired: challenges expired, run failed_terminal,
- * and the workflow told through its callback, in one transaction. */
-static void
-expire_run(struct db *db, long long client_id, const char *client_name, const char *key)
-{
-	char client[24], id[OUTBOX_ID_LEN] = "", nb[OUTBOX_TS_LEN];
-	const char *p[2] = { client, key };
-	PGresult *ra = NULL, *rr = NULL;
-	const char *callback;
-	char *payload = NULL;
-	char hash[CANON_HASH_LEN];
-	struct log_fields f = { 0 };
-
-	snprintf(client, sizeof(client), "%lld", client_id);
-	if (db_begin(db) != DB_OK)
-		return;
-	if (db_exec(db, &st_expire_approvals, p, &ra) != DB_OK ||
-	    db_exec(db, &st_expire_run, p, &rr) != DB_OK)
-		goto fail;
-	f.client = client_name;
-	f.key = key;
-	f.actor = "dispatcher";
-	f.reason = "approval_expired";
-	if (PQntuples(rr) == 1) {
-		f.state_from = "awaiting_human";
-		f.state_to = "failed_terminal";
-		f.decision = "expired";
-		f.version = db_get_ll(rr, 0, "version");
-		f.correlation_id = db_get(rr, 0, "correlation_id");
-		f.workflow_version = db_get(rr, 0, "workflow_version");
-		callback = db_get(rr, 0, "callback_url");
-		if (callback != NULL) {
-			json_t *cb = json_pack("{s:s, s:s, s:s}", "url", callback, "key", key,
-			                       "decision", "expired");
-			char *text = cb != NULL ? json_dumps(cb, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-			char *canon = NULL;
-			size_t clen = 0;
-			struct outbox_effect e = { 0 };
-
-			json_decref(cb);
-			if (text == NULL ||
-			    canon_json(text, strlen(text), &canon, &clen) != CANON_OK) {
-				free(text);
-				goto fail;
-			}
-			free(text);
-			canon_hash(canon, clen, hash);
-			payload = canon;
-			e.client_id = client_id;
-			e.key = key;
-			e.type = "decision.callback";
-			e.target = "callback";
-			e.payload = payload;
-			e.payload_hash = hash;
-			if (outbox_enqueue(db, &e, id, nb) != OUTBOX_OK)
-				goto fail;
-		}
-	}
-	if (db_commit(db) != DB_OK)
-		goto done;
-	if (PQntuples(ra) > 0)
-		log_event(LOG_LEVEL_NOTICE, "approval.expired", &f);
-	if (id[0] != '\0') {
-		struct log_fields e = { .client = client_name, .key = key, .effect_id = id,
-			                .target = "callback", .decision = "expired" };
-
-		log_event(LOG_LEVEL_INFO, "effect.enqueued", &e);
-	}
-	goto done;
-fail:
-	db_rollback(db);
-	log_event(LOG_LEVEL_ERROR, "approval.expire_failed", &f);
-done:
-	PQclear(ra);
-	PQclear(rr);
-	free(payload);
-}
-
-static void
-expire_approvals(struct db *db)
-{
-	char limit[16];
-	const char *p[1] = { limit };
-	PGresult *res = NULL;
-	int i;
-
-	snprintf(limit, sizeof(limit), "%d", TICK_BATCH);
-	if (db_exec(db, &st_expired_runs, p, &res) != DB_OK)
-		return;
-	for (i = 0; i < PQntuples(res); i++)
-		expire_run(db, db_get_ll(res, i, "client_id"), db_get(res, i, "client_name"),
-		           db_get(res, i, "idempotency_key"));
-	PQclear(res);
-}
-
-bool
-dispatch_tick(struct dispatch_shared *s, struct db *db)
-{
-	static long long last_blocked_log;
-	struct dispatch_config *dc = dispatch_config_get(s);
-	PGresult *res = NULL;
-	bool was, now_on;
-	const char *sp[1] = { s->env_enabled ? "true" : "false" };
-
-	if (db_exec(db, &st_switch, sp, &res) != DB_OK) {
-		dispatch_config_put(s, dc);
-		return false;
-	}
-	was = atomic_load(&s->db_enabled);
-	now_on = PQntuples(res) == 1 && db_get(res, 0, "actions_enabled")[0] == 't';
-	atomic_store(&s->db_enabled, now_on);
-	if (!s->env_enabled || !now_on) {
-		long long due = PQntuples(res) == 1 ? db_get_ll(res, 0, "due") : 0;
-		long long t = mono_ns();
-
-		/* each effect held back is counted once (metrics) */
-		if (due > 0)
-			(void)hold(db, NULL);
-
-		/* Held back by the switch: said at most every 30 s per process. */
-		if (due > 0 && (last_blocked_log == 0 || t - last_blocked_log > 30000000000LL)) {
-			struct log_fields f = { .count = due,
-				                .reason = !s->env_enabled ? "AI_ACTIONS_ENABLED is not true"
-				                                          : "database flag off",
-				                .hint = "oncegatectl kill-switch status" };
-
-			log_event(LOG_LEVEL_NOTICE, "dispatch.blocked", &f);
-			last_blocked_log = t;
-		}
-	} else {
-		last_blocked_log = 0;
-		if (!was)
-			dispatch_wake(s);
-	}
-	PQclear(res);
-	expire_leases(s, db, &dc->cfg);
-	expire_approvals(db);
-	dispatch_config_put(s, dc);
-	return true;
 }

@@ -1,7 +1,8 @@
 /*
  * dispatch.h — the outbox dispatcher's rules: claim, send,
- * settle, reconcile, and the housekeeping tick. oncegate-dispatch
- * (src/dispatch/main.c) runs the threads; everything it decides is here.
+ * settle, reconcile (dispatch.c, dispatch_effect.c), and the housekeeping
+ * tick (dispatch_tick.h). oncegate-dispatch (src/dispatcher/) runs the
+ * threads and the schedule; everything it decides is here.
  *
  * Concurrency: a pool of worker threads, each with its own database
  * connection and its own libcurl handle, each sending one effect at a time
@@ -17,7 +18,7 @@
  *   check     right before the send: the kill switch (environment AND the
  *             database flag), that the lease is still ours and long enough
  *             for the send; blocked → back to pending, counted, logged;
- *   send      the adapter (adapter.h), then the classifier (classify.h);
+ *   send      the target's provider (provider.h), then the classifier (classify.h);
  *   settle    one transaction, compare-and-set on (sending, our lease):
  *             success → completed (and the run, when all its effects are);
  *             transient → pending at the backoff (backoff.h), or failed +
@@ -39,6 +40,7 @@
 #include "config.h"
 #include "contract.h"
 #include "db.h"
+#include "provider.h"
 
 /* A configuration in use, shared by the workers and replaced on SIGHUP; the
  * last holder frees it. Per-target rate state lives with it, so a reload
@@ -50,6 +52,7 @@ struct dispatch_config {
 	int refs;                       /* under dispatch_shared.cfg_mu */
 	pthread_mutex_t rate_mu;
 	long long *next_slot_ns;        /* per target, CLOCK_MONOTONIC */
+	const struct provider **providers; /* per target, from its kind */
 };
 
 struct dispatch_shared {
@@ -88,10 +91,6 @@ void dispatch_wake(struct dispatch_shared *s);
 /* One worker thread's loop; returns when stopping is set and its work is
  * finished or released. arg: struct dispatch_shared *. */
 void *dispatch_worker(void *arg);
-
-/* The housekeeping tick, run by the main thread every poll interval on its
- * own connection. Returns false when the database is unreachable. */
-bool dispatch_tick(struct dispatch_shared *s, struct db *db);
 
 /* SIGTERM past the deadline: every effect this process claimed but is not
  * sending right now goes back to pending (nothing of it went out). Returns

@@ -1,6 +1,6 @@
 /*
  * fuzz_classify.c — the outcome classifier and the retry schedule
- * (src/lib/classify.c, backoff.c): everything an adapter can observe, as
+ * (src/lib/classify.c, backoff.c): everything a provider can observe, as
  * fuzzed input.
  *
  * Input: five bytes (kind, transport error, flags, status high, status

@@ -1,7 +1,7 @@
 /*
  * fuzz_mail.c — the message an SMTP effect becomes (src/lib/effect.c builds
  * the payload that goes out from the effect payload and the run's approved
- * output, src/lib/adapter.c adapter_smtp_message the message): both are
+ * output, src/lib/provider_smtp.c provider_smtp_message the message): both are
  * fuzzed input, as they come from a workflow and a model.
  *
  * Input: NUL-separated fields: the payload (JSON text), the run's output
@@ -24,7 +24,7 @@
 
 #include <jansson.h>
 
-#include "adapter.h"
+#include "provider.h"
 #include "caps.h"
 #include "config.h"
 #include "effect.h"
@@ -56,7 +56,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *payload = fuzzlib_field(&in), *output = fuzzlib_field(&in);
 	char *pkey = fuzzlib_field(&in);
 	struct config_target t;
-	struct adapter_effect e = { "00000000-0000-4000-8000-000000000000", "email.send", pkey,
+	struct provider_effect e = { "00000000-0000-4000-8000-000000000000", "email.send", pkey,
 		                    NULL };
 	json_t *rcpt = NULL, *v, *pj, *oj, *errors = json_array(), *sent;
 	char why[160], mid[300], *msg = NULL, *p, *end, *text = NULL;
@@ -72,9 +72,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	json_decref(pj);
 	json_decref(oj);
 	if (sent == NULL) {
-		/* and the adapter alone refuses a payload that is no mail */
+		/* and the provider alone refuses a payload that is no mail */
 		e.payload = payload;
-		msg = adapter_smtp_message(&t, &e, &rcpt, why, sizeof(why));
+		msg = provider_smtp_message(&t, &e, &rcpt, why, sizeof(why));
 		FUZZ_ASSERT(msg != NULL || (rcpt == NULL && why[0] != '\0'));
 		free(msg);
 		msg = NULL;
@@ -84,7 +84,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	json_decref(sent);
 	FUZZ_ASSERT(text != NULL);
 	e.payload = text;
-	msg = adapter_smtp_message(&t, &e, &rcpt, why, sizeof(why));
+	msg = provider_smtp_message(&t, &e, &rcpt, why, sizeof(why));
 	FUZZ_ASSERT(msg != NULL);
 	FUZZ_ASSERT(json_array_size(rcpt) >= 1 && json_array_size(rcpt) <= OG_MAIL_RCPT_MAX);
 	json_array_foreach(rcpt, i, v) {
@@ -118,7 +118,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	FUZZ_ASSERT(in_body);
 	FUZZ_ASSERT(seen[0] == 1 && seen[2] == 1 && seen[3] == 1 && seen[4] == 1);
-	adapter_message_id(pkey, t.mail_from, mid, sizeof(mid));
+	provider_smtp_message_id(pkey, t.mail_from, mid, sizeof(mid));
 	FUZZ_ASSERT(strncmp(msg + 12, mid, strlen(mid)) == 0);
 	free(msg);
 out:

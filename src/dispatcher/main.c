@@ -1,19 +1,15 @@
 /*
  * oncegate-dispatch — the outbox dispatcher, the only part of oncegate that
- * acts on the outside world. main() reads options and config,
- * starts the workers (dispatch.h), and then listens: for NOTIFY
- * oncegate_outbox (an effect was enqueued), for the poll interval (the
- * housekeeping tick, and effects that became due without a notification),
- * and for signals.
+ * acts on the outside world. main() reads options and config, starts the
+ * worker pool (pool.h), and then waits: for NOTIFY oncegate_outbox (an
+ * effect was enqueued; listen.h), for the poll interval (the janitor's
+ * housekeeping, and effects that became due without a notification;
+ * janitor.h), and for signals.
  *
  * Any number of dispatchers may run, on any host: they share nothing but
  * the database, where every claim skips rows another one holds.
  */
-#define _GNU_SOURCE /* pthread_timedjoin_np */
-#include <errno.h>
 #include <getopt.h>
-#include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,14 +18,14 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
-#include <libpq-fe.h>
 
 #include "classify.h"
 #include "config.h"
-#include "db.h"
 #include "dispatch.h"
+#include "janitor.h"
+#include "listen.h"
 #include "log.h"
-#include "metrics.h"
+#include "pool.h"
 
 static volatile sig_atomic_t got_term, got_hup;
 
@@ -67,40 +63,6 @@ load_config(const char *path, struct config *cfg, char *err, size_t errlen)
 		return -1;
 	}
 	return 0;
-}
-
-/* The send attempts counted since the last tick go to the database (the
- * metrics); when it does not answer they wait in memory for the next. */
-static void
-flush_metrics(struct db *db)
-{
-	if (metrics_flush(db) != METRICS_OK)
-		log_event(LOG_LEVEL_DEBUG, "metrics.flush_failed",
-		          &(struct log_fields){ .detail = db_error(db),
-		                                .hint = "attempt counts stay in memory until a "
-		                                        "flush succeeds" });
-}
-
-/* The LISTEN connection: plain libpq, no prepared statements. NULL while
- * the database is away. */
-static PGconn *
-listen_connect(const char *conninfo)
-{
-	PGconn *c = PQconnectdb(conninfo);
-	PGresult *r;
-
-	if (PQstatus(c) != CONNECTION_OK) {
-		PQfinish(c);
-		return NULL;
-	}
-	r = PQexec(c, dispatch_listen_sql());
-	if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-		PQclear(r);
-		PQfinish(c);
-		return NULL;
-	}
-	PQclear(r);
-	return c;
 }
 
 static long long
@@ -145,14 +107,12 @@ main(int argc, char **argv)
 	struct config cfg;
 	struct dispatch_config *dc;
 	struct dispatch_shared s;
-	struct db *tick_db;
-	PGconn *listen_conn = NULL;
-	pthread_t *workers;
+	struct janitor jan;
+	struct listen lis = { NULL, 0 };
+	struct pool pool;
 	char err[512];
-	int opt, i, nworkers, poll_ms, rc = 0;
-	long long last_tick = 0, last_listen_try = 0;
+	int opt, grace, rc = 0;
 	struct sigaction sa;
-	sigset_t blocked, old;
 
 	while ((opt = getopt(argc, argv, "c:nh")) != -1) {
 		switch (opt) {
@@ -200,14 +160,12 @@ main(int argc, char **argv)
 		config_free(&cfg);
 		return 1;
 	}
-	nworkers = cfg.dispatch_workers;
 	dc = dispatch_config_new(&cfg);
 	if (dc == NULL || dispatch_shared_init(&s, dc) != 0) {
 		fprintf(stderr, "oncegate-dispatch: out of memory\n");
 		return 1;
 	}
 
-	/* Workers never see a signal: main() takes them all. */
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);
@@ -215,26 +173,13 @@ main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	sigemptyset(&blocked);
-	sigaddset(&blocked, SIGTERM);
-	sigaddset(&blocked, SIGINT);
-	sigaddset(&blocked, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &blocked, &old);
-	workers = calloc((size_t)nworkers, sizeof(*workers));
-	if (workers == NULL)
-		return 1;
-	for (i = 0; i < nworkers; i++)
-		if (pthread_create(&workers[i], NULL, dispatch_worker, &s) != 0) {
-			fprintf(stderr, "oncegate-dispatch: cannot start worker %d\n", i);
-			nworkers = i;
-			atomic_store(&s.stopping, true);
-			rc = 1;
-			break;
-		}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-
+	if (pool_start(&pool, &s, dc->cfg.dispatch_workers) != 0) {
+		if (pool.workers == NULL)
+			return 1;
+		rc = 1;
+	}
 	{
-		struct log_fields f = { .count = nworkers, .actor = s.owner,
+		struct log_fields f = { .count = pool.n, .actor = s.owner,
 			                .detail = s.env_enabled ? "AI_ACTIONS_ENABLED=true"
 			                                        : "AI_ACTIONS_ENABLED is not true: "
 			                                          "nothing will be sent" };
@@ -242,12 +187,12 @@ main(int argc, char **argv)
 		log_event(LOG_LEVEL_NOTICE, "dispatch.started", &f);
 	}
 	dc = dispatch_config_get(&s);
-	tick_db = db_new(dc->cfg.database, dc->cfg.statement_timeout_ms);
+	janitor_init(&jan, dc->cfg.database, dc->cfg.statement_timeout_ms);
 	dispatch_config_put(&s, dc);
 
+	/* Listen for NOTIFY, the poll interval and signals. */
 	while (!got_term && rc == 0) {
-		struct pollfd pfd = { -1, POLLIN, 0 };
-		long long t;
+		int poll_ms;
 
 		if (got_hup) {
 			got_hup = 0;
@@ -255,85 +200,36 @@ main(int argc, char **argv)
 		}
 		dc = dispatch_config_get(&s);
 		poll_ms = dc->cfg.dispatch_poll_ms;
-		t = now_ms();
-		if (listen_conn == NULL && t - last_listen_try >= 1000) {
-			last_listen_try = t;
-			listen_conn = listen_connect(dc->cfg.database);
-			if (listen_conn != NULL)
-				dispatch_wake(&s); /* what was enqueued while away */
-		}
+		listen_wait(&lis, &s, dc->cfg.database, poll_ms, now_ms());
 		dispatch_config_put(&s, dc);
-		if (listen_conn != NULL)
-			pfd.fd = PQsocket(listen_conn);
-		if (poll(&pfd, pfd.fd >= 0 ? 1 : 0, poll_ms) > 0 && listen_conn != NULL) {
-			PGnotify *n;
-			bool woke = false;
-
-			if (!PQconsumeInput(listen_conn)) {
-				PQfinish(listen_conn);
-				listen_conn = NULL;
-			} else {
-				while ((n = PQnotifies(listen_conn)) != NULL) {
-					PQfreemem(n);
-					woke = true;
-				}
-				if (woke)
-					dispatch_wake(&s);
-			}
-		}
-		if (listen_conn != NULL && PQstatus(listen_conn) != CONNECTION_OK) {
-			PQfinish(listen_conn);
-			listen_conn = NULL;
-		}
-		t = now_ms();
-		if (t - last_tick >= poll_ms) {
-			last_tick = t;
-			/* effects due by time (retries, windows) need no NOTIFY */
-			(void)dispatch_tick(&s, tick_db);
-			flush_metrics(tick_db);
-			dispatch_wake(&s);
-		}
+		janitor_tick(&jan, &s, poll_ms, now_ms());
 	}
 
 	/* SIGTERM: stop claiming; workers finish their send (bounded by the
 	 * target timeout) and give back the rest of their batch. */
-	atomic_store(&s.stopping, true);
-	dispatch_wake(&s);
-	{
-		struct timespec until;
-		int grace;
-		bool all = true;
+	dc = dispatch_config_get(&s);
+	grace = dc->cfg.dispatch_shutdown_seconds;
+	dispatch_config_put(&s, dc);
+	if (!pool_stop(&pool, &s, grace)) {
+		/* A send still running past the deadline: its lease runs out and
+		 * the sweep makes it unknown, never resent blindly. What the
+		 * workers claimed and never started goes back. */
+		struct log_fields f = { .reason = "shutdown deadline passed with a send in flight",
+			                .hint = "the effect in flight becomes unknown when its "
+			                        "lease expires" };
+		int back = dispatch_release_unsent(&s, jan.db);
 
-		dc = dispatch_config_get(&s);
-		grace = dc->cfg.dispatch_shutdown_seconds;
-		dispatch_config_put(&s, dc);
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += grace;
-		for (i = 0; i < nworkers; i++)
-			if (pthread_timedjoin_np(workers[i], NULL, &until) != 0)
-				all = false;
-		if (!all) {
-			/* A send still running past the deadline: its lease runs
-			 * out and the sweep makes it unknown, never resent blindly.
-			 * What the workers claimed and never started goes back. */
-			struct log_fields f = { .reason = "shutdown deadline passed with a send in flight",
-				                .hint = "the effect in flight becomes unknown when its "
-				                        "lease expires" };
-			int back = dispatch_release_unsent(&s, tick_db);
-
-			f.count = back > 0 ? back : 0;
-			flush_metrics(tick_db);
-			log_event(LOG_LEVEL_WARNING, "dispatch.stopped", &f);
-			log_close();
-			_exit(0);
-		}
+		f.count = back > 0 ? back : 0;
+		janitor_flush_metrics(&jan);
+		log_event(LOG_LEVEL_WARNING, "dispatch.stopped", &f);
+		log_close();
+		_exit(0);
 	}
-	flush_metrics(tick_db);
+	janitor_flush_metrics(&jan);
 	log_event(LOG_LEVEL_NOTICE, "dispatch.stopped", NULL);
-	if (listen_conn != NULL)
-		PQfinish(listen_conn);
-	db_free(tick_db);
-	free(workers);
+	listen_close(&lis);
+	janitor_free(&jan);
+	pool_free(&pool);
 	dispatch_shared_destroy(&s);
 	curl_global_cleanup();
 	log_close();

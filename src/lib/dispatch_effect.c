@@ -1,0 +1,659 @@
+/*
+ * dispatch_effect.c — one claimed effect: the checks right before its send
+ * (kill switch, lease, rate limit, payload against its contract), the send
+ * through the target's provider, the classification and the settle
+ * (backoff, dead letter, run completion); and the look-up of an unknown
+ * effect. See dispatch.h for the rules in order.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "backoff.h"
+#include "classify.h"
+#include "digest.h"
+#include "dispatch.h"
+#include "dispatch_int.h"
+#include "effect.h"
+#include "log.h"
+#include "metrics.h"
+#include "provider.h"
+
+/* Reconciliation: "not found" must be seen this many times, a
+ * reconcile_interval apart, before an unknown effect is resumed (a provider
+ * still working on the request when it was first asked must not be sent it
+ * twice); a target that cannot answer this many look-ups dead-letters it. */
+#define RECONCILE_NOT_FOUND_TO_RESUME 2
+#define RECONCILE_ERRORS_TO_DEAD_LETTER 10
+/* An effect whose contract is not loaded here is looked at again after
+ * this long (seconds). */
+#define HOLD_S 30
+
+
+/* Right before a send: the database half of the kill switch, and whether
+ * the lease is still ours and how long it has left. */
+static const struct db_stmt st_check = {
+	"dispatch_check",
+	"SELECT (SELECT actions_enabled FROM dispatch_control) AS enabled,"
+	"       (state = 'sending' AND lease_owner = $2::uuid) AS owned,"
+	"       extract(epoch FROM lease_expires_at - now())::float8 AS lease_left"
+	"  FROM effect_outbox WHERE id = $1::uuid",
+	2, true,
+};
+
+static const struct db_stmt st_renew = {
+	"dispatch_renew",
+	"UPDATE effect_outbox SET lease_expires_at = now() + make_interval(secs => $3::int)"
+	" WHERE id = $1::uuid AND state = 'sending' AND lease_owner = $2::uuid"
+	" RETURNING 1",
+	3, false,
+};
+
+/* The run's row lock, taken first in a completing transaction: two effects
+ * of one run completing at once then see each other, and the second one
+ * completes the run. Same lock order as the responder (run, then effects). */
+static const struct db_stmt st_lock_run = {
+	"dispatch_lock_run",
+	"SELECT 1 FROM workflow_runs WHERE client_id = $1::bigint AND idempotency_key = $2"
+	"   FOR UPDATE",
+	2, false,
+};
+
+/* Settles one attempt (send or look-up) by compare-and-set and records it.
+ *  $1 effect  $2 expected state  $3 lease owner or NULL  $4 new state
+ *  $5 provider id  $6 class  $7 reason  $8 delay ms (pending/unknown)
+ *  $9 kind  $10 duration ms  $11 dispatcher  $12 attempt classification
+ *  $13 status  $14 evidence  $15 expected reconcile_attempts or NULL */
+static const struct db_stmt st_settle = {
+	"dispatch_settle",
+	"WITH moved AS ("
+	"  UPDATE effect_outbox"
+	"     SET state = $4, provider_id = coalesce($5, provider_id),"
+	"         error_class = $6, reason = $7,"
+	"         next_attempt_at = CASE WHEN $4 IN ('pending', 'unknown')"
+	"             THEN now() + make_interval(secs => $8::float8 / 1000)"
+	"             ELSE next_attempt_at END,"
+	"         lease_owner = NULL, lease_expires_at = NULL,"
+	"         completed_at = CASE WHEN $4 = 'completed' THEN now() END,"
+	"         updated_at = now()"
+	"   WHERE id = $1::uuid AND state = $2"
+	"     AND ($3::uuid IS NULL OR lease_owner = $3::uuid)"
+	"     AND ($15::int IS NULL OR reconcile_attempts = $15::int)"
+	"  RETURNING id, attempt, client_id, idempotency_key"
+	"), att AS ("
+	"  INSERT INTO effect_attempts (effect_id, kind, attempt, started_at, duration_ms,"
+	"      dispatcher, classification, reason, status, provider_id, evidence)"
+	"  SELECT id, $9, attempt, now() - make_interval(secs => $10::float8 / 1000),"
+	"         $10::int, $11, $12, $7, $13::int, $5, $14::jsonb FROM moved"
+	")"
+	"SELECT attempt FROM moved",
+	15, false,
+};
+
+/* approved → completed once every effect of the run is completed (or was
+ * cancelled inside its window). */
+static const struct db_stmt st_run_complete = {
+	"dispatch_run_complete",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs r SET state = 'completed', version = version + 1,"
+	"         updated_at = now()"
+	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2 AND r.state = 'approved'"
+	"     AND NOT EXISTS (SELECT 1 FROM effect_outbox e"
+	"          WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
+	"            AND e.state NOT IN ('completed', 'cancelled'))"
+	"  RETURNING client_id, idempotency_key, version, attempt"
+	"), ev AS ("
+	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
+	"      state_to, version, attempt, actor)"
+	"  SELECT client_id, idempotency_key, 'run.completed', 'approved', 'completed',"
+	"         version, attempt, 'dispatcher' FROM moved"
+	")"
+	"SELECT version FROM moved",
+	2, false,
+};
+
+/* Per-target rate limit, per process: waits for the target's next slot.
+ * False when shutdown came first. */
+static bool
+rate_wait(struct dispatch_shared *s, struct dispatch_config *dc, int ti)
+{
+	const struct config_target *t = &dc->cfg.targets[ti];
+	long long slot, now, gap;
+
+	if (t->rate_per_second <= 0)
+		return true;
+	gap = 1000000000LL / t->rate_per_second;
+	pthread_mutex_lock(&dc->rate_mu);
+	now = dispatch_mono_ns();
+	slot = dc->next_slot_ns[ti] > now ? dc->next_slot_ns[ti] : now;
+	dc->next_slot_ns[ti] = slot + gap;
+	pthread_mutex_unlock(&dc->rate_mu);
+	while ((now = dispatch_mono_ns()) < slot) {
+		long long left = slot - now;
+		struct timespec ts;
+
+		if (atomic_load(&s->stopping))
+			return false;
+		if (left > 100000000LL)
+			left = 100000000LL;
+		ts.tv_sec = 0;
+		ts.tv_nsec = (long)left;
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
+static int
+target_index(const struct config *cfg, const char *name)
+{
+	int i;
+
+	for (i = 0; name != NULL && i < cfg->ntargets; i++)
+		if (strcmp(cfg->targets[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
+/* The run moved approved → completed with this effect, its last. */
+static void
+log_run_completed(const struct dispatch_job *j)
+{
+	struct log_fields f = { .client = j->client[0] ? j->client : NULL, .key = j->key,
+		                .state_from = "approved", .state_to = "completed",
+		                .actor = "dispatcher", .effect_id = j->id };
+
+	log_event(LOG_LEVEL_INFO, "run.completed", &f);
+}
+
+/* What a settle transaction should do besides the compare-and-set. */
+struct settle {
+	const char *expect;          /* expected state */
+	const char *owner;           /* lease owner, or NULL (reconciliation) */
+	const char *to;              /* new state */
+	const char *provider_id;
+	const char *error_class;
+	const char *reason;
+	long long delay_ms;          /* pending / unknown: next_attempt_at */
+	const char *kind;            /* send | lookup */
+	long long duration_ms;
+	const char *attempt_class;   /* success … / found / not_found / error */
+	int status;
+	const json_t *evidence;
+	int expect_reconcile;        /* -1: any */
+	/* dead letter */
+	const char *dl_class;        /* NULL: none */
+	const char *dl_action;
+	int max_attempts;
+	int retention_days;
+	bool complete_run;
+};
+
+enum settle_rc { SETTLED = 0, SETTLE_LOST, SETTLE_DB };
+
+/* One transaction, one round trip: [lock run,] CAS + history, [dead
+ * letter,] [complete run]. */
+static enum settle_rc
+settle(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j,
+       const struct settle *st, bool *run_completed)
+{
+	char delay[32], dur[32], status[16], maxa[16], days[16], recon[16];
+	char *ev = st->evidence != NULL ? json_dumps(st->evidence, JSON_COMPACT) : NULL;
+	char cid[24];
+	const char *lock_p[2] = { cid, j->key };
+	const char *settle_p[15] = {
+		j->id, st->expect, st->owner, st->to, st->provider_id, st->error_class,
+		st->reason, delay, st->kind, dur, s->name, st->attempt_class,
+		st->status ? status : NULL, ev != NULL ? ev : "{}",
+		st->expect_reconcile >= 0 ? recon : NULL,
+	};
+	const char *dl_p[6] = { j->id, st->dl_class, st->reason, st->dl_action, maxa, days };
+	struct db_call calls[4];
+	int n = 0, i_settle, i_dl = -1, i_run = -1, k;
+	enum settle_rc rc = SETTLE_DB;
+
+	snprintf(cid, sizeof(cid), "%lld", j->client_id);
+	snprintf(delay, sizeof(delay), "%lld", st->delay_ms > 0 ? st->delay_ms : 0);
+	snprintf(dur, sizeof(dur), "%lld", st->duration_ms);
+	snprintf(status, sizeof(status), "%d", st->status);
+	snprintf(maxa, sizeof(maxa), "%d", st->max_attempts);
+	snprintf(days, sizeof(days), "%d", st->retention_days);
+	snprintf(recon, sizeof(recon), "%d", st->expect_reconcile);
+	memset(calls, 0, sizeof(calls));
+	*run_completed = false;
+	if (st->complete_run) {
+		calls[n].stmt = &st_lock_run;
+		calls[n++].params = lock_p;
+	}
+	i_settle = n;
+	calls[n].stmt = &st_settle;
+	calls[n++].params = settle_p;
+	if (st->dl_class != NULL) {
+		i_dl = n;
+		calls[n].stmt = &dispatch_st_dead_letter;
+		calls[n++].params = dl_p;
+	}
+	if (st->complete_run) {
+		i_run = n;
+		calls[n].stmt = &st_run_complete;
+		calls[n++].params = lock_p;
+	}
+	(void)db_pipeline_tx(db, calls, n);
+	for (k = 0; k < n; k++)
+		if (calls[k].rc != DB_OK)
+			goto out;
+	if (PQntuples(calls[i_settle].res) != 1) {
+		rc = SETTLE_LOST;
+		goto out;
+	}
+	(void)i_dl;
+	if (db_commit(db) != DB_OK)
+		goto out_noroll;
+	if (i_run >= 0)
+		*run_completed = PQntuples(calls[i_run].res) == 1;
+	rc = SETTLED;
+	goto out_noroll;
+out:
+	db_rollback(db);
+out_noroll:
+	for (k = 0; k < n; k++)
+		PQclear(calls[k].res);
+	free(ev);
+	return rc;
+}
+
+/* Is sending this effect allowed right now? Reads the kill switch's
+ * database half and the lease; renews a lease too short for the send.
+ * 1: send; 0: blocked by the switch; -1: not ours any more / no database. */
+static int
+presend_check(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j,
+              const struct config_target *t, int lease_s)
+{
+	const char *p[2] = { j->id, s->owner };
+	PGresult *res = NULL;
+	const char *enabled, *owned, *left;
+	int rc = -1;
+
+	if (db_exec(db, &st_check, p, &res) != DB_OK)
+		return -1;
+	if (PQntuples(res) != 1)
+		goto out;
+	enabled = db_get(res, 0, "enabled");
+	owned = db_get(res, 0, "owned");
+	left = db_get(res, 0, "lease_left");
+	atomic_store(&s->db_enabled, enabled != NULL && enabled[0] == 't');
+	if (owned == NULL || owned[0] != 't')
+		goto out;
+	if (!s->env_enabled || enabled == NULL || enabled[0] != 't') {
+		rc = 0;
+		goto out;
+	}
+	/* keep_batch_leased() made the lease long enough for this send; one
+	 * that is not (a clock far off, a renewal that failed) is renewed. */
+	if (left == NULL || atof(left) < dispatch_send_lease_s(t)) {
+		char secs[16];
+		const char *rp[3] = { j->id, s->owner, secs };
+		PGresult *r2 = NULL;
+		int need = 2 * dispatch_send_lease_s(t);
+
+		snprintf(secs, sizeof(secs), "%d", need > lease_s ? need : lease_s);
+		if (db_exec(db, &st_renew, rp, &r2) != DB_OK)
+			goto out;
+		if (PQntuples(r2) != 1) {
+			PQclear(r2);
+			goto out;
+		}
+		PQclear(r2);
+	}
+	rc = 1;
+out:
+	PQclear(res);
+	return rc;
+}
+
+enum recheck { RECHECK_SEND = 0, RECHECK_REFUSED, RECHECK_HOLD, RECHECK_NOMEM };
+
+/* Right before the send: the payload that goes out, built and checked
+ * again against the run's output and, for the effect the run proposed,
+ * its contract as loaded now (effect.h). *text is what to send (the stored
+ * text when nothing was added); RECHECK_REFUSED leaves evidence and a
+ * reason in *at. */
+static enum recheck
+recheck(const struct dispatch_config *dc, const struct provider *pv, const struct dispatch_job *j,
+        char **text, struct provider_attempt *at)
+{
+	const struct contract *c = NULL;
+	json_t *payload = NULL, *output = NULL, *errors = NULL, *sent = NULL;
+	enum recheck rc = RECHECK_NOMEM;
+
+	*text = NULL;
+	if (j->run_contract != NULL) {
+		c = dc->contracts != NULL ? contract_find(dc->contracts, j->run_contract) : NULL;
+		if (c == NULL)
+			return RECHECK_HOLD;
+	}
+	payload = j->payload != NULL ? json_loads(j->payload, JSON_DECODE_ANY, NULL) : NULL;
+	output = j->run_output != NULL ? json_loads(j->run_output, JSON_DECODE_ANY, NULL) : NULL;
+	errors = json_array();
+	if (errors == NULL)
+		goto out;
+	sent = effect_build(c, j->type, pv->mail, payload, output,
+	                    EFFECT_AT_SEND, errors);
+	if (sent == NULL && json_array_size(errors) == 0)
+		goto out;
+	if (sent == NULL) {
+		const json_t *e0 = json_array_get(errors, 0);
+
+		snprintf(at->invalid_reason, sizeof(at->invalid_reason), "%s %s",
+		         json_string_value(json_object_get(e0, "path")),
+		         json_string_value(json_object_get(e0, "message")));
+		at->invalid = true;
+		at->duration_ms = 1;
+		at->evidence = json_pack("{s:s, s:O, s:b}", "invalid", at->invalid_reason,
+		                         "errors", errors, "request_sent", 0);
+		rc = RECHECK_REFUSED;
+		goto out;
+	}
+	*text = payload != NULL && json_equal(sent, payload)
+	            ? strdup(j->payload)
+	            : json_dumps(sent, JSON_COMPACT | JSON_ENCODE_ANY);
+	rc = *text != NULL ? RECHECK_SEND : RECHECK_NOMEM;
+out:
+	json_decref(payload);
+	json_decref(output);
+	json_decref(errors);
+	json_decref(sent);
+	return rc;
+}
+
+/* Sends one claimed effect and settles it. */
+void
+dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
+                                  struct dispatch_job *j)
+{
+	struct dispatch_config *dc = dispatch_config_get(s);
+	const struct config *cfg = &dc->cfg;
+	int ti = target_index(cfg, j->target), chk;
+	const struct config_target *t = ti >= 0 ? &cfg->targets[ti] : NULL;
+	const struct provider *pv = ti >= 0 ? dc->providers[ti] : NULL;
+	struct provider_effect e = { j->id, j->type, j->provider_key, NULL };
+	struct provider_attempt at;
+	char *sent = NULL;
+	enum recheck rck;
+	struct outcome o;
+	struct settle st;
+	const char *hint = NULL;
+	bool run_done = false;
+	enum settle_rc src;
+
+	memset(&at, 0, sizeof(at));
+	memset(&st, 0, sizeof(st));
+	st.expect = "sending";
+	st.owner = s->owner;
+	st.kind = "send";
+	st.expect_reconcile = -1;
+	st.retention_days = cfg->retention_days;
+
+	if (t == NULL) {
+		/* Nothing can be sent to a target this dispatcher does not know:
+		 * nothing went out, so a later resume is safe. */
+		at.evidence = json_pack("{s:s, s:b}", "invalid", "target not configured",
+		                        "request_sent", 0);
+		at.duration_ms = 1;
+		st.to = "failed";
+		st.error_class = "permanent";
+		st.reason = "target_not_configured";
+		st.attempt_class = "permanent";
+		st.dl_class = "permanent";
+		st.max_attempts = 1;
+		goto settle_it;
+	}
+	st.max_attempts = t->max_attempts;
+	if (!rate_wait(s, dc, ti)) {
+		(void)dispatch_release(s, db, j, 0);
+		goto out;
+	}
+	chk = presend_check(s, db, j, t, cfg->dispatch_lease_seconds);
+	if (chk < 0) {
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", NULL, NULL, NULL,
+		                    "lease no longer held or database unavailable: not sent", 0,
+		                    "another dispatcher or the lease sweep owns it now");
+		goto out;
+	}
+	if (chk == 0) {
+		if (dispatch_release(s, db, j, 0)) {
+			j->attempt--;
+			(void)dispatch_hold(db, j->id);
+			dispatch_log_effect(LOG_LEVEL_NOTICE, "dispatch.blocked", j, "sending", "pending", NULL,
+			                    NULL, s->env_enabled ? "kill switch off (database flag)"
+			                                         : "kill switch off (AI_ACTIONS_ENABLED)",
+			                    0, "oncegatectl kill-switch status");
+		}
+		goto out;
+	}
+
+	rck = recheck(dc, pv, j, &sent, &at);
+	if (rck == RECHECK_HOLD || rck == RECHECK_NOMEM) {
+		/* Not checked, so not sent: pending again, the attempt given back. */
+		if (dispatch_release(s, db, j, HOLD_S))
+			dispatch_log_effect(LOG_LEVEL_WARNING, "effect.held", j, "sending", "pending", NULL,
+			                    NULL, rck == RECHECK_HOLD ? "contract_not_loaded" : "out_of_memory",
+			                    0, rck == RECHECK_HOLD ? "the run's contract is not loaded here: "
+			                                             "check contracts_dir, then SIGHUP"
+			                                           : NULL);
+		goto out;
+	}
+	dispatch_log_effect(LOG_LEVEL_INFO, "effect.claimed", j, "pending", "sending", NULL, NULL, NULL,
+	                    0, NULL);
+	if (rck == RECHECK_SEND) {
+		e.payload = sent;
+		pv->send(pc, t, &e, &at);
+	}
+	if (at.invalid) {
+		/* Nothing went out: what cannot be sent as approved never is. */
+		o.cls = OUTCOME_PERMANENT;
+		o.reason = REASON_INVALID_INPUT;
+		o.retry_after_ms = -1;
+		st.reason = "payload_invalid";
+		hint = at.invalid_reason;
+	} else {
+		o = classify_attempt(&at.r, time(NULL));
+		st.reason = classify_reason_name(o.reason);
+		dispatch_log_effect(LOG_LEVEL_INFO, "effect.sent", j, NULL, NULL, at.provider_id,
+		                    classify_class_name(o.cls), st.reason, at.duration_ms, NULL);
+	}
+	st.error_class = classify_class_name(o.cls);
+	st.attempt_class = st.error_class;
+	st.status = at.r.status;
+	st.provider_id = at.provider_id[0] ? at.provider_id : NULL;
+	switch (o.cls) {
+	case OUTCOME_SUCCESS:
+		st.to = "completed";
+		st.complete_run = true;
+		break;
+	case OUTCOME_TRANSIENT: {
+		struct retry_policy p = { t->max_attempts, t->base_ms, t->cap_ms,
+			                  (long)t->max_elapsed_s * 1000L, t->jitter_percent / 100.0 };
+		unsigned char rb[4];
+		double rnd = 0.5;
+		long delay = -1;
+		enum retry_decision d;
+
+		if (digest_random(rb, sizeof(rb)) == 0)
+			rnd = (double)(((unsigned)rb[0] << 24 | (unsigned)rb[1] << 16 |
+			                (unsigned)rb[2] << 8 | rb[3]) >> 8) / 16777216.0;
+		d = backoff_next(&p, &o, j->attempt, (long)(j->elapsed_ms + at.duration_ms), rnd,
+		                 &delay);
+		if (d == RETRY_AT) {
+			st.to = "pending";
+			st.delay_ms = delay;
+		} else {
+			st.to = "failed";
+			st.dl_class = "exhausted";
+			hint = backoff_decision_name(d);
+		}
+		break;
+	}
+	case OUTCOME_PERMANENT:
+		st.to = "failed";
+		st.dl_class = "permanent";
+		break;
+	case OUTCOME_AMBIGUOUS:
+	default:
+		st.to = "unknown";
+		if (t->lookup_url[0] != '\0')
+			st.delay_ms = (long long)cfg->reconcile_interval_seconds * 1000;
+		else
+			st.dl_class = "unknown";
+		break;
+	}
+settle_it:
+	if (st.dl_class != NULL)
+		st.dl_action = dispatch_next_action(st.dl_class);
+	st.duration_ms = at.duration_ms;
+	st.evidence = at.evidence;
+	src = settle(s, db, j, &st, &run_done);
+	if (src == SETTLE_LOST) {
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", st.to,
+		                    st.provider_id, st.error_class, st.reason, at.duration_ms,
+		                    "the lease ran out during the send; the sweep made it unknown");
+		goto out;
+	}
+	/* as the attempt history now says (a lost settle: the sweep's row) */
+	if (src == SETTLED)
+		metrics_count_attempt(j->target, st.attempt_class, j->attempt > 1, false);
+	if (src == SETTLE_DB) {
+		/* The outcome is lost with the connection; the lease runs out and
+		 * the sweep makes it unknown: never resent blindly. */
+		dispatch_log_effect(LOG_LEVEL_ERROR, "effect.settle_failed", j, "sending", st.to,
+		                    st.provider_id, st.error_class, db_error(db), at.duration_ms,
+		                    "the database did not take the outcome; the lease sweep will "
+		                    "mark it unknown");
+		goto out;
+	}
+	if (strcmp(st.to, "completed") == 0) {
+		dispatch_log_effect(LOG_LEVEL_INFO, "effect.completed", j, "sending", "completed",
+		                    st.provider_id, "success", st.reason, at.duration_ms, NULL);
+		if (run_done)
+			log_run_completed(j);
+	} else if (strcmp(st.to, "pending") == 0) {
+		char next[64];
+
+		snprintf(next, sizeof(next), "next attempt in %lld ms", st.delay_ms);
+		dispatch_log_effect(LOG_LEVEL_NOTICE, "effect.retry_scheduled", j, "sending", "pending", NULL,
+		                    st.error_class, st.reason, at.duration_ms, next);
+	} else if (strcmp(st.to, "unknown") == 0) {
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.unknown", j, "sending", "unknown", NULL,
+		                    st.error_class, st.reason, at.duration_ms,
+		                    t != NULL && t->lookup_url[0] ? "will be reconciled through the lookup URL"
+		                                                  : "not resent; waits for an operator");
+	} else {
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.failed", j, "sending", "failed", NULL,
+		                    st.error_class, st.reason, at.duration_ms, hint);
+	}
+	if (st.dl_class != NULL)
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", j, NULL, st.to, NULL,
+		                    st.dl_class, st.reason, 0, st.dl_action);
+out:
+	provider_attempt_clear(&at);
+	free(sent);
+	dispatch_config_put(s, dc);
+}
+
+/* Looks up one unknown effect at its target. */
+void
+dispatch_effect_reconcile(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
+                                          struct dispatch_job *j)
+{
+	struct dispatch_config *dc = dispatch_config_get(s);
+	const struct config *cfg = &dc->cfg;
+	int ti = target_index(cfg, j->target);
+	const struct config_target *t = ti >= 0 ? &cfg->targets[ti] : NULL;
+	struct provider_attempt at;
+	struct settle st;
+	enum provider_lookup lr;
+	bool run_done = false;
+	enum settle_rc src;
+
+	memset(&at, 0, sizeof(at));
+	memset(&st, 0, sizeof(st));
+	if (t == NULL || t->lookup_url[0] == '\0' || !dispatch_sending_allowed(s))
+		goto out;
+	lr = dc->providers[ti]->lookup(pc, t, j->provider_key, &at);
+	st.expect = "unknown";
+	st.kind = "lookup";
+	st.expect_reconcile = j->reconcile_attempts;
+	st.status = at.r.status;
+	st.duration_ms = at.duration_ms;
+	st.evidence = at.evidence;
+	st.max_attempts = t->max_attempts;
+	st.retention_days = cfg->retention_days;
+	st.delay_ms = (long long)cfg->reconcile_interval_seconds * 1000;
+	if (lr == PROVIDER_FOUND) {
+		st.to = "completed";
+		st.provider_id = at.provider_id;
+		st.error_class = "success";
+		st.reason = "reconciled_found";
+		st.attempt_class = "found";
+		st.complete_run = true;
+	} else if (lr == PROVIDER_NOT_FOUND) {
+		st.attempt_class = "not_found";
+		st.error_class = "ambiguous";
+		if (j->not_found + 1 >= RECONCILE_NOT_FOUND_TO_RESUME &&
+		    (j->attempt >= t->max_attempts ||
+		     j->elapsed_ms >= (long long)t->max_elapsed_s * 1000)) {
+			/* Known not delivered, and the budget is spent: an
+			 * operator decides (resume is safe). */
+			st.to = "failed";
+			st.reason = "reconciled_not_found";
+			st.dl_class = "exhausted";
+			st.dl_action = dispatch_next_action("exhausted");
+		} else if (j->not_found + 1 >= RECONCILE_NOT_FOUND_TO_RESUME) {
+			/* Known not delivered: resumed with the same key. */
+			st.to = "pending";
+			st.delay_ms = 0;
+			st.reason = "reconciled_not_found";
+		} else {
+			st.to = "unknown";
+			st.reason = "lookup_not_found_once";
+		}
+	} else {
+		st.attempt_class = "error";
+		st.error_class = "ambiguous";
+		st.to = "unknown";
+		st.reason = "lookup_failed";
+		if (j->errors + 1 >= RECONCILE_ERRORS_TO_DEAD_LETTER) {
+			st.dl_class = "unknown";
+			st.dl_action = dispatch_next_action("unknown");
+			st.delay_ms = 365LL * 86400 * 1000; /* stop asking: an operator decides */
+		}
+	}
+	src = settle(s, db, j, &st, &run_done);
+	if (src != SETTLED) {
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.reconcile_lost", j, "unknown", st.to, NULL, NULL,
+		                    src == SETTLE_LOST ? "changed by someone else meanwhile" : db_error(db),
+		                    at.duration_ms, NULL);
+		goto out;
+	}
+	if (lr == PROVIDER_FOUND || strcmp(st.to, "pending") == 0 || strcmp(st.to, "failed") == 0)
+		dispatch_log_effect(LOG_LEVEL_INFO, "effect.reconciled", j, "unknown", st.to,
+		                    st.provider_id, st.error_class, st.reason, at.duration_ms,
+		                    lr == PROVIDER_FOUND ? "the provider has it: completed without resending"
+		                    : strcmp(st.to, "pending") == 0
+		                            ? "the provider does not have it: resumed with the same key"
+		                            : "the provider does not have it and the retry budget is spent");
+	else
+		dispatch_log_effect(LOG_LEVEL_NOTICE, "effect.reconcile_pending", j, "unknown", "unknown", NULL,
+		                    st.error_class, st.reason, at.duration_ms, NULL);
+	if (st.dl_class != NULL)
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", j, NULL, "unknown", NULL,
+		                    st.dl_class, st.reason, 0, st.dl_action);
+	if (run_done)
+		log_run_completed(j);
+out:
+	provider_attempt_clear(&at);
+	dispatch_config_put(s, dc);
+}

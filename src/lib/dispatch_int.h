@@ -1,0 +1,72 @@
+/*
+ * dispatch_int.h — what the dispatcher's library files (dispatch.c,
+ * dispatch_effect.c, dispatch_tick.c) share: one claimed effect as a row,
+ * the dead letter statement, the log line of an effect, and the small
+ * rules more than one of them applies. Only those files include it.
+ */
+#ifndef OG_DISPATCH_INT_H
+#define OG_DISPATCH_INT_H
+
+#include <stdbool.h>
+
+#include "config.h"
+#include "db.h"
+#include "dispatch.h"
+#include "log.h"
+#include "provider.h"
+
+/* Rows per housekeeping statement. */
+#define DISPATCH_TICK_BATCH 100
+/* A send is started only with at least this much lease left beyond the
+ * target's timeout; otherwise the lease is renewed first. */
+#define DISPATCH_LEASE_MARGIN_S 10
+
+/* One claimed effect, as the claim returned it. */
+struct dispatch_job {
+	char id[40];
+	long long client_id;
+	char client[72];             /* the API client's name (its id if it has none) */
+	char *key, *type, *target, *payload, *payload_hash, *provider_key, *run_output;
+	char *run_contract;        /* the contract of the effect the run proposed, or NULL */
+	int attempt;
+	long long elapsed_ms;
+	/* reconciliation */
+	int reconcile_attempts;
+	long long not_found, errors;
+};
+
+/* The dead letter of an effect; runs after its settle in the same
+ * transaction, so the attempt just made is part of the history it copies.
+ *  $1 effect  $2 class  $3 reason  $4 next action  $5 max attempts
+ *  $6 retention days */
+extern const struct db_stmt dispatch_st_dead_letter;
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+long long dispatch_mono_ns(void);
+/* The kill switch: the environment AND the database flag as last read. */
+bool dispatch_sending_allowed(struct dispatch_shared *s);
+/* The decision log line of one effect's step. */
+void dispatch_log_effect(enum log_level level, const char *event, const struct dispatch_job *j,
+                         const char *from, const char *to, const char *provider_id,
+                         const char *error_class, const char *reason, long long duration_ms,
+                         const char *hint);
+/* Marks and counts effects held back by the kill switch (effect_id: that
+ * one, or NULL: any due one); how many were new, -1 on a database error. */
+long long dispatch_hold(struct db *db, const char *effect_id);
+/* Not sent after all: back to pending after delay_s, the attempt given
+ * back. False when the lease was no longer ours. */
+bool dispatch_release(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j,
+                      int delay_s);
+/* What one send of target t needs of its lease, in seconds. */
+int dispatch_send_lease_s(const struct config_target *t);
+/* What an operator does about a dead letter of this class. */
+const char *dispatch_next_action(const char *dl_class);
+
+/* dispatch_effect.c: sends one claimed effect and settles it; looks up one
+ * unknown effect at its target. */
+void dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
+                          struct dispatch_job *j);
+void dispatch_effect_reconcile(struct dispatch_shared *s, struct db *db,
+                               struct provider_conn *pc, struct dispatch_job *j);
+
+#endif

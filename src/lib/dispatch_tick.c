@@ -1,0 +1,322 @@
+/*
+ * dispatch_tick.c — the dispatcher's housekeeping rules, which the janitor
+ * of oncegate-dispatch runs every poll interval: the kill switch read again
+ * (effects it holds back counted once), expired sending leases made
+ * unknown, expired approvals failed with their callback; see
+ * dispatch_tick.h.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "canon.h"
+#include "dispatch.h"
+#include "dispatch_int.h"
+#include "dispatch_tick.h"
+#include "log.h"
+#include "metrics.h"
+#include "outbox.h"
+
+
+/* A sending lease that ran out: the dispatcher died or stalled mid-send, so
+ * the provider may have acted. unknown, never pending. */
+static const struct db_stmt st_expire_leases = {
+	"dispatch_expire_leases",
+	"WITH moved AS ("
+	"  UPDATE effect_outbox e"
+	"     SET state = 'unknown', error_class = 'ambiguous', reason = 'lease_expired_while_sending',"
+	"         lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = now(),"
+	"         updated_at = now()"
+	"   WHERE e.id = ANY(ARRAY("
+	"     SELECT id FROM effect_outbox"
+	"      WHERE state = 'sending' AND lease_expires_at < now()"
+	"      LIMIT $1::int FOR UPDATE SKIP LOCKED))"
+	"     AND e.state = 'sending' AND e.lease_expires_at < now()"
+	"  RETURNING e.id, e.attempt, e.target, e.idempotency_key, e.client_id"
+	"), att AS ("
+	"  INSERT INTO effect_attempts (effect_id, kind, attempt, started_at, duration_ms,"
+	"      dispatcher, classification, reason, evidence)"
+	"  SELECT id, 'send', attempt, now(), 0, $2, 'ambiguous',"
+	"         'lease_expired_while_sending', '{\"request_sent\": \"unknown\"}'::jsonb"
+	"    FROM moved"
+	")"
+	"SELECT id, attempt, target, idempotency_key,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = moved.client_id) AS client_name"
+	"  FROM moved",
+	2, false,
+};
+
+static const struct db_stmt st_switch = {
+	"dispatch_switch",
+	"SELECT actions_enabled,"
+	"       CASE WHEN NOT (actions_enabled AND $1::bool) THEN"
+	"         (SELECT count(*) FROM effect_outbox WHERE state = 'pending'"
+	"             AND next_attempt_at <= now()) END AS due"
+	"  FROM dispatch_control",
+	1, true,
+};
+
+/* Runs whose every pending challenge has expired, a few at a time. */
+static const struct db_stmt st_expired_runs = {
+	"dispatch_expired_runs",
+	"SELECT x.client_id, x.idempotency_key,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = x.client_id) AS client_name"
+	"  FROM (SELECT DISTINCT a.client_id, a.idempotency_key FROM approvals a"
+	"         WHERE a.state = 'pending' AND a.expires_at <= now()"
+	"         LIMIT $1::int) AS x",
+	1, true,
+};
+
+static const struct db_stmt st_expire_approvals = {
+	"dispatch_expire_approvals",
+	"UPDATE approvals SET state = 'expired'"
+	" WHERE client_id = $1::bigint AND idempotency_key = $2 AND state = 'pending'"
+	"   AND expires_at <= now()"
+	" RETURNING id",
+	2, false,
+};
+
+static const struct db_stmt st_expire_run = {
+	"dispatch_expire_run",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs r"
+	"     SET state = 'failed_terminal', error_class = 'approval_expired',"
+	"         reason = 'the approval expired before anyone decided',"
+	"         decision = 'expired', decided_at = now(), version = version + 1,"
+	"         updated_at = now()"
+	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2"
+	"     AND r.state = 'awaiting_human'"
+	"     AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.client_id = r.client_id"
+	"          AND a.idempotency_key = r.idempotency_key AND a.state IN ('pending', 'decided'))"
+	"  RETURNING client_id, idempotency_key, version, attempt, callback_url,"
+	"            correlation_id, workflow_version"
+	"), ev AS ("
+	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
+	"      state_to, version, attempt, actor, reason)"
+	"  SELECT client_id, idempotency_key, 'run.approval_expired', 'awaiting_human',"
+	"         'failed_terminal', version, attempt, 'dispatcher', 'approval_expired'"
+	"    FROM moved"
+	")"
+	"SELECT version, callback_url, correlation_id, workflow_version FROM moved",
+	2, false,
+};
+
+static void
+expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg)
+{
+	char limit[16], maxa[16], days[16];
+	const char *p[2] = { limit, s->name };
+	PGresult *res = NULL;
+	bool *lettered = NULL;
+	int i, n;
+
+	/* The effect turns unknown and, where no lookup URL can settle it, gets
+	 * its dead letter in the same transaction: a dispatcher that dies in
+	 * between never leaves an unknown effect nobody is told about. */
+	snprintf(limit, sizeof(limit), "%d", DISPATCH_TICK_BATCH);
+	snprintf(days, sizeof(days), "%d", cfg->retention_days);
+	if (db_begin(db) != DB_OK)
+		return;
+	if (db_exec(db, &st_expire_leases, p, &res) != DB_OK)
+		goto fail;
+	n = PQntuples(res);
+	if (n == 0) {
+		PQclear(res);
+		if (db_commit(db) != DB_OK)
+			db_rollback(db);
+		return;
+	}
+	lettered = calloc((size_t)n, sizeof(*lettered));
+	if (lettered == NULL)
+		goto fail;
+	for (i = 0; i < n; i++) {
+		const struct config_target *t = config_target(cfg, db_get(res, i, "target"));
+		const char *dp[6] = { db_get(res, i, "id"), "unknown", "lease_expired_while_sending",
+			              dispatch_next_action("unknown"), maxa, days };
+		PGresult *r2 = NULL;
+
+		if (t != NULL && t->lookup_url[0] != '\0')
+			continue;
+		snprintf(maxa, sizeof(maxa), "%d", t != NULL ? t->max_attempts : 0);
+		if (db_exec(db, &dispatch_st_dead_letter, dp, &r2) != DB_OK)
+			goto fail;
+		lettered[i] = PQntuples(r2) == 1;
+		PQclear(r2);
+	}
+	if (db_commit(db) != DB_OK)
+		goto fail;
+	for (i = 0; i < n; i++) {
+		struct dispatch_job j = { 0 };
+		const struct config_target *t;
+
+		snprintf(j.id, sizeof(j.id), "%s", db_get(res, i, "id"));
+		j.key = (char *)(uintptr_t)db_get(res, i, "idempotency_key");
+		j.target = (char *)(uintptr_t)db_get(res, i, "target");
+		j.attempt = (int)db_get_ll(res, i, "attempt");
+		snprintf(j.client, sizeof(j.client), "%s", db_get(res, i, "client_name") ?: "");
+		metrics_count_attempt(j.target, "ambiguous", j.attempt > 1, true);
+		t = config_target(cfg, j.target);
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.unknown", &j, "sending", "unknown", NULL,
+		                    "ambiguous", "lease_expired_while_sending", 0,
+		                    t != NULL && t->lookup_url[0] ? "will be reconciled through the lookup URL"
+		                                                  : "not resent; waits for an operator");
+		if (lettered[i])
+			dispatch_log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", &j, NULL, "unknown", NULL,
+			                    "unknown", "lease_expired_while_sending", 0,
+			                    dispatch_next_action("unknown"));
+	}
+	free(lettered);
+	PQclear(res);
+	return;
+fail:
+	db_rollback(db);
+	free(lettered);
+	PQclear(res);
+}
+
+/* One run whose approval expired: challenges expired, run failed_terminal,
+ * and the workflow told through its callback, in one transaction. */
+static void
+expire_run(struct db *db, long long client_id, const char *client_name, const char *key)
+{
+	char client[24], id[OUTBOX_ID_LEN] = "", nb[OUTBOX_TS_LEN];
+	const char *p[2] = { client, key };
+	PGresult *ra = NULL, *rr = NULL;
+	const char *callback;
+	char *payload = NULL;
+	char hash[CANON_HASH_LEN];
+	struct log_fields f = { 0 };
+
+	snprintf(client, sizeof(client), "%lld", client_id);
+	if (db_begin(db) != DB_OK)
+		return;
+	if (db_exec(db, &st_expire_approvals, p, &ra) != DB_OK ||
+	    db_exec(db, &st_expire_run, p, &rr) != DB_OK)
+		goto fail;
+	f.client = client_name;
+	f.key = key;
+	f.actor = "dispatcher";
+	f.reason = "approval_expired";
+	if (PQntuples(rr) == 1) {
+		f.state_from = "awaiting_human";
+		f.state_to = "failed_terminal";
+		f.decision = "expired";
+		f.version = db_get_ll(rr, 0, "version");
+		f.correlation_id = db_get(rr, 0, "correlation_id");
+		f.workflow_version = db_get(rr, 0, "workflow_version");
+		callback = db_get(rr, 0, "callback_url");
+		if (callback != NULL) {
+			json_t *cb = json_pack("{s:s, s:s, s:s}", "url", callback, "key", key,
+			                       "decision", "expired");
+			char *text = cb != NULL ? json_dumps(cb, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+			char *canon = NULL;
+			size_t clen = 0;
+			struct outbox_effect e = { 0 };
+
+			json_decref(cb);
+			if (text == NULL ||
+			    canon_json(text, strlen(text), &canon, &clen) != CANON_OK) {
+				free(text);
+				goto fail;
+			}
+			free(text);
+			canon_hash(canon, clen, hash);
+			payload = canon;
+			e.client_id = client_id;
+			e.key = key;
+			e.type = "decision.callback";
+			e.target = "callback";
+			e.payload = payload;
+			e.payload_hash = hash;
+			if (outbox_enqueue(db, &e, id, nb) != OUTBOX_OK)
+				goto fail;
+		}
+	}
+	if (db_commit(db) != DB_OK)
+		goto done;
+	if (PQntuples(ra) > 0)
+		log_event(LOG_LEVEL_NOTICE, "approval.expired", &f);
+	if (id[0] != '\0') {
+		struct log_fields e = { .client = client_name, .key = key, .effect_id = id,
+			                .target = "callback", .decision = "expired" };
+
+		log_event(LOG_LEVEL_INFO, "effect.enqueued", &e);
+	}
+	goto done;
+fail:
+	db_rollback(db);
+	log_event(LOG_LEVEL_ERROR, "approval.expire_failed", &f);
+done:
+	PQclear(ra);
+	PQclear(rr);
+	free(payload);
+}
+
+void
+dispatch_tick_expire_approvals(struct db *db)
+{
+	char limit[16];
+	const char *p[1] = { limit };
+	PGresult *res = NULL;
+	int i;
+
+	snprintf(limit, sizeof(limit), "%d", DISPATCH_TICK_BATCH);
+	if (db_exec(db, &st_expired_runs, p, &res) != DB_OK)
+		return;
+	for (i = 0; i < PQntuples(res); i++)
+		expire_run(db, db_get_ll(res, i, "client_id"), db_get(res, i, "client_name"),
+		           db_get(res, i, "idempotency_key"));
+	PQclear(res);
+}
+
+bool
+dispatch_tick_switch(struct dispatch_shared *s, struct db *db)
+{
+	static long long last_blocked_log;
+	PGresult *res = NULL;
+	bool was, now_on;
+	const char *sp[1] = { s->env_enabled ? "true" : "false" };
+
+	if (db_exec(db, &st_switch, sp, &res) != DB_OK)
+		return false;
+	was = atomic_load(&s->db_enabled);
+	now_on = PQntuples(res) == 1 && db_get(res, 0, "actions_enabled")[0] == 't';
+	atomic_store(&s->db_enabled, now_on);
+	if (!s->env_enabled || !now_on) {
+		long long due = PQntuples(res) == 1 ? db_get_ll(res, 0, "due") : 0;
+		long long t = dispatch_mono_ns();
+
+		/* each effect held back is counted once (metrics) */
+		if (due > 0)
+			(void)dispatch_hold(db, NULL);
+
+		/* Held back by the switch: said at most every 30 s per process. */
+		if (due > 0 && (last_blocked_log == 0 || t - last_blocked_log > 30000000000LL)) {
+			struct log_fields f = { .count = due,
+				                .reason = !s->env_enabled ? "AI_ACTIONS_ENABLED is not true"
+				                                          : "database flag off",
+				                .hint = "oncegatectl kill-switch status" };
+
+			log_event(LOG_LEVEL_NOTICE, "dispatch.blocked", &f);
+			last_blocked_log = t;
+		}
+	} else {
+		last_blocked_log = 0;
+		if (!was)
+			dispatch_wake(s);
+	}
+	PQclear(res);
+	return true;
+}
+
+void
+dispatch_tick_expire_leases(struct dispatch_shared *s, struct db *db)
+{
+	struct dispatch_config *dc = dispatch_config_get(s);
+
+	expire_leases(s, db, &dc->cfg);
+	dispatch_config_put(s, dc);
+}

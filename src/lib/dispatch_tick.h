@@ -1,0 +1,31 @@
+/*
+ * dispatch_tick.h — the dispatcher's housekeeping rules, run in this order
+ * every poll interval on a connection of their own (oncegate-dispatch's
+ * janitor): the kill switch first; when the database does not answer, the
+ * rest waits for the next tick.
+ */
+#ifndef OG_DISPATCH_TICK_H
+#define OG_DISPATCH_TICK_H
+
+#include <stdbool.h>
+
+#include "db.h"
+#include "dispatch.h"
+
+/* Reads the kill switch's database flag again; while it holds effects
+ * back, each due one is counted once (metrics) and the hold is logged at
+ * most every 30 s; switched back on, the workers are woken. False when the
+ * database is unreachable. */
+bool dispatch_tick_switch(struct dispatch_shared *s, struct db *db)
+	__attribute__((warn_unused_result));
+
+/* Sending leases that ran out: the effect becomes unknown (the provider
+ * may have acted), never pending; where no lookup URL can settle it, it
+ * gets its dead letter in the same transaction. */
+void dispatch_tick_expire_leases(struct dispatch_shared *s, struct db *db);
+
+/* Runs whose every challenge expired: failed_terminal, and the workflow
+ * told through a decision callback, one transaction per run. */
+void dispatch_tick_expire_approvals(struct db *db);
+
+#endif

@@ -1,0 +1,117 @@
+/*
+ * provider.h — one delivery attempt to a provider, through libcurl.
+ *
+ * A provider performs the request and reports what it observed; it decides
+ * nothing. The observation goes to classify_attempt() (classify.h), and the
+ * dispatcher acts on the class. Each target kind has one `struct provider`
+ * (its send and its look-up), chosen once from the target's kind when a
+ * configuration is loaded (provider_for). One connection state per
+ * dispatcher worker thread (provider_conn_new): it owns a curl easy handle
+ * and is never shared.
+ *
+ * HTTP (provider_http.c): POST of the effect's JSON payload with
+ * `Idempotency-Key` (the effect's provider key), the target's credential as
+ * a bearer token, a bounded response kept as evidence, the provider id from
+ * a configured header or JSON Pointer. A `decision.callback` effect is
+ * POSTed to the URL it carries (the n8n Wait node's resume URL), which must
+ * lie under its target's URL.
+ *
+ * SMTP (provider_smtp.c): the payload becomes one text/plain UTF-8 message
+ * (body base64 in lines of 76, CRLF line ends, a non-ASCII subject as RFC
+ * 2047 words, To: folded; up to OG_MAIL_RCPT_MAX recipients) with a
+ * deterministic Message-ID derived from the provider key, so the same
+ * effect is the same message on every attempt; the server's queue id
+ * ("queued as …") is the provider id. The target's timeout_ms bounds the
+ * whole attempt, the goodbye to a server that stalled included.
+ *
+ * Look-up (reconciliation) is an HTTP GET of the target's lookup_url for
+ * every kind.
+ */
+#ifndef OG_PROVIDER_H
+#define OG_PROVIDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "classify.h"
+#include "config.h"
+
+/* Evidence kept per attempt: this much of the response body. */
+#define PROVIDER_EXCERPT_MAX 1024
+#define PROVIDER_ID_MAX 256
+
+/* The effect as the provider needs it. Borrowed pointers. */
+struct provider_effect {
+	const char *id;            /* effect id (uuid) */
+	const char *type;          /* effect type, e.g. email.send, decision.callback */
+	const char *provider_key;  /* "<run key>/<type>", the same on every attempt */
+	/* JSON text: the payload as it goes out, built and checked by the
+	 * dispatcher (effect.h); mail takes to, subject, body and in_reply_to
+	 * from it and nothing from anywhere else. */
+	const char *payload;
+};
+
+/* What one attempt observed. attempt_result's pointers point into this
+ * struct; provider_attempt_clear() releases it. */
+struct provider_attempt {
+	struct attempt_result r;
+	/* The payload cannot be sent at all (no recipient, a callback URL
+	 * outside its target, …): nothing went out; a permanent failure. */
+	bool invalid;
+	char invalid_reason[160];
+	char provider_id[PROVIDER_ID_MAX];
+	char retry_after[64];
+	char *body;                /* response, at most the target's cap */
+	size_t body_len;
+	long long duration_ms;     /* rounded up, >= 1 */
+	/* {"transport_error", "status", "headers": {…}, "body_excerpt",
+	 * "body_truncated", "request_sent"}; never the request, never
+	 * credentials. */
+	json_t *evidence;
+};
+
+enum provider_lookup {
+	PROVIDER_FOUND = 0,        /* the provider has the effect; provider id set */
+	PROVIDER_NOT_FOUND,        /* a clear 404 */
+	PROVIDER_LOOKUP_ERROR,     /* anything else: ask again later */
+};
+
+/* A worker's connection state (curl handle, SMTP watchdog). */
+struct provider_conn;
+
+/* A target kind's operations. */
+struct provider {
+	const char *kind;          /* the config's target kind: "http", "smtp" */
+	bool mail;                 /* payloads are mail messages (effect.h) */
+	/* One attempt of effect e on target t; fills *out (clear it afterwards). */
+	void (*send)(struct provider_conn *pc, const struct config_target *t,
+	             const struct provider_effect *e, struct provider_attempt *out);
+	/* Reconciliation: GET <lookup_url>?key=<provider key>. */
+	enum provider_lookup (*lookup)(struct provider_conn *pc, const struct config_target *t,
+	                               const char *provider_key, struct provider_attempt *out);
+};
+
+extern const struct provider provider_http;
+extern const struct provider provider_smtp;
+
+/* The provider of a target kind; NULL for a kind no provider serves. */
+const struct provider *provider_for(const char *kind);
+
+struct provider_conn *provider_conn_new(void);
+void provider_conn_free(struct provider_conn *pc);
+
+void provider_attempt_clear(struct provider_attempt *out);
+
+/* The Message-ID an SMTP effect carries: "<" 32 hex "@" domain ">" from the
+ * provider key and the sender's domain. out holds at least 128 bytes. */
+void provider_smtp_message_id(const char *provider_key, const char *mail_from, char *out,
+                              size_t outlen);
+
+/* Builds the whole RFC 5322 message of an email effect; NULL with a reason
+ * when the payload cannot make one. *rcpt is a new array of recipients. */
+char *provider_smtp_message(const struct config_target *t, const struct provider_effect *e,
+                            json_t **rcpt, char *why, size_t whylen);
+
+#endif

@@ -1,0 +1,219 @@
+/*
+ * provider_http.c — the HTTP provider: one POST of an effect, and the
+ * look-up every kind uses for reconciliation; see provider.h.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* asprintf */
+#endif
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "jptr.h"
+#include "provider.h"
+#include "provider_int.h"
+
+static void
+provider_id_from_response(struct provider_attempt *out, const struct config_target *t,
+                          const struct provider_sink *s)
+{
+	if (t->provider_id_header[0] != '\0') {
+		char lower[64];
+		size_t i;
+
+		for (i = 0; t->provider_id_header[i] != '\0' && i < sizeof(lower) - 1; i++)
+			lower[i] = (char)tolower((unsigned char)t->provider_id_header[i]);
+		lower[i] = '\0';
+		provider_set_id(out, json_string_value(json_object_get(s->headers, lower)));
+	}
+	if (out->provider_id[0] == '\0' && t->provider_id_pointer[0] != '\0' &&
+	    out->body_len > 0 && !s->over) {
+		json_t *doc = json_loadb(out->body, out->body_len, JSON_DECODE_ANY, NULL);
+		json_t *v = doc != NULL ? jptr_get(doc, t->provider_id_pointer, 1024) : NULL;
+		char num[32];
+
+		if (json_is_string(v))
+			provider_set_id(out, json_string_value(v));
+		else if (json_is_integer(v)) {
+			snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+			provider_set_id(out, num);
+		}
+		json_decref(doc);
+	}
+}
+
+/* Does url lie under base (same scheme, host and port, path prefix)? */
+static bool
+url_under(const char *url, const char *base)
+{
+	size_t n = strlen(base);
+
+	if (n == 0 || strncasecmp(url, base, n) != 0)
+		return false;
+	/* "http://h:1" must not accept "http://h:10/…" */
+	return base[n - 1] == '/' || url[n] == '\0' || url[n] == '/' || url[n] == '?';
+}
+
+/* Sends the request prepared on c with its headers and the target's
+ * credential, and notes in *out what came back. */
+static CURLcode
+http_perform(CURL *c, const struct config_target *t, struct curl_slist **hdrs,
+             struct provider_sink *s, struct provider_attempt *out, long *status)
+{
+	struct timespec t0;
+	CURLcode rc;
+
+	*hdrs = provider_add_bearer(*hdrs, t);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, *hdrs);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rc = curl_easy_perform(c);
+	out->duration_ms = provider_elapsed_ms(&t0);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+	out->r.kind = ATTEMPT_HTTP;
+	out->r.transport_error = provider_map_error(rc, s->over);
+	out->r.status = (int)*status;
+	out->body_len = s->body.len;
+	out->body = buf_steal(&s->body);
+	out->r.body = out->body;
+	out->r.body_len = out->body_len;
+	return rc;
+}
+
+static void
+http_send(struct provider_conn *pc, const struct config_target *t,
+          const struct provider_effect *e, struct provider_attempt *out)
+{
+	CURL *c = pc->curl;
+	struct curl_slist *hdrs = NULL;
+	struct provider_sink s;
+	char errbuf[CURL_ERROR_SIZE] = "", *body = NULL, *line = NULL, *cb_url = NULL;
+	const char *url = t->url, *post = e->payload;
+	json_t *payload = NULL;
+	CURLcode rc;
+	long status = 0;
+	curl_off_t sent = 0;
+
+	memset(out, 0, sizeof(*out));
+	/* A decision callback goes to the resume URL it carries; the rest of
+	 * its payload is the body. */
+	if (strcmp(e->type, "decision.callback") == 0) {
+		const char *u;
+
+		payload = json_loads(e->payload, 0, NULL);
+		u = json_string_value(json_object_get(payload, "url"));
+		if (u == NULL || !url_under(u, t->url) || !provider_header_safe(u, 4096)) {
+			provider_invalid(out, "callback url missing or outside its target");
+			json_decref(payload);
+			return;
+		}
+		cb_url = strdup(u);
+		json_object_del(payload, "url");
+		body = json_dumps(payload, JSON_COMPACT | JSON_SORT_KEYS);
+		post = body;
+		url = cb_url;
+	}
+	if (post == NULL || url == NULL) {
+		provider_invalid(out, "payload is not JSON");
+		free(cb_url);
+		free(body);
+		json_decref(payload);
+		return;
+	}
+	provider_prepare(c, t, &s, errbuf, "http,https", url);
+	curl_easy_setopt(c, CURLOPT_POST, 1L);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, post);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(post));
+	hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+	hdrs = curl_slist_append(hdrs, "Expect:");
+	if (asprintf(&line, "Idempotency-Key: %s", e->provider_key) > 0) {
+		hdrs = curl_slist_append(hdrs, line);
+		free(line);
+		line = NULL;
+	}
+	if (asprintf(&line, "X-Oncegate-Effect: %s", e->id) > 0) {
+		hdrs = curl_slist_append(hdrs, line);
+		free(line);
+		line = NULL;
+	}
+	rc = http_perform(c, t, &hdrs, &s, out, &status);
+	{
+		long reqsize = 0;
+
+		curl_easy_getinfo(c, CURLINFO_REQUEST_SIZE, &reqsize);
+		curl_easy_getinfo(c, CURLINFO_SIZE_UPLOAD_T, &sent);
+		/* When in doubt, the request went out (classify.h). */
+		out->r.request_sent = reqsize > 0 || sent > 0;
+	}
+	{
+		const char *ra = json_string_value(json_object_get(s.headers, "retry-after"));
+
+		if (ra != NULL) {
+			snprintf(out->retry_after, sizeof(out->retry_after), "%s", ra);
+			out->r.retry_after = out->retry_after;
+		}
+	}
+	out->r.rejection_pointer = t->rejection_pointer[0] ? t->rejection_pointer : NULL;
+	out->r.target_idempotent = t->idempotency_key != 0;
+	if (status >= 200 && status < 300)
+		provider_id_from_response(out, t, &s);
+	provider_fill_evidence(out, &s, rc, errbuf);
+
+	curl_slist_free_all(hdrs);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+	provider_sink_free(&s);
+	free(body);
+	free(cb_url);
+	json_decref(payload);
+}
+
+enum provider_lookup
+provider_http_lookup(struct provider_conn *pc, const struct config_target *t,
+                     const char *provider_key, struct provider_attempt *out)
+{
+	CURL *c = pc->curl;
+	struct curl_slist *hdrs = NULL;
+	struct provider_sink s;
+	char errbuf[CURL_ERROR_SIZE] = "", *esc, *url = NULL;
+	CURLcode rc;
+	long status = 0;
+	enum provider_lookup lr = PROVIDER_LOOKUP_ERROR;
+
+	memset(out, 0, sizeof(*out));
+	if (t->lookup_url[0] == '\0')
+		return PROVIDER_LOOKUP_ERROR;
+	esc = curl_easy_escape(c, provider_key, 0);
+	if (esc == NULL || asprintf(&url, "%s%skey=%s", t->lookup_url,
+	                            strchr(t->lookup_url, '?') ? "&" : "?", esc) < 0) {
+		curl_free(esc);
+		return PROVIDER_LOOKUP_ERROR;
+	}
+	curl_free(esc);
+	provider_prepare(c, t, &s, errbuf, "http,https", url);
+	curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+	rc = http_perform(c, t, &hdrs, &s, out, &status);
+	if (rc == CURLE_OK && status >= 200 && status < 300) {
+		provider_id_from_response(out, t, &s);
+		/* found, but without an id we can keep: still found */
+		lr = PROVIDER_FOUND;
+		if (out->provider_id[0] == '\0')
+			provider_set_id(out, "unknown-id");
+	} else if (rc == CURLE_OK && (status == 404 || status == 410)) {
+		lr = PROVIDER_NOT_FOUND;
+	}
+	provider_fill_evidence(out, &s, rc, errbuf);
+	curl_slist_free_all(hdrs);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+	provider_sink_free(&s);
+	free(url);
+	return lr;
+}
+
+const struct provider provider_http = {
+	.kind = "http",
+	.mail = false,
+	.send = http_send,
+	.lookup = provider_http_lookup,
+};

@@ -1,0 +1,79 @@
+/*
+ * provider_int.h — what the providers (provider_http.c, provider_smtp.c)
+ * share from provider.c: the connection state, the response sink, the
+ * transfer settings every attempt gets and the evidence it leaves. Only the
+ * provider files include it.
+ */
+#ifndef OG_PROVIDER_INT_H
+#define OG_PROVIDER_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <time.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "buf.h"
+#include "config.h"
+#include "provider.h"
+
+/* The SMTP attempt's deadline, enforced from outside libcurl
+ * (provider_smtp.c): at the deadline the sockets it watches are shut down. */
+#define PROVIDER_WATCH_FDS 4
+
+struct provider_watchdog {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct timespec deadline;  /* CLOCK_MONOTONIC */
+	curl_socket_t fds[PROVIDER_WATCH_FDS];
+	bool done, fired;
+};
+
+struct provider_conn {
+	CURL *curl;
+	/* Lives as long as the handle: a socket libcurl closes late still
+	 * finds it. */
+	struct provider_watchdog watch;
+	bool watch_ok;             /* its mutex and condition exist */
+};
+
+/* The response as it arrives: body up to the cap, a few headers. */
+struct provider_sink {
+	struct buf body;
+	size_t cap;
+	bool over;                 /* the cap was hit */
+	const char *id_header;     /* target's provider_id_header, or NULL */
+	json_t *headers;           /* selected headers, lower-case names */
+	char smtp_reply[512];      /* SMTP: the last reply line */
+};
+
+/* A fresh transfer on pc's handle: the sink set up for target t, the
+ * settings every transfer gets (no redirects, no signals, bounded time, a
+ * fresh connection), only the given protocols, and the URL. */
+void provider_prepare(CURL *c, const struct config_target *t, struct provider_sink *s,
+                      char *errbuf, const char *protocols, const char *url);
+void provider_sink_free(struct provider_sink *s);
+enum attempt_error provider_map_error(CURLcode rc, bool over);
+/* Milliseconds since t0 (CLOCK_MONOTONIC), rounded up, at least 1. */
+long long provider_elapsed_ms(const struct timespec *t0);
+/* The evidence a dead letter keeps of an attempt: what came back, bounded. */
+void provider_fill_evidence(struct provider_attempt *out, struct provider_sink *s, CURLcode rc,
+                            const char *errbuf);
+/* Copies a printable provider id of at most PROVIDER_ID_MAX-1 bytes. */
+void provider_set_id(struct provider_attempt *out, const char *v);
+/* A header value: one line of printable text of at most max bytes. */
+bool provider_header_safe(const char *s, size_t max);
+/* The target's credential as a bearer token header. */
+struct curl_slist *provider_add_bearer(struct curl_slist *hdrs, const struct config_target *t);
+/* The payload cannot be sent at all: nothing went out. */
+void provider_invalid(struct provider_attempt *out, const char *why);
+/* The look-up every kind uses (provider_http.c). */
+enum provider_lookup provider_http_lookup(struct provider_conn *pc, const struct config_target *t,
+                                          const char *provider_key,
+                                          struct provider_attempt *out);
+/* The SMTP watchdog's mutex and condition (provider_smtp.c). */
+bool provider_smtp_watch_init(struct provider_watchdog *w);
+void provider_smtp_watch_destroy(struct provider_watchdog *w);
+
+#endif
