@@ -132,13 +132,19 @@ progress(const struct ctl_job *job, int done, int refused, int pending)
 	fflush(stdout);
 }
 
-/* The job ends before its end (interrupted or stopped): EXIT_STOPPED once
- * that is recorded. */
+/* The job ends before its end (interrupted or stopped): what happened and
+ * how to go on, on stderr; why, in the job; EXIT_STOPPED once recorded. */
 static int
-halt(struct ctl *ctl, const struct ctl_job *job, const char *why)
+halt(struct ctl *ctl, const struct ctl_job *job, const char *what, const char *why)
 {
-	enum replay_rc rc = replay_job_finish(ctl->db, job->id, false, job->op, why);
+	const struct job_kind *k = kind_of(job->kind);
+	enum replay_rc rc;
 
+	if (job->tty)
+		printf("\n");
+	fprintf(stderr, "oncegatectl: job %lld %s; %s with: oncegatectl %s %lld --reason TEXT\n",
+	        job->id, what, k->again, k->command, job->id);
+	rc = replay_job_finish(ctl->db, job->id, false, job->op, why);
 	return rc == REPLAY_OK ? EXIT_STOPPED : ctl_exit(rc, REPLAY_UNAVAILABLE);
 }
 
@@ -197,26 +203,20 @@ ctl_job_run(struct ctl *ctl, struct ctl_job *job)
 			nanosleep(&ts, NULL);
 		}
 		if (g_interrupted) {
-			if (job->tty)
-				printf("\n");
-			fprintf(stderr, "oncegatectl: job %lld interrupted (%s); what is done stays "
-			        "done; %s with: oncegatectl %s %lld --reason TEXT\n", job->id,
-			        g_interrupted == SIGINT ? "SIGINT" : "SIGTERM", k->again, k->command,
-			        job->id);
-			ex = halt(ctl, job, g_interrupted == SIGINT ? "interrupted (SIGINT)"
-			                                            : "interrupted (SIGTERM)");
+			const char *sig = g_interrupted == SIGINT ? "SIGINT" : "SIGTERM";
+			char what[64], why[32];
+
+			snprintf(what, sizeof(what), "interrupted (%s); what is done stays done", sig);
+			snprintf(why, sizeof(why), "interrupted (%s)", sig);
+			ex = halt(ctl, job, what, why);
 			break;
 		}
 		st = job->step(ctl, job, &ex);
 		if (st == CTL_JOB_FAILED)
 			break;
 		if (st == CTL_JOB_STOP) {
-			if (job->tty)
-				printf("\n");
-			fprintf(stderr, "oncegatectl: job %lld stopped as asked (oncegatectl stop); "
-			        "%s with: oncegatectl %s %lld --reason TEXT\n", job->id, k->again,
-			        k->command, job->id);
-			ex = halt(ctl, job, "stopped as asked by oncegatectl stop");
+			ex = halt(ctl, job, "stopped as asked (oncegatectl stop)",
+			          "stopped as asked by oncegatectl stop");
 			break;
 		}
 		if (st == CTL_JOB_END) {
