@@ -32,7 +32,7 @@ ctl_db(struct ctl *ctl)
 }
 
 const char *
-operator_name(const char *given)
+ctl_operator(const char *given)
 {
 	const char *u;
 

@@ -43,7 +43,7 @@ int ctl_exit(int rc, int unavailable);
 /* Connects on first use; -1 (message printed) when the database is away. */
 int ctl_db(struct ctl *ctl) __attribute__((warn_unused_result));
 /* The operator: `given` (--operator), else the login name. */
-const char *operator_name(const char *given);
+const char *ctl_operator(const char *given);
 /* One decision-log line from oncegatectl (program "oncegatectl"); every
  * mutating command logs its action with actor (the operator) and reason. */
 void ctl_log(struct ctl *ctl, enum log_level level, const char *event,

@@ -166,7 +166,7 @@ ctl_admin_client(struct ctl *ctl, int argc, char **argv)
 		return client_exit(CLIENTS_BAD_NAME, add ? "client add" : "client revoke", name, ctl);
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	op = operator_name(op);
+	op = ctl_operator(op);
 	if (db_begin(ctl->db) != DB_OK)
 		return client_exit(CLIENTS_UNAVAILABLE, add ? "client add" : "client revoke", name, ctl);
 	rc = add ? clients_add(ctl->db, name, key, &id) : clients_revoke(ctl->db, name, &id);
@@ -282,7 +282,7 @@ ctl_admin_kill_switch(struct ctl *ctl, int argc, char **argv)
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
 	{
-		const char *p[3] = { strcmp(what, "on") == 0 ? "true" : "false", operator_name(op),
+		const char *p[3] = { strcmp(what, "on") == 0 ? "true" : "false", ctl_operator(op),
 			             reason };
 		struct log_fields f = { .actor = p[1], .reason = reason,
 			                .state_to = strcmp(what, "on") == 0 ? "on" : "off" };

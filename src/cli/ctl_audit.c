@@ -69,7 +69,7 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 		return ctl_exit(rc, AUDIT_UNAVAILABLE);
 	}
 	{
-		struct log_fields f = { .key = key, .actor = operator_name(NULL) };
+		struct log_fields f = { .key = key, .actor = ctl_operator(NULL) };
 
 		ctl_log(ctl, LOG_LEVEL_INFO, "audit.explain", &f);
 	}
@@ -291,7 +291,7 @@ ctl_audit_purge(struct ctl *ctl, int argc, char **argv)
 			errno = 0;
 			days = strtol(optarg, &end, 10);
 			if (errno != 0 || *end != '\0' || end == optarg || days < 0 || days > 36500)
-				return ctl_refuse(ctl, "purge", EXIT_USAGE, operator_name(NULL),
+				return ctl_refuse(ctl, "purge", EXIT_USAGE, ctl_operator(NULL),
 				                  NULL, NULL,
 				                  "--older-than takes a number of days (0-36500)");
 			break;
@@ -301,7 +301,7 @@ ctl_audit_purge(struct ctl *ctl, int argc, char **argv)
 		default: goto usage;
 		}
 	}
-	op = operator_name(opname);
+	op = ctl_operator(opname);
 	if (optind != argc)
 		goto usage;
 	if (days < 0)

@@ -275,7 +275,7 @@ ctl_job_stop(struct ctl *ctl, int argc, char **argv)
 		else
 			goto usage;
 	}
-	op = operator_name(opname);
+	op = ctl_operator(opname);
 	if (optind != argc - 1)
 		goto usage;
 	job = strtoll(argv[optind], &end, 10);

@@ -174,7 +174,7 @@ effect_args(struct ctl *ctl, int argc, char **argv, struct ctl_repair_act *a,
 		}
 	}
 	opterr = 1;
-	a->op = operator_name(op);
+	a->op = ctl_operator(op);
 	if (optind == argc - 1)
 		e->target = argv[optind];
 	else

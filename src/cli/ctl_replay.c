@@ -123,7 +123,7 @@ replay_one(struct ctl *ctl, struct replay_opts *o, const char *key)
 	req.client = o->client;
 	req.key = key;
 	req.new_key = o->new_key;
-	req.operator_name = operator_name(o->op);
+	req.operator_name = ctl_operator(o->op);
 	req.reason = o->reason;
 	req.payload = o->payload;
 	req.payload_hash = o->payload ? o->payload_hash : NULL;
@@ -319,7 +319,7 @@ map_check(struct ctl *ctl, struct replay_opts *o, struct map *m, long long *clie
 		req.client = o->client;
 		req.key = it->key;
 		req.new_key = it->new_key;
-		req.operator_name = operator_name(o->op);
+		req.operator_name = ctl_operator(o->op);
 		req.reason = o->reason;
 		req.contracts = o->contracts;
 		req.public_url = ctl->cfg.public_url;
@@ -473,7 +473,7 @@ replay_job_go(struct ctl *ctl, struct replay_opts *o, struct ctl_job *job, long 
 static int
 replay_map(struct ctl *ctl, struct replay_opts *o)
 {
-	const char *op = operator_name(o->op);
+	const char *op = ctl_operator(o->op);
 	struct ctl_job job = { .kind = "replay", .rate = o->rate, .op = op, .reason = o->reason };
 	struct map m;
 	char err[1024];
@@ -522,7 +522,7 @@ replay_map(struct ctl *ctl, struct replay_opts *o)
 static int
 replay_resume(struct ctl *ctl, struct replay_opts *o)
 {
-	struct ctl_job job = { .kind = "replay", .id = o->resume, .op = operator_name(o->op),
+	struct ctl_job job = { .kind = "replay", .id = o->resume, .op = ctl_operator(o->op),
 		               .reason = o->reason };
 	char err[512];
 	long long client_id;
@@ -604,7 +604,7 @@ ctl_replay(struct ctl *ctl, int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	}
-	op = operator_name(o.op);
+	op = ctl_operator(o.op);
 	if (optind < argc)
 		key = argv[optind++];
 	if (optind < argc)

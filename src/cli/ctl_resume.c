@@ -358,7 +358,7 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 		}
 	}
 	opterr = 1;
-	a.op = operator_name(op);
+	a.op = ctl_operator(op);
 	if (bad || optind != argc) {
 		fputs(ctl_resume_usage, stderr);
 		return ctl_repair_refuse(ctl, &a, "usage", "bulk resume takes --select FILE, "
