@@ -1,6 +1,8 @@
 /*
  * ctl.c — the shared part of oncegatectl's commands; see ctl.h.
  */
+#include <ctype.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,12 @@
 #include "buf.h"
 
 #include "ctl.h"
+
+int
+ctl_exit(int rc, int unavailable)
+{
+	return rc == 0 ? EXIT_SUCCESS : rc == unavailable ? EXIT_UNAVAILABLE : EXIT_REFUSED;
+}
 
 int
 ctl_db(struct ctl *ctl)
@@ -24,7 +32,7 @@ ctl_db(struct ctl *ctl)
 }
 
 const char *
-operator_name(const char *given)
+ctl_operator(const char *given)
 {
 	const char *u;
 
@@ -50,6 +58,86 @@ ctl_log(struct ctl *ctl, enum log_level level, const char *event, const struct l
 		ctl->log_opened = true;
 	}
 	log_event(level, event, f);
+}
+
+int
+ctl_refuse(struct ctl *ctl, const char *what, int code, const char *op, const char *key,
+           const char *reason, const char *fmt, ...)
+{
+	char msg[1024], event[64];
+	struct log_fields f = { 0 };
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "oncegatectl: %s refused: %s\n", what, msg);
+	snprintf(event, sizeof(event), "%s.refused", what);
+	f.actor = op;
+	f.key = key;
+	f.reason = reason;
+	f.detail = msg;
+	ctl_log(ctl, LOG_LEVEL_WARNING, event, &f);
+	return code;
+}
+
+void
+ctl_print_json(json_t *v)
+{
+	char *s = v != NULL ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+
+	printf("%s\n", s != NULL ? s : "null");
+	free(s);
+}
+
+const char *
+ctl_jstr(const json_t *o, const char *name)
+{
+	const char *v = json_string_value(json_object_get(o, name));
+
+	return v != NULL ? v : "-";
+}
+
+long long
+ctl_duration(const char *s)
+{
+	char *end;
+	long long v;
+
+	if (!isdigit((unsigned char)s[0]))
+		return -1;
+	v = strtoll(s, &end, 10);
+	if (v <= 0 || v > 100000000LL || end[0] == '\0' || end[1] != '\0')
+		return -1;
+	switch (end[0]) {
+	case 's':
+		return v;
+	case 'm':
+		return v * 60;
+	case 'h':
+		return v * 3600;
+	case 'd':
+		return v * 86400;
+	case 'w':
+		return v * 604800;
+	default:
+		return -1;
+	}
+}
+
+void
+ctl_age(long long s, char *buf, size_t n)
+{
+	if (s < 0)
+		s = 0;
+	if (s >= 86400)
+		snprintf(buf, n, "%lldd%lldh", s / 86400, (s % 86400) / 3600);
+	else if (s >= 3600)
+		snprintf(buf, n, "%lldh%lldm", s / 3600, (s % 3600) / 60);
+	else if (s >= 60)
+		snprintf(buf, n, "%lldm", s / 60);
+	else
+		snprintf(buf, n, "%llds", s);
 }
 
 void

@@ -1,8 +1,15 @@
 /*
  * ctl.h — what every oncegatectl command shares: the loaded configuration,
  * the database connection (made on first use), --json, the operator and
- * the decision log. Each group of commands lives in its own file
- * (src/cli/ctl_*.c) and is listed in the command table of oncegatectl.c.
+ * the decision log. Each group of commands lives in its own file, named
+ * for what it does, and is listed in the command table of oncegatectl.c:
+ *   ctl_admin.c       migrate, client, config, kill-switch
+ *   ctl_deadletter.c  deadletter list / show
+ *   ctl_repair.c      reconcile, resume (one effect), reject, approval, cancel
+ *   ctl_resume.c      bulk resume: a selection checked, then run as a job
+ *   ctl_replay.c      replay (one key, or a job from a map file)
+ *   ctl_audit.c       explain, report, purge
+ *   ctl_job.c         the one runner of bulk jobs (resume and replay) and stop
  *
  * Exit codes: 0 done, 1 refused or failed (the message says why), 2 usage
  * error, 3 database unavailable, 4 a bulk job stopped before its end.
@@ -28,10 +35,15 @@ struct ctl {
 	bool log_opened;
 };
 
+/* The exit code of a library result: every library result enum has 0
+ * for done and its own "database unavailable" value, given here; anything
+ * else is a refusal. */
+int ctl_exit(int rc, int unavailable);
+
 /* Connects on first use; -1 (message printed) when the database is away. */
 int ctl_db(struct ctl *ctl) __attribute__((warn_unused_result));
 /* The operator: `given` (--operator), else the login name. */
-const char *operator_name(const char *given);
+const char *ctl_operator(const char *given);
 /* One decision-log line from oncegatectl (program "oncegatectl"); every
  * mutating command logs its action with actor (the operator) and reason. */
 void ctl_log(struct ctl *ctl, enum log_level level, const char *event,
@@ -44,6 +56,20 @@ char *ctl_terminal_text(const char *s);
 /* Every string inside v (member values, array items) made terminal-safe
  * in place, for text output; --json output stays the JSON as stored. */
 void ctl_terminal_safe(json_t *v);
+
+/* A refusal: "oncegatectl: <what> refused: <message>" on stderr and a
+ * `<what>.refused` warning in the decision log (actor, key, reason, the
+ * message as detail); returns code. */
+int ctl_refuse(struct ctl *ctl, const char *what, int code, const char *op, const char *key,
+               const char *reason, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+/* v as one compact JSON line on stdout ("null" when it cannot be written). */
+void ctl_print_json(json_t *v);
+/* The string member name of o, or "-" when it has none. */
+const char *ctl_jstr(const json_t *o, const char *name);
+/* "90s", "15m", "6h", "7d", "2w" in seconds; -1 when not a duration. */
+long long ctl_duration(const char *s);
+/* An age in seconds as "3d4h", "5h12m", "42m", "17s". */
+void ctl_age(long long s, char *buf, size_t n);
 
 /* Closes the log and the connection, frees the config. */
 void ctl_close(struct ctl *ctl);

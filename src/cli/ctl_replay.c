@@ -1,6 +1,6 @@
 /*
- * ctl_replay.c — `replay` (one key, or a bulk job from a map file), `stop`,
- * `explain`, `report` and `purge`.
+ * ctl_replay.c — `replay`: one key, or a bulk job from a map file (run by
+ * the job runner, ctl_job.c).
  *
  * Every mutating command needs --reason and records the operator; every
  * refusal says why on stderr, logs `*.refused`, changes nothing and exits
@@ -12,84 +12,21 @@
 #endif
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "api.h"
-#include "audit.h"
 #include "caps.h"
 #include "canon.h"
 #include "clients.h"
 #include "contract.h"
+#include "ctl_job.h"
 #include "ctl_replay.h"
 #include "replay.h"
 
 #define MAP_ITEMS_MAX   100000   /* lines of one map file */
 #define MAP_LINE_MAX    1024
-#define RATE_DEFAULT    5.0      /* items per second when --rate is not given */
-#define RATE_MAX        1000.0
-
-static volatile sig_atomic_t g_interrupted;
-
-static void
-on_signal(int sig)
-{
-	g_interrupted = sig;
-}
-
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int
-exit_of(enum replay_rc rc)
-{
-	switch (rc) {
-	case REPLAY_OK:
-		return EXIT_SUCCESS;
-	case REPLAY_UNAVAILABLE:
-		return EXIT_UNAVAILABLE;
-	default:
-		return EXIT_REFUSED;
-	}
-}
-
-/* A refusal: the message on stderr and a `<what>.refused` line. */
-static int
-refuse(struct ctl *ctl, const char *what, int code, const char *op, const char *key,
-       const char *reason, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-
-static int
-refuse(struct ctl *ctl, const char *what, int code, const char *op, const char *key,
-       const char *reason, const char *fmt, ...)
-{
-	char msg[1024], event[64];
-	struct log_fields f = { 0 };
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "oncegatectl: %s refused: %s\n", what, msg);
-	snprintf(event, sizeof(event), "%s.refused", what);
-	f.actor = op;
-	f.key = key;
-	f.reason = reason;
-	f.detail = msg;
-	ctl_log(ctl, LOG_LEVEL_WARNING, event, &f);
-	return code;
-}
 
 /* ---- replay --------------------------------------------------------------- */
 
@@ -186,7 +123,7 @@ replay_one(struct ctl *ctl, struct replay_opts *o, const char *key)
 	req.client = o->client;
 	req.key = key;
 	req.new_key = o->new_key;
-	req.operator_name = operator_name(o->op);
+	req.operator_name = ctl_operator(o->op);
 	req.reason = o->reason;
 	req.payload = o->payload;
 	req.payload_hash = o->payload ? o->payload_hash : NULL;
@@ -196,8 +133,8 @@ replay_one(struct ctl *ctl, struct replay_opts *o, const char *key)
 	req.force = o->force;
 	rc = replay_run(ctl->db, &req, &res);
 	if (rc != REPLAY_OK) {
-		ex = refuse(ctl, "replay", exit_of(rc), req.operator_name, key, o->reason, "%s",
-		            res.message);
+		ex = ctl_refuse(ctl, "replay", ctl_exit(rc, REPLAY_UNAVAILABLE), req.operator_name,
+		                key, o->reason, "%s", res.message);
 		replay_result_clear(&res);
 		return ex;
 	}
@@ -382,7 +319,7 @@ map_check(struct ctl *ctl, struct replay_opts *o, struct map *m, long long *clie
 		req.client = o->client;
 		req.key = it->key;
 		req.new_key = it->new_key;
-		req.operator_name = operator_name(o->op);
+		req.operator_name = ctl_operator(o->op);
 		req.reason = o->reason;
 		req.contracts = o->contracts;
 		req.public_url = ctl->cfg.public_url;
@@ -449,196 +386,115 @@ map_print(struct ctl *ctl, const struct map *m, int ok, int human, int refused)
 	       "draft again), %d refused\n", m->n, ok, human, ok - human, refused);
 }
 
-static void
-progress(bool tty, long long job, int done, int refused, int pending)
+/* A job's state for its steps: the options and the one client it is for. */
+struct replay_job {
+	struct replay_opts *o;
+	long long client_id;
+};
+
+/* One item of a replay job: the next pending one, replayed or refused. */
+static enum ctl_job_step
+replay_step(struct ctl *ctl, struct ctl_job *job, int *ex)
 {
-	if (!tty)
-		return;
-	printf("\r\033[Kjob %lld: %d done, %d refused, %d to go", job, done, refused, pending);
-	fflush(stdout);
+	struct replay_job *rj = job->arg;
+	struct replay_item it;
+	struct replay_req req = { 0 };
+	struct replay_result res = { 0 };
+	enum ctl_job_step st;
+	enum replay_rc rc;
+	bool stop = false;
+
+	if ((rc = replay_job_next(ctl->db, job->id, &it, &stop)) != REPLAY_OK) {
+		*ex = ctl_exit(rc, REPLAY_UNAVAILABLE);
+		return CTL_JOB_FAILED;
+	}
+	if (stop || it.seq == 0) {
+		replay_item_clear(&it);
+		return stop ? CTL_JOB_STOP : CTL_JOB_END;
+	}
+	/* the job's client, by the id stored with the job: a key that several
+	 * clients share is replayed for this one only */
+	req.client = NULL;
+	req.client_id = rj->client_id;
+	req.key = it.key;
+	req.new_key = it.new_key;
+	req.operator_name = job->op;
+	req.reason = job->reason;
+	req.contracts = rj->o->contracts;
+	req.public_url = ctl->cfg.public_url;
+	req.job_id = job->id;
+	req.job_seq = it.seq;
+	rc = replay_run(ctl->db, &req, &res);
+	if (rc == REPLAY_OK && res.client_id != rj->client_id) {
+		/* cannot happen for a checked job; never mix clients silently */
+		rc = REPLAY_ERROR;
+	}
+	if (rc == REPLAY_OK) {
+		st = CTL_JOB_DONE;
+		log_replayed(ctl, &req, &res);
+		if (ctl->json) {
+			json_t *doc = json_pack("{s:I, s:i, s:s, s:s, s:s, s:O?}", "job",
+			                    (json_int_t)job->id, "line", it.seq, "key", it.key,
+			                    "new_key", it.new_key, "state", res.start_state,
+			                    "approvals", res.approvals);
+			char *s = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
+
+			printf("%s\n", s ? s : "{}");
+			free(s);
+			json_decref(doc);
+		} else {
+			print_links(ctl, it.new_key, res.approvals, job->tty);
+		}
+	} else if (rc == REPLAY_UNAVAILABLE) {
+		st = CTL_JOB_LOST;
+	} else {
+		st = CTL_JOB_REFUSED;
+		(void)ctl_refuse(ctl, "replay", EXIT_REFUSED, job->op, it.key, job->reason,
+		                 "job %lld line %d: %s", job->id, it.seq, res.message);
+		if (replay_job_refuse(ctl->db, job->id, it.seq, res.message) != REPLAY_OK) {
+			*ex = EXIT_UNAVAILABLE;
+			st = CTL_JOB_FAILED;
+		}
+	}
+	replay_result_clear(&res);
+	replay_item_clear(&it);
+	return st;
 }
 
-/* Runs the job's pending items at rate per second, until done, stopped or
- * interrupted. The job is already taken (advisory lock). */
+/* Runs a replay job, taken, for its client. */
 static int
-job_run(struct ctl *ctl, struct replay_opts *o, long long job_id, long long client_id)
+replay_job_go(struct ctl *ctl, struct replay_opts *o, struct ctl_job *job, long long client_id)
 {
-	const char *op = operator_name(o->op);
-	bool tty = isatty(STDOUT_FILENO) && !ctl->json;
-	struct sigaction sa;
-	double t0 = now_s();
-	int done = 0, refused = 0, pending = 0, n = 0, ex = EXIT_SUCCESS;
-	enum replay_rc rc;
+	struct replay_job rj = { o, client_id };
 
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal; /* no SA_RESTART: a sleep ends at once */
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	if (replay_job_counts(ctl->db, job_id, &done, &refused, &pending) != REPLAY_OK)
-		return EXIT_UNAVAILABLE;
-	progress(tty, job_id, done, refused, pending);
-	for (;;) {
-		struct replay_item it;
-		struct replay_req req = { 0 };
-		struct replay_result res = { 0 };
-		bool stop = false;
-		double due = t0 + (double)n / o->rate;
-
-		/* the rate limit: item n starts no earlier than t0 + n / rate */
-		while (!g_interrupted && now_s() < due) {
-			double left = due - now_s();
-			struct timespec ts = { 0, (long)((left < 0.1 ? left : 0.1) * 1e9) };
-
-			nanosleep(&ts, NULL);
-		}
-		if (g_interrupted) {
-			if (tty)
-				printf("\n");
-			fprintf(stderr, "oncegatectl: job %lld interrupted (%s); what is done stays "
-			        "done; resume with: oncegatectl replay --resume %lld --reason TEXT\n",
-			        job_id, g_interrupted == SIGINT ? "SIGINT" : "SIGTERM", job_id);
-			rc = replay_job_finish(ctl->db, job_id, false, op,
-			                       g_interrupted == SIGINT ? "interrupted (SIGINT)"
-			                                               : "interrupted (SIGTERM)");
-			ex = rc == REPLAY_OK ? EXIT_STOPPED : exit_of(rc);
-			break;
-		}
-		if ((rc = replay_job_next(ctl->db, job_id, &it, &stop)) != REPLAY_OK) {
-			ex = exit_of(rc);
-			break;
-		}
-		if (stop) {
-			replay_item_clear(&it);
-			if (tty)
-				printf("\n");
-			fprintf(stderr, "oncegatectl: job %lld stopped as asked (oncegatectl stop); "
-			        "resume with: oncegatectl replay --resume %lld --reason TEXT\n", job_id,
-			        job_id);
-			rc = replay_job_finish(ctl->db, job_id, false, op,
-			                       "stopped as asked by oncegatectl stop");
-			ex = rc == REPLAY_OK ? EXIT_STOPPED : exit_of(rc);
-			break;
-		}
-		if (it.seq == 0) {
-			rc = replay_job_finish(ctl->db, job_id, true, op, NULL);
-			ex = rc != REPLAY_OK ? exit_of(rc) : refused > 0 ? EXIT_REFUSED : EXIT_SUCCESS;
-			break;
-		}
-		req.key = it.key;
-		req.new_key = it.new_key;
-		req.operator_name = op;
-		req.reason = o->reason;
-		req.contracts = o->contracts;
-		req.public_url = ctl->cfg.public_url;
-		req.job_id = job_id;
-		req.job_seq = it.seq;
-		/* the job's client, by the id stored with the job: a key that
-		 * several clients share is replayed for this one only */
-		req.client = NULL;
-		req.client_id = client_id;
-		rc = replay_run(ctl->db, &req, &res);
-		if (rc == REPLAY_OK && res.client_id != client_id) {
-			/* cannot happen for a checked job; never mix clients silently */
-			rc = REPLAY_ERROR;
-		}
-		if (rc == REPLAY_OK) {
-			done++;
-			log_replayed(ctl, &req, &res);
-			if (ctl->json) {
-				json_t *doc = json_pack("{s:I, s:i, s:s, s:s, s:s, s:O?}", "job",
-				                        (json_int_t)job_id, "line", it.seq, "key", it.key,
-				                        "new_key", it.new_key, "state", res.start_state,
-				                        "approvals", res.approvals);
-				char *s = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
-
-				printf("%s\n", s ? s : "{}");
-				free(s);
-				json_decref(doc);
-			} else {
-				print_links(ctl, it.new_key, res.approvals, tty);
-			}
-		} else if (rc == REPLAY_UNAVAILABLE) {
-			replay_result_clear(&res);
-			replay_item_clear(&it);
-			if (tty)
-				printf("\n");
-			fprintf(stderr, "oncegatectl: job %lld: the database went away; what is done "
-			        "stays done; resume with: oncegatectl replay --resume %lld\n", job_id,
-			        job_id);
-			ex = EXIT_UNAVAILABLE;
-			break;
-		} else {
-			refused++;
-			(void)refuse(ctl, "replay", EXIT_REFUSED, op, it.key, o->reason,
-			             "job %lld line %d: %s", job_id, it.seq, res.message);
-			if (replay_job_refuse(ctl->db, job_id, it.seq, res.message) != REPLAY_OK) {
-				replay_result_clear(&res);
-				replay_item_clear(&it);
-				ex = EXIT_UNAVAILABLE;
-				break;
-			}
-		}
-		pending--;
-		n++;
-		progress(tty, job_id, done, refused, pending);
-		replay_result_clear(&res);
-		replay_item_clear(&it);
-		fflush(stdout);
-	}
-	if (tty && ex == EXIT_SUCCESS)
-		printf("\n");
-	{
-		int d = 0, r = 0, p = 0;
-		struct log_fields f = { .actor = op, .reason = o->reason };
-		char detail[128];
-
-		if (replay_job_counts(ctl->db, job_id, &d, &r, &p) == REPLAY_OK) {
-			snprintf(detail, sizeof(detail), "job %lld: %d done, %d refused, %d pending",
-			         job_id, d, r, p);
-			f.detail = detail;
-			f.count = d;
-			fprintf(stderr, "oncegatectl: %s\n", detail);
-		}
-		ctl_log(ctl, LOG_LEVEL_NOTICE,
-		        ex == EXIT_STOPPED ? "replay.job_stopped"
-		        : p == 0 && ex != EXIT_UNAVAILABLE ? "replay.job_completed"
-		                                             : "replay.job_interrupted",
-		        &f);
-	}
-	signal(SIGINT, SIG_DFL);
-	signal(SIGTERM, SIG_DFL);
-	return ex;
+	job->step = replay_step;
+	job->arg = &rj;
+	return ctl_job_run(ctl, job);
 }
 
 static int
 replay_map(struct ctl *ctl, struct replay_opts *o)
 {
-	const char *op = operator_name(o->op);
+	const char *op = ctl_operator(o->op);
+	struct ctl_job job = { .kind = "replay", .rate = o->rate, .op = op, .reason = o->reason };
 	struct map m;
 	char err[1024];
-	long long client_id, job_id = 0, cid;
+	long long client_id, cid;
 	double rate;
-	int ok, human, refused, ex;
+	int ok, human, refused;
 	enum replay_rc rc;
 
 	if (map_read(o->map, &m, err, sizeof(err)) != 0)
-		return refuse(ctl, "replay", EXIT_USAGE, op, NULL, o->reason, "%s", err);
+		return ctl_refuse(ctl, "replay", EXIT_USAGE, op, NULL, o->reason, "%s", err);
 	rc = map_check(ctl, o, &m, &client_id, &ok, &human, &refused);
 	if (rc != REPLAY_OK) {
 		map_free(&m);
-		return refuse(ctl, "replay", exit_of(rc), op, NULL, o->reason,
-		              "the database is unavailable");
+		return ctl_refuse(ctl, "replay", ctl_exit(rc, REPLAY_UNAVAILABLE), op, NULL,
+		                  o->reason, "the database is unavailable");
 	}
 	if (o->dry_run) {
-		struct log_fields f = { .actor = op, .reason = o->reason, .count = m.n };
-		char detail[256];
-
 		map_print(ctl, &m, ok, human, refused);
-		snprintf(detail, sizeof(detail), "dry run of %s: %d items, %d would be replayed, "
-		         "%d refused; nothing changed", o->map, m.n, ok, refused);
-		f.detail = detail;
-		ctl_log(ctl, LOG_LEVEL_INFO, "replay.dry_run", &f);
+		ctl_job_dry_run(ctl, "replay", op, o->reason, o->map, m.n, ok, refused);
 		map_free(&m);
 		return refused > 0 ? EXIT_REFUSED : EXIT_SUCCESS;
 	}
@@ -646,80 +502,43 @@ replay_map(struct ctl *ctl, struct replay_opts *o)
 		/* all or nothing at the start: a job runs only a list that checked */
 		map_print(ctl, &m, ok, human, refused);
 		map_free(&m);
-		return refuse(ctl, "replay", EXIT_REFUSED, op, NULL, o->reason,
-		              "%d of the map's items would be refused (listed above); fix the map "
-		              "and run it again: nothing was replayed", refused);
+		return ctl_refuse(ctl, "replay", EXIT_REFUSED, op, NULL, o->reason,
+		                  "%d of the map's items would be refused (listed above); fix the "
+		                  "map and run it again: nothing was replayed", refused);
 	}
 	rc = replay_job_create(ctl->db, client_id, o->map, o->rate, op, o->reason, m.items, m.n,
-	                       &job_id);
+	                       &job.id);
 	map_free(&m);
 	if (rc != REPLAY_OK)
-		return refuse(ctl, "replay", exit_of(rc), op, NULL, o->reason,
-		              "the job could not be created: %s", db_error(ctl->db));
-	{
-		struct log_fields f = { .actor = op, .reason = o->reason, .count = ok };
-		char detail[256];
-
-		snprintf(detail, sizeof(detail), "job %lld from %s: %d items at %g/s", job_id, o->map,
-		         ok, o->rate);
-		f.detail = detail;
-		ctl_log(ctl, LOG_LEVEL_NOTICE, "replay.job_created", &f);
-	}
-	fprintf(stderr, "oncegatectl: job %lld: %d items at %g/s; stop it with `oncegatectl stop "
-	        "%lld --reason TEXT` (or Ctrl-C), resume with `oncegatectl replay --resume %lld "
-	        "--reason TEXT`\n", job_id, ok, o->rate, job_id, job_id);
-	if (ctl->json)
-		printf("{\"job\":%lld,\"items\":%d}\n", job_id, ok);
-	fflush(stdout);
-	rc = replay_job_take(ctl->db, job_id, "replay", false, op, o->reason, &cid, &rate, err,
+		return ctl_refuse(ctl, "replay", ctl_exit(rc, REPLAY_UNAVAILABLE), op, NULL,
+		                  o->reason, "the job could not be created: %s", db_error(ctl->db));
+	ctl_job_created(ctl, &job, o->map, ok);
+	rc = replay_job_take(ctl->db, job.id, "replay", false, op, o->reason, &cid, &rate, err,
 	                     sizeof(err));
 	if (rc != REPLAY_OK)
-		return refuse(ctl, "replay", exit_of(rc), op, NULL, o->reason, "%s", err);
-	ex = job_run(ctl, o, job_id, client_id);
-	return ex;
+		return ctl_refuse(ctl, "replay", ctl_exit(rc, REPLAY_UNAVAILABLE), op, NULL,
+		                  o->reason, "%s", err);
+	return replay_job_go(ctl, o, &job, client_id);
 }
 
 static int
 replay_resume(struct ctl *ctl, struct replay_opts *o)
 {
-	const char *op = operator_name(o->op);
+	struct ctl_job job = { .kind = "replay", .id = o->resume, .op = ctl_operator(o->op),
+		               .reason = o->reason };
 	char err[512];
 	long long client_id;
 	double rate;
 	enum replay_rc rc;
 
-	rc = replay_job_take(ctl->db, o->resume, "replay", true, op, o->reason, &client_id, &rate,
+	rc = replay_job_take(ctl->db, job.id, "replay", true, job.op, o->reason, &client_id, &rate,
 	                     err, sizeof(err));
 	if (rc != REPLAY_OK)
-		return refuse(ctl, "replay", exit_of(rc), op, NULL, o->reason, "%s",
-		              rc == REPLAY_UNAVAILABLE ? db_error(ctl->db) : err);
-	if (o->rate_text == NULL)
-		o->rate = rate;
-	{
-		struct log_fields f = { .actor = op, .reason = o->reason };
-		char detail[128];
-
-		snprintf(detail, sizeof(detail), "job %lld resumed at %g/s", o->resume, o->rate);
-		f.detail = detail;
-		ctl_log(ctl, LOG_LEVEL_NOTICE, "replay.job_resumed", &f);
-		fprintf(stderr, "oncegatectl: %s\n", detail);
-	}
-	return job_run(ctl, o, o->resume, client_id);
-}
-
-static int
-parse_rate(const char *s, double *rate)
-{
-	char *end;
-	double r;
-
-	errno = 0;
-	r = strtod(s, &end);
-	if (errno != 0 || end == s || !(r > 0) || r > RATE_MAX ||
-	    (*end != '\0' && strcmp(end, "/s") != 0))
-		return -1;
-	*rate = r;
-	return 0;
+		return ctl_refuse(ctl, "replay", ctl_exit(rc, REPLAY_UNAVAILABLE), job.op, NULL,
+		                  o->reason, "%s", rc == REPLAY_UNAVAILABLE ? db_error(ctl->db) : err);
+	job.rate = o->rate_text == NULL ? rate : o->rate;
+	ctl_job_continued(ctl, &job);
+	return replay_job_go(ctl, o, &job, client_id);
 }
 
 #define REPLAY_USAGE                                                                        \
@@ -756,7 +575,7 @@ ctl_replay(struct ctl *ctl, int argc, char **argv)
 	int opt, ex;
 
 	memset(&o, 0, sizeof(o));
-	o.rate = RATE_DEFAULT;
+	o.rate = CTL_JOB_RATE_DEFAULT;
 	optind = 0;
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (opt) {
@@ -787,48 +606,48 @@ ctl_replay(struct ctl *ctl, int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	}
-	op = operator_name(o.op);
+	op = ctl_operator(o.op);
 	if (optind < argc)
 		key = argv[optind++];
 	if (optind < argc)
-		return refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,
-		              "unexpected argument \"%s\"\n%s", argv[optind], REPLAY_USAGE);
+		return ctl_refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,
+		                  "unexpected argument \"%s\"\n%s", argv[optind], REPLAY_USAGE);
 	if ((key != NULL) + (o.map != NULL) + (o.resume > 0) != 1)
-		return refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,
-		              "name one KEY, or --map FILE, or --resume JOB\n%s", REPLAY_USAGE);
+		return ctl_refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,
+		                  "name one KEY, or --map FILE, or --resume JOB\n%s", REPLAY_USAGE);
 	if (key != NULL && (o.new_key == NULL || o.new_key[0] == '\0'))
-		return refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,
-		              "--new-key NEWKEY is required: a correction is a new event whose key "
-		              "is issued upstream, never invented by oncegate");
+		return ctl_refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,
+		                  "--new-key NEWKEY is required: a correction is a new event whose "
+		                  "key is issued upstream, never invented by oncegate");
 	if (key == NULL && (o.new_key != NULL || o.payload_file != NULL || o.force))
-		return refuse(ctl, "replay", EXIT_USAGE, op, NULL, o.reason,
-		              "--new-key, --payload and --force are for one KEY; a map file names its "
-		              "keys, and a bulk job never forces");
+		return ctl_refuse(ctl, "replay", EXIT_USAGE, op, NULL, o.reason,
+		                  "--new-key, --payload and --force are for one KEY; a map file "
+		                  "names its keys, and a bulk job never forces");
 	if (key != NULL && (!api_key_valid(key, strlen(key)) ||
 	                    !api_key_valid(o.new_key, strlen(o.new_key))))
-		return refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,
-		              "a key is 1-%d printable characters", OG_KEY_MAX_CHARS);
+		return ctl_refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,
+		                  "a key is 1-%d printable characters", OG_KEY_MAX_CHARS);
 	/* the new run must be reachable through the API like any claimed one */
 	if (key != NULL && api_key_claim_problem(o.new_key, strlen(o.new_key)) != NULL)
-		return refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason, "--new-key: %s",
-		              api_key_claim_problem(o.new_key, strlen(o.new_key)));
+		return ctl_refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason, "--new-key: %s",
+		                  api_key_claim_problem(o.new_key, strlen(o.new_key)));
 	if (!o.dry_run && (o.reason == NULL || o.reason[0] == '\0'))
-		return refuse(ctl, "replay", EXIT_USAGE, op, key, NULL,
-		              "--reason TEXT is required: it is recorded with the operator");
+		return ctl_refuse(ctl, "replay", EXIT_USAGE, op, key, NULL,
+		                  "--reason TEXT is required: it is recorded with the operator");
 	if (o.reason != NULL && strlen(o.reason) > 1000)
-		return refuse(ctl, "replay", EXIT_USAGE, op, key, NULL,
-		              "--reason is at most 1000 bytes");
-	if (o.rate_text != NULL && parse_rate(o.rate_text, &o.rate) != 0)
-		return refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,
-		              "--rate is N or N/s with 0 < N <= %g", RATE_MAX);
+		return ctl_refuse(ctl, "replay", EXIT_USAGE, op, key, NULL,
+		                  "--reason is at most 1000 bytes");
+	if (o.rate_text != NULL && ctl_job_rate(o.rate_text, &o.rate) != 0)
+		return ctl_refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,
+		                  "--rate is N or N/s with 0 < N <= %g", CTL_JOB_RATE_MAX);
 	if (o.payload_file != NULL && read_payload(&o, err, sizeof(err)) != 0)
-		return refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason, "%s", err);
+		return ctl_refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason, "%s", err);
 	/* the approvers of a fresh approval are the contract's, as loaded now */
 	o.contracts = contract_load_dir(ctl->cfg.contracts_dir, err, sizeof(err));
 	if (o.contracts == NULL) {
 		free(o.payload);
-		return refuse(ctl, "replay", EXIT_REFUSED, op, key, o.reason,
-		              "the contracts cannot be loaded: %s", err);
+		return ctl_refuse(ctl, "replay", EXIT_REFUSED, op, key, o.reason,
+		                  "the contracts cannot be loaded: %s", err);
 	}
 	if (ctl_db(ctl) != 0) {
 		ex = EXIT_UNAVAILABLE;
@@ -846,393 +665,3 @@ out:
 	return ex;
 }
 
-int
-ctl_stop(struct ctl *ctl, int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{ "reason", required_argument, NULL, 'r' },
-		{ "operator", required_argument, NULL, 'o' },
-		{ NULL, 0, NULL, 0 },
-	};
-	const char *reason = NULL, *opname = NULL, *op;
-	char msg[512], kind[16] = "replay", event[48], *end;
-	long long job;
-	enum replay_rc rc;
-	int opt;
-
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (opt == 'r')
-			reason = optarg;
-		else if (opt == 'o')
-			opname = optarg;
-		else
-			goto usage;
-	}
-	op = operator_name(opname);
-	if (optind != argc - 1)
-		goto usage;
-	job = strtoll(argv[optind], &end, 10);
-	if (*end != '\0' || job <= 0)
-		return refuse(ctl, "stop", EXIT_USAGE, op, NULL, reason, "JOB is a job number");
-	if (reason == NULL || reason[0] == '\0')
-		return refuse(ctl, "stop", EXIT_USAGE, op, NULL, NULL,
-		              "--reason TEXT is required: it is recorded with the operator");
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
-	rc = replay_job_stop(ctl->db, job, op, reason, kind, sizeof(kind), msg, sizeof(msg));
-	if (rc != REPLAY_OK)
-		return refuse(ctl, "stop", exit_of(rc), op, NULL, reason, "%s",
-		              rc == REPLAY_UNAVAILABLE ? db_error(ctl->db) : msg);
-	{
-		struct log_fields f = { .actor = op, .reason = reason };
-		char detail[64];
-
-		snprintf(detail, sizeof(detail), "%s job %lld asked to stop", kind, job);
-		f.detail = detail;
-		snprintf(event, sizeof(event), "%s.job_stop", kind);
-		ctl_log(ctl, LOG_LEVEL_NOTICE, event, &f);
-	}
-	if (ctl->json)
-		printf("{\"job\":%lld,\"kind\":\"%s\",\"stop_requested\":true}\n", job, kind);
-	fprintf(stderr, "oncegatectl: job %lld stops before its next item; what is done stays "
-	        "done (continue with `oncegatectl %s %lld --reason TEXT`)\n", job,
-	        strcmp(kind, "resume") == 0 ? "resume --job" : "replay --resume", job);
-	return EXIT_SUCCESS;
-usage:
-	fprintf(stderr, "usage: oncegatectl stop JOB --reason TEXT [--operator NAME]\n");
-	return EXIT_USAGE;
-}
-
-/* ---- explain --------------------------------------------------------------- */
-
-static const char *
-jtext(const json_t *o, const char *a, const char *b)
-{
-	const char *s = json_string_value(json_object_get(json_object_get(o, a), b));
-
-	return s != NULL ? s : "-";
-}
-
-int
-ctl_explain(struct ctl *ctl, int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{ "client", required_argument, NULL, 'c' },
-		{ NULL, 0, NULL, 0 },
-	};
-	const char *client = NULL, *key;
-	char msg[512];
-	json_t *doc = NULL, *v;
-	enum audit_rc rc;
-	size_t i;
-	int opt;
-
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (opt == 'c')
-			client = optarg;
-		else
-			goto usage;
-	}
-	if (optind != argc - 1)
-		goto usage;
-	key = argv[optind];
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
-	rc = audit_explain(ctl->db, client, key, &doc, msg, sizeof(msg));
-	if (rc == AUDIT_NOT_FOUND) {
-		/* "did we process this key?" has an answer here too: no */
-		if (ctl->json) {
-			json_t *no = json_pack("{s:s, s:{s:s, s:s}}", "key", key, "processed", "answer",
-			                       "no", "text", msg);
-			char *s = no != NULL ? json_dumps(no, JSON_COMPACT) : NULL;
-
-			printf("%s\n", s ? s : "{}");
-			free(s);
-			json_decref(no);
-		}
-		fprintf(stderr, "oncegatectl: explain: %s\n", msg);
-		return EXIT_REFUSED;
-	}
-	if (rc != AUDIT_OK) {
-		fprintf(stderr, "oncegatectl: explain: %s\n", msg);
-		return rc == AUDIT_UNAVAILABLE ? EXIT_UNAVAILABLE : EXIT_REFUSED;
-	}
-	{
-		struct log_fields f = { .key = key, .actor = operator_name(NULL) };
-
-		ctl_log(ctl, LOG_LEVEL_INFO, "audit.explain", &f);
-	}
-	if (ctl->json) {
-		char *s = json_dumps(doc, JSON_COMPACT);
-
-		printf("%s\n", s ? s : "{}");
-		free(s);
-		json_decref(doc);
-		return EXIT_SUCCESS;
-	}
-	ctl_terminal_safe(doc);
-	printf("%s (client %s)\n\n", key, json_string_value(json_object_get(doc, "client")) ?: "?");
-	printf("Did we process this key?   %s\n", jtext(doc, "processed", "text"));
-	printf("Did we send?               %s\n", jtext(doc, "sent", "text"));
-	printf("Who approved?              %s\n", jtext(doc, "approved", "text"));
-	printf("Which model drafted it?    %s\n", jtext(doc, "model", "text"));
-	printf("Payload                    %s (%s)\n",
-	       json_is_true(json_object_get(json_object_get(doc, "processed"), "payload_kept"))
-	           ? "kept"
-	           : "purged by retention",
-	       jtext(doc, "processed", "payload_hash"));
-	printf("Model output               %s (%s)\n",
-	       json_is_true(json_object_get(json_object_get(doc, "model"), "output_kept"))
-	           ? "kept"
-	           : "none or purged",
-	       jtext(doc, "model", "output_hash"));
-	json_array_foreach(json_object_get(doc, "replays"), i, v)
-		printf("%-27s%s (%s by %s: %s)\n",
-		       strcmp(json_string_value(json_object_get(v, "direction")) ?: "", "replay_of") == 0
-		           ? "Replay of"
-		           : "Replayed as",
-		       json_string_value(json_object_get(v, "key")) ?: "?",
-		       json_string_value(json_object_get(v, "at")) ?: "?",
-		       json_string_value(json_object_get(v, "operator")) ?: "?",
-		       json_string_value(json_object_get(v, "reason")) ?: "");
-	printf("\nEffects\n  %-36s %-18s %-12s %-10s %-5s %s\n", "ID", "TYPE", "TARGET", "STATE",
-	       "SENDS", "PROVIDER ID");
-	json_array_foreach(json_object_get(doc, "effects"), i, v) {
-		printf("  %-36s %-18s %-12s %-10s %-5lld %s\n",
-		       json_string_value(json_object_get(v, "effect_id")) ?: "",
-		       json_string_value(json_object_get(v, "type")) ?: "",
-		       json_string_value(json_object_get(v, "target")) ?: "",
-		       json_string_value(json_object_get(v, "state")) ?: "",
-		       (long long)json_integer_value(json_object_get(v, "sends")),
-		       json_string_value(json_object_get(v, "provider_id")) ?: "-");
-		printf("  %-36s provider key %s\n", "",
-		       json_string_value(json_object_get(v, "provider_key")) ?: "-");
-	}
-	printf("\nTimeline\n");
-	json_array_foreach(json_object_get(doc, "timeline"), i, v)
-		printf("  %-24s %-9s %-26s %-22s %s\n",
-		       json_string_value(json_object_get(v, "ts")) ?: "",
-		       json_string_value(json_object_get(v, "source")) ?: "",
-		       json_string_value(json_object_get(v, "event")) ?: "",
-		       json_string_value(json_object_get(v, "actor")) ?: "-",
-		       json_string_value(json_object_get(v, "detail")) ?: "");
-	json_decref(doc);
-	return EXIT_SUCCESS;
-usage:
-	fprintf(stderr, "usage: oncegatectl explain KEY [--client NAME]\n");
-	return EXIT_USAGE;
-}
-
-/* ---- report ---------------------------------------------------------------- */
-
-/* "7d", "36h", "90m", "600s" or plain seconds. */
-static long long
-parse_since(const char *s)
-{
-	char *end;
-	long long n;
-
-	errno = 0;
-	n = strtoll(s, &end, 10);
-	if (errno != 0 || end == s || n <= 0 || n > 3650LL * 86400)
-		return -1;
-	switch (*end) {
-	case 'd': n *= 86400; end++; break;
-	case 'h': n *= 3600; end++; break;
-	case 'm': n *= 60; end++; break;
-	case 's': end++; break;
-	default: break;
-	}
-	return *end == '\0' ? n : -1;
-}
-
-static void
-report_line(const char *label, const json_t *v)
-{
-	char *s;
-
-	if (json_is_object(v)) {
-		const char *k;
-		json_t *x;
-		bool any = false;
-
-		printf("%-34s", label);
-		json_object_foreach((json_t *)(uintptr_t)v, k, x) {
-			printf("%s%s %lld", any ? ", " : "", k, (long long)json_integer_value(x));
-			any = true;
-		}
-		printf("%s\n", any ? "" : "none");
-		return;
-	}
-	s = json_is_null(v) ? NULL : json_dumps(v, JSON_ENCODE_ANY);
-	printf("%-34s%s\n", label, s != NULL ? s : "-");
-	free(s);
-}
-
-int
-ctl_report(struct ctl *ctl, int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{ "since", required_argument, NULL, 's' },
-		{ NULL, 0, NULL, 0 },
-	};
-	static const struct {
-		const char *name, *label;
-	} rows[] = {
-		{ "runs_claimed", "runs claimed (new keys)" },
-		{ "reclaims", "reclaims (attempt > 1)" },
-		{ "invalid_outputs", "invalid model outputs" },
-		{ "failed_validation", "runs failed on validation" },
-		{ "approvals_by_decision", "approvals by decision" },
-		{ "approvals_expired", "approvals expired" },
-		{ "approvals_pending", "approvals pending now" },
-		{ "approval_wait_p50_s", "approval wait p50 (s)" },
-		{ "approval_wait_p95_s", "approval wait p95 (s)" },
-		{ "decisions", "runs decided (auto vs human)" },
-		{ "effects_by_state", "effects by state" },
-		{ "dead_letters_by_class", "dead letters by class" },
-		{ "retry_exhaustions", "retry budgets exhausted" },
-		{ "dead_letters_open", "dead letters open now" },
-		{ "oldest_open_dead_letter_s", "oldest open dead letter (s)" },
-		{ "replays", "replays" },
-		{ "operator_actions", "operator actions" },
-		{ "kill_switch_on", "kill switch database flag on" },
-		{ "blocked_sends", "sends blocked by the switch" },
-	}, lifetime[] = {
-		{ "duplicates_lifetime", "duplicate deliveries" },
-		{ "claims_by_outcome_lifetime", "claims by outcome" },
-	};
-	const char *since = "7d";
-	long long secs;
-	json_t *doc;
-	size_t i;
-	int opt;
-
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (opt == 's')
-			since = optarg;
-		else
-			goto usage;
-	}
-	if (optind != argc)
-		goto usage;
-	if ((secs = parse_since(since)) < 0) {
-		fprintf(stderr, "oncegatectl: report: --since is N followed by d, h, m or s "
-		        "(e.g. 7d)\n");
-		return EXIT_USAGE;
-	}
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
-	if (audit_report(ctl->db, secs, &doc) != AUDIT_OK) {
-		fprintf(stderr, "oncegatectl: report: %s\n", db_error(ctl->db));
-		return EXIT_UNAVAILABLE;
-	}
-	if (ctl->json) {
-		char *s = json_dumps(doc, JSON_COMPACT);
-
-		printf("%s\n", s ? s : "{}");
-		free(s);
-	} else {
-		printf("oncegate report, %s to %s\n\n",
-		       json_string_value(json_object_get(doc, "since")) ?: "?",
-		       json_string_value(json_object_get(doc, "until")) ?: "?");
-		for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
-			report_line(rows[i].label, json_object_get(doc, rows[i].name));
-		/* not per period: the responders' counters only ever add up */
-		printf("\nlifetime totals (not for the period above; counted by the responders, "
-		       "as GET /metrics shows them; last added %s)\n",
-		       json_string_value(json_object_get(doc, "counters_updated_at")) ?: "never");
-		for (i = 0; i < sizeof(lifetime) / sizeof(lifetime[0]); i++)
-			report_line(lifetime[i].label, json_object_get(doc, lifetime[i].name));
-	}
-	json_decref(doc);
-	return EXIT_SUCCESS;
-usage:
-	fprintf(stderr, "usage: oncegatectl report [--since 7d]\n");
-	return EXIT_USAGE;
-}
-
-/* ---- purge ----------------------------------------------------------------- */
-
-int
-ctl_purge(struct ctl *ctl, int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{ "older-than", required_argument, NULL, 'd' },
-		{ "reason", required_argument, NULL, 'r' },
-		{ "operator", required_argument, NULL, 'o' },
-		{ "dry-run", no_argument, NULL, 'n' },
-		{ NULL, 0, NULL, 0 },
-	};
-	const char *reason = NULL, *opname = NULL, *op;
-	struct audit_purge p;
-	bool dry = false;
-	long days = -1;
-	enum audit_rc rc;
-	char *end;
-	int opt;
-
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (opt) {
-		case 'd':
-			errno = 0;
-			days = strtol(optarg, &end, 10);
-			if (errno != 0 || *end != '\0' || end == optarg || days < 0 || days > 36500)
-				return refuse(ctl, "purge", EXIT_USAGE, operator_name(NULL), NULL, NULL,
-				              "--older-than takes a number of days (0-36500)");
-			break;
-		case 'r': reason = optarg; break;
-		case 'o': opname = optarg; break;
-		case 'n': dry = true; break;
-		default: goto usage;
-		}
-	}
-	op = operator_name(opname);
-	if (optind != argc)
-		goto usage;
-	if (days < 0)
-		days = ctl->cfg.retention_days;
-	if (!dry && (reason == NULL || reason[0] == '\0'))
-		return refuse(ctl, "purge", EXIT_USAGE, op, NULL, NULL,
-		              "--reason TEXT is required: it is recorded with the operator");
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
-	rc = audit_purge(ctl->db, (int)days, dry, op, reason, &p);
-	if (rc != AUDIT_OK)
-		return refuse(ctl, "purge", rc == AUDIT_UNAVAILABLE ? EXIT_UNAVAILABLE : EXIT_REFUSED,
-		              op, NULL, reason, "%s", db_error(ctl->db));
-	{
-		struct log_fields f = { .actor = op, .reason = reason, .count = p.runs };
-		char detail[256];
-
-		snprintf(detail, sizeof(detail), "%s runs finished more than %ld days ago: %lld runs, "
-		         "%lld effect payloads, %lld approval copies, %lld attempt excerpts, "
-		         "%lld dead letters past retention", dry ? "would purge" : "purged",
-		         days, p.runs, p.effects, p.approvals, p.attempts, p.dead_letters);
-		f.detail = detail;
-		ctl_log(ctl, dry ? LOG_LEVEL_INFO : LOG_LEVEL_NOTICE,
-		        dry ? "purge.dry_run" : "purge.done", &f);
-	}
-	if (ctl->json)
-		printf("{\"dry_run\":%s,\"older_than_days\":%ld,\"runs\":%lld,\"effects\":%lld,"
-		       "\"approvals\":%lld,\"attempts\":%lld,\"dead_letters\":%lld}\n",
-		       dry ? "true" : "false", days, p.runs, p.effects, p.approvals, p.attempts,
-		       p.dead_letters);
-	else
-		printf("%s (finished more than %ld days ago)\n  runs (payload, output, effect "
-		       "payload)  %lld\n  effect payloads                       %lld\n  approval "
-		       "copies of the effect          %lld\n  attempt evidence excerpts             "
-		       "%lld\n  dead letters past retention           %lld\nHashes, states and "
-		       "decisions are kept: `oncegatectl explain KEY` still answers.\n",
-		       dry ? "Would purge (dry run, nothing changed)" : "Purged", days, p.runs,
-		       p.effects, p.approvals, p.attempts, p.dead_letters);
-	return EXIT_SUCCESS;
-usage:
-	fprintf(stderr, "usage: oncegatectl purge --older-than DAYS --reason TEXT [--dry-run] "
-	        "[--operator NAME]\n");
-	return EXIT_USAGE;
-}

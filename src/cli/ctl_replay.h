@@ -1,6 +1,7 @@
 /*
- * ctl_replay.h — oncegatectl's replay, stop, explain, report and purge.
- * The SQL is in src/lib/replay.c and src/lib/audit.c.
+ * ctl_replay.h — oncegatectl's replay: a correction as a new run linked to
+ * the original, for one key or a map file of them. The SQL is in
+ * src/lib/replay.c.
  */
 #ifndef OG_CTL_REPLAY_H
 #define OG_CTL_REPLAY_H
@@ -10,11 +11,6 @@
 /* A bulk replay stopped before its end (oncegatectl stop, SIGINT) exits
  * EXIT_STOPPED (ctl.h): what was done is done and recorded; `replay
  * --resume JOB` continues. */
-
 int ctl_replay(struct ctl *ctl, int argc, char **argv);
-int ctl_stop(struct ctl *ctl, int argc, char **argv);
-int ctl_explain(struct ctl *ctl, int argc, char **argv);
-int ctl_report(struct ctl *ctl, int argc, char **argv);
-int ctl_purge(struct ctl *ctl, int argc, char **argv);
 
 #endif

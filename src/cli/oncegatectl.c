@@ -1,6 +1,7 @@
 /*
  * oncegatectl — the operator's command line. One command table; each
- * command parses its own arguments and calls into the library.
+ * command parses its own arguments and calls into the library; the
+ * commands live in files named for what they do (ctl.h lists them).
  *
  * Exit codes: 0 done, 1 refused or failed (the message says why),
  * 2 usage error, 3 database unavailable.
@@ -11,16 +12,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "audit.h"
-#include "clients.h"
-#include "ctl.h"
-#include "ctl_replay.h"
-#include "ctl_repair.h"
 #include "config.h"
-#include "db.h"
-#include "digest.h"
-#include "log.h"
-#include "migrate.h"
+#include "ctl.h"
+#include "ctl_admin.h"
+#include "ctl_audit.h"
+#include "ctl_deadletter.h"
+#include "ctl_job.h"
+#include "ctl_repair.h"
+#include "ctl_replay.h"
 
 struct command {
 	const char *name;
@@ -29,330 +28,42 @@ struct command {
 	int (*run)(struct ctl *ctl, int argc, char **argv);
 };
 
-static int
-exit_of(enum clients_rc rc, const char *what, const char *name, struct ctl *ctl)
-{
-	switch (rc) {
-	case CLIENTS_OK:
-		return EXIT_SUCCESS;
-	case CLIENTS_EXISTS:
-		fprintf(stderr, "oncegatectl: %s: a client named \"%s\" exists already\n", what,
-		        name);
-		return EXIT_REFUSED;
-	case CLIENTS_NOT_FOUND:
-		fprintf(stderr, "oncegatectl: %s: no client named \"%s\"\n", what, name);
-		return EXIT_REFUSED;
-	case CLIENTS_BAD_NAME:
-		fprintf(stderr, "oncegatectl: %s: a client name is 1-64 of A-Z a-z 0-9 . _ -, "
-		        "starting with a letter or digit\n", what);
-		return EXIT_USAGE;
-	case CLIENTS_UNAVAILABLE:
-		fprintf(stderr, "oncegatectl: %s: database unavailable: %s\n", what,
-		        db_error(ctl->db));
-		return EXIT_UNAVAILABLE;
-	default:
-		fprintf(stderr, "oncegatectl: %s: %s\n", what, db_error(ctl->db));
-		return EXIT_REFUSED;
-	}
-}
-
-static int
-cmd_migrate(struct ctl *ctl, int argc, char **argv)
-{
-	char err[1024];
-	int n, status = argc > 1 && strcmp(argv[1], "--status") == 0;
-
-	if (argc > 1 + status) {
-		fprintf(stderr, "usage: oncegatectl migrate [--status]\n");
-		return EXIT_USAGE;
-	}
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
-	n = status ? migrate_status(ctl->db, ctl->cfg.sql_dir, stdout, err, sizeof(err))
-	           : migrate_apply(ctl->db, ctl->cfg.sql_dir, stdout, err, sizeof(err));
-	if (n < 0) {
-		fprintf(stderr, "oncegatectl: migrate: %s\n", err);
-		return EXIT_REFUSED;
-	}
-	if (!status)
-		fprintf(stderr, "oncegatectl: %d migration%s applied; schema is current\n", n,
-		        n == 1 ? "" : "s");
-	else
-		fprintf(stderr, "oncegatectl: %d pending\n", n);
-	return EXIT_SUCCESS;
-}
-
-/* The operator_actions row of a change made in the open transaction, with
- * its client (id; 0 for none); 0 when written. */
-static int
-record(struct ctl *ctl, const char *op, const char *action, const char *reason,
-       long long client_id, json_t *details)
-{
-	char cid[24];
-	char *text = details != NULL ? json_dumps(details, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-	struct audit_action a = { .operator_name = op, .action = action, .reason = reason,
-		                  .client_id = client_id > 0 ? cid : NULL, .details = text };
-	enum audit_rc rc;
-
-	snprintf(cid, sizeof(cid), "%lld", client_id);
-	rc = audit_record_action(ctl->db, &a, NULL);
-	free(text);
-	json_decref(details);
-	return rc == AUDIT_OK ? 0 : -1;
-}
-
-/* --reason TEXT (required) and --operator NAME of a command that changes
- * something; argv[optind..] are the words left. -1 on a usage error. */
-static int
-change_opts(int argc, char **argv, const char **reason, const char **op)
-{
-	static const struct option opts[] = {
-		{ "reason", required_argument, NULL, 'r' },
-		{ "operator", required_argument, NULL, 'o' },
-		{ NULL, 0, NULL, 0 },
-	};
-	int opt;
-
-	*reason = *op = NULL;
-	optind = 0; /* glibc: 0 re-initialises getopt for the command's own arguments */
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (opt == 'r')
-			*reason = optarg;
-		else if (opt == 'o')
-			*op = optarg;
-		else
-			return -1;
-	}
-	return 0;
-}
-
-/* --reason is required for every change, within operator_actions' limits;
- * true (message printed) when it is missing or too long. */
-static bool
-bad_reason(const char *what, const char *reason, const char *op)
-{
-	if (reason == NULL || *reason == '\0') {
-		fprintf(stderr, "oncegatectl: %s needs --reason TEXT: say why, it is kept with the "
-		        "change\n", what);
-		return true;
-	}
-	if (strlen(reason) > AUDIT_REASON_MAX || (op != NULL && strlen(op) > AUDIT_OPERATOR_MAX)) {
-		fprintf(stderr, "oncegatectl: %s: --reason is at most %d characters, --operator "
-		        "at most %d\n", what, AUDIT_REASON_MAX, AUDIT_OPERATOR_MAX);
-		return true;
-	}
-	return false;
-}
-
-static int
-cmd_client(struct ctl *ctl, int argc, char **argv)
-{
-	char key[CLIENTS_KEY_LEN];
-	const char *reason, *op, *verb, *name;
-	struct log_fields f = { 0 };
-	long long id = 0;
-	enum clients_rc rc;
-	bool add;
-	int ex;
-
-	if (argc == 2 && strcmp(argv[1], "list") == 0) {
-		if (ctl_db(ctl) != 0)
-			return EXIT_UNAVAILABLE;
-		return exit_of(clients_list(ctl->db, stdout, ctl->json), "client list", "", ctl);
-	}
-	if (change_opts(argc, argv, &reason, &op) != 0 || optind != argc - 2 ||
-	    (strcmp(argv[optind], "add") != 0 && strcmp(argv[optind], "revoke") != 0))
-		goto usage;
-	verb = argv[optind];
-	name = argv[optind + 1];
-	add = strcmp(verb, "add") == 0;
-	/* Who may call the API is a change like any other: it says why. */
-	if (bad_reason(add ? "client add" : "client revoke", reason, op))
-		return EXIT_USAGE;
-	if (!clients_name_valid(name))
-		return exit_of(CLIENTS_BAD_NAME, add ? "client add" : "client revoke", name, ctl);
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
-	op = operator_name(op);
-	if (db_begin(ctl->db) != DB_OK)
-		return exit_of(CLIENTS_UNAVAILABLE, add ? "client add" : "client revoke", name, ctl);
-	rc = add ? clients_add(ctl->db, name, key, &id) : clients_revoke(ctl->db, name, &id);
-	if (rc == CLIENTS_OK &&
-	    (record(ctl, op, add ? "client.add" : "client.revoke", reason, id,
-	            json_pack("{s:s}", "client", name)) != 0 ||
-	     db_commit(ctl->db) != DB_OK))
-		rc = CLIENTS_ERROR;
-	if (rc != CLIENTS_OK) {
-		db_rollback(ctl->db);
-		if (add)
-			digest_wipe(key, sizeof(key));
-	}
-	ex = exit_of(rc, add ? "client add" : "client revoke", name, ctl);
-	if (ex != EXIT_SUCCESS)
-		return ex;
-	f.client = name;
-	f.actor = op;
-	f.reason = reason;
-	ctl_log(ctl, LOG_LEVEL_NOTICE, add ? "client.added" : "client.revoked", &f);
-	if (!add) {
-		fprintf(stderr, "oncegatectl: client \"%s\" revoked; its key is refused "
-		        "from the next request\n", name);
-		return EXIT_SUCCESS;
-	}
-	/* The key alone on stdout, for scripts; the warning on stderr. */
-	printf("%s\n", key);
-	fflush(stdout);
-	fprintf(stderr, "oncegatectl: client \"%s\" added. This key is shown once and "
-	        "only its SHA-256 is stored.\n", name);
-	digest_wipe(key, sizeof(key));
-	return EXIT_SUCCESS;
-usage:
-	fprintf(stderr, "usage: oncegatectl client add|revoke NAME --reason TEXT "
-	        "[--operator NAME] | list\n");
-	return EXIT_USAGE;
-}
-
-static int
-cmd_config(struct ctl *ctl, int argc, char **argv)
-{
-	if (argc != 2 || strcmp(argv[1], "check") != 0) {
-		fprintf(stderr, "usage: oncegatectl config check\n");
-		return EXIT_USAGE;
-	}
-	config_dump(&ctl->cfg, stdout);
-	fprintf(stderr, "oncegatectl: configuration %s is valid\n", ctl->conf_path);
-	return EXIT_SUCCESS;
-}
-
-/* The database half of the kill switch. */
-static const struct db_stmt st_switch_set = {
-	"ctl_switch_set",
-	"UPDATE dispatch_control SET actions_enabled = $1::bool, changed_at = now(),"
-	"       changed_by = $2, reason = $3"
-	" RETURNING (SELECT actions_enabled FROM dispatch_control) AS was",
-	3, false,
-};
-
-static const struct db_stmt st_switch_get = {
-	"ctl_switch_get",
-	"SELECT actions_enabled, og_ts(changed_at) AS changed_at, changed_by, reason,"
-	"       blocked_sends,"
-	"       (SELECT count(*) FROM effect_outbox WHERE state = 'pending'"
-	"           AND next_attempt_at <= now()) AS due"
-	"  FROM dispatch_control",
-	0, true,
-};
-
-static int
-cmd_kill_switch(struct ctl *ctl, int argc, char **argv)
-{
-	const char *reason = NULL, *op = NULL, *what;
-	PGresult *res = NULL;
-
-	if (change_opts(argc, argv, &reason, &op) != 0 || optind != argc - 1)
-		goto usage;
-	what = argv[optind];
-	if (strcmp(what, "status") == 0) {
-		if (ctl_db(ctl) != 0)
-			return EXIT_UNAVAILABLE;
-		if (db_exec(ctl->db, &st_switch_get, NULL, &res) != DB_OK || PQntuples(res) != 1) {
-			fprintf(stderr, "oncegatectl: kill-switch status: %s\n", db_error(ctl->db));
-			PQclear(res);
-			return EXIT_REFUSED;
-		}
-		if (ctl->json) {
-			printf("{\"database_flag\":%s,\"changed_at\":\"%s\",\"blocked_sends\":%s,"
-			       "\"due_effects\":%s,\"environment_needs\":\"AI_ACTIONS_ENABLED=true\"}\n",
-			       db_get(res, 0, "actions_enabled")[0] == 't' ? "true" : "false",
-			       db_get(res, 0, "changed_at"), db_get(res, 0, "blocked_sends"),
-			       db_get(res, 0, "due"));
-		} else {
-			const char *by = db_get(res, 0, "changed_by"), *why = db_get(res, 0, "reason");
-
-			printf("database flag   %s (since %s, by %s: %s)\n",
-			       db_get(res, 0, "actions_enabled")[0] == 't' ? "ON" : "OFF",
-			       db_get(res, 0, "changed_at"), by != NULL ? by : "-",
-			       why != NULL ? why : "-");
-			printf("effects due     %s\n", db_get(res, 0, "due"));
-			printf("blocked sends   %s (refused by the switch right before sending)\n",
-			       db_get(res, 0, "blocked_sends"));
-			printf("A dispatcher sends only while this flag is ON and its own environment "
-			       "has AI_ACTIONS_ENABLED=true.\n");
-		}
-		PQclear(res);
-		return EXIT_SUCCESS;
-	}
-	if (strcmp(what, "on") != 0 && strcmp(what, "off") != 0)
-		goto usage;
-	if (bad_reason(strcmp(what, "on") == 0 ? "kill-switch on" : "kill-switch off", reason, op))
-		return EXIT_USAGE;
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
-	{
-		const char *p[3] = { strcmp(what, "on") == 0 ? "true" : "false", operator_name(op),
-			             reason };
-		struct log_fields f = { .actor = p[1], .reason = reason,
-			                .state_to = strcmp(what, "on") == 0 ? "on" : "off" };
-
-		bool was;
-
-		/* the change and its operator_actions row commit together */
-		if (db_begin(ctl->db) != DB_OK ||
-		    db_exec(ctl->db, &st_switch_set, p, &res) != DB_OK || PQntuples(res) != 1) {
-			fprintf(stderr, "oncegatectl: kill-switch %s: %s\n", what, db_error(ctl->db));
-			PQclear(res);
-			db_rollback(ctl->db);
-			return EXIT_REFUSED;
-		}
-		was = db_get(res, 0, "was") != NULL && db_get(res, 0, "was")[0] == 't';
-		PQclear(res);
-		if (record(ctl, p[1], strcmp(what, "on") == 0 ? "kill_switch.on" : "kill_switch.off",
-		           reason, 0, json_pack("{s:b, s:b}", "was", was, "now", p[0][0] == 't')) != 0 ||
-		    db_commit(ctl->db) != DB_OK) {
-			fprintf(stderr, "oncegatectl: kill-switch %s: %s\n", what, db_error(ctl->db));
-			db_rollback(ctl->db);
-			return EXIT_REFUSED;
-		}
-		ctl_log(ctl, LOG_LEVEL_NOTICE, "kill_switch.changed", &f);
-		fprintf(stderr, "oncegatectl: kill switch database flag %s (by %s); dispatchers "
-		        "also need AI_ACTIONS_ENABLED=true\n", strcmp(what, "on") == 0 ? "ON" : "OFF",
-		        p[1]);
-	}
-	return EXIT_SUCCESS;
-usage:
-	fprintf(stderr, "usage: oncegatectl kill-switch on|off --reason TEXT [--operator NAME] "
-	        "| status\n");
-	return EXIT_USAGE;
-}
-
 static const struct command commands[] = {
-	{ "migrate", "[--status]", "apply the schema migrations that are missing", cmd_migrate },
+	{ "migrate", "[--status]", "apply the schema migrations that are missing",
+	  ctl_admin_migrate },
 	{ "client", "add|revoke NAME --reason TEXT [--operator NAME] | list",
-	  "manage API clients (a new key is printed once)", cmd_client },
-	{ "config", "check", "load and print the configuration, secrets masked", cmd_config },
+	  "manage API clients (a new key is printed once)", ctl_admin_client },
+	{ "config", "check", "load and print the configuration, secrets masked",
+	  ctl_admin_config },
 	{ "kill-switch", "on|off --reason TEXT | status",
-	  "the database half of the kill switch (sends need it ON)", cmd_kill_switch },
+	  "the database half of the kill switch (sends need it ON)", ctl_admin_kill_switch },
 	{ "replay",
 	  "KEY --new-key NEWKEY --reason TEXT [--payload FILE] [--force] | --map FILE | --resume JOB",
 	  "a correction as a new run linked to the original", ctl_replay },
-	{ "stop", "JOB --reason TEXT", "stop a bulk replay or resume job before its next item", ctl_stop },
+	{ "stop", "JOB --reason TEXT", "stop a bulk replay or resume job before its next item",
+	  ctl_job_stop },
 	{ "explain", "KEY [--client NAME]",
-	  "processed? sent? who approved? which model? with the timeline", ctl_explain },
-	{ "report", "[--since 7d]", "the weekly figures", ctl_report },
+	  "processed? sent? who approved? which model? with the timeline", ctl_audit_explain },
+	{ "report", "[--since 7d]", "the weekly figures", ctl_audit_report },
 	{ "purge", "--older-than DAYS --reason TEXT [--dry-run]",
-	  "remove payloads and outputs past retention; hashes and decisions stay", ctl_purge },
+	  "remove payloads and outputs past retention; hashes and decisions stay",
+	  ctl_audit_purge },
 	{ "deadletter", "list [--since D] [--class C] [--target T] [--state S] | show ID",
 	  "what automatic recovery gave up on, with its evidence", ctl_deadletter },
 	{ "reconcile", "EFFECT --delivered --provider-id ID | --not-delivered --reason TEXT",
-	  "record what the provider really did with an unknown or failed effect", ctl_reconcile },
+	  "record what the provider really did with an unknown or failed effect",
+	  ctl_repair_reconcile },
 	{ "resume", "EFFECT | --select FILE | --dead-letters | --job JOB --reason TEXT",
-	  "send failed effects known not delivered again, same key (bulk: a job)", ctl_resume },
+	  "send failed effects known not delivered again, same key (bulk: a job)",
+	  ctl_repair_resume },
 	{ "reject", "EFFECT|KEY --reason TEXT [--client NAME]",
-	  "terminal: cancel the effect (or the run's unsent ones), fail the run", ctl_reject },
+	  "terminal: cancel the effect (or the run's unsent ones), fail the run",
+	  ctl_repair_reject },
 	{ "approval", "revoke ID --reason TEXT | list [--pending]",
-	  "revoke one approver's link; list the challenges waiting", ctl_approval },
+	  "revoke one approver's link; list the challenges waiting", ctl_repair_approval },
 	{ "cancel", "EFFECT --reason TEXT",
-	  "cancel an act_with_window effect before its not_before; the run fails", ctl_cancel },
+	  "cancel an act_with_window effect before its not_before; the run fails",
+	  ctl_repair_cancel },
 };
 
 static void

@@ -1,0 +1,348 @@
+/*
+ * ctl_audit.c — `explain` (processed? sent? who approved? which model?),
+ * `report` (the weekly figures) and `purge` (payloads and outputs past
+ * retention; hashes and decisions stay). The SQL is in src/lib/audit.c.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "audit.h"
+#include "ctl_audit.h"
+
+/* ---- explain --------------------------------------------------------------- */
+
+static const char *
+jtext(const json_t *o, const char *a, const char *b)
+{
+	const char *s = json_string_value(json_object_get(json_object_get(o, a), b));
+
+	return s != NULL ? s : "-";
+}
+
+int
+ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "client", required_argument, NULL, 'c' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *client = NULL, *key;
+	char msg[512];
+	json_t *doc = NULL, *v;
+	enum audit_rc rc;
+	size_t i;
+	int opt;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (opt == 'c')
+			client = optarg;
+		else
+			goto usage;
+	}
+	if (optind != argc - 1)
+		goto usage;
+	key = argv[optind];
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	rc = audit_explain(ctl->db, client, key, &doc, msg, sizeof(msg));
+	if (rc == AUDIT_NOT_FOUND) {
+		/* "did we process this key?" has an answer here too: no */
+		if (ctl->json) {
+			json_t *no = json_pack("{s:s, s:{s:s, s:s}}", "key", key, "processed", "answer",
+			                       "no", "text", msg);
+			char *s = no != NULL ? json_dumps(no, JSON_COMPACT) : NULL;
+
+			printf("%s\n", s ? s : "{}");
+			free(s);
+			json_decref(no);
+		}
+		fprintf(stderr, "oncegatectl: explain: %s\n", msg);
+		return EXIT_REFUSED;
+	}
+	if (rc != AUDIT_OK) {
+		fprintf(stderr, "oncegatectl: explain: %s\n", msg);
+		return ctl_exit(rc, AUDIT_UNAVAILABLE);
+	}
+	{
+		struct log_fields f = { .key = key, .actor = ctl_operator(NULL) };
+
+		ctl_log(ctl, LOG_LEVEL_INFO, "audit.explain", &f);
+	}
+	if (ctl->json) {
+		char *s = json_dumps(doc, JSON_COMPACT);
+
+		printf("%s\n", s ? s : "{}");
+		free(s);
+		json_decref(doc);
+		return EXIT_SUCCESS;
+	}
+	ctl_terminal_safe(doc);
+	printf("%s (client %s)\n\n", key, json_string_value(json_object_get(doc, "client")) ?: "?");
+	printf("Did we process this key?   %s\n", jtext(doc, "processed", "text"));
+	printf("Did we send?               %s\n", jtext(doc, "sent", "text"));
+	printf("Who approved?              %s\n", jtext(doc, "approved", "text"));
+	printf("Which model drafted it?    %s\n", jtext(doc, "model", "text"));
+	printf("Payload                    %s (%s)\n",
+	       json_is_true(json_object_get(json_object_get(doc, "processed"), "payload_kept"))
+	           ? "kept"
+	           : "purged by retention",
+	       jtext(doc, "processed", "payload_hash"));
+	printf("Model output               %s (%s)\n",
+	       json_is_true(json_object_get(json_object_get(doc, "model"), "output_kept"))
+	           ? "kept"
+	           : "none or purged",
+	       jtext(doc, "model", "output_hash"));
+	json_array_foreach(json_object_get(doc, "replays"), i, v)
+		printf("%-27s%s (%s by %s: %s)\n",
+		       strcmp(json_string_value(json_object_get(v, "direction")) ?: "", "replay_of") == 0
+		           ? "Replay of"
+		           : "Replayed as",
+		       json_string_value(json_object_get(v, "key")) ?: "?",
+		       json_string_value(json_object_get(v, "at")) ?: "?",
+		       json_string_value(json_object_get(v, "operator")) ?: "?",
+		       json_string_value(json_object_get(v, "reason")) ?: "");
+	printf("\nEffects\n  %-36s %-18s %-12s %-10s %-5s %s\n", "ID", "TYPE", "TARGET", "STATE",
+	       "SENDS", "PROVIDER ID");
+	json_array_foreach(json_object_get(doc, "effects"), i, v) {
+		printf("  %-36s %-18s %-12s %-10s %-5lld %s\n",
+		       json_string_value(json_object_get(v, "effect_id")) ?: "",
+		       json_string_value(json_object_get(v, "type")) ?: "",
+		       json_string_value(json_object_get(v, "target")) ?: "",
+		       json_string_value(json_object_get(v, "state")) ?: "",
+		       (long long)json_integer_value(json_object_get(v, "sends")),
+		       json_string_value(json_object_get(v, "provider_id")) ?: "-");
+		printf("  %-36s provider key %s\n", "",
+		       json_string_value(json_object_get(v, "provider_key")) ?: "-");
+	}
+	printf("\nTimeline\n");
+	json_array_foreach(json_object_get(doc, "timeline"), i, v)
+		printf("  %-24s %-9s %-26s %-22s %s\n",
+		       json_string_value(json_object_get(v, "ts")) ?: "",
+		       json_string_value(json_object_get(v, "source")) ?: "",
+		       json_string_value(json_object_get(v, "event")) ?: "",
+		       json_string_value(json_object_get(v, "actor")) ?: "-",
+		       json_string_value(json_object_get(v, "detail")) ?: "");
+	json_decref(doc);
+	return EXIT_SUCCESS;
+usage:
+	fprintf(stderr, "usage: oncegatectl explain KEY [--client NAME]\n");
+	return EXIT_USAGE;
+}
+
+/* ---- report ---------------------------------------------------------------- */
+
+/* "7d", "36h", "90m", "600s" or plain seconds. */
+static long long
+parse_since(const char *s)
+{
+	char *end;
+	long long n;
+
+	errno = 0;
+	n = strtoll(s, &end, 10);
+	if (errno != 0 || end == s || n <= 0 || n > 3650LL * 86400)
+		return -1;
+	switch (*end) {
+	case 'd': n *= 86400; end++; break;
+	case 'h': n *= 3600; end++; break;
+	case 'm': n *= 60; end++; break;
+	case 's': end++; break;
+	default: break;
+	}
+	return *end == '\0' ? n : -1;
+}
+
+static void
+report_line(const char *label, const json_t *v)
+{
+	char *s;
+
+	if (json_is_object(v)) {
+		const char *k;
+		json_t *x;
+		bool any = false;
+
+		printf("%-34s", label);
+		json_object_foreach((json_t *)(uintptr_t)v, k, x) {
+			printf("%s%s %lld", any ? ", " : "", k, (long long)json_integer_value(x));
+			any = true;
+		}
+		printf("%s\n", any ? "" : "none");
+		return;
+	}
+	s = json_is_null(v) ? NULL : json_dumps(v, JSON_ENCODE_ANY);
+	printf("%-34s%s\n", label, s != NULL ? s : "-");
+	free(s);
+}
+
+int
+ctl_audit_report(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "since", required_argument, NULL, 's' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static const struct {
+		const char *name, *label;
+	} rows[] = {
+		{ "runs_claimed", "runs claimed (new keys)" },
+		{ "reclaims", "reclaims (attempt > 1)" },
+		{ "invalid_outputs", "invalid model outputs" },
+		{ "failed_validation", "runs failed on validation" },
+		{ "approvals_by_decision", "approvals by decision" },
+		{ "approvals_expired", "approvals expired" },
+		{ "approvals_pending", "approvals pending now" },
+		{ "approval_wait_p50_s", "approval wait p50 (s)" },
+		{ "approval_wait_p95_s", "approval wait p95 (s)" },
+		{ "decisions", "runs decided (auto vs human)" },
+		{ "effects_by_state", "effects by state" },
+		{ "dead_letters_by_class", "dead letters by class" },
+		{ "retry_exhaustions", "retry budgets exhausted" },
+		{ "dead_letters_open", "dead letters open now" },
+		{ "oldest_open_dead_letter_s", "oldest open dead letter (s)" },
+		{ "replays", "replays" },
+		{ "operator_actions", "operator actions" },
+		{ "kill_switch_on", "kill switch database flag on" },
+		{ "blocked_sends", "sends blocked by the switch" },
+	}, lifetime[] = {
+		{ "duplicates_lifetime", "duplicate deliveries" },
+		{ "claims_by_outcome_lifetime", "claims by outcome" },
+	};
+	const char *since = "7d";
+	long long secs;
+	json_t *doc;
+	size_t i;
+	int opt;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (opt == 's')
+			since = optarg;
+		else
+			goto usage;
+	}
+	if (optind != argc)
+		goto usage;
+	if ((secs = parse_since(since)) < 0) {
+		fprintf(stderr, "oncegatectl: report: --since is N followed by d, h, m or s "
+		        "(e.g. 7d)\n");
+		return EXIT_USAGE;
+	}
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	if (audit_report(ctl->db, secs, &doc) != AUDIT_OK) {
+		fprintf(stderr, "oncegatectl: report: %s\n", db_error(ctl->db));
+		return EXIT_UNAVAILABLE;
+	}
+	if (ctl->json) {
+		char *s = json_dumps(doc, JSON_COMPACT);
+
+		printf("%s\n", s ? s : "{}");
+		free(s);
+	} else {
+		printf("oncegate report, %s to %s\n\n",
+		       json_string_value(json_object_get(doc, "since")) ?: "?",
+		       json_string_value(json_object_get(doc, "until")) ?: "?");
+		for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+			report_line(rows[i].label, json_object_get(doc, rows[i].name));
+		/* not per period: the responders' counters only ever add up */
+		printf("\nlifetime totals (not for the period above; counted by the responders, "
+		       "as GET /metrics shows them; last added %s)\n",
+		       json_string_value(json_object_get(doc, "counters_updated_at")) ?: "never");
+		for (i = 0; i < sizeof(lifetime) / sizeof(lifetime[0]); i++)
+			report_line(lifetime[i].label, json_object_get(doc, lifetime[i].name));
+	}
+	json_decref(doc);
+	return EXIT_SUCCESS;
+usage:
+	fprintf(stderr, "usage: oncegatectl report [--since 7d]\n");
+	return EXIT_USAGE;
+}
+
+/* ---- purge ----------------------------------------------------------------- */
+
+int
+ctl_audit_purge(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "older-than", required_argument, NULL, 'd' },
+		{ "reason", required_argument, NULL, 'r' },
+		{ "operator", required_argument, NULL, 'o' },
+		{ "dry-run", no_argument, NULL, 'n' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *reason = NULL, *opname = NULL, *op;
+	struct audit_purge p;
+	bool dry = false;
+	long days = -1;
+	enum audit_rc rc;
+	char *end;
+	int opt;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'd':
+			errno = 0;
+			days = strtol(optarg, &end, 10);
+			if (errno != 0 || *end != '\0' || end == optarg || days < 0 || days > 36500)
+				return ctl_refuse(ctl, "purge", EXIT_USAGE, ctl_operator(NULL),
+				                  NULL, NULL,
+				                  "--older-than takes a number of days (0-36500)");
+			break;
+		case 'r': reason = optarg; break;
+		case 'o': opname = optarg; break;
+		case 'n': dry = true; break;
+		default: goto usage;
+		}
+	}
+	op = ctl_operator(opname);
+	if (optind != argc)
+		goto usage;
+	if (days < 0)
+		days = ctl->cfg.retention_days;
+	if (!dry && (reason == NULL || reason[0] == '\0'))
+		return ctl_refuse(ctl, "purge", EXIT_USAGE, op, NULL, NULL,
+		                  "--reason TEXT is required: it is recorded with the operator");
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	rc = audit_purge(ctl->db, (int)days, dry, op, reason, &p);
+	if (rc != AUDIT_OK)
+		return ctl_refuse(ctl, "purge", ctl_exit(rc, AUDIT_UNAVAILABLE), op, NULL, reason,
+		                  "%s", db_error(ctl->db));
+	{
+		struct log_fields f = { .actor = op, .reason = reason, .count = p.runs };
+		char detail[256];
+
+		snprintf(detail, sizeof(detail), "%s runs finished more than %ld days ago: %lld runs, "
+		         "%lld effect payloads, %lld approval copies, %lld attempt excerpts, "
+		         "%lld dead letters past retention", dry ? "would purge" : "purged",
+		         days, p.runs, p.effects, p.approvals, p.attempts, p.dead_letters);
+		f.detail = detail;
+		ctl_log(ctl, dry ? LOG_LEVEL_INFO : LOG_LEVEL_NOTICE,
+		        dry ? "purge.dry_run" : "purge.done", &f);
+	}
+	if (ctl->json)
+		printf("{\"dry_run\":%s,\"older_than_days\":%ld,\"runs\":%lld,\"effects\":%lld,"
+		       "\"approvals\":%lld,\"attempts\":%lld,\"dead_letters\":%lld}\n",
+		       dry ? "true" : "false", days, p.runs, p.effects, p.approvals, p.attempts,
+		       p.dead_letters);
+	else
+		printf("%s (finished more than %ld days ago)\n  runs (payload, output, effect "
+		       "payload)  %lld\n  effect payloads                       %lld\n  approval "
+		       "copies of the effect          %lld\n  attempt evidence excerpts             "
+		       "%lld\n  dead letters past retention           %lld\nHashes, states and "
+		       "decisions are kept: `oncegatectl explain KEY` still answers.\n",
+		       dry ? "Would purge (dry run, nothing changed)" : "Purged", days, p.runs,
+		       p.effects, p.approvals, p.attempts, p.dead_letters);
+	return EXIT_SUCCESS;
+usage:
+	fprintf(stderr, "usage: oncegatectl purge --older-than DAYS --reason TEXT [--dry-run] "
+	        "[--operator NAME]\n");
+	return EXIT_USAGE;
+}

@@ -1,0 +1,300 @@
+/*
+ * ctl_deadletter.c — `deadletter list` and `deadletter show`: what
+ * automatic recovery gave up on, with its evidence (README "Operations").
+ * Read-only; the SQL is in src/lib/repair.c.
+ */
+#include <ctype.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "ctl_deadletter.h"
+#include "repair.h"
+
+static char *
+jtext(const json_t *v)
+{
+	if (v == NULL || json_is_null(v))
+		return strdup("-");
+	if (json_is_string(v))
+		return strdup(json_string_value(v));
+	return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+/* --- deadletter ------------------------------------------------------------------ */
+
+static int
+deadletter_usage(FILE *f, int rc)
+{
+	fprintf(f, "usage: oncegatectl [--json] deadletter list [--since DURATION|TIMESTAMP] "
+	        "[--class permanent|exhausted|unknown] [--target NAME] [--state open|resolved] "
+	        "[--limit N]\n"
+	        "       oncegatectl [--json] deadletter show ID   (a dead letter's or its "
+	        "effect's id)\n"
+	        "  DURATION: 90s, 15m, 6h, 7d, 2w. A letter is open while its effect is still "
+	        "failed or unknown and waits for an operator.\n");
+	return rc;
+}
+
+static int
+deadletter_list(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "since", required_argument, NULL, 's' },
+		{ "class", required_argument, NULL, 'c' },
+		{ "target", required_argument, NULL, 't' },
+		{ "state", required_argument, NULL, 'S' },
+		{ "limit", required_argument, NULL, 'l' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct repair_dl_filter f = { 0 };
+	json_t *list = NULL, *o;
+	enum repair_rc rc;
+	size_t i;
+	int opt;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (opt) {
+		case 's':
+			f.since_seconds = ctl_duration(optarg);
+			if (f.since_seconds < 0) {
+				f.since_seconds = 0;
+				if (!isdigit((unsigned char)optarg[0]))
+					return deadletter_usage(stderr, EXIT_USAGE);
+				f.since_ts = optarg;
+			}
+			break;
+		case 'c':
+			if (strcmp(optarg, "permanent") != 0 && strcmp(optarg, "exhausted") != 0 &&
+			    strcmp(optarg, "unknown") != 0)
+				return deadletter_usage(stderr, EXIT_USAGE);
+			f.error_class = optarg;
+			break;
+		case 't':
+			f.target = optarg;
+			break;
+		case 'S':
+			if (strcmp(optarg, "open") != 0 && strcmp(optarg, "resolved") != 0)
+				return deadletter_usage(stderr, EXIT_USAGE);
+			f.state = optarg;
+			break;
+		case 'l':
+			f.limit = atoi(optarg);
+			if (f.limit <= 0)
+				return deadletter_usage(stderr, EXIT_USAGE);
+			break;
+		case 'j':
+			ctl->json = 1;
+			break;
+		case 'h':
+			return deadletter_usage(stdout, EXIT_SUCCESS);
+		default:
+			return deadletter_usage(stderr, EXIT_USAGE);
+		}
+	}
+	if (optind != argc)
+		return deadletter_usage(stderr, EXIT_USAGE);
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	rc = repair_dl_list(ctl->db, &f, &list);
+	if (rc == REPAIR_BAD_INPUT) {
+		fprintf(stderr, "oncegatectl: deadletter list: --since %s is neither a duration "
+		        "(15m, 6h, 7d) nor a timestamp (2024-05-01T08:00:00Z)\n", f.since_ts);
+		return EXIT_USAGE;
+	}
+	if (rc != REPAIR_OK) {
+		fprintf(stderr, "oncegatectl: deadletter list: %s\n", db_error(ctl->db));
+		return ctl_exit(rc, REPAIR_UNAVAILABLE);
+	}
+	if (ctl->json) {
+		ctl_print_json(list);
+		json_decref(list);
+		return EXIT_SUCCESS;
+	}
+	printf("%-36s  %-7s %-9s %-14s %-9s %-8s %s\n", "DEAD LETTER", "AGE", "CLASS", "TARGET",
+	       "EFFECT", "STATE", "KEY");
+	json_array_foreach(list, i, o) {
+		char age[32];
+
+		ctl_age(json_integer_value(json_object_get(o, "age_seconds")), age, sizeof(age));
+		printf("%-36s  %-7s %-9s %-14s %-9s %-8s %s\n", ctl_jstr(o, "dead_letter_id"), age,
+		       ctl_jstr(o, "error_class"), ctl_jstr(o, "target"), ctl_jstr(o, "effect_state"),
+		       ctl_jstr(o, "state"), ctl_jstr(o, "idempotency_key"));
+	}
+	printf("%zu dead letter%s\n", json_array_size(list), json_array_size(list) == 1 ? "" : "s");
+	json_decref(list);
+	return EXIT_SUCCESS;
+}
+
+/* One attempt, one line; the evidence of the last send below the table. */
+static void
+show_attempts(const json_t *doc)
+{
+	const json_t *atts = json_object_get(doc, "attempts"), *a, *last = NULL;
+	size_t i;
+
+	printf("\nattempts (%zu)\n", json_array_size(atts));
+	printf("  %-3s %-6s %-24s %7s %-10s %-6s %-12s %-5s %s\n", "#", "KIND", "STARTED", "MS",
+	       "CLASS", "STATUS", "SENT", "BY", "REASON");
+	json_array_foreach(atts, i, a) {
+		const json_t *ev = json_object_get(a, "evidence");
+		char *sent = jtext(json_object_get(ev, "request_sent"));
+		char *status = jtext(json_object_get(a, "status"));
+
+		printf("  %-3lld %-6s %-24s %7lld %-10s %-6s %-12s %-5s %s\n",
+		       (long long)json_integer_value(json_object_get(a, "attempt")),
+		       ctl_jstr(a, "kind"), ctl_jstr(a, "started_at"),
+		       (long long)json_integer_value(json_object_get(a, "duration_ms")),
+		       ctl_jstr(a, "classification"), status, sent,
+		       strncmp(ctl_jstr(a, "dispatcher"), "operator", 8) == 0 ? "op" : "disp",
+		       ctl_jstr(a, "reason"));
+		free(sent);
+		free(status);
+		if (strcmp(ctl_jstr(a, "kind"), "send") == 0)
+			last = a;
+	}
+	if (last != NULL) {
+		const json_t *ev = json_object_get(last, "evidence");
+		char *headers = jtext(json_object_get(ev, "headers"));
+		char *excerpt = jtext(json_object_get(ev, "body_excerpt"));
+		char *terr = jtext(json_object_get(ev, "transport_error"));
+		char *status = jtext(json_object_get(last, "status"));
+
+		printf("\nlast target evidence (attempt %lld)\n",
+		       (long long)json_integer_value(json_object_get(last, "attempt")));
+		printf("  status           %s\n", status);
+		printf("  transport error  %s\n", terr);
+		printf("  headers          %s\n", headers);
+		printf("  body excerpt     %s%s\n", excerpt,
+		       json_is_true(json_object_get(ev, "body_truncated")) ? " […truncated]" : "");
+		free(headers);
+		free(excerpt);
+		free(terr);
+		free(status);
+	}
+}
+
+static int
+deadletter_show(struct ctl *ctl, const char *id)
+{
+	json_t *doc = NULL, *eff, *run, *acts, *a;
+	enum repair_rc rc;
+	char age[32];
+	size_t i;
+
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	rc = repair_dl_show(ctl->db, &ctl->cfg, id, &doc);
+	if (rc == REPAIR_NOT_FOUND) {
+		fprintf(stderr, "oncegatectl: deadletter show: no dead letter has the id %s (as "
+		        "its own id or its effect's)\n", id);
+		return EXIT_REFUSED;
+	}
+	if (rc != REPAIR_OK) {
+		fprintf(stderr, "oncegatectl: deadletter show: %s\n", db_error(ctl->db));
+		return ctl_exit(rc, REPAIR_UNAVAILABLE);
+	}
+	if (ctl->json) {
+		ctl_print_json(doc);
+		json_decref(doc);
+		return EXIT_SUCCESS;
+	}
+	eff = json_object_get(doc, "effect");
+	run = json_object_get(doc, "run");
+	ctl_age(json_integer_value(json_object_get(doc, "age_seconds")), age, sizeof(age));
+	{
+		char *corr = jtext(json_object_get(doc, "correlation_id"));
+		char *wf = jtext(json_object_get(doc, "workflow_version"));
+		char *contract = jtext(json_object_get(doc, "contract"));
+		char *chash = jtext(json_object_get(doc, "contract_hash"));
+		char *ledger = jtext(json_object_get(doc, "ledger_state"));
+		char *evid = jtext(json_object_get(doc, "event_id"));
+		char *pid = jtext(json_object_get(eff, "provider_id"));
+
+		printf("dead letter      %s (%s, written %s, %s ago)\n",
+		       ctl_jstr(doc, "dead_letter_id"), ctl_jstr(doc, "state"),
+		       ctl_jstr(doc, "created_at"), age);
+		printf("effect           %s  %s -> %s  now %s%s\n", ctl_jstr(doc, "effect_id"),
+		       ctl_jstr(eff, "type"), ctl_jstr(eff, "target"), ctl_jstr(eff, "state"),
+		       json_is_true(json_object_get(eff, "known_undelivered"))
+		               ? " (known not delivered)" : "");
+		printf("event id         %s\n", evid);
+		printf("correlation id   %s\n", corr);
+		printf("workflow         %s\n", wf);
+		printf("contract         %s (%s)\n", contract, chash);
+		printf("payload          %s, ref %s (%s)\n", ctl_jstr(doc, "payload_hash"),
+		       ctl_jstr(doc, "payload_ref"),
+		       json_is_true(json_object_get(doc, "payload_kept")) ? "kept"
+		                                                          : "purged by retention");
+		printf("idempotency key  %s (client %s); provider key %s\n",
+		       ctl_jstr(doc, "idempotency_key"), ctl_jstr(doc, "client"),
+		       ctl_jstr(doc, "provider_key"));
+		printf("ledger state     %s when written; now %s (version %lld)\n", ledger,
+		       ctl_jstr(run, "state"),
+		       (long long)json_integer_value(json_object_get(run, "version")));
+		printf("failed           component %s, class %s, reason %s\n",
+		       ctl_jstr(doc, "component"), ctl_jstr(doc, "error_class"),
+		       ctl_jstr(doc, "reason"));
+		printf("provider id      %s\n", pid);
+		printf("owner            %s\n", ctl_jstr(doc, "owner"));
+		printf("next action      %s\n", ctl_jstr(doc, "next_action"));
+		printf("retention until  %s\n", ctl_jstr(doc, "retention_until"));
+		printf("replay count     %lld%s%s\n",
+		       (long long)json_integer_value(json_object_get(doc, "replay_count")),
+		       json_is_string(json_object_get(doc, "replayed_as")) ? ", replayed as " : "",
+		       json_is_string(json_object_get(doc, "replayed_as"))
+		               ? ctl_jstr(doc, "replayed_as") : "");
+		printf("resolution       %s", ctl_jstr(doc, "resolution"));
+		if (json_is_string(json_object_get(doc, "resolved_by")))
+			printf(" (by %s at %s)", ctl_jstr(doc, "resolved_by"),
+			       ctl_jstr(doc, "resolved_at"));
+		printf("\n");
+		free(corr);
+		free(wf);
+		free(contract);
+		free(chash);
+		free(ledger);
+		free(evid);
+		free(pid);
+	}
+	show_attempts(doc);
+	acts = json_object_get(doc, "operator_actions");
+	printf("\noperator actions (%zu)\n", json_array_size(acts));
+	json_array_foreach(acts, i, a)
+		printf("  %s  %-10s %-16s %s\n", ctl_jstr(a, "ts"), ctl_jstr(a, "operator"),
+		       ctl_jstr(a, "action"), ctl_jstr(a, "reason"));
+	json_decref(doc);
+	return EXIT_SUCCESS;
+}
+
+int
+ctl_deadletter(struct ctl *ctl, int argc, char **argv)
+{
+	if (argc >= 2 && strcmp(argv[1], "list") == 0)
+		return deadletter_list(ctl, argc - 1, argv + 1);
+	if (argc >= 3 && strcmp(argv[1], "show") == 0) {
+		int i;
+		const char *id = NULL;
+
+		for (i = 2; i < argc; i++) {
+			if (strcmp(argv[i], "--json") == 0)
+				ctl->json = 1;
+			else if (id == NULL && argv[i][0] != '-')
+				id = argv[i];
+			else
+				return deadletter_usage(stderr, EXIT_USAGE);
+		}
+		if (id == NULL)
+			return deadletter_usage(stderr, EXIT_USAGE);
+		return deadletter_show(ctl, id);
+	}
+	return deadletter_usage(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
+	                        argc >= 2 && strcmp(argv[1], "--help") == 0 ? EXIT_SUCCESS
+	                                                                    : EXIT_USAGE);
+}

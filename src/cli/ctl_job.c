@@ -1,0 +1,311 @@
+/*
+ * ctl_job.c — the bulk-job runner of oncegatectl and `stop`; see ctl_job.h.
+ * The jobs' rows are the library's (replay_job_*: take, next, finish, stop,
+ * counts serve both kinds); what differs between kinds is the step.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl_job.h"
+#include "replay.h"
+
+/* How each kind names what it does and how it is continued. */
+struct job_kind {
+	const char *kind;
+	const char *did;         /* an item carried out: "done", "resumed" */
+	const char *again;       /* going on later: "resume", "continue" */
+	const char *again_did;   /* ... and when it does: "resumed", "continued" */
+	const char *command;     /* the command that continues it */
+	const char *would;       /* a dry run's verdict: "would be replayed" */
+	bool this_run;           /* counts only what this run does */
+};
+
+static const struct job_kind kinds[] = {
+	{ "replay", "done", "resume", "resumed", "replay --resume", "replayed", false },
+	{ "resume", "resumed", "continue", "continued", "resume --job", "resumed", true },
+};
+
+static const struct job_kind *
+kind_of(const char *kind)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		if (strcmp(kinds[i].kind, kind) == 0)
+			return &kinds[i];
+	return &kinds[0];
+}
+
+static volatile sig_atomic_t g_interrupted;
+
+static void
+on_signal(int sig)
+{
+	g_interrupted = sig;
+}
+
+static double
+now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int
+ctl_job_rate(const char *s, double *rate)
+{
+	char *end;
+	double r;
+
+	errno = 0;
+	r = strtod(s, &end);
+	if (errno != 0 || end == s || !(r > 0) || r > CTL_JOB_RATE_MAX ||
+	    (*end != '\0' && strcmp(end, "/s") != 0))
+		return -1;
+	*rate = r;
+	return 0;
+}
+
+void
+ctl_job_dry_run(struct ctl *ctl, const char *kind, const char *op, const char *reason,
+                const char *source, int n, int ok, int refused)
+{
+	struct log_fields f = { .actor = op, .reason = reason, .count = n };
+	char detail[400], event[48];
+
+	snprintf(detail, sizeof(detail), "dry run of %s: %d items, %d would be %s, %d refused; "
+	         "nothing changed", source, n, ok, kind_of(kind)->would, refused);
+	f.detail = detail;
+	snprintf(event, sizeof(event), "%s.dry_run", kind);
+	ctl_log(ctl, LOG_LEVEL_INFO, event, &f);
+}
+
+void
+ctl_job_created(struct ctl *ctl, const struct ctl_job *job, const char *source, int n)
+{
+	const struct job_kind *k = kind_of(job->kind);
+	struct log_fields f = { .actor = job->op, .reason = job->reason, .count = n };
+	char detail[400], event[48];
+
+	snprintf(detail, sizeof(detail), "job %lld from %s: %d items at %g/s", job->id, source, n,
+	         job->rate);
+	f.detail = detail;
+	snprintf(event, sizeof(event), "%s.job_created", job->kind);
+	ctl_log(ctl, LOG_LEVEL_NOTICE, event, &f);
+	fprintf(stderr, "oncegatectl: job %lld: %d items at %g/s; stop it with `oncegatectl stop "
+	        "%lld --reason TEXT` (or Ctrl-C), %s with `oncegatectl %s %lld --reason TEXT`\n",
+	        job->id, n, job->rate, job->id, k->again, k->command, job->id);
+	if (ctl->json)
+		printf("{\"job\":%lld,\"items\":%d}\n", job->id, n);
+	fflush(stdout);
+}
+
+void
+ctl_job_continued(struct ctl *ctl, const struct ctl_job *job)
+{
+	struct log_fields f = { .actor = job->op, .reason = job->reason };
+	char detail[128], event[48];
+
+	snprintf(detail, sizeof(detail), "job %lld %s at %g/s", job->id,
+	         kind_of(job->kind)->again_did, job->rate);
+	f.detail = detail;
+	snprintf(event, sizeof(event), "%s.job_resumed", job->kind);
+	ctl_log(ctl, LOG_LEVEL_NOTICE, event, &f);
+	fprintf(stderr, "oncegatectl: %s\n", detail);
+}
+
+static void
+progress(const struct ctl_job *job, int done, int refused, int pending)
+{
+	if (!job->tty)
+		return;
+	printf("\r\033[Kjob %lld: %d %s, %d refused, %d to go", job->id, done,
+	       kind_of(job->kind)->did, refused, pending);
+	fflush(stdout);
+}
+
+/* The job ends before its end (interrupted or stopped): what happened and
+ * how to go on, on stderr; why, in the job; EXIT_STOPPED once recorded. */
+static int
+halt(struct ctl *ctl, const struct ctl_job *job, const char *what, const char *why)
+{
+	const struct job_kind *k = kind_of(job->kind);
+	enum replay_rc rc;
+
+	if (job->tty)
+		printf("\n");
+	fprintf(stderr, "oncegatectl: job %lld %s; %s with: oncegatectl %s %lld --reason TEXT\n",
+	        job->id, what, k->again, k->command, job->id);
+	rc = replay_job_finish(ctl->db, job->id, false, job->op, why);
+	return rc == REPLAY_OK ? EXIT_STOPPED : ctl_exit(rc, REPLAY_UNAVAILABLE);
+}
+
+/* What the run did, on stderr and in the log; the log's event says how the
+ * job ended. */
+static void
+summary(struct ctl *ctl, const struct ctl_job *job, int ex)
+{
+	int d = 0, r = 0, p = 0;
+	struct log_fields f = { .actor = job->op, .reason = job->reason };
+	char detail[160], event[48];
+
+	if (replay_job_counts(ctl->db, job->id, &d, &r, &p) == REPLAY_OK) {
+		snprintf(detail, sizeof(detail), "job %lld: %d %s, %d refused, %d pending", job->id,
+		         d, kind_of(job->kind)->did, r, p);
+		f.detail = detail;
+		f.count = d;
+		fprintf(stderr, "oncegatectl: %s\n", detail);
+	}
+	snprintf(event, sizeof(event), "%s.%s", job->kind,
+	         ex == EXIT_STOPPED                 ? "job_stopped"
+	         : p == 0 && ex != EXIT_UNAVAILABLE ? "job_completed"
+	                                            : "job_interrupted");
+	ctl_log(ctl, LOG_LEVEL_NOTICE, event, &f);
+}
+
+int
+ctl_job_run(struct ctl *ctl, struct ctl_job *job)
+{
+	const struct job_kind *k = kind_of(job->kind);
+	struct sigaction sa;
+	double t0 = now_s();
+	int done = 0, refused = 0, pending = 0, n = 0, ex = EXIT_SUCCESS;
+	enum replay_rc rc;
+
+	job->tty = isatty(STDOUT_FILENO) && !ctl->json;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal; /* no SA_RESTART: a sleep ends at once */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	if (replay_job_counts(ctl->db, job->id, &done, &refused, &pending) != REPLAY_OK)
+		return EXIT_UNAVAILABLE;
+	if (k->this_run)
+		done = refused = 0;
+	progress(job, done, refused, pending);
+	for (;;) {
+		double due = t0 + (double)n / job->rate;
+		enum ctl_job_step st;
+
+		/* the rate limit: item n starts no earlier than t0 + n / rate */
+		while (!g_interrupted && now_s() < due) {
+			double left = due - now_s();
+			struct timespec ts = { 0, (long)((left < 0.1 ? left : 0.1) * 1e9) };
+
+			nanosleep(&ts, NULL);
+		}
+		if (g_interrupted) {
+			const char *sig = g_interrupted == SIGINT ? "SIGINT" : "SIGTERM";
+			char what[64], why[32];
+
+			snprintf(what, sizeof(what), "interrupted (%s); what is done stays done", sig);
+			snprintf(why, sizeof(why), "interrupted (%s)", sig);
+			ex = halt(ctl, job, what, why);
+			break;
+		}
+		st = job->step(ctl, job, &ex);
+		if (st == CTL_JOB_FAILED)
+			break;
+		if (st == CTL_JOB_STOP) {
+			ex = halt(ctl, job, "stopped as asked (oncegatectl stop)",
+			          "stopped as asked by oncegatectl stop");
+			break;
+		}
+		if (st == CTL_JOB_END) {
+			rc = replay_job_finish(ctl->db, job->id, true, job->op, NULL);
+			ex = rc != REPLAY_OK ? ctl_exit(rc, REPLAY_UNAVAILABLE)
+			     : refused > 0   ? EXIT_REFUSED
+			                     : EXIT_SUCCESS;
+			break;
+		}
+		if (st == CTL_JOB_LOST) {
+			if (job->tty)
+				printf("\n");
+			fprintf(stderr, "oncegatectl: job %lld: the database went away; what is done "
+			        "stays done; %s with: oncegatectl %s %lld\n", job->id, k->again,
+			        k->command, job->id);
+			ex = EXIT_UNAVAILABLE;
+			break;
+		}
+		if (st == CTL_JOB_DONE)
+			done++;
+		else
+			refused++;
+		pending--;
+		n++;
+		progress(job, done, refused, pending);
+		fflush(stdout);
+	}
+	if (job->tty && ex == EXIT_SUCCESS)
+		printf("\n");
+	summary(ctl, job, ex);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	return ex;
+}
+
+int
+ctl_job_stop(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "reason", required_argument, NULL, 'r' },
+		{ "operator", required_argument, NULL, 'o' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *reason = NULL, *opname = NULL, *op;
+	char msg[512], kind[16] = "replay", event[48], *end;
+	long long job;
+	enum replay_rc rc;
+	int opt;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (opt == 'r')
+			reason = optarg;
+		else if (opt == 'o')
+			opname = optarg;
+		else
+			goto usage;
+	}
+	op = ctl_operator(opname);
+	if (optind != argc - 1)
+		goto usage;
+	job = strtoll(argv[optind], &end, 10);
+	if (*end != '\0' || job <= 0)
+		return ctl_refuse(ctl, "stop", EXIT_USAGE, op, NULL, reason, "JOB is a job number");
+	if (reason == NULL || reason[0] == '\0')
+		return ctl_refuse(ctl, "stop", EXIT_USAGE, op, NULL, NULL,
+		                  "--reason TEXT is required: it is recorded with the operator");
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	rc = replay_job_stop(ctl->db, job, op, reason, kind, sizeof(kind), msg, sizeof(msg));
+	if (rc != REPLAY_OK)
+		return ctl_refuse(ctl, "stop", ctl_exit(rc, REPLAY_UNAVAILABLE), op, NULL, reason,
+		                  "%s", rc == REPLAY_UNAVAILABLE ? db_error(ctl->db) : msg);
+	{
+		struct log_fields f = { .actor = op, .reason = reason };
+		char detail[64];
+
+		snprintf(detail, sizeof(detail), "%s job %lld asked to stop", kind, job);
+		f.detail = detail;
+		snprintf(event, sizeof(event), "%s.job_stop", kind);
+		ctl_log(ctl, LOG_LEVEL_NOTICE, event, &f);
+	}
+	if (ctl->json)
+		printf("{\"job\":%lld,\"kind\":\"%s\",\"stop_requested\":true}\n", job, kind);
+	fprintf(stderr, "oncegatectl: job %lld stops before its next item; what is done stays "
+	        "done (continue with `oncegatectl %s %lld --reason TEXT`)\n", job,
+	        kind_of(kind)->command, job);
+	return EXIT_SUCCESS;
+usage:
+	fprintf(stderr, "usage: oncegatectl stop JOB --reason TEXT [--operator NAME]\n");
+	return EXIT_USAGE;
+}
