@@ -413,7 +413,7 @@ fi
 expect "run $K" "$(run_state "$K")" "approved -"
 sleep 3 # six dispatcher polls
 expect "crm.tag effect while the switch is off" \
-	"$(q "$K" "SELECT effect_type || ':' || state FROM effect_outbox WHERE idempotency_key = :'key'")" "crm.tag:pending"
+	"$(q "$K" "SELECT effect_type || ':' || state FROM effect_outbox WHERE idempotency_key = :'key' AND effect_type = 'crm.tag'")" "crm.tag:pending"
 # the provider key stored with the effect: this client's own (og1/c<client id>/...)
 PK=$(q "$K" "SELECT provider_key FROM effect_outbox WHERE idempotency_key = :'key'
 	AND effect_type = 'crm.tag' AND provider_key ~ ('^og1/c' || client_id || '/')")
