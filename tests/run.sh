@@ -1,0 +1,170 @@
+# tests/run.sh — the stages of ./dev test, in order, as one table.
+#
+# Sourced by ./dev (cmd_test), which builds with sanitizers, starts the
+# throwaway test stack, exports its environment and then calls run_stages;
+# the stages use dev's helpers (say, cmd_fuzz, plain_build, test_summary,
+# fcgi_stop) and its variables (ROOT, DEV_DIR, BUILD, STATE). Every stage
+# runs even when an earlier one failed. A failed stage prints its message;
+# the exit status is 1 when any stage failed (make check's own status when
+# only it failed), 0 otherwise. At the end a table gives each stage's
+# duration, to keep ./dev test within its time budget.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+	printf 'tests/run.sh: run it through ./dev test (it needs the test stack)\n' >&2
+	exit 2
+fi
+
+# The integration suites under make check, then the pass/fail/skip counts.
+run_make_check() {
+	local status=0
+	make -C "$BUILD" -j2 check VERBOSE=1 || status=$?
+	test_summary "$RUN_MARKER"
+	return "$status"
+}
+
+# Every parser under libFuzzer for a few seconds each, so a regression is
+# caught in CI (./dev fuzz SECONDS for a real run).
+run_fuzz() { (cmd_fuzz --short); }
+
+# Every suite that drives the browser installs its tooling itself (so
+# ./dev test-n8n runs alone from a fresh clone): proved on a fresh copy.
+run_browser_tooling() { bash "$ROOT/tests/browser/check_ensure.sh"; }
+
+# The approval page in a real browser (headless Chromium), while the stack
+# is still up. 77 (skipped) is a failure here too.
+run_browser() { ONCEGATE_ARTIFACTS=$DEV_DIR/artifacts bash "$ROOT/tests/browser/run.sh"; }
+
+# Who may reach the stack: no other local user gets into its database or
+# reads its secrets.
+run_local_access() { bash "$ROOT/tests/identity/local_access.sh"; }
+
+# The production nginx site in front of this responder, with an SSO
+# stand-in: approval tokens never reach the SSO, nor the access log.
+run_prod_nginx() { bash "$ROOT/tests/identity/prod_nginx.sh"; }
+
+# The dispatcher killed with SIGKILL at random points while it drains a
+# provider without idempotency keys: nothing twice, nothing lost (./dev
+# chaos for the full run).
+run_kill9() { bash "$ROOT/tests/chaos/kill9.sh" --effects 200 --kills 10; }
+run_pg_restart() { bash "$ROOT/tests/chaos/pg_restart.sh" --clients 4 --down 2; }
+run_pg_terminate() { bash "$ROOT/tests/chaos/pg_restart.sh" --clients 4 --down 2 --terminate; }
+run_skew() { bash "$ROOT/tests/chaos/skew.sh"; }
+run_log_full() { bash "$ROOT/tests/chaos/log_full.sh" --claims 20; }
+run_multihost() { ONCEGATE_FCGI=$BUILD/oncegate-fcgi bash "$ROOT/tests/chaos/multihost.sh" --short; }
+
+# Observability: the shipped Prometheus rules load and pass their unit
+# tests (promtool, from Debian's prometheus package), and the dispatcher
+# restarted during a pending backoff keeps the budget and the due time and
+# sends once (./dev chaos runs it with more restarts).
+run_promtool() {
+	promtool check rules "$ROOT/contrib/prometheus/oncegate.rules.yml" &&
+		(cd "$ROOT/contrib/prometheus" && promtool test rules oncegate.rules.test.yml)
+}
+run_backoff_restart() { bash "$ROOT/tests/chaos/backoff_restart.sh" --restarts 1; }
+
+# Dead letters replayed after the contract changed ask for a new draft and
+# send nothing of the old output (./dev chaos: 60 runs).
+run_replay_contract() { bash "$ROOT/tests/chaos/replay_contract.sh" --runs 6; }
+
+# The responder and the dispatcher under valgrind for a minute of mixed
+# load (./dev soak for the 30-minute run). valgrind needs a build without
+# sanitizers: the two programs, built beside this one. Reports its own
+# failures (there are three kinds).
+run_soak() {
+	local status=0
+	if ! plain_build "$DEV_DIR/build-test-plain"; then
+		say "the build without sanitizers for valgrind failed"
+		return 1
+	fi
+	export ONCEGATE_VG_FCGI=$DEV_DIR/build-test-plain/oncegate-fcgi \
+		ONCEGATE_VG_DISPATCH=$DEV_DIR/build-test-plain/oncegate-dispatch
+	bash "$ROOT/tests/soak/soak.sh" --seconds 60 || {
+		say "soak: valgrind found errors or leaks, or an effect was doubled or lost"
+		status=1
+	}
+	bash "$ROOT/tests/soak/soak.sh" --seconds 60 --native || {
+		say "soak: RSS grew after warm-up, or an effect was doubled or lost"
+		status=1
+	}
+	return "$status"
+}
+
+# The integration suites skip without the stack; here nothing may skip.
+run_no_skips() {
+	local skipped
+	skipped=$(find "$BUILD" -name '*.trs' -newer "$RUN_MARKER" \
+		-exec grep -l ':test-result: SKIP' {} + || true)
+	[[ -z $skipped ]] && return 0
+	say "skipped under ./dev test (the stack was up):"
+	printf '  %s\n' "$skipped" >&2
+	return 1
+}
+
+# The responder ran under ASan/UBSan the whole time: leaks are reported at
+# exit, so stop it now and read its stderr.
+run_sanitizers() {
+	fcgi_stop
+	grep -qE 'ERROR: AddressSanitizer|runtime error:|LeakSanitizer' "$STATE/fcgi.stderr" || return 0
+	say "sanitizer findings in the responder ($STATE/fcgi.stderr):"
+	grep -E -A 30 'ERROR: AddressSanitizer|runtime error:|LeakSanitizer' "$STATE/fcgi.stderr" | head -n 120 >&2
+	return 1
+}
+
+# run_stages: every stage of the table, then the duration table and the
+# verdict; exits with the status described at the top.
+run_stages() {
+	# One row per stage: function | heading said before it (none when empty)
+	# | message said when it fails (none when empty: the stage reports
+	# itself; make check's failure keeps make's exit status).
+	local -a table=(
+		"run_make_check|make check in $BUILD|"
+		"run_fuzz|fuzzing (./dev fuzz --short)|fuzzing found something (see .dev/fuzz/crashes)"
+		"run_browser_tooling|browser tooling (tests/browser/check_ensure.sh)|a suite runs the browser scripts without ensuring their tooling"
+		"run_browser|browser test (tests/browser/run.sh)|browser test failed"
+		"run_local_access|local access (tests/identity/local_access.sh)|local access: another local user can reach the database or read a secret"
+		"run_prod_nginx|production nginx with SSO (tests/identity/prod_nginx.sh)|production nginx: a token left the gate, or sign-in did not lead back to the page"
+		"run_kill9|chaos, short form (tests/chaos/kill9.sh --effects 200 --kills 10)|chaos: an effect was sent twice or lost"
+		"run_pg_restart|chaos, short form (tests/chaos/pg_restart.sh)|chaos: a claim was lost, doubled, or answered other than 200/201/503"
+		"run_pg_terminate||chaos: a terminated connection lost, doubled or failed a claim"
+		"run_skew|chaos (tests/chaos/skew.sh)|chaos: a lease that ended was not handled as over"
+		"run_log_full|chaos, short form (tests/chaos/log_full.sh)|chaos: a full decision-log disk stopped requests or was not reported once"
+		"run_multihost|chaos, short form (tests/chaos/multihost.sh --short)|chaos: with hosts cut off the network, a claim, approval or effect was doubled or lost, or answered 500"
+		"run_promtool|prometheus rules (promtool check rules; promtool test rules)|the Prometheus rules do not load or fail their unit tests"
+		"run_backoff_restart|chaos, short form (tests/chaos/backoff_restart.sh --restarts 1)|chaos: a restart during a backoff lost the budget or the due time, or sent twice"
+		"run_replay_contract|chaos, short form (tests/chaos/replay_contract.sh --runs 6)|chaos: a replay after a contract change carried the old draft, sent, or changed the original"
+		"run_soak|soak, short form (tests/soak/soak.sh --seconds 60, under valgrind; then --native)|"
+		"run_no_skips||"
+		"run_sanitizers||"
+	)
+	local row fn heading message status start rc=0 total=0
+	local -a times=()
+	RUN_MARKER=$STATE/.check-started
+	touch "$RUN_MARKER"
+	for row in "${table[@]}"; do
+		IFS='|' read -r fn heading message <<<"$row"
+		[[ -z $heading ]] || say "$heading"
+		start=$SECONDS status=0
+		"$fn" || status=$?
+		if [[ $status -ne 0 ]]; then
+			if [[ -n $message ]]; then
+				say "$message"
+				rc=1
+			elif [[ $fn == run_make_check ]]; then
+				rc=$status
+			else
+				rc=1
+			fi
+		fi
+		times+=("$(printf '%-20s %5ds  %s' "${fn#run_}" $((SECONDS - start)) \
+			"$([[ $status -eq 0 ]] && echo ok || echo FAILED)")")
+		total=$((total + SECONDS - start))
+	done
+	say "stage durations:"
+	printf '  %s\n' "${times[@]}" >&2
+	printf '  %-20s %5ds\n' total "$total" >&2
+	if [[ $rc -ne 0 ]]; then
+		say "FAILED; state kept in $STATE (logs: fcgi.stderr, decisions.log, nginx/error.log, pg.log)"
+	else
+		say "all tests passed"
+	fi
+	exit "$rc"
+}
