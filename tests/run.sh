@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # tests/run.sh — the stages of ./dev test, in order, as one table.
 #
 # Sourced by ./dev (cmd_test), which builds with sanitizers, starts the

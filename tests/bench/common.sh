@@ -20,13 +20,15 @@
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
+# shellcheck disable=SC2034  # the phase libraries name it in their messages
 PROG=${0##*/}
+# say, die (naming PROG), q, free_port, running, pid_file, nginx_start and
+# nginx_stop.
+# shellcheck source=tests/lib/stack.sh
+source "$ROOT/tests/lib/stack.sh"
 
 STRICT=no
 ENV_FILE=$ROOT/.dev/env
-
-say() { printf '==> %s\n' "$*" >&2; }
-die() { printf '%s: %s\n' "$PROG" "$*" >&2; exit 1; }
 
 # usage: the script's header comment.
 usage() {
@@ -71,17 +73,6 @@ check_options() {
 }
 
 # --- the stack -------------------------------------------------------------------
-
-# pid_file FILE NAME: the PID in FILE when that process runs program NAME.
-pid_file() {
-	local pid exe
-	[[ -s $1 ]] || return 0
-	pid=$(head -n1 "$1")
-	[[ $pid =~ ^[0-9]+$ ]] || return 0
-	exe=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 0
-	[[ $exe == *"$2"* ]] && echo "$pid"
-	return 0
-}
 
 # load_stack: the environment ENV_FILE (exported), the tools (PGBENCH), the
 # stack's health, STATE (the directory of its config and PID files) and its
@@ -144,63 +135,6 @@ cleanup() {
 	for ((i = ${#AT_EXIT[@]} - 1; i >= 0; i--)); do "${AT_EXIT[i]}" || true; done
 	if declare -F bench_cleanup >/dev/null; then bench_cleanup || true; fi
 	[[ -n ${TMP:-} ]] && rm -rf "$TMP"
-}
-
-# --- processes we start ---------------------------------------------------------------
-
-# free_port FIRST: a loopback port from FIRST on (400 tried) that nothing
-# listens on.
-free_port() {
-	local p
-	for ((p = $1; p < $1 + 400; p++)); do
-		if ! (: <"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return 0
-		fi
-	done
-	return 1
-}
-
-# running PID: the process exists and is not a zombie (a child of ours
-# that exited stays one until it is waited for).
-running() {
-	local stat
-	read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
-	stat=${stat##*) }
-	[[ ${stat%% *} != Z ]]
-}
-
-# nginx_start DIR: starts an nginx of our own from DIR/nginx.conf (its pid
-# file DIR/nginx.pid, its error log DIR/error.log) and prints its master's
-# PID; fails when the config does not pass nginx -t or nginx did not start.
-nginx_start() {
-	local dir=$1 bin i pid
-	bin=$(command -v nginx || echo /usr/sbin/nginx)
-	[[ -x $bin ]] || { printf 'nginx is not installed\n' >&2; return 1; }
-	"$bin" -q -t -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" || return 1
-	"$bin" -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" || return 1
-	for ((i = 0; i < 50; i++)); do
-		[[ -s $dir/nginx.pid ]] && break
-		sleep 0.1
-	done
-	pid=$(pid_file "$dir/nginx.pid" nginx)
-	[[ -n $pid ]] || { printf 'nginx in %s wrote no PID\n' "$dir" >&2; return 1; }
-	echo "$pid"
-}
-
-# nginx_stop PID DIR: stops the nginx nginx_start started in DIR: only that
-# master, recognised by its command line naming DIR; gracefully, then after
-# 5 s for good.
-nginx_stop() {
-	local pid=$1 dir=$2 i
-	[[ -n $pid && -n $dir ]] || return 0
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir" || return 0
-	kill -QUIT "$pid" 2>/dev/null || true
-	for ((i = 0; i < 50; i++)); do
-		[[ -e /proc/$pid ]] || return 0
-		sleep 0.1
-	done
-	kill -KILL "$pid" 2>/dev/null || true
 }
 
 # --- peak memory -------------------------------------------------------------------------
@@ -274,9 +208,6 @@ peak_note_stack() {
 
 # mb KB: megabytes with one decimal.
 mb() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
-
-# q SQL: one value from psql.
-q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
 
 # --- set-up through the API ------------------------------------------------------------
 

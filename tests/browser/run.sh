@@ -15,26 +15,27 @@
 #
 # Exit 0 pass, 1 fail, 77 skipped (no stack: ONCEGATE_URL is unset).
 set -euo pipefail
+# shellcheck source=tests/lib/stack.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ARTIFACTS=${ONCEGATE_ARTIFACTS:-$HERE/artifacts}
 APPROVER=sam@example.com
 APPROVER_GROUPS=support
 
-say() { printf 'browser: %s\n' "$*" >&2; }
-fail() { printf 'browser: FAIL: %s\n' "$*" >&2; exit 1; }
+SAY_PREFIX='browser:' DIE_PREFIX='browser: FAIL'
 
 if [[ -z ${ONCEGATE_URL:-} ]]; then
 	echo "browser: ONCEGATE_URL is not set; run ./dev test to start the stack. Skipping."
 	exit 77
 fi
 for v in ONCEGATE_API_KEY PGHOST PGPORT PGDATABASE PGUSER; do
-	[[ -n ${!v:-} ]] || fail "ONCEGATE_URL is set but $v is not"
+	[[ -n ${!v:-} ]] || die "ONCEGATE_URL is set but $v is not"
 done
 
 # --- 1. chromium, node, playwright-core --------------------------------------
 
-bash "$HERE/ensure.sh" || fail "the browser tooling is not in place"
+bash "$HERE/ensure.sh" || die "the browser tooling is not in place"
 
 # --- 2. a run waiting for a person ---------------------------------------------
 
@@ -58,9 +59,9 @@ field() {
 
 KEY="browser-$(date +%s)-$$:support-reply:v1"
 st=$(api POST /v1/runs "{\"key\":\"$KEY\",\"payload\":{\"ticket\":4242}}")
-[[ $st == 201 ]] || fail "claim: HTTP $st $(cat "$WORK/answer")"
+[[ $st == 201 ]] || die "claim: HTTP $st $(cat "$WORK/answer")"
 if ! OWNER=$(field j.lease_owner) || ! VERSION=$(field j.version); then
-	fail "claim answer: $(cat "$WORK/answer")"
+	die "claim answer: $(cat "$WORK/answer")"
 fi
 
 KEY_PATH=$(node -p 'encodeURIComponent(process.argv[1])' "$KEY")
@@ -73,12 +74,12 @@ st=$(api POST "/v1/runs/$KEY_PATH/output" "$(
 		 "source_url":"https://crm.example/ticket/4242","requested_by":"alice@example.com"}
 	EOF
 )")
-[[ $st == 202 ]] || fail "output: HTTP $st $(cat "$WORK/answer")"
-[[ $(field j.outcome) == awaiting_human ]] || fail "output: $(cat "$WORK/answer")"
+[[ $st == 202 ]] || die "output: HTTP $st $(cat "$WORK/answer")"
+[[ $(field j.outcome) == awaiting_human ]] || die "output: $(cat "$WORK/answer")"
 if ! URL=$(field 'j.approvals[0].url') || ! APPROVAL_ID=$(field 'j.approvals[0].approval_id'); then
-	fail "output answer has no approval"
+	die "output answer has no approval"
 fi
-[[ $URL == "$ONCEGATE_URL/approve/"* ]] || fail "the approval url is not under $ONCEGATE_URL/approve/"
+[[ $URL == "$ONCEGATE_URL/approve/"* ]] || die "the approval url is not under $ONCEGATE_URL/approve/"
 say "run $KEY awaits approval $APPROVAL_ID"
 
 # --- 3. the browser -----------------------------------------------------------
@@ -87,8 +88,8 @@ mkdir -p "$ARTIFACTS"
 rm -f "$ARTIFACTS/approval.png" "$ARTIFACTS/approval-card.png"
 rc=0
 node "$HERE/approve.mjs" "$URL" "$APPROVER" "$APPROVER_GROUPS" "$KEY" "$ARTIFACTS/approval.png" || rc=$?
-[[ -s $ARTIFACTS/approval.png ]] || fail "approve.mjs left no screenshot"
-[[ $rc -eq 0 ]] || fail "approve.mjs exited $rc (screenshot: $ARTIFACTS/approval.png)"
+[[ -s $ARTIFACTS/approval.png ]] || die "approve.mjs left no screenshot"
+[[ $rc -eq 0 ]] || die "approve.mjs exited $rc (screenshot: $ARTIFACTS/approval.png)"
 
 # --- 4. what the database says -------------------------------------------------
 
@@ -99,16 +100,16 @@ q() {
 
 run=$(q "SELECT state || ' ' || coalesce(decided_by, '-') || ' ' || coalesce(decision, '-')
 	FROM workflow_runs WHERE idempotency_key = :'key'")
-[[ $run == "approved $APPROVER approve" ]] || fail "the run is \"$run\", not \"approved $APPROVER approve\""
+[[ $run == "approved $APPROVER approve" ]] || die "the run is \"$run\", not \"approved $APPROVER approve\""
 appr=$(q "SELECT state || ' ' || approver_subject || ' ' || decision FROM approvals
 	WHERE id = :'approval'::uuid")
-[[ $appr == "decided $APPROVER approve" ]] || fail "the approval is \"$appr\""
+[[ $appr == "decided $APPROVER approve" ]] || die "the approval is \"$appr\""
 n=$(q "SELECT count(*) FROM effect_outbox WHERE idempotency_key = :'key'")
-[[ $n == 1 ]] || fail "$n outbox rows for the run, expected exactly 1"
+[[ $n == 1 ]] || die "$n outbox rows for the run, expected exactly 1"
 # the provider key: this client's own, og1/c<client id>/<key>/<type>/<slot>/<sha256 hex>
 row=$(q "SELECT effect_type || ' ' || target || ' ' || (approval_id = :'approval'::uuid)::text
 	|| ' ' || (provider_key ~ ('^og1/c' || client_id || '/[A-Za-z0-9._-]+/email\.send/0/[0-9a-f]{64}$'))::text
 	FROM effect_outbox WHERE idempotency_key = :'key'")
-[[ $row == "email.send demo_smtp true true" ]] || fail "the outbox row is \"$row\""
+[[ $row == "email.send demo_smtp true true" ]] || die "the outbox row is \"$row\""
 
 say "ok: approved in Chromium by $APPROVER; one outbox row ($row); screenshot $ARTIFACTS/approval.png"

@@ -23,6 +23,8 @@
 # ONCEGATE_DISPATCH, ONCEGATE_PROVIDERS, ONCEGATE_PYTHON, ONCEGATE_CTL and
 # the PG* variables.
 set -euo pipefail
+# shellcheck source=tests/lib/stack.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 
 RESTARTS=1
 while [[ $# -gt 0 ]]; do
@@ -32,10 +34,7 @@ while [[ $# -gt 0 ]]; do
 	esac
 done
 [[ $RESTARTS =~ ^[1-9][0-9]?$ ]] || { echo "backoff_restart.sh: --restarts takes 1-99" >&2; exit 2; }
-for v in ONCEGATE_CONF ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST; do
-	[[ -n ${!v:-} ]] || { echo "backoff_restart.sh: $v is not set (run under ./dev test or ./dev chaos)" >&2; exit 2; }
-done
-q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
+need_env "./dev test or ./dev chaos" ONCEGATE_CONF ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-backoff.XXXXXX")
 RUN=bo$(date +%s)-$$
 PROVIDER_PID='' DISPATCH_PID=''

@@ -19,6 +19,8 @@
 # ones run out. Everything it starts is stopped by PID on exit. Prints one
 # table; exit status 0 when nothing was sent twice and nothing was lost.
 set -euo pipefail
+# shellcheck source=tests/lib/stack.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 
 EFFECTS=1000 KILLS=50
 while [[ $# -gt 0 ]]; do
@@ -28,12 +30,7 @@ while [[ $# -gt 0 ]]; do
 	*) echo "usage: $0 [--effects N] [--kills K]" >&2; exit 2 ;;
 	esac
 done
-for v in ONCEGATE_CONF ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST PGPORT PGDATABASE; do
-	[[ -n ${!v:-} ]] || { echo "kill9.sh: $v is not set (run under ./dev test or ./dev chaos)" >&2; exit 2; }
-done
-
-say() { printf '==> %s\n' "$*" >&2; }
-q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
+need_env "./dev test or ./dev chaos" ONCEGATE_CONF ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST PGPORT PGDATABASE
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-kill9.XXXXXX")
 PROVIDER_PID='' DISPATCH_PID=''

@@ -14,6 +14,8 @@
 # ONCEGATE_URL, ONCEGATE_API_KEY, ONCEGATE_CONF (its directory holds
 # fcgi.pid and fcgi.stderr), ONCEGATE_LOG and the PG* variables.
 set -euo pipefail
+# shellcheck source=tests/lib/stack.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 
 CLAIMS=50
 while [[ $# -gt 0 ]]; do
@@ -22,15 +24,12 @@ while [[ $# -gt 0 ]]; do
 	*) echo "usage: $0 [--claims N]" >&2; exit 2 ;;
 	esac
 done
-for v in ONCEGATE_URL ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG PGHOST; do
-	[[ -n ${!v:-} ]] || { echo "log_full.sh: $v is not set (run under ./dev test or ./dev chaos)" >&2; exit 2; }
-done
+need_env "./dev test or ./dev chaos" ONCEGATE_URL ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG PGHOST
 STATE=$(dirname "$ONCEGATE_CONF")
 PID=$(head -n1 "$STATE/fcgi.pid")
 STDERR=$STATE/fcgi.stderr
 [[ $PID =~ ^[0-9]+$ ]] && kill -0 "$PID" || { echo "log_full.sh: no responder running" >&2; exit 2; }
 
-say() { printf '==> %s\n' "$*" >&2; }
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-logfull.XXXXXX")
 RUN=lf$(date +%s)-$$
 SAVED=$ONCEGATE_LOG.before-log-full-$$

@@ -105,6 +105,8 @@
 # Everything it starts is stopped by PID on exit. Prints one table; exit
 # status 0 when nothing was doubled or lost and every answer was expected.
 set -euo pipefail
+# shellcheck source=tests/lib/stack.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 
 RUNS=1200 RATE=8 CUT=8 DCUT=40 WORKERS=24 TENANTS=2 MAILS=long
 while [[ $# -gt 0 ]]; do
@@ -125,10 +127,8 @@ DCUT=${DCUT:-$CUT}
 for v in RUNS RATE CUT DCUT; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "multihost.sh: --${v,,} must be a positive integer" >&2; exit 2; }
 done
-for v in ONCEGATE_CONF ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON \
-	ONCEGATE_TEST_PG_START ONCEGATE_TEST_PG_STOP PGHOST PGPORT PGDATABASE PGUSER PGPASSFILE; do
-	[[ -n ${!v:-} ]] || { echo "multihost.sh: $v is not set (run under ./dev test or ./dev chaos)" >&2; exit 2; }
-done
+need_env "./dev test or ./dev chaos" ONCEGATE_CONF ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON \
+	ONCEGATE_TEST_PG_START ONCEGATE_TEST_PG_STOP PGHOST PGPORT PGDATABASE PGUSER PGPASSFILE
 FCGI=${ONCEGATE_FCGI:-${ONCEGATE_BUILD:+$ONCEGATE_BUILD/oncegate-fcgi}}
 [[ -x ${FCGI:-} ]] || { echo "multihost.sh: set ONCEGATE_FCGI (or ONCEGATE_BUILD) to oncegate-fcgi" >&2; exit 2; }
 [[ $EUID == 0 ]] || { echo "multihost.sh: needs root (network namespaces)" >&2; exit 2; }
@@ -137,9 +137,6 @@ command -v ip >/dev/null && command -v nginx >/dev/null ||
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
-say() { printf '==> %s\n' "$*" >&2; }
-die() { printf 'multihost.sh: %s\n' "$*" >&2; exit 1; }
-q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
 
 # --- names -----------------------------------------------------------------------------
 NET=10.77.0 BRIDGE=ogmh0 BR_IP=10.77.0.1 FCGI_PORT=9000
@@ -165,15 +162,7 @@ declare -A PID=()
 NGINX_PID='' LOAD_PID='' PG_CHANGED=no HBA='' NET_MADE=no KEEP=${ONCEGATE_MH_KEEP:-no}
 
 stop_pid() { # NAME SIGNAL SECONDS
-	local p=${PID[$1]:-} i
-	[[ -n $p ]] || return 0
-	kill "-$2" "$p" 2>/dev/null || true
-	for ((i = 0; i < $3 * 10; i++)); do
-		kill -0 "$p" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -KILL "$p" 2>/dev/null || true
-	wait "$p" 2>/dev/null || true
+	stop_child "${PID[$1]:-}" "$3" '' "$2"
 	PID[$1]=''
 }
 
@@ -187,9 +176,7 @@ cleanup() {
 	set +e
 	[[ -n $LOAD_PID ]] && kill -TERM "$LOAD_PID" 2>/dev/null
 	# Only the nginx master we started (its command line names our directory).
-	if [[ -n $NGINX_PID ]] && tr '\0' ' ' <"/proc/$NGINX_PID/cmdline" 2>/dev/null | grep -qF "$TMP/nginx"; then
-		kill -QUIT "$NGINX_PID" 2>/dev/null
-	fi
+	nginx_stop "$NGINX_PID" "$TMP/nginx"
 	for h in d1 d2 r1 r2 provider smtp; do stop_pid "$h" TERM 5; done
 	wait 2>/dev/null
 	if [[ $PG_CHANGED == yes ]]; then
@@ -289,14 +276,7 @@ kept=$(bash -c "exec 3<>/dev/tcp/${IP[r1]}/$FCGI_PORT && { read -r -t 1 -u 3 _; 
 	die "listen_allow: a connection from ${IP[d1]} read '$refused' (want EOF, 1), from $BR_IP '$kept' (want a timeout, >128)"
 
 # --- nginx ----------------------------------------------------------------------------------------------
-free_port() {
-	local p
-	for ((p = 18500 + RANDOM % 1000; p < 19600; p++)); do
-		(: <"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
-	done
-	return 1
-}
-HTTP_PORT=$(free_port) || die "no free loopback port for nginx"
+HTTP_PORT=$(free_port $((18500 + RANDOM % 1000)) 19600) || die "no free loopback port for nginx"
 mkdir -p "$TMP/nginx/tmp" "$TMP/nginx/assets"
 chmod -R 0755 "$TMP/nginx"
 install -m 0644 "$ROOT/templates/approval.css" "$TMP/nginx/assets/approval.css"
@@ -309,11 +289,7 @@ sed -e "s|server unix:@FCGI_SOCKET@;|$UPSTREAM|" \
 grep -q "server ${IP[r1]}" "$TMP/nginx/nginx.conf" && grep -q fastcgi_next_upstream "$TMP/nginx/nginx.conf" &&
 	grep -q upstream.log "$TMP/nginx/nginx.conf" || die "nginx/oncegate-local.conf.in changed shape: cannot render it"
 ! grep -v '^[[:space:]]*#' "$TMP/nginx/nginx.conf" | grep -q '@[A-Z_]*@' || die "an @PLACEHOLDER@ is left in $TMP/nginx/nginx.conf"
-nginx -q -t -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" || die "nginx rejects its config"
-nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" || die "nginx did not start"
-for ((i = 0; i < 50; i++)); do [[ -s $TMP/nginx/nginx.pid ]] && break; sleep 0.1; done
-NGINX_PID=$(head -n1 "$TMP/nginx/nginx.pid" 2>/dev/null || true)
-[[ -n $NGINX_PID ]] || die "nginx wrote no PID"
+NGINX_PID=$(nginx_start "$TMP/nginx") || die "nginx rejects its config or did not start"
 BASE=http://127.0.0.1:$HTTP_PORT
 for ((i = 0; i < 4; i++)); do # round robin: both responders answer
 	curl -fsS -o /dev/null --max-time 5 "$BASE/healthz" || die "nginx at $BASE is not healthy"

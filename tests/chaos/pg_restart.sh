@@ -22,6 +22,8 @@
 # ONCEGATE_URL, ONCEGATE_API_KEY, the PG* variables and the stack's own
 # stop/start commands (ONCEGATE_TEST_PG_STOP, ONCEGATE_TEST_PG_START).
 set -euo pipefail
+# shellcheck source=tests/lib/stack.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 
 CLIENTS=8 DOWN=3 TERMINATE=no
 while [[ $# -gt 0 ]]; do
@@ -32,11 +34,8 @@ while [[ $# -gt 0 ]]; do
 	*) echo "usage: $0 [--clients N] [--down S] [--terminate]" >&2; exit 2 ;;
 	esac
 done
-for v in ONCEGATE_URL ONCEGATE_API_KEY ONCEGATE_TEST_PG_STOP ONCEGATE_TEST_PG_START PGHOST; do
-	[[ -n ${!v:-} ]] || { echo "pg_restart.sh: $v is not set (run under ./dev test or ./dev chaos)" >&2; exit 2; }
-done
+need_env "./dev test or ./dev chaos" ONCEGATE_URL ONCEGATE_API_KEY ONCEGATE_TEST_PG_STOP ONCEGATE_TEST_PG_START PGHOST
 
-say() { printf '==> %s\n' "$*" >&2; }
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-pgrestart.XXXXXX")
 RUN=pr$(date +%s)-$$
 PIDS=()

@@ -35,6 +35,8 @@
 # the PG* variables; the responder's PID is the fcgi.pid beside the config.
 # The stack's contracts are restored (and reloaded) on exit.
 set -euo pipefail
+# shellcheck source=tests/lib/stack.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 
 RUNS=6
 while [[ $# -gt 0 ]]; do
@@ -45,10 +47,8 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $RUNS =~ ^[1-9][0-9]{0,2}$ ]] && ((RUNS % 2 == 0 && RUNS <= 400)) ||
 	{ echo "replay_contract.sh: --runs takes an even number, 2-400" >&2; exit 2; }
-for v in ONCEGATE_URL ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG ONCEGATE_DISPATCH \
-	ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST; do
-	[[ -n ${!v:-} ]] || { echo "replay_contract.sh: $v is not set (run under ./dev test or ./dev chaos)" >&2; exit 2; }
-done
+need_env "./dev test or ./dev chaos" ONCEGATE_URL ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG ONCEGATE_DISPATCH \
+	ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 FCGI_PID=$(head -n1 "$(dirname "$ONCEGATE_CONF")/fcgi.pid" 2>/dev/null || true)
 CONTRACTS=$(sed -n 's/^[[:space:]]*contracts_dir[[:space:]]*=[[:space:]]*//p' "$ONCEGATE_CONF" | tail -n1)
@@ -58,7 +58,6 @@ CONTRACTS=$(sed -n 's/^[[:space:]]*contracts_dir[[:space:]]*=[[:space:]]*//p' "$
 # checkout's.
 [[ $CONTRACTS == "$(dirname "$ONCEGATE_CONF")"/* ]] ||
 	{ echo "replay_contract.sh: contracts_dir $CONTRACTS is not the stack's own copy" >&2; exit 2; }
-q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
 ctl() { "$ONCEGATE_CTL" -c "$ONCEGATE_CONF" "$@"; }
 flow() { "$ONCEGATE_PYTHON" "$HERE/replay_contract_flow.py" "$1" --out "$TMP" "${@:2}"; }
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-replay.XXXXXX")
@@ -85,14 +84,7 @@ check() { # WHAT yes|no
 	if [[ $2 == yes ]]; then printf '  ok   %s\n' "$1"; else printf '  FAIL %s\n' "$1"; fail=1; fi
 }
 yn() { if "$@"; then echo yes; else echo no; fi; }
-wait_for() { # SECONDS SQL EXPECTED
-	local i
-	for ((i = 0; i < $1 * 10; i++)); do
-		[[ $(q "$2") == "$3" ]] && return 0
-		sleep 0.1
-	done
-	return 1
-}
+sql_is() { [[ $(q "$1") == "$2" ]]; } # SQL EXPECTED
 started() { # LOGFILE NAME -> port, once it printed "ready PORT"
 	local i
 	for ((i = 0; i < 100; i++)); do grep -q '^ready' "$1" 2>/dev/null && break; sleep 0.1; done
@@ -138,7 +130,7 @@ t0=$(date +%s.%N)
 drafted=$(flow draft --stage old) || true
 orig="idempotency_key LIKE '$RUN:o%'"
 new="idempotency_key LIKE '$RUN:n%'"
-wait_for 120 "SELECT count(*) FROM dead_letters WHERE $orig" "$RUNS" || true
+wait_for 120 "$RUNS dead letters" sql_is "SELECT count(*) FROM dead_letters WHERE $orig" "$RUNS" || true
 t1=$(date +%s.%N)
 letters=$(q "SELECT count(*) FROM dead_letters WHERE $orig AND error_class = 'permanent'")
 check "$RUNS runs drafted, approved and refused for good: $letters dead letters ($drafted)" \
@@ -276,7 +268,7 @@ kill -HUP "$DISPATCH_PID"
 sleep 0.5
 t4=$(date +%s.%N)
 redrafted=$(flow draft --stage new) || true
-wait_for 120 "SELECT count(*) FROM effect_outbox WHERE $new AND state = 'completed'" "$RUNS" || true
+wait_for 120 "$RUNS completed effects" sql_is "SELECT count(*) FROM effect_outbox WHERE $new AND state = 'completed'" "$RUNS" || true
 t5=$(date +%s.%N)
 sleep 1
 done_n=$(q "SELECT count(*) FROM effect_outbox WHERE $new AND state = 'completed'")

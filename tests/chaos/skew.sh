@@ -18,12 +18,10 @@
 # ONCEGATE_URL, ONCEGATE_API_KEY, ONCEGATE_DISPATCH, ONCEGATE_PROVIDERS,
 # ONCEGATE_PYTHON, ONCEGATE_CTL and the PG* variables.
 set -euo pipefail
+# shellcheck source=tests/lib/stack.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 
-for v in ONCEGATE_URL ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST; do
-	[[ -n ${!v:-} ]] || { echo "skew.sh: $v is not set (run under ./dev test or ./dev chaos)" >&2; exit 2; }
-done
-say() { printf '==> %s\n' "$*" >&2; }
-q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
+need_env "./dev test or ./dev chaos" ONCEGATE_URL ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-skew.XXXXXX")
 RUN=sk$(date +%s)-$$
 PROVIDER_PID='' DISPATCH_PID=''

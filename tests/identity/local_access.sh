@@ -14,15 +14,18 @@
 # socket directory), PGPORT, PGDATABASE, PGUSER, PGPASSFILE, ONCEGATE_CONF.
 # Needs root (runuser). Exit 0 pass, 1 fail, 77 no stack.
 set -uo pipefail
+# shellcheck source=tests/lib/stack.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
+DIE_PREFIX='local-access: FAIL'
 
 if [[ -z ${ONCEGATE_URL:-} ]]; then
 	echo "local-access: ONCEGATE_URL is not set; run under ./dev test. Skipping."
 	exit 77
 fi
 for v in PGHOST PGPORT PGDATABASE PGUSER PGPASSFILE ONCEGATE_CONF; do
-	[[ -n ${!v:-} ]] || { echo "local-access: FAIL: $v is not set" >&2; exit 1; }
+	[[ -n ${!v:-} ]] || die "$v is not set"
 done
-[[ $EUID == 0 ]] || { echo "local-access: FAIL: needs root (runuser)" >&2; exit 1; }
+[[ $EUID == 0 ]] || die "needs root (runuser)"
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)

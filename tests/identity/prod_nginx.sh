@@ -20,11 +20,12 @@
 # is stopped by PID on exit. Needs root (nginx's workers run as www-data,
 # the responder's socket is group www-data). Exit 0 pass, 1 fail, 77 no stack.
 set -euo pipefail
+# shellcheck source=tests/lib/stack.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
-say() { printf 'prod-nginx: %s\n' "$*" >&2; }
-die() { printf 'prod-nginx: FAIL: %s\n' "$*" >&2; exit 1; }
+SAY_PREFIX='prod-nginx:' DIE_PREFIX='prod-nginx: FAIL'
 
 if [[ -z ${ONCEGATE_URL:-} ]]; then
 	echo "prod-nginx: ONCEGATE_URL is not set; run under ./dev test. Skipping."
@@ -43,10 +44,7 @@ chmod 0711 "$TMP"
 SSO_PID='' NGINX_PID=''
 cleanup() {
 	set +e
-	if [[ -n $NGINX_PID ]] && tr '\0' ' ' <"/proc/$NGINX_PID/cmdline" 2>/dev/null | grep -qF "$TMP/"; then
-		kill -QUIT "$NGINX_PID"
-		for ((i = 0; i < 50; i++)); do kill -0 "$NGINX_PID" 2>/dev/null || break; sleep 0.1; done
-	fi
+	nginx_stop "$NGINX_PID" "$TMP/nginx"
 	if [[ -n $SSO_PID ]]; then
 		kill -TERM "$SSO_PID" 2>/dev/null
 		wait "$SSO_PID" 2>/dev/null
@@ -56,15 +54,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-	local p
-	for ((p = 21000 + RANDOM % 8000; p < 31000; p++)); do
-		(: <"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
-	done
-	return 1
-}
-HTTP_PORT=$(free_port) || die "no free port"
-HTTPS_PORT=$(free_port) || die "no free port"
+HTTP_PORT=$(free_port $((21000 + RANDOM % 8000)) 31000) || die "no free port"
+HTTPS_PORT=$(free_port $((21000 + RANDOM % 8000)) 31000) || die "no free port"
 [[ $HTTP_PORT != "$HTTPS_PORT" ]] || HTTPS_PORT=$((HTTPS_PORT + 1))
 
 # --- a throwaway certificate for 127.0.0.1 -----------------------------------
@@ -124,12 +115,7 @@ http {
 }
 EOF
 chmod -R a+rX "$TMP/nginx" "$TMP/assets"
-nginx -q -t -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" ||
-	die "nginx rejects the production config"
-nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" || die "nginx did not start"
-for ((i = 0; i < 50; i++)); do [[ -s $TMP/nginx/nginx.pid ]] && break; sleep 0.1; done
-NGINX_PID=$(head -n1 "$TMP/nginx/nginx.pid" 2>/dev/null || true)
-[[ -n $NGINX_PID ]] || die "nginx wrote no PID"
+NGINX_PID=$(nginx_start "$TMP/nginx") || die "nginx rejects the production config or did not start"
 curl -fsS -o /dev/null --max-time 5 --cacert "$TMP/tls/cert.pem" "https://127.0.0.1:$HTTPS_PORT/healthz" ||
 	die "the production site does not answer /healthz"
 

@@ -30,6 +30,8 @@
 #
 # Exit 0 pass, 1 fail, 77 skipped (no stack).
 set -euo pipefail
+# shellcheck source=tests/lib/stack.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
@@ -43,7 +45,7 @@ APPROVER=sam@example.com
 APPROVER_GROUPS=support
 T0=$(date +%s)
 
-say() { printf 'n8n-test: %s\n' "$*" >&2; }
+SAY_PREFIX='n8n-test:'
 fail() {
 	printf 'n8n-test: FAIL: %s\n' "$*" >&2
 	[[ -n ${N8N_LOG:-} && -f $N8N_LOG ]] && { echo '--- n8n log (tail)' >&2; tail -n 40 "$N8N_LOG" >&2; }
@@ -90,25 +92,10 @@ MODEL_PID='' N8N_PID=''
 mkdir -p "$N8N_HOME" "$ARTIFACTS"
 : >"$N8N_LOG"
 
-# stop PID NAME: SIGTERM, then SIGKILL after 20 s; n8n's task runner is its
-# child and ends with it.
-stop() {
-	local pid=$1 i
-	[[ -n $pid ]] || return 0
-	kill -TERM "$pid" 2>/dev/null || return 0
-	for ((i = 0; i < 200; i++)); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	if kill -0 "$pid" 2>/dev/null; then
-		say "$2 (pid $pid) did not stop: SIGKILL"
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	wait "$pid" 2>/dev/null || true
-}
+# n8n's task runner is its child and ends with it.
 cleanup() {
-	stop "$N8N_PID" n8n
-	stop "$MODEL_PID" model_server
+	stop_child "$N8N_PID" 20 n8n
+	stop_child "$MODEL_PID" 20 model_server
 	rm -rf "$WORK"
 }
 trap cleanup EXIT

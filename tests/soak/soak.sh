@@ -45,6 +45,8 @@
 # the socket). Everything it starts is stopped by PID on exit. Prints one
 # table; exit status 0 when every check above holds.
 set -euo pipefail
+# shellcheck source=tests/lib/stack.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 
 SECONDS_RUN=1800 THREADS='' WORKERS=4 NATIVE=no TENANTS=2 MAILS=long
 # KiB a program's RSS may grow between the end of the warm-up and the end.
@@ -60,52 +62,26 @@ while [[ $# -gt 0 ]]; do
 	*) echo "usage: $0 [--seconds N] [--threads T] [--workers W] [--native] [--tenants 1|2] [--mails long|short]" >&2; exit 2 ;;
 	esac
 done
-for v in ONCEGATE_VG_FCGI ONCEGATE_VG_DISPATCH ONCEGATE_CONF ONCEGATE_CTL ONCEGATE_API_KEY \
-	ONCEGATE_PROVIDERS ONCEGATE_PYTHON PGHOST PGPORT PGDATABASE; do
-	[[ -n ${!v:-} ]] || { echo "soak.sh: $v is not set (run under ./dev test or ./dev soak)" >&2; exit 2; }
-done
+need_env "./dev test or ./dev soak" ONCEGATE_VG_FCGI ONCEGATE_VG_DISPATCH ONCEGATE_CONF ONCEGATE_CTL ONCEGATE_API_KEY \
+	ONCEGATE_PROVIDERS ONCEGATE_PYTHON PGHOST PGPORT PGDATABASE
 [[ $TENANTS == 1 || $TENANTS == 2 ]] || { echo "soak.sh: --tenants is 1 or 2" >&2; exit 2; }
 [[ $MAILS == long || $MAILS == short ]] || { echo "soak.sh: --mails is long or short" >&2; exit 2; }
 command -v valgrind >/dev/null || { echo "soak.sh: valgrind is not installed" >&2; exit 2; }
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
 
-say() { printf '==> %s\n' "$*" >&2; }
-q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
-
-# running PID: the process exists and is not a zombie.
-running() {
-	local stat
-	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-	stat=${stat##*) }
-	[[ ${stat%% *} != Z ]]
-}
-
-# stop PID SECONDS: SIGTERM, then SIGKILL after SECONDS; waits for it.
-stop() {
-	local pid=$1 i
-	[[ -n $pid ]] || return 0
-	kill -TERM "$pid" 2>/dev/null || return 0
-	for ((i = 0; i < $2 * 10; i++)); do
-		running "$pid" || break
-		sleep 0.1
-	done
-	kill -KILL "$pid" 2>/dev/null || true
-	wait "$pid" 2>/dev/null || true
-}
-
 STATE_DIR=$(dirname "$ONCEGATE_CONF")
 DIR=$(mktemp -d "$STATE_DIR/soak.XXXXXX")
 chmod 0755 "$DIR"
 PIDS_HTTP='' PIDS_SMTP='' FCGI_PID='' DISPATCH_PID='' NGINX_PID='' SAMPLER_PID='' LOAD_PID=''
 cleanup() {
-	stop "$LOAD_PID" 5
-	stop "$SAMPLER_PID" 2
-	stop "$DISPATCH_PID" 120
-	[[ -n $NGINX_PID ]] && stop "$NGINX_PID" 10
-	stop "$FCGI_PID" 120
-	stop "$PIDS_SMTP" 10
-	stop "$PIDS_HTTP" 10
+	stop_child "$LOAD_PID" 5
+	stop_child "$SAMPLER_PID" 2
+	stop_child "$DISPATCH_PID" 120
+	[[ -n $NGINX_PID ]] && stop_child "$NGINX_PID" 10
+	stop_child "$FCGI_PID" 120
+	stop_child "$PIDS_SMTP" 10
+	stop_child "$PIDS_HTTP" 10
 	[[ ${KEEP_SOAK_DIR:-} == 1 ]] || rm -rf "$DIR"
 }
 trap cleanup EXIT
@@ -130,10 +106,7 @@ SMTP_PORT=$(start_provider smtp "$ONCEGATE_PROVIDERS/smtp_sink.py" --record "$DI
 PIDS_SMTP=$(cat "$DIR/smtp.pid")
 
 # --- the configuration: the stack's, with this run's socket, log, providers ----------
-free_port() {
-	"$ONCEGATE_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-NGINX_PORT=$(free_port)
+NGINX_PORT=$(free_port $((20000 + RANDOM % 12000)) 32000) || { echo "soak.sh: no free loopback port for nginx" >&2; exit 1; }
 [[ -n $THREADS ]] || THREADS=$(sed -n 's/^threads *= *//p' "$ONCEGATE_CONF" | head -n1)
 {
 	printf '# tests/soak/soak.sh (%s), from %s\n' "$RUN" "$ONCEGATE_CONF"
@@ -189,9 +162,7 @@ install -m 0644 "$ROOT/templates/approval.css" "$DIR/assets/approval.css"
 sed -e "s|@PORT@|$NGINX_PORT|g" -e "s|@FCGI_SOCKET@|$DIR/fcgi.sock|g" \
 	-e "s|@STATE@|$DIR|g" -e "s|@ASSETS@|$DIR/assets|g" \
 	"$ROOT/nginx/oncegate-local.conf.in" >"$DIR/nginx/nginx.conf"
-nginx -p "$DIR/nginx" -c "$DIR/nginx/nginx.conf" -e "$DIR/nginx/error.log"
-for ((i = 0; i < 50; i++)); do [[ -s $DIR/nginx/nginx.pid ]] && break; sleep 0.1; done
-NGINX_PID=$(cat "$DIR/nginx/nginx.pid")
+NGINX_PID=$(nginx_start "$DIR/nginx") || { echo "soak.sh: nginx did not start" >&2; exit 1; }
 for ((i = 0; i < 300; i++)); do
 	curl -fsS -o /dev/null --max-time 5 "http://127.0.0.1:$NGINX_PORT/healthz" 2>/dev/null && break
 	sleep 0.2
@@ -236,15 +207,15 @@ for ((i = 0; i < 900; i++)); do
 	sleep 0.2
 done
 printf '%d %s %s\n' $((SECONDS - T0)) "$(rss "$FCGI_PID")" "$(rss "$DISPATCH_PID")" >>"$DIR/rss"
-stop "$SAMPLER_PID" 2
+stop_child "$SAMPLER_PID" 2
 SAMPLER_PID=''
 
 # --- stop: valgrind writes its summaries at exit -------------------------------------
-stop "$DISPATCH_PID" 120
+stop_child "$DISPATCH_PID" 120
 DISPATCH_PID=''
-stop "$NGINX_PID" 10
+stop_child "$NGINX_PID" 10
 NGINX_PID=''
-stop "$FCGI_PID" 120
+stop_child "$FCGI_PID" 120
 FCGI_PID=''
 
 # --- what happened -------------------------------------------------------------------

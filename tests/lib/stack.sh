@@ -1,0 +1,139 @@
+# shellcheck shell=bash
+# tests/lib/stack.sh — the shell helpers ./dev and the test scripts under
+# tests/ share: messages, psql, free loopback ports, waiting, stopping a
+# child process, a private nginx. Sourced after `set -euo pipefail`; it
+# defines functions and runs nothing.
+#
+# A script may set, before its first message:
+#   SAY_PREFIX  what say prints before each line ('==>' unless set);
+#   DIE_PREFIX  what die prints before its message, followed by ': ' (the
+#               script's file name unless set).
+
+# say MESSAGE...: a progress line on stderr.
+say() { printf '%s %s\n' "${SAY_PREFIX:-==>}" "$*" >&2; }
+
+# die MESSAGE...: the message on stderr, exit 1.
+die() { printf '%s: %s\n' "${DIE_PREFIX:-${0##*/}}" "$*" >&2; exit 1; }
+
+# need_env HINT VAR...: exit 2 naming the first VAR that is unset or empty;
+# HINT says what sets them (e.g. "./dev test or ./dev chaos").
+need_env() {
+	local hint=$1 v
+	shift
+	for v in "$@"; do
+		[[ -n ${!v:-} ]] || { echo "${0##*/}: $v is not set (run under $hint)" >&2; exit 2; }
+	done
+}
+
+# q SQL: one statement through psql (PG* from the environment), unaligned,
+# tuples only; stops at the first error.
+q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
+
+# --- processes -----------------------------------------------------------------
+
+# running PID: the process exists and is not a zombie (a child of ours that
+# exited stays one until it is waited for).
+running() {
+	local stat
+	[[ $1 =~ ^[0-9]+$ ]] || return 1
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	stat=${stat##*) }
+	[[ ${stat%% *} != Z ]]
+}
+
+# pid_file FILE STRING: the PID recorded in FILE when that process's command
+# line contains STRING (so a recycled PID never passes), or nothing.
+pid_file() {
+	local pid exe
+	[[ -s $1 ]] || return 0
+	pid=$(head -n1 "$1")
+	[[ $pid =~ ^[0-9]+$ ]] || return 0
+	exe=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 0
+	[[ $exe == *"$2"* ]] && echo "$pid"
+	return 0
+}
+
+# stop_child PID SECONDS [NAME [SIGNAL]]: sends SIGNAL (TERM) to PID, waits
+# up to SECONDS for it to exit, then SIGKILL (said when NAME is given and it
+# still ran); reaps it when it is our child. Nothing when PID is empty.
+stop_child() {
+	local pid=$1 secs=$2 name=${3:-} sig=${4:-TERM} i
+	[[ -n $pid ]] || return 0
+	kill "-$sig" "$pid" 2>/dev/null || true
+	for ((i = 0; i < secs * 10; i++)); do
+		running "$pid" || break
+		sleep 0.1
+	done
+	if running "$pid"; then
+		[[ -z $name ]] || say "$name (pid $pid) did not stop: SIGKILL"
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	wait "$pid" 2>/dev/null || true
+}
+
+# wait_for SECONDS DESCRIPTION COMMAND...: polls COMMAND every 0.1 s until it
+# succeeds; says so and fails after SECONDS.
+wait_for() {
+	local secs=$1 what=$2 i
+	shift 2
+	for ((i = 0; i < secs * 10; i++)); do
+		if "$@"; then return 0; fi
+		sleep 0.1
+	done
+	say "timed out after ${secs}s waiting for $what"
+	return 1
+}
+
+# --- ports -----------------------------------------------------------------------
+
+# port_free PORT: nothing listens on 127.0.0.1:PORT (a connect that succeeds
+# means somebody does).
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# free_port FIRST [LAST]: the first loopback port from FIRST up to LAST
+# (FIRST + 400 unless given) that nothing listens on; fails when none is.
+free_port() {
+	local p last=${2:-$(($1 + 400))}
+	for ((p = $1; p < last; p++)); do
+		if port_free "$p"; then
+			echo "$p"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# --- a private nginx ---------------------------------------------------------------
+
+# nginx_start DIR: starts an nginx of our own from DIR/nginx.conf (its pid
+# file DIR/nginx.pid, its error log DIR/error.log) and prints its master's
+# PID; fails when the config does not pass nginx -t or nginx did not start.
+nginx_start() {
+	local dir=$1 bin i pid
+	bin=$(command -v nginx || echo /usr/sbin/nginx)
+	[[ -x $bin ]] || { printf 'nginx is not installed\n' >&2; return 1; }
+	"$bin" -q -t -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" || return 1
+	"$bin" -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" || return 1
+	for ((i = 0; i < 50; i++)); do
+		[[ -s $dir/nginx.pid ]] && break
+		sleep 0.1
+	done
+	pid=$(pid_file "$dir/nginx.pid" nginx)
+	[[ -n $pid ]] || { printf 'nginx in %s wrote no PID\n' "$dir" >&2; return 1; }
+	echo "$pid"
+}
+
+# nginx_stop PID DIR: stops the nginx nginx_start started in DIR: only that
+# master, recognised by its command line naming DIR; gracefully, then after
+# 5 s for good.
+nginx_stop() {
+	local pid=$1 dir=$2 i
+	[[ -n $pid && -n $dir ]] || return 0
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir" || return 0
+	kill -QUIT "$pid" 2>/dev/null || true
+	for ((i = 0; i < 50; i++)); do
+		[[ -e /proc/$pid ]] || return 0
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+}
