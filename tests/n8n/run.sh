@@ -8,7 +8,7 @@
 #
 #   1. installs n8n (tests/n8n/package.json: 2.8.4, the newest that runs on
 #      Node.js 20, with xlsx pinned to the registry's 0.18.5) into
-#      ONCEGATE_N8N_DIR (.dev/n8n), reusing npm's cache;
+#      ONCEGATE_N8N_DIR (.dev/n8n-app), reusing npm's cache;
 #   2. starts the model stand-in (model_server.py) and imports the
 #      credentials (written here, never in the JSON files) and the three
 #      workflows through n8n's CLI, publishes (activates) them, and starts
@@ -36,7 +36,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
 PY=${ONCEGATE_PYTHON:-/usr/bin/python3}
-N8N_DIR=${ONCEGATE_N8N_DIR:-$ROOT/.dev/n8n}
+N8N_DIR=${ONCEGATE_N8N_DIR:-$ROOT/.dev/n8n-app}
 N8N_VERSION=2.8.4
 N8N_PORT=5678
 N8N_ORIGIN=http://127.0.0.1:$N8N_PORT
