@@ -22,6 +22,9 @@ run_make_check() {
 	return "$status"
 }
 
+# Each converted table has exactly one file with its SQL.
+run_owners() { bash "$ROOT/tests/owners.sh"; }
+
 # Every parser under libFuzzer for a few seconds each, so a regression is
 # caught in CI (./dev fuzz SECONDS for a real run).
 run_fuzz() { (cmd_fuzz --short); }
@@ -118,6 +121,7 @@ run_stages() {
 	# itself; make check's failure keeps make's exit status).
 	local -a table=(
 		"run_make_check|make check in $BUILD|"
+		"run_owners|table owners (tests/owners.sh)|a table is written outside its owner module"
 		"run_fuzz|fuzzing (./dev fuzz --short)|fuzzing found something (see .dev/fuzz/crashes)"
 		"run_browser_tooling|browser tooling (tests/browser/check_ensure.sh)|a suite runs the browser scripts without ensuring their tooling"
 		"run_browser|browser test (tests/browser/run.sh)|browser test failed"

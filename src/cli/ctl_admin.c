@@ -3,22 +3,22 @@
  * (API keys), `config check` and `kill-switch`. A change needs --reason and
  * commits with its operator_actions row; the decision log names the actor.
  *
- * The kill-switch row (dispatch_control) is read and written here until it
- * has an owner module in the library.
+ * The kill-switch row is read and written through its owner (control.c).
  */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "audit.h"
 #include "clients.h"
 #include "config.h"
+#include "control.h"
 #include "ctl_admin.h"
 #include "db.h"
 #include "digest.h"
 #include "log.h"
 #include "migrate.h"
+#include "oplog.h"
 
 /* The message and exit code of a clients result; a bad name is a usage
  * error. */
@@ -83,15 +83,15 @@ record(struct ctl *ctl, const char *op, const char *action, const char *reason,
 {
 	char cid[24];
 	char *text = details != NULL ? json_dumps(details, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-	struct audit_action a = { .operator_name = op, .action = action, .reason = reason,
+	struct oplog_action a = { .operator_name = op, .action = action, .reason = reason,
 		                  .client_id = client_id > 0 ? cid : NULL, .details = text };
-	enum audit_rc rc;
+	enum db_rc rc;
 
 	snprintf(cid, sizeof(cid), "%lld", client_id);
-	rc = audit_record_action(ctl->db, &a, NULL);
+	rc = oplog_record(ctl->db, &a, NULL);
 	free(text);
 	json_decref(details);
-	return rc == AUDIT_OK ? 0 : -1;
+	return rc == DB_OK ? 0 : -1;
 }
 
 /* --reason TEXT (required) and --operator NAME of a command that changes
@@ -129,9 +129,9 @@ bad_reason(const char *what, const char *reason, const char *op)
 		        "change\n", what);
 		return true;
 	}
-	if (strlen(reason) > AUDIT_REASON_MAX || (op != NULL && strlen(op) > AUDIT_OPERATOR_MAX)) {
+	if (strlen(reason) > OPLOG_REASON_MAX || (op != NULL && strlen(op) > OPLOG_OPERATOR_MAX)) {
 		fprintf(stderr, "oncegatectl: %s: --reason is at most %d characters, --operator "
-		        "at most %d\n", what, AUDIT_REASON_MAX, AUDIT_OPERATOR_MAX);
+		        "at most %d\n", what, OPLOG_REASON_MAX, OPLOG_OPERATOR_MAX);
 		return true;
 	}
 	return false;
@@ -217,25 +217,6 @@ ctl_admin_config(struct ctl *ctl, int argc, char **argv)
 	return EXIT_SUCCESS;
 }
 
-/* The database half of the kill switch. */
-static const struct db_stmt st_switch_set = {
-	"ctl_switch_set",
-	"UPDATE dispatch_control SET actions_enabled = $1::bool, changed_at = now(),"
-	"       changed_by = $2, reason = $3"
-	" RETURNING (SELECT actions_enabled FROM dispatch_control) AS was",
-	3, false,
-};
-
-static const struct db_stmt st_switch_get = {
-	"ctl_switch_get",
-	"SELECT actions_enabled, og_ts(changed_at) AS changed_at, changed_by, reason,"
-	"       blocked_sends,"
-	"       (SELECT count(*) FROM effect_outbox WHERE state = 'pending'"
-	"           AND next_attempt_at <= now()) AS due"
-	"  FROM dispatch_control",
-	0, true,
-};
-
 int
 ctl_admin_kill_switch(struct ctl *ctl, int argc, char **argv)
 {
@@ -248,7 +229,7 @@ ctl_admin_kill_switch(struct ctl *ctl, int argc, char **argv)
 	if (strcmp(what, "status") == 0) {
 		if (ctl_db(ctl) != 0)
 			return EXIT_UNAVAILABLE;
-		if (db_exec(ctl->db, &st_switch_get, NULL, &res) != DB_OK || PQntuples(res) != 1) {
+		if (control_status(ctl->db, &res) != DB_OK || PQntuples(res) != 1) {
 			fprintf(stderr, "oncegatectl: kill-switch status: %s\n", db_error(ctl->db));
 			PQclear(res);
 			return EXIT_REFUSED;
@@ -291,14 +272,11 @@ ctl_admin_kill_switch(struct ctl *ctl, int argc, char **argv)
 
 		/* the change and its operator_actions row commit together */
 		if (db_begin(ctl->db) != DB_OK ||
-		    db_exec(ctl->db, &st_switch_set, p, &res) != DB_OK || PQntuples(res) != 1) {
+		    control_set(ctl->db, p[0][0] == 't', p[1], reason, &was) != DB_OK) {
 			fprintf(stderr, "oncegatectl: kill-switch %s: %s\n", what, db_error(ctl->db));
-			PQclear(res);
 			db_rollback(ctl->db);
 			return EXIT_REFUSED;
 		}
-		was = db_get(res, 0, "was") != NULL && db_get(res, 0, "was")[0] == 't';
-		PQclear(res);
 		if (record(ctl, p[1], strcmp(what, "on") == 0 ? "kill_switch.on" : "kill_switch.off",
 		           reason, 0, json_pack("{s:b, s:b}", "was", was, "now", p[0][0] == 't')) != 0 ||
 		    db_commit(ctl->db) != DB_OK) {

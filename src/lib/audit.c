@@ -5,7 +5,8 @@
  * decided (runs, run_events, approvals, effects, attempts, dead letters,
  * operator_actions, run_replays); nothing here keeps a state of its own.
  * The purge is the one write: it removes content, never a hash, a state or
- * a decision.
+ * a decision (the attempts', the dead letters' and its own operator_actions
+ * row through their owners, outbox.c, deadletter.c and oplog.c).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* asprintf */
@@ -16,7 +17,10 @@
 #include <string.h>
 
 #include "audit.h"
+#include "deadletter.h"
 #include "gate.h"
+#include "oplog.h"
+#include "outbox.h"
 
 static const struct db_stmt st_run = {
 	"audit_run",
@@ -171,24 +175,6 @@ static const struct db_stmt st_report = {
 	"   AND (payload IS NOT NULL OR output IS NOT NULL"                              \
 	"        OR coalesce(effect ? 'payload', false))"
 
-/* What a purge takes out of an attempt's evidence: what the provider
- * answered (body excerpt, headers, SMTP reply) and why a payload could not
- * be sent (it may quote it). Status, request_sent (resume relies on it),
- * the transport error and the message id stay. */
-#define PURGE_EVIDENCE_KEYS "ARRAY['body_excerpt', 'body_truncated', 'headers', 'reply', 'invalid']"
-
-/* Attempts older than $1 days of effects that are over (completed, failed,
- * cancelled) and still hold an excerpt. */
-#define PURGE_ATTEMPTS                                                               \
-	"SELECT a.id FROM effect_attempts a JOIN effect_outbox o ON o.id = a.effect_id"  \
-	" WHERE o.state IN ('completed', 'failed', 'cancelled')"                         \
-	"   AND a.started_at < now() - make_interval(days => $1::int)"                   \
-	"   AND a.evidence ?| " PURGE_EVIDENCE_KEYS
-
-/* Dead letters past their retention deadline whose content is still there. */
-#define PURGE_LETTERS                                                                \
-	"SELECT id FROM dead_letters WHERE retention_until < now() AND purged_at IS NULL"
-
 static const struct db_stmt st_purge_count = {
 	"audit_purge_count",
 	"WITH runs AS (" PURGE_RUNS ")"
@@ -196,9 +182,7 @@ static const struct db_stmt st_purge_count = {
 	"       (SELECT count(*) FROM effect_outbox o JOIN runs USING (client_id, idempotency_key)"
 	"         WHERE o.payload IS NOT NULL) AS effects,"
 	"       (SELECT count(*) FROM approvals a JOIN runs USING (client_id, idempotency_key)"
-	"         WHERE a.effect IS NOT NULL) AS approvals,"
-	"       (SELECT count(*) FROM (" PURGE_ATTEMPTS ") AS x) AS attempts,"
-	"       (SELECT count(*) FROM (" PURGE_LETTERS ") AS y) AS dead_letters",
+	"         WHERE a.effect IS NOT NULL) AS approvals",
 	1, true,
 };
 
@@ -216,39 +200,13 @@ static const struct db_stmt st_purge = {
 	" a AS (UPDATE approvals ap SET effect = NULL FROM runs"
 	"        WHERE ap.client_id = runs.client_id AND ap.idempotency_key = runs.idempotency_key"
 	"          AND ap.effect IS NOT NULL RETURNING ap.id),"
-	" att AS (UPDATE effect_attempts t"
-	"          SET evidence = (t.evidence - " PURGE_EVIDENCE_KEYS ")"
-	"                         || '{\"purged\": true}'::jsonb"
-	"         WHERE t.id IN (" PURGE_ATTEMPTS ") RETURNING t.id),"
-	/* a dead letter keeps its ids, hashes, states, class and resolution; its
-	 * snapshot loses any payload and the answers in its attempt history */
-	" dl AS (UPDATE dead_letters d"
-	"          SET purged_at = now(),"
-	"              evidence = CASE WHEN jsonb_typeof(d.evidence->'attempts') = 'array'"
-	"                THEN jsonb_set(d.evidence - ARRAY['payload', 'payload_snapshot'],"
-	"                  '{attempts}', coalesce((SELECT jsonb_agg(CASE"
-	"                      WHEN jsonb_typeof(x->'evidence') = 'object' THEN jsonb_set(x,"
-	"                        '{evidence}', ((x->'evidence') - " PURGE_EVIDENCE_KEYS ")"
-	"                          || '{\"purged\": true}'::jsonb)"
-	"                      ELSE x END ORDER BY i)"
-	"                    FROM jsonb_array_elements(d.evidence->'attempts')"
-	"                         WITH ORDINALITY AS t(x, i)), '[]'::jsonb))"
-	"                ELSE d.evidence - ARRAY['payload', 'payload_snapshot'] END"
-	"         WHERE d.id IN (" PURGE_LETTERS ") RETURNING d.id),"
 	" ev AS (INSERT INTO run_events (client_id, idempotency_key, event, state_from, state_to,"
 	"            version, attempt, actor, reason)"
 	"        SELECT client_id, idempotency_key, 'run.purged', state, state, version, attempt,"
-	"               $2, 'retention: payload and model output removed; hashes kept' FROM r),"
-	" act AS (INSERT INTO operator_actions (operator, action, reason, details)"
-	"        SELECT $2, 'purge', $3, json_build_object('older_than_days', $1::int,"
-	"               'runs', (SELECT count(*) FROM r), 'effects', (SELECT count(*) FROM e),"
-	"               'approvals', (SELECT count(*) FROM a),"
-	"               'attempts', (SELECT count(*) FROM att),"
-	"               'dead_letters', (SELECT count(*) FROM dl))::jsonb)"
+	"               $2, 'retention: payload and model output removed; hashes kept' FROM r)"
 	"SELECT (SELECT count(*) FROM r) AS runs, (SELECT count(*) FROM e) AS effects,"
-	"       (SELECT count(*) FROM a) AS approvals, (SELECT count(*) FROM att) AS attempts,"
-	"       (SELECT count(*) FROM dl) AS dead_letters",
-	3, false,
+	"       (SELECT count(*) FROM a) AS approvals",
+	2, false,
 };
 
 static enum audit_rc
@@ -575,48 +533,59 @@ audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
             const char *reason, struct audit_purge *out)
 {
 	char d[16];
-	const char *params[3] = { d, operator_name, reason };
-	PGresult *res;
+	const char *params[2] = { d, operator_name };
+	PGresult *res = NULL;
 	enum db_rc rc;
+	json_t *details = NULL;
+	char *text = NULL;
 
 	memset(out, 0, sizeof(*out));
 	snprintf(d, sizeof(d), "%d", days);
-	if ((rc = db_exec(db, dry_run ? &st_purge_count : &st_purge, params, &res)) != DB_OK)
+	/* the content, the attempts' and the dead letters' excerpts and the
+	 * operator_actions row go together or not at all */
+	if (!dry_run && (rc = db_begin(db)) != DB_OK)
 		return rc_of(rc);
+	if ((rc = db_exec(db, dry_run ? &st_purge_count : &st_purge, params, &res)) != DB_OK)
+		goto fail;
 	out->runs = db_get_ll(res, 0, "runs");
 	out->effects = db_get_ll(res, 0, "effects");
 	out->approvals = db_get_ll(res, 0, "approvals");
-	out->attempts = db_get_ll(res, 0, "attempts");
-	out->dead_letters = db_get_ll(res, 0, "dead_letters");
 	PQclear(res);
-	return AUDIT_OK;
-}
-
-static const struct db_stmt st_action = {
-	"audit_action",
-	"INSERT INTO operator_actions (operator, action, reason, client_id, idempotency_key,"
-	"    effect_id, approval_id, details)"
-	" VALUES ($1, $2, $3, $4::bigint, $5, $6::uuid, $7::uuid, coalesce($8::jsonb, '{}'))"
-	" RETURNING id",
-	8, false,
-};
-
-enum audit_rc
-audit_record_action(struct db *db, const struct audit_action *a, long long *id)
-{
-	const char *params[8] = { a->operator_name, a->action, a->reason, a->client_id, a->key,
-		                  a->effect_id, a->approval_id, a->details };
-	PGresult *res = NULL;
-	enum db_rc rc;
-
-	if ((rc = db_exec(db, &st_action, params, &res)) != DB_OK)
-		return rc_of(rc);
-	if (PQntuples(res) != 1) {
-		PQclear(res);
+	if ((rc = outbox_purge_attempts(db, days, dry_run, &out->attempts)) != DB_OK ||
+	    (rc = deadletter_purge(db, dry_run, &out->dead_letters)) != DB_OK)
+		goto fail;
+	if (dry_run)
+		return AUDIT_OK;
+	details = json_pack("{s:i, s:I, s:I, s:I, s:I, s:I}", "older_than_days", days,
+	                    "runs", (json_int_t)out->runs, "effects", (json_int_t)out->effects,
+	                    "approvals", (json_int_t)out->approvals,
+	                    "attempts", (json_int_t)out->attempts,
+	                    "dead_letters", (json_int_t)out->dead_letters);
+	text = details != NULL ? json_dumps(details, JSON_COMPACT) : NULL;
+	json_decref(details);
+	if (text == NULL) {
+		db_rollback(db);
 		return AUDIT_ERROR;
 	}
-	if (id != NULL)
-		*id = db_get_ll(res, 0, "id");
-	PQclear(res);
+	{
+		struct oplog_action act = { .operator_name = operator_name, .action = "purge",
+			                    .reason = reason, .details = text };
+
+		rc = oplog_record(db, &act, NULL);
+	}
+	free(text);
+	if (rc != DB_OK) {
+		db_rollback(db);
+		return rc_of(rc);
+	}
+	if ((rc = db_commit(db)) != DB_OK) {
+		db_rollback(db);
+		return rc_of(rc);
+	}
 	return AUDIT_OK;
+fail:
+	if (!dry_run)
+		db_rollback(db);
+	memset(out, 0, sizeof(*out));
+	return rc_of(rc);
 }

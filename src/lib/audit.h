@@ -50,32 +50,9 @@ struct audit_purge {
  * the same plus any payload from the snapshot of every dead letter past its
  * retention_until (marked purged_at). Each purged run gets a
  * `run.purged` timeline entry and the purge one operator_actions row, all
- * in one statement. dry_run only counts. */
+ * in one transaction. dry_run only counts. */
 enum audit_rc audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
                           const char *reason, struct audit_purge *out)
-	__attribute__((warn_unused_result));
-
-/* operator_actions' CHECKs (characters), for callers to tell first. */
-#define AUDIT_REASON_MAX   1000
-#define AUDIT_OPERATOR_MAX 200
-
-/* One operator action (sql/005): who, what, why and what it touched. The
- * NULL members are left empty; details is JSON text (NULL: {}). */
-struct audit_action {
-	const char *operator_name;
-	const char *action;       /* e.g. "client.add", "kill_switch.off", "replay" */
-	const char *reason;
-	const char *client_id;    /* decimal text */
-	const char *key;
-	const char *effect_id;
-	const char *approval_id;
-	const char *details;
-};
-
-/* The one writer of operator_actions rows: call it inside the transaction
- * of the change itself, so the change and its record commit together.
- * *id (may be NULL) gets the row's id. */
-enum audit_rc audit_record_action(struct db *db, const struct audit_action *a, long long *id)
 	__attribute__((warn_unused_result));
 
 #endif

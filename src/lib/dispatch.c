@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "buf.h"
+#include "control.h"
 #include "digest.h"
 #include "dispatch.h"
 #include "dispatch_int.h"
@@ -105,65 +106,6 @@ static const struct db_stmt st_release_unsent = {
 	" WHERE lease_owner = $1::uuid AND state = 'sending' AND NOT (id = ANY($2::uuid[]))"
 	" RETURNING id",
 	2, false,
-};
-
-/* Held back by the kill switch: due pending effects not yet marked ($1: one
- * effect just refused before its send, or NULL: any, up to $2) are marked
- * and counted, each once per hold however many dispatchers see it; the
- * claim clears the mark. */
-static const struct db_stmt st_hold = {
-	"dispatch_hold",
-	"WITH held AS ("
-	"  UPDATE effect_outbox SET held_at = now()"
-	"   WHERE id = ANY(ARRAY("
-	"     SELECT id FROM effect_outbox"
-	"      WHERE state = 'pending' AND next_attempt_at <= now() AND not_before <= now()"
-	"        AND held_at IS NULL AND ($1::uuid IS NULL OR id = $1::uuid)"
-	"      LIMIT $2::int FOR UPDATE SKIP LOCKED))"
-	"     AND held_at IS NULL"
-	"  RETURNING 1"
-	")"
-	"UPDATE dispatch_control SET blocked_sends = blocked_sends + (SELECT count(*) FROM held)"
-	" WHERE (SELECT count(*) FROM held) > 0"
-	" RETURNING (SELECT count(*) FROM held) AS n",
-	2, false,
-};
-
-/* Runs after st_settle in the same transaction, so the attempt just made is
- * part of the history it copies. */
-const struct db_stmt dispatch_st_dead_letter = {
-	"dispatch_dead_letter",
-	"INSERT INTO dead_letters (effect_id, client_id, idempotency_key, component,"
-	"    error_class, reason, evidence, next_action, retention_until, owner)"
-	"SELECT e.id, e.client_id, e.idempotency_key, 'dispatcher', $2, $3,"
-	"  jsonb_build_object("
-	"    'event_id', coalesce(r.event_id, r.correlation_id),"
-	"    'correlation_id', r.correlation_id,"
-	"    'operation', e.effect_type, 'target', e.target,"
-	"    'workflow_version', r.workflow_version, 'contract', r.contract,"
-	"    'contract_hash', r.contract_hash, 'payload_hash', e.payload_hash,"
-	"    'payload_ref', 'effect_outbox/' || e.id || '/payload',"
-	"    'idempotency_key', e.idempotency_key, 'provider_key', e.provider_key,"
-	"    'ledger_state', r.state, 'effect_state', e.state, 'attempt', e.attempt,"
-	"    'max_attempts', $5::int, 'classification', e.error_class, 'reason', e.reason,"
-	"    'first_attempt_at', og_ts(e.first_attempt_at),"
-	"    'attempts', (SELECT coalesce(jsonb_agg(jsonb_build_object("
-	"         'attempt', a.attempt, 'kind', a.kind, 'started_at', og_ts(a.started_at),"
-	"         'duration_ms', a.duration_ms, 'dispatcher', a.dispatcher,"
-	"         'classification', a.classification, 'reason', a.reason,"
-	"         'status', a.status, 'provider_id', a.provider_id, 'evidence', a.evidence)"
-	"         ORDER BY a.id), '[]'::jsonb)"
-	"       FROM effect_attempts a WHERE a.effect_id = e.id)),"
-	"  $4, now() + make_interval(days => $6::int),"
-	/* who answers for it until an operator takes it: the workflow's client */
-	"  (SELECT 'client:' || c.name FROM api_clients c WHERE c.id = e.client_id)"
-	"  FROM effect_outbox e"
-	"  JOIN workflow_runs r ON r.client_id = e.client_id"
-	"   AND r.idempotency_key = e.idempotency_key"
-	" WHERE e.id = $1::uuid"
-	" ON CONFLICT (effect_id) DO NOTHING"
-	" RETURNING id",
-	6, false,
 };
 
 /* unknown effects of targets that can be asked, leased for one interval by
@@ -483,17 +425,7 @@ dispatch_log_effect(enum log_level level, const char *event, const struct dispat
 long long
 dispatch_hold(struct db *db, const char *effect_id)
 {
-	char lim[16];
-	const char *p[2] = { effect_id, lim };
-	PGresult *res = NULL;
-	long long n;
-
-	snprintf(lim, sizeof(lim), "%d", effect_id != NULL ? 1 : 10 * DISPATCH_TICK_BATCH);
-	if (db_exec(db, &st_hold, p, &res) != DB_OK)
-		return -1;
-	n = PQntuples(res) == 1 ? db_get_ll(res, 0, "n") : 0;
-	PQclear(res);
-	return n;
+	return control_hold(db, effect_id, effect_id != NULL ? 1 : 10 * DISPATCH_TICK_BATCH);
 }
 
 bool

@@ -16,11 +16,13 @@
 #include "backoff.h"
 #include "classify.h"
 #include "digest.h"
+#include "deadletter.h"
 #include "dispatch.h"
 #include "dispatch_int.h"
 #include "effect.h"
 #include "log.h"
 #include "metrics.h"
+#include "outbox.h"
 #include "provider.h"
 
 /* Reconciliation: "not found" must be seen this many times, a
@@ -61,37 +63,6 @@ static const struct db_stmt st_lock_run = {
 	"SELECT 1 FROM workflow_runs WHERE client_id = $1::bigint AND idempotency_key = $2"
 	"   FOR UPDATE",
 	2, false,
-};
-
-/* Settles one attempt (send or look-up) by compare-and-set and records it.
- *  $1 effect  $2 expected state  $3 lease owner or NULL  $4 new state
- *  $5 provider id  $6 class  $7 reason  $8 delay ms (pending/unknown)
- *  $9 kind  $10 duration ms  $11 dispatcher  $12 attempt classification
- *  $13 status  $14 evidence  $15 expected reconcile_attempts or NULL */
-static const struct db_stmt st_settle = {
-	"dispatch_settle",
-	"WITH moved AS ("
-	"  UPDATE effect_outbox"
-	"     SET state = $4, provider_id = coalesce($5, provider_id),"
-	"         error_class = $6, reason = $7,"
-	"         next_attempt_at = CASE WHEN $4 IN ('pending', 'unknown')"
-	"             THEN now() + make_interval(secs => $8::float8 / 1000)"
-	"             ELSE next_attempt_at END,"
-	"         lease_owner = NULL, lease_expires_at = NULL,"
-	"         completed_at = CASE WHEN $4 = 'completed' THEN now() END,"
-	"         updated_at = now()"
-	"   WHERE id = $1::uuid AND state = $2"
-	"     AND ($3::uuid IS NULL OR lease_owner = $3::uuid)"
-	"     AND ($15::int IS NULL OR reconcile_attempts = $15::int)"
-	"  RETURNING id, attempt, client_id, idempotency_key"
-	"), att AS ("
-	"  INSERT INTO effect_attempts (effect_id, kind, attempt, started_at, duration_ms,"
-	"      dispatcher, classification, reason, status, provider_id, evidence)"
-	"  SELECT id, $9, attempt, now() - make_interval(secs => $10::float8 / 1000),"
-	"         $10::int, $11, $12, $7, $13::int, $5, $14::jsonb FROM moved"
-	")"
-	"SELECT attempt FROM moved",
-	15, false,
 };
 
 /* approved → completed once every effect of the run is completed (or was
@@ -229,11 +200,11 @@ settle(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j,
 		calls[n++].params = lock_p;
 	}
 	i_settle = n;
-	calls[n].stmt = &st_settle;
+	calls[n].stmt = &outbox_st_settle;
 	calls[n++].params = settle_p;
 	if (st->dl_class != NULL) {
 		i_dl = n;
-		calls[n].stmt = &dispatch_st_dead_letter;
+		calls[n].stmt = &deadletter_st_open;
 		calls[n++].params = dl_p;
 	}
 	if (st->complete_run) {

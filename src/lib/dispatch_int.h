@@ -35,12 +35,6 @@ struct dispatch_job {
 	long long not_found, errors;
 };
 
-/* The dead letter of an effect; runs after its settle in the same
- * transaction, so the attempt just made is part of the history it copies.
- *  $1 effect  $2 class  $3 reason  $4 next action  $5 max attempts
- *  $6 retention days */
-extern const struct db_stmt dispatch_st_dead_letter;
-
 /* CLOCK_MONOTONIC in nanoseconds. */
 long long dispatch_mono_ns(void);
 /* The kill switch: the environment AND the database flag as last read. */

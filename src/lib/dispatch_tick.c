@@ -13,6 +13,8 @@
 #include <jansson.h>
 
 #include "canon.h"
+#include "control.h"
+#include "deadletter.h"
 #include "dispatch.h"
 #include "dispatch_int.h"
 #include "dispatch_tick.h"
@@ -20,44 +22,6 @@
 #include "metrics.h"
 #include "outbox.h"
 
-
-/* A sending lease that ran out: the dispatcher died or stalled mid-send, so
- * the provider may have acted. unknown, never pending. */
-static const struct db_stmt st_expire_leases = {
-	"dispatch_expire_leases",
-	"WITH moved AS ("
-	"  UPDATE effect_outbox e"
-	"     SET state = 'unknown', error_class = 'ambiguous', reason = 'lease_expired_while_sending',"
-	"         lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = now(),"
-	"         updated_at = now()"
-	"   WHERE e.id = ANY(ARRAY("
-	"     SELECT id FROM effect_outbox"
-	"      WHERE state = 'sending' AND lease_expires_at < now()"
-	"      LIMIT $1::int FOR UPDATE SKIP LOCKED))"
-	"     AND e.state = 'sending' AND e.lease_expires_at < now()"
-	"  RETURNING e.id, e.attempt, e.target, e.idempotency_key, e.client_id"
-	"), att AS ("
-	"  INSERT INTO effect_attempts (effect_id, kind, attempt, started_at, duration_ms,"
-	"      dispatcher, classification, reason, evidence)"
-	"  SELECT id, 'send', attempt, now(), 0, $2, 'ambiguous',"
-	"         'lease_expired_while_sending', '{\"request_sent\": \"unknown\"}'::jsonb"
-	"    FROM moved"
-	")"
-	"SELECT id, attempt, target, idempotency_key,"
-	"       (SELECT c.name FROM api_clients c WHERE c.id = moved.client_id) AS client_name"
-	"  FROM moved",
-	2, false,
-};
-
-static const struct db_stmt st_switch = {
-	"dispatch_switch",
-	"SELECT actions_enabled,"
-	"       CASE WHEN NOT (actions_enabled AND $1::bool) THEN"
-	"         (SELECT count(*) FROM effect_outbox WHERE state = 'pending'"
-	"             AND next_attempt_at <= now()) END AS due"
-	"  FROM dispatch_control",
-	1, true,
-};
 
 /* Runs whose every pending challenge has expired, a few at a time. */
 static const struct db_stmt st_expired_runs = {
@@ -107,8 +71,7 @@ static const struct db_stmt st_expire_run = {
 static void
 expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg)
 {
-	char limit[16], maxa[16], days[16];
-	const char *p[2] = { limit, s->name };
+	char maxa[16], days[16];
 	PGresult *res = NULL;
 	bool *lettered = NULL;
 	int i, n;
@@ -116,11 +79,10 @@ expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg
 	/* The effect turns unknown and, where no lookup URL can settle it, gets
 	 * its dead letter in the same transaction: a dispatcher that dies in
 	 * between never leaves an unknown effect nobody is told about. */
-	snprintf(limit, sizeof(limit), "%d", DISPATCH_TICK_BATCH);
 	snprintf(days, sizeof(days), "%d", cfg->retention_days);
 	if (db_begin(db) != DB_OK)
 		return;
-	if (db_exec(db, &st_expire_leases, p, &res) != DB_OK)
+	if (outbox_expire_leases(db, DISPATCH_TICK_BATCH, s->name, &res) != DB_OK)
 		goto fail;
 	n = PQntuples(res);
 	if (n == 0) {
@@ -141,7 +103,7 @@ expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg
 		if (t != NULL && t->lookup_url[0] != '\0')
 			continue;
 		snprintf(maxa, sizeof(maxa), "%d", t != NULL ? t->max_attempts : 0);
-		if (db_exec(db, &dispatch_st_dead_letter, dp, &r2) != DB_OK)
+		if (db_exec(db, &deadletter_st_open, dp, &r2) != DB_OK)
 			goto fail;
 		lettered[i] = PQntuples(r2) == 1;
 		PQclear(r2);
@@ -278,9 +240,8 @@ dispatch_tick_switch(struct dispatch_shared *s, struct db *db)
 	static long long last_blocked_log;
 	PGresult *res = NULL;
 	bool was, now_on;
-	const char *sp[1] = { s->env_enabled ? "true" : "false" };
 
-	if (db_exec(db, &st_switch, sp, &res) != DB_OK)
+	if (control_switch(db, s->env_enabled, &res) != DB_OK)
 		return false;
 	was = atomic_load(&s->db_enabled);
 	now_on = PQntuples(res) == 1 && db_get(res, 0, "actions_enabled")[0] == 't';

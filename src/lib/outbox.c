@@ -1,5 +1,10 @@
 /*
- * outbox.c — enqueue effects and show them; sending is the dispatcher's.
+ * outbox.c — enqueue effects and show them, settle them and record their
+ * attempts; sending is the dispatcher's.
+ *
+ * effect_attempts is written here too: an attempt is recorded by the same
+ * statement that settles its effect (compare-and-set on effect_outbox), so
+ * neither can commit without the other.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* asprintf */
@@ -264,4 +269,117 @@ outbox_list(struct db *db, const struct config *cfg, long long client_id, const 
 	PQclear(res);
 	*out = list;
 	return OUTBOX_OK;
+}
+
+/* --- attempts ---------------------------------------------------------------- */
+
+/* Settles one attempt (send or look-up) by compare-and-set and records it.
+ *  $1 effect  $2 expected state  $3 lease owner or NULL  $4 new state
+ *  $5 provider id  $6 class  $7 reason  $8 delay ms (pending/unknown)
+ *  $9 kind  $10 duration ms  $11 dispatcher  $12 attempt classification
+ *  $13 status  $14 evidence  $15 expected reconcile_attempts or NULL */
+const struct db_stmt outbox_st_settle = {
+	"outbox_settle",
+	"WITH moved AS ("
+	"  UPDATE effect_outbox"
+	"     SET state = $4, provider_id = coalesce($5, provider_id),"
+	"         error_class = $6, reason = $7,"
+	"         next_attempt_at = CASE WHEN $4 IN ('pending', 'unknown')"
+	"             THEN now() + make_interval(secs => $8::float8 / 1000)"
+	"             ELSE next_attempt_at END,"
+	"         lease_owner = NULL, lease_expires_at = NULL,"
+	"         completed_at = CASE WHEN $4 = 'completed' THEN now() END,"
+	"         updated_at = now()"
+	"   WHERE id = $1::uuid AND state = $2"
+	"     AND ($3::uuid IS NULL OR lease_owner = $3::uuid)"
+	"     AND ($15::int IS NULL OR reconcile_attempts = $15::int)"
+	"  RETURNING id, attempt, client_id, idempotency_key"
+	"), att AS ("
+	"  INSERT INTO effect_attempts (effect_id, kind, attempt, started_at, duration_ms,"
+	"      dispatcher, classification, reason, status, provider_id, evidence)"
+	"  SELECT id, $9, attempt, now() - make_interval(secs => $10::float8 / 1000),"
+	"         $10::int, $11, $12, $7, $13::int, $5, $14::jsonb FROM moved"
+	")"
+	"SELECT attempt FROM moved",
+	15, false,
+};
+
+/* A sending lease that ran out: the dispatcher died or stalled mid-send, so
+ * the provider may have acted. unknown, never pending. */
+static const struct db_stmt st_expire_leases = {
+	"outbox_expire_leases",
+	"WITH moved AS ("
+	"  UPDATE effect_outbox e"
+	"     SET state = 'unknown', error_class = 'ambiguous', reason = 'lease_expired_while_sending',"
+	"         lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = now(),"
+	"         updated_at = now()"
+	"   WHERE e.id = ANY(ARRAY("
+	"     SELECT id FROM effect_outbox"
+	"      WHERE state = 'sending' AND lease_expires_at < now()"
+	"      LIMIT $1::int FOR UPDATE SKIP LOCKED))"
+	"     AND e.state = 'sending' AND e.lease_expires_at < now()"
+	"  RETURNING e.id, e.attempt, e.target, e.idempotency_key, e.client_id"
+	"), att AS ("
+	"  INSERT INTO effect_attempts (effect_id, kind, attempt, started_at, duration_ms,"
+	"      dispatcher, classification, reason, evidence)"
+	"  SELECT id, 'send', attempt, now(), 0, $2, 'ambiguous',"
+	"         'lease_expired_while_sending', '{\"request_sent\": \"unknown\"}'::jsonb"
+	"    FROM moved"
+	")"
+	"SELECT id, attempt, target, idempotency_key,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = moved.client_id) AS client_name"
+	"  FROM moved",
+	2, false,
+};
+
+/* Attempts older than $1 days of effects that are over (completed, failed,
+ * cancelled) and still hold an excerpt. */
+#define PURGEABLE_ATTEMPTS                                                               \
+	"SELECT a.id FROM effect_attempts a JOIN effect_outbox o ON o.id = a.effect_id"  \
+	" WHERE o.state IN ('completed', 'failed', 'cancelled')"                         \
+	"   AND a.started_at < now() - make_interval(days => $1::int)"                   \
+	"   AND a.evidence ?| " OUTBOX_PURGE_EVIDENCE_KEYS
+
+static const struct db_stmt st_purge_attempts_count = {
+	"outbox_purge_attempts_count",
+	"SELECT count(*) AS n FROM (" PURGEABLE_ATTEMPTS ") AS x",
+	1, true,
+};
+
+static const struct db_stmt st_purge_attempts = {
+	"outbox_purge_attempts",
+	"WITH att AS (UPDATE effect_attempts t"
+	"          SET evidence = (t.evidence - " OUTBOX_PURGE_EVIDENCE_KEYS ")"
+	"                         || '{\"purged\": true}'::jsonb"
+	"         WHERE t.id IN (" PURGEABLE_ATTEMPTS ") RETURNING t.id)"
+	"SELECT count(*) AS n FROM att",
+	1, false,
+};
+
+enum db_rc
+outbox_expire_leases(struct db *db, int limit, const char *dispatcher, PGresult **res)
+{
+	char lim[16];
+	const char *p[2] = { lim, dispatcher };
+
+	snprintf(lim, sizeof(lim), "%d", limit);
+	return db_exec(db, &st_expire_leases, p, res);
+}
+
+enum db_rc
+outbox_purge_attempts(struct db *db, int days, bool dry_run, long long *count)
+{
+	char d[16];
+	const char *p[1] = { d };
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	*count = 0;
+	snprintf(d, sizeof(d), "%d", days);
+	rc = db_exec(db, dry_run ? &st_purge_attempts_count : &st_purge_attempts, p, &res);
+	if (rc != DB_OK)
+		return rc;
+	*count = db_get_ll(res, 0, "n");
+	PQclear(res);
+	return DB_OK;
 }

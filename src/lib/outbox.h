@@ -7,6 +7,7 @@
 #ifndef OG_OUTBOX_H
 #define OG_OUTBOX_H
 
+#include <stdbool.h>
 #include <jansson.h>
 
 #include "config.h"
@@ -97,5 +98,38 @@ enum outbox_rc outbox_cancel_window(struct db *db, long long client_id, const ch
 #define OUTBOX_PKEY_READABLE_MAX 48
 char *outbox_provider_key(long long client_id, const char *key, const char *type,
                           const char *target, int slot);
+
+/* --- attempts: every effect_attempts row is written here ------------------- */
+
+/* What a purge takes out of an attempt's evidence (and a dead letter's copy
+ * of it): what the provider answered (body excerpt, headers, SMTP reply)
+ * and why a payload could not be sent (it may quote it). Status,
+ * request_sent (resume relies on it), the transport error and the message
+ * id stay. An SQL text[] literal. */
+#define OUTBOX_PURGE_EVIDENCE_KEYS                                                  \
+	"ARRAY['body_excerpt', 'body_truncated', 'headers', 'reply', 'invalid']"
+
+/* Settles one attempt (send or look-up) of an effect by compare-and-set and
+ * records the attempt, in one statement; no row: the effect was not in the
+ * expected state (or lease) any more. A statement so the dispatcher can
+ * pipeline it in its settle transaction. Parameters:
+ *  $1 effect  $2 expected state  $3 lease owner or NULL  $4 new state
+ *  $5 provider id  $6 class  $7 reason  $8 delay ms (pending/unknown)
+ *  $9 kind  $10 duration ms  $11 dispatcher  $12 attempt classification
+ *  $13 status  $14 evidence  $15 expected reconcile_attempts or NULL
+ * Returns the attempt number. */
+extern const struct db_stmt outbox_st_settle;
+
+/* Sending leases that ran out (up to limit): the effect turns unknown, and
+ * the send is recorded as an ambiguous attempt by dispatcher, in one
+ * statement. Rows: id, attempt, target, idempotency_key, client_name. */
+enum db_rc outbox_expire_leases(struct db *db, int limit, const char *dispatcher,
+                                PGresult **res) __attribute__((warn_unused_result));
+
+/* Retention: attempts older than days of effects that are over (completed,
+ * failed, cancelled) lose the provider's answers from their evidence
+ * (marked purged); *count: how many (dry_run: would). */
+enum db_rc outbox_purge_attempts(struct db *db, int days, bool dry_run, long long *count)
+	__attribute__((warn_unused_result));
 
 #endif

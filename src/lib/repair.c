@@ -11,9 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "audit.h"
 #include "canon.h"
+#include "deadletter.h"
 #include "ledger.h"
+#include "oplog.h"
 #include "outbox.h"
 #include "repair.h"
 
@@ -44,16 +45,6 @@
 	"          '-infinity'::timestamptz)))"
 
 /*
- * A dead letter is open while its effect still waits for an operator: the
- * effect is failed or unknown and nobody closed the letter (a finding of
- * "not delivered" or a resume that failed again leaves it open: one letter
- * per effect, so a resumed effect that fails again reopens its letter).
- */
-#define REPAIR_DL_OPEN(d, e)                                                               \
-	"(" e ".state IN ('failed', 'unknown') AND coalesce(" d ".resolution, '')"           \
-	" IN ('', 'not_delivered', 'resumed'))"
-
-/*
  * A run that was replayed has handed its event to the new run: its own
  * effects are never resumed, whatever their state, or the event could have
  * two business effects. The newest replay's key, or NULL.
@@ -72,7 +63,7 @@ static const struct db_stmt st_dl_list = {
 	"       e.state AS effect_state, d.resolution, d.resolved_by,"
 	"       og_ts(d.resolved_at) AS resolved_at, d.replay_count,"
 	"       og_ts(d.retention_until) AS retention_until,"
-	"       " REPAIR_DL_OPEN("d", "e") " AS open"
+	"       " DEADLETTER_OPEN("d", "e") " AS open"
 	"  FROM dead_letters d"
 	"  JOIN effect_outbox e ON e.id = d.effect_id"
 	"  LEFT JOIN api_clients c ON c.id = d.client_id"
@@ -80,7 +71,7 @@ static const struct db_stmt st_dl_list = {
 	"   AND ($2::bigint IS NULL OR d.created_at >= now() - make_interval(secs => $2::bigint))"
 	"   AND ($3::text IS NULL OR d.error_class = $3)"
 	"   AND ($4::text IS NULL OR e.target = $4)"
-	"   AND ($5::text IS NULL OR " REPAIR_DL_OPEN("d", "e") " = ($5 = 'open'))"
+	"   AND ($5::text IS NULL OR " DEADLETTER_OPEN("d", "e") " = ($5 = 'open'))"
 	" ORDER BY d.created_at, d.id"
 	" LIMIT $6::int",
 	6, true,
@@ -92,7 +83,7 @@ static const struct db_stmt st_dl_show = {
 	"repair_dl_show",
 	"SELECT jsonb_build_object("
 	"  'dead_letter_id', d.id, 'effect_id', d.effect_id,"
-	"  'state', CASE WHEN " REPAIR_DL_OPEN("d", "e") " THEN 'open' ELSE 'resolved' END,"
+	"  'state', CASE WHEN " DEADLETTER_OPEN("d", "e") " THEN 'open' ELSE 'resolved' END,"
 	"  'client', c.name, 'idempotency_key', d.idempotency_key,"
 	"  'created_at', og_ts(d.created_at),"
 	"  'age_seconds', floor(extract(epoch FROM now() - d.created_at))::bigint,"
@@ -106,7 +97,7 @@ static const struct db_stmt st_dl_show = {
 	"  'ledger_state', d.evidence->'ledger_state',"
 	"  'owner', coalesce(d.owner, 'client:' || c.name),"
 	"  'next_action', CASE"
-	"     WHEN NOT " REPAIR_DL_OPEN("d", "e") " THEN 'none: resolved'"
+	"     WHEN NOT " DEADLETTER_OPEN("d", "e") " THEN 'none: resolved'"
 	"     WHEN e.state = 'unknown' THEN 'find out whether the provider acted, then"
 	" oncegatectl reconcile EFFECT --delivered --provider-id ID or --not-delivered'"
 	"     WHEN " REPAIR_KNOWN_UNDELIVERED("e") " THEN 'known not delivered:"
@@ -311,33 +302,6 @@ static const struct db_stmt st_run_complete = {
 	3, false,
 };
 
-/* $1 effect ids (uuid[]) $2 resolution $3 operator */
-static const struct db_stmt st_resolve = {
-	"repair_resolve",
-	"UPDATE dead_letters SET resolution = $2, resolved_at = now(), resolved_by = $3"
-	" WHERE effect_id = ANY($1::uuid[])"
-	" RETURNING id",
-	3, false,
-};
-
-/* A replay of the run $1/$2 as $3: every letter of its effects counts it
- * and names the new run; an open one is answered by it (resolution
- * 'replayed'), so it is not resumed as well. */
-static const struct db_stmt st_letters_replayed = {
-	"repair_letters_replayed",
-	"UPDATE dead_letters d SET replay_count = d.replay_count + 1, replayed_as = $3,"
-	"       resolution = CASE WHEN " REPAIR_DL_OPEN("d", "e") " THEN 'replayed'"
-	"                         ELSE d.resolution END,"
-	"       resolved_at = CASE WHEN " REPAIR_DL_OPEN("d", "e") " THEN now()"
-	"                          ELSE d.resolved_at END,"
-	"       resolved_by = CASE WHEN " REPAIR_DL_OPEN("d", "e") " THEN $4"
-	"                          ELSE d.resolved_by END"
-	"  FROM effect_outbox e"
-	" WHERE e.id = d.effect_id AND d.client_id = $1::bigint AND d.idempotency_key = $2"
-	" RETURNING d.id",
-	4, false,
-};
-
 static const struct db_stmt st_runs_by_key = {
 	"repair_runs_by_key",
 	"SELECT r.client_id, c.name AS client_name FROM workflow_runs r"
@@ -513,32 +477,26 @@ record_action(struct db *db, const struct repair_who *who, const char *action,
               struct repair_out *out, json_t *details)
 {
 	char *text = json_dumps(details, JSON_COMPACT | JSON_SORT_KEYS);
-	struct audit_action a = {
+	struct oplog_action a = {
 		who->operator_name, action, who->reason,
 		out->client[0] ? out->client : NULL, out->key[0] ? out->key : NULL,
 		out->effect_id[0] ? out->effect_id : NULL,
 		out->approval_id[0] ? out->approval_id : NULL, text,
 	};
-	enum audit_rc arc;
+	enum db_rc drc;
 
 	if (text == NULL)
 		return REPAIR_ERROR;
-	arc = audit_record_action(db, &a, &out->action_id);
+	drc = oplog_record(db, &a, &out->action_id);
 	free(text);
-	return arc == AUDIT_OK ? REPAIR_OK : arc == AUDIT_UNAVAILABLE ? REPAIR_UNAVAILABLE
-	                                                              : REPAIR_ERROR;
+	return rc_of(drc);
 }
 
 /* Resolves dead letters of the effects in ids (a PostgreSQL uuid[] text). */
 static enum repair_rc
 resolve_letters(struct db *db, const char *ids, const char *resolution, const char *op)
 {
-	const char *p[3] = { ids, resolution, op };
-	PGresult *res = NULL;
-	enum repair_rc rc = rc_of(db_exec(db, &st_resolve, p, &res));
-
-	PQclear(res);
-	return rc;
+	return rc_of(deadletter_resolve(db, ids, resolution, op));
 }
 
 /* Looks the effect up (by effect or dead-letter id) and locks its run;
@@ -1527,22 +1485,4 @@ out:
 	json_decref(ids);
 	ledger_run_clear(&run);
 	return finish(db, rc);
-}
-
-/* --- replay ------------------------------------------------------------------- */
-
-enum repair_rc
-repair_letters_replayed(struct db *db, long long client_id, const char *key,
-                        const char *new_key, const char *operator_name, int *count)
-{
-	char client[24];
-	const char *p[4] = { client, key, new_key, operator_name };
-	PGresult *res = NULL;
-	enum repair_rc rc;
-
-	snprintf(client, sizeof(client), "%lld", client_id);
-	rc = rc_of(db_exec(db, &st_letters_replayed, p, &res));
-	*count = rc == REPAIR_OK ? PQntuples(res) : 0;
-	PQclear(res);
-	return rc;
 }

@@ -188,14 +188,6 @@ enum repair_rc repair_cancel_window(struct db *db, const char *effect,
                                     const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
 
-/* A replay of run (client_id, key) as new_key, in the replay's
- * transaction: each dead letter of the run counts it (replay_count) and
- * names the new run (replayed_as); an open one is answered by it
- * (resolution `replayed`), so nobody resumes the original as well.
- * *count: the letters touched. */
-enum repair_rc repair_letters_replayed(struct db *db, long long client_id, const char *key,
-                                       const char *new_key, const char *operator_name,
-                                       int *count) __attribute__((warn_unused_result));
 
 /* Is s a UUID in its text form (what the ids of effects, dead letters and
  * approvals look like)? */

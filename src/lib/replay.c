@@ -16,11 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "audit.h"
 #include "buf.h"
+#include "deadletter.h"
 #include "digest.h"
 #include "gate.h"
-#include "repair.h"
+#include "oplog.h"
 #include "replay.h"
 #include "token.h"
 
@@ -557,12 +557,11 @@ exec_one(struct db *db, const struct db_stmt *st, const char *const *params, int
 static enum replay_rc
 record_action(struct db *db, const char *const *p)
 {
-	struct audit_action a = { .operator_name = p[0], .action = p[1], .reason = p[2],
+	struct oplog_action a = { .operator_name = p[0], .action = p[1], .reason = p[2],
 		                  .client_id = p[3], .key = p[4], .details = p[5] };
-	enum audit_rc rc = audit_record_action(db, &a, NULL);
+	enum db_rc rc = oplog_record(db, &a, NULL);
 
-	return rc == AUDIT_OK ? REPLAY_OK : rc == AUDIT_UNAVAILABLE ? REPLAY_UNAVAILABLE
-	                                                            : REPLAY_ERROR;
+	return rc == DB_OK ? REPLAY_OK : rc == DB_UNAVAILABLE ? REPLAY_UNAVAILABLE : REPLAY_ERROR;
 }
 
 enum replay_rc
@@ -677,12 +676,11 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 	}
 	{
 		int letters = 0;
-		enum repair_rc prc = repair_letters_replayed(db, p.client_id, req->key,
-		                                             req->new_key, req->operator_name,
-		                                             &letters);
+		enum db_rc drc = deadletter_replayed(db, p.client_id, req->key, req->new_key,
+		                                     req->operator_name, &letters);
 
-		if (prc != REPAIR_OK) {
-			rrc = prc == REPAIR_UNAVAILABLE ? REPLAY_UNAVAILABLE : REPLAY_ERROR;
+		if (drc != DB_OK) {
+			rrc = drc == DB_UNAVAILABLE ? REPLAY_UNAVAILABLE : REPLAY_ERROR;
 			goto out;
 		}
 		out->letters = letters;

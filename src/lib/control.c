@@ -1,0 +1,104 @@
+/*
+ * control.c — read and change the kill-switch row (dispatch_control).
+ */
+#include <stdio.h>
+
+#include "control.h"
+
+static const struct db_stmt st_status = {
+	"control_status",
+	"SELECT actions_enabled, og_ts(changed_at) AS changed_at, changed_by, reason,"
+	"       blocked_sends,"
+	"       (SELECT count(*) FROM effect_outbox WHERE state = 'pending'"
+	"           AND next_attempt_at <= now()) AS due"
+	"  FROM dispatch_control",
+	0, true,
+};
+
+static const struct db_stmt st_switch = {
+	"control_switch",
+	"SELECT actions_enabled,"
+	"       CASE WHEN NOT (actions_enabled AND $1::bool) THEN"
+	"         (SELECT count(*) FROM effect_outbox WHERE state = 'pending'"
+	"             AND next_attempt_at <= now()) END AS due"
+	"  FROM dispatch_control",
+	1, true,
+};
+
+static const struct db_stmt st_set = {
+	"control_set",
+	"UPDATE dispatch_control SET actions_enabled = $1::bool, changed_at = now(),"
+	"       changed_by = $2, reason = $3"
+	" RETURNING (SELECT actions_enabled FROM dispatch_control) AS was",
+	3, false,
+};
+
+/* The mark on effect_outbox and the count here are one statement: an effect
+ * is counted exactly when this hold marks it, whoever else looks at once. */
+static const struct db_stmt st_hold = {
+	"control_hold",
+	"WITH held AS ("
+	"  UPDATE effect_outbox SET held_at = now()"
+	"   WHERE id = ANY(ARRAY("
+	"     SELECT id FROM effect_outbox"
+	"      WHERE state = 'pending' AND next_attempt_at <= now() AND not_before <= now()"
+	"        AND held_at IS NULL AND ($1::uuid IS NULL OR id = $1::uuid)"
+	"      LIMIT $2::int FOR UPDATE SKIP LOCKED))"
+	"     AND held_at IS NULL"
+	"  RETURNING 1"
+	")"
+	"UPDATE dispatch_control SET blocked_sends = blocked_sends + (SELECT count(*) FROM held)"
+	" WHERE (SELECT count(*) FROM held) > 0"
+	" RETURNING (SELECT count(*) FROM held) AS n",
+	2, false,
+};
+
+enum db_rc
+control_status(struct db *db, PGresult **res)
+{
+	return db_exec(db, &st_status, NULL, res);
+}
+
+enum db_rc
+control_switch(struct db *db, bool env_enabled, PGresult **res)
+{
+	const char *p[1] = { env_enabled ? "true" : "false" };
+
+	return db_exec(db, &st_switch, p, res);
+}
+
+enum db_rc
+control_set(struct db *db, bool on, const char *by, const char *reason, bool *was)
+{
+	const char *p[3] = { on ? "true" : "false", by, reason };
+	PGresult *res = NULL;
+	enum db_rc rc;
+	const char *w;
+
+	if ((rc = db_exec(db, &st_set, p, &res)) != DB_OK)
+		return rc;
+	if (PQntuples(res) != 1) {
+		PQclear(res);
+		return DB_ERROR;
+	}
+	w = db_get(res, 0, "was");
+	*was = w != NULL && w[0] == 't';
+	PQclear(res);
+	return DB_OK;
+}
+
+long long
+control_hold(struct db *db, const char *effect_id, int limit)
+{
+	char lim[16];
+	const char *p[2] = { effect_id, lim };
+	PGresult *res = NULL;
+	long long n;
+
+	snprintf(lim, sizeof(lim), "%d", limit);
+	if (db_exec(db, &st_hold, p, &res) != DB_OK)
+		return -1;
+	n = PQntuples(res) == 1 ? db_get_ll(res, 0, "n") : 0;
+	PQclear(res);
+	return n;
+}

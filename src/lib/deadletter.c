@@ -1,0 +1,141 @@
+/*
+ * deadletter.c — write, close and purge dead letters; see deadletter.h.
+ * (Listing and showing them is the operator's read in repair.c.)
+ */
+#include <stdio.h>
+
+#include "deadletter.h"
+#include "outbox.h"
+
+/* The snapshot: the run and the effect as they are now, and every attempt. */
+const struct db_stmt deadletter_st_open = {
+	"deadletter_open",
+	"INSERT INTO dead_letters (effect_id, client_id, idempotency_key, component,"
+	"    error_class, reason, evidence, next_action, retention_until, owner)"
+	"SELECT e.id, e.client_id, e.idempotency_key, 'dispatcher', $2, $3,"
+	"  jsonb_build_object("
+	"    'event_id', coalesce(r.event_id, r.correlation_id),"
+	"    'correlation_id', r.correlation_id,"
+	"    'operation', e.effect_type, 'target', e.target,"
+	"    'workflow_version', r.workflow_version, 'contract', r.contract,"
+	"    'contract_hash', r.contract_hash, 'payload_hash', e.payload_hash,"
+	"    'payload_ref', 'effect_outbox/' || e.id || '/payload',"
+	"    'idempotency_key', e.idempotency_key, 'provider_key', e.provider_key,"
+	"    'ledger_state', r.state, 'effect_state', e.state, 'attempt', e.attempt,"
+	"    'max_attempts', $5::int, 'classification', e.error_class, 'reason', e.reason,"
+	"    'first_attempt_at', og_ts(e.first_attempt_at),"
+	"    'attempts', (SELECT coalesce(jsonb_agg(jsonb_build_object("
+	"         'attempt', a.attempt, 'kind', a.kind, 'started_at', og_ts(a.started_at),"
+	"         'duration_ms', a.duration_ms, 'dispatcher', a.dispatcher,"
+	"         'classification', a.classification, 'reason', a.reason,"
+	"         'status', a.status, 'provider_id', a.provider_id, 'evidence', a.evidence)"
+	"         ORDER BY a.id), '[]'::jsonb)"
+	"       FROM effect_attempts a WHERE a.effect_id = e.id)),"
+	"  $4, now() + make_interval(days => $6::int),"
+	/* who answers for it until an operator takes it: the workflow's client */
+	"  (SELECT 'client:' || c.name FROM api_clients c WHERE c.id = e.client_id)"
+	"  FROM effect_outbox e"
+	"  JOIN workflow_runs r ON r.client_id = e.client_id"
+	"   AND r.idempotency_key = e.idempotency_key"
+	" WHERE e.id = $1::uuid"
+	" ON CONFLICT (effect_id) DO NOTHING"
+	" RETURNING id",
+	6, false,
+};
+
+/* $1 effect ids (uuid[]) $2 resolution $3 operator */
+static const struct db_stmt st_resolve = {
+	"deadletter_resolve",
+	"UPDATE dead_letters SET resolution = $2, resolved_at = now(), resolved_by = $3"
+	" WHERE effect_id = ANY($1::uuid[])"
+	" RETURNING id",
+	3, false,
+};
+
+static const struct db_stmt st_replayed = {
+	"deadletter_replayed",
+	"UPDATE dead_letters d SET replay_count = d.replay_count + 1, replayed_as = $3,"
+	"       resolution = CASE WHEN " DEADLETTER_OPEN("d", "e") " THEN 'replayed'"
+	"                         ELSE d.resolution END,"
+	"       resolved_at = CASE WHEN " DEADLETTER_OPEN("d", "e") " THEN now()"
+	"                          ELSE d.resolved_at END,"
+	"       resolved_by = CASE WHEN " DEADLETTER_OPEN("d", "e") " THEN $4"
+	"                          ELSE d.resolved_by END"
+	"  FROM effect_outbox e"
+	" WHERE e.id = d.effect_id AND d.client_id = $1::bigint AND d.idempotency_key = $2"
+	" RETURNING d.id",
+	4, false,
+};
+
+/* Letters past their retention deadline whose content is still there. */
+#define PURGEABLE                                                                    \
+	"SELECT id FROM dead_letters WHERE retention_until < now() AND purged_at IS NULL"
+
+static const struct db_stmt st_purge_count = {
+	"deadletter_purge_count",
+	"SELECT count(*) AS n FROM (" PURGEABLE ") AS y",
+	0, true,
+};
+
+/* A letter keeps its ids, hashes, states, class and resolution; its
+ * snapshot loses any payload and the answers in its attempt history. */
+static const struct db_stmt st_purge = {
+	"deadletter_purge",
+	"WITH dl AS (UPDATE dead_letters d"
+	"          SET purged_at = now(),"
+	"              evidence = CASE WHEN jsonb_typeof(d.evidence->'attempts') = 'array'"
+	"                THEN jsonb_set(d.evidence - ARRAY['payload', 'payload_snapshot'],"
+	"                  '{attempts}', coalesce((SELECT jsonb_agg(CASE"
+	"                      WHEN jsonb_typeof(x->'evidence') = 'object' THEN jsonb_set(x,"
+	"                        '{evidence}', ((x->'evidence') - " OUTBOX_PURGE_EVIDENCE_KEYS ")"
+	"                          || '{\"purged\": true}'::jsonb)"
+	"                      ELSE x END ORDER BY i)"
+	"                    FROM jsonb_array_elements(d.evidence->'attempts')"
+	"                         WITH ORDINALITY AS t(x, i)), '[]'::jsonb))"
+	"                ELSE d.evidence - ARRAY['payload', 'payload_snapshot'] END"
+	"         WHERE d.id IN (" PURGEABLE ") RETURNING d.id)"
+	"SELECT count(*) AS n FROM dl",
+	0, false,
+};
+
+enum db_rc
+deadletter_resolve(struct db *db, const char *ids, const char *resolution,
+                   const char *operator_name)
+{
+	const char *p[3] = { ids, resolution, operator_name };
+	PGresult *res = NULL;
+	enum db_rc rc = db_exec(db, &st_resolve, p, &res);
+
+	PQclear(res);
+	return rc;
+}
+
+enum db_rc
+deadletter_replayed(struct db *db, long long client_id, const char *key, const char *new_key,
+                    const char *operator_name, int *count)
+{
+	char client[24];
+	const char *p[4] = { client, key, new_key, operator_name };
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	snprintf(client, sizeof(client), "%lld", client_id);
+	rc = db_exec(db, &st_replayed, p, &res);
+	*count = rc == DB_OK ? PQntuples(res) : 0;
+	PQclear(res);
+	return rc;
+}
+
+enum db_rc
+deadletter_purge(struct db *db, bool dry_run, long long *count)
+{
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	*count = 0;
+	if ((rc = db_exec(db, dry_run ? &st_purge_count : &st_purge, NULL, &res)) != DB_OK)
+		return rc;
+	*count = db_get_ll(res, 0, "n");
+	PQclear(res);
+	return DB_OK;
+}

@@ -1,0 +1,34 @@
+/*
+ * oplog.c — write operator_actions rows; see oplog.h. (explain and report
+ * read them in audit.c.)
+ */
+#include "oplog.h"
+
+static const struct db_stmt st_record = {
+	"oplog_record",
+	"INSERT INTO operator_actions (operator, action, reason, client_id, idempotency_key,"
+	"    effect_id, approval_id, details)"
+	" VALUES ($1, $2, $3, $4::bigint, $5, $6::uuid, $7::uuid, coalesce($8::jsonb, '{}'))"
+	" RETURNING id",
+	8, false,
+};
+
+enum db_rc
+oplog_record(struct db *db, const struct oplog_action *a, long long *id)
+{
+	const char *params[8] = { a->operator_name, a->action, a->reason, a->client_id, a->key,
+		                  a->effect_id, a->approval_id, a->details };
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	if ((rc = db_exec(db, &st_record, params, &res)) != DB_OK)
+		return rc;
+	if (PQntuples(res) != 1) {
+		PQclear(res);
+		return DB_ERROR;
+	}
+	if (id != NULL)
+		*id = db_get_ll(res, 0, "id");
+	PQclear(res);
+	return DB_OK;
+}
