@@ -30,6 +30,8 @@ const char *g_suite = "check";
 char g_tmp[256];
 char g_procs[PATH_MAX];
 int g_http_port;
+int g_smtp_port;
+char g_smtp_record[PATH_MAX];
 
 /* ---- small things ------------------------------------------------------- */
 
@@ -61,60 +63,33 @@ qparams(va_list ap, const char *p[QMAX])
 	return n;
 }
 
-/* First column of the first row (malloc'd) or NULL. */
-char *
-qstr(PGconn *c, const char *sql, ...)
+/* A query helper: the parameters collected, then fn's answer. */
+#define DL_QUERY(type, name, fn)                                                       \
+	type name(PGconn *c, const char *sql, ...)                                     \
+	{                                                                              \
+		const char *p[QMAX];                                                   \
+		va_list ap;                                                            \
+		int n;                                                                 \
+                                                                                       \
+		va_start(ap, sql);                                                     \
+		n = qparams(ap, p);                                                    \
+		va_end(ap);                                                            \
+		return fn(c, sql, n, p);                                               \
+	}
+
+/* The first column of the first row (malloc'd) or NULL; it as a number; the
+ * rows a statement touched. */
+DL_QUERY(char *, qstr, tl_pg_value)
+DL_QUERY(long long, qnum, tl_pg_count)
+DL_QUERY(long long, qexec, tl_pg_exec)
+
+/* tl_pg_value's answer parsed as JSON (NULL for no row / SQL NULL). */
+static json_t *
+pg_json(PGconn *c, const char *sql, int n, const char *const *p)
 {
-	const char *p[QMAX];
-	va_list ap;
-	int n;
-
-	va_start(ap, sql);
-	n = qparams(ap, p);
-	va_end(ap);
-	return tl_pg_value(c, sql, n, p);
-}
-
-long long
-qnum(PGconn *c, const char *sql, ...)
-{
-	const char *p[QMAX];
-	va_list ap;
-	int n;
-
-	va_start(ap, sql);
-	n = qparams(ap, p);
-	va_end(ap);
-	return tl_pg_count(c, sql, n, p);
-}
-
-long long
-qexec(PGconn *c, const char *sql, ...)
-{
-	const char *p[QMAX];
-	va_list ap;
-	int n;
-
-	va_start(ap, sql);
-	n = qparams(ap, p);
-	va_end(ap);
-	return tl_pg_exec(c, sql, n, p);
-}
-
-/* A query returning one JSON text, parsed (NULL for no row / SQL NULL). */
-json_t *
-qjson(PGconn *c, const char *sql, ...)
-{
-	const char *p[QMAX];
-	va_list ap;
-	char *text;
+	char *text = tl_pg_value(c, sql, n, p);
 	json_t *v;
-	int n;
 
-	va_start(ap, sql);
-	n = qparams(ap, p);
-	va_end(ap);
-	text = tl_pg_value(c, sql, n, p);
 	if (text == NULL)
 		return NULL;
 	v = json_loads(text, JSON_DECODE_ANY, NULL);
@@ -122,6 +97,9 @@ qjson(PGconn *c, const char *sql, ...)
 	free(text);
 	return v;
 }
+
+/* A query returning one JSON text, parsed (NULL for no row / SQL NULL). */
+DL_QUERY(json_t *, qjson, pg_json)
 
 /* ---- processes ------------------------------------------------------------- */
 
@@ -358,57 +336,21 @@ provider_stop(pid_t pid, const char *name)
 
 /* ---- the HTTP provider's own record ----------------------------------------- */
 
-struct body {
-	char *data;
-	size_t len;
-};
-
-static size_t
-body_cb(char *ptr, size_t size, size_t nmemb, void *ud)
-{
-	struct body *b = ud;
-	size_t n = size * nmemb;
-	char *p = realloc(b->data, b->len + n + 1);
-
-	if (p == NULL)
-		return 0;
-	b->data = p;
-	memcpy(b->data + b->len, ptr, n);
-	b->len += n;
-	b->data[b->len] = '\0';
-	return n;
-}
-
 /* GET (or POST with an empty body) of a control endpoint, parsed. */
 json_t *
 prov_call(const char *method, const char *path)
 {
-	struct body b = { 0 };
-	char url[256], errbuf[CURL_ERROR_SIZE] = "";
-	long status = 0;
-	CURL *h = curl_easy_init();
-	CURLcode cc;
+	char url[256];
+	struct tl_resp r;
 	json_t *v;
 
-	ck_assert_ptr_nonnull(h);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", g_http_port, path);
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
-	curl_easy_setopt(h, CURLOPT_PROXY, "");
-	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_cb);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-	if (strcmp(method, "POST") == 0)
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
-	cc = curl_easy_perform(h);
-	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_cleanup(h);
-	ck_assert_msg(cc == CURLE_OK && status == 200, "provider %s %s: %s (HTTP %ld)", method,
-	              path, cc != CURLE_OK ? errbuf : "", status);
-	v = json_loadb(b.data ? b.data : "", b.len, JSON_DECODE_ANY, NULL);
-	ck_assert_msg(v != NULL, "provider %s: not JSON: %.500s", path, b.data ? b.data : "");
-	free(b.data);
+	tl_http_url(method, url, NULL, NULL, NULL, NULL, 0, &r);
+	ck_assert_msg(r.status == 200, "provider %s %s: %s (HTTP %ld)", method, path, r.error,
+	              r.status);
+	ck_assert_msg(r.json != NULL, "provider %s: not JSON: %.500s", path, r.body);
+	v = json_incref(r.json);
+	tl_resp_free(&r);
 	return v;
 }
 
@@ -541,40 +483,59 @@ dl_cancel_waiting(void)
 	PQfinish(c);
 }
 
-/* ---- a suite's main --------------------------------------------------------- */
-
-int
-dl_suite_begin(const char *suite, const char *prefix, const char *const needed[], char *run,
-               size_t runlen)
+bool
+dl_client_id(const char *name, char *out, size_t outlen)
 {
-	int i;
+	PGconn *c = PQconnectdb("");
+	const char *p[1] = { name };
+	PGresult *res = NULL;
+	bool ok = false;
 
-	g_suite = suite;
-	if (tl_env("ONCEGATE_URL") == NULL || tl_env("ONCEGATE_DISPATCH") == NULL) {
-		printf("%s: ONCEGATE_URL or ONCEGATE_DISPATCH is not set; run `./dev test`"
-		       " to start the stack. Skipping.\n", suite);
-		return 77;
-	}
-	for (i = 0; needed[i] != NULL; i++) {
-		if (tl_env(needed[i]) == NULL) {
-			fprintf(stderr, "%s: ONCEGATE_URL is set but %s is not\n", suite, needed[i]);
-			return 99;
+	if (PQstatus(c) == CONNECTION_OK) {
+		res = PQexecParams(c, "SELECT id FROM api_clients WHERE name = $1", 1, NULL, p, NULL,
+		                   NULL, 0);
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+			snprintf(out, outlen, "%s", PQgetvalue(res, 0, 0));
+			ok = true;
 		}
 	}
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		return 99;
-	snprintf(run, runlen, "%s%lld-%d", prefix, (long long)time(NULL), (int)getpid());
-	snprintf(g_tmp, sizeof(g_tmp), "/tmp/%s.XXXXXX", suite);
+	if (!ok)
+		fprintf(stderr, "%s: no API client named %s: %s", g_suite, name, PQerrorMessage(c));
+	PQclear(res);
+	PQfinish(c);
+	return ok;
+}
+
+/* ---- a suite's main --------------------------------------------------------- */
+
+static int
+dl_suite_begin(const struct dl_suite *s)
+{
+	char needed[512];
+	int rc;
+
+	g_suite = s->name;
+	if (tl_env("ONCEGATE_URL") != NULL && tl_env("ONCEGATE_DISPATCH") == NULL) {
+		printf("%s: ONCEGATE_DISPATCH is not set; run `./dev test` to start the stack."
+		       " Skipping.\n", s->name);
+		return 77;
+	}
+	snprintf(needed, sizeof(needed), "ONCEGATE_CONF ONCEGATE_CTL ONCEGATE_PROVIDERS ONCEGATE_PYTHON %s",
+	         s->needed != NULL ? s->needed : "");
+	if ((rc = tl_suite_begin(s->name, s->prefix, needed)) != 0)
+		return rc;
+	snprintf(g_tmp, sizeof(g_tmp), "/tmp/%s.XXXXXX", s->name);
 	if (mkdtemp(g_tmp) == NULL) {
-		fprintf(stderr, "%s: mkdtemp: %s\n", suite, strerror(errno));
-		curl_global_cleanup();
+		fprintf(stderr, "%s: mkdtemp: %s\n", s->name, strerror(errno));
+		tl_suite_end(1);
 		return 99;
 	}
 	snprintf(g_procs, sizeof(g_procs), "%s/procs", g_tmp);
+	snprintf(g_smtp_record, sizeof(g_smtp_record), "%s/mail.jsonl", g_tmp);
 	return 0;
 }
 
-int
+static int
 dl_suite_end(int failed)
 {
 	char reason[128];
@@ -584,7 +545,6 @@ dl_suite_end(int failed)
 	snprintf(reason, sizeof(reason), "%s finished", g_suite);
 	(void)tl_ctl(NULL, "kill-switch", "off", "--reason", reason, "--operator", g_suite,
 	             (char *)NULL);
-	curl_global_cleanup();
 	/* the files of a failed run are kept for the post-mortem */
 	if (failed == 0) {
 		char *cmd = NULL;
@@ -595,7 +555,42 @@ dl_suite_end(int failed)
 	} else {
 		fprintf(stderr, "%s: configs, decision logs and stderr kept in %s\n", g_suite, g_tmp);
 	}
-	return failed == 0 ? 0 : 1;
+	return tl_suite_end(failed);
+}
+
+int
+dl_suite_main(const struct dl_suite *s)
+{
+	char stall[16];
+	char *http_extra[] = { (char *)(uintptr_t)"--stall-seconds", stall, NULL };
+	char *smtp_extra[] = { (char *)(uintptr_t)"--record", g_smtp_record, NULL };
+	pid_t http_pid = -1, smtp_pid = -1;
+	int failed = 1, rc;
+
+	if ((rc = dl_suite_begin(s)) != 0)
+		return rc;
+	if (s->prepare != NULL && !s->prepare())
+		goto out;
+	snprintf(stall, sizeof(stall), "%d", s->http_stall_s);
+	g_http_port = provider_start("http_provider.py", "http_provider",
+	                             s->http_stall_s > 0 ? http_extra : http_extra + 2, &http_pid);
+	if (s->smtp)
+		g_smtp_port = provider_start("smtp_sink.py", "smtp_sink", smtp_extra, &smtp_pid);
+	if (g_http_port <= 0 || (s->smtp && g_smtp_port <= 0))
+		goto out;
+	fprintf(stderr, "%s: run %s, files in %s, http provider :%d", s->name, tl_run, g_tmp,
+	        g_http_port);
+	if (s->smtp)
+		fprintf(stderr, ", smtp sink :%d", g_smtp_port);
+	fputc('\n', stderr);
+
+	failed = tl_suite_run(s->suite(), false);
+out:
+	if (s->finish != NULL)
+		s->finish();
+	provider_stop(smtp_pid, "smtp_sink");
+	provider_stop(http_pid, "http_provider");
+	return dl_suite_end(failed);
 }
 
 void

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <sys/types.h>
+#include <check.h>
 #include <jansson.h>
 #include <libpq-fe.h>
 
@@ -21,6 +22,8 @@ extern const char *g_suite;      /* the suite's name, for messages */
 extern char g_tmp[256];          /* the suite's temporary directory */
 extern char g_procs[PATH_MAX];   /* registry of per-test processes */
 extern int g_http_port;          /* the HTTP provider's port */
+extern int g_smtp_port;          /* the SMTP sink's port, when the suite has one */
+extern char g_smtp_record[PATH_MAX]; /* what the SMTP sink received, one JSON line a mail */
 
 bool streq(const char *a, const char *b); /* both non-NULL and equal */
 /* Writes text to path; fails the test when it cannot. */
@@ -81,19 +84,41 @@ json_t *prov_committed(const char *prefix);
 /* Polls until the provider has at least want matching requests. */
 size_t wait_prov(const char *prefix, const char *kind, size_t want, double secs);
 
+/* The id of the API client named name into out, through plain libpq (PG*
+ * environment); false, said on stderr, when there is none. No Check
+ * assertions: used outside any test. */
+bool dl_client_id(const char *name, char *out, size_t outlen);
+
 /* Cancels every effect still pending, unknown or sending (a test's
  * fixture: no dispatcher of the next test sees foreign work). */
 void dl_cancel_waiting(void);
 
-/* The start of a suite's main: 77 (skip) without the stack, 99 when one of
- * the needed variables is missing; else 0, with the run named
- * PREFIX<epoch>-<pid> in run and g_suite, g_tmp, g_procs set. */
-int dl_suite_begin(const char *suite, const char *prefix, const char *const needed[], char *run,
-                   size_t runlen);
-/* The end, once the providers are stopped: kills what tests left running,
- * turns the kill switch off, removes g_tmp unless something failed (then
- * keeps it and says so). Returns the exit status. */
-int dl_suite_end(int failed);
+/* A suite that runs dispatchers, for dl_suite_main. */
+struct dl_suite {
+	const char *name;           /* "check_dispatch": messages, g_tmp's name */
+	const char *prefix;         /* of the run's name (tl_run) */
+	const char *needed;         /* variables besides ONCEGATE_URL, ONCEGATE_DISPATCH,
+	                             * ONCEGATE_CONF, ONCEGATE_CTL, ONCEGATE_PROVIDERS and
+	                             * ONCEGATE_PYTHON, separated by spaces (NULL: none) */
+	Suite *(*suite)(void);
+	/* Before the providers start, once the run is named and g_tmp made
+	 * (NULL: nothing); false stops the suite as failed. */
+	bool (*prepare)(void);
+	/* After the tests (NULL: nothing). */
+	void (*finish)(void);
+	/* The HTTP provider's --stall-seconds (0: its default). */
+	int http_stall_s;
+	/* Also the SMTP sink, recording into g_smtp_record. */
+	bool smtp;
+};
+/* The whole main of such a suite: 77 (skip) without the stack, 99 when one
+ * of the needed variables is missing; else the run named (tl_run), g_suite,
+ * g_tmp and g_procs set, prepare, the providers started (g_http_port,
+ * g_smtp_port), the tests, finish, the providers stopped; then everything
+ * the tests left running killed, the kill switch turned off and g_tmp
+ * removed unless something failed (then kept, and said so). Returns the
+ * exit status. */
+int dl_suite_main(const struct dl_suite *s);
 
 /* A dispatcher of a test: its config, decision log and stderr in g_tmp. */
 struct dl_disp {

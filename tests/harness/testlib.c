@@ -35,6 +35,73 @@ tl_env(const char *name)
 	return v != NULL && *v != '\0' ? v : NULL;
 }
 
+/* ---- a suite's run --------------------------------------------------------- */
+
+char tl_run[64];
+
+int
+tl_suite_begin(const char *suite, const char *prefix, const char *needed)
+{
+	const char *p = needed != NULL ? needed : "";
+
+	if (tl_env("ONCEGATE_URL") == NULL) {
+		printf("%s: ONCEGATE_URL is not set; run `./dev test` to start the stack. "
+		       "Skipping.\n", suite);
+		return 77;
+	}
+	while (*p != '\0') {
+		char name[64];
+		size_t n = strcspn(p, " ");
+
+		snprintf(name, sizeof(name), "%.*s", (int)n, p);
+		if (n > 0 && tl_env(name) == NULL) {
+			fprintf(stderr, "%s: ONCEGATE_URL is set but %s is not\n", suite, name);
+			return 99;
+		}
+		p += n + (p[n] == ' ');
+	}
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		return 99;
+	snprintf(tl_run, sizeof(tl_run), "%s%lld-%d", prefix, (long long)time(NULL), (int)getpid());
+	return 0;
+}
+
+int
+tl_suite_end(int failed)
+{
+	curl_global_cleanup();
+	return failed == 0 ? 0 : 1;
+}
+
+void
+tl_mkkey(char *buf, size_t n, const char *what)
+{
+	snprintf(buf, n, "%s-%s", tl_run, what);
+}
+
+void
+tl_claim_body(const char *bearer, const json_t *body, struct tl_claimed *c)
+{
+	struct tl_resp r;
+
+	tl_post_json("/v1/runs", bearer, body, &r);
+	ASSERT_STATUS(&r, 201);
+	ck_assert_msg(tl_jstr(r.json, "lease_owner") != NULL && tl_jint(r.json, "version", &c->version),
+	              "claim answer: %s", r.body);
+	snprintf(c->owner, sizeof(c->owner), "%s", tl_jstr(r.json, "lease_owner"));
+	tl_resp_free(&r);
+}
+
+void
+tl_claim_run(const char *key, struct tl_claimed *c)
+{
+	json_t *body = json_pack("{s:s, s:{s:i, s:s}, s:i}", "key", key, "payload", "ticket", 42,
+	                         "m", tl_run, "lease_seconds", 60);
+
+	tl_claim_body(tl_env("ONCEGATE_API_KEY"), body, c);
+	json_decref(body);
+}
+
 void
 tl_sleep_ms(long ms)
 {
@@ -134,28 +201,43 @@ tl_http(const char *method, const char *path, const char *bearer,
         struct tl_resp *r)
 {
 	const char *base = tl_env("ONCEGATE_URL");
+	char *url = NULL;
+	int rc;
+
+	if (base == NULL || asprintf(&url, "%s%s", base, path) < 0) {
+		memset(r, 0, sizeof(*r));
+		r->body = strdup("");
+		snprintf(r->error, sizeof(r->error), "%s",
+		         base == NULL ? "ONCEGATE_URL is not set" : "request failed");
+		rc = -1;
+	} else {
+		rc = tl_http_url(method, url, NULL, bearer, ctype, body, body_len, r);
+	}
+	snprintf(r->what, sizeof(r->what), "%s %s", method, path);
+	free(url);
+	return rc;
+}
+
+int
+tl_http_url(const char *method, const char *url, const char *iface, const char *bearer,
+            const char *ctype, const char *body, size_t body_len, struct tl_resp *r)
+{
 	struct curl_slist *hdrs = NULL;
 	struct sink sink = { 0 };
 	char errbuf[CURL_ERROR_SIZE] = "";
-	char *url = NULL, *auth = NULL, *ct = NULL;
+	char *auth = NULL, *ct = NULL;
 	CURL *h = NULL;
 	CURLcode cc;
 	int rc = -1;
 
 	memset(r, 0, sizeof(*r));
-	snprintf(r->what, sizeof(r->what), "%s %s", method, path);
-	if (base == NULL) {
-		snprintf(r->error, sizeof(r->error), "ONCEGATE_URL is not set");
-		goto out;
-	}
-	if (asprintf(&url, "%s%s", base, path) < 0) {
-		url = NULL;
-		goto out;
-	}
+	snprintf(r->what, sizeof(r->what), "%s %s", method, url);
 	h = curl_easy_init();
 	if (h == NULL)
 		goto out;
 	curl_easy_setopt(h, CURLOPT_URL, url);
+	if (iface != NULL)
+		curl_easy_setopt(h, CURLOPT_INTERFACE, iface);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)TL_HTTP_TIMEOUT_S);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, (long)TL_CONNECT_TIMEOUT_S);
@@ -223,7 +305,6 @@ out:
 	curl_slist_free_all(hdrs);
 	if (h != NULL)
 		curl_easy_cleanup(h);
-	free(url);
 	free(auth);
 	free(ct);
 	return rc;
@@ -437,15 +518,17 @@ tl_log_offset(void)
 	return (long)st.st_size;
 }
 
+/* The file from offset on, NUL-terminated (malloc'd; its length in *len
+ * when len is not NULL); NULL when it cannot be read. */
 static char *
-read_from(long offset, size_t *len)
+slurp_from(const char *path, long offset, size_t *len)
 {
-	const char *path = tl_env("ONCEGATE_LOG");
 	char *buf = NULL;
 	size_t cap = 0, n = 0;
 	FILE *f;
 
-	*len = 0;
+	if (len != NULL)
+		*len = 0;
 	if (path == NULL || (f = fopen(path, "rb")) == NULL)
 		return NULL;
 	if (offset > 0 && fseek(f, offset, SEEK_SET) != 0) {
@@ -472,12 +555,16 @@ read_from(long offset, size_t *len)
 			break;
 	}
 	fclose(f);
-	if (buf == NULL)
-		buf = calloc(1, 1);
-	else
-		buf[n] = '\0';
-	*len = n;
+	buf[n] = '\0';
+	if (len != NULL)
+		*len = n;
 	return buf;
+}
+
+static char *
+read_from(long offset, size_t *len)
+{
+	return slurp_from(tl_env("ONCEGATE_LOG"), offset, len);
 }
 
 char *
@@ -673,37 +760,91 @@ run_capture(const char *cmdline, char **out)
 	return WEXITSTATUS(st);
 }
 
+/* Appends text as it is (shell syntax). */
+static int
+append_raw(char **cmd, const char *text)
+{
+	size_t n = strlen(*cmd), m = strlen(text);
+	char *p = realloc(*cmd, n + m + 1);
+
+	if (p == NULL)
+		return -1;
+	memcpy(p + n, text, m + 1);
+	*cmd = p;
+	return 0;
+}
+
 int
-tl_ctl(char **out, ...)
+tl_vctl(const struct tl_ctl_how *how, char **out, va_list ap)
 {
 	const char *ctl = tl_env("ONCEGATE_CTL");
 	const char *conf = tl_env("ONCEGATE_CONF");
 	const char *arg;
-	char *cmd;
-	va_list ap;
-	int rc;
+	char *cmd, *user = NULL;
+	int rc, bad = 0;
 
 	if (out != NULL)
 		*out = NULL;
 	if (ctl == NULL || conf == NULL)
 		return -1;
 	cmd = calloc(1, 1);
-	if (cmd == NULL || append_quoted(&cmd, ctl) != 0 ||
-	    append_quoted(&cmd, "-c") != 0 || append_quoted(&cmd, conf) != 0) {
-		free(cmd);
+	if (cmd == NULL)
 		return -1;
+	if (how->sudo_user != NULL) {
+		bad |= asprintf(&user, "SUDO_USER=%s", how->sudo_user) < 0;
+		bad |= bad || append_quoted(&cmd, "env") != 0 || append_quoted(&cmd, user) != 0;
+		free(user);
 	}
-	va_start(ap, out);
-	while ((arg = va_arg(ap, const char *)) != NULL) {
-		if (append_quoted(&cmd, arg) != 0) {
-			va_end(ap);
-			free(cmd);
-			return -1;
-		}
-	}
-	va_end(ap);
-	rc = run_capture(cmd, out);
+	bad |= bad || append_quoted(&cmd, ctl) != 0 || append_quoted(&cmd, "-c") != 0 ||
+	       append_quoted(&cmd, conf) != 0;
+	if (how->json)
+		bad |= bad || append_quoted(&cmd, "--json") != 0;
+	while (!bad && (arg = va_arg(ap, const char *)) != NULL)
+		bad |= append_quoted(&cmd, arg) != 0;
+	if (how->merge_stderr)
+		bad |= bad || append_raw(&cmd, " 2>&1") != 0;
+	if (how->errpath != NULL)
+		bad |= bad || append_raw(&cmd, " 2>") != 0 || append_quoted(&cmd, how->errpath) != 0;
+	rc = bad ? -1 : run_capture(cmd, out);
 	free(cmd);
+	return rc;
+}
+
+int
+tl_ctl(char **out, ...)
+{
+	va_list ap;
+	int rc;
+
+	static const struct tl_ctl_how plain;
+
+	va_start(ap, out);
+	rc = tl_vctl(&plain, out, ap);
+	va_end(ap);
+	return rc;
+}
+
+int
+tl_ctl_err(char **out, char **err, ...)
+{
+	char errpath[] = "/tmp/tl_ctl_err.XXXXXX";
+	struct tl_ctl_how how = { .errpath = errpath };
+	va_list ap;
+	int fd, rc;
+
+	fd = mkstemp(errpath);
+	ck_assert_msg(fd >= 0, "mkstemp: %s", strerror(errno));
+	close(fd);
+	va_start(ap, err);
+	rc = tl_vctl(&how, out, ap);
+	va_end(ap);
+	*err = tl_file_slurp(errpath, NULL);
+	unlink(errpath);
+	if (*err == NULL)
+		*err = strdup("");
+	if (out != NULL && *out == NULL)
+		*out = strdup("");
+	ck_assert_msg((out == NULL || *out != NULL) && *err != NULL, "out of memory");
 	return rc;
 }
 
@@ -1076,38 +1217,7 @@ tl_error_log_path(void)
 char *
 tl_file_slurp(const char *path, size_t *len)
 {
-	char *buf = NULL;
-	size_t cap = 0, n = 0;
-	FILE *f;
-
-	if (len != NULL)
-		*len = 0;
-	if (path == NULL || (f = fopen(path, "rb")) == NULL)
-		return NULL;
-	for (;;) {
-		size_t got;
-
-		if (cap - n < 65536) {
-			char *p = realloc(buf, cap + 65536 + 1);
-
-			if (p == NULL) {
-				free(buf);
-				fclose(f);
-				return NULL;
-			}
-			buf = p;
-			cap += 65536;
-		}
-		got = fread(buf + n, 1, cap - n, f);
-		n += got;
-		if (got == 0)
-			break;
-	}
-	fclose(f);
-	buf[n] = '\0';
-	if (len != NULL)
-		*len = n;
-	return buf;
+	return slurp_from(path, 0, len);
 }
 
 long long

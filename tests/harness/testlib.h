@@ -9,11 +9,13 @@
 #ifndef OG_TESTLIB_H
 #define OG_TESTLIB_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <curl/curl.h>
 #include <jansson.h>
 #include <libpq-fe.h>
+#include "suitelib.h"
 
 /* Caps and timeouts of the test client. */
 #define TL_RESPONSE_MAX      (8 * 1024 * 1024)
@@ -27,6 +29,38 @@
 
 /* The value of an environment variable the stack exports, or NULL. */
 const char *tl_env(const char *name);
+
+/* ---- a suite's run --------------------------------------------------------- */
+
+/* The run's name, PREFIX<epoch>-<pid> (set by tl_suite_begin): the keys,
+ * clients and markers a suite makes start with it, so that two runs never
+ * meet in the stack's tables. */
+extern char tl_run[64];
+
+/* The start of an integration suite's main: 77 (skip) when ONCEGATE_URL is
+ * not set (no stack), 99 when it is but one of the variables named in needed
+ * (separated by spaces; NULL: none) is not, or libcurl cannot start; else 0,
+ * with tl_run named. */
+int tl_suite_begin(const char *suite, const char *prefix, const char *needed);
+/* (tl_suite_run, in suitelib.h, runs the Check suite.) */
+/* The end: libcurl cleaned up; the exit status for `failed` failed tests. */
+int tl_suite_end(int failed);
+
+/* A key of this run: "<tl_run>-<what>". */
+void tl_mkkey(char *buf, size_t n, const char *what);
+
+/* What a claim hands the caller: the lease's owner and the run's version
+ * (for the output and transitions that follow). */
+struct tl_claimed {
+	char owner[64];
+	long long version;
+};
+/* POSTs the claim body (borrowed) to /v1/runs as bearer; fails the test
+ * unless it answered 201 with a lease owner and a version. */
+void tl_claim_body(const char *bearer, const json_t *body, struct tl_claimed *c);
+/* A new run of this key as client "dev" ($ONCEGATE_API_KEY), with a small
+ * payload naming the run, leased for 60 s. */
+void tl_claim_run(const char *key, struct tl_claimed *c);
 
 /* ---- HTTP -------------------------------------------------------------- */
 
@@ -49,6 +83,10 @@ struct tl_resp {
 int tl_http(const char *method, const char *path, const char *bearer,
             const char *ctype, const char *body, size_t body_len,
             struct tl_resp *r);
+/* The same to an absolute URL (another server: a loopback provider), from
+ * the local address iface (NULL: any). */
+int tl_http_url(const char *method, const char *url, const char *iface, const char *bearer,
+                const char *ctype, const char *body, size_t body_len, struct tl_resp *r);
 /* POST of a JSON value (compact), Content-Type application/json. */
 int tl_post_json(const char *path, const char *bearer, const json_t *body,
                  struct tl_resp *r);
@@ -128,6 +166,19 @@ json_t *tl_log_find_event(const json_t *lines, const char *event);
  * as one word, NULL-terminated list), captures stdout into *out (may be
  * NULL). Returns the exit status, or -1 when it could not run. */
 int tl_ctl(char **out, ...) __attribute__((sentinel));
+/* How tl_vctl runs it. */
+struct tl_ctl_how {
+	const char *sudo_user;  /* SUDO_USER (the operator oncegatectl names when
+	                         * --operator is not given); NULL: left as is */
+	bool json;              /* --json before the arguments */
+	bool merge_stderr;      /* stderr into *out too */
+	const char *errpath;    /* stderr into this file (NULL: left alone) */
+};
+/* tl_ctl with the arguments as a va_list, run as how says. */
+int tl_vctl(const struct tl_ctl_how *how, char **out, va_list ap);
+/* The same with stderr too: both captured into *out (may be NULL) and *err
+ * (malloc'd, never NULL). */
+int tl_ctl_err(char **out, char **err, ...) __attribute__((sentinel));
 /* `client add NAME --reason ...`: the new API key, or NULL. */
 char *tl_client_add(const char *name);
 int tl_client_revoke(const char *name);

@@ -38,7 +38,6 @@
 #define OUTAGE_WAIT_S       15
 #define AFTER_OUTAGE        24  /* claims at once after recovery: > threads */
 
-static char g_run[64];          /* unique per run: "ck<epoch>-<pid>" */
 static char g_marker[96];       /* inside every payload; must never be logged */
 static const char *g_key_dev;   /* client "dev" */
 static char g_client_b[96];     /* a second client */
@@ -48,12 +47,6 @@ static char *g_key_r;
 static char g_fake_key[96];     /* looks like a key, belongs to nobody */
 
 /* ---- small helpers ----------------------------------------------------- */
-
-static void
-mkkey(char *buf, size_t n, const char *test)
-{
-	snprintf(buf, n, "%s-%s", g_run, test);
-}
 
 static bool
 is_uuid(const char *s)
@@ -328,7 +321,7 @@ START_TEST(test_concurrent_claims)
 	long off = tl_log_offset();
 	const char *p[2];
 
-	mkkey(key, sizeof(key), "race");
+	tl_mkkey(key, sizeof(key), "race");
 	std_hash(hash);
 	{
 		json_t *b = json_pack("{s:s, s:o}", "key", key, "payload", std_payload());
@@ -426,7 +419,7 @@ START_TEST(test_expired_lease_reclaimed)
 	long long v;
 	size_t i;
 
-	mkkey(key, sizeof(key), "expired");
+	tl_mkkey(key, sizeof(key), "expired");
 	claim(g_key_dev, key, NULL, 1, &r);
 	expect_claimed(&r, key, 1, NULL, &a);
 	tl_resp_free(&r);
@@ -514,7 +507,7 @@ START_TEST(test_failed_retryable_reclaimed)
 	json_t *lines, *l;
 	const char *p[1];
 
-	mkkey(key, sizeof(key), "retryable");
+	tl_mkkey(key, sizeof(key), "retryable");
 	std_hash(hash);
 	claim(g_key_dev, key, NULL, 30, &r);
 	expect_claimed(&r, key, 1, hash, &a);
@@ -563,7 +556,7 @@ START_TEST(test_completed_is_duplicate)
 	long off;
 	json_t *lines;
 
-	mkkey(key, sizeof(key), "completed");
+	tl_mkkey(key, sizeof(key), "completed");
 	claim(g_key_dev, key, NULL, 30, &r);
 	expect_claimed(&r, key, 1, NULL, &a);
 	tl_resp_free(&r);
@@ -604,7 +597,7 @@ START_TEST(test_failed_terminal_is_duplicate)
 	long long v;
 	PGconn *c = tl_pg_connect();
 
-	mkkey(key, sizeof(key), "terminal");
+	tl_mkkey(key, sizeof(key), "terminal");
 	claim(g_key_dev, key, NULL, 30, &r);
 	expect_claimed(&r, key, 1, NULL, &a);
 	tl_resp_free(&r);
@@ -639,7 +632,7 @@ START_TEST(test_payload_mismatch)
 	long off;
 	json_t *lines, *l;
 
-	mkkey(key, sizeof(key), "mismatch");
+	tl_mkkey(key, sizeof(key), "mismatch");
 	std_hash(hash1);
 	claim(g_key_dev, key, NULL, 30, &r);
 	expect_claimed(&r, key, 1, hash1, &a);
@@ -680,7 +673,7 @@ START_TEST(test_payload_reordered_is_duplicate)
 	json_t *lines;
 	const char *p[1];
 
-	mkkey(key, sizeof(key), "reordered");
+	tl_mkkey(key, sizeof(key), "reordered");
 	std_hash(hash);
 	claim(g_key_dev, key, NULL, 30, &r);
 	expect_claimed(&r, key, 1, hash, &a);
@@ -722,7 +715,7 @@ START_TEST(test_payload_numbers_as_given)
 	struct tl_resp r;
 
 	/* 1.50 stays 1.50, 1E3 stays 1E3; "\u00e9" becomes the UTF-8 é. */
-	mkkey(key, sizeof(key), "numbers");
+	tl_mkkey(key, sizeof(key), "numbers");
 	snprintf(canon, sizeof(canon),
 	         "{\"m\":\"%s\",\"x\":10,\"y\":\"\xc3\xa9\",\"z\":[1.50,1E3,-0.0]}", g_marker);
 	tl_payload_hash(canon, hash);
@@ -750,8 +743,8 @@ START_TEST(test_clients_are_isolated)
 	const char *field;
 
 	ck_assert_msg(g_key_b != NULL, "no second client: `oncegatectl client add` failed in main()");
-	mkkey(key, sizeof(key), "shared");
-	mkkey(nokey, sizeof(nokey), "never-claimed");
+	tl_mkkey(key, sizeof(key), "shared");
+	tl_mkkey(nokey, sizeof(nokey), "never-claimed");
 
 	claim(g_key_dev, key, NULL, 30, &r);
 	expect_claimed(&r, key, 1, NULL, &d);
@@ -875,7 +868,7 @@ START_TEST(test_corpus_keys_two_tenants)
 
 	ck_assert_msg(g_key_b != NULL, "no second client: `oncegatectl client add` failed in main()");
 	ck_assert_msg(json_array_size(keys) >= 10 && np >= 2, "the corpus is too small");
-	snprintf(prefix, sizeof(prefix), "%s-corpus:", g_run);
+	snprintf(prefix, sizeof(prefix), "%s-corpus:", tl_run);
 	for (i = 0; i < json_array_size(keys); i++) {
 		char *key = tl_corpus_key(prefix, json_string_value(json_array_get(keys, i)), 200);
 		const json_t *pa = json_array_get(payloads, i % np), *pb = json_array_get(payloads, (i + 1) % np);
@@ -962,7 +955,7 @@ START_TEST(test_lease_cap)
 	long off = tl_log_offset();
 	json_t *lines, *l;
 
-	mkkey(key, sizeof(key), "cap");
+	tl_mkkey(key, sizeof(key), "cap");
 	p[0] = key;
 	claim(g_key_dev, key, NULL, 4, &r);
 	expect_claimed(&r, key, 1, NULL, &a);
@@ -1043,7 +1036,7 @@ START_TEST(test_default_lease_clamped)
 
 	/* lease_default_seconds (30) is past the cap (10): the claim's own lease
 	 * is clamped. */
-	mkkey(key, sizeof(key), "default-lease");
+	tl_mkkey(key, sizeof(key), "default-lease");
 	p[0] = key;
 	claim(g_key_dev, key, NULL, 0, &r);
 	expect_claimed(&r, key, 1, NULL, &a);
@@ -1066,13 +1059,13 @@ START_TEST(test_boundaries_accepted)
 	int i;
 
 	/* lease_seconds = lease_max_seconds is allowed. */
-	mkkey(key, sizeof(key), "lease-max");
+	tl_mkkey(key, sizeof(key), "lease-max");
 	claim(g_key_dev, key, NULL, STACK_LEASE_MAX_S, &r);
 	expect_claimed(&r, key, 1, NULL, &a);
 	tl_resp_free(&r);
 
 	/* A key of exactly 200 characters. */
-	mkkey(longkey, sizeof(longkey), "k200-");
+	tl_mkkey(longkey, sizeof(longkey), "k200-");
 	n = strlen(longkey);
 	while (n < 200)
 		longkey[n++] = 'x';
@@ -1082,7 +1075,7 @@ START_TEST(test_boundaries_accepted)
 	tl_resp_free(&r);
 
 	/* 200 characters, not bytes: é is two bytes in UTF-8. */
-	mkkey(longkey, sizeof(longkey), "u200-");
+	tl_mkkey(longkey, sizeof(longkey), "u200-");
 	n = strlen(longkey);
 	for (i = (int)n; i < 200; i++) {
 		longkey[n++] = '\xc3';
@@ -1290,7 +1283,7 @@ START_TEST(test_bad_input)
 	char like[200];
 	long long st;
 
-	snprintf(key, sizeof(key), "%s-bad%02d", g_run, _i);
+	snprintf(key, sizeof(key), "%s-bad%02d", tl_run, _i);
 	switch (bc->auth) {
 	case AUTH_DEV: bearer = g_key_dev; break;
 	case AUTH_NONE: bearer = NULL; break;
@@ -1334,7 +1327,7 @@ START_TEST(test_bad_input)
 	rows_after = ledger_rows(c);
 	ck_assert_msg(rows_after == rows_before, "%s: ledger rows %lld → %lld", bc->name,
 	              rows_before, rows_after);
-	snprintf(like, sizeof(like), "%s-bad%02d%%", g_run, _i);
+	snprintf(like, sizeof(like), "%s-bad%02d%%", tl_run, _i);
 	p[0] = like;
 	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key LIKE $1", 1, p), 0);
 
@@ -1379,8 +1372,8 @@ START_TEST(test_revoked_key)
 	int rc;
 
 	ck_assert_msg(g_key_r != NULL, "no client to revoke: `oncegatectl client add` failed in main()");
-	mkkey(key, sizeof(key), "revoked-a");
-	mkkey(key2, sizeof(key2), "revoked-b");
+	tl_mkkey(key, sizeof(key), "revoked-a");
+	tl_mkkey(key2, sizeof(key2), "revoked-b");
 
 	/* The key works ... */
 	claim(g_key_r, key, NULL, 30, &r);
@@ -1428,7 +1421,7 @@ START_TEST(test_transition_to_not_allowed)
 	json_t *lines;
 	size_t i;
 
-	mkkey(key, sizeof(key), "to-approved");
+	tl_mkkey(key, sizeof(key), "to-approved");
 	claim(g_key_dev, key, NULL, 30, &r);
 	expect_claimed(&r, key, 1, NULL, &a);
 	tl_resp_free(&r);
@@ -1463,7 +1456,7 @@ START_TEST(test_unknown_run)
 	long off = tl_log_offset();
 	json_t *lines;
 
-	mkkey(key, sizeof(key), "nobody-has-this");
+	tl_mkkey(key, sizeof(key), "nobody-has-this");
 	get_run(g_key_dev, key, &r);
 	expect_error(&r, 404, "run_not_found");
 	tl_resp_free(&r);
@@ -1509,8 +1502,8 @@ START_TEST(test_status)
 	static const char *const ts_fields[] = { "created_at", "updated_at" };
 
 	/* A key with '/', ':' and a space travels percent-encoded. */
-	snprintf(key, sizeof(key), "%s-status/acme:lead 42", g_run);
-	snprintf(corr, sizeof(corr), "corr-%s", g_run);
+	snprintf(key, sizeof(key), "%s-status/acme:lead 42", tl_run);
+	snprintf(corr, sizeof(corr), "corr-%s", tl_run);
 	std_hash(hash);
 	body = json_pack("{s:s, s:o, s:s, s:s, s:s, s:i}", "key", key, "payload", std_payload(),
 	                 "workflow_version", "lead-sync@12", "trigger", "webhook:typeform",
@@ -1661,7 +1654,7 @@ START_TEST(test_log_hygiene)
 	ck_assert_msg(g_key_b != NULL, "no second client");
 	/* Work that touches every kind of secret: claim, renew, reclaim,
 	 * transition, a wrong key. */
-	mkkey(key, sizeof(key), "hygiene");
+	tl_mkkey(key, sizeof(key), "hygiene");
 	claim(g_key_b, key, NULL, 1, &r);
 	expect_claimed(&r, key, 1, NULL, &a);
 	tl_resp_free(&r);
@@ -1738,7 +1731,7 @@ START_TEST(test_log_hygiene)
 
 	/* Every lease owner the ledger holds for this run's keys, and every
 	 * client's key hash. */
-	snprintf(like, sizeof(like), "%s%%", g_run);
+	snprintf(like, sizeof(like), "%s%%", tl_run);
 	p[0] = like;
 	res = PQexecParams(c, "SELECT lease_owner::text FROM workflow_runs "
 	                   "WHERE idempotency_key LIKE $1 AND lease_owner IS NOT NULL "
@@ -1837,7 +1830,7 @@ START_TEST(test_database_outage)
 
 	ck_assert_msg(stop != NULL && start != NULL,
 	              "ONCEGATE_TEST_PG_STOP / ONCEGATE_TEST_PG_START are not set");
-	mkkey(key, sizeof(key), "outage");
+	tl_mkkey(key, sizeof(key), "outage");
 	pids_before = responder_pids();
 	ck_assert_msg(pids_before != NULL && *pids_before != '\0', "no oncegate-fcgi process found");
 
@@ -1908,7 +1901,7 @@ START_TEST(test_database_outage)
 	for (i = 0; i < AFTER_OUTAGE; i++) {
 		json_t *b;
 
-		snprintf(key2, sizeof(key2), "%s-after-outage-%02d", g_run, i);
+		snprintf(key2, sizeof(key2), "%s-after-outage-%02d", tl_run, i);
 		b = json_pack("{s:s, s:o}", "key", key2, "payload", std_payload());
 		bodies[i] = json_dumps(b, JSON_COMPACT);
 		json_decref(b);
@@ -1989,41 +1982,21 @@ api_suite(void)
 int
 main(void)
 {
-	static const char *const needed[] = {
-		"ONCEGATE_API_KEY", "ONCEGATE_CONF", "ONCEGATE_LOG", "ONCEGATE_CTL", NULL,
-	};
-	SRunner *sr;
-	int failed, i;
+	int failed, rc;
 
-	if (tl_env("ONCEGATE_URL") == NULL) {
-		printf("check_api: ONCEGATE_URL is not set; run `./dev test` to start the "
-		       "stack. Skipping.\n");
-		return 77;
-	}
-	for (i = 0; needed[i] != NULL; i++) {
-		if (tl_env(needed[i]) == NULL) {
-			fprintf(stderr, "check_api: ONCEGATE_URL is set but %s is not\n", needed[i]);
-			return 99;
-		}
-	}
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		return 99;
-	snprintf(g_run, sizeof(g_run), "ck%lld-%d", (long long)time(NULL), (int)getpid());
-	snprintf(g_marker, sizeof(g_marker), "SECRET-PAYLOAD-MARKER-%s", g_run);
-	snprintf(g_fake_key, sizeof(g_fake_key), "og_fake_%s_0123456789abcdefABCDEF", g_run);
+	if ((rc = tl_suite_begin("check_api", "ck", "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG ONCEGATE_CTL")) != 0)
+		return rc;
+	snprintf(g_marker, sizeof(g_marker), "SECRET-PAYLOAD-MARKER-%s", tl_run);
+	snprintf(g_fake_key, sizeof(g_fake_key), "og_fake_%s_0123456789abcdefABCDEF", tl_run);
 	g_key_dev = tl_env("ONCEGATE_API_KEY");
-	snprintf(g_client_b, sizeof(g_client_b), "%s-b", g_run);
-	snprintf(g_client_r, sizeof(g_client_r), "%s-r", g_run);
+	snprintf(g_client_b, sizeof(g_client_b), "%s-b", tl_run);
+	snprintf(g_client_r, sizeof(g_client_r), "%s-r", tl_run);
 	g_key_b = tl_client_add(g_client_b);
 	g_key_r = tl_client_add(g_client_r);
 
-	sr = srunner_create(api_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = tl_suite_run(api_suite(), false);
 	pg_ensure_started();
 	free(g_key_b);
 	free(g_key_r);
-	curl_global_cleanup();
-	return failed == 0 ? 0 : 1;
+	return tl_suite_end(failed);
 }

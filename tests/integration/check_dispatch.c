@@ -62,22 +62,12 @@
 /* test stack (./dev): the responder accepts callbacks on n8n's origin */
 #define CALLBACK_ORIGIN    "http://127.0.0.1:5678"
 
-static char g_run[64];            /* "dt<epoch>-<pid>" */
-static char g_smtp_record[PATH_MAX];
 static const char *g_key_dev;     /* API key of client "dev" */
 static char g_client[24];         /* its id: the runs the suite creates are its own */
-static int g_smtp_port;
-static pid_t g_http_pid = -1, g_smtp_pid = -1;
 
 /* ---- small helpers ------------------------------------------------------- */
 
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
-
-static void
-mkkey(char *buf, size_t n, const char *test)
-{
-	snprintf(buf, n, "%s-%s", g_run, test);
-}
 
 static char *
 dump_json(const json_t *v)
@@ -581,9 +571,9 @@ START_TEST(test_http_happy)
 	json_t *reqs, *req, *com, *row, *att, *sent_body, *want_body, *l;
 	char *st, *logtext;
 
-	mkkey(key, sizeof(key), "http-happy");
-	mkkey(key2, sizeof(key2), "http-two");
-	snprintf(marker, sizeof(marker), "PAYLOAD-MARKER-%s", g_run);
+	tl_mkkey(key, sizeof(key), "http-happy");
+	tl_mkkey(key2, sizeof(key2), "http-two");
+	snprintf(marker, sizeof(marker), "PAYLOAD-MARKER-%s", tl_run);
 	snprintf(payload, sizeof(payload),
 	         "{\"contact\":\"c-1\",\"tag\":\"lead\",\"note\":\"%s\",\"n\":1}", marker);
 	make_run(c, key, NULL);
@@ -834,9 +824,9 @@ START_TEST(test_smtp_happy)
 	json_t *pa, *ob, *dl, *recs;
 	char *payload_a, *output_b, *st;
 
-	mkkey(ka, sizeof(ka), "smtp-payload");
-	mkkey(kb, sizeof(kb), "smtp-output");
-	mkkey(kc, sizeof(kc), "smtp-550");
+	tl_mkkey(ka, sizeof(ka), "smtp-payload");
+	tl_mkkey(kb, sizeof(kb), "smtp-output");
+	tl_mkkey(kc, sizeof(kc), "smtp-550");
 	/* subject and body in the payload */
 	pa = json_pack("{s:s, s:s, s:s}", "to", "customer+a@example.com", "subject",
 	               "Your order 42 ships on Friday", "body", text_a);
@@ -917,7 +907,7 @@ START_TEST(test_ambiguous_without_keys)
 	dc.batch = 1;
 	dc.reconcile_s = 1;
 	for (k = 0; k < N; k++) {
-		mkkey(key[k], sizeof(key[k]), cases[k].name);
+		tl_mkkey(key[k], sizeof(key[k]), cases[k].name);
 		pkey(pk[k], sizeof(pk[k]), key[k], "crm.tag");
 		snprintf(payload, sizeof(payload), "{\"contact\":\"c-%d\",\"fault\":%s}", k,
 		         cases[k].fault);
@@ -1059,7 +1049,7 @@ START_TEST(test_idempotent_retry)
 	int k;
 
 	for (k = 0; k < N; k++) {
-		mkkey(key[k], sizeof(key[k]), cases[k].name);
+		tl_mkkey(key[k], sizeof(key[k]), cases[k].name);
 		pkey(pk[k], sizeof(pk[k]), key[k], "crm.tag");
 		snprintf(payload, sizeof(payload), "{\"contact\":\"c-%d\",\"fault\":%s}", k,
 		         cases[k].fault);
@@ -1134,10 +1124,10 @@ START_TEST(test_retry_policy)
 	size_t i;
 
 	dc.workers = 4;
-	mkkey(k429, sizeof(k429), "retry-429");
-	mkkey(k503, sizeof(k503), "retry-503");
-	mkkey(k400, sizeof(k400), "retry-400");
-	mkkey(krej, sizeof(krej), "retry-reject");
+	tl_mkkey(k429, sizeof(k429), "retry-429");
+	tl_mkkey(k503, sizeof(k503), "retry-503");
+	tl_mkkey(k400, sizeof(k400), "retry-400");
+	tl_mkkey(krej, sizeof(krej), "retry-reject");
 	pkey(p429, sizeof(p429), k429, "crm.tag");
 	pkey(p503, sizeof(p503), k503, "crm.tag");
 	pkey(p400, sizeof(p400), k400, "crm.tag");
@@ -1276,7 +1266,7 @@ START_TEST(test_kill_switch)
 	size_t blocked = 0, nblocked;
 	int i, sent;
 
-	mkkey(key, sizeof(key), "switch");
+	tl_mkkey(key, sizeof(key), "switch");
 	pkey(pk, sizeof(pk), key, "crm.tag");
 	make_run(c, key, NULL);
 	add_effect(c, key, "crm.tag", "t_http", "{\"contact\":\"c-9\"}", id);
@@ -1310,7 +1300,7 @@ START_TEST(test_kill_switch)
 	/* Claimed just before the switch flips: not sent. One worker claims
 	 * all five; the rate limit (1/s) holds the later ones after their
 	 * claim; the switch goes off right after the first send. */
-	mkkey(rkey, sizeof(rkey), "switch-rate");
+	tl_mkkey(rkey, sizeof(rkey), "switch-rate");
 	snprintf(rprefix, sizeof(rprefix), "%s/", rkey);
 	make_run(c, rkey, NULL);
 	for (i = 0; i < 5; i++) {
@@ -1396,7 +1386,7 @@ START_TEST(test_batch_wait_keeps_lease)
 	dc.workers = 1;
 	dc.batch = 8;
 	dc.lease_s = 5;
-	mkkey(key, sizeof(key), "batch-wait");
+	tl_mkkey(key, sizeof(key), "batch-wait");
 	snprintf(prefix, sizeof(prefix), "%s/", key);
 	make_run(c, key, NULL);
 	for (i = 0; i < 8; i++) {
@@ -1442,7 +1432,7 @@ START_TEST(test_kill9_mid_send)
 
 	dc.workers = 1;
 	dc.lease_s = 5;
-	mkkey(key, sizeof(key), "kill9");
+	tl_mkkey(key, sizeof(key), "kill9");
 	pkey(pk, sizeof(pk), key, "crm.tag");
 	make_run(c, key, NULL);
 	add_effect(c, key, "crm.tag", "t_plain", "{\"fault\":\"stall\"}", id);
@@ -1515,7 +1505,7 @@ START_TEST(test_many_dispatchers)
 
 	dc.workers = 4;
 	dc.batch = 8;
-	snprintf(prefix, sizeof(prefix), "%s-bulk-", g_run);
+	snprintf(prefix, sizeof(prefix), "%s-bulk-", tl_run);
 	snprintf(n, sizeof(n), "%d", BULK_EFFECTS);
 	tl_payload_hash("{\"suite\":\"check_dispatch\"}", hash);
 	qexec(c, "INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
@@ -1612,32 +1602,27 @@ START_TEST(test_approval_expired)
 	PGconn *c = tl_pg_connect();
 	struct disp d;
 	struct dconf dc = DCONF;
-	char key[200], pk[256], n8n_url[512], cb_url[512], cb_path[256], owner[64];
+	char key[200], pk[256], n8n_url[512], cb_url[512], cb_path[256];
 	char key2[200], pk2[256], id2[40], payload[1024];
-	long long version = 0;
+	struct tl_claimed cl;
 	json_t *body, *reqs, *req, *sent, *run, *l, *row, *dl;
 	struct tl_resp r;
 	char *path, *cb_id;
 
-	mkkey(key, sizeof(key), "expired");
-	snprintf(cb_path, sizeof(cb_path), "/webhook-waiting/%s/expired", g_run);
+	tl_mkkey(key, sizeof(key), "expired");
+	snprintf(cb_path, sizeof(cb_path), "/webhook-waiting/%s/expired", tl_run);
 	snprintf(n8n_url, sizeof(n8n_url), "%s%s", CALLBACK_ORIGIN, cb_path);
 	snprintf(cb_url, sizeof(cb_url), "http://127.0.0.1:%d%s", g_http_port, cb_path);
 
 	/* claim → output (support_reply, a person decides) → awaiting_human */
-	body = json_pack("{s:s, s:{s:s}, s:i}", "key", key, "payload", "suite", g_run,
+	body = json_pack("{s:s, s:{s:s}, s:i}", "key", key, "payload", "suite", tl_run,
 	                 "lease_seconds", 60);
-	tl_post_json("/v1/runs", g_key_dev, body, &r);
+	tl_claim_body(g_key_dev, body, &cl);
 	json_decref(body);
-	ASSERT_STATUS(&r, 201);
-	ck_assert_msg(tl_jstr(r.json, "lease_owner") && tl_jint(r.json, "version", &version),
-	              "claim answer: %s", r.body);
-	snprintf(owner, sizeof(owner), "%s", tl_jstr(r.json, "lease_owner"));
-	tl_resp_free(&r);
 	path = tl_run_path(key, "/output");
 	body = json_pack("{s:s, s:I, s:s, s:{s:s, s:s, s:s, s:f},"
 	                 " s:{s:s, s:s, s:s}, s:{s:s, s:s, s:{s:s}}, s:s, s:s}",
-	                 "lease_owner", owner, "version", (json_int_t)version,
+	                 "lease_owner", cl.owner, "version", (json_int_t)cl.version,
 	                 "contract", "support_reply",
 	                 "output", "subject", "Re: your order", "body", "It ships on Friday.",
 	                 "tone", "friendly", "confidence", 0.8,
@@ -1736,7 +1721,7 @@ START_TEST(test_approval_expired)
 	/* A callback URL outside the callback target's URL is never called,
 	 * whatever the payload says: it fails, dead-lettered, unsent. (The
 	 * provider listens on localhost too: a request would be recorded.) */
-	mkkey(key2, sizeof(key2), "callback-outside");
+	tl_mkkey(key2, sizeof(key2), "callback-outside");
 	pkey(pk2, sizeof(pk2), key2, "decision.callback");
 	snprintf(payload, sizeof(payload), "{\"url\":\"http://localhost:%d%s\",\"key\":\"%s\","
 	         "\"decision\":\"approved\"}", g_http_port, cb_path, key2);
@@ -1772,8 +1757,8 @@ START_TEST(test_window)
 	double nb, sent_at;
 	char *path, *nbs, *st;
 
-	mkkey(ka, sizeof(ka), "window-send");
-	mkkey(kb, sizeof(kb), "window-cancel");
+	tl_mkkey(ka, sizeof(ka), "window-send");
+	tl_mkkey(kb, sizeof(kb), "window-cancel");
 	pkey(pa, sizeof(pa), ka, "crm.tag");
 	pkey(pb, sizeof(pb), kb, "crm.tag");
 	kill_switch(true);
@@ -1841,7 +1826,7 @@ sigterm_case(PGconn *c, const char *name, const char *target, int shutdown_s,
 	dc.workers = 1;
 	dc.batch = 8;
 	dc.shutdown_s = shutdown_s;
-	mkkey(key, sizeof(key), name);
+	tl_mkkey(key, sizeof(key), name);
 	snprintf(prefix, sizeof(prefix), "%s/", key);
 	make_run(c, key, NULL);
 	for (i = 0; i < 4; i++) {
@@ -1931,22 +1916,14 @@ dispatch_suite(void)
 static bool
 suite_db_prepare(void)
 {
-	PGconn *c = PQconnectdb("");
+	PGconn *c;
 	PGresult *res;
 	bool ok = false;
 
-	if (PQstatus(c) != CONNECTION_OK) {
-		fprintf(stderr, "check_dispatch: cannot connect: %s\n", PQerrorMessage(c));
-		goto out;
-	}
-	res = PQexec(c, "SELECT id FROM api_clients WHERE name = 'dev'");
-	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-		fprintf(stderr, "check_dispatch: no API client named dev: %s\n", PQerrorMessage(c));
-		PQclear(res);
-		goto out;
-	}
-	snprintf(g_client, sizeof(g_client), "%s", PQgetvalue(res, 0, 0));
-	PQclear(res);
+	g_key_dev = tl_env("ONCEGATE_API_KEY");
+	if (!dl_client_id("dev", g_client, sizeof(g_client)))
+		return false;
+	c = PQconnectdb("");
 	/* Earlier suites leave effects for targets no dispatcher here knows. */
 	res = PQexec(c, "UPDATE effect_outbox SET state = 'cancelled', updated_at = now()"
 	             " WHERE state IN ('pending', 'unknown')");
@@ -1954,7 +1931,6 @@ suite_db_prepare(void)
 	if (!ok)
 		fprintf(stderr, "check_dispatch: %s\n", PQerrorMessage(c));
 	PQclear(res);
-out:
 	PQfinish(c);
 	return ok;
 }
@@ -1962,38 +1938,11 @@ out:
 int
 main(void)
 {
-	static const char *const needed[] = {
-		"ONCEGATE_API_KEY", "ONCEGATE_CONF", "ONCEGATE_CTL", "ONCEGATE_PROVIDERS",
-		"ONCEGATE_PYTHON", NULL,
+	static const struct dl_suite s = {
+		.name = "check_dispatch", .prefix = "dt", .needed = "ONCEGATE_API_KEY",
+		.suite = dispatch_suite, .prepare = suite_db_prepare, .http_stall_s = STALL_S,
+		.smtp = true,
 	};
-	char *http_extra[] = { (char *)(uintptr_t)"--stall-seconds", NULL, NULL };
-	char *smtp_extra[] = { (char *)(uintptr_t)"--record", g_smtp_record, NULL };
-	char stall[16];
-	SRunner *sr;
-	int failed = 1, rc;
 
-	if ((rc = dl_suite_begin("check_dispatch", "dt", needed, g_run, sizeof(g_run))) != 0)
-		return rc;
-	g_key_dev = tl_env("ONCEGATE_API_KEY");
-	snprintf(g_smtp_record, sizeof(g_smtp_record), "%s/mail.jsonl", g_tmp);
-	if (!suite_db_prepare())
-		goto out;
-
-	snprintf(stall, sizeof(stall), "%d", STALL_S);
-	http_extra[1] = stall;
-	g_http_port = provider_start("http_provider.py", "http_provider", http_extra, &g_http_pid);
-	g_smtp_port = provider_start("smtp_sink.py", "smtp_sink", smtp_extra, &g_smtp_pid);
-	if (g_http_port <= 0 || g_smtp_port <= 0)
-		goto out;
-	fprintf(stderr, "check_dispatch: run %s, files in %s, http provider :%d, smtp sink :%d\n",
-	        g_run, g_tmp, g_http_port, g_smtp_port);
-
-	sr = srunner_create(dispatch_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-out:
-	provider_stop(g_smtp_pid, "smtp_sink");
-	provider_stop(g_http_pid, "http_provider");
-	return dl_suite_end(failed);
+	return dl_suite_main(&s);
 }

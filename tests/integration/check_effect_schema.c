@@ -57,12 +57,8 @@
 #define STALL_TIMEOUT_MS 1500   /* the stalled target's timeout_ms */
 #define STALL_SLACK_MS   300    /* scheduling and process start, not a second wait */
 
-static char g_run[64];
 static char g_client[24];
 static const char *g_key_dev;
-static char g_smtp_record[PATH_MAX];
-static int g_smtp_port;
-static pid_t g_http_pid = -1, g_smtp_pid = -1;
 
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
 
@@ -80,31 +76,14 @@ kill_switch(bool on)
 	free(out);
 }
 
-struct claimed {
-	char owner[64];
-	long long version;
-};
-
 static void
-mkkey(char *buf, size_t n, const char *what)
-{
-	snprintf(buf, n, "%s:%s", g_run, what);
-}
-
-static void
-claim(const char *key, struct claimed *cl)
+claim(const char *key, struct tl_claimed *cl)
 {
 	json_t *body = json_pack("{s:s, s:{s:s, s:s}, s:i}", "key", key, "payload", "suite",
-	                         "check_effect_schema", "run", g_run, "lease_seconds", 60);
-	struct tl_resp r;
+	                         "check_effect_schema", "run", tl_run, "lease_seconds", 60);
 
-	tl_post_json("/v1/runs", g_key_dev, body, &r);
+	tl_claim_body(g_key_dev, body, cl);
 	json_decref(body);
-	ck_assert_msg(r.status == 201 && tl_jstr(r.json, "lease_owner") != NULL &&
-	              tl_jint(r.json, "version", &cl->version),
-	              "claim %s: HTTP %ld %s", key, r.status, r.body);
-	snprintf(cl->owner, sizeof(cl->owner), "%s", tl_jstr(r.json, "lease_owner"));
-	tl_resp_free(&r);
 }
 
 /* Claims key and hands in output and effect (both stolen) under contract;
@@ -113,7 +92,7 @@ static void
 submit(const char *key, const char *contract, json_t *output, json_t *effect,
        struct tl_resp *r)
 {
-	struct claimed cl;
+	struct tl_claimed cl;
 	char *path = tl_run_path(key, "/output");
 	json_t *body;
 
@@ -369,7 +348,7 @@ START_TEST(test_crm_tag_attack)
 
 	/* The output the gate judges says lead; the payload would tag spam and
 	 * delete the contact. */
-	mkkey(key, sizeof(key), "attack");
+	tl_mkkey(key, sizeof(key), "attack");
 	submit(key, "crm_tag", json_pack("{s:s, s:f}", "tag", "lead", "confidence", 0.99),
 	       effect_of("crm.tag", "demo_http",
 	                 json_pack("{s:s, s:b}", "tag", "spam", "delete_contact", 1)),
@@ -381,7 +360,7 @@ START_TEST(test_crm_tag_attack)
 
 	/* The tag comes from the output alone: the payload may not carry it,
 	 * not even with the same value. */
-	mkkey(key, sizeof(key), "attack-same");
+	tl_mkkey(key, sizeof(key), "attack-same");
 	submit(key, "crm_tag", json_pack("{s:s, s:f}", "tag", "lead", "confidence", 0.99),
 	       effect_of("crm.tag", "demo_http",
 	                 json_pack("{s:s, s:s}", "contact_id", "c-7", "tag", "lead")),
@@ -394,7 +373,7 @@ START_TEST(test_crm_tag_attack)
 	/* Done right: the payload names the contact, the tag is the output's,
 	 * and what is stored (for the rules, the page and the outbox) is the
 	 * payload that goes out. */
-	mkkey(key, sizeof(key), "honest");
+	tl_mkkey(key, sizeof(key), "honest");
 	submit(key, "crm_tag", json_pack("{s:s, s:f}", "tag", "lead", "confidence", 0.2),
 	       effect_of("crm.tag", "demo_http", json_pack("{s:s}", "contact_id", "c-7")), &r);
 	ck_assert_msg(r.status == 202, "honest crm_tag output: HTTP %ld %s", r.status, r.body);
@@ -466,7 +445,7 @@ START_TEST(test_payload_schema)
 		struct tl_resp r;
 		char key[200];
 
-		mkkey(key, sizeof(key), cases[i].name);
+		tl_mkkey(key, sizeof(key), cases[i].name);
 		submit(key, "support_reply", reply_output("Re: ваш заказ №42"),
 		       effect_of("email.send", "demo_smtp", json_loads(cases[i].payload, 0, NULL)),
 		       &r);
@@ -514,7 +493,7 @@ START_TEST(test_crlf_injection)
 	size_t i;
 
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		mkkey(key, sizeof(key), cases[i].name);
+		tl_mkkey(key, sizeof(key), cases[i].name);
 		submit(key, "support_reply", reply_output(cases[i].subject),
 		       effect_of("email.send", "demo_smtp", json_loads(cases[i].payload, 0, NULL)),
 		       &r);
@@ -522,7 +501,7 @@ START_TEST(test_crlf_injection)
 		tl_resp_free(&r);
 	}
 	/* Non-ASCII is not a header problem: a person decides as usual. */
-	mkkey(key, sizeof(key), "subject-unicode");
+	tl_mkkey(key, sizeof(key), "subject-unicode");
 	submit(key, "support_reply", reply_output("Re: 注文 №42 — تم الشحن 📦"),
 	       effect_of("email.send", "demo_smtp",
 	                 json_pack("{s:s, s:s}", "to", "kunde+42@example.com", "in_reply_to",
@@ -629,17 +608,17 @@ START_TEST(test_dispatcher_recheck)
 	char *mail, *recs;
 	struct disp d;
 
-	mkkey(k1, sizeof(k1), "recheck-extra");
-	mkkey(k2, sizeof(k2), "recheck-differs");
-	mkkey(k3, sizeof(k3), "recheck-good");
-	mkkey(k4, sizeof(k4), "recheck-mail");
+	tl_mkkey(k1, sizeof(k1), "recheck-extra");
+	tl_mkkey(k2, sizeof(k2), "recheck-differs");
+	tl_mkkey(k3, sizeof(k3), "recheck-good");
+	tl_mkkey(k4, sizeof(k4), "recheck-mail");
 	make_approved(c, k1, "crm_tag", tag_output, "crm.tag", "demo_http",
 	              "{\"contact_id\":\"c-1\",\"tag\":\"lead\",\"delete_contact\":true}", i1);
 	make_approved(c, k2, "crm_tag", tag_output, "crm.tag", "demo_http",
 	              "{\"contact_id\":\"c-2\",\"tag\":\"spam\"}", i2);
 	make_approved(c, k3, "crm_tag", tag_output, "crm.tag", "demo_http",
 	              "{\"contact_id\":\"c-3\",\"tag\":\"lead\"}", i3);
-	snprintf(marker, sizeof(marker), "marker-%s", g_run);
+	snprintf(marker, sizeof(marker), "marker-%s", tl_run);
 	ck_assert_int_gt(asprintf(&mail, "{\"to\":\"a@example.com\\r\\nBcc: all@example.com\","
 	                          "\"subject\":\"%s\",\"body\":\"Hello\"}", marker), 0);
 	{
@@ -825,13 +804,13 @@ START_TEST(test_long_multilingual_mail)
 	for (i = 0; i < RCPTS; i++) {
 		char a[128];
 
-		snprintf(a, sizeof(a), "%s.r%03zu@list.example", g_run, i);
+		snprintf(a, sizeof(a), "%s.r%03zu@list.example", tl_run, i);
 		json_array_append_new(to, json_string(a));
 	}
-	snprintf(first, sizeof(first), "%s.r000@list.example", g_run);
+	snprintf(first, sizeof(first), "%s.r000@list.example", tl_run);
 	kill_switch(true);
 	disp_start(&d);
-	mkkey(key, sizeof(key), "long-mail");
+	tl_mkkey(key, sizeof(key), "long-mail");
 	submit(key, "mail_list", json_pack("{s:s, s:s}", "subject", subject, "body", body),
 	       effect_of("email.send", "demo_smtp", json_pack("{s:o}", "to", to)), &r);
 	ck_assert_msg(r.status == 202 && streq(tl_jstr(r.json, "outcome"), "approved"),
@@ -866,7 +845,7 @@ START_TEST(test_long_multilingual_mail)
 	for (i = 0; i < RCPTS; i++) {
 		char a[128];
 
-		snprintf(a, sizeof(a), "%s.r%03zu@list.example", g_run, i);
+		snprintf(a, sizeof(a), "%s.r%03zu@list.example", tl_run, i);
 		ck_assert_str_eq(json_string_value(json_array_get(rcpts, i)), a);
 	}
 	data = JSTR(rec, "data");
@@ -903,7 +882,7 @@ START_TEST(test_long_multilingual_mail)
 	for (i = 0; i < RCPTS; i++) {
 		char a[140];
 
-		snprintf(a, sizeof(a), "<%s.r%03zu@list.example>", g_run, i);
+		snprintf(a, sizeof(a), "<%s.r%03zu@list.example>", tl_run, i);
 		ck_assert_msg(strstr(h, a) != NULL, "To: lacks %s", a);
 	}
 	free(h);
@@ -1030,7 +1009,7 @@ START_TEST(test_http_large_body)
 		i += strlen(b);
 	}
 	strcpy(payload + i, "\"}");
-	mkkey(key, sizeof(key), "http-large");
+	tl_mkkey(key, sizeof(key), "http-large");
 	make_approved(c, key, "no_such_contract_here", "{}", "webhook.post", "demo_http",
 	              payload, id);
 	/* a run whose contract is not loaded is held, not sent unchecked */
@@ -1290,54 +1269,17 @@ effect_suite(void)
 static bool
 suite_client(void)
 {
-	PGconn *c = PQconnectdb("");
-	PGresult *res;
-	bool ok = false;
-
-	if (PQstatus(c) == CONNECTION_OK) {
-		res = PQexec(c, "SELECT id FROM api_clients WHERE name = 'dev'");
-		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
-			snprintf(g_client, sizeof(g_client), "%s", PQgetvalue(res, 0, 0));
-			ok = true;
-		}
-		PQclear(res);
-	}
-	if (!ok)
-		fprintf(stderr, "check_effect_schema: no API client named dev: %s\n",
-		        PQerrorMessage(c));
-	PQfinish(c);
-	return ok;
+	g_key_dev = tl_env("ONCEGATE_API_KEY");
+	return dl_client_id("dev", g_client, sizeof(g_client));
 }
 
 int
 main(void)
 {
-	static const char *const needed[] = {
-		"ONCEGATE_API_KEY", "ONCEGATE_CONF", "ONCEGATE_CTL", "ONCEGATE_PROVIDERS",
-		"ONCEGATE_PYTHON", NULL,
+	static const struct dl_suite s = {
+		.name = "check_effect_schema", .prefix = "es", .needed = "ONCEGATE_API_KEY",
+		.suite = effect_suite, .prepare = suite_client, .http_stall_s = 30, .smtp = true,
 	};
-	char *http_extra[] = { (char *)(uintptr_t)"--stall-seconds", (char *)(uintptr_t)"30",
-		               NULL };
-	char *smtp_extra[] = { (char *)(uintptr_t)"--record", g_smtp_record, NULL };
-	SRunner *sr;
-	int failed = 1, rc;
 
-	if ((rc = dl_suite_begin("check_effect_schema", "es", needed, g_run, sizeof(g_run))) != 0)
-		return rc;
-	g_key_dev = tl_env("ONCEGATE_API_KEY");
-	snprintf(g_smtp_record, sizeof(g_smtp_record), "%s/mail.jsonl", g_tmp);
-	if (!suite_client())
-		goto out;
-	g_http_port = provider_start("http_provider.py", "http_provider", http_extra, &g_http_pid);
-	g_smtp_port = provider_start("smtp_sink.py", "smtp_sink", smtp_extra, &g_smtp_pid);
-	if (g_http_port <= 0 || g_smtp_port <= 0)
-		goto out;
-	sr = srunner_create(effect_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-out:
-	provider_stop(g_smtp_pid, "smtp_sink");
-	provider_stop(g_http_pid, "http_provider");
-	return dl_suite_end(failed);
+	return dl_suite_main(&s);
 }

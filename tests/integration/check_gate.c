@@ -58,7 +58,6 @@
 #define REQUESTER          "alice@example.com"   /* requested_by */
 #define ROUTE_APPROVE      "/approve/{token}"
 
-static char g_run[64];          /* "gt<epoch>-<pid>" */
 static char g_marker[96];       /* inside every model output; never logged */
 static const char *g_key_dev;   /* API key of client "dev" */
 static const char *g_base;      /* ONCEGATE_URL */
@@ -66,12 +65,6 @@ static const char *g_base;      /* ONCEGATE_URL */
 /* ---- small helpers ----------------------------------------------------- */
 
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
-
-static void
-mkkey(char *buf, size_t n, const char *test)
-{
-	snprintf(buf, n, "%s-%s", g_run, test);
-}
 
 static char *
 dump_json(const json_t *v)
@@ -95,27 +88,6 @@ is_token_shape(const char *s)
 }
 
 /* ---- the API: claim and output ------------------------------------------ */
-
-struct claimed {
-	char owner[64];
-	long long version;
-};
-
-static void
-claim_run(const char *key, struct claimed *c)
-{
-	json_t *body = json_pack("{s:s, s:{s:i, s:s}, s:i}", "key", key, "payload", "ticket", 42,
-	                         "m", g_run, "lease_seconds", 60);
-	struct tl_resp r;
-
-	tl_post_json("/v1/runs", g_key_dev, body, &r);
-	json_decref(body);
-	ASSERT_STATUS(&r, 201);
-	ck_assert_msg(tl_jstr(r.json, "lease_owner") != NULL && tl_jint(r.json, "version", &c->version),
-	              "claim answer: %s", r.body);
-	snprintf(c->owner, sizeof(c->owner), "%s", tl_jstr(r.json, "lease_owner"));
-	tl_resp_free(&r);
-}
 
 /* The standard support_reply output: valid. */
 static json_t *
@@ -281,12 +253,12 @@ static void
 make_gated(const char *test, struct submission *s, struct gated *g)
 {
 	struct submission def = { 0 };
-	struct claimed c;
+	struct tl_claimed c;
 	struct tl_resp r;
 
 	memset(g, 0, sizeof(*g));
-	mkkey(g->key, sizeof(g->key), test);
-	claim_run(g->key, &c);
+	tl_mkkey(g->key, sizeof(g->key), test);
+	tl_claim_run(g->key, &c);
 	snprintf(g->owner, sizeof(g->owner), "%s", c.owner);
 	post_output(g->key, c.owner, c.version, s ? s : &def, &r);
 	expect_awaiting(&r, s && s->contract && strncmp(s->contract, "crm_tag", 7) == 0
@@ -782,6 +754,44 @@ expect_page_log(long off, const char *events, const char *reasons, const char *a
 	json_decref(lines);
 }
 
+/* A refused request to an approval page, for expect_refused. */
+struct refused {
+	const char *user;      /* NULL: APPROVER, in group support */
+	const char *groups;    /* with user: X-Dev-Groups (NULL: none sent) */
+	enum origin om;        /* of a POST */
+	const char *form;      /* what is POSTed; NULL: a GET */
+	const char *statuses;  /* the status answered is one of these ("410|409") */
+	bool page;             /* what answers is a page (holding text unless NULL) */
+	bool no_form;          /* ... that offers no form */
+	const char *text;
+	const char *events, *reasons, *approval_id; /* its log line: see expect_page_log */
+	const char *what;
+};
+
+/* Sends the request x describes to the approval page of token and checks
+ * the refusal; returns the status answered. */
+static long
+expect_refused(const char *token, const struct refused *x)
+{
+	struct web w;
+	char st[24];
+	long off = tl_log_offset(), status;
+
+	web_request(token, x->user ? x->user : APPROVER, x->user ? x->groups : "support",
+	            x->form ? x->om : O_BROWSER, x->form, &w);
+	status = w.r.status;
+	snprintf(st, sizeof(st), "%ld", status);
+	ck_assert_msg(in_alts(st, x->statuses), "%s: HTTP %ld, expected %s: %.1000s", x->what,
+	              status, x->statuses, w.r.body);
+	if (x->page)
+		expect_page(&w, status, x->text);
+	if (x->no_form)
+		expect_no_form(&w);
+	web_free(&w);
+	expect_page_log(off, x->events, x->reasons, x->approval_id, status, x->what);
+	return status;
+}
+
 static json_t *
 key_lines(long off, const char *key, size_t want)
 {
@@ -1029,7 +1039,7 @@ START_TEST(test_approve_before_act)
 	/* A late claim of the key is a duplicate of the approved run. */
 	{
 		json_t *body = json_pack("{s:s, s:{s:i, s:s}}", "key", g.key, "payload", "ticket", 42,
-		                         "m", g_run);
+		                         "m", tl_run);
 
 		tl_post_json("/v1/runs", g_key_dev, body, &r);
 		json_decref(body);
@@ -1194,6 +1204,45 @@ END_TEST
 
 /* ===== 3. refusals, each leaving every row as it was ====================== */
 
+/* A gated run whose approval page a person of group support holds the
+ * approve form of, for the tests of refusals: its connection, the form, and
+ * (held_snapshot) the run as it was before the refused requests. */
+struct held {
+	struct gated g;
+	PGconn *c;
+	char *csrf, *form, *before;
+};
+
+static void
+held_begin(const char *test, struct held *h)
+{
+	h->c = tl_pg_connect();
+	make_gated(test, NULL, &h->g);
+	h->csrf = card_csrf(h->g.token, APPROVER, "support");
+	h->form = decide_form("approve", h->csrf, NULL);
+	h->before = NULL;
+}
+
+static void
+held_snapshot(struct held *h)
+{
+	h->before = tl_run_snapshot(h->c, h->g.key);
+}
+
+/* The run unchanged by what since held_snapshot, with outbox effect rows
+ * (-1: not counted); frees h. */
+static void
+held_end(struct held *h, const char *what, long long outbox)
+{
+	tl_expect_run_unchanged(h->c, h->g.key, h->before, what);
+	if (outbox >= 0)
+		ck_assert_int_eq(outbox_rows(h->c, h->g.key), outbox);
+	free(h->before);
+	free(h->form);
+	free(h->csrf);
+	PQfinish(h->c);
+}
+
 START_TEST(test_refuse_no_subject)
 {
 	struct gated g;
@@ -1315,136 +1364,84 @@ END_TEST
 
 START_TEST(test_refuse_expired)
 {
-	struct gated g;
-	struct web w;
-	PGconn *c = tl_pg_connect();
-	char *before, *csrf, *form;
+	struct held h;
 	const char *p[1];
-	long off;
 
-	make_gated("expired", NULL, &g);
-	csrf = card_csrf(g.token, APPROVER, "support");
-	form = decide_form("approve", csrf, NULL);
+	held_begin("expired", &h);
 	/* Time passes: the approval's expiry is now behind us. */
-	p[0] = g.approval_id;
-	ck_assert_int_eq(tl_pg_exec(c, "UPDATE approvals SET expires_at = now() - interval '1 second'"
+	p[0] = h.g.approval_id;
+	ck_assert_int_eq(tl_pg_exec(h.c, "UPDATE approvals SET expires_at = now() - interval '1 second'"
 	                            " WHERE id = $1::uuid", 1, p), 1);
-	before = tl_run_snapshot(c, g.key);
+	held_snapshot(&h);
 
-	off = tl_log_offset();
-	web_get(g.token, APPROVER, "support", &w);
-	expect_page(&w, 410, "expired");
-	expect_no_form(&w);
-	web_free(&w);
-	expect_page_log(off, "approval.expired|approval.refused", "expired", g.approval_id, 410,
-	                "GET of an expired token");
-
-	off = tl_log_offset();
-	web_post(g.token, APPROVER, "support", O_BROWSER, form, &w);
-	ck_assert_msg(w.r.status == 410 || w.r.status == 409 || w.r.status == 403,
-	              "POST to an expired token: HTTP %ld: %.1000s", w.r.status, w.r.body);
-	expect_page(&w, w.r.status, "expired");
-	expect_no_form(&w);
-	expect_page_log(off, "approval.expired|approval.refused", "expired", g.approval_id,
-	                w.r.status, "POST to an expired token");
-	web_free(&w);
-
-	tl_expect_run_unchanged(c, g.key, before, "GET and POST of an expired token");
-	ck_assert_int_eq(outbox_rows(c, g.key), 0);
-	free(before);
-	free(form);
-	free(csrf);
-	PQfinish(c);
+	expect_refused(h.g.token, &(struct refused){
+		.statuses = "410", .page = true, .no_form = true, .text = "expired",
+		.events = "approval.expired|approval.refused", .reasons = "expired",
+		.approval_id = h.g.approval_id, .what = "GET of an expired token" });
+	expect_refused(h.g.token, &(struct refused){
+		.form = h.form, .statuses = "410|409|403", .page = true, .no_form = true,
+		.text = "expired", .events = "approval.expired|approval.refused",
+		.reasons = "expired", .approval_id = h.g.approval_id,
+		.what = "POST to an expired token" });
+	held_end(&h, "GET and POST of an expired token", 0);
 }
 END_TEST
 
 START_TEST(test_refuse_used)
 {
-	struct gated g;
-	struct web w;
-	PGconn *c = tl_pg_connect();
-	char *before, *csrf, *form;
-	long off;
+	struct held h;
+	char *form;
 
-	make_gated("used", NULL, &g);
-	csrf = card_csrf(g.token, APPROVER, "support");
-	decide_ok(g.token, APPROVER, "support", "approve", csrf, NULL);
-	before = tl_run_snapshot(c, g.key);
+	held_begin("used", &h);
+	decide_ok(h.g.token, APPROVER, "support", "approve", h.csrf, NULL);
+	held_snapshot(&h);
 
 	/* The same form again, then a change of mind: both refused. */
-	form = decide_form("approve", csrf, NULL);
-	off = tl_log_offset();
-	web_post(g.token, APPROVER, "support", O_BROWSER, form, &w);
-	ck_assert_msg(w.r.status == 409 || w.r.status == 410,
-	              "POST to a used token: HTTP %ld, expected 409 or 410: %.1000s", w.r.status,
-	              w.r.body);
-	expect_page(&w, w.r.status, "decided");
-	expect_no_form(&w);
-	expect_page_log(off, "approval.refused|approval.gone", NULL, g.approval_id, w.r.status,
-	                "POST to a used token (issue 3: approval.refused, why: used)");
-	web_free(&w);
+	expect_refused(h.g.token, &(struct refused){
+		.form = h.form, .statuses = "409|410", .page = true, .no_form = true,
+		.text = "decided", .events = "approval.refused|approval.gone",
+		.approval_id = h.g.approval_id,
+		.what = "POST to a used token (issue 3: approval.refused, why: used)" });
+	form = decide_form("reject", h.csrf, "changed my mind");
+	expect_refused(h.g.token, &(struct refused){
+		.form = form, .statuses = "409|410", .no_form = true,
+		.events = "approval.refused|approval.gone", .approval_id = h.g.approval_id,
+		.what = "reject POST to a used token" });
 	free(form);
-
-	form = decide_form("reject", csrf, "changed my mind");
-	off = tl_log_offset();
-	web_post(g.token, APPROVER, "support", O_BROWSER, form, &w);
-	ck_assert_msg(w.r.status == 409 || w.r.status == 410,
-	              "reject after approve: HTTP %ld: %.1000s", w.r.status, w.r.body);
-	expect_no_form(&w);
-	expect_page_log(off, "approval.refused|approval.gone", NULL, g.approval_id, w.r.status,
-	                "reject POST to a used token");
-	web_free(&w);
-
-	tl_expect_run_unchanged(c, g.key, before, "POSTs to a used token");
-	ck_assert_int_eq(outbox_rows(c, g.key), 1);
-	free(before);
-	free(form);
-	free(csrf);
-	PQfinish(c);
+	held_end(&h, "POSTs to a used token", 1);
 }
 END_TEST
 
 START_TEST(test_refuse_missing_csrf)
 {
 	struct gated g;
-	struct web w;
 	PGconn *c = tl_pg_connect();
 	char *before, *csrf, *form;
-	long off;
 
 	make_gated("nocsrf", NULL, &g);
 	csrf = card_csrf(g.token, APPROVER, "support");
 	before = tl_run_snapshot(c, g.key);
 
 	form = tl_form("decision", "approve", "reason", "no csrf", (char *)NULL);
-	off = tl_log_offset();
-	web_post(g.token, APPROVER, "support", O_BROWSER, form, &w);
-	expect_page(&w, 400, NULL);
-	expect_no_form(&w);
-	web_free(&w);
-	expect_page_log(off, "approval.refused", "missing_field|csrf", g.approval_id, 400,
-	                "POST without csrf");
+	expect_refused(g.token, &(struct refused){
+		.form = form, .statuses = "400", .page = true, .no_form = true,
+		.events = "approval.refused", .reasons = "missing_field|csrf",
+		.approval_id = g.approval_id, .what = "POST without csrf" });
 	free(form);
 
 	form = tl_form("decision", "approve", "csrf", "", (char *)NULL);
-	off = tl_log_offset();
-	web_post(g.token, APPROVER, "support", O_BROWSER, form, &w);
-	ck_assert_msg(w.r.status == 400 || w.r.status == 403, "POST with an empty csrf: HTTP %ld",
-	              w.r.status);
-	expect_page(&w, w.r.status, NULL);
-	expect_page_log(off, "approval.refused", "missing_field|csrf", g.approval_id, w.r.status,
-	                "POST with an empty csrf");
-	web_free(&w);
+	expect_refused(g.token, &(struct refused){
+		.form = form, .statuses = "400|403", .page = true, .events = "approval.refused",
+		.reasons = "missing_field|csrf", .approval_id = g.approval_id,
+		.what = "POST with an empty csrf" });
 	free(form);
 
 	/* No decision at all. */
 	form = tl_form("csrf", csrf, (char *)NULL);
-	off = tl_log_offset();
-	web_post(g.token, APPROVER, "support", O_BROWSER, form, &w);
-	expect_page(&w, 400, NULL);
-	web_free(&w);
-	expect_page_log(off, "approval.refused", "missing_field|wrong_decision", g.approval_id,
-	                400, "POST without decision");
+	expect_refused(g.token, &(struct refused){
+		.form = form, .statuses = "400", .page = true, .events = "approval.refused",
+		.reasons = "missing_field|wrong_decision", .approval_id = g.approval_id,
+		.what = "POST without decision" });
 	free(form);
 
 	/* Not a form at all. */
@@ -1477,10 +1474,8 @@ END_TEST
 START_TEST(test_refuse_csrf_of_other_approval)
 {
 	struct gated a, b;
-	struct web w;
 	PGconn *c = tl_pg_connect();
 	char *before_a, *before_b, *csrf_a, *csrf_b, *form;
-	long off;
 
 	make_gated("csrf-a", NULL, &a);
 	make_gated("csrf-b", NULL, &b);
@@ -1491,24 +1486,19 @@ START_TEST(test_refuse_csrf_of_other_approval)
 	before_b = tl_run_snapshot(c, b.key);
 
 	form = decide_form("approve", csrf_b, NULL);
-	off = tl_log_offset();
-	web_post(a.token, APPROVER, "support", O_BROWSER, form, &w);
-	expect_page(&w, 403, NULL);
-	expect_no_form(&w);
-	web_free(&w);
-	expect_page_log(off, "approval.refused", "csrf", a.approval_id, 403,
-	                "POST with the CSRF of another approval");
+	expect_refused(a.token, &(struct refused){
+		.form = form, .statuses = "403", .page = true, .no_form = true,
+		.events = "approval.refused", .reasons = "csrf", .approval_id = a.approval_id,
+		.what = "POST with the CSRF of another approval" });
 	free(form);
 
 	/* A tampered value. */
 	csrf_a[strlen(csrf_a) / 2] = csrf_a[strlen(csrf_a) / 2] == 'x' ? 'y' : 'x';
 	form = decide_form("approve", csrf_a, NULL);
-	off = tl_log_offset();
-	web_post(a.token, APPROVER, "support", O_BROWSER, form, &w);
-	expect_page(&w, 403, NULL);
-	web_free(&w);
-	expect_page_log(off, "approval.refused", "csrf", a.approval_id, 403,
-	                "POST with a tampered CSRF");
+	expect_refused(a.token, &(struct refused){
+		.form = form, .statuses = "403", .page = true, .events = "approval.refused",
+		.reasons = "csrf", .approval_id = a.approval_id,
+		.what = "POST with a tampered CSRF" });
 	free(form);
 
 	tl_expect_run_unchanged(c, a.key, before_a, "POSTs with a foreign CSRF");
@@ -1524,10 +1514,8 @@ END_TEST
 START_TEST(test_refuse_csrf_of_other_subject)
 {
 	struct gated g;
-	struct web w;
 	PGconn *c = tl_pg_connect();
 	char *before, *csrf_bob, *csrf_carol, *form;
-	long off;
 
 	make_gated("csrf-subject", NULL, &g);
 	csrf_bob = card_csrf(g.token, "bob@example.com", "support");
@@ -1536,13 +1524,10 @@ START_TEST(test_refuse_csrf_of_other_subject)
 	before = tl_run_snapshot(c, g.key);
 
 	form = decide_form("approve", csrf_bob, NULL);
-	off = tl_log_offset();
-	web_post(g.token, "carol@example.com", "support", O_BROWSER, form, &w);
-	expect_page(&w, 403, NULL);
-	expect_no_form(&w);
-	web_free(&w);
-	expect_page_log(off, "approval.refused", "csrf", g.approval_id, 403,
-	                "carol POSTs bob's CSRF");
+	expect_refused(g.token, &(struct refused){
+		.user = "carol@example.com", .groups = "support", .form = form, .statuses = "403",
+		.page = true, .no_form = true, .events = "approval.refused", .reasons = "csrf",
+		.approval_id = g.approval_id, .what = "carol POSTs bob's CSRF" });
 	tl_expect_run_unchanged(c, g.key, before, "a POST with another subject's CSRF");
 	free(form);
 
@@ -1575,7 +1560,6 @@ START_TEST(test_refuse_cross_origin)
 	PGconn *c = tl_pg_connect();
 	char *before, *csrf, *form;
 	size_t i;
-	long off;
 
 	make_gated("crossorigin", NULL, &g);
 	csrf = card_csrf(g.token, APPROVER, "support");
@@ -1585,14 +1569,10 @@ START_TEST(test_refuse_cross_origin)
 		char what[128];
 
 		snprintf(what, sizeof(what), "cross-origin POST (%s)", cases[i].what);
-		off = tl_log_offset();
-		web_post(g.token, APPROVER, "support", cases[i].om, form, &w);
-		ck_assert_msg(w.r.status == 403, "%s: HTTP %ld, expected 403: %.1000s", what,
-		              w.r.status, w.r.body);
-		expect_page(&w, 403, NULL);
-		expect_no_form(&w);
-		web_free(&w);
-		expect_page_log(off, "approval.refused", "cross_origin", NULL, 403, what);
+		expect_refused(g.token, &(struct refused){
+			.om = cases[i].om, .form = form, .statuses = "403", .page = true,
+			.no_form = true, .events = "approval.refused", .reasons = "cross_origin",
+			.what = what });
 	}
 	tl_expect_run_unchanged(c, g.key, before, "cross-origin POSTs");
 
@@ -1633,12 +1613,10 @@ START_TEST(test_refuse_decision_not_allowed)
 {
 	static const char *const bad[] = { "delete", "Approve", "approve ", "auto" };
 	struct gated g;
-	struct web w;
 	PGconn *c = tl_pg_connect();
 	char *before, *csrf, *form;
 	const char *p[1];
 	size_t i;
-	long off;
 
 	make_gated("decision", NULL, &g);
 	csrf = card_csrf(g.token, APPROVER, "support");
@@ -1648,14 +1626,10 @@ START_TEST(test_refuse_decision_not_allowed)
 
 		snprintf(what, sizeof(what), "decision \"%s\"", bad[i]);
 		form = decide_form(bad[i], csrf, NULL);
-		off = tl_log_offset();
-		web_post(g.token, APPROVER, "support", O_BROWSER, form, &w);
-		ck_assert_msg(w.r.status == 400, "%s: HTTP %ld, expected 400: %.1000s", what,
-		              w.r.status, w.r.body);
-		expect_page(&w, 400, NULL);
-		expect_no_form(&w);
-		web_free(&w);
-		expect_page_log(off, "approval.refused", "wrong_decision", g.approval_id, 400, what);
+		expect_refused(g.token, &(struct refused){
+			.form = form, .statuses = "400", .page = true, .no_form = true,
+			.events = "approval.refused", .reasons = "wrong_decision",
+			.approval_id = g.approval_id, .what = what });
 		free(form);
 	}
 	tl_expect_run_unchanged(c, g.key, before, "decisions that do not exist");
@@ -1667,12 +1641,10 @@ START_TEST(test_refuse_decision_not_allowed)
 	                            " WHERE id = $1::uuid", 1, p), 1);
 	before = tl_run_snapshot(c, g.key);
 	form = decide_form("reject", csrf, "not allowed here");
-	off = tl_log_offset();
-	web_post(g.token, APPROVER, "support", O_BROWSER, form, &w);
-	expect_page(&w, 400, NULL);
-	web_free(&w);
-	expect_page_log(off, "approval.refused", "wrong_decision", g.approval_id, 400,
-	                "reject where the approval allows only approve");
+	expect_refused(g.token, &(struct refused){
+		.form = form, .statuses = "400", .page = true, .events = "approval.refused",
+		.reasons = "wrong_decision", .approval_id = g.approval_id,
+		.what = "reject where the approval allows only approve" });
 	tl_expect_run_unchanged(c, g.key, before, "a decision the approval does not allow");
 	free(form);
 	decide_ok(g.token, APPROVER, "support", "approve", csrf, NULL);
@@ -1691,7 +1663,6 @@ START_TEST(test_refuse_not_an_approver)
 	PGconn *c = tl_pg_connect();
 	char *before, *csrf, *form;
 	size_t i;
-	long off;
 
 	make_gated("approver", NULL, &g);
 	/* Outside group support dave is shown the card without a form; the
@@ -1708,14 +1679,10 @@ START_TEST(test_refuse_not_an_approver)
 		char what[128];
 
 		snprintf(what, sizeof(what), "dave in groups \"%s\"", gr ? gr : "(none)");
-		off = tl_log_offset();
-		web_post(g.token, "dave@example.com", gr, O_BROWSER, form, &w);
-		ck_assert_msg(w.r.status == 403, "%s: HTTP %ld, expected 403: %.1000s", what,
-		              w.r.status, w.r.body);
-		expect_page(&w, 403, NULL);
-		expect_no_form(&w);
-		web_free(&w);
-		expect_page_log(off, "approval.refused", "forbidden", g.approval_id, 403, what);
+		expect_refused(g.token, &(struct refused){
+			.user = "dave@example.com", .groups = gr, .form = form, .statuses = "403",
+			.page = true, .no_form = true, .events = "approval.refused",
+			.reasons = "forbidden", .approval_id = g.approval_id, .what = what });
 	}
 	tl_expect_run_unchanged(c, g.key, before, "POSTs by people outside group support");
 	/* Once dave is in support (among other groups), he may decide. */
@@ -1738,7 +1705,6 @@ START_TEST(test_refuse_separation_of_duties)
 	PGconn *c = tl_pg_connect();
 	char *before, *csrf, *form;
 	size_t i;
-	long off;
 
 	make_gated("sod", &s, &g);
 	before = tl_run_snapshot(c, g.key);
@@ -1752,14 +1718,10 @@ START_TEST(test_refuse_separation_of_duties)
 		web_free(&w);
 		csrf = tl_csrf_for(g.approval_id, selves[i]);
 		form = decide_form("approve", csrf, NULL);
-		off = tl_log_offset();
-		web_post(g.token, selves[i], "support", O_BROWSER, form, &w);
-		ck_assert_msg(w.r.status == 403, "%s: HTTP %ld, expected 403: %.1000s", what,
-		              w.r.status, w.r.body);
-		expect_page(&w, 403, NULL);
-		expect_no_form(&w);
-		web_free(&w);
-		expect_page_log(off, "approval.refused", "forbidden", g.approval_id, 403, what);
+		expect_refused(g.token, &(struct refused){
+			.user = selves[i], .groups = "support", .form = form, .statuses = "403",
+			.page = true, .no_form = true, .events = "approval.refused",
+			.reasons = "forbidden", .approval_id = g.approval_id, .what = what });
 		free(form);
 		free(csrf);
 	}
@@ -1774,88 +1736,51 @@ END_TEST
 
 START_TEST(test_refuse_not_awaiting)
 {
-	struct gated g;
-	struct web w;
-	PGconn *c = tl_pg_connect();
-	char *before, *csrf, *form;
+	struct held h;
 	const char *p[1];
-	long off;
 
-	make_gated("notawaiting", NULL, &g);
-	csrf = card_csrf(g.token, APPROVER, "support");
-	form = decide_form("approve", csrf, NULL);
+	held_begin("notawaiting", &h);
 	/* An operator settled the run by other means meanwhile. */
-	p[0] = g.key;
-	ck_assert_int_eq(tl_pg_exec(c, "UPDATE workflow_runs SET state = 'failed_terminal',"
+	p[0] = h.g.key;
+	ck_assert_int_eq(tl_pg_exec(h.c, "UPDATE workflow_runs SET state = 'failed_terminal',"
 	                            " error_class = 'operator', reason = 'settled by check_gate',"
 	                            " version = version + 1 WHERE idempotency_key = $1", 1, p), 1);
-	before = tl_run_snapshot(c, g.key);
+	held_snapshot(&h);
 
-	off = tl_log_offset();
-	web_get(g.token, APPROVER, "support", &w);
-	ck_assert_msg(w.r.status == 410 || w.r.status == 409, "GET: HTTP %ld: %.1000s", w.r.status,
-	              w.r.body);
-	expect_page(&w, w.r.status, NULL);
-	expect_no_form(&w);
-	expect_page_log(off, "approval.gone|approval.refused", "not_awaiting", g.approval_id,
-	                w.r.status, "GET while the run is no longer awaiting_human");
-	web_free(&w);
-
-	off = tl_log_offset();
-	web_post(g.token, APPROVER, "support", O_BROWSER, form, &w);
-	ck_assert_msg(w.r.status == 410 || w.r.status == 409, "POST: HTTP %ld: %.1000s",
-	              w.r.status, w.r.body);
-	expect_page(&w, w.r.status, NULL);
-	expect_no_form(&w);
-	expect_page_log(off, "approval.gone|approval.refused", "not_awaiting", g.approval_id,
-	                w.r.status, "POST while the run is no longer awaiting_human");
-	web_free(&w);
-
-	tl_expect_run_unchanged(c, g.key, before, "a decision on a run no longer awaiting_human");
-	ck_assert_int_eq(outbox_rows(c, g.key), 0);
-	free(before);
-	free(form);
-	free(csrf);
-	PQfinish(c);
+	expect_refused(h.g.token, &(struct refused){
+		.statuses = "410|409", .page = true, .no_form = true,
+		.events = "approval.gone|approval.refused", .reasons = "not_awaiting",
+		.approval_id = h.g.approval_id,
+		.what = "GET while the run is no longer awaiting_human" });
+	expect_refused(h.g.token, &(struct refused){
+		.form = h.form, .statuses = "410|409", .page = true, .no_form = true,
+		.events = "approval.gone|approval.refused", .reasons = "not_awaiting",
+		.approval_id = h.g.approval_id,
+		.what = "POST while the run is no longer awaiting_human" });
+	held_end(&h, "a decision on a run no longer awaiting_human", 0);
 }
 END_TEST
 
 START_TEST(test_refuse_revoked)
 {
-	struct gated g;
-	struct web w;
-	PGconn *c = tl_pg_connect();
-	char *before, *csrf, *form;
+	struct held h;
 	const char *p[1];
-	long off;
 
-	make_gated("revoked", NULL, &g);
-	csrf = card_csrf(g.token, APPROVER, "support");
-	form = decide_form("approve", csrf, NULL);
-	p[0] = g.approval_id;
-	ck_assert_int_eq(tl_pg_exec(c, "UPDATE approvals SET state = 'revoked' WHERE id = $1::uuid",
+	held_begin("revoked", &h);
+	p[0] = h.g.approval_id;
+	ck_assert_int_eq(tl_pg_exec(h.c, "UPDATE approvals SET state = 'revoked' WHERE id = $1::uuid",
 	                            1, p), 1);
-	before = tl_run_snapshot(c, g.key);
+	held_snapshot(&h);
 
-	off = tl_log_offset();
-	web_get(g.token, APPROVER, "support", &w);
-	expect_page(&w, 410, NULL);
-	expect_no_form(&w);
-	web_free(&w);
-	expect_page_log(off, "approval.gone|approval.refused", NULL, g.approval_id, 410,
-	                "GET of a revoked token");
-	off = tl_log_offset();
-	web_post(g.token, APPROVER, "support", O_BROWSER, form, &w);
-	ck_assert_msg(w.r.status == 410 || w.r.status == 409, "POST: HTTP %ld", w.r.status);
-	expect_no_form(&w);
-	expect_page_log(off, "approval.gone|approval.refused", NULL, g.approval_id, w.r.status,
-	                "POST to a revoked token");
-	web_free(&w);
-	tl_expect_run_unchanged(c, g.key, before, "a revoked token");
-	free(before);
-	free(form);
-	free(csrf);
-	PQfinish(c);
+	expect_refused(h.g.token, &(struct refused){
+		.statuses = "410", .page = true, .no_form = true,
+		.events = "approval.gone|approval.refused", .approval_id = h.g.approval_id,
+		.what = "GET of a revoked token" });
+	expect_refused(h.g.token, &(struct refused){
+		.form = h.form, .statuses = "410|409", .no_form = true,
+		.events = "approval.gone|approval.refused", .approval_id = h.g.approval_id,
+		.what = "POST to a revoked token" });
+	held_end(&h, "a revoked token", -1);
 }
 END_TEST
 
@@ -1918,7 +1843,7 @@ START_TEST(test_decision_callback)
 	struct submission s2 = { .callback_url = CALLBACK_ORIGIN "/webhook-waiting/124/ok" };
 	struct submission bad = { .callback_url = "https://evil.example/webhook-waiting/1" };
 	struct gated a, b;
-	struct claimed cl;
+	struct tl_claimed cl;
 	struct tl_resp r;
 	PGconn *c = tl_pg_connect();
 	char *csrf, *before, key[200];
@@ -1951,8 +1876,8 @@ START_TEST(test_decision_callback)
 	                        " AND payload->>'decision' = 'rejected'", b.key), 1);
 
 	/* A callback elsewhere than the configured n8n origin: refused. */
-	mkkey(key, sizeof(key), "callback-evil");
-	claim_run(key, &cl);
+	tl_mkkey(key, sizeof(key), "callback-evil");
+	tl_claim_run(key, &cl);
 	before = tl_run_snapshot(c, key);
 	post_output(key, cl.owner, cl.version, &bad, &r);
 	ASSERT_STATUS(&r, 422);
@@ -1970,7 +1895,7 @@ END_TEST
 START_TEST(test_repair_budget)
 {
 	struct submission s1 = { 0 }, s2 = { 0 }, s3 = { 0 };
-	struct claimed cl;
+	struct tl_claimed cl;
 	struct tl_resp r;
 	PGconn *c = tl_pg_connect();
 	char key[200], *before;
@@ -1980,8 +1905,8 @@ START_TEST(test_repair_budget)
 	size_t i;
 	bool e_min = false, e_enum = false, e_add = false, e_req = false;
 
-	mkkey(key, sizeof(key), "repair");
-	claim_run(key, &cl);
+	tl_mkkey(key, sizeof(key), "repair");
+	tl_claim_run(key, &cl);
 
 	/* Invalid 1: empty subject, unknown tone, a stray field, no confidence. */
 	s1.output = json_pack("{s:s, s:s, s:s, s:b}", "subject", "", "body", g_marker, "tone", "rude",
@@ -2070,8 +1995,8 @@ START_TEST(test_repair_budget)
 		char key2[200];
 		struct gated g;
 
-		mkkey(key2, sizeof(key2), "repaired");
-		claim_run(key2, &cl);
+		tl_mkkey(key2, sizeof(key2), "repaired");
+		tl_claim_run(key2, &cl);
 		bad1.output = json_pack("{s:s, s:s, s:f}", "subject", "x", "body", "y", "confidence", 1.5);
 		post_output(key2, cl.owner, cl.version, &bad1, &r);
 		ASSERT_STATUS(&r, 422);
@@ -2099,17 +2024,17 @@ END_TEST
 /* A key for test `test`, claimed, whose sample draw is kept under (or
  * over) the rate. */
 static void
-pick_key(char *buf, size_t n, const char *test, bool sampled, struct claimed *cl)
+pick_key(char *buf, size_t n, const char *test, bool sampled, struct tl_claimed *cl)
 {
-	snprintf(buf, n, "%s-%s", g_run, test);
-	claim_run(buf, cl);
+	snprintf(buf, n, "%s-%s", tl_run, test);
+	tl_claim_run(buf, cl);
 	tl_keep_sample_draw(buf, sampled ? "0.01" : "0.99");
 }
 
 START_TEST(test_auto_path)
 {
 	struct submission s = { .contract = "crm_tag" };
-	struct claimed cl;
+	struct tl_claimed cl;
 	struct tl_resp r;
 	PGconn *c = tl_pg_connect();
 	char key[200], hash[72], pk[260];
@@ -2261,12 +2186,12 @@ START_TEST(test_output_refusals)
 		  "invalid_field" },
 	};
 	PGconn *c = tl_pg_connect();
-	struct claimed cl;
+	struct tl_claimed cl;
 	char key[200], *before;
 	size_t i;
 
-	mkkey(key, sizeof(key), "badoutput");
-	claim_run(key, &cl);
+	tl_mkkey(key, sizeof(key), "badoutput");
+	tl_claim_run(key, &cl);
 	before = tl_run_snapshot(c, key);
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct submission s = { .contract = cases[i].contract, .source_url = cases[i].source };
@@ -2301,15 +2226,15 @@ require_contract(const struct tl_resp *r, const char *name)
 START_TEST(test_act_with_window)
 {
 	struct submission s = { .contract = WINDOW_CONTRACT };
-	struct claimed cl;
+	struct tl_claimed cl;
 	struct tl_resp r;
 	PGconn *c = tl_pg_connect();
 	char key[200];
 	const char *nb, *eid;
 	double t;
 
-	mkkey(key, sizeof(key), "window");
-	claim_run(key, &cl);
+	tl_mkkey(key, sizeof(key), "window");
+	tl_claim_run(key, &cl);
 	post_output(key, cl.owner, cl.version, &s, &r);
 	require_contract(&r, WINDOW_CONTRACT);
 	ck_assert_msg(r.status == 202 && strcmp(JSTR(r.json, "outcome"), "approved") == 0,
@@ -2346,8 +2271,8 @@ START_TEST(test_act_with_window)
 	tl_resp_free(&r);
 
 	/* Past the window: refused, nothing changes. */
-	mkkey(key, sizeof(key), "window-late");
-	claim_run(key, &cl);
+	tl_mkkey(key, sizeof(key), "window-late");
+	tl_claim_run(key, &cl);
 	post_output(key, cl.owner, cl.version, &s, &r);
 	tl_resp_free(&r);
 	{
@@ -2373,7 +2298,7 @@ END_TEST
 START_TEST(test_first_decision_voids_others)
 {
 	struct submission s = { .contract = PAIR_CONTRACT };
-	struct claimed cl;
+	struct tl_claimed cl;
 	struct tl_resp r;
 	PGconn *c = tl_pg_connect();
 	char key[200], tok_group[64], tok_lead[64], prefix[512];
@@ -2382,8 +2307,8 @@ START_TEST(test_first_decision_voids_others)
 	size_t i;
 	struct web w;
 
-	mkkey(key, sizeof(key), "pair");
-	claim_run(key, &cl);
+	tl_mkkey(key, sizeof(key), "pair");
+	tl_claim_run(key, &cl);
 	post_output(key, cl.owner, cl.version, &s, &r);
 	require_contract(&r, PAIR_CONTRACT);
 	ck_assert_msg(r.status == 202, "pair output: HTTP %ld %s", r.status, r.body);
@@ -2440,13 +2365,13 @@ START_TEST(test_sample_rate_one)
 
 	for (i = 0; i < 5; i++) {
 		struct submission s = { .contract = SAMPLED_CONTRACT };
-		struct claimed cl;
+		struct tl_claimed cl;
 		struct tl_resp r;
 		struct gated g;
 		char key[200];
 
-		snprintf(key, sizeof(key), "%s-sampleall-%d", g_run, i);
-		claim_run(key, &cl);
+		snprintf(key, sizeof(key), "%s-sampleall-%d", tl_run, i);
+		tl_claim_run(key, &cl);
 		s.output = tag_output("lead", 0.99);
 		s.effect = tag_effect();
 		post_output(key, cl.owner, cl.version, &s, &r);
@@ -2618,7 +2543,7 @@ START_TEST(test_corpus_one_over)
 		const char *body = tl_corpus_mail_str(ids[i], "body");
 		struct submission bad = { .requested_by = REQUESTER }, good = { .requested_by = REQUESTER };
 		char key[200], *s2, *b2;
-		struct claimed cl;
+		struct tl_claimed cl;
 		struct tl_resp r;
 		struct gated g;
 		long long v1 = 0;
@@ -2627,9 +2552,9 @@ START_TEST(test_corpus_one_over)
 
 		ck_assert_int_gt(asprintf(&s2, "%s\xe2\x9c\x93", subject), 0); /* + U+2713 */
 		ck_assert_int_gt(asprintf(&b2, "%s\xe2\x9c\x93", body), 0);
-		mkkey(key, sizeof(key), ids[i]);
+		tl_mkkey(key, sizeof(key), ids[i]);
 		strcat(key, "-over");
-		claim_run(key, &cl);
+		tl_claim_run(key, &cl);
 		bad.output = json_pack("{s:s, s:s, s:f}", "subject", s2, "body", b2, "confidence", 0.5);
 		post_output(key, cl.owner, cl.version, &bad, &r);
 		ASSERT_STATUS(&r, 422);
@@ -2912,36 +2837,16 @@ gate_suite(void)
 int
 main(void)
 {
-	static const char *const needed[] = {
-		"ONCEGATE_API_KEY", "ONCEGATE_CONF", "ONCEGATE_LOG", NULL,
-	};
-	SRunner *sr;
-	int failed, i;
+	int failed, rc;
 
-	if (tl_env("ONCEGATE_URL") == NULL) {
-		printf("check_gate: ONCEGATE_URL is not set; run `./dev test` to start the "
-		       "stack. Skipping.\n");
-		return 77;
-	}
-	for (i = 0; needed[i] != NULL; i++) {
-		if (tl_env(needed[i]) == NULL) {
-			fprintf(stderr, "check_gate: ONCEGATE_URL is set but %s is not\n", needed[i]);
-			return 99;
-		}
-	}
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		return 99;
+	if ((rc = tl_suite_begin("check_gate", "gt", "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG")) != 0)
+		return rc;
 	xmlInitParser();
 	g_base = tl_env("ONCEGATE_URL");
 	g_key_dev = tl_env("ONCEGATE_API_KEY");
-	snprintf(g_run, sizeof(g_run), "gt%lld-%d", (long long)time(NULL), (int)getpid());
-	snprintf(g_marker, sizeof(g_marker), "Dear customer, OUTPUT-MARKER-%s.", g_run);
+	snprintf(g_marker, sizeof(g_marker), "Dear customer, OUTPUT-MARKER-%s.", tl_run);
 
-	sr = srunner_create(gate_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = tl_suite_run(gate_suite(), false);
 	xmlCleanupParser();
-	curl_global_cleanup();
-	return failed == 0 ? 0 : 1;
+	return tl_suite_end(failed);
 }

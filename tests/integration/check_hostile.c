@@ -30,7 +30,6 @@
 #define DEEP_ITEMS      20000 /* about 40 KB in all */
 #define PAGE_TIME_MAX_S 2.0   /* generous: sanitizers are on */
 
-static char g_run[64];
 static const char *g_key;     /* client "dev" */
 static PGconn *g_pg;
 
@@ -40,12 +39,6 @@ pg(void)
 	if (g_pg == NULL)
 		g_pg = tl_pg_connect();
 	return g_pg;
-}
-
-static void
-mkkey(char *buf, size_t n, const char *test)
-{
-	snprintf(buf, n, "%s-%s", g_run, test);
 }
 
 /* Rows of the four tables a request could change, as one text. */
@@ -88,31 +81,20 @@ expect_400(const struct tl_resp *r, const char *says)
 	              "%s: the message names parser internals: %s", r->what, r->body);
 }
 
-struct claimed {
-	char owner[64];
-	long long version;
-};
-
 static void
-claim_ok(const char *key, struct claimed *c)
+claim_ok(const char *key, struct tl_claimed *c)
 {
 	json_t *body = json_pack("{s:s, s:{s:s, s:s}, s:i}", "key", key, "payload", "ticket",
-	                         "Заявка №42 — 注文 — طلب — 🚚", "run", g_run, "lease_seconds", 60);
-	struct tl_resp r;
+	                         "Заявка №42 — 注文 — طلب — 🚚", "run", tl_run, "lease_seconds", 60);
 
-	tl_post_json("/v1/runs", g_key, body, &r);
+	tl_claim_body(g_key, body, c);
 	json_decref(body);
-	ASSERT_STATUS(&r, 201);
-	ck_assert_msg(tl_jstr(r.json, "lease_owner") && tl_jint(r.json, "version", &c->version),
-	              "claim answer: %s", r.body);
-	snprintf(c->owner, sizeof(c->owner), "%s", tl_jstr(r.json, "lease_owner"));
-	tl_resp_free(&r);
 }
 
 /* The body of an /output (hostile_any, a crm.tag effect), as JSON text with
  * output_text and model_name spliced in as written. */
 static char *
-output_body(const struct claimed *c, const char *output_text, const char *effect_payload,
+output_body(const struct tl_claimed *c, const char *output_text, const char *effect_payload,
             const char *model_name)
 {
 	char *s = NULL;
@@ -153,7 +135,7 @@ START_TEST(test_numbers_out_of_range_claim)
 	size_t i;
 
 	for (i = 0; i < sizeof(huge_numbers) / sizeof(huge_numbers[0]); i++) {
-		snprintf(key, sizeof(key), "%s-num-claim-%zu", g_run, i);
+		snprintf(key, sizeof(key), "%s-num-claim-%zu", tl_run, i);
 		snprintf(text, sizeof(text),
 		         "{\"key\":\"%s\",\"payload\":{\"amount\":[19.9,%s],\"note\":\"Счёт 🧾\"}}",
 		         key, huge_numbers[i]);
@@ -167,7 +149,7 @@ START_TEST(test_numbers_out_of_range_claim)
 		free(before);
 	}
 	/* denormals and zeros are in range, and so claimable */
-	snprintf(key, sizeof(key), "%s-num-claim-ok", g_run);
+	snprintf(key, sizeof(key), "%s-num-claim-ok", tl_run);
 	snprintf(text, sizeof(text),
 	         "{\"key\":\"%s\",\"payload\":{\"tiny\":4.9e-324,\"zero\":-0.0e-1000,\"max\":1.7e308}}",
 	         key);
@@ -180,11 +162,11 @@ END_TEST
 START_TEST(test_numbers_out_of_range_everywhere)
 {
 	char key[160], *text, *before, res[256], *snap;
-	struct claimed c;
+	struct tl_claimed c;
 	struct tl_resp r;
 	size_t i;
 
-	mkkey(key, sizeof(key), "num-other");
+	tl_mkkey(key, sizeof(key), "num-other");
 	claim_ok(key, &c);
 	for (i = 0; i < sizeof(huge_numbers) / sizeof(huge_numbers[0]); i++) {
 		char out[128];
@@ -248,7 +230,7 @@ START_TEST(test_truncated_emoji_and_other_json_problems)
 	size_t i;
 
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		snprintf(key, sizeof(key), "%s-json-%zu", g_run, i);
+		snprintf(key, sizeof(key), "%s-json-%zu", tl_run, i);
 		snprintf(text, sizeof(text), "{\"key\":\"%s\",\"payload\":%s}", key, cases[i].payload);
 		before = totals();
 		tl_post_text("/v1/runs", g_key, text, &r);
@@ -259,10 +241,10 @@ START_TEST(test_truncated_emoji_and_other_json_problems)
 	}
 	/* the same truncated emoji in a model name of an /output */
 	{
-		struct claimed c;
+		struct tl_claimed c;
 		char *body, *snap;
 
-		mkkey(key, sizeof(key), "json-model");
+		tl_mkkey(key, sizeof(key), "json-model");
 		claim_ok(key, &c);
 		before = totals();
 		snap = tl_run_snapshot(pg(), key);
@@ -410,7 +392,7 @@ START_TEST(test_keys_the_path_cannot_carry)
 		free(before);
 	}
 	for (i = 0; i < sizeof(carried) / sizeof(carried[0]); i++) {
-		snprintf(key, sizeof(key), "%s-%s", g_run, carried[i]);
+		snprintf(key, sizeof(key), "%s-%s", tl_run, carried[i]);
 		ck_assert_msg(lifecycle(key, NULL, why, sizeof(why)), "key \"%s\" was accepted but %s",
 		              key, why);
 	}
@@ -474,7 +456,7 @@ START_TEST(test_every_claimable_key_completes)
 
 		/* a unique prefix keeps runs apart; one key in four has none, so
 		 * that leading dots and slashes are tried too */
-		o = (i % 4 == 0) ? 0 : (size_t)snprintf(key, sizeof(key), "%s%d~", g_run, i);
+		o = (i % 4 == 0) ? 0 : (size_t)snprintf(key, sizeof(key), "%s%d~", tl_run, i);
 		chars = 1 + (unsigned)rand_r(&seed) % (200 - 40);
 		for (n = 0; n < chars; n++)
 			o += random_char(key + o, &seed);
@@ -519,13 +501,13 @@ struct gated {
 static void
 gate_output(const char *test, const char *output_text, const char *model_name, struct gated *g)
 {
-	struct claimed c;
+	struct tl_claimed c;
 	struct tl_resp r;
 	const char *url;
 	char *body;
 	json_t *a;
 
-	mkkey(g->key, sizeof(g->key), test);
+	tl_mkkey(g->key, sizeof(g->key), test);
 	claim_ok(g->key, &c);
 	body = output_body(&c, output_text, NULL, model_name);
 	post_text(g->key, "/output", body, &r);
@@ -569,7 +551,7 @@ START_TEST(test_page_of_deep_output)
 	size_t cap = 64 * 1024, len = 0;
 	int i;
 
-	snprintf(marker, sizeof(marker), "deepest-%s-Глубина-最深-🐚", g_run);
+	snprintf(marker, sizeof(marker), "deepest-%s-Глубина-最深-🐚", tl_run);
 	out = malloc(cap);
 	ck_assert_ptr_nonnull(out);
 	for (i = 0; i < DEEP_LEVELS; i++)
@@ -760,7 +742,7 @@ START_TEST(test_client_changes_need_a_reason)
 	json_t *lines;
 	const char *p[1];
 
-	snprintf(name, sizeof(name), "%s-tenant", g_run);
+	snprintf(name, sizeof(name), "%s-tenant", tl_run);
 	p[0] = name;
 	before = totals();
 	out = ctl_all(&rc, name[0] ? "client add hostile-no-reason" : "");
@@ -837,14 +819,14 @@ END_TEST
 START_TEST(test_replay_new_key_the_path_cannot_carry)
 {
 	char key[160], args[512], *out, *before;
-	struct claimed c;
+	struct tl_claimed c;
 	int rc;
 
-	mkkey(key, sizeof(key), "replay-dots");
+	tl_mkkey(key, sizeof(key), "replay-dots");
 	claim_ok(key, &c);
 	before = totals();
 	snprintf(args, sizeof(args), "replay '%s' --new-key '%s/../../x' --reason 'fix the tag'",
-	         key, g_run);
+	         key, tl_run);
 	out = ctl_all(&rc, args);
 	ck_assert_msg(rc == 2 && strstr(out, "\"..\" as a part between slashes") != NULL,
 	              "replay to a dot-segment key: exit %d: %s", rc, out);
@@ -880,30 +862,14 @@ hostile_suite(void)
 int
 main(void)
 {
-	SRunner *sr;
-	int failed;
+	int failed, rc;
 
-	if (tl_env("ONCEGATE_URL") == NULL) {
-		printf("check_hostile: ONCEGATE_URL is not set; run `./dev check check_hostile`. "
-		       "Skipping.\n");
-		return 77;
-	}
-	if (tl_env("ONCEGATE_API_KEY") == NULL || tl_env("ONCEGATE_CTL") == NULL ||
-	    tl_env("ONCEGATE_CONF") == NULL || tl_env("ONCEGATE_LOG") == NULL) {
-		fprintf(stderr, "check_hostile: the stack's environment is incomplete\n");
-		return 99;
-	}
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		return 99;
-	snprintf(g_run, sizeof(g_run), "hx%lld-%d", (long long)time(NULL), (int)getpid());
+	if ((rc = tl_suite_begin("check_hostile", "hx", "ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_CONF ONCEGATE_LOG")) != 0)
+		return rc;
 	g_key = tl_env("ONCEGATE_API_KEY");
-	sr = srunner_create(hostile_suite());
-	srunner_set_fork_status(sr, CK_NOFORK);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	/* one process: the tests share one database connection */
+	failed = tl_suite_run(hostile_suite(), true);
 	if (g_pg != NULL)
 		PQfinish(g_pg);
-	curl_global_cleanup();
-	return failed == 0 ? 0 : 1;
+	return tl_suite_end(failed);
 }

@@ -42,7 +42,6 @@
 #define SETTLE_WAIT_MS     6000      /* flush + cache, with room to spare */
 #define RATE_LIMIT_RETRIES 8
 
-static char g_run[64];
 static const char *g_key;     /* ONCEGATE_API_KEY */
 static const char *g_base;    /* ONCEGATE_URL */
 static char g_parser[256];    /* the parser script, written by main() */
@@ -190,23 +189,12 @@ db_num(PGconn *c, const char *sql, const char *arg)
 
 /* ---- the API ------------------------------------------------------------ */
 
-static void
-mkkey(char *buf, size_t n, const char *name)
-{
-	snprintf(buf, n, "%s-%s", g_run, name);
-}
-
-struct claimed {
-	char owner[64];
-	long long version;
-};
-
 /* POST /v1/runs; the outcome must be `want` ("claimed", "duplicate",
  * "payload_mismatch"). variant changes the payload. */
 static void
-claim(const char *key, int variant, const char *want, struct claimed *out)
+claim(const char *key, int variant, const char *want, struct tl_claimed *out)
 {
-	json_t *body = json_pack("{s:s, s:{s:s, s:i}}", "key", key, "payload", "run", g_run,
+	json_t *body = json_pack("{s:s, s:{s:s, s:i}}", "key", key, "payload", "run", tl_run,
 	                         "variant", variant);
 	const char *got;
 	struct tl_resp r;
@@ -227,7 +215,7 @@ claim(const char *key, int variant, const char *want, struct claimed *out)
 
 /* POST /v1/runs/{key}/output; output and effect are stolen. */
 static void
-post_output(const char *key, const struct claimed *c, long long version, const char *contract,
+post_output(const char *key, const struct tl_claimed *c, long long version, const char *contract,
             json_t *output, json_t *effect, struct tl_resp *r)
 {
 	char *path = tl_run_path(key, "/output");
@@ -574,7 +562,7 @@ START_TEST(test_scenario)
 	PGconn *pg = tl_pg_connect();
 	struct scrape sb, sa;
 	struct figures before, after;
-	struct claimed c;
+	struct tl_claimed c;
 	struct tl_resp r;
 	char k[6][200], key[200], token[128], id[64];
 	const char *p[2];
@@ -592,7 +580,7 @@ START_TEST(test_scenario)
 		char name[16];
 
 		snprintf(name, sizeof(name), "c%d", i);
-		mkkey(k[i], sizeof(k[i]), name);
+		tl_mkkey(k[i], sizeof(k[i]), name);
 		claim(k[i], 0, "claimed", NULL);
 	}
 	claim(k[0], 0, "duplicate", NULL);
@@ -601,7 +589,7 @@ START_TEST(test_scenario)
 
 	/* 2 invalid outputs: the repair budget of crm_tag is 1, so the second
 	 * ends the run, and the next delivery of it is a duplicate */
-	mkkey(k[3], sizeof(k[3]), "invalid");
+	tl_mkkey(k[3], sizeof(k[3]), "invalid");
 	claim(k[3], 0, "claimed", &c);
 	post_output(k[3], &c, c.version, "crm_tag", tag_output("bogus", 0.5), tag_effect(), &r);
 	ASSERT_STATUS(&r, 422);
@@ -619,7 +607,7 @@ START_TEST(test_scenario)
 		char name[16];
 
 		snprintf(name, sizeof(name), "auto%d", i);
-		mkkey(key, sizeof(key), name);
+		tl_mkkey(key, sizeof(key), name);
 		claim(key, 0, "claimed", &c);
 		tl_keep_sample_draw(key, "0.99");
 		post_output(key, &c, c.version, "crm_tag", tag_output("lead", 0.95), tag_effect(), &r);
@@ -637,21 +625,21 @@ START_TEST(test_scenario)
 	 * another rejected, and an eligible crm_tag that its sample (rate 1)
 	 * sent to a person anyway, approved */
 	t1 = tl_now();
-	mkkey(key, sizeof(key), "human-approve");
+	tl_mkkey(key, sizeof(key), "human-approve");
 	claim(key, 0, "claimed", &c);
 	post_output(key, &c, c.version, "support_reply", reply_output(), email_effect(), &r);
 	token_of(&r, token, sizeof(token));
 	tl_resp_free(&r);
 	decide(token, "support", "approve");
 
-	mkkey(key, sizeof(key), "human-reject");
+	tl_mkkey(key, sizeof(key), "human-reject");
 	claim(key, 0, "claimed", &c);
 	post_output(key, &c, c.version, "support_reply", reply_output(), email_effect(), &r);
 	token_of(&r, token, sizeof(token));
 	tl_resp_free(&r);
 	decide(token, "support", "reject");
 
-	mkkey(key, sizeof(key), "sampled");
+	tl_mkkey(key, sizeof(key), "sampled");
 	claim(key, 0, "claimed", &c);
 	post_output(key, &c, c.version, SAMPLED_CONTRACT, tag_output("lead", 0.95), tag_effect(), &r);
 	token_of(&r, token, sizeof(token));
@@ -798,7 +786,7 @@ START_TEST(test_background_flush)
 	char key[200];
 	double before, after = 0, t;
 
-	mkkey(key, sizeof(key), "flush");
+	tl_mkkey(key, sizeof(key), "flush");
 	claim(key, 0, "claimed", NULL);
 	tl_sleep_ms(FLUSH_MS + 500);
 	before = db_num(pg, "SELECT value FROM metric_counters WHERE name = 'claims_duplicate'",
@@ -857,20 +845,17 @@ START_TEST(test_nginx_configs)
 	char path[1200], *dir;
 
 	/* the shipped production and local configs ($srcdir under make check,
-	 * else next to this file's source) */
+	 * else three levels up from this file's source: tests/integration/) */
 	if (srcdir == NULL || srcdir[0] == '\0') {
 		static char here[512];
-		char *slash;
+		char *slash = here;
+		int up;
 
 		snprintf(here, sizeof(here), "%s", __FILE__);
-		slash = strrchr(here, '/');
-		if (slash != NULL) {
-			*slash = '\0';
-			slash = strrchr(here, '/');
-		}
-		if (slash != NULL)
-			*slash = '\0';
-		else
+		for (up = 0; up < 3 && slash != NULL; up++)
+			if ((slash = strrchr(here, '/')) != NULL)
+				*slash = '\0';
+		if (slash == NULL)
 			snprintf(here, sizeof(here), ".");
 		srcdir = here;
 	}
@@ -888,50 +873,15 @@ START_TEST(test_nginx_configs)
 }
 END_TEST
 
-struct body { char *data; size_t len; };
-
-static size_t
-body_cb(char *ptr, size_t size, size_t nmemb, void *ud)
+/* GET path from the local address `from`; the answer in r. */
+static void
+get_from(const char *from, const char *path, struct tl_resp *r)
 {
-	struct body *b = ud;
-	size_t n = size * nmemb;
-	char *p;
+	char url[512];
 
-	if (b->len + n > 65536)
-		return 0;
-	p = realloc(b->data, b->len + n + 1);
-	if (p == NULL)
-		return 0;
-	b->data = p;
-	memcpy(b->data + b->len, ptr, n);
-	b->len += n;
-	b->data[b->len] = '\0';
-	return n;
-}
-
-/* GET path from the local address `from`; the HTTP status (0: no answer). */
-static long
-get_from(const char *from, const char *path, struct body *b)
-{
-	char url[512], err[CURL_ERROR_SIZE] = "";
-	CURL *h = curl_easy_init();
-	long status = 0;
-
-	ck_assert_ptr_nonnull(h);
 	snprintf(url, sizeof(url), "%s%s", g_base, path);
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_INTERFACE, from);
-	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
-	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_cb);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, b);
-	if (curl_easy_perform(h) == CURLE_OK)
-		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-	else
-		fprintf(stderr, "check_metrics: GET %s from %s: %s\n", path, from, err);
-	curl_easy_cleanup(h);
-	return status;
+	if (tl_http_url("GET", url, from, NULL, NULL, NULL, 0, r) != 0)
+		fprintf(stderr, "check_metrics: GET %s from %s: %s\n", path, from, r->error);
 }
 
 /* nginx sees a client other than 127.0.0.1 (a connection from 127.0.0.2,
@@ -939,23 +889,20 @@ get_from(const char *from, const char *path, struct body *b)
  * client reaches /healthz, so the refusal is the location's rule. */
 START_TEST(test_refused_from_elsewhere)
 {
-	struct body b = { 0 };
-	long st;
+	struct tl_resp r;
 
-	st = get_from("127.0.0.2", "/healthz", &b);
-	ck_assert_msg(st == 200, "GET /healthz from 127.0.0.2: HTTP %ld", st);
-	free(b.data);
-	memset(&b, 0, sizeof(b));
-	st = get_from("127.0.0.2", "/metrics", &b);
-	ck_assert_msg(st == 403, "GET /metrics from 127.0.0.2: HTTP %ld, expected 403: %s", st,
-	              b.data ? b.data : "");
-	ck_assert_msg(b.data != NULL && strstr(b.data, "oncegate_") == NULL,
-	              "a refused scrape still carried metrics: %s", b.data);
-	free(b.data);
-	memset(&b, 0, sizeof(b));
-	st = get_from("127.0.0.1", "/metrics", &b);
-	ck_assert_msg(st == 200, "GET /metrics from 127.0.0.1: HTTP %ld", st);
-	free(b.data);
+	get_from("127.0.0.2", "/healthz", &r);
+	ck_assert_msg(r.status == 200, "GET /healthz from 127.0.0.2: HTTP %ld", r.status);
+	tl_resp_free(&r);
+	get_from("127.0.0.2", "/metrics", &r);
+	ck_assert_msg(r.status == 403, "GET /metrics from 127.0.0.2: HTTP %ld, expected 403: %s",
+	              r.status, r.body);
+	ck_assert_msg(r.body_len > 0 && strstr(r.body, "oncegate_") == NULL,
+	              "a refused scrape still carried metrics: %s", r.body);
+	tl_resp_free(&r);
+	get_from("127.0.0.1", "/metrics", &r);
+	ck_assert_msg(r.status == 200, "GET /metrics from 127.0.0.1: HTTP %ld", r.status);
+	tl_resp_free(&r);
 }
 END_TEST
 
@@ -998,43 +945,24 @@ metrics_suite(void)
 int
 main(void)
 {
-	static const char *const needed[] = {
-		"ONCEGATE_API_KEY", "ONCEGATE_CONF", "ONCEGATE_PYTHON", "ONCEGATE_CTL", NULL,
-	};
-	SRunner *sr;
 	FILE *f;
-	int failed, i, fd;
+	int failed, rc, fd;
 
-	if (tl_env("ONCEGATE_URL") == NULL) {
-		printf("check_metrics: ONCEGATE_URL is not set; run `./dev test` to start the "
-		       "stack. Skipping.\n");
-		return 77;
-	}
-	for (i = 0; needed[i] != NULL; i++) {
-		if (tl_env(needed[i]) == NULL) {
-			fprintf(stderr, "check_metrics: ONCEGATE_URL is set but %s is not\n", needed[i]);
-			return 99;
-		}
-	}
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		return 99;
+	if ((rc = tl_suite_begin("check_metrics", "mx", "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_PYTHON ONCEGATE_CTL")) != 0)
+		return rc;
 	g_base = tl_env("ONCEGATE_URL");
 	g_key = tl_env("ONCEGATE_API_KEY");
-	snprintf(g_run, sizeof(g_run), "mx%lld-%d", (long long)time(NULL), (int)getpid());
 	snprintf(g_parser, sizeof(g_parser), "/tmp/check_metrics-parser-XXXXXX");
 	fd = mkstemp(g_parser);
 	if (fd < 0 || (f = fdopen(fd, "w")) == NULL) {
 		fprintf(stderr, "check_metrics: cannot write the parser script\n");
+		tl_suite_end(1);
 		return 99;
 	}
 	fputs(parser_py, f);
 	fclose(f);
 
-	sr = srunner_create(metrics_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = tl_suite_run(metrics_suite(), false);
 	unlink(g_parser);
-	curl_global_cleanup();
-	return failed == 0 ? 0 : 1;
+	return tl_suite_end(failed);
 }

@@ -44,11 +44,9 @@
 #define APPROVER_GROUPS "customer support,support,ops"
 #define REQUESTER       "n8n-agent@example.com"
 
-static char g_run[64];
 static const char *g_key_dev;
 static const char *g_base;
 static char g_client[24];        /* id of client "dev" */
-static pid_t g_http_pid = -1;
 
 /* Long multilingual text, as real tickets carry. */
 static const char body_text[] =
@@ -57,12 +55,6 @@ static const char body_text[] =
 	"طلبك رقم ٤٢ سيصل يوم الجمعة. "
 	"ההזמנה שלך תגיע ביום שישי. 📦🚚 "
 	"Thank you for your patience; the courier will call before delivery.";
-
-static void
-mkkey(char *buf, size_t n, const char *test)
-{
-	snprintf(buf, n, "%s-%s", g_run, test);
-}
 
 static char *
 dump(const json_t *v)
@@ -74,31 +66,20 @@ dump(const json_t *v)
 
 /* ---- the API ------------------------------------------------------------------ */
 
-struct claimed {
-	char owner[64];
-	long long version;
-};
-
 static void
-claim(const char *key, const char *event_id, const char *correlation_id, struct claimed *c)
+claim(const char *key, const char *event_id, const char *correlation_id, struct tl_claimed *c)
 {
 	json_t *body = json_pack("{s:s, s:{s:s, s:i, s:s}, s:s, s:s, s:i}", "key", key, "payload",
 	                         "ticket", "T-42", "lines", 3, "note", body_text, "trigger",
 	                         "webhook:helpdesk", "workflow_version", "support-reply@7",
 	                         "lease_seconds", 60);
-	struct tl_resp r;
 
 	if (event_id != NULL)
 		json_object_set_new(body, "event_id", json_string(event_id));
 	if (correlation_id != NULL)
 		json_object_set_new(body, "correlation_id", json_string(correlation_id));
-	tl_post_json("/v1/runs", g_key_dev, body, &r);
+	tl_claim_body(g_key_dev, body, c);
 	json_decref(body);
-	ASSERT_STATUS(&r, 201);
-	ck_assert_msg(tl_jstr(r.json, "lease_owner") != NULL && tl_jint(r.json, "version", &c->version),
-	              "claim answer: %s", r.body);
-	snprintf(c->owner, sizeof(c->owner), "%s", tl_jstr(r.json, "lease_owner"));
-	tl_resp_free(&r);
 }
 
 /* A support_reply output; confidence 1.5 breaks the contract (maximum 1). */
@@ -110,7 +91,7 @@ reply_output(double confidence)
 }
 
 static void
-post_output(const char *key, const char *contract, const struct claimed *c, long long version,
+post_output(const char *key, const char *contract, const struct tl_claimed *c, long long version,
             json_t *output, struct tl_resp *r)
 {
 	char *path = tl_run_path(key, "/output");
@@ -367,14 +348,14 @@ START_TEST(test_output_log_card_envelope)
 	PGconn *c = tl_pg_connect();
 	char key[200], key2[200], event_id[128], token[128], *csrf, *form, *hdrs = NULL;
 	char *path, *out = NULL;
-	struct claimed cl, cl2;
+	struct tl_claimed cl, cl2;
 	struct tl_resp r;
 	json_t *lines, *l, *eff, *dl;
 	long long v1;
 	long off = tl_log_offset();
 
-	mkkey(key, sizeof(key), "reply");
-	snprintf(event_id, sizeof(event_id), "helpdesk-delivery-%s", g_run);
+	tl_mkkey(key, sizeof(key), "reply");
+	snprintf(event_id, sizeof(event_id), "helpdesk-delivery-%s", tl_run);
 	claim(key, event_id, "corr-reply", &cl);
 
 	/* A draft that breaks the contract, then its repair. */
@@ -445,7 +426,7 @@ START_TEST(test_output_log_card_envelope)
 
 	/* Without an event id, the correlation id stands for it; the API and
 	 * the CLI give next_attempt_at the same value in the same format. */
-	mkkey(key2, sizeof(key2), "window");
+	tl_mkkey(key2, sizeof(key2), "window");
 	claim(key2, NULL, "corr-window-Ω", &cl2);
 	post_output(key2, "support_window", &cl2, cl2.version, reply_output(0.6), &r);
 	ck_assert_msg(r.status == 202 && tl_jstr(r.json, "effect_id") != NULL,
@@ -520,7 +501,7 @@ START_TEST(test_metrics_dispatch)
 	PGconn *c = tl_pg_connect();
 	char key[200], rkey[200], pattern[256], *ids[3], *id_lease, *out = NULL;
 	json_t *before, *after, *mid, *lines, *l;
-	struct claimed cl;
+	struct tl_claimed cl;
 	struct tl_resp r;
 	struct dl_disp d;
 	long long blocked0;
@@ -535,7 +516,7 @@ START_TEST(test_metrics_dispatch)
 
 	/* Requests of three routes, and a run whose lease ran out taken over;
 	 * a failed_retryable run taken over is no lease reclaim. */
-	mkkey(rkey, sizeof(rkey), "reclaim");
+	tl_mkkey(rkey, sizeof(rkey), "reclaim");
 	claim(rkey, NULL, NULL, &cl);
 	qexec(c, "UPDATE workflow_runs SET lease_expires_at = now() - interval '1 second'"
 	      " WHERE idempotency_key = $1", rkey, (char *)NULL);
@@ -566,7 +547,7 @@ START_TEST(test_metrics_dispatch)
 
 	/* Three effects due while the switch is off, one sending under a lease
 	 * that ran out (its dispatcher died mid-send). */
-	mkkey(key, sizeof(key), "held");
+	tl_mkkey(key, sizeof(key), "held");
 	make_run(c, key);
 	ids[0] = add_effect(c, key, "crm.tag", "{\"contact\": \"c-42\", \"tag\": \"lead\","
 	                    " \"fault\": [\"503\", \"ok\"]}");
@@ -711,7 +692,7 @@ START_TEST(test_purge)
 	json_t *doc;
 
 	/* A completed run 40 days old, with an old attempt and a recent one. */
-	mkkey(key, sizeof(key), "aged");
+	tl_mkkey(key, sizeof(key), "aged");
 	make_run(c, key);
 	qexec(c, "UPDATE workflow_runs SET state = 'completed', updated_at = now() - interval '40 days'"
 	      " WHERE idempotency_key = $1", key, (char *)NULL);
@@ -729,7 +710,7 @@ START_TEST(test_purge)
 	      e_old, (char *)NULL);
 
 	/* Dead letters: one past its retention deadline, one not yet. */
-	mkkey(keep, sizeof(keep), "letters");
+	tl_mkkey(keep, sizeof(keep), "letters");
 	make_run(c, keep);
 	e_dl = add_effect(c, keep, "crm.tag", "{\"contact\": \"c-1\"}");
 	e_dl_new = add_effect(c, keep, "crm.note", "{\"contact\": \"c-2\"}");
@@ -849,13 +830,13 @@ START_TEST(test_replay_contract_changed)
 {
 	PGconn *c = tl_pg_connect();
 	char key[200], orig[200], same[200], nkey[200], nsame[200], *hash, *out = NULL;
-	struct claimed cl;
+	struct tl_claimed cl;
 	struct tl_resp r;
 	json_t *lines;
 	long off;
 
 	/* The contract as loaded now, by its hash on a run drafted under it. */
-	mkkey(key, sizeof(key), "probe");
+	tl_mkkey(key, sizeof(key), "probe");
 	claim(key, NULL, NULL, &cl);
 	post_output(key, "support_reply", &cl, cl.version, reply_output(0.7), &r);
 	ASSERT_STATUS(&r, 202);
@@ -865,8 +846,8 @@ START_TEST(test_replay_contract_changed)
 	ck_assert_ptr_nonnull(hash);
 
 	/* Drafted under an earlier version of the contract: a new draft. */
-	mkkey(orig, sizeof(orig), "old-contract");
-	mkkey(nkey, sizeof(nkey), "old-contract-fix");
+	tl_mkkey(orig, sizeof(orig), "old-contract");
+	tl_mkkey(nkey, sizeof(nkey), "old-contract-fix");
 	make_failed_original(c, orig, "sha256:5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed");
 	off = tl_log_offset();
 	ck_assert_msg(tl_ctl(&out, "replay", orig, "--new-key", nkey, "--reason",
@@ -890,8 +871,8 @@ START_TEST(test_replay_contract_changed)
 	json_decref(lines);
 
 	/* The same output under the contract as it is now goes to a person. */
-	mkkey(same, sizeof(same), "same-contract");
-	mkkey(nsame, sizeof(nsame), "same-contract-fix");
+	tl_mkkey(same, sizeof(same), "same-contract");
+	tl_mkkey(nsame, sizeof(nsame), "same-contract-fix");
 	make_failed_original(c, same, hash);
 	ck_assert_msg(tl_ctl(&out, "replay", same, "--new-key", nsame, "--reason",
 	                     "the mail server refused; address corrected upstream", "--client", "dev",
@@ -920,46 +901,22 @@ observe_suite(void)
 	return s;
 }
 
+/* The ids the tests compare with. No Check here. */
+static bool
+suite_prepare(void)
+{
+	g_key_dev = tl_env("ONCEGATE_API_KEY");
+	g_base = tl_env("ONCEGATE_URL");
+	return dl_client_id("dev", g_client, sizeof(g_client));
+}
+
 int
 main(void)
 {
-	static const char *const needed[] = {
-		"ONCEGATE_API_KEY", "ONCEGATE_CONF", "ONCEGATE_CTL", "ONCEGATE_PROVIDERS",
-		"ONCEGATE_PYTHON", "ONCEGATE_LOG", NULL,
+	static const struct dl_suite s = {
+		.name = "check_observe", .prefix = "ob", .needed = "ONCEGATE_API_KEY ONCEGATE_LOG",
+		.suite = observe_suite, .prepare = suite_prepare,
 	};
-	char *none[] = { NULL };
-	SRunner *sr;
-	int failed = 1, rc;
-	PGresult *res;
-	PGconn *c;
 
-	if ((rc = dl_suite_begin("check_observe", "ob", needed, g_run, sizeof(g_run))) != 0)
-		return rc;
-	g_key_dev = tl_env("ONCEGATE_API_KEY");
-	g_base = tl_env("ONCEGATE_URL");
-	c = PQconnectdb("");
-	if (PQstatus(c) != CONNECTION_OK) {
-		fprintf(stderr, "check_observe: %s", PQerrorMessage(c));
-		PQfinish(c);
-		goto out;
-	}
-	res = PQexec(c, "SELECT id FROM api_clients WHERE name = 'dev'");
-	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
-		snprintf(g_client, sizeof(g_client), "%s", PQgetvalue(res, 0, 0));
-	PQclear(res);
-	PQfinish(c);
-	if (g_client[0] == '\0') {
-		fprintf(stderr, "check_observe: no API client named dev\n");
-		goto out;
-	}
-	g_http_port = provider_start("http_provider.py", "http_provider", none, &g_http_pid);
-	if (g_http_port <= 0)
-		goto out;
-	sr = srunner_create(observe_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-out:
-	provider_stop(g_http_pid, "http_provider");
-	return dl_suite_end(failed);
+	return dl_suite_main(&s);
 }

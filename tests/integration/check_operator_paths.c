@@ -53,7 +53,6 @@
 #define CALLBACK_URL    "http://127.0.0.1:5678/webhook-waiting/7f3c-opath"
 #define TEST_TIMEOUT_S  240
 
-static char g_run[64];
 static char g_tmp[256];
 static const char *g_key_a;      /* tenant A (the stack's client) */
 static char *g_key_b;            /* tenant B, sharing business keys with A */
@@ -67,34 +66,18 @@ static const char *const BODY =
 	"שלום, ההזמנה שלך נשלחה היום ותגיע תוך שלושה ימי עסקים. 📦🚚 "
 	"If anything is missing, answer this mail and quote the order number.";
 
-static void
-mkkey(char *buf, size_t n, const char *test)
-{
-	snprintf(buf, n, "%s-%s", g_run, test);
-}
-
 /* ---- API -------------------------------------------------------------------- */
 
-struct claimed {
-	char owner[64];
-	long long version;
-};
-
 static void
-claim(const char *bearer, const char *key, struct claimed *c)
+claim(const char *bearer, const char *key, struct tl_claimed *c)
 {
 	json_t *body = json_pack("{s:s, s:{s:s, s:s, s:[s,s]}, s:s, s:i}", "key", key, "payload",
 	                         "contact", "c-4711", "note", "Анна Кузнецова / 王芳",
 	                         "recipients", "anna@example.ru", "wang.fang@example.cn",
 	                         "workflow_version", "opath@1", "lease_seconds", 60);
-	struct tl_resp r;
 
-	tl_post_json("/v1/runs", bearer, body, &r);
+	tl_claim_body(bearer, body, c);
 	json_decref(body);
-	ASSERT_STATUS(&r, 201);
-	snprintf(c->owner, sizeof(c->owner), "%s", tl_jstr(r.json, "lease_owner"));
-	ck_assert(tl_jint(r.json, "version", &c->version));
-	tl_resp_free(&r);
 }
 
 static json_t *
@@ -106,7 +89,7 @@ model(void)
 
 /* A confident crm_tag-shaped output: eligible by the rules. */
 static void
-post_tag(const char *bearer, const char *key, const struct claimed *c, long long version,
+post_tag(const char *bearer, const char *key, const struct tl_claimed *c, long long version,
          const char *contract, struct tl_resp *r)
 {
 	char *path = tl_run_path(key, "/output");
@@ -126,7 +109,7 @@ post_tag(const char *bearer, const char *key, const struct claimed *c, long long
 
 /* A support reply under contract; callback: the workflow's resume URL. */
 static void
-post_reply(const char *key, const struct claimed *c, const char *contract, bool callback,
+post_reply(const char *key, const struct tl_claimed *c, const char *contract, bool callback,
            struct tl_resp *r)
 {
 	char *path = tl_run_path(key, "/output");
@@ -191,7 +174,7 @@ sha_predicts_sampled(const char *key, double rate)
 static void
 make_approved(PGconn *pc, const char *key, char *eid, size_t n)
 {
-	struct claimed c;
+	struct tl_claimed c;
 	struct tl_resp r;
 	char *id;
 
@@ -260,43 +243,15 @@ ctl(char **out, ...) __attribute__((sentinel));
 static int
 ctl(char **out, ...)
 {
-	const char *conf = tl_env("ONCEGATE_CONF"), *bin = tl_env("ONCEGATE_CTL"), *a;
-	char *cmd = NULL, *text, *last;
-	size_t len = 0;
-	FILE *f = open_memstream(&cmd, &len);
+	/* the operator, as oncegatectl finds it without --operator */
+	static const struct tl_ctl_how how = { .sudo_user = OPERATOR, .merge_stderr = true };
 	va_list ap;
 	int rc;
 
-	/* the operator, as oncegatectl finds it without --operator */
-	fprintf(f, "SUDO_USER=" OPERATOR " '%s' -c '%s'", bin, conf);
 	va_start(ap, out);
-	while ((a = va_arg(ap, const char *)) != NULL) {
-		const char *p;
-
-		fputs(" '", f);
-		for (p = a; *p; p++)
-			if (*p == '\'')
-				fputs("'\\''", f);
-			else
-				fputc(*p, f);
-		fputc('\'', f);
-	}
+	rc = tl_vctl(&how, out, ap);
 	va_end(ap);
-	fputs(" 2>&1; echo \"rc=$?\"", f);
-	fclose(f);
-	text = tl_shell_output(cmd);
-	ck_assert_msg(text != NULL, "cannot run %s", cmd);
-	free(cmd);
-	last = strstr(text, "rc=");
-	while (last != NULL && strstr(last + 1, "rc=") != NULL)
-		last = strstr(last + 1, "rc=");
-	ck_assert_ptr_nonnull(last);
-	rc = atoi(last + 3);
-	*last = '\0';
-	if (out != NULL)
-		*out = text;
-	else
-		free(text);
+	ck_assert_msg(rc >= 0, "cannot run oncegatectl");
 	return rc;
 }
 
@@ -321,12 +276,12 @@ START_TEST(test_sample_is_a_draw_per_run)
 		char key[200], draw_s[2][64];
 		int t;
 
-		snprintf(key, sizeof(key), "%s-half-%02d:Кузнецова", g_run, i);
+		snprintf(key, sizeof(key), "%s-half-%02d:Кузнецова", tl_run, i);
 		for (t = 0; t < 2; t++) {
 			const char *bearer = t == 0 ? g_key_a : g_key_b;
 			const char *client = t == 0 ? "dev" : g_client_b;
 			const char *p[2] = { key, client };
-			struct claimed c;
+			struct tl_claimed c;
 			struct tl_resp r;
 			char *d;
 			double draw;
@@ -395,7 +350,7 @@ START_TEST(test_sample_draw_kept)
 {
 	PGconn *pc = tl_pg_connect();
 	char key[200], *d1, *d2, *out = NULL;
-	struct claimed c;
+	struct tl_claimed c;
 	struct tl_resp r;
 	json_t *doc, *ap;
 	bool human;
@@ -405,7 +360,7 @@ START_TEST(test_sample_draw_kept)
 		char name[32];
 
 		snprintf(name, sizeof(name), "resubmit-%d", i);
-		mkkey(key, sizeof(key), name);
+		tl_mkkey(key, sizeof(key), name);
 		claim(g_key_a, key, &c);
 		post_tag(g_key_a, key, &c, c.version + 7, HALF_CONTRACT, &r);
 		ASSERT_STATUS(&r, 409);
@@ -452,11 +407,11 @@ START_TEST(test_sample_rate_zero_and_one)
 
 	for (i = 0; i < 12; i++) {
 		char key[200], name[32];
-		struct claimed c;
+		struct tl_claimed c;
 		struct tl_resp r;
 
 		snprintf(name, sizeof(name), "rate%d-%d", i % 2, i);
-		mkkey(key, sizeof(key), name);
+		tl_mkkey(key, sizeof(key), name);
 		claim(g_key_a, key, &c);
 		post_tag(g_key_a, key, &c, c.version, i % 2 ? ALWAYS_CONTRACT : NEVER_CONTRACT, &r);
 		ASSERT_STATUS(&r, 202);
@@ -482,8 +437,8 @@ START_TEST(test_no_resume_after_replay)
 	long off;
 	json_t *lines;
 
-	mkkey(key, sizeof(key), "replayed");
-	mkkey(nkey, sizeof(nkey), "replayed-v2");
+	tl_mkkey(key, sizeof(key), "replayed");
+	tl_mkkey(nkey, sizeof(nkey), "replayed-v2");
 	make_approved(pc, key, eid, sizeof(eid));
 	/* the provider refused it (422): failed, dead letter */
 	dispatcher_settles(pc, eid, "failed", "true");
@@ -553,8 +508,8 @@ START_TEST(test_no_replay_after_resume)
 	PGconn *pc = tl_pg_connect();
 	char key[200], nkey[200], eid[64], *out = NULL;
 
-	mkkey(key, sizeof(key), "resumed");
-	mkkey(nkey, sizeof(nkey), "resumed-v2");
+	tl_mkkey(key, sizeof(key), "resumed");
+	tl_mkkey(nkey, sizeof(nkey), "resumed-v2");
 	make_approved(pc, key, eid, sizeof(eid));
 	/* connection refused: known not delivered */
 	dispatcher_settles(pc, eid, "failed", "false");
@@ -593,10 +548,10 @@ START_TEST(test_no_replay_of_maybe_sent)
 	char k1[200], k2[200], n1[200], n2[200], e1[64], e2[64], path[512], *out = NULL;
 	FILE *f;
 
-	mkkey(k1, sizeof(k1), "unknown");
-	mkkey(n1, sizeof(n1), "unknown-v2");
-	mkkey(k2, sizeof(k2), "sent");
-	mkkey(n2, sizeof(n2), "sent-v2");
+	tl_mkkey(k1, sizeof(k1), "unknown");
+	tl_mkkey(n1, sizeof(n1), "unknown-v2");
+	tl_mkkey(k2, sizeof(k2), "sent");
+	tl_mkkey(n2, sizeof(n2), "sent-v2");
 	make_approved(pc, k1, e1, sizeof(e1));
 	make_approved(pc, k2, e2, sizeof(e2));
 	dispatcher_settles(pc, e1, "unknown", "\"unknown\"");
@@ -642,8 +597,8 @@ START_TEST(test_resume_replay_race)
 	PGresult *res;
 	const char *p[1];
 
-	mkkey(key, sizeof(key), "race");
-	mkkey(nkey, sizeof(nkey), "race-v2");
+	tl_mkkey(key, sizeof(key), "race");
+	tl_mkkey(nkey, sizeof(nkey), "race-v2");
 	make_approved(pc, key, eid, sizeof(eid));
 	dispatcher_settles(pc, eid, "failed", "false"); /* both are allowed on their own */
 
@@ -690,13 +645,13 @@ START_TEST(test_revoke_last_link_ends_run)
 {
 	PGconn *pc = tl_pg_connect();
 	char key[200], *out = NULL, *v;
-	struct claimed c;
+	struct tl_claimed c;
 	struct tl_resp r;
 	const char *a1, *a2;
 	long off;
 	json_t *lines, *l, *approvals;
 
-	mkkey(key, sizeof(key), "revoked");
+	tl_mkkey(key, sizeof(key), "revoked");
 	claim(g_key_a, key, &c);
 	post_reply(key, &c, PAIR_CONTRACT, true, &r);
 	ASSERT_STATUS(&r, 202);
@@ -751,7 +706,7 @@ END_TEST
 static void
 make_window(PGconn *pc, const char *key, char *eid, size_t n)
 {
-	struct claimed c;
+	struct tl_claimed c;
 	struct tl_resp r;
 
 	claim(g_key_a, key, &c);
@@ -773,9 +728,9 @@ START_TEST(test_cancel_in_window)
 	long off;
 	json_t *lines;
 
-	mkkey(k1, sizeof(k1), "cancel");
-	mkkey(k2, sizeof(k2), "cancel-late");
-	mkkey(k3, sizeof(k3), "cancel-sending");
+	tl_mkkey(k1, sizeof(k1), "cancel");
+	tl_mkkey(k2, sizeof(k2), "cancel-late");
+	tl_mkkey(k3, sizeof(k3), "cancel-sending");
 	make_window(pc, k1, e1, sizeof(e1));
 	make_window(pc, k2, e2, sizeof(e2));
 	make_window(pc, k3, e3, sizeof(e3));
@@ -865,32 +820,22 @@ paths_suite(void)
 int
 main(void)
 {
-	SRunner *sr;
-	int failed;
 	char tmpl[] = "/tmp/check_operator_paths.XXXXXX";
+	int failed, rc;
 
+	if ((rc = tl_suite_begin("check_operator_paths", "op", "ONCEGATE_API_KEY ONCEGATE_CTL")) != 0)
+		return rc;
 	g_key_a = tl_env("ONCEGATE_API_KEY");
-	if (tl_env("ONCEGATE_URL") == NULL || g_key_a == NULL || tl_env("ONCEGATE_CTL") == NULL) {
-		fprintf(stderr, "check_operator_paths: ONCEGATE_URL / ONCEGATE_API_KEY / "
-		        "ONCEGATE_CTL not set: skipped (run it through ./dev check)\n");
-		return 77;
-	}
 	if (mkdtemp(tmpl) == NULL)
-		return 1;
+		return tl_suite_end(1);
 	snprintf(g_tmp, sizeof(g_tmp), "%s", tmpl);
-	snprintf(g_run, sizeof(g_run), "op%lld-%d", (long long)time(NULL), (int)getpid());
-	snprintf(g_client_b, sizeof(g_client_b), "tenant-b-%s", g_run);
-	curl_global_init(CURL_GLOBAL_DEFAULT);
+	snprintf(g_client_b, sizeof(g_client_b), "tenant-b-%s", tl_run);
 	g_key_b = tl_client_add(g_client_b);
 	if (g_key_b == NULL) {
 		fprintf(stderr, "check_operator_paths: client add %s failed\n", g_client_b);
-		return 1;
+		return tl_suite_end(1);
 	}
-	sr = srunner_create(paths_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = tl_suite_run(paths_suite(), false);
 	free(g_key_b);
-	curl_global_cleanup();
-	return failed == 0 ? 0 : 1;
+	return tl_suite_end(failed);
 }

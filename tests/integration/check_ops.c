@@ -56,20 +56,12 @@
 #define TEST_TIMEOUT_S  120
 #define OPERATOR        "night-op"
 
-static char g_run[64];            /* "op<epoch>-<pid>" */
 static const char *g_key_dev;
 static char g_client[24];         /* id of client "dev" */
 static int g_closed_port;
 static int g_flaky_port;          /* o_flaky's port: 0 = nobody listens */
-static pid_t g_http_pid = -1;
 
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
-
-static void
-mkkey(char *buf, size_t n, const char *test)
-{
-	snprintf(buf, n, "%s-%s", g_run, test);
-}
 
 static char *
 dump_json(const json_t *v)
@@ -243,97 +235,11 @@ actions_of(PGconn *c, const char *key, const char *action)
 
 /* ---- oncegatectl, with its stderr ------------------------------------------- */
 
-static int
-append_word(char **cmd, const char *word)
-{
-	size_t n = strlen(*cmd), extra = 3;
-	const char *s;
-	char *p;
-
-	for (s = word; *s != '\0'; s++)
-		extra += *s == '\'' ? 4 : 1;
-	p = realloc(*cmd, n + extra + 1);
-	if (p == NULL)
-		return -1;
-	*cmd = p;
-	p += n;
-	*p++ = ' ';
-	*p++ = '\'';
-	for (s = word; *s != '\0'; s++) {
-		if (*s == '\'') {
-			memcpy(p, "'\\''", 4);
-			p += 4;
-		} else {
-			*p++ = *s;
-		}
-	}
-	*p++ = '\'';
-	*p = '\0';
-	return 0;
-}
-
-/* "$ONCEGATE_CTL -c $ONCEGATE_CONF args…": the exit status; stdout in *out,
- * stderr in *err (both malloc'd, never NULL). */
-static int
-ctl(char **out, char **err, ...)
-{
-	static int seq;
-	char errpath[PATH_MAX];
-	const char *arg;
-	char *cmd = calloc(1, 1);
-	va_list ap;
-	int rc;
-
-	snprintf(errpath, sizeof(errpath), "%s/ctl-%d.err", g_tmp, ++seq);
-	ck_assert_ptr_nonnull(cmd);
-	ck_assert_int_eq(append_word(&cmd, tl_env("ONCEGATE_CTL")), 0);
-	ck_assert_int_eq(append_word(&cmd, "-c"), 0);
-	ck_assert_int_eq(append_word(&cmd, tl_env("ONCEGATE_CONF")), 0);
-	va_start(ap, err);
-	while ((arg = va_arg(ap, const char *)) != NULL)
-		ck_assert_int_eq(append_word(&cmd, arg), 0);
-	va_end(ap);
-	{
-		char *full = NULL;
-
-		ck_assert_int_ge(asprintf(&full, "%s 2>'%s'", cmd, errpath), 0);
-		free(cmd);
-		cmd = full;
-	}
-	{
-		char buf[4096];
-		size_t n = 0, got;
-		char *acc = calloc(1, 1);
-		FILE *f;
-		int st;
-
-		fflush(NULL);
-		f = popen(cmd, "r");
-		ck_assert_msg(f != NULL, "cannot run %s", cmd);
-		while ((got = fread(buf, 1, sizeof(buf), f)) > 0) {
-			acc = realloc(acc, n + got + 1);
-			ck_assert_ptr_nonnull(acc);
-			memcpy(acc + n, buf, got);
-			n += got;
-			acc[n] = '\0';
-		}
-		st = pclose(f);
-		ck_assert_msg(st != -1 && WIFEXITED(st), "%s did not exit normally", cmd);
-		rc = WEXITSTATUS(st);
-		*out = acc;
-	}
-	*err = tl_file_slurp(errpath, NULL);
-	if (*err == NULL)
-		*err = strdup("");
-	free(cmd);
-	return rc;
-}
-
 /* Runs a command that must succeed; returns its stdout. */
 #define CTL_OK(outp, ...)                                                              \
 	do {                                                                           \
 		char *e_ = NULL;                                                       \
-		int rc_ = ctl((outp), &e_, __VA_ARGS__, (char *)NULL);                 \
+		int rc_ = tl_ctl_err((outp), &e_, __VA_ARGS__, (char *)NULL);                 \
 		ck_assert_msg(rc_ == 0, "oncegatectl exit %d: %s%s", rc_, e_, *(outp)); \
 		free(e_);                                                              \
 	} while (0)
@@ -369,7 +275,7 @@ log_one(long offset, const char *ev)
 	do {                                                                           \
 		char *b_ = snapshot((c), (key)), *a_, *o_ = NULL, *e_ = NULL;          \
 		long off_ = tl_log_offset();                                           \
-		int rc_ = ctl(&o_, &e_, __VA_ARGS__, (char *)NULL);                    \
+		int rc_ = tl_ctl_err(&o_, &e_, __VA_ARGS__, (char *)NULL);                    \
 		json_t *l_;                                                            \
 		ck_assert_msg(rc_ == (want_exit), "exit %d, expected %d; stderr: %s",  \
 		              rc_, (want_exit), e_);                                   \
@@ -493,7 +399,7 @@ START_TEST(test_dead_letter_evidence)
 	bool seen;
 	long off;
 
-	mkkey(key, sizeof(key), "evidence");
+	tl_mkkey(key, sizeof(key), "evidence");
 	snprintf(pk, sizeof(pk), "%s/ticket.update", key);
 	snprintf(corr, sizeof(corr), "corr-%s", key);
 	make_run(c, key);
@@ -705,7 +611,7 @@ START_TEST(test_not_delivered_then_resume)
 	json_t *dl, *row, *doc, *reqs, *l, *res;
 	long off;
 
-	mkkey(key, sizeof(key), "resume");
+	tl_mkkey(key, sizeof(key), "resume");
 	snprintf(pk, sizeof(pk), "%s/crm.note", key);
 	make_run(c, key);
 	/* A dispatcher died holding it, before its request went out: the
@@ -826,12 +732,12 @@ START_TEST(test_resume_before_send)
 	json_t *dl, *row;
 
 	/* A target this dispatcher does not know: failed, nothing went out. */
-	mkkey(key, sizeof(key), "unconfigured");
+	tl_mkkey(key, sizeof(key), "unconfigured");
 	make_run(c, key);
 	add_effect(c, key, "crm.tag", "o_gone", "{\"contact\":\"c-9\"}", false, id);
 	/* A target nobody listens on: every attempt refused before sending,
 	 * the budget spent. */
-	mkkey(key2, sizeof(key2), "refused");
+	tl_mkkey(key2, sizeof(key2), "refused");
 	make_run(c, key2);
 	add_effect(c, key2, "crm.tag", "o_refused", "{\"contact\":\"c-10\"}", false, id2);
 	kill_switch(true);
@@ -898,7 +804,7 @@ START_TEST(test_reconcile_delivered)
 	json_t *row, *dl, *l;
 	long off;
 
-	mkkey(key, sizeof(key), "delivered");
+	tl_mkkey(key, sizeof(key), "delivered");
 	make_run(c, key);
 	add_effect(c, key, "crm.note", "o_plain", "{\"contact\":\"c-11\"}", true, id);
 	/* a second effect of the run, delivered already */
@@ -1005,10 +911,10 @@ page(const char *token, const char *form, struct tl_resp *r)
 START_TEST(test_approval_revoke_and_reject_key)
 {
 	PGconn *c = tl_pg_connect();
-	char key[200], owner[64], tok_b[44], hash_b[65], n8n_url[512];
+	char key[200], tok_b[44], hash_b[65], n8n_url[512];
 	char *path, *out = NULL, *aid, *bid, *csrf, *form, *st;
 	const char *url, *tok_a;
-	long long version = 0;
+	struct tl_claimed cl;
 	json_t *body, *list, *o, *l, *cb;
 	struct tl_resp r;
 	size_t i;
@@ -1016,20 +922,16 @@ START_TEST(test_approval_revoke_and_reject_key)
 	bool seen_a = false, seen_b = false;
 
 	/* claim → output (support_reply: a person from group support decides) */
-	mkkey(key, sizeof(key), "revoke");
-	snprintf(n8n_url, sizeof(n8n_url), "http://127.0.0.1:5678/webhook-waiting/%s", g_run);
-	body = json_pack("{s:s, s:{s:s}}", "key", key, "payload", "suite", g_run);
-	tl_post_json("/v1/runs", g_key_dev, body, &r);
+	tl_mkkey(key, sizeof(key), "revoke");
+	snprintf(n8n_url, sizeof(n8n_url), "http://127.0.0.1:5678/webhook-waiting/%s", tl_run);
+	body = json_pack("{s:s, s:{s:s}}", "key", key, "payload", "suite", tl_run);
+	tl_claim_body(g_key_dev, body, &cl);
 	json_decref(body);
-	ck_assert_msg(r.status == 201 && tl_jint(r.json, "version", &version), "claim: %ld %s",
-	              r.status, r.body);
-	snprintf(owner, sizeof(owner), "%s", tl_jstr(r.json, "lease_owner"));
-	tl_resp_free(&r);
 	path = NULL;
 	ck_assert_int_ge(asprintf(&path, "/v1/runs/%s/output", key), 0);
 	body = json_pack("{s:s, s:I, s:s, s:{s:s, s:s, s:s, s:f}, s:{s:s, s:s, s:s},"
 	                 " s:{s:s, s:s, s:{s:s}}, s:s, s:s}",
-	                 "lease_owner", owner, "version", (json_int_t)version,
+	                 "lease_owner", cl.owner, "version", (json_int_t)cl.version,
 	                 "contract", "support_reply",
 	                 "output", "subject", "Re: refund", "body", "Refund approved.",
 	                 "tone", "friendly", "confidence", 0.7,
@@ -1209,7 +1111,7 @@ START_TEST(test_refusals)
 	char *out = NULL, *err = NULL;
 	int rc;
 
-	mkkey(key, sizeof(key), "refusals");
+	tl_mkkey(key, sizeof(key), "refusals");
 	make_run(c, key);
 	add_effect(c, key, "crm.tag", "o_idem", "{\"contact\":\"c-12\"}", false, id);
 	/* pending; no dispatcher of this suite runs in this test */
@@ -1249,16 +1151,16 @@ START_TEST(test_refusals)
 		free(longr);
 	}
 	/* reads: unknown ids, bad filters */
-	rc = ctl(&out, &err, "deadletter", "show", nobody, (char *)NULL);
+	rc = tl_ctl_err(&out, &err, "deadletter", "show", nobody, (char *)NULL);
 	ck_assert_msg(rc == 1 && strstr(err, "no dead letter has the id") != NULL, "show: %d %s", rc,
 	              err);
 	free(out);
 	free(err);
-	rc = ctl(&out, &err, "deadletter", "list", "--class", "bogus", (char *)NULL);
+	rc = tl_ctl_err(&out, &err, "deadletter", "list", "--class", "bogus", (char *)NULL);
 	ck_assert_msg(rc == 2 && strstr(err, "usage") != NULL, "list --class bogus: %d %s", rc, err);
 	free(out);
 	free(err);
-	rc = ctl(&out, &err, "deadletter", "list", "--since", "2024-99-99", (char *)NULL);
+	rc = tl_ctl_err(&out, &err, "deadletter", "list", "--since", "2024-99-99", (char *)NULL);
 	ck_assert_msg(rc == 2 && strstr(err, "neither a duration") != NULL, "--since: %d %s", rc, err);
 	free(out);
 	free(err);
@@ -1269,7 +1171,7 @@ START_TEST(test_refusals)
 		size_t i;
 
 		for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-			rc = ctl(&out, &err, cmds[i], "--help", (char *)NULL);
+			rc = tl_ctl_err(&out, &err, cmds[i], "--help", (char *)NULL);
 			ck_assert_msg(rc == 0 && strstr(out, "usage: oncegatectl") != NULL &&
 			              strstr(out, cmds[i]) != NULL, "%s --help: %d %s", cmds[i], rc, out);
 			free(out);
@@ -1353,7 +1255,7 @@ START_TEST(test_kill_switch_logged)
 	/* without a reason: refused, nothing changed */
 	before = qstr(c, "SELECT row_to_json(d)::text FROM dispatch_control d", (char *)NULL);
 	off = tl_log_offset();
-	rc = ctl(&out, &err, "kill-switch", "off", "--operator", OPERATOR, (char *)NULL);
+	rc = tl_ctl_err(&out, &err, "kill-switch", "off", "--operator", OPERATOR, (char *)NULL);
 	ck_assert_msg(rc == 2 && strstr(err, "--reason") != NULL, "off without a reason: %d %s",
 	              rc, err);
 	free(out);
@@ -1432,7 +1334,7 @@ START_TEST(test_bulk_resume)
 	pid_t pid;
 
 	since = qstr(c, "SELECT og_ts(now() - interval '1 second')", (char *)NULL);
-	snprintf(like, sizeof(like), "%s-bulk%%", g_run);
+	snprintf(like, sizeof(like), "%s-bulk%%", tl_run);
 	/* BULK_N runs whose one effect goes to o_flaky while nobody listens
 	 * there: every attempt refused before anything was sent, the budget
 	 * spent, a dead letter each — known undelivered. */
@@ -1442,7 +1344,7 @@ START_TEST(test_bulk_resume)
 
 		snprintf(name, sizeof(name), "bulk%02d", i);
 		snprintf(payload, sizeof(payload), "{\"contact\":\"b-%d\"}", i);
-		mkkey(keys[i], sizeof(keys[i]), name);
+		tl_mkkey(keys[i], sizeof(keys[i]), name);
 		make_run(c, keys[i]);
 		add_effect(c, keys[i], "crm.tag", "o_flaky", payload, false, ids[i]);
 	}
@@ -1454,7 +1356,7 @@ START_TEST(test_bulk_resume)
 		json_decref(wait_dead_letter(c, ids[i], 5));
 	disp_stop(&d);
 	/* and one effect that is not known undelivered: it waits to be sent */
-	mkkey(pend_key, sizeof(pend_key), "bulkpending");
+	tl_mkkey(pend_key, sizeof(pend_key), "bulkpending");
 	make_run(c, pend_key);
 	add_effect(c, pend_key, "crm.tag", "o_idem", "{\"contact\":\"b-p\"}", false, pend);
 
@@ -1484,7 +1386,7 @@ START_TEST(test_bulk_resume)
 	 * nothing, and exits 1 because one item would be refused. */
 	before = bulk_snapshot(c, like);
 	off = tl_log_offset();
-	rc = ctl(&out, &err, "--json", "resume", "--select", sel_all, "--dry-run", "--operator",
+	rc = tl_ctl_err(&out, &err, "--json", "resume", "--select", sel_all, "--dry-run", "--operator",
 	         OPERATOR, (char *)NULL);
 	ck_assert_msg(rc == 1, "dry run with a refused item: exit %d: %s", rc, err);
 	doc = json_loads(out, 0, NULL);
@@ -1516,7 +1418,7 @@ START_TEST(test_bulk_resume)
 	ck_assert_str_eq(JSTR(l, "actor"), OPERATOR);
 	json_decref(l);
 	/* the human table too */
-	rc = ctl(&out, &err, "resume", "--select", sel_all, "--dry-run", (char *)NULL);
+	rc = tl_ctl_err(&out, &err, "resume", "--select", sel_all, "--dry-run", (char *)NULL);
 	ck_assert_msg(rc == 1 && strstr(out, "total 21: 20 would be resumed, 1 refused") != NULL &&
 	              strstr(out, pend) != NULL && strstr(out, "REFUSED") != NULL,
 	              "dry run table: %d %s", rc, out);
@@ -1627,7 +1529,7 @@ START_TEST(test_bulk_resume)
 	}
 	/* a replay cannot take it over */
 	{
-		rc = ctl(&out, &err, "replay", "--resume", job, "--reason", "x", (char *)NULL);
+		rc = tl_ctl_err(&out, &err, "replay", "--resume", job, "--reason", "x", (char *)NULL);
 		ck_assert_msg(rc == 1 && strstr(err, "resume job") != NULL, "replay --resume of a "
 		              "resume job: %d %s", rc, err);
 		free(out);
@@ -1658,7 +1560,7 @@ START_TEST(test_bulk_resume)
 	free(v);
 	for (i = 0; i < BULK_N; i++)
 		EXPECT_EFFECT(c, ids[i], "pending", 0);
-	rc = ctl(&out, &err, "resume", "--job", job, "--reason", "again", (char *)NULL);
+	rc = tl_ctl_err(&out, &err, "resume", "--job", job, "--reason", "again", (char *)NULL);
 	ck_assert_msg(rc == 1 && strstr(err, "completed") != NULL, "a completed job again: %d %s",
 	              rc, err);
 	free(out);
@@ -1719,25 +1621,13 @@ ops_suite(void)
 static bool
 suite_prepare(void)
 {
-	PGconn *c = PQconnectdb("");
-	PGresult *res;
 	struct sockaddr_in a;
 	socklen_t alen = sizeof(a);
-	bool ok = false;
 	int fd;
 
-	if (PQstatus(c) != CONNECTION_OK) {
-		fprintf(stderr, "check_ops: cannot connect: %s\n", PQerrorMessage(c));
-		goto out;
-	}
-	res = PQexec(c, "SELECT id FROM api_clients WHERE name = 'dev'");
-	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-		fprintf(stderr, "check_ops: no API client named dev\n");
-		PQclear(res);
-		goto out;
-	}
-	snprintf(g_client, sizeof(g_client), "%s", PQgetvalue(res, 0, 0));
-	PQclear(res);
+	g_key_dev = tl_env("ONCEGATE_API_KEY");
+	if (!dl_client_id("dev", g_client, sizeof(g_client)))
+		return false;
 	fd = socket(AF_INET, SOCK_STREAM, 0);
 	memset(&a, 0, sizeof(a));
 	a.sin_family = AF_INET;
@@ -1745,46 +1635,22 @@ suite_prepare(void)
 	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
 	    getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
 		perror("check_ops: a free port");
-		goto out;
+		if (fd >= 0)
+			close(fd);
+		return false;
 	}
 	g_closed_port = ntohs(a.sin_port);
 	close(fd);
-	ok = true;
-out:
-	PQfinish(c);
-	return ok;
+	return true;
 }
 
 int
 main(void)
 {
-	static const char *const needed[] = {
-		"ONCEGATE_API_KEY", "ONCEGATE_CONF", "ONCEGATE_CTL", "ONCEGATE_PROVIDERS",
-		"ONCEGATE_PYTHON", "ONCEGATE_LOG", NULL,
+	static const struct dl_suite s = {
+		.name = "check_ops", .prefix = "op", .needed = "ONCEGATE_API_KEY ONCEGATE_LOG",
+		.suite = ops_suite, .prepare = suite_prepare, .http_stall_s = STALL_S,
 	};
-	char *http_extra[] = { (char *)(uintptr_t)"--stall-seconds", NULL, NULL };
-	char stall[16];
-	SRunner *sr;
-	int failed = 1, rc;
 
-	if ((rc = dl_suite_begin("check_ops", "op", needed, g_run, sizeof(g_run))) != 0)
-		return rc;
-	g_key_dev = tl_env("ONCEGATE_API_KEY");
-	if (!suite_prepare())
-		goto out;
-	snprintf(stall, sizeof(stall), "%d", STALL_S);
-	http_extra[1] = stall;
-	g_http_port = provider_start("http_provider.py", "http_provider", http_extra, &g_http_pid);
-	if (g_http_port <= 0)
-		goto out;
-	fprintf(stderr, "check_ops: run %s, files in %s, http provider :%d\n", g_run, g_tmp,
-	        g_http_port);
-
-	sr = srunner_create(ops_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-out:
-	provider_stop(g_http_pid, "http_provider");
-	return dl_suite_end(failed);
+	return dl_suite_main(&s);
 }

@@ -51,10 +51,6 @@
 #define PROP_KEYS      70    /* business keys of the property test... */
 #define PROP_CLIENTS   3     /* ...each used by every one of these clients */
 
-static char g_run[64];
-static char g_smtp_record[PATH_MAX];
-static int g_smtp_port;
-static pid_t g_http_pid = -1, g_smtp_pid = -1;
 
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
 
@@ -71,7 +67,7 @@ tenant_add(PGconn *c, struct tenant *t, const char *tag)
 {
 	char *id;
 
-	snprintf(t->name, sizeof(t->name), "pk-%s-%s", tag, g_run);
+	snprintf(t->name, sizeof(t->name), "pk-%s-%s", tag, tl_run);
 	t->api_key = tl_client_add(t->name);
 	ck_assert_msg(t->api_key != NULL, "oncegatectl client add %s failed", t->name);
 	id = qstr(c, "SELECT id FROM api_clients WHERE name = $1", t->name, (char *)NULL);
@@ -95,25 +91,19 @@ static void
 run_auto(const struct tenant *t, const char *key, const char *type, const char *target,
          json_t *output, json_t *payload)
 {
+	struct tl_claimed cl;
 	struct tl_resp r;
 	json_t *body;
-	long long version = 0;
-	char owner[64];
 	char *path;
 
-	body = json_pack("{s:s, s:{s:s, s:s}, s:i}", "key", key, "payload", "suite", g_run,
+	body = json_pack("{s:s, s:{s:s, s:s}, s:i}", "key", key, "payload", "suite", tl_run,
 	                 "tenant", t->name, "lease_seconds", 60);
-	tl_post_json("/v1/runs", t->api_key, body, &r);
+	tl_claim_body(t->api_key, body, &cl);
 	json_decref(body);
-	ASSERT_STATUS(&r, 201);
-	ck_assert_msg(tl_jstr(r.json, "lease_owner") && tl_jint(r.json, "version", &version),
-	              "claim answer: %s", r.body);
-	snprintf(owner, sizeof(owner), "%s", tl_jstr(r.json, "lease_owner"));
-	tl_resp_free(&r);
 
 	path = tl_run_path(key, "/output");
 	body = json_pack("{s:s, s:I, s:s, s:o, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:o}, s:s, s:s}",
-	                 "lease_owner", owner, "version", (json_int_t)version,
+	                 "lease_owner", cl.owner, "version", (json_int_t)cl.version,
 	                 "contract", CONTRACT, "output", output,
 	                 "model", "provider", "openai-compatible", "name", "qwen2.5-7b-instruct",
 	                 "revision", "2024-09-19",
@@ -431,7 +421,7 @@ teardown(void)
 static void
 shared_key(char *buf, size_t n, const char *test)
 {
-	snprintf(buf, n, "Заказ №4711 / 订单 ✉️ 🚚 הזמנה طلب %s-%s", g_run, test);
+	snprintf(buf, n, "Заказ №4711 / 订单 ✉️ 🚚 הזמנה طلب %s-%s", tl_run, test);
 }
 
 /* Two tenants that use one business key, each with one effect: made by
@@ -645,7 +635,7 @@ random_key(char *buf, size_t n, unsigned *seed, int i)
 	int chars = 0;
 	size_t len;
 
-	len = (size_t)snprintf(buf, n, "%s %d ", g_run, i);
+	len = (size_t)snprintf(buf, n, "%s %d ", tl_run, i);
 	chars = (int)len;
 	while (chars < want) {
 		const char *p = pieces[rand_r(seed) % (sizeof(pieces) / sizeof(pieces[0]))];
@@ -711,7 +701,7 @@ START_TEST(test_property)
 				run_tag(&t[j], key, json_pack("[s, s]", "503", "ok"));
 		}
 	}
-	snprintf(like, sizeof(like), "%s %%", g_run);
+	snprintf(like, sizeof(like), "%s %%", tl_run);
 	before = prop_keys(c, like);
 	ck_assert_int_eq(json_array_size(before), total);
 
@@ -739,7 +729,7 @@ START_TEST(test_property)
 	tl_sleep_ms(1500);
 	disp_stop(&d);
 	disp_start(&d, HTTP_IDEM);
-	wait_all(c, g_run, "completed", (long long)total, 120);
+	wait_all(c, tl_run, "completed", (long long)total, 120);
 	disp_stop(&d);
 
 	/* and the schema migrations once more */
@@ -1068,29 +1058,10 @@ pkey_suite(void)
 int
 main(void)
 {
-	static const char *const needed[] = {
-		"ONCEGATE_CONF", "ONCEGATE_CTL", "ONCEGATE_PROVIDERS", "ONCEGATE_PYTHON", NULL,
+	static const struct dl_suite s = {
+		.name = "check_provider_key", .prefix = "pk", .suite = pkey_suite,
+		.http_stall_s = 30, .smtp = true,
 	};
-	char *http_extra[] = { (char *)(uintptr_t)"--stall-seconds", (char *)(uintptr_t)"30", NULL };
-	char *smtp_extra[] = { (char *)(uintptr_t)"--record", g_smtp_record, NULL };
-	SRunner *sr;
-	int failed = 1, rc;
 
-	if ((rc = dl_suite_begin("check_provider_key", "pk", needed, g_run, sizeof(g_run))) != 0)
-		return rc;
-	snprintf(g_smtp_record, sizeof(g_smtp_record), "%s/mail.jsonl", g_tmp);
-	g_http_port = provider_start("http_provider.py", "http_provider", http_extra, &g_http_pid);
-	g_smtp_port = provider_start("smtp_sink.py", "smtp_sink", smtp_extra, &g_smtp_pid);
-	if (g_http_port <= 0 || g_smtp_port <= 0)
-		goto out;
-	fprintf(stderr, "check_provider_key: run %s, files in %s, http provider :%d, smtp :%d\n",
-	        g_run, g_tmp, g_http_port, g_smtp_port);
-	sr = srunner_create(pkey_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-out:
-	provider_stop(g_smtp_pid, "smtp_sink");
-	provider_stop(g_http_pid, "http_provider");
-	return dl_suite_end(failed);
+	return dl_suite_main(&s);
 }

@@ -49,13 +49,9 @@
 #define SETTLE_S       60   /* how long the dispatcher may take for the effects */
 #define RATE_RETRIES   8    /* nginx limits approval POSTs: a 429 is waited out */
 
-static char g_run[64];
 static const char *g_key_dev;
 static char g_client_b[96];
 static char *g_key_b;
-static char g_smtp_record[PATH_MAX];
-static int g_smtp_port;
-static pid_t g_http_pid = -1, g_smtp_pid = -1;
 
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
 
@@ -67,21 +63,15 @@ static void
 claim_and_output(const char *bearer, const char *key, const char *contract, json_t *output,
                  json_t *effect, struct tl_resp *r)
 {
-	json_t *body = json_pack("{s:s, s:{s:s, s:s}, s:i}", "key", key, "payload", "run", g_run,
+	json_t *body = json_pack("{s:s, s:{s:s, s:s}, s:i}", "key", key, "payload", "run", tl_run,
 	                         "contract", contract, "lease_seconds", 60);
-	char owner[64], *path;
-	long long version = 0;
-	struct tl_resp c;
+	struct tl_claimed cl;
+	char *path;
 
-	tl_post_json("/v1/runs", bearer, body, &c);
+	tl_claim_body(bearer, body, &cl);
 	json_decref(body);
-	ASSERT_STATUS(&c, 201);
-	ck_assert_msg(tl_jstr(c.json, "lease_owner") && tl_jint(c.json, "version", &version),
-	              "claim answer: %s", c.body);
-	snprintf(owner, sizeof(owner), "%s", tl_jstr(c.json, "lease_owner"));
-	tl_resp_free(&c);
 	body = json_pack("{s:s, s:I, s:s, s:o, s:o, s:{s:s, s:s, s:s}, s:s, s:s}", "lease_owner",
-	                 owner, "version", (json_int_t)version, "contract", contract, "output", output,
+	                 cl.owner, "version", (json_int_t)cl.version, "contract", contract, "output", output,
 	                 "effect", effect, "model", "provider", "openai-compatible", "name",
 	                 "qwen2.5-7b-instruct", "revision", "2024-09-19", "source_url",
 	                 "https://crm.example/ticket/48213", "requested_by", REQUESTER);
@@ -218,7 +208,7 @@ START_TEST(test_group_headers)
 	long st;
 
 	ck_assert_ptr_nonnull(header);
-	snprintf(key, sizeof(key), "%s-groups-%d", g_run, _i);
+	snprintf(key, sizeof(key), "%s-groups-%d", tl_run, _i);
 	claim_and_output(g_key_dev, key, "support_reply", reply("ru_reply"),
 	                 json_pack("{s:s, s:s, s:{s:s}}", "type", "email.send", "target", "demo_smtp",
 	                           "payload", "to", "anna.morozova@example.com"), &r);
@@ -355,10 +345,10 @@ START_TEST(test_two_tenants_one_key)
 	ck_assert_msg(g_key_b != NULL, "no second client: `oncegatectl client add` failed");
 	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_realdata sends to loopback",
 	             "--operator", "check_realdata", (char *)NULL);
-	snprintf(prefix, sizeof(prefix), "%s:", g_run);
+	snprintf(prefix, sizeof(prefix), "%s:", tl_run);
 	key = tl_corpus_key(prefix, json_string_value(json_array_get(
 	                                json_object_get(tenants, "long_keys"), 6)), 200);
-	snprintf(prefix, sizeof(prefix), "%s-tag:", g_run);
+	snprintf(prefix, sizeof(prefix), "%s-tag:", tl_run);
 	tag_key = tl_corpus_key(prefix, json_string_value(json_array_get(
 	                                    json_object_get(tenants, "long_keys"), 1)), 200);
 	ck_assert_uint_eq(tl_utf8_chars(key), 200);
@@ -557,37 +547,30 @@ realdata_suite(void)
 	return s;
 }
 
+/* The second tenant. No Check here. */
+static bool
+suite_prepare(void)
+{
+	g_key_dev = tl_env("ONCEGATE_API_KEY");
+	snprintf(g_client_b, sizeof(g_client_b), "%s-b", tl_run);
+	g_key_b = tl_client_add(g_client_b);
+	return true;
+}
+
+static void
+suite_finish(void)
+{
+	free(g_key_b);
+}
+
 int
 main(void)
 {
-	static const char *const needed[] = {
-		"ONCEGATE_API_KEY", "ONCEGATE_CONF", "ONCEGATE_CTL", "ONCEGATE_PROVIDERS",
-		"ONCEGATE_PYTHON", NULL,
+	static const struct dl_suite s = {
+		.name = "check_realdata", .prefix = "rd", .needed = "ONCEGATE_API_KEY",
+		.suite = realdata_suite, .prepare = suite_prepare, .finish = suite_finish,
+		.smtp = true,
 	};
-	char *smtp_extra[] = { (char *)(uintptr_t)"--record", g_smtp_record, NULL };
-	char *http_extra[] = { NULL };
-	SRunner *sr;
-	int failed = 1, rc;
 
-	if ((rc = dl_suite_begin("check_realdata", "rd", needed, g_run, sizeof(g_run))) != 0)
-		return rc;
-	g_key_dev = tl_env("ONCEGATE_API_KEY");
-	snprintf(g_client_b, sizeof(g_client_b), "%s-b", g_run);
-	g_key_b = tl_client_add(g_client_b);
-	snprintf(g_smtp_record, sizeof(g_smtp_record), "%s/mail.jsonl", g_tmp);
-	g_http_port = provider_start("http_provider.py", "http_provider", http_extra, &g_http_pid);
-	g_smtp_port = provider_start("smtp_sink.py", "smtp_sink", smtp_extra, &g_smtp_pid);
-	if (g_http_port <= 0 || g_smtp_port <= 0)
-		goto out;
-	fprintf(stderr, "check_realdata: run %s, files in %s, http provider :%d, smtp sink :%d\n",
-	        g_run, g_tmp, g_http_port, g_smtp_port);
-	sr = srunner_create(realdata_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-out:
-	provider_stop(g_smtp_pid, "smtp_sink");
-	provider_stop(g_http_pid, "http_provider");
-	free(g_key_b);
-	return dl_suite_end(failed);
+	return dl_suite_main(&s);
 }

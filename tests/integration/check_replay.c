@@ -35,27 +35,19 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
+#include "dispatchlib.h"
 #include "testlib.h"
 
 #define APPROVER        "sam@example.com"    /* in groups support and sales */
 #define OPERATOR        "check_replay"
 #define BULK_N          50
 #define BULK_RATE       "5/s"
-#define START_WAIT_S    15
 #define TEST_TIMEOUT_S  240
 
-static char g_run[64];           /* "rp<epoch>-<pid>" */
-static char g_tmp[256];          /* the suite's temporary directory */
 static const char *g_key_dev;
 static const char *g_base;
 
 /* ---- small helpers ------------------------------------------------------- */
-
-static void
-mkkey(char *buf, size_t n, const char *test)
-{
-	snprintf(buf, n, "%s-%s", g_run, test);
-}
 
 static long long
 q_count(PGconn *c, const char *sql, const char *a)
@@ -73,41 +65,21 @@ q_value(PGconn *c, const char *sql, const char *a)
 	return tl_pg_value(c, sql, a != NULL ? 1 : 0, p);
 }
 
-static void
-write_file(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-
-	ck_assert_msg(f != NULL, "cannot write %s: %s", path, strerror(errno));
-	fputs(text, f);
-	ck_assert_int_eq(fclose(f), 0);
-}
-
 /* ---- the API ---------------------------------------------------------------- */
 
-struct claimed {
-	char owner[64];
-	long long version;
-};
-
 static void
-claim_as(const char *api_key, const char *key, const char *payload_json, struct claimed *c)
+claim_as(const char *api_key, const char *key, const char *payload_json, struct tl_claimed *c)
 {
 	json_t *payload = json_loads(payload_json, 0, NULL);
 	json_t *body = json_pack("{s:s, s:o, s:s, s:i}", "key", key, "payload", payload,
 	                         "workflow_version", "replay-suite@1", "lease_seconds", 60);
-	struct tl_resp r;
 
-	tl_post_json("/v1/runs", api_key, body, &r);
+	tl_claim_body(api_key, body, c);
 	json_decref(body);
-	ASSERT_STATUS(&r, 201);
-	snprintf(c->owner, sizeof(c->owner), "%s", tl_jstr(r.json, "lease_owner"));
-	ck_assert(tl_jint(r.json, "version", &c->version));
-	tl_resp_free(&r);
 }
 
 static void
-claim(const char *key, const char *payload_json, struct claimed *c)
+claim(const char *key, const char *payload_json, struct tl_claimed *c)
 {
 	claim_as(g_key_dev, key, payload_json, c);
 }
@@ -119,7 +91,7 @@ claim(const char *key, const char *payload_json, struct claimed *c)
 static void
 make_terminal_as(const char *api_key, const char *key)
 {
-	struct claimed c;
+	struct tl_claimed c;
 	struct tl_resp r;
 	char *path = tl_run_path(key, "/transition");
 	json_t *body;
@@ -153,7 +125,7 @@ std_model(void)
 static void
 make_output(const char *key, bool crm, struct tl_resp *r)
 {
-	struct claimed c;
+	struct tl_claimed c;
 	char *path = tl_run_path(key, "/output");
 	json_t *body;
 
@@ -287,54 +259,36 @@ ctl_json(int want_rc, char **out_text, ...) __attribute__((sentinel));
 static json_t *
 ctl_json(int want_rc, char **out_text, ...)
 {
-	const char *conf = tl_env("ONCEGATE_CONF"), *ctl = tl_env("ONCEGATE_CTL"), *a;
-	char *cmd = NULL, *out, *last;
+	static const struct tl_ctl_how how = { .json = true };
+	char *out = NULL, *args = NULL, *line, *nl, *best = NULL;
+	const char *a;
 	size_t len = 0;
-	FILE *f = open_memstream(&cmd, &len);
+	FILE *f = open_memstream(&args, &len);
 	va_list ap;
 	json_t *v = NULL;
 	int rc;
 
 	ck_assert_ptr_nonnull(f);
-	fprintf(f, "'%s' -c '%s' --json", ctl, conf);
 	va_start(ap, out_text);
-	while ((a = va_arg(ap, const char *)) != NULL) {
-		const char *p;
-
-		fputs(" '", f);
-		for (p = a; *p; p++)
-			if (*p == '\'')
-				fputs("'\\''", f);
-			else
-				fputc(*p, f);
-		fputc('\'', f);
-	}
+	rc = tl_vctl(&how, &out, ap);
 	va_end(ap);
-	fputs("; echo \"rc=$?\"", f);
+	/* the arguments, for the message */
+	va_start(ap, out_text);
+	while ((a = va_arg(ap, const char *)) != NULL)
+		fprintf(f, " %s", a);
+	va_end(ap);
 	fclose(f);
-	out = tl_shell_output(cmd);
-	ck_assert_msg(out != NULL, "cannot run %s", cmd);
-	last = strstr(out, "rc=");
-	while (last != NULL && strstr(last + 1, "rc=") != NULL)
-		last = strstr(last + 1, "rc=");
-	ck_assert_ptr_nonnull(last);
-	rc = atoi(last + 3);
-	ck_assert_msg(rc == want_rc, "%s: exit %d, expected %d; stdout: %.2000s", cmd, rc, want_rc,
-	              out);
-	*last = '\0';
-	{
-		char *line = out, *nl, *best = NULL;
-
-		while ((nl = strchr(line, '\n')) != NULL) {
-			*nl = '\0';
-			if (line[0] == '{')
-				best = line;
-			line = nl + 1;
-		}
-		if (best != NULL)
-			v = json_loads(best, 0, NULL);
+	ck_assert_msg(out != NULL, "cannot run oncegatectl --json%s", args);
+	ck_assert_msg(rc == want_rc, "oncegatectl --json%s: exit %d, expected %d; stdout: %.2000s",
+	              args, rc, want_rc, out);
+	for (line = out; (nl = strchr(line, '\n')) != NULL; line = nl + 1) {
+		*nl = '\0';
+		if (line[0] == '{')
+			best = line;
 	}
-	free(cmd);
+	if (best != NULL)
+		v = json_loads(best, 0, NULL);
+	free(args);
 	if (out_text != NULL)
 		*out_text = out;
 	else
@@ -350,112 +304,16 @@ answer(const json_t *doc, const char *q)
 	return s != NULL ? s : "(none)";
 }
 
-/* ---- processes: the provider and the dispatcher ----------------------------- */
+/* ---- the dispatcher ------------------------------------------------------------ */
 
-static pid_t
-spawn(char *const argv[], const char *out, const char *err, bool actions)
-{
-	pid_t pid;
-
-	fflush(NULL);
-	pid = fork();
-	ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
-	if (pid == 0) {
-		int fd;
-
-		if ((fd = open("/dev/null", O_RDONLY)) >= 0)
-			dup2(fd, 0);
-		if ((fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644)) >= 0)
-			dup2(fd, 1);
-		if ((fd = open(err, O_WRONLY | O_CREAT | O_APPEND, 0644)) >= 0)
-			dup2(fd, 2);
-		for (fd = 3; fd < 1024; fd++)
-			close(fd);
-		if (actions)
-			setenv("AI_ACTIONS_ENABLED", "true", 1);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	return pid;
-}
-
-static bool
-wait_exit(pid_t pid, double secs, int *status)
-{
-	double deadline = tl_now() + secs;
-
-	for (;;) {
-		pid_t r = waitpid(pid, status, WNOHANG);
-
-		if (r == pid)
-			return true;
-		if ((r < 0 && errno != EINTR) || tl_now() > deadline)
-			return false;
-		tl_sleep_ms(20);
-	}
-}
-
+/* A dispatcher whose demo_http is the loopback provider on port; it sends
+ * (the kill switch is set on by the caller). */
 static void
-stop_pid(pid_t pid)
+dispatcher_start(struct dl_disp *d, int port)
 {
-	int st;
+	char *text = NULL, *state = tl_state_dir();
+	const char *log = dl_disp_files(d);
 
-	if (pid <= 0)
-		return;
-	kill(pid, SIGTERM);
-	if (!wait_exit(pid, 20, &st)) {
-		kill(pid, SIGKILL);
-		(void)wait_exit(pid, 5, &st);
-	}
-}
-
-/* The loopback HTTP provider; its port. */
-static int
-provider_start(pid_t *pid)
-{
-	char path[PATH_MAX], out[PATH_MAX], err[PATH_MAX], pidf[PATH_MAX];
-	char *argv[8];
-	double deadline;
-	int port = -1;
-
-	snprintf(path, sizeof(path), "%s/http_provider.py", tl_env("ONCEGATE_PROVIDERS"));
-	snprintf(out, sizeof(out), "%s/http.out", g_tmp);
-	snprintf(err, sizeof(err), "%s/http.err", g_tmp);
-	snprintf(pidf, sizeof(pidf), "%s/http.pid", g_tmp);
-	argv[0] = (char *)(uintptr_t)tl_env("ONCEGATE_PYTHON");
-	argv[1] = path;
-	argv[2] = (char *)(uintptr_t)"--port";
-	argv[3] = (char *)(uintptr_t)"0";
-	argv[4] = (char *)(uintptr_t)"--pid";
-	argv[5] = pidf;
-	argv[6] = NULL;
-	*pid = spawn(argv, out, err, false);
-	deadline = tl_now() + START_WAIT_S;
-	while (port <= 0 && tl_now() < deadline) {
-		char *text = tl_file_slurp(out, NULL);
-		char *r = text != NULL ? strstr(text, "ready ") : NULL;
-
-		if (r != NULL && strchr(r, '\n') != NULL)
-			port = atoi(r + 6);
-		free(text);
-		tl_sleep_ms(50);
-	}
-	ck_assert_msg(port > 0, "the HTTP provider did not start (see %s)", err);
-	return port;
-}
-
-/* A dispatcher whose demo_http is the loopback provider; it sends (the
- * kill switch is set on by the caller). */
-static pid_t
-dispatcher_start(int port, char *log, size_t loglen)
-{
-	char conf[PATH_MAX], err[PATH_MAX], *text = NULL, *argv[4], *state = tl_state_dir();
-	double deadline;
-	pid_t pid;
-
-	snprintf(conf, sizeof(conf), "%s/dispatch.conf", g_tmp);
-	snprintf(err, sizeof(err), "%s/dispatch.err", g_tmp);
-	snprintf(log, loglen, "%s/dispatch.log", g_tmp);
 	ck_assert_int_ge(asprintf(&text,
 	    "log_file = %s\nlog_level = info\ndispatch_workers = 2\ndispatch_batch = 4\n"
 	    "dispatch_lease_seconds = 30\ndispatch_poll_ms = 200\ndispatch_shutdown_seconds = 5\n"
@@ -466,47 +324,23 @@ dispatcher_start(int port, char *log, size_t loglen)
 	    "idempotency_key = 1\nprovider_id_header = X-Provider-Id\ntimeout_ms = 5000\n"
 	    "max_attempts = 3\nbase_ms = 200\ncap_ms = 1000\n", log, state ? state : ".",
 	    port), 0);
-	write_file(conf, text);
-	free(text);
 	free(state);
-	argv[0] = (char *)(uintptr_t)tl_env("ONCEGATE_DISPATCH");
-	argv[1] = (char *)(uintptr_t)"-c";
-	argv[2] = conf;
-	argv[3] = NULL;
-	pid = spawn(argv, "/dev/null", err, true);
-	deadline = tl_now() + START_WAIT_S;
-	for (;;) {
-		char *l = tl_file_slurp(log, NULL);
-		bool up = l != NULL && strstr(l, "dispatch.started") != NULL;
-
-		free(l);
-		if (up)
-			break;
-		ck_assert_msg(tl_now() < deadline, "oncegate-dispatch did not start (see %s)", err);
-		tl_sleep_ms(50);
-	}
-	return pid;
+	dl_disp_start(d, text, ENV_TRUE);
+	free(text);
 }
 
 static bool
 provider_has(int port, const char *idem_key)
 {
 	char url[1024], *enc = tl_urlencode(idem_key);
-	long status = 0;
-	CURL *h = curl_easy_init();
-	FILE *devnull = fopen("/dev/null", "w");
+	struct tl_resp r;
+	long status;
 
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/idem/effects/lookup?key=%s", port, enc);
 	free(enc);
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
-	curl_easy_setopt(h, CURLOPT_PROXY, "");
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, devnull);
-	(void)curl_easy_perform(h);
-	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_cleanup(h);
-	fclose(devnull);
+	tl_http_url("GET", url, NULL, NULL, NULL, NULL, 0, &r);
+	status = r.status;
+	tl_resp_free(&r);
 	return status == 200;
 }
 
@@ -534,23 +368,27 @@ wait_state(PGconn *c, const char *sql, const char *key, const char *want, double
 START_TEST(test_replay_through_approval_and_outbox)
 {
 	PGconn *c = tl_pg_connect();
-	char key[200], nkey[200], token[64], dlog[PATH_MAX], pk[256], *before, *st, *out;
+	char key[200], nkey[200], token[64], pk[256], *before, *st, *out;
+	char *none[] = { NULL };
+	struct dl_disp disp;
 	struct tl_resp r;
 	json_t *doc, *a;
-	pid_t prov, disp;
+	pid_t prov = -1;
 	int port;
 
 	if (tl_env("ONCEGATE_DISPATCH") == NULL || tl_env("ONCEGATE_PROVIDERS") == NULL)
 		return;
-	mkkey(key, sizeof(key), "orig");
-	mkkey(nkey, sizeof(nkey), "orig-fixed");
+	tl_mkkey(key, sizeof(key), "orig");
+	tl_mkkey(nkey, sizeof(nkey), "orig-fixed");
 	/* only this test's work may be sent by its dispatcher */
 	tl_pg_exec(c, "UPDATE effect_outbox SET state = 'cancelled' WHERE state = 'pending'"
-	           " AND idempotency_key NOT LIKE $1 || '%'", 1, (const char *[]){ g_run });
-	port = provider_start(&prov);
+	           " AND idempotency_key NOT LIKE $1 || '%'", 1, (const char *[]){ tl_run });
+	port = provider_start("http_provider.py", "http_provider", none, &prov);
+	proc_register(prov);
+	ck_assert_msg(port > 0, "the HTTP provider did not start (see %s)", g_tmp);
 	ck_assert_int_eq(tl_ctl(NULL, "kill-switch", "on", "--reason", "check_replay sends",
 	                        "--operator", OPERATOR, (char *)NULL), 0);
-	disp = dispatcher_start(port, dlog, sizeof(dlog));
+	dispatcher_start(&disp, port);
 
 	make_output(key, true, &r);
 	ASSERT_STATUS(&r, 202);
@@ -653,8 +491,8 @@ START_TEST(test_replay_through_approval_and_outbox)
 	tl_expect_run_unchanged(c, key, before, "replay, approval and dispatch of the new run");
 	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM operator_actions WHERE action = 'replay'"
 	                         " AND idempotency_key = $1 AND operator = '" OPERATOR "'", nkey), 1);
-	stop_pid(disp);
-	stop_pid(prov);
+	dl_disp_stop(&disp, 20);
+	provider_stop(prov, "http_provider");
 	ck_assert_int_eq(tl_ctl(NULL, "kill-switch", "off", "--reason", "check_replay done",
 	                        "--operator", OPERATOR, (char *)NULL), 0);
 	free(before);
@@ -689,10 +527,10 @@ START_TEST(test_refusals)
 	long off;
 	json_t *lines;
 
-	mkkey(key, sizeof(key), "ref-orig");
-	mkkey(other, sizeof(other), "ref-other");
-	mkkey(live, sizeof(live), "ref-live");
-	mkkey(fresh, sizeof(fresh), "ref-fresh");
+	tl_mkkey(key, sizeof(key), "ref-orig");
+	tl_mkkey(other, sizeof(other), "ref-other");
+	tl_mkkey(live, sizeof(live), "ref-live");
+	tl_mkkey(fresh, sizeof(fresh), "ref-fresh");
 	make_terminal(key);
 	make_terminal(other);
 	make_awaiting(live, tok, sizeof(tok));
@@ -767,8 +605,8 @@ START_TEST(test_replay_corrected_payload)
 	struct tl_resp r;
 	json_t *doc, *body;
 
-	mkkey(key, sizeof(key), "corr-orig");
-	mkkey(nkey, sizeof(nkey), "corr-new");
+	tl_mkkey(key, sizeof(key), "corr-orig");
+	tl_mkkey(nkey, sizeof(nkey), "corr-new");
 	make_terminal(key);
 	before = tl_run_snapshot(c, key);
 	snprintf(path, sizeof(path), "%s/corrected.json", g_tmp);
@@ -817,9 +655,9 @@ START_TEST(test_explain_scenarios)
 	struct tl_resp r;
 	json_t *doc;
 
-	mkkey(k1, sizeof(k1), "ex-approve");
-	mkkey(k2, sizeof(k2), "ex-reject");
-	mkkey(k3, sizeof(k3), "ex-auto");
+	tl_mkkey(k1, sizeof(k1), "ex-approve");
+	tl_mkkey(k2, sizeof(k2), "ex-reject");
+	tl_mkkey(k3, sizeof(k3), "ex-auto");
 	make_awaiting(k1, tok, sizeof(tok));
 	doc = ctl_json(0, NULL, "explain", k1, (char *)NULL);
 	ck_assert_str_eq(answer(doc, "approved"), "pending");
@@ -882,8 +720,8 @@ make_map(PGconn *c, const char *tag, int n, char *path, size_t plen, char keys[]
 	(void)c;
 	fprintf(f, "# %s: issued upstream by check_replay\n\n", tag);
 	for (i = 0; i < n; i++) {
-		snprintf(keys[i][0], 200, "%s-%s-%02d", g_run, tag, i);
-		snprintf(keys[i][1], 200, "%s-%s-%02d-v2", g_run, tag, i);
+		snprintf(keys[i][0], 200, "%s-%s-%02d", tl_run, tag, i);
+		snprintf(keys[i][1], 200, "%s-%s-%02d-v2", tl_run, tag, i);
 		make_terminal(keys[i][0]);
 		fprintf(f, "%s %s\n", keys[i][0], keys[i][1]);
 	}
@@ -930,9 +768,9 @@ START_TEST(test_bulk_shared_key)
 	char key[200], nkey[220], name[96], path[PATH_MAX], *line, *key_b;
 	json_t *doc;
 
-	mkkey(key, sizeof(key), "bulk-shared-заказ-№7");
+	tl_mkkey(key, sizeof(key), "bulk-shared-заказ-№7");
 	snprintf(nkey, sizeof(nkey), "%s-v2", key);
-	snprintf(name, sizeof(name), "%s-globex", g_run);
+	snprintf(name, sizeof(name), "%s-globex", tl_run);
 	key_b = tl_client_add(name);
 	ck_assert_ptr_nonnull(key_b);
 	make_terminal_as(g_key_dev, key);
@@ -976,7 +814,7 @@ START_TEST(test_bulk_rate)
 	took = tl_now() - t0;
 	json_decref(doc);
 	ck_assert_msg(took >= 9.0, "%d items at %s took %.2f s", BULK_N, BULK_RATE, took);
-	snprintf(like, sizeof(like), "%s-rate-%%-v2", g_run);
+	snprintf(like, sizeof(like), "%s-rate-%%-v2", tl_run);
 	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM run_replays WHERE replay_key LIKE $1",
 	                         like), BULK_N);
 	free(keys);
@@ -1014,7 +852,7 @@ START_TEST(test_bulk_stop_resume)
 	argv[10] = (char *)(uintptr_t)"--operator";
 	argv[11] = (char *)(uintptr_t)OPERATOR;
 	argv[12] = NULL;
-	pid = spawn(argv, out, err, false);
+	pid = spawn(argv, out, err, ENV_UNSET);
 	deadline = tl_now() + 60;
 	for (;;) {
 		v = q_value(c, "SELECT max(id)::text FROM replay_jobs WHERE source = $1", path);
@@ -1093,7 +931,7 @@ START_TEST(test_purge)
 	json_t *doc;
 	long long n, purges;
 
-	mkkey(key, sizeof(key), "purge");
+	tl_mkkey(key, sizeof(key), "purge");
 	make_awaiting(key, tok, sizeof(tok));
 	decide(tok, key, "reject");
 	tl_sleep_ms(20);
@@ -1159,27 +997,21 @@ replay_suite(void)
 int
 main(void)
 {
-	SRunner *sr;
-	int failed;
 	char tmpl[] = "/tmp/check_replay.XXXXXX";
+	int failed, rc;
 
+	if ((rc = tl_suite_begin("check_replay", "rp", "ONCEGATE_API_KEY ONCEGATE_CTL")) != 0)
+		return rc;
 	g_base = tl_env("ONCEGATE_URL");
 	g_key_dev = tl_env("ONCEGATE_API_KEY");
-	if (g_base == NULL || g_key_dev == NULL || tl_env("ONCEGATE_CTL") == NULL) {
-		fprintf(stderr, "check_replay: ONCEGATE_URL / ONCEGATE_API_KEY / ONCEGATE_CTL not "
-		        "set: skipped (run it through ./dev test)\n");
-		return 77;
-	}
 	if (mkdtemp(tmpl) == NULL)
-		return 1;
+		return tl_suite_end(1);
+	g_suite = "check_replay";
 	snprintf(g_tmp, sizeof(g_tmp), "%s", tmpl);
+	snprintf(g_procs, sizeof(g_procs), "%s/procs", g_tmp);
 	chmod(g_tmp, 0755);
-	snprintf(g_run, sizeof(g_run), "rp%lld-%d", (long long)time(NULL), (int)getpid());
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-	sr = srunner_create(replay_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	curl_global_cleanup();
-	return failed == 0 ? 0 : 1;
+	failed = tl_suite_run(replay_suite(), false);
+	/* what a failed test left running */
+	proc_sweep();
+	return tl_suite_end(failed);
 }

@@ -54,7 +54,6 @@
 #define GROUPS            "support"
 #define RAW_TIMEOUT_MS    8000
 
-static char g_run[64];           /* "sc<epoch>-<pid>" */
 static const char *g_key_dev;    /* API key of client "dev" */
 static const char *g_base;       /* ONCEGATE_URL */
 
@@ -75,12 +74,6 @@ static const char *const hostile[] = {
 #define NHOSTILE (sizeof(hostile) / sizeof(hostile[0]))
 
 /* ---- small helpers ----------------------------------------------------- */
-
-static void
-mkkey(char *buf, size_t n, const char *test)
-{
-	snprintf(buf, n, "%s-%s", g_run, test);
-}
 
 /* A printable rendering of a hostile value for messages. */
 static const char *
@@ -207,27 +200,6 @@ expect_healthy(const char *after)
 
 /* ---- the API: claim and output ------------------------------------------ */
 
-struct claimed {
-	char owner[64];
-	long long version;
-};
-
-static void
-claim_run(const char *key, struct claimed *c)
-{
-	json_t *body = json_pack("{s:s, s:{s:i, s:s}, s:i}", "key", key, "payload", "ticket", 42,
-	                         "m", g_run, "lease_seconds", 60);
-	struct tl_resp r;
-
-	tl_post_json("/v1/runs", g_key_dev, body, &r);
-	json_decref(body);
-	ASSERT_STATUS(&r, 201);
-	ck_assert_msg(tl_jstr(r.json, "lease_owner") != NULL && tl_jint(r.json, "version", &c->version),
-	              "claim answer: %s", r.body);
-	snprintf(c->owner, sizeof(c->owner), "%s", tl_jstr(r.json, "lease_owner"));
-	tl_resp_free(&r);
-}
-
 static json_t *
 reply_output(const char *subject, const char *body)
 {
@@ -251,7 +223,7 @@ std_model(void)
 
 /* The body of an output submission (support_reply unless told). */
 static json_t *
-output_body(const struct claimed *c, const char *contract, json_t *output, json_t *effect)
+output_body(const struct tl_claimed *c, const char *contract, json_t *output, json_t *effect)
 {
 	json_t *b = json_pack("{s:s, s:I, s:s, s:o, s:o, s:o, s:s}", "lease_owner", c->owner,
 	                      "version", (json_int_t)c->version, "contract",
@@ -276,15 +248,15 @@ struct gated {
 static void
 make_gated(const char *test, json_t *output, struct gated *g)
 {
-	struct claimed c;
+	struct tl_claimed c;
 	struct tl_resp r;
 	json_t *body, *a;
 	char *path, prefix[512];
 	const char *url;
 
 	memset(g, 0, sizeof(*g));
-	mkkey(g->key, sizeof(g->key), test);
-	claim_run(g->key, &c);
+	tl_mkkey(g->key, sizeof(g->key), test);
+	tl_claim_run(g->key, &c);
 	path = tl_run_path(g->key, "/output");
 	body = output_body(&c, NULL, output, NULL);
 	tl_post_json(path, g_key_dev, body, &r);
@@ -560,7 +532,7 @@ START_TEST(test_hostile_claim_roundtrip)
 		struct tl_resp r;
 		const char *p[2];
 
-		snprintf(key, sizeof(key), "%s-rt%zu-%s", g_run, i, s);
+		snprintf(key, sizeof(key), "%s-rt%zu-%s", tl_run, i, s);
 		payload = json_pack("{s:s, s:s, s:{s:[s]}}", s, s, "v", s, "nested", s, s);
 		body = json_pack("{s:s, s:O, s:s, s:s, s:s}", "key", key, "payload", payload,
 		                 "workflow_version", s, "trigger", s, "correlation_id", s);
@@ -640,14 +612,14 @@ START_TEST(test_hostile_transition_roundtrip)
 	for (i = 0; i < NHOSTILE; i += 2) {
 		const char *s = hostile[i];
 		char key[256], test[64], sh[256], *path;
-		struct claimed cl;
+		struct tl_claimed cl;
 		struct tl_resp r;
 		json_t *result = json_pack("{s:s, s:[s]}", s, s, "list", s), *b, *again;
 		const char *p[3];
 
 		snprintf(test, sizeof(test), "tr%zu", i);
-		mkkey(key, sizeof(key), test);
-		claim_run(key, &cl);
+		tl_mkkey(key, sizeof(key), test);
+		tl_claim_run(key, &cl);
 		path = tl_run_path(key, "/transition");
 		b = json_pack("{s:s, s:I, s:s, s:O, s:s}", "lease_owner", cl.owner, "version",
 		              (json_int_t)cl.version, "to", "completed", "result", result, "reason", s);
@@ -671,7 +643,7 @@ START_TEST(test_hostile_transition_roundtrip)
 			free(rj);
 		}
 		/* the duplicate claim answers the stored result */
-		b = json_pack("{s:s, s:{s:i, s:s}}", "key", key, "payload", "ticket", 42, "m", g_run);
+		b = json_pack("{s:s, s:{s:i, s:s}}", "key", key, "payload", "ticket", 42, "m", tl_run);
 		tl_post_json("/v1/runs", g_key_dev, b, &r);
 		json_decref(b);
 		again = json_object_get(r.json, "result");
@@ -692,17 +664,17 @@ START_TEST(test_wildcards_are_literal)
 	PGconn *c = pg();
 	char key[128], probe[128], *before;
 	static const char *const probes[] = { "a_c", "a%", "%", "_bc", "ab_", "a\\bc", "A*", NULL };
-	struct claimed cl;
+	struct tl_claimed cl;
 	size_t i;
 
-	mkkey(key, sizeof(key), "like-abc");
-	claim_run(key, &cl);
+	tl_mkkey(key, sizeof(key), "like-abc");
+	tl_claim_run(key, &cl);
 	before = totals(c);
 	for (i = 0; probes[i] != NULL; i++) {
 		char *path;
 		struct tl_resp r;
 
-		snprintf(probe, sizeof(probe), "%s-like-%s", g_run, probes[i]);
+		snprintf(probe, sizeof(probe), "%s-like-%s", tl_run, probes[i]);
 		path = tl_run_path(probe, NULL);
 		tl_get(path, g_key_dev, &r);
 		ck_assert_msg(r.status == 404,
@@ -793,7 +765,7 @@ START_TEST(test_hostile_bytes_refused)
 		char *text = NULL;
 		struct tl_resp r;
 
-		text = subst(bodies[i].json, g_run);
+		text = subst(bodies[i].json, tl_run);
 		tl_http("POST", "/v1/runs", g_key_dev, "application/json", text, strlen(text), &r);
 		expect_refusal(&r, 400, 422, bodies[i].about, bodies[i].what);
 		tl_resp_free(&r);
@@ -803,12 +775,12 @@ START_TEST(test_hostile_bytes_refused)
 		char *path = NULL;
 		struct tl_resp r;
 
-		ck_assert_int_ge(asprintf(&path, "/v1/runs/%s-p%s", g_run, paths[i]), 0);
+		ck_assert_int_ge(asprintf(&path, "/v1/runs/%s-p%s", tl_run, paths[i]), 0);
 		tl_get(path, g_key_dev, &r);
 		expect_refusal(&r, 400, 400, "key|request", path);
 		tl_resp_free(&r);
 		free(path);
-		ck_assert_int_ge(asprintf(&path, "/v1/runs/%s-p%s/transition", g_run, paths[i]), 0);
+		ck_assert_int_ge(asprintf(&path, "/v1/runs/%s-p%s/transition", tl_run, paths[i]), 0);
 		tl_post_text(path, g_key_dev, "{\"lease_owner\":\"00000000-0000-0000-0000-000000000000\","
 		             "\"version\":1,\"to\":\"completed\"}", &r);
 		expect_refusal(&r, 400, 400, "key|request", path);
@@ -828,7 +800,7 @@ START_TEST(test_query_and_headers_ignored)
 {
 	PGconn *c = pg();
 	char key[128], *path, *before, *snap;
-	struct claimed cl;
+	struct tl_claimed cl;
 	struct tl_resp r;
 	const char *h[3];
 	char *hdrs = NULL, auth[256];
@@ -836,8 +808,8 @@ START_TEST(test_query_and_headers_ignored)
 	json_t *lines;
 	size_t i, ids = 0;
 
-	mkkey(key, sizeof(key), "query");
-	claim_run(key, &cl);
+	tl_mkkey(key, sizeof(key), "query");
+	tl_claim_run(key, &cl);
 	snap = tl_run_snapshot(c, key);
 	before = totals(c);
 	path = NULL;
@@ -1112,11 +1084,11 @@ START_TEST(test_contract_name_traversal)
 	};
 	PGconn *c = pg();
 	char key[128], *path, *snap, *before, sh[256];
-	struct claimed cl;
+	struct tl_claimed cl;
 	size_t i;
 
-	mkkey(key, sizeof(key), "contract");
-	claim_run(key, &cl);
+	tl_mkkey(key, sizeof(key), "contract");
+	tl_claim_run(key, &cl);
 	path = tl_run_path(key, "/output");
 	snap = tl_run_snapshot(c, key);
 	before = totals(c);
@@ -1654,7 +1626,7 @@ START_TEST(test_oversized_bodies)
 	struct tl_resp r;
 
 	/* exactly at the cap: accepted (the cap is not off by one) */
-	mkkey(key, sizeof(key), "body-at-cap");
+	tl_mkkey(key, sizeof(key), "body-at-cap");
 	body = claim_of_size(key, MAX_BODY);
 	tl_http("POST", "/v1/runs", g_key_dev, "application/json", body, MAX_BODY, &r);
 	ASSERT_STATUS(&r, 201);
@@ -1664,7 +1636,7 @@ START_TEST(test_oversized_bodies)
 
 	before = totals(c);
 	/* one byte over */
-	mkkey(key, sizeof(key), "body-over-cap");
+	tl_mkkey(key, sizeof(key), "body-over-cap");
 	body = claim_of_size(key, MAX_BODY + 1);
 	tl_http("POST", "/v1/runs", g_key_dev, "application/json", body, MAX_BODY + 1, &r);
 	expect_refusal(&r, 413, 413, "body_too_large|large", "a body one byte over max_body_bytes");
@@ -1692,7 +1664,7 @@ START_TEST(test_oversized_bodies)
 	expect_healthy("a chunked body over the cap");
 
 	/* far over nginx's own cap: plain and chunked */
-	mkkey(key, sizeof(key), "body-huge");
+	tl_mkkey(key, sizeof(key), "body-huge");
 	body = claim_of_size(key, NGINX_BODY_MAX + 512 * 1024);
 	tl_http("POST", "/v1/runs", g_key_dev, "application/json", body, strlen(body), &r);
 	expect_refusal(&r, 413, 413, "body_too_large|large", "a 1.5 MB body");
@@ -2258,12 +2230,12 @@ START_TEST(test_headers_on_every_answer)
 		}
 		/* the answer that carries an approval link */
 		{
-			struct claimed cl;
+			struct tl_claimed cl;
 			char key[128], *op;
 			json_t *b;
 
-			mkkey(key, sizeof(key), "headers-api");
-			claim_run(key, &cl);
+			tl_mkkey(key, sizeof(key), "headers-api");
+			tl_claim_run(key, &cl);
 			op = tl_run_path(key, "/output");
 			b = output_body(&cl, NULL, NULL, NULL);
 			{
@@ -2343,35 +2315,15 @@ security_suite(void)
 int
 main(void)
 {
-	static const char *const needed[] = {
-		"ONCEGATE_API_KEY", "ONCEGATE_CONF", "ONCEGATE_LOG", "ONCEGATE_CTL", NULL,
-	};
-	SRunner *sr;
-	int failed, i;
+	int failed, rc;
 
-	if (tl_env("ONCEGATE_URL") == NULL) {
-		printf("check_security: ONCEGATE_URL is not set; run `./dev test` to start the "
-		       "stack. Skipping.\n");
-		return 77;
-	}
-	for (i = 0; needed[i] != NULL; i++) {
-		if (tl_env(needed[i]) == NULL) {
-			fprintf(stderr, "check_security: ONCEGATE_URL is set but %s is not\n", needed[i]);
-			return 99;
-		}
-	}
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		return 99;
+	if ((rc = tl_suite_begin("check_security", "sc", "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG ONCEGATE_CTL")) != 0)
+		return rc;
 	xmlInitParser();
 	g_base = tl_env("ONCEGATE_URL");
 	g_key_dev = tl_env("ONCEGATE_API_KEY");
-	snprintf(g_run, sizeof(g_run), "sc%lld-%d", (long long)time(NULL), (int)getpid());
 
-	sr = srunner_create(security_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = tl_suite_run(security_suite(), false);
 	xmlCleanupParser();
-	curl_global_cleanup();
-	return failed == 0 ? 0 : 1;
+	return tl_suite_end(failed);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backoff.h"
+#include "suitelib.h"
 
 #include <limits.h>
 
@@ -338,11 +339,5 @@ backoff_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(backoff_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tl_suite_run(backoff_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

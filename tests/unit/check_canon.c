@@ -631,11 +631,5 @@ canon_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(canon_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tl_suite_run(canon_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

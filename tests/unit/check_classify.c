@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "classify.h"
+#include "suitelib.h"
 
 /* Sun, 06 Nov 1994 08:49:37 GMT (the RFC 9110 example date). */
 #define NOW       ((time_t)784111777)
@@ -440,11 +441,5 @@ classify_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(classify_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tl_suite_run(classify_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

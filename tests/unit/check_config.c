@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "suitelib.h"
 
 static char path[64];
 
@@ -310,11 +311,5 @@ config_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(config_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tl_suite_run(config_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -25,6 +25,7 @@
 #include "contract.h"
 #include "digest.h"
 #include "caps.h"
+#include "suitelib.h"
 
 static char scratch[] = "/tmp/check_contract.XXXXXX";
 
@@ -1535,17 +1536,13 @@ contract_suite(void)
 int
 main(void)
 {
-	SRunner *sr;
 	int failed;
 
 	if (mkdtemp(scratch) == NULL) {
 		perror("mkdtemp");
 		return EXIT_FAILURE;
 	}
-	sr = srunner_create(contract_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = tl_suite_run(contract_suite(), false);
 	nftw(scratch, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	return failed != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

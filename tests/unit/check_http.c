@@ -10,6 +10,7 @@
 #include "api.h"
 #include "http.h"
 #include "caps.h"
+#include "suitelib.h"
 
 struct route_case {
 	const char *method;
@@ -206,11 +207,5 @@ http_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(http_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tl_suite_run(http_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

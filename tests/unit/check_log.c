@@ -18,6 +18,7 @@
 
 #include "caps.h"
 #include "log.h"
+#include "suitelib.h"
 
 static char tmpdir[64];
 static char logpath[128];
@@ -832,11 +833,5 @@ log_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(log_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tl_suite_run(log_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

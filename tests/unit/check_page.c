@@ -1366,12 +1366,8 @@ page_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(page_suite());
-	int failed;
+	int failed = tl_suite_run(page_suite(), false);
 
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
 	xmlCleanupParser();
 	return failed != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -13,6 +13,7 @@
 #include "csrf.h"
 #include "digest.h"
 #include "token.h"
+#include "suitelib.h"
 
 #define DRAWS 100000
 
@@ -304,11 +305,5 @@ token_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(token_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tl_suite_run(token_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }
