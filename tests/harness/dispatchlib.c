@@ -50,57 +50,6 @@ write_file(const char *path, const char *text)
 	ck_assert_msg(fputs(text, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
 }
 
-static int
-qparams(va_list ap, const char *p[QMAX])
-{
-	const char *v;
-	int n = 0;
-
-	while ((v = va_arg(ap, const char *)) != NULL) {
-		ck_assert_int_lt(n, QMAX);
-		p[n++] = v;
-	}
-	return n;
-}
-
-/* A query helper: the parameters collected, then fn's answer. */
-#define DL_QUERY(type, name, fn)                                                       \
-	type name(PGconn *c, const char *sql, ...)                                     \
-	{                                                                              \
-		const char *p[QMAX];                                                   \
-		va_list ap;                                                            \
-		int n;                                                                 \
-                                                                                       \
-		va_start(ap, sql);                                                     \
-		n = qparams(ap, p);                                                    \
-		va_end(ap);                                                            \
-		return fn(c, sql, n, p);                                               \
-	}
-
-/* The first column of the first row (malloc'd) or NULL; it as a number; the
- * rows a statement touched. */
-DL_QUERY(char *, qstr, tl_pg_value)
-DL_QUERY(long long, qnum, tl_pg_count)
-DL_QUERY(long long, qexec, tl_pg_exec)
-
-/* tl_pg_value's answer parsed as JSON (NULL for no row / SQL NULL). */
-static json_t *
-pg_json(PGconn *c, const char *sql, int n, const char *const *p)
-{
-	char *text = tl_pg_value(c, sql, n, p);
-	json_t *v;
-
-	if (text == NULL)
-		return NULL;
-	v = json_loads(text, JSON_DECODE_ANY, NULL);
-	ck_assert_msg(v != NULL, "not JSON: %s", text);
-	free(text);
-	return v;
-}
-
-/* A query returning one JSON text, parsed (NULL for no row / SQL NULL). */
-DL_QUERY(json_t *, qjson, pg_json)
-
 /* ---- processes ------------------------------------------------------------- */
 
 /* Is pid running (not a zombie)? Reaps it when it is our child. */
@@ -506,6 +455,93 @@ dl_client_id(const char *name, char *out, size_t outlen)
 	return ok;
 }
 
+void
+dl_conf_open(struct dl_conf *c, struct dl_disp *d)
+{
+	c->text = NULL;
+	c->len = 0;
+	c->f = open_memstream(&c->text, &c->len);
+	ck_assert_ptr_nonnull(c->f);
+	fprintf(c->f, "log_file = %s\nlog_level = info\ndispatch_workers = 2\ndispatch_batch = 4\n"
+	        "dispatch_lease_seconds = 30\ndispatch_poll_ms = 200\n"
+	        "dispatch_shutdown_seconds = 5\nreconcile_interval_seconds = 1\n",
+	        dl_disp_files(d));
+	dl_conf_contracts(c->f);
+}
+
+void
+dl_conf_start(struct dl_conf *c, struct dl_disp *d, enum env_switch env)
+{
+	ck_assert_int_eq(fclose(c->f), 0);
+	c->f = NULL;
+	dl_disp_start(d, c->text, env);
+	free(c->text);
+	c->text = NULL;
+}
+
+/* ---- effects and runs in the database ------------------------------------------ */
+
+json_t *
+dl_effect_row(PGconn *c, const char *id)
+{
+	json_t *v = qjson(c, "SELECT row_to_json(e)::text FROM effect_outbox e WHERE id = $1::uuid",
+	                  id, (char *)NULL);
+
+	ck_assert_msg(v != NULL, "effect %s does not exist", id);
+	return v;
+}
+
+json_t *
+dl_attempts_of(PGconn *c, const char *id)
+{
+	return qjson(c, "SELECT coalesce(json_agg(a ORDER BY a.id), '[]')::text"
+	             "  FROM effect_attempts a WHERE a.effect_id = $1::uuid", id, (char *)NULL);
+}
+
+char *
+dl_effect_state(PGconn *c, const char *id)
+{
+	return qstr(c, "SELECT state FROM effect_outbox WHERE id = $1::uuid", id, (char *)NULL);
+}
+
+json_t *
+dl_dead_letter_of(PGconn *c, const char *id)
+{
+	return qjson(c, "SELECT row_to_json(d)::text FROM dead_letters d WHERE effect_id = $1::uuid",
+	             id, (char *)NULL);
+}
+
+char *
+dl_wait_effect(PGconn *c, const char *id, const char *want, double secs)
+{
+	double deadline = tl_now() + secs;
+	char *st;
+
+	for (;;) {
+		st = dl_effect_state(c, id);
+		if (streq(st, want) || tl_now() > deadline)
+			return st;
+		free(st);
+		tl_sleep_ms(100);
+	}
+}
+
+char *
+dl_run_state(PGconn *c, const char *client, const char *key)
+{
+	return qstr(c, "SELECT state FROM workflow_runs WHERE client_id = $1::bigint"
+	            " AND idempotency_key = $2", client, key, (char *)NULL);
+}
+
+void
+dl_message_id(const char *provider_key, const char *domain, char out[128])
+{
+	char hex[65];
+
+	tl_sha256_hex(provider_key, hex);
+	snprintf(out, 128, "<%.32s.oncegate@%s>", hex, domain);
+}
+
 /* ---- a suite's main --------------------------------------------------------- */
 
 static int
@@ -615,6 +651,17 @@ dl_fixture_teardown(void)
 	proc_sweep();
 }
 
+TCase *
+dl_tcase(Suite *s, const char *name, double timeout_s)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_set_timeout(tc, timeout_s);
+	tcase_add_checked_fixture(tc, dl_fixture_setup, dl_fixture_teardown);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
 const char *
 dl_disp_files(struct dl_disp *d)
 {
@@ -682,7 +729,7 @@ dl_disp_stop(struct dl_disp *d, int wait_s)
 	}
 	d->pid = -1;
 	e = tl_file_slurp(d->err, NULL);
-	ck_assert_msg(e == NULL || (strstr(e, "ERROR: AddressSanitizer") == NULL &&
+	ck_assert_msg(e == NULL || (strstr(e, "AddressSanitizer") == NULL &&
 	                            strstr(e, "runtime error:") == NULL &&
 	                            strstr(e, "LeakSanitizer") == NULL),
 	              "sanitizer finding in the dispatcher: %.4000s", e);

@@ -29,20 +29,14 @@ bool streq(const char *a, const char *b); /* both non-NULL and equal */
 /* Writes text to path; fails the test when it cannot. */
 void write_file(const char *path, const char *text);
 
-/* Queries with text parameters given as a NULL-terminated list (at most
- * QMAX): the first column of the first row (malloc'd) or NULL; it as a
- * count; the rows an INSERT/UPDATE/DELETE touched; it parsed as JSON. */
-#define QMAX 8
-char *qstr(PGconn *c, const char *sql, ...);
-long long qnum(PGconn *c, const char *sql, ...);
-long long qexec(PGconn *c, const char *sql, ...);
-json_t *qjson(PGconn *c, const char *sql, ...);
 
 /* The fixture of a suite whose tests run dispatchers: before each test
  * nothing of an earlier test still runs, and nothing an earlier test (or
  * suite) left waiting can be claimed; after it, nothing it started runs. */
 void dl_fixture_setup(void);
 void dl_fixture_teardown(void);
+/* A test case of suite s with that fixture and a timeout of timeout_s. */
+TCase *dl_tcase(Suite *s, const char *name, double timeout_s);
 
 /* Writes the dispatcher setting that names the test stack's contracts
  * directory (each payload is checked against its contract again before it
@@ -88,6 +82,37 @@ size_t wait_prov(const char *prefix, const char *kind, size_t want, double secs)
  * environment); false, said on stderr, when there is none. No Check
  * assertions: used outside any test. */
 bool dl_client_id(const char *name, char *out, size_t outlen);
+
+/* The effect_outbox row of effect id as JSON (the test fails when there is
+ * none); its attempts (a JSON array); its state (malloc'd); its dead letter
+ * (NULL: none). */
+json_t *dl_effect_row(PGconn *c, const char *id);
+json_t *dl_attempts_of(PGconn *c, const char *id);
+char *dl_effect_state(PGconn *c, const char *id);
+json_t *dl_dead_letter_of(PGconn *c, const char *id);
+/* Polls the effect's state until it is `want` (or secs are up); returns the
+ * last state seen (malloc'd). */
+char *dl_wait_effect(PGconn *c, const char *id, const char *want, double secs);
+/* Fails the test unless effect id reaches state want within secs, showing
+ * its row and attempts. */
+#define DL_EXPECT_EFFECT(c, id, want, secs)                                            \
+	do {                                                                           \
+		char *st_ = dl_wait_effect((c), (id), (want), (secs));                 \
+		if (!streq(st_, (want))) {                                             \
+			json_t *row_ = dl_effect_row((c), (id));                       \
+			json_t *att_ = dl_attempts_of((c), (id));                      \
+			char *r_ = tl_json_text(row_), *a_ = tl_json_text(att_);       \
+			ck_abort_msg("effect %s: state %s after %.0f s, expected %s\n"  \
+			             "  row: %s\n  attempts: %s", (id), st_ ? st_ : "?", \
+			             (double)(secs), (want), r_, a_);                   \
+		}                                                                      \
+		free(st_);                                                             \
+	} while (0)
+/* The state of the run of API client id client with this key (malloc'd). */
+char *dl_run_state(PGconn *c, const char *client, const char *key);
+/* The Message-ID the SMTP provider gives the mail of provider_key when its
+ * domain is domain. */
+void dl_message_id(const char *provider_key, const char *domain, char out[128]);
 
 /* Cancels every effect still pending, unknown or sending (a test's
  * fixture: no dispatcher of the next test sees foreign work). */
@@ -136,5 +161,20 @@ const char *dl_disp_files(struct dl_disp *d);
 void dl_disp_start(struct dl_disp *d, const char *conf_text, enum env_switch env);
 /* SIGTERM, the exit within wait_s (status 0), no sanitizer finding. */
 void dl_disp_stop(struct dl_disp *d, int wait_s);
+
+/* The config text of a dispatcher being written. */
+struct dl_conf {
+	FILE *f;
+	char *text;
+	size_t len;
+};
+/* Opens the config of dispatcher d (its files named as dl_disp_files does)
+ * with the settings the suites share: its own decision log, 2 workers,
+ * batches of 4, 30 s leases, 200 ms polls, a 5 s shutdown, a reconcile each
+ * second and the stack's contracts (each payload is checked again before it
+ * goes). The caller adds settings and targets to c->f. */
+void dl_conf_open(struct dl_conf *c, struct dl_disp *d);
+/* Closes the config and starts d with it (dl_disp_start). */
+void dl_conf_start(struct dl_conf *c, struct dl_disp *d, enum env_switch env);
 
 #endif

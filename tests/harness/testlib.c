@@ -195,90 +195,140 @@ header_cb(char *ptr, size_t size, size_t nmemb, void *ud)
 	return n;
 }
 
+/* $ONCEGATE_URL + path (malloc'd); NULL, with r filled as a request that
+ * failed, when there is none. */
+static char *
+stack_url(const char *path, struct tl_resp *r)
+{
+	const char *base = tl_env("ONCEGATE_URL");
+	char *url = NULL;
+
+	if (base != NULL && asprintf(&url, "%s%s", base, path) >= 0)
+		return url;
+	memset(r, 0, sizeof(*r));
+	r->body = strdup("");
+	snprintf(r->error, sizeof(r->error), "%s",
+	         base == NULL ? "ONCEGATE_URL is not set" : "request failed");
+	return NULL;
+}
+
 int
 tl_http(const char *method, const char *path, const char *bearer,
         const char *ctype, const char *body, size_t body_len,
         struct tl_resp *r)
 {
-	const char *base = tl_env("ONCEGATE_URL");
-	char *url = NULL;
-	int rc;
+	char *url = stack_url(path, r);
+	int rc = url != NULL ? tl_http_url(method, url, NULL, bearer, ctype, body, body_len, r) : -1;
 
-	if (base == NULL || asprintf(&url, "%s%s", base, path) < 0) {
-		memset(r, 0, sizeof(*r));
-		r->body = strdup("");
-		snprintf(r->error, sizeof(r->error), "%s",
-		         base == NULL ? "ONCEGATE_URL is not set" : "request failed");
-		rc = -1;
-	} else {
-		rc = tl_http_url(method, url, NULL, bearer, ctype, body, body_len, r);
-	}
 	snprintf(r->what, sizeof(r->what), "%s %s", method, path);
 	free(url);
 	return rc;
 }
 
-int
-tl_http_url(const char *method, const char *url, const char *iface, const char *bearer,
-            const char *ctype, const char *body, size_t body_len, struct tl_resp *r)
+/* One request, the core of tl_http, tl_http_url and tl_http_hdrs. */
+struct req {
+	const char *method, *url;
+	const char *iface;                /* local address (NULL: any) */
+	const char *bearer;
+	const char *const *headers;       /* more request headers (NULL-terminated) */
+	const char *ctype, *body;
+	size_t body_len;
+	bool always_body;                 /* any method but GET and HEAD sends a body,
+	                                   * empty when body is NULL */
+};
+
+struct hdr_sink {
+	struct tl_resp *r;
+	struct sink block;
+};
+
+static size_t
+hdrs_cb(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+	struct hdr_sink *hs = ud;
+	size_t n = size * nmemb;
+
+	if (n >= 5 && strncmp(ptr, "HTTP/", 5) == 0)
+		hs->block.len = 0; /* a new response (after 1xx): start over */
+	else if (body_cb(ptr, 1, n, &hs->block) != n)
+		return 0;
+	if (hs->block.data != NULL)
+		hs->block.data[hs->block.len] = '\0';
+	return header_cb(ptr, size, nmemb, hs->r);
+}
+
+static int
+request(const struct req *q, struct tl_resp *r, char **headers)
 {
 	struct curl_slist *hdrs = NULL;
 	struct sink sink = { 0 };
+	struct hdr_sink hs = { 0 };
 	char errbuf[CURL_ERROR_SIZE] = "";
 	char *auth = NULL, *ct = NULL;
 	CURL *h = NULL;
 	CURLcode cc;
 	int rc = -1;
+	size_t i;
 
 	memset(r, 0, sizeof(*r));
-	snprintf(r->what, sizeof(r->what), "%s %s", method, url);
+	hs.r = r;
+	snprintf(r->what, sizeof(r->what), "%s %s", q->method, q->url);
 	h = curl_easy_init();
 	if (h == NULL)
 		goto out;
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	if (iface != NULL)
-		curl_easy_setopt(h, CURLOPT_INTERFACE, iface);
+	curl_easy_setopt(h, CURLOPT_URL, q->url);
+	if (q->iface != NULL)
+		curl_easy_setopt(h, CURLOPT_INTERFACE, q->iface);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)TL_HTTP_TIMEOUT_S);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, (long)TL_CONNECT_TIMEOUT_S);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_cb);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
-	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
-	curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
+	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, hdrs_cb);
+	curl_easy_setopt(h, CURLOPT_HEADERDATA, &hs);
 	curl_easy_setopt(h, CURLOPT_PROXY, "");
+	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
 	/* Send big bodies at once: the test is about what the server answers. */
 	hdrs = curl_slist_append(hdrs, "Expect:");
-	if (bearer != NULL) {
-		if (asprintf(&auth, "Authorization: Bearer %s", bearer) < 0) {
+	if (q->bearer != NULL) {
+		if (asprintf(&auth, "Authorization: Bearer %s", q->bearer) < 0) {
 			auth = NULL;
 			goto out;
 		}
 		hdrs = curl_slist_append(hdrs, auth);
 	}
-	if (ctype != NULL) {
-		if (asprintf(&ct, "Content-Type: %s", ctype) < 0) {
+	for (i = 0; q->headers != NULL && q->headers[i] != NULL; i++)
+		hdrs = curl_slist_append(hdrs, q->headers[i]);
+	if (q->ctype != NULL) {
+		if (asprintf(&ct, "Content-Type: %s", q->ctype) < 0) {
 			ct = NULL;
 			goto out;
 		}
 		hdrs = curl_slist_append(hdrs, ct);
-	} else if (body != NULL) {
+	} else if (q->body != NULL) {
 		/* Otherwise libcurl would add a form content type of its own. */
 		hdrs = curl_slist_append(hdrs, "Content-Type:");
 	}
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-	if (strcmp(method, "GET") == 0) {
+	if (strcmp(q->method, "GET") == 0) {
 		curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-	} else if (strcmp(method, "HEAD") == 0) {
+	} else if (strcmp(q->method, "HEAD") == 0) {
 		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+	} else if (q->always_body) {
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
+		                 (curl_off_t)(q->body != NULL ? q->body_len : 0));
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, q->body != NULL ? q->body : "");
+		if (strcmp(q->method, "POST") != 0)
+			curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, q->method);
 	} else {
-		if (body != NULL) {
-			curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-			curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+		if (q->body != NULL) {
+			curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->body_len);
+			curl_easy_setopt(h, CURLOPT_POSTFIELDS, q->body);
 		}
-		if (strcmp(method, "POST") != 0 || body == NULL)
-			curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-		if (strcmp(method, "POST") == 0 && body == NULL) {
+		if (strcmp(q->method, "POST") != 0 || q->body == NULL)
+			curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, q->method);
+		if (strcmp(q->method, "POST") == 0 && q->body == NULL) {
 			curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
 			curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
 		}
@@ -302,12 +352,26 @@ out:
 		r->json = json_loadb(r->body, r->body_len, JSON_DECODE_ANY, NULL);
 	if (rc != 0 && r->error[0] == '\0')
 		snprintf(r->error, sizeof(r->error), "request failed");
+	if (headers != NULL)
+		*headers = hs.block.data != NULL ? hs.block.data : strdup("");
+	else
+		free(hs.block.data);
 	curl_slist_free_all(hdrs);
 	if (h != NULL)
 		curl_easy_cleanup(h);
 	free(auth);
 	free(ct);
 	return rc;
+}
+
+int
+tl_http_url(const char *method, const char *url, const char *iface, const char *bearer,
+            const char *ctype, const char *body, size_t body_len, struct tl_resp *r)
+{
+	const struct req q = { .method = method, .url = url, .iface = iface, .bearer = bearer,
+		               .ctype = ctype, .body = body, .body_len = body_len };
+
+	return request(&q, r, NULL);
 }
 
 int
@@ -407,13 +471,8 @@ tl_urlencode(const char *s)
 void
 tl_payload_hash(const char *text, char out[72])
 {
-	unsigned char md[SHA256_DIGEST_LENGTH];
-	int i;
-
-	SHA256((const unsigned char *)text, strlen(text), md);
 	memcpy(out, "sha256:", 7);
-	for (i = 0; i < SHA256_DIGEST_LENGTH; i++)
-		snprintf(out + 7 + 2 * i, 3, "%02x", md[i]);
+	tl_sha256_hex(text, out + 7);
 }
 
 bool
@@ -492,6 +551,64 @@ tl_pg_double(PGconn *c, const char *sql, int nparams, const char *const *params)
 
 	free(v);
 	return d;
+}
+
+static int
+qparams(va_list ap, const char *p[QMAX])
+{
+	const char *v;
+	int n = 0;
+
+	while ((v = va_arg(ap, const char *)) != NULL) {
+		ck_assert_int_lt(n, QMAX);
+		p[n++] = v;
+	}
+	return n;
+}
+
+/* A query helper: the parameters collected, then fn's answer. */
+#define TL_QUERY(type, name, fn)                                                       \
+	type name(PGconn *c, const char *sql, ...)                                     \
+	{                                                                              \
+		const char *p[QMAX];                                                   \
+		va_list ap;                                                            \
+		int n;                                                                 \
+                                                                                       \
+		va_start(ap, sql);                                                     \
+		n = qparams(ap, p);                                                    \
+		va_end(ap);                                                            \
+		return fn(c, sql, n, p);                                               \
+	}
+
+/* The first column of the first row (malloc'd) or NULL; it as a number; the
+ * rows a statement touched. */
+TL_QUERY(char *, qstr, tl_pg_value)
+TL_QUERY(long long, qnum, tl_pg_count)
+TL_QUERY(long long, qexec, tl_pg_exec)
+
+/* tl_pg_value's answer parsed as JSON (NULL for no row / SQL NULL). */
+static json_t *
+pg_json(PGconn *c, const char *sql, int n, const char *const *p)
+{
+	char *text = tl_pg_value(c, sql, n, p);
+	json_t *v;
+
+	if (text == NULL)
+		return NULL;
+	v = json_loads(text, JSON_DECODE_ANY, NULL);
+	ck_assert_msg(v != NULL, "not JSON: %s", text);
+	free(text);
+	return v;
+}
+
+/* A query returning one JSON text, parsed (NULL for no row / SQL NULL). */
+TL_QUERY(json_t *, qjson, pg_json)
+
+long long
+tl_runs_of_key(PGconn *c, const char *key)
+{
+	return qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1", key,
+	            (char *)NULL);
 }
 
 char *
@@ -907,26 +1024,6 @@ tl_shell(const char *cmdline)
 
 /* ---- approval pages (check_gate) ---------------------------------------- */
 
-struct hdr_sink {
-	struct tl_resp *r;
-	struct sink block;
-};
-
-static size_t
-hdrs_cb(char *ptr, size_t size, size_t nmemb, void *ud)
-{
-	struct hdr_sink *hs = ud;
-	size_t n = size * nmemb;
-
-	if (n >= 5 && strncmp(ptr, "HTTP/", 5) == 0)
-		hs->block.len = 0; /* a new response (after 1xx): start over */
-	else if (body_cb(ptr, 1, n, &hs->block) != n)
-		return 0;
-	if (hs->block.data != NULL)
-		hs->block.data[hs->block.len] = '\0';
-	return header_cb(ptr, size, nmemb, hs->r);
-}
-
 /* "METHOD path", with an approval token masked. */
 static void
 what_masked(struct tl_resp *r, const char *method, const char *path)
@@ -945,94 +1042,21 @@ tl_http_hdrs(const char *method, const char *path, const char *const *req_header
              const char *ctype, const char *body, size_t body_len, struct tl_resp *r,
              char **headers)
 {
-	const char *base = tl_env("ONCEGATE_URL");
-	struct curl_slist *hdrs = NULL;
-	struct sink sink = { 0 };
-	struct hdr_sink hs = { 0 };
-	char errbuf[CURL_ERROR_SIZE] = "";
-	char *url = NULL, *ct = NULL;
-	CURL *h = NULL;
-	CURLcode cc;
+	const struct req q = { .method = method, .headers = req_headers, .ctype = ctype,
+		               .body = body, .body_len = body_len, .always_body = true };
+	char *url;
 	int rc = -1;
-	size_t i;
 
-	memset(r, 0, sizeof(*r));
-	hs.r = r;
 	if (headers != NULL)
 		*headers = NULL;
+	if ((url = stack_url(path, r)) != NULL) {
+		struct req qu = q;
+
+		qu.url = url;
+		rc = request(&qu, r, headers);
+	}
 	what_masked(r, method, path);
-	if (base == NULL) {
-		snprintf(r->error, sizeof(r->error), "ONCEGATE_URL is not set");
-		goto out;
-	}
-	if (asprintf(&url, "%s%s", base, path) < 0) {
-		url = NULL;
-		goto out;
-	}
-	h = curl_easy_init();
-	if (h == NULL)
-		goto out;
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)TL_HTTP_TIMEOUT_S);
-	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, (long)TL_CONNECT_TIMEOUT_S);
-	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_cb);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
-	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, hdrs_cb);
-	curl_easy_setopt(h, CURLOPT_HEADERDATA, &hs);
-	curl_easy_setopt(h, CURLOPT_PROXY, "");
-	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-	hdrs = curl_slist_append(hdrs, "Expect:");
-	for (i = 0; req_headers != NULL && req_headers[i] != NULL; i++)
-		hdrs = curl_slist_append(hdrs, req_headers[i]);
-	if (ctype != NULL) {
-		if (asprintf(&ct, "Content-Type: %s", ctype) < 0) {
-			ct = NULL;
-			goto out;
-		}
-		hdrs = curl_slist_append(hdrs, ct);
-	} else if (body != NULL) {
-		hdrs = curl_slist_append(hdrs, "Content-Type:");
-	}
-	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-	if (strcmp(method, "GET") == 0) {
-		curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-	} else if (strcmp(method, "HEAD") == 0) {
-		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-	} else {
-		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
-		                 (curl_off_t)(body != NULL ? body_len : 0));
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body != NULL ? body : "");
-		if (strcmp(method, "POST") != 0)
-			curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-	}
-	cc = curl_easy_perform(h);
-	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
-	if (cc != CURLE_OK) {
-		snprintf(r->error, sizeof(r->error), "%s: %s", curl_easy_strerror(cc), errbuf);
-		if (r->status == 0)
-			goto out;
-	}
-	rc = 0;
-out:
-	if (sink.data == NULL)
-		sink.data = strdup("");
-	r->body = sink.data;
-	r->body_len = sink.len;
-	if (r->body != NULL && r->body_len > 0)
-		r->json = json_loadb(r->body, r->body_len, JSON_DECODE_ANY, NULL);
-	if (rc != 0 && r->error[0] == '\0')
-		snprintf(r->error, sizeof(r->error), "request failed");
-	if (headers != NULL)
-		*headers = hs.block.data != NULL ? hs.block.data : strdup("");
-	else
-		free(hs.block.data);
-	curl_slist_free_all(hdrs);
-	if (h != NULL)
-		curl_easy_cleanup(h);
 	free(url);
-	free(ct);
 	return rc;
 }
 
@@ -1212,6 +1236,34 @@ char *
 tl_error_log_path(void)
 {
 	return nginx_file("error.log");
+}
+
+void
+tl_setup_healthy(void)
+{
+	ck_assert_msg(tl_wait_healthy(30), "the stack is not healthy (GET /healthz)");
+}
+
+char *
+tl_json_text(const json_t *v)
+{
+	char *s = v != NULL ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+
+	return s != NULL ? s : strdup("(null)");
+}
+
+json_t *
+tl_model_json(void)
+{
+	return json_pack("{s:s, s:s, s:s}", "provider", "openai-compatible", "name",
+	                 "qwen2.5-7b-instruct", "revision", "2024-09-19");
+}
+
+json_t *
+tl_tag_effect_json(void)
+{
+	return json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target", "demo_http",
+	                 "payload", "contact_id", "c-42");
 }
 
 char *

@@ -125,6 +125,16 @@ long long tl_pg_count(PGconn *c, const char *sql, int nparams,
 /* Same as tl_pg_value, parsed as a double; NAN for no row / NULL. */
 double tl_pg_double(PGconn *c, const char *sql, int nparams,
                     const char *const *params);
+/* Queries with text parameters given as a NULL-terminated list (at most
+ * QMAX): the first column of the first row (malloc'd) or NULL; it as a
+ * count; the rows an INSERT/UPDATE/DELETE touched; it parsed as JSON. */
+#define QMAX 8
+char *qstr(PGconn *c, const char *sql, ...) __attribute__((sentinel));
+long long qnum(PGconn *c, const char *sql, ...) __attribute__((sentinel));
+long long qexec(PGconn *c, const char *sql, ...) __attribute__((sentinel));
+json_t *qjson(PGconn *c, const char *sql, ...) __attribute__((sentinel));
+/* How many runs (of any client) have this key. */
+long long tl_runs_of_key(PGconn *c, const char *key);
 /* The whole workflow_runs row of (client name, key) as JSON text, or NULL. */
 char *tl_run_row(PGconn *c, const char *client, const char *key);
 
@@ -250,6 +260,16 @@ long long tl_pg_exec(PGconn *c, const char *sql, int nparams,
 
 /* Polls GET /healthz until it answers 200, at most `seconds`. */
 bool tl_wait_healthy(int seconds);
+/* A Check fixture: the stack answers /healthz within 30 s (another suite
+ * may have stopped the cluster a moment ago). */
+void tl_setup_healthy(void);
+
+/* Compact JSON text of v, for messages (malloc'd; "(null)" for NULL). */
+char *tl_json_text(const json_t *v);
+/* The model block of an output: the one the workflows of the tests use. */
+json_t *tl_model_json(void);
+/* A crm.tag effect to demo_http (contact c-42). */
+json_t *tl_tag_effect_json(void);
 
 /* ---- raw HTTP (check_security) ------------------------------------------ */
 

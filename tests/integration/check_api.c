@@ -268,14 +268,6 @@ ledger_rows(PGconn *c)
 	                      "(SELECT count(*) FROM run_events)", 0, NULL);
 }
 
-static long long
-rows_for_key(PGconn *c, const char *key)
-{
-	const char *p[1] = { key };
-
-	return tl_pg_count(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1", 1, p);
-}
-
 /* ---- 0. health ---------------------------------------------------------- */
 
 START_TEST(test_healthz_ok)
@@ -377,7 +369,7 @@ START_TEST(test_concurrent_claims)
 	/* One row, one live lease, held by the one winner. */
 	p[0] = key;
 	p[1] = owner;
-	ck_assert_int_eq(rows_for_key(c, key), 1);
+	ck_assert_int_eq(tl_runs_of_key(c, key), 1);
 	ck_assert_int_eq(tl_pg_count(c,
 	    "SELECT count(*) FROM workflow_runs r JOIN api_clients c ON c.id = r.client_id "
 	    "WHERE c.name = 'dev' AND r.idempotency_key = $1 AND r.state = 'processing' "
@@ -1393,7 +1385,7 @@ START_TEST(test_revoked_key)
 	expect_error(&r, 401, "unauthorized");
 	tl_resp_free(&r);
 	ck_assert_int_eq(ledger_rows(c), before);
-	ck_assert_int_eq(rows_for_key(c, key2), 0);
+	ck_assert_int_eq(tl_runs_of_key(c, key2), 0);
 	lines = tl_log_collect(off, tl_log_is_request, NULL, 1);
 	ck_assert_int_eq(json_array_size(lines), 1);
 	expect_log_line(json_array_get(lines, 0), "auth.failed", NULL, NULL, 401);
@@ -1891,7 +1883,7 @@ START_TEST(test_database_outage)
 	expect_claimed(&r, key, 1, NULL, &a);
 	tl_resp_free(&r);
 	c = tl_pg_connect();
-	ck_assert_int_eq(rows_for_key(c, key), 1);
+	ck_assert_int_eq(tl_runs_of_key(c, key), 1);
 	PQfinish(c);
 
 	/* Past that second every worker answers again, each on a fresh

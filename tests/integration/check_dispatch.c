@@ -69,14 +69,6 @@ static char g_client[24];         /* its id: the runs the suite creates are its 
 
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
 
-static char *
-dump_json(const json_t *v)
-{
-	char *s = v != NULL ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-
-	return s != NULL ? s : strdup("(null)");
-}
-
 
 static long long
 jint(const json_t *o, const char *name)
@@ -146,75 +138,6 @@ notify(PGconn *c)
 	qexec(c, "NOTIFY oncegate_outbox", (char *)NULL);
 }
 
-static json_t *
-effect_row(PGconn *c, const char *id)
-{
-	json_t *v = qjson(c, "SELECT row_to_json(e)::text FROM effect_outbox e WHERE id = $1::uuid",
-	                  id, (char *)NULL);
-
-	ck_assert_msg(v != NULL, "effect %s does not exist", id);
-	return v;
-}
-
-static json_t *
-attempts_of(PGconn *c, const char *id)
-{
-	return qjson(c, "SELECT coalesce(json_agg(a ORDER BY a.id), '[]')::text"
-	             "  FROM effect_attempts a WHERE a.effect_id = $1::uuid", id, (char *)NULL);
-}
-
-/* The effect's dead letter, or NULL. */
-static json_t *
-dead_letter_of(PGconn *c, const char *id)
-{
-	return qjson(c, "SELECT row_to_json(d)::text FROM dead_letters d WHERE effect_id = $1::uuid",
-	             id, (char *)NULL);
-}
-
-static char *
-run_state(PGconn *c, const char *key)
-{
-	return qstr(c, "SELECT state FROM workflow_runs WHERE client_id = $1::bigint"
-	            " AND idempotency_key = $2", g_client, key, (char *)NULL);
-}
-
-static char *
-effect_state(PGconn *c, const char *id)
-{
-	return qstr(c, "SELECT state FROM effect_outbox WHERE id = $1::uuid", id, (char *)NULL);
-}
-
-/* Polls the effect's state until it is `want` (or the time is up); returns
- * the last state seen (malloc'd). */
-static char *
-wait_effect(PGconn *c, const char *id, const char *want, double secs)
-{
-	double deadline = tl_now() + secs;
-	char *st;
-
-	for (;;) {
-		st = effect_state(c, id);
-		if (streq(st, want) || tl_now() > deadline)
-			return st;
-		free(st);
-		tl_sleep_ms(100);
-	}
-}
-
-#define EXPECT_EFFECT(c, id, want, secs)                                               \
-	do {                                                                           \
-		char *st_ = wait_effect((c), (id), (want), (secs));                    \
-		if (!streq(st_, (want))) {                                             \
-			json_t *row_ = effect_row((c), (id));                          \
-			json_t *att_ = attempts_of((c), (id));                         \
-			char *r_ = dump_json(row_), *a_ = dump_json(att_);             \
-			ck_abort_msg("effect %s: state %s after %.0f s, expected %s\n"  \
-			             "  row: %s\n  attempts: %s", (id), st_ ? st_ : "?", \
-			             (double)(secs), (want), r_, a_);                   \
-		}                                                                      \
-		free(st_);                                                             \
-	} while (0)
-
 static char *
 wait_run(PGconn *c, const char *key, const char *want, double secs)
 {
@@ -222,7 +145,7 @@ wait_run(PGconn *c, const char *key, const char *want, double secs)
 	char *st;
 
 	for (;;) {
-		st = run_state(c, key);
+		st = dl_run_state(c, g_client, key);
 		if (streq(st, want) || tl_now() > deadline)
 			return st;
 		free(st);
@@ -354,7 +277,7 @@ log_one(const char *path, const char *key, const char *ev, const char *effect)
 	char *all;
 
 	if (json_array_size(sel) != 1) {
-		all = dump_json(lines);
+		all = tl_json_text(lines);
 		ck_abort_msg("%s: %zu lines of %s for effect %s of %s, expected 1; the key's lines: %s",
 		             path, json_array_size(sel), ev, effect ? effect : "(any)", key, all);
 	}
@@ -587,7 +510,7 @@ START_TEST(test_http_happy)
 	disp_start(&d, &dc, ENV_TRUE);
 	notify(c);
 
-	EXPECT_EFFECT(c, id, "completed", 15);
+	DL_EXPECT_EFFECT(c, id, "completed", 15);
 	pkey(pk, sizeof(pk), key, "crm.tag");
 
 	/* What the provider received: one POST, the key, the payload. */
@@ -615,14 +538,14 @@ START_TEST(test_http_happy)
 	ck_assert_int_eq(json_array_size(com), 1);
 
 	/* The effect: completed with the provider's id, one successful attempt. */
-	row = effect_row(c, id);
+	row = dl_effect_row(c, id);
 	ck_assert_str_eq(JSTR(row, "provider_id"), JSTR(json_array_get(com, 0), "id"));
 	ck_assert_int_eq(jint(row, "attempt"), 1);
 	ck_assert_str_eq(JSTR(row, "error_class"), "success");
 	ck_assert_str_eq(JSTR(row, "reason"), "http_2xx");
 	ck_assert_msg(json_is_string(json_object_get(row, "completed_at")), "completed_at is not set");
 	ck_assert_msg(json_is_null(json_object_get(row, "lease_owner")), "the lease is still held");
-	att = attempts_of(c, id);
+	att = dl_attempts_of(c, id);
 	ck_assert_int_eq(json_array_size(att), 1);
 	l = json_array_get(att, 0);
 	ck_assert_str_eq(JSTR(l, "kind"), "send");
@@ -669,7 +592,7 @@ START_TEST(test_http_happy)
 	 * after a 503 (Retry-After: 1) — the run is still approved then. */
 	pkey(pk2a, sizeof(pk2a), key2, "crm.tag");
 	pkey(pk2b, sizeof(pk2b), key2, "crm.note");
-	EXPECT_EFFECT(c, id2a, "completed", 15);
+	DL_EXPECT_EFFECT(c, id2a, "completed", 15);
 	ck_assert_msg(wait_prov(pk2b, "effect", 1, 10) >= 1, "the second effect was never sent");
 	/* one statement, one snapshot: the run's state while that effect is
 	 * not completed (no row once it is) */
@@ -679,7 +602,7 @@ START_TEST(test_http_happy)
 	ck_assert_msg(st == NULL || streq(st, "approved"),
 	              "run %s is %s while one of its effects is not completed", key2, st);
 	free(st);
-	EXPECT_EFFECT(c, id2b, "completed", 15);
+	DL_EXPECT_EFFECT(c, id2b, "completed", 15);
 	st = wait_run(c, key2, "completed", 5);
 	ck_assert_msg(streq(st, "completed"), "run %s is %s, expected completed", key2, st);
 	free(st);
@@ -755,16 +678,6 @@ mail_records(const char *message_id)
 	return out;
 }
 
-/* The deterministic Message-ID derived from the provider key, computed here independently. */
-static void
-message_id(const char *provider_key, char out[128])
-{
-	char hex[65];
-
-	tl_sha256_hex(provider_key, hex);
-	snprintf(out, 128, "<%.32s.oncegate@%s>", hex, MAIL_DOMAIN);
-}
-
 /* One delivered message: envelope, headers, subject, decoded body. */
 static void
 expect_mail(PGconn *c, const char *effect, const char *key, const char *to, const char *subject,
@@ -776,7 +689,7 @@ expect_mail(PGconn *c, const char *effect, const char *key, const char *to, cons
 	char *decoded;
 
 	pkey(pk, sizeof(pk), key, "email.send");
-	message_id(pk, mid);
+	dl_message_id(pk, MAIL_DOMAIN, mid);
 	recs = mail_records(mid);
 	ck_assert_msg(json_array_size(recs) == 1, "the sink holds %zu messages with Message-ID %s,"
 	              " expected 1", json_array_size(recs), mid);
@@ -802,7 +715,7 @@ expect_mail(PGconn *c, const char *effect, const char *key, const char *to, cons
 	ck_assert_msg(strcmp(decoded, text) == 0, "body decodes to \"%s\", expected \"%s\"", decoded,
 	              text);
 	free(decoded);
-	row = effect_row(c, effect);
+	row = dl_effect_row(c, effect);
 	ck_assert_str_eq(JSTR(row, "state"), "completed");
 	ck_assert_str_eq(JSTR(row, "provider_id"), JSTR(rec, "queue_id"));
 	ck_assert_int_eq(jint(row, "attempt"), 1);
@@ -847,8 +760,8 @@ START_TEST(test_smtp_happy)
 	disp_start(&d, &dc, ENV_TRUE);
 	notify(c);
 
-	EXPECT_EFFECT(c, ida, "completed", 15);
-	EXPECT_EFFECT(c, idb, "completed", 15);
+	DL_EXPECT_EFFECT(c, ida, "completed", 15);
+	DL_EXPECT_EFFECT(c, idb, "completed", 15);
 	expect_mail(c, ida, ka, "customer+a@example.com", "Your order 42 ships on Friday", text_a);
 	expect_mail(c, idb, kb, "other@example.com", subject_b, text_b);
 	st = wait_run(c, kb, "completed", 5);
@@ -856,14 +769,14 @@ START_TEST(test_smtp_happy)
 	free(st);
 
 	/* 550: permanent, dead-lettered, nothing delivered. */
-	EXPECT_EFFECT(c, idc, "failed", 15);
-	dl = dead_letter_of(c, idc);
+	DL_EXPECT_EFFECT(c, idc, "failed", 15);
+	dl = dl_dead_letter_of(c, idc);
 	ck_assert_msg(dl != NULL, "no dead letter for the refused message");
 	ck_assert_str_eq(JSTR(dl, "error_class"), "permanent");
 	ck_assert_str_eq(JSTR(dl, "reason"), "smtp_5xx");
 	json_decref(dl);
 	pkey(pkc, sizeof(pkc), kc, "email.send");
-	message_id(pkc, midc);
+	dl_message_id(pkc, MAIL_DOMAIN, midc);
 	recs = mail_records(midc);
 	ck_assert_int_eq(json_array_size(recs), 0);
 	json_decref(recs);
@@ -921,13 +834,13 @@ START_TEST(test_ambiguous_without_keys)
 
 	/* Without a lookup URL: unknown, dead-lettered, never resent. */
 	for (k = 0; k < 2; k++) {
-		EXPECT_EFFECT(c, id[k], "unknown", 15);
-		row = effect_row(c, id[k]);
+		DL_EXPECT_EFFECT(c, id[k], "unknown", 15);
+		row = dl_effect_row(c, id[k]);
 		ck_assert_str_eq(JSTR(row, "error_class"), "ambiguous");
 		ck_assert_str_eq(JSTR(row, "reason"), cases[k].reason);
 		ck_assert_int_eq(jint(row, "attempt"), 1);
 		json_decref(row);
-		dl = dead_letter_of(c, id[k]);
+		dl = dl_dead_letter_of(c, id[k]);
 		ck_assert_msg(dl != NULL, "%s: no dead letter", cases[k].name);
 		ck_assert_str_eq(JSTR(dl, "error_class"), "unknown");
 		ck_assert_str_eq(JSTR(dl, "component"), "dispatcher");
@@ -941,8 +854,8 @@ START_TEST(test_ambiguous_without_keys)
 	/* With a lookup URL: the provider has it → completed with its id,
 	 * without a second POST. */
 	for (k = 2; k < 4; k++) {
-		EXPECT_EFFECT(c, id[k], "completed", 15);
-		row = effect_row(c, id[k]);
+		DL_EXPECT_EFFECT(c, id[k], "completed", 15);
+		row = dl_effect_row(c, id[k]);
 		com = prov_committed(pk[k]);
 		ck_assert_int_eq(json_array_size(com), 1);
 		ck_assert_str_eq(JSTR(row, "provider_id"), JSTR(json_array_get(com, 0), "id"));
@@ -950,13 +863,13 @@ START_TEST(test_ambiguous_without_keys)
 		json_decref(com);
 		ck_assert_int_eq(prov_count(pk[k], "effect"), 1);
 		ck_assert_msg(prov_count(pk[k], "lookup") >= 1, "%s: never looked up", cases[k].name);
-		att = attempts_of(c, id[k]);
+		att = dl_attempts_of(c, id[k]);
 		ck_assert_msg(json_array_size(att) == 2 &&
 		              streq(tl_jstr(json_array_get(att, 0), "classification"), "ambiguous") &&
 		              streq(tl_jstr(json_array_get(att, 0), "reason"), cases[k].reason) &&
 		              streq(tl_jstr(json_array_get(att, 1), "kind"), "lookup") &&
 		              streq(tl_jstr(json_array_get(att, 1), "classification"), "found"),
-		              "%s: attempts %s", cases[k].name, dump_json(att));
+		              "%s: attempts %s", cases[k].name, tl_json_text(att));
 		json_decref(att);
 		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE effect_id = $1::uuid",
 		                      id[k], (char *)NULL), 0);
@@ -972,7 +885,7 @@ START_TEST(test_ambiguous_without_keys)
 	/* Dropped before anything was committed: not found twice, then resent
 	 * with the same key and committed once. */
 	k = 4;
-	EXPECT_EFFECT(c, id[k], "completed", 20);
+	DL_EXPECT_EFFECT(c, id[k], "completed", 20);
 	posts = prov_requests(pk[k], "effect");
 	ck_assert_int_eq(json_array_size(posts), 2);
 	for (i = 0; i < 2; i++)
@@ -980,7 +893,7 @@ START_TEST(test_ambiguous_without_keys)
 	json_decref(posts);
 	com = prov_committed(pk[k]);
 	ck_assert_int_eq(json_array_size(com), 1);
-	row = effect_row(c, id[k]);
+	row = dl_effect_row(c, id[k]);
 	ck_assert_str_eq(JSTR(row, "provider_id"), JSTR(json_array_get(com, 0), "id"));
 	ck_assert_int_eq(jint(row, "attempt"), 2);
 	json_decref(row);
@@ -998,7 +911,7 @@ START_TEST(test_ambiguous_without_keys)
 	while (tl_now() - started < 30)
 		tl_sleep_ms(250);
 	for (k = 0; k < 2; k++) {
-		char *st = effect_state(c, id[k]);
+		char *st = dl_effect_state(c, id[k]);
 
 		ck_assert_msg(streq(st, "unknown"), "%s: %s after 30 s", cases[k].name, st);
 		free(st);
@@ -1061,7 +974,7 @@ START_TEST(test_idempotent_retry)
 	notify(c);
 
 	for (k = 0; k < N; k++) {
-		EXPECT_EFFECT(c, id[k], "completed", 20);
+		DL_EXPECT_EFFECT(c, id[k], "completed", 20);
 		/* Retried with the same key; the provider committed once. */
 		posts = prov_requests(pk[k], "effect");
 		ck_assert_msg(json_array_size(posts) == 2, "%s: %zu POSTs, expected 2", cases[k].name,
@@ -1071,15 +984,15 @@ START_TEST(test_idempotent_retry)
 		com = prov_committed(pk[k]);
 		ck_assert_msg(json_array_size(com) == 1, "%s: %zu committed effects, expected 1",
 		              cases[k].name, json_array_size(com));
-		row = effect_row(c, id[k]);
+		row = dl_effect_row(c, id[k]);
 		ck_assert_str_eq(JSTR(row, "provider_id"), JSTR(json_array_get(com, 0), "id"));
 		ck_assert_int_eq(jint(row, "attempt"), 2);
-		att = attempts_of(c, id[k]);
+		att = dl_attempts_of(c, id[k]);
 		ck_assert_msg(json_array_size(att) == 2 &&
 		              streq(tl_jstr(json_array_get(att, 0), "classification"), "transient") &&
 		              streq(tl_jstr(json_array_get(att, 0), "reason"), cases[k].reason) &&
 		              streq(tl_jstr(json_array_get(att, 1), "classification"), "success"),
-		              "%s: attempts %s", cases[k].name, dump_json(att));
+		              "%s: attempts %s", cases[k].name, tl_json_text(att));
 		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE effect_id = $1::uuid",
 		                      id[k], (char *)NULL), 0);
 		ck_assert_int_eq(wait_log(d.log, key[k], "effect.completed", id[k], 1, 5), 1);
@@ -1145,7 +1058,7 @@ START_TEST(test_retry_policy)
 	notify(c);
 
 	/* 429 with Retry-After: 2, then ok: the retry waits at least 2 s. */
-	EXPECT_EFFECT(c, i429, "completed", 20);
+	DL_EXPECT_EFFECT(c, i429, "completed", 20);
 	reqs = prov_requests(p429, "effect");
 	ck_assert_int_eq(json_array_size(reqs), 2);
 	gap = req_time(json_array_get(reqs, 1)) - req_time(json_array_get(reqs, 0));
@@ -1153,12 +1066,12 @@ START_TEST(test_retry_policy)
 	              " attempt", gap);
 	ck_assert_int_eq(jint(json_array_get(reqs, 0), "status"), 429);
 	json_decref(reqs);
-	row = effect_row(c, i429);
+	row = dl_effect_row(c, i429);
 	ck_assert_int_eq(jint(row, "attempt"), 2);
 	json_decref(row);
 
 	/* Always 503 with max_attempts 3: failed, dead letter with the history. */
-	EXPECT_EFFECT(c, i503, "failed", 20);
+	DL_EXPECT_EFFECT(c, i503, "failed", 20);
 	reqs = prov_requests(p503, "effect");
 	ck_assert_int_eq(json_array_size(reqs), 3);
 	for (i = 1; i < 3; i++) {
@@ -1167,13 +1080,13 @@ START_TEST(test_retry_policy)
 		              i, gap);
 	}
 	json_decref(reqs);
-	dl = dead_letter_of(c, i503);
+	dl = dl_dead_letter_of(c, i503);
 	ck_assert_msg(dl != NULL, "no dead letter for the exhausted effect");
 	ck_assert_str_eq(JSTR(dl, "error_class"), "exhausted");
 	ck_assert_str_eq(JSTR(dl, "reason"), "http_503");
 	ev = json_object_get(dl, "evidence");
 	hist = json_object_get(ev, "attempts");
-	ck_assert_msg(json_array_size(hist) == 3, "evidence.attempts: %s", dump_json(hist));
+	ck_assert_msg(json_array_size(hist) == 3, "evidence.attempts: %s", tl_json_text(hist));
 	json_array_foreach(hist, i, a) {
 		ck_assert_int_eq(jint(a, "attempt"), (long long)i + 1);
 		ck_assert_int_eq(jint(a, "status"), 503);
@@ -1189,16 +1102,16 @@ START_TEST(test_retry_policy)
 	ck_assert_int_eq(log_count(d.log, k503, "effect.failed", i503), 1);
 
 	/* 400: permanent at once, one request. */
-	EXPECT_EFFECT(c, i400, "failed", 10);
-	dl = dead_letter_of(c, i400);
+	DL_EXPECT_EFFECT(c, i400, "failed", 10);
+	dl = dl_dead_letter_of(c, i400);
 	ck_assert_msg(dl != NULL, "no dead letter after a 400");
 	ck_assert_str_eq(JSTR(dl, "error_class"), "permanent");
 	ck_assert_str_eq(JSTR(dl, "reason"), "http_4xx_rejected");
 	json_decref(dl);
 
 	/* A 200 whose body says {"ok": false}: a business rejection. */
-	EXPECT_EFFECT(c, irej, "failed", 10);
-	dl = dead_letter_of(c, irej);
+	DL_EXPECT_EFFECT(c, irej, "failed", 10);
+	dl = dl_dead_letter_of(c, irej);
 	ck_assert_msg(dl != NULL, "no dead letter after a business rejection");
 	ck_assert_str_eq(JSTR(dl, "error_class"), "permanent");
 	ck_assert_str_eq(JSTR(dl, "reason"), "business_rejection");
@@ -1236,15 +1149,15 @@ expect_held(PGconn *c, const char *id, const char *pk, enum env_switch env, bool
 	ck_assert_int_ge(wait_log(d.log, NULL, "dispatch.blocked", NULL, 1, 5), 1);
 	tl_sleep_ms(5 * dc.poll_ms);
 	ck_assert_msg(prov_count(pk, NULL) == 0, "%s: the provider got a request", why);
-	row = effect_row(c, id);
+	row = dl_effect_row(c, id);
 	ck_assert_msg(streq(tl_jstr(row, "state"), "pending") && jint(row, "attempt") == 0,
-	              "%s: the effect is not pending and untouched: %s", why, dump_json(row));
+	              "%s: the effect is not pending and untouched: %s", why, tl_json_text(row));
 	json_decref(row);
 	lines = log_lines(d.log, NULL);
 	sel = log_select(lines, "dispatch.blocked", NULL);
 	l = json_array_get(sel, 0);
 	ck_assert_msg(jint(l, "count") >= 1 && tl_jstr(l, "reason") != NULL,
-	              "%s: dispatch.blocked without count and reason: %s", why, dump_json(l));
+	              "%s: dispatch.blocked without count and reason: %s", why, tl_json_text(l));
 	json_decref(sel);
 	sel = log_select(lines, "effect.claimed", NULL);
 	ck_assert_msg(json_array_size(sel) == 0, "%s: the dispatcher claimed effects", why);
@@ -1284,7 +1197,7 @@ START_TEST(test_kill_switch)
 	tl_sleep_ms(5 * dc.poll_ms);
 	ck_assert_msg(prov_count(pk, NULL) == 0, "flag off: the provider got a request");
 	{
-		char *st = effect_state(c, id);
+		char *st = dl_effect_state(c, id);
 
 		ck_assert_msg(streq(st, "pending"), "flag off: the effect is %s", st);
 		free(st);
@@ -1294,7 +1207,7 @@ START_TEST(test_kill_switch)
 	t_on = tl_now();
 	ck_assert_msg(wait_prov(pk, "effect", 1, 5) == 1, "flag on: nothing sent within 5 s");
 	ck_assert_msg(tl_now() - t_on < 3.0, "flag on: sent only after %.1f s", tl_now() - t_on);
-	EXPECT_EFFECT(c, id, "completed", 5);
+	DL_EXPECT_EFFECT(c, id, "completed", 5);
 	disp_stop(&d);
 
 	/* Claimed just before the switch flips: not sent. One worker claims
@@ -1322,7 +1235,7 @@ START_TEST(test_kill_switch)
 	json_decref(reqs);
 	sent = 0;
 	for (i = 0; i < 5; i++) {
-		json_t *row = effect_row(c, ids[i]);
+		json_t *row = dl_effect_row(c, ids[i]);
 
 		if (streq(tl_jstr(row, "provider_key"), sent_pk)) {
 			sent++;
@@ -1331,7 +1244,7 @@ START_TEST(test_kill_switch)
 			ck_assert_msg(streq(tl_jstr(row, "state"), "pending") && jint(row, "attempt") == 0 &&
 			              json_is_null(json_object_get(row, "lease_owner")),
 			              "a blocked effect is not pending with its attempt given back: %s",
-			              dump_json(row));
+			              tl_json_text(row));
 			ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_attempts"
 			                      " WHERE effect_id = $1::uuid", ids[i], (char *)NULL), 0);
 			nblocked = log_count(d.log, rkey, "dispatch.blocked", ids[i]);
@@ -1355,7 +1268,7 @@ START_TEST(test_kill_switch)
 		json_array_foreach(sel, j, bl)
 			ck_assert_msg(streq(tl_jstr(bl, "state_from"), "sending") &&
 			              streq(tl_jstr(bl, "state_to"), "pending"),
-			              "dispatch.blocked of a claimed effect: %s", dump_json(bl));
+			              "dispatch.blocked of a claimed effect: %s", tl_json_text(bl));
 		json_decref(sel);
 		json_decref(lines);
 	}
@@ -1405,11 +1318,11 @@ START_TEST(test_batch_wait_keeps_lease)
 	} while (done < 8 && tl_now() < deadline);
 	disp_stop(&d);
 	for (i = 0; i < 8; i++) {
-		row = effect_row(c, ids[i]);
+		row = dl_effect_row(c, ids[i]);
 		ck_assert_msg(streq(tl_jstr(row, "state"), "completed"),
 		              "an effect that waited in its claimed batch for its rate slot ended %s"
 		              " (provider got %zu of 8 requests): %s", JSTR(row, "state"),
-		              prov_count(prefix, NULL), dump_json(row));
+		              prov_count(prefix, NULL), tl_json_text(row));
 		json_decref(row);
 	}
 	ck_assert_int_eq(prov_count(prefix, "effect"), 8);
@@ -1441,7 +1354,7 @@ START_TEST(test_kill9_mid_send)
 	notify(c);
 	ck_assert_msg(wait_prov(pk, "effect", 1, 10) == 1, "the effect was never sent");
 	disp_kill9(&d1);
-	st = effect_state(c, id);
+	st = dl_effect_state(c, id);
 	ck_assert_msg(streq(st, "sending"), "after kill -9 mid-send the effect is %s", st);
 	free(st);
 	lease_end = qstr(c, "SELECT extract(epoch FROM lease_expires_at)::text FROM effect_outbox"
@@ -1452,8 +1365,8 @@ START_TEST(test_kill9_mid_send)
 	 * stretched to cover the send's timeout and a margin: ~25 s here), the
 	 * effect becomes unknown, never pending. */
 	disp_start(&d2, &dc, ENV_TRUE);
-	EXPECT_EFFECT(c, id, "unknown", 45);
-	row = effect_row(c, id);
+	DL_EXPECT_EFFECT(c, id, "unknown", 45);
+	row = dl_effect_row(c, id);
 	ck_assert_str_eq(JSTR(row, "reason"), "lease_expired_while_sending");
 	ck_assert_str_eq(JSTR(row, "error_class"), "ambiguous");
 	ck_assert_int_eq(jint(row, "attempt"), 1);
@@ -1461,15 +1374,15 @@ START_TEST(test_kill9_mid_send)
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE id = $1::uuid"
 	                      " AND updated_at >= to_timestamp($2::float8)", id, lease_end,
 	                      (char *)NULL), 1);
-	dl = dead_letter_of(c, id);
+	dl = dl_dead_letter_of(c, id);
 	ck_assert_msg(dl != NULL, "no dead letter for the lost send");
 	ck_assert_str_eq(JSTR(dl, "error_class"), "unknown");
 	ck_assert_str_eq(JSTR(dl, "reason"), "lease_expired_while_sending");
 	json_decref(dl);
-	att = attempts_of(c, id);
+	att = dl_attempts_of(c, id);
 	ck_assert_msg(json_array_size(att) == 1 &&
 	              streq(tl_jstr(json_array_get(att, 0), "reason"), "lease_expired_while_sending"),
-	              "attempts: %s", dump_json(att));
+	              "attempts: %s", tl_json_text(att));
 	json_decref(att);
 	ck_assert_int_eq(wait_log(d2.log, key, "effect.dead_lettered", id, 1, 5), 1);
 	l = log_one(d2.log, key, "effect.unknown", id);
@@ -1478,7 +1391,7 @@ START_TEST(test_kill9_mid_send)
 	/* never resent */
 	tl_sleep_ms(3000);
 	ck_assert_int_eq(prov_count(pk, NULL), 1);
-	st = effect_state(c, id);
+	st = dl_effect_state(c, id);
 	ck_assert_msg(streq(st, "unknown"), "the effect moved on to %s", st);
 	free(st);
 	disp_stop(&d2);
@@ -1694,7 +1607,7 @@ START_TEST(test_approval_expired)
 		free(stored);
 		free(want);
 	}
-	EXPECT_EFFECT(c, cb_id, "completed", 10);
+	DL_EXPECT_EFFECT(c, cb_id, "completed", 10);
 	reqs = prov_requests(pk, NULL);
 	ck_assert_int_eq(json_array_size(reqs), 1);
 	req = json_array_get(reqs, 0);
@@ -1728,13 +1641,13 @@ START_TEST(test_approval_expired)
 	make_run(c, key2, NULL);
 	add_effect(c, key2, "decision.callback", "callback", payload, id2);
 	notify(c);
-	EXPECT_EFFECT(c, id2, "failed", 10);
-	row = effect_row(c, id2);
+	DL_EXPECT_EFFECT(c, id2, "failed", 10);
+	row = dl_effect_row(c, id2);
 	ck_assert_str_eq(JSTR(row, "reason"), "payload_invalid");
 	json_decref(row);
-	dl = dead_letter_of(c, id2);
+	dl = dl_dead_letter_of(c, id2);
 	ck_assert_msg(dl != NULL && streq(tl_jstr(dl, "error_class"), "permanent"),
-	              "dead letter of the refused callback: %s", dump_json(dl));
+	              "dead letter of the refused callback: %s", tl_json_text(dl));
 	json_decref(dl);
 	ck_assert_int_eq(log_count(d.log, key2, "effect.sent", id2), 0);
 	ck_assert_int_eq(prov_count(pk2, NULL), 0);
@@ -1780,7 +1693,7 @@ START_TEST(test_window)
 
 	tl_sleep_ms(1500);
 	ck_assert_msg(prov_count(pa, NULL) == 0, "sent before its window ended");
-	EXPECT_EFFECT(c, ida, "completed", 10);
+	DL_EXPECT_EFFECT(c, ida, "completed", 10);
 	nbs = qstr(c, "SELECT extract(epoch FROM not_before)::text FROM effect_outbox"
 	           " WHERE id = $1::uuid", ida, (char *)NULL);
 	nb = strtod(nbs, NULL);
@@ -1795,7 +1708,7 @@ START_TEST(test_window)
 	/* The cancelled one: never sent. */
 	tl_sleep_ms(1000);
 	ck_assert_int_eq(prov_count(pb, NULL), 0);
-	st = effect_state(c, idb);
+	st = dl_effect_state(c, idb);
 	ck_assert_msg(streq(st, "cancelled"), "the cancelled effect is %s", st);
 	free(st);
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_attempts WHERE effect_id = $1::uuid",
@@ -1845,21 +1758,21 @@ sigterm_case(PGconn *c, const char *name, const char *target, int shutdown_s,
 	sent_pk = strdup(JSTR(json_array_get(reqs, 0), "idempotency_key"));
 	json_decref(reqs);
 	for (i = 0; i < 4; i++) {
-		json_t *row = effect_row(c, ids[i]);
+		json_t *row = dl_effect_row(c, ids[i]);
 		const char *st = tl_jstr(row, "state");
 
 		if (streq(tl_jstr(row, "provider_key"), sent_pk)) {
 			sent++;
 			ck_assert_msg(streq(st, sent_states[0]) || streq(st, sent_states[1]),
 			              "%s: the effect in flight is %s after SIGTERM: %s", name, st,
-			              dump_json(row));
+			              tl_json_text(row));
 			ck_assert_int_eq(jint(row, "attempt"), 1);
 		} else {
 			ck_assert_msg(streq(st, "pending") && jint(row, "attempt") == 0 &&
 			              json_is_null(json_object_get(row, "lease_owner")) &&
 			              json_is_null(json_object_get(row, "first_attempt_at")),
 			              "%s: an effect claimed but never sent is not pending with its"
-			              " attempt given back after SIGTERM: %s", name, dump_json(row));
+			              " attempt given back after SIGTERM: %s", name, tl_json_text(row));
 		}
 		json_decref(row);
 	}
@@ -1892,10 +1805,8 @@ static Suite *
 dispatch_suite(void)
 {
 	Suite *s = suite_create("dispatch");
-	TCase *tc = tcase_create("dispatch");
+	TCase *tc = dl_tcase(s, "dispatch", TEST_TIMEOUT_S);
 
-	tcase_set_timeout(tc, TEST_TIMEOUT_S);
-	tcase_add_checked_fixture(tc, dl_fixture_setup, dl_fixture_teardown);
 	tcase_add_test(tc, test_http_happy);
 	tcase_add_test(tc, test_smtp_happy);
 	tcase_add_test(tc, test_idempotent_retry);
@@ -1908,7 +1819,6 @@ dispatch_suite(void)
 	tcase_add_test(tc, test_ambiguous_without_keys);
 	tcase_add_test(tc, test_kill9_mid_send);
 	tcase_add_test(tc, test_many_dispatchers);
-	suite_add_tcase(s, tc);
 	return s;
 }
 

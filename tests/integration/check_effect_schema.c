@@ -161,93 +161,25 @@ expect_refused(PGconn *c, const char *key, const struct tl_resp *r, const char *
 
 /* ---- dispatchers ------------------------------------------------------------ */
 
-struct disp {
-	pid_t pid;
-	char conf[PATH_MAX], log[PATH_MAX], err[PATH_MAX];
-};
-
 static void
-disp_start(struct disp *d)
+disp_start(struct dl_disp *d)
 {
-	static int seq;
-	char *text = NULL, *argv[4];
-	size_t len = 0;
-	FILE *f;
-	double deadline;
+	struct dl_conf c;
 
-	memset(d, 0, sizeof(*d));
-	seq++;
-	snprintf(d->conf, sizeof(d->conf), "%s/d%d.conf", g_tmp, seq);
-	snprintf(d->log, sizeof(d->log), "%s/d%d.log", g_tmp, seq);
-	snprintf(d->err, sizeof(d->err), "%s/d%d.err", g_tmp, seq);
-	f = open_memstream(&text, &len);
-	ck_assert_ptr_nonnull(f);
-	fprintf(f, "log_file = %s\nlog_level = info\ndispatch_workers = 2\ndispatch_batch = 4\n"
-	        "dispatch_lease_seconds = 30\ndispatch_poll_ms = 200\n"
-	        "dispatch_shutdown_seconds = 5\nreconcile_interval_seconds = 1\n", d->log);
-	dl_conf_contracts(f);
-	fprintf(f, "\n[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
+	dl_conf_open(&c, d);
+	fprintf(c.f, "\n[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
 	        "idempotency_key = 1\nprovider_id_header = X-Provider-Id\ntimeout_ms = 5000\n"
 	        "max_attempts = 2\nbase_ms = 200\ncap_ms = 1000\n\n", g_http_port);
-	fprintf(f, "[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\nmail_from = %s\n"
+	fprintf(c.f, "[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\nmail_from = %s\n"
 	        "timeout_ms = 10000\nmax_attempts = 2\nbase_ms = 200\ncap_ms = 1000\n",
 	        g_smtp_port, MAIL_FROM);
-	ck_assert_int_eq(fclose(f), 0);
-	write_file(d->conf, text);
-	free(text);
-	argv[0] = (char *)(uintptr_t)tl_env("ONCEGATE_DISPATCH");
-	argv[1] = (char *)(uintptr_t)"-c";
-	argv[2] = d->conf;
-	argv[3] = NULL;
-	d->pid = spawn(argv, "/dev/null", d->err, ENV_TRUE);
-	proc_register(d->pid);
-	deadline = tl_now() + START_WAIT_S;
-	for (;;) {
-		char *l = tl_file_slurp(d->log, NULL);
-		bool up = l != NULL && strstr(l, "dispatch.started") != NULL;
-
-		free(l);
-		if (up)
-			break;
-		ck_assert_msg(proc_running(d->pid) && tl_now() < deadline,
-		              "oncegate-dispatch did not start (see %s)", d->err);
-		tl_sleep_ms(50);
-	}
+	dl_conf_start(&c, d, ENV_TRUE);
 }
 
 static void
-disp_stop(struct disp *d)
+disp_stop(struct dl_disp *d)
 {
-	int st = 0;
-	char *e;
-
-	if (d->pid <= 0)
-		return;
-	kill(d->pid, SIGTERM);
-	ck_assert_msg(wait_exit(d->pid, 20, &st), "the dispatcher did not stop");
-	d->pid = -1;
-	e = tl_file_slurp(d->err, NULL);
-	ck_assert_msg(e == NULL || (strstr(e, "AddressSanitizer") == NULL &&
-	                            strstr(e, "runtime error:") == NULL &&
-	                            strstr(e, "LeakSanitizer") == NULL),
-	              "sanitizer finding in the dispatcher: %.3000s", e);
-	free(e);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the dispatcher exited with %d", st);
-}
-
-static char *
-wait_effect(PGconn *c, const char *id, const char *want, double secs)
-{
-	double deadline = tl_now() + secs;
-	char *st;
-
-	for (;;) {
-		st = qstr(c, "SELECT state FROM effect_outbox WHERE id = $1::uuid", id, (char *)NULL);
-		if (streq(st, want) || tl_now() > deadline)
-			return st;
-		free(st);
-		tl_sleep_ms(100);
-	}
+	dl_disp_stop(d, 20);
 }
 
 
@@ -552,7 +484,7 @@ make_approved(PGconn *c, const char *key, const char *contract, const char *outp
 static void
 expect_delivered(PGconn *c, const char *id, const char *want_text, double secs)
 {
-	char *st = wait_effect(c, id, "completed", secs), *pk;
+	char *st = dl_wait_effect(c, id, "completed", secs), *pk;
 	json_t *reqs, *got, *want = json_loads(want_text, 0, NULL);
 
 	ck_assert_msg(streq(st, "completed"), "effect %s is %s, expected completed", id, st);
@@ -573,7 +505,7 @@ expect_delivered(PGconn *c, const char *id, const char *want_text, double secs)
 static void
 expect_refused_at_send(PGconn *c, const char *id, const char *path)
 {
-	char *st = wait_effect(c, id, "failed", 20), *pk;
+	char *st = dl_wait_effect(c, id, "failed", 20), *pk;
 	json_t *dl, *att;
 	char *ev;
 
@@ -606,7 +538,7 @@ START_TEST(test_dispatcher_recheck)
 	PGconn *c = tl_pg_connect();
 	char k1[200], k2[200], k3[200], k4[200], i1[40], i2[40], i3[40], i4[40], marker[96];
 	char *mail, *recs;
-	struct disp d;
+	struct dl_disp d;
 
 	tl_mkkey(k1, sizeof(k1), "recheck-extra");
 	tl_mkkey(k2, sizeof(k2), "recheck-differs");
@@ -795,7 +727,7 @@ START_TEST(test_long_multilingual_mail)
 	char key[200], first[128], *body = long_body(BODY_CHARS), *st, *text, *id;
 	json_t *to = json_array(), *rec = NULL, *rcpts;
 	struct tl_resp r;
-	struct disp d;
+	struct dl_disp d;
 	const char *data, *sep, *p;
 	char *head, *h, *decoded;
 	size_t i, len;
@@ -817,7 +749,7 @@ START_TEST(test_long_multilingual_mail)
 	              "mail_list output: HTTP %ld %.2000s", r.status, r.body);
 	id = strdup(JSTR(r.json, "effect_id"));
 	tl_resp_free(&r);
-	st = wait_effect(c, id, "completed", 30);
+	st = dl_wait_effect(c, id, "completed", 30);
 	ck_assert_msg(streq(st, "completed"), "the long mail is %s", st);
 	free(st);
 
@@ -995,7 +927,7 @@ START_TEST(test_http_large_body)
 	PGconn *c = tl_pg_connect();
 	char key[200], id[40], *payload, *st;
 	size_t n = 200 * 1024, i;
-	struct disp d;
+	struct dl_disp d;
 
 	/* 200 KiB of Cyrillic, CJK and emoji in one string */
 	payload = malloc(n + 64);
@@ -1249,10 +1181,8 @@ static Suite *
 effect_suite(void)
 {
 	Suite *s = suite_create("effect_schema");
-	TCase *tc = tcase_create("effects");
+	TCase *tc = dl_tcase(s, "effects", TEST_TIMEOUT_S);
 
-	tcase_set_timeout(tc, TEST_TIMEOUT_S);
-	tcase_add_checked_fixture(tc, dl_fixture_setup, dl_fixture_teardown);
 	tcase_add_test(tc, test_contract_syntax);
 	tcase_add_test(tc, test_crm_tag_attack);
 	tcase_add_test(tc, test_payload_schema);
@@ -1262,7 +1192,6 @@ effect_suite(void)
 	tcase_add_test(tc, test_message_limits);
 	tcase_add_test(tc, test_http_large_body);
 	tcase_add_test(tc, test_stalled_smtp);
-	suite_add_tcase(s, tc);
 	return s;
 }
 

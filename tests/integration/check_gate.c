@@ -66,14 +66,6 @@ static const char *g_base;      /* ONCEGATE_URL */
 
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
 
-static char *
-dump_json(const json_t *v)
-{
-	char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-
-	return s ? s : strdup("?");
-}
-
 static bool
 is_token_shape(const char *s)
 {
@@ -125,22 +117,8 @@ tag_output(const char *tag, double confidence)
 	                 "asked for a quote twice this week");
 }
 
-static json_t *
-tag_effect(void)
-{
-	return json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target", "demo_http",
-	                 "payload", "contact_id", "c-42");
-}
-
 /* ... and the payload that goes out: the tag comes from the output. */
 #define TAG_PAYLOAD_CANON "{\"contact_id\":\"c-42\",\"tag\":\"lead\"}"
-
-static json_t *
-std_model(void)
-{
-	return json_pack("{s:s, s:s, s:s}", "provider", "openai-compatible", "name",
-	                 "qwen2.5-7b-instruct", "revision", "2024-09-19");
-}
 
 /* What one output submission carries; NULL members take the defaults
  * (support_reply, reply_output, email_effect, std_model, a source URL).
@@ -167,7 +145,7 @@ post_output(const char *key, const char *owner, long long version, struct submis
 	                         s->contract ? s->contract : "support_reply", "output",
 	                         s->output ? s->output : reply_output(), "effect",
 	                         s->effect ? s->effect : email_effect(), "model",
-	                         s->model ? s->model : std_model());
+	                         s->model ? s->model : tl_model_json());
 
 	ck_assert_ptr_nonnull(body);
 	if (!s->no_source)
@@ -270,33 +248,9 @@ make_gated(const char *test, struct submission *s, struct gated *g)
 /* ---- the database -------------------------------------------------------- */
 
 static long long
-count1(PGconn *c, const char *sql, const char *a)
-{
-	const char *p[1] = { a };
-
-	return tl_pg_count(c, sql, 1, p);
-}
-
-static long long
-count2(PGconn *c, const char *sql, const char *a, const char *b)
-{
-	const char *p[2] = { a, b };
-
-	return tl_pg_count(c, sql, 2, p);
-}
-
-static char *
-value1(PGconn *c, const char *sql, const char *a)
-{
-	const char *p[1] = { a };
-
-	return tl_pg_value(c, sql, 1, p);
-}
-
-static long long
 outbox_rows(PGconn *c, const char *key)
 {
-	return count1(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1", key);
+	return qnum(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1", key, (char *)NULL);
 }
 
 /* ---- the pages ------------------------------------------------------------ */
@@ -730,7 +684,7 @@ expect_page_log(long off, const char *events, const char *reasons, const char *a
                 long status, const char *what)
 {
 	json_t *lines = tl_log_collect(off, is_approve_line, NULL, 1), *l;
-	char *d = dump_json(lines);
+	char *d = tl_json_text(lines);
 	long long st = 0;
 
 	ck_assert_msg(json_array_size(lines) == 1,
@@ -801,7 +755,7 @@ key_lines(long off, const char *key, size_t want)
 static void
 expect_field(const json_t *l, const char *name, const char *want)
 {
-	char *d = dump_json(l);
+	char *d = tl_json_text(l);
 
 	ck_assert_msg(l != NULL, "no such log line");
 	ck_assert_msg(tl_jstr(l, name) != NULL && strcmp(tl_jstr(l, name), want) == 0,
@@ -810,13 +764,6 @@ expect_field(const json_t *l, const char *name, const char *want)
 }
 
 /* ---- per-test setup ------------------------------------------------------ */
-
-static void
-setup_healthy(void)
-{
-	/* Another suite may have stopped the cluster a moment ago. */
-	ck_assert_msg(tl_wait_healthy(30), "the stack is not healthy (GET /healthz)");
-}
 
 /* ===== 1. approve-before-act, the whole path =============================== */
 
@@ -837,11 +784,11 @@ START_TEST(test_approve_before_act)
 
 	/* The answer's token is stored as its SHA-256 only. */
 	tl_sha256_hex(g.token, thash);
-	ck_assert_int_eq(count2(c, "SELECT count(*) FROM approvals WHERE id = $1::uuid "
-	                        "AND token_hash = decode($2, 'hex')", g.approval_id, thash), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE id = $1::uuid "
+	                        "AND token_hash = decode($2, 'hex')", g.approval_id, thash, (char *)NULL), 1);
 
 	/* The run waits, with what was submitted; one pending approval; no effect. */
-	ck_assert_int_eq(count1(c,
+	ck_assert_int_eq(qnum(c,
 	    "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
 	    " AND state = 'awaiting_human' AND contract = 'support_reply'"
 	    " AND contract_hash IS NOT NULL AND output_hash IS NOT NULL"
@@ -849,22 +796,22 @@ START_TEST(test_approve_before_act)
 	    " AND model->>'name' = 'qwen2.5-7b-instruct'"
 	    " AND effect->>'type' = 'email.send' AND effect->>'target' = 'demo_smtp'"
 	    " AND source_url = 'https://crm.example/ticket/42?view=full&tab=mail'"
-	    " AND requested_by = 'alice@example.com' AND decision IS NULL", g.key), 1);
-	ck_assert_int_eq(count2(c,
+	    " AND requested_by = 'alice@example.com' AND decision IS NULL", g.key, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c,
 	    "SELECT count(*) FROM approvals WHERE idempotency_key = $1 AND id = $2::uuid"
 	    " AND approver = 'group:support' AND state = 'pending'"
 	    " AND allowed_decisions = ARRAY['approve','reject']"
 	    " AND requested_by = 'alice@example.com' AND separation_of_duties"
 	    " AND consumed_at IS NULL AND decision IS NULL AND approver_subject IS NULL"
 	    " AND expires_at BETWEEN now() + interval '86000 s' AND now() + interval '86500 s'",
-	    g.key, g.approval_id), 1);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1", g.key), 1);
+	    g.key, g.approval_id, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1", g.key, (char *)NULL), 1);
 	ck_assert_int_eq(outbox_rows(c, g.key), 0);
 
 	lines = key_lines(off, g.key, 2);
 	l = tl_log_find_event(lines, "gate.awaiting_human");
 	{
-		char *d = dump_json(lines);
+		char *d = tl_json_text(lines);
 
 		ck_assert_msg(l != NULL, "no gate.awaiting_human line: %s", d);
 		free(d);
@@ -946,7 +893,7 @@ START_TEST(test_approve_before_act)
 	ck_assert_int_eq(outbox_rows(c, g.key), 0);
 	lines = tl_log_collect(off, is_approval_id, g.approval_id, 20);
 	{
-		char *d = dump_json(lines);
+		char *d = tl_json_text(lines);
 
 		ck_assert_msg(json_array_size(lines) == 20 &&
 		              tl_log_count_event(lines, "approval.viewed") == 20,
@@ -961,14 +908,14 @@ START_TEST(test_approve_before_act)
 	off = tl_log_offset();
 	decide_ok(g.token, APPROVER, "support", "approve", csrf, "Checked the order: ships Friday.");
 
-	ck_assert_int_eq(count2(c,
+	ck_assert_int_eq(qnum(c,
 	    "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1 AND state = 'approved'"
 	    " AND decision = 'approve' AND decided_by = $2 AND decided_at IS NOT NULL",
-	    g.key, APPROVER), 1);
-	ck_assert_int_eq(count2(c,
+	    g.key, APPROVER, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c,
 	    "SELECT count(*) FROM approvals WHERE id = $1::uuid AND state = 'decided'"
 	    " AND consumed_at IS NOT NULL AND decision = 'approve' AND approver_subject = $2"
-	    " AND reason = 'Checked the order: ships Friday.'", g.approval_id, APPROVER), 1);
+	    " AND reason = 'Checked the order: ships Friday.'", g.approval_id, APPROVER, (char *)NULL), 1);
 	ck_assert_int_eq(outbox_rows(c, g.key), 1);
 	canon = email_payload_canon();
 	tl_payload_hash(canon, hash);
@@ -976,7 +923,7 @@ START_TEST(test_approve_before_act)
 		const char *p[4] = { g.key, g.approval_id, hash, canon };
 		char pk[260];
 
-		char *cid = value1(c, "SELECT id::text FROM api_clients WHERE name = $1", "dev");
+		char *cid = qstr(c, "SELECT id::text FROM api_clients WHERE name = $1", "dev", (char *)NULL);
 		char *want = tl_provider_key(cid, g.key, "email.send", "demo_smtp", 0);
 
 		/* the provider key: this client's own, stored when enqueued */
@@ -988,16 +935,16 @@ START_TEST(test_approve_before_act)
 		    " AND effect_type = 'email.send' AND target = 'demo_smtp' AND state = 'pending'"
 		    " AND approval_id = $2::uuid AND payload_hash = $3 AND payload = $4::jsonb"
 		    " AND attempt = 0 AND not_before <= now() + interval '1 s'", 4, p), 1);
-		ck_assert_int_eq(count2(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
-		                        " AND provider_key = $2", g.key, pk), 1);
+		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
+		                        " AND provider_key = $2", g.key, pk, (char *)NULL), 1);
 	}
 	free(canon);
-	effect_id = value1(c, "SELECT id::text FROM effect_outbox WHERE idempotency_key = $1", g.key);
+	effect_id = qstr(c, "SELECT id::text FROM effect_outbox WHERE idempotency_key = $1", g.key, (char *)NULL);
 
 	lines = tl_log_collect(off, is_approve_line, NULL, 1);
 	l = tl_log_find_event(lines, "approval.consumed");
 	{
-		char *d = dump_json(lines);
+		char *d = tl_json_text(lines);
 		long long st;
 
 		ck_assert_msg(l != NULL && tl_log_count_event(lines, "approval.consumed") == 1,
@@ -1022,7 +969,7 @@ START_TEST(test_approve_before_act)
 	              w.text);
 	ck_assert_msg(tl_contains_ci(w.text, "Checked the order: ships Friday."),
 	              "the decided page does not show the reason: %.3000s", w.text);
-	v = value1(c, "SELECT og_ts(consumed_at) FROM approvals WHERE id = $1::uuid", g.approval_id);
+	v = qstr(c, "SELECT og_ts(consumed_at) FROM approvals WHERE id = $1::uuid", g.approval_id, (char *)NULL);
 	ck_assert_msg(v != NULL && tl_contains_ci(w.text, v), "the decided page does not say when (%s): %.3000s",
 	              v ? v : "?", w.text);
 	free(v);
@@ -1181,15 +1128,15 @@ START_TEST(test_concurrent_decisions)
 	              "%.400s", n410other, RACERS - 1, other_text);
 
 	ck_assert_int_eq(outbox_rows(c, g.key), 1);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
-	                        " AND state = 'decided' AND approver_subject = 'sam@example.com'", g.key), 1);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
-	                        " AND state = 'approved' AND decided_by = 'sam@example.com'", g.key), 1);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM run_events WHERE idempotency_key = $1"
-	                        " AND event = 'run.decided'", g.key), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
+	                        " AND state = 'decided' AND approver_subject = 'sam@example.com'", g.key, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+	                        " AND state = 'approved' AND decided_by = 'sam@example.com'", g.key, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM run_events WHERE idempotency_key = $1"
+	                        " AND event = 'run.decided'", g.key, (char *)NULL), 1);
 	lines = tl_log_collect(off, is_approve_line, NULL, 1);
 	{
-		char *d = dump_json(lines);
+		char *d = tl_json_text(lines);
 
 		ck_assert_msg(tl_log_count_event(lines, "approval.consumed") == 1,
 		              "expected one approval.consumed line among: %.3000s", d);
@@ -1533,8 +1480,8 @@ START_TEST(test_refuse_csrf_of_other_subject)
 
 	/* carol with her own value: fine. */
 	decide_ok(g.token, "carol@example.com", "support", "approve", csrf_carol, NULL);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
-	                        " AND approver_subject = 'carol@example.com'", g.key), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
+	                        " AND approver_subject = 'carol@example.com'", g.key, (char *)NULL), 1);
 	free(before);
 	free(csrf_bob);
 	free(csrf_carol);
@@ -1687,8 +1634,8 @@ START_TEST(test_refuse_not_an_approver)
 	tl_expect_run_unchanged(c, g.key, before, "POSTs by people outside group support");
 	/* Once dave is in support (among other groups), he may decide. */
 	decide_ok(g.token, "dave@example.com", "sales, support", "approve", csrf, NULL);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
-	                        " AND decided_by = 'dave@example.com'", g.key), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+	                        " AND decided_by = 'dave@example.com'", g.key, (char *)NULL), 1);
 	free(before);
 	free(form);
 	free(csrf);
@@ -1849,31 +1796,31 @@ START_TEST(test_decision_callback)
 	char *csrf, *before, key[200];
 
 	make_gated("callback-approve", &s, &a);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
 	                        " AND callback_url = 'http://127.0.0.1:5678/webhook-waiting/123/ok'",
-	                        a.key), 1);
+	                        a.key, (char *)NULL), 1);
 	csrf = card_csrf(a.token, APPROVER, "support");
 	decide_ok(a.token, APPROVER, "support", "approve", csrf, NULL);
 	free(csrf);
 	ck_assert_int_eq(outbox_rows(c, a.key), 2);
-	ck_assert_int_eq(count2(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
 	                        " AND effect_type = 'email.send' AND approval_id = $2::uuid", a.key,
-	                        a.approval_id), 1);
-	ck_assert_int_eq(count2(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
+	                        a.approval_id, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
 	                        " AND effect_type = 'decision.callback' AND target = 'callback'"
 	                        " AND state = 'pending' AND approval_id = $2::uuid"
 	                        " AND payload->>'decision' = 'approved'"
 	                        " AND payload->>'url' = 'http://127.0.0.1:5678/webhook-waiting/123/ok'",
-	                        a.key, a.approval_id), 1);
+	                        a.key, a.approval_id, (char *)NULL), 1);
 
 	make_gated("callback-reject", &s2, &b);
 	csrf = card_csrf(b.token, APPROVER, "support");
 	decide_ok(b.token, APPROVER, "support", "reject", csrf, "no");
 	free(csrf);
 	ck_assert_int_eq(outbox_rows(c, b.key), 1);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
 	                        " AND effect_type = 'decision.callback'"
-	                        " AND payload->>'decision' = 'rejected'", b.key), 1);
+	                        " AND payload->>'decision' = 'rejected'", b.key, (char *)NULL), 1);
 
 	/* A callback elsewhere than the configured n8n origin: refused. */
 	tl_mkkey(key, sizeof(key), "callback-evil");
@@ -1937,10 +1884,10 @@ START_TEST(test_repair_budget)
 	              "expected /subject minLength, /tone enum, /auto_send additionalProperties, "
 	              "/confidence required: %s", r.body);
 	tl_resp_free(&r);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
 	                        " AND state = 'processing' AND invalid_outputs = 1"
-	                        " AND jsonb_array_length(validation) >= 4", key), 1);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1", key), 0);
+	                        " AND jsonb_array_length(validation) >= 4", key, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1", key, (char *)NULL), 0);
 
 	/* Invalid 2: the budget is spent. */
 	s2.output = json_pack("{s:s, s:s, s:i}", "subject", "ok", "body", g_marker, "confidence", 7);
@@ -1958,15 +1905,15 @@ START_TEST(test_repair_budget)
 	              strcmp(JSTR(json_array_get(errs, 0), "rule"), "maximum") == 0,
 	              "errors: %s", r.body);
 	tl_resp_free(&r);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
 	                        " AND state = 'failed_terminal' AND error_class = 'validation'"
-	                        " AND invalid_outputs = 2 AND lease_expires_at IS NULL", key), 1);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1", key), 0);
+	                        " AND invalid_outputs = 2 AND lease_expires_at IS NULL", key, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1", key, (char *)NULL), 0);
 	ck_assert_int_eq(outbox_rows(c, key), 0);
 
 	lines = key_lines(off, key, 3);
 	{
-		char *d = dump_json(lines);
+		char *d = tl_json_text(lines);
 
 		ck_assert_msg(tl_log_count_event(lines, "output.invalid") == 2,
 		              "expected two output.invalid lines (the second terminal): %s", d);
@@ -2011,9 +1958,9 @@ START_TEST(test_repair_budget)
 		memset(&g, 0, sizeof(g));
 		expect_awaiting(&r, "group:support", &g);
 		tl_resp_free(&r);
-		ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
 		                        " AND state = 'awaiting_human' AND invalid_outputs = 1"
-		                        " AND validation IS NOT NULL", key2), 1);
+		                        " AND validation IS NOT NULL", key2, (char *)NULL), 1);
 	}
 	PQfinish(c);
 }
@@ -2046,7 +1993,7 @@ START_TEST(test_auto_path)
 	pick_key(key, sizeof(key), "auto", false, &cl);
 	off = tl_log_offset();
 	s.output = tag_output("lead", 0.95);
-	s.effect = tag_effect();
+	s.effect = tl_tag_effect_json();
 	post_output(key, cl.owner, cl.version, &s, &r);
 	ck_assert_msg(r.status == 202 && tl_jstr(r.json, "outcome") &&
 	              strcmp(tl_jstr(r.json, "outcome"), "approved") == 0,
@@ -2059,14 +2006,14 @@ START_TEST(test_auto_path)
 	              "no window in approve_by_exception: %s", r.body);
 	ck_assert_msg(tl_jint(r.json, "version", &v) && v == cl.version + 1, "version: %s", r.body);
 
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
 	                        " AND state = 'approved' AND decision = 'auto' AND decided_at IS NOT NULL"
-	                        " AND contract = 'crm_tag' AND output->>'tag' = 'lead'", key), 1);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1", key), 0);
+	                        " AND contract = 'crm_tag' AND output->>'tag' = 'lead'", key, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1", key, (char *)NULL), 0);
 	ck_assert_int_eq(outbox_rows(c, key), 1);
 	tl_payload_hash(TAG_PAYLOAD_CANON, hash);
 	{
-		char *cid = value1(c, "SELECT id::text FROM api_clients WHERE name = $1", "dev");
+		char *cid = qstr(c, "SELECT id::text FROM api_clients WHERE name = $1", "dev", (char *)NULL);
 		char *want = tl_provider_key(cid, key, "crm.tag", "demo_http", 0);
 
 		snprintf(pk, sizeof(pk), "%s", want);
@@ -2085,7 +2032,7 @@ START_TEST(test_auto_path)
 	lines = key_lines(off, key, 1);
 	l = tl_log_find_event(lines, "gate.auto_approved");
 	{
-		char *d = dump_json(lines);
+		char *d = tl_json_text(lines);
 
 		ck_assert_msg(l != NULL, "no gate.auto_approved line: %s", d);
 		free(d);
@@ -2112,7 +2059,7 @@ START_TEST(test_auto_path)
 
 			snprintf(name, sizeof(name), "manual-%zu", i);
 			t.output = tag_output(cases[i].tag, cases[i].conf);
-			t.effect = tag_effect();
+			t.effect = tl_tag_effect_json();
 			make_gated(name, &t, &g);
 			ck_assert_int_eq(outbox_rows(c, g.key), 0);
 			if (i == 0) {
@@ -2121,9 +2068,9 @@ START_TEST(test_auto_path)
 
 				decide_ok(g.token, "sol@example.com", "sales", "approve", csrf, NULL);
 				free(csrf);
-				ck_assert_int_eq(count1(c, "SELECT count(*) FROM effect_outbox WHERE"
+				ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE"
 				                        " idempotency_key = $1 AND effect_type = 'crm.tag'"
-				                        " AND approval_id IS NOT NULL", g.key), 1);
+				                        " AND approval_id IS NOT NULL", g.key, (char *)NULL), 1);
 			}
 		}
 	}
@@ -2135,7 +2082,7 @@ START_TEST(test_auto_path)
 
 		pick_key(key, sizeof(key), "sampled", true, &cl);
 		t.output = tag_output("customer", 0.99);
-		t.effect = tag_effect();
+		t.effect = tl_tag_effect_json();
 		post_output(key, cl.owner, cl.version, &t, &r);
 		memset(&g, 0, sizeof(g));
 		expect_awaiting(&r, "group:sales", &g);
@@ -2243,13 +2190,13 @@ START_TEST(test_act_with_window)
 	eid = tl_jstr(r.json, "effect_id");
 	ck_assert_msg(tl_ts_parse(nb, &t) && fabs(t - (tl_now() + WINDOW_S)) < 60,
 	              "not_before must be about now + %d s: %s", WINDOW_S, r.body);
-	ck_assert_int_eq(count2(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
 	                        " AND id = $2::uuid AND state = 'pending' AND approval_id IS NULL"
 	                        " AND not_before BETWEEN now() + interval '540 s' AND now() + interval '660 s'",
-	                        key, eid ? eid : "00000000-0000-0000-0000-000000000000"), 1);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
-	                        " AND state = 'approved'", key), 1);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1", key), 0);
+	                        key, eid ? eid : "00000000-0000-0000-0000-000000000000", (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+	                        " AND state = 'approved'", key, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1", key, (char *)NULL), 0);
 	tl_resp_free(&r);
 
 	/* Inside the window the owning client can still cancel: the effect is
@@ -2260,11 +2207,11 @@ START_TEST(test_act_with_window)
 	ck_assert_str_eq(JSTR(r.json, "state"), "failed_terminal");
 	ck_assert_int_eq((int)json_array_size(json_object_get(r.json, "cancelled_effects")), 1);
 	tl_resp_free(&r);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
-	                        " AND state = 'cancelled'", key), 1);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
+	                        " AND state = 'cancelled'", key, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
 	                        " AND state = 'failed_terminal' AND error_class = 'cancelled'"
-	                        " AND reason = 'customer withdrew'", key), 1);
+	                        " AND reason = 'customer withdrew'", key, (char *)NULL), 1);
 	cancel_run(key, "again", &r);
 	ck_assert_msg(r.status == 409 && strcmp(JSTR(r.json, "error"), "window_closed") == 0,
 	              "second cancel: HTTP %ld %s", r.status, r.body);
@@ -2285,10 +2232,10 @@ START_TEST(test_act_with_window)
 	cancel_run(key, "too late", &r);
 	ck_assert_msg(r.status == 409, "cancel after the window: HTTP %ld %s", r.status, r.body);
 	tl_resp_free(&r);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
-	                        " AND state = 'pending'", key), 1);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
-	                        " AND state = 'approved'", key), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
+	                        " AND state = 'pending'", key, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+	                        " AND state = 'approved'", key, (char *)NULL), 1);
 	PQfinish(c);
 }
 END_TEST
@@ -2327,17 +2274,17 @@ START_TEST(test_first_decision_voids_others)
 	ck_assert_msg(tok_group[0] && tok_lead[0] && strcmp(tok_group, tok_lead) != 0,
 	              "one distinct token per approver: %s", r.body);
 	tl_resp_free(&r);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
-	                        " AND state = 'pending'", key), 2);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
+	                        " AND state = 'pending'", key, (char *)NULL), 2);
 
 	/* the lead decides first */
 	csrf = card_csrf(tok_lead, "lead@example.com", "");
 	decide_ok(tok_lead, "lead@example.com", "", "approve", csrf, "fine");
 	free(csrf);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
-	                        " AND state = 'decided' AND approver = 'lead@example.com'", key), 1);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
-	                        " AND state = 'voided' AND approver = 'group:support'", key), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
+	                        " AND state = 'decided' AND approver = 'lead@example.com'", key, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
+	                        " AND state = 'voided' AND approver = 'group:support'", key, (char *)NULL), 1);
 	ck_assert_int_eq(outbox_rows(c, key), 1);
 
 	/* the other challenge is gone: its page says so and offers no form,
@@ -2352,8 +2299,8 @@ START_TEST(test_first_decision_voids_others)
 	web_free(&w);
 	free(form);
 	ck_assert_int_eq(outbox_rows(c, key), 1);
-	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
-	                        " AND state = 'approved' AND decided_by = 'lead@example.com'", key), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+	                        " AND state = 'approved' AND decided_by = 'lead@example.com'", key, (char *)NULL), 1);
 	PQfinish(c);
 }
 END_TEST
@@ -2373,7 +2320,7 @@ START_TEST(test_sample_rate_one)
 		snprintf(key, sizeof(key), "%s-sampleall-%d", tl_run, i);
 		tl_claim_run(key, &cl);
 		s.output = tag_output("lead", 0.99);
-		s.effect = tag_effect();
+		s.effect = tl_tag_effect_json();
 		post_output(key, cl.owner, cl.version, &s, &r);
 		require_contract(&r, SAMPLED_CONTRACT);
 		memset(&g, 0, sizeof(g));
@@ -2515,11 +2462,11 @@ START_TEST(test_corpus_drafts)
 
 		decide_ok(g.token, APPROVER, "support", "approve", csrf, "долгое письмо / 长邮件 ✓");
 		free(csrf);
-		ck_assert_int_eq(count1(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1 "
-		                        "AND effect_type = 'email.send'", g.key), 1);
+		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1 "
+		                        "AND effect_type = 'email.send'", g.key, (char *)NULL), 1);
 		/* what the dispatcher will send is the approved draft, byte for byte */
-		sent = value1(c, "SELECT output->>'body' FROM workflow_runs WHERE idempotency_key = $1",
-		              g.key);
+		sent = qstr(c, "SELECT output->>'body' FROM workflow_runs WHERE idempotency_key = $1",
+		              g.key, (char *)NULL);
 		ck_assert_msg(sent != NULL && strcmp(sent, body) == 0, "%s: the stored draft differs",
 		              ids[i]);
 		free(sent);
@@ -2708,10 +2655,10 @@ START_TEST(test_token_never_stored_or_logged)
 	}
 
 	/* The database stores the hash, and never the token. */
-	ck_assert_int_eq(count2(c, "SELECT count(*) FROM approvals WHERE id = $1::uuid AND"
-	                        " token_hash = decode($2, 'hex')", a.approval_id, hash_a), 1);
-	ck_assert_int_eq(count2(c, "SELECT count(*) FROM approvals WHERE id = $1::uuid AND"
-	                        " token_hash = decode($2, 'hex')", b.approval_id, hash_b), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE id = $1::uuid AND"
+	                        " token_hash = decode($2, 'hex')", a.approval_id, hash_a, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE id = $1::uuid AND"
+	                        " token_hash = decode($2, 'hex')", b.approval_id, hash_b, (char *)NULL), 1);
 	for (i = 0; i < 4; i++)
 		ck_assert_msg(tl_pg_rows_holding(c, tokens[i]) == 0,
 		              "a raw approval token appears in a database table");
@@ -2776,13 +2723,13 @@ gate_suite(void)
 	/* First, while nginx's POST limit for this address is untouched. */
 	tc = tcase_create("race");
 	tcase_set_timeout(tc, 90);
-	tcase_add_checked_fixture(tc, setup_healthy, NULL);
+	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_concurrent_decisions);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("approve");
 	tcase_set_timeout(tc, 90);
-	tcase_add_checked_fixture(tc, setup_healthy, NULL);
+	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_approve_before_act);
 	tcase_add_test(tc, test_reject);
 	tcase_add_test(tc, test_decision_callback);
@@ -2790,7 +2737,7 @@ gate_suite(void)
 
 	tc = tcase_create("refusals");
 	tcase_set_timeout(tc, 90);
-	tcase_add_checked_fixture(tc, setup_healthy, NULL);
+	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_refuse_no_subject);
 	tcase_add_test(tc, test_refuse_unknown_token);
 	tcase_add_test(tc, test_refuse_expired);
@@ -2808,7 +2755,7 @@ gate_suite(void)
 
 	tc = tcase_create("outputs");
 	tcase_set_timeout(tc, 90);
-	tcase_add_checked_fixture(tc, setup_healthy, NULL);
+	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_repair_budget);
 	tcase_add_test(tc, test_auto_path);
 	tcase_add_test(tc, test_output_refusals);
@@ -2819,7 +2766,7 @@ gate_suite(void)
 
 	tc = tcase_create("escaping");
 	tcase_set_timeout(tc, 90);
-	tcase_add_checked_fixture(tc, setup_healthy, NULL);
+	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_hostile_output);
 	tcase_add_test(tc, test_corpus_drafts);
 	tcase_add_test(tc, test_corpus_one_over);
@@ -2828,7 +2775,7 @@ gate_suite(void)
 	/* Last: it reads everything the others wrote too. */
 	tc = tcase_create("secrets");
 	tcase_set_timeout(tc, 90);
-	tcase_add_checked_fixture(tc, setup_healthy, NULL);
+	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_token_never_stored_or_logged);
 	suite_add_tcase(s, tc);
 	return s;

@@ -252,13 +252,6 @@ tag_output(const char *tag, double confidence)
 	return json_pack("{s:s, s:f}", "tag", tag, "confidence", confidence);
 }
 
-static json_t *
-tag_effect(void)
-{
-	return json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target", "demo_http",
-	                 "payload", "contact_id", "c-42");
-}
-
 /* The approval link's token from a 202 awaiting_human answer. */
 static void
 token_of(const struct tl_resp *r, char *token, size_t n)
@@ -329,12 +322,6 @@ decide(const char *token, const char *groups, const char *decision)
 }
 
 /* ---- fixtures ----------------------------------------------------------- */
-
-static void
-setup_healthy(void)
-{
-	ck_assert_msg(tl_wait_healthy(30), "the stack is not healthy (GET /healthz)");
-}
 
 /* ===== the answer's shape ================================================= */
 
@@ -591,11 +578,11 @@ START_TEST(test_scenario)
 	 * ends the run, and the next delivery of it is a duplicate */
 	tl_mkkey(k[3], sizeof(k[3]), "invalid");
 	claim(k[3], 0, "claimed", &c);
-	post_output(k[3], &c, c.version, "crm_tag", tag_output("bogus", 0.5), tag_effect(), &r);
+	post_output(k[3], &c, c.version, "crm_tag", tag_output("bogus", 0.5), tl_tag_effect_json(), &r);
 	ASSERT_STATUS(&r, 422);
 	ck_assert_msg(tl_jint(r.json, "version", &v), "%s", r.body);
 	tl_resp_free(&r);
-	post_output(k[3], &c, v, "crm_tag", tag_output("bogus", 0.5), tag_effect(), &r);
+	post_output(k[3], &c, v, "crm_tag", tag_output("bogus", 0.5), tl_tag_effect_json(), &r);
 	ASSERT_STATUS(&r, 422);
 	ck_assert_msg(strcmp(tl_jstr(r.json, "outcome"), "failed_terminal") == 0, "%s", r.body);
 	tl_resp_free(&r);
@@ -610,7 +597,7 @@ START_TEST(test_scenario)
 		tl_mkkey(key, sizeof(key), name);
 		claim(key, 0, "claimed", &c);
 		tl_keep_sample_draw(key, "0.99");
-		post_output(key, &c, c.version, "crm_tag", tag_output("lead", 0.95), tag_effect(), &r);
+		post_output(key, &c, c.version, "crm_tag", tag_output("lead", 0.95), tl_tag_effect_json(), &r);
 		ck_assert_msg(r.status == 202 && strcmp(tl_jstr(r.json, "outcome"), "approved") == 0,
 		              "an eligible crm_tag output outside the sample must be approved by the "
 		              "gate: HTTP %ld %s", r.status, r.body);
@@ -641,7 +628,7 @@ START_TEST(test_scenario)
 
 	tl_mkkey(key, sizeof(key), "sampled");
 	claim(key, 0, "claimed", &c);
-	post_output(key, &c, c.version, SAMPLED_CONTRACT, tag_output("lead", 0.95), tag_effect(), &r);
+	post_output(key, &c, c.version, SAMPLED_CONTRACT, tag_output("lead", 0.95), tl_tag_effect_json(), &r);
 	token_of(&r, token, sizeof(token));
 	tl_resp_free(&r);
 	decide(token, "sales", "approve");
@@ -914,28 +901,28 @@ metrics_suite(void)
 
 	tc = tcase_create("shape");
 	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, setup_healthy, NULL);
+	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_families);
 	tcase_add_test(tc, test_method_not_allowed);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("scenario");
 	tcase_set_timeout(tc, 120);
-	tcase_add_checked_fixture(tc, setup_healthy, NULL);
+	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_scenario);
 	tcase_add_test(tc, test_kill_switch);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("cost");
 	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, setup_healthy, NULL);
+	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_cached);
 	tcase_add_test(tc, test_background_flush);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("localhost");
 	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, setup_healthy, NULL);
+	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_nginx_configs);
 	tcase_add_test(tc, test_refused_from_elsewhere);
 	suite_add_tcase(s, tc);

@@ -130,30 +130,6 @@ post_reply(const char *key, const struct tl_claimed *c, const char *contract, bo
 
 /* ---- database ---------------------------------------------------------------- */
 
-static long long
-q1(PGconn *c, const char *sql, const char *a)
-{
-	const char *p[1] = { a };
-
-	return tl_pg_count(c, sql, 1, p);
-}
-
-static char *
-v1(PGconn *c, const char *sql, const char *a)
-{
-	const char *p[1] = { a };
-
-	return tl_pg_value(c, sql, 1, p);
-}
-
-static long long
-x1(PGconn *c, const char *sql, const char *a)
-{
-	const char *p[1] = { a };
-
-	return tl_pg_exec(c, sql, 1, p);
-}
-
 /* The old rule: the first 53 bits of SHA-256(key) as a fraction. What an
  * attacker computes offline to pick keys that dodge the sample. */
 static bool
@@ -183,8 +159,8 @@ make_approved(PGconn *pc, const char *key, char *eid, size_t n)
 	ASSERT_STATUS(&r, 202);
 	ck_assert_str_eq(tl_jstr(r.json, "outcome"), "approved");
 	tl_resp_free(&r);
-	id = v1(pc, "SELECT e.id FROM effect_outbox e JOIN api_clients a ON a.id = e.client_id"
-	        " WHERE e.idempotency_key = $1 AND a.name = 'dev'", key);
+	id = qstr(pc, "SELECT e.id FROM effect_outbox e JOIN api_clients a ON a.id = e.client_id"
+	        " WHERE e.idempotency_key = $1 AND a.name = 'dev'", key, (char *)NULL);
 	ck_assert_ptr_nonnull(id);
 	snprintf(eid, n, "%s", id);
 	free(id);
@@ -365,15 +341,15 @@ START_TEST(test_sample_draw_kept)
 		post_tag(g_key_a, key, &c, c.version + 7, HALF_CONTRACT, &r);
 		ASSERT_STATUS(&r, 409);
 		tl_resp_free(&r);
-		d1 = v1(pc, "SELECT sample_draw::text FROM workflow_runs WHERE idempotency_key = $1",
-		        key);
+		d1 = qstr(pc, "SELECT sample_draw::text FROM workflow_runs WHERE idempotency_key = $1",
+		        key, (char *)NULL);
 		ck_assert_msg(d1 != NULL, "the first try's draw was not kept");
 		post_tag(g_key_a, key, &c, c.version, HALF_CONTRACT, &r);
 		ASSERT_STATUS(&r, 202);
 		human = strcmp(tl_jstr(r.json, "outcome"), "awaiting_human") == 0;
 		tl_resp_free(&r);
-		d2 = v1(pc, "SELECT sample_draw::text FROM workflow_runs WHERE idempotency_key = $1",
-		        key);
+		d2 = qstr(pc, "SELECT sample_draw::text FROM workflow_runs WHERE idempotency_key = $1",
+		        key, (char *)NULL);
 		ck_assert_msg(d2 != NULL && strcmp(d1, d2) == 0, "draw %s, then %s", d1, d2);
 		ck_assert_msg(human == (strtod(d1, NULL) < 0.5), "draw %s, outcome human=%d", d1,
 		              human);
@@ -385,7 +361,7 @@ START_TEST(test_sample_draw_kept)
 	doc = json_loads(out, 0, NULL);
 	ck_assert_msg(doc != NULL, "explain --json: %s", out);
 	ap = json_object_get(doc, "approved");
-	d1 = v1(pc, "SELECT sample_draw::text FROM workflow_runs WHERE idempotency_key = $1", key);
+	d1 = qstr(pc, "SELECT sample_draw::text FROM workflow_runs WHERE idempotency_key = $1", key, (char *)NULL);
 	ck_assert_msg(fabs(json_real_value(json_object_get(ap, "sample_draw")) - strtod(d1, NULL)) <
 	                  1e-12 &&
 	                  json_real_value(json_object_get(ap, "sample_rate")) == 0.5 &&
@@ -417,8 +393,8 @@ START_TEST(test_sample_rate_zero_and_one)
 		ASSERT_STATUS(&r, 202);
 		ck_assert_str_eq(tl_jstr(r.json, "outcome"), i % 2 ? "awaiting_human" : "approved");
 		tl_resp_free(&r);
-		ck_assert_int_eq(q1(pc, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
-		                    " AND sample_draw >= 0 AND sample_draw < 1", key), 1);
+		ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+		                    " AND sample_draw >= 0 AND sample_draw < 1", key, (char *)NULL), 1);
 	}
 	PQfinish(pc);
 }
@@ -446,8 +422,8 @@ START_TEST(test_no_resume_after_replay)
 	ck_assert_int_eq(ctl(&out, "replay", key, "--new-key", nkey, "--reason",
 	                     "CRM-Kontakt korrigiert, neu taggen", (char *)NULL), 0);
 	free(out);
-	v = v1(pc, "SELECT replay_count || ' ' || replayed_as || ' ' || resolution"
-	       " FROM dead_letters WHERE effect_id = $1::uuid", eid);
+	v = qstr(pc, "SELECT replay_count || ' ' || replayed_as || ' ' || resolution"
+	       " FROM dead_letters WHERE effect_id = $1::uuid", eid, (char *)NULL);
 	{
 		char want[300];
 
@@ -469,8 +445,8 @@ START_TEST(test_no_resume_after_replay)
 	ck_assert_int_eq(ctl(&out, "resume", eid, "--reason", "send it now", (char *)NULL), 1);
 	ck_assert_msg(has(out, "replayed as") && has(out, nkey), "resume refusal: %s", out);
 	free(out);
-	ck_assert_int_eq(q1(pc, "SELECT count(*) FROM effect_outbox WHERE id = $1::uuid"
-	                    " AND state = 'failed'", eid), 1);
+	ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM effect_outbox WHERE id = $1::uuid"
+	                    " AND state = 'failed'", eid, (char *)NULL), 1);
 	lines = tl_log_collect(off, tl_log_is_key, key, 1);
 	{
 		json_t *l = tl_log_find_event(lines, "operator.refused");
@@ -493,10 +469,10 @@ START_TEST(test_no_resume_after_replay)
 	ck_assert_int_ne(ctl(&out, "resume", "--select", path, "--reason", "bulk after outage",
 	                     "--rate", "100/s", (char *)NULL), 0);
 	free(out);
-	ck_assert_int_eq(q1(pc, "SELECT count(*) FROM effect_outbox WHERE id = $1::uuid"
-	                    " AND state = 'failed'", eid), 1);
-	ck_assert_int_eq(q1(pc, "SELECT count(*) FROM operator_actions WHERE effect_id = $1::uuid"
-	                    " AND action = 'resume'", eid), 0);
+	ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM effect_outbox WHERE id = $1::uuid"
+	                    " AND state = 'failed'", eid, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM operator_actions WHERE effect_id = $1::uuid"
+	                    " AND action = 'resume'", eid, (char *)NULL), 0);
 	PQfinish(pc);
 }
 END_TEST
@@ -526,16 +502,16 @@ START_TEST(test_no_replay_after_resume)
 	                     (char *)NULL), 1);
 	ck_assert_msg(has(out, "resumed") && has(out, "--force"), "%s", out);
 	free(out);
-	ck_assert_int_eq(q1(pc, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1",
-	                    nkey), 0);
+	ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1",
+	                    nkey, (char *)NULL), 0);
 	ck_assert_int_eq(ctl(&out, "replay", key, "--new-key", nkey, "--reason",
 	                     "customer asked again; the resumed tag is known lost", "--force",
 	                     (char *)NULL), 0);
 	free(out);
-	ck_assert_int_eq(q1(pc, "SELECT count(*) FROM operator_actions WHERE action = 'replay'"
+	ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM operator_actions WHERE action = 'replay'"
 	                    " AND idempotency_key = $1 AND (details->>'forced')::bool"
 	                    " AND details->>'forced_past' LIKE '%resumed%'"
-	                    " AND operator = '" OPERATOR "'", nkey), 1);
+	                    " AND operator = '" OPERATOR "'", nkey, (char *)NULL), 1);
 	PQfinish(pc);
 }
 END_TEST
@@ -573,14 +549,14 @@ START_TEST(test_no_replay_of_maybe_sent)
 	ck_assert_int_eq(ctl(&out, "replay", "--map", path, "--reason", "bulk fix", "--force",
 	                     (char *)NULL), 2);
 	free(out);
-	ck_assert_int_eq(q1(pc, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1",
-	                    n2), 0);
+	ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1",
+	                    n2, (char *)NULL), 0);
 	/* one key, forced: done, and the letter of the unknown effect names it */
 	ck_assert_int_eq(ctl(&out, "replay", k1, "--new-key", n1, "--reason",
 	                     "the provider lost it; we take the risk", "--force", (char *)NULL), 0);
 	free(out);
-	ck_assert_int_eq(q1(pc, "SELECT count(*) FROM dead_letters WHERE effect_id = $1::uuid"
-	                    " AND replay_count = 1 AND replayed_as IS NOT NULL", e1), 1);
+	ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM dead_letters WHERE effect_id = $1::uuid"
+	                    " AND replay_count = 1 AND replayed_as IS NOT NULL", e1, (char *)NULL), 1);
 	PQfinish(pc);
 }
 END_TEST
@@ -630,9 +606,9 @@ START_TEST(test_resume_replay_race)
 		ok += WIFEXITED(st) && WEXITSTATUS(st) == 0;
 	}
 	ck_assert_msg(ok == 1, "%d of resume and replay succeeded on one event", ok);
-	ck_assert_int_eq(q1(pc, "SELECT count(*) FROM effect_outbox WHERE id = $1::uuid"
-	                    " AND state = 'pending'", eid) +
-	                 q1(pc, "SELECT count(*) FROM run_replays WHERE original_key = $1", key),
+	ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM effect_outbox WHERE id = $1::uuid"
+	                    " AND state = 'pending'", eid, (char *)NULL) +
+	                 qnum(pc, "SELECT count(*) FROM run_replays WHERE original_key = $1", key, (char *)NULL),
 	                 1);
 	PQfinish(holder);
 	PQfinish(pc);
@@ -664,27 +640,27 @@ START_TEST(test_revoke_last_link_ends_run)
 	ck_assert_int_eq(ctl(&out, "approval", "revoke", a1, "--reason", "approver on leave",
 	                     (char *)NULL), 0);
 	free(out);
-	ck_assert_int_eq(q1(pc, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
-	                    " AND state = 'awaiting_human'", key), 1);
+	ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
+	                    " AND state = 'awaiting_human'", key, (char *)NULL), 1);
 	off = tl_log_offset();
 	ck_assert_int_eq(ctl(&out, "approval", "revoke", a2, "--reason",
 	                     "wrong recipient list — отозвано", (char *)NULL), 0);
 	ck_assert_msg(has(out, "failed_terminal"), "%s", out);
 	free(out);
-	v = v1(pc, "SELECT state || ' ' || error_class || ' ' || decision FROM workflow_runs"
-	       " WHERE idempotency_key = $1", key);
+	v = qstr(pc, "SELECT state || ' ' || error_class || ' ' || decision FROM workflow_runs"
+	       " WHERE idempotency_key = $1", key, (char *)NULL);
 	ck_assert_msg(v != NULL && strcmp(v, "failed_terminal approval_revoked expired") == 0,
 	              "run: %s", v);
 	free(v);
-	ck_assert_int_eq(q1(pc, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
+	ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
 	                    " AND effect_type = 'decision.callback' AND state = 'pending'"
 	                    " AND payload->>'decision' = 'expired'"
-	                    " AND payload->>'url' = '" CALLBACK_URL "'", key), 1);
-	ck_assert_int_eq(q1(pc, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
-	                    " AND effect_type = 'email.send'", key), 0);
-	ck_assert_int_eq(q1(pc, "SELECT count(*) FROM run_events WHERE idempotency_key = $1"
+	                    " AND payload->>'url' = '" CALLBACK_URL "'", key, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
+	                    " AND effect_type = 'email.send'", key, (char *)NULL), 0);
+	ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM run_events WHERE idempotency_key = $1"
 	                    " AND event = 'run.approval_revoked' AND state_to = 'failed_terminal'",
-	                    key), 1);
+	                    key, (char *)NULL), 1);
 	lines = tl_log_collect(off, tl_log_is_key, key, 3);
 	l = tl_log_find_event(lines, "run.approval_revoked");
 	ck_assert_msg(l != NULL && strcmp(tl_jstr(l, "state_to"), "failed_terminal") == 0 &&
@@ -744,17 +720,17 @@ START_TEST(test_cancel_in_window)
 	                     "Kunde hat angerufen: Antwort nicht senden", (char *)NULL), 0);
 	ck_assert_msg(has(out, "\"outcome\":\"cancelled\""), "%s", out);
 	free(out);
-	ck_assert_int_eq(q1(pc, "SELECT count(*) FROM effect_outbox WHERE id = $1::uuid"
-	                    " AND state = 'cancelled'", e1), 1);
-	v = v1(pc, "SELECT state || ' ' || error_class FROM workflow_runs WHERE idempotency_key = $1",
-	       k1);
+	ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM effect_outbox WHERE id = $1::uuid"
+	                    " AND state = 'cancelled'", e1, (char *)NULL), 1);
+	v = qstr(pc, "SELECT state || ' ' || error_class FROM workflow_runs WHERE idempotency_key = $1",
+	       k1, (char *)NULL);
 	ck_assert_msg(v != NULL && strcmp(v, "failed_terminal cancelled") == 0, "run: %s", v);
 	free(v);
-	ck_assert_int_eq(q1(pc, "SELECT count(*) FROM operator_actions WHERE action = 'cancel'"
+	ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM operator_actions WHERE action = 'cancel'"
 	                    " AND effect_id = $1::uuid AND operator = '" OPERATOR "'"
-	                    " AND reason = 'Kunde hat angerufen: Antwort nicht senden'", e1), 1);
-	ck_assert_int_eq(q1(pc, "SELECT count(*) FROM run_events WHERE idempotency_key = $1"
-	                    " AND event = 'run.cancelled' AND actor = 'operator:" OPERATOR "'", k1),
+	                    " AND reason = 'Kunde hat angerufen: Antwort nicht senden'", e1, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(pc, "SELECT count(*) FROM run_events WHERE idempotency_key = $1"
+	                    " AND event = 'run.cancelled' AND actor = 'operator:" OPERATOR "'", k1, (char *)NULL),
 	                 1);
 	lines = tl_log_collect(off, tl_log_is_key, k1, 2);
 	ck_assert_ptr_nonnull(tl_log_find_event(lines, "effect.cancelled"));
@@ -771,8 +747,8 @@ START_TEST(test_cancel_in_window)
 	free(out);
 
 	/* after the window: refused, nothing changed */
-	x1(pc, "UPDATE effect_outbox SET not_before = now() - interval '1 s',"
-	   " next_attempt_at = now() - interval '1 s' WHERE id = $1::uuid", e2);
+	qexec(pc, "UPDATE effect_outbox SET not_before = now() - interval '1 s',"
+	   " next_attempt_at = now() - interval '1 s' WHERE id = $1::uuid", e2, (char *)NULL);
 	b2 = tl_run_snapshot(pc, k2);
 	ck_assert_int_eq(ctl(&out, "cancel", e2, "--reason", "too late", (char *)NULL), 1);
 	ck_assert_msg(has(out, "window") && has(out, "refused"), "%s", out);
@@ -780,17 +756,17 @@ START_TEST(test_cancel_in_window)
 	tl_expect_run_unchanged(pc, k2, b2, "a cancel after the window");
 
 	/* being sent: refused */
-	x1(pc, "UPDATE effect_outbox SET state = 'sending', lease_owner = gen_random_uuid(),"
-	   " lease_expires_at = now() + interval '30 s' WHERE id = $1::uuid", e3);
+	qexec(pc, "UPDATE effect_outbox SET state = 'sending', lease_owner = gen_random_uuid(),"
+	   " lease_expires_at = now() + interval '30 s' WHERE id = $1::uuid", e3, (char *)NULL);
 	b3 = tl_run_snapshot(pc, k3);
 	ck_assert_int_eq(ctl(&out, "cancel", e3, "--reason", "stop it", (char *)NULL), 1);
 	ck_assert_msg(has(out, "sending"), "%s", out);
 	free(out);
 	tl_expect_run_unchanged(pc, k3, b3, "a cancel while sending");
 	/* hand it back, so no dispatcher of another suite finds a stale lease */
-	x1(pc, "UPDATE effect_outbox SET state = 'cancelled', lease_owner = NULL,"
-	   " lease_expires_at = NULL WHERE id = $1::uuid", e3);
-	x1(pc, "UPDATE effect_outbox SET state = 'cancelled' WHERE id = $1::uuid", e2);
+	qexec(pc, "UPDATE effect_outbox SET state = 'cancelled', lease_owner = NULL,"
+	   " lease_expires_at = NULL WHERE id = $1::uuid", e3, (char *)NULL);
+	qexec(pc, "UPDATE effect_outbox SET state = 'cancelled' WHERE id = $1::uuid", e2, (char *)NULL);
 	free(b2);
 	free(b3);
 	PQfinish(pc);

@@ -63,14 +63,6 @@ static int g_flaky_port;          /* o_flaky's port: 0 = nobody listens */
 
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
 
-static char *
-dump_json(const json_t *v)
-{
-	char *s = v != NULL ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-
-	return s != NULL ? s : strdup("(null)");
-}
-
 
 
 
@@ -129,50 +121,6 @@ add_effect(PGconn *c, const char *key, const char *type, const char *target,
 	qexec(c, "NOTIFY oncegate_outbox", (char *)NULL);
 }
 
-static json_t *
-effect_row(PGconn *c, const char *id)
-{
-	json_t *v = qjson(c, "SELECT row_to_json(e)::text FROM effect_outbox e WHERE id = $1::uuid",
-	                  id, (char *)NULL);
-
-	ck_assert_msg(v != NULL, "effect %s does not exist", id);
-	return v;
-}
-
-static json_t *
-dead_letter_of(PGconn *c, const char *effect)
-{
-	return qjson(c, "SELECT row_to_json(d)::text FROM dead_letters d WHERE effect_id = $1::uuid",
-	             effect, (char *)NULL);
-}
-
-static char *
-wait_effect(PGconn *c, const char *id, const char *want, double secs)
-{
-	double deadline = tl_now() + secs;
-	char *st;
-
-	for (;;) {
-		st = qstr(c, "SELECT state FROM effect_outbox WHERE id = $1::uuid", id, (char *)NULL);
-		if (streq(st, want) || tl_now() > deadline)
-			return st;
-		free(st);
-		tl_sleep_ms(100);
-	}
-}
-
-#define EXPECT_EFFECT(c, id, want, secs)                                               \
-	do {                                                                           \
-		char *st_ = wait_effect((c), (id), (want), (secs));                    \
-		if (!streq(st_, (want))) {                                             \
-			json_t *row_ = effect_row((c), (id));                          \
-			char *r_ = dump_json(row_);                                    \
-			ck_abort_msg("effect %s: state %s after %.0f s, expected %s: %s", \
-			             (id), st_ ? st_ : "?", (double)(secs), (want), r_); \
-		}                                                                      \
-		free(st_);                                                             \
-	} while (0)
-
 /* Polls until the effect has a dead letter. */
 static json_t *
 wait_dead_letter(PGconn *c, const char *effect, double secs)
@@ -180,17 +128,10 @@ wait_dead_letter(PGconn *c, const char *effect, double secs)
 	double deadline = tl_now() + secs;
 	json_t *dl;
 
-	while ((dl = dead_letter_of(c, effect)) == NULL && tl_now() < deadline)
+	while ((dl = dl_dead_letter_of(c, effect)) == NULL && tl_now() < deadline)
 		tl_sleep_ms(100);
 	ck_assert_msg(dl != NULL, "effect %s has no dead letter after %.0f s", effect, secs);
 	return dl;
-}
-
-static char *
-run_state(PGconn *c, const char *key)
-{
-	return qstr(c, "SELECT state FROM workflow_runs WHERE client_id = $1::bigint"
-	            " AND idempotency_key = $2", g_client, key, (char *)NULL);
 }
 
 /* Everything a repair of run `key` could touch, as one JSON text: the run,
@@ -259,7 +200,7 @@ log_one(long offset, const char *ev)
 	char *all;
 
 	if (json_array_size(lines) != 1) {
-		all = dump_json(lines);
+		all = tl_json_text(lines);
 		ck_abort_msg("%zu lines of %s in the decision log, expected 1: %s",
 		             json_array_size(lines), ev, all);
 	}
@@ -316,19 +257,13 @@ kill_switch(bool on)
 static void
 disp_start(struct dl_disp *d)
 {
-	char *text = NULL;
-	size_t len = 0;
+	struct dl_conf c;
 	FILE *f;
 	int P = g_http_port;
 
-	f = open_memstream(&text, &len);
-	ck_assert_ptr_nonnull(f);
-	fprintf(f, "log_file = %s\nlog_level = info\ndispatch_workers = 2\ndispatch_batch = 4\n"
-	        "dispatch_lease_seconds = 30\ndispatch_poll_ms = 200\n"
-	        "dispatch_shutdown_seconds = 5\nreconcile_interval_seconds = 1\n"
-	        "retention_days = 7\n", dl_disp_files(d));
-	dl_conf_contracts(f);
-	fputc('\n', f);
+	dl_conf_open(&c, d);
+	f = c.f;
+	fputs("retention_days = 7\n\n", f);
 	/* honours Idempotency-Key; a 4xx is permanent */
 	fprintf(f, "[target o_idem]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
 	        "idempotency_key = 1\nprovider_id_header = X-Provider-Id\ntimeout_ms = 5000\n"
@@ -348,9 +283,7 @@ disp_start(struct dl_disp *d)
 	        "connect_timeout_ms = 1000\ntimeout_ms = 5000\nmax_attempts = 2\nbase_ms = 100\n"
 	        "cap_ms = 500\njitter_percent = 0\n",
 	        g_flaky_port > 0 ? g_flaky_port : g_closed_port);
-	ck_assert_int_eq(fclose(f), 0);
-	dl_disp_start(d, text, ENV_TRUE);
-	free(text);
+	dl_conf_start(&c, d, ENV_TRUE);
 }
 
 static void
@@ -381,7 +314,7 @@ must_str(const json_t *o, const char *name, const char *what)
 	char *all;
 
 	if (v == NULL || *v == '\0') {
-		all = dump_json(o);
+		all = tl_json_text(o);
 		ck_abort_msg("%s: \"%s\" is missing or empty in %s", what, name, all);
 	}
 }
@@ -407,7 +340,7 @@ START_TEST(test_dead_letter_evidence)
 	add_effect(c, key, "ticket.update", "o_idem", "{\"ticket\":42,\"fault\":\"422\"}", false, id);
 	kill_switch(true);
 	disp_start(&d);
-	EXPECT_EFFECT(c, id, "failed", 15);
+	DL_EXPECT_EFFECT(c, id, "failed", 15);
 	dl = wait_dead_letter(c, id, 5);
 	disp_stop(&d);
 	ck_assert_int_eq(prov_count(pk, "effect"), 1);
@@ -442,11 +375,11 @@ START_TEST(test_dead_letter_evidence)
 	ck_assert_int_eq(json_integer_value(json_object_get(a, "status")), 422);
 	ck_assert_str_eq(JSTR(a, "classification"), "permanent");
 	ck_assert_msg(json_is_object(json_object_get(json_object_get(a, "evidence"), "headers")),
-	              "no selected headers in the attempt's evidence: %s", dump_json(a));
+	              "no selected headers in the attempt's evidence: %s", tl_json_text(a));
 	ck_assert_msg(strstr(JSTR(json_object_get(a, "evidence"), "body_excerpt"),
-	                     "unprocessable") != NULL, "no body excerpt: %s", dump_json(a));
+	                     "unprocessable") != NULL, "no body excerpt: %s", tl_json_text(a));
 	ck_assert_msg(json_is_true(json_object_get(json_object_get(a, "evidence"), "request_sent")),
-	              "request_sent is not true: %s", dump_json(a));
+	              "request_sent is not true: %s", tl_json_text(a));
 
 	/* `show`, for people: every item on its line. */
 	CTL_OK(&out, "deadletter", "show", dlid);
@@ -510,7 +443,7 @@ START_TEST(test_dead_letter_evidence)
 
 		for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
 			ck_assert_msg(json_object_get(env, keys[i]) != NULL, "envelope has no %s: %s",
-			              keys[i], dump_json(env));
+			              keys[i], tl_json_text(env));
 		ck_assert_str_eq(JSTR(env, "idempotency_key"), pk);
 		ck_assert_int_eq(json_integer_value(json_object_get(env, "max_attempts")), 3);
 		ck_assert_str_eq(JSTR(env, "status"), "failed");
@@ -529,7 +462,7 @@ START_TEST(test_dead_letter_evidence)
 			seen = true;
 			ck_assert_msg(json_integer_value(json_object_get(o, "age_seconds")) >= 0 &&
 			              json_integer_value(json_object_get(o, "age_seconds")) < 3600,
-			              "age: %s", dump_json(o));
+			              "age: %s", tl_json_text(o));
 			ck_assert_str_eq(JSTR(o, "effect_id"), id);
 		}
 	ck_assert_msg(seen, "the letter is not in the filtered list");
@@ -558,15 +491,15 @@ START_TEST(test_dead_letter_evidence)
 	off = tl_log_offset();
 	CTL_OK(&out, "reject", id, "--reason", "ticket closed by hand", "--operator", OPERATOR);
 	free(out);
-	EXPECT_EFFECT(c, id, "cancelled", 0);
+	DL_EXPECT_EFFECT(c, id, "cancelled", 0);
 	{
-		char *st = run_state(c, key);
+		char *st = dl_run_state(c, g_client, key);
 
 		ck_assert_str_eq(st, "failed_terminal");
 		free(st);
 	}
 	json_decref(dl);
-	dl = dead_letter_of(c, id);
+	dl = dl_dead_letter_of(c, id);
 	ck_assert_str_eq(JSTR(dl, "resolution"), "rejected");
 	ck_assert_str_eq(JSTR(dl, "resolved_by"), OPERATOR);
 	ck_assert_int_eq(actions_of(c, key, "reject"), 1);
@@ -619,7 +552,7 @@ START_TEST(test_not_delivered_then_resume)
 	add_effect(c, key, "crm.note", "o_plain", "{\"contact\":\"c-7\",\"note\":\"hello\"}", true, id);
 	kill_switch(true);
 	disp_start(&d);
-	EXPECT_EFFECT(c, id, "unknown", 10);
+	DL_EXPECT_EFFECT(c, id, "unknown", 10);
 	dl = wait_dead_letter(c, id, 5);
 	ck_assert_str_eq(JSTR(dl, "error_class"), "unknown");
 	json_decref(dl);
@@ -648,11 +581,11 @@ START_TEST(test_not_delivered_then_resume)
 	              streq(tl_jstr(res, "state_to"), "failed"), "reconcile --json: %s", out);
 	json_decref(res);
 	free(out);
-	row = effect_row(c, id);
+	row = dl_effect_row(c, id);
 	ck_assert_str_eq(JSTR(row, "state"), "failed");
 	ck_assert_str_eq(JSTR(row, "provider_key"), pk);
 	json_decref(row);
-	dl = dead_letter_of(c, id);
+	dl = dl_dead_letter_of(c, id);
 	ck_assert_str_eq(JSTR(dl, "resolution"), "not_delivered");
 	json_decref(dl);
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE effect_id = $1::uuid"
@@ -671,7 +604,7 @@ START_TEST(test_not_delivered_then_resume)
 	                                           "known_undelivered")) &&
 	              streq(tl_jstr(doc, "state"), "open") &&
 	              strstr(JSTR(doc, "next_action"), "resume") != NULL,
-	              "after --not-delivered: %s", dump_json(doc));
+	              "after --not-delivered: %s", tl_json_text(doc));
 	json_decref(doc);
 	/* Still nothing sent: a finding sends nothing. */
 	tl_sleep_ms(600);
@@ -681,8 +614,8 @@ START_TEST(test_not_delivered_then_resume)
 	off = tl_log_offset();
 	CTL_OK(&out, "resume", id, "--reason", "provider fixed, send it", "--operator", OPERATOR);
 	free(out);
-	EXPECT_EFFECT(c, id, "completed", 15);
-	st = run_state(c, key);
+	DL_EXPECT_EFFECT(c, id, "completed", 15);
+	st = dl_run_state(c, g_client, key);
 	ck_assert_str_eq(st, "completed");
 	free(st);
 	ck_assert_int_eq(wait_prov(pk, NULL, 1, 2), 1);
@@ -694,7 +627,7 @@ START_TEST(test_not_delivered_then_resume)
 	json_decref(reqs);
 	reqs = prov_committed(pk);
 	ck_assert_int_eq(json_array_size(reqs), 1);
-	row = effect_row(c, id);
+	row = dl_effect_row(c, id);
 	ck_assert_str_eq(JSTR(row, "provider_key"), pk);
 	ck_assert_str_eq(JSTR(row, "provider_id"), JSTR(json_array_get(reqs, 0), "id"));
 	json_decref(row);
@@ -706,7 +639,7 @@ START_TEST(test_not_delivered_then_resume)
 	ck_assert_str_eq(JSTR(l, "state_to"), "pending");
 	json_decref(l);
 	ck_assert_int_eq(actions_of(c, key, "resume"), 1);
-	dl = dead_letter_of(c, id);
+	dl = dl_dead_letter_of(c, id);
 	ck_assert_str_eq(JSTR(dl, "resolution"), "resumed");
 	json_decref(dl);
 	CTL_OK(&out, "--json", "deadletter", "show", id);
@@ -742,8 +675,8 @@ START_TEST(test_resume_before_send)
 	add_effect(c, key2, "crm.tag", "o_refused", "{\"contact\":\"c-10\"}", false, id2);
 	kill_switch(true);
 	disp_start(&d);
-	EXPECT_EFFECT(c, id, "failed", 10);
-	EXPECT_EFFECT(c, id2, "failed", 15);
+	DL_EXPECT_EFFECT(c, id, "failed", 10);
+	DL_EXPECT_EFFECT(c, id2, "failed", 15);
 	dl = wait_dead_letter(c, id2, 5);
 	ck_assert_str_eq(JSTR(dl, "error_class"), "exhausted");
 	json_decref(dl);
@@ -757,24 +690,24 @@ START_TEST(test_resume_before_send)
 	free(out);
 	CTL_OK(&out, "resume", id2, "--reason", "the target is back", "--operator", OPERATOR);
 	free(out);
-	row = effect_row(c, id2);
+	row = dl_effect_row(c, id2);
 	ck_assert_str_eq(JSTR(row, "state"), "pending");
 	ck_assert_int_eq(json_integer_value(json_object_get(row, "attempt")), 0);
 	ck_assert_msg(json_is_null(json_object_get(row, "first_attempt_at")),
-	              "the retry budget did not start afresh: %s", dump_json(row));
+	              "the retry budget did not start afresh: %s", tl_json_text(row));
 	json_decref(row);
 	/* resumed by its dead letter's id */
-	dl = dead_letter_of(c, id);
+	dl = dl_dead_letter_of(c, id);
 	CTL_OK(&out, "resume", JSTR(dl, "id"), "--reason", "target configured now", "--operator",
 	       OPERATOR);
 	free(out);
 	json_decref(dl);
-	EXPECT_EFFECT(c, id, "pending", 0);
+	DL_EXPECT_EFFECT(c, id, "pending", 0);
 
 	/* Both fail again (the targets are still wrong): their letters reopen. */
 	disp_start(&d);
-	EXPECT_EFFECT(c, id, "failed", 10);
-	EXPECT_EFFECT(c, id2, "failed", 15);
+	DL_EXPECT_EFFECT(c, id, "failed", 10);
+	DL_EXPECT_EFFECT(c, id2, "failed", 15);
 	disp_stop(&d);
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE effect_id = $1::uuid",
 	                      id, (char *)NULL), 1);
@@ -788,7 +721,7 @@ START_TEST(test_resume_before_send)
 	free(out);
 	CTL_OK(&out, "reject", key2, "--reason", "give up on this key", "--operator", OPERATOR);
 	free(out);
-	EXPECT_EFFECT(c, id2, "cancelled", 0);
+	DL_EXPECT_EFFECT(c, id2, "cancelled", 0);
 	PQfinish(c);
 }
 END_TEST
@@ -813,7 +746,7 @@ START_TEST(test_reconcile_delivered)
 	      " provider_id = 'prov-done' WHERE id = $1::uuid", id2, (char *)NULL);
 	kill_switch(true);
 	disp_start(&d);
-	EXPECT_EFFECT(c, id, "unknown", 10);
+	DL_EXPECT_EFFECT(c, id, "unknown", 10);
 	disp_stop(&d);
 	dl = wait_dead_letter(c, id, 5);
 	ck_assert_str_eq(JSTR(dl, "error_class"), "unknown");
@@ -831,19 +764,19 @@ START_TEST(test_reconcile_delivered)
 	CTL_OK(&out, "reconcile", id, "--delivered", "--provider-id", "prov-ext-77", "--reason",
 	       "found in the CRM audit log", "--operator", OPERATOR);
 	free(out);
-	row = effect_row(c, id);
+	row = dl_effect_row(c, id);
 	ck_assert_str_eq(JSTR(row, "state"), "completed");
 	ck_assert_str_eq(JSTR(row, "provider_id"), "prov-ext-77");
 	ck_assert_msg(json_is_string(json_object_get(row, "completed_at")), "completed_at unset");
 	json_decref(row);
-	st = run_state(c, key);
+	st = dl_run_state(c, g_client, key);
 	ck_assert_str_eq(st, "completed");
 	free(st);
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM run_events WHERE client_id = $1::bigint"
 	                      " AND idempotency_key = $2 AND event = 'run.completed'"
 	                      " AND actor = 'operator:' || $3", g_client, key, OPERATOR,
 	                      (char *)NULL), 1);
-	dl = dead_letter_of(c, id);
+	dl = dl_dead_letter_of(c, id);
 	ck_assert_str_eq(JSTR(dl, "resolution"), "delivered");
 	json_decref(dl);
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE effect_id = $1::uuid"
@@ -985,7 +918,7 @@ START_TEST(test_approval_revoke_and_reject_key)
 			ck_assert_str_eq(JSTR(o, "idempotency_key"), key);
 			ck_assert_msg(json_integer_value(json_object_get(o, "waiting_seconds")) >= 0 &&
 			              json_integer_value(json_object_get(o, "expires_in_seconds")) > 3600,
-			              "wait / expiry: %s", dump_json(o));
+			              "wait / expiry: %s", tl_json_text(o));
 		}
 	}
 	ck_assert_msg(seen_a && seen_b, "approval list misses a pending challenge");
@@ -1011,7 +944,7 @@ START_TEST(test_approval_revoke_and_reject_key)
 	                      " AND state = 'revoked'", aid, (char *)NULL), 1);
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE id = $1::uuid"
 	                      " AND state = 'pending'", bid, (char *)NULL), 1);
-	st = run_state(c, key);
+	st = dl_run_state(c, g_client, key);
 	ck_assert_str_eq(st, "awaiting_human");
 	free(st);
 	ck_assert_int_eq(actions_of(c, key, "approval_revoke"), 1);
@@ -1054,7 +987,7 @@ START_TEST(test_approval_revoke_and_reject_key)
 	CTL_OK(&out, "reject", key, "--reason", "customer withdrew the request", "--operator",
 	       OPERATOR);
 	free(out);
-	st = run_state(c, key);
+	st = dl_run_state(c, g_client, key);
 	ck_assert_str_eq(st, "failed_terminal");
 	free(st);
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE client_id = $1::bigint"
@@ -1067,7 +1000,7 @@ START_TEST(test_approval_revoke_and_reject_key)
 	           " AND idempotency_key = $2 AND effect_type = 'decision.callback'", g_client, key,
 	           (char *)NULL);
 	ck_assert_msg(cb != NULL && streq(tl_jstr(cb, "decision"), "rejected") &&
-	              streq(tl_jstr(cb, "url"), n8n_url), "callback: %s", dump_json(cb));
+	              streq(tl_jstr(cb, "url"), n8n_url), "callback: %s", tl_json_text(cb));
 	json_decref(cb);
 	l = log_one(off, "run.rejected");
 	ck_assert_str_eq(JSTR(l, "state_from"), "awaiting_human");
@@ -1088,7 +1021,7 @@ START_TEST(test_approval_revoke_and_reject_key)
 		CTL_OK(&out, "reject", cbid, "--reason", "n8n is not there in tests", "--operator",
 		       OPERATOR);
 		free(out);
-		st = run_state(c, key);
+		st = dl_run_state(c, g_client, key);
 		ck_assert_str_eq(st, "failed_terminal");
 		free(st);
 		free(cbid);
@@ -1181,7 +1114,7 @@ START_TEST(test_refusals)
 	/* the pending effect is still pending and untouched; reject it now */
 	CTL_OK(&out, "reject", id, "--reason", "test done", "--operator", OPERATOR);
 	free(out);
-	EXPECT_EFFECT(c, id, "cancelled", 0);
+	DL_EXPECT_EFFECT(c, id, "cancelled", 0);
 	PQfinish(c);
 }
 END_TEST
@@ -1228,7 +1161,7 @@ START_TEST(test_kill_switch_logged)
 		ck_assert_ptr_nonnull(row);
 		ck_assert_msg(json_is_boolean(json_object_get(row, "actions_enabled")) &&
 		              json_is_true(json_object_get(row, "actions_enabled")) == on,
-		              "dispatch_control: %s", dump_json(row));
+		              "dispatch_control: %s", tl_json_text(row));
 		ck_assert_str_eq(JSTR(row, "changed_by"), OPERATOR);
 		ck_assert_str_eq(JSTR(row, "reason"), reasons[k]);
 		json_decref(row);
@@ -1240,11 +1173,11 @@ START_TEST(test_kill_switch_logged)
 		free(out);
 		ck_assert_msg(json_is_true(json_object_get(doc, "database_flag")) == on &&
 		              json_is_boolean(json_object_get(doc, "database_flag")),
-		              "status: %s", dump_json(doc));
+		              "status: %s", tl_json_text(doc));
 		ck_assert_str_eq(JSTR(doc, "environment_needs"), "AI_ACTIONS_ENABLED=true");
 		ck_assert_msg(json_is_integer(json_object_get(doc, "blocked_sends")) &&
 		              json_is_integer(json_object_get(doc, "due_effects")),
-		              "status: %s", dump_json(doc));
+		              "status: %s", tl_json_text(doc));
 		json_decref(doc);
 		CTL_OK(&out, "kill-switch", "status");
 		ck_assert_msg(strstr(out, "AI_ACTIONS_ENABLED=true") != NULL &&
@@ -1351,7 +1284,7 @@ START_TEST(test_bulk_resume)
 	kill_switch(true);
 	disp_start(&d);
 	for (i = 0; i < BULK_N; i++)
-		EXPECT_EFFECT(c, ids[i], "failed", 30);
+		DL_EXPECT_EFFECT(c, ids[i], "failed", 30);
 	for (i = 0; i < BULK_N; i++)
 		json_decref(wait_dead_letter(c, ids[i], 5));
 	disp_stop(&d);
@@ -1406,7 +1339,7 @@ START_TEST(test_bulk_resume)
 			ck_assert_str_eq(JSTR(it, "key"), keys[k]);
 		} else {
 			ck_assert_msg(strstr(JSTR(it, "detail"), "not known undelivered") != NULL,
-			              "the pending effect's verdict: %s", dump_json(it));
+			              "the pending effect's verdict: %s", tl_json_text(it));
 		}
 	}
 	it = json_object_get(doc, "totals");
@@ -1559,7 +1492,7 @@ START_TEST(test_bulk_resume)
 	ck_assert_str_eq(v, "completed");
 	free(v);
 	for (i = 0; i < BULK_N; i++)
-		EXPECT_EFFECT(c, ids[i], "pending", 0);
+		DL_EXPECT_EFFECT(c, ids[i], "pending", 0);
 	rc = tl_ctl_err(&out, &err, "resume", "--job", job, "--reason", "again", (char *)NULL);
 	ck_assert_msg(rc == 1 && strstr(err, "completed") != NULL, "a completed job again: %d %s",
 	              rc, err);
@@ -1574,7 +1507,7 @@ START_TEST(test_bulk_resume)
 	g_flaky_port = g_http_port;
 	disp_start(&d);
 	for (i = 0; i < BULK_N; i++)
-		EXPECT_EFFECT(c, ids[i], "completed", 30);
+		DL_EXPECT_EFFECT(c, ids[i], "completed", 30);
 	tl_sleep_ms(600);
 	for (i = 0; i < BULK_N; i++) {
 		char pk[256];

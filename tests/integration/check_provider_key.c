@@ -185,42 +185,18 @@ enum http_mode {
 	HTTP_LOOKUP,  /* demo_http ignores it, but can be asked whether it acted */
 };
 
-struct disp {
-	pid_t pid;
-	char conf[PATH_MAX], log[PATH_MAX], err[PATH_MAX];
-};
-
-static bool
-disp_started(const char *log)
-{
-	char *text = tl_file_slurp(log, NULL);
-	bool yes = text != NULL && strstr(text, "\"dispatch.started\"") != NULL;
-
-	free(text);
-	return yes;
-}
-
 static void
-disp_start(struct disp *d, enum http_mode mode)
+disp_start(struct dl_disp *d, enum http_mode mode)
 {
-	static int seq;
-	char *argv[4];
 	char *text = NULL;
 	size_t len = 0;
-	FILE *f;
-	double deadline;
+	FILE *f = open_memstream(&text, &len);
 
-	memset(d, 0, sizeof(*d));
-	seq++;
-	snprintf(d->conf, sizeof(d->conf), "%s/d%d.conf", g_tmp, seq);
-	snprintf(d->log, sizeof(d->log), "%s/d%d.log", g_tmp, seq);
-	snprintf(d->err, sizeof(d->err), "%s/d%d.err", g_tmp, seq);
-	f = open_memstream(&text, &len);
 	ck_assert_ptr_nonnull(f);
 	fprintf(f, "# check_provider_key: one of the suite's dispatchers\n"
 	        "log_file = %s\nlog_level = info\ndispatch_workers = 4\ndispatch_poll_ms = 200\n"
 	        "dispatch_shutdown_seconds = 10\nreconcile_interval_seconds = 1\n"
-	        "retention_days = 7\n", d->log);
+	        "retention_days = 7\n", dl_disp_files(d));
 	/* It re-checks each payload against the run's contract before sending. */
 	dl_conf_contracts(f);
 	fputc('\n', f);
@@ -239,49 +215,14 @@ disp_start(struct disp *d, enum http_mode mode)
 	        "timeout_ms = 5000\nmax_attempts = 3\nbase_ms = 100\ncap_ms = 500\n\n",
 	        g_smtp_port, MAIL_FROM);
 	ck_assert_int_eq(fclose(f), 0);
-	write_file(d->conf, text);
+	dl_disp_start(d, text, ENV_TRUE);
 	free(text);
-
-	argv[0] = (char *)(uintptr_t)tl_env("ONCEGATE_DISPATCH");
-	argv[1] = (char *)(uintptr_t)"-c";
-	argv[2] = d->conf;
-	argv[3] = NULL;
-	d->pid = spawn(argv, "/dev/null", d->err, ENV_TRUE);
-	proc_register(d->pid);
-	deadline = tl_now() + START_WAIT_S;
-	while (!disp_started(d->log)) {
-		if (!proc_running(d->pid) || tl_now() > deadline) {
-			char *e = tl_file_slurp(d->err, NULL);
-
-			ck_abort_msg("oncegate-dispatch did not start (config %s): %.2000s", d->conf,
-			             e ? e : "");
-		}
-		tl_sleep_ms(20);
-	}
 }
 
 static void
-disp_stop(struct disp *d)
+disp_stop(struct dl_disp *d)
 {
-	int st = 0;
-	char *e;
-
-	if (d->pid <= 0)
-		return;
-	kill(d->pid, SIGTERM);
-	if (!wait_exit(d->pid, 30, &st)) {
-		kill(d->pid, SIGKILL);
-		(void)wait_exit(d->pid, 5, &st);
-		ck_abort_msg("oncegate-dispatch (%s) did not exit after SIGTERM", d->conf);
-	}
-	d->pid = -1;
-	e = tl_file_slurp(d->err, NULL);
-	ck_assert_msg(e == NULL || (strstr(e, "AddressSanitizer") == NULL &&
-	                            strstr(e, "runtime error:") == NULL &&
-	                            strstr(e, "LeakSanitizer") == NULL),
-	              "sanitizer finding in the dispatcher (%s): %.3000s", d->err, e);
-	free(e);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the dispatcher exited with %d", st);
+	dl_disp_stop(d, 30);
 }
 
 static void
@@ -296,17 +237,6 @@ kill_switch_on(void)
 }
 
 /* ---- what the providers received -------------------------------------------------- */
-
-/* The deterministic Message-ID of a mail effect, from its stored key:
- * "<" + the first 32 hex digits of SHA-256(key) + ".oncegate@" + domain ">". */
-static void
-message_id(const char *provider_key, char out[128])
-{
-	char hex[65];
-
-	tl_sha256_hex(provider_key, hex);
-	snprintf(out, 128, "<%.32s.oncegate@%s>", hex, MAIL_DOMAIN);
-}
 
 /* How many recorded mails carry this Message-ID. */
 static size_t
@@ -400,22 +330,6 @@ expect_explain_key(const struct tenant *t, const char *key, const char *pk)
 	free(out);
 }
 
-/* ---- the fixture ---------------------------------------------------------------- */
-
-/* Nothing an earlier test or suite left waiting is claimed by ours. */
-static void
-setup(void)
-{
-	proc_sweep();
-	dl_cancel_waiting();
-}
-
-static void
-teardown(void)
-{
-	proc_sweep();
-}
-
 /* A business key as a CRM hands it over: an order number in Cyrillic, CJK,
  * Hebrew and Arabic, an emoji, spaces and a slash. */
 static void
@@ -438,7 +352,7 @@ static void
 pair_send(PGconn *c, struct pair *p, const char *test, enum http_mode mode,
           void (*make)(const struct tenant *, const char *, int), double secs)
 {
-	struct disp d;
+	struct dl_disp d;
 	char tag[16];
 
 	snprintf(tag, sizeof(tag), "%.6sa", test);
@@ -544,8 +458,8 @@ START_TEST(test_two_tenants_smtp)
 	char mida[128], midb[128];
 
 	pair_send(c, &p, "smtp", HTTP_IDEM, make_mail, 20);
-	message_id(p.pka, mida);
-	message_id(p.pkb, midb);
+	dl_message_id(p.pka, MAIL_DOMAIN, mida);
+	dl_message_id(p.pkb, MAIL_DOMAIN, midb);
 	ck_assert_msg(strcmp(mida, midb) != 0, "both tenants' mails carry Message-ID %s", mida);
 	ck_assert_msg(mails_with(mida) == 1, "%zu mails with %s's Message-ID %s", mails_with(mida),
 	              p.a.name, mida);
@@ -676,7 +590,7 @@ START_TEST(test_property)
 {
 	PGconn *c = tl_pg_connect();
 	struct tenant t[PROP_CLIENTS];
-	struct disp d;
+	struct dl_disp d;
 	char like[96], key[1024];
 	unsigned seed = (unsigned)getpid();
 	json_t *before, *after, *row, *reqs, *req, *seen;
@@ -752,7 +666,7 @@ START_TEST(test_property)
 		if (streq(type, "email.send")) {
 			char mid[128];
 
-			message_id(pk, mid);
+			dl_message_id(pk, MAIL_DOMAIN, mid);
 			ck_assert_msg(mails_with(mid) == 1, "%zu mails with Message-ID %s (key %s)",
 			              mails_with(mid), mid, pk);
 			continue;
@@ -1041,17 +955,14 @@ static Suite *
 pkey_suite(void)
 {
 	Suite *s = suite_create("provider_key");
-	TCase *tc = tcase_create("provider_key");
+	TCase *tc = dl_tcase(s, "provider_key", TEST_TIMEOUT_S);
 
-	tcase_set_timeout(tc, TEST_TIMEOUT_S);
-	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_two_tenants_http);
 	tcase_add_test(tc, test_two_tenants_smtp);
 	tcase_add_test(tc, test_two_tenants_lookup);
 	tcase_add_test(tc, test_property);
 	tcase_add_test(tc, test_property_fields);
 	tcase_add_test(tc, test_migration_keeps_keys);
-	suite_add_tcase(s, tc);
 	return s;
 }
 

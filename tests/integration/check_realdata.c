@@ -504,19 +504,6 @@ END_TEST
 
 /* ---- the suite ------------------------------------------------------------------- */
 
-static void
-setup(void)
-{
-	proc_sweep();
-	dl_cancel_waiting();
-}
-
-static void
-teardown(void)
-{
-	proc_sweep();
-}
-
 static Suite *
 realdata_suite(void)
 {
@@ -538,11 +525,8 @@ realdata_suite(void)
 	                                   : 1);
 	suite_add_tcase(s, tc);
 
-	tc = tcase_create("delivery");
-	tcase_set_timeout(tc, SETTLE_S + 60);
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tc = dl_tcase(s, "delivery", SETTLE_S + 60);
 	tcase_add_test(tc, test_two_tenants_one_key);
-	suite_add_tcase(s, tc);
 	json_decref(groups);
 	return s;
 }

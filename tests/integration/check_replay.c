@@ -49,22 +49,6 @@ static const char *g_base;
 
 /* ---- small helpers ------------------------------------------------------- */
 
-static long long
-q_count(PGconn *c, const char *sql, const char *a)
-{
-	const char *p[1] = { a };
-
-	return tl_pg_count(c, sql, a != NULL ? 1 : 0, p);
-}
-
-static char *
-q_value(PGconn *c, const char *sql, const char *a)
-{
-	const char *p[1] = { a };
-
-	return tl_pg_value(c, sql, a != NULL ? 1 : 0, p);
-}
-
 /* ---- the API ---------------------------------------------------------------- */
 
 static void
@@ -113,13 +97,6 @@ make_terminal(const char *key)
 	make_terminal_as(g_key_dev, key);
 }
 
-static json_t *
-std_model(void)
-{
-	return json_pack("{s:s, s:s, s:s}", "provider", "openai-compatible", "name",
-	                 "qwen2.5-7b-instruct", "revision", "2024-09-19");
-}
-
 /* claim + a valid output; crm: crm_tag (confident, drawn outside the sample: auto),
  * else support_reply (a person decides). Returns the answer. */
 static void
@@ -137,7 +114,7 @@ make_output(const char *key, bool crm, struct tl_resp *r)
 		                 " s:{s:s, s:s, s:{s:s}}, s:s}",
 		                 "lease_owner", c.owner, "version", (json_int_t)c.version,
 		                 "contract", "crm_tag", "output", "tag", "lead", "confidence", 0.95,
-		                 "reason", "asked for a quote twice", "model", std_model(), "effect",
+		                 "reason", "asked for a quote twice", "model", tl_model_json(), "effect",
 		                 "type", "crm.tag", "target", "demo_http", "payload", "contact_id",
 		                 key, "source_url", "https://crm.example/contact/42");
 	else
@@ -146,7 +123,7 @@ make_output(const char *key, bool crm, struct tl_resp *r)
 		                 "lease_owner", c.owner, "version", (json_int_t)c.version,
 		                 "contract", "support_reply", "output", "subject",
 		                 "Re: order 42", "body", "It ships on Friday.", "tone", "friendly",
-		                 "confidence", 0.82, "model", std_model(), "effect", "type",
+		                 "confidence", 0.82, "model", tl_model_json(), "effect", "type",
 		                 "email.send", "target", "demo_smtp", "payload", "to",
 		                 "customer@example.com", "ticket", 42, "source_url",
 		                 "https://crm.example/ticket/42");
@@ -311,22 +288,13 @@ answer(const json_t *doc, const char *q)
 static void
 dispatcher_start(struct dl_disp *d, int port)
 {
-	char *text = NULL, *state = tl_state_dir();
-	const char *log = dl_disp_files(d);
+	struct dl_conf c;
 
-	ck_assert_int_ge(asprintf(&text,
-	    "log_file = %s\nlog_level = info\ndispatch_workers = 2\ndispatch_batch = 4\n"
-	    "dispatch_lease_seconds = 30\ndispatch_poll_ms = 200\ndispatch_shutdown_seconds = 5\n"
-	    "reconcile_interval_seconds = 1\n"
-	    /* the stack's contracts: each payload is checked again before it goes */
-	    "contracts_dir = %s/contracts\n\n"
-	    "[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
-	    "idempotency_key = 1\nprovider_id_header = X-Provider-Id\ntimeout_ms = 5000\n"
-	    "max_attempts = 3\nbase_ms = 200\ncap_ms = 1000\n", log, state ? state : ".",
-	    port), 0);
-	free(state);
-	dl_disp_start(d, text, ENV_TRUE);
-	free(text);
+	dl_conf_open(&c, d);
+	fprintf(c.f, "\n[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
+	        "idempotency_key = 1\nprovider_id_header = X-Provider-Id\ntimeout_ms = 5000\n"
+	        "max_attempts = 3\nbase_ms = 200\ncap_ms = 1000\n", port);
+	dl_conf_start(&c, d, ENV_TRUE);
 }
 
 static bool
@@ -351,7 +319,7 @@ wait_state(PGconn *c, const char *sql, const char *key, const char *want, double
 	char *st;
 
 	for (;;) {
-		st = q_value(c, sql, key);
+		st = qstr(c, sql, key, (char *)NULL);
 		if ((st != NULL && strcmp(st, want) == 0) || tl_now() > deadline)
 			return st;
 		free(st);
@@ -422,19 +390,19 @@ START_TEST(test_replay_through_approval_and_outbox)
 		char hex[65];
 
 		tl_sha256_hex(token, hex);
-		ck_assert_int_eq(q_count(c, "SELECT count(*) FROM approvals WHERE token_hash ="
-		                         " decode($1, 'hex')", hex), 1);
+		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE token_hash ="
+		                         " decode($1, 'hex')", hex, (char *)NULL), 1);
 		ck_assert_msg(tl_pg_rows_holding(c, token) == 0,
 		              "the raw approval token is stored somewhere in the database");
 	}
 	/* linked both ways; same client; original payload hash */
-	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM run_replays r JOIN workflow_runs n"
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM run_replays r JOIN workflow_runs n"
 	                         " ON n.client_id = r.client_id AND n.idempotency_key = r.replay_key"
 	                         " JOIN workflow_runs o ON o.client_id = r.client_id"
 	                         "  AND o.idempotency_key = r.original_key"
 	                         " WHERE r.replay_key = $1 AND n.payload_hash = o.payload_hash"
 	                         "  AND n.state = 'awaiting_human' AND n.output = o.output"
-	                         "  AND n.requested_by = '" OPERATOR "'", nkey), 1);
+	                         "  AND n.requested_by = '" OPERATOR "'", nkey, (char *)NULL), 1);
 	json_decref(doc);
 	doc = ctl_json(0, NULL, "explain", key, (char *)NULL);
 	a = json_array_get(json_object_get(doc, "replays"), 0);
@@ -449,14 +417,14 @@ START_TEST(test_replay_through_approval_and_outbox)
 	ck_assert_str_eq(answer(doc, "approved"), "pending");
 	json_decref(doc);
 	/* nothing in the outbox before a person decides */
-	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1",
-	                         nkey), 0);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1",
+	                         nkey, (char *)NULL), 0);
 
 	decide(token, nkey, "approve");
 	{
 		/* the replay run's effect has a provider key of its own */
-		char *cid = q_value(c, "SELECT client_id::text FROM workflow_runs"
-		                    " WHERE idempotency_key = $1", nkey);
+		char *cid = qstr(c, "SELECT client_id::text FROM workflow_runs"
+		                    " WHERE idempotency_key = $1", nkey, (char *)NULL);
 		char *want;
 
 		ck_assert_ptr_nonnull(cid);
@@ -465,8 +433,8 @@ START_TEST(test_replay_through_approval_and_outbox)
 		free(want);
 		free(cid);
 	}
-	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM effect_outbox e JOIN approvals a"
-	                         " ON a.id = e.approval_id WHERE e.provider_key = $1", pk), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox e JOIN approvals a"
+	                         " ON a.id = e.approval_id WHERE e.provider_key = $1", pk, (char *)NULL), 1);
 	st = wait_state(c, "SELECT state FROM workflow_runs WHERE idempotency_key = $1", nkey,
 	                "completed", 20);
 	ck_assert_msg(st != NULL && strcmp(st, "completed") == 0, "the replay run is %s", st);
@@ -489,8 +457,8 @@ START_TEST(test_replay_through_approval_and_outbox)
 	json_decref(doc);
 
 	tl_expect_run_unchanged(c, key, before, "replay, approval and dispatch of the new run");
-	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM operator_actions WHERE action = 'replay'"
-	                         " AND idempotency_key = $1 AND operator = '" OPERATOR "'", nkey), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE action = 'replay'"
+	                         " AND idempotency_key = $1 AND operator = '" OPERATOR "'", nkey, (char *)NULL), 1);
 	dl_disp_stop(&disp, 20);
 	provider_stop(prov, "http_provider");
 	ck_assert_int_eq(tl_ctl(NULL, "kill-switch", "off", "--reason", "check_replay done",
@@ -581,8 +549,8 @@ START_TEST(test_refusals)
 	tl_expect_run_unchanged(c, key, b1, "a refused replay");
 	tl_expect_run_unchanged(c, other, b2, "a refused replay onto this key");
 	tl_expect_run_unchanged(c, live, b3, "a refused replay of a live run");
-	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1",
-	                         fresh), 0);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1",
+	                         fresh, (char *)NULL), 0);
 	ck_assert_int_eq(global_count(c), g0);
 	lines = tl_log_collect(off, is_refused, NULL, 9);
 	ck_assert_msg(json_array_size(lines) == 9, "9 refusals, 9 *.refused log lines, got %zu",
@@ -617,13 +585,13 @@ START_TEST(test_replay_corrected_payload)
 	ck_assert_str_eq(tl_jstr(doc, "state"), "failed_retryable");
 	ck_assert_str_eq(tl_jstr(doc, "payload_hash"), hash);
 	json_decref(doc);
-	v = q_value(c, "SELECT payload_hash || ' ' || state || ' ' || (output IS NULL)"
-	            " FROM workflow_runs WHERE idempotency_key = $1", nkey);
+	v = qstr(c, "SELECT payload_hash || ' ' || state || ' ' || (output IS NULL)"
+	            " FROM workflow_runs WHERE idempotency_key = $1", nkey, (char *)NULL);
 	ck_assert_msg(v != NULL && strncmp(v, hash, strlen(hash)) == 0 &&
 	              strstr(v, " failed_retryable true") != NULL, "new run: %s", v);
 	free(v);
-	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM run_replays WHERE replay_key = $1"
-	                         " AND payload_source = 'corrected'", nkey), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM run_replays WHERE replay_key = $1"
+	                         " AND payload_source = 'corrected'", nkey, (char *)NULL), 1);
 	/* the workflow claims the new key with the old payload: mismatch */
 	body = json_pack("{s:s, s:{s:i, s:s}}", "key", nkey, "payload", "ticket", 42, "m", "replay");
 	tl_post_json("/v1/runs", g_key_dev, body, &r);
@@ -754,8 +722,8 @@ START_TEST(test_bulk_dry_run)
 	json_decref(doc);
 	ck_assert_int_eq(global_count(c), g0);
 	for (i = 0; i < 6; i++)
-		ck_assert_int_eq(q_count(c, "SELECT count(*) FROM workflow_runs WHERE"
-		                         " idempotency_key = $1", keys[i][1]), 0);
+		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE"
+		                         " idempotency_key = $1", keys[i][1], (char *)NULL), 0);
 	PQfinish(c);
 }
 END_TEST
@@ -782,16 +750,16 @@ START_TEST(test_bulk_shared_key)
 	               "--reason", "bulk correction of one tenant", "--operator", OPERATOR,
 	               (char *)NULL);
 	json_decref(doc);
-	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM run_replays p JOIN api_clients a"
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM run_replays p JOIN api_clients a"
 	                         " ON a.id = p.client_id WHERE a.name = 'dev'"
-	                         " AND p.original_key = $1", key), 1);
-	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM workflow_runs r JOIN api_clients a"
+	                         " AND p.original_key = $1", key, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs r JOIN api_clients a"
 	                         " ON a.id = r.client_id WHERE a.name = 'dev'"
-	                         " AND r.idempotency_key = $1", nkey), 1);
-	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1",
-	                         nkey), 1);
-	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM run_replays WHERE original_key = $1",
-	                         key), 1);
+	                         " AND r.idempotency_key = $1", nkey, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1",
+	                         nkey, (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM run_replays WHERE original_key = $1",
+	                         key, (char *)NULL), 1);
 	free(line);
 	free(key_b);
 	PQfinish(c);
@@ -815,8 +783,8 @@ START_TEST(test_bulk_rate)
 	json_decref(doc);
 	ck_assert_msg(took >= 9.0, "%d items at %s took %.2f s", BULK_N, BULK_RATE, took);
 	snprintf(like, sizeof(like), "%s-rate-%%-v2", tl_run);
-	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM run_replays WHERE replay_key LIKE $1",
-	                         like), BULK_N);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM run_replays WHERE replay_key LIKE $1",
+	                         like, (char *)NULL), BULK_N);
 	free(keys);
 	PQfinish(c);
 }
@@ -855,13 +823,13 @@ START_TEST(test_bulk_stop_resume)
 	pid = spawn(argv, out, err, ENV_UNSET);
 	deadline = tl_now() + 60;
 	for (;;) {
-		v = q_value(c, "SELECT max(id)::text FROM replay_jobs WHERE source = $1", path);
+		v = qstr(c, "SELECT max(id)::text FROM replay_jobs WHERE source = $1", path, (char *)NULL);
 		if (v != NULL) {
 			jobid = atoll(v);
 			free(v);
 			snprintf(job, sizeof(job), "%lld", jobid);
-			if (q_count(c, "SELECT count(*) FROM replay_job_items WHERE job_id = $1::bigint"
-			            " AND state = 'done'", job) >= BULK_N / 2)
+			if (qnum(c, "SELECT count(*) FROM replay_job_items WHERE job_id = $1::bigint"
+			            " AND state = 'done'", job, (char *)NULL) >= BULK_N / 2)
 				break;
 		}
 		ck_assert_msg(tl_now() < deadline, "the job never got half-way");
@@ -871,47 +839,47 @@ START_TEST(test_bulk_stop_resume)
 	                        OPERATOR, (char *)NULL), 0);
 	ck_assert_msg(wait_exit(pid, 20, &st), "the job did not stop");
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 4, "a stopped job exits 4, got %d", st);
-	v = q_value(c, "SELECT state FROM replay_jobs WHERE id = $1::bigint", job);
+	v = qstr(c, "SELECT state FROM replay_jobs WHERE id = $1::bigint", job, (char *)NULL);
 	ck_assert_str_eq(v, "stopped");
 	free(v);
-	done = q_count(c, "SELECT count(*) FROM replay_job_items WHERE job_id = $1::bigint"
-	               " AND state = 'done'", job);
+	done = qnum(c, "SELECT count(*) FROM replay_job_items WHERE job_id = $1::bigint"
+	               " AND state = 'done'", job, (char *)NULL);
 	ck_assert_msg(done >= BULK_N / 2 && done < BULK_N, "stopped with %lld of %d done", done,
 	              BULK_N);
 	/* consistent: done ⇔ new run exists ⇔ link exists */
-	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM replay_job_items i"
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM replay_job_items i"
 	                         " WHERE i.job_id = $1::bigint AND (i.state = 'done') <>"
 	                         " (EXISTS (SELECT 1 FROM workflow_runs w"
 	                         "   WHERE w.idempotency_key = i.replay_key) AND EXISTS"
 	                         "  (SELECT 1 FROM run_replays r WHERE r.replay_key = i.replay_key"
-	                         "   AND r.job_id = i.job_id))", job), 0);
-	done_before = q_value(c, "SELECT string_agg(seq || '@' || done_at, ',' ORDER BY seq)"
+	                         "   AND r.job_id = i.job_id))", job, (char *)NULL), 0);
+	done_before = qstr(c, "SELECT string_agg(seq || '@' || done_at, ',' ORDER BY seq)"
 	                      " FROM replay_job_items WHERE job_id = $1::bigint AND state = 'done'",
-	                      job);
+	                      job, (char *)NULL);
 
 	doc = ctl_json(0, NULL, "replay", "--resume", job, "--rate", "100/s", "--reason",
 	               "finish the correction", "--operator", OPERATOR, (char *)NULL);
 	json_decref(doc);
-	v = q_value(c, "SELECT state FROM replay_jobs WHERE id = $1::bigint", job);
+	v = qstr(c, "SELECT state FROM replay_jobs WHERE id = $1::bigint", job, (char *)NULL);
 	ck_assert_str_eq(v, "completed");
 	free(v);
-	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM replay_job_items WHERE job_id = $1::bigint"
-	                         " AND state = 'done'", job), BULK_N);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM replay_job_items WHERE job_id = $1::bigint"
+	                         " AND state = 'done'", job, (char *)NULL), BULK_N);
 	/* the items done before the stop were not done again */
-	v = q_value(c, "SELECT string_agg(seq || '@' || done_at, ',' ORDER BY seq)"
+	v = qstr(c, "SELECT string_agg(seq || '@' || done_at, ',' ORDER BY seq)"
 	            " FROM replay_job_items WHERE job_id = $1::bigint AND seq IN"
 	            " (SELECT seq FROM replay_job_items WHERE job_id = $1::bigint)"
 	            " AND done_at <= (SELECT min(ts) FROM operator_actions WHERE"
 	            "   action = 'replay.job_resumed' AND (details->>'job_id')::bigint = $1::bigint)",
-	            job);
+	            job, (char *)NULL);
 	ck_assert_msg(v != NULL && strcmp(v, done_before) == 0, "done before: %s\nnow: %s",
 	              done_before, v);
 	free(v);
 	for (i = 0; i < BULK_N; i++) {
-		ck_assert_int_eq(q_count(c, "SELECT count(*) FROM run_replays WHERE replay_key = $1",
-		                         keys[i][1]), 1);
-		ck_assert_int_eq(q_count(c, "SELECT count(*) FROM operator_actions WHERE"
-		                         " action = 'replay' AND idempotency_key = $1", keys[i][1]), 1);
+		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM run_replays WHERE replay_key = $1",
+		                         keys[i][1], (char *)NULL), 1);
+		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE"
+		                         " action = 'replay' AND idempotency_key = $1", keys[i][1], (char *)NULL), 1);
 	}
 	/* a completed job cannot be resumed */
 	ck_assert_int_eq(tl_ctl(NULL, "replay", "--resume", job, "--reason", "again", (char *)NULL),
@@ -936,8 +904,8 @@ START_TEST(test_purge)
 	decide(tok, key, "reject");
 	tl_sleep_ms(20);
 	before = tl_run_snapshot(c, key);
-	purges = q_count(c, "SELECT count(*) FROM operator_actions WHERE action = 'purge'"
-	                 " AND reason = 'retention test' AND operator = '" OPERATOR "'", NULL);
+	purges = qnum(c, "SELECT count(*) FROM operator_actions WHERE action = 'purge'"
+	                 " AND reason = 'retention test' AND operator = '" OPERATOR "'", NULL, (char *)NULL);
 	doc = ctl_json(0, NULL, "purge", "--older-than", "0", "--dry-run", (char *)NULL);
 	n = json_integer_value(json_object_get(doc, "runs"));
 	ck_assert_msg(n >= 1, "the dry run counts the finished run");
@@ -948,17 +916,17 @@ START_TEST(test_purge)
 	               "--operator", OPERATOR, (char *)NULL);
 	ck_assert_int_ge(json_integer_value(json_object_get(doc, "runs")), 1);
 	json_decref(doc);
-	v = q_value(c, "SELECT concat_ws(' ', payload IS NULL, output IS NULL,"
+	v = qstr(c, "SELECT concat_ws(' ', payload IS NULL, output IS NULL,"
 	            " NOT coalesce(effect ? 'payload', false), payload_hash IS NOT NULL,"
 	            " output_hash IS NOT NULL, decision, state)"
-	            " FROM workflow_runs WHERE idempotency_key = $1", key);
+	            " FROM workflow_runs WHERE idempotency_key = $1", key, (char *)NULL);
 	ck_assert_str_eq(v, "t t t t t reject failed_terminal");
 	free(v);
-	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
-	                         " AND (effect IS NOT NULL OR state <> 'decided')", key), 0);
-	ck_assert_int_eq(q_count(c, "SELECT count(*) FROM operator_actions WHERE action = 'purge'"
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
+	                         " AND (effect IS NOT NULL OR state <> 'decided')", key, (char *)NULL), 0);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE action = 'purge'"
 	                         " AND reason = 'retention test' AND operator = '" OPERATOR "'",
-	                         NULL), purges + 1);
+	                         NULL, (char *)NULL), purges + 1);
 	doc = ctl_json(0, NULL, "explain", key, (char *)NULL);
 	ck_assert_str_eq(answer(doc, "processed"), "yes");
 	ck_assert_str_eq(answer(doc, "sent"), "no");

@@ -176,15 +176,6 @@ expect_totals(PGconn *c, const char *before, const char *what)
 	free(after);
 }
 
-static long long
-runs_of_key(PGconn *c, const char *key)
-{
-	const char *p[1] = { key };
-
-	return tl_pg_count(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1", 1,
-	                   p);
-}
-
 static void
 expect_healthy(const char *after)
 {
@@ -214,13 +205,6 @@ email_effect(void)
 	                 "payload", "to", "customer@example.com", "ticket", 42);
 }
 
-static json_t *
-std_model(void)
-{
-	return json_pack("{s:s, s:s, s:s}", "provider", "openai-compatible", "name",
-	                 "qwen2.5-7b-instruct", "revision", "2024-09-19");
-}
-
 /* The body of an output submission (support_reply unless told). */
 static json_t *
 output_body(const struct tl_claimed *c, const char *contract, json_t *output, json_t *effect)
@@ -229,7 +213,7 @@ output_body(const struct tl_claimed *c, const char *contract, json_t *output, js
 	                      "version", (json_int_t)c->version, "contract",
 	                      contract ? contract : "support_reply", "output",
 	                      output ? output : reply_output("Re: order 42", "Dear customer."),
-	                      "effect", effect ? effect : email_effect(), "model", std_model(),
+	                      "effect", effect ? effect : email_effect(), "model", tl_model_json(),
 	                      "source_url", "https://crm.example/ticket/42");
 
 	ck_assert_ptr_nonnull(b);
@@ -476,12 +460,6 @@ csrf_of(const struct web *w)
 
 /* ---- per-test setup ------------------------------------------------------ */
 
-static void
-setup_healthy(void)
-{
-	ck_assert_msg(tl_wait_healthy(30), "the stack is not healthy (GET /healthz)");
-}
-
 /* oncegatectl with stderr too (its refusals are told there): exit status,
  * output in *out. Arguments end with NULL. */
 static int
@@ -591,7 +569,7 @@ START_TEST(test_hostile_claim_roundtrip)
 		              "second claim of %s: HTTP %ld: %.1500s", shown(key, sh, sizeof(sh)),
 		              r.status, r.body);
 		tl_resp_free(&r);
-		ck_assert_int_eq(runs_of_key(c, key), 1);
+		ck_assert_int_eq(tl_runs_of_key(c, key), 1);
 		json_decref(payload);
 		json_decref(body);
 	}
@@ -1632,7 +1610,7 @@ START_TEST(test_oversized_bodies)
 	ASSERT_STATUS(&r, 201);
 	tl_resp_free(&r);
 	free(body);
-	ck_assert_int_eq(runs_of_key(c, key), 1);
+	ck_assert_int_eq(tl_runs_of_key(c, key), 1);
 
 	before = totals(c);
 	/* one byte over */
@@ -1641,7 +1619,7 @@ START_TEST(test_oversized_bodies)
 	tl_http("POST", "/v1/runs", g_key_dev, "application/json", body, MAX_BODY + 1, &r);
 	expect_refusal(&r, 413, 413, "body_too_large|large", "a body one byte over max_body_bytes");
 	tl_resp_free(&r);
-	ck_assert_int_eq(runs_of_key(c, key), 0);
+	ck_assert_int_eq(tl_runs_of_key(c, key), 0);
 
 	/* chunked, over the cap (nginx knows no length up front) */
 	req = chunked_request("/v1/runs", body, MAX_BODY + 1);
@@ -1660,7 +1638,7 @@ START_TEST(test_oversized_bodies)
 	}
 	free(req);
 	free(body);
-	ck_assert_int_eq(runs_of_key(c, key), 0);
+	ck_assert_int_eq(tl_runs_of_key(c, key), 0);
 	expect_healthy("a chunked body over the cap");
 
 	/* far over nginx's own cap: plain and chunked */
@@ -1673,7 +1651,7 @@ START_TEST(test_oversized_bodies)
 	raw_expect(req, strlen(req), "413", "a 1.5 MB chunked body");
 	free(req);
 	free(body);
-	ck_assert_int_eq(runs_of_key(c, key), 0);
+	ck_assert_int_eq(tl_runs_of_key(c, key), 0);
 	expect_healthy("a 1.5 MB body");
 
 	/* a huge Content-Length with little data: refused at once */
@@ -2275,7 +2253,7 @@ security_suite(void)
 
 	tc = tcase_create("injection");
 	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, setup_healthy, NULL);
+	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_hostile_claim_roundtrip);
 	tcase_add_test(tc, test_hostile_transition_roundtrip);
 	tcase_add_test(tc, test_wildcards_are_literal);
@@ -2287,7 +2265,7 @@ security_suite(void)
 
 	tc = tcase_create("traversal");
 	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, setup_healthy, NULL);
+	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_contract_name_traversal);
 	tcase_add_test(tc, test_url_path_traversal);
 	tcase_add_test(tc, test_loaders_refuse_bad_names);
@@ -2295,7 +2273,7 @@ security_suite(void)
 
 	tc = tcase_create("limits");
 	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, setup_healthy, NULL);
+	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_oversized_headers);
 	tcase_add_test(tc, test_oversized_bodies);
 	tcase_add_test(tc, test_slow_loris);
@@ -2303,7 +2281,7 @@ security_suite(void)
 
 	tc = tcase_create("secrets");
 	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, setup_healthy, NULL);
+	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_headers_on_every_answer);
 	/* Last: it reads every log and table whole, and it exhausts nginx's
 	 * approval POST limit for this address. */
