@@ -13,8 +13,9 @@
 
 static char path[64];
 
+/* Loads len bytes of text as a config file over the defaults. */
 static int
-load_text(const char *text, struct config *c, char *err, size_t errlen)
+load_bytes(const char *text, size_t len, struct config *c, char *err, size_t errlen)
 {
 	FILE *f;
 	int fd;
@@ -23,12 +24,18 @@ load_text(const char *text, struct config *c, char *err, size_t errlen)
 	fd = mkstemp(path);
 	ck_assert_int_ge(fd, 0);
 	f = fdopen(fd, "w");
-	fputs(text, f);
+	fwrite(text, 1, len, f);
 	fclose(f);
 	config_defaults(c);
 	fd = config_load(path, c, err, errlen);
 	unlink(path);
 	return fd;
+}
+
+static int
+load_text(const char *text, struct config *c, char *err, size_t errlen)
+{
+	return load_bytes(text, strlen(text), c, err, errlen);
 }
 
 START_TEST(test_defaults)
@@ -218,19 +225,9 @@ START_TEST(test_nul_byte)
 	static const char text[] = "threads = 4\0 # hidden\nlog_level = debug\n";
 	struct config c;
 	char err[512];
-	FILE *f;
-	int fd;
 
-	strcpy(path, "/tmp/og-config-XXXXXX");
-	fd = mkstemp(path);
-	ck_assert_int_ge(fd, 0);
-	f = fdopen(fd, "w");
-	fwrite(text, 1, sizeof(text) - 1, f);
-	fclose(f);
-	config_defaults(&c);
-	ck_assert_int_ne(config_load(path, &c, err, sizeof(err)), 0);
+	ck_assert_int_ne(load_bytes(text, sizeof(text) - 1, &c, err, sizeof(err)), 0);
 	ck_assert_ptr_nonnull(strstr(err, ":1: NUL byte in line"));
-	unlink(path);
 	config_free(&c);
 }
 END_TEST
