@@ -670,9 +670,10 @@ dl_disp_files(struct dl_disp *d)
 	memset(d, 0, sizeof(*d));
 	d->pid = -1;
 	seq++;
-	snprintf(d->conf, sizeof(d->conf), "%s/d%d.conf", g_tmp, seq);
-	snprintf(d->log, sizeof(d->log), "%s/d%d.log", g_tmp, seq);
-	snprintf(d->err, sizeof(d->err), "%s/d%d.err", g_tmp, seq);
+	/* each test runs in a process of its own, whose seq starts again */
+	snprintf(d->conf, sizeof(d->conf), "%s/d%d-%d.conf", g_tmp, (int)getpid(), seq);
+	snprintf(d->log, sizeof(d->log), "%s/d%d-%d.log", g_tmp, (int)getpid(), seq);
+	snprintf(d->err, sizeof(d->err), "%s/d%d-%d.err", g_tmp, (int)getpid(), seq);
 	return d->log;
 }
 
@@ -714,25 +715,48 @@ dl_disp_start(struct dl_disp *d, const char *conf_text, enum env_switch env)
 }
 
 void
+dl_disp_check_sanitizers(const struct dl_disp *d)
+{
+	char *text = tl_file_slurp(d->err, NULL);
+	const char *hit = NULL;
+
+	if (text != NULL) {
+		hit = strstr(text, "AddressSanitizer");
+		if (hit == NULL)
+			hit = strstr(text, "runtime error:");
+		if (hit == NULL)
+			hit = strstr(text, "LeakSanitizer");
+	}
+	if (hit != NULL)
+		ck_abort_msg("sanitizer finding in the dispatcher (%s):\n%.4000s", d->err, hit);
+	free(text);
+}
+
+double
 dl_disp_stop(struct dl_disp *d, int wait_s)
 {
+	double t0 = tl_now(), took;
 	int st = 0;
-	char *e;
 
 	if (d->pid <= 0)
-		return;
+		return 0;
 	ck_assert_int_eq(kill(d->pid, SIGTERM), 0);
 	if (!wait_exit(d->pid, wait_s, &st)) {
 		kill(d->pid, SIGKILL);
 		(void)wait_exit(d->pid, 5, &st);
-		ck_abort_msg("oncegate-dispatch did not exit within %d s of SIGTERM", wait_s);
+		d->pid = -1;
+		ck_abort_msg("oncegate-dispatch (config %s) did not exit within %d s of SIGTERM",
+		             d->conf, wait_s);
 	}
+	took = tl_now() - t0;
 	d->pid = -1;
-	e = tl_file_slurp(d->err, NULL);
-	ck_assert_msg(e == NULL || (strstr(e, "AddressSanitizer") == NULL &&
-	                            strstr(e, "runtime error:") == NULL &&
-	                            strstr(e, "LeakSanitizer") == NULL),
-	              "sanitizer finding in the dispatcher: %.4000s", e);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the dispatcher exited with %d", st);
-	free(e);
+	dl_disp_check_sanitizers(d);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		char *e = tl_file_slurp(d->err, NULL);
+
+		ck_abort_msg("oncegate-dispatch exited with status %d%s after SIGTERM: %.3000s",
+		             WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+		             WIFSIGNALED(st) ? " (signal)" : "", e ? e : "");
+	}
+	return took;
 }

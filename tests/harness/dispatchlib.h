@@ -152,15 +152,19 @@ struct dl_disp {
 	char log[PATH_MAX];
 	char err[PATH_MAX];
 };
-/* Names the files (dN.conf, dN.log, dN.err in g_tmp) and returns the log's
+/* Names the files (dPID-N.conf, .log, .err in g_tmp) and returns the log's
  * path, for the config text the caller writes next. */
 const char *dl_disp_files(struct dl_disp *d);
 /* Writes conf_text as d->conf, checks it with -n, starts the dispatcher
  * with the kill switch's environment half as asked and waits for its
  * dispatch.started line; fails the test otherwise. */
 void dl_disp_start(struct dl_disp *d, const char *conf_text, enum env_switch env);
-/* SIGTERM, the exit within wait_s (status 0), no sanitizer finding. */
-void dl_disp_stop(struct dl_disp *d, int wait_s);
+/* SIGTERM, the exit within wait_s (status 0), no sanitizer finding;
+ * returns the seconds from SIGTERM to the exit. */
+double dl_disp_stop(struct dl_disp *d, int wait_s);
+/* Fails the test when the dispatcher's stderr holds an AddressSanitizer,
+ * UBSan or LeakSanitizer report. */
+void dl_disp_check_sanitizers(const struct dl_disp *d);
 
 /* The config text of a dispatcher being written. */
 struct dl_conf {

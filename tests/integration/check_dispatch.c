@@ -301,10 +301,7 @@ struct dconf {
 static const struct dconf DCONF = { 2, 4, 30, 200, 5, 1 };
 
 struct disp {
-	pid_t pid;
-	char conf[PATH_MAX];
-	char log[PATH_MAX];
-	char err[PATH_MAX];
+	struct dl_disp dl;
 	int shutdown_s;
 };
 
@@ -368,102 +365,27 @@ dconf_text(const struct dconf *d, const char *log)
 	return text;
 }
 
-static void
-disp_check_sanitizers(const struct disp *d)
-{
-	char *text = tl_file_slurp(d->err, NULL);
-	const char *hit = NULL;
-
-	if (text != NULL) {
-		hit = strstr(text, "ERROR: AddressSanitizer");
-		if (hit == NULL)
-			hit = strstr(text, "runtime error:");
-		if (hit == NULL)
-			hit = strstr(text, "LeakSanitizer");
-	}
-	if (hit != NULL)
-		ck_abort_msg("sanitizer finding in the dispatcher (%s):\n%.4000s", d->err, hit);
-	free(text);
-}
 
 /* Writes the config, checks it with -n, starts the dispatcher and waits
  * for its dispatch.started line. */
 static void
 disp_start(struct disp *d, const struct dconf *dc, enum env_switch env)
 {
-	static int seq;
-	const char *bin = tl_env("ONCEGATE_DISPATCH");
-	char *text, *argv[5];
-	char check_out[PATH_MAX];
-	int st = 0;
-	pid_t pid;
-	double deadline;
+	char *text;
 
 	memset(d, 0, sizeof(*d));
-	seq++;
-	snprintf(d->conf, sizeof(d->conf), "%s/d%d-%d.conf", g_tmp, (int)getpid(), seq);
-	snprintf(d->log, sizeof(d->log), "%s/d%d-%d.log", g_tmp, (int)getpid(), seq);
-	snprintf(d->err, sizeof(d->err), "%s/d%d-%d.err", g_tmp, (int)getpid(), seq);
-	snprintf(check_out, sizeof(check_out), "%s/d%d-%d.check", g_tmp, (int)getpid(), seq);
 	d->shutdown_s = dc->shutdown_s;
-	text = dconf_text(dc, d->log);
-	write_file(d->conf, text);
+	text = dconf_text(dc, dl_disp_files(&d->dl));
+	dl_disp_start(&d->dl, text, env);
 	free(text);
-
-	argv[0] = (char *)(uintptr_t)bin;
-	argv[1] = (char *)(uintptr_t)"-c";
-	argv[2] = d->conf;
-	argv[3] = (char *)(uintptr_t)"-n";
-	argv[4] = NULL;
-	pid = spawn(argv, check_out, d->err, env);
-	ck_assert_msg(wait_exit(pid, START_WAIT_S, &st) && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-	              "oncegate-dispatch -c %s -n refused the config (status %d); see %s", d->conf,
-	              st, d->err);
-
-	argv[3] = NULL;
-	d->pid = spawn(argv, "/dev/null", d->err, env);
-	proc_register(d->pid);
-	deadline = tl_now() + START_WAIT_S;
-	while (log_count(d->log, NULL, "dispatch.started", NULL) == 0) {
-		if (!proc_running(d->pid) || tl_now() > deadline) {
-			char *e = tl_file_slurp(d->err, NULL);
-
-			ck_abort_msg("oncegate-dispatch did not start (config %s): %.2000s", d->conf,
-			             e ? e : "");
-		}
-		tl_sleep_ms(20);
-	}
 }
 
-/* SIGTERM, then the exit within the shutdown deadline and a margin, exit
- * status 0, no sanitizer finding. Returns how long it took, in seconds. */
+/* SIGTERM: the exit within the shutdown deadline and a margin, status 0,
+ * no sanitizer finding; returns how long it took, in seconds. */
 static double
 disp_stop(struct disp *d)
 {
-	double t0 = tl_now(), took;
-	int st = 0;
-
-	if (d->pid <= 0)
-		return 0;
-	ck_assert_int_eq(kill(d->pid, SIGTERM), 0);
-	if (!wait_exit(d->pid, d->shutdown_s + 15, &st)) {
-		kill(d->pid, SIGKILL);
-		(void)wait_exit(d->pid, 5, &st);
-		d->pid = -1;
-		ck_abort_msg("oncegate-dispatch (config %s) did not exit within %d s of SIGTERM",
-		             d->conf, d->shutdown_s + 15);
-	}
-	took = tl_now() - t0;
-	d->pid = -1;
-	disp_check_sanitizers(d);
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		char *e = tl_file_slurp(d->err, NULL);
-
-		ck_abort_msg("oncegate-dispatch exited with status %d%s after SIGTERM: %.3000s",
-		             WIFEXITED(st) ? WEXITSTATUS(st) : -1,
-		             WIFSIGNALED(st) ? " (signal)" : "", e ? e : "");
-	}
-	return took;
+	return dl_disp_stop(&d->dl, d->shutdown_s + 15);
 }
 
 static void
@@ -471,10 +393,10 @@ disp_kill9(struct disp *d)
 {
 	int st = 0;
 
-	ck_assert_int_eq(kill(d->pid, SIGKILL), 0);
-	ck_assert_msg(wait_exit(d->pid, 10, &st), "the dispatcher did not die of SIGKILL");
-	d->pid = -1;
-	disp_check_sanitizers(d);
+	ck_assert_int_eq(kill(d->dl.pid, SIGKILL), 0);
+	ck_assert_msg(wait_exit(d->dl.pid, 10, &st), "the dispatcher did not die of SIGKILL");
+	d->dl.pid = -1;
+	dl_disp_check_sanitizers(&d->dl);
 }
 
 /* ---- the API (the expired-approval test) ---------------------------------- */
@@ -567,21 +489,21 @@ START_TEST(test_http_happy)
 	                      " AND actor = 'dispatcher'", g_client, key, (char *)NULL), 1);
 
 	/* The decision log. */
-	ck_assert_int_eq(wait_log(d.log, key, "run.completed", NULL, 1, 5), 1);
-	l = log_one(d.log, key, "effect.claimed", id);
+	ck_assert_int_eq(wait_log(d.dl.log, key, "run.completed", NULL, 1, 5), 1);
+	l = log_one(d.dl.log, key, "effect.claimed", id);
 	ck_assert_int_eq(jint(l, "attempt"), 1);
 	ck_assert_str_eq(JSTR(l, "target"), "t_http");
 	json_decref(l);
-	l = log_one(d.log, key, "effect.sent", id);
+	l = log_one(d.dl.log, key, "effect.sent", id);
 	ck_assert_str_eq(JSTR(l, "provider_id"), JSTR(row, "provider_id"));
 	json_decref(l);
-	l = log_one(d.log, key, "effect.completed", id);
+	l = log_one(d.dl.log, key, "effect.completed", id);
 	ck_assert_int_eq(jint(l, "attempt"), 1);
 	ck_assert_str_eq(JSTR(l, "target"), "t_http");
 	ck_assert_str_eq(JSTR(l, "provider_id"), JSTR(row, "provider_id"));
 	ck_assert_msg(jint(l, "duration_ms") >= 1, "effect.completed has no duration_ms");
 	json_decref(l);
-	l = log_one(d.log, key, "run.completed", NULL);
+	l = log_one(d.dl.log, key, "run.completed", NULL);
 	ck_assert_str_eq(JSTR(l, "effect_id"), id);
 	json_decref(l);
 	json_decref(row);
@@ -608,12 +530,12 @@ START_TEST(test_http_happy)
 	free(st);
 	ck_assert_int_eq(prov_count(pk2a, "effect"), 1);
 	ck_assert_int_eq(prov_count(pk2b, "effect"), 2);
-	ck_assert_int_eq(wait_log(d.log, key2, "run.completed", NULL, 1, 5), 1);
-	ck_assert_int_eq(log_count(d.log, key2, "run.completed", NULL), 1);
+	ck_assert_int_eq(wait_log(d.dl.log, key2, "run.completed", NULL, 1, 5), 1);
+	ck_assert_int_eq(log_count(d.dl.log, key2, "run.completed", NULL), 1);
 
 	disp_stop(&d);
 	/* Raw payloads are never logged. */
-	logtext = tl_file_slurp(d.log, NULL);
+	logtext = tl_file_slurp(d.dl.log, NULL);
 	ck_assert_msg(logtext != NULL && strstr(logtext, marker) == NULL,
 	              "the decision log holds the effect's payload");
 	free(logtext);
@@ -780,8 +702,8 @@ START_TEST(test_smtp_happy)
 	recs = mail_records(midc);
 	ck_assert_int_eq(json_array_size(recs), 0);
 	json_decref(recs);
-	ck_assert_int_eq(wait_log(d.log, kc, "effect.dead_lettered", idc, 1, 5), 1);
-	ck_assert_int_eq(wait_log(d.log, ka, "effect.completed", ida, 1, 5), 1);
+	ck_assert_int_eq(wait_log(d.dl.log, kc, "effect.dead_lettered", idc, 1, 5), 1);
+	ck_assert_int_eq(wait_log(d.dl.log, ka, "effect.completed", ida, 1, 5), 1);
 
 	disp_stop(&d);
 	json_decref(pa);
@@ -847,8 +769,8 @@ START_TEST(test_ambiguous_without_keys)
 		ck_assert_int_eq(json_array_size(json_object_get(json_object_get(dl, "evidence"),
 		                                                 "attempts")), 1);
 		json_decref(dl);
-		ck_assert_int_eq(wait_log(d.log, key[k], "effect.unknown", id[k], 1, 5), 1);
-		ck_assert_int_eq(wait_log(d.log, key[k], "effect.dead_lettered", id[k], 1, 5), 1);
+		ck_assert_int_eq(wait_log(d.dl.log, key[k], "effect.unknown", id[k], 1, 5), 1);
+		ck_assert_int_eq(wait_log(d.dl.log, key[k], "effect.dead_lettered", id[k], 1, 5), 1);
 	}
 
 	/* With a lookup URL: the provider has it → completed with its id,
@@ -873,12 +795,12 @@ START_TEST(test_ambiguous_without_keys)
 		json_decref(att);
 		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE effect_id = $1::uuid",
 		                      id[k], (char *)NULL), 0);
-		ck_assert_int_eq(wait_log(d.log, key[k], "effect.reconciled", id[k], 1, 5), 1);
-		l = log_one(d.log, key[k], "effect.reconciled", id[k]);
+		ck_assert_int_eq(wait_log(d.dl.log, key[k], "effect.reconciled", id[k], 1, 5), 1);
+		l = log_one(d.dl.log, key[k], "effect.reconciled", id[k]);
 		ck_assert_str_eq(JSTR(l, "provider_id"), JSTR(row, "provider_id"));
 		ck_assert_str_eq(JSTR(l, "state_to"), "completed");
 		json_decref(l);
-		ck_assert_int_eq(wait_log(d.log, key[k], "run.completed", NULL, 1, 5), 1);
+		ck_assert_int_eq(wait_log(d.dl.log, key[k], "run.completed", NULL, 1, 5), 1);
 		json_decref(row);
 	}
 
@@ -901,7 +823,7 @@ START_TEST(test_ambiguous_without_keys)
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_attempts WHERE effect_id = $1::uuid"
 	                      " AND kind = 'lookup' AND classification = 'not_found'", id[k],
 	                      (char *)NULL), 2);
-	l = log_one(d.log, key[k], "effect.reconciled", id[k]);
+	l = log_one(d.dl.log, key[k], "effect.reconciled", id[k]);
 	ck_assert_str_eq(JSTR(l, "state_to"), "pending");
 	ck_assert_str_eq(JSTR(l, "reason"), "reconciled_not_found");
 	json_decref(l);
@@ -931,7 +853,7 @@ START_TEST(test_ambiguous_without_keys)
 	/* Last, so that it hides nothing else: the log names the rule that
 	 * fired (the log's `reason`), as effect_outbox.reason does. */
 	for (k = 0; k < N; k++) {
-		l = log_one(d.log, key[k], "effect.unknown", id[k]);
+		l = log_one(d.dl.log, key[k], "effect.unknown", id[k]);
 		ck_assert_msg(streq(tl_jstr(l, "reason"), cases[k].reason),
 		              "%s: effect.unknown has reason \"%s\", expected \"%s\"",
 		              cases[k].name, JSTR(l, "reason"), cases[k].reason);
@@ -995,12 +917,12 @@ START_TEST(test_idempotent_retry)
 		              "%s: attempts %s", cases[k].name, tl_json_text(att));
 		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE effect_id = $1::uuid",
 		                      id[k], (char *)NULL), 0);
-		ck_assert_int_eq(wait_log(d.log, key[k], "effect.completed", id[k], 1, 5), 1);
-		l = log_one(d.log, key[k], "effect.retry_scheduled", id[k]);
+		ck_assert_int_eq(wait_log(d.dl.log, key[k], "effect.completed", id[k], 1, 5), 1);
+		l = log_one(d.dl.log, key[k], "effect.retry_scheduled", id[k]);
 		ck_assert_int_eq(jint(l, "attempt"), 1);
 		ck_assert_str_eq(JSTR(l, "error_class"), "transient");
 		json_decref(l);
-		l = log_one(d.log, key[k], "effect.completed", id[k]);
+		l = log_one(d.dl.log, key[k], "effect.completed", id[k]);
 		ck_assert_int_eq(jint(l, "attempt"), 2);
 		json_decref(l);
 		json_decref(att);
@@ -1012,7 +934,7 @@ START_TEST(test_idempotent_retry)
 	/* Last, so that it hides nothing else: the log names the rule that
 	 * fired (the log's `reason`), as effect_outbox.reason does. */
 	for (k = 0; k < N; k++) {
-		l = log_one(d.log, key[k], "effect.retry_scheduled", id[k]);
+		l = log_one(d.dl.log, key[k], "effect.retry_scheduled", id[k]);
 		ck_assert_msg(streq(tl_jstr(l, "reason"), cases[k].reason),
 		              "%s: effect.retry_scheduled has reason \"%s\", expected \"%s\"",
 		              cases[k].name, JSTR(l, "reason"), cases[k].reason);
@@ -1097,9 +1019,9 @@ START_TEST(test_retry_policy)
 	ck_assert_str_eq(JSTR(ev, "idempotency_key"), k503);
 	ck_assert_str_eq(JSTR(ev, "target"), "t_retry");
 	json_decref(dl);
-	ck_assert_int_eq(wait_log(d.log, k503, "effect.dead_lettered", i503, 1, 5), 1);
-	ck_assert_int_eq(log_count(d.log, k503, "effect.retry_scheduled", i503), 2);
-	ck_assert_int_eq(log_count(d.log, k503, "effect.failed", i503), 1);
+	ck_assert_int_eq(wait_log(d.dl.log, k503, "effect.dead_lettered", i503, 1, 5), 1);
+	ck_assert_int_eq(log_count(d.dl.log, k503, "effect.retry_scheduled", i503), 2);
+	ck_assert_int_eq(log_count(d.dl.log, k503, "effect.failed", i503), 1);
 
 	/* 400: permanent at once, one request. */
 	DL_EXPECT_EFFECT(c, i400, "failed", 10);
@@ -1116,7 +1038,7 @@ START_TEST(test_retry_policy)
 	ck_assert_str_eq(JSTR(dl, "error_class"), "permanent");
 	ck_assert_str_eq(JSTR(dl, "reason"), "business_rejection");
 	json_decref(dl);
-	ck_assert_int_eq(wait_log(d.log, krej, "effect.dead_lettered", irej, 1, 5), 1);
+	ck_assert_int_eq(wait_log(d.dl.log, krej, "effect.dead_lettered", irej, 1, 5), 1);
 
 	/* Never retried, however long one waits. */
 	tl_sleep_ms(2000);
@@ -1146,14 +1068,14 @@ expect_held(PGconn *c, const char *id, const char *pk, enum env_switch env, bool
 	kill_switch(flag);
 	disp_start(&d, &dc, env);
 	notify(c);
-	ck_assert_int_ge(wait_log(d.log, NULL, "dispatch.blocked", NULL, 1, 5), 1);
+	ck_assert_int_ge(wait_log(d.dl.log, NULL, "dispatch.blocked", NULL, 1, 5), 1);
 	tl_sleep_ms(5 * dc.poll_ms);
 	ck_assert_msg(prov_count(pk, NULL) == 0, "%s: the provider got a request", why);
 	row = dl_effect_row(c, id);
 	ck_assert_msg(streq(tl_jstr(row, "state"), "pending") && jint(row, "attempt") == 0,
 	              "%s: the effect is not pending and untouched: %s", why, tl_json_text(row));
 	json_decref(row);
-	lines = log_lines(d.log, NULL);
+	lines = log_lines(d.dl.log, NULL);
 	sel = log_select(lines, "dispatch.blocked", NULL);
 	l = json_array_get(sel, 0);
 	ck_assert_msg(jint(l, "count") >= 1 && tl_jstr(l, "reason") != NULL,
@@ -1193,7 +1115,7 @@ START_TEST(test_kill_switch)
 	kill_switch(false);
 	disp_start(&d, &dc, ENV_TRUE);
 	notify(c);
-	ck_assert_int_ge(wait_log(d.log, NULL, "dispatch.blocked", NULL, 1, 5), 1);
+	ck_assert_int_ge(wait_log(d.dl.log, NULL, "dispatch.blocked", NULL, 1, 5), 1);
 	tl_sleep_ms(5 * dc.poll_ms);
 	ck_assert_msg(prov_count(pk, NULL) == 0, "flag off: the provider got a request");
 	{
@@ -1247,7 +1169,7 @@ START_TEST(test_kill_switch)
 			              tl_json_text(row));
 			ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_attempts"
 			                      " WHERE effect_id = $1::uuid", ids[i], (char *)NULL), 0);
-			nblocked = log_count(d.log, rkey, "dispatch.blocked", ids[i]);
+			nblocked = log_count(d.dl.log, rkey, "dispatch.blocked", ids[i]);
 			ck_assert_msg(nblocked <= 1, "%zu dispatch.blocked lines for one effect", nblocked);
 			blocked += nblocked;
 		}
@@ -1261,7 +1183,7 @@ START_TEST(test_kill_switch)
 	ck_assert_msg(blocked_sends(c) - before == (long long)blocked, "blocked_sends grew by %lld,"
 	              " %zu dispatch.blocked lines", blocked_sends(c) - before, blocked);
 	{
-		json_t *lines = log_lines(d.log, rkey), *sel = log_select(lines, "dispatch.blocked", NULL);
+		json_t *lines = log_lines(d.dl.log, rkey), *sel = log_select(lines, "dispatch.blocked", NULL);
 		json_t *bl;
 		size_t j;
 
@@ -1384,8 +1306,8 @@ START_TEST(test_kill9_mid_send)
 	              streq(tl_jstr(json_array_get(att, 0), "reason"), "lease_expired_while_sending"),
 	              "attempts: %s", tl_json_text(att));
 	json_decref(att);
-	ck_assert_int_eq(wait_log(d2.log, key, "effect.dead_lettered", id, 1, 5), 1);
-	l = log_one(d2.log, key, "effect.unknown", id);
+	ck_assert_int_eq(wait_log(d2.dl.log, key, "effect.dead_lettered", id, 1, 5), 1);
+	l = log_one(d2.dl.log, key, "effect.unknown", id);
 	ck_assert_str_eq(JSTR(l, "reason"), "lease_expired_while_sending");
 	json_decref(l);
 	/* never resent */
@@ -1621,14 +1543,14 @@ START_TEST(test_approval_expired)
 	json_decref(sent);
 	json_decref(reqs);
 
-	l = log_one(d.log, key, "approval.expired", NULL);
+	l = log_one(d.dl.log, key, "approval.expired", NULL);
 	ck_assert_str_eq(JSTR(l, "decision"), "expired");
 	ck_assert_str_eq(JSTR(l, "state_to"), "failed_terminal");
 	json_decref(l);
-	ck_assert_int_eq(wait_log(d.log, key, "effect.completed", cb_id, 1, 5), 1);
+	ck_assert_int_eq(wait_log(d.dl.log, key, "effect.completed", cb_id, 1, 5), 1);
 	/* the tick does it once */
 	tl_sleep_ms(1000);
-	ck_assert_int_eq(log_count(d.log, key, "approval.expired", NULL), 1);
+	ck_assert_int_eq(log_count(d.dl.log, key, "approval.expired", NULL), 1);
 	ck_assert_int_eq(prov_count(pk, NULL), 1);
 
 	/* A callback URL outside the callback target's URL is never called,
@@ -1649,7 +1571,7 @@ START_TEST(test_approval_expired)
 	ck_assert_msg(dl != NULL && streq(tl_jstr(dl, "error_class"), "permanent"),
 	              "dead letter of the refused callback: %s", tl_json_text(dl));
 	json_decref(dl);
-	ck_assert_int_eq(log_count(d.log, key2, "effect.sent", id2), 0);
+	ck_assert_int_eq(log_count(d.dl.log, key2, "effect.sent", id2), 0);
 	ck_assert_int_eq(prov_count(pk2, NULL), 0);
 	disp_stop(&d);
 	free(cb_id);
@@ -1713,7 +1635,7 @@ START_TEST(test_window)
 	free(st);
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_attempts WHERE effect_id = $1::uuid",
 	                      idb, (char *)NULL), 0);
-	ck_assert_int_eq(log_count(d.log, kb, "effect.claimed", NULL), 0);
+	ck_assert_int_eq(log_count(d.dl.log, kb, "effect.claimed", NULL), 0);
 	disp_stop(&d);
 	PQfinish(c);
 }
@@ -1777,7 +1699,7 @@ sigterm_case(PGconn *c, const char *name, const char *target, int shutdown_s,
 		json_decref(row);
 	}
 	ck_assert_int_eq(sent, 1);
-	ck_assert_int_eq(log_count(d.log, NULL, "dispatch.stopped", NULL), 1);
+	ck_assert_int_eq(log_count(d.dl.log, NULL, "dispatch.stopped", NULL), 1);
 	free(sent_pk);
 }
 
