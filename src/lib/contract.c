@@ -686,8 +686,7 @@ compile_count(struct loader *ld, const json_t *s, const char *name, long long *o
 static char *
 value_text(const json_t *v, bool is_enum)
 {
-	char *dump = json_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY |
-	                        JSON_REAL_PRECISION(15));
+	char *dump = canon_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY);
 	char *out;
 	size_t n;
 
