@@ -1,0 +1,267 @@
+/*
+ * check_numbers.c — the payload hash under RFC 8785 through the real stack
+ * (nginx, responder, PostgreSQL), runs hashed before it compared under
+ * their own rule, numbers beyond double range refused, and numbers written
+ * back in their shortest round-trip form.
+ *
+ * Needs the stack of `./dev test`; without ONCEGATE_URL the suite is
+ * skipped (exit 77).
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testlib.h"
+
+static char g_run[64];
+static char g_client[24]; /* id of client "dev" */
+static const char *g_key;
+
+static void
+mkkey(char *out, size_t len, const char *what)
+{
+	snprintf(out, len, "%s:numbers:%s", g_run, what);
+}
+
+static void
+claim_text(const char *key, const char *payload, struct tl_resp *r)
+{
+	char *text = NULL;
+
+	ck_assert_int_ge(asprintf(&text, "{\"key\":\"%s\",\"payload\":%s}", key, payload), 0);
+	tl_post_text("/v1/runs", g_key, text, r);
+	free(text);
+}
+
+/* A run claimed before RFC 8785: its hash is over the payload as written
+ * ("og1"), state as given. */
+static void
+old_run(PGconn *c, const char *key, const char *payload, const char *state)
+{
+	char hash[72];
+	const char *p[5] = { g_client, key, hash, payload, state };
+
+	tl_payload_hash(payload, hash);
+	tl_pg_exec(c, "INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
+	           "    state, claim_started_at, payload_canon)"
+	           " VALUES ($1::bigint, $2, $3, $4::jsonb, $5, now(), 'og1')", 5, p);
+}
+
+static char *
+row_value(PGconn *c, const char *col, const char *key)
+{
+	char sql[256];
+	const char *p[2] = { g_client, key };
+
+	snprintf(sql, sizeof(sql),
+	         "SELECT %s FROM workflow_runs WHERE client_id = $1::bigint AND idempotency_key = $2",
+	         col);
+	return tl_pg_value(c, sql, 2, p);
+}
+
+START_TEST(new_run_hashed_by_rfc8785)
+{
+	char key[200], want[72], *v;
+	struct tl_resp r;
+	PGconn *c = tl_pg_connect();
+
+	mkkey(key, sizeof(key), "new");
+	tl_payload_hash("{\"discount\":0.8,\"note\":\"\xd0\x97\xd0\xb0\xd0\xba\xd0\xb0\xd0\xb7 "
+	                "\xe6\xb3\xa8\xe6\x96\x87\",\"total\":19.9,\"\xf0\x9f\x98\x80\":1,"
+	                "\"\xef\xbd\xa1\":2}", want);
+	claim_text(key, "{\"total\":19.90,\"discount\":8E-1,\"\xef\xbd\xa1\":2,\"\\ud83d\\ude00\":1,"
+	           "\"note\":\"\\u0417\xd0\xb0\xd0\xba\xd0\xb0\xd0\xb7 \xe6\xb3\xa8\xe6\x96\x87\"}", &r);
+	ck_assert_msg(r.status == 201, "%s", r.body);
+	ck_assert_str_eq(tl_jstr(r.json, "payload_hash"), want);
+	tl_resp_free(&r);
+	v = row_value(c, "payload_hash || ' ' || payload_canon", key);
+	ck_assert_ptr_nonnull(v);
+	ck_assert_str_eq(v + strlen(want), " jcs");
+	ck_assert_int_eq(strncmp(v, want, strlen(want)), 0);
+	free(v);
+	/* the same payload as JavaScript writes it: a duplicate */
+	claim_text(key, "{\"\xf0\x9f\x98\x80\":1,\"\xef\xbd\xa1\":2,\"discount\":0.8,\"note\":"
+	           "\"\xd0\x97\xd0\xb0\xd0\xba\xd0\xb0\xd0\xb7 \xe6\xb3\xa8\xe6\x96\x87\",\"total\":19.9}",
+	           &r);
+	ck_assert_msg(r.status == 200 && strcmp(tl_jstr(r.json, "outcome"), "duplicate") == 0,
+	              "%ld %s", r.status, r.body);
+	tl_resp_free(&r);
+	PQfinish(c);
+}
+END_TEST
+
+START_TEST(old_run_compared_as_written)
+{
+	char key[200], retry[200], old_hash[72], other[72], *v;
+	struct tl_resp r;
+	PGconn *c = tl_pg_connect();
+
+	mkkey(key, sizeof(key), "old-terminal");
+	old_run(c, key, "{\"total\":19.90}", "failed_terminal");
+	tl_payload_hash("{\"total\":19.90}", old_hash);
+	tl_payload_hash("{\"total\":19.9}", other);
+
+	/* the same text as then: a duplicate, as it always was */
+	claim_text(key, "{ \"total\" : 19.90 }", &r);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert_str_eq(tl_jstr(r.json, "outcome"), "duplicate");
+	tl_resp_free(&r);
+	/* under the old rule 19.9 is another payload; the answer names the
+	 * hash comparable with the stored one */
+	claim_text(key, "{\"total\":19.9}", &r);
+	ck_assert_msg(r.status == 409 || r.status == 422, "%ld %s", r.status, r.body);
+	ck_assert_str_eq(tl_jstr(r.json, "error"), "payload_mismatch");
+	ck_assert_str_eq(tl_jstr(r.json, "payload_hash"), other);
+	ck_assert_str_eq(tl_jstr(r.json, "stored_payload_hash"), old_hash);
+	tl_resp_free(&r);
+
+	/* a reclaim keeps the run's hash and its rule */
+	mkkey(retry, sizeof(retry), "old-retryable");
+	old_run(c, retry, "{\"total\":19.90}", "failed_retryable");
+	claim_text(retry, "{\"total\":19.90}", &r);
+	ck_assert_msg(r.status == 201, "%ld %s", r.status, r.body);
+	ck_assert_str_eq(tl_jstr(r.json, "payload_hash"), old_hash);
+	tl_resp_free(&r);
+	v = row_value(c, "payload_hash || ' ' || payload_canon || ' ' || attempt", retry);
+	ck_assert_ptr_nonnull(v);
+	ck_assert_int_eq(strncmp(v, old_hash, strlen(old_hash)), 0);
+	ck_assert_str_eq(v + strlen(old_hash), " og1 2");
+	free(v);
+	PQfinish(c);
+}
+END_TEST
+
+START_TEST(beyond_double_range_is_400)
+{
+	static const char *const bad[] = { "{\"amount\":1e400}", "{\"amount\":-1e400}",
+		                           "[1e-400]", "{\"a\":{\"b\":[2e308]}}" };
+	char key[200], *v;
+	struct tl_resp r;
+	PGconn *c = tl_pg_connect();
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(key, sizeof(key), "%s:numbers:range-%zu", g_run, i);
+		claim_text(key, bad[i], &r);
+		ck_assert_msg(r.status == 400, "%s: %ld %s", bad[i], r.status, r.body);
+		ck_assert_msg(strstr(r.body, "IEEE 754 double") != NULL, "%s: %s", bad[i], r.body);
+		tl_resp_free(&r);
+		v = row_value(c, "state", key);
+		ck_assert_ptr_null(v);
+	}
+	PQfinish(c);
+}
+END_TEST
+
+START_TEST(numbers_written_back_shortest)
+{
+	char key[200], *path, *text = NULL;
+	struct tl_resp r;
+	const char *owner;
+	long long version;
+
+	mkkey(key, sizeof(key), "written-back");
+	claim_text(key, "{\"ticket\":4242}", &r);
+	ck_assert_msg(r.status == 201, "%s", r.body);
+	owner = tl_jstr(r.json, "lease_owner");
+	ck_assert(tl_jint(r.json, "version", &version));
+	ck_assert_int_ge(asprintf(&text,
+	    "{\"lease_owner\":\"%s\",\"version\":%lld,\"state\":\"completed\",\"result\":"
+	    "{\"score\":0.8,\"sum\":0.30000000000000004,\"big\":1e21,\"tiny\":5e-324,"
+	    "\"max\":1.7976931348623157e308,\"whole\":3.0,\"id\":9007199254740993,"
+	    "\"third\":0.333333333333333314829616256247}}", owner, version), 0);
+	tl_resp_free(&r);
+	path = tl_run_path(key, "/transition");
+	tl_post_text(path, g_key, text, &r);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	tl_resp_free(&r);
+	free(path);
+	free(text);
+
+	path = tl_run_path(key, "");
+	tl_get(path, g_key, &r);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert_msg(strstr(r.body, "\"score\":0.8,") != NULL ||
+	                  strstr(r.body, "\"score\":0.8}") != NULL, "%s", r.body);
+	ck_assert_msg(strstr(r.body, "0.80000000000000004") == NULL, "%s", r.body);
+	ck_assert_msg(strstr(r.body, "\"sum\":0.30000000000000004") != NULL, "%s", r.body);
+	ck_assert_msg(strstr(r.body, "\"big\":1e+21") != NULL, "%s", r.body);
+	ck_assert_msg(strstr(r.body, "\"tiny\":5e-324") != NULL, "%s", r.body);
+	ck_assert_msg(strstr(r.body, "\"max\":1.7976931348623157e+308") != NULL, "%s", r.body);
+	ck_assert_msg(strstr(r.body, "\"whole\":3.0") != NULL, "%s", r.body);
+	ck_assert_msg(strstr(r.body, "\"id\":9007199254740993") != NULL, "%s", r.body);
+	ck_assert_msg(strstr(r.body, "\"third\":0.3333333333333333") != NULL, "%s", r.body);
+	tl_resp_free(&r);
+	free(path);
+
+	/* a duplicate claim returns the result the same way */
+	claim_text(key, "{\"ticket\":4242}", &r);
+	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+	ck_assert_msg(strstr(r.body, "\"score\":0.8") != NULL &&
+	                  strstr(r.body, "0.80000000000000004") == NULL, "%s", r.body);
+	tl_resp_free(&r);
+}
+END_TEST
+
+static Suite *
+numbers_suite(void)
+{
+	Suite *s = suite_create("numbers");
+	TCase *tc = tcase_create("payload hash and numbers");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, new_run_hashed_by_rfc8785);
+	tcase_add_test(tc, old_run_compared_as_written);
+	tcase_add_test(tc, beyond_double_range_is_400);
+	tcase_add_test(tc, numbers_written_back_shortest);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr;
+	PGconn *c;
+	char *id;
+	int failed;
+
+	if (tl_env("ONCEGATE_URL") == NULL) {
+		printf("check_numbers: ONCEGATE_URL is not set; run `./dev test` to start the "
+		       "stack. Skipping.\n");
+		return 77;
+	}
+	if ((g_key = tl_env("ONCEGATE_API_KEY")) == NULL) {
+		fprintf(stderr, "check_numbers: ONCEGATE_URL is set but ONCEGATE_API_KEY is not\n");
+		return 99;
+	}
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		return 99;
+	snprintf(g_run, sizeof(g_run), "nu%lld-%d", (long long)time(NULL), (int)getpid());
+	c = PQconnectdb("");
+	if (PQstatus(c) != CONNECTION_OK) {
+		fprintf(stderr, "check_numbers: no database: %s", PQerrorMessage(c));
+		PQfinish(c);
+		return 99;
+	}
+	id = tl_pg_value(c, "SELECT id FROM api_clients WHERE name = 'dev'", 0, NULL);
+	PQfinish(c);
+	if (id == NULL) {
+		fprintf(stderr, "check_numbers: no client dev\n");
+		return 99;
+	}
+	snprintf(g_client, sizeof(g_client), "%s", id);
+	free(id);
+
+	sr = srunner_create(numbers_suite());
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	curl_global_cleanup();
+	return failed == 0 ? 0 : 1;
+}
