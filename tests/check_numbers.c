@@ -136,6 +136,65 @@ START_TEST(old_run_compared_as_written)
 }
 END_TEST
 
+/* A replay of a run hashed as written makes a run hashed under RFC 8785,
+ * from the original's payload or from --payload FILE written with other
+ * numbers: the workflow's claim of the new key (numbers as JavaScript
+ * writes them) reclaims it. */
+START_TEST(replay_of_old_run)
+{
+	static const char *const payload = "{\"note\":\"\u0417\u0430\u043a\u0430\u0437 "
+	                                   "\u6ce8\u6587\",\"total\":19.90}";
+	char key[200], nkey[200], fkey[200], want[72], file[] = "/tmp/check_numbers-XXXXXX", *out = NULL;
+	char *v;
+	struct tl_resp r;
+	PGconn *c = tl_pg_connect();
+	FILE *f;
+	int fd;
+
+	tl_payload_hash("{\"note\":\"\xd0\x97\xd0\xb0\xd0\xba\xd0\xb0\xd0\xb7 "
+	                "\xe6\xb3\xa8\xe6\x96\x87\",\"total\":19.9}", want);
+	mkkey(key, sizeof(key), "replay-original");
+	mkkey(nkey, sizeof(nkey), "replay-new");
+	mkkey(fkey, sizeof(fkey), "replay-file");
+	old_run(c, key, payload, "failed_terminal");
+
+	ck_assert_msg(tl_ctl(&out, "replay", key, "--new-key", nkey, "--reason",
+	                     "\xd1\x81\xd1\x83\xd0\xbc\xd0\xbc\xd0\xb0 corrected upstream",
+	                     "--operator", "ops@example.com", (char *)NULL) == 0, "%s", out);
+	free(out);
+	v = row_value(c, "payload_hash || ' ' || payload_canon || ' ' || state", nkey);
+	ck_assert_ptr_nonnull(v);
+	ck_assert_int_eq(strncmp(v, want, strlen(want)), 0);
+	ck_assert_str_eq(v + strlen(want), " jcs failed_retryable");
+	free(v);
+	claim_text(nkey, "{\"total\":19.9,\"note\":\"\xd0\x97\xd0\xb0\xd0\xba\xd0\xb0\xd0\xb7 "
+	           "\xe6\xb3\xa8\xe6\x96\x87\"}", &r);
+	ck_assert_msg(r.status == 201, "%ld %s", r.status, r.body);
+	ck_assert_str_eq(tl_jstr(r.json, "payload_hash"), want);
+	tl_resp_free(&r);
+
+	fd = mkstemp(file);
+	ck_assert_int_ge(fd, 0);
+	f = fdopen(fd, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("{\n  \"total\": 1990e-2,\n  \"note\": \"\xd0\x97\xd0\xb0\xd0\xba\xd0\xb0\xd0\xb7 "
+	      "\xe6\xb3\xa8\xe6\x96\x87\"\n}\n", f);
+	fclose(f);
+	ck_assert_msg(tl_ctl(&out, "replay", key, "--new-key", fkey, "--payload", file, "--reason",
+	                     "corrected total", "--operator", "ops@example.com", (char *)NULL) == 0,
+	              "%s", out);
+	ck_assert_msg(strstr(out, want) != NULL, "replay does not print the hash %s: %s", want, out);
+	free(out);
+	unlink(file);
+	claim_text(fkey, "{\"total\":19.9,\"note\":\"\xd0\x97\xd0\xb0\xd0\xba\xd0\xb0\xd0\xb7 "
+	           "\xe6\xb3\xa8\xe6\x96\x87\"}", &r);
+	ck_assert_msg(r.status == 201, "%ld %s", r.status, r.body);
+	ck_assert_str_eq(tl_jstr(r.json, "payload_hash"), want);
+	tl_resp_free(&r);
+	PQfinish(c);
+}
+END_TEST
+
 START_TEST(beyond_double_range_is_400)
 {
 	static const char *const bad[] = { "{\"amount\":1e400}", "{\"amount\":-1e400}",
@@ -251,6 +310,7 @@ numbers_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, new_run_hashed_by_rfc8785);
 	tcase_add_test(tc, old_run_compared_as_written);
+	tcase_add_test(tc, replay_of_old_run);
 	tcase_add_test(tc, beyond_double_range_is_400);
 	tcase_add_test(tc, numbers_written_back_shortest);
 	tcase_add_test(tc, output_written_back_shortest);

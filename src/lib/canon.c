@@ -3,8 +3,9 @@
  *
  * Two passes: a recursive-descent parser builds a tree in an arena (numbers
  * keep their input text, strings are decoded to UTF-8), then the tree is
- * written out with object members sorted by key. Everything lives in one
- * arena that is freed at once, so no error path can leak a node.
+ * written out under a rule (canon.h): RFC 8785, or as written. Everything
+ * lives in one arena that is freed at once, so no error path can leak a
+ * node.
  *
  * Strictness is deliberate: two inputs must hash alike exactly when they
  * are the same JSON value, so anything a lenient parser would "repair"

@@ -9,7 +9,8 @@
  * pairs, "\/", upper-case hex, whitespace between tokens); canon_member fails
  * exactly as canon_json does on a broken document, and the member it
  * returns is canonical and appears verbatim in the whole document's
- * canonical form.
+ * canonical form. RFC 8785 (canon_json(CANON_JCS, ...)) accepts the same
+ * documents, and its form is a fixed point too.
  */
 #define _GNU_SOURCE /* memmem */
 #include <stdint.h>
@@ -179,6 +180,25 @@ check_validate(const char *in, size_t len, enum canon_rc whole_rc)
 	}
 }
 
+/* RFC 8785 accepts exactly what the rule as written accepts (checked by
+ * the caller), reaches the same form from the input and from its
+ * as-written form, and is a fixed point. */
+static void
+check_jcs(const char *in, size_t len, const char *written, size_t wlen)
+{
+	char *j1 = NULL, *j2 = NULL, *j3 = NULL;
+	size_t l1 = 0, l2 = 0, l3 = 0;
+
+	FUZZ_ASSERT(canon_json(CANON_JCS, in, len, &j1, &l1) == CANON_OK);
+	FUZZ_ASSERT(canon_json(CANON_JCS, written, wlen, &j2, &l2) == CANON_OK);
+	FUZZ_ASSERT(l1 == l2 && memcmp(j1, j2, l1) == 0);
+	FUZZ_ASSERT(canon_json(CANON_JCS, j1, l1, &j3, &l3) == CANON_OK);
+	FUZZ_ASSERT(l1 == l3 && memcmp(j1, j3, l1) == 0);
+	free(j1);
+	free(j2);
+	free(j3);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -189,6 +209,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	rc = canon_json(CANON_AS_WRITTEN, in, size, &c1, &l1);
 	FUZZ_ASSERT(canon_strerror(rc) != NULL);
+	if (rc != CANON_OK) {
+		FUZZ_ASSERT(canon_json(CANON_JCS, in, size, &c2, &l2) == rc);
+		FUZZ_ASSERT(c2 == NULL);
+	}
 	check_validate(in, size, rc);
 	if (rc == CANON_OK) {
 		/* no raw NUL or control byte survives: they are escaped */
@@ -197,6 +221,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_ASSERT(l1 == l2 && memcmp(c1, c2, l1) == 0);
 		check_hash(c1, l1);
 		check_respelled(c1, l1, data, size);
+		check_jcs(in, size, c1, l1);
 	}
 
 	/* insignificant whitespace around the document */
