@@ -136,6 +136,20 @@ START_TEST(old_run_compared_as_written)
 }
 END_TEST
 
+/* The workflow's claim of a replayed key, with the numbers as JavaScript
+ * writes them: a reclaim of the new run, hash `want`. */
+static void
+reclaim_as_javascript(const char *key, const char *want)
+{
+	struct tl_resp r;
+
+	claim_text(key, "{\"total\":19.9,\"note\":\"\xd0\x97\xd0\xb0\xd0\xba\xd0\xb0\xd0\xb7 "
+	           "\xe6\xb3\xa8\xe6\x96\x87\"}", &r);
+	ck_assert_msg(r.status == 201, "%ld %s", r.status, r.body);
+	ck_assert_str_eq(tl_jstr(r.json, "payload_hash"), want);
+	tl_resp_free(&r);
+}
+
 /* A replay of a run hashed as written makes a run hashed under RFC 8785,
  * from the original's payload or from --payload FILE written with other
  * numbers: the workflow's claim of the new key (numbers as JavaScript
@@ -146,7 +160,6 @@ START_TEST(replay_of_old_run)
 	                                   "\u6ce8\u6587\",\"total\":19.90}";
 	char key[200], nkey[200], fkey[200], want[72], file[] = "/tmp/check_numbers-XXXXXX", *out = NULL;
 	char *v;
-	struct tl_resp r;
 	PGconn *c = tl_pg_connect();
 	FILE *f;
 	int fd;
@@ -167,11 +180,7 @@ START_TEST(replay_of_old_run)
 	ck_assert_int_eq(strncmp(v, want, strlen(want)), 0);
 	ck_assert_str_eq(v + strlen(want), " jcs failed_retryable");
 	free(v);
-	claim_text(nkey, "{\"total\":19.9,\"note\":\"\xd0\x97\xd0\xb0\xd0\xba\xd0\xb0\xd0\xb7 "
-	           "\xe6\xb3\xa8\xe6\x96\x87\"}", &r);
-	ck_assert_msg(r.status == 201, "%ld %s", r.status, r.body);
-	ck_assert_str_eq(tl_jstr(r.json, "payload_hash"), want);
-	tl_resp_free(&r);
+	reclaim_as_javascript(nkey, want);
 
 	fd = mkstemp(file);
 	ck_assert_int_ge(fd, 0);
@@ -186,11 +195,7 @@ START_TEST(replay_of_old_run)
 	ck_assert_msg(strstr(out, want) != NULL, "replay does not print the hash %s: %s", want, out);
 	free(out);
 	unlink(file);
-	claim_text(fkey, "{\"total\":19.9,\"note\":\"\xd0\x97\xd0\xb0\xd0\xba\xd0\xb0\xd0\xb7 "
-	           "\xe6\xb3\xa8\xe6\x96\x87\"}", &r);
-	ck_assert_msg(r.status == 201, "%ld %s", r.status, r.body);
-	ck_assert_str_eq(tl_jstr(r.json, "payload_hash"), want);
-	tl_resp_free(&r);
+	reclaim_as_javascript(fkey, want);
 	PQfinish(c);
 }
 END_TEST
