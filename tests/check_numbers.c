@@ -306,6 +306,49 @@ START_TEST(output_written_back_shortest)
 }
 END_TEST
 
+/* oncegatectl explain --json: the gate's sample draw and rate (crm_tag
+ * samples 0.1 of its runs) as they were set, 0.99 and 0.1, not
+ * 0.98999999999999999 and 0.10000000000000001; the same in its text form. */
+START_TEST(explain_writes_numbers_shortest)
+{
+	char key[200], *path, *text = NULL, *out = NULL;
+	struct tl_resp r;
+	const char *owner;
+	long long version;
+
+	mkkey(key, sizeof(key), "explain");
+	claim_text(key, "{\"contact_id\":\"c-4244\"}", &r);
+	ck_assert_msg(r.status == 201, "%s", r.body);
+	owner = tl_jstr(r.json, "lease_owner");
+	ck_assert(tl_jint(r.json, "version", &version));
+	ck_assert_int_ge(asprintf(&text,
+	    "{\"lease_owner\":\"%s\",\"version\":%lld,\"contract\":\"crm_tag\","
+	    "\"output\":{\"tag\":\"lead\",\"confidence\":0.95,"
+	    "\"reason\":\"\u0437\u0430\u043f\u0440\u043e\u0441\u0438\u043b \u0441\u0447\u0451\u0442\"},"
+	    "\"model\":{\"provider\":\"openai-compatible\",\"name\":\"qwen2.5-7b-instruct\","
+	    "\"revision\":\"2024-09-19\"},"
+	    "\"effect\":{\"type\":\"crm.tag\",\"target\":\"demo_http\",\"payload\":"
+	    "{\"contact_id\":\"c-4244\"}},"
+	    "\"source_url\":\"https://crm.example/contact/4244\","
+	    "\"requested_by\":\"n8n:check-numbers\"}", owner, version), 0);
+	tl_resp_free(&r);
+	tl_keep_sample_draw(key, "0.99");
+	path = tl_run_path(key, "/output");
+	tl_post_text(path, g_key, text, &r);
+	ck_assert_msg(r.status == 202 || r.status == 200, "%ld %s", r.status, r.body);
+	tl_resp_free(&r);
+	free(path);
+	free(text);
+
+	ck_assert_int_eq(tl_ctl(&out, "--json", "explain", key, (char *)NULL), 0);
+	ck_assert_msg(strstr(out, "\"sample_draw\":0.99") != NULL, "%s", out);
+	ck_assert_msg(strstr(out, "\"sample_rate\":0.1") != NULL, "%s", out);
+	ck_assert_msg(strstr(out, "0.98999999999999999") == NULL &&
+	                  strstr(out, "0.10000000000000001") == NULL, "%s", out);
+	free(out);
+}
+END_TEST
+
 static Suite *
 numbers_suite(void)
 {
@@ -319,6 +362,7 @@ numbers_suite(void)
 	tcase_add_test(tc, beyond_double_range_is_400);
 	tcase_add_test(tc, numbers_written_back_shortest);
 	tcase_add_test(tc, output_written_back_shortest);
+	tcase_add_test(tc, explain_writes_numbers_shortest);
 	suite_add_tcase(s, tc);
 	return s;
 }
