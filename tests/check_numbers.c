@@ -38,6 +38,36 @@ claim_text(const char *key, const char *payload, struct tl_resp *r)
 	free(text);
 }
 
+/* Claims key with claim_payload, then POSTs to the run's `suffix` as its
+ * lease owner: {"lease_owner","version", <members>}. draw: a sample draw
+ * to keep on the run first, or NULL. Returns the answer's status. */
+static long
+claim_then_post(const char *key, const char *claim_payload, const char *draw,
+                const char *suffix, const char *members)
+{
+	char *path, *text = NULL;
+	struct tl_resp r;
+	long long version;
+	long status;
+
+	claim_text(key, claim_payload, &r);
+	ck_assert_msg(r.status == 201, "%s", r.body);
+	ck_assert(tl_jint(r.json, "version", &version));
+	ck_assert_int_ge(asprintf(&text, "{\"lease_owner\":\"%s\",\"version\":%lld,%s}",
+	                          tl_jstr(r.json, "lease_owner"), version, members), 0);
+	tl_resp_free(&r);
+	if (draw != NULL)
+		tl_keep_sample_draw(key, draw);
+	path = tl_run_path(key, suffix);
+	tl_post_text(path, g_key, text, &r);
+	status = r.status;
+	ck_assert_msg(status == 200 || status == 202, "%ld %s", status, r.body);
+	tl_resp_free(&r);
+	free(path);
+	free(text);
+	return status;
+}
+
 /* A run claimed before RFC 8785: its hash is over the payload as written
  * ("og1"), state as given. */
 static void
@@ -224,28 +254,15 @@ END_TEST
 
 START_TEST(numbers_written_back_shortest)
 {
-	char key[200], *path, *text = NULL;
+	char key[200];
 	struct tl_resp r;
-	const char *owner;
-	long long version;
 
 	mkkey(key, sizeof(key), "written-back");
-	claim_text(key, "{\"ticket\":4242}", &r);
-	ck_assert_msg(r.status == 201, "%s", r.body);
-	owner = tl_jstr(r.json, "lease_owner");
-	ck_assert(tl_jint(r.json, "version", &version));
-	ck_assert_int_ge(asprintf(&text,
-	    "{\"lease_owner\":\"%s\",\"version\":%lld,\"to\":\"completed\",\"result\":"
-	    "{\"score\":0.8,\"sum\":0.30000000000000004,\"small\":1e-7,\"tiny\":5e-324,"
-	    "\"whole\":3.0,\"id\":9007199254740993,"
-	    "\"third\":0.333333333333333314829616256247}}", owner, version), 0);
-	tl_resp_free(&r);
-	path = tl_run_path(key, "/transition");
-	tl_post_text(path, g_key, text, &r);
-	ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
-	tl_resp_free(&r);
-	free(path);
-	free(text);
+	claim_then_post(key, "{\"ticket\":4242}", NULL, "/transition",
+	                "\"to\":\"completed\",\"result\":"
+	                "{\"score\":0.8,\"sum\":0.30000000000000004,\"small\":1e-7,\"tiny\":5e-324,"
+	                "\"whole\":3.0,\"id\":9007199254740993,"
+	                "\"third\":0.333333333333333314829616256247}");
 
 	/* a duplicate claim of a completed run returns its result */
 	claim_text(key, "{\"ticket\":4242}", &r);
@@ -266,18 +283,12 @@ END_TEST
 /* A model output's confidence of 0.8 shows as 0.8 in GET /v1/runs/{key}. */
 START_TEST(output_written_back_shortest)
 {
-	char key[200], *path, *text = NULL;
+	char key[200], *path;
 	struct tl_resp r;
-	const char *owner;
-	long long version;
 
 	mkkey(key, sizeof(key), "output");
-	claim_text(key, "{\"ticket\":4243}", &r);
-	ck_assert_msg(r.status == 201, "%s", r.body);
-	owner = tl_jstr(r.json, "lease_owner");
-	ck_assert(tl_jint(r.json, "version", &version));
-	ck_assert_int_ge(asprintf(&text,
-	    "{\"lease_owner\":\"%s\",\"version\":%lld,\"contract\":\"support_reply\","
+	claim_then_post(key, "{\"ticket\":4243}", NULL, "/output",
+	    "\"contract\":\"support_reply\","
 	    "\"output\":{\"subject\":\"Re: \u0412\u0430\u0448 \u0437\u0430\u043a\u0430\u0437 4243\","
 	    "\"body\":\"\u0417\u0434\u0440\u0430\u0432\u0441\u0442\u0432\u0443\u0439\u0442\u0435, "
 	    "\u60a8\u7684\u8ba2\u5355\u5df2\u53d1\u8d27\","
@@ -287,14 +298,7 @@ START_TEST(output_written_back_shortest)
 	    "\"effect\":{\"type\":\"email.send\",\"target\":\"demo_smtp\",\"payload\":"
 	    "{\"to\":\"customer@example.com\",\"ticket\":4243}},"
 	    "\"source_url\":\"https://crm.example/ticket/4243\","
-	    "\"requested_by\":\"alice@example.com\"}", owner, version), 0);
-	tl_resp_free(&r);
-	path = tl_run_path(key, "/output");
-	tl_post_text(path, g_key, text, &r);
-	ck_assert_msg(r.status == 202 || r.status == 200, "%ld %s", r.status, r.body);
-	tl_resp_free(&r);
-	free(path);
-	free(text);
+	    "\"requested_by\":\"alice@example.com\"");
 
 	path = tl_run_path(key, "");
 	tl_get(path, g_key, &r);
@@ -311,18 +315,11 @@ END_TEST
  * 0.98999999999999999 and 0.10000000000000001; the same in its text form. */
 START_TEST(explain_writes_numbers_shortest)
 {
-	char key[200], *path, *text = NULL, *out = NULL;
-	struct tl_resp r;
-	const char *owner;
-	long long version;
+	char key[200], *out = NULL;
 
 	mkkey(key, sizeof(key), "explain");
-	claim_text(key, "{\"contact_id\":\"c-4244\"}", &r);
-	ck_assert_msg(r.status == 201, "%s", r.body);
-	owner = tl_jstr(r.json, "lease_owner");
-	ck_assert(tl_jint(r.json, "version", &version));
-	ck_assert_int_ge(asprintf(&text,
-	    "{\"lease_owner\":\"%s\",\"version\":%lld,\"contract\":\"crm_tag\","
+	claim_then_post(key, "{\"contact_id\":\"c-4244\"}", "0.99", "/output",
+	    "\"contract\":\"crm_tag\","
 	    "\"output\":{\"tag\":\"lead\",\"confidence\":0.95,"
 	    "\"reason\":\"\u0437\u0430\u043f\u0440\u043e\u0441\u0438\u043b \u0441\u0447\u0451\u0442\"},"
 	    "\"model\":{\"provider\":\"openai-compatible\",\"name\":\"qwen2.5-7b-instruct\","
@@ -330,15 +327,7 @@ START_TEST(explain_writes_numbers_shortest)
 	    "\"effect\":{\"type\":\"crm.tag\",\"target\":\"demo_http\",\"payload\":"
 	    "{\"contact_id\":\"c-4244\"}},"
 	    "\"source_url\":\"https://crm.example/contact/4244\","
-	    "\"requested_by\":\"n8n:check-numbers\"}", owner, version), 0);
-	tl_resp_free(&r);
-	tl_keep_sample_draw(key, "0.99");
-	path = tl_run_path(key, "/output");
-	tl_post_text(path, g_key, text, &r);
-	ck_assert_msg(r.status == 202 || r.status == 200, "%ld %s", r.status, r.body);
-	tl_resp_free(&r);
-	free(path);
-	free(text);
+	    "\"requested_by\":\"n8n:check-numbers\"");
 
 	ck_assert_int_eq(tl_ctl(&out, "--json", "explain", key, (char *)NULL), 0);
 	ck_assert_msg(strstr(out, "\"sample_draw\":0.99") != NULL, "%s", out);
