@@ -628,7 +628,7 @@ START_TEST(test_failed_terminal_is_duplicate)
 }
 END_TEST
 
-/* ---- 4. payload hash: mismatch, reordering, numbers as given ------------ */
+/* ---- 4. payload hash: mismatch, reordering, numbers (RFC 8785) --------- */
 
 START_TEST(test_payload_mismatch)
 {
@@ -721,10 +721,11 @@ START_TEST(test_payload_numbers_as_given)
 	struct claimed a;
 	struct tl_resp r;
 
-	/* 1.50 stays 1.50, 1E3 stays 1E3; "\u00e9" becomes the UTF-8 é. */
+	/* RFC 8785: 1.50 is 1.5, 1E3 is 1000, -0.0 is 0; "\u00e9" becomes the
+	 * UTF-8 é. */
 	mkkey(key, sizeof(key), "numbers");
 	snprintf(canon, sizeof(canon),
-	         "{\"m\":\"%s\",\"x\":10,\"y\":\"\xc3\xa9\",\"z\":[1.50,1E3,-0.0]}", g_marker);
+	         "{\"m\":\"%s\",\"x\":10,\"y\":\"\xc3\xa9\",\"z\":[1.5,1000,0]}", g_marker);
 	tl_payload_hash(canon, hash);
 	ck_assert_int_ge(asprintf(&text,
 	    "{\"key\":\"%s\",\"payload\":{\"z\":[1.50,1E3,-0.0],\"y\":\"\\u00e9\",\"x\":10,\"m\":\"%s\"}}",

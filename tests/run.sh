@@ -29,6 +29,10 @@ run_owners() { bash "$ROOT/tests/owners.sh"; }
 # caught in CI (./dev fuzz SECONDS for a real run).
 run_fuzz() { (cmd_fuzz --short); }
 
+# The payload hash an n8n Code node computes with a stock RFC 8785 library
+# (npm canonicalize) is the one oncegate stores, claimed through nginx.
+run_jcs() { bash "$ROOT/tests/jcs/run.sh"; }
+
 # Every suite that drives the browser installs its tooling itself (so
 # ./dev test-n8n runs alone from a fresh clone): proved on a fresh copy.
 run_browser_tooling() { bash "$ROOT/tests/browser/check_ensure.sh"; }
@@ -123,6 +127,7 @@ run_stages() {
 		"run_make_check|make check in $BUILD|"
 		"run_owners|table owners (tests/owners.sh)|a table is written outside its owner module"
 		"run_fuzz|fuzzing (./dev fuzz --short)|fuzzing found something (see .dev/fuzz/crashes)"
+		"run_jcs|RFC 8785 payload hash from JavaScript (tests/jcs/run.sh)|the payload hash oncegate stores differs from the one a JCS library computes"
 		"run_browser_tooling|browser tooling (tests/browser/check_ensure.sh)|a suite runs the browser scripts without ensuring their tooling"
 		"run_browser|browser test (tests/browser/run.sh)|browser test failed"
 		"run_local_access|local access (tests/identity/local_access.sh)|local access: another local user can reach the database or read a secret"

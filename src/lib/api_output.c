@@ -51,7 +51,7 @@ api_output_loggable(const struct contract *k, const json_t *output)
 			json_object_set(o, ptr, v);
 	}
 	if (json_object_size(o) > 0)
-		text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
+		text = canon_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(o);
 	return text;
 }
@@ -156,7 +156,7 @@ api_output_submit(struct api_call *c)
 	lo.version = version;
 	lo.contract = contract_name(contract);
 	lo.contract_hash = contract_hash(contract);
-	if (canon_member(c->req->body, c->req->body_len, "output", &out_text, &out_len) !=
+	if (canon_member(CANON_AS_WRITTEN, c->req->body, c->req->body_len, "output", &out_text, &out_len) !=
 	    CANON_OK) {
 		api_reject(c, 400, "invalid_json", "output is not canonical JSON", "output");
 		goto out;
@@ -185,7 +185,7 @@ api_output_submit(struct api_call *c)
 	if (json_array_size(errors) > 0) {
 		int budget = contract_repair_attempts(contract), left;
 
-		errors_text = json_dumps(errors, JSON_COMPACT);
+		errors_text = canon_dumps(errors, JSON_COMPACT);
 		lo.validation = errors_text;
 		lrc = ledger_output_invalid(c->ctx->db, &lo, budget, &run);
 		if (lrc != LEDGER_OK) {
@@ -254,8 +254,8 @@ api_output_submit(struct api_call *c)
 		human = true;
 		break;
 	}
-	model_text = model != NULL ? json_dumps(model, JSON_COMPACT) : NULL;
-	eff_text = effect_doc != NULL ? json_dumps(effect_doc, JSON_COMPACT) : NULL;
+	model_text = model != NULL ? canon_dumps(model, JSON_COMPACT) : NULL;
+	eff_text = effect_doc != NULL ? canon_dumps(effect_doc, JSON_COMPACT) : NULL;
 	if (eff_text == NULL) {
 		api_internal(c, "effect could not be serialised");
 		goto out;

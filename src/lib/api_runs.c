@@ -44,7 +44,7 @@ api_runs_claim(struct api_call *c)
 	struct ledger_claim lc = { 0 };
 	struct ledger_run run = { 0 };
 	struct log_fields f = { 0 };
-	char hash[CANON_HASH_LEN];
+	char hash[CANON_HASH_LEN], hash_as_written[CANON_HASH_LEN];
 	char *payload = NULL;
 	size_t payload_len;
 	long long lease;
@@ -78,19 +78,24 @@ api_runs_claim(struct api_call *c)
 	    !opt_lease_seconds(c, &lease))
 		goto out;
 
-	/* The hash is over the payload exactly as sent (numbers as given),
-	 * which jansson cannot reproduce, hence our own canonicaliser. */
-	crc = canon_member(c->req->body, c->req->body_len, "payload", &payload, &payload_len);
+	/* The payload is kept as written (numbers as given, which jansson
+	 * cannot reproduce, hence our own canonicaliser) and hashed under RFC
+	 * 8785; a run hashed before that is compared under its own rule. */
+	crc = canon_member(CANON_AS_WRITTEN, c->req->body, c->req->body_len, "payload", &payload,
+	                   &payload_len);
+	if (crc == CANON_OK)
+		crc = canon_hash_as(CANON_JCS, payload, payload_len, hash);
 	if (crc != CANON_OK) {
 		api_reject(c, 400, "invalid_json", canon_strerror(crc), "payload");
 		goto out;
 	}
-	canon_hash(payload, payload_len, hash);
+	canon_hash(payload, payload_len, hash_as_written);
 
 	lc.client_id = c->client.id;
 	lc.key = c->key;
 	lc.payload = payload;
 	lc.payload_hash = hash;
+	lc.payload_hash_as_written = hash_as_written;
 	lc.lease_seconds = (int)lease;
 	lc.cap_seconds = cfg->lease_cap_seconds;
 	rc = ledger_claim(c->ctx->db, &lc, c->prefetched ? &c->prefetch : NULL, &run);
@@ -98,14 +103,15 @@ api_runs_claim(struct api_call *c)
 	f.correlation_id = lc.correlation_id;
 	f.workflow_version = lc.workflow_version;
 	f.trigger = lc.trigger;
-	f.payload_hash = hash;
+	/* the hash comparable with the run's: the one a reclaim or a mismatch names */
+	f.payload_hash = ledger_claim_hash(&lc, &run);
 	switch (rc) {
 	case LEDGER_CLAIMED:
 		out = json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:i, s:s}", "outcome", "claimed",
 		                "key", c->key, "state", "processing", "lease_owner",
 		                run.lease_owner, "version", (json_int_t)run.version,
 		                "lease_expires_at", run.lease_expires_at, "attempt", run.attempt,
-		                "payload_hash", hash);
+		                "payload_hash", run.payload_hash);
 		http_json(c->resp, 201, out);
 		metrics_count(METRICS_CLAIM_CLAIMED);
 		if (run.lease_reclaimed)
@@ -135,7 +141,7 @@ api_runs_claim(struct api_call *c)
 		                "message",
 		                "this key was claimed with a different payload; nothing was "
 		                "changed",
-		                "key", c->key, "payload_hash", hash, "stored_payload_hash",
+		                "key", c->key, "payload_hash", f.payload_hash, "stored_payload_hash",
 		                run.payload_hash);
 		http_json(c->resp, 409, out);
 		metrics_count(METRICS_CLAIM_MISMATCH);
@@ -288,7 +294,7 @@ api_runs_transition(struct api_call *c)
 	}
 	res = json_object_get(c->body, "result");
 	if (res != NULL && !json_is_null(res)) {
-		result = json_dumps(res, JSON_COMPACT | JSON_ENCODE_ANY);
+		result = canon_dumps(res, JSON_COMPACT | JSON_ENCODE_ANY);
 		if (result == NULL || strlen(result) > OG_RESULT_MAX) {
 			api_reject(c, 400, "invalid_field", "result must be at most 64 KiB of JSON",
 			           "result");

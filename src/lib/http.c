@@ -6,8 +6,10 @@
 #include <string.h>
 #include <strings.h>
 
+#include "canon.h"
 #include "http.h"
 #include "caps.h"
+#include "utf8.h"
 
 void
 http_response_init(struct http_response *r)
@@ -51,7 +53,7 @@ http_json(struct http_response *r, int status, json_t *obj)
 
 	buf_reset(&r->body);
 	r->status = status;
-	text = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
+	text = obj != NULL ? canon_dumps(obj, JSON_COMPACT) : NULL;
 	json_decref(obj);
 	if (text == NULL || buf_puts(&r->body, text) != 0 || buf_puts(&r->body, "\n") != 0) {
 		/* Only out of memory or a response over OG_RESPONSE_MAX gets here. */
@@ -102,18 +104,6 @@ http_path_len(const char *uri)
 	return strcspn(uri, "?#");
 }
 
-static int
-hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 long
 http_pct_decode(const char *src, size_t len, char *dst)
 {
@@ -125,8 +115,8 @@ http_pct_decode(const char *src, size_t len, char *dst)
 
 			if (len - i < 3)
 				return -1;
-			hi = hexval(src[i + 1]);
-			lo = hexval(src[i + 2]);
+			hi = utf8_hex_digit(src[i + 1]);
+			lo = utf8_hex_digit(src[i + 2]);
 			if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
 				return -1;
 			dst[o++] = (char)(hi << 4 | lo);
@@ -183,8 +173,8 @@ form_decode(const char *src, size_t len, char *out, size_t outlen)
 		} else if (c == '%') {
 			int hi, lo;
 
-			if (len - i < 3 || (hi = hexval(src[i + 1])) < 0 ||
-			    (lo = hexval(src[i + 2])) < 0 || (hi == 0 && lo == 0))
+			if (len - i < 3 || (hi = utf8_hex_digit(src[i + 1])) < 0 ||
+			    (lo = utf8_hex_digit(src[i + 2])) < 0 || (hi == 0 && lo == 0))
 				return -2;
 			c = (char)(hi << 4 | lo);
 			i += 2;

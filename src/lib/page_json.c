@@ -9,14 +9,15 @@
 #include <jansson.h>
 
 #include "buf.h"
+#include "canon.h"
 #include "page.h"
 
 static int
 pj_compact(struct buf *b, const json_t *v)
 {
-	/* 15 significant digits: 0.8 shows as 0.8, not 0.80000000000000004 */
-	char *t = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY |
-	                            JSON_REAL_PRECISION(15));
+	/* shortest round-trip numbers: 0.8 shows as 0.8, not 0.80000000000000004,
+	 * and 0.30000000000000004 stays what it is */
+	char *t = canon_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
 	int rc = t != NULL ? buf_puts(b, t) : -1;
 
 	free(t);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "page_int.h"
+#include "utf8.h"
 
 #define PAGE_ATTR_NAME_MAX 64
 
@@ -36,55 +37,6 @@ page_url_attr(const char *name)
 
 /* ---- cleaning values --------------------------------------------------- */
 
-/* Decodes the UTF-8 sequence at s (NUL-terminated). *cp gets the code
- * point, or -1 when s starts an invalid sequence; returns the bytes used:
- * the whole sequence, or its longest valid prefix (at least 1), so one
- * truncated sequence becomes one U+FFFD as browsers do it. */
-static size_t
-utf8_next(const unsigned char *s, long *cp)
-{
-	unsigned char c = s[0], lo = 0x80, hi = 0xBF;
-	size_t need, i;
-	long v;
-
-	*cp = -1;
-	if (c < 0x80) {
-		*cp = c;
-		return 1;
-	}
-	if (c >= 0xC2 && c <= 0xDF) {
-		need = 2;
-		v = c & 0x1F;
-	} else if (c >= 0xE0 && c <= 0xEF) {
-		need = 3;
-		v = c & 0x0F;
-	} else if (c >= 0xF0 && c <= 0xF4) {
-		need = 4;
-		v = c & 0x07;
-	} else {
-		return 1; /* continuation byte, overlong lead C0/C1, or > U+10FFFF */
-	}
-	/* the second byte's range rules out overlongs and surrogates */
-	if (c == 0xE0)
-		lo = 0xA0;
-	else if (c == 0xED)
-		hi = 0x9F;
-	else if (c == 0xF0)
-		lo = 0x90;
-	else if (c == 0xF4)
-		hi = 0x8F;
-	for (i = 1; i < need; i++) {
-		/* a NUL terminator is no continuation byte, so this stops there */
-		if (s[i] < lo || s[i] > hi)
-			return i;
-		v = v << 6 | (s[i] & 0x3F);
-		lo = 0x80;
-		hi = 0xBF;
-	}
-	*cp = v;
-	return need;
-}
-
 /* XML 1.0 cannot carry C0 controls (but tab and newline) nor U+FFFE/FFFF;
  * DEL and C1 controls have no business on a page; bidi embeddings,
  * overrides and isolates would let a model output reorder what the
@@ -106,11 +58,11 @@ char_allowed(long cp)
 size_t
 page_clean_into(char *out, const char *s)
 {
-	const unsigned char *in = (const unsigned char *)s;
+	const unsigned char *in = (const unsigned char *)s, *end = in + strlen(s);
 	size_t n, o = 0;
 	long cp;
 
-	while (*in != '\0') {
+	while (in < end) {
 		if (*in == '\r') {
 			/* as an XML parser would: \r\n and lone \r are \n */
 			out[o++] = '\n';
@@ -121,7 +73,7 @@ page_clean_into(char *out, const char *s)
 			out[o++] = (char)*in++;
 			continue;
 		}
-		n = utf8_next(in, &cp);
+		n = utf8_decode(in, (size_t)(end - in), &cp);
 		if (cp >= 0 && char_allowed(cp)) {
 			memcpy(out + o, in, n);
 			o += n;

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "caps.h"
+#include "canon.h"
 #include "schema.h"
 #include "schema_format.h"
 
@@ -265,8 +266,7 @@ compile_count(struct jload *ld, const json_t *s, const char *name, long long *ou
 static char *
 value_text(const json_t *v, bool is_enum)
 {
-	char *dump = json_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY |
-	                        JSON_REAL_PRECISION(15));
+	char *dump = canon_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY);
 	char *out;
 	size_t n;
 
