@@ -294,8 +294,10 @@ api_problem(struct api_call *c, const char *code, const char *detail, json_t *ex
 		t = &problem_types[sizeof(problem_types) / sizeof(problem_types[0]) - 2];
 	if (ext == NULL)
 		ext = json_object();
-	/* The run the problem concerns, as its URL path, when there is one. */
-	if (c->key[0] != '\0' && c->route != NULL && !c->route->token) {
+	/* The run a refusal of its state concerns (404, 409, 422), as its URL
+	 * path; a malformed request concerns no run. */
+	if (c->key[0] != '\0' && c->route != NULL && !c->route->token &&
+	    (t->status == 404 || t->status == 409 || t->status == 422)) {
 		char path[API_RUN_PATH_MAX];
 
 		api_run_path(c, path);

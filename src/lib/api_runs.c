@@ -127,6 +127,11 @@ api_runs_claim(struct api_call *c)
 	lc.cap_seconds = cfg->lease_cap_seconds;
 	rc = ledger_claim(c->ctx->db, &lc, c->prefetched ? &c->prefetch : NULL, &run);
 
+	if (rc != LEDGER_CLAIMED && rc != LEDGER_DUPLICATE && rc != LEDGER_MISMATCH) {
+		api_fail(c, api_failure_of_ledger(rc));
+		goto out;
+	}
+	/* one of the three answers of a claim */
 	f.correlation_id = lc.correlation_id;
 	f.workflow_version = lc.workflow_version;
 	f.trigger = lc.trigger;
@@ -164,7 +169,7 @@ api_runs_claim(struct api_call *c)
 		f.attempt = run.attempt;
 		api_log(c, LOG_LEVEL_INFO, "run.duplicate", &f);
 		break;
-	case LEDGER_MISMATCH:
+	default: /* LEDGER_MISMATCH */
 		api_refuse(c, "payload_mismatch",
 		           "this key was claimed with a different payload; nothing was changed",
 		           json_pack("{s:s, s:s, s:s}", "key", c->key, "payload_hash", hash,
@@ -176,9 +181,6 @@ api_runs_claim(struct api_call *c)
 		f.hint = "the same business key arrived with changed input: investigate "
 		         "upstream; a correction is a new key (oncegatectl replay)";
 		api_log(c, LOG_LEVEL_ALERT, "run.payload_mismatch", &f);
-		break;
-	default:
-		api_fail(c, api_failure_of_ledger(rc));
 		break;
 	}
 out:
