@@ -39,7 +39,7 @@ api_approve_security_headers(struct api_call *c)
 void
 api_approve_headers(struct api_call *c)
 {
-	(void)http_header(c->resp, "Content-Type", "text/html; charset=utf-8");
+	c->resp->content_type = "text/html; charset=utf-8";
 	api_approve_security_headers(c);
 }
 

@@ -28,7 +28,7 @@ http_url(const char *s)
 static void
 call_unprocessable(struct api_call *c, const char *code, const char *message, const char *field)
 {
-	api_reject(c, 422, code, message, field);
+	api_reject(c, code, message, field);
 }
 
 /* The output fields contract k marks loggable, as one compact JSON object
@@ -96,12 +96,12 @@ api_output_submit(struct api_call *c)
 	f.contract = contract_name(contract);
 	output = json_object_get(c->body, "output");
 	if (output == NULL) {
-		api_reject(c, 400, "invalid_field", "output is required", "output");
+		api_reject(c, "invalid_field", "output is required", "output");
 		goto out;
 	}
 	model = json_object_get(c->body, "model");
 	if (model != NULL && !json_is_object(model)) {
-		api_reject(c, 400, "invalid_field", "model must be an object", "model");
+		api_reject(c, "invalid_field", "model must be an object", "model");
 		goto out;
 	}
 	effect = json_object_get(c->body, "effect");
@@ -109,7 +109,7 @@ api_output_submit(struct api_call *c)
 	etarget = json_string_value(json_object_get(effect, "target"));
 	if (!json_is_object(effect) || etype == NULL || etarget == NULL ||
 	    json_object_get(effect, "payload") == NULL || json_object_size(effect) != 3) {
-		api_reject(c, 400, "invalid_field",
+		api_reject(c, "invalid_field",
 		           "effect must be {\"type\", \"target\", \"payload\"}", "effect");
 		goto out;
 	}
@@ -140,7 +140,7 @@ api_output_submit(struct api_call *c)
 		goto out;
 	}
 	if (lo.source_url != NULL && !http_url(lo.source_url)) {
-		api_reject(c, 400, "invalid_field", "source_url must be an http(s) URL",
+		api_reject(c, "invalid_field", "source_url must be an http(s) URL",
 		           "source_url");
 		goto out;
 	}
@@ -158,7 +158,7 @@ api_output_submit(struct api_call *c)
 	lo.contract_hash = contract_hash(contract);
 	if (canon_member(CANON_AS_WRITTEN, c->req->body, c->req->body_len, "output", &out_text, &out_len) !=
 	    CANON_OK) {
-		api_reject(c, 400, "invalid_json", "output is not canonical JSON", "output");
+		api_reject(c, "invalid_json", "output is not canonical JSON", "output");
 		goto out;
 	}
 	canon_hash(out_text, out_len, out_hash);
