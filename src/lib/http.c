@@ -297,8 +297,8 @@ field_string(const char *p, bool display, char *out, size_t outlen, const char *
 			}
 			c = (unsigned char)*p;
 		} else if (display && c == '%') {
-			int hi = p[1] >= 'A' && p[1] <= 'F' ? -1 : hexval(p[1]);
-			int lo = hi < 0 || (p[2] >= 'A' && p[2] <= 'F') ? -1 : hexval(p[2]);
+			int hi = p[1] >= 'A' && p[1] <= 'F' ? -1 : utf8_hex_digit(p[1]);
+			int lo = hi < 0 || (p[2] >= 'A' && p[2] <= 'F') ? -1 : utf8_hex_digit(p[2]);
 
 			if (lo < 0 || (hi == 0 && lo == 0)) {
 				*problem = "in an Idempotency-Key Display String '%' must be followed by "
