@@ -19,30 +19,14 @@ CHROMIUM=${ONCEGATE_CHROMIUM:-/usr/bin/chromium}
 
 SAY_PREFIX='browser tooling:' DIE_PREFIX='browser tooling: FAIL'
 
-as_root_install() {
-	[[ $(id -u) -eq 0 ]] || die "$* missing: install it (apt-get install $*) or run as root"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y -q "$@" >&2 || { apt-get update -q >&2 && apt-get install -y -q "$@" >&2; }
-}
-
 if [[ ! -x $CHROMIUM ]]; then
 	say "installing Debian's chromium"
 	as_root_install chromium
 fi
 [[ -x $CHROMIUM ]] || die "no browser at $CHROMIUM"
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-	say "installing Node.js and npm"
-	as_root_install nodejs npm
-fi
+node_tools "$DIR"
 node_major=$(node -p 'process.versions.node.split(".")[0]')
 ((node_major >= 20)) || die "playwright-core needs Node.js 20 or later, this is $(node --version)"
-
-# npm ci only when node_modules does not match the lockfile.
-if ! cmp -s "$DIR/package-lock.json" "$DIR/node_modules/.oncegate-lock" 2>/dev/null; then
-	say "npm ci in $DIR"
-	(cd "$DIR" && npm ci --no-audit --no-fund --prefer-offline >&2)
-	cp "$DIR/package-lock.json" "$DIR/node_modules/.oncegate-lock"
-fi
 
 # What the scripts import must resolve from DIR, or they fail later with
 # ERR_MODULE_NOT_FOUND in the middle of a suite.

@@ -13,4 +13,9 @@
  * process's state), and frees it. Returns how many tests failed. */
 int tl_suite_run(Suite *s, bool nofork);
 
+/* tl_suite_run (forking) in a scratch directory made from the mkdtemp
+ * template scratch (filled in: the tests write below it), removed with
+ * everything in it afterwards. -1 when it cannot be made. */
+int tl_suite_run_in(Suite *s, char *scratch);
+
 #endif

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -187,8 +188,11 @@ header_cb(char *ptr, size_t size, size_t nmemb, void *ud)
 	/* A new status line (e.g. after 100 Continue) starts a new header set. */
 	if (n >= 5 && strncmp(ptr, "HTTP/", 5) == 0) {
 		r->retry_after[0] = r->allow[0] = r->content_type[0] = '\0';
+		r->location[0] = r->www_authenticate[0] = '\0';
 		return n;
 	}
+	header_value(ptr, n, "Location", r->location);
+	header_value(ptr, n, "WWW-Authenticate", r->www_authenticate);
 	header_value(ptr, n, "Retry-After", r->retry_after);
 	header_value(ptr, n, "Allow", r->allow);
 	header_value(ptr, n, "Content-Type", r->content_type);
@@ -212,6 +216,40 @@ stack_url(const char *path, struct tl_resp *r)
 	return NULL;
 }
 
+/* With $ONCEGATE_API_RECORD set, every answer of the API (/v1/, /healthz)
+ * is appended to that file as one JSON line, for tests/openapi/validate.mjs
+ * to check against the OpenAPI document after make check. One write(2) a
+ * line on an O_APPEND file: suites running side by side do not mix lines. */
+static void
+record(const char *method, const char *path, const struct tl_resp *r)
+{
+	const char *file = tl_env("ONCEGATE_API_RECORD");
+	json_t *line;
+	char *text;
+	int fd;
+
+	if (file == NULL || r->status == 0 ||
+	    (strncmp(path, "/v1/", 4) != 0 && strncmp(path, "/healthz", 8) != 0))
+		return;
+	line = json_pack("{s:s, s:s, s:i, s:s, s:s%, s:s, s:s, s:s, s:s}", "method", method,
+	                 "path", path, "status", (int)r->status, "content_type", r->content_type,
+	                 "body", r->body, r->body_len, "retry_after", r->retry_after, "allow",
+	                 r->allow, "location", r->location, "www_authenticate",
+	                 r->www_authenticate);
+	text = line != NULL ? json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+	json_decref(line);
+	fd = text != NULL ? open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600) : -1;
+	if (fd >= 0) {
+		size_t n = strlen(text);
+
+		text[n] = '\n'; /* json_dumps's NUL: the line is written by length */
+		ck_assert_msg(write(fd, text, n + 1) == (ssize_t)(n + 1), "%s: cannot append to %s",
+		              r->what, file);
+		close(fd);
+	}
+	free(text);
+}
+
 int
 tl_http(const char *method, const char *path, const char *bearer,
         const char *ctype, const char *body, size_t body_len,
@@ -221,6 +259,7 @@ tl_http(const char *method, const char *path, const char *bearer,
 	int rc = url != NULL ? tl_http_url(method, url, NULL, bearer, ctype, body, body_len, r) : -1;
 
 	snprintf(r->what, sizeof(r->what), "%s %s", method, path);
+	record(method, path, r);
 	free(url);
 	return rc;
 }
@@ -1056,6 +1095,7 @@ tl_http_hdrs(const char *method, const char *path, const char *const *req_header
 		rc = request(&qu, r, headers);
 	}
 	what_masked(r, method, path);
+	record(method, path, r);
 	free(url);
 	return rc;
 }
@@ -1270,6 +1310,24 @@ char *
 tl_file_slurp(const char *path, size_t *len)
 {
 	return slurp_from(path, 0, len);
+}
+
+char *
+tl_data_slurp(const char *name, size_t *len)
+{
+	const char *const dirs[] = { tl_env("srcdir"), ".", "..", "../.." };
+	char path[4096];
+	char *buf = NULL;
+	size_t i;
+
+	for (i = 0; buf == NULL && i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		if (dirs[i] == NULL)
+			continue;
+		snprintf(path, sizeof(path), "%s/tests/data/%s", dirs[i], name);
+		buf = tl_file_slurp(path, len);
+	}
+	ck_assert_msg(buf != NULL, "tests/data/%s not found", name);
+	return buf;
 }
 
 long long

@@ -72,6 +72,8 @@ struct tl_resp {
 	char retry_after[TL_HEADER_MAX];
 	char allow[TL_HEADER_MAX];
 	char content_type[TL_HEADER_MAX];
+	char location[TL_HEADER_MAX];
+	char www_authenticate[TL_HEADER_MAX];
 	char what[512];              /* "METHOD /path", for messages */
 	char error[CURL_ERROR_SIZE + 128]; /* libcurl's error text, if any */
 };
@@ -248,6 +250,10 @@ char *tl_error_log_path(void);
 
 /* A whole file, NUL-terminated (malloc'd); NULL when it cannot be read. */
 char *tl_file_slurp(const char *path, size_t *len);
+/* tests/data/<name> (through $srcdir under make check, else relative to
+ * where the suite runs) read whole, as tl_file_slurp; fails the test when
+ * it is not there. */
+char *tl_data_slurp(const char *name, size_t *len);
 
 /* How many rows of all tables of the public schema hold needle anywhere
  * in their text form (what a dump would hold), searched by the server. */

@@ -25,6 +25,46 @@ need_env() {
 	done
 }
 
+# need_stack NAME VAR...: a script that drives the stack ./dev test starts:
+# exit 77 (skipped), saying so as NAME, when ONCEGATE_URL is not set; die
+# when it is but a VAR is not.
+need_stack() {
+	local name=$1 v
+	shift
+	if [[ -z ${ONCEGATE_URL:-} ]]; then
+		echo "$name: ONCEGATE_URL is not set; run ./dev test to start the stack. Skipping."
+		exit 77
+	fi
+	for v in "$@"; do
+		[[ -n ${!v:-} ]] || die "ONCEGATE_URL is set but $v is not"
+	done
+}
+
+# as_root_install PACKAGE...: Debian packages installed (apt-get, as root;
+# the package lists refreshed once when the first try fails).
+as_root_install() {
+	[[ $(id -u) -eq 0 ]] || die "$* missing: install it (apt-get install $*) or run as root"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >&2 ||
+		{ apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >&2; }
+}
+
+# node_tools DIR: Node.js and npm present, and DIR/node_modules as
+# DIR/package-lock.json pins it (npm ci only when node_modules does not
+# match the lockfile; npm reuses its cache, so a warm machine needs no
+# network).
+node_tools() {
+	local dir=$1
+	if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+		say "installing Node.js and npm"
+		as_root_install nodejs npm
+	fi
+	if ! cmp -s "$dir/package-lock.json" "$dir/node_modules/.oncegate-lock" 2>/dev/null; then
+		say "npm ci in $dir"
+		(cd "$dir" && npm ci --no-audit --no-fund --prefer-offline >&2) || die "npm ci in $dir failed"
+		cp "$dir/package-lock.json" "$dir/node_modules/.oncegate-lock"
+	fi
+}
+
 # q SQL: one statement through psql (PG* from the environment), unaligned,
 # tuples only; stops at the first error.
 q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }

@@ -8,12 +8,11 @@
  * are loaded from the real contracts/ directory.
  */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* nftw flags */
+#define _GNU_SOURCE /* mkdtemp */
 #endif
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -1479,15 +1478,6 @@ END_TEST
 
 /* ---- the suite ----------------------------------------------------------------------- */
 
-static int
-rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
 static Suite *
 contract_suite(void)
 {
@@ -1536,13 +1526,5 @@ contract_suite(void)
 int
 main(void)
 {
-	int failed;
-
-	if (mkdtemp(scratch) == NULL) {
-		perror("mkdtemp");
-		return EXIT_FAILURE;
-	}
-	failed = tl_suite_run(contract_suite(), false);
-	nftw(scratch, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-	return failed != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tl_suite_run_in(contract_suite(), scratch) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }
