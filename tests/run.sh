@@ -3,9 +3,9 @@
 #
 # Sourced by ./dev (cmd_test), which builds with sanitizers, starts the
 # throwaway test stack, exports its environment and then calls run_stages;
-# the stages use dev's helpers (say, cmd_fuzz, plain_build, test_summary,
-# fcgi_stop) and its variables (ROOT, DEV_DIR, BUILD, STATE). Every stage
-# runs even when an earlier one failed. A failed stage prints its message;
+# the stages use dev's helpers (say, cmd_fuzz, fcgi_stop) and its variables
+# (ROOT, DEV_DIR, BUILD, STATE). Every stage runs even when an earlier one
+# failed. A failed stage prints its message;
 # the exit status is 1 when any stage failed (make check's own status when
 # only it failed), 0 otherwise. At the end a table gives each stage's
 # duration, to keep ./dev test within its time budget.
@@ -14,7 +14,35 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
 	exit 2
 fi
 
-# The integration suites under make check, then the pass/fail/skip counts.
+# test_summary MARKER: one closing line counting the Check tests of this run
+# (automake keeps Check's own summaries in the .log files). A program that
+# failed without a Check summary, or despite one (a crash at exit, a leak),
+# counts as one failure; a skipped program as one skip.
+test_summary() {
+	local trs result c f e own passed=0 failed=0 skipped=0 summaries
+	while IFS= read -r -d '' trs; do
+		result=$(sed -n 's/^:test-result: //p' "$trs" | head -n1)
+		summaries=$(sed -nE 's/^[0-9]+%: Checks: ([0-9]+), Failures: ([0-9]+), Errors: ([0-9]+).*/\1 \2 \3/p' \
+			"${trs%.trs}.log")
+		own=0
+		if [[ -n $summaries ]]; then
+			while read -r c f e; do
+				passed=$((passed + c - f - e))
+				own=$((own + f + e))
+			done <<<"$summaries"
+		fi
+		failed=$((failed + own))
+		case $result in
+		PASS | XFAIL) [[ -n $summaries ]] || passed=$((passed + 1)) ;;
+		SKIP) skipped=$((skipped + 1)) ;;
+		*) if [[ $own -eq 0 ]]; then failed=$((failed + 1)); fi ;;
+		esac
+	done < <(find "$BUILD" -name '*.trs' -newer "$1" -print0)
+	printf 'tests: %d passed, %d failed, %d skipped\n' "$passed" "$failed" "$skipped"
+}
+
+# Every Check suite under make check (the unit suites side by side, the
+# integration suites one after another), then the pass/fail/skip counts.
 # Every API answer they receive is recorded for run_openapi_answers.
 run_make_check() {
 	local status=0
@@ -81,6 +109,19 @@ run_backoff_restart() { bash "$ROOT/tests/chaos/backoff_restart.sh" --restarts 1
 # send nothing of the old output (./dev chaos: 60 runs).
 run_replay_contract() { bash "$ROOT/tests/chaos/replay_contract.sh" --runs 6; }
 
+# plain_build DIR: oncegate-fcgi and oncegate-dispatch, built without
+# sanitizers (valgrind cannot run a sanitized program) in DIR.
+plain_build() {
+	local dir=$1
+	mkdir -p "$dir"
+	if [[ ! -f $dir/Makefile ]]; then
+		(cd "$dir" && "$ROOT/configure" --enable-werror CFLAGS="-O1 -g") >"$dir/configure.out" 2>&1 ||
+			{ tail -n 20 "$dir/configure.out" >&2; return 1; }
+	fi
+	make -C "$dir" -j2 oncegate-fcgi oncegate-dispatch >"$dir/make.out" 2>&1 ||
+		{ tail -n 40 "$dir/make.out" >&2; return 1; }
+}
+
 # The responder and the dispatcher under valgrind for a minute of mixed
 # load (./dev soak for the 30-minute run). valgrind needs a build without
 # sanitizers: the two programs, built beside this one. Reports its own
@@ -119,10 +160,7 @@ run_no_skips() {
 # exit, so stop it now and read its stderr.
 run_sanitizers() {
 	fcgi_stop
-	grep -qE 'ERROR: AddressSanitizer|runtime error:|LeakSanitizer' "$STATE/fcgi.stderr" || return 0
-	say "sanitizer findings in the responder ($STATE/fcgi.stderr):"
-	grep -E -A 30 'ERROR: AddressSanitizer|runtime error:|LeakSanitizer' "$STATE/fcgi.stderr" | head -n 120 >&2
-	return 1
+	! sanitizer_findings "$STATE/fcgi.stderr"
 }
 
 # run_stages: every stage of the table, then the duration table and the

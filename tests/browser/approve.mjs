@@ -14,13 +14,7 @@
 // decided page came back; 1 otherwise (with a screenshot of where it stood).
 // The card itself is saved beside SCREENSHOT as NAME-card.png.
 
-import { chromium } from 'playwright-core';
-import { mkdtempSync, rmSync, mkdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-
-const CHROMIUM = process.env.ONCEGATE_CHROMIUM || '/usr/bin/chromium';
-const TIMEOUT_MS = 30000;
+import { check, session } from './browser.mjs';
 const REASON = 'Approved in Chromium by tests/browser/approve.mjs';
 
 const [url, user, groups, key, screenshot] = process.argv.slice(2);
@@ -29,11 +23,6 @@ if (!url || !user || groups === undefined || !key || !screenshot) {
   process.exit(2);
 }
 const masked = url.replace(/\/approve\/.*/, '/approve/[token]');
-
-function check(ok, what) {
-  if (!ok) throw new Error(what);
-  console.log(`ok - ${what}`);
-}
 
 function checkHeaders(resp, what) {
   const h = resp.headers();
@@ -44,24 +33,7 @@ function checkHeaders(resp, what) {
   check(h['x-content-type-options'] === 'nosniff', `${what}: X-Content-Type-Options nosniff`);
 }
 
-const profile = mkdtempSync(join(tmpdir(), 'oncegate-chromium-'));
-mkdirSync(dirname(screenshot), { recursive: true });
-let context;
-let page;
-let status = 1;
-try {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync',
-    ],
-    viewport: { width: 1000, height: 1400 },
-  });
-  context.setDefaultTimeout(TIMEOUT_MS);
-  page = context.pages()[0] || await context.newPage();
-  await page.setExtraHTTPHeaders({ 'X-Dev-User': user, 'X-Dev-Groups': groups });
+process.exit(await session(user, groups, screenshot, async (page) => {
   // Script errors, CSP violations, and subresources that failed (the pages
   // themselves answer 410 once decided; the browser's own favicon request
   // is not the page's).
@@ -118,19 +90,4 @@ try {
   check(problems.length === 0, `no script errors, CSP violations or failed subresources (${problems.join('; ')})`);
   const css = await page.evaluate(() => document.styleSheets.length).catch(() => -1);
   console.log(`note - the decided page has ${css} style sheet(s) loaded`);
-  status = 0;
-} catch (e) {
-  console.error(`not ok - ${e.message}`);
-} finally {
-  if (page) {
-    try {
-      await page.screenshot({ path: screenshot, fullPage: true });
-      console.log(`screenshot: ${screenshot}`);
-    } catch (e) {
-      console.error(`no screenshot: ${e.message}`);
-    }
-  }
-  if (context) await context.close().catch(() => {});
-  rmSync(profile, { recursive: true, force: true });
-}
-process.exit(status);
+}));

@@ -12,13 +12,7 @@
 // when the form POST answered 303 and the decided page (410, no form) came
 // back naming the decision; 1 otherwise, with a screenshot.
 
-import { chromium } from 'playwright-core';
-import { mkdtempSync, rmSync, mkdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-
-const CHROMIUM = process.env.ONCEGATE_CHROMIUM || '/usr/bin/chromium';
-const TIMEOUT_MS = 30000;
+import { check, session } from './browser.mjs';
 
 const [url, user, groups, decision, screenshot, reasonArg] = process.argv.slice(2);
 if (!url || !user || groups === undefined || !decision || !screenshot) {
@@ -27,29 +21,7 @@ if (!url || !user || groups === undefined || !decision || !screenshot) {
 }
 const reason = reasonArg || `${decision} in Chromium by tests/browser/decide.mjs`;
 
-function check(ok, what) {
-  if (!ok) throw new Error(what);
-  console.log(`ok - ${what}`);
-}
-
-const profile = mkdtempSync(join(tmpdir(), 'oncegate-chromium-'));
-mkdirSync(dirname(screenshot), { recursive: true });
-let context;
-let page;
-let status = 1;
-try {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync',
-    ],
-    viewport: { width: 1000, height: 1400 },
-  });
-  context.setDefaultTimeout(TIMEOUT_MS);
-  page = context.pages()[0] || await context.newPage();
-  await page.setExtraHTTPHeaders({ 'X-Dev-User': user, 'X-Dev-Groups': groups });
+process.exit(await session(user, groups, screenshot, async (page) => {
 
   const card = await page.goto(url, { waitUntil: 'load' });
   check(card !== null && card.status() === 200, `the card answers 200 (got ${card && card.status()})`);
@@ -72,19 +44,4 @@ try {
   check(new RegExp(decision, 'i').test(text), `the page names the decision ${decision}`);
   check(text.includes(user), `the page says who decided: ${user}`);
   check(await page.locator('form').count() === 0, 'the decided page has no form');
-  status = 0;
-} catch (e) {
-  console.error(`not ok - ${e.message}`);
-} finally {
-  if (page) {
-    try {
-      await page.screenshot({ path: screenshot, fullPage: true });
-      console.log(`screenshot: ${screenshot}`);
-    } catch (e) {
-      console.error(`no screenshot: ${e.message}`);
-    }
-  }
-  if (context) await context.close().catch(() => {});
-  rmSync(profile, { recursive: true, force: true });
-}
-process.exit(status);
+}));

@@ -2,47 +2,33 @@
 # tests/browser/ensure.sh [DIR] — the browser tooling every suite that drives
 # a real browser needs, made present: Debian's chromium (apt-get, as root),
 # Node.js 20 or later with npm, and playwright-core in DIR/node_modules (DIR
-# is this directory by default: approve.mjs and decide.mjs import from it).
+# is this directory by default: approve.mjs and decide.mjs, through
+# browser.mjs, import from it).
 # playwright never downloads a browser of its own; npm reuses its cache, so a
 # warm machine needs no network. Used by tests/browser/run.sh and
 # tests/n8n/run.sh, so either suite runs on its own from a fresh clone.
 #
 # Exit 0 when everything is in place, 1 with a message when it cannot be.
 set -euo pipefail
+# shellcheck source=tests/lib/stack.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 DIR=${1:-$HERE}
 CHROMIUM=${ONCEGATE_CHROMIUM:-/usr/bin/chromium}
 
-say() { printf 'browser tooling: %s\n' "$*" >&2; }
-fail() { printf 'browser tooling: FAIL: %s\n' "$*" >&2; exit 1; }
-
-as_root_install() {
-	[[ $(id -u) -eq 0 ]] || fail "$* missing: install it (apt-get install $*) or run as root"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y -q "$@" >&2 || { apt-get update -q >&2 && apt-get install -y -q "$@" >&2; }
-}
+SAY_PREFIX='browser tooling:' DIE_PREFIX='browser tooling: FAIL'
 
 if [[ ! -x $CHROMIUM ]]; then
 	say "installing Debian's chromium"
 	as_root_install chromium
 fi
-[[ -x $CHROMIUM ]] || fail "no browser at $CHROMIUM"
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-	say "installing Node.js and npm"
-	as_root_install nodejs npm
-fi
+[[ -x $CHROMIUM ]] || die "no browser at $CHROMIUM"
+node_tools "$DIR"
 node_major=$(node -p 'process.versions.node.split(".")[0]')
-((node_major >= 20)) || fail "playwright-core needs Node.js 20 or later, this is $(node --version)"
-
-# npm ci only when node_modules does not match the lockfile.
-if ! cmp -s "$DIR/package-lock.json" "$DIR/node_modules/.oncegate-lock" 2>/dev/null; then
-	say "npm ci in $DIR"
-	(cd "$DIR" && npm ci --no-audit --no-fund --prefer-offline >&2)
-	cp "$DIR/package-lock.json" "$DIR/node_modules/.oncegate-lock"
-fi
+((node_major >= 20)) || die "playwright-core needs Node.js 20 or later, this is $(node --version)"
 
 # What the scripts import must resolve from DIR, or they fail later with
 # ERR_MODULE_NOT_FOUND in the middle of a suite.
 (cd "$DIR" && node --input-type=module -e "await import('playwright-core')") ||
-	fail "playwright-core does not load from $DIR/node_modules"
+	die "playwright-core does not load from $DIR/node_modules"

@@ -25,13 +25,7 @@ APPROVER_GROUPS=support
 
 SAY_PREFIX='browser:' DIE_PREFIX='browser: FAIL'
 
-if [[ -z ${ONCEGATE_URL:-} ]]; then
-	echo "browser: ONCEGATE_URL is not set; run ./dev test to start the stack. Skipping."
-	exit 77
-fi
-for v in ONCEGATE_API_KEY PGHOST PGPORT PGDATABASE PGUSER; do
-	[[ -n ${!v:-} ]] || die "ONCEGATE_URL is set but $v is not"
-done
+need_stack browser ONCEGATE_API_KEY PGHOST PGPORT PGDATABASE PGUSER
 
 # --- 1. chromium, node, playwright-core --------------------------------------
 

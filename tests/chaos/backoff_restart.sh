@@ -35,27 +35,14 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $RESTARTS =~ ^[1-9][0-9]?$ ]] || { echo "backoff_restart.sh: --restarts takes 1-99" >&2; exit 2; }
 need_env "./dev test or ./dev chaos" ONCEGATE_CONF ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-backoff.XXXXXX")
+scratch_begin backoff KILL
 RUN=bo$(date +%s)-$$
-PROVIDER_PID='' DISPATCH_PID=''
-cleanup() {
-	[[ -n $DISPATCH_PID ]] && kill -KILL "$DISPATCH_PID" 2>/dev/null || true
-	[[ -n $PROVIDER_PID ]] && kill -TERM "$PROVIDER_PID" 2>/dev/null || true
-	wait 2>/dev/null || true
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 fail=0
-check() { # WHAT yes|no
-	if [[ $2 == yes ]]; then printf '  ok   %s\n' "$1"; else printf '  FAIL %s\n' "$1"; fail=1; fi
-}
 
 "$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/http_provider.py" --port 0 --pid "$TMP/provider.pid" \
 	>"$TMP/provider.out" 2>&1 &
 PROVIDER_PID=$!
-for ((i = 0; i < 100; i++)); do grep -q '^ready' "$TMP/provider.out" 2>/dev/null && break; sleep 0.1; done
-PORT=$(sed -n 's/^ready \([0-9]*\).*/\1/p' "$TMP/provider.out")
+PORT=$(ready_port "$TMP/provider.out")
 [[ -n $PORT ]] || { echo "backoff_restart.sh: the provider did not start" >&2; exit 1; }
 
 # The backoff is long enough for every restart to land inside it: each one
@@ -68,7 +55,7 @@ target() { # NAME MAX_ATTEMPTS: a target that honours Idempotency-Key
 }
 # The dispatcher re-checks each payload against its run's contract before
 # sending: it loads the stack's contracts.
-CONTRACTS_DIR=$(sed -nE 's/^[[:space:]]*contracts_dir[[:space:]]*=[[:space:]]*//p' "$ONCEGATE_CONF" | head -n1)
+CONTRACTS_DIR=$(conf_value contracts_dir)
 {
 	printf 'log_file = %s\ndispatch_poll_ms = 100\ndispatch_shutdown_seconds = 2\n' "$TMP/decisions.log"
 	printf 'contracts_dir = %s\n' "$CONTRACTS_DIR"

@@ -32,29 +32,19 @@ while [[ $# -gt 0 ]]; do
 done
 need_env "./dev test or ./dev chaos" ONCEGATE_CONF ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST PGPORT PGDATABASE
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-kill9.XXXXXX")
-PROVIDER_PID='' DISPATCH_PID=''
+scratch_begin kill9 KILL
 RUN=k9$(date +%s)-$$
-cleanup() {
-	[[ -n $DISPATCH_PID ]] && kill -KILL "$DISPATCH_PID" 2>/dev/null || true
-	[[ -n $PROVIDER_PID ]] && kill -TERM "$PROVIDER_PID" 2>/dev/null || true
-	wait 2>/dev/null || true
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # --- the provider ------------------------------------------------------------------
 "$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/http_provider.py" --port 0 --pid "$TMP/provider.pid" \
 	>"$TMP/provider.out" 2>&1 &
 PROVIDER_PID=$!
-for ((i = 0; i < 100; i++)); do grep -q '^ready' "$TMP/provider.out" 2>/dev/null && break; sleep 0.1; done
-PORT=$(sed -n 's/^ready \([0-9]*\).*/\1/p' "$TMP/provider.out")
+PORT=$(ready_port "$TMP/provider.out")
 [[ -n $PORT ]] || { cat "$TMP/provider.out" >&2; echo "kill9.sh: the provider did not start" >&2; exit 1; }
 
 # The dispatcher re-checks each payload against its run's contract before
 # sending: it loads the stack's contracts.
-CONTRACTS_DIR=$(sed -nE 's/^[[:space:]]*contracts_dir[[:space:]]*=[[:space:]]*//p' "$ONCEGATE_CONF" | head -n1)
+CONTRACTS_DIR=$(conf_value contracts_dir)
 cat >"$TMP/dispatch.conf" <<EOF
 # tests/chaos/kill9.sh
 log_file = $TMP/decisions.log
@@ -84,16 +74,7 @@ say "kill -9: $EFFECTS effects, $KILLS kills, provider without idempotency keys 
 # Nothing else may be sent by these dispatchers: earlier work is cancelled.
 q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
 "$ONCEGATE_CTL" kill-switch on --operator kill9.sh --reason "chaos: kill -9 of the dispatcher" 2>/dev/null
-psql -X -q -v ON_ERROR_STOP=1 <<EOF
-INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, state, claim_started_at)
-SELECT 1, '$RUN:' || g, 'sha256:' || md5(g::text), 'approved', now()
-  FROM generate_series(1, $EFFECTS) g;
-INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target, payload,
-    payload_hash, provider_key)
-SELECT 1, '$RUN:' || g, 'crm.tag', 'chaos_plain', jsonb_build_object('n', g),
-       'sha256:' || md5(g::text), '$RUN:' || g || '/crm.tag'
-  FROM generate_series(1, $EFFECTS) g;
-EOF
+approved_effects "$RUN:" "$EFFECTS" chaos_plain n
 
 start_dispatcher() {
 	AI_ACTIONS_ENABLED=true ASAN_OPTIONS=detect_leaks=0 "$ONCEGATE_DISPATCH" -c "$TMP/dispatch.conf" \

@@ -434,17 +434,7 @@ done
 # keeps some of them claimed or mid-send on d1 at the cut.
 BURST=40
 burst() {
-	psql -X -q -v ON_ERROR_STOP=1 >/dev/null <<-EOF
-		INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, state, claim_started_at)
-		SELECT 1, '${RUN}b:' || g, 'sha256:' || md5(g::text), 'approved', now()
-		  FROM generate_series(1, $BURST) g;
-		INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target, payload,
-		    payload_hash, provider_key)
-		SELECT 1, '${RUN}b:' || g, 'crm.tag', 'demo_http', jsonb_build_object('burst', g),
-		       'sha256:' || md5(g::text), '${RUN}b:' || g || '/crm.tag'
-		  FROM generate_series(1, $BURST) g;
-		NOTIFY oncegate_outbox;
-	EOF
+	approved_effects "${RUN}b:" "$BURST" demo_http burst
 	sleep 0.4
 }
 

@@ -536,21 +536,10 @@ def check(args):
     sent_with = collections.defaultdict(set)   # tenant|key -> provider keys used
     wrong_bytes = 0
     http_requests = 0
-    for r in requests:
-        if r.get("kind") != "effect":
-            continue
+    for r, b, pk in corpus.effect_requests(requests):
         http_requests += 1
-        try:
-            b = json.loads(r.get("body") or "")
-        except ValueError:
-            b = {}
         if not isinstance(b, dict):
             b = {}
-        pk = r.get("idempotency_key") or ""
-        try:  # http.server reads header bytes as Latin-1; the outbox holds UTF-8
-            pk = pk.encode("latin-1").decode("utf-8")
-        except UnicodeError:
-            pass
         owners = by_pkey.get(pk, [])
         if len(owners) == 1:
             k = owners[0]
@@ -577,7 +566,7 @@ def check(args):
             if f.get("brief"):
                 want = corpus.brief(want)
             if subject != want["subject"] or body != want["body"] or \
-                    [a.lower() for a in m.get("rcpt_tos", [])] != [a.lower() for a in f["to"]]:
+                    not corpus.same_recipients(m, f["to"]):
                 wrong_bytes += 1
     out["provider_requests"] = http_requests
     out["mails_received"] = len(mails)

@@ -51,7 +51,7 @@ need_env "./dev test or ./dev chaos" ONCEGATE_URL ONCEGATE_API_KEY ONCEGATE_CONF
 	ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 FCGI_PID=$(head -n1 "$(dirname "$ONCEGATE_CONF")/fcgi.pid" 2>/dev/null || true)
-CONTRACTS=$(sed -n 's/^[[:space:]]*contracts_dir[[:space:]]*=[[:space:]]*//p' "$ONCEGATE_CONF" | tail -n1)
+CONTRACTS=$(conf_value contracts_dir)
 [[ $FCGI_PID =~ ^[0-9]+$ && -d $CONTRACTS ]] ||
 	{ echo "replay_contract.sh: no responder PID or contracts_dir beside $ONCEGATE_CONF" >&2; exit 2; }
 # The contracts are changed in place: only the stack's own copies, never a
@@ -60,44 +60,30 @@ CONTRACTS=$(sed -n 's/^[[:space:]]*contracts_dir[[:space:]]*=[[:space:]]*//p' "$
 	{ echo "replay_contract.sh: contracts_dir $CONTRACTS is not the stack's own copy" >&2; exit 2; }
 ctl() { "$ONCEGATE_CTL" -c "$ONCEGATE_CONF" "$@"; }
 flow() { "$ONCEGATE_PYTHON" "$HERE/replay_contract_flow.py" "$1" --out "$TMP" "${@:2}"; }
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-replay.XXXXXX")
-chmod 0700 "$TMP"
-RUN=rc$(date +%s)x$$
-echo "$RUN" >"$TMP/run"
-PROVIDER_PID='' SINK_PID='' DISPATCH_PID='' RESTORE=no
-cleanup() {
-	[[ -n $DISPATCH_PID ]] && kill -TERM "$DISPATCH_PID" 2>/dev/null || true
-	[[ -n $PROVIDER_PID ]] && kill -TERM "$PROVIDER_PID" 2>/dev/null || true
-	[[ -n $SINK_PID ]] && kill -TERM "$SINK_PID" 2>/dev/null || true
-	wait 2>/dev/null || true
+RESTORE=no
+# at exit, after the providers and the dispatcher stopped: the contracts
+# as they were, reloaded
+# shellcheck disable=SC2317 # called by scratch_end
+on_cleanup() {
 	if [[ $RESTORE == yes ]]; then
 		cp "$TMP/crm_tag.json.orig" "$CONTRACTS/crm_tag.json"
 		cp "$TMP/support_reply.json.orig" "$CONTRACTS/support_reply.json"
 		kill -HUP "$FCGI_PID" 2>/dev/null || true
 	fi
-	rm -rf "$TMP"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+scratch_begin replay TERM
+RUN=rc$(date +%s)x$$
+echo "$RUN" >"$TMP/run"
 fail=0
-check() { # WHAT yes|no
-	if [[ $2 == yes ]]; then printf '  ok   %s\n' "$1"; else printf '  FAIL %s\n' "$1"; fail=1; fi
-}
-yn() { if "$@"; then echo yes; else echo no; fi; }
 sql_is() { [[ $(q "$1") == "$2" ]]; } # SQL EXPECTED
-started() { # LOGFILE NAME -> port, once it printed "ready PORT"
-	local i
-	for ((i = 0; i < 100; i++)); do grep -q '^ready' "$1" 2>/dev/null && break; sleep 0.1; done
-	sed -n 's/^ready \([0-9]*\).*/\1/p' "$1"
-}
 
 "$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/http_provider.py" --port 0 >"$TMP/provider.out" 2>&1 &
 PROVIDER_PID=$!
 "$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/smtp_sink.py" --port 0 --record "$TMP/mail.jsonl" \
 	>"$TMP/sink.out" 2>&1 &
 SINK_PID=$!
-PORT=$(started "$TMP/provider.out")
-SMTP=$(started "$TMP/sink.out")
+PORT=$(ready_port "$TMP/provider.out")
+SMTP=$(ready_port "$TMP/sink.out")
 [[ -n $PORT && -n $SMTP ]] || { echo "replay_contract.sh: a provider did not start" >&2; exit 1; }
 PROVIDER=http://127.0.0.1:$PORT
 

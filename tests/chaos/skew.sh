@@ -22,26 +22,14 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 
 need_env "./dev test or ./dev chaos" ONCEGATE_URL ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_PYTHON ONCEGATE_CTL PGHOST
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-skew.XXXXXX")
+scratch_begin skew TERM
 RUN=sk$(date +%s)-$$
-PROVIDER_PID='' DISPATCH_PID=''
-cleanup() {
-	[[ -n $DISPATCH_PID ]] && kill -TERM "$DISPATCH_PID" 2>/dev/null || true
-	[[ -n $PROVIDER_PID ]] && kill -TERM "$PROVIDER_PID" 2>/dev/null || true
-	wait 2>/dev/null || true
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 (umask 077 && printf 'Authorization: Bearer %s\n' "$ONCEGATE_API_KEY" >"$TMP/auth")
 post() { # PATH BODY -> "STATUS BODY"
 	curl -sS --max-time 10 -w '\n%{http_code}' -H @"$TMP/auth" -H 'Content-Type: application/json' \
 		-X POST "$ONCEGATE_URL$1" -d "$2" | awk '{ a[NR] = $0 } END { printf "%s %s\n", a[NR], a[1] }'
 }
 fail=0
-check() { # WHAT CONDITION-RESULT
-	if [[ $2 == yes ]]; then printf '  ok   %s\n' "$1"; else printf '  FAIL %s\n' "$1"; fail=1; fi
-}
 
 # --- ledger ---------------------------------------------------------------------------
 key="$RUN:lead-1:v1"
@@ -72,11 +60,10 @@ check "the new owner's transition goes through (completed by b)" \
 "$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/http_provider.py" --port 0 --pid "$TMP/provider.pid" \
 	>"$TMP/provider.out" 2>&1 &
 PROVIDER_PID=$!
-for ((i = 0; i < 100; i++)); do grep -q '^ready' "$TMP/provider.out" 2>/dev/null && break; sleep 0.1; done
-PORT=$(sed -n 's/^ready \([0-9]*\).*/\1/p' "$TMP/provider.out")
+PORT=$(ready_port "$TMP/provider.out")
 # The dispatcher re-checks each payload against its run's contract before
 # sending: it loads the stack's contracts.
-CONTRACTS_DIR=$(sed -nE 's/^[[:space:]]*contracts_dir[[:space:]]*=[[:space:]]*//p' "$ONCEGATE_CONF" | head -n1)
+CONTRACTS_DIR=$(conf_value contracts_dir)
 cat >"$TMP/dispatch.conf" <<EOF
 log_file = $TMP/decisions.log
 contracts_dir = $CONTRACTS_DIR

@@ -51,23 +51,6 @@ file_stem(const uint8_t *data, size_t size, char *out, size_t outlen)
 }
 
 static void
-check_errors(const json_t *errors)
-{
-	size_t i;
-	json_t *e;
-
-	FUZZ_ASSERT(json_is_array(errors));
-	FUZZ_ASSERT(json_array_size(errors) <= 50);
-	json_array_foreach(errors, i, e) {
-		const char *path = json_string_value(json_object_get(e, "path"));
-
-		FUZZ_ASSERT(path != NULL && (path[0] == '\0' || path[0] == '/'));
-		FUZZ_ASSERT(json_is_string(json_object_get(e, "rule")));
-		FUZZ_ASSERT(json_is_string(json_object_get(e, "message")));
-	}
-}
-
-static void
 use_contract(const struct contract *c, const uint8_t *data, size_t size)
 {
 	json_t *doc = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
@@ -86,7 +69,7 @@ use_contract(const struct contract *c, const uint8_t *data, size_t size)
 	                   "payload", "n", 1);
 	for (i = 0; i < 4; i++) {
 		errors = contract_validate(c, outputs[i]);
-		check_errors(errors);
+		fuzzlib_check_errors(errors);
 		json_decref(errors);
 		if (contract_gate_mode(c) != GATE_APPROVE_BY_EXCEPTION)
 			FUZZ_ASSERT(!contract_auto_eligible(c, outputs[i], effect));

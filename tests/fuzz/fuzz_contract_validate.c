@@ -43,30 +43,13 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 }
 
 static void
-check_errors(const json_t *errors)
-{
-	size_t i;
-	json_t *e;
-
-	FUZZ_ASSERT(json_is_array(errors));
-	FUZZ_ASSERT(json_array_size(errors) <= 50);
-	json_array_foreach(errors, i, e) {
-		const char *path = json_string_value(json_object_get(e, "path"));
-
-		FUZZ_ASSERT(path != NULL && (path[0] == '\0' || path[0] == '/'));
-		FUZZ_ASSERT(json_is_string(json_object_get(e, "rule")));
-		FUZZ_ASSERT(json_is_string(json_object_get(e, "message")));
-	}
-}
-
-static void
 check_contract(const struct contract *c, const json_t *output, const json_t *effect,
                double draw)
 {
 	json_t *e1 = contract_validate(c, output), *e2 = contract_validate(c, output);
 	bool auto1 = contract_auto_eligible(c, output, effect);
 
-	check_errors(e1);
+	fuzzlib_check_errors(e1);
 	FUZZ_ASSERT(json_equal(e1, e2));
 	FUZZ_ASSERT(contract_auto_eligible(c, output, effect) == auto1);
 	if (contract_gate_mode(c) != GATE_APPROVE_BY_EXCEPTION)

@@ -178,3 +178,20 @@ fuzzlib_known(const char *id)
 	}
 	return false;
 }
+
+void
+fuzzlib_check_errors(const json_t *errors)
+{
+	size_t i;
+	json_t *e;
+
+	FUZZ_ASSERT(json_is_array(errors));
+	FUZZ_ASSERT(json_array_size(errors) <= 50);
+	json_array_foreach(errors, i, e) {
+		const char *path = json_string_value(json_object_get(e, "path"));
+
+		FUZZ_ASSERT(path != NULL && (path[0] == '\0' || path[0] == '/'));
+		FUZZ_ASSERT(json_is_string(json_object_get(e, "rule")));
+		FUZZ_ASSERT(json_is_string(json_object_get(e, "message")));
+	}
+}

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <jansson.h>
 
 /* A broken property aborts with the condition and its place, so libFuzzer
  * keeps the input as a crash and prints the stack. */
@@ -51,5 +52,9 @@ bool fuzzlib_known(const char *id);
 
 /* Is there a run of at least n characters of [A-Za-z0-9_-] in s? */
 bool fuzzlib_token_run(const char *s, size_t n);
+
+/* The error list a contract validation returns is well formed: an array
+ * of at most 50 {path (empty or a JSON pointer), rule, message}. */
+void fuzzlib_check_errors(const json_t *errors);
 
 #endif

@@ -25,6 +25,46 @@ need_env() {
 	done
 }
 
+# need_stack NAME VAR...: a script that drives the stack ./dev test starts:
+# exit 77 (skipped), saying so as NAME, when ONCEGATE_URL is not set; die
+# when it is but a VAR is not.
+need_stack() {
+	local name=$1 v
+	shift
+	if [[ -z ${ONCEGATE_URL:-} ]]; then
+		echo "$name: ONCEGATE_URL is not set; run ./dev test to start the stack. Skipping."
+		exit 77
+	fi
+	for v in "$@"; do
+		[[ -n ${!v:-} ]] || die "ONCEGATE_URL is set but $v is not"
+	done
+}
+
+# as_root_install PACKAGE...: Debian packages installed (apt-get, as root;
+# the package lists refreshed once when the first try fails).
+as_root_install() {
+	[[ $(id -u) -eq 0 ]] || die "$* missing: install it (apt-get install $*) or run as root"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >&2 ||
+		{ apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >&2; }
+}
+
+# node_tools DIR: Node.js and npm present, and DIR/node_modules as
+# DIR/package-lock.json pins it (npm ci only when node_modules does not
+# match the lockfile; npm reuses its cache, so a warm machine needs no
+# network).
+node_tools() {
+	local dir=$1
+	if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+		say "installing Node.js and npm"
+		as_root_install nodejs npm
+	fi
+	if ! cmp -s "$dir/package-lock.json" "$dir/node_modules/.oncegate-lock" 2>/dev/null; then
+		say "npm ci in $dir"
+		(cd "$dir" && npm ci --no-audit --no-fund --prefer-offline >&2) || die "npm ci in $dir failed"
+		cp "$dir/package-lock.json" "$dir/node_modules/.oncegate-lock"
+	fi
+}
+
 # q SQL: one statement through psql (PG* from the environment), unaligned,
 # tuples only; stops at the first error.
 q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
@@ -84,6 +124,15 @@ wait_for() {
 	return 1
 }
 
+# sanitizer_findings FILE: true, with the reports on stderr, when FILE (a
+# program's stderr) holds an AddressSanitizer, UBSan or LeakSanitizer report.
+sanitizer_findings() {
+	local re='ERROR: AddressSanitizer|runtime error:|LeakSanitizer'
+	grep -qE "$re" "$1" 2>/dev/null || return 1
+	say "sanitizer findings in $1:"
+	grep -E -A 30 "$re" "$1" | head -n 120 >&2
+}
+
 # --- ports -----------------------------------------------------------------------
 
 # port_free PORT: nothing listens on 127.0.0.1:PORT (a connect that succeeds
@@ -136,4 +185,68 @@ nginx_stop() {
 		sleep 0.1
 	done
 	kill -KILL "$pid" 2>/dev/null || true
+}
+
+# --- what the scenario scripts share ------------------------------------------------
+
+# conf_value NAME: the (first) value of setting NAME in $ONCEGATE_CONF.
+conf_value() { sed -nE "s/^[[:space:]]*$1[[:space:]]*=[[:space:]]*//p" "$ONCEGATE_CONF" | head -n1; }
+
+# ready_port FILE: the port a loopback provider of tests/providers announces
+# as "ready PORT" on its stdout (FILE), once it has (within 10 s); nothing
+# when it never does.
+ready_port() {
+	local i
+	for ((i = 0; i < 100; i++)); do grep -q '^ready' "$1" 2>/dev/null && break; sleep 0.1; done
+	sed -n 's/^ready \([0-9]*\).*/\1/p' "$1"
+}
+
+# check WHAT yes|no: one line of a scenario's verdict; "no" sets fail=1 (the
+# script starts with fail=0 and exits with $fail).
+# shellcheck disable=SC2034 # fail is the sourcing script's
+check() {
+	if [[ $2 == yes ]]; then printf '  ok   %s\n' "$1"; else printf '  FAIL %s\n' "$1"; fail=1; fi
+}
+
+# yn COMMAND...: "yes" when COMMAND succeeds, else "no" (for check).
+yn() { if "$@"; then echo yes; else echo no; fi; }
+
+# approved_effects PREFIX N TARGET FIELD: N runs PREFIX1 … PREFIXN of API
+# client 1, approved, each with one crm.tag effect to TARGET whose payload is
+# {FIELD: n}, put straight into the ledger and the outbox (as if each had
+# been approved a moment ago), then a NOTIFY that wakes the dispatchers.
+approved_effects() {
+	psql -X -q -v ON_ERROR_STOP=1 >/dev/null <<-EOF
+		INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, state, claim_started_at)
+		SELECT 1, '$1' || g, 'sha256:' || md5(g::text), 'approved', now()
+		  FROM generate_series(1, $2) g;
+		INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target, payload,
+		    payload_hash, provider_key)
+		SELECT 1, '$1' || g, 'crm.tag', '$3', jsonb_build_object('$4', g),
+		       'sha256:' || md5(g::text), '$1' || g || '/crm.tag'
+		  FROM generate_series(1, $2) g;
+		NOTIFY oncegate_outbox;
+	EOF
+}
+
+# scratch_begin NAME SIGNAL: TMP, a new private directory for the script's
+# files, and PROVIDER_PID, SINK_PID and DISPATCH_PID, empty, for the script
+# to fill. At exit the dispatcher is sent SIGNAL and the providers TERM,
+# they are waited for, the script's on_cleanup runs (when it defines one)
+# and TMP is removed; INT and TERM exit 130.
+scratch_begin() {
+	TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-$1.XXXXXX")
+	PROVIDER_PID='' SINK_PID='' DISPATCH_PID='' SCRATCH_SIGNAL=$2
+	trap scratch_end EXIT
+	trap 'exit 130' INT TERM
+}
+
+# scratch_end: what scratch_begin has run at exit.
+scratch_end() {
+	[[ -z $DISPATCH_PID ]] || kill "-$SCRATCH_SIGNAL" "$DISPATCH_PID" 2>/dev/null || true
+	[[ -z $PROVIDER_PID ]] || kill -TERM "$PROVIDER_PID" 2>/dev/null || true
+	[[ -z $SINK_PID ]] || kill -TERM "$SINK_PID" 2>/dev/null || true
+	wait 2>/dev/null || true
+	if declare -F on_cleanup >/dev/null; then on_cleanup; fi
+	rm -rf "$TMP"
 }

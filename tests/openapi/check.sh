@@ -6,7 +6,7 @@
 #   lint             Redocly CLI's recommended rules, strict (redocly.yaml):
 #                    any warning fails.
 #   validate RECORD  every API answer the integration suites received (one
-#                    JSON line each, appended by tests/testlib.c when
+#                    JSON line each, appended by tests/harness/testlib.c when
 #                    ONCEGATE_API_RECORD names the file) against the
 #                    document's response schemas, with ajv (validate.mjs):
 #                    an answer the document does not describe fails.
@@ -16,38 +16,25 @@
 # suites' tooling. Exit 0 when the check passes, 1 otherwise.
 set -euo pipefail
 
+# shellcheck source=tests/lib/stack.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
+
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
 DOC=$ROOT/src/lib/openapi.json
-
-say() { printf 'openapi: %s\n' "$*" >&2; }
-fail() { printf 'openapi: FAIL: %s\n' "$*" >&2; exit 1; }
-
-ensure_tools() {
-	if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-		[[ $(id -u) -eq 0 ]] || fail "node and npm are missing: apt-get install nodejs npm"
-		say "installing Node.js and npm"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm >&2 ||
-			{ apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm >&2; }
-	fi
-	if ! cmp -s "$HERE/package-lock.json" "$HERE/node_modules/.oncegate-lock" 2>/dev/null; then
-		say "npm ci in $HERE"
-		(cd "$HERE" && npm ci --no-audit --no-fund --prefer-offline >&2)
-		cp "$HERE/package-lock.json" "$HERE/node_modules/.oncegate-lock"
-	fi
-}
+SAY_PREFIX='openapi:' DIE_PREFIX='openapi: FAIL'
 
 case ${1:-} in
 lint)
-	ensure_tools
+	node_tools "$HERE"
 	# Redocly prints a banner about Node.js 20 on stderr; its verdict is the
 	# exit status and the report.
 	(cd "$HERE" && ./node_modules/.bin/redocly lint "$DOC" --config redocly.yaml --format=stylish)
 	;;
 validate)
-	[[ -n ${2:-} ]] || fail "usage: check.sh validate RECORD"
-	[[ -s $2 ]] || fail "$2 is empty or missing: the suites recorded no answer (is ONCEGATE_API_RECORD set for make check?)"
-	ensure_tools
+	[[ -n ${2:-} ]] || die "usage: check.sh validate RECORD"
+	[[ -s $2 ]] || die "$2 is empty or missing: the suites recorded no answer (is ONCEGATE_API_RECORD set for make check?)"
+	node_tools "$HERE"
 	node "$HERE/validate.mjs" "$DOC" "$2"
 	;;
 *)

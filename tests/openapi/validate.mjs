@@ -1,6 +1,6 @@
 // tests/openapi/validate.mjs DOC RECORD — checks every recorded API answer
 // against the OpenAPI document DOC, so the document cannot drift from the
-// code. RECORD holds one JSON line per answer, as tests/testlib.c appends
+// code. RECORD holds one JSON line per answer, as tests/harness/testlib.c appends
 // them: {method, path, status, content_type, body, retry_after, allow,
 // location, www_authenticate}.
 //

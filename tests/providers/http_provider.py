@@ -57,7 +57,6 @@ Inspection and control, never recorded:
     GET /_health      200 {"ok": true}
 """
 
-import argparse
 import json
 import os
 import signal
@@ -70,6 +69,8 @@ import time
 import traceback
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import provlib  # tests/providers/provlib.py, beside this script
 
 BODY_LIMIT = 1024 * 1024
 # An idle keep-alive connection is closed after this long, so a client that
@@ -506,32 +507,8 @@ class ProviderHandler(BaseHTTPRequestHandler):
             ledger.update(entry, status=status)
 
 
-def write_pid(path):
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        f.write("%d\n" % os.getpid())
-    os.replace(tmp, path)
-
-
-def remove_pid(path):
-    try:
-        with open(path) as f:
-            mine = f.readline().strip() == str(os.getpid())
-        if mine:
-            os.unlink(path)
-    except OSError:
-        pass
-
-
 def main():
-    parser = argparse.ArgumentParser(
-        description="Loopback HTTP provider for oncegate's dispatcher.")
-    parser.add_argument("--port", type=int, required=True,
-                        help="TCP port (0 picks a free one)")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="local IPv4 address to listen on (127.0.0.1)")
-    parser.add_argument("--pid", metavar="FILE",
-                        help="write the process id to FILE")
+    parser = provlib.parser("Loopback HTTP provider for oncegate's dispatcher.")
     parser.add_argument("--stall-seconds", type=float, default=60.0,
                         help="how long a stalled request waits (60)")
     parser.add_argument("--verbose", action="store_true",
@@ -551,7 +528,7 @@ def main():
                          % (args.host, args.port, exc.strerror or exc))
         return 1
     if args.pid:
-        write_pid(args.pid)
+        provlib.write_pid(args.pid)
     thread = threading.Thread(target=server.serve_forever,
                               kwargs={"poll_interval": 0.2}, daemon=True)
     thread.start()
@@ -565,7 +542,7 @@ def main():
     server.shutdown()
     server.server_close()
     if args.pid:
-        remove_pid(args.pid)
+        provlib.remove_pid(args.pid)
     return 0
 
 

@@ -31,7 +31,6 @@ ignored, so `stall+7@example.test` stalls too):
 Messages up to 10 MiB are accepted.
 """
 
-import argparse
 import asyncio
 import json
 import os
@@ -46,6 +45,8 @@ from email.parser import BytesHeaderParser
 from email.policy import compat32
 
 from aiosmtpd.controller import Controller
+
+import provlib  # tests/providers/provlib.py, beside this script
 
 SIZE_LIMIT = 10 * 1024 * 1024
 STALL_SECONDS = 60
@@ -159,34 +160,10 @@ class SinkController(Controller):
         super()._trigger_server()
 
 
-def write_pid(path):
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        f.write("%d\n" % os.getpid())
-    os.replace(tmp, path)
-
-
-def remove_pid(path):
-    try:
-        with open(path) as f:
-            mine = f.readline().strip() == str(os.getpid())
-        if mine:
-            os.unlink(path)
-    except OSError:
-        pass
-
-
 def main():
-    parser = argparse.ArgumentParser(
-        description="Loopback SMTP sink for oncegate's dispatcher.")
-    parser.add_argument("--port", type=int, required=True,
-                        help="TCP port (0 picks a free one)")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="local IPv4 address to listen on (default 127.0.0.1)")
+    parser = provlib.parser("Loopback SMTP sink for oncegate's dispatcher.")
     parser.add_argument("--record", metavar="FILE", required=True,
                         help="append one JSON line per message to FILE")
-    parser.add_argument("--pid", metavar="FILE",
-                        help="write the process id to FILE")
     args = parser.parse_args()
     if not 0 <= args.port <= 65535:
         parser.error("--port must be 0-65535")
@@ -224,7 +201,7 @@ def main():
                          % (args.host, args.port, exc))
         return 1
     if args.pid:
-        write_pid(args.pid)
+        provlib.write_pid(args.pid)
     try:
         print("ready %d" % controller.port, flush=True)
     except OSError:
@@ -234,7 +211,7 @@ def main():
     controller.stop()
     os.close(record_fd)
     if args.pid:
-        remove_pid(args.pid)
+        provlib.remove_pid(args.pid)
     return 0
 
 

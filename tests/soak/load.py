@@ -380,13 +380,6 @@ def check(args):
         if len(examples) < 20:
             examples.append("%s: %s" % (kind, what[:400]))
 
-    def header_text(v):
-        # http.server reads header bytes as Latin-1; the outbox holds UTF-8
-        try:
-            return v.encode("latin-1").decode("utf-8")
-        except (AttributeError, UnicodeError):
-            return v
-
     eff = {}
     by_pkey = collections.defaultdict(list)   # provider key -> the effects stored with it
     for client, key, etype, pkey, state, pid in effects:
@@ -409,18 +402,11 @@ def check(args):
     # of exactly one effect of the run.
     by_effect = collections.defaultdict(list)
     http_requests = http_committed = 0
-    for r in requests:
-        if r.get("kind") != "effect":
-            continue
+    for r, b, pkey in corpus.effect_requests(requests):
         http_requests += 1
-        try:
-            b = json.loads(r.get("body") or "")
-        except ValueError:
-            b = None
         if not r.get("committed"):
             continue
         http_committed += 1
-        pkey = header_text(r.get("idempotency_key"))
         owners = by_pkey.get(pkey, [])
         if len(owners) != 1:
             fail("HTTP delivery under a key of %d effects" % len(owners),
@@ -448,7 +434,7 @@ def check(args):
             if len(got) > 1:
                 fail("doubled", "%s (%d mails)" % (what, len(got)))
             m = got[0]
-            if [a.lower() for a in m.get("rcpt_tos", [])] != [a.lower() for a in d["to"]]:
+            if not corpus.same_recipients(m, d["to"]):
                 fail("wrong recipients", "%s: %d of %d" % (what, len(m.get("rcpt_tos", [])),
                                                         len(d["to"])))
             try:
@@ -478,9 +464,9 @@ def check(args):
                 fail("payload differs", "%s: %s != %s" % (
                     what, json.dumps(body, ensure_ascii=False)[:200],
                     json.dumps(d["payload"], ensure_ascii=False)[:200]))
-            if header_text(r.get("idempotency_key")) != e["provider_key"]:
+            if corpus.header_text(r.get("idempotency_key")) != e["provider_key"]:
                 fail("sent with another tenant's provider key", "%s: %r != %r" % (
-                    what, header_text(r.get("idempotency_key")), e["provider_key"]))
+                    what, corpus.header_text(r.get("idempotency_key")), e["provider_key"]))
             if e["provider_id"] != r.get("id"):
                 fail("provider id of another delivery", "%s: %s != %s" % (
                     what, e["provider_id"], r.get("id")))

@@ -106,6 +106,35 @@ def mime_text(raw):
     return str(msg.get("Message-ID", "")).strip(), str(msg.get("Subject", "")), body
 
 
+def header_text(v):
+    """A header value as text: http.server reads header bytes as Latin-1;
+    the outbox holds UTF-8."""
+    try:
+        return v.encode("latin-1").decode("utf-8")
+    except (AttributeError, UnicodeError):
+        return v
+
+
+def effect_requests(requests):
+    """The effect requests among what the HTTP provider recorded (its
+    /_requests), each as (request, its body parsed as JSON or None, its
+    Idempotency-Key as text)."""
+    for r in requests:
+        if r.get("kind") != "effect":
+            continue
+        try:
+            b = json.loads(r.get("body") or "")
+        except ValueError:
+            b = None
+        yield r, b, header_text(r.get("idempotency_key") or "")
+
+
+def same_recipients(mail, to):
+    """Did the SMTP sink's mail go to exactly these addresses, in order
+    (case aside)?"""
+    return [a.lower() for a in mail.get("rcpt_tos", [])] == [a.lower() for a in to]
+
+
 def read_tsv(path, ncols):
     """Rows of a tab-separated dump (psql -At -F TAB) with exactly ncols
     columns."""

@@ -1,0 +1,60 @@
+// browser.mjs — what approve.mjs and decide.mjs share: Debian's Chromium,
+// headless, driven by playwright-core, on a fresh profile, as the person
+// whose identity the SSO stand-in headers (X-Dev-User, X-Dev-Groups) carry;
+// one "ok - " line per check; a full-page screenshot at the end, pass or
+// fail.
+
+import { chromium } from 'playwright-core';
+import { mkdtempSync, rmSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+
+const CHROMIUM = process.env.ONCEGATE_CHROMIUM || '/usr/bin/chromium';
+const TIMEOUT_MS = 30000;
+
+// check(ok, what): an "ok - what" line, or a failure that ends the session.
+export function check(ok, what) {
+  if (!ok) throw new Error(what);
+  console.log(`ok - ${what}`);
+}
+
+// session(user, groups, screenshot, body): runs `await body(page)` in a new
+// browser as user in groups, then saves the page as screenshot. The exit
+// status: 0 when body returned, 1 when a check (or anything else) failed.
+export async function session(user, groups, screenshot, body) {
+  const profile = mkdtempSync(join(tmpdir(), 'oncegate-chromium-'));
+  mkdirSync(dirname(screenshot), { recursive: true });
+  let context;
+  let page;
+  let status = 1;
+  try {
+    context = await chromium.launchPersistentContext(profile, {
+      executablePath: CHROMIUM,
+      headless: true,
+      args: [
+        '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+        '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      ],
+      viewport: { width: 1000, height: 1400 },
+    });
+    context.setDefaultTimeout(TIMEOUT_MS);
+    page = context.pages()[0] || await context.newPage();
+    await page.setExtraHTTPHeaders({ 'X-Dev-User': user, 'X-Dev-Groups': groups });
+    await body(page);
+    status = 0;
+  } catch (e) {
+    console.error(`not ok - ${e.message}`);
+  } finally {
+    if (page) {
+      try {
+        await page.screenshot({ path: screenshot, fullPage: true });
+        console.log(`screenshot: ${screenshot}`);
+      } catch (e) {
+        console.error(`no screenshot: ${e.message}`);
+      }
+    }
+    if (context) await context.close().catch(() => {});
+    rmSync(profile, { recursive: true, force: true });
+  }
+  return status;
+}

@@ -1,0 +1,184 @@
+/*
+ * dispatchlib.h — shared by the suites that run oncegate-dispatch
+ * (check_dispatch, check_ops): child processes, the loopback providers, the
+ * HTTP provider's record. Each suite sets g_suite, g_tmp and g_procs before
+ * it starts anything, and g_http_port once its HTTP provider is up.
+ */
+#ifndef OG_DISPATCHLIB_H
+#define OG_DISPATCHLIB_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/types.h>
+#include <check.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#define START_WAIT_S 15 /* a process must be up within this */
+
+extern const char *g_suite;      /* the suite's name, for messages */
+extern char g_tmp[256];          /* the suite's temporary directory */
+extern char g_procs[PATH_MAX];   /* registry of per-test processes */
+extern int g_http_port;          /* the HTTP provider's port */
+extern int g_smtp_port;          /* the SMTP sink's port, when the suite has one */
+extern char g_smtp_record[PATH_MAX]; /* what the SMTP sink received, one JSON line a mail */
+
+bool streq(const char *a, const char *b); /* both non-NULL and equal */
+/* Writes text to path; fails the test when it cannot. */
+void write_file(const char *path, const char *text);
+
+
+/* The fixture of a suite whose tests run dispatchers: before each test
+ * nothing of an earlier test still runs, and nothing an earlier test (or
+ * suite) left waiting can be claimed; after it, nothing it started runs. */
+void dl_fixture_setup(void);
+void dl_fixture_teardown(void);
+/* A test case of suite s with that fixture and a timeout of timeout_s. */
+TCase *dl_tcase(Suite *s, const char *name, double timeout_s);
+
+/* Writes the dispatcher setting that names the test stack's contracts
+ * directory (each payload is checked against its contract again before it
+ * is sent). */
+void dl_conf_contracts(FILE *f);
+
+/* The kill switch's environment half for a spawned dispatcher. */
+enum env_switch { ENV_TRUE, ENV_UNSET, ENV_FALSE };
+
+/* Is pid running (not a zombie)? Reaps it when it is our child. */
+bool proc_running(pid_t pid);
+/* Does pid's command line mention g_tmp? (A recycled PID is never ours.) */
+bool proc_ours(pid_t pid);
+/* Notes pid in g_procs, for proc_sweep. */
+void proc_register(pid_t pid);
+/* Kills every registered process still running, then forgets them. */
+void proc_sweep(void);
+/* fork + exec with stdout and stderr appended to files and the kill
+ * switch's environment half set as asked. */
+pid_t spawn(char *const argv[], const char *out, const char *err, enum env_switch env);
+/* Waits up to secs for our child pid to exit; true with its status. */
+bool wait_exit(pid_t pid, double secs, int *status);
+
+/* Starts tests/providers/SCRIPT (extra: more arguments, NULL-terminated) and
+ * reads "ready <port>" from its stdout; -1 when it did not come up. No Check
+ * assertions: used outside any test. */
+int provider_start(const char *script, const char *name, char *const extra[], pid_t *pid_out);
+void provider_stop(pid_t pid, const char *name);
+
+/* The HTTP provider's answer to METHOD path (its /_requests, /_committed,
+ * /_reset), parsed; fails the test when it does not answer. */
+json_t *prov_call(const char *method, const char *path);
+/* Recorded requests whose Idempotency-Key (or lookup key) starts with
+ * prefix, of kind (effect, lookup, other; NULL: any). */
+json_t *prov_requests(const char *prefix, const char *kind);
+size_t prov_count(const char *prefix, const char *kind);
+/* Committed effects whose key starts with prefix. */
+json_t *prov_committed(const char *prefix);
+/* Polls until the provider has at least want matching requests. */
+size_t wait_prov(const char *prefix, const char *kind, size_t want, double secs);
+
+/* The id of the API client named name into out, through plain libpq (PG*
+ * environment); false, said on stderr, when there is none. No Check
+ * assertions: used outside any test. */
+bool dl_client_id(const char *name, char *out, size_t outlen);
+
+/* The effect_outbox row of effect id as JSON (the test fails when there is
+ * none); its attempts (a JSON array); its state (malloc'd); its dead letter
+ * (NULL: none). */
+json_t *dl_effect_row(PGconn *c, const char *id);
+json_t *dl_attempts_of(PGconn *c, const char *id);
+char *dl_effect_state(PGconn *c, const char *id);
+json_t *dl_dead_letter_of(PGconn *c, const char *id);
+/* Polls the effect's state until it is `want` (or secs are up); returns the
+ * last state seen (malloc'd). */
+char *dl_wait_effect(PGconn *c, const char *id, const char *want, double secs);
+/* Fails the test unless effect id reaches state want within secs, showing
+ * its row and attempts. */
+#define DL_EXPECT_EFFECT(c, id, want, secs)                                            \
+	do {                                                                           \
+		char *st_ = dl_wait_effect((c), (id), (want), (secs));                 \
+		if (!streq(st_, (want))) {                                             \
+			json_t *row_ = dl_effect_row((c), (id));                       \
+			json_t *att_ = dl_attempts_of((c), (id));                      \
+			char *r_ = tl_json_text(row_), *a_ = tl_json_text(att_);       \
+			ck_abort_msg("effect %s: state %s after %.0f s, expected %s\n"  \
+			             "  row: %s\n  attempts: %s", (id), st_ ? st_ : "?", \
+			             (double)(secs), (want), r_, a_);                   \
+		}                                                                      \
+		free(st_);                                                             \
+	} while (0)
+/* The state of the run of API client id client with this key (malloc'd). */
+char *dl_run_state(PGconn *c, const char *client, const char *key);
+/* The Message-ID the SMTP provider gives the mail of provider_key when its
+ * domain is domain. */
+void dl_message_id(const char *provider_key, const char *domain, char out[128]);
+
+/* Cancels every effect still pending, unknown or sending (a test's
+ * fixture: no dispatcher of the next test sees foreign work). */
+void dl_cancel_waiting(void);
+
+/* A suite that runs dispatchers, for dl_suite_main. */
+struct dl_suite {
+	const char *name;           /* "check_dispatch": messages, g_tmp's name */
+	const char *prefix;         /* of the run's name (tl_run) */
+	const char *needed;         /* variables besides ONCEGATE_URL, ONCEGATE_DISPATCH,
+	                             * ONCEGATE_CONF, ONCEGATE_CTL, ONCEGATE_PROVIDERS and
+	                             * ONCEGATE_PYTHON, separated by spaces (NULL: none) */
+	Suite *(*suite)(void);
+	/* Before the providers start, once the run is named and g_tmp made
+	 * (NULL: nothing); false stops the suite as failed. */
+	bool (*prepare)(void);
+	/* After the tests (NULL: nothing). */
+	void (*finish)(void);
+	/* The HTTP provider's --stall-seconds (0: its default). */
+	int http_stall_s;
+	/* Also the SMTP sink, recording into g_smtp_record. */
+	bool smtp;
+};
+/* The whole main of such a suite: 77 (skip) without the stack, 99 when one
+ * of the needed variables is missing; else the run named (tl_run), g_suite,
+ * g_tmp and g_procs set, prepare, the providers started (g_http_port,
+ * g_smtp_port), the tests, finish, the providers stopped; then everything
+ * the tests left running killed, the kill switch turned off and g_tmp
+ * removed unless something failed (then kept, and said so). Returns the
+ * exit status. */
+int dl_suite_main(const struct dl_suite *s);
+
+/* A dispatcher of a test: its config, decision log and stderr in g_tmp. */
+struct dl_disp {
+	pid_t pid;
+	char conf[PATH_MAX];
+	char log[PATH_MAX];
+	char err[PATH_MAX];
+};
+/* Names the files (dPID-N.conf, .log, .err in g_tmp) and returns the log's
+ * path, for the config text the caller writes next. */
+const char *dl_disp_files(struct dl_disp *d);
+/* Writes conf_text as d->conf, checks it with -n, starts the dispatcher
+ * with the kill switch's environment half as asked and waits for its
+ * dispatch.started line; fails the test otherwise. */
+void dl_disp_start(struct dl_disp *d, const char *conf_text, enum env_switch env);
+/* SIGTERM, the exit within wait_s (status 0), no sanitizer finding;
+ * returns the seconds from SIGTERM to the exit. */
+double dl_disp_stop(struct dl_disp *d, int wait_s);
+/* Fails the test when the dispatcher's stderr holds an AddressSanitizer,
+ * UBSan or LeakSanitizer report. */
+void dl_disp_check_sanitizers(const struct dl_disp *d);
+
+/* The config text of a dispatcher being written. */
+struct dl_conf {
+	FILE *f;
+	char *text;
+	size_t len;
+};
+/* Opens the config of dispatcher d (its files named as dl_disp_files does)
+ * with the settings the suites share: its own decision log, 2 workers,
+ * batches of 4, 30 s leases, 200 ms polls, a 5 s shutdown, a reconcile each
+ * second and the stack's contracts (each payload is checked again before it
+ * goes). The caller adds settings and targets to c->f. */
+void dl_conf_open(struct dl_conf *c, struct dl_disp *d);
+/* Closes the config and starts d with it (dl_disp_start). */
+void dl_conf_start(struct dl_conf *c, struct dl_disp *d, enum env_switch env);
+
+#endif

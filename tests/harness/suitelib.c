@@ -1,0 +1,47 @@
+/*
+ * suitelib.c — see suitelib.h.
+ */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <check.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "suitelib.h"
+
+int
+tl_suite_run(Suite *s, bool nofork)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	if (nofork)
+		srunner_set_fork_status(sr, CK_NOFORK);
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed;
+}
+
+static int
+rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+int
+tl_suite_run_in(Suite *s, char *scratch)
+{
+	int failed;
+
+	if (mkdtemp(scratch) == NULL) {
+		perror("mkdtemp");
+		srunner_free(srunner_create(s));
+		return -1;
+	}
+	failed = tl_suite_run(s, false);
+	nftw(scratch, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	return failed;
+}

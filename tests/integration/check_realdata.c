@@ -1,0 +1,560 @@
+/*
+ * check_realdata.c — integration suite: the promises that short,
+ * single-tenant test data never tested, with the data of tests/data/corpus.
+ *
+ *   groups     identity headers as SSO proxies send them (oauth2-proxy's
+ *              comma-joined X-Auth-Request-Groups, names with spaces,
+ *              Keycloak group paths, Azure GUIDs): a person may decide for
+ *              group:support exactly when one comma-separated item, trimmed,
+ *              is the whole name "support";
+ *   delivery   two tenants (API clients) use one business key of 200
+ *              characters; each hands in its own long mail (every script,
+ *              200 + 5,000 code points, 100 recipients, the test contract
+ *              mail_list: sent after a one-second window) and its own tag
+ *              (crm_tag: approved by the rules, or by sales when sampled);
+ *              the real dispatcher sends them to loopback providers that
+ *              honour idempotency keys: each tenant's mail and tag arrive
+ *              exactly once, as handed in byte for byte (MIME-decoded), under
+ *              the provider key stored for that tenant's effect and a
+ *              Message-ID of its own, and each effect stores the provider id
+ *              of its own delivery.
+ *
+ * It runs against the stack of ./dev test like check_dispatch (which loads
+ * the test contracts of tests/data/contracts-test beside the shipped ones).
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "canon.h"
+#include "dispatchlib.h"
+#include "testlib.h"
+
+#define APPROVER       "erin@example.com"
+#define REQUESTER      "alice@example.com"
+#define MAIL_FROM      "support@realdata.example.com"
+#define SETTLE_S       60   /* how long the dispatcher may take for the effects */
+#define RATE_RETRIES   8    /* nginx limits approval POSTs: a 429 is waited out */
+
+static const char *g_key_dev;
+static char g_client_b[96];
+static char *g_key_b;
+
+#define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
+
+/* ---- the API ------------------------------------------------------------- */
+
+/* Claims key as bearer, hands in output for contract with effect (both
+ * stolen); the answer of /output in *r. */
+static void
+claim_and_output(const char *bearer, const char *key, const char *contract, json_t *output,
+                 json_t *effect, struct tl_resp *r)
+{
+	json_t *body = json_pack("{s:s, s:{s:s, s:s}, s:i}", "key", key, "payload", "run", tl_run,
+	                         "contract", contract, "lease_seconds", 60);
+	struct tl_claimed cl;
+	char *path;
+
+	tl_claim_body(bearer, body, &cl);
+	json_decref(body);
+	body = json_pack("{s:s, s:I, s:s, s:o, s:o, s:{s:s, s:s, s:s}, s:s, s:s}", "lease_owner",
+	                 cl.owner, "version", (json_int_t)cl.version, "contract", contract, "output", output,
+	                 "effect", effect, "model", "provider", "openai-compatible", "name",
+	                 "qwen2.5-7b-instruct", "revision", "2024-09-19", "source_url",
+	                 "https://crm.example/ticket/48213", "requested_by", REQUESTER);
+	path = tl_run_path(key, "/output");
+	tl_post_json(path, bearer, body, r);
+	json_decref(body);
+	free(path);
+}
+
+/* The raw token of the one approval in an /output answer (malloc'd); its
+ * approval id in id (idsz bytes) when id is not NULL. */
+static char *
+token_of(const struct tl_resp *r, char *id, size_t idsz)
+{
+	const json_t *a = json_array_get(json_object_get(r->json, "approvals"), 0);
+	const char *url = tl_jstr(a, "url");
+	const char *t = url ? strstr(url, "/approve/") : NULL;
+
+	ck_assert_msg(r->status == 202 && t != NULL, "%s: expected 202 with an approval link: %.1000s",
+	              r->what, r->body);
+	if (id != NULL)
+		snprintf(id, idsz, "%s", JSTR(a, "approval_id"));
+	return strdup(t + 9);
+}
+
+/* GET or POST /approve/TOKEN as user in groups (the header as the SSO
+ * proxy sends it); a 429 of nginx's POST limit is waited out. */
+static void
+approval_request(const char *token, const char *user, const char *groups, const char *form,
+                 struct tl_resp *r)
+{
+	char path[128], hu[256], hg[1024], ho[256];
+	const char *h[6];
+	int n = 0, attempt;
+
+	snprintf(path, sizeof(path), "/approve/%s", token);
+	snprintf(hu, sizeof(hu), "X-Dev-User: %s", user);
+	snprintf(hg, sizeof(hg), "X-Dev-Groups: %s", groups);
+	snprintf(ho, sizeof(ho), "Origin: %s", tl_env("ONCEGATE_URL"));
+	h[n++] = hu;
+	h[n++] = hg;
+	if (form != NULL) {
+		h[n++] = ho;
+		h[n++] = "Sec-Fetch-Site: same-origin";
+	}
+	h[n] = NULL;
+	for (attempt = 0;; attempt++) {
+		if (form != NULL)
+			tl_http_hdrs("POST", path, h, "application/x-www-form-urlencoded", form,
+			             strlen(form), r, NULL);
+		else
+			tl_http_hdrs("GET", path, h, NULL, NULL, 0, r, NULL);
+		if (r->status != 429 || attempt >= RATE_RETRIES)
+			return;
+		tl_resp_free(r);
+		tl_sleep_ms(1000);
+	}
+}
+
+/* The value of the page's hidden csrf input (malloc'd), or NULL. */
+static char *
+csrf_value(const char *page)
+{
+	const char *p = strstr(page, "name=\"csrf\""), *v, *e;
+
+	if (p == NULL)
+		return NULL;
+	/* the input element around it */
+	while (p > page && *p != '<')
+		p--;
+	v = strstr(p, "value=\"");
+	if (v == NULL)
+		return NULL;
+	v += 7;
+	e = strchr(v, '"');
+	return e != NULL ? strndup(v, (size_t)(e - v)) : NULL;
+}
+
+/* Opens the page as user in groups and POSTs decision=approve with its
+ * CSRF value; the POST's HTTP status. With approval_id, a page that shows
+ * user no form is allowed: the POST then carries the value a person who
+ * once had the form holds (tl_csrf_for), and *had_form says which. */
+static long
+approve_as(const char *token, const char *approval_id, const char *user, const char *groups,
+           bool *had_form)
+{
+	struct tl_resp r;
+	char *csrf, *form;
+	long st;
+
+	approval_request(token, user, groups, NULL, &r);
+	ASSERT_STATUS(&r, 200);
+	csrf = csrf_value(r.body);
+	tl_resp_free(&r);
+	if (had_form != NULL)
+		*had_form = csrf != NULL;
+	if (csrf == NULL && approval_id != NULL)
+		csrf = tl_csrf_for(approval_id, user);
+	ck_assert_msg(csrf != NULL, "the approval page has no CSRF value for %s in \"%s\"", user,
+	              groups);
+	form = tl_form("decision", "approve", "csrf", csrf, "reason", "realdata", (char *)NULL);
+	approval_request(token, user, groups, form, &r);
+	st = r.status;
+	tl_resp_free(&r);
+	free(form);
+	free(csrf);
+	return st;
+}
+
+static json_t *
+reply(const char *mail_id)
+{
+	return json_pack("{s:s, s:s, s:s, s:f}", "subject", tl_corpus_mail_str(mail_id, "subject"),
+	                 "body", tl_corpus_mail_str(mail_id, "body"), "tone", "formal",
+	                 "confidence", 0.62);
+}
+
+/* ===== groups ==================================================================== */
+
+/* Each group header of the corpus, as the SSO proxy sends it: a person
+ * with it may approve a group:support challenge exactly when the corpus
+ * says so (303), else the POST is refused (403) and the run does not
+ * change. */
+START_TEST(test_group_headers)
+{
+	json_t *doc = tl_corpus_load("groups.json"), *cases = json_object_get(doc, "cases");
+	const json_t *gc = json_array_get(cases, (size_t)_i);
+	const char *header = tl_jstr(gc, "header");
+	bool may = json_is_true(json_object_get(gc, "matches_group_support"));
+	PGconn *c = tl_pg_connect();
+	char key[128], id[64], *token, *before;
+	struct tl_resp r;
+	bool form = false;
+	long st;
+
+	ck_assert_ptr_nonnull(header);
+	snprintf(key, sizeof(key), "%s-groups-%d", tl_run, _i);
+	claim_and_output(g_key_dev, key, "support_reply", reply("ru_reply"),
+	                 json_pack("{s:s, s:s, s:{s:s}}", "type", "email.send", "target", "demo_smtp",
+	                           "payload", "to", "anna.morozova@example.com"), &r);
+	token = token_of(&r, id, sizeof(id));
+	tl_resp_free(&r);
+	before = tl_run_snapshot(c, key);
+	st = approve_as(token, id, APPROVER, header, &form);
+	if (may) {
+		ck_assert_msg(form, "groups \"%s\" (%s) include support: the page shows no form",
+		              header, JSTR(gc, "source"));
+		ck_assert_msg(st == 303, "groups \"%s\" (%s) include support: HTTP %ld, expected 303",
+		              header, JSTR(gc, "source"), st);
+	} else {
+		ck_assert_msg(!form, "groups \"%s\" (%s) do not include the group support, yet the "
+		              "page shows the decision form", header, JSTR(gc, "source"));
+		ck_assert_msg(st == 403, "groups \"%s\" (%s) do not include the group support: "
+		              "HTTP %ld, expected 403", header, JSTR(gc, "source"), st);
+		tl_expect_run_unchanged(c, key, before, "a POST by someone outside group support");
+	}
+	free(before);
+	free(token);
+	json_decref(doc);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== delivery ==================================================================== */
+
+/* The suite's dispatcher: targets demo_http and demo_smtp (the names the
+ * shipped contracts use) at this suite's providers. */
+static pid_t
+dispatcher_start(const char *conf, const char *log, const char *err)
+{
+	char text[PATH_MAX + 2048], *argv[4];
+	pid_t pid;
+	double deadline;
+	char *lines;
+
+	FILE *f;
+
+	/* the dispatcher re-checks each payload against the run's contract:
+	 * it loads the stack's contracts (dl_conf_contracts) */
+	snprintf(text, sizeof(text),
+	         "# check_realdata\nlog_file = %s\nlog_level = info\ndispatch_workers = 2\n"
+	         "dispatch_poll_ms = 200\ndispatch_shutdown_seconds = 5\n",
+	         log);
+	write_file(conf, text);
+	f = fopen(conf, "a");
+	ck_assert_msg(f != NULL, "%s: %s", conf, strerror(errno));
+	dl_conf_contracts(f);
+	fprintf(f,
+	        "\n[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
+	        "lookup_url = http://127.0.0.1:%d/idem/effects/lookup\nidempotency_key = 1\n"
+	        "provider_id_header = X-Provider-Id\ntimeout_ms = 5000\nmax_attempts = 3\n"
+	        "base_ms = 200\ncap_ms = 1000\n\n"
+	        "[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\nmail_from = %s\n"
+	        "timeout_ms = 5000\nmax_attempts = 2\nbase_ms = 200\ncap_ms = 1000\n",
+	        g_http_port, g_http_port, g_smtp_port, MAIL_FROM);
+	ck_assert_int_eq(fclose(f), 0);
+	argv[0] = (char *)(uintptr_t)tl_env("ONCEGATE_DISPATCH");
+	argv[1] = (char *)(uintptr_t)"-c";
+	argv[2] = (char *)(uintptr_t)conf;
+	argv[3] = NULL;
+	pid = spawn(argv, "/dev/null", err, ENV_TRUE);
+	proc_register(pid);
+	deadline = tl_now() + START_WAIT_S;
+	for (;;) {
+		lines = tl_file_slurp(log, NULL);
+		if (lines != NULL && strstr(lines, "\"dispatch.started\"") != NULL)
+			break;
+		free(lines);
+		ck_assert_msg(proc_running(pid) && tl_now() < deadline,
+		              "oncegate-dispatch did not start (config %s, stderr %s)", conf, err);
+		tl_sleep_ms(50);
+	}
+	free(lines);
+	return pid;
+}
+
+/* The SMTP sink's record, MIME-decoded by Python's email package: one JSON
+ * object per mail {rcpt (all), message_id, subject, body}. */
+static json_t *
+mails_decoded(void)
+{
+	static const char script[] =
+	    "import json, sys, email, email.policy\n"
+	    "for line in open(sys.argv[1], encoding='utf-8'):\n"
+	    "    r = json.loads(line)\n"
+	    "    m = email.message_from_string(r['data'], policy=email.policy.default)\n"
+	    "    print(json.dumps({'rcpt': r['rcpt_tos'], 'queue_id': r['queue_id'],\n"
+	    "        'message_id': str(m.get('Message-ID', '')).strip(),\n"
+	    "        'subject': str(m.get('Subject', '')),\n"
+	    "        'body': m.get_content().replace('\\r\\n', '\\n')}))\n";
+	char path[PATH_MAX], cmd[PATH_MAX * 2 + 256], *out, *line, *save = NULL;
+	json_t *list = json_array();
+
+	snprintf(path, sizeof(path), "%s/decode.py", g_tmp);
+	write_file(path, script);
+	snprintf(cmd, sizeof(cmd), "'%s' '%s' '%s'", tl_env("ONCEGATE_PYTHON"), path, g_smtp_record);
+	out = tl_shell_output(cmd);
+	ck_assert_msg(out != NULL, "decoding the SMTP sink's record failed");
+	for (line = strtok_r(out, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+		json_t *m = json_loads(line, 0, NULL);
+
+		ck_assert_msg(m != NULL, "decoder output: %.300s", line);
+		json_array_append_new(list, m);
+	}
+	free(out);
+	return list;
+}
+
+struct delivery {
+	const char *bearer, *client, *mail;
+	char first[128];   /* the first recipient: names the tenant */
+	char contact[128]; /* the tag's contact: names the tenant */
+};
+
+START_TEST(test_two_tenants_one_key)
+{
+	json_t *tenants = tl_corpus_load("tenants.json"), *rc = tl_corpus_load("recipients.json");
+	struct delivery d[2] = {
+		{ .bearer = g_key_dev, .client = "dev", .mail = "mixed_max" },
+		{ .bearer = g_key_b, .client = g_client_b, .mail = "he_max" },
+	};
+	PGconn *c = tl_pg_connect();
+	char prefix[96], conf[PATH_MAX], log[PATH_MAX], err[PATH_MAX];
+	char *key, *tag_key;
+	json_t *mails, *committed;
+	pid_t pid;
+	double deadline;
+	size_t i, j;
+	int st = 0;
+
+	ck_assert_msg(g_key_b != NULL, "no second client: `oncegatectl client add` failed");
+	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_realdata sends to loopback",
+	             "--operator", "check_realdata", (char *)NULL);
+	snprintf(prefix, sizeof(prefix), "%s:", tl_run);
+	key = tl_corpus_key(prefix, json_string_value(json_array_get(
+	                                json_object_get(tenants, "long_keys"), 6)), 200);
+	snprintf(prefix, sizeof(prefix), "%s-tag:", tl_run);
+	tag_key = tl_corpus_key(prefix, json_string_value(json_array_get(
+	                                    json_object_get(tenants, "long_keys"), 1)), 200);
+	ck_assert_uint_eq(tl_utf8_chars(key), 200);
+
+	for (i = 0; i < 2; i++) {
+		json_t *to = json_array();
+		struct tl_resp r;
+		char *token;
+
+		snprintf(d[i].first, sizeof(d[i].first), "customer+%s@realdata.example.com",
+		         i == 0 ? "dev" : "b");
+		snprintf(d[i].contact, sizeof(d[i].contact), "contact-of-%s", d[i].client);
+		json_array_append_new(to, json_string(d[i].first));
+		for (j = 0; j < 99; j++)
+			json_array_append(to, json_array_get(json_object_get(rc, "max"), j));
+		/* the mail to a list: the test contract mail_list (the shipped
+		 * support_reply takes exactly one address); subject and body come
+		 * from the output, and it goes after its one-second window */
+		claim_and_output(d[i].bearer, key, "mail_list",
+		                 json_pack("{s:s, s:s}", "subject",
+		                           tl_corpus_mail_str(d[i].mail, "subject"), "body",
+		                           tl_corpus_mail_str(d[i].mail, "body")),
+		                 json_pack("{s:s, s:s, s:{s:o}}", "type", "email.send", "target",
+		                           "demo_smtp", "payload", "to", to), &r);
+		ck_assert_msg(r.status == 202 && strcmp(JSTR(r.json, "outcome"), "approved") == 0,
+		              "%s's mail_list output: HTTP %ld %.1000s", d[i].client, r.status,
+		              r.body);
+		tl_resp_free(&r);
+		/* the tag: approved by the rules, or by sales when sampled; the
+		 * payload names only the contact, the tag comes from the output */
+		claim_and_output(d[i].bearer, tag_key, "crm_tag",
+		                 json_pack("{s:s, s:f, s:s}", "tag", "lead", "confidence", 0.97, "reason",
+		                           tl_corpus_mail_str("zh_short", "body")),
+		                 json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target",
+		                           "demo_http", "payload", "contact_id", d[i].contact),
+		                 &r);
+		ck_assert_msg(r.status == 202, "crm_tag output: HTTP %ld %.500s", r.status, r.body);
+		if (strcmp(JSTR(r.json, "outcome"), "awaiting_human") == 0) {
+			token = token_of(&r, NULL, 0);
+			ck_assert_int_eq(approve_as(token, NULL, APPROVER, "sales", NULL), 303);
+			free(token);
+		}
+		tl_resp_free(&r);
+	}
+
+	snprintf(conf, sizeof(conf), "%s/dispatch.conf", g_tmp);
+	snprintf(log, sizeof(log), "%s/dispatch.log", g_tmp);
+	snprintf(err, sizeof(err), "%s/dispatch.err", g_tmp);
+	pid = dispatcher_start(conf, log, err);
+	{
+		const char *p[2] = { key, tag_key };
+
+		deadline = tl_now() + SETTLE_S;
+		while (tl_pg_count(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key IN "
+		                      "($1, $2) AND state IN ('pending', 'sending')", 2, p) > 0 &&
+		       tl_now() < deadline)
+			tl_sleep_ms(200);
+	}
+	kill(pid, SIGTERM);
+	ck_assert_msg(wait_exit(pid, 20, &st), "the dispatcher did not stop");
+
+	mails = mails_decoded();
+	committed = prov_call("GET", "/_committed");
+	for (i = 0; i < 2; i++) {
+		const char *p[3] = { d[i].client, key, tag_key };
+		char *mail_state = tl_pg_value(c, "SELECT e.state || ' ' || coalesce(e.provider_id, '')"
+		                                  " FROM effect_outbox e JOIN api_clients a ON"
+		                                  " a.id = e.client_id WHERE a.name = $1 AND"
+		                                  " e.idempotency_key = $2", 2, p);
+		const char *pt[2] = { d[i].client, tag_key };
+		char *tag_state = tl_pg_value(c, "SELECT e.state || ' ' || coalesce(e.provider_id, '')"
+		                                 " FROM effect_outbox e JOIN api_clients a ON"
+		                                 " a.id = e.client_id WHERE a.name = $1 AND"
+		                                 " e.idempotency_key = $2", 2, pt);
+		json_t *m, *got = NULL, *cm, *got_tag = NULL;
+		size_t n = 0, nt = 0;
+		char want[160];
+
+		/* the mail: once, to this tenant's recipients, as approved */
+		json_array_foreach(mails, j, m) {
+			if (strcmp(json_string_value(json_array_get(json_object_get(m, "rcpt"), 0)) ?: "",
+			           d[i].first) == 0) {
+				got = m;
+				n++;
+			}
+		}
+		ck_assert_msg(n == 1, "%s's mail arrived %zu times (effect: %s)", d[i].client, n,
+		              mail_state ? mail_state : "(no row)");
+		ck_assert_uint_eq(json_array_size(json_object_get(got, "rcpt")), 100);
+		ck_assert_msg(strcmp(JSTR(got, "subject"), tl_corpus_mail_str(d[i].mail, "subject")) == 0,
+		              "%s's mail: the subject is not the approved one: %s", d[i].client,
+		              JSTR(got, "subject"));
+		ck_assert_msg(strcmp(JSTR(got, "body"), tl_corpus_mail_str(d[i].mail, "body")) == 0,
+		              "%s's mail: the body is not the approved one (%zu bytes, want %zu)",
+		              d[i].client, strlen(JSTR(got, "body")),
+		              strlen(tl_corpus_mail_str(d[i].mail, "body")));
+		snprintf(want, sizeof(want), "completed %s", JSTR(got, "queue_id"));
+		ck_assert_msg(mail_state != NULL && strcmp(mail_state, want) == 0,
+		              "%s's mail effect is \"%s\", want \"%s\" (its own delivery)", d[i].client,
+		              mail_state ? mail_state : "(no row)", want);
+		/* the tag: committed once, under this tenant's effect */
+		json_array_foreach(committed, j, cm) {
+			json_t *b = json_loads(JSTR(cm, "body"), 0, NULL);
+
+			if (b != NULL && strcmp(JSTR(b, "contact_id"), d[i].contact) == 0) {
+				ck_assert_msg(strcmp(JSTR(b, "tag"), "lead") == 0,
+				              "%s's tag arrived as %s", d[i].client, JSTR(cm, "body"));
+				got_tag = cm;
+				nt++;
+			}
+			json_decref(b);
+		}
+		ck_assert_msg(nt == 1, "%s's tag was committed %zu times at the provider (effect: %s)",
+		              d[i].client, nt, tag_state ? tag_state : "(no row)");
+		snprintf(want, sizeof(want), "completed %s", JSTR(got_tag, "id"));
+		ck_assert_msg(tag_state != NULL && strcmp(tag_state, want) == 0,
+		              "%s's tag effect is \"%s\", want \"%s\" (its own delivery)", d[i].client,
+		              tag_state ? tag_state : "(no row)", want);
+		/* ... under the provider key stored for this tenant's effect */
+		{
+			char *pkey = tl_pg_value(c, "SELECT e.provider_key FROM effect_outbox e JOIN"
+			                            " api_clients a ON a.id = e.client_id WHERE"
+			                            " a.name = $1 AND e.idempotency_key = $2", 2, pt);
+
+			ck_assert_msg(pkey != NULL && strcmp(pkey, JSTR(got_tag, "idempotency_key")) == 0,
+			              "%s's tag arrived under the key %s, its effect stores %s",
+			              d[i].client, JSTR(got_tag, "idempotency_key"), pkey ? pkey : "(none)");
+			free(pkey);
+		}
+		free(mail_state);
+		free(tag_state);
+	}
+	/* neither a Message-ID nor a provider key is shared by the tenants */
+	ck_assert_msg(strcmp(JSTR(json_array_get(mails, 0), "message_id"),
+	                     JSTR(json_array_get(mails, 1), "message_id")) != 0,
+	              "two tenants' mails share the Message-ID %s",
+	              JSTR(json_array_get(mails, 0), "message_id"));
+	{
+		const char *p[2] = { key, tag_key };
+
+		ck_assert_int_eq(tl_pg_count(c, "SELECT count(DISTINCT provider_key) FROM effect_outbox"
+		                             " WHERE idempotency_key IN ($1, $2)", 2, p), 4);
+	}
+	json_decref(mails);
+	json_decref(committed);
+	json_decref(tenants);
+	json_decref(rc);
+	free(key);
+	free(tag_key);
+	PQfinish(c);
+}
+END_TEST
+
+/* ---- the suite ------------------------------------------------------------------- */
+
+static Suite *
+realdata_suite(void)
+{
+	Suite *s = suite_create("realdata");
+	json_t *groups = NULL;
+	json_error_t e;
+	char path[PATH_MAX];
+	TCase *tc;
+
+	snprintf(path, sizeof(path), "%s/tests/data/corpus/groups.json",
+	         tl_env("srcdir") ? tl_env("srcdir") : ".");
+	groups = json_load_file(path, 0, &e);
+
+	tc = tcase_create("groups");
+	tcase_set_timeout(tc, 60);
+	/* an unreadable corpus still runs one case, which then fails saying why */
+	tcase_add_loop_test(tc, test_group_headers, 0,
+	                    groups != NULL ? (int)json_array_size(json_object_get(groups, "cases"))
+	                                   : 1);
+	suite_add_tcase(s, tc);
+
+	tc = dl_tcase(s, "delivery", SETTLE_S + 60);
+	tcase_add_test(tc, test_two_tenants_one_key);
+	json_decref(groups);
+	return s;
+}
+
+/* The second tenant. No Check here. */
+static bool
+suite_prepare(void)
+{
+	g_key_dev = tl_env("ONCEGATE_API_KEY");
+	snprintf(g_client_b, sizeof(g_client_b), "%s-b", tl_run);
+	g_key_b = tl_client_add(g_client_b);
+	return true;
+}
+
+static void
+suite_finish(void)
+{
+	free(g_key_b);
+}
+
+int
+main(void)
+{
+	static const struct dl_suite s = {
+		.name = "check_realdata", .prefix = "rd", .needed = "ONCEGATE_API_KEY",
+		.suite = realdata_suite, .prepare = suite_prepare, .finish = suite_finish,
+		.smtp = true,
+	};
+
+	return dl_suite_main(&s);
+}
