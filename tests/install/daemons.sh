@@ -71,8 +71,11 @@ wait_for 5 "the notification sockets" test -S "$TMP/notify-dispatch.sock" -a -S 
 
 # --- socket activation behind nginx ------------------------------------------------------
 SOCK=$TMP/fcgi.sock
+# It passes the program only the variables -E names; it execs the program
+# at the first connection.
 NOTIFY_SOCKET=$TMP/notify-fcgi.sock WATCHDOG_USEC=1000000 \
-	systemd-socket-activate -l "$SOCK" "$FCGI" -c "$CONF" 2>"$TMP/fcgi.stderr" &
+	systemd-socket-activate -l "$SOCK" -E NOTIFY_SOCKET -E WATCHDOG_USEC -E ASAN_OPTIONS \
+	-E UBSAN_OPTIONS -E LSAN_OPTIONS "$FCGI" -c "$CONF" 2>"$TMP/fcgi.stderr" &
 ACT_PID=$!
 wait_for 10 "the activated socket" test -S "$SOCK" || die "systemd-socket-activate made no socket"
 chgrp www-data "$SOCK" && chmod 0660 "$SOCK"
@@ -91,7 +94,7 @@ wait_for 5 "READY=1 from oncegate-fcgi" grep -q '^READY=1' "$TMP/notify-fcgi.log
 	die "oncegate-fcgi sent no READY=1: $(cat "$TMP/notify-fcgi.log")"
 wait_for 5 "WATCHDOG=1 from oncegate-fcgi" grep -q '^WATCHDOG=1' "$TMP/notify-fcgi.log" ||
 	die "oncegate-fcgi sent no WATCHDOG=1 within 5 s of WATCHDOG_USEC=1000000"
-FCGI_PID=$(pgrep -P "$ACT_PID" -f oncegate-fcgi || echo "$ACT_PID")
+FCGI_PID=$ACT_PID # systemd-socket-activate execs it
 
 # --- the dispatcher beside it ----------------------------------------------------------------
 # AI_ACTIONS_ENABLED unset: it sends nothing, whatever it finds.
