@@ -715,6 +715,31 @@ START_TEST(test_inbox_lists_what_one_may_decide)
 	              "crm_tag_sampled: %.500s", r.body);
 	tok[nt++] = token_of(&r, 0, NULL, 0);
 	tl_resp_free(&r);
+	/* its card shows the request as the HTTP provider sends it */
+	{
+		char path[128], *conf = tl_file_slurp(tl_env("ONCEGATE_CONF"), NULL), *u, *req, *rb;
+		struct doc d;
+
+		snprintf(path, sizeof(path), "/approve/%s", tok[nt - 1]);
+		doc_get(path, "sofia@example.com", "sales", &d);
+		ASSERT_STATUS(&d.r, 200);
+		ck_assert_uint_eq(doc_count(&d, "//div[@class='mail']"), 0);
+		req = doc_text1(&d, "//div[@class='http']//dt[.='Request']/following-sibling::dd[1]");
+		rb = doc_text1(&d, "//div[@class='http']//pre");
+		u = conf != NULL ? strstr(conf, "[target demo_http]") : NULL;
+		u = u != NULL ? strstr(u, "url = ") : NULL;
+		ck_assert_ptr_nonnull(u);
+		u += 6;
+		u[strcspn(u, "\r\n")] = '\0';
+		ck_assert_msg(strncmp(req, "POST ", 5) == 0 && strcmp(req + 5, u) == 0,
+		              "the card's request is \"%s\", want \"POST %s\"", req, u);
+		ck_assert_msg(strstr(rb, "\"contact_id\": \"c-4821\"") && strstr(rb, "\"tag\": \"lead\""),
+		              "the card's request body: %s", rb);
+		free(req);
+		free(rb);
+		free(conf);
+		doc_free(&d);
+	}
 	/* two tenants, one business key: two entries, told apart by client */
 	mail_run(g_key_dev, k_shared, "ru_reply", ten_recipients("a@inbox.example.com"), REQUESTER,
 	         &r);
