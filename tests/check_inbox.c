@@ -861,6 +861,41 @@ START_TEST(test_empty_inbox)
 }
 END_TEST
 
+/* What a model drafted is text in the inbox, never markup. */
+START_TEST(test_inbox_shows_text_not_markup)
+{
+	char key[160], subject[256], *body = NULL;
+	struct tl_resp r;
+	struct doc d;
+	json_t *all, *got;
+
+	snprintf(key, sizeof(key), "%s-markup:<b>заказ</b>", g_run);
+	snprintf(subject, sizeof(subject),
+	         "<script>alert(1)</script><img src=x onerror=alert(2)> Заказ 訂單 طلب 🙏🏽");
+	claim_and_output(g_key_dev, key, CONTRACT,
+	                 json_pack("{s:s, s:s}", "subject", subject, "body",
+	                           tl_corpus_mail_str("he_short", "body")),
+	                 json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target",
+	                           "demo_smtp", "payload", "to", "markup@inbox.example.com"),
+	                 REQUESTER, &r);
+	ck_assert_msg(r.status == 202, "%.500s", r.body);
+	tl_resp_free(&r);
+	all = inbox_of(PERSON, PERSON_GROUPS, &body);
+	got = mine(all, key);
+	ck_assert_uint_eq(json_array_size(got), 1);
+	ck_assert_msg(strstr(JSTR(json_array_get(got, 0), "text"), subject) != NULL,
+	              "the entry does not show the subject as text: %s",
+	              JSTR(json_array_get(got, 0), "text"));
+	ck_assert_str_eq(JSTR(json_array_get(got, 0), "key"), key);
+	json_decref(got);
+	json_decref(all);
+	free(body);
+	doc_get("/approve/", PERSON, PERSON_GROUPS, &d);
+	ck_assert_uint_eq(doc_count(&d, "//script | //img | //b | //@onerror"), 0);
+	doc_free(&d);
+}
+END_TEST
+
 /* ---- may not decide ------------------------------------------------------------- */
 
 START_TEST(test_may_not_decide)
@@ -1047,6 +1082,7 @@ inbox_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_inbox_lists_what_one_may_decide);
 	tcase_add_test(tc, test_empty_inbox);
+	tcase_add_test(tc, test_inbox_shows_text_not_markup);
 	tcase_add_test(tc, test_may_not_decide);
 	tcase_add_test(tc, test_card_by_id_decides_once);
 	suite_add_tcase(s, tc);
