@@ -108,7 +108,7 @@ effect_outcome(struct api_call *c, const struct gate_approval *a, const char **s
                const char **status)
 {
 	json_t *list = NULL, *e, *found = NULL;
-	const char *st, *not_before;
+	const char *st;
 	size_t i;
 
 	*state = "unknown";
@@ -135,7 +135,6 @@ effect_outcome(struct api_call *c, const struct gate_approval *a, const char **s
 		}
 	}
 	st = json_string_value(json_object_get(found, "status"));
-	not_before = json_string_value(json_object_get(found, "not_before"));
 	if (st == NULL) {
 		*state = "not queued";
 		*status = "No action was queued for this decision.";
@@ -155,10 +154,8 @@ effect_outcome(struct api_call *c, const struct gate_approval *a, const char **s
 			          "own. Nobody needs to resend it.";
 		} else {
 			*state = "queued";
-			*status = not_before != NULL
-			              ? "It is queued and the dispatcher sends it once, not before the "
-			                "time its cancellation window allows."
-			              : "It is queued; the dispatcher sends it once, shortly.";
+			*status = "It is queued; the dispatcher sends it once, shortly (after its "
+			          "cancellation window, when it has one).";
 		}
 		PQclear(res);
 	} else if (strcmp(st, "sending") == 0) {
