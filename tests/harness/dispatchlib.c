@@ -760,3 +760,151 @@ dl_disp_stop(struct dl_disp *d, int wait_s)
 	}
 	return took;
 }
+
+/* ---- runs, approval pages and mails ------------------------------------------ */
+
+const char *dl_key_dev;
+char dl_client_b[96];
+char *dl_key_b;
+
+bool
+dl_tenants_prepare(void)
+{
+	dl_key_dev = tl_env("ONCEGATE_API_KEY");
+	snprintf(dl_client_b, sizeof(dl_client_b), "%s-b", tl_run);
+	dl_key_b = tl_client_add(dl_client_b);
+	return true;
+}
+
+void
+dl_tenants_finish(void)
+{
+	free(dl_key_b);
+	dl_key_b = NULL;
+}
+
+void
+dl_claim_and_output(const char *bearer, const char *key, const char *contract, json_t *output,
+                    json_t *effect, const char *requested_by, struct tl_resp *r)
+{
+	json_t *body = json_pack("{s:s, s:{s:s, s:s}, s:i}", "key", key, "payload", "run", tl_run,
+	                         "contract", contract, "lease_seconds", 60);
+	struct tl_claimed cl;
+	char *path;
+
+	tl_claim_body(bearer, body, &cl);
+	json_decref(body);
+	body = json_pack("{s:s, s:I, s:s, s:o, s:o, s:{s:s, s:s, s:s}, s:s, s:s}", "lease_owner",
+	                 cl.owner, "version", (json_int_t)cl.version, "contract", contract, "output",
+	                 output, "effect", effect, "model", "provider", "openai-compatible", "name",
+	                 "qwen2.5-7b-instruct", "revision", "2024-09-19", "source_url",
+	                 "https://crm.example/ticket/48213", "requested_by", requested_by);
+	path = tl_run_path(key, "/output");
+	tl_post_json(path, bearer, body, r);
+	json_decref(body);
+	free(path);
+}
+
+char *
+dl_token_of(const struct tl_resp *r, size_t i, char *id, size_t idsz)
+{
+	const json_t *a = json_array_get(json_object_get(r->json, "approvals"), i);
+	const char *url = tl_jstr(a, "url");
+	const char *t = url != NULL ? strstr(url, "/approve/") : NULL;
+
+	ck_assert_msg(r->status == 202 && t != NULL,
+	              "%s: expected 202 with approval link %zu: HTTP %ld %.1000s", r->what, i,
+	              r->status, r->body);
+	if (id != NULL)
+		snprintf(id, idsz, "%s", tl_jstr(a, "approval_id") ? tl_jstr(a, "approval_id") : "");
+	return strdup(t + 9);
+}
+
+void
+dl_page_request(const char *path, const char *user, const char *groups, const char *form,
+                const char *origin, struct tl_resp *r, char **hdrs)
+{
+	char hu[256], hg[1024], ho[256];
+	const char *h[6];
+	int n = 0, attempt;
+
+	if (user != NULL) {
+		snprintf(hu, sizeof(hu), "X-Dev-User: %s", user);
+		h[n++] = hu;
+	}
+	if (groups != NULL) {
+		snprintf(hg, sizeof(hg), "X-Dev-Groups: %s", groups);
+		h[n++] = hg;
+	}
+	if (form != NULL) {
+		snprintf(ho, sizeof(ho), "Origin: %s", origin ? origin : tl_env("ONCEGATE_URL"));
+		h[n++] = ho;
+		if (origin == NULL)
+			h[n++] = "Sec-Fetch-Site: same-origin";
+	}
+	h[n] = NULL;
+	for (attempt = 0;; attempt++) {
+		if (hdrs != NULL)
+			*hdrs = NULL;
+		if (form != NULL)
+			tl_http_hdrs("POST", path, h, "application/x-www-form-urlencoded", form,
+			             strlen(form), r, hdrs);
+		else
+			tl_http_hdrs("GET", path, h, NULL, NULL, 0, r, hdrs);
+		if (r->status != 429 || attempt >= DL_RATE_RETRIES)
+			return;
+		tl_resp_free(r);
+		if (hdrs != NULL)
+			free(*hdrs);
+		tl_sleep_ms(1000);
+	}
+}
+
+void
+dl_disp_start_demo(struct dl_disp *d, const char *mail_from)
+{
+	struct dl_conf c;
+
+	dl_conf_open(&c, d);
+	fprintf(c.f,
+	        "\n[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
+	        "lookup_url = http://127.0.0.1:%d/idem/effects/lookup\nidempotency_key = 1\n"
+	        "provider_id_header = X-Provider-Id\ntimeout_ms = 5000\nmax_attempts = 3\n"
+	        "base_ms = 200\ncap_ms = 1000\n\n"
+	        "[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\nmail_from = %s\n"
+	        "timeout_ms = 5000\nmax_attempts = 2\nbase_ms = 200\ncap_ms = 1000\n",
+	        g_http_port, g_http_port, g_smtp_port, mail_from);
+	dl_conf_start(&c, d, ENV_TRUE);
+}
+
+json_t *
+dl_mails_received(void)
+{
+	static const char script[] =
+	    "import json, sys, email, email.policy, email.utils\n"
+	    "for line in open(sys.argv[1], encoding='utf-8'):\n"
+	    "    r = json.loads(line)\n"
+	    "    m = email.message_from_string(r['data'], policy=email.policy.default)\n"
+	    "    print(json.dumps({'rcpt': r['rcpt_tos'], 'queue_id': r['queue_id'],\n"
+	    "        'message_id': str(m.get('Message-ID', '')).strip(),\n"
+	    "        'from': [a for _, a in email.utils.getaddresses([str(m['From'])])],\n"
+	    "        'to': [a for _, a in email.utils.getaddresses([str(m['To'])])],\n"
+	    "        'subject': str(m.get('Subject', '')),\n"
+	    "        'body': m.get_content().replace('\\r\\n', '\\n')}))\n";
+	char path[PATH_MAX], cmd[PATH_MAX * 2 + 256], *out, *line, *save = NULL;
+	json_t *list = json_array();
+
+	snprintf(path, sizeof(path), "%s/decode.py", g_tmp);
+	write_file(path, script);
+	snprintf(cmd, sizeof(cmd), "'%s' '%s' '%s'", tl_env("ONCEGATE_PYTHON"), path, g_smtp_record);
+	out = tl_shell_output(cmd);
+	ck_assert_msg(out != NULL, "decoding the SMTP sink's record failed");
+	for (line = strtok_r(out, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+		json_t *m = json_loads(line, 0, NULL);
+
+		ck_assert_msg(m != NULL, "decoder output: %.300s", line);
+		json_array_append_new(list, m);
+	}
+	free(out);
+	return list;
+}

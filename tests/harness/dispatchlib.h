@@ -1,7 +1,8 @@
 /*
  * dispatchlib.h — shared by the suites that run oncegate-dispatch
- * (check_dispatch, check_ops): child processes, the loopback providers, the
- * HTTP provider's record. Each suite sets g_suite, g_tmp and g_procs before
+ * (check_dispatch, check_ops, check_realdata, check_inbox, ...): child
+ * processes, the loopback providers, the HTTP provider's record and the
+ * SMTP sink's mails, runs handed in and approval pages requested. Each suite sets g_suite, g_tmp and g_procs before
  * it starts anything, and g_http_port once its HTTP provider is up.
  */
 #ifndef OG_DISPATCHLIB_H
@@ -180,5 +181,51 @@ struct dl_conf {
 void dl_conf_open(struct dl_conf *c, struct dl_disp *d);
 /* Closes the config and starts d with it (dl_disp_start). */
 void dl_conf_start(struct dl_conf *c, struct dl_disp *d, enum env_switch env);
+
+/* ---- runs, approval pages and mails (check_inbox, check_realdata) ------- */
+
+struct tl_resp;
+
+#define DL_RATE_RETRIES 8 /* nginx limits approval POSTs: a 429 is waited out */
+
+/* Two API clients (tenants) sharing business keys: the stack's "dev"
+ * (ONCEGATE_API_KEY) and RUN-b, which dl_tenants_prepare (a struct dl_suite
+ * prepare) adds with `oncegatectl client add` (dl_key_b NULL when that
+ * failed: the tests that need it say so) and dl_tenants_finish forgets. */
+extern const char *dl_key_dev;
+extern char dl_client_b[96];
+extern char *dl_key_b;
+bool dl_tenants_prepare(void);
+void dl_tenants_finish(void);
+
+/* Claims key as bearer (the payload names the run and contract) and hands
+ * in output for contract with effect (both stolen), requested by
+ * requested_by; the /output answer in *r. */
+void dl_claim_and_output(const char *bearer, const char *key, const char *contract,
+                         json_t *output, json_t *effect, const char *requested_by,
+                         struct tl_resp *r);
+/* Approval i of an /output answer, which must be a 202 with that approval's
+ * link: its raw token (malloc'd); its approval id in id (idsz bytes) when
+ * id is not NULL. */
+char *dl_token_of(const struct tl_resp *r, size_t i, char *id, size_t idsz);
+/* GET (form NULL) or POST of form to path as user in groups (as the SSO
+ * proxy's headers; NULL: that header not sent). A POST comes from origin,
+ * or (NULL) from our own origin with Sec-Fetch-Site: same-origin. The
+ * answer's headers in *hdrs when hdrs is not NULL. A 429 of nginx's POST
+ * limit is waited out (DL_RATE_RETRIES times, a second each). */
+void dl_page_request(const char *path, const char *user, const char *groups, const char *form,
+                     const char *origin, struct tl_resp *r, char **hdrs);
+
+/* Starts dispatcher d with dl_conf_open's settings and the targets
+ * demo_http and demo_smtp (the names the shipped and test contracts use)
+ * pointed at the suite's HTTP provider (g_http_port) and SMTP sink
+ * (g_smtp_port), mails from mail_from; the kill switch's environment half
+ * on (dl_conf_start). */
+void dl_disp_start_demo(struct dl_disp *d, const char *mail_from);
+/* What the SMTP sink received (g_smtp_record), MIME-decoded by Python's
+ * email package: one object per mail {rcpt (RCPT TO), queue_id, message_id,
+ * from and to (the addresses of those headers), subject, body (line ends
+ * as the text's own)}. */
+json_t *dl_mails_received(void);
 
 #endif

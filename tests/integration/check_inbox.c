@@ -28,15 +28,10 @@
  *               outbox row), and the emailed link then shows the decision.
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <limits.h>
-#include <signal.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include <check.h>
 #include <jansson.h>
@@ -54,61 +49,22 @@
 #define PERSON_GROUPS "sales team,customer support,служба поддержки"
 #define REQUESTER     "n8n:support-inbox"
 #define SETTLE_S      60
-#define RATE_RETRIES  8
-
-static char g_run[64];
-static const char *g_key_dev;
-static char g_client_b[96];
-static char *g_key_b;
-static char g_smtp_record[PATH_MAX];
-static int g_smtp_port;
-static pid_t g_http_pid = -1, g_smtp_pid = -1;
 
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
 
 /* ---- the API --------------------------------------------------------------- */
-
-/* Claims key as bearer and hands in a mail for CONTRACT (or contract);
- * output and effect are stolen; the /output answer in *r. */
-static void
-claim_and_output(const char *bearer, const char *key, const char *contract, json_t *output,
-                 json_t *effect, const char *requested_by, struct tl_resp *r)
-{
-	json_t *body = json_pack("{s:s, s:{s:s}, s:i}", "key", key, "payload", "run", g_run,
-	                         "lease_seconds", 60);
-	char owner[64], *path;
-	long long version = 0;
-	struct tl_resp c;
-
-	tl_post_json("/v1/runs", bearer, body, &c);
-	json_decref(body);
-	ASSERT_STATUS(&c, 201);
-	ck_assert_msg(tl_jstr(c.json, "lease_owner") && tl_jint(c.json, "version", &version),
-	              "claim answer: %s", c.body);
-	snprintf(owner, sizeof(owner), "%s", tl_jstr(c.json, "lease_owner"));
-	tl_resp_free(&c);
-	body = json_pack("{s:s, s:I, s:s, s:o, s:o, s:{s:s, s:s, s:s}, s:s, s:s}", "lease_owner",
-	                 owner, "version", (json_int_t)version, "contract", contract, "output", output,
-	                 "effect", effect, "model", "provider", "openai-compatible", "name",
-	                 "qwen2.5-7b-instruct", "revision", "2024-09-19", "source_url",
-	                 "https://crm.example/ticket/48213", "requested_by", requested_by);
-	path = tl_run_path(key, "/output");
-	tl_post_json(path, bearer, body, r);
-	json_decref(body);
-	free(path);
-}
 
 /* The corpus mail mail_id to the recipients `to` (stolen), for CONTRACT. */
 static void
 mail_run(const char *bearer, const char *key, const char *mail_id, json_t *to,
          const char *requested_by, struct tl_resp *r)
 {
-	claim_and_output(bearer, key, CONTRACT,
-	                 json_pack("{s:s, s:s}", "subject", tl_corpus_mail_str(mail_id, "subject"),
-	                           "body", tl_corpus_mail_str(mail_id, "body")),
-	                 json_pack("{s:s, s:s, s:{s:o}}", "type", "email.send", "target",
-	                           "demo_smtp", "payload", "to", to),
-	                 requested_by, r);
+	dl_claim_and_output(bearer, key, CONTRACT,
+			    json_pack("{s:s, s:s}", "subject", tl_corpus_mail_str(mail_id, "subject"),
+				      "body", tl_corpus_mail_str(mail_id, "body")),
+			    json_pack("{s:s, s:s, s:{s:o}}", "type", "email.send", "target",
+				      "demo_smtp", "payload", "to", to),
+			    requested_by, r);
 	ck_assert_msg(r->status == 202 && strcmp(JSTR(r->json, "outcome"), "awaiting_human") == 0,
 	              "%s output: HTTP %ld %.1000s", CONTRACT, r->status, r->body);
 }
@@ -127,64 +83,7 @@ ten_recipients(const char *first)
 	return to;
 }
 
-/* Approval i of an /output answer: its raw token (malloc'd) and its id. */
-static char *
-token_of(const struct tl_resp *r, size_t i, char *id, size_t idsz)
-{
-	const json_t *a = json_array_get(json_object_get(r->json, "approvals"), i);
-	const char *url = tl_jstr(a, "url");
-	const char *t = url ? strstr(url, "/approve/") : NULL;
-
-	ck_assert_msg(t != NULL, "%s: no approval link %zu: %.1000s", r->what, i, r->body);
-	if (id != NULL)
-		snprintf(id, idsz, "%s", JSTR(a, "approval_id"));
-	return strdup(t + 9);
-}
-
 /* ---- the pages --------------------------------------------------------------- */
-
-/* GET (form NULL) or POST of path as user in groups (NULL: header not
- * sent), from our own origin; the answer's headers in *hdrs when not NULL.
- * A 429 of nginx's POST limit is waited out. */
-static void
-page_request(const char *path, const char *user, const char *groups, const char *form,
-             const char *origin, struct tl_resp *r, char **hdrs)
-{
-	char hu[256], hg[1024], ho[256];
-	const char *h[6];
-	int n = 0, attempt;
-
-	if (user != NULL) {
-		snprintf(hu, sizeof(hu), "X-Dev-User: %s", user);
-		h[n++] = hu;
-	}
-	if (groups != NULL) {
-		snprintf(hg, sizeof(hg), "X-Dev-Groups: %s", groups);
-		h[n++] = hg;
-	}
-	if (form != NULL) {
-		snprintf(ho, sizeof(ho), "Origin: %s", origin ? origin : tl_env("ONCEGATE_URL"));
-		h[n++] = ho;
-		if (origin == NULL)
-			h[n++] = "Sec-Fetch-Site: same-origin";
-	}
-	h[n] = NULL;
-	for (attempt = 0;; attempt++) {
-		if (hdrs != NULL)
-			*hdrs = NULL;
-		if (form != NULL)
-			tl_http_hdrs("POST", path, h, "application/x-www-form-urlencoded", form,
-			             strlen(form), r, hdrs);
-		else
-			tl_http_hdrs("GET", path, h, NULL, NULL, 0, r, hdrs);
-		if (r->status != 429 || attempt >= RATE_RETRIES)
-			return;
-		tl_resp_free(r);
-		if (hdrs != NULL)
-			free(*hdrs);
-		tl_sleep_ms(1000);
-	}
-}
 
 /* A page as a browser's HTML parser reads it. */
 struct doc {
@@ -197,7 +96,7 @@ static void
 doc_get(const char *path, const char *user, const char *groups, struct doc *d)
 {
 	memset(d, 0, sizeof(*d));
-	page_request(path, user, groups, NULL, NULL, &d->r, NULL);
+	dl_page_request(path, user, groups, NULL, NULL, &d->r, NULL);
 	ck_assert_msg(strncasecmp(d->r.content_type, "text/html", 9) == 0,
 	              "%s: not a page (%s, HTTP %ld): %.500s", d->r.what, d->r.content_type,
 	              d->r.status, d->r.body);
@@ -298,7 +197,7 @@ decide_at(const char *path, const char *user, const char *groups, const char *de
 	doc_free(&d);
 	form = tl_form("decision", decision, "csrf", csrf, "reason",
 	               "Проверено: отправляем 👍", (char *)NULL);
-	page_request(path, user, groups, form, NULL, &r, &hdrs);
+	dl_page_request(path, user, groups, form, NULL, &r, &hdrs);
 	st = r.status;
 	loc = hdrs != NULL ? tl_header_get(hdrs, "Location") : NULL;
 	if (location != NULL)
@@ -311,7 +210,7 @@ decide_at(const char *path, const char *user, const char *groups, const char *de
 	return st;
 }
 
-/* ---- the dispatcher and the SMTP sink --------------------------------------- */
+/* ---- the dispatcher ---------------------------------------------------------- */
 
 /* The stack's From address of demo_smtp (what the card shows). */
 static char *
@@ -330,88 +229,6 @@ stack_mail_from(void)
 	free(conf);
 	ck_assert_msg(v != NULL, "no mail_from of demo_smtp in the stack's config");
 	return v;
-}
-
-static pid_t
-dispatcher_start(const char *mail_from)
-{
-	char conf[PATH_MAX], log[PATH_MAX], err[PATH_MAX], text[PATH_MAX + 2048], *argv[4], *lines;
-	double deadline;
-	pid_t pid;
-	FILE *f;
-
-	snprintf(conf, sizeof(conf), "%s/dispatch.conf", g_tmp);
-	snprintf(log, sizeof(log), "%s/dispatch.log", g_tmp);
-	snprintf(err, sizeof(err), "%s/dispatch.err", g_tmp);
-	snprintf(text, sizeof(text),
-	         "# check_inbox\nlog_file = %s\nlog_level = info\ndispatch_workers = 2\n"
-	         "dispatch_poll_ms = 200\ndispatch_shutdown_seconds = 5\n",
-	         log);
-	write_file(conf, text);
-	f = fopen(conf, "a");
-	ck_assert_msg(f != NULL, "%s: %s", conf, strerror(errno));
-	dl_conf_contracts(f);
-	fprintf(f,
-	        "\n[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
-	        "lookup_url = http://127.0.0.1:%d/idem/effects/lookup\nidempotency_key = 1\n"
-	        "provider_id_header = X-Provider-Id\ntimeout_ms = 5000\nmax_attempts = 3\n"
-	        "base_ms = 200\ncap_ms = 1000\n\n"
-	        "[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\nmail_from = %s\n"
-	        "timeout_ms = 5000\nmax_attempts = 2\nbase_ms = 200\ncap_ms = 1000\n",
-	        g_http_port, g_http_port, g_smtp_port, mail_from);
-	ck_assert_int_eq(fclose(f), 0);
-	argv[0] = (char *)(uintptr_t)tl_env("ONCEGATE_DISPATCH");
-	argv[1] = (char *)(uintptr_t)"-c";
-	argv[2] = conf;
-	argv[3] = NULL;
-	pid = spawn(argv, "/dev/null", err, ENV_TRUE);
-	proc_register(pid);
-	deadline = tl_now() + START_WAIT_S;
-	for (;;) {
-		lines = tl_file_slurp(log, NULL);
-		if (lines != NULL && strstr(lines, "\"dispatch.started\"") != NULL)
-			break;
-		free(lines);
-		ck_assert_msg(proc_running(pid) && tl_now() < deadline,
-		              "oncegate-dispatch did not start (config %s, stderr %s)", conf, err);
-		tl_sleep_ms(50);
-	}
-	free(lines);
-	return pid;
-}
-
-/* What the SMTP sink received, MIME-decoded by Python's email package: one
- * object per mail {rcpt (RCPT TO), from, to (the To: addresses), subject,
- * body (line ends as the text's own)}. */
-static json_t *
-mails_received(void)
-{
-	static const char script[] =
-	    "import json, sys, email, email.policy, email.utils\n"
-	    "for line in open(sys.argv[1], encoding='utf-8'):\n"
-	    "    r = json.loads(line)\n"
-	    "    m = email.message_from_string(r['data'], policy=email.policy.default)\n"
-	    "    print(json.dumps({'rcpt': r['rcpt_tos'],\n"
-	    "        'from': [a for _, a in email.utils.getaddresses([str(m['From'])])],\n"
-	    "        'to': [a for _, a in email.utils.getaddresses([str(m['To'])])],\n"
-	    "        'subject': str(m.get('Subject', '')),\n"
-	    "        'body': m.get_content().replace('\\r\\n', '\\n')}))\n";
-	char path[PATH_MAX], cmd[PATH_MAX * 2 + 256], *out, *line, *save = NULL;
-	json_t *list = json_array();
-
-	snprintf(path, sizeof(path), "%s/decode.py", g_tmp);
-	write_file(path, script);
-	snprintf(cmd, sizeof(cmd), "'%s' '%s' '%s'", tl_env("ONCEGATE_PYTHON"), path, g_smtp_record);
-	out = tl_shell_output(cmd);
-	ck_assert_msg(out != NULL, "decoding the SMTP sink's record failed");
-	for (line = strtok_r(out, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
-		json_t *m = json_loads(line, 0, NULL);
-
-		ck_assert_msg(m != NULL, "decoder output: %.300s", line);
-		json_array_append_new(list, m);
-	}
-	free(out);
-	return list;
 }
 
 /* ---- as sent ------------------------------------------------------------------ */
@@ -476,19 +293,18 @@ START_TEST(test_mail_as_sent)
 		char *token;
 		struct shown s;
 	} t[2] = {
-		{ .bearer = g_key_dev, .client = "dev", .mail = "mixed_max" },
-		{ .bearer = g_key_b, .client = g_client_b, .mail = "ar_max" },
+		{ .bearer = dl_key_dev, .client = "dev", .mail = "mixed_max" },
+		{ .bearer = dl_key_b, .client = dl_client_b, .mail = "ar_max" },
 	};
 	PGconn *c = tl_pg_connect();
 	char prefix[96], *key, *mail_from = stack_mail_from(), loc[256], *st;
 	json_t *mails;
 	size_t i, j;
-	pid_t pid;
+	struct dl_disp disp;
 	double deadline;
-	int status = 0;
 
-	ck_assert_msg(g_key_b != NULL, "no second client: `oncegatectl client add` failed");
-	snprintf(prefix, sizeof(prefix), "%s-sent:", g_run);
+	ck_assert_msg(dl_key_b != NULL, "no second client: `oncegatectl client add` failed");
+	snprintf(prefix, sizeof(prefix), "%s-sent:", tl_run);
 	key = tl_corpus_key(prefix, json_string_value(json_array_get(
 	                                json_object_get(tenants, "long_keys"), 0)), 200);
 	for (i = 0; i < 2; i++) {
@@ -497,7 +313,7 @@ START_TEST(test_mail_as_sent)
 		snprintf(t[i].first, sizeof(t[i].first), "customer+%s@inbox.example.com",
 		         i == 0 ? "dev" : "b");
 		mail_run(t[i].bearer, key, t[i].mail, ten_recipients(t[i].first), REQUESTER, &r);
-		t[i].token = token_of(&r, 0, t[i].id, sizeof(t[i].id));
+		t[i].token = dl_token_of(&r, 0, t[i].id, sizeof(t[i].id));
 		tl_resp_free(&r);
 		snprintf(t[i].path, sizeof(t[i].path), "/approve/%s", t[i].token);
 		card_mail(t[i].path, PERSON, PERSON_GROUPS, &t[i].s);
@@ -532,7 +348,7 @@ START_TEST(test_mail_as_sent)
 
 	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_inbox sends to loopback",
 	             "--operator", "check_inbox", (char *)NULL);
-	pid = dispatcher_start(mail_from);
+	dl_disp_start_demo(&disp, mail_from);
 	{
 		const char *p[1] = { key };
 
@@ -542,10 +358,9 @@ START_TEST(test_mail_as_sent)
 		       tl_now() < deadline)
 			tl_sleep_ms(200);
 	}
-	kill(pid, SIGTERM);
-	ck_assert_msg(wait_exit(pid, 20, &status), "the dispatcher did not stop");
+	(void)dl_disp_stop(&disp, 20);
 
-	mails = mails_received();
+	mails = dl_mails_received();
 	for (i = 0; i < 2; i++) {
 		json_t *m, *got = NULL;
 		size_t n = 0;
@@ -671,7 +486,7 @@ START_TEST(test_inbox_lists_what_one_may_decide)
 		{ "aigerim@example.com", "служба поддержки, sales team" },
 	};
 
-	snprintf(prefix, sizeof(prefix), "%s-inbox", g_run);
+	snprintf(prefix, sizeof(prefix), "%s-inbox", tl_run);
 	snprintf(k_shared, sizeof(k_shared), "%s:support/ru/4821-77", prefix);
 	snprintf(k_own, sizeof(k_own), "%s:own", prefix);
 	snprintf(k_sales, sizeof(k_sales), "%s:sales", prefix);
@@ -679,9 +494,9 @@ START_TEST(test_inbox_lists_what_one_may_decide)
 	snprintf(k_old, sizeof(k_old), "%s:expired", prefix);
 
 	/* expired, then decided, then the others, oldest first */
-	mail_run(g_key_dev, k_old, "ru_short", ten_recipients("old@inbox.example.com"), REQUESTER,
+	mail_run(dl_key_dev, k_old, "ru_short", ten_recipients("old@inbox.example.com"), REQUESTER,
 	         &r);
-	tok[nt++] = token_of(&r, 0, id_old, sizeof(id_old));
+	tok[nt++] = dl_token_of(&r, 0, id_old, sizeof(id_old));
 	tl_resp_free(&r);
 	{
 		const char *p[1] = { k_old };
@@ -689,9 +504,9 @@ START_TEST(test_inbox_lists_what_one_may_decide)
 		ck_assert_int_eq(tl_pg_exec(c, "UPDATE approvals SET expires_at = now() - interval"
 		                               " '1 second' WHERE idempotency_key = $1", 1, p), 2);
 	}
-	mail_run(g_key_dev, k_done, "zh_short", ten_recipients("done@inbox.example.com"), REQUESTER,
+	mail_run(dl_key_dev, k_done, "zh_short", ten_recipients("done@inbox.example.com"), REQUESTER,
 	         &r);
-	tok[nt++] = token_of(&r, 0, NULL, 0);
+	tok[nt++] = dl_token_of(&r, 0, NULL, 0);
 	tl_resp_free(&r);
 	{
 		char path[128];
@@ -701,19 +516,19 @@ START_TEST(test_inbox_lists_what_one_may_decide)
 		                           0), 303);
 	}
 	/* requested by the person: separation of duties keeps it out */
-	mail_run(g_key_dev, k_own, "ja_short", ten_recipients("own@inbox.example.com"), PERSON, &r);
-	tok[nt++] = token_of(&r, 0, NULL, 0);
+	mail_run(dl_key_dev, k_own, "ja_short", ten_recipients("own@inbox.example.com"), PERSON, &r);
+	tok[nt++] = dl_token_of(&r, 0, NULL, 0);
 	tl_resp_free(&r);
 	/* another group's run (sales) */
-	claim_and_output(g_key_dev, k_sales, "crm_tag_sampled",
-	                 json_pack("{s:s, s:f, s:s}", "tag", "lead", "confidence", 0.97, "reason",
-	                           tl_corpus_mail_str("he_short", "body")),
-	                 json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target", "demo_http",
-	                           "payload", "contact_id", "c-4821"),
-	                 REQUESTER, &r);
+	dl_claim_and_output(dl_key_dev, k_sales, "crm_tag_sampled",
+			    json_pack("{s:s, s:f, s:s}", "tag", "lead", "confidence", 0.97, "reason",
+				      tl_corpus_mail_str("he_short", "body")),
+			    json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target", "demo_http",
+				      "payload", "contact_id", "c-4821"),
+			    REQUESTER, &r);
 	ck_assert_msg(r.status == 202 && strcmp(JSTR(r.json, "outcome"), "awaiting_human") == 0,
 	              "crm_tag_sampled: %.500s", r.body);
-	tok[nt++] = token_of(&r, 0, NULL, 0);
+	tok[nt++] = dl_token_of(&r, 0, NULL, 0);
 	tl_resp_free(&r);
 	/* its card shows the request as the HTTP provider sends it */
 	{
@@ -741,16 +556,16 @@ START_TEST(test_inbox_lists_what_one_may_decide)
 		doc_free(&d);
 	}
 	/* two tenants, one business key: two entries, told apart by client */
-	mail_run(g_key_dev, k_shared, "ru_reply", ten_recipients("a@inbox.example.com"), REQUESTER,
+	mail_run(dl_key_dev, k_shared, "ru_reply", ten_recipients("a@inbox.example.com"), REQUESTER,
 	         &r);
-	tok[nt++] = token_of(&r, 0, id_a, sizeof(id_a));
-	tok[nt++] = token_of(&r, 1, id_a2, sizeof(id_a2));
+	tok[nt++] = dl_token_of(&r, 0, id_a, sizeof(id_a));
+	tok[nt++] = dl_token_of(&r, 1, id_a2, sizeof(id_a2));
 	tl_resp_free(&r);
 	tl_sleep_ms(20);
-	mail_run(g_key_b, k_shared, "he_reply", ten_recipients("b@inbox.example.com"), REQUESTER,
+	mail_run(dl_key_b, k_shared, "he_reply", ten_recipients("b@inbox.example.com"), REQUESTER,
 	         &r);
-	tok[nt++] = token_of(&r, 0, id_b, sizeof(id_b));
-	tok[nt++] = token_of(&r, 1, id_b2, sizeof(id_b2));
+	tok[nt++] = dl_token_of(&r, 0, id_b, sizeof(id_b));
+	tok[nt++] = dl_token_of(&r, 1, id_b2, sizeof(id_b2));
 	tl_resp_free(&r);
 
 	for (i = 0; i < sizeof(people) / sizeof(people[0]); i++) {
@@ -767,7 +582,7 @@ START_TEST(test_inbox_lists_what_one_may_decide)
 		              people[i][1], json_array_size(got), want, json_dumps(got, JSON_COMPACT));
 		ck_assert_str_eq(JSTR(first, "key"), k_shared);
 		ck_assert_str_eq(JSTR(second, "key"), k_shared);
-		ck_assert_str_eq(JSTR(first, "client"), g_client_b);
+		ck_assert_str_eq(JSTR(first, "client"), dl_client_b);
 		ck_assert_str_eq(JSTR(second, "client"), "dev");
 		if (want == 3)
 			ck_assert_str_eq(JSTR(json_array_get(got, 2), "key"), k_own);
@@ -829,7 +644,7 @@ START_TEST(test_empty_inbox)
 	char user[128], *body = NULL;
 	size_t i;
 
-	snprintf(user, sizeof(user), "nobody.%s@example.com", g_run);
+	snprintf(user, sizeof(user), "nobody.%s@example.com", tl_run);
 	for (i = 0; i < 2; i++) {
 		struct doc d;
 		char *text;
@@ -853,7 +668,7 @@ START_TEST(test_empty_inbox)
 	{
 		struct tl_resp r;
 
-		page_request("/approve/", NULL, NULL, NULL, NULL, &r, NULL);
+		dl_page_request("/approve/", NULL, NULL, NULL, NULL, &r, NULL);
 		ASSERT_STATUS(&r, 401);
 		ck_assert_msg(strstr(r.body, "Sign in") != NULL, "%.300s", r.body);
 		tl_resp_free(&r);
@@ -869,15 +684,15 @@ START_TEST(test_inbox_shows_text_not_markup)
 	struct doc d;
 	json_t *all, *got;
 
-	snprintf(key, sizeof(key), "%s-markup:<b>заказ</b>", g_run);
+	snprintf(key, sizeof(key), "%s-markup:<b>заказ</b>", tl_run);
 	snprintf(subject, sizeof(subject),
 	         "<script>alert(1)</script><img src=x onerror=alert(2)> Заказ 訂單 طلب 🙏🏽");
-	claim_and_output(g_key_dev, key, CONTRACT,
-	                 json_pack("{s:s, s:s}", "subject", subject, "body",
-	                           tl_corpus_mail_str("he_short", "body")),
-	                 json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target",
-	                           "demo_smtp", "payload", "to", "markup@inbox.example.com"),
-	                 REQUESTER, &r);
+	dl_claim_and_output(dl_key_dev, key, CONTRACT,
+			    json_pack("{s:s, s:s}", "subject", subject, "body",
+				      tl_corpus_mail_str("he_short", "body")),
+			    json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target",
+				      "demo_smtp", "payload", "to", "markup@inbox.example.com"),
+			    REQUESTER, &r);
 	ck_assert_msg(r.status == 202, "%.500s", r.body);
 	tl_resp_free(&r);
 	all = inbox_of(PERSON, PERSON_GROUPS, &body);
@@ -904,10 +719,10 @@ START_TEST(test_may_not_decide)
 	struct tl_resp r;
 	struct doc d;
 
-	snprintf(key, sizeof(key), "%s-maynot:заказ/4821", g_run);
-	mail_run(g_key_dev, key, "emoji_reply", ten_recipients("maynot@inbox.example.com"), PERSON,
+	snprintf(key, sizeof(key), "%s-maynot:заказ/4821", tl_run);
+	mail_run(dl_key_dev, key, "emoji_reply", ten_recipients("maynot@inbox.example.com"), PERSON,
 	         &r);
-	token = token_of(&r, 0, id, sizeof(id));
+	token = dl_token_of(&r, 0, id, sizeof(id));
 	tl_resp_free(&r);
 	snprintf(path, sizeof(path), "/approve/%s", token);
 
@@ -959,19 +774,19 @@ START_TEST(test_card_by_id_decides_once)
 	struct tl_resp r;
 	struct doc d;
 
-	snprintf(key, sizeof(key), "%s-byid:ticket 48213", g_run);
-	mail_run(g_key_dev, key, "ru_reply", ten_recipients("byid@inbox.example.com"), REQUESTER,
+	snprintf(key, sizeof(key), "%s-byid:ticket 48213", tl_run);
+	mail_run(dl_key_dev, key, "ru_reply", ten_recipients("byid@inbox.example.com"), REQUESTER,
 	         &r);
-	token = token_of(&r, 0, id, sizeof(id));
-	token2 = token_of(&r, 1, id2, sizeof(id2));
+	token = dl_token_of(&r, 0, id, sizeof(id));
+	token2 = dl_token_of(&r, 1, id2, sizeof(id2));
 	tl_resp_free(&r);
 	{
 		char k2[160];
 
-		snprintf(k2, sizeof(k2), "%s-byid-other", g_run);
-		mail_run(g_key_dev, k2, "ru_short", ten_recipients("other@inbox.example.com"),
+		snprintf(k2, sizeof(k2), "%s-byid-other", tl_run);
+		mail_run(dl_key_dev, k2, "ru_short", ten_recipients("other@inbox.example.com"),
 		         REQUESTER, &r);
-		free(token_of(&r, 0, other_id, sizeof(other_id)));
+		free(dl_token_of(&r, 0, other_id, sizeof(other_id)));
 		tl_resp_free(&r);
 	}
 	snprintf(path, sizeof(path), "/approve/card/%s", id);
@@ -986,7 +801,7 @@ START_TEST(test_card_by_id_decides_once)
 
 		ck_assert_ptr_nonnull(csrf);
 		form = tl_form("decision", "approve", "csrf", csrf, (char *)NULL);
-		page_request(path, PERSON, PERSON_GROUPS, form, "http://evil.example", &r, NULL);
+		dl_page_request(path, PERSON, PERSON_GROUPS, form, "http://evil.example", &r, NULL);
 		ASSERT_STATUS(&r, 403);
 		tl_resp_free(&r);
 		free(form);
@@ -996,7 +811,7 @@ START_TEST(test_card_by_id_decides_once)
 	/* a CSRF value of another challenge: refused */
 	csrf_other = tl_csrf_for(other_id, PERSON);
 	form = tl_form("decision", "approve", "csrf", csrf_other, (char *)NULL);
-	page_request(path, PERSON, PERSON_GROUPS, form, NULL, &r, NULL);
+	dl_page_request(path, PERSON, PERSON_GROUPS, form, NULL, &r, NULL);
 	ASSERT_STATUS(&r, 403);
 	tl_resp_free(&r);
 	free(form);
@@ -1025,7 +840,7 @@ START_TEST(test_card_by_id_decides_once)
 	/* again, by id: the decided page, nothing more */
 	csrf_other = tl_csrf_for(id, PERSON);
 	form = tl_form("decision", "reject", "csrf", csrf_other, (char *)NULL);
-	page_request(path, PERSON, PERSON_GROUPS, form, NULL, &r, NULL);
+	dl_page_request(path, PERSON, PERSON_GROUPS, form, NULL, &r, NULL);
 	ck_assert_msg(r.status == 410 || r.status == 409, "a second POST: HTTP %ld", r.status);
 	tl_resp_free(&r);
 	free(form);
@@ -1057,21 +872,6 @@ START_TEST(test_card_by_id_decides_once)
 }
 END_TEST
 
-/* ---- the suite ------------------------------------------------------------------- */
-
-static void
-setup(void)
-{
-	proc_sweep();
-	dl_cancel_waiting();
-}
-
-static void
-teardown(void)
-{
-	proc_sweep();
-}
-
 static Suite *
 inbox_suite(void)
 {
@@ -1087,45 +887,19 @@ inbox_suite(void)
 	tcase_add_test(tc, test_card_by_id_decides_once);
 	suite_add_tcase(s, tc);
 
-	tc = tcase_create("as sent");
-	tcase_set_timeout(tc, SETTLE_S + 60);
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tc = dl_tcase(s, "as sent", SETTLE_S + 60);
 	tcase_add_test(tc, test_mail_as_sent);
-	suite_add_tcase(s, tc);
 	return s;
 }
 
 int
 main(void)
 {
-	static const char *const needed[] = {
-		"ONCEGATE_API_KEY", "ONCEGATE_CONF", "ONCEGATE_CTL", "ONCEGATE_PROVIDERS",
-		"ONCEGATE_PYTHON", "ONCEGATE_DISPATCH", NULL,
+	static const struct dl_suite s = {
+		.name = "check_inbox", .prefix = "ib", .needed = "ONCEGATE_API_KEY",
+		.suite = inbox_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
+		.smtp = true,
 	};
-	char *smtp_extra[] = { (char *)(uintptr_t)"--record", g_smtp_record, NULL };
-	char *http_extra[] = { NULL };
-	SRunner *sr;
-	int failed = 1, rc;
 
-	if ((rc = dl_suite_begin("check_inbox", "ib", needed, g_run, sizeof(g_run))) != 0)
-		return rc;
-	g_key_dev = tl_env("ONCEGATE_API_KEY");
-	snprintf(g_client_b, sizeof(g_client_b), "%s-b", g_run);
-	g_key_b = tl_client_add(g_client_b);
-	snprintf(g_smtp_record, sizeof(g_smtp_record), "%s/mail.jsonl", g_tmp);
-	g_http_port = provider_start("http_provider.py", "http_provider", http_extra, &g_http_pid);
-	g_smtp_port = provider_start("smtp_sink.py", "smtp_sink", smtp_extra, &g_smtp_pid);
-	if (g_http_port <= 0 || g_smtp_port <= 0)
-		goto out;
-	fprintf(stderr, "check_inbox: run %s, files in %s, http provider :%d, smtp sink :%d\n",
-	        g_run, g_tmp, g_http_port, g_smtp_port);
-	sr = srunner_create(inbox_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-out:
-	provider_stop(g_smtp_pid, "smtp_sink");
-	provider_stop(g_http_pid, "http_provider");
-	free(g_key_b);
-	return dl_suite_end(failed);
+	return dl_suite_main(&s);
 }

@@ -24,16 +24,9 @@
  */
 #define _GNU_SOURCE
 #include <ctype.h>
-#include <errno.h>
-#include <limits.h>
-#include <signal.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <check.h>
 #include <jansson.h>
@@ -47,88 +40,22 @@
 #define REQUESTER      "alice@example.com"
 #define MAIL_FROM      "support@realdata.example.com"
 #define SETTLE_S       60   /* how long the dispatcher may take for the effects */
-#define RATE_RETRIES   8    /* nginx limits approval POSTs: a 429 is waited out */
 
-static const char *g_key_dev;
-static char g_client_b[96];
-static char *g_key_b;
 
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
 
 /* ---- the API ------------------------------------------------------------- */
 
-/* Claims key as bearer, hands in output for contract with effect (both
- * stolen); the answer of /output in *r. */
-static void
-claim_and_output(const char *bearer, const char *key, const char *contract, json_t *output,
-                 json_t *effect, struct tl_resp *r)
-{
-	json_t *body = json_pack("{s:s, s:{s:s, s:s}, s:i}", "key", key, "payload", "run", tl_run,
-	                         "contract", contract, "lease_seconds", 60);
-	struct tl_claimed cl;
-	char *path;
-
-	tl_claim_body(bearer, body, &cl);
-	json_decref(body);
-	body = json_pack("{s:s, s:I, s:s, s:o, s:o, s:{s:s, s:s, s:s}, s:s, s:s}", "lease_owner",
-	                 cl.owner, "version", (json_int_t)cl.version, "contract", contract, "output", output,
-	                 "effect", effect, "model", "provider", "openai-compatible", "name",
-	                 "qwen2.5-7b-instruct", "revision", "2024-09-19", "source_url",
-	                 "https://crm.example/ticket/48213", "requested_by", REQUESTER);
-	path = tl_run_path(key, "/output");
-	tl_post_json(path, bearer, body, r);
-	json_decref(body);
-	free(path);
-}
-
-/* The raw token of the one approval in an /output answer (malloc'd); its
- * approval id in id (idsz bytes) when id is not NULL. */
-static char *
-token_of(const struct tl_resp *r, char *id, size_t idsz)
-{
-	const json_t *a = json_array_get(json_object_get(r->json, "approvals"), 0);
-	const char *url = tl_jstr(a, "url");
-	const char *t = url ? strstr(url, "/approve/") : NULL;
-
-	ck_assert_msg(r->status == 202 && t != NULL, "%s: expected 202 with an approval link: %.1000s",
-	              r->what, r->body);
-	if (id != NULL)
-		snprintf(id, idsz, "%s", JSTR(a, "approval_id"));
-	return strdup(t + 9);
-}
-
 /* GET or POST /approve/TOKEN as user in groups (the header as the SSO
- * proxy sends it); a 429 of nginx's POST limit is waited out. */
+ * proxy sends it) from our own origin. */
 static void
 approval_request(const char *token, const char *user, const char *groups, const char *form,
                  struct tl_resp *r)
 {
-	char path[128], hu[256], hg[1024], ho[256];
-	const char *h[6];
-	int n = 0, attempt;
+	char path[128];
 
 	snprintf(path, sizeof(path), "/approve/%s", token);
-	snprintf(hu, sizeof(hu), "X-Dev-User: %s", user);
-	snprintf(hg, sizeof(hg), "X-Dev-Groups: %s", groups);
-	snprintf(ho, sizeof(ho), "Origin: %s", tl_env("ONCEGATE_URL"));
-	h[n++] = hu;
-	h[n++] = hg;
-	if (form != NULL) {
-		h[n++] = ho;
-		h[n++] = "Sec-Fetch-Site: same-origin";
-	}
-	h[n] = NULL;
-	for (attempt = 0;; attempt++) {
-		if (form != NULL)
-			tl_http_hdrs("POST", path, h, "application/x-www-form-urlencoded", form,
-			             strlen(form), r, NULL);
-		else
-			tl_http_hdrs("GET", path, h, NULL, NULL, 0, r, NULL);
-		if (r->status != 429 || attempt >= RATE_RETRIES)
-			return;
-		tl_resp_free(r);
-		tl_sleep_ms(1000);
-	}
+	dl_page_request(path, user, groups, form, NULL, r, NULL);
 }
 
 /* The value of the page's hidden csrf input (malloc'd), or NULL. */
@@ -209,10 +136,11 @@ START_TEST(test_group_headers)
 
 	ck_assert_ptr_nonnull(header);
 	snprintf(key, sizeof(key), "%s-groups-%d", tl_run, _i);
-	claim_and_output(g_key_dev, key, "support_reply", reply("ru_reply"),
-	                 json_pack("{s:s, s:s, s:{s:s}}", "type", "email.send", "target", "demo_smtp",
-	                           "payload", "to", "anna.morozova@example.com"), &r);
-	token = token_of(&r, id, sizeof(id));
+	dl_claim_and_output(dl_key_dev, key, "support_reply", reply("ru_reply"),
+			    json_pack("{s:s, s:s, s:{s:s}}", "type", "email.send", "target", "demo_smtp",
+				      "payload", "to", "anna.morozova@example.com"),
+			       REQUESTER, &r);
+	token = dl_token_of(&r, 0, id, sizeof(id));
 	tl_resp_free(&r);
 	before = tl_run_snapshot(c, key);
 	st = approve_as(token, id, APPROVER, header, &form);
@@ -237,89 +165,6 @@ END_TEST
 
 /* ===== delivery ==================================================================== */
 
-/* The suite's dispatcher: targets demo_http and demo_smtp (the names the
- * shipped contracts use) at this suite's providers. */
-static pid_t
-dispatcher_start(const char *conf, const char *log, const char *err)
-{
-	char text[PATH_MAX + 2048], *argv[4];
-	pid_t pid;
-	double deadline;
-	char *lines;
-
-	FILE *f;
-
-	/* the dispatcher re-checks each payload against the run's contract:
-	 * it loads the stack's contracts (dl_conf_contracts) */
-	snprintf(text, sizeof(text),
-	         "# check_realdata\nlog_file = %s\nlog_level = info\ndispatch_workers = 2\n"
-	         "dispatch_poll_ms = 200\ndispatch_shutdown_seconds = 5\n",
-	         log);
-	write_file(conf, text);
-	f = fopen(conf, "a");
-	ck_assert_msg(f != NULL, "%s: %s", conf, strerror(errno));
-	dl_conf_contracts(f);
-	fprintf(f,
-	        "\n[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
-	        "lookup_url = http://127.0.0.1:%d/idem/effects/lookup\nidempotency_key = 1\n"
-	        "provider_id_header = X-Provider-Id\ntimeout_ms = 5000\nmax_attempts = 3\n"
-	        "base_ms = 200\ncap_ms = 1000\n\n"
-	        "[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\nmail_from = %s\n"
-	        "timeout_ms = 5000\nmax_attempts = 2\nbase_ms = 200\ncap_ms = 1000\n",
-	        g_http_port, g_http_port, g_smtp_port, MAIL_FROM);
-	ck_assert_int_eq(fclose(f), 0);
-	argv[0] = (char *)(uintptr_t)tl_env("ONCEGATE_DISPATCH");
-	argv[1] = (char *)(uintptr_t)"-c";
-	argv[2] = (char *)(uintptr_t)conf;
-	argv[3] = NULL;
-	pid = spawn(argv, "/dev/null", err, ENV_TRUE);
-	proc_register(pid);
-	deadline = tl_now() + START_WAIT_S;
-	for (;;) {
-		lines = tl_file_slurp(log, NULL);
-		if (lines != NULL && strstr(lines, "\"dispatch.started\"") != NULL)
-			break;
-		free(lines);
-		ck_assert_msg(proc_running(pid) && tl_now() < deadline,
-		              "oncegate-dispatch did not start (config %s, stderr %s)", conf, err);
-		tl_sleep_ms(50);
-	}
-	free(lines);
-	return pid;
-}
-
-/* The SMTP sink's record, MIME-decoded by Python's email package: one JSON
- * object per mail {rcpt (all), message_id, subject, body}. */
-static json_t *
-mails_decoded(void)
-{
-	static const char script[] =
-	    "import json, sys, email, email.policy\n"
-	    "for line in open(sys.argv[1], encoding='utf-8'):\n"
-	    "    r = json.loads(line)\n"
-	    "    m = email.message_from_string(r['data'], policy=email.policy.default)\n"
-	    "    print(json.dumps({'rcpt': r['rcpt_tos'], 'queue_id': r['queue_id'],\n"
-	    "        'message_id': str(m.get('Message-ID', '')).strip(),\n"
-	    "        'subject': str(m.get('Subject', '')),\n"
-	    "        'body': m.get_content().replace('\\r\\n', '\\n')}))\n";
-	char path[PATH_MAX], cmd[PATH_MAX * 2 + 256], *out, *line, *save = NULL;
-	json_t *list = json_array();
-
-	snprintf(path, sizeof(path), "%s/decode.py", g_tmp);
-	write_file(path, script);
-	snprintf(cmd, sizeof(cmd), "'%s' '%s' '%s'", tl_env("ONCEGATE_PYTHON"), path, g_smtp_record);
-	out = tl_shell_output(cmd);
-	ck_assert_msg(out != NULL, "decoding the SMTP sink's record failed");
-	for (line = strtok_r(out, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
-		json_t *m = json_loads(line, 0, NULL);
-
-		ck_assert_msg(m != NULL, "decoder output: %.300s", line);
-		json_array_append_new(list, m);
-	}
-	free(out);
-	return list;
-}
-
 struct delivery {
 	const char *bearer, *client, *mail;
 	char first[128];   /* the first recipient: names the tenant */
@@ -330,19 +175,18 @@ START_TEST(test_two_tenants_one_key)
 {
 	json_t *tenants = tl_corpus_load("tenants.json"), *rc = tl_corpus_load("recipients.json");
 	struct delivery d[2] = {
-		{ .bearer = g_key_dev, .client = "dev", .mail = "mixed_max" },
-		{ .bearer = g_key_b, .client = g_client_b, .mail = "he_max" },
+		{ .bearer = dl_key_dev, .client = "dev", .mail = "mixed_max" },
+		{ .bearer = dl_key_b, .client = dl_client_b, .mail = "he_max" },
 	};
 	PGconn *c = tl_pg_connect();
-	char prefix[96], conf[PATH_MAX], log[PATH_MAX], err[PATH_MAX];
+	char prefix[96];
 	char *key, *tag_key;
 	json_t *mails, *committed;
-	pid_t pid;
+	struct dl_disp disp;
 	double deadline;
 	size_t i, j;
-	int st = 0;
 
-	ck_assert_msg(g_key_b != NULL, "no second client: `oncegatectl client add` failed");
+	ck_assert_msg(dl_key_b != NULL, "no second client: `oncegatectl client add` failed");
 	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_realdata sends to loopback",
 	             "--operator", "check_realdata", (char *)NULL);
 	snprintf(prefix, sizeof(prefix), "%s:", tl_run);
@@ -367,37 +211,35 @@ START_TEST(test_two_tenants_one_key)
 		/* the mail to a list: the test contract mail_list (the shipped
 		 * support_reply takes exactly one address); subject and body come
 		 * from the output, and it goes after its one-second window */
-		claim_and_output(d[i].bearer, key, "mail_list",
-		                 json_pack("{s:s, s:s}", "subject",
-		                           tl_corpus_mail_str(d[i].mail, "subject"), "body",
-		                           tl_corpus_mail_str(d[i].mail, "body")),
-		                 json_pack("{s:s, s:s, s:{s:o}}", "type", "email.send", "target",
-		                           "demo_smtp", "payload", "to", to), &r);
+		dl_claim_and_output(d[i].bearer, key, "mail_list",
+				    json_pack("{s:s, s:s}", "subject",
+					      tl_corpus_mail_str(d[i].mail, "subject"), "body",
+					      tl_corpus_mail_str(d[i].mail, "body")),
+				    json_pack("{s:s, s:s, s:{s:o}}", "type", "email.send", "target",
+					      "demo_smtp", "payload", "to", to),
+				       REQUESTER, &r);
 		ck_assert_msg(r.status == 202 && strcmp(JSTR(r.json, "outcome"), "approved") == 0,
 		              "%s's mail_list output: HTTP %ld %.1000s", d[i].client, r.status,
 		              r.body);
 		tl_resp_free(&r);
 		/* the tag: approved by the rules, or by sales when sampled; the
 		 * payload names only the contact, the tag comes from the output */
-		claim_and_output(d[i].bearer, tag_key, "crm_tag",
-		                 json_pack("{s:s, s:f, s:s}", "tag", "lead", "confidence", 0.97, "reason",
-		                           tl_corpus_mail_str("zh_short", "body")),
-		                 json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target",
-		                           "demo_http", "payload", "contact_id", d[i].contact),
-		                 &r);
+		dl_claim_and_output(d[i].bearer, tag_key, "crm_tag",
+				    json_pack("{s:s, s:f, s:s}", "tag", "lead", "confidence", 0.97, "reason",
+					      tl_corpus_mail_str("zh_short", "body")),
+				    json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target",
+					      "demo_http", "payload", "contact_id", d[i].contact),
+				       REQUESTER, &r);
 		ck_assert_msg(r.status == 202, "crm_tag output: HTTP %ld %.500s", r.status, r.body);
 		if (strcmp(JSTR(r.json, "outcome"), "awaiting_human") == 0) {
-			token = token_of(&r, NULL, 0);
+			token = dl_token_of(&r, 0, NULL, 0);
 			ck_assert_int_eq(approve_as(token, NULL, APPROVER, "sales", NULL), 303);
 			free(token);
 		}
 		tl_resp_free(&r);
 	}
 
-	snprintf(conf, sizeof(conf), "%s/dispatch.conf", g_tmp);
-	snprintf(log, sizeof(log), "%s/dispatch.log", g_tmp);
-	snprintf(err, sizeof(err), "%s/dispatch.err", g_tmp);
-	pid = dispatcher_start(conf, log, err);
+	dl_disp_start_demo(&disp, MAIL_FROM);
 	{
 		const char *p[2] = { key, tag_key };
 
@@ -407,10 +249,9 @@ START_TEST(test_two_tenants_one_key)
 		       tl_now() < deadline)
 			tl_sleep_ms(200);
 	}
-	kill(pid, SIGTERM);
-	ck_assert_msg(wait_exit(pid, 20, &st), "the dispatcher did not stop");
+	(void)dl_disp_stop(&disp, 20);
 
-	mails = mails_decoded();
+	mails = dl_mails_received();
 	committed = prov_call("GET", "/_committed");
 	for (i = 0; i < 2; i++) {
 		const char *p[3] = { d[i].client, key, tag_key };
@@ -531,28 +372,12 @@ realdata_suite(void)
 	return s;
 }
 
-/* The second tenant. No Check here. */
-static bool
-suite_prepare(void)
-{
-	g_key_dev = tl_env("ONCEGATE_API_KEY");
-	snprintf(g_client_b, sizeof(g_client_b), "%s-b", tl_run);
-	g_key_b = tl_client_add(g_client_b);
-	return true;
-}
-
-static void
-suite_finish(void)
-{
-	free(g_key_b);
-}
-
 int
 main(void)
 {
 	static const struct dl_suite s = {
 		.name = "check_realdata", .prefix = "rd", .needed = "ONCEGATE_API_KEY",
-		.suite = realdata_suite, .prepare = suite_prepare, .finish = suite_finish,
+		.suite = realdata_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
 		.smtp = true,
 	};
 
