@@ -192,6 +192,10 @@ static const struct db_stmt st_name = {
 	"clients_name", "SELECT name FROM api_clients WHERE id = $1::bigint", 1, true,
 };
 
+const struct db_stmt clients_st_id = {
+	"clients_id", "SELECT id FROM api_clients WHERE name = $1", 1, true,
+};
+
 enum clients_rc
 clients_name(struct db *db, long long id, char *name, size_t len)
 {

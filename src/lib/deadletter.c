@@ -98,6 +98,106 @@ static const struct db_stmt st_purge = {
 	0, false,
 };
 
+const struct db_stmt deadletter_st_list = {
+	"deadletter_list",
+	"SELECT d.id, d.effect_id, c.name AS client, d.idempotency_key, e.effect_type,"
+	"       e.target, e.provider_key, d.error_class, d.reason, og_ts(d.created_at) AS created_at,"
+	"       floor(extract(epoch FROM now() - d.created_at))::bigint AS age_seconds,"
+	"       e.state AS effect_state, d.resolution, d.resolved_by,"
+	"       og_ts(d.resolved_at) AS resolved_at, d.replay_count,"
+	"       og_ts(d.retention_until) AS retention_until,"
+	"       " DEADLETTER_OPEN("d", "e") " AS open"
+	"  FROM dead_letters d"
+	"  JOIN effect_outbox e ON e.id = d.effect_id"
+	"  LEFT JOIN api_clients c ON c.id = d.client_id"
+	" WHERE ($1::timestamptz IS NULL OR d.created_at >= $1::timestamptz)"
+	"   AND ($2::bigint IS NULL OR d.created_at >= now() - make_interval(secs => $2::bigint))"
+	"   AND ($3::text IS NULL OR d.error_class = $3)"
+	"   AND ($4::text IS NULL OR e.target = $4)"
+	"   AND ($5::text IS NULL OR " DEADLETTER_OPEN("d", "e") " = ($5 = 'open'))"
+	" ORDER BY d.created_at, d.id"
+	" LIMIT $6::int",
+	6, true,
+};
+
+/* The whole record as one JSON document: the letter as written, and what
+ * happened since (the effect now, later attempts, operators' actions). */
+const struct db_stmt deadletter_st_show = {
+	"deadletter_show",
+	"SELECT jsonb_build_object("
+	"  'dead_letter_id', d.id, 'effect_id', d.effect_id,"
+	"  'state', CASE WHEN " DEADLETTER_OPEN("d", "e") " THEN 'open' ELSE 'resolved' END,"
+	"  'client', c.name, 'idempotency_key', d.idempotency_key,"
+	"  'created_at', og_ts(d.created_at),"
+	"  'age_seconds', floor(extract(epoch FROM now() - d.created_at))::bigint,"
+	"  'event_id', d.evidence->'event_id', 'correlation_id', d.evidence->'correlation_id',"
+	"  'workflow_version', d.evidence->'workflow_version',"
+	"  'contract', d.evidence->'contract', 'contract_hash', d.evidence->'contract_hash',"
+	"  'payload_hash', d.evidence->'payload_hash', 'payload_ref', d.evidence->'payload_ref',"
+	"  'payload_kept', e.payload IS NOT NULL,"
+	"  'component', d.component, 'error_class', d.error_class, 'reason', d.reason,"
+	"  'provider_key', e.provider_key,"
+	"  'ledger_state', d.evidence->'ledger_state',"
+	"  'owner', coalesce(d.owner, 'client:' || c.name),"
+	"  'next_action', CASE"
+	"     WHEN NOT " DEADLETTER_OPEN("d", "e") " THEN 'none: resolved'"
+	"     WHEN e.state = 'unknown' THEN 'find out whether the provider acted, then"
+	" oncegatectl reconcile EFFECT --delivered --provider-id ID or --not-delivered'"
+	"     WHEN " OUTBOX_KNOWN_UNDELIVERED("e") " THEN 'known not delivered:"
+	" oncegatectl resume EFFECT (same key) or oncegatectl reject EFFECT'"
+	"     ELSE d.next_action END,"
+	"  'next_action_when_written', d.next_action,"
+	"  'retention_until', og_ts(d.retention_until), 'replay_count', d.replay_count,"
+	"  'replayed_as', d.replayed_as,"
+	"  'resolution', d.resolution, 'resolved_at', og_ts(d.resolved_at),"
+	"  'resolved_by', d.resolved_by,"
+	"  'evidence', d.evidence,"
+	"  'effect', jsonb_build_object('state', e.state, 'type', e.effect_type,"
+	"      'target', e.target, 'provider_key', e.provider_key, 'provider_id', e.provider_id,"
+	"      'attempt', e.attempt, 'error_class', e.error_class, 'reason', e.reason,"
+	"      'known_undelivered', " OUTBOX_KNOWN_UNDELIVERED("e") ","
+	"      'updated_at', og_ts(e.updated_at), 'completed_at', og_ts(e.completed_at)),"
+	"  'run', jsonb_build_object('state', r.state, 'version', r.version,"
+	"      'error_class', r.error_class, 'reason', r.reason,"
+	"      'workflow_version', r.workflow_version, 'correlation_id', r.correlation_id),"
+	"  'attempts', (SELECT coalesce(jsonb_agg(jsonb_build_object("
+	"       'id', a.id, 'attempt', a.attempt, 'kind', a.kind,"
+	"       'started_at', og_ts(a.started_at), 'duration_ms', a.duration_ms,"
+	"       'dispatcher', a.dispatcher, 'classification', a.classification,"
+	"       'reason', a.reason, 'status', a.status, 'provider_id', a.provider_id,"
+	"       'evidence', a.evidence) ORDER BY a.id), '[]'::jsonb)"
+	"     FROM effect_attempts a WHERE a.effect_id = e.id),"
+	"  'operator_actions', (SELECT coalesce(jsonb_agg(jsonb_build_object("
+	"       'id', o.id, 'ts', og_ts(o.ts), 'operator', o.operator, 'action', o.action,"
+	"       'reason', o.reason, 'details', o.details) ORDER BY o.id), '[]'::jsonb)"
+	"     FROM operator_actions o WHERE o.effect_id = e.id),"
+	"  'envelope', jsonb_build_object('event_id', coalesce(r.event_id, r.correlation_id),"
+	"      'correlation_id', r.correlation_id, 'operation', e.effect_type,"
+	"      'idempotency_key', e.provider_key, 'payload_hash', e.payload_hash,"
+	"      'attempt', e.attempt,"
+	"      'max_attempts', coalesce($2::int, (d.evidence->>'max_attempts')::int),"
+	"      'classification', e.error_class,"
+	"      'next_attempt_at', CASE WHEN e.state IN ('pending', 'unknown')"
+	"          THEN og_ts(e.next_attempt_at) END,"
+	"      'workflow_version', r.workflow_version, 'status', e.state)"
+	")::text AS doc, e.target"
+	"  FROM dead_letters d"
+	"  JOIN effect_outbox e ON e.id = d.effect_id"
+	"  JOIN workflow_runs r ON r.client_id = e.client_id"
+	"   AND r.idempotency_key = e.idempotency_key"
+	"  LEFT JOIN api_clients c ON c.id = d.client_id"
+	" WHERE d.id = $1::uuid OR d.effect_id = $1::uuid",
+	2, true,
+};
+
+/* The target of a dead letter, to look up its max_attempts first. */
+const struct db_stmt deadletter_st_target = {
+	"deadletter_target",
+	"SELECT e.target FROM dead_letters d JOIN effect_outbox e ON e.id = d.effect_id"
+	" WHERE d.id = $1::uuid OR d.effect_id = $1::uuid",
+	1, true,
+};
+
 enum db_rc
 deadletter_resolve(struct db *db, const char *ids, const char *resolution,
                    const char *operator_name)

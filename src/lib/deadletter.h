@@ -49,4 +49,10 @@ enum db_rc deadletter_replayed(struct db *db, long long client_id, const char *k
  * states, class and resolution stay); *count: how many (dry_run: would). */
 enum db_rc deadletter_purge(struct db *db, bool dry_run, long long *count);
 
+/* Statement rows for the use cases' transactions and pipelines (their
+ * parameters are the $n of the SQL text in deadletter.c). */
+extern const struct db_stmt deadletter_st_list;
+extern const struct db_stmt deadletter_st_show;
+extern const struct db_stmt deadletter_st_target;
+
 #endif

@@ -27,6 +27,7 @@
 #include "dispatch.h"
 #include "dispatch_int.h"
 #include "log.h"
+#include "outbox.h"
 #include "provider.h"
 
 /* A worker claims what it expects to start within this long (see
@@ -36,104 +37,6 @@
 /* --- statements ------------------------------------------------------------ */
 
 /* --- statements ------------------------------------------------------------ */
-
-/* Due effects, oldest first, leased to this process. The partial index on
- * next_attempt_at (state = 'pending') is the only access path; effects of
- * a window are due at not_before (enqueue sets both). */
-static const struct db_stmt st_claim = {
-	"dispatch_claim",
-	/* = ANY(ARRAY(…)): the chosen ids become one value, so the UPDATE finds
-	 * them through the primary key whatever the generic plan guesses for
-	 * LIMIT $2 (a join here was planned as a hash over the whole table). */
-	"UPDATE effect_outbox e"
-	"   SET state = 'sending', lease_owner = $1::uuid,"
-	"       lease_expires_at = now() + make_interval(secs => $3::int),"
-	"       attempt = e.attempt + 1, first_attempt_at = coalesce(e.first_attempt_at, now()),"
-	"       held_at = NULL, updated_at = now()"
-	" WHERE e.id = ANY(ARRAY("
-	"   SELECT id FROM effect_outbox"
-	"    WHERE state = 'pending' AND next_attempt_at <= now() AND not_before <= now()"
-	"    ORDER BY next_attempt_at"
-	"    LIMIT $2::int"
-	"    FOR UPDATE SKIP LOCKED))"
-	" RETURNING e.id, e.client_id, e.idempotency_key, e.effect_type, e.target,"
-	"       (SELECT c.name FROM api_clients c WHERE c.id = e.client_id) AS client_name,"
-	"       e.payload::text AS payload, e.payload_hash, e.provider_key, e.attempt,"
-	"       (extract(epoch FROM now() - e.first_attempt_at) * 1000)::bigint AS elapsed_ms,"
-	/* what the payload is checked against again right before the send:
-	 * the run's output and, for the effect the run proposed, its contract */
-	"       (SELECT r.output::text FROM workflow_runs r"
-	"         WHERE r.client_id = e.client_id AND r.idempotency_key = e.idempotency_key)"
-	"         AS run_output,"
-	"       (SELECT r.contract FROM workflow_runs r"
-	"         WHERE r.client_id = e.client_id AND r.idempotency_key = e.idempotency_key"
-	"           AND r.effect->>'type' = e.effect_type AND r.effect->>'target' = e.target)"
-	"         AS run_contract",
-	3, false,
-};
-
-/* Not sent after all (kill switch, shutdown): pending again, the attempt
- * given back. */
-static const struct db_stmt st_release = {
-	"dispatch_release",
-	"UPDATE effect_outbox"
-	"   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,"
-	"       attempt = attempt - 1,"
-	"       first_attempt_at = CASE WHEN attempt = 1 THEN NULL ELSE first_attempt_at END,"
-	"       next_attempt_at = now() + make_interval(secs => $3::int), updated_at = now()"
-	" WHERE id = $1::uuid AND state = 'sending' AND lease_owner = $2::uuid"
-	" RETURNING attempt",
-	3, false,
-};
-
-/* The rest of a claimed batch keeps its lease while the worker sends the
- * effects before it: one statement for all of them, only when short. */
-static const struct db_stmt st_renew_batch = {
-	"dispatch_renew_batch",
-	"UPDATE effect_outbox SET lease_expires_at = now() + make_interval(secs => $3::int)"
-	" WHERE id = ANY($1::uuid[]) AND state = 'sending' AND lease_owner = $2::uuid",
-	3, false,
-};
-
-/* Shutdown past its deadline: what this process holds and is not sending. */
-static const struct db_stmt st_release_unsent = {
-	"dispatch_release_unsent",
-	"UPDATE effect_outbox"
-	"   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,"
-	"       attempt = attempt - 1,"
-	"       first_attempt_at = CASE WHEN attempt = 1 THEN NULL ELSE first_attempt_at END,"
-	"       next_attempt_at = now(), updated_at = now()"
-	" WHERE lease_owner = $1::uuid AND state = 'sending' AND NOT (id = ANY($2::uuid[]))"
-	" RETURNING id",
-	2, false,
-};
-
-/* unknown effects of targets that can be asked, leased for one interval by
- * pushing next_attempt_at forward. */
-static const struct db_stmt st_claim_reconcile = {
-	"dispatch_claim_reconcile",
-	"UPDATE effect_outbox e"
-	"   SET next_attempt_at = now() + make_interval(secs => $2::int),"
-	"       reconcile_attempts = e.reconcile_attempts + 1, updated_at = now()"
-	" WHERE e.id = ANY(ARRAY("
-	"   SELECT id FROM effect_outbox"
-	"    WHERE state = 'unknown' AND next_attempt_at <= now() AND target = ANY($1::text[])"
-	"    ORDER BY next_attempt_at LIMIT $3::int"
-	"    FOR UPDATE SKIP LOCKED))"
-	" RETURNING e.id, e.client_id, e.idempotency_key, e.effect_type, e.target,"
-	"       (SELECT c.name FROM api_clients c WHERE c.id = e.client_id) AS client_name,"
-	"       e.provider_key, e.attempt, e.reconcile_attempts,"
-	"       (extract(epoch FROM now() - e.first_attempt_at) * 1000)::bigint AS elapsed_ms,"
-	/* only the answers since the last send count: a resumed effect that
-	 * is unknown again must be found missing twice again */
-	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
-	"           AND a.kind = 'lookup' AND a.classification = 'not_found'"
-	"           AND a.id > coalesce((SELECT max(b.id) FROM effect_attempts b"
-	"                 WHERE b.effect_id = e.id AND b.kind = 'send'), 0)) AS not_found,"
-	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
-	"           AND a.kind = 'lookup' AND a.classification = 'error') AS errors",
-	3, false,
-};
 
 const char *
 dispatch_listen_sql(void)
@@ -425,7 +328,17 @@ dispatch_log_effect(enum log_level level, const char *event, const struct dispat
 long long
 dispatch_hold(struct db *db, const char *effect_id)
 {
-	return control_hold(db, effect_id, effect_id != NULL ? 1 : 10 * DISPATCH_TICK_BATCH);
+	long long n = 0;
+
+	if (db_begin(db) != DB_OK)
+		return -1;
+	if (outbox_hold(db, effect_id, effect_id != NULL ? 1 : 10 * DISPATCH_TICK_BATCH, &n) !=
+	        DB_OK ||
+	    (n > 0 && control_add_blocked(db, n) != DB_OK) || db_commit(db) != DB_OK) {
+		db_rollback(db);
+		return -1;
+	}
+	return n;
 }
 
 bool
@@ -438,7 +351,7 @@ dispatch_release(struct dispatch_shared *s, struct db *db, const struct dispatch
 	bool ok;
 
 	snprintf(d, sizeof(d), "%d", delay_s);
-	if (db_exec(db, &st_release, p, &res) != DB_OK)
+	if (db_exec(db, &outbox_st_release, p, &res) != DB_OK)
 		return false;
 	ok = PQntuples(res) == 1;
 	PQclear(res);
@@ -532,7 +445,7 @@ claim_reconcile(struct dispatch_shared *s, struct db *db, struct provider_conn *
 	snprintf(limit, sizeof(limit), "%d", dc->cfg.dispatch_batch);
 	dispatch_config_put(s, dc);
 	if (targets == NULL || strcmp(targets, "{}") == 0 ||
-	    db_exec(db, &st_claim_reconcile, p, &res) != DB_OK) {
+	    db_exec(db, &outbox_st_claim_reconcile, p, &res) != DB_OK) {
 		free(targets);
 		return 0;
 	}
@@ -602,7 +515,7 @@ keep_batch_leased(struct dispatch_shared *s, struct db *db, const PGresult *res,
 	p[0] = ids;
 	p[1] = s->owner;
 	p[2] = lease;
-	if (db_exec(db, &st_renew_batch, p, &r) == DB_OK) {
+	if (db_exec(db, &outbox_st_renew_batch, p, &r) == DB_OK) {
 		*until = t0 + (long long)secs * 1000000000LL;
 		PQclear(r);
 	}
@@ -628,7 +541,7 @@ dispatch_release_unsent(struct dispatch_shared *s, struct db *db)
 		return -1;
 	p[0] = s->owner;
 	p[1] = busy;
-	if (db_exec(db, &st_release_unsent, p, &res) != DB_OK) {
+	if (db_exec(db, &outbox_st_release_unsent, p, &res) != DB_OK) {
 		free(busy);
 		return -1;
 	}
@@ -678,7 +591,7 @@ dispatch_worker(void *arg)
 
 		/* the local estimate of the batch's lease starts before the claim */
 		until = dispatch_mono_ns() + (long long)lease_s * 1000000000LL;
-		if (dispatch_sending_allowed(s) && db_exec(db, &st_claim, p, &res) == DB_OK) {
+		if (dispatch_sending_allowed(s) && db_exec(db, &outbox_st_claim, p, &res) == DB_OK) {
 			long long t0 = dispatch_mono_ns(), per;
 
 			n = PQntuples(res);

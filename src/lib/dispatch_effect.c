@@ -20,6 +20,7 @@
 #include "dispatch.h"
 #include "dispatch_int.h"
 #include "effect.h"
+#include "ledger.h"
 #include "log.h"
 #include "metrics.h"
 #include "outbox.h"
@@ -34,58 +35,6 @@
 /* An effect whose contract is not loaded here is looked at again after
  * this long (seconds). */
 #define HOLD_S 30
-
-
-/* Right before a send: the database half of the kill switch, and whether
- * the lease is still ours and how long it has left. */
-static const struct db_stmt st_check = {
-	"dispatch_check",
-	"SELECT (SELECT actions_enabled FROM dispatch_control) AS enabled,"
-	"       (state = 'sending' AND lease_owner = $2::uuid) AS owned,"
-	"       extract(epoch FROM lease_expires_at - now())::float8 AS lease_left"
-	"  FROM effect_outbox WHERE id = $1::uuid",
-	2, true,
-};
-
-static const struct db_stmt st_renew = {
-	"dispatch_renew",
-	"UPDATE effect_outbox SET lease_expires_at = now() + make_interval(secs => $3::int)"
-	" WHERE id = $1::uuid AND state = 'sending' AND lease_owner = $2::uuid"
-	" RETURNING 1",
-	3, false,
-};
-
-/* The run's row lock, taken first in a completing transaction: two effects
- * of one run completing at once then see each other, and the second one
- * completes the run. Same lock order as the responder (run, then effects). */
-static const struct db_stmt st_lock_run = {
-	"dispatch_lock_run",
-	"SELECT 1 FROM workflow_runs WHERE client_id = $1::bigint AND idempotency_key = $2"
-	"   FOR UPDATE",
-	2, false,
-};
-
-/* approved → completed once every effect of the run is completed (or was
- * cancelled inside its window). */
-static const struct db_stmt st_run_complete = {
-	"dispatch_run_complete",
-	"WITH moved AS ("
-	"  UPDATE workflow_runs r SET state = 'completed', version = version + 1,"
-	"         updated_at = now()"
-	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2 AND r.state = 'approved'"
-	"     AND NOT EXISTS (SELECT 1 FROM effect_outbox e"
-	"          WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
-	"            AND e.state NOT IN ('completed', 'cancelled'))"
-	"  RETURNING client_id, idempotency_key, version, attempt"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor)"
-	"  SELECT client_id, idempotency_key, 'run.completed', 'approved', 'completed',"
-	"         version, attempt, 'dispatcher' FROM moved"
-	")"
-	"SELECT version FROM moved",
-	2, false,
-};
 
 /* Per-target rate limit, per process: waits for the target's next slot.
  * False when shutdown came first. */
@@ -174,7 +123,7 @@ settle(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j,
 	char delay[32], dur[32], status[16], maxa[16], days[16], recon[16];
 	char *ev = st->evidence != NULL ? json_dumps(st->evidence, JSON_COMPACT) : NULL;
 	char cid[24];
-	const char *lock_p[2] = { cid, j->key };
+	const char *lock_p[3] = { cid, j->key, "dispatcher" };
 	const char *settle_p[15] = {
 		j->id, st->expect, st->owner, st->to, st->provider_id, st->error_class,
 		st->reason, delay, st->kind, dur, s->name, st->attempt_class,
@@ -196,7 +145,7 @@ settle(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j,
 	memset(calls, 0, sizeof(calls));
 	*run_completed = false;
 	if (st->complete_run) {
-		calls[n].stmt = &st_lock_run;
+		calls[n].stmt = &ledger_st_lock;
 		calls[n++].params = lock_p;
 	}
 	i_settle = n;
@@ -209,7 +158,7 @@ settle(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j,
 	}
 	if (st->complete_run) {
 		i_run = n;
-		calls[n].stmt = &st_run_complete;
+		calls[n].stmt = &ledger_st_complete;
 		calls[n++].params = lock_p;
 	}
 	(void)db_pipeline_tx(db, calls, n);
@@ -248,7 +197,7 @@ presend_check(struct dispatch_shared *s, struct db *db, const struct dispatch_jo
 	const char *enabled, *owned, *left;
 	int rc = -1;
 
-	if (db_exec(db, &st_check, p, &res) != DB_OK)
+	if (db_exec(db, &outbox_st_presend, p, &res) != DB_OK)
 		return -1;
 	if (PQntuples(res) != 1)
 		goto out;
@@ -271,7 +220,7 @@ presend_check(struct dispatch_shared *s, struct db *db, const struct dispatch_jo
 		int need = 2 * dispatch_send_lease_s(t);
 
 		snprintf(secs, sizeof(secs), "%d", need > lease_s ? need : lease_s);
-		if (db_exec(db, &st_renew, rp, &r2) != DB_OK)
+		if (db_exec(db, &outbox_st_renew, rp, &r2) != DB_OK)
 			goto out;
 		if (PQntuples(r2) != 1) {
 			PQclear(r2);

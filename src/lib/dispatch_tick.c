@@ -18,55 +18,11 @@
 #include "dispatch.h"
 #include "dispatch_int.h"
 #include "dispatch_tick.h"
+#include "gate.h"
+#include "ledger.h"
 #include "log.h"
 #include "metrics.h"
 #include "outbox.h"
-
-
-/* Runs whose every pending challenge has expired, a few at a time. */
-static const struct db_stmt st_expired_runs = {
-	"dispatch_expired_runs",
-	"SELECT x.client_id, x.idempotency_key,"
-	"       (SELECT c.name FROM api_clients c WHERE c.id = x.client_id) AS client_name"
-	"  FROM (SELECT DISTINCT a.client_id, a.idempotency_key FROM approvals a"
-	"         WHERE a.state = 'pending' AND a.expires_at <= now()"
-	"         LIMIT $1::int) AS x",
-	1, true,
-};
-
-static const struct db_stmt st_expire_approvals = {
-	"dispatch_expire_approvals",
-	"UPDATE approvals SET state = 'expired'"
-	" WHERE client_id = $1::bigint AND idempotency_key = $2 AND state = 'pending'"
-	"   AND expires_at <= now()"
-	" RETURNING id",
-	2, false,
-};
-
-static const struct db_stmt st_expire_run = {
-	"dispatch_expire_run",
-	"WITH moved AS ("
-	"  UPDATE workflow_runs r"
-	"     SET state = 'failed_terminal', error_class = 'approval_expired',"
-	"         reason = 'the approval expired before anyone decided',"
-	"         decision = 'expired', decided_at = now(), version = version + 1,"
-	"         updated_at = now()"
-	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2"
-	"     AND r.state = 'awaiting_human'"
-	"     AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.client_id = r.client_id"
-	"          AND a.idempotency_key = r.idempotency_key AND a.state IN ('pending', 'decided'))"
-	"  RETURNING client_id, idempotency_key, version, attempt, callback_url,"
-	"            correlation_id, workflow_version"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.approval_expired', 'awaiting_human',"
-	"         'failed_terminal', version, attempt, 'dispatcher', 'approval_expired'"
-	"    FROM moved"
-	")"
-	"SELECT version, callback_url, correlation_id, workflow_version FROM moved",
-	2, false,
-};
 
 static void
 expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg)
@@ -155,8 +111,8 @@ expire_run(struct db *db, long long client_id, const char *client_name, const ch
 	snprintf(client, sizeof(client), "%lld", client_id);
 	if (db_begin(db) != DB_OK)
 		return;
-	if (db_exec(db, &st_expire_approvals, p, &ra) != DB_OK ||
-	    db_exec(db, &st_expire_run, p, &rr) != DB_OK)
+	if (db_exec(db, &gate_st_expire, p, &ra) != DB_OK ||
+	    db_exec(db, &ledger_st_expire, p, &rr) != DB_OK)
 		goto fail;
 	f.client = client_name;
 	f.key = key;
@@ -226,7 +182,7 @@ dispatch_tick_expire_approvals(struct db *db)
 	int i;
 
 	snprintf(limit, sizeof(limit), "%d", DISPATCH_TICK_BATCH);
-	if (db_exec(db, &st_expired_runs, p, &res) != DB_OK)
+	if (db_exec(db, &gate_st_expired_runs, p, &res) != DB_OK)
 		return;
 	for (i = 0; i < PQntuples(res); i++)
 		expire_run(db, db_get_ll(res, i, "client_id"), db_get(res, i, "client_name"),

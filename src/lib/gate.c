@@ -68,6 +68,74 @@ static const struct db_stmt st_list = {
 	2, true,
 };
 
+/* Runs whose every pending challenge has expired, a few at a time. */
+const struct db_stmt gate_st_expired_runs = {
+	"gate_expired_runs",
+	"SELECT x.client_id, x.idempotency_key,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = x.client_id) AS client_name"
+	"  FROM (SELECT DISTINCT a.client_id, a.idempotency_key FROM approvals a"
+	"         WHERE a.state = 'pending' AND a.expires_at <= now()"
+	"         LIMIT $1::int) AS x",
+	1, true,
+};
+
+const struct db_stmt gate_st_expire = {
+	"gate_expire",
+	"UPDATE approvals SET state = 'expired'"
+	" WHERE client_id = $1::bigint AND idempotency_key = $2 AND state = 'pending'"
+	"   AND expires_at <= now()"
+	" RETURNING id",
+	2, false,
+};
+
+const struct db_stmt gate_st_revoke_run = {
+	"gate_revoke_run",
+	"UPDATE approvals SET state = 'revoked'"
+	" WHERE client_id = $1::bigint AND idempotency_key = $2 AND state = 'pending'"
+	" RETURNING id",
+	2, false,
+};
+
+const struct db_stmt gate_st_find_by_id = {
+	"gate_find_by_id",
+	"SELECT a.id, a.client_id, c.name AS client_name, a.idempotency_key, a.approver,"
+	"       a.state, a.expires_at <= now() AS expired"
+	"  FROM approvals a LEFT JOIN api_clients c ON c.id = a.client_id"
+	" WHERE a.id = $1::uuid",
+	1, false,
+};
+
+const struct db_stmt gate_st_revoke = {
+	"gate_revoke",
+	"WITH revoked AS ("
+	"  UPDATE approvals SET state = 'revoked'"
+	"   WHERE id = $1::uuid AND state = 'pending' AND expires_at > now()"
+	"  RETURNING id, client_id, idempotency_key"
+	")"
+	"SELECT (SELECT count(*) FROM approvals a, revoked v"
+	"         WHERE a.client_id = v.client_id AND a.idempotency_key = v.idempotency_key"
+	"           AND a.state = 'pending' AND a.id <> v.id) AS left_pending"
+	"  FROM revoked",
+	1, false,
+};
+
+const struct db_stmt gate_st_pending = {
+	"gate_pending",
+	"SELECT a.id, c.name AS client, a.idempotency_key, a.approver,"
+	"       og_ts(a.created_at) AS created_at,"
+	"       floor(extract(epoch FROM now() - a.created_at))::bigint AS waiting_seconds,"
+	"       og_ts(a.expires_at) AS expires_at,"
+	"       floor(extract(epoch FROM a.expires_at - now()))::bigint AS expires_in_seconds,"
+	"       r.state AS run_state, r.contract"
+	"  FROM approvals a"
+	"  JOIN workflow_runs r ON r.client_id = a.client_id"
+	"   AND r.idempotency_key = a.idempotency_key"
+	"  LEFT JOIN api_clients c ON c.id = a.client_id"
+	" WHERE a.state = 'pending'"
+	" ORDER BY a.created_at, a.id LIMIT $1::int",
+	1, true,
+};
+
 const char *
 gate_state_name(enum approval_state s)
 {
@@ -277,4 +345,30 @@ gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 	PQclear(res);
 	*out = list;
 	return GATE_OK;
+}
+
+/* The challenges of the purged runs (ledger_purge) lose the effect they
+ * showed. */
+static const struct db_stmt st_purge_effects = {
+	"gate_purge_effects",
+	"UPDATE approvals ap SET effect = NULL"
+	"  FROM unnest($1::bigint[], $2::text[]) AS k(client_id, idempotency_key)"
+	" WHERE ap.client_id = k.client_id AND ap.idempotency_key = k.idempotency_key"
+	"   AND ap.effect IS NOT NULL RETURNING ap.id",
+	2, false,
+};
+
+enum db_rc
+gate_purge_effects(struct db *db, const char *clients, const char *keys, long long *count)
+{
+	const char *p[2] = { clients, keys };
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	*count = 0;
+	if ((rc = db_exec(db, &st_purge_effects, p, &res)) != DB_OK)
+		return rc;
+	*count = PQntuples(res);
+	PQclear(res);
+	return DB_OK;
 }

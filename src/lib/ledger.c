@@ -269,6 +269,277 @@ static const struct db_stmt st_end_undecided = {
 	5, false,
 };
 
+const struct db_stmt ledger_st_expire = {
+	"ledger_expire",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs r"
+	"     SET state = 'failed_terminal', error_class = 'approval_expired',"
+	"         reason = 'the approval expired before anyone decided',"
+	"         decision = 'expired', decided_at = now(), version = version + 1,"
+	"         updated_at = now()"
+	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2"
+	"     AND r.state = 'awaiting_human'"
+	"     AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.client_id = r.client_id"
+	"          AND a.idempotency_key = r.idempotency_key AND a.state IN ('pending', 'decided'))"
+	"  RETURNING client_id, idempotency_key, version, attempt, callback_url,"
+	"            correlation_id, workflow_version"
+	"), ev AS ("
+	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
+	"      state_to, version, attempt, actor, reason)"
+	"  SELECT client_id, idempotency_key, 'run.approval_expired', 'awaiting_human',"
+	"         'failed_terminal', version, attempt, 'dispatcher', 'approval_expired'"
+	"    FROM moved"
+	")"
+	"SELECT version, callback_url, correlation_id, workflow_version FROM moved",
+	2, false,
+};
+
+/* The run, locked: every operator path (resume, replay, reject, cancel)
+ * decides under this lock, so two operators racing are serialised, and a
+ * completing settle of the dispatcher takes it first, so two effects of one
+ * run completing at once see each other and the second one completes the
+ * run (lock order everywhere: the run, then its effects). What
+ * the first one did is read by the second in statements after this one
+ * (a statement that waited for a lock still sees its own older snapshot
+ * in everything but the locked row). */
+const struct db_stmt ledger_st_lock = {
+	"ledger_lock",
+	"SELECT state, version, callback_url, lease_expires_at < now() AS lease_over"
+	"  FROM workflow_runs WHERE client_id = $1::bigint AND idempotency_key = $2"
+	"   FOR UPDATE",
+	2, false,
+};
+
+/* approved → completed once every effect of the run is completed (or was
+ * cancelled inside its window): after the dispatcher's last settle, or an
+ * operator's finding. $3 is the actor. */
+const struct db_stmt ledger_st_complete = {
+	"ledger_complete",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs r SET state = 'completed', version = version + 1,"
+	"         updated_at = now()"
+	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2 AND r.state = 'approved'"
+	"     AND NOT EXISTS (SELECT 1 FROM effect_outbox e"
+	"          WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
+	"            AND e.state NOT IN ('completed', 'cancelled'))"
+	"  RETURNING client_id, idempotency_key, version, attempt"
+	"), ev AS ("
+	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
+	"      state_to, version, attempt, actor)"
+	"  SELECT client_id, idempotency_key, 'run.completed', 'approved', 'completed',"
+	"         version, attempt, $3 FROM moved"
+	")"
+	"SELECT version FROM moved",
+	3, false,
+};
+
+/* $1 client $2 key $3 reason $4 actor $5 states it may leave (text[]) */
+const struct db_stmt ledger_st_fail = {
+	"ledger_fail",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs r"
+	"     SET state = 'failed_terminal', error_class = 'operator_rejected', reason = $3,"
+	"         lease_owner = NULL, lease_expires_at = NULL,"
+	"         version = version + 1, updated_at = now()"
+	"    FROM (SELECT state AS old FROM workflow_runs"
+	"           WHERE client_id = $1::bigint AND idempotency_key = $2) o"
+	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2"
+	"     AND r.state = ANY($5::text[])"
+	"  RETURNING r.client_id, r.idempotency_key, r.version, r.attempt, o.old"
+	"), ev AS ("
+	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
+	"      state_to, version, attempt, actor, reason)"
+	"  SELECT client_id, idempotency_key, 'run.rejected_by_operator', old,"
+	"         'failed_terminal', version, attempt, $4, $3 FROM moved"
+	")"
+	"SELECT old, version FROM moved",
+	5, false,
+};
+
+const struct db_stmt ledger_st_runs_by_key = {
+	"ledger_runs_by_key",
+	"SELECT r.client_id, c.name AS client_name FROM workflow_runs r"
+	"  LEFT JOIN api_clients c ON c.id = r.client_id"
+	" WHERE r.idempotency_key = $1 AND ($2::text IS NULL OR c.name = $2)"
+	" ORDER BY r.client_id LIMIT 3",
+	2, false,
+};
+
+/* The original (after ledger_st_lock_original), and what its effects say. live_effects: an effect
+ * still pending (it will go out), or a decision callback in flight —
+ * always refused. sent: the business effects that were sent, are being
+ * sent, are unknown, or were resumed by an operator ("type id state",
+ * comma-separated) — a replay could make a second business effect, so
+ * only with force. LIMIT 2 tells an ambiguous key (several clients) from a
+ * unique one. */
+const struct db_stmt ledger_st_original = {
+	"ledger_original",
+	"SELECT r.client_id, r.state, r.payload::text AS payload, r.payload_hash,"
+	"       r.contract, r.contract_hash, r.output::text AS output, r.output_hash,"
+	"       r.model::text AS model,"
+	"       r.effect::text AS effect, r.source_url, r.workflow_version, r.correlation_id,"
+	"       (SELECT count(*) FROM effect_outbox e"
+	"         WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
+	"           AND (e.state = 'pending' OR (e.effect_type = 'decision.callback'"
+	"                AND e.state IN ('sending', 'unknown')))) AS live_effects,"
+	"       (SELECT string_agg(e.effect_type || ' ' || e.id || ' ' ||"
+	"                CASE WHEN e.state IN ('completed', 'sending', 'unknown') THEN e.state"
+	"                     ELSE 'resumed' END, ', ' ORDER BY e.created_at, e.id)"
+	"          FROM effect_outbox e"
+	"         WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
+	"           AND e.effect_type <> 'decision.callback'"
+	"           AND (e.state IN ('completed', 'sending', 'unknown') OR EXISTS ("
+	"                SELECT 1 FROM operator_actions o"
+	"                 WHERE o.effect_id = e.id AND o.action = 'resume'))) AS sent"
+	"  FROM workflow_runs r"
+	" WHERE r.idempotency_key = $1 AND ($2::bigint IS NULL OR r.client_id = $2::bigint)"
+	" ORDER BY r.client_id LIMIT 2",
+	2, false,
+};
+
+/* The original's row lock, taken before ledger_st_original reads (a statement
+ * that waited for a lock would read the rest with its older snapshot): the
+ * lock that resume, reject and cancel take too, held to the commit. */
+const struct db_stmt ledger_st_lock_original = {
+	"ledger_lock_original",
+	"SELECT client_id FROM workflow_runs"
+	" WHERE idempotency_key = $1 AND ($2::bigint IS NULL OR client_id = $2::bigint)"
+	" ORDER BY client_id LIMIT 2 FOR UPDATE",
+	2, false,
+};
+
+const struct db_stmt ledger_st_exists = {
+	"ledger_exists",
+	"SELECT 1 FROM workflow_runs WHERE client_id = $1 AND idempotency_key = $2",
+	2, true,
+};
+
+/* The new run and its first timeline entry, in one statement. ON CONFLICT
+ * DO NOTHING: a key that exists (even one created a moment ago by a claim)
+ * is never overwritten, and zero rows means "refused". */
+const struct db_stmt ledger_st_replay = {
+	"ledger_replay",
+	"WITH ins AS ("
+	"  INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
+	"      state, claim_started_at, version, attempt, workflow_version, trigger,"
+	"      correlation_id, contract, contract_hash, output, output_hash, model, effect,"
+	"      source_url, requested_by, error_class, reason)"
+	"  VALUES ($1, $2, $3, $4::jsonb, $5, now(), 1, 1, $6, 'replay', $7, $8, $9,"
+	"      $10::jsonb, $11, $12::jsonb, $13::jsonb, $14, $15, $16, $17)"
+	"  ON CONFLICT (client_id, idempotency_key) DO NOTHING"
+	"  RETURNING client_id, idempotency_key, state, version, attempt"
+	"), ev AS ("
+	"  INSERT INTO run_events (client_id, idempotency_key, event, state_to, version,"
+	"      attempt, actor, reason)"
+	"  SELECT client_id, idempotency_key, 'run.replayed', state, version, attempt,"
+	"         $15, $18 FROM ins"
+	")"
+	"SELECT state FROM ins",
+	18, false,
+};
+
+const struct db_stmt ledger_st_audit = {
+	"ledger_audit",
+	"SELECT client_id, (SELECT name FROM api_clients c WHERE c.id = r.client_id) AS client,"
+	"       state, og_ts(created_at) AS created_at, og_ts(updated_at) AS updated_at,"
+	"       attempt, version, payload_hash, payload IS NOT NULL AS payload_kept,"
+	"       output IS NOT NULL AS output_kept, output_hash, model::text AS model, contract,"
+	"       contract_hash, workflow_version, trigger, correlation_id, decision, decided_by,"
+	"       og_ts(decided_at) AS decided_at, error_class, reason,"
+	"       sample_draw, sample_rate,"
+	"       effect->>'type' AS effect_type, effect->>'target' AS effect_target,"
+	"       (SELECT count(*) FROM run_events v WHERE v.client_id = r.client_id"
+	"           AND v.idempotency_key = r.idempotency_key AND v.event = 'run.claimed') AS claims"
+	"  FROM workflow_runs r"
+	" WHERE idempotency_key = $1 AND ($2::text IS NULL OR client_id ="
+	"       (SELECT id FROM api_clients WHERE name = $2))"
+	" ORDER BY client_id LIMIT 2",
+	2, true,
+};
+
+/* Everything that happened to the run, from every table that records it,
+ * in time order. */
+const struct db_stmt ledger_st_history = {
+	"ledger_history",
+	"SELECT og_ts(t.ts) AS ts, t.source, t.event, t.detail, t.actor FROM ("
+	"  SELECT ts, id AS n, 'run' AS source, event,"
+	"         concat_ws(' ', nullif(concat_ws(' -> ', state_from, state_to), ''),"
+	"                   'v' || version, CASE WHEN attempt > 1 THEN 'attempt ' || attempt END,"
+	"                   reason) AS detail, actor"
+	"    FROM run_events WHERE client_id = $1 AND idempotency_key = $2"
+	"  UNION ALL"
+	"  SELECT created_at, 0, 'approval', 'approval.created',"
+	"         'challenge ' || id || ' for ' || approver, NULL"
+	"    FROM approvals WHERE client_id = $1 AND idempotency_key = $2"
+	"  UNION ALL"
+	"  SELECT coalesce(consumed_at, expires_at), 0, 'approval', 'approval.' || state,"
+	"         concat_ws(': ', 'challenge ' || id || coalesce(' ' || decision, ''), reason),"
+	"         approver_subject"
+	"    FROM approvals WHERE client_id = $1 AND idempotency_key = $2"
+	"     AND state <> 'pending'"
+	"  UNION ALL"
+	"  SELECT created_at, 0, 'effect', 'effect.enqueued',"
+	"         effect_type || ' to ' || target || ' (' || id || ')', NULL"
+	"    FROM effect_outbox WHERE client_id = $1 AND idempotency_key = $2"
+	"  UNION ALL"
+	"  SELECT a.started_at, a.id, 'effect', 'effect.' || a.kind,"
+	"         concat_ws(' ', 'attempt ' || a.attempt, a.classification, a.reason,"
+	"                   'status ' || a.status, 'provider id ' || a.provider_id),"
+	"         a.dispatcher"
+	"    FROM effect_attempts a JOIN effect_outbox e ON e.id = a.effect_id"
+	"   WHERE e.client_id = $1 AND e.idempotency_key = $2"
+	"  UNION ALL"
+	"  SELECT d.created_at, 0, 'effect', 'effect.dead_letter',"
+	"         concat_ws(' ', d.error_class, d.reason, 'resolution: ' || d.resolution), d.owner"
+	"    FROM dead_letters d WHERE d.client_id = $1 AND d.idempotency_key = $2"
+	"  UNION ALL"
+	"  SELECT ts, id, 'operator', 'operator.' || action, reason, operator"
+	"    FROM operator_actions"
+	"   WHERE client_id = $1 AND (idempotency_key = $2 OR details->>'original_key' = $2)"
+	") t ORDER BY t.ts, t.n LIMIT 2000",
+	2, true,
+};
+
+/* What retention may take: runs finished (completed or failed_terminal)
+ * longer ago than $1 days that still hold content. */
+#define PURGE_RUNS                                                                   \
+	"SELECT client_id, idempotency_key FROM workflow_runs"                           \
+	" WHERE state IN ('completed', 'failed_terminal')"                               \
+	"   AND updated_at < now() - make_interval(days => $1::int)"                     \
+	"   AND (payload IS NOT NULL OR output IS NOT NULL"                              \
+	"        OR coalesce(effect ? 'payload', false))"
+
+static const struct db_stmt st_purge_count = {
+	"ledger_purge_count",
+	"WITH runs AS (" PURGE_RUNS ")"
+	"SELECT (SELECT count(*) FROM runs) AS runs,"
+	"       (SELECT count(*) FROM effect_outbox o JOIN runs USING (client_id, idempotency_key)"
+	"         WHERE o.payload IS NOT NULL) AS effects,"
+	"       (SELECT count(*) FROM approvals a JOIN runs USING (client_id, idempotency_key)"
+	"         WHERE a.effect IS NOT NULL) AS approvals",
+	1, true,
+};
+
+/* The runs' content goes, their hashes stay; the purged runs' keys come
+ * back as two arrays (array text) for their effects and challenges, which
+ * the same transaction purges next while these rows stay locked. */
+static const struct db_stmt st_purge = {
+	"ledger_purge",
+	"WITH runs AS (" PURGE_RUNS " FOR UPDATE),"
+	" r AS (UPDATE workflow_runs w SET payload = NULL, output = NULL,"
+	"         effect = CASE WHEN w.effect IS NULL THEN NULL ELSE w.effect - 'payload' END"
+	"         FROM runs WHERE w.client_id = runs.client_id"
+	"          AND w.idempotency_key = runs.idempotency_key"
+	"       RETURNING w.client_id, w.idempotency_key, w.state, w.version, w.attempt),"
+	" ev AS (INSERT INTO run_events (client_id, idempotency_key, event, state_from, state_to,"
+	"            version, attempt, actor, reason)"
+	"        SELECT client_id, idempotency_key, 'run.purged', state, state, version, attempt,"
+	"               $2, 'retention: payload and model output removed; hashes kept' FROM r)"
+	"SELECT count(*) AS runs, array_agg(client_id)::text AS clients,"
+	"       array_agg(idempotency_key)::text AS keys FROM r",
+	2, false,
+};
+
 const char *
 ledger_state_name(enum run_state s)
 {
@@ -853,4 +1124,41 @@ ledger_end_undecided(struct db *db, long long client_id, const char *key,
 	}
 	PQclear(res);
 	return n == 1 ? LEDGER_OK : LEDGER_LEASE_LOST;
+}
+
+void
+ledger_purge_clear(struct ledger_purge *p)
+{
+	free(p->clients);
+	free(p->keys);
+	memset(p, 0, sizeof(*p));
+}
+
+enum db_rc
+ledger_purge(struct db *db, int days, bool dry_run, const char *actor, struct ledger_purge *p)
+{
+	char d[16];
+	const char *params[2] = { d, actor };
+	PGresult *res = NULL;
+	const char *v;
+	enum db_rc rc;
+
+	memset(p, 0, sizeof(*p));
+	snprintf(d, sizeof(d), "%d", days);
+	if ((rc = db_exec(db, dry_run ? &st_purge_count : &st_purge, params, &res)) != DB_OK)
+		return rc;
+	p->runs = db_get_ll(res, 0, "runs");
+	if (dry_run) {
+		p->effects = db_get_ll(res, 0, "effects");
+		p->approvals = db_get_ll(res, 0, "approvals");
+	} else {
+		if ((v = db_get(res, 0, "clients")) != NULL && (p->clients = strdup(v)) == NULL)
+			rc = DB_ERROR;
+		if ((v = db_get(res, 0, "keys")) != NULL && (p->keys = strdup(v)) == NULL)
+			rc = DB_ERROR;
+	}
+	PQclear(res);
+	if (rc != DB_OK)
+		ledger_purge_clear(p);
+	return rc;
 }

@@ -187,4 +187,32 @@ enum ledger_rc ledger_end_undecided(struct db *db, long long client_id, const ch
 enum ledger_rc ledger_status(struct db *db, long long client_id, const char *key,
                              bool timeline, json_t **out) __attribute__((warn_unused_result));
 
+/* The retention purge of the runs finished longer ago than days that still
+ * hold content: their payload, output and effect payload go, a run.purged
+ * entry each (actor) records it. dry_run counts instead: runs, and the
+ * effects and challenges that hold content too. Otherwise clients and keys
+ * (malloc'd array text, NULL when no run) name the purged runs for
+ * outbox_purge_payloads and gate_purge_effects in the same transaction. */
+struct ledger_purge {
+	long long runs, effects, approvals;
+	char *clients, *keys;
+};
+enum db_rc ledger_purge(struct db *db, int days, bool dry_run, const char *actor,
+                        struct ledger_purge *p) __attribute__((warn_unused_result));
+void ledger_purge_clear(struct ledger_purge *p);
+
+/* Statement rows for the use cases' transactions and pipelines (their
+ * parameters are the $n of the SQL text in ledger.c). */
+extern const struct db_stmt ledger_st_expire;
+extern const struct db_stmt ledger_st_lock;
+extern const struct db_stmt ledger_st_complete;
+extern const struct db_stmt ledger_st_fail;
+extern const struct db_stmt ledger_st_runs_by_key;
+extern const struct db_stmt ledger_st_original;
+extern const struct db_stmt ledger_st_lock_original;
+extern const struct db_stmt ledger_st_exists;
+extern const struct db_stmt ledger_st_replay;
+extern const struct db_stmt ledger_st_audit;
+extern const struct db_stmt ledger_st_history;
+
 #endif

@@ -82,4 +82,8 @@ int metrics_flusher_start(const char *conninfo, int statement_timeout_ms, char *
                           size_t errlen) __attribute__((warn_unused_result));
 void metrics_flusher_stop(void);
 
+/* Statement rows for the use cases' transactions and pipelines (their
+ * parameters are the $n of the SQL text in metrics.c). */
+extern const struct db_stmt metrics_st_report;
+
 #endif

@@ -356,6 +356,217 @@ static const struct db_stmt st_purge_attempts = {
 	1, false,
 };
 
+/* Due effects, oldest first, leased to this process. The partial index on
+ * next_attempt_at (state = 'pending') is the only access path; effects of
+ * a window are due at not_before (enqueue sets both). */
+const struct db_stmt outbox_st_claim = {
+	"outbox_claim",
+	/* = ANY(ARRAY(…)): the chosen ids become one value, so the UPDATE finds
+	 * them through the primary key whatever the generic plan guesses for
+	 * LIMIT $2 (a join here was planned as a hash over the whole table). */
+	"UPDATE effect_outbox e"
+	"   SET state = 'sending', lease_owner = $1::uuid,"
+	"       lease_expires_at = now() + make_interval(secs => $3::int),"
+	"       attempt = e.attempt + 1, first_attempt_at = coalesce(e.first_attempt_at, now()),"
+	"       held_at = NULL, updated_at = now()"
+	" WHERE e.id = ANY(ARRAY("
+	"   SELECT id FROM effect_outbox"
+	"    WHERE state = 'pending' AND next_attempt_at <= now() AND not_before <= now()"
+	"    ORDER BY next_attempt_at"
+	"    LIMIT $2::int"
+	"    FOR UPDATE SKIP LOCKED))"
+	" RETURNING e.id, e.client_id, e.idempotency_key, e.effect_type, e.target,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = e.client_id) AS client_name,"
+	"       e.payload::text AS payload, e.payload_hash, e.provider_key, e.attempt,"
+	"       (extract(epoch FROM now() - e.first_attempt_at) * 1000)::bigint AS elapsed_ms,"
+	/* what the payload is checked against again right before the send:
+	 * the run's output and, for the effect the run proposed, its contract */
+	"       (SELECT r.output::text FROM workflow_runs r"
+	"         WHERE r.client_id = e.client_id AND r.idempotency_key = e.idempotency_key)"
+	"         AS run_output,"
+	"       (SELECT r.contract FROM workflow_runs r"
+	"         WHERE r.client_id = e.client_id AND r.idempotency_key = e.idempotency_key"
+	"           AND r.effect->>'type' = e.effect_type AND r.effect->>'target' = e.target)"
+	"         AS run_contract",
+	3, false,
+};
+
+/* Not sent after all (kill switch, shutdown): pending again, the attempt
+ * given back. */
+const struct db_stmt outbox_st_release = {
+	"outbox_release",
+	"UPDATE effect_outbox"
+	"   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,"
+	"       attempt = attempt - 1,"
+	"       first_attempt_at = CASE WHEN attempt = 1 THEN NULL ELSE first_attempt_at END,"
+	"       next_attempt_at = now() + make_interval(secs => $3::int), updated_at = now()"
+	" WHERE id = $1::uuid AND state = 'sending' AND lease_owner = $2::uuid"
+	" RETURNING attempt",
+	3, false,
+};
+
+/* The rest of a claimed batch keeps its lease while the worker sends the
+ * effects before it: one statement for all of them, only when short. */
+const struct db_stmt outbox_st_renew_batch = {
+	"outbox_renew_batch",
+	"UPDATE effect_outbox SET lease_expires_at = now() + make_interval(secs => $3::int)"
+	" WHERE id = ANY($1::uuid[]) AND state = 'sending' AND lease_owner = $2::uuid",
+	3, false,
+};
+
+/* Shutdown past its deadline: what this process holds and is not sending. */
+const struct db_stmt outbox_st_release_unsent = {
+	"outbox_release_unsent",
+	"UPDATE effect_outbox"
+	"   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,"
+	"       attempt = attempt - 1,"
+	"       first_attempt_at = CASE WHEN attempt = 1 THEN NULL ELSE first_attempt_at END,"
+	"       next_attempt_at = now(), updated_at = now()"
+	" WHERE lease_owner = $1::uuid AND state = 'sending' AND NOT (id = ANY($2::uuid[]))"
+	" RETURNING id",
+	2, false,
+};
+
+/* unknown effects of targets that can be asked, leased for one interval by
+ * pushing next_attempt_at forward. */
+const struct db_stmt outbox_st_claim_reconcile = {
+	"outbox_claim_reconcile",
+	"UPDATE effect_outbox e"
+	"   SET next_attempt_at = now() + make_interval(secs => $2::int),"
+	"       reconcile_attempts = e.reconcile_attempts + 1, updated_at = now()"
+	" WHERE e.id = ANY(ARRAY("
+	"   SELECT id FROM effect_outbox"
+	"    WHERE state = 'unknown' AND next_attempt_at <= now() AND target = ANY($1::text[])"
+	"    ORDER BY next_attempt_at LIMIT $3::int"
+	"    FOR UPDATE SKIP LOCKED))"
+	" RETURNING e.id, e.client_id, e.idempotency_key, e.effect_type, e.target,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = e.client_id) AS client_name,"
+	"       e.provider_key, e.attempt, e.reconcile_attempts,"
+	"       (extract(epoch FROM now() - e.first_attempt_at) * 1000)::bigint AS elapsed_ms,"
+	/* only the answers since the last send count: a resumed effect that
+	 * is unknown again must be found missing twice again */
+	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
+	"           AND a.kind = 'lookup' AND a.classification = 'not_found'"
+	"           AND a.id > coalesce((SELECT max(b.id) FROM effect_attempts b"
+	"                 WHERE b.effect_id = e.id AND b.kind = 'send'), 0)) AS not_found,"
+	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
+	"           AND a.kind = 'lookup' AND a.classification = 'error') AS errors",
+	3, false,
+};
+
+/* Right before a send: the database half of the kill switch, and whether
+ * the lease is still ours and how long it has left. */
+const struct db_stmt outbox_st_presend = {
+	"outbox_presend",
+	"SELECT (SELECT actions_enabled FROM dispatch_control) AS enabled,"
+	"       (state = 'sending' AND lease_owner = $2::uuid) AS owned,"
+	"       extract(epoch FROM lease_expires_at - now())::float8 AS lease_left"
+	"  FROM effect_outbox WHERE id = $1::uuid",
+	2, true,
+};
+
+const struct db_stmt outbox_st_renew = {
+	"outbox_renew",
+	"UPDATE effect_outbox SET lease_expires_at = now() + make_interval(secs => $3::int)"
+	" WHERE id = $1::uuid AND state = 'sending' AND lease_owner = $2::uuid"
+	" RETURNING 1",
+	3, false,
+};
+
+/* An effect by its id or its dead letter's id, with its run's key. */
+const struct db_stmt outbox_st_find = {
+	"outbox_find",
+	"SELECT e.id, e.client_id, c.name AS client_name, e.idempotency_key, e.state,"
+	"       e.effect_type, e.target, e.provider_key, d.id AS dead_letter_id,"
+	"       og_ts(e.not_before) AS not_before"
+	"  FROM effect_outbox e"
+	"  LEFT JOIN dead_letters d ON d.effect_id = e.id"
+	"  LEFT JOIN api_clients c ON c.id = e.client_id"
+	" WHERE e.id = $1::uuid"
+	"    OR e.id = (SELECT effect_id FROM dead_letters WHERE id = $1::uuid)",
+	1, false,
+};
+
+/* $1 effect  $2 state seen  $3 delivered  $4 provider id */
+const struct db_stmt outbox_st_reconcile = {
+	"outbox_reconcile",
+	"UPDATE effect_outbox"
+	"   SET state = CASE WHEN $3::bool THEN 'completed' ELSE 'failed' END,"
+	"       provider_id = CASE WHEN $3::bool THEN $4 ELSE provider_id END,"
+	"       completed_at = CASE WHEN $3::bool THEN now() END,"
+	"       error_class = CASE WHEN $3::bool THEN 'success' ELSE error_class END,"
+	"       reason = CASE WHEN $3::bool THEN 'operator_found_delivered'"
+	"                ELSE 'operator_found_not_delivered' END,"
+	"       updated_at = now()"
+	" WHERE id = $1::uuid AND state = $2 AND state IN ('unknown', 'failed')"
+	" RETURNING state",
+	4, false,
+};
+
+/* A fresh retry budget (attempt, first_attempt_at) and the same provider
+ * key; due now. The condition is checked again by this statement. */
+const struct db_stmt outbox_st_resume = {
+	"outbox_resume",
+	"UPDATE effect_outbox e"
+	"   SET state = 'pending', attempt = 0, first_attempt_at = NULL,"
+	"       reconcile_attempts = 0, next_attempt_at = now(),"
+	"       not_before = least(not_before, now()), reason = 'operator_resumed',"
+	"       updated_at = now()"
+	" WHERE e.id = $1::uuid AND e.state = $2 AND " OUTBOX_KNOWN_UNDELIVERED("e")
+	" RETURNING e.provider_key, pg_notify('oncegate_outbox', e.id::text)",
+	2, false,
+};
+
+const struct db_stmt outbox_st_undelivered = {
+	"outbox_undelivered",
+	"SELECT " OUTBOX_KNOWN_UNDELIVERED("e") " AS yes,"
+	"       (SELECT count(*) FROM effect_attempts s WHERE s.effect_id = e.id"
+	"           AND s.kind = 'send') AS sends"
+	"  FROM effect_outbox e WHERE e.id = $1::uuid",
+	1, false,
+};
+
+const struct db_stmt outbox_st_reject = {
+	"outbox_reject",
+	"UPDATE effect_outbox SET state = 'cancelled', reason = 'operator_rejected',"
+	"       updated_at = now()"
+	" WHERE id = $1::uuid AND state = $2 AND state IN ('pending', 'failed')"
+	" RETURNING id",
+	2, false,
+};
+
+/* The run's effects, locked (after the run), to see what is in flight. */
+const struct db_stmt outbox_st_lock_run_effects = {
+	"outbox_lock_run_effects",
+	"SELECT id, state FROM effect_outbox"
+	" WHERE client_id = $1::bigint AND idempotency_key = $2 ORDER BY created_at, id"
+	"   FOR UPDATE",
+	2, false,
+};
+
+const struct db_stmt outbox_st_reject_run = {
+	"outbox_reject_run",
+	"UPDATE effect_outbox SET state = 'cancelled', reason = 'operator_rejected',"
+	"       updated_at = now()"
+	" WHERE client_id = $1::bigint AND idempotency_key = $2"
+	"   AND state IN ('pending', 'failed')"
+	" RETURNING id",
+	2, false,
+};
+
+const struct db_stmt outbox_st_audit = {
+	"outbox_audit",
+	"SELECT e.id, e.effect_type, e.target, e.state, e.attempt, e.provider_id, e.provider_key,"
+	"       og_ts(e.completed_at) AS completed_at, e.approval_id, e.payload_hash,"
+	"       e.payload IS NOT NULL AS payload_kept, e.error_class,"
+	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
+	"           AND a.kind = 'send') AS sends,"
+	"       (SELECT d.error_class FROM dead_letters d WHERE d.effect_id = e.id) AS dead_letter"
+	"  FROM effect_outbox e WHERE e.client_id = $1 AND e.idempotency_key = $2"
+	" ORDER BY e.created_at, e.id",
+	2, true,
+};
+
 enum db_rc
 outbox_expire_leases(struct db *db, int limit, const char *dispatcher, PGresult **res)
 {
@@ -380,6 +591,63 @@ outbox_purge_attempts(struct db *db, int days, bool dry_run, long long *count)
 	if (rc != DB_OK)
 		return rc;
 	*count = db_get_ll(res, 0, "n");
+	PQclear(res);
+	return DB_OK;
+}
+
+/* The effects of the purged runs (ledger_purge) lose their payload. */
+static const struct db_stmt st_purge_payloads = {
+	"outbox_purge_payloads",
+	"UPDATE effect_outbox o SET payload = NULL"
+	"  FROM unnest($1::bigint[], $2::text[]) AS k(client_id, idempotency_key)"
+	" WHERE o.client_id = k.client_id AND o.idempotency_key = k.idempotency_key"
+	"   AND o.payload IS NOT NULL RETURNING o.id",
+	2, false,
+};
+
+enum db_rc
+outbox_purge_payloads(struct db *db, const char *clients, const char *keys, long long *count)
+{
+	const char *p[2] = { clients, keys };
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	*count = 0;
+	if ((rc = db_exec(db, &st_purge_payloads, p, &res)) != DB_OK)
+		return rc;
+	*count = PQntuples(res);
+	PQclear(res);
+	return DB_OK;
+}
+
+/* Due pending effects held back by the kill switch and not yet marked:
+ * marked once each, whoever else looks at once (the claim clears it). */
+static const struct db_stmt st_hold = {
+	"outbox_hold",
+	"UPDATE effect_outbox SET held_at = now()"
+	" WHERE id = ANY(ARRAY("
+	"   SELECT id FROM effect_outbox"
+	"    WHERE state = 'pending' AND next_attempt_at <= now() AND not_before <= now()"
+	"      AND held_at IS NULL AND ($1::uuid IS NULL OR id = $1::uuid)"
+	"    LIMIT $2::int FOR UPDATE SKIP LOCKED))"
+	"   AND held_at IS NULL"
+	" RETURNING 1",
+	2, false,
+};
+
+enum db_rc
+outbox_hold(struct db *db, const char *effect_id, int limit, long long *marked)
+{
+	char lim[16];
+	const char *p[2] = { effect_id, lim };
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	*marked = 0;
+	snprintf(lim, sizeof(lim), "%d", limit);
+	if ((rc = db_exec(db, &st_hold, p, &res)) != DB_OK)
+		return rc;
+	*marked = PQntuples(res);
 	PQclear(res);
 	return DB_OK;
 }

@@ -132,4 +132,59 @@ enum db_rc outbox_expire_leases(struct db *db, int limit, const char *dispatcher
 enum db_rc outbox_purge_attempts(struct db *db, int days, bool dry_run, long long *count)
 	__attribute__((warn_unused_result));
 
+/* Marks due pending effects held back by the kill switch that are not
+ * marked yet (effect_id: that one, or NULL: any, up to limit); *marked is
+ * how many. Inside the transaction that counts them (control_add_blocked). */
+enum db_rc outbox_hold(struct db *db, const char *effect_id, int limit, long long *marked)
+	__attribute__((warn_unused_result));
+
+/* Removes the payload of the effects of the runs named by clients and keys
+ * (array text from ledger_purge; NULL: none); *count is how many. */
+enum db_rc outbox_purge_payloads(struct db *db, const char *clients, const char *keys,
+                                 long long *count) __attribute__((warn_unused_result));
+
+/*
+ * Known not delivered: the effect is `failed`, and no send attempt since
+ * the last "not delivered" finding may have reached the provider — every
+ * one of them recorded request_sent = false (refused connection, DNS
+ * failure, a payload that could not be sent, a target this dispatcher does
+ * not know). A finding is an operator's `reconcile --not-delivered`
+ * (operator_actions) or the dispatcher's look-up that answered "not found"
+ * twice (the look-up attempt with reason reconciled_not_found). A send
+ * whose request_sent is true or "unknown" (a lease that ran out mid-send)
+ * after the last finding makes the effect not known undelivered, whatever
+ * its class: a timeout, a reset, a 5xx, and even a 4xx from something in
+ * front of the provider are answered by reconciling, not by resending.
+ * One SQL expression, used by the read that explains and by the UPDATE
+ * that resumes, so the two cannot disagree.
+ */
+#define OUTBOX_KNOWN_UNDELIVERED(e)                                                        \
+	"(" e ".state = 'failed' AND NOT EXISTS ("                                         \
+	"   SELECT 1 FROM effect_attempts s WHERE s.effect_id = " e ".id AND s.kind = 'send'" \
+	"      AND s.evidence->'request_sent' IS DISTINCT FROM 'false'::jsonb"              \
+	"      AND s.started_at > coalesce(greatest("                                       \
+	"          (SELECT max(o.ts) FROM operator_actions o WHERE o.effect_id = " e ".id"  \
+	"              AND o.action = 'reconcile' AND o.details->>'finding' = 'not_delivered')," \
+	"          (SELECT max(l.started_at) FROM effect_attempts l WHERE l.effect_id = " e ".id" \
+	"              AND l.kind = 'lookup' AND l.reason = 'reconciled_not_found')),"       \
+	"          '-infinity'::timestamptz)))"
+
+/* Statement rows for the use cases' transactions and pipelines (their
+ * parameters are the $n of the SQL text in outbox.c). */
+extern const struct db_stmt outbox_st_claim;
+extern const struct db_stmt outbox_st_release;
+extern const struct db_stmt outbox_st_renew_batch;
+extern const struct db_stmt outbox_st_release_unsent;
+extern const struct db_stmt outbox_st_claim_reconcile;
+extern const struct db_stmt outbox_st_presend;
+extern const struct db_stmt outbox_st_renew;
+extern const struct db_stmt outbox_st_find;
+extern const struct db_stmt outbox_st_reconcile;
+extern const struct db_stmt outbox_st_resume;
+extern const struct db_stmt outbox_st_undelivered;
+extern const struct db_stmt outbox_st_reject;
+extern const struct db_stmt outbox_st_lock_run_effects;
+extern const struct db_stmt outbox_st_reject_run;
+extern const struct db_stmt outbox_st_audit;
+
 #endif

@@ -13,415 +13,16 @@
 
 #include "canon.h"
 #include "deadletter.h"
+#include "gate.h"
+#include "jobs.h"
 #include "ledger.h"
 #include "oplog.h"
 #include "outbox.h"
 #include "repair.h"
 
-/*
- * Known not delivered: the effect is `failed`, and no send attempt since
- * the last "not delivered" finding may have reached the provider — every
- * one of them recorded request_sent = false (refused connection, DNS
- * failure, a payload that could not be sent, a target this dispatcher does
- * not know). A finding is an operator's `reconcile --not-delivered`
- * (operator_actions) or the dispatcher's look-up that answered "not found"
- * twice (the look-up attempt with reason reconciled_not_found). A send
- * whose request_sent is true or "unknown" (a lease that ran out mid-send)
- * after the last finding makes the effect not known undelivered, whatever
- * its class: a timeout, a reset, a 5xx, and even a 4xx from something in
- * front of the provider are answered by reconciling, not by resending.
- * One SQL expression, used by the read that explains and by the UPDATE
- * that resumes, so the two cannot disagree.
- */
-#define REPAIR_KNOWN_UNDELIVERED(e)                                                        \
-	"(" e ".state = 'failed' AND NOT EXISTS ("                                         \
-	"   SELECT 1 FROM effect_attempts s WHERE s.effect_id = " e ".id AND s.kind = 'send'" \
-	"      AND s.evidence->'request_sent' IS DISTINCT FROM 'false'::jsonb"              \
-	"      AND s.started_at > coalesce(greatest("                                       \
-	"          (SELECT max(o.ts) FROM operator_actions o WHERE o.effect_id = " e ".id"  \
-	"              AND o.action = 'reconcile' AND o.details->>'finding' = 'not_delivered')," \
-	"          (SELECT max(l.started_at) FROM effect_attempts l WHERE l.effect_id = " e ".id" \
-	"              AND l.kind = 'lookup' AND l.reason = 'reconciled_not_found')),"       \
-	"          '-infinity'::timestamptz)))"
-
-/*
- * A run that was replayed has handed its event to the new run: its own
- * effects are never resumed, whatever their state, or the event could have
- * two business effects. The newest replay's key, or NULL.
- */
-#define REPAIR_REPLAYED_AS(r)                                                              \
-	"(SELECT x.replay_key FROM run_replays x WHERE x.client_id = " r ".client_id"        \
-	"    AND x.original_key = " r ".idempotency_key ORDER BY x.id DESC LIMIT 1)"
-
 /* --- statements ------------------------------------------------------------ */
 
-static const struct db_stmt st_dl_list = {
-	"repair_dl_list",
-	"SELECT d.id, d.effect_id, c.name AS client, d.idempotency_key, e.effect_type,"
-	"       e.target, e.provider_key, d.error_class, d.reason, og_ts(d.created_at) AS created_at,"
-	"       floor(extract(epoch FROM now() - d.created_at))::bigint AS age_seconds,"
-	"       e.state AS effect_state, d.resolution, d.resolved_by,"
-	"       og_ts(d.resolved_at) AS resolved_at, d.replay_count,"
-	"       og_ts(d.retention_until) AS retention_until,"
-	"       " DEADLETTER_OPEN("d", "e") " AS open"
-	"  FROM dead_letters d"
-	"  JOIN effect_outbox e ON e.id = d.effect_id"
-	"  LEFT JOIN api_clients c ON c.id = d.client_id"
-	" WHERE ($1::timestamptz IS NULL OR d.created_at >= $1::timestamptz)"
-	"   AND ($2::bigint IS NULL OR d.created_at >= now() - make_interval(secs => $2::bigint))"
-	"   AND ($3::text IS NULL OR d.error_class = $3)"
-	"   AND ($4::text IS NULL OR e.target = $4)"
-	"   AND ($5::text IS NULL OR " DEADLETTER_OPEN("d", "e") " = ($5 = 'open'))"
-	" ORDER BY d.created_at, d.id"
-	" LIMIT $6::int",
-	6, true,
-};
-
-/* The whole record as one JSON document: the letter as written, and what
- * happened since (the effect now, later attempts, operators' actions). */
-static const struct db_stmt st_dl_show = {
-	"repair_dl_show",
-	"SELECT jsonb_build_object("
-	"  'dead_letter_id', d.id, 'effect_id', d.effect_id,"
-	"  'state', CASE WHEN " DEADLETTER_OPEN("d", "e") " THEN 'open' ELSE 'resolved' END,"
-	"  'client', c.name, 'idempotency_key', d.idempotency_key,"
-	"  'created_at', og_ts(d.created_at),"
-	"  'age_seconds', floor(extract(epoch FROM now() - d.created_at))::bigint,"
-	"  'event_id', d.evidence->'event_id', 'correlation_id', d.evidence->'correlation_id',"
-	"  'workflow_version', d.evidence->'workflow_version',"
-	"  'contract', d.evidence->'contract', 'contract_hash', d.evidence->'contract_hash',"
-	"  'payload_hash', d.evidence->'payload_hash', 'payload_ref', d.evidence->'payload_ref',"
-	"  'payload_kept', e.payload IS NOT NULL,"
-	"  'component', d.component, 'error_class', d.error_class, 'reason', d.reason,"
-	"  'provider_key', e.provider_key,"
-	"  'ledger_state', d.evidence->'ledger_state',"
-	"  'owner', coalesce(d.owner, 'client:' || c.name),"
-	"  'next_action', CASE"
-	"     WHEN NOT " DEADLETTER_OPEN("d", "e") " THEN 'none: resolved'"
-	"     WHEN e.state = 'unknown' THEN 'find out whether the provider acted, then"
-	" oncegatectl reconcile EFFECT --delivered --provider-id ID or --not-delivered'"
-	"     WHEN " REPAIR_KNOWN_UNDELIVERED("e") " THEN 'known not delivered:"
-	" oncegatectl resume EFFECT (same key) or oncegatectl reject EFFECT'"
-	"     ELSE d.next_action END,"
-	"  'next_action_when_written', d.next_action,"
-	"  'retention_until', og_ts(d.retention_until), 'replay_count', d.replay_count,"
-	"  'replayed_as', d.replayed_as,"
-	"  'resolution', d.resolution, 'resolved_at', og_ts(d.resolved_at),"
-	"  'resolved_by', d.resolved_by,"
-	"  'evidence', d.evidence,"
-	"  'effect', jsonb_build_object('state', e.state, 'type', e.effect_type,"
-	"      'target', e.target, 'provider_key', e.provider_key, 'provider_id', e.provider_id,"
-	"      'attempt', e.attempt, 'error_class', e.error_class, 'reason', e.reason,"
-	"      'known_undelivered', " REPAIR_KNOWN_UNDELIVERED("e") ","
-	"      'updated_at', og_ts(e.updated_at), 'completed_at', og_ts(e.completed_at)),"
-	"  'run', jsonb_build_object('state', r.state, 'version', r.version,"
-	"      'error_class', r.error_class, 'reason', r.reason,"
-	"      'workflow_version', r.workflow_version, 'correlation_id', r.correlation_id),"
-	"  'attempts', (SELECT coalesce(jsonb_agg(jsonb_build_object("
-	"       'id', a.id, 'attempt', a.attempt, 'kind', a.kind,"
-	"       'started_at', og_ts(a.started_at), 'duration_ms', a.duration_ms,"
-	"       'dispatcher', a.dispatcher, 'classification', a.classification,"
-	"       'reason', a.reason, 'status', a.status, 'provider_id', a.provider_id,"
-	"       'evidence', a.evidence) ORDER BY a.id), '[]'::jsonb)"
-	"     FROM effect_attempts a WHERE a.effect_id = e.id),"
-	"  'operator_actions', (SELECT coalesce(jsonb_agg(jsonb_build_object("
-	"       'id', o.id, 'ts', og_ts(o.ts), 'operator', o.operator, 'action', o.action,"
-	"       'reason', o.reason, 'details', o.details) ORDER BY o.id), '[]'::jsonb)"
-	"     FROM operator_actions o WHERE o.effect_id = e.id),"
-	"  'envelope', jsonb_build_object('event_id', coalesce(r.event_id, r.correlation_id),"
-	"      'correlation_id', r.correlation_id, 'operation', e.effect_type,"
-	"      'idempotency_key', e.provider_key, 'payload_hash', e.payload_hash,"
-	"      'attempt', e.attempt,"
-	"      'max_attempts', coalesce($2::int, (d.evidence->>'max_attempts')::int),"
-	"      'classification', e.error_class,"
-	"      'next_attempt_at', CASE WHEN e.state IN ('pending', 'unknown')"
-	"          THEN og_ts(e.next_attempt_at) END,"
-	"      'workflow_version', r.workflow_version, 'status', e.state)"
-	")::text AS doc, e.target"
-	"  FROM dead_letters d"
-	"  JOIN effect_outbox e ON e.id = d.effect_id"
-	"  JOIN workflow_runs r ON r.client_id = e.client_id"
-	"   AND r.idempotency_key = e.idempotency_key"
-	"  LEFT JOIN api_clients c ON c.id = d.client_id"
-	" WHERE d.id = $1::uuid OR d.effect_id = $1::uuid",
-	2, true,
-};
-
-/* The target of a dead letter, to look up its max_attempts first. */
-static const struct db_stmt st_dl_target = {
-	"repair_dl_target",
-	"SELECT e.target FROM dead_letters d JOIN effect_outbox e ON e.id = d.effect_id"
-	" WHERE d.id = $1::uuid OR d.effect_id = $1::uuid",
-	1, true,
-};
-
-/* An effect by its id or its dead letter's id, with its run's key. */
-static const struct db_stmt st_effect_find = {
-	"repair_effect_find",
-	"SELECT e.id, e.client_id, c.name AS client_name, e.idempotency_key, e.state,"
-	"       e.effect_type, e.target, e.provider_key, d.id AS dead_letter_id,"
-	"       og_ts(e.not_before) AS not_before"
-	"  FROM effect_outbox e"
-	"  LEFT JOIN dead_letters d ON d.effect_id = e.id"
-	"  LEFT JOIN api_clients c ON c.id = e.client_id"
-	" WHERE e.id = $1::uuid"
-	"    OR e.id = (SELECT effect_id FROM dead_letters WHERE id = $1::uuid)",
-	1, false,
-};
-
-/* The run, locked: every operator path (resume, replay, reject, cancel)
- * decides under this lock, so two operators racing are serialised. What
- * the first one did is read by the second in statements after this one
- * (a statement that waited for a lock still sees its own older snapshot
- * in everything but the locked row). */
-static const struct db_stmt st_lock_run = {
-	"repair_lock_run",
-	"SELECT state, version, callback_url, lease_expires_at < now() AS lease_over"
-	"  FROM workflow_runs WHERE client_id = $1::bigint AND idempotency_key = $2"
-	"   FOR UPDATE",
-	2, false,
-};
-
-/* After st_lock_run: the newest replay of the run, or NULL. */
-static const struct db_stmt st_run_replayed = {
-	"repair_run_replayed",
-	"SELECT " REPAIR_REPLAYED_AS("r") " AS replayed_as"
-	"  FROM workflow_runs r WHERE r.client_id = $1::bigint AND r.idempotency_key = $2",
-	2, false,
-};
-
-/* $1 effect  $2 state seen  $3 delivered  $4 provider id */
-static const struct db_stmt st_reconcile = {
-	"repair_reconcile",
-	"UPDATE effect_outbox"
-	"   SET state = CASE WHEN $3::bool THEN 'completed' ELSE 'failed' END,"
-	"       provider_id = CASE WHEN $3::bool THEN $4 ELSE provider_id END,"
-	"       completed_at = CASE WHEN $3::bool THEN now() END,"
-	"       error_class = CASE WHEN $3::bool THEN 'success' ELSE error_class END,"
-	"       reason = CASE WHEN $3::bool THEN 'operator_found_delivered'"
-	"                ELSE 'operator_found_not_delivered' END,"
-	"       updated_at = now()"
-	" WHERE id = $1::uuid AND state = $2 AND state IN ('unknown', 'failed')"
-	" RETURNING state",
-	4, false,
-};
-
-/* A fresh retry budget (attempt, first_attempt_at) and the same provider
- * key; due now. The condition is checked again by this statement. */
-static const struct db_stmt st_resume = {
-	"repair_resume",
-	"UPDATE effect_outbox e"
-	"   SET state = 'pending', attempt = 0, first_attempt_at = NULL,"
-	"       reconcile_attempts = 0, next_attempt_at = now(),"
-	"       not_before = least(not_before, now()), reason = 'operator_resumed',"
-	"       updated_at = now()"
-	" WHERE e.id = $1::uuid AND e.state = $2 AND " REPAIR_KNOWN_UNDELIVERED("e")
-	" RETURNING e.provider_key, pg_notify('oncegate_outbox', e.id::text)",
-	2, false,
-};
-
-static const struct db_stmt st_undelivered = {
-	"repair_undelivered",
-	"SELECT " REPAIR_KNOWN_UNDELIVERED("e") " AS yes,"
-	"       (SELECT count(*) FROM effect_attempts s WHERE s.effect_id = e.id"
-	"           AND s.kind = 'send') AS sends"
-	"  FROM effect_outbox e WHERE e.id = $1::uuid",
-	1, false,
-};
-
-static const struct db_stmt st_cancel_effect = {
-	"repair_cancel_effect",
-	"UPDATE effect_outbox SET state = 'cancelled', reason = 'operator_rejected',"
-	"       updated_at = now()"
-	" WHERE id = $1::uuid AND state = $2 AND state IN ('pending', 'failed')"
-	" RETURNING id",
-	2, false,
-};
-
-/* The run's effects, locked (after the run), to see what is in flight. */
-static const struct db_stmt st_run_effects = {
-	"repair_run_effects",
-	"SELECT id, state FROM effect_outbox"
-	" WHERE client_id = $1::bigint AND idempotency_key = $2 ORDER BY created_at, id"
-	"   FOR UPDATE",
-	2, false,
-};
-
-static const struct db_stmt st_cancel_run_effects = {
-	"repair_cancel_run_effects",
-	"UPDATE effect_outbox SET state = 'cancelled', reason = 'operator_rejected',"
-	"       updated_at = now()"
-	" WHERE client_id = $1::bigint AND idempotency_key = $2"
-	"   AND state IN ('pending', 'failed')"
-	" RETURNING id",
-	2, false,
-};
-
-/* $1 client $2 key $3 reason $4 actor $5 states it may leave (text[]) */
-static const struct db_stmt st_fail_run = {
-	"repair_fail_run",
-	"WITH moved AS ("
-	"  UPDATE workflow_runs r"
-	"     SET state = 'failed_terminal', error_class = 'operator_rejected', reason = $3,"
-	"         lease_owner = NULL, lease_expires_at = NULL,"
-	"         version = version + 1, updated_at = now()"
-	"    FROM (SELECT state AS old FROM workflow_runs"
-	"           WHERE client_id = $1::bigint AND idempotency_key = $2) o"
-	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2"
-	"     AND r.state = ANY($5::text[])"
-	"  RETURNING r.client_id, r.idempotency_key, r.version, r.attempt, o.old"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.rejected_by_operator', old,"
-	"         'failed_terminal', version, attempt, $4, $3 FROM moved"
-	")"
-	"SELECT old, version FROM moved",
-	5, false,
-};
-
-/* approved → completed when every effect is completed or cancelled (the
- * dispatcher's rule, here for an operator's finding). */
-static const struct db_stmt st_run_complete = {
-	"repair_run_complete",
-	"WITH moved AS ("
-	"  UPDATE workflow_runs r SET state = 'completed', version = version + 1,"
-	"         updated_at = now()"
-	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2 AND r.state = 'approved'"
-	"     AND NOT EXISTS (SELECT 1 FROM effect_outbox e"
-	"          WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
-	"            AND e.state NOT IN ('completed', 'cancelled'))"
-	"  RETURNING client_id, idempotency_key, version, attempt"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor)"
-	"  SELECT client_id, idempotency_key, 'run.completed', 'approved', 'completed',"
-	"         version, attempt, $3 FROM moved"
-	")"
-	"SELECT version FROM moved",
-	3, false,
-};
-
-static const struct db_stmt st_runs_by_key = {
-	"repair_runs_by_key",
-	"SELECT r.client_id, c.name AS client_name FROM workflow_runs r"
-	"  LEFT JOIN api_clients c ON c.id = r.client_id"
-	" WHERE r.idempotency_key = $1 AND ($2::text IS NULL OR c.name = $2)"
-	" ORDER BY r.client_id LIMIT 3",
-	2, false,
-};
-
-static const struct db_stmt st_revoke_run_approvals = {
-	"repair_revoke_run_approvals",
-	"UPDATE approvals SET state = 'revoked'"
-	" WHERE client_id = $1::bigint AND idempotency_key = $2 AND state = 'pending'"
-	" RETURNING id",
-	2, false,
-};
-
-static const struct db_stmt st_approval_find = {
-	"repair_approval_find",
-	"SELECT a.id, a.client_id, c.name AS client_name, a.idempotency_key, a.approver,"
-	"       a.state, a.expires_at <= now() AS expired"
-	"  FROM approvals a LEFT JOIN api_clients c ON c.id = a.client_id"
-	" WHERE a.id = $1::uuid",
-	1, false,
-};
-
-static const struct db_stmt st_approval_revoke = {
-	"repair_approval_revoke",
-	"WITH revoked AS ("
-	"  UPDATE approvals SET state = 'revoked'"
-	"   WHERE id = $1::uuid AND state = 'pending' AND expires_at > now()"
-	"  RETURNING id, client_id, idempotency_key"
-	")"
-	"SELECT (SELECT count(*) FROM approvals a, revoked v"
-	"         WHERE a.client_id = v.client_id AND a.idempotency_key = v.idempotency_key"
-	"           AND a.state = 'pending' AND a.id <> v.id) AS left_pending"
-	"  FROM revoked",
-	1, false,
-};
-
-static const struct db_stmt st_approvals_pending = {
-	"repair_approvals_pending",
-	"SELECT a.id, c.name AS client, a.idempotency_key, a.approver,"
-	"       og_ts(a.created_at) AS created_at,"
-	"       floor(extract(epoch FROM now() - a.created_at))::bigint AS waiting_seconds,"
-	"       og_ts(a.expires_at) AS expires_at,"
-	"       floor(extract(epoch FROM a.expires_at - now()))::bigint AS expires_in_seconds,"
-	"       r.state AS run_state, r.contract"
-	"  FROM approvals a"
-	"  JOIN workflow_runs r ON r.client_id = a.client_id"
-	"   AND r.idempotency_key = a.idempotency_key"
-	"  LEFT JOIN api_clients c ON c.id = a.client_id"
-	" WHERE a.state = 'pending'"
-	" ORDER BY a.created_at, a.id LIMIT $1::int",
-	1, true,
-};
-
 /* --- bulk resume (sql/008): the job's items, resume_job_items ---------------- */
-
-/* Each id of the selection ($1, in order) with its effect and the verdict's
- * inputs: the same rule as st_resume, read without changing anything. */
-static const struct db_stmt st_bulk_check = {
-	"repair_bulk_check",
-	"SELECT s.seq, e.id AS effect_id, c.name AS client_name, e.idempotency_key,"
-	"       e.target, e.effect_type, e.state, e.provider_key, r.state AS run_state,"
-	"       " REPAIR_REPLAYED_AS("r") " AS replayed_as,"
-	"       coalesce(" REPAIR_KNOWN_UNDELIVERED("e") ", false) AS undelivered"
-	"  FROM unnest($1::uuid[]) WITH ORDINALITY AS s(id, seq)"
-	"  LEFT JOIN effect_outbox e ON e.id = coalesce("
-	"       (SELECT x.id FROM effect_outbox x WHERE x.id = s.id),"
-	"       (SELECT d.effect_id FROM dead_letters d WHERE d.id = s.id))"
-	"  LEFT JOIN workflow_runs r ON r.client_id = e.client_id"
-	"   AND r.idempotency_key = e.idempotency_key"
-	"  LEFT JOIN api_clients c ON c.id = e.client_id"
-	" ORDER BY s.seq",
-	1, true,
-};
-
-/* A resume job: no client of its own (a selection may span clients). */
-static const struct db_stmt st_bulk_job = {
-	"repair_bulk_job",
-	"INSERT INTO replay_jobs (kind, operator, reason, source, client_id, rate_per_second)"
-	" VALUES ('resume', $1, $2, $3, NULL, $4::numeric) RETURNING id",
-	4, false,
-};
-
-static const struct db_stmt st_bulk_item = {
-	"repair_bulk_item",
-	"INSERT INTO resume_job_items (job_id, seq, effect_id, given_id)"
-	" VALUES ($1::bigint, $2::int, $3::uuid, $4)",
-	4, false,
-};
-
-static const struct db_stmt st_bulk_next = {
-	"repair_bulk_next",
-	"SELECT i.seq, i.effect_id,"
-	"       (SELECT stop_requested_at IS NOT NULL FROM replay_jobs WHERE id = $1::bigint)"
-	"           AS stop"
-	"  FROM (SELECT 1) one"
-	"  LEFT JOIN LATERAL (SELECT seq, effect_id FROM resume_job_items"
-	"     WHERE job_id = $1::bigint AND state = 'pending' ORDER BY seq LIMIT 1) i ON true",
-	1, true,
-};
-
-/* Marked done in the transaction that resumes the effect: never twice. */
-static const struct db_stmt st_bulk_done = {
-	"repair_bulk_done",
-	"UPDATE resume_job_items SET state = 'done', done_at = now(), detail = 'resumed'"
-	" WHERE job_id = $1::bigint AND seq = $2::int AND effect_id = $3::uuid"
-	"   AND state = 'pending'"
-	" RETURNING seq",
-	3, false,
-};
-
-static const struct db_stmt st_bulk_refuse = {
-	"repair_bulk_refuse",
-	"UPDATE resume_job_items SET state = 'refused', done_at = now(), detail = $3"
-	" WHERE job_id = $1::bigint AND seq = $2::int AND state = 'pending'",
-	3, false,
-};
 
 /* --- helpers --------------------------------------------------------------- */
 
@@ -455,7 +56,7 @@ copy(char *dst, size_t n, const char *src)
 	snprintf(dst, n, "%s", src != NULL ? src : "");
 }
 
-/* Fills out from an st_effect_find row. */
+/* Fills out from an outbox_st_find row. */
 static void
 effect_read(struct repair_out *out, const PGresult *res)
 {
@@ -518,7 +119,7 @@ effect_begin(struct db *db, const char *effect, const char *expect, struct repai
 	}
 	if (db_begin(db) != DB_OK)
 		return REPAIR_UNAVAILABLE;
-	if ((rc = rc_of(db_exec(db, &st_effect_find, p, &res))) != REPAIR_OK)
+	if ((rc = rc_of(db_exec(db, &outbox_st_find, p, &res))) != REPAIR_OK)
 		goto fail;
 	if (PQntuples(res) != 1) {
 		snprintf(out->why, sizeof(out->why), "no effect or dead letter has the id %s",
@@ -538,7 +139,7 @@ effect_begin(struct db *db, const char *effect, const char *expect, struct repai
 	}
 	lp[0] = out->client;
 	lp[1] = out->key;
-	if ((rc = rc_of(db_exec(db, &st_lock_run, lp, run))) != REPAIR_OK)
+	if ((rc = rc_of(db_exec(db, &ledger_st_lock, lp, run))) != REPAIR_OK)
 		goto fail;
 	if (PQntuples(*run) != 1) {
 		rc = REPAIR_ERROR; /* a foreign key guarantees the run */
@@ -581,7 +182,7 @@ complete_run(struct db *db, const struct repair_who *who, struct repair_out *out
 	enum repair_rc rc;
 
 	snprintf(actor, sizeof(actor), "operator:%s", who->operator_name);
-	rc = rc_of(db_exec(db, &st_run_complete, p, &res));
+	rc = rc_of(db_exec(db, &ledger_st_complete, p, &res));
 	if (rc == REPAIR_OK && PQntuples(res) == 1) {
 		copy(out->run_to, sizeof(out->run_to), "completed");
 		out->run_version = db_get_ll(res, 0, "version");
@@ -610,7 +211,7 @@ repair_dl_list(struct db *db, const struct repair_dl_filter *f, json_t **out)
 		p[1] = secs;
 	}
 	snprintf(limit, sizeof(limit), "%d", f->limit > 0 ? f->limit : 200);
-	drc = db_exec(db, &st_dl_list, p, &res);
+	drc = db_exec(db, &deadletter_st_list, p, &res);
 	if (drc != DB_OK) {
 		/* class 22: the --since timestamp is not one PostgreSQL reads */
 		if (drc == DB_ERROR && strncmp(db_sqlstate(db), "22", 2) == 0)
@@ -658,7 +259,7 @@ repair_dl_show(struct db *db, const struct config *cfg, const char *id, json_t *
 	*out = NULL;
 	if (!repair_is_uuid(id))
 		return REPAIR_NOT_FOUND;
-	if ((rc = rc_of(db_exec(db, &st_dl_target, p, &res))) != REPAIR_OK)
+	if ((rc = rc_of(db_exec(db, &deadletter_st_target, p, &res))) != REPAIR_OK)
 		return rc;
 	if (PQntuples(res) != 1) {
 		PQclear(res);
@@ -674,7 +275,7 @@ repair_dl_show(struct db *db, const struct config *cfg, const char *id, json_t *
 	}
 	PQclear(res);
 	res = NULL;
-	if ((rc = rc_of(db_exec(db, &st_dl_show, p, &res))) != REPAIR_OK)
+	if ((rc = rc_of(db_exec(db, &deadletter_st_show, p, &res))) != REPAIR_OK)
 		return rc;
 	if (PQntuples(res) != 1) {
 		PQclear(res);
@@ -697,7 +298,7 @@ repair_approvals_pending(struct db *db, int limit, json_t **out)
 
 	*out = NULL;
 	snprintf(lim, sizeof(lim), "%d", limit > 0 ? limit : 200);
-	if ((rc = rc_of(db_exec(db, &st_approvals_pending, p, &res))) != REPAIR_OK)
+	if ((rc = rc_of(db_exec(db, &gate_st_pending, p, &res))) != REPAIR_OK)
 		return rc;
 	list = json_array();
 	for (i = 0; i < PQntuples(res); i++) {
@@ -749,7 +350,7 @@ repair_reconcile(struct db *db, const char *effect, bool delivered, const char *
 		const char *p[4] = { out->effect_id, out->from, delivered ? "true" : "false",
 			             provider_id };
 
-		if ((rc = rc_of(db_exec(db, &st_reconcile, p, &res))) != REPAIR_OK)
+		if ((rc = rc_of(db_exec(db, &outbox_st_reconcile, p, &res))) != REPAIR_OK)
 			goto out;
 		if (PQntuples(res) != 1) {
 			snprintf(out->why, sizeof(out->why), "the effect changed while this ran: "
@@ -796,7 +397,7 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 	{
 		const char *p[2] = { out->client, out->key };
 
-		if ((rc = rc_of(db_exec(db, &st_run_replayed, p, &run))) != REPAIR_OK)
+		if ((rc = rc_of(db_exec(db, &jobs_st_replayed_as, p, &run))) != REPAIR_OK)
 			goto out;
 		copy(replayed_as, sizeof(replayed_as),
 		     PQntuples(run) == 1 ? db_get(run, 0, "replayed_as") : NULL);
@@ -835,14 +436,14 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 	{
 		const char *p[2] = { out->effect_id, out->from };
 
-		if ((rc = rc_of(db_exec(db, &st_resume, p, &res))) != REPAIR_OK)
+		if ((rc = rc_of(db_exec(db, &outbox_st_resume, p, &res))) != REPAIR_OK)
 			goto out;
 		if (PQntuples(res) != 1) {
 			const char *up[1] = { out->effect_id };
 
 			PQclear(res);
 			res = NULL;
-			if ((rc = rc_of(db_exec(db, &st_undelivered, up, &res))) != REPAIR_OK)
+			if ((rc = rc_of(db_exec(db, &outbox_st_undelivered, up, &res))) != REPAIR_OK)
 				goto out;
 			if (PQntuples(res) == 1 && db_get(res, 0, "yes")[0] == 'f') {
 				snprintf(out->why, sizeof(out->why), "not known undelivered: a send "
@@ -877,7 +478,7 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 		snprintf(q, sizeof(q), "%d", seq);
 		PQclear(res);
 		res = NULL;
-		if ((rc = rc_of(db_exec(db, &st_bulk_done, p, &res))) == REPAIR_OK &&
+		if ((rc = rc_of(db_exec(db, &jobs_st_resume_done, p, &res))) == REPAIR_OK &&
 		    PQntuples(res) != 1) {
 			snprintf(out->why, sizeof(out->why), "job %lld item %d is no longer pending "
 			         "(done or refused already)", job, seq);
@@ -923,7 +524,7 @@ repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 	*p++ = '}';
 	*p = '\0';
 	params[0] = arr;
-	rc = rc_of(db_exec(db, &st_bulk_check, params, &res));
+	rc = rc_of(db_exec(db, &jobs_st_resume_check, params, &res));
 	free(arr);
 	if (rc != REPAIR_OK)
 		return rc;
@@ -998,7 +599,7 @@ repair_bulk_create(struct db *db, const char *source, double rate, const struct 
 	{
 		const char *p[4] = { who->operator_name, who->reason, source, rate_s };
 
-		if ((rc = rc_of(db_exec(db, &st_bulk_job, p, &res))) != REPAIR_OK)
+		if ((rc = rc_of(db_exec(db, &jobs_st_resume_create, p, &res))) != REPAIR_OK)
 			goto out;
 		*job_id = db_get_ll(res, 0, "id");
 		PQclear(res);
@@ -1009,7 +610,7 @@ repair_bulk_create(struct db *db, const char *source, double rate, const struct 
 		const char *p[4] = { jid, seq, items[i].effect_id, items[i].given };
 
 		snprintf(seq, sizeof(seq), "%d", items[i].seq);
-		if ((rc = rc_of(db_exec(db, &st_bulk_item, p, &res))) != REPAIR_OK)
+		if ((rc = rc_of(db_exec(db, &jobs_st_resume_item, p, &res))) != REPAIR_OK)
 			goto out;
 		PQclear(res);
 		res = NULL;
@@ -1037,7 +638,7 @@ repair_bulk_next(struct db *db, long long job_id, int *seq, char effect_id[REPAI
 	*seq = 0;
 	effect_id[0] = '\0';
 	snprintf(jid, sizeof(jid), "%lld", job_id);
-	if ((rc = rc_of(db_exec(db, &st_bulk_next, p, &res))) != REPAIR_OK)
+	if ((rc = rc_of(db_exec(db, &jobs_st_resume_next, p, &res))) != REPAIR_OK)
 		return rc;
 	v = db_get(res, 0, "stop");
 	*stop = v != NULL && v[0] == 't';
@@ -1066,7 +667,7 @@ repair_bulk_refuse(struct db *db, long long job_id, int seq, const char *why)
 
 	snprintf(jid, sizeof(jid), "%lld", job_id);
 	snprintf(q, sizeof(q), "%d", seq);
-	rc = rc_of(db_exec(db, &st_bulk_refuse, p, &res));
+	rc = rc_of(db_exec(db, &jobs_st_resume_refuse, p, &res));
 	PQclear(res);
 	return rc;
 }
@@ -1081,7 +682,7 @@ fail_run(struct db *db, const struct repair_who *who, const char *from, struct r
 	enum repair_rc rc;
 
 	snprintf(actor, sizeof(actor), "operator:%s", who->operator_name);
-	rc = rc_of(db_exec(db, &st_fail_run, p, &res));
+	rc = rc_of(db_exec(db, &ledger_st_fail, p, &res));
 	if (rc == REPAIR_OK && PQntuples(res) == 1) {
 		copy(out->run_to, sizeof(out->run_to), "failed_terminal");
 		out->run_version = db_get_ll(res, 0, "version");
@@ -1121,7 +722,7 @@ repair_reject_effect(struct db *db, const char *effect, const char *expect,
 	{
 		const char *p[2] = { out->effect_id, out->from };
 
-		if ((rc = rc_of(db_exec(db, &st_cancel_effect, p, &res))) != REPAIR_OK)
+		if ((rc = rc_of(db_exec(db, &outbox_st_reject, p, &res))) != REPAIR_OK)
 			goto out;
 		if (PQntuples(res) != 1) {
 			snprintf(out->why, sizeof(out->why), "the effect changed while this ran "
@@ -1202,7 +803,7 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 	copy(out->key, sizeof(out->key), key);
 	if (db_begin(db) != DB_OK)
 		return REPAIR_UNAVAILABLE;
-	if ((rc = rc_of(db_exec(db, &st_runs_by_key, fp, &res))) != REPAIR_OK)
+	if ((rc = rc_of(db_exec(db, &ledger_st_runs_by_key, fp, &res))) != REPAIR_OK)
 		goto out;
 	if (PQntuples(res) == 0) {
 		snprintf(out->why, sizeof(out->why), "no run has the key \"%s\"%s%s", key,
@@ -1224,7 +825,7 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 	{
 		const char *lp[2] = { out->client, out->key };
 
-		if ((rc = rc_of(db_exec(db, &st_lock_run, lp, &run))) != REPAIR_OK)
+		if ((rc = rc_of(db_exec(db, &ledger_st_lock, lp, &run))) != REPAIR_OK)
 			goto out;
 		if (PQntuples(run) != 1) {
 			rc = REPAIR_ERROR;
@@ -1248,7 +849,7 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		if (db_get(run, 0, "callback_url") != NULL &&
 		    strcmp(out->run_from, "awaiting_human") == 0)
 			url = strdup(db_get(run, 0, "callback_url"));
-		if ((rc = rc_of(db_exec(db, &st_run_effects, lp, &eff))) != REPAIR_OK)
+		if ((rc = rc_of(db_exec(db, &outbox_st_lock_run_effects, lp, &eff))) != REPAIR_OK)
 			goto out;
 		for (i = 0; i < PQntuples(eff); i++) {
 			sending += strcmp(db_get(eff, i, "state"), "sending") == 0;
@@ -1265,7 +866,7 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		}
 		PQclear(res);
 		res = NULL;
-		if ((rc = rc_of(db_exec(db, &st_cancel_run_effects, lp, &res))) != REPAIR_OK)
+		if ((rc = rc_of(db_exec(db, &outbox_st_reject_run, lp, &res))) != REPAIR_OK)
 			goto out;
 		cancelled = json_array();
 		for (i = 0; i < PQntuples(res); i++)
@@ -1273,7 +874,7 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		out->count = PQntuples(res);
 		PQclear(res);
 		res = NULL;
-		if ((rc = rc_of(db_exec(db, &st_revoke_run_approvals, lp, &res))) != REPAIR_OK)
+		if ((rc = rc_of(db_exec(db, &gate_st_revoke_run, lp, &res))) != REPAIR_OK)
 			goto out;
 		revoked = json_array();
 		for (i = 0; i < PQntuples(res); i++)
@@ -1374,7 +975,7 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 	}
 	if (db_begin(db) != DB_OK)
 		return REPAIR_UNAVAILABLE;
-	if ((rc = rc_of(db_exec(db, &st_approval_find, p, &res))) != REPAIR_OK)
+	if ((rc = rc_of(db_exec(db, &gate_st_find_by_id, p, &res))) != REPAIR_OK)
 		goto out;
 	if (PQntuples(res) != 1) {
 		snprintf(out->why, sizeof(out->why), "no approval has the id %s", approval_id);
@@ -1394,7 +995,7 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 	}
 	PQclear(res);
 	res = NULL;
-	if ((rc = rc_of(db_exec(db, &st_approval_revoke, p, &res))) != REPAIR_OK)
+	if ((rc = rc_of(db_exec(db, &gate_st_revoke, p, &res))) != REPAIR_OK)
 		goto out;
 	if (PQntuples(res) != 1) {
 		snprintf(out->why, sizeof(out->why), "the approval was decided, voided or expired "

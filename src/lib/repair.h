@@ -12,7 +12,7 @@
  *
  * "Known not delivered" — the one condition under which `resume` sends an
  * effect again with its provider key — is defined once, in repair.c
- * (REPAIR_KNOWN_UNDELIVERED), from the attempt history and the operators'
+ * (OUTBOX_KNOWN_UNDELIVERED), from the attempt history and the operators'
  * findings; README "Operations" says it in words.
  */
 #ifndef OG_REPAIR_H

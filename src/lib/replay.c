@@ -17,191 +17,15 @@
 #include <string.h>
 
 #include "buf.h"
+#include "clients.h"
 #include "deadletter.h"
 #include "digest.h"
 #include "gate.h"
+#include "jobs.h"
+#include "ledger.h"
 #include "oplog.h"
 #include "replay.h"
 #include "token.h"
-
-static const struct db_stmt st_client = {
-	"replay_client", "SELECT id FROM api_clients WHERE name = $1", 1, true,
-};
-
-/* The original (after st_lock_original), and what its effects say. live_effects: an effect
- * still pending (it will go out), or a decision callback in flight —
- * always refused. sent: the business effects that were sent, are being
- * sent, are unknown, or were resumed by an operator ("type id state",
- * comma-separated) — a replay could make a second business effect, so
- * only with force. LIMIT 2 tells an ambiguous key (several clients) from a
- * unique one. */
-static const struct db_stmt st_original = {
-	"replay_original",
-	"SELECT r.client_id, r.state, r.payload::text AS payload, r.payload_hash,"
-	"       r.contract, r.contract_hash, r.output::text AS output, r.output_hash,"
-	"       r.model::text AS model,"
-	"       r.effect::text AS effect, r.source_url, r.workflow_version, r.correlation_id,"
-	"       (SELECT count(*) FROM effect_outbox e"
-	"         WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
-	"           AND (e.state = 'pending' OR (e.effect_type = 'decision.callback'"
-	"                AND e.state IN ('sending', 'unknown')))) AS live_effects,"
-	"       (SELECT string_agg(e.effect_type || ' ' || e.id || ' ' ||"
-	"                CASE WHEN e.state IN ('completed', 'sending', 'unknown') THEN e.state"
-	"                     ELSE 'resumed' END, ', ' ORDER BY e.created_at, e.id)"
-	"          FROM effect_outbox e"
-	"         WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
-	"           AND e.effect_type <> 'decision.callback'"
-	"           AND (e.state IN ('completed', 'sending', 'unknown') OR EXISTS ("
-	"                SELECT 1 FROM operator_actions o"
-	"                 WHERE o.effect_id = e.id AND o.action = 'resume'))) AS sent"
-	"  FROM workflow_runs r"
-	" WHERE r.idempotency_key = $1 AND ($2::bigint IS NULL OR r.client_id = $2::bigint)"
-	" ORDER BY r.client_id LIMIT 2",
-	2, false,
-};
-
-/* The original's row lock, taken before st_original reads (a statement
- * that waited for a lock would read the rest with its older snapshot): the
- * lock that resume, reject and cancel take too, held to the commit. */
-static const struct db_stmt st_lock_original = {
-	"replay_lock_original",
-	"SELECT client_id FROM workflow_runs"
-	" WHERE idempotency_key = $1 AND ($2::bigint IS NULL OR client_id = $2::bigint)"
-	" ORDER BY client_id LIMIT 2 FOR UPDATE",
-	2, false,
-};
-
-static const struct db_stmt st_exists = {
-	"replay_exists",
-	"SELECT 1 FROM workflow_runs WHERE client_id = $1 AND idempotency_key = $2",
-	2, true,
-};
-
-/* The new run and its first timeline entry, in one statement. ON CONFLICT
- * DO NOTHING: a key that exists (even one created a moment ago by a claim)
- * is never overwritten, and zero rows means "refused". */
-static const struct db_stmt st_insert = {
-	"replay_insert",
-	"WITH ins AS ("
-	"  INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
-	"      state, claim_started_at, version, attempt, workflow_version, trigger,"
-	"      correlation_id, contract, contract_hash, output, output_hash, model, effect,"
-	"      source_url, requested_by, error_class, reason)"
-	"  VALUES ($1, $2, $3, $4::jsonb, $5, now(), 1, 1, $6, 'replay', $7, $8, $9,"
-	"      $10::jsonb, $11, $12::jsonb, $13::jsonb, $14, $15, $16, $17)"
-	"  ON CONFLICT (client_id, idempotency_key) DO NOTHING"
-	"  RETURNING client_id, idempotency_key, state, version, attempt"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_to, version,"
-	"      attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.replayed', state, version, attempt,"
-	"         $15, $18 FROM ins"
-	")"
-	"SELECT state FROM ins",
-	18, false,
-};
-
-static const struct db_stmt st_link = {
-	"replay_link",
-	"INSERT INTO run_replays (client_id, original_key, replay_key, operator, reason,"
-	"    payload_source, payload_hash, start_state, job_id)"
-	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::bigint) RETURNING id",
-	9, false,
-};
-
-static const struct db_stmt st_item_done = {
-	"replay_item_done",
-	"UPDATE replay_job_items SET state = 'done', done_at = now(), detail = $3"
-	" WHERE job_id = $1 AND seq = $2 AND state = 'pending' RETURNING seq",
-	3, false,
-};
-
-static const struct db_stmt st_job_create = {
-	"replay_job_create",
-	"INSERT INTO replay_jobs (operator, reason, source, client_id, rate_per_second)"
-	" VALUES ($1, $2, $3, $4, $5::numeric) RETURNING id",
-	5, false,
-};
-
-static const struct db_stmt st_job_item = {
-	"replay_job_item",
-	"INSERT INTO replay_job_items (job_id, seq, original_key, replay_key)"
-	" VALUES ($1, $2, $3, $4)",
-	4, false,
-};
-
-/* Both kinds of job (sql/008): a replay job's items are replay_job_items,
- * a resume job's resume_job_items (written by repair.c); a job has items
- * in one of them only. */
-static const struct db_stmt st_job_counts = {
-	"replay_job_counts",
-	"SELECT count(*) FILTER (WHERE state = 'done') AS done,"
-	"       count(*) FILTER (WHERE state = 'refused') AS refused,"
-	"       count(*) FILTER (WHERE state = 'pending') AS pending"
-	"  FROM (SELECT state FROM replay_job_items WHERE job_id = $1"
-	"        UNION ALL SELECT state FROM resume_job_items WHERE job_id = $1) i",
-	1, true,
-};
-
-/* A session-level advisory lock per job: held by the one process running
- * it, released when that process exits (or dies). */
-static const struct db_stmt st_job_lock = {
-	"replay_job_lock",
-	"SELECT pg_try_advisory_lock(hashtext('oncegate.replay_job'), $1::int) AS locked,"
-	"       j.state, j.kind, j.client_id, j.rate_per_second::float8 AS rate"
-	"  FROM replay_jobs j WHERE j.id = $1::bigint",
-	1, false,
-};
-
-static const struct db_stmt st_job_run = {
-	"replay_job_run",
-	"UPDATE replay_jobs SET state = 'running', stop_requested_at = NULL,"
-	"       stop_requested_by = NULL, updated_at = now()"
-	" WHERE id = $1 AND state <> 'completed' RETURNING id",
-	1, false,
-};
-
-static const struct db_stmt st_job_next = {
-	"replay_job_next",
-	"SELECT i.seq, i.original_key, i.replay_key,"
-	"       (SELECT stop_requested_at IS NOT NULL FROM replay_jobs WHERE id = $1) AS stop"
-	"  FROM (SELECT 1) one"
-	"  LEFT JOIN LATERAL (SELECT seq, original_key, replay_key FROM replay_job_items"
-	"     WHERE job_id = $1 AND state = 'pending' ORDER BY seq LIMIT 1) i ON true",
-	1, true,
-};
-
-static const struct db_stmt st_job_refuse = {
-	"replay_job_refuse",
-	"UPDATE replay_job_items SET state = 'refused', done_at = now(), detail = $3"
-	" WHERE job_id = $1 AND seq = $2 AND state = 'pending'",
-	3, false,
-};
-
-static const struct db_stmt st_job_finish = {
-	"replay_job_finish",
-	"UPDATE replay_jobs SET state = $2, updated_at = now(),"
-	"       stop_requested_by = COALESCE(stop_requested_by, $3)"
-	" WHERE id = $1 AND state = 'running' RETURNING client_id, kind",
-	3, false,
-};
-
-static const struct db_stmt st_job_stop = {
-	"replay_job_stop",
-	"UPDATE replay_jobs SET stop_requested_at = now(), stop_requested_by = $2,"
-	"       updated_at = now()"
-	" WHERE id = $1 AND state = 'running' AND stop_requested_at IS NULL"
-	" RETURNING client_id, kind",
-	2, false,
-};
-
-static const struct db_stmt st_job_state = {
-	"replay_job_state",
-	"SELECT state, kind, stop_requested_at IS NOT NULL AS stopping FROM replay_jobs"
-	" WHERE id = $1",
-	1, true,
-};
-
 
 static const char *const rc_names[] = {
 	"ok", "not_found", "ambiguous", "exists", "not_finished", "no_payload",
@@ -261,7 +85,7 @@ replay_client_id(struct db *db, const char *name, long long *id)
 	PGresult *res;
 	enum db_rc rc;
 
-	if ((rc = db_exec(db, &st_client, p, &res)) != DB_OK)
+	if ((rc = db_exec(db, &clients_st_id, p, &res)) != DB_OK)
 		return rc_of(rc);
 	if (PQntuples(res) != 1) {
 		PQclear(res);
@@ -337,12 +161,12 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		params[1] = cid;
 	}
 	if (!req->dry_run) {
-		if ((rc = db_exec(db, &st_lock_original, params, &res)) != DB_OK)
+		if ((rc = db_exec(db, &ledger_st_lock_original, params, &res)) != DB_OK)
 			return rc_of(rc);
 		PQclear(res);
 		res = NULL;
 	}
-	if ((rc = db_exec(db, &st_original, params, &res)) != DB_OK)
+	if ((rc = db_exec(db, &ledger_st_original, params, &res)) != DB_OK)
 		return rc_of(rc);
 	if (PQntuples(res) == 0) {
 		snprintf(out->message, sizeof(out->message), "no run has the key \"%s\"%s%s",
@@ -586,7 +410,7 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		         "upstream");
 		return REPLAY_EXISTS;
 	}
-	/* The rules are checked under the original's row lock (st_original),
+	/* The rules are checked under the original's row lock (ledger_st_original),
 	 * held until the replay commits. */
 	if (!req->dry_run) {
 		if ((rc = db_begin(db)) != DB_OK) {
@@ -601,7 +425,7 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 	{
 		const char *params[2] = { p.client, req->new_key };
 
-		if ((rc = db_exec(db, &st_exists, params, &res)) != DB_OK) {
+		if ((rc = db_exec(db, &ledger_st_exists, params, &res)) != DB_OK) {
 			rrc = rc_of(rc);
 			goto out;
 		}
@@ -651,7 +475,7 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 			retry ? out->note : NULL, event_reason,
 		};
 
-		if ((rc = db_exec(db, &st_insert, params, &res)) != DB_OK) {
+		if ((rc = db_exec(db, &ledger_st_replay, params, &res)) != DB_OK) {
 			rrc = rc_of(rc);
 			goto out;
 		}
@@ -671,7 +495,7 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 			                  req->reason, source, p.payload_hash, out->start_state,
 			                  req->job_id > 0 ? job : NULL };
 
-		if ((rrc = exec_one(db, &st_link, params, 1)) != REPLAY_OK)
+		if ((rrc = exec_one(db, &jobs_st_link, params, 1)) != REPLAY_OK)
 			goto out;
 	}
 	{
@@ -688,7 +512,7 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 	if (req->job_id > 0) {
 		const char *params[3] = { job, seq, out->start_state };
 
-		if ((rrc = exec_one(db, &st_item_done, params, 1)) != REPLAY_OK) {
+		if ((rrc = exec_one(db, &jobs_st_replay_done, params, 1)) != REPLAY_OK) {
 			snprintf(out->message, sizeof(out->message),
 			         "job %lld item %d is no longer pending", req->job_id, req->job_seq);
 			goto out;
@@ -744,7 +568,7 @@ replay_job_create(struct db *db, long long client_id, const char *source, double
 	{
 		const char *params[5] = { operator_name, reason, source, cid, rate_s };
 
-		if ((rc = db_exec(db, &st_job_create, params, &res)) != DB_OK) {
+		if ((rc = db_exec(db, &jobs_st_replay_create, params, &res)) != DB_OK) {
 			rrc = rc_of(rc);
 			goto out;
 		}
@@ -757,7 +581,7 @@ replay_job_create(struct db *db, long long client_id, const char *source, double
 		const char *params[4] = { jid, seq, items[i].key, items[i].new_key };
 
 		snprintf(seq, sizeof(seq), "%d", items[i].seq);
-		if ((rrc = exec_one(db, &st_job_item, params, -1)) != REPLAY_OK)
+		if ((rrc = exec_one(db, &jobs_st_replay_item, params, -1)) != REPLAY_OK)
 			goto out;
 	}
 	{
@@ -824,7 +648,7 @@ replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
 	const char *state;
 
 	snprintf(jid, sizeof(jid), "%lld", job_id);
-	if ((rc = db_exec(db, &st_job_lock, params, &res)) != DB_OK)
+	if ((rc = db_exec(db, &jobs_st_lock, params, &res)) != DB_OK)
 		return rc_of(rc);
 	if (PQntuples(res) != 1) {
 		snprintf(msg, msglen, "no job %lld", job_id);
@@ -863,7 +687,7 @@ replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
 	if ((rc = db_begin(db)) != DB_OK)
 		return rc_of(rc);
 	snprintf(action, sizeof(action), "%s.job_resumed", kind);
-	if ((rrc = exec_one(db, &st_job_run, params, 1)) != REPLAY_OK ||
+	if ((rrc = exec_one(db, &jobs_st_run, params, 1)) != REPLAY_OK ||
 	    (rrc = job_action(db, job_id, *client_id, action, operator_name, reason)) !=
 	        REPLAY_OK) {
 		db_rollback(db);
@@ -885,7 +709,7 @@ replay_job_next(struct db *db, long long job_id, struct replay_item *item, bool 
 
 	memset(item, 0, sizeof(*item));
 	snprintf(jid, sizeof(jid), "%lld", job_id);
-	if ((rc = db_exec(db, &st_job_next, params, &res)) != DB_OK)
+	if ((rc = db_exec(db, &jobs_st_replay_next, params, &res)) != DB_OK)
 		return rc_of(rc);
 	v = db_get(res, 0, "stop");
 	*stop = v != NULL && v[0] == 't';
@@ -911,7 +735,7 @@ replay_job_refuse(struct db *db, long long job_id, int seq, const char *detail)
 
 	snprintf(jid, sizeof(jid), "%lld", job_id);
 	snprintf(s, sizeof(s), "%d", seq);
-	return exec_one(db, &st_job_refuse, params, -1);
+	return exec_one(db, &jobs_st_replay_refuse, params, -1);
 }
 
 enum replay_rc
@@ -929,7 +753,7 @@ replay_job_finish(struct db *db, long long job_id, bool completed, const char *o
 	snprintf(jid, sizeof(jid), "%lld", job_id);
 	if ((rc = db_begin(db)) != DB_OK)
 		return rc_of(rc);
-	if ((rc = db_exec(db, &st_job_finish, params, &res)) != DB_OK) {
+	if ((rc = db_exec(db, &jobs_st_finish, params, &res)) != DB_OK) {
 		db_rollback(db);
 		return rc_of(rc);
 	}
@@ -963,7 +787,7 @@ replay_job_stop(struct db *db, long long job_id, const char *operator_name, cons
 	snprintf(jid, sizeof(jid), "%lld", job_id);
 	if ((rc = db_begin(db)) != DB_OK)
 		return rc_of(rc);
-	if ((rc = db_exec(db, &st_job_stop, params, &res)) != DB_OK) {
+	if ((rc = db_exec(db, &jobs_st_stop, params, &res)) != DB_OK) {
 		db_rollback(db);
 		return rc_of(rc);
 	}
@@ -973,7 +797,7 @@ replay_job_stop(struct db *db, long long job_id, const char *operator_name, cons
 		{
 			const char *p1[1] = { jid };
 
-			if (db_exec(db, &st_job_state, p1, &res) != DB_OK)
+			if (db_exec(db, &jobs_st_state, p1, &res) != DB_OK)
 				return REPLAY_UNAVAILABLE;
 		}
 		if (PQntuples(res) == 0) {
@@ -1012,7 +836,7 @@ replay_job_counts(struct db *db, long long job_id, int *done, int *refused, int 
 	enum db_rc rc;
 
 	snprintf(jid, sizeof(jid), "%lld", job_id);
-	if ((rc = db_exec(db, &st_job_counts, params, &res)) != DB_OK)
+	if ((rc = db_exec(db, &jobs_st_counts, params, &res)) != DB_OK)
 		return rc_of(rc);
 	*done = (int)db_get_ll(res, 0, "done");
 	*refused = (int)db_get_ll(res, 0, "refused");
@@ -1020,15 +844,6 @@ replay_job_counts(struct db *db, long long job_id, int *done, int *refused, int 
 	PQclear(res);
 	return REPLAY_OK;
 }
-
-/* Both directions of a run's replay links, for the status API. */
-static const struct db_stmt st_links = {
-	"replay_links",
-	"SELECT original_key, replay_key FROM run_replays"
-	" WHERE client_id = $1::bigint AND (original_key = $2 OR replay_key = $2)"
-	" ORDER BY id",
-	2, true,
-};
 
 enum replay_rc
 replay_links(struct db *db, long long client_id, const char *key, json_t **replay_of,
@@ -1043,7 +858,7 @@ replay_links(struct db *db, long long client_id, const char *key, json_t **repla
 	*replay_of = NULL;
 	*replayed_by = NULL;
 	snprintf(client, sizeof(client), "%lld", client_id);
-	if ((rc = db_exec(db, &st_links, p, &res)) != DB_OK)
+	if ((rc = db_exec(db, &jobs_st_links, p, &res)) != DB_OK)
 		return rc == DB_UNAVAILABLE ? REPLAY_UNAVAILABLE : REPLAY_ERROR;
 	*replay_of = json_null();
 	*replayed_by = json_array();
