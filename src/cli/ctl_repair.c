@@ -21,6 +21,7 @@
 
 #include "ctl_repair.h"
 #include "ctl_resume.h"
+#include "ledger.h"
 #include "repair.h"
 
 
@@ -456,7 +457,9 @@ reject_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 {
 	if (reject_names_effect(e)) {
 		ctl_repair_log_change(ctl, "effect.rejected", a, out, NULL, "operator: rejected");
-		log_run(ctl, strcmp(out->run_to, "completed") == 0 ? "run.completed" : "run.rejected",
+		log_run(ctl,
+		        strcmp(out->run_to, ledger_state_name(RUN_COMPLETED)) == 0 ? "run.completed"
+		                                                                     : "run.rejected",
 		        a, out);
 		fprintf(stderr, "oncegatectl: effect %s %s -> cancelled%s%s\n", out->effect_id,
 		        out->from, out->run_to[0] ? "; run " : "", out->run_to);

@@ -23,6 +23,7 @@
 #include "contract.h"
 #include "ctl_job.h"
 #include "ctl_replay.h"
+#include "ledger.h"
 #include "replay.h"
 
 #define MAP_ITEMS_MAX   100000   /* lines of one map file */
@@ -341,7 +342,7 @@ map_check(struct ctl *ctl, struct replay_opts *o, struct map *m, long long *clie
 		it->detail = strdup(rc == REPLAY_OK ? res.start_state : res.message);
 		if (rc == REPLAY_OK) {
 			(*ok)++;
-			if (strcmp(res.start_state, "awaiting_human") == 0)
+			if (ledger_state_parse(res.start_state) == RUN_AWAITING_HUMAN)
 				(*human)++;
 		} else {
 			(*refused)++;

@@ -122,7 +122,7 @@ answer_approved(const PGresult *run, const json_t *approvals)
 	const char *at = db_get(run, 0, "decided_at"), *state = db_get(run, 0, "state");
 
 	if (d == NULL) {
-		if (strcmp(state, "awaiting_human") == 0)
+		if (ledger_state_parse(state) == RUN_AWAITING_HUMAN)
 			return sentence("pending", "nobody yet: %zu challenge(s) wait for a decision",
 			                json_array_size(approvals));
 		return sentence("none", "nobody: no decision was taken (run %s)", state);
@@ -349,6 +349,7 @@ audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
             const char *reason, struct audit_purge *out)
 {
 	struct ledger_purge lp = { 0 };
+	const char *keys[2];
 	enum db_rc rc;
 	json_t *details = NULL;
 	char *text = NULL;
@@ -363,8 +364,13 @@ audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
 	out->runs = lp.runs;
 	out->effects = lp.effects;
 	out->approvals = lp.approvals;
-	if (!dry_run && ((rc = outbox_purge_payloads(db, lp.clients, lp.keys, &out->effects)) != DB_OK ||
-	                 (rc = gate_purge_effects(db, lp.clients, lp.keys, &out->approvals)) != DB_OK))
+	keys[0] = lp.clients;
+	keys[1] = lp.keys;
+	/* the purged runs' effects lose their payload, their challenges the
+	 * effect they showed */
+	if (!dry_run &&
+	    ((rc = db_exec_count(db, &outbox_st_purge_payloads, keys, &out->effects)) != DB_OK ||
+	     (rc = db_exec_count(db, &gate_st_purge_effects, keys, &out->approvals)) != DB_OK))
 		goto fail;
 	if ((rc = outbox_purge_attempts(db, days, dry_run, &out->attempts)) != DB_OK ||
 	    (rc = deadletter_purge(db, dry_run, &out->dead_letters)) != DB_OK)

@@ -83,7 +83,8 @@ static void
 log_run_completed(const struct dispatch_job *j)
 {
 	struct log_fields f = { .client = j->client[0] ? j->client : NULL, .key = j->key,
-		                .state_from = "approved", .state_to = "completed",
+		                .state_from = ledger_state_name(RUN_APPROVED),
+		                .state_to = ledger_state_name(RUN_COMPLETED),
 		                .actor = "dispatcher", .effect_id = j->id };
 
 	log_event(LOG_LEVEL_INFO, "run.completed", &f);

@@ -119,8 +119,8 @@ expire_run(struct db *db, long long client_id, const char *client_name, const ch
 	f.actor = "dispatcher";
 	f.reason = "approval_expired";
 	if (PQntuples(rr) == 1) {
-		f.state_from = "awaiting_human";
-		f.state_to = "failed_terminal";
+		f.state_from = ledger_state_name(RUN_AWAITING_HUMAN);
+		f.state_to = ledger_state_name(RUN_FAILED_TERMINAL);
 		f.decision = "expired";
 		f.version = db_get_ll(rr, 0, "version");
 		f.correlation_id = db_get(rr, 0, "correlation_id");

@@ -349,7 +349,7 @@ gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 
 /* The challenges of the purged runs (ledger_purge) lose the effect they
  * showed. */
-static const struct db_stmt st_purge_effects = {
+const struct db_stmt gate_st_purge_effects = {
 	"gate_purge_effects",
 	"UPDATE approvals ap SET effect = NULL"
 	"  FROM unnest($1::bigint[], $2::text[]) AS k(client_id, idempotency_key)"
@@ -357,18 +357,3 @@ static const struct db_stmt st_purge_effects = {
 	"   AND ap.effect IS NOT NULL RETURNING ap.id",
 	2, false,
 };
-
-enum db_rc
-gate_purge_effects(struct db *db, const char *clients, const char *keys, long long *count)
-{
-	const char *p[2] = { clients, keys };
-	PGresult *res = NULL;
-	enum db_rc rc;
-
-	*count = 0;
-	if ((rc = db_exec(db, &st_purge_effects, p, &res)) != DB_OK)
-		return rc;
-	*count = PQntuples(res);
-	PQclear(res);
-	return DB_OK;
-}

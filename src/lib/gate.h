@@ -87,11 +87,6 @@ enum gate_rc gate_list(struct db *db, long long client_id, const char *key, json
 	__attribute__((warn_unused_result));
 const char *gate_state_name(enum approval_state s);
 
-/* Removes the effect shown by the challenges of the runs named by clients
- * and keys (array text from ledger_purge; NULL: none); *count is how many. */
-enum db_rc gate_purge_effects(struct db *db, const char *clients, const char *keys,
-                              long long *count) __attribute__((warn_unused_result));
-
 /* Statement rows for the use cases' transactions and pipelines (their
  * parameters are the $n of the SQL text in gate.c). */
 extern const struct db_stmt gate_st_expired_runs;
@@ -100,5 +95,6 @@ extern const struct db_stmt gate_st_revoke_run;
 extern const struct db_stmt gate_st_find_by_id;
 extern const struct db_stmt gate_st_revoke;
 extern const struct db_stmt gate_st_pending;
+extern const struct db_stmt gate_st_purge_effects;
 
 #endif

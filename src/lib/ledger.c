@@ -1162,3 +1162,48 @@ ledger_purge(struct db *db, int days, bool dry_run, const char *actor, struct le
 		ledger_purge_clear(p);
 	return rc;
 }
+
+/* The run's new version after a statement that moved it (one row with
+ * "version"), 0 when it matched nothing. */
+static enum db_rc
+ledger_moved_version(struct db *db, const struct db_stmt *stmt, const char *const *params,
+                     long long *version)
+{
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	*version = 0;
+	if ((rc = db_exec(db, stmt, params, &res)) != DB_OK)
+		return rc;
+	if (PQntuples(res) == 1)
+		*version = db_get_ll(res, 0, "version");
+	PQclear(res);
+	return DB_OK;
+}
+
+enum db_rc
+ledger_complete(struct db *db, const char *client, const char *key, const char *actor,
+                long long *version)
+{
+	const char *p[3] = { client, key, actor };
+
+	return ledger_moved_version(db, &ledger_st_complete, p, version);
+}
+
+enum db_rc
+ledger_reject(struct db *db, const char *client, const char *key, const char *reason,
+              const char *actor, unsigned from, long long *version)
+{
+	char states[160] = "{";
+	const char *p[5] = { client, key, reason, actor, states };
+	int s;
+
+	for (s = 0; s < RUN_STATE_COUNT; s++)
+		if (from & 1u << s) {
+			if (states[1] != '\0')
+				strcat(states, ",");
+			strcat(states, ledger_state_name((enum run_state)s));
+		}
+	strcat(states, "}");
+	return ledger_moved_version(db, &ledger_st_fail, p, version);
+}

@@ -192,7 +192,8 @@ enum ledger_rc ledger_status(struct db *db, long long client_id, const char *key
  * entry each (actor) records it. dry_run counts instead: runs, and the
  * effects and challenges that hold content too. Otherwise clients and keys
  * (malloc'd array text, NULL when no run) name the purged runs for
- * outbox_purge_payloads and gate_purge_effects in the same transaction. */
+ * outbox_st_purge_payloads and gate_st_purge_effects ($1 clients, $2
+ * keys) in the same transaction. */
 struct ledger_purge {
 	long long runs, effects, approvals;
 	char *clients, *keys;
@@ -200,6 +201,20 @@ struct ledger_purge {
 enum db_rc ledger_purge(struct db *db, int days, bool dry_run, const char *actor,
                         struct ledger_purge *p) __attribute__((warn_unused_result));
 void ledger_purge_clear(struct ledger_purge *p);
+
+/* approved → completed when every effect of the run (client: its id as
+ * text) is completed or was cancelled; actor is who, in the timeline.
+ * *version: the run's new version, 0 when it did not move. Inside the
+ * caller's transaction, after ledger_st_lock. */
+enum db_rc ledger_complete(struct db *db, const char *client, const char *key,
+                           const char *actor, long long *version)
+	__attribute__((warn_unused_result));
+/* An operator's rejection: → failed_terminal (error_class
+ * operator_rejected) from any of the states in `from` (a set of
+ * 1u << state); *version as for ledger_complete. */
+enum db_rc ledger_reject(struct db *db, const char *client, const char *key,
+                         const char *reason, const char *actor, unsigned from,
+                         long long *version) __attribute__((warn_unused_result));
 
 /* Statement rows for the use cases' transactions and pipelines (their
  * parameters are the $n of the SQL text in ledger.c). */

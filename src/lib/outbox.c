@@ -596,7 +596,7 @@ outbox_purge_attempts(struct db *db, int days, bool dry_run, long long *count)
 }
 
 /* The effects of the purged runs (ledger_purge) lose their payload. */
-static const struct db_stmt st_purge_payloads = {
+const struct db_stmt outbox_st_purge_payloads = {
 	"outbox_purge_payloads",
 	"UPDATE effect_outbox o SET payload = NULL"
 	"  FROM unnest($1::bigint[], $2::text[]) AS k(client_id, idempotency_key)"
@@ -604,21 +604,6 @@ static const struct db_stmt st_purge_payloads = {
 	"   AND o.payload IS NOT NULL RETURNING o.id",
 	2, false,
 };
-
-enum db_rc
-outbox_purge_payloads(struct db *db, const char *clients, const char *keys, long long *count)
-{
-	const char *p[2] = { clients, keys };
-	PGresult *res = NULL;
-	enum db_rc rc;
-
-	*count = 0;
-	if ((rc = db_exec(db, &st_purge_payloads, p, &res)) != DB_OK)
-		return rc;
-	*count = PQntuples(res);
-	PQclear(res);
-	return DB_OK;
-}
 
 /* Due pending effects held back by the kill switch and not yet marked:
  * marked once each, whoever else looks at once (the claim clears it). */
@@ -640,14 +625,7 @@ outbox_hold(struct db *db, const char *effect_id, int limit, long long *marked)
 {
 	char lim[16];
 	const char *p[2] = { effect_id, lim };
-	PGresult *res = NULL;
-	enum db_rc rc;
 
-	*marked = 0;
 	snprintf(lim, sizeof(lim), "%d", limit);
-	if ((rc = db_exec(db, &st_hold, p, &res)) != DB_OK)
-		return rc;
-	*marked = PQntuples(res);
-	PQclear(res);
-	return DB_OK;
+	return db_exec_count(db, &st_hold, p, marked);
 }

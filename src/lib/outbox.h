@@ -138,11 +138,6 @@ enum db_rc outbox_purge_attempts(struct db *db, int days, bool dry_run, long lon
 enum db_rc outbox_hold(struct db *db, const char *effect_id, int limit, long long *marked)
 	__attribute__((warn_unused_result));
 
-/* Removes the payload of the effects of the runs named by clients and keys
- * (array text from ledger_purge; NULL: none); *count is how many. */
-enum db_rc outbox_purge_payloads(struct db *db, const char *clients, const char *keys,
-                                 long long *count) __attribute__((warn_unused_result));
-
 /*
  * Known not delivered: the effect is `failed`, and no send attempt since
  * the last "not delivered" finding may have reached the provider — every
@@ -186,5 +181,6 @@ extern const struct db_stmt outbox_st_reject;
 extern const struct db_stmt outbox_st_lock_run_effects;
 extern const struct db_stmt outbox_st_reject_run;
 extern const struct db_stmt outbox_st_audit;
+extern const struct db_stmt outbox_st_purge_payloads;
 
 #endif

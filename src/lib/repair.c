@@ -19,6 +19,7 @@
 #include "oplog.h"
 #include "outbox.h"
 #include "repair.h"
+#include "repair_int.h"
 
 /* --- statements ------------------------------------------------------------ */
 
@@ -44,14 +45,14 @@ repair_is_uuid(const char *s)
 	return true;
 }
 
-static enum repair_rc
-rc_of(enum db_rc rc)
+enum repair_rc
+repair_rc_of(enum db_rc rc)
 {
 	return rc == DB_OK ? REPAIR_OK : rc == DB_UNAVAILABLE ? REPAIR_UNAVAILABLE : REPAIR_ERROR;
 }
 
-static void
-copy(char *dst, size_t n, const char *src)
+void
+repair_copy(char *dst, size_t n, const char *src)
 {
 	snprintf(dst, n, "%s", src != NULL ? src : "");
 }
@@ -60,22 +61,22 @@ copy(char *dst, size_t n, const char *src)
 static void
 effect_read(struct repair_out *out, const PGresult *res)
 {
-	copy(out->effect_id, sizeof(out->effect_id), db_get(res, 0, "id"));
-	copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
-	copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
-	copy(out->key, sizeof(out->key), db_get(res, 0, "idempotency_key"));
-	copy(out->from, sizeof(out->from), db_get(res, 0, "state"));
-	copy(out->target, sizeof(out->target), db_get(res, 0, "target"));
-	copy(out->type, sizeof(out->type), db_get(res, 0, "effect_type"));
-	copy(out->provider_key, sizeof(out->provider_key), db_get(res, 0, "provider_key"));
-	copy(out->dead_letter_id, sizeof(out->dead_letter_id), db_get(res, 0, "dead_letter_id"));
-	copy(out->not_before, sizeof(out->not_before), db_get(res, 0, "not_before"));
+	repair_copy(out->effect_id, sizeof(out->effect_id), db_get(res, 0, "id"));
+	repair_copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
+	repair_copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
+	repair_copy(out->key, sizeof(out->key), db_get(res, 0, "idempotency_key"));
+	repair_copy(out->from, sizeof(out->from), db_get(res, 0, "state"));
+	repair_copy(out->target, sizeof(out->target), db_get(res, 0, "target"));
+	repair_copy(out->type, sizeof(out->type), db_get(res, 0, "effect_type"));
+	repair_copy(out->provider_key, sizeof(out->provider_key), db_get(res, 0, "provider_key"));
+	repair_copy(out->dead_letter_id, sizeof(out->dead_letter_id), db_get(res, 0, "dead_letter_id"));
+	repair_copy(out->not_before, sizeof(out->not_before), db_get(res, 0, "not_before"));
 }
 
 /* One operator_actions row, inside the caller's transaction. */
-static enum repair_rc
-record_action(struct db *db, const struct repair_who *who, const char *action,
-              struct repair_out *out, json_t *details)
+enum repair_rc
+repair_record_action(struct db *db, const struct repair_who *who, const char *action,
+                     struct repair_out *out, json_t *details)
 {
 	char *text = json_dumps(details, JSON_COMPACT | JSON_SORT_KEYS);
 	struct oplog_action a = {
@@ -90,14 +91,14 @@ record_action(struct db *db, const struct repair_who *who, const char *action,
 		return REPAIR_ERROR;
 	drc = oplog_record(db, &a, &out->action_id);
 	free(text);
-	return rc_of(drc);
+	return repair_rc_of(drc);
 }
 
 /* Resolves dead letters of the effects in ids (a PostgreSQL uuid[] text). */
 static enum repair_rc
 resolve_letters(struct db *db, const char *ids, const char *resolution, const char *op)
 {
-	return rc_of(deadletter_resolve(db, ids, resolution, op));
+	return repair_rc_of(deadletter_resolve(db, ids, resolution, op));
 }
 
 /* Looks the effect up (by effect or dead-letter id) and locks its run;
@@ -119,7 +120,7 @@ effect_begin(struct db *db, const char *effect, const char *expect, struct repai
 	}
 	if (db_begin(db) != DB_OK)
 		return REPAIR_UNAVAILABLE;
-	if ((rc = rc_of(db_exec(db, &outbox_st_find, p, &res))) != REPAIR_OK)
+	if ((rc = repair_rc_of(db_exec(db, &outbox_st_find, p, &res))) != REPAIR_OK)
 		goto fail;
 	if (PQntuples(res) != 1) {
 		snprintf(out->why, sizeof(out->why), "no effect or dead letter has the id %s",
@@ -139,13 +140,13 @@ effect_begin(struct db *db, const char *effect, const char *expect, struct repai
 	}
 	lp[0] = out->client;
 	lp[1] = out->key;
-	if ((rc = rc_of(db_exec(db, &ledger_st_lock, lp, run))) != REPAIR_OK)
+	if ((rc = repair_rc_of(db_exec(db, &ledger_st_lock, lp, run))) != REPAIR_OK)
 		goto fail;
 	if (PQntuples(*run) != 1) {
 		rc = REPAIR_ERROR; /* a foreign key guarantees the run */
 		goto fail;
 	}
-	copy(out->run_from, sizeof(out->run_from), db_get(*run, 0, "state"));
+	repair_copy(out->run_from, sizeof(out->run_from), db_get(*run, 0, "state"));
 	return REPAIR_OK;
 fail:
 	PQclear(res);
@@ -155,8 +156,8 @@ fail:
 	return rc;
 }
 
-static enum repair_rc
-finish(struct db *db, enum repair_rc rc)
+enum repair_rc
+repair_finish(struct db *db, enum repair_rc rc)
 {
 	if (rc == REPAIR_OK) {
 		enum db_rc c = db_commit(db);
@@ -171,24 +172,30 @@ finish(struct db *db, enum repair_rc rc)
 	return rc;
 }
 
+/* out->run_to and out->run_version when the ledger moved the run to `to`
+ * (version > 0). */
+static enum repair_rc
+run_moved(struct repair_out *out, enum db_rc rc, long long version, enum run_state to)
+{
+	if (rc == DB_OK && version > 0) {
+		repair_copy(out->run_to, sizeof(out->run_to), ledger_state_name(to));
+		out->run_version = version;
+	}
+	return repair_rc_of(rc);
+}
+
 /* Completes the run when this was its last open effect; out->run_to set
  * when it moved. */
 static enum repair_rc
 complete_run(struct db *db, const struct repair_who *who, struct repair_out *out)
 {
 	char actor[256];
-	const char *p[3] = { out->client, out->key, actor };
-	PGresult *res = NULL;
-	enum repair_rc rc;
+	long long v = 0;
+	enum db_rc rc;
 
 	snprintf(actor, sizeof(actor), "operator:%s", who->operator_name);
-	rc = rc_of(db_exec(db, &ledger_st_complete, p, &res));
-	if (rc == REPAIR_OK && PQntuples(res) == 1) {
-		copy(out->run_to, sizeof(out->run_to), "completed");
-		out->run_version = db_get_ll(res, 0, "version");
-	}
-	PQclear(res);
-	return rc;
+	rc = ledger_complete(db, out->client, out->key, actor, &v);
+	return run_moved(out, rc, v, RUN_COMPLETED);
 }
 
 /* --- reads ------------------------------------------------------------------ */
@@ -216,7 +223,7 @@ repair_dl_list(struct db *db, const struct repair_dl_filter *f, json_t **out)
 		/* class 22: the --since timestamp is not one PostgreSQL reads */
 		if (drc == DB_ERROR && strncmp(db_sqlstate(db), "22", 2) == 0)
 			return REPAIR_BAD_INPUT;
-		return rc_of(drc);
+		return repair_rc_of(drc);
 	}
 	list = json_array();
 	for (i = 0; i < PQntuples(res); i++) {
@@ -259,7 +266,7 @@ repair_dl_show(struct db *db, const struct config *cfg, const char *id, json_t *
 	*out = NULL;
 	if (!repair_is_uuid(id))
 		return REPAIR_NOT_FOUND;
-	if ((rc = rc_of(db_exec(db, &deadletter_st_target, p, &res))) != REPAIR_OK)
+	if ((rc = repair_rc_of(db_exec(db, &deadletter_st_target, p, &res))) != REPAIR_OK)
 		return rc;
 	if (PQntuples(res) != 1) {
 		PQclear(res);
@@ -275,7 +282,7 @@ repair_dl_show(struct db *db, const struct config *cfg, const char *id, json_t *
 	}
 	PQclear(res);
 	res = NULL;
-	if ((rc = rc_of(db_exec(db, &deadletter_st_show, p, &res))) != REPAIR_OK)
+	if ((rc = repair_rc_of(db_exec(db, &deadletter_st_show, p, &res))) != REPAIR_OK)
 		return rc;
 	if (PQntuples(res) != 1) {
 		PQclear(res);
@@ -298,7 +305,7 @@ repair_approvals_pending(struct db *db, int limit, json_t **out)
 
 	*out = NULL;
 	snprintf(lim, sizeof(lim), "%d", limit > 0 ? limit : 200);
-	if ((rc = rc_of(db_exec(db, &gate_st_pending, p, &res))) != REPAIR_OK)
+	if ((rc = repair_rc_of(db_exec(db, &gate_st_pending, p, &res))) != REPAIR_OK)
 		return rc;
 	list = json_array();
 	for (i = 0; i < PQntuples(res); i++) {
@@ -350,7 +357,7 @@ repair_reconcile(struct db *db, const char *effect, bool delivered, const char *
 		const char *p[4] = { out->effect_id, out->from, delivered ? "true" : "false",
 			             provider_id };
 
-		if ((rc = rc_of(db_exec(db, &outbox_st_reconcile, p, &res))) != REPAIR_OK)
+		if ((rc = repair_rc_of(db_exec(db, &outbox_st_reconcile, p, &res))) != REPAIR_OK)
 			goto out;
 		if (PQntuples(res) != 1) {
 			snprintf(out->why, sizeof(out->why), "the effect changed while this ran: "
@@ -358,7 +365,7 @@ repair_reconcile(struct db *db, const char *effect, bool delivered, const char *
 			rc = REPAIR_CHANGED;
 			goto out;
 		}
-		copy(out->to, sizeof(out->to), db_get(res, 0, "state"));
+		repair_copy(out->to, sizeof(out->to), db_get(res, 0, "state"));
 	}
 	if (delivered && (rc = complete_run(db, who, out)) != REPAIR_OK)
 		goto out;
@@ -370,18 +377,18 @@ repair_reconcile(struct db *db, const char *effect, bool delivered, const char *
 	                    delivered ? "delivered" : "not_delivered", "state_from", out->from,
 	                    "state_to", out->to, "provider_id", delivered ? provider_id : NULL,
 	                    "run_to", out->run_to[0] ? out->run_to : NULL);
-	rc = details != NULL ? record_action(db, who, "reconcile", out, details) : REPAIR_ERROR;
+	rc = repair_record_action(db, who, "reconcile", out, details);
 out:
 	json_decref(details);
 	PQclear(res);
-	return finish(db, rc);
+	return repair_finish(db, rc);
 }
 
 /* One resume; job > 0: the job's item seq is marked done in the same
  * transaction, or nothing happens. */
-static enum repair_rc
-resume_one(struct db *db, const char *effect, const char *expect, const struct repair_who *who,
-           long long job, int seq, struct repair_out *out)
+enum repair_rc
+repair_resume_one(struct db *db, const char *effect, const char *expect,
+                  const struct repair_who *who, long long job, int seq, struct repair_out *out)
 {
 	PGresult *run = NULL, *res = NULL;
 	enum repair_rc rc;
@@ -397,9 +404,9 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 	{
 		const char *p[2] = { out->client, out->key };
 
-		if ((rc = rc_of(db_exec(db, &jobs_st_replayed_as, p, &run))) != REPAIR_OK)
+		if ((rc = repair_rc_of(db_exec(db, &jobs_st_replayed_as, p, &run))) != REPAIR_OK)
 			goto out;
-		copy(replayed_as, sizeof(replayed_as),
+		repair_copy(replayed_as, sizeof(replayed_as),
 		     PQntuples(run) == 1 ? db_get(run, 0, "replayed_as") : NULL);
 		PQclear(run);
 		run = NULL;
@@ -427,7 +434,7 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 	}
 	/* A business effect is resumed only while its run is approved; the
 	 * workflow's decision callback is delivered whatever the decision. */
-	if (!callback && strcmp(out->run_from, "approved") != 0) {
+	if (!callback && strcmp(out->run_from, ledger_state_name(RUN_APPROVED)) != 0) {
 		snprintf(out->why, sizeof(out->why), "the run is %s, not approved: its effects are "
 		         "not sent any more", out->run_from);
 		rc = REPAIR_WRONG_STATE;
@@ -436,14 +443,14 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 	{
 		const char *p[2] = { out->effect_id, out->from };
 
-		if ((rc = rc_of(db_exec(db, &outbox_st_resume, p, &res))) != REPAIR_OK)
+		if ((rc = repair_rc_of(db_exec(db, &outbox_st_resume, p, &res))) != REPAIR_OK)
 			goto out;
 		if (PQntuples(res) != 1) {
 			const char *up[1] = { out->effect_id };
 
 			PQclear(res);
 			res = NULL;
-			if ((rc = rc_of(db_exec(db, &outbox_st_undelivered, up, &res))) != REPAIR_OK)
+			if ((rc = repair_rc_of(db_exec(db, &outbox_st_undelivered, up, &res))) != REPAIR_OK)
 				goto out;
 			if (PQntuples(res) == 1 && db_get(res, 0, "yes")[0] == 'f') {
 				snprintf(out->why, sizeof(out->why), "not known undelivered: a send "
@@ -458,7 +465,7 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 			}
 			goto out;
 		}
-		copy(out->to, sizeof(out->to), "pending");
+		repair_copy(out->to, sizeof(out->to), "pending");
 	}
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
 	if ((rc = resolve_letters(db, ids, "resumed", who->operator_name)) != REPAIR_OK)
@@ -469,7 +476,7 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 		json_object_set_new(details, "job_id", json_integer(job));
 		json_object_set_new(details, "job_item", json_integer(seq));
 	}
-	rc = details != NULL ? record_action(db, who, "resume", out, details) : REPAIR_ERROR;
+	rc = repair_record_action(db, who, "resume", out, details);
 	if (rc == REPAIR_OK && job > 0) {
 		char j[24], q[16];
 		const char *p[3] = { j, q, out->effect_id };
@@ -478,7 +485,7 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 		snprintf(q, sizeof(q), "%d", seq);
 		PQclear(res);
 		res = NULL;
-		if ((rc = rc_of(db_exec(db, &jobs_st_resume_done, p, &res))) == REPAIR_OK &&
+		if ((rc = repair_rc_of(db_exec(db, &jobs_st_resume_done, p, &res))) == REPAIR_OK &&
 		    PQntuples(res) != 1) {
 			snprintf(out->why, sizeof(out->why), "job %lld item %d is no longer pending "
 			         "(done or refused already)", job, seq);
@@ -488,207 +495,27 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 out:
 	json_decref(details);
 	PQclear(res);
-	return finish(db, rc);
+	return repair_finish(db, rc);
 }
 
 enum repair_rc
 repair_resume(struct db *db, const char *effect, const char *expect,
               const struct repair_who *who, struct repair_out *out)
 {
-	return resume_one(db, effect, expect, who, 0, 0, out);
+	return repair_resume_one(db, effect, expect, who, 0, 0, out);
 }
 
-/* --- bulk resume ------------------------------------------------------------- */
-
-enum repair_rc
-repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
-{
-	size_t len = 3;
-	char *arr, *p;
-	const char *params[1];
-	PGresult *res = NULL;
-	enum repair_rc rc;
-	int i;
-
-	for (i = 0; i < n; i++) {
-		if (!repair_is_uuid(items[i].given))
-			return REPAIR_BAD_INPUT;
-		len += strlen(items[i].given) + 1;
-	}
-	if ((arr = malloc(len)) == NULL)
-		return REPAIR_ERROR;
-	p = arr;
-	*p++ = '{';
-	for (i = 0; i < n; i++)
-		p += sprintf(p, "%s%s", i > 0 ? "," : "", items[i].given); /* uuids: no quoting */
-	*p++ = '}';
-	*p = '\0';
-	params[0] = arr;
-	rc = rc_of(db_exec(db, &jobs_st_resume_check, params, &res));
-	free(arr);
-	if (rc != REPAIR_OK)
-		return rc;
-	if (PQntuples(res) != n) {
-		PQclear(res);
-		return REPAIR_ERROR;
-	}
-	for (i = 0; i < n; i++) {
-		struct repair_bulk_item *it = &items[i];
-		const char *eid = db_get(res, i, "effect_id");
-		const char *run = db_get(res, i, "run_state");
-		const char *replayed_as = db_get(res, i, "replayed_as");
-		bool callback;
-
-		it->ok = false;
-		if (eid == NULL) {
-			copy(it->effect_id, sizeof(it->effect_id), "");
-			snprintf(it->why, sizeof(it->why), "no effect or dead letter has the id %s",
-			         it->given);
-			continue;
-		}
-		copy(it->effect_id, sizeof(it->effect_id), eid);
-		copy(it->client_name, sizeof(it->client_name), db_get(res, i, "client_name"));
-		copy(it->key, sizeof(it->key), db_get(res, i, "idempotency_key"));
-		copy(it->target, sizeof(it->target), db_get(res, i, "target"));
-		copy(it->type, sizeof(it->type), db_get(res, i, "effect_type"));
-		copy(it->state, sizeof(it->state), db_get(res, i, "state"));
-		callback = strcmp(it->type, "decision.callback") == 0;
-		/* the order of repair_resume's checks, so the verdicts agree */
-		if (strcmp(it->state, "failed") != 0)
-			snprintf(it->why, sizeof(it->why), "not known undelivered: the effect is %s%s",
-			         it->state,
-			         strcmp(it->state, "unknown") == 0 ? " (reconcile first)"
-			         : strcmp(it->state, "completed") == 0 ? " (it was delivered)"
-			         : strcmp(it->state, "cancelled") == 0 ? " (it was rejected)"
-			                                                : " (nothing to resume)");
-		else if (replayed_as != NULL)
-			snprintf(it->why, sizeof(it->why), "the run was replayed as \"%.200s\": never "
-			         "resumed", replayed_as);
-		else if (!callback && (run == NULL || strcmp(run, "approved") != 0))
-			snprintf(it->why, sizeof(it->why), "the run is %s, not approved",
-			         run != NULL ? run : "?");
-		else if (db_get(res, i, "undelivered")[0] != 't')
-			snprintf(it->why, sizeof(it->why), "not known undelivered: a send attempt may "
-			         "have reached the provider (reconcile first)");
-		else {
-			it->ok = true;
-			snprintf(it->why, sizeof(it->why), "would resume, same key %s",
-			         db_get(res, i, "provider_key"));
-		}
-	}
-	PQclear(res);
-	return REPAIR_OK;
-}
-
-enum repair_rc
-repair_bulk_create(struct db *db, const char *source, double rate, const struct repair_who *who,
-                   const struct repair_bulk_item *items, int n, long long *job_id)
-{
-	char rate_s[32], jid[24], seq[16];
-	struct repair_out out;
-	PGresult *res = NULL;
-	json_t *details = NULL;
-	enum repair_rc rc;
-	int i;
-
-	memset(&out, 0, sizeof(out));
-	*job_id = 0;
-	snprintf(rate_s, sizeof(rate_s), "%.6f", rate);
-	if (db_begin(db) != DB_OK)
-		return REPAIR_UNAVAILABLE;
-	{
-		const char *p[4] = { who->operator_name, who->reason, source, rate_s };
-
-		if ((rc = rc_of(db_exec(db, &jobs_st_resume_create, p, &res))) != REPAIR_OK)
-			goto out;
-		*job_id = db_get_ll(res, 0, "id");
-		PQclear(res);
-		res = NULL;
-	}
-	snprintf(jid, sizeof(jid), "%lld", *job_id);
-	for (i = 0; i < n; i++) {
-		const char *p[4] = { jid, seq, items[i].effect_id, items[i].given };
-
-		snprintf(seq, sizeof(seq), "%d", items[i].seq);
-		if ((rc = rc_of(db_exec(db, &jobs_st_resume_item, p, &res))) != REPAIR_OK)
-			goto out;
-		PQclear(res);
-		res = NULL;
-	}
-	details = json_pack("{s:I, s:s, s:i, s:f}", "job_id", (json_int_t)*job_id, "source",
-	                    source, "items", n, "rate_per_second", rate);
-	rc = details != NULL ? record_action(db, who, "resume.job_created", &out, details)
-	                     : REPAIR_ERROR;
-out:
-	json_decref(details);
-	PQclear(res);
-	return finish(db, rc);
-}
-
-enum repair_rc
-repair_bulk_next(struct db *db, long long job_id, int *seq, char effect_id[REPAIR_ID_LEN],
-                 bool *stop)
-{
-	char jid[24];
-	const char *p[1] = { jid };
-	PGresult *res = NULL;
-	enum repair_rc rc;
-	const char *v;
-
-	*seq = 0;
-	effect_id[0] = '\0';
-	snprintf(jid, sizeof(jid), "%lld", job_id);
-	if ((rc = rc_of(db_exec(db, &jobs_st_resume_next, p, &res))) != REPAIR_OK)
-		return rc;
-	v = db_get(res, 0, "stop");
-	*stop = v != NULL && v[0] == 't';
-	if (db_get(res, 0, "seq") != NULL) {
-		*seq = (int)db_get_ll(res, 0, "seq");
-		copy(effect_id, REPAIR_ID_LEN, db_get(res, 0, "effect_id"));
-	}
-	PQclear(res);
-	return REPAIR_OK;
-}
-
-enum repair_rc
-repair_bulk_resume(struct db *db, long long job_id, int seq, const char *effect_id,
-                   const struct repair_who *who, struct repair_out *out)
-{
-	return resume_one(db, effect_id, NULL, who, job_id, seq, out);
-}
-
-enum repair_rc
-repair_bulk_refuse(struct db *db, long long job_id, int seq, const char *why)
-{
-	char jid[24], q[16];
-	const char *p[3] = { jid, q, why };
-	PGresult *res = NULL;
-	enum repair_rc rc;
-
-	snprintf(jid, sizeof(jid), "%lld", job_id);
-	snprintf(q, sizeof(q), "%d", seq);
-	rc = rc_of(db_exec(db, &jobs_st_resume_refuse, p, &res));
-	PQclear(res);
-	return rc;
-}
-
-/* The run → failed_terminal from any of the states in `from` (text[]). */
+/* The run → failed_terminal from any of the states in `from` (1u << state). */
 static enum repair_rc
-fail_run(struct db *db, const struct repair_who *who, const char *from, struct repair_out *out)
+fail_run(struct db *db, const struct repair_who *who, unsigned from, struct repair_out *out)
 {
 	char actor[256];
-	const char *p[5] = { out->client, out->key, who->reason, actor, from };
-	PGresult *res = NULL;
-	enum repair_rc rc;
+	long long v = 0;
+	enum db_rc rc;
 
 	snprintf(actor, sizeof(actor), "operator:%s", who->operator_name);
-	rc = rc_of(db_exec(db, &ledger_st_fail, p, &res));
-	if (rc == REPAIR_OK && PQntuples(res) == 1) {
-		copy(out->run_to, sizeof(out->run_to), "failed_terminal");
-		out->run_version = db_get_ll(res, 0, "version");
-	}
-	PQclear(res);
-	return rc;
+	rc = ledger_reject(db, out->client, out->key, who->reason, actor, from, &v);
+	return run_moved(out, rc, v, RUN_FAILED_TERMINAL);
 }
 
 enum repair_rc
@@ -722,7 +549,7 @@ repair_reject_effect(struct db *db, const char *effect, const char *expect,
 	{
 		const char *p[2] = { out->effect_id, out->from };
 
-		if ((rc = rc_of(db_exec(db, &outbox_st_reject, p, &res))) != REPAIR_OK)
+		if ((rc = repair_rc_of(db_exec(db, &outbox_st_reject, p, &res))) != REPAIR_OK)
 			goto out;
 		if (PQntuples(res) != 1) {
 			snprintf(out->why, sizeof(out->why), "the effect changed while this ran "
@@ -730,11 +557,11 @@ repair_reject_effect(struct db *db, const char *effect, const char *expect,
 			rc = REPAIR_CHANGED;
 			goto out;
 		}
-		copy(out->to, sizeof(out->to), "cancelled");
+		repair_copy(out->to, sizeof(out->to), "cancelled");
 	}
 	/* Rejecting the workflow's notification does not reject the business
 	 * decision: that run completes when nothing else is left. */
-	rc = callback ? complete_run(db, who, out) : fail_run(db, who, "{approved}", out);
+	rc = callback ? complete_run(db, who, out) : fail_run(db, who, 1u << RUN_APPROVED, out);
 	if (rc != REPAIR_OK)
 		goto out;
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
@@ -743,11 +570,11 @@ repair_reject_effect(struct db *db, const char *effect, const char *expect,
 	details = json_pack("{s:s, s:s, s:s, s:s*}", "state_from", out->from, "state_to",
 	                    "cancelled", "run_from", out->run_from, "run_to",
 	                    out->run_to[0] ? out->run_to : NULL);
-	rc = details != NULL ? record_action(db, who, "reject", out, details) : REPAIR_ERROR;
+	rc = repair_record_action(db, who, "reject", out, details);
 out:
 	json_decref(details);
 	PQclear(res);
-	return finish(db, rc);
+	return repair_finish(db, rc);
 }
 
 /* The workflow waiting on a decision hears it (`rejected`, or `expired`
@@ -800,10 +627,10 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 	int i, sending = 0, unknown = 0;
 
 	memset(out, 0, sizeof(*out));
-	copy(out->key, sizeof(out->key), key);
+	repair_copy(out->key, sizeof(out->key), key);
 	if (db_begin(db) != DB_OK)
 		return REPAIR_UNAVAILABLE;
-	if ((rc = rc_of(db_exec(db, &ledger_st_runs_by_key, fp, &res))) != REPAIR_OK)
+	if ((rc = repair_rc_of(db_exec(db, &ledger_st_runs_by_key, fp, &res))) != REPAIR_OK)
 		goto out;
 	if (PQntuples(res) == 0) {
 		snprintf(out->why, sizeof(out->why), "no run has the key \"%s\"%s%s", key,
@@ -820,26 +647,26 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		rc = REPAIR_AMBIGUOUS;
 		goto out;
 	}
-	copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
-	copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
+	repair_copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
+	repair_copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
 	{
 		const char *lp[2] = { out->client, out->key };
 
-		if ((rc = rc_of(db_exec(db, &ledger_st_lock, lp, &run))) != REPAIR_OK)
+		if ((rc = repair_rc_of(db_exec(db, &ledger_st_lock, lp, &run))) != REPAIR_OK)
 			goto out;
 		if (PQntuples(run) != 1) {
 			rc = REPAIR_ERROR;
 			goto out;
 		}
-		copy(out->run_from, sizeof(out->run_from), db_get(run, 0, "state"));
-		if (strcmp(out->run_from, "completed") == 0 ||
-		    strcmp(out->run_from, "failed_terminal") == 0) {
+		repair_copy(out->run_from, sizeof(out->run_from), db_get(run, 0, "state"));
+		if (strcmp(out->run_from, ledger_state_name(RUN_COMPLETED)) == 0 ||
+		    strcmp(out->run_from, ledger_state_name(RUN_FAILED_TERMINAL)) == 0) {
 			snprintf(out->why, sizeof(out->why), "the run is %s already: nothing to reject",
 			         out->run_from);
 			rc = REPAIR_WRONG_STATE;
 			goto out;
 		}
-		if (strcmp(out->run_from, "processing") == 0 &&
+		if (strcmp(out->run_from, ledger_state_name(RUN_PROCESSING)) == 0 &&
 		    (db_get(run, 0, "lease_over") == NULL || db_get(run, 0, "lease_over")[0] != 't')) {
 			snprintf(out->why, sizeof(out->why), "the run is processing under a live lease: "
 			         "the workflow is working on it; wait for its lease to run out");
@@ -847,9 +674,9 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 			goto out;
 		}
 		if (db_get(run, 0, "callback_url") != NULL &&
-		    strcmp(out->run_from, "awaiting_human") == 0)
+		    strcmp(out->run_from, ledger_state_name(RUN_AWAITING_HUMAN)) == 0)
 			url = strdup(db_get(run, 0, "callback_url"));
-		if ((rc = rc_of(db_exec(db, &outbox_st_lock_run_effects, lp, &eff))) != REPAIR_OK)
+		if ((rc = repair_rc_of(db_exec(db, &outbox_st_lock_run_effects, lp, &eff))) != REPAIR_OK)
 			goto out;
 		for (i = 0; i < PQntuples(eff); i++) {
 			sending += strcmp(db_get(eff, i, "state"), "sending") == 0;
@@ -866,7 +693,7 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		}
 		PQclear(res);
 		res = NULL;
-		if ((rc = rc_of(db_exec(db, &outbox_st_reject_run, lp, &res))) != REPAIR_OK)
+		if ((rc = repair_rc_of(db_exec(db, &outbox_st_reject_run, lp, &res))) != REPAIR_OK)
 			goto out;
 		cancelled = json_array();
 		for (i = 0; i < PQntuples(res); i++)
@@ -874,13 +701,16 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		out->count = PQntuples(res);
 		PQclear(res);
 		res = NULL;
-		if ((rc = rc_of(db_exec(db, &gate_st_revoke_run, lp, &res))) != REPAIR_OK)
+		if ((rc = repair_rc_of(db_exec(db, &gate_st_revoke_run, lp, &res))) != REPAIR_OK)
 			goto out;
 		revoked = json_array();
 		for (i = 0; i < PQntuples(res); i++)
 			json_array_append_new(revoked, json_string(db_get(res, i, "id")));
 	}
-	if ((rc = fail_run(db, who, "{awaiting_human,approved,failed_retryable,processing}", out))
+	if ((rc = fail_run(db, who,
+	                   1u << RUN_AWAITING_HUMAN | 1u << RUN_APPROVED |
+	                       1u << RUN_FAILED_RETRYABLE | 1u << RUN_PROCESSING,
+	                   out))
 	    != REPAIR_OK)
 		goto out;
 	if (out->run_to[0] == '\0') {
@@ -911,10 +741,10 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 	if (url != NULL && (rc = enqueue_callback(db, who, url, "rejected", out)) != REPAIR_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:O, s:O, s:s*}", "run_from", out->run_from, "run_to",
-	                    "failed_terminal", "cancelled_effects", cancelled,
+	                    ledger_state_name(RUN_FAILED_TERMINAL), "cancelled_effects", cancelled,
 	                    "revoked_approvals", revoked,
 	                    "callback_effect", out->callback_id[0] ? out->callback_id : NULL);
-	rc = details != NULL ? record_action(db, who, "reject", out, details) : REPAIR_ERROR;
+	rc = repair_record_action(db, who, "reject", out, details);
 out:
 	json_decref(details);
 	json_decref(cancelled);
@@ -924,7 +754,7 @@ out:
 	PQclear(res);
 	PQclear(run);
 	PQclear(eff);
-	return finish(db, rc);
+	return repair_finish(db, rc);
 }
 
 /* The last open challenge of a run was revoked: nobody can decide it any
@@ -945,8 +775,8 @@ end_revoked(struct db *db, const struct repair_who *who, struct repair_out *out)
 	                           "every approval link was revoked before anyone decided", actor,
 	                           &run, &url);
 	if (lrc == LEDGER_OK) {
-		copy(out->run_from, sizeof(out->run_from), "awaiting_human");
-		copy(out->run_to, sizeof(out->run_to), "failed_terminal");
+		repair_copy(out->run_from, sizeof(out->run_from), ledger_state_name(RUN_AWAITING_HUMAN));
+		repair_copy(out->run_to, sizeof(out->run_to), ledger_state_name(RUN_FAILED_TERMINAL));
 		out->run_version = run.version;
 		if (url != NULL)
 			rc = enqueue_callback(db, who, url, "expired", out);
@@ -975,18 +805,18 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 	}
 	if (db_begin(db) != DB_OK)
 		return REPAIR_UNAVAILABLE;
-	if ((rc = rc_of(db_exec(db, &gate_st_find_by_id, p, &res))) != REPAIR_OK)
+	if ((rc = repair_rc_of(db_exec(db, &gate_st_find_by_id, p, &res))) != REPAIR_OK)
 		goto out;
 	if (PQntuples(res) != 1) {
 		snprintf(out->why, sizeof(out->why), "no approval has the id %s", approval_id);
 		rc = REPAIR_NOT_FOUND;
 		goto out;
 	}
-	copy(out->approval_id, sizeof(out->approval_id), db_get(res, 0, "id"));
-	copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
-	copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
-	copy(out->key, sizeof(out->key), db_get(res, 0, "idempotency_key"));
-	copy(out->from, sizeof(out->from), db_get(res, 0, "state"));
+	repair_copy(out->approval_id, sizeof(out->approval_id), db_get(res, 0, "id"));
+	repair_copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
+	repair_copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
+	repair_copy(out->key, sizeof(out->key), db_get(res, 0, "idempotency_key"));
+	repair_copy(out->from, sizeof(out->from), db_get(res, 0, "state"));
 	if (strcmp(out->from, "pending") != 0 || db_get(res, 0, "expired")[0] == 't') {
 		snprintf(out->why, sizeof(out->why), "the approval is %s: only a pending challenge "
 		         "is revoked", strcmp(out->from, "pending") == 0 ? "expired" : out->from);
@@ -995,7 +825,7 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 	}
 	PQclear(res);
 	res = NULL;
-	if ((rc = rc_of(db_exec(db, &gate_st_revoke, p, &res))) != REPAIR_OK)
+	if ((rc = repair_rc_of(db_exec(db, &gate_st_revoke, p, &res))) != REPAIR_OK)
 		goto out;
 	if (PQntuples(res) != 1) {
 		snprintf(out->why, sizeof(out->why), "the approval was decided, voided or expired "
@@ -1003,7 +833,7 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 		rc = REPAIR_CHANGED;
 		goto out;
 	}
-	copy(out->to, sizeof(out->to), "revoked");
+	repair_copy(out->to, sizeof(out->to), "revoked");
 	out->count = (int)db_get_ll(res, 0, "left_pending");
 	if (out->count == 0 && (rc = end_revoked(db, who, out)) != REPAIR_OK)
 		goto out;
@@ -1011,12 +841,11 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 	                    "revoked", "still_pending", out->count, "run_to",
 	                    out->run_to[0] ? out->run_to : NULL, "callback_effect",
 	                    out->callback_id[0] ? out->callback_id : NULL);
-	rc = details != NULL ? record_action(db, who, "approval_revoke", out, details)
-	                     : REPAIR_ERROR;
+	rc = repair_record_action(db, who, "approval_revoke", out, details);
 out:
 	json_decref(details);
 	PQclear(res);
-	return finish(db, rc);
+	return repair_finish(db, rc);
 }
 
 /* --- cancel inside the window ------------------------------------------------- */
@@ -1073,17 +902,17 @@ repair_cancel_window(struct db *db, const char *effect, const struct repair_who 
 		                                : REPAIR_ERROR;
 		goto out;
 	}
-	copy(out->to, sizeof(out->to), "cancelled");
-	copy(out->run_to, sizeof(out->run_to), "failed_terminal");
+	repair_copy(out->to, sizeof(out->to), "cancelled");
+	repair_copy(out->run_to, sizeof(out->run_to), ledger_state_name(RUN_FAILED_TERMINAL));
 	out->run_version = run.version;
 	out->count = (int)json_array_size(ids);
 	details = json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "state_from", "pending", "state_to",
 	                    "cancelled", "not_before", out->not_before, "run_from", out->run_from,
-	                    "run_to", "failed_terminal", "cancelled_effects", ids);
-	rc = details != NULL ? record_action(db, who, "cancel", out, details) : REPAIR_ERROR;
+	                    "run_to", ledger_state_name(RUN_FAILED_TERMINAL), "cancelled_effects", ids);
+	rc = repair_record_action(db, who, "cancel", out, details);
 out:
 	json_decref(details);
 	json_decref(ids);
 	ledger_run_clear(&run);
-	return finish(db, rc);
+	return repair_finish(db, rc);
 }

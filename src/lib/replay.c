@@ -184,14 +184,15 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 	p->client_id = out->client_id = db_get_ll(res, 0, "client_id");
 	snprintf(p->client, sizeof(p->client), "%lld", p->client_id);
 	state = db_get(res, 0, "state");
-	if (strcmp(state, "processing") == 0 || strcmp(state, "awaiting_human") == 0) {
+	if (ledger_state_parse(state) == RUN_PROCESSING ||
+	    ledger_state_parse(state) == RUN_AWAITING_HUMAN) {
 		snprintf(out->message, sizeof(out->message),
 		         "the original is %s: it is still live; let it finish or reject it "
 		         "before replaying", state);
 		rrc = REPLAY_NOT_FINISHED;
 		goto out;
 	}
-	if (strcmp(state, "failed_retryable") == 0) {
+	if (ledger_state_parse(state) == RUN_FAILED_RETRYABLE) {
 		snprintf(out->message, sizeof(out->message),
 		         "the original is failed_retryable: its workflow may still retry it under "
 		         "its own key, and a replay would run the event twice; reject it first");
@@ -295,7 +296,8 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 	p->output_hash = dup_col(res, "output_hash");
 	p->model = dup_col(res, "model");
 	p->effect = dup_col(res, "effect");
-	snprintf(out->start_state, sizeof(out->start_state), "awaiting_human");
+	snprintf(out->start_state, sizeof(out->start_state), "%s",
+	         ledger_state_name(RUN_AWAITING_HUMAN));
 	snprintf(out->note, sizeof(out->note),
 	         "the original's model output (output_hash %s) is carried to a fresh approval "
 	         "under contract %s; it was drafted for the original event",
@@ -303,7 +305,8 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 	rrc = REPLAY_OK;
 	goto out;
 retryable:
-	snprintf(out->start_state, sizeof(out->start_state), "failed_retryable");
+	snprintf(out->start_state, sizeof(out->start_state), "%s",
+	         ledger_state_name(RUN_FAILED_RETRYABLE));
 	rrc = REPLAY_OK;
 out:
 	json_decref(output);

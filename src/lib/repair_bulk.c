@@ -1,0 +1,184 @@
+/*
+ * repair_bulk.c — bulk resume: a job of many resumes (resume_job_items),
+ * checked first, then run one item at a time by the CLI's job runner; each
+ * item is one repair_resume_one transaction that also marks the item done.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobs.h"
+#include "repair.h"
+#include "repair_int.h"
+
+enum repair_rc
+repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
+{
+	size_t len = 3;
+	char *arr, *p;
+	const char *params[1];
+	PGresult *res = NULL;
+	enum repair_rc rc;
+	int i;
+
+	for (i = 0; i < n; i++) {
+		if (!repair_is_uuid(items[i].given))
+			return REPAIR_BAD_INPUT;
+		len += strlen(items[i].given) + 1;
+	}
+	if ((arr = malloc(len)) == NULL)
+		return REPAIR_ERROR;
+	p = arr;
+	*p++ = '{';
+	for (i = 0; i < n; i++)
+		p += sprintf(p, "%s%s", i > 0 ? "," : "", items[i].given); /* uuids: no quoting */
+	*p++ = '}';
+	*p = '\0';
+	params[0] = arr;
+	rc = repair_rc_of(db_exec(db, &jobs_st_resume_check, params, &res));
+	free(arr);
+	if (rc != REPAIR_OK)
+		return rc;
+	if (PQntuples(res) != n) {
+		PQclear(res);
+		return REPAIR_ERROR;
+	}
+	for (i = 0; i < n; i++) {
+		struct repair_bulk_item *it = &items[i];
+		const char *eid = db_get(res, i, "effect_id");
+		const char *run = db_get(res, i, "run_state");
+		const char *replayed_as = db_get(res, i, "replayed_as");
+		bool callback;
+
+		it->ok = false;
+		if (eid == NULL) {
+			repair_copy(it->effect_id, sizeof(it->effect_id), "");
+			snprintf(it->why, sizeof(it->why), "no effect or dead letter has the id %s",
+			         it->given);
+			continue;
+		}
+		repair_copy(it->effect_id, sizeof(it->effect_id), eid);
+		repair_copy(it->client_name, sizeof(it->client_name), db_get(res, i, "client_name"));
+		repair_copy(it->key, sizeof(it->key), db_get(res, i, "idempotency_key"));
+		repair_copy(it->target, sizeof(it->target), db_get(res, i, "target"));
+		repair_copy(it->type, sizeof(it->type), db_get(res, i, "effect_type"));
+		repair_copy(it->state, sizeof(it->state), db_get(res, i, "state"));
+		callback = strcmp(it->type, "decision.callback") == 0;
+		/* the order of repair_resume's checks, so the verdicts agree */
+		if (strcmp(it->state, "failed") != 0)
+			snprintf(it->why, sizeof(it->why), "not known undelivered: the effect is %s%s",
+			         it->state,
+			         strcmp(it->state, "unknown") == 0 ? " (reconcile first)"
+			         : strcmp(it->state, "completed") == 0 ? " (it was delivered)"
+			         : strcmp(it->state, "cancelled") == 0 ? " (it was rejected)"
+			                                                : " (nothing to resume)");
+		else if (replayed_as != NULL)
+			snprintf(it->why, sizeof(it->why), "the run was replayed as \"%.200s\": never "
+			         "resumed", replayed_as);
+		else if (!callback && (run == NULL || strcmp(run, "approved") != 0))
+			snprintf(it->why, sizeof(it->why), "the run is %s, not approved",
+			         run != NULL ? run : "?");
+		else if (db_get(res, i, "undelivered")[0] != 't')
+			snprintf(it->why, sizeof(it->why), "not known undelivered: a send attempt may "
+			         "have reached the provider (reconcile first)");
+		else {
+			it->ok = true;
+			snprintf(it->why, sizeof(it->why), "would resume, same key %s",
+			         db_get(res, i, "provider_key"));
+		}
+	}
+	PQclear(res);
+	return REPAIR_OK;
+}
+
+enum repair_rc
+repair_bulk_create(struct db *db, const char *source, double rate, const struct repair_who *who,
+                   const struct repair_bulk_item *items, int n, long long *job_id)
+{
+	char rate_s[32], jid[24], seq[16];
+	struct repair_out out;
+	PGresult *res = NULL;
+	json_t *details = NULL;
+	enum repair_rc rc;
+	int i;
+
+	memset(&out, 0, sizeof(out));
+	*job_id = 0;
+	snprintf(rate_s, sizeof(rate_s), "%.6f", rate);
+	if (db_begin(db) != DB_OK)
+		return REPAIR_UNAVAILABLE;
+	{
+		const char *p[4] = { who->operator_name, who->reason, source, rate_s };
+
+		if ((rc = repair_rc_of(db_exec(db, &jobs_st_resume_create, p, &res))) != REPAIR_OK)
+			goto out;
+		*job_id = db_get_ll(res, 0, "id");
+		PQclear(res);
+		res = NULL;
+	}
+	snprintf(jid, sizeof(jid), "%lld", *job_id);
+	for (i = 0; i < n; i++) {
+		const char *p[4] = { jid, seq, items[i].effect_id, items[i].given };
+
+		snprintf(seq, sizeof(seq), "%d", items[i].seq);
+		if ((rc = repair_rc_of(db_exec(db, &jobs_st_resume_item, p, &res))) != REPAIR_OK)
+			goto out;
+		PQclear(res);
+		res = NULL;
+	}
+	details = json_pack("{s:I, s:s, s:i, s:f}", "job_id", (json_int_t)*job_id, "source",
+	                    source, "items", n, "rate_per_second", rate);
+	rc = repair_record_action(db, who, "resume.job_created", &out, details);
+out:
+	json_decref(details);
+	PQclear(res);
+	return repair_finish(db, rc);
+}
+
+enum repair_rc
+repair_bulk_next(struct db *db, long long job_id, int *seq, char effect_id[REPAIR_ID_LEN],
+                 bool *stop)
+{
+	char jid[24];
+	const char *p[1] = { jid };
+	PGresult *res = NULL;
+	enum repair_rc rc;
+	const char *v;
+
+	*seq = 0;
+	effect_id[0] = '\0';
+	snprintf(jid, sizeof(jid), "%lld", job_id);
+	if ((rc = repair_rc_of(db_exec(db, &jobs_st_resume_next, p, &res))) != REPAIR_OK)
+		return rc;
+	v = db_get(res, 0, "stop");
+	*stop = v != NULL && v[0] == 't';
+	if (db_get(res, 0, "seq") != NULL) {
+		*seq = (int)db_get_ll(res, 0, "seq");
+		repair_copy(effect_id, REPAIR_ID_LEN, db_get(res, 0, "effect_id"));
+	}
+	PQclear(res);
+	return REPAIR_OK;
+}
+
+enum repair_rc
+repair_bulk_resume(struct db *db, long long job_id, int seq, const char *effect_id,
+                   const struct repair_who *who, struct repair_out *out)
+{
+	return repair_resume_one(db, effect_id, NULL, who, job_id, seq, out);
+}
+
+enum repair_rc
+repair_bulk_refuse(struct db *db, long long job_id, int seq, const char *why)
+{
+	char jid[24], q[16];
+	const char *p[3] = { jid, q, why };
+	PGresult *res = NULL;
+	enum repair_rc rc;
+
+	snprintf(jid, sizeof(jid), "%lld", job_id);
+	snprintf(q, sizeof(q), "%d", seq);
+	rc = repair_rc_of(db_exec(db, &jobs_st_resume_refuse, p, &res));
+	PQclear(res);
+	return rc;
+}
+
