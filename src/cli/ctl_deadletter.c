@@ -54,7 +54,7 @@ deadletter_list(struct ctl *ctl, int argc, char **argv)
 	};
 	struct repair_dl_filter f = { 0 };
 	json_t *list = NULL, *o;
-	enum repair_rc rc;
+	enum og_rc rc;
 	size_t i;
 	int opt;
 
@@ -103,14 +103,14 @@ deadletter_list(struct ctl *ctl, int argc, char **argv)
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
 	rc = repair_dl_list(ctl->db, &f, &list);
-	if (rc == REPAIR_BAD_INPUT) {
+	if (rc == OG_BAD_INPUT) {
 		fprintf(stderr, "oncegatectl: deadletter list: --since %s is neither a duration "
 		        "(15m, 6h, 7d) nor a timestamp (2024-05-01T08:00:00Z)\n", f.since_ts);
 		return EXIT_USAGE;
 	}
-	if (rc != REPAIR_OK) {
+	if (rc != OG_OK) {
 		fprintf(stderr, "oncegatectl: deadletter list: %s\n", db_error(ctl->db));
-		return ctl_exit(rc, REPAIR_UNAVAILABLE);
+		return ctl_exit(rc);
 	}
 	if (ctl->json) {
 		ctl_print_json(list);
@@ -184,21 +184,21 @@ static int
 deadletter_show(struct ctl *ctl, const char *id)
 {
 	json_t *doc = NULL, *eff, *run, *acts, *a;
-	enum repair_rc rc;
+	enum og_rc rc;
 	char age[32];
 	size_t i;
 
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
 	rc = repair_dl_show(ctl->db, &ctl->cfg, id, &doc);
-	if (rc == REPAIR_NOT_FOUND) {
+	if (rc == OG_NOT_FOUND) {
 		fprintf(stderr, "oncegatectl: deadletter show: no dead letter has the id %s (as "
 		        "its own id or its effect's)\n", id);
 		return EXIT_REFUSED;
 	}
-	if (rc != REPAIR_OK) {
+	if (rc != OG_OK) {
 		fprintf(stderr, "oncegatectl: deadletter show: %s\n", db_error(ctl->db));
-		return ctl_exit(rc, REPAIR_UNAVAILABLE);
+		return ctl_exit(rc);
 	}
 	if (ctl->json) {
 		ctl_print_json(doc);

@@ -277,30 +277,22 @@ api_internal(struct api_call *c, const char *detail)
 	api_log(c, LOG_LEVEL_ERROR, "request.failed", &f);
 }
 
-enum api_failure
-api_failure_of_ledger(enum ledger_rc rc)
-{
-	return rc == LEDGER_UNAVAILABLE ? API_FAILURE_UNAVAILABLE
-	       : rc == LEDGER_NOT_FOUND ? API_FAILURE_NOT_FOUND
-	                                : API_FAILURE_INTERNAL;
-}
-
 /* The one place a failure of the layers below becomes an answer: the
  * database's own words go to the log, never to the caller. */
 void
-api_fail(struct api_call *c, enum api_failure why)
+api_fail(struct api_call *c, enum og_rc rc)
 {
 	struct log_fields f = { 0 };
 
-	switch (why) {
-	case API_FAILURE_UNAVAILABLE:
+	switch (rc) {
+	case OG_UNAVAILABLE:
 		api_unavailable(c, db_error(c->ctx->db));
 		break;
-	case API_FAILURE_NOT_FOUND:
+	case OG_NOT_FOUND:
 		http_error(c->resp, 404, "run_not_found", "no run with this key");
 		api_log(c, LOG_LEVEL_INFO, "run.not_found", &f);
 		break;
-	case API_FAILURE_INTERNAL:
+	default:
 		api_internal(c, db_error(c->ctx->db));
 		break;
 	}
@@ -473,7 +465,7 @@ call_authenticate(struct api_call *c)
 	const char *key = http_bearer(c->req->authorization), *run_key;
 	struct clients_auth a;
 	struct db_call calls[2];
-	enum clients_rc rc;
+	enum og_rc rc;
 	long long cached;
 	int n = 1;
 
@@ -500,22 +492,22 @@ call_authenticate(struct api_call *c)
 	rc = clients_auth_result(&calls[0], &c->client);
 	PQclear(calls[0].res);
 	if (n == 2) {
-		if (rc == CLIENTS_OK && c->client.id == cached && calls[1].rc == DB_OK) {
+		if (rc == OG_OK && c->client.id == cached && calls[1].rc == DB_OK) {
 			c->prefetch = calls[1];
 			c->prefetched = true;
 		} else {
 			PQclear(calls[1].res);
 		}
 	}
-	if (rc == CLIENTS_UNAVAILABLE) {
-		api_fail(c, API_FAILURE_UNAVAILABLE);
+	if (rc == OG_UNAVAILABLE) {
+		api_fail(c, OG_UNAVAILABLE);
 		return false;
 	}
-	if (rc != CLIENTS_OK) {
+	if (rc != OG_OK) {
 		api_reject(c, 401, "unauthorized", "the API key is unknown or revoked", NULL);
 		return false;
 	}
-	if (rc == CLIENTS_OK && cached == 0)
+	if (rc == OG_OK && cached == 0)
 		auth_cache_put(c->ctx, a.hash, c->client.id);
 	c->authed = true;
 	return true;

@@ -385,22 +385,22 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 	d.effect = effect;
 	d.callback_url = callback;
 	switch (decide_approval(c->ctx->db, &d, &lr)) {
-	case DECIDE_OK:
+	case OG_OK:
 		break;
-	case DECIDE_USED:
+	case OG_USED:
 		refuse(c, &f, 409, "used", "Already decided",
 		       "This approval was already decided, has expired, or was revoked. "
 		       "Nothing was changed.");
 		goto out;
-	case DECIDE_NOT_AWAITING:
+	case OG_NOT_AWAITING:
 		refuse(c, &f, 409, "not_awaiting", "Already decided",
 		       "The run is no longer waiting for a decision. Nothing was changed.");
 		goto out;
-	case DECIDE_CONFLICT:
+	case OG_CONFLICT:
 		refuse(c, &f, 409, "used", "Already decided",
 		       "Another approver decided first. Nothing was changed.");
 		goto out;
-	case DECIDE_UNAVAILABLE:
+	case OG_UNAVAILABLE:
 		(void)http_header(c->resp, "Retry-After", "5");
 		f.reason = "database_unavailable";
 		page_notice(c, 503, "db.unavailable", "Try again shortly",
@@ -481,8 +481,8 @@ api_approve_handle(struct api_call *c)
 	struct log_fields f = { 0 };
 	unsigned char hash[32];
 	json_t *run = NULL;
-	enum gate_rc grc;
-	enum ledger_rc lrc;
+	enum og_rc grc;
+	enum og_rc lrc;
 	const char *state;
 	bool post;
 
@@ -501,13 +501,13 @@ api_approve_handle(struct api_call *c)
 	}
 	token_hash(c->token, hash);
 	grc = gate_find(c->ctx->db, hash, &a);
-	if (grc == GATE_UNAVAILABLE) {
+	if (grc == OG_UNAVAILABLE) {
 		(void)http_header(c->resp, "Retry-After", "5");
 		page_notice(c, 503, "db.unavailable", "Try again shortly",
 		            "The database is unavailable.", &f);
 		return;
 	}
-	if (grc != GATE_OK) {
+	if (grc != OG_OK) {
 		f.reason = "unknown_token";
 		page_notice(c, 404, "approval.unknown", "Unknown link",
 		            "This approval link is not valid. Check that it was copied whole.", &f);
@@ -522,12 +522,12 @@ api_approve_handle(struct api_call *c)
 		run = json_pack("{s:O, s:s}", "proposed_effect", a.effect, "state", "awaiting_human");
 		if (run != NULL && a.callback_url != NULL)
 			json_object_set_new(run, "callback_url", json_string(a.callback_url));
-		lrc = run != NULL ? LEDGER_OK : LEDGER_ERROR;
+		lrc = run != NULL ? OG_OK : OG_ERROR;
 	} else {
 		lrc = ledger_status(c->ctx->db, a.client_id, a.key, false, &run);
 	}
-	if (lrc != LEDGER_OK) {
-		page_notice(c, lrc == LEDGER_UNAVAILABLE ? 503 : 500, "approval.failed",
+	if (lrc != OG_OK) {
+		page_notice(c, lrc == OG_UNAVAILABLE ? 503 : 500, "approval.failed",
 		            "Try again shortly", "The run could not be read.", &f);
 		goto out;
 	}
@@ -564,7 +564,7 @@ api_approve_handle(struct api_call *c)
 		 * committed in between shows as a pending approval of a decided
 		 * run. Read the approval again before calling it anything else. */
 		gate_approval_clear(&a);
-		if (gate_find(c->ctx->db, hash, &a) == GATE_OK && a.state == APPROVAL_DECIDED)
+		if (gate_find(c->ctx->db, hash, &a) == OG_OK && a.state == APPROVAL_DECIDED)
 			goto decided;
 	}
 	if (state == NULL || strcmp(state, "awaiting_human") != 0) {

@@ -29,6 +29,7 @@
 #include "clients.h"
 #include "ledger.h"
 #include "log.h"
+#include "rc.h"
 
 struct contract;
 struct api_call;
@@ -94,17 +95,6 @@ struct api_call {
 	char token[OG_KEY_MAX_CHARS * 4 + 1]; /* approval routes: the raw token */
 };
 
-/* What a failed call into the data or use-case layer means to the caller:
- * api_fail gives the one answer (status, body, log line) for each. */
-enum api_failure {
-	API_FAILURE_INTERNAL,      /* 500 internal_error */
-	API_FAILURE_UNAVAILABLE,   /* 503 database_unavailable, Retry-After */
-	API_FAILURE_NOT_FOUND,     /* 404 run_not_found */
-};
-
-/* A ledger result that is not a business answer, as a failure. */
-enum api_failure api_failure_of_ledger(enum ledger_rc rc);
-
 /* ---- answers (api.c) ---- */
 
 void api_json_headers(struct api_call *c);
@@ -114,8 +104,10 @@ void api_log(struct api_call *c, enum log_level level, const char *event, struct
  * (auth.failed for 401). */
 void api_reject(struct api_call *c, int status, const char *code, const char *message,
                 const char *field);
-/* The one mapping of a failed data or use-case call to the answer. */
-void api_fail(struct api_call *c, enum api_failure why);
+/* The one mapping of a failed data or use-case call (its og_rc) to the
+ * answer: OG_UNAVAILABLE 503 database_unavailable with Retry-After,
+ * OG_NOT_FOUND 404 run_not_found, anything else 500 internal_error. */
+void api_fail(struct api_call *c, enum og_rc rc);
 /* 500 with detail in the log: a fault that is not the caller's. */
 void api_internal(struct api_call *c, const char *detail);
 /* 409 lease_lost: the caller no longer owns the run and must stop. One

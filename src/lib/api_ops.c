@@ -17,7 +17,7 @@ api_ops_healthz(struct api_call *c)
 
 	rc = db_exec(c->ctx->db, &st_ping, NULL, &res);
 	if (rc != DB_OK) {
-		api_fail(c, API_FAILURE_UNAVAILABLE);
+		api_fail(c, OG_UNAVAILABLE);
 		return;
 	}
 	PQclear(res);
@@ -29,13 +29,13 @@ void
 api_ops_metrics(struct api_call *c)
 {
 	struct log_fields f = { 0 };
-	enum metrics_rc rc;
+	enum og_rc rc;
 
 	rc = metrics_text(c->ctx->db, &c->resp->body);
-	if (rc != METRICS_OK) {
+	if (rc != OG_OK) {
 		api_json_headers(c);
-		if (rc == METRICS_UNAVAILABLE)
-			api_fail(c, API_FAILURE_UNAVAILABLE);
+		if (rc == OG_UNAVAILABLE)
+			api_fail(c, OG_UNAVAILABLE);
 		else
 			api_internal(c, "the metrics could not be computed");
 		return;

@@ -25,12 +25,6 @@
 #include "oplog.h"
 #include "outbox.h"
 
-static enum audit_rc
-rc_of(enum db_rc rc)
-{
-	return rc == DB_UNAVAILABLE ? AUDIT_UNAVAILABLE : AUDIT_ERROR;
-}
-
 static void
 put(json_t *o, const char *name, const PGresult *res, int row, const char *col)
 {
@@ -192,7 +186,7 @@ answer_model(const PGresult *run)
 	return a;
 }
 
-enum audit_rc
+enum og_rc
 audit_explain(struct db *db, const char *client, const char *key, json_t **out, char *msg,
               size_t msglen)
 {
@@ -202,7 +196,7 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	PGresult *run = NULL, *res = NULL;
 	json_t *doc = NULL, *effects = NULL, *approvals = NULL, *links = NULL, *timeline = NULL;
 	json_t *processed;
-	enum audit_rc arc = AUDIT_ERROR;
+	enum og_rc arc = OG_ERROR;
 	enum db_rc rc;
 	int i;
 
@@ -210,11 +204,11 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	if ((rc = db_exec(db, &ledger_st_audit, p1, &run)) != DB_OK) {
 		/* the caller prints msg: never leave it unset */
 		snprintf(msg, msglen, "%s", db_error(db));
-		return rc_of(rc);
+		return og_rc_of(rc);
 	}
 	if (PQntuples(run) != 1) {
-		arc = PQntuples(run) == 0 ? AUDIT_NOT_FOUND : AUDIT_AMBIGUOUS;
-		snprintf(msg, msglen, arc == AUDIT_NOT_FOUND
+		arc = PQntuples(run) == 0 ? OG_NOT_FOUND : OG_AMBIGUOUS;
+		snprintf(msg, msglen, arc == OG_NOT_FOUND
 		                          ? "no: no run has the key \"%s\"%s (never claimed, or "
 		                            "another client's)"
 		                          : "the key \"%s\" exists for several API clients%s; name "
@@ -247,7 +241,7 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	}
 	PQclear(res);
 	res = NULL;
-	if (gate_list(db, db_get_ll(run, 0, "client_id"), key, &approvals) != GATE_OK)
+	if (gate_list(db, db_get_ll(run, 0, "client_id"), key, &approvals) != OG_OK)
 		goto fail;
 	links = json_array();
 	if ((rc = db_exec(db, &jobs_st_audit_links, p2, &res)) != DB_OK)
@@ -310,10 +304,10 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	json_object_set_new(doc, "timeline", timeline);
 	effects = approvals = links = timeline = NULL;
 	*out = doc;
-	arc = AUDIT_OK;
+	arc = OG_OK;
 	goto out;
 fail:
-	arc = rc == DB_UNAVAILABLE ? AUDIT_UNAVAILABLE : AUDIT_ERROR;
+	arc = rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 	snprintf(msg, msglen, "%s", db_error(db));
 out:
 	json_decref(effects);
@@ -325,7 +319,7 @@ out:
 	return arc;
 }
 
-enum audit_rc
+enum og_rc
 audit_report(struct db *db, long long since_seconds, json_t **out)
 {
 	char secs[24];
@@ -336,15 +330,15 @@ audit_report(struct db *db, long long since_seconds, json_t **out)
 	*out = NULL;
 	snprintf(secs, sizeof(secs), "%lld", since_seconds);
 	if ((rc = db_exec(db, &metrics_st_report, params, &res)) != DB_OK)
-		return rc_of(rc);
+		return og_rc_of(rc);
 	*out = json_loads(db_get(res, 0, "report"), 0, NULL);
 	PQclear(res);
 	if (*out == NULL)
-		return AUDIT_ERROR;
-	return AUDIT_OK;
+		return OG_ERROR;
+	return OG_OK;
 }
 
-enum audit_rc
+enum og_rc
 audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
             const char *reason, struct audit_purge *out)
 {
@@ -358,7 +352,7 @@ audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
 	/* the content, the attempts' and the dead letters' excerpts and the
 	 * operator_actions row go together or not at all */
 	if (!dry_run && (rc = db_begin(db)) != DB_OK)
-		return rc_of(rc);
+		return og_rc_of(rc);
 	if ((rc = ledger_purge(db, days, dry_run, operator_name, &lp)) != DB_OK)
 		goto fail;
 	out->runs = lp.runs;
@@ -377,7 +371,7 @@ audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
 		goto fail;
 	ledger_purge_clear(&lp);
 	if (dry_run)
-		return AUDIT_OK;
+		return OG_OK;
 	details = json_pack("{s:i, s:I, s:I, s:I, s:I, s:I}", "older_than_days", days,
 	                    "runs", (json_int_t)out->runs, "effects", (json_int_t)out->effects,
 	                    "approvals", (json_int_t)out->approvals,
@@ -387,7 +381,7 @@ audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
 	json_decref(details);
 	if (text == NULL) {
 		db_rollback(db);
-		return AUDIT_ERROR;
+		return OG_ERROR;
 	}
 	{
 		struct oplog_action act = { .operator_name = operator_name, .action = "purge",
@@ -398,17 +392,17 @@ audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
 	free(text);
 	if (rc != DB_OK) {
 		db_rollback(db);
-		return rc_of(rc);
+		return og_rc_of(rc);
 	}
 	if ((rc = db_commit(db)) != DB_OK) {
 		db_rollback(db);
-		return rc_of(rc);
+		return og_rc_of(rc);
 	}
-	return AUDIT_OK;
+	return OG_OK;
 fail:
 	ledger_purge_clear(&lp);
 	if (!dry_run)
 		db_rollback(db);
 	memset(out, 0, sizeof(*out));
-	return rc_of(rc);
+	return og_rc_of(rc);
 }

@@ -1,6 +1,6 @@
 /*
- * deadletter.c — write, close and purge dead letters; see deadletter.h.
- * (Listing and showing them is the operator's read in repair.c.)
+ * deadletter.c — write, list, show, close and purge dead letters; see
+ * deadletter.h. The one file with SQL text for dead_letters.
  */
 #include <stdio.h>
 

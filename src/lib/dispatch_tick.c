@@ -149,7 +149,7 @@ expire_run(struct db *db, long long client_id, const char *client_name, const ch
 			e.target = "callback";
 			e.payload = payload;
 			e.payload_hash = hash;
-			if (outbox_enqueue(db, &e, id, nb) != OUTBOX_OK)
+			if (outbox_enqueue(db, &e, id, nb) != OG_OK)
 				goto fail;
 		}
 	}

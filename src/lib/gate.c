@@ -1,5 +1,6 @@
 /*
- * gate.c — approval challenges: create, find by token hash, consume once.
+ * gate.c — approval challenges: create, find by token hash, consume once;
+ * expire, revoke and purge them. The one file with SQL text for approvals.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,17 +155,12 @@ state_parse(const char *s)
 	return APPROVAL_REVOKED; /* unknown: never usable */
 }
 
-static enum gate_rc
+/* A conflict of a challenge's statement is another decision that came
+ * first. */
+static enum og_rc
 gate_rc_of(enum db_rc rc)
 {
-	switch (rc) {
-	case DB_UNAVAILABLE:
-		return GATE_UNAVAILABLE;
-	case DB_CONFLICT:
-		return GATE_CONFLICT;
-	default:
-		return GATE_ERROR;
-	}
+	return rc == DB_CONFLICT ? OG_CONFLICT : og_rc_of(rc);
 }
 
 static char *
@@ -188,7 +184,7 @@ gate_approval_clear(struct gate_approval *a)
 	memset(a, 0, sizeof(*a));
 }
 
-enum gate_rc
+enum og_rc
 gate_create(struct db *db, long long client_id, const char *key, const char *approver,
             const json_t *allowed_decisions, const char *requested_by,
             bool separation_of_duties, int expires_seconds,
@@ -201,11 +197,11 @@ gate_create(struct db *db, long long client_id, const char *key, const char *app
 		                   separation_of_duties ? "true" : "false", secs, effect,
 		                   callback_url };
 	PGresult *res = NULL;
-	enum gate_rc grc = GATE_OK;
+	enum og_rc grc = OG_OK;
 	enum db_rc rc;
 
 	if (decisions == NULL)
-		return GATE_ERROR;
+		return OG_ERROR;
 	snprintf(client, sizeof(client), "%lld", client_id);
 	snprintf(secs, sizeof(secs), "%d", expires_seconds);
 	digest_hex(token_hash, 32, hex);
@@ -221,7 +217,7 @@ out:
 	return grc;
 }
 
-enum gate_rc
+enum og_rc
 gate_find(struct db *db, const unsigned char token_hash[32], struct gate_approval *a)
 {
 	char hex[DIGEST_HEX_LEN];
@@ -236,7 +232,7 @@ gate_find(struct db *db, const unsigned char token_hash[32], struct gate_approva
 		return gate_rc_of(rc);
 	if (PQntuples(res) != 1) {
 		PQclear(res);
-		return GATE_NOT_FOUND;
+		return OG_NOT_FOUND;
 	}
 	snprintf(a->id, sizeof(a->id), "%s", db_get(res, 0, "id"));
 	a->client_id = db_get_ll(res, 0, "client_id");
@@ -262,9 +258,9 @@ gate_find(struct db *db, const unsigned char token_hash[32], struct gate_approva
 	PQclear(res);
 	if (a->key == NULL || a->approver == NULL || a->allowed_decisions == NULL) {
 		gate_approval_clear(a);
-		return GATE_ERROR;
+		return OG_ERROR;
 	}
-	return GATE_OK;
+	return OG_OK;
 }
 
 void
@@ -281,21 +277,21 @@ gate_consume_call(struct gate_consume_call *g, const unsigned char token_hash[32
 	call->params = g->params;
 }
 
-enum gate_rc
+enum og_rc
 gate_consume_result(const struct db_call *call)
 {
 	if (call->rc != DB_OK)
 		return gate_rc_of(call->rc);
-	return PQntuples(call->res) == 1 ? GATE_OK : GATE_NOT_PENDING;
+	return PQntuples(call->res) == 1 ? OG_OK : OG_NOT_PENDING;
 }
 
-enum gate_rc
+enum og_rc
 gate_consume(struct db *db, const unsigned char token_hash[32], const char *decision,
              const char *subject, const char *reason)
 {
 	struct gate_consume_call g;
 	struct db_call call = { 0 };
-	enum gate_rc grc;
+	enum og_rc grc;
 
 	gate_consume_call(&g, token_hash, decision, subject, reason, &call);
 	call.rc = db_exec(db, call.stmt, call.params, &call.res);
@@ -313,7 +309,7 @@ set_opt(json_t *o, const char *name, const PGresult *res, int row)
 		json_object_set_new(o, name, json_string(v));
 }
 
-enum gate_rc
+enum og_rc
 gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 {
 	char client[24];
@@ -344,7 +340,7 @@ gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 	}
 	PQclear(res);
 	*out = list;
-	return GATE_OK;
+	return OG_OK;
 }
 
 /* The challenges of the purged runs (ledger_purge) lose the effect they

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "db.h"
+#include "rc.h"
 
 /* Mirrors the CHECK constraint on approvals.state one for one. */
 enum approval_state {
@@ -20,15 +21,6 @@ enum approval_state {
 	APPROVAL_VOIDED,    /* another challenge of the run settled it */
 	APPROVAL_REVOKED,
 	APPROVAL_EXPIRED,
-};
-
-enum gate_rc {
-	GATE_OK = 0,
-	GATE_NOT_FOUND,
-	GATE_NOT_PENDING,   /* decided, voided, revoked, expired, or decision not allowed */
-	GATE_CONFLICT,      /* another challenge of the run was decided first */
-	GATE_UNAVAILABLE,
-	GATE_ERROR,
 };
 
 #define GATE_ID_LEN 37
@@ -57,14 +49,14 @@ struct gate_approval {
 void gate_approval_clear(struct gate_approval *a);
 
 /* Inserts one pending challenge; id and expires_at are filled. */
-enum gate_rc gate_create(struct db *db, long long client_id, const char *key,
+enum og_rc gate_create(struct db *db, long long client_id, const char *key,
                          const char *approver, const json_t *allowed_decisions,
                          const char *requested_by, bool separation_of_duties,
                          int expires_seconds, const unsigned char token_hash[32],
                          const char *effect, const char *callback_url,
                          char id[GATE_ID_LEN], char expires_at[GATE_TS_LEN])
 	__attribute__((warn_unused_result));
-enum gate_rc gate_find(struct db *db, const unsigned char token_hash[32],
+enum og_rc gate_find(struct db *db, const unsigned char token_hash[32],
                        struct gate_approval *out) __attribute__((warn_unused_result));
 /* The consume as a db_call, to run in the decision's pipelined
  * transaction (db_pipeline_tx); the struct holds the parameters. */
@@ -75,15 +67,15 @@ struct gate_consume_call {
 void gate_consume_call(struct gate_consume_call *g, const unsigned char token_hash[32],
                        const char *decision, const char *subject, const char *reason,
                        struct db_call *call);
-enum gate_rc gate_consume_result(const struct db_call *call);
+enum og_rc gate_consume_result(const struct db_call *call);
 
 /* Consumes the challenge and voids the run's other pending challenges
  * (inside the caller's transaction). */
-enum gate_rc gate_consume(struct db *db, const unsigned char token_hash[32],
+enum og_rc gate_consume(struct db *db, const unsigned char token_hash[32],
                           const char *decision, const char *subject, const char *reason)
 	__attribute__((warn_unused_result));
 /* The run's approvals for the status API; *out is a new array. */
-enum gate_rc gate_list(struct db *db, long long client_id, const char *key, json_t **out)
+enum og_rc gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 	__attribute__((warn_unused_result));
 const char *gate_state_name(enum approval_state s);
 

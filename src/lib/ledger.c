@@ -6,6 +6,14 @@
  * statement, so there is no window between deciding and acting. Reads that
  * follow a write that matched nothing only explain the answer; they never
  * decide anything.
+ *
+ * The one file with SQL text for workflow_runs and run_events: every
+ * statement that moves a run (the responder's, the dispatcher's, the
+ * operator's, a replay's, the retention purge's) and every read of a run
+ * the use cases need. Every run_events row is written by a statement here,
+ * in the same statement as the move it records. Its length (over 1,000
+ * lines, about half of it SQL) is that of the one owner of the two central
+ * tables; splitting it would give the tables two owners.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -581,12 +589,6 @@ ledger_run_clear(struct ledger_run *run)
 	memset(run, 0, sizeof(*run));
 }
 
-static enum ledger_rc
-ledger_rc_of(enum db_rc rc)
-{
-	return rc == DB_UNAVAILABLE ? LEDGER_UNAVAILABLE : LEDGER_ERROR;
-}
-
 /* Fills run from the one row a state-changing statement returned
  * (version, attempt). */
 static void
@@ -597,6 +599,19 @@ ledger_moved(struct ledger_run *run, const PGresult *res, enum run_state from,
 	run->state = to;
 	run->version = db_get_ll(res, 0, "version");
 	run->attempt = (int)db_get_ll(res, 0, "attempt");
+}
+
+/* After a compare-and-set from processing: true (run filled) when it moved
+ * the run to `to`, false when it matched nothing. Clears res. */
+static bool
+ledger_cas_moved(PGresult *res, struct ledger_run *run, enum run_state to)
+{
+	bool moved = PQntuples(res) == 1;
+
+	if (moved)
+		ledger_moved(run, res, RUN_PROCESSING, to);
+	PQclear(res);
+	return moved;
 }
 
 static void
@@ -641,31 +656,31 @@ ledger_lookup_call(struct ledger_lookup *l, long long client_id, const char *key
 	call->params = l->params;
 }
 
-/* Reads a finished look-up; LEDGER_NOT_FOUND when this client has no such
+/* Reads a finished look-up; OG_NOT_FOUND when this client has no such
  * key. *at_cap tells whether its lease already reaches the cap. */
-static enum ledger_rc
+static enum og_rc
 ledger_lookup_result(const struct db_call *call, struct ledger_run *run, bool *at_cap)
 {
 	const char *v;
 
 	if (call->rc != DB_OK)
-		return ledger_rc_of(call->rc);
+		return og_rc_of(call->rc);
 	if (PQntuples(call->res) == 0)
-		return LEDGER_NOT_FOUND;
+		return OG_NOT_FOUND;
 	ledger_fill(run, call->res);
 	v = db_get(call->res, 0, "at_cap");
 	if (at_cap != NULL)
 		*at_cap = v != NULL && v[0] == 't';
-	return LEDGER_OK;
+	return OG_OK;
 }
 
-static enum ledger_rc
+static enum og_rc
 ledger_lookup(struct db *db, long long client_id, const char *key, int cap_seconds,
               struct ledger_run *run, bool *at_cap)
 {
 	struct ledger_lookup l;
 	struct db_call call = { 0 };
-	enum ledger_rc lrc;
+	enum og_rc lrc;
 
 	ledger_lookup_call(&l, client_id, key, cap_seconds, &call);
 	call.rc = db_exec(db, call.stmt, call.params, &call.res);
@@ -675,11 +690,11 @@ ledger_lookup(struct db *db, long long client_id, const char *key, int cap_secon
 }
 
 /* What an existing, unclaimable key answers. */
-static enum ledger_rc
+static enum og_rc
 ledger_settle(const struct ledger_run *run, const char *payload_hash)
 {
-	return strcmp(run->payload_hash, payload_hash) != 0 ? LEDGER_MISMATCH
-	                                                    : LEDGER_DUPLICATE;
+	return strcmp(run->payload_hash, payload_hash) != 0 ? OG_MISMATCH
+	                                                    : OG_DUPLICATE;
 }
 
 static bool
@@ -689,14 +704,14 @@ ledger_claimable(const struct ledger_run *run)
 	       (run->state == RUN_PROCESSING && !run->lease_live);
 }
 
-enum ledger_rc
+enum og_rc
 ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *prefetched,
              struct ledger_run *run)
 {
 	char client[24], lease[16], cap[16];
 	const char *params[10];
 	PGresult *res;
-	enum ledger_rc lrc;
+	enum og_rc lrc;
 	enum db_rc rc;
 	bool expired_lease = false;
 
@@ -709,11 +724,11 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
 	lrc = prefetched != NULL ? ledger_lookup_result(prefetched, run, NULL)
 	                         : ledger_lookup(db, c->client_id, c->key, c->cap_seconds, run,
 	                                         NULL);
-	if (lrc == LEDGER_OK) {
+	if (lrc == OG_OK) {
 		if (strcmp(run->payload_hash, c->payload_hash) != 0 || !ledger_claimable(run))
 			return ledger_settle(run, c->payload_hash);
 		expired_lease = run->state == RUN_PROCESSING;
-	} else if (lrc != LEDGER_NOT_FOUND) {
+	} else if (lrc != OG_NOT_FOUND) {
 		return lrc;
 	}
 
@@ -728,7 +743,7 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
 	params[8] = c->correlation_id;
 	params[9] = c->event_id;
 	if ((rc = db_exec(db, &st_claim, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
+		return og_rc_of(rc);
 	if (PQntuples(res) == 1) {
 		ledger_run_clear(run);
 		ledger_moved(run, res, RUN_PROCESSING, RUN_PROCESSING);
@@ -739,35 +754,35 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
 		copy_field(run->lease_expires_at, sizeof(run->lease_expires_at), res,
 		           "lease_expires_at");
 		PQclear(res);
-		return LEDGER_CLAIMED;
+		return OG_CLAIMED;
 	}
 	PQclear(res);
 	/* Someone else claimed or settled the key between our look-up and the
 	 * claim: the atomic statement decided; read back what it saw. */
 	lrc = ledger_lookup(db, c->client_id, c->key, c->cap_seconds, run, NULL);
-	if (lrc != LEDGER_OK)
-		return lrc == LEDGER_NOT_FOUND ? LEDGER_ERROR : lrc;
+	if (lrc != OG_OK)
+		return lrc == OG_NOT_FOUND ? OG_ERROR : lrc;
 	return ledger_settle(run, c->payload_hash);
 }
 
 /* After a compare-and-set matched nothing: tell the caller why. */
-static enum ledger_rc
+static enum og_rc
 ledger_explain(struct db *db, long long client_id, const char *key, const char *owner,
                long long version, int cap_seconds, struct ledger_run *run)
 {
 	bool at_cap = false;
-	enum ledger_rc lrc;
+	enum og_rc lrc;
 
 	lrc = ledger_lookup(db, client_id, key, cap_seconds, run, &at_cap);
-	if (lrc != LEDGER_OK)
+	if (lrc != OG_OK)
 		return lrc;
 	if (run->state == RUN_PROCESSING && run->lease_live && run->version == version &&
 	    strcasecmp(run->lease_owner, owner) == 0 && at_cap)
-		return LEDGER_CAP_REACHED;
-	return LEDGER_LEASE_LOST;
+		return OG_CAP_REACHED;
+	return OG_LEASE_LOST;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_renew(struct db *db, long long client_id, const char *key, const char *owner,
              long long version, int lease_seconds, int cap_seconds,
              struct ledger_run *run)
@@ -782,19 +797,19 @@ ledger_renew(struct db *db, long long client_id, const char *key, const char *ow
 	snprintf(lease, sizeof(lease), "%d", lease_seconds);
 	snprintf(cap, sizeof(cap), "%d", cap_seconds);
 	if ((rc = db_exec(db, &st_renew, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
+		return og_rc_of(rc);
 	if (PQntuples(res) == 1) {
 		ledger_moved(run, res, RUN_PROCESSING, RUN_PROCESSING);
 		copy_field(run->lease_expires_at, sizeof(run->lease_expires_at), res,
 		           "lease_expires_at");
 		PQclear(res);
-		return LEDGER_OK;
+		return OG_OK;
 	}
 	PQclear(res);
 	return ledger_explain(db, client_id, key, owner, version, cap_seconds, run);
 }
 
-enum ledger_rc
+enum og_rc
 ledger_transition(struct db *db, long long client_id, const char *key, const char *owner,
                   long long version, enum run_state to, const char *result,
                   const char *error_class, const char *reason, struct ledger_run *run)
@@ -804,21 +819,17 @@ ledger_transition(struct db *db, long long client_id, const char *key, const cha
 	                          result, error_class, reason };
 	PGresult *res;
 	enum db_rc rc;
-	enum ledger_rc lrc;
+	enum og_rc lrc;
 
 	snprintf(client, sizeof(client), "%lld", client_id);
 	snprintf(ver, sizeof(ver), "%lld", version);
 	if ((rc = db_exec(db, &st_transition, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
-	if (PQntuples(res) == 1) {
-		ledger_moved(run, res, RUN_PROCESSING, to);
-		PQclear(res);
-		return LEDGER_OK;
-	}
-	PQclear(res);
+		return og_rc_of(rc);
+	if (ledger_cas_moved(res, run, to))
+		return OG_OK;
 	lrc = ledger_explain(db, client_id, key, owner, version, 0, run);
 	/* A transition is never refused for the cap, only for a lost lease. */
-	return lrc == LEDGER_CAP_REACHED ? LEDGER_LEASE_LOST : lrc;
+	return lrc == OG_CAP_REACHED ? OG_LEASE_LOST : lrc;
 }
 
 /* Sets obj[name] from a column: a string, or nothing when NULL. */
@@ -847,7 +858,7 @@ set_int(json_t *obj, const char *name, const PGresult *res, int row, const char 
 		json_object_set_new(obj, name, json_integer(db_get_ll(res, row, col)));
 }
 
-enum ledger_rc
+enum og_rc
 ledger_status(struct db *db, long long client_id, const char *key, bool with_timeline,
               json_t **out)
 {
@@ -855,7 +866,7 @@ ledger_status(struct db *db, long long client_id, const char *key, bool with_tim
 	const char *params[2] = { client, key };
 	PGresult *res = NULL;
 	json_t *run = NULL, *timeline = NULL;
-	enum ledger_rc lrc = LEDGER_ERROR;
+	enum og_rc lrc = OG_ERROR;
 	enum db_rc rc;
 	const char *v;
 	int i;
@@ -863,11 +874,11 @@ ledger_status(struct db *db, long long client_id, const char *key, bool with_tim
 	*out = NULL;
 	snprintf(client, sizeof(client), "%lld", client_id);
 	if ((rc = db_exec(db, &st_status, params, &res)) != DB_OK) {
-		lrc = ledger_rc_of(rc);
+		lrc = og_rc_of(rc);
 		goto out;
 	}
 	if (PQntuples(res) == 0) {
-		lrc = LEDGER_NOT_FOUND;
+		lrc = OG_NOT_FOUND;
 		goto out;
 	}
 	run = json_object();
@@ -911,11 +922,11 @@ ledger_status(struct db *db, long long client_id, const char *key, bool with_tim
 	if (!with_timeline) {
 		*out = run;
 		run = NULL;
-		lrc = LEDGER_OK;
+		lrc = OG_OK;
 		goto out;
 	}
 	if ((rc = db_exec(db, &st_timeline, params, &res)) != DB_OK) {
-		lrc = ledger_rc_of(rc);
+		lrc = og_rc_of(rc);
 		goto out;
 	}
 	timeline = json_array();
@@ -935,14 +946,14 @@ ledger_status(struct db *db, long long client_id, const char *key, bool with_tim
 	json_object_set_new(run, "timeline", timeline);
 	*out = run;
 	run = NULL;
-	lrc = LEDGER_OK;
+	lrc = OG_OK;
 out:
 	PQclear(res);
 	json_decref(run);
 	return lrc;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_output_invalid(struct db *db, const struct ledger_output *o, int repair_budget,
                       struct ledger_run *run)
 {
@@ -956,23 +967,23 @@ ledger_output_invalid(struct db *db, const struct ledger_output *o, int repair_b
 	snprintf(ver, sizeof(ver), "%lld", o->version);
 	snprintf(budget, sizeof(budget), "%d", repair_budget);
 	if ((rc = db_exec(db, &st_output_invalid, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
+		return og_rc_of(rc);
 	if (PQntuples(res) == 1) {
 		run->state_from = RUN_PROCESSING;
 		run->state = (enum run_state)ledger_state_parse(db_get(res, 0, "state"));
 		run->version = db_get_ll(res, 0, "version");
 		run->attempt = (int)db_get_ll(res, 0, "invalid_outputs");
 		PQclear(res);
-		return LEDGER_OK;
+		return OG_OK;
 	}
 	PQclear(res);
 	return ledger_explain(db, o->client_id, o->key, o->owner, o->version, 0, run) ==
-	               LEDGER_NOT_FOUND
-	           ? LEDGER_NOT_FOUND
-	           : LEDGER_LEASE_LOST;
+	               OG_NOT_FOUND
+	           ? OG_NOT_FOUND
+	           : OG_LEASE_LOST;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_output_accept(struct db *db, const struct ledger_output *o, enum run_state to,
                      struct ledger_run *run)
 {
@@ -987,18 +998,14 @@ ledger_output_accept(struct db *db, const struct ledger_output *o, enum run_stat
 	snprintf(client, sizeof(client), "%lld", o->client_id);
 	snprintf(ver, sizeof(ver), "%lld", o->version);
 	if ((rc = db_exec(db, &st_output_accept, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
-	if (PQntuples(res) == 1) {
-		ledger_moved(run, res, RUN_PROCESSING, to);
-		PQclear(res);
-		return LEDGER_OK;
-	}
-	PQclear(res);
+		return og_rc_of(rc);
+	if (ledger_cas_moved(res, run, to))
+		return OG_OK;
 	/* inside a transaction the explaining read is harmless */
 	return ledger_explain(db, o->client_id, o->key, o->owner, o->version, 0, run) ==
-	               LEDGER_NOT_FOUND
-	           ? LEDGER_NOT_FOUND
-	           : LEDGER_LEASE_LOST;
+	               OG_NOT_FOUND
+	           ? OG_NOT_FOUND
+	           : OG_LEASE_LOST;
 }
 
 void
@@ -1016,31 +1023,31 @@ ledger_decide_call(struct ledger_decide_call *d, long long client_id, const char
 	call->params = d->params;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_decide_result(const struct db_call *call, struct ledger_run *run)
 {
 	const PGresult *res = call->res;
 
 	if (call->rc != DB_OK)
-		return ledger_rc_of(call->rc);
+		return og_rc_of(call->rc);
 	if (PQntuples(res) != 1)
-		return LEDGER_LEASE_LOST;
+		return OG_LEASE_LOST;
 	ledger_moved(run, res, RUN_AWAITING_HUMAN,
 	             (enum run_state)ledger_state_parse(db_get(res, 0, "state")));
 	json_decref(run->decided);
 	run->decided = db_get(res, 0, "decided") != NULL
 	                   ? json_loads(db_get(res, 0, "decided"), 0, NULL)
 	                   : NULL;
-	return LEDGER_OK;
+	return OG_OK;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_decide(struct db *db, long long client_id, const char *key, const char *decision,
               const char *subject, const char *reason, struct ledger_run *run)
 {
 	struct ledger_decide_call d;
 	struct db_call call = { 0 };
-	enum ledger_rc lrc;
+	enum og_rc lrc;
 
 	ledger_decide_call(&d, client_id, key, decision, subject, reason, &call);
 	call.rc = db_exec(db, call.stmt, call.params, &call.res);
@@ -1049,14 +1056,14 @@ ledger_decide(struct db *db, long long client_id, const char *key, const char *d
 	return lrc;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_cancel(struct db *db, long long client_id, const char *key, const char *reason,
               struct ledger_run *run)
 {
 	return ledger_cancel_by(db, client_id, key, reason, "client", run);
 }
 
-enum ledger_rc
+enum og_rc
 ledger_cancel_by(struct db *db, long long client_id, const char *key, const char *reason,
                  const char *actor, struct ledger_run *run)
 {
@@ -1068,15 +1075,15 @@ ledger_cancel_by(struct db *db, long long client_id, const char *key, const char
 
 	snprintf(client, sizeof(client), "%lld", client_id);
 	if ((rc = db_exec(db, &st_cancel, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
+		return og_rc_of(rc);
 	n = PQntuples(res);
 	if (n == 1)
 		ledger_moved(run, res, RUN_APPROVED, RUN_FAILED_TERMINAL);
 	PQclear(res);
-	return n == 1 ? LEDGER_OK : LEDGER_LEASE_LOST;
+	return n == 1 ? OG_OK : OG_LEASE_LOST;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_sample_draw(struct db *db, long long client_id, const char *key, double fresh,
                    double rate, double *draw)
 {
@@ -1090,15 +1097,15 @@ ledger_sample_draw(struct db *db, long long client_id, const char *key, double f
 	snprintf(f, sizeof(f), "%.17g", fresh);
 	snprintf(r, sizeof(r), "%.17g", rate);
 	if ((rc = db_exec(db, &st_sample, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
+		return og_rc_of(rc);
 	n = PQntuples(res);
 	if (n == 1)
 		*draw = strtod(db_get(res, 0, "sample_draw"), NULL);
 	PQclear(res);
-	return n == 1 ? LEDGER_OK : LEDGER_LEASE_LOST;
+	return n == 1 ? OG_OK : OG_LEASE_LOST;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_end_undecided(struct db *db, long long client_id, const char *key,
                      const char *error_class, const char *reason, const char *actor,
                      struct ledger_run *run, char **callback_url)
@@ -1112,18 +1119,18 @@ ledger_end_undecided(struct db *db, long long client_id, const char *key,
 	*callback_url = NULL;
 	snprintf(client, sizeof(client), "%lld", client_id);
 	if ((rc = db_exec(db, &st_end_undecided, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
+		return og_rc_of(rc);
 	n = PQntuples(res);
 	if (n == 1) {
 		ledger_moved(run, res, RUN_AWAITING_HUMAN, RUN_FAILED_TERMINAL);
 		if (db_get(res, 0, "callback_url") != NULL &&
 		    (*callback_url = strdup(db_get(res, 0, "callback_url"))) == NULL) {
 			PQclear(res);
-			return LEDGER_ERROR;
+			return OG_ERROR;
 		}
 	}
 	PQclear(res);
-	return n == 1 ? LEDGER_OK : LEDGER_LEASE_LOST;
+	return n == 1 ? OG_OK : OG_LEASE_LOST;
 }
 
 void

@@ -11,6 +11,7 @@
 
 #include "canon.h"
 #include "db.h"
+#include "rc.h"
 
 /* Mirrors the CHECK constraint on workflow_runs.state one for one. */
 enum run_state {
@@ -21,18 +22,6 @@ enum run_state {
 	RUN_FAILED_RETRYABLE,
 	RUN_FAILED_TERMINAL,
 	RUN_STATE_COUNT
-};
-
-enum ledger_rc {
-	LEDGER_CLAIMED = 0,
-	LEDGER_DUPLICATE,
-	LEDGER_MISMATCH,      /* same key, different payload */
-	LEDGER_OK,            /* renew / transition / status done */
-	LEDGER_NOT_FOUND,     /* no such run for this client */
-	LEDGER_LEASE_LOST,    /* compare-and-set matched nothing */
-	LEDGER_CAP_REACHED,   /* the lease already reaches the claim's cap */
-	LEDGER_UNAVAILABLE,   /* database unreachable */
-	LEDGER_ERROR,
 };
 
 #define LEDGER_UUID_LEN 37
@@ -87,16 +76,16 @@ void ledger_run_clear(struct ledger_run *run);
 
 /* prefetched: a finished ledger_lookup_call for this client and key, or
  * NULL to look up here. */
-enum ledger_rc ledger_claim(struct db *db, const struct ledger_claim *c,
+enum og_rc ledger_claim(struct db *db, const struct ledger_claim *c,
                             const struct db_call *prefetched, struct ledger_run *run)
 	__attribute__((warn_unused_result));
-enum ledger_rc ledger_renew(struct db *db, long long client_id, const char *key,
+enum og_rc ledger_renew(struct db *db, long long client_id, const char *key,
                             const char *owner, long long version, int lease_seconds,
                             int cap_seconds, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 /* to is completed, failed_retryable or failed_terminal; result is JSON text
  * or NULL. */
-enum ledger_rc ledger_transition(struct db *db, long long client_id, const char *key,
+enum og_rc ledger_transition(struct db *db, long long client_id, const char *key,
                                  const char *owner, long long version,
                                  enum run_state to, const char *result,
                                  const char *error_class, const char *reason,
@@ -124,13 +113,13 @@ struct ledger_output {
  * (error_class "validation") once more than repair_budget were invalid.
  * run->state tells which; run->attempt is set to the number of invalid
  * outputs so far. Compare-and-set like a transition. */
-enum ledger_rc ledger_output_invalid(struct db *db, const struct ledger_output *o,
+enum og_rc ledger_output_invalid(struct db *db, const struct ledger_output *o,
                                      int repair_budget, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 /* Records a valid output and moves the run to `to` (awaiting_human, or
  * approved for the automatic path, decision "auto"). Compare-and-set; call
  * inside the transaction that also creates the challenges or the effect. */
-enum ledger_rc ledger_output_accept(struct db *db, const struct ledger_output *o,
+enum og_rc ledger_output_accept(struct db *db, const struct ledger_output *o,
                                     enum run_state to, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 /* ledger_decide as a db_call, for the decision's pipelined transaction. */
@@ -141,33 +130,33 @@ struct ledger_decide_call {
 void ledger_decide_call(struct ledger_decide_call *d, long long client_id, const char *key,
                         const char *decision, const char *subject, const char *reason,
                         struct db_call *call);
-enum ledger_rc ledger_decide_result(const struct db_call *call, struct ledger_run *run);
+enum og_rc ledger_decide_result(const struct db_call *call, struct ledger_run *run);
 
 /* A person's decision: awaiting_human → approved (approve) or
- * failed_terminal (reject, error_class "rejected"); LEDGER_LEASE_LOST when
+ * failed_terminal (reject, error_class "rejected"); OG_LEASE_LOST when
  * the run is no longer awaiting_human. Inside the consume transaction. */
-enum ledger_rc ledger_decide(struct db *db, long long client_id, const char *key,
+enum og_rc ledger_decide(struct db *db, long long client_id, const char *key,
                              const char *decision, const char *subject, const char *reason,
                              struct ledger_run *run) __attribute__((warn_unused_result));
 
 /* The owning client cancelled an act-with-window run before its effect
  * went out: approved → failed_terminal (error_class "cancelled"). Inside
  * the transaction that cancels the effects. */
-enum ledger_rc ledger_cancel(struct db *db, long long client_id, const char *key,
+enum og_rc ledger_cancel(struct db *db, long long client_id, const char *key,
                              const char *reason, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 /* The same, cancelled by someone other than the client: actor is who
  * (e.g. "operator:NAME"), in the run's timeline. */
-enum ledger_rc ledger_cancel_by(struct db *db, long long client_id, const char *key,
+enum og_rc ledger_cancel_by(struct db *db, long long client_id, const char *key,
                                 const char *reason, const char *actor, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 
 /* The gate's sample draw of a run still processing: the draw kept on the
  * run if it has one, else fresh (kept from now on), in *draw; rate, the
  * contract's sample_rate it is compared with, is recorded beside it.
- * LEDGER_LEASE_LOST when the run is not processing. Its own statement,
+ * OG_LEASE_LOST when the run is not processing. Its own statement,
  * outside the output's transaction: a rolled-back output keeps the draw. */
-enum ledger_rc ledger_sample_draw(struct db *db, long long client_id, const char *key,
+enum og_rc ledger_sample_draw(struct db *db, long long client_id, const char *key,
                                   double fresh, double rate, double *draw)
 	__attribute__((warn_unused_result));
 
@@ -175,16 +164,16 @@ enum ledger_rc ledger_sample_draw(struct db *db, long long client_id, const char
  * given, event "run.<error_class>") when no challenge of the run is
  * pending or decided any more, e.g. the last one was revoked.
  * *callback_url (malloc'd, or NULL) is the workflow to tell.
- * LEDGER_LEASE_LOST when the run was not ended (still decidable, or no
+ * OG_LEASE_LOST when the run was not ended (still decidable, or no
  * longer awaiting a person). Inside the caller's transaction. */
-enum ledger_rc ledger_end_undecided(struct db *db, long long client_id, const char *key,
+enum og_rc ledger_end_undecided(struct db *db, long long client_id, const char *key,
                                     const char *error_class, const char *reason,
                                     const char *actor, struct ledger_run *run,
                                     char **callback_url) __attribute__((warn_unused_result));
 
 /* The run as the status API shows it, with its timeline when asked (the
  * approval pages do without it); *out is a new reference. */
-enum ledger_rc ledger_status(struct db *db, long long client_id, const char *key,
+enum og_rc ledger_status(struct db *db, long long client_id, const char *key,
                              bool timeline, json_t **out) __attribute__((warn_unused_result));
 
 /* The retention purge of the runs finished longer ago than days that still

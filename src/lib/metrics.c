@@ -6,6 +6,11 @@
  * the rows those modules keep, so they agree with `oncegatectl` and with SQL
  * run by hand, and they survive restarts.
  *
+ * The weekly report's one statement (metrics_st_report, read by audit.c)
+ * is here too: its figures are counts of the same kind. Over 1,000 lines
+ * because the registry, the flush and the exposition of every family are
+ * one design; see metrics.h.
+ *
  * Lag, for the operator reading a graph: a claim shows up in the /metrics
  * of the responder that answered it within OG_METRICS_CACHE_MS (a refresh
  * flushes that process's own counts first), and in every other responder's
@@ -257,7 +262,7 @@ metrics_observe_request(size_t route, double seconds)
 }
 
 /* Adds this process's latency observations; on failure they stay. */
-static enum metrics_rc
+static enum og_rc
 flush_latency(struct db *db)
 {
 	unsigned long long taken[METRICS_ROUTES_MAX][NLAT + 1], sums[METRICS_ROUTES_MAX];
@@ -279,7 +284,7 @@ flush_latency(struct db *db)
 		sums[r] = atomic_exchange_explicit(&lat_sum_us[r], 0, memory_order_relaxed);
 	}
 	if (!any)
-		return METRICS_OK;
+		return OG_OK;
 	buf_init(&m, 4096);
 	buf_init(&rt, 8192);
 	buf_init(&b, 65536);
@@ -322,14 +327,14 @@ flush_latency(struct db *db)
 	buf_free(&n);
 	buf_free(&sm);
 	if (!failed && rc == DB_OK)
-		return METRICS_OK;
+		return OG_OK;
 	/* late, not lost */
 	for (r = 0; r < nroutes; r++) {
 		for (k = 0; k <= NLAT; k++)
 			atomic_fetch_add_explicit(&lat_counts[r][k], taken[r][k], memory_order_relaxed);
 		atomic_fetch_add_explicit(&lat_sum_us[r], sums[r], memory_order_relaxed);
 	}
-	return rc == DB_UNAVAILABLE ? METRICS_UNAVAILABLE : METRICS_ERROR;
+	return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 }
 
 void
@@ -376,7 +381,7 @@ array_word(struct buf *b, const char *w)
 }
 
 /* Adds this process's attempt counts; on failure they stay. */
-static enum metrics_rc
+static enum og_rc
 flush_attempts(struct db *db)
 {
 	static struct attempt_count taken[METRICS_ATTEMPT_KEYS];
@@ -399,7 +404,7 @@ flush_attempts(struct db *db)
 	pthread_mutex_unlock(&att.lock);
 	if (n == 0) {
 		pthread_mutex_unlock(&one);
-		return METRICS_OK;
+		return OG_OK;
 	}
 	buf_init(&t, 65536);
 	buf_init(&c, 65536);
@@ -448,8 +453,8 @@ flush_attempts(struct db *db)
 	}
 	pthread_mutex_unlock(&one);
 	if (!failed && rc == DB_OK)
-		return METRICS_OK;
-	return rc == DB_UNAVAILABLE ? METRICS_UNAVAILABLE : METRICS_ERROR;
+		return OG_OK;
+	return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 }
 
 void
@@ -459,7 +464,7 @@ metrics_count(enum metrics_counter c)
 		atomic_fetch_add_explicit(&counts[c], 1, memory_order_relaxed);
 }
 
-enum metrics_rc
+enum og_rc
 metrics_flush(struct db *db)
 {
 	unsigned long long taken[METRICS_NCOUNTERS];
@@ -471,9 +476,9 @@ metrics_flush(struct db *db)
 	enum db_rc rc;
 	int i;
 
-	enum metrics_rc lrc = flush_latency(db), arc = flush_attempts(db);
+	enum og_rc lrc = flush_latency(db), arc = flush_attempts(db);
 
-	if (lrc == METRICS_OK)
+	if (lrc == OG_OK)
 		lrc = arc;
 
 	for (i = 0; i < METRICS_NCOUNTERS; i++) {
@@ -499,7 +504,7 @@ metrics_flush(struct db *db)
 	/* Keep them for the next flush: a count is late, not lost. */
 	for (i = 0; i < METRICS_NCOUNTERS; i++)
 		atomic_fetch_add_explicit(&counts[i], taken[i], memory_order_relaxed);
-	return rc == DB_UNAVAILABLE ? METRICS_UNAVAILABLE : METRICS_ERROR;
+	return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 }
 
 /* ---- rendering ---------------------------------------------------------- */
@@ -908,7 +913,7 @@ out:
 
 /* ---- the snapshot and the cache ----------------------------------------- */
 
-static enum metrics_rc
+static enum og_rc
 snapshot_read(struct db *db, struct snapshot *s)
 {
 	char bounds[NBOUNDS * 16 + 3];
@@ -927,10 +932,10 @@ snapshot_read(struct db *db, struct snapshot *s)
 
 	rc = db_exec(db, &st_snapshot, params, &res);
 	if (rc != DB_OK)
-		return rc == DB_UNAVAILABLE ? METRICS_UNAVAILABLE : METRICS_ERROR;
+		return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 	if (PQntuples(res) != 1) {
 		PQclear(res);
-		return METRICS_ERROR;
+		return OG_ERROR;
 	}
 	s->counters = json_col(res, "counters", false);
 	s->decisions = json_col(res, "decisions", false);
@@ -952,7 +957,7 @@ snapshot_read(struct db *db, struct snapshot *s)
 	v = db_get(res, 0, "actions_enabled");
 	s->actions_enabled = v != NULL && strcmp(v, "t") == 0;
 	PQclear(res);
-	return METRICS_OK;
+	return OG_OK;
 }
 
 /* The last answer, shared by the worker threads of this process. */
@@ -981,36 +986,36 @@ copy_out(struct buf *out)
 	return buf_append(out, cache.text.data, cache.text.len);
 }
 
-static enum metrics_rc
+static enum og_rc
 refresh(struct db *db, struct buf *text)
 {
 	struct snapshot s = { 0 };
-	enum metrics_rc rc;
+	enum og_rc rc;
 
 	/* This process's own counts first, so its answer includes them. A failed
 	 * flush keeps them for later and does not stop the read. */
-	if (metrics_flush(db) != METRICS_OK)
+	if (metrics_flush(db) != OG_OK)
 		log_event(LOG_LEVEL_WARNING, "metrics.flush_failed",
 		          &(struct log_fields){ .detail = db_error(db),
 		                                .hint = "claim counts stay in memory until a "
 		                                        "flush succeeds" });
 	rc = snapshot_read(db, &s);
-	if (rc == METRICS_OK && render(text, &s) != 0)
-		rc = METRICS_ERROR;
+	if (rc == OG_OK && render(text, &s) != 0)
+		rc = OG_ERROR;
 	snapshot_clear(&s);
 	return rc;
 }
 
-enum metrics_rc
+enum og_rc
 metrics_text(struct db *db, struct buf *out)
 {
 	struct buf fresh;
-	enum metrics_rc rc;
+	enum og_rc rc;
 
 	pthread_mutex_lock(&cache.lock);
 	for (;;) {
 		if (cache.valid && !cache.refreshing && ms_since(&cache.at) < OG_METRICS_CACHE_MS) {
-			rc = copy_out(out) == 0 ? METRICS_OK : METRICS_ERROR;
+			rc = copy_out(out) == 0 ? OG_OK : OG_ERROR;
 			pthread_mutex_unlock(&cache.lock);
 			return rc;
 		}
@@ -1019,7 +1024,7 @@ metrics_text(struct db *db, struct buf *out)
 		/* Another thread is at it: the previous answer (at most one cache
 		 * interval plus one query old) rather than a second query. */
 		if (cache.valid) {
-			rc = copy_out(out) == 0 ? METRICS_OK : METRICS_ERROR;
+			rc = copy_out(out) == 0 ? OG_OK : OG_ERROR;
 			pthread_mutex_unlock(&cache.lock);
 			return rc;
 		}
@@ -1035,7 +1040,7 @@ metrics_text(struct db *db, struct buf *out)
 
 	pthread_mutex_lock(&cache.lock);
 	cache.refreshing = false;
-	if (rc == METRICS_OK) {
+	if (rc == OG_OK) {
 		struct buf old = cache.text;
 
 		cache.text = fresh;
@@ -1043,7 +1048,7 @@ metrics_text(struct db *db, struct buf *out)
 		cache.valid = true;
 		clock_gettime(CLOCK_MONOTONIC, &cache.at);
 		if (copy_out(out) != 0)
-			rc = METRICS_ERROR;
+			rc = OG_ERROR;
 	}
 	pthread_cond_broadcast(&cache.done);
 	pthread_mutex_unlock(&cache.lock);
@@ -1083,7 +1088,7 @@ flusher_main(void *arg)
 			;
 		last = flusher.stop;
 		pthread_mutex_unlock(&flusher.lock);
-		if (metrics_flush(flusher.db) != METRICS_OK) {
+		if (metrics_flush(flusher.db) != OG_OK) {
 			/* once per outage, not once a second */
 			if (!failing)
 				log_event(LOG_LEVEL_WARNING, "metrics.flush_failed",

@@ -1,6 +1,10 @@
 /*
  * outbox.c — enqueue effects and show them, settle them and record their
- * attempts; sending is the dispatcher's.
+ * attempts; the dispatcher's claims, releases and lease renewals, the
+ * operator's reconcile, resume and reject, the kill switch's hold and the
+ * purge, as statements the use cases run in their transactions; sending is
+ * the dispatcher's. The one file with SQL text for effect_outbox and
+ * effect_attempts.
  *
  * effect_attempts is written here too: an attempt is recorded by the same
  * statement that settles its effect (compare-and-set on effect_outbox), so
@@ -63,7 +67,7 @@ static const struct db_stmt st_cancel = {
 	2, false,
 };
 
-enum outbox_rc
+enum og_rc
 outbox_cancel_window(struct db *db, long long client_id, const char *key, json_t **ids)
 {
 	char client[24];
@@ -75,12 +79,12 @@ outbox_cancel_window(struct db *db, long long client_id, const char *key, json_t
 	*ids = NULL;
 	snprintf(client, sizeof(client), "%lld", client_id);
 	if ((rc = db_exec(db, &st_cancel, params, &res)) != DB_OK)
-		return rc == DB_UNAVAILABLE ? OUTBOX_UNAVAILABLE : OUTBOX_ERROR;
+		return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 	*ids = json_array();
 	for (i = 0; i < PQntuples(res); i++)
 		json_array_append_new(*ids, json_string(PQgetvalue(res, i, 0)));
 	PQclear(res);
-	return OUTBOX_OK;
+	return OG_OK;
 }
 
 /* Writes the readable form of s (at most max bytes) to out: bytes in
@@ -164,19 +168,19 @@ outbox_enqueue_call(struct outbox_enqueue_call *o, const struct outbox_effect *e
 	return 0;
 }
 
-enum outbox_rc
+enum og_rc
 outbox_enqueue_result(const struct db_call *call, char id[OUTBOX_ID_LEN],
                       char not_before[OUTBOX_TS_LEN])
 {
 	if (call->rc != DB_OK)
-		return call->rc == DB_UNAVAILABLE ? OUTBOX_UNAVAILABLE
-		       : call->rc == DB_CONFLICT  ? OUTBOX_EXISTS
-		                                  : OUTBOX_ERROR;
+		return call->rc == DB_UNAVAILABLE ? OG_UNAVAILABLE
+		       : call->rc == DB_CONFLICT  ? OG_EXISTS
+		                                  : OG_ERROR;
 	if (PQntuples(call->res) != 1)
-		return OUTBOX_ERROR;
+		return OG_ERROR;
 	snprintf(id, OUTBOX_ID_LEN, "%s", db_get(call->res, 0, "id"));
 	snprintf(not_before, OUTBOX_TS_LEN, "%s", db_get(call->res, 0, "not_before"));
-	return OUTBOX_OK;
+	return OG_OK;
 }
 
 void
@@ -186,16 +190,16 @@ outbox_enqueue_call_free(struct outbox_enqueue_call *o)
 	o->provider_key = NULL;
 }
 
-enum outbox_rc
+enum og_rc
 outbox_enqueue(struct db *db, const struct outbox_effect *e, char id[OUTBOX_ID_LEN],
                char not_before[OUTBOX_TS_LEN])
 {
 	struct outbox_enqueue_call o;
 	struct db_call call = { 0 };
-	enum outbox_rc orc;
+	enum og_rc orc;
 
 	if (outbox_enqueue_call(&o, e, &call) != 0)
-		return OUTBOX_ERROR;
+		return OG_ERROR;
 	call.rc = db_exec(db, call.stmt, call.params, &call.res);
 	orc = outbox_enqueue_result(&call, id, not_before);
 	PQclear(call.res);
@@ -211,7 +215,7 @@ set_opt(json_t *o, const char *name, const PGresult *res, int row, const char *c
 	json_object_set_new(o, name, v != NULL ? json_string(v) : json_null());
 }
 
-enum outbox_rc
+enum og_rc
 outbox_list(struct db *db, const struct config *cfg, long long client_id, const char *key,
             const char *correlation_id, const char *workflow_version, json_t **out)
 {
@@ -225,7 +229,7 @@ outbox_list(struct db *db, const struct config *cfg, long long client_id, const 
 	*out = NULL;
 	snprintf(client, sizeof(client), "%lld", client_id);
 	if ((rc = db_exec(db, &st_list, params, &res)) != DB_OK)
-		return rc == DB_UNAVAILABLE ? OUTBOX_UNAVAILABLE : OUTBOX_ERROR;
+		return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 	list = json_array();
 	for (i = 0; i < PQntuples(res); i++) {
 		json_t *e = json_object();
@@ -268,7 +272,7 @@ outbox_list(struct db *db, const struct config *cfg, long long client_id, const 
 	}
 	PQclear(res);
 	*out = list;
-	return OUTBOX_OK;
+	return OG_OK;
 }
 
 /* --- attempts ---------------------------------------------------------------- */

@@ -45,12 +45,6 @@ repair_is_uuid(const char *s)
 	return true;
 }
 
-enum repair_rc
-repair_rc_of(enum db_rc rc)
-{
-	return rc == DB_OK ? REPAIR_OK : rc == DB_UNAVAILABLE ? REPAIR_UNAVAILABLE : REPAIR_ERROR;
-}
-
 void
 repair_copy(char *dst, size_t n, const char *src)
 {
@@ -74,7 +68,7 @@ effect_read(struct repair_out *out, const PGresult *res)
 }
 
 /* One operator_actions row, inside the caller's transaction. */
-enum repair_rc
+enum og_rc
 repair_record_action(struct db *db, const struct repair_who *who, const char *action,
                      struct repair_out *out, json_t *details)
 {
@@ -88,44 +82,44 @@ repair_record_action(struct db *db, const struct repair_who *who, const char *ac
 	enum db_rc drc;
 
 	if (text == NULL)
-		return REPAIR_ERROR;
+		return OG_ERROR;
 	drc = oplog_record(db, &a, &out->action_id);
 	free(text);
-	return repair_rc_of(drc);
+	return og_rc_of(drc);
 }
 
 /* Resolves dead letters of the effects in ids (a PostgreSQL uuid[] text). */
-static enum repair_rc
+static enum og_rc
 resolve_letters(struct db *db, const char *ids, const char *resolution, const char *op)
 {
-	return repair_rc_of(deadletter_resolve(db, ids, resolution, op));
+	return og_rc_of(deadletter_resolve(db, ids, resolution, op));
 }
 
 /* Looks the effect up (by effect or dead-letter id) and locks its run;
- * *run holds the run row. REPAIR_NOT_FOUND with why set. */
-static enum repair_rc
+ * *run holds the run row. OG_NOT_FOUND with why set. */
+static enum og_rc
 effect_begin(struct db *db, const char *effect, const char *expect, struct repair_out *out,
              PGresult **run)
 {
 	const char *p[1] = { effect };
 	const char *lp[2];
 	PGresult *res = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 
 	*run = NULL;
 	if (!repair_is_uuid(effect)) {
 		snprintf(out->why, sizeof(out->why), "\"%s\" is not an effect or dead-letter id "
 		         "(a UUID)", effect);
-		return REPAIR_NOT_FOUND;
+		return OG_NOT_FOUND;
 	}
 	if (db_begin(db) != DB_OK)
-		return REPAIR_UNAVAILABLE;
-	if ((rc = repair_rc_of(db_exec(db, &outbox_st_find, p, &res))) != REPAIR_OK)
+		return OG_UNAVAILABLE;
+	if ((rc = og_rc_of(db_exec(db, &outbox_st_find, p, &res))) != OG_OK)
 		goto fail;
 	if (PQntuples(res) != 1) {
 		snprintf(out->why, sizeof(out->why), "no effect or dead letter has the id %s",
 		         effect);
-		rc = REPAIR_NOT_FOUND;
+		rc = OG_NOT_FOUND;
 		goto fail;
 	}
 	effect_read(out, res);
@@ -135,19 +129,19 @@ effect_begin(struct db *db, const char *effect, const char *expect, struct repai
 		snprintf(out->why, sizeof(out->why), "the effect is %s now, not %s as expected: "
 		         "look again (oncegatectl deadletter show %s)", out->from, expect,
 		         out->effect_id);
-		rc = REPAIR_CHANGED;
+		rc = OG_CHANGED;
 		goto fail;
 	}
 	lp[0] = out->client;
 	lp[1] = out->key;
-	if ((rc = repair_rc_of(db_exec(db, &ledger_st_lock, lp, run))) != REPAIR_OK)
+	if ((rc = og_rc_of(db_exec(db, &ledger_st_lock, lp, run))) != OG_OK)
 		goto fail;
 	if (PQntuples(*run) != 1) {
-		rc = REPAIR_ERROR; /* a foreign key guarantees the run */
+		rc = OG_ERROR; /* a foreign key guarantees the run */
 		goto fail;
 	}
 	repair_copy(out->run_from, sizeof(out->run_from), db_get(*run, 0, "state"));
-	return REPAIR_OK;
+	return OG_OK;
 fail:
 	PQclear(res);
 	PQclear(*run);
@@ -156,17 +150,17 @@ fail:
 	return rc;
 }
 
-enum repair_rc
-repair_finish(struct db *db, enum repair_rc rc)
+enum og_rc
+repair_finish(struct db *db, enum og_rc rc)
 {
-	if (rc == REPAIR_OK) {
+	if (rc == OG_OK) {
 		enum db_rc c = db_commit(db);
 
 		if (c == DB_OK)
-			return REPAIR_OK;
-		rc = c == DB_UNAVAILABLE ? REPAIR_UNAVAILABLE
-		     : c == DB_CONFLICT  ? REPAIR_CHANGED
-		                         : REPAIR_ERROR;
+			return OG_OK;
+		rc = c == DB_UNAVAILABLE ? OG_UNAVAILABLE
+		     : c == DB_CONFLICT  ? OG_CHANGED
+		                         : OG_ERROR;
 	}
 	db_rollback(db);
 	return rc;
@@ -174,19 +168,19 @@ repair_finish(struct db *db, enum repair_rc rc)
 
 /* out->run_to and out->run_version when the ledger moved the run to `to`
  * (version > 0). */
-static enum repair_rc
+static enum og_rc
 run_moved(struct repair_out *out, enum db_rc rc, long long version, enum run_state to)
 {
 	if (rc == DB_OK && version > 0) {
 		repair_copy(out->run_to, sizeof(out->run_to), ledger_state_name(to));
 		out->run_version = version;
 	}
-	return repair_rc_of(rc);
+	return og_rc_of(rc);
 }
 
 /* Completes the run when this was its last open effect; out->run_to set
  * when it moved. */
-static enum repair_rc
+static enum og_rc
 complete_run(struct db *db, const struct repair_who *who, struct repair_out *out)
 {
 	char actor[256];
@@ -200,7 +194,7 @@ complete_run(struct db *db, const struct repair_who *who, struct repair_out *out
 
 /* --- reads ------------------------------------------------------------------ */
 
-enum repair_rc
+enum og_rc
 repair_dl_list(struct db *db, const struct repair_dl_filter *f, json_t **out)
 {
 	char secs[24], limit[16];
@@ -222,8 +216,8 @@ repair_dl_list(struct db *db, const struct repair_dl_filter *f, json_t **out)
 	if (drc != DB_OK) {
 		/* class 22: the --since timestamp is not one PostgreSQL reads */
 		if (drc == DB_ERROR && strncmp(db_sqlstate(db), "22", 2) == 0)
-			return REPAIR_BAD_INPUT;
-		return repair_rc_of(drc);
+			return OG_BAD_INPUT;
+		return og_rc_of(drc);
 	}
 	list = json_array();
 	for (i = 0; i < PQntuples(res); i++) {
@@ -251,26 +245,26 @@ repair_dl_list(struct db *db, const struct repair_dl_filter *f, json_t **out)
 	}
 	PQclear(res);
 	*out = list;
-	return REPAIR_OK;
+	return OG_OK;
 }
 
-enum repair_rc
+enum og_rc
 repair_dl_show(struct db *db, const struct config *cfg, const char *id, json_t **out)
 {
 	const char *p[2] = { id, NULL };
 	char maxa[16];
 	PGresult *res = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 	json_error_t jerr;
 
 	*out = NULL;
 	if (!repair_is_uuid(id))
-		return REPAIR_NOT_FOUND;
-	if ((rc = repair_rc_of(db_exec(db, &deadletter_st_target, p, &res))) != REPAIR_OK)
+		return OG_NOT_FOUND;
+	if ((rc = og_rc_of(db_exec(db, &deadletter_st_target, p, &res))) != OG_OK)
 		return rc;
 	if (PQntuples(res) != 1) {
 		PQclear(res);
-		return REPAIR_NOT_FOUND;
+		return OG_NOT_FOUND;
 	}
 	if (cfg != NULL) {
 		const struct config_target *t = config_target(cfg, db_get(res, 0, "target"));
@@ -282,30 +276,30 @@ repair_dl_show(struct db *db, const struct config *cfg, const char *id, json_t *
 	}
 	PQclear(res);
 	res = NULL;
-	if ((rc = repair_rc_of(db_exec(db, &deadletter_st_show, p, &res))) != REPAIR_OK)
+	if ((rc = og_rc_of(db_exec(db, &deadletter_st_show, p, &res))) != OG_OK)
 		return rc;
 	if (PQntuples(res) != 1) {
 		PQclear(res);
-		return REPAIR_NOT_FOUND;
+		return OG_NOT_FOUND;
 	}
 	*out = json_loads(db_get(res, 0, "doc"), 0, &jerr);
 	PQclear(res);
-	return *out != NULL ? REPAIR_OK : REPAIR_ERROR;
+	return *out != NULL ? OG_OK : OG_ERROR;
 }
 
-enum repair_rc
+enum og_rc
 repair_approvals_pending(struct db *db, int limit, json_t **out)
 {
 	char lim[16];
 	const char *p[1] = { lim };
 	PGresult *res = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 	json_t *list;
 	int i;
 
 	*out = NULL;
 	snprintf(lim, sizeof(lim), "%d", limit > 0 ? limit : 200);
-	if ((rc = repair_rc_of(db_exec(db, &gate_st_pending, p, &res))) != REPAIR_OK)
+	if ((rc = og_rc_of(db_exec(db, &gate_st_pending, p, &res))) != OG_OK)
 		return rc;
 	list = json_array();
 	for (i = 0; i < PQntuples(res); i++) {
@@ -327,22 +321,22 @@ repair_approvals_pending(struct db *db, int limit, json_t **out)
 	}
 	PQclear(res);
 	*out = list;
-	return REPAIR_OK;
+	return OG_OK;
 }
 
 /* --- changes ----------------------------------------------------------------- */
 
-enum repair_rc
+enum og_rc
 repair_reconcile(struct db *db, const char *effect, bool delivered, const char *provider_id,
                  const char *expect, const struct repair_who *who, struct repair_out *out)
 {
 	PGresult *run = NULL, *res = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 	char ids[REPAIR_ID_LEN + 2];
 	json_t *details = NULL;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, expect, out, &run)) != REPAIR_OK)
+	if ((rc = effect_begin(db, effect, expect, out, &run)) != OG_OK)
 		return rc;
 	PQclear(run);
 	if (strcmp(out->from, "unknown") != 0 && strcmp(out->from, "failed") != 0) {
@@ -350,28 +344,28 @@ repair_reconcile(struct db *db, const char *effect, bool delivered, const char *
 		         "effect is reconciled%s", out->from,
 		         strcmp(out->from, "sending") == 0 ? " (a dispatcher is sending it now)"
 		         : strcmp(out->from, "pending") == 0 ? " (it is waiting to be sent)" : "");
-		rc = REPAIR_WRONG_STATE;
+		rc = OG_WRONG_STATE;
 		goto out;
 	}
 	{
 		const char *p[4] = { out->effect_id, out->from, delivered ? "true" : "false",
 			             provider_id };
 
-		if ((rc = repair_rc_of(db_exec(db, &outbox_st_reconcile, p, &res))) != REPAIR_OK)
+		if ((rc = og_rc_of(db_exec(db, &outbox_st_reconcile, p, &res))) != OG_OK)
 			goto out;
 		if (PQntuples(res) != 1) {
 			snprintf(out->why, sizeof(out->why), "the effect changed while this ran: "
 			         "look again (oncegatectl deadletter show %s)", out->effect_id);
-			rc = REPAIR_CHANGED;
+			rc = OG_CHANGED;
 			goto out;
 		}
 		repair_copy(out->to, sizeof(out->to), db_get(res, 0, "state"));
 	}
-	if (delivered && (rc = complete_run(db, who, out)) != REPAIR_OK)
+	if (delivered && (rc = complete_run(db, who, out)) != OG_OK)
 		goto out;
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
 	if ((rc = resolve_letters(db, ids, delivered ? "delivered" : "not_delivered",
-	                          who->operator_name)) != REPAIR_OK)
+	                          who->operator_name)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:s, s:s*, s:s*}", "finding",
 	                    delivered ? "delivered" : "not_delivered", "state_from", out->from,
@@ -386,25 +380,25 @@ out:
 
 /* One resume; job > 0: the job's item seq is marked done in the same
  * transaction, or nothing happens. */
-enum repair_rc
+enum og_rc
 repair_resume_one(struct db *db, const char *effect, const char *expect,
                   const struct repair_who *who, long long job, int seq, struct repair_out *out)
 {
 	PGresult *run = NULL, *res = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 	char ids[REPAIR_ID_LEN + 2], replayed_as[REPAIR_KEY_MAX];
 	json_t *details = NULL;
 	bool callback;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, expect, out, &run)) != REPAIR_OK)
+	if ((rc = effect_begin(db, effect, expect, out, &run)) != OG_OK)
 		return rc;
 	PQclear(run);
 	run = NULL;
 	{
 		const char *p[2] = { out->client, out->key };
 
-		if ((rc = repair_rc_of(db_exec(db, &jobs_st_replayed_as, p, &run))) != REPAIR_OK)
+		if ((rc = og_rc_of(db_exec(db, &jobs_st_replayed_as, p, &run))) != OG_OK)
 			goto out;
 		repair_copy(replayed_as, sizeof(replayed_as),
 		     PQntuples(run) == 1 ? db_get(run, 0, "replayed_as") : NULL);
@@ -421,7 +415,7 @@ repair_resume_one(struct db *db, const char *effect, const char *expect,
 		                 : strcmp(out->from, "completed") == 0 ? " (it was delivered)"
 		                 : strcmp(out->from, "cancelled") == 0 ? " (it was rejected)"
 		                                                        : " (nothing to resume)");
-		rc = strcmp(out->from, "unknown") == 0 ? REPAIR_NOT_UNDELIVERED : REPAIR_WRONG_STATE;
+		rc = strcmp(out->from, "unknown") == 0 ? OG_NOT_UNDELIVERED : OG_WRONG_STATE;
 		goto out;
 	}
 	/* One event, at most one business effect: the replay carries it now. */
@@ -429,7 +423,7 @@ repair_resume_one(struct db *db, const char *effect, const char *expect,
 		snprintf(out->why, sizeof(out->why), "the run was replayed as \"%.120s\": the "
 		         "event is that run's now, and an effect of the original is never sent again "
 		         "(reject it to close it)", replayed_as);
-		rc = REPAIR_REPLAYED;
+		rc = OG_REPLAYED;
 		goto out;
 	}
 	/* A business effect is resumed only while its run is approved; the
@@ -437,38 +431,38 @@ repair_resume_one(struct db *db, const char *effect, const char *expect,
 	if (!callback && strcmp(out->run_from, ledger_state_name(RUN_APPROVED)) != 0) {
 		snprintf(out->why, sizeof(out->why), "the run is %s, not approved: its effects are "
 		         "not sent any more", out->run_from);
-		rc = REPAIR_WRONG_STATE;
+		rc = OG_WRONG_STATE;
 		goto out;
 	}
 	{
 		const char *p[2] = { out->effect_id, out->from };
 
-		if ((rc = repair_rc_of(db_exec(db, &outbox_st_resume, p, &res))) != REPAIR_OK)
+		if ((rc = og_rc_of(db_exec(db, &outbox_st_resume, p, &res))) != OG_OK)
 			goto out;
 		if (PQntuples(res) != 1) {
 			const char *up[1] = { out->effect_id };
 
 			PQclear(res);
 			res = NULL;
-			if ((rc = repair_rc_of(db_exec(db, &outbox_st_undelivered, up, &res))) != REPAIR_OK)
+			if ((rc = og_rc_of(db_exec(db, &outbox_st_undelivered, up, &res))) != OG_OK)
 				goto out;
 			if (PQntuples(res) == 1 && db_get(res, 0, "yes")[0] == 'f') {
 				snprintf(out->why, sizeof(out->why), "not known undelivered: a send "
 				         "attempt may have reached the provider (of %s sends, one "
 				         "did not record request_sent false); find out and run oncegatectl "
 				         "reconcile first", db_get(res, 0, "sends"));
-				rc = REPAIR_NOT_UNDELIVERED;
+				rc = OG_NOT_UNDELIVERED;
 			} else {
 				snprintf(out->why, sizeof(out->why), "the effect changed while this "
 				         "ran: look again");
-				rc = REPAIR_CHANGED;
+				rc = OG_CHANGED;
 			}
 			goto out;
 		}
 		repair_copy(out->to, sizeof(out->to), "pending");
 	}
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
-	if ((rc = resolve_letters(db, ids, "resumed", who->operator_name)) != REPAIR_OK)
+	if ((rc = resolve_letters(db, ids, "resumed", who->operator_name)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:s}", "state_from", out->from, "state_to", "pending",
 	                    "provider_key", out->provider_key);
@@ -477,7 +471,7 @@ repair_resume_one(struct db *db, const char *effect, const char *expect,
 		json_object_set_new(details, "job_item", json_integer(seq));
 	}
 	rc = repair_record_action(db, who, "resume", out, details);
-	if (rc == REPAIR_OK && job > 0) {
+	if (rc == OG_OK && job > 0) {
 		char j[24], q[16];
 		const char *p[3] = { j, q, out->effect_id };
 
@@ -485,11 +479,11 @@ repair_resume_one(struct db *db, const char *effect, const char *expect,
 		snprintf(q, sizeof(q), "%d", seq);
 		PQclear(res);
 		res = NULL;
-		if ((rc = repair_rc_of(db_exec(db, &jobs_st_resume_done, p, &res))) == REPAIR_OK &&
+		if ((rc = og_rc_of(db_exec(db, &jobs_st_resume_done, p, &res))) == OG_OK &&
 		    PQntuples(res) != 1) {
 			snprintf(out->why, sizeof(out->why), "job %lld item %d is no longer pending "
 			         "(done or refused already)", job, seq);
-			rc = REPAIR_CHANGED;
+			rc = OG_CHANGED;
 		}
 	}
 out:
@@ -498,7 +492,7 @@ out:
 	return repair_finish(db, rc);
 }
 
-enum repair_rc
+enum og_rc
 repair_resume(struct db *db, const char *effect, const char *expect,
               const struct repair_who *who, struct repair_out *out)
 {
@@ -506,7 +500,7 @@ repair_resume(struct db *db, const char *effect, const char *expect,
 }
 
 /* The run → failed_terminal from any of the states in `from` (1u << state). */
-static enum repair_rc
+static enum og_rc
 fail_run(struct db *db, const struct repair_who *who, unsigned from, struct repair_out *out)
 {
 	char actor[256];
@@ -518,18 +512,18 @@ fail_run(struct db *db, const struct repair_who *who, unsigned from, struct repa
 	return run_moved(out, rc, v, RUN_FAILED_TERMINAL);
 }
 
-enum repair_rc
+enum og_rc
 repair_reject_effect(struct db *db, const char *effect, const char *expect,
                      const struct repair_who *who, struct repair_out *out)
 {
 	PGresult *run = NULL, *res = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 	char ids[REPAIR_ID_LEN + 2];
 	json_t *details = NULL;
 	bool callback;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, expect, out, &run)) != REPAIR_OK)
+	if ((rc = effect_begin(db, effect, expect, out, &run)) != OG_OK)
 		return rc;
 	PQclear(run);
 	callback = strcmp(out->type, "decision.callback") == 0;
@@ -543,18 +537,18 @@ repair_reject_effect(struct db *db, const char *effect, const char *expect,
 		         : strcmp(out->from, "completed") == 0
 		                 ? "it was delivered and cannot be taken back"
 		                 : "it was cancelled already");
-		rc = REPAIR_WRONG_STATE;
+		rc = OG_WRONG_STATE;
 		goto out;
 	}
 	{
 		const char *p[2] = { out->effect_id, out->from };
 
-		if ((rc = repair_rc_of(db_exec(db, &outbox_st_reject, p, &res))) != REPAIR_OK)
+		if ((rc = og_rc_of(db_exec(db, &outbox_st_reject, p, &res))) != OG_OK)
 			goto out;
 		if (PQntuples(res) != 1) {
 			snprintf(out->why, sizeof(out->why), "the effect changed while this ran "
 			         "(a dispatcher may have claimed it): look again");
-			rc = REPAIR_CHANGED;
+			rc = OG_CHANGED;
 			goto out;
 		}
 		repair_copy(out->to, sizeof(out->to), "cancelled");
@@ -562,10 +556,10 @@ repair_reject_effect(struct db *db, const char *effect, const char *expect,
 	/* Rejecting the workflow's notification does not reject the business
 	 * decision: that run completes when nothing else is left. */
 	rc = callback ? complete_run(db, who, out) : fail_run(db, who, 1u << RUN_APPROVED, out);
-	if (rc != REPAIR_OK)
+	if (rc != OG_OK)
 		goto out;
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
-	if ((rc = resolve_letters(db, ids, "rejected", who->operator_name)) != REPAIR_OK)
+	if ((rc = resolve_letters(db, ids, "rejected", who->operator_name)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:s, s:s*}", "state_from", out->from, "state_to",
 	                    "cancelled", "run_from", out->run_from, "run_to",
@@ -579,7 +573,7 @@ out:
 
 /* The workflow waiting on a decision hears it (`rejected`, or `expired`
  * when nobody is left to decide), in the caller's transaction. */
-static enum repair_rc
+static enum og_rc
 enqueue_callback(struct db *db, const struct repair_who *who, const char *url,
                  const char *decision, struct repair_out *out)
 {
@@ -588,7 +582,7 @@ enqueue_callback(struct db *db, const struct repair_who *who, const char *url,
 	json_t *cb;
 	char *text, *canon = NULL;
 	size_t clen = 0;
-	enum outbox_rc orc;
+	enum og_rc orc;
 
 	snprintf(subject, sizeof(subject), "operator:%s", who->operator_name);
 	cb = json_pack("{s:s, s:s, s:s, s:s}", "url", url, "key", out->key, "decision", decision,
@@ -598,7 +592,7 @@ enqueue_callback(struct db *db, const struct repair_who *who, const char *url,
 	if (text == NULL || canon_json(text, strlen(text), &canon, &clen) != CANON_OK) {
 		free(text);
 		free(canon);
-		return REPAIR_ERROR;
+		return OG_ERROR;
 	}
 	free(text);
 	canon_hash(canon, clen, hash);
@@ -610,18 +604,18 @@ enqueue_callback(struct db *db, const struct repair_who *who, const char *url,
 	e.payload_hash = hash;
 	orc = outbox_enqueue(db, &e, out->callback_id, nb);
 	free(canon);
-	return orc == OUTBOX_OK            ? REPAIR_OK
-	       : orc == OUTBOX_UNAVAILABLE ? REPAIR_UNAVAILABLE
-	                                   : REPAIR_ERROR;
+	return orc == OG_OK            ? OG_OK
+	       : orc == OG_UNAVAILABLE ? OG_UNAVAILABLE
+	                                   : OG_ERROR;
 }
 
-enum repair_rc
+enum og_rc
 repair_reject_key(struct db *db, const char *client_name, const char *key,
                   const struct repair_who *who, struct repair_out *out)
 {
 	const char *fp[2] = { key, client_name };
 	PGresult *res = NULL, *run = NULL, *eff = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 	json_t *cancelled = NULL, *revoked = NULL, *details = NULL;
 	char *ids = NULL, *url = NULL;
 	int i, sending = 0, unknown = 0;
@@ -629,14 +623,14 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 	memset(out, 0, sizeof(*out));
 	repair_copy(out->key, sizeof(out->key), key);
 	if (db_begin(db) != DB_OK)
-		return REPAIR_UNAVAILABLE;
-	if ((rc = repair_rc_of(db_exec(db, &ledger_st_runs_by_key, fp, &res))) != REPAIR_OK)
+		return OG_UNAVAILABLE;
+	if ((rc = og_rc_of(db_exec(db, &ledger_st_runs_by_key, fp, &res))) != OG_OK)
 		goto out;
 	if (PQntuples(res) == 0) {
 		snprintf(out->why, sizeof(out->why), "no run has the key \"%s\"%s%s", key,
 		         client_name != NULL ? " for client " : "",
 		         client_name != NULL ? client_name : "");
-		rc = REPAIR_NOT_FOUND;
+		rc = OG_NOT_FOUND;
 		goto out;
 	}
 	if (PQntuples(res) > 1) {
@@ -644,7 +638,7 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		         "(%s, %s, …): name one with --client NAME", key,
 		         db_get(res, 0, "client_name") ? db_get(res, 0, "client_name") : "?",
 		         db_get(res, 1, "client_name") ? db_get(res, 1, "client_name") : "?");
-		rc = REPAIR_AMBIGUOUS;
+		rc = OG_AMBIGUOUS;
 		goto out;
 	}
 	repair_copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
@@ -652,10 +646,10 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 	{
 		const char *lp[2] = { out->client, out->key };
 
-		if ((rc = repair_rc_of(db_exec(db, &ledger_st_lock, lp, &run))) != REPAIR_OK)
+		if ((rc = og_rc_of(db_exec(db, &ledger_st_lock, lp, &run))) != OG_OK)
 			goto out;
 		if (PQntuples(run) != 1) {
-			rc = REPAIR_ERROR;
+			rc = OG_ERROR;
 			goto out;
 		}
 		repair_copy(out->run_from, sizeof(out->run_from), db_get(run, 0, "state"));
@@ -663,20 +657,20 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		    strcmp(out->run_from, ledger_state_name(RUN_FAILED_TERMINAL)) == 0) {
 			snprintf(out->why, sizeof(out->why), "the run is %s already: nothing to reject",
 			         out->run_from);
-			rc = REPAIR_WRONG_STATE;
+			rc = OG_WRONG_STATE;
 			goto out;
 		}
 		if (strcmp(out->run_from, ledger_state_name(RUN_PROCESSING)) == 0 &&
 		    (db_get(run, 0, "lease_over") == NULL || db_get(run, 0, "lease_over")[0] != 't')) {
 			snprintf(out->why, sizeof(out->why), "the run is processing under a live lease: "
 			         "the workflow is working on it; wait for its lease to run out");
-			rc = REPAIR_WRONG_STATE;
+			rc = OG_WRONG_STATE;
 			goto out;
 		}
 		if (db_get(run, 0, "callback_url") != NULL &&
 		    strcmp(out->run_from, ledger_state_name(RUN_AWAITING_HUMAN)) == 0)
 			url = strdup(db_get(run, 0, "callback_url"));
-		if ((rc = repair_rc_of(db_exec(db, &outbox_st_lock_run_effects, lp, &eff))) != REPAIR_OK)
+		if ((rc = og_rc_of(db_exec(db, &outbox_st_lock_run_effects, lp, &eff))) != OG_OK)
 			goto out;
 		for (i = 0; i < PQntuples(eff); i++) {
 			sending += strcmp(db_get(eff, i, "state"), "sending") == 0;
@@ -688,12 +682,12 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 			         sending > 0 ? "are being sent now" : "are unknown",
 			         sending > 0 ? "look again in a minute"
 			                     : "the provider may have acted; reconcile them first");
-			rc = REPAIR_WRONG_STATE;
+			rc = OG_WRONG_STATE;
 			goto out;
 		}
 		PQclear(res);
 		res = NULL;
-		if ((rc = repair_rc_of(db_exec(db, &outbox_st_reject_run, lp, &res))) != REPAIR_OK)
+		if ((rc = og_rc_of(db_exec(db, &outbox_st_reject_run, lp, &res))) != OG_OK)
 			goto out;
 		cancelled = json_array();
 		for (i = 0; i < PQntuples(res); i++)
@@ -701,7 +695,7 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		out->count = PQntuples(res);
 		PQclear(res);
 		res = NULL;
-		if ((rc = repair_rc_of(db_exec(db, &gate_st_revoke_run, lp, &res))) != REPAIR_OK)
+		if ((rc = og_rc_of(db_exec(db, &gate_st_revoke_run, lp, &res))) != OG_OK)
 			goto out;
 		revoked = json_array();
 		for (i = 0; i < PQntuples(res); i++)
@@ -711,11 +705,11 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 	                   1u << RUN_AWAITING_HUMAN | 1u << RUN_APPROVED |
 	                       1u << RUN_FAILED_RETRYABLE | 1u << RUN_PROCESSING,
 	                   out))
-	    != REPAIR_OK)
+	    != OG_OK)
 		goto out;
 	if (out->run_to[0] == '\0') {
 		snprintf(out->why, sizeof(out->why), "the run changed while this ran: look again");
-		rc = REPAIR_CHANGED;
+		rc = OG_CHANGED;
 		goto out;
 	}
 	{
@@ -725,7 +719,7 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		json_array_foreach(cancelled, k, v)
 			n += strlen(json_string_value(v)) + 1;
 		if ((ids = malloc(n)) == NULL) {
-			rc = REPAIR_ERROR;
+			rc = OG_ERROR;
 			goto out;
 		}
 		strcpy(ids, "{");
@@ -736,9 +730,9 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		}
 		strcat(ids, "}");
 	}
-	if ((rc = resolve_letters(db, ids, "rejected", who->operator_name)) != REPAIR_OK)
+	if ((rc = resolve_letters(db, ids, "rejected", who->operator_name)) != OG_OK)
 		goto out;
-	if (url != NULL && (rc = enqueue_callback(db, who, url, "rejected", out)) != REPAIR_OK)
+	if (url != NULL && (rc = enqueue_callback(db, who, url, "rejected", out)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:O, s:O, s:s*}", "run_from", out->run_from, "run_to",
 	                    ledger_state_name(RUN_FAILED_TERMINAL), "cancelled_effects", cancelled,
@@ -762,54 +756,54 @@ out:
  * expired, error_class approval_revoked) and a waiting workflow hears
  * `expired`. A run with a decided challenge, or no longer awaiting a
  * person, is left alone. In the revoke's transaction. */
-static enum repair_rc
+static enum og_rc
 end_revoked(struct db *db, const struct repair_who *who, struct repair_out *out)
 {
 	struct ledger_run run = { 0 };
 	char actor[256], *url = NULL;
-	enum ledger_rc lrc;
-	enum repair_rc rc = REPAIR_OK;
+	enum og_rc lrc;
+	enum og_rc rc = OG_OK;
 
 	snprintf(actor, sizeof(actor), "operator:%s", who->operator_name);
 	lrc = ledger_end_undecided(db, atoll(out->client), out->key, "approval_revoked",
 	                           "every approval link was revoked before anyone decided", actor,
 	                           &run, &url);
-	if (lrc == LEDGER_OK) {
+	if (lrc == OG_OK) {
 		repair_copy(out->run_from, sizeof(out->run_from), ledger_state_name(RUN_AWAITING_HUMAN));
 		repair_copy(out->run_to, sizeof(out->run_to), ledger_state_name(RUN_FAILED_TERMINAL));
 		out->run_version = run.version;
 		if (url != NULL)
 			rc = enqueue_callback(db, who, url, "expired", out);
-	} else if (lrc != LEDGER_LEASE_LOST) {
-		rc = lrc == LEDGER_UNAVAILABLE ? REPAIR_UNAVAILABLE : REPAIR_ERROR;
+	} else if (lrc != OG_LEASE_LOST) {
+		rc = lrc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 	}
 	free(url);
 	ledger_run_clear(&run);
 	return rc;
 }
 
-enum repair_rc
+enum og_rc
 repair_approval_revoke(struct db *db, const char *approval_id, const struct repair_who *who,
                        struct repair_out *out)
 {
 	const char *p[1] = { approval_id };
 	PGresult *res = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 	json_t *details = NULL;
 
 	memset(out, 0, sizeof(*out));
 	if (!repair_is_uuid(approval_id)) {
 		snprintf(out->why, sizeof(out->why), "\"%s\" is not an approval id (a UUID)",
 		         approval_id);
-		return REPAIR_NOT_FOUND;
+		return OG_NOT_FOUND;
 	}
 	if (db_begin(db) != DB_OK)
-		return REPAIR_UNAVAILABLE;
-	if ((rc = repair_rc_of(db_exec(db, &gate_st_find_by_id, p, &res))) != REPAIR_OK)
+		return OG_UNAVAILABLE;
+	if ((rc = og_rc_of(db_exec(db, &gate_st_find_by_id, p, &res))) != OG_OK)
 		goto out;
 	if (PQntuples(res) != 1) {
 		snprintf(out->why, sizeof(out->why), "no approval has the id %s", approval_id);
-		rc = REPAIR_NOT_FOUND;
+		rc = OG_NOT_FOUND;
 		goto out;
 	}
 	repair_copy(out->approval_id, sizeof(out->approval_id), db_get(res, 0, "id"));
@@ -820,22 +814,22 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 	if (strcmp(out->from, "pending") != 0 || db_get(res, 0, "expired")[0] == 't') {
 		snprintf(out->why, sizeof(out->why), "the approval is %s: only a pending challenge "
 		         "is revoked", strcmp(out->from, "pending") == 0 ? "expired" : out->from);
-		rc = REPAIR_WRONG_STATE;
+		rc = OG_WRONG_STATE;
 		goto out;
 	}
 	PQclear(res);
 	res = NULL;
-	if ((rc = repair_rc_of(db_exec(db, &gate_st_revoke, p, &res))) != REPAIR_OK)
+	if ((rc = og_rc_of(db_exec(db, &gate_st_revoke, p, &res))) != OG_OK)
 		goto out;
 	if (PQntuples(res) != 1) {
 		snprintf(out->why, sizeof(out->why), "the approval was decided, voided or expired "
 		         "while this ran: look again");
-		rc = REPAIR_CHANGED;
+		rc = OG_CHANGED;
 		goto out;
 	}
 	repair_copy(out->to, sizeof(out->to), "revoked");
 	out->count = (int)db_get_ll(res, 0, "left_pending");
-	if (out->count == 0 && (rc = end_revoked(db, who, out)) != REPAIR_OK)
+	if (out->count == 0 && (rc = end_revoked(db, who, out)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:i, s:s*, s:s*}", "state_from", "pending", "state_to",
 	                    "revoked", "still_pending", out->count, "run_to",
@@ -850,21 +844,21 @@ out:
 
 /* --- cancel inside the window ------------------------------------------------- */
 
-enum repair_rc
+enum og_rc
 repair_cancel_window(struct db *db, const char *effect, const struct repair_who *who,
                      struct repair_out *out)
 {
 	struct ledger_run run = { 0 };
 	PGresult *locked = NULL;
 	json_t *ids = NULL, *details = NULL, *v;
-	enum repair_rc rc;
-	enum ledger_rc lrc;
+	enum og_rc rc;
+	enum og_rc lrc;
 	char actor[256];
 	bool named = false;
 	size_t i;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, NULL, out, &locked)) != REPAIR_OK)
+	if ((rc = effect_begin(db, effect, NULL, out, &locked)) != OG_OK)
 		return rc;
 	PQclear(locked);
 	if (strcmp(out->from, "pending") != 0) {
@@ -874,12 +868,12 @@ repair_cancel_window(struct db *db, const char *effect, const struct repair_who 
 		                 strcmp(out->from, "unknown") == 0
 		             ? " (it went out, or is going out)"
 		             : "");
-		rc = REPAIR_WRONG_STATE;
+		rc = OG_WRONG_STATE;
 		goto out;
 	}
 	/* the owning client's cancel, the same statements */
-	if (outbox_cancel_window(db, atoll(out->client), out->key, &ids) != OUTBOX_OK) {
-		rc = REPAIR_UNAVAILABLE;
+	if (outbox_cancel_window(db, atoll(out->client), out->key, &ids) != OG_OK) {
+		rc = OG_UNAVAILABLE;
 		goto out;
 	}
 	json_array_foreach(ids, i, v)
@@ -889,17 +883,17 @@ repair_cancel_window(struct db *db, const char *effect, const struct repair_who 
 		         "(not_before %s): it is due to be sent, or was never delayed; "
 		         "`oncegatectl reject EFFECT` stops an effect that waits outside a window",
 		         out->not_before[0] ? out->not_before : "?");
-		rc = REPAIR_WINDOW_CLOSED;
+		rc = OG_WINDOW_CLOSED;
 		goto out;
 	}
 	snprintf(actor, sizeof(actor), "operator:%s", who->operator_name);
 	lrc = ledger_cancel_by(db, atoll(out->client), out->key, who->reason, actor, &run);
-	if (lrc != LEDGER_OK) {
+	if (lrc != OG_OK) {
 		snprintf(out->why, sizeof(out->why), "the run is %s, not approved: look again",
 		         out->run_from);
-		rc = lrc == LEDGER_UNAVAILABLE ? REPAIR_UNAVAILABLE
-		     : lrc == LEDGER_LEASE_LOST ? REPAIR_CHANGED
-		                                : REPAIR_ERROR;
+		rc = lrc == OG_UNAVAILABLE ? OG_UNAVAILABLE
+		     : lrc == OG_LEASE_LOST ? OG_CHANGED
+		                                : OG_ERROR;
 		goto out;
 	}
 	repair_copy(out->to, sizeof(out->to), "cancelled");

@@ -11,23 +11,23 @@
 #include "repair.h"
 #include "repair_int.h"
 
-enum repair_rc
+enum og_rc
 repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 {
 	size_t len = 3;
 	char *arr, *p;
 	const char *params[1];
 	PGresult *res = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 	int i;
 
 	for (i = 0; i < n; i++) {
 		if (!repair_is_uuid(items[i].given))
-			return REPAIR_BAD_INPUT;
+			return OG_BAD_INPUT;
 		len += strlen(items[i].given) + 1;
 	}
 	if ((arr = malloc(len)) == NULL)
-		return REPAIR_ERROR;
+		return OG_ERROR;
 	p = arr;
 	*p++ = '{';
 	for (i = 0; i < n; i++)
@@ -35,13 +35,13 @@ repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 	*p++ = '}';
 	*p = '\0';
 	params[0] = arr;
-	rc = repair_rc_of(db_exec(db, &jobs_st_resume_check, params, &res));
+	rc = og_rc_of(db_exec(db, &jobs_st_resume_check, params, &res));
 	free(arr);
-	if (rc != REPAIR_OK)
+	if (rc != OG_OK)
 		return rc;
 	if (PQntuples(res) != n) {
 		PQclear(res);
-		return REPAIR_ERROR;
+		return OG_ERROR;
 	}
 	for (i = 0; i < n; i++) {
 		struct repair_bulk_item *it = &items[i];
@@ -88,10 +88,10 @@ repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 		}
 	}
 	PQclear(res);
-	return REPAIR_OK;
+	return OG_OK;
 }
 
-enum repair_rc
+enum og_rc
 repair_bulk_create(struct db *db, const char *source, double rate, const struct repair_who *who,
                    const struct repair_bulk_item *items, int n, long long *job_id)
 {
@@ -99,18 +99,18 @@ repair_bulk_create(struct db *db, const char *source, double rate, const struct 
 	struct repair_out out;
 	PGresult *res = NULL;
 	json_t *details = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 	int i;
 
 	memset(&out, 0, sizeof(out));
 	*job_id = 0;
 	snprintf(rate_s, sizeof(rate_s), "%.6f", rate);
 	if (db_begin(db) != DB_OK)
-		return REPAIR_UNAVAILABLE;
+		return OG_UNAVAILABLE;
 	{
 		const char *p[4] = { who->operator_name, who->reason, source, rate_s };
 
-		if ((rc = repair_rc_of(db_exec(db, &jobs_st_resume_create, p, &res))) != REPAIR_OK)
+		if ((rc = og_rc_of(db_exec(db, &jobs_st_resume_create, p, &res))) != OG_OK)
 			goto out;
 		*job_id = db_get_ll(res, 0, "id");
 		PQclear(res);
@@ -121,7 +121,7 @@ repair_bulk_create(struct db *db, const char *source, double rate, const struct 
 		const char *p[4] = { jid, seq, items[i].effect_id, items[i].given };
 
 		snprintf(seq, sizeof(seq), "%d", items[i].seq);
-		if ((rc = repair_rc_of(db_exec(db, &jobs_st_resume_item, p, &res))) != REPAIR_OK)
+		if ((rc = og_rc_of(db_exec(db, &jobs_st_resume_item, p, &res))) != OG_OK)
 			goto out;
 		PQclear(res);
 		res = NULL;
@@ -135,20 +135,20 @@ out:
 	return repair_finish(db, rc);
 }
 
-enum repair_rc
+enum og_rc
 repair_bulk_next(struct db *db, long long job_id, int *seq, char effect_id[REPAIR_ID_LEN],
                  bool *stop)
 {
 	char jid[24];
 	const char *p[1] = { jid };
 	PGresult *res = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 	const char *v;
 
 	*seq = 0;
 	effect_id[0] = '\0';
 	snprintf(jid, sizeof(jid), "%lld", job_id);
-	if ((rc = repair_rc_of(db_exec(db, &jobs_st_resume_next, p, &res))) != REPAIR_OK)
+	if ((rc = og_rc_of(db_exec(db, &jobs_st_resume_next, p, &res))) != OG_OK)
 		return rc;
 	v = db_get(res, 0, "stop");
 	*stop = v != NULL && v[0] == 't';
@@ -157,27 +157,27 @@ repair_bulk_next(struct db *db, long long job_id, int *seq, char effect_id[REPAI
 		repair_copy(effect_id, REPAIR_ID_LEN, db_get(res, 0, "effect_id"));
 	}
 	PQclear(res);
-	return REPAIR_OK;
+	return OG_OK;
 }
 
-enum repair_rc
+enum og_rc
 repair_bulk_resume(struct db *db, long long job_id, int seq, const char *effect_id,
                    const struct repair_who *who, struct repair_out *out)
 {
 	return repair_resume_one(db, effect_id, NULL, who, job_id, seq, out);
 }
 
-enum repair_rc
+enum og_rc
 repair_bulk_refuse(struct db *db, long long job_id, int seq, const char *why)
 {
 	char jid[24], q[16];
 	const char *p[3] = { jid, q, why };
 	PGresult *res = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 
 	snprintf(jid, sizeof(jid), "%lld", job_id);
 	snprintf(q, sizeof(q), "%d", seq);
-	rc = repair_rc_of(db_exec(db, &jobs_st_resume_refuse, p, &res));
+	rc = og_rc_of(db_exec(db, &jobs_st_resume_refuse, p, &res));
 	PQclear(res);
 	return rc;
 }

@@ -27,23 +27,6 @@
 #include "replay.h"
 #include "token.h"
 
-static const char *const rc_names[] = {
-	"ok", "not_found", "ambiguous", "exists", "not_finished", "no_payload",
-	"no_approvers", "done_already", "needs_force", "unavailable", "error",
-};
-
-const char *
-replay_rc_name(enum replay_rc rc)
-{
-	return (unsigned)rc < sizeof(rc_names) / sizeof(rc_names[0]) ? rc_names[rc] : "error";
-}
-
-static enum replay_rc
-rc_of(enum db_rc rc)
-{
-	return rc == DB_UNAVAILABLE ? REPLAY_UNAVAILABLE : REPLAY_ERROR;
-}
-
 /* The links hold raw tokens: wiped before they are freed. */
 static void
 wipe_links(struct replay_result *r)
@@ -78,7 +61,7 @@ replay_item_clear(struct replay_item *it)
 	memset(it, 0, sizeof(*it));
 }
 
-enum replay_rc
+enum og_rc
 replay_client_id(struct db *db, const char *name, long long *id)
 {
 	const char *p[1] = { name };
@@ -86,14 +69,14 @@ replay_client_id(struct db *db, const char *name, long long *id)
 	enum db_rc rc;
 
 	if ((rc = db_exec(db, &clients_st_id, p, &res)) != DB_OK)
-		return rc_of(rc);
+		return og_rc_of(rc);
 	if (PQntuples(res) != 1) {
 		PQclear(res);
-		return REPLAY_NOT_FOUND;
+		return OG_NOT_FOUND;
 	}
 	*id = db_get_ll(res, 0, "id");
 	PQclear(res);
-	return REPLAY_OK;
+	return OG_OK;
 }
 
 /* What the new run will carry, decided from the original before any write. */
@@ -131,16 +114,16 @@ dup_col(const PGresult *res, const char *col)
 	return v != NULL ? strdup(v) : NULL;
 }
 
-/* Reads the original and decides; REPLAY_OK with the plan filled, or a
+/* Reads the original and decides; OG_OK with the plan filled, or a
  * refusal with out->message saying why. Writes nothing. */
-static enum replay_rc
+static enum og_rc
 replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
             struct replay_result *out)
 {
 	char cid[24];
 	const char *params[2] = { req->key, NULL };
 	PGresult *res = NULL;
-	enum replay_rc rrc;
+	enum og_rc rrc;
 	enum db_rc rc;
 	const char *state;
 	json_t *output = NULL, *errors = NULL;
@@ -152,33 +135,33 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		long long id;
 
 		rrc = replay_client_id(db, req->client, &id);
-		if (rrc == REPLAY_NOT_FOUND)
+		if (rrc == OG_NOT_FOUND)
 			snprintf(out->message, sizeof(out->message), "no API client named \"%s\"",
 			         req->client);
-		if (rrc != REPLAY_OK)
+		if (rrc != OG_OK)
 			return rrc;
 		snprintf(cid, sizeof(cid), "%lld", id);
 		params[1] = cid;
 	}
 	if (!req->dry_run) {
 		if ((rc = db_exec(db, &ledger_st_lock_original, params, &res)) != DB_OK)
-			return rc_of(rc);
+			return og_rc_of(rc);
 		PQclear(res);
 		res = NULL;
 	}
 	if ((rc = db_exec(db, &ledger_st_original, params, &res)) != DB_OK)
-		return rc_of(rc);
+		return og_rc_of(rc);
 	if (PQntuples(res) == 0) {
 		snprintf(out->message, sizeof(out->message), "no run has the key \"%s\"%s%s",
 		         req->key, req->client ? " for client " : "", req->client ? req->client : "");
-		rrc = REPLAY_NOT_FOUND;
+		rrc = OG_NOT_FOUND;
 		goto out;
 	}
 	if (PQntuples(res) > 1) {
 		snprintf(out->message, sizeof(out->message),
 		         "the key \"%s\" exists for several API clients; name one with --client",
 		         req->key);
-		rrc = REPLAY_AMBIGUOUS;
+		rrc = OG_AMBIGUOUS;
 		goto out;
 	}
 	p->client_id = out->client_id = db_get_ll(res, 0, "client_id");
@@ -189,14 +172,14 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		snprintf(out->message, sizeof(out->message),
 		         "the original is %s: it is still live; let it finish or reject it "
 		         "before replaying", state);
-		rrc = REPLAY_NOT_FINISHED;
+		rrc = OG_NOT_FINISHED;
 		goto out;
 	}
 	if (ledger_state_parse(state) == RUN_FAILED_RETRYABLE) {
 		snprintf(out->message, sizeof(out->message),
 		         "the original is failed_retryable: its workflow may still retry it under "
 		         "its own key, and a replay would run the event twice; reject it first");
-		rrc = REPLAY_NOT_FINISHED;
+		rrc = OG_NOT_FINISHED;
 		goto out;
 	}
 	if (db_get_ll(res, 0, "live_effects") > 0) {
@@ -204,7 +187,7 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		         "an effect of the original is still pending (or its decision callback is "
 		         "in flight): reject or cancel it first, or the business effect could "
 		         "happen twice");
-		rrc = REPLAY_NOT_FINISHED;
+		rrc = OG_NOT_FINISHED;
 		goto out;
 	}
 	if (db_get(res, 0, "sent") != NULL) {
@@ -215,7 +198,7 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 			         "could do it a second time; if it must be done again, replay this key "
 			         "alone with --force and say why in --reason (a bulk job never forces)",
 			         p->sent);
-			rrc = REPLAY_NEEDS_FORCE;
+			rrc = OG_NEEDS_FORCE;
 			goto out;
 		}
 	}
@@ -223,7 +206,7 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		snprintf(out->message, sizeof(out->message),
 		         "the original's payload was purged by retention; give the corrected "
 		         "payload with --payload FILE");
-		rrc = REPLAY_NO_PAYLOAD;
+		rrc = OG_NO_PAYLOAD;
 		goto out;
 	}
 	p->payload = req->payload ? strdup(req->payload) : dup_col(res, "payload");
@@ -255,7 +238,7 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		snprintf(out->message, sizeof(out->message),
 		         "the original's contract \"%s\" is not loaded: there is no one to ask for "
 		         "the fresh approval", db_get(res, 0, "contract"));
-		rrc = REPLAY_NO_APPROVERS;
+		rrc = OG_NO_APPROVERS;
 		goto out;
 	}
 	/* A draft answers the contract it was written for: once the contract
@@ -272,7 +255,7 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 	output = json_loads(db_get(res, 0, "output"), JSON_DECODE_ANY, NULL);
 	errors = output != NULL ? contract_validate(p->c, output) : NULL;
 	if (errors == NULL) {
-		rrc = REPLAY_ERROR;
+		rrc = OG_ERROR;
 		snprintf(out->message, sizeof(out->message), "the stored output cannot be read");
 		goto out;
 	}
@@ -287,7 +270,7 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		snprintf(out->message, sizeof(out->message),
 		         "contract %s names no approver: a replay always goes to a person",
 		         contract_name(p->c));
-		rrc = REPLAY_NO_APPROVERS;
+		rrc = OG_NO_APPROVERS;
 		goto out;
 	}
 	p->human = true;
@@ -302,12 +285,12 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 	         "the original's model output (output_hash %s) is carried to a fresh approval "
 	         "under contract %s; it was drafted for the original event",
 	         p->output_hash ? p->output_hash : "?", p->contract);
-	rrc = REPLAY_OK;
+	rrc = OG_OK;
 	goto out;
 retryable:
 	snprintf(out->start_state, sizeof(out->start_state), "%s",
 	         ledger_state_name(RUN_FAILED_RETRYABLE));
-	rrc = REPLAY_OK;
+	rrc = OG_OK;
 out:
 	json_decref(output);
 	json_decref(errors);
@@ -317,32 +300,32 @@ out:
 
 /* Fresh challenges for the contract's approvers, as the output handler
  * creates them; the raw links go to out->approvals only. */
-static enum replay_rc
+static enum og_rc
 replay_challenges(struct db *db, const struct replay_req *req, const struct plan *p,
                   struct replay_result *out)
 {
 	json_t *decisions = contract_allowed_decisions(p->c);
-	enum replay_rc rrc = REPLAY_OK;
+	enum og_rc rrc = OG_OK;
 	size_t i;
 
 	out->approvals = json_array();
 	for (i = 0; i < contract_approver_count(p->c); i++) {
 		char token[TOKEN_TEXT_LEN + 1], id[GATE_ID_LEN], expires[GATE_TS_LEN];
 		unsigned char hash[TOKEN_HASH_LEN];
-		enum gate_rc grc;
+		enum og_rc grc;
 		struct buf url;
 
 		if (token_new(token, hash) != 0) {
 			snprintf(out->message, sizeof(out->message), "the CSPRNG failed");
-			rrc = REPLAY_ERROR;
+			rrc = OG_ERROR;
 			break;
 		}
 		grc = gate_create(db, p->client_id, req->new_key, contract_approver(p->c, i),
 		                  decisions, req->operator_name, contract_separation_of_duties(p->c),
 		                  contract_expires_seconds(p->c), hash, p->effect, NULL, id, expires);
-		if (grc != GATE_OK) {
+		if (grc != OG_OK) {
 			digest_wipe(token, sizeof(token));
-			rrc = grc == GATE_UNAVAILABLE ? REPLAY_UNAVAILABLE : REPLAY_ERROR;
+			rrc = grc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 			break;
 		}
 		buf_init(&url, 4096);
@@ -350,7 +333,7 @@ replay_challenges(struct db *db, const struct replay_req *req, const struct plan
 		               token) != 0) {
 			buf_free(&url);
 			digest_wipe(token, sizeof(token));
-			rrc = REPLAY_ERROR;
+			rrc = OG_ERROR;
 			break;
 		}
 		json_array_append_new(out->approvals,
@@ -365,7 +348,7 @@ replay_challenges(struct db *db, const struct replay_req *req, const struct plan
 	return rrc;
 }
 
-static enum replay_rc
+static enum og_rc
 exec_one(struct db *db, const struct db_stmt *st, const char *const *params, int want_rows)
 {
 	PGresult *res;
@@ -373,32 +356,32 @@ exec_one(struct db *db, const struct db_stmt *st, const char *const *params, int
 	int n;
 
 	if ((rc = db_exec(db, st, params, &res)) != DB_OK)
-		return rc_of(rc);
+		return og_rc_of(rc);
 	n = PQntuples(res);
 	PQclear(res);
-	return want_rows < 0 || n == want_rows ? REPLAY_OK : REPLAY_DONE_ALREADY;
+	return want_rows < 0 || n == want_rows ? OG_OK : OG_DONE_ALREADY;
 }
 
 /* The record of what an operator did (operator, action, reason, client,
  * key, details), in the transaction of the change itself. */
-static enum replay_rc
+static enum og_rc
 record_action(struct db *db, const char *const *p)
 {
 	struct oplog_action a = { .operator_name = p[0], .action = p[1], .reason = p[2],
 		                  .client_id = p[3], .key = p[4], .details = p[5] };
 	enum db_rc rc = oplog_record(db, &a, NULL);
 
-	return rc == DB_OK ? REPLAY_OK : rc == DB_UNAVAILABLE ? REPLAY_UNAVAILABLE : REPLAY_ERROR;
+	return rc == DB_OK ? OG_OK : rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 }
 
-enum replay_rc
+enum og_rc
 replay_run(struct db *db, const struct replay_req *req, struct replay_result *out)
 {
 	struct plan p = { 0 };
 	char job[24], seq[24];
 	char *details = NULL, *event_reason = NULL;
 	const char *source = req->payload != NULL ? "corrected" : "original";
-	enum replay_rc rrc;
+	enum og_rc rrc;
 	PGresult *res = NULL;
 	enum db_rc rc;
 	bool in_tx = false;
@@ -411,25 +394,25 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		snprintf(out->message, sizeof(out->message),
 		         "the new key is the original's key: a correction needs a new key issued "
 		         "upstream");
-		return REPLAY_EXISTS;
+		return OG_EXISTS;
 	}
 	/* The rules are checked under the original's row lock (ledger_st_original),
 	 * held until the replay commits. */
 	if (!req->dry_run) {
 		if ((rc = db_begin(db)) != DB_OK) {
-			rrc = rc_of(rc);
+			rrc = og_rc_of(rc);
 			goto out;
 		}
 		in_tx = true;
 	}
-	if ((rrc = replay_plan(db, req, &p, out)) != REPLAY_OK)
+	if ((rrc = replay_plan(db, req, &p, out)) != OG_OK)
 		goto out;
 	snprintf(out->forced_past, sizeof(out->forced_past), "%s", p.sent);
 	{
 		const char *params[2] = { p.client, req->new_key };
 
 		if ((rc = db_exec(db, &ledger_st_exists, params, &res)) != DB_OK) {
-			rrc = rc_of(rc);
+			rrc = og_rc_of(rc);
 			goto out;
 		}
 		if (PQntuples(res) > 0) {
@@ -437,7 +420,7 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 			         "the new key \"%s\" exists already: a replay never touches an "
 			         "existing run; ask upstream for a key that was never used",
 			         req->new_key);
-			rrc = REPLAY_EXISTS;
+			rrc = OG_EXISTS;
 			goto out;
 		}
 		PQclear(res);
@@ -465,7 +448,7 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		json_decref(d);
 	}
 	if (details == NULL || event_reason == NULL) {
-		rrc = REPLAY_ERROR;
+		rrc = OG_ERROR;
 		goto out;
 	}
 	{
@@ -479,26 +462,26 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		};
 
 		if ((rc = db_exec(db, &ledger_st_replay, params, &res)) != DB_OK) {
-			rrc = rc_of(rc);
+			rrc = og_rc_of(rc);
 			goto out;
 		}
 		if (PQntuples(res) != 1) {
 			snprintf(out->message, sizeof(out->message),
 			         "the new key \"%s\" exists already (created a moment ago)", req->new_key);
-			rrc = REPLAY_EXISTS;
+			rrc = OG_EXISTS;
 			goto out;
 		}
 		PQclear(res);
 		res = NULL;
 	}
-	if (p.human && (rrc = replay_challenges(db, req, &p, out)) != REPLAY_OK)
+	if (p.human && (rrc = replay_challenges(db, req, &p, out)) != OG_OK)
 		goto out;
 	{
 		const char *params[9] = { p.client, req->key, req->new_key, req->operator_name,
 			                  req->reason, source, p.payload_hash, out->start_state,
 			                  req->job_id > 0 ? job : NULL };
 
-		if ((rrc = exec_one(db, &jobs_st_link, params, 1)) != REPLAY_OK)
+		if ((rrc = exec_one(db, &jobs_st_link, params, 1)) != OG_OK)
 			goto out;
 	}
 	{
@@ -507,7 +490,7 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		                                     req->operator_name, &letters);
 
 		if (drc != DB_OK) {
-			rrc = drc == DB_UNAVAILABLE ? REPLAY_UNAVAILABLE : REPLAY_ERROR;
+			rrc = drc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 			goto out;
 		}
 		out->letters = letters;
@@ -515,7 +498,7 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 	if (req->job_id > 0) {
 		const char *params[3] = { job, seq, out->start_state };
 
-		if ((rrc = exec_one(db, &jobs_st_replay_done, params, 1)) != REPLAY_OK) {
+		if ((rrc = exec_one(db, &jobs_st_replay_done, params, 1)) != OG_OK) {
 			snprintf(out->message, sizeof(out->message),
 			         "job %lld item %d is no longer pending", req->job_id, req->job_seq);
 			goto out;
@@ -525,23 +508,23 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		const char *params[6] = { req->operator_name, "replay", req->reason, p.client,
 			                  req->new_key, details };
 
-		if ((rrc = record_action(db, params)) != REPLAY_OK)
+		if ((rrc = record_action(db, params)) != OG_OK)
 			goto out;
 	}
 	if ((rc = db_commit(db)) != DB_OK) {
 		in_tx = false;
-		rrc = rc == DB_CONFLICT ? REPLAY_EXISTS : rc_of(rc);
+		rrc = rc == DB_CONFLICT ? OG_EXISTS : og_rc_of(rc);
 		snprintf(out->message, sizeof(out->message), "the commit failed: %s", db_error(db));
 		goto out;
 	}
 	in_tx = false;
-	rrc = REPLAY_OK;
+	rrc = OG_OK;
 out:
 	if (in_tx)
 		db_rollback(db);
-	if (rrc != REPLAY_OK)
+	if (rrc != OG_OK)
 		wipe_links(out); /* rolled back: those links open nothing; never show them */
-	if (rrc != REPLAY_OK && out->message[0] == '\0')
+	if (rrc != OG_OK && out->message[0] == '\0')
 		snprintf(out->message, sizeof(out->message), "%s", db_error(db));
 	PQclear(res);
 	plan_clear(&p);
@@ -552,7 +535,7 @@ out:
 
 /* ---- bulk jobs ------------------------------------------------------------ */
 
-enum replay_rc
+enum og_rc
 replay_job_create(struct db *db, long long client_id, const char *source, double rate,
                   const char *operator_name, const char *reason,
                   const struct replay_item *items, int n, long long *job_id)
@@ -560,19 +543,19 @@ replay_job_create(struct db *db, long long client_id, const char *source, double
 	char cid[24], rate_s[32], jid[24], seq[24];
 	char *details = NULL;
 	PGresult *res = NULL;
-	enum replay_rc rrc = REPLAY_OK;
+	enum og_rc rrc = OG_OK;
 	enum db_rc rc;
 	int i;
 
 	snprintf(cid, sizeof(cid), "%lld", client_id);
 	snprintf(rate_s, sizeof(rate_s), "%.6f", rate);
 	if ((rc = db_begin(db)) != DB_OK)
-		return rc_of(rc);
+		return og_rc_of(rc);
 	{
 		const char *params[5] = { operator_name, reason, source, cid, rate_s };
 
 		if ((rc = db_exec(db, &jobs_st_replay_create, params, &res)) != DB_OK) {
-			rrc = rc_of(rc);
+			rrc = og_rc_of(rc);
 			goto out;
 		}
 		*job_id = db_get_ll(res, 0, "id");
@@ -584,7 +567,7 @@ replay_job_create(struct db *db, long long client_id, const char *source, double
 		const char *params[4] = { jid, seq, items[i].key, items[i].new_key };
 
 		snprintf(seq, sizeof(seq), "%d", items[i].seq);
-		if ((rrc = exec_one(db, &jobs_st_replay_item, params, -1)) != REPLAY_OK)
+		if ((rrc = exec_one(db, &jobs_st_replay_item, params, -1)) != OG_OK)
 			goto out;
 	}
 	{
@@ -597,18 +580,18 @@ replay_job_create(struct db *db, long long client_id, const char *source, double
 		json_decref(d);
 		params[5] = details;
 		if (details == NULL) {
-			rrc = REPLAY_ERROR;
+			rrc = OG_ERROR;
 			goto out;
 		}
-		if ((rrc = record_action(db, params)) != REPLAY_OK)
+		if ((rrc = record_action(db, params)) != OG_OK)
 			goto out;
 	}
 	if ((rc = db_commit(db)) != DB_OK) {
 		free(details);
-		return rc_of(rc);
+		return og_rc_of(rc);
 	}
 	free(details);
-	return REPLAY_OK;
+	return OG_OK;
 out:
 	PQclear(res);
 	db_rollback(db);
@@ -616,7 +599,18 @@ out:
 	return rrc;
 }
 
-static enum replay_rc
+/* Ends a transaction: commits when rrc is OG_OK, else rolls back. */
+static enum og_rc
+tx_end(struct db *db, enum og_rc rrc)
+{
+	if (rrc != OG_OK) {
+		db_rollback(db);
+		return rrc;
+	}
+	return og_rc_of(db_commit(db));
+}
+
+static enum og_rc
 job_action(struct db *db, long long job_id, long long client_id, const char *action,
            const char *operator_name, const char *reason)
 {
@@ -624,20 +618,20 @@ job_action(struct db *db, long long job_id, long long client_id, const char *act
 	json_t *d = json_pack("{s:I}", "job_id", (json_int_t)job_id);
 	const char *params[6] = { operator_name, action, reason, client_id > 0 ? cid : NULL,
 		                  NULL, NULL };
-	enum replay_rc rrc;
+	enum og_rc rrc;
 
 	snprintf(cid, sizeof(cid), "%lld", client_id);
 	details = d != NULL ? json_dumps(d, JSON_COMPACT) : NULL;
 	json_decref(d);
 	if (details == NULL)
-		return REPLAY_ERROR;
+		return OG_ERROR;
 	params[5] = details;
 	rrc = record_action(db, params);
 	free(details);
 	return rrc;
 }
 
-enum replay_rc
+enum og_rc
 replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
                 const char *operator_name, const char *reason, long long *client_id,
                 double *rate, char *msg, size_t msglen)
@@ -646,17 +640,17 @@ replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
 	char jid[24];
 	const char *params[1] = { jid };
 	PGresult *res = NULL;
-	enum replay_rc rrc;
+	enum og_rc rrc;
 	enum db_rc rc;
 	const char *state;
 
 	snprintf(jid, sizeof(jid), "%lld", job_id);
 	if ((rc = db_exec(db, &jobs_st_lock, params, &res)) != DB_OK)
-		return rc_of(rc);
+		return og_rc_of(rc);
 	if (PQntuples(res) != 1) {
 		snprintf(msg, msglen, "no job %lld", job_id);
 		PQclear(res);
-		return REPLAY_NOT_FOUND;
+		return OG_NOT_FOUND;
 	}
 	if (strcmp(db_get(res, 0, "kind"), kind) != 0) {
 		/* the other kind's runner continues it; this session's lock on it
@@ -666,7 +660,7 @@ replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
 		         strcmp(db_get(res, 0, "kind"), "resume") == 0 ? "resume --job JOB"
 		                                                        : "replay --resume JOB");
 		PQclear(res);
-		return REPLAY_NOT_FOUND;
+		return OG_NOT_FOUND;
 	}
 	state = db_get(res, 0, "state");
 	*client_id = db_get_ll(res, 0, "client_id");
@@ -675,33 +669,27 @@ replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
 		snprintf(msg, msglen, "job %lld is being run by another oncegatectl right now",
 		         job_id);
 		PQclear(res);
-		return REPLAY_NOT_FINISHED;
+		return OG_NOT_FINISHED;
 	}
 	if (strcmp(state, "completed") == 0) {
 		snprintf(msg, msglen, "job %lld is completed: every item was done or refused",
 		         job_id);
 		PQclear(res);
-		return REPLAY_NOT_FINISHED;
+		return OG_NOT_FINISHED;
 	}
 	PQclear(res);
 	if (!resume)
-		return REPLAY_OK;
+		return OG_OK;
 	/* a resume: the job was stopped, or its runner died while running */
 	if ((rc = db_begin(db)) != DB_OK)
-		return rc_of(rc);
+		return og_rc_of(rc);
 	snprintf(action, sizeof(action), "%s.job_resumed", kind);
-	if ((rrc = exec_one(db, &jobs_st_run, params, 1)) != REPLAY_OK ||
-	    (rrc = job_action(db, job_id, *client_id, action, operator_name, reason)) !=
-	        REPLAY_OK) {
-		db_rollback(db);
-		return rrc;
-	}
-	if ((rc = db_commit(db)) != DB_OK)
-		return rc_of(rc);
-	return REPLAY_OK;
+	if ((rrc = exec_one(db, &jobs_st_run, params, 1)) == OG_OK)
+		rrc = job_action(db, job_id, *client_id, action, operator_name, reason);
+	return tx_end(db, rrc);
 }
 
-enum replay_rc
+enum og_rc
 replay_job_next(struct db *db, long long job_id, struct replay_item *item, bool *stop)
 {
 	char jid[24];
@@ -713,7 +701,7 @@ replay_job_next(struct db *db, long long job_id, struct replay_item *item, bool 
 	memset(item, 0, sizeof(*item));
 	snprintf(jid, sizeof(jid), "%lld", job_id);
 	if ((rc = db_exec(db, &jobs_st_replay_next, params, &res)) != DB_OK)
-		return rc_of(rc);
+		return og_rc_of(rc);
 	v = db_get(res, 0, "stop");
 	*stop = v != NULL && v[0] == 't';
 	if (db_get(res, 0, "seq") != NULL) {
@@ -723,14 +711,14 @@ replay_job_next(struct db *db, long long job_id, struct replay_item *item, bool 
 		if (item->key == NULL || item->new_key == NULL) {
 			PQclear(res);
 			replay_item_clear(item);
-			return REPLAY_ERROR;
+			return OG_ERROR;
 		}
 	}
 	PQclear(res);
-	return REPLAY_OK;
+	return OG_OK;
 }
 
-enum replay_rc
+enum og_rc
 replay_job_refuse(struct db *db, long long job_id, int seq, const char *detail)
 {
 	char jid[24], s[24];
@@ -741,13 +729,12 @@ replay_job_refuse(struct db *db, long long job_id, int seq, const char *detail)
 	return exec_one(db, &jobs_st_replay_refuse, params, -1);
 }
 
-enum replay_rc
+enum og_rc
 replay_job_finish(struct db *db, long long job_id, bool completed, const char *operator_name,
                   const char *why)
 {
 	char jid[24];
 	const char *params[3] = { jid, completed ? "completed" : "stopped", operator_name };
-	enum replay_rc rrc;
 	enum db_rc rc;
 	PGresult *res;
 	long long client_id = 0;
@@ -755,10 +742,10 @@ replay_job_finish(struct db *db, long long job_id, bool completed, const char *o
 
 	snprintf(jid, sizeof(jid), "%lld", job_id);
 	if ((rc = db_begin(db)) != DB_OK)
-		return rc_of(rc);
+		return og_rc_of(rc);
 	if ((rc = db_exec(db, &jobs_st_finish, params, &res)) != DB_OK) {
 		db_rollback(db);
-		return rc_of(rc);
+		return og_rc_of(rc);
 	}
 	if (PQntuples(res) == 1) {
 		client_id = db_get_ll(res, 0, "client_id");
@@ -766,33 +753,27 @@ replay_job_finish(struct db *db, long long job_id, bool completed, const char *o
 	}
 	PQclear(res);
 	/* a stop is an operator's action too: who stopped it and why */
-	if (!completed &&
-	    (rrc = job_action(db, job_id, client_id, action, operator_name, why)) != REPLAY_OK) {
-		db_rollback(db);
-		return rrc;
-	}
-	if ((rc = db_commit(db)) != DB_OK)
-		return rc_of(rc);
-	return REPLAY_OK;
+	return tx_end(db, completed ? OG_OK
+	                            : job_action(db, job_id, client_id, action, operator_name, why));
 }
 
-enum replay_rc
+enum og_rc
 replay_job_stop(struct db *db, long long job_id, const char *operator_name, const char *reason,
                 char *kind, size_t kindlen, char *msg, size_t msglen)
 {
 	char jid[24], action[48];
 	const char *params[2] = { jid, operator_name };
 	PGresult *res;
-	enum replay_rc rrc;
+	enum og_rc rrc;
 	enum db_rc rc;
 	long long client_id;
 
 	snprintf(jid, sizeof(jid), "%lld", job_id);
 	if ((rc = db_begin(db)) != DB_OK)
-		return rc_of(rc);
+		return og_rc_of(rc);
 	if ((rc = db_exec(db, &jobs_st_stop, params, &res)) != DB_OK) {
 		db_rollback(db);
-		return rc_of(rc);
+		return og_rc_of(rc);
 	}
 	if (PQntuples(res) != 1) {
 		PQclear(res);
@@ -801,17 +782,17 @@ replay_job_stop(struct db *db, long long job_id, const char *operator_name, cons
 			const char *p1[1] = { jid };
 
 			if (db_exec(db, &jobs_st_state, p1, &res) != DB_OK)
-				return REPLAY_UNAVAILABLE;
+				return OG_UNAVAILABLE;
 		}
 		if (PQntuples(res) == 0) {
 			snprintf(msg, msglen, "no job %lld", job_id);
-			rrc = REPLAY_NOT_FOUND;
+			rrc = OG_NOT_FOUND;
 		} else {
 			snprintf(kind, kindlen, "%s", db_get(res, 0, "kind"));
 			snprintf(msg, msglen, "job %lld is %s%s: nothing to stop", job_id,
 			         db_get(res, 0, "state"),
 			         db_get(res, 0, "stopping")[0] == 't' ? " and already asked to stop" : "");
-			rrc = REPLAY_NOT_FINISHED;
+			rrc = OG_NOT_FINISHED;
 		}
 		PQclear(res);
 		return rrc;
@@ -820,17 +801,10 @@ replay_job_stop(struct db *db, long long job_id, const char *operator_name, cons
 	snprintf(kind, kindlen, "%s", db_get(res, 0, "kind"));
 	snprintf(action, sizeof(action), "%s.job_stop", kind);
 	PQclear(res);
-	if ((rrc = job_action(db, job_id, client_id, action, operator_name, reason)) !=
-	    REPLAY_OK) {
-		db_rollback(db);
-		return rrc;
-	}
-	if ((rc = db_commit(db)) != DB_OK)
-		return rc_of(rc);
-	return REPLAY_OK;
+	return tx_end(db, job_action(db, job_id, client_id, action, operator_name, reason));
 }
 
-enum replay_rc
+enum og_rc
 replay_job_counts(struct db *db, long long job_id, int *done, int *refused, int *pending)
 {
 	char jid[24];
@@ -840,15 +814,15 @@ replay_job_counts(struct db *db, long long job_id, int *done, int *refused, int 
 
 	snprintf(jid, sizeof(jid), "%lld", job_id);
 	if ((rc = db_exec(db, &jobs_st_counts, params, &res)) != DB_OK)
-		return rc_of(rc);
+		return og_rc_of(rc);
 	*done = (int)db_get_ll(res, 0, "done");
 	*refused = (int)db_get_ll(res, 0, "refused");
 	*pending = (int)db_get_ll(res, 0, "pending");
 	PQclear(res);
-	return REPLAY_OK;
+	return OG_OK;
 }
 
-enum replay_rc
+enum og_rc
 replay_links(struct db *db, long long client_id, const char *key, json_t **replay_of,
              json_t **replayed_by)
 {
@@ -862,7 +836,7 @@ replay_links(struct db *db, long long client_id, const char *key, json_t **repla
 	*replayed_by = NULL;
 	snprintf(client, sizeof(client), "%lld", client_id);
 	if ((rc = db_exec(db, &jobs_st_links, p, &res)) != DB_OK)
-		return rc == DB_UNAVAILABLE ? REPLAY_UNAVAILABLE : REPLAY_ERROR;
+		return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 	*replay_of = json_null();
 	*replayed_by = json_array();
 	for (i = 0; i < PQntuples(res); i++) {
@@ -876,5 +850,5 @@ replay_links(struct db *db, long long client_id, const char *key, json_t **repla
 		}
 	}
 	PQclear(res);
-	return REPLAY_OK;
+	return OG_OK;
 }
