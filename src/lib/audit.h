@@ -20,7 +20,7 @@
  * letters, operator actions, replays). client may be NULL when the key
  * has one client. *out is a new object. */
 enum og_rc audit_explain(struct db *db, const char *client, const char *key, json_t **out,
-                            char *msg, size_t msglen) __attribute__((warn_unused_result));
+                         char *msg, size_t msglen) __attribute__((warn_unused_result));
 
 /* The weekly report's figures (the same as GET /metrics) over the last since_seconds; *out is a new object. */
 enum og_rc audit_report(struct db *db, long long since_seconds, json_t **out)
@@ -45,7 +45,7 @@ struct audit_purge {
  * `run.purged` timeline entry and the purge one operator_actions row, all
  * in one transaction. dry_run only counts. */
 enum og_rc audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
-                          const char *reason, struct audit_purge *out)
+                       const char *reason, struct audit_purge *out)
 	__attribute__((warn_unused_result));
 
 #endif

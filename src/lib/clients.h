@@ -41,7 +41,7 @@ enum og_rc clients_authenticate(struct db *db, const char *key, struct client *o
 /* Creates a client and writes its new key (NUL-terminated) into key and
  * its id into *id (may be NULL). */
 enum og_rc clients_add(struct db *db, const char *name, char key[CLIENTS_KEY_LEN],
-                            long long *id) __attribute__((warn_unused_result));
+                       long long *id) __attribute__((warn_unused_result));
 /* Revokes (again: a no-op) client name; *id (may be NULL) gets its id. */
 enum og_rc clients_revoke(struct db *db, const char *name, long long *id)
 	__attribute__((warn_unused_result));

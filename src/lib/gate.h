@@ -50,14 +50,14 @@ void gate_approval_clear(struct gate_approval *a);
 
 /* Inserts one pending challenge; id and expires_at are filled. */
 enum og_rc gate_create(struct db *db, long long client_id, const char *key,
-                         const char *approver, const json_t *allowed_decisions,
-                         const char *requested_by, bool separation_of_duties,
-                         int expires_seconds, const unsigned char token_hash[32],
-                         const char *effect, const char *callback_url,
-                         char id[GATE_ID_LEN], char expires_at[GATE_TS_LEN])
+                       const char *approver, const json_t *allowed_decisions,
+                       const char *requested_by, bool separation_of_duties,
+                       int expires_seconds, const unsigned char token_hash[32],
+                       const char *effect, const char *callback_url,
+                       char id[GATE_ID_LEN], char expires_at[GATE_TS_LEN])
 	__attribute__((warn_unused_result));
 enum og_rc gate_find(struct db *db, const unsigned char token_hash[32],
-                       struct gate_approval *out) __attribute__((warn_unused_result));
+                     struct gate_approval *out) __attribute__((warn_unused_result));
 /* The consume as a db_call, to run in the decision's pipelined
  * transaction (db_pipeline_tx); the struct holds the parameters. */
 struct gate_consume_call {
@@ -72,7 +72,7 @@ enum og_rc gate_consume_result(const struct db_call *call);
 /* Consumes the challenge and voids the run's other pending challenges
  * (inside the caller's transaction). */
 enum og_rc gate_consume(struct db *db, const unsigned char token_hash[32],
-                          const char *decision, const char *subject, const char *reason)
+                        const char *decision, const char *subject, const char *reason)
 	__attribute__((warn_unused_result));
 /* The run's approvals for the status API; *out is a new array. */
 enum og_rc gate_list(struct db *db, long long client_id, const char *key, json_t **out)

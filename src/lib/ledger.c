@@ -27,6 +27,18 @@ static const char *const state_names[RUN_STATE_COUNT] = {
 	"failed_retryable", "failed_terminal",
 };
 
+/*
+ * The one way a run_events row is written: the CTE `ev` of each statement
+ * that moves a run, over the rows the move returned (src), so the entry
+ * commits exactly with the move. The other arguments are SQL expressions
+ * (NULL when the entry has none).
+ */
+#define LEDGER_EVENT(src, event, from, to, actor, reason)                                  \
+	"ev AS (INSERT INTO run_events (client_id, idempotency_key, event, state_from,"       \
+	"    state_to, version, attempt, actor, reason)"                                       \
+	"  SELECT client_id, idempotency_key, " event ", " from ", " to ", version, attempt, " \
+	actor ", " reason " FROM " src ")"
+
 /* The read-only look-up: answers duplicates and mismatches without taking
  * a row lock or writing WAL. It never decides to claim. */
 static const struct db_stmt st_lookup = {
@@ -68,12 +80,8 @@ static const struct db_stmt st_claim = {
 	"           OR (r.state = 'processing' AND r.lease_expires_at <= now()))"
 	"  RETURNING r.client_id, r.idempotency_key, r.lease_owner, r.version,"
 	"            r.attempt, r.lease_expires_at"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_to,"
-	"      version, attempt)"
-	"  SELECT client_id, idempotency_key, 'run.claimed', 'processing', version,"
-	"         attempt FROM claimed"
-	")"
+	"), " LEDGER_EVENT("claimed", "'run.claimed'", "NULL", "'processing'",
+	                   "NULL", "NULL")
 	"SELECT lease_owner, version, attempt,"
 	"       og_ts(lease_expires_at) AS lease_expires_at FROM claimed",
 	10, false,
@@ -106,12 +114,8 @@ static const struct db_stmt st_transition = {
 	"     AND version = $4::bigint AND state = 'processing'"
 	"     AND lease_expires_at > now()"
 	"  RETURNING client_id, idempotency_key, state, version, attempt"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, reason)"
-	"  SELECT client_id, idempotency_key, 'run.transitioned', 'processing', state,"
-	"         version, attempt, $8 FROM moved"
-	")"
+	"), " LEDGER_EVENT("moved", "'run.transitioned'", "'processing'", "state",
+	                   "NULL", "$8")
 	"SELECT state, version, attempt FROM moved",
 	8, false,
 };
@@ -162,12 +166,8 @@ static const struct db_stmt st_output_invalid = {
 	"     AND version = $4::bigint AND state = 'processing'"
 	"     AND lease_expires_at > now()"
 	"  RETURNING client_id, idempotency_key, state, version, attempt, invalid_outputs"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, reason)"
-	"  SELECT client_id, idempotency_key, 'run.output_invalid', 'processing', state,"
-	"         version, attempt, 'invalid output ' || invalid_outputs FROM moved"
-	")"
+	"), " LEDGER_EVENT("moved", "'run.output_invalid'", "'processing'", "state",
+	                   "NULL", "'invalid output ' || invalid_outputs")
 	"SELECT state, version, invalid_outputs FROM moved",
 	8, false,
 };
@@ -187,13 +187,8 @@ static const struct db_stmt st_output_accept = {
 	"     AND version = $4::bigint AND state = 'processing'"
 	"     AND lease_expires_at > now()"
 	"  RETURNING client_id, idempotency_key, state, version, attempt"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor)"
-	"  SELECT client_id, idempotency_key, 'run.output_accepted', 'processing', state,"
-	"         version, attempt, CASE WHEN state = 'approved' THEN 'gate:auto' END"
-	"    FROM moved"
-	")"
+	"), " LEDGER_EVENT("moved", "'run.output_accepted'", "'processing'", "state",
+	                   "CASE WHEN state = 'approved' THEN 'gate:auto' END", "NULL")
 	"SELECT state, version, attempt FROM moved",
 	14, false,
 };
@@ -211,12 +206,8 @@ static const struct db_stmt st_decide = {
 	"         version = version + 1, updated_at = now()"
 	"   WHERE client_id = $1 AND idempotency_key = $2 AND state = 'awaiting_human'"
 	"  RETURNING client_id, idempotency_key, state, version, attempt, contract, output"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.decided', 'awaiting_human', state,"
-	"         version, attempt, $4, $5 FROM moved"
-	")"
+	"), " LEDGER_EVENT("moved", "'run.decided'", "'awaiting_human'", "state",
+	                   "$4", "$5")
 	/* what was decided on, for the contract's loggable fields */
 	"SELECT state, version, attempt,"
 	"       json_build_object('contract', contract, 'output', output)::text AS decided"
@@ -232,12 +223,8 @@ static const struct db_stmt st_cancel = {
 	"         version = version + 1, updated_at = now()"
 	"   WHERE client_id = $1 AND idempotency_key = $2 AND state = 'approved'"
 	"  RETURNING client_id, idempotency_key, state, version, attempt"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.cancelled', 'approved', state,"
-	"         version, attempt, $4, $3 FROM moved"
-	")"
+	"), " LEDGER_EVENT("moved", "'run.cancelled'", "'approved'", "state",
+	                   "$4", "$3")
 	"SELECT state, version, attempt FROM moved",
 	4, false,
 };
@@ -267,12 +254,8 @@ static const struct db_stmt st_end_undecided = {
 	"     AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.client_id = r.client_id"
 	"          AND a.idempotency_key = r.idempotency_key AND a.state IN ('pending', 'decided'))"
 	"  RETURNING client_id, idempotency_key, state, version, attempt, callback_url"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.' || $3, 'awaiting_human', state,"
-	"         version, attempt, $5, $4 FROM moved"
-	")"
+	"), " LEDGER_EVENT("moved", "'run.' || $3", "'awaiting_human'", "state",
+	                   "$5", "$4")
 	"SELECT state, version, attempt, callback_url FROM moved",
 	5, false,
 };
@@ -291,13 +274,8 @@ const struct db_stmt ledger_st_expire = {
 	"          AND a.idempotency_key = r.idempotency_key AND a.state IN ('pending', 'decided'))"
 	"  RETURNING client_id, idempotency_key, version, attempt, callback_url,"
 	"            correlation_id, workflow_version"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.approval_expired', 'awaiting_human',"
-	"         'failed_terminal', version, attempt, 'dispatcher', 'approval_expired'"
-	"    FROM moved"
-	")"
+	"), " LEDGER_EVENT("moved", "'run.approval_expired'", "'awaiting_human'", "'failed_terminal'",
+	                   "'dispatcher'", "'approval_expired'")
 	"SELECT version, callback_url, correlation_id, workflow_version FROM moved",
 	2, false,
 };
@@ -331,12 +309,8 @@ const struct db_stmt ledger_st_complete = {
 	"          WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
 	"            AND e.state NOT IN ('completed', 'cancelled'))"
 	"  RETURNING client_id, idempotency_key, version, attempt"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor)"
-	"  SELECT client_id, idempotency_key, 'run.completed', 'approved', 'completed',"
-	"         version, attempt, $3 FROM moved"
-	")"
+	"), " LEDGER_EVENT("moved", "'run.completed'", "'approved'", "'completed'",
+	                   "$3", "NULL")
 	"SELECT version FROM moved",
 	3, false,
 };
@@ -354,12 +328,8 @@ const struct db_stmt ledger_st_fail = {
 	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2"
 	"     AND r.state = ANY($5::text[])"
 	"  RETURNING r.client_id, r.idempotency_key, r.version, r.attempt, o.old"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.rejected_by_operator', old,"
-	"         'failed_terminal', version, attempt, $4, $3 FROM moved"
-	")"
+	"), " LEDGER_EVENT("moved", "'run.rejected_by_operator'", "old", "'failed_terminal'",
+	                   "$4", "$3")
 	"SELECT old, version FROM moved",
 	5, false,
 };
@@ -436,12 +406,8 @@ const struct db_stmt ledger_st_replay = {
 	"      $10::jsonb, $11, $12::jsonb, $13::jsonb, $14, $15, $16, $17)"
 	"  ON CONFLICT (client_id, idempotency_key) DO NOTHING"
 	"  RETURNING client_id, idempotency_key, state, version, attempt"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_to, version,"
-	"      attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.replayed', state, version, attempt,"
-	"         $15, $18 FROM ins"
-	")"
+	"), " LEDGER_EVENT("ins", "'run.replayed'", "NULL", "state",
+	                   "$15", "$18")
 	"SELECT state FROM ins",
 	18, false,
 };
@@ -539,10 +505,8 @@ static const struct db_stmt st_purge = {
 	"         FROM runs WHERE w.client_id = runs.client_id"
 	"          AND w.idempotency_key = runs.idempotency_key"
 	"       RETURNING w.client_id, w.idempotency_key, w.state, w.version, w.attempt),"
-	" ev AS (INSERT INTO run_events (client_id, idempotency_key, event, state_from, state_to,"
-	"            version, attempt, actor, reason)"
-	"        SELECT client_id, idempotency_key, 'run.purged', state, state, version, attempt,"
-	"               $2, 'retention: payload and model output removed; hashes kept' FROM r)"
+	" " LEDGER_EVENT("r", "'run.purged'", "state", "state", "$2",
+	                 "'retention: payload and model output removed; hashes kept'")
 	"SELECT count(*) AS runs, array_agg(client_id)::text AS clients,"
 	"       array_agg(idempotency_key)::text AS keys FROM r",
 	2, false,

@@ -77,19 +77,19 @@ void ledger_run_clear(struct ledger_run *run);
 /* prefetched: a finished ledger_lookup_call for this client and key, or
  * NULL to look up here. */
 enum og_rc ledger_claim(struct db *db, const struct ledger_claim *c,
-                            const struct db_call *prefetched, struct ledger_run *run)
+                        const struct db_call *prefetched, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 enum og_rc ledger_renew(struct db *db, long long client_id, const char *key,
-                            const char *owner, long long version, int lease_seconds,
-                            int cap_seconds, struct ledger_run *run)
+                        const char *owner, long long version, int lease_seconds,
+                        int cap_seconds, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 /* to is completed, failed_retryable or failed_terminal; result is JSON text
  * or NULL. */
 enum og_rc ledger_transition(struct db *db, long long client_id, const char *key,
-                                 const char *owner, long long version,
-                                 enum run_state to, const char *result,
-                                 const char *error_class, const char *reason,
-                                 struct ledger_run *run)
+                             const char *owner, long long version,
+                             enum run_state to, const char *result,
+                             const char *error_class, const char *reason,
+                             struct ledger_run *run)
 	__attribute__((warn_unused_result));
 /* A valid or invalid model output handed in by the lease owner. */
 struct ledger_output {
@@ -114,13 +114,13 @@ struct ledger_output {
  * run->state tells which; run->attempt is set to the number of invalid
  * outputs so far. Compare-and-set like a transition. */
 enum og_rc ledger_output_invalid(struct db *db, const struct ledger_output *o,
-                                     int repair_budget, struct ledger_run *run)
+                                 int repair_budget, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 /* Records a valid output and moves the run to `to` (awaiting_human, or
  * approved for the automatic path, decision "auto"). Compare-and-set; call
  * inside the transaction that also creates the challenges or the effect. */
 enum og_rc ledger_output_accept(struct db *db, const struct ledger_output *o,
-                                    enum run_state to, struct ledger_run *run)
+                                enum run_state to, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 /* ledger_decide as a db_call, for the decision's pipelined transaction. */
 struct ledger_decide_call {
@@ -136,19 +136,19 @@ enum og_rc ledger_decide_result(const struct db_call *call, struct ledger_run *r
  * failed_terminal (reject, error_class "rejected"); OG_LEASE_LOST when
  * the run is no longer awaiting_human. Inside the consume transaction. */
 enum og_rc ledger_decide(struct db *db, long long client_id, const char *key,
-                             const char *decision, const char *subject, const char *reason,
-                             struct ledger_run *run) __attribute__((warn_unused_result));
+                         const char *decision, const char *subject, const char *reason,
+                         struct ledger_run *run) __attribute__((warn_unused_result));
 
 /* The owning client cancelled an act-with-window run before its effect
  * went out: approved → failed_terminal (error_class "cancelled"). Inside
  * the transaction that cancels the effects. */
 enum og_rc ledger_cancel(struct db *db, long long client_id, const char *key,
-                             const char *reason, struct ledger_run *run)
+                         const char *reason, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 /* The same, cancelled by someone other than the client: actor is who
  * (e.g. "operator:NAME"), in the run's timeline. */
 enum og_rc ledger_cancel_by(struct db *db, long long client_id, const char *key,
-                                const char *reason, const char *actor, struct ledger_run *run)
+                            const char *reason, const char *actor, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 
 /* The gate's sample draw of a run still processing: the draw kept on the
@@ -157,7 +157,7 @@ enum og_rc ledger_cancel_by(struct db *db, long long client_id, const char *key,
  * OG_LEASE_LOST when the run is not processing. Its own statement,
  * outside the output's transaction: a rolled-back output keeps the draw. */
 enum og_rc ledger_sample_draw(struct db *db, long long client_id, const char *key,
-                                  double fresh, double rate, double *draw)
+                              double fresh, double rate, double *draw)
 	__attribute__((warn_unused_result));
 
 /* awaiting_human → failed_terminal (decision "expired", error_class as
@@ -167,14 +167,14 @@ enum og_rc ledger_sample_draw(struct db *db, long long client_id, const char *ke
  * OG_LEASE_LOST when the run was not ended (still decidable, or no
  * longer awaiting a person). Inside the caller's transaction. */
 enum og_rc ledger_end_undecided(struct db *db, long long client_id, const char *key,
-                                    const char *error_class, const char *reason,
-                                    const char *actor, struct ledger_run *run,
-                                    char **callback_url) __attribute__((warn_unused_result));
+                                const char *error_class, const char *reason,
+                                const char *actor, struct ledger_run *run,
+                                char **callback_url) __attribute__((warn_unused_result));
 
 /* The run as the status API shows it, with its timeline when asked (the
  * approval pages do without it); *out is a new reference. */
 enum og_rc ledger_status(struct db *db, long long client_id, const char *key,
-                             bool timeline, json_t **out) __attribute__((warn_unused_result));
+                         bool timeline, json_t **out) __attribute__((warn_unused_result));
 
 /* The retention purge of the runs finished longer ago than days that still
  * hold content: their payload, output and effect payload go, a run.purged

@@ -51,26 +51,26 @@ struct outbox_enqueue_call {
 int outbox_enqueue_call(struct outbox_enqueue_call *o, const struct outbox_effect *e,
                         struct db_call *call) __attribute__((warn_unused_result));
 enum og_rc outbox_enqueue_result(const struct db_call *call, char id[OUTBOX_ID_LEN],
-                                     char not_before[OUTBOX_TS_LEN]);
+                                 char not_before[OUTBOX_TS_LEN]);
 void outbox_enqueue_call_free(struct outbox_enqueue_call *o);
 
 /* Enqueues one effect and wakes the dispatchers (NOTIFY oncegate_outbox,
  * delivered at commit). Fills id and not_before. */
 enum og_rc outbox_enqueue(struct db *db, const struct outbox_effect *e,
-                              char id[OUTBOX_ID_LEN], char not_before[OUTBOX_TS_LEN])
+                          char id[OUTBOX_ID_LEN], char not_before[OUTBOX_TS_LEN])
 	__attribute__((warn_unused_result));
 /* The run's effects for the status API, each with the recovery envelope of
  * dead-letter record (max_attempts from cfg's targets; cfg may be NULL); *out is a
  * new array. */
 enum og_rc outbox_list(struct db *db, const struct config *cfg, long long client_id,
-                           const char *key,
-                           const char *correlation_id, const char *workflow_version,
-                           json_t **out) __attribute__((warn_unused_result));
+                       const char *key,
+                       const char *correlation_id, const char *workflow_version,
+                       json_t **out) __attribute__((warn_unused_result));
 /* Cancels the run's effects still inside their window (pending, not_before
  * in the future); inside the caller's transaction. *ids is a new array of
  * the cancelled effect ids (empty: nothing could be cancelled). */
 enum og_rc outbox_cancel_window(struct db *db, long long client_id, const char *key,
-                                    json_t **ids) __attribute__((warn_unused_result));
+                                json_t **ids) __attribute__((warn_unused_result));
 /* The provider idempotency key of an effect, computed once when its row is
  * inserted and stored there; every attempt, the SMTP Message-ID and the
  * reconciliation look-ups use the stored value, never a recomputed one.

@@ -77,33 +77,33 @@ enum og_rc repair_dl_list(struct db *db, const struct repair_dl_filter *f, json_
  * recovery envelope; *out is a new object. cfg (may be NULL) gives the
  * target's current max_attempts. */
 enum og_rc repair_dl_show(struct db *db, const struct config *cfg, const char *id,
-                              json_t **out) __attribute__((warn_unused_result));
+                          json_t **out) __attribute__((warn_unused_result));
 
 /* An effect in `unknown` or `failed`: delivered → `completed` with the
  * provider's id (and its run completed when that was the last effect);
  * not delivered → `failed`, recorded as known not delivered. expect (may
  * be NULL) is the state the operator saw. */
 enum og_rc repair_reconcile(struct db *db, const char *effect, bool delivered,
-                                const char *provider_id, const char *expect,
-                                const struct repair_who *who, struct repair_out *out)
+                            const char *provider_id, const char *expect,
+                            const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
 /* A `failed` effect known not delivered → `pending`, same provider key,
  * a fresh retry budget; the dispatchers are woken. */
 enum og_rc repair_resume(struct db *db, const char *effect, const char *expect,
-                             const struct repair_who *who, struct repair_out *out)
+                         const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
 /* A `pending` or `failed` effect → `cancelled`; its run → failed_terminal
  * (a decision callback's run is completed instead when nothing else is
  * left). */
 enum og_rc repair_reject_effect(struct db *db, const char *effect, const char *expect,
-                                    const struct repair_who *who, struct repair_out *out)
+                                const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
 /* A run → failed_terminal with its unsent effects cancelled and its
  * pending challenges revoked; a run that was awaiting a human and has a
  * callback tells the workflow `rejected`. client_name may be NULL when the
  * key is one client's only. */
 enum og_rc repair_reject_key(struct db *db, const char *client_name, const char *key,
-                                 const struct repair_who *who, struct repair_out *out)
+                             const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
 
 /* A pending, unexpired challenge → `revoked`; out->count is how many of
@@ -113,7 +113,7 @@ enum og_rc repair_reject_key(struct db *db, const char *client_name, const char 
  * approval_revoked (out->run_to) — and a workflow waiting on it is told
  * `expired` through its callback (out->callback_id). */
 enum og_rc repair_approval_revoke(struct db *db, const char *approval_id,
-                                      const struct repair_who *who, struct repair_out *out)
+                                  const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
 /* Pending challenges, longest waiting first, with their wait; *out is a
  * new array. */
@@ -149,17 +149,17 @@ enum og_rc repair_bulk_check(struct db *db, struct repair_bulk_item *items, int 
 /* Stores the job (kind resume) with its items, all pending, and the
  * operator_actions row, in one transaction. */
 enum og_rc repair_bulk_create(struct db *db, const char *source, double rate,
-                                  const struct repair_who *who,
-                                  const struct repair_bulk_item *items, int n,
-                                  long long *job_id) __attribute__((warn_unused_result));
+                              const struct repair_who *who,
+                              const struct repair_bulk_item *items, int n,
+                              long long *job_id) __attribute__((warn_unused_result));
 /* The next pending item (*seq 0 when none) and whether a stop was asked. */
 enum og_rc repair_bulk_next(struct db *db, long long job_id, int *seq,
-                                char effect_id[REPAIR_ID_LEN], bool *stop)
+                            char effect_id[REPAIR_ID_LEN], bool *stop)
 	__attribute__((warn_unused_result));
 /* Resumes the item's effect and marks the item done, together or not at
  * all; a refusal changes nothing (out->why says why). */
 enum og_rc repair_bulk_resume(struct db *db, long long job_id, int seq, const char *effect_id,
-                                  const struct repair_who *who, struct repair_out *out)
+                              const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
 /* An item that was refused when its turn came: marked so, with why. */
 enum og_rc repair_bulk_refuse(struct db *db, long long job_id, int seq, const char *why)
@@ -172,7 +172,7 @@ enum og_rc repair_bulk_refuse(struct db *db, long long job_id, int seq, const ch
  * OG_WINDOW_CLOSED after not_before (or for an effect never delayed),
  * OG_WRONG_STATE once it is sending, sent or otherwise settled. */
 enum og_rc repair_cancel_window(struct db *db, const char *effect,
-                                    const struct repair_who *who, struct repair_out *out)
+                                const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
 
 

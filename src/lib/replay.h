@@ -81,7 +81,7 @@ void replay_result_clear(struct replay_result *r);
  * still pending; OG_NEEDS_FORCE when a business effect of it was sent,
  * is sending or unknown, or was resumed, and force is not set. */
 enum og_rc replay_run(struct db *db, const struct replay_req *req,
-                          struct replay_result *out) __attribute__((warn_unused_result));
+                      struct replay_result *out) __attribute__((warn_unused_result));
 
 /* ---- bulk jobs ------------------------------------------------------------ */
 
@@ -96,8 +96,8 @@ struct replay_item {
 /* Creates the job with its items (all pending) and the operator_actions
  * row, in one transaction. */
 enum og_rc replay_job_create(struct db *db, long long client_id, const char *source,
-                                 double rate, const char *operator_name, const char *reason,
-                                 const struct replay_item *items, int n, long long *job_id)
+                             double rate, const char *operator_name, const char *reason,
+                             const struct replay_item *items, int n, long long *job_id)
 	__attribute__((warn_unused_result));
 /* Takes the job for this session (advisory lock, so two runners never
  * share one job) and marks it running again; a stopped job needs resume.
@@ -106,35 +106,35 @@ enum og_rc replay_job_create(struct db *db, long long client_id, const char *sou
  * it is completed. The take, stop, finish and counts below serve both
  * kinds; operator_actions name the kind ("resume.job_stopped"). */
 enum og_rc replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
-                               const char *operator_name, const char *reason,
-                               long long *client_id, double *rate, char *msg, size_t msglen)
+                           const char *operator_name, const char *reason,
+                           long long *client_id, double *rate, char *msg, size_t msglen)
 	__attribute__((warn_unused_result));
 /* The next pending item (seq 0 when none) and whether a stop was asked. */
 enum og_rc replay_job_next(struct db *db, long long job_id, struct replay_item *item,
-                               bool *stop_requested) __attribute__((warn_unused_result));
+                           bool *stop_requested) __attribute__((warn_unused_result));
 /* An item that could not be replayed: refused, with why; nothing else. */
 enum og_rc replay_job_refuse(struct db *db, long long job_id, int seq, const char *detail)
 	__attribute__((warn_unused_result));
 /* The job ends: `stopped` (resumable) or `completed`. */
 enum og_rc replay_job_finish(struct db *db, long long job_id, bool completed,
-                                 const char *operator_name, const char *why)
+                             const char *operator_name, const char *why)
 	__attribute__((warn_unused_result));
 /* `oncegatectl stop JOB`: asks the runner to stop before its next item;
  * kind gets the job's kind (to say how it is continued). */
 enum og_rc replay_job_stop(struct db *db, long long job_id, const char *operator_name,
-                               const char *reason, char *kind, size_t kindlen, char *msg,
-                               size_t msglen)
+                           const char *reason, char *kind, size_t kindlen, char *msg,
+                           size_t msglen)
 	__attribute__((warn_unused_result));
 /* Counts of the job's items by state: done, refused, pending. */
 enum og_rc replay_job_counts(struct db *db, long long job_id, int *done, int *refused,
-                                 int *pending) __attribute__((warn_unused_result));
+                             int *pending) __attribute__((warn_unused_result));
 void replay_item_clear(struct replay_item *it);
 
 /* The status API's links: *replay_of the original's key (JSON
  * null when this run is no replay), *replayed_by the keys that correct it
  * (an array, oldest first). New references on OG_OK. */
 enum og_rc replay_links(struct db *db, long long client_id, const char *key,
-                            json_t **replay_of, json_t **replayed_by)
+                        json_t **replay_of, json_t **replayed_by)
 	__attribute__((warn_unused_result));
 
 /* The client id of an API client name; OG_NOT_FOUND when none. */
