@@ -244,7 +244,7 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	if (gate_list(db, db_get_ll(run, 0, "client_id"), key, &approvals) != OG_OK)
 		goto fail;
 	links = json_array();
-	if ((rc = db_exec(db, &jobs_st_audit_links, p2, &res)) != DB_OK)
+	if ((rc = db_exec(db, &jobs_st_links, p2, &res)) != DB_OK)
 		goto fail;
 	for (i = 0; i < PQntuples(res); i++) {
 		json_t *l = json_object();

@@ -184,21 +184,15 @@ const struct db_stmt jobs_st_state = {
 	1, true,
 };
 
-/* Both directions of a run's replay links, for the status API. */
+/* Both directions of a run's replay links (the status API, explain): dir
+ * and other say them from this run's side. */
 const struct db_stmt jobs_st_links = {
 	"jobs_links",
-	"SELECT original_key, replay_key FROM run_replays"
-	" WHERE client_id = $1::bigint AND (original_key = $2 OR replay_key = $2)"
-	" ORDER BY id",
-	2, true,
-};
-
-const struct db_stmt jobs_st_audit_links = {
-	"jobs_audit_links",
-	"SELECT CASE WHEN replay_key = $2 THEN 'replay_of' ELSE 'replayed_as' END AS dir,"
+	"SELECT original_key, replay_key,"
+	"       CASE WHEN replay_key = $2 THEN 'replay_of' ELSE 'replayed_as' END AS dir,"
 	"       CASE WHEN replay_key = $2 THEN original_key ELSE replay_key END AS other,"
 	"       og_ts(created_at) AS at, operator, reason, payload_source, start_state, job_id"
-	"  FROM run_replays WHERE client_id = $1 AND (replay_key = $2 OR original_key = $2)"
+	"  FROM run_replays WHERE client_id = $1::bigint AND (replay_key = $2 OR original_key = $2)"
 	" ORDER BY id",
 	2, true,
 };

@@ -34,6 +34,5 @@ extern const struct db_stmt jobs_st_finish;
 extern const struct db_stmt jobs_st_stop;
 extern const struct db_stmt jobs_st_state;
 extern const struct db_stmt jobs_st_links;
-extern const struct db_stmt jobs_st_audit_links;
 
 #endif
