@@ -149,23 +149,34 @@ get_run(const char *bearer, const char *key, struct tl_resp *r)
 	free(path);
 }
 
-/* {"error": code, "message": "…"} with the given status. */
+/* An RFC 9457 problem document (application/problem+json) with the given
+ * status and error code: type names the code, status repeats the status,
+ * and detail (with its alias message) says what went wrong. */
 static void
 expect_error(const struct tl_resp *r, long status, const char *code)
 {
 	const char *msg;
+	char type[160];
+	long long st;
 
 	ASSERT_STATUS(r, status);
 	ck_assert_msg(json_is_object(r->json), "%s: body is not a JSON object: %.500s",
 	              r->what, r->body);
+	ck_assert_msg(strncmp(r->content_type, "application/problem+json", 24) == 0,
+	              "%s: Content-Type %s, not application/problem+json", r->what, r->content_type);
+	snprintf(type, sizeof(type), "https://oncegate.dev/problems/%s", code);
+	ck_assert_msg(tl_jstr(r->json, "type") != NULL && strcmp(tl_jstr(r->json, "type"), type) == 0 &&
+	              tl_jint(r->json, "status", &st) && st == status &&
+	              tl_jstr(r->json, "title") != NULL && tl_jstr(r->json, "detail") != NULL,
+	              "%s: not a problem document of type %s: %.1000s", r->what, type, r->body);
 	ck_assert_msg(tl_jstr(r->json, "error") != NULL &&
 	              strcmp(tl_jstr(r->json, "error"), code) == 0,
 	              "%s: error %s, expected %s; body: %.1000s", r->what,
 	              tl_jstr(r->json, "error") ? tl_jstr(r->json, "error") : "(none)",
 	              code, r->body);
 	msg = tl_jstr(r->json, "message");
-	ck_assert_msg(msg != NULL && *msg != '\0', "%s: no message in %.500s",
-	              r->what, r->body);
+	ck_assert_msg(msg != NULL && *msg != '\0' && strcmp(msg, tl_jstr(r->json, "detail")) == 0,
+	              "%s: no message equal to detail in %.500s", r->what, r->body);
 }
 
 struct claimed {
@@ -628,7 +639,7 @@ START_TEST(test_failed_terminal_is_duplicate)
 }
 END_TEST
 
-/* ---- 4. payload hash: mismatch, reordering, numbers as given ------------ */
+/* ---- 4. payload hash: mismatch, reordering, numbers (RFC 8785) --------- */
 
 START_TEST(test_payload_mismatch)
 {
@@ -651,7 +662,7 @@ START_TEST(test_payload_mismatch)
 	tl_payload_hash(canon2, hash2);
 	off = tl_log_offset();
 	claim(g_key_dev, key, json_pack("{s:i, s:[b,n], s:s}", "b", 2, "a", 1, "m", g_marker), 30, &r);
-	expect_error(&r, 409, "payload_mismatch");
+	expect_error(&r, 422, "payload_mismatch");
 	ck_assert_str_eq(tl_jstr(r.json, "key") ? tl_jstr(r.json, "key") : "", key);
 	ck_assert_str_eq(tl_jstr(r.json, "payload_hash") ? tl_jstr(r.json, "payload_hash") : "", hash2);
 	ck_assert_str_eq(tl_jstr(r.json, "stored_payload_hash") ? tl_jstr(r.json, "stored_payload_hash") : "", hash1);
@@ -662,7 +673,7 @@ START_TEST(test_payload_mismatch)
 	lines = log_for_key(off, key, 1);
 	ck_assert_int_eq(json_array_size(lines), 1);
 	l = json_array_get(lines, 0);
-	expect_log_line(l, "run.payload_mismatch", "alert", "dev", 409);
+	expect_log_line(l, "run.payload_mismatch", "alert", "dev", 422);
 	json_decref(lines);
 	free(before);
 	free(after);
@@ -721,10 +732,11 @@ START_TEST(test_payload_numbers_as_given)
 	struct claimed a;
 	struct tl_resp r;
 
-	/* 1.50 stays 1.50, 1E3 stays 1E3; "\u00e9" becomes the UTF-8 é. */
+	/* RFC 8785: 1.50 is 1.5, 1E3 is 1000, -0.0 is 0; "\u00e9" becomes the
+	 * UTF-8 é. */
 	mkkey(key, sizeof(key), "numbers");
 	snprintf(canon, sizeof(canon),
-	         "{\"m\":\"%s\",\"x\":10,\"y\":\"\xc3\xa9\",\"z\":[1.50,1E3,-0.0]}", g_marker);
+	         "{\"m\":\"%s\",\"x\":10,\"y\":\"\xc3\xa9\",\"z\":[1.5,1000,0]}", g_marker);
 	tl_payload_hash(canon, hash);
 	ck_assert_int_ge(asprintf(&text,
 	    "{\"key\":\"%s\",\"payload\":{\"z\":[1.50,1E3,-0.0],\"y\":\"\\u00e9\",\"x\":10,\"m\":\"%s\"}}",
@@ -929,7 +941,7 @@ START_TEST(test_corpus_keys_two_tenants)
 		tl_resp_free(&r);
 		/* b's payload is not dev's: a mismatch for b, against b's hash */
 		claim(g_key_b, key, json_deep_copy(json_object_get(pa, "payload")), 0, &r);
-		ck_assert_msg((r.status == 409 || r.status == 422) &&
+		ck_assert_msg(r.status == 422 &&
 		              tl_jstr(r.json, "stored_payload_hash") != NULL &&
 		              strcmp(tl_jstr(r.json, "stored_payload_hash"), hb) == 0,
 		              "b claiming with dev's payload: HTTP %ld %.1000s", r.status, r.body);
@@ -1315,7 +1327,7 @@ START_TEST(test_bad_input)
 	              r.error, r.body);
 	ck_assert_msg(json_is_object(r.json), "%s: the answer is not a JSON object: %.1000s",
 	              bc->name, r.body);
-	ck_assert_msg(strncmp(r.content_type, "application/json", 16) == 0,
+	ck_assert_msg(strncmp(r.content_type, "application/problem+json", 24) == 0,
 	              "%s: Content-Type %s", bc->name, r.content_type);
 	err = tl_jstr(r.json, "error");
 	ck_assert_msg(err != NULL && code_in(err, bc->errors), "%s: error %s, expected %s; body: %s",

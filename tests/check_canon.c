@@ -194,7 +194,7 @@ START_TEST(test_table)
 	size_t out_len = 12345, again_len = 0, want_len;
 	enum canon_rc rc;
 
-	rc = canon_json(c->in, len, &out, &out_len);
+	rc = canon_json(CANON_AS_WRITTEN, c->in, len, &out, &out_len);
 	ck_assert_msg(rc == c->rc, "%s: rc %d (%s), want %d", c->name, rc,
 	              canon_strerror(rc), c->rc);
 	if (c->rc != CANON_OK) {
@@ -209,7 +209,7 @@ START_TEST(test_table)
 	              c->name);
 
 	/* The canonical form is its own canonical form. */
-	rc = canon_json(out, out_len, &again, &again_len);
+	rc = canon_json(CANON_AS_WRITTEN, out, out_len, &again, &again_len);
 	ck_assert_int_eq(rc, CANON_OK);
 	ck_assert_uint_eq(again_len, out_len);
 	ck_assert_mem_eq(again, out, out_len);
@@ -263,7 +263,7 @@ START_TEST(test_depth)
 	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
 		s = nested(t[i].n, t[i].objects, &len);
 		out = NULL;
-		rc = canon_json(s, len, &out, NULL);
+		rc = canon_json(CANON_AS_WRITTEN, s, len, &out, NULL);
 		ck_assert_msg(rc == t[i].rc, "depth %zu objects %d: rc %d",
 		              t[i].n, t[i].objects, rc);
 		if (rc == CANON_OK)
@@ -282,7 +282,7 @@ START_TEST(test_depth_unclosed)
 
 	ck_assert_ptr_nonnull(s);
 	memset(s, '[', n);
-	ck_assert_int_eq(canon_json(s, n, &out, NULL), CANON_DEPTH);
+	ck_assert_int_eq(canon_json(CANON_AS_WRITTEN, s, n, &out, NULL), CANON_DEPTH);
 	ck_assert_ptr_null(out);
 	free(s);
 }
@@ -329,7 +329,7 @@ START_TEST(test_member)
 	size_t out_len = 0;
 	enum canon_rc rc;
 
-	rc = canon_member(c->in, strlen(c->in), c->member, &out, &out_len);
+	rc = canon_member(CANON_AS_WRITTEN, c->in, strlen(c->in), c->member, &out, &out_len);
 	ck_assert_msg(rc == c->rc, "%s: rc %d (%s), want %d", c->name, rc,
 	              canon_strerror(rc), c->rc);
 	if (rc != CANON_OK) {
@@ -348,7 +348,7 @@ hash_of(const char *in, char hash[CANON_HASH_LEN])
 	char *out = NULL;
 	size_t len = 0;
 
-	ck_assert_int_eq(canon_json(in, strlen(in), &out, &len), CANON_OK);
+	ck_assert_int_eq(canon_json(CANON_AS_WRITTEN, in, strlen(in), &out, &len), CANON_OK);
 	canon_hash(out, len, hash);
 	free(out);
 }
@@ -411,7 +411,7 @@ START_TEST(test_many_members)
 		o += (size_t)snprintf(s + o, cap - o, "%s\"k%06zu\":%zu",
 		                      i == n ? "" : ",", i, i);
 	s[o++] = '}';
-	ck_assert_int_eq(canon_json(s, o, &out, &len), CANON_OK);
+	ck_assert_int_eq(canon_json(CANON_AS_WRITTEN, s, o, &out, &len), CANON_OK);
 	/* members come out in ascending order */
 	for (p = out + 1, i = 0; *p == '"'; i++) {
 		memcpy(key, p + 1, 7);
@@ -444,13 +444,13 @@ START_TEST(test_truncations)
 		ck_assert_ptr_nonnull(copy);
 		memcpy(copy, doc, i);
 		out = NULL;
-		ck_assert_msg(canon_json(copy, i, &out, NULL) != CANON_OK,
+		ck_assert_msg(canon_json(CANON_AS_WRITTEN, copy, i, &out, NULL) != CANON_OK,
 		              "prefix %zu accepted", i);
 		ck_assert_ptr_null(out);
 		free(copy);
 	}
 	out = NULL;
-	ck_assert_int_eq(canon_json(doc, len, &out, NULL), CANON_OK);
+	ck_assert_int_eq(canon_json(CANON_AS_WRITTEN, doc, len, &out, NULL), CANON_OK);
 	free(out);
 }
 END_TEST
@@ -476,9 +476,9 @@ START_TEST(test_mutations)
 			memcpy(copy, doc, len);
 			copy[i] = (char)bytes[j];
 			out = NULL;
-			if (canon_json(copy, len, &out, &out_len) == CANON_OK) {
+			if (canon_json(CANON_AS_WRITTEN, copy, len, &out, &out_len) == CANON_OK) {
 				again = NULL;
-				ck_assert_int_eq(canon_json(out, out_len, &again,
+				ck_assert_int_eq(canon_json(CANON_AS_WRITTEN, out, out_len, &again,
 				                            &again_len), CANON_OK);
 				ck_assert_uint_eq(again_len, out_len);
 				ck_assert_mem_eq(again, out, out_len);
@@ -578,12 +578,12 @@ START_TEST(test_corpus_payloads)
 			char *out = NULL, *again = NULL;
 
 			ck_assert_ptr_nonnull(text);
-			ck_assert_msg(canon_json(text, strlen(text), &out, &len) == CANON_OK,
+			ck_assert_msg(canon_json(CANON_JCS, text, strlen(text), &out, &len) == CANON_OK,
 			              "payload %zu (flags %zx) refused", i, flags[f]);
 			ck_assert_msg(len == strlen(want) && memcmp(out, want, len) == 0,
 			              "payload %zu (flags %zx): canonical text differs:\n"
 			              "got  %.300s\nwant %.300s", i, flags[f], out, want);
-			ck_assert_int_eq(canon_json(out, len, &again, &len2), CANON_OK);
+			ck_assert_int_eq(canon_json(CANON_JCS, out, len, &again, &len2), CANON_OK);
 			ck_assert_msg(len2 == len && memcmp(again, out, len) == 0,
 			              "payload %zu: the canonical form is not a fixed point", i);
 			canon_hash(out, len, hash);

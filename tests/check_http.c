@@ -168,10 +168,14 @@ START_TEST(test_response_caps)
 	ck_assert_int_eq(http_header(&r, "X-Ok", "1"), 0);
 	ck_assert_int_ne(http_header(&r, "X-Bad", "a\r\nSet-Cookie: x"), 0);
 	ck_assert_ptr_null(strstr(r.headers.data, "Set-Cookie"));
-	http_error(&r, 404, "not_found", "no \"such\" route");
+	http_problem(&r, 404, "not_found", "No such route", "no \"such\" route", NULL);
 	ck_assert_int_eq(r.status, 404);
+	ck_assert_str_eq(r.content_type, "application/problem+json");
 	ck_assert_str_eq(r.body.data,
-	                 "{\"error\":\"not_found\",\"message\":\"no \\\"such\\\" route\"}\n");
+	                 "{\"type\":\"https://oncegate.dev/problems/not_found\","
+	                 "\"title\":\"No such route\",\"status\":404,"
+	                 "\"detail\":\"no \\\"such\\\" route\",\"error\":\"not_found\","
+	                 "\"message\":\"no \\\"such\\\" route\"}\n");
 	/* a response over the cap turns into a clean 500, never a truncated body */
 	s = malloc(OG_RESPONSE_MAX + 10);
 	memset(s, 'a', OG_RESPONSE_MAX + 9);
@@ -179,7 +183,11 @@ START_TEST(test_response_caps)
 	big = json_pack("{s:s}", "x", s);
 	http_json(&r, 200, big);
 	ck_assert_int_eq(r.status, 500);
-	ck_assert_ptr_nonnull(strstr(r.body.data, "internal_error"));
+	ck_assert_str_eq(r.content_type, "application/problem+json");
+	ck_assert_ptr_nonnull(strstr(r.body.data, "\"type\":\"https://oncegate.dev/problems/internal_error\""));
+	big = json_loads(r.body.data, 0, NULL);
+	ck_assert_msg(big != NULL, "the fallback is not JSON: %s", r.body.data);
+	json_decref(big);
 	free(s);
 	http_response_free(&r);
 }

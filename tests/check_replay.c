@@ -790,7 +790,7 @@ START_TEST(test_replay_corrected_payload)
 	body = json_pack("{s:s, s:{s:i, s:s}}", "key", nkey, "payload", "ticket", 42, "m", "replay");
 	tl_post_json("/v1/runs", g_key_dev, body, &r);
 	json_decref(body);
-	ASSERT_STATUS(&r, 409);
+	ASSERT_STATUS(&r, 422);
 	tl_resp_free(&r);
 	/* ... and with the corrected one: a reclaim, attempt 2 */
 	body = json_pack("{s:s, s:{s:i, s:s}}", "key", nkey, "payload", "ticket", 43, "m", "replay");

@@ -2219,7 +2219,8 @@ START_TEST(test_headers_on_every_answer)
 	free(csrf);
 	free(path);
 
-	/* The API: JSON, never cached — including nginx's own errors. */
+	/* The API: JSON (errors as problem documents), never cached — including
+	 * nginx's own errors. */
 	{
 		static const struct {
 			const char *method;
@@ -2246,7 +2247,9 @@ START_TEST(test_headers_on_every_answer)
 			tl_http_hdrs(api[i].method, api[i].path, h, NULL, NULL, 0, &r, &hdrs);
 			ck_assert_msg(r.status == api[i].status, "%s %s: HTTP %ld, expected %ld",
 			              api[i].method, api[i].path, r.status, api[i].status);
-			ck_assert_msg(tl_contains_ci(r.content_type, "application/json"),
+			ck_assert_msg(tl_contains_ci(r.content_type, api[i].status >= 400
+			                                                 ? "application/problem+json"
+			                                                 : "application/json"),
 			              "%s %s: Content-Type %s", api[i].method, api[i].path, r.content_type);
 			cc = tl_header_get(hdrs, "Cache-Control");
 			if (strcmp(api[i].path, "/nothing-here") != 0)

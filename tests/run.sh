@@ -15,12 +15,20 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
 fi
 
 # The integration suites under make check, then the pass/fail/skip counts.
+# Every API answer they receive is recorded for run_openapi_answers.
 run_make_check() {
 	local status=0
+	export ONCEGATE_API_RECORD=$STATE/api-answers.jsonl
+	rm -f "$ONCEGATE_API_RECORD"
 	make -C "$BUILD" -j2 check VERBOSE=1 || status=$?
 	test_summary "$RUN_MARKER"
 	return "$status"
 }
+
+# The OpenAPI document passes a real linter (Redocly, strict), and every
+# answer make check received is what the document says (ajv).
+run_openapi_lint() { bash "$ROOT/tests/openapi/check.sh" lint; }
+run_openapi_answers() { bash "$ROOT/tests/openapi/check.sh" validate "$STATE/api-answers.jsonl"; }
 
 # Each converted table has exactly one file with its SQL.
 run_owners() { bash "$ROOT/tests/owners.sh"; }
@@ -28,6 +36,10 @@ run_owners() { bash "$ROOT/tests/owners.sh"; }
 # Every parser under libFuzzer for a few seconds each, so a regression is
 # caught in CI (./dev fuzz SECONDS for a real run).
 run_fuzz() { (cmd_fuzz --short); }
+
+# The payload hash an n8n Code node computes with a stock RFC 8785 library
+# (npm canonicalize) is the one oncegate stores, claimed through nginx.
+run_jcs() { bash "$ROOT/tests/jcs/run.sh"; }
 
 # Every suite that drives the browser installs its tooling itself (so
 # ./dev test-n8n runs alone from a fresh clone): proved on a fresh copy.
@@ -121,8 +133,11 @@ run_stages() {
 	# itself; make check's failure keeps make's exit status).
 	local -a table=(
 		"run_make_check|make check in $BUILD|"
+		"run_openapi_lint|OpenAPI document (tests/openapi/check.sh lint)|the OpenAPI document fails the linter"
+		"run_openapi_answers|API answers against the OpenAPI document (tests/openapi/check.sh validate)|an API answer is not what the OpenAPI document says"
 		"run_owners|table owners (tests/owners.sh)|a table is written outside its owner module"
 		"run_fuzz|fuzzing (./dev fuzz --short)|fuzzing found something (see .dev/fuzz/crashes)"
+		"run_jcs|RFC 8785 payload hash from JavaScript (tests/jcs/run.sh)|the payload hash oncegate stores differs from the one a JCS library computes"
 		"run_browser_tooling|browser tooling (tests/browser/check_ensure.sh)|a suite runs the browser scripts without ensuring their tooling"
 		"run_browser|browser test (tests/browser/run.sh)|browser test failed"
 		"run_local_access|local access (tests/identity/local_access.sh)|local access: another local user can reach the database or read a secret"

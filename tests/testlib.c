@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -120,12 +121,49 @@ header_cb(char *ptr, size_t size, size_t nmemb, void *ud)
 	/* A new status line (e.g. after 100 Continue) starts a new header set. */
 	if (n >= 5 && strncmp(ptr, "HTTP/", 5) == 0) {
 		r->retry_after[0] = r->allow[0] = r->content_type[0] = '\0';
+		r->location[0] = r->www_authenticate[0] = '\0';
 		return n;
 	}
+	header_value(ptr, n, "Location", r->location);
+	header_value(ptr, n, "WWW-Authenticate", r->www_authenticate);
 	header_value(ptr, n, "Retry-After", r->retry_after);
 	header_value(ptr, n, "Allow", r->allow);
 	header_value(ptr, n, "Content-Type", r->content_type);
 	return n;
+}
+
+/* With $ONCEGATE_API_RECORD set, every answer of the API (/v1/, /healthz)
+ * is appended to that file as one JSON line, for tests/openapi/validate.mjs
+ * to check against the OpenAPI document after make check. One write(2) a
+ * line on an O_APPEND file: suites running side by side do not mix lines. */
+static void
+record(const char *method, const char *path, const struct tl_resp *r)
+{
+	const char *file = tl_env("ONCEGATE_API_RECORD");
+	json_t *line;
+	char *text;
+	int fd;
+
+	if (file == NULL || r->status == 0 ||
+	    (strncmp(path, "/v1/", 4) != 0 && strncmp(path, "/healthz", 8) != 0))
+		return;
+	line = json_pack("{s:s, s:s, s:i, s:s, s:s%, s:s, s:s, s:s, s:s}", "method", method,
+	                 "path", path, "status", (int)r->status, "content_type", r->content_type,
+	                 "body", r->body, r->body_len, "retry_after", r->retry_after, "allow",
+	                 r->allow, "location", r->location, "www_authenticate",
+	                 r->www_authenticate);
+	text = line != NULL ? json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+	json_decref(line);
+	fd = text != NULL ? open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600) : -1;
+	if (fd >= 0) {
+		size_t n = strlen(text);
+
+		text[n] = '\n'; /* json_dumps's NUL: the line is written by length */
+		ck_assert_msg(write(fd, text, n + 1) == (ssize_t)(n + 1), "%s: cannot append to %s",
+		              r->what, file);
+		close(fd);
+	}
+	free(text);
 }
 
 int
@@ -220,6 +258,7 @@ out:
 		r->json = json_loadb(r->body, r->body_len, JSON_DECODE_ANY, NULL);
 	if (rc != 0 && r->error[0] == '\0')
 		snprintf(r->error, sizeof(r->error), "request failed");
+	record(method, path, r);
 	curl_slist_free_all(hdrs);
 	if (h != NULL)
 		curl_easy_cleanup(h);
@@ -883,6 +922,7 @@ out:
 		r->json = json_loadb(r->body, r->body_len, JSON_DECODE_ANY, NULL);
 	if (rc != 0 && r->error[0] == '\0')
 		snprintf(r->error, sizeof(r->error), "request failed");
+	record(method, path, r);
 	if (headers != NULL)
 		*headers = hs.block.data != NULL ? hs.block.data : strdup("");
 	else

@@ -38,6 +38,8 @@ struct tl_resp {
 	char retry_after[TL_HEADER_MAX];
 	char allow[TL_HEADER_MAX];
 	char content_type[TL_HEADER_MAX];
+	char location[TL_HEADER_MAX];
+	char www_authenticate[TL_HEADER_MAX];
 	char what[512];              /* "METHOD /path", for messages */
 	char error[CURL_ERROR_SIZE + 128]; /* libcurl's error text, if any */
 };

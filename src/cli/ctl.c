@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "canon.h"
 #include "buf.h"
 
 #include "ctl.h"
@@ -84,7 +85,7 @@ ctl_refuse(struct ctl *ctl, const char *what, int code, const char *op, const ch
 void
 ctl_print_json(json_t *v)
 {
-	char *s = v != NULL ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+	char *s = v != NULL ? canon_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
 
 	printf("%s\n", s != NULL ? s : "null");
 	free(s);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "canon.h"
 #include "audit.h"
 #include "ctl_audit.h"
 
@@ -55,7 +56,7 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 		if (ctl->json) {
 			json_t *no = json_pack("{s:s, s:{s:s, s:s}}", "key", key, "processed", "answer",
 			                       "no", "text", msg);
-			char *s = no != NULL ? json_dumps(no, JSON_COMPACT) : NULL;
+			char *s = no != NULL ? canon_dumps(no, JSON_COMPACT) : NULL;
 
 			printf("%s\n", s ? s : "{}");
 			free(s);
@@ -74,7 +75,7 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 		ctl_log(ctl, LOG_LEVEL_INFO, "audit.explain", &f);
 	}
 	if (ctl->json) {
-		char *s = json_dumps(doc, JSON_COMPACT);
+		char *s = canon_dumps(doc, JSON_COMPACT);
 
 		printf("%s\n", s ? s : "{}");
 		free(s);
@@ -175,7 +176,7 @@ report_line(const char *label, const json_t *v)
 		printf("%s\n", any ? "" : "none");
 		return;
 	}
-	s = json_is_null(v) ? NULL : json_dumps(v, JSON_ENCODE_ANY);
+	s = json_is_null(v) ? NULL : canon_dumps(v, JSON_ENCODE_ANY);
 	printf("%-34s%s\n", label, s != NULL ? s : "-");
 	free(s);
 }
@@ -240,7 +241,7 @@ ctl_audit_report(struct ctl *ctl, int argc, char **argv)
 		return EXIT_UNAVAILABLE;
 	}
 	if (ctl->json) {
-		char *s = json_dumps(doc, JSON_COMPACT);
+		char *s = canon_dumps(doc, JSON_COMPACT);
 
 		printf("%s\n", s ? s : "{}");
 		free(s);

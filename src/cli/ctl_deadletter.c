@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "canon.h"
 #include "ctl_deadletter.h"
 #include "repair.h"
 
@@ -21,7 +22,7 @@ jtext(const json_t *v)
 		return strdup("-");
 	if (json_is_string(v))
 		return strdup(json_string_value(v));
-	return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+	return canon_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 }
 
 /* --- deadletter ------------------------------------------------------------------ */

@@ -63,12 +63,13 @@ read_payload(struct replay_opts *o, char *err, size_t errlen)
 		         o->payload_file, cap);
 		goto out;
 	}
-	if ((crc = canon_json(text, len, &o->payload, &n)) != CANON_OK) {
+	/* kept as written, hashed as a claim of the new key will be */
+	if ((crc = canon_json(CANON_AS_WRITTEN, text, len, &o->payload, &n)) != CANON_OK ||
+	    (crc = canon_hash_as(CANON_JCS, o->payload, n, o->payload_hash)) != CANON_OK) {
 		snprintf(err, errlen, "%s is not a JSON payload: %s", o->payload_file,
 		         canon_strerror(crc));
 		goto out;
 	}
-	canon_hash(o->payload, n, o->payload_hash);
 	rc = 0;
 out:
 	free(text);
@@ -150,7 +151,7 @@ replay_one(struct ctl *ctl, struct replay_opts *o, const char *key)
 			json_object_set_new(doc, "forced_past", json_string(res.forced_past));
 		if (doc != NULL)
 			json_object_set_new(doc, "dead_letters_linked", json_integer(res.letters));
-		char *s = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
+		char *s = doc != NULL ? canon_dumps(doc, JSON_COMPACT) : NULL;
 
 		printf("%s\n", s != NULL ? s : "{}");
 		free(s);
@@ -371,7 +372,7 @@ map_print(struct ctl *ctl, const struct map *m, int ok, int human, int refused)
 		doc = json_pack("{s:b, s:o, s:{s:i, s:i, s:i, s:i, s:i}}", "dry_run", 1, "items", list,
 		                "totals", "items", m->n, "would_replay", ok, "awaiting_human", human,
 		                "failed_retryable", ok - human, "refused", refused);
-		s = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
+		s = doc != NULL ? canon_dumps(doc, JSON_COMPACT) : NULL;
 		printf("%s\n", s ? s : "{}");
 		free(s);
 		json_decref(doc);
@@ -438,7 +439,7 @@ replay_step(struct ctl *ctl, struct ctl_job *job, int *ex)
 			                    (json_int_t)job->id, "line", it.seq, "key", it.key,
 			                    "new_key", it.new_key, "state", res.start_state,
 			                    "approvals", res.approvals);
-			char *s = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
+			char *s = doc != NULL ? canon_dumps(doc, JSON_COMPACT) : NULL;
 
 			printf("%s\n", s ? s : "{}");
 			free(s);

@@ -114,23 +114,8 @@ main(int argc, char **argv)
 	int opt, grace, rc = 0;
 	struct sigaction sa;
 
-	while ((opt = getopt(argc, argv, "c:nh")) != -1) {
-		switch (opt) {
-		case 'c':
-			path = optarg;
-			break;
-		case 'n':
-			check = true;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	path = config_path(path);
+	if ((opt = config_options(argc, argv, usage, &path, &check)) >= 0)
+		return opt;
 	if (load_config(path, &cfg, err, sizeof(err)) != 0) {
 		fprintf(stderr, "oncegate-dispatch: %s\n", err);
 		return 1;

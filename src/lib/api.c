@@ -35,6 +35,8 @@ static const struct route routes[] = {
 	  BODY_JSON, ANSWER_JSON, false, false, api_output_submit },
 	{ "POST", SHAPE_KEY, "/v1/runs/", "/cancel", "/v1/runs/{key}/cancel", AUTH_BEARER,
 	  BODY_JSON, ANSWER_JSON, false, false, api_runs_cancel },
+	{ "GET", SHAPE_EXACT, "/v1/openapi.json", NULL, "/v1/openapi.json", AUTH_NONE, BODY_NONE,
+	  ANSWER_TEXT, false, false, api_ops_openapi },
 	{ "GET", SHAPE_EXACT, "/healthz", NULL, "/healthz", AUTH_NONE, BODY_NONE, ANSWER_JSON,
 	  false, false, api_ops_healthz },
 	{ "GET", SHAPE_KEY, "/approve/", "", "/approve/{token}", AUTH_SSO, BODY_NONE,
@@ -66,7 +68,6 @@ api_route_label(size_t i, const char **method, const char **pattern)
 void
 api_json_headers(struct api_call *c)
 {
-	(void)http_header(c->resp, "Content-Type", "application/json");
 	(void)http_header(c->resp, "Cache-Control", "no-store");
 }
 
@@ -235,33 +236,152 @@ api_log(struct api_call *c, enum log_level level, const char *event, struct log_
 	log_event(level, event, f);
 }
 
-/* A 4xx for bad input: the error body, and one request.invalid line. */
 void
-api_reject(struct api_call *c, int status, const char *code, const char *message,
-           const char *field)
+api_run_path(const struct api_call *c, char out[API_RUN_PATH_MAX])
+{
+	memcpy(out, "/v1/runs/", 9);
+	http_pct_encode(c->key, strnlen(c->key, sizeof(c->key)), out + 9);
+}
+
+/* ---- problems -------------------------------------------------------- */
+
+/* Every error the API answers, by its stable code: the status it always
+ * has, the title of its problem type (RFC 9457: the same for every
+ * occurrence; the detail says what this one was) and the result of the
+ * data or use-case layers (og_rc) it answers, if any. This table is the one
+ * mapping of a result to a status: api_fail and api_refuse look it up. */
+static const struct problem_type {
+	const char *code;
+	int status;
+	const char *title;
+	enum og_rc rc; /* OG_OK: a code no result of the layers below turns into */
+} problem_types[] = {
+	{ "invalid_json", 400, "The body is not acceptable JSON", OG_OK },
+	{ "invalid_key", 400, "The key is not one that can be used", OG_OK },
+	{ "invalid_field", 400, "A field of the body is missing or wrong", OG_OK },
+	{ "invalid_idempotency_key", 400, "The Idempotency-Key header is malformed", OG_OK },
+	{ "key_mismatch", 400, "Idempotency-Key and the body's key differ", OG_OK },
+	{ "unauthorized", 401, "An API key is required", OG_DENIED },
+	{ "not_found", 404, "No such route", OG_OK },
+	{ "run_not_found", 404, "No such run", OG_NOT_FOUND },
+	{ "method_not_allowed", 405, "This path does not take this method", OG_OK },
+	{ "lease_lost", 409, "This execution no longer owns the run", OG_LEASE_LOST },
+	{ "lease_cap_reached", 409, "The claim reached its total lease lifetime", OG_CAP_REACHED },
+	{ "window_closed", 409, "Nothing is left to cancel", OG_WINDOW_CLOSED },
+	{ "body_too_large", 413, "The body is too large", OG_OK },
+	{ "unsupported_media_type", 415, "The body must be JSON", OG_OK },
+	{ "payload_mismatch", 422, "The key was claimed with another payload", OG_MISMATCH },
+	{ "unknown_contract", 422, "No such contract", OG_OK },
+	{ "effect_not_allowed", 422, "The contract does not allow this effect", OG_OK },
+	{ "unknown_target", 422, "No such target", OG_OK },
+	{ "callback_not_allowed", 422, "The callback URL's origin is not allowed", OG_OK },
+	{ "requested_by_required", 422, "The contract requires requested_by", OG_OK },
+	{ "internal_error", 500, "Internal error", OG_ERROR },
+	{ "database_unavailable", 503, "The database is unavailable", OG_UNAVAILABLE },
+};
+
+#define PROBLEM_TYPES (sizeof(problem_types) / sizeof(problem_types[0]))
+#define PROBLEM_INTERNAL (&problem_types[PROBLEM_TYPES - 2])
+
+/* The problem type of a stable code; internal_error for a code missing
+ * from the table (our bug). */
+static const struct problem_type *
+problem_named(const char *code)
+{
+	size_t i;
+
+	for (i = 0; i < PROBLEM_TYPES; i++)
+		if (strcmp(problem_types[i].code, code) == 0)
+			return &problem_types[i];
+	return PROBLEM_INTERNAL;
+}
+
+/* The problem type a result answers; internal_error for a result that is
+ * no answer to a caller (a bug or a broken invariant). */
+static const struct problem_type *
+problem_of(enum og_rc rc)
+{
+	size_t i;
+
+	for (i = 0; rc != OG_OK && i < PROBLEM_TYPES; i++)
+		if (problem_types[i].rc == rc)
+			return &problem_types[i];
+	return PROBLEM_INTERNAL;
+}
+
+/* The one place an error becomes an answer: the problem document of type t
+ * with detail and the extension members of ext (reference taken), and the
+ * headers its status calls for. */
+static void
+api_problem(struct api_call *c, const struct problem_type *t, const char *detail, json_t *ext)
+{
+	char retry[16];
+
+	if (ext == NULL)
+		ext = json_object();
+	/* The run a refusal of its state concerns (404, 409, 422), as its URL
+	 * path; a malformed request concerns no run. */
+	if (c->key[0] != '\0' && c->route != NULL && !c->route->token &&
+	    (t->status == 404 || t->status == 409 || t->status == 422)) {
+		char path[API_RUN_PATH_MAX];
+
+		api_run_path(c, path);
+		json_object_set_new(ext, "instance", json_string(path));
+	}
+	if (c->req->request_id != NULL && c->req->request_id[0] != '\0')
+		json_object_set_new(ext, "request_id", json_string(c->req->request_id));
+	http_problem(c->resp, t->status, t->code, t->title, detail, ext);
+	switch (t->status) {
+	case 401:
+		/* RFC 6750: no error code when no credentials came at all */
+		(void)http_header(c->resp, "WWW-Authenticate",
+		                  http_bearer(c->req->authorization) == NULL
+		                      ? "Bearer realm=\"oncegate\""
+		                      : "Bearer realm=\"oncegate\", error=\"invalid_token\", "
+		                        "error_description=\"the API key is unknown or revoked\"");
+		break;
+	case 503:
+		snprintf(retry, sizeof(retry), "%d", c->ctx->cfg->retry_after_seconds);
+		(void)http_header(c->resp, "Retry-After", retry);
+		break;
+	default:
+		break;
+	}
+}
+
+/* A 4xx for bad input: the problem document, and one request.invalid line
+ * (auth.failed for 401). */
+void
+api_reject(struct api_call *c, const char *code, const char *message, const char *field)
 {
 	struct log_fields f = { 0 };
-	json_t *err = json_pack("{s:s, s:s}", "error", code, "message", message);
+	json_t *ext = json_object();
 
 	if (field != NULL)
-		json_object_set_new(err, "field", json_string(field));
-	http_json(c->resp, status, err);
+		json_object_set_new(ext, "field", json_string(field));
+	api_problem(c, problem_named(code), message, ext);
 	f.reason = code;
 	f.detail = message;
 	f.validation = field;
-	api_log(c, LOG_LEVEL_NOTICE, status == 401 ? "auth.failed" : "request.invalid", &f);
+	api_log(c, LOG_LEVEL_NOTICE, c->resp->status == 401 ? "auth.failed" : "request.invalid",
+	        &f);
+}
+
+/* A refusal about the run itself (404, 409, 422): the problem document of
+ * the result with the members ext names; the caller writes the log line. */
+void
+api_refuse(struct api_call *c, enum og_rc rc, const char *message, json_t *ext)
+{
+	api_problem(c, problem_of(rc), message, ext);
 }
 
 static void
 api_unavailable(struct api_call *c, const char *detail)
 {
 	struct log_fields f = { 0 };
-	char retry[16];
 
-	snprintf(retry, sizeof(retry), "%d", c->ctx->cfg->retry_after_seconds);
-	http_error(c->resp, 503, "database_unavailable",
-	           "the database is unavailable; nothing was changed, retry later");
-	(void)http_header(c->resp, "Retry-After", retry);
+	api_problem(c, problem_of(OG_UNAVAILABLE),
+	            "the database is unavailable; nothing was changed, retry later", NULL);
 	f.detail = detail;
 	f.hint = "check that PostgreSQL is up and reachable";
 	api_log(c, LOG_LEVEL_ERROR, "db.unavailable", &f);
@@ -272,7 +392,7 @@ api_internal(struct api_call *c, const char *detail)
 {
 	struct log_fields f = { 0 };
 
-	http_error(c->resp, 500, "internal_error", "internal error; nothing was changed");
+	api_problem(c, PROBLEM_INTERNAL, "internal error; nothing was changed", NULL);
 	f.detail = detail;
 	api_log(c, LOG_LEVEL_ERROR, "request.failed", &f);
 }
@@ -289,7 +409,7 @@ api_fail(struct api_call *c, enum og_rc rc)
 		api_unavailable(c, db_error(c->ctx->db));
 		break;
 	case OG_NOT_FOUND:
-		http_error(c->resp, 404, "run_not_found", "no run with this key");
+		api_refuse(c, OG_NOT_FOUND, "no run with this key", NULL);
 		api_log(c, LOG_LEVEL_INFO, "run.not_found", &f);
 		break;
 	default:
@@ -303,9 +423,7 @@ api_fail(struct api_call *c, enum og_rc rc)
 void
 api_lease_lost(struct api_call *c, struct log_fields *f)
 {
-	http_json(c->resp, 409,
-	          json_pack("{s:s, s:s}", "error", "lease_lost", "message",
-	                    "this execution no longer owns the run; stop"));
+	api_refuse(c, OG_LEASE_LOST, "this execution no longer owns the run; stop", NULL);
 	f->reason = "lease_lost";
 	api_log(c, LOG_LEVEL_WARNING, "lease.lost", f);
 }
@@ -333,14 +451,14 @@ api_opt_string(struct api_call *c, const char *name, size_t max, const char **ou
 		return true;
 	if (!json_is_string(v)) {
 		snprintf(msg, sizeof(msg), "%s must be a string", name);
-		api_reject(c, 400, "invalid_field", msg, name);
+		api_reject(c, "invalid_field", msg, name);
 		return false;
 	}
 	if (json_string_length(v) > max || !api_printable(json_string_value(v)) ||
 	    strlen(json_string_value(v)) != json_string_length(v)) {
 		snprintf(msg, sizeof(msg), "%s must be printable text of at most %zu bytes",
 		         name, max);
-		api_reject(c, 400, "invalid_field", msg, name);
+		api_reject(c, "invalid_field", msg, name);
 		return false;
 	}
 	*out = json_string_value(v);
@@ -359,7 +477,7 @@ api_opt_int(struct api_call *c, const char *name, long long lo, long long hi,
 		return true;
 	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
 		snprintf(msg, sizeof(msg), "%s must be an integer from %lld to %lld", name, lo, hi);
-		api_reject(c, 400, "invalid_field", msg, name);
+		api_reject(c, "invalid_field", msg, name);
 		return false;
 	}
 	*out = json_integer_value(v);
@@ -374,7 +492,7 @@ api_req_int(struct api_call *c, const char *name, long long lo, long long hi,
 
 	if (json_object_get(c->body, name) == NULL) {
 		snprintf(msg, sizeof(msg), "%s is required", name);
-		api_reject(c, 400, "invalid_field", msg, name);
+		api_reject(c, "invalid_field", msg, name);
 		return false;
 	}
 	return api_opt_int(c, name, lo, hi, 0, out);
@@ -386,7 +504,7 @@ api_req_owner(struct api_call *c, const char **owner)
 	json_t *v = json_object_get(c->body, "lease_owner");
 
 	if (!json_is_string(v) || !ledger_uuid_valid(json_string_value(v))) {
-		api_reject(c, 400, "invalid_field",
+		api_reject(c, "invalid_field",
 		           "lease_owner must be the UUID returned by the claim", "lease_owner");
 		return false;
 	}
@@ -410,7 +528,7 @@ api_only_fields(struct api_call *c, const char *const *allowed)
 				break;
 		if (allowed[i] == NULL) {
 			snprintf(msg, sizeof(msg), "unknown field \"%.64s\"", name);
-			api_reject(c, 400, "invalid_field", msg, NULL);
+			api_reject(c, "invalid_field", msg, NULL);
 			return false;
 		}
 	}
@@ -420,16 +538,35 @@ api_only_fields(struct api_call *c, const char *const *allowed)
 
 /* ---- the pipeline ---------------------------------------------------- */
 
-/* The key of a claim body, when it is one we could look up. */
+/* The key of a claim (the body's, else its Idempotency-Key header's),
+ * when it is one we could look up. */
 static const char *
 claim_key(const struct api_call *c)
 {
 	json_t *key = json_object_get(c->body, "key");
 
+	if (key == NULL)
+		return c->idem_len > 0 && api_key_valid(c->idem, (size_t)c->idem_len) ? c->idem
+		                                                                      : NULL;
 	if (!json_is_string(key) || strlen(json_string_value(key)) != json_string_length(key) ||
 	    !api_key_valid(json_string_value(key), json_string_length(key)))
 		return NULL;
 	return json_string_value(key);
+}
+
+/* Reads the claim's Idempotency-Key header, if any, into c->idem. */
+static void
+call_idempotency_key(struct api_call *c)
+{
+	c->idem_len = -1;
+	if (c->req->idempotency_key == NULL)
+		return;
+	if (c->req->idempotency_key_fields > 1) {
+		c->idem_problem = "more than one Idempotency-Key was sent";
+		return;
+	}
+	c->idem_len = http_idempotency_key(c->req->idempotency_key, c->idem, sizeof(c->idem),
+	                                   &c->idem_problem);
 }
 
 /* The client id this thread last saw for a key hash. Ids never change for
@@ -471,12 +608,12 @@ call_authenticate(struct api_call *c)
 
 	memset(calls, 0, sizeof(calls));
 	if (key == NULL) {
-		api_reject(c, 401, "unauthorized", "an API key is required in the Authorization header",
+		api_reject(c, "unauthorized", "an API key is required in the Authorization header",
 		           NULL);
 		return false;
 	}
 	if (!clients_auth_call(&a, key, &calls[0])) {
-		api_reject(c, 401, "unauthorized", "the API key is unknown or revoked", NULL);
+		api_reject(c, "unauthorized", "the API key is unknown or revoked", NULL);
 		return false;
 	}
 	if (c->route->lookup && c->body != NULL && (run_key = claim_key(c)) != NULL &&
@@ -504,7 +641,7 @@ call_authenticate(struct api_call *c)
 		return false;
 	}
 	if (rc != OG_OK) {
-		api_reject(c, 401, "unauthorized", "the API key is unknown or revoked", NULL);
+		api_reject(c, "unauthorized", "the API key is unknown or revoked", NULL);
 		return false;
 	}
 	if (rc == OG_OK && cached == 0)
@@ -516,7 +653,6 @@ call_authenticate(struct api_call *c)
 /* The body's answer when it is refused (given after authentication: an
  * unauthenticated caller learns nothing about its body). */
 struct body_error {
-	int status;
 	const char *code;
 	char message[JSON_ERROR_TEXT_LENGTH + 256];
 };
@@ -539,17 +675,14 @@ call_parse_body(struct api_call *c, struct body_error *e)
 	json_error_t jerr;
 	enum canon_rc crc;
 
-	e->status = 400;
 	e->code = "invalid_json";
 	if (!http_is_json(c->req->content_type)) {
-		e->status = 415;
 		e->code = "unsupported_media_type";
 		snprintf(e->message, sizeof(e->message),
 		         "the body must be sent as Content-Type: application/json");
 		return false;
 	}
 	if (body_too_large(c)) {
-		e->status = 413;
 		e->code = "body_too_large";
 		snprintf(e->message, sizeof(e->message), "the body is larger than %d bytes",
 		         c->ctx->cfg->max_body_bytes);
@@ -604,23 +737,22 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 	c.route = route_match(req->method, req->uri, c.key, sizeof(c.key), &status, &allow);
 	if (c.route == NULL) {
 		if (strncmp(req->uri, "/approve/", 9) == 0) {
-			(void)http_header(resp, "Content-Type", "application/json");
 			api_approve_security_headers(&c);
 		} else {
 			api_json_headers(&c);
 		}
 		if (status == 405) {
 			(void)http_header(resp, "Allow", allow);
-			api_reject(&c, 405, "method_not_allowed",
+			api_reject(&c, "method_not_allowed",
 			           "this path does not accept this method", NULL);
 		} else if (status == 400) {
 			c.key[0] = '\0';
-			api_reject(&c, 400, "invalid_key",
+			api_reject(&c, "invalid_key",
 			           "the key in the path must be 1 to 200 printable characters, "
 			           "percent-encoded",
 			           NULL);
 		} else {
-			api_reject(&c, 404, "not_found", "no such route", NULL);
+			api_reject(&c, "not_found", "no such route", NULL);
 		}
 		return;
 	}
@@ -640,6 +772,8 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 	case ANSWER_TEXT:
 		break;
 	}
+	if (c.route->lookup)
+		call_idempotency_key(&c);
 	switch (c.route->body) {
 	case BODY_NONE:
 		break;
@@ -664,7 +798,7 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 		break;
 	}
 	if (!body_ok) {
-		api_reject(&c, berr.status, berr.code, berr.message, NULL);
+		api_reject(&c, berr.code, berr.message, NULL);
 		goto out;
 	}
 	c.route->handler(&c);

@@ -39,7 +39,7 @@ api_approve_security_headers(struct api_call *c)
 void
 api_approve_headers(struct api_call *c)
 {
-	(void)http_header(c->resp, "Content-Type", "text/html; charset=utf-8");
+	c->resp->content_type = "text/html; charset=utf-8";
 	api_approve_security_headers(c);
 }
 
@@ -186,8 +186,7 @@ page_card(struct api_call *c, const struct gate_approval *a, const json_t *run)
 			struct page_scope *sc = page_repeat(p, "output_fields");
 			char *text = json_is_string(v)
 			                 ? strdup(json_string_value(v))
-			                 : json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY |
-			                                     JSON_REAL_PRECISION(15));
+			                 : canon_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 
 			if (sc != NULL && text != NULL) {
 				(void)page_scope_text(sc, "field_name", name);

@@ -1,6 +1,7 @@
 /*
- * api_ops.c — what operators and monitors read: GET /healthz (the
- * database answers) and GET /metrics (Prometheus text).
+ * api_ops.c — what operators, monitors and tools read: GET /healthz (the
+ * database answers), GET /metrics (Prometheus text) and GET
+ * /v1/openapi.json (the description of the workflow API).
  */
 #include "api_int.h"
 #include "db.h"
@@ -41,7 +42,24 @@ api_ops_metrics(struct api_call *c)
 		return;
 	}
 	c->resp->status = 200;
-	(void)http_header(c->resp, "Content-Type", METRICS_CONTENT_TYPE);
+	c->resp->content_type = METRICS_CONTENT_TYPE;
 	(void)http_header(c->resp, "Cache-Control", "no-store");
 	api_log(c, LOG_LEVEL_DEBUG, "metrics.read", &f);
+}
+
+/* GET /v1/openapi.json: the document compiled into this program, so that
+ * it always describes the code that answers. No authentication: it holds
+ * nothing but the shape of the API. */
+void
+api_ops_openapi(struct api_call *c)
+{
+	buf_reset(&c->resp->body);
+	if (buf_append(&c->resp->body, api_openapi_json, api_openapi_json_len) != 0) {
+		api_json_headers(c);
+		api_internal(c, "the OpenAPI document does not fit the response buffer");
+		return;
+	}
+	c->resp->status = 200;
+	c->resp->content_type = "application/json";
+	(void)http_header(c->resp, "Cache-Control", "max-age=300");
 }

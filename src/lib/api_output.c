@@ -28,7 +28,7 @@ http_url(const char *s)
 static void
 call_unprocessable(struct api_call *c, const char *code, const char *message, const char *field)
 {
-	api_reject(c, 422, code, message, field);
+	api_reject(c, code, message, field);
 }
 
 /* The output fields contract k marks loggable, as one compact JSON object
@@ -51,7 +51,7 @@ api_output_loggable(const struct contract *k, const json_t *output)
 			json_object_set(o, ptr, v);
 	}
 	if (json_object_size(o) > 0)
-		text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
+		text = canon_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(o);
 	return text;
 }
@@ -96,12 +96,12 @@ api_output_submit(struct api_call *c)
 	f.contract = contract_name(contract);
 	output = json_object_get(c->body, "output");
 	if (output == NULL) {
-		api_reject(c, 400, "invalid_field", "output is required", "output");
+		api_reject(c, "invalid_field", "output is required", "output");
 		goto out;
 	}
 	model = json_object_get(c->body, "model");
 	if (model != NULL && !json_is_object(model)) {
-		api_reject(c, 400, "invalid_field", "model must be an object", "model");
+		api_reject(c, "invalid_field", "model must be an object", "model");
 		goto out;
 	}
 	effect = json_object_get(c->body, "effect");
@@ -109,7 +109,7 @@ api_output_submit(struct api_call *c)
 	etarget = json_string_value(json_object_get(effect, "target"));
 	if (!json_is_object(effect) || etype == NULL || etarget == NULL ||
 	    json_object_get(effect, "payload") == NULL || json_object_size(effect) != 3) {
-		api_reject(c, 400, "invalid_field",
+		api_reject(c, "invalid_field",
 		           "effect must be {\"type\", \"target\", \"payload\"}", "effect");
 		goto out;
 	}
@@ -140,7 +140,7 @@ api_output_submit(struct api_call *c)
 		goto out;
 	}
 	if (lo.source_url != NULL && !http_url(lo.source_url)) {
-		api_reject(c, 400, "invalid_field", "source_url must be an http(s) URL",
+		api_reject(c, "invalid_field", "source_url must be an http(s) URL",
 		           "source_url");
 		goto out;
 	}
@@ -156,9 +156,9 @@ api_output_submit(struct api_call *c)
 	lo.version = version;
 	lo.contract = contract_name(contract);
 	lo.contract_hash = contract_hash(contract);
-	if (canon_member(c->req->body, c->req->body_len, "output", &out_text, &out_len) !=
+	if (canon_member(CANON_AS_WRITTEN, c->req->body, c->req->body_len, "output", &out_text, &out_len) !=
 	    CANON_OK) {
-		api_reject(c, 400, "invalid_json", "output is not canonical JSON", "output");
+		api_reject(c, "invalid_json", "output is not canonical JSON", "output");
 		goto out;
 	}
 	canon_hash(out_text, out_len, out_hash);
@@ -185,7 +185,7 @@ api_output_submit(struct api_call *c)
 	if (json_array_size(errors) > 0) {
 		int budget = contract_repair_attempts(contract), left;
 
-		errors_text = json_dumps(errors, JSON_COMPACT);
+		errors_text = canon_dumps(errors, JSON_COMPACT);
 		lo.validation = errors_text;
 		lrc = ledger_output_invalid(c->ctx->db, &lo, budget, &run);
 		if (lrc != OG_OK) {
@@ -254,8 +254,8 @@ api_output_submit(struct api_call *c)
 		human = true;
 		break;
 	}
-	model_text = model != NULL ? json_dumps(model, JSON_COMPACT) : NULL;
-	eff_text = effect_doc != NULL ? json_dumps(effect_doc, JSON_COMPACT) : NULL;
+	model_text = model != NULL ? canon_dumps(model, JSON_COMPACT) : NULL;
+	eff_text = effect_doc != NULL ? canon_dumps(effect_doc, JSON_COMPACT) : NULL;
 	if (eff_text == NULL) {
 		api_internal(c, "effect could not be serialised");
 		goto out;

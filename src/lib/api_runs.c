@@ -34,6 +34,51 @@ opt_lease_seconds(struct api_call *c, long long *lease)
 	                   cfg->lease_default_seconds, lease);
 }
 
+/* The claim's key: the body's "key", or the Idempotency-Key header's; given
+ * both, they must be equal. Into c->key; false after answering 400. */
+static bool
+claim_run_key(struct api_call *c)
+{
+	json_t *key = json_object_get(c->body, "key");
+	const char *k, *problem;
+	size_t len;
+
+	if (c->idem_problem != NULL) {
+		api_reject(c, "invalid_idempotency_key", c->idem_problem, "Idempotency-Key");
+		return false;
+	}
+	if (key == NULL && c->idem_len < 0) {
+		api_reject(c, "invalid_key",
+		           "key is required, in the body or in the Idempotency-Key header", "key");
+		return false;
+	}
+	if (key == NULL) {
+		k = c->idem;
+		len = (size_t)c->idem_len;
+	} else if (json_is_string(key) &&
+	           strlen(json_string_value(key)) == json_string_length(key)) {
+		k = json_string_value(key);
+		len = json_string_length(key);
+		if (c->idem_len >= 0 && ((size_t)c->idem_len != len || memcmp(c->idem, k, len) != 0)) {
+			api_reject(c, "key_mismatch",
+			           "the Idempotency-Key header and the body's key differ: send the "
+			           "key once, or the same in both",
+			           "Idempotency-Key");
+			return false;
+		}
+	} else {
+		api_reject(c, "invalid_key", "key must be a string of 1 to 200 printable characters",
+		           "key");
+		return false;
+	}
+	if ((problem = api_key_claim_problem(k, len)) != NULL) {
+		api_reject(c, "invalid_key", problem, key != NULL ? "key" : "Idempotency-Key");
+		return false;
+	}
+	snprintf(c->key, sizeof(c->key), "%s", k);
+	return true;
+}
+
 void
 api_runs_claim(struct api_call *c)
 {
@@ -44,31 +89,18 @@ api_runs_claim(struct api_call *c)
 	struct ledger_claim lc = { 0 };
 	struct ledger_run run = { 0 };
 	struct log_fields f = { 0 };
-	char hash[CANON_HASH_LEN];
+	char hash[CANON_HASH_LEN], hash_as_written[CANON_HASH_LEN], loc[API_RUN_PATH_MAX];
 	char *payload = NULL;
 	size_t payload_len;
 	long long lease;
 	enum canon_rc crc;
 	enum og_rc rc;
-	const char *problem;
-	json_t *key, *out;
+	json_t *out;
 
-	if (!api_only_fields(c, fields))
+	if (!api_only_fields(c, fields) || !claim_run_key(c))
 		goto out;
-	key = json_object_get(c->body, "key");
-	if (!json_is_string(key) || strlen(json_string_value(key)) != json_string_length(key)) {
-		api_reject(c, 400, "invalid_key",
-		           "key must be a string of 1 to 200 printable characters", "key");
-		goto out;
-	}
-	if ((problem = api_key_claim_problem(json_string_value(key), json_string_length(key))) !=
-	    NULL) {
-		api_reject(c, 400, "invalid_key", problem, "key");
-		goto out;
-	}
-	snprintf(c->key, sizeof(c->key), "%s", json_string_value(key));
 	if (json_object_get(c->body, "payload") == NULL) {
-		api_reject(c, 400, "invalid_field", "payload is required", "payload");
+		api_reject(c, "invalid_field", "payload is required", "payload");
 		goto out;
 	}
 	if (!api_opt_string(c, "workflow_version", OG_FIELD_MAX, &lc.workflow_version) ||
@@ -78,35 +110,48 @@ api_runs_claim(struct api_call *c)
 	    !opt_lease_seconds(c, &lease))
 		goto out;
 
-	/* The hash is over the payload exactly as sent (numbers as given),
-	 * which jansson cannot reproduce, hence our own canonicaliser. */
-	crc = canon_member(c->req->body, c->req->body_len, "payload", &payload, &payload_len);
+	/* The payload is kept as written (numbers as given, which jansson
+	 * cannot reproduce, hence our own canonicaliser) and hashed under RFC
+	 * 8785; a run hashed before that is compared under its own rule. */
+	crc = canon_member(CANON_AS_WRITTEN, c->req->body, c->req->body_len, "payload", &payload,
+	                   &payload_len);
+	if (crc == CANON_OK)
+		crc = canon_hash_as(CANON_JCS, payload, payload_len, hash);
 	if (crc != CANON_OK) {
-		api_reject(c, 400, "invalid_json", canon_strerror(crc), "payload");
+		api_reject(c, "invalid_json", canon_strerror(crc), "payload");
 		goto out;
 	}
-	canon_hash(payload, payload_len, hash);
+	canon_hash(payload, payload_len, hash_as_written);
 
 	lc.client_id = c->client.id;
 	lc.key = c->key;
 	lc.payload = payload;
 	lc.payload_hash = hash;
+	lc.payload_hash_as_written = hash_as_written;
 	lc.lease_seconds = (int)lease;
 	lc.cap_seconds = cfg->lease_cap_seconds;
 	rc = ledger_claim(c->ctx->db, &lc, c->prefetched ? &c->prefetch : NULL, &run);
 
+	if (rc != OG_CLAIMED && rc != OG_DUPLICATE && rc != OG_MISMATCH) {
+		api_fail(c, rc);
+		goto out;
+	}
+	/* one of the three answers of a claim */
 	f.correlation_id = lc.correlation_id;
 	f.workflow_version = lc.workflow_version;
 	f.trigger = lc.trigger;
-	f.payload_hash = hash;
+	/* the hash comparable with the run's: the one a reclaim or a mismatch names */
+	f.payload_hash = ledger_claim_hash(&lc, &run);
 	switch (rc) {
 	case OG_CLAIMED:
 		out = json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:i, s:s}", "outcome", "claimed",
 		                "key", c->key, "state", "processing", "lease_owner",
 		                run.lease_owner, "version", (json_int_t)run.version,
 		                "lease_expires_at", run.lease_expires_at, "attempt", run.attempt,
-		                "payload_hash", hash);
+		                "payload_hash", run.payload_hash);
 		http_json(c->resp, 201, out);
+		api_run_path(c, loc);
+		(void)http_header(c->resp, "Location", loc);
 		metrics_count(METRICS_CLAIM_CLAIMED);
 		if (run.lease_reclaimed)
 			metrics_count(METRICS_RUN_LEASE_RECLAIMED);
@@ -130,14 +175,11 @@ api_runs_claim(struct api_call *c)
 		f.attempt = run.attempt;
 		api_log(c, LOG_LEVEL_INFO, "run.duplicate", &f);
 		break;
-	case OG_MISMATCH:
-		out = json_pack("{s:s, s:s, s:s, s:s, s:s}", "error", "payload_mismatch",
-		                "message",
-		                "this key was claimed with a different payload; nothing was "
-		                "changed",
-		                "key", c->key, "payload_hash", hash, "stored_payload_hash",
-		                run.payload_hash);
-		http_json(c->resp, 409, out);
+	default: /* OG_MISMATCH */
+		api_refuse(c, OG_MISMATCH,
+		           "this key was claimed with a different payload; nothing was changed",
+		           json_pack("{s:s, s:s, s:s}", "key", c->key, "payload_hash", f.payload_hash,
+		                     "stored_payload_hash", run.payload_hash));
 		metrics_count(METRICS_CLAIM_MISMATCH);
 		f.state_from = ledger_state_name(run.state);
 		f.version = run.version;
@@ -145,9 +187,6 @@ api_runs_claim(struct api_call *c)
 		f.hint = "the same business key arrived with changed input: investigate "
 		         "upstream; a correction is a new key (oncegatectl replay)";
 		api_log(c, LOG_LEVEL_ALERT, "run.payload_mismatch", &f);
-		break;
-	default:
-		api_fail(c, rc);
 		break;
 	}
 out:
@@ -222,11 +261,9 @@ api_runs_lease(struct api_call *c)
 		api_log(c, LOG_LEVEL_INFO, "lease.renewed", &f);
 		break;
 	case OG_CAP_REACHED:
-		http_json(c->resp, 409,
-		          json_pack("{s:s, s:s, s:s}", "error", "lease_cap_reached", "message",
-		                    "this claim reached its total lease lifetime; finish or let "
-		                    "it expire",
-		                    "lease_expires_at", run.lease_expires_at));
+		api_refuse(c, OG_CAP_REACHED,
+		           "this claim reached its total lease lifetime; finish or let it expire",
+		           json_pack("{s:s}", "lease_expires_at", run.lease_expires_at));
 		f.reason = "lease_cap_reached";
 		api_log(c, LOG_LEVEL_WARNING, "lease.cap_reached", &f);
 		break;
@@ -274,7 +311,7 @@ api_runs_transition(struct api_call *c)
 	state = ledger_state_parse(to_name);
 	if (state != RUN_COMPLETED && state != RUN_FAILED_RETRYABLE &&
 	    state != RUN_FAILED_TERMINAL) {
-		api_reject(c, 400, "invalid_field",
+		api_reject(c, "invalid_field",
 		           "to must be completed, failed_retryable or failed_terminal", "to");
 		goto out;
 	}
@@ -282,15 +319,15 @@ api_runs_transition(struct api_call *c)
 	    !api_opt_string(c, "reason", OG_FIELD_MAX, &reason))
 		goto out;
 	if (error_class != NULL && !error_class_valid(error_class)) {
-		api_reject(c, 400, "invalid_field",
+		api_reject(c, "invalid_field",
 		           "error_class may hold only a-z, 0-9, '_', '.' and '-'", "error_class");
 		goto out;
 	}
 	res = json_object_get(c->body, "result");
 	if (res != NULL && !json_is_null(res)) {
-		result = json_dumps(res, JSON_COMPACT | JSON_ENCODE_ANY);
+		result = canon_dumps(res, JSON_COMPACT | JSON_ENCODE_ANY);
 		if (result == NULL || strlen(result) > OG_RESULT_MAX) {
-			api_reject(c, 400, "invalid_field", "result must be at most 64 KiB of JSON",
+			api_reject(c, "invalid_field", "result must be at most 64 KiB of JSON",
 			           "result");
 			goto out;
 		}
@@ -342,7 +379,7 @@ api_runs_cancel(struct api_call *c)
 	if (!api_only_fields(c, fields) || !api_opt_string(c, "reason", OG_FIELD_MAX, &reason))
 		goto out;
 	if (reason == NULL || reason[0] == '\0') {
-		api_reject(c, 400, "invalid_field", "reason is required", "reason");
+		api_reject(c, "invalid_field", "reason is required", "reason");
 		goto out;
 	}
 	f.reason = reason;
@@ -376,10 +413,10 @@ api_runs_cancel(struct api_call *c)
 				goto out;
 			}
 		}
-		http_json(c->resp, 409,
-		          json_pack("{s:s, s:s}", "error", "window_closed", "message",
-		                    "nothing is waiting inside its cancellation window: the "
-		                    "effect went out, is going out, or was never delayed"));
+		api_refuse(c, OG_WINDOW_CLOSED,
+		           "nothing is waiting inside its cancellation window: the effect went "
+		           "out, is going out, or was never delayed",
+		           NULL);
 		f.reason = "window_closed";
 		api_log(c, LOG_LEVEL_WARNING, "run.cancel_refused", &f);
 		goto out;

@@ -3,8 +3,9 @@
  *
  * Two passes: a recursive-descent parser builds a tree in an arena (numbers
  * keep their input text, strings are decoded to UTF-8), then the tree is
- * written out with object members sorted by key. Everything lives in one
- * arena that is freed at once, so no error path can leak a node.
+ * written out under a rule (canon.h): RFC 8785, or as written. Everything
+ * lives in one arena that is freed at once, so no error path can leak a
+ * node.
  *
  * Strictness is deliberate: two inputs must hash alike exactly when they
  * are the same JSON value, so anything a lenient parser would "repair"
@@ -12,6 +13,7 @@
  * UTF-8) is refused instead of guessed at.
  */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -23,6 +25,7 @@
 #include "canon.h"
 #include "digest.h"
 #include "caps.h"
+#include "utf8.h"
 
 enum node_type {
 	NODE_NULL,
@@ -128,18 +131,6 @@ is_digit(char c)
 	return c >= '0' && c <= '9';
 }
 
-static int
-hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Reads the 4 hex digits of a \u escape at p (p + 4 <= end checked by the
  * caller); -1 if they are not hex. */
 static long
@@ -149,74 +140,12 @@ read_hex4(const char *p)
 	int i, h;
 
 	for (i = 0; i < 4; i++) {
-		h = hex_value(p[i]);
+		h = utf8_hex_digit(p[i]);
 		if (h < 0)
 			return -1;
 		v = v * 16 + h;
 	}
 	return v;
-}
-
-/* Length of the well-formed UTF-8 sequence at s[0..n), or 0 if it is not
- * one (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF). */
-static size_t
-utf8_seq_len(const unsigned char *s, size_t n)
-{
-	unsigned char c = s[0], lo = 0x80, hi = 0xBF;
-	size_t len, i;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xC2 && c <= 0xDF)
-		len = 2;
-	else if (c >= 0xE0 && c <= 0xEF)
-		len = 3;
-	else if (c >= 0xF0 && c <= 0xF4)
-		len = 4;
-	else
-		return 0;
-	if (n < len)
-		return 0;
-	/* The second byte carries the range restrictions. */
-	if (c == 0xE0)
-		lo = 0xA0;
-	else if (c == 0xED)
-		hi = 0x9F;
-	else if (c == 0xF0)
-		lo = 0x90;
-	else if (c == 0xF4)
-		hi = 0x8F;
-	if (s[1] < lo || s[1] > hi)
-		return 0;
-	for (i = 2; i < len; i++)
-		if (s[i] < 0x80 || s[i] > 0xBF)
-			return 0;
-	return len;
-}
-
-static size_t
-utf8_encode(unsigned long cp, char *out)
-{
-	if (cp < 0x80) {
-		out[0] = (char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		out[0] = (char)(0xC0 | (cp >> 6));
-		out[1] = (char)(0x80 | (cp & 0x3F));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		out[0] = (char)(0xE0 | (cp >> 12));
-		out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-		out[2] = (char)(0x80 | (cp & 0x3F));
-		return 3;
-	}
-	out[0] = (char)(0xF0 | (cp >> 18));
-	out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-	out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-	out[3] = (char)(0x80 | (cp & 0x3F));
-	return 4;
 }
 
 /* Parses the string whose opening quote is at ps->p. The decoded text is
@@ -252,8 +181,8 @@ parse_string(struct parser *ps, const char **text, size_t *text_len)
 		if (c < 0x20)
 			return CANON_CONTROL;
 		if (c >= 0x80) {
-			n = utf8_seq_len((const unsigned char *)q, (size_t)(close - q));
-			if (n == 0)
+			n = utf8_decode((const unsigned char *)q, (size_t)(close - q), &cp);
+			if (cp < 0)
 				return CANON_BAD_UTF8;
 			memcpy(w, q, n);
 			w += n;
@@ -644,11 +573,281 @@ emit_string(struct out *o, const char *s, size_t len)
 	return out_put(o, run, (size_t)(end - run)) && out_put(o, "\"", 1);
 }
 
+/* ---- numbers in ECMAScript form (RFC 8785 section 3.2.2.3) --------------- */
+
+/* The shortest decimal digits of v (finite, non-zero, positive): k digits
+ * in d (no trailing zeros), v ~ 0.d x 10^n. ECMAScript Number::toString
+ * wants the fewest digits that read back as v and, of those, the closest
+ * to v. The correctly rounded p-digit form (glibc's printf is exact) reads
+ * back for every p from some p0 on, so p0 is found by bisection; below p0
+ * only the decimal on the other side of v may still read back (at powers
+ * of two the gap below v is half the gap above), and it is tried too. */
+struct digits {
+	char d[24];
+	int k;
+	int n;
+};
+
 static bool
-emit(struct out *o, const struct node *n)
+reads_back(const char *text, double v)
 {
+	return strtod(text, NULL) == v;
+}
+
+/* The p-digit correctly rounded form of v: mantissa m (p digits) and the
+ * power of ten e of its last digit. */
+static void
+rounded(double v, int p, unsigned long long *m, int *e)
+{
+	char buf[40], *x;
+	unsigned long long acc = 0;
+	const char *c;
+
+	snprintf(buf, sizeof(buf), "%.*e", p - 1, v);
+	x = strchr(buf, 'e');
+	for (c = buf; c < x; c++)
+		if (*c >= '0' && *c <= '9')
+			acc = acc * 10 + (unsigned long long)(*c - '0');
+	*m = acc;
+	*e = atoi(x + 1) - (p - 1);
+}
+
+static void
+digits_set(struct digits *dg, unsigned long long m, int e)
+{
+	char buf[24];
+	int len;
+
+	while (m % 10 == 0) {
+		m /= 10;
+		e++;
+	}
+	len = snprintf(buf, sizeof(buf), "%llu", m);
+	memcpy(dg->d, buf, (size_t)len + 1);
+	dg->k = len;
+	dg->n = e + len;
+}
+
+static void
+shortest_digits(double v, struct digits *dg)
+{
+	char buf[48];
+	unsigned long long m, other;
+	int lo = 1, hi = 17, mid, e;
+
+	while (lo < hi) {
+		mid = (lo + hi) / 2;
+		rounded(v, mid, &m, &e);
+		snprintf(buf, sizeof(buf), "%llue%d", m, e);
+		if (reads_back(buf, v))
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	rounded(v, lo, &m, &e);
+	digits_set(dg, m, e);
+	if (lo == 1)
+		return;
+	rounded(v, lo - 1, &m, &e);
+	snprintf(buf, sizeof(buf), "%llue%d", m, e);
+	other = strtod(buf, NULL) < v ? m + 1 : m - 1;
+	snprintf(buf, sizeof(buf), "%llue%d", other, e);
+	if (other > 0 && reads_back(buf, v))
+		digits_set(dg, other, e);
+}
+
+/* The digits of a number as written, when they are v's shortest form: at
+ * most 15 significant digits (DBL_DIG) name exactly one double in the
+ * normal range, so no shorter decimal reads back as it. false: work from
+ * the double instead. */
+static bool
+written_digits(const char *text, size_t len, double v, struct digits *dg)
+{
+	const char *p, *end = text + len, *mant_end;
+	long ip = 0, idx = 0, first = -1, last = -1, exp = 0;
+	bool neg = false;
+
+	if (fabs(v) < DBL_MIN)
+		return false;
+	mant_end = text;
+	while (mant_end < end && *mant_end != 'e' && *mant_end != 'E')
+		mant_end++;
+	/* the digits of the mantissa as one sequence D, ip of them before the
+	 * point: the value is 0.D x 10^ip */
+	for (p = text; p < mant_end; p++) {
+		if (*p == '-')
+			continue;
+		if (*p == '.') {
+			ip = idx;
+			continue;
+		}
+		if (*p != '0') {
+			if (first < 0)
+				first = idx;
+			last = idx;
+		}
+		idx++;
+	}
+	if (memchr(text, '.', (size_t)(mant_end - text)) == NULL)
+		ip = idx;
+	if (first < 0 || last - first + 1 > 15)
+		return false;
+	if (mant_end < end) {
+		for (p = mant_end + 1; p < end && (*p == '+' || *p == '-'); p++)
+			neg = *p == '-';
+		for (; p < end; p++)
+			exp = exp * 10 + (*p - '0'); /* at most OG_JSON_EXPONENT_MAX */
+	}
+	dg->k = 0;
+	for (p = text, idx = 0; p < mant_end; p++) {
+		if (*p < '0' || *p > '9')
+			continue;
+		if (idx >= first && idx <= last)
+			dg->d[dg->k++] = *p;
+		idx++;
+	}
+	dg->d[dg->k] = '\0';
+	dg->n = (int)(ip - first + (neg ? -exp : exp));
+	return true;
+}
+
+/* ECMAScript Number::toString of the number with digits dg and sign neg. */
+static size_t
+es_format(const struct digits *dg, bool neg, char *out)
+{
+	char *w = out;
+	int k = dg->k, n = dg->n, e;
+
+	if (neg)
+		*w++ = '-';
+	if (k <= n && n <= 21) {
+		memcpy(w, dg->d, (size_t)k);
+		w += k;
+		memset(w, '0', (size_t)(n - k));
+		w += n - k;
+	} else if (0 < n && n <= 21) {
+		memcpy(w, dg->d, (size_t)n);
+		w += n;
+		*w++ = '.';
+		memcpy(w, dg->d + n, (size_t)(k - n));
+		w += k - n;
+	} else if (-6 < n && n <= 0) {
+		*w++ = '0';
+		*w++ = '.';
+		memset(w, '0', (size_t)-n);
+		w += -n;
+		memcpy(w, dg->d, (size_t)k);
+		w += k;
+	} else {
+		*w++ = dg->d[0];
+		if (k > 1) {
+			*w++ = '.';
+			memcpy(w, dg->d + 1, (size_t)(k - 1));
+			w += k - 1;
+		}
+		e = n - 1;
+		w += sprintf(w, "e%c%d", e < 0 ? '-' : '+', e < 0 ? -e : e);
+	}
+	*w = '\0';
+	return (size_t)(w - out);
+}
+
+size_t
+canon_number(double v, char out[CANON_NUMBER_LEN])
+{
+	struct digits dg;
+
+	if (v == 0.0 || !isfinite(v)) {
+		/* -0 is 0; JSON has no NaN or Infinity (JSON.stringify: null) */
+		strcpy(out, v == 0.0 ? "0" : "null");
+		return strlen(out);
+	}
+	shortest_digits(fabs(v), &dg);
+	return es_format(&dg, v < 0, out);
+}
+
+/* A number as written (valid syntax, in range) in ECMAScript form. */
+static size_t
+jcs_number(const char *text, size_t len, char out[CANON_NUMBER_LEN])
+{
+	char buf[OG_JSON_NUMBER_MAX + 1];
+	struct digits dg;
+	double v;
+
+	memcpy(buf, text, len);
+	buf[len] = '\0';
+	v = strtod(buf, NULL);
+	if (v == 0.0)
+		return canon_number(v, out);
+	if (!written_digits(text, len, v, &dg))
+		shortest_digits(fabs(v), &dg);
+	return es_format(&dg, v < 0, out);
+}
+
+/* ---- member order by UTF-16 code units (RFC 8785 section 3.2.3) ---------- */
+
+/* UTF-8 byte order is code point order; UTF-16 differs only where a
+ * character beyond U+FFFF (a surrogate pair, D800-DBFF first) meets one in
+ * U+E000-U+FFFF: the pair sorts first. */
+static int
+utf16_cmp(const char *a, size_t alen, const char *b, size_t blen)
+{
+	const unsigned char *x = (const unsigned char *)a, *y = (const unsigned char *)b;
+	const unsigned char *xe = x + alen, *ye = y + blen;
+	long cx, cy;
+
+	while (x < xe && y < ye) {
+		x += utf8_decode(x, (size_t)(xe - x), &cx);
+		y += utf8_decode(y, (size_t)(ye - y), &cy);
+		if (cx == cy)
+			continue;
+		if ((cx > 0xFFFF) != (cy > 0xFFFF)) {
+			if (cx > 0xFFFF)
+				cx = 0xD800;
+			else
+				cy = 0xD800;
+		}
+		return cx < cy ? -1 : 1;
+	}
+	return (x < xe) - (y < ye);
+}
+
+static int
+member_cmp_utf16(const void *a, const void *b)
+{
+	const struct node *x = *(struct node *const *)a;
+	const struct node *y = *(struct node *const *)b;
+
+	return utf16_cmp(x->key, x->key_len, y->key, y->key_len);
+}
+
+/* Whether members sorted by code point need another order in UTF-16: only
+ * with keys beyond U+FFFF (lead byte F0-F4) and keys with U+E000-U+FFFF
+ * (lead byte EE or EF) in the same object. */
+static bool
+needs_utf16_order(const struct node *n)
+{
+	bool astral = false, high = false;
+	size_t i, j;
+
+	for (i = 0; i < n->count; i++)
+		for (j = 0; j < n->members[i]->key_len; j++) {
+			unsigned char c = (unsigned char)n->members[i]->key[j];
+
+			astral |= c >= 0xF0;
+			high |= c == 0xEE || c == 0xEF;
+		}
+	return astral && high;
+}
+
+static bool
+emit(struct out *o, const struct node *n, enum canon_rule rule)
+{
+	struct node **order = n->members;
 	const struct node *c;
+	char num[CANON_NUMBER_LEN];
 	size_t i;
+	bool ok = true;
 
 	switch (n->type) {
 	case NODE_NULL:
@@ -658,6 +857,8 @@ emit(struct out *o, const struct node *n)
 	case NODE_FALSE:
 		return out_put(o, "false", 5);
 	case NODE_NUMBER:
+		if (rule == CANON_JCS)
+			return out_put(o, num, jcs_number(n->text, n->text_len, num));
 		return out_put(o, n->text, n->text_len);
 	case NODE_STRING:
 		return emit_string(o, n->text, n->text_len);
@@ -665,33 +866,41 @@ emit(struct out *o, const struct node *n)
 		if (!out_put(o, "[", 1))
 			return false;
 		for (c = n->child; c != NULL; c = c->next)
-			if ((c != n->child && !out_put(o, ",", 1)) || !emit(o, c))
+			if ((c != n->child && !out_put(o, ",", 1)) || !emit(o, c, rule))
 				return false;
 		return out_put(o, "]", 1);
 	case NODE_OBJECT:
-		if (!out_put(o, "{", 1))
-			return false;
-		for (i = 0; i < n->count; i++) {
-			c = n->members[i];
-			if ((i > 0 && !out_put(o, ",", 1)) ||
-			    !emit_string(o, c->key, c->key_len) ||
-			    !out_put(o, ":", 1) || !emit(o, c))
+		if (rule == CANON_JCS && needs_utf16_order(n)) {
+			order = malloc(n->count * sizeof(*order));
+			if (order == NULL)
 				return false;
+			memcpy(order, n->members, n->count * sizeof(*order));
+			qsort(order, n->count, sizeof(*order), member_cmp_utf16);
 		}
-		return out_put(o, "}", 1);
+		ok = out_put(o, "{", 1);
+		for (i = 0; ok && i < n->count; i++) {
+			c = order[i];
+			ok = (i == 0 || out_put(o, ",", 1)) && emit_string(o, c->key, c->key_len) &&
+			     out_put(o, ":", 1) && emit(o, c, rule);
+		}
+		if (order != n->members)
+			free(order);
+		return ok && out_put(o, "}", 1);
 	}
 	return false;
 }
 
-/* Serialises n into a new string. The canonical form is never longer than
+/* Serialises n into a new string. The canonical form is rarely longer than
  * the input it came from, so hint (the input length) makes one allocation
- * the common case; the buffer still grows if that ever stops being true. */
+ * the common case; the buffer grows when it is longer (1e21 as
+ * 1000000000000000000000 under RFC 8785). */
 static enum canon_rc
-emit_document(const struct node *n, size_t hint, char **out, size_t *out_len)
+emit_document(const struct node *n, enum canon_rule rule, size_t hint, char **out,
+              size_t *out_len)
 {
 	struct out o = { NULL, 0, 0 };
 
-	if (!out_reserve(&o, hint) || !emit(&o, n)) {
+	if (!out_reserve(&o, hint) || !emit(&o, n, rule)) {
 		free(o.data);
 		return CANON_NOMEM;
 	}
@@ -702,7 +911,7 @@ emit_document(const struct node *n, size_t hint, char **out, size_t *out_len)
 }
 
 enum canon_rc
-canon_json(const char *in, size_t len, char **out, size_t *out_len)
+canon_json(enum canon_rule rule, const char *in, size_t len, char **out, size_t *out_len)
 {
 	struct parser ps;
 	struct node *root = NULL;
@@ -714,14 +923,14 @@ canon_json(const char *in, size_t len, char **out, size_t *out_len)
 	rc = parse_document(&ps, in, len, &root);
 	if (rc != CANON_OK)
 		goto out;
-	rc = emit_document(root, len, out, out_len);
+	rc = emit_document(root, rule, len, out, out_len);
 out:
 	arena_free(&ps.arena);
 	return rc;
 }
 
 enum canon_rc
-canon_member(const char *in, size_t len, const char *name, char **out,
+canon_member(enum canon_rule rule, const char *in, size_t len, const char *name, char **out,
              size_t *out_len)
 {
 	struct parser ps;
@@ -748,10 +957,103 @@ canon_member(const char *in, size_t len, const char *name, char **out,
 	                member_cmp);
 	if (found == NULL)
 		goto out;
-	rc = emit_document(*found, len, out, out_len);
+	rc = emit_document(*found, rule, len, out, out_len);
 out:
 	arena_free(&ps.arena);
 	return rc;
+}
+
+enum canon_rc
+canon_hash_as(enum canon_rule rule, const char *in, size_t len, char out[CANON_HASH_LEN])
+{
+	char *canon = NULL;
+	size_t n = 0;
+	enum canon_rc rc = canon_json(rule, in, len, &canon, &n);
+
+	if (rc == CANON_OK)
+		canon_hash(canon, n, out);
+	free(canon);
+	return rc;
+}
+
+const char *
+canon_rule_name(enum canon_rule rule)
+{
+	return rule == CANON_JCS ? "jcs" : "og1";
+}
+
+enum canon_rule
+canon_rule_parse(const char *name)
+{
+	/* every run stored before the marker existed was hashed as written */
+	return name != NULL && strcmp(name, "jcs") == 0 ? CANON_JCS : CANON_AS_WRITTEN;
+}
+
+/* ---- numbers in what jansson writes -------------------------------------- */
+
+char *
+canon_dumps(const json_t *v, size_t flags)
+{
+	/* jansson writes reals with 17 significant digits (0.8 as
+	 * 0.80000000000000004), or fewer with JSON_REAL_PRECISION, which does
+	 * not read back for every double. 17 digits always read back, so each
+	 * real in its output is rewritten in its shortest form. */
+	char *text = json_dumps(v, flags & ~(size_t)JSON_REAL_PRECISION(0x1F));
+	struct out o = { NULL, 0, 0 };
+	const char *p, *run, *tok;
+	char num[CANON_NUMBER_LEN + 2], buf[64];
+	bool in_string = false, real;
+	size_t n;
+
+	if (text == NULL)
+		return NULL;
+	if (!out_reserve(&o, strlen(text) + 16))
+		goto fail;
+	for (p = run = text; *p != '\0'; p++) {
+		if (in_string) {
+			if (*p == '\\' && p[1] != '\0')
+				p++;
+			else if (*p == '"')
+				in_string = false;
+			continue;
+		}
+		if (*p == '"') {
+			in_string = true;
+			continue;
+		}
+		if (*p != '-' && (*p < '0' || *p > '9'))
+			continue;
+		tok = p;
+		real = false;
+		while (*p == '-' || *p == '+' || *p == '.' || *p == 'e' || *p == 'E' ||
+		       (*p >= '0' && *p <= '9')) {
+			real |= *p == '.' || *p == 'e' || *p == 'E';
+			p++;
+		}
+		n = (size_t)(p - tok);
+		p--;
+		if (!real || n >= sizeof(buf))
+			continue;
+		memcpy(buf, tok, n);
+		buf[n] = '\0';
+		n = canon_number(strtod(buf, NULL), num);
+		/* a real stays a real for whoever reads it with jansson */
+		if (strpbrk(num, ".e") == NULL) {
+			memcpy(num + n, ".0", 3);
+			n += 2;
+		}
+		if (!out_put(&o, run, (size_t)(tok - run)) || !out_put(&o, num, n))
+			goto fail;
+		run = p + 1;
+	}
+	if (!out_put(&o, run, (size_t)(p - run)))
+		goto fail;
+	free(text);
+	return o.data;
+fail:
+	free(text);
+	free(o.data);
+	return NULL;
 }
 
 void
@@ -797,15 +1099,7 @@ canon_validate(const char *in, size_t len, struct canon_where *where)
 bool
 canon_utf8_valid(const char *s, size_t len)
 {
-	const unsigned char *p = (const unsigned char *)s, *end = p + len;
-	size_t n;
-
-	while (p < end) {
-		if ((n = utf8_seq_len(p, (size_t)(end - p))) == 0)
-			return false;
-		p += n;
-	}
-	return true;
+	return utf8_valid(s, len);
 }
 
 void

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 
 #include "config.h"
@@ -657,6 +658,34 @@ config_dump(const struct config *c, FILE *out)
 		fprintf(out, "\n[target %s]\n", c->targets[i].name);
 		rows_dump((void *)(uintptr_t)&c->targets[i], target_rows, NROWS(target_rows), out);
 	}
+}
+
+int
+config_options(int argc, char **argv, void (*usage)(FILE *out), const char **path,
+               bool *check)
+{
+	const char *explicit_path = NULL;
+	int opt;
+
+	*check = false;
+	while ((opt = getopt(argc, argv, "c:nh")) != -1) {
+		switch (opt) {
+		case 'c':
+			explicit_path = optarg;
+			break;
+		case 'n':
+			*check = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	*path = config_path(explicit_path);
+	return -1;
 }
 
 const char *

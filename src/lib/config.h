@@ -109,5 +109,12 @@ void config_dump(const struct config *c, FILE *out);
 /* The config file to use: explicit path, else $ONCEGATE_CONF, else the
  * installed default. */
 const char *config_path(const char *explicit_path);
+/* The options oncegate-fcgi and oncegate-dispatch share: -c FILE, -n
+ * (check the configuration and exit) and -h. Returns -1 to go on, with
+ * *path the file to load (config_path's choice) and *check set; else the
+ * status for main to exit with, once usage() printed the help: 0 after -h,
+ * 2 after an unknown option. */
+int config_options(int argc, char **argv, void (*usage)(FILE *out), const char **path,
+                   bool *check);
 
 #endif

@@ -57,24 +57,11 @@
  *   exists            V optional boolean (default true): field present / absent
  * Every op but exists fails when P names nothing: auto-approval fails closed.
  *
- * "schema" is a JSON Schema subset, each schema an object (no boolean
- * schemas, no $ref) with only these keywords:
- *   type                  "string" | "number" | "integer" | "boolean" |
- *                         "object" | "array" | "null", or a non-empty array
- *                         of distinct ones
- *   properties            object of schemas
- *   required              array of distinct strings; with additionalProperties
- *                         false each must be one of properties
- *   additionalProperties  boolean only
- *   enum                  non-empty array
- *   const                 any value
- *   minLength, maxLength  non-negative integers, counted in Unicode code points
- *   minimum, maximum      numbers (inclusive)
- *   items                 one schema (no tuple form)
- *   minItems, maxItems    non-negative integers
- *   title, description, $comment   strings, ignored
- * Numbers follow JSON Schema: 1.0 is an integer (an integral value is an
- * integer whatever its spelling) and 1 equals 1.0 for enum and const.
+ * "schema" is the JSON Schema subset of schema.h: type, properties,
+ * required, additionalProperties (boolean), enum, const, minLength,
+ * maxLength, minimum, maximum, items (one schema), minItems, maxItems,
+ * format (email, uri, date-time), and the annotations $schema, $id,
+ * $comment, title, description, examples, default.
  *
  * Anything else — unknown members anywhere, another keyword, a bad value, a
  * minimum above its maximum — makes the whole directory fail to load, with

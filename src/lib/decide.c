@@ -18,12 +18,12 @@
 static int
 json_hash(const json_t *v, char hash[CANON_HASH_LEN], char **text)
 {
-	char *dumped = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+	char *dumped = canon_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
 	char *canon = NULL;
 	size_t n;
 
 	*text = NULL;
-	if (dumped == NULL || canon_json(dumped, strlen(dumped), &canon, &n) != CANON_OK) {
+	if (dumped == NULL || canon_json(CANON_AS_WRITTEN, dumped, strlen(dumped), &canon, &n) != CANON_OK) {
 		free(dumped);
 		return -1;
 	}

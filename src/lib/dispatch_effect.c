@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "canon.h"
 #include "backoff.h"
 #include "classify.h"
 #include "digest.h"
@@ -122,7 +123,7 @@ settle(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j,
        const struct settle *st, bool *run_completed)
 {
 	char delay[32], dur[32], status[16], maxa[16], days[16], recon[16];
-	char *ev = st->evidence != NULL ? json_dumps(st->evidence, JSON_COMPACT) : NULL;
+	char *ev = st->evidence != NULL ? canon_dumps(st->evidence, JSON_COMPACT) : NULL;
 	char cid[24];
 	const char *lock_p[3] = { cid, j->key, "dispatcher" };
 	const char *settle_p[15] = {
@@ -280,7 +281,7 @@ recheck(const struct dispatch_config *dc, const struct provider *pv, const struc
 	}
 	*text = payload != NULL && json_equal(sent, payload)
 	            ? strdup(j->payload)
-	            : json_dumps(sent, JSON_COMPACT | JSON_ENCODE_ANY);
+	            : canon_dumps(sent, JSON_COMPACT | JSON_ENCODE_ANY);
 	rc = *text != NULL ? RECHECK_SEND : RECHECK_NOMEM;
 out:
 	json_decref(payload);

@@ -136,7 +136,7 @@ expire_run(struct db *db, long long client_id, const char *client_name, const ch
 
 			json_decref(cb);
 			if (text == NULL ||
-			    canon_json(text, strlen(text), &canon, &clen) != CANON_OK) {
+			    canon_json(CANON_AS_WRITTEN, text, strlen(text), &canon, &clen) != CANON_OK) {
 				free(text);
 				goto fail;
 			}

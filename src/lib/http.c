@@ -2,17 +2,21 @@
  * http.c — the plain request/response model and small, strict parsers for
  * the parts of a request that come from outside.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "canon.h"
 #include "http.h"
 #include "caps.h"
+#include "utf8.h"
 
 void
 http_response_init(struct http_response *r)
 {
 	r->status = 200;
+	r->content_type = NULL;
 	buf_init(&r->headers, 8192);
 	buf_init(&r->body, OG_RESPONSE_MAX);
 }
@@ -30,6 +34,7 @@ void
 http_response_reset(struct http_response *r)
 {
 	r->status = 200;
+	r->content_type = NULL;
 	buf_reset(&r->headers);
 	buf_reset(&r->body);
 }
@@ -44,30 +49,57 @@ http_header(struct http_response *r, const char *name, const char *value)
 	return buf_printf(&r->headers, "%s: %s\r\n", name, value);
 }
 
-void
-http_json(struct http_response *r, int status, json_t *obj)
+/* The body of a problem that could not be built: out of memory, or an
+ * answer over OG_RESPONSE_MAX. */
+static void
+http_fallback(struct http_response *r)
+{
+	buf_reset(&r->body);
+	r->status = 500;
+	r->content_type = "application/problem+json";
+	if (buf_puts(&r->body, "{\"type\":\"" HTTP_PROBLEM_TYPE_BASE "internal_error\","
+	                       "\"title\":\"Internal error\",\"status\":500,"
+	                       "\"detail\":\"the response could not be built\","
+	                       "\"error\":\"internal_error\","
+	                       "\"message\":\"the response could not be built\"}\n") != 0)
+		buf_reset(&r->body);
+}
+
+static void
+http_body(struct http_response *r, int status, const char *content_type, json_t *obj)
 {
 	char *text;
 
 	buf_reset(&r->body);
 	r->status = status;
-	text = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
+	r->content_type = content_type;
+	text = obj != NULL ? canon_dumps(obj, JSON_COMPACT) : NULL;
 	json_decref(obj);
-	if (text == NULL || buf_puts(&r->body, text) != 0 || buf_puts(&r->body, "\n") != 0) {
-		/* Only out of memory or a response over OG_RESPONSE_MAX gets here. */
-		buf_reset(&r->body);
-		r->status = 500;
-		if (buf_puts(&r->body, "{\"error\":\"internal_error\","
-		                       "\"message\":\"response could not be built\"}\n") != 0)
-			buf_reset(&r->body);
-	}
+	if (text == NULL || buf_puts(&r->body, text) != 0 || buf_puts(&r->body, "\n") != 0)
+		http_fallback(r);
 	free(text);
 }
 
 void
-http_error(struct http_response *r, int status, const char *code, const char *message)
+http_json(struct http_response *r, int status, json_t *obj)
 {
-	http_json(r, status, json_pack("{s:s, s:s}", "error", code, "message", message));
+	http_body(r, status, "application/json", obj);
+}
+
+void
+http_problem(struct http_response *r, int status, const char *code, const char *title,
+             const char *detail, json_t *ext)
+{
+	char type[128];
+	json_t *p;
+
+	snprintf(type, sizeof(type), "%s%s", HTTP_PROBLEM_TYPE_BASE, code);
+	p = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s}", "type", type, "title", title, "status",
+	              status, "detail", detail, "error", code, "message", detail);
+	if (p != NULL && ext != NULL)
+		json_object_update_missing(p, ext);
+	json_decref(ext);
+	http_body(r, status, "application/problem+json", p);
 }
 
 const char *
@@ -102,18 +134,6 @@ http_path_len(const char *uri)
 	return strcspn(uri, "?#");
 }
 
-static int
-hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 long
 http_pct_decode(const char *src, size_t len, char *dst)
 {
@@ -125,8 +145,8 @@ http_pct_decode(const char *src, size_t len, char *dst)
 
 			if (len - i < 3)
 				return -1;
-			hi = hexval(src[i + 1]);
-			lo = hexval(src[i + 2]);
+			hi = utf8_hex_digit(src[i + 1]);
+			lo = utf8_hex_digit(src[i + 2]);
 			if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
 				return -1;
 			dst[o++] = (char)(hi << 4 | lo);
@@ -183,8 +203,8 @@ form_decode(const char *src, size_t len, char *out, size_t outlen)
 		} else if (c == '%') {
 			int hi, lo;
 
-			if (len - i < 3 || (hi = hexval(src[i + 1])) < 0 ||
-			    (lo = hexval(src[i + 2])) < 0 || (hi == 0 && lo == 0))
+			if (len - i < 3 || (hi = utf8_hex_digit(src[i + 1])) < 0 ||
+			    (lo = utf8_hex_digit(src[i + 2])) < 0 || (hi == 0 && lo == 0))
 				return -2;
 			c = (char)(hi << 4 | lo);
 			i += 2;
@@ -225,6 +245,139 @@ http_form_get(const char *body, size_t len, const char *name, char *out, size_t 
 		i = end + 1;
 	}
 	return found;
+}
+
+char *
+http_pct_encode(const char *s, size_t len, char *out)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t i, o = 0;
+
+	for (i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+		    c == '-' || c == '.' || c == '_' || c == '~') {
+			out[o++] = (char)c;
+		} else {
+			out[o++] = '%';
+			out[o++] = hex[c >> 4];
+			out[o++] = hex[c & 15];
+		}
+	}
+	out[o] = '\0';
+	return out;
+}
+
+/* A quoted string of a structured field, p past its opening quote; *end
+ * past the closing one. RFC 8941 sf-string: printable ASCII, with \" and
+ * \\ the only escapes. RFC 9651 Display String (display): printable ASCII,
+ * other octets (and '%' and '"') as %xx with lowercase hex. */
+static long
+field_string(const char *p, bool display, char *out, size_t outlen, const char **end,
+             const char **problem)
+{
+	size_t o = 0;
+
+	for (;; p++) {
+		unsigned char c = (unsigned char)*p;
+
+		if (c == '\0') {
+			*problem = "the quoted Idempotency-Key has no closing quote";
+			return -1;
+		}
+		if (c == '"')
+			break;
+		if (!display && c == '\\') {
+			p++;
+			if (*p != '"' && *p != '\\') {
+				*problem = "in a quoted Idempotency-Key a backslash may only escape \" "
+				           "or \\";
+				return -1;
+			}
+			c = (unsigned char)*p;
+		} else if (display && c == '%') {
+			int hi = p[1] >= 'A' && p[1] <= 'F' ? -1 : utf8_hex_digit(p[1]);
+			int lo = hi < 0 || (p[2] >= 'A' && p[2] <= 'F') ? -1 : utf8_hex_digit(p[2]);
+
+			if (lo < 0 || (hi == 0 && lo == 0)) {
+				*problem = "in an Idempotency-Key Display String '%' must be followed by "
+				           "two lowercase hex digits, not 00";
+				return -1;
+			}
+			c = (unsigned char)(hi << 4 | lo);
+			p += 2;
+		} else if (c < 0x20 || c > 0x7e) {
+			*problem = display ? "an Idempotency-Key Display String holds printable ASCII "
+			                     "only, other bytes percent-encoded"
+			                   : "a quoted Idempotency-Key holds printable ASCII only; send "
+			                     "a key with other characters as a Display String, %\"...\" "
+			                     "with its UTF-8 bytes percent-encoded (lowercase hex)";
+			return -1;
+		}
+		if (o + 1 >= outlen) {
+			*problem = "the Idempotency-Key is longer than a key may be";
+			return -1;
+		}
+		out[o++] = (char)c;
+	}
+	out[o] = '\0';
+	*end = p + 1;
+	return (long)o;
+}
+
+long
+http_idempotency_key(const char *value, char *out, size_t outlen, const char **problem)
+{
+	const char *p = value, *end;
+	size_t n;
+	long len;
+
+	*problem = NULL;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	n = strlen(p);
+	while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+		n--;
+	if (n == 0) {
+		*problem = "the Idempotency-Key header is empty";
+		return -1;
+	}
+	if (p[0] == '"' || (p[0] == '%' && p[1] == '"')) {
+		len = p[0] == '"' ? field_string(p + 1, false, out, outlen, &end, problem)
+		                  : field_string(p + 2, true, out, outlen, &end, problem);
+		if (len < 0)
+			return -1;
+		if (end != p + n) {
+			*problem = *end == ';'   ? "Idempotency-Key takes no parameters"
+			           : *end == ',' ? "more than one Idempotency-Key was sent"
+			                         : "nothing may follow the closing quote of an "
+			                           "Idempotency-Key";
+			return -1;
+		}
+		return len;
+	}
+	/* The bare value, as most clients send it: taken as it is. */
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)p[i];
+
+		if (c == '"' || c == ',') {
+			*problem = "an unquoted Idempotency-Key must not hold '\"' or ',' (repeated "
+			           "fields are joined with commas): send it quoted, \"...\"";
+			return -1;
+		}
+		if (c < 0x20 || c == 0x7f) {
+			*problem = "the Idempotency-Key holds a control character";
+			return -1;
+		}
+	}
+	if (n + 1 > outlen) {
+		*problem = "the Idempotency-Key is longer than a key may be";
+		return -1;
+	}
+	memcpy(out, p, n);
+	out[n] = '\0';
+	return (long)n;
 }
 
 const char *

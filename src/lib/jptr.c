@@ -2,6 +2,7 @@
  * jptr.c — JSON Pointer (RFC 6901) evaluation.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "jptr.h"
@@ -94,4 +95,54 @@ jptr_get(const json_t *doc, const char *p, size_t max)
 			return NULL;
 	}
 	return cur;
+}
+
+struct jptr_mark
+jptr_push(struct jptr_buf *p, const char *seg, size_t n)
+{
+	struct jptr_mark m = { p->len, p->cut };
+	size_t need = 1, i;
+
+	if (p->cut)
+		return m;
+	for (i = 0; i < n; i++)
+		need += (seg[i] == '~' || seg[i] == '/') ? 2 : 1;
+	if (need > sizeof(p->s) - 1 - p->len) {
+		p->cut = true;
+		return m;
+	}
+	p->s[p->len++] = '/';
+	for (i = 0; i < n; i++) {
+		if (seg[i] == '~' || seg[i] == '/') {
+			p->s[p->len++] = '~';
+			p->s[p->len++] = seg[i] == '~' ? '0' : '1';
+		} else {
+			p->s[p->len++] = seg[i];
+		}
+	}
+	p->s[p->len] = '\0';
+	return m;
+}
+
+struct jptr_mark
+jptr_push_str(struct jptr_buf *p, const char *seg)
+{
+	return jptr_push(p, seg, strlen(seg));
+}
+
+struct jptr_mark
+jptr_push_index(struct jptr_buf *p, size_t i)
+{
+	char num[24];
+	int n = snprintf(num, sizeof(num), "%zu", i);
+
+	return jptr_push(p, num, (size_t)n);
+}
+
+void
+jptr_pop(struct jptr_buf *p, struct jptr_mark m)
+{
+	p->len = m.len;
+	p->cut = m.cut;
+	p->s[p->len] = '\0';
 }

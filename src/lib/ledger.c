@@ -43,7 +43,7 @@ static const char *const state_names[RUN_STATE_COUNT] = {
  * a row lock or writing WAL. It never decides to claim. */
 static const struct db_stmt st_lookup = {
 	"ledger_lookup",
-	"SELECT state, version, attempt, payload_hash, lease_owner,"
+	"SELECT state, version, attempt, payload_hash, payload_canon, lease_owner,"
 	"       og_ts(lease_expires_at) AS lease_expires_at,"
 	"       (state = 'processing' AND lease_expires_at > now()) AS lease_live,"
 	"       (lease_expires_at >= claim_started_at + make_interval(secs => $3::int))"
@@ -54,17 +54,19 @@ static const struct db_stmt st_lookup = {
 };
 
 /* The claim: ONE atomic statement. A new key inserts; an
- * existing key is taken over only when its payload is the same and it is
+ * existing key is taken over only when its payload is the same (under the
+ * rule its hash was computed with: $3 RFC 8785, $11 as written) and it is
  * failed_retryable or its lease has expired. */
 static const struct db_stmt st_claim = {
 	"ledger_claim",
 	"WITH claimed AS ("
 	"  INSERT INTO workflow_runs AS r (client_id, idempotency_key, payload_hash,"
 	"      payload, state, lease_owner, lease_expires_at, claim_started_at,"
-	"      version, attempt, workflow_version, trigger, correlation_id, event_id)"
+	"      version, attempt, workflow_version, trigger, correlation_id, event_id,"
+	"      payload_canon)"
 	"  VALUES ($1, $2, $3, $4::jsonb, 'processing', gen_random_uuid(),"
 	"      now() + make_interval(secs => LEAST($5::int, $6::int)), now(), 1, 1,"
-	"      $7, $8, $9, $10)"
+	"      $7, $8, $9, $10, 'jcs')"
 	"  ON CONFLICT (client_id, idempotency_key) DO UPDATE"
 	"    SET state = 'processing', lease_owner = EXCLUDED.lease_owner,"
 	"        lease_expires_at = EXCLUDED.lease_expires_at,"
@@ -75,16 +77,17 @@ static const struct db_stmt st_claim = {
 	"        correlation_id = COALESCE(EXCLUDED.correlation_id, r.correlation_id),"
 	"        event_id = COALESCE(EXCLUDED.event_id, r.event_id),"
 	"        result = NULL, error_class = NULL, reason = NULL, updated_at = now()"
-	"    WHERE r.payload_hash = EXCLUDED.payload_hash"
+	"    WHERE r.payload_hash = CASE r.payload_canon WHEN 'og1' THEN $11"
+	"                                 ELSE EXCLUDED.payload_hash END"
 	"      AND (r.state = 'failed_retryable'"
 	"           OR (r.state = 'processing' AND r.lease_expires_at <= now()))"
 	"  RETURNING r.client_id, r.idempotency_key, r.lease_owner, r.version,"
-	"            r.attempt, r.lease_expires_at"
+	"            r.attempt, r.lease_expires_at, r.payload_hash, r.payload_canon"
 	"), " LEDGER_EVENT("claimed", "'run.claimed'", "NULL", "'processing'",
 	                   "NULL", "NULL")
-	"SELECT lease_owner, version, attempt,"
+	"SELECT lease_owner, version, attempt, payload_hash, payload_canon,"
 	"       og_ts(lease_expires_at) AS lease_expires_at FROM claimed",
-	10, false,
+	11, false,
 };
 
 /* Renewal: only the owner, with the current version, before expiry, and
@@ -597,6 +600,7 @@ ledger_fill(struct ledger_run *run, const PGresult *res)
 	run->version = db_get_ll(res, 0, "version");
 	run->attempt = (int)db_get_ll(res, 0, "attempt");
 	copy_field(run->payload_hash, sizeof(run->payload_hash), res, "payload_hash");
+	run->payload_canon = canon_rule_parse(db_get(res, 0, "payload_canon"));
 	copy_field(run->lease_owner, sizeof(run->lease_owner), res, "lease_owner");
 	copy_field(run->lease_expires_at, sizeof(run->lease_expires_at), res,
 	           "lease_expires_at");
@@ -653,12 +657,20 @@ ledger_lookup(struct db *db, long long client_id, const char *key, int cap_secon
 	return lrc;
 }
 
+const char *
+ledger_claim_hash(const struct ledger_claim *c, const struct ledger_run *run)
+{
+	return run->payload_canon == CANON_AS_WRITTEN && c->payload_hash_as_written != NULL
+	               ? c->payload_hash_as_written
+	               : c->payload_hash;
+}
+
 /* What an existing, unclaimable key answers. */
 static enum og_rc
-ledger_settle(const struct ledger_run *run, const char *payload_hash)
+ledger_settle(const struct ledger_run *run, const struct ledger_claim *c)
 {
-	return strcmp(run->payload_hash, payload_hash) != 0 ? OG_MISMATCH
-	                                                    : OG_DUPLICATE;
+	return strcmp(run->payload_hash, ledger_claim_hash(c, run)) != 0 ? OG_MISMATCH
+	                                                                 : OG_DUPLICATE;
 }
 
 static bool
@@ -673,7 +685,7 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
              struct ledger_run *run)
 {
 	char client[24], lease[16], cap[16];
-	const char *params[10];
+	const char *params[11];
 	PGresult *res;
 	enum og_rc lrc;
 	enum db_rc rc;
@@ -689,8 +701,9 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
 	                         : ledger_lookup(db, c->client_id, c->key, c->cap_seconds, run,
 	                                         NULL);
 	if (lrc == OG_OK) {
-		if (strcmp(run->payload_hash, c->payload_hash) != 0 || !ledger_claimable(run))
-			return ledger_settle(run, c->payload_hash);
+		if (strcmp(run->payload_hash, ledger_claim_hash(c, run)) != 0 ||
+		    !ledger_claimable(run))
+			return ledger_settle(run, c);
 		expired_lease = run->state == RUN_PROCESSING;
 	} else if (lrc != OG_NOT_FOUND) {
 		return lrc;
@@ -706,6 +719,7 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
 	params[7] = c->trigger;
 	params[8] = c->correlation_id;
 	params[9] = c->event_id;
+	params[10] = c->payload_hash_as_written;
 	if ((rc = db_exec(db, &st_claim, params, &res)) != DB_OK)
 		return og_rc_of(rc);
 	if (PQntuples(res) == 1) {
@@ -713,7 +727,9 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
 		ledger_moved(run, res, RUN_PROCESSING, RUN_PROCESSING);
 		run->lease_live = true;
 		run->lease_reclaimed = expired_lease;
-		snprintf(run->payload_hash, sizeof(run->payload_hash), "%s", c->payload_hash);
+		/* a reclaim keeps the row's hash and the rule it was computed with */
+		copy_field(run->payload_hash, sizeof(run->payload_hash), res, "payload_hash");
+		run->payload_canon = canon_rule_parse(db_get(res, 0, "payload_canon"));
 		copy_field(run->lease_owner, sizeof(run->lease_owner), res, "lease_owner");
 		copy_field(run->lease_expires_at, sizeof(run->lease_expires_at), res,
 		           "lease_expires_at");
@@ -726,7 +742,7 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
 	lrc = ledger_lookup(db, c->client_id, c->key, c->cap_seconds, run, NULL);
 	if (lrc != OG_OK)
 		return lrc == OG_NOT_FOUND ? OG_ERROR : lrc;
-	return ledger_settle(run, c->payload_hash);
+	return ledger_settle(run, c);
 }
 
 /* After a compare-and-set matched nothing: tell the caller why. */

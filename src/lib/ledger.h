@@ -36,6 +36,7 @@ struct ledger_run {
 	bool lease_live;                 /* processing with an unexpired lease */
 	bool lease_reclaimed;            /* claimed: taken over from an expired lease */
 	char payload_hash[CANON_HASH_LEN];
+	enum canon_rule payload_canon;   /* the rule payload_hash was computed with */
 	char lease_owner[LEDGER_UUID_LEN];
 	char lease_expires_at[LEDGER_TS_LEN];
 	json_t *result;                  /* owned; NULL when none */
@@ -45,8 +46,9 @@ struct ledger_run {
 struct ledger_claim {
 	long long client_id;
 	const char *key;
-	const char *payload;             /* canonical JSON text */
-	const char *payload_hash;
+	const char *payload;             /* canonical JSON text, as written */
+	const char *payload_hash;        /* RFC 8785 (new runs) */
+	const char *payload_hash_as_written; /* for runs hashed before RFC 8785 */
 	const char *workflow_version;    /* NULL when absent */
 	const char *trigger;
 	const char *correlation_id;
@@ -73,6 +75,11 @@ int ledger_state_parse(const char *name);
 bool ledger_uuid_valid(const char *s);
 
 void ledger_run_clear(struct ledger_run *run);
+
+/* The claim's payload hash under the rule run's hash was computed with:
+ * the one to compare with run->payload_hash, and to answer a mismatch
+ * with. */
+const char *ledger_claim_hash(const struct ledger_claim *c, const struct ledger_run *run);
 
 /* prefetched: a finished ledger_lookup_call for this client and key, or
  * NULL to look up here. */

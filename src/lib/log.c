@@ -28,6 +28,7 @@
 
 #include "caps.h"
 #include "log.h"
+#include "utf8.h"
 
 #define LOG_MODE 0640
 #define LOG_FLAGS (O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY)
@@ -75,40 +76,6 @@ line_put(struct line *l, const char *s, size_t n)
 	return true;
 }
 
-/* Length of the well-formed UTF-8 sequence at s (NUL-terminated), or 0. */
-static size_t
-utf8_len(const unsigned char *s)
-{
-	unsigned char c = s[0], lo = 0x80, hi = 0xBF;
-	size_t len, i;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xC2 && c <= 0xDF)
-		len = 2;
-	else if (c >= 0xE0 && c <= 0xEF)
-		len = 3;
-	else if (c >= 0xF0 && c <= 0xF4)
-		len = 4;
-	else
-		return 0;
-	if (c == 0xE0)
-		lo = 0xA0;
-	else if (c == 0xED)
-		hi = 0x9F;
-	else if (c == 0xF0)
-		lo = 0x90;
-	else if (c == 0xF4)
-		hi = 0x8F;
-	if (s[1] < lo || s[1] > hi)
-		return 0;
-	/* a NUL terminator is not a continuation byte, so this stops there */
-	for (i = 2; i < len; i++)
-		if (s[i] < 0x80 || s[i] > 0xBF)
-			return 0;
-	return len;
-}
-
 /* Appends ,"name":"value" escaped, ending at or before limit. Only whole
  * characters are written; invalid UTF-8 becomes U+FFFD so the line stays
  * valid JSON whatever a caller passes. At most max_in input bytes are used. */
@@ -117,8 +84,9 @@ line_str(struct line *l, const char *name, const char *value, size_t limit,
          size_t max_in)
 {
 	static const char hex[] = "0123456789abcdef";
-	const unsigned char *s = (const unsigned char *)value, *start = s;
+	const unsigned char *s = (const unsigned char *)value, *start = s, *end;
 	size_t mark = l->len, saved_cap = l->cap, n, used;
+	long cp;
 	char esc[6];
 	const char *piece;
 
@@ -134,10 +102,11 @@ line_str(struct line *l, const char *name, const char *value, size_t limit,
 	    !line_put(l, "\":\"", 3))
 		goto dropped;
 
-	while (*s != '\0') {
-		n = utf8_len(s);
+	end = s + strlen(value);
+	while (s < end) {
+		n = utf8_decode(s, (size_t)(end - s), &cp);
 		piece = (const char *)s;
-		if (n == 0) {
+		if (cp < 0) {
 			piece = "\\ufffd";
 			n = 6;
 		} else if (*s < 0x20 || *s == '"' || *s == '\\') {

@@ -31,7 +31,7 @@
 enum metrics_counter {
 	METRICS_CLAIM_CLAIMED = 0,     /* 201: a new key or a reclaim */
 	METRICS_CLAIM_DUPLICATE,       /* 200: the key exists and is not claimable */
-	METRICS_CLAIM_MISMATCH,        /* 409: same key, different payload */
+	METRICS_CLAIM_MISMATCH,        /* 422: same key, different payload */
 	METRICS_RUN_LEASE_RECLAIMED,   /* 201 over a run whose lease had run out */
 	METRICS_NCOUNTERS,
 };

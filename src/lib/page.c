@@ -2,8 +2,8 @@
  * page.c — templates/ filled and rendered as XHTML that HTML parsers read
  * the same way.
  *
- * Templates are parsed and checked with libxml2 once, at load, and then
- * compiled into a small read-only tree of our own (struct tmpl): one node
+ * Templates are parsed and checked with libxml2 once, at load
+ * (page_tmpl.c), and then compiled into a small read-only tree of our own (struct tmpl): one node
  * per element or text in document order, each element's start tag with its
  * template attributes already escaped, each text already escaped, and an
  * index from slot name to the elements carrying it. A page is a private
@@ -12,7 +12,8 @@
  * and a fill looks its slot up in the index instead of walking the page.
  *
  * Callers only ever set text nodes and attribute values, and every value
- * is cleaned and escaped when it is set, so data can never become markup.
+ * is cleaned and escaped (page_text.c) when it is set, so data can never
+ * become markup.
  * Nodes are never freed while a page is being filled: what is replaced or
  * removed is only unlinked (the "graveyard": every node whose parent chain
  * no longer reaches the root), so a scope whose item was removed later
@@ -33,8 +34,6 @@
  * be freed before the set (api.c renders and frees pages within a request,
  * under the read lock that keeps the set from being swapped out).
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -42,78 +41,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <jansson.h>
-#include <libxml/parser.h>
-#include <libxml/tree.h>
 
 #include "buf.h"
 #include "caps.h"
 #include "page.h"
+#include "page_int.h"
 
-#define PAGE_XHTML_NS   "http://www.w3.org/1999/xhtml"
-#define PAGE_SLOT       "data-slot"
-#define PAGE_REPEAT     "data-repeat"
 #define PAGE_ERROR_MAX  256
-#define PAGE_ATTR_NAME_MAX 64
-
-/* What the handlers fill, per template: a template that lost one of these
- * fails at start-up instead of showing a card without, say, the approver. */
-static const char *const page_approval_slots[] = {
-	"title", "key", "source_link", "contract", "model", "output",
-	"output_fields", "field_name", "field_value", "errors", "error_item",
-	"error_path", "error_message", "approver", "approver_groups",
-	"expires_at", "effect_type", "effect_target", "effect_payload",
-	"requested_by", "rerun", "form", "csrf", "decision_button",
-	"decision_value", "decision_label", NULL,
-};
-static const char *const page_decided_slots[] = {
-	"title", "key", "decision", "decided_by", "decided_at", "reason",
-	"effect_type", "effect_target", "rerun", NULL,
-};
-static const char *const page_notice_slots[] = {
-	"title", "heading", "message", "detail", NULL,
-};
-
-struct page_template {
-	const char *name;
-	const char *const *slots;
-};
-
-static const struct page_template page_templates[] = {
-	{ "approval", page_approval_slots },
-	{ "decided", page_decided_slots },
-	{ "notice", page_notice_slots },
-};
-
-#define PAGE_NTEMPLATES (sizeof(page_templates) / sizeof(page_templates[0]))
-
-#define NONE           (-1)  /* no node */
 #define ARENA_CHUNK    8192  /* arena chunks beyond the first */
 #define ARENA_SLACK    8192  /* arena space allocated with a page */
 #define FOUND_INLINE   16
 
 /* ---- arenas ------------------------------------------------------------ */
 
-/* Bump allocation, freed all at once: a page's strings, attribute lists
- * and grown arrays, and a template's compiled form. */
-struct chunk {
-	struct chunk *next;
-	max_align_t data[];
-};
-
-struct arena {
-	char *cur, *end;       /* free space of the current chunk */
-	struct chunk *chunks;  /* malloc'd chunks */
-};
-
-#define ARENA_ALIGN(n) (((n) + 15) & ~(size_t)15)
-
-static void *
-arena_alloc(struct arena *a, size_t n)
+void *
+page_arena_alloc(struct arena *a, size_t n)
 {
 	struct chunk *c;
 	size_t size;
@@ -144,8 +86,8 @@ arena_trim(struct arena *a, void *p, size_t old, size_t new)
 		a->cur = (char *)p + ARENA_ALIGN(new);
 }
 
-static void
-arena_free(struct arena *a)
+void
+page_arena_free(struct arena *a)
 {
 	struct chunk *c;
 
@@ -162,17 +104,17 @@ arena_grow(struct arena *a, const void *v, size_t n, size_t want, size_t sz)
 {
 	void *nv;
 
-	if (want > SIZE_MAX / 4 / sz || (nv = arena_alloc(a, want * sz)) == NULL)
+	if (want > SIZE_MAX / 4 / sz || (nv = page_arena_alloc(a, want * sz)) == NULL)
 		return NULL;
 	if (n > 0)
 		memcpy(nv, v, n * sz);
 	return nv;
 }
 
-static char *
-arena_strndup(struct arena *a, const char *s, size_t n)
+char *
+page_arena_strndup(struct arena *a, const char *s, size_t n)
 {
-	char *d = arena_alloc(a, n + 1);
+	char *d = page_arena_alloc(a, n + 1);
 
 	if (d != NULL) {
 		memcpy(d, s, n);
@@ -181,63 +123,6 @@ arena_strndup(struct arena *a, const char *s, size_t n)
 	return d;
 }
 
-/* ---- the compiled tree ------------------------------------------------- */
-
-enum {
-	N_ELEMENT = 1 << 0,
-	N_TEXT    = 1 << 1,
-	N_VOID    = 1 << 2,  /* an HTML void element: <x />, no content */
-	N_PRE     = 1 << 3,  /* pre or textarea: parsers drop a first \n */
-	N_PROTO   = 1 << 4,  /* has data-repeat: never rendered itself */
-	N_NL      = 1 << 5,  /* a text starting with \n */
-};
-
-struct attr {
-	const char *name, *val;  /* val escaped for a "-quoted value */
-	size_t namelen, vallen;
-};
-
-struct attrs {
-	size_t n;
-	struct attr v[];
-};
-
-/* What a page never changes about an element of its template. */
-struct tnode {
-	const char *open;         /* "<name attrs" (xmlns on the root), escaped */
-	const char *close;        /* "</name>" */
-	const char *name;
-	size_t openlen, closelen, namelen;
-	const struct attrs *attrs; /* as in the template, without data-* marks */
-	const uint16_t *slots;    /* slot ids, each once */
-	size_t nslots;
-};
-
-/* A node of a page (and of a template's initial image of one). Links are
- * indices into the page's node array, which may move when it grows. */
-struct pnode {
-	int32_t parent, first, last, prev, next;
-	int32_t t;                 /* struct tnode index; NONE for text */
-	uint32_t flags;
-	size_t textlen;
-	const char *text;          /* text: the escaped content */
-	const struct attrs *attrs; /* element: NULL while as in the template */
-};
-
-struct tmpl {
-	struct tnode *tn;          /* one per element; NULL slots for texts */
-	struct pnode *image;       /* a fresh page's nodes; [0] is <html> */
-	size_t n;
-	const char **slot_names;
-	size_t nslots;
-	const int32_t *slot_nodes; /* of slot i: [slot_first[i], slot_first[i+1]) */
-	const size_t *slot_first;
-	struct arena arena;
-};
-
-struct page_set {
-	struct tmpl t[PAGE_NTEMPLATES];
-};
 
 struct repeat {
 	int sid;
@@ -272,359 +157,6 @@ struct page {
 	char error[PAGE_ERROR_MAX];
 	struct arena arena;
 };
-
-/* HTML void elements: written as <x />, never given content. */
-static const char *const void_elements[] = {
-	"area", "base", "br", "col", "embed", "hr", "img", "input", "link",
-	"meta", "source", "track", "wbr", NULL,
-};
-
-/* Never in a template: script would run, the rest would load or embed
- * something, and the CSP refuses inline style anyway. */
-static const char *const banned_elements[] = {
-	"script", "style", "iframe", "frame", "frameset", "object", "embed",
-	"applet", "base", NULL,
-};
-
-/* Attributes whose value a browser loads or navigates to. */
-static const char *const url_attrs[] = {
-	"action", "background", "cite", "codebase", "data", "formaction",
-	"href", "icon", "longdesc", "manifest", "ping", "poster", "src", NULL,
-};
-
-static bool
-in_list(const char *const *list, const char *s)
-{
-	for (; *list != NULL; list++)
-		if (strcmp(*list, s) == 0)
-			return true;
-	return false;
-}
-
-static const char *
-cname(const xmlChar *s)
-{
-	return (const char *)s;
-}
-
-/* ---- the tree ---------------------------------------------------------- */
-
-/* Next node of a pre-order walk of top's subtree, or NULL. */
-static xmlNodePtr
-walk_next(xmlNodePtr n, xmlNodePtr top, bool descend)
-{
-	if (descend && n->type == XML_ELEMENT_NODE && n->children != NULL)
-		return n->children;
-	while (n != NULL && n != top) {
-		if (n->next != NULL)
-			return n->next;
-		n = n->parent;
-	}
-	return NULL;
-}
-
-static xmlAttrPtr
-find_prop(xmlNodePtr n, const char *name)
-{
-	xmlAttrPtr a;
-
-	for (a = n->properties; a != NULL; a = a->next)
-		if (a->ns == NULL && strcmp(cname(a->name), name) == 0)
-			return a;
-	return NULL;
-}
-
-/* The value of an attribute that is one text node (all ours are: entity
- * references are refused at load and setters write one text node). */
-static const char *
-prop_text(xmlAttrPtr a)
-{
-	if (a->children == NULL)
-		return "";
-	if (a->children->type != XML_TEXT_NODE || a->children->next != NULL ||
-	    a->children->content == NULL)
-		return NULL;
-	return cname(a->children->content);
-}
-
-static bool
-is_space(char c)
-{
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
-static bool
-slot_match(xmlNodePtr n, const char *slot, size_t len)
-{
-	xmlAttrPtr a;
-	const char *v, *start;
-
-	if (n->type != XML_ELEMENT_NODE || len == 0 ||
-	    (a = find_prop(n, PAGE_SLOT)) == NULL || (v = prop_text(a)) == NULL)
-		return false;
-	while (*v != '\0') {
-		while (is_space(*v))
-			v++;
-		start = v;
-		while (*v != '\0' && !is_space(*v))
-			v++;
-		if ((size_t)(v - start) == len && memcmp(start, slot, len) == 0)
-			return true;
-	}
-	return false;
-}
-
-static xmlNodePtr
-find_first(xmlNodePtr top, const char *slot)
-{
-	size_t len = strlen(slot);
-	xmlNodePtr n;
-
-	for (n = top; n != NULL; n = walk_next(n, top, true))
-		if (slot_match(n, slot, len))
-			return n;
-	return NULL;
-}
-
-/* ---- cleaning values --------------------------------------------------- */
-
-/* Decodes the UTF-8 sequence at s (NUL-terminated). *cp gets the code
- * point, or -1 when s starts an invalid sequence; returns the bytes used:
- * the whole sequence, or its longest valid prefix (at least 1), so one
- * truncated sequence becomes one U+FFFD as browsers do it. */
-static size_t
-utf8_next(const unsigned char *s, long *cp)
-{
-	unsigned char c = s[0], lo = 0x80, hi = 0xBF;
-	size_t need, i;
-	long v;
-
-	*cp = -1;
-	if (c < 0x80) {
-		*cp = c;
-		return 1;
-	}
-	if (c >= 0xC2 && c <= 0xDF) {
-		need = 2;
-		v = c & 0x1F;
-	} else if (c >= 0xE0 && c <= 0xEF) {
-		need = 3;
-		v = c & 0x0F;
-	} else if (c >= 0xF0 && c <= 0xF4) {
-		need = 4;
-		v = c & 0x07;
-	} else {
-		return 1; /* continuation byte, overlong lead C0/C1, or > U+10FFFF */
-	}
-	/* the second byte's range rules out overlongs and surrogates */
-	if (c == 0xE0)
-		lo = 0xA0;
-	else if (c == 0xED)
-		hi = 0x9F;
-	else if (c == 0xF0)
-		lo = 0x90;
-	else if (c == 0xF4)
-		hi = 0x8F;
-	for (i = 1; i < need; i++) {
-		/* a NUL terminator is no continuation byte, so this stops there */
-		if (s[i] < lo || s[i] > hi)
-			return i;
-		v = v << 6 | (s[i] & 0x3F);
-		lo = 0x80;
-		hi = 0xBF;
-	}
-	*cp = v;
-	return need;
-}
-
-/* XML 1.0 cannot carry C0 controls (but tab and newline) nor U+FFFE/FFFF;
- * DEL and C1 controls have no business on a page; bidi embeddings,
- * overrides and isolates would let a model output reorder what the
- * approver reads (a key or a URL shown backwards). */
-static bool
-char_allowed(long cp)
-{
-	if (cp == '\t' || cp == '\n')
-		return true;
-	if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F))
-		return false;
-	if ((cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069))
-		return false;
-	return cp != 0xFFFE && cp != 0xFFFF;
-}
-
-/* Writes the cleaned s to out, which has room for 3 * strlen(s) + 1 bytes
- * (one byte becomes at most the three of U+FFFD); returns its length. */
-static size_t
-clean_into(char *out, const char *s)
-{
-	const unsigned char *in = (const unsigned char *)s;
-	size_t n, o = 0;
-	long cp;
-
-	while (*in != '\0') {
-		if (*in == '\r') {
-			/* as an XML parser would: \r\n and lone \r are \n */
-			out[o++] = '\n';
-			in += in[1] == '\n' ? 2 : 1;
-			continue;
-		}
-		if (*in >= 0x20 && *in < 0x7F) { /* printable ASCII: as it is */
-			out[o++] = (char)*in++;
-			continue;
-		}
-		n = utf8_next(in, &cp);
-		if (cp >= 0 && char_allowed(cp)) {
-			memcpy(out + o, in, n);
-			o += n;
-		} else {
-			memcpy(out + o, "\xEF\xBF\xBD", 3);
-			o += 3;
-		}
-		in += n;
-	}
-	out[o] = '\0';
-	return o;
-}
-
-static bool
-attr_name_plain(const char *a)
-{
-	size_t i;
-
-	if (a == NULL || a[0] < 'a' || a[0] > 'z')
-		return false;
-	for (i = 1; a[i] != '\0'; i++)
-		if (i >= PAGE_ATTR_NAME_MAX ||
-		    !((a[i] >= 'a' && a[i] <= 'z') || (a[i] >= '0' && a[i] <= '9') ||
-		      a[i] == '-'))
-			return false;
-	return true;
-}
-
-/* Names a caller may never set: event handlers run script, style is
- * refused by the CSP anyway, srcdoc is a whole document, srcset a URL list
- * we do not parse, and the slot markers belong to the template. */
-static bool
-attr_name_allowed(const char *a)
-{
-	return attr_name_plain(a) && strncmp(a, "on", 2) != 0 &&
-	       strncmp(a, "xmlns", 5) != 0 && strcmp(a, "style") != 0 &&
-	       strcmp(a, "srcdoc") != 0 && strcmp(a, "srcset") != 0 &&
-	       strcmp(a, PAGE_SLOT) != 0 && strcmp(a, PAGE_REPEAT) != 0;
-}
-
-/* Relative URLs and http, https and mailto only. A colon before any of
- * / ? # means a scheme, and whatever stands before it must be exactly one
- * of those: browsers drop tabs and newlines inside a scheme
- * ("java\tscript:") and leading spaces and controls, so anything that is
- * not an exact match is refused rather than second-guessed. */
-static bool
-url_allowed(const char *v)
-{
-	static const char *const schemes[] = { "http", "https", "mailto", NULL };
-	const unsigned char *s = (const unsigned char *)v;
-	char scheme[8];
-	size_t n = 0;
-
-	while (*s == ' ')
-		s++;
-	for (; *s != '\0'; s++) {
-		if (*s == '/' || *s == '?' || *s == '#')
-			return true;
-		if (*s == ':') {
-			if (n >= sizeof(scheme))
-				return false; /* longer than any allowed scheme */
-			scheme[n] = '\0';
-			return in_list(schemes, scheme);
-		}
-		if (n < sizeof(scheme))
-			scheme[n] = (char)((*s >= 'A' && *s <= 'Z') ? *s + 32 : *s);
-		n++;
-	}
-	return true;
-}
-
-static bool
-is_void(xmlNodePtr n)
-{
-	return in_list(void_elements, cname(n->name));
-}
-
-/* ---- escaping ---------------------------------------------------------- */
-
-/* What s becomes in text content (attr false) or a double-quoted
- * attribute value, or NULL when it stays as it is. Tab and newline in
- * attributes become references so an XML parser does not normalise them
- * to spaces. */
-static const char *
-escape_of(char c, bool attr)
-{
-	switch (c) {
-	case '&': return "&amp;";
-	case '<': return "&lt;";
-	case '>': return "&gt;";
-	case '"': return attr ? "&quot;" : NULL;
-	case '\t': return attr ? "&#9;" : NULL;
-	case '\n': return attr ? "&#10;" : NULL;
-	case '\r': return "&#13;";
-	default: return NULL;
-	}
-}
-
-static size_t
-escaped_len(const char *s, size_t len, bool attr)
-{
-	const char *rep;
-	size_t i, n = len;
-
-	for (i = 0; i < len; i++) {
-		/* nothing at or above '?' (and no byte of UTF-8) is escaped */
-		if ((unsigned char)s[i] >= '?')
-			continue;
-		if ((rep = escape_of(s[i], attr)) != NULL)
-			n += strlen(rep) - 1;
-	}
-	return n;
-}
-
-/* out has room for escaped_len(s, len, attr) + 1 bytes. */
-static void
-escape_into(char *out, const char *s, size_t len, bool attr)
-{
-	const char *rep;
-	size_t i, o = 0, r;
-
-	for (i = 0; i < len; i++) {
-		if ((unsigned char)s[i] >= '?' ||
-		    (rep = escape_of(s[i], attr)) == NULL) {
-			out[o++] = s[i];
-			continue;
-		}
-		r = strlen(rep);
-		memcpy(out + o, rep, r);
-		o += r;
-	}
-	out[o] = '\0';
-}
-
-/* s escaped, in arena a (s itself when nothing needs escaping and s is
- * already there: pass in_arena). NULL when memory runs out. */
-static const char *
-escape_to(struct arena *a, const char *s, size_t len, bool attr,
-          bool in_arena, size_t *outlen)
-{
-	size_t n = escaped_len(s, len, attr);
-	char *e;
-
-	*outlen = n;
-	if (n == len && in_arena)
-		return s;
-	if ((e = arena_alloc(a, n + 1)) == NULL)
-		return NULL;
-	escape_into(e, s, len, attr);
-	return e;
-}
 
 /* ---- the page tree ----------------------------------------------------- */
 
@@ -770,26 +302,46 @@ found_add(struct page *p, size_t *nfound, int32_t n)
 	return 0;
 }
 
+/* The node after n in a pre-order walk of top's subtree, or NONE. */
+static int32_t
+walk_next(const struct page *p, int32_t n, int32_t top)
+{
+	if (p->nodes[n].first != NONE)
+		return p->nodes[n].first;
+	while (n != top && p->nodes[n].next == NONE)
+		n = p->nodes[n].parent;
+	return n == top ? NONE : p->nodes[n].next;
+}
+
 /* Every element with slot sid in top's subtree (top included), in
  * document order, to p->found. */
 static int
 scope_find(struct page *p, int32_t top, int sid, size_t *nfound)
 {
-	int32_t n = top;
+	int32_t n;
 
-	for (;;) {
+	for (n = top; n != NONE; n = walk_next(p, n, top))
 		if (node_has_slot(p, n, sid) && found_add(p, nfound, n) != 0)
 			return -1;
-		if (p->nodes[n].first != NONE) {
-			n = p->nodes[n].first;
-			continue;
-		}
-		while (n != top && p->nodes[n].next == NONE)
-			n = p->nodes[n].parent;
-		if (n == top)
-			return 0;
-		n = p->nodes[n].next;
+	return 0;
+}
+
+/* The elements carrying slot sid: the template's, then the copies
+ * page_repeat made. *i starts at 0; NONE when there are no more. */
+static int32_t
+slot_next(const struct page *p, int sid, size_t *i)
+{
+	const struct tmpl *t = p->t;
+	size_t nt = t->slot_first[sid + 1] - t->slot_first[sid], k;
+
+	while (*i < nt + p->nextras) {
+		k = (*i)++;
+		if (k < nt)
+			return t->slot_nodes[t->slot_first[sid] + k];
+		if (p->extras[k - nt].sid == sid)
+			return p->extras[k - nt].node;
 	}
+	return NONE;
 }
 
 /* Every element with slot in top's subtree (top included) goes to
@@ -825,15 +377,7 @@ find_slot(struct page *p, int32_t top, const char *slot, size_t *nfound)
 		if (*nfound > 0)
 			return 0;
 	}
-	for (i = t->slot_first[sid]; i < t->slot_first[sid + 1] + p->nextras;
-	     i++) {
-		if (i < t->slot_first[sid + 1]) {
-			n = t->slot_nodes[i];
-		} else {
-			if (p->extras[i - t->slot_first[sid + 1]].sid != sid)
-				continue;
-			n = p->extras[i - t->slot_first[sid + 1]].node;
-		}
+	for (i = 0; (n = slot_next(p, sid, &i)) != NONE;) {
 		if (top != NONE && in_subtree(p, n, top)) {
 			if (found_add(p, nfound, n) != 0) {
 				fail(p, "out of memory");
@@ -862,17 +406,17 @@ page_value(struct page *p, const char *value, bool attr, bool url_check,
 
 	*refused = false;
 	if (len > (SIZE_MAX - 1) / 3 - 16 ||
-	    (clean = arena_alloc(&p->arena, len * 3 + 1)) == NULL)
+	    (clean = page_arena_alloc(&p->arena, len * 3 + 1)) == NULL)
 		return NULL;
-	clen = clean_into(clean, value);
+	clen = page_clean_into(clean, value);
 	arena_trim(&p->arena, clean, len * 3 + 1, clen + 1);
-	if (url_check && !url_allowed(clean)) {
+	if (url_check && !page_url_allowed(clean)) {
 		arena_trim(&p->arena, clean, clen + 1, 0);
 		*refused = true;
 		return NULL;
 	}
 	*first_nl = clean[0] == '\n';
-	e = escape_to(&p->arena, clean, clen, attr, true, outlen);
+	e = page_escape_to(&p->arena, clean, clen, attr, true, outlen);
 	return e;
 }
 
@@ -937,7 +481,7 @@ attrs_set(struct page *p, const struct attrs *old, const char *name,
 			break;
 	if (i == old->n)
 		n++;
-	if ((a = arena_alloc(&p->arena, sizeof(*a) + n * sizeof(a->v[0]))) == NULL)
+	if ((a = page_arena_alloc(&p->arena, sizeof(*a) + n * sizeof(a->v[0]))) == NULL)
 		return NULL;
 	a->n = n;
 	memcpy(a->v, old->v, old->n * sizeof(a->v[0]));
@@ -958,7 +502,7 @@ fill_attr(struct page *p, int32_t top, const char *slot, const char *attr,
 	bool nl, refused;
 	struct pnode *x;
 
-	if (!attr_name_allowed(attr)) {
+	if (!page_attr_name_allowed(attr)) {
 		fail(p, "attribute \"%s\" refused for slot \"%s\"",
 		     attr ? attr : "(null)", slot ? slot : "(null)");
 		return -1;
@@ -968,14 +512,14 @@ fill_attr(struct page *p, int32_t top, const char *slot, const char *attr,
 		     slot ? slot : "(null)");
 		return -1;
 	}
-	esc = page_value(p, value, true, in_list(url_attrs, attr), &elen, &nl,
+	esc = page_value(p, value, true, page_url_attr(attr), &elen, &nl,
 	                 &refused);
 	/* a refused URL is data, not a bug: the caller may show it as text */
 	if (refused)
 		return -1;
 	namelen = strlen(attr);
 	if (esc == NULL ||
-	    (name = arena_strndup(&p->arena, attr, namelen)) == NULL) {
+	    (name = page_arena_strndup(&p->arena, attr, namelen)) == NULL) {
 		fail(p, "out of memory");
 		return -1;
 	}
@@ -1041,23 +585,14 @@ page_remove(struct page *p, const char *slot)
 static int32_t
 first_live(const struct page *p, int sid)
 {
-	int32_t n = 0;
+	int32_t n;
 
 	if (p->root_gone)
 		return NONE;
-	for (;;) {
+	for (n = 0; n != NONE; n = walk_next(p, n, 0))
 		if (node_has_slot(p, n, sid))
 			return n;
-		if (p->nodes[n].first != NONE) {
-			n = p->nodes[n].first;
-			continue;
-		}
-		while (n != 0 && p->nodes[n].next == NONE)
-			n = p->nodes[n].parent;
-		if (n == 0)
-			return NONE;
-		n = p->nodes[n].next;
-	}
+	return NONE;
 }
 
 static struct repeat *
@@ -1086,15 +621,7 @@ repeat_get(struct page *p, const char *slot)
 	if ((sid = slot_id(t, slot)) >= 0 && (r = repeat_find(p, sid)) != NULL)
 		return r;
 	if (sid >= 0) {
-		for (i = t->slot_first[sid]; i < t->slot_first[sid + 1] + p->nextras;
-		     i++) {
-			if (i < t->slot_first[sid + 1]) {
-				n = t->slot_nodes[i];
-			} else {
-				if (p->extras[i - t->slot_first[sid + 1]].sid != sid)
-					continue;
-				n = p->extras[i - t->slot_first[sid + 1]].node;
-			}
+		for (i = 0; (n = slot_next(p, sid, &i)) != NONE;) {
 			if (is_live(p, n)) {
 				live++;
 				proto = n;
@@ -1113,7 +640,7 @@ repeat_get(struct page *p, const char *slot)
 		fail(p, "no element has data-slot \"%s\"", slot);
 		return NULL;
 	}
-	if ((r = arena_alloc(&p->arena, sizeof(*r))) == NULL) {
+	if ((r = page_arena_alloc(&p->arena, sizeof(*r))) == NULL) {
 		fail(p, "out of memory");
 		return NULL;
 	}
@@ -1208,7 +735,7 @@ page_repeat(struct page *p, const char *slot)
 		fail(p, "page_repeat(\"%s\") after page_repeat_done", slot);
 		return NULL;
 	}
-	if ((s = arena_alloc(&p->arena, sizeof(*s))) == NULL ||
+	if ((s = page_arena_alloc(&p->arena, sizeof(*s))) == NULL ||
 	    (copy = copy_subtree(p, r->proto)) == NONE) {
 		fail(p, "out of memory");
 		return NULL;
@@ -1363,16 +890,14 @@ page_new(const struct page_set *set, const char *name)
 {
 	const struct tmpl *t;
 	struct page *p;
-	size_t i, alloc, head, size;
+	size_t alloc, head, size;
+	int ti;
 
 	if (set == NULL || name == NULL)
 		return NULL;
-	for (i = 0; i < PAGE_NTEMPLATES; i++)
-		if (strcmp(page_templates[i].name, name) == 0)
-			break;
-	if (i == PAGE_NTEMPLATES)
+	if ((ti = page_tmpl_index(name)) < 0)
 		return NULL;
-	t = &set->t[i];
+	t = &set->t[ti];
 	/* one allocation: the page, then its first arena chunk holding the
 	 * nodes (with room for repeats and fills) and the fills' values */
 	alloc = t->n + t->n / 2 + 16;
@@ -1385,8 +910,8 @@ page_new(const struct page_set *set, const char *name)
 	p->t = t;
 	p->arena.cur = (char *)p + head;
 	p->arena.end = (char *)p + size;
-	p->nodes = arena_alloc(&p->arena, alloc * sizeof(struct pnode));
-	p->found = arena_alloc(&p->arena, FOUND_INLINE * sizeof(int32_t));
+	p->nodes = page_arena_alloc(&p->arena, alloc * sizeof(struct pnode));
+	p->found = page_arena_alloc(&p->arena, FOUND_INLINE * sizeof(int32_t));
 	p->alloc = alloc;
 	p->afound = FOUND_INLINE;
 	/* the set's image is only ever read, so threads share it */
@@ -1400,621 +925,7 @@ page_free(struct page *p)
 {
 	if (p == NULL)
 		return;
-	arena_free(&p->arena);
+	page_arena_free(&p->arena);
 	free(p);
 }
 
-/* ---- loading ----------------------------------------------------------- */
-
-/* The whole file, read by us so the cap holds and libxml2's transparent
- * gzip decoding and URL handling never apply to a template path. */
-static char *
-read_file(const char *path, size_t *len, char *err, size_t errlen)
-{
-	struct stat st;
-	char *data = NULL;
-	size_t got = 0;
-	ssize_t n;
-	int fd, rc = -1;
-
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)) < 0) {
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return NULL;
-	}
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s: not a regular file", path);
-		goto out;
-	}
-	if (st.st_size > OG_TEMPLATE_MAX) {
-		snprintf(err, errlen, "%s: larger than %d bytes", path,
-		         OG_TEMPLATE_MAX);
-		goto out;
-	}
-	if ((data = malloc(OG_TEMPLATE_MAX + 1)) == NULL) {
-		snprintf(err, errlen, "%s: out of memory", path);
-		goto out;
-	}
-	/* read to the cap, not to st_size: the file may grow meanwhile */
-	while (got <= OG_TEMPLATE_MAX &&
-	       (n = read(fd, data + got, OG_TEMPLATE_MAX + 1 - got)) != 0) {
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			snprintf(err, errlen, "%s: %s", path, strerror(errno));
-			goto out;
-		}
-		got += (size_t)n;
-	}
-	if (got > OG_TEMPLATE_MAX) {
-		snprintf(err, errlen, "%s: larger than %d bytes", path,
-		         OG_TEMPLATE_MAX);
-		goto out;
-	}
-	*len = got;
-	rc = 0;
-out:
-	close(fd);
-	if (rc != 0) {
-		free(data);
-		data = NULL;
-	}
-	return data;
-}
-
-static bool
-xhtml_ns(xmlNsPtr ns)
-{
-	return ns != NULL && ns->prefix == NULL &&
-	       strcmp(cname(ns->href), PAGE_XHTML_NS) == 0;
-}
-
-/* What makes a template safe to fill and render: XHTML elements only, no
- * script or embedding, no event handlers or inline style, no namespaced
- * attributes, no entity references, void elements empty, every URL
- * attribute passing the same test as a filled one. */
-static int
-template_check_node(xmlNodePtr n, xmlNodePtr root, const char *path,
-                    char *err, size_t errlen)
-{
-	long line = xmlGetLineNo(n);
-	xmlAttrPtr a;
-	const char *v;
-
-	switch (n->type) {
-	case XML_ELEMENT_NODE:
-		break;
-	case XML_TEXT_NODE:
-	case XML_COMMENT_NODE:
-	case XML_PI_NODE:
-		return 0;
-	default:
-		snprintf(err, errlen, "%s:%ld: entity reference or other "
-		         "unsupported node", path, line);
-		return -1;
-	}
-	if (!xhtml_ns(n->ns)) {
-		snprintf(err, errlen, "%s:%ld: <%s> is not an unprefixed XHTML "
-		         "element", path, line, cname(n->name));
-		return -1;
-	}
-	if (n->nsDef != NULL && (n != root || n->nsDef->next != NULL ||
-	                         !xhtml_ns(n->nsDef))) {
-		snprintf(err, errlen, "%s:%ld: only the XHTML namespace may be "
-		         "declared, on <html>", path, line);
-		return -1;
-	}
-	if (in_list(banned_elements, cname(n->name))) {
-		snprintf(err, errlen, "%s:%ld: <%s> is not allowed in a template",
-		         path, line, cname(n->name));
-		return -1;
-	}
-	if (is_void(n) && n->children != NULL) {
-		snprintf(err, errlen, "%s:%ld: <%s> must be empty", path, line,
-		         cname(n->name));
-		return -1;
-	}
-	for (a = n->properties; a != NULL; a = a->next) {
-		const char *name = cname(a->name);
-
-		if (a->ns != NULL || strncasecmp(name, "on", 2) == 0 ||
-		    strcasecmp(name, "style") == 0) {
-			snprintf(err, errlen, "%s:%ld: attribute %s is not allowed "
-			         "in a template", path, line, name);
-			return -1;
-		}
-		if ((v = prop_text(a)) == NULL) {
-			snprintf(err, errlen, "%s:%ld: attribute %s holds an entity "
-			         "reference", path, line, name);
-			return -1;
-		}
-		if (in_list(url_attrs, name) && !url_allowed(v)) {
-			snprintf(err, errlen, "%s:%ld: %s=\"%s\" has a refused URL "
-			         "scheme", path, line, name, v);
-			return -1;
-		}
-	}
-	return 0;
-}
-
-static int
-template_check(xmlDocPtr doc, const struct page_template *t, const char *path,
-               char *err, size_t errlen)
-{
-	xmlNodePtr root = xmlDocGetRootElement(doc), n;
-	xmlDtdPtr dtd;
-	size_t i;
-
-	/* <!DOCTYPE html> is fine (and dropped: render writes its own); any
-	 * declaration inside it is not, entities least of all */
-	if ((dtd = doc->intSubset) != NULL) {
-		if (dtd->children != NULL) {
-			snprintf(err, errlen, "%s: the DOCTYPE may not declare "
-			         "anything", path);
-			return -1;
-		}
-		xmlUnlinkNode((xmlNodePtr)dtd);
-		xmlFreeDtd(dtd);
-	}
-	if (root == NULL || strcmp(cname(root->name), "html") != 0 ||
-	    !xhtml_ns(root->ns)) {
-		snprintf(err, errlen, "%s: the root must be <html xmlns=\""
-		         PAGE_XHTML_NS "\">", path);
-		return -1;
-	}
-	for (n = doc->children; n != NULL; n = n->next) {
-		if (n != root && n->type != XML_COMMENT_NODE &&
-		    n->type != XML_PI_NODE) {
-			snprintf(err, errlen, "%s: unexpected node outside <html>",
-			         path);
-			return -1;
-		}
-	}
-	for (n = root; n != NULL; n = walk_next(n, root, true))
-		if (template_check_node(n, root, path, err, errlen) != 0)
-			return -1;
-	for (i = 0; t->slots[i] != NULL; i++) {
-		if (find_first(root, t->slots[i]) == NULL) {
-			snprintf(err, errlen, "%s: no element has data-slot \"%s\"",
-			         path, t->slots[i]);
-			return -1;
-		}
-	}
-	return 0;
-}
-
-/* ---- compiling a checked template -------------------------------------- */
-
-struct compiler {
-	struct tmpl *t;
-	size_t n;
-	char **names;          /* slot names (in t's arena) */
-	size_t nnames, anames;
-	const char *path;
-	char *err;
-	size_t errlen;
-};
-
-static int
-compile_slot(struct compiler *c, const char *name, size_t len, uint16_t *ids,
-             size_t *nids)
-{
-	char **v;
-	size_t i;
-
-	for (i = 0; i < c->nnames; i++)
-		if (strlen(c->names[i]) == len && memcmp(c->names[i], name, len) == 0)
-			break;
-	if (i == c->nnames) {
-		if (c->nnames >= UINT16_MAX)
-			return -1;
-		if (c->nnames == c->anames) {
-			c->anames = c->anames ? c->anames * 2 : 32;
-			if ((v = realloc(c->names, c->anames * sizeof(*v))) == NULL)
-				return -1;
-			c->names = v;
-		}
-		if ((c->names[i] = arena_strndup(&c->t->arena, name, len)) == NULL)
-			return -1;
-		c->nnames++;
-	}
-	for (size_t k = 0; k < *nids; k++)
-		if (ids[k] == i)
-			return 0;
-	ids[(*nids)++] = (uint16_t)i;
-	return 0;
-}
-
-/* The ids of the names in a data-slot value, each once. */
-static int
-compile_slots(struct compiler *c, struct tnode *tn, const char *v)
-{
-	const char *start, *s;
-	uint16_t *ids;
-	size_t n = 0, nids = 0;
-
-	for (s = v; *s != '\0'; s++)
-		n += !is_space(*s) && (s == v || is_space(s[-1]));
-	if (n == 0)
-		return 0;
-	if ((ids = arena_alloc(&c->t->arena, n * sizeof(*ids))) == NULL)
-		return -1;
-	while (*v != '\0') {
-		while (is_space(*v))
-			v++;
-		start = v;
-		while (*v != '\0' && !is_space(*v))
-			v++;
-		if (v > start &&
-		    compile_slot(c, start, (size_t)(v - start), ids, &nids) != 0)
-			return -1;
-	}
-	tn->slots = ids;
-	tn->nslots = nids;
-	return 0;
-}
-
-static int
-compile_element(struct compiler *c, xmlNodePtr x, int32_t idx)
-{
-	struct tnode *tn = &c->t->tn[idx];
-	struct pnode *pn = &c->t->image[idx];
-	struct arena *ar = &c->t->arena;
-	struct attrs *as;
-	struct attr *a;
-	struct buf b;
-	xmlAttrPtr p;
-	const char *v;
-	size_t n = 0;
-	int rc = -1;
-
-	pn->t = idx;
-	pn->flags = N_ELEMENT;
-	if (is_void(x))
-		pn->flags |= N_VOID;
-	if (strcmp(cname(x->name), "pre") == 0 ||
-	    strcmp(cname(x->name), "textarea") == 0)
-		pn->flags |= N_PRE;
-	tn->namelen = strlen(cname(x->name));
-	if ((tn->name = arena_strndup(ar, cname(x->name), tn->namelen)) == NULL)
-		return -1;
-	for (p = x->properties; p != NULL; p = p->next)
-		n++;
-	if ((as = arena_alloc(ar, sizeof(*as) + n * sizeof(as->v[0]))) == NULL)
-		return -1;
-	as->n = 0;
-	buf_init(&b, OG_TEMPLATE_MAX * 8);
-	if (buf_append(&b, "<", 1) != 0 ||
-	    buf_append(&b, tn->name, tn->namelen) != 0 ||
-	    (idx == 0 && buf_puts(&b, " xmlns=\"" PAGE_XHTML_NS "\"") != 0))
-		goto out;
-	/* load checks refused namespaced attributes and entity references */
-	for (p = x->properties; p != NULL; p = p->next) {
-		const char *name = cname(p->name);
-
-		if ((v = prop_text(p)) == NULL)
-			goto out;
-		if (strcmp(name, PAGE_SLOT) == 0) {
-			if (compile_slots(c, tn, v) != 0)
-				goto out;
-			continue;
-		}
-		if (strcmp(name, PAGE_REPEAT) == 0) {
-			pn->flags |= N_PROTO;
-			continue;
-		}
-		a = &as->v[as->n++];
-		a->namelen = strlen(name);
-		if ((a->name = arena_strndup(ar, name, a->namelen)) == NULL ||
-		    (a->val = escape_to(ar, v, strlen(v), true, false,
-		                        &a->vallen)) == NULL ||
-		    buf_append(&b, " ", 1) != 0 ||
-		    buf_append(&b, a->name, a->namelen) != 0 ||
-		    buf_append(&b, "=\"", 2) != 0 ||
-		    buf_append(&b, a->val, a->vallen) != 0 ||
-		    buf_append(&b, "\"", 1) != 0)
-			goto out;
-	}
-	tn->attrs = as;
-	tn->openlen = b.len;
-	if ((tn->open = arena_strndup(ar, b.data, b.len)) == NULL)
-		goto out;
-	buf_reset(&b);
-	if (buf_append(&b, "</", 2) != 0 ||
-	    buf_append(&b, tn->name, tn->namelen) != 0 ||
-	    buf_append(&b, ">", 1) != 0)
-		goto out;
-	tn->closelen = b.len;
-	if ((tn->close = arena_strndup(ar, b.data, b.len)) == NULL)
-		goto out;
-	rc = 0;
-out:
-	buf_free(&b);
-	return rc;
-}
-
-/* Adds x (an element or a text) and what it holds under parent. */
-static int
-compile_node(struct compiler *c, xmlNodePtr x, int32_t parent)
-{
-	struct pnode *img = c->t->image;
-	int32_t idx = (int32_t)c->n++;
-	const char *s;
-	xmlNodePtr ch;
-
-	img[idx].parent = parent;
-	img[idx].first = img[idx].last = img[idx].prev = img[idx].next = NONE;
-	img[idx].t = NONE;
-	if (parent != NONE) {
-		img[idx].prev = img[parent].last;
-		if (img[parent].last != NONE)
-			img[img[parent].last].next = idx;
-		else
-			img[parent].first = idx;
-		img[parent].last = idx;
-	}
-	if (x->type == XML_TEXT_NODE) {
-		s = x->content != NULL ? cname(x->content) : "";
-		img[idx].flags = N_TEXT | (s[0] == '\n' ? N_NL : 0);
-		img[idx].text = escape_to(&c->t->arena, s, strlen(s), false, false,
-		                          &img[idx].textlen);
-		return img[idx].text != NULL ? 0 : -1;
-	}
-	if (compile_element(c, x, idx) != 0)
-		return -1;
-	for (ch = x->children; ch != NULL; ch = ch->next)
-		if ((ch->type == XML_ELEMENT_NODE || ch->type == XML_TEXT_NODE) &&
-		    compile_node(c, ch, idx) != 0)
-			return -1;
-	return 0;
-}
-
-/* t from a checked document: every element and text in document order
- * (comments and PIs dropped), and the slot index. */
-static int
-template_compile(xmlDocPtr doc, struct tmpl *t, const char *path, char *err,
-                 size_t errlen)
-{
-	struct compiler c = { t, 0, NULL, 0, 0, path, err, errlen };
-	xmlNodePtr root = xmlDocGetRootElement(doc), n;
-	size_t count = 0, i, k, *first;
-	int32_t *nodes;
-	int rc = -1;
-
-	for (n = root; n != NULL; n = walk_next(n, root, true))
-		count += n->type == XML_ELEMENT_NODE || n->type == XML_TEXT_NODE;
-	if (count > INT32_MAX / 4 ||
-	    (t->tn = arena_alloc(&t->arena, count * sizeof(*t->tn))) == NULL ||
-	    (t->image = arena_alloc(&t->arena, count * sizeof(*t->image))) == NULL)
-		goto out;
-	memset(t->tn, 0, count * sizeof(*t->tn));
-	memset(t->image, 0, count * sizeof(*t->image));
-	if (compile_node(&c, root, NONE) != 0)
-		goto out;
-	t->n = c.n;
-	t->nslots = c.nnames;
-	if ((t->slot_names = arena_alloc(&t->arena, (c.nnames + 1) *
-	                                 sizeof(*t->slot_names))) == NULL ||
-	    (first = arena_alloc(&t->arena, (c.nnames + 2) *
-	                         sizeof(*first))) == NULL)
-		goto out;
-	memset(first, 0, (c.nnames + 2) * sizeof(*first));
-	for (i = 0; i < c.nnames; i++)
-		t->slot_names[i] = c.names[i];
-	/* counting sort of (slot, node) pairs: each slot's nodes in document
-	 * order */
-	for (i = 0; i < t->n; i++)
-		if (t->image[i].flags & N_ELEMENT)
-			for (k = 0; k < t->tn[i].nslots; k++)
-				first[t->tn[i].slots[k] + 2]++;
-	for (i = 2; i < c.nnames + 2; i++)
-		first[i] += first[i - 1];
-	if ((nodes = arena_alloc(&t->arena, (first[c.nnames + 1] + 1) *
-	                         sizeof(*nodes))) == NULL)
-		goto out;
-	for (i = 0; i < t->n; i++)
-		if (t->image[i].flags & N_ELEMENT)
-			for (k = 0; k < t->tn[i].nslots; k++)
-				nodes[first[t->tn[i].slots[k] + 1]++] = (int32_t)i;
-	t->slot_nodes = nodes;
-	t->slot_first = first;
-	rc = 0;
-out:
-	if (rc != 0)
-		snprintf(err, errlen, "%s: out of memory", path);
-	free(c.names);
-	return rc;
-}
-
-static xmlDocPtr
-template_load(const char *path, const struct page_template *t, char *err,
-              size_t errlen)
-{
-	xmlParserCtxtPtr ctxt = NULL;
-	xmlDocPtr doc = NULL;
-	xmlErrorPtr e;
-	char *data = NULL;
-	size_t len = 0, mlen;
-	int rc = -1;
-
-	if ((data = read_file(path, &len, err, errlen)) == NULL)
-		goto out;
-	if ((ctxt = xmlNewParserCtxt()) == NULL) {
-		snprintf(err, errlen, "%s: out of memory", path);
-		goto out;
-	}
-	/* No NOENT (no entity expansion), no DTDLOAD/DTDATTR/XINCLUDE, no
-	 * network; no recovery, so anything not well-formed is refused. NODICT
-	 * keeps names in the nodes, so copies share nothing with the set. */
-	doc = xmlCtxtReadMemory(ctxt, data, (int)len, path, NULL,
-	                        XML_PARSE_NONET | XML_PARSE_NODICT |
-	                        XML_PARSE_NOCDATA | XML_PARSE_NOERROR |
-	                        XML_PARSE_NOWARNING);
-	if (doc == NULL) {
-		e = xmlCtxtGetLastError(ctxt);
-		snprintf(err, errlen, "%s:%d: %s", path, e != NULL ? e->line : 0,
-		         e != NULL && e->message != NULL ? e->message :
-		         "not well-formed XML");
-		mlen = strlen(err);
-		if (mlen > 0 && err[mlen - 1] == '\n')
-			err[mlen - 1] = '\0';
-		goto out;
-	}
-	if (template_check(doc, t, path, err, errlen) != 0)
-		goto out;
-	rc = 0;
-out:
-	if (rc != 0) {
-		xmlFreeDoc(doc);
-		doc = NULL;
-	}
-	xmlFreeParserCtxt(ctxt);
-	free(data);
-	return doc;
-}
-
-struct page_set *
-page_set_load(const char *dir, char *err, size_t errlen)
-{
-	struct page_set *set = NULL;
-	xmlDocPtr doc;
-	char *path = NULL;
-	size_t i, len;
-	int rc = -1;
-
-	if (errlen > 0)
-		err[0] = '\0';
-	xmlInitParser();
-	if ((set = calloc(1, sizeof(*set))) == NULL) {
-		snprintf(err, errlen, "%s: out of memory", dir);
-		goto out;
-	}
-	for (i = 0; i < PAGE_NTEMPLATES; i++) {
-		len = strlen(dir) + strlen(page_templates[i].name) + sizeof("/.xhtml");
-		if ((path = malloc(len)) == NULL) {
-			snprintf(err, errlen, "%s: out of memory", dir);
-			goto out;
-		}
-		snprintf(path, len, "%s/%s.xhtml", dir, page_templates[i].name);
-		doc = template_load(path, &page_templates[i], err, errlen);
-		if (doc == NULL ||
-		    template_compile(doc, &set->t[i], path, err, errlen) != 0) {
-			xmlFreeDoc(doc);
-			free(path);
-			goto out;
-		}
-		xmlFreeDoc(doc);
-		free(path);
-		path = NULL;
-	}
-	rc = 0;
-out:
-	if (rc != 0) {
-		page_set_free(set);
-		set = NULL;
-	}
-	return set;
-}
-
-void
-page_set_free(struct page_set *set)
-{
-	size_t i;
-
-	if (set == NULL)
-		return;
-	for (i = 0; i < PAGE_NTEMPLATES; i++)
-		arena_free(&set->t[i].arena);
-	free(set);
-}
-
-/* ---- JSON shown on a page ------------------------------------------------ */
-
-static int
-pj_compact(struct buf *b, const json_t *v)
-{
-	/* 15 significant digits: 0.8 shows as 0.8, not 0.80000000000000004 */
-	char *t = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY |
-	                            JSON_REAL_PRECISION(15));
-	int rc = t != NULL ? buf_puts(b, t) : -1;
-
-	free(t);
-	return rc;
-}
-
-static int
-pj_indent(struct buf *b, int depth)
-{
-	static const char spaces[] = "        "; /* 2 * PAGE_JSON_INDENT_DEPTH */
-	size_t n = (size_t)depth * 2;
-
-	return buf_append(b, spaces, n < sizeof(spaces) - 1 ? n : sizeof(spaces) - 1);
-}
-
-static int
-pj_strcmp(const void *a, const void *b)
-{
-	return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* Indented for the first PAGE_JSON_INDENT_DEPTH levels, compact below:
- * the text grows at most a few bytes per value, never with the depth. */
-static int
-pj_value(struct buf *b, const json_t *v, int depth)
-{
-	const char **keys = NULL, *k;
-	size_t i, n;
-	json_t *m;
-	int rc = -1;
-
-	n = json_is_object(v) ? json_object_size(v) : json_is_array(v) ? json_array_size(v) : 0;
-	if (n == 0 || depth >= PAGE_JSON_INDENT_DEPTH)
-		return pj_compact(b, v);
-	if (buf_puts(b, json_is_object(v) ? "{\n" : "[\n") != 0)
-		return -1;
-	if (json_is_object(v)) {
-		if ((keys = malloc(n * sizeof(*keys))) == NULL)
-			return -1;
-		i = 0;
-		json_object_foreach((json_t *)(uintptr_t)v, k, m)
-			keys[i++] = k;
-		qsort(keys, n, sizeof(*keys), pj_strcmp);
-	}
-	for (i = 0; i < n; i++) {
-		if (pj_indent(b, depth + 1) != 0)
-			goto out;
-		if (keys != NULL) {
-			json_t *name = json_string(keys[i]);
-
-			rc = name != NULL ? pj_compact(b, name) : -1;
-			json_decref(name);
-			if (rc != 0 || buf_puts(b, ": ") != 0)
-				goto out;
-			rc = -1;
-			m = json_object_get(v, keys[i]);
-		} else {
-			m = json_array_get(v, i);
-		}
-		if (pj_value(b, m, depth + 1) != 0 || buf_puts(b, i + 1 < n ? ",\n" : "\n") != 0)
-			goto out;
-	}
-	if (pj_indent(b, depth) == 0 && buf_puts(b, json_is_object(v) ? "}" : "]") == 0)
-		rc = 0;
-out:
-	free(keys);
-	return rc;
-}
-
-char *
-page_json_text(const json_t *v)
-{
-	struct buf b;
-
-	if (v == NULL)
-		return strdup("");
-	buf_init(&b, SIZE_MAX / 2);
-	if (pj_value(&b, v, 0) != 0 || buf_puts(&b, "") != 0) {
-		buf_free(&b);
-		return NULL;
-	}
-	return buf_steal(&b);
-}

@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "canon.h"
 #include "jptr.h"
 #include "provider.h"
 #include "provider_int.h"
@@ -111,7 +112,7 @@ http_send(struct provider_conn *pc, const struct config_target *t,
 		}
 		cb_url = strdup(u);
 		json_object_del(payload, "url");
-		body = json_dumps(payload, JSON_COMPACT | JSON_SORT_KEYS);
+		body = canon_dumps(payload, JSON_COMPACT | JSON_SORT_KEYS);
 		post = body;
 		url = cb_url;
 	}

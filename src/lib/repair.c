@@ -589,7 +589,7 @@ enqueue_callback(struct db *db, const struct repair_who *who, const char *url,
 	               "decided_by", subject);
 	text = cb != NULL ? json_dumps(cb, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 	json_decref(cb);
-	if (text == NULL || canon_json(text, strlen(text), &canon, &clen) != CANON_OK) {
+	if (text == NULL || canon_json(CANON_AS_WRITTEN, text, strlen(text), &canon, &clen) != CANON_OK) {
 		free(text);
 		free(canon);
 		return OG_ERROR;

@@ -210,7 +210,23 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		goto out;
 	}
 	p->payload = req->payload ? strdup(req->payload) : dup_col(res, "payload");
-	p->payload_hash = req->payload ? strdup(req->payload_hash) : dup_col(res, "payload_hash");
+	if (req->payload != NULL) {
+		p->payload_hash = strdup(req->payload_hash);
+	} else if (p->payload != NULL) {
+		/* the new run is hashed under RFC 8785, whatever rule the
+		 * original's hash was computed with: the workflow's claim of the
+		 * new key is compared with it */
+		char h[CANON_HASH_LEN];
+
+		if (canon_hash_as(CANON_JCS, p->payload, strlen(p->payload), h) == CANON_OK)
+			p->payload_hash = strdup(h);
+	}
+	if (p->payload == NULL || p->payload_hash == NULL) {
+		snprintf(out->message, sizeof(out->message),
+		         "the payload could not be copied or hashed");
+		rrc = OG_ERROR;
+		goto out;
+	}
 	p->source_url = dup_col(res, "source_url");
 	p->workflow_version = dup_col(res, "workflow_version");
 	p->correlation_id = dup_col(res, "correlation_id");

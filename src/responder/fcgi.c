@@ -172,6 +172,12 @@ fill_request(FCGX_Request *fr, struct http_request *req)
 	req->sec_fetch_site = param(fr, "HTTP_SEC_FETCH_SITE");
 	req->remote_addr = param(fr, "REMOTE_ADDR");
 	req->request_id = param(fr, "REQUEST_ID");
+	req->idempotency_key = param(fr, "HTTP_IDEMPOTENCY_KEY");
+	/* nginx passes a repeated field as repeated parameters, and
+	 * FCGX_GetParam sees the first one only. */
+	for (char **e = fr->envp; e != NULL && *e != NULL; e++)
+		if (strncmp(*e, "HTTP_IDEMPOTENCY_KEY=", 21) == 0)
+			req->idempotency_key_fields++;
 	if (req->method == NULL)
 		req->method = "";
 	if (req->uri == NULL || strlen(req->uri) > OG_URI_MAX)
@@ -190,6 +196,11 @@ send_response(FCGX_Request *fr, const struct http_response *resp)
 	n = snprintf(line, sizeof(line), "Status: %d %s\r\n", resp->status,
 	             http_reason(resp->status));
 	FCGX_PutStr(line, n, fr->out);
+	if (resp->content_type != NULL) {
+		FCGX_PutS("Content-Type: ", fr->out);
+		FCGX_PutS(resp->content_type, fr->out);
+		FCGX_PutS("\r\n", fr->out);
+	}
 	if (resp->headers.len > 0)
 		FCGX_PutStr(resp->headers.data, (int)resp->headers.len, fr->out);
 	n = snprintf(line, sizeof(line), "Content-Length: %zu\r\n\r\n", resp->body.len);

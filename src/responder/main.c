@@ -65,23 +65,8 @@ main(int argc, char **argv)
 	bool check = false;
 	int opt, fd, sig, rc = EXIT_FAILURE;
 
-	while ((opt = getopt(argc, argv, "c:nh")) != -1) {
-		switch (opt) {
-		case 'c':
-			path = optarg;
-			break;
-		case 'n':
-			check = true;
-			break;
-		case 'h':
-			usage(stdout);
-			return EXIT_SUCCESS;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	path = config_path(path);
+	if ((opt = config_options(argc, argv, usage, &path, &check)) >= 0)
+		return opt;
 	config_defaults(&cfg);
 	if (config_load(path, &cfg, err, sizeof(err)) != 0) {
 		fprintf(stderr, "oncegate-fcgi: %s\n", err);

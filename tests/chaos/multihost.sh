@@ -4,7 +4,7 @@
 # hosts lose their network link mid-run and get it back. Afterwards:
 #   * every key has exactly one run row; no (key, attempt) was claimed
 #     twice; concurrent and late duplicates got the prior state; a
-#     conflicting replay got 409;
+#     conflicting replay got 422;
 #   * every approval was consumed at most once, every approved run has
 #     exactly one effect in the outbox, and no other run has one;
 #   * no effect reached its provider twice (the HTTP provider's record of
@@ -22,8 +22,8 @@
 #     in every script at the contracts' maxima, to one address under
 #     support_reply or to a list under the test contract support_list,
 #     which the stack must load from tests/data/contracts-test);
-#   * every HTTP answer was in the expected set (201/200/202/303, 409 for a
-#     conflicting replay or a lease lost, 410 for an approval retried after
+#   * every HTTP answer was in the expected set (201/200/202/303, 422 for a
+#     conflicting replay, 409 for a lease lost, 410 for an approval retried after
 #     its answer was lost, 502/503/504 and client timeouts while a link was
 #     down) — never a 500.
 #
@@ -522,7 +522,7 @@ printf '  keys claimed (201)                     %s   (of which reclaims after a
 printf '  (key, attempt) claimed twice           %s   (must be 0)\n' "${R[claims_doubled]:-?}"
 printf '  duplicates answered with the run       %s   (late ones still processing: %s, must be 0)\n' \
 	"${R[duplicates_answered]:-?}" "${R[late_duplicates_processing]:-?}"
-printf '  conflicting replays answered 409       %s\n' "${R[conflicts_409]:-?}"
+printf '  conflicting replays answered 422       %s\n' "${R[conflicts_422]:-?}"
 printf '  run rows for %s keys                  %s   (keys without one: %s, with more: %s)\n' "${R[keys]:-?}" \
 	"${R[run_rows]:-?}" "${R[keys_without_row]:-?}" "${R[keys_with_rows_gt1]:-?}"
 printf '  workflows                              %s\n' "${R[flow_ends]:-?}"

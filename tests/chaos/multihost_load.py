@@ -30,7 +30,7 @@ nginx:
   3. the approver opens the page (GET /approve/{token}) and approves with
      its CSRF value (POST, decision=approve) -> 303;
   4. the key is claimed again afterwards (a late duplicate: 200 with the
-     run's state) and, for every tenth key, with another payload (409).
+     run's state) and, for every tenth key, with another payload (422).
 Every request goes on a new connection with a timeout; 502, 503, 504, a
 timeout or a refused/reset connection is retried with the same key, lease,
 token and CSRF value, a bounded number of times, as a workflow would. A
@@ -90,7 +90,7 @@ EXPECTED = {
     "page": {200},
     "decide": {303, 409, 410},
     "replay": {200},
-    "conflict": {409},
+    "conflict": {422},
 }
 
 
@@ -479,9 +479,9 @@ def check(args):
     late_processing = sum(1 for a in answers if a["step"] == "replay"
                           and a["status"] == 200 and a.get("state") == "processing")
     out["late_duplicates_processing"] = late_processing
-    conflicts = sum(1 for a in answers if a["step"] == "conflict" and a["status"] == 409
+    conflicts = sum(1 for a in answers if a["step"] == "conflict" and a["status"] == 422
                     and a.get("error") == "payload_mismatch")
-    out["conflicts_409"] = conflicts
+    out["conflicts_422"] = conflicts
     if late_processing:
         bad.append("%d late duplicates answered processing" % late_processing)
 

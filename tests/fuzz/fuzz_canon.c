@@ -9,7 +9,8 @@
  * pairs, "\/", upper-case hex, whitespace between tokens); canon_member fails
  * exactly as canon_json does on a broken document, and the member it
  * returns is canonical and appears verbatim in the whole document's
- * canonical form.
+ * canonical form. RFC 8785 (canon_json(CANON_JCS, ...)) accepts the same
+ * documents, and its form is a fixed point too.
  */
 #define _GNU_SOURCE /* memmem */
 #include <stdint.h>
@@ -128,7 +129,7 @@ check_member(const char *in, size_t len, enum canon_rc whole_rc, const char *who
 {
 	char *m = NULL, *m2 = NULL;
 	size_t ml = 0, ml2 = 0;
-	enum canon_rc rc = canon_member(in, len, name, &m, &ml);
+	enum canon_rc rc = canon_member(CANON_AS_WRITTEN, in, len, name, &m, &ml);
 
 	if (whole_rc != CANON_OK) {
 		FUZZ_ASSERT(rc == whole_rc);
@@ -140,7 +141,7 @@ check_member(const char *in, size_t len, enum canon_rc whole_rc, const char *who
 	if (rc == CANON_OK) {
 		FUZZ_ASSERT(m != NULL && strlen(m) == ml);
 		FUZZ_ASSERT(memmem(whole, whole_len, m, ml) != NULL);
-		FUZZ_ASSERT(canon_json(m, ml, &m2, &ml2) == CANON_OK);
+		FUZZ_ASSERT(canon_json(CANON_AS_WRITTEN, m, ml, &m2, &ml2) == CANON_OK);
 		FUZZ_ASSERT(ml2 == ml && memcmp(m, m2, ml) == 0);
 		check_hash(m, ml);
 	}
@@ -154,7 +155,7 @@ check_respelled(const char *c1, size_t l1, const uint8_t *data, size_t size)
 	size_t lr = 0, l4 = 0;
 	char *r = respell(c1, l1, data, size, &lr), *c4 = NULL;
 
-	FUZZ_ASSERT(canon_json(r, lr, &c4, &l4) == CANON_OK);
+	FUZZ_ASSERT(canon_json(CANON_AS_WRITTEN, r, lr, &c4, &l4) == CANON_OK);
 	FUZZ_ASSERT(l4 == l1 && memcmp(c4, c1, l1) == 0);
 	free(r);
 	free(c4);
@@ -179,6 +180,25 @@ check_validate(const char *in, size_t len, enum canon_rc whole_rc)
 	}
 }
 
+/* RFC 8785 accepts exactly what the rule as written accepts (checked by
+ * the caller), reaches the same form from the input and from its
+ * as-written form, and is a fixed point. */
+static void
+check_jcs(const char *in, size_t len, const char *written, size_t wlen)
+{
+	char *j1 = NULL, *j2 = NULL, *j3 = NULL;
+	size_t l1 = 0, l2 = 0, l3 = 0;
+
+	FUZZ_ASSERT(canon_json(CANON_JCS, in, len, &j1, &l1) == CANON_OK);
+	FUZZ_ASSERT(canon_json(CANON_JCS, written, wlen, &j2, &l2) == CANON_OK);
+	FUZZ_ASSERT(l1 == l2 && memcmp(j1, j2, l1) == 0);
+	FUZZ_ASSERT(canon_json(CANON_JCS, j1, l1, &j3, &l3) == CANON_OK);
+	FUZZ_ASSERT(l1 == l3 && memcmp(j1, j3, l1) == 0);
+	free(j1);
+	free(j2);
+	free(j3);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -187,16 +207,21 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t l1 = 0, l2 = 0, l3 = 0;
 	enum canon_rc rc, rc3;
 
-	rc = canon_json(in, size, &c1, &l1);
+	rc = canon_json(CANON_AS_WRITTEN, in, size, &c1, &l1);
 	FUZZ_ASSERT(canon_strerror(rc) != NULL);
+	if (rc != CANON_OK) {
+		FUZZ_ASSERT(canon_json(CANON_JCS, in, size, &c2, &l2) == rc);
+		FUZZ_ASSERT(c2 == NULL);
+	}
 	check_validate(in, size, rc);
 	if (rc == CANON_OK) {
 		/* no raw NUL or control byte survives: they are escaped */
 		FUZZ_ASSERT(c1 != NULL && strlen(c1) == l1 && l1 > 0);
-		FUZZ_ASSERT(canon_json(c1, l1, &c2, &l2) == CANON_OK);
+		FUZZ_ASSERT(canon_json(CANON_AS_WRITTEN, c1, l1, &c2, &l2) == CANON_OK);
 		FUZZ_ASSERT(l1 == l2 && memcmp(c1, c2, l1) == 0);
 		check_hash(c1, l1);
 		check_respelled(c1, l1, data, size);
+		check_jcs(in, size, c1, l1);
 	}
 
 	/* insignificant whitespace around the document */
@@ -206,7 +231,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(padded, " \n", 2);
 	memcpy(padded + 2, data, size);
 	memcpy(padded + 2 + size, "\t\r", 2);
-	rc3 = canon_json(padded, size + 4, &c3, &l3);
+	rc3 = canon_json(CANON_AS_WRITTEN, padded, size + 4, &c3, &l3);
 	FUZZ_ASSERT((rc == CANON_OK) == (rc3 == CANON_OK));
 	if (rc == CANON_OK)
 		FUZZ_ASSERT(l3 == l1 && memcmp(c1, c3, l1) == 0);

@@ -29,7 +29,7 @@ Each worker repeats one of four journeys, in turn:
             naming only the contact (the tag comes from the output): approved
             by the contract's rules and enqueued at once (or, for the sampled
             share, an approval link that is then approved like the above)
-  conflict  an earlier key claimed with a different payload (409
+  conflict  an earlier key claimed with a different payload (422
             payload_mismatch: nothing changes)
   status    an earlier key read back (GET /v1/runs/KEY, 200)
 
@@ -342,7 +342,7 @@ class Worker(threading.Thread):
         st, body, _ = self.client.call("POST", "/v1/runs", {
             "key": key, "payload": {"other": payload}, "workflow_version": "soak@1",
             "trigger": "soak"})
-        if self.expect("conflict", "claim with another payload", st, body, (409,)):
+        if self.expect("conflict", "claim with another payload", st, body, (422,)):
             self.stats.add("conflicts")
 
     def status(self):

@@ -315,7 +315,7 @@ line("tenants (API clients) / mails", "%s / %s" % (" + ".join(s["load"].get("ten
                                                   s["load"].get("mails", "?")))
 line("runs claimed", c["runs"])
 line("duplicate claims answered with the run", c["duplicates"])
-line("conflicting payloads refused (409)", c["conflicts"])
+line("conflicting payloads refused (422)", c["conflicts"])
 line("approved through the page", c["approved_by_person"])
 line("approved by the contract's rules", c["auto_approved"])
 line("approval POSTs told to wait (429), resent", c["rate_limited"])

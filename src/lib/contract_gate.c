@@ -1,0 +1,459 @@
+/*
+ * contract_gate.c — a contract's gate: loading "gate" (mode, window,
+ * auto_when rules, sampling, approvers, expiry, decisions, separation of
+ * duties) and answering what the gate asks of a run (who may decide, is an
+ * output auto-eligible, is it sampled for a person).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "contract_int.h"
+#include "jptr.h"
+
+static const char *const op_names[] = {
+	"eq", "ne", "in", "not_in", "lt", "le", "gt", "ge", "exists",
+};
+
+
+static const char *const gate_members[] = {
+	"mode", "window_seconds", "auto_when", "sample_rate", "approvers",
+	"expires_seconds", "allowed_decisions", "separation_of_duties", NULL,
+};
+
+static const char *const rule_members[] = { "path", "op", "value", NULL };
+
+static const char *const mode_names[] = {
+	[GATE_APPROVE_BEFORE_ACT] = "approve_before_act",
+	[GATE_ACT_WITH_WINDOW] = "act_with_window",
+	[GATE_APPROVE_BY_EXCEPTION] = "approve_by_exception",
+};
+
+static bool
+compile_rule(struct jload *ld, struct contract *c, const json_t *j, struct rule *r)
+{
+	json_t *path = json_object_get(j, "path"), *op = json_object_get(j, "op");
+	char seg[OG_CONTRACT_POINTER_MAX + 1] = "";
+	const char *p, *full;
+	size_t k, n;
+
+	if (!json_is_object(j))
+		return jload_fail(ld, "a rule must be an object {\"path\", \"op\", \"value\"}");
+	if (!jload_members(ld, j, rule_members, "unknown rule member"))
+		return false;
+	if (path == NULL || !json_is_string(path))
+		return jload_fail_at(ld, "path", "must be a JSON Pointer string (required)");
+	p = json_string_value(path);
+	if (!jptr_valid(p, OG_CONTRACT_POINTER_MAX))
+		return jload_fail_at(ld, "path", "is not a valid JSON Pointer");
+	/* "output" and "effect" contain neither '~' nor '/', so their escaped
+	 * form is the plain one and the rest of the pointer starts 7 bytes in. */
+	full = p;
+	if (p[0] != '\0' && jptr_next(&p, seg, sizeof(seg), &n) &&
+	    strcmp(seg, "output") == 0) {
+		r->on_output = true;
+		r->rest = full + 7;
+		if (!schema_allows(c->schema, r->rest))
+			return jload_fail_at(ld, "path", "names a field the schema does not allow");
+	} else if (strcmp(seg, "effect") == 0 && *p != '\0' &&
+	           jptr_next(&p, seg, sizeof(seg), &n) &&
+	           (strcmp(seg, "type") == 0 || strcmp(seg, "target") == 0 ||
+	            strcmp(seg, "payload") == 0)) {
+		r->on_output = false;
+		r->rest = full + 7;
+	} else {
+		return jload_fail_at(ld, "path", "must start with /output or /effect/type, "
+		                "/effect/target, /effect/payload");
+	}
+
+	if (op == NULL || !json_is_string(op))
+		return jload_fail_at(ld, "op", "must be a string (required)");
+	for (k = 0; k < sizeof(op_names) / sizeof(op_names[0]); k++)
+		if (strcmp(json_string_value(op), op_names[k]) == 0)
+			break;
+	if (k == sizeof(op_names) / sizeof(op_names[0]))
+		return jload_fail_at(ld, "op", "unknown op (expected eq, ne, in, not_in, lt, "
+		                "le, gt, ge or exists)");
+	r->op = (enum rule_op)k;
+	r->value = json_object_get(j, "value");
+
+	switch (r->op) {
+	case OP_EQ:
+	case OP_NE:
+		if (r->value == NULL)
+			return jload_fail_at(ld, "value", "missing (required for %s)", op_names[k]);
+		break;
+	case OP_IN:
+	case OP_NOT_IN:
+		if (!json_is_array(r->value) || json_array_size(r->value) == 0)
+			return jload_fail_at(ld, "value", "must be a non-empty array for %s",
+			                op_names[k]);
+		break;
+	case OP_LT:
+	case OP_LE:
+	case OP_GT:
+	case OP_GE:
+		if (!json_is_number(r->value))
+			return jload_fail_at(ld, "value", "must be a number for %s", op_names[k]);
+		break;
+	case OP_EXISTS:
+		if (r->value != NULL && !json_is_boolean(r->value))
+			return jload_fail_at(ld, "value", "must be true or false for exists");
+		r->want = r->value == NULL || json_is_true(r->value);
+		break;
+	}
+	return true;
+}
+
+static bool
+approver_ok(const char *s, size_t n)
+{
+	bool group = n > 6 && strncmp(s, "group:", 6) == 0;
+	size_t i;
+
+	if (n == 0 || n > OG_CONTRACT_APPROVER_MAX || strlen(s) != n)
+		return false;
+	for (i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+
+		/* Group names as identity providers emit them may hold inner
+		 * spaces ("group:customer support"); subjects never do. */
+		if (ch == ' ' && group && i > 6 && i < n - 1)
+			continue;
+		if (ch <= 0x20 || ch == 0x7f || ch == ',')
+			return false;
+	}
+	return !(n == 6 && strncmp(s, "group:", 6) == 0);
+}
+
+static bool
+approver_same(const char *a, const char *b)
+{
+	if (strchr(a, '@') != NULL && strchr(b, '@') != NULL &&
+	    strncmp(a, "group:", 6) != 0 && strncmp(b, "group:", 6) != 0)
+		return strcasecmp(a, b) == 0;
+	return strcmp(a, b) == 0;
+}
+
+/* An entry of gate.approvers. */
+static bool
+approver_check(struct jload *ld, const json_t *v, const void *arg)
+{
+	(void)arg;
+	if (!json_is_string(v) || !approver_ok(json_string_value(v), json_string_length(v)))
+		return jload_fail(ld, "must be a subject or \"group:NAME\" of 1..%d "
+		                  "bytes without commas, and without spaces except inside "
+		                  "a group name", OG_CONTRACT_APPROVER_MAX);
+	return true;
+}
+
+static const struct jload_list approvers_list = {
+	"approvers", 1, OG_CONTRACT_APPROVERS_MAX, "approvers", approver_check,
+	approver_same, NULL,
+};
+
+static bool
+compile_decisions(struct jload *ld, struct contract *c, const json_t *gate)
+{
+	json_t *arr = json_object_get(gate, "allowed_decisions"), *v;
+	struct jptr_mark m;
+	size_t i;
+
+	if (arr == NULL) {
+		c->allow_approve = c->allow_reject = true;
+		return true;
+	}
+	if (!json_is_array(arr) || json_array_size(arr) == 0)
+		return jload_fail_at(ld, "allowed_decisions", "must be a non-empty array of "
+		                "\"approve\" and \"reject\"");
+	m = jptr_push_str(&ld->at, "allowed_decisions");
+	json_array_foreach(arr, i, v) {
+		struct jptr_mark mi = jptr_push_index(&ld->at, i);
+		bool *slot;
+
+		if (json_is_string(v) && strcmp(json_string_value(v), "approve") == 0)
+			slot = &c->allow_approve;
+		else if (json_is_string(v) && strcmp(json_string_value(v), "reject") == 0)
+			slot = &c->allow_reject;
+		else
+			return jload_fail(ld, "must be \"approve\" or \"reject\"");
+		if (*slot)
+			return jload_fail(ld, "listed twice");
+		*slot = true;
+		jptr_pop(&ld->at, mi);
+	}
+	jptr_pop(&ld->at, m);
+	return true;
+}
+
+bool
+contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate)
+{
+	json_t *v;
+	struct jptr_mark m;
+	size_t i, k;
+
+	if (!json_is_object(gate))
+		return jload_fail(ld, "must be an object");
+	if (!jload_members(ld, gate, gate_members, "unknown gate member"))
+		return false;
+
+	c->mode = GATE_APPROVE_BEFORE_ACT;
+	if ((v = json_object_get(gate, "mode")) != NULL) {
+		for (k = 0; k < sizeof(mode_names) / sizeof(mode_names[0]); k++)
+			if (json_is_string(v) && strcmp(json_string_value(v), mode_names[k]) == 0)
+				break;
+		if (k == sizeof(mode_names) / sizeof(mode_names[0]))
+			return jload_fail_at(ld, "mode", "must be \"approve_before_act\", "
+			                "\"act_with_window\" or \"approve_by_exception\"");
+		c->mode = (enum gate_mode)k;
+	}
+
+	/* Settings of another mode are refused rather than ignored: someone who
+	 * writes window_seconds believes there is a window. */
+	if (c->mode == GATE_ACT_WITH_WINDOW) {
+		if (json_object_get(gate, "window_seconds") == NULL)
+			return jload_fail_at(ld, "window_seconds", "missing (required for "
+			                "act_with_window)");
+		if (!jload_int(ld, gate, "window_seconds", 1, OG_CONTRACT_WINDOW_MAX, 0,
+		             &c->window_seconds))
+			return false;
+	} else if (json_object_get(gate, "window_seconds") != NULL) {
+		return jload_fail_at(ld, "window_seconds", "only applies to act_with_window");
+	}
+
+	if (c->mode == GATE_APPROVE_BY_EXCEPTION) {
+		v = json_object_get(gate, "auto_when");
+		if (v == NULL)
+			return jload_fail_at(ld, "auto_when", "missing (required for "
+			                "approve_by_exception)");
+		if (!json_is_array(v) || json_array_size(v) == 0 ||
+		    json_array_size(v) > OG_CONTRACT_RULES_MAX)
+			return jload_fail_at(ld, "auto_when", "must be an array of 1..%d rules",
+			                OG_CONTRACT_RULES_MAX);
+		m = jptr_push_str(&ld->at, "auto_when");
+		for (i = 0; i < json_array_size(v); i++) {
+			struct jptr_mark mi = jptr_push_index(&ld->at, i);
+
+			if (!compile_rule(ld, c, json_array_get(v, i), &c->rules[i]))
+				return false;
+			jptr_pop(&ld->at, mi);
+		}
+		jptr_pop(&ld->at, m);
+		c->nrules = json_array_size(v);
+
+		c->sample_rate = 0;
+		if ((v = json_object_get(gate, "sample_rate")) != NULL) {
+			if (!json_is_number(v) || json_number_value(v) < 0 ||
+			    json_number_value(v) > 1)
+				return jload_fail_at(ld, "sample_rate", "must be a number from 0 to 1");
+			c->sample_rate = json_number_value(v);
+		}
+	} else {
+		if (json_object_get(gate, "auto_when") != NULL)
+			return jload_fail_at(ld, "auto_when", "only applies to approve_by_exception");
+		if (json_object_get(gate, "sample_rate") != NULL)
+			return jload_fail_at(ld, "sample_rate", "only applies to approve_by_exception");
+	}
+
+	return jload_strings(ld, gate, &approvers_list, c->approvers, &c->napprovers) &&
+	       jload_int(ld, gate, "expires_seconds", OG_CONTRACT_EXPIRES_MIN,
+	               OG_CONTRACT_EXPIRES_MAX, OG_CONTRACT_EXPIRES_DEFAULT,
+	               &c->expires_seconds) &&
+	       compile_decisions(ld, c, gate) &&
+	       jload_bool(ld, gate, "separation_of_duties", true, &c->separation_of_duties);
+}
+
+
+enum gate_mode
+contract_gate_mode(const struct contract *c)
+{
+	return c->mode;
+}
+
+const char *
+contract_gate_mode_name(enum gate_mode mode)
+{
+	if ((unsigned)mode < sizeof(mode_names) / sizeof(mode_names[0]))
+		return mode_names[mode];
+	return "unknown";
+}
+
+int
+contract_window_seconds(const struct contract *c)
+{
+	return c->window_seconds;
+}
+
+int
+contract_expires_seconds(const struct contract *c)
+{
+	return c->expires_seconds;
+}
+
+int
+contract_repair_attempts(const struct contract *c)
+{
+	return c->repair_attempts;
+}
+
+bool
+contract_separation_of_duties(const struct contract *c)
+{
+	return c->separation_of_duties;
+}
+
+bool
+contract_decision_allowed(const struct contract *c, const char *decision)
+{
+	if (decision == NULL)
+		return false;
+	if (strcmp(decision, "approve") == 0)
+		return c->allow_approve;
+	if (strcmp(decision, "reject") == 0)
+		return c->allow_reject;
+	return false;
+}
+
+json_t *
+contract_allowed_decisions(const struct contract *c)
+{
+	json_t *a = json_array();
+
+	if (a == NULL)
+		return NULL;
+	if ((c->allow_approve && json_array_append_new(a, json_string("approve")) != 0) ||
+	    (c->allow_reject && json_array_append_new(a, json_string("reject")) != 0)) {
+		json_decref(a);
+		return NULL;
+	}
+	return a;
+}
+
+size_t
+contract_approver_count(const struct contract *c)
+{
+	return c->napprovers;
+}
+
+const char *
+contract_approver(const struct contract *c, size_t i)
+{
+	return i < c->napprovers ? c->approvers[i] : NULL;
+}
+
+bool
+contract_approver_matches(const char *approver, const char *subject, const char *groups,
+                          char sep)
+{
+	const char *g, *p, *tok, *end, *next;
+	size_t glen;
+
+	if (approver == NULL || subject == NULL || subject[0] == '\0')
+		return false;
+	if (strncmp(approver, "group:", 6) != 0)
+		return approver_same(approver, subject) && strncmp(subject, "group:", 6) != 0;
+	g = approver + 6;
+	glen = strlen(g);
+	if (glen == 0 || groups == NULL || sep == '\0')
+		return false;
+	/* Items split at sep, each trimmed of spaces and tabs and compared
+	 * whole and exactly: "customer support" is not "support", nor is
+	 * "Support". */
+	for (p = groups;; p = next + 1) {
+		next = strchr(p, sep);
+		end = next != NULL ? next : p + strlen(p);
+		tok = p;
+		while (tok < end && (*tok == ' ' || *tok == '\t'))
+			tok++;
+		while (end > tok && (end[-1] == ' ' || end[-1] == '\t'))
+			end--;
+		if ((size_t)(end - tok) == glen && memcmp(tok, g, glen) == 0)
+			return true;
+		if (next == NULL)
+			return false;
+	}
+}
+
+static bool
+rule_holds(const struct rule *r, const json_t *output, const json_t *effect)
+{
+	const json_t *v = contract_pointer_get(r->on_output ? output : effect, r->rest);
+	size_t i;
+
+	if (r->op == OP_EXISTS)
+		return (v != NULL) == r->want;
+	if (v == NULL)
+		return false;
+	switch (r->op) {
+	case OP_EQ:
+		return schema_equal(v, r->value);
+	case OP_NE:
+		return !schema_equal(v, r->value);
+	case OP_IN:
+	case OP_NOT_IN:
+		for (i = 0; i < json_array_size(r->value); i++)
+			if (schema_equal(v, json_array_get(r->value, i)))
+				return r->op == OP_IN;
+		return r->op == OP_NOT_IN;
+	case OP_LT:
+		return json_is_number(v) && schema_num_cmp(v, r->value) < 0;
+	case OP_LE:
+		return json_is_number(v) && schema_num_cmp(v, r->value) <= 0;
+	case OP_GT:
+		return json_is_number(v) && schema_num_cmp(v, r->value) > 0;
+	case OP_GE:
+		return json_is_number(v) && schema_num_cmp(v, r->value) >= 0;
+	case OP_EXISTS:
+		break;
+	}
+	return false;
+}
+
+bool
+contract_auto_eligible(const struct contract *c, const json_t *output, const json_t *effect)
+{
+	size_t i;
+
+	if (c->mode != GATE_APPROVE_BY_EXCEPTION || c->nrules == 0)
+		return false;
+	for (i = 0; i < c->nrules; i++)
+		if (!rule_holds(&c->rules[i], output, effect))
+			return false;
+	return true;
+}
+
+int
+contract_sample_draw(double *draw)
+{
+	unsigned char b[8];
+	uint64_t x = 0;
+	size_t i;
+
+	if (digest_random(b, sizeof(b)) != 0)
+		return -1;
+	for (i = 0; i < sizeof(b); i++)
+		x = x << 8 | b[i];
+	/* 53 bits: exactly representable, so the fraction is < 1. */
+	*draw = (double)(x >> 11) / 9007199254740992.0;
+	return 0;
+}
+
+double
+contract_sample_rate(const struct contract *c)
+{
+	return c->mode == GATE_APPROVE_BY_EXCEPTION ? c->sample_rate : 0;
+}
+
+bool
+contract_sampled(const struct contract *c, double draw)
+{
+	if (c->sample_rate <= 0)
+		return false;
+	/* a draw that is not one (NaN, out of range) sends the run to a person */
+	if (c->sample_rate >= 1 || !(draw >= 0 && draw < 1))
+		return true;
+	return draw < c->sample_rate;
+}
+

@@ -1,0 +1,72 @@
+/*
+ * contract_int.h — what the contract loader (contract.c) and the gate
+ * (contract_gate.c) share: a loaded contract's fields. Only those two files
+ * include it.
+ */
+#ifndef OG_CONTRACT_INT_H
+#define OG_CONTRACT_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <jansson.h>
+
+#include "caps.h"
+#include "contract.h"
+#include "digest.h"
+#include "jload.h"
+#include "schema.h"
+
+#define CONTRACT_HASH_LEN (sizeof("sha256:") - 1 + DIGEST_HEX_LEN)
+
+enum rule_op { OP_EQ, OP_NE, OP_IN, OP_NOT_IN, OP_LT, OP_LE, OP_GT, OP_GE, OP_EXISTS };
+
+struct rule {
+	bool on_output;               /* else on the effect */
+	const char *rest;             /* pointer below /output or /effect */
+	enum rule_op op;
+	const json_t *value;
+	bool want;                    /* exists: present (true) or absent */
+};
+
+/* effects.types.<type>: what a payload of that type must meet, and which of
+ * its members come from the output instead of the payload. */
+struct effect_decl {
+	const char *type;
+	struct schema *schema;
+	const char *from_output[OG_CONTRACT_FROM_OUTPUT_MAX];
+	size_t nfrom;
+};
+
+struct contract {
+	char name[OG_CONTRACT_NAME_MAX + 1];
+	char hash[CONTRACT_HASH_LEN];
+	json_t *doc;                  /* owns every borrowed pointer below */
+	struct schema *schema;
+	enum gate_mode mode;
+	int window_seconds;
+	int expires_seconds;
+	int repair_attempts;
+	double sample_rate;
+	bool separation_of_duties;
+	bool allow_approve, allow_reject;
+	const char *approvers[OG_CONTRACT_APPROVERS_MAX];
+	size_t napprovers;
+	struct rule rules[OG_CONTRACT_RULES_MAX];
+	size_t nrules;
+	const char *types[OG_CONTRACT_ALLOWED_MAX];
+	size_t ntypes;
+	const char *targets[OG_CONTRACT_ALLOWED_MAX];
+	size_t ntargets;
+	const char *loggable[OG_CONTRACT_LOGGABLE_MAX];
+	size_t nloggable;
+	struct effect_decl decls[OG_CONTRACT_ALLOWED_MAX];
+	size_t ndecls;
+};
+
+
+/* Loads the "gate" object (ld->at is its pointer) into c, whose schema is
+ * already compiled (auto_when paths into the output are checked against
+ * it). False with the failure in ld. */
+bool contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate);
+
+#endif
