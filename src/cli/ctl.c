@@ -14,9 +14,9 @@
 #include "ctl.h"
 
 int
-ctl_exit(int rc, int unavailable)
+ctl_exit(enum og_rc rc)
 {
-	return rc == 0 ? EXIT_SUCCESS : rc == unavailable ? EXIT_UNAVAILABLE : EXIT_REFUSED;
+	return rc == OG_OK ? EXIT_SUCCESS : rc == OG_UNAVAILABLE ? EXIT_UNAVAILABLE : EXIT_REFUSED;
 }
 
 int

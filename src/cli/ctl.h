@@ -24,6 +24,7 @@
 #include "config.h"
 #include "db.h"
 #include "log.h"
+#include "rc.h"
 
 enum { EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNAVAILABLE = 3, EXIT_STOPPED = 4 };
 
@@ -35,10 +36,9 @@ struct ctl {
 	bool log_opened;
 };
 
-/* The exit code of a library result: every library result enum has 0
- * for done and its own "database unavailable" value, given here; anything
- * else is a refusal. */
-int ctl_exit(int rc, int unavailable);
+/* The one exit code of a library result: OG_OK done, OG_UNAVAILABLE
+ * EXIT_UNAVAILABLE, anything else a refusal (EXIT_REFUSED). */
+int ctl_exit(enum og_rc rc);
 
 /* Connects on first use; -1 (message printed) when the database is away. */
 int ctl_db(struct ctl *ctl) __attribute__((warn_unused_result));

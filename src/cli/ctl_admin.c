@@ -25,29 +25,29 @@
 /* The message and exit code of a clients result; a bad name is a usage
  * error. */
 static int
-client_exit(enum clients_rc rc, const char *what, const char *name, struct ctl *ctl)
+client_exit(enum og_rc rc, const char *what, const char *name, struct ctl *ctl)
 {
 	switch (rc) {
-	case CLIENTS_OK:
+	case OG_OK:
 		return EXIT_SUCCESS;
-	case CLIENTS_EXISTS:
+	case OG_EXISTS:
 		fprintf(stderr, "oncegatectl: %s: a client named \"%s\" exists already\n", what,
 		        name);
 		return EXIT_REFUSED;
-	case CLIENTS_NOT_FOUND:
+	case OG_NOT_FOUND:
 		fprintf(stderr, "oncegatectl: %s: no client named \"%s\"\n", what, name);
 		return EXIT_REFUSED;
-	case CLIENTS_BAD_NAME:
+	case OG_BAD_NAME:
 		fprintf(stderr, "oncegatectl: %s: a client name is 1-64 of A-Z a-z 0-9 . _ -, "
 		        "starting with a letter or digit\n", what);
 		return EXIT_USAGE;
-	case CLIENTS_UNAVAILABLE:
+	case OG_UNAVAILABLE:
 		fprintf(stderr, "oncegatectl: %s: database unavailable: %s\n", what,
 		        db_error(ctl->db));
 		return EXIT_UNAVAILABLE;
 	default:
 		fprintf(stderr, "oncegatectl: %s: %s\n", what, db_error(ctl->db));
-		return ctl_exit(rc, CLIENTS_UNAVAILABLE);
+		return ctl_exit(rc);
 	}
 }
 
@@ -146,7 +146,7 @@ ctl_admin_client(struct ctl *ctl, int argc, char **argv)
 	const char *reason, *op, *verb, *name;
 	struct log_fields f = { 0 };
 	long long id = 0;
-	enum clients_rc rc;
+	enum og_rc rc;
 	bool add;
 	int ex;
 
@@ -165,19 +165,19 @@ ctl_admin_client(struct ctl *ctl, int argc, char **argv)
 	if (bad_reason(add ? "client add" : "client revoke", reason, op))
 		return EXIT_USAGE;
 	if (!clients_name_valid(name))
-		return client_exit(CLIENTS_BAD_NAME, add ? "client add" : "client revoke", name, ctl);
+		return client_exit(OG_BAD_NAME, add ? "client add" : "client revoke", name, ctl);
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
 	op = ctl_operator(op);
 	if (db_begin(ctl->db) != DB_OK)
-		return client_exit(CLIENTS_UNAVAILABLE, add ? "client add" : "client revoke", name, ctl);
+		return client_exit(OG_UNAVAILABLE, add ? "client add" : "client revoke", name, ctl);
 	rc = add ? clients_add(ctl->db, name, key, &id) : clients_revoke(ctl->db, name, &id);
-	if (rc == CLIENTS_OK &&
+	if (rc == OG_OK &&
 	    (record(ctl, op, add ? "client.add" : "client.revoke", reason, id,
 	            json_pack("{s:s}", "client", name)) != 0 ||
 	     db_commit(ctl->db) != DB_OK))
-		rc = CLIENTS_ERROR;
-	if (rc != CLIENTS_OK) {
+		rc = OG_ERROR;
+	if (rc != OG_OK) {
 		db_rollback(ctl->db);
 		if (add)
 			digest_wipe(key, sizeof(key));

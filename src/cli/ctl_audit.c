@@ -13,6 +13,7 @@
 #include "canon.h"
 #include "audit.h"
 #include "ctl_audit.h"
+#include "metrics.h"
 
 /* ---- explain --------------------------------------------------------------- */
 
@@ -34,7 +35,7 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 	const char *client = NULL, *key;
 	char msg[512];
 	json_t *doc = NULL, *v;
-	enum audit_rc rc;
+	enum og_rc rc;
 	size_t i;
 	int opt;
 
@@ -51,7 +52,7 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
 	rc = audit_explain(ctl->db, client, key, &doc, msg, sizeof(msg));
-	if (rc == AUDIT_NOT_FOUND) {
+	if (rc == OG_NOT_FOUND) {
 		/* "did we process this key?" has an answer here too: no */
 		if (ctl->json) {
 			json_t *no = json_pack("{s:s, s:{s:s, s:s}}", "key", key, "processed", "answer",
@@ -65,9 +66,9 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 		fprintf(stderr, "oncegatectl: explain: %s\n", msg);
 		return EXIT_REFUSED;
 	}
-	if (rc != AUDIT_OK) {
+	if (rc != OG_OK) {
 		fprintf(stderr, "oncegatectl: explain: %s\n", msg);
-		return ctl_exit(rc, AUDIT_UNAVAILABLE);
+		return ctl_exit(rc);
 	}
 	{
 		struct log_fields f = { .key = key, .actor = ctl_operator(NULL) };
@@ -236,7 +237,7 @@ ctl_audit_report(struct ctl *ctl, int argc, char **argv)
 	}
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	if (audit_report(ctl->db, secs, &doc) != AUDIT_OK) {
+	if (metrics_report(ctl->db, secs, &doc) != OG_OK) {
 		fprintf(stderr, "oncegatectl: report: %s\n", db_error(ctl->db));
 		return EXIT_UNAVAILABLE;
 	}
@@ -281,7 +282,7 @@ ctl_audit_purge(struct ctl *ctl, int argc, char **argv)
 	struct audit_purge p;
 	bool dry = false;
 	long days = -1;
-	enum audit_rc rc;
+	enum og_rc rc;
 	char *end;
 	int opt;
 
@@ -313,8 +314,8 @@ ctl_audit_purge(struct ctl *ctl, int argc, char **argv)
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
 	rc = audit_purge(ctl->db, (int)days, dry, op, reason, &p);
-	if (rc != AUDIT_OK)
-		return ctl_refuse(ctl, "purge", ctl_exit(rc, AUDIT_UNAVAILABLE), op, NULL, reason,
+	if (rc != OG_OK)
+		return ctl_refuse(ctl, "purge", ctl_exit(rc), op, NULL, reason,
 		                  "%s", db_error(ctl->db));
 	{
 		struct log_fields f = { .actor = op, .reason = reason, .count = p.runs };

@@ -13,6 +13,7 @@
 
 #include "canon.h"
 #include "ctl_deadletter.h"
+#include "deadletter.h"
 #include "repair.h"
 
 static char *
@@ -41,7 +42,7 @@ deadletter_usage(FILE *f, int rc)
 }
 
 static int
-deadletter_list(struct ctl *ctl, int argc, char **argv)
+cmd_list(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "since", required_argument, NULL, 's' },
@@ -53,9 +54,9 @@ deadletter_list(struct ctl *ctl, int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct repair_dl_filter f = { 0 };
+	struct deadletter_filter f = { 0 };
 	json_t *list = NULL, *o;
-	enum repair_rc rc;
+	enum og_rc rc;
 	size_t i;
 	int opt;
 
@@ -103,15 +104,15 @@ deadletter_list(struct ctl *ctl, int argc, char **argv)
 		return deadletter_usage(stderr, EXIT_USAGE);
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	rc = repair_dl_list(ctl->db, &f, &list);
-	if (rc == REPAIR_BAD_INPUT) {
+	rc = deadletter_list(ctl->db, &f, &list);
+	if (rc == OG_BAD_INPUT) {
 		fprintf(stderr, "oncegatectl: deadletter list: --since %s is neither a duration "
 		        "(15m, 6h, 7d) nor a timestamp (2024-05-01T08:00:00Z)\n", f.since_ts);
 		return EXIT_USAGE;
 	}
-	if (rc != REPAIR_OK) {
+	if (rc != OG_OK) {
 		fprintf(stderr, "oncegatectl: deadletter list: %s\n", db_error(ctl->db));
-		return ctl_exit(rc, REPAIR_UNAVAILABLE);
+		return ctl_exit(rc);
 	}
 	if (ctl->json) {
 		ctl_print_json(list);
@@ -182,24 +183,24 @@ show_attempts(const json_t *doc)
 }
 
 static int
-deadletter_show(struct ctl *ctl, const char *id)
+cmd_show(struct ctl *ctl, const char *id)
 {
 	json_t *doc = NULL, *eff, *run, *acts, *a;
-	enum repair_rc rc;
+	enum og_rc rc;
 	char age[32];
 	size_t i;
 
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	rc = repair_dl_show(ctl->db, &ctl->cfg, id, &doc);
-	if (rc == REPAIR_NOT_FOUND) {
+	rc = repair_is_uuid(id) ? deadletter_show(ctl->db, &ctl->cfg, id, &doc) : OG_NOT_FOUND;
+	if (rc == OG_NOT_FOUND) {
 		fprintf(stderr, "oncegatectl: deadletter show: no dead letter has the id %s (as "
 		        "its own id or its effect's)\n", id);
 		return EXIT_REFUSED;
 	}
-	if (rc != REPAIR_OK) {
+	if (rc != OG_OK) {
 		fprintf(stderr, "oncegatectl: deadletter show: %s\n", db_error(ctl->db));
-		return ctl_exit(rc, REPAIR_UNAVAILABLE);
+		return ctl_exit(rc);
 	}
 	if (ctl->json) {
 		ctl_print_json(doc);
@@ -278,7 +279,7 @@ int
 ctl_deadletter(struct ctl *ctl, int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "list") == 0)
-		return deadletter_list(ctl, argc - 1, argv + 1);
+		return cmd_list(ctl, argc - 1, argv + 1);
 	if (argc >= 3 && strcmp(argv[1], "show") == 0) {
 		int i;
 		const char *id = NULL;
@@ -293,7 +294,7 @@ ctl_deadletter(struct ctl *ctl, int argc, char **argv)
 		}
 		if (id == NULL)
 			return deadletter_usage(stderr, EXIT_USAGE);
-		return deadletter_show(ctl, id);
+		return cmd_show(ctl, id);
 	}
 	return deadletter_usage(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
 	                        argc >= 2 && strcmp(argv[1], "--help") == 0 ? EXIT_SUCCESS

@@ -138,14 +138,14 @@ static int
 halt(struct ctl *ctl, const struct ctl_job *job, const char *what, const char *why)
 {
 	const struct job_kind *k = kind_of(job->kind);
-	enum replay_rc rc;
+	enum og_rc rc;
 
 	if (job->tty)
 		printf("\n");
 	fprintf(stderr, "oncegatectl: job %lld %s; %s with: oncegatectl %s %lld --reason TEXT\n",
 	        job->id, what, k->again, k->command, job->id);
 	rc = replay_job_finish(ctl->db, job->id, false, job->op, why);
-	return rc == REPLAY_OK ? EXIT_STOPPED : ctl_exit(rc, REPLAY_UNAVAILABLE);
+	return rc == OG_OK ? EXIT_STOPPED : ctl_exit(rc);
 }
 
 /* What the run did, on stderr and in the log; the log's event says how the
@@ -157,7 +157,7 @@ summary(struct ctl *ctl, const struct ctl_job *job, int ex)
 	struct log_fields f = { .actor = job->op, .reason = job->reason };
 	char detail[160], event[48];
 
-	if (replay_job_counts(ctl->db, job->id, &d, &r, &p) == REPLAY_OK) {
+	if (replay_job_counts(ctl->db, job->id, &d, &r, &p) == OG_OK) {
 		snprintf(detail, sizeof(detail), "job %lld: %d %s, %d refused, %d pending", job->id,
 		         d, kind_of(job->kind)->did, r, p);
 		f.detail = detail;
@@ -178,7 +178,7 @@ ctl_job_run(struct ctl *ctl, struct ctl_job *job)
 	struct sigaction sa;
 	double t0 = now_s();
 	int done = 0, refused = 0, pending = 0, n = 0, ex = EXIT_SUCCESS;
-	enum replay_rc rc;
+	enum og_rc rc;
 
 	job->tty = isatty(STDOUT_FILENO) && !ctl->json;
 	memset(&sa, 0, sizeof(sa));
@@ -186,7 +186,7 @@ ctl_job_run(struct ctl *ctl, struct ctl_job *job)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	if (replay_job_counts(ctl->db, job->id, &done, &refused, &pending) != REPLAY_OK)
+	if (replay_job_counts(ctl->db, job->id, &done, &refused, &pending) != OG_OK)
 		return EXIT_UNAVAILABLE;
 	if (k->this_run)
 		done = refused = 0;
@@ -221,7 +221,7 @@ ctl_job_run(struct ctl *ctl, struct ctl_job *job)
 		}
 		if (st == CTL_JOB_END) {
 			rc = replay_job_finish(ctl->db, job->id, true, job->op, NULL);
-			ex = rc != REPLAY_OK ? ctl_exit(rc, REPLAY_UNAVAILABLE)
+			ex = rc != OG_OK ? ctl_exit(rc)
 			     : refused > 0   ? EXIT_REFUSED
 			                     : EXIT_SUCCESS;
 			break;
@@ -263,7 +263,7 @@ ctl_job_stop(struct ctl *ctl, int argc, char **argv)
 	const char *reason = NULL, *opname = NULL, *op;
 	char msg[512], kind[16] = "replay", event[48], *end;
 	long long job;
-	enum replay_rc rc;
+	enum og_rc rc;
 	int opt;
 
 	optind = 0;
@@ -287,9 +287,9 @@ ctl_job_stop(struct ctl *ctl, int argc, char **argv)
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
 	rc = replay_job_stop(ctl->db, job, op, reason, kind, sizeof(kind), msg, sizeof(msg));
-	if (rc != REPLAY_OK)
-		return ctl_refuse(ctl, "stop", ctl_exit(rc, REPLAY_UNAVAILABLE), op, NULL, reason,
-		                  "%s", rc == REPLAY_UNAVAILABLE ? db_error(ctl->db) : msg);
+	if (rc != OG_OK)
+		return ctl_refuse(ctl, "stop", ctl_exit(rc), op, NULL, reason,
+		                  "%s", rc == OG_UNAVAILABLE ? db_error(ctl->db) : msg);
 	{
 		struct log_fields f = { .actor = op, .reason = reason };
 		char detail[64];

@@ -21,30 +21,32 @@
 
 #include "ctl_repair.h"
 #include "ctl_resume.h"
+#include "gate.h"
+#include "ledger.h"
 #include "repair.h"
 
 
 const char *
-ctl_repair_code(enum repair_rc rc)
+ctl_repair_code(enum og_rc rc)
 {
 	switch (rc) {
-	case REPAIR_NOT_FOUND:
+	case OG_NOT_FOUND:
 		return "not_found";
-	case REPAIR_WRONG_STATE:
+	case OG_WRONG_STATE:
 		return "wrong_state";
-	case REPAIR_NOT_UNDELIVERED:
+	case OG_NOT_UNDELIVERED:
 		return "not_known_undelivered";
-	case REPAIR_CHANGED:
+	case OG_CHANGED:
 		return "changed_meanwhile";
-	case REPAIR_AMBIGUOUS:
+	case OG_AMBIGUOUS:
 		return "ambiguous_key";
-	case REPAIR_BAD_INPUT:
+	case OG_BAD_INPUT:
 		return "usage";
-	case REPAIR_REPLAYED:
+	case OG_REPLAYED:
 		return "replayed";
-	case REPAIR_WINDOW_CLOSED:
+	case OG_WINDOW_CLOSED:
 		return "window_closed";
-	case REPAIR_UNAVAILABLE:
+	case OG_UNAVAILABLE:
 		return "database_unavailable";
 	default:
 		return "error";
@@ -78,15 +80,15 @@ ctl_repair_refuse(struct ctl *ctl, const struct ctl_repair_act *a, const char *c
 
 /* The exit code (and the message and log line) of a refused repair. */
 static int
-refused(struct ctl *ctl, const struct ctl_repair_act *a, enum repair_rc rc,
+refused(struct ctl *ctl, const struct ctl_repair_act *a, enum og_rc rc,
         struct repair_out *out)
 {
-	if (rc == REPAIR_UNAVAILABLE)
+	if (rc == OG_UNAVAILABLE)
 		snprintf(out->why, sizeof(out->why), "database unavailable: %s", db_error(ctl->db));
-	else if (rc == REPAIR_ERROR || out->why[0] == '\0')
+	else if (rc == OG_ERROR || out->why[0] == '\0')
 		snprintf(out->why, sizeof(out->why), "%s", db_error(ctl->db));
 	return ctl_repair_refuse(ctl, a, ctl_repair_code(rc), out->why, out,
-	                         ctl_exit(rc, REPAIR_UNAVAILABLE));
+	                         ctl_exit(rc));
 }
 
 int
@@ -270,7 +272,7 @@ struct one_cmd {
 	/* an option given that the command does not take */
 	bool (*misuse)(const struct effect_args *e);
 	/* the change, in the library */
-	enum repair_rc (*change)(struct ctl *ctl, const struct effect_args *e,
+	enum og_rc (*change)(struct ctl *ctl, const struct effect_args *e,
 	                         const struct repair_who *who, struct repair_out *out);
 	/* what is logged and printed once it is done */
 	void (*done)(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect_args *e,
@@ -287,7 +289,7 @@ one_cmd_run(struct ctl *ctl, int argc, char **argv, const struct one_cmd *c)
 	struct effect_args e;
 	struct repair_out out;
 	struct repair_who who;
-	enum repair_rc rc;
+	enum og_rc rc;
 	int ex;
 
 	memset(&out, 0, sizeof(out));
@@ -307,7 +309,7 @@ one_cmd_run(struct ctl *ctl, int argc, char **argv, const struct one_cmd *c)
 	who.operator_name = a.op;
 	who.reason = a.reason;
 	rc = c->change(ctl, &e, &who, &out);
-	if (rc != REPAIR_OK)
+	if (rc != OG_OK)
 		return refused(ctl, &a, rc, &out);
 	c->done(ctl, &a, &e, &out);
 	return EXIT_SUCCESS;
@@ -341,7 +343,7 @@ reconcile_misuse(const struct effect_args *e)
 	       (e->provider_id != NULL && *e->provider_id == '\0');
 }
 
-static enum repair_rc
+static enum og_rc
 reconcile_change(struct ctl *ctl, const struct effect_args *e, const struct repair_who *who,
                  struct repair_out *out)
 {
@@ -384,7 +386,7 @@ resume_misuse(const struct effect_args *e)
 	return e->delivered != -1 || e->provider_id != NULL || e->client != NULL;
 }
 
-static enum repair_rc
+static enum og_rc
 resume_change(struct ctl *ctl, const struct effect_args *e, const struct repair_who *who,
               struct repair_out *out)
 {
@@ -441,7 +443,7 @@ reject_names_effect(const struct effect_args *e)
 	return repair_is_uuid(e->target) && e->client == NULL;
 }
 
-static enum repair_rc
+static enum og_rc
 reject_change(struct ctl *ctl, const struct effect_args *e, const struct repair_who *who,
               struct repair_out *out)
 {
@@ -456,7 +458,9 @@ reject_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 {
 	if (reject_names_effect(e)) {
 		ctl_repair_log_change(ctl, "effect.rejected", a, out, NULL, "operator: rejected");
-		log_run(ctl, strcmp(out->run_to, "completed") == 0 ? "run.completed" : "run.rejected",
+		log_run(ctl,
+		        strcmp(out->run_to, ledger_state_name(RUN_COMPLETED)) == 0 ? "run.completed"
+		                                                                     : "run.rejected",
 		        a, out);
 		fprintf(stderr, "oncegatectl: effect %s %s -> cancelled%s%s\n", out->effect_id,
 		        out->from, out->run_to[0] ? "; run " : "", out->run_to);
@@ -504,7 +508,7 @@ static int
 approval_list(struct ctl *ctl, int argc, char **argv)
 {
 	json_t *list = NULL, *o;
-	enum repair_rc rc;
+	enum og_rc rc;
 	int i, limit = 0;
 	size_t k;
 
@@ -522,9 +526,9 @@ approval_list(struct ctl *ctl, int argc, char **argv)
 	}
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	if ((rc = repair_approvals_pending(ctl->db, limit, &list)) != REPAIR_OK) {
+	if ((rc = gate_pending(ctl->db, limit > 0 ? limit : 200, &list)) != OG_OK) {
 		fprintf(stderr, "oncegatectl: approval list: %s\n", db_error(ctl->db));
-		return ctl_exit(rc, REPAIR_UNAVAILABLE);
+		return ctl_exit(rc);
 	}
 	if (ctl->json) {
 		ctl_print_json(list);
@@ -550,7 +554,7 @@ approval_list(struct ctl *ctl, int argc, char **argv)
 	return EXIT_SUCCESS;
 }
 
-static enum repair_rc
+static enum og_rc
 revoke_change(struct ctl *ctl, const struct effect_args *e, const struct repair_who *who,
               struct repair_out *out)
 {
@@ -622,7 +626,7 @@ static const char cancel_usage[] =
 	"being sent\n"
 	"  or was sent, it is refused (exit 1) and nothing changes.\n";
 
-static enum repair_rc
+static enum og_rc
 cancel_change(struct ctl *ctl, const struct effect_args *e, const struct repair_who *who,
               struct repair_out *out)
 {

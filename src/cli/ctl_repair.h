@@ -25,7 +25,7 @@ struct ctl_repair_act {
 };
 
 /* The error_class of a refusal for a repair result. */
-const char *ctl_repair_code(enum repair_rc rc);
+const char *ctl_repair_code(enum og_rc rc);
 /* Logs and prints a refusal ("... refused: why. Nothing was changed.");
  * returns exit_code. out (what the refused change was about) may be NULL. */
 int ctl_repair_refuse(struct ctl *ctl, const struct ctl_repair_act *a, const char *code,

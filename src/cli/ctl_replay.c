@@ -23,6 +23,7 @@
 #include "contract.h"
 #include "ctl_job.h"
 #include "ctl_replay.h"
+#include "ledger.h"
 #include "replay.h"
 
 #define MAP_ITEMS_MAX   100000   /* lines of one map file */
@@ -98,7 +99,7 @@ log_replayed(struct ctl *ctl, const struct replay_req *req, const struct replay_
 	struct log_fields f = { 0 };
 
 	/* the log names a client by its name, in every program */
-	if (clients_name(ctl->db, res->client_id, client, sizeof(client)) != CLIENTS_OK)
+	if (clients_name(ctl->db, res->client_id, client, sizeof(client)) != OG_OK)
 		snprintf(client, sizeof(client), "%lld", res->client_id);
 	snprintf(detail, sizeof(detail), "replay of %s%s%s; %s", req->key,
 	         res->forced_past[0] ? "; forced past " : "", res->forced_past, res->note);
@@ -118,7 +119,7 @@ replay_one(struct ctl *ctl, struct replay_opts *o, const char *key)
 {
 	struct replay_req req = { 0 };
 	struct replay_result res = { 0 };
-	enum replay_rc rc;
+	enum og_rc rc;
 	int ex;
 
 	req.client = o->client;
@@ -133,8 +134,8 @@ replay_one(struct ctl *ctl, struct replay_opts *o, const char *key)
 	req.dry_run = o->dry_run;
 	req.force = o->force;
 	rc = replay_run(ctl->db, &req, &res);
-	if (rc != REPLAY_OK) {
-		ex = ctl_refuse(ctl, "replay", ctl_exit(rc, REPLAY_UNAVAILABLE), req.operator_name,
+	if (rc != OG_OK) {
+		ex = ctl_refuse(ctl, "replay", ctl_exit(rc), req.operator_name,
 		                key, o->reason, "%s", res.message);
 		replay_result_clear(&res);
 		return ex;
@@ -303,7 +304,7 @@ fail:
 /* Checks every item as the real run would, writing nothing. Fills each
  * item's state ("would_replay" with the start state in detail, or
  * "refused" with why) and the client the job belongs to. */
-static enum replay_rc
+static enum og_rc
 map_check(struct ctl *ctl, struct replay_opts *o, struct map *m, long long *client_id,
           int *ok, int *human, int *refused)
 {
@@ -315,7 +316,7 @@ map_check(struct ctl *ctl, struct replay_opts *o, struct map *m, long long *clie
 		struct replay_item *it = &m->items[i];
 		struct replay_req req = { 0 };
 		struct replay_result res = { 0 };
-		enum replay_rc rc;
+		enum og_rc rc;
 
 		req.client = o->client;
 		req.key = it->key;
@@ -326,30 +327,30 @@ map_check(struct ctl *ctl, struct replay_opts *o, struct map *m, long long *clie
 		req.public_url = ctl->cfg.public_url;
 		req.dry_run = true;
 		rc = replay_run(ctl->db, &req, &res);
-		if (rc == REPLAY_UNAVAILABLE) {
+		if (rc == OG_UNAVAILABLE) {
 			replay_result_clear(&res);
 			return rc;
 		}
-		if (rc == REPLAY_OK && *client_id != 0 && res.client_id != *client_id) {
-			rc = REPLAY_AMBIGUOUS;
+		if (rc == OG_OK && *client_id != 0 && res.client_id != *client_id) {
+			rc = OG_AMBIGUOUS;
 			snprintf(res.message, sizeof(res.message),
 			         "belongs to another API client than the items before it; a job "
 			         "replays one client's keys (use --client)");
 		}
-		if (rc == REPLAY_OK && *client_id == 0)
+		if (rc == OG_OK && *client_id == 0)
 			*client_id = res.client_id;
-		it->state = strdup(rc == REPLAY_OK ? "would_replay" : "refused");
-		it->detail = strdup(rc == REPLAY_OK ? res.start_state : res.message);
-		if (rc == REPLAY_OK) {
+		it->state = strdup(rc == OG_OK ? "would_replay" : "refused");
+		it->detail = strdup(rc == OG_OK ? res.start_state : res.message);
+		if (rc == OG_OK) {
 			(*ok)++;
-			if (strcmp(res.start_state, "awaiting_human") == 0)
+			if (ledger_state_parse(res.start_state) == RUN_AWAITING_HUMAN)
 				(*human)++;
 		} else {
 			(*refused)++;
 		}
 		replay_result_clear(&res);
 	}
-	return REPLAY_OK;
+	return OG_OK;
 }
 
 static void
@@ -402,11 +403,11 @@ replay_step(struct ctl *ctl, struct ctl_job *job, int *ex)
 	struct replay_req req = { 0 };
 	struct replay_result res = { 0 };
 	enum ctl_job_step st;
-	enum replay_rc rc;
+	enum og_rc rc;
 	bool stop = false;
 
-	if ((rc = replay_job_next(ctl->db, job->id, &it, &stop)) != REPLAY_OK) {
-		*ex = ctl_exit(rc, REPLAY_UNAVAILABLE);
+	if ((rc = replay_job_next(ctl->db, job->id, &it, &stop)) != OG_OK) {
+		*ex = ctl_exit(rc);
 		return CTL_JOB_FAILED;
 	}
 	if (stop || it.seq == 0) {
@@ -426,11 +427,11 @@ replay_step(struct ctl *ctl, struct ctl_job *job, int *ex)
 	req.job_id = job->id;
 	req.job_seq = it.seq;
 	rc = replay_run(ctl->db, &req, &res);
-	if (rc == REPLAY_OK && res.client_id != rj->client_id) {
+	if (rc == OG_OK && res.client_id != rj->client_id) {
 		/* cannot happen for a checked job; never mix clients silently */
-		rc = REPLAY_ERROR;
+		rc = OG_ERROR;
 	}
-	if (rc == REPLAY_OK) {
+	if (rc == OG_OK) {
 		st = CTL_JOB_DONE;
 		log_replayed(ctl, &req, &res);
 		if (ctl->json) {
@@ -446,13 +447,13 @@ replay_step(struct ctl *ctl, struct ctl_job *job, int *ex)
 		} else {
 			print_links(ctl, it.new_key, res.approvals, job->tty);
 		}
-	} else if (rc == REPLAY_UNAVAILABLE) {
+	} else if (rc == OG_UNAVAILABLE) {
 		st = CTL_JOB_LOST;
 	} else {
 		st = CTL_JOB_REFUSED;
 		(void)ctl_refuse(ctl, "replay", EXIT_REFUSED, job->op, it.key, job->reason,
 		                 "job %lld line %d: %s", job->id, it.seq, res.message);
-		if (replay_job_refuse(ctl->db, job->id, it.seq, res.message) != REPLAY_OK) {
+		if (replay_job_refuse(ctl->db, job->id, it.seq, res.message) != OG_OK) {
 			*ex = EXIT_UNAVAILABLE;
 			st = CTL_JOB_FAILED;
 		}
@@ -483,14 +484,14 @@ replay_map(struct ctl *ctl, struct replay_opts *o)
 	long long client_id, cid;
 	double rate;
 	int ok, human, refused;
-	enum replay_rc rc;
+	enum og_rc rc;
 
 	if (map_read(o->map, &m, err, sizeof(err)) != 0)
 		return ctl_refuse(ctl, "replay", EXIT_USAGE, op, NULL, o->reason, "%s", err);
 	rc = map_check(ctl, o, &m, &client_id, &ok, &human, &refused);
-	if (rc != REPLAY_OK) {
+	if (rc != OG_OK) {
 		map_free(&m);
-		return ctl_refuse(ctl, "replay", ctl_exit(rc, REPLAY_UNAVAILABLE), op, NULL,
+		return ctl_refuse(ctl, "replay", ctl_exit(rc), op, NULL,
 		                  o->reason, "the database is unavailable");
 	}
 	if (o->dry_run) {
@@ -510,14 +511,14 @@ replay_map(struct ctl *ctl, struct replay_opts *o)
 	rc = replay_job_create(ctl->db, client_id, o->map, o->rate, op, o->reason, m.items, m.n,
 	                       &job.id);
 	map_free(&m);
-	if (rc != REPLAY_OK)
-		return ctl_refuse(ctl, "replay", ctl_exit(rc, REPLAY_UNAVAILABLE), op, NULL,
+	if (rc != OG_OK)
+		return ctl_refuse(ctl, "replay", ctl_exit(rc), op, NULL,
 		                  o->reason, "the job could not be created: %s", db_error(ctl->db));
 	ctl_job_created(ctl, &job, o->map, ok);
 	rc = replay_job_take(ctl->db, job.id, "replay", false, op, o->reason, &cid, &rate, err,
 	                     sizeof(err));
-	if (rc != REPLAY_OK)
-		return ctl_refuse(ctl, "replay", ctl_exit(rc, REPLAY_UNAVAILABLE), op, NULL,
+	if (rc != OG_OK)
+		return ctl_refuse(ctl, "replay", ctl_exit(rc), op, NULL,
 		                  o->reason, "%s", err);
 	return replay_job_go(ctl, o, &job, client_id);
 }
@@ -530,13 +531,13 @@ replay_resume(struct ctl *ctl, struct replay_opts *o)
 	char err[512];
 	long long client_id;
 	double rate;
-	enum replay_rc rc;
+	enum og_rc rc;
 
 	rc = replay_job_take(ctl->db, job.id, "replay", true, job.op, o->reason, &client_id, &rate,
 	                     err, sizeof(err));
-	if (rc != REPLAY_OK)
-		return ctl_refuse(ctl, "replay", ctl_exit(rc, REPLAY_UNAVAILABLE), job.op, NULL,
-		                  o->reason, "%s", rc == REPLAY_UNAVAILABLE ? db_error(ctl->db) : err);
+	if (rc != OG_OK)
+		return ctl_refuse(ctl, "replay", ctl_exit(rc), job.op, NULL,
+		                  o->reason, "%s", rc == OG_UNAVAILABLE ? db_error(ctl->db) : err);
 	job.rate = o->rate_text == NULL ? rate : o->rate;
 	ctl_job_continued(ctl, &job);
 	return replay_job_go(ctl, o, &job, client_id);

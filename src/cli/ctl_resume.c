@@ -21,6 +21,7 @@
 #include "ctl_job.h"
 #include "ctl_repair.h"
 #include "ctl_resume.h"
+#include "deadletter.h"
 #include "repair.h"
 #include "replay.h"
 
@@ -144,9 +145,9 @@ static int
 sel_letters(struct ctl *ctl, const struct bulk_opts *o, struct selection *sel, char *err,
             size_t errlen)
 {
-	struct repair_dl_filter f = { 0 };
+	struct deadletter_filter f = { 0 };
 	json_t *list = NULL, *v;
-	enum repair_rc rc;
+	enum og_rc rc;
 	size_t i;
 
 	f.error_class = o->cls;
@@ -157,15 +158,15 @@ sel_letters(struct ctl *ctl, const struct bulk_opts *o, struct selection *sel, c
 		f.since_seconds = 0;
 		f.since_ts = o->since;
 	}
-	rc = repair_dl_list(ctl->db, &f, &list);
-	if (rc == REPAIR_BAD_INPUT) {
+	rc = deadletter_list(ctl->db, &f, &list);
+	if (rc == OG_BAD_INPUT) {
 		snprintf(err, errlen, "--since %s is neither a duration (15m, 6h, 7d) nor a "
 		         "timestamp", o->since);
 		return EXIT_USAGE;
 	}
-	if (rc != REPAIR_OK) {
+	if (rc != OG_OK) {
 		snprintf(err, errlen, "%s", db_error(ctl->db));
-		return ctl_exit(rc, REPAIR_UNAVAILABLE);
+		return ctl_exit(rc);
 	}
 	if (json_array_size(list) > BULK_ITEMS_MAX) {
 		json_decref(list);
@@ -243,10 +244,10 @@ resume_step(struct ctl *ctl, struct ctl_job *job, int *ex)
 	char effect[REPAIR_ID_LEN], detail[64], why[REPAIR_WHY_MAX + 80];
 	bool stop = false;
 	int seq;
-	enum repair_rc rc;
+	enum og_rc rc;
 
-	if ((rc = repair_bulk_next(ctl->db, job->id, &seq, effect, &stop)) != REPAIR_OK) {
-		*ex = ctl_exit(rc, REPAIR_UNAVAILABLE);
+	if ((rc = repair_bulk_next(ctl->db, job->id, &seq, effect, &stop)) != OG_OK) {
+		*ex = ctl_exit(rc);
 		return CTL_JOB_FAILED;
 	}
 	if (stop)
@@ -256,7 +257,7 @@ resume_step(struct ctl *ctl, struct ctl_job *job, int *ex)
 	memset(&out, 0, sizeof(out));
 	rc = repair_bulk_resume(ctl->db, job->id, seq, effect, &who, &out);
 	snprintf(detail, sizeof(detail), "job %lld item %d", job->id, seq);
-	if (rc == REPAIR_OK) {
+	if (rc == OG_OK) {
 		ctl_repair_log_change(ctl, "effect.resumed", rj->a, &out, NULL, detail);
 		if (ctl->json) {
 			json_t *v = json_pack("{s:I, s:i, s:s, s:s, s:s, s:s}", "job",
@@ -269,13 +270,13 @@ resume_step(struct ctl *ctl, struct ctl_job *job, int *ex)
 		}
 		return CTL_JOB_DONE;
 	}
-	if (rc == REPAIR_UNAVAILABLE)
+	if (rc == OG_UNAVAILABLE)
 		return CTL_JOB_LOST;
-	if (rc == REPAIR_ERROR || out.why[0] == '\0')
+	if (rc == OG_ERROR || out.why[0] == '\0')
 		snprintf(out.why, sizeof(out.why), "%s", db_error(ctl->db));
 	snprintf(why, sizeof(why), "%s: %s", detail, out.why);
 	(void)ctl_repair_refuse(ctl, rj->a, ctl_repair_code(rc), why, &out, EXIT_REFUSED);
-	if (repair_bulk_refuse(ctl->db, job->id, seq, out.why) != REPAIR_OK) {
+	if (repair_bulk_refuse(ctl->db, job->id, seq, out.why) != OG_OK) {
 		*ex = EXIT_UNAVAILABLE;
 		return CTL_JOB_FAILED;
 	}
@@ -321,8 +322,8 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 	int opt, bad = 0, ex, i, ok = 0, refused_n = 0;
 	long long cid;
 	double rate;
-	enum repair_rc rc;
-	enum replay_rc jrc;
+	enum og_rc rc;
+	enum og_rc jrc;
 
 	memset(&o, 0, sizeof(o));
 	memset(&sel, 0, sizeof(sel));
@@ -406,11 +407,11 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 		job.id = o.job;
 		jrc = replay_job_take(ctl->db, o.job, "resume", true, a.op, a.reason, &cid, &rate,
 		                      err, sizeof(err));
-		if (jrc != REPLAY_OK)
+		if (jrc != OG_OK)
 			return ctl_repair_refuse(ctl, &a,
-			                         jrc == REPLAY_NOT_FOUND ? "not_found" : "wrong_state",
-			                         jrc == REPLAY_UNAVAILABLE ? db_error(ctl->db) : err,
-			                         NULL, ctl_exit(jrc, REPLAY_UNAVAILABLE));
+			                         jrc == OG_NOT_FOUND ? "not_found" : "wrong_state",
+			                         jrc == OG_UNAVAILABLE ? db_error(ctl->db) : err,
+			                         NULL, ctl_exit(jrc));
 		job.rate = o.rate_text == NULL ? rate : o.rate;
 		ctl_job_continued(ctl, &job);
 		return resume_job_go(ctl, &a, &job);
@@ -426,10 +427,10 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 		                         EXIT_REFUSED);
 	}
 	rc = repair_bulk_check(ctl->db, sel.items, sel.n);
-	if (rc != REPAIR_OK) {
+	if (rc != OG_OK) {
 		free(sel.items);
 		return ctl_repair_refuse(ctl, &a, ctl_repair_code(rc), db_error(ctl->db), NULL,
-		                         ctl_exit(rc, REPAIR_UNAVAILABLE));
+		                         ctl_exit(rc));
 	}
 	/* an effect named twice (by its id and its letter's): a usage error */
 	for (i = 0; i < sel.n; i++) {
@@ -466,16 +467,16 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 	}
 	rc = repair_bulk_create(ctl->db, sel.source, o.rate, &who, sel.items, sel.n, &job.id);
 	free(sel.items);
-	if (rc != REPAIR_OK)
+	if (rc != OG_OK)
 		return ctl_repair_refuse(ctl, &a, ctl_repair_code(rc), db_error(ctl->db), NULL,
-		                         ctl_exit(rc, REPAIR_UNAVAILABLE));
+		                         ctl_exit(rc));
 	job.rate = o.rate;
 	ctl_job_created(ctl, &job, sel.source, ok);
 	jrc = replay_job_take(ctl->db, job.id, "resume", false, a.op, a.reason, &cid, &rate, err,
 	                      sizeof(err));
-	if (jrc != REPLAY_OK)
+	if (jrc != OG_OK)
 		return ctl_repair_refuse(ctl, &a, "wrong_state", err, NULL,
-		                         ctl_exit(jrc, REPLAY_UNAVAILABLE));
+		                         ctl_exit(jrc));
 	return resume_job_go(ctl, &a, &job);
 }
 

@@ -16,7 +16,7 @@ janitor_init(struct janitor *j, const char *conninfo, int statement_timeout_ms)
 void
 janitor_flush_metrics(struct janitor *j)
 {
-	if (metrics_flush(j->db) != METRICS_OK)
+	if (metrics_flush(j->db) != OG_OK)
 		log_event(LOG_LEVEL_DEBUG, "metrics.flush_failed",
 		          &(struct log_fields){ .detail = db_error(j->db),
 		                                .hint = "attempt counts stay in memory until a "

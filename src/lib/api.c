@@ -253,52 +253,77 @@ api_run_path(const struct api_call *c, char out[API_RUN_PATH_MAX])
 /* ---- problems -------------------------------------------------------- */
 
 /* Every error the API answers, by its stable code: the status it always
- * has and the title of its problem type (RFC 9457: the same for every
- * occurrence; the detail says what this one was). */
+ * has, the title of its problem type (RFC 9457: the same for every
+ * occurrence; the detail says what this one was) and the result of the
+ * data or use-case layers (og_rc) it answers, if any. This table is the one
+ * mapping of a result to a status: api_fail and api_refuse look it up. */
 static const struct problem_type {
 	const char *code;
 	int status;
 	const char *title;
+	enum og_rc rc; /* OG_OK: a code no result of the layers below turns into */
 } problem_types[] = {
-	{ "invalid_json", 400, "The body is not acceptable JSON" },
-	{ "invalid_key", 400, "The key is not one that can be used" },
-	{ "invalid_field", 400, "A field of the body is missing or wrong" },
-	{ "invalid_idempotency_key", 400, "The Idempotency-Key header is malformed" },
-	{ "key_mismatch", 400, "Idempotency-Key and the body's key differ" },
-	{ "unauthorized", 401, "An API key is required" },
-	{ "not_found", 404, "No such route" },
-	{ "run_not_found", 404, "No such run" },
-	{ "method_not_allowed", 405, "This path does not take this method" },
-	{ "lease_lost", 409, "This execution no longer owns the run" },
-	{ "lease_cap_reached", 409, "The claim reached its total lease lifetime" },
-	{ "window_closed", 409, "Nothing is left to cancel" },
-	{ "body_too_large", 413, "The body is too large" },
-	{ "unsupported_media_type", 415, "The body must be JSON" },
-	{ "payload_mismatch", 422, "The key was claimed with another payload" },
-	{ "unknown_contract", 422, "No such contract" },
-	{ "effect_not_allowed", 422, "The contract does not allow this effect" },
-	{ "unknown_target", 422, "No such target" },
-	{ "callback_not_allowed", 422, "The callback URL's origin is not allowed" },
-	{ "requested_by_required", 422, "The contract requires requested_by" },
-	{ "internal_error", 500, "Internal error" },
-	{ "database_unavailable", 503, "The database is unavailable" },
+	{ "invalid_json", 400, "The body is not acceptable JSON", OG_OK },
+	{ "invalid_key", 400, "The key is not one that can be used", OG_OK },
+	{ "invalid_field", 400, "A field of the body is missing or wrong", OG_OK },
+	{ "invalid_idempotency_key", 400, "The Idempotency-Key header is malformed", OG_OK },
+	{ "key_mismatch", 400, "Idempotency-Key and the body's key differ", OG_OK },
+	{ "unauthorized", 401, "An API key is required", OG_DENIED },
+	{ "not_found", 404, "No such route", OG_OK },
+	{ "run_not_found", 404, "No such run", OG_NOT_FOUND },
+	{ "method_not_allowed", 405, "This path does not take this method", OG_OK },
+	{ "lease_lost", 409, "This execution no longer owns the run", OG_LEASE_LOST },
+	{ "lease_cap_reached", 409, "The claim reached its total lease lifetime", OG_CAP_REACHED },
+	{ "window_closed", 409, "Nothing is left to cancel", OG_WINDOW_CLOSED },
+	{ "body_too_large", 413, "The body is too large", OG_OK },
+	{ "unsupported_media_type", 415, "The body must be JSON", OG_OK },
+	{ "payload_mismatch", 422, "The key was claimed with another payload", OG_MISMATCH },
+	{ "unknown_contract", 422, "No such contract", OG_OK },
+	{ "effect_not_allowed", 422, "The contract does not allow this effect", OG_OK },
+	{ "unknown_target", 422, "No such target", OG_OK },
+	{ "callback_not_allowed", 422, "The callback URL's origin is not allowed", OG_OK },
+	{ "requested_by_required", 422, "The contract requires requested_by", OG_OK },
+	{ "internal_error", 500, "Internal error", OG_ERROR },
+	{ "database_unavailable", 503, "The database is unavailable", OG_UNAVAILABLE },
 };
 
-/* The one place an error becomes an answer: the problem document of code
- * (its status from the table above) with detail and the extension members
- * of ext (reference taken), and the headers its status calls for. */
-static void
-api_problem(struct api_call *c, const char *code, const char *detail, json_t *ext)
+#define PROBLEM_TYPES (sizeof(problem_types) / sizeof(problem_types[0]))
+#define PROBLEM_INTERNAL (&problem_types[PROBLEM_TYPES - 2])
+
+/* The problem type of a stable code; internal_error for a code missing
+ * from the table (our bug). */
+static const struct problem_type *
+problem_named(const char *code)
 {
-	const struct problem_type *t = &problem_types[0];
-	char retry[16];
 	size_t i;
 
-	for (i = 0; i < sizeof(problem_types) / sizeof(problem_types[0]); i++)
+	for (i = 0; i < PROBLEM_TYPES; i++)
 		if (strcmp(problem_types[i].code, code) == 0)
-			t = &problem_types[i];
-	if (strcmp(t->code, code) != 0) /* a code missing from the table is our bug */
-		t = &problem_types[sizeof(problem_types) / sizeof(problem_types[0]) - 2];
+			return &problem_types[i];
+	return PROBLEM_INTERNAL;
+}
+
+/* The problem type a result answers; internal_error for a result that is
+ * no answer to a caller (a bug or a broken invariant). */
+static const struct problem_type *
+problem_of(enum og_rc rc)
+{
+	size_t i;
+
+	for (i = 0; rc != OG_OK && i < PROBLEM_TYPES; i++)
+		if (problem_types[i].rc == rc)
+			return &problem_types[i];
+	return PROBLEM_INTERNAL;
+}
+
+/* The one place an error becomes an answer: the problem document of type t
+ * with detail and the extension members of ext (reference taken), and the
+ * headers its status calls for. */
+static void
+api_problem(struct api_call *c, const struct problem_type *t, const char *detail, json_t *ext)
+{
+	char retry[16];
+
 	if (ext == NULL)
 		ext = json_object();
 	/* The run a refusal of its state concerns (404, 409, 422), as its URL
@@ -341,7 +366,7 @@ api_reject(struct api_call *c, const char *code, const char *message, const char
 
 	if (field != NULL)
 		json_object_set_new(ext, "field", json_string(field));
-	api_problem(c, code, message, ext);
+	api_problem(c, problem_named(code), message, ext);
 	f.reason = code;
 	f.detail = message;
 	f.validation = field;
@@ -349,12 +374,12 @@ api_reject(struct api_call *c, const char *code, const char *message, const char
 	        &f);
 }
 
-/* A refusal about the run itself (409, 422): the problem document with
- * the members ext names; the caller writes the log line. */
+/* A refusal about the run itself (404, 409, 422): the problem document of
+ * the result with the members ext names; the caller writes the log line. */
 void
-api_refuse(struct api_call *c, const char *code, const char *message, json_t *ext)
+api_refuse(struct api_call *c, enum og_rc rc, const char *message, json_t *ext)
 {
-	api_problem(c, code, message, ext);
+	api_problem(c, problem_of(rc), message, ext);
 }
 
 static void
@@ -362,7 +387,7 @@ api_unavailable(struct api_call *c, const char *detail)
 {
 	struct log_fields f = { 0 };
 
-	api_problem(c, "database_unavailable",
+	api_problem(c, problem_of(OG_UNAVAILABLE),
 	            "the database is unavailable; nothing was changed, retry later", NULL);
 	f.detail = detail;
 	f.hint = "check that PostgreSQL is up and reachable";
@@ -374,35 +399,27 @@ api_internal(struct api_call *c, const char *detail)
 {
 	struct log_fields f = { 0 };
 
-	api_problem(c, "internal_error", "internal error; nothing was changed", NULL);
+	api_problem(c, PROBLEM_INTERNAL, "internal error; nothing was changed", NULL);
 	f.detail = detail;
 	api_log(c, LOG_LEVEL_ERROR, "request.failed", &f);
-}
-
-enum api_failure
-api_failure_of_ledger(enum ledger_rc rc)
-{
-	return rc == LEDGER_UNAVAILABLE ? API_FAILURE_UNAVAILABLE
-	       : rc == LEDGER_NOT_FOUND ? API_FAILURE_NOT_FOUND
-	                                : API_FAILURE_INTERNAL;
 }
 
 /* The one place a failure of the layers below becomes an answer: the
  * database's own words go to the log, never to the caller. */
 void
-api_fail(struct api_call *c, enum api_failure why)
+api_fail(struct api_call *c, enum og_rc rc)
 {
 	struct log_fields f = { 0 };
 
-	switch (why) {
-	case API_FAILURE_UNAVAILABLE:
+	switch (rc) {
+	case OG_UNAVAILABLE:
 		api_unavailable(c, db_error(c->ctx->db));
 		break;
-	case API_FAILURE_NOT_FOUND:
-		api_problem(c, "run_not_found", "no run with this key", NULL);
+	case OG_NOT_FOUND:
+		api_refuse(c, OG_NOT_FOUND, "no run with this key", NULL);
 		api_log(c, LOG_LEVEL_INFO, "run.not_found", &f);
 		break;
-	case API_FAILURE_INTERNAL:
+	default:
 		api_internal(c, db_error(c->ctx->db));
 		break;
 	}
@@ -413,7 +430,7 @@ api_fail(struct api_call *c, enum api_failure why)
 void
 api_lease_lost(struct api_call *c, struct log_fields *f)
 {
-	api_problem(c, "lease_lost", "this execution no longer owns the run; stop", NULL);
+	api_refuse(c, OG_LEASE_LOST, "this execution no longer owns the run; stop", NULL);
 	f->reason = "lease_lost";
 	api_log(c, LOG_LEVEL_WARNING, "lease.lost", f);
 }
@@ -592,7 +609,7 @@ call_authenticate(struct api_call *c)
 	const char *key = http_bearer(c->req->authorization), *run_key;
 	struct clients_auth a;
 	struct db_call calls[2];
-	enum clients_rc rc;
+	enum og_rc rc;
 	long long cached;
 	int n = 1;
 
@@ -619,22 +636,22 @@ call_authenticate(struct api_call *c)
 	rc = clients_auth_result(&calls[0], &c->client);
 	PQclear(calls[0].res);
 	if (n == 2) {
-		if (rc == CLIENTS_OK && c->client.id == cached && calls[1].rc == DB_OK) {
+		if (rc == OG_OK && c->client.id == cached && calls[1].rc == DB_OK) {
 			c->prefetch = calls[1];
 			c->prefetched = true;
 		} else {
 			PQclear(calls[1].res);
 		}
 	}
-	if (rc == CLIENTS_UNAVAILABLE) {
-		api_fail(c, API_FAILURE_UNAVAILABLE);
+	if (rc == OG_UNAVAILABLE) {
+		api_fail(c, OG_UNAVAILABLE);
 		return false;
 	}
-	if (rc != CLIENTS_OK) {
+	if (rc != OG_OK) {
 		api_reject(c, "unauthorized", "the API key is unknown or revoked", NULL);
 		return false;
 	}
-	if (rc == CLIENTS_OK && cached == 0)
+	if (rc == OG_OK && cached == 0)
 		auth_cache_put(c->ctx, a.hash, c->client.id);
 	c->authed = true;
 	return true;

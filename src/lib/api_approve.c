@@ -536,22 +536,22 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 	d.effect = effect;
 	d.callback_url = callback;
 	switch (decide_approval(c->ctx->db, &d, &lr)) {
-	case DECIDE_OK:
+	case OG_OK:
 		break;
-	case DECIDE_USED:
+	case OG_USED:
 		refuse(c, &f, 409, "used", "Already decided",
 		       "This approval was already decided, has expired, or was revoked. "
 		       "Nothing was changed.");
 		goto out;
-	case DECIDE_NOT_AWAITING:
+	case OG_NOT_AWAITING:
 		refuse(c, &f, 409, "not_awaiting", "Already decided",
 		       "The run is no longer waiting for a decision. Nothing was changed.");
 		goto out;
-	case DECIDE_CONFLICT:
+	case OG_CONFLICT:
 		refuse(c, &f, 409, "used", "Already decided",
 		       "Another approver decided first. Nothing was changed.");
 		goto out;
-	case DECIDE_UNAVAILABLE:
+	case OG_UNAVAILABLE:
 		(void)http_header(c->resp, "Retry-After", "5");
 		f.reason = "database_unavailable";
 		page_notice(c, 503, "db.unavailable", "Try again shortly",
@@ -568,7 +568,7 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 	c->resp->status = 303;
 	(void)http_header(c->resp, "Location", location);
 	f.key = a->key;
-	f.state_from = "awaiting_human";
+	f.state_from = ledger_state_name(RUN_AWAITING_HUMAN);
 	f.state_to = ledger_state_name(lr.state);
 	f.version = lr.version;
 	f.effect_id = d.effect_id[0] ? d.effect_id : NULL;
@@ -627,7 +627,7 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 {
 	struct log_fields f = *fp;
 	json_t *run = NULL;
-	enum ledger_rc lrc;
+	enum og_rc lrc;
 	const char *state;
 	bool post;
 
@@ -637,15 +637,16 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 		/* The decision needs only what the challenge carries (the effect
 		 * and the callback, copied when it was created); whether the run
 		 * still awaits a decision is checked inside the transaction. */
-		run = json_pack("{s:O, s:s}", "proposed_effect", a->effect, "state", "awaiting_human");
+		run = json_pack("{s:O, s:s}", "proposed_effect", a->effect, "state",
+		                ledger_state_name(RUN_AWAITING_HUMAN));
 		if (run != NULL && a->callback_url != NULL)
 			json_object_set_new(run, "callback_url", json_string(a->callback_url));
-		lrc = run != NULL ? LEDGER_OK : LEDGER_ERROR;
+		lrc = run != NULL ? OG_OK : OG_ERROR;
 	} else {
 		lrc = ledger_status(c->ctx->db, a->client_id, a->key, false, &run);
 	}
-	if (lrc != LEDGER_OK) {
-		page_notice(c, lrc == LEDGER_UNAVAILABLE ? 503 : 500, "approval.failed",
+	if (lrc != OG_OK) {
+		page_notice(c, lrc == OG_UNAVAILABLE ? 503 : 500, "approval.failed",
 		            "Try again shortly", "The run could not be read.", &f);
 		goto out;
 	}
@@ -677,15 +678,15 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 		goto out;
 	}
 	state = json_string_value(json_object_get(run, "state"));
-	if (state != NULL && strcmp(state, "awaiting_human") != 0) {
+	if (state != NULL && ledger_state_parse(state) != RUN_AWAITING_HUMAN) {
 		/* The approval and the run are read one after the other: a decision
 		 * committed in between shows as a pending approval of a decided
 		 * run. Read the approval again before calling it anything else. */
 		gate_approval_clear(a);
-		if (gate_find(c->ctx->db, hash, a) == GATE_OK && a->state == APPROVAL_DECIDED)
+		if (gate_find(c->ctx->db, hash, a) == OG_OK && a->state == APPROVAL_DECIDED)
 			goto decided;
 	}
-	if (state == NULL || strcmp(state, "awaiting_human") != 0) {
+	if (state == NULL || ledger_state_parse(state) != RUN_AWAITING_HUMAN) {
 		f.reason = "not_awaiting";
 		page_notice(c, 410, post ? "approval.refused" : "approval.gone", "No longer waiting",
 		            "The run is no longer waiting for a decision.", &f);
@@ -706,7 +707,7 @@ api_approve_handle(struct api_call *c)
 	struct log_fields f = { 0 };
 	unsigned char hash[32];
 	char location[sizeof(c->token) + 16];
-	enum gate_rc grc;
+	enum og_rc grc;
 
 	f.actor = c->req->remote_user;
 	if (!token_shape_valid(c->token)) {
@@ -723,13 +724,13 @@ api_approve_handle(struct api_call *c)
 	}
 	token_hash(c->token, hash);
 	grc = gate_find(c->ctx->db, hash, &a);
-	if (grc == GATE_UNAVAILABLE) {
+	if (grc == OG_UNAVAILABLE) {
 		(void)http_header(c->resp, "Retry-After", "5");
 		page_notice(c, 503, "db.unavailable", "Try again shortly",
 		            "The database is unavailable.", &f);
 		return;
 	}
-	if (grc != GATE_OK) {
+	if (grc != OG_OK) {
 		f.reason = "unknown_token";
 		page_notice(c, 404, "approval.unknown", "Unknown link",
 		            "This approval link is not valid. Check that it was copied whole.", &f);
@@ -758,7 +759,7 @@ api_approve_card(struct api_call *c)
 	struct log_fields f = { 0 };
 	unsigned char hash[32];
 	char id[sizeof(c->key)], location[GATE_ID_LEN + 16];
-	enum gate_rc grc = GATE_NOT_FOUND;
+	enum og_rc grc = OG_NOT_FOUND;
 
 	f.actor = c->req->remote_user;
 	snprintf(id, sizeof(id), "%s", c->key);
@@ -771,20 +772,20 @@ api_approve_card(struct api_call *c)
 	}
 	if (ledger_uuid_valid(id))
 		grc = gate_find_id(c->ctx->db, id, hash, &a);
-	if (grc == GATE_UNAVAILABLE) {
+	if (grc == OG_UNAVAILABLE) {
 		(void)http_header(c->resp, "Retry-After", "5");
 		page_notice(c, 503, "db.unavailable", "Try again shortly",
 		            "The database is unavailable.", &f);
 		return;
 	}
-	if (grc == GATE_OK &&
+	if (grc == OG_OK &&
 	    !contract_approver_matches(a.approver, c->req->remote_user, c->req->auth_groups,
 	                               c->ctx->cfg->auth_groups_separator[0])) {
 		f.approval_id = a.id;
 		f.detail = "not among the approvers of this challenge";
-		grc = GATE_NOT_FOUND;
+		grc = OG_NOT_FOUND;
 	}
-	if (grc != GATE_OK) {
+	if (grc != OG_OK) {
 		f.reason = "unknown_approval";
 		page_notice(c, 404, "approval.unknown", "Not in your inbox",
 		            "There is no such request among those you may decide. Open your "
@@ -827,17 +828,17 @@ api_approve_inbox(struct api_call *c)
 	json_t *list = NULL, *e;
 	struct log_fields f = { 0 };
 	struct page *p = NULL;
-	enum gate_rc grc;
+	enum og_rc grc;
 	size_t i, shown = 0;
 	char text[64];
 
 	f.actor = subject;
 	grc = gate_inbox(c->ctx->db, subject, c->req->auth_groups, sep, INBOX_MAX, &list);
-	if (grc != GATE_OK) {
-		if (grc == GATE_UNAVAILABLE)
+	if (grc != OG_OK) {
+		if (grc == OG_UNAVAILABLE)
 			(void)http_header(c->resp, "Retry-After", "5");
-		f.reason = grc == GATE_UNAVAILABLE ? "database_unavailable" : "internal";
-		page_notice(c, grc == GATE_UNAVAILABLE ? 503 : 500, "approval.failed",
+		f.reason = grc == OG_UNAVAILABLE ? "database_unavailable" : "internal";
+		page_notice(c, grc == OG_UNAVAILABLE ? 503 : 500, "approval.failed",
 		            "Try again shortly", "Your inbox could not be read.", &f);
 		goto out;
 	}

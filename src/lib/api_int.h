@@ -29,6 +29,7 @@
 #include "clients.h"
 #include "ledger.h"
 #include "log.h"
+#include "rc.h"
 
 struct contract;
 struct api_call;
@@ -99,17 +100,6 @@ struct api_call {
 	const char *idem_problem;
 };
 
-/* What a failed call into the data or use-case layer means to the caller:
- * api_fail gives the one answer (status, body, log line) for each. */
-enum api_failure {
-	API_FAILURE_INTERNAL,      /* 500 internal_error */
-	API_FAILURE_UNAVAILABLE,   /* 503 database_unavailable, Retry-After */
-	API_FAILURE_NOT_FOUND,     /* 404 run_not_found */
-};
-
-/* A ledger result that is not a business answer, as a failure. */
-enum api_failure api_failure_of_ledger(enum ledger_rc rc);
-
 /* ---- answers (api.c) ---- */
 
 /* The run's URL path, /v1/runs/ + the key percent-encoded as one segment:
@@ -125,12 +115,16 @@ void api_log(struct api_call *c, enum log_level level, const char *event, struct
 /* A 4xx for bad input: the problem document, with "field" when one field
  * is to blame, and one request.invalid line (auth.failed for 401). */
 void api_reject(struct api_call *c, const char *code, const char *message, const char *field);
-/* A refusal about the run itself (payload_mismatch, lease_cap_reached,
- * window_closed): the problem document with the members of ext (reference
- * taken); the caller writes the log line. */
-void api_refuse(struct api_call *c, const char *code, const char *message, json_t *ext);
-/* The one mapping of a failed data or use-case call to the answer. */
-void api_fail(struct api_call *c, enum api_failure why);
+/* A refusal about the run itself (OG_MISMATCH payload_mismatch 422,
+ * OG_CAP_REACHED lease_cap_reached 409, OG_WINDOW_CLOSED window_closed 409,
+ * …: api.c's problem_types is the one mapping of a result to its code and
+ * status): the problem document with the members of ext (reference taken);
+ * the caller writes the log line. */
+void api_refuse(struct api_call *c, enum og_rc rc, const char *message, json_t *ext);
+/* A failed data or use-case call (its og_rc), with its log line:
+ * OG_UNAVAILABLE 503 database_unavailable with Retry-After, OG_NOT_FOUND
+ * 404 run_not_found, anything else 500 internal_error. */
+void api_fail(struct api_call *c, enum og_rc rc);
 /* 500 with detail in the log: a fault that is not the caller's. */
 void api_internal(struct api_call *c, const char *detail);
 /* 409 lease_lost: the caller no longer owns the run and must stop. One

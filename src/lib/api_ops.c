@@ -8,20 +8,13 @@
 #include "metrics.h"
 #include "log.h"
 
-static const struct db_stmt st_ping = { "api_ping", "SELECT 1", 0, true };
-
 void
 api_ops_healthz(struct api_call *c)
 {
-	PGresult *res;
-	enum db_rc rc;
-
-	rc = db_exec(c->ctx->db, &st_ping, NULL, &res);
-	if (rc != DB_OK) {
-		api_fail(c, API_FAILURE_UNAVAILABLE);
+	if (db_ping(c->ctx->db) != DB_OK) {
+		api_fail(c, OG_UNAVAILABLE);
 		return;
 	}
-	PQclear(res);
 	http_json(c->resp, 200, json_pack("{s:s}", "status", "ok"));
 }
 
@@ -30,13 +23,13 @@ void
 api_ops_metrics(struct api_call *c)
 {
 	struct log_fields f = { 0 };
-	enum metrics_rc rc;
+	enum og_rc rc;
 
 	rc = metrics_text(c->ctx->db, &c->resp->body);
-	if (rc != METRICS_OK) {
+	if (rc != OG_OK) {
 		api_json_headers(c);
-		if (rc == METRICS_UNAVAILABLE)
-			api_fail(c, API_FAILURE_UNAVAILABLE);
+		if (rc == OG_UNAVAILABLE)
+			api_fail(c, OG_UNAVAILABLE);
 		else
 			api_internal(c, "the metrics could not be computed");
 		return;

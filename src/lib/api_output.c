@@ -77,7 +77,7 @@ api_output_submit(struct api_call *c)
 	char sample_detail[128] = "";
 	struct decide_output d = { 0 };
 	bool human;
-	enum ledger_rc lrc;
+	enum og_rc lrc;
 	long long version;
 	size_t out_len;
 
@@ -188,21 +188,21 @@ api_output_submit(struct api_call *c)
 		errors_text = canon_dumps(errors, JSON_COMPACT);
 		lo.validation = errors_text;
 		lrc = ledger_output_invalid(c->ctx->db, &lo, budget, &run);
-		if (lrc != LEDGER_OK) {
-			if (lrc == LEDGER_LEASE_LOST)
+		if (lrc != OG_OK) {
+			if (lrc == OG_LEASE_LOST)
 				api_lease_lost(c, &f);
 			else
-				api_fail(c, api_failure_of_ledger(lrc));
+				api_fail(c, lrc);
 			goto out;
 		}
 		left = budget - run.attempt;
 		answer = json_pack("{s:s, s:O, s:i, s:s, s:I}", "outcome",
-		                   run.state == RUN_FAILED_TERMINAL ? "failed_terminal" : "invalid",
+		                   run.state == RUN_FAILED_TERMINAL ? ledger_state_name(run.state) : "invalid",
 		                   "errors", errors, "repairs_left", left < 0 ? 0 : left, "state",
 		                   ledger_state_name(run.state), "version", (json_int_t)run.version);
 		http_json(c->resp, 422, answer);
 		answer = NULL;
-		f.state_from = "processing";
+		f.state_from = ledger_state_name(RUN_PROCESSING);
 		f.state_to = ledger_state_name(run.state);
 		f.version = run.version;
 		f.validation = "invalid";
@@ -233,15 +233,15 @@ api_output_submit(struct api_call *c)
 		}
 		lrc = ledger_sample_draw(c->ctx->db, c->client.id, c->key, fresh,
 		                         contract_sample_rate(contract), &draw);
-		if (lrc == LEDGER_UNAVAILABLE) {
-			api_fail(c, API_FAILURE_UNAVAILABLE);
+		if (lrc == OG_UNAVAILABLE) {
+			api_fail(c, OG_UNAVAILABLE);
 			goto out;
 		}
 		/* not processing: the accept below says why; -1 is "sampled" */
 		human = effect_doc == NULL ||
 		        !contract_auto_eligible(contract, output, effect_doc) ||
 		        contract_sampled(contract, draw);
-		if (lrc == LEDGER_OK)
+		if (lrc == OG_OK)
 			snprintf(sample_detail, sizeof(sample_detail),
 			         "sample draw %.6f %s rate %g: %s", draw,
 			         draw < contract_sample_rate(contract) ? "<" : ">=",
@@ -270,26 +270,26 @@ api_output_submit(struct api_call *c)
 	d.payload = sent;
 	d.public_url = cfg->public_url;
 	switch (decide_output(c->ctx->db, &d, &run)) {
-	case DECIDE_OK:
+	case OG_OK:
 		break;
-	case DECIDE_LEASE_LOST:
+	case OG_LEASE_LOST:
 		api_lease_lost(c, &f);
 		goto out;
-	case DECIDE_NOT_FOUND:
-		api_fail(c, API_FAILURE_NOT_FOUND);
+	case OG_NOT_FOUND:
+		api_fail(c, OG_NOT_FOUND);
 		goto out;
-	case DECIDE_UNAVAILABLE:
-		api_fail(c, API_FAILURE_UNAVAILABLE);
+	case OG_UNAVAILABLE:
+		api_fail(c, OG_UNAVAILABLE);
 		goto out;
 	default:
 		if (d.detail != NULL)
 			api_internal(c, d.detail);
 		else
-			api_fail(c, API_FAILURE_INTERNAL);
+			api_fail(c, OG_ERROR);
 		goto out;
 	}
 	if (human) {
-		answer = json_pack("{s:s, s:O, s:I}", "outcome", "awaiting_human", "approvals",
+		answer = json_pack("{s:s, s:O, s:I}", "outcome", ledger_state_name(RUN_AWAITING_HUMAN), "approvals",
 		                   d.approvals, "version", (json_int_t)run.version);
 	} else {
 		answer = json_pack("{s:s, s:s, s:I}", "outcome", "approved", "effect_id",
@@ -297,7 +297,7 @@ api_output_submit(struct api_call *c)
 		if (d.delay_seconds > 0)
 			json_object_set_new(answer, "not_before", json_string(d.not_before));
 	}
-	f.state_from = "processing";
+	f.state_from = ledger_state_name(RUN_PROCESSING);
 	f.state_to = ledger_state_name(run.state);
 	f.version = run.version;
 	f.validation = "valid";

@@ -94,7 +94,7 @@ api_runs_claim(struct api_call *c)
 	size_t payload_len;
 	long long lease;
 	enum canon_rc crc;
-	enum ledger_rc rc;
+	enum og_rc rc;
 	json_t *out;
 
 	if (!api_only_fields(c, fields) || !claim_run_key(c))
@@ -132,8 +132,8 @@ api_runs_claim(struct api_call *c)
 	lc.cap_seconds = cfg->lease_cap_seconds;
 	rc = ledger_claim(c->ctx->db, &lc, c->prefetched ? &c->prefetch : NULL, &run);
 
-	if (rc != LEDGER_CLAIMED && rc != LEDGER_DUPLICATE && rc != LEDGER_MISMATCH) {
-		api_fail(c, api_failure_of_ledger(rc));
+	if (rc != OG_CLAIMED && rc != OG_DUPLICATE && rc != OG_MISMATCH) {
+		api_fail(c, rc);
 		goto out;
 	}
 	/* one of the three answers of a claim */
@@ -143,9 +143,9 @@ api_runs_claim(struct api_call *c)
 	/* the hash comparable with the run's: the one a reclaim or a mismatch names */
 	f.payload_hash = ledger_claim_hash(&lc, &run);
 	switch (rc) {
-	case LEDGER_CLAIMED:
+	case OG_CLAIMED:
 		out = json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:i, s:s}", "outcome", "claimed",
-		                "key", c->key, "state", "processing", "lease_owner",
+		                "key", c->key, "state", ledger_state_name(RUN_PROCESSING), "lease_owner",
 		                run.lease_owner, "version", (json_int_t)run.version,
 		                "lease_expires_at", run.lease_expires_at, "attempt", run.attempt,
 		                "payload_hash", run.payload_hash);
@@ -155,12 +155,12 @@ api_runs_claim(struct api_call *c)
 		metrics_count(METRICS_CLAIM_CLAIMED);
 		if (run.lease_reclaimed)
 			metrics_count(METRICS_RUN_LEASE_RECLAIMED);
-		f.state_to = "processing";
+		f.state_to = ledger_state_name(RUN_PROCESSING);
 		f.version = run.version;
 		f.attempt = run.attempt;
 		api_log(c, LOG_LEVEL_INFO, "run.claimed", &f);
 		break;
-	case LEDGER_DUPLICATE:
+	case OG_DUPLICATE:
 		out = json_pack("{s:s, s:s, s:s, s:I}", "outcome", "duplicate", "key", c->key,
 		                "state", ledger_state_name(run.state), "version",
 		                (json_int_t)run.version);
@@ -175,8 +175,8 @@ api_runs_claim(struct api_call *c)
 		f.attempt = run.attempt;
 		api_log(c, LOG_LEVEL_INFO, "run.duplicate", &f);
 		break;
-	default: /* LEDGER_MISMATCH */
-		api_refuse(c, "payload_mismatch",
+	default: /* OG_MISMATCH */
+		api_refuse(c, OG_MISMATCH,
 		           "this key was claimed with a different payload; nothing was changed",
 		           json_pack("{s:s, s:s, s:s}", "key", c->key, "payload_hash", f.payload_hash,
 		                     "stored_payload_hash", run.payload_hash));
@@ -199,31 +199,31 @@ api_runs_status(struct api_call *c)
 {
 	struct log_fields f = { 0 };
 	json_t *run = NULL;
-	enum ledger_rc rc;
+	enum og_rc rc;
 
 	json_t *approvals = NULL, *effects = NULL, *replay_of = NULL, *replayed_by = NULL;
 
 	rc = ledger_status(c->ctx->db, c->client.id, c->key, true, &run);
-	if (rc != LEDGER_OK) {
-		api_fail(c, api_failure_of_ledger(rc));
+	if (rc != OG_OK) {
+		api_fail(c, rc);
 		return;
 	}
-	if (gate_list(c->ctx->db, c->client.id, c->key, &approvals) != GATE_OK ||
+	if (gate_list(c->ctx->db, c->client.id, c->key, &approvals) != OG_OK ||
 	    outbox_list(c->ctx->db, c->ctx->cfg, c->client.id, c->key,
 	                json_string_value(json_object_get(run, "correlation_id")),
 	                json_string_value(json_object_get(run, "workflow_version")),
-	                &effects) != OUTBOX_OK) {
+	                &effects) != OG_OK) {
 		json_decref(approvals);
 		json_decref(run);
-		api_fail(c, API_FAILURE_UNAVAILABLE);
+		api_fail(c, OG_UNAVAILABLE);
 		return;
 	}
 	if (replay_links(c->ctx->db, c->client.id, c->key, &replay_of, &replayed_by) !=
-	    REPLAY_OK) {
+	    OG_OK) {
 		json_decref(approvals);
 		json_decref(effects);
 		json_decref(run);
-		api_fail(c, API_FAILURE_UNAVAILABLE);
+		api_fail(c, OG_UNAVAILABLE);
 		return;
 	}
 	json_object_set_new(run, "approvals", approvals);
@@ -243,7 +243,7 @@ api_runs_lease(struct api_call *c)
 	struct log_fields f = { 0 };
 	const char *owner;
 	long long version, lease;
-	enum ledger_rc rc;
+	enum og_rc rc;
 
 	if (!api_only_fields(c, fields) || !api_req_owner(c, &owner) ||
 	    !api_req_int(c, "version", 1, (long long)1 << 53, &version) ||
@@ -254,25 +254,25 @@ api_runs_lease(struct api_call *c)
 	f.version = run.version;
 	f.attempt = run.attempt;
 	switch (rc) {
-	case LEDGER_OK:
+	case OG_OK:
 		http_json(c->resp, 200,
 		          json_pack("{s:I, s:s}", "version", (json_int_t)run.version,
 		                    "lease_expires_at", run.lease_expires_at));
 		api_log(c, LOG_LEVEL_INFO, "lease.renewed", &f);
 		break;
-	case LEDGER_CAP_REACHED:
-		api_refuse(c, "lease_cap_reached",
+	case OG_CAP_REACHED:
+		api_refuse(c, OG_CAP_REACHED,
 		           "this claim reached its total lease lifetime; finish or let it expire",
 		           json_pack("{s:s}", "lease_expires_at", run.lease_expires_at));
 		f.reason = "lease_cap_reached";
 		api_log(c, LOG_LEVEL_WARNING, "lease.cap_reached", &f);
 		break;
-	case LEDGER_LEASE_LOST:
+	case OG_LEASE_LOST:
 		f.state_from = ledger_state_name(run.state);
 		api_lease_lost(c, &f);
 		break;
 	default:
-		api_fail(c, api_failure_of_ledger(rc));
+		api_fail(c, rc);
 		break;
 	}
 out:
@@ -300,7 +300,7 @@ api_runs_transition(struct api_call *c)
 	char *result = NULL;
 	long long version;
 	json_t *to, *res;
-	enum ledger_rc rc;
+	enum og_rc rc;
 	int state;
 
 	if (!api_only_fields(c, fields) || !api_req_owner(c, &owner) ||
@@ -337,7 +337,7 @@ api_runs_transition(struct api_call *c)
 	f.error_class = error_class;
 	f.reason = reason;
 	switch (rc) {
-	case LEDGER_OK:
+	case OG_OK:
 		http_json(c->resp, 200,
 		          json_pack("{s:s, s:I}", "state", ledger_state_name(run.state), "version",
 		                    (json_int_t)run.version));
@@ -347,15 +347,15 @@ api_runs_transition(struct api_call *c)
 		f.attempt = run.attempt;
 		api_log(c, LOG_LEVEL_INFO, "run.transitioned", &f);
 		break;
-	case LEDGER_LEASE_LOST:
-	case LEDGER_CAP_REACHED:
+	case OG_LEASE_LOST:
+	case OG_CAP_REACHED:
 		f.state_from = ledger_state_name(run.state);
 		f.state_to = ledger_state_name((enum run_state)state);
 		f.version = run.version;
 		api_lease_lost(c, &f);
 		break;
 	default:
-		api_fail(c, api_failure_of_ledger(rc));
+		api_fail(c, rc);
 		break;
 	}
 out:
@@ -373,8 +373,8 @@ api_runs_cancel(struct api_call *c)
 	struct log_fields f = { 0 };
 	const char *reason;
 	json_t *ids = NULL;
-	enum outbox_rc orc;
-	enum ledger_rc lrc;
+	enum og_rc orc;
+	enum og_rc lrc;
 
 	if (!api_only_fields(c, fields) || !api_opt_string(c, "reason", OG_FIELD_MAX, &reason))
 		goto out;
@@ -384,36 +384,36 @@ api_runs_cancel(struct api_call *c)
 	}
 	f.reason = reason;
 	if (db_begin(c->ctx->db) != DB_OK) {
-		api_fail(c, API_FAILURE_UNAVAILABLE);
+		api_fail(c, OG_UNAVAILABLE);
 		goto out;
 	}
 	orc = outbox_cancel_window(c->ctx->db, c->client.id, c->key, &ids);
-	if (orc != OUTBOX_OK) {
+	if (orc != OG_OK) {
 		db_rollback(c->ctx->db);
-		api_fail(c, API_FAILURE_UNAVAILABLE);
+		api_fail(c, OG_UNAVAILABLE);
 		goto out;
 	}
 	lrc = json_array_size(ids) > 0
 	          ? ledger_cancel(c->ctx->db, c->client.id, c->key, reason, &run)
-	          : LEDGER_LEASE_LOST;
-	if (lrc != LEDGER_OK) {
+	          : OG_LEASE_LOST;
+	if (lrc != OG_OK) {
 		db_rollback(c->ctx->db);
-		if (lrc == LEDGER_UNAVAILABLE) {
-			api_fail(c, API_FAILURE_UNAVAILABLE);
+		if (lrc == OG_UNAVAILABLE) {
+			api_fail(c, OG_UNAVAILABLE);
 			goto out;
 		}
 		{
 			json_t *probe = NULL;
-			enum ledger_rc src = ledger_status(c->ctx->db, c->client.id, c->key, false,
+			enum og_rc src = ledger_status(c->ctx->db, c->client.id, c->key, false,
 			                                   &probe);
 
 			json_decref(probe);
-			if (src == LEDGER_NOT_FOUND) {
-				api_fail(c, API_FAILURE_NOT_FOUND);
+			if (src == OG_NOT_FOUND) {
+				api_fail(c, OG_NOT_FOUND);
 				goto out;
 			}
 		}
-		api_refuse(c, "window_closed",
+		api_refuse(c, OG_WINDOW_CLOSED,
 		           "nothing is waiting inside its cancellation window: the effect went "
 		           "out, is going out, or was never delayed",
 		           NULL);
@@ -422,14 +422,14 @@ api_runs_cancel(struct api_call *c)
 		goto out;
 	}
 	if (db_commit(c->ctx->db) != DB_OK) {
-		api_fail(c, API_FAILURE_UNAVAILABLE);
+		api_fail(c, OG_UNAVAILABLE);
 		goto out;
 	}
 	http_json(c->resp, 200,
-	          json_pack("{s:s, s:I, s:O}", "state", "failed_terminal", "version",
+	          json_pack("{s:s, s:I, s:O}", "state", ledger_state_name(run.state), "version",
 	                    (json_int_t)run.version, "cancelled_effects", ids));
 	f.state_from = "approved";
-	f.state_to = "failed_terminal";
+	f.state_to = ledger_state_name(run.state);
 	f.version = run.version;
 	f.error_class = "cancelled";
 	f.effect_id = json_string_value(json_array_get(ids, 0));

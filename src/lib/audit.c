@@ -19,201 +19,11 @@
 #include "audit.h"
 #include "deadletter.h"
 #include "gate.h"
+#include "jobs.h"
+#include "ledger.h"
+#include "metrics.h"
 #include "oplog.h"
 #include "outbox.h"
-
-static const struct db_stmt st_run = {
-	"audit_run",
-	"SELECT client_id, (SELECT name FROM api_clients c WHERE c.id = r.client_id) AS client,"
-	"       state, og_ts(created_at) AS created_at, og_ts(updated_at) AS updated_at,"
-	"       attempt, version, payload_hash, payload IS NOT NULL AS payload_kept,"
-	"       output IS NOT NULL AS output_kept, output_hash, model::text AS model, contract,"
-	"       contract_hash, workflow_version, trigger, correlation_id, decision, decided_by,"
-	"       og_ts(decided_at) AS decided_at, error_class, reason,"
-	"       sample_draw, sample_rate,"
-	"       effect->>'type' AS effect_type, effect->>'target' AS effect_target,"
-	"       (SELECT count(*) FROM run_events v WHERE v.client_id = r.client_id"
-	"           AND v.idempotency_key = r.idempotency_key AND v.event = 'run.claimed') AS claims"
-	"  FROM workflow_runs r"
-	" WHERE idempotency_key = $1 AND ($2::text IS NULL OR client_id ="
-	"       (SELECT id FROM api_clients WHERE name = $2))"
-	" ORDER BY client_id LIMIT 2",
-	2, true,
-};
-
-static const struct db_stmt st_effects = {
-	"audit_effects",
-	"SELECT e.id, e.effect_type, e.target, e.state, e.attempt, e.provider_id, e.provider_key,"
-	"       og_ts(e.completed_at) AS completed_at, e.approval_id, e.payload_hash,"
-	"       e.payload IS NOT NULL AS payload_kept, e.error_class,"
-	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
-	"           AND a.kind = 'send') AS sends,"
-	"       (SELECT d.error_class FROM dead_letters d WHERE d.effect_id = e.id) AS dead_letter"
-	"  FROM effect_outbox e WHERE e.client_id = $1 AND e.idempotency_key = $2"
-	" ORDER BY e.created_at, e.id",
-	2, true,
-};
-
-static const struct db_stmt st_links = {
-	"audit_links",
-	"SELECT CASE WHEN replay_key = $2 THEN 'replay_of' ELSE 'replayed_as' END AS dir,"
-	"       CASE WHEN replay_key = $2 THEN original_key ELSE replay_key END AS other,"
-	"       og_ts(created_at) AS at, operator, reason, payload_source, start_state, job_id"
-	"  FROM run_replays WHERE client_id = $1 AND (replay_key = $2 OR original_key = $2)"
-	" ORDER BY id",
-	2, true,
-};
-
-/* Everything that happened to the run, from every table that records it,
- * in time order. */
-static const struct db_stmt st_timeline = {
-	"audit_timeline",
-	"SELECT og_ts(t.ts) AS ts, t.source, t.event, t.detail, t.actor FROM ("
-	"  SELECT ts, id AS n, 'run' AS source, event,"
-	"         concat_ws(' ', nullif(concat_ws(' -> ', state_from, state_to), ''),"
-	"                   'v' || version, CASE WHEN attempt > 1 THEN 'attempt ' || attempt END,"
-	"                   reason) AS detail, actor"
-	"    FROM run_events WHERE client_id = $1 AND idempotency_key = $2"
-	"  UNION ALL"
-	"  SELECT created_at, 0, 'approval', 'approval.created',"
-	"         'challenge ' || id || ' for ' || approver, NULL"
-	"    FROM approvals WHERE client_id = $1 AND idempotency_key = $2"
-	"  UNION ALL"
-	"  SELECT coalesce(consumed_at, expires_at), 0, 'approval', 'approval.' || state,"
-	"         concat_ws(': ', 'challenge ' || id || coalesce(' ' || decision, ''), reason),"
-	"         approver_subject"
-	"    FROM approvals WHERE client_id = $1 AND idempotency_key = $2"
-	"     AND state <> 'pending'"
-	"  UNION ALL"
-	"  SELECT created_at, 0, 'effect', 'effect.enqueued',"
-	"         effect_type || ' to ' || target || ' (' || id || ')', NULL"
-	"    FROM effect_outbox WHERE client_id = $1 AND idempotency_key = $2"
-	"  UNION ALL"
-	"  SELECT a.started_at, a.id, 'effect', 'effect.' || a.kind,"
-	"         concat_ws(' ', 'attempt ' || a.attempt, a.classification, a.reason,"
-	"                   'status ' || a.status, 'provider id ' || a.provider_id),"
-	"         a.dispatcher"
-	"    FROM effect_attempts a JOIN effect_outbox e ON e.id = a.effect_id"
-	"   WHERE e.client_id = $1 AND e.idempotency_key = $2"
-	"  UNION ALL"
-	"  SELECT d.created_at, 0, 'effect', 'effect.dead_letter',"
-	"         concat_ws(' ', d.error_class, d.reason, 'resolution: ' || d.resolution), d.owner"
-	"    FROM dead_letters d WHERE d.client_id = $1 AND d.idempotency_key = $2"
-	"  UNION ALL"
-	"  SELECT ts, id, 'operator', 'operator.' || action, reason, operator"
-	"    FROM operator_actions"
-	"   WHERE client_id = $1 AND (idempotency_key = $2 OR details->>'original_key' = $2)"
-	") t ORDER BY t.ts, t.n LIMIT 2000",
-	2, true,
-};
-
-/* The weekly figures, one JSON document. Duplicate deliveries
- * and claims by outcome change no row of their own: the responders add
- * them to metric_counters (sql/007, metrics.c), which holds lifetime
- * totals (since the counters were installed), not figures per period —
- * hence the _lifetime names. */
-static const struct db_stmt st_report = {
-	"audit_report",
-	"WITH since AS (SELECT now() - make_interval(secs => $1::float8) AS t),"
-	" dec AS (SELECT decision, extract(epoch FROM consumed_at - created_at) AS wait"
-	"           FROM approvals, since WHERE state = 'decided' AND consumed_at >= since.t)"
-	"SELECT json_build_object("
-	" 'since', (SELECT og_ts(t) FROM since), 'until', og_ts(now()),"
-	" 'runs_claimed', (SELECT count(*) FROM workflow_runs, since WHERE created_at >= since.t),"
-	" 'reclaims', (SELECT count(*) FROM run_events, since WHERE event = 'run.claimed'"
-	"     AND attempt > 1 AND ts >= since.t),"
-	" 'invalid_outputs', (SELECT count(*) FROM run_events, since"
-	"     WHERE event = 'run.output_invalid' AND ts >= since.t),"
-	" 'failed_validation', (SELECT count(*) FROM workflow_runs, since"
-	"     WHERE error_class = 'validation' AND updated_at >= since.t),"
-	" 'approvals_by_decision', (SELECT coalesce(json_object_agg(decision, n), '{}') FROM"
-	"     (SELECT decision, count(*) AS n FROM dec GROUP BY decision) x),"
-	" 'approvals_expired', (SELECT count(*) FROM approvals, since WHERE state = 'expired'"
-	"     AND expires_at >= since.t),"
-	" 'approvals_pending', (SELECT count(*) FROM approvals WHERE state = 'pending'"
-	"     AND expires_at > now()),"
-	" 'approval_wait_p50_s', (SELECT round(percentile_cont(0.5) WITHIN GROUP"
-	"     (ORDER BY wait)::numeric, 1) FROM dec),"
-	" 'approval_wait_p95_s', (SELECT round(percentile_cont(0.95) WITHIN GROUP"
-	"     (ORDER BY wait)::numeric, 1) FROM dec),"
-	" 'decisions', (SELECT coalesce(json_object_agg(decision, n), '{}') FROM"
-	"     (SELECT decision, count(*) AS n FROM workflow_runs, since"
-	"       WHERE decided_at >= since.t AND decision IS NOT NULL GROUP BY decision) x),"
-	" 'effects_by_state', (SELECT coalesce(json_object_agg(state, n), '{}') FROM"
-	"     (SELECT state, count(*) AS n FROM effect_outbox, since"
-	"       WHERE created_at >= since.t GROUP BY state) x),"
-	" 'dead_letters_by_class', (SELECT coalesce(json_object_agg(error_class, n), '{}') FROM"
-	"     (SELECT error_class, count(*) AS n FROM dead_letters, since"
-	"       WHERE created_at >= since.t GROUP BY error_class) x),"
-	" 'dead_letters_open', (SELECT count(*) FROM dead_letters WHERE resolution IS NULL),"
-	" 'oldest_open_dead_letter_s', (SELECT round(extract(epoch FROM now() - min(created_at)))"
-	"     FROM dead_letters WHERE resolution IS NULL),"
-	" 'retry_exhaustions', (SELECT count(*) FROM dead_letters, since"
-	"     WHERE error_class = 'exhausted' AND created_at >= since.t),"
-	" 'replays', (SELECT count(*) FROM run_replays, since WHERE created_at >= since.t),"
-	" 'operator_actions', (SELECT coalesce(json_object_agg(action, n), '{}') FROM"
-	"     (SELECT action, count(*) AS n FROM operator_actions, since"
-	"       WHERE ts >= since.t GROUP BY action) x),"
-	" 'kill_switch_on', (SELECT actions_enabled FROM dispatch_control),"
-	" 'blocked_sends', (SELECT blocked_sends FROM dispatch_control),"
-	" 'duplicates_lifetime', (SELECT value FROM metric_counters"
-	"     WHERE name = 'claims_duplicate'),"
-	" 'claims_by_outcome_lifetime', (SELECT coalesce(json_object_agg("
-	"     substr(name, 8), value ORDER BY name), '{}') FROM metric_counters"
-	"     WHERE name LIKE 'claims\\_%'),"
-	" 'counters_updated_at', (SELECT og_ts(max(updated_at)) FROM metric_counters)"
-	")::text AS report",
-	1, true,
-};
-
-/* What retention may take: runs finished (completed or failed_terminal)
- * longer ago than $1 days that still hold content. */
-#define PURGE_RUNS                                                                   \
-	"SELECT client_id, idempotency_key FROM workflow_runs"                           \
-	" WHERE state IN ('completed', 'failed_terminal')"                               \
-	"   AND updated_at < now() - make_interval(days => $1::int)"                     \
-	"   AND (payload IS NOT NULL OR output IS NOT NULL"                              \
-	"        OR coalesce(effect ? 'payload', false))"
-
-static const struct db_stmt st_purge_count = {
-	"audit_purge_count",
-	"WITH runs AS (" PURGE_RUNS ")"
-	"SELECT (SELECT count(*) FROM runs) AS runs,"
-	"       (SELECT count(*) FROM effect_outbox o JOIN runs USING (client_id, idempotency_key)"
-	"         WHERE o.payload IS NOT NULL) AS effects,"
-	"       (SELECT count(*) FROM approvals a JOIN runs USING (client_id, idempotency_key)"
-	"         WHERE a.effect IS NOT NULL) AS approvals",
-	1, true,
-};
-
-static const struct db_stmt st_purge = {
-	"audit_purge",
-	"WITH runs AS (" PURGE_RUNS " FOR UPDATE),"
-	" r AS (UPDATE workflow_runs w SET payload = NULL, output = NULL,"
-	"         effect = CASE WHEN w.effect IS NULL THEN NULL ELSE w.effect - 'payload' END"
-	"         FROM runs WHERE w.client_id = runs.client_id"
-	"          AND w.idempotency_key = runs.idempotency_key"
-	"       RETURNING w.client_id, w.idempotency_key, w.state, w.version, w.attempt),"
-	" e AS (UPDATE effect_outbox o SET payload = NULL FROM runs"
-	"        WHERE o.client_id = runs.client_id AND o.idempotency_key = runs.idempotency_key"
-	"          AND o.payload IS NOT NULL RETURNING o.id),"
-	" a AS (UPDATE approvals ap SET effect = NULL FROM runs"
-	"        WHERE ap.client_id = runs.client_id AND ap.idempotency_key = runs.idempotency_key"
-	"          AND ap.effect IS NOT NULL RETURNING ap.id),"
-	" ev AS (INSERT INTO run_events (client_id, idempotency_key, event, state_from, state_to,"
-	"            version, attempt, actor, reason)"
-	"        SELECT client_id, idempotency_key, 'run.purged', state, state, version, attempt,"
-	"               $2, 'retention: payload and model output removed; hashes kept' FROM r)"
-	"SELECT (SELECT count(*) FROM r) AS runs, (SELECT count(*) FROM e) AS effects,"
-	"       (SELECT count(*) FROM a) AS approvals",
-	2, false,
-};
-
-static enum audit_rc
-rc_of(enum db_rc rc)
-{
-	return rc == DB_UNAVAILABLE ? AUDIT_UNAVAILABLE : AUDIT_ERROR;
-}
 
 static void
 put(json_t *o, const char *name, const PGresult *res, int row, const char *col)
@@ -306,7 +116,7 @@ answer_approved(const PGresult *run, const json_t *approvals)
 	const char *at = db_get(run, 0, "decided_at"), *state = db_get(run, 0, "state");
 
 	if (d == NULL) {
-		if (strcmp(state, "awaiting_human") == 0)
+		if (ledger_state_parse(state) == RUN_AWAITING_HUMAN)
 			return sentence("pending", "nobody yet: %zu challenge(s) wait for a decision",
 			                json_array_size(approvals));
 		return sentence("none", "nobody: no decision was taken (run %s)", state);
@@ -376,29 +186,26 @@ answer_model(const PGresult *run)
 	return a;
 }
 
-enum audit_rc
+enum og_rc
 audit_explain(struct db *db, const char *client, const char *key, json_t **out, char *msg,
               size_t msglen)
 {
-	const char *p1[2] = { key, client };
-	char cid[24];
-	const char *p2[2] = { cid, key };
 	PGresult *run = NULL, *res = NULL;
+	long long client_id;
 	json_t *doc = NULL, *effects = NULL, *approvals = NULL, *links = NULL, *timeline = NULL;
 	json_t *processed;
-	enum audit_rc arc = AUDIT_ERROR;
-	enum db_rc rc;
+	enum og_rc arc = OG_ERROR, rc;
 	int i;
 
 	*out = NULL;
-	if ((rc = db_exec(db, &st_run, p1, &run)) != DB_OK) {
+	if ((rc = ledger_audit(db, key, client, &run)) != OG_OK) {
 		/* the caller prints msg: never leave it unset */
 		snprintf(msg, msglen, "%s", db_error(db));
-		return rc_of(rc);
+		return rc;
 	}
 	if (PQntuples(run) != 1) {
-		arc = PQntuples(run) == 0 ? AUDIT_NOT_FOUND : AUDIT_AMBIGUOUS;
-		snprintf(msg, msglen, arc == AUDIT_NOT_FOUND
+		arc = PQntuples(run) == 0 ? OG_NOT_FOUND : OG_AMBIGUOUS;
+		snprintf(msg, msglen, arc == OG_NOT_FOUND
 		                          ? "no: no run has the key \"%s\"%s (never claimed, or "
 		                            "another client's)"
 		                          : "the key \"%s\" exists for several API clients%s; name "
@@ -407,10 +214,10 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 		PQclear(run);
 		return arc;
 	}
-	snprintf(cid, sizeof(cid), "%s", db_get(run, 0, "client_id"));
+	client_id = db_get_ll(run, 0, "client_id");
 
 	effects = json_array();
-	if ((rc = db_exec(db, &st_effects, p2, &res)) != DB_OK)
+	if ((rc = outbox_audit(db, client_id, key, &res)) != OG_OK)
 		goto fail;
 	for (i = 0; i < PQntuples(res); i++) {
 		json_t *e = json_object();
@@ -431,10 +238,10 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	}
 	PQclear(res);
 	res = NULL;
-	if (gate_list(db, db_get_ll(run, 0, "client_id"), key, &approvals) != GATE_OK)
+	if (gate_list(db, client_id, key, &approvals) != OG_OK)
 		goto fail;
 	links = json_array();
-	if ((rc = db_exec(db, &st_links, p2, &res)) != DB_OK)
+	if ((rc = jobs_links(db, client_id, key, &res)) != OG_OK)
 		goto fail;
 	for (i = 0; i < PQntuples(res); i++) {
 		json_t *l = json_object();
@@ -452,7 +259,7 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	PQclear(res);
 	res = NULL;
 	timeline = json_array();
-	if ((rc = db_exec(db, &st_timeline, p2, &res)) != DB_OK)
+	if ((rc = ledger_history(db, client_id, key, &res)) != OG_OK)
 		goto fail;
 	for (i = 0; i < PQntuples(res); i++) {
 		json_t *t = json_object();
@@ -494,10 +301,10 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	json_object_set_new(doc, "timeline", timeline);
 	effects = approvals = links = timeline = NULL;
 	*out = doc;
-	arc = AUDIT_OK;
+	arc = OG_OK;
 	goto out;
 fail:
-	arc = rc == DB_UNAVAILABLE ? AUDIT_UNAVAILABLE : AUDIT_ERROR;
+	arc = rc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 	snprintf(msg, msglen, "%s", db_error(db));
 out:
 	json_decref(effects);
@@ -509,53 +316,37 @@ out:
 	return arc;
 }
 
-enum audit_rc
-audit_report(struct db *db, long long since_seconds, json_t **out)
-{
-	char secs[24];
-	const char *params[1] = { secs };
-	PGresult *res;
-	enum db_rc rc;
-
-	*out = NULL;
-	snprintf(secs, sizeof(secs), "%lld", since_seconds);
-	if ((rc = db_exec(db, &st_report, params, &res)) != DB_OK)
-		return rc_of(rc);
-	*out = json_loads(db_get(res, 0, "report"), 0, NULL);
-	PQclear(res);
-	if (*out == NULL)
-		return AUDIT_ERROR;
-	return AUDIT_OK;
-}
-
-enum audit_rc
+enum og_rc
 audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
             const char *reason, struct audit_purge *out)
 {
-	char d[16];
-	const char *params[2] = { d, operator_name };
-	PGresult *res = NULL;
+	struct ledger_purge lp = { 0 };
 	enum db_rc rc;
 	json_t *details = NULL;
 	char *text = NULL;
 
 	memset(out, 0, sizeof(*out));
-	snprintf(d, sizeof(d), "%d", days);
 	/* the content, the attempts' and the dead letters' excerpts and the
 	 * operator_actions row go together or not at all */
 	if (!dry_run && (rc = db_begin(db)) != DB_OK)
-		return rc_of(rc);
-	if ((rc = db_exec(db, dry_run ? &st_purge_count : &st_purge, params, &res)) != DB_OK)
+		return og_rc_of(rc);
+	if ((rc = ledger_purge(db, days, dry_run, operator_name, &lp)) != DB_OK)
 		goto fail;
-	out->runs = db_get_ll(res, 0, "runs");
-	out->effects = db_get_ll(res, 0, "effects");
-	out->approvals = db_get_ll(res, 0, "approvals");
-	PQclear(res);
+	out->runs = lp.runs;
+	out->effects = lp.effects;
+	out->approvals = lp.approvals;
+	/* the purged runs' effects lose their payload, their challenges the
+	 * effect they showed */
+	if (!dry_run &&
+	    ((rc = outbox_purge_payloads(db, lp.clients, lp.keys, &out->effects)) != DB_OK ||
+	     (rc = gate_purge_effects(db, lp.clients, lp.keys, &out->approvals)) != DB_OK))
+		goto fail;
 	if ((rc = outbox_purge_attempts(db, days, dry_run, &out->attempts)) != DB_OK ||
 	    (rc = deadletter_purge(db, dry_run, &out->dead_letters)) != DB_OK)
 		goto fail;
+	ledger_purge_clear(&lp);
 	if (dry_run)
-		return AUDIT_OK;
+		return OG_OK;
 	details = json_pack("{s:i, s:I, s:I, s:I, s:I, s:I}", "older_than_days", days,
 	                    "runs", (json_int_t)out->runs, "effects", (json_int_t)out->effects,
 	                    "approvals", (json_int_t)out->approvals,
@@ -565,7 +356,7 @@ audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
 	json_decref(details);
 	if (text == NULL) {
 		db_rollback(db);
-		return AUDIT_ERROR;
+		return OG_ERROR;
 	}
 	{
 		struct oplog_action act = { .operator_name = operator_name, .action = "purge",
@@ -576,16 +367,17 @@ audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
 	free(text);
 	if (rc != DB_OK) {
 		db_rollback(db);
-		return rc_of(rc);
+		return og_rc_of(rc);
 	}
 	if ((rc = db_commit(db)) != DB_OK) {
 		db_rollback(db);
-		return rc_of(rc);
+		return og_rc_of(rc);
 	}
-	return AUDIT_OK;
+	return OG_OK;
 fail:
+	ledger_purge_clear(&lp);
 	if (!dry_run)
 		db_rollback(db);
 	memset(out, 0, sizeof(*out));
-	return rc_of(rc);
+	return og_rc_of(rc);
 }

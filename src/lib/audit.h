@@ -12,26 +12,16 @@
 #include <jansson.h>
 
 #include "db.h"
-
-enum audit_rc {
-	AUDIT_OK = 0,
-	AUDIT_NOT_FOUND,
-	AUDIT_AMBIGUOUS,     /* the key exists for several clients */
-	AUDIT_UNAVAILABLE,
-	AUDIT_ERROR,
-};
+#include "rc.h"
 
 /* The four answers (processed, sent, approved, model), each a short
  * sentence plus the facts behind it, the replay links and the merged
  * timeline (run events, approvals, effects and their attempts, dead
  * letters, operator actions, replays). client may be NULL when the key
  * has one client. *out is a new object. */
-enum audit_rc audit_explain(struct db *db, const char *client, const char *key, json_t **out,
-                            char *msg, size_t msglen) __attribute__((warn_unused_result));
+enum og_rc audit_explain(struct db *db, const char *client, const char *key, json_t **out,
+                         char *msg, size_t msglen) __attribute__((warn_unused_result));
 
-/* The weekly report's figures (the same as GET /metrics) over the last since_seconds; *out is a new object. */
-enum audit_rc audit_report(struct db *db, long long since_seconds, json_t **out)
-	__attribute__((warn_unused_result));
 
 struct audit_purge {
 	long long runs;        /* runs whose payload / output / effect payload go */
@@ -51,8 +41,8 @@ struct audit_purge {
  * retention_until (marked purged_at). Each purged run gets a
  * `run.purged` timeline entry and the purge one operator_actions row, all
  * in one transaction. dry_run only counts. */
-enum audit_rc audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
-                          const char *reason, struct audit_purge *out)
+enum og_rc audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
+                       const char *reason, struct audit_purge *out)
 	__attribute__((warn_unused_result));
 
 #endif

@@ -39,12 +39,6 @@ static const struct db_stmt st_list = {
 	0, true,
 };
 
-static enum clients_rc
-clients_rc_of(enum db_rc rc)
-{
-	return rc == DB_UNAVAILABLE ? CLIENTS_UNAVAILABLE : CLIENTS_ERROR;
-}
-
 int
 clients_name_valid(const char *name)
 {
@@ -77,67 +71,67 @@ clients_auth_call(struct clients_auth *a, const char *key, struct db_call *call)
 	return true;
 }
 
-enum clients_rc
+enum og_rc
 clients_auth_result(const struct db_call *call, struct client *out)
 {
 	if (call->rc != DB_OK)
-		return clients_rc_of(call->rc);
+		return og_rc_of(call->rc);
 	if (PQntuples(call->res) != 1)
-		return CLIENTS_DENIED;
+		return OG_DENIED;
 	out->id = db_get_ll(call->res, 0, "id");
 	snprintf(out->name, sizeof(out->name), "%s", db_get(call->res, 0, "name"));
-	return CLIENTS_OK;
+	return OG_OK;
 }
 
-enum clients_rc
+enum og_rc
 clients_authenticate(struct db *db, const char *key, struct client *out)
 {
 	struct clients_auth a;
 	struct db_call call = { 0 };
-	enum clients_rc rc;
+	enum og_rc rc;
 
 	if (!clients_auth_call(&a, key, &call))
-		return CLIENTS_DENIED;
+		return OG_DENIED;
 	call.rc = db_exec(db, call.stmt, call.params, &call.res);
 	rc = clients_auth_result(&call, out);
 	PQclear(call.res);
 	return rc;
 }
 
-enum clients_rc
+enum og_rc
 clients_add(struct db *db, const char *name, char key[CLIENTS_KEY_LEN], long long *id)
 {
 	unsigned char raw[OG_API_KEY_BYTES];
 	char hex[DIGEST_HEX_LEN];
 	const char *params[2] = { name, hex };
 	PGresult *res;
-	enum clients_rc crc = CLIENTS_OK;
+	enum og_rc crc = OG_OK;
 	enum db_rc rc;
 
 	if (!clients_name_valid(name))
-		return CLIENTS_BAD_NAME;
+		return OG_BAD_NAME;
 	if (digest_random(raw, sizeof(raw)) != 0)
-		return CLIENTS_ERROR;
+		return OG_ERROR;
 	memcpy(key, "og_", 3);
 	digest_base64url(raw, sizeof(raw), key + 3);
 	digest_wipe(raw, sizeof(raw));
 	digest_sha256_hex(key, strlen(key), hex);
 	if ((rc = db_exec(db, &st_add, params, &res)) != DB_OK) {
-		crc = clients_rc_of(rc);
+		crc = og_rc_of(rc);
 		goto out;
 	}
 	if (PQntuples(res) != 1)
-		crc = CLIENTS_EXISTS;
+		crc = OG_EXISTS;
 	else if (id != NULL)
 		*id = db_get_ll(res, 0, "id");
 	PQclear(res);
 out:
-	if (crc != CLIENTS_OK)
+	if (crc != OG_OK)
 		digest_wipe(key, CLIENTS_KEY_LEN);
 	return crc;
 }
 
-enum clients_rc
+enum og_rc
 clients_revoke(struct db *db, const char *name, long long *id)
 {
 	const char *params[1] = { name };
@@ -146,15 +140,15 @@ clients_revoke(struct db *db, const char *name, long long *id)
 	int n;
 
 	if ((rc = db_exec(db, &st_revoke, params, &res)) != DB_OK)
-		return clients_rc_of(rc);
+		return og_rc_of(rc);
 	n = PQntuples(res);
 	if (n == 1 && id != NULL)
 		*id = db_get_ll(res, 0, "id");
 	PQclear(res);
-	return n == 1 ? CLIENTS_OK : CLIENTS_NOT_FOUND;
+	return n == 1 ? OG_OK : OG_NOT_FOUND;
 }
 
-enum clients_rc
+enum og_rc
 clients_list(struct db *db, FILE *out, int json)
 {
 	PGresult *res;
@@ -162,7 +156,7 @@ clients_list(struct db *db, FILE *out, int json)
 	int i;
 
 	if ((rc = db_exec(db, &st_list, NULL, &res)) != DB_OK)
-		return clients_rc_of(rc);
+		return og_rc_of(rc);
 	if (!json)
 		fprintf(out, "%-32s %-25s %s\n", "NAME", "CREATED", "REVOKED");
 	for (i = 0; i < PQntuples(res); i++) {
@@ -185,14 +179,18 @@ clients_list(struct db *db, FILE *out, int json)
 		}
 	}
 	PQclear(res);
-	return CLIENTS_OK;
+	return OG_OK;
 }
 
 static const struct db_stmt st_name = {
 	"clients_name", "SELECT name FROM api_clients WHERE id = $1::bigint", 1, true,
 };
 
-enum clients_rc
+static const struct db_stmt st_id = {
+	"clients_id", "SELECT id FROM api_clients WHERE name = $1", 1, true,
+};
+
+enum og_rc
 clients_name(struct db *db, long long id, char *name, size_t len)
 {
 	char idtext[24];
@@ -203,10 +201,22 @@ clients_name(struct db *db, long long id, char *name, size_t len)
 
 	snprintf(idtext, sizeof(idtext), "%lld", id);
 	if ((rc = db_exec(db, &st_name, params, &res)) != DB_OK)
-		return clients_rc_of(rc);
+		return og_rc_of(rc);
 	n = PQntuples(res);
 	if (n == 1 && len > 0)
 		snprintf(name, len, "%s", db_get(res, 0, "name"));
 	PQclear(res);
-	return n == 1 ? CLIENTS_OK : CLIENTS_NOT_FOUND;
+	return n == 1 ? OG_OK : OG_NOT_FOUND;
+}
+
+enum og_rc
+clients_id(struct db *db, const char *name, long long *id)
+{
+	const char *p[1] = { name };
+	PGresult *res = NULL;
+	enum og_rc rc = og_exec_one(db, &st_id, p, OG_NOT_FOUND, &res);
+
+	*id = rc == OG_OK ? db_get_ll(res, 0, "id") : 0;
+	PQclear(res);
+	return rc;
 }

@@ -13,22 +13,13 @@
 #include "db.h"
 #include "digest.h"
 #include "caps.h"
+#include "rc.h"
 
 #define CLIENTS_KEY_LEN (3 + 43 + 1)
 
 struct client {
 	long long id;
 	char name[OG_CLIENT_NAME_MAX + 1];
-};
-
-enum clients_rc {
-	CLIENTS_OK = 0,
-	CLIENTS_DENIED,      /* unknown or revoked key */
-	CLIENTS_EXISTS,
-	CLIENTS_NOT_FOUND,
-	CLIENTS_BAD_NAME,
-	CLIENTS_UNAVAILABLE,
-	CLIENTS_ERROR,
 };
 
 /* The look-up of one key, to run alone or in a db_batch with the request's
@@ -42,24 +33,28 @@ struct clients_auth {
  * ours (wrong shape), which needs no round trip. */
 bool clients_auth_call(struct clients_auth *a, const char *key, struct db_call *call);
 /* Reads a finished look-up. */
-enum clients_rc clients_auth_result(const struct db_call *call, struct client *out);
+enum og_rc clients_auth_result(const struct db_call *call, struct client *out);
 
 /* Resolves a bearer key to an active client. */
-enum clients_rc clients_authenticate(struct db *db, const char *key, struct client *out)
+enum og_rc clients_authenticate(struct db *db, const char *key, struct client *out)
 	__attribute__((warn_unused_result));
 /* Creates a client and writes its new key (NUL-terminated) into key and
  * its id into *id (may be NULL). */
-enum clients_rc clients_add(struct db *db, const char *name, char key[CLIENTS_KEY_LEN],
-                            long long *id) __attribute__((warn_unused_result));
+enum og_rc clients_add(struct db *db, const char *name, char key[CLIENTS_KEY_LEN],
+                       long long *id) __attribute__((warn_unused_result));
 /* Revokes (again: a no-op) client name; *id (may be NULL) gets its id. */
-enum clients_rc clients_revoke(struct db *db, const char *name, long long *id)
+enum og_rc clients_revoke(struct db *db, const char *name, long long *id)
 	__attribute__((warn_unused_result));
 /* Prints name, created, revoked as a table (or JSON lines when json). */
-enum clients_rc clients_list(struct db *db, FILE *out, int json)
+enum og_rc clients_list(struct db *db, FILE *out, int json)
 	__attribute__((warn_unused_result));
 int clients_name_valid(const char *name);
 /* The name of client id (what the decision log calls a client). */
-enum clients_rc clients_name(struct db *db, long long id, char *name, size_t len)
+enum og_rc clients_name(struct db *db, long long id, char *name, size_t len)
+	__attribute__((warn_unused_result));
+
+/* The id of the client named name. OG_NOT_FOUND: none. */
+enum og_rc clients_id(struct db *db, const char *name, long long *id)
 	__attribute__((warn_unused_result));
 
 #endif

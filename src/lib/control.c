@@ -33,24 +33,11 @@ static const struct db_stmt st_set = {
 	3, false,
 };
 
-/* The mark on effect_outbox and the count here are one statement: an effect
- * is counted exactly when this hold marks it, whoever else looks at once. */
-static const struct db_stmt st_hold = {
-	"control_hold",
-	"WITH held AS ("
-	"  UPDATE effect_outbox SET held_at = now()"
-	"   WHERE id = ANY(ARRAY("
-	"     SELECT id FROM effect_outbox"
-	"      WHERE state = 'pending' AND next_attempt_at <= now() AND not_before <= now()"
-	"        AND held_at IS NULL AND ($1::uuid IS NULL OR id = $1::uuid)"
-	"      LIMIT $2::int FOR UPDATE SKIP LOCKED))"
-	"     AND held_at IS NULL"
-	"  RETURNING 1"
-	")"
-	"UPDATE dispatch_control SET blocked_sends = blocked_sends + (SELECT count(*) FROM held)"
-	" WHERE (SELECT count(*) FROM held) > 0"
-	" RETURNING (SELECT count(*) FROM held) AS n",
-	2, false,
+/* Adds the effects a hold just marked (outbox_hold, same transaction). */
+static const struct db_stmt st_blocked = {
+	"control_blocked",
+	"UPDATE dispatch_control SET blocked_sends = blocked_sends + $1::bigint",
+	1, false,
 };
 
 enum db_rc
@@ -87,18 +74,16 @@ control_set(struct db *db, bool on, const char *by, const char *reason, bool *wa
 	return DB_OK;
 }
 
-long long
-control_hold(struct db *db, const char *effect_id, int limit)
+enum db_rc
+control_add_blocked(struct db *db, long long n)
 {
-	char lim[16];
-	const char *p[2] = { effect_id, lim };
+	char v[24];
+	const char *p[1] = { v };
 	PGresult *res = NULL;
-	long long n;
+	enum db_rc rc;
 
-	snprintf(lim, sizeof(lim), "%d", limit);
-	if (db_exec(db, &st_hold, p, &res) != DB_OK)
-		return -1;
-	n = PQntuples(res) == 1 ? db_get_ll(res, 0, "n") : 0;
-	PQclear(res);
-	return n;
+	snprintf(v, sizeof(v), "%lld", n);
+	if ((rc = db_exec(db, &st_blocked, p, &res)) == DB_OK)
+		PQclear(res);
+	return rc;
 }

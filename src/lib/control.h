@@ -26,10 +26,9 @@ enum db_rc control_switch(struct db *db, bool env_enabled, PGresult **res);
 enum db_rc control_set(struct db *db, bool on, const char *by, const char *reason,
                        bool *was);
 
-/* Due pending effects held back by the switch and not yet marked
- * (effect_id: that one, or NULL: any, up to limit) are marked and added to
- * blocked_sends, each once per hold however many dispatchers see it; the
- * claim clears the mark. How many were new, -1 on a database error. */
-long long control_hold(struct db *db, const char *effect_id, int limit);
+/* Adds n sends held back by the switch to blocked_sends: inside the
+ * transaction of the outbox_hold that marked them, so each is counted
+ * exactly when it is marked. */
+enum db_rc control_add_blocked(struct db *db, long long n) __attribute__((warn_unused_result));
 
 #endif

@@ -339,10 +339,12 @@ db_pipeline_collect(struct db *db, struct db_call *calls, int n, enum db_rc *rc)
 	return PQexitPipelineMode(db->conn) == 1 ? 0 : -1;
 }
 
+/* Prepares what this session lacks of the calls' statements and enters
+ * pipeline mode. */
 static enum db_rc
-db_batch_once(struct db *db, struct db_call *calls, int n)
+db_pipeline_enter(struct db *db, const struct db_call *calls, int n)
 {
-	enum db_rc rc = DB_OK;
+	enum db_rc rc;
 	int i;
 
 	for (i = 0; i < n; i++)
@@ -352,11 +354,30 @@ db_batch_once(struct db *db, struct db_call *calls, int n)
 		snprintf(db->err, sizeof(db->err), "cannot enter pipeline mode");
 		return DB_ERROR;
 	}
+	return DB_OK;
+}
+
+/* Sends the calls and the closing sync; -1 when the pipeline broke. */
+static int
+db_pipeline_send(struct db *db, const struct db_call *calls, int n)
+{
+	int i;
+
 	for (i = 0; i < n; i++)
 		if (PQsendQueryPrepared(db->conn, calls[i].stmt->name, calls[i].stmt->nparams,
 		                        calls[i].params, NULL, NULL, 0) != 1)
-			goto broken;
-	if (PQpipelineSync(db->conn) != 1)
+			return -1;
+	return PQpipelineSync(db->conn) == 1 ? 0 : -1;
+}
+
+static enum db_rc
+db_batch_once(struct db *db, struct db_call *calls, int n)
+{
+	enum db_rc rc;
+
+	if ((rc = db_pipeline_enter(db, calls, n)) != DB_OK)
+		return rc;
+	if (db_pipeline_send(db, calls, n) != 0)
 		goto broken;
 	if (db_pipeline_collect(db, calls, n, &rc) != 0)
 		goto broken;
@@ -384,21 +405,10 @@ db_pipeline_tx(struct db *db, struct db_call *calls, int n)
 		snprintf(db->err, sizeof(db->err), "db_pipeline_tx inside a transaction");
 		goto unsent;
 	}
-	for (i = 0; i < n; i++)
-		if (!db_is_prepared(db, calls[i].stmt) && (rc = db_prepare(db, calls[i].stmt)) != DB_OK)
-			goto unsent;
-	if (PQenterPipelineMode(db->conn) != 1) {
-		snprintf(db->err, sizeof(db->err), "cannot enter pipeline mode");
-		rc = DB_ERROR;
+	if ((rc = db_pipeline_enter(db, calls, n)) != DB_OK)
 		goto unsent;
-	}
-	if (PQsendQueryParams(db->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) != 1)
-		goto broken;
-	for (i = 0; i < n; i++)
-		if (PQsendQueryPrepared(db->conn, calls[i].stmt->name, calls[i].stmt->nparams,
-		                        calls[i].params, NULL, NULL, 0) != 1)
-			goto broken;
-	if (PQpipelineSync(db->conn) != 1)
+	if (PQsendQueryParams(db->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) != 1 ||
+	    db_pipeline_send(db, calls, n) != 0)
 		goto broken;
 	/* BEGIN */
 	r = PQgetResult(db->conn);
@@ -427,6 +437,33 @@ unsent:
 		calls[i].rc = rc;
 	}
 	return rc;
+}
+
+enum db_rc
+db_ping(struct db *db)
+{
+	static const struct db_stmt st_ping = { "db_ping", "SELECT 1", 0, true };
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	if ((rc = db_exec(db, &st_ping, NULL, &res)) == DB_OK)
+		PQclear(res);
+	return rc;
+}
+
+enum db_rc
+db_exec_count(struct db *db, const struct db_stmt *stmt, const char *const *params,
+              long long *n)
+{
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	*n = 0;
+	if ((rc = db_exec(db, stmt, params, &res)) != DB_OK)
+		return rc;
+	*n = PQntuples(res);
+	PQclear(res);
+	return DB_OK;
 }
 
 enum db_rc

@@ -1,14 +1,15 @@
 /*
- * deadletter.c — write, close and purge dead letters; see deadletter.h.
- * (Listing and showing them is the operator's read in repair.c.)
+ * deadletter.c — write, list, show, close and purge dead letters; see
+ * deadletter.h. The one file with SQL text for dead_letters.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "deadletter.h"
 #include "outbox.h"
 
 /* The snapshot: the run and the effect as they are now, and every attempt. */
-const struct db_stmt deadletter_st_open = {
+static const struct db_stmt st_open = {
 	"deadletter_open",
 	"INSERT INTO dead_letters (effect_id, client_id, idempotency_key, component,"
 	"    error_class, reason, evidence, next_action, retention_until, owner)"
@@ -42,6 +43,36 @@ const struct db_stmt deadletter_st_open = {
 	" RETURNING id",
 	6, false,
 };
+
+void
+deadletter_open_call(struct deadletter_open_call *d, const struct deadletter_open *in,
+                     struct db_call *call)
+{
+	snprintf(d->maxa, sizeof(d->maxa), "%d", in->max_attempts);
+	snprintf(d->days, sizeof(d->days), "%d", in->retention_days);
+	d->params[0] = in->effect_id;
+	d->params[1] = in->error_class;
+	d->params[2] = in->reason;
+	d->params[3] = in->next_action;
+	d->params[4] = d->maxa;
+	d->params[5] = d->days;
+	call->stmt = &st_open;
+	call->params = d->params;
+}
+
+enum db_rc
+deadletter_open(struct db *db, const struct deadletter_open *in, bool *written)
+{
+	struct deadletter_open_call d;
+	struct db_call call = { 0 };
+	long long n = 0;
+	enum db_rc rc;
+
+	deadletter_open_call(&d, in, &call);
+	rc = db_exec_count(db, call.stmt, call.params, &n);
+	*written = rc == DB_OK && n == 1;
+	return rc;
+}
 
 /* $1 effect ids (uuid[]) $2 resolution $3 operator */
 static const struct db_stmt st_resolve = {
@@ -98,6 +129,106 @@ static const struct db_stmt st_purge = {
 	0, false,
 };
 
+static const struct db_stmt st_list = {
+	"deadletter_list",
+	"SELECT d.id, d.effect_id, c.name AS client, d.idempotency_key, e.effect_type,"
+	"       e.target, e.provider_key, d.error_class, d.reason, og_ts(d.created_at) AS created_at,"
+	"       floor(extract(epoch FROM now() - d.created_at))::bigint AS age_seconds,"
+	"       e.state AS effect_state, d.resolution, d.resolved_by,"
+	"       og_ts(d.resolved_at) AS resolved_at, d.replay_count,"
+	"       og_ts(d.retention_until) AS retention_until,"
+	"       " DEADLETTER_OPEN("d", "e") " AS open"
+	"  FROM dead_letters d"
+	"  JOIN effect_outbox e ON e.id = d.effect_id"
+	"  LEFT JOIN api_clients c ON c.id = d.client_id"
+	" WHERE ($1::timestamptz IS NULL OR d.created_at >= $1::timestamptz)"
+	"   AND ($2::bigint IS NULL OR d.created_at >= now() - make_interval(secs => $2::bigint))"
+	"   AND ($3::text IS NULL OR d.error_class = $3)"
+	"   AND ($4::text IS NULL OR e.target = $4)"
+	"   AND ($5::text IS NULL OR " DEADLETTER_OPEN("d", "e") " = ($5 = 'open'))"
+	" ORDER BY d.created_at, d.id"
+	" LIMIT $6::int",
+	6, true,
+};
+
+/* The whole record as one JSON document: the letter as written, and what
+ * happened since (the effect now, later attempts, operators' actions). */
+static const struct db_stmt st_show = {
+	"deadletter_show",
+	"SELECT jsonb_build_object("
+	"  'dead_letter_id', d.id, 'effect_id', d.effect_id,"
+	"  'state', CASE WHEN " DEADLETTER_OPEN("d", "e") " THEN 'open' ELSE 'resolved' END,"
+	"  'client', c.name, 'idempotency_key', d.idempotency_key,"
+	"  'created_at', og_ts(d.created_at),"
+	"  'age_seconds', floor(extract(epoch FROM now() - d.created_at))::bigint,"
+	"  'event_id', d.evidence->'event_id', 'correlation_id', d.evidence->'correlation_id',"
+	"  'workflow_version', d.evidence->'workflow_version',"
+	"  'contract', d.evidence->'contract', 'contract_hash', d.evidence->'contract_hash',"
+	"  'payload_hash', d.evidence->'payload_hash', 'payload_ref', d.evidence->'payload_ref',"
+	"  'payload_kept', e.payload IS NOT NULL,"
+	"  'component', d.component, 'error_class', d.error_class, 'reason', d.reason,"
+	"  'provider_key', e.provider_key,"
+	"  'ledger_state', d.evidence->'ledger_state',"
+	"  'owner', coalesce(d.owner, 'client:' || c.name),"
+	"  'next_action', CASE"
+	"     WHEN NOT " DEADLETTER_OPEN("d", "e") " THEN 'none: resolved'"
+	"     WHEN e.state = 'unknown' THEN 'find out whether the provider acted, then"
+	" oncegatectl reconcile EFFECT --delivered --provider-id ID or --not-delivered'"
+	"     WHEN " OUTBOX_KNOWN_UNDELIVERED("e") " THEN 'known not delivered:"
+	" oncegatectl resume EFFECT (same key) or oncegatectl reject EFFECT'"
+	"     ELSE d.next_action END,"
+	"  'next_action_when_written', d.next_action,"
+	"  'retention_until', og_ts(d.retention_until), 'replay_count', d.replay_count,"
+	"  'replayed_as', d.replayed_as,"
+	"  'resolution', d.resolution, 'resolved_at', og_ts(d.resolved_at),"
+	"  'resolved_by', d.resolved_by,"
+	"  'evidence', d.evidence,"
+	"  'effect', jsonb_build_object('state', e.state, 'type', e.effect_type,"
+	"      'target', e.target, 'provider_key', e.provider_key, 'provider_id', e.provider_id,"
+	"      'attempt', e.attempt, 'error_class', e.error_class, 'reason', e.reason,"
+	"      'known_undelivered', " OUTBOX_KNOWN_UNDELIVERED("e") ","
+	"      'updated_at', og_ts(e.updated_at), 'completed_at', og_ts(e.completed_at)),"
+	"  'run', jsonb_build_object('state', r.state, 'version', r.version,"
+	"      'error_class', r.error_class, 'reason', r.reason,"
+	"      'workflow_version', r.workflow_version, 'correlation_id', r.correlation_id),"
+	"  'attempts', (SELECT coalesce(jsonb_agg(jsonb_build_object("
+	"       'id', a.id, 'attempt', a.attempt, 'kind', a.kind,"
+	"       'started_at', og_ts(a.started_at), 'duration_ms', a.duration_ms,"
+	"       'dispatcher', a.dispatcher, 'classification', a.classification,"
+	"       'reason', a.reason, 'status', a.status, 'provider_id', a.provider_id,"
+	"       'evidence', a.evidence) ORDER BY a.id), '[]'::jsonb)"
+	"     FROM effect_attempts a WHERE a.effect_id = e.id),"
+	"  'operator_actions', (SELECT coalesce(jsonb_agg(jsonb_build_object("
+	"       'id', o.id, 'ts', og_ts(o.ts), 'operator', o.operator, 'action', o.action,"
+	"       'reason', o.reason, 'details', o.details) ORDER BY o.id), '[]'::jsonb)"
+	"     FROM operator_actions o WHERE o.effect_id = e.id),"
+	"  'envelope', jsonb_build_object('event_id', coalesce(r.event_id, r.correlation_id),"
+	"      'correlation_id', r.correlation_id, 'operation', e.effect_type,"
+	"      'idempotency_key', e.provider_key, 'payload_hash', e.payload_hash,"
+	"      'attempt', e.attempt,"
+	"      'max_attempts', coalesce($2::int, (d.evidence->>'max_attempts')::int),"
+	"      'classification', e.error_class,"
+	"      'next_attempt_at', CASE WHEN e.state IN ('pending', 'unknown')"
+	"          THEN og_ts(e.next_attempt_at) END,"
+	"      'workflow_version', r.workflow_version, 'status', e.state)"
+	")::text AS doc, e.target"
+	"  FROM dead_letters d"
+	"  JOIN effect_outbox e ON e.id = d.effect_id"
+	"  JOIN workflow_runs r ON r.client_id = e.client_id"
+	"   AND r.idempotency_key = e.idempotency_key"
+	"  LEFT JOIN api_clients c ON c.id = d.client_id"
+	" WHERE d.id = $1::uuid OR d.effect_id = $1::uuid",
+	2, true,
+};
+
+/* The target of a dead letter, to look up its max_attempts first. */
+static const struct db_stmt st_target = {
+	"deadletter_target",
+	"SELECT e.target FROM dead_letters d JOIN effect_outbox e ON e.id = d.effect_id"
+	" WHERE d.id = $1::uuid OR d.effect_id = $1::uuid",
+	1, true,
+};
+
 enum db_rc
 deadletter_resolve(struct db *db, const char *ids, const char *resolution,
                    const char *operator_name)
@@ -139,3 +270,95 @@ deadletter_purge(struct db *db, bool dry_run, long long *count)
 	PQclear(res);
 	return DB_OK;
 }
+
+enum og_rc
+deadletter_list(struct db *db, const struct deadletter_filter *f, json_t **out)
+{
+	char secs[24], limit[16];
+	const char *p[6] = {
+		f->since_ts, NULL, f->error_class, f->target, f->state, limit,
+	};
+	PGresult *res = NULL;
+	enum db_rc drc;
+	json_t *list;
+	int i;
+
+	*out = NULL;
+	if (f->since_seconds > 0) {
+		snprintf(secs, sizeof(secs), "%lld", f->since_seconds);
+		p[1] = secs;
+	}
+	snprintf(limit, sizeof(limit), "%d", f->limit > 0 ? f->limit : 200);
+	drc = db_exec(db, &st_list, p, &res);
+	if (drc != DB_OK) {
+		/* class 22: the --since timestamp is not one PostgreSQL reads */
+		if (drc == DB_ERROR && strncmp(db_sqlstate(db), "22", 2) == 0)
+			return OG_BAD_INPUT;
+		return og_rc_of(drc);
+	}
+	list = json_array();
+	for (i = 0; i < PQntuples(res); i++) {
+		static const char *const text_cols[] = {
+			"id", "effect_id", "client", "idempotency_key", "effect_type", "target",
+			"provider_key", "error_class", "reason", "created_at", "effect_state", "resolution",
+			"resolved_by", "resolved_at", "retention_until",
+		};
+		json_t *o = json_object();
+		size_t k;
+
+		for (k = 0; k < sizeof(text_cols) / sizeof(text_cols[0]); k++) {
+			const char *v = db_get(res, i, text_cols[k]);
+
+			json_object_set_new(o, strcmp(text_cols[k], "id") == 0 ? "dead_letter_id"
+			                                                       : text_cols[k],
+			                    v != NULL ? json_string(v) : json_null());
+		}
+		json_object_set_new(o, "age_seconds", json_integer(db_get_ll(res, i, "age_seconds")));
+		json_object_set_new(o, "replay_count",
+		                    json_integer(db_get_ll(res, i, "replay_count")));
+		json_object_set_new(o, "state", json_string(db_get(res, i, "open")[0] == 't'
+		                                                    ? "open" : "resolved"));
+		json_array_append_new(list, o);
+	}
+	PQclear(res);
+	*out = list;
+	return OG_OK;
+}
+
+enum og_rc
+deadletter_show(struct db *db, const struct config *cfg, const char *id, json_t **out)
+{
+	const char *p[2] = { id, NULL };
+	char maxa[16];
+	PGresult *res = NULL;
+	enum og_rc rc;
+	json_error_t jerr;
+
+	*out = NULL;
+	if ((rc = og_rc_of(db_exec(db, &st_target, p, &res))) != OG_OK)
+		return rc;
+	if (PQntuples(res) != 1) {
+		PQclear(res);
+		return OG_NOT_FOUND;
+	}
+	if (cfg != NULL) {
+		const struct config_target *t = config_target(cfg, db_get(res, 0, "target"));
+
+		if (t != NULL) {
+			snprintf(maxa, sizeof(maxa), "%d", t->max_attempts);
+			p[1] = maxa;
+		}
+	}
+	PQclear(res);
+	res = NULL;
+	if ((rc = og_rc_of(db_exec(db, &st_show, p, &res))) != OG_OK)
+		return rc;
+	if (PQntuples(res) != 1) {
+		PQclear(res);
+		return OG_NOT_FOUND;
+	}
+	*out = json_loads(db_get(res, 0, "doc"), 0, &jerr);
+	PQclear(res);
+	return *out != NULL ? OG_OK : OG_ERROR;
+}
+

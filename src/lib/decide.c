@@ -37,27 +37,27 @@ json_hash(const json_t *v, char hash[CANON_HASH_LEN], char **text)
 
 /* The challenge of the contract's approver i, with its link appended to
  * d->approvals. */
-static enum decide_rc
+static enum og_rc
 output_challenge(struct db *db, struct decide_output *d, const json_t *decisions, size_t i)
 {
 	const struct ledger_output *lo = d->output;
 	const struct contract *k = d->contract;
 	char token[TOKEN_TEXT_LEN + 1], id[GATE_ID_LEN], expires[GATE_TS_LEN];
 	unsigned char hash[32];
-	enum decide_rc rc = DECIDE_OK;
+	enum og_rc rc = OG_OK;
 	struct buf url;
-	enum gate_rc grc;
+	enum og_rc grc;
 
 	if (token_new(token, hash) != 0) {
 		d->detail = "the CSPRNG failed";
-		return DECIDE_ERROR;
+		return OG_ERROR;
 	}
 	grc = gate_create(db, lo->client_id, lo->key, contract_approver(k, i), decisions,
 	                  lo->requested_by, contract_separation_of_duties(k),
 	                  contract_expires_seconds(k), hash, lo->effect, lo->callback_url, id,
 	                  expires);
-	if (grc != GATE_OK) {
-		rc = grc == GATE_UNAVAILABLE ? DECIDE_UNAVAILABLE : DECIDE_ERROR;
+	if (grc != OG_OK) {
+		rc = grc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 		goto out;
 	}
 	/* The raw token leaves here once, in the link for the caller's answer,
@@ -65,7 +65,7 @@ output_challenge(struct db *db, struct decide_output *d, const json_t *decisions
 	buf_init(&url, 4096);
 	if (buf_printf(&url, "%s/approve/%s", d->public_url, token) != 0) {
 		d->detail = "approval URL too long";
-		rc = DECIDE_ERROR;
+		rc = OG_ERROR;
 	} else {
 		json_array_append_new(d->approvals,
 		                      json_pack("{s:s, s:s, s:s, s:s}", "approval_id", id, "approver",
@@ -80,11 +80,11 @@ out:
 }
 
 /* The effect into the outbox, after the contract's cancellation window. */
-static enum decide_rc
+static enum og_rc
 output_enqueue(struct db *db, struct decide_output *d, const char *payload, const char *hash)
 {
 	struct outbox_effect e = { 0 };
-	enum outbox_rc orc;
+	enum og_rc orc;
 
 	e.client_id = d->output->client_id;
 	e.key = d->output->key;
@@ -94,9 +94,9 @@ output_enqueue(struct db *db, struct decide_output *d, const char *payload, cons
 	e.payload_hash = hash;
 	e.delay_seconds = d->delay_seconds = contract_window_seconds(d->contract);
 	orc = outbox_enqueue(db, &e, d->effect_id, d->not_before);
-	return orc == OUTBOX_OK            ? DECIDE_OK
-	       : orc == OUTBOX_UNAVAILABLE ? DECIDE_UNAVAILABLE
-	                                   : DECIDE_ERROR;
+	return orc == OG_OK            ? OG_OK
+	       : orc == OG_UNAVAILABLE ? OG_UNAVAILABLE
+	                                   : OG_ERROR;
 }
 
 void
@@ -106,14 +106,14 @@ decide_output_clear(struct decide_output *d)
 	d->approvals = NULL;
 }
 
-enum decide_rc
+enum og_rc
 decide_output(struct db *db, struct decide_output *d, struct ledger_run *run)
 {
 	char hash[CANON_HASH_LEN];
 	char *payload = NULL;
 	json_t *decisions = NULL;
-	enum decide_rc rc;
-	enum ledger_rc lrc;
+	enum og_rc rc;
+	enum og_rc lrc;
 	size_t i;
 
 	d->approvals = NULL;
@@ -122,34 +122,34 @@ decide_output(struct db *db, struct decide_output *d, struct ledger_run *run)
 	d->detail = NULL;
 	if (json_hash(d->payload, hash, &payload) != 0) {
 		d->detail = "effect could not be serialised";
-		return DECIDE_ERROR;
+		return OG_ERROR;
 	}
 	if (db_begin(db) != DB_OK) {
-		rc = DECIDE_UNAVAILABLE;
+		rc = OG_UNAVAILABLE;
 		goto out;
 	}
 	lrc = ledger_output_accept(db, d->output, d->human ? RUN_AWAITING_HUMAN : RUN_APPROVED,
 	                           run);
-	if (lrc != LEDGER_OK) {
-		rc = lrc == LEDGER_LEASE_LOST    ? DECIDE_LEASE_LOST
-		     : lrc == LEDGER_UNAVAILABLE ? DECIDE_UNAVAILABLE
-		     : lrc == LEDGER_NOT_FOUND   ? DECIDE_NOT_FOUND
-		                                 : DECIDE_ERROR;
+	if (lrc != OG_OK) {
+		rc = lrc == OG_LEASE_LOST    ? OG_LEASE_LOST
+		     : lrc == OG_UNAVAILABLE ? OG_UNAVAILABLE
+		     : lrc == OG_NOT_FOUND   ? OG_NOT_FOUND
+		                                 : OG_ERROR;
 		goto rollback;
 	}
 	if (d->human) {
 		d->approvals = json_array();
 		decisions = contract_allowed_decisions(d->contract);
-		rc = DECIDE_OK;
-		for (i = 0; i < contract_approver_count(d->contract) && rc == DECIDE_OK; i++)
+		rc = OG_OK;
+		for (i = 0; i < contract_approver_count(d->contract) && rc == OG_OK; i++)
 			rc = output_challenge(db, d, decisions, i);
 	} else {
 		rc = output_enqueue(db, d, payload, hash);
 	}
-	if (rc != DECIDE_OK)
+	if (rc != OG_OK)
 		goto rollback;
 	if (db_commit(db) != DB_OK)
-		rc = DECIDE_UNAVAILABLE;
+		rc = OG_UNAVAILABLE;
 	goto out;
 rollback:
 	db_rollback(db);
@@ -161,7 +161,7 @@ out:
 
 /* ---- a person's decision ----------------------------------------------- */
 
-enum decide_rc
+enum og_rc
 decide_approval(struct db *db, struct decide_approval *d, struct ledger_run *run)
 {
 	const struct gate_approval *a = d->approval;
@@ -174,9 +174,9 @@ decide_approval(struct db *db, struct decide_approval *d, struct ledger_run *run
 	struct db_call calls[4];
 	char *payload = NULL, *cb_payload = NULL;
 	int ncalls = 0, eff_call = -1, cb_call = -1, k;
-	enum decide_rc rc = DECIDE_ERROR;
-	enum ledger_rc lrc;
-	enum gate_rc grc;
+	enum og_rc rc = OG_ERROR;
+	enum og_rc lrc;
+	enum og_rc grc;
 
 	memset(calls, 0, sizeof(calls));
 	d->effect_id[0] = d->callback_id[0] = '\0';
@@ -196,22 +196,10 @@ decide_approval(struct db *db, struct decide_approval *d, struct ledger_run *run
 	}
 	if (d->callback_url != NULL) {
 		/* The workflow's Wait node learns the outcome. */
-		json_t *cb = json_pack("{s:s, s:s, s:s, s:s, s:s}", "url", d->callback_url, "key",
-		                       a->key, "decision", approve ? "approved" : "rejected",
-		                       "decided_by", d->subject, "approval_id", a->id);
-
-		if (cb == NULL || json_hash(cb, chash, &cb_payload) != 0) {
-			json_decref(cb);
+		if (outbox_callback_effect(&cbe, a->client_id, a->key, d->callback_url,
+		                           approve ? "approved" : "rejected", d->subject, a->id, chash,
+		                           &cb_payload) != 0)
 			goto out;
-		}
-		json_decref(cb);
-		cbe.client_id = a->client_id;
-		cbe.key = a->key;
-		cbe.type = "decision.callback";
-		cbe.target = "callback";
-		cbe.payload = cb_payload;
-		cbe.payload_hash = chash;
-		cbe.approval_id = a->id;
 	}
 
 	/* ONE transaction, its statements sent in one round trip:
@@ -236,24 +224,24 @@ decide_approval(struct db *db, struct decide_approval *d, struct ledger_run *run
 	}
 	db_pipeline_tx(db, calls, ncalls); /* each call carries its own rc */
 	grc = gate_consume_result(&calls[0]);
-	if (grc != GATE_OK) {
-		rc = grc == GATE_UNAVAILABLE ? DECIDE_UNAVAILABLE : DECIDE_USED;
+	if (grc != OG_OK) {
+		rc = grc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_USED;
 		goto rollback;
 	}
 	lrc = ledger_decide_result(&calls[1], run);
-	if (lrc != LEDGER_OK) {
-		rc = lrc == LEDGER_UNAVAILABLE ? DECIDE_UNAVAILABLE : DECIDE_NOT_AWAITING;
+	if (lrc != OG_OK) {
+		rc = lrc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_NOT_AWAITING;
 		goto rollback;
 	}
 	if ((eff_call >= 0 &&
-	     outbox_enqueue_result(&calls[eff_call], d->effect_id, not_before) != OUTBOX_OK) ||
+	     outbox_enqueue_result(&calls[eff_call], d->effect_id, not_before) != OG_OK) ||
 	    (cb_call >= 0 &&
-	     outbox_enqueue_result(&calls[cb_call], d->callback_id, not_before) != OUTBOX_OK)) {
-		rc = DECIDE_ERROR;
+	     outbox_enqueue_result(&calls[cb_call], d->callback_id, not_before) != OG_OK)) {
+		rc = OG_ERROR;
 		goto rollback;
 	}
 	/* the partial unique index: another approver decided first */
-	rc = db_commit(db) == DB_OK ? DECIDE_OK : DECIDE_CONFLICT;
+	rc = db_commit(db) == DB_OK ? OG_OK : OG_CONFLICT;
 	goto out;
 rollback:
 	db_rollback(db);

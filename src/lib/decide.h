@@ -24,19 +24,9 @@
 #include "gate.h"
 #include "ledger.h"
 #include "outbox.h"
+#include "rc.h"
 
 struct contract;
-
-enum decide_rc {
-	DECIDE_OK = 0,
-	DECIDE_LEASE_LOST,    /* output: the caller no longer owns the run */
-	DECIDE_NOT_FOUND,     /* output: no such run for this client */
-	DECIDE_USED,          /* approval: decided, expired or revoked meanwhile */
-	DECIDE_NOT_AWAITING,  /* approval: the run no longer awaits a decision */
-	DECIDE_CONFLICT,      /* approval: another approver decided first */
-	DECIDE_UNAVAILABLE,   /* the database cannot be reached */
-	DECIDE_ERROR,         /* anything else; detail says what when not the database */
-};
 
 struct decide_output {
 	/* in */
@@ -53,7 +43,7 @@ struct decide_output {
 	char effect_id[OUTBOX_ID_LEN];       /* not human: the queued effect */
 	char not_before[OUTBOX_TS_LEN];
 	int delay_seconds;                   /* not human: the cancellation window */
-	const char *detail;                  /* DECIDE_ERROR: what failed, or NULL for
+	const char *detail;                  /* OG_ERROR: what failed, or NULL for
 	                                        the database (db_error) */
 };
 
@@ -61,7 +51,7 @@ struct decide_output {
  * approved, creating the challenges or queueing the effect, all in one
  * transaction; run receives the moved run. Free d->approvals with
  * decide_output_clear. */
-enum decide_rc decide_output(struct db *db, struct decide_output *d, struct ledger_run *run)
+enum og_rc decide_output(struct db *db, struct decide_output *d, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 void decide_output_clear(struct decide_output *d);
 
@@ -81,7 +71,7 @@ struct decide_approval {
 
 /* Takes the decision in one transaction sent in one round trip; run
  * receives the moved run (with what was decided). */
-enum decide_rc decide_approval(struct db *db, struct decide_approval *d, struct ledger_run *run)
+enum og_rc decide_approval(struct db *db, struct decide_approval *d, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 
 #endif

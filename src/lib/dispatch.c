@@ -27,6 +27,7 @@
 #include "dispatch.h"
 #include "dispatch_int.h"
 #include "log.h"
+#include "outbox.h"
 #include "provider.h"
 
 /* A worker claims what it expects to start within this long (see
@@ -36,104 +37,6 @@
 /* --- statements ------------------------------------------------------------ */
 
 /* --- statements ------------------------------------------------------------ */
-
-/* Due effects, oldest first, leased to this process. The partial index on
- * next_attempt_at (state = 'pending') is the only access path; effects of
- * a window are due at not_before (enqueue sets both). */
-static const struct db_stmt st_claim = {
-	"dispatch_claim",
-	/* = ANY(ARRAY(…)): the chosen ids become one value, so the UPDATE finds
-	 * them through the primary key whatever the generic plan guesses for
-	 * LIMIT $2 (a join here was planned as a hash over the whole table). */
-	"UPDATE effect_outbox e"
-	"   SET state = 'sending', lease_owner = $1::uuid,"
-	"       lease_expires_at = now() + make_interval(secs => $3::int),"
-	"       attempt = e.attempt + 1, first_attempt_at = coalesce(e.first_attempt_at, now()),"
-	"       held_at = NULL, updated_at = now()"
-	" WHERE e.id = ANY(ARRAY("
-	"   SELECT id FROM effect_outbox"
-	"    WHERE state = 'pending' AND next_attempt_at <= now() AND not_before <= now()"
-	"    ORDER BY next_attempt_at"
-	"    LIMIT $2::int"
-	"    FOR UPDATE SKIP LOCKED))"
-	" RETURNING e.id, e.client_id, e.idempotency_key, e.effect_type, e.target,"
-	"       (SELECT c.name FROM api_clients c WHERE c.id = e.client_id) AS client_name,"
-	"       e.payload::text AS payload, e.payload_hash, e.provider_key, e.attempt,"
-	"       (extract(epoch FROM now() - e.first_attempt_at) * 1000)::bigint AS elapsed_ms,"
-	/* what the payload is checked against again right before the send:
-	 * the run's output and, for the effect the run proposed, its contract */
-	"       (SELECT r.output::text FROM workflow_runs r"
-	"         WHERE r.client_id = e.client_id AND r.idempotency_key = e.idempotency_key)"
-	"         AS run_output,"
-	"       (SELECT r.contract FROM workflow_runs r"
-	"         WHERE r.client_id = e.client_id AND r.idempotency_key = e.idempotency_key"
-	"           AND r.effect->>'type' = e.effect_type AND r.effect->>'target' = e.target)"
-	"         AS run_contract",
-	3, false,
-};
-
-/* Not sent after all (kill switch, shutdown): pending again, the attempt
- * given back. */
-static const struct db_stmt st_release = {
-	"dispatch_release",
-	"UPDATE effect_outbox"
-	"   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,"
-	"       attempt = attempt - 1,"
-	"       first_attempt_at = CASE WHEN attempt = 1 THEN NULL ELSE first_attempt_at END,"
-	"       next_attempt_at = now() + make_interval(secs => $3::int), updated_at = now()"
-	" WHERE id = $1::uuid AND state = 'sending' AND lease_owner = $2::uuid"
-	" RETURNING attempt",
-	3, false,
-};
-
-/* The rest of a claimed batch keeps its lease while the worker sends the
- * effects before it: one statement for all of them, only when short. */
-static const struct db_stmt st_renew_batch = {
-	"dispatch_renew_batch",
-	"UPDATE effect_outbox SET lease_expires_at = now() + make_interval(secs => $3::int)"
-	" WHERE id = ANY($1::uuid[]) AND state = 'sending' AND lease_owner = $2::uuid",
-	3, false,
-};
-
-/* Shutdown past its deadline: what this process holds and is not sending. */
-static const struct db_stmt st_release_unsent = {
-	"dispatch_release_unsent",
-	"UPDATE effect_outbox"
-	"   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,"
-	"       attempt = attempt - 1,"
-	"       first_attempt_at = CASE WHEN attempt = 1 THEN NULL ELSE first_attempt_at END,"
-	"       next_attempt_at = now(), updated_at = now()"
-	" WHERE lease_owner = $1::uuid AND state = 'sending' AND NOT (id = ANY($2::uuid[]))"
-	" RETURNING id",
-	2, false,
-};
-
-/* unknown effects of targets that can be asked, leased for one interval by
- * pushing next_attempt_at forward. */
-static const struct db_stmt st_claim_reconcile = {
-	"dispatch_claim_reconcile",
-	"UPDATE effect_outbox e"
-	"   SET next_attempt_at = now() + make_interval(secs => $2::int),"
-	"       reconcile_attempts = e.reconcile_attempts + 1, updated_at = now()"
-	" WHERE e.id = ANY(ARRAY("
-	"   SELECT id FROM effect_outbox"
-	"    WHERE state = 'unknown' AND next_attempt_at <= now() AND target = ANY($1::text[])"
-	"    ORDER BY next_attempt_at LIMIT $3::int"
-	"    FOR UPDATE SKIP LOCKED))"
-	" RETURNING e.id, e.client_id, e.idempotency_key, e.effect_type, e.target,"
-	"       (SELECT c.name FROM api_clients c WHERE c.id = e.client_id) AS client_name,"
-	"       e.provider_key, e.attempt, e.reconcile_attempts,"
-	"       (extract(epoch FROM now() - e.first_attempt_at) * 1000)::bigint AS elapsed_ms,"
-	/* only the answers since the last send count: a resumed effect that
-	 * is unknown again must be found missing twice again */
-	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
-	"           AND a.kind = 'lookup' AND a.classification = 'not_found'"
-	"           AND a.id > coalesce((SELECT max(b.id) FROM effect_attempts b"
-	"                 WHERE b.effect_id = e.id AND b.kind = 'send'), 0)) AS not_found,"
-	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
-	"           AND a.kind = 'lookup' AND a.classification = 'error') AS errors",
-	3, false,
-};
 
 const char *
 dispatch_listen_sql(void)
@@ -344,60 +247,8 @@ dispatch_sending_allowed(struct dispatch_shared *s)
 
 /* --- one effect ------------------------------------------------------------- */
 
-static char *
-dup_field(const PGresult *res, int row, const char *col)
-{
-	const char *v = db_get(res, row, col);
-
-	return v != NULL ? strdup(v) : NULL;
-}
-
-static void
-job_clear(struct dispatch_job *j)
-{
-	free(j->key);
-	free(j->type);
-	free(j->target);
-	free(j->payload);
-	free(j->payload_hash);
-	free(j->provider_key);
-	free(j->run_output);
-	free(j->run_contract);
-	memset(j, 0, sizeof(*j));
-}
-
-static void
-job_read(struct dispatch_job *j, const PGresult *res, int row)
-{
-	memset(j, 0, sizeof(*j));
-	snprintf(j->id, sizeof(j->id), "%s", db_get(res, row, "id"));
-	j->client_id = db_get_ll(res, row, "client_id");
-	if (db_get(res, row, "client_name") != NULL)
-		snprintf(j->client, sizeof(j->client), "%s", db_get(res, row, "client_name"));
-	else
-		snprintf(j->client, sizeof(j->client), "%lld", j->client_id);
-	j->key = dup_field(res, row, "idempotency_key");
-	j->type = dup_field(res, row, "effect_type");
-	j->target = dup_field(res, row, "target");
-	j->provider_key = dup_field(res, row, "provider_key");
-	j->attempt = (int)db_get_ll(res, row, "attempt");
-	if (PQfnumber(res, "payload") >= 0) {
-		j->payload = dup_field(res, row, "payload");
-		j->payload_hash = dup_field(res, row, "payload_hash");
-		j->run_output = dup_field(res, row, "run_output");
-		j->run_contract = dup_field(res, row, "run_contract");
-		j->elapsed_ms = db_get_ll(res, row, "elapsed_ms");
-	}
-	if (PQfnumber(res, "reconcile_attempts") >= 0) {
-		j->elapsed_ms = db_get_ll(res, row, "elapsed_ms");
-		j->reconcile_attempts = (int)db_get_ll(res, row, "reconcile_attempts");
-		j->not_found = db_get_ll(res, row, "not_found");
-		j->errors = db_get_ll(res, row, "errors");
-	}
-}
-
 void
-dispatch_log_effect(enum log_level level, const char *event, const struct dispatch_job *j,
+dispatch_log_effect(enum log_level level, const char *event, const struct outbox_job *j,
                     const char *from, const char *to, const char *provider_id,
                     const char *error_class, const char *reason, long long duration_ms,
                     const char *hint)
@@ -425,24 +276,24 @@ dispatch_log_effect(enum log_level level, const char *event, const struct dispat
 long long
 dispatch_hold(struct db *db, const char *effect_id)
 {
-	return control_hold(db, effect_id, effect_id != NULL ? 1 : 10 * DISPATCH_TICK_BATCH);
+	long long n = 0;
+
+	if (db_begin(db) != DB_OK)
+		return -1;
+	if (outbox_hold(db, effect_id, effect_id != NULL ? 1 : 10 * DISPATCH_TICK_BATCH, &n) !=
+	        DB_OK ||
+	    (n > 0 && control_add_blocked(db, n) != DB_OK) || db_commit(db) != DB_OK) {
+		db_rollback(db);
+		return -1;
+	}
+	return n;
 }
 
 bool
-dispatch_release(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j,
+dispatch_release(struct dispatch_shared *s, struct db *db, const struct outbox_job *j,
                           int delay_s)
 {
-	char d[16];
-	const char *p[3] = { j->id, s->owner, d };
-	PGresult *res = NULL;
-	bool ok;
-
-	snprintf(d, sizeof(d), "%d", delay_s);
-	if (db_exec(db, &st_release, p, &res) != DB_OK)
-		return false;
-	ok = PQntuples(res) == 1;
-	PQclear(res);
-	return ok;
+	return outbox_release(db, j->id, s->owner, delay_s) == OG_OK;
 }
 
 /* What one send of target t needs of its lease (no rate-limit wait: it is
@@ -468,84 +319,35 @@ dispatch_next_action(const char *dl_class)
 
 /* --- the worker --------------------------------------------------------------- */
 
-/* A PostgreSQL array literal of words that need no quoting (target names
- * are [a-z0-9_], effect ids are uuids), built word by word; empty words
- * are left out. */
-#define WORDS_MAX ((size_t)1 << 24)
-
-struct words {
-	struct buf b;
-	bool failed;
-};
-
-static void
-words_init(struct words *w)
-{
-	buf_init(&w->b, WORDS_MAX);
-	w->failed = buf_puts(&w->b, "{") != 0;
-}
-
-static void
-words_add(struct words *w, const char *word)
-{
-	if (!w->failed && word[0] != '\0' &&
-	    buf_printf(&w->b, "%s%s", w->b.len > 1 ? "," : "", word) != 0)
-		w->failed = true;
-}
-
-/* The literal, or NULL when memory ran out. */
-static char *
-words_end(struct words *w)
-{
-	if (w->failed || buf_puts(&w->b, "}") != 0) {
-		buf_free(&w->b);
-		return NULL;
-	}
-	return buf_steal(&w->b);
-}
-
-/* The targets with a lookup URL, as a text[] literal. */
-static char *
-lookup_targets(const struct config *cfg)
-{
-	struct words w;
-	int i;
-
-	words_init(&w);
-	for (i = 0; i < cfg->ntargets; i++)
-		if (cfg->targets[i].lookup_url[0] != '\0')
-			words_add(&w, cfg->targets[i].name);
-	return words_end(&w);
-}
-
 static int
 claim_reconcile(struct dispatch_shared *s, struct db *db, struct provider_conn *pc)
 {
 	struct dispatch_config *dc = dispatch_config_get(s);
-	char *targets = lookup_targets(&dc->cfg);
-	char interval[16], limit[16];
-	const char *p[3] = { targets, interval, limit };
-	PGresult *res = NULL;
+	const char **targets = calloc((size_t)dc->cfg.ntargets + 1, sizeof(*targets));
+	struct outbox_batch b = { 0 };
+	enum og_rc rc = OG_ERROR;
 	int n = 0, i;
 
-	snprintf(interval, sizeof(interval), "%d", dc->cfg.reconcile_interval_seconds);
-	snprintf(limit, sizeof(limit), "%d", dc->cfg.dispatch_batch);
+	/* the targets with a lookup URL */
+	for (i = 0; targets != NULL && i < dc->cfg.ntargets; i++)
+		if (dc->cfg.targets[i].lookup_url[0] != '\0')
+			targets[n++] = dc->cfg.targets[i].name;
+	if (targets != NULL && n > 0)
+		rc = outbox_claim_reconcile(db, targets, n, dc->cfg.reconcile_interval_seconds,
+		                            dc->cfg.dispatch_batch, &b);
 	dispatch_config_put(s, dc);
-	if (targets == NULL || strcmp(targets, "{}") == 0 ||
-	    db_exec(db, &st_claim_reconcile, p, &res) != DB_OK) {
-		free(targets);
-		return 0;
-	}
 	free(targets);
-	n = PQntuples(res);
-	for (i = 0; i < n; i++) {
-		struct dispatch_job j;
+	if (rc != OG_OK)
+		return 0;
+	for (i = 0; i < b.n; i++) {
+		struct outbox_job j;
 
-		job_read(&j, res, i);
+		outbox_batch_job(&b, i, &j);
 		dispatch_effect_reconcile(s, db, pc, &j);
-		job_clear(&j);
+		outbox_job_clear(&j);
 	}
-	PQclear(res);
+	n = b.n;
+	outbox_batch_clear(&b);
 	return n;
 }
 
@@ -576,65 +378,41 @@ lease_need_s(const struct config *cfg, const char *target)
 /* Renews the lease of rows [from, n) of a claimed batch when it has less
  * than the next effect needs; *until is the local estimate of its end. */
 static void
-keep_batch_leased(struct dispatch_shared *s, struct db *db, const PGresult *res, int from,
-                  long long *until)
+keep_batch_leased(struct dispatch_shared *s, struct db *db, const struct outbox_batch *b,
+                  int from, const char *target, long long *until)
 {
 	struct dispatch_config *dc = dispatch_config_get(s);
-	int need = lease_need_s(&dc->cfg, db_get(res, from, "target"));
+	int need = lease_need_s(&dc->cfg, target);
 	int secs = dc->cfg.dispatch_lease_seconds > 2 * need ? dc->cfg.dispatch_lease_seconds
 	                                                     : 2 * need;
 	long long t0 = dispatch_mono_ns();
-	char lease[16], *ids;
-	const char *p[3];
-	PGresult *r = NULL;
-	struct words w;
-	int i;
 
 	dispatch_config_put(s, dc);
 	if (*until - t0 >= (long long)need * 1000000000LL)
 		return;
-	words_init(&w);
-	for (i = from; i < PQntuples(res); i++)
-		words_add(&w, db_get(res, i, "id"));
-	if ((ids = words_end(&w)) == NULL)
-		return;
-	snprintf(lease, sizeof(lease), "%d", secs);
-	p[0] = ids;
-	p[1] = s->owner;
-	p[2] = lease;
-	if (db_exec(db, &st_renew_batch, p, &r) == DB_OK) {
+	if (outbox_renew_batch(db, b, from, s->owner, secs) == OG_OK)
 		*until = t0 + (long long)secs * 1000000000LL;
-		PQclear(r);
-	}
-	free(ids);
 }
 
 int
 dispatch_release_unsent(struct dispatch_shared *s, struct db *db)
 {
-	char *busy;
-	const char *p[2];
-	PGresult *res = NULL;
-	struct words w;
-	int i, n;
+	char(*copy)[40] = calloc((size_t)s->nslots + 1, sizeof(*copy));
+	const char **busy = calloc((size_t)s->nslots + 1, sizeof(*busy));
+	int i, n = -1;
 
-	words_init(&w);
-	pthread_mutex_lock(&s->inflight_mu);
-	for (i = 0; i < s->nslots; i++)
-		words_add(&w, s->inflight[i]);
-	pthread_mutex_unlock(&s->inflight_mu);
-	busy = words_end(&w);
-	if (busy == NULL)
-		return -1;
-	p[0] = s->owner;
-	p[1] = busy;
-	if (db_exec(db, &st_release_unsent, p, &res) != DB_OK) {
-		free(busy);
-		return -1;
+	if (copy != NULL && busy != NULL) {
+		pthread_mutex_lock(&s->inflight_mu);
+		for (i = 0; i < s->nslots; i++) {
+			memcpy(copy[i], s->inflight[i], sizeof(copy[i]));
+			busy[i] = copy[i];
+		}
+		pthread_mutex_unlock(&s->inflight_mu);
+		if (outbox_release_unsent(db, s->owner, busy, s->nslots, &n) != OG_OK)
+			n = -1;
 	}
-	n = PQntuples(res);
-	PQclear(res);
 	free(busy);
+	free(copy);
 	return n;
 }
 
@@ -661,43 +439,40 @@ dispatch_worker(void *arg)
 	}
 	while (!atomic_load(&s->stopping)) {
 		unsigned long seen = wake_seq(s);
-		char owner_lease[16], batch[16];
-		const char *p[3] = { s->owner, batch, owner_lease };
-		PGresult *res = NULL;
+		struct outbox_batch b = { 0 };
 		int n = 0, i, poll_ms, lease_s;
 		long long until;
 
 		dc = dispatch_config_get(s);
 		if (ahead > dc->cfg.dispatch_batch)
 			ahead = dc->cfg.dispatch_batch;
-		snprintf(batch, sizeof(batch), "%d", ahead);
 		lease_s = dc->cfg.dispatch_lease_seconds;
-		snprintf(owner_lease, sizeof(owner_lease), "%d", lease_s);
 		poll_ms = dc->cfg.dispatch_poll_ms;
 		dispatch_config_put(s, dc);
 
 		/* the local estimate of the batch's lease starts before the claim */
 		until = dispatch_mono_ns() + (long long)lease_s * 1000000000LL;
-		if (dispatch_sending_allowed(s) && db_exec(db, &st_claim, p, &res) == DB_OK) {
+		if (dispatch_sending_allowed(s) &&
+		    outbox_claim(db, s->owner, ahead, lease_s, &b) == OG_OK) {
 			long long t0 = dispatch_mono_ns(), per;
 
-			n = PQntuples(res);
+			n = b.n;
 			for (i = 0; i < n; i++) {
-				struct dispatch_job j;
+				struct outbox_job j;
 
-				job_read(&j, res, i);
+				outbox_batch_job(&b, i, &j);
 				if (atomic_load(&s->stopping)) {
 					/* shutdown: the rest of the batch goes back */
 					(void)dispatch_release(s, db, &j, 0);
 				} else {
-					keep_batch_leased(s, db, res, i, &until);
+					keep_batch_leased(s, db, &b, i, j.target, &until);
 					set_inflight(s, slot, j.id);
 					dispatch_effect_send(s, db, pc, &j);
 					set_inflight(s, slot, "");
 				}
-				job_clear(&j);
+				outbox_job_clear(&j);
 			}
-			PQclear(res);
+			outbox_batch_clear(&b);
 			if (n > 0) {
 				per = (dispatch_mono_ns() - t0) / n;
 				ahead = per <= 0 ? 1 << 20

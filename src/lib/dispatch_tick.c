@@ -12,66 +12,20 @@
 
 #include <jansson.h>
 
-#include "canon.h"
 #include "control.h"
 #include "deadletter.h"
 #include "dispatch.h"
 #include "dispatch_int.h"
 #include "dispatch_tick.h"
+#include "gate.h"
+#include "ledger.h"
 #include "log.h"
 #include "metrics.h"
 #include "outbox.h"
 
-
-/* Runs whose every pending challenge has expired, a few at a time. */
-static const struct db_stmt st_expired_runs = {
-	"dispatch_expired_runs",
-	"SELECT x.client_id, x.idempotency_key,"
-	"       (SELECT c.name FROM api_clients c WHERE c.id = x.client_id) AS client_name"
-	"  FROM (SELECT DISTINCT a.client_id, a.idempotency_key FROM approvals a"
-	"         WHERE a.state = 'pending' AND a.expires_at <= now()"
-	"         LIMIT $1::int) AS x",
-	1, true,
-};
-
-static const struct db_stmt st_expire_approvals = {
-	"dispatch_expire_approvals",
-	"UPDATE approvals SET state = 'expired'"
-	" WHERE client_id = $1::bigint AND idempotency_key = $2 AND state = 'pending'"
-	"   AND expires_at <= now()"
-	" RETURNING id",
-	2, false,
-};
-
-static const struct db_stmt st_expire_run = {
-	"dispatch_expire_run",
-	"WITH moved AS ("
-	"  UPDATE workflow_runs r"
-	"     SET state = 'failed_terminal', error_class = 'approval_expired',"
-	"         reason = 'the approval expired before anyone decided',"
-	"         decision = 'expired', decided_at = now(), version = version + 1,"
-	"         updated_at = now()"
-	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2"
-	"     AND r.state = 'awaiting_human'"
-	"     AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.client_id = r.client_id"
-	"          AND a.idempotency_key = r.idempotency_key AND a.state IN ('pending', 'decided'))"
-	"  RETURNING client_id, idempotency_key, version, attempt, callback_url,"
-	"            correlation_id, workflow_version"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.approval_expired', 'awaiting_human',"
-	"         'failed_terminal', version, attempt, 'dispatcher', 'approval_expired'"
-	"    FROM moved"
-	")"
-	"SELECT version, callback_url, correlation_id, workflow_version FROM moved",
-	2, false,
-};
-
 static void
 expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg)
 {
-	char maxa[16], days[16];
 	PGresult *res = NULL;
 	bool *lettered = NULL;
 	int i, n;
@@ -79,7 +33,6 @@ expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg
 	/* The effect turns unknown and, where no lookup URL can settle it, gets
 	 * its dead letter in the same transaction: a dispatcher that dies in
 	 * between never leaves an unknown effect nobody is told about. */
-	snprintf(days, sizeof(days), "%d", cfg->retention_days);
 	if (db_begin(db) != DB_OK)
 		return;
 	if (outbox_expire_leases(db, DISPATCH_TICK_BATCH, s->name, &res) != DB_OK)
@@ -96,22 +49,23 @@ expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg
 		goto fail;
 	for (i = 0; i < n; i++) {
 		const struct config_target *t = config_target(cfg, db_get(res, i, "target"));
-		const char *dp[6] = { db_get(res, i, "id"), "unknown", "lease_expired_while_sending",
-			              dispatch_next_action("unknown"), maxa, days };
-		PGresult *r2 = NULL;
+		const struct deadletter_open dl = {
+			.effect_id = db_get(res, i, "id"), .error_class = "unknown",
+			.reason = "lease_expired_while_sending",
+			.next_action = dispatch_next_action("unknown"),
+			.max_attempts = t != NULL ? t->max_attempts : 0,
+			.retention_days = cfg->retention_days,
+		};
 
 		if (t != NULL && t->lookup_url[0] != '\0')
 			continue;
-		snprintf(maxa, sizeof(maxa), "%d", t != NULL ? t->max_attempts : 0);
-		if (db_exec(db, &deadletter_st_open, dp, &r2) != DB_OK)
+		if (deadletter_open(db, &dl, &lettered[i]) != DB_OK)
 			goto fail;
-		lettered[i] = PQntuples(r2) == 1;
-		PQclear(r2);
 	}
 	if (db_commit(db) != DB_OK)
 		goto fail;
 	for (i = 0; i < n; i++) {
-		struct dispatch_job j = { 0 };
+		struct outbox_job j = { 0 };
 		const struct config_target *t;
 
 		snprintf(j.id, sizeof(j.id), "%s", db_get(res, i, "id"));
@@ -144,62 +98,44 @@ fail:
 static void
 expire_run(struct db *db, long long client_id, const char *client_name, const char *key)
 {
-	char client[24], id[OUTBOX_ID_LEN] = "", nb[OUTBOX_TS_LEN];
-	const char *p[2] = { client, key };
-	PGresult *ra = NULL, *rr = NULL;
+	char id[OUTBOX_ID_LEN] = "", nb[OUTBOX_TS_LEN];
+	PGresult *rr = NULL;
+	long long expired = 0;
+	enum og_rc rc;
 	const char *callback;
 	char *payload = NULL;
-	char hash[CANON_HASH_LEN];
+	char hash[OUTBOX_HASH_LEN];
 	struct log_fields f = { 0 };
 
-	snprintf(client, sizeof(client), "%lld", client_id);
 	if (db_begin(db) != DB_OK)
 		return;
-	if (db_exec(db, &st_expire_approvals, p, &ra) != DB_OK ||
-	    db_exec(db, &st_expire_run, p, &rr) != DB_OK)
+	if (gate_expire(db, client_id, key, &expired) != OG_OK ||
+	    ((rc = ledger_expire(db, client_id, key, &rr)) != OG_OK && rc != OG_LEASE_LOST))
 		goto fail;
 	f.client = client_name;
 	f.key = key;
 	f.actor = "dispatcher";
 	f.reason = "approval_expired";
-	if (PQntuples(rr) == 1) {
-		f.state_from = "awaiting_human";
-		f.state_to = "failed_terminal";
+	if (rr != NULL) {
+		f.state_from = ledger_state_name(RUN_AWAITING_HUMAN);
+		f.state_to = ledger_state_name(RUN_FAILED_TERMINAL);
 		f.decision = "expired";
 		f.version = db_get_ll(rr, 0, "version");
 		f.correlation_id = db_get(rr, 0, "correlation_id");
 		f.workflow_version = db_get(rr, 0, "workflow_version");
 		callback = db_get(rr, 0, "callback_url");
 		if (callback != NULL) {
-			json_t *cb = json_pack("{s:s, s:s, s:s}", "url", callback, "key", key,
-			                       "decision", "expired");
-			char *text = cb != NULL ? json_dumps(cb, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-			char *canon = NULL;
-			size_t clen = 0;
-			struct outbox_effect e = { 0 };
+			struct outbox_effect e;
 
-			json_decref(cb);
-			if (text == NULL ||
-			    canon_json(CANON_AS_WRITTEN, text, strlen(text), &canon, &clen) != CANON_OK) {
-				free(text);
-				goto fail;
-			}
-			free(text);
-			canon_hash(canon, clen, hash);
-			payload = canon;
-			e.client_id = client_id;
-			e.key = key;
-			e.type = "decision.callback";
-			e.target = "callback";
-			e.payload = payload;
-			e.payload_hash = hash;
-			if (outbox_enqueue(db, &e, id, nb) != OUTBOX_OK)
+			if (outbox_callback_effect(&e, client_id, key, callback, "expired", NULL, NULL,
+			                           hash, &payload) != 0 ||
+			    outbox_enqueue(db, &e, id, nb) != OG_OK)
 				goto fail;
 		}
 	}
 	if (db_commit(db) != DB_OK)
 		goto done;
-	if (PQntuples(ra) > 0)
+	if (expired > 0)
 		log_event(LOG_LEVEL_NOTICE, "approval.expired", &f);
 	if (id[0] != '\0') {
 		struct log_fields e = { .client = client_name, .key = key, .effect_id = id,
@@ -212,7 +148,6 @@ fail:
 	db_rollback(db);
 	log_event(LOG_LEVEL_ERROR, "approval.expire_failed", &f);
 done:
-	PQclear(ra);
 	PQclear(rr);
 	free(payload);
 }
@@ -220,13 +155,10 @@ done:
 void
 dispatch_tick_expire_approvals(struct db *db)
 {
-	char limit[16];
-	const char *p[1] = { limit };
 	PGresult *res = NULL;
 	int i;
 
-	snprintf(limit, sizeof(limit), "%d", DISPATCH_TICK_BATCH);
-	if (db_exec(db, &st_expired_runs, p, &res) != DB_OK)
+	if (gate_expired_runs(db, DISPATCH_TICK_BATCH, &res) != OG_OK)
 		return;
 	for (i = 0; i < PQntuples(res); i++)
 		expire_run(db, db_get_ll(res, i, "client_id"), db_get(res, i, "client_name"),

@@ -1,5 +1,6 @@
 /*
- * gate.c — approval challenges: create, find by token hash, consume once.
+ * gate.c — approval challenges: create, find by token hash, consume once;
+ * expire, revoke and purge them. The one file with SQL text for approvals.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,74 @@ static const struct db_stmt st_list = {
 	2, true,
 };
 
+/* Runs whose every pending challenge has expired, a few at a time. */
+static const struct db_stmt st_expired_runs = {
+	"gate_expired_runs",
+	"SELECT x.client_id, x.idempotency_key,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = x.client_id) AS client_name"
+	"  FROM (SELECT DISTINCT a.client_id, a.idempotency_key FROM approvals a"
+	"         WHERE a.state = 'pending' AND a.expires_at <= now()"
+	"         LIMIT $1::int) AS x",
+	1, true,
+};
+
+static const struct db_stmt st_expire = {
+	"gate_expire",
+	"UPDATE approvals SET state = 'expired'"
+	" WHERE client_id = $1::bigint AND idempotency_key = $2 AND state = 'pending'"
+	"   AND expires_at <= now()"
+	" RETURNING id",
+	2, false,
+};
+
+static const struct db_stmt st_revoke_run = {
+	"gate_revoke_run",
+	"UPDATE approvals SET state = 'revoked'"
+	" WHERE client_id = $1::bigint AND idempotency_key = $2 AND state = 'pending'"
+	" RETURNING id",
+	2, false,
+};
+
+static const struct db_stmt st_find_by_id = {
+	"gate_find_by_id",
+	"SELECT a.id, a.client_id, c.name AS client_name, a.idempotency_key, a.approver,"
+	"       a.state, a.expires_at <= now() AS expired"
+	"  FROM approvals a LEFT JOIN api_clients c ON c.id = a.client_id"
+	" WHERE a.id = $1::uuid",
+	1, false,
+};
+
+static const struct db_stmt st_revoke = {
+	"gate_revoke",
+	"WITH revoked AS ("
+	"  UPDATE approvals SET state = 'revoked'"
+	"   WHERE id = $1::uuid AND state = 'pending' AND expires_at > now()"
+	"  RETURNING id, client_id, idempotency_key"
+	")"
+	"SELECT (SELECT count(*) FROM approvals a, revoked v"
+	"         WHERE a.client_id = v.client_id AND a.idempotency_key = v.idempotency_key"
+	"           AND a.state = 'pending' AND a.id <> v.id) AS left_pending"
+	"  FROM revoked",
+	1, false,
+};
+
+static const struct db_stmt st_pending = {
+	"gate_pending",
+	"SELECT a.id, c.name AS client, a.idempotency_key, a.approver,"
+	"       og_ts(a.created_at) AS created_at,"
+	"       floor(extract(epoch FROM now() - a.created_at))::bigint AS waiting_seconds,"
+	"       og_ts(a.expires_at) AS expires_at,"
+	"       floor(extract(epoch FROM a.expires_at - now()))::bigint AS expires_in_seconds,"
+	"       r.state AS run_state, r.contract"
+	"  FROM approvals a"
+	"  JOIN workflow_runs r ON r.client_id = a.client_id"
+	"   AND r.idempotency_key = a.idempotency_key"
+	"  LEFT JOIN api_clients c ON c.id = a.client_id"
+	" WHERE a.state = 'pending'"
+	" ORDER BY a.created_at, a.id LIMIT $1::int",
+	1, true,
+};
+
 const char *
 gate_state_name(enum approval_state s)
 {
@@ -86,17 +155,12 @@ state_parse(const char *s)
 	return APPROVAL_REVOKED; /* unknown: never usable */
 }
 
-static enum gate_rc
+/* A conflict of a challenge's statement is another decision that came
+ * first. */
+static enum og_rc
 gate_rc_of(enum db_rc rc)
 {
-	switch (rc) {
-	case DB_UNAVAILABLE:
-		return GATE_UNAVAILABLE;
-	case DB_CONFLICT:
-		return GATE_CONFLICT;
-	default:
-		return GATE_ERROR;
-	}
+	return rc == DB_CONFLICT ? OG_CONFLICT : og_rc_of(rc);
 }
 
 static char *
@@ -120,7 +184,7 @@ gate_approval_clear(struct gate_approval *a)
 	memset(a, 0, sizeof(*a));
 }
 
-enum gate_rc
+enum og_rc
 gate_create(struct db *db, long long client_id, const char *key, const char *approver,
             const json_t *allowed_decisions, const char *requested_by,
             bool separation_of_duties, int expires_seconds,
@@ -133,11 +197,11 @@ gate_create(struct db *db, long long client_id, const char *key, const char *app
 		                   separation_of_duties ? "true" : "false", secs, effect,
 		                   callback_url };
 	PGresult *res = NULL;
-	enum gate_rc grc = GATE_OK;
+	enum og_rc grc = OG_OK;
 	enum db_rc rc;
 
 	if (decisions == NULL)
-		return GATE_ERROR;
+		return OG_ERROR;
 	snprintf(client, sizeof(client), "%lld", client_id);
 	snprintf(secs, sizeof(secs), "%d", expires_seconds);
 	digest_hex(token_hash, 32, hex);
@@ -153,7 +217,7 @@ out:
 	return grc;
 }
 
-enum gate_rc
+enum og_rc
 gate_find(struct db *db, const unsigned char token_hash[32], struct gate_approval *a)
 {
 	char hex[DIGEST_HEX_LEN];
@@ -168,7 +232,7 @@ gate_find(struct db *db, const unsigned char token_hash[32], struct gate_approva
 		return gate_rc_of(rc);
 	if (PQntuples(res) != 1) {
 		PQclear(res);
-		return GATE_NOT_FOUND;
+		return OG_NOT_FOUND;
 	}
 	snprintf(a->id, sizeof(a->id), "%s", db_get(res, 0, "id"));
 	a->client_id = db_get_ll(res, 0, "client_id");
@@ -194,9 +258,9 @@ gate_find(struct db *db, const unsigned char token_hash[32], struct gate_approva
 	PQclear(res);
 	if (a->key == NULL || a->approver == NULL || a->allowed_decisions == NULL) {
 		gate_approval_clear(a);
-		return GATE_ERROR;
+		return OG_ERROR;
 	}
-	return GATE_OK;
+	return OG_OK;
 }
 
 void
@@ -213,21 +277,21 @@ gate_consume_call(struct gate_consume_call *g, const unsigned char token_hash[32
 	call->params = g->params;
 }
 
-enum gate_rc
+enum og_rc
 gate_consume_result(const struct db_call *call)
 {
 	if (call->rc != DB_OK)
 		return gate_rc_of(call->rc);
-	return PQntuples(call->res) == 1 ? GATE_OK : GATE_NOT_PENDING;
+	return PQntuples(call->res) == 1 ? OG_OK : OG_NOT_PENDING;
 }
 
-enum gate_rc
+enum og_rc
 gate_consume(struct db *db, const unsigned char token_hash[32], const char *decision,
              const char *subject, const char *reason)
 {
 	struct gate_consume_call g;
 	struct db_call call = { 0 };
-	enum gate_rc grc;
+	enum og_rc grc;
 
 	gate_consume_call(&g, token_hash, decision, subject, reason, &call);
 	call.rc = db_exec(db, call.stmt, call.params, &call.res);
@@ -245,7 +309,7 @@ set_opt(json_t *o, const char *name, const PGresult *res, int row)
 		json_object_set_new(o, name, json_string(v));
 }
 
-enum gate_rc
+enum og_rc
 gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 {
 	char client[24];
@@ -276,7 +340,114 @@ gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 	}
 	PQclear(res);
 	*out = list;
-	return GATE_OK;
+	return OG_OK;
+}
+
+/* The challenges of the purged runs (ledger_purge) lose the effect they
+ * showed. */
+static const struct db_stmt st_purge_effects = {
+	"gate_purge_effects",
+	"UPDATE approvals ap SET effect = NULL"
+	"  FROM unnest($1::bigint[], $2::text[]) AS k(client_id, idempotency_key)"
+	" WHERE ap.client_id = k.client_id AND ap.idempotency_key = k.idempotency_key"
+	"   AND ap.effect IS NOT NULL RETURNING ap.id",
+	2, false,
+};
+
+enum og_rc
+gate_expired_runs(struct db *db, int limit, PGresult **rows)
+{
+	char lim[16];
+	const char *p[1] = { lim };
+
+	snprintf(lim, sizeof(lim), "%d", limit);
+	*rows = NULL;
+	return og_rc_of(db_exec(db, &st_expired_runs, p, rows));
+}
+
+enum og_rc
+gate_expire(struct db *db, long long client_id, const char *key, long long *count)
+{
+	PGresult *res = NULL;
+	enum og_rc rc = og_exec_key(db, &st_expire, client_id, key, &res);
+
+	*count = rc == OG_OK ? PQntuples(res) : 0;
+	PQclear(res);
+	return rc;
+}
+
+enum og_rc
+gate_revoke_run(struct db *db, long long client_id, const char *key, json_t **ids)
+{
+	return og_exec_key_ids(db, &st_revoke_run, client_id, key, ids);
+}
+
+enum og_rc
+gate_find_by_id(struct db *db, const char *id, PGresult **row)
+{
+	const char *p[1] = { id };
+
+	return og_exec_one(db, &st_find_by_id, p, OG_NOT_FOUND, row);
+}
+
+enum og_rc
+gate_revoke(struct db *db, const char *id, int *left_pending)
+{
+	const char *p[1] = { id };
+	PGresult *res = NULL;
+	enum og_rc rc;
+
+	*left_pending = 0;
+	if ((rc = og_exec_one(db, &st_revoke, p, OG_CHANGED, &res)) != OG_OK)
+		return rc;
+	*left_pending = (int)db_get_ll(res, 0, "left_pending");
+	PQclear(res);
+	return OG_OK;
+}
+
+enum og_rc
+gate_pending(struct db *db, int limit, json_t **out)
+{
+	char lim[16];
+	const char *p[1] = { lim };
+	PGresult *res = NULL;
+	enum db_rc rc;
+	json_t *list;
+	int i;
+
+	*out = NULL;
+	snprintf(lim, sizeof(lim), "%d", limit);
+	if ((rc = db_exec(db, &st_pending, p, &res)) != DB_OK)
+		return og_rc_of(rc);
+	list = json_array();
+	for (i = 0; i < PQntuples(res); i++) {
+		const char *contract = db_get(res, i, "contract");
+		const char *client = db_get(res, i, "client");
+
+		json_array_append_new(list, json_pack(
+			"{s:s, s:o, s:s, s:s, s:s, s:I, s:s, s:I, s:s, s:o}",
+			"approval_id", db_get(res, i, "id"),
+			"client", client != NULL ? json_string(client) : json_null(),
+			"idempotency_key", db_get(res, i, "idempotency_key"),
+			"approver", db_get(res, i, "approver"),
+			"created_at", db_get(res, i, "created_at"),
+			"waiting_seconds", (json_int_t)db_get_ll(res, i, "waiting_seconds"),
+			"expires_at", db_get(res, i, "expires_at"),
+			"expires_in_seconds", (json_int_t)db_get_ll(res, i, "expires_in_seconds"),
+			"run_state", db_get(res, i, "run_state"),
+			"contract", contract != NULL ? json_string(contract) : json_null()));
+	}
+	PQclear(res);
+	*out = list;
+	return OG_OK;
+}
+
+enum db_rc
+gate_purge_effects(struct db *db, const char *clients, const char *keys, long long *count)
+{
+	const char *p[2] = { clients, keys };
+
+	return db_exec_count(db, &st_purge_effects, p, count);
 }
 
 /* ---- the inbox: challenges found by the person, not by the token ---------- */
@@ -317,7 +488,7 @@ static const struct db_stmt st_find_id = {
 	1, true,
 };
 
-enum gate_rc
+enum og_rc
 gate_inbox(struct db *db, const char *subject, const char *groups, char sep, int limit,
            json_t **out)
 {
@@ -332,7 +503,7 @@ gate_inbox(struct db *db, const char *subject, const char *groups, char sep, int
 	snprintf(lim, sizeof(lim), "%d", limit);
 	rc = db_exec(db, &st_inbox, params, &res);
 	if (rc != DB_OK)
-		return gate_rc_of(rc);
+		return og_rc_of(rc);
 	list = json_array();
 	for (i = 0; list != NULL && i < PQntuples(res); i++) {
 		json_t *a = json_object();
@@ -356,10 +527,10 @@ gate_inbox(struct db *db, const char *subject, const char *groups, char sep, int
 	}
 	PQclear(res);
 	*out = list;
-	return list != NULL ? GATE_OK : GATE_ERROR;
+	return list != NULL ? OG_OK : OG_ERROR;
 }
 
-enum gate_rc
+enum og_rc
 gate_find_id(struct db *db, const char *id, unsigned char token_hash[32],
              struct gate_approval *out)
 {
@@ -371,18 +542,18 @@ gate_find_id(struct db *db, const char *id, unsigned char token_hash[32],
 
 	memset(out, 0, sizeof(*out));
 	if ((rc = db_exec(db, &st_find_id, params, &res)) != DB_OK)
-		return gate_rc_of(rc);
+		return og_rc_of(rc);
 	hex = PQntuples(res) == 1 ? db_get(res, 0, "token_hash") : NULL;
 	if (hex == NULL || strlen(hex) != 64) {
 		PQclear(res);
-		return GATE_NOT_FOUND;
+		return OG_NOT_FOUND;
 	}
 	for (i = 0; i < 32; i++) {
 		unsigned v;
 
 		if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
 			PQclear(res);
-			return GATE_ERROR;
+			return OG_ERROR;
 		}
 		token_hash[i] = (unsigned char)v;
 	}

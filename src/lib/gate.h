@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "db.h"
+#include "rc.h"
 
 /* Mirrors the CHECK constraint on approvals.state one for one. */
 enum approval_state {
@@ -20,15 +21,6 @@ enum approval_state {
 	APPROVAL_VOIDED,    /* another challenge of the run settled it */
 	APPROVAL_REVOKED,
 	APPROVAL_EXPIRED,
-};
-
-enum gate_rc {
-	GATE_OK = 0,
-	GATE_NOT_FOUND,
-	GATE_NOT_PENDING,   /* decided, voided, revoked, expired, or decision not allowed */
-	GATE_CONFLICT,      /* another challenge of the run was decided first */
-	GATE_UNAVAILABLE,
-	GATE_ERROR,
 };
 
 #define GATE_ID_LEN 37
@@ -57,15 +49,15 @@ struct gate_approval {
 void gate_approval_clear(struct gate_approval *a);
 
 /* Inserts one pending challenge; id and expires_at are filled. */
-enum gate_rc gate_create(struct db *db, long long client_id, const char *key,
-                         const char *approver, const json_t *allowed_decisions,
-                         const char *requested_by, bool separation_of_duties,
-                         int expires_seconds, const unsigned char token_hash[32],
-                         const char *effect, const char *callback_url,
-                         char id[GATE_ID_LEN], char expires_at[GATE_TS_LEN])
+enum og_rc gate_create(struct db *db, long long client_id, const char *key,
+                       const char *approver, const json_t *allowed_decisions,
+                       const char *requested_by, bool separation_of_duties,
+                       int expires_seconds, const unsigned char token_hash[32],
+                       const char *effect, const char *callback_url,
+                       char id[GATE_ID_LEN], char expires_at[GATE_TS_LEN])
 	__attribute__((warn_unused_result));
-enum gate_rc gate_find(struct db *db, const unsigned char token_hash[32],
-                       struct gate_approval *out) __attribute__((warn_unused_result));
+enum og_rc gate_find(struct db *db, const unsigned char token_hash[32],
+                     struct gate_approval *out) __attribute__((warn_unused_result));
 /* The consume as a db_call, to run in the decision's pipelined
  * transaction (db_pipeline_tx); the struct holds the parameters. */
 struct gate_consume_call {
@@ -75,15 +67,15 @@ struct gate_consume_call {
 void gate_consume_call(struct gate_consume_call *g, const unsigned char token_hash[32],
                        const char *decision, const char *subject, const char *reason,
                        struct db_call *call);
-enum gate_rc gate_consume_result(const struct db_call *call);
+enum og_rc gate_consume_result(const struct db_call *call);
 
 /* Consumes the challenge and voids the run's other pending challenges
  * (inside the caller's transaction). */
-enum gate_rc gate_consume(struct db *db, const unsigned char token_hash[32],
-                          const char *decision, const char *subject, const char *reason)
+enum og_rc gate_consume(struct db *db, const unsigned char token_hash[32],
+                        const char *decision, const char *subject, const char *reason)
 	__attribute__((warn_unused_result));
 /* The run's approvals for the status API; *out is a new array. */
-enum gate_rc gate_list(struct db *db, long long client_id, const char *key, json_t **out)
+enum og_rc gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 	__attribute__((warn_unused_result));
 const char *gate_state_name(enum approval_state s);
 
@@ -96,13 +88,45 @@ const char *gate_state_name(enum approval_state s);
  * expires_at, age_seconds, seconds_left, effect_type, effect_target,
  * effect_subject}; never a token or its hash. The caller holds each entry
  * to the card's own rule of who may decide. */
-enum gate_rc gate_inbox(struct db *db, const char *subject, const char *groups, char sep,
+enum og_rc gate_inbox(struct db *db, const char *subject, const char *groups, char sep,
                         int limit, json_t **out) __attribute__((warn_unused_result));
 /* The challenge with this id (a valid UUID text), as gate_find; its token
  * hash in token_hash, so that a decision taken from the inbox consumes it
  * by the very statement a token's decision uses. The hash never leaves
  * the process. */
-enum gate_rc gate_find_id(struct db *db, const char *id, unsigned char token_hash[32],
+enum og_rc gate_find_id(struct db *db, const char *id, unsigned char token_hash[32],
                           struct gate_approval *out) __attribute__((warn_unused_result));
+
+/* Runs whose every pending challenge has expired, at most limit: rows of
+ * client_id, idempotency_key, client_name in *rows (PQclear them). */
+enum og_rc gate_expired_runs(struct db *db, int limit, PGresult **rows)
+	__attribute__((warn_unused_result));
+/* The run's pending challenges past their expiry marked expired, inside
+ * the caller's transaction; *count: how many. */
+enum og_rc gate_expire(struct db *db, long long client_id, const char *key, long long *count)
+	__attribute__((warn_unused_result));
+/* Every pending challenge of the run revoked (an operator's reject);
+ * *ids is a new array of their ids. */
+enum og_rc gate_revoke_run(struct db *db, long long client_id, const char *key, json_t **ids)
+	__attribute__((warn_unused_result));
+/* A challenge by its id: one row of id, client_id, client_name,
+ * idempotency_key, approver, state, expired in *row (PQclear it).
+ * OG_NOT_FOUND: none. */
+enum og_rc gate_find_by_id(struct db *db, const char *id, PGresult **row)
+	__attribute__((warn_unused_result));
+/* A pending, unexpired challenge revoked by an operator; *left_pending:
+ * the run's challenges still pending. OG_CHANGED: it was decided, voided
+ * or expired meanwhile. */
+enum og_rc gate_revoke(struct db *db, const char *id, int *left_pending)
+	__attribute__((warn_unused_result));
+/* The pending challenges, oldest first, at most limit; *out is a new array
+ * of objects (approval_id, client, idempotency_key, approver, created_at,
+ * waiting_seconds, expires_at, expires_in_seconds, run_state, contract). */
+enum og_rc gate_pending(struct db *db, int limit, json_t **out)
+	__attribute__((warn_unused_result));
+/* The challenges of the runs ledger_purge purged (its clients and keys
+ * arrays) lose the effect they showed; *count: how many. */
+enum db_rc gate_purge_effects(struct db *db, const char *clients, const char *keys,
+                              long long *count) __attribute__((warn_unused_result));
 
 #endif

@@ -6,6 +6,14 @@
  * statement, so there is no window between deciding and acting. Reads that
  * follow a write that matched nothing only explain the answer; they never
  * decide anything.
+ *
+ * The one file with SQL text for workflow_runs and run_events: every
+ * statement that moves a run (the responder's, the dispatcher's, the
+ * operator's, a replay's, the retention purge's) and every read of a run
+ * the use cases need. Every run_events row is written by a statement here,
+ * in the same statement as the move it records. Its length (over 1,000
+ * lines, about half of it SQL) is that of the one owner of the two central
+ * tables; splitting it would give the tables two owners.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +26,18 @@ static const char *const state_names[RUN_STATE_COUNT] = {
 	"processing", "awaiting_human", "approved", "completed",
 	"failed_retryable", "failed_terminal",
 };
+
+/*
+ * The one way a run_events row is written: the CTE `ev` of each statement
+ * that moves a run, over the rows the move returned (src), so the entry
+ * commits exactly with the move. The other arguments are SQL expressions
+ * (NULL when the entry has none).
+ */
+#define LEDGER_EVENT(src, event, from, to, actor, reason)                                  \
+	"ev AS (INSERT INTO run_events (client_id, idempotency_key, event, state_from,"       \
+	"    state_to, version, attempt, actor, reason)"                                       \
+	"  SELECT client_id, idempotency_key, " event ", " from ", " to ", version, attempt, " \
+	actor ", " reason " FROM " src ")"
 
 /* The read-only look-up: answers duplicates and mismatches without taking
  * a row lock or writing WAL. It never decides to claim. */
@@ -63,12 +83,8 @@ static const struct db_stmt st_claim = {
 	"           OR (r.state = 'processing' AND r.lease_expires_at <= now()))"
 	"  RETURNING r.client_id, r.idempotency_key, r.lease_owner, r.version,"
 	"            r.attempt, r.lease_expires_at, r.payload_hash, r.payload_canon"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_to,"
-	"      version, attempt)"
-	"  SELECT client_id, idempotency_key, 'run.claimed', 'processing', version,"
-	"         attempt FROM claimed"
-	")"
+	"), " LEDGER_EVENT("claimed", "'run.claimed'", "NULL", "'processing'",
+	                   "NULL", "NULL")
 	"SELECT lease_owner, version, attempt, payload_hash, payload_canon,"
 	"       og_ts(lease_expires_at) AS lease_expires_at FROM claimed",
 	11, false,
@@ -101,12 +117,8 @@ static const struct db_stmt st_transition = {
 	"     AND version = $4::bigint AND state = 'processing'"
 	"     AND lease_expires_at > now()"
 	"  RETURNING client_id, idempotency_key, state, version, attempt"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, reason)"
-	"  SELECT client_id, idempotency_key, 'run.transitioned', 'processing', state,"
-	"         version, attempt, $8 FROM moved"
-	")"
+	"), " LEDGER_EVENT("moved", "'run.transitioned'", "'processing'", "state",
+	                   "NULL", "$8")
 	"SELECT state, version, attempt FROM moved",
 	8, false,
 };
@@ -157,12 +169,8 @@ static const struct db_stmt st_output_invalid = {
 	"     AND version = $4::bigint AND state = 'processing'"
 	"     AND lease_expires_at > now()"
 	"  RETURNING client_id, idempotency_key, state, version, attempt, invalid_outputs"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, reason)"
-	"  SELECT client_id, idempotency_key, 'run.output_invalid', 'processing', state,"
-	"         version, attempt, 'invalid output ' || invalid_outputs FROM moved"
-	")"
+	"), " LEDGER_EVENT("moved", "'run.output_invalid'", "'processing'", "state",
+	                   "NULL", "'invalid output ' || invalid_outputs")
 	"SELECT state, version, invalid_outputs FROM moved",
 	8, false,
 };
@@ -182,13 +190,8 @@ static const struct db_stmt st_output_accept = {
 	"     AND version = $4::bigint AND state = 'processing'"
 	"     AND lease_expires_at > now()"
 	"  RETURNING client_id, idempotency_key, state, version, attempt"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor)"
-	"  SELECT client_id, idempotency_key, 'run.output_accepted', 'processing', state,"
-	"         version, attempt, CASE WHEN state = 'approved' THEN 'gate:auto' END"
-	"    FROM moved"
-	")"
+	"), " LEDGER_EVENT("moved", "'run.output_accepted'", "'processing'", "state",
+	                   "CASE WHEN state = 'approved' THEN 'gate:auto' END", "NULL")
 	"SELECT state, version, attempt FROM moved",
 	14, false,
 };
@@ -206,12 +209,8 @@ static const struct db_stmt st_decide = {
 	"         version = version + 1, updated_at = now()"
 	"   WHERE client_id = $1 AND idempotency_key = $2 AND state = 'awaiting_human'"
 	"  RETURNING client_id, idempotency_key, state, version, attempt, contract, output"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.decided', 'awaiting_human', state,"
-	"         version, attempt, $4, $5 FROM moved"
-	")"
+	"), " LEDGER_EVENT("moved", "'run.decided'", "'awaiting_human'", "state",
+	                   "$4", "$5")
 	/* what was decided on, for the contract's loggable fields */
 	"SELECT state, version, attempt,"
 	"       json_build_object('contract', contract, 'output', output)::text AS decided"
@@ -227,12 +226,8 @@ static const struct db_stmt st_cancel = {
 	"         version = version + 1, updated_at = now()"
 	"   WHERE client_id = $1 AND idempotency_key = $2 AND state = 'approved'"
 	"  RETURNING client_id, idempotency_key, state, version, attempt"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.cancelled', 'approved', state,"
-	"         version, attempt, $4, $3 FROM moved"
-	")"
+	"), " LEDGER_EVENT("moved", "'run.cancelled'", "'approved'", "state",
+	                   "$4", "$3")
 	"SELECT state, version, attempt FROM moved",
 	4, false,
 };
@@ -262,14 +257,262 @@ static const struct db_stmt st_end_undecided = {
 	"     AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.client_id = r.client_id"
 	"          AND a.idempotency_key = r.idempotency_key AND a.state IN ('pending', 'decided'))"
 	"  RETURNING client_id, idempotency_key, state, version, attempt, callback_url"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.' || $3, 'awaiting_human', state,"
-	"         version, attempt, $5, $4 FROM moved"
-	")"
+	"), " LEDGER_EVENT("moved", "'run.' || $3", "'awaiting_human'", "state",
+	                   "$5", "$4")
 	"SELECT state, version, attempt, callback_url FROM moved",
 	5, false,
+};
+
+static const struct db_stmt st_expire = {
+	"ledger_expire",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs r"
+	"     SET state = 'failed_terminal', error_class = 'approval_expired',"
+	"         reason = 'the approval expired before anyone decided',"
+	"         decision = 'expired', decided_at = now(), version = version + 1,"
+	"         updated_at = now()"
+	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2"
+	"     AND r.state = 'awaiting_human'"
+	"     AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.client_id = r.client_id"
+	"          AND a.idempotency_key = r.idempotency_key AND a.state IN ('pending', 'decided'))"
+	"  RETURNING client_id, idempotency_key, version, attempt, callback_url,"
+	"            correlation_id, workflow_version"
+	"), " LEDGER_EVENT("moved", "'run.approval_expired'", "'awaiting_human'", "'failed_terminal'",
+	                   "'dispatcher'", "'approval_expired'")
+	"SELECT version, callback_url, correlation_id, workflow_version FROM moved",
+	2, false,
+};
+
+/* The run, locked: every operator path (resume, replay, reject, cancel)
+ * decides under this lock, so two operators racing are serialised, and a
+ * completing settle of the dispatcher takes it first, so two effects of one
+ * run completing at once see each other and the second one completes the
+ * run (lock order everywhere: the run, then its effects). What
+ * the first one did is read by the second in statements after this one
+ * (a statement that waited for a lock still sees its own older snapshot
+ * in everything but the locked row). */
+static const struct db_stmt st_lock = {
+	"ledger_lock",
+	"SELECT state, version, callback_url, lease_expires_at < now() AS lease_over"
+	"  FROM workflow_runs WHERE client_id = $1::bigint AND idempotency_key = $2"
+	"   FOR UPDATE",
+	2, false,
+};
+
+/* approved → completed once every effect of the run is completed (or was
+ * cancelled inside its window): after the dispatcher's last settle, or an
+ * operator's finding. $3 is the actor. */
+static const struct db_stmt st_complete = {
+	"ledger_complete",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs r SET state = 'completed', version = version + 1,"
+	"         updated_at = now()"
+	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2 AND r.state = 'approved'"
+	"     AND NOT EXISTS (SELECT 1 FROM effect_outbox e"
+	"          WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
+	"            AND e.state NOT IN ('completed', 'cancelled'))"
+	"  RETURNING client_id, idempotency_key, version, attempt"
+	"), " LEDGER_EVENT("moved", "'run.completed'", "'approved'", "'completed'",
+	                   "$3", "NULL")
+	"SELECT version FROM moved",
+	3, false,
+};
+
+/* $1 client $2 key $3 reason $4 actor $5 states it may leave (text[]) */
+static const struct db_stmt st_fail = {
+	"ledger_fail",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs r"
+	"     SET state = 'failed_terminal', error_class = 'operator_rejected', reason = $3,"
+	"         lease_owner = NULL, lease_expires_at = NULL,"
+	"         version = version + 1, updated_at = now()"
+	"    FROM (SELECT state AS old FROM workflow_runs"
+	"           WHERE client_id = $1::bigint AND idempotency_key = $2) o"
+	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2"
+	"     AND r.state = ANY($5::text[])"
+	"  RETURNING r.client_id, r.idempotency_key, r.version, r.attempt, o.old"
+	"), " LEDGER_EVENT("moved", "'run.rejected_by_operator'", "old", "'failed_terminal'",
+	                   "$4", "$3")
+	"SELECT old, version FROM moved",
+	5, false,
+};
+
+static const struct db_stmt st_runs_by_key = {
+	"ledger_runs_by_key",
+	"SELECT r.client_id, c.name AS client_name FROM workflow_runs r"
+	"  LEFT JOIN api_clients c ON c.id = r.client_id"
+	" WHERE r.idempotency_key = $1 AND ($2::text IS NULL OR c.name = $2)"
+	" ORDER BY r.client_id LIMIT 3",
+	2, false,
+};
+
+/* The original (after st_lock_original), and what its effects say. live_effects: an effect
+ * still pending (it will go out), or a decision callback in flight —
+ * always refused. sent: the business effects that were sent, are being
+ * sent, are unknown, or were resumed by an operator ("type id state",
+ * comma-separated) — a replay could make a second business effect, so
+ * only with force. LIMIT 2 tells an ambiguous key (several clients) from a
+ * unique one. */
+static const struct db_stmt st_original = {
+	"ledger_original",
+	"SELECT r.client_id, r.state, r.payload::text AS payload, r.payload_hash,"
+	"       r.contract, r.contract_hash, r.output::text AS output, r.output_hash,"
+	"       r.model::text AS model,"
+	"       r.effect::text AS effect, r.source_url, r.workflow_version, r.correlation_id,"
+	"       (SELECT count(*) FROM effect_outbox e"
+	"         WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
+	"           AND (e.state = 'pending' OR (e.effect_type = 'decision.callback'"
+	"                AND e.state IN ('sending', 'unknown')))) AS live_effects,"
+	"       (SELECT string_agg(e.effect_type || ' ' || e.id || ' ' ||"
+	"                CASE WHEN e.state IN ('completed', 'sending', 'unknown') THEN e.state"
+	"                     ELSE 'resumed' END, ', ' ORDER BY e.created_at, e.id)"
+	"          FROM effect_outbox e"
+	"         WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
+	"           AND e.effect_type <> 'decision.callback'"
+	"           AND (e.state IN ('completed', 'sending', 'unknown') OR EXISTS ("
+	"                SELECT 1 FROM operator_actions o"
+	"                 WHERE o.effect_id = e.id AND o.action = 'resume'))) AS sent"
+	"  FROM workflow_runs r"
+	" WHERE r.idempotency_key = $1 AND ($2::bigint IS NULL OR r.client_id = $2::bigint)"
+	" ORDER BY r.client_id LIMIT 2",
+	2, false,
+};
+
+/* The original's row lock, taken before st_original reads (a statement
+ * that waited for a lock would read the rest with its older snapshot): the
+ * lock that resume, reject and cancel take too, held to the commit. */
+static const struct db_stmt st_lock_original = {
+	"ledger_lock_original",
+	"SELECT client_id FROM workflow_runs"
+	" WHERE idempotency_key = $1 AND ($2::bigint IS NULL OR client_id = $2::bigint)"
+	" ORDER BY client_id LIMIT 2 FOR UPDATE",
+	2, false,
+};
+
+static const struct db_stmt st_exists = {
+	"ledger_exists",
+	"SELECT 1 FROM workflow_runs WHERE client_id = $1 AND idempotency_key = $2",
+	2, true,
+};
+
+/* The new run and its first timeline entry, in one statement. ON CONFLICT
+ * DO NOTHING: a key that exists (even one created a moment ago by a claim)
+ * is never overwritten, and zero rows means "refused". */
+static const struct db_stmt st_replay = {
+	"ledger_replay",
+	"WITH ins AS ("
+	"  INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
+	"      state, claim_started_at, version, attempt, workflow_version, trigger,"
+	"      correlation_id, contract, contract_hash, output, output_hash, model, effect,"
+	"      source_url, requested_by, error_class, reason)"
+	"  VALUES ($1, $2, $3, $4::jsonb, $5, now(), 1, 1, $6, 'replay', $7, $8, $9,"
+	"      $10::jsonb, $11, $12::jsonb, $13::jsonb, $14, $15, $16, $17)"
+	"  ON CONFLICT (client_id, idempotency_key) DO NOTHING"
+	"  RETURNING client_id, idempotency_key, state, version, attempt"
+	"), " LEDGER_EVENT("ins", "'run.replayed'", "NULL", "state",
+	                   "$15", "$18")
+	"SELECT state FROM ins",
+	18, false,
+};
+
+static const struct db_stmt st_audit = {
+	"ledger_audit",
+	"SELECT client_id, (SELECT name FROM api_clients c WHERE c.id = r.client_id) AS client,"
+	"       state, og_ts(created_at) AS created_at, og_ts(updated_at) AS updated_at,"
+	"       attempt, version, payload_hash, payload IS NOT NULL AS payload_kept,"
+	"       output IS NOT NULL AS output_kept, output_hash, model::text AS model, contract,"
+	"       contract_hash, workflow_version, trigger, correlation_id, decision, decided_by,"
+	"       og_ts(decided_at) AS decided_at, error_class, reason,"
+	"       sample_draw, sample_rate,"
+	"       effect->>'type' AS effect_type, effect->>'target' AS effect_target,"
+	"       (SELECT count(*) FROM run_events v WHERE v.client_id = r.client_id"
+	"           AND v.idempotency_key = r.idempotency_key AND v.event = 'run.claimed') AS claims"
+	"  FROM workflow_runs r"
+	" WHERE idempotency_key = $1 AND ($2::text IS NULL OR client_id ="
+	"       (SELECT id FROM api_clients WHERE name = $2))"
+	" ORDER BY client_id LIMIT 2",
+	2, true,
+};
+
+/* Everything that happened to the run, from every table that records it,
+ * in time order. */
+static const struct db_stmt st_history = {
+	"ledger_history",
+	"SELECT og_ts(t.ts) AS ts, t.source, t.event, t.detail, t.actor FROM ("
+	"  SELECT ts, id AS n, 'run' AS source, event,"
+	"         concat_ws(' ', nullif(concat_ws(' -> ', state_from, state_to), ''),"
+	"                   'v' || version, CASE WHEN attempt > 1 THEN 'attempt ' || attempt END,"
+	"                   reason) AS detail, actor"
+	"    FROM run_events WHERE client_id = $1 AND idempotency_key = $2"
+	"  UNION ALL"
+	"  SELECT created_at, 0, 'approval', 'approval.created',"
+	"         'challenge ' || id || ' for ' || approver, NULL"
+	"    FROM approvals WHERE client_id = $1 AND idempotency_key = $2"
+	"  UNION ALL"
+	"  SELECT coalesce(consumed_at, expires_at), 0, 'approval', 'approval.' || state,"
+	"         concat_ws(': ', 'challenge ' || id || coalesce(' ' || decision, ''), reason),"
+	"         approver_subject"
+	"    FROM approvals WHERE client_id = $1 AND idempotency_key = $2"
+	"     AND state <> 'pending'"
+	"  UNION ALL"
+	"  SELECT created_at, 0, 'effect', 'effect.enqueued',"
+	"         effect_type || ' to ' || target || ' (' || id || ')', NULL"
+	"    FROM effect_outbox WHERE client_id = $1 AND idempotency_key = $2"
+	"  UNION ALL"
+	"  SELECT a.started_at, a.id, 'effect', 'effect.' || a.kind,"
+	"         concat_ws(' ', 'attempt ' || a.attempt, a.classification, a.reason,"
+	"                   'status ' || a.status, 'provider id ' || a.provider_id),"
+	"         a.dispatcher"
+	"    FROM effect_attempts a JOIN effect_outbox e ON e.id = a.effect_id"
+	"   WHERE e.client_id = $1 AND e.idempotency_key = $2"
+	"  UNION ALL"
+	"  SELECT d.created_at, 0, 'effect', 'effect.dead_letter',"
+	"         concat_ws(' ', d.error_class, d.reason, 'resolution: ' || d.resolution), d.owner"
+	"    FROM dead_letters d WHERE d.client_id = $1 AND d.idempotency_key = $2"
+	"  UNION ALL"
+	"  SELECT ts, id, 'operator', 'operator.' || action, reason, operator"
+	"    FROM operator_actions"
+	"   WHERE client_id = $1 AND (idempotency_key = $2 OR details->>'original_key' = $2)"
+	") t ORDER BY t.ts, t.n LIMIT 2000",
+	2, true,
+};
+
+/* What retention may take: runs finished (completed or failed_terminal)
+ * longer ago than $1 days that still hold content. */
+#define PURGE_RUNS                                                                   \
+	"SELECT client_id, idempotency_key FROM workflow_runs"                           \
+	" WHERE state IN ('completed', 'failed_terminal')"                               \
+	"   AND updated_at < now() - make_interval(days => $1::int)"                     \
+	"   AND (payload IS NOT NULL OR output IS NOT NULL"                              \
+	"        OR coalesce(effect ? 'payload', false))"
+
+static const struct db_stmt st_purge_count = {
+	"ledger_purge_count",
+	"WITH runs AS (" PURGE_RUNS ")"
+	"SELECT (SELECT count(*) FROM runs) AS runs,"
+	"       (SELECT count(*) FROM effect_outbox o JOIN runs USING (client_id, idempotency_key)"
+	"         WHERE o.payload IS NOT NULL) AS effects,"
+	"       (SELECT count(*) FROM approvals a JOIN runs USING (client_id, idempotency_key)"
+	"         WHERE a.effect IS NOT NULL) AS approvals",
+	1, true,
+};
+
+/* The runs' content goes, their hashes stay; the purged runs' keys come
+ * back as two arrays (array text) for their effects and challenges, which
+ * the same transaction purges next while these rows stay locked. */
+static const struct db_stmt st_purge = {
+	"ledger_purge",
+	"WITH runs AS (" PURGE_RUNS " FOR UPDATE),"
+	" r AS (UPDATE workflow_runs w SET payload = NULL, output = NULL,"
+	"         effect = CASE WHEN w.effect IS NULL THEN NULL ELSE w.effect - 'payload' END"
+	"         FROM runs WHERE w.client_id = runs.client_id"
+	"          AND w.idempotency_key = runs.idempotency_key"
+	"       RETURNING w.client_id, w.idempotency_key, w.state, w.version, w.attempt),"
+	" " LEDGER_EVENT("r", "'run.purged'", "state", "state", "$2",
+	                 "'retention: payload and model output removed; hashes kept'")
+	"SELECT count(*) AS runs, array_agg(client_id)::text AS clients,"
+	"       array_agg(idempotency_key)::text AS keys FROM r",
+	2, false,
 };
 
 const char *
@@ -313,12 +556,6 @@ ledger_run_clear(struct ledger_run *run)
 	memset(run, 0, sizeof(*run));
 }
 
-static enum ledger_rc
-ledger_rc_of(enum db_rc rc)
-{
-	return rc == DB_UNAVAILABLE ? LEDGER_UNAVAILABLE : LEDGER_ERROR;
-}
-
 /* Fills run from the one row a state-changing statement returned
  * (version, attempt). */
 static void
@@ -329,6 +566,19 @@ ledger_moved(struct ledger_run *run, const PGresult *res, enum run_state from,
 	run->state = to;
 	run->version = db_get_ll(res, 0, "version");
 	run->attempt = (int)db_get_ll(res, 0, "attempt");
+}
+
+/* After a compare-and-set from processing: true (run filled) when it moved
+ * the run to `to`, false when it matched nothing. Clears res. */
+static bool
+ledger_cas_moved(PGresult *res, struct ledger_run *run, enum run_state to)
+{
+	bool moved = PQntuples(res) == 1;
+
+	if (moved)
+		ledger_moved(run, res, RUN_PROCESSING, to);
+	PQclear(res);
+	return moved;
 }
 
 static void
@@ -374,31 +624,31 @@ ledger_lookup_call(struct ledger_lookup *l, long long client_id, const char *key
 	call->params = l->params;
 }
 
-/* Reads a finished look-up; LEDGER_NOT_FOUND when this client has no such
+/* Reads a finished look-up; OG_NOT_FOUND when this client has no such
  * key. *at_cap tells whether its lease already reaches the cap. */
-static enum ledger_rc
+static enum og_rc
 ledger_lookup_result(const struct db_call *call, struct ledger_run *run, bool *at_cap)
 {
 	const char *v;
 
 	if (call->rc != DB_OK)
-		return ledger_rc_of(call->rc);
+		return og_rc_of(call->rc);
 	if (PQntuples(call->res) == 0)
-		return LEDGER_NOT_FOUND;
+		return OG_NOT_FOUND;
 	ledger_fill(run, call->res);
 	v = db_get(call->res, 0, "at_cap");
 	if (at_cap != NULL)
 		*at_cap = v != NULL && v[0] == 't';
-	return LEDGER_OK;
+	return OG_OK;
 }
 
-static enum ledger_rc
+static enum og_rc
 ledger_lookup(struct db *db, long long client_id, const char *key, int cap_seconds,
               struct ledger_run *run, bool *at_cap)
 {
 	struct ledger_lookup l;
 	struct db_call call = { 0 };
-	enum ledger_rc lrc;
+	enum og_rc lrc;
 
 	ledger_lookup_call(&l, client_id, key, cap_seconds, &call);
 	call.rc = db_exec(db, call.stmt, call.params, &call.res);
@@ -416,11 +666,11 @@ ledger_claim_hash(const struct ledger_claim *c, const struct ledger_run *run)
 }
 
 /* What an existing, unclaimable key answers. */
-static enum ledger_rc
+static enum og_rc
 ledger_settle(const struct ledger_run *run, const struct ledger_claim *c)
 {
-	return strcmp(run->payload_hash, ledger_claim_hash(c, run)) != 0 ? LEDGER_MISMATCH
-	                                                                 : LEDGER_DUPLICATE;
+	return strcmp(run->payload_hash, ledger_claim_hash(c, run)) != 0 ? OG_MISMATCH
+	                                                                 : OG_DUPLICATE;
 }
 
 static bool
@@ -430,14 +680,14 @@ ledger_claimable(const struct ledger_run *run)
 	       (run->state == RUN_PROCESSING && !run->lease_live);
 }
 
-enum ledger_rc
+enum og_rc
 ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *prefetched,
              struct ledger_run *run)
 {
 	char client[24], lease[16], cap[16];
 	const char *params[11];
 	PGresult *res;
-	enum ledger_rc lrc;
+	enum og_rc lrc;
 	enum db_rc rc;
 	bool expired_lease = false;
 
@@ -450,12 +700,12 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
 	lrc = prefetched != NULL ? ledger_lookup_result(prefetched, run, NULL)
 	                         : ledger_lookup(db, c->client_id, c->key, c->cap_seconds, run,
 	                                         NULL);
-	if (lrc == LEDGER_OK) {
+	if (lrc == OG_OK) {
 		if (strcmp(run->payload_hash, ledger_claim_hash(c, run)) != 0 ||
 		    !ledger_claimable(run))
 			return ledger_settle(run, c);
 		expired_lease = run->state == RUN_PROCESSING;
-	} else if (lrc != LEDGER_NOT_FOUND) {
+	} else if (lrc != OG_NOT_FOUND) {
 		return lrc;
 	}
 
@@ -471,7 +721,7 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
 	params[9] = c->event_id;
 	params[10] = c->payload_hash_as_written;
 	if ((rc = db_exec(db, &st_claim, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
+		return og_rc_of(rc);
 	if (PQntuples(res) == 1) {
 		ledger_run_clear(run);
 		ledger_moved(run, res, RUN_PROCESSING, RUN_PROCESSING);
@@ -484,35 +734,35 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
 		copy_field(run->lease_expires_at, sizeof(run->lease_expires_at), res,
 		           "lease_expires_at");
 		PQclear(res);
-		return LEDGER_CLAIMED;
+		return OG_CLAIMED;
 	}
 	PQclear(res);
 	/* Someone else claimed or settled the key between our look-up and the
 	 * claim: the atomic statement decided; read back what it saw. */
 	lrc = ledger_lookup(db, c->client_id, c->key, c->cap_seconds, run, NULL);
-	if (lrc != LEDGER_OK)
-		return lrc == LEDGER_NOT_FOUND ? LEDGER_ERROR : lrc;
+	if (lrc != OG_OK)
+		return lrc == OG_NOT_FOUND ? OG_ERROR : lrc;
 	return ledger_settle(run, c);
 }
 
 /* After a compare-and-set matched nothing: tell the caller why. */
-static enum ledger_rc
+static enum og_rc
 ledger_explain(struct db *db, long long client_id, const char *key, const char *owner,
                long long version, int cap_seconds, struct ledger_run *run)
 {
 	bool at_cap = false;
-	enum ledger_rc lrc;
+	enum og_rc lrc;
 
 	lrc = ledger_lookup(db, client_id, key, cap_seconds, run, &at_cap);
-	if (lrc != LEDGER_OK)
+	if (lrc != OG_OK)
 		return lrc;
 	if (run->state == RUN_PROCESSING && run->lease_live && run->version == version &&
 	    strcasecmp(run->lease_owner, owner) == 0 && at_cap)
-		return LEDGER_CAP_REACHED;
-	return LEDGER_LEASE_LOST;
+		return OG_CAP_REACHED;
+	return OG_LEASE_LOST;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_renew(struct db *db, long long client_id, const char *key, const char *owner,
              long long version, int lease_seconds, int cap_seconds,
              struct ledger_run *run)
@@ -527,19 +777,19 @@ ledger_renew(struct db *db, long long client_id, const char *key, const char *ow
 	snprintf(lease, sizeof(lease), "%d", lease_seconds);
 	snprintf(cap, sizeof(cap), "%d", cap_seconds);
 	if ((rc = db_exec(db, &st_renew, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
+		return og_rc_of(rc);
 	if (PQntuples(res) == 1) {
 		ledger_moved(run, res, RUN_PROCESSING, RUN_PROCESSING);
 		copy_field(run->lease_expires_at, sizeof(run->lease_expires_at), res,
 		           "lease_expires_at");
 		PQclear(res);
-		return LEDGER_OK;
+		return OG_OK;
 	}
 	PQclear(res);
 	return ledger_explain(db, client_id, key, owner, version, cap_seconds, run);
 }
 
-enum ledger_rc
+enum og_rc
 ledger_transition(struct db *db, long long client_id, const char *key, const char *owner,
                   long long version, enum run_state to, const char *result,
                   const char *error_class, const char *reason, struct ledger_run *run)
@@ -549,21 +799,17 @@ ledger_transition(struct db *db, long long client_id, const char *key, const cha
 	                          result, error_class, reason };
 	PGresult *res;
 	enum db_rc rc;
-	enum ledger_rc lrc;
+	enum og_rc lrc;
 
 	snprintf(client, sizeof(client), "%lld", client_id);
 	snprintf(ver, sizeof(ver), "%lld", version);
 	if ((rc = db_exec(db, &st_transition, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
-	if (PQntuples(res) == 1) {
-		ledger_moved(run, res, RUN_PROCESSING, to);
-		PQclear(res);
-		return LEDGER_OK;
-	}
-	PQclear(res);
+		return og_rc_of(rc);
+	if (ledger_cas_moved(res, run, to))
+		return OG_OK;
 	lrc = ledger_explain(db, client_id, key, owner, version, 0, run);
 	/* A transition is never refused for the cap, only for a lost lease. */
-	return lrc == LEDGER_CAP_REACHED ? LEDGER_LEASE_LOST : lrc;
+	return lrc == OG_CAP_REACHED ? OG_LEASE_LOST : lrc;
 }
 
 /* Sets obj[name] from a column: a string, or nothing when NULL. */
@@ -592,7 +838,7 @@ set_int(json_t *obj, const char *name, const PGresult *res, int row, const char 
 		json_object_set_new(obj, name, json_integer(db_get_ll(res, row, col)));
 }
 
-enum ledger_rc
+enum og_rc
 ledger_status(struct db *db, long long client_id, const char *key, bool with_timeline,
               json_t **out)
 {
@@ -600,7 +846,7 @@ ledger_status(struct db *db, long long client_id, const char *key, bool with_tim
 	const char *params[2] = { client, key };
 	PGresult *res = NULL;
 	json_t *run = NULL, *timeline = NULL;
-	enum ledger_rc lrc = LEDGER_ERROR;
+	enum og_rc lrc = OG_ERROR;
 	enum db_rc rc;
 	const char *v;
 	int i;
@@ -608,11 +854,11 @@ ledger_status(struct db *db, long long client_id, const char *key, bool with_tim
 	*out = NULL;
 	snprintf(client, sizeof(client), "%lld", client_id);
 	if ((rc = db_exec(db, &st_status, params, &res)) != DB_OK) {
-		lrc = ledger_rc_of(rc);
+		lrc = og_rc_of(rc);
 		goto out;
 	}
 	if (PQntuples(res) == 0) {
-		lrc = LEDGER_NOT_FOUND;
+		lrc = OG_NOT_FOUND;
 		goto out;
 	}
 	run = json_object();
@@ -656,11 +902,11 @@ ledger_status(struct db *db, long long client_id, const char *key, bool with_tim
 	if (!with_timeline) {
 		*out = run;
 		run = NULL;
-		lrc = LEDGER_OK;
+		lrc = OG_OK;
 		goto out;
 	}
 	if ((rc = db_exec(db, &st_timeline, params, &res)) != DB_OK) {
-		lrc = ledger_rc_of(rc);
+		lrc = og_rc_of(rc);
 		goto out;
 	}
 	timeline = json_array();
@@ -680,14 +926,14 @@ ledger_status(struct db *db, long long client_id, const char *key, bool with_tim
 	json_object_set_new(run, "timeline", timeline);
 	*out = run;
 	run = NULL;
-	lrc = LEDGER_OK;
+	lrc = OG_OK;
 out:
 	PQclear(res);
 	json_decref(run);
 	return lrc;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_output_invalid(struct db *db, const struct ledger_output *o, int repair_budget,
                       struct ledger_run *run)
 {
@@ -701,23 +947,23 @@ ledger_output_invalid(struct db *db, const struct ledger_output *o, int repair_b
 	snprintf(ver, sizeof(ver), "%lld", o->version);
 	snprintf(budget, sizeof(budget), "%d", repair_budget);
 	if ((rc = db_exec(db, &st_output_invalid, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
+		return og_rc_of(rc);
 	if (PQntuples(res) == 1) {
 		run->state_from = RUN_PROCESSING;
 		run->state = (enum run_state)ledger_state_parse(db_get(res, 0, "state"));
 		run->version = db_get_ll(res, 0, "version");
 		run->attempt = (int)db_get_ll(res, 0, "invalid_outputs");
 		PQclear(res);
-		return LEDGER_OK;
+		return OG_OK;
 	}
 	PQclear(res);
 	return ledger_explain(db, o->client_id, o->key, o->owner, o->version, 0, run) ==
-	               LEDGER_NOT_FOUND
-	           ? LEDGER_NOT_FOUND
-	           : LEDGER_LEASE_LOST;
+	               OG_NOT_FOUND
+	           ? OG_NOT_FOUND
+	           : OG_LEASE_LOST;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_output_accept(struct db *db, const struct ledger_output *o, enum run_state to,
                      struct ledger_run *run)
 {
@@ -732,18 +978,14 @@ ledger_output_accept(struct db *db, const struct ledger_output *o, enum run_stat
 	snprintf(client, sizeof(client), "%lld", o->client_id);
 	snprintf(ver, sizeof(ver), "%lld", o->version);
 	if ((rc = db_exec(db, &st_output_accept, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
-	if (PQntuples(res) == 1) {
-		ledger_moved(run, res, RUN_PROCESSING, to);
-		PQclear(res);
-		return LEDGER_OK;
-	}
-	PQclear(res);
+		return og_rc_of(rc);
+	if (ledger_cas_moved(res, run, to))
+		return OG_OK;
 	/* inside a transaction the explaining read is harmless */
 	return ledger_explain(db, o->client_id, o->key, o->owner, o->version, 0, run) ==
-	               LEDGER_NOT_FOUND
-	           ? LEDGER_NOT_FOUND
-	           : LEDGER_LEASE_LOST;
+	               OG_NOT_FOUND
+	           ? OG_NOT_FOUND
+	           : OG_LEASE_LOST;
 }
 
 void
@@ -761,31 +1003,31 @@ ledger_decide_call(struct ledger_decide_call *d, long long client_id, const char
 	call->params = d->params;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_decide_result(const struct db_call *call, struct ledger_run *run)
 {
 	const PGresult *res = call->res;
 
 	if (call->rc != DB_OK)
-		return ledger_rc_of(call->rc);
+		return og_rc_of(call->rc);
 	if (PQntuples(res) != 1)
-		return LEDGER_LEASE_LOST;
+		return OG_LEASE_LOST;
 	ledger_moved(run, res, RUN_AWAITING_HUMAN,
 	             (enum run_state)ledger_state_parse(db_get(res, 0, "state")));
 	json_decref(run->decided);
 	run->decided = db_get(res, 0, "decided") != NULL
 	                   ? json_loads(db_get(res, 0, "decided"), 0, NULL)
 	                   : NULL;
-	return LEDGER_OK;
+	return OG_OK;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_decide(struct db *db, long long client_id, const char *key, const char *decision,
               const char *subject, const char *reason, struct ledger_run *run)
 {
 	struct ledger_decide_call d;
 	struct db_call call = { 0 };
-	enum ledger_rc lrc;
+	enum og_rc lrc;
 
 	ledger_decide_call(&d, client_id, key, decision, subject, reason, &call);
 	call.rc = db_exec(db, call.stmt, call.params, &call.res);
@@ -794,14 +1036,14 @@ ledger_decide(struct db *db, long long client_id, const char *key, const char *d
 	return lrc;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_cancel(struct db *db, long long client_id, const char *key, const char *reason,
               struct ledger_run *run)
 {
 	return ledger_cancel_by(db, client_id, key, reason, "client", run);
 }
 
-enum ledger_rc
+enum og_rc
 ledger_cancel_by(struct db *db, long long client_id, const char *key, const char *reason,
                  const char *actor, struct ledger_run *run)
 {
@@ -813,15 +1055,15 @@ ledger_cancel_by(struct db *db, long long client_id, const char *key, const char
 
 	snprintf(client, sizeof(client), "%lld", client_id);
 	if ((rc = db_exec(db, &st_cancel, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
+		return og_rc_of(rc);
 	n = PQntuples(res);
 	if (n == 1)
 		ledger_moved(run, res, RUN_APPROVED, RUN_FAILED_TERMINAL);
 	PQclear(res);
-	return n == 1 ? LEDGER_OK : LEDGER_LEASE_LOST;
+	return n == 1 ? OG_OK : OG_LEASE_LOST;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_sample_draw(struct db *db, long long client_id, const char *key, double fresh,
                    double rate, double *draw)
 {
@@ -835,15 +1077,15 @@ ledger_sample_draw(struct db *db, long long client_id, const char *key, double f
 	snprintf(f, sizeof(f), "%.17g", fresh);
 	snprintf(r, sizeof(r), "%.17g", rate);
 	if ((rc = db_exec(db, &st_sample, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
+		return og_rc_of(rc);
 	n = PQntuples(res);
 	if (n == 1)
 		*draw = strtod(db_get(res, 0, "sample_draw"), NULL);
 	PQclear(res);
-	return n == 1 ? LEDGER_OK : LEDGER_LEASE_LOST;
+	return n == 1 ? OG_OK : OG_LEASE_LOST;
 }
 
-enum ledger_rc
+enum og_rc
 ledger_end_undecided(struct db *db, long long client_id, const char *key,
                      const char *error_class, const char *reason, const char *actor,
                      struct ledger_run *run, char **callback_url)
@@ -857,16 +1099,243 @@ ledger_end_undecided(struct db *db, long long client_id, const char *key,
 	*callback_url = NULL;
 	snprintf(client, sizeof(client), "%lld", client_id);
 	if ((rc = db_exec(db, &st_end_undecided, params, &res)) != DB_OK)
-		return ledger_rc_of(rc);
+		return og_rc_of(rc);
 	n = PQntuples(res);
 	if (n == 1) {
 		ledger_moved(run, res, RUN_AWAITING_HUMAN, RUN_FAILED_TERMINAL);
 		if (db_get(res, 0, "callback_url") != NULL &&
 		    (*callback_url = strdup(db_get(res, 0, "callback_url"))) == NULL) {
 			PQclear(res);
-			return LEDGER_ERROR;
+			return OG_ERROR;
 		}
 	}
 	PQclear(res);
-	return n == 1 ? LEDGER_OK : LEDGER_LEASE_LOST;
+	return n == 1 ? OG_OK : OG_LEASE_LOST;
+}
+
+void
+ledger_purge_clear(struct ledger_purge *p)
+{
+	free(p->clients);
+	free(p->keys);
+	memset(p, 0, sizeof(*p));
+}
+
+enum db_rc
+ledger_purge(struct db *db, int days, bool dry_run, const char *actor, struct ledger_purge *p)
+{
+	char d[16];
+	const char *params[2] = { d, actor };
+	PGresult *res = NULL;
+	const char *v;
+	enum db_rc rc;
+
+	memset(p, 0, sizeof(*p));
+	snprintf(d, sizeof(d), "%d", days);
+	if ((rc = db_exec(db, dry_run ? &st_purge_count : &st_purge, params, &res)) != DB_OK)
+		return rc;
+	p->runs = db_get_ll(res, 0, "runs");
+	if (dry_run) {
+		p->effects = db_get_ll(res, 0, "effects");
+		p->approvals = db_get_ll(res, 0, "approvals");
+	} else {
+		if ((v = db_get(res, 0, "clients")) != NULL && (p->clients = strdup(v)) == NULL)
+			rc = DB_ERROR;
+		if ((v = db_get(res, 0, "keys")) != NULL && (p->keys = strdup(v)) == NULL)
+			rc = DB_ERROR;
+	}
+	PQclear(res);
+	if (rc != DB_OK)
+		ledger_purge_clear(p);
+	return rc;
+}
+
+/* The run's new version after a statement that moved it (one row with
+ * "version"), 0 when it matched nothing. */
+static enum db_rc
+ledger_moved_version(struct db *db, const struct db_stmt *stmt, const char *const *params,
+                     long long *version)
+{
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	*version = 0;
+	if ((rc = db_exec(db, stmt, params, &res)) != DB_OK)
+		return rc;
+	if (PQntuples(res) == 1)
+		*version = db_get_ll(res, 0, "version");
+	PQclear(res);
+	return DB_OK;
+}
+
+enum db_rc
+ledger_complete(struct db *db, const char *client, const char *key, const char *actor,
+                long long *version)
+{
+	const char *p[3] = { client, key, actor };
+
+	return ledger_moved_version(db, &st_complete, p, version);
+}
+
+enum db_rc
+ledger_reject(struct db *db, const char *client, const char *key, const char *reason,
+              const char *actor, unsigned from, long long *version)
+{
+	char states[160] = "{";
+	const char *p[5] = { client, key, reason, actor, states };
+	int s;
+
+	for (s = 0; s < RUN_STATE_COUNT; s++)
+		if (from & 1u << s) {
+			if (states[1] != '\0')
+				strcat(states, ",");
+			strcat(states, ledger_state_name((enum run_state)s));
+		}
+	strcat(states, "}");
+	return ledger_moved_version(db, &st_fail, p, version);
+}
+
+void
+ledger_lock_call(struct ledger_key_call *k, long long client_id, const char *key,
+                 struct db_call *call)
+{
+	snprintf(k->client, sizeof(k->client), "%lld", client_id);
+	k->params[0] = k->client;
+	k->params[1] = key;
+	k->params[2] = NULL;
+	call->stmt = &st_lock;
+	call->params = k->params;
+}
+
+void
+ledger_complete_call(struct ledger_key_call *k, long long client_id, const char *key,
+                     const char *actor, struct db_call *call)
+{
+	ledger_lock_call(k, client_id, key, call);
+	k->params[2] = actor;
+	call->stmt = &st_complete;
+}
+
+bool
+ledger_completed(const struct db_call *call)
+{
+	return call->rc == DB_OK && PQntuples(call->res) == 1;
+}
+
+enum og_rc
+ledger_lock(struct db *db, long long client_id, const char *key, struct ledger_locked *out)
+{
+	char client[24];
+	const char *p[2] = { client, key };
+	PGresult *res = NULL;
+	const char *v;
+	enum og_rc rc;
+	int st;
+
+	memset(out, 0, sizeof(*out));
+	snprintf(client, sizeof(client), "%lld", client_id);
+	if ((rc = og_exec_one(db, &st_lock, p, OG_NOT_FOUND, &res)) != OG_OK)
+		return rc;
+	st = ledger_state_parse(db_get(res, 0, "state"));
+	out->state = st >= 0 ? (enum run_state)st : RUN_PROCESSING;
+	out->version = db_get_ll(res, 0, "version");
+	v = db_get(res, 0, "lease_over");
+	out->lease_over = v != NULL && v[0] == 't';
+	if ((v = db_get(res, 0, "callback_url")) != NULL && (out->callback_url = strdup(v)) == NULL)
+		rc = OG_ERROR;
+	PQclear(res);
+	return st >= 0 ? rc : OG_ERROR;
+}
+
+void
+ledger_locked_clear(struct ledger_locked *l)
+{
+	free(l->callback_url);
+	memset(l, 0, sizeof(*l));
+}
+
+/* A statement over every client's runs with key ($1), or client_name's
+ * ($2, NULL: any). */
+static enum og_rc
+rows_by_key(struct db *db, const struct db_stmt *stmt, const char *key,
+            const char *client_name, PGresult **rows)
+{
+	const char *p[2] = { key, client_name };
+
+	*rows = NULL;
+	return og_rc_of(db_exec(db, stmt, p, rows));
+}
+
+enum og_rc
+ledger_runs_by_key(struct db *db, const char *key, const char *client_name, PGresult **rows)
+{
+	return rows_by_key(db, &st_runs_by_key, key, client_name, rows);
+}
+
+enum og_rc
+ledger_expire(struct db *db, long long client_id, const char *key, PGresult **row)
+{
+	PGresult *res = NULL;
+	enum og_rc rc = og_exec_key(db, &st_expire, client_id, key, &res);
+
+	if (rc == OG_OK && PQntuples(res) != 1)
+		rc = OG_LEASE_LOST;
+	*row = rc == OG_OK ? res : NULL;
+	if (rc != OG_OK)
+		PQclear(res);
+	return rc;
+}
+
+enum og_rc
+ledger_audit(struct db *db, const char *key, const char *client_name, PGresult **rows)
+{
+	return rows_by_key(db, &st_audit, key, client_name, rows);
+}
+
+enum og_rc
+ledger_history(struct db *db, long long client_id, const char *key, PGresult **rows)
+{
+	return og_exec_key(db, &st_history, client_id, key, rows);
+}
+
+enum og_rc
+ledger_original(struct db *db, const char *key, long long client_id, bool lock,
+                PGresult **rows)
+{
+	char cid[24];
+	const char *p[2] = { key, client_id > 0 ? cid : NULL };
+	long long n = 0;
+	enum db_rc rc;
+
+	*rows = NULL;
+	snprintf(cid, sizeof(cid), "%lld", client_id);
+	if (lock && (rc = db_exec_count(db, &st_lock_original, p, &n)) != DB_OK)
+		return og_rc_of(rc);
+	return og_rc_of(db_exec(db, &st_original, p, rows));
+}
+
+enum og_rc
+ledger_exists(struct db *db, long long client_id, const char *key, bool *exists)
+{
+	PGresult *res = NULL;
+	enum og_rc rc = og_exec_key(db, &st_exists, client_id, key, &res);
+
+	*exists = rc == OG_OK && PQntuples(res) > 0;
+	PQclear(res);
+	return rc;
+}
+
+enum og_rc
+ledger_replay(struct db *db, const struct ledger_replay *r)
+{
+	char cid[24];
+	const char *p[18] = {
+		cid, r->key, r->payload_hash, r->payload, r->state, r->workflow_version,
+		r->correlation_id, r->contract, r->contract_hash, r->output, r->output_hash,
+		r->model, r->effect, r->source_url, r->requested_by, r->error_class, r->reason,
+		r->event_reason,
+	};
+
+	snprintf(cid, sizeof(cid), "%lld", r->client_id);
+	return og_exec_one(db, &st_replay, p, OG_EXISTS, NULL);
 }

@@ -11,6 +11,7 @@
 
 #include "canon.h"
 #include "db.h"
+#include "rc.h"
 
 /* Mirrors the CHECK constraint on workflow_runs.state one for one. */
 enum run_state {
@@ -21,18 +22,6 @@ enum run_state {
 	RUN_FAILED_RETRYABLE,
 	RUN_FAILED_TERMINAL,
 	RUN_STATE_COUNT
-};
-
-enum ledger_rc {
-	LEDGER_CLAIMED = 0,
-	LEDGER_DUPLICATE,
-	LEDGER_MISMATCH,      /* same key, different payload */
-	LEDGER_OK,            /* renew / transition / status done */
-	LEDGER_NOT_FOUND,     /* no such run for this client */
-	LEDGER_LEASE_LOST,    /* compare-and-set matched nothing */
-	LEDGER_CAP_REACHED,   /* the lease already reaches the claim's cap */
-	LEDGER_UNAVAILABLE,   /* database unreachable */
-	LEDGER_ERROR,
 };
 
 #define LEDGER_UUID_LEN 37
@@ -94,20 +83,20 @@ const char *ledger_claim_hash(const struct ledger_claim *c, const struct ledger_
 
 /* prefetched: a finished ledger_lookup_call for this client and key, or
  * NULL to look up here. */
-enum ledger_rc ledger_claim(struct db *db, const struct ledger_claim *c,
-                            const struct db_call *prefetched, struct ledger_run *run)
+enum og_rc ledger_claim(struct db *db, const struct ledger_claim *c,
+                        const struct db_call *prefetched, struct ledger_run *run)
 	__attribute__((warn_unused_result));
-enum ledger_rc ledger_renew(struct db *db, long long client_id, const char *key,
-                            const char *owner, long long version, int lease_seconds,
-                            int cap_seconds, struct ledger_run *run)
+enum og_rc ledger_renew(struct db *db, long long client_id, const char *key,
+                        const char *owner, long long version, int lease_seconds,
+                        int cap_seconds, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 /* to is completed, failed_retryable or failed_terminal; result is JSON text
  * or NULL. */
-enum ledger_rc ledger_transition(struct db *db, long long client_id, const char *key,
-                                 const char *owner, long long version,
-                                 enum run_state to, const char *result,
-                                 const char *error_class, const char *reason,
-                                 struct ledger_run *run)
+enum og_rc ledger_transition(struct db *db, long long client_id, const char *key,
+                             const char *owner, long long version,
+                             enum run_state to, const char *result,
+                             const char *error_class, const char *reason,
+                             struct ledger_run *run)
 	__attribute__((warn_unused_result));
 /* A valid or invalid model output handed in by the lease owner. */
 struct ledger_output {
@@ -131,14 +120,14 @@ struct ledger_output {
  * (error_class "validation") once more than repair_budget were invalid.
  * run->state tells which; run->attempt is set to the number of invalid
  * outputs so far. Compare-and-set like a transition. */
-enum ledger_rc ledger_output_invalid(struct db *db, const struct ledger_output *o,
-                                     int repair_budget, struct ledger_run *run)
+enum og_rc ledger_output_invalid(struct db *db, const struct ledger_output *o,
+                                 int repair_budget, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 /* Records a valid output and moves the run to `to` (awaiting_human, or
  * approved for the automatic path, decision "auto"). Compare-and-set; call
  * inside the transaction that also creates the challenges or the effect. */
-enum ledger_rc ledger_output_accept(struct db *db, const struct ledger_output *o,
-                                    enum run_state to, struct ledger_run *run)
+enum og_rc ledger_output_accept(struct db *db, const struct ledger_output *o,
+                                enum run_state to, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 /* ledger_decide as a db_call, for the decision's pipelined transaction. */
 struct ledger_decide_call {
@@ -148,50 +137,175 @@ struct ledger_decide_call {
 void ledger_decide_call(struct ledger_decide_call *d, long long client_id, const char *key,
                         const char *decision, const char *subject, const char *reason,
                         struct db_call *call);
-enum ledger_rc ledger_decide_result(const struct db_call *call, struct ledger_run *run);
+enum og_rc ledger_decide_result(const struct db_call *call, struct ledger_run *run);
 
 /* A person's decision: awaiting_human → approved (approve) or
- * failed_terminal (reject, error_class "rejected"); LEDGER_LEASE_LOST when
+ * failed_terminal (reject, error_class "rejected"); OG_LEASE_LOST when
  * the run is no longer awaiting_human. Inside the consume transaction. */
-enum ledger_rc ledger_decide(struct db *db, long long client_id, const char *key,
-                             const char *decision, const char *subject, const char *reason,
-                             struct ledger_run *run) __attribute__((warn_unused_result));
+enum og_rc ledger_decide(struct db *db, long long client_id, const char *key,
+                         const char *decision, const char *subject, const char *reason,
+                         struct ledger_run *run) __attribute__((warn_unused_result));
 
 /* The owning client cancelled an act-with-window run before its effect
  * went out: approved → failed_terminal (error_class "cancelled"). Inside
  * the transaction that cancels the effects. */
-enum ledger_rc ledger_cancel(struct db *db, long long client_id, const char *key,
-                             const char *reason, struct ledger_run *run)
+enum og_rc ledger_cancel(struct db *db, long long client_id, const char *key,
+                         const char *reason, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 /* The same, cancelled by someone other than the client: actor is who
  * (e.g. "operator:NAME"), in the run's timeline. */
-enum ledger_rc ledger_cancel_by(struct db *db, long long client_id, const char *key,
-                                const char *reason, const char *actor, struct ledger_run *run)
+enum og_rc ledger_cancel_by(struct db *db, long long client_id, const char *key,
+                            const char *reason, const char *actor, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 
 /* The gate's sample draw of a run still processing: the draw kept on the
  * run if it has one, else fresh (kept from now on), in *draw; rate, the
  * contract's sample_rate it is compared with, is recorded beside it.
- * LEDGER_LEASE_LOST when the run is not processing. Its own statement,
+ * OG_LEASE_LOST when the run is not processing. Its own statement,
  * outside the output's transaction: a rolled-back output keeps the draw. */
-enum ledger_rc ledger_sample_draw(struct db *db, long long client_id, const char *key,
-                                  double fresh, double rate, double *draw)
+enum og_rc ledger_sample_draw(struct db *db, long long client_id, const char *key,
+                              double fresh, double rate, double *draw)
 	__attribute__((warn_unused_result));
 
 /* awaiting_human → failed_terminal (decision "expired", error_class as
  * given, event "run.<error_class>") when no challenge of the run is
  * pending or decided any more, e.g. the last one was revoked.
  * *callback_url (malloc'd, or NULL) is the workflow to tell.
- * LEDGER_LEASE_LOST when the run was not ended (still decidable, or no
+ * OG_LEASE_LOST when the run was not ended (still decidable, or no
  * longer awaiting a person). Inside the caller's transaction. */
-enum ledger_rc ledger_end_undecided(struct db *db, long long client_id, const char *key,
-                                    const char *error_class, const char *reason,
-                                    const char *actor, struct ledger_run *run,
-                                    char **callback_url) __attribute__((warn_unused_result));
+enum og_rc ledger_end_undecided(struct db *db, long long client_id, const char *key,
+                                const char *error_class, const char *reason,
+                                const char *actor, struct ledger_run *run,
+                                char **callback_url) __attribute__((warn_unused_result));
 
 /* The run as the status API shows it, with its timeline when asked (the
  * approval pages do without it); *out is a new reference. */
-enum ledger_rc ledger_status(struct db *db, long long client_id, const char *key,
-                             bool timeline, json_t **out) __attribute__((warn_unused_result));
+enum og_rc ledger_status(struct db *db, long long client_id, const char *key,
+                         bool timeline, json_t **out) __attribute__((warn_unused_result));
+
+/* The retention purge of the runs finished longer ago than days that still
+ * hold content: their payload, output and effect payload go, a run.purged
+ * entry each (actor) records it. dry_run counts instead: runs, and the
+ * effects and challenges that hold content too. Otherwise clients and keys
+ * (malloc'd array text, NULL when no run) name the purged runs for
+ * outbox_purge_payloads and gate_purge_effects in the same
+ * transaction. */
+struct ledger_purge {
+	long long runs, effects, approvals;
+	char *clients, *keys;
+};
+enum db_rc ledger_purge(struct db *db, int days, bool dry_run, const char *actor,
+                        struct ledger_purge *p) __attribute__((warn_unused_result));
+void ledger_purge_clear(struct ledger_purge *p);
+
+/* approved → completed when every effect of the run (client: its id as
+ * text) is completed or was cancelled; actor is who, in the timeline.
+ * *version: the run's new version, 0 when it did not move. Inside the
+ * caller's transaction, after ledger_lock. */
+enum db_rc ledger_complete(struct db *db, const char *client, const char *key,
+                           const char *actor, long long *version)
+	__attribute__((warn_unused_result));
+/* An operator's rejection: → failed_terminal (error_class
+ * operator_rejected) from any of the states in `from` (a set of
+ * 1u << state); *version as for ledger_complete. */
+enum db_rc ledger_reject(struct db *db, const char *client, const char *key,
+                         const char *reason, const char *actor, unsigned from,
+                         long long *version) __attribute__((warn_unused_result));
+
+/* The run locked, and approved → completed when every effect is completed
+ * or cancelled, as db_calls for a pipelined transaction (the dispatcher's
+ * settle: lock, settle the effect, complete). actor is who, in the
+ * timeline. */
+struct ledger_key_call {
+	char client[24];
+	const char *params[3];
+};
+void ledger_lock_call(struct ledger_key_call *k, long long client_id, const char *key,
+                      struct db_call *call);
+void ledger_complete_call(struct ledger_key_call *k, long long client_id, const char *key,
+                          const char *actor, struct db_call *call);
+/* After ledger_complete_call ran: did the run complete? */
+bool ledger_completed(const struct db_call *call);
+
+/* The run, locked: every operator path (resume, replay, reject, cancel)
+ * decides under this lock, and a completing settle of the dispatcher takes
+ * it first (lock order everywhere: the run, then its effects). Inside the
+ * caller's transaction; OG_NOT_FOUND: no such run. */
+struct ledger_locked {
+	enum run_state state;
+	long long version;
+	bool lease_over;             /* its lease (if any) has run out */
+	char *callback_url;          /* owned; NULL when none */
+};
+enum og_rc ledger_lock(struct db *db, long long client_id, const char *key,
+                       struct ledger_locked *out) __attribute__((warn_unused_result));
+void ledger_locked_clear(struct ledger_locked *l);
+
+/* The clients that have a run with key (client_name: only that client's;
+ * NULL: any), at most three: rows of client_id, client_name in *rows
+ * (PQclear them). */
+enum og_rc ledger_runs_by_key(struct db *db, const char *key, const char *client_name,
+                              PGresult **rows) __attribute__((warn_unused_result));
+
+/* awaiting_human → failed_terminal (decision expired) when no challenge
+ * of the run is pending or decided any more, inside the caller's
+ * transaction (after gate_expire): one row of version, callback_url,
+ * correlation_id, workflow_version in *row (PQclear it). OG_LEASE_LOST:
+ * the run did not move. */
+enum og_rc ledger_expire(struct db *db, long long client_id, const char *key, PGresult **row)
+	__attribute__((warn_unused_result));
+
+/* The run with key for explain (client_name: that client's; NULL: any),
+ * at most two rows (two: the key is several clients') of client_id,
+ * client, state, created_at, updated_at, attempt, version, payload_hash,
+ * payload_kept, output_kept, output_hash, model, contract, contract_hash,
+ * workflow_version, trigger, correlation_id, decision, decided_by,
+ * decided_at, error_class, reason, sample_draw, sample_rate, effect_type,
+ * effect_target, claims in *rows (PQclear them). */
+enum og_rc ledger_audit(struct db *db, const char *key, const char *client_name,
+                        PGresult **rows) __attribute__((warn_unused_result));
+/* Everything that happened to the run, from every table that records it,
+ * in time order (at most 2,000): rows of ts, source, event, detail, actor
+ * in *rows (PQclear them). */
+enum og_rc ledger_history(struct db *db, long long client_id, const char *key,
+                          PGresult **rows) __attribute__((warn_unused_result));
+
+/* --- replay: the original read under its lock, the new run written -------- */
+
+/* The run with key (client_id: that client's; 0: any) to be replayed, and
+ * what its effects say: at most two rows (two: the key is several
+ * clients') of client_id, state, payload, payload_hash, contract,
+ * contract_hash, output, output_hash, model, effect, source_url,
+ * workflow_version, correlation_id, live_effects (an effect still pending,
+ * or a decision callback in flight), sent (the business effects that were
+ * sent, are being sent, are unknown, or were resumed by an operator, as
+ * "type id state" comma-separated, or NULL) in *rows (PQclear them). lock:
+ * the original's row is locked first, to the commit (the lock resume,
+ * reject and cancel take), so the rest is read after any change that held
+ * it. */
+enum og_rc ledger_original(struct db *db, const char *key, long long client_id, bool lock,
+                           PGresult **rows) __attribute__((warn_unused_result));
+/* Does the client have a run with key? */
+enum og_rc ledger_exists(struct db *db, long long client_id, const char *key, bool *exists)
+	__attribute__((warn_unused_result));
+
+/* The new run of a replay, and its first timeline entry (run.replayed). */
+struct ledger_replay {
+	long long client_id;
+	const char *key;
+	const char *payload_hash, *payload;
+	const char *state;             /* the state it starts in */
+	const char *workflow_version, *correlation_id;
+	const char *contract, *contract_hash, *output, *output_hash, *model, *effect;
+	const char *source_url;
+	const char *requested_by;      /* the operator */
+	const char *error_class;       /* failed_retryable: "replay"; else NULL */
+	const char *reason;            /* failed_retryable: the note; else NULL */
+	const char *event_reason;      /* the timeline's reason */
+};
+/* OG_EXISTS: the key exists already (a key is never overwritten, even one
+ * a claim created a moment ago). */
+enum og_rc ledger_replay(struct db *db, const struct ledger_replay *r)
+	__attribute__((warn_unused_result));
 
 #endif

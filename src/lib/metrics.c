@@ -6,6 +6,11 @@
  * the rows those modules keep, so they agree with `oncegatectl` and with SQL
  * run by hand, and they survive restarts.
  *
+ * The weekly report's one statement (metrics_report, for oncegatectl report)
+ * is here too: its figures are counts of the same kind. Over 1,000 lines
+ * because the registry, the flush and the exposition of every family are
+ * one design; see metrics.h.
+ *
  * Lag, for the operator reading a graph: a claim shows up in the /metrics
  * of the responder that answered it within OG_METRICS_CACHE_MS (a refresh
  * flushes that process's own counts first), and in every other responder's
@@ -180,6 +185,65 @@ static const struct db_stmt st_snapshot = {
 	1, true,
 };
 
+/* The weekly figures, one JSON document. Duplicate deliveries
+ * and claims by outcome change no row of their own: the responders add
+ * them to metric_counters (sql/007, metrics.c), which holds lifetime
+ * totals (since the counters were installed), not figures per period —
+ * hence the _lifetime names. */
+static const struct db_stmt st_report = {
+	"metrics_report",
+	"WITH since AS (SELECT now() - make_interval(secs => $1::float8) AS t),"
+	" dec AS (SELECT decision, extract(epoch FROM consumed_at - created_at) AS wait"
+	"           FROM approvals, since WHERE state = 'decided' AND consumed_at >= since.t)"
+	"SELECT json_build_object("
+	" 'since', (SELECT og_ts(t) FROM since), 'until', og_ts(now()),"
+	" 'runs_claimed', (SELECT count(*) FROM workflow_runs, since WHERE created_at >= since.t),"
+	" 'reclaims', (SELECT count(*) FROM run_events, since WHERE event = 'run.claimed'"
+	"     AND attempt > 1 AND ts >= since.t),"
+	" 'invalid_outputs', (SELECT count(*) FROM run_events, since"
+	"     WHERE event = 'run.output_invalid' AND ts >= since.t),"
+	" 'failed_validation', (SELECT count(*) FROM workflow_runs, since"
+	"     WHERE error_class = 'validation' AND updated_at >= since.t),"
+	" 'approvals_by_decision', (SELECT coalesce(json_object_agg(decision, n), '{}') FROM"
+	"     (SELECT decision, count(*) AS n FROM dec GROUP BY decision) x),"
+	" 'approvals_expired', (SELECT count(*) FROM approvals, since WHERE state = 'expired'"
+	"     AND expires_at >= since.t),"
+	" 'approvals_pending', (SELECT count(*) FROM approvals WHERE state = 'pending'"
+	"     AND expires_at > now()),"
+	" 'approval_wait_p50_s', (SELECT round(percentile_cont(0.5) WITHIN GROUP"
+	"     (ORDER BY wait)::numeric, 1) FROM dec),"
+	" 'approval_wait_p95_s', (SELECT round(percentile_cont(0.95) WITHIN GROUP"
+	"     (ORDER BY wait)::numeric, 1) FROM dec),"
+	" 'decisions', (SELECT coalesce(json_object_agg(decision, n), '{}') FROM"
+	"     (SELECT decision, count(*) AS n FROM workflow_runs, since"
+	"       WHERE decided_at >= since.t AND decision IS NOT NULL GROUP BY decision) x),"
+	" 'effects_by_state', (SELECT coalesce(json_object_agg(state, n), '{}') FROM"
+	"     (SELECT state, count(*) AS n FROM effect_outbox, since"
+	"       WHERE created_at >= since.t GROUP BY state) x),"
+	" 'dead_letters_by_class', (SELECT coalesce(json_object_agg(error_class, n), '{}') FROM"
+	"     (SELECT error_class, count(*) AS n FROM dead_letters, since"
+	"       WHERE created_at >= since.t GROUP BY error_class) x),"
+	" 'dead_letters_open', (SELECT count(*) FROM dead_letters WHERE resolution IS NULL),"
+	" 'oldest_open_dead_letter_s', (SELECT round(extract(epoch FROM now() - min(created_at)))"
+	"     FROM dead_letters WHERE resolution IS NULL),"
+	" 'retry_exhaustions', (SELECT count(*) FROM dead_letters, since"
+	"     WHERE error_class = 'exhausted' AND created_at >= since.t),"
+	" 'replays', (SELECT count(*) FROM run_replays, since WHERE created_at >= since.t),"
+	" 'operator_actions', (SELECT coalesce(json_object_agg(action, n), '{}') FROM"
+	"     (SELECT action, count(*) AS n FROM operator_actions, since"
+	"       WHERE ts >= since.t GROUP BY action) x),"
+	" 'kill_switch_on', (SELECT actions_enabled FROM dispatch_control),"
+	" 'blocked_sends', (SELECT blocked_sends FROM dispatch_control),"
+	" 'duplicates_lifetime', (SELECT value FROM metric_counters"
+	"     WHERE name = 'claims_duplicate'),"
+	" 'claims_by_outcome_lifetime', (SELECT coalesce(json_object_agg("
+	"     substr(name, 8), value ORDER BY name), '{}') FROM metric_counters"
+	"     WHERE name LIKE 'claims\\_%'),"
+	" 'counters_updated_at', (SELECT og_ts(max(updated_at)) FROM metric_counters)"
+	")::text AS report",
+	1, true,
+};
+
 void
 metrics_observe_request(size_t route, double seconds)
 {
@@ -198,7 +262,7 @@ metrics_observe_request(size_t route, double seconds)
 }
 
 /* Adds this process's latency observations; on failure they stay. */
-static enum metrics_rc
+static enum og_rc
 flush_latency(struct db *db)
 {
 	unsigned long long taken[METRICS_ROUTES_MAX][NLAT + 1], sums[METRICS_ROUTES_MAX];
@@ -220,7 +284,7 @@ flush_latency(struct db *db)
 		sums[r] = atomic_exchange_explicit(&lat_sum_us[r], 0, memory_order_relaxed);
 	}
 	if (!any)
-		return METRICS_OK;
+		return OG_OK;
 	buf_init(&m, 4096);
 	buf_init(&rt, 8192);
 	buf_init(&b, 65536);
@@ -263,14 +327,14 @@ flush_latency(struct db *db)
 	buf_free(&n);
 	buf_free(&sm);
 	if (!failed && rc == DB_OK)
-		return METRICS_OK;
+		return OG_OK;
 	/* late, not lost */
 	for (r = 0; r < nroutes; r++) {
 		for (k = 0; k <= NLAT; k++)
 			atomic_fetch_add_explicit(&lat_counts[r][k], taken[r][k], memory_order_relaxed);
 		atomic_fetch_add_explicit(&lat_sum_us[r], sums[r], memory_order_relaxed);
 	}
-	return rc == DB_UNAVAILABLE ? METRICS_UNAVAILABLE : METRICS_ERROR;
+	return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 }
 
 void
@@ -317,7 +381,7 @@ array_word(struct buf *b, const char *w)
 }
 
 /* Adds this process's attempt counts; on failure they stay. */
-static enum metrics_rc
+static enum og_rc
 flush_attempts(struct db *db)
 {
 	static struct attempt_count taken[METRICS_ATTEMPT_KEYS];
@@ -340,7 +404,7 @@ flush_attempts(struct db *db)
 	pthread_mutex_unlock(&att.lock);
 	if (n == 0) {
 		pthread_mutex_unlock(&one);
-		return METRICS_OK;
+		return OG_OK;
 	}
 	buf_init(&t, 65536);
 	buf_init(&c, 65536);
@@ -389,8 +453,8 @@ flush_attempts(struct db *db)
 	}
 	pthread_mutex_unlock(&one);
 	if (!failed && rc == DB_OK)
-		return METRICS_OK;
-	return rc == DB_UNAVAILABLE ? METRICS_UNAVAILABLE : METRICS_ERROR;
+		return OG_OK;
+	return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 }
 
 void
@@ -400,7 +464,7 @@ metrics_count(enum metrics_counter c)
 		atomic_fetch_add_explicit(&counts[c], 1, memory_order_relaxed);
 }
 
-enum metrics_rc
+enum og_rc
 metrics_flush(struct db *db)
 {
 	unsigned long long taken[METRICS_NCOUNTERS];
@@ -412,9 +476,9 @@ metrics_flush(struct db *db)
 	enum db_rc rc;
 	int i;
 
-	enum metrics_rc lrc = flush_latency(db), arc = flush_attempts(db);
+	enum og_rc lrc = flush_latency(db), arc = flush_attempts(db);
 
-	if (lrc == METRICS_OK)
+	if (lrc == OG_OK)
 		lrc = arc;
 
 	for (i = 0; i < METRICS_NCOUNTERS; i++) {
@@ -440,7 +504,7 @@ metrics_flush(struct db *db)
 	/* Keep them for the next flush: a count is late, not lost. */
 	for (i = 0; i < METRICS_NCOUNTERS; i++)
 		atomic_fetch_add_explicit(&counts[i], taken[i], memory_order_relaxed);
-	return rc == DB_UNAVAILABLE ? METRICS_UNAVAILABLE : METRICS_ERROR;
+	return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 }
 
 /* ---- rendering ---------------------------------------------------------- */
@@ -849,7 +913,7 @@ out:
 
 /* ---- the snapshot and the cache ----------------------------------------- */
 
-static enum metrics_rc
+static enum og_rc
 snapshot_read(struct db *db, struct snapshot *s)
 {
 	char bounds[NBOUNDS * 16 + 3];
@@ -868,10 +932,10 @@ snapshot_read(struct db *db, struct snapshot *s)
 
 	rc = db_exec(db, &st_snapshot, params, &res);
 	if (rc != DB_OK)
-		return rc == DB_UNAVAILABLE ? METRICS_UNAVAILABLE : METRICS_ERROR;
+		return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 	if (PQntuples(res) != 1) {
 		PQclear(res);
-		return METRICS_ERROR;
+		return OG_ERROR;
 	}
 	s->counters = json_col(res, "counters", false);
 	s->decisions = json_col(res, "decisions", false);
@@ -893,7 +957,7 @@ snapshot_read(struct db *db, struct snapshot *s)
 	v = db_get(res, 0, "actions_enabled");
 	s->actions_enabled = v != NULL && strcmp(v, "t") == 0;
 	PQclear(res);
-	return METRICS_OK;
+	return OG_OK;
 }
 
 /* The last answer, shared by the worker threads of this process. */
@@ -922,36 +986,36 @@ copy_out(struct buf *out)
 	return buf_append(out, cache.text.data, cache.text.len);
 }
 
-static enum metrics_rc
+static enum og_rc
 refresh(struct db *db, struct buf *text)
 {
 	struct snapshot s = { 0 };
-	enum metrics_rc rc;
+	enum og_rc rc;
 
 	/* This process's own counts first, so its answer includes them. A failed
 	 * flush keeps them for later and does not stop the read. */
-	if (metrics_flush(db) != METRICS_OK)
+	if (metrics_flush(db) != OG_OK)
 		log_event(LOG_LEVEL_WARNING, "metrics.flush_failed",
 		          &(struct log_fields){ .detail = db_error(db),
 		                                .hint = "claim counts stay in memory until a "
 		                                        "flush succeeds" });
 	rc = snapshot_read(db, &s);
-	if (rc == METRICS_OK && render(text, &s) != 0)
-		rc = METRICS_ERROR;
+	if (rc == OG_OK && render(text, &s) != 0)
+		rc = OG_ERROR;
 	snapshot_clear(&s);
 	return rc;
 }
 
-enum metrics_rc
+enum og_rc
 metrics_text(struct db *db, struct buf *out)
 {
 	struct buf fresh;
-	enum metrics_rc rc;
+	enum og_rc rc;
 
 	pthread_mutex_lock(&cache.lock);
 	for (;;) {
 		if (cache.valid && !cache.refreshing && ms_since(&cache.at) < OG_METRICS_CACHE_MS) {
-			rc = copy_out(out) == 0 ? METRICS_OK : METRICS_ERROR;
+			rc = copy_out(out) == 0 ? OG_OK : OG_ERROR;
 			pthread_mutex_unlock(&cache.lock);
 			return rc;
 		}
@@ -960,7 +1024,7 @@ metrics_text(struct db *db, struct buf *out)
 		/* Another thread is at it: the previous answer (at most one cache
 		 * interval plus one query old) rather than a second query. */
 		if (cache.valid) {
-			rc = copy_out(out) == 0 ? METRICS_OK : METRICS_ERROR;
+			rc = copy_out(out) == 0 ? OG_OK : OG_ERROR;
 			pthread_mutex_unlock(&cache.lock);
 			return rc;
 		}
@@ -976,7 +1040,7 @@ metrics_text(struct db *db, struct buf *out)
 
 	pthread_mutex_lock(&cache.lock);
 	cache.refreshing = false;
-	if (rc == METRICS_OK) {
+	if (rc == OG_OK) {
 		struct buf old = cache.text;
 
 		cache.text = fresh;
@@ -984,7 +1048,7 @@ metrics_text(struct db *db, struct buf *out)
 		cache.valid = true;
 		clock_gettime(CLOCK_MONOTONIC, &cache.at);
 		if (copy_out(out) != 0)
-			rc = METRICS_ERROR;
+			rc = OG_ERROR;
 	}
 	pthread_cond_broadcast(&cache.done);
 	pthread_mutex_unlock(&cache.lock);
@@ -1024,7 +1088,7 @@ flusher_main(void *arg)
 			;
 		last = flusher.stop;
 		pthread_mutex_unlock(&flusher.lock);
-		if (metrics_flush(flusher.db) != METRICS_OK) {
+		if (metrics_flush(flusher.db) != OG_OK) {
 			/* once per outage, not once a second */
 			if (!failing)
 				log_event(LOG_LEVEL_WARNING, "metrics.flush_failed",
@@ -1094,4 +1158,21 @@ metrics_flusher_stop(void)
 	db_free(flusher.db);
 	flusher.db = NULL;
 	flusher.running = false;
+}
+
+enum og_rc
+metrics_report(struct db *db, long long since_seconds, json_t **out)
+{
+	char secs[24];
+	const char *params[1] = { secs };
+	PGresult *res = NULL;
+	enum og_rc rc;
+
+	*out = NULL;
+	snprintf(secs, sizeof(secs), "%lld", since_seconds);
+	if ((rc = og_exec_one(db, &st_report, params, OG_ERROR, &res)) != OG_OK)
+		return rc;
+	*out = json_loads(db_get(res, 0, "report"), 0, NULL);
+	PQclear(res);
+	return *out != NULL ? OG_OK : OG_ERROR;
 }

@@ -23,8 +23,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "buf.h"
 #include "db.h"
+#include "rc.h"
 
 /* What a process counts in memory. Names in metric_counters: metrics.c. */
 enum metrics_counter {
@@ -33,12 +36,6 @@ enum metrics_counter {
 	METRICS_CLAIM_MISMATCH,        /* 422: same key, different payload */
 	METRICS_RUN_LEASE_RECLAIMED,   /* 201 over a run whose lease had run out */
 	METRICS_NCOUNTERS,
-};
-
-enum metrics_rc {
-	METRICS_OK = 0,
-	METRICS_UNAVAILABLE,  /* the database cannot be reached: 503 */
-	METRICS_ERROR,        /* anything else: 500 */
 };
 
 /* Counts one event of this process. Lock-free; safe from any thread. */
@@ -64,12 +61,12 @@ void metrics_count_attempt(const char *target, const char *cls, bool retry,
 /* Adds this process's uncounted events to metric_counters in one
  * statement. On failure the events stay counted in memory for the next
  * flush (so a flush whose reply was lost may count them twice). */
-enum metrics_rc metrics_flush(struct db *db) __attribute__((warn_unused_result));
+enum og_rc metrics_flush(struct db *db) __attribute__((warn_unused_result));
 
 /* The exposition text into out (replacing what it held): from the cache
  * while it is fresh, otherwise flushed and computed on db. While another
  * thread computes it, an older copy is answered instead of waiting. */
-enum metrics_rc metrics_text(struct db *db, struct buf *out)
+enum og_rc metrics_text(struct db *db, struct buf *out)
 	__attribute__((warn_unused_result));
 
 /* The media type of metrics_text's answer. */
@@ -81,5 +78,10 @@ enum metrics_rc metrics_text(struct db *db, struct buf *out)
 int metrics_flusher_start(const char *conninfo, int statement_timeout_ms, char *err,
                           size_t errlen) __attribute__((warn_unused_result));
 void metrics_flusher_stop(void);
+
+/* The weekly report's figures (the same as GET /metrics) over the last
+ * since_seconds; *out is a new object. */
+enum og_rc metrics_report(struct db *db, long long since_seconds, json_t **out)
+	__attribute__((warn_unused_result));
 
 #endif

@@ -1,6 +1,10 @@
 /*
  * outbox.c — enqueue effects and show them, settle them and record their
- * attempts; sending is the dispatcher's.
+ * attempts; the dispatcher's claims, releases and lease renewals, the
+ * operator's reconcile, resume and reject, the kill switch's hold and the
+ * purge, as statements the use cases run in their transactions; sending is
+ * the dispatcher's. The one file with SQL text for effect_outbox and
+ * effect_attempts.
  *
  * effect_attempts is written here too: an attempt is recorded by the same
  * statement that settles its effect (compare-and-set on effect_outbox), so
@@ -14,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
+#include "canon.h"
 #include "digest.h"
 #include "outbox.h"
 
@@ -63,7 +69,7 @@ static const struct db_stmt st_cancel = {
 	2, false,
 };
 
-enum outbox_rc
+enum og_rc
 outbox_cancel_window(struct db *db, long long client_id, const char *key, json_t **ids)
 {
 	char client[24];
@@ -75,12 +81,12 @@ outbox_cancel_window(struct db *db, long long client_id, const char *key, json_t
 	*ids = NULL;
 	snprintf(client, sizeof(client), "%lld", client_id);
 	if ((rc = db_exec(db, &st_cancel, params, &res)) != DB_OK)
-		return rc == DB_UNAVAILABLE ? OUTBOX_UNAVAILABLE : OUTBOX_ERROR;
+		return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 	*ids = json_array();
 	for (i = 0; i < PQntuples(res); i++)
 		json_array_append_new(*ids, json_string(PQgetvalue(res, i, 0)));
 	PQclear(res);
-	return OUTBOX_OK;
+	return OG_OK;
 }
 
 /* Writes the readable form of s (at most max bytes) to out: bytes in
@@ -164,19 +170,19 @@ outbox_enqueue_call(struct outbox_enqueue_call *o, const struct outbox_effect *e
 	return 0;
 }
 
-enum outbox_rc
+enum og_rc
 outbox_enqueue_result(const struct db_call *call, char id[OUTBOX_ID_LEN],
                       char not_before[OUTBOX_TS_LEN])
 {
 	if (call->rc != DB_OK)
-		return call->rc == DB_UNAVAILABLE ? OUTBOX_UNAVAILABLE
-		       : call->rc == DB_CONFLICT  ? OUTBOX_EXISTS
-		                                  : OUTBOX_ERROR;
+		return call->rc == DB_UNAVAILABLE ? OG_UNAVAILABLE
+		       : call->rc == DB_CONFLICT  ? OG_EXISTS
+		                                  : OG_ERROR;
 	if (PQntuples(call->res) != 1)
-		return OUTBOX_ERROR;
+		return OG_ERROR;
 	snprintf(id, OUTBOX_ID_LEN, "%s", db_get(call->res, 0, "id"));
 	snprintf(not_before, OUTBOX_TS_LEN, "%s", db_get(call->res, 0, "not_before"));
-	return OUTBOX_OK;
+	return OG_OK;
 }
 
 void
@@ -186,16 +192,16 @@ outbox_enqueue_call_free(struct outbox_enqueue_call *o)
 	o->provider_key = NULL;
 }
 
-enum outbox_rc
+enum og_rc
 outbox_enqueue(struct db *db, const struct outbox_effect *e, char id[OUTBOX_ID_LEN],
                char not_before[OUTBOX_TS_LEN])
 {
 	struct outbox_enqueue_call o;
 	struct db_call call = { 0 };
-	enum outbox_rc orc;
+	enum og_rc orc;
 
 	if (outbox_enqueue_call(&o, e, &call) != 0)
-		return OUTBOX_ERROR;
+		return OG_ERROR;
 	call.rc = db_exec(db, call.stmt, call.params, &call.res);
 	orc = outbox_enqueue_result(&call, id, not_before);
 	PQclear(call.res);
@@ -211,7 +217,7 @@ set_opt(json_t *o, const char *name, const PGresult *res, int row, const char *c
 	json_object_set_new(o, name, v != NULL ? json_string(v) : json_null());
 }
 
-enum outbox_rc
+enum og_rc
 outbox_list(struct db *db, const struct config *cfg, long long client_id, const char *key,
             const char *correlation_id, const char *workflow_version, json_t **out)
 {
@@ -225,7 +231,7 @@ outbox_list(struct db *db, const struct config *cfg, long long client_id, const 
 	*out = NULL;
 	snprintf(client, sizeof(client), "%lld", client_id);
 	if ((rc = db_exec(db, &st_list, params, &res)) != DB_OK)
-		return rc == DB_UNAVAILABLE ? OUTBOX_UNAVAILABLE : OUTBOX_ERROR;
+		return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 	list = json_array();
 	for (i = 0; i < PQntuples(res); i++) {
 		json_t *e = json_object();
@@ -268,7 +274,7 @@ outbox_list(struct db *db, const struct config *cfg, long long client_id, const 
 	}
 	PQclear(res);
 	*out = list;
-	return OUTBOX_OK;
+	return OG_OK;
 }
 
 /* --- attempts ---------------------------------------------------------------- */
@@ -278,7 +284,7 @@ outbox_list(struct db *db, const struct config *cfg, long long client_id, const 
  *  $5 provider id  $6 class  $7 reason  $8 delay ms (pending/unknown)
  *  $9 kind  $10 duration ms  $11 dispatcher  $12 attempt classification
  *  $13 status  $14 evidence  $15 expected reconcile_attempts or NULL */
-const struct db_stmt outbox_st_settle = {
+static const struct db_stmt st_settle = {
 	"outbox_settle",
 	"WITH moved AS ("
 	"  UPDATE effect_outbox"
@@ -356,6 +362,217 @@ static const struct db_stmt st_purge_attempts = {
 	1, false,
 };
 
+/* Due effects, oldest first, leased to this process. The partial index on
+ * next_attempt_at (state = 'pending') is the only access path; effects of
+ * a window are due at not_before (enqueue sets both). */
+static const struct db_stmt st_claim = {
+	"outbox_claim",
+	/* = ANY(ARRAY(…)): the chosen ids become one value, so the UPDATE finds
+	 * them through the primary key whatever the generic plan guesses for
+	 * LIMIT $2 (a join here was planned as a hash over the whole table). */
+	"UPDATE effect_outbox e"
+	"   SET state = 'sending', lease_owner = $1::uuid,"
+	"       lease_expires_at = now() + make_interval(secs => $3::int),"
+	"       attempt = e.attempt + 1, first_attempt_at = coalesce(e.first_attempt_at, now()),"
+	"       held_at = NULL, updated_at = now()"
+	" WHERE e.id = ANY(ARRAY("
+	"   SELECT id FROM effect_outbox"
+	"    WHERE state = 'pending' AND next_attempt_at <= now() AND not_before <= now()"
+	"    ORDER BY next_attempt_at"
+	"    LIMIT $2::int"
+	"    FOR UPDATE SKIP LOCKED))"
+	" RETURNING e.id, e.client_id, e.idempotency_key, e.effect_type, e.target,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = e.client_id) AS client_name,"
+	"       e.payload::text AS payload, e.payload_hash, e.provider_key, e.attempt,"
+	"       (extract(epoch FROM now() - e.first_attempt_at) * 1000)::bigint AS elapsed_ms,"
+	/* what the payload is checked against again right before the send:
+	 * the run's output and, for the effect the run proposed, its contract */
+	"       (SELECT r.output::text FROM workflow_runs r"
+	"         WHERE r.client_id = e.client_id AND r.idempotency_key = e.idempotency_key)"
+	"         AS run_output,"
+	"       (SELECT r.contract FROM workflow_runs r"
+	"         WHERE r.client_id = e.client_id AND r.idempotency_key = e.idempotency_key"
+	"           AND r.effect->>'type' = e.effect_type AND r.effect->>'target' = e.target)"
+	"         AS run_contract",
+	3, false,
+};
+
+/* Not sent after all (kill switch, shutdown): pending again, the attempt
+ * given back. */
+static const struct db_stmt st_release = {
+	"outbox_release",
+	"UPDATE effect_outbox"
+	"   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,"
+	"       attempt = attempt - 1,"
+	"       first_attempt_at = CASE WHEN attempt = 1 THEN NULL ELSE first_attempt_at END,"
+	"       next_attempt_at = now() + make_interval(secs => $3::int), updated_at = now()"
+	" WHERE id = $1::uuid AND state = 'sending' AND lease_owner = $2::uuid"
+	" RETURNING attempt",
+	3, false,
+};
+
+/* The rest of a claimed batch keeps its lease while the worker sends the
+ * effects before it: one statement for all of them, only when short. */
+static const struct db_stmt st_renew_batch = {
+	"outbox_renew_batch",
+	"UPDATE effect_outbox SET lease_expires_at = now() + make_interval(secs => $3::int)"
+	" WHERE id = ANY($1::uuid[]) AND state = 'sending' AND lease_owner = $2::uuid",
+	3, false,
+};
+
+/* Shutdown past its deadline: what this process holds and is not sending. */
+static const struct db_stmt st_release_unsent = {
+	"outbox_release_unsent",
+	"UPDATE effect_outbox"
+	"   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,"
+	"       attempt = attempt - 1,"
+	"       first_attempt_at = CASE WHEN attempt = 1 THEN NULL ELSE first_attempt_at END,"
+	"       next_attempt_at = now(), updated_at = now()"
+	" WHERE lease_owner = $1::uuid AND state = 'sending' AND NOT (id = ANY($2::uuid[]))"
+	" RETURNING id",
+	2, false,
+};
+
+/* unknown effects of targets that can be asked, leased for one interval by
+ * pushing next_attempt_at forward. */
+static const struct db_stmt st_claim_reconcile = {
+	"outbox_claim_reconcile",
+	"UPDATE effect_outbox e"
+	"   SET next_attempt_at = now() + make_interval(secs => $2::int),"
+	"       reconcile_attempts = e.reconcile_attempts + 1, updated_at = now()"
+	" WHERE e.id = ANY(ARRAY("
+	"   SELECT id FROM effect_outbox"
+	"    WHERE state = 'unknown' AND next_attempt_at <= now() AND target = ANY($1::text[])"
+	"    ORDER BY next_attempt_at LIMIT $3::int"
+	"    FOR UPDATE SKIP LOCKED))"
+	" RETURNING e.id, e.client_id, e.idempotency_key, e.effect_type, e.target,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = e.client_id) AS client_name,"
+	"       e.provider_key, e.attempt, e.reconcile_attempts,"
+	"       (extract(epoch FROM now() - e.first_attempt_at) * 1000)::bigint AS elapsed_ms,"
+	/* only the answers since the last send count: a resumed effect that
+	 * is unknown again must be found missing twice again */
+	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
+	"           AND a.kind = 'lookup' AND a.classification = 'not_found'"
+	"           AND a.id > coalesce((SELECT max(b.id) FROM effect_attempts b"
+	"                 WHERE b.effect_id = e.id AND b.kind = 'send'), 0)) AS not_found,"
+	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
+	"           AND a.kind = 'lookup' AND a.classification = 'error') AS errors",
+	3, false,
+};
+
+/* Right before a send: the database half of the kill switch, and whether
+ * the lease is still ours and how long it has left. */
+static const struct db_stmt st_presend = {
+	"outbox_presend",
+	"SELECT (SELECT actions_enabled FROM dispatch_control) AS enabled,"
+	"       (state = 'sending' AND lease_owner = $2::uuid) AS owned,"
+	"       extract(epoch FROM lease_expires_at - now())::float8 AS lease_left"
+	"  FROM effect_outbox WHERE id = $1::uuid",
+	2, true,
+};
+
+static const struct db_stmt st_renew = {
+	"outbox_renew",
+	"UPDATE effect_outbox SET lease_expires_at = now() + make_interval(secs => $3::int)"
+	" WHERE id = $1::uuid AND state = 'sending' AND lease_owner = $2::uuid"
+	" RETURNING 1",
+	3, false,
+};
+
+/* An effect by its id or its dead letter's id, with its run's key. */
+static const struct db_stmt st_find = {
+	"outbox_find",
+	"SELECT e.id, e.client_id, c.name AS client_name, e.idempotency_key, e.state,"
+	"       e.effect_type, e.target, e.provider_key, d.id AS dead_letter_id,"
+	"       og_ts(e.not_before) AS not_before"
+	"  FROM effect_outbox e"
+	"  LEFT JOIN dead_letters d ON d.effect_id = e.id"
+	"  LEFT JOIN api_clients c ON c.id = e.client_id"
+	" WHERE e.id = $1::uuid"
+	"    OR e.id = (SELECT effect_id FROM dead_letters WHERE id = $1::uuid)",
+	1, false,
+};
+
+/* $1 effect  $2 state seen  $3 delivered  $4 provider id */
+static const struct db_stmt st_reconcile = {
+	"outbox_reconcile",
+	"UPDATE effect_outbox"
+	"   SET state = CASE WHEN $3::bool THEN 'completed' ELSE 'failed' END,"
+	"       provider_id = CASE WHEN $3::bool THEN $4 ELSE provider_id END,"
+	"       completed_at = CASE WHEN $3::bool THEN now() END,"
+	"       error_class = CASE WHEN $3::bool THEN 'success' ELSE error_class END,"
+	"       reason = CASE WHEN $3::bool THEN 'operator_found_delivered'"
+	"                ELSE 'operator_found_not_delivered' END,"
+	"       updated_at = now()"
+	" WHERE id = $1::uuid AND state = $2 AND state IN ('unknown', 'failed')"
+	" RETURNING state",
+	4, false,
+};
+
+/* A fresh retry budget (attempt, first_attempt_at) and the same provider
+ * key; due now. The condition is checked again by this statement. */
+static const struct db_stmt st_resume = {
+	"outbox_resume",
+	"UPDATE effect_outbox e"
+	"   SET state = 'pending', attempt = 0, first_attempt_at = NULL,"
+	"       reconcile_attempts = 0, next_attempt_at = now(),"
+	"       not_before = least(not_before, now()), reason = 'operator_resumed',"
+	"       updated_at = now()"
+	" WHERE e.id = $1::uuid AND e.state = $2 AND " OUTBOX_KNOWN_UNDELIVERED("e")
+	" RETURNING e.provider_key, pg_notify('oncegate_outbox', e.id::text)",
+	2, false,
+};
+
+static const struct db_stmt st_undelivered = {
+	"outbox_undelivered",
+	"SELECT " OUTBOX_KNOWN_UNDELIVERED("e") " AS yes,"
+	"       (SELECT count(*) FROM effect_attempts s WHERE s.effect_id = e.id"
+	"           AND s.kind = 'send') AS sends"
+	"  FROM effect_outbox e WHERE e.id = $1::uuid",
+	1, false,
+};
+
+static const struct db_stmt st_reject = {
+	"outbox_reject",
+	"UPDATE effect_outbox SET state = 'cancelled', reason = 'operator_rejected',"
+	"       updated_at = now()"
+	" WHERE id = $1::uuid AND state = $2 AND state IN ('pending', 'failed')"
+	" RETURNING id",
+	2, false,
+};
+
+/* The run's effects, locked (after the run), to see what is in flight. */
+static const struct db_stmt st_lock_run_effects = {
+	"outbox_lock_run_effects",
+	"SELECT id, state FROM effect_outbox"
+	" WHERE client_id = $1::bigint AND idempotency_key = $2 ORDER BY created_at, id"
+	"   FOR UPDATE",
+	2, false,
+};
+
+static const struct db_stmt st_reject_run = {
+	"outbox_reject_run",
+	"UPDATE effect_outbox SET state = 'cancelled', reason = 'operator_rejected',"
+	"       updated_at = now()"
+	" WHERE client_id = $1::bigint AND idempotency_key = $2"
+	"   AND state IN ('pending', 'failed')"
+	" RETURNING id",
+	2, false,
+};
+
+static const struct db_stmt st_audit = {
+	"outbox_audit",
+	"SELECT e.id, e.effect_type, e.target, e.state, e.attempt, e.provider_id, e.provider_key,"
+	"       og_ts(e.completed_at) AS completed_at, e.approval_id, e.payload_hash,"
+	"       e.payload IS NOT NULL AS payload_kept, e.error_class,"
+	"       (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.id"
+	"           AND a.kind = 'send') AS sends,"
+	"       (SELECT d.error_class FROM dead_letters d WHERE d.effect_id = e.id) AS dead_letter"
+	"  FROM effect_outbox e WHERE e.client_id = $1 AND e.idempotency_key = $2"
+	" ORDER BY e.created_at, e.id",
+	2, true,
+};
+
 enum db_rc
 outbox_expire_leases(struct db *db, int limit, const char *dispatcher, PGresult **res)
 {
@@ -382,4 +599,430 @@ outbox_purge_attempts(struct db *db, int days, bool dry_run, long long *count)
 	*count = db_get_ll(res, 0, "n");
 	PQclear(res);
 	return DB_OK;
+}
+
+/* The effects of the purged runs (ledger_purge) lose their payload. */
+static const struct db_stmt st_purge_payloads = {
+	"outbox_purge_payloads",
+	"UPDATE effect_outbox o SET payload = NULL"
+	"  FROM unnest($1::bigint[], $2::text[]) AS k(client_id, idempotency_key)"
+	" WHERE o.client_id = k.client_id AND o.idempotency_key = k.idempotency_key"
+	"   AND o.payload IS NOT NULL RETURNING o.id",
+	2, false,
+};
+
+/* Due pending effects held back by the kill switch and not yet marked:
+ * marked once each, whoever else looks at once (the claim clears it). */
+static const struct db_stmt st_hold = {
+	"outbox_hold",
+	"UPDATE effect_outbox SET held_at = now()"
+	" WHERE id = ANY(ARRAY("
+	"   SELECT id FROM effect_outbox"
+	"    WHERE state = 'pending' AND next_attempt_at <= now() AND not_before <= now()"
+	"      AND held_at IS NULL AND ($1::uuid IS NULL OR id = $1::uuid)"
+	"    LIMIT $2::int FOR UPDATE SKIP LOCKED))"
+	"   AND held_at IS NULL"
+	" RETURNING 1",
+	2, false,
+};
+
+enum db_rc
+outbox_hold(struct db *db, const char *effect_id, int limit, long long *marked)
+{
+	char lim[16];
+	const char *p[2] = { effect_id, lim };
+
+	snprintf(lim, sizeof(lim), "%d", limit);
+	return db_exec_count(db, &st_hold, p, marked);
+}
+
+/* --- the dispatcher's claims and leases ------------------------------------ */
+
+void
+outbox_settle_call(struct outbox_settle_call *o, const struct outbox_settle *in,
+                   struct db_call *call)
+{
+	snprintf(o->delay, sizeof(o->delay), "%lld", in->delay_ms > 0 ? in->delay_ms : 0);
+	snprintf(o->dur, sizeof(o->dur), "%lld", in->duration_ms);
+	snprintf(o->status, sizeof(o->status), "%d", in->status);
+	snprintf(o->recon, sizeof(o->recon), "%d", in->expect_reconcile);
+	o->params[0] = in->id;
+	o->params[1] = in->expect;
+	o->params[2] = in->owner;
+	o->params[3] = in->to;
+	o->params[4] = in->provider_id;
+	o->params[5] = in->error_class;
+	o->params[6] = in->reason;
+	o->params[7] = o->delay;
+	o->params[8] = in->kind;
+	o->params[9] = o->dur;
+	o->params[10] = in->dispatcher;
+	o->params[11] = in->attempt_class;
+	o->params[12] = in->status ? o->status : NULL;
+	o->params[13] = in->evidence != NULL ? in->evidence : "{}";
+	o->params[14] = in->expect_reconcile >= 0 ? o->recon : NULL;
+	call->stmt = &st_settle;
+	call->params = o->params;
+}
+
+enum og_rc
+outbox_settle_result(const struct db_call *call)
+{
+	if (call->rc != DB_OK)
+		return og_rc_of(call->rc);
+	return PQntuples(call->res) == 1 ? OG_OK : OG_LEASE_LOST;
+}
+
+/* A PostgreSQL array literal of words that need no quoting (target names
+ * are [a-z0-9_], effect ids are uuids); empty words are left out. NULL when
+ * memory ran out. */
+#define WORDS_MAX ((size_t)1 << 24)
+
+static char *
+words_literal(const char *const *words, int n)
+{
+	struct buf b;
+	bool failed;
+	int i;
+
+	buf_init(&b, WORDS_MAX);
+	failed = buf_puts(&b, "{") != 0;
+	for (i = 0; i < n && !failed; i++)
+		if (words[i] != NULL && words[i][0] != '\0' &&
+		    buf_printf(&b, "%s%s", b.len > 1 ? "," : "", words[i]) != 0)
+			failed = true;
+	if (failed || buf_puts(&b, "}") != 0) {
+		buf_free(&b);
+		return NULL;
+	}
+	return buf_steal(&b);
+}
+
+static char *
+dup_field(const PGresult *res, int row, const char *col)
+{
+	const char *v = db_get(res, row, col);
+
+	return v != NULL ? strdup(v) : NULL;
+}
+
+void
+outbox_batch_job(const struct outbox_batch *b, int i, struct outbox_job *j)
+{
+	const PGresult *res = b->res;
+
+	memset(j, 0, sizeof(*j));
+	snprintf(j->id, sizeof(j->id), "%s", db_get(res, i, "id"));
+	j->client_id = db_get_ll(res, i, "client_id");
+	if (db_get(res, i, "client_name") != NULL)
+		snprintf(j->client, sizeof(j->client), "%s", db_get(res, i, "client_name"));
+	else
+		snprintf(j->client, sizeof(j->client), "%lld", j->client_id);
+	j->key = dup_field(res, i, "idempotency_key");
+	j->type = dup_field(res, i, "effect_type");
+	j->target = dup_field(res, i, "target");
+	j->provider_key = dup_field(res, i, "provider_key");
+	j->attempt = (int)db_get_ll(res, i, "attempt");
+	j->elapsed_ms = db_get_ll(res, i, "elapsed_ms");
+	if (PQfnumber(res, "payload") >= 0) {
+		j->payload = dup_field(res, i, "payload");
+		j->payload_hash = dup_field(res, i, "payload_hash");
+		j->run_output = dup_field(res, i, "run_output");
+		j->run_contract = dup_field(res, i, "run_contract");
+	}
+	if (PQfnumber(res, "reconcile_attempts") >= 0) {
+		j->reconcile_attempts = (int)db_get_ll(res, i, "reconcile_attempts");
+		j->not_found = db_get_ll(res, i, "not_found");
+		j->errors = db_get_ll(res, i, "errors");
+	}
+}
+
+void
+outbox_job_clear(struct outbox_job *j)
+{
+	free(j->key);
+	free(j->type);
+	free(j->target);
+	free(j->payload);
+	free(j->payload_hash);
+	free(j->provider_key);
+	free(j->run_output);
+	free(j->run_contract);
+	memset(j, 0, sizeof(*j));
+}
+
+void
+outbox_batch_clear(struct outbox_batch *b)
+{
+	PQclear(b->res);
+	b->res = NULL;
+	b->n = 0;
+}
+
+static enum og_rc
+batch_exec(struct db *db, const struct db_stmt *st, const char *const *p, struct outbox_batch *b)
+{
+	enum db_rc rc;
+
+	b->res = NULL;
+	b->n = 0;
+	if ((rc = db_exec(db, st, p, &b->res)) != DB_OK)
+		return og_rc_of(rc);
+	b->n = PQntuples(b->res);
+	return OG_OK;
+}
+
+enum og_rc
+outbox_claim(struct db *db, const char *owner, int batch, int lease_s, struct outbox_batch *b)
+{
+	char n[16], lease[16];
+	const char *p[3] = { owner, n, lease };
+
+	snprintf(n, sizeof(n), "%d", batch);
+	snprintf(lease, sizeof(lease), "%d", lease_s);
+	return batch_exec(db, &st_claim, p, b);
+}
+
+enum og_rc
+outbox_claim_reconcile(struct db *db, const char *const *targets, int ntargets, int interval_s,
+                       int limit, struct outbox_batch *b)
+{
+	char *list = words_literal(targets, ntargets);
+	char interval[16], lim[16];
+	const char *p[3] = { list, interval, lim };
+	enum og_rc rc;
+
+	b->res = NULL;
+	b->n = 0;
+	if (list == NULL)
+		return OG_ERROR;
+	if (strcmp(list, "{}") == 0) {
+		free(list);
+		return OG_OK;
+	}
+	snprintf(interval, sizeof(interval), "%d", interval_s);
+	snprintf(lim, sizeof(lim), "%d", limit);
+	rc = batch_exec(db, &st_claim_reconcile, p, b);
+	free(list);
+	return rc;
+}
+
+enum og_rc
+outbox_renew_batch(struct db *db, const struct outbox_batch *b, int from, const char *owner,
+                   int lease_s)
+{
+	const char **ids;
+	char *list, lease[16];
+	const char *p[3];
+	PGresult *res = NULL;
+	enum db_rc rc;
+	int i;
+
+	if (from >= b->n)
+		return OG_OK;
+	if ((ids = calloc((size_t)(b->n - from), sizeof(*ids))) == NULL)
+		return OG_ERROR;
+	for (i = from; i < b->n; i++)
+		ids[i - from] = db_get(b->res, i, "id");
+	list = words_literal(ids, b->n - from);
+	free(ids);
+	if (list == NULL)
+		return OG_ERROR;
+	snprintf(lease, sizeof(lease), "%d", lease_s);
+	p[0] = list;
+	p[1] = owner;
+	p[2] = lease;
+	rc = db_exec(db, &st_renew_batch, p, &res);
+	PQclear(res);
+	free(list);
+	return og_rc_of(rc);
+}
+
+enum og_rc
+outbox_release(struct db *db, const char *id, const char *owner, int delay_s)
+{
+	char d[16];
+	const char *p[3] = { id, owner, d };
+
+	snprintf(d, sizeof(d), "%d", delay_s);
+	return og_exec_one(db, &st_release, p, OG_LEASE_LOST, NULL);
+}
+
+enum og_rc
+outbox_release_unsent(struct db *db, const char *owner, const char *const *busy, int nbusy,
+                      int *released)
+{
+	char *list = words_literal(busy, nbusy);
+	const char *p[2] = { owner, list };
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	*released = 0;
+	if (list == NULL)
+		return OG_ERROR;
+	rc = db_exec(db, &st_release_unsent, p, &res);
+	free(list);
+	if (rc != DB_OK)
+		return og_rc_of(rc);
+	*released = PQntuples(res);
+	PQclear(res);
+	return OG_OK;
+}
+
+enum og_rc
+outbox_presend(struct db *db, const char *id, const char *owner, struct outbox_presend *ps)
+{
+	const char *p[2] = { id, owner };
+	PGresult *res = NULL;
+	const char *v;
+	enum og_rc rc;
+
+	memset(ps, 0, sizeof(*ps));
+	ps->lease_left = -1;
+	if ((rc = og_exec_one(db, &st_presend, p, OG_NOT_FOUND, &res)) != OG_OK)
+		return rc;
+	v = db_get(res, 0, "enabled");
+	ps->enabled = v != NULL && v[0] == 't';
+	v = db_get(res, 0, "owned");
+	ps->owned = v != NULL && v[0] == 't';
+	if ((v = db_get(res, 0, "lease_left")) != NULL)
+		ps->lease_left = atof(v);
+	PQclear(res);
+	return OG_OK;
+}
+
+enum og_rc
+outbox_renew(struct db *db, const char *id, const char *owner, int lease_s)
+{
+	char secs[16];
+	const char *p[3] = { id, owner, secs };
+
+	snprintf(secs, sizeof(secs), "%d", lease_s);
+	return og_exec_one(db, &st_renew, p, OG_LEASE_LOST, NULL);
+}
+
+/* --- the operator's repairs ------------------------------------------------- */
+
+enum og_rc
+outbox_find(struct db *db, const char *id, PGresult **row)
+{
+	const char *p[1] = { id };
+
+	return og_exec_one(db, &st_find, p, OG_NOT_FOUND, row);
+}
+
+enum og_rc
+outbox_reconcile(struct db *db, const char *id, const char *seen, bool delivered,
+                 const char *provider_id, const char **to)
+{
+	const char *p[4] = { id, seen, delivered ? "true" : "false", provider_id };
+	enum og_rc rc = og_exec_one(db, &st_reconcile, p, OG_CHANGED, NULL);
+
+	*to = delivered ? "completed" : "failed";
+	return rc;
+}
+
+enum og_rc
+outbox_resume(struct db *db, const char *id, const char *seen)
+{
+	const char *p[2] = { id, seen };
+
+	return og_exec_one(db, &st_resume, p, OG_CHANGED, NULL);
+}
+
+enum og_rc
+outbox_undelivered(struct db *db, const char *id, bool *yes, long long *sends)
+{
+	const char *p[1] = { id };
+	PGresult *res = NULL;
+	enum og_rc rc;
+
+	*yes = false;
+	*sends = 0;
+	if ((rc = og_exec_one(db, &st_undelivered, p, OG_NOT_FOUND, &res)) != OG_OK)
+		return rc;
+	*yes = db_get(res, 0, "yes") != NULL && db_get(res, 0, "yes")[0] == 't';
+	*sends = db_get_ll(res, 0, "sends");
+	PQclear(res);
+	return OG_OK;
+}
+
+enum og_rc
+outbox_reject(struct db *db, const char *id, const char *seen)
+{
+	const char *p[2] = { id, seen };
+
+	return og_exec_one(db, &st_reject, p, OG_CHANGED, NULL);
+}
+
+enum og_rc
+outbox_lock_run_effects(struct db *db, long long client_id, const char *key, int *sending,
+                        int *unknown)
+{
+	PGresult *res = NULL;
+	enum og_rc rc;
+	int i;
+
+	*sending = *unknown = 0;
+	if ((rc = og_exec_key(db, &st_lock_run_effects, client_id, key, &res)) != OG_OK)
+		return rc;
+	for (i = 0; i < PQntuples(res); i++) {
+		*sending += strcmp(db_get(res, i, "state"), "sending") == 0;
+		*unknown += strcmp(db_get(res, i, "state"), "unknown") == 0;
+	}
+	PQclear(res);
+	return OG_OK;
+}
+
+enum og_rc
+outbox_reject_run(struct db *db, long long client_id, const char *key, json_t **ids)
+{
+	return og_exec_key_ids(db, &st_reject_run, client_id, key, ids);
+}
+
+enum og_rc
+outbox_audit(struct db *db, long long client_id, const char *key, PGresult **rows)
+{
+	return og_exec_key(db, &st_audit, client_id, key, rows);
+}
+
+enum db_rc
+outbox_purge_payloads(struct db *db, const char *clients, const char *keys, long long *count)
+{
+	const char *p[2] = { clients, keys };
+
+	return db_exec_count(db, &st_purge_payloads, p, count);
+}
+
+int
+outbox_callback_effect(struct outbox_effect *e, long long client_id, const char *key,
+                       const char *url, const char *decision, const char *decided_by,
+                       const char *approval_id, char hash[OUTBOX_HASH_LEN], char **payload)
+{
+	json_t *cb = json_pack("{s:s, s:s, s:s, s:s*, s:s*}", "url", url, "key", key, "decision",
+	                       decision, "decided_by", decided_by, "approval_id", approval_id);
+	char *text = cb != NULL ? canon_dumps(cb, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	size_t len = 0;
+
+	_Static_assert(OUTBOX_HASH_LEN == CANON_HASH_LEN, "one hash length");
+	json_decref(cb);
+	*payload = NULL;
+	if (text == NULL ||
+	    canon_json(CANON_AS_WRITTEN, text, strlen(text), payload, &len) != CANON_OK) {
+		free(text);
+		free(*payload);
+		*payload = NULL;
+		return -1;
+	}
+	free(text);
+	canon_hash(*payload, len, hash);
+	memset(e, 0, sizeof(*e));
+	e->client_id = client_id;
+	e->key = key;
+	e->type = "decision.callback";
+	e->target = "callback";
+	e->payload = *payload;
+	e->payload_hash = hash;
+	e->approval_id = approval_id;
+	return 0;
 }

@@ -11,417 +11,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "canon.h"
 #include "deadletter.h"
+#include "gate.h"
+#include "jobs.h"
 #include "ledger.h"
 #include "oplog.h"
 #include "outbox.h"
 #include "repair.h"
-
-/*
- * Known not delivered: the effect is `failed`, and no send attempt since
- * the last "not delivered" finding may have reached the provider — every
- * one of them recorded request_sent = false (refused connection, DNS
- * failure, a payload that could not be sent, a target this dispatcher does
- * not know). A finding is an operator's `reconcile --not-delivered`
- * (operator_actions) or the dispatcher's look-up that answered "not found"
- * twice (the look-up attempt with reason reconciled_not_found). A send
- * whose request_sent is true or "unknown" (a lease that ran out mid-send)
- * after the last finding makes the effect not known undelivered, whatever
- * its class: a timeout, a reset, a 5xx, and even a 4xx from something in
- * front of the provider are answered by reconciling, not by resending.
- * One SQL expression, used by the read that explains and by the UPDATE
- * that resumes, so the two cannot disagree.
- */
-#define REPAIR_KNOWN_UNDELIVERED(e)                                                        \
-	"(" e ".state = 'failed' AND NOT EXISTS ("                                         \
-	"   SELECT 1 FROM effect_attempts s WHERE s.effect_id = " e ".id AND s.kind = 'send'" \
-	"      AND s.evidence->'request_sent' IS DISTINCT FROM 'false'::jsonb"              \
-	"      AND s.started_at > coalesce(greatest("                                       \
-	"          (SELECT max(o.ts) FROM operator_actions o WHERE o.effect_id = " e ".id"  \
-	"              AND o.action = 'reconcile' AND o.details->>'finding' = 'not_delivered')," \
-	"          (SELECT max(l.started_at) FROM effect_attempts l WHERE l.effect_id = " e ".id" \
-	"              AND l.kind = 'lookup' AND l.reason = 'reconciled_not_found')),"       \
-	"          '-infinity'::timestamptz)))"
-
-/*
- * A run that was replayed has handed its event to the new run: its own
- * effects are never resumed, whatever their state, or the event could have
- * two business effects. The newest replay's key, or NULL.
- */
-#define REPAIR_REPLAYED_AS(r)                                                              \
-	"(SELECT x.replay_key FROM run_replays x WHERE x.client_id = " r ".client_id"        \
-	"    AND x.original_key = " r ".idempotency_key ORDER BY x.id DESC LIMIT 1)"
+#include "repair_int.h"
 
 /* --- statements ------------------------------------------------------------ */
 
-static const struct db_stmt st_dl_list = {
-	"repair_dl_list",
-	"SELECT d.id, d.effect_id, c.name AS client, d.idempotency_key, e.effect_type,"
-	"       e.target, e.provider_key, d.error_class, d.reason, og_ts(d.created_at) AS created_at,"
-	"       floor(extract(epoch FROM now() - d.created_at))::bigint AS age_seconds,"
-	"       e.state AS effect_state, d.resolution, d.resolved_by,"
-	"       og_ts(d.resolved_at) AS resolved_at, d.replay_count,"
-	"       og_ts(d.retention_until) AS retention_until,"
-	"       " DEADLETTER_OPEN("d", "e") " AS open"
-	"  FROM dead_letters d"
-	"  JOIN effect_outbox e ON e.id = d.effect_id"
-	"  LEFT JOIN api_clients c ON c.id = d.client_id"
-	" WHERE ($1::timestamptz IS NULL OR d.created_at >= $1::timestamptz)"
-	"   AND ($2::bigint IS NULL OR d.created_at >= now() - make_interval(secs => $2::bigint))"
-	"   AND ($3::text IS NULL OR d.error_class = $3)"
-	"   AND ($4::text IS NULL OR e.target = $4)"
-	"   AND ($5::text IS NULL OR " DEADLETTER_OPEN("d", "e") " = ($5 = 'open'))"
-	" ORDER BY d.created_at, d.id"
-	" LIMIT $6::int",
-	6, true,
-};
-
-/* The whole record as one JSON document: the letter as written, and what
- * happened since (the effect now, later attempts, operators' actions). */
-static const struct db_stmt st_dl_show = {
-	"repair_dl_show",
-	"SELECT jsonb_build_object("
-	"  'dead_letter_id', d.id, 'effect_id', d.effect_id,"
-	"  'state', CASE WHEN " DEADLETTER_OPEN("d", "e") " THEN 'open' ELSE 'resolved' END,"
-	"  'client', c.name, 'idempotency_key', d.idempotency_key,"
-	"  'created_at', og_ts(d.created_at),"
-	"  'age_seconds', floor(extract(epoch FROM now() - d.created_at))::bigint,"
-	"  'event_id', d.evidence->'event_id', 'correlation_id', d.evidence->'correlation_id',"
-	"  'workflow_version', d.evidence->'workflow_version',"
-	"  'contract', d.evidence->'contract', 'contract_hash', d.evidence->'contract_hash',"
-	"  'payload_hash', d.evidence->'payload_hash', 'payload_ref', d.evidence->'payload_ref',"
-	"  'payload_kept', e.payload IS NOT NULL,"
-	"  'component', d.component, 'error_class', d.error_class, 'reason', d.reason,"
-	"  'provider_key', e.provider_key,"
-	"  'ledger_state', d.evidence->'ledger_state',"
-	"  'owner', coalesce(d.owner, 'client:' || c.name),"
-	"  'next_action', CASE"
-	"     WHEN NOT " DEADLETTER_OPEN("d", "e") " THEN 'none: resolved'"
-	"     WHEN e.state = 'unknown' THEN 'find out whether the provider acted, then"
-	" oncegatectl reconcile EFFECT --delivered --provider-id ID or --not-delivered'"
-	"     WHEN " REPAIR_KNOWN_UNDELIVERED("e") " THEN 'known not delivered:"
-	" oncegatectl resume EFFECT (same key) or oncegatectl reject EFFECT'"
-	"     ELSE d.next_action END,"
-	"  'next_action_when_written', d.next_action,"
-	"  'retention_until', og_ts(d.retention_until), 'replay_count', d.replay_count,"
-	"  'replayed_as', d.replayed_as,"
-	"  'resolution', d.resolution, 'resolved_at', og_ts(d.resolved_at),"
-	"  'resolved_by', d.resolved_by,"
-	"  'evidence', d.evidence,"
-	"  'effect', jsonb_build_object('state', e.state, 'type', e.effect_type,"
-	"      'target', e.target, 'provider_key', e.provider_key, 'provider_id', e.provider_id,"
-	"      'attempt', e.attempt, 'error_class', e.error_class, 'reason', e.reason,"
-	"      'known_undelivered', " REPAIR_KNOWN_UNDELIVERED("e") ","
-	"      'updated_at', og_ts(e.updated_at), 'completed_at', og_ts(e.completed_at)),"
-	"  'run', jsonb_build_object('state', r.state, 'version', r.version,"
-	"      'error_class', r.error_class, 'reason', r.reason,"
-	"      'workflow_version', r.workflow_version, 'correlation_id', r.correlation_id),"
-	"  'attempts', (SELECT coalesce(jsonb_agg(jsonb_build_object("
-	"       'id', a.id, 'attempt', a.attempt, 'kind', a.kind,"
-	"       'started_at', og_ts(a.started_at), 'duration_ms', a.duration_ms,"
-	"       'dispatcher', a.dispatcher, 'classification', a.classification,"
-	"       'reason', a.reason, 'status', a.status, 'provider_id', a.provider_id,"
-	"       'evidence', a.evidence) ORDER BY a.id), '[]'::jsonb)"
-	"     FROM effect_attempts a WHERE a.effect_id = e.id),"
-	"  'operator_actions', (SELECT coalesce(jsonb_agg(jsonb_build_object("
-	"       'id', o.id, 'ts', og_ts(o.ts), 'operator', o.operator, 'action', o.action,"
-	"       'reason', o.reason, 'details', o.details) ORDER BY o.id), '[]'::jsonb)"
-	"     FROM operator_actions o WHERE o.effect_id = e.id),"
-	"  'envelope', jsonb_build_object('event_id', coalesce(r.event_id, r.correlation_id),"
-	"      'correlation_id', r.correlation_id, 'operation', e.effect_type,"
-	"      'idempotency_key', e.provider_key, 'payload_hash', e.payload_hash,"
-	"      'attempt', e.attempt,"
-	"      'max_attempts', coalesce($2::int, (d.evidence->>'max_attempts')::int),"
-	"      'classification', e.error_class,"
-	"      'next_attempt_at', CASE WHEN e.state IN ('pending', 'unknown')"
-	"          THEN og_ts(e.next_attempt_at) END,"
-	"      'workflow_version', r.workflow_version, 'status', e.state)"
-	")::text AS doc, e.target"
-	"  FROM dead_letters d"
-	"  JOIN effect_outbox e ON e.id = d.effect_id"
-	"  JOIN workflow_runs r ON r.client_id = e.client_id"
-	"   AND r.idempotency_key = e.idempotency_key"
-	"  LEFT JOIN api_clients c ON c.id = d.client_id"
-	" WHERE d.id = $1::uuid OR d.effect_id = $1::uuid",
-	2, true,
-};
-
-/* The target of a dead letter, to look up its max_attempts first. */
-static const struct db_stmt st_dl_target = {
-	"repair_dl_target",
-	"SELECT e.target FROM dead_letters d JOIN effect_outbox e ON e.id = d.effect_id"
-	" WHERE d.id = $1::uuid OR d.effect_id = $1::uuid",
-	1, true,
-};
-
-/* An effect by its id or its dead letter's id, with its run's key. */
-static const struct db_stmt st_effect_find = {
-	"repair_effect_find",
-	"SELECT e.id, e.client_id, c.name AS client_name, e.idempotency_key, e.state,"
-	"       e.effect_type, e.target, e.provider_key, d.id AS dead_letter_id,"
-	"       og_ts(e.not_before) AS not_before"
-	"  FROM effect_outbox e"
-	"  LEFT JOIN dead_letters d ON d.effect_id = e.id"
-	"  LEFT JOIN api_clients c ON c.id = e.client_id"
-	" WHERE e.id = $1::uuid"
-	"    OR e.id = (SELECT effect_id FROM dead_letters WHERE id = $1::uuid)",
-	1, false,
-};
-
-/* The run, locked: every operator path (resume, replay, reject, cancel)
- * decides under this lock, so two operators racing are serialised. What
- * the first one did is read by the second in statements after this one
- * (a statement that waited for a lock still sees its own older snapshot
- * in everything but the locked row). */
-static const struct db_stmt st_lock_run = {
-	"repair_lock_run",
-	"SELECT state, version, callback_url, lease_expires_at < now() AS lease_over"
-	"  FROM workflow_runs WHERE client_id = $1::bigint AND idempotency_key = $2"
-	"   FOR UPDATE",
-	2, false,
-};
-
-/* After st_lock_run: the newest replay of the run, or NULL. */
-static const struct db_stmt st_run_replayed = {
-	"repair_run_replayed",
-	"SELECT " REPAIR_REPLAYED_AS("r") " AS replayed_as"
-	"  FROM workflow_runs r WHERE r.client_id = $1::bigint AND r.idempotency_key = $2",
-	2, false,
-};
-
-/* $1 effect  $2 state seen  $3 delivered  $4 provider id */
-static const struct db_stmt st_reconcile = {
-	"repair_reconcile",
-	"UPDATE effect_outbox"
-	"   SET state = CASE WHEN $3::bool THEN 'completed' ELSE 'failed' END,"
-	"       provider_id = CASE WHEN $3::bool THEN $4 ELSE provider_id END,"
-	"       completed_at = CASE WHEN $3::bool THEN now() END,"
-	"       error_class = CASE WHEN $3::bool THEN 'success' ELSE error_class END,"
-	"       reason = CASE WHEN $3::bool THEN 'operator_found_delivered'"
-	"                ELSE 'operator_found_not_delivered' END,"
-	"       updated_at = now()"
-	" WHERE id = $1::uuid AND state = $2 AND state IN ('unknown', 'failed')"
-	" RETURNING state",
-	4, false,
-};
-
-/* A fresh retry budget (attempt, first_attempt_at) and the same provider
- * key; due now. The condition is checked again by this statement. */
-static const struct db_stmt st_resume = {
-	"repair_resume",
-	"UPDATE effect_outbox e"
-	"   SET state = 'pending', attempt = 0, first_attempt_at = NULL,"
-	"       reconcile_attempts = 0, next_attempt_at = now(),"
-	"       not_before = least(not_before, now()), reason = 'operator_resumed',"
-	"       updated_at = now()"
-	" WHERE e.id = $1::uuid AND e.state = $2 AND " REPAIR_KNOWN_UNDELIVERED("e")
-	" RETURNING e.provider_key, pg_notify('oncegate_outbox', e.id::text)",
-	2, false,
-};
-
-static const struct db_stmt st_undelivered = {
-	"repair_undelivered",
-	"SELECT " REPAIR_KNOWN_UNDELIVERED("e") " AS yes,"
-	"       (SELECT count(*) FROM effect_attempts s WHERE s.effect_id = e.id"
-	"           AND s.kind = 'send') AS sends"
-	"  FROM effect_outbox e WHERE e.id = $1::uuid",
-	1, false,
-};
-
-static const struct db_stmt st_cancel_effect = {
-	"repair_cancel_effect",
-	"UPDATE effect_outbox SET state = 'cancelled', reason = 'operator_rejected',"
-	"       updated_at = now()"
-	" WHERE id = $1::uuid AND state = $2 AND state IN ('pending', 'failed')"
-	" RETURNING id",
-	2, false,
-};
-
-/* The run's effects, locked (after the run), to see what is in flight. */
-static const struct db_stmt st_run_effects = {
-	"repair_run_effects",
-	"SELECT id, state FROM effect_outbox"
-	" WHERE client_id = $1::bigint AND idempotency_key = $2 ORDER BY created_at, id"
-	"   FOR UPDATE",
-	2, false,
-};
-
-static const struct db_stmt st_cancel_run_effects = {
-	"repair_cancel_run_effects",
-	"UPDATE effect_outbox SET state = 'cancelled', reason = 'operator_rejected',"
-	"       updated_at = now()"
-	" WHERE client_id = $1::bigint AND idempotency_key = $2"
-	"   AND state IN ('pending', 'failed')"
-	" RETURNING id",
-	2, false,
-};
-
-/* $1 client $2 key $3 reason $4 actor $5 states it may leave (text[]) */
-static const struct db_stmt st_fail_run = {
-	"repair_fail_run",
-	"WITH moved AS ("
-	"  UPDATE workflow_runs r"
-	"     SET state = 'failed_terminal', error_class = 'operator_rejected', reason = $3,"
-	"         lease_owner = NULL, lease_expires_at = NULL,"
-	"         version = version + 1, updated_at = now()"
-	"    FROM (SELECT state AS old FROM workflow_runs"
-	"           WHERE client_id = $1::bigint AND idempotency_key = $2) o"
-	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2"
-	"     AND r.state = ANY($5::text[])"
-	"  RETURNING r.client_id, r.idempotency_key, r.version, r.attempt, o.old"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.rejected_by_operator', old,"
-	"         'failed_terminal', version, attempt, $4, $3 FROM moved"
-	")"
-	"SELECT old, version FROM moved",
-	5, false,
-};
-
-/* approved → completed when every effect is completed or cancelled (the
- * dispatcher's rule, here for an operator's finding). */
-static const struct db_stmt st_run_complete = {
-	"repair_run_complete",
-	"WITH moved AS ("
-	"  UPDATE workflow_runs r SET state = 'completed', version = version + 1,"
-	"         updated_at = now()"
-	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2 AND r.state = 'approved'"
-	"     AND NOT EXISTS (SELECT 1 FROM effect_outbox e"
-	"          WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
-	"            AND e.state NOT IN ('completed', 'cancelled'))"
-	"  RETURNING client_id, idempotency_key, version, attempt"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_from,"
-	"      state_to, version, attempt, actor)"
-	"  SELECT client_id, idempotency_key, 'run.completed', 'approved', 'completed',"
-	"         version, attempt, $3 FROM moved"
-	")"
-	"SELECT version FROM moved",
-	3, false,
-};
-
-static const struct db_stmt st_runs_by_key = {
-	"repair_runs_by_key",
-	"SELECT r.client_id, c.name AS client_name FROM workflow_runs r"
-	"  LEFT JOIN api_clients c ON c.id = r.client_id"
-	" WHERE r.idempotency_key = $1 AND ($2::text IS NULL OR c.name = $2)"
-	" ORDER BY r.client_id LIMIT 3",
-	2, false,
-};
-
-static const struct db_stmt st_revoke_run_approvals = {
-	"repair_revoke_run_approvals",
-	"UPDATE approvals SET state = 'revoked'"
-	" WHERE client_id = $1::bigint AND idempotency_key = $2 AND state = 'pending'"
-	" RETURNING id",
-	2, false,
-};
-
-static const struct db_stmt st_approval_find = {
-	"repair_approval_find",
-	"SELECT a.id, a.client_id, c.name AS client_name, a.idempotency_key, a.approver,"
-	"       a.state, a.expires_at <= now() AS expired"
-	"  FROM approvals a LEFT JOIN api_clients c ON c.id = a.client_id"
-	" WHERE a.id = $1::uuid",
-	1, false,
-};
-
-static const struct db_stmt st_approval_revoke = {
-	"repair_approval_revoke",
-	"WITH revoked AS ("
-	"  UPDATE approvals SET state = 'revoked'"
-	"   WHERE id = $1::uuid AND state = 'pending' AND expires_at > now()"
-	"  RETURNING id, client_id, idempotency_key"
-	")"
-	"SELECT (SELECT count(*) FROM approvals a, revoked v"
-	"         WHERE a.client_id = v.client_id AND a.idempotency_key = v.idempotency_key"
-	"           AND a.state = 'pending' AND a.id <> v.id) AS left_pending"
-	"  FROM revoked",
-	1, false,
-};
-
-static const struct db_stmt st_approvals_pending = {
-	"repair_approvals_pending",
-	"SELECT a.id, c.name AS client, a.idempotency_key, a.approver,"
-	"       og_ts(a.created_at) AS created_at,"
-	"       floor(extract(epoch FROM now() - a.created_at))::bigint AS waiting_seconds,"
-	"       og_ts(a.expires_at) AS expires_at,"
-	"       floor(extract(epoch FROM a.expires_at - now()))::bigint AS expires_in_seconds,"
-	"       r.state AS run_state, r.contract"
-	"  FROM approvals a"
-	"  JOIN workflow_runs r ON r.client_id = a.client_id"
-	"   AND r.idempotency_key = a.idempotency_key"
-	"  LEFT JOIN api_clients c ON c.id = a.client_id"
-	" WHERE a.state = 'pending'"
-	" ORDER BY a.created_at, a.id LIMIT $1::int",
-	1, true,
-};
-
 /* --- bulk resume (sql/008): the job's items, resume_job_items ---------------- */
-
-/* Each id of the selection ($1, in order) with its effect and the verdict's
- * inputs: the same rule as st_resume, read without changing anything. */
-static const struct db_stmt st_bulk_check = {
-	"repair_bulk_check",
-	"SELECT s.seq, e.id AS effect_id, c.name AS client_name, e.idempotency_key,"
-	"       e.target, e.effect_type, e.state, e.provider_key, r.state AS run_state,"
-	"       " REPAIR_REPLAYED_AS("r") " AS replayed_as,"
-	"       coalesce(" REPAIR_KNOWN_UNDELIVERED("e") ", false) AS undelivered"
-	"  FROM unnest($1::uuid[]) WITH ORDINALITY AS s(id, seq)"
-	"  LEFT JOIN effect_outbox e ON e.id = coalesce("
-	"       (SELECT x.id FROM effect_outbox x WHERE x.id = s.id),"
-	"       (SELECT d.effect_id FROM dead_letters d WHERE d.id = s.id))"
-	"  LEFT JOIN workflow_runs r ON r.client_id = e.client_id"
-	"   AND r.idempotency_key = e.idempotency_key"
-	"  LEFT JOIN api_clients c ON c.id = e.client_id"
-	" ORDER BY s.seq",
-	1, true,
-};
-
-/* A resume job: no client of its own (a selection may span clients). */
-static const struct db_stmt st_bulk_job = {
-	"repair_bulk_job",
-	"INSERT INTO replay_jobs (kind, operator, reason, source, client_id, rate_per_second)"
-	" VALUES ('resume', $1, $2, $3, NULL, $4::numeric) RETURNING id",
-	4, false,
-};
-
-static const struct db_stmt st_bulk_item = {
-	"repair_bulk_item",
-	"INSERT INTO resume_job_items (job_id, seq, effect_id, given_id)"
-	" VALUES ($1::bigint, $2::int, $3::uuid, $4)",
-	4, false,
-};
-
-static const struct db_stmt st_bulk_next = {
-	"repair_bulk_next",
-	"SELECT i.seq, i.effect_id,"
-	"       (SELECT stop_requested_at IS NOT NULL FROM replay_jobs WHERE id = $1::bigint)"
-	"           AS stop"
-	"  FROM (SELECT 1) one"
-	"  LEFT JOIN LATERAL (SELECT seq, effect_id FROM resume_job_items"
-	"     WHERE job_id = $1::bigint AND state = 'pending' ORDER BY seq LIMIT 1) i ON true",
-	1, true,
-};
-
-/* Marked done in the transaction that resumes the effect: never twice. */
-static const struct db_stmt st_bulk_done = {
-	"repair_bulk_done",
-	"UPDATE resume_job_items SET state = 'done', done_at = now(), detail = 'resumed'"
-	" WHERE job_id = $1::bigint AND seq = $2::int AND effect_id = $3::uuid"
-	"   AND state = 'pending'"
-	" RETURNING seq",
-	3, false,
-};
-
-static const struct db_stmt st_bulk_refuse = {
-	"repair_bulk_refuse",
-	"UPDATE resume_job_items SET state = 'refused', done_at = now(), detail = $3"
-	" WHERE job_id = $1::bigint AND seq = $2::int AND state = 'pending'",
-	3, false,
-};
 
 /* --- helpers --------------------------------------------------------------- */
 
@@ -443,38 +44,32 @@ repair_is_uuid(const char *s)
 	return true;
 }
 
-static enum repair_rc
-rc_of(enum db_rc rc)
-{
-	return rc == DB_OK ? REPAIR_OK : rc == DB_UNAVAILABLE ? REPAIR_UNAVAILABLE : REPAIR_ERROR;
-}
-
-static void
-copy(char *dst, size_t n, const char *src)
+void
+repair_copy(char *dst, size_t n, const char *src)
 {
 	snprintf(dst, n, "%s", src != NULL ? src : "");
 }
 
-/* Fills out from an st_effect_find row. */
+/* Fills out from an outbox_find row. */
 static void
 effect_read(struct repair_out *out, const PGresult *res)
 {
-	copy(out->effect_id, sizeof(out->effect_id), db_get(res, 0, "id"));
-	copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
-	copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
-	copy(out->key, sizeof(out->key), db_get(res, 0, "idempotency_key"));
-	copy(out->from, sizeof(out->from), db_get(res, 0, "state"));
-	copy(out->target, sizeof(out->target), db_get(res, 0, "target"));
-	copy(out->type, sizeof(out->type), db_get(res, 0, "effect_type"));
-	copy(out->provider_key, sizeof(out->provider_key), db_get(res, 0, "provider_key"));
-	copy(out->dead_letter_id, sizeof(out->dead_letter_id), db_get(res, 0, "dead_letter_id"));
-	copy(out->not_before, sizeof(out->not_before), db_get(res, 0, "not_before"));
+	repair_copy(out->effect_id, sizeof(out->effect_id), db_get(res, 0, "id"));
+	repair_copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
+	repair_copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
+	repair_copy(out->key, sizeof(out->key), db_get(res, 0, "idempotency_key"));
+	repair_copy(out->from, sizeof(out->from), db_get(res, 0, "state"));
+	repair_copy(out->target, sizeof(out->target), db_get(res, 0, "target"));
+	repair_copy(out->type, sizeof(out->type), db_get(res, 0, "effect_type"));
+	repair_copy(out->provider_key, sizeof(out->provider_key), db_get(res, 0, "provider_key"));
+	repair_copy(out->dead_letter_id, sizeof(out->dead_letter_id), db_get(res, 0, "dead_letter_id"));
+	repair_copy(out->not_before, sizeof(out->not_before), db_get(res, 0, "not_before"));
 }
 
 /* One operator_actions row, inside the caller's transaction. */
-static enum repair_rc
-record_action(struct db *db, const struct repair_who *who, const char *action,
-              struct repair_out *out, json_t *details)
+enum og_rc
+repair_record_action(struct db *db, const struct repair_who *who, const char *action,
+                     struct repair_out *out, json_t *details)
 {
 	char *text = json_dumps(details, JSON_COMPACT | JSON_SORT_KEYS);
 	struct oplog_action a = {
@@ -486,44 +81,39 @@ record_action(struct db *db, const struct repair_who *who, const char *action,
 	enum db_rc drc;
 
 	if (text == NULL)
-		return REPAIR_ERROR;
+		return OG_ERROR;
 	drc = oplog_record(db, &a, &out->action_id);
 	free(text);
-	return rc_of(drc);
+	return og_rc_of(drc);
 }
 
 /* Resolves dead letters of the effects in ids (a PostgreSQL uuid[] text). */
-static enum repair_rc
+static enum og_rc
 resolve_letters(struct db *db, const char *ids, const char *resolution, const char *op)
 {
-	return rc_of(deadletter_resolve(db, ids, resolution, op));
+	return og_rc_of(deadletter_resolve(db, ids, resolution, op));
 }
 
-/* Looks the effect up (by effect or dead-letter id) and locks its run;
- * *run holds the run row. REPAIR_NOT_FOUND with why set. */
-static enum repair_rc
-effect_begin(struct db *db, const char *effect, const char *expect, struct repair_out *out,
-             PGresult **run)
+/* Looks the effect up (by effect or dead-letter id) and locks its run
+ * (out->run_from). OG_NOT_FOUND with why set. */
+static enum og_rc
+effect_begin(struct db *db, const char *effect, const char *expect, struct repair_out *out)
 {
-	const char *p[1] = { effect };
-	const char *lp[2];
+	struct ledger_locked run = { 0 };
 	PGresult *res = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 
-	*run = NULL;
 	if (!repair_is_uuid(effect)) {
 		snprintf(out->why, sizeof(out->why), "\"%s\" is not an effect or dead-letter id "
 		         "(a UUID)", effect);
-		return REPAIR_NOT_FOUND;
+		return OG_NOT_FOUND;
 	}
 	if (db_begin(db) != DB_OK)
-		return REPAIR_UNAVAILABLE;
-	if ((rc = rc_of(db_exec(db, &st_effect_find, p, &res))) != REPAIR_OK)
-		goto fail;
-	if (PQntuples(res) != 1) {
-		snprintf(out->why, sizeof(out->why), "no effect or dead letter has the id %s",
-		         effect);
-		rc = REPAIR_NOT_FOUND;
+		return OG_UNAVAILABLE;
+	if ((rc = outbox_find(db, effect, &res)) != OG_OK) {
+		if (rc == OG_NOT_FOUND)
+			snprintf(out->why, sizeof(out->why), "no effect or dead letter has the id %s",
+			         effect);
 		goto fail;
 	}
 	effect_read(out, res);
@@ -533,276 +123,130 @@ effect_begin(struct db *db, const char *effect, const char *expect, struct repai
 		snprintf(out->why, sizeof(out->why), "the effect is %s now, not %s as expected: "
 		         "look again (oncegatectl deadletter show %s)", out->from, expect,
 		         out->effect_id);
-		rc = REPAIR_CHANGED;
+		rc = OG_CHANGED;
 		goto fail;
 	}
-	lp[0] = out->client;
-	lp[1] = out->key;
-	if ((rc = rc_of(db_exec(db, &st_lock_run, lp, run))) != REPAIR_OK)
-		goto fail;
-	if (PQntuples(*run) != 1) {
-		rc = REPAIR_ERROR; /* a foreign key guarantees the run */
+	if ((rc = ledger_lock(db, atoll(out->client), out->key, &run)) != OG_OK) {
+		if (rc == OG_NOT_FOUND)
+			rc = OG_ERROR; /* a foreign key guarantees the run */
 		goto fail;
 	}
-	copy(out->run_from, sizeof(out->run_from), db_get(*run, 0, "state"));
-	return REPAIR_OK;
+	repair_copy(out->run_from, sizeof(out->run_from), ledger_state_name(run.state));
+	ledger_locked_clear(&run);
+	return OG_OK;
 fail:
 	PQclear(res);
-	PQclear(*run);
-	*run = NULL;
 	db_rollback(db);
 	return rc;
 }
 
-static enum repair_rc
-finish(struct db *db, enum repair_rc rc)
+enum og_rc
+repair_finish(struct db *db, enum og_rc rc)
 {
-	if (rc == REPAIR_OK) {
+	if (rc == OG_OK) {
 		enum db_rc c = db_commit(db);
 
 		if (c == DB_OK)
-			return REPAIR_OK;
-		rc = c == DB_UNAVAILABLE ? REPAIR_UNAVAILABLE
-		     : c == DB_CONFLICT  ? REPAIR_CHANGED
-		                         : REPAIR_ERROR;
+			return OG_OK;
+		rc = c == DB_UNAVAILABLE ? OG_UNAVAILABLE
+		     : c == DB_CONFLICT  ? OG_CHANGED
+		                         : OG_ERROR;
 	}
 	db_rollback(db);
 	return rc;
+}
+
+/* out->run_to and out->run_version when the ledger moved the run to `to`
+ * (version > 0). */
+static enum og_rc
+run_moved(struct repair_out *out, enum db_rc rc, long long version, enum run_state to)
+{
+	if (rc == DB_OK && version > 0) {
+		repair_copy(out->run_to, sizeof(out->run_to), ledger_state_name(to));
+		out->run_version = version;
+	}
+	return og_rc_of(rc);
 }
 
 /* Completes the run when this was its last open effect; out->run_to set
  * when it moved. */
-static enum repair_rc
+static enum og_rc
 complete_run(struct db *db, const struct repair_who *who, struct repair_out *out)
 {
 	char actor[256];
-	const char *p[3] = { out->client, out->key, actor };
-	PGresult *res = NULL;
-	enum repair_rc rc;
+	long long v = 0;
+	enum db_rc rc;
 
 	snprintf(actor, sizeof(actor), "operator:%s", who->operator_name);
-	rc = rc_of(db_exec(db, &st_run_complete, p, &res));
-	if (rc == REPAIR_OK && PQntuples(res) == 1) {
-		copy(out->run_to, sizeof(out->run_to), "completed");
-		out->run_version = db_get_ll(res, 0, "version");
-	}
-	PQclear(res);
-	return rc;
+	rc = ledger_complete(db, out->client, out->key, actor, &v);
+	return run_moved(out, rc, v, RUN_COMPLETED);
 }
 
 /* --- reads ------------------------------------------------------------------ */
 
-enum repair_rc
-repair_dl_list(struct db *db, const struct repair_dl_filter *f, json_t **out)
-{
-	char secs[24], limit[16];
-	const char *p[6] = {
-		f->since_ts, NULL, f->error_class, f->target, f->state, limit,
-	};
-	PGresult *res = NULL;
-	enum db_rc drc;
-	json_t *list;
-	int i;
-
-	*out = NULL;
-	if (f->since_seconds > 0) {
-		snprintf(secs, sizeof(secs), "%lld", f->since_seconds);
-		p[1] = secs;
-	}
-	snprintf(limit, sizeof(limit), "%d", f->limit > 0 ? f->limit : 200);
-	drc = db_exec(db, &st_dl_list, p, &res);
-	if (drc != DB_OK) {
-		/* class 22: the --since timestamp is not one PostgreSQL reads */
-		if (drc == DB_ERROR && strncmp(db_sqlstate(db), "22", 2) == 0)
-			return REPAIR_BAD_INPUT;
-		return rc_of(drc);
-	}
-	list = json_array();
-	for (i = 0; i < PQntuples(res); i++) {
-		static const char *const text_cols[] = {
-			"id", "effect_id", "client", "idempotency_key", "effect_type", "target",
-			"provider_key", "error_class", "reason", "created_at", "effect_state", "resolution",
-			"resolved_by", "resolved_at", "retention_until",
-		};
-		json_t *o = json_object();
-		size_t k;
-
-		for (k = 0; k < sizeof(text_cols) / sizeof(text_cols[0]); k++) {
-			const char *v = db_get(res, i, text_cols[k]);
-
-			json_object_set_new(o, strcmp(text_cols[k], "id") == 0 ? "dead_letter_id"
-			                                                       : text_cols[k],
-			                    v != NULL ? json_string(v) : json_null());
-		}
-		json_object_set_new(o, "age_seconds", json_integer(db_get_ll(res, i, "age_seconds")));
-		json_object_set_new(o, "replay_count",
-		                    json_integer(db_get_ll(res, i, "replay_count")));
-		json_object_set_new(o, "state", json_string(db_get(res, i, "open")[0] == 't'
-		                                                    ? "open" : "resolved"));
-		json_array_append_new(list, o);
-	}
-	PQclear(res);
-	*out = list;
-	return REPAIR_OK;
-}
-
-enum repair_rc
-repair_dl_show(struct db *db, const struct config *cfg, const char *id, json_t **out)
-{
-	const char *p[2] = { id, NULL };
-	char maxa[16];
-	PGresult *res = NULL;
-	enum repair_rc rc;
-	json_error_t jerr;
-
-	*out = NULL;
-	if (!repair_is_uuid(id))
-		return REPAIR_NOT_FOUND;
-	if ((rc = rc_of(db_exec(db, &st_dl_target, p, &res))) != REPAIR_OK)
-		return rc;
-	if (PQntuples(res) != 1) {
-		PQclear(res);
-		return REPAIR_NOT_FOUND;
-	}
-	if (cfg != NULL) {
-		const struct config_target *t = config_target(cfg, db_get(res, 0, "target"));
-
-		if (t != NULL) {
-			snprintf(maxa, sizeof(maxa), "%d", t->max_attempts);
-			p[1] = maxa;
-		}
-	}
-	PQclear(res);
-	res = NULL;
-	if ((rc = rc_of(db_exec(db, &st_dl_show, p, &res))) != REPAIR_OK)
-		return rc;
-	if (PQntuples(res) != 1) {
-		PQclear(res);
-		return REPAIR_NOT_FOUND;
-	}
-	*out = json_loads(db_get(res, 0, "doc"), 0, &jerr);
-	PQclear(res);
-	return *out != NULL ? REPAIR_OK : REPAIR_ERROR;
-}
-
-enum repair_rc
-repair_approvals_pending(struct db *db, int limit, json_t **out)
-{
-	char lim[16];
-	const char *p[1] = { lim };
-	PGresult *res = NULL;
-	enum repair_rc rc;
-	json_t *list;
-	int i;
-
-	*out = NULL;
-	snprintf(lim, sizeof(lim), "%d", limit > 0 ? limit : 200);
-	if ((rc = rc_of(db_exec(db, &st_approvals_pending, p, &res))) != REPAIR_OK)
-		return rc;
-	list = json_array();
-	for (i = 0; i < PQntuples(res); i++) {
-		const char *contract = db_get(res, i, "contract");
-		const char *client = db_get(res, i, "client");
-
-		json_array_append_new(list, json_pack(
-			"{s:s, s:o, s:s, s:s, s:s, s:I, s:s, s:I, s:s, s:o}",
-			"approval_id", db_get(res, i, "id"),
-			"client", client != NULL ? json_string(client) : json_null(),
-			"idempotency_key", db_get(res, i, "idempotency_key"),
-			"approver", db_get(res, i, "approver"),
-			"created_at", db_get(res, i, "created_at"),
-			"waiting_seconds", (json_int_t)db_get_ll(res, i, "waiting_seconds"),
-			"expires_at", db_get(res, i, "expires_at"),
-			"expires_in_seconds", (json_int_t)db_get_ll(res, i, "expires_in_seconds"),
-			"run_state", db_get(res, i, "run_state"),
-			"contract", contract != NULL ? json_string(contract) : json_null()));
-	}
-	PQclear(res);
-	*out = list;
-	return REPAIR_OK;
-}
-
 /* --- changes ----------------------------------------------------------------- */
 
-enum repair_rc
+enum og_rc
 repair_reconcile(struct db *db, const char *effect, bool delivered, const char *provider_id,
                  const char *expect, const struct repair_who *who, struct repair_out *out)
 {
-	PGresult *run = NULL, *res = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 	char ids[REPAIR_ID_LEN + 2];
+	const char *to = NULL;
 	json_t *details = NULL;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, expect, out, &run)) != REPAIR_OK)
+	if ((rc = effect_begin(db, effect, expect, out)) != OG_OK)
 		return rc;
-	PQclear(run);
 	if (strcmp(out->from, "unknown") != 0 && strcmp(out->from, "failed") != 0) {
 		snprintf(out->why, sizeof(out->why), "the effect is %s: only an unknown or failed "
 		         "effect is reconciled%s", out->from,
 		         strcmp(out->from, "sending") == 0 ? " (a dispatcher is sending it now)"
 		         : strcmp(out->from, "pending") == 0 ? " (it is waiting to be sent)" : "");
-		rc = REPAIR_WRONG_STATE;
+		rc = OG_WRONG_STATE;
 		goto out;
 	}
-	{
-		const char *p[4] = { out->effect_id, out->from, delivered ? "true" : "false",
-			             provider_id };
-
-		if ((rc = rc_of(db_exec(db, &st_reconcile, p, &res))) != REPAIR_OK)
-			goto out;
-		if (PQntuples(res) != 1) {
+	if ((rc = outbox_reconcile(db, out->effect_id, out->from, delivered, provider_id, &to)) !=
+	    OG_OK) {
+		if (rc == OG_CHANGED)
 			snprintf(out->why, sizeof(out->why), "the effect changed while this ran: "
 			         "look again (oncegatectl deadletter show %s)", out->effect_id);
-			rc = REPAIR_CHANGED;
-			goto out;
-		}
-		copy(out->to, sizeof(out->to), db_get(res, 0, "state"));
+		goto out;
 	}
-	if (delivered && (rc = complete_run(db, who, out)) != REPAIR_OK)
+	repair_copy(out->to, sizeof(out->to), to);
+	if (delivered && (rc = complete_run(db, who, out)) != OG_OK)
 		goto out;
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
 	if ((rc = resolve_letters(db, ids, delivered ? "delivered" : "not_delivered",
-	                          who->operator_name)) != REPAIR_OK)
+	                          who->operator_name)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:s, s:s*, s:s*}", "finding",
 	                    delivered ? "delivered" : "not_delivered", "state_from", out->from,
 	                    "state_to", out->to, "provider_id", delivered ? provider_id : NULL,
 	                    "run_to", out->run_to[0] ? out->run_to : NULL);
-	rc = details != NULL ? record_action(db, who, "reconcile", out, details) : REPAIR_ERROR;
+	rc = repair_record_action(db, who, "reconcile", out, details);
 out:
 	json_decref(details);
-	PQclear(res);
-	return finish(db, rc);
+	return repair_finish(db, rc);
 }
 
 /* One resume; job > 0: the job's item seq is marked done in the same
  * transaction, or nothing happens. */
-static enum repair_rc
-resume_one(struct db *db, const char *effect, const char *expect, const struct repair_who *who,
-           long long job, int seq, struct repair_out *out)
+enum og_rc
+repair_resume_one(struct db *db, const char *effect, const char *expect,
+                  const struct repair_who *who, long long job, int seq, struct repair_out *out)
 {
-	PGresult *run = NULL, *res = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 	char ids[REPAIR_ID_LEN + 2], replayed_as[REPAIR_KEY_MAX];
 	json_t *details = NULL;
 	bool callback;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, expect, out, &run)) != REPAIR_OK)
+	if ((rc = effect_begin(db, effect, expect, out)) != OG_OK)
 		return rc;
-	PQclear(run);
-	run = NULL;
-	{
-		const char *p[2] = { out->client, out->key };
-
-		if ((rc = rc_of(db_exec(db, &st_run_replayed, p, &run))) != REPAIR_OK)
-			goto out;
-		copy(replayed_as, sizeof(replayed_as),
-		     PQntuples(run) == 1 ? db_get(run, 0, "replayed_as") : NULL);
-		PQclear(run);
-		run = NULL;
-	}
+	if ((rc = jobs_replayed_as(db, atoll(out->client), out->key, replayed_as,
+	                           sizeof(replayed_as))) != OG_OK)
+		goto out;
 	callback = strcmp(out->type, "decision.callback") == 0;
 	if (strcmp(out->from, "failed") != 0) {
 		snprintf(out->why, sizeof(out->why), "not known undelivered: the effect is %s%s",
@@ -813,7 +257,7 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 		                 : strcmp(out->from, "completed") == 0 ? " (it was delivered)"
 		                 : strcmp(out->from, "cancelled") == 0 ? " (it was rejected)"
 		                                                        : " (nothing to resume)");
-		rc = strcmp(out->from, "unknown") == 0 ? REPAIR_NOT_UNDELIVERED : REPAIR_WRONG_STATE;
+		rc = strcmp(out->from, "unknown") == 0 ? OG_NOT_UNDELIVERED : OG_WRONG_STATE;
 		goto out;
 	}
 	/* One event, at most one business effect: the replay carries it now. */
@@ -821,46 +265,40 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 		snprintf(out->why, sizeof(out->why), "the run was replayed as \"%.120s\": the "
 		         "event is that run's now, and an effect of the original is never sent again "
 		         "(reject it to close it)", replayed_as);
-		rc = REPAIR_REPLAYED;
+		rc = OG_REPLAYED;
 		goto out;
 	}
 	/* A business effect is resumed only while its run is approved; the
 	 * workflow's decision callback is delivered whatever the decision. */
-	if (!callback && strcmp(out->run_from, "approved") != 0) {
+	if (!callback && strcmp(out->run_from, ledger_state_name(RUN_APPROVED)) != 0) {
 		snprintf(out->why, sizeof(out->why), "the run is %s, not approved: its effects are "
 		         "not sent any more", out->run_from);
-		rc = REPAIR_WRONG_STATE;
+		rc = OG_WRONG_STATE;
 		goto out;
 	}
-	{
-		const char *p[2] = { out->effect_id, out->from };
+	if ((rc = outbox_resume(db, out->effect_id, out->from)) == OG_CHANGED) {
+		bool yes = false;
+		long long sends = 0;
 
-		if ((rc = rc_of(db_exec(db, &st_resume, p, &res))) != REPAIR_OK)
-			goto out;
-		if (PQntuples(res) != 1) {
-			const char *up[1] = { out->effect_id };
-
-			PQclear(res);
-			res = NULL;
-			if ((rc = rc_of(db_exec(db, &st_undelivered, up, &res))) != REPAIR_OK)
-				goto out;
-			if (PQntuples(res) == 1 && db_get(res, 0, "yes")[0] == 'f') {
-				snprintf(out->why, sizeof(out->why), "not known undelivered: a send "
-				         "attempt may have reached the provider (of %s sends, one "
-				         "did not record request_sent false); find out and run oncegatectl "
-				         "reconcile first", db_get(res, 0, "sends"));
-				rc = REPAIR_NOT_UNDELIVERED;
-			} else {
-				snprintf(out->why, sizeof(out->why), "the effect changed while this "
-				         "ran: look again");
-				rc = REPAIR_CHANGED;
-			}
-			goto out;
+		rc = outbox_undelivered(db, out->effect_id, &yes, &sends);
+		if (rc == OG_OK && !yes) {
+			snprintf(out->why, sizeof(out->why), "not known undelivered: a send "
+			         "attempt may have reached the provider (of %lld sends, one "
+			         "did not record request_sent false); find out and run oncegatectl "
+			         "reconcile first", sends);
+			rc = OG_NOT_UNDELIVERED;
+		} else if (rc == OG_OK || rc == OG_NOT_FOUND) {
+			snprintf(out->why, sizeof(out->why), "the effect changed while this "
+			         "ran: look again");
+			rc = OG_CHANGED;
 		}
-		copy(out->to, sizeof(out->to), "pending");
+		goto out;
 	}
+	if (rc != OG_OK)
+		goto out;
+	repair_copy(out->to, sizeof(out->to), "pending");
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
-	if ((rc = resolve_letters(db, ids, "resumed", who->operator_name)) != REPAIR_OK)
+	if ((rc = resolve_letters(db, ids, "resumed", who->operator_name)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:s}", "state_from", out->from, "state_to", "pending",
 	                    "provider_key", out->provider_key);
@@ -868,242 +306,48 @@ resume_one(struct db *db, const char *effect, const char *expect, const struct r
 		json_object_set_new(details, "job_id", json_integer(job));
 		json_object_set_new(details, "job_item", json_integer(seq));
 	}
-	rc = details != NULL ? record_action(db, who, "resume", out, details) : REPAIR_ERROR;
-	if (rc == REPAIR_OK && job > 0) {
-		char j[24], q[16];
-		const char *p[3] = { j, q, out->effect_id };
-
-		snprintf(j, sizeof(j), "%lld", job);
-		snprintf(q, sizeof(q), "%d", seq);
-		PQclear(res);
-		res = NULL;
-		if ((rc = rc_of(db_exec(db, &st_bulk_done, p, &res))) == REPAIR_OK &&
-		    PQntuples(res) != 1) {
-			snprintf(out->why, sizeof(out->why), "job %lld item %d is no longer pending "
-			         "(done or refused already)", job, seq);
-			rc = REPAIR_CHANGED;
-		}
-	}
+	rc = repair_record_action(db, who, "resume", out, details);
+	if (rc == OG_OK && job > 0 &&
+	    (rc = jobs_resume_done(db, job, seq, out->effect_id)) == OG_CHANGED)
+		snprintf(out->why, sizeof(out->why), "job %lld item %d is no longer pending "
+		         "(done or refused already)", job, seq);
 out:
 	json_decref(details);
-	PQclear(res);
-	return finish(db, rc);
+	return repair_finish(db, rc);
 }
 
-enum repair_rc
+enum og_rc
 repair_resume(struct db *db, const char *effect, const char *expect,
               const struct repair_who *who, struct repair_out *out)
 {
-	return resume_one(db, effect, expect, who, 0, 0, out);
+	return repair_resume_one(db, effect, expect, who, 0, 0, out);
 }
 
-/* --- bulk resume ------------------------------------------------------------- */
-
-enum repair_rc
-repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
-{
-	size_t len = 3;
-	char *arr, *p;
-	const char *params[1];
-	PGresult *res = NULL;
-	enum repair_rc rc;
-	int i;
-
-	for (i = 0; i < n; i++) {
-		if (!repair_is_uuid(items[i].given))
-			return REPAIR_BAD_INPUT;
-		len += strlen(items[i].given) + 1;
-	}
-	if ((arr = malloc(len)) == NULL)
-		return REPAIR_ERROR;
-	p = arr;
-	*p++ = '{';
-	for (i = 0; i < n; i++)
-		p += sprintf(p, "%s%s", i > 0 ? "," : "", items[i].given); /* uuids: no quoting */
-	*p++ = '}';
-	*p = '\0';
-	params[0] = arr;
-	rc = rc_of(db_exec(db, &st_bulk_check, params, &res));
-	free(arr);
-	if (rc != REPAIR_OK)
-		return rc;
-	if (PQntuples(res) != n) {
-		PQclear(res);
-		return REPAIR_ERROR;
-	}
-	for (i = 0; i < n; i++) {
-		struct repair_bulk_item *it = &items[i];
-		const char *eid = db_get(res, i, "effect_id");
-		const char *run = db_get(res, i, "run_state");
-		const char *replayed_as = db_get(res, i, "replayed_as");
-		bool callback;
-
-		it->ok = false;
-		if (eid == NULL) {
-			copy(it->effect_id, sizeof(it->effect_id), "");
-			snprintf(it->why, sizeof(it->why), "no effect or dead letter has the id %s",
-			         it->given);
-			continue;
-		}
-		copy(it->effect_id, sizeof(it->effect_id), eid);
-		copy(it->client_name, sizeof(it->client_name), db_get(res, i, "client_name"));
-		copy(it->key, sizeof(it->key), db_get(res, i, "idempotency_key"));
-		copy(it->target, sizeof(it->target), db_get(res, i, "target"));
-		copy(it->type, sizeof(it->type), db_get(res, i, "effect_type"));
-		copy(it->state, sizeof(it->state), db_get(res, i, "state"));
-		callback = strcmp(it->type, "decision.callback") == 0;
-		/* the order of repair_resume's checks, so the verdicts agree */
-		if (strcmp(it->state, "failed") != 0)
-			snprintf(it->why, sizeof(it->why), "not known undelivered: the effect is %s%s",
-			         it->state,
-			         strcmp(it->state, "unknown") == 0 ? " (reconcile first)"
-			         : strcmp(it->state, "completed") == 0 ? " (it was delivered)"
-			         : strcmp(it->state, "cancelled") == 0 ? " (it was rejected)"
-			                                                : " (nothing to resume)");
-		else if (replayed_as != NULL)
-			snprintf(it->why, sizeof(it->why), "the run was replayed as \"%.200s\": never "
-			         "resumed", replayed_as);
-		else if (!callback && (run == NULL || strcmp(run, "approved") != 0))
-			snprintf(it->why, sizeof(it->why), "the run is %s, not approved",
-			         run != NULL ? run : "?");
-		else if (db_get(res, i, "undelivered")[0] != 't')
-			snprintf(it->why, sizeof(it->why), "not known undelivered: a send attempt may "
-			         "have reached the provider (reconcile first)");
-		else {
-			it->ok = true;
-			snprintf(it->why, sizeof(it->why), "would resume, same key %s",
-			         db_get(res, i, "provider_key"));
-		}
-	}
-	PQclear(res);
-	return REPAIR_OK;
-}
-
-enum repair_rc
-repair_bulk_create(struct db *db, const char *source, double rate, const struct repair_who *who,
-                   const struct repair_bulk_item *items, int n, long long *job_id)
-{
-	char rate_s[32], jid[24], seq[16];
-	struct repair_out out;
-	PGresult *res = NULL;
-	json_t *details = NULL;
-	enum repair_rc rc;
-	int i;
-
-	memset(&out, 0, sizeof(out));
-	*job_id = 0;
-	snprintf(rate_s, sizeof(rate_s), "%.6f", rate);
-	if (db_begin(db) != DB_OK)
-		return REPAIR_UNAVAILABLE;
-	{
-		const char *p[4] = { who->operator_name, who->reason, source, rate_s };
-
-		if ((rc = rc_of(db_exec(db, &st_bulk_job, p, &res))) != REPAIR_OK)
-			goto out;
-		*job_id = db_get_ll(res, 0, "id");
-		PQclear(res);
-		res = NULL;
-	}
-	snprintf(jid, sizeof(jid), "%lld", *job_id);
-	for (i = 0; i < n; i++) {
-		const char *p[4] = { jid, seq, items[i].effect_id, items[i].given };
-
-		snprintf(seq, sizeof(seq), "%d", items[i].seq);
-		if ((rc = rc_of(db_exec(db, &st_bulk_item, p, &res))) != REPAIR_OK)
-			goto out;
-		PQclear(res);
-		res = NULL;
-	}
-	details = json_pack("{s:I, s:s, s:i, s:f}", "job_id", (json_int_t)*job_id, "source",
-	                    source, "items", n, "rate_per_second", rate);
-	rc = details != NULL ? record_action(db, who, "resume.job_created", &out, details)
-	                     : REPAIR_ERROR;
-out:
-	json_decref(details);
-	PQclear(res);
-	return finish(db, rc);
-}
-
-enum repair_rc
-repair_bulk_next(struct db *db, long long job_id, int *seq, char effect_id[REPAIR_ID_LEN],
-                 bool *stop)
-{
-	char jid[24];
-	const char *p[1] = { jid };
-	PGresult *res = NULL;
-	enum repair_rc rc;
-	const char *v;
-
-	*seq = 0;
-	effect_id[0] = '\0';
-	snprintf(jid, sizeof(jid), "%lld", job_id);
-	if ((rc = rc_of(db_exec(db, &st_bulk_next, p, &res))) != REPAIR_OK)
-		return rc;
-	v = db_get(res, 0, "stop");
-	*stop = v != NULL && v[0] == 't';
-	if (db_get(res, 0, "seq") != NULL) {
-		*seq = (int)db_get_ll(res, 0, "seq");
-		copy(effect_id, REPAIR_ID_LEN, db_get(res, 0, "effect_id"));
-	}
-	PQclear(res);
-	return REPAIR_OK;
-}
-
-enum repair_rc
-repair_bulk_resume(struct db *db, long long job_id, int seq, const char *effect_id,
-                   const struct repair_who *who, struct repair_out *out)
-{
-	return resume_one(db, effect_id, NULL, who, job_id, seq, out);
-}
-
-enum repair_rc
-repair_bulk_refuse(struct db *db, long long job_id, int seq, const char *why)
-{
-	char jid[24], q[16];
-	const char *p[3] = { jid, q, why };
-	PGresult *res = NULL;
-	enum repair_rc rc;
-
-	snprintf(jid, sizeof(jid), "%lld", job_id);
-	snprintf(q, sizeof(q), "%d", seq);
-	rc = rc_of(db_exec(db, &st_bulk_refuse, p, &res));
-	PQclear(res);
-	return rc;
-}
-
-/* The run → failed_terminal from any of the states in `from` (text[]). */
-static enum repair_rc
-fail_run(struct db *db, const struct repair_who *who, const char *from, struct repair_out *out)
+/* The run → failed_terminal from any of the states in `from` (1u << state). */
+static enum og_rc
+fail_run(struct db *db, const struct repair_who *who, unsigned from, struct repair_out *out)
 {
 	char actor[256];
-	const char *p[5] = { out->client, out->key, who->reason, actor, from };
-	PGresult *res = NULL;
-	enum repair_rc rc;
+	long long v = 0;
+	enum db_rc rc;
 
 	snprintf(actor, sizeof(actor), "operator:%s", who->operator_name);
-	rc = rc_of(db_exec(db, &st_fail_run, p, &res));
-	if (rc == REPAIR_OK && PQntuples(res) == 1) {
-		copy(out->run_to, sizeof(out->run_to), "failed_terminal");
-		out->run_version = db_get_ll(res, 0, "version");
-	}
-	PQclear(res);
-	return rc;
+	rc = ledger_reject(db, out->client, out->key, who->reason, actor, from, &v);
+	return run_moved(out, rc, v, RUN_FAILED_TERMINAL);
 }
 
-enum repair_rc
+enum og_rc
 repair_reject_effect(struct db *db, const char *effect, const char *expect,
                      const struct repair_who *who, struct repair_out *out)
 {
-	PGresult *run = NULL, *res = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 	char ids[REPAIR_ID_LEN + 2];
 	json_t *details = NULL;
 	bool callback;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, expect, out, &run)) != REPAIR_OK)
+	if ((rc = effect_begin(db, effect, expect, out)) != OG_OK)
 		return rc;
-	PQclear(run);
 	callback = strcmp(out->type, "decision.callback") == 0;
 	if (strcmp(out->from, "pending") != 0 && strcmp(out->from, "failed") != 0) {
 		snprintf(out->why, sizeof(out->why), "the effect is %s: %s", out->from,
@@ -1115,100 +359,77 @@ repair_reject_effect(struct db *db, const char *effect, const char *expect,
 		         : strcmp(out->from, "completed") == 0
 		                 ? "it was delivered and cannot be taken back"
 		                 : "it was cancelled already");
-		rc = REPAIR_WRONG_STATE;
+		rc = OG_WRONG_STATE;
 		goto out;
 	}
-	{
-		const char *p[2] = { out->effect_id, out->from };
-
-		if ((rc = rc_of(db_exec(db, &st_cancel_effect, p, &res))) != REPAIR_OK)
-			goto out;
-		if (PQntuples(res) != 1) {
+	if ((rc = outbox_reject(db, out->effect_id, out->from)) != OG_OK) {
+		if (rc == OG_CHANGED)
 			snprintf(out->why, sizeof(out->why), "the effect changed while this ran "
 			         "(a dispatcher may have claimed it): look again");
-			rc = REPAIR_CHANGED;
-			goto out;
-		}
-		copy(out->to, sizeof(out->to), "cancelled");
+		goto out;
 	}
+	repair_copy(out->to, sizeof(out->to), "cancelled");
 	/* Rejecting the workflow's notification does not reject the business
 	 * decision: that run completes when nothing else is left. */
-	rc = callback ? complete_run(db, who, out) : fail_run(db, who, "{approved}", out);
-	if (rc != REPAIR_OK)
+	rc = callback ? complete_run(db, who, out) : fail_run(db, who, 1u << RUN_APPROVED, out);
+	if (rc != OG_OK)
 		goto out;
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
-	if ((rc = resolve_letters(db, ids, "rejected", who->operator_name)) != REPAIR_OK)
+	if ((rc = resolve_letters(db, ids, "rejected", who->operator_name)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:s, s:s*}", "state_from", out->from, "state_to",
 	                    "cancelled", "run_from", out->run_from, "run_to",
 	                    out->run_to[0] ? out->run_to : NULL);
-	rc = details != NULL ? record_action(db, who, "reject", out, details) : REPAIR_ERROR;
+	rc = repair_record_action(db, who, "reject", out, details);
 out:
 	json_decref(details);
-	PQclear(res);
-	return finish(db, rc);
+	return repair_finish(db, rc);
 }
 
 /* The workflow waiting on a decision hears it (`rejected`, or `expired`
  * when nobody is left to decide), in the caller's transaction. */
-static enum repair_rc
+static enum og_rc
 enqueue_callback(struct db *db, const struct repair_who *who, const char *url,
                  const char *decision, struct repair_out *out)
 {
-	char subject[256], hash[CANON_HASH_LEN], nb[OUTBOX_TS_LEN];
-	struct outbox_effect e = { 0 };
-	json_t *cb;
-	char *text, *canon = NULL;
-	size_t clen = 0;
-	enum outbox_rc orc;
+	char subject[256], hash[OUTBOX_HASH_LEN], nb[OUTBOX_TS_LEN], *payload = NULL;
+	struct outbox_effect e;
+	enum og_rc orc;
 
 	snprintf(subject, sizeof(subject), "operator:%s", who->operator_name);
-	cb = json_pack("{s:s, s:s, s:s, s:s}", "url", url, "key", out->key, "decision", decision,
-	               "decided_by", subject);
-	text = cb != NULL ? json_dumps(cb, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-	json_decref(cb);
-	if (text == NULL || canon_json(CANON_AS_WRITTEN, text, strlen(text), &canon, &clen) != CANON_OK) {
-		free(text);
-		free(canon);
-		return REPAIR_ERROR;
-	}
-	free(text);
-	canon_hash(canon, clen, hash);
-	e.client_id = atoll(out->client);
-	e.key = out->key;
-	e.type = "decision.callback";
-	e.target = "callback";
-	e.payload = canon;
-	e.payload_hash = hash;
+	if (outbox_callback_effect(&e, atoll(out->client), out->key, url, decision, subject, NULL,
+	                           hash, &payload) != 0)
+		return OG_ERROR;
 	orc = outbox_enqueue(db, &e, out->callback_id, nb);
-	free(canon);
-	return orc == OUTBOX_OK            ? REPAIR_OK
-	       : orc == OUTBOX_UNAVAILABLE ? REPAIR_UNAVAILABLE
-	                                   : REPAIR_ERROR;
+	free(payload);
+	return orc == OG_OK            ? OG_OK
+	       : orc == OG_UNAVAILABLE ? OG_UNAVAILABLE
+	                                   : OG_ERROR;
 }
 
-enum repair_rc
+enum og_rc
 repair_reject_key(struct db *db, const char *client_name, const char *key,
                   const struct repair_who *who, struct repair_out *out)
 {
-	const char *fp[2] = { key, client_name };
-	PGresult *res = NULL, *run = NULL, *eff = NULL;
-	enum repair_rc rc;
+	struct ledger_locked run = { 0 };
+	PGresult *res = NULL;
+	enum og_rc rc;
 	json_t *cancelled = NULL, *revoked = NULL, *details = NULL;
 	char *ids = NULL, *url = NULL;
-	int i, sending = 0, unknown = 0;
+	long long client_id;
+	int sending = 0, unknown = 0;
 
 	memset(out, 0, sizeof(*out));
-	copy(out->key, sizeof(out->key), key);
+	repair_copy(out->key, sizeof(out->key), key);
 	if (db_begin(db) != DB_OK)
-		return REPAIR_UNAVAILABLE;
-	if ((rc = rc_of(db_exec(db, &st_runs_by_key, fp, &res))) != REPAIR_OK)
+		return OG_UNAVAILABLE;
+	if ((rc = ledger_runs_by_key(db, key, client_name, &res)) != OG_OK)
 		goto out;
 	if (PQntuples(res) == 0) {
 		snprintf(out->why, sizeof(out->why), "no run has the key \"%s\"%s%s", key,
 		         client_name != NULL ? " for client " : "",
 		         client_name != NULL ? client_name : "");
-		rc = REPAIR_NOT_FOUND;
+		rc = OG_NOT_FOUND;
 		goto out;
 	}
 	if (PQntuples(res) > 1) {
@@ -1216,75 +437,57 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		         "(%s, %s, …): name one with --client NAME", key,
 		         db_get(res, 0, "client_name") ? db_get(res, 0, "client_name") : "?",
 		         db_get(res, 1, "client_name") ? db_get(res, 1, "client_name") : "?");
-		rc = REPAIR_AMBIGUOUS;
+		rc = OG_AMBIGUOUS;
 		goto out;
 	}
-	copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
-	copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
-	{
-		const char *lp[2] = { out->client, out->key };
-
-		if ((rc = rc_of(db_exec(db, &st_lock_run, lp, &run))) != REPAIR_OK)
-			goto out;
-		if (PQntuples(run) != 1) {
-			rc = REPAIR_ERROR;
-			goto out;
-		}
-		copy(out->run_from, sizeof(out->run_from), db_get(run, 0, "state"));
-		if (strcmp(out->run_from, "completed") == 0 ||
-		    strcmp(out->run_from, "failed_terminal") == 0) {
-			snprintf(out->why, sizeof(out->why), "the run is %s already: nothing to reject",
-			         out->run_from);
-			rc = REPAIR_WRONG_STATE;
-			goto out;
-		}
-		if (strcmp(out->run_from, "processing") == 0 &&
-		    (db_get(run, 0, "lease_over") == NULL || db_get(run, 0, "lease_over")[0] != 't')) {
-			snprintf(out->why, sizeof(out->why), "the run is processing under a live lease: "
-			         "the workflow is working on it; wait for its lease to run out");
-			rc = REPAIR_WRONG_STATE;
-			goto out;
-		}
-		if (db_get(run, 0, "callback_url") != NULL &&
-		    strcmp(out->run_from, "awaiting_human") == 0)
-			url = strdup(db_get(run, 0, "callback_url"));
-		if ((rc = rc_of(db_exec(db, &st_run_effects, lp, &eff))) != REPAIR_OK)
-			goto out;
-		for (i = 0; i < PQntuples(eff); i++) {
-			sending += strcmp(db_get(eff, i, "state"), "sending") == 0;
-			unknown += strcmp(db_get(eff, i, "state"), "unknown") == 0;
-		}
-		if (sending > 0 || unknown > 0) {
-			snprintf(out->why, sizeof(out->why), "%d effect%s of the run %s: %s",
-			         sending + unknown, sending + unknown == 1 ? "" : "s",
-			         sending > 0 ? "are being sent now" : "are unknown",
-			         sending > 0 ? "look again in a minute"
-			                     : "the provider may have acted; reconcile them first");
-			rc = REPAIR_WRONG_STATE;
-			goto out;
-		}
-		PQclear(res);
-		res = NULL;
-		if ((rc = rc_of(db_exec(db, &st_cancel_run_effects, lp, &res))) != REPAIR_OK)
-			goto out;
-		cancelled = json_array();
-		for (i = 0; i < PQntuples(res); i++)
-			json_array_append_new(cancelled, json_string(db_get(res, i, "id")));
-		out->count = PQntuples(res);
-		PQclear(res);
-		res = NULL;
-		if ((rc = rc_of(db_exec(db, &st_revoke_run_approvals, lp, &res))) != REPAIR_OK)
-			goto out;
-		revoked = json_array();
-		for (i = 0; i < PQntuples(res); i++)
-			json_array_append_new(revoked, json_string(db_get(res, i, "id")));
+	repair_copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
+	repair_copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
+	client_id = atoll(out->client);
+	if ((rc = ledger_lock(db, client_id, out->key, &run)) != OG_OK) {
+		if (rc == OG_NOT_FOUND)
+			rc = OG_ERROR;
+		goto out;
 	}
-	if ((rc = fail_run(db, who, "{awaiting_human,approved,failed_retryable,processing}", out))
-	    != REPAIR_OK)
+	repair_copy(out->run_from, sizeof(out->run_from), ledger_state_name(run.state));
+	if (run.state == RUN_COMPLETED || run.state == RUN_FAILED_TERMINAL) {
+		snprintf(out->why, sizeof(out->why), "the run is %s already: nothing to reject",
+		         out->run_from);
+		rc = OG_WRONG_STATE;
+		goto out;
+	}
+	if (run.state == RUN_PROCESSING && !run.lease_over) {
+		snprintf(out->why, sizeof(out->why), "the run is processing under a live lease: "
+		         "the workflow is working on it; wait for its lease to run out");
+		rc = OG_WRONG_STATE;
+		goto out;
+	}
+	if (run.callback_url != NULL && run.state == RUN_AWAITING_HUMAN)
+		url = strdup(run.callback_url);
+	if ((rc = outbox_lock_run_effects(db, client_id, out->key, &sending, &unknown)) != OG_OK)
+		goto out;
+	if (sending > 0 || unknown > 0) {
+		snprintf(out->why, sizeof(out->why), "%d effect%s of the run %s: %s",
+		         sending + unknown, sending + unknown == 1 ? "" : "s",
+		         sending > 0 ? "are being sent now" : "are unknown",
+		         sending > 0 ? "look again in a minute"
+		                     : "the provider may have acted; reconcile them first");
+		rc = OG_WRONG_STATE;
+		goto out;
+	}
+	if ((rc = outbox_reject_run(db, client_id, out->key, &cancelled)) != OG_OK)
+		goto out;
+	out->count = (int)json_array_size(cancelled);
+	if ((rc = gate_revoke_run(db, client_id, out->key, &revoked)) != OG_OK)
+		goto out;
+	if ((rc = fail_run(db, who,
+	                   1u << RUN_AWAITING_HUMAN | 1u << RUN_APPROVED |
+	                       1u << RUN_FAILED_RETRYABLE | 1u << RUN_PROCESSING,
+	                   out))
+	    != OG_OK)
 		goto out;
 	if (out->run_to[0] == '\0') {
 		snprintf(out->why, sizeof(out->why), "the run changed while this ran: look again");
-		rc = REPAIR_CHANGED;
+		rc = OG_CHANGED;
 		goto out;
 	}
 	{
@@ -1294,7 +497,7 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		json_array_foreach(cancelled, k, v)
 			n += strlen(json_string_value(v)) + 1;
 		if ((ids = malloc(n)) == NULL) {
-			rc = REPAIR_ERROR;
+			rc = OG_ERROR;
 			goto out;
 		}
 		strcpy(ids, "{");
@@ -1305,15 +508,15 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		}
 		strcat(ids, "}");
 	}
-	if ((rc = resolve_letters(db, ids, "rejected", who->operator_name)) != REPAIR_OK)
+	if ((rc = resolve_letters(db, ids, "rejected", who->operator_name)) != OG_OK)
 		goto out;
-	if (url != NULL && (rc = enqueue_callback(db, who, url, "rejected", out)) != REPAIR_OK)
+	if (url != NULL && (rc = enqueue_callback(db, who, url, "rejected", out)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:O, s:O, s:s*}", "run_from", out->run_from, "run_to",
-	                    "failed_terminal", "cancelled_effects", cancelled,
+	                    ledger_state_name(RUN_FAILED_TERMINAL), "cancelled_effects", cancelled,
 	                    "revoked_approvals", revoked,
 	                    "callback_effect", out->callback_id[0] ? out->callback_id : NULL);
-	rc = details != NULL ? record_action(db, who, "reject", out, details) : REPAIR_ERROR;
+	rc = repair_record_action(db, who, "reject", out, details);
 out:
 	json_decref(details);
 	json_decref(cancelled);
@@ -1321,9 +524,8 @@ out:
 	free(ids);
 	free(url);
 	PQclear(res);
-	PQclear(run);
-	PQclear(eff);
-	return finish(db, rc);
+	ledger_locked_clear(&run);
+	return repair_finish(db, rc);
 }
 
 /* The last open challenge of a run was revoked: nobody can decide it any
@@ -1331,112 +533,101 @@ out:
  * expired, error_class approval_revoked) and a waiting workflow hears
  * `expired`. A run with a decided challenge, or no longer awaiting a
  * person, is left alone. In the revoke's transaction. */
-static enum repair_rc
+static enum og_rc
 end_revoked(struct db *db, const struct repair_who *who, struct repair_out *out)
 {
 	struct ledger_run run = { 0 };
 	char actor[256], *url = NULL;
-	enum ledger_rc lrc;
-	enum repair_rc rc = REPAIR_OK;
+	enum og_rc lrc;
+	enum og_rc rc = OG_OK;
 
 	snprintf(actor, sizeof(actor), "operator:%s", who->operator_name);
 	lrc = ledger_end_undecided(db, atoll(out->client), out->key, "approval_revoked",
 	                           "every approval link was revoked before anyone decided", actor,
 	                           &run, &url);
-	if (lrc == LEDGER_OK) {
-		copy(out->run_from, sizeof(out->run_from), "awaiting_human");
-		copy(out->run_to, sizeof(out->run_to), "failed_terminal");
+	if (lrc == OG_OK) {
+		repair_copy(out->run_from, sizeof(out->run_from), ledger_state_name(RUN_AWAITING_HUMAN));
+		repair_copy(out->run_to, sizeof(out->run_to), ledger_state_name(RUN_FAILED_TERMINAL));
 		out->run_version = run.version;
 		if (url != NULL)
 			rc = enqueue_callback(db, who, url, "expired", out);
-	} else if (lrc != LEDGER_LEASE_LOST) {
-		rc = lrc == LEDGER_UNAVAILABLE ? REPAIR_UNAVAILABLE : REPAIR_ERROR;
+	} else if (lrc != OG_LEASE_LOST) {
+		rc = lrc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 	}
 	free(url);
 	ledger_run_clear(&run);
 	return rc;
 }
 
-enum repair_rc
+enum og_rc
 repair_approval_revoke(struct db *db, const char *approval_id, const struct repair_who *who,
                        struct repair_out *out)
 {
-	const char *p[1] = { approval_id };
 	PGresult *res = NULL;
-	enum repair_rc rc;
+	enum og_rc rc;
 	json_t *details = NULL;
 
 	memset(out, 0, sizeof(*out));
 	if (!repair_is_uuid(approval_id)) {
 		snprintf(out->why, sizeof(out->why), "\"%s\" is not an approval id (a UUID)",
 		         approval_id);
-		return REPAIR_NOT_FOUND;
+		return OG_NOT_FOUND;
 	}
 	if (db_begin(db) != DB_OK)
-		return REPAIR_UNAVAILABLE;
-	if ((rc = rc_of(db_exec(db, &st_approval_find, p, &res))) != REPAIR_OK)
-		goto out;
-	if (PQntuples(res) != 1) {
-		snprintf(out->why, sizeof(out->why), "no approval has the id %s", approval_id);
-		rc = REPAIR_NOT_FOUND;
+		return OG_UNAVAILABLE;
+	if ((rc = gate_find_by_id(db, approval_id, &res)) != OG_OK) {
+		if (rc == OG_NOT_FOUND)
+			snprintf(out->why, sizeof(out->why), "no approval has the id %s", approval_id);
 		goto out;
 	}
-	copy(out->approval_id, sizeof(out->approval_id), db_get(res, 0, "id"));
-	copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
-	copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
-	copy(out->key, sizeof(out->key), db_get(res, 0, "idempotency_key"));
-	copy(out->from, sizeof(out->from), db_get(res, 0, "state"));
+	repair_copy(out->approval_id, sizeof(out->approval_id), db_get(res, 0, "id"));
+	repair_copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
+	repair_copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
+	repair_copy(out->key, sizeof(out->key), db_get(res, 0, "idempotency_key"));
+	repair_copy(out->from, sizeof(out->from), db_get(res, 0, "state"));
 	if (strcmp(out->from, "pending") != 0 || db_get(res, 0, "expired")[0] == 't') {
 		snprintf(out->why, sizeof(out->why), "the approval is %s: only a pending challenge "
 		         "is revoked", strcmp(out->from, "pending") == 0 ? "expired" : out->from);
-		rc = REPAIR_WRONG_STATE;
+		rc = OG_WRONG_STATE;
 		goto out;
 	}
-	PQclear(res);
-	res = NULL;
-	if ((rc = rc_of(db_exec(db, &st_approval_revoke, p, &res))) != REPAIR_OK)
-		goto out;
-	if (PQntuples(res) != 1) {
-		snprintf(out->why, sizeof(out->why), "the approval was decided, voided or expired "
-		         "while this ran: look again");
-		rc = REPAIR_CHANGED;
+	if ((rc = gate_revoke(db, approval_id, &out->count)) != OG_OK) {
+		if (rc == OG_CHANGED)
+			snprintf(out->why, sizeof(out->why), "the approval was decided, voided or "
+			         "expired while this ran: look again");
 		goto out;
 	}
-	copy(out->to, sizeof(out->to), "revoked");
-	out->count = (int)db_get_ll(res, 0, "left_pending");
-	if (out->count == 0 && (rc = end_revoked(db, who, out)) != REPAIR_OK)
+	repair_copy(out->to, sizeof(out->to), "revoked");
+	if (out->count == 0 && (rc = end_revoked(db, who, out)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:i, s:s*, s:s*}", "state_from", "pending", "state_to",
 	                    "revoked", "still_pending", out->count, "run_to",
 	                    out->run_to[0] ? out->run_to : NULL, "callback_effect",
 	                    out->callback_id[0] ? out->callback_id : NULL);
-	rc = details != NULL ? record_action(db, who, "approval_revoke", out, details)
-	                     : REPAIR_ERROR;
+	rc = repair_record_action(db, who, "approval_revoke", out, details);
 out:
 	json_decref(details);
 	PQclear(res);
-	return finish(db, rc);
+	return repair_finish(db, rc);
 }
 
 /* --- cancel inside the window ------------------------------------------------- */
 
-enum repair_rc
+enum og_rc
 repair_cancel_window(struct db *db, const char *effect, const struct repair_who *who,
                      struct repair_out *out)
 {
 	struct ledger_run run = { 0 };
-	PGresult *locked = NULL;
 	json_t *ids = NULL, *details = NULL, *v;
-	enum repair_rc rc;
-	enum ledger_rc lrc;
+	enum og_rc rc;
+	enum og_rc lrc;
 	char actor[256];
 	bool named = false;
 	size_t i;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, NULL, out, &locked)) != REPAIR_OK)
+	if ((rc = effect_begin(db, effect, NULL, out)) != OG_OK)
 		return rc;
-	PQclear(locked);
 	if (strcmp(out->from, "pending") != 0) {
 		snprintf(out->why, sizeof(out->why), "the effect is %s: only an effect still waiting "
 		         "inside its cancellation window is cancelled%s", out->from,
@@ -1444,12 +635,12 @@ repair_cancel_window(struct db *db, const char *effect, const struct repair_who 
 		                 strcmp(out->from, "unknown") == 0
 		             ? " (it went out, or is going out)"
 		             : "");
-		rc = REPAIR_WRONG_STATE;
+		rc = OG_WRONG_STATE;
 		goto out;
 	}
 	/* the owning client's cancel, the same statements */
-	if (outbox_cancel_window(db, atoll(out->client), out->key, &ids) != OUTBOX_OK) {
-		rc = REPAIR_UNAVAILABLE;
+	if (outbox_cancel_window(db, atoll(out->client), out->key, &ids) != OG_OK) {
+		rc = OG_UNAVAILABLE;
 		goto out;
 	}
 	json_array_foreach(ids, i, v)
@@ -1459,30 +650,30 @@ repair_cancel_window(struct db *db, const char *effect, const struct repair_who 
 		         "(not_before %s): it is due to be sent, or was never delayed; "
 		         "`oncegatectl reject EFFECT` stops an effect that waits outside a window",
 		         out->not_before[0] ? out->not_before : "?");
-		rc = REPAIR_WINDOW_CLOSED;
+		rc = OG_WINDOW_CLOSED;
 		goto out;
 	}
 	snprintf(actor, sizeof(actor), "operator:%s", who->operator_name);
 	lrc = ledger_cancel_by(db, atoll(out->client), out->key, who->reason, actor, &run);
-	if (lrc != LEDGER_OK) {
+	if (lrc != OG_OK) {
 		snprintf(out->why, sizeof(out->why), "the run is %s, not approved: look again",
 		         out->run_from);
-		rc = lrc == LEDGER_UNAVAILABLE ? REPAIR_UNAVAILABLE
-		     : lrc == LEDGER_LEASE_LOST ? REPAIR_CHANGED
-		                                : REPAIR_ERROR;
+		rc = lrc == OG_UNAVAILABLE ? OG_UNAVAILABLE
+		     : lrc == OG_LEASE_LOST ? OG_CHANGED
+		                                : OG_ERROR;
 		goto out;
 	}
-	copy(out->to, sizeof(out->to), "cancelled");
-	copy(out->run_to, sizeof(out->run_to), "failed_terminal");
+	repair_copy(out->to, sizeof(out->to), "cancelled");
+	repair_copy(out->run_to, sizeof(out->run_to), ledger_state_name(RUN_FAILED_TERMINAL));
 	out->run_version = run.version;
 	out->count = (int)json_array_size(ids);
 	details = json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "state_from", "pending", "state_to",
 	                    "cancelled", "not_before", out->not_before, "run_from", out->run_from,
-	                    "run_to", "failed_terminal", "cancelled_effects", ids);
-	rc = details != NULL ? record_action(db, who, "cancel", out, details) : REPAIR_ERROR;
+	                    "run_to", ledger_state_name(RUN_FAILED_TERMINAL), "cancelled_effects", ids);
+	rc = repair_record_action(db, who, "cancel", out, details);
 out:
 	json_decref(details);
 	json_decref(ids);
 	ledger_run_clear(&run);
-	return finish(db, rc);
+	return repair_finish(db, rc);
 }

@@ -12,7 +12,7 @@
  *
  * "Known not delivered" — the one condition under which `resume` sends an
  * effect again with its provider key — is defined once, in repair.c
- * (REPAIR_KNOWN_UNDELIVERED), from the attempt history and the operators'
+ * (OUTBOX_KNOWN_UNDELIVERED), from the attempt history and the operators'
  * findings; README "Operations" says it in words.
  */
 #ifndef OG_REPAIR_H
@@ -24,20 +24,7 @@
 
 #include "config.h"
 #include "db.h"
-
-enum repair_rc {
-	REPAIR_OK = 0,
-	REPAIR_NOT_FOUND,        /* no such effect, dead letter, run or approval */
-	REPAIR_WRONG_STATE,      /* the state does not allow it; why says which */
-	REPAIR_NOT_UNDELIVERED,  /* resume: not known to be undelivered */
-	REPAIR_CHANGED,          /* changed by someone else since it was read */
-	REPAIR_AMBIGUOUS,        /* a key that several clients use: name the client */
-	REPAIR_BAD_INPUT,        /* a filter the database cannot read (a timestamp) */
-	REPAIR_REPLAYED,         /* resume: the run was replayed; its event is the new run's */
-	REPAIR_WINDOW_CLOSED,    /* cancel: not (or no longer) inside a cancellation window */
-	REPAIR_UNAVAILABLE,
-	REPAIR_ERROR,
-};
+#include "rc.h"
 
 /* Who acts and why: both go into operator_actions and the decision log. */
 struct repair_who {
@@ -71,52 +58,31 @@ struct repair_out {
 	                                      revoke: challenges still pending */
 };
 
-/* Dead-letter list filters; NULL/0 members do not filter. */
-struct repair_dl_filter {
-	const char *since_ts;        /* a timestamp PostgreSQL reads */
-	long long since_seconds;     /* or this long ago (> 0) */
-	const char *error_class;     /* permanent | exhausted | unknown */
-	const char *target;
-	const char *state;           /* open | resolved */
-	int limit;
-};
-
-/* Dead letters, oldest first, each with its age and whether it is open:
- * *out is a new array. */
-enum repair_rc repair_dl_list(struct db *db, const struct repair_dl_filter *f, json_t **out)
-	__attribute__((warn_unused_result));
-/* One dead letter, by its id or its effect's id, with everything the dead-letter record
- * asks for, the attempts made since, the operators' actions and the
- * recovery envelope; *out is a new object. cfg (may be NULL) gives the
- * target's current max_attempts. */
-enum repair_rc repair_dl_show(struct db *db, const struct config *cfg, const char *id,
-                              json_t **out) __attribute__((warn_unused_result));
-
 /* An effect in `unknown` or `failed`: delivered → `completed` with the
  * provider's id (and its run completed when that was the last effect);
  * not delivered → `failed`, recorded as known not delivered. expect (may
  * be NULL) is the state the operator saw. */
-enum repair_rc repair_reconcile(struct db *db, const char *effect, bool delivered,
-                                const char *provider_id, const char *expect,
-                                const struct repair_who *who, struct repair_out *out)
+enum og_rc repair_reconcile(struct db *db, const char *effect, bool delivered,
+                            const char *provider_id, const char *expect,
+                            const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
 /* A `failed` effect known not delivered → `pending`, same provider key,
  * a fresh retry budget; the dispatchers are woken. */
-enum repair_rc repair_resume(struct db *db, const char *effect, const char *expect,
-                             const struct repair_who *who, struct repair_out *out)
+enum og_rc repair_resume(struct db *db, const char *effect, const char *expect,
+                         const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
 /* A `pending` or `failed` effect → `cancelled`; its run → failed_terminal
  * (a decision callback's run is completed instead when nothing else is
  * left). */
-enum repair_rc repair_reject_effect(struct db *db, const char *effect, const char *expect,
-                                    const struct repair_who *who, struct repair_out *out)
+enum og_rc repair_reject_effect(struct db *db, const char *effect, const char *expect,
+                                const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
 /* A run → failed_terminal with its unsent effects cancelled and its
  * pending challenges revoked; a run that was awaiting a human and has a
  * callback tells the workflow `rejected`. client_name may be NULL when the
  * key is one client's only. */
-enum repair_rc repair_reject_key(struct db *db, const char *client_name, const char *key,
-                                 const struct repair_who *who, struct repair_out *out)
+enum og_rc repair_reject_key(struct db *db, const char *client_name, const char *key,
+                             const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
 
 /* A pending, unexpired challenge → `revoked`; out->count is how many of
@@ -125,14 +91,9 @@ enum repair_rc repair_reject_key(struct db *db, const char *client_name, const c
  * approval does — failed_terminal, decision expired, error_class
  * approval_revoked (out->run_to) — and a workflow waiting on it is told
  * `expired` through its callback (out->callback_id). */
-enum repair_rc repair_approval_revoke(struct db *db, const char *approval_id,
-                                      const struct repair_who *who, struct repair_out *out)
+enum og_rc repair_approval_revoke(struct db *db, const char *approval_id,
+                                  const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
-/* Pending challenges, longest waiting first, with their wait; *out is a
- * new array. */
-enum repair_rc repair_approvals_pending(struct db *db, int limit, json_t **out)
-	__attribute__((warn_unused_result));
-
 /* ---- bulk resume (sql/008) --------------------------------------------------
  * An explicit selection of effect or dead-letter ids becomes a job of kind
  * "resume" (replay_jobs, resume_job_items) before anything runs; each item
@@ -156,36 +117,36 @@ struct repair_bulk_item {
 };
 
 /* Fills in each item's effect and verdict (same rule as repair_resume),
- * changing nothing. REPAIR_BAD_INPUT when a given id is not a UUID. */
-enum repair_rc repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
+ * changing nothing. OG_BAD_INPUT when a given id is not a UUID. */
+enum og_rc repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 	__attribute__((warn_unused_result));
 /* Stores the job (kind resume) with its items, all pending, and the
  * operator_actions row, in one transaction. */
-enum repair_rc repair_bulk_create(struct db *db, const char *source, double rate,
-                                  const struct repair_who *who,
-                                  const struct repair_bulk_item *items, int n,
-                                  long long *job_id) __attribute__((warn_unused_result));
+enum og_rc repair_bulk_create(struct db *db, const char *source, double rate,
+                              const struct repair_who *who,
+                              const struct repair_bulk_item *items, int n,
+                              long long *job_id) __attribute__((warn_unused_result));
 /* The next pending item (*seq 0 when none) and whether a stop was asked. */
-enum repair_rc repair_bulk_next(struct db *db, long long job_id, int *seq,
-                                char effect_id[REPAIR_ID_LEN], bool *stop)
+enum og_rc repair_bulk_next(struct db *db, long long job_id, int *seq,
+                            char effect_id[REPAIR_ID_LEN], bool *stop)
 	__attribute__((warn_unused_result));
 /* Resumes the item's effect and marks the item done, together or not at
  * all; a refusal changes nothing (out->why says why). */
-enum repair_rc repair_bulk_resume(struct db *db, long long job_id, int seq, const char *effect_id,
-                                  const struct repair_who *who, struct repair_out *out)
+enum og_rc repair_bulk_resume(struct db *db, long long job_id, int seq, const char *effect_id,
+                              const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
 /* An item that was refused when its turn came: marked so, with why. */
-enum repair_rc repair_bulk_refuse(struct db *db, long long job_id, int seq, const char *why)
+enum og_rc repair_bulk_refuse(struct db *db, long long job_id, int seq, const char *why)
 	__attribute__((warn_unused_result));
 
 /* `oncegatectl cancel EFFECT`: an act_with_window effect still pending
  * before its not_before → cancelled, with the run's other effects inside
  * the window, and the run → failed_terminal (error_class cancelled), by
  * the statements of the owning client's POST /v1/runs/{key}/cancel.
- * REPAIR_WINDOW_CLOSED after not_before (or for an effect never delayed),
- * REPAIR_WRONG_STATE once it is sending, sent or otherwise settled. */
-enum repair_rc repair_cancel_window(struct db *db, const char *effect,
-                                    const struct repair_who *who, struct repair_out *out)
+ * OG_WINDOW_CLOSED after not_before (or for an effect never delayed),
+ * OG_WRONG_STATE once it is sending, sent or otherwise settled. */
+enum og_rc repair_cancel_window(struct db *db, const char *effect,
+                                const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
 
 

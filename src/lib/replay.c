@@ -17,208 +17,15 @@
 #include <string.h>
 
 #include "buf.h"
+#include "clients.h"
 #include "deadletter.h"
 #include "digest.h"
 #include "gate.h"
+#include "jobs.h"
+#include "ledger.h"
 #include "oplog.h"
 #include "replay.h"
 #include "token.h"
-
-static const struct db_stmt st_client = {
-	"replay_client", "SELECT id FROM api_clients WHERE name = $1", 1, true,
-};
-
-/* The original (after st_lock_original), and what its effects say. live_effects: an effect
- * still pending (it will go out), or a decision callback in flight —
- * always refused. sent: the business effects that were sent, are being
- * sent, are unknown, or were resumed by an operator ("type id state",
- * comma-separated) — a replay could make a second business effect, so
- * only with force. LIMIT 2 tells an ambiguous key (several clients) from a
- * unique one. */
-static const struct db_stmt st_original = {
-	"replay_original",
-	"SELECT r.client_id, r.state, r.payload::text AS payload, r.payload_hash,"
-	"       r.contract, r.contract_hash, r.output::text AS output, r.output_hash,"
-	"       r.model::text AS model,"
-	"       r.effect::text AS effect, r.source_url, r.workflow_version, r.correlation_id,"
-	"       (SELECT count(*) FROM effect_outbox e"
-	"         WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
-	"           AND (e.state = 'pending' OR (e.effect_type = 'decision.callback'"
-	"                AND e.state IN ('sending', 'unknown')))) AS live_effects,"
-	"       (SELECT string_agg(e.effect_type || ' ' || e.id || ' ' ||"
-	"                CASE WHEN e.state IN ('completed', 'sending', 'unknown') THEN e.state"
-	"                     ELSE 'resumed' END, ', ' ORDER BY e.created_at, e.id)"
-	"          FROM effect_outbox e"
-	"         WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
-	"           AND e.effect_type <> 'decision.callback'"
-	"           AND (e.state IN ('completed', 'sending', 'unknown') OR EXISTS ("
-	"                SELECT 1 FROM operator_actions o"
-	"                 WHERE o.effect_id = e.id AND o.action = 'resume'))) AS sent"
-	"  FROM workflow_runs r"
-	" WHERE r.idempotency_key = $1 AND ($2::bigint IS NULL OR r.client_id = $2::bigint)"
-	" ORDER BY r.client_id LIMIT 2",
-	2, false,
-};
-
-/* The original's row lock, taken before st_original reads (a statement
- * that waited for a lock would read the rest with its older snapshot): the
- * lock that resume, reject and cancel take too, held to the commit. */
-static const struct db_stmt st_lock_original = {
-	"replay_lock_original",
-	"SELECT client_id FROM workflow_runs"
-	" WHERE idempotency_key = $1 AND ($2::bigint IS NULL OR client_id = $2::bigint)"
-	" ORDER BY client_id LIMIT 2 FOR UPDATE",
-	2, false,
-};
-
-static const struct db_stmt st_exists = {
-	"replay_exists",
-	"SELECT 1 FROM workflow_runs WHERE client_id = $1 AND idempotency_key = $2",
-	2, true,
-};
-
-/* The new run and its first timeline entry, in one statement. ON CONFLICT
- * DO NOTHING: a key that exists (even one created a moment ago by a claim)
- * is never overwritten, and zero rows means "refused". */
-static const struct db_stmt st_insert = {
-	"replay_insert",
-	"WITH ins AS ("
-	"  INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
-	"      state, claim_started_at, version, attempt, workflow_version, trigger,"
-	"      correlation_id, contract, contract_hash, output, output_hash, model, effect,"
-	"      source_url, requested_by, error_class, reason)"
-	"  VALUES ($1, $2, $3, $4::jsonb, $5, now(), 1, 1, $6, 'replay', $7, $8, $9,"
-	"      $10::jsonb, $11, $12::jsonb, $13::jsonb, $14, $15, $16, $17)"
-	"  ON CONFLICT (client_id, idempotency_key) DO NOTHING"
-	"  RETURNING client_id, idempotency_key, state, version, attempt"
-	"), ev AS ("
-	"  INSERT INTO run_events (client_id, idempotency_key, event, state_to, version,"
-	"      attempt, actor, reason)"
-	"  SELECT client_id, idempotency_key, 'run.replayed', state, version, attempt,"
-	"         $15, $18 FROM ins"
-	")"
-	"SELECT state FROM ins",
-	18, false,
-};
-
-static const struct db_stmt st_link = {
-	"replay_link",
-	"INSERT INTO run_replays (client_id, original_key, replay_key, operator, reason,"
-	"    payload_source, payload_hash, start_state, job_id)"
-	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::bigint) RETURNING id",
-	9, false,
-};
-
-static const struct db_stmt st_item_done = {
-	"replay_item_done",
-	"UPDATE replay_job_items SET state = 'done', done_at = now(), detail = $3"
-	" WHERE job_id = $1 AND seq = $2 AND state = 'pending' RETURNING seq",
-	3, false,
-};
-
-static const struct db_stmt st_job_create = {
-	"replay_job_create",
-	"INSERT INTO replay_jobs (operator, reason, source, client_id, rate_per_second)"
-	" VALUES ($1, $2, $3, $4, $5::numeric) RETURNING id",
-	5, false,
-};
-
-static const struct db_stmt st_job_item = {
-	"replay_job_item",
-	"INSERT INTO replay_job_items (job_id, seq, original_key, replay_key)"
-	" VALUES ($1, $2, $3, $4)",
-	4, false,
-};
-
-/* Both kinds of job (sql/008): a replay job's items are replay_job_items,
- * a resume job's resume_job_items (written by repair.c); a job has items
- * in one of them only. */
-static const struct db_stmt st_job_counts = {
-	"replay_job_counts",
-	"SELECT count(*) FILTER (WHERE state = 'done') AS done,"
-	"       count(*) FILTER (WHERE state = 'refused') AS refused,"
-	"       count(*) FILTER (WHERE state = 'pending') AS pending"
-	"  FROM (SELECT state FROM replay_job_items WHERE job_id = $1"
-	"        UNION ALL SELECT state FROM resume_job_items WHERE job_id = $1) i",
-	1, true,
-};
-
-/* A session-level advisory lock per job: held by the one process running
- * it, released when that process exits (or dies). */
-static const struct db_stmt st_job_lock = {
-	"replay_job_lock",
-	"SELECT pg_try_advisory_lock(hashtext('oncegate.replay_job'), $1::int) AS locked,"
-	"       j.state, j.kind, j.client_id, j.rate_per_second::float8 AS rate"
-	"  FROM replay_jobs j WHERE j.id = $1::bigint",
-	1, false,
-};
-
-static const struct db_stmt st_job_run = {
-	"replay_job_run",
-	"UPDATE replay_jobs SET state = 'running', stop_requested_at = NULL,"
-	"       stop_requested_by = NULL, updated_at = now()"
-	" WHERE id = $1 AND state <> 'completed' RETURNING id",
-	1, false,
-};
-
-static const struct db_stmt st_job_next = {
-	"replay_job_next",
-	"SELECT i.seq, i.original_key, i.replay_key,"
-	"       (SELECT stop_requested_at IS NOT NULL FROM replay_jobs WHERE id = $1) AS stop"
-	"  FROM (SELECT 1) one"
-	"  LEFT JOIN LATERAL (SELECT seq, original_key, replay_key FROM replay_job_items"
-	"     WHERE job_id = $1 AND state = 'pending' ORDER BY seq LIMIT 1) i ON true",
-	1, true,
-};
-
-static const struct db_stmt st_job_refuse = {
-	"replay_job_refuse",
-	"UPDATE replay_job_items SET state = 'refused', done_at = now(), detail = $3"
-	" WHERE job_id = $1 AND seq = $2 AND state = 'pending'",
-	3, false,
-};
-
-static const struct db_stmt st_job_finish = {
-	"replay_job_finish",
-	"UPDATE replay_jobs SET state = $2, updated_at = now(),"
-	"       stop_requested_by = COALESCE(stop_requested_by, $3)"
-	" WHERE id = $1 AND state = 'running' RETURNING client_id, kind",
-	3, false,
-};
-
-static const struct db_stmt st_job_stop = {
-	"replay_job_stop",
-	"UPDATE replay_jobs SET stop_requested_at = now(), stop_requested_by = $2,"
-	"       updated_at = now()"
-	" WHERE id = $1 AND state = 'running' AND stop_requested_at IS NULL"
-	" RETURNING client_id, kind",
-	2, false,
-};
-
-static const struct db_stmt st_job_state = {
-	"replay_job_state",
-	"SELECT state, kind, stop_requested_at IS NOT NULL AS stopping FROM replay_jobs"
-	" WHERE id = $1",
-	1, true,
-};
-
-
-static const char *const rc_names[] = {
-	"ok", "not_found", "ambiguous", "exists", "not_finished", "no_payload",
-	"no_approvers", "done_already", "needs_force", "unavailable", "error",
-};
-
-const char *
-replay_rc_name(enum replay_rc rc)
-{
-	return (unsigned)rc < sizeof(rc_names) / sizeof(rc_names[0]) ? rc_names[rc] : "error";
-}
-
-static enum replay_rc
-rc_of(enum db_rc rc)
-{
-	return rc == DB_UNAVAILABLE ? REPLAY_UNAVAILABLE : REPLAY_ERROR;
-}
 
 /* The links hold raw tokens: wiped before they are freed. */
 static void
@@ -252,24 +59,6 @@ replay_item_clear(struct replay_item *it)
 	free(it->state);
 	free(it->detail);
 	memset(it, 0, sizeof(*it));
-}
-
-enum replay_rc
-replay_client_id(struct db *db, const char *name, long long *id)
-{
-	const char *p[1] = { name };
-	PGresult *res;
-	enum db_rc rc;
-
-	if ((rc = db_exec(db, &st_client, p, &res)) != DB_OK)
-		return rc_of(rc);
-	if (PQntuples(res) != 1) {
-		PQclear(res);
-		return REPLAY_NOT_FOUND;
-	}
-	*id = db_get_ll(res, 0, "id");
-	PQclear(res);
-	return REPLAY_OK;
 }
 
 /* What the new run will carry, decided from the original before any write. */
@@ -307,71 +96,57 @@ dup_col(const PGresult *res, const char *col)
 	return v != NULL ? strdup(v) : NULL;
 }
 
-/* Reads the original and decides; REPLAY_OK with the plan filled, or a
+/* Reads the original and decides; OG_OK with the plan filled, or a
  * refusal with out->message saying why. Writes nothing. */
-static enum replay_rc
+static enum og_rc
 replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
             struct replay_result *out)
 {
-	char cid[24];
-	const char *params[2] = { req->key, NULL };
+	long long client_id = req->client_id > 0 ? req->client_id : 0;
 	PGresult *res = NULL;
-	enum replay_rc rrc;
-	enum db_rc rc;
+	enum og_rc rrc;
 	const char *state;
 	json_t *output = NULL, *errors = NULL;
 
-	if (req->client_id > 0) {
-		snprintf(cid, sizeof(cid), "%lld", req->client_id);
-		params[1] = cid;
-	} else if (req->client != NULL) {
-		long long id;
-
-		rrc = replay_client_id(db, req->client, &id);
-		if (rrc == REPLAY_NOT_FOUND)
+	if (client_id == 0 && req->client != NULL) {
+		rrc = clients_id(db, req->client, &client_id);
+		if (rrc == OG_NOT_FOUND)
 			snprintf(out->message, sizeof(out->message), "no API client named \"%s\"",
 			         req->client);
-		if (rrc != REPLAY_OK)
+		if (rrc != OG_OK)
 			return rrc;
-		snprintf(cid, sizeof(cid), "%lld", id);
-		params[1] = cid;
 	}
-	if (!req->dry_run) {
-		if ((rc = db_exec(db, &st_lock_original, params, &res)) != DB_OK)
-			return rc_of(rc);
-		PQclear(res);
-		res = NULL;
-	}
-	if ((rc = db_exec(db, &st_original, params, &res)) != DB_OK)
-		return rc_of(rc);
+	if ((rrc = ledger_original(db, req->key, client_id, !req->dry_run, &res)) != OG_OK)
+		return rrc;
 	if (PQntuples(res) == 0) {
 		snprintf(out->message, sizeof(out->message), "no run has the key \"%s\"%s%s",
 		         req->key, req->client ? " for client " : "", req->client ? req->client : "");
-		rrc = REPLAY_NOT_FOUND;
+		rrc = OG_NOT_FOUND;
 		goto out;
 	}
 	if (PQntuples(res) > 1) {
 		snprintf(out->message, sizeof(out->message),
 		         "the key \"%s\" exists for several API clients; name one with --client",
 		         req->key);
-		rrc = REPLAY_AMBIGUOUS;
+		rrc = OG_AMBIGUOUS;
 		goto out;
 	}
 	p->client_id = out->client_id = db_get_ll(res, 0, "client_id");
 	snprintf(p->client, sizeof(p->client), "%lld", p->client_id);
 	state = db_get(res, 0, "state");
-	if (strcmp(state, "processing") == 0 || strcmp(state, "awaiting_human") == 0) {
+	if (ledger_state_parse(state) == RUN_PROCESSING ||
+	    ledger_state_parse(state) == RUN_AWAITING_HUMAN) {
 		snprintf(out->message, sizeof(out->message),
 		         "the original is %s: it is still live; let it finish or reject it "
 		         "before replaying", state);
-		rrc = REPLAY_NOT_FINISHED;
+		rrc = OG_NOT_FINISHED;
 		goto out;
 	}
-	if (strcmp(state, "failed_retryable") == 0) {
+	if (ledger_state_parse(state) == RUN_FAILED_RETRYABLE) {
 		snprintf(out->message, sizeof(out->message),
 		         "the original is failed_retryable: its workflow may still retry it under "
 		         "its own key, and a replay would run the event twice; reject it first");
-		rrc = REPLAY_NOT_FINISHED;
+		rrc = OG_NOT_FINISHED;
 		goto out;
 	}
 	if (db_get_ll(res, 0, "live_effects") > 0) {
@@ -379,7 +154,7 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		         "an effect of the original is still pending (or its decision callback is "
 		         "in flight): reject or cancel it first, or the business effect could "
 		         "happen twice");
-		rrc = REPLAY_NOT_FINISHED;
+		rrc = OG_NOT_FINISHED;
 		goto out;
 	}
 	if (db_get(res, 0, "sent") != NULL) {
@@ -390,7 +165,7 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 			         "could do it a second time; if it must be done again, replay this key "
 			         "alone with --force and say why in --reason (a bulk job never forces)",
 			         p->sent);
-			rrc = REPLAY_NEEDS_FORCE;
+			rrc = OG_NEEDS_FORCE;
 			goto out;
 		}
 	}
@@ -398,7 +173,7 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		snprintf(out->message, sizeof(out->message),
 		         "the original's payload was purged by retention; give the corrected "
 		         "payload with --payload FILE");
-		rrc = REPLAY_NO_PAYLOAD;
+		rrc = OG_NO_PAYLOAD;
 		goto out;
 	}
 	p->payload = req->payload ? strdup(req->payload) : dup_col(res, "payload");
@@ -416,7 +191,7 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 	if (p->payload == NULL || p->payload_hash == NULL) {
 		snprintf(out->message, sizeof(out->message),
 		         "the payload could not be copied or hashed");
-		rrc = REPLAY_ERROR;
+		rrc = OG_ERROR;
 		goto out;
 	}
 	p->source_url = dup_col(res, "source_url");
@@ -446,7 +221,7 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		snprintf(out->message, sizeof(out->message),
 		         "the original's contract \"%s\" is not loaded: there is no one to ask for "
 		         "the fresh approval", db_get(res, 0, "contract"));
-		rrc = REPLAY_NO_APPROVERS;
+		rrc = OG_NO_APPROVERS;
 		goto out;
 	}
 	/* A draft answers the contract it was written for: once the contract
@@ -463,7 +238,7 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 	output = json_loads(db_get(res, 0, "output"), JSON_DECODE_ANY, NULL);
 	errors = output != NULL ? contract_validate(p->c, output) : NULL;
 	if (errors == NULL) {
-		rrc = REPLAY_ERROR;
+		rrc = OG_ERROR;
 		snprintf(out->message, sizeof(out->message), "the stored output cannot be read");
 		goto out;
 	}
@@ -478,7 +253,7 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		snprintf(out->message, sizeof(out->message),
 		         "contract %s names no approver: a replay always goes to a person",
 		         contract_name(p->c));
-		rrc = REPLAY_NO_APPROVERS;
+		rrc = OG_NO_APPROVERS;
 		goto out;
 	}
 	p->human = true;
@@ -487,16 +262,18 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 	p->output_hash = dup_col(res, "output_hash");
 	p->model = dup_col(res, "model");
 	p->effect = dup_col(res, "effect");
-	snprintf(out->start_state, sizeof(out->start_state), "awaiting_human");
+	snprintf(out->start_state, sizeof(out->start_state), "%s",
+	         ledger_state_name(RUN_AWAITING_HUMAN));
 	snprintf(out->note, sizeof(out->note),
 	         "the original's model output (output_hash %s) is carried to a fresh approval "
 	         "under contract %s; it was drafted for the original event",
 	         p->output_hash ? p->output_hash : "?", p->contract);
-	rrc = REPLAY_OK;
+	rrc = OG_OK;
 	goto out;
 retryable:
-	snprintf(out->start_state, sizeof(out->start_state), "failed_retryable");
-	rrc = REPLAY_OK;
+	snprintf(out->start_state, sizeof(out->start_state), "%s",
+	         ledger_state_name(RUN_FAILED_RETRYABLE));
+	rrc = OG_OK;
 out:
 	json_decref(output);
 	json_decref(errors);
@@ -506,32 +283,32 @@ out:
 
 /* Fresh challenges for the contract's approvers, as the output handler
  * creates them; the raw links go to out->approvals only. */
-static enum replay_rc
+static enum og_rc
 replay_challenges(struct db *db, const struct replay_req *req, const struct plan *p,
                   struct replay_result *out)
 {
 	json_t *decisions = contract_allowed_decisions(p->c);
-	enum replay_rc rrc = REPLAY_OK;
+	enum og_rc rrc = OG_OK;
 	size_t i;
 
 	out->approvals = json_array();
 	for (i = 0; i < contract_approver_count(p->c); i++) {
 		char token[TOKEN_TEXT_LEN + 1], id[GATE_ID_LEN], expires[GATE_TS_LEN];
 		unsigned char hash[TOKEN_HASH_LEN];
-		enum gate_rc grc;
+		enum og_rc grc;
 		struct buf url;
 
 		if (token_new(token, hash) != 0) {
 			snprintf(out->message, sizeof(out->message), "the CSPRNG failed");
-			rrc = REPLAY_ERROR;
+			rrc = OG_ERROR;
 			break;
 		}
 		grc = gate_create(db, p->client_id, req->new_key, contract_approver(p->c, i),
 		                  decisions, req->operator_name, contract_separation_of_duties(p->c),
 		                  contract_expires_seconds(p->c), hash, p->effect, NULL, id, expires);
-		if (grc != GATE_OK) {
+		if (grc != OG_OK) {
 			digest_wipe(token, sizeof(token));
-			rrc = grc == GATE_UNAVAILABLE ? REPLAY_UNAVAILABLE : REPLAY_ERROR;
+			rrc = grc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 			break;
 		}
 		buf_init(&url, 4096);
@@ -539,7 +316,7 @@ replay_challenges(struct db *db, const struct replay_req *req, const struct plan
 		               token) != 0) {
 			buf_free(&url);
 			digest_wipe(token, sizeof(token));
-			rrc = REPLAY_ERROR;
+			rrc = OG_ERROR;
 			break;
 		}
 		json_array_append_new(out->approvals,
@@ -554,41 +331,25 @@ replay_challenges(struct db *db, const struct replay_req *req, const struct plan
 	return rrc;
 }
 
-static enum replay_rc
-exec_one(struct db *db, const struct db_stmt *st, const char *const *params, int want_rows)
-{
-	PGresult *res;
-	enum db_rc rc;
-	int n;
-
-	if ((rc = db_exec(db, st, params, &res)) != DB_OK)
-		return rc_of(rc);
-	n = PQntuples(res);
-	PQclear(res);
-	return want_rows < 0 || n == want_rows ? REPLAY_OK : REPLAY_DONE_ALREADY;
-}
-
 /* The record of what an operator did (operator, action, reason, client,
  * key, details), in the transaction of the change itself. */
-static enum replay_rc
+static enum og_rc
 record_action(struct db *db, const char *const *p)
 {
 	struct oplog_action a = { .operator_name = p[0], .action = p[1], .reason = p[2],
 		                  .client_id = p[3], .key = p[4], .details = p[5] };
 	enum db_rc rc = oplog_record(db, &a, NULL);
 
-	return rc == DB_OK ? REPLAY_OK : rc == DB_UNAVAILABLE ? REPLAY_UNAVAILABLE : REPLAY_ERROR;
+	return rc == DB_OK ? OG_OK : rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 }
 
-enum replay_rc
+enum og_rc
 replay_run(struct db *db, const struct replay_req *req, struct replay_result *out)
 {
 	struct plan p = { 0 };
-	char job[24], seq[24];
 	char *details = NULL, *event_reason = NULL;
 	const char *source = req->payload != NULL ? "corrected" : "original";
-	enum replay_rc rrc;
-	PGresult *res = NULL;
+	enum og_rc rrc;
 	enum db_rc rc;
 	bool in_tx = false;
 
@@ -600,43 +361,37 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		snprintf(out->message, sizeof(out->message),
 		         "the new key is the original's key: a correction needs a new key issued "
 		         "upstream");
-		return REPLAY_EXISTS;
+		return OG_EXISTS;
 	}
-	/* The rules are checked under the original's row lock (st_original),
+	/* The rules are checked under the original's row lock (ledger_original),
 	 * held until the replay commits. */
 	if (!req->dry_run) {
 		if ((rc = db_begin(db)) != DB_OK) {
-			rrc = rc_of(rc);
+			rrc = og_rc_of(rc);
 			goto out;
 		}
 		in_tx = true;
 	}
-	if ((rrc = replay_plan(db, req, &p, out)) != REPLAY_OK)
+	if ((rrc = replay_plan(db, req, &p, out)) != OG_OK)
 		goto out;
 	snprintf(out->forced_past, sizeof(out->forced_past), "%s", p.sent);
 	{
-		const char *params[2] = { p.client, req->new_key };
+		bool exists = false;
 
-		if ((rc = db_exec(db, &st_exists, params, &res)) != DB_OK) {
-			rrc = rc_of(rc);
+		if ((rrc = ledger_exists(db, p.client_id, req->new_key, &exists)) != OG_OK)
 			goto out;
-		}
-		if (PQntuples(res) > 0) {
+		if (exists) {
 			snprintf(out->message, sizeof(out->message),
 			         "the new key \"%s\" exists already: a replay never touches an "
 			         "existing run; ask upstream for a key that was never used",
 			         req->new_key);
-			rrc = REPLAY_EXISTS;
+			rrc = OG_EXISTS;
 			goto out;
 		}
-		PQclear(res);
-		res = NULL;
 	}
 	if (req->dry_run)
 		goto out;
 
-	snprintf(job, sizeof(job), "%lld", req->job_id);
-	snprintf(seq, sizeof(seq), "%d", req->job_seq);
 	if (asprintf(&event_reason, "replay of %s: %s", req->key, req->reason) < 0)
 		event_reason = NULL;
 	{
@@ -654,40 +409,41 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		json_decref(d);
 	}
 	if (details == NULL || event_reason == NULL) {
-		rrc = REPLAY_ERROR;
+		rrc = OG_ERROR;
 		goto out;
 	}
 	{
 		bool retry = !p.human;
-		const char *params[18] = {
-			p.client, req->new_key, p.payload_hash, p.payload, out->start_state,
-			p.workflow_version, p.correlation_id, p.contract,
-			p.human ? contract_hash(p.c) : NULL, p.output, p.output_hash, p.model,
-			p.effect, p.source_url, req->operator_name, retry ? "replay" : NULL,
-			retry ? out->note : NULL, event_reason,
+		const struct ledger_replay r = {
+			.client_id = p.client_id, .key = req->new_key, .payload_hash = p.payload_hash,
+			.payload = p.payload, .state = out->start_state,
+			.workflow_version = p.workflow_version, .correlation_id = p.correlation_id,
+			.contract = p.contract, .contract_hash = p.human ? contract_hash(p.c) : NULL,
+			.output = p.output, .output_hash = p.output_hash, .model = p.model,
+			.effect = p.effect, .source_url = p.source_url,
+			.requested_by = req->operator_name, .error_class = retry ? "replay" : NULL,
+			.reason = retry ? out->note : NULL, .event_reason = event_reason,
 		};
 
-		if ((rc = db_exec(db, &st_insert, params, &res)) != DB_OK) {
-			rrc = rc_of(rc);
+		if ((rrc = ledger_replay(db, &r)) != OG_OK) {
+			if (rrc == OG_EXISTS)
+				snprintf(out->message, sizeof(out->message),
+				         "the new key \"%s\" exists already (created a moment ago)",
+				         req->new_key);
 			goto out;
 		}
-		if (PQntuples(res) != 1) {
-			snprintf(out->message, sizeof(out->message),
-			         "the new key \"%s\" exists already (created a moment ago)", req->new_key);
-			rrc = REPLAY_EXISTS;
-			goto out;
-		}
-		PQclear(res);
-		res = NULL;
 	}
-	if (p.human && (rrc = replay_challenges(db, req, &p, out)) != REPLAY_OK)
+	if (p.human && (rrc = replay_challenges(db, req, &p, out)) != OG_OK)
 		goto out;
 	{
-		const char *params[9] = { p.client, req->key, req->new_key, req->operator_name,
-			                  req->reason, source, p.payload_hash, out->start_state,
-			                  req->job_id > 0 ? job : NULL };
+		const struct jobs_link l = {
+			.client_id = p.client_id, .key = req->key, .new_key = req->new_key,
+			.operator_name = req->operator_name, .reason = req->reason,
+			.payload_source = source, .payload_hash = p.payload_hash,
+			.start_state = out->start_state, .job = req->job_id,
+		};
 
-		if ((rrc = exec_one(db, &st_link, params, 1)) != REPLAY_OK)
+		if ((rrc = jobs_link(db, &l)) != OG_OK)
 			goto out;
 	}
 	{
@@ -696,15 +452,14 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		                                     req->operator_name, &letters);
 
 		if (drc != DB_OK) {
-			rrc = drc == DB_UNAVAILABLE ? REPLAY_UNAVAILABLE : REPLAY_ERROR;
+			rrc = drc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 			goto out;
 		}
 		out->letters = letters;
 	}
 	if (req->job_id > 0) {
-		const char *params[3] = { job, seq, out->start_state };
-
-		if ((rrc = exec_one(db, &st_item_done, params, 1)) != REPLAY_OK) {
+		if ((rrc = jobs_replay_done(db, req->job_id, req->job_seq, out->start_state)) !=
+		    OG_OK) {
 			snprintf(out->message, sizeof(out->message),
 			         "job %lld item %d is no longer pending", req->job_id, req->job_seq);
 			goto out;
@@ -714,25 +469,24 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		const char *params[6] = { req->operator_name, "replay", req->reason, p.client,
 			                  req->new_key, details };
 
-		if ((rrc = record_action(db, params)) != REPLAY_OK)
+		if ((rrc = record_action(db, params)) != OG_OK)
 			goto out;
 	}
 	if ((rc = db_commit(db)) != DB_OK) {
 		in_tx = false;
-		rrc = rc == DB_CONFLICT ? REPLAY_EXISTS : rc_of(rc);
+		rrc = rc == DB_CONFLICT ? OG_EXISTS : og_rc_of(rc);
 		snprintf(out->message, sizeof(out->message), "the commit failed: %s", db_error(db));
 		goto out;
 	}
 	in_tx = false;
-	rrc = REPLAY_OK;
+	rrc = OG_OK;
 out:
 	if (in_tx)
 		db_rollback(db);
-	if (rrc != REPLAY_OK)
+	if (rrc != OG_OK)
 		wipe_links(out); /* rolled back: those links open nothing; never show them */
-	if (rrc != REPLAY_OK && out->message[0] == '\0')
+	if (rrc != OG_OK && out->message[0] == '\0')
 		snprintf(out->message, sizeof(out->message), "%s", db_error(db));
-	PQclear(res);
 	plan_clear(&p);
 	free(details);
 	free(event_reason);
@@ -741,41 +495,27 @@ out:
 
 /* ---- bulk jobs ------------------------------------------------------------ */
 
-enum replay_rc
+enum og_rc
 replay_job_create(struct db *db, long long client_id, const char *source, double rate,
                   const char *operator_name, const char *reason,
                   const struct replay_item *items, int n, long long *job_id)
 {
-	char cid[24], rate_s[32], jid[24], seq[24];
+	char cid[24];
 	char *details = NULL;
-	PGresult *res = NULL;
-	enum replay_rc rrc = REPLAY_OK;
+	enum og_rc rrc;
 	enum db_rc rc;
 	int i;
 
 	snprintf(cid, sizeof(cid), "%lld", client_id);
-	snprintf(rate_s, sizeof(rate_s), "%.6f", rate);
 	if ((rc = db_begin(db)) != DB_OK)
-		return rc_of(rc);
-	{
-		const char *params[5] = { operator_name, reason, source, cid, rate_s };
-
-		if ((rc = db_exec(db, &st_job_create, params, &res)) != DB_OK) {
-			rrc = rc_of(rc);
+		return og_rc_of(rc);
+	if ((rrc = jobs_replay_create(db, operator_name, reason, source, client_id, rate,
+	                              job_id)) != OG_OK)
+		goto out;
+	for (i = 0; i < n; i++)
+		if ((rrc = jobs_replay_item(db, *job_id, items[i].seq, items[i].key,
+		                            items[i].new_key)) != OG_OK)
 			goto out;
-		}
-		*job_id = db_get_ll(res, 0, "id");
-		PQclear(res);
-		res = NULL;
-	}
-	snprintf(jid, sizeof(jid), "%lld", *job_id);
-	for (i = 0; i < n; i++) {
-		const char *params[4] = { jid, seq, items[i].key, items[i].new_key };
-
-		snprintf(seq, sizeof(seq), "%d", items[i].seq);
-		if ((rrc = exec_one(db, &st_job_item, params, -1)) != REPLAY_OK)
-			goto out;
-	}
 	{
 		json_t *d = json_pack("{s:I, s:s, s:i, s:f}", "job_id", (json_int_t)*job_id, "source",
 		                      source, "items", n, "rate_per_second", rate);
@@ -786,26 +526,36 @@ replay_job_create(struct db *db, long long client_id, const char *source, double
 		json_decref(d);
 		params[5] = details;
 		if (details == NULL) {
-			rrc = REPLAY_ERROR;
+			rrc = OG_ERROR;
 			goto out;
 		}
-		if ((rrc = record_action(db, params)) != REPLAY_OK)
+		if ((rrc = record_action(db, params)) != OG_OK)
 			goto out;
 	}
 	if ((rc = db_commit(db)) != DB_OK) {
 		free(details);
-		return rc_of(rc);
+		return og_rc_of(rc);
 	}
 	free(details);
-	return REPLAY_OK;
+	return OG_OK;
 out:
-	PQclear(res);
 	db_rollback(db);
 	free(details);
 	return rrc;
 }
 
-static enum replay_rc
+/* Ends a transaction: commits when rrc is OG_OK, else rolls back. */
+static enum og_rc
+tx_end(struct db *db, enum og_rc rrc)
+{
+	if (rrc != OG_OK) {
+		db_rollback(db);
+		return rrc;
+	}
+	return og_rc_of(db_commit(db));
+}
+
+static enum og_rc
 job_action(struct db *db, long long job_id, long long client_id, const char *action,
            const char *operator_name, const char *reason)
 {
@@ -813,254 +563,149 @@ job_action(struct db *db, long long job_id, long long client_id, const char *act
 	json_t *d = json_pack("{s:I}", "job_id", (json_int_t)job_id);
 	const char *params[6] = { operator_name, action, reason, client_id > 0 ? cid : NULL,
 		                  NULL, NULL };
-	enum replay_rc rrc;
+	enum og_rc rrc;
 
 	snprintf(cid, sizeof(cid), "%lld", client_id);
 	details = d != NULL ? json_dumps(d, JSON_COMPACT) : NULL;
 	json_decref(d);
 	if (details == NULL)
-		return REPLAY_ERROR;
+		return OG_ERROR;
 	params[5] = details;
 	rrc = record_action(db, params);
 	free(details);
 	return rrc;
 }
 
-enum replay_rc
+enum og_rc
 replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
                 const char *operator_name, const char *reason, long long *client_id,
                 double *rate, char *msg, size_t msglen)
 {
 	char action[48];
-	char jid[24];
-	const char *params[1] = { jid };
-	PGresult *res = NULL;
-	enum replay_rc rrc;
+	struct jobs_job j;
+	enum og_rc rrc;
 	enum db_rc rc;
-	const char *state;
 
-	snprintf(jid, sizeof(jid), "%lld", job_id);
-	if ((rc = db_exec(db, &st_job_lock, params, &res)) != DB_OK)
-		return rc_of(rc);
-	if (PQntuples(res) != 1) {
-		snprintf(msg, msglen, "no job %lld", job_id);
-		PQclear(res);
-		return REPLAY_NOT_FOUND;
+	if ((rrc = jobs_lock(db, job_id, &j)) != OG_OK) {
+		if (rrc == OG_NOT_FOUND)
+			snprintf(msg, msglen, "no job %lld", job_id);
+		return rrc;
 	}
-	if (strcmp(db_get(res, 0, "kind"), kind) != 0) {
+	if (strcmp(j.kind, kind) != 0) {
 		/* the other kind's runner continues it; this session's lock on it
 		 * ends with the command */
 		snprintf(msg, msglen, "job %lld is a %s job, not a %s job: continue it with "
-		         "oncegatectl %s", job_id, db_get(res, 0, "kind"), kind,
-		         strcmp(db_get(res, 0, "kind"), "resume") == 0 ? "resume --job JOB"
-		                                                        : "replay --resume JOB");
-		PQclear(res);
-		return REPLAY_NOT_FOUND;
+		         "oncegatectl %s", job_id, j.kind, kind,
+		         strcmp(j.kind, "resume") == 0 ? "resume --job JOB" : "replay --resume JOB");
+		return OG_NOT_FOUND;
 	}
-	state = db_get(res, 0, "state");
-	*client_id = db_get_ll(res, 0, "client_id");
-	*rate = strtod(db_get(res, 0, "rate"), NULL);
-	if (db_get(res, 0, "locked")[0] != 't') {
+	*client_id = j.client_id;
+	*rate = j.rate;
+	if (!j.locked) {
 		snprintf(msg, msglen, "job %lld is being run by another oncegatectl right now",
 		         job_id);
-		PQclear(res);
-		return REPLAY_NOT_FINISHED;
+		return OG_NOT_FINISHED;
 	}
-	if (strcmp(state, "completed") == 0) {
+	if (strcmp(j.state, "completed") == 0) {
 		snprintf(msg, msglen, "job %lld is completed: every item was done or refused",
 		         job_id);
-		PQclear(res);
-		return REPLAY_NOT_FINISHED;
+		return OG_NOT_FINISHED;
 	}
-	PQclear(res);
 	if (!resume)
-		return REPLAY_OK;
+		return OG_OK;
 	/* a resume: the job was stopped, or its runner died while running */
 	if ((rc = db_begin(db)) != DB_OK)
-		return rc_of(rc);
+		return og_rc_of(rc);
 	snprintf(action, sizeof(action), "%s.job_resumed", kind);
-	if ((rrc = exec_one(db, &st_job_run, params, 1)) != REPLAY_OK ||
-	    (rrc = job_action(db, job_id, *client_id, action, operator_name, reason)) !=
-	        REPLAY_OK) {
-		db_rollback(db);
-		return rrc;
-	}
-	if ((rc = db_commit(db)) != DB_OK)
-		return rc_of(rc);
-	return REPLAY_OK;
+	if ((rrc = jobs_run(db, job_id)) == OG_OK)
+		rrc = job_action(db, job_id, *client_id, action, operator_name, reason);
+	return tx_end(db, rrc);
 }
 
-enum replay_rc
+enum og_rc
 replay_job_next(struct db *db, long long job_id, struct replay_item *item, bool *stop)
 {
-	char jid[24];
-	const char *params[1] = { jid };
-	PGresult *res;
-	enum db_rc rc;
-	const char *v;
-
 	memset(item, 0, sizeof(*item));
-	snprintf(jid, sizeof(jid), "%lld", job_id);
-	if ((rc = db_exec(db, &st_job_next, params, &res)) != DB_OK)
-		return rc_of(rc);
-	v = db_get(res, 0, "stop");
-	*stop = v != NULL && v[0] == 't';
-	if (db_get(res, 0, "seq") != NULL) {
-		item->seq = (int)db_get_ll(res, 0, "seq");
-		item->key = strdup(db_get(res, 0, "original_key"));
-		item->new_key = strdup(db_get(res, 0, "replay_key"));
-		if (item->key == NULL || item->new_key == NULL) {
-			PQclear(res);
-			replay_item_clear(item);
-			return REPLAY_ERROR;
-		}
-	}
-	PQclear(res);
-	return REPLAY_OK;
+	return jobs_replay_next(db, job_id, &item->seq, &item->key, &item->new_key, stop);
 }
 
-enum replay_rc
+enum og_rc
 replay_job_refuse(struct db *db, long long job_id, int seq, const char *detail)
 {
-	char jid[24], s[24];
-	const char *params[3] = { jid, s, detail };
-
-	snprintf(jid, sizeof(jid), "%lld", job_id);
-	snprintf(s, sizeof(s), "%d", seq);
-	return exec_one(db, &st_job_refuse, params, -1);
+	return jobs_replay_refuse(db, job_id, seq, detail);
 }
 
-enum replay_rc
+enum og_rc
 replay_job_finish(struct db *db, long long job_id, bool completed, const char *operator_name,
                   const char *why)
 {
-	char jid[24];
-	const char *params[3] = { jid, completed ? "completed" : "stopped", operator_name };
-	enum replay_rc rrc;
-	enum db_rc rc;
-	PGresult *res;
+	char action[48] = "replay.job_stopped", kind[JOBS_WORD_LEN];
 	long long client_id = 0;
-	char action[48] = "replay.job_stopped";
+	enum og_rc rrc;
+	enum db_rc rc;
 
-	snprintf(jid, sizeof(jid), "%lld", job_id);
 	if ((rc = db_begin(db)) != DB_OK)
-		return rc_of(rc);
-	if ((rc = db_exec(db, &st_job_finish, params, &res)) != DB_OK) {
-		db_rollback(db);
-		return rc_of(rc);
-	}
-	if (PQntuples(res) == 1) {
-		client_id = db_get_ll(res, 0, "client_id");
-		snprintf(action, sizeof(action), "%s.job_stopped", db_get(res, 0, "kind"));
-	}
-	PQclear(res);
-	/* a stop is an operator's action too: who stopped it and why */
-	if (!completed &&
-	    (rrc = job_action(db, job_id, client_id, action, operator_name, why)) != REPLAY_OK) {
+		return og_rc_of(rc);
+	if ((rrc = jobs_finish(db, job_id, completed, operator_name, &client_id, kind)) != OG_OK) {
 		db_rollback(db);
 		return rrc;
 	}
-	if ((rc = db_commit(db)) != DB_OK)
-		return rc_of(rc);
-	return REPLAY_OK;
+	if (kind[0] != '\0')
+		snprintf(action, sizeof(action), "%s.job_stopped", kind);
+	/* a stop is an operator's action too: who stopped it and why */
+	return tx_end(db, completed ? OG_OK
+	                            : job_action(db, job_id, client_id, action, operator_name, why));
 }
 
-enum replay_rc
+enum og_rc
 replay_job_stop(struct db *db, long long job_id, const char *operator_name, const char *reason,
                 char *kind, size_t kindlen, char *msg, size_t msglen)
 {
-	char jid[24], action[48];
-	const char *params[2] = { jid, operator_name };
-	PGresult *res;
-	enum replay_rc rrc;
-	enum db_rc rc;
+	char action[48], k[JOBS_WORD_LEN], state[JOBS_WORD_LEN];
 	long long client_id;
+	enum og_rc rrc;
+	enum db_rc rc;
+	bool stopping;
 
-	snprintf(jid, sizeof(jid), "%lld", job_id);
 	if ((rc = db_begin(db)) != DB_OK)
-		return rc_of(rc);
-	if ((rc = db_exec(db, &st_job_stop, params, &res)) != DB_OK) {
+		return og_rc_of(rc);
+	if ((rrc = jobs_stop(db, job_id, operator_name, &client_id, k)) != OG_OK) {
 		db_rollback(db);
-		return rc_of(rc);
-	}
-	if (PQntuples(res) != 1) {
-		PQclear(res);
-		db_rollback(db);
-		{
-			const char *p1[1] = { jid };
-
-			if (db_exec(db, &st_job_state, p1, &res) != DB_OK)
-				return REPLAY_UNAVAILABLE;
-		}
-		if (PQntuples(res) == 0) {
+		if (rrc != OG_NOT_FOUND)
+			return rrc;
+		if ((rrc = jobs_state(db, job_id, state, k, &stopping)) == OG_NOT_FOUND) {
 			snprintf(msg, msglen, "no job %lld", job_id);
-			rrc = REPLAY_NOT_FOUND;
-		} else {
-			snprintf(kind, kindlen, "%s", db_get(res, 0, "kind"));
-			snprintf(msg, msglen, "job %lld is %s%s: nothing to stop", job_id,
-			         db_get(res, 0, "state"),
-			         db_get(res, 0, "stopping")[0] == 't' ? " and already asked to stop" : "");
-			rrc = REPLAY_NOT_FINISHED;
+			return OG_NOT_FOUND;
 		}
-		PQclear(res);
-		return rrc;
+		if (rrc != OG_OK)
+			return OG_UNAVAILABLE;
+		snprintf(kind, kindlen, "%s", k);
+		snprintf(msg, msglen, "job %lld is %s%s: nothing to stop", job_id, state,
+		         stopping ? " and already asked to stop" : "");
+		return OG_NOT_FINISHED;
 	}
-	client_id = db_get_ll(res, 0, "client_id");
-	snprintf(kind, kindlen, "%s", db_get(res, 0, "kind"));
-	snprintf(action, sizeof(action), "%s.job_stop", kind);
-	PQclear(res);
-	if ((rrc = job_action(db, job_id, client_id, action, operator_name, reason)) !=
-	    REPLAY_OK) {
-		db_rollback(db);
-		return rrc;
-	}
-	if ((rc = db_commit(db)) != DB_OK)
-		return rc_of(rc);
-	return REPLAY_OK;
+	snprintf(kind, kindlen, "%s", k);
+	snprintf(action, sizeof(action), "%s.job_stop", k);
+	return tx_end(db, job_action(db, job_id, client_id, action, operator_name, reason));
 }
 
-enum replay_rc
+enum og_rc
 replay_job_counts(struct db *db, long long job_id, int *done, int *refused, int *pending)
 {
-	char jid[24];
-	const char *params[1] = { jid };
-	PGresult *res;
-	enum db_rc rc;
-
-	snprintf(jid, sizeof(jid), "%lld", job_id);
-	if ((rc = db_exec(db, &st_job_counts, params, &res)) != DB_OK)
-		return rc_of(rc);
-	*done = (int)db_get_ll(res, 0, "done");
-	*refused = (int)db_get_ll(res, 0, "refused");
-	*pending = (int)db_get_ll(res, 0, "pending");
-	PQclear(res);
-	return REPLAY_OK;
+	return jobs_counts(db, job_id, done, refused, pending);
 }
-
-/* Both directions of a run's replay links, for the status API. */
-static const struct db_stmt st_links = {
-	"replay_links",
-	"SELECT original_key, replay_key FROM run_replays"
-	" WHERE client_id = $1::bigint AND (original_key = $2 OR replay_key = $2)"
-	" ORDER BY id",
-	2, true,
-};
-
-enum replay_rc
+enum og_rc
 replay_links(struct db *db, long long client_id, const char *key, json_t **replay_of,
              json_t **replayed_by)
 {
-	char client[24];
-	const char *p[2] = { client, key };
 	PGresult *res = NULL;
-	enum db_rc rc;
+	enum og_rc rc;
 	int i;
 
 	*replay_of = NULL;
 	*replayed_by = NULL;
-	snprintf(client, sizeof(client), "%lld", client_id);
-	if ((rc = db_exec(db, &st_links, p, &res)) != DB_OK)
-		return rc == DB_UNAVAILABLE ? REPLAY_UNAVAILABLE : REPLAY_ERROR;
+	if ((rc = jobs_links(db, client_id, key, &res)) != OG_OK)
+		return rc;
 	*replay_of = json_null();
 	*replayed_by = json_array();
 	for (i = 0; i < PQntuples(res); i++) {
@@ -1074,5 +719,5 @@ replay_links(struct db *db, long long client_id, const char *key, json_t **repla
 		}
 	}
 	PQclear(res);
-	return REPLAY_OK;
+	return OG_OK;
 }

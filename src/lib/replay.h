@@ -29,21 +29,7 @@
 #include "canon.h"
 #include "contract.h"
 #include "db.h"
-
-enum replay_rc {
-	REPLAY_OK = 0,
-	REPLAY_NOT_FOUND,      /* no such original (for that client) */
-	REPLAY_AMBIGUOUS,      /* the key exists for several clients: name one */
-	REPLAY_EXISTS,         /* the new key exists already */
-	REPLAY_NOT_FINISHED,   /* the original is still live (see message) */
-	REPLAY_NO_PAYLOAD,     /* purged by retention and no corrected payload given */
-	REPLAY_NO_APPROVERS,   /* contract not loaded or names no approver */
-	REPLAY_DONE_ALREADY,   /* a job item that is no longer pending */
-	REPLAY_NEEDS_FORCE,    /* the original's effect may have been sent, or was
-	                          resumed: only with force (see replay_req) */
-	REPLAY_UNAVAILABLE,
-	REPLAY_ERROR,
-};
+#include "rc.h"
 
 #define REPLAY_MSG_LEN 512
 #define REPLAY_STATE_LEN 24
@@ -84,7 +70,6 @@ struct replay_result {
 };
 
 void replay_result_clear(struct replay_result *r);
-const char *replay_rc_name(enum replay_rc rc);
 
 /* One replay in one transaction: the new run, its timeline entry, its
  * challenges, the link, the original's dead letters (replay_count, linked
@@ -93,10 +78,10 @@ const char *replay_rc_name(enum replay_rc rc);
  * while the rules are checked, the lock `resume`, `reject` and `cancel`
  * take too: an operator path racing this one waits, then sees the replay.
  * Refused (nothing written): the original still live; an effect of it
- * still pending; REPLAY_NEEDS_FORCE when a business effect of it was sent,
+ * still pending; OG_NEEDS_FORCE when a business effect of it was sent,
  * is sending or unknown, or was resumed, and force is not set. */
-enum replay_rc replay_run(struct db *db, const struct replay_req *req,
-                          struct replay_result *out) __attribute__((warn_unused_result));
+enum og_rc replay_run(struct db *db, const struct replay_req *req,
+                      struct replay_result *out) __attribute__((warn_unused_result));
 
 /* ---- bulk jobs ------------------------------------------------------------ */
 
@@ -110,50 +95,50 @@ struct replay_item {
 
 /* Creates the job with its items (all pending) and the operator_actions
  * row, in one transaction. */
-enum replay_rc replay_job_create(struct db *db, long long client_id, const char *source,
-                                 double rate, const char *operator_name, const char *reason,
-                                 const struct replay_item *items, int n, long long *job_id)
+enum og_rc replay_job_create(struct db *db, long long client_id, const char *source,
+                             double rate, const char *operator_name, const char *reason,
+                             const struct replay_item *items, int n, long long *job_id)
 	__attribute__((warn_unused_result));
 /* Takes the job for this session (advisory lock, so two runners never
  * share one job) and marks it running again; a stopped job needs resume.
  * kind is "replay" or "resume" (sql/008): a job of the other kind is
- * REPLAY_NOT_FOUND. REPLAY_NOT_FINISHED when another process holds it or
+ * OG_NOT_FOUND. OG_NOT_FINISHED when another process holds it or
  * it is completed. The take, stop, finish and counts below serve both
  * kinds; operator_actions name the kind ("resume.job_stopped"). */
-enum replay_rc replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
-                               const char *operator_name, const char *reason,
-                               long long *client_id, double *rate, char *msg, size_t msglen)
+enum og_rc replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
+                           const char *operator_name, const char *reason,
+                           long long *client_id, double *rate, char *msg, size_t msglen)
 	__attribute__((warn_unused_result));
 /* The next pending item (seq 0 when none) and whether a stop was asked. */
-enum replay_rc replay_job_next(struct db *db, long long job_id, struct replay_item *item,
-                               bool *stop_requested) __attribute__((warn_unused_result));
+enum og_rc replay_job_next(struct db *db, long long job_id, struct replay_item *item,
+                           bool *stop_requested) __attribute__((warn_unused_result));
 /* An item that could not be replayed: refused, with why; nothing else. */
-enum replay_rc replay_job_refuse(struct db *db, long long job_id, int seq, const char *detail)
+enum og_rc replay_job_refuse(struct db *db, long long job_id, int seq, const char *detail)
 	__attribute__((warn_unused_result));
 /* The job ends: `stopped` (resumable) or `completed`. */
-enum replay_rc replay_job_finish(struct db *db, long long job_id, bool completed,
-                                 const char *operator_name, const char *why)
+enum og_rc replay_job_finish(struct db *db, long long job_id, bool completed,
+                             const char *operator_name, const char *why)
 	__attribute__((warn_unused_result));
 /* `oncegatectl stop JOB`: asks the runner to stop before its next item;
  * kind gets the job's kind (to say how it is continued). */
-enum replay_rc replay_job_stop(struct db *db, long long job_id, const char *operator_name,
-                               const char *reason, char *kind, size_t kindlen, char *msg,
-                               size_t msglen)
+enum og_rc replay_job_stop(struct db *db, long long job_id, const char *operator_name,
+                           const char *reason, char *kind, size_t kindlen, char *msg,
+                           size_t msglen)
 	__attribute__((warn_unused_result));
 /* Counts of the job's items by state: done, refused, pending. */
-enum replay_rc replay_job_counts(struct db *db, long long job_id, int *done, int *refused,
-                                 int *pending) __attribute__((warn_unused_result));
+enum og_rc replay_job_counts(struct db *db, long long job_id, int *done, int *refused,
+                             int *pending) __attribute__((warn_unused_result));
 void replay_item_clear(struct replay_item *it);
 
 /* The status API's links: *replay_of the original's key (JSON
  * null when this run is no replay), *replayed_by the keys that correct it
- * (an array, oldest first). New references on REPLAY_OK. */
-enum replay_rc replay_links(struct db *db, long long client_id, const char *key,
-                            json_t **replay_of, json_t **replayed_by)
+ * (an array, oldest first). New references on OG_OK. */
+enum og_rc replay_links(struct db *db, long long client_id, const char *key,
+                        json_t **replay_of, json_t **replayed_by)
 	__attribute__((warn_unused_result));
 
-/* The client id of an API client name; REPLAY_NOT_FOUND when none. */
-enum replay_rc replay_client_id(struct db *db, const char *name, long long *id)
+/* The client id of an API client name; OG_NOT_FOUND when none. */
+enum og_rc replay_client_id(struct db *db, const char *name, long long *id)
 	__attribute__((warn_unused_result));
 
 #endif

@@ -1,0 +1,72 @@
+/*
+ * rc.h — the one result type of the data and use-case layers (the table
+ * owners, decide, dispatch, repair, replay, audit, metrics).
+ *
+ * OG_OK is success; OG_UNAVAILABLE (the database cannot be reached: try
+ * again later) and OG_ERROR (anything else: a bug or a broken invariant)
+ * can come from every function; the others say which outcome a function
+ * can return in its own comment. The web layer turns a result into an HTTP
+ * status in one place (api_fail), the CLI into an exit code in one place
+ * (ctl_exit).
+ */
+#ifndef OG_RC_H
+#define OG_RC_H
+
+#include <jansson.h>
+
+#include "db.h"
+
+enum og_rc {
+	OG_OK = 0,
+	OG_CLAIMED,          /* a claim took the run (new, or a reclaim) */
+	OG_DUPLICATE,        /* the run exists with the same payload */
+	OG_MISMATCH,         /* same key, different payload */
+	OG_NOT_FOUND,        /* no such run, effect, dead letter, approval, client */
+	OG_EXISTS,           /* already there: an enqueued slot, a client name, a key */
+	OG_AMBIGUOUS,        /* a key that several clients use: name the client */
+	OG_LEASE_LOST,       /* a compare-and-set matched nothing: the lease or state moved */
+	OG_CAP_REACHED,      /* the lease already reaches the claim's cap */
+	OG_NOT_PENDING,      /* a challenge decided, voided, revoked or expired */
+	OG_USED,             /* a decision: the challenge was used meanwhile */
+	OG_NOT_AWAITING,     /* a decision: the run no longer awaits one */
+	OG_CONFLICT,         /* another challenge of the run was decided first */
+	OG_DENIED,           /* an unknown or revoked API key */
+	OG_BAD_NAME,         /* a client name that is not allowed */
+	OG_BAD_INPUT,        /* a filter the database cannot read (a timestamp) */
+	OG_WRONG_STATE,      /* the state does not allow it (the caller says why) */
+	OG_NOT_UNDELIVERED,  /* resume: not known to be undelivered */
+	OG_CHANGED,          /* changed by someone else since it was read */
+	OG_REPLAYED,         /* resume: the run was replayed; its event is the new run's */
+	OG_WINDOW_CLOSED,    /* cancel: not (or no longer) inside a cancellation window */
+	OG_NOT_FINISHED,     /* replay: the original is still live */
+	OG_NO_PAYLOAD,       /* replay: purged by retention and no payload given */
+	OG_NO_APPROVERS,     /* replay: the contract is not loaded or names no approver */
+	OG_DONE_ALREADY,     /* a job item that is no longer pending */
+	OG_NEEDS_FORCE,      /* replay: the original's effect may have been sent */
+	OG_UNAVAILABLE,      /* the database cannot be reached */
+	OG_ERROR,            /* anything else */
+};
+
+/* The one translation of the database layer's result: DB_OK → OG_OK,
+ * DB_UNAVAILABLE → OG_UNAVAILABLE, anything else → OG_ERROR (a caller for
+ * which a conflict means something says so before calling this). */
+enum og_rc og_rc_of(enum db_rc rc);
+/* The table owners' compare-and-set and look-up by key: runs stmt; OG_OK
+ * when it returned exactly one row (kept in *res for the caller to
+ * PQclear when res is not NULL), none when it returned no row (or more),
+ * the database's failure otherwise. */
+enum og_rc og_exec_one(struct db *db, const struct db_stmt *stmt, const char *const *params,
+                       enum og_rc none, PGresult **res) __attribute__((warn_unused_result));
+/* stmt with an id and a text as its parameters (the run's key: $1 client
+ * id, $2 key; a job: $1 job id, $2 NULL or a text): its rows in *rows (the
+ * caller PQclears them). */
+enum og_rc og_exec_key(struct db *db, const struct db_stmt *stmt, long long client_id,
+                       const char *key, PGresult **rows) __attribute__((warn_unused_result));
+/* The same, for a statement that returns ids: *ids a new JSON array of
+ * their "id" column. */
+enum og_rc og_exec_key_ids(struct db *db, const struct db_stmt *stmt, long long client_id,
+                           const char *key, json_t **ids) __attribute__((warn_unused_result));
+/* Lower-case name ("ok", "not_found", …) for logs and JSON. */
+const char *og_rc_name(enum og_rc rc);
+
+#endif
