@@ -119,7 +119,7 @@ effect_outcome(struct api_call *c, const struct gate_approval *a, const char **s
 		return;
 	}
 	if (outbox_list(c->ctx->db, c->ctx->cfg, a->client_id, a->key, NULL, NULL, &list) !=
-	    OUTBOX_OK)
+	    OG_OK)
 		return;
 	json_array_foreach(list, i, e) {
 		st = json_string_value(json_object_get(e, "approval_id"));
