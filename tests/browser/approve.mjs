@@ -17,6 +17,8 @@
 // buttons must lie within it) as card-phone.png; the inbox, which must list
 // the run and open its card by id, as inbox.png.
 
+import { dirname, join } from 'node:path';
+
 import { check, session } from './browser.mjs';
 const REASON = 'Approved in Chromium by tests/browser/approve.mjs';
 const PHONE = { width: 390, height: 844 };

@@ -27,6 +27,7 @@ CFLAGS=(-g -O1 -fno-omit-frame-pointer -pthread
 	-I"$ROOT/src/lib" -I"$HERE"
 	-DOG_SYSCONFDIR='"/nonexistent/etc"' -DOG_PKGDATADIR='"/nonexistent/share"'
 	-DOG_FUZZ_SRCDIR="\"$ROOT\""
+	-DPACKAGE_VERSION="\"$(sed -n 's/^AC_INIT(\[oncegate\], \[\([^]]*\)\].*/\1/p' "$ROOT/configure.ac")\""
 	$(pkg-config --cflags $PKGS))
 LDFLAGS=(-pthread -fsanitize=fuzzer,address,undefined)
 LIBS=($(pkg-config --libs $PKGS))
