@@ -15,7 +15,7 @@ ROOT=$(cd "$HERE/../.." && pwd -P)
 OUT=${1:?usage: build.sh OUTDIR}
 CC=${CC:-clang}
 JOBS=${JOBS:-$(nproc)}
-PKGS="jansson libpq libxml-2.0 libcrypto libcurl"
+PKGS="jansson libpq libxml-2.0 libcrypto libcurl libsystemd"
 
 mkdir -p "$OUT/obj"
 OUT=$(cd "$OUT" && pwd -P)
@@ -75,8 +75,13 @@ lib_srcs=$(sed -n '/^libog_la_SOURCES[[:space:]]*=/,/[^\\]$/p' "$ROOT/Makefile.a
 	tr -s ' \t\\' '\n\n\n' | grep '\.c$')
 [[ -n $lib_srcs ]] || { echo "build.sh: no libog_la_SOURCES in Makefile.am" >&2; exit 1; }
 lib_objs=()
-for src in $lib_srcs tests/fuzz/fuzzlib.c; do
-	src=$ROOT/$src
+# The library's one generated source: the OpenAPI document compiled in.
+sh "$ROOT/src/lib/openapi_embed.sh" "$ROOT/src/lib/openapi.json" >"$OUT/openapi_doc.c.tmp"
+cmp -s "$OUT/openapi_doc.c.tmp" "$OUT/openapi_doc.c" 2>/dev/null ||
+	mv "$OUT/openapi_doc.c.tmp" "$OUT/openapi_doc.c"
+rm -f "$OUT/openapi_doc.c.tmp"
+for src in $lib_srcs tests/fuzz/fuzzlib.c "$OUT/openapi_doc.c"; do
+	[[ $src == /* ]] || src=$ROOT/$src
 	obj=$OUT/obj/lib-$(basename "${src%.c}").o
 	lib_objs+=("$obj")
 	stale "$src" "$obj" && run_job "$src" "$obj"
