@@ -326,7 +326,7 @@ page_decided(struct api_call *c, int status, const struct gate_approval *a, cons
 	struct page *p = page_new(c->ctx->pages, "decided");
 	const json_t *effect = dr->effect;
 	const char *state = json_string_value(json_object_get(run, "state"));
-	bool waiting = state != NULL && strcmp(state, "awaiting_human") == 0;
+	bool waiting = state != NULL && ledger_state_parse(state) == RUN_AWAITING_HUMAN;
 	struct log_fields f = { 0 };
 	const char *est, *estatus;
 	char lede[256], more[160];
@@ -919,7 +919,7 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 	if (!d.final) {
 		/* recorded; the run awaits the rest of its quorum */
 		snprintf(progress, sizeof(progress), "%d of %d approvals", d.approvals, d.needed);
-		f.state_from = f.state_to = "awaiting_human";
+		f.state_from = f.state_to = ledger_state_name(RUN_AWAITING_HUMAN);
 		f.count = d.approvals;
 		f.detail = progress;
 		f.reason = reason[0] ? reason : NULL;
@@ -929,7 +929,7 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 	}
 	f.payload_hash = d.edit_hash[0] ? d.edit_hash : NULL;
 	f.count = d.needed > 1 ? d.approvals : 0;
-	f.state_from = "awaiting_human";
+	f.state_from = ledger_state_name(RUN_AWAITING_HUMAN);
 	f.state_to = ledger_state_name(lr.state);
 	f.version = lr.version;
 	f.effect_id = d.effect_id[0] ? d.effect_id : NULL;
@@ -1015,8 +1015,10 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 		decided:
 		state = json_string_value(json_object_get(run, "state"));
 		/* a vote below the quorum: recorded, the run still waiting */
-		page_decided(c, state != NULL && strcmp(state, "awaiting_human") == 0 ? 200 : 410, a,
-		             run, &dr);
+		page_decided(c,
+		             state != NULL && ledger_state_parse(state) == RUN_AWAITING_HUMAN ? 200
+		                                                                              : 410,
+		             a, run, &dr);
 		if (c->route->body == BODY_FORM) {
 			/* a decision on a used link is a refusal, and says so */
 			f.reason = "used";
@@ -1042,7 +1044,7 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 		goto out;
 	}
 	state = json_string_value(json_object_get(run, "state"));
-	if (state != NULL && strcmp(state, "awaiting_human") != 0) {
+	if (state != NULL && ledger_state_parse(state) != RUN_AWAITING_HUMAN) {
 		/* The approval and the run are read one after the other: a decision
 		 * committed in between shows as a pending approval of a decided
 		 * run. Read the approval again before calling it anything else. */
@@ -1050,7 +1052,7 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 		if (gate_find(c->ctx->db, hash, a) == OG_OK && a->state == APPROVAL_DECIDED)
 			goto decided;
 	}
-	if (state == NULL || strcmp(state, "awaiting_human") != 0) {
+	if (state == NULL || ledger_state_parse(state) != RUN_AWAITING_HUMAN) {
 		f.reason = "not_awaiting";
 		page_notice(c, 410, post ? "approval.refused" : "approval.gone", "No longer waiting",
 		            "The run is no longer waiting for a decision.", &f);

@@ -1,6 +1,8 @@
 /*
  * jobs.c — the SQL of the bulk jobs and of the replay links; see jobs.h.
  */
+#include <stdio.h>
+
 #include "jobs.h"
 #include "outbox.h"
 
@@ -13,8 +15,8 @@
 	"(SELECT x.replay_key FROM run_replays x WHERE x.client_id = " r ".client_id"        \
 	"    AND x.original_key = " r ".idempotency_key ORDER BY x.id DESC LIMIT 1)"
 
-/* After ledger_st_lock: the newest replay of the run, or NULL. */
-const struct db_stmt jobs_st_replayed_as = {
+/* After ledger_lock: the newest replay of the run, or NULL. */
+static const struct db_stmt st_replayed_as = {
 	"jobs_replayed_as",
 	"SELECT " JOBS_REPLAYED_AS("r") " AS replayed_as"
 	"  FROM workflow_runs r WHERE r.client_id = $1::bigint AND r.idempotency_key = $2",
@@ -67,7 +69,7 @@ const struct db_stmt jobs_st_resume_next = {
 };
 
 /* Marked done in the transaction that resumes the effect: never twice. */
-const struct db_stmt jobs_st_resume_done = {
+static const struct db_stmt st_resume_done = {
 	"jobs_resume_done",
 	"UPDATE resume_job_items SET state = 'done', done_at = now(), detail = 'resumed'"
 	" WHERE job_id = $1::bigint AND seq = $2::int AND effect_id = $3::uuid"
@@ -186,7 +188,7 @@ const struct db_stmt jobs_st_state = {
 
 /* Both directions of a run's replay links (the status API, explain): dir
  * and other say them from this run's side. */
-const struct db_stmt jobs_st_links = {
+static const struct db_stmt st_links = {
 	"jobs_links",
 	"SELECT original_key, replay_key,"
 	"       CASE WHEN replay_key = $2 THEN 'replay_of' ELSE 'replayed_as' END AS dir,"
@@ -196,3 +198,33 @@ const struct db_stmt jobs_st_links = {
 	" ORDER BY id",
 	2, true,
 };
+
+enum og_rc
+jobs_replayed_as(struct db *db, long long client_id, const char *key, char *out, size_t outlen)
+{
+	PGresult *res = NULL;
+	enum og_rc rc = og_exec_key(db, &st_replayed_as, client_id, key, &res);
+
+	out[0] = '\0';
+	if (rc == OG_OK && PQntuples(res) == 1 && db_get(res, 0, "replayed_as") != NULL)
+		snprintf(out, outlen, "%s", db_get(res, 0, "replayed_as"));
+	PQclear(res);
+	return rc;
+}
+
+enum og_rc
+jobs_resume_done(struct db *db, long long job, int seq, const char *effect_id)
+{
+	char j[24], q[16];
+	const char *p[3] = { j, q, effect_id };
+
+	snprintf(j, sizeof(j), "%lld", job);
+	snprintf(q, sizeof(q), "%d", seq);
+	return og_exec_one(db, &st_resume_done, p, OG_CHANGED, NULL);
+}
+
+enum og_rc
+jobs_links(struct db *db, long long client_id, const char *key, PGresult **rows)
+{
+	return og_exec_key(db, &st_links, client_id, key, rows);
+}

@@ -300,7 +300,7 @@ static const struct db_stmt st_end_undecided = {
 	5, false,
 };
 
-const struct db_stmt ledger_st_expire = {
+static const struct db_stmt st_expire = {
 	"ledger_expire",
 	"WITH moved AS ("
 	"  UPDATE workflow_runs r"
@@ -328,7 +328,7 @@ const struct db_stmt ledger_st_expire = {
  * the first one did is read by the second in statements after this one
  * (a statement that waited for a lock still sees its own older snapshot
  * in everything but the locked row). */
-const struct db_stmt ledger_st_lock = {
+static const struct db_stmt st_lock = {
 	"ledger_lock",
 	"SELECT state, version, callback_url, lease_expires_at < now() AS lease_over"
 	"  FROM workflow_runs WHERE client_id = $1::bigint AND idempotency_key = $2"
@@ -339,7 +339,7 @@ const struct db_stmt ledger_st_lock = {
 /* approved → completed once every effect of the run is completed (or was
  * cancelled inside its window): after the dispatcher's last settle, or an
  * operator's finding. $3 is the actor. */
-const struct db_stmt ledger_st_complete = {
+static const struct db_stmt st_complete = {
 	"ledger_complete",
 	"WITH moved AS ("
 	"  UPDATE workflow_runs r SET state = 'completed', version = version + 1,"
@@ -356,7 +356,7 @@ const struct db_stmt ledger_st_complete = {
 };
 
 /* $1 client $2 key $3 reason $4 actor $5 states it may leave (text[]) */
-const struct db_stmt ledger_st_fail = {
+static const struct db_stmt st_fail = {
 	"ledger_fail",
 	"WITH moved AS ("
 	"  UPDATE workflow_runs r"
@@ -374,7 +374,7 @@ const struct db_stmt ledger_st_fail = {
 	5, false,
 };
 
-const struct db_stmt ledger_st_runs_by_key = {
+static const struct db_stmt st_runs_by_key = {
 	"ledger_runs_by_key",
 	"SELECT r.client_id, c.name AS client_name FROM workflow_runs r"
 	"  LEFT JOIN api_clients c ON c.id = r.client_id"
@@ -452,7 +452,7 @@ const struct db_stmt ledger_st_replay = {
 	18, false,
 };
 
-const struct db_stmt ledger_st_audit = {
+static const struct db_stmt st_audit = {
 	"ledger_audit",
 	"SELECT client_id, (SELECT name FROM api_clients c WHERE c.id = r.client_id) AS client,"
 	"       state, og_ts(created_at) AS created_at, og_ts(updated_at) AS updated_at,"
@@ -474,7 +474,7 @@ const struct db_stmt ledger_st_audit = {
 
 /* Everything that happened to the run, from every table that records it,
  * in time order. */
-const struct db_stmt ledger_st_history = {
+static const struct db_stmt st_history = {
 	"ledger_history",
 	"SELECT og_ts(t.ts) AS ts, t.source, t.event, t.detail, t.actor FROM ("
 	"  SELECT ts, id AS n, 'run' AS source, event,"
@@ -1276,7 +1276,7 @@ ledger_complete(struct db *db, const char *client, const char *key, const char *
 {
 	const char *p[3] = { client, key, actor };
 
-	return ledger_moved_version(db, &ledger_st_complete, p, version);
+	return ledger_moved_version(db, &st_complete, p, version);
 }
 
 enum db_rc
@@ -1294,5 +1294,108 @@ ledger_reject(struct db *db, const char *client, const char *key, const char *re
 			strcat(states, ledger_state_name((enum run_state)s));
 		}
 	strcat(states, "}");
-	return ledger_moved_version(db, &ledger_st_fail, p, version);
+	return ledger_moved_version(db, &st_fail, p, version);
+}
+
+void
+ledger_lock_call(struct ledger_key_call *k, long long client_id, const char *key,
+                 struct db_call *call)
+{
+	snprintf(k->client, sizeof(k->client), "%lld", client_id);
+	k->params[0] = k->client;
+	k->params[1] = key;
+	k->params[2] = NULL;
+	call->stmt = &st_lock;
+	call->params = k->params;
+}
+
+void
+ledger_complete_call(struct ledger_key_call *k, long long client_id, const char *key,
+                     const char *actor, struct db_call *call)
+{
+	ledger_lock_call(k, client_id, key, call);
+	k->params[2] = actor;
+	call->stmt = &st_complete;
+}
+
+bool
+ledger_completed(const struct db_call *call)
+{
+	return call->rc == DB_OK && PQntuples(call->res) == 1;
+}
+
+enum og_rc
+ledger_lock(struct db *db, long long client_id, const char *key, struct ledger_locked *out)
+{
+	char client[24];
+	const char *p[2] = { client, key };
+	PGresult *res = NULL;
+	const char *v;
+	enum og_rc rc;
+	int st;
+
+	memset(out, 0, sizeof(*out));
+	snprintf(client, sizeof(client), "%lld", client_id);
+	if ((rc = og_exec_one(db, &st_lock, p, OG_NOT_FOUND, &res)) != OG_OK)
+		return rc;
+	st = ledger_state_parse(db_get(res, 0, "state"));
+	out->state = st >= 0 ? (enum run_state)st : RUN_PROCESSING;
+	out->version = db_get_ll(res, 0, "version");
+	v = db_get(res, 0, "lease_over");
+	out->lease_over = v != NULL && v[0] == 't';
+	if ((v = db_get(res, 0, "callback_url")) != NULL && (out->callback_url = strdup(v)) == NULL)
+		rc = OG_ERROR;
+	PQclear(res);
+	return st >= 0 ? rc : OG_ERROR;
+}
+
+void
+ledger_locked_clear(struct ledger_locked *l)
+{
+	free(l->callback_url);
+	memset(l, 0, sizeof(*l));
+}
+
+/* A statement over every client's runs with key ($1), or client_name's
+ * ($2, NULL: any). */
+static enum og_rc
+rows_by_key(struct db *db, const struct db_stmt *stmt, const char *key,
+            const char *client_name, PGresult **rows)
+{
+	const char *p[2] = { key, client_name };
+
+	*rows = NULL;
+	return og_rc_of(db_exec(db, stmt, p, rows));
+}
+
+enum og_rc
+ledger_runs_by_key(struct db *db, const char *key, const char *client_name, PGresult **rows)
+{
+	return rows_by_key(db, &st_runs_by_key, key, client_name, rows);
+}
+
+enum og_rc
+ledger_expire(struct db *db, long long client_id, const char *key, PGresult **row)
+{
+	PGresult *res = NULL;
+	enum og_rc rc = og_exec_key(db, &st_expire, client_id, key, &res);
+
+	if (rc == OG_OK && PQntuples(res) != 1)
+		rc = OG_LEASE_LOST;
+	*row = rc == OG_OK ? res : NULL;
+	if (rc != OG_OK)
+		PQclear(res);
+	return rc;
+}
+
+enum og_rc
+ledger_audit(struct db *db, const char *key, const char *client_name, PGresult **rows)
+{
+	return rows_by_key(db, &st_audit, key, client_name, rows);
+}
+
+enum og_rc
+ledger_history(struct db *db, long long client_id, const char *key, PGresult **rows)
+{
+	return og_exec_key(db, &st_history, client_id, key, rows);
 }

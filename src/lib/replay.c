@@ -843,17 +843,14 @@ enum og_rc
 replay_links(struct db *db, long long client_id, const char *key, json_t **replay_of,
              json_t **replayed_by)
 {
-	char client[24];
-	const char *p[2] = { client, key };
 	PGresult *res = NULL;
-	enum db_rc rc;
+	enum og_rc rc;
 	int i;
 
 	*replay_of = NULL;
 	*replayed_by = NULL;
-	snprintf(client, sizeof(client), "%lld", client_id);
-	if ((rc = db_exec(db, &jobs_st_links, p, &res)) != DB_OK)
-		return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+	if ((rc = jobs_links(db, client_id, key, &res)) != OG_OK)
+		return rc;
 	*replay_of = json_null();
 	*replayed_by = json_array();
 	for (i = 0; i < PQntuples(res); i++) {
