@@ -385,6 +385,17 @@ START_TEST(test_recorded_once_then_rejected)
 	                        key), 0);
 	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
 	                           " AND state = 'pending'", key), 2);
+	/* her inbox no longer lists it; a colleague's in her group does */
+	page("/approve/", ANNA, "customer support", NULL, &r);
+	ASSERT_STATUS(&r, 200);
+	ck_assert_msg(strstr(r.body, "reject/счёт-4821") == NULL,
+	              "the inbox of one who voted lists the run");
+	tl_resp_free(&r);
+	page("/approve/", "agent07@example.com", SUPPORT, NULL, &r);
+	ASSERT_STATUS(&r, 200);
+	ck_assert_msg(strstr(r.body, "reject/счёт-4821") != NULL,
+	              "the inbox of a group member who did not vote misses the run");
+	tl_resp_free(&r);
 
 	/* the same person by her group's link and from the inbox: the card
 	 * without a form, her vote shown; a forced POST changes nothing */

@@ -541,6 +541,10 @@ static const struct db_stmt st_inbox = {
 	"     AND (lower(a.approver) = lower($1)"
 	"          OR a.approver = ANY (ARRAY(SELECT 'group:' || btrim(g, E' \\t')"
 	"                                       FROM unnest(string_to_array($2, $3)) g)))"
+	/* a run the person has already voted on waits for others, not them */
+	"     AND NOT EXISTS (SELECT 1 FROM approval_votes v"
+	"          WHERE v.client_id = a.client_id AND v.idempotency_key = a.idempotency_key"
+	"            AND " SUBJECT_FOLD("v.subject") " = " SUBJECT_FOLD("$1") ")"
 	"   ORDER BY a.client_id, a.idempotency_key, a.created_at DESC, a.id"
 	") newest ORDER BY created_at DESC, id LIMIT $4::int",
 	4, true,
