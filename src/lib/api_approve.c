@@ -477,6 +477,12 @@ card_edit(struct page *p, const struct draft *dr, const json_t *values, const js
 		(void)page_scope_attr(sc, "edit_label", "for", id);
 		(void)page_scope_attr(sc, "edit_input", "name", field);
 		(void)page_scope_attr(sc, "edit_input", "id", id);
+		/* a line (a subject) gets a short box, text a tall one */
+		(void)page_scope_attr(sc, "edit_input", "rows",
+		                      json_string_length(now) < 120 &&
+		                              strchr(json_string_value(now) ?: "", '\n') == NULL
+		                          ? "2"
+		                          : "12");
 		(void)page_scope_text(sc, "edit_input", json_string_value(now) ?: "");
 		shown++;
 	}
