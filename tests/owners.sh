@@ -10,6 +10,8 @@
 #    replay, audit, the web handlers, the programs) compose the owners'
 #    functions instead. A statement row (struct db_stmt NAME = { ... })
 #    counts as SQL text wherever its text is written.
+# 3. No statement row is exported (extern): a use case calls its owner's
+#    typed function and never sees a statement or the order of its $n.
 #
 #   bash tests/owners.sh [SOURCE ROOT]     (default: this checkout)
 # Exit 0 pass, 1 fail.
@@ -96,6 +98,17 @@ done
 if [[ $sqlfail -eq 0 ]]; then
 	echo "owners: no SQL text outside the owners, migrate.c and db.c"
 else
+	fail=1
+fi
+# No exported statement rows.
+mapfile -t exported < <(cd "$ROOT" && grep -rnE 'extern +const +struct +db_stmt' \
+	--include='*.c' --include='*.h' src)
+if [[ ${#exported[@]} -eq 0 ]]; then
+	echo "owners: no statement row is exported"
+else
+	for hit in "${exported[@]}"; do
+		echo "owners: FAIL: an exported statement row: $hit"
+	done
 	fail=1
 fi
 exit "$fail"

@@ -383,14 +383,14 @@ static const struct db_stmt st_runs_by_key = {
 	2, false,
 };
 
-/* The original (after ledger_st_lock_original), and what its effects say. live_effects: an effect
+/* The original (after st_lock_original), and what its effects say. live_effects: an effect
  * still pending (it will go out), or a decision callback in flight —
  * always refused. sent: the business effects that were sent, are being
  * sent, are unknown, or were resumed by an operator ("type id state",
  * comma-separated) — a replay could make a second business effect, so
  * only with force. LIMIT 2 tells an ambiguous key (several clients) from a
  * unique one. */
-const struct db_stmt ledger_st_original = {
+static const struct db_stmt st_original = {
 	"ledger_original",
 	"SELECT r.client_id, r.state, r.payload::text AS payload, r.payload_hash,"
 	"       r.contract, r.contract_hash, r.output::text AS output, r.output_hash,"
@@ -415,10 +415,10 @@ const struct db_stmt ledger_st_original = {
 	2, false,
 };
 
-/* The original's row lock, taken before ledger_st_original reads (a statement
+/* The original's row lock, taken before st_original reads (a statement
  * that waited for a lock would read the rest with its older snapshot): the
  * lock that resume, reject and cancel take too, held to the commit. */
-const struct db_stmt ledger_st_lock_original = {
+static const struct db_stmt st_lock_original = {
 	"ledger_lock_original",
 	"SELECT client_id FROM workflow_runs"
 	" WHERE idempotency_key = $1 AND ($2::bigint IS NULL OR client_id = $2::bigint)"
@@ -426,7 +426,7 @@ const struct db_stmt ledger_st_lock_original = {
 	2, false,
 };
 
-const struct db_stmt ledger_st_exists = {
+static const struct db_stmt st_exists = {
 	"ledger_exists",
 	"SELECT 1 FROM workflow_runs WHERE client_id = $1 AND idempotency_key = $2",
 	2, true,
@@ -435,7 +435,7 @@ const struct db_stmt ledger_st_exists = {
 /* The new run and its first timeline entry, in one statement. ON CONFLICT
  * DO NOTHING: a key that exists (even one created a moment ago by a claim)
  * is never overwritten, and zero rows means "refused". */
-const struct db_stmt ledger_st_replay = {
+static const struct db_stmt st_replay = {
 	"ledger_replay",
 	"WITH ins AS ("
 	"  INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
@@ -1398,4 +1398,46 @@ enum og_rc
 ledger_history(struct db *db, long long client_id, const char *key, PGresult **rows)
 {
 	return og_exec_key(db, &st_history, client_id, key, rows);
+}
+
+enum og_rc
+ledger_original(struct db *db, const char *key, long long client_id, bool lock,
+                PGresult **rows)
+{
+	char cid[24];
+	const char *p[2] = { key, client_id > 0 ? cid : NULL };
+	long long n = 0;
+	enum db_rc rc;
+
+	*rows = NULL;
+	snprintf(cid, sizeof(cid), "%lld", client_id);
+	if (lock && (rc = db_exec_count(db, &st_lock_original, p, &n)) != DB_OK)
+		return og_rc_of(rc);
+	return og_rc_of(db_exec(db, &st_original, p, rows));
+}
+
+enum og_rc
+ledger_exists(struct db *db, long long client_id, const char *key, bool *exists)
+{
+	PGresult *res = NULL;
+	enum og_rc rc = og_exec_key(db, &st_exists, client_id, key, &res);
+
+	*exists = rc == OG_OK && PQntuples(res) > 0;
+	PQclear(res);
+	return rc;
+}
+
+enum og_rc
+ledger_replay(struct db *db, const struct ledger_replay *r)
+{
+	char cid[24];
+	const char *p[18] = {
+		cid, r->key, r->payload_hash, r->payload, r->state, r->workflow_version,
+		r->correlation_id, r->contract, r->contract_hash, r->output, r->output_hash,
+		r->model, r->effect, r->source_url, r->requested_by, r->error_class, r->reason,
+		r->event_reason,
+	};
+
+	snprintf(cid, sizeof(cid), "%lld", r->client_id);
+	return og_exec_one(db, &st_replay, p, OG_EXISTS, NULL);
 }

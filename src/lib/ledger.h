@@ -216,8 +216,8 @@ enum og_rc ledger_status(struct db *db, long long client_id, const char *key,
  * entry each (actor) records it. dry_run counts instead: runs, and the
  * effects and challenges that hold content too. Otherwise clients and keys
  * (malloc'd array text, NULL when no run) name the purged runs for
- * outbox_st_purge_payloads and gate_st_purge_effects ($1 clients, $2
- * keys) in the same transaction. */
+ * outbox_purge_payloads and gate_purge_effects in the same
+ * transaction. */
 struct ledger_purge {
 	long long runs, effects, approvals;
 	char *clients, *keys;
@@ -229,7 +229,7 @@ void ledger_purge_clear(struct ledger_purge *p);
 /* approved → completed when every effect of the run (client: its id as
  * text) is completed or was cancelled; actor is who, in the timeline.
  * *version: the run's new version, 0 when it did not move. Inside the
- * caller's transaction, after ledger_st_lock. */
+ * caller's transaction, after ledger_lock. */
 enum db_rc ledger_complete(struct db *db, const char *client, const char *key,
                            const char *actor, long long *version)
 	__attribute__((warn_unused_result));
@@ -298,11 +298,42 @@ enum og_rc ledger_audit(struct db *db, const char *key, const char *client_name,
 enum og_rc ledger_history(struct db *db, long long client_id, const char *key,
                           PGresult **rows) __attribute__((warn_unused_result));
 
-/* Statement rows for the use cases' transactions and pipelines (their
- * parameters are the $n of the SQL text in ledger.c). */
-extern const struct db_stmt ledger_st_original;
-extern const struct db_stmt ledger_st_lock_original;
-extern const struct db_stmt ledger_st_exists;
-extern const struct db_stmt ledger_st_replay;
+/* --- replay: the original read under its lock, the new run written -------- */
+
+/* The run with key (client_id: that client's; 0: any) to be replayed, and
+ * what its effects say: at most two rows (two: the key is several
+ * clients') of client_id, state, payload, payload_hash, contract,
+ * contract_hash, output, output_hash, model, effect, source_url,
+ * workflow_version, correlation_id, live_effects (an effect still pending,
+ * or a decision callback in flight), sent (the business effects that were
+ * sent, are being sent, are unknown, or were resumed by an operator, as
+ * "type id state" comma-separated, or NULL) in *rows (PQclear them). lock:
+ * the original's row is locked first, to the commit (the lock resume,
+ * reject and cancel take), so the rest is read after any change that held
+ * it. */
+enum og_rc ledger_original(struct db *db, const char *key, long long client_id, bool lock,
+                           PGresult **rows) __attribute__((warn_unused_result));
+/* Does the client have a run with key? */
+enum og_rc ledger_exists(struct db *db, long long client_id, const char *key, bool *exists)
+	__attribute__((warn_unused_result));
+
+/* The new run of a replay, and its first timeline entry (run.replayed). */
+struct ledger_replay {
+	long long client_id;
+	const char *key;
+	const char *payload_hash, *payload;
+	const char *state;             /* the state it starts in */
+	const char *workflow_version, *correlation_id;
+	const char *contract, *contract_hash, *output, *output_hash, *model, *effect;
+	const char *source_url;
+	const char *requested_by;      /* the operator */
+	const char *error_class;       /* failed_retryable: "replay"; else NULL */
+	const char *reason;            /* failed_retryable: the note; else NULL */
+	const char *event_reason;      /* the timeline's reason */
+};
+/* OG_EXISTS: the key exists already (a key is never overwritten, even one
+ * a claim created a moment ago). */
+enum og_rc ledger_replay(struct db *db, const struct ledger_replay *r)
+	__attribute__((warn_unused_result));
 
 #endif

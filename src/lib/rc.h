@@ -57,8 +57,9 @@ enum og_rc og_rc_of(enum db_rc rc);
  * the database's failure otherwise. */
 enum og_rc og_exec_one(struct db *db, const struct db_stmt *stmt, const char *const *params,
                        enum og_rc none, PGresult **res) __attribute__((warn_unused_result));
-/* stmt with the run's key as its parameters ($1 client id, $2 key): its
- * rows in *rows (the caller PQclears them). */
+/* stmt with an id and a text as its parameters (the run's key: $1 client
+ * id, $2 key; a job: $1 job id, $2 NULL or a text): its rows in *rows (the
+ * caller PQclears them). */
 enum og_rc og_exec_key(struct db *db, const struct db_stmt *stmt, long long client_id,
                        const char *key, PGresult **rows) __attribute__((warn_unused_result));
 /* The same, for a statement that returns ids: *ids a new JSON array of
