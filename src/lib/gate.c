@@ -432,18 +432,15 @@ gate_vote_result(const struct db_call *call, struct gate_vote *v)
 enum og_rc
 gate_votes(struct db *db, long long client_id, const char *key, json_t **out, int *needed)
 {
-	char client[24];
-	const char *params[2] = { client, key };
-	PGresult *res;
-	enum db_rc rc;
+	PGresult *res = NULL;
+	enum og_rc rc;
 	json_t *list;
 	int i;
 
 	*out = NULL;
 	*needed = 1;
-	snprintf(client, sizeof(client), "%lld", client_id);
-	if ((rc = db_exec(db, &st_votes, params, &res)) != DB_OK)
-		return gate_rc_of(rc);
+	if ((rc = og_exec_key(db, &st_votes, client_id, key, &res)) != OG_OK)
+		return rc;
 	list = json_array();
 	for (i = 0; list != NULL && i < PQntuples(res); i++) {
 		json_t *v = json_object();
