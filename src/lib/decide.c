@@ -188,22 +188,10 @@ final_effects_build(const struct decide_approval *d, bool approve, struct final_
 	}
 	if (d->callback_url != NULL) {
 		/* The workflow's Wait node learns the outcome. */
-		json_t *cb = json_pack("{s:s, s:s, s:s, s:s, s:s}", "url", d->callback_url, "key",
-		                       a->key, "decision", approve ? "approved" : "rejected",
-		                       "decided_by", d->subject, "approval_id", a->id);
-
-		if (cb == NULL || json_hash(cb, fe->chash, &fe->cb_payload) != 0) {
-			json_decref(cb);
+		if (outbox_callback_effect(&fe->cbe, a->client_id, a->key, d->callback_url,
+		                           approve ? "approved" : "rejected", d->subject, a->id,
+		                           fe->chash, &fe->cb_payload) != 0)
 			return -1;
-		}
-		json_decref(cb);
-		fe->cbe.client_id = a->client_id;
-		fe->cbe.key = a->key;
-		fe->cbe.type = "decision.callback";
-		fe->cbe.target = "callback";
-		fe->cbe.payload = fe->cb_payload;
-		fe->cbe.payload_hash = fe->chash;
-		fe->cbe.approval_id = a->id;
 	}
 	return 0;
 }

@@ -12,7 +12,6 @@
 
 #include <jansson.h>
 
-#include "canon.h"
 #include "control.h"
 #include "deadletter.h"
 #include "dispatch.h"
@@ -105,7 +104,7 @@ expire_run(struct db *db, long long client_id, const char *client_name, const ch
 	enum og_rc rc;
 	const char *callback;
 	char *payload = NULL;
-	char hash[CANON_HASH_LEN];
+	char hash[OUTBOX_HASH_LEN];
 	struct log_fields f = { 0 };
 
 	if (db_begin(db) != DB_OK)
@@ -126,29 +125,11 @@ expire_run(struct db *db, long long client_id, const char *client_name, const ch
 		f.workflow_version = db_get(rr, 0, "workflow_version");
 		callback = db_get(rr, 0, "callback_url");
 		if (callback != NULL) {
-			json_t *cb = json_pack("{s:s, s:s, s:s}", "url", callback, "key", key,
-			                       "decision", "expired");
-			char *text = cb != NULL ? json_dumps(cb, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-			char *canon = NULL;
-			size_t clen = 0;
-			struct outbox_effect e = { 0 };
+			struct outbox_effect e;
 
-			json_decref(cb);
-			if (text == NULL ||
-			    canon_json(CANON_AS_WRITTEN, text, strlen(text), &canon, &clen) != CANON_OK) {
-				free(text);
-				goto fail;
-			}
-			free(text);
-			canon_hash(canon, clen, hash);
-			payload = canon;
-			e.client_id = client_id;
-			e.key = key;
-			e.type = "decision.callback";
-			e.target = "callback";
-			e.payload = payload;
-			e.payload_hash = hash;
-			if (outbox_enqueue(db, &e, id, nb) != OG_OK)
+			if (outbox_callback_effect(&e, client_id, key, callback, "expired", NULL, NULL,
+			                           hash, &payload) != 0 ||
+			    outbox_enqueue(db, &e, id, nb) != OG_OK)
 				goto fail;
 		}
 	}

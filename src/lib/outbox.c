@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "canon.h"
 #include "digest.h"
 #include "outbox.h"
 
@@ -992,4 +993,37 @@ outbox_purge_payloads(struct db *db, const char *clients, const char *keys, long
 	const char *p[2] = { clients, keys };
 
 	return db_exec_count(db, &st_purge_payloads, p, count);
+}
+
+int
+outbox_callback_effect(struct outbox_effect *e, long long client_id, const char *key,
+                       const char *url, const char *decision, const char *decided_by,
+                       const char *approval_id, char hash[OUTBOX_HASH_LEN], char **payload)
+{
+	json_t *cb = json_pack("{s:s, s:s, s:s, s:s*, s:s*}", "url", url, "key", key, "decision",
+	                       decision, "decided_by", decided_by, "approval_id", approval_id);
+	char *text = cb != NULL ? canon_dumps(cb, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	size_t len = 0;
+
+	_Static_assert(OUTBOX_HASH_LEN == CANON_HASH_LEN, "one hash length");
+	json_decref(cb);
+	*payload = NULL;
+	if (text == NULL ||
+	    canon_json(CANON_AS_WRITTEN, text, strlen(text), payload, &len) != CANON_OK) {
+		free(text);
+		free(*payload);
+		*payload = NULL;
+		return -1;
+	}
+	free(text);
+	canon_hash(*payload, len, hash);
+	memset(e, 0, sizeof(*e));
+	e->client_id = client_id;
+	e->key = key;
+	e->type = "decision.callback";
+	e->target = "callback";
+	e->payload = *payload;
+	e->payload_hash = hash;
+	e->approval_id = approval_id;
+	return 0;
 }

@@ -26,6 +26,7 @@ enum effect_state {
 
 #define OUTBOX_ID_LEN 37
 #define OUTBOX_TS_LEN 32
+#define OUTBOX_HASH_LEN 72 /* CANON_HASH_LEN */
 
 struct outbox_effect {
 	long long client_id;
@@ -53,6 +54,17 @@ int outbox_enqueue_call(struct outbox_enqueue_call *o, const struct outbox_effec
 enum og_rc outbox_enqueue_result(const struct db_call *call, char id[OUTBOX_ID_LEN],
                                  char not_before[OUTBOX_TS_LEN]);
 void outbox_enqueue_call_free(struct outbox_enqueue_call *o);
+
+/* The workflow's decision callback (type decision.callback, target
+ * callback): the effect that tells url the decision on the run key, with
+ * its JSON payload {url, key, decision[, decided_by][, approval_id]}
+ * (decided_by, approval_id: NULL leaves them out) in *payload, new text
+ * the caller frees after the enqueue, and its hash in hash. -1 when out of
+ * memory. */
+int outbox_callback_effect(struct outbox_effect *e, long long client_id, const char *key,
+                           const char *url, const char *decision, const char *decided_by,
+                           const char *approval_id, char hash[OUTBOX_HASH_LEN],
+                           char **payload) __attribute__((warn_unused_result));
 
 /* Enqueues one effect and wakes the dispatchers (NOTIFY oncegate_outbox,
  * delivered at commit). Fills id and not_before. */

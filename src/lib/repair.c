@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "canon.h"
 #include "deadletter.h"
 #include "gate.h"
 #include "jobs.h"
@@ -393,33 +392,16 @@ static enum og_rc
 enqueue_callback(struct db *db, const struct repair_who *who, const char *url,
                  const char *decision, struct repair_out *out)
 {
-	char subject[256], hash[CANON_HASH_LEN], nb[OUTBOX_TS_LEN];
-	struct outbox_effect e = { 0 };
-	json_t *cb;
-	char *text, *canon = NULL;
-	size_t clen = 0;
+	char subject[256], hash[OUTBOX_HASH_LEN], nb[OUTBOX_TS_LEN], *payload = NULL;
+	struct outbox_effect e;
 	enum og_rc orc;
 
 	snprintf(subject, sizeof(subject), "operator:%s", who->operator_name);
-	cb = json_pack("{s:s, s:s, s:s, s:s}", "url", url, "key", out->key, "decision", decision,
-	               "decided_by", subject);
-	text = cb != NULL ? json_dumps(cb, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-	json_decref(cb);
-	if (text == NULL || canon_json(CANON_AS_WRITTEN, text, strlen(text), &canon, &clen) != CANON_OK) {
-		free(text);
-		free(canon);
+	if (outbox_callback_effect(&e, atoll(out->client), out->key, url, decision, subject, NULL,
+	                           hash, &payload) != 0)
 		return OG_ERROR;
-	}
-	free(text);
-	canon_hash(canon, clen, hash);
-	e.client_id = atoll(out->client);
-	e.key = out->key;
-	e.type = "decision.callback";
-	e.target = "callback";
-	e.payload = canon;
-	e.payload_hash = hash;
 	orc = outbox_enqueue(db, &e, out->callback_id, nb);
-	free(canon);
+	free(payload);
 	return orc == OG_OK            ? OG_OK
 	       : orc == OG_UNAVAILABLE ? OG_UNAVAILABLE
 	                                   : OG_ERROR;
