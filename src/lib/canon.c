@@ -539,7 +539,6 @@ out_put(struct out *o, const char *s, size_t n)
 static bool
 emit_string(struct out *o, const char *s, size_t len)
 {
-	static const char hex[] = "0123456789abcdef";
 	const char *run = s, *end = s + len, *p;
 	char esc[6];
 	size_t esc_len;
@@ -554,23 +553,7 @@ emit_string(struct out *o, const char *s, size_t len)
 			continue;
 		if (!out_put(o, run, (size_t)(p - run)))
 			return false;
-		esc[0] = '\\';
-		esc_len = 2;
-		switch (c) {
-		case '"': esc[1] = '"'; break;
-		case '\\': esc[1] = '\\'; break;
-		case '\b': esc[1] = 'b'; break;
-		case '\f': esc[1] = 'f'; break;
-		case '\n': esc[1] = 'n'; break;
-		case '\r': esc[1] = 'r'; break;
-		case '\t': esc[1] = 't'; break;
-		default:
-			memcpy(esc + 1, "u00", 3);
-			esc[4] = hex[c >> 4];
-			esc[5] = hex[c & 0xF];
-			esc_len = 6;
-			break;
-		}
+		esc_len = utf8_json_escape(c, esc);
 		if (!out_put(o, esc, esc_len))
 			return false;
 		run = p + 1;

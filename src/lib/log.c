@@ -83,7 +83,6 @@ static void
 line_str(struct line *l, const char *name, const char *value, size_t limit,
          size_t max_in)
 {
-	static const char hex[] = "0123456789abcdef";
 	const unsigned char *s = (const unsigned char *)value, *start = s, *end;
 	size_t mark = l->len, saved_cap = l->cap, n, used;
 	long cp;
@@ -110,24 +109,8 @@ line_str(struct line *l, const char *name, const char *value, size_t limit,
 			piece = "\\ufffd";
 			n = 6;
 		} else if (*s < 0x20 || *s == '"' || *s == '\\') {
-			esc[0] = '\\';
 			piece = esc;
-			n = 2;
-			switch (*s) {
-			case '"': esc[1] = '"'; break;
-			case '\\': esc[1] = '\\'; break;
-			case '\b': esc[1] = 'b'; break;
-			case '\f': esc[1] = 'f'; break;
-			case '\n': esc[1] = 'n'; break;
-			case '\r': esc[1] = 'r'; break;
-			case '\t': esc[1] = 't'; break;
-			default:
-				memcpy(esc + 1, "u00", 3);
-				esc[4] = hex[*s >> 4];
-				esc[5] = hex[*s & 0xF];
-				n = 6;
-				break;
-			}
+			n = utf8_json_escape(*s, esc);
 		}
 		/* input consumed: an invalid byte or an escaped one is one byte */
 		used = piece == (const char *)s ? n : 1;

@@ -1,6 +1,8 @@
 /*
  * utf8.c — the one UTF-8 decoder; see utf8.h.
  */
+#include <string.h>
+
 #include "utf8.h"
 
 size_t
@@ -96,4 +98,26 @@ utf8_hex_digit(char c)
 	if (c >= 'A' && c <= 'F')
 		return c - 'A' + 10;
 	return -1;
+}
+
+size_t
+utf8_json_escape(unsigned char c, char out[6])
+{
+	static const char hex[] = "0123456789abcdef";
+
+	out[0] = '\\';
+	switch (c) {
+	case '"': out[1] = '"'; return 2;
+	case '\\': out[1] = '\\'; return 2;
+	case '\b': out[1] = 'b'; return 2;
+	case '\f': out[1] = 'f'; return 2;
+	case '\n': out[1] = 'n'; return 2;
+	case '\r': out[1] = 'r'; return 2;
+	case '\t': out[1] = 't'; return 2;
+	default:
+		memcpy(out + 1, "u00", 3);
+		out[4] = hex[c >> 4];
+		out[5] = hex[c & 0xF];
+		return 6;
+	}
 }

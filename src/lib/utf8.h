@@ -31,4 +31,11 @@ size_t utf8_encode(unsigned long cp, char *out);
  * percent-encoding alike. */
 int utf8_hex_digit(char c);
 
+/* The JSON escape of byte c, which must be '"', '\\' or a control
+ * character below 0x20 (RFC 8259: the two-character forms where one
+ * exists, else \u00XX in lower case), written to out; returns its length
+ * (2 or 6). The one escape table of both JSON writers (the canonical
+ * serialiser and the decision log). */
+size_t utf8_json_escape(unsigned char c, char out[6]);
+
 #endif
