@@ -64,7 +64,7 @@ def main():
             continue
         if line.strip():
             # A mark belongs to the block right after it (blank lines allowed).
-            mark = None if not MARK.match(line) else mark
+            mark = None
         i += 1
 
     os.makedirs(args.outdir, exist_ok=True)
