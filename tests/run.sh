@@ -67,6 +67,15 @@ run_skew() { bash "$ROOT/tests/chaos/skew.sh"; }
 run_log_full() { bash "$ROOT/tests/chaos/log_full.sh" --claims 20; }
 run_multihost() { ONCEGATE_FCGI=$BUILD/oncegate-fcgi bash "$ROOT/tests/chaos/multihost.sh" --short; }
 
+# From the tree to a server (tests/install): make install under another
+# prefix and DESTDIR (every path derived from configure), --version, the
+# example config against the config table and config check, mandoc -Tlint,
+# systemd-analyze verify and security, logrotate; then the daemons as their
+# units run them: socket activation (fd 3) behind nginx, sd_notify
+# readiness/watchdog/reload, the same SIGHUP reload in both, log reopen.
+run_install() { bash "$ROOT/tests/install/install.sh"; }
+run_daemons() { bash "$ROOT/tests/install/daemons.sh"; }
+
 # Observability: the shipped Prometheus rules load and pass their unit
 # tests (promtool, from Debian's prometheus package), and the dispatcher
 # restarted during a pending backoff keeps the budget and the due time and
@@ -148,6 +157,8 @@ run_stages() {
 		"run_skew|chaos (tests/chaos/skew.sh)|chaos: a lease that ended was not handled as over"
 		"run_log_full|chaos, short form (tests/chaos/log_full.sh)|chaos: a full decision-log disk stopped requests or was not reported once"
 		"run_multihost|chaos, short form (tests/chaos/multihost.sh --short)|chaos: with hosts cut off the network, a claim, approval or effect was doubled or lost, or answered 500"
+		"run_install|make install, config example, man pages, systemd units (tests/install/install.sh)|the installed tree, the example config, a man page or a systemd unit is not right"
+		"run_daemons|socket activation, sd_notify, SIGHUP parity (tests/install/daemons.sh)|socket activation, readiness or the SIGHUP reload of a daemon is not right"
 		"run_promtool|prometheus rules (promtool check rules; promtool test rules)|the Prometheus rules do not load or fail their unit tests"
 		"run_backoff_restart|chaos, short form (tests/chaos/backoff_restart.sh --restarts 1)|chaos: a restart during a backoff lost the budget or the due time, or sent twice"
 		"run_replay_contract|chaos, short form (tests/chaos/replay_contract.sh --runs 6)|chaos: a replay after a contract change carried the old draft, sent, or changed the original"

@@ -12,6 +12,7 @@
 
 #include "clients.h"
 #include "config.h"
+#include "contract.h"
 #include "control.h"
 #include "ctl_admin.h"
 #include "db.h"
@@ -19,6 +20,7 @@
 #include "log.h"
 #include "migrate.h"
 #include "oplog.h"
+#include "page.h"
 
 /* The message and exit code of a clients result; a bad name is a usage
  * error. */
@@ -212,7 +214,34 @@ ctl_admin_config(struct ctl *ctl, int argc, char **argv)
 		fprintf(stderr, "usage: oncegatectl config check\n");
 		return EXIT_USAGE;
 	}
+	struct contract_set *contracts;
+	struct page_set *pages;
+	char err[1024];
+
+	/* Loading checked the syntax, the ranges and the targets; a config
+	 * that loads may still be unable to work. */
+	if (config_check_ready(&ctl->cfg, ctl->conf_path, err, sizeof(err)) != 0) {
+		fprintf(stderr, "oncegatectl: %s\n", err);
+		return EXIT_REFUSED;
+	}
+	contracts = contract_load_dir(ctl->cfg.contracts_dir, err, sizeof(err));
+	if (contracts == NULL) {
+		fprintf(stderr, "oncegatectl: %s:%d: contracts_dir: %s\n", ctl->conf_path,
+		        config_line(ctl->conf_path, NULL, "contracts_dir"), err);
+		return EXIT_REFUSED;
+	}
+	pages = page_set_load(ctl->cfg.templates_dir, err, sizeof(err));
+	if (pages == NULL) {
+		fprintf(stderr, "oncegatectl: %s:%d: templates_dir: %s\n", ctl->conf_path,
+		        config_line(ctl->conf_path, NULL, "templates_dir"), err);
+		contract_set_free(contracts);
+		return EXIT_REFUSED;
+	}
 	config_dump(&ctl->cfg, stdout);
+	printf("\n# %zu contracts loaded from %s\n", contract_count(contracts),
+	       ctl->cfg.contracts_dir);
+	contract_set_free(contracts);
+	page_set_free(pages);
 	fprintf(stderr, "oncegatectl: configuration %s is valid\n", ctl->conf_path);
 	return EXIT_SUCCESS;
 }

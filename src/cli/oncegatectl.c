@@ -20,6 +20,7 @@
 #include "ctl_job.h"
 #include "ctl_repair.h"
 #include "ctl_replay.h"
+#include "service.h"
 
 struct command {
 	const char *name;
@@ -71,7 +72,8 @@ usage(FILE *out)
 {
 	size_t i;
 
-	fprintf(out, "usage: oncegatectl [-c FILE] [--json] COMMAND [ARGS]\n\ncommands:\n");
+	fprintf(out, "usage: oncegatectl [-c FILE] [--json] COMMAND [ARGS]\n"
+	        "       oncegatectl --version | --help\n\ncommands:\n");
 	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(out, "  %-11s %-32s %s\n", commands[i].name, commands[i].args,
 		        commands[i].help);
@@ -86,6 +88,7 @@ main(int argc, char **argv)
 		{ "config", required_argument, NULL, 'c' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ctl ctl;
@@ -95,7 +98,7 @@ main(int argc, char **argv)
 
 	memset(&ctl, 0, sizeof(ctl));
 	/* Options stop at the command: its own arguments are its business. */
-	while ((opt = getopt_long(argc, argv, "+c:h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "+c:hV", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'c':
 			ctl.conf_path = optarg;
@@ -105,6 +108,9 @@ main(int argc, char **argv)
 			break;
 		case 'h':
 			usage(stdout);
+			return EXIT_SUCCESS;
+		case 'V':
+			service_version("oncegatectl");
 			return EXIT_SUCCESS;
 		default:
 			usage(stderr);

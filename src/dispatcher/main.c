@@ -26,6 +26,7 @@
 #include "listen.h"
 #include "log.h"
 #include "pool.h"
+#include "service.h"
 
 static volatile sig_atomic_t got_term, got_hup;
 
@@ -42,16 +43,19 @@ static void
 usage(FILE *out)
 {
 	fprintf(out,
-	        "usage: oncegate-dispatch [-c FILE] [-n] [-h]\n"
+	        "usage: oncegate-dispatch [-c FILE] [-n] [-h] [-V]\n"
 	        "  -c FILE  configuration file (default: $ONCEGATE_CONF or the installed one)\n"
 	        "  -n       check the configuration, print it (secrets masked) and exit\n"
 	        "  -h       this help\n"
+	        "  -V       print the version and exit (also --version)\n"
 	        "Sends only while the environment has AI_ACTIONS_ENABLED=true AND the\n"
 	        "database flag is on (oncegatectl kill-switch on).\n"
 	        "Signals: SIGTERM/SIGINT stop claiming, finish or release in-flight work\n"
 	        "within dispatch_shutdown_seconds and exit; SIGHUP reopens the decision log\n"
 	        "and reloads the configuration (targets, limits) and the contracts every\n"
-	        "payload is checked against again before it is sent.\n");
+	        "payload is checked against again before it is sent; the database\n"
+	        "and dispatch_workers take a restart.\n"
+	        "Under systemd: READY=1, RELOADING=1 on SIGHUP, WATCHDOG=1.\n");
 }
 
 static int
@@ -81,22 +85,26 @@ reload(struct dispatch_shared *s, const char *path)
 	struct dispatch_config *dc;
 	char err[512];
 
+	service_reloading();
 	if (log_reopen() != 0)
 		fprintf(stderr, "oncegate-dispatch: cannot reopen the decision log\n");
 	if (load_config(path, &cfg, err, sizeof(err)) != 0) {
 		struct log_fields f = { .reason = err, .hint = "the previous configuration stays" };
 
 		log_event(LOG_LEVEL_ERROR, "dispatch.reload_failed", &f);
+		service_ready("running; the last reload failed");
 		return;
 	}
 	log_set_level(log_level_parse(cfg.log_level));
 	dc = dispatch_config_new(&cfg);
 	if (dc == NULL) {
 		config_free(&cfg);
+		service_ready("running; the last reload failed");
 		return;
 	}
 	dispatch_config_swap(s, dc);
 	log_event(LOG_LEVEL_NOTICE, "dispatch.reloaded", NULL);
+	service_ready("running; reloaded");
 }
 
 int
@@ -112,6 +120,8 @@ main(int argc, char **argv)
 	struct pool pool;
 	char err[512];
 	int opt, grace, rc = 0;
+	long wd_ms;
+	long long last_alive;
 	struct sigaction sa;
 
 	if ((opt = config_options(argc, argv, usage, &path, &check)) >= 0)
@@ -174,6 +184,9 @@ main(int argc, char **argv)
 	dc = dispatch_config_get(&s);
 	janitor_init(&jan, dc->cfg.database, dc->cfg.statement_timeout_ms);
 	dispatch_config_put(&s, dc);
+	service_ready(s.env_enabled ? "dispatching" : "running; AI_ACTIONS_ENABLED is not true");
+	wd_ms = service_watchdog_ms();
+	last_alive = now_ms();
 
 	/* Listen for NOTIFY, the poll interval and signals. */
 	while (!got_term && rc == 0) {
@@ -185,10 +198,17 @@ main(int argc, char **argv)
 		}
 		dc = dispatch_config_get(&s);
 		poll_ms = dc->cfg.dispatch_poll_ms;
-		listen_wait(&lis, &s, dc->cfg.database, poll_ms, now_ms());
+		/* wake in time to tell the watchdog the loop is alive */
+		listen_wait(&lis, &s, dc->cfg.database,
+		            wd_ms > 0 && wd_ms < poll_ms ? (int)wd_ms : poll_ms, now_ms());
 		dispatch_config_put(&s, dc);
 		janitor_tick(&jan, &s, poll_ms, now_ms());
+		if (wd_ms > 0 && now_ms() - last_alive >= wd_ms) {
+			service_alive();
+			last_alive = now_ms();
+		}
 	}
+	service_stopping();
 
 	/* SIGTERM: stop claiming; workers finish their send (bounded by the
 	 * target timeout) and give back the rest of their batch. */

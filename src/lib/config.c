@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,6 +21,7 @@
 #include "caps.h"
 #include "classify.h"
 #include "log.h"
+#include "service.h"
 
 enum config_type { CT_STRING, CT_INT, CT_OCTAL };
 
@@ -392,6 +394,15 @@ config_parse_line(char *line, char **name, char **value, char *err, size_t errle
 	return 0;
 }
 
+/* Where a validation error is: the setting (and its target) it names. */
+struct where {
+	const char *target;
+	const char *name;
+};
+
+static int validate_at(const struct config *c, struct where *w, char *err, size_t errlen);
+static void errf_at(char *err, size_t errlen, const char *path, int line, const char *msg);
+
 int
 config_load(const char *path, struct config *c, char *err, size_t errlen)
 {
@@ -474,9 +485,13 @@ config_load(const char *path, struct config *c, char *err, size_t errlen)
 		errf(err, errlen, "%s: read error", path);
 		goto out;
 	}
-	if (config_validate(c, msg, sizeof(msg)) != 0) {
-		errf(err, errlen, "%s: %s", path, msg);
-		goto out;
+	{
+		struct where w;
+
+		if (validate_at(c, &w, msg, sizeof(msg)) != 0) {
+			errf_at(err, errlen, path, config_line(path, w.target, w.name), msg);
+			goto out;
+		}
 	}
 	rc = 0;
 out:
@@ -546,15 +561,20 @@ check_listen_tcp(const struct config *c, char *err, size_t errlen)
 	return 0;
 }
 
-int
-config_validate(const struct config *c, char *err, size_t errlen)
+#define AT(t, n) (w->target = (t), w->name = (n))
+
+static int
+validate_at(const struct config *c, struct where *w, char *err, size_t errlen)
 {
+	AT(NULL, NULL);
 	if (c->lease_default_seconds > c->lease_max_seconds) {
+		AT(NULL, "lease_default_seconds");
 		errf(err, errlen, "lease_default_seconds (%d) is above lease_max_seconds (%d)",
 		     c->lease_default_seconds, c->lease_max_seconds);
 		return -1;
 	}
 	if (log_level_parse(c->log_level) < 0) {
+		AT(NULL, "log_level");
 		errf(err, errlen, "log_level: \"%s\" is not one of debug, info, notice, "
 		     "warning, error, alert", c->log_level);
 		return -1;
@@ -563,20 +583,24 @@ config_validate(const struct config *c, char *err, size_t errlen)
 		const struct config_target *t = &c->targets[i];
 
 		if (strcmp(t->kind, "http") != 0 && strcmp(t->kind, "smtp") != 0) {
+			AT(t->name, "kind");
 			errf(err, errlen, "target %s: kind \"%s\" is not http or smtp", t->name, t->kind);
 			return -1;
 		}
 		if (t->url[0] == '\0') {
+			AT(t->name, "url");
 			errf(err, errlen, "target %s: url is required", t->name);
 			return -1;
 		}
 		if (t->base_ms > t->cap_ms) {
+			AT(t->name, "base_ms");
 			errf(err, errlen, "target %s: base_ms is above cap_ms", t->name);
 			return -1;
 		}
 		/* A URL scheme the kind cannot speak would fail every send. */
 		if (strncmp(t->url, strcmp(t->kind, "smtp") == 0 ? "smtp" : "http", 4) != 0 ||
 		    (t->lookup_url[0] != '\0' && strncmp(t->lookup_url, "http", 4) != 0)) {
+			AT(t->name, "url");
 			errf(err, errlen, "target %s: url must be http(s):// for kind http, "
 			     "smtp(s):// for kind smtp; lookup_url http(s)://", t->name);
 			return -1;
@@ -584,6 +608,9 @@ config_validate(const struct config *c, char *err, size_t errlen)
 		if ((t->rejection_pointer[0] != '\0' &&
 		     !classify_pointer_valid(t->rejection_pointer)) ||
 		    (t->provider_id_pointer[0] != '\0' && t->provider_id_pointer[0] != '/')) {
+			AT(t->name, t->rejection_pointer[0] != '\0' &&
+			   !classify_pointer_valid(t->rejection_pointer) ? "rejection_pointer"
+			                                                 : "provider_id_pointer");
 			errf(err, errlen, "target %s: rejection_pointer and provider_id_pointer must "
 			     "be JSON Pointers (\"/field\")", t->name);
 			return -1;
@@ -591,12 +618,14 @@ config_validate(const struct config *c, char *err, size_t errlen)
 		if (t->credentials_env[0] != '\0' && strspn(t->credentials_env,
 		    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
 		    strlen(t->credentials_env)) {
+			AT(t->name, "credentials_env");
 			errf(err, errlen, "target %s: credentials_env must name an environment "
 			     "variable", t->name);
 			return -1;
 		}
 	}
 	if (c->csrf_secret[0] != '\0' && strlen(c->csrf_secret) < 32) {
+		AT(NULL, "csrf_secret");
 		errf(err, errlen, "csrf_secret must be at least 32 characters");
 		return -1;
 	}
@@ -605,22 +634,154 @@ config_validate(const struct config *c, char *err, size_t errlen)
 	if (strlen(c->auth_groups_separator) != 1 ||
 	    (!ispunct((unsigned char)c->auth_groups_separator[0]) &&
 	     c->auth_groups_separator[0] != ' ')) {
+		AT(NULL, "auth_groups_separator");
 		errf(err, errlen, "auth_groups_separator must be one punctuation character or a "
 		     "space (default \",\", as oauth2-proxy joins groups)");
 		return -1;
 	}
 	if (c->public_url[0] != '\0' && strncmp(c->public_url, "https://", 8) != 0 &&
 	    strncmp(c->public_url, "http://", 7) != 0) {
+		AT(NULL, "public_url");
 		errf(err, errlen, "public_url must start with https:// (or http:// for a local stack)");
 		return -1;
 	}
+	AT(NULL, "listen");
 	if (c->listen[0] != '\0' && c->listen[0] != '/' && check_listen_tcp(c, err, errlen) != 0)
 		return -1;
 	if (c->listen_allow[0] != '\0' && !config_listen_is_tcp(c->listen)) {
+		AT(NULL, "listen_allow");
 		errf(err, errlen, "listen_allow applies to a TCP listen (HOST:PORT) only");
 		return -1;
 	}
 	return 0;
+}
+
+int
+config_validate(const struct config *c, char *err, size_t errlen)
+{
+	struct where w;
+
+	return validate_at(c, &w, err, errlen);
+}
+
+/* Does line (trimmed) set name: `name` then blanks then '='? */
+static bool
+line_sets(const char *line, const char *name)
+{
+	size_t n = strlen(name);
+
+	if (strncmp(line, name, n) != 0)
+		return false;
+	line += n;
+	while (*line == ' ' || *line == '\t')
+		line++;
+	return *line == '=';
+}
+
+int
+config_line(const char *path, const char *target, const char *name)
+{
+	char line[OG_CONFIG_LINE_MAX + 2], header[96];
+	/* 0: before any section, 1: in target's section, 2: in another */
+	int lineno = 0, found = 0, header_line = 0, where = 0;
+	FILE *f;
+
+	header[0] = '\0';
+	if (target != NULL)
+		snprintf(header, sizeof(header), "[target %s]", target);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return 0;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		char *s = trim(line);
+
+		lineno++;
+		if (*s == '[') {
+			where = target != NULL && strcmp(s, header) == 0 ? 1 : 2;
+			if (where == 1)
+				header_line = lineno;
+			continue;
+		}
+		if (name != NULL && where == (target != NULL ? 1 : 0) && line_sets(s, name))
+			found = lineno;
+	}
+	fclose(f);
+	return found > 0 ? found : header_line;
+}
+
+/* "path:LINE: " when line is known, else "path: ". */
+static void
+errf_at(char *err, size_t errlen, const char *path, int line, const char *msg)
+{
+	if (line > 0)
+		errf(err, errlen, "%s:%d: %s", path, line, msg);
+	else
+		errf(err, errlen, "%s: %s", path, msg);
+}
+
+/* A directory this process can list and read. */
+static bool
+dir_readable(const char *dir)
+{
+	return dir[0] != '\0' && access(dir, R_OK | X_OK) == 0;
+}
+
+int
+config_check_ready(const struct config *c, const char *path, char *err, size_t errlen)
+{
+	static const struct {
+		const char *name;
+		size_t offset;
+		const char *why;
+	} dirs[] = {
+		{ "contracts_dir", offsetof(struct config, contracts_dir),
+		  "the responder and the dispatcher load every contract from it" },
+		{ "templates_dir", offsetof(struct config, templates_dir),
+		  "the approval pages are made from it" },
+		{ "sql_dir", offsetof(struct config, sql_dir), "oncegatectl migrate reads it" },
+	};
+	char msg[768];
+	const char *name = NULL;
+	size_t i;
+
+	if (c->public_url[0] == '\0') {
+		name = "public_url";
+		snprintf(msg, sizeof(msg), "public_url is not set: approval links would be "
+		         "relative and unusable in mail; set the https:// address people open");
+	} else if (c->csrf_secret[0] == '\0') {
+		name = "csrf_secret";
+		snprintf(msg, sizeof(msg), "csrf_secret is not set: approval forms could not be "
+		         "submitted; set at least 32 random characters (openssl rand -hex 32)");
+	}
+	for (i = 0; name == NULL && i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		const char *dir = *(char *const *)(const void *)((const char *)c + dirs[i].offset);
+
+		if (!dir_readable(dir)) {
+			name = dirs[i].name;
+			snprintf(msg, sizeof(msg), "%s: \"%.256s\" is not a readable directory "
+			         "(%s): %s", name, dir, dirs[i].why,
+			         dir[0] == '\0' ? "empty" : strerror(errno));
+		}
+	}
+	if (name == NULL && strcmp(c->log_file, "-") != 0 && c->log_file[0] != '\0') {
+		char *slash = strrchr(c->log_file, '/'), dir[512];
+
+		if (c->log_file[0] != '/' || slash == NULL) {
+			name = "log_file";
+			snprintf(msg, sizeof(msg), "log_file must be an absolute path or \"-\"");
+		} else {
+			snprintf(dir, sizeof(dir), "%.*s", (int)(slash - c->log_file + 1), c->log_file);
+			if (access(dir, F_OK) != 0) {
+				name = "log_file";
+				snprintf(msg, sizeof(msg), "log_file: directory %.256s does not exist",
+				         dir);
+			}
+		}
+	}
+	if (name == NULL)
+		return 0;
+	errf_at(err, errlen, path, config_line(path, NULL, name), msg);
+	return -1;
 }
 
 static void
@@ -664,12 +825,22 @@ int
 config_options(int argc, char **argv, void (*usage)(FILE *out), const char **path,
                bool *check)
 {
-	const char *explicit_path = NULL;
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *explicit_path = NULL, *prog;
 	int opt;
 
 	*check = false;
-	while ((opt = getopt(argc, argv, "c:nh")) != -1) {
+	while ((opt = getopt_long(argc, argv, "c:nhV", opts, NULL)) != -1) {
 		switch (opt) {
+		case 'V':
+			prog = argc > 0 && argv[0] != NULL ? strrchr(argv[0], '/') : NULL;
+			service_version(prog != NULL ? prog + 1 : argc > 0 ? argv[0] : "oncegate");
+			return 0;
 		case 'c':
 			explicit_path = optarg;
 			break;

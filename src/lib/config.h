@@ -103,6 +103,16 @@ int config_load(const char *path, struct config *c, char *err, size_t errlen)
 /* Cross-field checks (lease default <= max <= cap, …). */
 int config_validate(const struct config *c, char *err, size_t errlen)
 	__attribute__((warn_unused_result));
+/* What `oncegatectl config check` adds to config_load's checks: a
+ * configuration that loads but cannot work is refused (no public_url, no
+ * csrf_secret, an unreadable contracts, templates or sql directory, a
+ * log_file in a missing directory), with "path:LINE: " when the setting
+ * is in the file. */
+int config_check_ready(const struct config *c, const char *path, char *err, size_t errlen)
+	__attribute__((warn_unused_result));
+/* The line of path that sets name (in `[target TARGET]` when target is not
+ * NULL; the section's header when name is not set in it); 0 when none. */
+int config_line(const char *path, const char *target, const char *name);
 void config_free(struct config *c);
 /* Prints `name = value` for every setting, secrets masked. */
 void config_dump(const struct config *c, FILE *out);
@@ -110,10 +120,11 @@ void config_dump(const struct config *c, FILE *out);
  * installed default. */
 const char *config_path(const char *explicit_path);
 /* The options oncegate-fcgi and oncegate-dispatch share: -c FILE, -n
- * (check the configuration and exit) and -h. Returns -1 to go on, with
- * *path the file to load (config_path's choice) and *check set; else the
- * status for main to exit with, once usage() printed the help: 0 after -h,
- * 2 after an unknown option. */
+ * (check the configuration and exit), -h and -V (--version). Returns -1 to
+ * go on, with *path the file to load (config_path's choice) and *check
+ * set; else the status for main to exit with, once usage() printed the
+ * help or the version was printed: 0 after -h or -V, 2 after an unknown
+ * option. */
 int config_options(int argc, char **argv, void (*usage)(FILE *out), const char **path,
                    bool *check);
 

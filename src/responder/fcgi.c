@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <fcgiapp.h>
+#include <systemd/sd-daemon.h>
 
 #include "api.h"
 #include "db.h"
@@ -55,13 +56,13 @@ wake_handler(int sig)
 }
 
 int
-fcgi_open_socket(const struct config *cfg, char *err, size_t errlen)
+fcgi_open_socket(const struct config *cfg, bool *inherited, char *err, size_t errlen)
 {
 	struct stat st;
 	uid_t uid = (uid_t)-1;
 	gid_t gid = (gid_t)-1;
 	mode_t old;
-	int fd;
+	int fd, n;
 
 	/* libfcgi reads the allowed peers once, in FCGX_Init, and closes
 	 * connections from any other address as it accepts them. */
@@ -73,8 +74,30 @@ fcgi_open_socket(const struct config *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "FCGX_Init failed");
 		return -1;
 	}
+	/* systemd socket activation (and systemd-socket-activate): the socket
+	 * is fd 3, announced by $LISTEN_FDS and $LISTEN_PID; `listen` is then
+	 * not used. */
+	*inherited = true;
+	n = sd_listen_fds(1);
+	if (n < 0) {
+		snprintf(err, errlen, "sd_listen_fds: %s", strerror(-n));
+		return -1;
+	}
+	if (n > 1) {
+		snprintf(err, errlen, "the service manager passed %d sockets; oncegate-fcgi "
+		         "takes exactly one (one ListenStream= in the .socket unit)", n);
+		return -1;
+	}
+	if (n == 1) {
+		if (sd_is_socket(SD_LISTEN_FDS_START, AF_UNSPEC, SOCK_STREAM, 1) <= 0) {
+			snprintf(err, errlen, "the socket the service manager passed is not a "
+			         "listening stream socket");
+			return -1;
+		}
+		return SD_LISTEN_FDS_START;
+	}
 	if (cfg->listen[0] == '\0') {
-		/* spawn-fcgi and socket activation hand us the socket on fd 0 */
+		/* spawn-fcgi hands us the socket on fd 0 */
 		if (fstat(0, &st) != 0 || !S_ISSOCK(st.st_mode)) {
 			snprintf(err, errlen, "listen is empty but fd 0 is not a socket; set "
 			         "listen to a socket path or start under a FastCGI spawner");
@@ -82,6 +105,7 @@ fcgi_open_socket(const struct config *cfg, char *err, size_t errlen)
 		}
 		return 0;
 	}
+	*inherited = false;
 	if (config_listen_is_tcp(cfg->listen)) {
 		fd = FCGX_OpenSocket(cfg->listen, cfg->listen_backlog);
 		if (fd < 0)
@@ -254,9 +278,11 @@ worker_main(void *arg)
 		read_body(&fr, body, cap, &req);
 		http_response_reset(&resp);
 		pthread_rwlock_rdlock(&pool->shared->lock);
+		ctx.cfg = pool->shared->cfg;
 		ctx.contracts = pool->shared->contracts;
 		ctx.pages = pool->shared->pages;
 		api_handle(&ctx, &req, &resp);
+		ctx.cfg = cfg;
 		ctx.contracts = NULL;
 		ctx.pages = NULL;
 		pthread_rwlock_unlock(&pool->shared->lock);

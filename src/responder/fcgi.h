@@ -7,6 +7,7 @@
 #define OG_FCGI_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "config.h"
@@ -19,13 +20,19 @@ struct page_set;
  * for the length of one request, the reloader the write lock for a swap. */
 struct fcgi_shared {
 	pthread_rwlock_t lock;
+	/* the settings a request reads (public_url, csrf_secret, targets,
+	 * leases, …); the socket, threads, body cap and database come from
+	 * the configuration at start */
+	const struct config *cfg;
 	struct contract_set *contracts;
 	struct page_set *pages;
 };
 
-/* Creates the unix socket named by cfg->listen (mode/owner/group applied),
- * or takes the inherited socket on fd 0 when cfg->listen is empty. */
-int fcgi_open_socket(const struct config *cfg, char *err, size_t errlen)
+/* Takes the socket systemd passed (sd_listen_fds: fd 3), else creates the
+ * unix socket or TCP socket cfg->listen names (mode/owner/group applied),
+ * else, when cfg->listen is empty, takes the socket a spawner left on fd 0.
+ * *inherited: the socket is not ours to remove at exit. */
+int fcgi_open_socket(const struct config *cfg, bool *inherited, char *err, size_t errlen)
 	__attribute__((warn_unused_result));
 /* Starts cfg->threads workers accepting on fd. */
 struct fcgi_pool *fcgi_pool_start(int fd, const struct config *cfg,

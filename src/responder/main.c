@@ -3,6 +3,7 @@
  * pages, /metrics, /healthz. main() only reads options and config, sets up
  * signals and the log, and runs the worker pool until SIGTERM.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,46 +12,97 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "service.h"
 #include "contract.h"
 #include "fcgi.h"
 #include "log.h"
 #include "metrics.h"
 #include "page.h"
 
-/* Loads the contracts and the page templates the configuration names. */
-static int
-load_shared(const struct config *cfg, struct contract_set **contracts,
-            struct page_set **pages, char *err, size_t errlen)
+/* What SIGHUP replaces: the configuration requests read, the contracts,
+ * the page templates. */
+struct reloadable {
+	struct config *cfg;
+	struct contract_set *contracts;
+	struct page_set *pages;
+};
+
+static void
+reloadable_free(struct reloadable *r)
 {
-	*contracts = contract_load_dir(cfg->contracts_dir, err, errlen);
-	if (*contracts == NULL)
+	if (r->cfg != NULL) {
+		config_free(r->cfg);
+		free(r->cfg);
+	}
+	contract_set_free(r->contracts);
+	page_set_free(r->pages);
+	memset(r, 0, sizeof(*r));
+}
+
+/* Loads the configuration at path, then the contracts and the page
+ * templates it names; all or nothing. */
+static int
+load_shared(const char *path, struct reloadable *r, char *err, size_t errlen)
+{
+	memset(r, 0, sizeof(*r));
+	r->cfg = malloc(sizeof(*r->cfg));
+	if (r->cfg == NULL) {
+		snprintf(err, errlen, "out of memory");
 		return -1;
-	*pages = page_set_load(cfg->templates_dir, err, errlen);
-	if (*pages == NULL) {
-		contract_set_free(*contracts);
-		*contracts = NULL;
+	}
+	config_defaults(r->cfg);
+	if (config_load(path, r->cfg, err, errlen) != 0 ||
+	    (r->contracts = contract_load_dir(r->cfg->contracts_dir, err, errlen)) == NULL ||
+	    (r->pages = page_set_load(r->cfg->templates_dir, err, errlen)) == NULL) {
+		reloadable_free(r);
 		return -1;
 	}
 	return 0;
 }
 
-#define SWAP(a, b)                  \
-	do {                        \
-		__typeof__(a) t_ = (a); \
-		(a) = (b);              \
-		(b) = t_;               \
-	} while (0)
+/* The settings read once at start (the socket, the pool, the body buffer,
+ * the database connections): a reload keeps them and names the ones that
+ * changed in the file, which take a restart. */
+static void
+keep_startup_settings(const struct config *start, struct config *now, char *changed,
+                      size_t len)
+{
+	changed[0] = '\0';
+#define CHANGED_S(n) if (strcmp(start->n, now->n) != 0) \
+		snprintf(changed + strlen(changed), len - strlen(changed), " %s", #n)
+#define KEEP_I(n) if (start->n != now->n) { \
+		snprintf(changed + strlen(changed), len - strlen(changed), " %s", #n); \
+		now->n = start->n; }
+	CHANGED_S(listen);
+	CHANGED_S(listen_owner);
+	CHANGED_S(listen_group);
+	CHANGED_S(listen_allow);
+	CHANGED_S(database);
+	CHANGED_S(log_file);
+	KEEP_I(listen_mode);
+	KEEP_I(listen_backlog);
+	KEEP_I(threads);
+	KEEP_I(max_body_bytes);
+	KEEP_I(statement_timeout_ms);
+	KEEP_I(shutdown_grace_seconds);
+#undef CHANGED_S
+#undef KEEP_I
+}
 
 static void
 usage(FILE *out)
 {
 	fprintf(out,
-	        "usage: oncegate-fcgi [-c FILE] [-n] [-h]\n"
+	        "usage: oncegate-fcgi [-c FILE] [-n] [-h] [-V]\n"
 	        "  -c FILE  configuration file (default: $ONCEGATE_CONF or the installed one)\n"
 	        "  -n       check the configuration, print it (secrets masked) and exit\n"
 	        "  -h       this help\n"
-	        "Signals: SIGTERM/SIGINT finish in-flight requests and exit; SIGHUP "
-	        "reopens the decision log.\n");
+	        "  -V       print the version and exit (also --version)\n"
+	        "Signals: SIGTERM/SIGINT finish in-flight requests and exit; SIGHUP\n"
+	        "reopens the decision log and reloads the configuration (public_url,\n"
+	        "csrf_secret, targets, leases, log_level, ...), the contracts and the\n"
+	        "templates; the socket, threads, max_body_bytes and database take a restart.\n"
+	        "Under systemd: socket activation (sd_listen_fds), READY=1, WATCHDOG=1.\n");
 }
 
 int
@@ -59,10 +111,13 @@ main(int argc, char **argv)
 	struct config cfg;
 	struct fcgi_pool *pool;
 	struct fcgi_shared shared = { .lock = PTHREAD_RWLOCK_INITIALIZER };
+	struct reloadable cur = { 0 };
+	struct timespec wd;
 	const char *path = NULL;
-	char err[1024];
+	char err[1024], changed[256];
 	sigset_t set;
-	bool check = false;
+	bool check = false, inherited = false;
+	long wd_ms;
 	int opt, fd, sig, rc = EXIT_FAILURE;
 
 	if ((opt = config_options(argc, argv, usage, &path, &check)) >= 0)
@@ -72,10 +127,13 @@ main(int argc, char **argv)
 		fprintf(stderr, "oncegate-fcgi: %s\n", err);
 		goto out;
 	}
-	if (load_shared(&cfg, &shared.contracts, &shared.pages, err, sizeof(err)) != 0) {
+	if (load_shared(path, &cur, err, sizeof(err)) != 0) {
 		fprintf(stderr, "oncegate-fcgi: %s\n", err);
 		goto out;
 	}
+	shared.cfg = cur.cfg;
+	shared.contracts = cur.contracts;
+	shared.pages = cur.pages;
 	if (check) {
 		config_dump(&cfg, stdout);
 		fprintf(stdout, "\n# %zu contracts loaded from %s\n",
@@ -98,7 +156,7 @@ main(int argc, char **argv)
 	sigaddset(&set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 
-	fd = fcgi_open_socket(&cfg, err, sizeof(err));
+	fd = fcgi_open_socket(&cfg, &inherited, err, sizeof(err));
 	if (fd < 0) {
 		fprintf(stderr, "oncegate-fcgi: %s\n", err);
 		log_event(LOG_LEVEL_ERROR, "responder.start_failed",
@@ -118,53 +176,75 @@ main(int argc, char **argv)
 		goto out_log;
 	}
 	snprintf(err, sizeof(err), "listening on %s with %d threads",
-	         cfg.listen[0] != '\0' ? cfg.listen : "inherited fd 0", cfg.threads);
+	         fd == 3 && inherited ? "the socket systemd passed (fd 3)"
+	         : inherited          ? "inherited fd 0"
+	                              : cfg.listen,
+	         cfg.threads);
 	log_event(LOG_LEVEL_INFO, "responder.started", &(struct log_fields){ .detail = err });
+	service_ready(err);
+	wd_ms = service_watchdog_ms();
+	wd.tv_sec = wd_ms > 0 ? wd_ms / 1000 : 3600;
+	wd.tv_nsec = wd_ms > 0 ? (wd_ms % 1000) * 1000000L : 0;
 
 	for (;;) {
-		if (sigwait(&set, &sig) != 0)
-			continue;
-		if (sig == SIGHUP) {
-			struct contract_set *contracts;
-			struct page_set *pages;
+		struct reloadable next;
 
-			if (log_reopen() != 0)
-				fprintf(stderr, "oncegate-fcgi: cannot reopen %s\n", cfg.log_file);
-			log_event(LOG_LEVEL_INFO, "responder.log_reopened", NULL);
-			/* A broken contract keeps the old set: the reload is refused
-			 * loudly, never half-applied. */
-			if (load_shared(&cfg, &contracts, &pages, err, sizeof(err)) != 0) {
-				log_event(LOG_LEVEL_ERROR, "responder.reload_failed",
-				          &(struct log_fields){ .detail = err,
-				                                .hint = "the previous contracts stay in use" });
-				continue;
-			}
-			pthread_rwlock_wrlock(&shared.lock);
-			SWAP(contracts, shared.contracts);
-			SWAP(pages, shared.pages);
-			pthread_rwlock_unlock(&shared.lock);
-			contract_set_free(contracts);
-			page_set_free(pages);
-			log_event(LOG_LEVEL_INFO, "responder.reloaded", NULL);
+		sig = sigtimedwait(&set, NULL, &wd);
+		if (sig < 0) {
+			/* the timeout: the main loop is alive */
+			if (errno == EAGAIN && wd_ms > 0)
+				service_alive();
 			continue;
 		}
-		break;
+		if (sig != SIGHUP)
+			break;
+		service_reloading();
+		if (log_reopen() != 0)
+			fprintf(stderr, "oncegate-fcgi: cannot reopen %s\n", cfg.log_file);
+		log_event(LOG_LEVEL_INFO, "responder.log_reopened", NULL);
+		/* A broken configuration, contract or template keeps the old set:
+		 * the reload is refused loudly, never half-applied. */
+		if (load_shared(path, &next, err, sizeof(err)) != 0) {
+			log_event(LOG_LEVEL_ERROR, "responder.reload_failed",
+			          &(struct log_fields){ .detail = err,
+			                                .hint = "the previous configuration and "
+			                                        "contracts stay in use" });
+			service_ready("running; the last reload failed");
+			continue;
+		}
+		keep_startup_settings(&cfg, next.cfg, changed, sizeof(changed));
+		log_set_level(log_level_parse(next.cfg->log_level));
+		pthread_rwlock_wrlock(&shared.lock);
+		shared.cfg = next.cfg;
+		shared.contracts = next.contracts;
+		shared.pages = next.pages;
+		pthread_rwlock_unlock(&shared.lock);
+		reloadable_free(&cur);
+		cur = next;
+		if (changed[0] != '\0')
+			log_event(LOG_LEVEL_WARNING, "responder.restart_needed",
+			          &(struct log_fields){ .detail = changed + 1,
+			                                .hint = "these settings are read at start "
+			                                        "only: restart to apply them" });
+		log_event(LOG_LEVEL_INFO, "responder.reloaded",
+		          &(struct log_fields){ .count = (long long)contract_count(cur.contracts) });
+		service_ready("running; reloaded");
 	}
+	service_stopping();
 	log_event(LOG_LEVEL_INFO, "responder.stopping",
 	          &(struct log_fields){ .detail = "finishing in-flight requests" });
 	if (fcgi_pool_stop(pool, cfg.shutdown_grace_seconds) != 0)
 		log_event(LOG_LEVEL_WARNING, "responder.stop_timeout",
 		          &(struct log_fields){ .detail = "requests still running at the deadline" });
 	metrics_flusher_stop(); /* the last counts of this process */
-	if (cfg.listen[0] != '\0' && !config_listen_is_tcp(cfg.listen))
+	if (!inherited && cfg.listen[0] != '\0' && !config_listen_is_tcp(cfg.listen))
 		(void)unlink(cfg.listen);
 	log_event(LOG_LEVEL_INFO, "responder.stopped", NULL);
 	rc = EXIT_SUCCESS;
 out_log:
 	log_close();
 out:
-	contract_set_free(shared.contracts);
-	page_set_free(shared.pages);
+	reloadable_free(&cur);
 	config_free(&cfg);
 	return rc;
 }
