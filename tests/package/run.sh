@@ -20,7 +20,9 @@
 #      installed programs: a person signs in through the SSO proxy stand-in
 #      (tests/identity/sso_standin.py, speaking oauth2-proxy's headers) and
 #      approves, and the dispatcher delivers the mail to a loopback SMTP
-#      server (tests/providers/smtp_sink.py);
+#      server (tests/providers/smtp_sink.py); a CRM change approved by
+#      another person reaches the loopback HTTP provider with the
+#      credentials of dispatch.env;
 #   5. stops every process it started by PID, purges the package and puts
 #      the machine back as it found it.
 #
@@ -269,5 +271,6 @@ SECOND_KEY=$(runuser -u oncegate -- oncegatectl client add n8n-staging --reason 
 	die "a second API client"
 "$PYTHON" "$HERE/smoke.py" --https "https://localhost:$HTTPS_PORT" --ca /etc/ssl/oncegate/fullchain.pem \
 	--sso "http://127.0.0.1:$SSO_PORT" --key-file /root/oncegate-n8n.key --second-key "$SECOND_KEY" \
-	--mail-record "$TMP/mail.jsonl" --log /var/log/oncegate/decisions.log || die "the smoke test"
+	--mail-record "$TMP/mail.jsonl" --crm "http://127.0.0.1:$CRM_PORT" \
+	--env-file /etc/oncegate/dispatch.env --log /var/log/oncegate/decisions.log || die "the smoke test"
 step "done"
