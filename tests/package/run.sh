@@ -269,7 +269,7 @@ done <"$TMP/guide/plan"
 step "claim → approval → send against the installed programs"
 SECOND_KEY=$(runuser -u oncegate -- oncegatectl client add n8n-staging --reason "second tenant") ||
 	die "a second API client"
-"$PYTHON" "$HERE/smoke.py" --https "https://localhost:$HTTPS_PORT" --ca /etc/ssl/oncegate/fullchain.pem \
+PYTHONDONTWRITEBYTECODE=1 "$PYTHON" "$HERE/smoke.py" --https "https://localhost:$HTTPS_PORT" --ca /etc/ssl/oncegate/fullchain.pem \
 	--sso "http://127.0.0.1:$SSO_PORT" --key-file /root/oncegate-n8n.key --second-key "$SECOND_KEY" \
 	--mail-record "$TMP/mail.jsonl" --crm "http://127.0.0.1:$CRM_PORT" \
 	--env-file /etc/oncegate/dispatch.env --log /var/log/oncegate/decisions.log || die "the smoke test"
