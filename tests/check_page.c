@@ -957,8 +957,8 @@ START_TEST(test_render)
 	ck_assert_ptr_nonnull(strstr(a, "<pre class=\"data\">{}</pre>"));
 	h = reparse_html(a);
 	visit(h->children, collect, &pre);
-	ck_assert_uint_eq(pre.n, 2); /* effect_payload, output */
-	ck_assert_str_eq(pre.v[0], "{}");
+	ck_assert_uint_eq(pre.n, 4); /* mail_body, http_body, effect_payload, output */
+	ck_assert_str_eq(pre.v[2], "{}");
 	collect_free(&pre);
 	ck_assert_ptr_nonnull(strstr(a, "<textarea id=\"reason\" name=\"reason\""));
 	ck_assert_ptr_nonnull(strstr(a, "></textarea>"));

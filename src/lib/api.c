@@ -43,6 +43,13 @@ static const struct route routes[] = {
 	  ANSWER_PAGE, true, false, api_approve_handle },
 	{ "POST", SHAPE_KEY, "/approve/", "", "/approve/{token}", AUTH_SSO, BODY_FORM,
 	  ANSWER_PAGE, true, false, api_approve_handle },
+	/* The inbox, and its entries' cards by challenge id (no token). */
+	{ "GET", SHAPE_EXACT, "/approve/", NULL, "/approve/", AUTH_SSO, BODY_NONE, ANSWER_PAGE,
+	  false, false, api_approve_inbox },
+	{ "GET", SHAPE_KEY, "/approve/card/", "", "/approve/card/{id}", AUTH_SSO, BODY_NONE,
+	  ANSWER_PAGE, false, false, api_approve_card },
+	{ "POST", SHAPE_KEY, "/approve/card/", "", "/approve/card/{id}", AUTH_SSO, BODY_FORM,
+	  ANSWER_PAGE, false, false, api_approve_card },
 	/* No authentication here: both nginx configs answer /metrics only to
 	 * loopback (allow 127.0.0.1; deny all), and only nginx reaches the
 	 * responder's socket. */

@@ -4,6 +4,12 @@
  * here, taken by decide_approval in one transaction, then 303 to the
  * page). Every answer is a page; the token in the URL is a capability,
  * never logged or stored.
+ *
+ * The inbox (GET /approve/) lists what the signed-in person may decide;
+ * each entry opens the same card by the challenge's id
+ * (/approve/card/{id}), shown only to a person among that challenge's
+ * approvers, whose POST passes the same checks and consumes the challenge
+ * by the same statement as the emailed link's.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -22,7 +28,10 @@
 #include "page.h"
 #include "token.h"
 #include "caps.h"
+#include "control.h"
 #include "log.h"
+#include "outbox.h"
+#include "provider.h"
 
 void
 api_approve_security_headers(struct api_call *c)
@@ -92,14 +101,98 @@ pretty(const json_t *v)
 	return page_json_text(v);
 }
 
-/* The page of an approval that was decided: who decided what, when. */
+/* What became of the approved effect, in words: read from the outbox row
+ * this approval queued, and the kill switch. */
+static void
+effect_outcome(struct api_call *c, const struct gate_approval *a, const char **state,
+               const char **status)
+{
+	json_t *list = NULL, *e, *found = NULL;
+	const char *st;
+	size_t i;
+
+	*state = "unknown";
+	*status = "Whether it has gone out could not be read just now; reload the page.";
+	if (a->decision != NULL && strcmp(a->decision, "reject") == 0) {
+		*state = "not sent";
+		*status = "The request was rejected, so nothing was sent.";
+		return;
+	}
+	if (outbox_list(c->ctx->db, c->ctx->cfg, a->client_id, a->key, NULL, NULL, &list) !=
+	    OUTBOX_OK)
+		return;
+	json_array_foreach(list, i, e) {
+		st = json_string_value(json_object_get(e, "approval_id"));
+		if (st != NULL && strcmp(st, a->id) == 0)
+			found = e;
+	}
+	if (found == NULL) {
+		/* decided by another challenge of the run: its effect, not a callback */
+		json_array_foreach(list, i, e) {
+			st = json_string_value(json_object_get(e, "type"));
+			if (found == NULL && st != NULL && strcmp(st, "decision.callback") != 0)
+				found = e;
+		}
+	}
+	st = json_string_value(json_object_get(found, "status"));
+	if (st == NULL) {
+		*state = "not queued";
+		*status = "No action was queued for this decision.";
+	} else if (strcmp(st, "pending") == 0) {
+		PGresult *res = NULL;
+		const char *on = NULL;
+
+		if (control_switch(c->ctx->db, true, &res) == DB_OK && PQntuples(res) == 1)
+			on = db_get(res, 0, "actions_enabled");
+		if (on != NULL && on[0] == 'f') {
+			*state = "held by the kill switch";
+			*status = "It is queued, but sending is switched off (the kill switch); it "
+			          "goes out once an operator switches sending on again.";
+		} else if (json_integer_value(json_object_get(found, "attempt")) > 0) {
+			*state = "queued, retrying";
+			*status = "An attempt to send it failed; the dispatcher tries again on its "
+			          "own. Nobody needs to resend it.";
+		} else {
+			*state = "queued";
+			*status = "It is queued; the dispatcher sends it once, shortly (after its "
+			          "cancellation window, when it has one).";
+		}
+		PQclear(res);
+	} else if (strcmp(st, "sending") == 0) {
+		*state = "being sent";
+		*status = "The dispatcher is sending it right now.";
+	} else if (strcmp(st, "completed") == 0) {
+		*state = "sent";
+		*status = "It was sent, once; the provider confirmed it.";
+	} else if (strcmp(st, "unknown") == 0) {
+		*state = "outcome unknown";
+		*status = "A send timed out; whether it arrived is being checked with the provider. "
+		          "It is never simply sent again.";
+	} else if (strcmp(st, "failed") == 0) {
+		*state = "failed";
+		*status = "It could not be sent and was set aside for the operators (dead letter). "
+		          "Nothing went out.";
+	} else if (strcmp(st, "cancelled") == 0) {
+		*state = "cancelled";
+		*status = "It was cancelled before it went out. Nothing was sent.";
+	}
+	/* the strings above are static; found points into list */
+	json_decref(list);
+}
+
+/* The page of an approval that was decided: who decided what, when, and
+ * whether the action has gone out. */
 static void
 page_decided(struct api_call *c, int status, const struct gate_approval *a, const json_t *run)
 {
 	struct page *p = page_new(c->ctx->pages, "decided");
 	const json_t *effect = json_object_get(run, "proposed_effect");
 	struct log_fields f = { 0 };
+	const char *est, *estatus;
 
+	if (effect == NULL)
+		effect = a->effect;
+	effect_outcome(c, a, &est, &estatus);
 	if (p != NULL) {
 		(void)page_text(p, "title", "Decided");
 		(void)page_text(p, "key", a->key);
@@ -110,6 +203,8 @@ page_decided(struct api_call *c, int status, const struct gate_approval *a, cons
 		(void)page_text(p, "effect_type", json_string_value(json_object_get(effect, "type")) ?: "");
 		(void)page_text(p, "effect_target",
 		                json_string_value(json_object_get(effect, "target")) ?: "");
+		(void)page_text(p, "effect_state", est);
+		(void)page_text(p, "effect_status", estatus);
 	}
 	page_answer(c, status, p);
 	f.approval_id = a->id;
@@ -139,6 +234,62 @@ approve_refusal(const struct api_call *c, const struct gate_approval *a, const c
 		return "Nobody is recorded as having requested this action, so no one can "
 		       "show they are not its requester: it can only be rejected.";
 	return NULL;
+}
+
+/* The effect as it will be sent, by the functions the dispatcher's
+ * providers send it with: for mail the message's From, To, Subject and
+ * body; for HTTP the request's method, URL and body. A part that does not
+ * apply is removed; the payload as handed in stays below either way. */
+static void
+card_effect(struct api_call *c, struct page *p, const json_t *effect)
+{
+	const char *type = json_string_value(json_object_get(effect, "type"));
+	const char *target = json_string_value(json_object_get(effect, "target"));
+	const struct config_target *t = target != NULL ? config_target(c->ctx->cfg, target) : NULL;
+	char *payload = json_dumps(json_object_get(effect, "payload"),
+	                           JSON_COMPACT | JSON_ENCODE_ANY);
+	char why[160], count[24], *url = NULL, *body = NULL, *shown = NULL;
+	struct provider_mail m;
+	bool mail = false, http = false;
+	size_t i;
+	json_t *v;
+
+	if (t != NULL && payload != NULL && strcmp(t->kind, "smtp") == 0 &&
+	    provider_smtp_mail(t, payload, &m, why, sizeof(why))) {
+		mail = true;
+		(void)page_text(p, "mail_from", m.from);
+		snprintf(count, sizeof(count), "%zu", json_array_size(m.to));
+		(void)page_text(p, "mail_count", count);
+		json_array_foreach(m.to, i, v) {
+			struct page_scope *sc = page_repeat(p, "mail_rcpt");
+
+			if (sc == NULL)
+				break;
+			(void)page_scope_text(sc, "mail_rcpt", json_string_value(v) ?: "");
+		}
+		page_repeat_done(p, "mail_rcpt");
+		(void)page_text(p, "mail_subject", m.subject);
+		(void)page_text(p, "mail_body", m.body);
+		provider_mail_clear(&m);
+	} else if (t != NULL && payload != NULL && type != NULL && strcmp(t->kind, "http") == 0 &&
+	           provider_http_request(t, type, payload, &url, &body, why, sizeof(why))) {
+		json_t *b = json_loads(body, JSON_DECODE_ANY, NULL);
+
+		http = true;
+		shown = b != NULL ? page_json_text(b) : NULL;
+		json_decref(b);
+		(void)page_text(p, "http_method", "POST");
+		(void)page_text(p, "http_url", url);
+		(void)page_text(p, "http_body", shown != NULL ? shown : body);
+	}
+	if (!mail)
+		page_remove(p, "mail");
+	if (!http)
+		page_remove(p, "http");
+	free(shown);
+	free(url);
+	free(body);
+	free(payload);
 }
 
 /* The confirmation card. GET never changes anything. */
@@ -217,6 +368,7 @@ page_card(struct api_call *c, const struct gate_approval *a, const json_t *run)
 	(void)page_text(p, "effect_type", json_string_value(json_object_get(effect, "type")) ?: "");
 	(void)page_text(p, "effect_target", json_string_value(json_object_get(effect, "target")) ?: "");
 	(void)page_text(p, "effect_payload", eff_text);
+	card_effect(c, p, effect);
 	(void)page_text(p, "requested_by", requested != NULL ? requested : "(not given)");
 	/* Only the decisions this person may take are buttons; none, no form
 	 * (and no CSRF token issued to them). */
@@ -292,7 +444,7 @@ refuse(struct api_call *c, struct log_fields *f, int status, const char *reason,
  * then 303 to the page. */
 static void
 approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_approval *a,
-               const json_t *run)
+               const json_t *run, char *location)
 {
 	const struct config *cfg = c->ctx->cfg;
 	const char *subject = c->req->remote_user;
@@ -414,13 +566,7 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 		goto out;
 	}
 	c->resp->status = 303;
-	{
-		char location[sizeof(c->token) + 16];
-
-		snprintf(location, sizeof(location), "/approve/%s", c->token);
-		(void)http_header(c->resp, "Location", location);
-		digest_wipe(location, sizeof(location));
-	}
+	(void)http_header(c->resp, "Location", location);
 	f.key = a->key;
 	f.state_from = "awaiting_human";
 	f.state_to = ledger_state_name(lr.state);
@@ -473,17 +619,94 @@ api_approve_signed_in(struct api_call *c)
 	return true;
 }
 
+/* A challenge found (by its token or its id): its page, or the decision
+ * posted on it; after a decision, 303 to location. */
+static void
+approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_approval *a,
+              char *location, struct log_fields *fp)
+{
+	struct log_fields f = *fp;
+	json_t *run = NULL;
+	enum og_rc lrc;
+	const char *state;
+	bool post;
+
+	snprintf(c->key, sizeof(c->key), "%s", a->key);
+	f.approval_id = a->id;
+	if (c->route->body == BODY_FORM && a->effect != NULL) {
+		/* The decision needs only what the challenge carries (the effect
+		 * and the callback, copied when it was created); whether the run
+		 * still awaits a decision is checked inside the transaction. */
+		run = json_pack("{s:O, s:s}", "proposed_effect", a->effect, "state", "awaiting_human");
+		if (run != NULL && a->callback_url != NULL)
+			json_object_set_new(run, "callback_url", json_string(a->callback_url));
+		lrc = run != NULL ? OG_OK : OG_ERROR;
+	} else {
+		lrc = ledger_status(c->ctx->db, a->client_id, a->key, false, &run);
+	}
+	if (lrc != OG_OK) {
+		page_notice(c, lrc == OG_UNAVAILABLE ? 503 : 500, "approval.failed",
+		            "Try again shortly", "The run could not be read.", &f);
+		goto out;
+	}
+	if (a->state == APPROVAL_DECIDED) {
+		decided:
+		page_decided(c, 410, a, run);
+		if (c->route->body == BODY_FORM) {
+			/* a decision on a used link is a refusal, and says so */
+			f.reason = "used";
+			f.decision = a->decision;
+			api_log(c, LOG_LEVEL_NOTICE, "approval.refused", &f);
+		}
+		goto out;
+	}
+	post = c->route->body == BODY_FORM;
+	if (a->state == APPROVAL_VOIDED || a->state == APPROVAL_REVOKED) {
+		f.reason = gate_state_name(a->state);
+		page_notice(c, 410, post ? "approval.refused" : "approval.gone", "No longer valid",
+		            a->state == APPROVAL_VOIDED
+		                ? "Another approver already decided this run."
+		                : "This approval link was revoked by an operator.",
+		            &f);
+		goto out;
+	}
+	if (a->expired || a->state == APPROVAL_EXPIRED) {
+		f.reason = "expired";
+		page_notice(c, 410, post ? "approval.refused" : "approval.expired", "Expired",
+		            "This approval link has expired. Nothing was sent.", &f);
+		goto out;
+	}
+	state = json_string_value(json_object_get(run, "state"));
+	if (state != NULL && strcmp(state, "awaiting_human") != 0) {
+		/* The approval and the run are read one after the other: a decision
+		 * committed in between shows as a pending approval of a decided
+		 * run. Read the approval again before calling it anything else. */
+		gate_approval_clear(a);
+		if (gate_find(c->ctx->db, hash, a) == OG_OK && a->state == APPROVAL_DECIDED)
+			goto decided;
+	}
+	if (state == NULL || strcmp(state, "awaiting_human") != 0) {
+		f.reason = "not_awaiting";
+		page_notice(c, 410, post ? "approval.refused" : "approval.gone", "No longer waiting",
+		            "The run is no longer waiting for a decision.", &f);
+		goto out;
+	}
+	if (c->route->body != BODY_FORM)
+		page_card(c, a, run);
+	else
+		approve_decide(c, hash, a, run, location);
+out:
+	json_decref(run);
+}
+
 void
 api_approve_handle(struct api_call *c)
 {
 	struct gate_approval a = { 0 };
 	struct log_fields f = { 0 };
 	unsigned char hash[32];
-	json_t *run = NULL;
+	char location[sizeof(c->token) + 16];
 	enum og_rc grc;
-	enum og_rc lrc;
-	const char *state;
-	bool post;
 
 	f.actor = c->req->remote_user;
 	if (!token_shape_valid(c->token)) {
@@ -512,71 +735,172 @@ api_approve_handle(struct api_call *c)
 		            "This approval link is not valid. Check that it was copied whole.", &f);
 		return;
 	}
-	snprintf(c->key, sizeof(c->key), "%s", a.key);
-	f.approval_id = a.id;
-	if (c->route->body == BODY_FORM && a.effect != NULL) {
-		/* The decision needs only what the challenge carries (the effect
-		 * and the callback, copied when it was created); whether the run
-		 * still awaits a decision is checked inside the transaction. */
-		run = json_pack("{s:O, s:s}", "proposed_effect", a.effect, "state", "awaiting_human");
-		if (run != NULL && a.callback_url != NULL)
-			json_object_set_new(run, "callback_url", json_string(a.callback_url));
-		lrc = run != NULL ? OG_OK : OG_ERROR;
-	} else {
-		lrc = ledger_status(c->ctx->db, a.client_id, a.key, false, &run);
-	}
-	if (lrc != OG_OK) {
-		page_notice(c, lrc == OG_UNAVAILABLE ? 503 : 500, "approval.failed",
-		            "Try again shortly", "The run could not be read.", &f);
-		goto out;
-	}
-	if (a.state == APPROVAL_DECIDED) {
-		decided:
-		page_decided(c, 410, &a, run);
-		if (c->route->body == BODY_FORM) {
-			/* a decision on a used link is a refusal, and says so */
-			f.reason = "used";
-			f.decision = a.decision;
-			api_log(c, LOG_LEVEL_NOTICE, "approval.refused", &f);
-		}
-		goto out;
-	}
-	post = c->route->body == BODY_FORM;
-	if (a.state == APPROVAL_VOIDED || a.state == APPROVAL_REVOKED) {
-		f.reason = gate_state_name(a.state);
-		page_notice(c, 410, post ? "approval.refused" : "approval.gone", "No longer valid",
-		            a.state == APPROVAL_VOIDED
-		                ? "Another approver already decided this run."
-		                : "This approval link was revoked by an operator.",
-		            &f);
-		goto out;
-	}
-	if (a.expired || a.state == APPROVAL_EXPIRED) {
-		f.reason = "expired";
-		page_notice(c, 410, post ? "approval.refused" : "approval.expired", "Expired",
-		            "This approval link has expired. Nothing was sent.", &f);
-		goto out;
-	}
-	state = json_string_value(json_object_get(run, "state"));
-	if (state != NULL && strcmp(state, "awaiting_human") != 0) {
-		/* The approval and the run are read one after the other: a decision
-		 * committed in between shows as a pending approval of a decided
-		 * run. Read the approval again before calling it anything else. */
-		gate_approval_clear(&a);
-		if (gate_find(c->ctx->db, hash, &a) == OG_OK && a.state == APPROVAL_DECIDED)
-			goto decided;
-	}
-	if (state == NULL || strcmp(state, "awaiting_human") != 0) {
-		f.reason = "not_awaiting";
-		page_notice(c, 410, post ? "approval.refused" : "approval.gone", "No longer waiting",
-		            "The run is no longer waiting for a decision.", &f);
-		goto out;
-	}
-	if (c->route->body != BODY_FORM)
-		page_card(c, &a, run);
-	else
-		approve_decide(c, hash, &a, run);
-out:
-	json_decref(run);
+	snprintf(location, sizeof(location), "/approve/%s", c->token);
+	approve_serve(c, hash, &a, location, &f);
+	digest_wipe(location, sizeof(location));
 	gate_approval_clear(&a);
+}
+
+/* ---- the inbox and the card by id --------------------------------------- */
+
+/* Most entries an inbox shows (the newest). */
+#define INBOX_MAX 200
+
+/* GET and POST /approve/card/{id}: the card of an inbox entry. Only a
+ * person among the challenge's approvers (their subject, or one of their
+ * groups) reaches it; to anyone else it does not exist, as an unknown
+ * link. The rest is the emailed link's page and decision, the consume by
+ * the challenge's token hash included. */
+void
+api_approve_card(struct api_call *c)
+{
+	struct gate_approval a = { 0 };
+	struct log_fields f = { 0 };
+	unsigned char hash[32];
+	char id[sizeof(c->key)], location[GATE_ID_LEN + 16];
+	enum og_rc grc = OG_NOT_FOUND;
+
+	f.actor = c->req->remote_user;
+	snprintf(id, sizeof(id), "%s", c->key);
+	c->key[0] = '\0';
+	if (c->route->body == BODY_FORM && !same_origin(c)) {
+		f.reason = "cross_origin";
+		page_notice(c, 403, "approval.refused", "Refused",
+		            "Decisions are accepted only from the approval page itself.", &f);
+		return;
+	}
+	if (ledger_uuid_valid(id))
+		grc = gate_find_id(c->ctx->db, id, hash, &a);
+	if (grc == OG_UNAVAILABLE) {
+		(void)http_header(c->resp, "Retry-After", "5");
+		page_notice(c, 503, "db.unavailable", "Try again shortly",
+		            "The database is unavailable.", &f);
+		return;
+	}
+	if (grc == OG_OK &&
+	    !contract_approver_matches(a.approver, c->req->remote_user, c->req->auth_groups,
+	                               c->ctx->cfg->auth_groups_separator[0])) {
+		f.approval_id = a.id;
+		f.detail = "not among the approvers of this challenge";
+		grc = OG_NOT_FOUND;
+	}
+	if (grc != OG_OK) {
+		f.reason = "unknown_approval";
+		page_notice(c, 404, "approval.unknown", "Not in your inbox",
+		            "There is no such request among those you may decide. Open your "
+		            "inbox to see what is waiting for you.", &f);
+		gate_approval_clear(&a);
+		digest_wipe(hash, sizeof(hash));
+		return;
+	}
+	snprintf(location, sizeof(location), "/approve/card/%s", a.id);
+	approve_serve(c, hash, &a, location, &f);
+	digest_wipe(hash, sizeof(hash));
+	gate_approval_clear(&a);
+}
+
+/* "3 min", "5 h 2 min", "2 d 4 h": a span for people. */
+static void
+span_text(long long s, char *out, size_t n)
+{
+	if (s < 0)
+		s = 0;
+	if (s < 60)
+		snprintf(out, n, "under a minute");
+	else if (s < 3600)
+		snprintf(out, n, "%lld min", s / 60);
+	else if (s < 86400)
+		snprintf(out, n, "%lld h %lld min", s / 3600, s % 3600 / 60);
+	else
+		snprintf(out, n, "%lld d %lld h", s / 86400, s % 86400 / 3600);
+}
+
+/* GET /approve/: what the signed-in person may decide, newest first. Each
+ * entry links to its card by the challenge's id; no token is ever shown or
+ * linked (only their hashes are stored). Nothing to decide is an empty
+ * inbox, not an error. */
+void
+api_approve_inbox(struct api_call *c)
+{
+	const char *subject = c->req->remote_user;
+	char sep = c->ctx->cfg->auth_groups_separator[0];
+	json_t *list = NULL, *e;
+	struct log_fields f = { 0 };
+	struct page *p = NULL;
+	enum og_rc grc;
+	size_t i, shown = 0;
+	char text[64];
+
+	f.actor = subject;
+	grc = gate_inbox(c->ctx->db, subject, c->req->auth_groups, sep, INBOX_MAX, &list);
+	if (grc != OG_OK) {
+		if (grc == OG_UNAVAILABLE)
+			(void)http_header(c->resp, "Retry-After", "5");
+		f.reason = grc == OG_UNAVAILABLE ? "database_unavailable" : "internal";
+		page_notice(c, grc == OG_UNAVAILABLE ? 503 : 500, "approval.failed",
+		            "Try again shortly", "Your inbox could not be read.", &f);
+		goto out;
+	}
+	if ((p = page_new(c->ctx->pages, "inbox")) == NULL)
+		goto answer;
+	(void)page_text(p, "title", "Your approvals");
+	(void)page_text(p, "approver", subject);
+	(void)page_text(p, "approver_groups", c->req->auth_groups != NULL ? c->req->auth_groups : "");
+	json_array_foreach(list, i, e) {
+		const char *id = json_string_value(json_object_get(e, "approval_id"));
+		const char *approver = json_string_value(json_object_get(e, "approver"));
+		const char *req = json_string_value(json_object_get(e, "requested_by"));
+		const char *etype = json_string_value(json_object_get(e, "effect_type"));
+		const char *etarget = json_string_value(json_object_get(e, "effect_target"));
+		const char *esubj = json_string_value(json_object_get(e, "effect_subject"));
+		char href[GATE_ID_LEN + 16], effect[256], title[320];
+		struct page_scope *sc;
+
+		/* the card's own rule: the same comparison, and a requester never
+		 * decides their own request under separation of duties */
+		if (id == NULL || !contract_approver_matches(approver, subject, c->req->auth_groups, sep))
+			continue;
+		if (json_is_true(json_object_get(e, "separation_of_duties")) && req != NULL &&
+		    strcasecmp(req, subject) == 0)
+			continue;
+		if ((sc = page_repeat(p, "entry")) == NULL)
+			break;
+		snprintf(href, sizeof(href), "/approve/card/%s", id);
+		snprintf(effect, sizeof(effect), "%s to %s", etype ?: "(no action)", etarget ?: "-");
+		if (esubj != NULL)
+			snprintf(title, sizeof(title), "%s", esubj);
+		else
+			snprintf(title, sizeof(title), "%s", effect);
+		(void)page_scope_attr(sc, "entry_link", "href", href);
+		(void)page_scope_text(sc, "entry_title", title);
+		(void)page_scope_text(sc, "entry_effect", effect);
+		(void)page_scope_text(sc, "entry_key", json_string_value(json_object_get(e, "key")) ?: "");
+		(void)page_scope_text(sc, "entry_client",
+		                      json_string_value(json_object_get(e, "client")) ?: "");
+		(void)page_scope_text(sc, "entry_approver", approver);
+		span_text(json_integer_value(json_object_get(e, "age_seconds")), text, sizeof(text));
+		(void)page_scope_text(sc, "entry_age", text);
+		(void)page_scope_text(sc, "entry_expires",
+		                      json_string_value(json_object_get(e, "expires_at")) ?: "");
+		span_text(json_integer_value(json_object_get(e, "seconds_left")), text, sizeof(text));
+		(void)page_scope_text(sc, "entry_left", text);
+		shown++;
+	}
+	page_repeat_done(p, "entry");
+	snprintf(text, sizeof(text), "%zu", shown);
+	(void)page_text(p, "count", text);
+	page_remove(p, shown > 0 ? "empty" : "list");
+answer:
+	page_answer(c, 200, p);
+	p = NULL;
+	f.reason = shown > 0 ? NULL : "empty";
+	{
+		char n[24];
+
+		snprintf(n, sizeof(n), "%zu", shown);
+		f.detail = n;
+		api_log(c, LOG_LEVEL_INFO, "approval.inbox", &f);
+	}
+out:
+	json_decref(list);
 }

@@ -153,6 +153,8 @@ void api_runs_transition(struct api_call *c);  /* POST /v1/runs/{key}/transition
 void api_runs_cancel(struct api_call *c);      /* POST /v1/runs/{key}/cancel */
 void api_output_submit(struct api_call *c);    /* POST /v1/runs/{key}/output */
 void api_approve_handle(struct api_call *c);   /* GET and POST /approve/{token} */
+void api_approve_card(struct api_call *c);     /* GET and POST /approve/card/{id} */
+void api_approve_inbox(struct api_call *c);    /* GET /approve/ */
 void api_ops_healthz(struct api_call *c);      /* GET /healthz */
 void api_ops_metrics(struct api_call *c);      /* GET /metrics */
 void api_ops_openapi(struct api_call *c);      /* GET /v1/openapi.json */

@@ -353,3 +353,114 @@ const struct db_stmt gate_st_purge_effects = {
 	"   AND ap.effect IS NOT NULL RETURNING ap.id",
 	2, false,
 };
+
+/* ---- the inbox: challenges found by the person, not by the token ---------- */
+
+/* Pending, unexpired challenges named to the subject itself (addresses
+ * compared without case, as the card does) or to one of the groups (the
+ * identity header split at the separator, each item trimmed of spaces and
+ * tabs and compared whole);
+ * per run only the newest such challenge (deciding one settles the run).
+ * Newest first. The caller holds each row to the card's own rule. */
+static const struct db_stmt st_inbox = {
+	"gate_inbox",
+	"SELECT * FROM ("
+	"  SELECT DISTINCT ON (a.client_id, a.idempotency_key)"
+	"         a.id, a.client_id, a.idempotency_key, a.approver, a.requested_by,"
+	"         a.separation_of_duties, a.created_at,"
+	"         og_ts(a.created_at) AS created_ts, og_ts(a.expires_at) AS expires_ts,"
+	"         floor(extract(epoch FROM now() - a.created_at))::bigint AS age_s,"
+	"         floor(extract(epoch FROM a.expires_at - now()))::bigint AS left_s,"
+	"         a.effect->>'type' AS effect_type, a.effect->>'target' AS effect_target,"
+	"         a.effect->'payload'->>'subject' AS effect_subject,"
+	"         (SELECT c.name FROM api_clients c WHERE c.id = a.client_id) AS client"
+	"    FROM approvals a"
+	"   WHERE a.state = 'pending' AND a.expires_at > now()"
+	"     AND (lower(a.approver) = lower($1)"
+	"          OR a.approver = ANY (ARRAY(SELECT 'group:' || btrim(g, E' \\t')"
+	"                                       FROM unnest(string_to_array($2, $3)) g)))"
+	"   ORDER BY a.client_id, a.idempotency_key, a.created_at DESC, a.id"
+	") newest ORDER BY created_at DESC, id LIMIT $4::int",
+	4, true,
+};
+
+/* The challenge behind an inbox entry, with its token hash: the decision
+ * taken from the inbox consumes it by the same statement as a token's. */
+static const struct db_stmt st_find_id = {
+	"gate_find_id",
+	"SELECT encode(token_hash, 'hex') AS token_hash FROM approvals WHERE id = $1::uuid",
+	1, true,
+};
+
+enum og_rc
+gate_inbox(struct db *db, const char *subject, const char *groups, char sep, int limit,
+           json_t **out)
+{
+	char lim[16], sp[2] = { sep, '\0' };
+	const char *params[4] = { subject, sep != '\0' ? groups : NULL, sp, lim };
+	PGresult *res;
+	enum db_rc rc;
+	json_t *list;
+	int i;
+
+	*out = NULL;
+	snprintf(lim, sizeof(lim), "%d", limit);
+	rc = db_exec(db, &st_inbox, params, &res);
+	if (rc != DB_OK)
+		return gate_rc_of(rc);
+	list = json_array();
+	for (i = 0; list != NULL && i < PQntuples(res); i++) {
+		json_t *a = json_object();
+		const char *sod = db_get(res, i, "separation_of_duties");
+
+		json_object_set_new(a, "approval_id", json_string(db_get(res, i, "id")));
+		json_object_set_new(a, "client_id", json_integer(db_get_ll(res, i, "client_id")));
+		set_opt(a, "client", res, i);
+		json_object_set_new(a, "key", json_string(db_get(res, i, "idempotency_key")));
+		set_opt(a, "approver", res, i);
+		set_opt(a, "requested_by", res, i);
+		json_object_set_new(a, "separation_of_duties", json_boolean(sod && sod[0] == 't'));
+		json_object_set_new(a, "created_at", json_string(db_get(res, i, "created_ts")));
+		json_object_set_new(a, "expires_at", json_string(db_get(res, i, "expires_ts")));
+		json_object_set_new(a, "age_seconds", json_integer(db_get_ll(res, i, "age_s")));
+		json_object_set_new(a, "seconds_left", json_integer(db_get_ll(res, i, "left_s")));
+		set_opt(a, "effect_type", res, i);
+		set_opt(a, "effect_target", res, i);
+		set_opt(a, "effect_subject", res, i);
+		json_array_append_new(list, a);
+	}
+	PQclear(res);
+	*out = list;
+	return list != NULL ? OG_OK : OG_ERROR;
+}
+
+enum og_rc
+gate_find_id(struct db *db, const char *id, unsigned char token_hash[32],
+             struct gate_approval *out)
+{
+	const char *params[1] = { id };
+	PGresult *res;
+	enum db_rc rc;
+	const char *hex;
+	size_t i;
+
+	memset(out, 0, sizeof(*out));
+	if ((rc = db_exec(db, &st_find_id, params, &res)) != DB_OK)
+		return gate_rc_of(rc);
+	hex = PQntuples(res) == 1 ? db_get(res, 0, "token_hash") : NULL;
+	if (hex == NULL || strlen(hex) != 64) {
+		PQclear(res);
+		return OG_NOT_FOUND;
+	}
+	for (i = 0; i < 32; i++) {
+		unsigned v;
+
+		if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
+			PQclear(res);
+			return OG_ERROR;
+		}
+		token_hash[i] = (unsigned char)v;
+	}
+	PQclear(res);
+	return gate_find(db, token_hash, out);
+}

@@ -89,4 +89,22 @@ extern const struct db_stmt gate_st_revoke;
 extern const struct db_stmt gate_st_pending;
 extern const struct db_stmt gate_st_purge_effects;
 
+/* The inbox: the pending, unexpired challenges named to subject (an
+ * address compared without case) or to "group:G" for an item G of groups
+ * (the identity header: items split at sep, trimmed of spaces and tabs,
+ * compared whole; NULL: none), at most one per run (its newest), newest
+ * first, at most limit. *out is a new array of {approval_id, client_id,
+ * client, key, approver, requested_by, separation_of_duties, created_at,
+ * expires_at, age_seconds, seconds_left, effect_type, effect_target,
+ * effect_subject}; never a token or its hash. The caller holds each entry
+ * to the card's own rule of who may decide. */
+enum og_rc gate_inbox(struct db *db, const char *subject, const char *groups, char sep,
+                        int limit, json_t **out) __attribute__((warn_unused_result));
+/* The challenge with this id (a valid UUID text), as gate_find; its token
+ * hash in token_hash, so that a decision taken from the inbox consumes it
+ * by the very statement a token's decision uses. The hash never leaves
+ * the process. */
+enum og_rc gate_find_id(struct db *db, const char *id, unsigned char token_hash[32],
+                          struct gate_approval *out) __attribute__((warn_unused_result));
+
 #endif

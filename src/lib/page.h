@@ -29,7 +29,7 @@ struct page_set;   /* the parsed templates of a directory */
 struct page;       /* one page being filled (private; refers to its set) */
 struct page_scope; /* one repeated item, owned by its page */
 
-/* Loads dir/NAME.xhtml for NAME in approval, decided, notice. Each must be
+/* Loads dir/NAME.xhtml for NAME in approval, decided, notice, inbox. Each must be
  * well-formed XML with an XHTML <html> root, no script/style/on* content
  * and every slot the handlers fill; it is parsed with no network, no DTD
  * loading and no entity expansion. Calls xmlInitParser(), so call it from

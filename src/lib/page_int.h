@@ -13,7 +13,7 @@
 #define PAGE_XHTML_NS   "http://www.w3.org/1999/xhtml"
 #define PAGE_SLOT       "data-slot"
 #define PAGE_REPEAT     "data-repeat"
-#define PAGE_NTEMPLATES 3     /* approval, decided, notice (page_tmpl.c) */
+#define PAGE_NTEMPLATES 4     /* approval, decided, notice, inbox (page_tmpl.c) */
 
 #define NONE           (-1)  /* no node */
 

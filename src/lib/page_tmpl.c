@@ -35,14 +35,21 @@ static const char *const page_approval_slots[] = {
 	"error_path", "error_message", "approver", "approver_groups",
 	"expires_at", "effect_type", "effect_target", "effect_payload",
 	"requested_by", "rerun", "form", "csrf", "decision_button",
-	"decision_value", "decision_label", NULL,
+	"decision_value", "decision_label", "cannot_decide", "cannot_decide_reason",
+	"mail", "mail_from", "mail_count", "mail_rcpt", "mail_subject", "mail_body",
+	"http", "http_method", "http_url", "http_body", NULL,
 };
 static const char *const page_decided_slots[] = {
 	"title", "key", "decision", "decided_by", "decided_at", "reason",
-	"effect_type", "effect_target", "rerun", NULL,
+	"effect_type", "effect_target", "effect_state", "effect_status", "rerun", NULL,
 };
 static const char *const page_notice_slots[] = {
 	"title", "heading", "message", "detail", NULL,
+};
+static const char *const page_inbox_slots[] = {
+	"title", "approver", "approver_groups", "count", "empty", "list", "entry",
+	"entry_link", "entry_title", "entry_effect", "entry_key", "entry_client",
+	"entry_approver", "entry_age", "entry_expires", "entry_left", NULL,
 };
 
 struct page_template {
@@ -54,6 +61,7 @@ static const struct page_template page_templates[] = {
 	{ "approval", page_approval_slots },
 	{ "decided", page_decided_slots },
 	{ "notice", page_notice_slots },
+	{ "inbox", page_inbox_slots },
 };
 
 _Static_assert(PAGE_NTEMPLATES == sizeof(page_templates) / sizeof(page_templates[0]),

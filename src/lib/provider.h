@@ -109,8 +109,39 @@ void provider_attempt_clear(struct provider_attempt *out);
 void provider_smtp_message_id(const char *provider_key, const char *mail_from, char *out,
                               size_t outlen);
 
-/* Builds the whole RFC 5322 message of an email effect; NULL with a reason
- * when the payload cannot make one. *rcpt is a new array of recipients. */
+/* Where and what an HTTP effect POSTs (the one function the send uses):
+ * the target's URL and the payload as it is, or, for a decision.callback,
+ * the resume URL it carries and the rest of it. *url and *body malloc'd;
+ * false with a reason when it cannot be sent. */
+bool provider_http_request(const struct config_target *t, const char *type, const char *payload,
+                           char **url, char **body, char *why, size_t whylen)
+	__attribute__((warn_unused_result));
+
+/* An email effect as its recipients get it: the values the message
+ * carries, taken by the one function that builds it, so the approval page
+ * shows exactly what goes out. from is the envelope sender and From:, to
+ * every recipient (RCPT TO and To:, in order), subject the Subject: text
+ * and body the text the recipients read once the transfer encoding is
+ * undone, byte for byte. Pointers into payload and the target. */
+struct provider_mail {
+	json_t *payload;           /* owned */
+	json_t *to;                /* owned: array of addresses */
+	const char *from;
+	const char *subject;
+	const char *body;
+	const char *in_reply_to;   /* NULL when none */
+};
+
+/* The mail an effect's payload (JSON text) becomes on target t; false with
+ * a reason when it cannot make one. Release with provider_mail_clear. */
+bool provider_smtp_mail(const struct config_target *t, const char *payload,
+                        struct provider_mail *m, char *why, size_t whylen)
+	__attribute__((warn_unused_result));
+void provider_mail_clear(struct provider_mail *m);
+
+/* Builds the whole RFC 5322 message of an email effect from
+ * provider_smtp_mail's values; NULL with a reason when the payload cannot
+ * make one. *rcpt is a new array of recipients. */
 char *provider_smtp_message(const struct config_target *t, const struct provider_effect *e,
                             json_t **rcpt, char *why, size_t whylen);
 

@@ -83,6 +83,45 @@ http_perform(CURL *c, const struct config_target *t, struct curl_slist **hdrs,
 	return rc;
 }
 
+bool
+provider_http_request(const struct config_target *t, const char *type, const char *payload,
+                      char **url, char **body, char *why, size_t whylen)
+{
+	json_t *p = NULL;
+	const char *u;
+
+	*url = *body = NULL;
+	if (payload == NULL)
+		goto invalid;
+	/* A decision callback goes to the resume URL it carries; the rest of
+	 * its payload is the body. */
+	if (strcmp(type, "decision.callback") != 0) {
+		*url = t->url != NULL ? strdup(t->url) : NULL;
+		*body = strdup(payload);
+		goto done;
+	}
+	p = json_loads(payload, 0, NULL);
+	u = json_string_value(json_object_get(p, "url"));
+	if (u == NULL || !url_under(u, t->url) || !provider_header_safe(u, 4096)) {
+		snprintf(why, whylen, "callback url missing or outside its target");
+		json_decref(p);
+		return false;
+	}
+	*url = strdup(u);
+	json_object_del(p, "url");
+	*body = canon_dumps(p, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(p);
+done:
+	if (*url != NULL && *body != NULL)
+		return true;
+	free(*url);
+	free(*body);
+	*url = *body = NULL;
+invalid:
+	snprintf(why, whylen, "payload is not JSON");
+	return false;
+}
+
 static void
 http_send(struct provider_conn *pc, const struct config_target *t,
           const struct provider_effect *e, struct provider_attempt *out)
@@ -90,43 +129,21 @@ http_send(struct provider_conn *pc, const struct config_target *t,
 	CURL *c = pc->curl;
 	struct curl_slist *hdrs = NULL;
 	struct provider_sink s;
-	char errbuf[CURL_ERROR_SIZE] = "", *body = NULL, *line = NULL, *cb_url = NULL;
-	const char *url = t->url, *post = e->payload;
-	json_t *payload = NULL;
+	char errbuf[CURL_ERROR_SIZE] = "", *body = NULL, *line = NULL, *url = NULL;
+	char why[160];
 	CURLcode rc;
 	long status = 0;
 	curl_off_t sent = 0;
 
 	memset(out, 0, sizeof(*out));
-	/* A decision callback goes to the resume URL it carries; the rest of
-	 * its payload is the body. */
-	if (strcmp(e->type, "decision.callback") == 0) {
-		const char *u;
-
-		payload = json_loads(e->payload, 0, NULL);
-		u = json_string_value(json_object_get(payload, "url"));
-		if (u == NULL || !url_under(u, t->url) || !provider_header_safe(u, 4096)) {
-			provider_invalid(out, "callback url missing or outside its target");
-			json_decref(payload);
-			return;
-		}
-		cb_url = strdup(u);
-		json_object_del(payload, "url");
-		body = canon_dumps(payload, JSON_COMPACT | JSON_SORT_KEYS);
-		post = body;
-		url = cb_url;
-	}
-	if (post == NULL || url == NULL) {
-		provider_invalid(out, "payload is not JSON");
-		free(cb_url);
-		free(body);
-		json_decref(payload);
+	if (!provider_http_request(t, e->type, e->payload, &url, &body, why, sizeof(why))) {
+		provider_invalid(out, why);
 		return;
 	}
 	provider_prepare(c, t, &s, errbuf, "http,https", url);
 	curl_easy_setopt(c, CURLOPT_POST, 1L);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDS, post);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(post));
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
 	hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
 	hdrs = curl_slist_append(hdrs, "Expect:");
 	if (asprintf(&line, "Idempotency-Key: %s", e->provider_key) > 0) {
@@ -166,8 +183,7 @@ http_send(struct provider_conn *pc, const struct config_target *t,
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
 	provider_sink_free(&s);
 	free(body);
-	free(cb_url);
-	json_decref(payload);
+	free(url);
 }
 
 enum provider_lookup

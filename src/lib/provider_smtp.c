@@ -187,25 +187,19 @@ put_base64_body(struct buf *b, const char *s)
 	return 0;
 }
 
-char *
-provider_smtp_message(const struct config_target *t, const struct provider_effect *e,
-                      json_t **rcpt, char *why, size_t whylen)
+bool
+provider_smtp_mail(const struct config_target *t, const char *payload, struct provider_mail *m,
+                   char *why, size_t whylen)
 {
-	json_t *payload = json_loads(e->payload, 0, NULL);
-	json_t *errors = json_array(), *to = NULL, *v;
-	const char *reply_to;
-	char msgid[300], date[64];
-	struct buf b;
-	time_t now = time(NULL);
-	struct tm tm;
+	json_t *errors = json_array(), *v;
 
-	*rcpt = NULL;
-	buf_init(&b, OG_MAIL_MESSAGE_MAX);
+	memset(m, 0, sizeof(*m));
+	m->payload = payload != NULL ? json_loads(payload, 0, NULL) : NULL;
 	if (errors == NULL)
 		goto oom;
 	/* The dispatcher checked it already (effect.h); the provider refuses
 	 * on its own anything it could not turn into a message. */
-	if (!effect_mail_check(payload, errors)) {
+	if (!effect_mail_check(m->payload, errors)) {
 		const json_t *e0 = json_array_get(errors, 0);
 
 		snprintf(why, whylen, "%s %s", json_string_value(json_object_get(e0, "path")),
@@ -216,43 +210,71 @@ provider_smtp_message(const struct config_target *t, const struct provider_effec
 		snprintf(why, whylen, "target mail_from is not plain local@domain");
 		goto fail;
 	}
-	v = json_object_get(payload, "to");
-	to = json_is_array(v) ? json_incref(v) : json_pack("[O]", v);
-	if (to == NULL)
+	v = json_object_get(m->payload, "to");
+	m->to = json_is_array(v) ? json_incref(v) : json_pack("[O]", v);
+	if (m->to == NULL)
 		goto oom;
-	reply_to = json_string_value(json_object_get(payload, "in_reply_to"));
-	provider_smtp_message_id(e->provider_key, t->mail_from, msgid, sizeof(msgid));
+	m->from = t->mail_from;
+	m->subject = json_string_value(json_object_get(m->payload, "subject"));
+	m->body = json_string_value(json_object_get(m->payload, "body"));
+	m->in_reply_to = json_string_value(json_object_get(m->payload, "in_reply_to"));
+	json_decref(errors);
+	return true;
+oom:
+	snprintf(why, whylen, "out of memory");
+fail:
+	json_decref(errors);
+	provider_mail_clear(m);
+	return false;
+}
+
+void
+provider_mail_clear(struct provider_mail *m)
+{
+	json_decref(m->to);
+	json_decref(m->payload);
+	memset(m, 0, sizeof(*m));
+}
+
+char *
+provider_smtp_message(const struct config_target *t, const struct provider_effect *e,
+                      json_t **rcpt, char *why, size_t whylen)
+{
+	struct provider_mail m;
+	char msgid[300], date[64];
+	struct buf b;
+	time_t now = time(NULL);
+	struct tm tm;
+
+	*rcpt = NULL;
+	if (!provider_smtp_mail(t, e->payload, &m, why, whylen))
+		return NULL;
+	buf_init(&b, OG_MAIL_MESSAGE_MAX);
+	provider_smtp_message_id(e->provider_key, m.from, msgid, sizeof(msgid));
 	gmtime_r(&now, &tm);
 	strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S +0000", &tm);
 	if (buf_printf(&b, "Message-ID: %s\r\nDate: %s\r\nFrom: <%s>\r\n", msgid, date,
-	               t->mail_from) != 0 ||
-	    put_to(&b, to) != 0 ||
-	    put_subject(&b, json_string_value(json_object_get(payload, "subject"))) != 0)
+	               m.from) != 0 ||
+	    put_to(&b, m.to) != 0 || put_subject(&b, m.subject) != 0)
 		goto toolong;
-	if (reply_to != NULL && buf_printf(&b, "In-Reply-To: %s\r\nReferences: %s\r\n",
-	                                   reply_to, reply_to) != 0)
+	if (m.in_reply_to != NULL && buf_printf(&b, "In-Reply-To: %s\r\nReferences: %s\r\n",
+	                                        m.in_reply_to, m.in_reply_to) != 0)
 		goto toolong;
 	if (buf_puts(&b, "MIME-Version: 1.0\r\n"
 	                 "Content-Type: text/plain; charset=utf-8\r\n"
 	                 "Content-Transfer-Encoding: base64\r\n"
 	                 "Auto-Submitted: auto-generated\r\n\r\n") != 0 ||
-	    put_base64_body(&b, json_string_value(json_object_get(payload, "body"))) != 0)
+	    put_base64_body(&b, m.body) != 0)
 		goto toolong;
-	json_decref(payload);
-	json_decref(errors);
-	*rcpt = to;
+	*rcpt = json_incref(m.to);
+	provider_mail_clear(&m);
 	return buf_steal(&b);
 toolong:
-	if (b.overflow) {
+	if (b.overflow)
 		snprintf(why, whylen, "the message would exceed %d bytes", OG_MAIL_MESSAGE_MAX);
-		goto fail;
-	}
-oom:
-	snprintf(why, whylen, "out of memory");
-fail:
-	json_decref(to);
-	json_decref(errors);
-	json_decref(payload);
+	else
+		snprintf(why, whylen, "out of memory");
+	provider_mail_clear(&m);
 	buf_free(&b);
 	return NULL;
 }

@@ -12,7 +12,10 @@
 // with a fresh profile and no background networking (the machine's network
 // is closed). Exit 0 when the card was shown, Approve was clicked and the
 // decided page came back; 1 otherwise (with a screenshot of where it stood).
-// The card itself is saved beside SCREENSHOT as NAME-card.png.
+// The card itself is saved beside SCREENSHOT as NAME-card.png, and as
+// card-desktop.png; the card on a 390×844 phone screen (whose decision
+// buttons must lie within it) as card-phone.png; the inbox, which must list
+// the run and open its card by id, as inbox.png.
 
 import { chromium } from 'playwright-core';
 import { mkdtempSync, rmSync, mkdirSync } from 'node:fs';
@@ -22,6 +25,7 @@ import { dirname, join } from 'node:path';
 const CHROMIUM = process.env.ONCEGATE_CHROMIUM || '/usr/bin/chromium';
 const TIMEOUT_MS = 30000;
 const REASON = 'Approved in Chromium by tests/browser/approve.mjs';
+const PHONE = { width: 390, height: 844 };
 
 const [url, user, groups, key, screenshot] = process.argv.slice(2);
 if (!url || !user || groups === undefined || !key || !screenshot) {
@@ -92,6 +96,50 @@ try {
   const cardShot = screenshot.replace(/(\.png)?$/, '-card.png');
   await page.screenshot({ path: cardShot, fullPage: true });
   console.log(`screenshot: ${cardShot}`);
+  const desktopShot = join(dirname(screenshot), 'card-desktop.png');
+  await page.screenshot({ path: desktopShot, fullPage: true });
+  console.log(`screenshot: ${desktopShot}`);
+  // The mail as it will be sent: From, To, Subject, body.
+  for (const dt of ['From', 'Subject']) {
+    check(await page.locator('div.mail dt', { hasText: dt }).count() === 1, `the card shows the mail's ${dt}`);
+  }
+  check(await page.locator('div.mail ul.rcpt li').count() >= 1, 'the card lists the recipients');
+  check(await page.locator('div.mail pre.body').count() === 1, "the card shows the mail's body");
+
+  // 1b. On a phone (390×844): the decision buttons are on the first screen.
+  await page.setViewportSize({ width: PHONE.width, height: PHONE.height });
+  await page.goto(url, { waitUntil: 'load' });
+  await page.evaluate(() => window.scrollTo(0, 0));
+  for (const value of ['approve', 'reject']) {
+    const box = await page.locator(`button[name="decision"][value="${value}"]`).boundingBox();
+    check(box !== null, `the ${value} button has a box on the phone`);
+    console.log(`measure - phone ${PHONE.width}x${PHONE.height}: ${value} button top ${box.y.toFixed(0)} px, bottom ${(box.y + box.height).toFixed(0)} px`);
+    check(box.y >= 0 && box.y + box.height <= PHONE.height,
+      `the ${value} button is within the first ${PHONE.height} px of the phone screen (bottom at ${(box.y + box.height).toFixed(0)})`);
+  }
+  const phoneShot = join(dirname(screenshot), 'card-phone.png');
+  await page.screenshot({ path: phoneShot, fullPage: false });
+  console.log(`screenshot: ${phoneShot}`);
+
+  // 1c. The inbox lists this run and opens its card by id, never by token.
+  const inbox = await page.goto(new URL('/approve/', url).href, { waitUntil: 'load' });
+  check(inbox !== null && inbox.status() === 200, `GET /approve/ answers 200 (got ${inbox && inbox.status()})`);
+  checkHeaders(inbox, 'the inbox');
+  const entry = page.locator('ol.inbox li', { hasText: key });
+  check(await entry.count() === 1, `the inbox lists the run ${key}`);
+  const href = await entry.locator('a').getAttribute('href');
+  check(/^\/approve\/card\/[0-9a-f-]{36}$/.test(href || ''), `the inbox entry opens the card by id (${href})`);
+  const token = new URL(url).pathname.split('/').pop();
+  check(!(await page.content()).includes(token), 'the inbox holds no token');
+  const inboxShot = join(dirname(screenshot), 'inbox.png');
+  await page.setViewportSize({ width: 1000, height: 900 });
+  await page.screenshot({ path: inboxShot, fullPage: true });
+  console.log(`screenshot: ${inboxShot}`);
+  const byId = await page.goto(new URL(href, url).href, { waitUntil: 'load' });
+  check(byId !== null && byId.status() === 200, `the card by id answers 200 (got ${byId && byId.status()})`);
+  check((await page.locator('body').innerText()).includes(key), 'the card by id shows the key');
+  await page.setViewportSize({ width: 1000, height: 1400 });
+  await page.goto(url, { waitUntil: 'load' });
 
   // 2. Approve: POST, 303, then the GET of the decided page.
   await page.locator('textarea[name="reason"]').fill(REASON);
@@ -114,6 +162,8 @@ try {
   check(text.includes(user), `the page says who decided: ${user}`);
   check(text.includes(REASON), 'the page shows the reason given');
   check(text.includes(key), 'the page shows the key');
+  check(/Sent\?/.test(text) && /(queued|held by the kill switch|sent|being sent)/.test(text),
+    'the decided page says whether the action has gone out');
   check(await page.locator('form').count() === 0, 'the decided page has no form');
   check(problems.length === 0, `no script errors, CSP violations or failed subresources (${problems.join('; ')})`);
   const css = await page.evaluate(() => document.styleSheets.length).catch(() => -1);

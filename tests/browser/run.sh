@@ -7,9 +7,12 @@
 #   2. creates a run waiting for a person: a claim, then a support_reply
 #      output, through the API with curl;
 #   3. runs approve.mjs: headless Chromium opens the approval link as
-#      sam@example.com (group support), sees the card, clicks Approve and
-#      lands on the decided page; a screenshot goes to
-#      tests/browser/artifacts/approval.png (the card: approval-card.png);
+#      sam@example.com (group support), sees the card (the mail as it will
+#      be sent), checks on a 390×844 phone screen that the decision buttons
+#      are on the first screen, finds the run in the inbox (GET /approve/),
+#      clicks Approve and lands on the decided page; screenshots go to
+#      ARTIFACTS: approval.png (the decided page), approval-card.png and
+#      card-desktop.png (the card), card-phone.png, inbox.png;
 #   4. checks with psql that the run is approved by that person and exactly
 #      one outbox row (email.send, for that approval) exists.
 #
@@ -85,11 +88,15 @@ say "run $KEY awaits approval $APPROVAL_ID"
 # --- 3. the browser -----------------------------------------------------------
 
 mkdir -p "$ARTIFACTS"
-rm -f "$ARTIFACTS/approval.png" "$ARTIFACTS/approval-card.png"
+rm -f "$ARTIFACTS/approval.png" "$ARTIFACTS/approval-card.png" "$ARTIFACTS/card-desktop.png" \
+	"$ARTIFACTS/card-phone.png" "$ARTIFACTS/inbox.png"
 rc=0
 node "$HERE/approve.mjs" "$URL" "$APPROVER" "$APPROVER_GROUPS" "$KEY" "$ARTIFACTS/approval.png" || rc=$?
 [[ -s $ARTIFACTS/approval.png ]] || die "approve.mjs left no screenshot"
 [[ $rc -eq 0 ]] || die "approve.mjs exited $rc (screenshot: $ARTIFACTS/approval.png)"
+for shot in card-desktop card-phone inbox; do
+	[[ -s $ARTIFACTS/$shot.png ]] || die "approve.mjs left no $shot.png"
+done
 
 # --- 4. what the database says -------------------------------------------------
 

@@ -1,0 +1,1131 @@
+/*
+ * check_inbox.c — integration suite: the approver's inbox and the card as
+ * it will be sent, with production-shaped data, against the stack of
+ * ./dev test (which loads the test contracts of tests/data/contracts-test).
+ *
+ *   as sent     a mail to 10 recipients with a 5,000-character body in
+ *               every script (Cyrillic, CJK, Arabic, Hebrew, emoji), handed
+ *               in by two tenants under one business key: the card shows
+ *               From, every recipient, the Subject and the body, and the
+ *               loopback SMTP server receives exactly those bytes (MIME-
+ *               decoded); the page after the decision says the mail is
+ *               held by the kill switch, then that it was sent;
+ *   inbox       GET /approve/ as oauth2-proxy's identity headers arrive
+ *               (groups joined with commas, names with spaces and in
+ *               Cyrillic) lists exactly the runs the person may decide
+ *               (their groups as whole names; not a run they requested;
+ *               not a decided, expired or other group's run), one entry a
+ *               run, newest first, with age and expiry, linking to cards
+ *               by challenge id and never holding a token;
+ *   empty       a person with nothing to decide sees an empty inbox (200);
+ *   may not     a person who may not decide sees the card without a form
+ *               and is told why; by challenge id such a person finds
+ *               nothing (404);
+ *   by id       the card opened from the inbox decides with the same
+ *               guarantees as the emailed link: same origin, CSRF bound to
+ *               the challenge and the person, one transaction that consumes
+ *               the challenge once (the run's other challenge voided, one
+ *               outbox row), and the emailed link then shows the decision.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <libxml/HTMLparser.h>
+#include <libxml/tree.h>
+#include <libxml/xpath.h>
+
+#include "dispatchlib.h"
+#include "testlib.h"
+
+#define CONTRACT      "inbox_mail"   /* group:customer support, group:служба поддержки */
+#define PERSON        "olga.petrova@example.com"
+/* as oauth2-proxy sends X-Auth-Request-Groups: joined with commas */
+#define PERSON_GROUPS "sales team,customer support,служба поддержки"
+#define REQUESTER     "n8n:support-inbox"
+#define SETTLE_S      60
+#define RATE_RETRIES  8
+
+static char g_run[64];
+static const char *g_key_dev;
+static char g_client_b[96];
+static char *g_key_b;
+static char g_smtp_record[PATH_MAX];
+static int g_smtp_port;
+static pid_t g_http_pid = -1, g_smtp_pid = -1;
+
+#define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
+
+/* ---- the API --------------------------------------------------------------- */
+
+/* Claims key as bearer and hands in a mail for CONTRACT (or contract);
+ * output and effect are stolen; the /output answer in *r. */
+static void
+claim_and_output(const char *bearer, const char *key, const char *contract, json_t *output,
+                 json_t *effect, const char *requested_by, struct tl_resp *r)
+{
+	json_t *body = json_pack("{s:s, s:{s:s}, s:i}", "key", key, "payload", "run", g_run,
+	                         "lease_seconds", 60);
+	char owner[64], *path;
+	long long version = 0;
+	struct tl_resp c;
+
+	tl_post_json("/v1/runs", bearer, body, &c);
+	json_decref(body);
+	ASSERT_STATUS(&c, 201);
+	ck_assert_msg(tl_jstr(c.json, "lease_owner") && tl_jint(c.json, "version", &version),
+	              "claim answer: %s", c.body);
+	snprintf(owner, sizeof(owner), "%s", tl_jstr(c.json, "lease_owner"));
+	tl_resp_free(&c);
+	body = json_pack("{s:s, s:I, s:s, s:o, s:o, s:{s:s, s:s, s:s}, s:s, s:s}", "lease_owner",
+	                 owner, "version", (json_int_t)version, "contract", contract, "output", output,
+	                 "effect", effect, "model", "provider", "openai-compatible", "name",
+	                 "qwen2.5-7b-instruct", "revision", "2024-09-19", "source_url",
+	                 "https://crm.example/ticket/48213", "requested_by", requested_by);
+	path = tl_run_path(key, "/output");
+	tl_post_json(path, bearer, body, r);
+	json_decref(body);
+	free(path);
+}
+
+/* The corpus mail mail_id to the recipients `to` (stolen), for CONTRACT. */
+static void
+mail_run(const char *bearer, const char *key, const char *mail_id, json_t *to,
+         const char *requested_by, struct tl_resp *r)
+{
+	claim_and_output(bearer, key, CONTRACT,
+	                 json_pack("{s:s, s:s}", "subject", tl_corpus_mail_str(mail_id, "subject"),
+	                           "body", tl_corpus_mail_str(mail_id, "body")),
+	                 json_pack("{s:s, s:s, s:{s:o}}", "type", "email.send", "target",
+	                           "demo_smtp", "payload", "to", to),
+	                 requested_by, r);
+	ck_assert_msg(r->status == 202 && strcmp(JSTR(r->json, "outcome"), "awaiting_human") == 0,
+	              "%s output: HTTP %ld %.1000s", CONTRACT, r->status, r->body);
+}
+
+/* Ten recipients: first, then nine of the corpus's ten. */
+static json_t *
+ten_recipients(const char *first)
+{
+	json_t *rc = tl_corpus_load("recipients.json"), *to = json_array();
+	size_t i;
+
+	json_array_append_new(to, json_string(first));
+	for (i = 0; i < 9; i++)
+		json_array_append(to, json_array_get(json_object_get(rc, "ten"), i));
+	json_decref(rc);
+	return to;
+}
+
+/* Approval i of an /output answer: its raw token (malloc'd) and its id. */
+static char *
+token_of(const struct tl_resp *r, size_t i, char *id, size_t idsz)
+{
+	const json_t *a = json_array_get(json_object_get(r->json, "approvals"), i);
+	const char *url = tl_jstr(a, "url");
+	const char *t = url ? strstr(url, "/approve/") : NULL;
+
+	ck_assert_msg(t != NULL, "%s: no approval link %zu: %.1000s", r->what, i, r->body);
+	if (id != NULL)
+		snprintf(id, idsz, "%s", JSTR(a, "approval_id"));
+	return strdup(t + 9);
+}
+
+/* ---- the pages --------------------------------------------------------------- */
+
+/* GET (form NULL) or POST of path as user in groups (NULL: header not
+ * sent), from our own origin; the answer's headers in *hdrs when not NULL.
+ * A 429 of nginx's POST limit is waited out. */
+static void
+page_request(const char *path, const char *user, const char *groups, const char *form,
+             const char *origin, struct tl_resp *r, char **hdrs)
+{
+	char hu[256], hg[1024], ho[256];
+	const char *h[6];
+	int n = 0, attempt;
+
+	if (user != NULL) {
+		snprintf(hu, sizeof(hu), "X-Dev-User: %s", user);
+		h[n++] = hu;
+	}
+	if (groups != NULL) {
+		snprintf(hg, sizeof(hg), "X-Dev-Groups: %s", groups);
+		h[n++] = hg;
+	}
+	if (form != NULL) {
+		snprintf(ho, sizeof(ho), "Origin: %s", origin ? origin : tl_env("ONCEGATE_URL"));
+		h[n++] = ho;
+		if (origin == NULL)
+			h[n++] = "Sec-Fetch-Site: same-origin";
+	}
+	h[n] = NULL;
+	for (attempt = 0;; attempt++) {
+		if (hdrs != NULL)
+			*hdrs = NULL;
+		if (form != NULL)
+			tl_http_hdrs("POST", path, h, "application/x-www-form-urlencoded", form,
+			             strlen(form), r, hdrs);
+		else
+			tl_http_hdrs("GET", path, h, NULL, NULL, 0, r, hdrs);
+		if (r->status != 429 || attempt >= RATE_RETRIES)
+			return;
+		tl_resp_free(r);
+		if (hdrs != NULL)
+			free(*hdrs);
+		tl_sleep_ms(1000);
+	}
+}
+
+/* A page as a browser's HTML parser reads it. */
+struct doc {
+	struct tl_resp r;
+	htmlDocPtr html;
+	xmlXPathContextPtr xp;
+};
+
+static void
+doc_get(const char *path, const char *user, const char *groups, struct doc *d)
+{
+	memset(d, 0, sizeof(*d));
+	page_request(path, user, groups, NULL, NULL, &d->r, NULL);
+	ck_assert_msg(strncasecmp(d->r.content_type, "text/html", 9) == 0,
+	              "%s: not a page (%s, HTTP %ld): %.500s", d->r.what, d->r.content_type,
+	              d->r.status, d->r.body);
+	d->html = htmlReadMemory(d->r.body, (int)d->r.body_len, NULL, "UTF-8",
+	                         HTML_PARSE_NOERROR | HTML_PARSE_NOWARNING | HTML_PARSE_NONET);
+	ck_assert_ptr_nonnull(d->html);
+	d->xp = xmlXPathNewContext(d->html);
+	ck_assert_ptr_nonnull(d->xp);
+}
+
+static void
+doc_free(struct doc *d)
+{
+	if (d->xp != NULL)
+		xmlXPathFreeContext(d->xp);
+	if (d->html != NULL)
+		xmlFreeDoc(d->html);
+	tl_resp_free(&d->r);
+	memset(d, 0, sizeof(*d));
+}
+
+/* The text of every node the XPath expression selects, as a JSON array. */
+static json_t *
+doc_texts(const struct doc *d, const char *expr)
+{
+	xmlXPathObjectPtr o = xmlXPathEvalExpression((const xmlChar *)expr, d->xp);
+	json_t *out = json_array();
+	int i;
+
+	ck_assert_msg(o != NULL, "XPath %s", expr);
+	for (i = 0; o->nodesetval != NULL && i < o->nodesetval->nodeNr; i++) {
+		xmlChar *t = xmlNodeGetContent(o->nodesetval->nodeTab[i]);
+
+		json_array_append_new(out, json_string(t != NULL ? (const char *)t : ""));
+		xmlFree(t);
+	}
+	xmlXPathFreeObject(o);
+	return out;
+}
+
+/* The one text the expression selects (malloc'd); fails unless exactly one. */
+static char *
+doc_text1(const struct doc *d, const char *expr)
+{
+	json_t *all = doc_texts(d, expr);
+	char *s;
+
+	ck_assert_msg(json_array_size(all) == 1, "%s: %zu nodes match %s (want 1)", d->r.what,
+	              json_array_size(all), expr);
+	s = strdup(json_string_value(json_array_get(all, 0)));
+	json_decref(all);
+	return s;
+}
+
+static size_t
+doc_count(const struct doc *d, const char *expr)
+{
+	json_t *all = doc_texts(d, expr);
+	size_t n = json_array_size(all);
+
+	json_decref(all);
+	return n;
+}
+
+static char *
+doc_all_text(const struct doc *d)
+{
+	return doc_text1(d, "/html/body");
+}
+
+/* The value of the page's hidden csrf input (malloc'd), or NULL. */
+static char *
+doc_csrf(const struct doc *d)
+{
+	json_t *v = doc_texts(d, "//input[@name='csrf']/@value");
+	char *s = json_array_size(v) == 1 ? strdup(json_string_value(json_array_get(v, 0))) : NULL;
+
+	json_decref(v);
+	return s;
+}
+
+/* POSTs decision with the CSRF value of the card at path (GET first) as
+ * user in groups; the POST's status and, in location, its Location. */
+static long
+decide_at(const char *path, const char *user, const char *groups, const char *decision,
+          char *location, size_t loclen)
+{
+	struct doc d;
+	struct tl_resp r;
+	char *csrf, *form, *hdrs = NULL, *loc;
+	long st;
+
+	doc_get(path, user, groups, &d);
+	ASSERT_STATUS(&d.r, 200);
+	csrf = doc_csrf(&d);
+	ck_assert_msg(csrf != NULL, "%s: the card has no form for %s in \"%s\"", d.r.what, user,
+	              groups);
+	doc_free(&d);
+	form = tl_form("decision", decision, "csrf", csrf, "reason",
+	               "Проверено: отправляем 👍", (char *)NULL);
+	page_request(path, user, groups, form, NULL, &r, &hdrs);
+	st = r.status;
+	loc = hdrs != NULL ? tl_header_get(hdrs, "Location") : NULL;
+	if (location != NULL)
+		snprintf(location, loclen, "%s", loc ? loc : "");
+	free(loc);
+	free(hdrs);
+	tl_resp_free(&r);
+	free(form);
+	free(csrf);
+	return st;
+}
+
+/* ---- the dispatcher and the SMTP sink --------------------------------------- */
+
+/* The stack's From address of demo_smtp (what the card shows). */
+static char *
+stack_mail_from(void)
+{
+	char *conf = tl_file_slurp(tl_env("ONCEGATE_CONF"), NULL), *p, *e, *v = NULL;
+
+	ck_assert_msg(conf != NULL, "cannot read %s", tl_env("ONCEGATE_CONF"));
+	p = strstr(conf, "[target demo_smtp]");
+	p = p != NULL ? strstr(p, "mail_from = ") : NULL;
+	if (p != NULL) {
+		p += strlen("mail_from = ");
+		e = p + strcspn(p, "\r\n");
+		v = strndup(p, (size_t)(e - p));
+	}
+	free(conf);
+	ck_assert_msg(v != NULL, "no mail_from of demo_smtp in the stack's config");
+	return v;
+}
+
+static pid_t
+dispatcher_start(const char *mail_from)
+{
+	char conf[PATH_MAX], log[PATH_MAX], err[PATH_MAX], text[PATH_MAX + 2048], *argv[4], *lines;
+	double deadline;
+	pid_t pid;
+	FILE *f;
+
+	snprintf(conf, sizeof(conf), "%s/dispatch.conf", g_tmp);
+	snprintf(log, sizeof(log), "%s/dispatch.log", g_tmp);
+	snprintf(err, sizeof(err), "%s/dispatch.err", g_tmp);
+	snprintf(text, sizeof(text),
+	         "# check_inbox\nlog_file = %s\nlog_level = info\ndispatch_workers = 2\n"
+	         "dispatch_poll_ms = 200\ndispatch_shutdown_seconds = 5\n",
+	         log);
+	write_file(conf, text);
+	f = fopen(conf, "a");
+	ck_assert_msg(f != NULL, "%s: %s", conf, strerror(errno));
+	dl_conf_contracts(f);
+	fprintf(f,
+	        "\n[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
+	        "lookup_url = http://127.0.0.1:%d/idem/effects/lookup\nidempotency_key = 1\n"
+	        "provider_id_header = X-Provider-Id\ntimeout_ms = 5000\nmax_attempts = 3\n"
+	        "base_ms = 200\ncap_ms = 1000\n\n"
+	        "[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\nmail_from = %s\n"
+	        "timeout_ms = 5000\nmax_attempts = 2\nbase_ms = 200\ncap_ms = 1000\n",
+	        g_http_port, g_http_port, g_smtp_port, mail_from);
+	ck_assert_int_eq(fclose(f), 0);
+	argv[0] = (char *)(uintptr_t)tl_env("ONCEGATE_DISPATCH");
+	argv[1] = (char *)(uintptr_t)"-c";
+	argv[2] = conf;
+	argv[3] = NULL;
+	pid = spawn(argv, "/dev/null", err, ENV_TRUE);
+	proc_register(pid);
+	deadline = tl_now() + START_WAIT_S;
+	for (;;) {
+		lines = tl_file_slurp(log, NULL);
+		if (lines != NULL && strstr(lines, "\"dispatch.started\"") != NULL)
+			break;
+		free(lines);
+		ck_assert_msg(proc_running(pid) && tl_now() < deadline,
+		              "oncegate-dispatch did not start (config %s, stderr %s)", conf, err);
+		tl_sleep_ms(50);
+	}
+	free(lines);
+	return pid;
+}
+
+/* What the SMTP sink received, MIME-decoded by Python's email package: one
+ * object per mail {rcpt (RCPT TO), from, to (the To: addresses), subject,
+ * body (line ends as the text's own)}. */
+static json_t *
+mails_received(void)
+{
+	static const char script[] =
+	    "import json, sys, email, email.policy, email.utils\n"
+	    "for line in open(sys.argv[1], encoding='utf-8'):\n"
+	    "    r = json.loads(line)\n"
+	    "    m = email.message_from_string(r['data'], policy=email.policy.default)\n"
+	    "    print(json.dumps({'rcpt': r['rcpt_tos'],\n"
+	    "        'from': [a for _, a in email.utils.getaddresses([str(m['From'])])],\n"
+	    "        'to': [a for _, a in email.utils.getaddresses([str(m['To'])])],\n"
+	    "        'subject': str(m.get('Subject', '')),\n"
+	    "        'body': m.get_content().replace('\\r\\n', '\\n')}))\n";
+	char path[PATH_MAX], cmd[PATH_MAX * 2 + 256], *out, *line, *save = NULL;
+	json_t *list = json_array();
+
+	snprintf(path, sizeof(path), "%s/decode.py", g_tmp);
+	write_file(path, script);
+	snprintf(cmd, sizeof(cmd), "'%s' '%s' '%s'", tl_env("ONCEGATE_PYTHON"), path, g_smtp_record);
+	out = tl_shell_output(cmd);
+	ck_assert_msg(out != NULL, "decoding the SMTP sink's record failed");
+	for (line = strtok_r(out, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+		json_t *m = json_loads(line, 0, NULL);
+
+		ck_assert_msg(m != NULL, "decoder output: %.300s", line);
+		json_array_append_new(list, m);
+	}
+	free(out);
+	return list;
+}
+
+/* ---- as sent ------------------------------------------------------------------ */
+
+/* What the card shows of a mail. */
+struct shown {
+	char *from, *subject, *body, *count;
+	json_t *to;
+};
+
+static void
+card_mail(const char *path, const char *user, const char *groups, struct shown *s)
+{
+	struct doc d;
+
+	doc_get(path, user, groups, &d);
+	ASSERT_STATUS(&d.r, 200);
+	s->from = doc_text1(&d, "//div[@class='mail']//dt[.='From']/following-sibling::dd[1]");
+	s->count = doc_text1(&d, "//div[@class='mail']//dt[starts-with(.,'To')]/span");
+	s->to = doc_texts(&d, "//div[@class='mail']//ul[@class='rcpt']/li");
+	s->subject = doc_text1(&d, "//div[@class='mail']//dd[@class='subject']");
+	s->body = doc_text1(&d, "//div[@class='mail']//pre[contains(@class,'body')]");
+	/* the decision comes before what is sent, and it is the only form */
+	ck_assert_msg(doc_count(&d, "//form[@method='post']") == 1, "%s: one form", d.r.what);
+	ck_assert_msg(doc_count(&d, "//form//button[@name='decision' and @value='approve']") == 1,
+	              "%s: an Approve button", d.r.what);
+	ck_assert_msg(doc_count(&d, "//form/following::div[@class='mail']") == 1,
+	              "%s: the buttons come before the mail on the page", d.r.what);
+	doc_free(&d);
+}
+
+static void
+shown_free(struct shown *s)
+{
+	free(s->from);
+	free(s->subject);
+	free(s->body);
+	free(s->count);
+	json_decref(s->to);
+}
+
+/* The outcome the decided page reports (malloc'd). */
+static char *
+decided_state(const char *path)
+{
+	struct doc d;
+	char *st;
+
+	doc_get(path, PERSON, PERSON_GROUPS, &d);
+	ASSERT_STATUS(&d.r, 410);
+	st = doc_text1(&d, "//dt[.='Sent?']/following-sibling::dd[1]/strong");
+	doc_free(&d);
+	return st;
+}
+
+START_TEST(test_mail_as_sent)
+{
+	json_t *tenants = tl_corpus_load("tenants.json");
+	struct {
+		const char *bearer, *client, *mail;
+		char first[128], id[64], path[128];
+		char *token;
+		struct shown s;
+	} t[2] = {
+		{ .bearer = g_key_dev, .client = "dev", .mail = "mixed_max" },
+		{ .bearer = g_key_b, .client = g_client_b, .mail = "ar_max" },
+	};
+	PGconn *c = tl_pg_connect();
+	char prefix[96], *key, *mail_from = stack_mail_from(), loc[256], *st;
+	json_t *mails;
+	size_t i, j;
+	pid_t pid;
+	double deadline;
+	int status = 0;
+
+	ck_assert_msg(g_key_b != NULL, "no second client: `oncegatectl client add` failed");
+	snprintf(prefix, sizeof(prefix), "%s-sent:", g_run);
+	key = tl_corpus_key(prefix, json_string_value(json_array_get(
+	                                json_object_get(tenants, "long_keys"), 0)), 200);
+	for (i = 0; i < 2; i++) {
+		struct tl_resp r;
+
+		snprintf(t[i].first, sizeof(t[i].first), "customer+%s@inbox.example.com",
+		         i == 0 ? "dev" : "b");
+		mail_run(t[i].bearer, key, t[i].mail, ten_recipients(t[i].first), REQUESTER, &r);
+		t[i].token = token_of(&r, 0, t[i].id, sizeof(t[i].id));
+		tl_resp_free(&r);
+		snprintf(t[i].path, sizeof(t[i].path), "/approve/%s", t[i].token);
+		card_mail(t[i].path, PERSON, PERSON_GROUPS, &t[i].s);
+		/* what the card shows is what was handed in */
+		ck_assert_str_eq(t[i].s.from, mail_from);
+		ck_assert_str_eq(t[i].s.count, "10");
+		ck_assert_uint_eq(json_array_size(t[i].s.to), 10);
+		ck_assert_str_eq(json_string_value(json_array_get(t[i].s.to, 0)), t[i].first);
+		ck_assert_msg(strcmp(t[i].s.subject, tl_corpus_mail_str(t[i].mail, "subject")) == 0,
+		              "%s: the card's subject is not the drafted one: %s", t[i].client,
+		              t[i].s.subject);
+		ck_assert_msg(strcmp(t[i].s.body, tl_corpus_mail_str(t[i].mail, "body")) == 0,
+		              "%s: the card's body (%zu bytes) is not the drafted one (%zu bytes)",
+		              t[i].client, strlen(t[i].s.body),
+		              strlen(tl_corpus_mail_str(t[i].mail, "body")));
+	}
+	/* decided with sending switched off: the dev tenant's from the inbox's
+	 * card (by id), the other's from its emailed link */
+	(void)tl_ctl(NULL, "kill-switch", "off", "--reason", "check_inbox holds sends",
+	             "--operator", "check_inbox", (char *)NULL);
+	snprintf(t[0].path, sizeof(t[0].path), "/approve/card/%s", t[0].id);
+	ck_assert_int_eq(decide_at(t[0].path, PERSON, PERSON_GROUPS, "approve", loc, sizeof(loc)),
+	                 303);
+	ck_assert_str_eq(loc, t[0].path);
+	ck_assert_int_eq(decide_at(t[1].path, PERSON, PERSON_GROUPS, "approve", NULL, 0), 303);
+	for (i = 0; i < 2; i++) {
+		st = decided_state(t[i].path);
+		ck_assert_msg(strcmp(st, "held by the kill switch") == 0,
+		              "%s: with sending off the decided page says \"%s\"", t[i].client, st);
+		free(st);
+	}
+
+	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_inbox sends to loopback",
+	             "--operator", "check_inbox", (char *)NULL);
+	pid = dispatcher_start(mail_from);
+	{
+		const char *p[1] = { key };
+
+		deadline = tl_now() + SETTLE_S;
+		while (tl_pg_count(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
+		                      " AND state = 'completed'", 1, p) < 2 &&
+		       tl_now() < deadline)
+			tl_sleep_ms(200);
+	}
+	kill(pid, SIGTERM);
+	ck_assert_msg(wait_exit(pid, 20, &status), "the dispatcher did not stop");
+
+	mails = mails_received();
+	for (i = 0; i < 2; i++) {
+		json_t *m, *got = NULL;
+		size_t n = 0;
+
+		json_array_foreach(mails, j, m)
+			if (strcmp(json_string_value(json_array_get(json_object_get(m, "rcpt"), 0)) ?: "",
+			           t[i].first) == 0) {
+				got = m;
+				n++;
+			}
+		ck_assert_msg(n == 1, "%s's mail arrived %zu times", t[i].client, n);
+		/* exactly what the card showed, byte for byte */
+		ck_assert_msg(json_equal(json_object_get(got, "rcpt"), t[i].s.to),
+		              "%s: RCPT TO is not the card's To list", t[i].client);
+		ck_assert_msg(json_equal(json_object_get(got, "to"), t[i].s.to),
+		              "%s: the To: header is not the card's To list", t[i].client);
+		ck_assert_msg(json_array_size(json_object_get(got, "from")) == 1 &&
+		              strcmp(json_string_value(json_array_get(json_object_get(got, "from"), 0)),
+		                     t[i].s.from) == 0,
+		              "%s: From: is not the card's %s", t[i].client, t[i].s.from);
+		ck_assert_msg(strcmp(JSTR(got, "subject"), t[i].s.subject) == 0,
+		              "%s: the received subject is not the card's:\n%s\n%s", t[i].client,
+		              JSTR(got, "subject"), t[i].s.subject);
+		ck_assert_msg(strcmp(JSTR(got, "body"), t[i].s.body) == 0,
+		              "%s: the received body (%zu bytes) is not the card's (%zu bytes)",
+		              t[i].client, strlen(JSTR(got, "body")), strlen(t[i].s.body));
+		st = decided_state(t[i].path);
+		ck_assert_msg(strcmp(st, "sent") == 0, "%s: after the send the decided page says \"%s\"",
+		              t[i].client, st);
+		free(st);
+	}
+	json_decref(mails);
+	for (i = 0; i < 2; i++) {
+		shown_free(&t[i].s);
+		free(t[i].token);
+	}
+	json_decref(tenants);
+	free(mail_from);
+	free(key);
+	PQfinish(c);
+}
+END_TEST
+
+/* ---- the inbox ------------------------------------------------------------------ */
+
+/* The text (or, with attr, that attribute) of the one node expr selects
+ * below node, as a new string; "" when it selects none or several. */
+static json_t *
+below(struct doc *d, xmlNodePtr node, const char *expr, const char *attr)
+{
+	xmlXPathObjectPtr a;
+	xmlChar *v = NULL;
+	json_t *s;
+
+	d->xp->node = node;
+	a = xmlXPathEvalExpression((const xmlChar *)expr, d->xp);
+	if (a != NULL && a->nodesetval != NULL && a->nodesetval->nodeNr == 1)
+		v = attr != NULL ? xmlGetProp(a->nodesetval->nodeTab[0], (const xmlChar *)attr)
+		                 : xmlNodeGetContent(a->nodesetval->nodeTab[0]);
+	xmlXPathFreeObject(a);
+	d->xp->node = NULL;
+	s = json_string(v != NULL ? (const char *)v : "");
+	xmlFree(v);
+	return s;
+}
+
+/* The inbox of user in groups: 200, and its entries as
+ * [{href, title, key, client, text}] in page order; the page's source in
+ * *body when body is not NULL. */
+static json_t *
+inbox_of(const char *user, const char *groups, char **body)
+{
+	struct doc d;
+	xmlXPathObjectPtr o;
+	json_t *out = json_array();
+	int i;
+
+	doc_get("/approve/", user, groups, &d);
+	ASSERT_STATUS(&d.r, 200);
+	o = xmlXPathEvalExpression((const xmlChar *)"//ol[@class='inbox']/li", d.xp);
+	ck_assert_ptr_nonnull(o);
+	for (i = 0; o->nodesetval != NULL && i < o->nodesetval->nodeNr; i++) {
+		xmlNodePtr li = o->nodesetval->nodeTab[i];
+
+		json_array_append_new(
+		    out, json_pack("{s:o, s:o, s:o, s:o}", "href", below(&d, li, ".//a", "href"),
+		                   "key", below(&d, li, ".//span[@class='meta'][1]/code[2]", NULL),
+		                   "client", below(&d, li, ".//span[@class='meta'][1]/code[3]", NULL),
+		                   "text", below(&d, li, ".", NULL)));
+	}
+	xmlXPathFreeObject(o);
+	if (body != NULL)
+		*body = strdup(d.r.body);
+	doc_free(&d);
+	return out;
+}
+
+/* The entries of an inbox that belong to this suite's run key prefix. */
+static json_t *
+mine(const json_t *entries, const char *prefix)
+{
+	json_t *out = json_array(), *e;
+	size_t i;
+
+	json_array_foreach(entries, i, e)
+		if (strncmp(JSTR(e, "key"), prefix, strlen(prefix)) == 0)
+			json_array_append(out, e);
+	return out;
+}
+
+START_TEST(test_inbox_lists_what_one_may_decide)
+{
+	PGconn *c = tl_pg_connect();
+	char prefix[96], k_shared[160], k_own[160], k_sales[160], k_done[160], k_old[160];
+	char id_a[64], id_a2[64], id_b[64], id_b2[64], id_old[64], *tok[8], *body = NULL;
+	char href_a[128], href_b[128];
+	struct tl_resp r;
+	json_t *e, *m;
+	size_t i, j, nt = 0;
+	const char *people[][2] = {
+		{ PERSON, PERSON_GROUPS },
+		{ "ivan@example.com", "customer support" },
+		{ "aigerim@example.com", "служба поддержки, sales team" },
+	};
+
+	snprintf(prefix, sizeof(prefix), "%s-inbox", g_run);
+	snprintf(k_shared, sizeof(k_shared), "%s:support/ru/4821-77", prefix);
+	snprintf(k_own, sizeof(k_own), "%s:own", prefix);
+	snprintf(k_sales, sizeof(k_sales), "%s:sales", prefix);
+	snprintf(k_done, sizeof(k_done), "%s:done", prefix);
+	snprintf(k_old, sizeof(k_old), "%s:expired", prefix);
+
+	/* expired, then decided, then the others, oldest first */
+	mail_run(g_key_dev, k_old, "ru_short", ten_recipients("old@inbox.example.com"), REQUESTER,
+	         &r);
+	tok[nt++] = token_of(&r, 0, id_old, sizeof(id_old));
+	tl_resp_free(&r);
+	{
+		const char *p[1] = { k_old };
+
+		ck_assert_int_eq(tl_pg_exec(c, "UPDATE approvals SET expires_at = now() - interval"
+		                               " '1 second' WHERE idempotency_key = $1", 1, p), 2);
+	}
+	mail_run(g_key_dev, k_done, "zh_short", ten_recipients("done@inbox.example.com"), REQUESTER,
+	         &r);
+	tok[nt++] = token_of(&r, 0, NULL, 0);
+	tl_resp_free(&r);
+	{
+		char path[128];
+
+		snprintf(path, sizeof(path), "/approve/%s", tok[nt - 1]);
+		ck_assert_int_eq(decide_at(path, "ivan@example.com", "customer support", "reject", NULL,
+		                           0), 303);
+	}
+	/* requested by the person: separation of duties keeps it out */
+	mail_run(g_key_dev, k_own, "ja_short", ten_recipients("own@inbox.example.com"), PERSON, &r);
+	tok[nt++] = token_of(&r, 0, NULL, 0);
+	tl_resp_free(&r);
+	/* another group's run (sales) */
+	claim_and_output(g_key_dev, k_sales, "crm_tag_sampled",
+	                 json_pack("{s:s, s:f, s:s}", "tag", "lead", "confidence", 0.97, "reason",
+	                           tl_corpus_mail_str("he_short", "body")),
+	                 json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target", "demo_http",
+	                           "payload", "contact_id", "c-4821"),
+	                 REQUESTER, &r);
+	ck_assert_msg(r.status == 202 && strcmp(JSTR(r.json, "outcome"), "awaiting_human") == 0,
+	              "crm_tag_sampled: %.500s", r.body);
+	tok[nt++] = token_of(&r, 0, NULL, 0);
+	tl_resp_free(&r);
+	/* its card shows the request as the HTTP provider sends it */
+	{
+		char path[128], *conf = tl_file_slurp(tl_env("ONCEGATE_CONF"), NULL), *u, *req, *rb;
+		struct doc d;
+
+		snprintf(path, sizeof(path), "/approve/%s", tok[nt - 1]);
+		doc_get(path, "sofia@example.com", "sales", &d);
+		ASSERT_STATUS(&d.r, 200);
+		ck_assert_uint_eq(doc_count(&d, "//div[@class='mail']"), 0);
+		req = doc_text1(&d, "//div[@class='http']//dt[.='Request']/following-sibling::dd[1]");
+		rb = doc_text1(&d, "//div[@class='http']//pre");
+		u = conf != NULL ? strstr(conf, "[target demo_http]") : NULL;
+		u = u != NULL ? strstr(u, "url = ") : NULL;
+		ck_assert_ptr_nonnull(u);
+		u += 6;
+		u[strcspn(u, "\r\n")] = '\0';
+		ck_assert_msg(strncmp(req, "POST ", 5) == 0 && strcmp(req + 5, u) == 0,
+		              "the card's request is \"%s\", want \"POST %s\"", req, u);
+		ck_assert_msg(strstr(rb, "\"contact_id\": \"c-4821\"") && strstr(rb, "\"tag\": \"lead\""),
+		              "the card's request body: %s", rb);
+		free(req);
+		free(rb);
+		free(conf);
+		doc_free(&d);
+	}
+	/* two tenants, one business key: two entries, told apart by client */
+	mail_run(g_key_dev, k_shared, "ru_reply", ten_recipients("a@inbox.example.com"), REQUESTER,
+	         &r);
+	tok[nt++] = token_of(&r, 0, id_a, sizeof(id_a));
+	tok[nt++] = token_of(&r, 1, id_a2, sizeof(id_a2));
+	tl_resp_free(&r);
+	tl_sleep_ms(20);
+	mail_run(g_key_b, k_shared, "he_reply", ten_recipients("b@inbox.example.com"), REQUESTER,
+	         &r);
+	tok[nt++] = token_of(&r, 0, id_b, sizeof(id_b));
+	tok[nt++] = token_of(&r, 1, id_b2, sizeof(id_b2));
+	tl_resp_free(&r);
+
+	for (i = 0; i < sizeof(people) / sizeof(people[0]); i++) {
+		json_t *all = inbox_of(people[i][0], people[i][1], &body), *got = mine(all, prefix);
+		const json_t *first = json_array_get(got, 0), *second = json_array_get(got, 1);
+		size_t k;
+
+		/* exactly the shared key's two runs, newest (the other tenant's)
+		 * first, and for anyone but its requester the run PERSON asked for */
+		size_t want = i == 0 ? 2 : 3;
+
+		ck_assert_msg(json_array_size(got) == want,
+		              "%s in \"%s\" sees %zu of this test's runs, want %zu: %s", people[i][0],
+		              people[i][1], json_array_size(got), want, json_dumps(got, JSON_COMPACT));
+		ck_assert_str_eq(JSTR(first, "key"), k_shared);
+		ck_assert_str_eq(JSTR(second, "key"), k_shared);
+		ck_assert_str_eq(JSTR(first, "client"), g_client_b);
+		ck_assert_str_eq(JSTR(second, "client"), "dev");
+		if (want == 3)
+			ck_assert_str_eq(JSTR(json_array_get(got, 2), "key"), k_own);
+		/* each links to one of its run's challenges by id */
+		snprintf(href_b, sizeof(href_b), "/approve/card/%s", id_b);
+		snprintf(href_a, sizeof(href_a), "/approve/card/%s", id_b2);
+		ck_assert_msg(strcmp(JSTR(first, "href"), href_b) == 0 ||
+		              strcmp(JSTR(first, "href"), href_a) == 0,
+		              "the other tenant's entry links to %s", JSTR(first, "href"));
+		snprintf(href_b, sizeof(href_b), "/approve/card/%s", id_a);
+		snprintf(href_a, sizeof(href_a), "/approve/card/%s", id_a2);
+		ck_assert_msg(strcmp(JSTR(second, "href"), href_b) == 0 ||
+		              strcmp(JSTR(second, "href"), href_a) == 0,
+		              "dev's entry links to %s", JSTR(second, "href"));
+		/* the title is the mail's subject; age and expiry are shown */
+		ck_assert_msg(strstr(JSTR(first, "text"), tl_corpus_mail_str("he_reply", "subject")),
+		              "the entry does not show the mail's subject: %s", JSTR(first, "text"));
+		ck_assert_msg(strstr(JSTR(first, "text"), "Waiting under a minute") &&
+		              strstr(JSTR(first, "text"), "(in 23 h 59 min)"),
+		              "the entry does not show its age and expiry: %s", JSTR(first, "text"));
+		/* every entry of the whole inbox links to a card by id, and the
+		 * page holds no token of any of these runs */
+		json_array_foreach(all, k, e)
+			ck_assert_msg(strncmp(JSTR(e, "href"), "/approve/card/", 14) == 0 &&
+			              strlen(JSTR(e, "href")) == 14 + 36,
+			              "an inbox entry links to %s", JSTR(e, "href"));
+		for (k = 0; k < nt; k++)
+			ck_assert_msg(strstr(body, tok[k]) == NULL, "the inbox holds a raw token");
+		free(body);
+		body = NULL;
+		json_decref(got);
+		json_decref(all);
+	}
+	/* groups are whole names: none of these sees the inbox_mail runs */
+	{
+		const char *other[] = { "support", "customer support team, Customer Support",
+			                "служба, поддержки", "sales" };
+
+		for (i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+			json_t *all = inbox_of("petr@example.com", other[i], NULL), *got = mine(all, prefix);
+
+			json_array_foreach(got, j, m)
+				ck_assert_msg(strcmp(JSTR(m, "key"), k_sales) == 0 &&
+				              strcmp(other[i], "sales") == 0,
+				              "groups \"%s\" see %s", other[i], JSTR(m, "key"));
+			json_decref(got);
+			json_decref(all);
+		}
+	}
+	for (i = 0; i < 8; i++)
+		free(tok[i]);
+	PQfinish(c);
+}
+END_TEST
+
+START_TEST(test_empty_inbox)
+{
+	const char *groups[] = { "marketing,служба маркетинга", NULL };
+	char user[128], *body = NULL;
+	size_t i;
+
+	snprintf(user, sizeof(user), "nobody.%s@example.com", g_run);
+	for (i = 0; i < 2; i++) {
+		struct doc d;
+		char *text;
+		json_t *all = inbox_of(user, groups[i], &body);
+
+		ck_assert_uint_eq(json_array_size(all), 0);
+		json_decref(all);
+		free(body);
+		doc_get("/approve/", user, groups[i], &d);
+		ASSERT_STATUS(&d.r, 200);
+		text = doc_all_text(&d);
+		ck_assert_msg(strstr(text, "Nothing is waiting for your decision") != NULL &&
+		              strstr(text, user) != NULL,
+		              "the empty inbox does not say so: %.500s", text);
+		ck_assert_uint_eq(doc_count(&d, "//ol"), 0);
+		ck_assert_uint_eq(doc_count(&d, "//form"), 0);
+		free(text);
+		doc_free(&d);
+	}
+	/* not signed in: told to sign in */
+	{
+		struct tl_resp r;
+
+		page_request("/approve/", NULL, NULL, NULL, NULL, &r, NULL);
+		ASSERT_STATUS(&r, 401);
+		ck_assert_msg(strstr(r.body, "Sign in") != NULL, "%.300s", r.body);
+		tl_resp_free(&r);
+	}
+}
+END_TEST
+
+/* What a model drafted is text in the inbox, never markup. */
+START_TEST(test_inbox_shows_text_not_markup)
+{
+	char key[160], subject[256], *body = NULL;
+	struct tl_resp r;
+	struct doc d;
+	json_t *all, *got;
+
+	snprintf(key, sizeof(key), "%s-markup:<b>заказ</b>", g_run);
+	snprintf(subject, sizeof(subject),
+	         "<script>alert(1)</script><img src=x onerror=alert(2)> Заказ 訂單 طلب 🙏🏽");
+	claim_and_output(g_key_dev, key, CONTRACT,
+	                 json_pack("{s:s, s:s}", "subject", subject, "body",
+	                           tl_corpus_mail_str("he_short", "body")),
+	                 json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target",
+	                           "demo_smtp", "payload", "to", "markup@inbox.example.com"),
+	                 REQUESTER, &r);
+	ck_assert_msg(r.status == 202, "%.500s", r.body);
+	tl_resp_free(&r);
+	all = inbox_of(PERSON, PERSON_GROUPS, &body);
+	got = mine(all, key);
+	ck_assert_uint_eq(json_array_size(got), 1);
+	ck_assert_msg(strstr(JSTR(json_array_get(got, 0), "text"), subject) != NULL,
+	              "the entry does not show the subject as text: %s",
+	              JSTR(json_array_get(got, 0), "text"));
+	ck_assert_str_eq(JSTR(json_array_get(got, 0), "key"), key);
+	json_decref(got);
+	json_decref(all);
+	free(body);
+	doc_get("/approve/", PERSON, PERSON_GROUPS, &d);
+	ck_assert_uint_eq(doc_count(&d, "//script | //img | //b | //@onerror"), 0);
+	doc_free(&d);
+}
+END_TEST
+
+/* ---- may not decide ------------------------------------------------------------- */
+
+START_TEST(test_may_not_decide)
+{
+	char key[160], id[64], path[128], *token, *text;
+	struct tl_resp r;
+	struct doc d;
+
+	snprintf(key, sizeof(key), "%s-maynot:заказ/4821", g_run);
+	mail_run(g_key_dev, key, "emoji_reply", ten_recipients("maynot@inbox.example.com"), PERSON,
+	         &r);
+	token = token_of(&r, 0, id, sizeof(id));
+	tl_resp_free(&r);
+	snprintf(path, sizeof(path), "/approve/%s", token);
+
+	/* not among the approvers: the card, no form, and why */
+	doc_get(path, "mallory@example.com", "support,customer support team", &d);
+	ASSERT_STATUS(&d.r, 200);
+	ck_assert_uint_eq(doc_count(&d, "//form"), 0);
+	ck_assert_uint_eq(doc_count(&d, "//input[@name='csrf']"), 0);
+	ck_assert_uint_eq(doc_count(&d, "//button"), 0);
+	text = doc_all_text(&d);
+	ck_assert_msg(strstr(text, "You cannot decide this request") &&
+	              strstr(text, "You are not among the approvers this link was issued to."),
+	              "the card does not say why: %.800s", text);
+	ck_assert_msg(strstr(text, tl_corpus_mail_str("emoji_reply", "subject")) != NULL,
+	              "the card without a form still shows the mail");
+	free(text);
+	doc_free(&d);
+
+	/* the requester, under separation of duties: no form, and why */
+	doc_get(path, PERSON, PERSON_GROUPS, &d);
+	ASSERT_STATUS(&d.r, 200);
+	ck_assert_uint_eq(doc_count(&d, "//form"), 0);
+	text = doc_all_text(&d);
+	ck_assert_msg(strstr(text, "You requested this action, so someone else must approve it."),
+	              "the requester's card does not say why: %.800s", text);
+	free(text);
+	doc_free(&d);
+
+	/* by id, a person outside the approvers finds nothing */
+	snprintf(path, sizeof(path), "/approve/card/%s", id);
+	doc_get(path, "mallory@example.com", "support", &d);
+	ASSERT_STATUS(&d.r, 404);
+	ck_assert_uint_eq(doc_count(&d, "//form"), 0);
+	ck_assert_msg(strstr(d.r.body, tl_corpus_mail_str("emoji_reply", "subject")) == NULL,
+	              "the card by id shows the mail to a person outside its approvers");
+	doc_free(&d);
+	free(token);
+}
+END_TEST
+
+/* ---- the card by id: the same POST guarantees -------------------------------------- */
+
+START_TEST(test_card_by_id_decides_once)
+{
+	PGconn *c = tl_pg_connect();
+	char key[160], id[64], id2[64], other_id[64], path[128], tpath[128], *token, *token2;
+	char *before, *csrf_other, *form;
+	const char *p1[1] = { key }, *pid[1] = { id };
+	struct tl_resp r;
+	struct doc d;
+
+	snprintf(key, sizeof(key), "%s-byid:ticket 48213", g_run);
+	mail_run(g_key_dev, key, "ru_reply", ten_recipients("byid@inbox.example.com"), REQUESTER,
+	         &r);
+	token = token_of(&r, 0, id, sizeof(id));
+	token2 = token_of(&r, 1, id2, sizeof(id2));
+	tl_resp_free(&r);
+	{
+		char k2[160];
+
+		snprintf(k2, sizeof(k2), "%s-byid-other", g_run);
+		mail_run(g_key_dev, k2, "ru_short", ten_recipients("other@inbox.example.com"),
+		         REQUESTER, &r);
+		free(token_of(&r, 0, other_id, sizeof(other_id)));
+		tl_resp_free(&r);
+	}
+	snprintf(path, sizeof(path), "/approve/card/%s", id);
+	snprintf(tpath, sizeof(tpath), "/approve/%s", token);
+	before = tl_run_snapshot(c, key);
+
+	/* from another origin: refused, nothing changed */
+	doc_get(path, PERSON, PERSON_GROUPS, &d);
+	ASSERT_STATUS(&d.r, 200);
+	{
+		char *csrf = doc_csrf(&d);
+
+		ck_assert_ptr_nonnull(csrf);
+		form = tl_form("decision", "approve", "csrf", csrf, (char *)NULL);
+		page_request(path, PERSON, PERSON_GROUPS, form, "http://evil.example", &r, NULL);
+		ASSERT_STATUS(&r, 403);
+		tl_resp_free(&r);
+		free(form);
+		free(csrf);
+	}
+	doc_free(&d);
+	/* a CSRF value of another challenge: refused */
+	csrf_other = tl_csrf_for(other_id, PERSON);
+	form = tl_form("decision", "approve", "csrf", csrf_other, (char *)NULL);
+	page_request(path, PERSON, PERSON_GROUPS, form, NULL, &r, NULL);
+	ASSERT_STATUS(&r, 403);
+	tl_resp_free(&r);
+	free(form);
+	free(csrf_other);
+	tl_expect_run_unchanged(c, key, before, "refused POSTs on the card by id");
+	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
+	                             " AND state = 'pending'", 1, p1), 2);
+
+	/* the decision: one transaction, the challenge consumed once */
+	ck_assert_int_eq(decide_at(path, "ivan@example.com", "customer support", "approve", NULL, 0),
+	                 303);
+	{
+		char *row = tl_pg_value(c, "SELECT state || ' ' || approver_subject || ' ' || decision"
+		                           " FROM approvals WHERE id = $1::uuid", 1, pid);
+
+		ck_assert_str_eq(row, "decided ivan@example.com approve");
+		free(row);
+	}
+	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
+	                             " AND state = 'voided'", 1, p1), 1);
+	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM effect_outbox WHERE"
+	                             " idempotency_key = $1", 1, p1), 1);
+	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM workflow_runs WHERE"
+	                             " idempotency_key = $1 AND state = 'approved' AND"
+	                             " decided_by = 'ivan@example.com'", 1, p1), 1);
+	/* again, by id: the decided page, nothing more */
+	csrf_other = tl_csrf_for(id, PERSON);
+	form = tl_form("decision", "reject", "csrf", csrf_other, (char *)NULL);
+	page_request(path, PERSON, PERSON_GROUPS, form, NULL, &r, NULL);
+	ck_assert_msg(r.status == 410 || r.status == 409, "a second POST: HTTP %ld", r.status);
+	tl_resp_free(&r);
+	free(form);
+	free(csrf_other);
+	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM effect_outbox WHERE"
+	                             " idempotency_key = $1", 1, p1), 1);
+	/* the emailed link, and the inbox: decided, gone */
+	doc_get(tpath, PERSON, PERSON_GROUPS, &d);
+	ASSERT_STATUS(&d.r, 410);
+	ck_assert_msg(strstr(d.r.body, "ivan@example.com") != NULL, "the link's page: %.500s",
+	              d.r.body);
+	doc_free(&d);
+	{
+		json_t *all = inbox_of(PERSON, PERSON_GROUPS, NULL), *e;
+		size_t i;
+
+		json_array_foreach(all, i, e)
+			ck_assert_msg(strcmp(JSTR(e, "key"), key) != 0, "the decided run is still listed");
+		json_decref(all);
+	}
+	/* an id that is no challenge */
+	doc_get("/approve/card/00000000-0000-4000-8000-000000000000", PERSON, PERSON_GROUPS, &d);
+	ASSERT_STATUS(&d.r, 404);
+	doc_free(&d);
+	free(before);
+	free(token);
+	free(token2);
+	PQfinish(c);
+}
+END_TEST
+
+/* ---- the suite ------------------------------------------------------------------- */
+
+static void
+setup(void)
+{
+	proc_sweep();
+	dl_cancel_waiting();
+}
+
+static void
+teardown(void)
+{
+	proc_sweep();
+}
+
+static Suite *
+inbox_suite(void)
+{
+	Suite *s = suite_create("inbox");
+	TCase *tc;
+
+	tc = tcase_create("pages");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_inbox_lists_what_one_may_decide);
+	tcase_add_test(tc, test_empty_inbox);
+	tcase_add_test(tc, test_inbox_shows_text_not_markup);
+	tcase_add_test(tc, test_may_not_decide);
+	tcase_add_test(tc, test_card_by_id_decides_once);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("as sent");
+	tcase_set_timeout(tc, SETTLE_S + 60);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_mail_as_sent);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	static const char *const needed[] = {
+		"ONCEGATE_API_KEY", "ONCEGATE_CONF", "ONCEGATE_CTL", "ONCEGATE_PROVIDERS",
+		"ONCEGATE_PYTHON", "ONCEGATE_DISPATCH", NULL,
+	};
+	char *smtp_extra[] = { (char *)(uintptr_t)"--record", g_smtp_record, NULL };
+	char *http_extra[] = { NULL };
+	SRunner *sr;
+	int failed = 1, rc;
+
+	if ((rc = dl_suite_begin("check_inbox", "ib", needed, g_run, sizeof(g_run))) != 0)
+		return rc;
+	g_key_dev = tl_env("ONCEGATE_API_KEY");
+	snprintf(g_client_b, sizeof(g_client_b), "%s-b", g_run);
+	g_key_b = tl_client_add(g_client_b);
+	snprintf(g_smtp_record, sizeof(g_smtp_record), "%s/mail.jsonl", g_tmp);
+	g_http_port = provider_start("http_provider.py", "http_provider", http_extra, &g_http_pid);
+	g_smtp_port = provider_start("smtp_sink.py", "smtp_sink", smtp_extra, &g_smtp_pid);
+	if (g_http_port <= 0 || g_smtp_port <= 0)
+		goto out;
+	fprintf(stderr, "check_inbox: run %s, files in %s, http provider :%d, smtp sink :%d\n",
+	        g_run, g_tmp, g_http_port, g_smtp_port);
+	sr = srunner_create(inbox_suite());
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+out:
+	provider_stop(g_smtp_pid, "smtp_sink");
+	provider_stop(g_http_pid, "http_provider");
+	free(g_key_b);
+	return dl_suite_end(failed);
+}
