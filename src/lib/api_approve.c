@@ -119,7 +119,7 @@ effect_outcome(struct api_call *c, const struct gate_approval *a, const char **s
 		return;
 	}
 	if (outbox_list(c->ctx->db, c->ctx->cfg, a->client_id, a->key, NULL, NULL, &list) !=
-	    OUTBOX_OK)
+	    OG_OK)
 		return;
 	json_array_foreach(list, i, e) {
 		st = json_string_value(json_object_get(e, "approval_id"));
@@ -727,6 +727,18 @@ api_approve_handle(struct api_call *c)
 		(void)http_header(c->resp, "Retry-After", "5");
 		page_notice(c, 503, "db.unavailable", "Try again shortly",
 		            "The database is unavailable.", &f);
+		return;
+	}
+	if (grc != OG_OK && gate_replaced(c->ctx->db, hash) == OG_OK) {
+		/* the link of a notice that a newer one (a reminder, a resend)
+		 * replaced */
+		f.reason = "replaced";
+		page_notice(c, 410, c->route->body == BODY_FORM ? "approval.refused" : "approval.gone",
+		            "No longer valid",
+		            "This approval link is no longer valid: a newer message replaced it. "
+		            "Use the link in the most recent message, or find the request in your "
+		            "inbox at /approve/. Nothing was decided.",
+		            &f);
 		return;
 	}
 	if (grc != OG_OK) {
