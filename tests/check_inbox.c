@@ -46,6 +46,7 @@
 #include <libxml/xpath.h>
 
 #include "dispatchlib.h"
+#include "pagelib.h"
 #include "testlib.h"
 
 #define CONTRACT      "inbox_mail"   /* group:customer support, group:служба поддержки */
@@ -54,7 +55,6 @@
 #define PERSON_GROUPS "sales team,customer support,служба поддержки"
 #define REQUESTER     "n8n:support-inbox"
 #define SETTLE_S      60
-#define RATE_RETRIES  8
 
 static char g_run[64];
 static const char *g_key_dev;
@@ -68,42 +68,12 @@ static pid_t g_http_pid = -1, g_smtp_pid = -1;
 
 /* ---- the API --------------------------------------------------------------- */
 
-/* Claims key as bearer and hands in a mail for CONTRACT (or contract);
- * output and effect are stolen; the /output answer in *r. */
-static void
-claim_and_output(const char *bearer, const char *key, const char *contract, json_t *output,
-                 json_t *effect, const char *requested_by, struct tl_resp *r)
-{
-	json_t *body = json_pack("{s:s, s:{s:s}, s:i}", "key", key, "payload", "run", g_run,
-	                         "lease_seconds", 60);
-	char owner[64], *path;
-	long long version = 0;
-	struct tl_resp c;
-
-	tl_post_json("/v1/runs", bearer, body, &c);
-	json_decref(body);
-	ASSERT_STATUS(&c, 201);
-	ck_assert_msg(tl_jstr(c.json, "lease_owner") && tl_jint(c.json, "version", &version),
-	              "claim answer: %s", c.body);
-	snprintf(owner, sizeof(owner), "%s", tl_jstr(c.json, "lease_owner"));
-	tl_resp_free(&c);
-	body = json_pack("{s:s, s:I, s:s, s:o, s:o, s:{s:s, s:s, s:s}, s:s, s:s}", "lease_owner",
-	                 owner, "version", (json_int_t)version, "contract", contract, "output", output,
-	                 "effect", effect, "model", "provider", "openai-compatible", "name",
-	                 "qwen2.5-7b-instruct", "revision", "2024-09-19", "source_url",
-	                 "https://crm.example/ticket/48213", "requested_by", requested_by);
-	path = tl_run_path(key, "/output");
-	tl_post_json(path, bearer, body, r);
-	json_decref(body);
-	free(path);
-}
-
 /* The corpus mail mail_id to the recipients `to` (stolen), for CONTRACT. */
 static void
 mail_run(const char *bearer, const char *key, const char *mail_id, json_t *to,
          const char *requested_by, struct tl_resp *r)
 {
-	claim_and_output(bearer, key, CONTRACT,
+	pl_claim_and_output(g_run, bearer, key, CONTRACT,
 	                 json_pack("{s:s, s:s}", "subject", tl_corpus_mail_str(mail_id, "subject"),
 	                           "body", tl_corpus_mail_str(mail_id, "body")),
 	                 json_pack("{s:s, s:s, s:{s:o}}", "type", "email.send", "target",
@@ -141,279 +111,6 @@ token_of(const struct tl_resp *r, size_t i, char *id, size_t idsz)
 	return strdup(t + 9);
 }
 
-/* ---- the pages --------------------------------------------------------------- */
-
-/* GET (form NULL) or POST of path as user in groups (NULL: header not
- * sent), from our own origin; the answer's headers in *hdrs when not NULL.
- * A 429 of nginx's POST limit is waited out. */
-static void
-page_request(const char *path, const char *user, const char *groups, const char *form,
-             const char *origin, struct tl_resp *r, char **hdrs)
-{
-	char hu[256], hg[1024], ho[256];
-	const char *h[6];
-	int n = 0, attempt;
-
-	if (user != NULL) {
-		snprintf(hu, sizeof(hu), "X-Dev-User: %s", user);
-		h[n++] = hu;
-	}
-	if (groups != NULL) {
-		snprintf(hg, sizeof(hg), "X-Dev-Groups: %s", groups);
-		h[n++] = hg;
-	}
-	if (form != NULL) {
-		snprintf(ho, sizeof(ho), "Origin: %s", origin ? origin : tl_env("ONCEGATE_URL"));
-		h[n++] = ho;
-		if (origin == NULL)
-			h[n++] = "Sec-Fetch-Site: same-origin";
-	}
-	h[n] = NULL;
-	for (attempt = 0;; attempt++) {
-		if (hdrs != NULL)
-			*hdrs = NULL;
-		if (form != NULL)
-			tl_http_hdrs("POST", path, h, "application/x-www-form-urlencoded", form,
-			             strlen(form), r, hdrs);
-		else
-			tl_http_hdrs("GET", path, h, NULL, NULL, 0, r, hdrs);
-		if (r->status != 429 || attempt >= RATE_RETRIES)
-			return;
-		tl_resp_free(r);
-		if (hdrs != NULL)
-			free(*hdrs);
-		tl_sleep_ms(1000);
-	}
-}
-
-/* A page as a browser's HTML parser reads it. */
-struct doc {
-	struct tl_resp r;
-	htmlDocPtr html;
-	xmlXPathContextPtr xp;
-};
-
-static void
-doc_get(const char *path, const char *user, const char *groups, struct doc *d)
-{
-	memset(d, 0, sizeof(*d));
-	page_request(path, user, groups, NULL, NULL, &d->r, NULL);
-	ck_assert_msg(strncasecmp(d->r.content_type, "text/html", 9) == 0,
-	              "%s: not a page (%s, HTTP %ld): %.500s", d->r.what, d->r.content_type,
-	              d->r.status, d->r.body);
-	d->html = htmlReadMemory(d->r.body, (int)d->r.body_len, NULL, "UTF-8",
-	                         HTML_PARSE_NOERROR | HTML_PARSE_NOWARNING | HTML_PARSE_NONET);
-	ck_assert_ptr_nonnull(d->html);
-	d->xp = xmlXPathNewContext(d->html);
-	ck_assert_ptr_nonnull(d->xp);
-}
-
-static void
-doc_free(struct doc *d)
-{
-	if (d->xp != NULL)
-		xmlXPathFreeContext(d->xp);
-	if (d->html != NULL)
-		xmlFreeDoc(d->html);
-	tl_resp_free(&d->r);
-	memset(d, 0, sizeof(*d));
-}
-
-/* The text of every node the XPath expression selects, as a JSON array. */
-static json_t *
-doc_texts(const struct doc *d, const char *expr)
-{
-	xmlXPathObjectPtr o = xmlXPathEvalExpression((const xmlChar *)expr, d->xp);
-	json_t *out = json_array();
-	int i;
-
-	ck_assert_msg(o != NULL, "XPath %s", expr);
-	for (i = 0; o->nodesetval != NULL && i < o->nodesetval->nodeNr; i++) {
-		xmlChar *t = xmlNodeGetContent(o->nodesetval->nodeTab[i]);
-
-		json_array_append_new(out, json_string(t != NULL ? (const char *)t : ""));
-		xmlFree(t);
-	}
-	xmlXPathFreeObject(o);
-	return out;
-}
-
-/* The one text the expression selects (malloc'd); fails unless exactly one. */
-static char *
-doc_text1(const struct doc *d, const char *expr)
-{
-	json_t *all = doc_texts(d, expr);
-	char *s;
-
-	ck_assert_msg(json_array_size(all) == 1, "%s: %zu nodes match %s (want 1)", d->r.what,
-	              json_array_size(all), expr);
-	s = strdup(json_string_value(json_array_get(all, 0)));
-	json_decref(all);
-	return s;
-}
-
-static size_t
-doc_count(const struct doc *d, const char *expr)
-{
-	json_t *all = doc_texts(d, expr);
-	size_t n = json_array_size(all);
-
-	json_decref(all);
-	return n;
-}
-
-static char *
-doc_all_text(const struct doc *d)
-{
-	return doc_text1(d, "/html/body");
-}
-
-/* The value of the page's hidden csrf input (malloc'd), or NULL. */
-static char *
-doc_csrf(const struct doc *d)
-{
-	json_t *v = doc_texts(d, "//input[@name='csrf']/@value");
-	char *s = json_array_size(v) == 1 ? strdup(json_string_value(json_array_get(v, 0))) : NULL;
-
-	json_decref(v);
-	return s;
-}
-
-/* POSTs decision with the CSRF value of the card at path (GET first) as
- * user in groups; the POST's status and, in location, its Location. */
-static long
-decide_at(const char *path, const char *user, const char *groups, const char *decision,
-          char *location, size_t loclen)
-{
-	struct doc d;
-	struct tl_resp r;
-	char *csrf, *form, *hdrs = NULL, *loc;
-	long st;
-
-	doc_get(path, user, groups, &d);
-	ASSERT_STATUS(&d.r, 200);
-	csrf = doc_csrf(&d);
-	ck_assert_msg(csrf != NULL, "%s: the card has no form for %s in \"%s\"", d.r.what, user,
-	              groups);
-	doc_free(&d);
-	form = tl_form("decision", decision, "csrf", csrf, "reason",
-	               "Проверено: отправляем 👍", (char *)NULL);
-	page_request(path, user, groups, form, NULL, &r, &hdrs);
-	st = r.status;
-	loc = hdrs != NULL ? tl_header_get(hdrs, "Location") : NULL;
-	if (location != NULL)
-		snprintf(location, loclen, "%s", loc ? loc : "");
-	free(loc);
-	free(hdrs);
-	tl_resp_free(&r);
-	free(form);
-	free(csrf);
-	return st;
-}
-
-/* ---- the dispatcher and the SMTP sink --------------------------------------- */
-
-/* The stack's From address of demo_smtp (what the card shows). */
-static char *
-stack_mail_from(void)
-{
-	char *conf = tl_file_slurp(tl_env("ONCEGATE_CONF"), NULL), *p, *e, *v = NULL;
-
-	ck_assert_msg(conf != NULL, "cannot read %s", tl_env("ONCEGATE_CONF"));
-	p = strstr(conf, "[target demo_smtp]");
-	p = p != NULL ? strstr(p, "mail_from = ") : NULL;
-	if (p != NULL) {
-		p += strlen("mail_from = ");
-		e = p + strcspn(p, "\r\n");
-		v = strndup(p, (size_t)(e - p));
-	}
-	free(conf);
-	ck_assert_msg(v != NULL, "no mail_from of demo_smtp in the stack's config");
-	return v;
-}
-
-static pid_t
-dispatcher_start(const char *mail_from)
-{
-	char conf[PATH_MAX], log[PATH_MAX], err[PATH_MAX], text[PATH_MAX + 2048], *argv[4], *lines;
-	double deadline;
-	pid_t pid;
-	FILE *f;
-
-	snprintf(conf, sizeof(conf), "%s/dispatch.conf", g_tmp);
-	snprintf(log, sizeof(log), "%s/dispatch.log", g_tmp);
-	snprintf(err, sizeof(err), "%s/dispatch.err", g_tmp);
-	snprintf(text, sizeof(text),
-	         "# check_inbox\nlog_file = %s\nlog_level = info\ndispatch_workers = 2\n"
-	         "dispatch_poll_ms = 200\ndispatch_shutdown_seconds = 5\n",
-	         log);
-	write_file(conf, text);
-	f = fopen(conf, "a");
-	ck_assert_msg(f != NULL, "%s: %s", conf, strerror(errno));
-	dl_conf_contracts(f);
-	fprintf(f,
-	        "\n[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
-	        "lookup_url = http://127.0.0.1:%d/idem/effects/lookup\nidempotency_key = 1\n"
-	        "provider_id_header = X-Provider-Id\ntimeout_ms = 5000\nmax_attempts = 3\n"
-	        "base_ms = 200\ncap_ms = 1000\n\n"
-	        "[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\nmail_from = %s\n"
-	        "timeout_ms = 5000\nmax_attempts = 2\nbase_ms = 200\ncap_ms = 1000\n",
-	        g_http_port, g_http_port, g_smtp_port, mail_from);
-	ck_assert_int_eq(fclose(f), 0);
-	argv[0] = (char *)(uintptr_t)tl_env("ONCEGATE_DISPATCH");
-	argv[1] = (char *)(uintptr_t)"-c";
-	argv[2] = conf;
-	argv[3] = NULL;
-	pid = spawn(argv, "/dev/null", err, ENV_TRUE);
-	proc_register(pid);
-	deadline = tl_now() + START_WAIT_S;
-	for (;;) {
-		lines = tl_file_slurp(log, NULL);
-		if (lines != NULL && strstr(lines, "\"dispatch.started\"") != NULL)
-			break;
-		free(lines);
-		ck_assert_msg(proc_running(pid) && tl_now() < deadline,
-		              "oncegate-dispatch did not start (config %s, stderr %s)", conf, err);
-		tl_sleep_ms(50);
-	}
-	free(lines);
-	return pid;
-}
-
-/* What the SMTP sink received, MIME-decoded by Python's email package: one
- * object per mail {rcpt (RCPT TO), from, to (the To: addresses), subject,
- * body (line ends as the text's own)}. */
-static json_t *
-mails_received(void)
-{
-	static const char script[] =
-	    "import json, sys, email, email.policy, email.utils\n"
-	    "for line in open(sys.argv[1], encoding='utf-8'):\n"
-	    "    r = json.loads(line)\n"
-	    "    m = email.message_from_string(r['data'], policy=email.policy.default)\n"
-	    "    print(json.dumps({'rcpt': r['rcpt_tos'],\n"
-	    "        'from': [a for _, a in email.utils.getaddresses([str(m['From'])])],\n"
-	    "        'to': [a for _, a in email.utils.getaddresses([str(m['To'])])],\n"
-	    "        'subject': str(m.get('Subject', '')),\n"
-	    "        'body': m.get_content().replace('\\r\\n', '\\n')}))\n";
-	char path[PATH_MAX], cmd[PATH_MAX * 2 + 256], *out, *line, *save = NULL;
-	json_t *list = json_array();
-
-	snprintf(path, sizeof(path), "%s/decode.py", g_tmp);
-	write_file(path, script);
-	snprintf(cmd, sizeof(cmd), "'%s' '%s' '%s'", tl_env("ONCEGATE_PYTHON"), path, g_smtp_record);
-	out = tl_shell_output(cmd);
-	ck_assert_msg(out != NULL, "decoding the SMTP sink's record failed");
-	for (line = strtok_r(out, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
-		json_t *m = json_loads(line, 0, NULL);
-
-		ck_assert_msg(m != NULL, "decoder output: %.300s", line);
-		json_array_append_new(list, m);
-	}
-	free(out);
-	return list;
-}
-
 /* ---- as sent ------------------------------------------------------------------ */
 
 /* What the card shows of a mail. */
@@ -425,22 +122,22 @@ struct shown {
 static void
 card_mail(const char *path, const char *user, const char *groups, struct shown *s)
 {
-	struct doc d;
+	struct pl_doc d;
 
-	doc_get(path, user, groups, &d);
+	pl_doc_get(path, user, groups, &d);
 	ASSERT_STATUS(&d.r, 200);
-	s->from = doc_text1(&d, "//div[@class='mail']//dt[.='From']/following-sibling::dd[1]");
-	s->count = doc_text1(&d, "//div[@class='mail']//dt[starts-with(.,'To')]/span");
-	s->to = doc_texts(&d, "//div[@class='mail']//ul[@class='rcpt']/li");
-	s->subject = doc_text1(&d, "//div[@class='mail']//dd[@class='subject']");
-	s->body = doc_text1(&d, "//div[@class='mail']//pre[contains(@class,'body')]");
+	s->from = pl_doc_text1(&d, "//div[@class='mail']//dt[.='From']/following-sibling::dd[1]");
+	s->count = pl_doc_text1(&d, "//div[@class='mail']//dt[starts-with(.,'To')]/span");
+	s->to = pl_doc_texts(&d, "//div[@class='mail']//ul[@class='rcpt']/li");
+	s->subject = pl_doc_text1(&d, "//div[@class='mail']//dd[@class='subject']");
+	s->body = pl_doc_text1(&d, "//div[@class='mail']//pre[contains(@class,'body')]");
 	/* the decision comes before what is sent, and it is the only form */
-	ck_assert_msg(doc_count(&d, "//form[@method='post']") == 1, "%s: one form", d.r.what);
-	ck_assert_msg(doc_count(&d, "//form//button[@name='decision' and @value='approve']") == 1,
+	ck_assert_msg(pl_doc_count(&d, "//form[@method='post']") == 1, "%s: one form", d.r.what);
+	ck_assert_msg(pl_doc_count(&d, "//form//button[@name='decision' and @value='approve']") == 1,
 	              "%s: an Approve button", d.r.what);
-	ck_assert_msg(doc_count(&d, "//form/following::div[@class='mail']") == 1,
+	ck_assert_msg(pl_doc_count(&d, "//form/following::div[@class='mail']") == 1,
 	              "%s: the buttons come before the mail on the page", d.r.what);
-	doc_free(&d);
+	pl_doc_free(&d);
 }
 
 static void
@@ -457,13 +154,13 @@ shown_free(struct shown *s)
 static char *
 decided_state(const char *path)
 {
-	struct doc d;
+	struct pl_doc d;
 	char *st;
 
-	doc_get(path, PERSON, PERSON_GROUPS, &d);
+	pl_doc_get(path, PERSON, PERSON_GROUPS, &d);
 	ASSERT_STATUS(&d.r, 410);
-	st = doc_text1(&d, "//dt[.='Sent?']/following-sibling::dd[1]/strong");
-	doc_free(&d);
+	st = pl_doc_text1(&d, "//dt[.='Sent?']/following-sibling::dd[1]/strong");
+	pl_doc_free(&d);
 	return st;
 }
 
@@ -480,7 +177,7 @@ START_TEST(test_mail_as_sent)
 		{ .bearer = g_key_b, .client = g_client_b, .mail = "ar_max" },
 	};
 	PGconn *c = tl_pg_connect();
-	char prefix[96], *key, *mail_from = stack_mail_from(), loc[256], *st;
+	char prefix[96], *key, *mail_from = pl_stack_mail_from(), loc[256], *st;
 	json_t *mails;
 	size_t i, j;
 	pid_t pid;
@@ -519,10 +216,10 @@ START_TEST(test_mail_as_sent)
 	(void)tl_ctl(NULL, "kill-switch", "off", "--reason", "check_inbox holds sends",
 	             "--operator", "check_inbox", (char *)NULL);
 	snprintf(t[0].path, sizeof(t[0].path), "/approve/card/%s", t[0].id);
-	ck_assert_int_eq(decide_at(t[0].path, PERSON, PERSON_GROUPS, "approve", loc, sizeof(loc)),
+	ck_assert_int_eq(pl_decide_at(t[0].path, PERSON, PERSON_GROUPS, "approve", loc, sizeof(loc)),
 	                 303);
 	ck_assert_str_eq(loc, t[0].path);
-	ck_assert_int_eq(decide_at(t[1].path, PERSON, PERSON_GROUPS, "approve", NULL, 0), 303);
+	ck_assert_int_eq(pl_decide_at(t[1].path, PERSON, PERSON_GROUPS, "approve", NULL, 0), 303);
 	for (i = 0; i < 2; i++) {
 		st = decided_state(t[i].path);
 		ck_assert_msg(strcmp(st, "held by the kill switch") == 0,
@@ -532,7 +229,7 @@ START_TEST(test_mail_as_sent)
 
 	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_inbox sends to loopback",
 	             "--operator", "check_inbox", (char *)NULL);
-	pid = dispatcher_start(mail_from);
+	pid = pl_dispatcher_start(mail_from, g_smtp_port);
 	{
 		const char *p[1] = { key };
 
@@ -545,7 +242,7 @@ START_TEST(test_mail_as_sent)
 	kill(pid, SIGTERM);
 	ck_assert_msg(wait_exit(pid, 20, &status), "the dispatcher did not stop");
 
-	mails = mails_received();
+	mails = pl_mails_received(g_smtp_record);
 	for (i = 0; i < 2; i++) {
 		json_t *m, *got = NULL;
 		size_t n = 0;
@@ -594,7 +291,7 @@ END_TEST
 /* The text (or, with attr, that attribute) of the one node expr selects
  * below node, as a new string; "" when it selects none or several. */
 static json_t *
-below(struct doc *d, xmlNodePtr node, const char *expr, const char *attr)
+below(struct pl_doc *d, xmlNodePtr node, const char *expr, const char *attr)
 {
 	xmlXPathObjectPtr a;
 	xmlChar *v = NULL;
@@ -618,12 +315,12 @@ below(struct doc *d, xmlNodePtr node, const char *expr, const char *attr)
 static json_t *
 inbox_of(const char *user, const char *groups, char **body)
 {
-	struct doc d;
+	struct pl_doc d;
 	xmlXPathObjectPtr o;
 	json_t *out = json_array();
 	int i;
 
-	doc_get("/approve/", user, groups, &d);
+	pl_doc_get("/approve/", user, groups, &d);
 	ASSERT_STATUS(&d.r, 200);
 	o = xmlXPathEvalExpression((const xmlChar *)"//ol[@class='inbox']/li", d.xp);
 	ck_assert_ptr_nonnull(o);
@@ -639,7 +336,7 @@ inbox_of(const char *user, const char *groups, char **body)
 	xmlXPathFreeObject(o);
 	if (body != NULL)
 		*body = strdup(d.r.body);
-	doc_free(&d);
+	pl_doc_free(&d);
 	return out;
 }
 
@@ -697,7 +394,7 @@ START_TEST(test_inbox_lists_what_one_may_decide)
 		char path[128];
 
 		snprintf(path, sizeof(path), "/approve/%s", tok[nt - 1]);
-		ck_assert_int_eq(decide_at(path, "ivan@example.com", "customer support", "reject", NULL,
+		ck_assert_int_eq(pl_decide_at(path, "ivan@example.com", "customer support", "reject", NULL,
 		                           0), 303);
 	}
 	/* requested by the person: separation of duties keeps it out */
@@ -705,7 +402,7 @@ START_TEST(test_inbox_lists_what_one_may_decide)
 	tok[nt++] = token_of(&r, 0, NULL, 0);
 	tl_resp_free(&r);
 	/* another group's run (sales) */
-	claim_and_output(g_key_dev, k_sales, "crm_tag_sampled",
+	pl_claim_and_output(g_run, g_key_dev, k_sales, "crm_tag_sampled",
 	                 json_pack("{s:s, s:f, s:s}", "tag", "lead", "confidence", 0.97, "reason",
 	                           tl_corpus_mail_str("he_short", "body")),
 	                 json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target", "demo_http",
@@ -718,14 +415,14 @@ START_TEST(test_inbox_lists_what_one_may_decide)
 	/* its card shows the request as the HTTP provider sends it */
 	{
 		char path[128], *conf = tl_file_slurp(tl_env("ONCEGATE_CONF"), NULL), *u, *req, *rb;
-		struct doc d;
+		struct pl_doc d;
 
 		snprintf(path, sizeof(path), "/approve/%s", tok[nt - 1]);
-		doc_get(path, "sofia@example.com", "sales", &d);
+		pl_doc_get(path, "sofia@example.com", "sales", &d);
 		ASSERT_STATUS(&d.r, 200);
-		ck_assert_uint_eq(doc_count(&d, "//div[@class='mail']"), 0);
-		req = doc_text1(&d, "//div[@class='http']//dt[.='Request']/following-sibling::dd[1]");
-		rb = doc_text1(&d, "//div[@class='http']//pre");
+		ck_assert_uint_eq(pl_doc_count(&d, "//div[@class='mail']"), 0);
+		req = pl_doc_text1(&d, "//div[@class='http']//dt[.='Request']/following-sibling::dd[1]");
+		rb = pl_doc_text1(&d, "//div[@class='http']//pre");
 		u = conf != NULL ? strstr(conf, "[target demo_http]") : NULL;
 		u = u != NULL ? strstr(u, "url = ") : NULL;
 		ck_assert_ptr_nonnull(u);
@@ -738,7 +435,7 @@ START_TEST(test_inbox_lists_what_one_may_decide)
 		free(req);
 		free(rb);
 		free(conf);
-		doc_free(&d);
+		pl_doc_free(&d);
 	}
 	/* two tenants, one business key: two entries, told apart by client */
 	mail_run(g_key_dev, k_shared, "ru_reply", ten_recipients("a@inbox.example.com"), REQUESTER,
@@ -831,29 +528,29 @@ START_TEST(test_empty_inbox)
 
 	snprintf(user, sizeof(user), "nobody.%s@example.com", g_run);
 	for (i = 0; i < 2; i++) {
-		struct doc d;
+		struct pl_doc d;
 		char *text;
 		json_t *all = inbox_of(user, groups[i], &body);
 
 		ck_assert_uint_eq(json_array_size(all), 0);
 		json_decref(all);
 		free(body);
-		doc_get("/approve/", user, groups[i], &d);
+		pl_doc_get("/approve/", user, groups[i], &d);
 		ASSERT_STATUS(&d.r, 200);
-		text = doc_all_text(&d);
+		text = pl_doc_all_text(&d);
 		ck_assert_msg(strstr(text, "Nothing is waiting for your decision") != NULL &&
 		              strstr(text, user) != NULL,
 		              "the empty inbox does not say so: %.500s", text);
-		ck_assert_uint_eq(doc_count(&d, "//ol"), 0);
-		ck_assert_uint_eq(doc_count(&d, "//form"), 0);
+		ck_assert_uint_eq(pl_doc_count(&d, "//ol"), 0);
+		ck_assert_uint_eq(pl_doc_count(&d, "//form"), 0);
 		free(text);
-		doc_free(&d);
+		pl_doc_free(&d);
 	}
 	/* not signed in: told to sign in */
 	{
 		struct tl_resp r;
 
-		page_request("/approve/", NULL, NULL, NULL, NULL, &r, NULL);
+		pl_page_request("/approve/", NULL, NULL, NULL, NULL, &r, NULL);
 		ASSERT_STATUS(&r, 401);
 		ck_assert_msg(strstr(r.body, "Sign in") != NULL, "%.300s", r.body);
 		tl_resp_free(&r);
@@ -866,13 +563,13 @@ START_TEST(test_inbox_shows_text_not_markup)
 {
 	char key[160], subject[256], *body = NULL;
 	struct tl_resp r;
-	struct doc d;
+	struct pl_doc d;
 	json_t *all, *got;
 
 	snprintf(key, sizeof(key), "%s-markup:<b>заказ</b>", g_run);
 	snprintf(subject, sizeof(subject),
 	         "<script>alert(1)</script><img src=x onerror=alert(2)> Заказ 訂單 طلب 🙏🏽");
-	claim_and_output(g_key_dev, key, CONTRACT,
+	pl_claim_and_output(g_run, g_key_dev, key, CONTRACT,
 	                 json_pack("{s:s, s:s}", "subject", subject, "body",
 	                           tl_corpus_mail_str("he_short", "body")),
 	                 json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target",
@@ -890,9 +587,9 @@ START_TEST(test_inbox_shows_text_not_markup)
 	json_decref(got);
 	json_decref(all);
 	free(body);
-	doc_get("/approve/", PERSON, PERSON_GROUPS, &d);
-	ck_assert_uint_eq(doc_count(&d, "//script | //img | //b | //@onerror"), 0);
-	doc_free(&d);
+	pl_doc_get("/approve/", PERSON, PERSON_GROUPS, &d);
+	ck_assert_uint_eq(pl_doc_count(&d, "//script | //img | //b | //@onerror"), 0);
+	pl_doc_free(&d);
 }
 END_TEST
 
@@ -902,7 +599,7 @@ START_TEST(test_may_not_decide)
 {
 	char key[160], id[64], path[128], *token, *text;
 	struct tl_resp r;
-	struct doc d;
+	struct pl_doc d;
 
 	snprintf(key, sizeof(key), "%s-maynot:заказ/4821", g_run);
 	mail_run(g_key_dev, key, "emoji_reply", ten_recipients("maynot@inbox.example.com"), PERSON,
@@ -912,38 +609,38 @@ START_TEST(test_may_not_decide)
 	snprintf(path, sizeof(path), "/approve/%s", token);
 
 	/* not among the approvers: the card, no form, and why */
-	doc_get(path, "mallory@example.com", "support,customer support team", &d);
+	pl_doc_get(path, "mallory@example.com", "support,customer support team", &d);
 	ASSERT_STATUS(&d.r, 200);
-	ck_assert_uint_eq(doc_count(&d, "//form"), 0);
-	ck_assert_uint_eq(doc_count(&d, "//input[@name='csrf']"), 0);
-	ck_assert_uint_eq(doc_count(&d, "//button"), 0);
-	text = doc_all_text(&d);
+	ck_assert_uint_eq(pl_doc_count(&d, "//form"), 0);
+	ck_assert_uint_eq(pl_doc_count(&d, "//input[@name='csrf']"), 0);
+	ck_assert_uint_eq(pl_doc_count(&d, "//button"), 0);
+	text = pl_doc_all_text(&d);
 	ck_assert_msg(strstr(text, "You cannot decide this request") &&
 	              strstr(text, "You are not among the approvers this link was issued to."),
 	              "the card does not say why: %.800s", text);
 	ck_assert_msg(strstr(text, tl_corpus_mail_str("emoji_reply", "subject")) != NULL,
 	              "the card without a form still shows the mail");
 	free(text);
-	doc_free(&d);
+	pl_doc_free(&d);
 
 	/* the requester, under separation of duties: no form, and why */
-	doc_get(path, PERSON, PERSON_GROUPS, &d);
+	pl_doc_get(path, PERSON, PERSON_GROUPS, &d);
 	ASSERT_STATUS(&d.r, 200);
-	ck_assert_uint_eq(doc_count(&d, "//form"), 0);
-	text = doc_all_text(&d);
+	ck_assert_uint_eq(pl_doc_count(&d, "//form"), 0);
+	text = pl_doc_all_text(&d);
 	ck_assert_msg(strstr(text, "You requested this action, so someone else must approve it."),
 	              "the requester's card does not say why: %.800s", text);
 	free(text);
-	doc_free(&d);
+	pl_doc_free(&d);
 
 	/* by id, a person outside the approvers finds nothing */
 	snprintf(path, sizeof(path), "/approve/card/%s", id);
-	doc_get(path, "mallory@example.com", "support", &d);
+	pl_doc_get(path, "mallory@example.com", "support", &d);
 	ASSERT_STATUS(&d.r, 404);
-	ck_assert_uint_eq(doc_count(&d, "//form"), 0);
+	ck_assert_uint_eq(pl_doc_count(&d, "//form"), 0);
 	ck_assert_msg(strstr(d.r.body, tl_corpus_mail_str("emoji_reply", "subject")) == NULL,
 	              "the card by id shows the mail to a person outside its approvers");
-	doc_free(&d);
+	pl_doc_free(&d);
 	free(token);
 }
 END_TEST
@@ -957,7 +654,7 @@ START_TEST(test_card_by_id_decides_once)
 	char *before, *csrf_other, *form;
 	const char *p1[1] = { key }, *pid[1] = { id };
 	struct tl_resp r;
-	struct doc d;
+	struct pl_doc d;
 
 	snprintf(key, sizeof(key), "%s-byid:ticket 48213", g_run);
 	mail_run(g_key_dev, key, "ru_reply", ten_recipients("byid@inbox.example.com"), REQUESTER,
@@ -979,24 +676,24 @@ START_TEST(test_card_by_id_decides_once)
 	before = tl_run_snapshot(c, key);
 
 	/* from another origin: refused, nothing changed */
-	doc_get(path, PERSON, PERSON_GROUPS, &d);
+	pl_doc_get(path, PERSON, PERSON_GROUPS, &d);
 	ASSERT_STATUS(&d.r, 200);
 	{
-		char *csrf = doc_csrf(&d);
+		char *csrf = pl_doc_csrf(&d);
 
 		ck_assert_ptr_nonnull(csrf);
 		form = tl_form("decision", "approve", "csrf", csrf, (char *)NULL);
-		page_request(path, PERSON, PERSON_GROUPS, form, "http://evil.example", &r, NULL);
+		pl_page_request(path, PERSON, PERSON_GROUPS, form, "http://evil.example", &r, NULL);
 		ASSERT_STATUS(&r, 403);
 		tl_resp_free(&r);
 		free(form);
 		free(csrf);
 	}
-	doc_free(&d);
+	pl_doc_free(&d);
 	/* a CSRF value of another challenge: refused */
 	csrf_other = tl_csrf_for(other_id, PERSON);
 	form = tl_form("decision", "approve", "csrf", csrf_other, (char *)NULL);
-	page_request(path, PERSON, PERSON_GROUPS, form, NULL, &r, NULL);
+	pl_page_request(path, PERSON, PERSON_GROUPS, form, NULL, &r, NULL);
 	ASSERT_STATUS(&r, 403);
 	tl_resp_free(&r);
 	free(form);
@@ -1006,7 +703,7 @@ START_TEST(test_card_by_id_decides_once)
 	                             " AND state = 'pending'", 1, p1), 2);
 
 	/* the decision: one transaction, the challenge consumed once */
-	ck_assert_int_eq(decide_at(path, "ivan@example.com", "customer support", "approve", NULL, 0),
+	ck_assert_int_eq(pl_decide_at(path, "ivan@example.com", "customer support", "approve", NULL, 0),
 	                 303);
 	{
 		char *row = tl_pg_value(c, "SELECT state || ' ' || approver_subject || ' ' || decision"
@@ -1025,7 +722,7 @@ START_TEST(test_card_by_id_decides_once)
 	/* again, by id: the decided page, nothing more */
 	csrf_other = tl_csrf_for(id, PERSON);
 	form = tl_form("decision", "reject", "csrf", csrf_other, (char *)NULL);
-	page_request(path, PERSON, PERSON_GROUPS, form, NULL, &r, NULL);
+	pl_page_request(path, PERSON, PERSON_GROUPS, form, NULL, &r, NULL);
 	ck_assert_msg(r.status == 410 || r.status == 409, "a second POST: HTTP %ld", r.status);
 	tl_resp_free(&r);
 	free(form);
@@ -1033,11 +730,11 @@ START_TEST(test_card_by_id_decides_once)
 	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM effect_outbox WHERE"
 	                             " idempotency_key = $1", 1, p1), 1);
 	/* the emailed link, and the inbox: decided, gone */
-	doc_get(tpath, PERSON, PERSON_GROUPS, &d);
+	pl_doc_get(tpath, PERSON, PERSON_GROUPS, &d);
 	ASSERT_STATUS(&d.r, 410);
 	ck_assert_msg(strstr(d.r.body, "ivan@example.com") != NULL, "the link's page: %.500s",
 	              d.r.body);
-	doc_free(&d);
+	pl_doc_free(&d);
 	{
 		json_t *all = inbox_of(PERSON, PERSON_GROUPS, NULL), *e;
 		size_t i;
@@ -1047,9 +744,9 @@ START_TEST(test_card_by_id_decides_once)
 		json_decref(all);
 	}
 	/* an id that is no challenge */
-	doc_get("/approve/card/00000000-0000-4000-8000-000000000000", PERSON, PERSON_GROUPS, &d);
+	pl_doc_get("/approve/card/00000000-0000-4000-8000-000000000000", PERSON, PERSON_GROUPS, &d);
 	ASSERT_STATUS(&d.r, 404);
-	doc_free(&d);
+	pl_doc_free(&d);
 	free(before);
 	free(token);
 	free(token2);
