@@ -3,7 +3,7 @@
 received, decoded as a mail client shows it.
 
     /usr/bin/python3 tests/providers/mailbox.py RECORD [--to ADDRESS]
-        [--subject TEXT] [--last N] [--link] [--json]
+        [--subject TEXT] [--grep TEXT] [--last N] [--link] [--json]
 
 RECORD is the sink's --record file (`./dev up`: .dev/up/demo-smtp.jsonl;
 `./dev mail` passes it). Each mail is printed with its Date, From, To,
@@ -11,6 +11,7 @@ Subject and plain-text body, oldest first.
 
 --to ADDRESS     only mails with ADDRESS among their recipients
 --subject TEXT   only mails whose Subject starts with TEXT
+--grep TEXT      only mails whose body contains TEXT (a run's key)
 --last N         only the N newest matching mails
 --link           print only the approval link (…/approve/<token>) of the
                  newest matching mail, for scripts; exit status 1 if none
@@ -58,6 +59,7 @@ def main():
     ap.add_argument("record")
     ap.add_argument("--to")
     ap.add_argument("--subject")
+    ap.add_argument("--grep")
     ap.add_argument("--last", type=int)
     ap.add_argument("--link", action="store_true")
     ap.add_argument("--json", action="store_true")
@@ -68,6 +70,8 @@ def main():
         got = [m for m in got if want in (x.lower() for x in m["rcpt"])]
     if a.subject:
         got = [m for m in got if m["subject"].startswith(a.subject)]
+    if a.grep:
+        got = [m for m in got if a.grep in m["body"]]
     if a.last:
         got = got[-a.last:]
     if a.link:
