@@ -4,7 +4,8 @@
  * contracts notify_reply and notify_fast of tests/data/contracts-test).
  *
  *   told        two tenants hand in one business key with a 200-character
- *               subject in five scripts; the /output answer holds no link;
+ *               subject in five scripts, for three approver entries; the
+ *               /output answer holds no link;
  *               the SMTP sink receives one mail per run for the group
  *               "служба поддержки" (both its addresses, what is asked,
  *               who asked, the expiry, the link) and the loopback HTTP
@@ -306,7 +307,7 @@ START_TEST(test_each_entry_told_link_works)
 	pid = pl_dispatcher_start(mail_from, g_smtp_port);
 	for (t = 0; t < 2; t++) {
 		reply_run(bearer[t], key, "notify_reply", "mixed_max", &r);
-		ck_assert_int_eq(json_array_size(json_object_get(r.json, "approvals")), 2);
+		ck_assert_int_eq(json_array_size(json_object_get(r.json, "approvals")), 3);
 		json_array_foreach(json_object_get(r.json, "approvals"), i, a) {
 			ck_assert_msg(json_object_get(a, "url") == NULL,
 			              "the answer holds a link although the approvers are told: %s",
@@ -552,7 +553,7 @@ START_TEST(test_kill_switch_holds_notices)
 	                                " AND effect_type = 'approval.notify' AND state = 'pending'"
 	                                " AND held_at IS NOT NULL",
 	                             1, p),
-	                 2);
+	                 3);
 	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_notify sends to loopback",
 	             "--operator", "check_notify", (char *)NULL);
 	m = wait_mails(key, "Approval needed: ", SUPPORT_RCPT, 1, SETTLE_S);
