@@ -14,7 +14,9 @@
  *               followed through nginx with oauth2-proxy's identity
  *               headers, opens the card; approving sends the reply once and
  *               the chat's link then says another approver decided; the
- *               other tenant's links still work;
+ *               other tenant's links still work, and an operator's resend
+ *               tells its group again with a new link (the old one then
+ *               says it is no longer valid);
  *   at rest     no link's token is in the database (pg_dump), nor in any
  *               file of the stack's state directory or of the suite's
  *               dispatcher (logs, stderr): only in what the recipients got;
@@ -391,10 +393,44 @@ START_TEST(test_each_entry_told_link_works)
 		ck_assert_msg(voided == 1 && open == 1,
 		              "chat links after one run's decision: %d voided, %d open", voided, open);
 	}
-	/* the other tenant's mail link still works */
+	/* the other tenant's run: its mail link still works; an operator's
+	 * resend tells the group again with a new link, and the old one then
+	 * says it is no longer valid */
 	text = page_text(mtok[1], PERSON, PERSON_GROUPS, &st);
-	ck_assert_msg(st == 200 || st == 410, "HTTP %ld", st);
+	ck_assert_msg(st == 200, "the other run's link: HTTP %ld: %.300s", st, text);
 	free(text);
+	{
+		PGconn *c = tl_pg_connect();
+		const char *q[2] = { key, SUPPORT };
+		char *id = tl_pg_value(c, "SELECT id FROM approvals WHERE idempotency_key = $1"
+		                          " AND approver = $2 AND state = 'pending'", 2, q);
+		json_t *again;
+		char *fresh;
+
+		ck_assert_msg(id != NULL, "the other run's challenge for the support group");
+		ck_assert_int_eq(tl_ctl(NULL, "approval", "resend", id, "--reason",
+		                        "Ольга не получила письмо", "--operator", "check_notify",
+		                        (char *)NULL),
+		                 0);
+		again = wait_mails(key, "Approval needed: ", SUPPORT_RCPT, 3, SETTLE_S);
+		ck_assert_msg(json_array_size(again) == 3, "no resent notice");
+		body = JSTR(json_array_get(again, 2), "body");
+		ck_assert_msg(strstr(body, "sent again with a new link") != NULL, "resend: %s", body);
+		fresh = link_token(body);
+		ck_assert_msg(fresh != NULL && strcmp(fresh, mtok[1]) != 0, "the resend's link is new");
+		text = page_text(mtok[1], PERSON, PERSON_GROUPS, &st);
+		ck_assert_msg(st == 410 && strstr(text, "no longer valid") != NULL,
+		              "the link the resend replaced: HTTP %ld: %.500s", st, text);
+		free(text);
+		text = page_text(fresh, PERSON, PERSON_GROUPS, &st);
+		ck_assert_msg(st == 200, "the resent link: HTTP %ld", st);
+		free(text);
+		json_array_append_new(tokens, json_string(fresh));
+		free(fresh);
+		json_decref(again);
+		free(id);
+		PQfinish(c);
+	}
 
 	dispatcher_stop(pid);
 	assert_nowhere(tokens);
