@@ -298,6 +298,7 @@ START_TEST(test_each_entry_told_link_works)
 	char *mtok[2], *ctok[2], *text, expect[512], *path, loc[512];
 	const char *body;
 	struct tl_resp r;
+	double t0 = 0;
 	long st;
 	pid_t pid;
 	size_t i, k;
@@ -308,6 +309,7 @@ START_TEST(test_each_entry_told_link_works)
 	mail_from = pl_stack_mail_from();
 	pid = pl_dispatcher_start(mail_from, g_smtp_port);
 	for (t = 0; t < 2; t++) {
+		t0 = tl_now();
 		reply_run(bearer[t], key, "notify_reply", "mixed_max", &r);
 		ck_assert_int_eq(json_array_size(json_object_get(r.json, "approvals")), 3);
 		json_array_foreach(json_object_get(r.json, "approvals"), i, a) {
@@ -322,6 +324,8 @@ START_TEST(test_each_entry_told_link_works)
 	 * leads (both runs share the business key: the links tell them apart) */
 	mails = wait_mails(key, "Approval needed: ", SUPPORT_RCPT, 2, SETTLE_S);
 	chats = wait_chats(key, 2, SETTLE_S);
+	fprintf(stderr, "check_notify: measured: the notices of two runs (mails and chat) all in "
+	        "%.2f s after the second /output answer\n", tl_now() - t0);
 	ck_assert_msg(json_array_size(mails) == 2, "%zu notice mails for two runs (want 2)",
 	              json_array_size(mails));
 	ck_assert_msg(json_array_size(chats) == 2, "%zu chat notices for two runs (want 2)",
@@ -474,7 +478,7 @@ START_TEST(test_reminder_escalation)
 	long long reminded0 = metric_value("oncegate_approval_followups_total{action=\"reminded\"}");
 	long long escalated0 =
 	    metric_value("oncegate_approval_followups_total{action=\"escalated\"}");
-	double deadline;
+	double deadline, t0;
 	long st;
 	pid_t pid;
 
@@ -482,6 +486,7 @@ START_TEST(test_reminder_escalation)
 	             "--operator", "check_notify", (char *)NULL);
 	mail_from = pl_stack_mail_from();
 	pid = pl_dispatcher_start(mail_from, g_smtp_port);
+	t0 = tl_now();
 	reply_run(g_key_dev, key, "notify_fast", "ru_max", &r);
 	tl_resp_free(&r);
 
@@ -498,6 +503,8 @@ START_TEST(test_reminder_escalation)
 	              "the reminder says the earlier link no longer works");
 	json_decref(m);
 	ck_assert_msg(t2 != NULL && strcmp(t1, t2) != 0, "the reminder carries a new link");
+	fprintf(stderr, "check_notify: measured: the reminder (remind_after_seconds 3) arrived "
+	        "%.2f s after the output\n", tl_now() - t0);
 	text = page_text(t1, PERSON, PERSON_GROUPS, &st);
 	ck_assert_msg(st == 410 && strstr(text, "no longer valid") != NULL,
 	              "the replaced link: HTTP %ld: %.500s", st, text);
@@ -510,6 +517,8 @@ START_TEST(test_reminder_escalation)
 	ck_assert_msg(json_array_size(m) == 1, "no escalation mail");
 	t3 = link_token(JSTR(json_array_get(m, 0), "body"));
 	json_decref(m);
+	fprintf(stderr, "check_notify: measured: the escalation (escalate_after_seconds 6) arrived "
+	        "%.2f s after the output\n", tl_now() - t0);
 	ck_assert_ptr_nonnull(t3);
 	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
 	                                " AND escalated AND approver = 'group:руководители поддержки'"

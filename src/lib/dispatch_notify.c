@@ -104,37 +104,37 @@ scrub_text(const char *s, const char *token)
 	return buf_steal(&b);
 }
 
+/* A string member m: scrubbed in place; anything else: walked. */
+static void
+scrub_value(json_t *m, const char *token)
+{
+	char *clean;
+
+	if (json_is_string(m)) {
+		if ((clean = scrub_text(json_string_value(m), token)) != NULL) {
+			json_string_set(m, clean);
+			free(clean);
+		}
+		return;
+	}
+	dispatch_notify_scrub(m, token);
+}
+
 void
 dispatch_notify_scrub(json_t *v, const char *token)
 {
 	const char *k;
 	json_t *m;
 	size_t i;
-	char *clean;
 
 	if (token == NULL || token[0] == '\0' || v == NULL)
 		return;
-	if (json_is_object(v)) {
-		json_object_foreach(v, k, m) {
-			if (json_is_string(m) &&
-			    (clean = scrub_text(json_string_value(m), token)) != NULL) {
-				json_string_set(m, clean);
-				free(clean);
-			} else {
-				dispatch_notify_scrub(m, token);
-			}
-		}
-	} else if (json_is_array(v)) {
-		json_array_foreach(v, i, m) {
-			if (json_is_string(m) &&
-			    (clean = scrub_text(json_string_value(m), token)) != NULL) {
-				json_string_set(m, clean);
-				free(clean);
-			} else {
-				dispatch_notify_scrub(m, token);
-			}
-		}
-	}
+	if (json_is_object(v))
+		json_object_foreach(v, k, m)
+			scrub_value(m, token);
+	else if (json_is_array(v))
+		json_array_foreach(v, i, m)
+			scrub_value(m, token);
 }
 
 void

@@ -659,24 +659,26 @@ gate_rows(struct db *db, const struct db_stmt *st, const char *const *p, PGresul
 	return OG_OK;
 }
 
-enum og_rc
-gate_due_reminders(struct db *db, int limit, PGresult **res)
+static enum og_rc
+gate_rows_limit(struct db *db, const struct db_stmt *st, int limit, PGresult **res)
 {
 	char l[16];
 	const char *p[1] = { l };
 
 	snprintf(l, sizeof(l), "%d", limit);
-	return gate_rows(db, &st_due_reminders, p, res);
+	return gate_rows(db, st, p, res);
+}
+
+enum og_rc
+gate_due_reminders(struct db *db, int limit, PGresult **res)
+{
+	return gate_rows_limit(db, &st_due_reminders, limit, res);
 }
 
 enum og_rc
 gate_due_escalations(struct db *db, int limit, PGresult **res)
 {
-	char l[16];
-	const char *p[1] = { l };
-
-	snprintf(l, sizeof(l), "%d", limit);
-	return gate_rows(db, &st_due_escalations, p, res);
+	return gate_rows_limit(db, &st_due_escalations, limit, res);
 }
 
 enum og_rc
