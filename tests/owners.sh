@@ -8,7 +8,10 @@
 # 2. No file under src/ other than the owners (their .c and .h), migrate.c
 #    and db.c holds SQL text: the use cases (decide, dispatch, repair,
 #    replay, audit, the web handlers, the programs) compose the owners'
-#    functions and statement rows instead.
+#    functions instead. A statement row (struct db_stmt NAME = { ... })
+#    counts as SQL text wherever its text is written.
+# 3. No statement row is exported (extern): a use case calls its owner's
+#    typed function and never sees a statement or the order of its $n.
 #
 #   bash tests/owners.sh [SOURCE ROOT]     (default: this checkout)
 # Exit 0 pass, 1 fail.
@@ -82,7 +85,7 @@ for line in "${OWNERS[@]}"; do
 	allowed+=" $owner ${owner%.c}.h "
 done
 mapfile -t hits < <(cd "$ROOT" && grep -rnE \
-	'SELECT .* FROM|INSERT INTO|UPDATE [a-z_]+( [a-z]+)? +SET|DELETE FROM|" *(FROM|WHERE|RETURNING) ' \
+	'SELECT .* FROM|INSERT INTO|UPDATE [a-z_]+( [a-z]+)? +SET|DELETE FROM|" *(FROM|WHERE|RETURNING) |struct db_stmt [a-z_0-9]+ *= *\{' \
 	--include='*.c' --include='*.h' src)
 sqlfail=0
 for hit in "${hits[@]}"; do
@@ -95,6 +98,17 @@ done
 if [[ $sqlfail -eq 0 ]]; then
 	echo "owners: no SQL text outside the owners, migrate.c and db.c"
 else
+	fail=1
+fi
+# No exported statement rows.
+mapfile -t exported < <(cd "$ROOT" && grep -rnE 'extern +const +struct +db_stmt' \
+	--include='*.c' --include='*.h' src)
+if [[ ${#exported[@]} -eq 0 ]]; then
+	echo "owners: no statement row is exported"
+else
+	for hit in "${exported[@]}"; do
+		echo "owners: FAIL: an exported statement row: $hit"
+	done
 	fail=1
 fi
 exit "$fail"

@@ -13,6 +13,7 @@
 #include "canon.h"
 #include "audit.h"
 #include "ctl_audit.h"
+#include "metrics.h"
 
 /* ---- explain --------------------------------------------------------------- */
 
@@ -236,7 +237,7 @@ ctl_audit_report(struct ctl *ctl, int argc, char **argv)
 	}
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	if (audit_report(ctl->db, secs, &doc) != OG_OK) {
+	if (metrics_report(ctl->db, secs, &doc) != OG_OK) {
 		fprintf(stderr, "oncegatectl: report: %s\n", db_error(ctl->db));
 		return EXIT_UNAVAILABLE;
 	}

@@ -13,6 +13,7 @@
 
 #include "canon.h"
 #include "ctl_deadletter.h"
+#include "deadletter.h"
 #include "repair.h"
 
 static char *
@@ -41,7 +42,7 @@ deadletter_usage(FILE *f, int rc)
 }
 
 static int
-deadletter_list(struct ctl *ctl, int argc, char **argv)
+cmd_list(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "since", required_argument, NULL, 's' },
@@ -53,7 +54,7 @@ deadletter_list(struct ctl *ctl, int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct repair_dl_filter f = { 0 };
+	struct deadletter_filter f = { 0 };
 	json_t *list = NULL, *o;
 	enum og_rc rc;
 	size_t i;
@@ -103,7 +104,7 @@ deadletter_list(struct ctl *ctl, int argc, char **argv)
 		return deadletter_usage(stderr, EXIT_USAGE);
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	rc = repair_dl_list(ctl->db, &f, &list);
+	rc = deadletter_list(ctl->db, &f, &list);
 	if (rc == OG_BAD_INPUT) {
 		fprintf(stderr, "oncegatectl: deadletter list: --since %s is neither a duration "
 		        "(15m, 6h, 7d) nor a timestamp (2024-05-01T08:00:00Z)\n", f.since_ts);
@@ -182,7 +183,7 @@ show_attempts(const json_t *doc)
 }
 
 static int
-deadletter_show(struct ctl *ctl, const char *id)
+cmd_show(struct ctl *ctl, const char *id)
 {
 	json_t *doc = NULL, *eff, *run, *acts, *a;
 	enum og_rc rc;
@@ -191,7 +192,7 @@ deadletter_show(struct ctl *ctl, const char *id)
 
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	rc = repair_dl_show(ctl->db, &ctl->cfg, id, &doc);
+	rc = repair_is_uuid(id) ? deadletter_show(ctl->db, &ctl->cfg, id, &doc) : OG_NOT_FOUND;
 	if (rc == OG_NOT_FOUND) {
 		fprintf(stderr, "oncegatectl: deadletter show: no dead letter has the id %s (as "
 		        "its own id or its effect's)\n", id);
@@ -278,7 +279,7 @@ int
 ctl_deadletter(struct ctl *ctl, int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "list") == 0)
-		return deadletter_list(ctl, argc - 1, argv + 1);
+		return cmd_list(ctl, argc - 1, argv + 1);
 	if (argc >= 3 && strcmp(argv[1], "show") == 0) {
 		int i;
 		const char *id = NULL;
@@ -293,7 +294,7 @@ ctl_deadletter(struct ctl *ctl, int argc, char **argv)
 		}
 		if (id == NULL)
 			return deadletter_usage(stderr, EXIT_USAGE);
-		return deadletter_show(ctl, id);
+		return cmd_show(ctl, id);
 	}
 	return deadletter_usage(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
 	                        argc >= 2 && strcmp(argv[1], "--help") == 0 ? EXIT_SUCCESS

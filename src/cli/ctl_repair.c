@@ -21,6 +21,7 @@
 
 #include "ctl_repair.h"
 #include "ctl_resume.h"
+#include "gate.h"
 #include "ledger.h"
 #include "repair.h"
 
@@ -528,7 +529,7 @@ approval_list(struct ctl *ctl, int argc, char **argv)
 	}
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	if ((rc = repair_approvals_pending(ctl->db, limit, &list)) != OG_OK) {
+	if ((rc = gate_pending(ctl->db, limit > 0 ? limit : 200, &list)) != OG_OK) {
 		fprintf(stderr, "oncegatectl: approval list: %s\n", db_error(ctl->db));
 		return ctl_exit(rc);
 	}

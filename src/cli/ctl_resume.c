@@ -21,6 +21,7 @@
 #include "ctl_job.h"
 #include "ctl_repair.h"
 #include "ctl_resume.h"
+#include "deadletter.h"
 #include "repair.h"
 #include "replay.h"
 
@@ -144,7 +145,7 @@ static int
 sel_letters(struct ctl *ctl, const struct bulk_opts *o, struct selection *sel, char *err,
             size_t errlen)
 {
-	struct repair_dl_filter f = { 0 };
+	struct deadletter_filter f = { 0 };
 	json_t *list = NULL, *v;
 	enum og_rc rc;
 	size_t i;
@@ -157,7 +158,7 @@ sel_letters(struct ctl *ctl, const struct bulk_opts *o, struct selection *sel, c
 		f.since_seconds = 0;
 		f.since_ts = o->since;
 	}
-	rc = repair_dl_list(ctl->db, &f, &list);
+	rc = deadletter_list(ctl->db, &f, &list);
 	if (rc == OG_BAD_INPUT) {
 		snprintf(err, errlen, "--since %s is neither a duration (15m, 6h, 7d) nor a "
 		         "timestamp", o->since);

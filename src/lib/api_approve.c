@@ -568,7 +568,7 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 	c->resp->status = 303;
 	(void)http_header(c->resp, "Location", location);
 	f.key = a->key;
-	f.state_from = "awaiting_human";
+	f.state_from = ledger_state_name(RUN_AWAITING_HUMAN);
 	f.state_to = ledger_state_name(lr.state);
 	f.version = lr.version;
 	f.effect_id = d.effect_id[0] ? d.effect_id : NULL;
@@ -637,7 +637,8 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 		/* The decision needs only what the challenge carries (the effect
 		 * and the callback, copied when it was created); whether the run
 		 * still awaits a decision is checked inside the transaction. */
-		run = json_pack("{s:O, s:s}", "proposed_effect", a->effect, "state", "awaiting_human");
+		run = json_pack("{s:O, s:s}", "proposed_effect", a->effect, "state",
+		                ledger_state_name(RUN_AWAITING_HUMAN));
 		if (run != NULL && a->callback_url != NULL)
 			json_object_set_new(run, "callback_url", json_string(a->callback_url));
 		lrc = run != NULL ? OG_OK : OG_ERROR;
@@ -677,7 +678,7 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 		goto out;
 	}
 	state = json_string_value(json_object_get(run, "state"));
-	if (state != NULL && strcmp(state, "awaiting_human") != 0) {
+	if (state != NULL && ledger_state_parse(state) != RUN_AWAITING_HUMAN) {
 		/* The approval and the run are read one after the other: a decision
 		 * committed in between shows as a pending approval of a decided
 		 * run. Read the approval again before calling it anything else. */
@@ -685,7 +686,7 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 		if (gate_find(c->ctx->db, hash, a) == OG_OK && a->state == APPROVAL_DECIDED)
 			goto decided;
 	}
-	if (state == NULL || strcmp(state, "awaiting_human") != 0) {
+	if (state == NULL || ledger_state_parse(state) != RUN_AWAITING_HUMAN) {
 		f.reason = "not_awaiting";
 		page_notice(c, 410, post ? "approval.refused" : "approval.gone", "No longer waiting",
 		            "The run is no longer waiting for a decision.", &f);

@@ -8,20 +8,13 @@
 #include "metrics.h"
 #include "log.h"
 
-static const struct db_stmt st_ping = { "api_ping", "SELECT 1", 0, true };
-
 void
 api_ops_healthz(struct api_call *c)
 {
-	PGresult *res;
-	enum db_rc rc;
-
-	rc = db_exec(c->ctx->db, &st_ping, NULL, &res);
-	if (rc != DB_OK) {
+	if (db_ping(c->ctx->db) != DB_OK) {
 		api_fail(c, OG_UNAVAILABLE);
 		return;
 	}
-	PQclear(res);
 	http_json(c->resp, 200, json_pack("{s:s}", "status", "ok"));
 }
 

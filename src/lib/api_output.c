@@ -197,12 +197,12 @@ api_output_submit(struct api_call *c)
 		}
 		left = budget - run.attempt;
 		answer = json_pack("{s:s, s:O, s:i, s:s, s:I}", "outcome",
-		                   run.state == RUN_FAILED_TERMINAL ? "failed_terminal" : "invalid",
+		                   run.state == RUN_FAILED_TERMINAL ? ledger_state_name(run.state) : "invalid",
 		                   "errors", errors, "repairs_left", left < 0 ? 0 : left, "state",
 		                   ledger_state_name(run.state), "version", (json_int_t)run.version);
 		http_json(c->resp, 422, answer);
 		answer = NULL;
-		f.state_from = "processing";
+		f.state_from = ledger_state_name(RUN_PROCESSING);
 		f.state_to = ledger_state_name(run.state);
 		f.version = run.version;
 		f.validation = "invalid";
@@ -289,7 +289,7 @@ api_output_submit(struct api_call *c)
 		goto out;
 	}
 	if (human) {
-		answer = json_pack("{s:s, s:O, s:I}", "outcome", "awaiting_human", "approvals",
+		answer = json_pack("{s:s, s:O, s:I}", "outcome", ledger_state_name(RUN_AWAITING_HUMAN), "approvals",
 		                   d.approvals, "version", (json_int_t)run.version);
 	} else {
 		answer = json_pack("{s:s, s:s, s:I}", "outcome", "approved", "effect_id",
@@ -297,7 +297,7 @@ api_output_submit(struct api_call *c)
 		if (d.delay_seconds > 0)
 			json_object_set_new(answer, "not_before", json_string(d.not_before));
 	}
-	f.state_from = "processing";
+	f.state_from = ledger_state_name(RUN_PROCESSING);
 	f.state_to = ledger_state_name(run.state);
 	f.version = run.version;
 	f.validation = "valid";

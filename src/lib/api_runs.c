@@ -145,7 +145,7 @@ api_runs_claim(struct api_call *c)
 	switch (rc) {
 	case OG_CLAIMED:
 		out = json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:i, s:s}", "outcome", "claimed",
-		                "key", c->key, "state", "processing", "lease_owner",
+		                "key", c->key, "state", ledger_state_name(RUN_PROCESSING), "lease_owner",
 		                run.lease_owner, "version", (json_int_t)run.version,
 		                "lease_expires_at", run.lease_expires_at, "attempt", run.attempt,
 		                "payload_hash", run.payload_hash);
@@ -155,7 +155,7 @@ api_runs_claim(struct api_call *c)
 		metrics_count(METRICS_CLAIM_CLAIMED);
 		if (run.lease_reclaimed)
 			metrics_count(METRICS_RUN_LEASE_RECLAIMED);
-		f.state_to = "processing";
+		f.state_to = ledger_state_name(RUN_PROCESSING);
 		f.version = run.version;
 		f.attempt = run.attempt;
 		api_log(c, LOG_LEVEL_INFO, "run.claimed", &f);
@@ -426,10 +426,10 @@ api_runs_cancel(struct api_call *c)
 		goto out;
 	}
 	http_json(c->resp, 200,
-	          json_pack("{s:s, s:I, s:O}", "state", "failed_terminal", "version",
+	          json_pack("{s:s, s:I, s:O}", "state", ledger_state_name(run.state), "version",
 	                    (json_int_t)run.version, "cancelled_effects", ids));
 	f.state_from = "approved";
-	f.state_to = "failed_terminal";
+	f.state_to = ledger_state_name(run.state);
 	f.version = run.version;
 	f.error_class = "cancelled";
 	f.effect_id = json_string_value(json_array_get(ids, 0));

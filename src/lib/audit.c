@@ -190,21 +190,18 @@ enum og_rc
 audit_explain(struct db *db, const char *client, const char *key, json_t **out, char *msg,
               size_t msglen)
 {
-	const char *p1[2] = { key, client };
-	char cid[24];
-	const char *p2[2] = { cid, key };
 	PGresult *run = NULL, *res = NULL;
+	long long client_id;
 	json_t *doc = NULL, *effects = NULL, *approvals = NULL, *links = NULL, *timeline = NULL;
 	json_t *processed;
-	enum og_rc arc = OG_ERROR;
-	enum db_rc rc;
+	enum og_rc arc = OG_ERROR, rc;
 	int i;
 
 	*out = NULL;
-	if ((rc = db_exec(db, &ledger_st_audit, p1, &run)) != DB_OK) {
+	if ((rc = ledger_audit(db, key, client, &run)) != OG_OK) {
 		/* the caller prints msg: never leave it unset */
 		snprintf(msg, msglen, "%s", db_error(db));
-		return og_rc_of(rc);
+		return rc;
 	}
 	if (PQntuples(run) != 1) {
 		arc = PQntuples(run) == 0 ? OG_NOT_FOUND : OG_AMBIGUOUS;
@@ -217,10 +214,10 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 		PQclear(run);
 		return arc;
 	}
-	snprintf(cid, sizeof(cid), "%s", db_get(run, 0, "client_id"));
+	client_id = db_get_ll(run, 0, "client_id");
 
 	effects = json_array();
-	if ((rc = db_exec(db, &outbox_st_audit, p2, &res)) != DB_OK)
+	if ((rc = outbox_audit(db, client_id, key, &res)) != OG_OK)
 		goto fail;
 	for (i = 0; i < PQntuples(res); i++) {
 		json_t *e = json_object();
@@ -241,10 +238,10 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	}
 	PQclear(res);
 	res = NULL;
-	if (gate_list(db, db_get_ll(run, 0, "client_id"), key, &approvals) != OG_OK)
+	if (gate_list(db, client_id, key, &approvals) != OG_OK)
 		goto fail;
 	links = json_array();
-	if ((rc = db_exec(db, &jobs_st_links, p2, &res)) != DB_OK)
+	if ((rc = jobs_links(db, client_id, key, &res)) != OG_OK)
 		goto fail;
 	for (i = 0; i < PQntuples(res); i++) {
 		json_t *l = json_object();
@@ -262,7 +259,7 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	PQclear(res);
 	res = NULL;
 	timeline = json_array();
-	if ((rc = db_exec(db, &ledger_st_history, p2, &res)) != DB_OK)
+	if ((rc = ledger_history(db, client_id, key, &res)) != OG_OK)
 		goto fail;
 	for (i = 0; i < PQntuples(res); i++) {
 		json_t *t = json_object();
@@ -307,7 +304,7 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	arc = OG_OK;
 	goto out;
 fail:
-	arc = rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+	arc = rc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 	snprintf(msg, msglen, "%s", db_error(db));
 out:
 	json_decref(effects);
@@ -320,30 +317,10 @@ out:
 }
 
 enum og_rc
-audit_report(struct db *db, long long since_seconds, json_t **out)
-{
-	char secs[24];
-	const char *params[1] = { secs };
-	PGresult *res;
-	enum db_rc rc;
-
-	*out = NULL;
-	snprintf(secs, sizeof(secs), "%lld", since_seconds);
-	if ((rc = db_exec(db, &metrics_st_report, params, &res)) != DB_OK)
-		return og_rc_of(rc);
-	*out = json_loads(db_get(res, 0, "report"), 0, NULL);
-	PQclear(res);
-	if (*out == NULL)
-		return OG_ERROR;
-	return OG_OK;
-}
-
-enum og_rc
 audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
             const char *reason, struct audit_purge *out)
 {
 	struct ledger_purge lp = { 0 };
-	const char *keys[2];
 	enum db_rc rc;
 	json_t *details = NULL;
 	char *text = NULL;
@@ -358,13 +335,11 @@ audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
 	out->runs = lp.runs;
 	out->effects = lp.effects;
 	out->approvals = lp.approvals;
-	keys[0] = lp.clients;
-	keys[1] = lp.keys;
 	/* the purged runs' effects lose their payload, their challenges the
 	 * effect they showed */
 	if (!dry_run &&
-	    ((rc = db_exec_count(db, &outbox_st_purge_payloads, keys, &out->effects)) != DB_OK ||
-	     (rc = db_exec_count(db, &gate_st_purge_effects, keys, &out->approvals)) != DB_OK))
+	    ((rc = outbox_purge_payloads(db, lp.clients, lp.keys, &out->effects)) != DB_OK ||
+	     (rc = gate_purge_effects(db, lp.clients, lp.keys, &out->approvals)) != DB_OK))
 		goto fail;
 	if ((rc = outbox_purge_attempts(db, days, dry_run, &out->attempts)) != DB_OK ||
 	    (rc = deadletter_purge(db, dry_run, &out->dead_letters)) != DB_OK)

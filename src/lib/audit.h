@@ -22,9 +22,6 @@
 enum og_rc audit_explain(struct db *db, const char *client, const char *key, json_t **out,
                          char *msg, size_t msglen) __attribute__((warn_unused_result));
 
-/* The weekly report's figures (the same as GET /metrics) over the last since_seconds; *out is a new object. */
-enum og_rc audit_report(struct db *db, long long since_seconds, json_t **out)
-	__attribute__((warn_unused_result));
 
 struct audit_purge {
 	long long runs;        /* runs whose payload / output / effect payload go */

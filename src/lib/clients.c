@@ -186,7 +186,7 @@ static const struct db_stmt st_name = {
 	"clients_name", "SELECT name FROM api_clients WHERE id = $1::bigint", 1, true,
 };
 
-const struct db_stmt clients_st_id = {
+static const struct db_stmt st_id = {
 	"clients_id", "SELECT id FROM api_clients WHERE name = $1", 1, true,
 };
 
@@ -207,4 +207,16 @@ clients_name(struct db *db, long long id, char *name, size_t len)
 		snprintf(name, len, "%s", db_get(res, 0, "name"));
 	PQclear(res);
 	return n == 1 ? OG_OK : OG_NOT_FOUND;
+}
+
+enum og_rc
+clients_id(struct db *db, const char *name, long long *id)
+{
+	const char *p[1] = { name };
+	PGresult *res = NULL;
+	enum og_rc rc = og_exec_one(db, &st_id, p, OG_NOT_FOUND, &res);
+
+	*id = rc == OG_OK ? db_get_ll(res, 0, "id") : 0;
+	PQclear(res);
+	return rc;
 }

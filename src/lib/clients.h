@@ -53,8 +53,8 @@ int clients_name_valid(const char *name);
 enum og_rc clients_name(struct db *db, long long id, char *name, size_t len)
 	__attribute__((warn_unused_result));
 
-/* Statement rows for the use cases' transactions and pipelines (their
- * parameters are the $n of the SQL text in clients.c). */
-extern const struct db_stmt clients_st_id;
+/* The id of the client named name. OG_NOT_FOUND: none. */
+enum og_rc clients_id(struct db *db, const char *name, long long *id)
+	__attribute__((warn_unused_result));
 
 #endif

@@ -440,6 +440,18 @@ unsent:
 }
 
 enum db_rc
+db_ping(struct db *db)
+{
+	static const struct db_stmt st_ping = { "db_ping", "SELECT 1", 0, true };
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	if ((rc = db_exec(db, &st_ping, NULL, &res)) == DB_OK)
+		PQclear(res);
+	return rc;
+}
+
+enum db_rc
 db_exec_count(struct db *db, const struct db_stmt *stmt, const char *const *params,
               long long *n)
 {

@@ -37,6 +37,8 @@ enum db_rc db_ensure(struct db *db) __attribute__((warn_unused_result));
 enum db_rc db_exec(struct db *db, const struct db_stmt *stmt,
                    const char *const *params, PGresult **res)
 	__attribute__((warn_unused_result));
+/* Does the database answer? One trivial statement (the health check). */
+enum db_rc db_ping(struct db *db) __attribute__((warn_unused_result));
 /* Runs a prepared statement for the rows it returns (or changed, with
  * RETURNING); *n is how many. */
 enum db_rc db_exec_count(struct db *db, const struct db_stmt *stmt,

@@ -3,12 +3,13 @@
  * deadletter.h. The one file with SQL text for dead_letters.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "deadletter.h"
 #include "outbox.h"
 
 /* The snapshot: the run and the effect as they are now, and every attempt. */
-const struct db_stmt deadletter_st_open = {
+static const struct db_stmt st_open = {
 	"deadletter_open",
 	"INSERT INTO dead_letters (effect_id, client_id, idempotency_key, component,"
 	"    error_class, reason, evidence, next_action, retention_until, owner)"
@@ -42,6 +43,36 @@ const struct db_stmt deadletter_st_open = {
 	" RETURNING id",
 	6, false,
 };
+
+void
+deadletter_open_call(struct deadletter_open_call *d, const struct deadletter_open *in,
+                     struct db_call *call)
+{
+	snprintf(d->maxa, sizeof(d->maxa), "%d", in->max_attempts);
+	snprintf(d->days, sizeof(d->days), "%d", in->retention_days);
+	d->params[0] = in->effect_id;
+	d->params[1] = in->error_class;
+	d->params[2] = in->reason;
+	d->params[3] = in->next_action;
+	d->params[4] = d->maxa;
+	d->params[5] = d->days;
+	call->stmt = &st_open;
+	call->params = d->params;
+}
+
+enum db_rc
+deadletter_open(struct db *db, const struct deadletter_open *in, bool *written)
+{
+	struct deadletter_open_call d;
+	struct db_call call = { 0 };
+	long long n = 0;
+	enum db_rc rc;
+
+	deadletter_open_call(&d, in, &call);
+	rc = db_exec_count(db, call.stmt, call.params, &n);
+	*written = rc == DB_OK && n == 1;
+	return rc;
+}
 
 /* $1 effect ids (uuid[]) $2 resolution $3 operator */
 static const struct db_stmt st_resolve = {
@@ -98,7 +129,7 @@ static const struct db_stmt st_purge = {
 	0, false,
 };
 
-const struct db_stmt deadletter_st_list = {
+static const struct db_stmt st_list = {
 	"deadletter_list",
 	"SELECT d.id, d.effect_id, c.name AS client, d.idempotency_key, e.effect_type,"
 	"       e.target, e.provider_key, d.error_class, d.reason, og_ts(d.created_at) AS created_at,"
@@ -122,7 +153,7 @@ const struct db_stmt deadletter_st_list = {
 
 /* The whole record as one JSON document: the letter as written, and what
  * happened since (the effect now, later attempts, operators' actions). */
-const struct db_stmt deadletter_st_show = {
+static const struct db_stmt st_show = {
 	"deadletter_show",
 	"SELECT jsonb_build_object("
 	"  'dead_letter_id', d.id, 'effect_id', d.effect_id,"
@@ -191,7 +222,7 @@ const struct db_stmt deadletter_st_show = {
 };
 
 /* The target of a dead letter, to look up its max_attempts first. */
-const struct db_stmt deadletter_st_target = {
+static const struct db_stmt st_target = {
 	"deadletter_target",
 	"SELECT e.target FROM dead_letters d JOIN effect_outbox e ON e.id = d.effect_id"
 	" WHERE d.id = $1::uuid OR d.effect_id = $1::uuid",
@@ -239,3 +270,95 @@ deadletter_purge(struct db *db, bool dry_run, long long *count)
 	PQclear(res);
 	return DB_OK;
 }
+
+enum og_rc
+deadletter_list(struct db *db, const struct deadletter_filter *f, json_t **out)
+{
+	char secs[24], limit[16];
+	const char *p[6] = {
+		f->since_ts, NULL, f->error_class, f->target, f->state, limit,
+	};
+	PGresult *res = NULL;
+	enum db_rc drc;
+	json_t *list;
+	int i;
+
+	*out = NULL;
+	if (f->since_seconds > 0) {
+		snprintf(secs, sizeof(secs), "%lld", f->since_seconds);
+		p[1] = secs;
+	}
+	snprintf(limit, sizeof(limit), "%d", f->limit > 0 ? f->limit : 200);
+	drc = db_exec(db, &st_list, p, &res);
+	if (drc != DB_OK) {
+		/* class 22: the --since timestamp is not one PostgreSQL reads */
+		if (drc == DB_ERROR && strncmp(db_sqlstate(db), "22", 2) == 0)
+			return OG_BAD_INPUT;
+		return og_rc_of(drc);
+	}
+	list = json_array();
+	for (i = 0; i < PQntuples(res); i++) {
+		static const char *const text_cols[] = {
+			"id", "effect_id", "client", "idempotency_key", "effect_type", "target",
+			"provider_key", "error_class", "reason", "created_at", "effect_state", "resolution",
+			"resolved_by", "resolved_at", "retention_until",
+		};
+		json_t *o = json_object();
+		size_t k;
+
+		for (k = 0; k < sizeof(text_cols) / sizeof(text_cols[0]); k++) {
+			const char *v = db_get(res, i, text_cols[k]);
+
+			json_object_set_new(o, strcmp(text_cols[k], "id") == 0 ? "dead_letter_id"
+			                                                       : text_cols[k],
+			                    v != NULL ? json_string(v) : json_null());
+		}
+		json_object_set_new(o, "age_seconds", json_integer(db_get_ll(res, i, "age_seconds")));
+		json_object_set_new(o, "replay_count",
+		                    json_integer(db_get_ll(res, i, "replay_count")));
+		json_object_set_new(o, "state", json_string(db_get(res, i, "open")[0] == 't'
+		                                                    ? "open" : "resolved"));
+		json_array_append_new(list, o);
+	}
+	PQclear(res);
+	*out = list;
+	return OG_OK;
+}
+
+enum og_rc
+deadletter_show(struct db *db, const struct config *cfg, const char *id, json_t **out)
+{
+	const char *p[2] = { id, NULL };
+	char maxa[16];
+	PGresult *res = NULL;
+	enum og_rc rc;
+	json_error_t jerr;
+
+	*out = NULL;
+	if ((rc = og_rc_of(db_exec(db, &st_target, p, &res))) != OG_OK)
+		return rc;
+	if (PQntuples(res) != 1) {
+		PQclear(res);
+		return OG_NOT_FOUND;
+	}
+	if (cfg != NULL) {
+		const struct config_target *t = config_target(cfg, db_get(res, 0, "target"));
+
+		if (t != NULL) {
+			snprintf(maxa, sizeof(maxa), "%d", t->max_attempts);
+			p[1] = maxa;
+		}
+	}
+	PQclear(res);
+	res = NULL;
+	if ((rc = og_rc_of(db_exec(db, &st_show, p, &res))) != OG_OK)
+		return rc;
+	if (PQntuples(res) != 1) {
+		PQclear(res);
+		return OG_NOT_FOUND;
+	}
+	*out = json_loads(db_get(res, 0, "doc"), 0, &jerr);
+	PQclear(res);
+	return *out != NULL ? OG_OK : OG_ERROR;
+}
+

@@ -10,7 +10,11 @@
 
 #include <stdbool.h>
 
+#include <jansson.h>
+
+#include "config.h"
 #include "db.h"
+#include "rc.h"
 
 /*
  * A dead letter is open while its effect still waits for an operator: the
@@ -24,14 +28,29 @@
 	" IN ('', 'not_delivered', 'resumed'))"
 
 /*
- * Writes the letter of an effect once (a second one for the same effect is
- * not written: no row). Run after the effect's last attempt is recorded in
- * the same transaction, so the snapshot holds it. Parameters: $1 effect id,
- * $2 error class, $3 reason, $4 next action, $5 the target's max attempts,
- * $6 retention days. Returns the letter's id. A statement (not a function)
- * so the dispatcher can pipeline it with the settle of the effect.
+ * The letter of an effect, written once (a second one for the same effect
+ * is not written). Run after the effect's last attempt is recorded in the
+ * same transaction, so the snapshot holds it.
  */
-extern const struct db_stmt deadletter_st_open;
+struct deadletter_open {
+	const char *effect_id;
+	const char *error_class;
+	const char *reason;
+	const char *next_action;     /* what an operator should do */
+	int max_attempts;            /* the target's */
+	int retention_days;
+};
+/* deadletter_open as a db_call, so the dispatcher can pipeline it with the
+ * settle of the effect. */
+struct deadletter_open_call {
+	char maxa[16], days[16];
+	const char *params[6];
+};
+void deadletter_open_call(struct deadletter_open_call *d, const struct deadletter_open *in,
+                          struct db_call *call);
+/* *written: a new letter (false: the effect had one). */
+enum db_rc deadletter_open(struct db *db, const struct deadletter_open *in, bool *written)
+	__attribute__((warn_unused_result));
 
 /* Closes the letters of the effects in ids (a PostgreSQL uuid[] text) with
  * resolution, by operator. */
@@ -49,10 +68,26 @@ enum db_rc deadletter_replayed(struct db *db, long long client_id, const char *k
  * states, class and resolution stay); *count: how many (dry_run: would). */
 enum db_rc deadletter_purge(struct db *db, bool dry_run, long long *count);
 
-/* Statement rows for the use cases' transactions and pipelines (their
- * parameters are the $n of the SQL text in deadletter.c). */
-extern const struct db_stmt deadletter_st_list;
-extern const struct db_stmt deadletter_st_show;
-extern const struct db_stmt deadletter_st_target;
+/* Dead-letter list filters; NULL/0 members do not filter. */
+struct deadletter_filter {
+	const char *since_ts;        /* a timestamp PostgreSQL reads */
+	long long since_seconds;     /* or this long ago (> 0) */
+	const char *error_class;     /* permanent | exhausted | unknown */
+	const char *target;
+	const char *state;           /* open | resolved */
+	int limit;                   /* 0: 200 */
+};
+
+/* Dead letters, oldest first, each with its age and whether it is open:
+ * *out is a new array. OG_BAD_INPUT: since_ts is not a timestamp
+ * PostgreSQL reads. */
+enum og_rc deadletter_list(struct db *db, const struct deadletter_filter *f, json_t **out)
+	__attribute__((warn_unused_result));
+/* One dead letter, by its id or its effect's id, with everything the
+ * dead-letter record asks for, the attempts made since, the operators'
+ * actions and the recovery envelope; *out is a new object. cfg (may be
+ * NULL) gives the target's current max_attempts. OG_NOT_FOUND: none. */
+enum og_rc deadletter_show(struct db *db, const struct config *cfg, const char *id,
+                           json_t **out) __attribute__((warn_unused_result));
 
 #endif

@@ -276,22 +276,10 @@ decide_approval(struct db *db, struct decide_approval *d, struct ledger_run *run
 	}
 	if (d->callback_url != NULL) {
 		/* The workflow's Wait node learns the outcome. */
-		json_t *cb = json_pack("{s:s, s:s, s:s, s:s, s:s}", "url", d->callback_url, "key",
-		                       a->key, "decision", approve ? "approved" : "rejected",
-		                       "decided_by", d->subject, "approval_id", a->id);
-
-		if (cb == NULL || json_hash(cb, chash, &cb_payload) != 0) {
-			json_decref(cb);
+		if (outbox_callback_effect(&cbe, a->client_id, a->key, d->callback_url,
+		                           approve ? "approved" : "rejected", d->subject, a->id, chash,
+		                           &cb_payload) != 0)
 			goto out;
-		}
-		json_decref(cb);
-		cbe.client_id = a->client_id;
-		cbe.key = a->key;
-		cbe.type = "decision.callback";
-		cbe.target = "callback";
-		cbe.payload = cb_payload;
-		cbe.payload_hash = chash;
-		cbe.approval_id = a->id;
 	}
 
 	/* ONE transaction, its statements sent in one round trip:

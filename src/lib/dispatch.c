@@ -247,60 +247,8 @@ dispatch_sending_allowed(struct dispatch_shared *s)
 
 /* --- one effect ------------------------------------------------------------- */
 
-static char *
-dup_field(const PGresult *res, int row, const char *col)
-{
-	const char *v = db_get(res, row, col);
-
-	return v != NULL ? strdup(v) : NULL;
-}
-
-static void
-job_clear(struct dispatch_job *j)
-{
-	free(j->key);
-	free(j->type);
-	free(j->target);
-	free(j->payload);
-	free(j->payload_hash);
-	free(j->provider_key);
-	free(j->run_output);
-	free(j->run_contract);
-	memset(j, 0, sizeof(*j));
-}
-
-static void
-job_read(struct dispatch_job *j, const PGresult *res, int row)
-{
-	memset(j, 0, sizeof(*j));
-	snprintf(j->id, sizeof(j->id), "%s", db_get(res, row, "id"));
-	j->client_id = db_get_ll(res, row, "client_id");
-	if (db_get(res, row, "client_name") != NULL)
-		snprintf(j->client, sizeof(j->client), "%s", db_get(res, row, "client_name"));
-	else
-		snprintf(j->client, sizeof(j->client), "%lld", j->client_id);
-	j->key = dup_field(res, row, "idempotency_key");
-	j->type = dup_field(res, row, "effect_type");
-	j->target = dup_field(res, row, "target");
-	j->provider_key = dup_field(res, row, "provider_key");
-	j->attempt = (int)db_get_ll(res, row, "attempt");
-	if (PQfnumber(res, "payload") >= 0) {
-		j->payload = dup_field(res, row, "payload");
-		j->payload_hash = dup_field(res, row, "payload_hash");
-		j->run_output = dup_field(res, row, "run_output");
-		j->run_contract = dup_field(res, row, "run_contract");
-		j->elapsed_ms = db_get_ll(res, row, "elapsed_ms");
-	}
-	if (PQfnumber(res, "reconcile_attempts") >= 0) {
-		j->elapsed_ms = db_get_ll(res, row, "elapsed_ms");
-		j->reconcile_attempts = (int)db_get_ll(res, row, "reconcile_attempts");
-		j->not_found = db_get_ll(res, row, "not_found");
-		j->errors = db_get_ll(res, row, "errors");
-	}
-}
-
 void
-dispatch_log_effect(enum log_level level, const char *event, const struct dispatch_job *j,
+dispatch_log_effect(enum log_level level, const char *event, const struct outbox_job *j,
                     const char *from, const char *to, const char *provider_id,
                     const char *error_class, const char *reason, long long duration_ms,
                     const char *hint)
@@ -342,20 +290,10 @@ dispatch_hold(struct db *db, const char *effect_id)
 }
 
 bool
-dispatch_release(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j,
+dispatch_release(struct dispatch_shared *s, struct db *db, const struct outbox_job *j,
                           int delay_s)
 {
-	char d[16];
-	const char *p[3] = { j->id, s->owner, d };
-	PGresult *res = NULL;
-	bool ok;
-
-	snprintf(d, sizeof(d), "%d", delay_s);
-	if (db_exec(db, &outbox_st_release, p, &res) != DB_OK)
-		return false;
-	ok = PQntuples(res) == 1;
-	PQclear(res);
-	return ok;
+	return outbox_release(db, j->id, s->owner, delay_s) == OG_OK;
 }
 
 /* What one send of target t needs of its lease (no rate-limit wait: it is
@@ -381,84 +319,35 @@ dispatch_next_action(const char *dl_class)
 
 /* --- the worker --------------------------------------------------------------- */
 
-/* A PostgreSQL array literal of words that need no quoting (target names
- * are [a-z0-9_], effect ids are uuids), built word by word; empty words
- * are left out. */
-#define WORDS_MAX ((size_t)1 << 24)
-
-struct words {
-	struct buf b;
-	bool failed;
-};
-
-static void
-words_init(struct words *w)
-{
-	buf_init(&w->b, WORDS_MAX);
-	w->failed = buf_puts(&w->b, "{") != 0;
-}
-
-static void
-words_add(struct words *w, const char *word)
-{
-	if (!w->failed && word[0] != '\0' &&
-	    buf_printf(&w->b, "%s%s", w->b.len > 1 ? "," : "", word) != 0)
-		w->failed = true;
-}
-
-/* The literal, or NULL when memory ran out. */
-static char *
-words_end(struct words *w)
-{
-	if (w->failed || buf_puts(&w->b, "}") != 0) {
-		buf_free(&w->b);
-		return NULL;
-	}
-	return buf_steal(&w->b);
-}
-
-/* The targets with a lookup URL, as a text[] literal. */
-static char *
-lookup_targets(const struct config *cfg)
-{
-	struct words w;
-	int i;
-
-	words_init(&w);
-	for (i = 0; i < cfg->ntargets; i++)
-		if (cfg->targets[i].lookup_url[0] != '\0')
-			words_add(&w, cfg->targets[i].name);
-	return words_end(&w);
-}
-
 static int
 claim_reconcile(struct dispatch_shared *s, struct db *db, struct provider_conn *pc)
 {
 	struct dispatch_config *dc = dispatch_config_get(s);
-	char *targets = lookup_targets(&dc->cfg);
-	char interval[16], limit[16];
-	const char *p[3] = { targets, interval, limit };
-	PGresult *res = NULL;
+	const char **targets = calloc((size_t)dc->cfg.ntargets + 1, sizeof(*targets));
+	struct outbox_batch b = { 0 };
+	enum og_rc rc = OG_ERROR;
 	int n = 0, i;
 
-	snprintf(interval, sizeof(interval), "%d", dc->cfg.reconcile_interval_seconds);
-	snprintf(limit, sizeof(limit), "%d", dc->cfg.dispatch_batch);
+	/* the targets with a lookup URL */
+	for (i = 0; targets != NULL && i < dc->cfg.ntargets; i++)
+		if (dc->cfg.targets[i].lookup_url[0] != '\0')
+			targets[n++] = dc->cfg.targets[i].name;
+	if (targets != NULL && n > 0)
+		rc = outbox_claim_reconcile(db, targets, n, dc->cfg.reconcile_interval_seconds,
+		                            dc->cfg.dispatch_batch, &b);
 	dispatch_config_put(s, dc);
-	if (targets == NULL || strcmp(targets, "{}") == 0 ||
-	    db_exec(db, &outbox_st_claim_reconcile, p, &res) != DB_OK) {
-		free(targets);
-		return 0;
-	}
 	free(targets);
-	n = PQntuples(res);
-	for (i = 0; i < n; i++) {
-		struct dispatch_job j;
+	if (rc != OG_OK)
+		return 0;
+	for (i = 0; i < b.n; i++) {
+		struct outbox_job j;
 
-		job_read(&j, res, i);
+		outbox_batch_job(&b, i, &j);
 		dispatch_effect_reconcile(s, db, pc, &j);
-		job_clear(&j);
+		outbox_job_clear(&j);
 	}
-	PQclear(res);
+	n = b.n;
+	outbox_batch_clear(&b);
 	return n;
 }
 
@@ -489,65 +378,41 @@ lease_need_s(const struct config *cfg, const char *target)
 /* Renews the lease of rows [from, n) of a claimed batch when it has less
  * than the next effect needs; *until is the local estimate of its end. */
 static void
-keep_batch_leased(struct dispatch_shared *s, struct db *db, const PGresult *res, int from,
-                  long long *until)
+keep_batch_leased(struct dispatch_shared *s, struct db *db, const struct outbox_batch *b,
+                  int from, const char *target, long long *until)
 {
 	struct dispatch_config *dc = dispatch_config_get(s);
-	int need = lease_need_s(&dc->cfg, db_get(res, from, "target"));
+	int need = lease_need_s(&dc->cfg, target);
 	int secs = dc->cfg.dispatch_lease_seconds > 2 * need ? dc->cfg.dispatch_lease_seconds
 	                                                     : 2 * need;
 	long long t0 = dispatch_mono_ns();
-	char lease[16], *ids;
-	const char *p[3];
-	PGresult *r = NULL;
-	struct words w;
-	int i;
 
 	dispatch_config_put(s, dc);
 	if (*until - t0 >= (long long)need * 1000000000LL)
 		return;
-	words_init(&w);
-	for (i = from; i < PQntuples(res); i++)
-		words_add(&w, db_get(res, i, "id"));
-	if ((ids = words_end(&w)) == NULL)
-		return;
-	snprintf(lease, sizeof(lease), "%d", secs);
-	p[0] = ids;
-	p[1] = s->owner;
-	p[2] = lease;
-	if (db_exec(db, &outbox_st_renew_batch, p, &r) == DB_OK) {
+	if (outbox_renew_batch(db, b, from, s->owner, secs) == OG_OK)
 		*until = t0 + (long long)secs * 1000000000LL;
-		PQclear(r);
-	}
-	free(ids);
 }
 
 int
 dispatch_release_unsent(struct dispatch_shared *s, struct db *db)
 {
-	char *busy;
-	const char *p[2];
-	PGresult *res = NULL;
-	struct words w;
-	int i, n;
+	char(*copy)[40] = calloc((size_t)s->nslots + 1, sizeof(*copy));
+	const char **busy = calloc((size_t)s->nslots + 1, sizeof(*busy));
+	int i, n = -1;
 
-	words_init(&w);
-	pthread_mutex_lock(&s->inflight_mu);
-	for (i = 0; i < s->nslots; i++)
-		words_add(&w, s->inflight[i]);
-	pthread_mutex_unlock(&s->inflight_mu);
-	busy = words_end(&w);
-	if (busy == NULL)
-		return -1;
-	p[0] = s->owner;
-	p[1] = busy;
-	if (db_exec(db, &outbox_st_release_unsent, p, &res) != DB_OK) {
-		free(busy);
-		return -1;
+	if (copy != NULL && busy != NULL) {
+		pthread_mutex_lock(&s->inflight_mu);
+		for (i = 0; i < s->nslots; i++) {
+			memcpy(copy[i], s->inflight[i], sizeof(copy[i]));
+			busy[i] = copy[i];
+		}
+		pthread_mutex_unlock(&s->inflight_mu);
+		if (outbox_release_unsent(db, s->owner, busy, s->nslots, &n) != OG_OK)
+			n = -1;
 	}
-	n = PQntuples(res);
-	PQclear(res);
 	free(busy);
+	free(copy);
 	return n;
 }
 
@@ -574,43 +439,40 @@ dispatch_worker(void *arg)
 	}
 	while (!atomic_load(&s->stopping)) {
 		unsigned long seen = wake_seq(s);
-		char owner_lease[16], batch[16];
-		const char *p[3] = { s->owner, batch, owner_lease };
-		PGresult *res = NULL;
+		struct outbox_batch b = { 0 };
 		int n = 0, i, poll_ms, lease_s;
 		long long until;
 
 		dc = dispatch_config_get(s);
 		if (ahead > dc->cfg.dispatch_batch)
 			ahead = dc->cfg.dispatch_batch;
-		snprintf(batch, sizeof(batch), "%d", ahead);
 		lease_s = dc->cfg.dispatch_lease_seconds;
-		snprintf(owner_lease, sizeof(owner_lease), "%d", lease_s);
 		poll_ms = dc->cfg.dispatch_poll_ms;
 		dispatch_config_put(s, dc);
 
 		/* the local estimate of the batch's lease starts before the claim */
 		until = dispatch_mono_ns() + (long long)lease_s * 1000000000LL;
-		if (dispatch_sending_allowed(s) && db_exec(db, &outbox_st_claim, p, &res) == DB_OK) {
+		if (dispatch_sending_allowed(s) &&
+		    outbox_claim(db, s->owner, ahead, lease_s, &b) == OG_OK) {
 			long long t0 = dispatch_mono_ns(), per;
 
-			n = PQntuples(res);
+			n = b.n;
 			for (i = 0; i < n; i++) {
-				struct dispatch_job j;
+				struct outbox_job j;
 
-				job_read(&j, res, i);
+				outbox_batch_job(&b, i, &j);
 				if (atomic_load(&s->stopping)) {
 					/* shutdown: the rest of the batch goes back */
 					(void)dispatch_release(s, db, &j, 0);
 				} else {
-					keep_batch_leased(s, db, res, i, &until);
+					keep_batch_leased(s, db, &b, i, j.target, &until);
 					set_inflight(s, slot, j.id);
 					dispatch_effect_send(s, db, pc, &j);
 					set_inflight(s, slot, "");
 				}
-				job_clear(&j);
+				outbox_job_clear(&j);
 			}
-			PQclear(res);
+			outbox_batch_clear(&b);
 			if (n > 0) {
 				per = (dispatch_mono_ns() - t0) / n;
 				ahead = per <= 0 ? 1 << 20

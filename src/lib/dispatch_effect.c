@@ -82,7 +82,7 @@ target_index(const struct config *cfg, const char *name)
 
 /* The run moved approved → completed with this effect, its last. */
 static void
-log_run_completed(const struct dispatch_job *j)
+log_run_completed(const struct outbox_job *j)
 {
 	struct log_fields f = { .client = j->client[0] ? j->client : NULL, .key = j->key,
 		                .state_from = ledger_state_name(RUN_APPROVED),
@@ -120,63 +120,56 @@ enum settle_rc { SETTLED = 0, SETTLE_LOST, SETTLE_DB };
 /* One transaction, one round trip: [lock run,] CAS + history, [dead
  * letter,] [complete run]. */
 static enum settle_rc
-settle(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j,
+settle(struct dispatch_shared *s, struct db *db, const struct outbox_job *j,
        const struct settle *st, bool *run_completed)
 {
-	char delay[32], dur[32], status[16], maxa[16], days[16], recon[16];
 	char *ev = st->evidence != NULL ? canon_dumps(st->evidence, JSON_COMPACT) : NULL;
-	char cid[24];
-	const char *lock_p[3] = { cid, j->key, "dispatcher" };
-	const char *settle_p[15] = {
-		j->id, st->expect, st->owner, st->to, st->provider_id, st->error_class,
-		st->reason, delay, st->kind, dur, s->name, st->attempt_class,
-		st->status ? status : NULL, ev != NULL ? ev : "{}",
-		st->expect_reconcile >= 0 ? recon : NULL,
+	const struct outbox_settle in = {
+		.id = j->id, .expect = st->expect, .owner = st->owner, .to = st->to,
+		.provider_id = st->provider_id, .error_class = st->error_class,
+		.reason = st->reason, .delay_ms = st->delay_ms, .kind = st->kind,
+		.duration_ms = st->duration_ms, .dispatcher = s->name,
+		.attempt_class = st->attempt_class, .status = st->status, .evidence = ev,
+		.expect_reconcile = st->expect_reconcile,
 	};
-	const char *dl_p[6] = { j->id, st->dl_class, st->reason, st->dl_action, maxa, days };
+	const struct deadletter_open dl = {
+		.effect_id = j->id, .error_class = st->dl_class, .reason = st->reason,
+		.next_action = st->dl_action, .max_attempts = st->max_attempts,
+		.retention_days = st->retention_days,
+	};
+	struct ledger_key_call lock_c, complete_c;
+	struct outbox_settle_call settle_c;
+	struct deadletter_open_call dl_c;
 	struct db_call calls[4];
-	int n = 0, i_settle, i_dl = -1, i_run = -1, k;
+	int n = 0, i_settle, i_run = -1, k;
 	enum settle_rc rc = SETTLE_DB;
+	enum og_rc orc;
 
-	snprintf(cid, sizeof(cid), "%lld", j->client_id);
-	snprintf(delay, sizeof(delay), "%lld", st->delay_ms > 0 ? st->delay_ms : 0);
-	snprintf(dur, sizeof(dur), "%lld", st->duration_ms);
-	snprintf(status, sizeof(status), "%d", st->status);
-	snprintf(maxa, sizeof(maxa), "%d", st->max_attempts);
-	snprintf(days, sizeof(days), "%d", st->retention_days);
-	snprintf(recon, sizeof(recon), "%d", st->expect_reconcile);
 	memset(calls, 0, sizeof(calls));
 	*run_completed = false;
-	if (st->complete_run) {
-		calls[n].stmt = &ledger_st_lock;
-		calls[n++].params = lock_p;
-	}
+	if (st->complete_run)
+		ledger_lock_call(&lock_c, j->client_id, j->key, &calls[n++]);
 	i_settle = n;
-	calls[n].stmt = &outbox_st_settle;
-	calls[n++].params = settle_p;
-	if (st->dl_class != NULL) {
-		i_dl = n;
-		calls[n].stmt = &deadletter_st_open;
-		calls[n++].params = dl_p;
-	}
+	outbox_settle_call(&settle_c, &in, &calls[n++]);
+	if (st->dl_class != NULL)
+		deadletter_open_call(&dl_c, &dl, &calls[n++]);
 	if (st->complete_run) {
 		i_run = n;
-		calls[n].stmt = &ledger_st_complete;
-		calls[n++].params = lock_p;
+		ledger_complete_call(&complete_c, j->client_id, j->key, "dispatcher", &calls[n++]);
 	}
 	(void)db_pipeline_tx(db, calls, n);
 	for (k = 0; k < n; k++)
 		if (calls[k].rc != DB_OK)
 			goto out;
-	if (PQntuples(calls[i_settle].res) != 1) {
-		rc = SETTLE_LOST;
+	if ((orc = outbox_settle_result(&calls[i_settle])) != OG_OK) {
+		if (orc == OG_LEASE_LOST)
+			rc = SETTLE_LOST;
 		goto out;
 	}
-	(void)i_dl;
 	if (db_commit(db) != DB_OK)
 		goto out_noroll;
 	if (i_run >= 0)
-		*run_completed = PQntuples(calls[i_run].res) == 1;
+		*run_completed = ledger_completed(&calls[i_run]);
 	rc = SETTLED;
 	goto out_noroll;
 out:
@@ -192,49 +185,27 @@ out_noroll:
  * database half and the lease; renews a lease too short for the send.
  * 1: send; 0: blocked by the switch; -1: not ours any more / no database. */
 static int
-presend_check(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j,
+presend_check(struct dispatch_shared *s, struct db *db, const struct outbox_job *j,
               const struct config_target *t, int lease_s)
 {
-	const char *p[2] = { j->id, s->owner };
-	PGresult *res = NULL;
-	const char *enabled, *owned, *left;
-	int rc = -1;
+	struct outbox_presend ps;
+	int need;
 
-	if (db_exec(db, &outbox_st_presend, p, &res) != DB_OK)
+	if (outbox_presend(db, j->id, s->owner, &ps) != OG_OK)
 		return -1;
-	if (PQntuples(res) != 1)
-		goto out;
-	enabled = db_get(res, 0, "enabled");
-	owned = db_get(res, 0, "owned");
-	left = db_get(res, 0, "lease_left");
-	atomic_store(&s->db_enabled, enabled != NULL && enabled[0] == 't');
-	if (owned == NULL || owned[0] != 't')
-		goto out;
-	if (!s->env_enabled || enabled == NULL || enabled[0] != 't') {
-		rc = 0;
-		goto out;
-	}
+	atomic_store(&s->db_enabled, ps.enabled);
+	if (!ps.owned)
+		return -1;
+	if (!s->env_enabled || !ps.enabled)
+		return 0;
 	/* keep_batch_leased() made the lease long enough for this send; one
 	 * that is not (a clock far off, a renewal that failed) is renewed. */
-	if (left == NULL || atof(left) < dispatch_send_lease_s(t)) {
-		char secs[16];
-		const char *rp[3] = { j->id, s->owner, secs };
-		PGresult *r2 = NULL;
-		int need = 2 * dispatch_send_lease_s(t);
-
-		snprintf(secs, sizeof(secs), "%d", need > lease_s ? need : lease_s);
-		if (db_exec(db, &outbox_st_renew, rp, &r2) != DB_OK)
-			goto out;
-		if (PQntuples(r2) != 1) {
-			PQclear(r2);
-			goto out;
-		}
-		PQclear(r2);
+	if (ps.lease_left < dispatch_send_lease_s(t)) {
+		need = 2 * dispatch_send_lease_s(t);
+		if (outbox_renew(db, j->id, s->owner, need > lease_s ? need : lease_s) != OG_OK)
+			return -1;
 	}
-	rc = 1;
-out:
-	PQclear(res);
-	return rc;
+	return 1;
 }
 
 enum recheck { RECHECK_SEND = 0, RECHECK_REFUSED, RECHECK_HOLD, RECHECK_NOMEM };
@@ -245,7 +216,7 @@ enum recheck { RECHECK_SEND = 0, RECHECK_REFUSED, RECHECK_HOLD, RECHECK_NOMEM };
  * text when nothing was added); RECHECK_REFUSED leaves evidence and a
  * reason in *at. */
 static enum recheck
-recheck(const struct dispatch_config *dc, const struct provider *pv, const struct dispatch_job *j,
+recheck(const struct dispatch_config *dc, const struct provider *pv, const struct outbox_job *j,
         char **text, struct provider_attempt *at)
 {
 	const struct contract *c = NULL;
@@ -295,7 +266,7 @@ out:
 /* Sends one claimed effect and settles it. */
 void
 dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
-                                  struct dispatch_job *j)
+                                  struct outbox_job *j)
 {
 	struct dispatch_config *dc = dispatch_config_get(s);
 	const struct config *cfg = &dc->cfg;
@@ -512,7 +483,7 @@ out:
 /* Looks up one unknown effect at its target. */
 void
 dispatch_effect_reconcile(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
-                                          struct dispatch_job *j)
+                                          struct outbox_job *j)
 {
 	struct dispatch_config *dc = dispatch_config_get(s);
 	const struct config *cfg = &dc->cfg;

@@ -13,6 +13,7 @@
 #include "db.h"
 #include "dispatch.h"
 #include "log.h"
+#include "outbox.h"
 #include "provider.h"
 
 /* Rows per housekeeping statement. */
@@ -21,26 +22,12 @@
  * target's timeout; otherwise the lease is renewed first. */
 #define DISPATCH_LEASE_MARGIN_S 10
 
-/* One claimed effect, as the claim returned it. */
-struct dispatch_job {
-	char id[40];
-	long long client_id;
-	char client[72];             /* the API client's name (its id if it has none) */
-	char *key, *type, *target, *payload, *payload_hash, *provider_key, *run_output;
-	char *run_contract;        /* the contract of the effect the run proposed, or NULL */
-	int attempt;
-	long long elapsed_ms;
-	/* reconciliation */
-	int reconcile_attempts;
-	long long not_found, errors;
-};
-
 /* CLOCK_MONOTONIC in nanoseconds. */
 long long dispatch_mono_ns(void);
 /* The kill switch: the environment AND the database flag as last read. */
 bool dispatch_sending_allowed(struct dispatch_shared *s);
 /* The decision log line of one effect's step. */
-void dispatch_log_effect(enum log_level level, const char *event, const struct dispatch_job *j,
+void dispatch_log_effect(enum log_level level, const char *event, const struct outbox_job *j,
                          const char *from, const char *to, const char *provider_id,
                          const char *error_class, const char *reason, long long duration_ms,
                          const char *hint);
@@ -49,7 +36,7 @@ void dispatch_log_effect(enum log_level level, const char *event, const struct d
 long long dispatch_hold(struct db *db, const char *effect_id);
 /* Not sent after all: back to pending after delay_s, the attempt given
  * back. False when the lease was no longer ours. */
-bool dispatch_release(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j,
+bool dispatch_release(struct dispatch_shared *s, struct db *db, const struct outbox_job *j,
                       int delay_s);
 /* What one send of target t needs of its lease, in seconds. */
 int dispatch_send_lease_s(const struct config_target *t);
@@ -59,9 +46,9 @@ const char *dispatch_next_action(const char *dl_class);
 /* dispatch_effect.c: sends one claimed effect and settles it; looks up one
  * unknown effect at its target. */
 void dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
-                          struct dispatch_job *j);
+                          struct outbox_job *j);
 void dispatch_effect_reconcile(struct dispatch_shared *s, struct db *db,
-                               struct provider_conn *pc, struct dispatch_job *j);
+                               struct provider_conn *pc, struct outbox_job *j);
 
 /* dispatch_notify.c: right before the send of an approval.notify effect, a
  * fresh link for its challenge (its token in token, its hash now the
@@ -72,13 +59,13 @@ void dispatch_effect_reconcile(struct dispatch_shared *s, struct db *db,
  * (the database, the CSPRNG, memory). */
 enum notify_prep { NOTIFY_PREP_SEND = 0, NOTIFY_PREP_MOOT, NOTIFY_PREP_REFUSED, NOTIFY_PREP_RETRY };
 enum notify_prep dispatch_notify_prepare(struct db *db, const struct config *cfg,
-                                         const struct provider *pv, const struct dispatch_job *j,
+                                         const struct provider *pv, const struct outbox_job *j,
                                          char token[44], char **text,
                                          struct provider_attempt *at);
 /* Replaces the token in every string of an attempt's evidence (a webhook
  * that echoes the request must not put the link at rest). */
 void dispatch_notify_scrub(json_t *evidence, const char *token);
 /* A moot notice: cancelled, nothing sent, logged. */
-void dispatch_notify_moot(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j);
+void dispatch_notify_moot(struct dispatch_shared *s, struct db *db, const struct outbox_job *j);
 
 #endif

@@ -22,7 +22,7 @@
 
 enum notify_prep
 dispatch_notify_prepare(struct db *db, const struct config *cfg, const struct provider *pv,
-                        const struct dispatch_job *j, char token[TOKEN_TEXT_LEN + 1],
+                        const struct outbox_job *j, char token[TOKEN_TEXT_LEN + 1],
                         char **text, struct provider_attempt *at)
 {
 	json_t *notice = j->payload != NULL ? json_loads(j->payload, 0, NULL) : NULL;
@@ -138,7 +138,7 @@ dispatch_notify_scrub(json_t *v, const char *token)
 }
 
 void
-dispatch_notify_moot(struct dispatch_shared *s, struct db *db, const struct dispatch_job *j)
+dispatch_notify_moot(struct dispatch_shared *s, struct db *db, const struct outbox_job *j)
 {
 	if (outbox_cancel_claimed(db, j->id, s->owner, "challenge_not_pending") == OG_OK)
 		dispatch_log_effect(LOG_LEVEL_INFO, "approval.notify_skipped", j, "sending", "cancelled",

@@ -12,7 +12,6 @@
 
 #include <jansson.h>
 
-#include "canon.h"
 #include "control.h"
 #include "deadletter.h"
 #include "dispatch.h"
@@ -27,7 +26,6 @@
 static void
 expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg)
 {
-	char maxa[16], days[16];
 	PGresult *res = NULL;
 	bool *lettered = NULL;
 	int i, n;
@@ -35,7 +33,6 @@ expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg
 	/* The effect turns unknown and, where no lookup URL can settle it, gets
 	 * its dead letter in the same transaction: a dispatcher that dies in
 	 * between never leaves an unknown effect nobody is told about. */
-	snprintf(days, sizeof(days), "%d", cfg->retention_days);
 	if (db_begin(db) != DB_OK)
 		return;
 	if (outbox_expire_leases(db, DISPATCH_TICK_BATCH, s->name, &res) != DB_OK)
@@ -52,22 +49,23 @@ expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg
 		goto fail;
 	for (i = 0; i < n; i++) {
 		const struct config_target *t = config_target(cfg, db_get(res, i, "target"));
-		const char *dp[6] = { db_get(res, i, "id"), "unknown", "lease_expired_while_sending",
-			              dispatch_next_action("unknown"), maxa, days };
-		PGresult *r2 = NULL;
+		const struct deadletter_open dl = {
+			.effect_id = db_get(res, i, "id"), .error_class = "unknown",
+			.reason = "lease_expired_while_sending",
+			.next_action = dispatch_next_action("unknown"),
+			.max_attempts = t != NULL ? t->max_attempts : 0,
+			.retention_days = cfg->retention_days,
+		};
 
 		if (t != NULL && t->lookup_url[0] != '\0')
 			continue;
-		snprintf(maxa, sizeof(maxa), "%d", t != NULL ? t->max_attempts : 0);
-		if (db_exec(db, &deadletter_st_open, dp, &r2) != DB_OK)
+		if (deadletter_open(db, &dl, &lettered[i]) != DB_OK)
 			goto fail;
-		lettered[i] = PQntuples(r2) == 1;
-		PQclear(r2);
 	}
 	if (db_commit(db) != DB_OK)
 		goto fail;
 	for (i = 0; i < n; i++) {
-		struct dispatch_job j = { 0 };
+		struct outbox_job j = { 0 };
 		const struct config_target *t;
 
 		snprintf(j.id, sizeof(j.id), "%s", db_get(res, i, "id"));
@@ -100,25 +98,25 @@ fail:
 static void
 expire_run(struct db *db, long long client_id, const char *client_name, const char *key)
 {
-	char client[24], id[OUTBOX_ID_LEN] = "", nb[OUTBOX_TS_LEN];
-	const char *p[2] = { client, key };
-	PGresult *ra = NULL, *rr = NULL;
+	char id[OUTBOX_ID_LEN] = "", nb[OUTBOX_TS_LEN];
+	PGresult *rr = NULL;
+	long long expired = 0;
+	enum og_rc rc;
 	const char *callback;
 	char *payload = NULL;
-	char hash[CANON_HASH_LEN];
+	char hash[OUTBOX_HASH_LEN];
 	struct log_fields f = { 0 };
 
-	snprintf(client, sizeof(client), "%lld", client_id);
 	if (db_begin(db) != DB_OK)
 		return;
-	if (db_exec(db, &gate_st_expire, p, &ra) != DB_OK ||
-	    db_exec(db, &ledger_st_expire, p, &rr) != DB_OK)
+	if (gate_expire(db, client_id, key, &expired) != OG_OK ||
+	    ((rc = ledger_expire(db, client_id, key, &rr)) != OG_OK && rc != OG_LEASE_LOST))
 		goto fail;
 	f.client = client_name;
 	f.key = key;
 	f.actor = "dispatcher";
 	f.reason = "approval_expired";
-	if (PQntuples(rr) == 1) {
+	if (rr != NULL) {
 		f.state_from = ledger_state_name(RUN_AWAITING_HUMAN);
 		f.state_to = ledger_state_name(RUN_FAILED_TERMINAL);
 		f.decision = "expired";
@@ -127,35 +125,17 @@ expire_run(struct db *db, long long client_id, const char *client_name, const ch
 		f.workflow_version = db_get(rr, 0, "workflow_version");
 		callback = db_get(rr, 0, "callback_url");
 		if (callback != NULL) {
-			json_t *cb = json_pack("{s:s, s:s, s:s}", "url", callback, "key", key,
-			                       "decision", "expired");
-			char *text = cb != NULL ? json_dumps(cb, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-			char *canon = NULL;
-			size_t clen = 0;
-			struct outbox_effect e = { 0 };
+			struct outbox_effect e;
 
-			json_decref(cb);
-			if (text == NULL ||
-			    canon_json(CANON_AS_WRITTEN, text, strlen(text), &canon, &clen) != CANON_OK) {
-				free(text);
-				goto fail;
-			}
-			free(text);
-			canon_hash(canon, clen, hash);
-			payload = canon;
-			e.client_id = client_id;
-			e.key = key;
-			e.type = "decision.callback";
-			e.target = "callback";
-			e.payload = payload;
-			e.payload_hash = hash;
-			if (outbox_enqueue(db, &e, id, nb) != OG_OK)
+			if (outbox_callback_effect(&e, client_id, key, callback, "expired", NULL, NULL,
+			                           hash, &payload) != 0 ||
+			    outbox_enqueue(db, &e, id, nb) != OG_OK)
 				goto fail;
 		}
 	}
 	if (db_commit(db) != DB_OK)
 		goto done;
-	if (PQntuples(ra) > 0)
+	if (expired > 0)
 		log_event(LOG_LEVEL_NOTICE, "approval.expired", &f);
 	if (id[0] != '\0') {
 		struct log_fields e = { .client = client_name, .key = key, .effect_id = id,
@@ -168,7 +148,6 @@ fail:
 	db_rollback(db);
 	log_event(LOG_LEVEL_ERROR, "approval.expire_failed", &f);
 done:
-	PQclear(ra);
 	PQclear(rr);
 	free(payload);
 }
@@ -176,13 +155,10 @@ done:
 void
 dispatch_tick_expire_approvals(struct db *db)
 {
-	char limit[16];
-	const char *p[1] = { limit };
 	PGresult *res = NULL;
 	int i;
 
-	snprintf(limit, sizeof(limit), "%d", DISPATCH_TICK_BATCH);
-	if (db_exec(db, &gate_st_expired_runs, p, &res) != DB_OK)
+	if (gate_expired_runs(db, DISPATCH_TICK_BATCH, &res) != OG_OK)
 		return;
 	for (i = 0; i < PQntuples(res); i++)
 		expire_run(db, db_get_ll(res, i, "client_id"), db_get(res, i, "client_name"),

@@ -70,7 +70,7 @@ static const struct db_stmt st_list = {
 };
 
 /* Runs whose every pending challenge has expired, a few at a time. */
-const struct db_stmt gate_st_expired_runs = {
+static const struct db_stmt st_expired_runs = {
 	"gate_expired_runs",
 	"SELECT x.client_id, x.idempotency_key,"
 	"       (SELECT c.name FROM api_clients c WHERE c.id = x.client_id) AS client_name"
@@ -80,7 +80,7 @@ const struct db_stmt gate_st_expired_runs = {
 	1, true,
 };
 
-const struct db_stmt gate_st_expire = {
+static const struct db_stmt st_expire = {
 	"gate_expire",
 	"UPDATE approvals SET state = 'expired'"
 	" WHERE client_id = $1::bigint AND idempotency_key = $2 AND state = 'pending'"
@@ -89,7 +89,7 @@ const struct db_stmt gate_st_expire = {
 	2, false,
 };
 
-const struct db_stmt gate_st_revoke_run = {
+static const struct db_stmt st_revoke_run = {
 	"gate_revoke_run",
 	"UPDATE approvals SET state = 'revoked'"
 	" WHERE client_id = $1::bigint AND idempotency_key = $2 AND state = 'pending'"
@@ -97,7 +97,7 @@ const struct db_stmt gate_st_revoke_run = {
 	2, false,
 };
 
-const struct db_stmt gate_st_find_by_id = {
+static const struct db_stmt st_find_by_id = {
 	"gate_find_by_id",
 	"SELECT a.id, a.client_id, c.name AS client_name, a.idempotency_key, a.approver,"
 	"       a.state, a.expires_at <= now() AS expired"
@@ -106,7 +106,7 @@ const struct db_stmt gate_st_find_by_id = {
 	1, false,
 };
 
-const struct db_stmt gate_st_revoke = {
+static const struct db_stmt st_revoke = {
 	"gate_revoke",
 	"WITH revoked AS ("
 	"  UPDATE approvals SET state = 'revoked'"
@@ -120,7 +120,7 @@ const struct db_stmt gate_st_revoke = {
 	1, false,
 };
 
-const struct db_stmt gate_st_pending = {
+static const struct db_stmt st_pending = {
 	"gate_pending",
 	"SELECT a.id, c.name AS client, a.idempotency_key, a.approver,"
 	"       og_ts(a.created_at) AS created_at,"
@@ -345,7 +345,7 @@ gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 
 /* The challenges of the purged runs (ledger_purge) lose the effect they
  * showed. */
-const struct db_stmt gate_st_purge_effects = {
+static const struct db_stmt st_purge_effects = {
 	"gate_purge_effects",
 	"UPDATE approvals ap SET effect = NULL"
 	"  FROM unnest($1::bigint[], $2::text[]) AS k(client_id, idempotency_key)"
@@ -353,6 +353,102 @@ const struct db_stmt gate_st_purge_effects = {
 	"   AND ap.effect IS NOT NULL RETURNING ap.id",
 	2, false,
 };
+
+enum og_rc
+gate_expired_runs(struct db *db, int limit, PGresult **rows)
+{
+	char lim[16];
+	const char *p[1] = { lim };
+
+	snprintf(lim, sizeof(lim), "%d", limit);
+	*rows = NULL;
+	return og_rc_of(db_exec(db, &st_expired_runs, p, rows));
+}
+
+enum og_rc
+gate_expire(struct db *db, long long client_id, const char *key, long long *count)
+{
+	PGresult *res = NULL;
+	enum og_rc rc = og_exec_key(db, &st_expire, client_id, key, &res);
+
+	*count = rc == OG_OK ? PQntuples(res) : 0;
+	PQclear(res);
+	return rc;
+}
+
+enum og_rc
+gate_revoke_run(struct db *db, long long client_id, const char *key, json_t **ids)
+{
+	return og_exec_key_ids(db, &st_revoke_run, client_id, key, ids);
+}
+
+enum og_rc
+gate_find_by_id(struct db *db, const char *id, PGresult **row)
+{
+	const char *p[1] = { id };
+
+	return og_exec_one(db, &st_find_by_id, p, OG_NOT_FOUND, row);
+}
+
+enum og_rc
+gate_revoke(struct db *db, const char *id, int *left_pending)
+{
+	const char *p[1] = { id };
+	PGresult *res = NULL;
+	enum og_rc rc;
+
+	*left_pending = 0;
+	if ((rc = og_exec_one(db, &st_revoke, p, OG_CHANGED, &res)) != OG_OK)
+		return rc;
+	*left_pending = (int)db_get_ll(res, 0, "left_pending");
+	PQclear(res);
+	return OG_OK;
+}
+
+enum og_rc
+gate_pending(struct db *db, int limit, json_t **out)
+{
+	char lim[16];
+	const char *p[1] = { lim };
+	PGresult *res = NULL;
+	enum db_rc rc;
+	json_t *list;
+	int i;
+
+	*out = NULL;
+	snprintf(lim, sizeof(lim), "%d", limit);
+	if ((rc = db_exec(db, &st_pending, p, &res)) != DB_OK)
+		return og_rc_of(rc);
+	list = json_array();
+	for (i = 0; i < PQntuples(res); i++) {
+		const char *contract = db_get(res, i, "contract");
+		const char *client = db_get(res, i, "client");
+
+		json_array_append_new(list, json_pack(
+			"{s:s, s:o, s:s, s:s, s:s, s:I, s:s, s:I, s:s, s:o}",
+			"approval_id", db_get(res, i, "id"),
+			"client", client != NULL ? json_string(client) : json_null(),
+			"idempotency_key", db_get(res, i, "idempotency_key"),
+			"approver", db_get(res, i, "approver"),
+			"created_at", db_get(res, i, "created_at"),
+			"waiting_seconds", (json_int_t)db_get_ll(res, i, "waiting_seconds"),
+			"expires_at", db_get(res, i, "expires_at"),
+			"expires_in_seconds", (json_int_t)db_get_ll(res, i, "expires_in_seconds"),
+			"run_state", db_get(res, i, "run_state"),
+			"contract", contract != NULL ? json_string(contract) : json_null()));
+	}
+	PQclear(res);
+	*out = list;
+	return OG_OK;
+}
+
+enum db_rc
+gate_purge_effects(struct db *db, const char *clients, const char *keys, long long *count)
+{
+	const char *p[2] = { clients, keys };
+
+	return db_exec_count(db, &st_purge_effects, p, count);
+}
 
 /* ---- the inbox: challenges found by the person, not by the token ---------- */
 

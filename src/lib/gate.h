@@ -79,15 +79,37 @@ enum og_rc gate_list(struct db *db, long long client_id, const char *key, json_t
 	__attribute__((warn_unused_result));
 const char *gate_state_name(enum approval_state s);
 
-/* Statement rows for the use cases' transactions and pipelines (their
- * parameters are the $n of the SQL text in gate.c). */
-extern const struct db_stmt gate_st_expired_runs;
-extern const struct db_stmt gate_st_expire;
-extern const struct db_stmt gate_st_revoke_run;
-extern const struct db_stmt gate_st_find_by_id;
-extern const struct db_stmt gate_st_revoke;
-extern const struct db_stmt gate_st_pending;
-extern const struct db_stmt gate_st_purge_effects;
+/* Runs whose every pending challenge has expired, at most limit: rows of
+ * client_id, idempotency_key, client_name in *rows (PQclear them). */
+enum og_rc gate_expired_runs(struct db *db, int limit, PGresult **rows)
+	__attribute__((warn_unused_result));
+/* The run's pending challenges past their expiry marked expired, inside
+ * the caller's transaction; *count: how many. */
+enum og_rc gate_expire(struct db *db, long long client_id, const char *key, long long *count)
+	__attribute__((warn_unused_result));
+/* Every pending challenge of the run revoked (an operator's reject);
+ * *ids is a new array of their ids. */
+enum og_rc gate_revoke_run(struct db *db, long long client_id, const char *key, json_t **ids)
+	__attribute__((warn_unused_result));
+/* A challenge by its id: one row of id, client_id, client_name,
+ * idempotency_key, approver, state, expired in *row (PQclear it).
+ * OG_NOT_FOUND: none. */
+enum og_rc gate_find_by_id(struct db *db, const char *id, PGresult **row)
+	__attribute__((warn_unused_result));
+/* A pending, unexpired challenge revoked by an operator; *left_pending:
+ * the run's challenges still pending. OG_CHANGED: it was decided, voided
+ * or expired meanwhile. */
+enum og_rc gate_revoke(struct db *db, const char *id, int *left_pending)
+	__attribute__((warn_unused_result));
+/* The pending challenges, oldest first, at most limit; *out is a new array
+ * of objects (approval_id, client, idempotency_key, approver, created_at,
+ * waiting_seconds, expires_at, expires_in_seconds, run_state, contract). */
+enum og_rc gate_pending(struct db *db, int limit, json_t **out)
+	__attribute__((warn_unused_result));
+/* The challenges of the runs ledger_purge purged (its clients and keys
+ * arrays) lose the effect they showed; *count: how many. */
+enum db_rc gate_purge_effects(struct db *db, const char *clients, const char *keys,
+                              long long *count) __attribute__((warn_unused_result));
 
 /* The inbox: the pending, unexpired challenges named to subject (an
  * address compared without case) or to "group:G" for an item G of groups

@@ -10,29 +10,118 @@
 #ifndef OG_JOBS_H
 #define OG_JOBS_H
 
-#include "db.h"
+#include <stdbool.h>
+#include <stddef.h>
 
-/* Statement rows for the use cases' transactions and pipelines (their
- * parameters are the $n of the SQL text in jobs.c). */
-extern const struct db_stmt jobs_st_replayed_as;
-extern const struct db_stmt jobs_st_resume_check;
-extern const struct db_stmt jobs_st_resume_create;
-extern const struct db_stmt jobs_st_resume_item;
-extern const struct db_stmt jobs_st_resume_next;
-extern const struct db_stmt jobs_st_resume_done;
-extern const struct db_stmt jobs_st_resume_refuse;
-extern const struct db_stmt jobs_st_link;
-extern const struct db_stmt jobs_st_replay_done;
-extern const struct db_stmt jobs_st_replay_create;
-extern const struct db_stmt jobs_st_replay_item;
-extern const struct db_stmt jobs_st_counts;
-extern const struct db_stmt jobs_st_lock;
-extern const struct db_stmt jobs_st_run;
-extern const struct db_stmt jobs_st_replay_next;
-extern const struct db_stmt jobs_st_replay_refuse;
-extern const struct db_stmt jobs_st_finish;
-extern const struct db_stmt jobs_st_stop;
-extern const struct db_stmt jobs_st_state;
-extern const struct db_stmt jobs_st_links;
+#include "db.h"
+#include "rc.h"
+
+/* The newest replay of the run (after its lock, ledger_lock) in out, ""
+ * when it was never replayed. */
+enum og_rc jobs_replayed_as(struct db *db, long long client_id, const char *key, char *out,
+                            size_t outlen) __attribute__((warn_unused_result));
+/* A resume job's item seq (of effect_id) marked done, in the transaction
+ * that resumed it. OG_CHANGED: no longer pending (done or refused). */
+enum og_rc jobs_resume_done(struct db *db, long long job, int seq, const char *effect_id)
+	__attribute__((warn_unused_result));
+
+/* Both directions of a run's replay links, oldest first: rows of
+ * original_key, replay_key, dir (replay_of | replayed_as, from this run's
+ * side), other (the other run's key), at, operator, reason,
+ * payload_source, start_state, job_id in *rows (PQclear them). */
+enum og_rc jobs_links(struct db *db, long long client_id, const char *key, PGresult **rows)
+	__attribute__((warn_unused_result));
+
+/* --- bulk jobs: a job's row (replay_jobs), both kinds ---------------------- */
+
+#define JOBS_WORD_LEN 16
+
+/* A job as its runner takes it. */
+struct jobs_job {
+	bool locked;                 /* this session holds its advisory lock now */
+	char state[JOBS_WORD_LEN];   /* running | stopped | completed */
+	char kind[JOBS_WORD_LEN];    /* replay | resume */
+	long long client_id;         /* 0: none (a resume job) */
+	double rate;                 /* items per second */
+};
+/* Reads the job and tries its session-level advisory lock (held by the one
+ * process running it, released when that process exits or dies).
+ * OG_NOT_FOUND: no such job. */
+enum og_rc jobs_lock(struct db *db, long long job, struct jobs_job *out)
+	__attribute__((warn_unused_result));
+/* A stopped (or abandoned) job running again. OG_DONE_ALREADY: it is
+ * completed. */
+enum og_rc jobs_run(struct db *db, long long job) __attribute__((warn_unused_result));
+/* A running job ends (completed, or stopped by operator); *client_id and
+ * kind are the job's (0 and "" when it was not running). */
+enum og_rc jobs_finish(struct db *db, long long job, bool completed, const char *operator_name,
+                       long long *client_id, char kind[JOBS_WORD_LEN])
+	__attribute__((warn_unused_result));
+/* Asks a running job to stop (its runner stops before its next item).
+ * OG_NOT_FOUND: the job is not running, or was asked already. */
+enum og_rc jobs_stop(struct db *db, long long job, const char *operator_name,
+                     long long *client_id, char kind[JOBS_WORD_LEN])
+	__attribute__((warn_unused_result));
+/* The job's state and kind and whether it was asked to stop.
+ * OG_NOT_FOUND: no such job. */
+enum og_rc jobs_state(struct db *db, long long job, char state[JOBS_WORD_LEN],
+                      char kind[JOBS_WORD_LEN], bool *stopping)
+	__attribute__((warn_unused_result));
+/* The job's items done, refused and pending (either kind). */
+enum og_rc jobs_counts(struct db *db, long long job, int *done, int *refused, int *pending)
+	__attribute__((warn_unused_result));
+
+/* --- replay jobs (replay_job_items) and the replay links (run_replays) ----- */
+
+enum og_rc jobs_replay_create(struct db *db, const char *operator_name, const char *reason,
+                              const char *source, long long client_id, double rate,
+                              long long *job) __attribute__((warn_unused_result));
+enum og_rc jobs_replay_item(struct db *db, long long job, int seq, const char *key,
+                            const char *new_key) __attribute__((warn_unused_result));
+/* The job's next pending item (*seq 0 when none: *key and *new_key NULL,
+ * else new strings) and whether it was asked to stop. */
+enum og_rc jobs_replay_next(struct db *db, long long job, int *seq, char **key, char **new_key,
+                            bool *stop) __attribute__((warn_unused_result));
+/* Item seq done (detail: the new run's state), in the replay's
+ * transaction. OG_DONE_ALREADY: no longer pending. */
+enum og_rc jobs_replay_done(struct db *db, long long job, int seq, const char *detail)
+	__attribute__((warn_unused_result));
+enum og_rc jobs_replay_refuse(struct db *db, long long job, int seq, const char *detail)
+	__attribute__((warn_unused_result));
+
+/* One replay: the original key handed its event to the new key. */
+struct jobs_link {
+	long long client_id;
+	const char *key, *new_key;
+	const char *operator_name, *reason;
+	const char *payload_source;  /* original | corrected */
+	const char *payload_hash;
+	const char *start_state;     /* the new run's */
+	long long job;               /* 0: not a job's */
+};
+enum og_rc jobs_link(struct db *db, const struct jobs_link *l)
+	__attribute__((warn_unused_result));
+
+/* --- resume jobs (resume_job_items) ------------------------------------------ */
+
+/* Each id of the selection (effect or dead-letter ids, in order) with its
+ * effect and the resume verdict's inputs, read without changing anything:
+ * n rows of seq, effect_id (NULL: no such effect), client_name,
+ * idempotency_key, target, effect_type, state, provider_key, run_state,
+ * replayed_as, undelivered in *rows (PQclear them). */
+enum og_rc jobs_resume_check(struct db *db, const char *const *ids, int n, PGresult **rows)
+	__attribute__((warn_unused_result));
+/* A resume job has no client of its own (a selection may span clients). */
+enum og_rc jobs_resume_create(struct db *db, const char *operator_name, const char *reason,
+                              const char *source, double rate, long long *job)
+	__attribute__((warn_unused_result));
+enum og_rc jobs_resume_item(struct db *db, long long job, int seq, const char *effect_id,
+                            const char *given_id) __attribute__((warn_unused_result));
+/* The job's next pending item (*seq 0 and effect_id "" when none) and
+ * whether it was asked to stop. */
+enum og_rc jobs_resume_next(struct db *db, long long job, int *seq, char effect_id[37],
+                            bool *stop) __attribute__((warn_unused_result));
+enum og_rc jobs_resume_refuse(struct db *db, long long job, int seq, const char *detail)
+	__attribute__((warn_unused_result));
 
 #endif

@@ -263,7 +263,7 @@ static const struct db_stmt st_end_undecided = {
 	5, false,
 };
 
-const struct db_stmt ledger_st_expire = {
+static const struct db_stmt st_expire = {
 	"ledger_expire",
 	"WITH moved AS ("
 	"  UPDATE workflow_runs r"
@@ -291,7 +291,7 @@ const struct db_stmt ledger_st_expire = {
  * the first one did is read by the second in statements after this one
  * (a statement that waited for a lock still sees its own older snapshot
  * in everything but the locked row). */
-const struct db_stmt ledger_st_lock = {
+static const struct db_stmt st_lock = {
 	"ledger_lock",
 	"SELECT state, version, callback_url, lease_expires_at < now() AS lease_over"
 	"  FROM workflow_runs WHERE client_id = $1::bigint AND idempotency_key = $2"
@@ -304,7 +304,7 @@ const struct db_stmt ledger_st_lock = {
  * operator's finding. Notices to approvers (approval.notify) are not the
  * run's effects: one still queued when the run was decided never holds it
  * back. $3 is the actor. */
-const struct db_stmt ledger_st_complete = {
+static const struct db_stmt st_complete = {
 	"ledger_complete",
 	"WITH moved AS ("
 	"  UPDATE workflow_runs r SET state = 'completed', version = version + 1,"
@@ -322,7 +322,7 @@ const struct db_stmt ledger_st_complete = {
 };
 
 /* $1 client $2 key $3 reason $4 actor $5 states it may leave (text[]) */
-const struct db_stmt ledger_st_fail = {
+static const struct db_stmt st_fail = {
 	"ledger_fail",
 	"WITH moved AS ("
 	"  UPDATE workflow_runs r"
@@ -340,7 +340,7 @@ const struct db_stmt ledger_st_fail = {
 	5, false,
 };
 
-const struct db_stmt ledger_st_runs_by_key = {
+static const struct db_stmt st_runs_by_key = {
 	"ledger_runs_by_key",
 	"SELECT r.client_id, c.name AS client_name FROM workflow_runs r"
 	"  LEFT JOIN api_clients c ON c.id = r.client_id"
@@ -349,14 +349,14 @@ const struct db_stmt ledger_st_runs_by_key = {
 	2, false,
 };
 
-/* The original (after ledger_st_lock_original), and what its effects say. live_effects: an effect
+/* The original (after st_lock_original), and what its effects say. live_effects: an effect
  * still pending (it will go out), or a decision callback in flight —
  * always refused. sent: the business effects that were sent, are being
  * sent, are unknown, or were resumed by an operator ("type id state",
  * comma-separated) — a replay could make a second business effect, so
  * only with force. LIMIT 2 tells an ambiguous key (several clients) from a
  * unique one. */
-const struct db_stmt ledger_st_original = {
+static const struct db_stmt st_original = {
 	"ledger_original",
 	"SELECT r.client_id, r.state, r.payload::text AS payload, r.payload_hash,"
 	"       r.contract, r.contract_hash, r.output::text AS output, r.output_hash,"
@@ -381,10 +381,10 @@ const struct db_stmt ledger_st_original = {
 	2, false,
 };
 
-/* The original's row lock, taken before ledger_st_original reads (a statement
+/* The original's row lock, taken before st_original reads (a statement
  * that waited for a lock would read the rest with its older snapshot): the
  * lock that resume, reject and cancel take too, held to the commit. */
-const struct db_stmt ledger_st_lock_original = {
+static const struct db_stmt st_lock_original = {
 	"ledger_lock_original",
 	"SELECT client_id FROM workflow_runs"
 	" WHERE idempotency_key = $1 AND ($2::bigint IS NULL OR client_id = $2::bigint)"
@@ -392,7 +392,7 @@ const struct db_stmt ledger_st_lock_original = {
 	2, false,
 };
 
-const struct db_stmt ledger_st_exists = {
+static const struct db_stmt st_exists = {
 	"ledger_exists",
 	"SELECT 1 FROM workflow_runs WHERE client_id = $1 AND idempotency_key = $2",
 	2, true,
@@ -401,7 +401,7 @@ const struct db_stmt ledger_st_exists = {
 /* The new run and its first timeline entry, in one statement. ON CONFLICT
  * DO NOTHING: a key that exists (even one created a moment ago by a claim)
  * is never overwritten, and zero rows means "refused". */
-const struct db_stmt ledger_st_replay = {
+static const struct db_stmt st_replay = {
 	"ledger_replay",
 	"WITH ins AS ("
 	"  INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
@@ -418,7 +418,7 @@ const struct db_stmt ledger_st_replay = {
 	18, false,
 };
 
-const struct db_stmt ledger_st_audit = {
+static const struct db_stmt st_audit = {
 	"ledger_audit",
 	"SELECT client_id, (SELECT name FROM api_clients c WHERE c.id = r.client_id) AS client,"
 	"       state, og_ts(created_at) AS created_at, og_ts(updated_at) AS updated_at,"
@@ -439,7 +439,7 @@ const struct db_stmt ledger_st_audit = {
 
 /* Everything that happened to the run, from every table that records it,
  * in time order. */
-const struct db_stmt ledger_st_history = {
+static const struct db_stmt st_history = {
 	"ledger_history",
 	"SELECT og_ts(t.ts) AS ts, t.source, t.event, t.detail, t.actor FROM ("
 	"  SELECT ts, id AS n, 'run' AS source, event,"
@@ -1177,7 +1177,7 @@ ledger_complete(struct db *db, const char *client, const char *key, const char *
 {
 	const char *p[3] = { client, key, actor };
 
-	return ledger_moved_version(db, &ledger_st_complete, p, version);
+	return ledger_moved_version(db, &st_complete, p, version);
 }
 
 enum db_rc
@@ -1195,5 +1195,150 @@ ledger_reject(struct db *db, const char *client, const char *key, const char *re
 			strcat(states, ledger_state_name((enum run_state)s));
 		}
 	strcat(states, "}");
-	return ledger_moved_version(db, &ledger_st_fail, p, version);
+	return ledger_moved_version(db, &st_fail, p, version);
+}
+
+void
+ledger_lock_call(struct ledger_key_call *k, long long client_id, const char *key,
+                 struct db_call *call)
+{
+	snprintf(k->client, sizeof(k->client), "%lld", client_id);
+	k->params[0] = k->client;
+	k->params[1] = key;
+	k->params[2] = NULL;
+	call->stmt = &st_lock;
+	call->params = k->params;
+}
+
+void
+ledger_complete_call(struct ledger_key_call *k, long long client_id, const char *key,
+                     const char *actor, struct db_call *call)
+{
+	ledger_lock_call(k, client_id, key, call);
+	k->params[2] = actor;
+	call->stmt = &st_complete;
+}
+
+bool
+ledger_completed(const struct db_call *call)
+{
+	return call->rc == DB_OK && PQntuples(call->res) == 1;
+}
+
+enum og_rc
+ledger_lock(struct db *db, long long client_id, const char *key, struct ledger_locked *out)
+{
+	char client[24];
+	const char *p[2] = { client, key };
+	PGresult *res = NULL;
+	const char *v;
+	enum og_rc rc;
+	int st;
+
+	memset(out, 0, sizeof(*out));
+	snprintf(client, sizeof(client), "%lld", client_id);
+	if ((rc = og_exec_one(db, &st_lock, p, OG_NOT_FOUND, &res)) != OG_OK)
+		return rc;
+	st = ledger_state_parse(db_get(res, 0, "state"));
+	out->state = st >= 0 ? (enum run_state)st : RUN_PROCESSING;
+	out->version = db_get_ll(res, 0, "version");
+	v = db_get(res, 0, "lease_over");
+	out->lease_over = v != NULL && v[0] == 't';
+	if ((v = db_get(res, 0, "callback_url")) != NULL && (out->callback_url = strdup(v)) == NULL)
+		rc = OG_ERROR;
+	PQclear(res);
+	return st >= 0 ? rc : OG_ERROR;
+}
+
+void
+ledger_locked_clear(struct ledger_locked *l)
+{
+	free(l->callback_url);
+	memset(l, 0, sizeof(*l));
+}
+
+/* A statement over every client's runs with key ($1), or client_name's
+ * ($2, NULL: any). */
+static enum og_rc
+rows_by_key(struct db *db, const struct db_stmt *stmt, const char *key,
+            const char *client_name, PGresult **rows)
+{
+	const char *p[2] = { key, client_name };
+
+	*rows = NULL;
+	return og_rc_of(db_exec(db, stmt, p, rows));
+}
+
+enum og_rc
+ledger_runs_by_key(struct db *db, const char *key, const char *client_name, PGresult **rows)
+{
+	return rows_by_key(db, &st_runs_by_key, key, client_name, rows);
+}
+
+enum og_rc
+ledger_expire(struct db *db, long long client_id, const char *key, PGresult **row)
+{
+	PGresult *res = NULL;
+	enum og_rc rc = og_exec_key(db, &st_expire, client_id, key, &res);
+
+	if (rc == OG_OK && PQntuples(res) != 1)
+		rc = OG_LEASE_LOST;
+	*row = rc == OG_OK ? res : NULL;
+	if (rc != OG_OK)
+		PQclear(res);
+	return rc;
+}
+
+enum og_rc
+ledger_audit(struct db *db, const char *key, const char *client_name, PGresult **rows)
+{
+	return rows_by_key(db, &st_audit, key, client_name, rows);
+}
+
+enum og_rc
+ledger_history(struct db *db, long long client_id, const char *key, PGresult **rows)
+{
+	return og_exec_key(db, &st_history, client_id, key, rows);
+}
+
+enum og_rc
+ledger_original(struct db *db, const char *key, long long client_id, bool lock,
+                PGresult **rows)
+{
+	char cid[24];
+	const char *p[2] = { key, client_id > 0 ? cid : NULL };
+	long long n = 0;
+	enum db_rc rc;
+
+	*rows = NULL;
+	snprintf(cid, sizeof(cid), "%lld", client_id);
+	if (lock && (rc = db_exec_count(db, &st_lock_original, p, &n)) != DB_OK)
+		return og_rc_of(rc);
+	return og_rc_of(db_exec(db, &st_original, p, rows));
+}
+
+enum og_rc
+ledger_exists(struct db *db, long long client_id, const char *key, bool *exists)
+{
+	PGresult *res = NULL;
+	enum og_rc rc = og_exec_key(db, &st_exists, client_id, key, &res);
+
+	*exists = rc == OG_OK && PQntuples(res) > 0;
+	PQclear(res);
+	return rc;
+}
+
+enum og_rc
+ledger_replay(struct db *db, const struct ledger_replay *r)
+{
+	char cid[24];
+	const char *p[18] = {
+		cid, r->key, r->payload_hash, r->payload, r->state, r->workflow_version,
+		r->correlation_id, r->contract, r->contract_hash, r->output, r->output_hash,
+		r->model, r->effect, r->source_url, r->requested_by, r->error_class, r->reason,
+		r->event_reason,
+	};
+
+	snprintf(cid, sizeof(cid), "%lld", r->client_id);
+	return og_exec_one(db, &st_replay, p, OG_EXISTS, NULL);
 }

@@ -188,8 +188,8 @@ enum og_rc ledger_status(struct db *db, long long client_id, const char *key,
  * entry each (actor) records it. dry_run counts instead: runs, and the
  * effects and challenges that hold content too. Otherwise clients and keys
  * (malloc'd array text, NULL when no run) name the purged runs for
- * outbox_st_purge_payloads and gate_st_purge_effects ($1 clients, $2
- * keys) in the same transaction. */
+ * outbox_purge_payloads and gate_purge_effects in the same
+ * transaction. */
 struct ledger_purge {
 	long long runs, effects, approvals;
 	char *clients, *keys;
@@ -201,7 +201,7 @@ void ledger_purge_clear(struct ledger_purge *p);
 /* approved → completed when every effect of the run (client: its id as
  * text) is completed or was cancelled; actor is who, in the timeline.
  * *version: the run's new version, 0 when it did not move. Inside the
- * caller's transaction, after ledger_st_lock. */
+ * caller's transaction, after ledger_lock. */
 enum db_rc ledger_complete(struct db *db, const char *client, const char *key,
                            const char *actor, long long *version)
 	__attribute__((warn_unused_result));
@@ -212,18 +212,100 @@ enum db_rc ledger_reject(struct db *db, const char *client, const char *key,
                          const char *reason, const char *actor, unsigned from,
                          long long *version) __attribute__((warn_unused_result));
 
-/* Statement rows for the use cases' transactions and pipelines (their
- * parameters are the $n of the SQL text in ledger.c). */
-extern const struct db_stmt ledger_st_expire;
-extern const struct db_stmt ledger_st_lock;
-extern const struct db_stmt ledger_st_complete;
-extern const struct db_stmt ledger_st_fail;
-extern const struct db_stmt ledger_st_runs_by_key;
-extern const struct db_stmt ledger_st_original;
-extern const struct db_stmt ledger_st_lock_original;
-extern const struct db_stmt ledger_st_exists;
-extern const struct db_stmt ledger_st_replay;
-extern const struct db_stmt ledger_st_audit;
-extern const struct db_stmt ledger_st_history;
+/* The run locked, and approved → completed when every effect is completed
+ * or cancelled, as db_calls for a pipelined transaction (the dispatcher's
+ * settle: lock, settle the effect, complete). actor is who, in the
+ * timeline. */
+struct ledger_key_call {
+	char client[24];
+	const char *params[3];
+};
+void ledger_lock_call(struct ledger_key_call *k, long long client_id, const char *key,
+                      struct db_call *call);
+void ledger_complete_call(struct ledger_key_call *k, long long client_id, const char *key,
+                          const char *actor, struct db_call *call);
+/* After ledger_complete_call ran: did the run complete? */
+bool ledger_completed(const struct db_call *call);
+
+/* The run, locked: every operator path (resume, replay, reject, cancel)
+ * decides under this lock, and a completing settle of the dispatcher takes
+ * it first (lock order everywhere: the run, then its effects). Inside the
+ * caller's transaction; OG_NOT_FOUND: no such run. */
+struct ledger_locked {
+	enum run_state state;
+	long long version;
+	bool lease_over;             /* its lease (if any) has run out */
+	char *callback_url;          /* owned; NULL when none */
+};
+enum og_rc ledger_lock(struct db *db, long long client_id, const char *key,
+                       struct ledger_locked *out) __attribute__((warn_unused_result));
+void ledger_locked_clear(struct ledger_locked *l);
+
+/* The clients that have a run with key (client_name: only that client's;
+ * NULL: any), at most three: rows of client_id, client_name in *rows
+ * (PQclear them). */
+enum og_rc ledger_runs_by_key(struct db *db, const char *key, const char *client_name,
+                              PGresult **rows) __attribute__((warn_unused_result));
+
+/* awaiting_human → failed_terminal (decision expired) when no challenge
+ * of the run is pending or decided any more, inside the caller's
+ * transaction (after gate_expire): one row of version, callback_url,
+ * correlation_id, workflow_version in *row (PQclear it). OG_LEASE_LOST:
+ * the run did not move. */
+enum og_rc ledger_expire(struct db *db, long long client_id, const char *key, PGresult **row)
+	__attribute__((warn_unused_result));
+
+/* The run with key for explain (client_name: that client's; NULL: any),
+ * at most two rows (two: the key is several clients') of client_id,
+ * client, state, created_at, updated_at, attempt, version, payload_hash,
+ * payload_kept, output_kept, output_hash, model, contract, contract_hash,
+ * workflow_version, trigger, correlation_id, decision, decided_by,
+ * decided_at, error_class, reason, sample_draw, sample_rate, effect_type,
+ * effect_target, claims in *rows (PQclear them). */
+enum og_rc ledger_audit(struct db *db, const char *key, const char *client_name,
+                        PGresult **rows) __attribute__((warn_unused_result));
+/* Everything that happened to the run, from every table that records it,
+ * in time order (at most 2,000): rows of ts, source, event, detail, actor
+ * in *rows (PQclear them). */
+enum og_rc ledger_history(struct db *db, long long client_id, const char *key,
+                          PGresult **rows) __attribute__((warn_unused_result));
+
+/* --- replay: the original read under its lock, the new run written -------- */
+
+/* The run with key (client_id: that client's; 0: any) to be replayed, and
+ * what its effects say: at most two rows (two: the key is several
+ * clients') of client_id, state, payload, payload_hash, contract,
+ * contract_hash, output, output_hash, model, effect, source_url,
+ * workflow_version, correlation_id, live_effects (an effect still pending,
+ * or a decision callback in flight), sent (the business effects that were
+ * sent, are being sent, are unknown, or were resumed by an operator, as
+ * "type id state" comma-separated, or NULL) in *rows (PQclear them). lock:
+ * the original's row is locked first, to the commit (the lock resume,
+ * reject and cancel take), so the rest is read after any change that held
+ * it. */
+enum og_rc ledger_original(struct db *db, const char *key, long long client_id, bool lock,
+                           PGresult **rows) __attribute__((warn_unused_result));
+/* Does the client have a run with key? */
+enum og_rc ledger_exists(struct db *db, long long client_id, const char *key, bool *exists)
+	__attribute__((warn_unused_result));
+
+/* The new run of a replay, and its first timeline entry (run.replayed). */
+struct ledger_replay {
+	long long client_id;
+	const char *key;
+	const char *payload_hash, *payload;
+	const char *state;             /* the state it starts in */
+	const char *workflow_version, *correlation_id;
+	const char *contract, *contract_hash, *output, *output_hash, *model, *effect;
+	const char *source_url;
+	const char *requested_by;      /* the operator */
+	const char *error_class;       /* failed_retryable: "replay"; else NULL */
+	const char *reason;            /* failed_retryable: the note; else NULL */
+	const char *event_reason;      /* the timeline's reason */
+};
+/* OG_EXISTS: the key exists already (a key is never overwritten, even one
+ * a claim created a moment ago). */
+enum og_rc ledger_replay(struct db *db, const struct ledger_replay *r)
+	__attribute__((warn_unused_result));
 
 #endif

@@ -6,7 +6,7 @@
  * the rows those modules keep, so they agree with `oncegatectl` and with SQL
  * run by hand, and they survive restarts.
  *
- * The weekly report's one statement (metrics_st_report, read by audit.c)
+ * The weekly report's one statement (metrics_report, for oncegatectl report)
  * is here too: its figures are counts of the same kind. Over 1,000 lines
  * because the registry, the flush and the exposition of every family are
  * one design; see metrics.h.
@@ -192,7 +192,7 @@ static const struct db_stmt st_snapshot = {
  * them to metric_counters (sql/007, metrics.c), which holds lifetime
  * totals (since the counters were installed), not figures per period —
  * hence the _lifetime names. */
-const struct db_stmt metrics_st_report = {
+static const struct db_stmt st_report = {
 	"metrics_report",
 	"WITH since AS (SELECT now() - make_interval(secs => $1::float8) AS t),"
 	" dec AS (SELECT decision, extract(epoch FROM consumed_at - created_at) AS wait"
@@ -1174,4 +1174,21 @@ metrics_flusher_stop(void)
 	db_free(flusher.db);
 	flusher.db = NULL;
 	flusher.running = false;
+}
+
+enum og_rc
+metrics_report(struct db *db, long long since_seconds, json_t **out)
+{
+	char secs[24];
+	const char *params[1] = { secs };
+	PGresult *res = NULL;
+	enum og_rc rc;
+
+	*out = NULL;
+	snprintf(secs, sizeof(secs), "%lld", since_seconds);
+	if ((rc = og_exec_one(db, &st_report, params, OG_ERROR, &res)) != OG_OK)
+		return rc;
+	*out = json_loads(db_get(res, 0, "report"), 0, NULL);
+	PQclear(res);
+	return *out != NULL ? OG_OK : OG_ERROR;
 }

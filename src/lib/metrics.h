@@ -23,6 +23,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "buf.h"
 #include "db.h"
 #include "rc.h"
@@ -79,8 +81,9 @@ int metrics_flusher_start(const char *conninfo, int statement_timeout_ms, char *
                           size_t errlen) __attribute__((warn_unused_result));
 void metrics_flusher_stop(void);
 
-/* Statement rows for the use cases' transactions and pipelines (their
- * parameters are the $n of the SQL text in metrics.c). */
-extern const struct db_stmt metrics_st_report;
+/* The weekly report's figures (the same as GET /metrics) over the last
+ * since_seconds; *out is a new object. */
+enum og_rc metrics_report(struct db *db, long long since_seconds, json_t **out)
+	__attribute__((warn_unused_result));
 
 #endif

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
+#include "canon.h"
 #include "digest.h"
 #include "outbox.h"
 
@@ -282,7 +284,7 @@ outbox_list(struct db *db, const struct config *cfg, long long client_id, const 
  *  $5 provider id  $6 class  $7 reason  $8 delay ms (pending/unknown)
  *  $9 kind  $10 duration ms  $11 dispatcher  $12 attempt classification
  *  $13 status  $14 evidence  $15 expected reconcile_attempts or NULL */
-const struct db_stmt outbox_st_settle = {
+static const struct db_stmt st_settle = {
 	"outbox_settle",
 	"WITH moved AS ("
 	"  UPDATE effect_outbox"
@@ -363,7 +365,7 @@ static const struct db_stmt st_purge_attempts = {
 /* Due effects, oldest first, leased to this process. The partial index on
  * next_attempt_at (state = 'pending') is the only access path; effects of
  * a window are due at not_before (enqueue sets both). */
-const struct db_stmt outbox_st_claim = {
+static const struct db_stmt st_claim = {
 	"outbox_claim",
 	/* = ANY(ARRAY(…)): the chosen ids become one value, so the UPDATE finds
 	 * them through the primary key whatever the generic plan guesses for
@@ -397,7 +399,7 @@ const struct db_stmt outbox_st_claim = {
 
 /* Not sent after all (kill switch, shutdown): pending again, the attempt
  * given back. */
-const struct db_stmt outbox_st_release = {
+static const struct db_stmt st_release = {
 	"outbox_release",
 	"UPDATE effect_outbox"
 	"   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,"
@@ -411,7 +413,7 @@ const struct db_stmt outbox_st_release = {
 
 /* The rest of a claimed batch keeps its lease while the worker sends the
  * effects before it: one statement for all of them, only when short. */
-const struct db_stmt outbox_st_renew_batch = {
+static const struct db_stmt st_renew_batch = {
 	"outbox_renew_batch",
 	"UPDATE effect_outbox SET lease_expires_at = now() + make_interval(secs => $3::int)"
 	" WHERE id = ANY($1::uuid[]) AND state = 'sending' AND lease_owner = $2::uuid",
@@ -419,7 +421,7 @@ const struct db_stmt outbox_st_renew_batch = {
 };
 
 /* Shutdown past its deadline: what this process holds and is not sending. */
-const struct db_stmt outbox_st_release_unsent = {
+static const struct db_stmt st_release_unsent = {
 	"outbox_release_unsent",
 	"UPDATE effect_outbox"
 	"   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,"
@@ -433,7 +435,7 @@ const struct db_stmt outbox_st_release_unsent = {
 
 /* unknown effects of targets that can be asked, leased for one interval by
  * pushing next_attempt_at forward. */
-const struct db_stmt outbox_st_claim_reconcile = {
+static const struct db_stmt st_claim_reconcile = {
 	"outbox_claim_reconcile",
 	"UPDATE effect_outbox e"
 	"   SET next_attempt_at = now() + make_interval(secs => $2::int),"
@@ -460,7 +462,7 @@ const struct db_stmt outbox_st_claim_reconcile = {
 
 /* Right before a send: the database half of the kill switch, and whether
  * the lease is still ours and how long it has left. */
-const struct db_stmt outbox_st_presend = {
+static const struct db_stmt st_presend = {
 	"outbox_presend",
 	"SELECT (SELECT actions_enabled FROM dispatch_control) AS enabled,"
 	"       (state = 'sending' AND lease_owner = $2::uuid) AS owned,"
@@ -469,7 +471,7 @@ const struct db_stmt outbox_st_presend = {
 	2, true,
 };
 
-const struct db_stmt outbox_st_renew = {
+static const struct db_stmt st_renew = {
 	"outbox_renew",
 	"UPDATE effect_outbox SET lease_expires_at = now() + make_interval(secs => $3::int)"
 	" WHERE id = $1::uuid AND state = 'sending' AND lease_owner = $2::uuid"
@@ -478,7 +480,7 @@ const struct db_stmt outbox_st_renew = {
 };
 
 /* An effect by its id or its dead letter's id, with its run's key. */
-const struct db_stmt outbox_st_find = {
+static const struct db_stmt st_find = {
 	"outbox_find",
 	"SELECT e.id, e.client_id, c.name AS client_name, e.idempotency_key, e.state,"
 	"       e.effect_type, e.target, e.provider_key, d.id AS dead_letter_id,"
@@ -492,7 +494,7 @@ const struct db_stmt outbox_st_find = {
 };
 
 /* $1 effect  $2 state seen  $3 delivered  $4 provider id */
-const struct db_stmt outbox_st_reconcile = {
+static const struct db_stmt st_reconcile = {
 	"outbox_reconcile",
 	"UPDATE effect_outbox"
 	"   SET state = CASE WHEN $3::bool THEN 'completed' ELSE 'failed' END,"
@@ -509,7 +511,7 @@ const struct db_stmt outbox_st_reconcile = {
 
 /* A fresh retry budget (attempt, first_attempt_at) and the same provider
  * key; due now. The condition is checked again by this statement. */
-const struct db_stmt outbox_st_resume = {
+static const struct db_stmt st_resume = {
 	"outbox_resume",
 	"UPDATE effect_outbox e"
 	"   SET state = 'pending', attempt = 0, first_attempt_at = NULL,"
@@ -521,7 +523,7 @@ const struct db_stmt outbox_st_resume = {
 	2, false,
 };
 
-const struct db_stmt outbox_st_undelivered = {
+static const struct db_stmt st_undelivered = {
 	"outbox_undelivered",
 	"SELECT " OUTBOX_KNOWN_UNDELIVERED("e") " AS yes,"
 	"       (SELECT count(*) FROM effect_attempts s WHERE s.effect_id = e.id"
@@ -530,7 +532,7 @@ const struct db_stmt outbox_st_undelivered = {
 	1, false,
 };
 
-const struct db_stmt outbox_st_reject = {
+static const struct db_stmt st_reject = {
 	"outbox_reject",
 	"UPDATE effect_outbox SET state = 'cancelled', reason = 'operator_rejected',"
 	"       updated_at = now()"
@@ -540,7 +542,7 @@ const struct db_stmt outbox_st_reject = {
 };
 
 /* The run's effects, locked (after the run), to see what is in flight. */
-const struct db_stmt outbox_st_lock_run_effects = {
+static const struct db_stmt st_lock_run_effects = {
 	"outbox_lock_run_effects",
 	"SELECT id, state FROM effect_outbox"
 	" WHERE client_id = $1::bigint AND idempotency_key = $2 ORDER BY created_at, id"
@@ -548,7 +550,7 @@ const struct db_stmt outbox_st_lock_run_effects = {
 	2, false,
 };
 
-const struct db_stmt outbox_st_reject_run = {
+static const struct db_stmt st_reject_run = {
 	"outbox_reject_run",
 	"UPDATE effect_outbox SET state = 'cancelled', reason = 'operator_rejected',"
 	"       updated_at = now()"
@@ -558,7 +560,7 @@ const struct db_stmt outbox_st_reject_run = {
 	2, false,
 };
 
-const struct db_stmt outbox_st_audit = {
+static const struct db_stmt st_audit = {
 	"outbox_audit",
 	"SELECT e.id, e.effect_type, e.target, e.state, e.attempt, e.provider_id, e.provider_key,"
 	"       og_ts(e.completed_at) AS completed_at, e.approval_id, e.payload_hash,"
@@ -600,7 +602,7 @@ outbox_purge_attempts(struct db *db, int days, bool dry_run, long long *count)
 }
 
 /* The effects of the purged runs (ledger_purge) lose their payload. */
-const struct db_stmt outbox_st_purge_payloads = {
+static const struct db_stmt st_purge_payloads = {
 	"outbox_purge_payloads",
 	"UPDATE effect_outbox o SET payload = NULL"
 	"  FROM unnest($1::bigint[], $2::text[]) AS k(client_id, idempotency_key)"
@@ -632,6 +634,397 @@ outbox_hold(struct db *db, const char *effect_id, int limit, long long *marked)
 
 	snprintf(lim, sizeof(lim), "%d", limit);
 	return db_exec_count(db, &st_hold, p, marked);
+}
+
+/* --- the dispatcher's claims and leases ------------------------------------ */
+
+void
+outbox_settle_call(struct outbox_settle_call *o, const struct outbox_settle *in,
+                   struct db_call *call)
+{
+	snprintf(o->delay, sizeof(o->delay), "%lld", in->delay_ms > 0 ? in->delay_ms : 0);
+	snprintf(o->dur, sizeof(o->dur), "%lld", in->duration_ms);
+	snprintf(o->status, sizeof(o->status), "%d", in->status);
+	snprintf(o->recon, sizeof(o->recon), "%d", in->expect_reconcile);
+	o->params[0] = in->id;
+	o->params[1] = in->expect;
+	o->params[2] = in->owner;
+	o->params[3] = in->to;
+	o->params[4] = in->provider_id;
+	o->params[5] = in->error_class;
+	o->params[6] = in->reason;
+	o->params[7] = o->delay;
+	o->params[8] = in->kind;
+	o->params[9] = o->dur;
+	o->params[10] = in->dispatcher;
+	o->params[11] = in->attempt_class;
+	o->params[12] = in->status ? o->status : NULL;
+	o->params[13] = in->evidence != NULL ? in->evidence : "{}";
+	o->params[14] = in->expect_reconcile >= 0 ? o->recon : NULL;
+	call->stmt = &st_settle;
+	call->params = o->params;
+}
+
+enum og_rc
+outbox_settle_result(const struct db_call *call)
+{
+	if (call->rc != DB_OK)
+		return og_rc_of(call->rc);
+	return PQntuples(call->res) == 1 ? OG_OK : OG_LEASE_LOST;
+}
+
+/* A PostgreSQL array literal of words that need no quoting (target names
+ * are [a-z0-9_], effect ids are uuids); empty words are left out. NULL when
+ * memory ran out. */
+#define WORDS_MAX ((size_t)1 << 24)
+
+static char *
+words_literal(const char *const *words, int n)
+{
+	struct buf b;
+	bool failed;
+	int i;
+
+	buf_init(&b, WORDS_MAX);
+	failed = buf_puts(&b, "{") != 0;
+	for (i = 0; i < n && !failed; i++)
+		if (words[i] != NULL && words[i][0] != '\0' &&
+		    buf_printf(&b, "%s%s", b.len > 1 ? "," : "", words[i]) != 0)
+			failed = true;
+	if (failed || buf_puts(&b, "}") != 0) {
+		buf_free(&b);
+		return NULL;
+	}
+	return buf_steal(&b);
+}
+
+static char *
+dup_field(const PGresult *res, int row, const char *col)
+{
+	const char *v = db_get(res, row, col);
+
+	return v != NULL ? strdup(v) : NULL;
+}
+
+void
+outbox_batch_job(const struct outbox_batch *b, int i, struct outbox_job *j)
+{
+	const PGresult *res = b->res;
+
+	memset(j, 0, sizeof(*j));
+	snprintf(j->id, sizeof(j->id), "%s", db_get(res, i, "id"));
+	j->client_id = db_get_ll(res, i, "client_id");
+	if (db_get(res, i, "client_name") != NULL)
+		snprintf(j->client, sizeof(j->client), "%s", db_get(res, i, "client_name"));
+	else
+		snprintf(j->client, sizeof(j->client), "%lld", j->client_id);
+	j->key = dup_field(res, i, "idempotency_key");
+	j->type = dup_field(res, i, "effect_type");
+	j->target = dup_field(res, i, "target");
+	j->provider_key = dup_field(res, i, "provider_key");
+	j->attempt = (int)db_get_ll(res, i, "attempt");
+	j->elapsed_ms = db_get_ll(res, i, "elapsed_ms");
+	if (PQfnumber(res, "payload") >= 0) {
+		j->payload = dup_field(res, i, "payload");
+		j->payload_hash = dup_field(res, i, "payload_hash");
+		j->run_output = dup_field(res, i, "run_output");
+		j->run_contract = dup_field(res, i, "run_contract");
+	}
+	if (PQfnumber(res, "reconcile_attempts") >= 0) {
+		j->reconcile_attempts = (int)db_get_ll(res, i, "reconcile_attempts");
+		j->not_found = db_get_ll(res, i, "not_found");
+		j->errors = db_get_ll(res, i, "errors");
+	}
+}
+
+void
+outbox_job_clear(struct outbox_job *j)
+{
+	free(j->key);
+	free(j->type);
+	free(j->target);
+	free(j->payload);
+	free(j->payload_hash);
+	free(j->provider_key);
+	free(j->run_output);
+	free(j->run_contract);
+	memset(j, 0, sizeof(*j));
+}
+
+void
+outbox_batch_clear(struct outbox_batch *b)
+{
+	PQclear(b->res);
+	b->res = NULL;
+	b->n = 0;
+}
+
+static enum og_rc
+batch_exec(struct db *db, const struct db_stmt *st, const char *const *p, struct outbox_batch *b)
+{
+	enum db_rc rc;
+
+	b->res = NULL;
+	b->n = 0;
+	if ((rc = db_exec(db, st, p, &b->res)) != DB_OK)
+		return og_rc_of(rc);
+	b->n = PQntuples(b->res);
+	return OG_OK;
+}
+
+enum og_rc
+outbox_claim(struct db *db, const char *owner, int batch, int lease_s, struct outbox_batch *b)
+{
+	char n[16], lease[16];
+	const char *p[3] = { owner, n, lease };
+
+	snprintf(n, sizeof(n), "%d", batch);
+	snprintf(lease, sizeof(lease), "%d", lease_s);
+	return batch_exec(db, &st_claim, p, b);
+}
+
+enum og_rc
+outbox_claim_reconcile(struct db *db, const char *const *targets, int ntargets, int interval_s,
+                       int limit, struct outbox_batch *b)
+{
+	char *list = words_literal(targets, ntargets);
+	char interval[16], lim[16];
+	const char *p[3] = { list, interval, lim };
+	enum og_rc rc;
+
+	b->res = NULL;
+	b->n = 0;
+	if (list == NULL)
+		return OG_ERROR;
+	if (strcmp(list, "{}") == 0) {
+		free(list);
+		return OG_OK;
+	}
+	snprintf(interval, sizeof(interval), "%d", interval_s);
+	snprintf(lim, sizeof(lim), "%d", limit);
+	rc = batch_exec(db, &st_claim_reconcile, p, b);
+	free(list);
+	return rc;
+}
+
+enum og_rc
+outbox_renew_batch(struct db *db, const struct outbox_batch *b, int from, const char *owner,
+                   int lease_s)
+{
+	const char **ids;
+	char *list, lease[16];
+	const char *p[3];
+	PGresult *res = NULL;
+	enum db_rc rc;
+	int i;
+
+	if (from >= b->n)
+		return OG_OK;
+	if ((ids = calloc((size_t)(b->n - from), sizeof(*ids))) == NULL)
+		return OG_ERROR;
+	for (i = from; i < b->n; i++)
+		ids[i - from] = db_get(b->res, i, "id");
+	list = words_literal(ids, b->n - from);
+	free(ids);
+	if (list == NULL)
+		return OG_ERROR;
+	snprintf(lease, sizeof(lease), "%d", lease_s);
+	p[0] = list;
+	p[1] = owner;
+	p[2] = lease;
+	rc = db_exec(db, &st_renew_batch, p, &res);
+	PQclear(res);
+	free(list);
+	return og_rc_of(rc);
+}
+
+enum og_rc
+outbox_release(struct db *db, const char *id, const char *owner, int delay_s)
+{
+	char d[16];
+	const char *p[3] = { id, owner, d };
+
+	snprintf(d, sizeof(d), "%d", delay_s);
+	return og_exec_one(db, &st_release, p, OG_LEASE_LOST, NULL);
+}
+
+enum og_rc
+outbox_release_unsent(struct db *db, const char *owner, const char *const *busy, int nbusy,
+                      int *released)
+{
+	char *list = words_literal(busy, nbusy);
+	const char *p[2] = { owner, list };
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	*released = 0;
+	if (list == NULL)
+		return OG_ERROR;
+	rc = db_exec(db, &st_release_unsent, p, &res);
+	free(list);
+	if (rc != DB_OK)
+		return og_rc_of(rc);
+	*released = PQntuples(res);
+	PQclear(res);
+	return OG_OK;
+}
+
+enum og_rc
+outbox_presend(struct db *db, const char *id, const char *owner, struct outbox_presend *ps)
+{
+	const char *p[2] = { id, owner };
+	PGresult *res = NULL;
+	const char *v;
+	enum og_rc rc;
+
+	memset(ps, 0, sizeof(*ps));
+	ps->lease_left = -1;
+	if ((rc = og_exec_one(db, &st_presend, p, OG_NOT_FOUND, &res)) != OG_OK)
+		return rc;
+	v = db_get(res, 0, "enabled");
+	ps->enabled = v != NULL && v[0] == 't';
+	v = db_get(res, 0, "owned");
+	ps->owned = v != NULL && v[0] == 't';
+	if ((v = db_get(res, 0, "lease_left")) != NULL)
+		ps->lease_left = atof(v);
+	PQclear(res);
+	return OG_OK;
+}
+
+enum og_rc
+outbox_renew(struct db *db, const char *id, const char *owner, int lease_s)
+{
+	char secs[16];
+	const char *p[3] = { id, owner, secs };
+
+	snprintf(secs, sizeof(secs), "%d", lease_s);
+	return og_exec_one(db, &st_renew, p, OG_LEASE_LOST, NULL);
+}
+
+/* --- the operator's repairs ------------------------------------------------- */
+
+enum og_rc
+outbox_find(struct db *db, const char *id, PGresult **row)
+{
+	const char *p[1] = { id };
+
+	return og_exec_one(db, &st_find, p, OG_NOT_FOUND, row);
+}
+
+enum og_rc
+outbox_reconcile(struct db *db, const char *id, const char *seen, bool delivered,
+                 const char *provider_id, const char **to)
+{
+	const char *p[4] = { id, seen, delivered ? "true" : "false", provider_id };
+	enum og_rc rc = og_exec_one(db, &st_reconcile, p, OG_CHANGED, NULL);
+
+	*to = delivered ? "completed" : "failed";
+	return rc;
+}
+
+enum og_rc
+outbox_resume(struct db *db, const char *id, const char *seen)
+{
+	const char *p[2] = { id, seen };
+
+	return og_exec_one(db, &st_resume, p, OG_CHANGED, NULL);
+}
+
+enum og_rc
+outbox_undelivered(struct db *db, const char *id, bool *yes, long long *sends)
+{
+	const char *p[1] = { id };
+	PGresult *res = NULL;
+	enum og_rc rc;
+
+	*yes = false;
+	*sends = 0;
+	if ((rc = og_exec_one(db, &st_undelivered, p, OG_NOT_FOUND, &res)) != OG_OK)
+		return rc;
+	*yes = db_get(res, 0, "yes") != NULL && db_get(res, 0, "yes")[0] == 't';
+	*sends = db_get_ll(res, 0, "sends");
+	PQclear(res);
+	return OG_OK;
+}
+
+enum og_rc
+outbox_reject(struct db *db, const char *id, const char *seen)
+{
+	const char *p[2] = { id, seen };
+
+	return og_exec_one(db, &st_reject, p, OG_CHANGED, NULL);
+}
+
+enum og_rc
+outbox_lock_run_effects(struct db *db, long long client_id, const char *key, int *sending,
+                        int *unknown)
+{
+	PGresult *res = NULL;
+	enum og_rc rc;
+	int i;
+
+	*sending = *unknown = 0;
+	if ((rc = og_exec_key(db, &st_lock_run_effects, client_id, key, &res)) != OG_OK)
+		return rc;
+	for (i = 0; i < PQntuples(res); i++) {
+		*sending += strcmp(db_get(res, i, "state"), "sending") == 0;
+		*unknown += strcmp(db_get(res, i, "state"), "unknown") == 0;
+	}
+	PQclear(res);
+	return OG_OK;
+}
+
+enum og_rc
+outbox_reject_run(struct db *db, long long client_id, const char *key, json_t **ids)
+{
+	return og_exec_key_ids(db, &st_reject_run, client_id, key, ids);
+}
+
+enum og_rc
+outbox_audit(struct db *db, long long client_id, const char *key, PGresult **rows)
+{
+	return og_exec_key(db, &st_audit, client_id, key, rows);
+}
+
+enum db_rc
+outbox_purge_payloads(struct db *db, const char *clients, const char *keys, long long *count)
+{
+	const char *p[2] = { clients, keys };
+
+	return db_exec_count(db, &st_purge_payloads, p, count);
+}
+
+int
+outbox_callback_effect(struct outbox_effect *e, long long client_id, const char *key,
+                       const char *url, const char *decision, const char *decided_by,
+                       const char *approval_id, char hash[OUTBOX_HASH_LEN], char **payload)
+{
+	json_t *cb = json_pack("{s:s, s:s, s:s, s:s*, s:s*}", "url", url, "key", key, "decision",
+	                       decision, "decided_by", decided_by, "approval_id", approval_id);
+	char *text = cb != NULL ? canon_dumps(cb, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	size_t len = 0;
+
+	_Static_assert(OUTBOX_HASH_LEN == CANON_HASH_LEN, "one hash length");
+	json_decref(cb);
+	*payload = NULL;
+	if (text == NULL ||
+	    canon_json(CANON_AS_WRITTEN, text, strlen(text), payload, &len) != CANON_OK) {
+		free(text);
+		free(*payload);
+		*payload = NULL;
+		return -1;
+	}
+	free(text);
+	canon_hash(*payload, len, hash);
+	memset(e, 0, sizeof(*e));
+	e->client_id = client_id;
+	e->key = key;
+	e->type = "decision.callback";
+	e->target = "callback";
+	e->payload = *payload;
+	e->payload_hash = hash;
+	e->approval_id = approval_id;
+	return 0;
 }
 
 /* ---- notifications: the run's next slot, a claimed notice that is moot -- */

@@ -26,6 +26,7 @@ enum effect_state {
 
 #define OUTBOX_ID_LEN 37
 #define OUTBOX_TS_LEN 32
+#define OUTBOX_HASH_LEN 72 /* CANON_HASH_LEN */
 
 struct outbox_effect {
 	long long client_id;
@@ -53,6 +54,17 @@ int outbox_enqueue_call(struct outbox_enqueue_call *o, const struct outbox_effec
 enum og_rc outbox_enqueue_result(const struct db_call *call, char id[OUTBOX_ID_LEN],
                                  char not_before[OUTBOX_TS_LEN]);
 void outbox_enqueue_call_free(struct outbox_enqueue_call *o);
+
+/* The workflow's decision callback (type decision.callback, target
+ * callback): the effect that tells url the decision on the run key, with
+ * its JSON payload {url, key, decision[, decided_by][, approval_id]}
+ * (decided_by, approval_id: NULL leaves them out) in *payload, new text
+ * the caller frees after the enqueue, and its hash in hash. -1 when out of
+ * memory. */
+int outbox_callback_effect(struct outbox_effect *e, long long client_id, const char *key,
+                           const char *url, const char *decision, const char *decided_by,
+                           const char *approval_id, char hash[OUTBOX_HASH_LEN],
+                           char **payload) __attribute__((warn_unused_result));
 
 /* Enqueues one effect and wakes the dispatchers (NOTIFY oncegate_outbox,
  * delivered at commit). Fills id and not_before. */
@@ -103,16 +115,37 @@ char *outbox_provider_key(long long client_id, const char *key, const char *type
 #define OUTBOX_PURGE_EVIDENCE_KEYS                                                  \
 	"ARRAY['body_excerpt', 'body_truncated', 'headers', 'reply', 'invalid']"
 
-/* Settles one attempt (send or look-up) of an effect by compare-and-set and
- * records the attempt, in one statement; no row: the effect was not in the
- * expected state (or lease) any more. A statement so the dispatcher can
- * pipeline it in its settle transaction. Parameters:
- *  $1 effect  $2 expected state  $3 lease owner or NULL  $4 new state
- *  $5 provider id  $6 class  $7 reason  $8 delay ms (pending/unknown)
- *  $9 kind  $10 duration ms  $11 dispatcher  $12 attempt classification
- *  $13 status  $14 evidence  $15 expected reconcile_attempts or NULL
- * Returns the attempt number. */
-extern const struct db_stmt outbox_st_settle;
+/* One attempt (send or look-up) of an effect, settled by compare-and-set
+ * and recorded, in one statement. */
+struct outbox_settle {
+	const char *id;
+	const char *expect;          /* the state the effect must be in */
+	const char *owner;           /* its lease owner, or NULL (reconciliation) */
+	const char *to;              /* the new state */
+	const char *provider_id;     /* NULL keeps the stored one */
+	const char *error_class;
+	const char *reason;
+	long long delay_ms;          /* pending / unknown: next attempt after this */
+	const char *kind;            /* send | lookup */
+	long long duration_ms;
+	const char *dispatcher;      /* its name */
+	const char *attempt_class;   /* success … / found / not_found / error */
+	int status;                  /* the provider's status, 0: none */
+	const char *evidence;        /* JSON text; NULL: {} */
+	int expect_reconcile;        /* the look-ups it must have had; -1: any */
+};
+
+/* outbox_settle as a db_call, so the dispatcher can pipeline it in its
+ * settle transaction (after ledger_lock_call when the run may complete). */
+struct outbox_settle_call {
+	char delay[32], dur[32], status[16], recon[16];
+	const char *params[15];
+};
+void outbox_settle_call(struct outbox_settle_call *o, const struct outbox_settle *in,
+                        struct db_call *call);
+/* OG_OK settled; OG_LEASE_LOST: the effect was not in the expected state
+ * (or lease, or look-up count) any more. */
+enum og_rc outbox_settle_result(const struct db_call *call);
 
 /* Sending leases that ran out (up to limit): the effect turns unknown, and
  * the send is recorded as an ambiguous attempt by dispatcher, in one
@@ -158,24 +191,120 @@ enum db_rc outbox_hold(struct db *db, const char *effect_id, int limit, long lon
 	"              AND l.kind = 'lookup' AND l.reason = 'reconciled_not_found')),"       \
 	"          '-infinity'::timestamptz)))"
 
-/* Statement rows for the use cases' transactions and pipelines (their
- * parameters are the $n of the SQL text in outbox.c). */
-extern const struct db_stmt outbox_st_claim;
-extern const struct db_stmt outbox_st_release;
-extern const struct db_stmt outbox_st_renew_batch;
-extern const struct db_stmt outbox_st_release_unsent;
-extern const struct db_stmt outbox_st_claim_reconcile;
-extern const struct db_stmt outbox_st_presend;
-extern const struct db_stmt outbox_st_renew;
-extern const struct db_stmt outbox_st_find;
-extern const struct db_stmt outbox_st_reconcile;
-extern const struct db_stmt outbox_st_resume;
-extern const struct db_stmt outbox_st_undelivered;
-extern const struct db_stmt outbox_st_reject;
-extern const struct db_stmt outbox_st_lock_run_effects;
-extern const struct db_stmt outbox_st_reject_run;
-extern const struct db_stmt outbox_st_audit;
-extern const struct db_stmt outbox_st_purge_payloads;
+/* --- the dispatcher's claims and leases ------------------------------------ */
+
+/* A claimed effect, as the dispatcher sends or looks it up. */
+struct outbox_job {
+	char id[OUTBOX_ID_LEN];
+	long long client_id;
+	char client[72];             /* the API client's name (its id if it has none) */
+	char *key, *type, *target, *payload, *payload_hash, *provider_key, *run_output;
+	char *run_contract;          /* the contract of the effect the run proposed, or NULL */
+	int attempt;
+	long long elapsed_ms;        /* since its first attempt */
+	/* reconciliation */
+	int reconcile_attempts;
+	long long not_found, errors; /* look-ups since the last send that found nothing / failed */
+};
+
+/* The effects of one claim, read one at a time with outbox_batch_job. */
+struct outbox_batch {
+	PGresult *res;
+	int n;
+};
+void outbox_batch_job(const struct outbox_batch *b, int i, struct outbox_job *j);
+void outbox_job_clear(struct outbox_job *j);
+void outbox_batch_clear(struct outbox_batch *b);
+
+/* Due pending effects, oldest first, at most batch, leased to owner for
+ * lease_s seconds (attempt counted). Payload, the run's output and the
+ * contract of the effect the run proposed come with each. */
+enum og_rc outbox_claim(struct db *db, const char *owner, int batch, int lease_s,
+                        struct outbox_batch *b) __attribute__((warn_unused_result));
+/* Due unknown effects of the targets named (that have a lookup URL), at
+ * most limit, each put off interval_s seconds (its look-up counted), with
+ * the counts of look-ups since its last send. */
+enum og_rc outbox_claim_reconcile(struct db *db, const char *const *targets, int ntargets,
+                                  int interval_s, int limit, struct outbox_batch *b)
+	__attribute__((warn_unused_result));
+/* The effects [from, n) of a claimed batch keep their lease lease_s more
+ * seconds (those still owner's and sending). */
+enum og_rc outbox_renew_batch(struct db *db, const struct outbox_batch *b, int from,
+                              const char *owner, int lease_s)
+	__attribute__((warn_unused_result));
+/* Not sent after all (kill switch, shutdown): pending again after delay_s,
+ * the attempt given back. OG_LEASE_LOST when it was not owner's sending
+ * effect any more. */
+enum og_rc outbox_release(struct db *db, const char *id, const char *owner, int delay_s)
+	__attribute__((warn_unused_result));
+/* Shutdown past its deadline: every effect owner holds except the busy ones
+ * (being sent) goes back to pending; *released is how many. */
+enum og_rc outbox_release_unsent(struct db *db, const char *owner, const char *const *busy,
+                                 int nbusy, int *released) __attribute__((warn_unused_result));
+
+/* Right before a send: the database half of the kill switch, and whether
+ * the lease is still owner's and how long it has left. */
+struct outbox_presend {
+	bool enabled;                /* dispatch_control.actions_enabled */
+	bool owned;                  /* sending, leased to owner */
+	double lease_left;           /* seconds; < 0 when unknown */
+};
+/* OG_NOT_FOUND: no such effect. */
+enum og_rc outbox_presend(struct db *db, const char *id, const char *owner,
+                          struct outbox_presend *p) __attribute__((warn_unused_result));
+/* The lease of owner's sending effect, lease_s seconds from now;
+ * OG_LEASE_LOST when it is not owner's any more. */
+enum og_rc outbox_renew(struct db *db, const char *id, const char *owner, int lease_s)
+	__attribute__((warn_unused_result));
+
+/* --- the operator's repairs: inside the caller's transaction, after the
+ * run's lock (ledger_lock); seen is the state the effect was found in ---- */
+
+/* An effect by its id or its dead letter's id, with its run's key: one row
+ * of id, client_id, client_name, idempotency_key, state, effect_type,
+ * target, provider_key, dead_letter_id, not_before in *row (PQclear it).
+ * OG_NOT_FOUND: none. */
+enum og_rc outbox_find(struct db *db, const char *id, PGresult **row)
+	__attribute__((warn_unused_result));
+/* The operator's finding on an unknown or failed effect: completed with
+ * provider_id when delivered, failed otherwise; *to is the new state.
+ * OG_CHANGED: it is not in state seen any more. */
+enum og_rc outbox_reconcile(struct db *db, const char *id, const char *seen, bool delivered,
+                            const char *provider_id, const char **to)
+	__attribute__((warn_unused_result));
+/* A known-undelivered failed effect back to pending with a fresh retry
+ * budget and the same provider key (the dispatchers woken at commit).
+ * OG_CHANGED: no longer in state seen, or no longer known undelivered. */
+enum og_rc outbox_resume(struct db *db, const char *id, const char *seen)
+	__attribute__((warn_unused_result));
+/* Is the effect known undelivered, and how many send attempts has it?
+ * OG_NOT_FOUND: no such effect. */
+enum og_rc outbox_undelivered(struct db *db, const char *id, bool *yes, long long *sends)
+	__attribute__((warn_unused_result));
+/* A pending or failed effect cancelled by an operator. OG_CHANGED: not in
+ * state seen any more (a dispatcher may have claimed it). */
+enum og_rc outbox_reject(struct db *db, const char *id, const char *seen)
+	__attribute__((warn_unused_result));
+/* The run's effects locked (after the run): how many are being sent and
+ * how many are unknown. */
+enum og_rc outbox_lock_run_effects(struct db *db, long long client_id, const char *key,
+                                   int *sending, int *unknown)
+	__attribute__((warn_unused_result));
+/* Every pending or failed effect of the run cancelled by an operator;
+ * *ids is a new array of their ids. */
+enum og_rc outbox_reject_run(struct db *db, long long client_id, const char *key, json_t **ids)
+	__attribute__((warn_unused_result));
+
+/* The run's effects for explain, oldest first: rows of id, effect_type,
+ * target, state, attempt, provider_id, provider_key, completed_at,
+ * approval_id, payload_hash, payload_kept, error_class, sends, dead_letter
+ * in *rows (PQclear them). */
+enum og_rc outbox_audit(struct db *db, long long client_id, const char *key, PGresult **rows)
+	__attribute__((warn_unused_result));
+/* The effects of the runs ledger_purge purged (its clients and keys
+ * arrays) lose their payload; *count: how many. */
+enum db_rc outbox_purge_payloads(struct db *db, const char *clients, const char *keys,
+                                 long long *count) __attribute__((warn_unused_result));
 
 /* Notifications (approval.notify, notify.h): the run's next free slot for
  * an effect type (1 for the first); and a claimed effect that is moot (its

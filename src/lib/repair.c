@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "canon.h"
 #include "deadletter.h"
 #include "gate.h"
 #include "jobs.h"
@@ -52,7 +51,7 @@ repair_copy(char *dst, size_t n, const char *src)
 	snprintf(dst, n, "%s", src != NULL ? src : "");
 }
 
-/* Fills out from an outbox_st_find row. */
+/* Fills out from an outbox_find row. */
 static void
 effect_read(struct repair_out *out, const PGresult *res)
 {
@@ -96,18 +95,15 @@ resolve_letters(struct db *db, const char *ids, const char *resolution, const ch
 	return og_rc_of(deadletter_resolve(db, ids, resolution, op));
 }
 
-/* Looks the effect up (by effect or dead-letter id) and locks its run;
- * *run holds the run row. OG_NOT_FOUND with why set. */
+/* Looks the effect up (by effect or dead-letter id) and locks its run
+ * (out->run_from). OG_NOT_FOUND with why set. */
 static enum og_rc
-effect_begin(struct db *db, const char *effect, const char *expect, struct repair_out *out,
-             PGresult **run)
+effect_begin(struct db *db, const char *effect, const char *expect, struct repair_out *out)
 {
-	const char *p[1] = { effect };
-	const char *lp[2];
+	struct ledger_locked run = { 0 };
 	PGresult *res = NULL;
 	enum og_rc rc;
 
-	*run = NULL;
 	if (!repair_is_uuid(effect)) {
 		snprintf(out->why, sizeof(out->why), "\"%s\" is not an effect or dead-letter id "
 		         "(a UUID)", effect);
@@ -115,12 +111,10 @@ effect_begin(struct db *db, const char *effect, const char *expect, struct repai
 	}
 	if (db_begin(db) != DB_OK)
 		return OG_UNAVAILABLE;
-	if ((rc = og_rc_of(db_exec(db, &outbox_st_find, p, &res))) != OG_OK)
-		goto fail;
-	if (PQntuples(res) != 1) {
-		snprintf(out->why, sizeof(out->why), "no effect or dead letter has the id %s",
-		         effect);
-		rc = OG_NOT_FOUND;
+	if ((rc = outbox_find(db, effect, &res)) != OG_OK) {
+		if (rc == OG_NOT_FOUND)
+			snprintf(out->why, sizeof(out->why), "no effect or dead letter has the id %s",
+			         effect);
 		goto fail;
 	}
 	effect_read(out, res);
@@ -133,20 +127,16 @@ effect_begin(struct db *db, const char *effect, const char *expect, struct repai
 		rc = OG_CHANGED;
 		goto fail;
 	}
-	lp[0] = out->client;
-	lp[1] = out->key;
-	if ((rc = og_rc_of(db_exec(db, &ledger_st_lock, lp, run))) != OG_OK)
-		goto fail;
-	if (PQntuples(*run) != 1) {
-		rc = OG_ERROR; /* a foreign key guarantees the run */
+	if ((rc = ledger_lock(db, atoll(out->client), out->key, &run)) != OG_OK) {
+		if (rc == OG_NOT_FOUND)
+			rc = OG_ERROR; /* a foreign key guarantees the run */
 		goto fail;
 	}
-	repair_copy(out->run_from, sizeof(out->run_from), db_get(*run, 0, "state"));
+	repair_copy(out->run_from, sizeof(out->run_from), ledger_state_name(run.state));
+	ledger_locked_clear(&run);
 	return OG_OK;
 fail:
 	PQclear(res);
-	PQclear(*run);
-	*run = NULL;
 	db_rollback(db);
 	return rc;
 }
@@ -195,151 +185,20 @@ complete_run(struct db *db, const struct repair_who *who, struct repair_out *out
 
 /* --- reads ------------------------------------------------------------------ */
 
-enum og_rc
-repair_dl_list(struct db *db, const struct repair_dl_filter *f, json_t **out)
-{
-	char secs[24], limit[16];
-	const char *p[6] = {
-		f->since_ts, NULL, f->error_class, f->target, f->state, limit,
-	};
-	PGresult *res = NULL;
-	enum db_rc drc;
-	json_t *list;
-	int i;
-
-	*out = NULL;
-	if (f->since_seconds > 0) {
-		snprintf(secs, sizeof(secs), "%lld", f->since_seconds);
-		p[1] = secs;
-	}
-	snprintf(limit, sizeof(limit), "%d", f->limit > 0 ? f->limit : 200);
-	drc = db_exec(db, &deadletter_st_list, p, &res);
-	if (drc != DB_OK) {
-		/* class 22: the --since timestamp is not one PostgreSQL reads */
-		if (drc == DB_ERROR && strncmp(db_sqlstate(db), "22", 2) == 0)
-			return OG_BAD_INPUT;
-		return og_rc_of(drc);
-	}
-	list = json_array();
-	for (i = 0; i < PQntuples(res); i++) {
-		static const char *const text_cols[] = {
-			"id", "effect_id", "client", "idempotency_key", "effect_type", "target",
-			"provider_key", "error_class", "reason", "created_at", "effect_state", "resolution",
-			"resolved_by", "resolved_at", "retention_until",
-		};
-		json_t *o = json_object();
-		size_t k;
-
-		for (k = 0; k < sizeof(text_cols) / sizeof(text_cols[0]); k++) {
-			const char *v = db_get(res, i, text_cols[k]);
-
-			json_object_set_new(o, strcmp(text_cols[k], "id") == 0 ? "dead_letter_id"
-			                                                       : text_cols[k],
-			                    v != NULL ? json_string(v) : json_null());
-		}
-		json_object_set_new(o, "age_seconds", json_integer(db_get_ll(res, i, "age_seconds")));
-		json_object_set_new(o, "replay_count",
-		                    json_integer(db_get_ll(res, i, "replay_count")));
-		json_object_set_new(o, "state", json_string(db_get(res, i, "open")[0] == 't'
-		                                                    ? "open" : "resolved"));
-		json_array_append_new(list, o);
-	}
-	PQclear(res);
-	*out = list;
-	return OG_OK;
-}
-
-enum og_rc
-repair_dl_show(struct db *db, const struct config *cfg, const char *id, json_t **out)
-{
-	const char *p[2] = { id, NULL };
-	char maxa[16];
-	PGresult *res = NULL;
-	enum og_rc rc;
-	json_error_t jerr;
-
-	*out = NULL;
-	if (!repair_is_uuid(id))
-		return OG_NOT_FOUND;
-	if ((rc = og_rc_of(db_exec(db, &deadletter_st_target, p, &res))) != OG_OK)
-		return rc;
-	if (PQntuples(res) != 1) {
-		PQclear(res);
-		return OG_NOT_FOUND;
-	}
-	if (cfg != NULL) {
-		const struct config_target *t = config_target(cfg, db_get(res, 0, "target"));
-
-		if (t != NULL) {
-			snprintf(maxa, sizeof(maxa), "%d", t->max_attempts);
-			p[1] = maxa;
-		}
-	}
-	PQclear(res);
-	res = NULL;
-	if ((rc = og_rc_of(db_exec(db, &deadletter_st_show, p, &res))) != OG_OK)
-		return rc;
-	if (PQntuples(res) != 1) {
-		PQclear(res);
-		return OG_NOT_FOUND;
-	}
-	*out = json_loads(db_get(res, 0, "doc"), 0, &jerr);
-	PQclear(res);
-	return *out != NULL ? OG_OK : OG_ERROR;
-}
-
-enum og_rc
-repair_approvals_pending(struct db *db, int limit, json_t **out)
-{
-	char lim[16];
-	const char *p[1] = { lim };
-	PGresult *res = NULL;
-	enum og_rc rc;
-	json_t *list;
-	int i;
-
-	*out = NULL;
-	snprintf(lim, sizeof(lim), "%d", limit > 0 ? limit : 200);
-	if ((rc = og_rc_of(db_exec(db, &gate_st_pending, p, &res))) != OG_OK)
-		return rc;
-	list = json_array();
-	for (i = 0; i < PQntuples(res); i++) {
-		const char *contract = db_get(res, i, "contract");
-		const char *client = db_get(res, i, "client");
-
-		json_array_append_new(list, json_pack(
-			"{s:s, s:o, s:s, s:s, s:s, s:I, s:s, s:I, s:s, s:o}",
-			"approval_id", db_get(res, i, "id"),
-			"client", client != NULL ? json_string(client) : json_null(),
-			"idempotency_key", db_get(res, i, "idempotency_key"),
-			"approver", db_get(res, i, "approver"),
-			"created_at", db_get(res, i, "created_at"),
-			"waiting_seconds", (json_int_t)db_get_ll(res, i, "waiting_seconds"),
-			"expires_at", db_get(res, i, "expires_at"),
-			"expires_in_seconds", (json_int_t)db_get_ll(res, i, "expires_in_seconds"),
-			"run_state", db_get(res, i, "run_state"),
-			"contract", contract != NULL ? json_string(contract) : json_null()));
-	}
-	PQclear(res);
-	*out = list;
-	return OG_OK;
-}
-
 /* --- changes ----------------------------------------------------------------- */
 
 enum og_rc
 repair_reconcile(struct db *db, const char *effect, bool delivered, const char *provider_id,
                  const char *expect, const struct repair_who *who, struct repair_out *out)
 {
-	PGresult *run = NULL, *res = NULL;
 	enum og_rc rc;
 	char ids[REPAIR_ID_LEN + 2];
+	const char *to = NULL;
 	json_t *details = NULL;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, expect, out, &run)) != OG_OK)
+	if ((rc = effect_begin(db, effect, expect, out)) != OG_OK)
 		return rc;
-	PQclear(run);
 	if (strcmp(out->from, "unknown") != 0 && strcmp(out->from, "failed") != 0) {
 		snprintf(out->why, sizeof(out->why), "the effect is %s: only an unknown or failed "
 		         "effect is reconciled%s", out->from,
@@ -348,20 +207,14 @@ repair_reconcile(struct db *db, const char *effect, bool delivered, const char *
 		rc = OG_WRONG_STATE;
 		goto out;
 	}
-	{
-		const char *p[4] = { out->effect_id, out->from, delivered ? "true" : "false",
-			             provider_id };
-
-		if ((rc = og_rc_of(db_exec(db, &outbox_st_reconcile, p, &res))) != OG_OK)
-			goto out;
-		if (PQntuples(res) != 1) {
+	if ((rc = outbox_reconcile(db, out->effect_id, out->from, delivered, provider_id, &to)) !=
+	    OG_OK) {
+		if (rc == OG_CHANGED)
 			snprintf(out->why, sizeof(out->why), "the effect changed while this ran: "
 			         "look again (oncegatectl deadletter show %s)", out->effect_id);
-			rc = OG_CHANGED;
-			goto out;
-		}
-		repair_copy(out->to, sizeof(out->to), db_get(res, 0, "state"));
+		goto out;
 	}
+	repair_copy(out->to, sizeof(out->to), to);
 	if (delivered && (rc = complete_run(db, who, out)) != OG_OK)
 		goto out;
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
@@ -375,7 +228,6 @@ repair_reconcile(struct db *db, const char *effect, bool delivered, const char *
 	rc = repair_record_action(db, who, "reconcile", out, details);
 out:
 	json_decref(details);
-	PQclear(res);
 	return repair_finish(db, rc);
 }
 
@@ -385,27 +237,17 @@ enum og_rc
 repair_resume_one(struct db *db, const char *effect, const char *expect,
                   const struct repair_who *who, long long job, int seq, struct repair_out *out)
 {
-	PGresult *run = NULL, *res = NULL;
 	enum og_rc rc;
 	char ids[REPAIR_ID_LEN + 2], replayed_as[REPAIR_KEY_MAX];
 	json_t *details = NULL;
 	bool callback;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, expect, out, &run)) != OG_OK)
+	if ((rc = effect_begin(db, effect, expect, out)) != OG_OK)
 		return rc;
-	PQclear(run);
-	run = NULL;
-	{
-		const char *p[2] = { out->client, out->key };
-
-		if ((rc = og_rc_of(db_exec(db, &jobs_st_replayed_as, p, &run))) != OG_OK)
-			goto out;
-		repair_copy(replayed_as, sizeof(replayed_as),
-		     PQntuples(run) == 1 ? db_get(run, 0, "replayed_as") : NULL);
-		PQclear(run);
-		run = NULL;
-	}
+	if ((rc = jobs_replayed_as(db, atoll(out->client), out->key, replayed_as,
+	                           sizeof(replayed_as))) != OG_OK)
+		goto out;
 	callback = strcmp(out->type, "decision.callback") == 0;
 	if (strcmp(out->from, "failed") != 0) {
 		snprintf(out->why, sizeof(out->why), "not known undelivered: the effect is %s%s",
@@ -435,33 +277,27 @@ repair_resume_one(struct db *db, const char *effect, const char *expect,
 		rc = OG_WRONG_STATE;
 		goto out;
 	}
-	{
-		const char *p[2] = { out->effect_id, out->from };
+	if ((rc = outbox_resume(db, out->effect_id, out->from)) == OG_CHANGED) {
+		bool yes = false;
+		long long sends = 0;
 
-		if ((rc = og_rc_of(db_exec(db, &outbox_st_resume, p, &res))) != OG_OK)
-			goto out;
-		if (PQntuples(res) != 1) {
-			const char *up[1] = { out->effect_id };
-
-			PQclear(res);
-			res = NULL;
-			if ((rc = og_rc_of(db_exec(db, &outbox_st_undelivered, up, &res))) != OG_OK)
-				goto out;
-			if (PQntuples(res) == 1 && db_get(res, 0, "yes")[0] == 'f') {
-				snprintf(out->why, sizeof(out->why), "not known undelivered: a send "
-				         "attempt may have reached the provider (of %s sends, one "
-				         "did not record request_sent false); find out and run oncegatectl "
-				         "reconcile first", db_get(res, 0, "sends"));
-				rc = OG_NOT_UNDELIVERED;
-			} else {
-				snprintf(out->why, sizeof(out->why), "the effect changed while this "
-				         "ran: look again");
-				rc = OG_CHANGED;
-			}
-			goto out;
+		rc = outbox_undelivered(db, out->effect_id, &yes, &sends);
+		if (rc == OG_OK && !yes) {
+			snprintf(out->why, sizeof(out->why), "not known undelivered: a send "
+			         "attempt may have reached the provider (of %lld sends, one "
+			         "did not record request_sent false); find out and run oncegatectl "
+			         "reconcile first", sends);
+			rc = OG_NOT_UNDELIVERED;
+		} else if (rc == OG_OK || rc == OG_NOT_FOUND) {
+			snprintf(out->why, sizeof(out->why), "the effect changed while this "
+			         "ran: look again");
+			rc = OG_CHANGED;
 		}
-		repair_copy(out->to, sizeof(out->to), "pending");
+		goto out;
 	}
+	if (rc != OG_OK)
+		goto out;
+	repair_copy(out->to, sizeof(out->to), "pending");
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
 	if ((rc = resolve_letters(db, ids, "resumed", who->operator_name)) != OG_OK)
 		goto out;
@@ -472,24 +308,12 @@ repair_resume_one(struct db *db, const char *effect, const char *expect,
 		json_object_set_new(details, "job_item", json_integer(seq));
 	}
 	rc = repair_record_action(db, who, "resume", out, details);
-	if (rc == OG_OK && job > 0) {
-		char j[24], q[16];
-		const char *p[3] = { j, q, out->effect_id };
-
-		snprintf(j, sizeof(j), "%lld", job);
-		snprintf(q, sizeof(q), "%d", seq);
-		PQclear(res);
-		res = NULL;
-		if ((rc = og_rc_of(db_exec(db, &jobs_st_resume_done, p, &res))) == OG_OK &&
-		    PQntuples(res) != 1) {
-			snprintf(out->why, sizeof(out->why), "job %lld item %d is no longer pending "
-			         "(done or refused already)", job, seq);
-			rc = OG_CHANGED;
-		}
-	}
+	if (rc == OG_OK && job > 0 &&
+	    (rc = jobs_resume_done(db, job, seq, out->effect_id)) == OG_CHANGED)
+		snprintf(out->why, sizeof(out->why), "job %lld item %d is no longer pending "
+		         "(done or refused already)", job, seq);
 out:
 	json_decref(details);
-	PQclear(res);
 	return repair_finish(db, rc);
 }
 
@@ -517,16 +341,14 @@ enum og_rc
 repair_reject_effect(struct db *db, const char *effect, const char *expect,
                      const struct repair_who *who, struct repair_out *out)
 {
-	PGresult *run = NULL, *res = NULL;
 	enum og_rc rc;
 	char ids[REPAIR_ID_LEN + 2];
 	json_t *details = NULL;
 	bool callback;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, expect, out, &run)) != OG_OK)
+	if ((rc = effect_begin(db, effect, expect, out)) != OG_OK)
 		return rc;
-	PQclear(run);
 	callback = strcmp(out->type, "decision.callback") == 0;
 	if (strcmp(out->from, "pending") != 0 && strcmp(out->from, "failed") != 0) {
 		snprintf(out->why, sizeof(out->why), "the effect is %s: %s", out->from,
@@ -541,19 +363,13 @@ repair_reject_effect(struct db *db, const char *effect, const char *expect,
 		rc = OG_WRONG_STATE;
 		goto out;
 	}
-	{
-		const char *p[2] = { out->effect_id, out->from };
-
-		if ((rc = og_rc_of(db_exec(db, &outbox_st_reject, p, &res))) != OG_OK)
-			goto out;
-		if (PQntuples(res) != 1) {
+	if ((rc = outbox_reject(db, out->effect_id, out->from)) != OG_OK) {
+		if (rc == OG_CHANGED)
 			snprintf(out->why, sizeof(out->why), "the effect changed while this ran "
 			         "(a dispatcher may have claimed it): look again");
-			rc = OG_CHANGED;
-			goto out;
-		}
-		repair_copy(out->to, sizeof(out->to), "cancelled");
+		goto out;
 	}
+	repair_copy(out->to, sizeof(out->to), "cancelled");
 	/* Rejecting the workflow's notification does not reject the business
 	 * decision: that run completes when nothing else is left. */
 	rc = callback ? complete_run(db, who, out) : fail_run(db, who, 1u << RUN_APPROVED, out);
@@ -568,7 +384,6 @@ repair_reject_effect(struct db *db, const char *effect, const char *expect,
 	rc = repair_record_action(db, who, "reject", out, details);
 out:
 	json_decref(details);
-	PQclear(res);
 	return repair_finish(db, rc);
 }
 
@@ -578,33 +393,16 @@ static enum og_rc
 enqueue_callback(struct db *db, const struct repair_who *who, const char *url,
                  const char *decision, struct repair_out *out)
 {
-	char subject[256], hash[CANON_HASH_LEN], nb[OUTBOX_TS_LEN];
-	struct outbox_effect e = { 0 };
-	json_t *cb;
-	char *text, *canon = NULL;
-	size_t clen = 0;
+	char subject[256], hash[OUTBOX_HASH_LEN], nb[OUTBOX_TS_LEN], *payload = NULL;
+	struct outbox_effect e;
 	enum og_rc orc;
 
 	snprintf(subject, sizeof(subject), "operator:%s", who->operator_name);
-	cb = json_pack("{s:s, s:s, s:s, s:s}", "url", url, "key", out->key, "decision", decision,
-	               "decided_by", subject);
-	text = cb != NULL ? json_dumps(cb, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-	json_decref(cb);
-	if (text == NULL || canon_json(CANON_AS_WRITTEN, text, strlen(text), &canon, &clen) != CANON_OK) {
-		free(text);
-		free(canon);
+	if (outbox_callback_effect(&e, atoll(out->client), out->key, url, decision, subject, NULL,
+	                           hash, &payload) != 0)
 		return OG_ERROR;
-	}
-	free(text);
-	canon_hash(canon, clen, hash);
-	e.client_id = atoll(out->client);
-	e.key = out->key;
-	e.type = "decision.callback";
-	e.target = "callback";
-	e.payload = canon;
-	e.payload_hash = hash;
 	orc = outbox_enqueue(db, &e, out->callback_id, nb);
-	free(canon);
+	free(payload);
 	return orc == OG_OK            ? OG_OK
 	       : orc == OG_UNAVAILABLE ? OG_UNAVAILABLE
 	                                   : OG_ERROR;
@@ -614,18 +412,19 @@ enum og_rc
 repair_reject_key(struct db *db, const char *client_name, const char *key,
                   const struct repair_who *who, struct repair_out *out)
 {
-	const char *fp[2] = { key, client_name };
-	PGresult *res = NULL, *run = NULL, *eff = NULL;
+	struct ledger_locked run = { 0 };
+	PGresult *res = NULL;
 	enum og_rc rc;
 	json_t *cancelled = NULL, *revoked = NULL, *details = NULL;
 	char *ids = NULL, *url = NULL;
-	int i, sending = 0, unknown = 0;
+	long long client_id;
+	int sending = 0, unknown = 0;
 
 	memset(out, 0, sizeof(*out));
 	repair_copy(out->key, sizeof(out->key), key);
 	if (db_begin(db) != DB_OK)
 		return OG_UNAVAILABLE;
-	if ((rc = og_rc_of(db_exec(db, &ledger_st_runs_by_key, fp, &res))) != OG_OK)
+	if ((rc = ledger_runs_by_key(db, key, client_name, &res)) != OG_OK)
 		goto out;
 	if (PQntuples(res) == 0) {
 		snprintf(out->why, sizeof(out->why), "no run has the key \"%s\"%s%s", key,
@@ -644,64 +443,43 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 	}
 	repair_copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
 	repair_copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
-	{
-		const char *lp[2] = { out->client, out->key };
-
-		if ((rc = og_rc_of(db_exec(db, &ledger_st_lock, lp, &run))) != OG_OK)
-			goto out;
-		if (PQntuples(run) != 1) {
+	client_id = atoll(out->client);
+	if ((rc = ledger_lock(db, client_id, out->key, &run)) != OG_OK) {
+		if (rc == OG_NOT_FOUND)
 			rc = OG_ERROR;
-			goto out;
-		}
-		repair_copy(out->run_from, sizeof(out->run_from), db_get(run, 0, "state"));
-		if (strcmp(out->run_from, ledger_state_name(RUN_COMPLETED)) == 0 ||
-		    strcmp(out->run_from, ledger_state_name(RUN_FAILED_TERMINAL)) == 0) {
-			snprintf(out->why, sizeof(out->why), "the run is %s already: nothing to reject",
-			         out->run_from);
-			rc = OG_WRONG_STATE;
-			goto out;
-		}
-		if (strcmp(out->run_from, ledger_state_name(RUN_PROCESSING)) == 0 &&
-		    (db_get(run, 0, "lease_over") == NULL || db_get(run, 0, "lease_over")[0] != 't')) {
-			snprintf(out->why, sizeof(out->why), "the run is processing under a live lease: "
-			         "the workflow is working on it; wait for its lease to run out");
-			rc = OG_WRONG_STATE;
-			goto out;
-		}
-		if (db_get(run, 0, "callback_url") != NULL &&
-		    strcmp(out->run_from, ledger_state_name(RUN_AWAITING_HUMAN)) == 0)
-			url = strdup(db_get(run, 0, "callback_url"));
-		if ((rc = og_rc_of(db_exec(db, &outbox_st_lock_run_effects, lp, &eff))) != OG_OK)
-			goto out;
-		for (i = 0; i < PQntuples(eff); i++) {
-			sending += strcmp(db_get(eff, i, "state"), "sending") == 0;
-			unknown += strcmp(db_get(eff, i, "state"), "unknown") == 0;
-		}
-		if (sending > 0 || unknown > 0) {
-			snprintf(out->why, sizeof(out->why), "%d effect%s of the run %s: %s",
-			         sending + unknown, sending + unknown == 1 ? "" : "s",
-			         sending > 0 ? "are being sent now" : "are unknown",
-			         sending > 0 ? "look again in a minute"
-			                     : "the provider may have acted; reconcile them first");
-			rc = OG_WRONG_STATE;
-			goto out;
-		}
-		PQclear(res);
-		res = NULL;
-		if ((rc = og_rc_of(db_exec(db, &outbox_st_reject_run, lp, &res))) != OG_OK)
-			goto out;
-		cancelled = json_array();
-		for (i = 0; i < PQntuples(res); i++)
-			json_array_append_new(cancelled, json_string(db_get(res, i, "id")));
-		out->count = PQntuples(res);
-		PQclear(res);
-		res = NULL;
-		if ((rc = og_rc_of(db_exec(db, &gate_st_revoke_run, lp, &res))) != OG_OK)
-			goto out;
-		revoked = json_array();
-		for (i = 0; i < PQntuples(res); i++)
-			json_array_append_new(revoked, json_string(db_get(res, i, "id")));
+		goto out;
 	}
+	repair_copy(out->run_from, sizeof(out->run_from), ledger_state_name(run.state));
+	if (run.state == RUN_COMPLETED || run.state == RUN_FAILED_TERMINAL) {
+		snprintf(out->why, sizeof(out->why), "the run is %s already: nothing to reject",
+		         out->run_from);
+		rc = OG_WRONG_STATE;
+		goto out;
+	}
+	if (run.state == RUN_PROCESSING && !run.lease_over) {
+		snprintf(out->why, sizeof(out->why), "the run is processing under a live lease: "
+		         "the workflow is working on it; wait for its lease to run out");
+		rc = OG_WRONG_STATE;
+		goto out;
+	}
+	if (run.callback_url != NULL && run.state == RUN_AWAITING_HUMAN)
+		url = strdup(run.callback_url);
+	if ((rc = outbox_lock_run_effects(db, client_id, out->key, &sending, &unknown)) != OG_OK)
+		goto out;
+	if (sending > 0 || unknown > 0) {
+		snprintf(out->why, sizeof(out->why), "%d effect%s of the run %s: %s",
+		         sending + unknown, sending + unknown == 1 ? "" : "s",
+		         sending > 0 ? "are being sent now" : "are unknown",
+		         sending > 0 ? "look again in a minute"
+		                     : "the provider may have acted; reconcile them first");
+		rc = OG_WRONG_STATE;
+		goto out;
+	}
+	if ((rc = outbox_reject_run(db, client_id, out->key, &cancelled)) != OG_OK)
+		goto out;
+	out->count = (int)json_array_size(cancelled);
+	if ((rc = gate_revoke_run(db, client_id, out->key, &revoked)) != OG_OK)
+		goto out;
 	if ((rc = fail_run(db, who,
 	                   1u << RUN_AWAITING_HUMAN | 1u << RUN_APPROVED |
 	                       1u << RUN_FAILED_RETRYABLE | 1u << RUN_PROCESSING,
@@ -747,8 +525,7 @@ out:
 	free(ids);
 	free(url);
 	PQclear(res);
-	PQclear(run);
-	PQclear(eff);
+	ledger_locked_clear(&run);
 	return repair_finish(db, rc);
 }
 
@@ -787,7 +564,6 @@ enum og_rc
 repair_approval_revoke(struct db *db, const char *approval_id, const struct repair_who *who,
                        struct repair_out *out)
 {
-	const char *p[1] = { approval_id };
 	PGresult *res = NULL;
 	enum og_rc rc;
 	json_t *details = NULL;
@@ -800,11 +576,9 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 	}
 	if (db_begin(db) != DB_OK)
 		return OG_UNAVAILABLE;
-	if ((rc = og_rc_of(db_exec(db, &gate_st_find_by_id, p, &res))) != OG_OK)
-		goto out;
-	if (PQntuples(res) != 1) {
-		snprintf(out->why, sizeof(out->why), "no approval has the id %s", approval_id);
-		rc = OG_NOT_FOUND;
+	if ((rc = gate_find_by_id(db, approval_id, &res)) != OG_OK) {
+		if (rc == OG_NOT_FOUND)
+			snprintf(out->why, sizeof(out->why), "no approval has the id %s", approval_id);
 		goto out;
 	}
 	repair_copy(out->approval_id, sizeof(out->approval_id), db_get(res, 0, "id"));
@@ -818,18 +592,13 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 		rc = OG_WRONG_STATE;
 		goto out;
 	}
-	PQclear(res);
-	res = NULL;
-	if ((rc = og_rc_of(db_exec(db, &gate_st_revoke, p, &res))) != OG_OK)
-		goto out;
-	if (PQntuples(res) != 1) {
-		snprintf(out->why, sizeof(out->why), "the approval was decided, voided or expired "
-		         "while this ran: look again");
-		rc = OG_CHANGED;
+	if ((rc = gate_revoke(db, approval_id, &out->count)) != OG_OK) {
+		if (rc == OG_CHANGED)
+			snprintf(out->why, sizeof(out->why), "the approval was decided, voided or "
+			         "expired while this ran: look again");
 		goto out;
 	}
 	repair_copy(out->to, sizeof(out->to), "revoked");
-	out->count = (int)db_get_ll(res, 0, "left_pending");
 	if (out->count == 0 && (rc = end_revoked(db, who, out)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:i, s:s*, s:s*}", "state_from", "pending", "state_to",
@@ -899,7 +668,6 @@ repair_cancel_window(struct db *db, const char *effect, const struct repair_who 
                      struct repair_out *out)
 {
 	struct ledger_run run = { 0 };
-	PGresult *locked = NULL;
 	json_t *ids = NULL, *details = NULL, *v;
 	enum og_rc rc;
 	enum og_rc lrc;
@@ -908,9 +676,8 @@ repair_cancel_window(struct db *db, const char *effect, const struct repair_who 
 	size_t i;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, NULL, out, &locked)) != OG_OK)
+	if ((rc = effect_begin(db, effect, NULL, out)) != OG_OK)
 		return rc;
-	PQclear(locked);
 	if (strcmp(out->from, "pending") != 0) {
 		snprintf(out->why, sizeof(out->why), "the effect is %s: only an effect still waiting "
 		         "inside its cancellation window is cancelled%s", out->from,

@@ -58,27 +58,6 @@ struct repair_out {
 	                                      revoke: challenges still pending */
 };
 
-/* Dead-letter list filters; NULL/0 members do not filter. */
-struct repair_dl_filter {
-	const char *since_ts;        /* a timestamp PostgreSQL reads */
-	long long since_seconds;     /* or this long ago (> 0) */
-	const char *error_class;     /* permanent | exhausted | unknown */
-	const char *target;
-	const char *state;           /* open | resolved */
-	int limit;
-};
-
-/* Dead letters, oldest first, each with its age and whether it is open:
- * *out is a new array. */
-enum og_rc repair_dl_list(struct db *db, const struct repair_dl_filter *f, json_t **out)
-	__attribute__((warn_unused_result));
-/* One dead letter, by its id or its effect's id, with everything the dead-letter record
- * asks for, the attempts made since, the operators' actions and the
- * recovery envelope; *out is a new object. cfg (may be NULL) gives the
- * target's current max_attempts. */
-enum og_rc repair_dl_show(struct db *db, const struct config *cfg, const char *id,
-                          json_t **out) __attribute__((warn_unused_result));
-
 /* An effect in `unknown` or `failed`: delivered → `completed` with the
  * provider's id (and its run completed when that was the last effect);
  * not delivered → `failed`, recorded as known not delivered. expect (may
@@ -122,10 +101,6 @@ enum og_rc repair_approval_revoke(struct db *db, const char *approval_id,
  * pending or tells nobody. */
 enum og_rc repair_approval_resend(struct db *db, const char *approval_id,
                                   const struct repair_who *who, struct repair_out *out)
-	__attribute__((warn_unused_result));
-/* Pending challenges, longest waiting first, with their wait; *out is a
- * new array. */
-enum og_rc repair_approvals_pending(struct db *db, int limit, json_t **out)
 	__attribute__((warn_unused_result));
 
 /* ---- bulk resume (sql/008) --------------------------------------------------

@@ -14,29 +14,22 @@
 enum og_rc
 repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 {
-	size_t len = 3;
-	char *arr, *p;
-	const char *params[1];
+	const char **ids = calloc((size_t)n + 1, sizeof(*ids));
 	PGresult *res = NULL;
 	enum og_rc rc;
 	int i;
 
-	for (i = 0; i < n; i++) {
-		if (!repair_is_uuid(items[i].given))
-			return OG_BAD_INPUT;
-		len += strlen(items[i].given) + 1;
-	}
-	if ((arr = malloc(len)) == NULL)
+	if (ids == NULL)
 		return OG_ERROR;
-	p = arr;
-	*p++ = '{';
-	for (i = 0; i < n; i++)
-		p += sprintf(p, "%s%s", i > 0 ? "," : "", items[i].given); /* uuids: no quoting */
-	*p++ = '}';
-	*p = '\0';
-	params[0] = arr;
-	rc = og_rc_of(db_exec(db, &jobs_st_resume_check, params, &res));
-	free(arr);
+	for (i = 0; i < n; i++) {
+		if (!repair_is_uuid(items[i].given)) {
+			free(ids);
+			return OG_BAD_INPUT;
+		}
+		ids[i] = items[i].given;
+	}
+	rc = jobs_resume_check(db, ids, n, &res);
+	free(ids);
 	if (rc != OG_OK)
 		return rc;
 	if (PQntuples(res) != n) {
@@ -95,43 +88,27 @@ enum og_rc
 repair_bulk_create(struct db *db, const char *source, double rate, const struct repair_who *who,
                    const struct repair_bulk_item *items, int n, long long *job_id)
 {
-	char rate_s[32], jid[24], seq[16];
 	struct repair_out out;
-	PGresult *res = NULL;
 	json_t *details = NULL;
 	enum og_rc rc;
 	int i;
 
 	memset(&out, 0, sizeof(out));
 	*job_id = 0;
-	snprintf(rate_s, sizeof(rate_s), "%.6f", rate);
 	if (db_begin(db) != DB_OK)
 		return OG_UNAVAILABLE;
-	{
-		const char *p[4] = { who->operator_name, who->reason, source, rate_s };
-
-		if ((rc = og_rc_of(db_exec(db, &jobs_st_resume_create, p, &res))) != OG_OK)
+	if ((rc = jobs_resume_create(db, who->operator_name, who->reason, source, rate, job_id)) !=
+	    OG_OK)
+		goto out;
+	for (i = 0; i < n; i++)
+		if ((rc = jobs_resume_item(db, *job_id, items[i].seq, items[i].effect_id,
+		                           items[i].given)) != OG_OK)
 			goto out;
-		*job_id = db_get_ll(res, 0, "id");
-		PQclear(res);
-		res = NULL;
-	}
-	snprintf(jid, sizeof(jid), "%lld", *job_id);
-	for (i = 0; i < n; i++) {
-		const char *p[4] = { jid, seq, items[i].effect_id, items[i].given };
-
-		snprintf(seq, sizeof(seq), "%d", items[i].seq);
-		if ((rc = og_rc_of(db_exec(db, &jobs_st_resume_item, p, &res))) != OG_OK)
-			goto out;
-		PQclear(res);
-		res = NULL;
-	}
 	details = json_pack("{s:I, s:s, s:i, s:f}", "job_id", (json_int_t)*job_id, "source",
 	                    source, "items", n, "rate_per_second", rate);
 	rc = repair_record_action(db, who, "resume.job_created", &out, details);
 out:
 	json_decref(details);
-	PQclear(res);
 	return repair_finish(db, rc);
 }
 
@@ -139,25 +116,7 @@ enum og_rc
 repair_bulk_next(struct db *db, long long job_id, int *seq, char effect_id[REPAIR_ID_LEN],
                  bool *stop)
 {
-	char jid[24];
-	const char *p[1] = { jid };
-	PGresult *res = NULL;
-	enum og_rc rc;
-	const char *v;
-
-	*seq = 0;
-	effect_id[0] = '\0';
-	snprintf(jid, sizeof(jid), "%lld", job_id);
-	if ((rc = og_rc_of(db_exec(db, &jobs_st_resume_next, p, &res))) != OG_OK)
-		return rc;
-	v = db_get(res, 0, "stop");
-	*stop = v != NULL && v[0] == 't';
-	if (db_get(res, 0, "seq") != NULL) {
-		*seq = (int)db_get_ll(res, 0, "seq");
-		repair_copy(effect_id, REPAIR_ID_LEN, db_get(res, 0, "effect_id"));
-	}
-	PQclear(res);
-	return OG_OK;
+	return jobs_resume_next(db, job_id, seq, effect_id, stop);
 }
 
 enum og_rc
@@ -170,15 +129,5 @@ repair_bulk_resume(struct db *db, long long job_id, int seq, const char *effect_
 enum og_rc
 repair_bulk_refuse(struct db *db, long long job_id, int seq, const char *why)
 {
-	char jid[24], q[16];
-	const char *p[3] = { jid, q, why };
-	PGresult *res = NULL;
-	enum og_rc rc;
-
-	snprintf(jid, sizeof(jid), "%lld", job_id);
-	snprintf(q, sizeof(q), "%d", seq);
-	rc = og_rc_of(db_exec(db, &jobs_st_resume_refuse, p, &res));
-	PQclear(res);
-	return rc;
+	return jobs_resume_refuse(db, job_id, seq, why);
 }
-

@@ -61,24 +61,6 @@ replay_item_clear(struct replay_item *it)
 	memset(it, 0, sizeof(*it));
 }
 
-enum og_rc
-replay_client_id(struct db *db, const char *name, long long *id)
-{
-	const char *p[1] = { name };
-	PGresult *res;
-	enum db_rc rc;
-
-	if ((rc = db_exec(db, &clients_st_id, p, &res)) != DB_OK)
-		return og_rc_of(rc);
-	if (PQntuples(res) != 1) {
-		PQclear(res);
-		return OG_NOT_FOUND;
-	}
-	*id = db_get_ll(res, 0, "id");
-	PQclear(res);
-	return OG_OK;
-}
-
 /* What the new run will carry, decided from the original before any write. */
 struct plan {
 	long long client_id;
@@ -120,37 +102,22 @@ static enum og_rc
 replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
             struct replay_result *out)
 {
-	char cid[24];
-	const char *params[2] = { req->key, NULL };
+	long long client_id = req->client_id > 0 ? req->client_id : 0;
 	PGresult *res = NULL;
 	enum og_rc rrc;
-	enum db_rc rc;
 	const char *state;
 	json_t *output = NULL, *errors = NULL;
 
-	if (req->client_id > 0) {
-		snprintf(cid, sizeof(cid), "%lld", req->client_id);
-		params[1] = cid;
-	} else if (req->client != NULL) {
-		long long id;
-
-		rrc = replay_client_id(db, req->client, &id);
+	if (client_id == 0 && req->client != NULL) {
+		rrc = clients_id(db, req->client, &client_id);
 		if (rrc == OG_NOT_FOUND)
 			snprintf(out->message, sizeof(out->message), "no API client named \"%s\"",
 			         req->client);
 		if (rrc != OG_OK)
 			return rrc;
-		snprintf(cid, sizeof(cid), "%lld", id);
-		params[1] = cid;
 	}
-	if (!req->dry_run) {
-		if ((rc = db_exec(db, &ledger_st_lock_original, params, &res)) != DB_OK)
-			return og_rc_of(rc);
-		PQclear(res);
-		res = NULL;
-	}
-	if ((rc = db_exec(db, &ledger_st_original, params, &res)) != DB_OK)
-		return og_rc_of(rc);
+	if ((rrc = ledger_original(db, req->key, client_id, !req->dry_run, &res)) != OG_OK)
+		return rrc;
 	if (PQntuples(res) == 0) {
 		snprintf(out->message, sizeof(out->message), "no run has the key \"%s\"%s%s",
 		         req->key, req->client ? " for client " : "", req->client ? req->client : "");
@@ -364,20 +331,6 @@ replay_challenges(struct db *db, const struct replay_req *req, const struct plan
 	return rrc;
 }
 
-static enum og_rc
-exec_one(struct db *db, const struct db_stmt *st, const char *const *params, int want_rows)
-{
-	PGresult *res;
-	enum db_rc rc;
-	int n;
-
-	if ((rc = db_exec(db, st, params, &res)) != DB_OK)
-		return og_rc_of(rc);
-	n = PQntuples(res);
-	PQclear(res);
-	return want_rows < 0 || n == want_rows ? OG_OK : OG_DONE_ALREADY;
-}
-
 /* The record of what an operator did (operator, action, reason, client,
  * key, details), in the transaction of the change itself. */
 static enum og_rc
@@ -394,11 +347,9 @@ enum og_rc
 replay_run(struct db *db, const struct replay_req *req, struct replay_result *out)
 {
 	struct plan p = { 0 };
-	char job[24], seq[24];
 	char *details = NULL, *event_reason = NULL;
 	const char *source = req->payload != NULL ? "corrected" : "original";
 	enum og_rc rrc;
-	PGresult *res = NULL;
 	enum db_rc rc;
 	bool in_tx = false;
 
@@ -412,7 +363,7 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		         "upstream");
 		return OG_EXISTS;
 	}
-	/* The rules are checked under the original's row lock (ledger_st_original),
+	/* The rules are checked under the original's row lock (ledger_original),
 	 * held until the replay commits. */
 	if (!req->dry_run) {
 		if ((rc = db_begin(db)) != DB_OK) {
@@ -425,13 +376,11 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		goto out;
 	snprintf(out->forced_past, sizeof(out->forced_past), "%s", p.sent);
 	{
-		const char *params[2] = { p.client, req->new_key };
+		bool exists = false;
 
-		if ((rc = db_exec(db, &ledger_st_exists, params, &res)) != DB_OK) {
-			rrc = og_rc_of(rc);
+		if ((rrc = ledger_exists(db, p.client_id, req->new_key, &exists)) != OG_OK)
 			goto out;
-		}
-		if (PQntuples(res) > 0) {
+		if (exists) {
 			snprintf(out->message, sizeof(out->message),
 			         "the new key \"%s\" exists already: a replay never touches an "
 			         "existing run; ask upstream for a key that was never used",
@@ -439,14 +388,10 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 			rrc = OG_EXISTS;
 			goto out;
 		}
-		PQclear(res);
-		res = NULL;
 	}
 	if (req->dry_run)
 		goto out;
 
-	snprintf(job, sizeof(job), "%lld", req->job_id);
-	snprintf(seq, sizeof(seq), "%d", req->job_seq);
 	if (asprintf(&event_reason, "replay of %s: %s", req->key, req->reason) < 0)
 		event_reason = NULL;
 	{
@@ -469,35 +414,36 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 	}
 	{
 		bool retry = !p.human;
-		const char *params[18] = {
-			p.client, req->new_key, p.payload_hash, p.payload, out->start_state,
-			p.workflow_version, p.correlation_id, p.contract,
-			p.human ? contract_hash(p.c) : NULL, p.output, p.output_hash, p.model,
-			p.effect, p.source_url, req->operator_name, retry ? "replay" : NULL,
-			retry ? out->note : NULL, event_reason,
+		const struct ledger_replay r = {
+			.client_id = p.client_id, .key = req->new_key, .payload_hash = p.payload_hash,
+			.payload = p.payload, .state = out->start_state,
+			.workflow_version = p.workflow_version, .correlation_id = p.correlation_id,
+			.contract = p.contract, .contract_hash = p.human ? contract_hash(p.c) : NULL,
+			.output = p.output, .output_hash = p.output_hash, .model = p.model,
+			.effect = p.effect, .source_url = p.source_url,
+			.requested_by = req->operator_name, .error_class = retry ? "replay" : NULL,
+			.reason = retry ? out->note : NULL, .event_reason = event_reason,
 		};
 
-		if ((rc = db_exec(db, &ledger_st_replay, params, &res)) != DB_OK) {
-			rrc = og_rc_of(rc);
+		if ((rrc = ledger_replay(db, &r)) != OG_OK) {
+			if (rrc == OG_EXISTS)
+				snprintf(out->message, sizeof(out->message),
+				         "the new key \"%s\" exists already (created a moment ago)",
+				         req->new_key);
 			goto out;
 		}
-		if (PQntuples(res) != 1) {
-			snprintf(out->message, sizeof(out->message),
-			         "the new key \"%s\" exists already (created a moment ago)", req->new_key);
-			rrc = OG_EXISTS;
-			goto out;
-		}
-		PQclear(res);
-		res = NULL;
 	}
 	if (p.human && (rrc = replay_challenges(db, req, &p, out)) != OG_OK)
 		goto out;
 	{
-		const char *params[9] = { p.client, req->key, req->new_key, req->operator_name,
-			                  req->reason, source, p.payload_hash, out->start_state,
-			                  req->job_id > 0 ? job : NULL };
+		const struct jobs_link l = {
+			.client_id = p.client_id, .key = req->key, .new_key = req->new_key,
+			.operator_name = req->operator_name, .reason = req->reason,
+			.payload_source = source, .payload_hash = p.payload_hash,
+			.start_state = out->start_state, .job = req->job_id,
+		};
 
-		if ((rrc = exec_one(db, &jobs_st_link, params, 1)) != OG_OK)
+		if ((rrc = jobs_link(db, &l)) != OG_OK)
 			goto out;
 	}
 	{
@@ -512,9 +458,8 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		out->letters = letters;
 	}
 	if (req->job_id > 0) {
-		const char *params[3] = { job, seq, out->start_state };
-
-		if ((rrc = exec_one(db, &jobs_st_replay_done, params, 1)) != OG_OK) {
+		if ((rrc = jobs_replay_done(db, req->job_id, req->job_seq, out->start_state)) !=
+		    OG_OK) {
 			snprintf(out->message, sizeof(out->message),
 			         "job %lld item %d is no longer pending", req->job_id, req->job_seq);
 			goto out;
@@ -542,7 +487,6 @@ out:
 		wipe_links(out); /* rolled back: those links open nothing; never show them */
 	if (rrc != OG_OK && out->message[0] == '\0')
 		snprintf(out->message, sizeof(out->message), "%s", db_error(db));
-	PQclear(res);
 	plan_clear(&p);
 	free(details);
 	free(event_reason);
@@ -556,36 +500,22 @@ replay_job_create(struct db *db, long long client_id, const char *source, double
                   const char *operator_name, const char *reason,
                   const struct replay_item *items, int n, long long *job_id)
 {
-	char cid[24], rate_s[32], jid[24], seq[24];
+	char cid[24];
 	char *details = NULL;
-	PGresult *res = NULL;
-	enum og_rc rrc = OG_OK;
+	enum og_rc rrc;
 	enum db_rc rc;
 	int i;
 
 	snprintf(cid, sizeof(cid), "%lld", client_id);
-	snprintf(rate_s, sizeof(rate_s), "%.6f", rate);
 	if ((rc = db_begin(db)) != DB_OK)
 		return og_rc_of(rc);
-	{
-		const char *params[5] = { operator_name, reason, source, cid, rate_s };
-
-		if ((rc = db_exec(db, &jobs_st_replay_create, params, &res)) != DB_OK) {
-			rrc = og_rc_of(rc);
+	if ((rrc = jobs_replay_create(db, operator_name, reason, source, client_id, rate,
+	                              job_id)) != OG_OK)
+		goto out;
+	for (i = 0; i < n; i++)
+		if ((rrc = jobs_replay_item(db, *job_id, items[i].seq, items[i].key,
+		                            items[i].new_key)) != OG_OK)
 			goto out;
-		}
-		*job_id = db_get_ll(res, 0, "id");
-		PQclear(res);
-		res = NULL;
-	}
-	snprintf(jid, sizeof(jid), "%lld", *job_id);
-	for (i = 0; i < n; i++) {
-		const char *params[4] = { jid, seq, items[i].key, items[i].new_key };
-
-		snprintf(seq, sizeof(seq), "%d", items[i].seq);
-		if ((rrc = exec_one(db, &jobs_st_replay_item, params, -1)) != OG_OK)
-			goto out;
-	}
 	{
 		json_t *d = json_pack("{s:I, s:s, s:i, s:f}", "job_id", (json_int_t)*job_id, "source",
 		                      source, "items", n, "rate_per_second", rate);
@@ -609,7 +539,6 @@ replay_job_create(struct db *db, long long client_id, const char *source, double
 	free(details);
 	return OG_OK;
 out:
-	PQclear(res);
 	db_rollback(db);
 	free(details);
 	return rrc;
@@ -653,54 +582,42 @@ replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
                 double *rate, char *msg, size_t msglen)
 {
 	char action[48];
-	char jid[24];
-	const char *params[1] = { jid };
-	PGresult *res = NULL;
+	struct jobs_job j;
 	enum og_rc rrc;
 	enum db_rc rc;
-	const char *state;
 
-	snprintf(jid, sizeof(jid), "%lld", job_id);
-	if ((rc = db_exec(db, &jobs_st_lock, params, &res)) != DB_OK)
-		return og_rc_of(rc);
-	if (PQntuples(res) != 1) {
-		snprintf(msg, msglen, "no job %lld", job_id);
-		PQclear(res);
-		return OG_NOT_FOUND;
+	if ((rrc = jobs_lock(db, job_id, &j)) != OG_OK) {
+		if (rrc == OG_NOT_FOUND)
+			snprintf(msg, msglen, "no job %lld", job_id);
+		return rrc;
 	}
-	if (strcmp(db_get(res, 0, "kind"), kind) != 0) {
+	if (strcmp(j.kind, kind) != 0) {
 		/* the other kind's runner continues it; this session's lock on it
 		 * ends with the command */
 		snprintf(msg, msglen, "job %lld is a %s job, not a %s job: continue it with "
-		         "oncegatectl %s", job_id, db_get(res, 0, "kind"), kind,
-		         strcmp(db_get(res, 0, "kind"), "resume") == 0 ? "resume --job JOB"
-		                                                        : "replay --resume JOB");
-		PQclear(res);
+		         "oncegatectl %s", job_id, j.kind, kind,
+		         strcmp(j.kind, "resume") == 0 ? "resume --job JOB" : "replay --resume JOB");
 		return OG_NOT_FOUND;
 	}
-	state = db_get(res, 0, "state");
-	*client_id = db_get_ll(res, 0, "client_id");
-	*rate = strtod(db_get(res, 0, "rate"), NULL);
-	if (db_get(res, 0, "locked")[0] != 't') {
+	*client_id = j.client_id;
+	*rate = j.rate;
+	if (!j.locked) {
 		snprintf(msg, msglen, "job %lld is being run by another oncegatectl right now",
 		         job_id);
-		PQclear(res);
 		return OG_NOT_FINISHED;
 	}
-	if (strcmp(state, "completed") == 0) {
+	if (strcmp(j.state, "completed") == 0) {
 		snprintf(msg, msglen, "job %lld is completed: every item was done or refused",
 		         job_id);
-		PQclear(res);
 		return OG_NOT_FINISHED;
 	}
-	PQclear(res);
 	if (!resume)
 		return OG_OK;
 	/* a resume: the job was stopped, or its runner died while running */
 	if ((rc = db_begin(db)) != DB_OK)
 		return og_rc_of(rc);
 	snprintf(action, sizeof(action), "%s.job_resumed", kind);
-	if ((rrc = exec_one(db, &jobs_st_run, params, 1)) == OG_OK)
+	if ((rrc = jobs_run(db, job_id)) == OG_OK)
 		rrc = job_action(db, job_id, *client_id, action, operator_name, reason);
 	return tx_end(db, rrc);
 }
@@ -708,66 +625,33 @@ replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
 enum og_rc
 replay_job_next(struct db *db, long long job_id, struct replay_item *item, bool *stop)
 {
-	char jid[24];
-	const char *params[1] = { jid };
-	PGresult *res;
-	enum db_rc rc;
-	const char *v;
-
 	memset(item, 0, sizeof(*item));
-	snprintf(jid, sizeof(jid), "%lld", job_id);
-	if ((rc = db_exec(db, &jobs_st_replay_next, params, &res)) != DB_OK)
-		return og_rc_of(rc);
-	v = db_get(res, 0, "stop");
-	*stop = v != NULL && v[0] == 't';
-	if (db_get(res, 0, "seq") != NULL) {
-		item->seq = (int)db_get_ll(res, 0, "seq");
-		item->key = strdup(db_get(res, 0, "original_key"));
-		item->new_key = strdup(db_get(res, 0, "replay_key"));
-		if (item->key == NULL || item->new_key == NULL) {
-			PQclear(res);
-			replay_item_clear(item);
-			return OG_ERROR;
-		}
-	}
-	PQclear(res);
-	return OG_OK;
+	return jobs_replay_next(db, job_id, &item->seq, &item->key, &item->new_key, stop);
 }
 
 enum og_rc
 replay_job_refuse(struct db *db, long long job_id, int seq, const char *detail)
 {
-	char jid[24], s[24];
-	const char *params[3] = { jid, s, detail };
-
-	snprintf(jid, sizeof(jid), "%lld", job_id);
-	snprintf(s, sizeof(s), "%d", seq);
-	return exec_one(db, &jobs_st_replay_refuse, params, -1);
+	return jobs_replay_refuse(db, job_id, seq, detail);
 }
 
 enum og_rc
 replay_job_finish(struct db *db, long long job_id, bool completed, const char *operator_name,
                   const char *why)
 {
-	char jid[24];
-	const char *params[3] = { jid, completed ? "completed" : "stopped", operator_name };
-	enum db_rc rc;
-	PGresult *res;
+	char action[48] = "replay.job_stopped", kind[JOBS_WORD_LEN];
 	long long client_id = 0;
-	char action[48] = "replay.job_stopped";
+	enum og_rc rrc;
+	enum db_rc rc;
 
-	snprintf(jid, sizeof(jid), "%lld", job_id);
 	if ((rc = db_begin(db)) != DB_OK)
 		return og_rc_of(rc);
-	if ((rc = db_exec(db, &jobs_st_finish, params, &res)) != DB_OK) {
+	if ((rrc = jobs_finish(db, job_id, completed, operator_name, &client_id, kind)) != OG_OK) {
 		db_rollback(db);
-		return og_rc_of(rc);
+		return rrc;
 	}
-	if (PQntuples(res) == 1) {
-		client_id = db_get_ll(res, 0, "client_id");
-		snprintf(action, sizeof(action), "%s.job_stopped", db_get(res, 0, "kind"));
-	}
-	PQclear(res);
+	if (kind[0] != '\0')
+		snprintf(action, sizeof(action), "%s.job_stopped", kind);
 	/* a stop is an operator's action too: who stopped it and why */
 	return tx_end(db, completed ? OG_OK
 	                            : job_action(db, job_id, client_id, action, operator_name, why));
@@ -777,82 +661,51 @@ enum og_rc
 replay_job_stop(struct db *db, long long job_id, const char *operator_name, const char *reason,
                 char *kind, size_t kindlen, char *msg, size_t msglen)
 {
-	char jid[24], action[48];
-	const char *params[2] = { jid, operator_name };
-	PGresult *res;
+	char action[48], k[JOBS_WORD_LEN], state[JOBS_WORD_LEN];
+	long long client_id;
 	enum og_rc rrc;
 	enum db_rc rc;
-	long long client_id;
+	bool stopping;
 
-	snprintf(jid, sizeof(jid), "%lld", job_id);
 	if ((rc = db_begin(db)) != DB_OK)
 		return og_rc_of(rc);
-	if ((rc = db_exec(db, &jobs_st_stop, params, &res)) != DB_OK) {
+	if ((rrc = jobs_stop(db, job_id, operator_name, &client_id, k)) != OG_OK) {
 		db_rollback(db);
-		return og_rc_of(rc);
-	}
-	if (PQntuples(res) != 1) {
-		PQclear(res);
-		db_rollback(db);
-		{
-			const char *p1[1] = { jid };
-
-			if (db_exec(db, &jobs_st_state, p1, &res) != DB_OK)
-				return OG_UNAVAILABLE;
-		}
-		if (PQntuples(res) == 0) {
+		if (rrc != OG_NOT_FOUND)
+			return rrc;
+		if ((rrc = jobs_state(db, job_id, state, k, &stopping)) == OG_NOT_FOUND) {
 			snprintf(msg, msglen, "no job %lld", job_id);
-			rrc = OG_NOT_FOUND;
-		} else {
-			snprintf(kind, kindlen, "%s", db_get(res, 0, "kind"));
-			snprintf(msg, msglen, "job %lld is %s%s: nothing to stop", job_id,
-			         db_get(res, 0, "state"),
-			         db_get(res, 0, "stopping")[0] == 't' ? " and already asked to stop" : "");
-			rrc = OG_NOT_FINISHED;
+			return OG_NOT_FOUND;
 		}
-		PQclear(res);
-		return rrc;
+		if (rrc != OG_OK)
+			return OG_UNAVAILABLE;
+		snprintf(kind, kindlen, "%s", k);
+		snprintf(msg, msglen, "job %lld is %s%s: nothing to stop", job_id, state,
+		         stopping ? " and already asked to stop" : "");
+		return OG_NOT_FINISHED;
 	}
-	client_id = db_get_ll(res, 0, "client_id");
-	snprintf(kind, kindlen, "%s", db_get(res, 0, "kind"));
-	snprintf(action, sizeof(action), "%s.job_stop", kind);
-	PQclear(res);
+	snprintf(kind, kindlen, "%s", k);
+	snprintf(action, sizeof(action), "%s.job_stop", k);
 	return tx_end(db, job_action(db, job_id, client_id, action, operator_name, reason));
 }
 
 enum og_rc
 replay_job_counts(struct db *db, long long job_id, int *done, int *refused, int *pending)
 {
-	char jid[24];
-	const char *params[1] = { jid };
-	PGresult *res;
-	enum db_rc rc;
-
-	snprintf(jid, sizeof(jid), "%lld", job_id);
-	if ((rc = db_exec(db, &jobs_st_counts, params, &res)) != DB_OK)
-		return og_rc_of(rc);
-	*done = (int)db_get_ll(res, 0, "done");
-	*refused = (int)db_get_ll(res, 0, "refused");
-	*pending = (int)db_get_ll(res, 0, "pending");
-	PQclear(res);
-	return OG_OK;
+	return jobs_counts(db, job_id, done, refused, pending);
 }
-
 enum og_rc
 replay_links(struct db *db, long long client_id, const char *key, json_t **replay_of,
              json_t **replayed_by)
 {
-	char client[24];
-	const char *p[2] = { client, key };
 	PGresult *res = NULL;
-	enum db_rc rc;
+	enum og_rc rc;
 	int i;
 
 	*replay_of = NULL;
 	*replayed_by = NULL;
-	snprintf(client, sizeof(client), "%lld", client_id);
-	if ((rc = db_exec(db, &jobs_st_links, p, &res)) != DB_OK)
-		return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+	if ((rc = jobs_links(db, client_id, key, &res)) != OG_OK)
+		return rc;
 	*replay_of = json_null();
 	*replayed_by = json_array();
 	for (i = 0; i < PQntuples(res); i++) {
