@@ -1275,18 +1275,40 @@ ledger_runs_by_key(struct db *db, const char *key, const char *client_name, PGre
 	return rows_by_key(db, &st_runs_by_key, key, client_name, rows);
 }
 
+static char *
+dup_col(const PGresult *res, const char *col)
+{
+	const char *v = db_get(res, 0, col);
+
+	return v != NULL ? strdup(v) : NULL;
+}
+
 enum og_rc
-ledger_expire(struct db *db, long long client_id, const char *key, PGresult **row)
+ledger_expire(struct db *db, long long client_id, const char *key, struct ledger_expired *out)
 {
 	PGresult *res = NULL;
 	enum og_rc rc = og_exec_key(db, &st_expire, client_id, key, &res);
 
+	memset(out, 0, sizeof(*out));
 	if (rc == OG_OK && PQntuples(res) != 1)
 		rc = OG_LEASE_LOST;
-	*row = rc == OG_OK ? res : NULL;
-	if (rc != OG_OK)
-		PQclear(res);
+	if (rc == OG_OK) {
+		out->version = db_get_ll(res, 0, "version");
+		out->callback_url = dup_col(res, "callback_url");
+		out->correlation_id = dup_col(res, "correlation_id");
+		out->workflow_version = dup_col(res, "workflow_version");
+	}
+	PQclear(res);
 	return rc;
+}
+
+void
+ledger_expired_clear(struct ledger_expired *e)
+{
+	free(e->callback_url);
+	free(e->correlation_id);
+	free(e->workflow_version);
+	memset(e, 0, sizeof(*e));
 }
 
 enum og_rc

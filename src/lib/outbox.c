@@ -9,6 +9,10 @@
  * effect_attempts is written here too: an attempt is recorded by the same
  * statement that settles its effect (compare-and-set on effect_outbox), so
  * neither can commit without the other.
+ *
+ * Its length (just over 1,000 lines, about half of it SQL) is that of the
+ * one owner of the two tables every effect goes through; splitting it
+ * would give a table two files with its SQL.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* asprintf */
@@ -904,11 +908,45 @@ outbox_renew(struct db *db, const char *id, const char *owner, int lease_s)
 /* --- the operator's repairs ------------------------------------------------- */
 
 enum og_rc
-outbox_find(struct db *db, const char *id, PGresult **row)
+outbox_find(struct db *db, const char *id, struct outbox_found *f)
 {
 	const char *p[1] = { id };
+	PGresult *res = NULL;
+	enum og_rc rc;
 
-	return og_exec_one(db, &st_find, p, OG_NOT_FOUND, row);
+	memset(f, 0, sizeof(*f));
+	if ((rc = og_exec_one(db, &st_find, p, OG_NOT_FOUND, &res)) != OG_OK)
+		return rc;
+	snprintf(f->id, sizeof(f->id), "%s", db_get(res, 0, "id"));
+	f->client_id = db_get_ll(res, 0, "client_id");
+	f->client_name = dup_field(res, 0, "client_name");
+	f->key = dup_field(res, 0, "idempotency_key");
+	f->state = dup_field(res, 0, "state");
+	f->type = dup_field(res, 0, "effect_type");
+	f->target = dup_field(res, 0, "target");
+	f->provider_key = dup_field(res, 0, "provider_key");
+	f->dead_letter_id = dup_field(res, 0, "dead_letter_id");
+	f->not_before = dup_field(res, 0, "not_before");
+	PQclear(res);
+	if (f->key == NULL || f->state == NULL) {
+		outbox_found_clear(f);
+		return OG_ERROR;
+	}
+	return OG_OK;
+}
+
+void
+outbox_found_clear(struct outbox_found *f)
+{
+	free(f->client_name);
+	free(f->key);
+	free(f->state);
+	free(f->type);
+	free(f->target);
+	free(f->provider_key);
+	free(f->dead_letter_id);
+	free(f->not_before);
+	memset(f, 0, sizeof(*f));
 }
 
 enum og_rc

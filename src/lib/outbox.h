@@ -260,12 +260,19 @@ enum og_rc outbox_renew(struct db *db, const char *id, const char *owner, int le
 /* --- the operator's repairs: inside the caller's transaction, after the
  * run's lock (ledger_lock); seen is the state the effect was found in ---- */
 
-/* An effect by its id or its dead letter's id, with its run's key: one row
- * of id, client_id, client_name, idempotency_key, state, effect_type,
- * target, provider_key, dead_letter_id, not_before in *row (PQclear it).
- * OG_NOT_FOUND: none. */
-enum og_rc outbox_find(struct db *db, const char *id, PGresult **row)
+/* An effect as an operator's repair finds it, with its run's key. */
+struct outbox_found {
+	char id[OUTBOX_ID_LEN];
+	long long client_id;
+	/* owned; NULL when none */
+	char *client_name, *key, *state, *type, *target, *provider_key;
+	char *dead_letter_id;        /* its dead letter */
+	char *not_before;            /* the end of its cancellation window */
+};
+/* An effect by its id or its dead letter's id. OG_NOT_FOUND: none. */
+enum og_rc outbox_find(struct db *db, const char *id, struct outbox_found *f)
 	__attribute__((warn_unused_result));
+void outbox_found_clear(struct outbox_found *f);
 /* The operator's finding on an unknown or failed effect: completed with
  * provider_id when delivered, failed otherwise; *to is the new state.
  * OG_CHANGED: it is not in state seen any more. */
