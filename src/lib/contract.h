@@ -21,6 +21,12 @@
  *       "expires_seconds": N,       60..2592000, default 86400
  *       "allowed_decisions": ["approve", "reject"],   non-empty subset, default both
  *       "separation_of_duties": B   default true
+ *       "notify": {APPROVER: {"target": T, "to"?: [ADDRESS, …]}, …},
+ *                                   optional: whom to tell (contract_notify.c)
+ *       "remind_after_seconds": N,  optional, below expires_seconds, with notify
+ *       "escalate_after_seconds": N, "escalate_to": [APPROVER, …]
+ *                                   optional, together: entries added when
+ *                                   nobody decided in time
  *     },
  *     "effects": {                                    required
  *       "allowed_types": ["email.send"],      non-empty, distinct, [a-z0-9_.]{1,64}
@@ -137,6 +143,17 @@ json_t *contract_allowed_decisions(const struct contract *c); /* new JSON array 
 size_t contract_approver_count(const struct contract *c);
 /* "alice@example.com" or "group:support"; NULL when i is out of range. */
 const char *contract_approver(const struct contract *c, size_t i);
+
+/* Notifications (contract_notify.c): does the gate tell its approvers;
+ * the notify entry {"target", "to"?} of an approver entry (NULL: none);
+ * the reminder and escalation delays (0: none) and the entries an
+ * escalation adds. */
+bool contract_notifies(const struct contract *c);
+const json_t *contract_notify_entry(const struct contract *c, const char *approver);
+int contract_remind_after_seconds(const struct contract *c);
+int contract_escalate_after_seconds(const struct contract *c);
+size_t contract_escalate_count(const struct contract *c);
+const char *contract_escalate_to(const struct contract *c, size_t i);
 
 /* May this SSO subject with these groups decide for the approver entry
  * `approver`? groups is AUTH_GROUPS: a list separated by sep (config

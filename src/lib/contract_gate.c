@@ -19,7 +19,8 @@ static const char *const op_names[] = {
 
 static const char *const gate_members[] = {
 	"mode", "window_seconds", "auto_when", "sample_rate", "approvers",
-	"expires_seconds", "allowed_decisions", "separation_of_duties", NULL,
+	"expires_seconds", "allowed_decisions", "separation_of_duties", "notify",
+	"remind_after_seconds", "escalate_after_seconds", "escalate_to", NULL,
 };
 
 static const char *const rule_members[] = { "path", "op", "value", NULL };
@@ -153,6 +154,12 @@ static const struct jload_list approvers_list = {
 	approver_same, NULL,
 };
 
+/* gate.escalate_to: approver entries added when nobody decided in time. */
+static const struct jload_list escalate_list = {
+	"escalate_to", 0, OG_CONTRACT_APPROVERS_MAX, "approvers", approver_check,
+	approver_same, NULL,
+};
+
 static bool
 compile_decisions(struct jload *ld, struct contract *c, const json_t *gate)
 {
@@ -262,7 +269,9 @@ contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate)
 	               OG_CONTRACT_EXPIRES_MAX, OG_CONTRACT_EXPIRES_DEFAULT,
 	               &c->expires_seconds) &&
 	       compile_decisions(ld, c, gate) &&
-	       jload_bool(ld, gate, "separation_of_duties", true, &c->separation_of_duties);
+	       jload_bool(ld, gate, "separation_of_duties", true, &c->separation_of_duties) &&
+	       jload_strings(ld, gate, &escalate_list, c->escalate_to, &c->nescalate) &&
+	       contract_notify_load(ld, c, gate);
 }
 
 

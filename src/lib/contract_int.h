@@ -51,6 +51,11 @@ struct contract {
 	bool allow_approve, allow_reject;
 	const char *approvers[OG_CONTRACT_APPROVERS_MAX];
 	size_t napprovers;
+	/* who is told and when (contract_notify.c) */
+	const json_t *notify;         /* gate.notify, NULL when absent */
+	int remind_after_seconds, escalate_after_seconds;
+	const char *escalate_to[OG_CONTRACT_APPROVERS_MAX];
+	size_t nescalate;
 	struct rule rules[OG_CONTRACT_RULES_MAX];
 	size_t nrules;
 	const char *types[OG_CONTRACT_ALLOWED_MAX];
@@ -68,5 +73,8 @@ struct contract {
  * already compiled (auto_when paths into the output are checked against
  * it). False with the failure in ld. */
 bool contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate);
+/* Loads notify, remind_after_seconds and escalate_after_seconds of "gate"
+ * (approvers, escalate_to and expires_seconds already loaded). */
+bool contract_notify_load(struct jload *ld, struct contract *c, const json_t *gate);
 
 #endif

@@ -99,10 +99,9 @@ static void
 expire_run(struct db *db, long long client_id, const char *client_name, const char *key)
 {
 	char id[OUTBOX_ID_LEN] = "", nb[OUTBOX_TS_LEN];
-	PGresult *rr = NULL;
+	struct ledger_expired run = { 0 };
 	long long expired = 0;
-	enum og_rc rc;
-	const char *callback;
+	enum og_rc rc = OG_ERROR;
 	char *payload = NULL;
 	char hash[OUTBOX_HASH_LEN];
 	struct log_fields f = { 0 };
@@ -110,24 +109,23 @@ expire_run(struct db *db, long long client_id, const char *client_name, const ch
 	if (db_begin(db) != DB_OK)
 		return;
 	if (gate_expire(db, client_id, key, &expired) != OG_OK ||
-	    ((rc = ledger_expire(db, client_id, key, &rr)) != OG_OK && rc != OG_LEASE_LOST))
+	    ((rc = ledger_expire(db, client_id, key, &run)) != OG_OK && rc != OG_LEASE_LOST))
 		goto fail;
 	f.client = client_name;
 	f.key = key;
 	f.actor = "dispatcher";
 	f.reason = "approval_expired";
-	if (rr != NULL) {
+	if (rc == OG_OK) {
 		f.state_from = ledger_state_name(RUN_AWAITING_HUMAN);
 		f.state_to = ledger_state_name(RUN_FAILED_TERMINAL);
 		f.decision = "expired";
-		f.version = db_get_ll(rr, 0, "version");
-		f.correlation_id = db_get(rr, 0, "correlation_id");
-		f.workflow_version = db_get(rr, 0, "workflow_version");
-		callback = db_get(rr, 0, "callback_url");
-		if (callback != NULL) {
+		f.version = run.version;
+		f.correlation_id = run.correlation_id;
+		f.workflow_version = run.workflow_version;
+		if (run.callback_url != NULL) {
 			struct outbox_effect e;
 
-			if (outbox_callback_effect(&e, client_id, key, callback, "expired", NULL, NULL,
+			if (outbox_callback_effect(&e, client_id, key, run.callback_url, "expired", NULL, NULL,
 			                           hash, &payload) != 0 ||
 			    outbox_enqueue(db, &e, id, nb) != OG_OK)
 				goto fail;
@@ -148,7 +146,7 @@ fail:
 	db_rollback(db);
 	log_event(LOG_LEVEL_ERROR, "approval.expire_failed", &f);
 done:
-	PQclear(rr);
+	ledger_expired_clear(&run);
 	free(payload);
 }
 

@@ -301,7 +301,9 @@ static const struct db_stmt st_lock = {
 
 /* approved → completed once every effect of the run is completed (or was
  * cancelled inside its window): after the dispatcher's last settle, or an
- * operator's finding. $3 is the actor. */
+ * operator's finding. Notices to approvers (approval.notify) are not the
+ * run's effects: one still queued when the run was decided never holds it
+ * back. $3 is the actor. */
 static const struct db_stmt st_complete = {
 	"ledger_complete",
 	"WITH moved AS ("
@@ -310,7 +312,8 @@ static const struct db_stmt st_complete = {
 	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2 AND r.state = 'approved'"
 	"     AND NOT EXISTS (SELECT 1 FROM effect_outbox e"
 	"          WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
-	"            AND e.state NOT IN ('completed', 'cancelled'))"
+	"            AND e.state NOT IN ('completed', 'cancelled')"
+	"            AND e.effect_type <> 'approval.notify')"
 	"  RETURNING client_id, idempotency_key, version, attempt"
 	"), " LEDGER_EVENT("moved", "'run.completed'", "'approved'", "'completed'",
 	                   "$3", "NULL")
@@ -1272,18 +1275,40 @@ ledger_runs_by_key(struct db *db, const char *key, const char *client_name, PGre
 	return rows_by_key(db, &st_runs_by_key, key, client_name, rows);
 }
 
+static char *
+dup_col(const PGresult *res, const char *col)
+{
+	const char *v = db_get(res, 0, col);
+
+	return v != NULL ? strdup(v) : NULL;
+}
+
 enum og_rc
-ledger_expire(struct db *db, long long client_id, const char *key, PGresult **row)
+ledger_expire(struct db *db, long long client_id, const char *key, struct ledger_expired *out)
 {
 	PGresult *res = NULL;
 	enum og_rc rc = og_exec_key(db, &st_expire, client_id, key, &res);
 
+	memset(out, 0, sizeof(*out));
 	if (rc == OG_OK && PQntuples(res) != 1)
 		rc = OG_LEASE_LOST;
-	*row = rc == OG_OK ? res : NULL;
-	if (rc != OG_OK)
-		PQclear(res);
+	if (rc == OG_OK) {
+		out->version = db_get_ll(res, 0, "version");
+		out->callback_url = dup_col(res, "callback_url");
+		out->correlation_id = dup_col(res, "correlation_id");
+		out->workflow_version = dup_col(res, "workflow_version");
+	}
+	PQclear(res);
 	return rc;
+}
+
+void
+ledger_expired_clear(struct ledger_expired *e)
+{
+	free(e->callback_url);
+	free(e->correlation_id);
+	free(e->workflow_version);
+	memset(e, 0, sizeof(*e));
 }
 
 enum og_rc

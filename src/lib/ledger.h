@@ -249,11 +249,15 @@ enum og_rc ledger_runs_by_key(struct db *db, const char *key, const char *client
 
 /* awaiting_human → failed_terminal (decision expired) when no challenge
  * of the run is pending or decided any more, inside the caller's
- * transaction (after gate_expire): one row of version, callback_url,
- * correlation_id, workflow_version in *row (PQclear it). OG_LEASE_LOST:
- * the run did not move. */
-enum og_rc ledger_expire(struct db *db, long long client_id, const char *key, PGresult **row)
-	__attribute__((warn_unused_result));
+ * transaction (after gate_expire). OG_LEASE_LOST: the run did not move. */
+struct ledger_expired {
+	long long version;
+	/* owned; NULL when none */
+	char *callback_url, *correlation_id, *workflow_version;
+};
+enum og_rc ledger_expire(struct db *db, long long client_id, const char *key,
+                         struct ledger_expired *out) __attribute__((warn_unused_result));
+void ledger_expired_clear(struct ledger_expired *e);
 
 /* The run with key for explain (client_name: that client's; NULL: any),
  * at most two rows (two: the key is several clients') of client_id,

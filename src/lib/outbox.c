@@ -9,6 +9,10 @@
  * effect_attempts is written here too: an attempt is recorded by the same
  * statement that settles its effect (compare-and-set on effect_outbox), so
  * neither can commit without the other.
+ *
+ * Its length (just over 1,000 lines, about half of it SQL) is that of the
+ * one owner of the two tables every effect goes through; splitting it
+ * would give a table two files with its SQL.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* asprintf */
@@ -904,11 +908,45 @@ outbox_renew(struct db *db, const char *id, const char *owner, int lease_s)
 /* --- the operator's repairs ------------------------------------------------- */
 
 enum og_rc
-outbox_find(struct db *db, const char *id, PGresult **row)
+outbox_find(struct db *db, const char *id, struct outbox_found *f)
 {
 	const char *p[1] = { id };
+	PGresult *res = NULL;
+	enum og_rc rc;
 
-	return og_exec_one(db, &st_find, p, OG_NOT_FOUND, row);
+	memset(f, 0, sizeof(*f));
+	if ((rc = og_exec_one(db, &st_find, p, OG_NOT_FOUND, &res)) != OG_OK)
+		return rc;
+	snprintf(f->id, sizeof(f->id), "%s", db_get(res, 0, "id"));
+	f->client_id = db_get_ll(res, 0, "client_id");
+	f->client_name = dup_field(res, 0, "client_name");
+	f->key = dup_field(res, 0, "idempotency_key");
+	f->state = dup_field(res, 0, "state");
+	f->type = dup_field(res, 0, "effect_type");
+	f->target = dup_field(res, 0, "target");
+	f->provider_key = dup_field(res, 0, "provider_key");
+	f->dead_letter_id = dup_field(res, 0, "dead_letter_id");
+	f->not_before = dup_field(res, 0, "not_before");
+	PQclear(res);
+	if (f->key == NULL || f->state == NULL) {
+		outbox_found_clear(f);
+		return OG_ERROR;
+	}
+	return OG_OK;
+}
+
+void
+outbox_found_clear(struct outbox_found *f)
+{
+	free(f->client_name);
+	free(f->key);
+	free(f->state);
+	free(f->type);
+	free(f->target);
+	free(f->provider_key);
+	free(f->dead_letter_id);
+	free(f->not_before);
+	memset(f, 0, sizeof(*f));
 }
 
 enum og_rc
@@ -1025,4 +1063,57 @@ outbox_callback_effect(struct outbox_effect *e, long long client_id, const char 
 	e->payload_hash = hash;
 	e->approval_id = approval_id;
 	return 0;
+}
+
+/* ---- notifications: the run's next slot, a claimed notice that is moot -- */
+
+static const struct db_stmt st_next_slot = {
+	"outbox_next_slot",
+	"SELECT coalesce(max(slot), 0) + 1 AS slot FROM effect_outbox"
+	" WHERE client_id = $1::bigint AND idempotency_key = $2 AND effect_type = $3",
+	3, true,
+};
+
+static const struct db_stmt st_cancel_claimed = {
+	"outbox_cancel_claimed",
+	"UPDATE effect_outbox"
+	"   SET state = 'cancelled', reason = $3, lease_owner = NULL, lease_expires_at = NULL,"
+	"       updated_at = now()"
+	" WHERE id = $1::uuid AND state = 'sending' AND lease_owner = $2::uuid"
+	" RETURNING id",
+	3, false,
+};
+
+enum og_rc
+outbox_next_slot(struct db *db, long long client_id, const char *key, const char *type,
+                 int *slot)
+{
+	char client[24];
+	const char *p[3] = { client, key, type };
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	*slot = 0;
+	snprintf(client, sizeof(client), "%lld", client_id);
+	if ((rc = db_exec(db, &st_next_slot, p, &res)) != DB_OK)
+		return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+	*slot = (int)db_get_ll(res, 0, "slot");
+	PQclear(res);
+	return *slot > 0 ? OG_OK : OG_ERROR;
+}
+
+enum og_rc
+outbox_cancel_claimed(struct db *db, const char *id, const char *lease_owner, const char *reason)
+{
+	const char *p[3] = { id, lease_owner, reason };
+	PGresult *res = NULL;
+	enum og_rc orc = OG_OK;
+	enum db_rc rc;
+
+	if ((rc = db_exec(db, &st_cancel_claimed, p, &res)) != DB_OK)
+		orc = rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+	else if (PQntuples(res) != 1)
+		orc = OG_LEASE_LOST;
+	PQclear(res);
+	return orc;
 }

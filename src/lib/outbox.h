@@ -260,12 +260,19 @@ enum og_rc outbox_renew(struct db *db, const char *id, const char *owner, int le
 /* --- the operator's repairs: inside the caller's transaction, after the
  * run's lock (ledger_lock); seen is the state the effect was found in ---- */
 
-/* An effect by its id or its dead letter's id, with its run's key: one row
- * of id, client_id, client_name, idempotency_key, state, effect_type,
- * target, provider_key, dead_letter_id, not_before in *row (PQclear it).
- * OG_NOT_FOUND: none. */
-enum og_rc outbox_find(struct db *db, const char *id, PGresult **row)
+/* An effect as an operator's repair finds it, with its run's key. */
+struct outbox_found {
+	char id[OUTBOX_ID_LEN];
+	long long client_id;
+	/* owned; NULL when none */
+	char *client_name, *key, *state, *type, *target, *provider_key;
+	char *dead_letter_id;        /* its dead letter */
+	char *not_before;            /* the end of its cancellation window */
+};
+/* An effect by its id or its dead letter's id. OG_NOT_FOUND: none. */
+enum og_rc outbox_find(struct db *db, const char *id, struct outbox_found *f)
 	__attribute__((warn_unused_result));
+void outbox_found_clear(struct outbox_found *f);
 /* The operator's finding on an unknown or failed effect: completed with
  * provider_id when delivered, failed otherwise; *to is the new state.
  * OG_CHANGED: it is not in state seen any more. */
@@ -305,5 +312,14 @@ enum og_rc outbox_audit(struct db *db, long long client_id, const char *key, PGr
  * arrays) lose their payload; *count: how many. */
 enum db_rc outbox_purge_payloads(struct db *db, const char *clients, const char *keys,
                                  long long *count) __attribute__((warn_unused_result));
+
+/* Notifications (approval.notify, notify.h): the run's next free slot for
+ * an effect type (1 for the first); and a claimed effect that is moot (its
+ * challenge can no longer be decided) cancelled with reason, nothing sent.
+ * OG_LEASE_LOST: not ours any more. */
+enum og_rc outbox_next_slot(struct db *db, long long client_id, const char *key,
+                            const char *type, int *slot) __attribute__((warn_unused_result));
+enum og_rc outbox_cancel_claimed(struct db *db, const char *id, const char *lease_owner,
+                                 const char *reason) __attribute__((warn_unused_result));
 
 #endif

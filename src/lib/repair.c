@@ -15,6 +15,7 @@
 #include "gate.h"
 #include "jobs.h"
 #include "ledger.h"
+#include "notify.h"
 #include "oplog.h"
 #include "outbox.h"
 #include "repair.h"
@@ -50,20 +51,20 @@ repair_copy(char *dst, size_t n, const char *src)
 	snprintf(dst, n, "%s", src != NULL ? src : "");
 }
 
-/* Fills out from an outbox_find row. */
+/* Fills out from what outbox_find found. */
 static void
-effect_read(struct repair_out *out, const PGresult *res)
+effect_read(struct repair_out *out, const struct outbox_found *f)
 {
-	repair_copy(out->effect_id, sizeof(out->effect_id), db_get(res, 0, "id"));
-	repair_copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
-	repair_copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
-	repair_copy(out->key, sizeof(out->key), db_get(res, 0, "idempotency_key"));
-	repair_copy(out->from, sizeof(out->from), db_get(res, 0, "state"));
-	repair_copy(out->target, sizeof(out->target), db_get(res, 0, "target"));
-	repair_copy(out->type, sizeof(out->type), db_get(res, 0, "effect_type"));
-	repair_copy(out->provider_key, sizeof(out->provider_key), db_get(res, 0, "provider_key"));
-	repair_copy(out->dead_letter_id, sizeof(out->dead_letter_id), db_get(res, 0, "dead_letter_id"));
-	repair_copy(out->not_before, sizeof(out->not_before), db_get(res, 0, "not_before"));
+	repair_copy(out->effect_id, sizeof(out->effect_id), f->id);
+	snprintf(out->client, sizeof(out->client), "%lld", f->client_id);
+	repair_copy(out->client_name, sizeof(out->client_name), f->client_name);
+	repair_copy(out->key, sizeof(out->key), f->key);
+	repair_copy(out->from, sizeof(out->from), f->state);
+	repair_copy(out->target, sizeof(out->target), f->target);
+	repair_copy(out->type, sizeof(out->type), f->type);
+	repair_copy(out->provider_key, sizeof(out->provider_key), f->provider_key);
+	repair_copy(out->dead_letter_id, sizeof(out->dead_letter_id), f->dead_letter_id);
+	repair_copy(out->not_before, sizeof(out->not_before), f->not_before);
 }
 
 /* One operator_actions row, inside the caller's transaction. */
@@ -100,7 +101,7 @@ static enum og_rc
 effect_begin(struct db *db, const char *effect, const char *expect, struct repair_out *out)
 {
 	struct ledger_locked run = { 0 };
-	PGresult *res = NULL;
+	struct outbox_found found;
 	enum og_rc rc;
 
 	if (!repair_is_uuid(effect)) {
@@ -110,15 +111,14 @@ effect_begin(struct db *db, const char *effect, const char *expect, struct repai
 	}
 	if (db_begin(db) != DB_OK)
 		return OG_UNAVAILABLE;
-	if ((rc = outbox_find(db, effect, &res)) != OG_OK) {
+	if ((rc = outbox_find(db, effect, &found)) != OG_OK) {
 		if (rc == OG_NOT_FOUND)
 			snprintf(out->why, sizeof(out->why), "no effect or dead letter has the id %s",
 			         effect);
 		goto fail;
 	}
-	effect_read(out, res);
-	PQclear(res);
-	res = NULL;
+	effect_read(out, &found);
+	outbox_found_clear(&found);
 	if (expect != NULL && strcmp(expect, out->from) != 0) {
 		snprintf(out->why, sizeof(out->why), "the effect is %s now, not %s as expected: "
 		         "look again (oncegatectl deadletter show %s)", out->from, expect,
@@ -135,7 +135,6 @@ effect_begin(struct db *db, const char *effect, const char *expect, struct repai
 	ledger_locked_clear(&run);
 	return OG_OK;
 fail:
-	PQclear(res);
 	db_rollback(db);
 	return rc;
 }
@@ -606,6 +605,55 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 	                    out->callback_id[0] ? out->callback_id : NULL);
 	rc = repair_record_action(db, who, "approval_revoke", out, details);
 out:
+	json_decref(details);
+	PQclear(res);
+	return repair_finish(db, rc);
+}
+
+enum og_rc
+repair_approval_resend(struct db *db, const char *approval_id, const struct repair_who *who,
+                       struct repair_out *out)
+{
+	struct gate_notice n = { 0 };
+	PGresult *res = NULL;
+	json_t *details = NULL;
+	enum og_rc rc;
+
+	memset(out, 0, sizeof(*out));
+	if (!repair_is_uuid(approval_id)) {
+		snprintf(out->why, sizeof(out->why), "\"%s\" is not an approval id (a UUID)",
+		         approval_id);
+		return OG_NOT_FOUND;
+	}
+	if (db_begin(db) != DB_OK)
+		return OG_UNAVAILABLE;
+	if ((rc = gate_notice(db, approval_id, &res)) != OG_OK) {
+		if (rc == OG_NOT_PENDING) {
+			snprintf(out->why, sizeof(out->why), "approval %s is not a pending challenge "
+			         "whose approvers are told (gate.notify): nothing to resend", approval_id);
+			rc = OG_WRONG_STATE;
+		}
+		goto out;
+	}
+	if (gate_notice_at(res, 0, &n) != 0) {
+		rc = OG_ERROR;
+		goto out;
+	}
+	repair_copy(out->approval_id, sizeof(out->approval_id), n.id);
+	snprintf(out->client, sizeof(out->client), "%lld", n.client_id);
+	repair_copy(out->client_name, sizeof(out->client_name), n.client);
+	repair_copy(out->key, sizeof(out->key), n.key);
+	repair_copy(out->type, sizeof(out->type), NOTIFY_EFFECT_TYPE);
+	repair_copy(out->target, sizeof(out->target),
+	            json_string_value(json_object_get(n.notify, "target")));
+	repair_copy(out->from, sizeof(out->from), "pending");
+	repair_copy(out->to, sizeof(out->to), "pending");
+	if ((rc = notify_enqueue(db, &n, NOTIFY_RESEND, out->effect_id)) != OG_OK)
+		goto out;
+	details = json_pack("{s:s, s:s}", "notice_effect", out->effect_id, "target", out->target);
+	rc = repair_record_action(db, who, "approval_resend", out, details);
+out:
+	gate_notice_clear(&n);
 	json_decref(details);
 	PQclear(res);
 	return repair_finish(db, rc);
