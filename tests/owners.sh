@@ -26,6 +26,7 @@ OWNERS=(
 	"run_events            src/lib/ledger.c"
 	"approvals             src/lib/gate.c"
 	"approval_replaced_links src/lib/gate.c"
+	"approval_votes        src/lib/gate.c"
 	"effect_outbox         src/lib/outbox.c"
 	"effect_attempts       src/lib/outbox.c"
 	"dead_letters          src/lib/deadletter.c"

@@ -88,6 +88,7 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 	printf("Did we process this key?   %s\n", jtext(doc, "processed", "text"));
 	printf("Did we send?               %s\n", jtext(doc, "sent", "text"));
 	printf("Who approved?              %s\n", jtext(doc, "approved", "text"));
+	printf("Edited before approving?   %s\n", jtext(doc, "edited", "text"));
 	printf("Which model drafted it?    %s\n", jtext(doc, "model", "text"));
 	printf("Payload                    %s (%s)\n",
 	       json_is_true(json_object_get(json_object_get(doc, "processed"), "payload_kept"))

@@ -23,6 +23,7 @@
 #include "csrf.h"
 #include "decide.h"
 #include "digest.h"
+#include "edit.h"
 #include "gate.h"
 #include "ledger.h"
 #include "page.h"
@@ -180,21 +181,178 @@ effect_outcome(struct api_call *c, const struct gate_approval *a, const char **s
 	json_decref(list);
 }
 
-/* The page of an approval that was decided: who decided what, when, and
- * whether the action has gone out. */
+/* ---- the draft decided on, and the votes so far ---------------------------- */
+
+/* What a person decides on: the draft (an approver's correction of the
+ * output when one was made, else the output), the effect approving
+ * queues, built from it, and the votes so far. */
+struct draft {
+	const struct contract *k;    /* the run's contract as loaded now; NULL when not */
+	const json_t *output;        /* the draft (borrowed from the run) */
+	const char *hash;            /* its hash */
+	const char *edited_by;       /* who corrected it, or NULL */
+	json_t *effect;              /* {type, target, payload} approving queues; owned */
+	json_t *votes;               /* the run's votes, oldest first; owned */
+	int needed, approvals;
+	const json_t *mine;          /* the signed-in person's vote, or NULL */
+};
+
 static void
-page_decided(struct api_call *c, int status, const struct gate_approval *a, const json_t *run)
+draft_clear(struct draft *dr)
+{
+	json_decref(dr->effect);
+	json_decref(dr->votes);
+	memset(dr, 0, sizeof(*dr));
+}
+
+/* The effect approving queues when output is the draft: the proposed
+ * effect's payload with the members the contract takes from the output
+ * taken from this one, checked as at /output; NULL with errors appended
+ * when it does not pass. */
+static json_t *
+draft_effect(struct api_call *c, const struct contract *k, const json_t *proposed,
+             const json_t *output, json_t *errors)
+{
+	const char *type = json_string_value(json_object_get(proposed, "type"));
+	const char *target = json_string_value(json_object_get(proposed, "target"));
+	const struct config_target *t = target != NULL ? config_target(c->ctx->cfg, target) : NULL;
+	json_t *payload;
+
+	if (type == NULL || target == NULL)
+		return NULL;
+	payload = edit_check(k, type, t != NULL && strcmp(t->kind, "smtp") == 0,
+	                     json_object_get(proposed, "payload"), output, errors);
+	return payload != NULL ? json_pack("{s:s, s:s, s:o}", "type", type, "target", target,
+	                                   "payload", payload)
+	                       : NULL;
+}
+
+static enum og_rc
+draft_load(struct api_call *c, const struct gate_approval *a, const json_t *run,
+           struct draft *dr)
+{
+	const json_t *edit = json_object_get(run, "edit");
+	const json_t *proposed = json_object_get(run, "proposed_effect");
+	const char *name = json_string_value(json_object_get(run, "contract"));
+	const char *subject = c->req->remote_user;
+	enum og_rc rc;
+	json_t *v, *errors;
+	size_t i;
+
+	memset(dr, 0, sizeof(*dr));
+	dr->k = name != NULL && c->ctx->contracts != NULL ? contract_find(c->ctx->contracts, name)
+	                                                 : NULL;
+	dr->output = json_object_get(edit != NULL ? edit : run, "output");
+	dr->hash = json_string_value(json_object_get(edit != NULL ? edit : run, "output_hash"));
+	dr->edited_by = json_string_value(json_object_get(edit, "by"));
+	if ((rc = gate_votes(c->ctx->db, a->client_id, a->key, &dr->votes, &dr->needed)) != OG_OK)
+		return rc;
+	if (a->min_approvals > dr->needed)
+		dr->needed = a->min_approvals;
+	json_array_foreach(dr->votes, i, v) {
+		const char *who = json_string_value(json_object_get(v, "subject"));
+
+		if (strcmp(json_string_value(json_object_get(v, "decision")) ?: "", "approve") == 0)
+			dr->approvals++;
+		/* one person, one vote: subjects compared ignoring ASCII case */
+		if (who != NULL && subject != NULL && strcasecmp(who, subject) == 0)
+			dr->mine = v;
+	}
+	if (proposed == NULL)
+		proposed = a->effect;
+	if (edit == NULL || dr->k == NULL) {
+		/* a correction under a contract no longer loaded keeps the effect
+		 * as proposed: the dispatcher holds it rather than send it */
+		dr->effect = json_deep_copy(proposed);
+		return dr->effect != NULL || proposed == NULL ? OG_OK : OG_ERROR;
+	}
+	errors = json_array();
+	dr->effect = errors != NULL ? draft_effect(c, dr->k, proposed, dr->output, errors) : NULL;
+	json_decref(errors);
+	return dr->effect != NULL ? OG_OK : OG_ERROR;
+}
+
+/* "approved", "rejected" */
+static const char *
+decided_word(const char *decision)
+{
+	return decision != NULL && strcmp(decision, "reject") == 0 ? "rejected" : "approved";
+}
+
+/* The votes section of a page: who decided what, when; removed when the
+ * run needs one approval and nobody has voted. */
+static void
+fill_votes(struct page *p, const struct draft *dr)
+{
+	char status[160];
+	size_t i;
+	json_t *v;
+
+	if (json_array_size(dr->votes) == 0 && dr->needed <= 1) {
+		page_remove(p, "votes");
+		return;
+	}
+	snprintf(status, sizeof(status), "%d of %d %s approved so far.", dr->approvals,
+	         dr->needed, dr->needed == 1 ? "person has" : "different people have");
+	if (dr->needed > 1)
+		(void)page_text(p, "quorum_status", status);
+	else
+		page_remove(p, "quorum_status");
+	json_array_foreach(dr->votes, i, v) {
+		struct page_scope *sc = page_repeat(p, "vote");
+
+		if (sc == NULL)
+			break;
+		(void)page_scope_text(sc, "vote_subject",
+		                      json_string_value(json_object_get(v, "subject")) ?: "");
+		(void)page_scope_text(
+			sc, "vote_decision",
+			decided_word(json_string_value(json_object_get(v, "decision"))));
+		(void)page_scope_text(sc, "vote_at", json_string_value(json_object_get(v, "at")) ?: "");
+		(void)page_scope_text(sc, "vote_note", json_is_true(json_object_get(v, "edited"))
+		                                           ? " (after correcting the draft)"
+		                                           : "");
+	}
+	page_repeat_done(p, "vote");
+}
+
+/* The page of an approval that was decided: who decided what, when, and
+ * whether the action has gone out. A vote below the run's quorum is
+ * recorded and says so: how many approved, how many more are needed. */
+static void
+page_decided(struct api_call *c, int status, const struct gate_approval *a, const json_t *run,
+             const struct draft *dr)
 {
 	struct page *p = page_new(c->ctx->pages, "decided");
-	const json_t *effect = json_object_get(run, "proposed_effect");
+	const json_t *effect = dr->effect;
+	const char *state = json_string_value(json_object_get(run, "state"));
+	bool waiting = state != NULL && ledger_state_parse(state) == RUN_AWAITING_HUMAN;
 	struct log_fields f = { 0 };
 	const char *est, *estatus;
+	char lede[256], more[160];
 
 	if (effect == NULL)
+		effect = json_object_get(run, "proposed_effect");
+	if (effect == NULL)
 		effect = a->effect;
-	effect_outcome(c, a, &est, &estatus);
+	if (waiting) {
+		snprintf(more, sizeof(more), "Not yet: it is sent once %d different people have "
+		         "approved (%d so far). A reject by anyone ends the request.",
+		         dr->needed, dr->approvals);
+		est = "waiting for more approvals";
+		estatus = more;
+	} else {
+		effect_outcome(c, a, &est, &estatus);
+	}
 	if (p != NULL) {
-		(void)page_text(p, "title", "Decided");
+		if (waiting) {
+			snprintf(lede, sizeof(lede), "Your %s is recorded: %d of %d. Nothing more to "
+			         "do on this page; the others are asked for theirs.",
+			         strcmp(a->decision ?: "", "reject") == 0 ? "reject" : "approval",
+			         dr->approvals, dr->needed);
+			(void)page_text(p, "lede", lede);
+		}
+		(void)page_text(p, "title", waiting ? "Your approval is recorded" : "Decided");
 		(void)page_text(p, "key", a->key);
 		(void)page_text(p, "decision", a->decision != NULL ? a->decision : "");
 		(void)page_text(p, "decided_by", a->approver_subject != NULL ? a->approver_subject : "");
@@ -205,6 +363,7 @@ page_decided(struct api_call *c, int status, const struct gate_approval *a, cons
 		                json_string_value(json_object_get(effect, "target")) ?: "");
 		(void)page_text(p, "effect_state", est);
 		(void)page_text(p, "effect_status", estatus);
+		fill_votes(p, dr);
 	}
 	page_answer(c, status, p);
 	f.approval_id = a->id;
@@ -292,19 +451,94 @@ card_effect(struct api_call *c, struct page *p, const json_t *effect)
 	free(payload);
 }
 
-/* The confirmation card. GET never changes anything. */
+/* The fields of the draft the person may correct, as a form: what they
+ * sent back (values, after a refused correction) or the draft's text. */
+static bool
+card_edit(struct page *p, const struct draft *dr, const json_t *values, const json_t *errors)
+{
+	size_t i, shown = 0;
+	json_t *v;
+
+	for (i = 0; dr->k != NULL && i < contract_editable_count(dr->k); i++) {
+		const char *name = contract_editable(dr->k, i);
+		const json_t *now = json_object_get(values, name);
+		char field[OG_CONTRACT_NAME_MAX + 8], id[OG_CONTRACT_NAME_MAX + 8];
+		struct page_scope *sc;
+
+		if (now == NULL)
+			now = json_object_get(dr->output, name);
+		if (now != NULL && !json_is_string(now))
+			continue;
+		if ((sc = page_repeat(p, "edit_field")) == NULL)
+			break;
+		snprintf(field, sizeof(field), "edit.%s", name);
+		snprintf(id, sizeof(id), "edit-%s", name);
+		(void)page_scope_text(sc, "edit_label", name);
+		(void)page_scope_attr(sc, "edit_label", "for", id);
+		(void)page_scope_attr(sc, "edit_input", "name", field);
+		(void)page_scope_attr(sc, "edit_input", "id", id);
+		/* a line (a subject) gets a short box, text a tall one */
+		(void)page_scope_attr(sc, "edit_input", "rows",
+		                      json_string_length(now) < 120 &&
+		                              strchr(json_string_value(now) ?: "", '\n') == NULL
+		                          ? "2"
+		                          : "12");
+		(void)page_scope_text(sc, "edit_input", json_string_value(now) ?: "");
+		shown++;
+	}
+	page_repeat_done(p, "edit_field");
+	if (json_array_size(errors) > 0) {
+		json_array_foreach(errors, i, v) {
+			struct page_scope *sc = page_repeat(p, "edit_error");
+
+			if (sc == NULL)
+				break;
+			(void)page_scope_text(sc, "edit_error_path",
+			                      json_string_value(json_object_get(v, "path")) ?: "");
+			(void)page_scope_text(sc, "edit_error_message",
+			                      json_string_value(json_object_get(v, "message")) ?: "");
+		}
+		page_repeat_done(p, "edit_error");
+	} else {
+		page_remove(p, "edit_errors");
+	}
+	return shown > 0;
+}
+
+/* May the person correct the draft now? The contract names fields, they
+ * may approve, and nobody approved or corrected it yet: every approval of
+ * a quorum is then for the same text. */
+static bool
+draft_editable(const struct api_call *c, const struct gate_approval *a, const struct draft *dr)
+{
+	size_t i;
+	json_t *v;
+	bool approve = false;
+
+	json_array_foreach(a->allowed_decisions, i, v)
+		if (json_is_string(v) && strcmp(json_string_value(v), "approve") == 0)
+			approve = true;
+	return approve && dr->k != NULL && contract_editable_count(dr->k) > 0 &&
+	       dr->approvals == 0 && dr->edited_by == NULL && dr->mine == NULL &&
+	       approve_refusal(c, a, "approve") == NULL;
+}
+
+/* The confirmation card. GET never changes anything. After a correction
+ * that did not pass (status 422), the card again with what the person
+ * wrote (values) and why it was refused (edit_errors). */
 static void
-page_card(struct api_call *c, const struct gate_approval *a, const json_t *run)
+page_card(struct api_call *c, const struct gate_approval *a, const json_t *run,
+          const struct draft *dr, const json_t *values, const json_t *edit_errors, int status)
 {
 	const struct config *cfg = c->ctx->cfg;
-	const json_t *output = json_object_get(run, "output");
-	const json_t *effect = json_object_get(run, "proposed_effect");
+	const json_t *output = dr->output;
+	const json_t *effect = dr->effect;
 	const json_t *model = json_object_get(run, "model");
 	const json_t *errs = json_object_get(run, "validation_errors");
 	const char *source = json_string_value(json_object_get(run, "source_url"));
 	const char *requested = json_string_value(json_object_get(run, "requested_by"));
 	const char *subject = c->req->remote_user, *name, *dec, *why, *refusal = NULL;
-	char csrf[CSRF_TEXT_LEN + 1], model_text[512];
+	char csrf[CSRF_TEXT_LEN + 1], model_text[512], voted[320], hint[320];
 	size_t buttons = 0;
 	char *out_text = pretty(output), *eff_text = pretty(json_object_get(effect, "payload"));
 	struct page *p = page_new(c->ctx->pages, "approval");
@@ -370,13 +604,31 @@ page_card(struct api_call *c, const struct gate_approval *a, const json_t *run)
 	(void)page_text(p, "effect_payload", eff_text);
 	card_effect(c, p, effect);
 	(void)page_text(p, "requested_by", requested != NULL ? requested : "(not given)");
+	fill_votes(p, dr);
+	if (dr->mine != NULL) {
+		/* one person, one vote, whichever link, group or inbox entry */
+		snprintf(voted, sizeof(voted), "You already %s this request (%s). Each person "
+		         "counts once; %d of %d different people have approved so far.",
+		         decided_word(json_string_value(json_object_get(dr->mine, "decision"))),
+		         json_string_value(json_object_get(dr->mine, "at")) ?: "",
+		         dr->approvals, dr->needed);
+		refusal = voted;
+	}
+	if (dr->needed > 1) {
+		snprintf(hint, sizeof(hint), "Read what will be sent, below, before you press a "
+		         "button. It is sent once %d different people have approved; a reject by "
+		         "anyone ends the request. Your decision cannot be undone.", dr->needed);
+		(void)page_text(p, "settle_hint", hint);
+	}
+	if (!draft_editable(c, a, dr) || !card_edit(p, dr, values, edit_errors))
+		page_remove(p, "edit");
 	/* Only the decisions this person may take are buttons; none, no form
 	 * (and no CSRF token issued to them). */
 	json_array_foreach(a->allowed_decisions, i, v) {
 		struct page_scope *sc;
 
 		dec = json_string_value(v);
-		if (dec == NULL)
+		if (dec == NULL || dr->mine != NULL)
 			continue;
 		if ((why = approve_refusal(c, a, dec)) != NULL) {
 			refusal = refusal != NULL ? refusal : why;
@@ -401,10 +653,11 @@ page_card(struct api_call *c, const struct gate_approval *a, const json_t *run)
 		csrf_issue((const unsigned char *)cfg->csrf_secret, strlen(cfg->csrf_secret),
 		           a->id, subject, csrf);
 		(void)page_attr(p, "csrf", "value", csrf);
+		(void)page_attr(p, "draft", "value", dr->hash != NULL ? dr->hash : "");
 		digest_wipe(csrf, sizeof(csrf));
 	}
 out:
-	page_answer(c, 200, p);
+	page_answer(c, status, p);
 	free(out_text);
 	free(eff_text);
 	f.approval_id = a->id;
@@ -440,22 +693,62 @@ refuse(struct api_call *c, struct log_fields *f, int status, const char *reason,
 	page_notice(c, status, "approval.refused", heading, message, f);
 }
 
+/* The corrections posted with an approval: "edit.NAME" fields of the
+ * contract's editable members, as {NAME: text}. False (the answer given)
+ * when one is malformed. */
+static bool
+posted_edits(struct api_call *c, struct log_fields *f, const struct draft *dr, json_t *values)
+{
+	size_t i, cap = c->req->body_len + 1;
+	char *buf = malloc(cap);
+	bool ok = true;
+
+	for (i = 0; buf != NULL && ok && dr->k != NULL && i < contract_editable_count(dr->k); i++) {
+		const char *name = contract_editable(dr->k, i);
+		char field[OG_CONTRACT_NAME_MAX + 8];
+		long n;
+
+		snprintf(field, sizeof(field), "edit.%s", name);
+		n = http_form_get(c->req->body, c->req->body_len, field, buf, cap);
+		if (n == -1)
+			continue;
+		if (n < 0 || !canon_utf8_valid(buf, (size_t)n)) {
+			refuse(c, f, 400, "bad_edit", "Correction not accepted",
+			       "A corrected field is not text (valid UTF-8 without NUL bytes, sent "
+			       "once); nothing was decided. Correct it again on the approval page.");
+			ok = false;
+			break;
+		}
+		(void)json_object_set_new(values, name, json_stringn(buf, (size_t)n));
+	}
+	if (buf == NULL) {
+		f->reason = "internal";
+		page_notice(c, 500, "approval.failed", "Something went wrong",
+		            "The decision was not recorded. Try again.", f);
+		ok = false;
+	}
+	free(buf);
+	return ok;
+}
+
 /* The decision: the form checked here, the transaction in decide_approval,
  * then 303 to the page. */
 static void
 approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_approval *a,
-               const json_t *run, char *location)
+               const json_t *run, const struct draft *dr, char *location)
 {
 	const struct config *cfg = c->ctx->cfg;
 	const char *subject = c->req->remote_user;
-	const json_t *effect = json_object_get(run, "proposed_effect");
+	const json_t *effect = dr->effect;
 	const char *callback = json_string_value(json_object_get(run, "callback_url"));
 	const char *why;
-	char decision[16], csrf[128], reason[OG_FIELD_MAX + 1];
+	char decision[16], csrf[128], reason[OG_FIELD_MAX + 1], draft[CANON_HASH_LEN + 8];
 	struct decide_approval d = { 0 };
 	struct ledger_run lr = { 0 };
 	struct log_fields f = { 0 };
-	char *logged = NULL;
+	char *logged = NULL, *fields_text = NULL, progress[96];
+	json_t *values = json_object(), *errors = json_array(), *edited = NULL;
+	json_t *changed = NULL, *corrected = NULL;
 	long n;
 
 	f.approval_id = a->id;
@@ -527,6 +820,56 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 		       approver ? "Separation of duties" : "Not your approval", why);
 		goto out;
 	}
+	if (dr->mine != NULL) {
+		refuse(c, &f, 409, "already_voted", "Already voted",
+		       "You have already decided on this request (through this or another link, "
+		       "your group or your inbox). Each person counts once. Nothing was changed.");
+		goto out;
+	}
+	/* the draft the page showed is the one decided on */
+	n = http_form_get(c->req->body, c->req->body_len, "draft", draft, sizeof(draft));
+	if (n > 0 && (dr->hash == NULL || strcmp(draft, dr->hash) != 0)) {
+		refuse(c, &f, 409, "draft_changed", "The draft changed",
+		       "Someone corrected the draft after your page was built. Nothing was "
+		       "recorded: open the page again, read it, and decide.");
+		goto out;
+	}
+	if (values == NULL || errors == NULL || !posted_edits(c, &f, dr, values))
+		goto out;
+	if (strcmp(decision, "approve") == 0 && json_object_size(values) > 0) {
+		edited = edit_apply(dr->k, dr->output, values, &changed, errors);
+		if (edited != NULL && json_array_size(changed) > 0) {
+			if (!draft_editable(c, a, dr)) {
+				refuse(c, &f, 409, "not_editable", "The draft cannot be corrected now",
+				       "Someone has approved this draft already, so every further "
+				       "approval is for the same text. Nothing was recorded: approve it "
+				       "as it is, or reject it.");
+				goto out;
+			}
+			corrected = draft_effect(c, dr->k, json_object_get(run, "proposed_effect"),
+			                         edited, errors);
+		}
+		if (json_array_size(errors) > 0) {
+			/* nothing consumed: the card again, with what they wrote */
+			f.reason = "invalid_edit";
+			f.detail = json_string_value(json_object_get(json_array_get(errors, 0), "path"));
+			page_card(c, a, run, dr, values, errors, 422);
+			api_log(c, LOG_LEVEL_NOTICE, "approval.refused", &f);
+			goto out;
+		}
+		if (edited == NULL || (json_array_size(changed) > 0 && corrected == NULL)) {
+			f.reason = "internal";
+			page_notice(c, 500, "approval.failed", "Something went wrong",
+			            "The decision was not recorded. Try again.", &f);
+			goto out;
+		}
+		if (corrected != NULL) {
+			d.edit = edited;
+			d.edit_fields = changed;
+			effect = corrected;
+			f.edited_fields = fields_text = json_dumps(changed, JSON_COMPACT);
+		}
+	}
 
 	d.approval = a;
 	d.token_hash = hash;
@@ -535,9 +878,20 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 	d.reason = reason[0] ? reason : NULL;
 	d.effect = effect;
 	d.callback_url = callback;
+	d.draft_hash = dr->hash;
 	switch (decide_approval(c->ctx->db, &d, &lr)) {
 	case OG_OK:
 		break;
+	case OG_DUPLICATE:
+		refuse(c, &f, 409, "already_voted", "Already voted",
+		       "You have already decided on this request (through this or another link, "
+		       "your group or your inbox). Each person counts once. Nothing was changed.");
+		goto out;
+	case OG_CHANGED:
+		refuse(c, &f, 409, "draft_changed", "The draft changed",
+		       "Someone corrected or approved the draft after your page was built. "
+		       "Nothing was recorded: open the page again, read it, and decide.");
+		goto out;
 	case OG_USED:
 		refuse(c, &f, 409, "used", "Already decided",
 		       "This approval was already decided, has expired, or was revoked. "
@@ -568,6 +922,19 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 	c->resp->status = 303;
 	(void)http_header(c->resp, "Location", location);
 	f.key = a->key;
+	if (!d.final) {
+		/* recorded; the run awaits the rest of its quorum */
+		snprintf(progress, sizeof(progress), "%d of %d approvals", d.approvals, d.needed);
+		f.state_from = f.state_to = ledger_state_name(RUN_AWAITING_HUMAN);
+		f.count = d.approvals;
+		f.detail = progress;
+		f.reason = reason[0] ? reason : NULL;
+		f.payload_hash = d.edit_hash[0] ? d.edit_hash : NULL;
+		api_log(c, LOG_LEVEL_INFO, "approval.voted", &f);
+		goto out;
+	}
+	f.payload_hash = d.edit_hash[0] ? d.edit_hash : NULL;
+	f.count = d.needed > 1 ? d.approvals : 0;
 	f.state_from = ledger_state_name(RUN_AWAITING_HUMAN);
 	f.state_to = ledger_state_name(lr.state);
 	f.version = lr.version;
@@ -596,6 +963,12 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 	}
 out:
 	free(logged);
+	free(fields_text);
+	json_decref(values);
+	json_decref(errors);
+	json_decref(edited);
+	json_decref(changed);
+	json_decref(corrected);
 	ledger_run_clear(&lr);
 	digest_wipe(csrf, sizeof(csrf));
 }
@@ -626,6 +999,7 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
               char *location, struct log_fields *fp)
 {
 	struct log_fields f = *fp;
+	struct draft dr = { 0 };
 	json_t *run = NULL;
 	enum og_rc lrc;
 	const char *state;
@@ -633,18 +1007,11 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 
 	snprintf(c->key, sizeof(c->key), "%s", a->key);
 	f.approval_id = a->id;
-	if (c->route->body == BODY_FORM && a->effect != NULL) {
-		/* The decision needs only what the challenge carries (the effect
-		 * and the callback, copied when it was created); whether the run
-		 * still awaits a decision is checked inside the transaction. */
-		run = json_pack("{s:O, s:s}", "proposed_effect", a->effect, "state",
-		                ledger_state_name(RUN_AWAITING_HUMAN));
-		if (run != NULL && a->callback_url != NULL)
-			json_object_set_new(run, "callback_url", json_string(a->callback_url));
-		lrc = run != NULL ? OG_OK : OG_ERROR;
-	} else {
-		lrc = ledger_status(c->ctx->db, a->client_id, a->key, false, &run);
-	}
+	/* The run (whether it still awaits a decision is checked again inside
+	 * the decision's transaction), the draft decided on and the votes. */
+	lrc = ledger_status(c->ctx->db, a->client_id, a->key, false, &run);
+	if (lrc == OG_OK)
+		lrc = draft_load(c, a, run, &dr);
 	if (lrc != OG_OK) {
 		page_notice(c, lrc == OG_UNAVAILABLE ? 503 : 500, "approval.failed",
 		            "Try again shortly", "The run could not be read.", &f);
@@ -652,7 +1019,12 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 	}
 	if (a->state == APPROVAL_DECIDED) {
 		decided:
-		page_decided(c, 410, a, run);
+		state = json_string_value(json_object_get(run, "state"));
+		/* a vote below the quorum: recorded, the run still waiting */
+		page_decided(c,
+		             state != NULL && ledger_state_parse(state) == RUN_AWAITING_HUMAN ? 200
+		                                                                              : 410,
+		             a, run, &dr);
 		if (c->route->body == BODY_FORM) {
 			/* a decision on a used link is a refusal, and says so */
 			f.reason = "used";
@@ -693,10 +1065,11 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 		goto out;
 	}
 	if (c->route->body != BODY_FORM)
-		page_card(c, a, run);
+		page_card(c, a, run, &dr, NULL, NULL, 200);
 	else
-		approve_decide(c, hash, a, run, location);
+		approve_decide(c, hash, a, run, &dr, location);
 out:
+	draft_clear(&dr);
 	json_decref(run);
 }
 

@@ -202,6 +202,8 @@ api_runs_status(struct api_call *c)
 	enum og_rc rc;
 
 	json_t *approvals = NULL, *effects = NULL, *replay_of = NULL, *replayed_by = NULL;
+	json_t *votes = NULL;
+	int needed = 1;
 
 	rc = ledger_status(c->ctx->db, c->client.id, c->key, true, &run);
 	if (rc != OG_OK) {
@@ -209,11 +211,13 @@ api_runs_status(struct api_call *c)
 		return;
 	}
 	if (gate_list(c->ctx->db, c->client.id, c->key, &approvals) != OG_OK ||
+	    gate_votes(c->ctx->db, c->client.id, c->key, &votes, &needed) != OG_OK ||
 	    outbox_list(c->ctx->db, c->ctx->cfg, c->client.id, c->key,
 	                json_string_value(json_object_get(run, "correlation_id")),
 	                json_string_value(json_object_get(run, "workflow_version")),
 	                &effects) != OG_OK) {
 		json_decref(approvals);
+		json_decref(votes);
 		json_decref(run);
 		api_fail(c, OG_UNAVAILABLE);
 		return;
@@ -221,12 +225,16 @@ api_runs_status(struct api_call *c)
 	if (replay_links(c->ctx->db, c->client.id, c->key, &replay_of, &replayed_by) !=
 	    OG_OK) {
 		json_decref(approvals);
+		json_decref(votes);
 		json_decref(effects);
 		json_decref(run);
 		api_fail(c, OG_UNAVAILABLE);
 		return;
 	}
 	json_object_set_new(run, "approvals", approvals);
+	/* the people's decisions so far, and how many approvals the run needs */
+	json_object_set_new(run, "min_approvals", json_integer(needed));
+	json_object_set_new(run, "votes", votes);
 	json_object_set_new(run, "effects", effects);
 	json_object_set_new(run, "replay_of", replay_of);
 	json_object_set_new(run, "replayed_by", replayed_by);

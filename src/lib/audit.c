@@ -109,6 +109,58 @@ answer_sent(const PGresult *run, const json_t *effects)
 #undef ES
 }
 
+/* Who corrected the draft before approving: the member names, never
+ * their text. */
+static json_t *
+answer_edited(const PGresult *run)
+{
+	json_t *a;
+
+	if (db_get(run, 0, "edited_by") == NULL)
+		return sentence("no", "no: it went as the model wrote it");
+	a = sentence("yes", "yes: %s corrected %s at %s before approving", db_get(run, 0, "edited_by"),
+	             db_get(run, 0, "edited_fields") ?: "?", db_get(run, 0, "edited_at") ?: "?");
+	put(a, "by", run, 0, "edited_by");
+	put(a, "at", run, 0, "edited_at");
+	put(a, "fields", run, 0, "edited_fields");
+	put(a, "output_hash", run, 0, "edited_output_hash");
+	return a;
+}
+
+/* The quorum, when the run needed more than one person or several voted:
+ * who decided what, in order, appended to the answer. */
+static json_t *
+answer_votes(json_t *a, json_t *votes, int needed)
+{
+	const char *text = json_string_value(json_object_get(a, "text"));
+	size_t i;
+	json_t *v;
+	char *t = NULL, *list = strdup("");
+
+	if (json_array_size(votes) > 0 && (needed > 1 || json_array_size(votes) > 1) &&
+	    text != NULL && list != NULL) {
+		json_array_foreach(votes, i, v) {
+			char *more = NULL;
+
+			if (asprintf(&more, "%s%s%s %s at %s", list, i > 0 ? ", " : "",
+			             json_string_value(json_object_get(v, "subject")) ?: "?",
+			             json_string_value(json_object_get(v, "decision")) ?: "?",
+			             json_string_value(json_object_get(v, "at")) ?: "?") < 0)
+				break;
+			free(list);
+			list = more;
+		}
+		if (asprintf(&t, "%s; %d approval(s) needed, votes: %s", text, needed, list) >= 0) {
+			json_object_set_new(a, "text", json_string(t));
+			free(t);
+		}
+	}
+	free(list);
+	json_object_set_new(a, "min_approvals", json_integer(needed));
+	json_object_set_new(a, "votes", votes);
+	return a;
+}
+
 static json_t *
 answer_approved(const PGresult *run, const json_t *approvals)
 {
@@ -193,7 +245,8 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	PGresult *run = NULL, *res = NULL;
 	long long client_id;
 	json_t *doc = NULL, *effects = NULL, *approvals = NULL, *links = NULL, *timeline = NULL;
-	json_t *processed;
+	json_t *processed, *votes = NULL;
+	int needed = 1;
 	enum og_rc arc = OG_ERROR, rc;
 	int i;
 
@@ -238,7 +291,8 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	}
 	PQclear(res);
 	res = NULL;
-	if (gate_list(db, client_id, key, &approvals) != OG_OK)
+	if (gate_list(db, client_id, key, &approvals) != OG_OK ||
+	    (rc = gate_votes(db, client_id, key, &votes, &needed)) != OG_OK)
 		goto fail;
 	links = json_array();
 	if ((rc = jobs_links(db, client_id, key, &res)) != OG_OK)
@@ -293,7 +347,11 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	put(doc, "client", run, 0, "client");
 	json_object_set_new(doc, "processed", processed);
 	json_object_set_new(doc, "sent", answer_sent(run, effects));
-	json_object_set_new(doc, "approved", answer_sample(run, answer_approved(run, approvals)));
+	json_object_set_new(doc, "approved",
+	                    answer_votes(answer_sample(run, answer_approved(run, approvals)), votes,
+	                                 needed));
+	votes = NULL;
+	json_object_set_new(doc, "edited", answer_edited(run));
 	json_object_set_new(doc, "model", answer_model(run));
 	json_object_set_new(doc, "effects", effects);
 	json_object_set_new(doc, "approvals", approvals);
@@ -309,6 +367,7 @@ fail:
 out:
 	json_decref(effects);
 	json_decref(approvals);
+	json_decref(votes);
 	json_decref(links);
 	json_decref(timeline);
 	PQclear(res);

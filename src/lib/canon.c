@@ -11,6 +11,11 @@
  * are the same JSON value, so anything a lenient parser would "repair"
  * (trailing commas, comments, NaN, leading zeros, duplicate names, invalid
  * UTF-8) is refused instead of guessed at.
+ *
+ * Over 1,000 lines on purpose: the parser, the two rules' writers and the
+ * ECMAScript number form share the node tree, its arena and the output
+ * buffer, and none of them is used without the others; split, each part
+ * would have to export those internals to the rest.
  */
 #include <errno.h>
 #include <float.h>

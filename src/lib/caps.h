@@ -71,6 +71,8 @@
 #define OG_CONTRACT_REPAIR_DEFAULT  1
 #define OG_CONTRACT_REPAIR_MAX      10
 #define OG_CONTRACT_FROM_OUTPUT_MAX 32    /* effects.types.<type>.from_output entries */
+#define OG_CONTRACT_QUORUM_MAX      20    /* gate.min_approvals */
+#define OG_CONTRACT_EDITABLE_MAX    32    /* gate.editable entries */
 
 /* Mail effects (effect.c checks them at /output and before sending;
  * provider_smtp.c builds the message). What a contract allows is the limit:

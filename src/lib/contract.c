@@ -46,8 +46,8 @@ contract_pointer_get(const json_t *doc, const char *pointer)
 
 /* [a-z0-9_.]{1,64} for effect types and targets; [a-z0-9_]{1,64} for
  * contract names (dots == false). */
-static bool
-name_ok(const char *s, size_t n, bool dots)
+bool
+contract_name_ok(const char *s, size_t n, bool dots)
 {
 	size_t i;
 
@@ -66,7 +66,7 @@ static bool
 names_check(struct jload *ld, const json_t *v, const void *arg)
 {
 	(void)arg;
-	if (!json_is_string(v) || !name_ok(json_string_value(v), json_string_length(v), true))
+	if (!json_is_string(v) || !contract_name_ok(json_string_value(v), json_string_length(v), true))
 		return jload_fail(ld, "must be a name of 1..%d characters [a-z0-9_.]",
 		                  OG_CONTRACT_NAME_MAX);
 	return true;
@@ -155,19 +155,29 @@ struct from_output_arg {
 	const struct schema *output, *payload;
 };
 
+bool
+contract_member_check(struct jload *ld, const json_t *v, const struct schema *output,
+                      char ptr[OG_CONTRACT_NAME_MAX + 2])
+{
+	const char *name = json_string_value(v);
+
+	if (name == NULL || !contract_name_ok(name, json_string_length(v), false))
+		return jload_fail(ld, "must be the name of a top-level member of the output, "
+		                  "1..%d characters [a-z0-9_]", OG_CONTRACT_NAME_MAX);
+	snprintf(ptr, OG_CONTRACT_NAME_MAX + 2, "/%s", name);
+	if (!schema_allows(output, ptr))
+		return jload_fail(ld, "names a member the output's schema does not allow");
+	return true;
+}
+
 static bool
 from_output_check(struct jload *ld, const json_t *v, const void *arg)
 {
 	const struct from_output_arg *a = arg;
 	char ptr[OG_CONTRACT_NAME_MAX + 2];
-	const char *name = json_string_value(v);
 
-	if (name == NULL || !name_ok(name, json_string_length(v), false))
-		return jload_fail(ld, "must be the name of a top-level member of the output, "
-		                  "1..%d characters [a-z0-9_]", OG_CONTRACT_NAME_MAX);
-	snprintf(ptr, sizeof(ptr), "/%s", name);
-	if (!schema_allows(a->output, ptr))
-		return jload_fail(ld, "names a member the output's schema does not allow");
+	if (!contract_member_check(ld, v, a->output, ptr))
+		return false;
 	if (!schema_allows(a->payload, ptr))
 		return jload_fail(ld, "names a member this type's schema does not allow");
 	return true;
@@ -485,7 +495,7 @@ contract_load_dir(const char *dir, char *err, size_t errlen)
 		         dlen > 0 && dir[dlen - 1] == '/' ? "" : "/", shown);
 		where = file;
 		len = strlen(names[i]) - 5;
-		if (!name_ok(names[i], len, false)) {
+		if (!contract_name_ok(names[i], len, false)) {
 			jload_fail(&ld, "file name must be [a-z0-9_]{1,%d}.json",
 			      OG_CONTRACT_NAME_MAX);
 			goto out;

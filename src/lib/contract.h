@@ -21,6 +21,13 @@
  *       "expires_seconds": N,       60..2592000, default 86400
  *       "allowed_decisions": ["approve", "reject"],   non-empty subset, default both
  *       "separation_of_duties": B   default true
+ *       "min_approvals": N,         1..20, default 1: distinct people who must
+ *                                   approve (any reject ends the run); at most
+ *                                   the number of approvers when none is a group
+ *       "editable": ["body"]        optional, ≤ 32 distinct names: top-level
+ *                                   output members, allowed by the schema as
+ *                                   strings, that an approver may correct
+ *                                   before approving
  *       "notify": {APPROVER: {"target": T, "to"?: [ADDRESS, …]}, …},
  *                                   optional: whom to tell (contract_notify.c)
  *       "remind_after_seconds": N,  optional, below expires_seconds, with notify
@@ -140,6 +147,13 @@ int contract_repair_attempts(const struct contract *c);
 bool contract_separation_of_duties(const struct contract *c);
 bool contract_decision_allowed(const struct contract *c, const char *decision); /* "approve" / "reject" */
 json_t *contract_allowed_decisions(const struct contract *c); /* new JSON array of strings */
+/* Distinct people who must approve (gate.min_approvals, 1 by default). */
+int contract_min_approvals(const struct contract *c);
+/* gate.editable: the top-level output members (string-valued) an approver
+ * may correct before approving; 0 / NULL when none. */
+size_t contract_editable_count(const struct contract *c);
+const char *contract_editable(const struct contract *c, size_t i);
+bool contract_is_editable(const struct contract *c, const char *name);
 size_t contract_approver_count(const struct contract *c);
 /* "alice@example.com" or "group:support"; NULL when i is out of range. */
 const char *contract_approver(const struct contract *c, size_t i);

@@ -19,8 +19,9 @@ static const char *const op_names[] = {
 
 static const char *const gate_members[] = {
 	"mode", "window_seconds", "auto_when", "sample_rate", "approvers",
-	"expires_seconds", "allowed_decisions", "separation_of_duties", "notify",
-	"remind_after_seconds", "escalate_after_seconds", "escalate_to", NULL,
+	"expires_seconds", "allowed_decisions", "separation_of_duties", "min_approvals",
+	"editable", "notify", "remind_after_seconds", "escalate_after_seconds", "escalate_to",
+	NULL,
 };
 
 static const char *const rule_members[] = { "path", "op", "value", NULL };
@@ -194,9 +195,55 @@ compile_decisions(struct jload *ld, struct contract *c, const json_t *gate)
 	return true;
 }
 
+/* An entry of gate.editable: a top-level member of the output that the
+ * output's schema allows as a string (the approver edits it as text). */
+static bool
+editable_check(struct jload *ld, const json_t *v, const void *arg)
+{
+	const struct schema *output = arg;
+	char ptr[OG_CONTRACT_NAME_MAX + 2];
+
+	if (!contract_member_check(ld, v, output, ptr))
+		return false;
+	if (!schema_allows_string(output, ptr))
+		return jload_fail(ld, "names a member the output's schema does not allow as a "
+		                  "string: only text can be edited");
+	return true;
+}
+
+/* gate.min_approvals: within 1..OG_CONTRACT_QUORUM_MAX and, when every
+ * approver entry names one person (no group, whose members are not known
+ * here), at most the number of those people. */
+static bool
+compile_quorum(struct jload *ld, struct contract *c, const json_t *gate)
+{
+	size_t i, groups = 0;
+
+	if (!jload_int(ld, gate, "min_approvals", 1, OG_CONTRACT_QUORUM_MAX, 1,
+	               &c->min_approvals))
+		return false;
+	if (c->min_approvals == 1)
+		return true;
+	if (!c->allow_approve)
+		return jload_fail_at(ld, "min_approvals", "needs \"approve\" among "
+		                     "allowed_decisions");
+	for (i = 0; i < c->napprovers; i++)
+		if (strncmp(c->approvers[i], "group:", 6) == 0)
+			groups++;
+	if (groups == 0 && (size_t)c->min_approvals > c->napprovers)
+		return jload_fail_at(ld, "min_approvals", "is %d, but approvers names only %zu "
+		                     "people (and no group): the run could never be approved",
+		                     c->min_approvals, c->napprovers);
+	return true;
+}
+
 bool
 contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate)
 {
+	const struct jload_list editable_list = {
+		"editable", 0, OG_CONTRACT_EDITABLE_MAX, "member names", editable_check, NULL,
+		c->schema,
+	};
 	json_t *v;
 	struct jptr_mark m;
 	size_t i, k;
@@ -270,6 +317,8 @@ contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate)
 	               &c->expires_seconds) &&
 	       compile_decisions(ld, c, gate) &&
 	       jload_bool(ld, gate, "separation_of_duties", true, &c->separation_of_duties) &&
+	       compile_quorum(ld, c, gate) &&
+	       jload_strings(ld, gate, &editable_list, c->editable, &c->neditable) &&
 	       jload_strings(ld, gate, &escalate_list, c->escalate_to, &c->nescalate) &&
 	       contract_notify_load(ld, c, gate);
 }
@@ -338,6 +387,35 @@ contract_allowed_decisions(const struct contract *c)
 		return NULL;
 	}
 	return a;
+}
+
+int
+contract_min_approvals(const struct contract *c)
+{
+	return c->min_approvals;
+}
+
+size_t
+contract_editable_count(const struct contract *c)
+{
+	return c->neditable;
+}
+
+const char *
+contract_editable(const struct contract *c, size_t i)
+{
+	return i < c->neditable ? c->editable[i] : NULL;
+}
+
+bool
+contract_is_editable(const struct contract *c, const char *name)
+{
+	size_t i;
+
+	for (i = 0; name != NULL && i < c->neditable; i++)
+		if (strcmp(c->editable[i], name) == 0)
+			return true;
+	return false;
 }
 
 size_t

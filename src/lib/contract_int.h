@@ -56,6 +56,9 @@ struct contract {
 	int remind_after_seconds, escalate_after_seconds;
 	const char *escalate_to[OG_CONTRACT_APPROVERS_MAX];
 	size_t nescalate;
+	int min_approvals;            /* distinct people who must approve */
+	const char *editable[OG_CONTRACT_EDITABLE_MAX];   /* top-level output members */
+	size_t neditable;
 	struct rule rules[OG_CONTRACT_RULES_MAX];
 	size_t nrules;
 	const char *types[OG_CONTRACT_ALLOWED_MAX];
@@ -68,6 +71,15 @@ struct contract {
 	size_t ndecls;
 };
 
+
+/* [a-z0-9_.]{1,64} (dots) or [a-z0-9_]{1,64}: effect types and targets,
+ * contract names and top-level output members. */
+bool contract_name_ok(const char *s, size_t n, bool dots);
+/* v names a top-level member of the output ([a-z0-9_]{1,64}) that the
+ * output's schema allows; its pointer "/NAME" in ptr. False with the
+ * failure in ld. */
+bool contract_member_check(struct jload *ld, const json_t *v, const struct schema *output,
+                           char ptr[OG_CONTRACT_NAME_MAX + 2]);
 
 /* Loads the "gate" object (ld->at is its pointer) into c, whose schema is
  * already compiled (auto_when paths into the output are checked against

@@ -118,8 +118,8 @@ output_challenge(struct db *db, struct decide_output *d, const json_t *decisions
 	}
 	grc = gate_create(db, lo->client_id, lo->key, contract_approver(k, i), decisions,
 	                  lo->requested_by, contract_separation_of_duties(k),
-	                  contract_expires_seconds(k), hash, lo->effect, lo->callback_url, id,
-	                  expires);
+	                  contract_expires_seconds(k), hash, lo->effect, lo->callback_url,
+	                  contract_min_approvals(k), id, expires);
 	if (grc != OG_OK) {
 		rc = grc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 		goto out;
@@ -241,95 +241,152 @@ out:
 
 /* ---- a person's decision ----------------------------------------------- */
 
+/* The effects a final decision enqueues: built before the transaction. */
+struct final_effects {
+	struct outbox_effect eff, cbe;
+	char phash[CANON_HASH_LEN], chash[CANON_HASH_LEN];
+	char *payload, *cb_payload;
+};
+
+static int
+final_effects_build(const struct decide_approval *d, bool approve, struct final_effects *fe)
+{
+	const struct gate_approval *a = d->approval;
+
+	if (approve) {
+		if (json_hash(json_object_get(d->effect, "payload"), fe->phash, &fe->payload) != 0)
+			return -1;
+		fe->eff.client_id = a->client_id;
+		fe->eff.key = a->key;
+		fe->eff.type = json_string_value(json_object_get(d->effect, "type"));
+		fe->eff.target = json_string_value(json_object_get(d->effect, "target"));
+		fe->eff.payload = fe->payload;
+		fe->eff.payload_hash = fe->phash;
+		fe->eff.approval_id = a->id;
+		if (fe->eff.type == NULL || fe->eff.target == NULL)
+			return -1;
+	}
+	if (d->callback_url != NULL) {
+		/* The workflow's Wait node learns the outcome. */
+		if (outbox_callback_effect(&fe->cbe, a->client_id, a->key, d->callback_url,
+		                           approve ? "approved" : "rejected", d->subject, a->id,
+		                           fe->chash, &fe->cb_payload) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* The final vote's part of the transaction: the run moves, the effect and
+ * the callback are queued. */
+static enum og_rc
+decide_final(struct db *db, struct decide_approval *d, bool approve,
+             const struct final_effects *fe, struct ledger_run *run)
+{
+	const struct gate_approval *a = d->approval;
+	char not_before[OUTBOX_TS_LEN];
+	enum og_rc rc;
+
+	rc = ledger_decide(db, a->client_id, a->key, d->decision, d->subject,
+	                   d->reason != NULL ? d->reason
+	                   : approve         ? NULL
+	                                     : "rejected by the approver",
+	                   run);
+	if (rc != OG_OK)
+		return rc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_NOT_AWAITING;
+	if (fe->eff.type != NULL &&
+	    (rc = outbox_enqueue(db, &fe->eff, d->effect_id, not_before)) != OG_OK)
+		return rc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+	if (fe->cbe.type != NULL &&
+	    (rc = outbox_enqueue(db, &fe->cbe, d->callback_id, not_before)) != OG_OK)
+		return rc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+	return OG_OK;
+}
+
 enum og_rc
 decide_approval(struct db *db, struct decide_approval *d, struct ledger_run *run)
 {
 	const struct gate_approval *a = d->approval;
-	bool approve = strcmp(d->decision, "approve") == 0;
-	char phash[CANON_HASH_LEN], chash[CANON_HASH_LEN], not_before[OUTBOX_TS_LEN];
-	struct outbox_effect eff = { 0 }, cbe = { 0 };
-	struct outbox_enqueue_call ec = { 0 }, cc = { 0 };
-	struct gate_consume_call gc;
-	struct ledger_decide_call dc;
-	struct db_call calls[4];
-	char *payload = NULL, *cb_payload = NULL;
-	int ncalls = 0, eff_call = -1, cb_call = -1, k;
-	enum og_rc rc = OG_ERROR;
-	enum og_rc lrc;
-	enum og_rc grc;
+	bool approve = strcmp(d->decision, "approve") == 0, edited;
+	char draft[CANON_HASH_LEN];
+	struct final_effects fe;
+	struct ledger_lock_draft_call lc;
+	struct gate_vote_call vc;
+	struct ledger_edit_call ec;
+	struct gate_vote vote;
+	struct db_call calls[3];
+	char *edit_text = NULL, *fields_text = NULL;
+	int ncalls = 0, k;
+	enum og_rc rc = OG_ERROR, grc;
 
 	memset(calls, 0, sizeof(calls));
+	memset(&fe, 0, sizeof(fe));
 	d->effect_id[0] = d->callback_id[0] = '\0';
-	/* The effects the decision enqueues, built before the transaction. */
-	if (approve) {
-		if (json_hash(json_object_get(d->effect, "payload"), phash, &payload) != 0)
-			goto out;
-		eff.client_id = a->client_id;
-		eff.key = a->key;
-		eff.type = json_string_value(json_object_get(d->effect, "type"));
-		eff.target = json_string_value(json_object_get(d->effect, "target"));
-		eff.payload = payload;
-		eff.payload_hash = phash;
-		eff.approval_id = a->id;
-		if (eff.type == NULL || eff.target == NULL)
-			goto out;
-	}
-	if (d->callback_url != NULL) {
-		/* The workflow's Wait node learns the outcome. */
-		if (outbox_callback_effect(&cbe, a->client_id, a->key, d->callback_url,
-		                           approve ? "approved" : "rejected", d->subject, a->id, chash,
-		                           &cb_payload) != 0)
-			goto out;
-	}
+	d->approvals = 0;
+	d->needed = a->min_approvals > 0 ? a->min_approvals : 1;
+	d->final = false;
+	d->edit_hash[0] = '\0';
+	if (d->edit != NULL &&
+	    (!approve || json_hash(d->edit, d->edit_hash, &edit_text) != 0 ||
+	     (fields_text = json_dumps(d->edit_fields, JSON_COMPACT)) == NULL))
+		goto out;
+	if (final_effects_build(d, approve, &fe) != 0)
+		goto out;
 
-	/* ONE transaction, its statements sent in one round trip:
-	 * consume the challenge (voiding the others), move the run, enqueue.
-	 * Each result is read in order and anything short of all of them rolls
-	 * the whole thing back. */
-	gate_consume_call(&gc, d->token_hash, d->decision, d->subject, d->reason, &calls[ncalls++]);
-	ledger_decide_call(&dc, a->client_id, a->key, d->decision, d->subject,
-	                   d->reason != NULL ? d->reason
-	                   : approve         ? NULL
-	                                     : "rejected by the approver",
-	                   &calls[ncalls++]);
-	if (eff.type != NULL) {
-		if (outbox_enqueue_call(&ec, &eff, &calls[ncalls]) != 0)
-			goto out;
-		eff_call = ncalls++;
-	}
-	if (cbe.type != NULL) {
-		if (outbox_enqueue_call(&cc, &cbe, &calls[ncalls]) != 0)
-			goto out;
-		cb_call = ncalls++;
-	}
+	/* ONE transaction. Its first round trip: the run's row lock (which
+	 * serialises the votes of this run, so the count below is every vote
+	 * there is), the vote, and the correction when this vote makes one.
+	 * Anything short of all of them rolls the whole thing back. */
+	ledger_lock_draft_call(&lc, a->client_id, a->key, &calls[ncalls++]);
+	gate_vote_call(&vc, d->token_hash, d->decision, d->subject, d->reason,
+	               d->edit != NULL ? d->edit_hash : d->draft_hash, d->edit != NULL,
+	               &calls[ncalls++]);
+	if (d->edit != NULL)
+		ledger_edit_call(&ec, a->client_id, a->key, edit_text, d->edit_hash, d->subject,
+		                 fields_text, &calls[ncalls++]);
 	db_pipeline_tx(db, calls, ncalls); /* each call carries its own rc */
-	grc = gate_consume_result(&calls[0]);
+	grc = ledger_lock_draft_result(&calls[0], draft, &edited);
 	if (grc != OG_OK) {
-		rc = grc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_USED;
+		rc = grc;
 		goto rollback;
 	}
-	lrc = ledger_decide_result(&calls[1], run);
-	if (lrc != OG_OK) {
-		rc = lrc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_NOT_AWAITING;
+	/* what the person read is what they decide on: a draft corrected since
+	 * their page was built is read again first */
+	if (d->draft_hash != NULL && strcmp(draft, d->draft_hash) != 0) {
+		rc = OG_CHANGED;
 		goto rollback;
 	}
-	if ((eff_call >= 0 &&
-	     outbox_enqueue_result(&calls[eff_call], d->effect_id, not_before) != OG_OK) ||
-	    (cb_call >= 0 &&
-	     outbox_enqueue_result(&calls[cb_call], d->callback_id, not_before) != OG_OK)) {
-		rc = OG_ERROR;
+	grc = gate_vote_result(&calls[1], &vote);
+	if (grc != OG_OK) {
+		rc = grc == OG_NOT_PENDING ? OG_USED : grc;
 		goto rollback;
 	}
-	/* the partial unique index: another approver decided first */
+	d->approvals = vote.approvals;
+	d->needed = vote.needed;
+	d->final = vote.final;
+	/* A correction comes with the first approval only: every approval of
+	 * the quorum is then for the same text. */
+	if (d->edit != NULL && (vote.approvals != 1 || edited ||
+	                               ledger_edit_result(&calls[2]) != OG_OK)) {
+		rc = OG_CHANGED;
+		goto rollback;
+	}
+	if (vote.final) {
+		if ((rc = decide_final(db, d, approve, &fe, run)) != OG_OK)
+			goto rollback;
+	} else {
+		/* recorded; the run still awaits the rest of its quorum */
+		run->state_from = run->state = RUN_AWAITING_HUMAN;
+	}
+	/* a unique index: another final vote of the run committed first */
 	rc = db_commit(db) == DB_OK ? OG_OK : OG_CONFLICT;
 	goto out;
 rollback:
 	db_rollback(db);
 out:
-	outbox_enqueue_call_free(&ec);
-	outbox_enqueue_call_free(&cc);
-	free(payload);
-	free(cb_payload);
+	free(fe.payload);
+	free(fe.cb_payload);
+	free(edit_text);
+	free(fields_text);
 	for (k = 0; k < ncalls; k++)
 		PQclear(calls[k].res);
 	return rc;

@@ -6,9 +6,12 @@
  *   decide_output    a valid output is recorded and the gate's choice
  *                    carried out: approval challenges for the people the
  *                    contract names, or the effect queued in the outbox
- *   decide_approval  a person's decision on a challenge: the challenge is
- *                    consumed (voiding the others), the run moves, and the
- *                    effect and the workflow's callback are queued
+ *   decide_approval  a person's decision on a challenge, a vote: recorded
+ *                    (with the person's correction of the draft, when they
+ *                    made one); the vote that makes the contract's quorum of
+ *                    distinct approvers, or any reject, settles the run: it
+ *                    moves, and the effect and the workflow's callback are
+ *                    queued
  *
  * Nothing here answers a request or writes a log line: the caller does,
  * from the result.
@@ -64,15 +67,34 @@ struct decide_approval {
 	const char *decision;                /* "approve" or "reject" */
 	const char *subject;                 /* who decides */
 	const char *reason;                  /* NULL when none given */
-	const json_t *effect;                /* the proposed effect {type, target, payload} */
+	const json_t *effect;                /* the effect an approval queues {type, target,
+	                                        payload}: built from the draft decided on */
 	const char *callback_url;            /* NULL when the workflow waits on none */
+	const char *draft_hash;              /* the hash of the draft the person read (the
+	                                        edited output's, else the output's); NULL:
+	                                        not checked */
+	const json_t *edit;                  /* approve only: the person's correction of the
+	                                        draft (the whole output), or NULL */
+	const json_t *edit_fields;           /* the corrected members: an array of names */
 	/* out */
+	char edit_hash[CANON_HASH_LEN];      /* the correction's hash; "" when none */
 	char effect_id[OUTBOX_ID_LEN];       /* "" when no effect was queued */
 	char callback_id[OUTBOX_ID_LEN];     /* "" when no callback was queued */
+	int approvals;                       /* distinct approvals so far, this one counted */
+	int needed;                          /* the quorum (min_approvals) */
+	bool final;                          /* this vote settled the run */
 };
 
-/* Takes the decision in one transaction sent in one round trip; run
- * receives the moved run (with what was decided). */
+/* Takes the decision in one transaction: the run's row lock, the vote and
+ * the correction in one round trip; for the final vote the run's move and
+ * the queued effects after them. run receives the moved run (with what was
+ * decided); a vote below the quorum leaves it awaiting_human.
+ * OG_USED: the challenge was decided, voided, revoked or expired meanwhile;
+ * OG_DUPLICATE: this person has already voted on the run;
+ * OG_NOT_AWAITING: the run no longer awaits a decision;
+ * OG_CHANGED: the draft is not the one read (corrected meanwhile), or a
+ *   correction came after someone approved;
+ * OG_CONFLICT: another final vote committed first. */
 enum og_rc decide_approval(struct db *db, struct decide_approval *d, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 

@@ -269,7 +269,7 @@ escalate_run(struct db *db, long long client_id, const char *key)
 			.client = t.client, .key = key,
 			.approval_id = json_string_value(json_object_get(entry, "id")),
 			.actor = "dispatcher",
-			.detail = "nobody decided in time: this approver entry was added",
+			.detail = "the run was not decided in time: this approver entry was added",
 		};
 		const char *e = json_string_value(json_object_get(entry, "effect"));
 

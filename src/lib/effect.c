@@ -181,8 +181,8 @@ effect_mail_check(const json_t *payload, json_t *errors)
 
 /* The from_output members of type: the contract's, or, for email.send that
  * it does not describe, the drafted subject and body. */
-static size_t
-from_output(const struct contract *c, const char *type, const char **names, size_t max)
+size_t
+effect_from_output(const struct contract *c, const char *type, const char **names, size_t max)
 {
 	size_t n = 0, i;
 
@@ -206,7 +206,7 @@ effect_build(const struct contract *c, const char *type, bool mail, const json_t
 	size_t n, i, before = json_array_size(errors);
 	json_t *out = NULL, *more = NULL;
 
-	n = type != NULL ? from_output(c, type, names, OG_CONTRACT_FROM_OUTPUT_MAX) : 0;
+	n = type != NULL ? effect_from_output(c, type, names, OG_CONTRACT_FROM_OUTPUT_MAX) : 0;
 	if (payload == NULL) {
 		(void)add_error(errors, PAYLOAD_PATH, "required", "is required but missing");
 		return NULL;

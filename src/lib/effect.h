@@ -44,6 +44,13 @@ json_t *effect_build(const struct contract *c, const char *type, bool mail,
                      const json_t *payload, const json_t *output, enum effect_when when,
                      json_t *errors) __attribute__((warn_unused_result));
 
+/* The members a payload of `type` takes from the output under contract c
+ * (NULL: none): the contract's from_output, or for an email.send it does
+ * not describe, "subject" and "body". Up to max names into names; returns
+ * how many. */
+size_t effect_from_output(const struct contract *c, const char *type, const char **names,
+                          size_t max);
+
 /* Can this payload become one mail message? {"to": ADDRESS or [ADDRESS, …]
  * (1..OG_MAIL_RCPT_MAX), "subject": one line of text (≤ OG_MAIL_SUBJECT_MAX
  * characters), "body": text without NUL (≤ OG_MAIL_BODY_MAX bytes),

@@ -17,12 +17,12 @@ static const struct db_stmt st_create = {
 	"gate_create",
 	"INSERT INTO approvals (client_id, idempotency_key, token_hash, approver,"
 	"    allowed_decisions, requested_by, separation_of_duties, expires_at,"
-	"    effect, callback_url)"
+	"    effect, callback_url, min_approvals)"
 	" VALUES ($1, $2, decode($3, 'hex'), $4,"
 	"    ARRAY(SELECT json_array_elements_text($5::json)), $6, $7::boolean,"
-	"    now() + make_interval(secs => $8::int), $9::jsonb, $10)"
+	"    now() + make_interval(secs => $8::int), $9::jsonb, $10, $11::int)"
 	" RETURNING id, og_ts(expires_at) AS expires_at",
-	10, false,
+	11, false,
 };
 
 static const struct db_stmt st_find = {
@@ -31,7 +31,8 @@ static const struct db_stmt st_find = {
 	"       array_to_json(allowed_decisions)::text AS allowed_decisions,"
 	"       separation_of_duties, state, expires_at <= now() AS expired,"
 	"       og_ts(expires_at) AS expires_at, og_ts(consumed_at) AS consumed_at,"
-	"       decision, approver_subject, reason, effect::text AS effect, callback_url"
+	"       decision, approver_subject, reason, effect::text AS effect, callback_url,"
+	"       min_approvals"
 	"  FROM approvals WHERE token_hash = decode($1, 'hex')",
 	1, true,
 };
@@ -59,11 +60,86 @@ static const struct db_stmt st_consume = {
 	4, false,
 };
 
+/*
+ * A vote: the decision of one person on a challenge, recorded, and the
+ * challenge consumed as the quorum says. Run inside the decision's
+ * transaction after the run's row lock (ledger_lock_draft), which
+ * serialises the votes of one run, so the approvals counted here are all
+ * there are. The challenge must be pending, unexpired and allow the
+ * decision; the person must not have voted on the run already (by any
+ * link, group or inbox entry: subjects compared ignoring ASCII case).
+ * The vote is final when it rejects or makes min_approvals distinct
+ * approvals. A challenge named for one person is consumed by their vote; a
+ * group's stays pending for the group's other members until a final vote,
+ * which consumes its own challenge and voids the run's pending others.
+ * $5 is the hash of the draft decided on, $6 whether this vote edited it.
+ * One row: found (the challenge could take the vote), voted (recorded),
+ * approvals (counted with this vote), needed, final.
+ */
+#define SUBJECT_FOLD(x) \
+	"translate(" x ", 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')"
+static const struct db_stmt st_vote = {
+	"gate_vote",
+	"WITH ch AS ("
+	"  SELECT id, client_id, idempotency_key, approver, min_approvals FROM approvals"
+	"   WHERE token_hash = decode($1, 'hex') AND state = 'pending'"
+	"     AND expires_at > now() AND $2 = ANY (allowed_decisions)"
+	"   FOR UPDATE"
+	"), prior AS ("
+	"  SELECT count(*) FILTER (WHERE v.decision = 'approve') AS approvals,"
+	"         count(*) FILTER (WHERE " SUBJECT_FOLD("v.subject") " = " SUBJECT_FOLD("$3")
+	") AS mine"
+	"    FROM approval_votes v JOIN ch"
+	"      ON v.client_id = ch.client_id AND v.idempotency_key = ch.idempotency_key"
+	"), vote AS ("
+	"  INSERT INTO approval_votes (approval_id, client_id, idempotency_key, subject,"
+	"      decision, reason, output_hash, edited, final)"
+	"  SELECT ch.id, ch.client_id, ch.idempotency_key, $3, $2, $4, $5, $6::boolean,"
+	"         $2 = 'reject' OR prior.approvals + 1 >= ch.min_approvals"
+	"    FROM ch, prior WHERE prior.mine = 0"
+	"  RETURNING approval_id, client_id, idempotency_key, final"
+	"), consumed AS ("
+	"  UPDATE approvals a"
+	"     SET state = 'decided', consumed_at = now(), decision = $2,"
+	"         approver_subject = $3, reason = $4"
+	"    FROM vote v"
+	"   WHERE a.id = v.approval_id AND (v.final OR a.approver NOT LIKE 'group:%')"
+	"  RETURNING a.id"
+	"), voided AS ("
+	"  UPDATE approvals a SET state = 'voided'"
+	"    FROM vote v"
+	"   WHERE v.final AND a.client_id = v.client_id"
+	"     AND a.idempotency_key = v.idempotency_key"
+	"     AND a.state = 'pending' AND a.id <> v.approval_id"
+	"  RETURNING a.id"
+	")"
+	"SELECT (SELECT count(*) FROM ch) AS found,"
+	"       (SELECT count(*) FROM vote) AS voted,"
+	"       coalesce((SELECT approvals FROM prior), 0)"
+	"         + CASE WHEN $2 = 'approve' THEN (SELECT count(*) FROM vote) ELSE 0 END"
+	"         AS approvals,"
+	"       (SELECT min_approvals FROM ch) AS needed,"
+	"       coalesce((SELECT final FROM vote), false) AS final",
+	6, false,
+};
+
+/* A run's votes, oldest first. */
+static const struct db_stmt st_votes = {
+	"gate_votes",
+	"SELECT v.approval_id, v.subject, v.decision, v.reason, v.output_hash, v.edited,"
+	"       v.final, og_ts(v.created_at) AS at,"
+	"       (SELECT max(a.min_approvals) FROM approvals a"
+	"         WHERE a.client_id = $1 AND a.idempotency_key = $2) AS needed"
+	"  FROM approval_votes v WHERE v.client_id = $1 AND v.idempotency_key = $2"
+	" ORDER BY v.created_at, v.id",
+	2, true,
+};
+
 static const struct db_stmt st_list = {
 	"gate_list",
 	"SELECT id, approver, state, og_ts(created_at) AS created_at,"
 	"       og_ts(expires_at) AS expires_at, og_ts(consumed_at) AS consumed_at,"
-	"       decision, approver_subject, reason"
+	"       decision, approver_subject, reason, min_approvals"
 	"  FROM approvals WHERE client_id = $1 AND idempotency_key = $2"
 	" ORDER BY created_at, id",
 	2, true,
@@ -189,13 +265,14 @@ gate_create(struct db *db, long long client_id, const char *key, const char *app
             const json_t *allowed_decisions, const char *requested_by,
             bool separation_of_duties, int expires_seconds,
             const unsigned char token_hash[32], const char *effect,
-            const char *callback_url, char id[GATE_ID_LEN], char expires_at[GATE_TS_LEN])
+            const char *callback_url, int min_approvals, char id[GATE_ID_LEN],
+            char expires_at[GATE_TS_LEN])
 {
-	char client[24], hex[DIGEST_HEX_LEN], secs[16];
+	char client[24], hex[DIGEST_HEX_LEN], secs[16], quorum[16];
 	char *decisions = json_dumps(allowed_decisions, JSON_COMPACT);
-	const char *params[10] = { client, key, hex, approver, decisions, requested_by,
+	const char *params[11] = { client, key, hex, approver, decisions, requested_by,
 		                   separation_of_duties ? "true" : "false", secs, effect,
-		                   callback_url };
+		                   callback_url, quorum };
 	PGresult *res = NULL;
 	enum og_rc grc = OG_OK;
 	enum db_rc rc;
@@ -204,6 +281,7 @@ gate_create(struct db *db, long long client_id, const char *key, const char *app
 		return OG_ERROR;
 	snprintf(client, sizeof(client), "%lld", client_id);
 	snprintf(secs, sizeof(secs), "%d", expires_seconds);
+	snprintf(quorum, sizeof(quorum), "%d", min_approvals > 0 ? min_approvals : 1);
 	digest_hex(token_hash, 32, hex);
 	if ((rc = db_exec(db, &st_create, params, &res)) != DB_OK) {
 		grc = gate_rc_of(rc);
@@ -255,6 +333,9 @@ gate_find(struct db *db, const unsigned char token_hash[32], struct gate_approva
 	v = db_get(res, 0, "effect");
 	a->effect = v != NULL ? json_loads(v, 0, NULL) : NULL;
 	a->callback_url = dup_or_null(db_get(res, 0, "callback_url"));
+	a->min_approvals = db_get(res, 0, "min_approvals") != NULL
+	                       ? (int)db_get_ll(res, 0, "min_approvals")
+	                       : 1;
 	PQclear(res);
 	if (a->key == NULL || a->approver == NULL || a->allowed_decisions == NULL) {
 		gate_approval_clear(a);
@@ -309,6 +390,82 @@ set_opt(json_t *o, const char *name, const PGresult *res, int row)
 		json_object_set_new(o, name, json_string(v));
 }
 
+void
+gate_vote_call(struct gate_vote_call *g, const unsigned char token_hash[32],
+               const char *decision, const char *subject, const char *reason,
+               const char *draft_hash, bool edited, struct db_call *call)
+{
+	digest_hex(token_hash, 32, g->hash);
+	g->params[0] = g->hash;
+	g->params[1] = decision;
+	g->params[2] = subject;
+	g->params[3] = reason;
+	g->params[4] = draft_hash;
+	g->params[5] = edited ? "true" : "false";
+	call->stmt = &st_vote;
+	call->params = g->params;
+}
+
+enum og_rc
+gate_vote_result(const struct db_call *call, struct gate_vote *v)
+{
+	const char *f;
+
+	memset(v, 0, sizeof(*v));
+	if (call->rc != DB_OK)
+		return gate_rc_of(call->rc);
+	if (PQntuples(call->res) != 1)
+		return OG_ERROR;
+	v->approvals = (int)db_get_ll(call->res, 0, "approvals");
+	v->needed = db_get(call->res, 0, "needed") != NULL
+	                ? (int)db_get_ll(call->res, 0, "needed")
+	                : 1;
+	f = db_get(call->res, 0, "final");
+	v->final = f != NULL && f[0] == 't';
+	if (db_get_ll(call->res, 0, "found") != 1)
+		return OG_NOT_PENDING;
+	if (db_get_ll(call->res, 0, "voted") != 1)
+		return OG_DUPLICATE;
+	return OG_OK;
+}
+
+enum og_rc
+gate_votes(struct db *db, long long client_id, const char *key, json_t **out, int *needed)
+{
+	PGresult *res = NULL;
+	enum og_rc rc;
+	json_t *list;
+	int i;
+
+	*out = NULL;
+	*needed = 1;
+	if ((rc = og_exec_key(db, &st_votes, client_id, key, &res)) != OG_OK)
+		return rc;
+	list = json_array();
+	for (i = 0; list != NULL && i < PQntuples(res); i++) {
+		json_t *v = json_object();
+		const char *b;
+
+		json_object_set_new(v, "approval_id", json_string(db_get(res, i, "approval_id")));
+		json_object_set_new(v, "subject", json_string(db_get(res, i, "subject")));
+		json_object_set_new(v, "decision", json_string(db_get(res, i, "decision")));
+		json_object_set_new(v, "at", json_string(db_get(res, i, "at")));
+		set_opt(v, "reason", res, i);
+		set_opt(v, "output_hash", res, i);
+		b = db_get(res, i, "edited");
+		json_object_set_new(v, "edited", json_boolean(b != NULL && b[0] == 't'));
+		b = db_get(res, i, "final");
+		json_object_set_new(v, "final", json_boolean(b != NULL && b[0] == 't'));
+		json_array_append_new(list, v);
+		if (db_get(res, i, "needed") != NULL)
+			*needed = (int)db_get_ll(res, i, "needed");
+	}
+	PQclear(res);
+	*out = list;
+	return list != NULL ? OG_OK : OG_ERROR;
+}
+
+
 enum og_rc
 gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 {
@@ -336,6 +493,8 @@ gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 		set_opt(a, "decision", res, i);
 		set_opt(a, "approver_subject", res, i);
 		set_opt(a, "reason", res, i);
+		json_object_set_new(a, "min_approvals",
+		                    json_integer(db_get_ll(res, i, "min_approvals")));
 		json_array_append_new(list, a);
 	}
 	PQclear(res);
@@ -353,6 +512,121 @@ static const struct db_stmt st_purge_effects = {
 	"   AND ap.effect IS NOT NULL RETURNING ap.id",
 	2, false,
 };
+
+/* ---- the inbox: challenges found by the person, not by the token ---------- */
+
+/* Pending, unexpired challenges named to the subject itself (addresses
+ * compared without case, as the card does) or to one of the groups (the
+ * identity header split at the separator, each item trimmed of spaces and
+ * tabs and compared whole);
+ * per run only the newest such challenge (deciding one settles the run).
+ * Newest first. The caller holds each row to the card's own rule. */
+static const struct db_stmt st_inbox = {
+	"gate_inbox",
+	"SELECT * FROM ("
+	"  SELECT DISTINCT ON (a.client_id, a.idempotency_key)"
+	"         a.id, a.client_id, a.idempotency_key, a.approver, a.requested_by,"
+	"         a.separation_of_duties, a.created_at,"
+	"         og_ts(a.created_at) AS created_ts, og_ts(a.expires_at) AS expires_ts,"
+	"         floor(extract(epoch FROM now() - a.created_at))::bigint AS age_s,"
+	"         floor(extract(epoch FROM a.expires_at - now()))::bigint AS left_s,"
+	"         a.effect->>'type' AS effect_type, a.effect->>'target' AS effect_target,"
+	"         a.effect->'payload'->>'subject' AS effect_subject,"
+	"         (SELECT c.name FROM api_clients c WHERE c.id = a.client_id) AS client"
+	"    FROM approvals a"
+	"   WHERE a.state = 'pending' AND a.expires_at > now()"
+	"     AND (lower(a.approver) = lower($1)"
+	"          OR a.approver = ANY (ARRAY(SELECT 'group:' || btrim(g, E' \\t')"
+	"                                       FROM unnest(string_to_array($2, $3)) g)))"
+	/* a run the person has already voted on waits for others, not them */
+	"     AND NOT EXISTS (SELECT 1 FROM approval_votes v"
+	"          WHERE v.client_id = a.client_id AND v.idempotency_key = a.idempotency_key"
+	"            AND " SUBJECT_FOLD("v.subject") " = " SUBJECT_FOLD("$1") ")"
+	"   ORDER BY a.client_id, a.idempotency_key, a.created_at DESC, a.id"
+	") newest ORDER BY created_at DESC, id LIMIT $4::int",
+	4, true,
+};
+
+/* The challenge behind an inbox entry, with its token hash: the decision
+ * taken from the inbox consumes it by the same statement as a token's. */
+static const struct db_stmt st_find_id = {
+	"gate_find_id",
+	"SELECT encode(token_hash, 'hex') AS token_hash FROM approvals WHERE id = $1::uuid",
+	1, true,
+};
+
+enum og_rc
+gate_inbox(struct db *db, const char *subject, const char *groups, char sep, int limit,
+           json_t **out)
+{
+	char lim[16], sp[2] = { sep, '\0' };
+	const char *params[4] = { subject, sep != '\0' ? groups : NULL, sp, lim };
+	PGresult *res;
+	enum db_rc rc;
+	json_t *list;
+	int i;
+
+	*out = NULL;
+	snprintf(lim, sizeof(lim), "%d", limit);
+	rc = db_exec(db, &st_inbox, params, &res);
+	if (rc != DB_OK)
+		return gate_rc_of(rc);
+	list = json_array();
+	for (i = 0; list != NULL && i < PQntuples(res); i++) {
+		json_t *a = json_object();
+		const char *sod = db_get(res, i, "separation_of_duties");
+
+		json_object_set_new(a, "approval_id", json_string(db_get(res, i, "id")));
+		json_object_set_new(a, "client_id", json_integer(db_get_ll(res, i, "client_id")));
+		set_opt(a, "client", res, i);
+		json_object_set_new(a, "key", json_string(db_get(res, i, "idempotency_key")));
+		set_opt(a, "approver", res, i);
+		set_opt(a, "requested_by", res, i);
+		json_object_set_new(a, "separation_of_duties", json_boolean(sod && sod[0] == 't'));
+		json_object_set_new(a, "created_at", json_string(db_get(res, i, "created_ts")));
+		json_object_set_new(a, "expires_at", json_string(db_get(res, i, "expires_ts")));
+		json_object_set_new(a, "age_seconds", json_integer(db_get_ll(res, i, "age_s")));
+		json_object_set_new(a, "seconds_left", json_integer(db_get_ll(res, i, "left_s")));
+		set_opt(a, "effect_type", res, i);
+		set_opt(a, "effect_target", res, i);
+		set_opt(a, "effect_subject", res, i);
+		json_array_append_new(list, a);
+	}
+	PQclear(res);
+	*out = list;
+	return list != NULL ? OG_OK : OG_ERROR;
+}
+
+enum og_rc
+gate_find_id(struct db *db, const char *id, unsigned char token_hash[32],
+             struct gate_approval *out)
+{
+	const char *params[1] = { id };
+	PGresult *res;
+	enum db_rc rc;
+	const char *hex;
+	size_t i;
+
+	memset(out, 0, sizeof(*out));
+	if ((rc = db_exec(db, &st_find_id, params, &res)) != DB_OK)
+		return gate_rc_of(rc);
+	hex = PQntuples(res) == 1 ? db_get(res, 0, "token_hash") : NULL;
+	if (hex == NULL || strlen(hex) != 64) {
+		PQclear(res);
+		return OG_NOT_FOUND;
+	}
+	for (i = 0; i < 32; i++) {
+		unsigned v;
+
+		if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
+			PQclear(res);
+			return OG_ERROR;
+		}
+		token_hash[i] = (unsigned char)v;
+	}
+	PQclear(res);
+	return gate_find(db, token_hash, out);
+}
 
 enum og_rc
 gate_expired_runs(struct db *db, int limit, PGresult **rows)
@@ -450,117 +724,6 @@ gate_purge_effects(struct db *db, const char *clients, const char *keys, long lo
 	return db_exec_count(db, &st_purge_effects, p, count);
 }
 
-/* ---- the inbox: challenges found by the person, not by the token ---------- */
-
-/* Pending, unexpired challenges named to the subject itself (addresses
- * compared without case, as the card does) or to one of the groups (the
- * identity header split at the separator, each item trimmed of spaces and
- * tabs and compared whole);
- * per run only the newest such challenge (deciding one settles the run).
- * Newest first. The caller holds each row to the card's own rule. */
-static const struct db_stmt st_inbox = {
-	"gate_inbox",
-	"SELECT * FROM ("
-	"  SELECT DISTINCT ON (a.client_id, a.idempotency_key)"
-	"         a.id, a.client_id, a.idempotency_key, a.approver, a.requested_by,"
-	"         a.separation_of_duties, a.created_at,"
-	"         og_ts(a.created_at) AS created_ts, og_ts(a.expires_at) AS expires_ts,"
-	"         floor(extract(epoch FROM now() - a.created_at))::bigint AS age_s,"
-	"         floor(extract(epoch FROM a.expires_at - now()))::bigint AS left_s,"
-	"         a.effect->>'type' AS effect_type, a.effect->>'target' AS effect_target,"
-	"         a.effect->'payload'->>'subject' AS effect_subject,"
-	"         (SELECT c.name FROM api_clients c WHERE c.id = a.client_id) AS client"
-	"    FROM approvals a"
-	"   WHERE a.state = 'pending' AND a.expires_at > now()"
-	"     AND (lower(a.approver) = lower($1)"
-	"          OR a.approver = ANY (ARRAY(SELECT 'group:' || btrim(g, E' \\t')"
-	"                                       FROM unnest(string_to_array($2, $3)) g)))"
-	"   ORDER BY a.client_id, a.idempotency_key, a.created_at DESC, a.id"
-	") newest ORDER BY created_at DESC, id LIMIT $4::int",
-	4, true,
-};
-
-/* The challenge behind an inbox entry, with its token hash: the decision
- * taken from the inbox consumes it by the same statement as a token's. */
-static const struct db_stmt st_find_id = {
-	"gate_find_id",
-	"SELECT encode(token_hash, 'hex') AS token_hash FROM approvals WHERE id = $1::uuid",
-	1, true,
-};
-
-enum og_rc
-gate_inbox(struct db *db, const char *subject, const char *groups, char sep, int limit,
-           json_t **out)
-{
-	char lim[16], sp[2] = { sep, '\0' };
-	const char *params[4] = { subject, sep != '\0' ? groups : NULL, sp, lim };
-	PGresult *res;
-	enum db_rc rc;
-	json_t *list;
-	int i;
-
-	*out = NULL;
-	snprintf(lim, sizeof(lim), "%d", limit);
-	rc = db_exec(db, &st_inbox, params, &res);
-	if (rc != DB_OK)
-		return og_rc_of(rc);
-	list = json_array();
-	for (i = 0; list != NULL && i < PQntuples(res); i++) {
-		json_t *a = json_object();
-		const char *sod = db_get(res, i, "separation_of_duties");
-
-		json_object_set_new(a, "approval_id", json_string(db_get(res, i, "id")));
-		json_object_set_new(a, "client_id", json_integer(db_get_ll(res, i, "client_id")));
-		set_opt(a, "client", res, i);
-		json_object_set_new(a, "key", json_string(db_get(res, i, "idempotency_key")));
-		set_opt(a, "approver", res, i);
-		set_opt(a, "requested_by", res, i);
-		json_object_set_new(a, "separation_of_duties", json_boolean(sod && sod[0] == 't'));
-		json_object_set_new(a, "created_at", json_string(db_get(res, i, "created_ts")));
-		json_object_set_new(a, "expires_at", json_string(db_get(res, i, "expires_ts")));
-		json_object_set_new(a, "age_seconds", json_integer(db_get_ll(res, i, "age_s")));
-		json_object_set_new(a, "seconds_left", json_integer(db_get_ll(res, i, "left_s")));
-		set_opt(a, "effect_type", res, i);
-		set_opt(a, "effect_target", res, i);
-		set_opt(a, "effect_subject", res, i);
-		json_array_append_new(list, a);
-	}
-	PQclear(res);
-	*out = list;
-	return list != NULL ? OG_OK : OG_ERROR;
-}
-
-enum og_rc
-gate_find_id(struct db *db, const char *id, unsigned char token_hash[32],
-             struct gate_approval *out)
-{
-	const char *params[1] = { id };
-	PGresult *res;
-	enum db_rc rc;
-	const char *hex;
-	size_t i;
-
-	memset(out, 0, sizeof(*out));
-	if ((rc = db_exec(db, &st_find_id, params, &res)) != DB_OK)
-		return og_rc_of(rc);
-	hex = PQntuples(res) == 1 ? db_get(res, 0, "token_hash") : NULL;
-	if (hex == NULL || strlen(hex) != 64) {
-		PQclear(res);
-		return OG_NOT_FOUND;
-	}
-	for (i = 0; i < 32; i++) {
-		unsigned v;
-
-		if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
-			PQclear(res);
-			return OG_ERROR;
-		}
-		token_hash[i] = (unsigned char)v;
-	}
-	PQclear(res);
-	return gate_find(db, token_hash, out);
-}
-
 /* ---- notifications ------------------------------------------------------ */
 
 /* A challenge as its notification needs it (gate_notice_at). */
@@ -609,7 +772,10 @@ static const struct db_stmt st_replaced = {
 };
 
 /* One reminder per challenge: taken (remind_at cleared) by the statement
- * that finds it, so two dispatchers never remind twice. */
+ * that finds it, so two dispatchers never remind twice. Only an entry on
+ * which nobody has voted yet is reminded (a group's challenge stays
+ * pending after a member's vote while the run waits for its quorum): the
+ * reminder of an entry that has voted is taken and dropped. */
 static const struct db_stmt st_due_reminders = {
 	"gate_due_reminders",
 	"WITH due AS ("
@@ -622,7 +788,9 @@ static const struct db_stmt st_due_reminders = {
 	"     AND state = 'pending' AND remind_at IS NOT NULL"
 	"  RETURNING *"
 	")"
-	"SELECT " GATE_NOTICE_COLS " FROM due a ORDER BY a.created_at, a.id",
+	"SELECT " GATE_NOTICE_COLS " FROM due a"
+	" WHERE NOT EXISTS (SELECT 1 FROM approval_votes v WHERE v.approval_id = a.id)"
+	" ORDER BY a.created_at, a.id",
 	1, false,
 };
 
@@ -635,7 +803,10 @@ static const struct db_stmt st_due_escalations = {
 
 /* The run's escalation, taken once (escalate_at cleared on every one of its
  * challenges); the rows of its challenges still pending, each with the
- * approver entries to add and whether nobody has decided yet. */
+ * approver entries to add and whether the run is still undecided: no
+ * challenge decided it and no vote settled it (a run with a quorum may
+ * hold approving votes that are not yet enough: it is escalated too, and
+ * the added approvers' votes count towards its quorum). */
 static const struct db_stmt st_escalate_take = {
 	"gate_escalate_take",
 	"WITH taken AS ("
@@ -644,8 +815,12 @@ static const struct db_stmt st_escalate_take = {
 	"  RETURNING *"
 	")"
 	"SELECT " GATE_NOTICE_COLS ", a.escalate_to::text AS escalate_to,"
-	"       NOT EXISTS (SELECT 1 FROM approvals d WHERE d.client_id = a.client_id"
-	"           AND d.idempotency_key = a.idempotency_key AND d.state = 'decided')"
+	"       NOT EXISTS (SELECT 1 FROM approval_votes v WHERE v.client_id = a.client_id"
+	"           AND v.idempotency_key = a.idempotency_key AND v.final)"
+	"       AND NOT EXISTS (SELECT 1 FROM approvals d WHERE d.client_id = a.client_id"
+	"           AND d.idempotency_key = a.idempotency_key AND d.state = 'decided'"
+	"           AND NOT EXISTS (SELECT 1 FROM approval_votes dv"
+	"                            WHERE dv.approval_id = d.id))"
 	"         AS nobody_decided"
 	"  FROM taken a WHERE a.state = 'pending' AND a.expires_at > now()"
 	" ORDER BY a.created_at, a.id",
@@ -654,15 +829,15 @@ static const struct db_stmt st_escalate_take = {
 
 /* A challenge added by an escalation: the run's challenge `template` with
  * another approver, their notify and a token hash of its own; the same
- * expiry and decisions. */
+ * expiry, decisions and quorum (its votes count towards the run's). */
 static const struct db_stmt st_create_escalated = {
 	"gate_create_escalated",
 	"INSERT INTO approvals (client_id, idempotency_key, token_hash, approver,"
 	"    allowed_decisions, requested_by, separation_of_duties, expires_at,"
-	"    effect, callback_url, notify, escalated)"
+	"    effect, callback_url, min_approvals, notify, escalated)"
 	"SELECT client_id, idempotency_key, decode($2, 'hex'), $3, allowed_decisions,"
 	"       requested_by, separation_of_duties, expires_at, effect, callback_url,"
-	"       $4::jsonb, true"
+	"       min_approvals, $4::jsonb, true"
 	"  FROM approvals WHERE id = $1::uuid"
 	" RETURNING id, og_ts(expires_at) AS expires_at",
 	4, false,

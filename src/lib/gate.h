@@ -44,6 +44,7 @@ struct gate_approval {
 	char *reason;
 	json_t *effect;              /* {"type","target","payload"}; NULL on old rows */
 	char *callback_url;
+	int min_approvals;           /* distinct people who must approve the run */
 };
 
 void gate_approval_clear(struct gate_approval *a);
@@ -53,7 +54,7 @@ enum og_rc gate_create(struct db *db, long long client_id, const char *key,
                        const char *approver, const json_t *allowed_decisions,
                        const char *requested_by, bool separation_of_duties,
                        int expires_seconds, const unsigned char token_hash[32],
-                       const char *effect, const char *callback_url,
+                       const char *effect, const char *callback_url, int min_approvals,
                        char id[GATE_ID_LEN], char expires_at[GATE_TS_LEN])
 	__attribute__((warn_unused_result));
 enum og_rc gate_find(struct db *db, const unsigned char token_hash[32],
@@ -74,28 +75,37 @@ enum og_rc gate_consume_result(const struct db_call *call);
 enum og_rc gate_consume(struct db *db, const unsigned char token_hash[32],
                         const char *decision, const char *subject, const char *reason)
 	__attribute__((warn_unused_result));
+/* A person's vote on a challenge as a db_call, to run in the decision's
+ * transaction after the run's row lock: recorded in approval_votes, the
+ * challenge consumed or left open as the quorum says (gate.c, st_vote).
+ * draft_hash is the hash of the output decided on; edited, whether this
+ * vote corrected it. */
+struct gate_vote_call {
+	char hash[65];
+	const char *params[6];
+};
+void gate_vote_call(struct gate_vote_call *g, const unsigned char token_hash[32],
+                    const char *decision, const char *subject, const char *reason,
+                    const char *draft_hash, bool edited, struct db_call *call);
+/* What the vote did. */
+struct gate_vote {
+	int approvals;   /* distinct people who approved the run, this vote counted */
+	int needed;      /* min_approvals of the challenge */
+	bool final;      /* a reject, or the approval that made `needed`: it settles the run */
+};
+/* OG_OK: recorded; OG_NOT_PENDING: the challenge could not take it
+ * (decided, voided, revoked, expired, or the decision not allowed);
+ * OG_DUPLICATE: this person has already voted on the run. */
+enum og_rc gate_vote_result(const struct db_call *call, struct gate_vote *v);
+/* The run's votes, oldest first: a new array of {approval_id, subject,
+ * decision, at, reason?, output_hash?, edited, final} in *out, and the
+ * run's min_approvals in *needed (1 when it has no challenge). */
+enum og_rc gate_votes(struct db *db, long long client_id, const char *key, json_t **out,
+                      int *needed) __attribute__((warn_unused_result));
 /* The run's approvals for the status API; *out is a new array. */
 enum og_rc gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 	__attribute__((warn_unused_result));
 const char *gate_state_name(enum approval_state s);
-
-/* The inbox: the pending, unexpired challenges named to subject (an
- * address compared without case) or to "group:G" for an item G of groups
- * (the identity header: items split at sep, trimmed of spaces and tabs,
- * compared whole; NULL: none), at most one per run (its newest), newest
- * first, at most limit. *out is a new array of {approval_id, client_id,
- * client, key, approver, requested_by, separation_of_duties, created_at,
- * expires_at, age_seconds, seconds_left, effect_type, effect_target,
- * effect_subject}; never a token or its hash. The caller holds each entry
- * to the card's own rule of who may decide. */
-enum og_rc gate_inbox(struct db *db, const char *subject, const char *groups, char sep,
-                        int limit, json_t **out) __attribute__((warn_unused_result));
-/* The challenge with this id (a valid UUID text), as gate_find; its token
- * hash in token_hash, so that a decision taken from the inbox consumes it
- * by the very statement a token's decision uses. The hash never leaves
- * the process. */
-enum og_rc gate_find_id(struct db *db, const char *id, unsigned char token_hash[32],
-                          struct gate_approval *out) __attribute__((warn_unused_result));
 
 /* Runs whose every pending challenge has expired, at most limit: rows of
  * client_id, idempotency_key, client_name in *rows (PQclear them). */
@@ -129,6 +139,23 @@ enum og_rc gate_pending(struct db *db, int limit, json_t **out)
 enum db_rc gate_purge_effects(struct db *db, const char *clients, const char *keys,
                               long long *count) __attribute__((warn_unused_result));
 
+/* The inbox: the pending, unexpired challenges named to subject (an
+ * address compared without case) or to "group:G" for an item G of groups
+ * (the identity header: items split at sep, trimmed of spaces and tabs,
+ * compared whole; NULL: none), at most one per run (its newest), newest
+ * first, at most limit. *out is a new array of {approval_id, client_id,
+ * client, key, approver, requested_by, separation_of_duties, created_at,
+ * expires_at, age_seconds, seconds_left, effect_type, effect_target,
+ * effect_subject}; never a token or its hash. The caller holds each entry
+ * to the card's own rule of who may decide. */
+enum og_rc gate_inbox(struct db *db, const char *subject, const char *groups, char sep,
+                        int limit, json_t **out) __attribute__((warn_unused_result));
+/* The challenge with this id (a valid UUID text), as gate_find; its token
+ * hash in token_hash, so that a decision taken from the inbox consumes it
+ * by the very statement a token's decision uses. The hash never leaves
+ * the process. */
+enum og_rc gate_find_id(struct db *db, const char *id, unsigned char token_hash[32],
+                          struct gate_approval *out) __attribute__((warn_unused_result));
 /* --- notifications ---------------------------------------------------------
  * A challenge may carry whom to tell (its approver entry's notify, a
  * {"target", "to"?} object), when to remind them and when to add the
@@ -164,19 +191,21 @@ enum og_rc gate_mint(struct db *db, const char *id, const unsigned char token_ha
 enum og_rc gate_replaced(struct db *db, const unsigned char token_hash[32])
 	__attribute__((warn_unused_result));
 /* Reminders that are due, taken (each challenge is reminded once): rows for
- * gate_notice_at; inside the caller's transaction. */
+ * gate_notice_at, without the challenges someone has voted on (their
+ * reminder is taken and dropped); inside the caller's transaction. */
 enum og_rc gate_due_reminders(struct db *db, int limit, PGresult **res)
 	__attribute__((warn_unused_result));
 /* Runs with an escalation due: rows client_id, idempotency_key. */
 enum og_rc gate_due_escalations(struct db *db, int limit, PGresult **res)
 	__attribute__((warn_unused_result));
 /* Takes the run's escalation (once): its pending challenges as rows for
- * gate_notice_at, with escalate_to and nobody_decided; inside the caller's
- * transaction. */
+ * gate_notice_at, with escalate_to and nobody_decided (no decision and no
+ * settling vote: a run short of its quorum counts as undecided); inside
+ * the caller's transaction. */
 enum og_rc gate_escalate_take(struct db *db, long long client_id, const char *key,
                               PGresult **res) __attribute__((warn_unused_result));
 /* A challenge for approver added by an escalation, as template_id's (same
- * run, decisions, expiry) with its own token hash and notify entry. */
+ * run, decisions, expiry, quorum) with its own token hash and notify entry. */
 enum og_rc gate_create_escalated(struct db *db, const char *template_id, const char *approver,
                                  const json_t *notify, const unsigned char token_hash[32],
                                  char id[GATE_ID_LEN], char expires_at[GATE_TS_LEN])

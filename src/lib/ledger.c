@@ -134,7 +134,9 @@ static const struct db_stmt st_status = {
 	"       output::text AS output, output_hash, model::text AS model,"
 	"       effect::text AS effect, source_url, requested_by, callback_url,"
 	"       invalid_outputs, validation::text AS validation, decision, decided_by,"
-	"       og_ts(decided_at) AS decided_at"
+	"       og_ts(decided_at) AS decided_at, edited_output::text AS edited_output,"
+	"       edited_output_hash, edited_by, og_ts(edited_at) AS edited_at,"
+	"       array_to_json(edited_fields)::text AS edited_fields"
 	"  FROM workflow_runs WHERE client_id = $1 AND idempotency_key = $2",
 	2, true,
 };
@@ -208,7 +210,8 @@ static const struct db_stmt st_decide = {
 	"         reason = CASE WHEN $3 = 'approve' THEN reason ELSE $5 END,"
 	"         version = version + 1, updated_at = now()"
 	"   WHERE client_id = $1 AND idempotency_key = $2 AND state = 'awaiting_human'"
-	"  RETURNING client_id, idempotency_key, state, version, attempt, contract, output"
+	"  RETURNING client_id, idempotency_key, state, version, attempt, contract,"
+	"            coalesce(edited_output, output) AS output"
 	"), " LEDGER_EVENT("moved", "'run.decided'", "'awaiting_human'", "state",
 	                   "$4", "$5")
 	/* what was decided on, for the contract's loggable fields */
@@ -216,6 +219,40 @@ static const struct db_stmt st_decide = {
 	"       json_build_object('contract', contract, 'output', output)::text AS decided"
 	"  FROM moved",
 	5, false,
+};
+
+/* The first step of a person's decision: the run's row lock, taken while
+ * it awaits a decision, which serialises the votes of one run (a vote
+ * waiting here sees every vote committed before it), with the hash of the
+ * draft now decided on (the edited output's, else the output's). */
+static const struct db_stmt st_lock_draft = {
+	"ledger_lock_draft",
+	"SELECT coalesce(edited_output_hash, output_hash) AS draft_hash,"
+	"       edited_output IS NOT NULL AS edited"
+	"  FROM workflow_runs"
+	" WHERE client_id = $1 AND idempotency_key = $2 AND state = 'awaiting_human'"
+	" FOR UPDATE",
+	2, false,
+};
+
+/* An approver's correction of the output, kept beside it (once: the
+ * first approving vote may edit, and only a draft nobody edited yet). */
+static const struct db_stmt st_edit = {
+	"ledger_edit",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs"
+	"     SET edited_output = $3::jsonb, edited_output_hash = $4, edited_by = $5,"
+	"         edited_at = now(),"
+	"         edited_fields = ARRAY(SELECT json_array_elements_text($6::json)),"
+	"         updated_at = now()"
+	"   WHERE client_id = $1 AND idempotency_key = $2 AND state = 'awaiting_human'"
+	"     AND edited_output IS NULL"
+	"  RETURNING client_id, idempotency_key, state, version, attempt"
+	"), " LEDGER_EVENT("moved", "'run.edited'", "state", "state", "$5",
+	                   "'edited before approving: ' || array_to_string("
+	                   "ARRAY(SELECT json_array_elements_text($6::json)), ', ')")
+	"SELECT state FROM moved",
+	6, false,
 };
 
 static const struct db_stmt st_cancel = {
@@ -255,7 +292,7 @@ static const struct db_stmt st_end_undecided = {
 	"         updated_at = now()"
 	"   WHERE r.client_id = $1 AND r.idempotency_key = $2 AND r.state = 'awaiting_human'"
 	"     AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.client_id = r.client_id"
-	"          AND a.idempotency_key = r.idempotency_key AND a.state IN ('pending', 'decided'))"
+	"          AND a.idempotency_key = r.idempotency_key AND a.state = 'pending')"
 	"  RETURNING client_id, idempotency_key, state, version, attempt, callback_url"
 	"), " LEDGER_EVENT("moved", "'run.' || $3", "'awaiting_human'", "state",
 	                   "$5", "$4")
@@ -274,7 +311,7 @@ static const struct db_stmt st_expire = {
 	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2"
 	"     AND r.state = 'awaiting_human'"
 	"     AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.client_id = r.client_id"
-	"          AND a.idempotency_key = r.idempotency_key AND a.state IN ('pending', 'decided'))"
+	"          AND a.idempotency_key = r.idempotency_key AND a.state = 'pending')"
 	"  RETURNING client_id, idempotency_key, version, attempt, callback_url,"
 	"            correlation_id, workflow_version"
 	"), " LEDGER_EVENT("moved", "'run.approval_expired'", "'awaiting_human'", "'failed_terminal'",
@@ -426,7 +463,8 @@ static const struct db_stmt st_audit = {
 	"       output IS NOT NULL AS output_kept, output_hash, model::text AS model, contract,"
 	"       contract_hash, workflow_version, trigger, correlation_id, decision, decided_by,"
 	"       og_ts(decided_at) AS decided_at, error_class, reason,"
-	"       sample_draw, sample_rate,"
+	"       sample_draw, sample_rate, edited_by, og_ts(edited_at) AS edited_at,"
+	"       array_to_string(edited_fields, ', ') AS edited_fields, edited_output_hash,"
 	"       effect->>'type' AS effect_type, effect->>'target' AS effect_target,"
 	"       (SELECT count(*) FROM run_events v WHERE v.client_id = r.client_id"
 	"           AND v.idempotency_key = r.idempotency_key AND v.event = 'run.claimed') AS claims"
@@ -486,7 +524,7 @@ static const struct db_stmt st_history = {
 	"SELECT client_id, idempotency_key FROM workflow_runs"                           \
 	" WHERE state IN ('completed', 'failed_terminal')"                               \
 	"   AND updated_at < now() - make_interval(days => $1::int)"                     \
-	"   AND (payload IS NOT NULL OR output IS NOT NULL"                              \
+	"   AND (payload IS NOT NULL OR output IS NOT NULL OR edited_output IS NOT NULL"  \
 	"        OR coalesce(effect ? 'payload', false))"
 
 static const struct db_stmt st_purge_count = {
@@ -506,7 +544,7 @@ static const struct db_stmt st_purge_count = {
 static const struct db_stmt st_purge = {
 	"ledger_purge",
 	"WITH runs AS (" PURGE_RUNS " FOR UPDATE),"
-	" r AS (UPDATE workflow_runs w SET payload = NULL, output = NULL,"
+	" r AS (UPDATE workflow_runs w SET payload = NULL, output = NULL, edited_output = NULL,"
 	"         effect = CASE WHEN w.effect IS NULL THEN NULL ELSE w.effect - 'payload' END"
 	"         FROM runs WHERE w.client_id = runs.client_id"
 	"          AND w.idempotency_key = runs.idempotency_key"
@@ -898,6 +936,16 @@ ledger_status(struct db *db, long long client_id, const char *key, bool with_tim
 	set_str(run, "decision", res, 0, "decision");
 	set_str(run, "decided_by", res, 0, "decided_by");
 	set_str(run, "decided_at", res, 0, "decided_at");
+	if (db_get(res, 0, "edited_by") != NULL) {
+		json_t *edit = json_object();
+
+		set_str(edit, "by", res, 0, "edited_by");
+		set_str(edit, "at", res, 0, "edited_at");
+		set_json(edit, "fields", res, 0, "edited_fields");
+		set_str(edit, "output_hash", res, 0, "edited_output_hash");
+		set_json(edit, "output", res, 0, "edited_output");
+		json_object_set_new(run, "edit", edit);
+	}
 	/* approvals and effects are added by their owners (gate.c, outbox.c) */
 	PQclear(res);
 	res = NULL;
@@ -1037,6 +1085,60 @@ ledger_decide(struct db *db, long long client_id, const char *key, const char *d
 	lrc = ledger_decide_result(&call, run);
 	PQclear(call.res);
 	return lrc;
+}
+
+void
+ledger_lock_draft_call(struct ledger_lock_draft_call *d, long long client_id,
+                       const char *key, struct db_call *call)
+{
+	snprintf(d->client, sizeof(d->client), "%lld", client_id);
+	d->params[0] = d->client;
+	d->params[1] = key;
+	call->stmt = &st_lock_draft;
+	call->params = d->params;
+}
+
+enum og_rc
+ledger_lock_draft_result(const struct db_call *call, char draft_hash[CANON_HASH_LEN],
+                         bool *edited)
+{
+	const char *h, *e;
+
+	draft_hash[0] = '\0';
+	*edited = false;
+	if (call->rc != DB_OK)
+		return og_rc_of(call->rc);
+	if (PQntuples(call->res) != 1)
+		return OG_NOT_AWAITING;
+	h = db_get(call->res, 0, "draft_hash");
+	e = db_get(call->res, 0, "edited");
+	snprintf(draft_hash, CANON_HASH_LEN, "%s", h != NULL ? h : "");
+	*edited = e != NULL && e[0] == 't';
+	return OG_OK;
+}
+
+void
+ledger_edit_call(struct ledger_edit_call *d, long long client_id, const char *key,
+                 const char *output, const char *output_hash, const char *subject,
+                 const char *fields, struct db_call *call)
+{
+	snprintf(d->client, sizeof(d->client), "%lld", client_id);
+	d->params[0] = d->client;
+	d->params[1] = key;
+	d->params[2] = output;
+	d->params[3] = output_hash;
+	d->params[4] = subject;
+	d->params[5] = fields;
+	call->stmt = &st_edit;
+	call->params = d->params;
+}
+
+enum og_rc
+ledger_edit_result(const struct db_call *call)
+{
+	if (call->rc != DB_OK)
+		return og_rc_of(call->rc);
+	return PQntuples(call->res) == 1 ? OG_OK : OG_CHANGED;
 }
 
 enum og_rc

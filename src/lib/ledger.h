@@ -139,6 +139,34 @@ void ledger_decide_call(struct ledger_decide_call *d, long long client_id, const
                         struct db_call *call);
 enum og_rc ledger_decide_result(const struct db_call *call, struct ledger_run *run);
 
+/* The run's row lock for a person's decision (see decide_approval), as a
+ * db_call: the run must await a decision (else OG_NOT_AWAITING); the hash
+ * of the draft decided on (the edited output's when an approver corrected
+ * it, else the output's) in draft_hash, and whether it was edited. */
+struct ledger_lock_draft_call {
+	char client[24];
+	const char *params[2];
+};
+void ledger_lock_draft_call(struct ledger_lock_draft_call *d, long long client_id,
+                            const char *key, struct db_call *call);
+enum og_rc ledger_lock_draft_result(const struct db_call *call,
+                                    char draft_hash[CANON_HASH_LEN], bool *edited);
+
+/* An approver's correction of the output (JSON text, canonical) and its
+ * hash, by subject, naming the corrected members (fields: a JSON array
+ * text of names), kept beside the output the model handed in; a
+ * run.edited entry in the timeline names the members, never their text.
+ * Once per run: OG_CHANGED when the draft was already edited or the run
+ * no longer awaits a decision. Inside the decision's transaction. */
+struct ledger_edit_call {
+	char client[24];
+	const char *params[6];
+};
+void ledger_edit_call(struct ledger_edit_call *d, long long client_id, const char *key,
+                      const char *output, const char *output_hash, const char *subject,
+                      const char *fields, struct db_call *call);
+enum og_rc ledger_edit_result(const struct db_call *call);
+
 /* A person's decision: awaiting_human → approved (approve) or
  * failed_terminal (reject, error_class "rejected"); OG_LEASE_LOST when
  * the run is no longer awaiting_human. Inside the consume transaction. */

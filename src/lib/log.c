@@ -188,10 +188,11 @@ line_model(struct line *l, const char *name, const char *provider, const char *r
 	}
 }
 
-/* Appends ,"name":<text> where text is a JSON object written by jansson,
- * whole or not at all: a part of an object would not be JSON. */
+/* Appends ,"name":<text> where text is a JSON object (or, with array, an
+ * array) written by jansson, whole or not at all: a part of an object would
+ * not be JSON. */
 static void
-line_object(struct line *l, const char *name, const char *text, size_t limit)
+line_object(struct line *l, const char *name, const char *text, size_t limit, bool array)
 {
 	size_t n, mark = l->len;
 	const unsigned char *p;
@@ -199,7 +200,7 @@ line_object(struct line *l, const char *name, const char *text, size_t limit)
 	if (text == NULL)
 		return;
 	n = strlen(text);
-	if (n < 2 || text[0] != '{' || text[n - 1] != '}') {
+	if (n < 2 || text[0] != (array ? '[' : '{') || text[n - 1] != (array ? ']' : '}')) {
 		l->cut = true;
 		return;
 	}
@@ -436,7 +437,8 @@ log_event(enum log_level level, const char *event, const struct log_fields *f)
 	line_num(&l, "count", f->count, limit);
 	line_model(&l, f->model, f->model_provider, f->model_revision, limit);
 	line_str(&l, "validation", f->validation, limit, OG_FIELD_MAX);
-	line_object(&l, "output", f->output_fields, limit);
+	line_object(&l, "output", f->output_fields, limit, false);
+	line_object(&l, "edited", f->edited_fields, limit, true);
 	line_str(&l, "reason", reason, limit, OG_FIELD_MAX);
 
 	/* detail and hint take what is left, detail leaving hint a share */

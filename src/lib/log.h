@@ -50,6 +50,10 @@ struct log_fields {
 	 * "output"; never the rest of an output. Left out whole, never cut, when
 	 * it does not fit or is not an object. */
 	const char *output_fields;
+	/* The output members an approver corrected before approving, as one
+	 * compact JSON array text of their names (["body"]), written as
+	 * "edited": the contract's names, never what was written in them. */
+	const char *edited_fields;
 	const char *reason;
 	const char *detail;     /* a short fact for the reader */
 	const char *hint;       /* what to do about it */

@@ -204,11 +204,12 @@ notify_message(const json_t *notice, const char *link, const char *client, bool 
 	bad |= buf_puts(&body, "\nExpires:    ") != 0 ||
 	       put_line(&body, expires != NULL ? expires : "?", 64) != 0;
 	if (reason != NULL && strcmp(reason, "reminder") == 0)
-		bad |= buf_puts(&body, "\n\nNobody has decided yet. This reminder carries a new "
-		                       "link; the link of the earlier message no longer works.") != 0;
+		bad |= buf_puts(&body, "\n\nThe request still waits for a decision. This reminder "
+		                       "carries a new link; the link of the earlier message no "
+		                       "longer works.") != 0;
 	else if (reason != NULL && strcmp(reason, "escalation") == 0)
-		bad |= buf_puts(&body, "\n\nNobody decided in time, so the request now comes to you "
-		                       "as well.") != 0;
+		bad |= buf_puts(&body, "\n\nThe request was not decided in time, so it now comes to "
+		                       "you as well.") != 0;
 	else if (reason != NULL && strcmp(reason, "resend") == 0)
 		bad |= buf_puts(&body, "\n\nThis message was sent again with a new link; the link "
 		                       "of the earlier message no longer works.") != 0;

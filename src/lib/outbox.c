@@ -390,8 +390,9 @@ static const struct db_stmt st_claim = {
 	"       e.payload::text AS payload, e.payload_hash, e.provider_key, e.attempt,"
 	"       (extract(epoch FROM now() - e.first_attempt_at) * 1000)::bigint AS elapsed_ms,"
 	/* what the payload is checked against again right before the send:
-	 * the run's output and, for the effect the run proposed, its contract */
-	"       (SELECT r.output::text FROM workflow_runs r"
+	 * the run's output as approved (an approver's correction, when one was
+	 * made) and, for the effect the run proposed, its contract */
+	"       (SELECT coalesce(r.edited_output, r.output)::text FROM workflow_runs r"
 	"         WHERE r.client_id = e.client_id AND r.idempotency_key = e.idempotency_key)"
 	"         AS run_output,"
 	"       (SELECT r.contract FROM workflow_runs r"

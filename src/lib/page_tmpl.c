@@ -37,11 +37,16 @@ static const char *const page_approval_slots[] = {
 	"requested_by", "rerun", "form", "csrf", "decision_button",
 	"decision_value", "decision_label", "cannot_decide", "cannot_decide_reason",
 	"mail", "mail_from", "mail_count", "mail_rcpt", "mail_subject", "mail_body",
-	"http", "http_method", "http_url", "http_body", NULL,
+	"http", "http_method", "http_url", "http_body", "votes", "quorum_status", "vote",
+	"vote_subject", "vote_decision", "vote_at", "vote_note", "draft", "settle_hint",
+	"edit", "edit_errors", "edit_error", "edit_error_path", "edit_error_message",
+	"edit_field", "edit_label", "edit_input", NULL,
 };
 static const char *const page_decided_slots[] = {
 	"title", "key", "decision", "decided_by", "decided_at", "reason",
-	"effect_type", "effect_target", "effect_state", "effect_status", "rerun", NULL,
+	"effect_type", "effect_target", "effect_state", "effect_status", "rerun", "lede",
+	"votes", "quorum_status", "vote", "vote_subject", "vote_decision", "vote_at",
+	"vote_note", NULL,
 };
 static const char *const page_notice_slots[] = {
 	"title", "heading", "message", "detail", NULL,

@@ -305,7 +305,8 @@ replay_challenges(struct db *db, const struct replay_req *req, const struct plan
 		}
 		grc = gate_create(db, p->client_id, req->new_key, contract_approver(p->c, i),
 		                  decisions, req->operator_name, contract_separation_of_duties(p->c),
-		                  contract_expires_seconds(p->c), hash, p->effect, NULL, id, expires);
+		                  contract_expires_seconds(p->c), hash, p->effect, NULL,
+		                  contract_min_approvals(p->c), id, expires);
 		if (grc != OG_OK) {
 			digest_wipe(token, sizeof(token));
 			rrc = grc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;

@@ -503,13 +503,16 @@ out:
 /* Can `rest` (a pointer into the output) name something the schema allows?
  * Only a member that additionalProperties:false rules out is refused:
  * anything the schema leaves open might exist. */
-bool
-schema_allows(const struct schema *s, const char *rest)
+/* The walk of schema_allows: false when the pointer is ruled out; else
+ * *at is the schema of the value it names, NULL when none constrains it. */
+static bool
+schema_walk(const struct schema *s, const char *rest, const struct schema **at)
 {
 	char seg[OG_CONTRACT_POINTER_MAX + 1];
 	size_t n, idx, i;
 	const struct schema *next;
 
+	*at = NULL;
 	while (s != NULL && *rest != '\0') {
 		if (!jptr_next(&rest, seg, sizeof(seg), &n))
 			return false;
@@ -525,7 +528,24 @@ schema_allows(const struct schema *s, const char *rest)
 			return false;
 		s = next;
 	}
+	*at = s;
 	return true;
+}
+
+bool
+schema_allows(const struct schema *s, const char *rest)
+{
+	const struct schema *at;
+
+	return schema_walk(s, rest, &at);
+}
+
+bool
+schema_allows_string(const struct schema *s, const char *rest)
+{
+	const struct schema *at;
+
+	return schema_walk(s, rest, &at) && (at == NULL || at->types == 0 || (at->types & T_STRING));
 }
 
 

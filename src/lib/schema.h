@@ -61,6 +61,10 @@ json_t *schema_validate(const struct schema *s, const json_t *instance, const ch
  * additionalProperties false rules out is refused: anything the schema
  * leaves open might exist. */
 bool schema_allows(const struct schema *s, const char *rest);
+/* Can the value at `rest` be a string? As schema_allows, and the schema of
+ * that value, when there is one, has no "type" or one that lists
+ * "string". */
+bool schema_allows_string(const struct schema *s, const char *rest);
 
 /* Equality as JSON Schema defines it for enum and const: numbers by value
  * (1 == 1.0), objects regardless of member order. */

@@ -1,7 +1,11 @@
-// approve.mjs — a person approves a run in a real browser (issue 3).
+// approve.mjs — a person corrects a draft and approves it in a real
+// browser (issue 3).
 //
-//   node approve.mjs URL USER GROUPS KEY SCREENSHOT
+//   node approve.mjs URL USER GROUPS KEY SCREENSHOT [EDITED_BODY_FILE]
 //
+// With EDITED_BODY_FILE, the body field of the card's correction form is
+// replaced with that file's text (typed into the textarea as a person
+// would) before Approve is clicked.
 // URL is the approval link the output submission returned, USER and GROUPS
 // stand in for the SSO identity (the local nginx config maps the request
 // headers X-Dev-User / X-Dev-Groups to REMOTE_USER / AUTH_GROUPS), KEY is the
@@ -17,13 +21,15 @@
 // buttons must lie within it) as card-phone.png; the inbox, which must list
 // the run and open its card by id, as inbox.png.
 
+import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 
 import { check, session } from './browser.mjs';
 const REASON = 'Approved in Chromium by tests/browser/approve.mjs';
 const PHONE = { width: 390, height: 844 };
 
-const [url, user, groups, key, screenshot] = process.argv.slice(2);
+const [url, user, groups, key, screenshot, editedFile] = process.argv.slice(2);
+const edited = editedFile ? readFileSync(editedFile, 'utf8') : null;
 if (!url || !user || groups === undefined || !key || !screenshot) {
   console.error('usage: node approve.mjs URL USER GROUPS KEY SCREENSHOT');
   process.exit(2);
@@ -115,7 +121,17 @@ process.exit(await session(user, groups, screenshot, async (page) => {
   await page.setViewportSize({ width: 1000, height: 1400 });
   await page.goto(url, { waitUntil: 'load' });
 
-  // 2. Approve: POST, 303, then the GET of the decided page.
+  // 2. Approve: POST, 303, then the GET of the decided page. First, with a
+  // corrected body, the correction: the form offers the draft's text.
+  if (edited !== null) {
+    const field = page.locator('textarea[name="edit.body"]');
+    check(await field.count() === 1, 'the card offers the body in a correction form');
+    const draft = await field.inputValue();
+    check(draft.length > 0 && (await page.locator('div.mail pre.body').innerText()).includes(draft.split('\n')[0]),
+      'the correction form holds the draft as it would be sent');
+    await field.fill(edited);
+    console.log(`ok - the body corrected in the form (${[...edited].length} characters)`);
+  }
   await page.locator('textarea[name="reason"]').fill(REASON);
   const seen = [];
   page.on('response', (r) => {

@@ -10,12 +10,19 @@
 #      sam@example.com (group support), sees the card (the mail as it will
 #      be sent), checks on a 390×844 phone screen that the decision buttons
 #      are on the first screen, finds the run in the inbox (GET /approve/),
-#      clicks Approve and lands on the decided page; screenshots go to
+#      replaces the drafted body in the card's correction form with a long
+#      multilingual text, clicks Approve and lands on the decided page;
+#      screenshots go to
 #      ARTIFACTS: approval.png (the decided page), approval-card.png and
 #      card-desktop.png (the card), card-phone.png, inbox.png;
-#   4. checks with psql that the run is approved by that person and exactly
-#      one outbox row (email.send, for that approval) exists;
-#   5. a run of notify_reply, whose approvers are told: a dispatcher of its
+#   4. checks with psql that the run is approved by that person, that it
+#      records the correction (by whom, which field), and that exactly one
+#      outbox row (email.send, for that approval) exists, carrying the
+#      corrected body;
+#   5. sends it: a dispatcher of its own to a loopback SMTP sink
+#      (tests/providers/smtp_sink.py), which must receive the corrected text
+#      exactly once;
+#   6. a run of notify_reply, whose approvers are told: a dispatcher of its
 #      own sends the notice to a demo mailbox, Chromium opens the link from
 #      that mail and approves, the reply arrives once; the notice is
 #      rendered to notify-mail.png (its text in notify-mail.txt).
@@ -89,8 +96,18 @@ say "run $KEY awaits approval $APPROVAL_ID"
 mkdir -p "$ARTIFACTS"
 rm -f "$ARTIFACTS/approval.png" "$ARTIFACTS/approval-card.png" "$ARTIFACTS/card-desktop.png" \
 	"$ARTIFACTS/card-phone.png" "$ARTIFACTS/inbox.png"
+# the corrected body: several scripts and emoji, over several lines
+EDITED="$WORK/edited.txt"
+{
+	printf 'Здравствуйте, Ольга!\n\nВаша посылка 4242 покинула склад сегодня и прибудет в пятницу.\n'
+	printf '您好！您的包裹 4242 今天已从仓库发出，预计星期五送达。\n'
+	printf 'مرحبًا، غادرت طردك رقم 4242 المستودع اليوم وسيصل يوم الجمعة.\n'
+	for i in $(seq 1 20); do printf 'Строка %d — 第%d行 — السطر %d 📦✅\n' "$i" "$i" "$i"; done
+	printf '\nС уважением, служба поддержки'
+} >"$EDITED"
 rc=0
-node "$HERE/approve.mjs" "$URL" "$APPROVER" "$APPROVER_GROUPS" "$KEY" "$ARTIFACTS/approval.png" || rc=$?
+node "$HERE/approve.mjs" "$URL" "$APPROVER" "$APPROVER_GROUPS" "$KEY" "$ARTIFACTS/approval.png" \
+	"$EDITED" || rc=$?
 [[ -s $ARTIFACTS/approval.png ]] || die "approve.mjs left no screenshot"
 [[ $rc -eq 0 ]] || die "approve.mjs exited $rc (screenshot: $ARTIFACTS/approval.png)"
 for shot in card-desktop card-phone inbox; do
@@ -118,9 +135,69 @@ row=$(q "SELECT effect_type || ' ' || target || ' ' || (approval_id = :'approval
 	FROM effect_outbox WHERE idempotency_key = :'key'")
 [[ $row == "email.send demo_smtp true true" ]] || die "the outbox row is \"$row\""
 
-say "ok: approved in Chromium by $APPROVER; one outbox row ($row); screenshot $ARTIFACTS/approval.png"
+edit=$(q "SELECT edited_by || ' ' || array_to_string(edited_fields, ',') || ' '
+	|| (edited_output_hash <> output_hash)::text FROM workflow_runs WHERE idempotency_key = :'key'")
+[[ $edit == "$APPROVER body true" ]] || die "the run records the correction as \"$edit\""
+# the outbox row carries the corrected body, byte for byte
+q "SELECT payload->>'body' FROM effect_outbox WHERE idempotency_key = :'key'" >"$WORK/queued.txt"
+printf '\n' >>"$EDITED"
+cmp -s "$WORK/queued.txt" "$EDITED" || die "the queued body is not the corrected text"
 
-# --- 5. told by mail: the link from the notice -----------------------------------
+# --- 5. sent: the corrected text, once ---------------------------------------------
+
+need_stack browser ONCEGATE_DISPATCH ONCEGATE_PYTHON ONCEGATE_PROVIDERS ONCEGATE_CTL ONCEGATE_CONF
+"$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/smtp_sink.py" --port 0 --record "$WORK/mail.jsonl" \
+	>"$WORK/smtp.out" 2>&1 &
+SMTP_PID=$!
+DISPATCH_PID=
+trap 'kill -TERM $SMTP_PID $DISPATCH_PID 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+SMTP_PORT=$(ready_port "$WORK/smtp.out")
+[[ -n $SMTP_PORT ]] || die "the SMTP sink did not start: $(cat "$WORK/smtp.out")"
+CONTRACTS_DIR=$(conf_value contracts_dir)
+cat >"$WORK/dispatch.conf" <<CONF
+# tests/browser/run.sh
+log_file = $WORK/dispatch.log
+contracts_dir = $CONTRACTS_DIR
+dispatch_workers = 1
+dispatch_poll_ms = 100
+dispatch_shutdown_seconds = 2
+
+[target demo_smtp]
+kind = smtp
+url = smtp://127.0.0.1:$SMTP_PORT
+mail_from = support@oncegate.example
+timeout_ms = 5000
+max_attempts = 2
+CONF
+# Nothing else may be sent by this dispatcher: other pending work is cancelled.
+q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')
+	AND idempotency_key <> :'key'" >/dev/null
+"$ONCEGATE_CTL" kill-switch on --operator browser --reason "browser test sends to loopback" 2>/dev/null
+AI_ACTIONS_ENABLED=true "$ONCEGATE_DISPATCH" -c "$WORK/dispatch.conf" </dev/null \
+	>"$WORK/dispatch.stderr" 2>&1 &
+DISPATCH_PID=$!
+for ((i = 0; i < 300; i++)); do
+	[[ $(q "SELECT state FROM effect_outbox WHERE idempotency_key = :'key'") == completed ]] && break
+	sleep 0.1
+done
+stop_child "$DISPATCH_PID" 5 dispatcher
+DISPATCH_PID=
+"$ONCEGATE_CTL" kill-switch off --operator browser --reason "browser test done" 2>/dev/null
+sent=$(q "SELECT state FROM effect_outbox WHERE idempotency_key = :'key'")
+[[ $sent == completed ]] || die "the effect is $sent, not completed (dispatcher: $(tail -n 5 "$WORK/dispatch.stderr"))"
+"$ONCEGATE_PYTHON" - "$WORK/mail.jsonl" "$EDITED" <<'PY' || die "the SMTP sink did not receive the corrected text exactly once"
+import email, email.policy, json, sys
+want = open(sys.argv[2], encoding='utf-8').read()[:-1]
+mails = [email.message_from_string(json.loads(l)['data'], policy=email.policy.default)
+         for l in open(sys.argv[1], encoding='utf-8')]
+got = [m.get_content().replace('\r\n', '\n') for m in mails]
+print('browser: the SMTP sink received %d mail(s)' % len(got), file=sys.stderr)
+sys.exit(0 if len(got) == 1 and got[0] == want else 1)
+PY
+
+say "ok: corrected and approved in Chromium by $APPROVER; one outbox row ($row); the SMTP sink received the corrected text once; screenshot $ARTIFACTS/approval.png"
+
+# --- 6. told by mail: the link from the notice -----------------------------------
 #
 # The test contract notify_reply tells group support by mail. A dispatcher
 # of this test sends to a demo mailbox (the loopback SMTP server) and a
@@ -129,8 +206,8 @@ say "ok: approved in Chromium by $APPROVER; one outbox row ($row); screenshot $A
 # the reply reaches the mailbox once. The notice is rendered to
 # ARTIFACTS/notify-mail.png (its text in notify-mail.txt).
 
-PY=${ONCEGATE_PYTHON:-/usr/bin/python3}
-PIDS=()
+PY=$ONCEGATE_PYTHON
+PIDS=("$SMTP_PID")
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
 # start_provider NAME ARGS...: starts it in the background (PID in PIDS);
 # wait_port NAME: its port once it said "ready PORT"

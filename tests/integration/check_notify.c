@@ -25,6 +25,11 @@
  *               valid — and the managers' group is added with a challenge
  *               and a mail of its own; both logged and counted in /metrics;
  *               a manager approves from that mail and the reply goes once;
+ *   quorum      a run two people must approve (notify_quorum): each entry
+ *               is told; a reminder goes only to an entry nobody voted on;
+ *               the managers an escalation adds carry the quorum (one
+ *               manager's approval alone settles nothing); the reply goes
+ *               once when the second approval comes;
  *   held        with the kill switch off no notice goes out (the effect is
  *               held); switched on, it does.
  */
@@ -164,14 +169,28 @@ chats_for(const char *key)
 	return out;
 }
 
+/* The chat notices of the run key whose text starts with lead ("": all). */
 static json_t *
-wait_chats(const char *key, size_t want, double secs)
+chats_led(const char *key, const char *lead)
+{
+	json_t *all = chats_for(key), *out = json_array(), *c;
+	size_t i;
+
+	json_array_foreach(all, i, c)
+		if (strncmp(JSTR(c, "text"), lead, strlen(lead)) == 0)
+			json_array_append(out, c);
+	json_decref(all);
+	return out;
+}
+
+static json_t *
+wait_chats_led(const char *key, const char *lead, size_t want, double secs)
 {
 	double deadline = tl_now() + secs;
 	json_t *got;
 
 	for (;;) {
-		got = chats_for(key);
+		got = chats_led(key, lead);
 		if (json_array_size(got) >= want || tl_now() > deadline)
 			return got;
 		json_decref(got);
@@ -259,12 +278,28 @@ assert_nowhere(const json_t *tokens)
 	free(state);
 }
 
+/* A dispatcher of the test sending to the loopback providers (as the
+ * stack's demo_smtp From address), with the kill switch turned to sw
+ * ("on": sends; "off": holds). */
+static void
+sender_start(struct dl_disp *d, const char *sw)
+{
+	char *from = pl_stack_mail_from();
+
+	(void)tl_ctl(NULL, "kill-switch", sw, "--reason",
+	             strcmp(sw, "on") == 0 ? "check_notify sends to loopback"
+	                                   : "check_notify holds notices",
+	             "--operator", "check_notify", (char *)NULL);
+	dl_disp_start_demo(d, from);
+	free(from);
+}
+
 /* ---- told ------------------------------------------------------------------- */
 
 START_TEST(test_each_entry_told_link_works)
 {
 	const char *bearer[2] = { dl_key_dev, dl_key_b };
-	char *key = tl_corpus_key(tl_run, "order №4821-77 · возврат", 200), *mail_from;
+	char *key = tl_corpus_key(tl_run, "order №4821-77 · возврат", 200);
 	const char *subject = tl_corpus_mail_str("mixed_max", "subject");
 	json_t *tokens = json_array(), *mails, *chats, *a;
 	char *mtok[2], *ctok[2], *text, expect[512], *path, loc[512];
@@ -277,10 +312,7 @@ START_TEST(test_each_entry_told_link_works)
 	int t;
 
 	ck_assert_msg(dl_key_b != NULL, "no second client: `oncegatectl client add` failed");
-	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_notify sends to loopback",
-	             "--operator", "check_notify", (char *)NULL);
-	mail_from = pl_stack_mail_from();
-	dl_disp_start_demo(&disp, mail_from);
+	sender_start(&disp, "on");
 	for (t = 0; t < 2; t++) {
 		t0 = tl_now();
 		reply_run(bearer[t], key, "notify_reply", "mixed_max", &r);
@@ -296,7 +328,7 @@ START_TEST(test_each_entry_told_link_works)
 	/* each run: one mail to the support group, one chat notice to the
 	 * leads (both runs share the business key: the links tell them apart) */
 	mails = wait_mails(key, "Approval needed: ", SUPPORT_RCPT, 2, SETTLE_S);
-	chats = wait_chats(key, 2, SETTLE_S);
+	chats = wait_chats_led(key, "", 2, SETTLE_S);
 	fprintf(stderr, "check_notify: measured: the notices of two runs (mails and chat) all in "
 	        "%.2f s after the second /output answer\n", tl_now() - t0);
 	ck_assert_msg(json_array_size(mails) == 2, "%zu notice mails for two runs (want 2)",
@@ -418,7 +450,6 @@ START_TEST(test_each_entry_told_link_works)
 	json_decref(mails);
 	json_decref(chats);
 	json_decref(tokens);
-	free(mail_from);
 	free(key);
 }
 END_TEST
@@ -441,7 +472,7 @@ metric_value(const char *series)
 
 START_TEST(test_reminder_escalation)
 {
-	char *key = tl_corpus_key(tl_run, "support/ru/4821-77:Добрый день!", 120), *mail_from;
+	char *key = tl_corpus_key(tl_run, "support/ru/4821-77:Добрый день!", 120);
 	const char *subject = tl_corpus_mail_str("ru_max", "subject");
 	json_t *tokens = json_array(), *m;
 	char *t1, *t2, *t3, *text, *path, *log;
@@ -455,10 +486,7 @@ START_TEST(test_reminder_escalation)
 	long st;
 	struct dl_disp disp;
 
-	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_notify sends to loopback",
-	             "--operator", "check_notify", (char *)NULL);
-	mail_from = pl_stack_mail_from();
-	dl_disp_start_demo(&disp, mail_from);
+	sender_start(&disp, "on");
 	t0 = tl_now();
 	reply_run(dl_key_dev, key, "notify_fast", "ru_max", &r);
 	tl_resp_free(&r);
@@ -535,9 +563,151 @@ START_TEST(test_reminder_escalation)
 	free(t1);
 	free(t2);
 	free(t3);
-	free(mail_from);
 	free(key);
 	PQfinish(c);
+}
+END_TEST
+
+/* ---- a quorum ------------------------------------------------------------------- */
+
+/* The token of the one mail to first_rcpt for key whose subject starts
+ * with lead (malloc'd); fails unless exactly one arrives within secs. */
+static char *
+one_mail_token(const char *key, const char *lead, const char *first_rcpt, double secs)
+{
+	json_t *m = wait_mails(key, lead, first_rcpt, 1, secs);
+	char *t;
+
+	ck_assert_msg(json_array_size(m) == 1, "%s: %zu mails \"%s…\" to %s (want 1)", key,
+	              json_array_size(m), lead, first_rcpt);
+	t = link_token(JSTR(json_array_get(m, 0), "body"));
+	json_decref(m);
+	ck_assert_msg(t != NULL, "%s: no link in the mail \"%s…\"", key, lead);
+	return t;
+}
+
+/*
+ * notify_quorum: two people must approve; the support group is told by
+ * mail, the support leads by chat; an entry is reminded after 5 s, the
+ * managers are added after 10 s. Two runs on that clock:
+ *   A  a support member approves at once: each entry was told; the
+ *      reminder goes to the leads only (the support entry has voted); the
+ *      managers' challenge carries the quorum of 2, and a manager's
+ *      approval completes it: the reply goes once.
+ *   B  nobody votes: both entries are reminded; a manager's approval
+ *      alone does not settle the run (1 of 2); a lead's then does, and the
+ *      reply goes once.
+ */
+START_TEST(test_quorum_told_reminded_escalated)
+{
+	char *ka = tl_corpus_key(tl_run, "quorum A · заказ 4821-77", 120);
+	char *kb = tl_corpus_key(tl_run, "quorum B · 订单 4821-78", 120);
+	const char *subj_a = tl_corpus_mail_str("ar_max", "subject");
+	const char *subj_b = tl_corpus_mail_str("zh_max", "subject");
+	const char *pa[1] = { ka }, *pb[1] = { kb };
+	char *ta, *tm, *path, *text;
+	json_t *m, *c, *a;
+	struct dl_disp disp;
+	struct tl_resp r;
+	PGconn *pg = tl_pg_connect();
+	double t0;
+	size_t i;
+	long st;
+
+	sender_start(&disp, "on");
+	t0 = tl_now();
+	reply_run(dl_key_dev, ka, "notify_quorum", "ar_max", &r);
+	ck_assert_int_eq(json_array_size(json_object_get(r.json, "approvals")), 2);
+	json_array_foreach(json_object_get(r.json, "approvals"), i, a)
+		ck_assert_msg(json_is_true(json_object_get(a, "notified")) &&
+		                  json_object_get(a, "url") == NULL,
+		              "each entry of a quorum run is told, and no link is answered: %s",
+		              r.body);
+	tl_resp_free(&r);
+	reply_run(dl_key_dev, kb, "notify_quorum", "zh_max", &r);
+	tl_resp_free(&r);
+
+	/* A: each entry told (support by mail, leads by chat) */
+	ta = one_mail_token(ka, "Approval needed: ", SUPPORT_RCPT, SETTLE_S);
+	c = wait_chats_led(ka, "Approval needed.", 1, SETTLE_S);
+	ck_assert_msg(json_array_size(c) == 1, "the leads' chat notice of run A");
+	json_decref(c);
+	/* a support member approves: 1 of 2, the run waits */
+	path = token_path(ta);
+	ck_assert_int_eq(pl_decide_at(path, PERSON, PERSON_GROUPS, "approve", NULL, 0), 303);
+	free(path);
+	ck_assert_msg(tl_now() - t0 < 4.5,
+	              "the first vote took %.1f s: the 5 s reminder could come before it",
+	              tl_now() - t0);
+	ck_assert_int_eq(tl_pg_count(pg, "SELECT count(*) FROM approval_votes"
+	                                 " WHERE idempotency_key = $1 AND NOT final",
+	                             1, pa),
+	                 1);
+
+	/* the reminders: A's leads (not voted) and both of B's entries; never
+	 * A's support entry, whose member voted */
+	c = wait_chats_led(ka, "Reminder: approval needed.", 1, SETTLE_S);
+	ck_assert_msg(json_array_size(c) == 1, "no reminder to the leads of run A, who have not voted");
+	json_decref(c);
+	tm = one_mail_token(kb, "Reminder: approval needed: ", SUPPORT_RCPT, SETTLE_S);
+	free(tm);
+	c = wait_chats_led(kb, "Reminder: approval needed.", 1, SETTLE_S);
+	ck_assert_msg(json_array_size(c) == 1, "no reminder to the leads of run B");
+	json_decref(c);
+	tl_sleep_ms(1500);
+	m = mails_for(ka, "Reminder: approval needed: ", NULL);
+	ck_assert_msg(json_array_size(m) == 0,
+	              "the support entry of run A was reminded although its member voted");
+	json_decref(m);
+
+	/* the escalation: the managers' challenges carry the quorum */
+	tm = one_mail_token(ka, "Escalated to you: approval needed: ", MANAGERS_RCPT, SETTLE_S);
+	ck_assert_int_eq(tl_pg_count(pg, "SELECT count(*) FROM approvals WHERE escalated"
+	                                 " AND idempotency_key = ANY (ARRAY[$1, $2])"
+	                                 " AND min_approvals = 2",
+	                             2, (const char *[]){ ka, kb }),
+	                 2);
+	/* A: a manager's approval is the second: the reply goes once */
+	path = token_path(tm);
+	ck_assert_int_eq(pl_decide_at(path, MANAGER, MANAGER_GROUPS, "approve", NULL, 0), 303);
+	free(path);
+	free(tm);
+	ck_assert_msg(wait_replies(subj_a, 1, SETTLE_S) == 1, "run A's reply did not go out");
+
+	/* B: a manager's approval alone is 1 of 2: nothing goes */
+	tm = one_mail_token(kb, "Escalated to you: approval needed: ", MANAGERS_RCPT, SETTLE_S);
+	path = token_path(tm);
+	ck_assert_int_eq(pl_decide_at(path, MANAGER, MANAGER_GROUPS, "approve", NULL, 0), 303);
+	free(path);
+	free(tm);
+	tl_sleep_ms(1500);
+	ck_assert_msg(replies_to_customer(subj_b) == 0,
+	              "one escalated manager's approval settled a run that needs two");
+	ck_assert_int_eq(tl_pg_count(pg, "SELECT count(*) FROM approval_votes"
+	                                 " WHERE idempotency_key = $1 AND final",
+	                             1, pb),
+	                 0);
+	/* a lead, from the reminder's link, is the second */
+	c = chats_led(kb, "Reminder: approval needed.");
+	tm = link_token(JSTR(json_array_get(c, 0), "link"));
+	json_decref(c);
+	ck_assert_ptr_nonnull(tm);
+	path = token_path(tm);
+	ck_assert_int_eq(pl_decide_at(path, LEAD, LEAD_GROUPS, "approve", NULL, 0), 303);
+	free(path);
+	ck_assert_msg(wait_replies(subj_b, 1, SETTLE_S) == 1, "run B's reply did not go out");
+	tl_sleep_ms(1500);
+	ck_assert_int_eq(replies_to_customer(subj_a), 1);
+	ck_assert_int_eq(replies_to_customer(subj_b), 1);
+	text = page_text(tm, LEAD, LEAD_GROUPS, &st);
+	ck_assert_msg(st == 410, "the lead's link after the run was settled: HTTP %ld", st);
+	free(text);
+	free(tm);
+	(void)dl_disp_stop(&disp, 20);
+	free(ta);
+	free(ka);
+	free(kb);
+	PQfinish(pg);
 }
 END_TEST
 
@@ -545,17 +715,14 @@ END_TEST
 
 START_TEST(test_kill_switch_holds_notices)
 {
-	char *key = tl_corpus_key(tl_run, "ticket:48213", 120), *mail_from;
+	char *key = tl_corpus_key(tl_run, "ticket:48213", 120);
 	PGconn *c = tl_pg_connect();
 	const char *p[1] = { key };
 	struct tl_resp r;
 	json_t *m;
 	struct dl_disp disp;
 
-	(void)tl_ctl(NULL, "kill-switch", "off", "--reason", "check_notify holds notices",
-	             "--operator", "check_notify", (char *)NULL);
-	mail_from = pl_stack_mail_from();
-	dl_disp_start_demo(&disp, mail_from);
+	sender_start(&disp, "off");
 	reply_run(dl_key_dev, key, "notify_reply", "he_max", &r);
 	tl_resp_free(&r);
 	tl_sleep_ms(3000);
@@ -575,11 +742,10 @@ START_TEST(test_kill_switch_holds_notices)
 	m = wait_mails(key, "Approval needed: ", SUPPORT_RCPT, 1, SETTLE_S);
 	ck_assert_msg(json_array_size(m) == 1, "switched on, the notice did not go out");
 	json_decref(m);
-	m = wait_chats(key, 1, SETTLE_S);
+	m = wait_chats_led(key, "", 1, SETTLE_S);
 	ck_assert_int_eq(json_array_size(m), 1);
 	json_decref(m);
 	(void)dl_disp_stop(&disp, 20);
-	free(mail_from);
 	free(key);
 	PQfinish(c);
 }
@@ -595,6 +761,7 @@ notify_suite(void)
 
 	tcase_add_test(tc, test_each_entry_told_link_works);
 	tcase_add_test(tc, test_reminder_escalation);
+	tcase_add_test(tc, test_quorum_told_reminded_escalated);
 	tcase_add_test(tc, test_kill_switch_holds_notices);
 	return s;
 }
