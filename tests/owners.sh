@@ -25,6 +25,7 @@ OWNERS=(
 	"workflow_runs         src/lib/ledger.c"
 	"run_events            src/lib/ledger.c"
 	"approvals             src/lib/gate.c"
+	"approval_replaced_links src/lib/gate.c"
 	"approval_votes        src/lib/gate.c"
 	"effect_outbox         src/lib/outbox.c"
 	"effect_attempts       src/lib/outbox.c"

@@ -496,12 +496,15 @@ ctl_repair_reject(struct ctl *ctl, int argc, char **argv)
 
 static const char approval_usage[] =
 	"usage: oncegatectl approval revoke ID --reason TEXT [--operator NAME] [--json]\n"
+	"       oncegatectl approval resend ID --reason TEXT [--operator NAME] [--json]\n"
 	"       oncegatectl [--json] approval list [--pending] [--limit N]\n"
 	"  revoke: one approver's pending link stops working (its page answers 410); the "
 	"run's other\n"
 	"  links stay. Revoking the last one ends the run as an expired approval does:\n"
 	"  failed_terminal, error_class approval_revoked, and a waiting workflow is told "
 	"`expired`.\n"
+	"  resend: a pending challenge whose approvers are told (gate.notify) is told again;\n"
+	"  the new notice carries a new link and the previous one stops working.\n"
 	"  list: the pending challenges, longest waiting first.\n";
 
 static int
@@ -594,6 +597,28 @@ revoke_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 		        "more\n", out->approval_id, out->key);
 }
 
+static enum og_rc
+resend_change(struct ctl *ctl, const struct effect_args *e, const struct repair_who *who,
+              struct repair_out *out)
+{
+	return repair_approval_resend(ctl->db, e->target, who, out);
+}
+
+static void
+resend_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect_args *e,
+            const struct repair_out *out)
+{
+	struct log_fields f = { .client = out->client_name, .key = out->key,
+		                .approval_id = out->approval_id, .effect_id = out->effect_id,
+		                .target = out->target, .actor = a->op, .reason = a->reason };
+
+	(void)e;
+	ctl_log(ctl, LOG_LEVEL_NOTICE, "approval.resent", &f);
+	report(ctl, "resent", a, out);
+	fprintf(stderr, "oncegatectl: approval %s: a new notice is queued (effect %s); its link "
+	        "replaces the previous one when it is sent\n", out->approval_id, out->effect_id);
+}
+
 int
 ctl_repair_approval(struct ctl *ctl, int argc, char **argv)
 {
@@ -601,11 +626,17 @@ ctl_repair_approval(struct ctl *ctl, int argc, char **argv)
 		"approval revoke", approval_usage, "name one approval ID",
 		plain_misuse, revoke_change, revoke_done,
 	};
+	static const struct one_cmd resend = {
+		"approval resend", approval_usage, "name one approval ID",
+		plain_misuse, resend_change, resend_done,
+	};
 
 	if (argc >= 2 && strcmp(argv[1], "list") == 0)
 		return approval_list(ctl, argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "revoke") == 0)
 		return one_cmd_run(ctl, argc - 1, argv + 1, &revoke);
+	if (argc >= 2 && strcmp(argv[1], "resend") == 0)
+		return one_cmd_run(ctl, argc - 1, argv + 1, &resend);
 	if (argc >= 2 && strcmp(argv[1], "--help") == 0) {
 		fputs(approval_usage, stdout);
 		return EXIT_SUCCESS;

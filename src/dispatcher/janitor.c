@@ -33,6 +33,8 @@ janitor_tick(struct janitor *j, struct dispatch_shared *s, int poll_ms, long lon
 	if (dispatch_tick_switch(s, j->db)) {
 		dispatch_tick_expire_leases(s, j->db);
 		dispatch_tick_expire_approvals(j->db);
+		dispatch_tick_remind(j->db);
+		dispatch_tick_escalate(j->db);
 	}
 	janitor_flush_metrics(j);
 	/* effects due by time (retries, windows) need no NOTIFY */

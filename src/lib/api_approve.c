@@ -1103,6 +1103,18 @@ api_approve_handle(struct api_call *c)
 		            "The database is unavailable.", &f);
 		return;
 	}
+	if (grc != OG_OK && gate_replaced(c->ctx->db, hash) == OG_OK) {
+		/* the link of a notice that a newer one (a reminder, a resend)
+		 * replaced */
+		f.reason = "replaced";
+		page_notice(c, 410, c->route->body == BODY_FORM ? "approval.refused" : "approval.gone",
+		            "No longer valid",
+		            "This approval link is no longer valid: a newer message replaced it. "
+		            "Use the link in the most recent message, or find the request in your "
+		            "inbox at /approve/. Nothing was decided.",
+		            &f);
+		return;
+	}
 	if (grc != OG_OK) {
 		f.reason = "unknown_token";
 		page_notice(c, 404, "approval.unknown", "Unknown link",

@@ -60,6 +60,7 @@
 #define OG_CONTRACT_POINTER_MAX     1024  /* a JSON Pointer, in contracts and in errors */
 #define OG_CONTRACT_APPROVERS_MAX   20
 #define OG_CONTRACT_APPROVER_MAX    254   /* bytes of one approver entry */
+#define OG_NOTIFY_RCPT_MAX          100   /* addresses of one approver entry's notify */
 #define OG_CONTRACT_RULES_MAX       32    /* auto_when rules */
 #define OG_CONTRACT_ALLOWED_MAX     32    /* effects.allowed_types / allowed_targets */
 #define OG_CONTRACT_LOGGABLE_MAX    32

@@ -28,6 +28,12 @@
  *                                   output members, allowed by the schema as
  *                                   strings, that an approver may correct
  *                                   before approving
+ *       "notify": {APPROVER: {"target": T, "to"?: [ADDRESS, …]}, …},
+ *                                   optional: whom to tell (contract_notify.c)
+ *       "remind_after_seconds": N,  optional, below expires_seconds, with notify
+ *       "escalate_after_seconds": N, "escalate_to": [APPROVER, …]
+ *                                   optional, together: entries added when
+ *                                   nobody decided in time
  *     },
  *     "effects": {                                    required
  *       "allowed_types": ["email.send"],      non-empty, distinct, [a-z0-9_.]{1,64}
@@ -151,6 +157,17 @@ bool contract_is_editable(const struct contract *c, const char *name);
 size_t contract_approver_count(const struct contract *c);
 /* "alice@example.com" or "group:support"; NULL when i is out of range. */
 const char *contract_approver(const struct contract *c, size_t i);
+
+/* Notifications (contract_notify.c): does the gate tell its approvers;
+ * the notify entry {"target", "to"?} of an approver entry (NULL: none);
+ * the reminder and escalation delays (0: none) and the entries an
+ * escalation adds. */
+bool contract_notifies(const struct contract *c);
+const json_t *contract_notify_entry(const struct contract *c, const char *approver);
+int contract_remind_after_seconds(const struct contract *c);
+int contract_escalate_after_seconds(const struct contract *c);
+size_t contract_escalate_count(const struct contract *c);
+const char *contract_escalate_to(const struct contract *c, size_t i);
 
 /* May this SSO subject with these groups decide for the approver entry
  * `approver`? groups is AUTH_GROUPS: a list separated by sep (config

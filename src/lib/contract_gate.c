@@ -20,7 +20,8 @@ static const char *const op_names[] = {
 static const char *const gate_members[] = {
 	"mode", "window_seconds", "auto_when", "sample_rate", "approvers",
 	"expires_seconds", "allowed_decisions", "separation_of_duties", "min_approvals",
-	"editable", NULL,
+	"editable", "notify", "remind_after_seconds", "escalate_after_seconds", "escalate_to",
+	NULL,
 };
 
 static const char *const rule_members[] = { "path", "op", "value", NULL };
@@ -151,6 +152,12 @@ approver_check(struct jload *ld, const json_t *v, const void *arg)
 
 static const struct jload_list approvers_list = {
 	"approvers", 1, OG_CONTRACT_APPROVERS_MAX, "approvers", approver_check,
+	approver_same, NULL,
+};
+
+/* gate.escalate_to: approver entries added when nobody decided in time. */
+static const struct jload_list escalate_list = {
+	"escalate_to", 0, OG_CONTRACT_APPROVERS_MAX, "approvers", approver_check,
 	approver_same, NULL,
 };
 
@@ -311,7 +318,9 @@ contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate)
 	       compile_decisions(ld, c, gate) &&
 	       jload_bool(ld, gate, "separation_of_duties", true, &c->separation_of_duties) &&
 	       compile_quorum(ld, c, gate) &&
-	       jload_strings(ld, gate, &editable_list, c->editable, &c->neditable);
+	       jload_strings(ld, gate, &editable_list, c->editable, &c->neditable) &&
+	       jload_strings(ld, gate, &escalate_list, c->escalate_to, &c->nescalate) &&
+	       contract_notify_load(ld, c, gate);
 }
 
 

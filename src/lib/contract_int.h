@@ -51,6 +51,11 @@ struct contract {
 	bool allow_approve, allow_reject;
 	const char *approvers[OG_CONTRACT_APPROVERS_MAX];
 	size_t napprovers;
+	/* who is told and when (contract_notify.c) */
+	const json_t *notify;         /* gate.notify, NULL when absent */
+	int remind_after_seconds, escalate_after_seconds;
+	const char *escalate_to[OG_CONTRACT_APPROVERS_MAX];
+	size_t nescalate;
 	int min_approvals;            /* distinct people who must approve */
 	const char *editable[OG_CONTRACT_EDITABLE_MAX];   /* top-level output members */
 	size_t neditable;
@@ -80,5 +85,8 @@ bool contract_member_check(struct jload *ld, const json_t *v, const struct schem
  * already compiled (auto_when paths into the output are checked against
  * it). False with the failure in ld. */
 bool contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate);
+/* Loads notify, remind_after_seconds and escalate_after_seconds of "gate"
+ * (approvers, escalate_to and expires_seconds already loaded). */
+bool contract_notify_load(struct jload *ld, struct contract *c, const json_t *gate);
 
 #endif

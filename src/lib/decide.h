@@ -42,7 +42,9 @@ struct decide_output {
 	const char *public_url;              /* where the approval links point */
 	/* out */
 	json_t *approvals;  /* human: [{approval_id, approver, expires_at, url}]; owned.
-	                       Each url holds its raw token, which exists nowhere else. */
+	                       Each url holds its raw token, which exists nowhere else.
+	                       When the contract notifies its approvers, no url but
+	                       "notified": true (the notice carries the link). */
 	char effect_id[OUTBOX_ID_LEN];       /* not human: the queued effect */
 	char not_before[OUTBOX_TS_LEN];
 	int delay_seconds;                   /* not human: the cancellation window */

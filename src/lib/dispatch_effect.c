@@ -24,6 +24,7 @@
 #include "ledger.h"
 #include "log.h"
 #include "metrics.h"
+#include "notify.h"
 #include "outbox.h"
 #include "provider.h"
 
@@ -274,7 +275,7 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 	const struct provider *pv = ti >= 0 ? dc->providers[ti] : NULL;
 	struct provider_effect e = { j->id, j->type, j->provider_key, NULL };
 	struct provider_attempt at;
-	char *sent = NULL;
+	char *sent = NULL, token[44] = "";
 	enum recheck rck;
 	struct outcome o;
 	struct settle st;
@@ -328,7 +329,26 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 		goto out;
 	}
 
-	rck = recheck(dc, pv, j, &sent, &at);
+	if (strcmp(j->type, NOTIFY_EFFECT_TYPE) == 0) {
+		/* A notice: its link is minted now, never stored. */
+		switch (dispatch_notify_prepare(db, cfg, pv, j, token, &sent, &at)) {
+		case NOTIFY_PREP_SEND:
+			rck = RECHECK_SEND;
+			break;
+		case NOTIFY_PREP_REFUSED:
+			rck = RECHECK_REFUSED;
+			break;
+		case NOTIFY_PREP_MOOT:
+			dispatch_notify_moot(s, db, j);
+			goto out;
+		case NOTIFY_PREP_RETRY:
+		default:
+			rck = RECHECK_NOMEM;
+			break;
+		}
+	} else {
+		rck = recheck(dc, pv, j, &sent, &at);
+	}
 	if (rck == RECHECK_HOLD || rck == RECHECK_NOMEM) {
 		/* Not checked, so not sent: pending again, the attempt given back. */
 		if (dispatch_release(s, db, j, HOLD_S))
@@ -345,6 +365,7 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 		e.payload = sent;
 		pv->send(pc, t, &e, &at);
 	}
+	dispatch_notify_scrub(at.evidence, token);
 	if (at.invalid) {
 		/* Nothing went out: what cannot be sent as approved never is. */
 		o.cls = OUTCOME_PERMANENT;
@@ -452,6 +473,9 @@ settle_it:
 		                    st.dl_class, st.reason, 0, st.dl_action);
 out:
 	provider_attempt_clear(&at);
+	if (sent != NULL)
+		digest_wipe(sent, strlen(sent));
+	digest_wipe(token, sizeof(token));
 	free(sent);
 	dispatch_config_put(s, dc);
 }

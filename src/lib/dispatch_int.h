@@ -50,4 +50,22 @@ void dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provi
 void dispatch_effect_reconcile(struct dispatch_shared *s, struct db *db,
                                struct provider_conn *pc, struct outbox_job *j);
 
+/* dispatch_notify.c: right before the send of an approval.notify effect, a
+ * fresh link for its challenge (its token in token, its hash now the
+ * challenge's: the link of the notice before stops working) and the message
+ * with it in *text (wipe both after the send). MOOT: the challenge can no
+ * longer be decided (nothing minted); REFUSED: the notice cannot become a
+ * message for this target (evidence and reason in *at); RETRY: not now
+ * (the database, the CSPRNG, memory). */
+enum notify_prep { NOTIFY_PREP_SEND = 0, NOTIFY_PREP_MOOT, NOTIFY_PREP_REFUSED, NOTIFY_PREP_RETRY };
+enum notify_prep dispatch_notify_prepare(struct db *db, const struct config *cfg,
+                                         const struct provider *pv, const struct outbox_job *j,
+                                         char token[44], char **text,
+                                         struct provider_attempt *at);
+/* Replaces the token in every string of an attempt's evidence (a webhook
+ * that echoes the request must not put the link at rest). */
+void dispatch_notify_scrub(json_t *evidence, const char *token);
+/* A moot notice: cancelled, nothing sent, logged. */
+void dispatch_notify_moot(struct dispatch_shared *s, struct db *db, const struct outbox_job *j);
+
 #endif

@@ -28,4 +28,16 @@ void dispatch_tick_expire_leases(struct dispatch_shared *s, struct db *db);
  * told through a decision callback, one transaction per run. */
 void dispatch_tick_expire_approvals(struct db *db);
 
+/* Reminders that are due (dispatch_notify.c): each pending challenge with a
+ * notify entry is told once more, with a new link (its old one stops
+ * working), in one transaction per batch; logged (approval.reminded) and
+ * counted. */
+void dispatch_tick_remind(struct db *db);
+
+/* Escalations that are due: for each run nobody decided in time, every
+ * escalate_to entry gets a challenge of its own (same expiry and decisions)
+ * and its notice, one transaction per run; logged (approval.escalated) and
+ * counted. */
+void dispatch_tick_escalate(struct db *db);
+
 #endif

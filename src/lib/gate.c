@@ -723,3 +723,325 @@ gate_purge_effects(struct db *db, const char *clients, const char *keys, long lo
 
 	return db_exec_count(db, &st_purge_effects, p, count);
 }
+
+/* ---- notifications ------------------------------------------------------ */
+
+/* A challenge as its notification needs it (gate_notice_at). */
+#define GATE_NOTICE_COLS                                                                  \
+	"a.id, a.client_id,"                                                              \
+	" (SELECT c.name FROM api_clients c WHERE c.id = a.client_id) AS client_name,"   \
+	" a.idempotency_key, a.approver, a.notify::text AS notify, a.requested_by,"      \
+	" og_ts(a.expires_at) AS expires_at, a.effect::text AS effect,"                  \
+	" (SELECT r.contract FROM workflow_runs r WHERE r.client_id = a.client_id"        \
+	"     AND r.idempotency_key = a.idempotency_key) AS contract"
+
+static const struct db_stmt st_set_notify = {
+	"gate_set_notify",
+	"UPDATE approvals SET notify = $2::jsonb,"
+	"       remind_at = CASE WHEN $3::int > 0"
+	"           THEN created_at + make_interval(secs => $3::int) END,"
+	"       escalate_at = CASE WHEN $4::int > 0"
+	"           THEN created_at + make_interval(secs => $4::int) END,"
+	"       escalate_to = $5::jsonb"
+	" WHERE id = $1::uuid RETURNING id",
+	5, false,
+};
+
+/* A fresh link: the new hash replaces the challenge's, and the one it
+ * replaces is kept (only if a notification carried it) so that its page can
+ * say it is no longer valid. Only while the challenge can be decided. */
+static const struct db_stmt st_mint = {
+	"gate_mint",
+	"WITH cur AS ("
+	"  SELECT id, token_hash, notified_at FROM approvals"
+	"   WHERE id = $1::uuid AND state = 'pending' AND expires_at > now() FOR UPDATE"
+	"), old AS ("
+	"  INSERT INTO approval_replaced_links (token_hash, approval_id)"
+	"  SELECT token_hash, id FROM cur WHERE notified_at IS NOT NULL"
+	"  ON CONFLICT DO NOTHING"
+	")"
+	"UPDATE approvals a SET token_hash = decode($2, 'hex'), notified_at = now()"
+	"  FROM cur WHERE a.id = cur.id RETURNING a.id",
+	2, false,
+};
+
+static const struct db_stmt st_replaced = {
+	"gate_replaced",
+	"SELECT approval_id FROM approval_replaced_links WHERE token_hash = decode($1, 'hex')",
+	1, true,
+};
+
+/* One reminder per challenge: taken (remind_at cleared) by the statement
+ * that finds it, so two dispatchers never remind twice. Only an entry on
+ * which nobody has voted yet is reminded (a group's challenge stays
+ * pending after a member's vote while the run waits for its quorum): the
+ * reminder of an entry that has voted is taken and dropped. */
+static const struct db_stmt st_due_reminders = {
+	"gate_due_reminders",
+	"WITH due AS ("
+	"  UPDATE approvals SET remind_at = NULL"
+	"   WHERE id = ANY(ARRAY("
+	"     SELECT id FROM approvals"
+	"      WHERE state = 'pending' AND remind_at <= now() AND expires_at > now()"
+	"        AND notify IS NOT NULL"
+	"      ORDER BY remind_at LIMIT $1::int FOR UPDATE SKIP LOCKED))"
+	"     AND state = 'pending' AND remind_at IS NOT NULL"
+	"  RETURNING *"
+	")"
+	"SELECT " GATE_NOTICE_COLS " FROM due a"
+	" WHERE NOT EXISTS (SELECT 1 FROM approval_votes v WHERE v.approval_id = a.id)"
+	" ORDER BY a.created_at, a.id",
+	1, false,
+};
+
+static const struct db_stmt st_due_escalations = {
+	"gate_due_escalations",
+	"SELECT DISTINCT a.client_id, a.idempotency_key FROM approvals a"
+	" WHERE a.state = 'pending' AND a.escalate_at <= now() LIMIT $1::int",
+	1, true,
+};
+
+/* The run's escalation, taken once (escalate_at cleared on every one of its
+ * challenges); the rows of its challenges still pending, each with the
+ * approver entries to add and whether the run is still undecided: no
+ * challenge decided it and no vote settled it (a run with a quorum may
+ * hold approving votes that are not yet enough: it is escalated too, and
+ * the added approvers' votes count towards its quorum). */
+static const struct db_stmt st_escalate_take = {
+	"gate_escalate_take",
+	"WITH taken AS ("
+	"  UPDATE approvals SET escalate_at = NULL"
+	"   WHERE client_id = $1::bigint AND idempotency_key = $2 AND escalate_at IS NOT NULL"
+	"  RETURNING *"
+	")"
+	"SELECT " GATE_NOTICE_COLS ", a.escalate_to::text AS escalate_to,"
+	"       NOT EXISTS (SELECT 1 FROM approval_votes v WHERE v.client_id = a.client_id"
+	"           AND v.idempotency_key = a.idempotency_key AND v.final)"
+	"       AND NOT EXISTS (SELECT 1 FROM approvals d WHERE d.client_id = a.client_id"
+	"           AND d.idempotency_key = a.idempotency_key AND d.state = 'decided'"
+	"           AND NOT EXISTS (SELECT 1 FROM approval_votes dv"
+	"                            WHERE dv.approval_id = d.id))"
+	"         AS nobody_decided"
+	"  FROM taken a WHERE a.state = 'pending' AND a.expires_at > now()"
+	" ORDER BY a.created_at, a.id",
+	2, false,
+};
+
+/* A challenge added by an escalation: the run's challenge `template` with
+ * another approver, their notify and a token hash of its own; the same
+ * expiry, decisions and quorum (its votes count towards the run's). */
+static const struct db_stmt st_create_escalated = {
+	"gate_create_escalated",
+	"INSERT INTO approvals (client_id, idempotency_key, token_hash, approver,"
+	"    allowed_decisions, requested_by, separation_of_duties, expires_at,"
+	"    effect, callback_url, min_approvals, notify, escalated)"
+	"SELECT client_id, idempotency_key, decode($2, 'hex'), $3, allowed_decisions,"
+	"       requested_by, separation_of_duties, expires_at, effect, callback_url,"
+	"       min_approvals, $4::jsonb, true"
+	"  FROM approvals WHERE id = $1::uuid"
+	" RETURNING id, og_ts(expires_at) AS expires_at",
+	4, false,
+};
+
+static const struct db_stmt st_notice = {
+	"gate_notice",
+	"SELECT " GATE_NOTICE_COLS " FROM approvals a"
+	" WHERE a.id = $1::uuid AND a.state = 'pending' AND a.expires_at > now()"
+	"   AND a.notify IS NOT NULL",
+	1, true,
+};
+
+enum og_rc
+gate_set_notify(struct db *db, const char *id, const json_t *notify, int remind_seconds,
+                int escalate_seconds, const json_t *escalate_to)
+{
+	char remind[16], escalate[16];
+	char *n = notify != NULL ? json_dumps(notify, JSON_COMPACT) : NULL;
+	char *e = escalate_to != NULL ? json_dumps(escalate_to, JSON_COMPACT) : NULL;
+	const char *p[5] = { id, n, remind, escalate, e };
+	PGresult *res = NULL;
+	enum og_rc rc = OG_OK;
+	enum db_rc drc;
+
+	if ((notify != NULL && n == NULL) || (escalate_to != NULL && e == NULL)) {
+		rc = OG_ERROR;
+		goto out;
+	}
+	snprintf(remind, sizeof(remind), "%d", remind_seconds);
+	snprintf(escalate, sizeof(escalate), "%d", escalate_seconds);
+	if ((drc = db_exec(db, &st_set_notify, p, &res)) != DB_OK)
+		rc = gate_rc_of(drc);
+	else if (PQntuples(res) != 1)
+		rc = OG_NOT_FOUND;
+out:
+	PQclear(res);
+	free(n);
+	free(e);
+	return rc;
+}
+
+enum og_rc
+gate_mint(struct db *db, const char *id, const unsigned char token_hash[32])
+{
+	char hex[DIGEST_HEX_LEN];
+	const char *p[2] = { id, hex };
+	PGresult *res = NULL;
+	enum og_rc rc = OG_OK;
+	enum db_rc drc;
+
+	digest_hex(token_hash, 32, hex);
+	if ((drc = db_exec(db, &st_mint, p, &res)) != DB_OK)
+		rc = gate_rc_of(drc);
+	else if (PQntuples(res) != 1)
+		rc = OG_NOT_PENDING;
+	PQclear(res);
+	digest_wipe(hex, sizeof(hex));
+	return rc;
+}
+
+enum og_rc
+gate_replaced(struct db *db, const unsigned char token_hash[32])
+{
+	char hex[DIGEST_HEX_LEN];
+	const char *p[1] = { hex };
+	PGresult *res = NULL;
+	enum og_rc rc = OG_OK;
+	enum db_rc drc;
+
+	digest_hex(token_hash, 32, hex);
+	if ((drc = db_exec(db, &st_replaced, p, &res)) != DB_OK)
+		rc = gate_rc_of(drc);
+	else if (PQntuples(res) != 1)
+		rc = OG_NOT_FOUND;
+	PQclear(res);
+	return rc;
+}
+
+static enum og_rc
+gate_rows(struct db *db, const struct db_stmt *st, const char *const *p, PGresult **res)
+{
+	enum db_rc drc;
+
+	*res = NULL;
+	if ((drc = db_exec(db, st, p, res)) != DB_OK) {
+		*res = NULL;
+		return gate_rc_of(drc);
+	}
+	return OG_OK;
+}
+
+static enum og_rc
+gate_rows_limit(struct db *db, const struct db_stmt *st, int limit, PGresult **res)
+{
+	char l[16];
+	const char *p[1] = { l };
+
+	snprintf(l, sizeof(l), "%d", limit);
+	return gate_rows(db, st, p, res);
+}
+
+enum og_rc
+gate_due_reminders(struct db *db, int limit, PGresult **res)
+{
+	return gate_rows_limit(db, &st_due_reminders, limit, res);
+}
+
+enum og_rc
+gate_due_escalations(struct db *db, int limit, PGresult **res)
+{
+	return gate_rows_limit(db, &st_due_escalations, limit, res);
+}
+
+enum og_rc
+gate_escalate_take(struct db *db, long long client_id, const char *key, PGresult **res)
+{
+	char client[24];
+	const char *p[2] = { client, key };
+
+	snprintf(client, sizeof(client), "%lld", client_id);
+	return gate_rows(db, &st_escalate_take, p, res);
+}
+
+enum og_rc
+gate_notice(struct db *db, const char *id, PGresult **res)
+{
+	const char *p[1] = { id };
+	enum og_rc rc = gate_rows(db, &st_notice, p, res);
+
+	if (rc == OG_OK && PQntuples(*res) != 1) {
+		PQclear(*res);
+		*res = NULL;
+		return OG_NOT_PENDING;
+	}
+	return rc;
+}
+
+enum og_rc
+gate_create_escalated(struct db *db, const char *template_id, const char *approver,
+                      const json_t *notify, const unsigned char token_hash[32],
+                      char id[GATE_ID_LEN], char expires_at[GATE_TS_LEN])
+{
+	char hex[DIGEST_HEX_LEN];
+	char *n = notify != NULL ? json_dumps(notify, JSON_COMPACT) : NULL;
+	const char *p[4] = { template_id, hex, approver, n };
+	PGresult *res = NULL;
+	enum og_rc rc = OG_OK;
+	enum db_rc drc;
+
+	if (notify != NULL && n == NULL)
+		return OG_ERROR;
+	digest_hex(token_hash, 32, hex);
+	if ((drc = db_exec(db, &st_create_escalated, p, &res)) != DB_OK) {
+		rc = gate_rc_of(drc);
+	} else if (PQntuples(res) != 1) {
+		rc = OG_NOT_FOUND;
+	} else {
+		snprintf(id, GATE_ID_LEN, "%s", db_get(res, 0, "id"));
+		snprintf(expires_at, GATE_TS_LEN, "%s", db_get(res, 0, "expires_at"));
+	}
+	PQclear(res);
+	free(n);
+	return rc;
+}
+
+static json_t *
+json_col(const PGresult *res, int row, const char *col)
+{
+	const char *v = db_get(res, row, col);
+
+	return v != NULL ? json_loads(v, JSON_DECODE_ANY, NULL) : NULL;
+}
+
+int
+gate_notice_at(const PGresult *res, int row, struct gate_notice *n)
+{
+	const char *v;
+
+	memset(n, 0, sizeof(*n));
+	n->id = db_get(res, row, "id");
+	n->client_id = db_get_ll(res, row, "client_id");
+	n->client = db_get(res, row, "client_name");
+	n->key = db_get(res, row, "idempotency_key");
+	n->approver = db_get(res, row, "approver");
+	n->requested_by = db_get(res, row, "requested_by");
+	n->expires_at = db_get(res, row, "expires_at");
+	n->contract = db_get(res, row, "contract");
+	n->notify = json_col(res, row, "notify");
+	n->effect = json_col(res, row, "effect");
+	if (PQfnumber(res, "escalate_to") >= 0)
+		n->escalate_to = json_col(res, row, "escalate_to");
+	if (PQfnumber(res, "nobody_decided") >= 0) {
+		v = db_get(res, row, "nobody_decided");
+		n->nobody_decided = v != NULL && v[0] == 't';
+	}
+	return n->id != NULL && n->key != NULL && n->approver != NULL ? 0 : -1;
+}
+
+void
+gate_notice_clear(struct gate_notice *n)
+{
+	json_decref(n->notify);
+	json_decref(n->effect);
+	json_decref(n->escalate_to);
+	memset(n, 0, sizeof(*n));
+}

@@ -156,5 +156,63 @@ enum og_rc gate_inbox(struct db *db, const char *subject, const char *groups, ch
  * the process. */
 enum og_rc gate_find_id(struct db *db, const char *id, unsigned char token_hash[32],
                           struct gate_approval *out) __attribute__((warn_unused_result));
+/* --- notifications ---------------------------------------------------------
+ * A challenge may carry whom to tell (its approver entry's notify, a
+ * {"target", "to"?} object), when to remind them and when to add the
+ * escalation approvers. The link a notification carries is minted by the
+ * dispatcher right before the send: gate_mint replaces the challenge's
+ * token hash, and the link it replaces stops working (its page says so:
+ * gate_replaced). */
+
+/* A challenge as its notification needs it; pointers borrowed from the
+ * result it was read from, the JSON values owned (gate_notice_clear). */
+struct gate_notice {
+	const char *id, *client, *key, *approver, *requested_by, *expires_at, *contract;
+	long long client_id;
+	json_t *notify;          /* {"target", "to"?}; NULL: nobody is told */
+	json_t *effect;          /* {"type","target","payload"} the approval enqueues */
+	json_t *escalate_to;     /* escalation rows: [{"approver", "notify"}] */
+	bool nobody_decided;     /* escalation rows */
+};
+int gate_notice_at(const PGresult *res, int row, struct gate_notice *n);
+void gate_notice_clear(struct gate_notice *n);
+
+/* Sets the challenge's notify entry (NULL: nobody), its reminder and its
+ * escalation (seconds after its creation; 0: none) with the entries an
+ * escalation adds. */
+enum og_rc gate_set_notify(struct db *db, const char *id, const json_t *notify,
+                           int remind_seconds, int escalate_seconds, const json_t *escalate_to)
+	__attribute__((warn_unused_result));
+/* A freshly minted link's hash replaces the challenge's; OG_NOT_PENDING
+ * when it can no longer be decided (nothing changed). */
+enum og_rc gate_mint(struct db *db, const char *id, const unsigned char token_hash[32])
+	__attribute__((warn_unused_result));
+/* OG_OK when this hash is of a link that a newer notification replaced. */
+enum og_rc gate_replaced(struct db *db, const unsigned char token_hash[32])
+	__attribute__((warn_unused_result));
+/* Reminders that are due, taken (each challenge is reminded once): rows for
+ * gate_notice_at, without the challenges someone has voted on (their
+ * reminder is taken and dropped); inside the caller's transaction. */
+enum og_rc gate_due_reminders(struct db *db, int limit, PGresult **res)
+	__attribute__((warn_unused_result));
+/* Runs with an escalation due: rows client_id, idempotency_key. */
+enum og_rc gate_due_escalations(struct db *db, int limit, PGresult **res)
+	__attribute__((warn_unused_result));
+/* Takes the run's escalation (once): its pending challenges as rows for
+ * gate_notice_at, with escalate_to and nobody_decided (no decision and no
+ * settling vote: a run short of its quorum counts as undecided); inside
+ * the caller's transaction. */
+enum og_rc gate_escalate_take(struct db *db, long long client_id, const char *key,
+                              PGresult **res) __attribute__((warn_unused_result));
+/* A challenge for approver added by an escalation, as template_id's (same
+ * run, decisions, expiry, quorum) with its own token hash and notify entry. */
+enum og_rc gate_create_escalated(struct db *db, const char *template_id, const char *approver,
+                                 const json_t *notify, const unsigned char token_hash[32],
+                                 char id[GATE_ID_LEN], char expires_at[GATE_TS_LEN])
+	__attribute__((warn_unused_result));
+/* One pending challenge that has a notify entry, as a row for
+ * gate_notice_at; OG_NOT_PENDING otherwise. */
+enum og_rc gate_notice(struct db *db, const char *id, PGresult **res)
+	__attribute__((warn_unused_result));
 
 #endif

@@ -338,7 +338,9 @@ static const struct db_stmt st_lock = {
 
 /* approved → completed once every effect of the run is completed (or was
  * cancelled inside its window): after the dispatcher's last settle, or an
- * operator's finding. $3 is the actor. */
+ * operator's finding. Notices to approvers (approval.notify) are not the
+ * run's effects: one still queued when the run was decided never holds it
+ * back. $3 is the actor. */
 static const struct db_stmt st_complete = {
 	"ledger_complete",
 	"WITH moved AS ("
@@ -347,7 +349,8 @@ static const struct db_stmt st_complete = {
 	"   WHERE r.client_id = $1::bigint AND r.idempotency_key = $2 AND r.state = 'approved'"
 	"     AND NOT EXISTS (SELECT 1 FROM effect_outbox e"
 	"          WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
-	"            AND e.state NOT IN ('completed', 'cancelled'))"
+	"            AND e.state NOT IN ('completed', 'cancelled')"
+	"            AND e.effect_type <> 'approval.notify')"
 	"  RETURNING client_id, idempotency_key, version, attempt"
 	"), " LEDGER_EVENT("moved", "'run.completed'", "'approved'", "'completed'",
 	                   "$3", "NULL")

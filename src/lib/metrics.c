@@ -43,6 +43,8 @@ static const char *const counter_names[METRICS_NCOUNTERS] = {
 	[METRICS_CLAIM_DUPLICATE] = "claims_duplicate",
 	[METRICS_CLAIM_MISMATCH] = "claims_payload_mismatch",
 	[METRICS_RUN_LEASE_RECLAIMED] = "runs_lease_reclaimed",
+	[METRICS_APPROVAL_REMINDED] = "approvals_reminded",
+	[METRICS_APPROVAL_ESCALATED] = "approvals_escalated",
 };
 
 /* Upper bounds (le) of the request-latency histograms, in seconds. */
@@ -803,15 +805,23 @@ static int
 render_more(struct buf *b, const struct snapshot *s)
 {
 	static const char *const leases[] = { "run", "effect" };
-	json_t *reclaims = json_object();
+	static const char *const followup_actions[] = { "reminded", "escalated" };
+	json_t *reclaims = json_object(), *followups = json_object();
 	int rc = -1;
 
-	if (reclaims == NULL)
+	if (reclaims == NULL || followups == NULL) {
+		json_decref(reclaims);
+		json_decref(followups);
 		return -1;
+	}
 	json_object_set_new(reclaims, "run",
 	                    json_integer(member(s->counters, "runs_lease_reclaimed")));
 	json_object_set_new(reclaims, "effect",
 	                    json_integer(sum_member(s->attempts, "lease_expired")));
+	json_object_set_new(followups, "reminded",
+	                    json_integer(member(s->counters, "approvals_reminded")));
+	json_object_set_new(followups, "escalated",
+	                    json_integer(member(s->counters, "approvals_escalated")));
 	if (family(b, "oncegate_build_info", "gauge",
 	           "The oncegate version that answers this scrape; always 1.") != 0 ||
 	    buf_puts(b, "oncegate_build_info{version=\"") != 0 ||
@@ -822,6 +832,11 @@ render_more(struct buf *b, const struct snapshot *s)
 	                    "run whose owner's lease had ended) and effect (a sending lease "
 	                    "ended mid-send, so the effect became unknown and was not resent).",
 	                    "lease", leases, NELEM(leases), reclaims) != 0 ||
+	    labelled_family(b, "oncegate_approval_followups_total", "counter",
+	                    "What the dispatcher did about approvals nobody decided: reminded (a "
+	                    "challenge's approvers told again, with a new link) and escalated (an "
+	                    "approver entry added to a run nobody decided in time).",
+	                    "action", followup_actions, NELEM(followup_actions), followups) != 0 ||
 	    family(b, "oncegate_dispatch_held_effects", "gauge",
 	           "Effects due now that a dispatcher holds back because the kill switch is off "
 	           "(pending; each counted once in oncegate_dispatch_blocked_sends_total).") != 0 ||
@@ -835,6 +850,7 @@ render_more(struct buf *b, const struct snapshot *s)
 	rc = 0;
 out:
 	json_decref(reclaims);
+	json_decref(followups);
 	return rc;
 }
 

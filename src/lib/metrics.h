@@ -35,6 +35,8 @@ enum metrics_counter {
 	METRICS_CLAIM_DUPLICATE,       /* 200: the key exists and is not claimable */
 	METRICS_CLAIM_MISMATCH,        /* 422: same key, different payload */
 	METRICS_RUN_LEASE_RECLAIMED,   /* 201 over a run whose lease had run out */
+	METRICS_APPROVAL_REMINDED,     /* a challenge's approvers told again (janitor) */
+	METRICS_APPROVAL_ESCALATED,    /* an approver entry added by an escalation */
 	METRICS_NCOUNTERS,
 };
 

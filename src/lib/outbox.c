@@ -1065,3 +1065,56 @@ outbox_callback_effect(struct outbox_effect *e, long long client_id, const char 
 	e->approval_id = approval_id;
 	return 0;
 }
+
+/* ---- notifications: the run's next slot, a claimed notice that is moot -- */
+
+static const struct db_stmt st_next_slot = {
+	"outbox_next_slot",
+	"SELECT coalesce(max(slot), 0) + 1 AS slot FROM effect_outbox"
+	" WHERE client_id = $1::bigint AND idempotency_key = $2 AND effect_type = $3",
+	3, true,
+};
+
+static const struct db_stmt st_cancel_claimed = {
+	"outbox_cancel_claimed",
+	"UPDATE effect_outbox"
+	"   SET state = 'cancelled', reason = $3, lease_owner = NULL, lease_expires_at = NULL,"
+	"       updated_at = now()"
+	" WHERE id = $1::uuid AND state = 'sending' AND lease_owner = $2::uuid"
+	" RETURNING id",
+	3, false,
+};
+
+enum og_rc
+outbox_next_slot(struct db *db, long long client_id, const char *key, const char *type,
+                 int *slot)
+{
+	char client[24];
+	const char *p[3] = { client, key, type };
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	*slot = 0;
+	snprintf(client, sizeof(client), "%lld", client_id);
+	if ((rc = db_exec(db, &st_next_slot, p, &res)) != DB_OK)
+		return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+	*slot = (int)db_get_ll(res, 0, "slot");
+	PQclear(res);
+	return *slot > 0 ? OG_OK : OG_ERROR;
+}
+
+enum og_rc
+outbox_cancel_claimed(struct db *db, const char *id, const char *lease_owner, const char *reason)
+{
+	const char *p[3] = { id, lease_owner, reason };
+	PGresult *res = NULL;
+	enum og_rc orc = OG_OK;
+	enum db_rc rc;
+
+	if ((rc = db_exec(db, &st_cancel_claimed, p, &res)) != DB_OK)
+		orc = rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+	else if (PQntuples(res) != 1)
+		orc = OG_LEASE_LOST;
+	PQclear(res);
+	return orc;
+}

@@ -313,4 +313,13 @@ enum og_rc outbox_audit(struct db *db, long long client_id, const char *key, PGr
 enum db_rc outbox_purge_payloads(struct db *db, const char *clients, const char *keys,
                                  long long *count) __attribute__((warn_unused_result));
 
+/* Notifications (approval.notify, notify.h): the run's next free slot for
+ * an effect type (1 for the first); and a claimed effect that is moot (its
+ * challenge can no longer be decided) cancelled with reason, nothing sent.
+ * OG_LEASE_LOST: not ours any more. */
+enum og_rc outbox_next_slot(struct db *db, long long client_id, const char *key,
+                            const char *type, int *slot) __attribute__((warn_unused_result));
+enum og_rc outbox_cancel_claimed(struct db *db, const char *id, const char *lease_owner,
+                                 const char *reason) __attribute__((warn_unused_result));
+
 #endif

@@ -15,6 +15,7 @@
 #include "gate.h"
 #include "jobs.h"
 #include "ledger.h"
+#include "notify.h"
 #include "oplog.h"
 #include "outbox.h"
 #include "repair.h"
@@ -604,6 +605,55 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 	                    out->callback_id[0] ? out->callback_id : NULL);
 	rc = repair_record_action(db, who, "approval_revoke", out, details);
 out:
+	json_decref(details);
+	PQclear(res);
+	return repair_finish(db, rc);
+}
+
+enum og_rc
+repair_approval_resend(struct db *db, const char *approval_id, const struct repair_who *who,
+                       struct repair_out *out)
+{
+	struct gate_notice n = { 0 };
+	PGresult *res = NULL;
+	json_t *details = NULL;
+	enum og_rc rc;
+
+	memset(out, 0, sizeof(*out));
+	if (!repair_is_uuid(approval_id)) {
+		snprintf(out->why, sizeof(out->why), "\"%s\" is not an approval id (a UUID)",
+		         approval_id);
+		return OG_NOT_FOUND;
+	}
+	if (db_begin(db) != DB_OK)
+		return OG_UNAVAILABLE;
+	if ((rc = gate_notice(db, approval_id, &res)) != OG_OK) {
+		if (rc == OG_NOT_PENDING) {
+			snprintf(out->why, sizeof(out->why), "approval %s is not a pending challenge "
+			         "whose approvers are told (gate.notify): nothing to resend", approval_id);
+			rc = OG_WRONG_STATE;
+		}
+		goto out;
+	}
+	if (gate_notice_at(res, 0, &n) != 0) {
+		rc = OG_ERROR;
+		goto out;
+	}
+	repair_copy(out->approval_id, sizeof(out->approval_id), n.id);
+	snprintf(out->client, sizeof(out->client), "%lld", n.client_id);
+	repair_copy(out->client_name, sizeof(out->client_name), n.client);
+	repair_copy(out->key, sizeof(out->key), n.key);
+	repair_copy(out->type, sizeof(out->type), NOTIFY_EFFECT_TYPE);
+	repair_copy(out->target, sizeof(out->target),
+	            json_string_value(json_object_get(n.notify, "target")));
+	repair_copy(out->from, sizeof(out->from), "pending");
+	repair_copy(out->to, sizeof(out->to), "pending");
+	if ((rc = notify_enqueue(db, &n, NOTIFY_RESEND, out->effect_id)) != OG_OK)
+		goto out;
+	details = json_pack("{s:s, s:s}", "notice_effect", out->effect_id, "target", out->target);
+	rc = repair_record_action(db, who, "approval_resend", out, details);
+out:
+	gate_notice_clear(&n);
 	json_decref(details);
 	PQclear(res);
 	return repair_finish(db, rc);

@@ -94,6 +94,15 @@ enum og_rc repair_reject_key(struct db *db, const char *client_name, const char 
 enum og_rc repair_approval_revoke(struct db *db, const char *approval_id,
                                   const struct repair_who *who, struct repair_out *out)
 	__attribute__((warn_unused_result));
+/* A pending challenge whose approver entry is told (gate.notify) is told
+ * again: a new approval.notify effect (out->effect_id), whose link the
+ * dispatcher mints when it sends it, so the previous notice's link stops
+ * working then. OG_WRONG_STATE (with why) for a challenge that is not
+ * pending or tells nobody. */
+enum og_rc repair_approval_resend(struct db *db, const char *approval_id,
+                                  const struct repair_who *who, struct repair_out *out)
+	__attribute__((warn_unused_result));
+
 /* ---- bulk resume (sql/008) --------------------------------------------------
  * An explicit selection of effect or dead-letter ids becomes a job of kind
  * "resume" (replay_jobs, resume_job_items) before anything runs; each item

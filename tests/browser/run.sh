@@ -21,7 +21,11 @@
 #      corrected body;
 #   5. sends it: a dispatcher of its own to a loopback SMTP sink
 #      (tests/providers/smtp_sink.py), which must receive the corrected text
-#      exactly once.
+#      exactly once;
+#   6. a run of notify_reply, whose approvers are told: a dispatcher of its
+#      own sends the notice to a demo mailbox, Chromium opens the link from
+#      that mail and approves, the reply arrives once; the notice is
+#      rendered to notify-mail.png (its text in notify-mail.txt).
 #
 # Exit 0 pass, 1 fail, 77 skipped (no stack: ONCEGATE_URL is unset).
 set -euo pipefail
@@ -35,7 +39,8 @@ APPROVER_GROUPS=support
 
 SAY_PREFIX='browser:' DIE_PREFIX='browser: FAIL'
 
-need_stack browser ONCEGATE_API_KEY PGHOST PGPORT PGDATABASE PGUSER
+need_stack browser ONCEGATE_API_KEY PGHOST PGPORT PGDATABASE PGUSER \
+	ONCEGATE_DISPATCH ONCEGATE_PROVIDERS ONCEGATE_CONF ONCEGATE_CTL
 
 # --- 1. chromium, node, playwright-core --------------------------------------
 
@@ -191,3 +196,103 @@ sys.exit(0 if len(got) == 1 and got[0] == want else 1)
 PY
 
 say "ok: corrected and approved in Chromium by $APPROVER; one outbox row ($row); the SMTP sink received the corrected text once; screenshot $ARTIFACTS/approval.png"
+
+# --- 6. told by mail: the link from the notice -----------------------------------
+#
+# The test contract notify_reply tells group support by mail. A dispatcher
+# of this test sends to a demo mailbox (the loopback SMTP server) and a
+# loopback HTTP provider (the other approvers' chat webhook); the link is
+# taken from the mail as it arrived, opened and approved in Chromium, and
+# the reply reaches the mailbox once. The notice is rendered to
+# ARTIFACTS/notify-mail.png (its text in notify-mail.txt).
+
+PY=$ONCEGATE_PYTHON
+PIDS=("$SMTP_PID")
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
+# start_provider NAME ARGS...: starts it in the background (PID in PIDS);
+# wait_port NAME: its port once it said "ready PORT"
+start_provider() {
+	local name=$1
+	shift
+	"$PY" "$ONCEGATE_PROVIDERS/$name" --port 0 "$@" >"$WORK/$name.out" 2>&1 &
+	PIDS+=($!)
+}
+wait_port() {
+	local port
+	port=$(ready_port "$WORK/$1.out")
+	[[ -n $port ]] || die "$1 did not start: $(cat "$WORK/$1.out")"
+	echo "$port"
+}
+start_provider smtp_sink.py --record "$WORK/mailbox.jsonl"
+start_provider http_provider.py
+SMTP_PORT=$(wait_port smtp_sink.py)
+HTTP_PORT=$(wait_port http_provider.py)
+CONTRACTS=$(conf_value contracts_dir)
+{
+	echo "log_file = $WORK/dispatch.log"
+	echo "log_level = info"
+	echo "dispatch_workers = 2"
+	echo "dispatch_poll_ms = 200"
+	echo "public_url = $ONCEGATE_URL"
+	echo "contracts_dir = $CONTRACTS"
+	echo
+	echo "[target demo_smtp]"
+	echo "kind = smtp"
+	echo "url = smtp://127.0.0.1:$SMTP_PORT"
+	echo "mail_from = oncegate@demo.example"
+	echo "timeout_ms = 5000"
+	echo
+	echo "[target demo_http]"
+	echo "kind = http"
+	echo "url = http://127.0.0.1:$HTTP_PORT/idem/effects"
+	echo "timeout_ms = 5000"
+} >"$WORK/dispatch.conf"
+"$ONCEGATE_CTL" -c "$ONCEGATE_CONF" kill-switch on --operator tests/browser \
+	--reason "browser test: the notice and the reply go to loopback" >/dev/null
+AI_ACTIONS_ENABLED=true "$ONCEGATE_DISPATCH" -c "$WORK/dispatch.conf" >"$WORK/dispatch.out" 2>&1 &
+PIDS+=($!)
+
+KEY="browser-$(date +%s)-$$:notify:v1"
+st=$(api POST /v1/runs "{\"key\":\"$KEY\",\"payload\":{\"ticket\":4343}}")
+[[ $st == 201 ]] || die "claim: HTTP $st $(cat "$WORK/answer")"
+if ! OWNER=$(field j.lease_owner) || ! VERSION=$(field j.version); then
+	die "claim answer: $(cat "$WORK/answer")"
+fi
+SUBJECT="Re: Заказ № 4821-77 — посылка 📦 / 订单 / طلب — arrives on Friday"
+KEY_PATH=$(node -p 'encodeURIComponent(process.argv[1])' "$KEY")
+OUTPUT=$(printf '{"lease_owner":"%s","version":%s,"contract":"notify_reply",
+ "output":{"subject":"%s","body":"Здравствуйте!\\nYour parcel left the warehouse today and arrives on Friday.\\nС уважением, Support"},
+ "model":{"provider":"openai-compatible","name":"qwen2.5-7b-instruct","revision":"2024-09-19"},
+ "effect":{"type":"email.send","target":"demo_smtp","payload":{"to":["customer-4343@example.com"]}},
+ "source_url":"https://crm.example/ticket/4343","requested_by":"alice@example.com"}' \
+	"$OWNER" "$VERSION" "$SUBJECT")
+st=$(api POST "/v1/runs/$KEY_PATH/output" "$OUTPUT")
+[[ $st == 202 ]] || die "output (notify_reply): HTTP $st $(cat "$WORK/answer")"
+if field 'j.approvals[0].url' >/dev/null; then
+	die "the answer holds a link although the approvers are told"
+fi
+mailbox() { "$PY" "$ONCEGATE_PROVIDERS/mailbox.py" "$WORK/mailbox.jsonl" "$@"; }
+NOTICE_URL=
+for ((i = 0; i < 150; i++)); do
+	NOTICE_URL=$(mailbox --to support-team@support.example.test --grep "$KEY" --link) && break
+	sleep 0.2
+done
+[[ $NOTICE_URL == "$ONCEGATE_URL/approve/"* ]] || die "no notice with a link in the demo mailbox"
+mailbox --to support-team@support.example.test --grep "$KEY" --json --last 1 >"$WORK/notice.json"
+mailbox --to support-team@support.example.test --grep "$KEY" --last 1 >"$ARTIFACTS/notify-mail.txt"
+rm -f "$ARTIFACTS/notify-mail.png" "$ARTIFACTS/notify-approved.png"
+node "$HERE/mail.mjs" "$WORK/notice.json" "$ARTIFACTS/notify-mail.png" ||
+	die "mail.mjs could not render the notice"
+node "$HERE/decide.mjs" "$NOTICE_URL" "$APPROVER" "$APPROVER_GROUPS" approve \
+	"$ARTIFACTS/notify-approved.png" "Проверено — отправляем" ||
+	die "approving from the notice's link failed (screenshot: $ARTIFACTS/notify-approved.png)"
+replies() { mailbox --to customer-4343@example.com --json | grep -c . || true; }
+for ((i = 0; i < 150; i++)); do
+	[[ $(replies) -ge 1 ]] && break
+	sleep 0.2
+done
+sleep 1
+n=$(replies)
+[[ $n == 1 ]] || die "the approved reply reached the demo mailbox $n times, expected once"
+mailbox --to customer-4343@example.com | grep -qF "$SUBJECT" || die "the reply is not the approved draft"
+say "ok: told by mail ($ARTIFACTS/notify-mail.png), approved from its link, the reply sent once"

@@ -866,6 +866,7 @@ dl_disp_start_demo(struct dl_disp *d, const char *mail_from)
 	struct dl_conf c;
 
 	dl_conf_open(&c, d);
+	fprintf(c.f, "public_url = %s\n", tl_env("ONCEGATE_URL"));
 	fprintf(c.f,
 	        "\n[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
 	        "lookup_url = http://127.0.0.1:%d/idem/effects/lookup\nidempotency_key = 1\n"

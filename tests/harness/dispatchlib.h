@@ -219,8 +219,9 @@ void dl_page_request(const char *path, const char *user, const char *groups, con
 /* Starts dispatcher d with dl_conf_open's settings and the targets
  * demo_http and demo_smtp (the names the shipped and test contracts use)
  * pointed at the suite's HTTP provider (g_http_port) and SMTP sink
- * (g_smtp_port), mails from mail_from; the kill switch's environment half
- * on (dl_conf_start). */
+ * (g_smtp_port), mails from mail_from, approval links in notices made
+ * from the stack's address (ONCEGATE_URL); the kill switch's environment
+ * half on (dl_conf_start). */
 void dl_disp_start_demo(struct dl_disp *d, const char *mail_from);
 /* What the SMTP sink received (g_smtp_record), MIME-decoded by Python's
  * email package: one object per mail {rcpt (RCPT TO), queue_id, message_id,

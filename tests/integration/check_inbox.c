@@ -41,6 +41,7 @@
 #include <libxml/xpath.h>
 
 #include "dispatchlib.h"
+#include "pagelib.h"
 #include "testlib.h"
 
 #define CONTRACT      "inbox_mail"   /* group:customer support, group:служба поддержки */
@@ -83,154 +84,6 @@ ten_recipients(const char *first)
 	return to;
 }
 
-/* ---- the pages --------------------------------------------------------------- */
-
-/* A page as a browser's HTML parser reads it. */
-struct doc {
-	struct tl_resp r;
-	htmlDocPtr html;
-	xmlXPathContextPtr xp;
-};
-
-static void
-doc_get(const char *path, const char *user, const char *groups, struct doc *d)
-{
-	memset(d, 0, sizeof(*d));
-	dl_page_request(path, user, groups, NULL, NULL, &d->r, NULL);
-	ck_assert_msg(strncasecmp(d->r.content_type, "text/html", 9) == 0,
-	              "%s: not a page (%s, HTTP %ld): %.500s", d->r.what, d->r.content_type,
-	              d->r.status, d->r.body);
-	d->html = htmlReadMemory(d->r.body, (int)d->r.body_len, NULL, "UTF-8",
-	                         HTML_PARSE_NOERROR | HTML_PARSE_NOWARNING | HTML_PARSE_NONET);
-	ck_assert_ptr_nonnull(d->html);
-	d->xp = xmlXPathNewContext(d->html);
-	ck_assert_ptr_nonnull(d->xp);
-}
-
-static void
-doc_free(struct doc *d)
-{
-	if (d->xp != NULL)
-		xmlXPathFreeContext(d->xp);
-	if (d->html != NULL)
-		xmlFreeDoc(d->html);
-	tl_resp_free(&d->r);
-	memset(d, 0, sizeof(*d));
-}
-
-/* The text of every node the XPath expression selects, as a JSON array. */
-static json_t *
-doc_texts(const struct doc *d, const char *expr)
-{
-	xmlXPathObjectPtr o = xmlXPathEvalExpression((const xmlChar *)expr, d->xp);
-	json_t *out = json_array();
-	int i;
-
-	ck_assert_msg(o != NULL, "XPath %s", expr);
-	for (i = 0; o->nodesetval != NULL && i < o->nodesetval->nodeNr; i++) {
-		xmlChar *t = xmlNodeGetContent(o->nodesetval->nodeTab[i]);
-
-		json_array_append_new(out, json_string(t != NULL ? (const char *)t : ""));
-		xmlFree(t);
-	}
-	xmlXPathFreeObject(o);
-	return out;
-}
-
-/* The one text the expression selects (malloc'd); fails unless exactly one. */
-static char *
-doc_text1(const struct doc *d, const char *expr)
-{
-	json_t *all = doc_texts(d, expr);
-	char *s;
-
-	ck_assert_msg(json_array_size(all) == 1, "%s: %zu nodes match %s (want 1)", d->r.what,
-	              json_array_size(all), expr);
-	s = strdup(json_string_value(json_array_get(all, 0)));
-	json_decref(all);
-	return s;
-}
-
-static size_t
-doc_count(const struct doc *d, const char *expr)
-{
-	json_t *all = doc_texts(d, expr);
-	size_t n = json_array_size(all);
-
-	json_decref(all);
-	return n;
-}
-
-static char *
-doc_all_text(const struct doc *d)
-{
-	return doc_text1(d, "/html/body");
-}
-
-/* The value of the page's hidden csrf input (malloc'd), or NULL. */
-static char *
-doc_csrf(const struct doc *d)
-{
-	json_t *v = doc_texts(d, "//input[@name='csrf']/@value");
-	char *s = json_array_size(v) == 1 ? strdup(json_string_value(json_array_get(v, 0))) : NULL;
-
-	json_decref(v);
-	return s;
-}
-
-/* POSTs decision with the CSRF value of the card at path (GET first) as
- * user in groups; the POST's status and, in location, its Location. */
-static long
-decide_at(const char *path, const char *user, const char *groups, const char *decision,
-          char *location, size_t loclen)
-{
-	struct doc d;
-	struct tl_resp r;
-	char *csrf, *form, *hdrs = NULL, *loc;
-	long st;
-
-	doc_get(path, user, groups, &d);
-	ASSERT_STATUS(&d.r, 200);
-	csrf = doc_csrf(&d);
-	ck_assert_msg(csrf != NULL, "%s: the card has no form for %s in \"%s\"", d.r.what, user,
-	              groups);
-	doc_free(&d);
-	form = tl_form("decision", decision, "csrf", csrf, "reason",
-	               "Проверено: отправляем 👍", (char *)NULL);
-	dl_page_request(path, user, groups, form, NULL, &r, &hdrs);
-	st = r.status;
-	loc = hdrs != NULL ? tl_header_get(hdrs, "Location") : NULL;
-	if (location != NULL)
-		snprintf(location, loclen, "%s", loc ? loc : "");
-	free(loc);
-	free(hdrs);
-	tl_resp_free(&r);
-	free(form);
-	free(csrf);
-	return st;
-}
-
-/* ---- the dispatcher ---------------------------------------------------------- */
-
-/* The stack's From address of demo_smtp (what the card shows). */
-static char *
-stack_mail_from(void)
-{
-	char *conf = tl_file_slurp(tl_env("ONCEGATE_CONF"), NULL), *p, *e, *v = NULL;
-
-	ck_assert_msg(conf != NULL, "cannot read %s", tl_env("ONCEGATE_CONF"));
-	p = strstr(conf, "[target demo_smtp]");
-	p = p != NULL ? strstr(p, "mail_from = ") : NULL;
-	if (p != NULL) {
-		p += strlen("mail_from = ");
-		e = p + strcspn(p, "\r\n");
-		v = strndup(p, (size_t)(e - p));
-	}
-	free(conf);
-	ck_assert_msg(v != NULL, "no mail_from of demo_smtp in the stack's config");
-	return v;
-}
-
 /* ---- as sent ------------------------------------------------------------------ */
 
 /* What the card shows of a mail. */
@@ -242,22 +95,22 @@ struct shown {
 static void
 card_mail(const char *path, const char *user, const char *groups, struct shown *s)
 {
-	struct doc d;
+	struct pl_doc d;
 
-	doc_get(path, user, groups, &d);
+	pl_doc_get(path, user, groups, &d);
 	ASSERT_STATUS(&d.r, 200);
-	s->from = doc_text1(&d, "//div[@class='mail']//dt[.='From']/following-sibling::dd[1]");
-	s->count = doc_text1(&d, "//div[@class='mail']//dt[starts-with(.,'To')]/span");
-	s->to = doc_texts(&d, "//div[@class='mail']//ul[@class='rcpt']/li");
-	s->subject = doc_text1(&d, "//div[@class='mail']//dd[@class='subject']");
-	s->body = doc_text1(&d, "//div[@class='mail']//pre[contains(@class,'body')]");
+	s->from = pl_doc_text1(&d, "//div[@class='mail']//dt[.='From']/following-sibling::dd[1]");
+	s->count = pl_doc_text1(&d, "//div[@class='mail']//dt[starts-with(.,'To')]/span");
+	s->to = pl_doc_texts(&d, "//div[@class='mail']//ul[@class='rcpt']/li");
+	s->subject = pl_doc_text1(&d, "//div[@class='mail']//dd[@class='subject']");
+	s->body = pl_doc_text1(&d, "//div[@class='mail']//pre[contains(@class,'body')]");
 	/* the decision comes before what is sent, and it is the only form */
-	ck_assert_msg(doc_count(&d, "//form[@method='post']") == 1, "%s: one form", d.r.what);
-	ck_assert_msg(doc_count(&d, "//form//button[@name='decision' and @value='approve']") == 1,
+	ck_assert_msg(pl_doc_count(&d, "//form[@method='post']") == 1, "%s: one form", d.r.what);
+	ck_assert_msg(pl_doc_count(&d, "//form//button[@name='decision' and @value='approve']") == 1,
 	              "%s: an Approve button", d.r.what);
-	ck_assert_msg(doc_count(&d, "//form/following::div[@class='mail']") == 1,
+	ck_assert_msg(pl_doc_count(&d, "//form/following::div[@class='mail']") == 1,
 	              "%s: the buttons come before the mail on the page", d.r.what);
-	doc_free(&d);
+	pl_doc_free(&d);
 }
 
 static void
@@ -274,13 +127,13 @@ shown_free(struct shown *s)
 static char *
 decided_state(const char *path)
 {
-	struct doc d;
+	struct pl_doc d;
 	char *st;
 
-	doc_get(path, PERSON, PERSON_GROUPS, &d);
+	pl_doc_get(path, PERSON, PERSON_GROUPS, &d);
 	ASSERT_STATUS(&d.r, 410);
-	st = doc_text1(&d, "//dt[.='Sent?']/following-sibling::dd[1]/strong");
-	doc_free(&d);
+	st = pl_doc_text1(&d, "//dt[.='Sent?']/following-sibling::dd[1]/strong");
+	pl_doc_free(&d);
 	return st;
 }
 
@@ -297,7 +150,7 @@ START_TEST(test_mail_as_sent)
 		{ .bearer = dl_key_b, .client = dl_client_b, .mail = "ar_max" },
 	};
 	PGconn *c = tl_pg_connect();
-	char prefix[96], *key, *mail_from = stack_mail_from(), loc[256], *st;
+	char prefix[96], *key, *mail_from = pl_stack_mail_from(), loc[256], *st;
 	json_t *mails;
 	size_t i, j;
 	struct dl_disp disp;
@@ -335,10 +188,10 @@ START_TEST(test_mail_as_sent)
 	(void)tl_ctl(NULL, "kill-switch", "off", "--reason", "check_inbox holds sends",
 	             "--operator", "check_inbox", (char *)NULL);
 	snprintf(t[0].path, sizeof(t[0].path), "/approve/card/%s", t[0].id);
-	ck_assert_int_eq(decide_at(t[0].path, PERSON, PERSON_GROUPS, "approve", loc, sizeof(loc)),
+	ck_assert_int_eq(pl_decide_at(t[0].path, PERSON, PERSON_GROUPS, "approve", loc, sizeof(loc)),
 	                 303);
 	ck_assert_str_eq(loc, t[0].path);
-	ck_assert_int_eq(decide_at(t[1].path, PERSON, PERSON_GROUPS, "approve", NULL, 0), 303);
+	ck_assert_int_eq(pl_decide_at(t[1].path, PERSON, PERSON_GROUPS, "approve", NULL, 0), 303);
 	for (i = 0; i < 2; i++) {
 		st = decided_state(t[i].path);
 		ck_assert_msg(strcmp(st, "held by the kill switch") == 0,
@@ -409,7 +262,7 @@ END_TEST
 /* The text (or, with attr, that attribute) of the one node expr selects
  * below node, as a new string; "" when it selects none or several. */
 static json_t *
-below(struct doc *d, xmlNodePtr node, const char *expr, const char *attr)
+below(struct pl_doc *d, xmlNodePtr node, const char *expr, const char *attr)
 {
 	xmlXPathObjectPtr a;
 	xmlChar *v = NULL;
@@ -433,12 +286,12 @@ below(struct doc *d, xmlNodePtr node, const char *expr, const char *attr)
 static json_t *
 inbox_of(const char *user, const char *groups, char **body)
 {
-	struct doc d;
+	struct pl_doc d;
 	xmlXPathObjectPtr o;
 	json_t *out = json_array();
 	int i;
 
-	doc_get("/approve/", user, groups, &d);
+	pl_doc_get("/approve/", user, groups, &d);
 	ASSERT_STATUS(&d.r, 200);
 	o = xmlXPathEvalExpression((const xmlChar *)"//ol[@class='inbox']/li", d.xp);
 	ck_assert_ptr_nonnull(o);
@@ -454,7 +307,7 @@ inbox_of(const char *user, const char *groups, char **body)
 	xmlXPathFreeObject(o);
 	if (body != NULL)
 		*body = strdup(d.r.body);
-	doc_free(&d);
+	pl_doc_free(&d);
 	return out;
 }
 
@@ -512,7 +365,7 @@ START_TEST(test_inbox_lists_what_one_may_decide)
 		char path[128];
 
 		snprintf(path, sizeof(path), "/approve/%s", tok[nt - 1]);
-		ck_assert_int_eq(decide_at(path, "ivan@example.com", "customer support", "reject", NULL,
+		ck_assert_int_eq(pl_decide_at(path, "ivan@example.com", "customer support", "reject", NULL,
 		                           0), 303);
 	}
 	/* requested by the person: separation of duties keeps it out */
@@ -533,14 +386,14 @@ START_TEST(test_inbox_lists_what_one_may_decide)
 	/* its card shows the request as the HTTP provider sends it */
 	{
 		char path[128], *conf = tl_file_slurp(tl_env("ONCEGATE_CONF"), NULL), *u, *req, *rb;
-		struct doc d;
+		struct pl_doc d;
 
 		snprintf(path, sizeof(path), "/approve/%s", tok[nt - 1]);
-		doc_get(path, "sofia@example.com", "sales", &d);
+		pl_doc_get(path, "sofia@example.com", "sales", &d);
 		ASSERT_STATUS(&d.r, 200);
-		ck_assert_uint_eq(doc_count(&d, "//div[@class='mail']"), 0);
-		req = doc_text1(&d, "//div[@class='http']//dt[.='Request']/following-sibling::dd[1]");
-		rb = doc_text1(&d, "//div[@class='http']//pre");
+		ck_assert_uint_eq(pl_doc_count(&d, "//div[@class='mail']"), 0);
+		req = pl_doc_text1(&d, "//div[@class='http']//dt[.='Request']/following-sibling::dd[1]");
+		rb = pl_doc_text1(&d, "//div[@class='http']//pre");
 		u = conf != NULL ? strstr(conf, "[target demo_http]") : NULL;
 		u = u != NULL ? strstr(u, "url = ") : NULL;
 		ck_assert_ptr_nonnull(u);
@@ -553,7 +406,7 @@ START_TEST(test_inbox_lists_what_one_may_decide)
 		free(req);
 		free(rb);
 		free(conf);
-		doc_free(&d);
+		pl_doc_free(&d);
 	}
 	/* two tenants, one business key: two entries, told apart by client */
 	mail_run(dl_key_dev, k_shared, "ru_reply", ten_recipients("a@inbox.example.com"), REQUESTER,
@@ -646,23 +499,23 @@ START_TEST(test_empty_inbox)
 
 	snprintf(user, sizeof(user), "nobody.%s@example.com", tl_run);
 	for (i = 0; i < 2; i++) {
-		struct doc d;
+		struct pl_doc d;
 		char *text;
 		json_t *all = inbox_of(user, groups[i], &body);
 
 		ck_assert_uint_eq(json_array_size(all), 0);
 		json_decref(all);
 		free(body);
-		doc_get("/approve/", user, groups[i], &d);
+		pl_doc_get("/approve/", user, groups[i], &d);
 		ASSERT_STATUS(&d.r, 200);
-		text = doc_all_text(&d);
+		text = pl_doc_all_text(&d);
 		ck_assert_msg(strstr(text, "Nothing is waiting for your decision") != NULL &&
 		              strstr(text, user) != NULL,
 		              "the empty inbox does not say so: %.500s", text);
-		ck_assert_uint_eq(doc_count(&d, "//ol"), 0);
-		ck_assert_uint_eq(doc_count(&d, "//form"), 0);
+		ck_assert_uint_eq(pl_doc_count(&d, "//ol"), 0);
+		ck_assert_uint_eq(pl_doc_count(&d, "//form"), 0);
 		free(text);
-		doc_free(&d);
+		pl_doc_free(&d);
 	}
 	/* not signed in: told to sign in */
 	{
@@ -681,7 +534,7 @@ START_TEST(test_inbox_shows_text_not_markup)
 {
 	char key[160], subject[256], *body = NULL;
 	struct tl_resp r;
-	struct doc d;
+	struct pl_doc d;
 	json_t *all, *got;
 
 	snprintf(key, sizeof(key), "%s-markup:<b>заказ</b>", tl_run);
@@ -705,9 +558,9 @@ START_TEST(test_inbox_shows_text_not_markup)
 	json_decref(got);
 	json_decref(all);
 	free(body);
-	doc_get("/approve/", PERSON, PERSON_GROUPS, &d);
-	ck_assert_uint_eq(doc_count(&d, "//script | //img | //b | //@onerror"), 0);
-	doc_free(&d);
+	pl_doc_get("/approve/", PERSON, PERSON_GROUPS, &d);
+	ck_assert_uint_eq(pl_doc_count(&d, "//script | //img | //b | //@onerror"), 0);
+	pl_doc_free(&d);
 }
 END_TEST
 
@@ -717,7 +570,7 @@ START_TEST(test_may_not_decide)
 {
 	char key[160], id[64], path[128], *token, *text;
 	struct tl_resp r;
-	struct doc d;
+	struct pl_doc d;
 
 	snprintf(key, sizeof(key), "%s-maynot:заказ/4821", tl_run);
 	mail_run(dl_key_dev, key, "emoji_reply", ten_recipients("maynot@inbox.example.com"), PERSON,
@@ -727,38 +580,38 @@ START_TEST(test_may_not_decide)
 	snprintf(path, sizeof(path), "/approve/%s", token);
 
 	/* not among the approvers: the card, no form, and why */
-	doc_get(path, "mallory@example.com", "support,customer support team", &d);
+	pl_doc_get(path, "mallory@example.com", "support,customer support team", &d);
 	ASSERT_STATUS(&d.r, 200);
-	ck_assert_uint_eq(doc_count(&d, "//form"), 0);
-	ck_assert_uint_eq(doc_count(&d, "//input[@name='csrf']"), 0);
-	ck_assert_uint_eq(doc_count(&d, "//button"), 0);
-	text = doc_all_text(&d);
+	ck_assert_uint_eq(pl_doc_count(&d, "//form"), 0);
+	ck_assert_uint_eq(pl_doc_count(&d, "//input[@name='csrf']"), 0);
+	ck_assert_uint_eq(pl_doc_count(&d, "//button"), 0);
+	text = pl_doc_all_text(&d);
 	ck_assert_msg(strstr(text, "You cannot decide this request") &&
 	              strstr(text, "You are not among the approvers this link was issued to."),
 	              "the card does not say why: %.800s", text);
 	ck_assert_msg(strstr(text, tl_corpus_mail_str("emoji_reply", "subject")) != NULL,
 	              "the card without a form still shows the mail");
 	free(text);
-	doc_free(&d);
+	pl_doc_free(&d);
 
 	/* the requester, under separation of duties: no form, and why */
-	doc_get(path, PERSON, PERSON_GROUPS, &d);
+	pl_doc_get(path, PERSON, PERSON_GROUPS, &d);
 	ASSERT_STATUS(&d.r, 200);
-	ck_assert_uint_eq(doc_count(&d, "//form"), 0);
-	text = doc_all_text(&d);
+	ck_assert_uint_eq(pl_doc_count(&d, "//form"), 0);
+	text = pl_doc_all_text(&d);
 	ck_assert_msg(strstr(text, "You requested this action, so someone else must approve it."),
 	              "the requester's card does not say why: %.800s", text);
 	free(text);
-	doc_free(&d);
+	pl_doc_free(&d);
 
 	/* by id, a person outside the approvers finds nothing */
 	snprintf(path, sizeof(path), "/approve/card/%s", id);
-	doc_get(path, "mallory@example.com", "support", &d);
+	pl_doc_get(path, "mallory@example.com", "support", &d);
 	ASSERT_STATUS(&d.r, 404);
-	ck_assert_uint_eq(doc_count(&d, "//form"), 0);
+	ck_assert_uint_eq(pl_doc_count(&d, "//form"), 0);
 	ck_assert_msg(strstr(d.r.body, tl_corpus_mail_str("emoji_reply", "subject")) == NULL,
 	              "the card by id shows the mail to a person outside its approvers");
-	doc_free(&d);
+	pl_doc_free(&d);
 	free(token);
 }
 END_TEST
@@ -772,7 +625,7 @@ START_TEST(test_card_by_id_decides_once)
 	char *before, *csrf_other, *form;
 	const char *p1[1] = { key }, *pid[1] = { id };
 	struct tl_resp r;
-	struct doc d;
+	struct pl_doc d;
 
 	snprintf(key, sizeof(key), "%s-byid:ticket 48213", tl_run);
 	mail_run(dl_key_dev, key, "ru_reply", ten_recipients("byid@inbox.example.com"), REQUESTER,
@@ -794,10 +647,10 @@ START_TEST(test_card_by_id_decides_once)
 	before = tl_run_snapshot(c, key);
 
 	/* from another origin: refused, nothing changed */
-	doc_get(path, PERSON, PERSON_GROUPS, &d);
+	pl_doc_get(path, PERSON, PERSON_GROUPS, &d);
 	ASSERT_STATUS(&d.r, 200);
 	{
-		char *csrf = doc_csrf(&d);
+		char *csrf = pl_doc_csrf(&d);
 
 		ck_assert_ptr_nonnull(csrf);
 		form = tl_form("decision", "approve", "csrf", csrf, (char *)NULL);
@@ -807,7 +660,7 @@ START_TEST(test_card_by_id_decides_once)
 		free(form);
 		free(csrf);
 	}
-	doc_free(&d);
+	pl_doc_free(&d);
 	/* a CSRF value of another challenge: refused */
 	csrf_other = tl_csrf_for(other_id, PERSON);
 	form = tl_form("decision", "approve", "csrf", csrf_other, (char *)NULL);
@@ -821,7 +674,7 @@ START_TEST(test_card_by_id_decides_once)
 	                             " AND state = 'pending'", 1, p1), 2);
 
 	/* the decision: one transaction, the challenge consumed once */
-	ck_assert_int_eq(decide_at(path, "ivan@example.com", "customer support", "approve", NULL, 0),
+	ck_assert_int_eq(pl_decide_at(path, "ivan@example.com", "customer support", "approve", NULL, 0),
 	                 303);
 	{
 		char *row = tl_pg_value(c, "SELECT state || ' ' || approver_subject || ' ' || decision"
@@ -848,11 +701,11 @@ START_TEST(test_card_by_id_decides_once)
 	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM effect_outbox WHERE"
 	                             " idempotency_key = $1", 1, p1), 1);
 	/* the emailed link, and the inbox: decided, gone */
-	doc_get(tpath, PERSON, PERSON_GROUPS, &d);
+	pl_doc_get(tpath, PERSON, PERSON_GROUPS, &d);
 	ASSERT_STATUS(&d.r, 410);
 	ck_assert_msg(strstr(d.r.body, "ivan@example.com") != NULL, "the link's page: %.500s",
 	              d.r.body);
-	doc_free(&d);
+	pl_doc_free(&d);
 	{
 		json_t *all = inbox_of(PERSON, PERSON_GROUPS, NULL), *e;
 		size_t i;
@@ -862,9 +715,9 @@ START_TEST(test_card_by_id_decides_once)
 		json_decref(all);
 	}
 	/* an id that is no challenge */
-	doc_get("/approve/card/00000000-0000-4000-8000-000000000000", PERSON, PERSON_GROUPS, &d);
+	pl_doc_get("/approve/card/00000000-0000-4000-8000-000000000000", PERSON, PERSON_GROUPS, &d);
 	ASSERT_STATUS(&d.r, 404);
-	doc_free(&d);
+	pl_doc_free(&d);
 	free(before);
 	free(token);
 	free(token2);

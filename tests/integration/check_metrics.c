@@ -346,6 +346,7 @@ START_TEST(test_families)
 		{ "oncegate_effect_attempts", "counter" },
 		{ "oncegate_effect_retries", "counter" },
 		{ "oncegate_lease_reclaims", "counter" },
+		{ "oncegate_approval_followups", "counter" },
 		{ "oncegate_dispatch_held_effects", "gauge" },
 		{ "oncegate_approvals_expiring_soon", "gauge" },
 		{ "oncegate_http_request_duration_seconds", "histogram" },

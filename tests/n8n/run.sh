@@ -254,7 +254,17 @@ run_state() { q "$1" "SELECT state || ' ' || coalesce(error_class, '-') FROM wor
 state_is() { [[ $(run_state "$1") == "$2" ]]; }
 exec_ended() { [[ $(count_execs "e['key'] == '$1' and e['last_node'] == '''$2''' and e['status'] == '$3'") -ge ${4:-1} ]]; }
 waiting_exec() { [[ $(count_execs "e['key'] == '$1' and e['status'] == 'waiting'") -eq 1 ]]; }
-approval_url() { execs "e['key'] == '$1' and e['status'] == 'waiting'" | "$PY" -c 'import json,sys; print(json.loads(sys.stdin.readline())["approval_url"] or "")'; }
+exec_approval_url() { execs "e['key'] == '$1' and e['status'] == 'waiting'" | "$PY" -c 'import json,sys; print(json.loads(sys.stdin.readline())["approval_url"] or "")'; }
+# support_reply tells its approvers (./dev gives it gate.notify): the link
+# is in the demo approvers' mailbox, never in n8n's execution data.
+DEMO_APPROVERS=approvers@demo.example
+notice_link() { "$PY" "$ROOT/tests/providers/mailbox.py" "$ONCEGATE_DEMO_SMTP_LOG" --to "$DEMO_APPROVERS" --grep "$1" --link; }
+notice_arrived() { notice_link "$1" >/dev/null; }
+approval_url() {
+	until_true 60 "the approvers' notice for $1 in the demo mailbox" notice_arrived "$1" >&2
+	[[ -z $(exec_approval_url "$1") ]] || fail "n8n's execution data holds an approval link for $1"
+	notice_link "$1"
+}
 
 SUPPORT=oncegate/support-reply
 CRM=oncegate/crm-tag
@@ -283,7 +293,8 @@ expect "run $K" "$(run_state "$K")" "awaiting_human -"
 expect "model calls for ticket 101" "$(model_calls 'Ticket 101:')" 1
 expect "approvals for $K" "$(q "$K" "SELECT count(*) FROM approvals WHERE idempotency_key = :'key'")" 1
 URL=$(approval_url "$K")
-[[ $URL == "$ONCEGATE_URL/approve/"* ]] || fail "no approval link in the waiting execution ($URL)"
+[[ $URL == "$ONCEGATE_URL/approve/"* ]] || fail "no approval link in the approvers' notice ($URL)"
+ok "the approvers were told by mail; the waiting execution holds no link"
 say "a. approving in Chromium"
 node "$ROOT/tests/browser/approve.mjs" "$URL" "$APPROVER" "$APPROVER_GROUPS" "$K" \
 	"$ARTIFACTS/n8n-approval.png" >"$WORK/approve.log" 2>&1 ||
@@ -303,7 +314,7 @@ expect "model calls for ticket 101 after $((DELIVERIES + 2)) deliveries" "$(mode
 expect "approvals for $K after $((DELIVERIES + 2)) deliveries" "$(q "$K" "SELECT count(*) FROM approvals WHERE idempotency_key = :'key'")" 1
 expect "mails to customer-101" "$(mails customer-101@example.com)" 1
 expect "outbox rows for $K" "$(q "$K" "SELECT string_agg(effect_type || ':' || state, ' ' ORDER BY effect_type) FROM effect_outbox WHERE idempotency_key = :'key'")" \
-	"decision.callback:completed email.send:completed"
+	"approval.notify:completed decision.callback:completed email.send:completed"
 expect "run $K after $((DELIVERIES + 2)) deliveries" "$(run_state "$K")" "completed -"
 # The decision log: one claim, every other delivery a duplicate (most within
 # milliseconds of the claim).
@@ -388,7 +399,7 @@ auto_or_waiting() { exec_ended "$K" "Approved by the contract's rules" success |
 until_true 60 "the crm_tag execution finished on the auto branch or waits for sales" auto_or_waiting
 if waiting_exec "$K"; then
 	say "e. the run was drawn for the sample: sales approve it in Chromium"
-	node "$ROOT/tests/browser/decide.mjs" "$(approval_url "$K")" lee@example.com sales approve \
+	node "$ROOT/tests/browser/decide.mjs" "$(exec_approval_url "$K")" lee@example.com sales approve \
 		"$ARTIFACTS/n8n-crm-sampled.png" >"$WORK/crm-approve.log" 2>&1 ||
 		{ cat "$WORK/crm-approve.log" >&2; fail "decide.mjs approve (sampled crm_tag run) failed"; }
 	# The decision reaches n8n through the dispatcher: once the switch is on.

@@ -677,6 +677,34 @@ static const struct lcase lcases[] = {
 	  "\"allowed_decisions\":[\"reject\",\"reject\"]}"), "/gate/allowed_decisions/1:" },
 	{ "sod not boolean", "t.json", STD("\"gate\":{\"approvers\":[\"x\"],"
 	  "\"separation_of_duties\":\"yes\"}"), "/gate/separation_of_duties:" },
+	/* notify, reminders, escalation */
+	{ "notify for nobody named", "t.json", STD("\"gate\":{\"approvers\":[\"group:x\"],"
+	  "\"notify\":{\"group:x\":{\"target\":\"m\",\"to\":[\"a@b.example\"]},"
+	  "\"group:y\":{\"target\":\"chat\"}}}"), "/gate/notify: \"group:y\" is not an entry" },
+	{ "notify leaves an approver untold", "t.json", STD("\"gate\":{\"approvers\":"
+	  "[\"group:x\",\"group:служба поддержки\"],\"notify\":{\"group:x\":{\"target\":\"chat\"}}}"),
+	  "/gate/notify: approver \"group:служба поддержки\" has no entry" },
+	{ "notify address with CRLF", "t.json", STD("\"gate\":{\"approvers\":[\"group:x\"],"
+	  "\"notify\":{\"group:x\":{\"target\":\"m\",\"to\":[\"a@b.example\\r\\nBcc: c@d\"]}}}"),
+	  "/gate/notify/group:x/to/0:" },
+	{ "notify to empty", "t.json", STD("\"gate\":{\"approvers\":[\"group:x\"],"
+	  "\"notify\":{\"group:x\":{\"target\":\"m\",\"to\":[]}}}"), "/gate/notify/group:x/to:" },
+	{ "notify target a URL", "t.json", STD("\"gate\":{\"approvers\":[\"group:x\"],"
+	  "\"notify\":{\"group:x\":{\"target\":\"https://hooks.example/x\"}}}"),
+	  "/gate/notify/group:x/target:" },
+	{ "notify unknown member", "t.json", STD("\"gate\":{\"approvers\":[\"group:x\"],"
+	  "\"notify\":{\"group:x\":{\"target\":\"chat\",\"url\":\"https://x\"}}}"),
+	  "/gate/notify/group:x/url: unknown" },
+	{ "remind without notify", "t.json", STD("\"gate\":{\"approvers\":[\"group:x\"],"
+	  "\"remind_after_seconds\":60}"), "/gate/remind_after_seconds: reminds nobody" },
+	{ "remind after expiry", "t.json", STD("\"gate\":{\"approvers\":[\"group:x\"],"
+	  "\"expires_seconds\":600,\"remind_after_seconds\":600,"
+	  "\"notify\":{\"group:x\":{\"target\":\"chat\"}}}"), "/gate/remind_after_seconds:" },
+	{ "escalate without whom", "t.json", STD("\"gate\":{\"approvers\":[\"group:x\"],"
+	  "\"escalate_after_seconds\":60}"), "/gate/escalate_to: escalate_to and" },
+	{ "escalate to an approver", "t.json", STD("\"gate\":{\"approvers\":[\"group:x\"],"
+	  "\"escalate_after_seconds\":60,\"escalate_to\":[\"group:x\"]}"),
+	  "/gate/escalate_to: \"group:x\" is an approver already" },
 
 	/* effects, repair, loggable */
 	{ "effects not object", "t.json", C(SCHEMA_OK "," GATE_OK ",\"effects\":[]"),
@@ -957,6 +985,27 @@ START_TEST(test_settings)
 	json_decref(d);
 	ck_assert_uint_eq(contract_approver_count(c), 2);
 	ck_assert_str_eq(contract_approver(c, 1), "Lead@Example.com");
+	ck_assert(!contract_notifies(c));
+	ck_assert_int_eq(contract_remind_after_seconds(c), 0);
+	ck_assert_uint_eq(contract_escalate_count(c), 0);
+	contract_set_free(set);
+
+	set = load_text(STD("\"gate\":{\"approvers\":[\"group:служба поддержки\"],"
+	                    "\"notify\":{\"group:служба поддержки\":{\"target\":\"demo_smtp\","
+	                    "\"to\":[\"a@support.example\",\"b@support.example\"]},"
+	                    "\"group:руководители\":{\"target\":\"team_chat\"}},"
+	                    "\"remind_after_seconds\":3600,\"escalate_after_seconds\":7200,"
+	                    "\"escalate_to\":[\"group:руководители\"]}"), &c);
+	ck_assert(contract_notifies(c));
+	ck_assert_uint_eq(json_array_size(json_object_get(
+	                      contract_notify_entry(c, "group:служба поддержки"), "to")), 2);
+	ck_assert_str_eq(json_string_value(json_object_get(
+	                     contract_notify_entry(c, "group:руководители"), "target")), "team_chat");
+	ck_assert_ptr_null(contract_notify_entry(c, "group:other"));
+	ck_assert_int_eq(contract_remind_after_seconds(c), 3600);
+	ck_assert_int_eq(contract_escalate_after_seconds(c), 7200);
+	ck_assert_uint_eq(contract_escalate_count(c), 1);
+	ck_assert_str_eq(contract_escalate_to(c, 0), "group:руководители");
 	contract_set_free(set);
 
 	set = load_text(C(SCHEMA_OK "," GATE_OK "," EFFECTS ",\"repair_attempts\":0,"

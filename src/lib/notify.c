@@ -1,0 +1,237 @@
+/*
+ * notify.c — an approval notice: what the outbox holds (notify_enqueue, a
+ * use case over the outbox's functions) and the message the dispatcher
+ * makes of it with a fresh link (notify_message). See notify.h.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "canon.h"
+#include "notify.h"
+#include "utf8.h"
+
+static const char *const why_names[] = { "new", "reminder", "escalation", "resend" };
+
+const char *
+notify_why_name(enum notify_why why)
+{
+	return (unsigned)why < sizeof(why_names) / sizeof(why_names[0]) ? why_names[why] : "new";
+}
+
+static int
+set_str(json_t *o, const char *name, const char *v)
+{
+	return v != NULL ? json_object_set_new(o, name, json_string(v)) : 0;
+}
+
+/* The card's summary: the effect's type, target and (mail) subject. */
+static json_t *
+summary_of(const json_t *effect)
+{
+	const json_t *payload = json_object_get(effect, "payload");
+	const json_t *subject = json_object_get(payload, "subject");
+	json_t *s = json_object();
+
+	if (s == NULL)
+		return NULL;
+	if (set_str(s, "type", json_string_value(json_object_get(effect, "type"))) != 0 ||
+	    set_str(s, "target", json_string_value(json_object_get(effect, "target"))) != 0 ||
+	    (json_is_string(subject) && set_str(s, "subject", json_string_value(subject)) != 0)) {
+		json_decref(s);
+		return NULL;
+	}
+	return s;
+}
+
+enum og_rc
+notify_enqueue(struct db *db, const struct gate_notice *n, enum notify_why why,
+               char effect_id[OUTBOX_ID_LEN])
+{
+	const json_t *to = json_object_get(n->notify, "to");
+	const char *target = json_string_value(json_object_get(n->notify, "target"));
+	json_t *p = json_object(), *summary = summary_of(n->effect);
+	char hash[CANON_HASH_LEN], nb[OUTBOX_TS_LEN];
+	char *dumped = NULL, *canon = NULL;
+	struct outbox_effect e = { 0 };
+	enum og_rc rc = OG_ERROR;
+	size_t clen = 0;
+	int slot;
+
+	if (p == NULL || summary == NULL || target == NULL)
+		goto out;
+	if (set_str(p, "approval_id", n->id) != 0 || set_str(p, "approver", n->approver) != 0 ||
+	    set_str(p, "why", notify_why_name(why)) != 0 ||
+	    set_str(p, "contract", n->contract) != 0 || set_str(p, "key", n->key) != 0 ||
+	    set_str(p, "requested_by", n->requested_by) != 0 ||
+	    set_str(p, "expires_at", n->expires_at) != 0 ||
+	    json_object_set(p, "summary", summary) != 0 ||
+	    (to != NULL && json_object_set_new(p, "to", json_deep_copy(to)) != 0))
+		goto out;
+	dumped = canon_dumps(p, JSON_COMPACT | JSON_SORT_KEYS);
+	if (dumped == NULL ||
+	    canon_json(CANON_AS_WRITTEN, dumped, strlen(dumped), &canon, &clen) != CANON_OK)
+		goto out;
+	canon_hash(canon, clen, hash);
+	if ((rc = outbox_next_slot(db, n->client_id, n->key, NOTIFY_EFFECT_TYPE, &slot)) != OG_OK)
+		goto out;
+	e.client_id = n->client_id;
+	e.key = n->key;
+	e.type = NOTIFY_EFFECT_TYPE;
+	e.target = target;
+	e.payload = canon;
+	e.payload_hash = hash;
+	e.approval_id = n->id;
+	e.slot = slot;
+	rc = outbox_enqueue(db, &e, effect_id, nb);
+out:
+	json_decref(p);
+	json_decref(summary);
+	free(dumped);
+	free(canon);
+	return rc;
+}
+
+/* s as one line of at most max characters: controls become spaces, runs of
+ * spaces one, and a cut ends in "…". */
+static int
+put_line(struct buf *b, const char *s, size_t max)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t n = strlen(s), i = 0, chars = 0, len;
+	bool space = false;
+	long cp;
+
+	while (i < n) {
+		len = utf8_decode(p + i, n - i, &cp);
+		if (chars == max)
+			return buf_puts(b, "\xe2\x80\xa6");
+		if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0) || cp == 0x2028 ||
+		    cp == 0x2029 || cp == ' ') {
+			if (!space && chars > 0 && buf_puts(b, " ") != 0)
+				return -1;
+			space = true;
+		} else {
+			if (cp < 0) {
+				if (buf_puts(b, "\xef\xbf\xbd") != 0)
+					return -1;
+			} else if (buf_append(b, p + i, len) != 0) {
+				return -1;
+			}
+			space = false;
+		}
+		chars++;
+		i += len;
+	}
+	return 0;
+}
+
+/* "email.send to demo_smtp: “subject”" (cut at max characters of the subject). */
+static int
+put_what(struct buf *b, const json_t *summary, size_t max)
+{
+	const char *type = json_string_value(json_object_get(summary, "type"));
+	const char *target = json_string_value(json_object_get(summary, "target"));
+	const char *subject = json_string_value(json_object_get(summary, "subject"));
+
+	if (put_line(b, type != NULL ? type : "an effect", 64) != 0 || buf_puts(b, " to ") != 0 ||
+	    put_line(b, target != NULL ? target : "?", 64) != 0)
+		return -1;
+	if (subject == NULL)
+		return 0;
+	return buf_puts(b, ": \xe2\x80\x9c") != 0 || put_line(b, subject, max) != 0 ||
+	               buf_puts(b, "\xe2\x80\x9d") != 0
+	           ? -1
+	           : 0;
+}
+
+static const char *
+lead_of(const char *why)
+{
+	if (why != NULL && strcmp(why, "reminder") == 0)
+		return "Reminder: approval needed";
+	if (why != NULL && strcmp(why, "escalation") == 0)
+		return "Escalated to you: approval needed";
+	return "Approval needed";
+}
+
+json_t *
+notify_message(const json_t *notice, const char *link, const char *client, bool mail,
+               char *why, size_t whylen)
+{
+	const json_t *to = json_object_get(notice, "to"), *summary = json_object_get(notice, "summary");
+	const char *reason = json_string_value(json_object_get(notice, "why"));
+	const char *approver = json_string_value(json_object_get(notice, "approver"));
+	const char *asked = json_string_value(json_object_get(notice, "requested_by"));
+	const char *expires = json_string_value(json_object_get(notice, "expires_at"));
+	const char *contract = json_string_value(json_object_get(notice, "contract"));
+	const char *key = json_string_value(json_object_get(notice, "key"));
+	struct buf subject, body;
+	json_t *out = NULL;
+	int bad = 0;
+
+	if (!json_is_object(summary) || link == NULL || approver == NULL || key == NULL) {
+		snprintf(why, whylen, "the notice lacks its summary, approver or run key");
+		return NULL;
+	}
+	if (mail && !json_is_array(to)) {
+		snprintf(why, whylen, "a mail target needs the notify entry's \"to\" addresses");
+		return NULL;
+	}
+	if (!mail && to != NULL) {
+		snprintf(why, whylen, "\"to\" addresses need a mail target, not a webhook");
+		return NULL;
+	}
+	buf_init(&subject, 4096);
+	buf_init(&body, 65536);
+	bad |= buf_puts(&subject, lead_of(reason)) != 0 || buf_puts(&subject, ": ") != 0 ||
+	       put_what(&subject, summary, NOTIFY_SUBJECT_QUOTE_MAX) != 0;
+
+	bad |= buf_puts(&body, lead_of(reason)) != 0 || buf_puts(&body, ".\n\n") != 0;
+	bad |= buf_puts(&body, "What:       ") != 0 || put_what(&body, summary, 1000) != 0 ||
+	       buf_puts(&body, "\n") != 0;
+	bad |= buf_puts(&body, "Asked by:   ") != 0 ||
+	       put_line(&body, asked != NULL ? asked : "the workflow", 256) != 0;
+	if (client != NULL && client[0] != '\0')
+		bad |= buf_puts(&body, " (API client ") != 0 || put_line(&body, client, 72) != 0 ||
+		       buf_puts(&body, ")") != 0;
+	bad |= buf_puts(&body, "\nRun:        ") != 0 || put_line(&body, key, 256) != 0;
+	if (contract != NULL)
+		bad |= buf_puts(&body, " (contract ") != 0 || put_line(&body, contract, 64) != 0 ||
+		       buf_puts(&body, ")") != 0;
+	bad |= buf_puts(&body, "\nFor:        ") != 0 || put_line(&body, approver, 256) != 0;
+	bad |= buf_puts(&body, "\nExpires:    ") != 0 ||
+	       put_line(&body, expires != NULL ? expires : "?", 64) != 0;
+	if (reason != NULL && strcmp(reason, "reminder") == 0)
+		bad |= buf_puts(&body, "\n\nThe request still waits for a decision. This reminder "
+		                       "carries a new link; the link of the earlier message no "
+		                       "longer works.") != 0;
+	else if (reason != NULL && strcmp(reason, "escalation") == 0)
+		bad |= buf_puts(&body, "\n\nThe request was not decided in time, so it now comes to "
+		                       "you as well.") != 0;
+	else if (reason != NULL && strcmp(reason, "resend") == 0)
+		bad |= buf_puts(&body, "\n\nThis message was sent again with a new link; the link "
+		                       "of the earlier message no longer works.") != 0;
+	bad |= buf_puts(&body, "\n\nRead the request and decide here (sign-in required):\n") != 0 ||
+	       buf_puts(&body, link) != 0 ||
+	       buf_puts(&body, "\n\nOpening the link changes nothing; only the buttons on the page "
+	                       "decide. Approving sends the effect once. The link is for you "
+	                       "alone: do not forward it.\n") != 0;
+	if (bad || subject.overflow || body.overflow) {
+		snprintf(why, whylen, "the message could not be made");
+		goto out;
+	}
+	if (mail)
+		out = json_pack("{s:O, s:s, s:s}", "to", to, "subject", subject.data, "body",
+		                body.data);
+	else
+		out = json_pack("{s:s, s:O, s:s}", "text", body.data, "summary", summary, "link",
+		                link);
+	if (out == NULL)
+		snprintf(why, whylen, "out of memory");
+out:
+	buf_free(&subject);
+	buf_free(&body);
+	return out;
+}

@@ -1,0 +1,49 @@
+/*
+ * notify.h — telling approvers: one approval.notify effect per challenge
+ * (and per reminder, escalation or resend), sent by the dispatcher like any
+ * effect (kill switch, retries, dead letters, metrics).
+ *
+ * What the outbox holds is the notice without its link: whom (the approver
+ * entry's notify: "to" addresses on a mail target, or a chat webhook
+ * target), what is asked (the card's summary: the effect's type, target and
+ * subject), who asked, the expiry and why this notice (new, reminder,
+ * escalation, resend). No token is ever at rest: right before each send the
+ * dispatcher mints one, stores its SHA-256 as the challenge's (the link of
+ * the notice before stops working) and makes the message with the link
+ * (notify_message); the raw token lives only in that message.
+ */
+#ifndef OG_NOTIFY_H
+#define OG_NOTIFY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "db.h"
+#include "gate.h"
+#include "outbox.h"
+#include "rc.h"
+
+#define NOTIFY_EFFECT_TYPE "approval.notify"
+/* Characters of the asked-for subject quoted in a mail's Subject line. */
+#define NOTIFY_SUBJECT_QUOTE_MAX 120
+
+enum notify_why { NOTIFY_NEW = 0, NOTIFY_REMINDER, NOTIFY_ESCALATION, NOTIFY_RESEND };
+
+const char *notify_why_name(enum notify_why why);
+
+/* Enqueues the notice of challenge n (its notify entry must be set) in the
+ * caller's transaction, in the run's next free notification slot. */
+enum og_rc notify_enqueue(struct db *db, const struct gate_notice *n, enum notify_why why,
+                          char effect_id[OUTBOX_ID_LEN]) __attribute__((warn_unused_result));
+
+/* The message of a stored notice with its link, as the target's provider
+ * sends it: for a mail target (mail) {"to", "subject", "body"} in plain
+ * text; for a chat webhook {"text", "summary", "link"} (Slack and Teams
+ * incoming webhooks read "text"). NULL with a reason when the notice
+ * cannot become one (addresses for a webhook, none for a mail target). */
+json_t *notify_message(const json_t *notice, const char *link, const char *client, bool mail,
+                       char *why, size_t whylen) __attribute__((warn_unused_result));
+
+#endif
