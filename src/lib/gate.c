@@ -1,6 +1,12 @@
 /*
  * gate.c — approval challenges: create, find by token hash, consume once;
- * expire, revoke and purge them. The one file with SQL text for approvals.
+ * expire, revoke and purge them; votes toward a quorum; the links a
+ * notification replaced; the inbox. The one file with SQL text for
+ * approvals, approval_votes and approval_replaced_links.
+ *
+ * Over 1,000 lines on purpose: it is the sole owner of those three tables,
+ * and every statement that reads or writes them lives here; split, a
+ * table would have two files with its SQL.
  */
 #include <stdio.h>
 #include <stdlib.h>
