@@ -8,7 +8,8 @@
  *   api_runs.c     the workflow's own calls: claim, status, lease,
  *                  transition, cancel
  *   api_output.c   a model's output: contract, repairs, the gate's choice
- *   api_approve.c  the approval pages of the people who decide
+ *   api_approve.c  the approval pages of the people who decide (the
+ *                  handlers; what the pages show is in api_card.c)
  *
  * The two transactions behind an output and a decision are use cases of
  * the library (decide.c): the handlers read the request, call them, and

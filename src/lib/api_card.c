@@ -1,0 +1,633 @@
+/*
+ * api_card.c — what the approval pages show: the card a person reads
+ * before deciding (the output, field by field, and the effect as it will
+ * be sent, with the form to correct the draft when that is allowed), the
+ * page of a decided approval (the votes so far and what became of the
+ * effect) and the notice page. Also the draft they are built from and who
+ * may take which decision. The handlers that answer /approve/ and take the
+ * decisions are in api_approve.c.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "api_card.h"
+#include "canon.h"
+#include "contract.h"
+#include "csrf.h"
+#include "digest.h"
+#include "edit.h"
+#include "gate.h"
+#include "ledger.h"
+#include "page.h"
+#include "caps.h"
+#include "control.h"
+#include "log.h"
+#include "outbox.h"
+#include "provider.h"
+
+/* Renders a filled page as the answer; consumes p. */
+void
+api_card_answer(struct api_call *c, int status, struct page *p)
+{
+	size_t cap = c->resp->body.cap;
+	int rc;
+
+	buf_reset(&c->resp->body);
+	c->resp->status = status;
+	/* Any output the contract accepted is shown, whole and field by field,
+	 * escaped: the page may be several times the largest body. */
+	c->resp->body.cap = OG_RESPONSE_MAX + OG_PAGE_BODY_FACTOR * (size_t)c->ctx->cfg->max_body_bytes;
+	rc = p != NULL ? page_render(p, &c->resp->body) : -1;
+	c->resp->body.cap = cap;
+	if (rc != 0) {
+		buf_reset(&c->resp->body);
+		c->resp->status = 500;
+		if (buf_puts(&c->resp->body, "<!DOCTYPE html><title>Error</title>"
+		                             "<p>The page could not be built.</p>") != 0)
+			buf_reset(&c->resp->body);
+	}
+	page_free(p);
+}
+
+/* The notice page: unknown, expired, used, refused. One log line. */
+void
+api_card_notice(struct api_call *c, int status, const char *event, const char *heading,
+                const char *message, struct log_fields *f)
+{
+	struct page *p = c->ctx->pages != NULL ? page_new(c->ctx->pages, "notice") : NULL;
+
+	if (p != NULL) {
+		(void)page_text(p, "title", heading);
+		(void)page_text(p, "heading", heading);
+		(void)page_text(p, "message", message);
+		page_remove(p, "detail");
+	}
+	api_card_answer(c, status, p);
+	if (f->reason == NULL)
+		f->reason = message;
+	api_log(c, status >= 500 ? LOG_LEVEL_ERROR : LOG_LEVEL_NOTICE, event, f);
+}
+
+static char *
+pretty(const json_t *v)
+{
+	return page_json_text(v);
+}
+
+/* What became of the approved effect, in words: read from the outbox row
+ * this approval queued, and the kill switch. */
+static void
+effect_outcome(struct api_call *c, const struct gate_approval *a, const char **state,
+               const char **status)
+{
+	json_t *list = NULL, *e, *found = NULL;
+	const char *st;
+	size_t i;
+
+	*state = "unknown";
+	*status = "Whether it has gone out could not be read just now; reload the page.";
+	if (a->decision != NULL && strcmp(a->decision, "reject") == 0) {
+		*state = "not sent";
+		*status = "The request was rejected, so nothing was sent.";
+		return;
+	}
+	if (outbox_list(c->ctx->db, c->ctx->cfg, a->client_id, a->key, NULL, NULL, &list) !=
+	    OG_OK)
+		return;
+	json_array_foreach(list, i, e) {
+		st = json_string_value(json_object_get(e, "approval_id"));
+		if (st != NULL && strcmp(st, a->id) == 0)
+			found = e;
+	}
+	if (found == NULL) {
+		/* decided by another challenge of the run: its effect, not a callback */
+		json_array_foreach(list, i, e) {
+			st = json_string_value(json_object_get(e, "type"));
+			if (found == NULL && st != NULL && strcmp(st, "decision.callback") != 0)
+				found = e;
+		}
+	}
+	st = json_string_value(json_object_get(found, "status"));
+	if (st == NULL) {
+		*state = "not queued";
+		*status = "No action was queued for this decision.";
+	} else if (strcmp(st, "pending") == 0) {
+		PGresult *res = NULL;
+		const char *on = NULL;
+
+		if (control_switch(c->ctx->db, true, &res) == DB_OK && PQntuples(res) == 1)
+			on = db_get(res, 0, "actions_enabled");
+		if (on != NULL && on[0] == 'f') {
+			*state = "held by the kill switch";
+			*status = "It is queued, but sending is switched off (the kill switch); it "
+			          "goes out once an operator switches sending on again.";
+		} else if (json_integer_value(json_object_get(found, "attempt")) > 0) {
+			*state = "queued, retrying";
+			*status = "An attempt to send it failed; the dispatcher tries again on its "
+			          "own. Nobody needs to resend it.";
+		} else {
+			*state = "queued";
+			*status = "It is queued; the dispatcher sends it once, shortly (after its "
+			          "cancellation window, when it has one).";
+		}
+		PQclear(res);
+	} else if (strcmp(st, "sending") == 0) {
+		*state = "being sent";
+		*status = "The dispatcher is sending it right now.";
+	} else if (strcmp(st, "completed") == 0) {
+		*state = "sent";
+		*status = "It was sent, once; the provider confirmed it.";
+	} else if (strcmp(st, "unknown") == 0) {
+		*state = "outcome unknown";
+		*status = "A send timed out; whether it arrived is being checked with the provider. "
+		          "It is never simply sent again.";
+	} else if (strcmp(st, "failed") == 0) {
+		*state = "failed";
+		*status = "It could not be sent and was set aside for the operators (dead letter). "
+		          "Nothing went out.";
+	} else if (strcmp(st, "cancelled") == 0) {
+		*state = "cancelled";
+		*status = "It was cancelled before it went out. Nothing was sent.";
+	}
+	/* the strings above are static; found points into list */
+	json_decref(list);
+}
+
+/* ---- the draft decided on, and the votes so far ---------------------------- */
+
+/* (struct api_card_draft, what a person decides on, is in api_card.h) */
+
+void
+api_card_draft_clear(struct api_card_draft *dr)
+{
+	json_decref(dr->effect);
+	json_decref(dr->votes);
+	memset(dr, 0, sizeof(*dr));
+}
+
+/* The effect approving queues when output is the draft: the proposed
+ * effect's payload with the members the contract takes from the output
+ * taken from this one, checked as at /output; NULL with errors appended
+ * when it does not pass. */
+json_t *
+api_card_draft_effect(struct api_call *c, const struct contract *k, const json_t *proposed,
+                      const json_t *output, json_t *errors)
+{
+	const char *type = json_string_value(json_object_get(proposed, "type"));
+	const char *target = json_string_value(json_object_get(proposed, "target"));
+	const struct config_target *t = target != NULL ? config_target(c->ctx->cfg, target) : NULL;
+	json_t *payload;
+
+	if (type == NULL || target == NULL)
+		return NULL;
+	payload = edit_check(k, type, t != NULL && strcmp(t->kind, "smtp") == 0,
+	                     json_object_get(proposed, "payload"), output, errors);
+	return payload != NULL ? json_pack("{s:s, s:s, s:o}", "type", type, "target", target,
+	                                   "payload", payload)
+	                       : NULL;
+}
+
+enum og_rc
+api_card_draft_load(struct api_call *c, const struct gate_approval *a, const json_t *run,
+                    struct api_card_draft *dr)
+{
+	const json_t *edit = json_object_get(run, "edit");
+	const json_t *proposed = json_object_get(run, "proposed_effect");
+	const char *name = json_string_value(json_object_get(run, "contract"));
+	const char *subject = c->req->remote_user;
+	enum og_rc rc;
+	json_t *v, *errors;
+	size_t i;
+
+	memset(dr, 0, sizeof(*dr));
+	dr->k = name != NULL && c->ctx->contracts != NULL ? contract_find(c->ctx->contracts, name)
+	                                                 : NULL;
+	dr->output = json_object_get(edit != NULL ? edit : run, "output");
+	dr->hash = json_string_value(json_object_get(edit != NULL ? edit : run, "output_hash"));
+	dr->edited_by = json_string_value(json_object_get(edit, "by"));
+	if ((rc = gate_votes(c->ctx->db, a->client_id, a->key, &dr->votes, &dr->needed)) != OG_OK)
+		return rc;
+	if (a->min_approvals > dr->needed)
+		dr->needed = a->min_approvals;
+	json_array_foreach(dr->votes, i, v) {
+		const char *who = json_string_value(json_object_get(v, "subject"));
+
+		if (strcmp(json_string_value(json_object_get(v, "decision")) ?: "", "approve") == 0)
+			dr->approvals++;
+		/* one person, one vote: subjects compared ignoring ASCII case */
+		if (who != NULL && subject != NULL && strcasecmp(who, subject) == 0)
+			dr->mine = v;
+	}
+	if (proposed == NULL)
+		proposed = a->effect;
+	if (edit == NULL || dr->k == NULL) {
+		/* a correction under a contract no longer loaded keeps the effect
+		 * as proposed: the dispatcher holds it rather than send it */
+		dr->effect = json_deep_copy(proposed);
+		return dr->effect != NULL || proposed == NULL ? OG_OK : OG_ERROR;
+	}
+	errors = json_array();
+	dr->effect = errors != NULL ? api_card_draft_effect(c, dr->k, proposed, dr->output, errors)
+	                            : NULL;
+	json_decref(errors);
+	return dr->effect != NULL ? OG_OK : OG_ERROR;
+}
+
+/* "approved", "rejected" */
+static const char *
+decided_word(const char *decision)
+{
+	return decision != NULL && strcmp(decision, "reject") == 0 ? "rejected" : "approved";
+}
+
+/* The votes section of a page: who decided what, when; removed when the
+ * run needs one approval and nobody has voted. */
+static void
+fill_votes(struct page *p, const struct api_card_draft *dr)
+{
+	char status[160];
+	size_t i;
+	json_t *v;
+
+	if (json_array_size(dr->votes) == 0 && dr->needed <= 1) {
+		page_remove(p, "votes");
+		return;
+	}
+	snprintf(status, sizeof(status), "%d of %d %s approved so far.", dr->approvals,
+	         dr->needed, dr->needed == 1 ? "person has" : "different people have");
+	if (dr->needed > 1)
+		(void)page_text(p, "quorum_status", status);
+	else
+		page_remove(p, "quorum_status");
+	json_array_foreach(dr->votes, i, v) {
+		struct page_scope *sc = page_repeat(p, "vote");
+
+		if (sc == NULL)
+			break;
+		(void)page_scope_text(sc, "vote_subject",
+		                      json_string_value(json_object_get(v, "subject")) ?: "");
+		(void)page_scope_text(
+			sc, "vote_decision",
+			decided_word(json_string_value(json_object_get(v, "decision"))));
+		(void)page_scope_text(sc, "vote_at", json_string_value(json_object_get(v, "at")) ?: "");
+		(void)page_scope_text(sc, "vote_note", json_is_true(json_object_get(v, "edited"))
+		                                           ? " (after correcting the draft)"
+		                                           : "");
+	}
+	page_repeat_done(p, "vote");
+}
+
+/* The page of an approval that was decided: who decided what, when, and
+ * whether the action has gone out. A vote below the run's quorum is
+ * recorded and says so: how many approved, how many more are needed. */
+void
+api_card_decided(struct api_call *c, int status, const struct gate_approval *a, const json_t *run,
+                 const struct api_card_draft *dr)
+{
+	struct page *p = page_new(c->ctx->pages, "decided");
+	const json_t *effect = dr->effect;
+	const char *state = json_string_value(json_object_get(run, "state"));
+	bool waiting = state != NULL && ledger_state_parse(state) == RUN_AWAITING_HUMAN;
+	struct log_fields f = { 0 };
+	const char *est, *estatus;
+	char lede[256], more[160];
+
+	if (effect == NULL)
+		effect = json_object_get(run, "proposed_effect");
+	if (effect == NULL)
+		effect = a->effect;
+	if (waiting) {
+		snprintf(more, sizeof(more), "Not yet: it is sent once %d different people have "
+		         "approved (%d so far). A reject by anyone ends the request.",
+		         dr->needed, dr->approvals);
+		est = "waiting for more approvals";
+		estatus = more;
+	} else {
+		effect_outcome(c, a, &est, &estatus);
+	}
+	if (p != NULL) {
+		if (waiting) {
+			snprintf(lede, sizeof(lede), "Your %s is recorded: %d of %d. Nothing more to "
+			         "do on this page; the others are asked for theirs.",
+			         strcmp(a->decision ?: "", "reject") == 0 ? "reject" : "approval",
+			         dr->approvals, dr->needed);
+			(void)page_text(p, "lede", lede);
+		}
+		(void)page_text(p, "title", waiting ? "Your approval is recorded" : "Decided");
+		(void)page_text(p, "key", a->key);
+		(void)page_text(p, "decision", a->decision != NULL ? a->decision : "");
+		(void)page_text(p, "decided_by", a->approver_subject != NULL ? a->approver_subject : "");
+		(void)page_text(p, "decided_at", a->consumed_at);
+		(void)page_text(p, "reason", a->reason != NULL ? a->reason : "");
+		(void)page_text(p, "effect_type", json_string_value(json_object_get(effect, "type")) ?: "");
+		(void)page_text(p, "effect_target",
+		                json_string_value(json_object_get(effect, "target")) ?: "");
+		(void)page_text(p, "effect_state", est);
+		(void)page_text(p, "effect_status", estatus);
+		fill_votes(p, dr);
+	}
+	api_card_answer(c, status, p);
+	f.approval_id = a->id;
+	f.decision = a->decision;
+	api_log(c, LOG_LEVEL_DEBUG, "approval.viewed", &f);
+}
+
+/* May the signed-in person take this decision on this challenge? NULL when
+ * yes, else why not, in words for the page. The page offers only the
+ * decisions this allows and the POST refuses the rest, so both say the
+ * same. Under separation of duties the requester decides nothing, and a
+ * challenge whose requester is unknown (made before outputs had to name
+ * one) can be rejected but never approved. */
+const char *
+api_card_refusal(const struct api_call *c, const struct gate_approval *a, const char *decision)
+{
+	const char *subject = c->req->remote_user;
+
+	if (!contract_approver_matches(a->approver, subject, c->req->auth_groups,
+	                               c->ctx->cfg->auth_groups_separator[0]))
+		return "You are not among the approvers this link was issued to.";
+	if (a->separation_of_duties && a->requested_by != NULL &&
+	    strcasecmp(a->requested_by, subject) == 0)
+		return "You requested this action, so someone else must approve it.";
+	if (a->separation_of_duties && a->requested_by == NULL &&
+	    strcmp(decision, "approve") == 0)
+		return "Nobody is recorded as having requested this action, so no one can "
+		       "show they are not its requester: it can only be rejected.";
+	return NULL;
+}
+
+/* The effect as it will be sent, by the functions the dispatcher's
+ * providers send it with: for mail the message's From, To, Subject and
+ * body; for HTTP the request's method, URL and body. A part that does not
+ * apply is removed; the payload as handed in stays below either way. */
+static void
+card_effect(struct api_call *c, struct page *p, const json_t *effect)
+{
+	const char *type = json_string_value(json_object_get(effect, "type"));
+	const char *target = json_string_value(json_object_get(effect, "target"));
+	const struct config_target *t = target != NULL ? config_target(c->ctx->cfg, target) : NULL;
+	char *payload = json_dumps(json_object_get(effect, "payload"),
+	                           JSON_COMPACT | JSON_ENCODE_ANY);
+	char why[160], count[24], *url = NULL, *body = NULL, *shown = NULL;
+	struct provider_mail m;
+	bool mail = false, http = false;
+	size_t i;
+	json_t *v;
+
+	if (t != NULL && payload != NULL && strcmp(t->kind, "smtp") == 0 &&
+	    provider_smtp_mail(t, payload, &m, why, sizeof(why))) {
+		mail = true;
+		(void)page_text(p, "mail_from", m.from);
+		snprintf(count, sizeof(count), "%zu", json_array_size(m.to));
+		(void)page_text(p, "mail_count", count);
+		json_array_foreach(m.to, i, v) {
+			struct page_scope *sc = page_repeat(p, "mail_rcpt");
+
+			if (sc == NULL)
+				break;
+			(void)page_scope_text(sc, "mail_rcpt", json_string_value(v) ?: "");
+		}
+		page_repeat_done(p, "mail_rcpt");
+		(void)page_text(p, "mail_subject", m.subject);
+		(void)page_text(p, "mail_body", m.body);
+		provider_mail_clear(&m);
+	} else if (t != NULL && payload != NULL && type != NULL && strcmp(t->kind, "http") == 0 &&
+	           provider_http_request(t, type, payload, &url, &body, why, sizeof(why))) {
+		json_t *b = json_loads(body, JSON_DECODE_ANY, NULL);
+
+		http = true;
+		shown = b != NULL ? page_json_text(b) : NULL;
+		json_decref(b);
+		(void)page_text(p, "http_method", "POST");
+		(void)page_text(p, "http_url", url);
+		(void)page_text(p, "http_body", shown != NULL ? shown : body);
+	}
+	if (!mail)
+		page_remove(p, "mail");
+	if (!http)
+		page_remove(p, "http");
+	free(shown);
+	free(url);
+	free(body);
+	free(payload);
+}
+
+/* The fields of the draft the person may correct, as a form: what they
+ * sent back (values, after a refused correction) or the draft's text. */
+static bool
+card_edit(struct page *p, const struct api_card_draft *dr, const json_t *values,
+          const json_t *errors)
+{
+	size_t i, shown = 0;
+	json_t *v;
+
+	for (i = 0; dr->k != NULL && i < contract_editable_count(dr->k); i++) {
+		const char *name = contract_editable(dr->k, i);
+		const json_t *now = json_object_get(values, name);
+		char field[OG_CONTRACT_NAME_MAX + 8], id[OG_CONTRACT_NAME_MAX + 8];
+		struct page_scope *sc;
+
+		if (now == NULL)
+			now = json_object_get(dr->output, name);
+		if (now != NULL && !json_is_string(now))
+			continue;
+		if ((sc = page_repeat(p, "edit_field")) == NULL)
+			break;
+		snprintf(field, sizeof(field), "edit.%s", name);
+		snprintf(id, sizeof(id), "edit-%s", name);
+		(void)page_scope_text(sc, "edit_label", name);
+		(void)page_scope_attr(sc, "edit_label", "for", id);
+		(void)page_scope_attr(sc, "edit_input", "name", field);
+		(void)page_scope_attr(sc, "edit_input", "id", id);
+		/* a line (a subject) gets a short box, text a tall one */
+		(void)page_scope_attr(sc, "edit_input", "rows",
+		                      json_string_length(now) < 120 &&
+		                              strchr(json_string_value(now) ?: "", '\n') == NULL
+		                          ? "2"
+		                          : "12");
+		(void)page_scope_text(sc, "edit_input", json_string_value(now) ?: "");
+		shown++;
+	}
+	page_repeat_done(p, "edit_field");
+	if (json_array_size(errors) > 0) {
+		json_array_foreach(errors, i, v) {
+			struct page_scope *sc = page_repeat(p, "edit_error");
+
+			if (sc == NULL)
+				break;
+			(void)page_scope_text(sc, "edit_error_path",
+			                      json_string_value(json_object_get(v, "path")) ?: "");
+			(void)page_scope_text(sc, "edit_error_message",
+			                      json_string_value(json_object_get(v, "message")) ?: "");
+		}
+		page_repeat_done(p, "edit_error");
+	} else {
+		page_remove(p, "edit_errors");
+	}
+	return shown > 0;
+}
+
+/* May the person correct the draft now? The contract names fields, they
+ * may approve, and nobody approved or corrected it yet: every approval of
+ * a quorum is then for the same text. */
+bool
+api_card_editable(const struct api_call *c, const struct gate_approval *a,
+                  const struct api_card_draft *dr)
+{
+	size_t i;
+	json_t *v;
+	bool approve = false;
+
+	json_array_foreach(a->allowed_decisions, i, v)
+		if (json_is_string(v) && strcmp(json_string_value(v), "approve") == 0)
+			approve = true;
+	return approve && dr->k != NULL && contract_editable_count(dr->k) > 0 &&
+	       dr->approvals == 0 && dr->edited_by == NULL && dr->mine == NULL &&
+	       api_card_refusal(c, a, "approve") == NULL;
+}
+
+/* The confirmation card. GET never changes anything. After a correction
+ * that did not pass (status 422), the card again with what the person
+ * wrote (values) and why it was refused (edit_errors). */
+void
+api_card_page(struct api_call *c, const struct gate_approval *a, const json_t *run,
+              const struct api_card_draft *dr, const json_t *values,
+              const json_t *edit_errors, int status)
+{
+	const struct config *cfg = c->ctx->cfg;
+	const json_t *output = dr->output;
+	const json_t *effect = dr->effect;
+	const json_t *model = json_object_get(run, "model");
+	const json_t *errs = json_object_get(run, "validation_errors");
+	const char *source = json_string_value(json_object_get(run, "source_url"));
+	const char *requested = json_string_value(json_object_get(run, "requested_by"));
+	const char *subject = c->req->remote_user, *name, *dec, *why, *refusal = NULL;
+	char csrf[CSRF_TEXT_LEN + 1], model_text[512], voted[320], hint[320];
+	size_t buttons = 0;
+	char *out_text = pretty(output), *eff_text = pretty(json_object_get(effect, "payload"));
+	struct page *p = page_new(c->ctx->pages, "approval");
+	struct log_fields f = { 0 };
+	size_t i;
+	json_t *v;
+
+	if (p == NULL || out_text == NULL || eff_text == NULL) {
+		page_free(p);
+		p = NULL;
+		goto out;
+	}
+	(void)page_text(p, "title", "Approval needed");
+	(void)page_text(p, "key", a->key);
+	if (source != NULL) {
+		(void)page_attr(p, "source_link", "href", source);
+		(void)page_text(p, "source_link", source);
+	} else {
+		(void)page_text(p, "source_link", "(none given)");
+	}
+	(void)page_text(p, "contract", json_string_value(json_object_get(run, "contract")) ?: "");
+	snprintf(model_text, sizeof(model_text), "%s %s %s",
+	         json_string_value(json_object_get(model, "provider")) ?: "",
+	         json_string_value(json_object_get(model, "name")) ?: "",
+	         json_string_value(json_object_get(model, "revision")) ?: "");
+	(void)page_text(p, "model", model_text);
+	(void)page_text(p, "output", out_text);
+	if (json_is_object(output)) {
+		json_object_foreach((json_t *)(uintptr_t)output, name, v) {
+			struct page_scope *sc = page_repeat(p, "output_fields");
+			char *text = json_is_string(v)
+			                 ? strdup(json_string_value(v))
+			                 : canon_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+
+			if (sc != NULL && text != NULL) {
+				(void)page_scope_text(sc, "field_name", name);
+				(void)page_scope_text(sc, "field_value", text);
+			}
+			free(text);
+		}
+	}
+	page_repeat_done(p, "output_fields");
+	if (json_array_size(errs) > 0) {
+		json_array_foreach(errs, i, v) {
+			struct page_scope *sc = page_repeat(p, "error_item");
+
+			if (sc == NULL)
+				break;
+			(void)page_scope_text(sc, "error_path",
+			                      json_string_value(json_object_get(v, "path")) ?: "");
+			(void)page_scope_text(sc, "error_message",
+			                      json_string_value(json_object_get(v, "message")) ?: "");
+		}
+		page_repeat_done(p, "error_item");
+	} else {
+		page_remove(p, "errors");
+	}
+	(void)page_text(p, "approver", subject);
+	(void)page_text(p, "approver_groups", c->req->auth_groups != NULL ? c->req->auth_groups : "");
+	(void)page_text(p, "expires_at", a->expires_at);
+	(void)page_text(p, "effect_type", json_string_value(json_object_get(effect, "type")) ?: "");
+	(void)page_text(p, "effect_target", json_string_value(json_object_get(effect, "target")) ?: "");
+	(void)page_text(p, "effect_payload", eff_text);
+	card_effect(c, p, effect);
+	(void)page_text(p, "requested_by", requested != NULL ? requested : "(not given)");
+	fill_votes(p, dr);
+	if (dr->mine != NULL) {
+		/* one person, one vote, whichever link, group or inbox entry */
+		snprintf(voted, sizeof(voted), "You already %s this request (%s). Each person "
+		         "counts once; %d of %d different people have approved so far.",
+		         decided_word(json_string_value(json_object_get(dr->mine, "decision"))),
+		         json_string_value(json_object_get(dr->mine, "at")) ?: "",
+		         dr->approvals, dr->needed);
+		refusal = voted;
+	}
+	if (dr->needed > 1) {
+		snprintf(hint, sizeof(hint), "Read what will be sent, below, before you press a "
+		         "button. It is sent once %d different people have approved; a reject by "
+		         "anyone ends the request. Your decision cannot be undone.", dr->needed);
+		(void)page_text(p, "settle_hint", hint);
+	}
+	if (!api_card_editable(c, a, dr) || !card_edit(p, dr, values, edit_errors))
+		page_remove(p, "edit");
+	/* Only the decisions this person may take are buttons; none, no form
+	 * (and no CSRF token issued to them). */
+	json_array_foreach(a->allowed_decisions, i, v) {
+		struct page_scope *sc;
+
+		dec = json_string_value(v);
+		if (dec == NULL || dr->mine != NULL)
+			continue;
+		if ((why = api_card_refusal(c, a, dec)) != NULL) {
+			refusal = refusal != NULL ? refusal : why;
+			continue;
+		}
+		if ((sc = page_repeat(p, "decision_button")) == NULL)
+			continue;
+		(void)page_scope_attr(sc, "decision_value", "value", dec);
+		(void)page_scope_text(sc, "decision_label",
+		                      strcmp(dec, "approve") == 0 ? "Approve" : "Reject");
+		buttons++;
+	}
+	page_repeat_done(p, "decision_button");
+	if (buttons == 0) {
+		page_remove(p, "form");
+		(void)page_text(p, "cannot_decide_reason",
+		                refusal != NULL ? refusal : "This request allows no decision.");
+		f.reason = "may_not_decide";
+	} else {
+		page_remove(p, "cannot_decide");
+		/* no action attribute: the form posts to the page's own URL */
+		csrf_issue((const unsigned char *)cfg->csrf_secret, strlen(cfg->csrf_secret),
+		           a->id, subject, csrf);
+		(void)page_attr(p, "csrf", "value", csrf);
+		(void)page_attr(p, "draft", "value", dr->hash != NULL ? dr->hash : "");
+		digest_wipe(csrf, sizeof(csrf));
+	}
+out:
+	api_card_answer(c, status, p);
+	free(out_text);
+	free(eff_text);
+	f.approval_id = a->id;
+	f.actor = subject;
+	api_log(c, LOG_LEVEL_INFO, "approval.viewed", &f);
+}
