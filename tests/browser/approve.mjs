@@ -1,7 +1,7 @@
 // approve.mjs — a person corrects a draft and approves it in a real
 // browser (issue 3).
 //
-//   node approve.mjs URL USER GROUPS KEY SCREENSHOT [EDITED_BODY_FILE]
+//   node approve.mjs URL USER GROUPS KEY SCREENSHOT [EDITED_BODY_FILE [PREFIX]]
 //
 // With EDITED_BODY_FILE, the body field of the card's correction form is
 // replaced with that file's text (typed into the textarea as a person
@@ -19,7 +19,9 @@
 // The card itself is saved beside SCREENSHOT as NAME-card.png, and as
 // card-desktop.png; the card on a 390×844 phone screen (whose decision
 // buttons must lie within it) as card-phone.png; the inbox, which must list
-// the run and open its card by id, as inbox.png.
+// the run and open its card by id, as inbox.png. With PREFIX, those three
+// names start with it (PREFIX card-desktop.png ...), so a second run of this
+// script in the same directory keeps the first one's screenshots.
 
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -28,10 +30,11 @@ import { check, session } from './browser.mjs';
 const REASON = 'Approved in Chromium by tests/browser/approve.mjs';
 const PHONE = { width: 390, height: 844 };
 
-const [url, user, groups, key, screenshot, editedFile] = process.argv.slice(2);
+const [url, user, groups, key, screenshot, editedFile, prefix = ''] = process.argv.slice(2);
 const edited = editedFile ? readFileSync(editedFile, 'utf8') : null;
+const shot = (name) => join(dirname(screenshot), `${prefix}${name}.png`);
 if (!url || !user || groups === undefined || !key || !screenshot) {
-  console.error('usage: node approve.mjs URL USER GROUPS KEY SCREENSHOT');
+  console.error('usage: node approve.mjs URL USER GROUPS KEY SCREENSHOT [EDITED_BODY_FILE [PREFIX]]');
   process.exit(2);
 }
 const masked = url.replace(/\/approve\/.*/, '/approve/[token]');
@@ -76,7 +79,7 @@ process.exit(await session(user, groups, screenshot, async (page) => {
   const cardShot = screenshot.replace(/(\.png)?$/, '-card.png');
   await page.screenshot({ path: cardShot, fullPage: true });
   console.log(`screenshot: ${cardShot}`);
-  const desktopShot = join(dirname(screenshot), 'card-desktop.png');
+  const desktopShot = shot('card-desktop');
   await page.screenshot({ path: desktopShot, fullPage: true });
   console.log(`screenshot: ${desktopShot}`);
   // The mail as it will be sent: From, To, Subject, body.
@@ -97,7 +100,7 @@ process.exit(await session(user, groups, screenshot, async (page) => {
     check(box.y >= 0 && box.y + box.height <= PHONE.height,
       `the ${value} button is within the first ${PHONE.height} px of the phone screen (bottom at ${(box.y + box.height).toFixed(0)})`);
   }
-  const phoneShot = join(dirname(screenshot), 'card-phone.png');
+  const phoneShot = shot('card-phone');
   await page.screenshot({ path: phoneShot, fullPage: false });
   console.log(`screenshot: ${phoneShot}`);
 
@@ -111,7 +114,7 @@ process.exit(await session(user, groups, screenshot, async (page) => {
   check(/^\/approve\/card\/[0-9a-f-]{36}$/.test(href || ''), `the inbox entry opens the card by id (${href})`);
   const token = new URL(url).pathname.split('/').pop();
   check(!(await page.content()).includes(token), 'the inbox holds no token');
-  const inboxShot = join(dirname(screenshot), 'inbox.png');
+  const inboxShot = shot('inbox');
   await page.setViewportSize({ width: 1000, height: 900 });
   await page.screenshot({ path: inboxShot, fullPage: true });
   console.log(`screenshot: ${inboxShot}`);

@@ -23,9 +23,13 @@
 #      (tests/providers/smtp_sink.py), which must receive the corrected text
 #      exactly once;
 #   6. a run of notify_reply, whose approvers are told: a dispatcher of its
-#      own sends the notice to a demo mailbox, Chromium opens the link from
-#      that mail and approves, the reply arrives once; the notice is
-#      rendered to notify-mail.png (its text in notify-mail.txt).
+#      own sends the notice to a demo mailbox, Chromium (approve.mjs again)
+#      opens the link from that mail, corrects the draft's body with another
+#      long multilingual text and approves; the demo mailbox receives the
+#      corrected text exactly once. The notice is rendered to notify-mail.png
+#      (its text in notify-mail.txt); the browser's screenshots are
+#      notify-approved.png, notify-approved-card.png, notify-card-desktop.png,
+#      notify-card-phone.png and notify-inbox.png.
 #
 # Exit 0 pass, 1 fail, 77 skipped (no stack: ONCEGATE_URL is unset).
 set -euo pipefail
@@ -202,9 +206,10 @@ say "ok: corrected and approved in Chromium by $APPROVER; one outbox row ($row);
 # The test contract notify_reply tells group support by mail. A dispatcher
 # of this test sends to a demo mailbox (the loopback SMTP server) and a
 # loopback HTTP provider (the other approvers' chat webhook); the link is
-# taken from the mail as it arrived, opened and approved in Chromium, and
-# the reply reaches the mailbox once. The notice is rendered to
-# ARTIFACTS/notify-mail.png (its text in notify-mail.txt).
+# taken from the mail as it arrived, opened in Chromium, the draft's body
+# corrected in the card's form and approved, and the corrected reply reaches
+# the mailbox once. The notice is rendered to ARTIFACTS/notify-mail.png (its
+# text in notify-mail.txt).
 
 PY=$ONCEGATE_PYTHON
 PIDS=("$SMTP_PID")
@@ -280,12 +285,30 @@ done
 [[ $NOTICE_URL == "$ONCEGATE_URL/approve/"* ]] || die "no notice with a link in the demo mailbox"
 mailbox --to support-team@support.example.test --grep "$KEY" --json --last 1 >"$WORK/notice.json"
 mailbox --to support-team@support.example.test --grep "$KEY" --last 1 >"$ARTIFACTS/notify-mail.txt"
-rm -f "$ARTIFACTS/notify-mail.png" "$ARTIFACTS/notify-approved.png"
+rm -f "$ARTIFACTS"/notify-*.png
 node "$HERE/mail.mjs" "$WORK/notice.json" "$ARTIFACTS/notify-mail.png" ||
 	die "mail.mjs could not render the notice"
-node "$HERE/decide.mjs" "$NOTICE_URL" "$APPROVER" "$APPROVER_GROUPS" approve \
-	"$ARTIFACTS/notify-approved.png" "Проверено — отправляем" ||
-	die "approving from the notice's link failed (screenshot: $ARTIFACTS/notify-approved.png)"
+# the correction: another text than part 3's, several scripts and emoji
+EDITED="$WORK/notify-edited.txt"
+{
+	printf 'Здравствуйте, Ольга!\n\nЗаказ № 4821-77: посылка 4343 уже в пути, курьер позвонит заранее.\n'
+	printf '您好！订单 4343 已经发货，快递员会提前致电。\n'
+	printf 'שלום! ההזמנה 4343 נשלחה, השליח יתקשר מראש.\n'
+	printf 'مرحبًا، تم شحن الطلب 4343 وسيتصل بك المندوب مسبقًا.\n'
+	for i in $(seq 1 15); do printf 'Пункт %d — 第%d项 — البند %d — סעיף %d 🚚✉️\n' "$i" "$i" "$i" "$i"; done
+	printf '\nС уважением, служба поддержки'
+} >"$EDITED"
+rc=0
+node "$HERE/approve.mjs" "$NOTICE_URL" "$APPROVER" "$APPROVER_GROUPS" "$KEY" \
+	"$ARTIFACTS/notify-approved.png" "$EDITED" notify- || rc=$?
+[[ $rc -eq 0 ]] || die "correcting and approving from the notice's link failed (screenshot: $ARTIFACTS/notify-approved.png)"
+for shot in notify-approved notify-approved-card notify-card-desktop notify-card-phone notify-inbox \
+	approval approval-card card-desktop card-phone inbox; do
+	[[ -s $ARTIFACTS/$shot.png ]] || die "no $shot.png after both browser runs"
+done
+edit=$(q "SELECT coalesce(edited_by, '-') || ' ' || coalesce(array_to_string(edited_fields, ','), '-')
+	FROM workflow_runs WHERE idempotency_key = :'key'")
+[[ $edit == "$APPROVER body" ]] || die "the run records the correction as \"$edit\""
 replies() { mailbox --to customer-4343@example.com --json | grep -c . || true; }
 for ((i = 0; i < 150; i++)); do
 	[[ $(replies) -ge 1 ]] && break
@@ -294,5 +317,14 @@ done
 sleep 1
 n=$(replies)
 [[ $n == 1 ]] || die "the approved reply reached the demo mailbox $n times, expected once"
-mailbox --to customer-4343@example.com | grep -qF "$SUBJECT" || die "the reply is not the approved draft"
-say "ok: told by mail ($ARTIFACTS/notify-mail.png), approved from its link, the reply sent once"
+mailbox --to customer-4343@example.com --json >"$WORK/reply.jsonl"
+"$PY" - "$WORK/reply.jsonl" "$EDITED" "$SUBJECT" <<'PY' || die "the reply in the demo mailbox is not the corrected text"
+import json, sys
+want = open(sys.argv[2], encoding='utf-8').read()
+got = [json.loads(l) for l in open(sys.argv[1], encoding='utf-8') if l.strip()]
+if len(got) != 1 or got[0]['subject'] != sys.argv[3] or got[0]['body'].rstrip('\n') != want:
+    print('browser: the demo mailbox holds %r' % [(m['subject'], m['body'][:120]) for m in got],
+          file=sys.stderr)
+    sys.exit(1)
+PY
+say "ok: told by mail ($ARTIFACTS/notify-mail.png), corrected and approved from its link in Chromium, the corrected reply received once"

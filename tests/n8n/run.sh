@@ -255,8 +255,9 @@ state_is() { [[ $(run_state "$1") == "$2" ]]; }
 exec_ended() { [[ $(count_execs "e['key'] == '$1' and e['last_node'] == '''$2''' and e['status'] == '$3'") -ge ${4:-1} ]]; }
 waiting_exec() { [[ $(count_execs "e['key'] == '$1' and e['status'] == 'waiting'") -eq 1 ]]; }
 exec_approval_url() { execs "e['key'] == '$1' and e['status'] == 'waiting'" | "$PY" -c 'import json,sys; print(json.loads(sys.stdin.readline())["approval_url"] or "")'; }
-# support_reply tells its approvers (./dev gives it gate.notify): the link
-# is in the demo approvers' mailbox, never in n8n's execution data.
+# support_reply and crm_tag tell their approvers (./dev gives them
+# gate.notify): the link is in the demo approvers' mailbox, never in n8n's
+# execution data.
 DEMO_APPROVERS=approvers@demo.example
 notice_link() { "$PY" "$ROOT/tests/providers/mailbox.py" "$ONCEGATE_DEMO_SMTP_LOG" --to "$DEMO_APPROVERS" --grep "$1" --link; }
 notice_arrived() { notice_link "$1" >/dev/null; }
@@ -389,8 +390,10 @@ D_S=$(($(date +%s) - t))
 t=$(date +%s)
 # crm_tag sends 10 % of the eligible runs to a person anyway, chosen by a
 # CSPRNG draw kept on each run (no key is known in advance to escape it):
-# when this run is drawn it waits for sales, who approve it in Chromium,
-# and the scenario goes on from there.
+# when this run is drawn it waits for sales, who are told by mail (the
+# notice, an effect too, waits for the switch: it is turned on until the
+# notice is in the demo mailbox) and approve it in Chromium from the mail's
+# link, and the scenario goes on from there.
 K=acme:crm-tag:contact-201:v1
 say "e. contact 201 (crm_tag, auto-eligible) with the kill switch off"
 ctl kill-switch off --operator n8n-test --reason "tests/n8n: nothing may reach the provider" >/dev/null
@@ -398,8 +401,15 @@ expect "delivery answered" "$(hook "$CRM" '{"contact_id":201,"message":"How much
 auto_or_waiting() { exec_ended "$K" "Approved by the contract's rules" success || waiting_exec "$K"; }
 until_true 60 "the crm_tag execution finished on the auto branch or waits for sales" auto_or_waiting
 if waiting_exec "$K"; then
-	say "e. the run was drawn for the sample: sales approve it in Chromium"
-	node "$ROOT/tests/browser/decide.mjs" "$(exec_approval_url "$K")" lee@example.com sales approve \
+	say "e. the run was drawn for the sample: sales are told by mail and approve it in Chromium"
+	sleep 1 # five dispatcher polls
+	! notice_arrived "$K" || fail "the notice for $K went out with the kill switch off"
+	ctl kill-switch on --operator n8n-test --reason "tests/n8n: the sales notice may go" >/dev/null
+	URL=$(approval_url "$K")
+	ctl kill-switch off --operator n8n-test --reason "tests/n8n: nothing may reach the provider" >/dev/null
+	[[ $URL == "$ONCEGATE_URL/approve/"* ]] || fail "no approval link in the sales notice ($URL)"
+	ok "sales were told by mail; the waiting crm_tag execution holds no link"
+	node "$ROOT/tests/browser/decide.mjs" "$URL" lee@example.com sales approve \
 		"$ARTIFACTS/n8n-crm-sampled.png" >"$WORK/crm-approve.log" 2>&1 ||
 		{ cat "$WORK/crm-approve.log" >&2; fail "decide.mjs approve (sampled crm_tag run) failed"; }
 	# The decision reaches n8n through the dispatcher: once the switch is on.
