@@ -230,6 +230,11 @@ ctl_admin_config(struct ctl *ctl, int argc, char **argv)
 		        config_line(ctl->conf_path, NULL, "contracts_dir"), err);
 		return EXIT_REFUSED;
 	}
+	if (contract_notify_check(contracts, &ctl->cfg, err, sizeof(err)) != 0) {
+		fprintf(stderr, "oncegatectl: %s: %s\n", ctl->cfg.contracts_dir, err);
+		contract_set_free(contracts);
+		return EXIT_REFUSED;
+	}
 	pages = page_set_load(ctl->cfg.templates_dir, err, sizeof(err));
 	if (pages == NULL) {
 		fprintf(stderr, "oncegatectl: %s:%d: templates_dir: %s\n", ctl->conf_path,

@@ -84,11 +84,13 @@ print_links(struct ctl *ctl, const char *new_key, const json_t *approvals, bool 
 	json_t *a;
 
 	json_array_foreach(approvals, i, a) {
+		const char *url = json_string_value(json_object_get(a, "url"));
+
 		if (ctl->json)
 			continue;
 		printf("%s%s  approval for %-16s %s\n", tty ? "\r\033[K" : "", new_key,
 		       json_string_value(json_object_get(a, "approver")),
-		       json_string_value(json_object_get(a, "url")));
+		       url != NULL ? url : "(notified: the approver's notice carries the link)");
 	}
 }
 
@@ -174,7 +176,11 @@ replay_one(struct ctl *ctl, struct replay_opts *o, const char *key)
 	fflush(stdout);
 	if (!o->dry_run) {
 		log_replayed(ctl, &req, &res);
-		if (json_array_size(res.approvals) > 0)
+		if (json_array_size(res.approvals) > 0 &&
+		    json_object_get(json_array_get(res.approvals, 0), "url") == NULL)
+			fprintf(stderr, "oncegatectl: the approvers are notified; their notices carry "
+			        "the links\n");
+		else if (json_array_size(res.approvals) > 0)
 			fprintf(stderr, "oncegatectl: the approval link(s) above are shown once: only "
 			        "their SHA-256 is stored\n");
 		else

@@ -168,6 +168,13 @@ int contract_remind_after_seconds(const struct contract *c);
 int contract_escalate_after_seconds(const struct contract *c);
 size_t contract_escalate_count(const struct contract *c);
 const char *contract_escalate_to(const struct contract *c, size_t i);
+/* 0 when every notify entry of every contract in set names a target cfg
+ * configures with a kind that fits it (mail addresses: smtp; a chat
+ * webhook: http); else -1 with a message naming the contract, the entry
+ * and the target. Run where contracts meet the configuration. */
+struct config;
+int contract_notify_check(const struct contract_set *set, const struct config *cfg, char *err,
+                          size_t errlen) __attribute__((warn_unused_result));
 
 /* May this SSO subject with these groups decide for the approver entry
  * `approver`? groups is AUTH_GROUPS: a list separated by sep (config

@@ -18,12 +18,18 @@
  * (1..OG_NOTIFY_RCPT_MAX plain addresses) makes a mail notification; an
  * entry without it is a chat webhook (the target receives a
  * Slack/Teams-compatible JSON body). The target must be configured with a
- * kind that fits: the dispatcher refuses (dead letter) one that does not.
+ * kind that fits (mail addresses on an smtp target, a chat webhook on an
+ * http target): contract_notify_check refuses a contract directory that
+ * names a missing or unfitting target where contracts meet the
+ * configuration (the responder's start and reload, `oncegatectl config
+ * check`), so that no notice becomes a dead letter at send time.
  * Both times must lie before the expiry; escalate_to and
  * escalate_after_seconds come together.
  */
+#include <stdio.h>
 #include <string.h>
 
+#include "config.h"
 #include "contract_int.h"
 #include "effect.h"
 
@@ -182,4 +188,58 @@ const char *
 contract_escalate_to(const struct contract *c, size_t i)
 {
 	return i < c->nescalate ? c->escalate_to[i] : NULL;
+}
+
+/* Is entry's target configured with a kind that fits it? If not, why not
+ * (into why). */
+static bool
+entry_fits(const struct config *cfg, const json_t *e, char *why, size_t len)
+{
+	const char *name = json_string_value(json_object_get(e, "target"));
+	const struct config_target *t = name != NULL ? config_target(cfg, name) : NULL;
+	bool mail = json_object_get(e, "to") != NULL;
+
+	if (t == NULL) {
+		snprintf(why, len, "target \"%s\" is not configured (no [target %s] section)",
+		         name != NULL ? name : "", name != NULL ? name : "");
+		return false;
+	}
+	if (mail && strcmp(t->kind, "smtp") != 0) {
+		snprintf(why, len, "target \"%s\" is of kind %s: mail addresses (\"to\") need an "
+		         "smtp target", name, t->kind);
+		return false;
+	}
+	if (!mail && strcmp(t->kind, "http") != 0) {
+		snprintf(why, len, "target \"%s\" is of kind %s: a chat webhook (an entry "
+		         "without \"to\") needs an http target", name, t->kind);
+		return false;
+	}
+	return true;
+}
+
+int
+contract_notify_check(const struct contract_set *set, const struct config *cfg, char *err,
+                      size_t errlen)
+{
+	size_t i;
+
+	for (i = 0; i < contract_count(set); i++) {
+		const struct contract *c = contract_at(set, i);
+		size_t k, n = c->napprovers + c->nescalate;
+		char why[512];
+
+		for (k = 0; c->notify != NULL && k < n; k++) {
+			const char *who = k < c->napprovers ? c->approvers[k]
+			                                    : c->escalate_to[k - c->napprovers];
+			const json_t *e = json_object_get(c->notify, who);
+
+			if (e == NULL || entry_fits(cfg, e, why, sizeof(why)))
+				continue;
+			if (err != NULL && errlen > 0)
+				snprintf(err, errlen, "contract \"%s\": gate.notify entry \"%s\": %s",
+				         c->name, who, why);
+			return -1;
+		}
+	}
+	return 0;
 }

@@ -36,67 +36,6 @@ json_hash(const json_t *v, char hash[CANON_HASH_LEN], char **text)
 
 /* ---- a valid output ---------------------------------------------------- */
 
-/* The approver entries an escalation adds, with their notify entries:
- * [{"approver", "notify"?}], or NULL when the contract escalates to nobody. */
-static json_t *
-escalation_entries(const struct contract *k)
-{
-	json_t *a;
-	size_t i;
-
-	if (contract_escalate_count(k) == 0)
-		return NULL;
-	a = json_array();
-	for (i = 0; a != NULL && i < contract_escalate_count(k); i++) {
-		const char *who = contract_escalate_to(k, i);
-		const json_t *n = contract_notify_entry(k, who);
-		json_t *e = n != NULL ? json_pack("{s:s, s:O}", "approver", who, "notify", n)
-		                      : json_pack("{s:s}", "approver", who);
-
-		if (e == NULL || json_array_append_new(a, e) != 0) {
-			json_decref(a);
-			return NULL;
-		}
-	}
-	return a;
-}
-
-/* The challenge's notice: whom to tell, when to remind and escalate, and
- * its approval.notify effect, in the output's transaction. */
-static enum og_rc
-output_notify(struct db *db, struct decide_output *d, const char *id, const char *approver,
-              const char *expires)
-{
-	const struct contract *k = d->contract;
-	const json_t *entry = contract_notify_entry(k, approver);
-	json_t *escalate = escalation_entries(k), *effect = NULL;
-	struct gate_notice n = { 0 };
-	char eid[OUTBOX_ID_LEN];
-	enum og_rc rc;
-
-	if (contract_escalate_count(k) > 0 && escalate == NULL)
-		return OG_ERROR;
-	rc = gate_set_notify(db, id, entry, contract_remind_after_seconds(k),
-	                     contract_escalate_after_seconds(k), escalate);
-	json_decref(escalate);
-	if (rc != OG_OK || entry == NULL)
-		return rc;
-	effect = d->output->effect != NULL ? json_loads(d->output->effect, 0, NULL) : NULL;
-	n.id = id;
-	n.client_id = d->output->client_id;
-	n.key = d->output->key;
-	n.approver = approver;
-	n.requested_by = d->output->requested_by;
-	n.expires_at = expires;
-	n.contract = contract_name(k);
-	n.notify = json_deep_copy(entry);
-	n.effect = effect;
-	rc = n.notify != NULL ? notify_enqueue(db, &n, NOTIFY_NEW, eid) : OG_ERROR;
-	json_decref(n.notify);
-	json_decref(effect);
-	return rc;
-}
-
 /* The challenge of the contract's approver i, appended to d->approvals:
  * with its link when the contract tells nobody (the caller's answer is the
  * only place it ever appears), else with its notice queued (the dispatcher
@@ -125,7 +64,13 @@ output_challenge(struct db *db, struct decide_output *d, const json_t *decisions
 		goto out;
 	}
 	if (contract_notifies(k) || contract_escalate_count(k) > 0) {
-		grc = output_notify(db, d, id, contract_approver(k, i), expires);
+		const struct notify_challenge c = {
+			.id = id, .client_id = lo->client_id, .key = lo->key,
+			.approver = contract_approver(k, i), .requested_by = lo->requested_by,
+			.expires_at = expires, .effect = lo->effect,
+		};
+
+		grc = notify_challenge(db, k, &c);
 		if (grc != OG_OK) {
 			rc = grc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 			goto out;

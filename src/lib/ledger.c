@@ -391,7 +391,8 @@ static const struct db_stmt st_runs_by_key = {
  * always refused. sent: the business effects that were sent, are being
  * sent, are unknown, or were resumed by an operator ("type id state",
  * comma-separated) — a replay could make a second business effect, so
- * only with force. LIMIT 2 tells an ambiguous key (several clients) from a
+ * only with force. An approver's notice (approval.notify) is neither: it
+ * only tells, and a replay tells the new run's approvers afresh. LIMIT 2 tells an ambiguous key (several clients) from a
  * unique one. */
 static const struct db_stmt st_original = {
 	"ledger_original",
@@ -401,6 +402,7 @@ static const struct db_stmt st_original = {
 	"       r.effect::text AS effect, r.source_url, r.workflow_version, r.correlation_id,"
 	"       (SELECT count(*) FROM effect_outbox e"
 	"         WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
+	"           AND e.effect_type <> 'approval.notify'"
 	"           AND (e.state = 'pending' OR (e.effect_type = 'decision.callback'"
 	"                AND e.state IN ('sending', 'unknown')))) AS live_effects,"
 	"       (SELECT string_agg(e.effect_type || ' ' || e.id || ' ' ||"
@@ -408,7 +410,7 @@ static const struct db_stmt st_original = {
 	"                     ELSE 'resumed' END, ', ' ORDER BY e.created_at, e.id)"
 	"          FROM effect_outbox e"
 	"         WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
-	"           AND e.effect_type <> 'decision.callback'"
+	"           AND e.effect_type NOT IN ('decision.callback', 'approval.notify')"
 	"           AND (e.state IN ('completed', 'sending', 'unknown') OR EXISTS ("
 	"                SELECT 1 FROM operator_actions o"
 	"                 WHERE o.effect_id = e.id AND o.action = 'resume'))) AS sent"

@@ -9,6 +9,7 @@
 
 #include "buf.h"
 #include "canon.h"
+#include "contract.h"
 #include "notify.h"
 #include "utf8.h"
 
@@ -90,6 +91,63 @@ out:
 	json_decref(summary);
 	free(dumped);
 	free(canon);
+	return rc;
+}
+
+/* The approver entries an escalation adds, with their notify entries:
+ * [{"approver", "notify"?}], or NULL when the contract escalates to nobody. */
+static json_t *
+escalation_entries(const struct contract *k)
+{
+	json_t *a;
+	size_t i;
+
+	if (contract_escalate_count(k) == 0)
+		return NULL;
+	a = json_array();
+	for (i = 0; a != NULL && i < contract_escalate_count(k); i++) {
+		const char *who = contract_escalate_to(k, i);
+		const json_t *n = contract_notify_entry(k, who);
+		json_t *e = n != NULL ? json_pack("{s:s, s:O}", "approver", who, "notify", n)
+		                      : json_pack("{s:s}", "approver", who);
+
+		if (e == NULL || json_array_append_new(a, e) != 0) {
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
+enum og_rc
+notify_challenge(struct db *db, const struct contract *k, const struct notify_challenge *c)
+{
+	const json_t *entry = contract_notify_entry(k, c->approver);
+	json_t *escalate = escalation_entries(k), *effect = NULL;
+	struct gate_notice n = { 0 };
+	char eid[OUTBOX_ID_LEN];
+	enum og_rc rc;
+
+	if (contract_escalate_count(k) > 0 && escalate == NULL)
+		return OG_ERROR;
+	rc = gate_set_notify(db, c->id, entry, contract_remind_after_seconds(k),
+	                     contract_escalate_after_seconds(k), escalate);
+	json_decref(escalate);
+	if (rc != OG_OK || entry == NULL)
+		return rc;
+	effect = c->effect != NULL ? json_loads(c->effect, 0, NULL) : NULL;
+	n.id = c->id;
+	n.client_id = c->client_id;
+	n.key = c->key;
+	n.approver = c->approver;
+	n.requested_by = c->requested_by;
+	n.expires_at = c->expires_at;
+	n.contract = contract_name(k);
+	n.notify = json_deep_copy(entry);
+	n.effect = effect;
+	rc = n.notify != NULL ? notify_enqueue(db, &n, NOTIFY_NEW, eid) : OG_ERROR;
+	json_decref(n.notify);
+	json_decref(effect);
 	return rc;
 }
 

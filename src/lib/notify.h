@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "contract.h"
 #include "db.h"
 #include "gate.h"
 #include "outbox.h"
@@ -37,6 +38,20 @@ const char *notify_why_name(enum notify_why why);
  * caller's transaction, in the run's next free notification slot. */
 enum og_rc notify_enqueue(struct db *db, const struct gate_notice *n, enum notify_why why,
                           char effect_id[OUTBOX_ID_LEN]) __attribute__((warn_unused_result));
+
+/* A new challenge as notify_challenge needs it (borrowed strings); effect
+ * is the run's effect as JSON text (the card's summary is made of it). */
+struct notify_challenge {
+	const char *id, *key, *approver, *requested_by, *expires_at, *effect;
+	long long client_id;
+};
+
+/* Whom a new challenge tells, in the caller's transaction: its approver's
+ * notify entry, the contract's reminder and escalation, and (when the
+ * approver has a notify entry) its first notice queued. The one way a
+ * challenge gets its notice, whether an output or a replay created it. */
+enum og_rc notify_challenge(struct db *db, const struct contract *k,
+                            const struct notify_challenge *c) __attribute__((warn_unused_result));
 
 /* The message of a stored notice with its link, as the target's provider
  * sends it: for a mail target (mail) {"to", "subject", "body"} in plain

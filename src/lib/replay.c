@@ -23,6 +23,7 @@
 #include "gate.h"
 #include "jobs.h"
 #include "ledger.h"
+#include "notify.h"
 #include "oplog.h"
 #include "replay.h"
 #include "token.h"
@@ -282,7 +283,8 @@ out:
 }
 
 /* Fresh challenges for the contract's approvers, as the output handler
- * creates them; the raw links go to out->approvals only. */
+ * creates them: told by their notices (notify_challenge, as an output's)
+ * when the contract notifies, else with raw links in out->approvals only. */
 static enum og_rc
 replay_challenges(struct db *db, const struct replay_req *req, const struct plan *p,
                   struct replay_result *out)
@@ -311,6 +313,30 @@ replay_challenges(struct db *db, const struct replay_req *req, const struct plan
 			digest_wipe(token, sizeof(token));
 			rrc = grc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 			break;
+		}
+		if (contract_notifies(p->c) || contract_escalate_count(p->c) > 0) {
+			const struct notify_challenge c = {
+				.id = id, .client_id = p->client_id, .key = req->new_key,
+				.approver = contract_approver(p->c, i),
+				.requested_by = req->operator_name, .expires_at = expires,
+				.effect = p->effect,
+			};
+
+			if ((grc = notify_challenge(db, p->c, &c)) != OG_OK) {
+				digest_wipe(token, sizeof(token));
+				rrc = grc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+				break;
+			}
+		}
+		if (contract_notifies(p->c)) {
+			/* told by the notice, with a link the dispatcher mints: this
+			 * token is handed to nobody */
+			digest_wipe(token, sizeof(token));
+			json_array_append_new(out->approvals,
+			                      json_pack("{s:s, s:s, s:s, s:b}", "approval_id", id,
+			                                "approver", contract_approver(p->c, i),
+			                                "expires_at", expires, "notified", 1));
+			continue;
 		}
 		buf_init(&url, 4096);
 		if (buf_printf(&url, "%s/approve/%s", req->public_url ? req->public_url : "",

@@ -61,7 +61,9 @@ struct replay_result {
 	char start_state[REPLAY_STATE_LEN];
 	char payload_hash[CANON_HASH_LEN];
 	/* [{approval_id, approver, expires_at, url}]: url holds the raw token,
-	 * to be shown once and never stored; NULL when none */
+	 * to be shown once and never stored; instead of url "notified": true
+	 * when the contract tells its approvers (their notices carry the
+	 * links); NULL when none */
 	json_t *approvals;
 	char note[REPLAY_MSG_LEN];   /* why the new run starts as it does */
 	char forced_past[REPLAY_MSG_LEN / 2]; /* force: the effects it went past, or "" */

@@ -142,6 +142,21 @@ if id nobody >/dev/null 2>&1 && [[ $EUID -eq 0 ]]; then
 		fail "config check as another user accepted an unreadable contracts directory (exit $rc): $(cat "$TMP/check.err")"
 fi
 
+# A notify entry whose target does not fit: a chat webhook (no "to") on the
+# smtp target "mail"; config check names the contract, the entry and the target.
+mkdir -p "$TMP/notify" && cp "$P"/etc/oncegate/contracts/*.json "$TMP/notify/"
+python3 - "$TMP/notify" <<'PY'
+import glob, json, sys
+f = sorted(glob.glob(sys.argv[1] + "/*.json"))[0]
+c = json.load(open(f, encoding="utf-8"))
+g = c["gate"]
+g["notify"] = {a: {"target": "mail"} for a in g.get("approvers", []) + g.get("escalate_to", [])}
+json.dump(c, open(f, "w", encoding="utf-8"), ensure_ascii=False)
+PY
+sed "s|^contracts_dir =.*|contracts_dir = $TMP/notify|" "$CONF" >"$TMP/c7"
+refused "$TMP/c7" 'contract "[a-z0-9_]+": gate.notify entry ".+": target "mail" is of kind smtp: a chat webhook' \
+	"a chat webhook entry on an smtp target"
+
 # --- man pages -----------------------------------------------------------------------
 if command -v mandoc >/dev/null; then
 	# mandoc -Tlint looks a cross-reference up in /usr/share/man only: the

@@ -20,6 +20,13 @@
  *   at rest     no link's token is in the database (pg_dump), nor in any
  *               file of the stack's state directory or of the suite's
  *               dispatcher (logs, stderr): only in what the recipients got;
+ *   replayed    two tenants' runs under one key, rejected from their mails,
+ *               replayed by an operator (one with text, one with --json,
+ *               no --force: notices are no business effect): no link in
+ *               the CLI's answer ("notified"); each new run's approvers
+ *               get a mail and a chat notice naming the NEW key, whose
+ *               link opens its card; approving sends the reply once; no
+ *               token at rest;
  *   reminder,   on notify_fast's clock (3 s, 6 s) the group is told again
  *   escalation  with a new link — the first one then says it is no longer
  *               valid — and the managers' group is added with a challenge
@@ -454,6 +461,113 @@ START_TEST(test_each_entry_told_link_works)
 }
 END_TEST
 
+/* ---- replayed -------------------------------------------------------------- */
+
+/* A run the approvers rejected, replayed by an operator for one of two
+ * tenants sharing the key: the new run's approvers are told exactly as an
+ * output's (their notice's link opens the NEW run's card), and neither
+ * the CLI's answer nor its text shows a link. */
+START_TEST(test_replay_told)
+{
+	char *key = tl_corpus_key(tl_run, "повтор · إعادة · 再送 🔁", 160);
+	char nkey[2048], *out = NULL, *err = NULL, *tok, *text, loc[512], *path;
+	const char *subject = tl_corpus_mail_str("mixed_max", "subject");
+	json_t *mails, *doc, *a, *tokens = json_array();
+	struct dl_disp disp;
+	struct tl_resp r;
+	size_t i, sent;
+	long st;
+
+	ck_assert_msg(dl_key_b != NULL, "no second client: `oncegatectl client add` failed");
+	sender_start(&disp, "on");
+	reply_run(dl_key_dev, key, "notify_reply", "mixed_max", &r);
+	tl_resp_free(&r);
+	reply_run(dl_key_b, key, "notify_reply", "mixed_max", &r);
+	tl_resp_free(&r);
+	mails = wait_mails(key, "Approval needed: ", SUPPORT_RCPT, 2, SETTLE_S);
+	ck_assert_msg(json_array_size(mails) == 2, "%zu notice mails (want 2)",
+	              json_array_size(mails));
+	/* both originals rejected from their mails */
+	for (i = 0; i < 2; i++) {
+		tok = link_token(JSTR(json_array_get(mails, i), "body"));
+		ck_assert_msg(tok != NULL, "no link in the original's mail");
+		path = token_path(tok);
+		ck_assert_int_eq(pl_decide_at(path, PERSON, PERSON_GROUPS, "reject", loc,
+		                              sizeof(loc)), 303);
+		json_array_append_new(tokens, json_string(tok));
+		free(path);
+		free(tok);
+	}
+	json_decref(mails);
+
+	snprintf(nkey, sizeof(nkey), "%s-replay", key);
+	/* the original's notices are no business effect: no --force needed */
+	st = tl_ctl_err(&out, &err, "replay", key, "--new-key", nkey, "--client", dl_client_b,
+	                "--reason", "Ольга отклонила по ошибке", "--operator", "check_notify",
+	                (char *)NULL);
+	ck_assert_msg(st == 0, "replay exited %ld: %s%s", st, out, err);
+	ck_assert_msg(strstr(out, "/approve/") == NULL && strstr(out, "notified") != NULL,
+	              "the replay's text shows a link or says nobody is told:\n%s", out);
+	ck_assert_msg(strstr(err, "notified") != NULL, "stderr: %s", err);
+	free(out);
+	free(err);
+	/* the new run's notice: one mail to the support group, one chat */
+	mails = wait_mails(nkey, "Approval needed: ", SUPPORT_RCPT, 1, SETTLE_S);
+	ck_assert_msg(json_array_size(mails) == 1, "%zu notice mails for the replay (want 1)",
+	              json_array_size(mails));
+	{
+		json_t *chats = wait_chats_led(nkey, "Approval needed.", 1, SETTLE_S);
+
+		ck_assert_msg(json_array_size(chats) == 1, "%zu chat notices for the replay",
+		              json_array_size(chats));
+		json_decref(chats);
+	}
+	ck_assert_msg(strstr(JSTR(json_array_get(mails, 0), "body"), "Run:        ") != NULL &&
+	              strstr(JSTR(json_array_get(mails, 0), "body"), nkey) != NULL,
+	              "the notice names the new run");
+	tok = link_token(JSTR(json_array_get(mails, 0), "body"));
+	ck_assert_msg(tok != NULL, "no link in the replay's mail");
+	json_array_append_new(tokens, json_string(tok));
+	text = page_text(tok, PERSON, PERSON_GROUPS, &st);
+	ck_assert_msg(st == 200 && strstr(text, "demo_smtp") != NULL,
+	              "the replay's link: HTTP %ld: %.500s", st, text);
+	free(text);
+	path = token_path(tok);
+	sent = replies_to_customer(subject);
+	ck_assert_int_eq(pl_decide_at(path, PERSON, PERSON_GROUPS, "approve", loc, sizeof(loc)),
+	                 303);
+	ck_assert_msg(wait_replies(subject, sent + 1, SETTLE_S) == sent + 1,
+	              "the approved replay did not send its reply once");
+	free(path);
+	free(tok);
+	json_decref(mails);
+
+	/* the other tenant's run (the stack's client "dev"), in JSON: the
+	 * approvals say "notified" and hold no url */
+	snprintf(nkey, sizeof(nkey), "%s-replay-json", key);
+	ck_assert_int_eq(tl_ctl(&out, "--json", "replay", key, "--new-key", nkey, "--client",
+	                        "dev", "--reason", "ещё раз", "--operator", "check_notify",
+	                        (char *)NULL),
+	                 0);
+	doc = json_loads(out, 0, NULL);
+	ck_assert_msg(doc != NULL && json_array_size(json_object_get(doc, "approvals")) == 3,
+	              "replay JSON: %s", out);
+	json_array_foreach(json_object_get(doc, "approvals"), i, a)
+		ck_assert_msg(json_object_get(a, "url") == NULL &&
+		              json_is_true(json_object_get(a, "notified")), "replay JSON: %s", out);
+	json_decref(doc);
+	free(out);
+	mails = wait_mails(nkey, "Approval needed: ", SUPPORT_RCPT, 1, SETTLE_S);
+	ck_assert_msg(json_array_size(mails) == 1, "no notice for the second replay");
+	json_decref(mails);
+
+	(void)dl_disp_stop(&disp, 20);
+	assert_nowhere(tokens);
+	json_decref(tokens);
+	free(key);
+}
+END_TEST
+
 /* ---- reminder and escalation ------------------------------------------------- */
 
 static long long
@@ -760,6 +874,7 @@ notify_suite(void)
 	TCase *tc = dl_tcase(s, "told", 4 * SETTLE_S + 60);
 
 	tcase_add_test(tc, test_each_entry_told_link_works);
+	tcase_add_test(tc, test_replay_told);
 	tcase_add_test(tc, test_reminder_escalation);
 	tcase_add_test(tc, test_quorum_told_reminded_escalated);
 	tcase_add_test(tc, test_kill_switch_holds_notices);

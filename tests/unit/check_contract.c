@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "contract.h"
 #include "digest.h"
 #include "caps.h"
@@ -911,6 +912,70 @@ START_TEST(test_load_dir)
 }
 END_TEST
 
+/* Where contracts meet the configuration, a notify entry's target must be
+ * configured with a kind that fits it; the message names the contract,
+ * the entry and the target. */
+START_TEST(test_notify_targets_checked)
+{
+	static const char *const text =
+		"{\"name\":\"t\"," SCHEMA_OK ",\"gate\":{\"approvers\":[\"group:служба поддержки\","
+		"\"lead@example.com\"],\"notify\":{\"group:служба поддержки\":{\"target\":%s,"
+		"\"to\":[\"podderzhka@support.example.test\",\"dezhurny@support.example.test\"]},"
+		"\"lead@example.com\":{\"target\":%s}}}," EFFECTS "}";
+	static const struct {
+		const char *mail, *chat, *want;
+	} cases[] = {
+		{ "\"approvers_mail\"", "\"team_chat\"", NULL },
+		{ "\"mail_missing\"", "\"team_chat\"",
+		  "contract \"t\": gate.notify entry \"group:служба поддержки\": target "
+		  "\"mail_missing\" is not configured" },
+		{ "\"team_chat\"", "\"team_chat\"",
+		  "contract \"t\": gate.notify entry \"group:служба поддержки\": target \"team_chat\" "
+		  "is of kind http: mail addresses (\"to\") need an smtp target" },
+		{ "\"approvers_mail\"", "\"approvers_mail\"",
+		  "contract \"t\": gate.notify entry \"lead@example.com\": target \"approvers_mail\" "
+		  "is of kind smtp: a chat webhook (an entry without \"to\") needs an http target" },
+	};
+	char mail[] = "approvers_mail", smtp[] = "smtp", chat[] = "team_chat", http[] = "http";
+	struct config cfg;
+	char doc[4096], err[1024];
+	size_t i;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.targets[0].name = mail;
+	cfg.targets[0].kind = smtp;
+	cfg.targets[1].name = chat;
+	cfg.targets[1].kind = http;
+	cfg.ntargets = 2;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct contract *c;
+		struct contract_set *set;
+		int rc;
+
+		snprintf(doc, sizeof(doc), text, cases[i].mail, cases[i].chat);
+		set = load_text(doc, &c);
+		err[0] = '\0';
+		rc = contract_notify_check(set, &cfg, err, sizeof(err));
+		if (cases[i].want == NULL)
+			ck_assert_msg(rc == 0, "case %zu refused: %s", i, err);
+		else
+			ck_assert_msg(rc == -1 && strstr(err, cases[i].want) != NULL,
+			              "case %zu: rc %d, message \"%s\", want \"%s\"", i, rc, err,
+			              cases[i].want);
+		contract_set_free(set);
+	}
+	/* contracts without notify need no target */
+	{
+		const struct contract *c;
+		struct contract_set *set = load_schema("{}", &c);
+
+		cfg.ntargets = 0;
+		ck_assert_int_eq(contract_notify_check(set, &cfg, err, sizeof(err)), 0);
+		contract_set_free(set);
+	}
+}
+END_TEST
+
 /* A control character in a member name must not reach the message raw. */
 START_TEST(test_load_error_sanitised)
 {
@@ -1547,6 +1612,7 @@ contract_suite(void)
 	tcase_add_test(tc, test_load_too_deep);
 	tcase_add_test(tc, test_load_not_regular);
 	tcase_add_test(tc, test_load_dir);
+	tcase_add_test(tc, test_notify_targets_checked);
 	tcase_add_test(tc, test_load_error_sanitised);
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_settings);
