@@ -4,7 +4,7 @@
  * One pure function: everything the provider observed goes in, exactly one
  * class and one reason come out. No I/O, no clock (the caller passes
  * `now`), no global state; the same input always gives the same answer, so
- * the whole policy is tested by a fixture table (tests/check_classify.c).
+ * the whole policy is tested by a fixture table (tests/unit/check_classify.c).
  *
  * The classes and what the dispatcher does with them:
  *   success    → the effect is `completed`;
