@@ -13,7 +13,7 @@
  * "Known not delivered" — the one condition under which `resume` sends an
  * effect again with its provider key — is defined once, in repair.c
  * (OUTBOX_KNOWN_UNDELIVERED), from the attempt history and the operators'
- * findings; README "Operations" says it in words.
+ * findings; docs/operate.md says it in words.
  */
 #ifndef OG_REPAIR_H
 #define OG_REPAIR_H

@@ -2,9 +2,10 @@
  * page_render.c — micro-benchmark of filling and rendering the approval
  * card the way api.c page_card() does. Standalone, not built by make:
  *
- *   gcc -std=gnu11 -O2 -Isrc/lib src/lib/page.c src/lib/buf.c \
- *       tests/bench/page_render.c \
- *       $(pkg-config --cflags --libs libxml-2.0 jansson) \
+ *   gcc -std=gnu11 -O2 -Isrc/lib src/lib/page.c src/lib/page_tmpl.c \
+ *       src/lib/page_text.c src/lib/page_json.c src/lib/utf8.c src/lib/canon.c \
+ *       src/lib/buf.c src/lib/digest.c tests/bench/page_render.c \
+ *       $(pkg-config --cflags --libs libxml-2.0 jansson openssl) -lm \
  *       -o /tmp/page_bench && /tmp/page_bench templates [rounds]
  *
  * With "wide N" it fills one card with N output fields (the field table of
