@@ -176,6 +176,9 @@ spawn(char *const argv[], const char *out, const char *err, enum env_switch env)
 			unsetenv("AI_ACTIONS_ENABLED");
 		setenv("ASAN_OPTIONS", "detect_leaks=1", 1);
 		setenv("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1", 1);
+		/* the dispatcher connects as the stack's dispatch login role */
+		if (getenv("ONCEGATE_PGUSER_DISPATCH") != NULL)
+			setenv("PGUSER", getenv("ONCEGATE_PGUSER_DISPATCH"), 1);
 		execv(argv[0], argv);
 		_exit(127);
 	}

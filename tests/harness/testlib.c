@@ -935,6 +935,8 @@ tl_vctl(const struct tl_ctl_how *how, char **out, va_list ap)
 {
 	const char *ctl = tl_env("ONCEGATE_CTL");
 	const char *conf = tl_env("ONCEGATE_CONF");
+	/* oncegatectl connects as the stack's operator login role */
+	const char *role = tl_env("ONCEGATE_PGUSER_OPERATOR");
 	const char *arg;
 	char *cmd, *user = NULL;
 	int rc, bad = 0;
@@ -946,9 +948,17 @@ tl_vctl(const struct tl_ctl_how *how, char **out, va_list ap)
 	cmd = calloc(1, 1);
 	if (cmd == NULL)
 		return -1;
+	if (how->sudo_user != NULL || role != NULL)
+		bad |= append_quoted(&cmd, "env") != 0;
+	if (role != NULL) {
+		bad |= bad || asprintf(&user, "PGUSER=%s", role) < 0;
+		bad |= bad || append_quoted(&cmd, user) != 0;
+		free(user);
+		user = NULL;
+	}
 	if (how->sudo_user != NULL) {
-		bad |= asprintf(&user, "SUDO_USER=%s", how->sudo_user) < 0;
-		bad |= bad || append_quoted(&cmd, "env") != 0 || append_quoted(&cmd, user) != 0;
+		bad |= bad || asprintf(&user, "SUDO_USER=%s", how->sudo_user) < 0;
+		bad |= bad || append_quoted(&cmd, user) != 0;
 		free(user);
 	}
 	bad |= bad || append_quoted(&cmd, ctl) != 0 || append_quoted(&cmd, "-c") != 0 ||
