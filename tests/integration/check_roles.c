@@ -22,7 +22,10 @@
  *              (client add) is refused and leaves nothing;
  *   operator   `oncegatectl client add` as the operator's role, with
  *              another name in $USER and LOGNAME, records the session's
- *              role as the operator.
+ *              role as the operator;
+ *   second     a second oncegate database on the same server: the schema's
+ *              owner, who may not create roles, migrates it with the group
+ *              roles the first one made, and the same grants hold there.
  *
  * Every refusal is SQLSTATE 42501 (insufficient_privilege) and leaves the
  * rows as they were, as the schema owner sees them.
@@ -336,6 +339,83 @@ START_TEST(test_operator_is_session_user)
 }
 END_TEST
 
+/* A connection as the cluster's superuser (root may be postgres on the
+ * stack's socket) to dbname. */
+static PGconn *
+superuser(const char *dbname)
+{
+	const char *keys[] = { "user", "dbname", NULL };
+	const char *values[] = { "postgres", dbname, NULL };
+	PGconn *c = PQconnectdbParams(keys, values, 0);
+
+	ck_assert_msg(PQstatus(c) == CONNECTION_OK, "login as postgres: %s", PQerrorMessage(c));
+	return c;
+}
+
+START_TEST(test_second_database)
+{
+	char db[96], conf[] = "/tmp/check_roles.XXXXXX", *text, *at, *out = NULL, sql[256];
+	const char *src = tl_env("ONCEGATE_CONF");
+	PGconn *pg = superuser("postgres"), *c;
+	const char *keys[] = { "user", "dbname", NULL };
+	const char *values[] = { "oncegate", db, NULL };
+	FILE *f;
+	int fd;
+
+	snprintf(db, sizeof(db), "%s_second", tl_run);
+	for (at = db; *at != '\0'; at++)
+		if (*at == '-')
+			*at = '_';
+	snprintf(sql, sizeof(sql), "CREATE DATABASE \"%s\" OWNER oncegate", db);
+	PQclear(PQexec(pg, sql));
+	ck_assert_int_eq(qnum(pg, "SELECT count(*) FROM pg_database WHERE datname = $1", db,
+	                      (char *)NULL),
+	                 1);
+	/* the stack's configuration with the other database */
+	text = tl_file_slurp(src, NULL);
+	ck_assert_msg(text != NULL && (at = strstr(text, "dbname=oncegate")) != NULL,
+	              "%s names no dbname=oncegate", src);
+	ck_assert((fd = mkstemp(conf)) >= 0);
+	ck_assert((f = fdopen(fd, "w")) != NULL);
+	fprintf(f, "%.*sdbname=%s%s", (int)(at - text), text, db, at + strlen("dbname=oncegate"));
+	fclose(f);
+	free(text);
+
+	snprintf(sql, sizeof(sql), "env PGUSER=oncegate '%s' -c '%s' migrate 2>&1; echo \"exit=$?\"",
+	         tl_env("ONCEGATE_CTL"), conf);
+	out = tl_shell_output(sql);
+	unlink(conf);
+	ck_assert_msg(out != NULL && strstr(out, "exit=0") != NULL,
+	              "migrate of a second database as the owner: %s", out ? out : "(did not run)");
+	ck_assert_msg(strstr(out, "015_roles") != NULL, "migrate says: %s", out);
+	free(out);
+
+	c = PQconnectdbParams(keys, values, 0);
+	ck_assert_msg(PQstatus(c) == CONNECTION_OK, "%s as oncegate: %s", db, PQerrorMessage(c));
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM pg_roles WHERE rolname IN ('oncegate_fcgi',"
+	                         " 'oncegate_dispatch', 'oncegate_operator', 'oncegate_auditor')"
+	                         " AND NOT rolcanlogin",
+	                      (char *)NULL),
+	                 4);
+	ck_assert_int_eq(qnum(c, "SELECT (has_table_privilege('oncegate_dispatch', 'dead_letters',"
+	                         " 'INSERT') AND NOT has_table_privilege('oncegate_fcgi',"
+	                         " 'dead_letters', 'INSERT') AND NOT has_column_privilege("
+	                         "'oncegate_dispatch', 'approvals', 'consumed_at', 'UPDATE')"
+	                         " AND NOT has_table_privilege('oncegate_auditor', 'workflow_runs',"
+	                         " 'UPDATE') AND has_table_privilege('oncegate_operator',"
+	                         " 'operator_actions', 'INSERT'))::int",
+	                      (char *)NULL),
+	                 1);
+	PQfinish(c);
+	snprintf(sql, sizeof(sql), "DROP DATABASE \"%s\" WITH (FORCE)", db);
+	PQclear(PQexec(pg, sql));
+	ck_assert_int_eq(qnum(pg, "SELECT count(*) FROM pg_database WHERE datname = $1", db,
+	                      (char *)NULL),
+	                 0);
+	PQfinish(pg);
+}
+END_TEST
+
 static Suite *
 roles_suite(void)
 {
@@ -348,6 +428,7 @@ roles_suite(void)
 	tcase_add_test(tc, test_dispatch_role);
 	tcase_add_test(tc, test_auditor_role);
 	tcase_add_test(tc, test_operator_is_session_user);
+	tcase_add_test(tc, test_second_database);
 	suite_add_tcase(s, tc);
 	return s;
 }
