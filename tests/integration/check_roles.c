@@ -118,6 +118,18 @@ fingerprint(PGconn *owner)
 	            (char *)NULL);
 }
 
+/* The fingerprint now is still before (which it frees). */
+static void
+unchanged(PGconn *owner, char *before)
+{
+	char *after = fingerprint(owner);
+
+	ck_assert_msg(strcmp(after, before) == 0, "the refused statements changed rows: %s → %s",
+	              before, after);
+	free(before);
+	free(after);
+}
+
 START_TEST(test_tenants_share_a_key)
 {
 	const char *bearer[2] = { dl_key_dev, dl_key_b };
@@ -154,7 +166,7 @@ END_TEST
 START_TEST(test_fcgi_role)
 {
 	PGconn *owner = tl_pg_connect(), *c = login_as("ONCEGATE_PGUSER_FCGI");
-	char *before = fingerprint(owner), *after;
+	char *before = fingerprint(owner);
 
 	ck_assert_int_eq(qnum(c, "SELECT pg_has_role(session_user, 'oncegate_fcgi', 'MEMBER')::int",
 	                      (char *)NULL),
@@ -172,10 +184,7 @@ START_TEST(test_fcgi_role)
 	refused(c, "changing operator actions", "UPDATE operator_actions SET reason = 'x'");
 	refused(c, "turning the kill switch", "UPDATE dispatch_control SET actions_enabled = true");
 	refused(c, "deleting runs", "DELETE FROM workflow_runs WHERE idempotency_key = 'none'");
-	after = fingerprint(owner);
-	ck_assert_str_eq(after, before);
-	free(before);
-	free(after);
+	unchanged(owner, before);
 	PQfinish(c);
 	PQfinish(owner);
 }
@@ -184,7 +193,7 @@ END_TEST
 START_TEST(test_dispatch_role)
 {
 	PGconn *owner = tl_pg_connect(), *c = login_as("ONCEGATE_PGUSER_DISPATCH");
-	char *before = fingerprint(owner), *after, sql[512];
+	char *before = fingerprint(owner), sql[512];
 	char *id = qstr(owner, "SELECT min(id::text) FROM approvals"
 	                       " WHERE idempotency_key = $1 AND state = 'pending'",
 	                shared_key(), (char *)NULL);
@@ -220,15 +229,12 @@ START_TEST(test_dispatch_role)
 	refused(c, "turning the kill switch", "UPDATE dispatch_control SET actions_enabled = true");
 	refused(c, "writing an operator action",
 	        "INSERT INTO operator_actions (operator, action, reason) VALUES ('x', 'x', 'x')");
-	after = fingerprint(owner);
-	ck_assert_str_eq(after, before);
+	unchanged(owner, before);
 	ck_assert_int_eq(qnum(owner, "SELECT count(*) FROM approvals WHERE id = $1::uuid"
 	                             " AND state = 'pending' AND consumed_at IS NULL",
 	                      id, (char *)NULL),
 	                 1);
 	free(id);
-	free(before);
-	free(after);
 	PQfinish(c);
 	PQfinish(owner);
 }
@@ -266,7 +272,7 @@ START_TEST(test_auditor_role)
 	};
 	PGconn *owner = tl_pg_connect(), *c = login_as("ONCEGATE_PGUSER_AUDITOR");
 	const char *role = tl_env("ONCEGATE_PGUSER_AUDITOR");
-	char *before = fingerprint(owner), *after, *out = NULL, sql[256], args[512];
+	char *before = fingerprint(owner), *out = NULL, sql[256], args[512];
 	long long clients = qnum(owner, "SELECT count(*) FROM api_clients", (char *)NULL);
 	size_t i;
 
@@ -294,10 +300,7 @@ START_TEST(test_auditor_role)
 	              role, out);
 	free(out);
 	ck_assert_int_eq(qnum(owner, "SELECT count(*) FROM api_clients", (char *)NULL), clients);
-	after = fingerprint(owner);
-	ck_assert_str_eq(after, before);
-	free(before);
-	free(after);
+	unchanged(owner, before);
 	PQfinish(c);
 	PQfinish(owner);
 }
