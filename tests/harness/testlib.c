@@ -935,12 +935,19 @@ tl_vctl(const struct tl_ctl_how *how, char **out, va_list ap)
 {
 	const char *ctl = tl_env("ONCEGATE_CTL");
 	const char *conf = tl_env("ONCEGATE_CONF");
-	/* oncegatectl connects as the stack's operator login role */
+	/* oncegatectl connects as the stack's operator login role; migrate as
+	 * the schema's owner (PGUSER of the environment) */
 	const char *role = tl_env("ONCEGATE_PGUSER_OPERATOR");
 	const char *arg;
 	char *cmd, *user = NULL;
 	int rc, bad = 0;
+	va_list peek;
 
+	va_copy(peek, ap);
+	arg = va_arg(peek, const char *);
+	if (arg != NULL && strcmp(arg, "migrate") == 0)
+		role = NULL;
+	va_end(peek);
 	if (out != NULL)
 		*out = NULL;
 	if (ctl == NULL || conf == NULL)
