@@ -930,6 +930,14 @@ append_raw(char **cmd, const char *text)
 	return 0;
 }
 
+const char *
+tl_ctl_role(void)
+{
+	if (tl_env("ONCEGATE_PGUSER_OPERATOR") != NULL)
+		return tl_env("ONCEGATE_PGUSER_OPERATOR");
+	return tl_env("PGUSER") != NULL ? tl_env("PGUSER") : "";
+}
+
 int
 tl_vctl(const struct tl_ctl_how *how, char **out, va_list ap)
 {

@@ -145,7 +145,7 @@ START_TEST(test_tenants_share_a_key)
 		    json_pack("{s:s, s:s}", "subject", tl_corpus_mail_str("ru_reply", "subject"),
 		              "body", tl_corpus_mail_str(i == 0 ? "zh_reply" : "ar_reply", "body")),
 		    json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target", "demo_smtp",
-		              "payload", "to", i == 0 ? "kunde@example.de" : "عميل@example.com"),
+		              "payload", "to", i == 0 ? "kunde@example.de" : "mariam.haddad@example.ae"),
 		    REQUESTER, &r);
 		ck_assert_msg(r.status == 202 &&
 		                  strcmp(JSTR(r.json, "outcome"), "awaiting_human") == 0,
@@ -212,7 +212,7 @@ START_TEST(test_dispatch_role)
 	snprintf(sql, sizeof(sql), "UPDATE approvals SET consumed_at = now() WHERE id = '%s'", id);
 	refused(c, "marking a challenge consumed", sql);
 	snprintf(sql, sizeof(sql),
-	         "INSERT INTO approval_votes (approval_id, client_id, idempotency_key, approver_subject,"
+	         "INSERT INTO approval_votes (approval_id, client_id, idempotency_key, subject,"
 	         " decision) SELECT id, client_id, idempotency_key, 'dispatcher', 'approve'"
 	         " FROM approvals WHERE id = '%s'",
 	         id);

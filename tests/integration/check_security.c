@@ -1002,7 +1002,7 @@ START_TEST(test_ctl_hostile_arguments)
 	p[0] = key;
 	p[1] = reason;
 	/* the operator recorded is the session's role, never the name given */
-	p[2] = tl_env("ONCEGATE_PGUSER_OPERATOR") ? tl_env("ONCEGATE_PGUSER_OPERATOR") : "oncegate";
+	p[2] = tl_ctl_role();
 	ck_assert_msg(tl_pg_count(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
 	                          " AND state = 'failed_terminal' AND reason = $2", 2, p) == 1,
 	              "the rejected run does not hold the reason byte for byte");
