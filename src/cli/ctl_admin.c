@@ -85,7 +85,7 @@ record(struct ctl *ctl, const char *op, const char *action, const char *reason,
 {
 	char cid[24];
 	char *text = details != NULL ? json_dumps(details, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-	struct oplog_action a = { .operator_name = op, .action = action, .reason = reason,
+	struct oplog_action a = { .action = action, .reason = reason,
 		                  .client_id = client_id > 0 ? cid : NULL, .details = text };
 	enum db_rc rc;
 
@@ -306,7 +306,7 @@ ctl_admin_kill_switch(struct ctl *ctl, int argc, char **argv)
 
 		/* the change and its operator_actions row commit together */
 		if (db_begin(ctl->db) != DB_OK ||
-		    control_set(ctl->db, p[0][0] == 't', p[1], reason, &was) != DB_OK) {
+		    control_set(ctl->db, p[0][0] == 't', reason, &was) != DB_OK) {
 			fprintf(stderr, "oncegatectl: kill-switch %s: %s\n", what, db_error(ctl->db));
 			db_rollback(ctl->db);
 			return EXIT_REFUSED;

@@ -144,7 +144,7 @@ halt(struct ctl *ctl, const struct ctl_job *job, const char *what, const char *w
 		printf("\n");
 	fprintf(stderr, "oncegatectl: job %lld %s; %s with: oncegatectl %s %lld --reason TEXT\n",
 	        job->id, what, k->again, k->command, job->id);
-	rc = replay_job_finish(ctl->db, job->id, false, job->op, why);
+	rc = replay_job_finish(ctl->db, job->id, false, why);
 	return rc == OG_OK ? EXIT_STOPPED : ctl_exit(rc);
 }
 
@@ -220,7 +220,7 @@ ctl_job_run(struct ctl *ctl, struct ctl_job *job)
 			break;
 		}
 		if (st == CTL_JOB_END) {
-			rc = replay_job_finish(ctl->db, job->id, true, job->op, NULL);
+			rc = replay_job_finish(ctl->db, job->id, true, NULL);
 			ex = rc != OG_OK ? ctl_exit(rc)
 			     : refused > 0   ? EXIT_REFUSED
 			                     : EXIT_SUCCESS;
@@ -286,7 +286,7 @@ ctl_job_stop(struct ctl *ctl, int argc, char **argv)
 		                  "--reason TEXT is required: it is recorded with the operator");
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	rc = replay_job_stop(ctl->db, job, op, reason, kind, sizeof(kind), msg, sizeof(msg));
+	rc = replay_job_stop(ctl->db, job, reason, kind, sizeof(kind), msg, sizeof(msg));
 	if (rc != OG_OK)
 		return ctl_refuse(ctl, "stop", ctl_exit(rc), op, NULL, reason,
 		                  "%s", rc == OG_UNAVAILABLE ? db_error(ctl->db) : msg);

@@ -514,14 +514,14 @@ replay_map(struct ctl *ctl, struct replay_opts *o)
 		                  "%d of the map's items would be refused (listed above); fix the "
 		                  "map and run it again: nothing was replayed", refused);
 	}
-	rc = replay_job_create(ctl->db, client_id, o->map, o->rate, op, o->reason, m.items, m.n,
+	rc = replay_job_create(ctl->db, client_id, o->map, o->rate, o->reason, m.items, m.n,
 	                       &job.id);
 	map_free(&m);
 	if (rc != OG_OK)
 		return ctl_refuse(ctl, "replay", ctl_exit(rc), op, NULL,
 		                  o->reason, "the job could not be created: %s", db_error(ctl->db));
 	ctl_job_created(ctl, &job, o->map, ok);
-	rc = replay_job_take(ctl->db, job.id, "replay", false, op, o->reason, &cid, &rate, err,
+	rc = replay_job_take(ctl->db, job.id, "replay", false, o->reason, &cid, &rate, err,
 	                     sizeof(err));
 	if (rc != OG_OK)
 		return ctl_refuse(ctl, "replay", ctl_exit(rc), op, NULL,
@@ -539,7 +539,7 @@ replay_resume(struct ctl *ctl, struct replay_opts *o)
 	double rate;
 	enum og_rc rc;
 
-	rc = replay_job_take(ctl->db, job.id, "replay", true, job.op, o->reason, &client_id, &rate,
+	rc = replay_job_take(ctl->db, job.id, "replay", true, o->reason, &client_id, &rate,
 	                     err, sizeof(err));
 	if (rc != OG_OK)
 		return ctl_refuse(ctl, "replay", ctl_exit(rc), job.op, NULL,

@@ -405,7 +405,7 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 	job.reason = a.reason;
 	if (o.job > 0) {
 		job.id = o.job;
-		jrc = replay_job_take(ctl->db, o.job, "resume", true, a.op, a.reason, &cid, &rate,
+		jrc = replay_job_take(ctl->db, o.job, "resume", true, a.reason, &cid, &rate,
 		                      err, sizeof(err));
 		if (jrc != OG_OK)
 			return ctl_repair_refuse(ctl, &a,
@@ -472,7 +472,7 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 		                         ctl_exit(rc));
 	job.rate = o.rate;
 	ctl_job_created(ctl, &job, sel.source, ok);
-	jrc = replay_job_take(ctl->db, job.id, "resume", false, a.op, a.reason, &cid, &rate, err,
+	jrc = replay_job_take(ctl->db, job.id, "resume", false, a.reason, &cid, &rate, err,
 	                      sizeof(err));
 	if (jrc != OG_OK)
 		return ctl_repair_refuse(ctl, &a, "wrong_state", err, NULL,

@@ -418,7 +418,7 @@ audit_purge(struct db *db, int days, bool dry_run, const char *operator_name,
 		return OG_ERROR;
 	}
 	{
-		struct oplog_action act = { .operator_name = operator_name, .action = "purge",
+		struct oplog_action act = { .action = "purge",
 			                    .reason = reason, .details = text };
 
 		rc = oplog_record(db, &act, NULL);

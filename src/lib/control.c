@@ -28,9 +28,9 @@ static const struct db_stmt st_switch = {
 static const struct db_stmt st_set = {
 	"control_set",
 	"UPDATE dispatch_control SET actions_enabled = $1::bool, changed_at = now(),"
-	"       changed_by = $2, reason = $3"
+	"       changed_by = session_user, reason = $2"
 	" RETURNING (SELECT actions_enabled FROM dispatch_control) AS was",
-	3, false,
+	2, false,
 };
 
 /* Adds the effects a hold just marked (outbox_hold, same transaction). */
@@ -55,9 +55,9 @@ control_switch(struct db *db, bool env_enabled, PGresult **res)
 }
 
 enum db_rc
-control_set(struct db *db, bool on, const char *by, const char *reason, bool *was)
+control_set(struct db *db, bool on, const char *reason, bool *was)
 {
-	const char *p[3] = { on ? "true" : "false", by, reason };
+	const char *p[2] = { on ? "true" : "false", reason };
 	PGresult *res = NULL;
 	enum db_rc rc;
 	const char *w;

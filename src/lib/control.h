@@ -21,10 +21,10 @@ enum db_rc control_status(struct db *db, PGresult **res);
  * false), the number of due effects (column "due", NULL otherwise). */
 enum db_rc control_switch(struct db *db, bool env_enabled, PGresult **res);
 
-/* Turns the flag on or off for `by` with `reason`; *was: its value before.
- * DB_ERROR when the row is missing. */
-enum db_rc control_set(struct db *db, bool on, const char *by, const char *reason,
-                       bool *was);
+/* Turns the flag on or off with `reason`, recorded as changed by the
+ * session's role (session_user); *was: its value before. DB_ERROR when the
+ * row is missing. */
+enum db_rc control_set(struct db *db, bool on, const char *reason, bool *was);
 
 /* Adds n sends held back by the switch to blocked_sends: inside the
  * transaction of the outbox_hold that marked them, so each is counted

@@ -74,13 +74,13 @@ deadletter_open(struct db *db, const struct deadletter_open *in, bool *written)
 	return rc;
 }
 
-/* $1 effect ids (uuid[]) $2 resolution $3 operator */
+/* $1 effect ids (uuid[]) $2 resolution; resolved by the session's role */
 static const struct db_stmt st_resolve = {
 	"deadletter_resolve",
-	"UPDATE dead_letters SET resolution = $2, resolved_at = now(), resolved_by = $3"
+	"UPDATE dead_letters SET resolution = $2, resolved_at = now(), resolved_by = session_user"
 	" WHERE effect_id = ANY($1::uuid[])"
 	" RETURNING id",
-	3, false,
+	2, false,
 };
 
 static const struct db_stmt st_replayed = {
@@ -90,12 +90,12 @@ static const struct db_stmt st_replayed = {
 	"                         ELSE d.resolution END,"
 	"       resolved_at = CASE WHEN " DEADLETTER_OPEN("d", "e") " THEN now()"
 	"                          ELSE d.resolved_at END,"
-	"       resolved_by = CASE WHEN " DEADLETTER_OPEN("d", "e") " THEN $4"
+	"       resolved_by = CASE WHEN " DEADLETTER_OPEN("d", "e") " THEN session_user"
 	"                          ELSE d.resolved_by END"
 	"  FROM effect_outbox e"
 	" WHERE e.id = d.effect_id AND d.client_id = $1::bigint AND d.idempotency_key = $2"
 	" RETURNING d.id",
-	4, false,
+	3, false,
 };
 
 /* Letters past their retention deadline whose content is still there. */
@@ -230,10 +230,9 @@ static const struct db_stmt st_target = {
 };
 
 enum db_rc
-deadletter_resolve(struct db *db, const char *ids, const char *resolution,
-                   const char *operator_name)
+deadletter_resolve(struct db *db, const char *ids, const char *resolution)
 {
-	const char *p[3] = { ids, resolution, operator_name };
+	const char *p[2] = { ids, resolution };
 	PGresult *res = NULL;
 	enum db_rc rc = db_exec(db, &st_resolve, p, &res);
 
@@ -243,10 +242,10 @@ deadletter_resolve(struct db *db, const char *ids, const char *resolution,
 
 enum db_rc
 deadletter_replayed(struct db *db, long long client_id, const char *key, const char *new_key,
-                    const char *operator_name, int *count)
+                    int *count)
 {
 	char client[24];
-	const char *p[4] = { client, key, new_key, operator_name };
+	const char *p[3] = { client, key, new_key };
 	PGresult *res = NULL;
 	enum db_rc rc;
 

@@ -53,15 +53,14 @@ enum db_rc deadletter_open(struct db *db, const struct deadletter_open *in, bool
 	__attribute__((warn_unused_result));
 
 /* Closes the letters of the effects in ids (a PostgreSQL uuid[] text) with
- * resolution, by operator. */
-enum db_rc deadletter_resolve(struct db *db, const char *ids, const char *resolution,
-                              const char *operator_name);
+ * resolution, resolved by the session's role (session_user). */
+enum db_rc deadletter_resolve(struct db *db, const char *ids, const char *resolution);
 
 /* The run client_id/key was replayed as new_key: every letter of its
  * effects counts it and names the new run; an open one is answered by it
- * (resolution 'replayed', by operator). *count: the letters changed. */
+ * (resolution 'replayed', by the session's role). *count: the letters changed. */
 enum db_rc deadletter_replayed(struct db *db, long long client_id, const char *key,
-                               const char *new_key, const char *operator_name, int *count);
+                               const char *new_key, int *count);
 
 /* Letters past their retention deadline whose content is still there lose
  * any payload and the answers in their attempt history (ids, hashes,

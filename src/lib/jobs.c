@@ -48,8 +48,8 @@ static const struct db_stmt st_resume_check = {
 static const struct db_stmt st_resume_create = {
 	"jobs_resume_create",
 	"INSERT INTO replay_jobs (kind, operator, reason, source, client_id, rate_per_second)"
-	" VALUES ('resume', $1, $2, $3, NULL, $4::numeric) RETURNING id",
-	4, false,
+	" VALUES ('resume', session_user, $1, $2, NULL, $3::numeric) RETURNING id",
+	3, false,
 };
 
 static const struct db_stmt st_resume_item = {
@@ -91,8 +91,8 @@ static const struct db_stmt st_link = {
 	"jobs_link",
 	"INSERT INTO run_replays (client_id, original_key, replay_key, operator, reason,"
 	"    payload_source, payload_hash, start_state, job_id)"
-	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::bigint) RETURNING id",
-	9, false,
+	" VALUES ($1, $2, $3, session_user, $4, $5, $6, $7, $8::bigint) RETURNING id",
+	8, false,
 };
 
 static const struct db_stmt st_replay_done = {
@@ -105,8 +105,8 @@ static const struct db_stmt st_replay_done = {
 static const struct db_stmt st_replay_create = {
 	"jobs_replay_create",
 	"INSERT INTO replay_jobs (operator, reason, source, client_id, rate_per_second)"
-	" VALUES ($1, $2, $3, $4, $5::numeric) RETURNING id",
-	5, false,
+	" VALUES (session_user, $1, $2, $3, $4::numeric) RETURNING id",
+	4, false,
 };
 
 static const struct db_stmt st_replay_item = {
@@ -167,18 +167,18 @@ static const struct db_stmt st_replay_refuse = {
 static const struct db_stmt st_finish = {
 	"jobs_finish",
 	"UPDATE replay_jobs SET state = $2, updated_at = now(),"
-	"       stop_requested_by = COALESCE(stop_requested_by, $3)"
+	"       stop_requested_by = COALESCE(stop_requested_by, session_user)"
 	" WHERE id = $1 AND state = 'running' RETURNING client_id, kind",
-	3, false,
+	2, false,
 };
 
 static const struct db_stmt st_stop = {
 	"jobs_stop",
-	"UPDATE replay_jobs SET stop_requested_at = now(), stop_requested_by = $2,"
+	"UPDATE replay_jobs SET stop_requested_at = now(), stop_requested_by = session_user,"
 	"       updated_at = now()"
 	" WHERE id = $1 AND state = 'running' AND stop_requested_at IS NULL"
 	" RETURNING client_id, kind",
-	2, false,
+	1, false,
 };
 
 static const struct db_stmt st_state = {
@@ -297,11 +297,11 @@ jobs_run(struct db *db, long long job)
 }
 
 enum og_rc
-jobs_finish(struct db *db, long long job, bool completed, const char *operator_name,
-            long long *client_id, char kind[JOBS_WORD_LEN])
+jobs_finish(struct db *db, long long job, bool completed, long long *client_id,
+            char kind[JOBS_WORD_LEN])
 {
 	char j[24];
-	const char *p[3] = { j, completed ? "completed" : "stopped", operator_name };
+	const char *p[2] = { j, completed ? "completed" : "stopped" };
 	PGresult *res = NULL;
 	enum og_rc rc;
 
@@ -312,11 +312,10 @@ jobs_finish(struct db *db, long long job, bool completed, const char *operator_n
 }
 
 enum og_rc
-jobs_stop(struct db *db, long long job, const char *operator_name, long long *client_id,
-          char kind[JOBS_WORD_LEN])
+jobs_stop(struct db *db, long long job, long long *client_id, char kind[JOBS_WORD_LEN])
 {
 	PGresult *res = NULL;
-	enum og_rc rc = og_exec_key(db, &st_stop, job, operator_name, &res);
+	enum og_rc rc = og_exec_key(db, &st_stop, job, NULL, &res);
 
 	return job_moved(rc, res, client_id, kind);
 }
@@ -372,11 +371,11 @@ job_created(struct db *db, const struct db_stmt *stmt, const char *const *p, lon
 }
 
 enum og_rc
-jobs_replay_create(struct db *db, const char *operator_name, const char *reason,
-                   const char *source, long long client_id, double rate, long long *job)
+jobs_replay_create(struct db *db, const char *reason, const char *source, long long client_id,
+                   double rate, long long *job)
 {
 	char cid[24], r[32];
-	const char *p[5] = { operator_name, reason, source, cid, r };
+	const char *p[4] = { reason, source, cid, r };
 
 	snprintf(cid, sizeof(cid), "%lld", client_id);
 	snprintf(r, sizeof(r), "%.6f", rate);
@@ -384,11 +383,11 @@ jobs_replay_create(struct db *db, const char *operator_name, const char *reason,
 }
 
 enum og_rc
-jobs_resume_create(struct db *db, const char *operator_name, const char *reason,
-                   const char *source, double rate, long long *job)
+jobs_resume_create(struct db *db, const char *reason, const char *source, double rate,
+                   long long *job)
 {
 	char r[32];
-	const char *p[4] = { operator_name, reason, source, r };
+	const char *p[3] = { reason, source, r };
 
 	snprintf(r, sizeof(r), "%.6f", rate);
 	return job_created(db, &st_resume_create, p, job);
@@ -510,9 +509,8 @@ enum og_rc
 jobs_link(struct db *db, const struct jobs_link *l)
 {
 	char cid[24], job[24];
-	const char *p[9] = { cid, l->key, l->new_key, l->operator_name, l->reason,
-		             l->payload_source, l->payload_hash, l->start_state,
-		             l->job > 0 ? job : NULL };
+	const char *p[8] = { cid, l->key, l->new_key, l->reason, l->payload_source,
+		             l->payload_hash, l->start_state, l->job > 0 ? job : NULL };
 
 	snprintf(cid, sizeof(cid), "%lld", l->client_id);
 	snprintf(job, sizeof(job), "%lld", l->job);

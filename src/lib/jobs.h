@@ -52,15 +52,17 @@ enum og_rc jobs_lock(struct db *db, long long job, struct jobs_job *out)
 /* A stopped (or abandoned) job running again. OG_DONE_ALREADY: it is
  * completed. */
 enum og_rc jobs_run(struct db *db, long long job) __attribute__((warn_unused_result));
-/* A running job ends (completed, or stopped by operator); *client_id and
- * kind are the job's (0 and "" when it was not running). */
-enum og_rc jobs_finish(struct db *db, long long job, bool completed, const char *operator_name,
-                       long long *client_id, char kind[JOBS_WORD_LEN])
+/* A running job ends (completed, or stopped by an operator: the session's
+ * role, unless one asked before); *client_id and kind are the job's (0 and
+ * "" when it was not running). */
+enum og_rc jobs_finish(struct db *db, long long job, bool completed, long long *client_id,
+                       char kind[JOBS_WORD_LEN])
 	__attribute__((warn_unused_result));
-/* Asks a running job to stop (its runner stops before its next item).
- * OG_NOT_FOUND: the job is not running, or was asked already. */
-enum og_rc jobs_stop(struct db *db, long long job, const char *operator_name,
-                     long long *client_id, char kind[JOBS_WORD_LEN])
+/* Asks a running job to stop (its runner stops before its next item),
+ * recorded as asked by the session's role. OG_NOT_FOUND: the job is not
+ * running, or was asked already. */
+enum og_rc jobs_stop(struct db *db, long long job, long long *client_id,
+                     char kind[JOBS_WORD_LEN])
 	__attribute__((warn_unused_result));
 /* The job's state and kind and whether it was asked to stop.
  * OG_NOT_FOUND: no such job. */
@@ -73,9 +75,11 @@ enum og_rc jobs_counts(struct db *db, long long job, int *done, int *refused, in
 
 /* --- replay jobs (replay_job_items) and the replay links (run_replays) ----- */
 
-enum og_rc jobs_replay_create(struct db *db, const char *operator_name, const char *reason,
-                              const char *source, long long client_id, double rate,
-                              long long *job) __attribute__((warn_unused_result));
+/* Every job, replay or resume, records the session's role (session_user)
+ * as its operator. */
+enum og_rc jobs_replay_create(struct db *db, const char *reason, const char *source,
+                              long long client_id, double rate, long long *job)
+	__attribute__((warn_unused_result));
 enum og_rc jobs_replay_item(struct db *db, long long job, int seq, const char *key,
                             const char *new_key) __attribute__((warn_unused_result));
 /* The job's next pending item (*seq 0 when none: *key and *new_key NULL,
@@ -89,11 +93,12 @@ enum og_rc jobs_replay_done(struct db *db, long long job, int seq, const char *d
 enum og_rc jobs_replay_refuse(struct db *db, long long job, int seq, const char *detail)
 	__attribute__((warn_unused_result));
 
-/* One replay: the original key handed its event to the new key. */
+/* One replay: the original key handed its event to the new key (by the
+ * session's role). */
 struct jobs_link {
 	long long client_id;
 	const char *key, *new_key;
-	const char *operator_name, *reason;
+	const char *reason;
 	const char *payload_source;  /* original | corrected */
 	const char *payload_hash;
 	const char *start_state;     /* the new run's */
@@ -112,8 +117,8 @@ enum og_rc jobs_link(struct db *db, const struct jobs_link *l)
 enum og_rc jobs_resume_check(struct db *db, const char *const *ids, int n, PGresult **rows)
 	__attribute__((warn_unused_result));
 /* A resume job has no client of its own (a selection may span clients). */
-enum og_rc jobs_resume_create(struct db *db, const char *operator_name, const char *reason,
-                              const char *source, double rate, long long *job)
+enum og_rc jobs_resume_create(struct db *db, const char *reason, const char *source,
+                              double rate, long long *job)
 	__attribute__((warn_unused_result));
 enum og_rc jobs_resume_item(struct db *db, long long job, int seq, const char *effect_id,
                             const char *given_id) __attribute__((warn_unused_result));

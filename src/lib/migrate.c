@@ -30,6 +30,13 @@ static const struct db_stmt st_lock = {
 	"migrate_lock", "SELECT pg_advisory_xact_lock(7461283)", 0, false,
 };
 
+/* Whether the table exists: --status reads, and a role that only reads
+ * (an operator, an auditor) may not create it. */
+static const struct db_stmt st_table = {
+	"migrate_table", "SELECT to_regclass('schema_migrations') IS NOT NULL AS present",
+	0, false,
+};
+
 static const struct db_stmt st_applied = {
 	"migrate_applied", "SELECT sha256 FROM schema_migrations WHERE version = $1", 1, false,
 };
@@ -151,8 +158,22 @@ migrate_run(struct db *db, const char *dir, bool dry, FILE *out, char *err, size
 		goto dberr;
 	PQclear(res);
 	res = NULL;
-	if (db_script(db, sql_table) != DB_OK || db_commit(db) != DB_OK)
+	if (dry) {
+		if (db_exec(db, &st_table, NULL, &res) != DB_OK)
+			goto dberr;
+		if (PQntuples(res) != 1 || PQgetvalue(res, 0, 0)[0] != 't') {
+			/* a database no migration ever touched: all of them pending */
+			for (i = 0; i < count; i++)
+				fprintf(out, "pending  %.*s\n", (int)(strlen(names[i]) - 4), names[i]);
+			done = (int)count;
+			goto out;
+		}
+		PQclear(res);
+		res = NULL;
+		db_rollback(db);
+	} else if (db_script(db, sql_table) != DB_OK || db_commit(db) != DB_OK) {
 		goto dberr;
+	}
 	for (i = 0; i < count; i++) {
 		char path[4096], hex[DIGEST_HEX_LEN], version[256];
 		const char *params[2] = { version, hex };

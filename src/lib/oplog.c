@@ -8,16 +8,17 @@ static const struct db_stmt st_record = {
 	"oplog_record",
 	"INSERT INTO operator_actions (operator, action, reason, client_id, idempotency_key,"
 	"    effect_id, approval_id, details)"
-	" VALUES ($1, $2, $3, $4::bigint, $5, $6::uuid, $7::uuid, coalesce($8::jsonb, '{}'))"
+	" VALUES (session_user, $1, $2, $3::bigint, $4, $5::uuid, $6::uuid,"
+	"         coalesce($7::jsonb, '{}'))"
 	" RETURNING id",
-	8, false,
+	7, false,
 };
 
 enum db_rc
 oplog_record(struct db *db, const struct oplog_action *a, long long *id)
 {
-	const char *params[8] = { a->operator_name, a->action, a->reason, a->client_id, a->key,
-		                  a->effect_id, a->approval_id, a->details };
+	const char *params[7] = { a->action, a->reason, a->client_id, a->key, a->effect_id,
+		                  a->approval_id, a->details };
 	PGresult *res = NULL;
 	enum db_rc rc;
 

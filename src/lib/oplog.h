@@ -14,10 +14,10 @@
 #define OPLOG_REASON_MAX   1000
 #define OPLOG_OPERATOR_MAX 200
 
-/* One operator action: who, what, why and what it touched. The NULL
- * members are left empty; details is JSON text (NULL: {}). */
+/* One operator action: what, why and what it touched. Who did it is the
+ * database session's role (session_user), never a name the caller gives.
+ * The NULL members are left empty; details is JSON text (NULL: {}). */
 struct oplog_action {
-	const char *operator_name;
 	const char *action;       /* e.g. "client.add", "kill_switch.off", "replay" */
 	const char *reason;
 	const char *client_id;    /* decimal text */

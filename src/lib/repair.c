@@ -74,7 +74,7 @@ repair_record_action(struct db *db, const struct repair_who *who, const char *ac
 {
 	char *text = json_dumps(details, JSON_COMPACT | JSON_SORT_KEYS);
 	struct oplog_action a = {
-		who->operator_name, action, who->reason,
+		action, who->reason,
 		out->client[0] ? out->client : NULL, out->key[0] ? out->key : NULL,
 		out->effect_id[0] ? out->effect_id : NULL,
 		out->approval_id[0] ? out->approval_id : NULL, text,
@@ -88,11 +88,12 @@ repair_record_action(struct db *db, const struct repair_who *who, const char *ac
 	return og_rc_of(drc);
 }
 
-/* Resolves dead letters of the effects in ids (a PostgreSQL uuid[] text). */
+/* Resolves dead letters of the effects in ids (a PostgreSQL uuid[] text),
+ * by the session's role. */
 static enum og_rc
-resolve_letters(struct db *db, const char *ids, const char *resolution, const char *op)
+resolve_letters(struct db *db, const char *ids, const char *resolution)
 {
-	return og_rc_of(deadletter_resolve(db, ids, resolution, op));
+	return og_rc_of(deadletter_resolve(db, ids, resolution));
 }
 
 /* Looks the effect up (by effect or dead-letter id) and locks its run
@@ -216,8 +217,7 @@ repair_reconcile(struct db *db, const char *effect, bool delivered, const char *
 	if (delivered && (rc = complete_run(db, who, out)) != OG_OK)
 		goto out;
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
-	if ((rc = resolve_letters(db, ids, delivered ? "delivered" : "not_delivered",
-	                          who->operator_name)) != OG_OK)
+	if ((rc = resolve_letters(db, ids, delivered ? "delivered" : "not_delivered")) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:s, s:s*, s:s*}", "finding",
 	                    delivered ? "delivered" : "not_delivered", "state_from", out->from,
@@ -297,7 +297,7 @@ repair_resume_one(struct db *db, const char *effect, const char *expect,
 		goto out;
 	repair_copy(out->to, sizeof(out->to), "pending");
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
-	if ((rc = resolve_letters(db, ids, "resumed", who->operator_name)) != OG_OK)
+	if ((rc = resolve_letters(db, ids, "resumed")) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:s}", "state_from", out->from, "state_to", "pending",
 	                    "provider_key", out->provider_key);
@@ -374,7 +374,7 @@ repair_reject_effect(struct db *db, const char *effect, const char *expect,
 	if (rc != OG_OK)
 		goto out;
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
-	if ((rc = resolve_letters(db, ids, "rejected", who->operator_name)) != OG_OK)
+	if ((rc = resolve_letters(db, ids, "rejected")) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:s, s:s*}", "state_from", out->from, "state_to",
 	                    "cancelled", "run_from", out->run_from, "run_to",
@@ -507,7 +507,7 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		}
 		strcat(ids, "}");
 	}
-	if ((rc = resolve_letters(db, ids, "rejected", who->operator_name)) != OG_OK)
+	if ((rc = resolve_letters(db, ids, "rejected")) != OG_OK)
 		goto out;
 	if (url != NULL && (rc = enqueue_callback(db, who, url, "rejected", out)) != OG_OK)
 		goto out;

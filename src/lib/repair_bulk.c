@@ -97,8 +97,7 @@ repair_bulk_create(struct db *db, const char *source, double rate, const struct 
 	*job_id = 0;
 	if (db_begin(db) != DB_OK)
 		return OG_UNAVAILABLE;
-	if ((rc = jobs_resume_create(db, who->operator_name, who->reason, source, rate, job_id)) !=
-	    OG_OK)
+	if ((rc = jobs_resume_create(db, who->reason, source, rate, job_id)) != OG_OK)
 		goto out;
 	for (i = 0; i < n; i++)
 		if ((rc = jobs_resume_item(db, *job_id, items[i].seq, items[i].effect_id,

@@ -358,13 +358,14 @@ replay_challenges(struct db *db, const struct replay_req *req, const struct plan
 	return rrc;
 }
 
-/* The record of what an operator did (operator, action, reason, client,
- * key, details), in the transaction of the change itself. */
+/* The record of what an operator did (action, reason, client, key,
+ * details; the operator is the session's role), in the transaction of the
+ * change itself. */
 static enum og_rc
 record_action(struct db *db, const char *const *p)
 {
-	struct oplog_action a = { .operator_name = p[0], .action = p[1], .reason = p[2],
-		                  .client_id = p[3], .key = p[4], .details = p[5] };
+	struct oplog_action a = { .action = p[0], .reason = p[1], .client_id = p[2],
+		                  .key = p[3], .details = p[4] };
 	enum db_rc rc = oplog_record(db, &a, NULL);
 
 	return rc == DB_OK ? OG_OK : rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
@@ -465,8 +466,7 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 	{
 		const struct jobs_link l = {
 			.client_id = p.client_id, .key = req->key, .new_key = req->new_key,
-			.operator_name = req->operator_name, .reason = req->reason,
-			.payload_source = source, .payload_hash = p.payload_hash,
+			.reason = req->reason, .payload_source = source, .payload_hash = p.payload_hash,
 			.start_state = out->start_state, .job = req->job_id,
 		};
 
@@ -476,7 +476,7 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 	{
 		int letters = 0;
 		enum db_rc drc = deadletter_replayed(db, p.client_id, req->key, req->new_key,
-		                                     req->operator_name, &letters);
+		                                     &letters);
 
 		if (drc != DB_OK) {
 			rrc = drc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
@@ -493,8 +493,7 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 		}
 	}
 	{
-		const char *params[6] = { req->operator_name, "replay", req->reason, p.client,
-			                  req->new_key, details };
+		const char *params[5] = { "replay", req->reason, p.client, req->new_key, details };
 
 		if ((rrc = record_action(db, params)) != OG_OK)
 			goto out;
@@ -524,8 +523,7 @@ out:
 
 enum og_rc
 replay_job_create(struct db *db, long long client_id, const char *source, double rate,
-                  const char *operator_name, const char *reason,
-                  const struct replay_item *items, int n, long long *job_id)
+                  const char *reason, const struct replay_item *items, int n, long long *job_id)
 {
 	char cid[24];
 	char *details = NULL;
@@ -536,8 +534,7 @@ replay_job_create(struct db *db, long long client_id, const char *source, double
 	snprintf(cid, sizeof(cid), "%lld", client_id);
 	if ((rc = db_begin(db)) != DB_OK)
 		return og_rc_of(rc);
-	if ((rrc = jobs_replay_create(db, operator_name, reason, source, client_id, rate,
-	                              job_id)) != OG_OK)
+	if ((rrc = jobs_replay_create(db, reason, source, client_id, rate, job_id)) != OG_OK)
 		goto out;
 	for (i = 0; i < n; i++)
 		if ((rrc = jobs_replay_item(db, *job_id, items[i].seq, items[i].key,
@@ -546,12 +543,11 @@ replay_job_create(struct db *db, long long client_id, const char *source, double
 	{
 		json_t *d = json_pack("{s:I, s:s, s:i, s:f}", "job_id", (json_int_t)*job_id, "source",
 		                      source, "items", n, "rate_per_second", rate);
-		const char *params[6] = { operator_name, "replay.job_created", reason, cid, NULL,
-			                  NULL };
+		const char *params[5] = { "replay.job_created", reason, cid, NULL, NULL };
 
 		details = d != NULL ? json_dumps(d, JSON_COMPACT) : NULL;
 		json_decref(d);
-		params[5] = details;
+		params[4] = details;
 		if (details == NULL) {
 			rrc = OG_ERROR;
 			goto out;
@@ -584,12 +580,11 @@ tx_end(struct db *db, enum og_rc rrc)
 
 static enum og_rc
 job_action(struct db *db, long long job_id, long long client_id, const char *action,
-           const char *operator_name, const char *reason)
+           const char *reason)
 {
 	char cid[24], *details = NULL;
 	json_t *d = json_pack("{s:I}", "job_id", (json_int_t)job_id);
-	const char *params[6] = { operator_name, action, reason, client_id > 0 ? cid : NULL,
-		                  NULL, NULL };
+	const char *params[5] = { action, reason, client_id > 0 ? cid : NULL, NULL, NULL };
 	enum og_rc rrc;
 
 	snprintf(cid, sizeof(cid), "%lld", client_id);
@@ -597,7 +592,7 @@ job_action(struct db *db, long long job_id, long long client_id, const char *act
 	json_decref(d);
 	if (details == NULL)
 		return OG_ERROR;
-	params[5] = details;
+	params[4] = details;
 	rrc = record_action(db, params);
 	free(details);
 	return rrc;
@@ -605,7 +600,7 @@ job_action(struct db *db, long long job_id, long long client_id, const char *act
 
 enum og_rc
 replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
-                const char *operator_name, const char *reason, long long *client_id,
+                const char *reason, long long *client_id,
                 double *rate, char *msg, size_t msglen)
 {
 	char action[48];
@@ -645,7 +640,7 @@ replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
 		return og_rc_of(rc);
 	snprintf(action, sizeof(action), "%s.job_resumed", kind);
 	if ((rrc = jobs_run(db, job_id)) == OG_OK)
-		rrc = job_action(db, job_id, *client_id, action, operator_name, reason);
+		rrc = job_action(db, job_id, *client_id, action, reason);
 	return tx_end(db, rrc);
 }
 
@@ -663,8 +658,7 @@ replay_job_refuse(struct db *db, long long job_id, int seq, const char *detail)
 }
 
 enum og_rc
-replay_job_finish(struct db *db, long long job_id, bool completed, const char *operator_name,
-                  const char *why)
+replay_job_finish(struct db *db, long long job_id, bool completed, const char *why)
 {
 	char action[48] = "replay.job_stopped", kind[JOBS_WORD_LEN];
 	long long client_id = 0;
@@ -673,7 +667,7 @@ replay_job_finish(struct db *db, long long job_id, bool completed, const char *o
 
 	if ((rc = db_begin(db)) != DB_OK)
 		return og_rc_of(rc);
-	if ((rrc = jobs_finish(db, job_id, completed, operator_name, &client_id, kind)) != OG_OK) {
+	if ((rrc = jobs_finish(db, job_id, completed, &client_id, kind)) != OG_OK) {
 		db_rollback(db);
 		return rrc;
 	}
@@ -681,11 +675,11 @@ replay_job_finish(struct db *db, long long job_id, bool completed, const char *o
 		snprintf(action, sizeof(action), "%s.job_stopped", kind);
 	/* a stop is an operator's action too: who stopped it and why */
 	return tx_end(db, completed ? OG_OK
-	                            : job_action(db, job_id, client_id, action, operator_name, why));
+	                            : job_action(db, job_id, client_id, action, why));
 }
 
 enum og_rc
-replay_job_stop(struct db *db, long long job_id, const char *operator_name, const char *reason,
+replay_job_stop(struct db *db, long long job_id, const char *reason,
                 char *kind, size_t kindlen, char *msg, size_t msglen)
 {
 	char action[48], k[JOBS_WORD_LEN], state[JOBS_WORD_LEN];
@@ -696,7 +690,7 @@ replay_job_stop(struct db *db, long long job_id, const char *operator_name, cons
 
 	if ((rc = db_begin(db)) != DB_OK)
 		return og_rc_of(rc);
-	if ((rrc = jobs_stop(db, job_id, operator_name, &client_id, k)) != OG_OK) {
+	if ((rrc = jobs_stop(db, job_id, &client_id, k)) != OG_OK) {
 		db_rollback(db);
 		if (rrc != OG_NOT_FOUND)
 			return rrc;
@@ -713,7 +707,7 @@ replay_job_stop(struct db *db, long long job_id, const char *operator_name, cons
 	}
 	snprintf(kind, kindlen, "%s", k);
 	snprintf(action, sizeof(action), "%s.job_stop", k);
-	return tx_end(db, job_action(db, job_id, client_id, action, operator_name, reason));
+	return tx_end(db, job_action(db, job_id, client_id, action, reason));
 }
 
 enum og_rc

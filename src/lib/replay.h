@@ -96,10 +96,10 @@ struct replay_item {
 };
 
 /* Creates the job with its items (all pending) and the operator_actions
- * row, in one transaction. */
+ * row, in one transaction. Jobs and their operator_actions rows name the
+ * session's role (session_user) as the operator. */
 enum og_rc replay_job_create(struct db *db, long long client_id, const char *source,
-                             double rate, const char *operator_name, const char *reason,
-                             const struct replay_item *items, int n, long long *job_id)
+                             double rate, const char *reason, const struct replay_item *items, int n, long long *job_id)
 	__attribute__((warn_unused_result));
 /* Takes the job for this session (advisory lock, so two runners never
  * share one job) and marks it running again; a stopped job needs resume.
@@ -108,8 +108,7 @@ enum og_rc replay_job_create(struct db *db, long long client_id, const char *sou
  * it is completed. The take, stop, finish and counts below serve both
  * kinds; operator_actions name the kind ("resume.job_stopped"). */
 enum og_rc replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
-                           const char *operator_name, const char *reason,
-                           long long *client_id, double *rate, char *msg, size_t msglen)
+                           const char *reason, long long *client_id, double *rate, char *msg, size_t msglen)
 	__attribute__((warn_unused_result));
 /* The next pending item (seq 0 when none) and whether a stop was asked. */
 enum og_rc replay_job_next(struct db *db, long long job_id, struct replay_item *item,
@@ -119,12 +118,11 @@ enum og_rc replay_job_refuse(struct db *db, long long job_id, int seq, const cha
 	__attribute__((warn_unused_result));
 /* The job ends: `stopped` (resumable) or `completed`. */
 enum og_rc replay_job_finish(struct db *db, long long job_id, bool completed,
-                             const char *operator_name, const char *why)
+                             const char *why)
 	__attribute__((warn_unused_result));
 /* `oncegatectl stop JOB`: asks the runner to stop before its next item;
  * kind gets the job's kind (to say how it is continued). */
-enum og_rc replay_job_stop(struct db *db, long long job_id, const char *operator_name,
-                           const char *reason, char *kind, size_t kindlen, char *msg,
+enum og_rc replay_job_stop(struct db *db, long long job_id, const char *reason, char *kind, size_t kindlen, char *msg,
                            size_t msglen)
 	__attribute__((warn_unused_result));
 /* Counts of the job's items by state: done, refused, pending. */

@@ -154,6 +154,7 @@ spawn(char *const argv[], const char *out, const char *err, enum env_switch env)
 	pid = fork();
 	ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
 	if (pid == 0) {
+		const char *base, *role;
 		sigset_t none;
 		int fd;
 
@@ -176,6 +177,13 @@ spawn(char *const argv[], const char *out, const char *err, enum env_switch env)
 			unsetenv("AI_ACTIONS_ENABLED");
 		setenv("ASAN_OPTIONS", "detect_leaks=1", 1);
 		setenv("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1", 1);
+		/* each program connects as the stack's login role for it */
+		base = strrchr(argv[0], '/') != NULL ? strrchr(argv[0], '/') + 1 : argv[0];
+		role = getenv(strcmp(base, "oncegatectl") == 0 ? "ONCEGATE_PGUSER_OPERATOR"
+		              : strcmp(base, "oncegate-dispatch") == 0 ? "ONCEGATE_PGUSER_DISPATCH"
+		                                                       : "ONCEGATE_PGUSER_NONE");
+		if (role != NULL && *role != '\0')
+			setenv("PGUSER", role, 1);
 		execv(argv[0], argv);
 		_exit(127);
 	}

@@ -930,15 +930,32 @@ append_raw(char **cmd, const char *text)
 	return 0;
 }
 
+const char *
+tl_ctl_role(void)
+{
+	if (tl_env("ONCEGATE_PGUSER_OPERATOR") != NULL)
+		return tl_env("ONCEGATE_PGUSER_OPERATOR");
+	return tl_env("PGUSER") != NULL ? tl_env("PGUSER") : "";
+}
+
 int
 tl_vctl(const struct tl_ctl_how *how, char **out, va_list ap)
 {
 	const char *ctl = tl_env("ONCEGATE_CTL");
 	const char *conf = tl_env("ONCEGATE_CONF");
+	/* oncegatectl connects as the stack's operator login role; migrate as
+	 * the schema's owner (PGUSER of the environment) */
+	const char *role = tl_env("ONCEGATE_PGUSER_OPERATOR");
 	const char *arg;
 	char *cmd, *user = NULL;
 	int rc, bad = 0;
+	va_list peek;
 
+	va_copy(peek, ap);
+	arg = va_arg(peek, const char *);
+	if (arg != NULL && strcmp(arg, "migrate") == 0)
+		role = NULL;
+	va_end(peek);
 	if (out != NULL)
 		*out = NULL;
 	if (ctl == NULL || conf == NULL)
@@ -946,9 +963,17 @@ tl_vctl(const struct tl_ctl_how *how, char **out, va_list ap)
 	cmd = calloc(1, 1);
 	if (cmd == NULL)
 		return -1;
+	if (how->sudo_user != NULL || role != NULL)
+		bad |= append_quoted(&cmd, "env") != 0;
+	if (role != NULL) {
+		bad |= bad || asprintf(&user, "PGUSER=%s", role) < 0;
+		bad |= bad || append_quoted(&cmd, user) != 0;
+		free(user);
+		user = NULL;
+	}
 	if (how->sudo_user != NULL) {
-		bad |= asprintf(&user, "SUDO_USER=%s", how->sudo_user) < 0;
-		bad |= bad || append_quoted(&cmd, "env") != 0 || append_quoted(&cmd, user) != 0;
+		bad |= bad || asprintf(&user, "SUDO_USER=%s", how->sudo_user) < 0;
+		bad |= bad || append_quoted(&cmd, user) != 0;
 		free(user);
 	}
 	bad |= bad || append_quoted(&cmd, ctl) != 0 || append_quoted(&cmd, "-c") != 0 ||

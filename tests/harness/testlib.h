@@ -191,6 +191,9 @@ int tl_vctl(const struct tl_ctl_how *how, char **out, va_list ap);
 /* The same with stderr too: both captured into *out (may be NULL) and *err
  * (malloc'd, never NULL). */
 int tl_ctl_err(char **out, char **err, ...) __attribute__((sentinel));
+/* The PostgreSQL role tl_ctl's oncegatectl connects as (the stack's
+ * operator login role, else PGUSER), which operator_actions name. */
+const char *tl_ctl_role(void);
 /* `client add NAME --reason ...`: the new API key, or NULL. */
 char *tl_client_add(const char *name);
 int tl_client_revoke(const char *name);

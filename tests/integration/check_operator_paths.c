@@ -43,7 +43,7 @@
 
 #include "testlib.h"
 
-#define OPERATOR        "nadia.petrova"
+#define OPERATOR        "oncegate-operator" /* the stack's operator login role */
 #define HALF_CONTRACT   "crm_tag_half"        /* tests/data/contracts-test: rate 0.5 */
 #define NEVER_CONTRACT  "crm_tag_unsampled"   /* rate 0 */
 #define ALWAYS_CONTRACT "crm_tag_sampled"     /* rate 1 */

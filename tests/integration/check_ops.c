@@ -54,7 +54,7 @@
 
 #define STALL_S         60
 #define TEST_TIMEOUT_S  120
-#define OPERATOR        "night-op"
+#define OPERATOR        "oncegate-operator" /* the stack's operator login role */
 
 static const char *g_key_dev;
 static char g_client[24];         /* id of client "dev" */

@@ -39,7 +39,7 @@
 #include "testlib.h"
 
 #define APPROVER        "sam@example.com"    /* in groups support and sales */
-#define OPERATOR        "check_replay"
+#define OPERATOR        "oncegate-operator" /* the stack's operator login role */
 #define BULK_N          50
 #define BULK_RATE       "5/s"
 #define TEST_TIMEOUT_S  240

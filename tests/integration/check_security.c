@@ -946,9 +946,10 @@ START_TEST(test_hostile_output_and_form)
 }
 END_TEST
 
-/* oncegatectl arguments that end in SQL: names, keys, --reason and
- * --operator with metacharacters are refused by rule or stored byte for
- * byte; bytes that are not UTF-8 are refused and change nothing. */
+/* oncegatectl arguments that end in SQL: names, keys and --reason with
+ * metacharacters are refused by rule or stored byte for byte, and an
+ * operator name given with them is never what is recorded (the session's
+ * role is); bytes that are not UTF-8 are refused and change nothing. */
 START_TEST(test_ctl_hostile_arguments)
 {
 	PGconn *c = pg();
@@ -1000,14 +1001,20 @@ START_TEST(test_ctl_hostile_arguments)
 	free(out);
 	p[0] = key;
 	p[1] = reason;
-	p[2] = op;
+	/* the operator recorded is the session's role, never the name given */
+	p[2] = tl_ctl_role();
 	ck_assert_msg(tl_pg_count(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
 	                          " AND state = 'failed_terminal' AND reason = $2", 2, p) == 1,
 	              "the rejected run does not hold the reason byte for byte");
 	ck_assert_msg(tl_pg_count(c, "SELECT count(*) FROM operator_actions WHERE"
 	                          " idempotency_key = $1 AND reason = $2 AND operator = $3"
 	                          " AND action = 'reject'", 3, p) == 1,
-	              "operator_actions does not hold the operator and reason byte for byte");
+	              "operator_actions does not hold the reason byte for byte under the"
+	              " session's role %s", p[2]);
+	p[1] = op;
+	ck_assert_msg(tl_pg_count(c, "SELECT count(*) FROM operator_actions WHERE"
+	                          " idempotency_key = $1 AND operator = $2", 2, p) == 0,
+	              "operator_actions holds the operator name the caller typed");
 
 	/* Bytes that are not UTF-8: refused, nothing changes. */
 	make_gated("ctl-inv", NULL, &g);

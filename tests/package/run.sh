@@ -6,8 +6,9 @@
 #      -uc -b, release flags) and runs lintian on it (errors fail);
 #   2. runs docs/deploy.md's command blocks in order (tests/package/guide.py
 #      extracts them), beside Debian's nginx and PostgreSQL: it installs the
-#      package with `apt-get install ./oncegate_*.deb`, creates the role,
-#      database and schema, fills in the configuration and secrets,
+#      package with `apt-get install ./oncegate_*.deb`, creates the roles
+#      (the owner, a login role per program, root as an operator, the
+#      peer map), the database and schema, fills in the configuration and secrets,
 #      installs the nginx site and makes the first API client, then runs
 #      the guide's smoke test; after the installation: nothing runs or is
 #      enabled, the configuration is root:oncegate 0640, and the installed
@@ -32,6 +33,7 @@
 #   oncegate.example.com         → localhost
 #   smtp://localhost:25          → the loopback SMTP sink
 #   https://crm.example.com      → the loopback HTTP provider
+#   /etc/postgresql/15/main      → the test's own cluster's configuration
 # and, after the steps that write them, these edits to installed files:
 #   /etc/oncegate.conf `database`  + port=PG_PORT (a PostgreSQL cluster of
 #                                  this test's own, never ./dev's nor 15/main)
@@ -175,7 +177,8 @@ say "PostgreSQL $PGVER/$CLUSTER :$PG_PORT, SMTP :$SMTP_PORT, CRM :$CRM_PORT, SSO
 	--subst "https://oncegate.example.com=https://localhost:$HTTPS_PORT" \
 	--subst "oncegate.example.com=localhost" \
 	--subst "smtp://localhost:25=smtp://127.0.0.1:$SMTP_PORT" \
-	--subst "https://crm.example.com=http://127.0.0.1:$CRM_PORT" || die "docs/deploy.md"
+	--subst "https://crm.example.com=http://127.0.0.1:$CRM_PORT" \
+	--subst "/etc/postgresql/15/main=/etc/postgresql/$PGVER/$CLUSTER" || die "docs/deploy.md"
 sed 's/^/  /' "$TMP/guide/plan" >&2
 
 # edit FILE PATTERN REPLACEMENT: a deployment edit that must apply.
@@ -267,7 +270,7 @@ done <"$TMP/guide/plan"
 
 # --- 5. claim → approval → send ------------------------------------------------------
 step "claim → approval → send against the installed programs"
-SECOND_KEY=$(runuser -u oncegate -- oncegatectl client add n8n-staging --reason "second tenant") ||
+SECOND_KEY=$(oncegatectl client add n8n-staging --reason "second tenant") ||
 	die "a second API client"
 PYTHONDONTWRITEBYTECODE=1 "$PYTHON" "$HERE/smoke.py" --https "https://localhost:$HTTPS_PORT" --ca /etc/ssl/oncegate/fullchain.pem \
 	--sso "http://127.0.0.1:$SSO_PORT" --key-file /root/oncegate-n8n.key --second-key "$SECOND_KEY" \

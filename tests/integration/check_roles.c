@@ -1,0 +1,450 @@
+/*
+ * check_roles.c — integration suite: least privilege in PostgreSQL. Each
+ * program of the stack of ./dev test connects as a login role of its own
+ * (ONCEGATE_PGUSER_FCGI, _DISPATCH, _OPERATOR, _AUDITOR: members of the
+ * group roles oncegate_fcgi, oncegate_dispatch, oncegate_operator and
+ * oncegate_auditor); this suite logs in as each of them for real (peer
+ * authentication on the stack's socket) and tries what that program must
+ * never do.
+ *
+ *   tenants    two tenants hand in a mail for approval under the same
+ *              business key, through the responder (which runs as its
+ *              role): both runs wait for a person, each with its own
+ *              challenge;
+ *   fcgi       the responder's role reads runs but cannot write a dead
+ *              letter or an operator action, nor turn the kill switch;
+ *   dispatch   the dispatcher's role cannot decide or consume one of those
+ *              challenges (no decision column, no vote, no decided
+ *              challenge of its own) nor turn the kill switch; it can
+ *              count the sends it held;
+ *   auditor    the auditor's role reads every table and writes none;
+ *              `oncegatectl report` and `explain` answer as it, a change
+ *              (client add) is refused and leaves nothing;
+ *   operator   `oncegatectl client add` as the operator's role, with
+ *              another name in $USER and LOGNAME, records the session's
+ *              role as the operator;
+ *   second     a second oncegate database on the same server: the schema's
+ *              owner, who may not create roles, migrates it with the group
+ *              roles the first one made, and the same grants hold there.
+ *
+ * Every refusal is SQLSTATE 42501 (insufficient_privilege) and leaves the
+ * rows as they were, as the schema owner sees them.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "dispatchlib.h"
+#include "testlib.h"
+
+#define CONTRACT  "inbox_mail"
+#define REQUESTER "n8n:support-inbox"
+
+#define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
+
+/* The business key both tenants use (each test runs in a process of its
+ * own: derived from the run's name, not kept from one test to the next). */
+static const char *
+shared_key(void)
+{
+	static char key[160];
+
+	snprintf(key, sizeof(key), "%s:support:тикет-4711:v1", tl_run);
+	return key;
+}
+
+/* A real login as the role in environment variable var (its name). */
+static PGconn *
+login_as(const char *var)
+{
+	const char *role = tl_env(var);
+	const char *keys[] = { "user", "fallback_application_name", NULL };
+	const char *values[] = { role, "check_roles", NULL };
+	PGconn *c;
+
+	ck_assert_msg(role != NULL, "%s is not set: the stack has no such login role", var);
+	c = PQconnectdbParams(keys, values, 1);
+	ck_assert_msg(PQstatus(c) == CONNECTION_OK, "login as %s: %s", role, PQerrorMessage(c));
+	return c;
+}
+
+/* sql run as c must be refused for want of privilege. */
+static void
+refused(PGconn *c, const char *what, const char *sql)
+{
+	PGresult *res = PQexec(c, sql);
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+	ck_assert_msg(PQresultStatus(res) == PGRES_FATAL_ERROR && state != NULL &&
+	                  strcmp(state, "42501") == 0,
+	              "%s as %s: want 42501 (insufficient privilege), got %s %s: %s", what,
+	              PQuser(c), PQresStatus(PQresultStatus(res)), state ? state : "-",
+	              PQresultErrorMessage(res));
+	PQclear(res);
+}
+
+/* sql run as c must succeed; inside a transaction rolled back after. */
+static void
+allowed(PGconn *c, const char *what, const char *sql)
+{
+	PGresult *res;
+
+	PQclear(PQexec(c, "BEGIN"));
+	res = PQexec(c, sql);
+	ck_assert_msg(PQresultStatus(res) == PGRES_COMMAND_OK ||
+	                  PQresultStatus(res) == PGRES_TUPLES_OK,
+	              "%s as %s: %s", what, PQuser(c), PQresultErrorMessage(res));
+	PQclear(res);
+	PQclear(PQexec(c, "ROLLBACK"));
+}
+
+/* What must not change: the rows of the tables the refusals aim at. */
+static char *
+fingerprint(PGconn *owner)
+{
+	return qstr(owner,
+	            "SELECT (SELECT count(*) FROM dead_letters) || '/' ||"
+	            "       (SELECT count(*) FROM operator_actions) || '/' ||"
+	            "       (SELECT count(*) FROM approval_votes) || '/' ||"
+	            "       (SELECT md5(string_agg(a.id || a.state || coalesce(a.decision, '-'),"
+	            "                              ',' ORDER BY a.id)) FROM approvals a) || '/' ||"
+	            "       (SELECT actions_enabled || changed_at::text FROM dispatch_control)",
+	            (char *)NULL);
+}
+
+/* The fingerprint now is still before (which it frees). */
+static void
+unchanged(PGconn *owner, char *before)
+{
+	char *after = fingerprint(owner);
+
+	ck_assert_msg(strcmp(after, before) == 0, "the refused statements changed rows: %s → %s",
+	              before, after);
+	free(before);
+	free(after);
+}
+
+START_TEST(test_tenants_share_a_key)
+{
+	const char *bearer[2] = { dl_key_dev, dl_key_b };
+	PGconn *owner = tl_pg_connect();
+	char approval[2][64];
+	struct tl_resp r;
+	int i;
+
+	ck_assert_msg(dl_key_b != NULL, "the second tenant's client could not be added");
+	for (i = 0; i < 2; i++) {
+		dl_claim_and_output(
+		    bearer[i], shared_key(), CONTRACT,
+		    json_pack("{s:s, s:s}", "subject", tl_corpus_mail_str("ru_reply", "subject"),
+		              "body", tl_corpus_mail_str(i == 0 ? "zh_reply" : "ar_reply", "body")),
+		    json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target", "demo_smtp",
+		              "payload", "to", i == 0 ? "kunde@example.de" : "mariam.haddad@example.ae"),
+		    REQUESTER, &r);
+		ck_assert_msg(r.status == 202 &&
+		                  strcmp(JSTR(r.json, "outcome"), "awaiting_human") == 0,
+		              "tenant %d output: HTTP %ld %.1000s", i, r.status, r.body);
+		free(dl_token_of(&r, 0, approval[i], sizeof(approval[i])));
+		tl_resp_free(&r);
+	}
+	ck_assert_str_ne(approval[0], approval[1]);
+	ck_assert_int_eq(qnum(owner,
+	                      "SELECT count(DISTINCT client_id) FROM approvals"
+	                      " WHERE idempotency_key = $1 AND state = 'pending'",
+	                      shared_key(), (char *)NULL),
+	                 2);
+	PQfinish(owner);
+}
+END_TEST
+
+START_TEST(test_fcgi_role)
+{
+	PGconn *owner = tl_pg_connect(), *c = login_as("ONCEGATE_PGUSER_FCGI");
+	char *before = fingerprint(owner);
+
+	ck_assert_int_eq(qnum(c, "SELECT pg_has_role(session_user, 'oncegate_fcgi', 'MEMBER')::int",
+	                      (char *)NULL),
+	                 1);
+	allowed(c, "reading runs", "SELECT count(*) FROM workflow_runs");
+	refused(c, "writing a dead letter",
+	        "INSERT INTO dead_letters (effect_id, client_id, idempotency_key, component,"
+	        " error_class, reason, evidence, next_action, retention_until, owner)"
+	        " SELECT id, client_id, idempotency_key, 'dispatcher', 'x', 'x', '{}', 'x',"
+	        " now(), 'x' FROM effect_outbox LIMIT 1");
+	refused(c, "resolving dead letters", "UPDATE dead_letters SET resolution = 'rejected'");
+	refused(c, "writing an operator action",
+	        "INSERT INTO operator_actions (operator, action, reason)"
+	        " VALUES ('night-op', 'kill_switch.on', 'from the responder')");
+	refused(c, "changing operator actions", "UPDATE operator_actions SET reason = 'x'");
+	refused(c, "turning the kill switch", "UPDATE dispatch_control SET actions_enabled = true");
+	refused(c, "deleting runs", "DELETE FROM workflow_runs WHERE idempotency_key = 'none'");
+	unchanged(owner, before);
+	PQfinish(c);
+	PQfinish(owner);
+}
+END_TEST
+
+START_TEST(test_dispatch_role)
+{
+	PGconn *owner = tl_pg_connect(), *c = login_as("ONCEGATE_PGUSER_DISPATCH");
+	char *before = fingerprint(owner), sql[512];
+	char *id = qstr(owner, "SELECT min(id::text) FROM approvals"
+	                       " WHERE idempotency_key = $1 AND state = 'pending'",
+	                shared_key(), (char *)NULL);
+
+	ck_assert_msg(id != NULL, "no pending challenge (the tenants test failed)");
+	allowed(c, "reading the challenge", "SELECT state, notify FROM approvals LIMIT 1");
+	allowed(c, "counting held sends",
+	        "UPDATE dispatch_control SET blocked_sends = blocked_sends + 1");
+	snprintf(sql, sizeof(sql),
+	         "UPDATE approvals SET state = 'decided', consumed_at = now(),"
+	         " decision = 'approve', approver_subject = 'dispatcher' WHERE id = '%s'",
+	         id);
+	refused(c, "consuming a challenge", sql);
+	snprintf(sql, sizeof(sql), "UPDATE approvals SET decision = 'approve' WHERE id = '%s'", id);
+	refused(c, "setting a decision", sql);
+	snprintf(sql, sizeof(sql), "UPDATE approvals SET consumed_at = now() WHERE id = '%s'", id);
+	refused(c, "marking a challenge consumed", sql);
+	snprintf(sql, sizeof(sql),
+	         "INSERT INTO approval_votes (approval_id, client_id, idempotency_key, subject,"
+	         " decision) SELECT id, client_id, idempotency_key, 'dispatcher', 'approve'"
+	         " FROM approvals WHERE id = '%s'",
+	         id);
+	refused(c, "casting a vote", sql);
+	snprintf(sql, sizeof(sql),
+	         "INSERT INTO approvals (client_id, idempotency_key, token_hash, approver,"
+	         " allowed_decisions, separation_of_duties, expires_at, state, consumed_at,"
+	         " decision, approver_subject)"
+	         " SELECT client_id, idempotency_key, sha256('forged'::bytea), approver,"
+	         " allowed_decisions, false, expires_at, 'decided', now(), 'approve', 'dispatcher'"
+	         " FROM approvals WHERE id = '%s'",
+	         id);
+	refused(c, "adding a decided challenge", sql);
+	refused(c, "turning the kill switch", "UPDATE dispatch_control SET actions_enabled = true");
+	refused(c, "writing an operator action",
+	        "INSERT INTO operator_actions (operator, action, reason) VALUES ('x', 'x', 'x')");
+	unchanged(owner, before);
+	ck_assert_int_eq(qnum(owner, "SELECT count(*) FROM approvals WHERE id = $1::uuid"
+	                             " AND state = 'pending' AND consumed_at IS NULL",
+	                      id, (char *)NULL),
+	                 1);
+	free(id);
+	PQfinish(c);
+	PQfinish(owner);
+}
+END_TEST
+
+/* Runs oncegatectl ARGS (shell words) with PGUSER=role and USER, LOGNAME
+ * = user; its exit status, stdout and stderr in *out. */
+static int
+ctl_as(const char *role, const char *user, char **out, const char *args)
+{
+	char *cmd = NULL, *mark;
+	int rc = -1;
+
+	ck_assert(asprintf(&cmd,
+	                   "env PGUSER='%s' USER='%s' LOGNAME='%s' '%s' -c '%s' %s 2>&1;"
+	                   " echo \"exit=$?\"",
+	                   role, user, user, tl_env("ONCEGATE_CTL"), tl_env("ONCEGATE_CONF"),
+	                   args) > 0);
+	*out = tl_shell_output(cmd);
+	free(cmd);
+	ck_assert_msg(*out != NULL, "oncegatectl %s did not run", args);
+	if ((mark = strstr(*out, "exit=")) != NULL)
+		rc = atoi(mark + 5);
+	return rc;
+}
+
+START_TEST(test_auditor_role)
+{
+	static const char *const tables[] = {
+		"api_clients", "workflow_runs", "run_events", "approvals", "approval_votes",
+		"approval_replaced_links", "effect_outbox", "effect_attempts", "dead_letters",
+		"dispatch_control", "operator_actions", "run_replays", "replay_jobs",
+		"replay_job_items", "resume_job_items", "metric_counters", "metric_route_latency",
+		"metric_attempts", "schema_migrations",
+	};
+	PGconn *owner = tl_pg_connect(), *c = login_as("ONCEGATE_PGUSER_AUDITOR");
+	const char *role = tl_env("ONCEGATE_PGUSER_AUDITOR");
+	char *before = fingerprint(owner), *out = NULL, sql[256], args[512];
+	long long clients = qnum(owner, "SELECT count(*) FROM api_clients", (char *)NULL);
+	size_t i;
+
+	for (i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
+		snprintf(sql, sizeof(sql), "SELECT count(*) FROM %s", tables[i]);
+		allowed(c, "reading", sql);
+		snprintf(sql, sizeof(sql), "DELETE FROM %s WHERE false", tables[i]);
+		refused(c, "deleting", sql);
+		snprintf(sql, sizeof(sql), "INSERT INTO %s DEFAULT VALUES", tables[i]);
+		refused(c, "inserting", sql);
+	}
+	refused(c, "turning the kill switch", "UPDATE dispatch_control SET actions_enabled = true");
+	refused(c, "changing a run", "UPDATE workflow_runs SET state = 'completed'");
+
+	ck_assert_msg(ctl_as(role, "auditor", &out, "report") == 0, "report as %s: %s", role,
+	              out);
+	free(out);
+	snprintf(args, sizeof(args), "explain '%s' --client '%s'", shared_key(), dl_client_b);
+	ck_assert_msg(ctl_as(role, "auditor", &out, args) == 0, "explain as %s: %s", role, out);
+	ck_assert_msg(strstr(out, "awaiting_human") != NULL, "explain says: %s", out);
+	free(out);
+	snprintf(args, sizeof(args), "client add '%s-auditor' --reason 'an auditor tries'",
+	         tl_run);
+	ck_assert_msg(ctl_as(role, "auditor", &out, args) != 0, "client add as %s worked: %s",
+	              role, out);
+	free(out);
+	ck_assert_int_eq(qnum(owner, "SELECT count(*) FROM api_clients", (char *)NULL), clients);
+	unchanged(owner, before);
+	PQfinish(c);
+	PQfinish(owner);
+}
+END_TEST
+
+START_TEST(test_operator_is_session_user)
+{
+	PGconn *owner = tl_pg_connect();
+	const char *role = tl_env("ONCEGATE_PGUSER_OPERATOR");
+	char name[128], args[512], *out = NULL, *who;
+
+	ck_assert_msg(role != NULL, "ONCEGATE_PGUSER_OPERATOR is not set");
+	snprintf(name, sizeof(name), "%s-roles", tl_run);
+	snprintf(args, sizeof(args), "client add '%s' --reason 'Zugang für die Buchhaltung'", name);
+	ck_assert_msg(ctl_as(role, "mallory", &out, args) == 0, "client add as %s: %s", role, out);
+	free(out);
+	who = qstr(owner,
+	           "SELECT string_agg(o.operator, ',') FROM operator_actions o"
+	           "  JOIN api_clients c ON c.id = o.client_id"
+	           " WHERE c.name = $1 AND o.action = 'client.add'",
+	           name, (char *)NULL);
+	ck_assert_msg(who != NULL && strcmp(who, role) == 0,
+	              "the operator recorded is \"%s\", want the session's role \"%s\"",
+	              who ? who : "(none)", role);
+	free(who);
+	snprintf(args, sizeof(args), "client revoke '%s' --reason 'Test vorbei'", name);
+	ck_assert_msg(ctl_as(role, "mallory", &out, args) == 0, "client revoke: %s", out);
+	free(out);
+	ck_assert_int_eq(qnum(owner,
+	                      "SELECT count(*) FROM operator_actions o"
+	                      "  JOIN api_clients c ON c.id = o.client_id"
+	                      " WHERE c.name = $1 AND o.operator = $2",
+	                      name, role, (char *)NULL),
+	                 2);
+	ck_assert_int_eq(qnum(owner, "SELECT count(*) FROM operator_actions WHERE operator = 'mallory'",
+	                      (char *)NULL),
+	                 0);
+	PQfinish(owner);
+}
+END_TEST
+
+/* A connection as the cluster's superuser (root may be postgres on the
+ * stack's socket) to dbname. */
+static PGconn *
+superuser(const char *dbname)
+{
+	const char *keys[] = { "user", "dbname", NULL };
+	const char *values[] = { "postgres", dbname, NULL };
+	PGconn *c = PQconnectdbParams(keys, values, 0);
+
+	ck_assert_msg(PQstatus(c) == CONNECTION_OK, "login as postgres: %s", PQerrorMessage(c));
+	return c;
+}
+
+START_TEST(test_second_database)
+{
+	char db[96], conf[] = "/tmp/check_roles.XXXXXX", *text, *at, *out = NULL, sql[256];
+	const char *src = tl_env("ONCEGATE_CONF");
+	PGconn *pg = superuser("postgres"), *c;
+	const char *keys[] = { "user", "dbname", NULL };
+	const char *values[] = { "oncegate", db, NULL };
+	FILE *f;
+	int fd;
+
+	snprintf(db, sizeof(db), "%s_second", tl_run);
+	for (at = db; *at != '\0'; at++)
+		if (*at == '-')
+			*at = '_';
+	snprintf(sql, sizeof(sql), "CREATE DATABASE \"%s\" OWNER oncegate", db);
+	PQclear(PQexec(pg, sql));
+	ck_assert_int_eq(qnum(pg, "SELECT count(*) FROM pg_database WHERE datname = $1", db,
+	                      (char *)NULL),
+	                 1);
+	/* the stack's configuration with the other database */
+	text = tl_file_slurp(src, NULL);
+	ck_assert_msg(text != NULL && (at = strstr(text, "dbname=oncegate")) != NULL,
+	              "%s names no dbname=oncegate", src);
+	ck_assert((fd = mkstemp(conf)) >= 0);
+	ck_assert((f = fdopen(fd, "w")) != NULL);
+	fprintf(f, "%.*sdbname=%s%s", (int)(at - text), text, db, at + strlen("dbname=oncegate"));
+	fclose(f);
+	free(text);
+
+	snprintf(sql, sizeof(sql), "env PGUSER=oncegate '%s' -c '%s' migrate 2>&1; echo \"exit=$?\"",
+	         tl_env("ONCEGATE_CTL"), conf);
+	out = tl_shell_output(sql);
+	unlink(conf);
+	ck_assert_msg(out != NULL && strstr(out, "exit=0") != NULL,
+	              "migrate of a second database as the owner: %s", out ? out : "(did not run)");
+	ck_assert_msg(strstr(out, "015_roles") != NULL, "migrate says: %s", out);
+	free(out);
+
+	c = PQconnectdbParams(keys, values, 0);
+	ck_assert_msg(PQstatus(c) == CONNECTION_OK, "%s as oncegate: %s", db, PQerrorMessage(c));
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM pg_roles WHERE rolname IN ('oncegate_fcgi',"
+	                         " 'oncegate_dispatch', 'oncegate_operator', 'oncegate_auditor')"
+	                         " AND NOT rolcanlogin",
+	                      (char *)NULL),
+	                 4);
+	ck_assert_int_eq(qnum(c, "SELECT (has_table_privilege('oncegate_dispatch', 'dead_letters',"
+	                         " 'INSERT') AND NOT has_table_privilege('oncegate_fcgi',"
+	                         " 'dead_letters', 'INSERT') AND NOT has_column_privilege("
+	                         "'oncegate_dispatch', 'approvals', 'consumed_at', 'UPDATE')"
+	                         " AND NOT has_table_privilege('oncegate_auditor', 'workflow_runs',"
+	                         " 'UPDATE') AND has_table_privilege('oncegate_operator',"
+	                         " 'operator_actions', 'INSERT'))::int",
+	                      (char *)NULL),
+	                 1);
+	PQfinish(c);
+	snprintf(sql, sizeof(sql), "DROP DATABASE \"%s\" WITH (FORCE)", db);
+	PQclear(PQexec(pg, sql));
+	ck_assert_int_eq(qnum(pg, "SELECT count(*) FROM pg_database WHERE datname = $1", db,
+	                      (char *)NULL),
+	                 0);
+	PQfinish(pg);
+}
+END_TEST
+
+static Suite *
+roles_suite(void)
+{
+	Suite *s = suite_create("roles");
+	TCase *tc = tcase_create("roles");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_tenants_share_a_key);
+	tcase_add_test(tc, test_fcgi_role);
+	tcase_add_test(tc, test_dispatch_role);
+	tcase_add_test(tc, test_auditor_role);
+	tcase_add_test(tc, test_operator_is_session_user);
+	tcase_add_test(tc, test_second_database);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	static const struct dl_suite s = {
+		.name = "check_roles", .prefix = "ro",
+		.needed = "ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_CONF ONCEGATE_PGUSER_FCGI "
+		          "ONCEGATE_PGUSER_DISPATCH ONCEGATE_PGUSER_OPERATOR ONCEGATE_PGUSER_AUDITOR",
+		.suite = roles_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
+	};
+
+	return dl_suite_main(&s);
+}
