@@ -85,6 +85,8 @@ ctl_refuse(struct ctl *ctl, const char *what, int code, const char *op, const ch
 	return code;
 }
 
+static bool g_printed;
+
 void
 ctl_print_json(json_t *v)
 {
@@ -92,6 +94,20 @@ ctl_print_json(json_t *v)
 
 	printf("%s\n", s != NULL ? s : "null");
 	free(s);
+	g_printed = true;
+}
+
+void
+ctl_print_new(json_t *v)
+{
+	ctl_print_json(v);
+	json_decref(v);
+}
+
+bool
+ctl_printed(void)
+{
+	return g_printed;
 }
 
 const char *

@@ -70,8 +70,14 @@ void ctl_terminal_safe(json_t *v);
  * message as detail); returns code. */
 int ctl_refuse(struct ctl *ctl, const char *what, int code, const char *op, const char *key,
                const char *reason, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-/* v as one compact JSON line on stdout ("null" when it cannot be written). */
+/* v as one compact JSON line on stdout ("null" when it cannot be written):
+ * the one document of a --json command. */
 void ctl_print_json(json_t *v);
+/* The same, and v released. */
+void ctl_print_new(json_t *v);
+/* Has the command printed its document? (When a --json command ends
+ * without one, main prints {"error", "exit"}.) */
+bool ctl_printed(void);
 /* The string member name of o, or "-" when it has none. */
 const char *ctl_jstr(const json_t *o, const char *name);
 /* The one time grammar of every option that takes a time (TIME): a

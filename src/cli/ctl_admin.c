@@ -260,15 +260,14 @@ ctl_admin_client(struct ctl *ctl, int argc, char **argv)
 	ctl_log(ctl, LOG_LEVEL_NOTICE, add ? "client.added" : "client.revoked", &f);
 	if (!add) {
 		if (ctl->json)
-			printf("{\"client\":\"%s\",\"revoked\":true}\n", name);
+			ctl_print_new(json_pack("{s:s, s:b}", "client", name, "revoked", 1));
 		fprintf(stderr, "oncegatectl: client \"%s\" revoked; its key is refused "
 		        "from the next request\n", name);
 		return EXIT_SUCCESS;
 	}
-	/* The key alone on stdout, for scripts; the warning on stderr. A
-	 * client name and a key need no JSON escaping. */
+	/* The key alone on stdout, for scripts; the warning on stderr. */
 	if (ctl->json)
-		printf("{\"client\":\"%s\",\"api_key\":\"%s\"}\n", name, key);
+		ctl_print_new(json_pack("{s:s, s:s}", "client", name, "api_key", key));
 	else
 		printf("%s\n", key);
 	fflush(stdout);

@@ -56,11 +56,7 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 		if (ctl->json) {
 			json_t *no = json_pack("{s:s, s:{s:s, s:s}}", "key", key, "processed", "answer",
 			                       "no", "text", msg);
-			char *s = no != NULL ? canon_dumps(no, JSON_COMPACT) : NULL;
-
-			printf("%s\n", s ? s : "{}");
-			free(s);
-			json_decref(no);
+			ctl_print_new(no);
 		}
 		fprintf(stderr, "oncegatectl: explain: %s\n", msg);
 		return EXIT_REFUSED;
@@ -75,11 +71,7 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 		ctl_log(ctl, LOG_LEVEL_INFO, "audit.explain", &f);
 	}
 	if (ctl->json) {
-		char *s = canon_dumps(doc, JSON_COMPACT);
-
-		printf("%s\n", s ? s : "{}");
-		free(s);
-		json_decref(doc);
+		ctl_print_new(doc);
 		return EXIT_SUCCESS;
 	}
 	ctl_terminal_safe(doc);
@@ -215,10 +207,7 @@ ctl_audit_report(struct ctl *ctl, int argc, char **argv)
 		return EXIT_UNAVAILABLE;
 	}
 	if (ctl->json) {
-		char *s = canon_dumps(doc, JSON_COMPACT);
-
-		printf("%s\n", s ? s : "{}");
-		free(s);
+		ctl_print_json(doc);
 	} else {
 		printf("oncegate report, %s to %s\n\n",
 		       json_string_value(json_object_get(doc, "since")) ?: "?",
@@ -300,10 +289,11 @@ ctl_audit_purge(struct ctl *ctl, int argc, char **argv)
 		        dry ? "purge.dry_run" : "purge.done", &f);
 	}
 	if (ctl->json)
-		printf("{\"dry_run\":%s,\"older_than_days\":%ld,\"runs\":%lld,\"effects\":%lld,"
-		       "\"approvals\":%lld,\"attempts\":%lld,\"dead_letters\":%lld}\n",
-		       dry ? "true" : "false", days, p.runs, p.effects, p.approvals, p.attempts,
-		       p.dead_letters);
+		ctl_print_new(json_pack("{s:b, s:i, s:I, s:I, s:I, s:I, s:I}", "dry_run", dry,
+		                        "older_than_days", (int)days, "runs", (json_int_t)p.runs,
+		                        "effects", (json_int_t)p.effects, "approvals",
+		                        (json_int_t)p.approvals, "attempts", (json_int_t)p.attempts,
+		                        "dead_letters", (json_int_t)p.dead_letters));
 	else
 		printf("%s (finished more than %ld days ago)\n  runs (payload, output, effect "
 		       "payload)  %lld\n  effect payloads                       %lld\n  approval "

@@ -318,7 +318,8 @@ ctl_job_stop(struct ctl *ctl, int argc, char **argv)
 		ctl_log(ctl, LOG_LEVEL_NOTICE, event, &f);
 	}
 	if (ctl->json)
-		printf("{\"job\":%lld,\"kind\":\"%s\",\"stop_requested\":true}\n", job, kind);
+		ctl_print_new(json_pack("{s:I, s:s, s:b}", "job", (json_int_t)job, "kind", kind,
+		                        "stop_requested", 1));
 	fprintf(stderr, "oncegatectl: job %lld stops before its next item; what is done stays "
 	        "done (continue with `oncegatectl %s %lld --reason TEXT`)\n", job,
 	        kind_of(kind)->command, job);

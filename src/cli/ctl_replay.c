@@ -153,11 +153,7 @@ replay_one(struct ctl *ctl, struct replay_opts *o, const char *key)
 			json_object_set_new(doc, "forced_past", json_string(res.forced_past));
 		if (doc != NULL)
 			json_object_set_new(doc, "dead_letters_linked", json_integer(res.letters));
-		char *s = doc != NULL ? canon_dumps(doc, JSON_COMPACT) : NULL;
-
-		printf("%s\n", s != NULL ? s : "{}");
-		free(s);
-		json_decref(doc);
+		ctl_print_new(doc);
 	} else {
 		printf("original   %s\n", key);
 		printf("new run    %s (%s)%s\n", o->new_key, res.start_state,
@@ -366,7 +362,6 @@ map_print(struct ctl *ctl, const struct map *m, int ok, int human, int refused)
 
 	if (ctl->json) {
 		json_t *list = json_array(), *doc;
-		char *s;
 
 		for (i = 0; i < m->n; i++)
 			json_array_append_new(list,
@@ -378,10 +373,7 @@ map_print(struct ctl *ctl, const struct map *m, int ok, int human, int refused)
 		doc = json_pack("{s:b, s:o, s:{s:i, s:i, s:i, s:i, s:i}}", "dry_run", 1, "items", list,
 		                "totals", "items", m->n, "would_replay", ok, "awaiting_human", human,
 		                "failed_retryable", ok - human, "refused", refused);
-		s = doc != NULL ? canon_dumps(doc, JSON_COMPACT) : NULL;
-		printf("%s\n", s ? s : "{}");
-		free(s);
-		json_decref(doc);
+		ctl_print_new(doc);
 		return;
 	}
 	printf("%-6s %-40s %-40s %s\n", "LINE", "KEY", "NEW KEY", "OUTCOME");

@@ -187,7 +187,7 @@ static const char global_text[] =
 	"                          installed oncegate.conf)\n"
 	"  --json                  one JSON document on stdout, an array for a list\n"
 	"  -h, --help              the usage (of the command, when one is named)\n"
-	"  --version               the version\n"
+	"  -V, --version           the version\n"
 	"Every change needs --reason; the operator recorded is the database role the\n"
 	"command connects as.\n";
 
@@ -258,7 +258,7 @@ scan(int argc, char **argv, struct line *l)
 			l->json = true;
 		} else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
 			l->help = true;
-		} else if (strcmp(a, "--version") == 0) {
+		} else if (strcmp(a, "--version") == 0 || strcmp(a, "-V") == 0) {
 			l->version = true;
 		} else if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) {
 			if (i + 1 >= argc) {
@@ -340,6 +340,14 @@ main(int argc, char **argv)
 	}
 	rc = commands[i].run(&ctl, l.argc, l.argv);
 out:
+	/* --json: one document whatever happened; the message is on stderr */
+	if (l.json && !l.help && !l.version && rc != EXIT_SUCCESS && !ctl_printed())
+		ctl_print_new(json_pack("{s:s, s:i}", "error",
+		                        rc == EXIT_USAGE         ? "usage"
+		                        : rc == EXIT_UNAVAILABLE ? "database_unavailable"
+		                        : rc == EXIT_STOPPED     ? "stopped"
+		                                                 : "refused",
+		                        "exit", rc));
 	ctl_close(&ctl);
 	free(l.argv);
 	return rc;
