@@ -43,10 +43,14 @@ const char ctl_exit_text[] =
 	"exit status: 0 done; 1 refused or failed (the message says why, nothing changed);\n"
 	"  2 usage error; 3 database unavailable; 4 a bulk job stopped before its end\n";
 
+const char ctl_json_text[] =
+	"  --json (anywhere on the line): one JSON document on stdout, an array for a list.\n";
+
 int
 ctl_usage(const struct ctl *ctl)
 {
-	fprintf(stderr, "%s%s", ctl->usage != NULL ? ctl->usage : "", ctl_exit_text);
+	fprintf(stderr, "%s%s%s", ctl->usage != NULL ? ctl->usage : "", ctl_json_text,
+	        ctl_exit_text);
 	return EXIT_USAGE;
 }
 

@@ -1,7 +1,7 @@
 /*
  * ctl.h — what every oncegatectl command shares: the loaded configuration,
- * the database connection (made on first use), --json, the operator and
- * the decision log. Each group of commands lives in its own file, named
+ * the database connection (made on first use), --json, the operator (the
+ * database session's role), the usage and the decision log. Each group of commands lives in its own file, named
  * for what it does, and is listed in the command table of oncegatectl.c:
  *   ctl_admin.c       migrate, client, config, kill-switch
  *   ctl_deadletter.c  deadletter list / show
@@ -39,6 +39,7 @@ struct ctl {
 };
 
 /* What --help and a wrong call print after a command's usage. */
+extern const char ctl_json_text[];
 extern const char ctl_exit_text[];
 
 /* The one exit code of a library result: OG_OK done, OG_UNAVAILABLE

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "ctl_job.h"
+#include "digest.h"
 #include "replay.h"
 
 /* How each kind names what it does and how it is continued. */
@@ -154,6 +156,24 @@ halt(struct ctl *ctl, const struct ctl_job *job, const char *what, const char *w
 	return rc == OG_OK ? EXIT_STOPPED : ctl_exit(rc);
 }
 
+/* The approval links items carry hold raw tokens: wiped before they are
+ * freed. */
+static void
+wipe_links(json_t *results)
+{
+	json_t *item, *a;
+	size_t i, k;
+
+	json_array_foreach(results, i, item) {
+		json_array_foreach(json_object_get(item, "approvals"), k, a) {
+			const char *u = json_string_value(json_object_get(a, "url"));
+
+			if (u != NULL)
+				digest_wipe((char *)(uintptr_t)u, strlen(u));
+		}
+	}
+}
+
 /* What the run did, on stderr and in the log; the log's event says how the
  * job ended. */
 static void
@@ -188,6 +208,7 @@ summary(struct ctl *ctl, struct ctl_job *job, int ex)
 		ctl_print_json(doc);
 		json_decref(doc);
 	}
+	wipe_links(job->results);
 	json_decref(job->results);
 	job->results = NULL;
 }

@@ -433,10 +433,12 @@ replay_step(struct ctl *ctl, struct ctl_job *job, int *ex)
 		st = CTL_JOB_DONE;
 		log_replayed(ctl, &req, &res);
 		if (ctl->json) {
-			ctl_job_result(job, json_pack("{s:i, s:s, s:s, s:s, s:s, s:O?}", "line", it.seq,
+			/* a copy: the result's links are wiped when it is cleared; the
+			 * job wipes its copies once the document is out */
+			ctl_job_result(job, json_pack("{s:i, s:s, s:s, s:s, s:s, s:o?}", "line", it.seq,
 			                              "key", it.key, "new_key", it.new_key, "outcome",
-			                              "replayed", "state", res.start_state,
-			                              "approvals", res.approvals));
+			                              "replayed", "state", res.start_state, "approvals",
+			                              json_deep_copy(res.approvals)));
 		} else {
 			print_links(ctl, it.new_key, res.approvals, job->tty);
 		}

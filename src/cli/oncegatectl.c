@@ -44,8 +44,6 @@ static const char *const value_options[] = {
 	"  TIME is a duration back from now (90s, 15m, 2h, 7d, 2w) or an RFC 3339 timestamp\n"  \
 	"  (2026-05-01T08:00:00Z, 2026-05-01T10:00:00+02:00; a date alone is its midnight "     \
 	"UTC).\n"
-#define JSON_TEXT                                                                          \
-	"  --json (anywhere on the line): one JSON document on stdout, an array for a list.\n"
 
 static const struct command commands[] = {
 	{ "migrate", "apply the schema migrations that are missing",
@@ -318,7 +316,7 @@ main(int argc, char **argv)
 	}
 	if (l.help) {
 		if (i < NCOMMANDS)
-			printf("%s%s%s", commands[i].usage, JSON_TEXT, ctl_exit_text);
+			printf("%s%s%s", commands[i].usage, ctl_json_text, ctl_exit_text);
 		else
 			usage(stdout);
 		rc = EXIT_SUCCESS;

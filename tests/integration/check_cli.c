@@ -99,6 +99,20 @@ run(char **out, char **err, const char *const *words)
 	return run_env(out, err, NULL, words);
 }
 
+/* Does the word before position at take it as its value? */
+static bool
+splits_value(const char *const *words, int at)
+{
+	static const char *const valued[] = { "--since", "--client", "--new-key", "--reason",
+		                              "--limit", "--older-than", NULL };
+	int i;
+
+	for (i = 0; at > 0 && valued[i] != NULL; i++)
+		if (strcmp(words[at - 1], valued[i]) == 0)
+			return true;
+	return false;
+}
+
 /* words with "-c CONF" put at position at (0: first; -1: last) and --json
  * at jat (-2: none), into buf. */
 static const char *const *
@@ -196,7 +210,7 @@ data_setup(void)
 
 	ck_assert_msg(dl_key_b != NULL, "the second tenant could not be added");
 	support_run(dl_key_dev, "kunde@example.de");
-	support_run(dl_key_b, "клиент@пример.рф");
+	support_run(dl_key_b, "klient.ivanova@primer.example");
 	rc = run(&out, &err, w);
 	ck_assert_msg(rc == 0, "reject: exit %d: %s", rc, err);
 	free(out);
@@ -414,6 +428,8 @@ START_TEST(test_global_options_anywhere)
 		free(err);
 		/* -c and --json after the command, at its end, and between its words */
 		for (at = 1; at <= len; at++) {
+			if (splits_value(f[i].words, at))
+				continue;
 			rc = run(&out, &err, place(buf, f[i].words, at == len ? -1 : at,
 			                           at == len ? 1 : -1));
 			ck_assert_msg(rc == rc0, "`%s`: exit %d, but %d with the options first: %s",
@@ -484,7 +500,9 @@ START_TEST(test_json_one_document)
 		ck_assert_msg(rc == 0 || json_integer_value(json_object_get(d, "exit")) == rc ||
 		              strcmp(f[i].words[0], "explain") == 0,
 		              "`%s` exits %d; its document: %s", line_of(buf), rc, out);
-		expect_api_names(d, line_of(buf));
+		/* (the settings of config check are named as in the file) */
+		if (strcmp(f[i].words[0], "config") != 0)
+			expect_api_names(d, line_of(buf));
 		json_decref(d);
 		free(out);
 		free(err);

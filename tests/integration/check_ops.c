@@ -1079,7 +1079,7 @@ START_TEST(test_refusals)
 	free(out);
 	free(err);
 	rc = tl_ctl_err(&out, &err, "deadletter", "list", "--since", "2024-99-99", (char *)NULL);
-	ck_assert_msg(rc == 2 && strstr(err, "neither a duration") != NULL, "--since: %d %s", rc, err);
+	ck_assert_msg(rc == 2 && strstr(err, "not a time") != NULL, "--since: %d %s", rc, err);
 	free(out);
 	free(err);
 	/* --help of each command */
