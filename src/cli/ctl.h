@@ -1,8 +1,9 @@
 /*
  * ctl.h — what every oncegatectl command shares: the loaded configuration,
  * the database connection (made on first use), --json, the operator (the
- * database session's role), the usage and the decision log. Each group of commands lives in its own file, named
- * for what it does, and is listed in the command table of oncegatectl.c:
+ * database session's role), the usage and the decision log. Each group of
+ * commands lives in its own file, named for what it does, and is listed in
+ * the command table of oncegatectl.c:
  *   ctl_admin.c       migrate, client, config, kill-switch
  *   ctl_deadletter.c  deadletter list / show
  *   ctl_repair.c      reconcile, resume (one effect), reject, approval, cancel
