@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "canon.h"
@@ -33,18 +34,24 @@ ctl_db(struct ctl *ctl)
 }
 
 const char *
-ctl_operator(const char *given)
+ctl_operator(const struct ctl *ctl)
 {
-	const char *u;
+	return db_role(ctl->db);
+}
 
-	if (given != NULL && *given != '\0')
-		return given;
-	u = getenv("SUDO_USER");
-	if (u == NULL || *u == '\0')
-		u = getenv("USER");
-	if (u == NULL || *u == '\0')
-		u = getlogin();
-	return u != NULL && *u != '\0' ? u : "unknown";
+const char ctl_exit_text[] =
+	"exit status: 0 done; 1 refused or failed (the message says why, nothing changed);\n"
+	"  2 usage error; 3 database unavailable; 4 a bulk job stopped before its end\n";
+
+const char ctl_json_text[] =
+	"  --json (anywhere on the line): one JSON document on stdout, an array for a list.\n";
+
+int
+ctl_usage(const struct ctl *ctl)
+{
+	fprintf(stderr, "%s%s%s", ctl->usage != NULL ? ctl->usage : "", ctl_json_text,
+	        ctl_exit_text);
+	return EXIT_USAGE;
 }
 
 void
@@ -82,6 +89,8 @@ ctl_refuse(struct ctl *ctl, const char *what, int code, const char *op, const ch
 	return code;
 }
 
+static bool g_printed;
+
 void
 ctl_print_json(json_t *v)
 {
@@ -89,6 +98,20 @@ ctl_print_json(json_t *v)
 
 	printf("%s\n", s != NULL ? s : "null");
 	free(s);
+	g_printed = true;
+}
+
+void
+ctl_print_new(json_t *v)
+{
+	ctl_print_json(v);
+	json_decref(v);
+}
+
+bool
+ctl_printed(void)
+{
+	return g_printed;
 }
 
 const char *
@@ -99,31 +122,125 @@ ctl_jstr(const json_t *o, const char *name)
 	return v != NULL ? v : "-";
 }
 
-long long
-ctl_duration(const char *s)
+/* N followed by s, m, h, d or w, in seconds; -1 when not one. */
+static long long
+duration(const char *s)
 {
-	char *end;
-	long long v;
+	static const struct {
+		char unit;
+		long long secs;
+	} units[] = { { 's', 1 }, { 'm', 60 }, { 'h', 3600 }, { 'd', 86400 }, { 'w', 604800 } };
+	long long v = 0;
+	size_t i;
 
-	if (!isdigit((unsigned char)s[0]))
+	if (!isdigit((unsigned char)*s))
 		return -1;
-	v = strtoll(s, &end, 10);
-	if (v <= 0 || v > 100000000LL || end[0] == '\0' || end[1] != '\0')
+	for (; isdigit((unsigned char)*s); s++)
+		if ((v = v * 10 + (*s - '0')) > 100000000LL)
+			return -1;
+	for (i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (s[0] == units[i].unit && s[1] == '\0' && v > 0)
+			return v * units[i].secs;
+	return -1;
+}
+
+/* n digits at *p as a number (p advanced); -1 when they are not digits. */
+static int
+digits(const char **p, int n)
+{
+	int v = 0;
+
+	for (; n > 0; n--, (*p)++) {
+		if (!isdigit((unsigned char)**p))
+			return -1;
+		v = v * 10 + (**p - '0');
+	}
+	return v;
+}
+
+/* An RFC 3339 date-time (or a date alone, its midnight UTC) as seconds
+ * since the epoch; -1 when it is not one. */
+static int
+timestamp(const char *s, time_t *t)
+{
+	static const int mdays[] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+	const char *p = s;
+	struct tm tm = { 0 };
+	int y, mo, d, h = 0, mi = 0, sec = 0, off = 0, oh, om;
+
+	if ((y = digits(&p, 4)) < 1970 || *p++ != '-' || (mo = digits(&p, 2)) < 1 || mo > 12 ||
+	    *p++ != '-' || (d = digits(&p, 2)) < 1 || d > mdays[mo - 1])
 		return -1;
-	switch (end[0]) {
-	case 's':
-		return v;
-	case 'm':
-		return v * 60;
-	case 'h':
-		return v * 3600;
-	case 'd':
-		return v * 86400;
-	case 'w':
-		return v * 604800;
-	default:
+	if (*p != '\0') {
+		if ((*p != 'T' && *p != 't' && *p != ' ') || (p++, (h = digits(&p, 2)) < 0) ||
+		    h > 23 || *p++ != ':' || (mi = digits(&p, 2)) < 0 || mi > 59 || *p++ != ':' ||
+		    (sec = digits(&p, 2)) < 0 || sec > 60)
+			return -1;
+		if (*p == '.') {
+			if (!isdigit((unsigned char)*++p))
+				return -1;
+			while (isdigit((unsigned char)*p))
+				p++;
+		}
+		if ((*p == 'Z' || *p == 'z') && p[1] == '\0') {
+			off = 0;
+		} else if (*p == '+' || *p == '-') {
+			int sign = *p++ == '-' ? -1 : 1;
+
+			if ((oh = digits(&p, 2)) < 0 || oh > 23 || *p++ != ':' ||
+			    (om = digits(&p, 2)) < 0 || om > 59 || *p != '\0')
+				return -1;
+			off = sign * (oh * 3600 + om * 60);
+		} else {
+			return -1;
+		}
+	}
+	tm.tm_year = y - 1900;
+	tm.tm_mon = mo - 1;
+	tm.tm_mday = d;
+	tm.tm_hour = h;
+	tm.tm_min = mi;
+	tm.tm_sec = sec;
+	*t = timegm(&tm) - off;
+	/* 31 February and the like come back as another day */
+	return tm.tm_mday == d ? 0 : -1;
+}
+
+int
+ctl_time(const struct ctl *ctl, const char *opt, const char *s, long long *ago)
+{
+	long long v = duration(s);
+	time_t t;
+
+	if (v > 0) {
+		*ago = v;
+		return 0;
+	}
+	if (timestamp(s, &t) != 0) {
+		fprintf(stderr, "oncegatectl: %s: %s \"%s\" is not a time: give a duration back from "
+		        "now (90s, 15m, 2h, 7d, 2w) or an RFC 3339 timestamp "
+		        "(2026-05-01T08:00:00Z)\n", ctl->command, opt, s);
 		return -1;
 	}
+	if ((long long)t >= (long long)time(NULL)) {
+		fprintf(stderr, "oncegatectl: %s: %s %s is not in the past\n", ctl->command, opt, s);
+		return -1;
+	}
+	*ago = (long long)time(NULL) - (long long)t;
+	return 0;
+}
+
+int
+ctl_count(const char *s, int max)
+{
+	long v = 0;
+
+	if (!isdigit((unsigned char)*s))
+		return -1;
+	for (; isdigit((unsigned char)*s); s++)
+		if ((v = v * 10 + (*s - '0')) > max)
+			return -1;
+	return *s == '\0' && v > 0 ? (int)v : -1;
 }
 
 void

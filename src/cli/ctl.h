@@ -1,8 +1,9 @@
 /*
  * ctl.h — what every oncegatectl command shares: the loaded configuration,
- * the database connection (made on first use), --json, the operator and
- * the decision log. Each group of commands lives in its own file, named
- * for what it does, and is listed in the command table of oncegatectl.c:
+ * the database connection (made on first use), --json, the operator (the
+ * database session's role), the usage and the decision log. Each group of
+ * commands lives in its own file, named for what it does, and is listed in
+ * the command table of oncegatectl.c:
  *   ctl_admin.c       migrate, client, config, kill-switch
  *   ctl_deadletter.c  deadletter list / show
  *   ctl_repair.c      reconcile, resume (one effect), reject, approval, cancel
@@ -34,7 +35,13 @@ struct ctl {
 	struct db *db;
 	int json;
 	bool log_opened;
+	const char *command;    /* the command running ("replay") */
+	const char *usage;      /* its full usage, as --help prints it */
 };
+
+/* What --help and a wrong call print after a command's usage. */
+extern const char ctl_json_text[];
+extern const char ctl_exit_text[];
 
 /* The one exit code of a library result: OG_OK done, OG_UNAVAILABLE
  * EXIT_UNAVAILABLE, anything else a refusal (EXIT_REFUSED). */
@@ -42,8 +49,15 @@ int ctl_exit(enum og_rc rc);
 
 /* Connects on first use; -1 (message printed) when the database is away. */
 int ctl_db(struct ctl *ctl) __attribute__((warn_unused_result));
-/* The operator: `given` (--operator), else the login name. */
-const char *ctl_operator(const char *given);
+/* The operator: the database session's role once connected (ctl_db),
+ * NULL before. The rows of operator actions, jobs, dead letters and the
+ * kill switch take it in SQL (session_user); this is the same role for
+ * what is written from here: the decision log's actor, the run timeline's
+ * "operator:ROLE", a callback's subject. No name typed on the command line
+ * stands for it. */
+const char *ctl_operator(const struct ctl *ctl);
+/* The command's full usage and the exit codes on stderr; EXIT_USAGE. */
+int ctl_usage(const struct ctl *ctl);
 /* One decision-log line from oncegatectl (program "oncegatectl"); every
  * mutating command logs its action with actor (the operator) and reason. */
 void ctl_log(struct ctl *ctl, enum log_level level, const char *event,
@@ -62,12 +76,26 @@ void ctl_terminal_safe(json_t *v);
  * message as detail); returns code. */
 int ctl_refuse(struct ctl *ctl, const char *what, int code, const char *op, const char *key,
                const char *reason, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-/* v as one compact JSON line on stdout ("null" when it cannot be written). */
+/* v as one compact JSON line on stdout ("null" when it cannot be written):
+ * the one document of a --json command. */
 void ctl_print_json(json_t *v);
+/* The same, and v released. */
+void ctl_print_new(json_t *v);
+/* Has the command printed its document? (When a --json command ends
+ * without one, main prints {"error", "exit"}.) */
+bool ctl_printed(void);
 /* The string member name of o, or "-" when it has none. */
 const char *ctl_jstr(const json_t *o, const char *name);
-/* "90s", "15m", "6h", "7d", "2w" in seconds; -1 when not a duration. */
-long long ctl_duration(const char *s);
+/* The one time grammar of every option that takes a time (TIME): a
+ * duration back from now, N followed by s, m, h, d or w (90s, 15m, 2h, 7d,
+ * 2w), or an RFC 3339 timestamp (2026-05-01T08:00:00Z, with a fraction or
+ * an offset such as +02:00; a date alone is its midnight UTC). *ago: the
+ * seconds from then to now, > 0. -1 with the message printed ("oncegatectl:
+ * COMMAND: OPT ..."): the caller exits EXIT_USAGE. */
+int ctl_time(const struct ctl *ctl, const char *opt, const char *s, long long *ago)
+	__attribute__((warn_unused_result));
+/* A positive count (--limit N), at most max; -1 when it is not one. */
+int ctl_count(const char *s, int max);
 /* An age in seconds as "3d4h", "5h12m", "42m", "17s". */
 void ctl_age(long long s, char *buf, size_t n);
 

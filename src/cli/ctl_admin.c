@@ -51,20 +51,70 @@ client_exit(enum og_rc rc, const char *what, const char *name, struct ctl *ctl)
 	}
 }
 
+/* The lines "applied  VERSION" / "pending  VERSION" migrate writes, as an
+ * array of {version, state}; applied_now for those this run applied. */
+static json_t *
+migrations_json(const char *text, bool applying)
+{
+	json_t *list = json_array();
+	const char *p = text;
+
+	while (list != NULL && p != NULL && *p != '\0') {
+		const char *nl = strchr(p, '\n'), *v;
+		size_t n = nl != NULL ? (size_t)(nl - p) : strlen(p);
+		bool applied = strncmp(p, "applied", 7) == 0;
+
+		for (v = p + 7; v < p + n && *v == ' '; v++)
+			;
+		if (n > 7 && (applied || strncmp(p, "pending", 7) == 0))
+			json_array_append_new(list, json_pack("{s:s%, s:s}", "version", v,
+			                                      (size_t)(p + n - v), "state",
+			                                      !applied ? "pending"
+			                                      : applying ? "applied_now" : "applied"));
+		p = nl != NULL ? nl + 1 : NULL;
+	}
+	return list;
+}
+
 int
 ctl_admin_migrate(struct ctl *ctl, int argc, char **argv)
 {
-	char err[1024];
-	int n, status = argc > 1 && strcmp(argv[1], "--status") == 0;
+	static const struct option opts[] = {
+		{ "status", no_argument, NULL, 's' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char err[1024], *text = NULL;
+	size_t len = 0;
+	FILE *out = stdout;
+	bool status = false;
+	int n, opt;
 
-	if (argc > 1 + status) {
-		fprintf(stderr, "usage: oncegatectl migrate [--status]\n");
-		return EXIT_USAGE;
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (opt != 's')
+			return ctl_usage(ctl);
+		status = true;
 	}
+	if (optind != argc)
+		return ctl_usage(ctl);
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	n = status ? migrate_status(ctl->db, ctl->cfg.sql_dir, stdout, err, sizeof(err))
-	           : migrate_apply(ctl->db, ctl->cfg.sql_dir, stdout, err, sizeof(err));
+	if (ctl->json && (out = open_memstream(&text, &len)) == NULL) {
+		fprintf(stderr, "oncegatectl: migrate: out of memory\n");
+		return EXIT_REFUSED;
+	}
+	n = status ? migrate_status(ctl->db, ctl->cfg.sql_dir, out, err, sizeof(err))
+	           : migrate_apply(ctl->db, ctl->cfg.sql_dir, out, err, sizeof(err));
+	if (ctl->json) {
+		fclose(out);
+		if (n >= 0) {
+			json_t *list = migrations_json(text, !status);
+
+			ctl_print_json(list);
+			json_decref(list);
+		}
+		free(text);
+	}
 	if (n < 0) {
 		fprintf(stderr, "oncegatectl: migrate: %s\n", err);
 		return EXIT_REFUSED;
@@ -78,10 +128,11 @@ ctl_admin_migrate(struct ctl *ctl, int argc, char **argv)
 }
 
 /* The operator_actions row of a change made in the open transaction, with
- * its client (id; 0 for none); 0 when written. */
+ * its client (id; 0 for none); 0 when written. by gets the operator the row
+ * names: the session's role. */
 static int
-record(struct ctl *ctl, const char *op, const char *action, const char *reason,
-       long long client_id, json_t *details)
+record(struct ctl *ctl, const char *action, const char *reason, long long client_id,
+       json_t *details, char by[OPLOG_ROLE_LEN])
 {
 	char cid[24];
 	char *text = details != NULL ? json_dumps(details, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
@@ -90,31 +141,28 @@ record(struct ctl *ctl, const char *op, const char *action, const char *reason,
 	enum db_rc rc;
 
 	snprintf(cid, sizeof(cid), "%lld", client_id);
-	rc = oplog_record(ctl->db, &a, NULL);
+	rc = oplog_record_by(ctl->db, &a, NULL, by, OPLOG_ROLE_LEN);
 	free(text);
 	json_decref(details);
 	return rc == DB_OK ? 0 : -1;
 }
 
-/* --reason TEXT (required) and --operator NAME of a command that changes
- * something; argv[optind..] are the words left. -1 on a usage error. */
+/* --reason TEXT (required for a change); argv[optind..] are the words
+ * left. -1 on a usage error. */
 static int
-change_opts(int argc, char **argv, const char **reason, const char **op)
+change_opts(int argc, char **argv, const char **reason)
 {
 	static const struct option opts[] = {
 		{ "reason", required_argument, NULL, 'r' },
-		{ "operator", required_argument, NULL, 'o' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt;
 
-	*reason = *op = NULL;
+	*reason = NULL;
 	optind = 0; /* glibc: 0 re-initialises getopt for the command's own arguments */
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		if (opt == 'r')
 			*reason = optarg;
-		else if (opt == 'o')
-			*op = optarg;
 		else
 			return -1;
 	}
@@ -124,57 +172,78 @@ change_opts(int argc, char **argv, const char **reason, const char **op)
 /* --reason is required for every change, within operator_actions' limits;
  * true (message printed) when it is missing or too long. */
 static bool
-bad_reason(const char *what, const char *reason, const char *op)
+bad_reason(const char *what, const char *reason)
 {
 	if (reason == NULL || *reason == '\0') {
 		fprintf(stderr, "oncegatectl: %s needs --reason TEXT: say why, it is kept with the "
 		        "change\n", what);
 		return true;
 	}
-	if (strlen(reason) > OPLOG_REASON_MAX || (op != NULL && strlen(op) > OPLOG_OPERATOR_MAX)) {
-		fprintf(stderr, "oncegatectl: %s: --reason is at most %d characters, --operator "
-		        "at most %d\n", what, OPLOG_REASON_MAX, OPLOG_OPERATOR_MAX);
+	if (strlen(reason) > OPLOG_REASON_MAX) {
+		fprintf(stderr, "oncegatectl: %s: --reason is at most %d characters\n", what,
+		        OPLOG_REASON_MAX);
 		return true;
 	}
 	return false;
 }
 
+static int
+client_list(struct ctl *ctl)
+{
+	json_t *list = NULL, *o;
+	enum og_rc rc;
+	size_t i;
+
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	if ((rc = clients_list(ctl->db, &list)) != OG_OK)
+		return client_exit(rc, "client list", "", ctl);
+	if (ctl->json) {
+		ctl_print_json(list);
+	} else {
+		printf("%-32s %-25s %s\n", "NAME", "CREATED", "REVOKED");
+		json_array_foreach(list, i, o)
+			printf("%-32s %-25s %s\n", ctl_jstr(o, "name"), ctl_jstr(o, "created_at"),
+			       ctl_jstr(o, "revoked_at"));
+	}
+	json_decref(list);
+	return EXIT_SUCCESS;
+}
+
 int
 ctl_admin_client(struct ctl *ctl, int argc, char **argv)
 {
-	char key[CLIENTS_KEY_LEN];
-	const char *reason, *op, *verb, *name;
+	char key[CLIENTS_KEY_LEN], op[OPLOG_ROLE_LEN] = "";
+	const char *reason, *verb, *name;
 	struct log_fields f = { 0 };
 	long long id = 0;
 	enum og_rc rc;
 	bool add;
 	int ex;
 
-	if (argc == 2 && strcmp(argv[1], "list") == 0) {
-		if (ctl_db(ctl) != 0)
-			return EXIT_UNAVAILABLE;
-		return client_exit(clients_list(ctl->db, stdout, ctl->json), "client list", "", ctl);
-	}
-	if (change_opts(argc, argv, &reason, &op) != 0 || optind != argc - 2 ||
+	if (change_opts(argc, argv, &reason) != 0)
+		return ctl_usage(ctl);
+	if (optind == argc - 1 && strcmp(argv[optind], "list") == 0 && reason == NULL)
+		return client_list(ctl);
+	if (optind != argc - 2 ||
 	    (strcmp(argv[optind], "add") != 0 && strcmp(argv[optind], "revoke") != 0))
-		goto usage;
+		return ctl_usage(ctl);
 	verb = argv[optind];
 	name = argv[optind + 1];
 	add = strcmp(verb, "add") == 0;
 	/* Who may call the API is a change like any other: it says why. */
-	if (bad_reason(add ? "client add" : "client revoke", reason, op))
+	if (bad_reason(add ? "client add" : "client revoke", reason))
 		return EXIT_USAGE;
 	if (!clients_name_valid(name))
 		return client_exit(OG_BAD_NAME, add ? "client add" : "client revoke", name, ctl);
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	op = ctl_operator(op);
 	if (db_begin(ctl->db) != DB_OK)
 		return client_exit(OG_UNAVAILABLE, add ? "client add" : "client revoke", name, ctl);
 	rc = add ? clients_add(ctl->db, name, key, &id) : clients_revoke(ctl->db, name, &id);
 	if (rc == OG_OK &&
-	    (record(ctl, op, add ? "client.add" : "client.revoke", reason, id,
-	            json_pack("{s:s}", "client", name)) != 0 ||
+	    (record(ctl, add ? "client.add" : "client.revoke", reason, id,
+	            json_pack("{s:s}", "client", name), op) != 0 ||
 	     db_commit(ctl->db) != DB_OK))
 		rc = OG_ERROR;
 	if (rc != OG_OK) {
@@ -190,30 +259,64 @@ ctl_admin_client(struct ctl *ctl, int argc, char **argv)
 	f.reason = reason;
 	ctl_log(ctl, LOG_LEVEL_NOTICE, add ? "client.added" : "client.revoked", &f);
 	if (!add) {
+		if (ctl->json)
+			ctl_print_new(json_pack("{s:s, s:b}", "client", name, "revoked", 1));
 		fprintf(stderr, "oncegatectl: client \"%s\" revoked; its key is refused "
 		        "from the next request\n", name);
 		return EXIT_SUCCESS;
 	}
 	/* The key alone on stdout, for scripts; the warning on stderr. */
-	printf("%s\n", key);
+	if (ctl->json)
+		ctl_print_new(json_pack("{s:s, s:s}", "client", name, "api_key", key));
+	else
+		printf("%s\n", key);
 	fflush(stdout);
 	fprintf(stderr, "oncegatectl: client \"%s\" added. This key is shown once and "
 	        "only its SHA-256 is stored.\n", name);
 	digest_wipe(key, sizeof(key));
 	return EXIT_SUCCESS;
-usage:
-	fprintf(stderr, "usage: oncegatectl client add|revoke NAME --reason TEXT "
-	        "[--operator NAME] | list\n");
-	return EXIT_USAGE;
+}
+
+/* The settings config_dump writes ("name = value" lines, "[target T]"
+ * sections) as one document. */
+static void
+config_json(struct ctl *ctl, size_t contracts)
+{
+	json_t *doc, *settings = json_object(), *targets = json_object(), *into = settings;
+	char *text = NULL, *line, *save = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (f != NULL) {
+		config_dump(&ctl->cfg, f);
+		fclose(f);
+	}
+	for (line = text != NULL ? strtok_r(text, "\n", &save) : NULL; line != NULL;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char *eq = strstr(line, " = ");
+
+		if (strncmp(line, "[target ", 8) == 0 && line[strlen(line) - 1] == ']') {
+			line[strlen(line) - 1] = '\0';
+			into = json_object();
+			json_object_set_new(targets, line + 8, into);
+		} else if (line[0] != '#' && eq != NULL) {
+			*eq = '\0';
+			json_object_set_new(into, line, json_string(eq + 3));
+		}
+	}
+	free(text);
+	doc = json_pack("{s:s, s:b, s:o, s:o, s:I}", "config", ctl->conf_path, "valid", 1,
+	                "settings", settings, "targets", targets, "contracts",
+	                (json_int_t)contracts);
+	ctl_print_json(doc);
+	json_decref(doc);
 }
 
 int
 ctl_admin_config(struct ctl *ctl, int argc, char **argv)
 {
-	if (argc != 2 || strcmp(argv[1], "check") != 0) {
-		fprintf(stderr, "usage: oncegatectl config check\n");
-		return EXIT_USAGE;
-	}
+	if (argc != 2 || strcmp(argv[1], "check") != 0)
+		return ctl_usage(ctl);
 	struct contract_set *contracts;
 	struct page_set *pages;
 	char err[1024];
@@ -242,9 +345,13 @@ ctl_admin_config(struct ctl *ctl, int argc, char **argv)
 		contract_set_free(contracts);
 		return EXIT_REFUSED;
 	}
-	config_dump(&ctl->cfg, stdout);
-	printf("\n# %zu contracts loaded from %s\n", contract_count(contracts),
-	       ctl->cfg.contracts_dir);
+	if (ctl->json)
+		config_json(ctl, contract_count(contracts));
+	else {
+		config_dump(&ctl->cfg, stdout);
+		printf("\n# %zu contracts loaded from %s\n", contract_count(contracts),
+		       ctl->cfg.contracts_dir);
+	}
 	contract_set_free(contracts);
 	page_set_free(pages);
 	fprintf(stderr, "oncegatectl: configuration %s is valid\n", ctl->conf_path);
@@ -254,13 +361,17 @@ ctl_admin_config(struct ctl *ctl, int argc, char **argv)
 int
 ctl_admin_kill_switch(struct ctl *ctl, int argc, char **argv)
 {
-	const char *reason = NULL, *op = NULL, *what;
+	const char *reason = NULL, *what;
+	char op[OPLOG_ROLE_LEN] = "";
 	PGresult *res = NULL;
+	bool on, was;
 
-	if (change_opts(argc, argv, &reason, &op) != 0 || optind != argc - 1)
-		goto usage;
+	if (change_opts(argc, argv, &reason) != 0 || optind != argc - 1)
+		return ctl_usage(ctl);
 	what = argv[optind];
 	if (strcmp(what, "status") == 0) {
+		if (reason != NULL)
+			return ctl_usage(ctl);
 		if (ctl_db(ctl) != 0)
 			return EXIT_UNAVAILABLE;
 		if (control_status(ctl->db, &res) != DB_OK || PQntuples(res) != 1) {
@@ -269,18 +380,26 @@ ctl_admin_kill_switch(struct ctl *ctl, int argc, char **argv)
 			return EXIT_REFUSED;
 		}
 		if (ctl->json) {
-			printf("{\"database_flag\":%s,\"changed_at\":\"%s\",\"blocked_sends\":%s,"
-			       "\"due_effects\":%s,\"environment_needs\":\"AI_ACTIONS_ENABLED=true\"}\n",
-			       db_get(res, 0, "actions_enabled")[0] == 't' ? "true" : "false",
-			       db_get(res, 0, "changed_at"), db_get(res, 0, "blocked_sends"),
-			       db_get(res, 0, "due"));
+			json_t *doc = json_pack(
+				"{s:b, s:s?, s:s?, s:s?, s:I, s:I, s:s}", "database_flag",
+				db_get(res, 0, "actions_enabled")[0] == 't', "changed_at",
+				db_get(res, 0, "changed_at"), "changed_by", db_get(res, 0, "changed_by"),
+				"reason", db_get(res, 0, "reason"), "blocked_sends",
+				(json_int_t)db_get_ll(res, 0, "blocked_sends"), "due_effects",
+				(json_int_t)db_get_ll(res, 0, "due"), "environment_needs",
+				"AI_ACTIONS_ENABLED=true");
+
+			ctl_print_json(doc);
+			json_decref(doc);
 		} else {
 			const char *by = db_get(res, 0, "changed_by"), *why = db_get(res, 0, "reason");
+			char *safe = ctl_terminal_text(why != NULL ? why : "-");
 
 			printf("database flag   %s (since %s, by %s: %s)\n",
 			       db_get(res, 0, "actions_enabled")[0] == 't' ? "ON" : "OFF",
 			       db_get(res, 0, "changed_at"), by != NULL ? by : "-",
-			       why != NULL ? why : "-");
+			       safe != NULL ? safe : "-");
+			free(safe);
 			printf("effects due     %s\n", db_get(res, 0, "due"));
 			printf("blocked sends   %s (refused by the switch right before sending)\n",
 			       db_get(res, 0, "blocked_sends"));
@@ -291,41 +410,34 @@ ctl_admin_kill_switch(struct ctl *ctl, int argc, char **argv)
 		return EXIT_SUCCESS;
 	}
 	if (strcmp(what, "on") != 0 && strcmp(what, "off") != 0)
-		goto usage;
-	if (bad_reason(strcmp(what, "on") == 0 ? "kill-switch on" : "kill-switch off", reason, op))
+		return ctl_usage(ctl);
+	on = strcmp(what, "on") == 0;
+	if (bad_reason(on ? "kill-switch on" : "kill-switch off", reason))
 		return EXIT_USAGE;
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	{
-		const char *p[3] = { strcmp(what, "on") == 0 ? "true" : "false", ctl_operator(op),
-			             reason };
-		struct log_fields f = { .actor = p[1], .reason = reason,
-			                .state_to = strcmp(what, "on") == 0 ? "on" : "off" };
-
-		bool was;
-
-		/* the change and its operator_actions row commit together */
-		if (db_begin(ctl->db) != DB_OK ||
-		    control_set(ctl->db, p[0][0] == 't', reason, &was) != DB_OK) {
-			fprintf(stderr, "oncegatectl: kill-switch %s: %s\n", what, db_error(ctl->db));
-			db_rollback(ctl->db);
-			return EXIT_REFUSED;
-		}
-		if (record(ctl, p[1], strcmp(what, "on") == 0 ? "kill_switch.on" : "kill_switch.off",
-		           reason, 0, json_pack("{s:b, s:b}", "was", was, "now", p[0][0] == 't')) != 0 ||
-		    db_commit(ctl->db) != DB_OK) {
-			fprintf(stderr, "oncegatectl: kill-switch %s: %s\n", what, db_error(ctl->db));
-			db_rollback(ctl->db);
-			return EXIT_REFUSED;
-		}
-		ctl_log(ctl, LOG_LEVEL_NOTICE, "kill_switch.changed", &f);
-		fprintf(stderr, "oncegatectl: kill switch database flag %s (by %s); dispatchers "
-		        "also need AI_ACTIONS_ENABLED=true\n", strcmp(what, "on") == 0 ? "ON" : "OFF",
-		        p[1]);
+	/* the change and its operator_actions row commit together */
+	if (db_begin(ctl->db) != DB_OK || control_set(ctl->db, on, reason, &was) != DB_OK ||
+	    record(ctl, on ? "kill_switch.on" : "kill_switch.off", reason, 0,
+	           json_pack("{s:b, s:b}", "was", was, "now", on), op) != 0 ||
+	    db_commit(ctl->db) != DB_OK) {
+		fprintf(stderr, "oncegatectl: kill-switch %s: %s\n", what, db_error(ctl->db));
+		db_rollback(ctl->db);
+		return EXIT_REFUSED;
 	}
+	{
+		struct log_fields f = { .actor = op, .reason = reason, .state_to = on ? "on" : "off" };
+
+		ctl_log(ctl, LOG_LEVEL_NOTICE, "kill_switch.changed", &f);
+	}
+	if (ctl->json) {
+		json_t *doc = json_pack("{s:b, s:b, s:s}", "database_flag", on, "was", was,
+		                        "changed_by", op);
+
+		ctl_print_json(doc);
+		json_decref(doc);
+	}
+	fprintf(stderr, "oncegatectl: kill switch database flag %s (by %s); dispatchers "
+	        "also need AI_ACTIONS_ENABLED=true\n", on ? "ON" : "OFF", op);
 	return EXIT_SUCCESS;
-usage:
-	fprintf(stderr, "usage: oncegatectl kill-switch on|off --reason TEXT [--operator NAME] "
-	        "| status\n");
-	return EXIT_USAGE;
 }

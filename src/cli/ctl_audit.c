@@ -3,7 +3,6 @@
  * `report` (the weekly figures) and `purge` (payloads and outputs past
  * retention; hashes and decisions stay). The SQL is in src/lib/audit.c.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,10 +43,10 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 		if (opt == 'c')
 			client = optarg;
 		else
-			goto usage;
+			return ctl_usage(ctl);
 	}
 	if (optind != argc - 1)
-		goto usage;
+		return ctl_usage(ctl);
 	key = argv[optind];
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
@@ -57,11 +56,7 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 		if (ctl->json) {
 			json_t *no = json_pack("{s:s, s:{s:s, s:s}}", "key", key, "processed", "answer",
 			                       "no", "text", msg);
-			char *s = no != NULL ? canon_dumps(no, JSON_COMPACT) : NULL;
-
-			printf("%s\n", s ? s : "{}");
-			free(s);
-			json_decref(no);
+			ctl_print_new(no);
 		}
 		fprintf(stderr, "oncegatectl: explain: %s\n", msg);
 		return EXIT_REFUSED;
@@ -71,16 +66,12 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 		return ctl_exit(rc);
 	}
 	{
-		struct log_fields f = { .key = key, .actor = ctl_operator(NULL) };
+		struct log_fields f = { .key = key, .actor = ctl_operator(ctl) };
 
 		ctl_log(ctl, LOG_LEVEL_INFO, "audit.explain", &f);
 	}
 	if (ctl->json) {
-		char *s = canon_dumps(doc, JSON_COMPACT);
-
-		printf("%s\n", s ? s : "{}");
-		free(s);
-		json_decref(doc);
+		ctl_print_new(doc);
 		return EXIT_SUCCESS;
 	}
 	ctl_terminal_safe(doc);
@@ -132,33 +123,9 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 		       json_string_value(json_object_get(v, "detail")) ?: "");
 	json_decref(doc);
 	return EXIT_SUCCESS;
-usage:
-	fprintf(stderr, "usage: oncegatectl explain KEY [--client NAME]\n");
-	return EXIT_USAGE;
 }
 
 /* ---- report ---------------------------------------------------------------- */
-
-/* "7d", "36h", "90m", "600s" or plain seconds. */
-static long long
-parse_since(const char *s)
-{
-	char *end;
-	long long n;
-
-	errno = 0;
-	n = strtoll(s, &end, 10);
-	if (errno != 0 || end == s || n <= 0 || n > 3650LL * 86400)
-		return -1;
-	switch (*end) {
-	case 'd': n *= 86400; end++; break;
-	case 'h': n *= 3600; end++; break;
-	case 'm': n *= 60; end++; break;
-	case 's': end++; break;
-	default: break;
-	}
-	return *end == '\0' ? n : -1;
-}
 
 static void
 report_line(const char *label, const json_t *v)
@@ -227,15 +194,12 @@ ctl_audit_report(struct ctl *ctl, int argc, char **argv)
 		if (opt == 's')
 			since = optarg;
 		else
-			goto usage;
+			return ctl_usage(ctl);
 	}
 	if (optind != argc)
-		goto usage;
-	if ((secs = parse_since(since)) < 0) {
-		fprintf(stderr, "oncegatectl: report: --since is N followed by d, h, m or s "
-		        "(e.g. 7d)\n");
+		return ctl_usage(ctl);
+	if (ctl_time(ctl, "--since", since, &secs) != 0)
 		return EXIT_USAGE;
-	}
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
 	if (metrics_report(ctl->db, secs, &doc) != OG_OK) {
@@ -243,10 +207,7 @@ ctl_audit_report(struct ctl *ctl, int argc, char **argv)
 		return EXIT_UNAVAILABLE;
 	}
 	if (ctl->json) {
-		char *s = canon_dumps(doc, JSON_COMPACT);
-
-		printf("%s\n", s ? s : "{}");
-		free(s);
+		ctl_print_json(doc);
 	} else {
 		printf("oncegate report, %s to %s\n\n",
 		       json_string_value(json_object_get(doc, "since")) ?: "?",
@@ -262,9 +223,6 @@ ctl_audit_report(struct ctl *ctl, int argc, char **argv)
 	}
 	json_decref(doc);
 	return EXIT_SUCCESS;
-usage:
-	fprintf(stderr, "usage: oncegatectl report [--since 7d]\n");
-	return EXIT_USAGE;
 }
 
 /* ---- purge ----------------------------------------------------------------- */
@@ -275,45 +233,45 @@ ctl_audit_purge(struct ctl *ctl, int argc, char **argv)
 	static const struct option opts[] = {
 		{ "older-than", required_argument, NULL, 'd' },
 		{ "reason", required_argument, NULL, 'r' },
-		{ "operator", required_argument, NULL, 'o' },
 		{ "dry-run", no_argument, NULL, 'n' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *reason = NULL, *opname = NULL, *op;
+	const char *reason = NULL, *op;
 	struct audit_purge p;
 	bool dry = false;
+	long long ago;
 	long days = -1;
 	enum og_rc rc;
-	char *end;
 	int opt;
 
 	optind = 0;
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'd':
-			errno = 0;
-			days = strtol(optarg, &end, 10);
-			if (errno != 0 || *end != '\0' || end == optarg || days < 0 || days > 36500)
-				return ctl_refuse(ctl, "purge", EXIT_USAGE, ctl_operator(NULL),
-				                  NULL, NULL,
-				                  "--older-than takes a number of days (0-36500)");
+			if (ctl_time(ctl, "--older-than", optarg, &ago) != 0)
+				return EXIT_USAGE;
+			/* runs are purged by the day: a time within it counts whole */
+			days = (long)(ago / 86400);
+			if (days > 36500) {
+				fprintf(stderr, "oncegatectl: purge: --older-than is at most 36500 days\n");
+				return EXIT_USAGE;
+			}
 			break;
 		case 'r': reason = optarg; break;
-		case 'o': opname = optarg; break;
 		case 'n': dry = true; break;
-		default: goto usage;
+		default: return ctl_usage(ctl);
 		}
 	}
-	op = ctl_operator(opname);
 	if (optind != argc)
-		goto usage;
+		return ctl_usage(ctl);
 	if (days < 0)
 		days = ctl->cfg.retention_days;
 	if (!dry && (reason == NULL || reason[0] == '\0'))
-		return ctl_refuse(ctl, "purge", EXIT_USAGE, op, NULL, NULL,
+		return ctl_refuse(ctl, "purge", EXIT_USAGE, NULL, NULL, NULL,
 		                  "--reason TEXT is required: it is recorded with the operator");
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
+	op = ctl_operator(ctl);
 	rc = audit_purge(ctl->db, (int)days, dry, op, reason, &p);
 	if (rc != OG_OK)
 		return ctl_refuse(ctl, "purge", ctl_exit(rc), op, NULL, reason,
@@ -331,10 +289,11 @@ ctl_audit_purge(struct ctl *ctl, int argc, char **argv)
 		        dry ? "purge.dry_run" : "purge.done", &f);
 	}
 	if (ctl->json)
-		printf("{\"dry_run\":%s,\"older_than_days\":%ld,\"runs\":%lld,\"effects\":%lld,"
-		       "\"approvals\":%lld,\"attempts\":%lld,\"dead_letters\":%lld}\n",
-		       dry ? "true" : "false", days, p.runs, p.effects, p.approvals, p.attempts,
-		       p.dead_letters);
+		ctl_print_new(json_pack("{s:b, s:i, s:I, s:I, s:I, s:I, s:I}", "dry_run", dry,
+		                        "older_than_days", (int)days, "runs", (json_int_t)p.runs,
+		                        "effects", (json_int_t)p.effects, "approvals",
+		                        (json_int_t)p.approvals, "attempts", (json_int_t)p.attempts,
+		                        "dead_letters", (json_int_t)p.dead_letters));
 	else
 		printf("%s (finished more than %ld days ago)\n  runs (payload, output, effect "
 		       "payload)  %lld\n  effect payloads                       %lld\n  approval "
@@ -344,8 +303,4 @@ ctl_audit_purge(struct ctl *ctl, int argc, char **argv)
 		       dry ? "Would purge (dry run, nothing changed)" : "Purged", days, p.runs,
 		       p.effects, p.approvals, p.attempts, p.dead_letters);
 	return EXIT_SUCCESS;
-usage:
-	fprintf(stderr, "usage: oncegatectl purge --older-than DAYS --reason TEXT [--dry-run] "
-	        "[--operator NAME]\n");
-	return EXIT_USAGE;
 }

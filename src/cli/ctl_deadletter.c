@@ -3,7 +3,6 @@
  * automatic recovery gave up on, with its evidence (README "Operations").
  * Read-only; the SQL is in src/lib/repair.c.
  */
-#include <ctype.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,19 +28,6 @@ jtext(const json_t *v)
 /* --- deadletter ------------------------------------------------------------------ */
 
 static int
-deadletter_usage(FILE *f, int rc)
-{
-	fprintf(f, "usage: oncegatectl [--json] deadletter list [--since DURATION|TIMESTAMP] "
-	        "[--class permanent|exhausted|unknown] [--target NAME] [--state open|resolved] "
-	        "[--limit N]\n"
-	        "       oncegatectl [--json] deadletter show ID   (a dead letter's or its "
-	        "effect's id)\n"
-	        "  DURATION: 90s, 15m, 6h, 7d, 2w. A letter is open while its effect is still "
-	        "failed or unknown and waits for an operator.\n");
-	return rc;
-}
-
-static int
 cmd_list(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -50,8 +36,6 @@ cmd_list(struct ctl *ctl, int argc, char **argv)
 		{ "target", required_argument, NULL, 't' },
 		{ "state", required_argument, NULL, 'S' },
 		{ "limit", required_argument, NULL, 'l' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct deadletter_filter f = { 0 };
@@ -64,18 +48,13 @@ cmd_list(struct ctl *ctl, int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (opt) {
 		case 's':
-			f.since_seconds = ctl_duration(optarg);
-			if (f.since_seconds < 0) {
-				f.since_seconds = 0;
-				if (!isdigit((unsigned char)optarg[0]))
-					return deadletter_usage(stderr, EXIT_USAGE);
-				f.since_ts = optarg;
-			}
+			if (ctl_time(ctl, "--since", optarg, &f.since_seconds) != 0)
+				return EXIT_USAGE;
 			break;
 		case 'c':
 			if (strcmp(optarg, "permanent") != 0 && strcmp(optarg, "exhausted") != 0 &&
 			    strcmp(optarg, "unknown") != 0)
-				return deadletter_usage(stderr, EXIT_USAGE);
+				return ctl_usage(ctl);
 			f.error_class = optarg;
 			break;
 		case 't':
@@ -83,33 +62,23 @@ cmd_list(struct ctl *ctl, int argc, char **argv)
 			break;
 		case 'S':
 			if (strcmp(optarg, "open") != 0 && strcmp(optarg, "resolved") != 0)
-				return deadletter_usage(stderr, EXIT_USAGE);
+				return ctl_usage(ctl);
 			f.state = optarg;
 			break;
 		case 'l':
-			f.limit = atoi(optarg);
+			f.limit = ctl_count(optarg, 100000);
 			if (f.limit <= 0)
-				return deadletter_usage(stderr, EXIT_USAGE);
+				return ctl_usage(ctl);
 			break;
-		case 'j':
-			ctl->json = 1;
-			break;
-		case 'h':
-			return deadletter_usage(stdout, EXIT_SUCCESS);
 		default:
-			return deadletter_usage(stderr, EXIT_USAGE);
+			return ctl_usage(ctl);
 		}
 	}
 	if (optind != argc)
-		return deadletter_usage(stderr, EXIT_USAGE);
+		return ctl_usage(ctl);
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
 	rc = deadletter_list(ctl->db, &f, &list);
-	if (rc == OG_BAD_INPUT) {
-		fprintf(stderr, "oncegatectl: deadletter list: --since %s is neither a duration "
-		        "(15m, 6h, 7d) nor a timestamp (2024-05-01T08:00:00Z)\n", f.since_ts);
-		return EXIT_USAGE;
-	}
 	if (rc != OG_OK) {
 		fprintf(stderr, "oncegatectl: deadletter list: %s\n", db_error(ctl->db));
 		return ctl_exit(rc);
@@ -127,7 +96,7 @@ cmd_list(struct ctl *ctl, int argc, char **argv)
 		ctl_age(json_integer_value(json_object_get(o, "age_seconds")), age, sizeof(age));
 		printf("%-36s  %-7s %-9s %-14s %-9s %-8s %s\n", ctl_jstr(o, "dead_letter_id"), age,
 		       ctl_jstr(o, "error_class"), ctl_jstr(o, "target"), ctl_jstr(o, "effect_state"),
-		       ctl_jstr(o, "state"), ctl_jstr(o, "idempotency_key"));
+		       ctl_jstr(o, "state"), ctl_jstr(o, "key"));
 	}
 	printf("%zu dead letter%s\n", json_array_size(list), json_array_size(list) == 1 ? "" : "s");
 	json_decref(list);
@@ -235,7 +204,7 @@ cmd_show(struct ctl *ctl, const char *id)
 		       json_is_true(json_object_get(doc, "payload_kept")) ? "kept"
 		                                                          : "purged by retention");
 		printf("idempotency key  %s (client %s); provider key %s\n",
-		       ctl_jstr(doc, "idempotency_key"), ctl_jstr(doc, "client"),
+		       ctl_jstr(doc, "key"), ctl_jstr(doc, "client"),
 		       ctl_jstr(doc, "provider_key"));
 		printf("ledger state     %s when written; now %s (version %lld)\n", ledger,
 		       ctl_jstr(run, "state"),
@@ -280,23 +249,7 @@ ctl_deadletter(struct ctl *ctl, int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "list") == 0)
 		return cmd_list(ctl, argc - 1, argv + 1);
-	if (argc >= 3 && strcmp(argv[1], "show") == 0) {
-		int i;
-		const char *id = NULL;
-
-		for (i = 2; i < argc; i++) {
-			if (strcmp(argv[i], "--json") == 0)
-				ctl->json = 1;
-			else if (id == NULL && argv[i][0] != '-')
-				id = argv[i];
-			else
-				return deadletter_usage(stderr, EXIT_USAGE);
-		}
-		if (id == NULL)
-			return deadletter_usage(stderr, EXIT_USAGE);
-		return cmd_show(ctl, id);
-	}
-	return deadletter_usage(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
-	                        argc >= 2 && strcmp(argv[1], "--help") == 0 ? EXIT_SUCCESS
-	                                                                    : EXIT_USAGE);
+	if (argc == 3 && strcmp(argv[1], "show") == 0 && argv[2][0] != '-')
+		return cmd_show(ctl, argv[2]);
+	return ctl_usage(ctl);
 }

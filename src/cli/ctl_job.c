@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "ctl_job.h"
+#include "digest.h"
 #include "replay.h"
 
 /* How each kind names what it does and how it is continued. */
@@ -103,9 +105,15 @@ ctl_job_created(struct ctl *ctl, const struct ctl_job *job, const char *source, 
 	fprintf(stderr, "oncegatectl: job %lld: %d items at %g/s; stop it with `oncegatectl stop "
 	        "%lld --reason TEXT` (or Ctrl-C), %s with `oncegatectl %s %lld --reason TEXT`\n",
 	        job->id, n, job->rate, job->id, k->again, k->command, job->id);
-	if (ctl->json)
-		printf("{\"job\":%lld,\"items\":%d}\n", job->id, n);
-	fflush(stdout);
+	(void)ctl;
+}
+
+void
+ctl_job_result(struct ctl_job *job, json_t *v)
+{
+	if (job->results == NULL)
+		job->results = json_array();
+	json_array_append_new(job->results, v);
 }
 
 void
@@ -148,14 +156,33 @@ halt(struct ctl *ctl, const struct ctl_job *job, const char *what, const char *w
 	return rc == OG_OK ? EXIT_STOPPED : ctl_exit(rc);
 }
 
+/* The approval links items carry hold raw tokens: wiped before they are
+ * freed. */
+static void
+wipe_links(json_t *results)
+{
+	json_t *item, *a;
+	size_t i, k;
+
+	json_array_foreach(results, i, item) {
+		json_array_foreach(json_object_get(item, "approvals"), k, a) {
+			const char *u = json_string_value(json_object_get(a, "url"));
+
+			if (u != NULL)
+				digest_wipe((char *)(uintptr_t)u, strlen(u));
+		}
+	}
+}
+
 /* What the run did, on stderr and in the log; the log's event says how the
  * job ended. */
 static void
-summary(struct ctl *ctl, const struct ctl_job *job, int ex)
+summary(struct ctl *ctl, struct ctl_job *job, int ex)
 {
 	int d = 0, r = 0, p = 0;
 	struct log_fields f = { .actor = job->op, .reason = job->reason };
 	char detail[160], event[48];
+	const char *end;
 
 	if (replay_job_counts(ctl->db, job->id, &d, &r, &p) == OG_OK) {
 		snprintf(detail, sizeof(detail), "job %lld: %d %s, %d refused, %d pending", job->id,
@@ -164,11 +191,26 @@ summary(struct ctl *ctl, const struct ctl_job *job, int ex)
 		f.count = d;
 		fprintf(stderr, "oncegatectl: %s\n", detail);
 	}
-	snprintf(event, sizeof(event), "%s.%s", job->kind,
-	         ex == EXIT_STOPPED                 ? "job_stopped"
-	         : p == 0 && ex != EXIT_UNAVAILABLE ? "job_completed"
-	                                            : "job_interrupted");
+	end = ex == EXIT_STOPPED                 ? "stopped"
+	      : p == 0 && ex != EXIT_UNAVAILABLE ? "completed"
+	                                         : "interrupted";
+	snprintf(event, sizeof(event), "%s.job_%s", job->kind, end);
 	ctl_log(ctl, LOG_LEVEL_NOTICE, event, &f);
+	if (ctl->json) {
+		json_t *doc;
+
+		if (job->results == NULL)
+			job->results = json_array();
+		doc = json_pack("{s:I, s:s, s:f, s:O, s:{s:i, s:i, s:i}, s:s}", "job",
+		                (json_int_t)job->id, "kind", job->kind, "rate", job->rate, "results",
+		                job->results, "totals", "done", d, "refused", r, "pending", p, "end",
+		                end);
+		ctl_print_json(doc);
+		json_decref(doc);
+	}
+	wipe_links(job->results);
+	json_decref(job->results);
+	job->results = NULL;
 }
 
 int
@@ -257,10 +299,9 @@ ctl_job_stop(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "reason", required_argument, NULL, 'r' },
-		{ "operator", required_argument, NULL, 'o' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *reason = NULL, *opname = NULL, *op;
+	const char *reason = NULL, *op = NULL;
 	char msg[512], kind[16] = "replay", event[48], *end;
 	long long job;
 	enum og_rc rc;
@@ -270,14 +311,11 @@ ctl_job_stop(struct ctl *ctl, int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		if (opt == 'r')
 			reason = optarg;
-		else if (opt == 'o')
-			opname = optarg;
 		else
-			goto usage;
+			return ctl_usage(ctl);
 	}
-	op = ctl_operator(opname);
 	if (optind != argc - 1)
-		goto usage;
+		return ctl_usage(ctl);
 	job = strtoll(argv[optind], &end, 10);
 	if (*end != '\0' || job <= 0)
 		return ctl_refuse(ctl, "stop", EXIT_USAGE, op, NULL, reason, "JOB is a job number");
@@ -286,6 +324,8 @@ ctl_job_stop(struct ctl *ctl, int argc, char **argv)
 		                  "--reason TEXT is required: it is recorded with the operator");
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
+	/* the stop is recorded under the session's role; the log names it too */
+	op = ctl_operator(ctl);
 	rc = replay_job_stop(ctl->db, job, reason, kind, sizeof(kind), msg, sizeof(msg));
 	if (rc != OG_OK)
 		return ctl_refuse(ctl, "stop", ctl_exit(rc), op, NULL, reason,
@@ -300,12 +340,10 @@ ctl_job_stop(struct ctl *ctl, int argc, char **argv)
 		ctl_log(ctl, LOG_LEVEL_NOTICE, event, &f);
 	}
 	if (ctl->json)
-		printf("{\"job\":%lld,\"kind\":\"%s\",\"stop_requested\":true}\n", job, kind);
+		ctl_print_new(json_pack("{s:I, s:s, s:b}", "job", (json_int_t)job, "kind", kind,
+		                        "stop_requested", 1));
 	fprintf(stderr, "oncegatectl: job %lld stops before its next item; what is done stays "
 	        "done (continue with `oncegatectl %s %lld --reason TEXT`)\n", job,
 	        kind_of(kind)->command, job);
 	return EXIT_SUCCESS;
-usage:
-	fprintf(stderr, "usage: oncegatectl stop JOB --reason TEXT [--operator NAME]\n");
-	return EXIT_USAGE;
 }

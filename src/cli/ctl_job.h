@@ -40,6 +40,7 @@ struct ctl_job {
 	 * it, records a refusal in the job. *ex with CTL_JOB_FAILED. */
 	enum ctl_job_step (*step)(struct ctl *ctl, struct ctl_job *job, int *ex);
 	void *arg;                     /* the command's own state, for step */
+	json_t *results;               /* --json: what each item came to, in order */
 };
 
 /* "--rate N" or "N/s", 0 < N <= CTL_JOB_RATE_MAX; -1 otherwise. */
@@ -48,15 +49,21 @@ int ctl_job_rate(const char *text, double *rate) __attribute__((warn_unused_resu
  * with n items, ok to run, refused; nothing changed. */
 void ctl_job_dry_run(struct ctl *ctl, const char *kind, const char *op, const char *reason,
                      const char *source, int n, int ok, int refused);
-/* Says (log, stderr, a JSON line with --json) that the job was created from
- * source with n items, and how to stop and continue it. */
+/* Says (log, stderr) that the job was created from source with n items,
+ * and how to stop and continue it. */
 void ctl_job_created(struct ctl *ctl, const struct ctl_job *job, const char *source, int n);
 /* Says (log, stderr) that a job taken again goes on at its rate. */
 void ctl_job_continued(struct ctl *ctl, const struct ctl_job *job);
 /* Runs the job, already taken (replay_job_take), to its end, a stop or an
  * interruption; says what it did and returns the exit code: EXIT_REFUSED
- * when an item was refused, EXIT_STOPPED when it did not reach its end. */
+ * when an item was refused, EXIT_STOPPED when it did not reach its end.
+ * With --json the steps add what each item came to (ctl_job_result) and
+ * the run prints one document at its end: {job, kind, rate, results,
+ * totals {done, refused, pending}, end}. */
 int ctl_job_run(struct ctl *ctl, struct ctl_job *job) __attribute__((warn_unused_result));
+
+/* Adds one item's outcome to the job's --json document (steals v). */
+void ctl_job_result(struct ctl_job *job, json_t *v);
 
 /* `oncegatectl stop JOB --reason TEXT`: a job of either kind stops before
  * its next item. */

@@ -5,8 +5,8 @@
  * twice (README "Operations"). Bulk resume is in ctl_resume.c, dead
  * letters are listed by ctl_deadletter.c.
  *
- * Every command that changes something needs --reason; the operator is
- * --operator or the login name. A change is logged (actor, reason, ids)
+ * Every command that changes something needs --reason; the operator is the
+ * database session's role. A change is logged (actor, reason, ids)
  * and recorded in operator_actions in the same transaction (repair.c). A
  * refusal changes nothing, says why on stderr, exits non-zero and is
  * logged too (`operator.refused`, error_class naming the kind of refusal),
@@ -94,9 +94,6 @@ refused(struct ctl *ctl, const struct ctl_repair_act *a, enum og_rc rc,
 int
 ctl_repair_check_reason(struct ctl *ctl, struct ctl_repair_act *a)
 {
-	if (a->op == NULL || strlen(a->op) > CTL_REPAIR_OPERATOR_MAX)
-		return ctl_repair_refuse(ctl, a, "usage", "the operator name is 1-200 characters",
-		                         NULL, EXIT_USAGE);
 	if (a->reason == NULL || *a->reason == '\0')
 		return ctl_repair_refuse(ctl, a, "usage", "--reason TEXT is required: say why, it is "
 		                         "kept with the change", NULL, EXIT_USAGE);
@@ -114,28 +111,23 @@ struct effect_args {
 	const char *provider_id;
 	const char *client;
 	int delivered;             /* -1 not given, 0, 1 */
-	bool help;
 };
 
-/* Parses [--reason T] [--operator N] [--expect S] [--json] and the extra
- * options of reconcile / reject; one positional argument. 0 or EXIT_USAGE. */
+/* Parses [--reason T] [--expect S] and the extra options of reconcile /
+ * reject; one positional argument. 0 or EXIT_USAGE. */
 static int
-effect_args(struct ctl *ctl, int argc, char **argv, struct ctl_repair_act *a,
+effect_args(int argc, char **argv, struct ctl_repair_act *a,
             struct effect_args *e)
 {
 	static const struct option opts[] = {
 		{ "reason", required_argument, NULL, 'r' },
-		{ "operator", required_argument, NULL, 'o' },
 		{ "expect", required_argument, NULL, 'e' },
 		{ "delivered", no_argument, NULL, 'D' },
 		{ "not-delivered", no_argument, NULL, 'N' },
 		{ "provider-id", required_argument, NULL, 'p' },
 		{ "client", required_argument, NULL, 'c' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *op = NULL;
 	int opt, bad = 0;
 
 	memset(e, 0, sizeof(*e));
@@ -146,9 +138,6 @@ effect_args(struct ctl *ctl, int argc, char **argv, struct ctl_repair_act *a,
 		switch (opt) {
 		case 'r':
 			a->reason = optarg;
-			break;
-		case 'o':
-			op = optarg;
 			break;
 		case 'e':
 			e->expect = optarg;
@@ -165,18 +154,11 @@ effect_args(struct ctl *ctl, int argc, char **argv, struct ctl_repair_act *a,
 		case 'c':
 			e->client = optarg;
 			break;
-		case 'j':
-			ctl->json = 1;
-			break;
-		case 'h':
-			e->help = true;
-			break;
 		default:
 			bad = 1;
 		}
 	}
 	opterr = 1;
-	a->op = ctl_operator(op);
 	if (optind == argc - 1)
 		e->target = argv[optind];
 	else
@@ -190,7 +172,7 @@ report(struct ctl *ctl, const char *outcome, const struct ctl_repair_act *a,
        const struct repair_out *o)
 {
 	if (ctl->json) {
-		json_t *v = json_pack("{s:s, s:s, s:s, s:I}", "outcome", outcome, "operator", a->op,
+		json_t *v = json_pack("{s:s, s:s?, s:s, s:I}", "outcome", outcome, "operator", a->op,
 		                      "reason", a->reason, "action_id", (json_int_t)o->action_id);
 
 		if (o->effect_id[0])
@@ -198,7 +180,7 @@ report(struct ctl *ctl, const char *outcome, const struct ctl_repair_act *a,
 		if (o->approval_id[0])
 			json_object_set_new(v, "approval_id", json_string(o->approval_id));
 		if (o->key[0])
-			json_object_set_new(v, "idempotency_key", json_string(o->key));
+			json_object_set_new(v, "key", json_string(o->key));
 		if (o->client_name[0])
 			json_object_set_new(v, "client", json_string(o->client_name));
 		if (o->provider_key[0])
@@ -267,7 +249,6 @@ log_run(struct ctl *ctl, const char *event, const struct ctl_repair_act *a,
 /* A command that changes one thing named on its command line. */
 struct one_cmd {
 	const char *name;          /* in messages and the log */
-	const char *usage;
 	const char *what;          /* what a usage refusal says it wants */
 	/* an option given that the command does not take */
 	bool (*misuse)(const struct effect_args *e);
@@ -279,7 +260,7 @@ struct one_cmd {
 	             const struct repair_out *out);
 };
 
-/* Parses the command line; --help prints usage; a parse error or an option
+/* Parses the command line; a parse error or an option
  * the command does not take is refused with usage and what it wants; then
  * --reason is checked, the database reached and the change made. */
 static int
@@ -293,19 +274,16 @@ one_cmd_run(struct ctl *ctl, int argc, char **argv, const struct one_cmd *c)
 	int ex;
 
 	memset(&out, 0, sizeof(out));
-	ex = effect_args(ctl, argc, argv, &a, &e);
-	if (e.help) {
-		fputs(c->usage, stdout);
-		return EXIT_SUCCESS;
-	}
+	ex = effect_args(argc, argv, &a, &e);
 	if (ex != 0 || c->misuse(&e)) {
-		fputs(c->usage, stderr);
+		(void)ctl_usage(ctl);
 		return ctl_repair_refuse(ctl, &a, "usage", c->what, NULL, EXIT_USAGE);
 	}
 	if ((ex = ctl_repair_check_reason(ctl, &a)) != 0)
 		return ex;
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
+	a.op = ctl_operator(ctl);
 	who.operator_name = a.op;
 	who.reason = a.reason;
 	rc = c->change(ctl, &e, &who, &out);
@@ -315,7 +293,7 @@ one_cmd_run(struct ctl *ctl, int argc, char **argv, const struct one_cmd *c)
 	return EXIT_SUCCESS;
 }
 
-/* No option but --reason, --operator and --json. */
+/* No option but --reason. */
 static bool
 plain_misuse(const struct effect_args *e)
 {
@@ -325,15 +303,6 @@ plain_misuse(const struct effect_args *e)
 
 /* --- reconcile ------------------------------------------------------------------- */
 
-static const char reconcile_usage[] =
-	"usage: oncegatectl reconcile EFFECT (--delivered --provider-id ID | --not-delivered) "
-	"--reason TEXT [--expect STATE] [--operator NAME] [--json]\n"
-	"  Records what you found out at the provider about an unknown or failed effect.\n"
-	"  --delivered: the effect becomes completed with the provider's id (its run too, "
-	"when it was the last one).\n"
-	"  --not-delivered: the effect becomes failed and known not delivered, so `resume` "
-	"may send it again with the same key.\n"
-	"  --expect STATE: refuse unless the effect is still in the state you saw.\n";
 
 static bool
 reconcile_misuse(const struct effect_args *e)
@@ -370,7 +339,7 @@ int
 ctl_repair_reconcile(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct one_cmd c = {
-		"reconcile", reconcile_usage,
+		"reconcile",
 		"say --delivered --provider-id ID or --not-delivered, and name one EFFECT",
 		reconcile_misuse, reconcile_change, reconcile_done,
 	};
@@ -407,7 +376,7 @@ int
 ctl_repair_resume(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct one_cmd c = {
-		"resume", ctl_resume_usage, "name one EFFECT",
+		"resume", "name one EFFECT",
 		resume_misuse, resume_change, resume_done,
 	};
 
@@ -418,16 +387,6 @@ ctl_repair_resume(struct ctl *ctl, int argc, char **argv)
 
 /* --- reject ---------------------------------------------------------------------- */
 
-static const char reject_usage[] =
-	"usage: oncegatectl reject EFFECT|KEY --reason TEXT [--client NAME] [--expect STATE] "
-	"[--operator NAME] [--json]\n"
-	"  Terminal. EFFECT (pending or failed): cancelled, never sent after; its run "
-	"failed_terminal.\n"
-	"  KEY: the run failed_terminal, its unsent effects cancelled, its pending approval "
-	"links revoked,\n"
-	"  and a workflow waiting on the decision told `rejected`. --client names the client "
-	"when several use the key.\n"
-	"  Refused while an effect is being sent or unknown (reconcile it first).\n";
 
 static bool
 reject_misuse(const struct effect_args *e)
@@ -485,7 +444,7 @@ int
 ctl_repair_reject(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct one_cmd c = {
-		"reject", reject_usage, "name one EFFECT or KEY",
+		"reject", "name one EFFECT or KEY",
 		reject_misuse, reject_change, reject_done,
 	};
 
@@ -494,42 +453,35 @@ ctl_repair_reject(struct ctl *ctl, int argc, char **argv)
 
 /* --- approval -------------------------------------------------------------------- */
 
-static const char approval_usage[] =
-	"usage: oncegatectl approval revoke ID --reason TEXT [--operator NAME] [--json]\n"
-	"       oncegatectl approval resend ID --reason TEXT [--operator NAME] [--json]\n"
-	"       oncegatectl [--json] approval list [--pending] [--limit N]\n"
-	"  revoke: one approver's pending link stops working (its page answers 410); the "
-	"run's other\n"
-	"  links stay. Revoking the last one ends the run as an expired approval does:\n"
-	"  failed_terminal, error_class approval_revoked, and a waiting workflow is told "
-	"`expired`.\n"
-	"  resend: a pending challenge whose approvers are told (gate.notify) is told again;\n"
-	"  the new notice carries a new link and the previous one stops working.\n"
-	"  list: the pending challenges, longest waiting first.\n";
 
 static int
 approval_list(struct ctl *ctl, int argc, char **argv)
 {
+	static const struct option opts[] = {
+		{ "pending", no_argument, NULL, 'p' },
+		{ "limit", required_argument, NULL, 'l' },
+		{ NULL, 0, NULL, 0 },
+	};
 	json_t *list = NULL, *o;
 	enum og_rc rc;
-	int i, limit = 0;
+	bool pending = false;
+	int opt, limit = 200;
 	size_t k;
 
-	for (i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--pending") == 0)
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (opt == 'p')
+			pending = true;
+		else if (opt == 'l' && (limit = ctl_count(optarg, 100000)) > 0)
 			continue;
-		if (strcmp(argv[i], "--json") == 0)
-			ctl->json = 1;
-		else if (strcmp(argv[i], "--limit") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
-			limit = atoi(argv[++i]);
-		else {
-			fputs(approval_usage, stderr);
-			return EXIT_USAGE;
-		}
+		else
+			return ctl_usage(ctl);
 	}
+	if (optind != argc)
+		return ctl_usage(ctl);
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	if ((rc = gate_pending(ctl->db, limit > 0 ? limit : 200, &list)) != OG_OK) {
+	if ((rc = gate_challenges(ctl->db, pending, limit, &list)) != OG_OK) {
 		fprintf(stderr, "oncegatectl: approval list: %s\n", db_error(ctl->db));
 		return ctl_exit(rc);
 	}
@@ -538,21 +490,24 @@ approval_list(struct ctl *ctl, int argc, char **argv)
 		json_decref(list);
 		return EXIT_SUCCESS;
 	}
-	printf("%-36s  %-8s %-10s %-12s %-20s %s\n", "APPROVAL", "WAITING", "EXPIRES IN", "CLIENT",
-	       "APPROVER", "KEY");
+	printf("%-36s  %-8s %-8s %-10s %-12s %-20s %s\n", "APPROVAL", "STATE", "AGE",
+	       "EXPIRES IN", "CLIENT", "APPROVER", "KEY");
 	json_array_foreach(list, k, o) {
 		char wait[32], left[32];
 		long long in = json_integer_value(json_object_get(o, "expires_in_seconds"));
 
 		ctl_age(json_integer_value(json_object_get(o, "waiting_seconds")), wait, sizeof(wait));
-		if (in <= 0)
+		if (strcmp(ctl_jstr(o, "state"), "pending") != 0)
+			snprintf(left, sizeof(left), "-");
+		else if (in <= 0)
 			snprintf(left, sizeof(left), "expired");
 		else
 			ctl_age(in, left, sizeof(left));
-		printf("%-36s  %-8s %-10s %-12s %-20s %s\n", ctl_jstr(o, "approval_id"), wait, left,
-		       ctl_jstr(o, "client"), ctl_jstr(o, "approver"), ctl_jstr(o, "idempotency_key"));
+		printf("%-36s  %-8s %-8s %-10s %-12s %-20s %s\n", ctl_jstr(o, "approval_id"),
+		       ctl_jstr(o, "state"), wait, left, ctl_jstr(o, "client"),
+		       ctl_jstr(o, "approver"), ctl_jstr(o, "key"));
 	}
-	printf("%zu pending\n", json_array_size(list));
+	printf("%zu %s\n", json_array_size(list), pending ? "pending" : "challenges");
 	json_decref(list);
 	return EXIT_SUCCESS;
 }
@@ -623,11 +578,11 @@ int
 ctl_repair_approval(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct one_cmd revoke = {
-		"approval revoke", approval_usage, "name one approval ID",
+		"approval revoke", "name one approval ID",
 		plain_misuse, revoke_change, revoke_done,
 	};
 	static const struct one_cmd resend = {
-		"approval resend", approval_usage, "name one approval ID",
+		"approval resend", "name one approval ID",
 		plain_misuse, resend_change, resend_done,
 	};
 
@@ -637,25 +592,11 @@ ctl_repair_approval(struct ctl *ctl, int argc, char **argv)
 		return one_cmd_run(ctl, argc - 1, argv + 1, &revoke);
 	if (argc >= 2 && strcmp(argv[1], "resend") == 0)
 		return one_cmd_run(ctl, argc - 1, argv + 1, &resend);
-	if (argc >= 2 && strcmp(argv[1], "--help") == 0) {
-		fputs(approval_usage, stdout);
-		return EXIT_SUCCESS;
-	}
-	fputs(approval_usage, stderr);
-	return EXIT_USAGE;
+	return ctl_usage(ctl);
 }
 
 /* --- cancel ---------------------------------------------------------------------- */
 
-static const char cancel_usage[] =
-	"usage: oncegatectl cancel EFFECT --reason TEXT [--operator NAME] [--json]\n"
-	"  Cancels an act_with_window effect that still waits for its not_before: it is never "
-	"sent,\n"
-	"  and its run becomes failed_terminal (error_class cancelled), as when the owning "
-	"client\n"
-	"  cancels with POST /v1/runs/{key}/cancel. After the window, or once the effect is "
-	"being sent\n"
-	"  or was sent, it is refused (exit 1) and nothing changes.\n";
 
 static enum og_rc
 cancel_change(struct ctl *ctl, const struct effect_args *e, const struct repair_who *who,
@@ -680,7 +621,7 @@ int
 ctl_repair_cancel(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct one_cmd c = {
-		"cancel", cancel_usage, "name one EFFECT",
+		"cancel", "name one EFFECT",
 		plain_misuse, cancel_change, cancel_done,
 	};
 

@@ -15,7 +15,6 @@
 
 /* operator_actions' CHECKs, told before the database refuses them. */
 #define CTL_REPAIR_REASON_MAX 1000
-#define CTL_REPAIR_OPERATOR_MAX 200
 
 /* What a command knows when it logs: its name and the operator's words. */
 struct ctl_repair_act {

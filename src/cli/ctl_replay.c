@@ -32,7 +32,7 @@
 /* ---- replay --------------------------------------------------------------- */
 
 struct replay_opts {
-	const char *new_key, *reason, *payload_file, *op, *client, *map, *rate_text;
+	const char *new_key, *reason, *payload_file, *client, *map, *rate_text;
 	long long resume;
 	bool dry_run, force;
 	double rate;
@@ -127,7 +127,7 @@ replay_one(struct ctl *ctl, struct replay_opts *o, const char *key)
 	req.client = o->client;
 	req.key = key;
 	req.new_key = o->new_key;
-	req.operator_name = ctl_operator(o->op);
+	req.operator_name = ctl_operator(ctl);
 	req.reason = o->reason;
 	req.payload = o->payload;
 	req.payload_hash = o->payload ? o->payload_hash : NULL;
@@ -153,11 +153,7 @@ replay_one(struct ctl *ctl, struct replay_opts *o, const char *key)
 			json_object_set_new(doc, "forced_past", json_string(res.forced_past));
 		if (doc != NULL)
 			json_object_set_new(doc, "dead_letters_linked", json_integer(res.letters));
-		char *s = doc != NULL ? canon_dumps(doc, JSON_COMPACT) : NULL;
-
-		printf("%s\n", s != NULL ? s : "{}");
-		free(s);
-		json_decref(doc);
+		ctl_print_new(doc);
 	} else {
 		printf("original   %s\n", key);
 		printf("new run    %s (%s)%s\n", o->new_key, res.start_state,
@@ -327,7 +323,7 @@ map_check(struct ctl *ctl, struct replay_opts *o, struct map *m, long long *clie
 		req.client = o->client;
 		req.key = it->key;
 		req.new_key = it->new_key;
-		req.operator_name = ctl_operator(o->op);
+		req.operator_name = ctl_operator(ctl);
 		req.reason = o->reason;
 		req.contracts = o->contracts;
 		req.public_url = ctl->cfg.public_url;
@@ -366,7 +362,6 @@ map_print(struct ctl *ctl, const struct map *m, int ok, int human, int refused)
 
 	if (ctl->json) {
 		json_t *list = json_array(), *doc;
-		char *s;
 
 		for (i = 0; i < m->n; i++)
 			json_array_append_new(list,
@@ -378,10 +373,7 @@ map_print(struct ctl *ctl, const struct map *m, int ok, int human, int refused)
 		doc = json_pack("{s:b, s:o, s:{s:i, s:i, s:i, s:i, s:i}}", "dry_run", 1, "items", list,
 		                "totals", "items", m->n, "would_replay", ok, "awaiting_human", human,
 		                "failed_retryable", ok - human, "refused", refused);
-		s = doc != NULL ? canon_dumps(doc, JSON_COMPACT) : NULL;
-		printf("%s\n", s ? s : "{}");
-		free(s);
-		json_decref(doc);
+		ctl_print_new(doc);
 		return;
 	}
 	printf("%-6s %-40s %-40s %s\n", "LINE", "KEY", "NEW KEY", "OUTCOME");
@@ -441,15 +433,12 @@ replay_step(struct ctl *ctl, struct ctl_job *job, int *ex)
 		st = CTL_JOB_DONE;
 		log_replayed(ctl, &req, &res);
 		if (ctl->json) {
-			json_t *doc = json_pack("{s:I, s:i, s:s, s:s, s:s, s:O?}", "job",
-			                    (json_int_t)job->id, "line", it.seq, "key", it.key,
-			                    "new_key", it.new_key, "state", res.start_state,
-			                    "approvals", res.approvals);
-			char *s = doc != NULL ? canon_dumps(doc, JSON_COMPACT) : NULL;
-
-			printf("%s\n", s ? s : "{}");
-			free(s);
-			json_decref(doc);
+			/* a copy: the result's links are wiped when it is cleared; the
+			 * job wipes its copies once the document is out */
+			ctl_job_result(job, json_pack("{s:i, s:s, s:s, s:s, s:s, s:o?}", "line", it.seq,
+			                              "key", it.key, "new_key", it.new_key, "outcome",
+			                              "replayed", "state", res.start_state, "approvals",
+			                              json_deep_copy(res.approvals)));
 		} else {
 			print_links(ctl, it.new_key, res.approvals, job->tty);
 		}
@@ -459,6 +448,10 @@ replay_step(struct ctl *ctl, struct ctl_job *job, int *ex)
 		st = CTL_JOB_REFUSED;
 		(void)ctl_refuse(ctl, "replay", EXIT_REFUSED, job->op, it.key, job->reason,
 		                 "job %lld line %d: %s", job->id, it.seq, res.message);
+		if (ctl->json)
+			ctl_job_result(job, json_pack("{s:i, s:s, s:s, s:s, s:s}", "line", it.seq, "key",
+			                              it.key, "new_key", it.new_key, "outcome",
+			                              "refused", "detail", res.message));
 		if (replay_job_refuse(ctl->db, job->id, it.seq, res.message) != OG_OK) {
 			*ex = EXIT_UNAVAILABLE;
 			st = CTL_JOB_FAILED;
@@ -483,7 +476,7 @@ replay_job_go(struct ctl *ctl, struct replay_opts *o, struct ctl_job *job, long 
 static int
 replay_map(struct ctl *ctl, struct replay_opts *o)
 {
-	const char *op = ctl_operator(o->op);
+	const char *op = ctl_operator(ctl);
 	struct ctl_job job = { .kind = "replay", .rate = o->rate, .op = op, .reason = o->reason };
 	struct map m;
 	char err[1024];
@@ -532,7 +525,7 @@ replay_map(struct ctl *ctl, struct replay_opts *o)
 static int
 replay_resume(struct ctl *ctl, struct replay_opts *o)
 {
-	struct ctl_job job = { .kind = "replay", .id = o->resume, .op = ctl_operator(o->op),
+	struct ctl_job job = { .kind = "replay", .id = o->resume, .op = ctl_operator(ctl),
 		               .reason = o->reason };
 	char err[512];
 	long long client_id;
@@ -549,17 +542,6 @@ replay_resume(struct ctl *ctl, struct replay_opts *o)
 	return replay_job_go(ctl, o, &job, client_id);
 }
 
-#define REPLAY_USAGE                                                                        \
-	"usage: oncegatectl replay KEY --new-key NEWKEY --reason TEXT [--payload FILE]\n"       \
-	"                          [--client NAME] [--operator NAME] [--dry-run] [--force]\n"    \
-	"       oncegatectl replay --map FILE --reason TEXT [--rate N/s] [--client NAME]\n"    \
-	"                          [--operator NAME] [--dry-run]\n"                              \
-	"       oncegatectl replay --resume JOB --reason TEXT [--rate N/s] [--operator NAME]\n"   \
-	"  Refused while an effect of the original is pending. When a business effect of it\n"   \
-	"  was sent, is being sent or unknown, or was resumed, only one KEY with --force\n"      \
-	"  (and --reason): one event, at most one business effect. A replayed run is never\n"  \
-	"  resumed; its open dead letters are answered by the new run.\n"
-
 int
 ctl_replay(struct ctl *ctl, int argc, char **argv)
 {
@@ -567,30 +549,27 @@ ctl_replay(struct ctl *ctl, int argc, char **argv)
 		{ "new-key", required_argument, NULL, 'k' },
 		{ "reason", required_argument, NULL, 'r' },
 		{ "payload", required_argument, NULL, 'p' },
-		{ "operator", required_argument, NULL, 'o' },
 		{ "client", required_argument, NULL, 'c' },
 		{ "map", required_argument, NULL, 'm' },
 		{ "rate", required_argument, NULL, 'R' },
 		{ "resume", required_argument, NULL, 'J' },
 		{ "dry-run", no_argument, NULL, 'n' },
 		{ "force", no_argument, NULL, 'F' },
-		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct replay_opts o;
-	const char *key = NULL, *op;
+	const char *key = NULL, *op = NULL; /* no operator before the connection */
 	char err[1024];
 	int opt, ex;
 
 	memset(&o, 0, sizeof(o));
 	o.rate = CTL_JOB_RATE_DEFAULT;
 	optind = 0;
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'k': o.new_key = optarg; break;
 		case 'r': o.reason = optarg; break;
 		case 'p': o.payload_file = optarg; break;
-		case 'o': o.op = optarg; break;
 		case 'c': o.client = optarg; break;
 		case 'm': o.map = optarg; break;
 		case 'R': o.rate_text = optarg; break;
@@ -606,23 +585,18 @@ ctl_replay(struct ctl *ctl, int argc, char **argv)
 			}
 			break;
 		}
-		case 'h':
-			printf(REPLAY_USAGE);
-			return EXIT_SUCCESS;
 		default:
-			fprintf(stderr, REPLAY_USAGE);
-			return EXIT_USAGE;
+			return ctl_usage(ctl);
 		}
 	}
-	op = ctl_operator(o.op);
 	if (optind < argc)
 		key = argv[optind++];
 	if (optind < argc)
 		return ctl_refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,
-		                  "unexpected argument \"%s\"\n%s", argv[optind], REPLAY_USAGE);
+		                  "unexpected argument \"%s\"", argv[optind]);
 	if ((key != NULL) + (o.map != NULL) + (o.resume > 0) != 1)
 		return ctl_refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,
-		                  "name one KEY, or --map FILE, or --resume JOB\n%s", REPLAY_USAGE);
+		                  "name one KEY, or --map FILE, or --resume JOB");
 	if (key != NULL && (o.new_key == NULL || o.new_key[0] == '\0'))
 		return ctl_refuse(ctl, "replay", EXIT_USAGE, op, key, o.reason,
 		                  "--new-key NEWKEY is required: a correction is a new event whose "

@@ -28,30 +28,11 @@
 #define BULK_ITEMS_MAX  10000    /* ids of one selection */
 #define BULK_LINE_MAX   256
 
-const char ctl_resume_usage[] =
-	"usage: oncegatectl resume EFFECT --reason TEXT [--expect STATE] [--operator NAME] "
-	"[--json]\n"
-	"       oncegatectl resume --select FILE --reason TEXT [--rate N/s] [--dry-run]\n"
-	"       oncegatectl resume --dead-letters [--class C] [--target T] [--since D] "
-	"--reason TEXT [--rate N/s] [--dry-run]\n"
-	"       oncegatectl resume --job JOB --reason TEXT [--rate N/s]\n"
-	"  Sends a failed effect again, with the same provider key, only when it is known "
-	"not delivered:\n"
-	"  reconciled --not-delivered, or no send since the last such finding may have reached "
-	"the provider\n"
-	"  (every one recorded request_sent false). The retry budget starts afresh.\n"
-	"  Bulk: FILE has one effect or dead-letter id a line (# comments); --dead-letters "
-	"selects the open\n"
-	"  letters the filters match. --dry-run lists every item with its verdict and changes "
-	"nothing; a real\n"
-	"  run refuses the whole selection if any item would be refused, then stores it as a "
-	"job and goes at\n"
-	"  --rate (default 5/s). `oncegatectl stop JOB` or Ctrl-C stops it (exit 4); --job "
-	"JOB continues it.\n";
 
 
 struct bulk_opts {
 	const char *select, *cls, *target, *since, *rate_text;
+	long long since_seconds;
 	bool dead_letters, dry_run;
 	long long job;
 	double rate;
@@ -154,16 +135,8 @@ sel_letters(struct ctl *ctl, const struct bulk_opts *o, struct selection *sel, c
 	f.target = o->target;
 	f.state = "open";
 	f.limit = BULK_ITEMS_MAX + 1;
-	if (o->since != NULL && (f.since_seconds = ctl_duration(o->since)) < 0) {
-		f.since_seconds = 0;
-		f.since_ts = o->since;
-	}
+	f.since_seconds = o->since_seconds;
 	rc = deadletter_list(ctl->db, &f, &list);
-	if (rc == OG_BAD_INPUT) {
-		snprintf(err, errlen, "--since %s is neither a duration (15m, 6h, 7d) nor a "
-		         "timestamp", o->since);
-		return EXIT_USAGE;
-	}
 	if (rc != OG_OK) {
 		snprintf(err, errlen, "%s", db_error(ctl->db));
 		return ctl_exit(rc);
@@ -259,15 +232,11 @@ resume_step(struct ctl *ctl, struct ctl_job *job, int *ex)
 	snprintf(detail, sizeof(detail), "job %lld item %d", job->id, seq);
 	if (rc == OG_OK) {
 		ctl_repair_log_change(ctl, "effect.resumed", rj->a, &out, NULL, detail);
-		if (ctl->json) {
-			json_t *v = json_pack("{s:I, s:i, s:s, s:s, s:s, s:s}", "job",
-			                      (json_int_t)job->id, "seq", seq, "effect_id",
-			                      out.effect_id, "key", out.key, "outcome", "resumed",
-			                      "provider_key", out.provider_key);
-
-			ctl_print_json(v);
-			json_decref(v);
-		}
+		if (ctl->json)
+			ctl_job_result(job, json_pack("{s:i, s:s, s:s, s:s, s:s}", "seq", seq,
+			                              "effect_id", out.effect_id, "key", out.key,
+			                              "outcome", "resumed", "provider_key",
+			                              out.provider_key));
 		return CTL_JOB_DONE;
 	}
 	if (rc == OG_UNAVAILABLE)
@@ -276,6 +245,9 @@ resume_step(struct ctl *ctl, struct ctl_job *job, int *ex)
 		snprintf(out.why, sizeof(out.why), "%s", db_error(ctl->db));
 	snprintf(why, sizeof(why), "%s: %s", detail, out.why);
 	(void)ctl_repair_refuse(ctl, rj->a, ctl_repair_code(rc), why, &out, EXIT_REFUSED);
+	if (ctl->json)
+		ctl_job_result(job, json_pack("{s:i, s:s, s:s, s:s}", "seq", seq, "effect_id", effect,
+		                              "outcome", "refused", "detail", out.why));
 	if (repair_bulk_refuse(ctl->db, job->id, seq, out.why) != OG_OK) {
 		*ex = EXIT_UNAVAILABLE;
 		return CTL_JOB_FAILED;
@@ -307,9 +279,6 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 		{ "rate", required_argument, NULL, 'R' },
 		{ "dry-run", no_argument, NULL, 'n' },
 		{ "reason", required_argument, NULL, 'r' },
-		{ "operator", required_argument, NULL, 'o' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ctl_repair_act a = { "resume", NULL, NULL };
@@ -317,7 +286,6 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 	struct bulk_opts o;
 	struct selection sel;
 	struct repair_who who;
-	const char *op = NULL;
 	char err[1024];
 	int opt, bad = 0, ex, i, ok = 0, refused_n = 0;
 	long long cid;
@@ -340,12 +308,6 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 		case 'R': o.rate_text = optarg; break;
 		case 'n': o.dry_run = true; break;
 		case 'r': a.reason = optarg; break;
-		case 'o': op = optarg; break;
-		case 'j': ctl->json = 1; break;
-		case 'h':
-			opterr = 1;
-			fputs(ctl_resume_usage, stdout);
-			return EXIT_SUCCESS;
 		case 'J': {
 			char *end;
 
@@ -359,9 +321,8 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 		}
 	}
 	opterr = 1;
-	a.op = ctl_operator(op);
 	if (bad || optind != argc) {
-		fputs(ctl_resume_usage, stderr);
+		(void)ctl_usage(ctl);
 		return ctl_repair_refuse(ctl, &a, "usage", "bulk resume takes --select FILE, "
 		                         "--dead-letters or --job JOB, and no EFFECT", NULL,
 		                         EXIT_USAGE);
@@ -372,6 +333,8 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 	if (!o.dead_letters && (o.cls != NULL || o.target != NULL || o.since != NULL))
 		return ctl_repair_refuse(ctl, &a, "usage", "--class, --target and --since filter "
 		                         "--dead-letters", NULL, EXIT_USAGE);
+	if (o.since != NULL && ctl_time(ctl, "--since", o.since, &o.since_seconds) != 0)
+		return ctl_repair_refuse(ctl, &a, "usage", "--since takes a TIME", NULL, EXIT_USAGE);
 	if (o.cls != NULL && strcmp(o.cls, "permanent") != 0 && strcmp(o.cls, "exhausted") != 0 &&
 	    strcmp(o.cls, "unknown") != 0)
 		return ctl_repair_refuse(ctl, &a, "usage", "--class is permanent, exhausted or unknown",
@@ -399,6 +362,7 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 		free(sel.items);
 		return EXIT_UNAVAILABLE;
 	}
+	a.op = ctl_operator(ctl);
 	who.operator_name = a.op;
 	who.reason = a.reason;
 	job.op = a.op;

@@ -9,9 +9,6 @@
 
 #include "ctl.h"
 
-/* The usage text of `resume`, one effect or bulk. */
-extern const char ctl_resume_usage[];
-
 /* Is this a bulk resume (--select, --dead-letters or --job)? */
 bool ctl_resume_is_bulk(int argc, char **argv);
 /* `resume --select FILE | --dead-letters [filters] | --job JOB`. */

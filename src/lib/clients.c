@@ -149,37 +149,28 @@ clients_revoke(struct db *db, const char *name, long long *id)
 }
 
 enum og_rc
-clients_list(struct db *db, FILE *out, int json)
+clients_list(struct db *db, json_t **out)
 {
 	PGresult *res;
 	enum db_rc rc;
+	json_t *list;
 	int i;
 
+	*out = NULL;
 	if ((rc = db_exec(db, &st_list, NULL, &res)) != DB_OK)
 		return og_rc_of(rc);
-	if (!json)
-		fprintf(out, "%-32s %-25s %s\n", "NAME", "CREATED", "REVOKED");
-	for (i = 0; i < PQntuples(res); i++) {
+	list = json_array();
+	for (i = 0; list != NULL && i < PQntuples(res); i++) {
 		const char *revoked = db_get(res, i, "revoked_at");
 
-		if (json) {
-			json_t *o = json_pack("{s:s, s:s, s:o}", "name", db_get(res, i, "name"),
-			                      "created_at", db_get(res, i, "created_at"),
-			                      "revoked_at",
-			                      revoked ? json_string(revoked) : json_null());
-			char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
-
-			if (line != NULL)
-				fprintf(out, "%s\n", line);
-			free(line);
-			json_decref(o);
-		} else {
-			fprintf(out, "%-32s %-25s %s\n", db_get(res, i, "name"),
-			        db_get(res, i, "created_at"), revoked ? revoked : "-");
-		}
+		json_array_append_new(list, json_pack("{s:s, s:s, s:o}", "name",
+		                                      db_get(res, i, "name"), "created_at",
+		                                      db_get(res, i, "created_at"), "revoked_at",
+		                                      revoked ? json_string(revoked) : json_null()));
 	}
 	PQclear(res);
-	return OG_OK;
+	*out = list;
+	return list != NULL ? OG_OK : OG_ERROR;
 }
 
 static const struct db_stmt st_name = {

@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "db.h"
 #include "digest.h"
 #include "caps.h"
@@ -45,8 +47,8 @@ enum og_rc clients_add(struct db *db, const char *name, char key[CLIENTS_KEY_LEN
 /* Revokes (again: a no-op) client name; *id (may be NULL) gets its id. */
 enum og_rc clients_revoke(struct db *db, const char *name, long long *id)
 	__attribute__((warn_unused_result));
-/* Prints name, created, revoked as a table (or JSON lines when json). */
-enum og_rc clients_list(struct db *db, FILE *out, int json)
+/* Every client by name: an array of {name, created_at, revoked_at}. */
+enum og_rc clients_list(struct db *db, json_t **out)
 	__attribute__((warn_unused_result));
 int clients_name_valid(const char *name);
 /* The name of client id (what the decision log calls a client). */

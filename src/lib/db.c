@@ -557,6 +557,17 @@ db_script(struct db *db, const char *sql)
 }
 
 const char *
+db_role(const struct db *db)
+{
+	const char *r;
+
+	if (db == NULL || db->conn == NULL || PQstatus(db->conn) != CONNECTION_OK)
+		return NULL;
+	r = PQparameterStatus(db->conn, "session_authorization");
+	return r != NULL && *r != '\0' ? r : PQuser(db->conn);
+}
+
+const char *
 db_error(const struct db *db)
 {
 	return db->err;

@@ -76,6 +76,9 @@ void db_rollback(struct db *db);
 enum db_rc db_script(struct db *db, const char *sql) __attribute__((warn_unused_result));
 /* The last error text (never contains parameter values). */
 const char *db_error(const struct db *db);
+/* The session's role (session_user, as the server reports it), or NULL
+ * while not connected. Owned by db; valid until the connection changes. */
+const char *db_role(const struct db *db);
 /* The last SQLSTATE, "" when none. */
 const char *db_sqlstate(const struct db *db);
 PGconn *db_conn(struct db *db);

@@ -158,7 +158,7 @@ static const struct db_stmt st_show = {
 	"SELECT jsonb_build_object("
 	"  'dead_letter_id', d.id, 'effect_id', d.effect_id,"
 	"  'state', CASE WHEN " DEADLETTER_OPEN("d", "e") " THEN 'open' ELSE 'resolved' END,"
-	"  'client', c.name, 'idempotency_key', d.idempotency_key,"
+	"  'client', c.name, 'key', d.idempotency_key,"
 	"  'created_at', og_ts(d.created_at),"
 	"  'age_seconds', floor(extract(epoch FROM now() - d.created_at))::bigint,"
 	"  'event_id', d.evidence->'event_id', 'correlation_id', d.evidence->'correlation_id',"
@@ -302,14 +302,17 @@ deadletter_list(struct db *db, const struct deadletter_filter *f, json_t **out)
 			"provider_key", "error_class", "reason", "created_at", "effect_state", "resolution",
 			"resolved_by", "resolved_at", "retention_until",
 		};
+		/* the names the API gives the same things (NULL: the column's) */
+		static const char *const json_names[sizeof(text_cols) / sizeof(text_cols[0])] = {
+			"dead_letter_id", NULL, NULL, "key", "type",
+		};
 		json_t *o = json_object();
 		size_t k;
 
 		for (k = 0; k < sizeof(text_cols) / sizeof(text_cols[0]); k++) {
 			const char *v = db_get(res, i, text_cols[k]);
 
-			json_object_set_new(o, strcmp(text_cols[k], "id") == 0 ? "dead_letter_id"
-			                                                       : text_cols[k],
+			json_object_set_new(o, json_names[k] != NULL ? json_names[k] : text_cols[k],
 			                    v != NULL ? json_string(v) : json_null());
 		}
 		json_object_set_new(o, "age_seconds", json_integer(db_get_ll(res, i, "age_seconds")));

@@ -202,9 +202,11 @@ static const struct db_stmt st_revoke = {
 	1, false,
 };
 
+/* The challenges, pending ones only ($2) longest waiting first, or all of
+ * them newest first. */
 static const struct db_stmt st_pending = {
 	"gate_pending",
-	"SELECT a.id, c.name AS client, a.idempotency_key, a.approver,"
+	"SELECT a.id, c.name AS client, a.idempotency_key, a.approver, a.state,"
 	"       og_ts(a.created_at) AS created_at,"
 	"       floor(extract(epoch FROM now() - a.created_at))::bigint AS waiting_seconds,"
 	"       og_ts(a.expires_at) AS expires_at,"
@@ -214,9 +216,11 @@ static const struct db_stmt st_pending = {
 	"  JOIN workflow_runs r ON r.client_id = a.client_id"
 	"   AND r.idempotency_key = a.idempotency_key"
 	"  LEFT JOIN api_clients c ON c.id = a.client_id"
-	" WHERE a.state = 'pending'"
-	" ORDER BY a.created_at, a.id LIMIT $1::int",
-	1, true,
+	" WHERE a.state = 'pending' OR NOT $2::bool"
+	" ORDER BY CASE WHEN $2::bool THEN a.created_at END,"
+	"          CASE WHEN NOT $2::bool THEN a.created_at END DESC, a.id"
+	" LIMIT $1::int",
+	2, true,
 };
 
 const char *
@@ -686,10 +690,10 @@ gate_revoke(struct db *db, const char *id, int *left_pending)
 }
 
 enum og_rc
-gate_pending(struct db *db, int limit, json_t **out)
+gate_challenges(struct db *db, bool pending_only, int limit, json_t **out)
 {
 	char lim[16];
-	const char *p[1] = { lim };
+	const char *p[2] = { lim, pending_only ? "true" : "false" };
 	PGresult *res = NULL;
 	enum db_rc rc;
 	json_t *list;
@@ -705,11 +709,12 @@ gate_pending(struct db *db, int limit, json_t **out)
 		const char *client = db_get(res, i, "client");
 
 		json_array_append_new(list, json_pack(
-			"{s:s, s:o, s:s, s:s, s:s, s:I, s:s, s:I, s:s, s:o}",
+			"{s:s, s:o, s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:s, s:o}",
 			"approval_id", db_get(res, i, "id"),
 			"client", client != NULL ? json_string(client) : json_null(),
-			"idempotency_key", db_get(res, i, "idempotency_key"),
+			"key", db_get(res, i, "idempotency_key"),
 			"approver", db_get(res, i, "approver"),
+			"state", db_get(res, i, "state"),
 			"created_at", db_get(res, i, "created_at"),
 			"waiting_seconds", (json_int_t)db_get_ll(res, i, "waiting_seconds"),
 			"expires_at", db_get(res, i, "expires_at"),

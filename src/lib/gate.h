@@ -129,10 +129,11 @@ enum og_rc gate_find_by_id(struct db *db, const char *id, PGresult **row)
  * or expired meanwhile. */
 enum og_rc gate_revoke(struct db *db, const char *id, int *left_pending)
 	__attribute__((warn_unused_result));
-/* The pending challenges, oldest first, at most limit; *out is a new array
- * of objects (approval_id, client, idempotency_key, approver, created_at,
+/* The challenges, at most limit: pending_only, those still pending, oldest
+ * first; otherwise all of them, newest first. *out is a new array of
+ * objects (approval_id, client, key, approver, state, created_at,
  * waiting_seconds, expires_at, expires_in_seconds, run_state, contract). */
-enum og_rc gate_pending(struct db *db, int limit, json_t **out)
+enum og_rc gate_challenges(struct db *db, bool pending_only, int limit, json_t **out)
 	__attribute__((warn_unused_result));
 /* The challenges of the runs ledger_purge purged (its clients and keys
  * arrays) lose the effect they showed; *count: how many. */

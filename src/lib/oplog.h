@@ -8,11 +8,13 @@
 #ifndef OG_OPLOG_H
 #define OG_OPLOG_H
 
+#include <stddef.h>
+
 #include "db.h"
 
 /* operator_actions' CHECKs (characters), for callers to tell first. */
 #define OPLOG_REASON_MAX   1000
-#define OPLOG_OPERATOR_MAX 200
+#define OPLOG_ROLE_LEN     64   /* a PostgreSQL role name (NAMEDATALEN), NUL */
 
 /* One operator action: what, why and what it touched. Who did it is the
  * database session's role (session_user), never a name the caller gives.
@@ -31,5 +33,9 @@ struct oplog_action {
  * its id. */
 enum db_rc oplog_record(struct db *db, const struct oplog_action *a, long long *id)
 	__attribute__((warn_unused_result));
+/* The same; by (bylen bytes) gets the operator the row names, as written:
+ * what the caller shows as who did it. */
+enum db_rc oplog_record_by(struct db *db, const struct oplog_action *a, long long *id,
+                           char *by, size_t bylen) __attribute__((warn_unused_result));
 
 #endif

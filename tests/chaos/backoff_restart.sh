@@ -79,7 +79,7 @@ VALUES ($client, '$RUN:once', 'crm.note', 'bo_idem',
         '{"note": "Заметка · 備考 · ملاحظة · הערה 📝", "fault": ["503", "503", "ok"]}',
         'sha256:b', '$RUN:spent/crm.note');
 SQL
-"$ONCEGATE_CTL" kill-switch on --operator backoff_restart.sh --reason "chaos: backoff restart" >/dev/null 2>&1
+"$ONCEGATE_CTL" kill-switch on --reason "chaos: backoff restart" >/dev/null 2>&1
 
 start_dispatcher() {
 	local n=$1 i
@@ -167,5 +167,5 @@ fi
 kill -TERM "$DISPATCH_PID" 2>/dev/null || true
 wait "$DISPATCH_PID" 2>/dev/null || true
 DISPATCH_PID=''
-"$ONCEGATE_CTL" kill-switch off --operator backoff_restart.sh --reason "chaos run over" >/dev/null 2>&1 || true
+"$ONCEGATE_CTL" kill-switch off --reason "chaos run over" >/dev/null 2>&1 || true
 exit "$fail"

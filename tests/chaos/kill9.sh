@@ -73,7 +73,7 @@ EOF
 say "kill -9: $EFFECTS effects, $KILLS kills, provider without idempotency keys on :$PORT"
 # Nothing else may be sent by these dispatchers: earlier work is cancelled.
 q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
-"$ONCEGATE_CTL" kill-switch on --operator kill9.sh --reason "chaos: kill -9 of the dispatcher" 2>/dev/null
+"$ONCEGATE_CTL" kill-switch on --reason "chaos: kill -9 of the dispatcher" 2>/dev/null
 approved_effects "$RUN:" "$EFFECTS" chaos_plain n
 
 start_dispatcher() {
@@ -150,5 +150,5 @@ printf '  lost (neither completed nor unknown)   %d   (must be 0)\n' "$lost"
 printf '  sanitizer findings in the dispatchers  %d\n' "$sanitizer"
 rc=0
 [[ $dups == 0 && $lost == 0 && $completed_bad == 0 && $unknown_bad == 0 && $unknown_no_letter == 0 && $sanitizer == 0 ]] || rc=1
-"$ONCEGATE_CTL" kill-switch off --operator kill9.sh --reason "chaos run over" 2>/dev/null || true
+"$ONCEGATE_CTL" kill-switch off --reason "chaos run over" 2>/dev/null || true
 exit "$rc"

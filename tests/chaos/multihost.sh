@@ -187,7 +187,7 @@ cleanup() {
 		for h in "${HOSTS[@]}"; do ip netns del "$(ns "$h")" 2>/dev/null; done
 		ip link del "$BRIDGE" 2>/dev/null
 	fi
-	"$ONCEGATE_CTL" kill-switch off --operator multihost.sh --reason "chaos run over" >/dev/null 2>&1
+	"$ONCEGATE_CTL" kill-switch off --reason "chaos run over" >/dev/null 2>&1
 	if [[ $KEEP == yes ]]; then echo "multihost.sh: kept $TMP" >&2; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
@@ -340,7 +340,7 @@ for h in d1 d2; do
 done
 # Nothing else may be sent by these dispatchers: earlier work is cancelled.
 q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
-"$ONCEGATE_CTL" kill-switch on --operator multihost.sh --reason "chaos: hosts cut off the network" >/dev/null 2>&1
+"$ONCEGATE_CTL" kill-switch on --reason "chaos: hosts cut off the network" >/dev/null 2>&1
 for h in d1 d2; do
 	AI_ACTIONS_ENABLED=true ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 		ip netns exec "$(ns "$h")" "$ONCEGATE_DISPATCH" -c "$PRIV/$h.conf" </dev/null >"$TMP/$h.stderr" 2>&1 &

@@ -101,9 +101,9 @@ dispatch_conf 403 >"$TMP/dispatch.conf"
 # Nothing else of the shared test database may be sent by this dispatcher.
 q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
 CLIENT_B=globex-helpdesk-$RUN
-ctl client add "$CLIENT_B" --operator replay_contract.sh \
+ctl client add "$CLIENT_B" \
 	--reason "chaos: the second tenant of replay_contract.sh" >"$TMP/api_key_b" 2>/dev/null
-ctl kill-switch on --operator replay_contract.sh --reason "chaos: replay after a contract change" \
+ctl kill-switch on --reason "chaos: replay after a contract change" \
 	>/dev/null 2>&1
 log0=$(stat -c %s "$ONCEGATE_LOG")
 AI_ACTIONS_ENABLED=true "$ONCEGATE_DISPATCH" -c "$TMP/dispatch.conf" </dev/null \
@@ -163,7 +163,7 @@ check "the responder reloaded the changed contracts" \
 t2=$(date +%s.%N)
 singles=0 bulk=0 refused=0
 while IFS=$'\t' read -r client key nkey; do
-	if ctl replay "$key" --new-key "$nkey" --client "$client" --operator replay_contract.sh \
+	if ctl replay "$key" --new-key "$nkey" --client "$client" \
 		--reason "CRM token and mail address fixed; contracts v2 require tone and reason" \
 		>>"$TMP/replay.out" 2>&1; then
 		singles=$((singles + 1))
@@ -174,7 +174,7 @@ done <"$TMP/singles.tsv"
 for map in "$TMP"/map-*; do
 	[[ -s $map ]] || continue
 	n=$(wc -l <"$map")
-	if ctl replay --map "$map" --client "${map##*/map-}" --rate 200/s --operator replay_contract.sh \
+	if ctl replay --map "$map" --client "${map##*/map-}" --rate 200/s \
 		--reason "bulk: CRM token and mail address fixed; contracts v2" >>"$TMP/replay.out" 2>&1; then
 		bulk=$((bulk + n))
 	else
@@ -290,5 +290,5 @@ printf '  measured: %d dead letters in %.1f s; %d replays in %.1f s (%.0f ms eac
 kill -TERM "$DISPATCH_PID" 2>/dev/null || true
 wait "$DISPATCH_PID" 2>/dev/null || true
 DISPATCH_PID=''
-ctl kill-switch off --operator replay_contract.sh --reason "chaos run over" >/dev/null 2>&1 || true
+ctl kill-switch off --reason "chaos run over" >/dev/null 2>&1 || true
 exit "$fail"

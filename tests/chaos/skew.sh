@@ -82,7 +82,7 @@ INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target, payl
 VALUES (1, '$RUN:effect', 'crm.tag', 'skew_plain', '{"n": 1}', 'sha256:y', '$RUN:effect/crm.tag',
     'sending', 1, gen_random_uuid(), now() - interval '1 second', now() - interval '10 seconds');
 EOF
-"$ONCEGATE_CTL" kill-switch on --operator skew.sh --reason "chaos: clock skew" 2>/dev/null
+"$ONCEGATE_CTL" kill-switch on --reason "chaos: clock skew" 2>/dev/null
 AI_ACTIONS_ENABLED=true "$ONCEGATE_DISPATCH" -c "$TMP/dispatch.conf" </dev/null >"$TMP/dispatch.stderr" 2>&1 &
 DISPATCH_PID=$!
 for ((i = 0; i < 50; i++)); do
@@ -100,5 +100,5 @@ check "the effect whose lease ended is unknown (lease_expired_while_sending)" \
 	"$([[ $state == 'unknown lease_expired_while_sending' ]] && echo yes || echo no)"
 check "with a dead letter for an operator" "$([[ $letters == 1 ]] && echo yes || echo no)"
 check "and never sent (provider requests: $sent)" "$([[ $sent == 0 ]] && echo yes || echo no)"
-"$ONCEGATE_CTL" kill-switch off --operator skew.sh --reason "chaos run over" 2>/dev/null || true
+"$ONCEGATE_CTL" kill-switch off --reason "chaos run over" 2>/dev/null || true
 exit "$fail"

@@ -1034,7 +1034,7 @@ tl_client_add(const char *name)
 {
 	char *out = NULL;
 	size_t n;
-	int rc = tl_ctl(&out, "client", "add", name, "--operator", "testlib", "--reason",
+	int rc = tl_ctl(&out, "client", "add", name, "--reason",
 	                "a test suite's own API client", (char *)NULL);
 
 	if (rc != 0 || out == NULL) {
@@ -1058,7 +1058,7 @@ tl_client_add(const char *name)
 int
 tl_client_revoke(const char *name)
 {
-	return tl_ctl(NULL, "client", "revoke", name, "--operator", "testlib", "--reason",
+	return tl_ctl(NULL, "client", "revoke", name, "--reason",
 	              "a test suite revokes its client", (char *)NULL);
 }
 

@@ -180,8 +180,8 @@ json_t *tl_log_find_event(const json_t *lines, const char *event);
 int tl_ctl(char **out, ...) __attribute__((sentinel));
 /* How tl_vctl runs it. */
 struct tl_ctl_how {
-	const char *sudo_user;  /* SUDO_USER (the operator oncegatectl names when
-	                         * --operator is not given); NULL: left as is */
+	const char *sudo_user;  /* SUDO_USER (a login name, which oncegatectl
+	                         * must not record); NULL: left as is */
 	bool json;              /* --json before the arguments */
 	bool merge_stderr;      /* stderr into *out too */
 	const char *errpath;    /* stderr into this file (NULL: left alone) */

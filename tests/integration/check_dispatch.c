@@ -159,7 +159,7 @@ kill_switch(bool on)
 	char *out = NULL;
 	int rc = tl_ctl(&out, "kill-switch", on ? "on" : "off", "--reason",
 	                on ? "check_dispatch: this test sends" : "check_dispatch: this test holds sends",
-	                "--operator", "check_dispatch", (char *)NULL);
+	                (char *)NULL);
 
 	ck_assert_msg(rc == 0, "oncegatectl kill-switch %s: exit %d: %s", on ? "on" : "off", rc,
 	              out ? out : "");

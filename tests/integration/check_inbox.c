@@ -186,7 +186,7 @@ START_TEST(test_mail_as_sent)
 	/* decided with sending switched off: the dev tenant's from the inbox's
 	 * card (by id), the other's from its emailed link */
 	(void)tl_ctl(NULL, "kill-switch", "off", "--reason", "check_inbox holds sends",
-	             "--operator", "check_inbox", (char *)NULL);
+	             (char *)NULL);
 	snprintf(t[0].path, sizeof(t[0].path), "/approve/card/%s", t[0].id);
 	ck_assert_int_eq(pl_decide_at(t[0].path, PERSON, PERSON_GROUPS, "approve", loc, sizeof(loc)),
 	                 303);
@@ -200,7 +200,7 @@ START_TEST(test_mail_as_sent)
 	}
 
 	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_inbox sends to loopback",
-	             "--operator", "check_inbox", (char *)NULL);
+	             (char *)NULL);
 	dl_disp_start_demo(&disp, mail_from);
 	{
 		const char *p[1] = { key };

@@ -717,8 +717,7 @@ START_TEST(test_kill_switch)
 	order[0] = strcmp(was, "1") == 0 ? "off" : "on";
 	order[1] = strcmp(was, "1") == 0 ? "on" : "off";
 	for (i = 0; i < 2; i++) {
-		int rc = tl_ctl(NULL, "kill-switch", order[i], "--operator", "check_metrics",
-		                "--reason", "check_metrics: the gauge follows the flag", (char *)NULL);
+		int rc = tl_ctl(NULL, "kill-switch", order[i], "--reason", "check_metrics: the gauge follows the flag", (char *)NULL);
 
 		ck_assert_msg(rc == 0, "oncegatectl kill-switch %s: exit %d", order[i], rc);
 		scrape_settled(&s, 0);

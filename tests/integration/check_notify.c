@@ -296,7 +296,7 @@ sender_start(struct dl_disp *d, const char *sw)
 	(void)tl_ctl(NULL, "kill-switch", sw, "--reason",
 	             strcmp(sw, "on") == 0 ? "check_notify sends to loopback"
 	                                   : "check_notify holds notices",
-	             "--operator", "check_notify", (char *)NULL);
+	             (char *)NULL);
 	dl_disp_start_demo(d, from);
 	free(from);
 }
@@ -425,8 +425,7 @@ START_TEST(test_each_entry_told_link_works)
 
 		ck_assert_msg(id != NULL, "the other run's challenge for the support group");
 		ck_assert_int_eq(tl_ctl(NULL, "approval", "resend", id, "--reason",
-		                        "Ольга не получила письмо", "--operator", "check_notify",
-		                        (char *)NULL),
+		                        "Ольга не получила письмо", (char *)NULL),
 		                 0);
 		again = wait_mails(key, "Approval needed: ", SUPPORT_RCPT, 3, SETTLE_S);
 		ck_assert_msg(json_array_size(again) == 3, "no resent notice");
@@ -503,8 +502,7 @@ START_TEST(test_replay_told)
 	snprintf(nkey, sizeof(nkey), "%s-replay", key);
 	/* the original's notices are no business effect: no --force needed */
 	st = tl_ctl_err(&out, &err, "replay", key, "--new-key", nkey, "--client", dl_client_b,
-	                "--reason", "Ольга отклонила по ошибке", "--operator", "check_notify",
-	                (char *)NULL);
+	                "--reason", "Ольга отклонила по ошибке", (char *)NULL);
 	ck_assert_msg(st == 0, "replay exited %ld: %s%s", st, out, err);
 	ck_assert_msg(strstr(out, "/approve/") == NULL && strstr(out, "notified") != NULL,
 	              "the replay's text shows a link or says nobody is told:\n%s", out);
@@ -546,8 +544,7 @@ START_TEST(test_replay_told)
 	 * approvals say "notified" and hold no url */
 	snprintf(nkey, sizeof(nkey), "%s-replay-json", key);
 	ck_assert_int_eq(tl_ctl(&out, "--json", "replay", key, "--new-key", nkey, "--client",
-	                        "dev", "--reason", "ещё раз", "--operator", "check_notify",
-	                        (char *)NULL),
+	                        "dev", "--reason", "ещё раз", (char *)NULL),
 	                 0);
 	doc = json_loads(out, 0, NULL);
 	ck_assert_msg(doc != NULL && json_array_size(json_object_get(doc, "approvals")) == 3,
@@ -852,7 +849,7 @@ START_TEST(test_kill_switch_holds_notices)
 	                             1, p),
 	                 3);
 	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_notify sends to loopback",
-	             "--operator", "check_notify", (char *)NULL);
+	             (char *)NULL);
 	m = wait_mails(key, "Approval needed: ", SUPPORT_RCPT, 1, SETTLE_S);
 	ck_assert_msg(json_array_size(m) == 1, "switched on, the notice did not go out");
 	json_decref(m);

@@ -295,8 +295,7 @@ kill_switch(bool on)
 {
 	char *out = NULL;
 	int rc = tl_ctl(&out, "kill-switch", on ? "on" : "off", "--reason",
-	                on ? "check_observe sends" : "check_observe holds", "--operator",
-	                "check_observe", (char *)NULL);
+	                on ? "check_observe sends" : "check_observe holds", (char *)NULL);
 
 	ck_assert_msg(rc == 0, "kill-switch: exit %d: %s", rc, out ? out : "");
 	free(out);
@@ -664,8 +663,7 @@ START_TEST(test_metrics_dispatch)
 	/* The CLI names the client too. */
 	off = tl_log_offset();
 	ck_assert_msg(tl_ctl(&out, "reconcile", id_lease, "--not-delivered", "--reason",
-	                     "checked with the provider: never arrived", "--operator",
-	                     "check_observe", (char *)NULL) == 0,
+	                     "checked with the provider: never arrived", (char *)NULL) == 0,
 	              "reconcile: %s", out ? out : "");
 	free(out);
 	lines = lines_of(off, key, "effect.reconciled", 1);
@@ -730,8 +728,8 @@ START_TEST(test_purge)
 	      "   FROM effect_outbox WHERE idempotency_key = $3",
 	      e_dl, g_client, keep, (char *)NULL);
 
-	ck_assert_msg(tl_ctl(&out, "--json", "purge", "--older-than", "30", "--reason",
-	                     "retention: 30 days", "--operator", "check_observe", (char *)NULL) == 0,
+	ck_assert_msg(tl_ctl(&out, "--json", "purge", "--older-than", "30d", "--reason",
+	                     "retention: 30 days", (char *)NULL) == 0,
 	              "purge: %s", out ? out : "");
 	doc = json_loads(out, 0, NULL);
 	ck_assert_msg(doc != NULL && json_integer_value(json_object_get(doc, "attempts")) >= 1 &&
@@ -851,8 +849,7 @@ START_TEST(test_replay_contract_changed)
 	make_failed_original(c, orig, "sha256:5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed");
 	off = tl_log_offset();
 	ck_assert_msg(tl_ctl(&out, "replay", orig, "--new-key", nkey, "--reason",
-	                     "contract v8 tightened the tone rules", "--client", "dev", "--operator",
-	                     "check_observe", (char *)NULL) == 0,
+	                     "contract v8 tightened the tone rules", "--client", "dev", (char *)NULL) == 0,
 	              "replay: %s", out ? out : "");
 	free(out);
 	out = NULL;
@@ -876,7 +873,7 @@ START_TEST(test_replay_contract_changed)
 	make_failed_original(c, same, hash);
 	ck_assert_msg(tl_ctl(&out, "replay", same, "--new-key", nsame, "--reason",
 	                     "the mail server refused; address corrected upstream", "--client", "dev",
-	                     "--operator", "check_observe", (char *)NULL) == 0,
+	                     (char *)NULL) == 0,
 	              "replay: %s", out ? out : "");
 	free(out);
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"

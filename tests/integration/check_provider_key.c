@@ -230,7 +230,7 @@ kill_switch_on(void)
 {
 	char *out = NULL;
 	int rc = tl_ctl(&out, "kill-switch", "on", "--reason", "check_provider_key sends",
-	                "--operator", "check_provider_key", (char *)NULL);
+	                (char *)NULL);
 
 	ck_assert_msg(rc == 0, "oncegatectl kill-switch on: exit %d: %s", rc, out ? out : "");
 	free(out);

@@ -548,7 +548,7 @@ START_TEST(test_edit_then_sent_once)
 	/* sent: the corrected text to one tenant's customer, once; the draft
 	 * to the other's */
 	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_quorum sends to loopback",
-	             "--operator", "check_quorum", (char *)NULL);
+	             (char *)NULL);
 	dl_disp_start_demo(&disp, "support@oncegate.example");
 	deadline = tl_now() + SETTLE_S;
 	while (count1(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"

@@ -188,7 +188,7 @@ START_TEST(test_two_tenants_one_key)
 
 	ck_assert_msg(dl_key_b != NULL, "no second client: `oncegatectl client add` failed");
 	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_realdata sends to loopback",
-	             "--operator", "check_realdata", (char *)NULL);
+	             (char *)NULL);
 	snprintf(prefix, sizeof(prefix), "%s:", tl_run);
 	key = tl_corpus_key(prefix, json_string_value(json_array_get(
 	                                json_object_get(tenants, "long_keys"), 6)), 200);

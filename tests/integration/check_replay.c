@@ -39,7 +39,7 @@
 #include "testlib.h"
 
 #define APPROVER        "sam@example.com"    /* in groups support and sales */
-#define OPERATOR        "oncegate-operator" /* the stack's operator login role */
+#define OPERATOR        tl_ctl_role() /* the role oncegatectl connects as: the operator recorded */
 #define BULK_N          50
 #define BULK_RATE       "5/s"
 #define TEST_TIMEOUT_S  240
@@ -355,7 +355,7 @@ START_TEST(test_replay_through_approval_and_outbox)
 	proc_register(prov);
 	ck_assert_msg(port > 0, "the HTTP provider did not start (see %s)", g_tmp);
 	ck_assert_int_eq(tl_ctl(NULL, "kill-switch", "on", "--reason", "check_replay sends",
-	                        "--operator", OPERATOR, (char *)NULL), 0);
+	                        (char *)NULL), 0);
 	dispatcher_start(&disp, port);
 
 	make_output(key, true, &r);
@@ -371,11 +371,10 @@ START_TEST(test_replay_through_approval_and_outbox)
 	/* its crm.tag was sent: a replay could tag a second time, so only
 	 * with --force */
 	ck_assert_int_eq(tl_ctl(&out, "replay", key, "--new-key", nkey, "--reason",
-	                        "the tag went to the wrong contact", "--operator", OPERATOR,
-	                        (char *)NULL), 1);
+	                        "the tag went to the wrong contact", (char *)NULL), 1);
 	free(out);
 	doc = ctl_json(0, &out, "replay", key, "--new-key", nkey, "--reason",
-	               "the tag went to the wrong contact", "--operator", OPERATOR, "--force",
+	               "the tag went to the wrong contact", "--force",
 	               (char *)NULL);
 	ck_assert_msg(doc != NULL, "no JSON from replay: %s", out);
 	ck_assert_str_eq(tl_jstr(doc, "state"), "awaiting_human");
@@ -402,7 +401,7 @@ START_TEST(test_replay_through_approval_and_outbox)
 	                         "  AND o.idempotency_key = r.original_key"
 	                         " WHERE r.replay_key = $1 AND n.payload_hash = o.payload_hash"
 	                         "  AND n.state = 'awaiting_human' AND n.output = o.output"
-	                         "  AND n.requested_by = '" OPERATOR "'", nkey, (char *)NULL), 1);
+	                         "  AND n.requested_by = $2", nkey, OPERATOR, (char *)NULL), 1);
 	json_decref(doc);
 	doc = ctl_json(0, NULL, "explain", key, (char *)NULL);
 	a = json_array_get(json_object_get(doc, "replays"), 0);
@@ -458,11 +457,12 @@ START_TEST(test_replay_through_approval_and_outbox)
 
 	tl_expect_run_unchanged(c, key, before, "replay, approval and dispatch of the new run");
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE action = 'replay'"
-	                         " AND idempotency_key = $1 AND operator = '" OPERATOR "'", nkey, (char *)NULL), 1);
+	                         " AND idempotency_key = $1 AND operator = $2", nkey, OPERATOR,
+	                         (char *)NULL), 1);
 	dl_disp_stop(&disp, 20);
 	provider_stop(prov, "http_provider");
 	ck_assert_int_eq(tl_ctl(NULL, "kill-switch", "off", "--reason", "check_replay done",
-	                        "--operator", OPERATOR, (char *)NULL), 0);
+	                        (char *)NULL), 0);
 	free(before);
 	PQfinish(c);
 }
@@ -543,7 +543,7 @@ START_TEST(test_refusals)
 	/* stop of no job, purge without a reason */
 	ck_assert_int_eq(tl_ctl(&out, "stop", "999999999", "--reason", "x", (char *)NULL), 1);
 	free(out);
-	ck_assert_int_eq(tl_ctl(&out, "purge", "--older-than", "0", (char *)NULL), 2);
+	ck_assert_int_eq(tl_ctl(&out, "purge", "--older-than", "1s", (char *)NULL), 2);
 	free(out);
 
 	tl_expect_run_unchanged(c, key, b1, "a refused replay");
@@ -581,7 +581,7 @@ START_TEST(test_replay_corrected_payload)
 	write_file(path, "{ \"m\": \"replay\", \"ticket\": 43 }\n");
 	tl_payload_hash("{\"m\":\"replay\",\"ticket\":43}", hash);
 	doc = ctl_json(0, NULL, "replay", key, "--new-key", nkey, "--payload", path, "--reason",
-	               "ticket number was wrong", "--operator", OPERATOR, (char *)NULL);
+	               "ticket number was wrong", (char *)NULL);
 	ck_assert_str_eq(tl_jstr(doc, "state"), "failed_retryable");
 	ck_assert_str_eq(tl_jstr(doc, "payload_hash"), hash);
 	json_decref(doc);
@@ -747,8 +747,7 @@ START_TEST(test_bulk_shared_key)
 	snprintf(path, sizeof(path), "%s/shared.map", g_tmp);
 	write_file(path, line);
 	doc = ctl_json(0, NULL, "replay", "--map", path, "--client", "dev", "--rate", "100/s",
-	               "--reason", "bulk correction of one tenant", "--operator", OPERATOR,
-	               (char *)NULL);
+	               "--reason", "bulk correction of one tenant", (char *)NULL);
 	json_decref(doc);
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM run_replays p JOIN api_clients a"
 	                         " ON a.id = p.client_id WHERE a.name = 'dev'"
@@ -778,7 +777,7 @@ START_TEST(test_bulk_rate)
 	make_map(c, "rate", BULK_N, path, sizeof(path), keys);
 	t0 = tl_now();
 	doc = ctl_json(0, NULL, "replay", "--map", path, "--rate", BULK_RATE, "--reason",
-	               "bulk correction", "--operator", OPERATOR, (char *)NULL);
+	               "bulk correction", (char *)NULL);
 	took = tl_now() - t0;
 	json_decref(doc);
 	ck_assert_msg(took >= 9.0, "%d items at %s took %.2f s", BULK_N, BULK_RATE, took);
@@ -817,9 +816,7 @@ START_TEST(test_bulk_stop_resume)
 	argv[7] = (char *)(uintptr_t)BULK_RATE;
 	argv[8] = (char *)(uintptr_t)"--reason";
 	argv[9] = (char *)(uintptr_t)"bulk correction, stopped half-way";
-	argv[10] = (char *)(uintptr_t)"--operator";
-	argv[11] = (char *)(uintptr_t)OPERATOR;
-	argv[12] = NULL;
+	argv[10] = NULL;
 	pid = spawn(argv, out, err, ENV_UNSET);
 	deadline = tl_now() + 60;
 	for (;;) {
@@ -835,8 +832,7 @@ START_TEST(test_bulk_stop_resume)
 		ck_assert_msg(tl_now() < deadline, "the job never got half-way");
 		tl_sleep_ms(50);
 	}
-	ck_assert_int_eq(tl_ctl(NULL, "stop", job, "--reason", "stop half-way", "--operator",
-	                        OPERATOR, (char *)NULL), 0);
+	ck_assert_int_eq(tl_ctl(NULL, "stop", job, "--reason", "stop half-way", (char *)NULL), 0);
 	ck_assert_msg(wait_exit(pid, 20, &st), "the job did not stop");
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 4, "a stopped job exits 4, got %d", st);
 	v = qstr(c, "SELECT state FROM replay_jobs WHERE id = $1::bigint", job, (char *)NULL);
@@ -858,7 +854,7 @@ START_TEST(test_bulk_stop_resume)
 	                      job, (char *)NULL);
 
 	doc = ctl_json(0, NULL, "replay", "--resume", job, "--rate", "100/s", "--reason",
-	               "finish the correction", "--operator", OPERATOR, (char *)NULL);
+	               "finish the correction", (char *)NULL);
 	json_decref(doc);
 	v = qstr(c, "SELECT state FROM replay_jobs WHERE id = $1::bigint", job, (char *)NULL);
 	ck_assert_str_eq(v, "completed");
@@ -905,15 +901,15 @@ START_TEST(test_purge)
 	tl_sleep_ms(20);
 	before = tl_run_snapshot(c, key);
 	purges = qnum(c, "SELECT count(*) FROM operator_actions WHERE action = 'purge'"
-	                 " AND reason = 'retention test' AND operator = '" OPERATOR "'", NULL, (char *)NULL);
-	doc = ctl_json(0, NULL, "purge", "--older-than", "0", "--dry-run", (char *)NULL);
+	                 " AND reason = 'retention test' AND operator = $1", OPERATOR, (char *)NULL);
+	doc = ctl_json(0, NULL, "purge", "--older-than", "1s", "--dry-run", (char *)NULL);
 	n = json_integer_value(json_object_get(doc, "runs"));
 	ck_assert_msg(n >= 1, "the dry run counts the finished run");
 	json_decref(doc);
 	tl_expect_run_unchanged(c, key, before, "purge --dry-run");
 
-	doc = ctl_json(0, NULL, "purge", "--older-than", "0", "--reason", "retention test",
-	               "--operator", OPERATOR, (char *)NULL);
+	doc = ctl_json(0, NULL, "purge", "--older-than", "1s", "--reason", "retention test",
+	               (char *)NULL);
 	ck_assert_int_ge(json_integer_value(json_object_get(doc, "runs")), 1);
 	json_decref(doc);
 	v = qstr(c, "SELECT concat_ws(' ', payload IS NULL, output IS NULL,"
@@ -925,8 +921,8 @@ START_TEST(test_purge)
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
 	                         " AND (effect IS NOT NULL OR state <> 'decided')", key, (char *)NULL), 0);
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE action = 'purge'"
-	                         " AND reason = 'retention test' AND operator = '" OPERATOR "'",
-	                         NULL, (char *)NULL), purges + 1);
+	                         " AND reason = 'retention test' AND operator = $1",
+	                         OPERATOR, (char *)NULL), purges + 1);
 	doc = ctl_json(0, NULL, "explain", key, (char *)NULL);
 	ck_assert_str_eq(answer(doc, "processed"), "yes");
 	ck_assert_str_eq(answer(doc, "sent"), "no");

@@ -396,7 +396,7 @@ t=$(date +%s)
 # link, and the scenario goes on from there.
 K=acme:crm-tag:contact-201:v1
 say "e. contact 201 (crm_tag, auto-eligible) with the kill switch off"
-ctl kill-switch off --operator n8n-test --reason "tests/n8n: nothing may reach the provider" >/dev/null
+ctl kill-switch off --reason "tests/n8n: nothing may reach the provider" >/dev/null
 expect "delivery answered" "$(hook "$CRM" '{"contact_id":201,"message":"How much is the pro plan?"}')" 200
 auto_or_waiting() { exec_ended "$K" "Approved by the contract's rules" success || waiting_exec "$K"; }
 until_true 60 "the crm_tag execution finished on the auto branch or waits for sales" auto_or_waiting
@@ -404,9 +404,9 @@ if waiting_exec "$K"; then
 	say "e. the run was drawn for the sample: sales are told by mail and approve it in Chromium"
 	sleep 1 # five dispatcher polls
 	! notice_arrived "$K" || fail "the notice for $K went out with the kill switch off"
-	ctl kill-switch on --operator n8n-test --reason "tests/n8n: the sales notice may go" >/dev/null
+	ctl kill-switch on --reason "tests/n8n: the sales notice may go" >/dev/null
 	URL=$(approval_url "$K")
-	ctl kill-switch off --operator n8n-test --reason "tests/n8n: nothing may reach the provider" >/dev/null
+	ctl kill-switch off --reason "tests/n8n: nothing may reach the provider" >/dev/null
 	[[ $URL == "$ONCEGATE_URL/approve/"* ]] || fail "no approval link in the sales notice ($URL)"
 	ok "sales were told by mail; the waiting crm_tag execution holds no link"
 	node "$ROOT/tests/browser/decide.mjs" "$URL" lee@example.com sales approve \
@@ -427,7 +427,7 @@ PK=$(q "$K" "SELECT provider_key FROM effect_outbox WHERE idempotency_key = :'ke
 	AND effect_type = 'crm.tag' AND provider_key ~ ('^og1/c' || client_id || '/')")
 [[ -n $PK ]] || fail "the crm.tag effect of $K has no per-client provider key"
 expect "provider requests for $PK while off" "$(provider_requests "$PK")" 0
-ctl kill-switch on --operator n8n-test --reason "tests/n8n: back on" >/dev/null
+ctl kill-switch on --reason "tests/n8n: back on" >/dev/null
 committed() { [[ $(provider_committed "$PK") -ge 1 ]]; }
 until_true 30 "the provider committed the tag once the switch is on" committed
 until_true 30 "run $K completed" state_is "$K" "completed -"

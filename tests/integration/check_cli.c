@@ -1,0 +1,769 @@
+/*
+ * check_cli.c — integration suite: oncegatectl as an operator types it,
+ * the real binary against the stack of ./dev test. Two tenants (dev and
+ * RUN-b) hold the same key, a support reply waiting for approval on each;
+ * one tenant's run is rejected with a reason in Russian, Chinese and emoji.
+ *
+ *   help       every command's --help (before or after it) exits 0 and
+ *              prints its full usage, every option a wrong call names, the
+ *              JSON rule and the exit codes; a wrong call prints the same
+ *              usage on stderr and exits 2; --version anywhere;
+ *   anywhere   every command gives the same exit code and the same JSON
+ *              whether -c and --json stand before or after it (or between
+ *              its words);
+ *   json       every --json output is exactly one JSON document, an array
+ *              for a list, with the API's field names (key, type; never
+ *              idempotency_key or effect_type for the run's key and the
+ *              effect's type); a bulk replay job is one document too;
+ *   time       every option that takes a time (report --since, deadletter
+ *              list --since, resume --dead-letters --since, purge
+ *              --older-than) reads 90s, 15m, 2h, 7d, 2w and RFC 3339
+ *              timestamps, and refuses anything else with exit 2 and a
+ *              message naming the option;
+ *   pending    approval list shows the revoked challenges of the rejected
+ *              run, approval list --pending only the ones still waiting;
+ *   operator   --operator is no option (exit 2); the operator recorded is
+ *              the database role, whatever USER or SUDO_USER say.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "dispatchlib.h"
+#include "testlib.h"
+
+#define REASON   "Клиент отозвал заказ — 客户取消了订单 🚫📦 (тикет #48213)"
+#define MAXARGS  32
+
+#define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
+
+static char g_key[160];      /* the key both tenants claimed */
+static char g_new[2][160];   /* the keys the bulk replay gives */
+
+/* ---- running the binary ------------------------------------------------------ */
+
+/* Runs oncegatectl with exactly these words (no -c added) and env extra
+ * ("NAME=value" or NULL) set, connected as the stack's operator role
+ * (tl_ctl_role); stdout and stderr captured (malloc'd). */
+static int
+run_env(char **out, char **err, const char *extra, const char *const *words)
+{
+	char po[300], pe[300];
+	char *argv[MAXARGS + 2];
+	int st, i, n = 0;
+	pid_t pid;
+
+	snprintf(po, sizeof(po), "%s/cli.out", g_tmp);
+	snprintf(pe, sizeof(pe), "%s/cli.err", g_tmp);
+	argv[n++] = (char *)(uintptr_t)tl_env("ONCEGATE_CTL");
+	for (i = 0; words[i] != NULL && n < MAXARGS; i++)
+		argv[n++] = (char *)(uintptr_t)words[i];
+	argv[n] = NULL;
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fo = open(po, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		int fe = open(pe, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0)
+			_exit(127);
+		if (*tl_ctl_role() != '\0')
+			setenv("PGUSER", tl_ctl_role(), 1);
+		if (extra != NULL)
+			putenv(strdup(extra));
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	*out = tl_file_slurp(po, NULL);
+	*err = tl_file_slurp(pe, NULL);
+	if (*out == NULL)
+		*out = strdup("");
+	if (*err == NULL)
+		*err = strdup("");
+	ck_assert_msg(WIFEXITED(st), "oncegatectl did not exit");
+	return WEXITSTATUS(st);
+}
+
+static int
+run(char **out, char **err, const char *const *words)
+{
+	return run_env(out, err, NULL, words);
+}
+
+/* Does the word before position at take it as its value? */
+static bool
+splits_value(const char *const *words, int at)
+{
+	static const char *const valued[] = { "--since", "--client", "--new-key", "--reason",
+		                              "--limit", "--older-than", NULL };
+	int i;
+
+	for (i = 0; at > 0 && valued[i] != NULL; i++)
+		if (strcmp(words[at - 1], valued[i]) == 0)
+			return true;
+	return false;
+}
+
+/* words with "-c CONF" put at position at (0: first; -1: last) and --json
+ * at jat (-2: none), into buf. */
+static const char *const *
+place(const char *buf[MAXARGS + 1], const char *const *words, int at, int jat)
+{
+	const char *w[MAXARGS];
+	int n = 0, m = 0, i, len = 0;
+
+	while (words[len] != NULL)
+		len++;
+	for (i = 0; i <= len; i++) {
+		if (i == (at < 0 ? len : at)) {
+			w[n++] = "-c";
+			w[n++] = tl_env("ONCEGATE_CONF");
+		}
+		if (jat != -2 && i == (jat < 0 ? len : jat))
+			w[n++] = "--json";
+		if (i < len)
+			w[n++] = words[i];
+	}
+	for (m = 0; m < n; m++)
+		buf[m] = w[m];
+	buf[n] = NULL;
+	return buf;
+}
+
+/* The words as one line, for messages. */
+static const char *
+line_of(const char *const *words)
+{
+	static char s[1024];
+	size_t n = 0;
+	int i;
+
+	s[0] = '\0';
+	for (i = 0; words[i] != NULL && n < sizeof(s) - 2; i++)
+		n += (size_t)snprintf(s + n, sizeof(s) - n, "%s%s", i ? " " : "", words[i]);
+	return s;
+}
+
+/* out as exactly one JSON document (trailing text, a second document or
+ * NDJSON fail the test). */
+static json_t *
+one_doc(const char *out, const char *const *words)
+{
+	json_error_t e;
+	json_t *v = json_loads(out, JSON_DECODE_ANY, &e);
+
+	ck_assert_msg(v != NULL, "`%s --json` is not one JSON document (%s): %.600s",
+	              line_of(words), e.text, out);
+	return v;
+}
+
+/* ---- the data ------------------------------------------------------------------ */
+
+static void
+support_run(const char *bearer, const char *to)
+{
+	struct tl_resp r;
+
+	dl_claim_and_output(bearer, g_key, "support_reply",
+	                    json_pack("{s:s, s:s, s:f}", "subject",
+	                              "Re: Заказ №48213 — 订单状态 📦",
+	                              "body", "Здравствуйте! 您好! Ваш заказ отправлен 🚚. "
+	                              "مرحبا، تم شحن طلبك.", "confidence", 0.82),
+	                    json_pack("{s:s, s:s, s:{s:s}}", "type", "email.send", "target",
+	                              "demo_smtp", "payload", "to", to),
+	                    "n8n:support-inbox", &r);
+	ck_assert_msg(r.status == 202 && strcmp(JSTR(r.json, "outcome"), "awaiting_human") == 0,
+	              "support_reply output: HTTP %ld %.800s", r.status, r.body);
+	tl_resp_free(&r);
+}
+
+/* Both tenants claim g_key and wait for approval; dev's run is then
+ * rejected by the operator (its challenge revoked). */
+static bool
+prepare(void)
+{
+	if (!dl_tenants_prepare())
+		return false;
+	snprintf(g_key, sizeof(g_key), "%s-заказ-48213-订单-🚀", tl_run);
+	snprintf(g_new[0], sizeof(g_new[0]), "%s-заказ-48213-v2", tl_run);
+	snprintf(g_new[1], sizeof(g_new[1]), "%s-заказ-48213-v3", tl_run);
+	return true;
+}
+
+/* An unchecked fixture: once, in the suite's own process. */
+static void
+data_setup(void)
+{
+	const char *w[] = { "-c", tl_env("ONCEGATE_CONF"), "reject", g_key, "--client", "dev",
+		            "--reason", REASON, NULL };
+	char *out, *err;
+	int rc;
+
+	ck_assert_msg(dl_key_b != NULL, "the second tenant could not be added");
+	support_run(dl_key_dev, "kunde@example.de");
+	support_run(dl_key_b, "klient.ivanova@primer.example");
+	rc = run(&out, &err, w);
+	ck_assert_msg(rc == 0, "reject: exit %d: %s", rc, err);
+	free(out);
+	free(err);
+}
+
+/* ---- the commands -------------------------------------------------------------- */
+
+struct form {
+	const char *words[12];
+	bool list;             /* --json gives an array */
+};
+
+/* One form of every command that leaves the data as it is (or that is
+ * refused the same way each time). */
+static const struct form *
+forms(size_t *n)
+{
+	static struct form f[] = {
+		{ { "migrate", "--status", NULL }, true },
+		{ { "client", "list", NULL }, true },
+		{ { "config", "check", NULL }, false },
+		{ { "kill-switch", "status", NULL }, false },
+		{ { "explain", NULL, "--client", "dev", NULL }, false },
+		{ { "report", "--since", "7d", NULL }, false },
+		{ { "deadletter", "list", "--since", "2h", NULL }, true },
+		{ { "deadletter", "show", "00000000-0000-4000-8000-000000000000", NULL }, false },
+		{ { "approval", "list", NULL }, true },
+		{ { "approval", "list", "--pending", "--limit", "50", NULL }, true },
+		{ { "purge", "--older-than", "3650d", "--dry-run", NULL }, false },
+		{ { "replay", NULL, "--new-key", NULL, "--client", "dev", "--reason", "проверка",
+		    "--dry-run", NULL }, false },
+		{ { "resume", "--dead-letters", "--since", "15m", "--dry-run", NULL }, false },
+		{ { "stop", "999999999", "--reason", "нет такой работы", NULL }, false },
+		{ { "reconcile", "00000000-0000-4000-8000-000000000000", "--not-delivered",
+		    "--reason", "проверка", NULL }, false },
+		{ { "reject", "00000000-0000-4000-8000-000000000000", "--reason", "проверка",
+		    NULL }, false },
+		{ { "cancel", "00000000-0000-4000-8000-000000000000", "--reason", "проверка",
+		    NULL }, false },
+		{ { "approval", "revoke", "00000000-0000-4000-8000-000000000000", "--reason",
+		    "проверка", NULL }, false },
+	};
+
+	f[4].words[1] = g_key;
+	f[11].words[1] = g_key;
+	f[11].words[3] = g_new[0];
+	*n = sizeof(f) / sizeof(f[0]);
+	return f;
+}
+
+/* What stays the same from one call to the next: the exit code, and the
+ * JSON without the clocks (ages, waits, the report's period). */
+static void
+strip_clocks(json_t *v)
+{
+	static const char *const clocks[] = {
+		"waiting_seconds", "expires_in_seconds", "age_seconds", "since", "until",
+		"counters_updated_at", "approval_wait_p50_s", "approval_wait_p95_s",
+		"oldest_open_dead_letter_s",
+	};
+	const char *k;
+	json_t *m;
+	size_t i;
+
+	if (json_is_object(v)) {
+		for (i = 0; i < sizeof(clocks) / sizeof(clocks[0]); i++)
+			json_object_del(v, clocks[i]);
+		json_object_foreach(v, k, m)
+			strip_clocks(m);
+	} else if (json_is_array(v)) {
+		json_array_foreach(v, i, m)
+			strip_clocks(m);
+	}
+}
+
+/* ---- help ---------------------------------------------------------------------- */
+
+static const struct {
+	const char *name;
+	const char *options[12];   /* every option the command takes */
+} g_commands[] = {
+	{ "migrate", { "--status", NULL } },
+	{ "client", { "add", "revoke", "list", "--reason", NULL } },
+	{ "config", { "check", NULL } },
+	{ "kill-switch", { "on|off", "status", "--reason", NULL } },
+	{ "replay", { "--new-key", "--reason", "--payload", "--client", "--dry-run", "--force",
+	              "--map", "--rate", "--resume", NULL } },
+	{ "stop", { "JOB", "--reason", NULL } },
+	{ "explain", { "KEY", "--client", NULL } },
+	{ "report", { "--since TIME", "RFC 3339", NULL } },
+	{ "purge", { "--older-than TIME", "--reason", "--dry-run", "RFC 3339", NULL } },
+	{ "deadletter", { "list", "show", "--since TIME", "--class", "--target", "--state",
+	                  "--limit", "RFC 3339", NULL } },
+	{ "reconcile", { "--delivered", "--provider-id", "--not-delivered", "--reason",
+	                 "--expect", NULL } },
+	{ "resume", { "--reason", "--expect", "--select", "--dead-letters", "--class",
+	              "--target", "--since TIME", "--rate", "--dry-run", "--job", NULL } },
+	{ "reject", { "EFFECT", "KEY", "--reason", "--client", "--expect", NULL } },
+	{ "approval", { "list", "--pending", "--limit", "revoke", "resend", "--reason", NULL } },
+	{ "cancel", { "EFFECT", "--reason", NULL } },
+};
+
+#define NCOMMANDS (sizeof(g_commands) / sizeof(g_commands[0]))
+
+static void
+expect_exit_codes(const char *text, const char *what)
+{
+	ck_assert_msg(strstr(text, "0 done") != NULL && strstr(text, "1 refused") != NULL &&
+	              strstr(text, "2 usage") != NULL && strstr(text, "3 database unavailable") &&
+	              strstr(text, "4 a bulk job stopped") != NULL,
+	              "%s does not give the exit codes: %s", what, text);
+}
+
+START_TEST(test_help_full_usage)
+{
+	const char *buf[MAXARGS + 1];
+	char *out, *err, *out2, *err2, usage[64];
+	size_t i, k;
+	int rc;
+
+	for (i = 0; i < NCOMMANDS; i++) {
+		const char *after[] = { g_commands[i].name, "--help", NULL };
+		const char *before[] = { "--help", g_commands[i].name, NULL };
+		const char *wrong[] = { g_commands[i].name, "--no-such-option", NULL };
+
+		snprintf(usage, sizeof(usage), "usage: oncegatectl %s ", g_commands[i].name);
+		rc = run(&out, &err, place(buf, after, -1, -2));
+		ck_assert_msg(rc == 0, "%s --help: exit %d: %s", g_commands[i].name, rc, err);
+		ck_assert_msg(strstr(out, usage) != NULL, "%s --help: no usage: %s",
+		              g_commands[i].name, out);
+		for (k = 0; g_commands[i].options[k] != NULL; k++)
+			ck_assert_msg(strstr(out, g_commands[i].options[k]) != NULL,
+			              "%s --help does not name %s: %s", g_commands[i].name,
+			              g_commands[i].options[k], out);
+		ck_assert_msg(strstr(out, "--json") != NULL, "%s --help: no --json: %s",
+		              g_commands[i].name, out);
+		expect_exit_codes(out, g_commands[i].name);
+		/* --help before the command says the same */
+		rc = run(&out2, &err2, place(buf, before, 0, -2));
+		ck_assert_msg(rc == 0 && strcmp(out, out2) == 0, "--help %s differs from %s --help",
+		              g_commands[i].name, g_commands[i].name);
+		free(out2);
+		free(err2);
+		/* a wrong call: exit 2 and no less than --help says */
+		rc = run(&out2, &err2, place(buf, wrong, 0, -2));
+		ck_assert_msg(rc == 2, "%s --no-such-option: exit %d", g_commands[i].name, rc);
+		ck_assert_msg(strstr(err2, strstr(out, usage)) != NULL ||
+		              strstr(out, strstr(err2, usage) ?: "\x01") != NULL,
+		              "%s: a wrong call's usage differs from --help:\n%s\n---\n%s",
+		              g_commands[i].name, err2, out);
+		ck_assert_msg(strstr(err2, "2 usage") != NULL, "%s: a wrong call hides the exit "
+		              "codes: %s", g_commands[i].name, err2);
+		free(out2);
+		free(err2);
+		free(out);
+		free(err);
+	}
+	/* the whole program's */
+	{
+		const char *h[] = { "--help", NULL }, *v1[] = { "--version", NULL },
+		           *v2[] = { "report", "--version", NULL }, *none[] = { NULL };
+
+		rc = run(&out, &err, h);
+		ck_assert_int_eq(rc, 0);
+		for (i = 0; i < NCOMMANDS; i++)
+			ck_assert_msg(strstr(out, g_commands[i].name) != NULL, "--help lacks %s",
+			              g_commands[i].name);
+		ck_assert_msg(strstr(out, "before or after the command") != NULL, "%s", out);
+		expect_exit_codes(out, "--help");
+		free(out);
+		free(err);
+		rc = run(&out, &err, v1);
+		ck_assert_msg(rc == 0 && strstr(out, "oncegatectl") != NULL, "--version: %d %s", rc,
+		              out);
+		free(out);
+		free(err);
+		rc = run(&out2, &err2, place(buf, v2, -1, -2));
+		ck_assert_msg(rc == 0 && strstr(out2, "oncegatectl") != NULL, "report --version");
+		free(out2);
+		free(err2);
+		rc = run(&out, &err, none);
+		ck_assert_msg(rc == 2 && strstr(err, "usage: oncegatectl") != NULL, "no command: %d",
+		              rc);
+		free(out);
+		free(err);
+	}
+}
+END_TEST
+
+/* ---- global options anywhere -------------------------------------------------- */
+
+START_TEST(test_global_options_anywhere)
+{
+	const char *buf[MAXARGS + 1];
+	const struct form *f;
+	size_t n, i;
+	char *out, *err;
+
+	f = forms(&n);
+	for (i = 0; i < n; i++) {
+		int len = 0, rc0, rc, at;
+		json_t *d0, *d;
+		char *t0;
+
+		while (f[i].words[len] != NULL)
+			len++;
+		/* the reference: both before the command */
+		rc0 = run(&out, &err, place(buf, f[i].words, 0, 0));
+		ck_assert_msg(rc0 != 2 && rc0 != 3, "`%s`: exit %d: %s", line_of(buf), rc0, err);
+		d0 = one_doc(out, buf);
+		strip_clocks(d0);
+		t0 = tl_json_text(d0);
+		free(out);
+		free(err);
+		/* -c and --json after the command, at its end, and between its words */
+		for (at = 1; at <= len; at++) {
+			if (splits_value(f[i].words, at))
+				continue;
+			rc = run(&out, &err, place(buf, f[i].words, at == len ? -1 : at,
+			                           at == len ? 1 : -1));
+			ck_assert_msg(rc == rc0, "`%s`: exit %d, but %d with the options first: %s",
+			              line_of(buf), rc, rc0, err);
+			d = one_doc(out, buf);
+			strip_clocks(d);
+			{
+				char *t = tl_json_text(d);
+
+				ck_assert_msg(strcmp(t, t0) == 0, "`%s` says\n%s\nbut with the options "
+				              "first\n%s", line_of(buf), t, t0);
+				free(t);
+			}
+			json_decref(d);
+			free(out);
+			free(err);
+		}
+		free(t0);
+		json_decref(d0);
+	}
+}
+END_TEST
+
+/* ---- one JSON document, API names ---------------------------------------------- */
+
+/* No run key or effect type under another name than the API's, anywhere
+ * but in an effect's recovery envelope (where the API, too, calls the
+ * provider's key idempotency_key). */
+static void
+expect_api_names(const json_t *v, const char *where)
+{
+	const char *k;
+	json_t *m;
+	size_t i;
+
+	if (json_is_object(v)) {
+		ck_assert_msg(json_object_get(v, "effect_type") == NULL,
+		              "%s: effect_type (the API says type): %s", where, tl_json_text(v));
+		ck_assert_msg(json_object_get(v, "idempotency_key") == NULL ||
+		              json_object_get(v, "operation") != NULL,
+		              "%s: idempotency_key (the API says key): %s", where, tl_json_text(v));
+		json_object_foreach((json_t *)(uintptr_t)v, k, m)
+			expect_api_names(m, where);
+	} else if (json_is_array(v)) {
+		json_array_foreach(v, i, m)
+			expect_api_names(m, where);
+	}
+}
+
+START_TEST(test_json_one_document)
+{
+	const char *buf[MAXARGS + 1];
+	const struct form *f;
+	char *out, *err, path[300];
+	size_t n, i;
+	json_t *d, *o;
+	int rc;
+
+	f = forms(&n);
+	for (i = 0; i < n; i++) {
+		rc = run(&out, &err, place(buf, f[i].words, -1, -1));
+		d = one_doc(out, buf);
+		if (f[i].list)
+			ck_assert_msg(json_is_array(d), "`%s` lists, but not as an array: %s",
+			              line_of(buf), out);
+		else
+			ck_assert_msg(json_is_object(d), "`%s`: %s", line_of(buf), out);
+		ck_assert_msg(rc == 0 || json_integer_value(json_object_get(d, "exit")) == rc ||
+		              strcmp(f[i].words[0], "explain") == 0,
+		              "`%s` exits %d; its document: %s", line_of(buf), rc, out);
+		/* (the settings of config check are named as in the file) */
+		if (strcmp(f[i].words[0], "config") != 0)
+			expect_api_names(d, line_of(buf));
+		json_decref(d);
+		free(out);
+		free(err);
+	}
+	/* explain: the effects' type, the run's key */
+	{
+		const char *w[] = { "explain", g_key, "--client", "dev", "--json", NULL };
+
+		rc = run(&out, &err, place(buf, w, 0, -2));
+		ck_assert_msg(rc == 0, "explain: %d %s", rc, err);
+		d = one_doc(out, buf);
+		ck_assert_str_eq(JSTR(d, "key"), g_key);
+		json_decref(d);
+		free(out);
+		free(err);
+	}
+	/* approval list: the key as the API names it, both tenants */
+	{
+		const char *w[] = { "approval", "list", NULL };
+		int mine = 0;
+
+		rc = run(&out, &err, place(buf, w, -1, -1));
+		d = one_doc(out, buf);
+		json_array_foreach(d, i, o)
+			mine += strcmp(JSTR(o, "key"), g_key) == 0;
+		ck_assert_msg(mine == 2, "approval list shows %d challenges of the shared key, "
+		              "expected 2 (one a tenant): %s", mine, out);
+		json_decref(d);
+		free(out);
+		free(err);
+	}
+	/* a bulk replay job (two tenants' key, dev's rejected run and one more):
+	 * one document with every item, not a line an item */
+	{
+		FILE *m;
+		const char *w[] = { "replay", "--map", path, "--client", "dev", "--rate", "50/s",
+			            "--reason", REASON, NULL };
+		json_t *res;
+
+		snprintf(path, sizeof(path), "%s/map.txt", g_tmp);
+		m = fopen(path, "w");
+		ck_assert_ptr_nonnull(m);
+		fprintf(m, "# the rejected order, corrected\n%s %s\n", g_key, g_new[0]);
+		fclose(m);
+		rc = run(&out, &err, place(buf, w, -1, -1));
+		ck_assert_msg(rc == 0, "replay --map: exit %d: %s", rc, err);
+		d = one_doc(out, buf);
+		res = json_object_get(d, "results");
+		ck_assert_msg(json_is_array(res) && json_array_size(res) == 1 &&
+		              json_integer_value(json_object_get(d, "job")) > 0 &&
+		              strcmp(JSTR(d, "end"), "completed") == 0 &&
+		              strcmp(JSTR(json_array_get(res, 0), "key"), g_key) == 0 &&
+		              strcmp(JSTR(json_array_get(res, 0), "new_key"), g_new[0]) == 0,
+		              "replay --map --json: %s", out);
+		json_decref(d);
+		free(out);
+		free(err);
+	}
+}
+END_TEST
+
+/* ---- one time grammar ---------------------------------------------------------- */
+
+/* The options that take a time, with what else they need; the time goes
+ * where NULL stands. */
+static const char *const g_timed[][8] = {
+	{ "report", "--since", NULL },
+	{ "deadletter", "list", "--since", NULL },
+	{ "resume", "--dead-letters", "--dry-run", "--since", NULL },
+	{ "purge", "--dry-run", "--older-than", NULL },
+};
+
+START_TEST(test_time_grammar)
+{
+	char ts[5][64], future[64];
+	const char *good[] = { "90s", "15m", "2h", "7d", "2w", ts[0], ts[1], ts[2], ts[3], ts[4] };
+	const char *bad[] = { "5x", "7", "-3d", "3 d", "7D", "0s", "", "yesterday", "P7D",
+		              "2026-13-01T00:00:00Z", "2025-02-30T00:00:00Z", "2025-05-01T08:00:00",
+		              "2025-05-01T25:00:00Z", "2025-05-01T08:00:00+2:00", future };
+	const char *buf[MAXARGS + 1], *w[12];
+	time_t now = time(NULL), then = now - 3 * 86400;
+	struct tm tm;
+	size_t i, j;
+	char *out, *err;
+	int rc, k;
+
+	gmtime_r(&then, &tm);
+	strftime(ts[0], sizeof(ts[0]), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	strftime(ts[1], sizeof(ts[1]), "%Y-%m-%dT%H:%M:%S.250Z", &tm);
+	strftime(ts[2], sizeof(ts[2]), "%Y-%m-%d", &tm);
+	then += 2 * 3600;   /* the same instant, two hours east */
+	gmtime_r(&then, &tm);
+	strftime(ts[3], sizeof(ts[3]), "%Y-%m-%dT%H:%M:%S+02:00", &tm);
+	then -= 2 * 3600 + 90 * 60;
+	gmtime_r(&then, &tm);
+	strftime(ts[4], sizeof(ts[4]), "%Y-%m-%dt%H:%M:%S-01:30", &tm);
+	then = now + 86400;
+	gmtime_r(&then, &tm);
+	strftime(future, sizeof(future), "%Y-%m-%dT%H:%M:%SZ", &tm);
+
+	for (i = 0; i < sizeof(g_timed) / sizeof(g_timed[0]); i++) {
+		for (j = 0; j < sizeof(good) / sizeof(good[0]) + sizeof(bad) / sizeof(bad[0]); j++) {
+			bool ok = j < sizeof(good) / sizeof(good[0]);
+			const char *t = ok ? good[j] : bad[j - sizeof(good) / sizeof(good[0])];
+
+			for (k = 0; g_timed[i][k] != NULL; k++)
+				w[k] = g_timed[i][k];
+			w[k++] = t;
+			w[k] = NULL;
+			rc = run(&out, &err, place(buf, w, 0, -1));
+			if (ok) {
+				/* an empty selection of resume is refused (1), never a usage error */
+				ck_assert_msg(rc == 0 || (rc == 1 && strcmp(w[0], "resume") == 0),
+				              "`%s`: exit %d: %s", line_of(buf), rc, err);
+				json_decref(one_doc(out, buf));
+			} else {
+				ck_assert_msg(rc == 2, "`%s`: exit %d, expected 2 (usage)", line_of(buf),
+				              rc);
+				ck_assert_msg(strstr(err, g_timed[i][k - 2]) != NULL &&
+				              (t == future ? strstr(err, "not in the past") != NULL
+				                           : strstr(err, "not a time") != NULL &&
+				                                 strstr(err, "RFC 3339") != NULL),
+				              "`%s`: the message must name the option and say what a "
+				              "time is: %s", line_of(buf), err);
+				{
+					json_t *d = one_doc(out, buf);
+
+					ck_assert_msg(strcmp(JSTR(d, "error"), "usage") == 0 &&
+					              json_integer_value(json_object_get(d, "exit")) == 2,
+					              "`%s` printed %s", line_of(buf), out);
+					json_decref(d);
+				}
+			}
+			free(out);
+			free(err);
+		}
+	}
+}
+END_TEST
+
+/* ---- approval list --pending --------------------------------------------------- */
+
+START_TEST(test_approval_list_pending)
+{
+	const char *all[] = { "approval", "list", "--json", NULL };
+	const char *pend[] = { "--json", "approval", "list", "--pending", NULL };
+	const char *buf[MAXARGS + 1];
+	int dev_all = 0, dev_pend = 0, b_pend = 0;
+	char *out, *err;
+	json_t *d, *o;
+	size_t i;
+
+	ck_assert_int_eq(run(&out, &err, place(buf, all, 0, -2)), 0);
+	d = one_doc(out, buf);
+	json_array_foreach(d, i, o) {
+		if (strcmp(JSTR(o, "key"), g_key) == 0 && strcmp(JSTR(o, "client"), "dev") == 0) {
+			dev_all++;
+			ck_assert_msg(strcmp(JSTR(o, "state"), "pending") != 0,
+			              "the rejected run's challenge is still pending: %s",
+			              tl_json_text(o));
+		}
+	}
+	json_decref(d);
+	free(out);
+	free(err);
+	ck_assert_msg(dev_all >= 1, "approval list leaves out the rejected run's challenge");
+	ck_assert_int_eq(run(&out, &err, place(buf, pend, 0, -2)), 0);
+	d = one_doc(out, buf);
+	json_array_foreach(d, i, o) {
+		ck_assert_msg(strcmp(JSTR(o, "state"), "pending") == 0,
+		              "approval list --pending shows a %s challenge", JSTR(o, "state"));
+		if (strcmp(JSTR(o, "key"), g_key) == 0) {
+			dev_pend += strcmp(JSTR(o, "client"), "dev") == 0;
+			b_pend += strcmp(JSTR(o, "client"), dl_client_b) == 0;
+		}
+	}
+	json_decref(d);
+	free(out);
+	free(err);
+	ck_assert_msg(dev_pend == 0 && b_pend == 1,
+	              "--pending: %d of dev's, %d of the other tenant's (expected 0 and 1)",
+	              dev_pend, b_pend);
+	/* the text form says the state too */
+	{
+		const char *txt[] = { "approval", "list", NULL };
+
+		ck_assert_int_eq(run(&out, &err, place(buf, txt, -1, -2)), 0);
+		ck_assert_msg(strstr(out, "STATE") != NULL && strstr(out, "revoked") != NULL,
+		              "approval list: %s", out);
+		free(out);
+		free(err);
+	}
+}
+END_TEST
+
+/* ---- the operator is the database role ---------------------------------------- */
+
+START_TEST(test_operator_is_the_role)
+{
+	const char *buf[MAXARGS + 1];
+	const char *w[] = { "reject", g_key, "--client", dl_client_b, "--reason", REASON,
+		            "--operator", "ops.ivanova", NULL };
+	const char *ok[] = { "reject", g_key, "--client", dl_client_b, "--reason", REASON, NULL };
+	PGconn *c = tl_pg_connect();
+	const char *p[3] = { g_key, REASON, tl_ctl_role() };
+	char *out, *err;
+	int rc;
+
+	rc = run(&out, &err, place(buf, w, 0, -2));
+	ck_assert_msg(rc == 2, "--operator: exit %d, expected 2 (no such option): %s", rc, err);
+	free(out);
+	free(err);
+	rc = run_env(&out, &err, "SUDO_USER=ops.ivanova", place(buf, ok, 0, -1));
+	ck_assert_msg(rc == 0, "reject of the other tenant's run: exit %d: %s", rc, err);
+	{
+		json_t *d = one_doc(out, buf);
+
+		ck_assert_str_eq(JSTR(d, "operator"), tl_ctl_role());
+		ck_assert_str_eq(JSTR(d, "key"), g_key);
+		json_decref(d);
+	}
+	free(out);
+	free(err);
+	/* both rejections (dev's in the setup, this one) name the role */
+	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM operator_actions WHERE"
+	                             " idempotency_key = $1 AND reason = $2 AND action = 'reject'"
+	                             " AND operator = $3", 3, p), 2);
+	p[1] = tl_ctl_role();
+	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM operator_actions WHERE"
+	                             " idempotency_key = $1 AND operator <> $2", 2, p), 0);
+	PQfinish(c);
+}
+END_TEST
+
+static Suite *
+cli_suite(void)
+{
+	Suite *s = suite_create("cli");
+	TCase *tc = tcase_create("cli");
+
+	tcase_set_timeout(tc, 240);
+	tcase_add_unchecked_fixture(tc, data_setup, NULL);
+	tcase_add_test(tc, test_help_full_usage);
+	tcase_add_test(tc, test_global_options_anywhere);
+	tcase_add_test(tc, test_json_one_document);
+	tcase_add_test(tc, test_time_grammar);
+	tcase_add_test(tc, test_approval_list_pending);
+	tcase_add_test(tc, test_operator_is_the_role);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	static const struct dl_suite s = {
+		.name = "check_cli", .prefix = "cl", .needed = "ONCEGATE_API_KEY",
+		.suite = cli_suite, .prepare = prepare, .finish = dl_tenants_finish,
+	};
+
+	return dl_suite_main(&s);
+}
