@@ -96,16 +96,9 @@ approvals_start_nginx() {
 	chmod 755 "$APPROVE_NGX_DIR"
 	grep -qE '^[[:space:]]*location = /approve-assets/' "$NGINX_CONF" ||
 		die "$NGINX_CONF has no location = /approve-assets/…: the static card has no place (the config changed shape)"
-	sed -E \
-		-e '/^[[:space:]]*#/d' \
-		-e "s#^([[:space:]]*pid)[[:space:]]+[^;]+;#\\1 $APPROVE_NGX_DIR/nginx.pid;#" \
-		-e "s#^([[:space:]]*error_log)[[:space:]]+[^ ;]+#\\1 $APPROVE_NGX_DIR/error.log#" \
-		-e "s#^([[:space:]]*access_log)[[:space:]]+[^ ;]+#\\1 $APPROVE_NGX_DIR/access.log#" \
-		-e "s#^([[:space:]]*)(client_body|proxy|fastcgi|uwsgi|scgi)_temp_path[[:space:]]+[^;]+;#\\1\\2_temp_path $APPROVE_NGX_DIR/tmp/\\2;#" \
-		-e "s#^([[:space:]]*listen[[:space:]]+)127\\.0\\.0\\.1:[0-9]+#\\1127.0.0.1:$port#" \
+	nginx_copy "$APPROVE_NGX_DIR" "$port" \
 		-e "s#(limit_req_zone[^;]*rate=)[0-9]+r/[sm]#\\1100000r/s#" \
-		-e "s#(limit_req[[:space:]]+zone=[^;]*burst=)[0-9]+#\\1100000#" \
-		"$NGINX_CONF" | awk -v file="$APPROVE_NGX_DIR/card.html" -v path="$STATIC_PATH" '
+		-e "s#(limit_req[[:space:]]+zone=[^;]*burst=)[0-9]+#\\1100000#" | awk -v file="$APPROVE_NGX_DIR/card.html" -v path="$STATIC_PATH" '
 			# The static card, beside the approval assets, with the
 			# headers the responder sends with a page.
 			!done && /^[[:space:]]*location = \/approve-assets\// {

@@ -66,7 +66,9 @@ claims_run_existing
 
 # --- 3. pgbench, the bare statement ---------------------------------------------------
 
+claims_table
 claims_pgbench
+claims_table_drop
 
 # --- 4. the responder's memory ----------------------------------------------------------
 
