@@ -273,7 +273,9 @@ worker_main(void *arg)
 	bool large;
 
 	body = malloc(cap + 1);
-	ctx.db = db_new(cfg->database, cfg->statement_timeout_ms);
+	ctx.db = cfg->pooled_database[0] != '\0'
+	             ? db_new_pooled(cfg->pooled_database, cfg->statement_timeout_ms, true)
+	             : db_new(cfg->database, cfg->statement_timeout_ms);
 	ctx.cfg = cfg;
 	http_response_init(&resp);
 	if (body == NULL || ctx.db == NULL || FCGX_InitRequest(&fr, pool->fd, FCGI_FAIL_ACCEPT_ON_INTR) != 0) {

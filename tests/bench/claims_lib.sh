@@ -133,7 +133,8 @@ at_exit ceiling_cleanup
 ceiling_stop_responder() {
 	[[ -n $CEIL_PID ]] || return 0
 	peak_note ceiling "$CEIL_PID"
-	kill "$CEIL_PID" 2>/dev/null || true
+	# SIGKILL: libfcgi takes SIGTERM as "finish after the next request".
+	kill -KILL "$CEIL_PID" 2>/dev/null || true
 	wait "$CEIL_PID" 2>/dev/null || true
 	CEIL_PID=''
 	rm -f "$CEIL_DIR/fcgi.sock"
