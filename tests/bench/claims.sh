@@ -15,7 +15,10 @@
 #      tests/bench/ceiling_claim.c (the bare claim, new keys) and
 #      ceiling_select.c (a primary-key SELECT, existing keys), with wrk and
 #      claims.lua exactly as for oncegate;
-#   5. the responder's peak RSS (VmHWM).
+#   5. through PgBouncer: a second oncegate-fcgi (the stack's build and
+#      config, pooled_database) behind a private PgBouncer in transaction
+#      mode and a private copy of the nginx config, new and existing keys;
+#   6. the responder's peak RSS (VmHWM).
 # Same concurrency (--connections) and thread count (--threads) for wrk and
 # pgbench. Prints one table on stdout (progress and the tools' own output go
 # to stderr): claims/s, p50/p99, the ratio oncegate/pgbench against the
@@ -79,7 +82,11 @@ claims_pgbench
 claims_ceiling
 claims_table_drop
 
-# --- 5. the responder's memory ----------------------------------------------------------
+# --- 5. oncegate through PgBouncer (transaction pooling) ------------------------------
+
+claims_pgbouncer
+
+# --- 6. the responder's memory ----------------------------------------------------------
 
 HWM_KB=$(hwm_kb "$FCGI_PID")
 RSS_KB=$(sed -nE 's/^VmRSS:[[:space:]]+([0-9]+) kB/\1/p' "/proc/$FCGI_PID/status" 2>/dev/null || true)
@@ -111,6 +118,12 @@ RSS_KB=$(sed -nE 's/^VmRSS:[[:space:]]+([0-9]+) kB/\1/p' "/proc/$FCGI_PID/status
 			"${P99[ceil.$name]}" "$r" ">= $target" "$(verdict "$r" '>=' "$target")" "$p99t" \
 			"$(verdict "${P99[$name]}" '<' "$p99t")"
 	done
+	for name in new existing; do
+		[[ -n ${RATE[pgb.$name]:-} ]] || continue
+		printf '%-20s %17s %7s %7s   (through PgBouncer; direct/pooled %s)\n' "$name, pooled" "${RATE[pgb.$name]}" \
+			"${P50[pgb.$name]}" "${P99[pgb.$name]}" "$(ratio "${RATE[$name]}" "${RATE[pgb.$name]}")"
+	done
+	echo "(PgBouncer: ${PGB_NOTE:-not run})"
 	echo "(ceiling: new keys → tests/bench/ceiling_claim.c, the bare claim; existing → ceiling_select.c, a primary-key SELECT)"
 	hwm=$(mb "$HWM_KB")
 	printf '%-20s %s MB (now %s MB; target < %s MB)  %s\n' 'responder peak RSS' "$hwm" \
@@ -128,6 +141,6 @@ RSS_KB=$(sed -nE 's/^VmRSS:[[:space:]]+([0-9]+) kB/\1/p' "/proc/$FCGI_PID/status
 	echo "run:      $RUN"
 	echo "command:  tests/bench/claims.sh ${ARGS[*]}"
 	printf '          %s\n' "${CMD[new]}" "${CMD[existing]}" "${CMD[pg.new]}" "${CMD[pg.existing]}" \
-		"${CMD[ceil.new]}" "${CMD[ceil.existing]}"
+		"${CMD[ceil.new]}" "${CMD[ceil.existing]}" "${CMD[pgb.new]:-}" "${CMD[pgb.existing]:-}"
 } >"$TMP/table"
 finish

@@ -273,6 +273,7 @@ cpu_snapshot() {
 			elif [[ $pid == "$tool" ]]; then group=client
 			elif [[ -n $PG_PID && ($pid == "$PG_PID" || ${a[1]} == "$PG_PID") ]]; then group=postgres
 			elif [[ -n $NGINX_PID && ($pid == "$NGINX_PID" || ${a[1]} == "$NGINX_PID") ]]; then group=nginx
+			elif [[ -n ${PGB_PID:-} && $pid == "$PGB_PID" ]]; then group=pgbouncer
 			fi
 			[[ -n $group ]] && printf '%s %s %d\n' "$group" "$pid" $((a[11] + a[12]))
 		done
@@ -291,8 +292,9 @@ cpu_report() {
 		END {
 			wall = m["total"] / nproc
 			if (wall <= 0) { print "n/a"; exit }
-			n = split("postgres nginx oncegate-fcgi client", order, " ")
+			n = split("postgres nginx oncegate-fcgi client pgbouncer", order, " ")
 			for (i = 1; i <= n; i++) {
+				if (order[i] == "pgbouncer" && !(order[i] in g)) continue
 				name = order[i] == "client" ? client : order[i]
 				printf "%s %.0f%%  ", name, 100 * g[order[i]] / wall
 				ours += g[order[i]]

@@ -28,6 +28,11 @@
 #      (consume.sql); wrk POST /approve/{token}, each token once (last; the
 #      stack's dispatcher is paused meanwhile, and sends those TOKENS
 #      effects to demo_smtp after);
+#   (1b. the ceiling: a private copy of the stack's nginx config in front of
+#      tests/bench/ceiling_claim.c (the bare claim) and ceiling_select.c (a
+#      primary-key SELECT), wrk with claims.lua as for oncegate; then
+#      through PgBouncer: a second oncegate-fcgi with pooled_database behind
+#      a private PgBouncer in transaction mode, new and existing keys;)
 #   4. oncegatectl report (the weekly figures, read over every table the
 #      run filled) under /usr/bin/time, for its peak RSS.
 # Peak RSS is each process's VmHWM, read before it is stopped: the
@@ -127,7 +132,7 @@ phase() {
 
 CONNS=$CLAIM_CONNS
 phase claims claims_run_new claims_setup_existing claims_run_existing peak_note_stack claims_table claims_pgbench \
-	claims_ceiling claims_table_drop
+	claims_ceiling claims_table_drop claims_pgbouncer
 
 # --- 2. drain -----------------------------------------------------------------------
 
@@ -212,6 +217,12 @@ peak_row() {
 	ceil_row 'claims/s, new keys' new 'bare claim statement' "$TARGET_CEIL_NEW" "$TARGET_CEIL_NEW_P99_MS"
 	ceil_row 'claims/s, duplicates (completed)' existing 'primary-key SELECT' \
 		"$TARGET_CEIL_EXISTING" "$TARGET_CEIL_EXISTING_P99_MS"
+	for name in new existing; do
+		label='claims/s, new keys'
+		[[ $name == existing ]] && label='claims/s, duplicates (completed)'
+		row "${label/claims/pooled}" "${RATE[pgb.$name]:-n/a}" "${P99[pgb.$name]:--}" \
+			"through PgBouncer; base: direct" "${RATE[$name]}" "$(ratio "${RATE[pgb.$name]:-0}" "${RATE[$name]}")" - ''
+	done
 	row 'approval page GET/s' "${RATE[page]}" "${P99[page]}" "nginx alone, static card (${STATIC_BYTES:-?} B)" \
 		"${RATE[static]}" "$(ratio "${RATE[page]}" "${RATE[static]}")" "p99 < $TARGET_PAGE_P99_MS ms" \
 		"p99 $(verdict "${P99[page]}" '<' "$TARGET_PAGE_P99_MS")"
@@ -239,6 +250,7 @@ peak_row() {
 		peak_row 'peak RSS oncegate-dispatch' oncegate-dispatch 'flat (runs of 20 s+)' ''
 	fi
 	peak_row "peak RSS oncegatectl ${CTL_ARGS[*]}" oncegatectl
+	peak_row 'peak RSS oncegate-fcgi, pooled' oncegate-fcgi-pgbouncer
 	peak_row 'peak RSS ceiling responder (ctx)' ceiling
 	peak_row 'peak RSS nginx worker (context)' nginx-worker
 	peak_row 'peak RSS PostgreSQL backend (ctx)' pg-backend
@@ -248,6 +260,7 @@ peak_row() {
 	echo "  ceiling_select.c (libfcgi, 8 threads, one libpq connection each, one prepared statement per request) → PostgreSQL;"
 	echo "  its p50/p99 ms: bare claim ${P50[ceil.new]:-?}/${P99[ceil.new]:-?}, primary-key SELECT ${P50[ceil.existing]:-?}/${P99[ceil.existing]:-?};"
 	echo "  oncegate's p50 ms: new ${P50[new]:-?}, duplicates ${P50[existing]:-?}. Load (uptime) at the start: $LOAD_START; at the end: $(uptime | sed 's/.*load average: //')."
+	echo "Pooled: ${PGB_NOTE:-not run}."
 	echo "Rates are per second over each timed run; the approve POST: answers / (first request .. last answer), $TOKENS tokens once each."
 	echo "Ratio = oncegate / baseline. The consume costs $(awk -v a="${RATE[decide]}" -v b="${RATE[pg.consume]}" \
 		'BEGIN { if (a > 0) printf "%.2f", b / a; else print "inf" }')x the bare statements (target <= ${TARGET_COST}x)."
@@ -263,7 +276,7 @@ peak_row() {
 	done
 	echo
 	echo "CPU in the middle of each run, % of one core (machine: $((NPROC * 100))%):"
-	for name in new existing pg.new pg.existing ceil.new ceil.existing page static pg.consume decide; do
+	for name in new existing pg.new pg.existing ceil.new ceil.existing pgb.new pgb.existing page static pg.consume decide; do
 		printf '  %-13s %s\n' "$name" "${CPU[$name]:-n/a}"
 	done
 	table_footer
@@ -271,7 +284,7 @@ peak_row() {
 	echo "nginx:    claims through the stack's nginx; approvals through $NGINX_NOTE"
 	echo "time:     ${TOTAL_S} s (claims ${PHASE_S[claims]} s, drain ${PHASE_S[drain]} s, approvals ${PHASE_S[approvals]} s, oncegatectl ${PHASE_S[oncegatectl]} s)"
 	echo "command:  tests/bench/run.sh${ARGS[*]:+ ${ARGS[*]}}"
-	for name in new existing pg.new pg.existing ceil.new ceil.existing drain.pg drain.1 drain.4 page static pg.consume decide ctl; do
+	for name in new existing pg.new pg.existing ceil.new ceil.existing pgb.new pgb.existing drain.pg drain.1 drain.4 page static pg.consume decide ctl; do
 		printf '  %-12s %s\n' "$name" "${CMD[$name]:-not run}"
 	done
 } >"$TMP/table"
