@@ -159,23 +159,6 @@ ceiling_start() {
 	die "ceiling_$1 did not start: $(cat "$CEIL_DIR/ceiling_$1.log")"
 }
 
-# upstream_nginx DIR SOCKET: a private nginx in DIR from the stack's config,
-# its upstream SOCKET and nothing else changed; its port in UP_PORT, its
-# master's PID in UP_NGX_PID.
-upstream_nginx() {
-	local dir=$1 sock=$2 port
-	port=$(free_port 18180) || die "no free loopback port for a private nginx"
-	UP_PORT=$port
-	mkdir -p "$dir/tmp"
-	chmod 755 "$dir/tmp"
-	nginx_copy "$dir" "$port" \
-		-e "s#^([[:space:]]*server[[:space:]]+unix:)[^;]+;#\\1$sock;#" >"$dir/nginx.conf"
-	chmod 644 "$dir/nginx.conf"
-	grep -qF "unix:$sock;" "$dir/nginx.conf" ||
-		die "the private nginx config names no upstream socket: the stack's nginx config changed shape"
-	UP_NGX_PID=$(nginx_start "$dir") || die "the private nginx in $dir did not start"
-}
-
 # claims_ceiling: a private nginx from the stack's config (upstream_nginx:
 # its upstream the ceiling's socket), then wrk with claims.lua exactly
 # as for oncegate: new keys against ceiling_claim (ceil.new), the completed
@@ -201,100 +184,32 @@ claims_ceiling() {
 
 # --- through PgBouncer --------------------------------------------------------------
 
-PGB_DIR='' PGB_PID='' PGB_FCGI_PID='' PGB_NGX_PID=''
 # shellcheck disable=SC2317  # called by the EXIT trap
 pgbouncer_cleanup() {
-	if [[ -n $PGB_FCGI_PID ]]; then
-		peak_note oncegate-fcgi-pgbouncer "$PGB_FCGI_PID"
-		kill -TERM "$PGB_FCGI_PID" 2>/dev/null || true
-		wait "$PGB_FCGI_PID" 2>/dev/null || true
-		PGB_FCGI_PID=''
-	fi
-	if [[ -n $PGB_NGX_PID ]]; then
-		nginx_stop "$PGB_NGX_PID" "$PGB_DIR"
-		PGB_NGX_PID=''
-	fi
-	if [[ -n $PGB_PID ]]; then
-		kill -TERM "$PGB_PID" 2>/dev/null || true
-		PGB_PID=''
-	fi
-	[[ -n $PGB_DIR ]] && rm -rf "$PGB_DIR"
-	PGB_DIR=''
+	[[ -n $POOL_FCGI_PID ]] && peak_note oncegate-fcgi-pgbouncer "$POOL_FCGI_PID"
+	pooled_stop
+	PGB_PID=''
 }
 at_exit pgbouncer_cleanup
 
-# claims_pgbouncer: PgBouncer (transaction pooling, 20 server connections,
-# SCRAM against a userlist of the stack's secret, 0600) in front of the
-# stack's PostgreSQL; a second oncegate-fcgi from the stack's build and
-# config with pooled_database pointing at it (unnamed statements) and its
-# own socket and log; a private nginx from the stack's config in front of
-# it; then wrk with claims.lua as for the stack: new keys (pgb.new), the
-# completed keys of claims_setup_existing (pgb.existing). Skipped (the row
-# says so) when pgbouncer is not installed.
+# claims_pgbouncer: oncegate through PgBouncer (pooled_start: PgBouncer in
+# transaction mode, a second oncegate-fcgi from the stack's build and config
+# with pooled_database, a private nginx in front of it), then wrk with
+# claims.lua as for the stack: new keys (pgb.new), the completed keys of
+# claims_setup_existing (pgb.existing). PgBouncer's CPU is counted as
+# pgbouncer. Skipped (the table says so) when pgbouncer is not installed.
 claims_pgbouncer() {
-	local bin pw pgb_port i saved_fcgi=$FCGI_PID fcgi
-	bin=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
-	if [[ ! -x $bin ]]; then
+	local saved_fcgi=$FCGI_PID
+	if ! command -v pgbouncer >/dev/null && [[ ! -x /usr/sbin/pgbouncer ]]; then
 		say "pgbouncer is not installed (Debian package pgbouncer): no row through PgBouncer"
 		PGB_NOTE='not run: pgbouncer is not installed'
 		return 0
 	fi
-	fcgi=$(tr '\0' '\n' <"/proc/$FCGI_PID/cmdline" | head -n1)
-	pw=$(cut -d: -f5- "$PGPASSFILE")
-	pgb_port=$(free_port 16432) || die "no free loopback port for pgbouncer"
-	PGB_DIR=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-bench-pgbouncer.XXXXXX")
-	# nginx's workers reach the responder's socket in here; the secrets are 0600.
-	chmod 711 "$PGB_DIR"
-	(
-		umask 077
-		printf '"%s" "%s"\n' "$PGUSER" "$pw" >"$PGB_DIR/userlist.txt"
-		printf '127.0.0.1:%s:*:%s:%s\n' "$pgb_port" "$PGUSER" "$pw" >"$PGB_DIR/pgpass"
-	)
-	cat >"$PGB_DIR/pgbouncer.ini" <<-EOF
-		[databases]
-		$PGDATABASE = host=127.0.0.1 port=$PGPORT dbname=$PGDATABASE connect_query='SET statement_timeout = 10000; SET idle_in_transaction_session_timeout = 30000; SET client_min_messages = warning'
-		[pgbouncer]
-		listen_addr = 127.0.0.1
-		listen_port = $pgb_port
-		unix_socket_dir =
-		auth_type = scram-sha-256
-		auth_file = $PGB_DIR/userlist.txt
-		pool_mode = transaction
-		default_pool_size = 20
-		max_client_conn = 200
-		logfile = $PGB_DIR/pgbouncer.log
-		pidfile = $PGB_DIR/pgbouncer.pid
-		log_connections = 0
-		log_disconnections = 0
-	EOF
-	chown postgres: "$PGB_DIR/userlist.txt" "$PGB_DIR/pgbouncer.ini"
-	chown postgres: "$PGB_DIR"
-	runuser -u postgres -- "$bin" -d "$PGB_DIR/pgbouncer.ini" || die "pgbouncer did not start ($PGB_DIR/pgbouncer.log)"
-	for ((i = 0; i < 50; i++)); do
-		[[ -s $PGB_DIR/pgbouncer.pid ]] && break
-		sleep 0.1
-	done
-	PGB_PID=$(head -n1 "$PGB_DIR/pgbouncer.pid")
-	# The stack's config, these three first (before any [section]).
-	{
-		printf 'listen = %s\nlog_file = %s\n' "$PGB_DIR/fcgi.sock" "$PGB_DIR/decisions.log"
-		printf 'pooled_database = "host=127.0.0.1 port=%s dbname=%s user=%s passfile=%s"\n' \
-			"$pgb_port" "$PGDATABASE" "$PGUSER" "$PGB_DIR/pgpass"
-		sed -E -e '/^[[:space:]]*(listen|log_file|pooled_database)[[:space:]]*=/d' "$ONCEGATE_CONF"
-	} >"$PGB_DIR/oncegate.conf"
-	chmod 600 "$PGB_DIR/oncegate.conf"
-	"$fcgi" -c "$PGB_DIR/oncegate.conf" </dev/null >"$PGB_DIR/fcgi.stderr" 2>&1 &
-	PGB_FCGI_PID=$!
-	for ((i = 0; i < 100; i++)); do
-		[[ -S $PGB_DIR/fcgi.sock ]] && break
-		sleep 0.1
-	done
-	[[ -S $PGB_DIR/fcgi.sock ]] || die "oncegate-fcgi through pgbouncer did not start: $(tail -n5 "$PGB_DIR/fcgi.stderr")"
-	upstream_nginx "$PGB_DIR" "$PGB_DIR/fcgi.sock"
-	PGB_NGX_PID=$UP_NGX_PID NGINX_PID=$UP_NGX_PID FCGI_PID=$PGB_FCGI_PID
-	PGB_NOTE="PgBouncer $("$bin" --version 2>&1 | head -n1 | awk '{ print $2 }'), pool_mode transaction, default_pool_size 20; a second oncegate-fcgi (threads as the stack's) with pooled_database; its own private nginx"
-	CMD_ENV='ONCEGATE_API_KEY=… ' wrk_run pgb.new "http://127.0.0.1:$UP_PORT" claims.lua new "${RUN}p"
-	CMD_ENV='ONCEGATE_API_KEY=… ' wrk_run pgb.existing "http://127.0.0.1:$UP_PORT" claims.lua existing "$RUN" "$EXISTING"
+	pooled_start "$(tr '\0' '\n' <"/proc/$FCGI_PID/cmdline" | head -n1)"
+	PGB_PID=$POOL_PGB_PID PGB_NOTE=$POOL_NOTE
+	NGINX_PID=$POOL_NGX_PID FCGI_PID=$POOL_FCGI_PID
+	CMD_ENV='ONCEGATE_API_KEY=… ' wrk_run pgb.new "$POOL_URL" claims.lua new "${RUN}p"
+	CMD_ENV='ONCEGATE_API_KEY=… ' wrk_run pgb.existing "$POOL_URL" claims.lua existing "$RUN" "$EXISTING"
 	FCGI_PID=$saved_fcgi NGINX_PID=$STACK_NGINX_PID
 	pgbouncer_cleanup
 }

@@ -26,6 +26,9 @@ PROG=${0##*/}
 # nginx_stop.
 # shellcheck source=tests/lib/stack.sh
 source "$ROOT/tests/lib/stack.sh"
+# nginx_copy, upstream_nginx, pooled_start and pooled_stop.
+# shellcheck source=tests/lib/pooled.sh
+source "$ROOT/tests/lib/pooled.sh"
 
 STRICT=no
 ENV_FILE=$ROOT/.dev/env
@@ -351,23 +354,6 @@ describe_machine() {
 	# Other work on the machine skews every figure: say so in the table.
 	BUSY_BEFORE=$(machine_busy 2)
 	say "machine busy before the first run: $BUSY_BEFORE %"
-}
-
-# nginx_copy DIR PORT [SED-ARG...]: the stack's rendered nginx config
-# (STATE/nginx/nginx.conf) on stdout, made a private instance in DIR: its
-# own pid file, logs and temporary paths below DIR, listening on
-# 127.0.0.1:PORT, comments dropped; then the extra sed -E arguments.
-nginx_copy() {
-	local dir=$1 port=$2
-	shift 2
-	sed -E \
-		-e '/^[[:space:]]*#/d' \
-		-e "s#^([[:space:]]*pid)[[:space:]]+[^;]+;#\\1 $dir/nginx.pid;#" \
-		-e "s#^([[:space:]]*error_log)[[:space:]]+[^ ;]+#\\1 $dir/error.log#" \
-		-e "s#^([[:space:]]*access_log)[[:space:]]+[^ ;]+#\\1 $dir/access.log#" \
-		-e "s#^([[:space:]]*)(client_body|proxy|fastcgi|uwsgi|scgi)_temp_path[[:space:]]+[^;]+;#\\1\\2_temp_path $dir/tmp/\\2;#" \
-		-e "s#^([[:space:]]*listen[[:space:]]+)127\\.0\\.0\\.1:[0-9]+#\\1127.0.0.1:$port#" \
-		"$@" "$STATE/nginx/nginx.conf"
 }
 
 # --- results -------------------------------------------------------------------------
