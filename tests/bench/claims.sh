@@ -124,6 +124,9 @@ RSS_KB=$(sed -nE 's/^VmRSS:[[:space:]]+([0-9]+) kB/\1/p' "/proc/$FCGI_PID/status
 			"${P50[pgb.$name]}" "${P99[pgb.$name]}" "$(ratio "${RATE[$name]}" "${RATE[pgb.$name]}")"
 	done
 	echo "(PgBouncer: ${PGB_NOTE:-not run})"
+	echo "server CPU per request, µs (postgres + nginx + responder [+ pgbouncer]; ceiling cost / oncegate cost in brackets):"
+	echo "  new keys: oncegate $(cost_us new), ceiling $(cost_us ceil.new) [$(ratio "$(cost_us ceil.new)" "$(cost_us new)")], pooled $(cost_us pgb.new);" \
+		"duplicates: oncegate $(cost_us existing), ceiling $(cost_us ceil.existing) [$(ratio "$(cost_us ceil.existing)" "$(cost_us existing)")], pooled $(cost_us pgb.existing)"
 	echo "(ceiling: new keys → tests/bench/ceiling_claim.c, the bare claim; existing → ceiling_select.c, a primary-key SELECT)"
 	hwm=$(mb "$HWM_KB")
 	printf '%-20s %s MB (now %s MB; target < %s MB)  %s\n' 'responder peak RSS' "$hwm" \

@@ -458,6 +458,21 @@ pgbench_run() {
 	rm -f "$log".*
 }
 
+# cost_us NAME: the server side's CPU per request of run NAME, in µs:
+# postgres, nginx, the responder (and pgbouncer) from CPU[NAME], over
+# RATE[NAME]. Other work on the machine slows every side down but takes
+# little of this figure, so a ratio of two costs is steadier than a ratio
+# of two rates on a busy machine.
+cost_us() {
+	awk -v cpu="${CPU[$1]:-}" -v rate="${RATE[$1]:-0}" 'BEGIN {
+		n = split(cpu, w, /[ %]+/)
+		for (i = 1; i < n; i++)
+			if (w[i] == "postgres" || w[i] == "nginx" || w[i] == "oncegate-fcgi" || w[i] == "pgbouncer")
+				sum += w[i + 1]
+		if (rate > 0 && sum > 0) printf "%.0f", sum / 100 * 1e6 / rate; else print "n/a"
+	}'
+}
+
 # --- the table ----------------------------------------------------------------------------
 
 # verdict VALUE OP TARGET: "ok" or "MISS".

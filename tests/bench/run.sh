@@ -261,6 +261,9 @@ peak_row() {
 	echo "  its p50/p99 ms: bare claim ${P50[ceil.new]:-?}/${P99[ceil.new]:-?}, primary-key SELECT ${P50[ceil.existing]:-?}/${P99[ceil.existing]:-?};"
 	echo "  oncegate's p50 ms: new ${P50[new]:-?}, duplicates ${P50[existing]:-?}. Load (uptime) at the start: $LOAD_START; at the end: $(uptime | sed 's/.*load average: //')."
 	echo "Pooled: ${PGB_NOTE:-not run}."
+	echo "Server CPU per request, µs (postgres + nginx + responder [+ pgbouncer]; ceiling cost / oncegate cost in brackets, steadier than"
+	echo "  the rate ratio on a busy machine): new keys: oncegate $(cost_us new), ceiling $(cost_us ceil.new) [$(ratio "$(cost_us ceil.new)" "$(cost_us new)")], pooled $(cost_us pgb.new);" \
+		"duplicates: oncegate $(cost_us existing), ceiling $(cost_us ceil.existing) [$(ratio "$(cost_us ceil.existing)" "$(cost_us existing)")], pooled $(cost_us pgb.existing)."
 	echo "Rates are per second over each timed run; the approve POST: answers / (first request .. last answer), $TOKENS tokens once each."
 	echo "Ratio = oncegate / baseline. The consume costs $(awk -v a="${RATE[decide]}" -v b="${RATE[pg.consume]}" \
 		'BEGIN { if (a > 0) printf "%.2f", b / a; else print "inf" }')x the bare statements (target <= ${TARGET_COST}x)."
