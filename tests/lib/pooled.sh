@@ -114,7 +114,9 @@ pooled_start() {
 		die "oncegate-fcgi through pgbouncer did not start: $(tail -n5 "$POOL_DIR/fcgi.stderr")"
 	upstream_nginx "$POOL_DIR" "$POOL_DIR/fcgi.sock"
 	POOL_NGX_PID=$UP_NGX_PID
+	# shellcheck disable=SC2034  # the caller's
 	POOL_URL=http://127.0.0.1:$UP_PORT
+	# shellcheck disable=SC2034
 	POOL_NOTE="PgBouncer $("$bin" --version 2>&1 | head -n1 | awk '{ print $2 }'), pool_mode transaction, default_pool_size 20; a second oncegate-fcgi with pooled_database (unnamed statements), its own private nginx"
 }
 
