@@ -177,7 +177,7 @@ pg_backends() {
 	local pid title
 	[[ -n ${PG_PID:-} ]] || return 0
 	for pid in $(children_of "$PG_PID"); do
-		title=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+		title=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
 		[[ $title =~ ^postgres:\ [^\ ]+\ [^\ ]+\ (\[local\]|[0-9]) ]] && echo "$pid"
 	done
 	return 0
