@@ -80,6 +80,7 @@ keep_startup_settings(const struct config *start, struct config *now, char *chan
 	CHANGED_S(listen_group);
 	CHANGED_S(listen_allow);
 	CHANGED_S(database);
+	CHANGED_S(pooled_database);
 	CHANGED_S(log_file);
 	KEEP_I(listen_mode);
 	KEEP_I(listen_backlog);
