@@ -127,6 +127,8 @@ unfinished=$(awk '{ last[$1] = $2 } END { for (k in last) if (last[k] != 201 && 
 rows=$(psql -X -At -c "SELECT count(*) FROM workflow_runs WHERE idempotency_key LIKE '$RUN:%'")
 keys=$(awk '{ print $1 }' "$TMP/answers" | sort -u | wc -l)
 healthy=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 5 "$ONCEGATE_URL/healthz" || true)
+clean=yes
+if [[ $POOLED == yes ]]; then pooled_fcgi_stop || clean=no; fi
 
 if [[ $TERMINATE == yes ]]; then
 	printf '\nresponder connections terminated for %d s (%d) under %d clients (%s), %d s in all\n' \
@@ -145,7 +147,8 @@ printf '  rows for %d keys                       %d   (must be equal)\n' "$keys"
 printf '  /healthz afterwards                     %s\n' "$healthy"
 # A stopped server must show as 503s; terminated connections may all be
 # re-established before a request notices.
-[[ $bad == 0 && $doubled == 0 && $unfinished == 0 && $rows == "$keys" && $healthy == 200 &&
+[[ $POOLED == no ]] || printf '  the pooled responder stopped without sanitizer findings: %s\n' "$clean"
+[[ $bad == 0 && $doubled == 0 && $unfinished == 0 && $rows == "$keys" && $healthy == 200 && $clean == yes &&
 	($TERMINATE == yes || ${by_status[503]:-0} -gt 0) ]] || {
 	[[ ${by_status[503]:-0} -gt 0 ]] || echo "  (no 503 seen: the outage missed the load)"
 	exit 1

@@ -120,13 +120,20 @@ pooled_start() {
 	POOL_NOTE="PgBouncer $("$bin" --version 2>&1 | head -n1 | awk '{ print $2 }'), pool_mode transaction, default_pool_size 20; a second oncegate-fcgi with pooled_database (unnamed statements), its own private nginx"
 }
 
+# pooled_fcgi_stop: stops the second oncegate-fcgi (SIGTERM: it finishes
+# what it serves); false, with the reports on stderr, when it left
+# sanitizer findings (a sanitizer build) on its stderr.
+pooled_fcgi_stop() {
+	[[ -n $POOL_FCGI_PID ]] || return 0
+	kill -TERM "$POOL_FCGI_PID" 2>/dev/null || true
+	wait "$POOL_FCGI_PID" 2>/dev/null || true
+	POOL_FCGI_PID=''
+	! sanitizer_findings "$POOL_DIR/fcgi.stderr"
+}
+
 # pooled_stop: stops what pooled_start started and removes POOL_DIR.
 pooled_stop() {
-	if [[ -n $POOL_FCGI_PID ]]; then
-		kill -TERM "$POOL_FCGI_PID" 2>/dev/null || true
-		wait "$POOL_FCGI_PID" 2>/dev/null || true
-		POOL_FCGI_PID=''
-	fi
+	pooled_fcgi_stop || true
 	if [[ -n $POOL_NGX_PID ]]; then
 		nginx_stop "$POOL_NGX_PID" "$POOL_DIR"
 		POOL_NGX_PID=''
