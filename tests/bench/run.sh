@@ -61,7 +61,9 @@
 # development machine while other work kept it busy: 11 timed runs of 30 s
 # and the approve POST, 2000 keys and 2000 links created through the API in
 # 100 s and 85 s, three fills of 200,000 effects of about 40 s each); with
-# --quick about 3 min there (less on a quiet machine).
+# --quick about 3 min there (less on a quiet machine). The ceilings and
+# the run through PgBouncer add four timed runs (467 s with --quick at load
+# 10-13 in all).
 #
 # Exit status: 0 measured, 1 a run had errors (an unexpected answer or a
 # socket error, a failed pgbench transaction, rows not as expected, an
