@@ -31,15 +31,16 @@ static void *
 serve(void *arg)
 {
 	PGconn *pg = PQconnectdb("");
+	PGresult *prep = PQstatus(pg) == CONNECTION_OK ? PQprepare(pg, "s", SQL, 1, NULL) : NULL;
 	FCGX_Request rq;
 	char body[4096], key[512];
 
 	(void)arg;
-	if (PQstatus(pg) != CONNECTION_OK ||
-	    PQresultStatus(PQprepare(pg, "s", SQL, 1, NULL)) != PGRES_COMMAND_OK) {
+	if (PQresultStatus(prep) != PGRES_COMMAND_OK) {
 		fprintf(stderr, "ceiling: %s", PQerrorMessage(pg));
 		exit(1);
 	}
+	PQclear(prep);
 	FCGX_InitRequest(&rq, sock, 0);
 	while (FCGX_Accept_r(&rq) >= 0) {
 		int n = FCGX_GetStr(body, sizeof(body) - 1, rq.in);
