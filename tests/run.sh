@@ -91,6 +91,11 @@ run_prod_nginx() { bash "$ROOT/tests/identity/prod_nginx.sh"; }
 run_kill9() { bash "$ROOT/tests/chaos/kill9.sh" --effects 200 --kills 10; }
 run_pg_restart() { bash "$ROOT/tests/chaos/pg_restart.sh" --clients 4 --down 2; }
 run_pg_terminate() { bash "$ROOT/tests/chaos/pg_restart.sh" --clients 4 --down 2 --terminate; }
+# The same through PgBouncer in transaction mode (a second responder with
+# pooled_database): PostgreSQL stopped behind the pooler.
+run_pg_restart_pooled() {
+	ONCEGATE_FCGI=$BUILD/oncegate-fcgi bash "$ROOT/tests/chaos/pg_restart.sh" --clients 4 --down 2 --pooled
+}
 run_skew() { bash "$ROOT/tests/chaos/skew.sh"; }
 run_log_full() { bash "$ROOT/tests/chaos/log_full.sh" --claims 20; }
 run_multihost() { ONCEGATE_FCGI=$BUILD/oncegate-fcgi bash "$ROOT/tests/chaos/multihost.sh" --short; }
@@ -192,6 +197,7 @@ run_stages() {
 		"run_kill9|chaos, short form (tests/chaos/kill9.sh --effects 200 --kills 10)|chaos: an effect was sent twice or lost"
 		"run_pg_restart|chaos, short form (tests/chaos/pg_restart.sh)|chaos: a claim was lost, doubled, or answered other than 200/201/503"
 		"run_pg_terminate||chaos: a terminated connection lost, doubled or failed a claim"
+		"run_pg_restart_pooled||chaos: through PgBouncer, a claim was lost, doubled, or answered other than 200/201/503"
 		"run_skew|chaos (tests/chaos/skew.sh)|chaos: a lease that ended was not handled as over"
 		"run_log_full|chaos, short form (tests/chaos/log_full.sh)|chaos: a full decision-log disk stopped requests or was not reported once"
 		"run_multihost|chaos, short form (tests/chaos/multihost.sh --short)|chaos: with hosts cut off the network, a claim, approval or effect was doubled or lost, or answered 500"

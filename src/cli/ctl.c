@@ -24,7 +24,10 @@ int
 ctl_db(struct ctl *ctl)
 {
 	if (ctl->db == NULL)
-		ctl->db = db_new(ctl->cfg.database, ctl->cfg.statement_timeout_ms);
+		ctl->db = ctl->cfg.pooled_database[0] != '\0'
+		              ? db_new_pooled(ctl->cfg.pooled_database,
+		                              ctl->cfg.statement_timeout_ms, true)
+		              : db_new(ctl->cfg.database, ctl->cfg.statement_timeout_ms);
 	if (ctl->db == NULL || db_ensure(ctl->db) != DB_OK) {
 		fprintf(stderr, "oncegatectl: %s\n",
 		        ctl->db != NULL ? db_error(ctl->db) : "out of memory");

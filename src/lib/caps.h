@@ -20,6 +20,14 @@
 #define OG_JSON_NUMBER_MAX        1000  /* characters of one number (kept as written) */
 #define OG_JSON_EXPONENT_MAX      1000  /* |exponent| as written: jsonb's limit */
 #define OG_RESPONSE_MAX           (1024 * 1024)
+/* A request whose body or answer is larger than this is "large": its JSON
+ * tree or page is many times its size (an output of 16,000 fields takes
+ * about 5 MB while it is parsed and checked). At most OG_LARGE_CONCURRENT
+ * large bodies are handled at once, and after a large request the heap's
+ * free pages go back to the system, so the responder's memory stays
+ * bounded whatever its clients send at the same time. */
+#define OG_LARGE_BYTES            (64 * 1024)
+#define OG_LARGE_CONCURRENT       2
 /* An approval page may take OG_RESPONSE_MAX plus this many times the body
  * cap: it shows the output whole and field by field, with HTML escapes. */
 #define OG_PAGE_BODY_FACTOR       12

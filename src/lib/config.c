@@ -52,6 +52,7 @@ static const struct config_row rows[] = {
 	ROW_I(shutdown_grace_seconds, OG_SHUTDOWN_GRACE_S, 1, 3600),
 	/* a conninfo may carry a password */
 	ROW_S(database, "", true),
+	ROW_S(pooled_database, "", true),
 	ROW_I(statement_timeout_ms, OG_DB_STATEMENT_TIMEOUT_MS, 0, 3600000),
 	ROW_I(lease_default_seconds, OG_LEASE_DEFAULT, 1, 7 * 86400),
 	ROW_I(lease_max_seconds, OG_LEASE_MAX, 1, 7 * 86400),

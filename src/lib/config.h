@@ -57,6 +57,7 @@ struct config {
 	int shutdown_grace_seconds;
 	/* database */
 	char *database;        /* libpq conninfo; empty: PG* environment */
+	char *pooled_database; /* through a transaction pooler; empty: none */
 	int statement_timeout_ms;
 	/* ledger */
 	int lease_default_seconds;

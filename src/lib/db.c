@@ -15,6 +15,7 @@ struct db {
 	PGconn *conn;
 	char *conninfo;
 	int statement_timeout_ms;
+	bool pooled;   /* behind a transaction pooler: no session state */
 	const struct db_stmt **prepared; /* statements prepared on this session */
 	size_t nprepared, aprepared;
 	struct timespec last_failed_connect; /* CLOCK_MONOTONIC; zero: none */
@@ -24,6 +25,12 @@ struct db {
 
 struct db *
 db_new(const char *conninfo, int statement_timeout_ms)
+{
+	return db_new_pooled(conninfo, statement_timeout_ms, false);
+}
+
+struct db *
+db_new_pooled(const char *conninfo, int statement_timeout_ms, bool pooled)
 {
 	struct db *db = calloc(1, sizeof(*db));
 
@@ -35,6 +42,7 @@ db_new(const char *conninfo, int statement_timeout_ms)
 		return NULL;
 	}
 	db->statement_timeout_ms = statement_timeout_ms;
+	db->pooled = pooled;
 	return db;
 }
 
@@ -172,7 +180,10 @@ db_ensure(struct db *db)
 		return DB_UNAVAILABLE;
 	}
 	memset(&db->last_failed_connect, 0, sizeof(db->last_failed_connect));
-	return db_session_setup(db);
+	/* Behind a transaction pooler a session setting would stay on whichever
+	 * server connection ran it: the pooler sets them on its own
+	 * connections (PgBouncer: connect_query). */
+	return db->pooled ? DB_OK : db_session_setup(db);
 }
 
 static bool
@@ -219,9 +230,13 @@ db_exec_once(struct db *db, const struct db_stmt *stmt, const char *const *param
 	ExecStatusType st;
 	enum db_rc rc;
 
-	if (!db_is_prepared(db, stmt) && (rc = db_prepare(db, stmt)) != DB_OK)
-		return rc;
-	*res = PQexecPrepared(db->conn, stmt->name, stmt->nparams, params, NULL, NULL, 0);
+	if (db->pooled) {
+		*res = PQexecParams(db->conn, stmt->sql, stmt->nparams, NULL, params, NULL, NULL, 0);
+	} else {
+		if (!db_is_prepared(db, stmt) && (rc = db_prepare(db, stmt)) != DB_OK)
+			return rc;
+		*res = PQexecPrepared(db->conn, stmt->name, stmt->nparams, params, NULL, NULL, 0);
+	}
 	st = PQresultStatus(*res);
 	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
 		return DB_OK;
@@ -347,7 +362,7 @@ db_pipeline_enter(struct db *db, const struct db_call *calls, int n)
 	enum db_rc rc;
 	int i;
 
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n && !db->pooled; i++)
 		if (!db_is_prepared(db, calls[i].stmt) && (rc = db_prepare(db, calls[i].stmt)) != DB_OK)
 			return rc;
 	if (PQenterPipelineMode(db->conn) != 1) {
@@ -364,8 +379,11 @@ db_pipeline_send(struct db *db, const struct db_call *calls, int n)
 	int i;
 
 	for (i = 0; i < n; i++)
-		if (PQsendQueryPrepared(db->conn, calls[i].stmt->name, calls[i].stmt->nparams,
-		                        calls[i].params, NULL, NULL, 0) != 1)
+		if ((db->pooled ? PQsendQueryParams(db->conn, calls[i].stmt->sql, calls[i].stmt->nparams,
+		                                    NULL, calls[i].params, NULL, NULL, 0)
+		                : PQsendQueryPrepared(db->conn, calls[i].stmt->name,
+		                                      calls[i].stmt->nparams, calls[i].params, NULL,
+		                                      NULL, 0)) != 1)
 			return -1;
 	return PQpipelineSync(db->conn) == 1 ? 0 : -1;
 }

@@ -29,6 +29,13 @@ enum db_rc {
 struct db;
 
 struct db *db_new(const char *conninfo, int statement_timeout_ms);
+/* pooled: the connection goes through a pooler in transaction mode that
+ * keeps no session state (PgBouncer 1.18 and older: no prepared
+ * statements). Every statement then travels with its text (unnamed,
+ * PQexecParams: the same single round trip, planned on each execution),
+ * and the session settings (statement_timeout, ...) are the pooler's to set
+ * on its server connections. */
+struct db *db_new_pooled(const char *conninfo, int statement_timeout_ms, bool pooled);
 void db_free(struct db *db);
 /* Connects (or reconnects) if needed. */
 enum db_rc db_ensure(struct db *db) __attribute__((warn_unused_result));

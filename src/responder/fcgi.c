@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <grp.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
@@ -45,7 +46,31 @@ struct fcgi_pool {
 	atomic_bool stopping;
 	int nworkers;
 	struct worker *workers;
+	/* large request bodies being handled (OG_LARGE_CONCURRENT at most) */
+	pthread_mutex_t large_lock;
+	pthread_cond_t large_free;
+	int large;
 };
+
+/* Waits for a place among the large requests. */
+static void
+large_enter(struct fcgi_pool *pool)
+{
+	pthread_mutex_lock(&pool->large_lock);
+	while (pool->large >= OG_LARGE_CONCURRENT)
+		pthread_cond_wait(&pool->large_free, &pool->large_lock);
+	pool->large++;
+	pthread_mutex_unlock(&pool->large_lock);
+}
+
+static void
+large_leave(struct fcgi_pool *pool)
+{
+	pthread_mutex_lock(&pool->large_lock);
+	pool->large--;
+	pthread_cond_signal(&pool->large_free);
+	pthread_mutex_unlock(&pool->large_lock);
+}
 
 /* Interrupts a worker blocked on an idle kept-alive connection during
  * shutdown; it has nothing to do but make the read return EINTR. */
@@ -245,9 +270,12 @@ worker_main(void *arg)
 	struct http_response resp;
 	FCGX_Request fr;
 	char *body;
+	bool large;
 
 	body = malloc(cap + 1);
-	ctx.db = db_new(cfg->database, cfg->statement_timeout_ms);
+	ctx.db = cfg->pooled_database[0] != '\0'
+	             ? db_new_pooled(cfg->pooled_database, cfg->statement_timeout_ms, true)
+	             : db_new(cfg->database, cfg->statement_timeout_ms);
 	ctx.cfg = cfg;
 	http_response_init(&resp);
 	if (body == NULL || ctx.db == NULL || FCGX_InitRequest(&fr, pool->fd, FCGI_FAIL_ACCEPT_ON_INTR) != 0) {
@@ -276,6 +304,9 @@ worker_main(void *arg)
 		atomic_store(&w->state, WORKER_BUSY);
 		fill_request(&fr, &req);
 		read_body(&fr, body, cap, &req);
+		large = req.body_len > OG_LARGE_BYTES;
+		if (large)
+			large_enter(pool);
 		http_response_reset(&resp);
 		pthread_rwlock_rdlock(&pool->shared->lock);
 		ctx.cfg = pool->shared->cfg;
@@ -288,6 +319,15 @@ worker_main(void *arg)
 		pthread_rwlock_unlock(&pool->shared->lock);
 		send_response(&fr, &resp);
 		FCGX_Finish_r(&fr);
+		if (large)
+			large_leave(pool);
+		/* What a large request freed stays in this thread's malloc arena
+		 * (glibc does not give it back by itself): give it back now. */
+		if (large || resp.body.len > OG_LARGE_BYTES) {
+			http_response_free(&resp);
+			http_response_init(&resp);
+			malloc_trim(0);
+		}
 	}
 	FCGX_Free(&fr, 1);
 out:
@@ -319,6 +359,8 @@ fcgi_pool_start(int fd, const struct config *cfg, struct fcgi_shared *shared, ch
 		return NULL;
 	}
 	pool->fd = fd;
+	pthread_mutex_init(&pool->large_lock, NULL);
+	pthread_cond_init(&pool->large_free, NULL);
 	pool->cfg = cfg;
 	pool->shared = shared;
 	pool->nworkers = cfg->threads;
@@ -375,6 +417,8 @@ fcgi_pool_stop(struct fcgi_pool *pool, int grace_seconds)
 		for (i = 0; i < pool->nworkers; i++)
 			if (pool->workers[i].started)
 				pthread_join(pool->workers[i].thread, NULL);
+		pthread_cond_destroy(&pool->large_free);
+		pthread_mutex_destroy(&pool->large_lock);
 		free(pool->workers);
 		free(pool);
 	}

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +80,7 @@ keep_startup_settings(const struct config *start, struct config *now, char *chan
 	CHANGED_S(listen_group);
 	CHANGED_S(listen_allow);
 	CHANGED_S(database);
+	CHANGED_S(pooled_database);
 	CHANGED_S(log_file);
 	KEEP_I(listen_mode);
 	KEEP_I(listen_backlog);
@@ -123,6 +125,11 @@ main(int argc, char **argv)
 
 	if ((opt = config_options(argc, argv, usage, &path, &check)) >= 0)
 		return opt;
+	/* A fixed threshold: blocks of 128 KiB and more are mapped on their
+	 * own and unmapped when freed. glibc would otherwise raise it to the
+	 * largest block freed so far (up to 32 MiB), and the big buffers of
+	 * large requests would then stay in the arenas. */
+	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 	config_defaults(&cfg);
 	if (config_load(path, &cfg, err, sizeof(err)) != 0) {
 		fprintf(stderr, "oncegate-fcgi: %s\n", err);

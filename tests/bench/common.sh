@@ -26,6 +26,9 @@ PROG=${0##*/}
 # nginx_stop.
 # shellcheck source=tests/lib/stack.sh
 source "$ROOT/tests/lib/stack.sh"
+# nginx_copy, upstream_nginx, pooled_start and pooled_stop.
+# shellcheck source=tests/lib/pooled.sh
+source "$ROOT/tests/lib/pooled.sh"
 
 STRICT=no
 ENV_FILE=$ROOT/.dev/env
@@ -174,7 +177,7 @@ pg_backends() {
 	local pid title
 	[[ -n ${PG_PID:-} ]] || return 0
 	for pid in $(children_of "$PG_PID"); do
-		title=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+		title=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
 		[[ $title =~ ^postgres:\ [^\ ]+\ [^\ ]+\ (\[local\]|[0-9]) ]] && echo "$pid"
 	done
 	return 0
@@ -273,6 +276,7 @@ cpu_snapshot() {
 			elif [[ $pid == "$tool" ]]; then group=client
 			elif [[ -n $PG_PID && ($pid == "$PG_PID" || ${a[1]} == "$PG_PID") ]]; then group=postgres
 			elif [[ -n $NGINX_PID && ($pid == "$NGINX_PID" || ${a[1]} == "$NGINX_PID") ]]; then group=nginx
+			elif [[ -n ${PGB_PID:-} && $pid == "$PGB_PID" ]]; then group=pgbouncer
 			fi
 			[[ -n $group ]] && printf '%s %s %d\n' "$group" "$pid" $((a[11] + a[12]))
 		done
@@ -291,8 +295,9 @@ cpu_report() {
 		END {
 			wall = m["total"] / nproc
 			if (wall <= 0) { print "n/a"; exit }
-			n = split("postgres nginx oncegate-fcgi client", order, " ")
+			n = split("postgres nginx oncegate-fcgi client pgbouncer", order, " ")
 			for (i = 1; i <= n; i++) {
+				if (order[i] == "pgbouncer" && !(order[i] in g)) continue
 				name = order[i] == "client" ? client : order[i]
 				printf "%s %.0f%%  ", name, 100 * g[order[i]] / wall
 				ours += g[order[i]]
@@ -451,6 +456,21 @@ pgbench_run() {
 				i99 = int(NR * 0.99); if (i99 < 1) i99 = 1
 				printf "%.2f %.2f\n", v[i50] / 1000, v[i99] / 1000 }')
 	rm -f "$log".*
+}
+
+# cost_us NAME: the server side's CPU per request of run NAME, in µs:
+# postgres, nginx, the responder (and pgbouncer) from CPU[NAME], over
+# RATE[NAME]. Other work on the machine slows every side down but takes
+# little of this figure, so a ratio of two costs is steadier than a ratio
+# of two rates on a busy machine.
+cost_us() {
+	awk -v cpu="${CPU[$1]:-}" -v rate="${RATE[$1]:-0}" 'BEGIN {
+		n = split(cpu, w, /[ %]+/)
+		for (i = 1; i < n; i++)
+			if (w[i] == "postgres" || w[i] == "nginx" || w[i] == "oncegate-fcgi" || w[i] == "pgbouncer")
+				sum += w[i + 1]
+		if (rate > 0 && sum > 0) printf "%.0f", sum / 100 * 1e6 / rate; else print "n/a"
+	}'
 }
 
 # --- the table ----------------------------------------------------------------------------

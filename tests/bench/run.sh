@@ -28,6 +28,11 @@
 #      (consume.sql); wrk POST /approve/{token}, each token once (last; the
 #      stack's dispatcher is paused meanwhile, and sends those TOKENS
 #      effects to demo_smtp after);
+#   (1b. the ceiling: a private copy of the stack's nginx config in front of
+#      tests/bench/ceiling_claim.c (the bare claim) and ceiling_select.c (a
+#      primary-key SELECT), wrk with claims.lua as for oncegate; then
+#      through PgBouncer: a second oncegate-fcgi with pooled_database behind
+#      a private PgBouncer in transaction mode, new and existing keys;)
 #   4. oncegatectl report (the weekly figures, read over every table the
 #      run filled) under /usr/bin/time, for its peak RSS.
 # Peak RSS is each process's VmHWM, read before it is stopped: the
@@ -56,7 +61,9 @@
 # development machine while other work kept it busy: 11 timed runs of 30 s
 # and the approve POST, 2000 keys and 2000 links created through the API in
 # 100 s and 85 s, three fills of 200,000 effects of about 40 s each); with
-# --quick about 3 min there (less on a quiet machine).
+# --quick about 3 min there (less on a quiet machine). The ceilings and
+# the run through PgBouncer add four timed runs (467 s with --quick at load
+# 10-13 in all).
 #
 # Exit status: 0 measured, 1 a run had errors (an unexpected answer or a
 # socket error, a failed pgbench transaction, rows not as expected, an
@@ -111,6 +118,7 @@ load_stack
 command -v /usr/bin/time >/dev/null || die "/usr/bin/time is not installed (Debian package time)"
 start_run
 describe_machine
+LOAD_START=$(uptime | sed 's/.*load average: //')
 
 T_START=$SECONDS
 declare -A PHASE_S
@@ -125,7 +133,8 @@ phase() {
 # --- 1. claims ----------------------------------------------------------------------
 
 CONNS=$CLAIM_CONNS
-phase claims claims_run_new claims_setup_existing claims_run_existing peak_note_stack claims_pgbench
+phase claims claims_run_new claims_setup_existing claims_run_existing peak_note_stack claims_table claims_pgbench \
+	claims_ceiling claims_table_drop claims_pgbouncer
 
 # --- 2. drain -----------------------------------------------------------------------
 
@@ -180,6 +189,15 @@ claim_row() {
 		"$(verdict "$r" '>=' "$3"); p99 $(verdict "${P99[$2]}" '<' "$TARGET_CLAIM_P99_MS")"
 }
 
+# ceil_row LABEL NAME WHAT TARGET P99_TARGET: a claim row against the ceiling
+# responder's run ceil.NAME.
+ceil_row() {
+	local r
+	r=$(ratio "${RATE[$2]}" "${RATE[ceil.$2]}")
+	row "$1" "${RATE[$2]}" "${P99[$2]}" "ceiling: $3" "${RATE[ceil.$2]}" "$r" \
+		">= $4; p99 < $5 ms" "$(verdict "$r" '>=' "$4"); p99 $(verdict "${P99[$2]}" '<' "$5")"
+}
+
 # peak_row LABEL GROUP [TARGET VERDICT]: a peak RSS row (MB).
 peak_row() {
 	local kb=${PEAK_KB[$2]:-} n=${PEAK_N[$2]:-0} what
@@ -198,6 +216,15 @@ peak_row() {
 	row what oncegate 'p99 ms' baseline baseline ratio target verdict
 	claim_row 'claims/s, new keys' new "$TARGET_NEW"
 	claim_row 'claims/s, duplicates (completed)' existing "$TARGET_EXISTING"
+	ceil_row 'claims/s, new keys' new 'bare claim statement' "$TARGET_CEIL_NEW" "$TARGET_CEIL_NEW_P99_MS"
+	ceil_row 'claims/s, duplicates (completed)' existing 'primary-key SELECT' \
+		"$TARGET_CEIL_EXISTING" "$TARGET_CEIL_EXISTING_P99_MS"
+	for name in new existing; do
+		label='claims/s, new keys'
+		[[ $name == existing ]] && label='claims/s, duplicates (completed)'
+		row "${label/claims/pooled}" "${RATE[pgb.$name]:-n/a}" "${P99[pgb.$name]:--}" \
+			"through PgBouncer; base: direct" "${RATE[$name]}" "$(ratio "${RATE[pgb.$name]:-0}" "${RATE[$name]}")" - ''
+	done
 	row 'approval page GET/s' "${RATE[page]}" "${P99[page]}" "nginx alone, static card (${STATIC_BYTES:-?} B)" \
 		"${RATE[static]}" "$(ratio "${RATE[page]}" "${RATE[static]}")" "p99 < $TARGET_PAGE_P99_MS ms" \
 		"p99 $(verdict "${P99[page]}" '<' "$TARGET_PAGE_P99_MS")"
@@ -225,10 +252,20 @@ peak_row() {
 		peak_row 'peak RSS oncegate-dispatch' oncegate-dispatch 'flat (runs of 20 s+)' ''
 	fi
 	peak_row "peak RSS oncegatectl ${CTL_ARGS[*]}" oncegatectl
+	peak_row 'peak RSS oncegate-fcgi, pooled' oncegate-fcgi-pgbouncer
+	peak_row 'peak RSS ceiling responder (ctx)' ceiling
 	peak_row 'peak RSS nginx worker (context)' nginx-worker
 	peak_row 'peak RSS PostgreSQL backend (ctx)' pg-backend
 
 	echo
+	echo "Ceiling: the stack's nginx config (a private copy, its upstream the ceiling's socket) → tests/bench/ceiling_claim.c or"
+	echo "  ceiling_select.c (libfcgi, 8 threads, one libpq connection each, one prepared statement per request) → PostgreSQL;"
+	echo "  its p50/p99 ms: bare claim ${P50[ceil.new]:-?}/${P99[ceil.new]:-?}, primary-key SELECT ${P50[ceil.existing]:-?}/${P99[ceil.existing]:-?};"
+	echo "  oncegate's p50 ms: new ${P50[new]:-?}, duplicates ${P50[existing]:-?}. Load (uptime) at the start: $LOAD_START; at the end: $(uptime | sed 's/.*load average: //')."
+	echo "Pooled: ${PGB_NOTE:-not run}."
+	echo "Server CPU per request, µs (postgres + nginx + responder [+ pgbouncer]; ceiling cost / oncegate cost in brackets, steadier than"
+	echo "  the rate ratio on a busy machine): new keys: oncegate $(cost_us new), ceiling $(cost_us ceil.new) [$(ratio "$(cost_us ceil.new)" "$(cost_us new)")], pooled $(cost_us pgb.new);" \
+		"duplicates: oncegate $(cost_us existing), ceiling $(cost_us ceil.existing) [$(ratio "$(cost_us ceil.existing)" "$(cost_us existing)")], pooled $(cost_us pgb.existing)."
 	echo "Rates are per second over each timed run; the approve POST: answers / (first request .. last answer), $TOKENS tokens once each."
 	echo "Ratio = oncegate / baseline. The consume costs $(awk -v a="${RATE[decide]}" -v b="${RATE[pg.consume]}" \
 		'BEGIN { if (a > 0) printf "%.2f", b / a; else print "inf" }')x the bare statements (target <= ${TARGET_COST}x)."
@@ -244,15 +281,15 @@ peak_row() {
 	done
 	echo
 	echo "CPU in the middle of each run, % of one core (machine: $((NPROC * 100))%):"
-	for name in new existing pg.new pg.existing page static pg.consume decide; do
-		printf '  %-12s %s\n' "$name" "${CPU[$name]:-n/a}"
+	for name in new existing pg.new pg.existing ceil.new ceil.existing pgb.new pgb.existing page static pg.consume decide; do
+		printf '  %-13s %s\n' "$name" "${CPU[$name]:-n/a}"
 	done
 	table_footer
 	echo "          RAM $(awk '/^MemTotal:/ { printf "%.1f GB", $2 / 1048576 }' /proc/meminfo); $(nginx -v 2>&1 | sed 's/^nginx version: //'); $("$PGBENCH" --version); oncegate $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '(not a git checkout)')"
 	echo "nginx:    claims through the stack's nginx; approvals through $NGINX_NOTE"
 	echo "time:     ${TOTAL_S} s (claims ${PHASE_S[claims]} s, drain ${PHASE_S[drain]} s, approvals ${PHASE_S[approvals]} s, oncegatectl ${PHASE_S[oncegatectl]} s)"
 	echo "command:  tests/bench/run.sh${ARGS[*]:+ ${ARGS[*]}}"
-	for name in new existing pg.new pg.existing drain.pg drain.1 drain.4 page static pg.consume decide ctl; do
+	for name in new existing pg.new pg.existing ceil.new ceil.existing pgb.new pgb.existing drain.pg drain.1 drain.4 page static pg.consume decide ctl; do
 		printf '  %-12s %s\n' "$name" "${CMD[$name]:-not run}"
 	done
 } >"$TMP/table"

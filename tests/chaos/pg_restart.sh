@@ -7,8 +7,13 @@
 #   * every key ends claimed exactly once: one row, at most one 201;
 #   * the responder served again without a restart.
 #
-#   tests/chaos/pg_restart.sh [--clients N] [--down S] [--terminate]
+#   tests/chaos/pg_restart.sh [--clients N] [--down S] [--terminate] [--pooled]
 #                              (default 8 clients, 3 s outage)
+#
+# --pooled: the clients go through a second oncegate-fcgi (ONCEGATE_FCGI,
+# the stack's config) that reaches PostgreSQL through PgBouncer in
+# transaction mode (pooled_database, tests/lib/pooled.sh); PostgreSQL stops
+# (or its connections are terminated) behind the pooler.
 #
 # --terminate: instead of stopping PostgreSQL, kill the responder's
 # connections under it (pg_terminate_backend, every 0.2 s for the outage),
@@ -24,14 +29,17 @@
 set -euo pipefail
 # shellcheck source=tests/lib/stack.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
+# shellcheck source=tests/lib/pooled.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/pooled.sh"
 
-CLIENTS=8 DOWN=3 TERMINATE=no
+CLIENTS=8 DOWN=3 TERMINATE=no POOLED=no
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--clients) CLIENTS=${2:?}; shift 2 ;;
 	--down) DOWN=${2:?}; shift 2 ;;
 	--terminate) TERMINATE=yes; shift ;;
-	*) echo "usage: $0 [--clients N] [--down S] [--terminate]" >&2; exit 2 ;;
+	--pooled) POOLED=yes; shift ;;
+	*) echo "usage: $0 [--clients N] [--down S] [--terminate] [--pooled]" >&2; exit 2 ;;
 	esac
 done
 need_env "./dev test or ./dev chaos" ONCEGATE_URL ONCEGATE_API_KEY ONCEGATE_TEST_PG_STOP ONCEGATE_TEST_PG_START PGHOST
@@ -42,6 +50,7 @@ PIDS=()
 cleanup() {
 	local p
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	pooled_stop
 	wait 2>/dev/null || true
 	# never leave the stack without its database
 	bash -c "$ONCEGATE_TEST_PG_START" >/dev/null 2>&1 || true
@@ -50,6 +59,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 (umask 077 && printf 'Authorization: Bearer %s\n' "$ONCEGATE_API_KEY" >"$TMP/auth")
+if [[ $POOLED == yes ]]; then
+	need_env "./dev test or ./dev chaos" ONCEGATE_FCGI ONCEGATE_CONF PGPASSFILE
+	pooled_start "$ONCEGATE_FCGI"
+	say "through PgBouncer: $POOL_NOTE ($POOL_URL)"
+	ONCEGATE_URL=$POOL_URL
+fi
 
 # client C: claims new keys one after another until TMP/stop appears; on
 # anything but 201/200 it waits a little and tries the same key again (at
@@ -112,6 +127,8 @@ unfinished=$(awk '{ last[$1] = $2 } END { for (k in last) if (last[k] != 201 && 
 rows=$(psql -X -At -c "SELECT count(*) FROM workflow_runs WHERE idempotency_key LIKE '$RUN:%'")
 keys=$(awk '{ print $1 }' "$TMP/answers" | sort -u | wc -l)
 healthy=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 5 "$ONCEGATE_URL/healthz" || true)
+clean=yes
+if [[ $POOLED == yes ]]; then pooled_fcgi_stop || clean=no; fi
 
 if [[ $TERMINATE == yes ]]; then
 	printf '\nresponder connections terminated for %d s (%d) under %d clients (%s), %d s in all\n' \
@@ -119,6 +136,7 @@ if [[ $TERMINATE == yes ]]; then
 else
 	printf '\nPostgreSQL stopped for %d s under %d clients (%s), %d s in all\n' "$DOWN" "$CLIENTS" "$RUN" "$ELAPSED"
 fi
+[[ $POOLED == no ]] || printf '  through PgBouncer (transaction pooling, pooled_database)\n'
 printf '  requests %d:' "$total"
 for s in "${!by_status[@]}"; do printf ' %s x%d' "$s" "${by_status[$s]}"; done
 printf '\n'
@@ -129,7 +147,8 @@ printf '  rows for %d keys                       %d   (must be equal)\n' "$keys"
 printf '  /healthz afterwards                     %s\n' "$healthy"
 # A stopped server must show as 503s; terminated connections may all be
 # re-established before a request notices.
-[[ $bad == 0 && $doubled == 0 && $unfinished == 0 && $rows == "$keys" && $healthy == 200 &&
+[[ $POOLED == no ]] || printf '  the pooled responder stopped without sanitizer findings: %s\n' "$clean"
+[[ $bad == 0 && $doubled == 0 && $unfinished == 0 && $rows == "$keys" && $healthy == 200 && $clean == yes &&
 	($TERMINATE == yes || ${by_status[503]:-0} -gt 0) ]] || {
 	[[ ${by_status[503]:-0} -gt 0 ]] || echo "  (no 503 seen: the outage missed the load)"
 	exit 1
