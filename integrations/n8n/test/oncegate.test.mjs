@@ -269,6 +269,28 @@ describe('Submit output and wait for decision', () => {
 		await run(second.ctx);
 		assert.equal(second.run.requests[0].body?.version, 2);
 	});
+	it('takes the newest version of the run upstream, from the invalid output the repair came through', async () => {
+		const invalidItem = {
+			json: {
+				oncegate: { key: KEY, lease_owner: OWNER, version: 2, state: 'processing' },
+				errors: [],
+			},
+		};
+		const { ctx, run: r } = fakeExecute({
+			params: SUBMIT,
+			items: [modelAnswer(JSON.stringify(DRAFT))],
+			parents: [...UPSTREAM, { name: 'Submit the draft', type: NODE.type, item: invalidItem }],
+			answers: [
+				{
+					status: 202,
+					body: { outcome: 'awaiting_human', approvals: [], notified: true, version: 2 },
+				},
+			],
+		});
+		await run(ctx);
+		assert.equal(r.requests[0].body?.version, 2);
+	});
+
 	it('hands text that is not JSON in as it is, for the contract to judge', async () => {
 		const { ctx, run: r } = fakeExecute({
 			params: { ...SUBMIT, output: 'Конечно! Вот ответ: 你好' },

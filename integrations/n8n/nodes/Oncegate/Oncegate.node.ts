@@ -117,13 +117,20 @@ export function findRun(fns: IExecuteFunctions, itemIndex: number): RunContext {
 			.getParentNodes(me.name)
 			.filter((n) => n.type === me.type && n.disabled !== true);
 		const proxy = fns.getWorkflowDataProxy(itemIndex);
+		// The nearest run upstream names the key; a later node of the same
+		// run (after an invalid output, say) may hold a newer version.
 		for (const n of upstream) {
 			try {
 				const ancestor = proxy.$(n.name).item as INodeExecutionData | undefined;
 				const run = ancestor?.json?.oncegate;
-				if (isRunContext(run)) {
+				if (
+					isRunContext(run) &&
+					(found === undefined ||
+						(run.key === found.key &&
+							run.lease_owner === found.lease_owner &&
+							run.version > found.version))
+				) {
 					found = run;
-					break;
 				}
 			} catch {
 				// that node did not run for this item: try the next one
