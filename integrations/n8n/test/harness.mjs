@@ -43,7 +43,12 @@ export function fakeExecute(o) {
 			},
 			$execution: {
 				customData: {
-					set: (k, v) => run.customData.set(k, v),
+					set: (k, v) => {
+						// as n8n checks custom data keys
+						if (k.replace(/[A-Za-z0-9_]/g, '') !== '' || k.length > 50)
+							throw new Error(`invalid key ${k}`);
+						run.customData.set(k, v);
+					},
 					get: (k) => run.customData.get(k),
 				},
 			},

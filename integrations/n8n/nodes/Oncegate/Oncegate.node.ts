@@ -69,7 +69,8 @@ async function caller(ctx: IExecuteFunctions | IWebhookFunctions): Promise<Onceg
 }
 
 function memoKey(key: string): string {
-	return 'og:' + createHash('sha256').update(key, 'utf8').digest('hex').slice(0, 40);
+	// n8n takes custom data keys of A-Za-z0-9_ only, at most 50 characters.
+	return 'oncegate_' + createHash('sha256').update(key, 'utf8').digest('hex').slice(0, 40);
 }
 
 /** The execution's own record of the newest lease version of each run it holds. */
