@@ -457,7 +457,8 @@ say "d. ticket 106: the model breaks the contract once, the repair passes"
 expect "delivery answered" "$(hook "$SUPPORT" "$(ticket 106 'Где посылка? 包裹在哪里？ [break-once] 🙏')")" 200
 until_true 60 "execution for $K waits for the decision after the repair" waiting_exec "$K"
 expect "model calls for ticket 106 (draft + repair)" "$(model_calls 'Ticket 106:')" 2
-expect "the outputs $SUBMIT_S took before the wait" "$(branches_of "e['key'] == '$K'" "$SUBMIT_S")" "['invalid']"
+# (a waiting execution keeps the item it waits with on the first output)
+expect "the outputs $SUBMIT_S took before the wait" "$(branches_of "e['key'] == '$K'" "$SUBMIT_S")" "['invalid', '$DECISION']"
 expect "run $K" "$(q "$K" "SELECT state || ' ' || invalid_outputs || ' ' || (output->>'tone') FROM workflow_runs WHERE idempotency_key = :'key' AND $MINE")" \
 	"awaiting_human 1 friendly"
 expect "the repaired subject oncegate holds" "$(q "$K" "SELECT output->>'subject' FROM workflow_runs WHERE idempotency_key = :'key' AND $MINE")" \
