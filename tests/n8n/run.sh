@@ -153,7 +153,8 @@ MODEL_PORT=$(sed -n 's/^ready //p' "$WORK/model.out")
 MODEL=http://127.0.0.1:$MODEL_PORT
 
 # n8n's environment: loopback only, its own SQLite, no phoning home; the
-# workflows read ONCEGATE_URL and MODEL_BASE_URL (hence env access on).
+# model step reads MODEL_BASE_URL and MODEL_NAME (hence env access on;
+# oncegate's URL is in the node's credential).
 export N8N_USER_FOLDER=$N8N_HOME DB_TYPE=sqlite N8N_LISTEN_ADDRESS=127.0.0.1 \
 	N8N_PORT N8N_HOST=127.0.0.1 N8N_PROTOCOL=http WEBHOOK_URL=$N8N_ORIGIN/ \
 	N8N_EDITOR_BASE_URL=$N8N_ORIGIN/ N8N_BLOCK_ENV_ACCESS_IN_NODE=false \
