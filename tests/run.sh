@@ -69,6 +69,10 @@ run_fuzz() { (cmd_fuzz --short); }
 # (npm canonicalize) is the one oncegate stores, claimed through nginx.
 run_jcs() { bash "$ROOT/tests/jcs/run.sh"; }
 
+# The n8n node's own tests (canned answers, no n8n) and n8n's lint of it;
+# ./dev test-n8n runs it in a real n8n.
+run_n8n_node() { bash "$ROOT/tests/n8n/node_unit.sh"; }
+
 # Every suite that drives the browser installs its tooling itself (so
 # ./dev test-n8n runs alone from a fresh clone): proved on a fresh copy.
 run_browser_tooling() { bash "$ROOT/tests/browser/check_ensure.sh"; }
@@ -190,6 +194,7 @@ run_stages() {
 		"run_owners|table owners (tests/owners.sh)|a table is written outside its owner module"
 		"run_fuzz|fuzzing (./dev fuzz --short)|fuzzing found something (see .dev/fuzz/crashes)"
 		"run_jcs|RFC 8785 payload hash from JavaScript (tests/jcs/run.sh)|the payload hash oncegate stores differs from the one a JCS library computes"
+		"run_n8n_node|n8n node: unit tests and lint (tests/n8n/node_unit.sh)|the n8n node's unit tests or n8n's lint of it failed"
 		"run_browser_tooling|browser tooling (tests/browser/check_ensure.sh)|a suite runs the browser scripts without ensuring their tooling"
 		"run_browser|browser test (tests/browser/run.sh)|browser test failed"
 		"run_local_access|local access (tests/identity/local_access.sh)|local access: another local user can reach the database or read a secret"

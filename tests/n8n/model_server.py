@@ -21,6 +21,10 @@ POST /v1/chat/completions  (OpenAI's request and answer shape)
                                             contract (tone "sarcastic",
                                             confidence 7, an extra field),
                                             on every call, repairs included
+      `[break-once]` anywhere               the broken answer of `[break]` until
+                                            the conversation holds oncegate's
+                                            errors ("oncegate rejected"), then
+                                            a valid one: a repair that works
       `[fail]` anywhere                     503 {"error": ...} (a provider
                                             outage)
       `[low]` anywhere (crm_tag)            confidence 0.4 (needs a person)
@@ -69,7 +73,8 @@ def answer_for(messages):
     if "[fail]" in text:
         return 503, "the model is overloaded"
     crm = "crm_tag" in system
-    if "[break]" in text:
+    repaired = "oncegate rejected" in text
+    if "[break]" in text or ("[break-once]" in text and not repaired):
         if crm:
             out = {"tag": "vip", "confidence": 7, "mood": "great"}
         else:
@@ -78,6 +83,11 @@ def answer_for(messages):
     elif crm:
         out = {"tag": "lead", "confidence": 0.4 if "[low]" in text else 0.95,
                "reason": "The message asks for a price quote."}
+    elif "[break-once]" in text:
+        out = {"subject": "Re: Где моя посылка? 荷物はどこ? 📦",
+               "body": "Ольга, простите за задержку — посылка уже в пути.\n"
+                       "配送状況を確認しました。金曜日に発送します。🚚\nSupport",
+               "tone": "friendly", "confidence": 0.77}
     else:
         out = {"subject": "Re: your request",
                "body": "Hello,\nthank you for writing. Your parcel ships on Friday.\nSupport",

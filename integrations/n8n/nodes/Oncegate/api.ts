@@ -1,0 +1,135 @@
+import type { IDataObject, IHttpRequestMethods, IHttpRequestOptions } from 'n8n-workflow';
+
+/** What every call to oncegate needs from the node's context. */
+export interface OncegateCaller {
+	baseUrl: string;
+	request(options: IHttpRequestOptions): Promise<unknown>;
+}
+
+/** oncegate's answer: its HTTP status and its JSON body (problem documents included). */
+export interface OncegateAnswer {
+	status: number;
+	body: IDataObject;
+}
+
+/** The run an item belongs to, carried from node to node with the item. */
+export interface RunContext {
+	key: string;
+	lease_owner: string;
+	version: number;
+	lease_expires_at?: string;
+	attempt?: number;
+}
+
+export function runPath(key: string, tail = ''): string {
+	return `/v1/runs/${encodeURIComponent(key)}${tail}`;
+}
+
+/**
+ * One call to oncegate. 4xx and 5xx answers are returned, not thrown: they
+ * are outcomes the operations route (a duplicate, a payload mismatch, an
+ * invalid output). Only a failure to reach oncegate throws.
+ */
+export async function oncegateCall(
+	caller: OncegateCaller,
+	method: IHttpRequestMethods,
+	path: string,
+	body?: IDataObject,
+	headers?: IDataObject,
+): Promise<OncegateAnswer> {
+	const options: IHttpRequestOptions = {
+		method,
+		url: caller.baseUrl.replace(/\/+$/, '') + path,
+		headers: { Accept: 'application/json, application/problem+json', ...(headers ?? {}) },
+		returnFullResponse: true,
+		ignoreHttpStatusErrors: true,
+		json: true,
+		timeout: 15000,
+	};
+	if (body !== undefined) options.body = body;
+	const raw = (await caller.request(options)) as { statusCode?: number; body?: unknown };
+	return { status: Number(raw.statusCode ?? 0), body: toObject(raw.body) };
+}
+
+/** oncegate answers JSON; problem documents may arrive as text (their media type). */
+export function toObject(body: unknown): IDataObject {
+	if (body === undefined || body === null || body === '') return {};
+	if (typeof body === 'string') {
+		try {
+			const parsed = JSON.parse(body) as unknown;
+			return typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)
+				? (parsed as IDataObject)
+				: { value: parsed as IDataObject };
+		} catch {
+			return { text: body.slice(0, 2000) };
+		}
+	}
+	if (Buffer.isBuffer(body)) return toObject(body.toString('utf8'));
+	if (typeof body === 'object' && !Array.isArray(body)) return body as IDataObject;
+	return { value: body as IDataObject };
+}
+
+/** The model's answer as the contract check sees it: an object if it parses, else the text. */
+export function parseOutput(value: unknown): IDataObject {
+	if (typeof value === 'string') {
+		try {
+			const parsed = JSON.parse(value) as unknown;
+			if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) {
+				return parsed as IDataObject;
+			}
+		} catch {
+			// handed in as text below: the contract check says what is wrong
+		}
+		return { unparseable: value.slice(0, 2000) };
+	}
+	if (typeof value === 'object' && value !== null && !Array.isArray(value)) {
+		return value as IDataObject;
+	}
+	return { unparseable: JSON.stringify(value ?? null).slice(0, 2000) };
+}
+
+/** A one-line description of a refusal: its code, title and detail. */
+export function describeProblem(answer: OncegateAnswer): string {
+	const b = answer.body;
+	const code = typeof b.error === 'string' ? b.error : `HTTP ${answer.status}`;
+	const detail =
+		typeof b.detail === 'string' ? b.detail : typeof b.title === 'string' ? b.title : '';
+	return detail ? `${code}: ${detail}` : code;
+}
+
+/** The run context from an answer that names the lease (claim, renew, output). */
+export function contextFrom(
+	prev: RunContext | undefined,
+	body: IDataObject,
+	key: string,
+): RunContext {
+	return {
+		key,
+		lease_owner: String(body.lease_owner ?? prev?.lease_owner ?? ''),
+		version: Number(body.version ?? prev?.version ?? 0),
+		...(body.lease_expires_at !== undefined || prev?.lease_expires_at !== undefined
+			? { lease_expires_at: String(body.lease_expires_at ?? prev?.lease_expires_at) }
+			: {}),
+		...(body.attempt !== undefined || prev?.attempt !== undefined
+			? { attempt: Number(body.attempt ?? prev?.attempt) }
+			: {}),
+	};
+}
+
+export function isRunContext(v: unknown): v is RunContext {
+	if (typeof v !== 'object' || v === null) return false;
+	const o = v as IDataObject;
+	return (
+		typeof o.key === 'string' &&
+		typeof o.lease_owner === 'string' &&
+		o.lease_owner !== '' &&
+		typeof o.version === 'number' &&
+		Number.isInteger(o.version)
+	);
+}
+
+/** The effect a person's decision enqueued (or the contract's rules did): its id. */
+export function effectOf(run: IDataObject): IDataObject | undefined {
+	const effects = Array.isArray(run.effects) ? (run.effects as IDataObject[]) : [];
+	return effects.find((e) => e.type !== 'decision.callback' && e.type !== 'approval.notify');
+}

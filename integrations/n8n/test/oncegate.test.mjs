@@ -1,0 +1,605 @@
+// The node's unit tests: each operation against canned oncegate answers
+// (test/harness.mjs records the requests in place of the network), on the
+// built package (dist/), as n8n loads it.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { createRequire } from 'node:module';
+const { WAIT_INDEFINITELY } = createRequire(import.meta.url)('n8n-workflow');
+import { OncegateApi } from '../dist/credentials/OncegateApi.credentials.js';
+import { Oncegate, runFromFailure } from '../dist/nodes/Oncegate/Oncegate.node.js';
+import { fakeExecute, NODE } from './harness.mjs';
+const node = new Oncegate();
+const KEY = 'acme:support-reply:ticket-Ж-4711:v1';
+const OWNER = '1c0f6c1e-8a4b-4f5e-9d3c-2b7a9e0d4f11';
+const TICKET = {
+	ticket_id: 4711,
+	customer_email: 'ольга.петрова@пример.рф',
+	subject: 'Где моя посылка? 荷物はどこ? 📦',
+	message:
+		'Здравствуйте! Заказ №4711 не пришёл уже две недели. 注文した商品がまだ届いていません。 مرحبا، أين طلبي؟ 🙏',
+};
+const DRAFT = {
+	subject: 'Re: Где моя посылка? 荷物はどこ? 📦',
+	body: 'Ольга, простите за задержку — посылка в пути. 配送状況を確認しました。 🚚',
+	tone: 'friendly',
+	confidence: 0.92,
+};
+async function run(ctx) {
+	return await node.execute.call(ctx);
+}
+function claimedItem(version = 1) {
+	return { json: { body: TICKET, oncegate: { key: KEY, lease_owner: OWNER, version } } };
+}
+/** The model's answer, as an HTTP Request node hands it on: no oncegate fields left. */
+function modelAnswer(content) {
+	return {
+		json: {
+			id: 'chatcmpl-81',
+			model: 'gpt-4o-mini-2024-07-18',
+			system_fingerprint: 'fp_0ba0d124f1',
+			choices: [{ index: 0, message: { role: 'assistant', content } }],
+		},
+		pairedItem: 0,
+	};
+}
+const SUBMIT = {
+	operation: 'submitAndWait',
+	contract: 'support_reply',
+	output: JSON.stringify(DRAFT),
+	modelName: 'gpt-4o-mini-2024-07-18',
+	modelRevision: 'fp_0ba0d124f1',
+	modelProvider: 'openai-compatible',
+	effectType: 'email.send',
+	effectTarget: 'demo_smtp',
+	effectPayload: JSON.stringify({ to: TICKET.customer_email, ticket: 4711 }),
+	sourceUrl: 'https://crm.example/ticket/4711',
+};
+const UPSTREAM = [{ name: 'Claim the ticket', type: NODE.type, item: claimedItem() }];
+describe('Claim', () => {
+	const params = {
+		operation: 'claim',
+		key: KEY,
+		payload: TICKET,
+		workflowVersion: 'support-reply@ogSupportReply01',
+		trigger: 'webhook:helpdesk',
+		leaseSeconds: 120,
+	};
+	it('claims a new key: the run travels on the claimed output with its lease', async () => {
+		const { ctx, run: r } = fakeExecute({
+			params,
+			items: [{ json: { body: TICKET } }],
+			answers: [
+				{
+					status: 201,
+					body: {
+						outcome: 'claimed',
+						key: KEY,
+						state: 'processing',
+						lease_owner: OWNER,
+						version: 1,
+						lease_expires_at: '2026-12-01T20:40:00.000Z',
+						attempt: 1,
+						payload_hash: 'sha256:' + 'a'.repeat(64),
+					},
+				},
+			],
+		});
+		const out = await run(ctx);
+		assert.equal(r.requests.length, 1);
+		assert.equal(r.requests[0].method, 'POST');
+		assert.equal(r.requests[0].url, 'https://gate.example.com/v1/runs');
+		assert.equal(r.requests[0].credential, 'oncegateApi');
+		assert.deepEqual(r.requests[0].body, {
+			key: KEY,
+			payload: TICKET,
+			workflow_version: 'support-reply@ogSupportReply01',
+			trigger: 'webhook:helpdesk',
+			correlation_id: 'n8n-execution-4711',
+			lease_seconds: 120,
+		});
+		assert.equal(out.length, 3);
+		assert.equal(out[1].length + out[2].length, 0);
+		assert.deepEqual(out[0][0].json.body, TICKET, 'the event stays on the item');
+		assert.deepEqual(out[0][0].json.oncegate, {
+			key: KEY,
+			lease_owner: OWNER,
+			version: 1,
+			lease_expires_at: '2026-12-01T20:40:00.000Z',
+			attempt: 1,
+			state: 'processing',
+		});
+	});
+	it('answers a duplicate on its own output, with the prior result', async () => {
+		const result = { mail: 'sent', message_id: '<4711@demo.example>', текст: '返信済み ✅' };
+		const { ctx } = fakeExecute({
+			params,
+			items: [{ json: { body: TICKET } }],
+			answers: [
+				{
+					status: 200,
+					body: { outcome: 'duplicate', key: KEY, state: 'completed', version: 4, result },
+				},
+			],
+		});
+		const out = await run(ctx);
+		assert.equal(out[0].length, 0);
+		assert.deepEqual(out[1][0].json.oncegate, { key: KEY, state: 'completed', version: 4, result });
+		assert.equal(out[1][0].json.oncegate.lease_owner, undefined, 'a duplicate holds no lease');
+	});
+	it('puts a payload mismatch on the error output, with both hashes', async () => {
+		const problem = {
+			type: 'https://oncegate.dev/problems/payload_mismatch',
+			title: 'Payload mismatch',
+			status: 422,
+			detail: 'the key was claimed with another payload',
+			error: 'payload_mismatch',
+			key: KEY,
+			payload_hash: 'sha256:' + 'b'.repeat(64),
+			stored_payload_hash: 'sha256:' + 'c'.repeat(64),
+		};
+		const { ctx } = fakeExecute({
+			params,
+			items: [{ json: { body: { ...TICKET, message: 'другое сообщение' } } }],
+			answers: [{ status: 422, body: JSON.stringify(problem) }],
+		});
+		const out = await run(ctx);
+		assert.equal(out[0].length + out[1].length, 0);
+		const error = out[2][0].json.error;
+		assert.equal(error.code, 'payload_mismatch');
+		assert.equal(error.status, 422);
+		assert.equal(error.stored_payload_hash, problem.stored_payload_hash);
+		assert.match(
+			String(error.message),
+			/payload_mismatch: the key was claimed with another payload/,
+		);
+	});
+	it('fails the node when oncegate is unavailable or the key is refused', async () => {
+		for (const status of [503, 401]) {
+			const { ctx } = fakeExecute({
+				params,
+				items: [{ json: { body: TICKET } }],
+				answers: [
+					{ status, body: { error: status === 401 ? 'unauthorized' : 'unavailable', status } },
+				],
+			});
+			await assert.rejects(run(ctx), /oncegate could not claim/);
+		}
+	});
+});
+describe('Submit output and wait for decision', () => {
+	it('hands in the output with the lease of the claim upstream and waits for the callback', async () => {
+		const { ctx, run: r } = fakeExecute({
+			params: SUBMIT,
+			items: [modelAnswer(JSON.stringify(DRAFT))],
+			parents: UPSTREAM,
+			answers: [
+				{
+					status: 202,
+					body: { outcome: 'awaiting_human', approvals: [], notified: true, version: 1 },
+				},
+			],
+		});
+		const out = await run(ctx);
+		const req = r.requests[0];
+		assert.equal(req.url, `https://gate.example.com/v1/runs/${encodeURIComponent(KEY)}/output`);
+		assert.deepEqual(req.body, {
+			lease_owner: OWNER,
+			version: 1,
+			contract: 'support_reply',
+			output: DRAFT,
+			model: {
+				provider: 'openai-compatible',
+				name: 'gpt-4o-mini-2024-07-18',
+				revision: 'fp_0ba0d124f1',
+			},
+			effect: {
+				type: 'email.send',
+				target: 'demo_smtp',
+				payload: { to: TICKET.customer_email, ticket: 4711 },
+			},
+			requested_by: 'n8n:oncegate: support reply',
+			callback_url: 'http://127.0.0.1:5678/webhook-waiting/4711',
+			source_url: 'https://crm.example/ticket/4711',
+		});
+		assert.equal(
+			r.waitedUntil?.getTime(),
+			WAIT_INDEFINITELY.getTime(),
+			'oncegate ends the wait (expired), not n8n',
+		);
+		assert.equal(out[0].length, 1);
+		assert.equal(out[0][0].json.oncegate.state, 'awaiting_human');
+	});
+	it('continues at once on approved when the contract’s rules approve', async () => {
+		const { ctx, run: r } = fakeExecute({
+			params: { ...SUBMIT, contract: 'crm_tag', effectType: 'crm.tag', effectTarget: 'demo_http' },
+			items: [modelAnswer('{"tag":"lead","confidence":0.97,"reason":"спрашивает цену 💶"}')],
+			parents: UPSTREAM,
+			answers: [
+				{
+					status: 202,
+					body: {
+						outcome: 'approved',
+						effect_id: '0d6e7a52-3c55-4d3f-9a0a-2c0c5d1e9b77',
+						version: 2,
+					},
+				},
+			],
+		});
+		const out = await run(ctx);
+		assert.equal(r.waitedUntil, undefined);
+		const og = out[1][0].json.oncegate;
+		assert.equal(og.decision, 'approved');
+		assert.equal(og.effect_id, '0d6e7a52-3c55-4d3f-9a0a-2c0c5d1e9b77');
+		assert.equal(og.decided_by, 'contract');
+	});
+	it('answers an invalid output on invalid; the repair is handed in under the new version', async () => {
+		const errors = [{ path: '/tone', rule: 'enum', message: 'must be one of formal, friendly' }];
+		const custom = new Map();
+		const first = fakeExecute({
+			params: SUBMIT,
+			items: [modelAnswer('{"subject":"Re","body":"…","tone":"sarcastic","confidence":7}')],
+			parents: UPSTREAM,
+			customData: custom,
+			answers: [
+				{
+					status: 422,
+					body: { outcome: 'invalid', errors, repairs_left: 1, state: 'processing', version: 2 },
+				},
+			],
+		});
+		const out = await run(first.ctx);
+		assert.equal(first.run.waitedUntil, undefined);
+		assert.deepEqual(out[4][0].json.errors, errors);
+		assert.equal(out[4][0].json.repairs_left, 1);
+		assert.equal(out[4][0].json.oncegate.version, 2);
+		// The repaired answer comes back through the model node: the lease is
+		// found on the claim upstream, the version in the execution's record.
+		const second = fakeExecute({
+			params: SUBMIT,
+			items: [modelAnswer(JSON.stringify(DRAFT))],
+			parents: UPSTREAM,
+			customData: custom,
+			answers: [
+				{
+					status: 202,
+					body: { outcome: 'awaiting_human', approvals: [], notified: true, version: 2 },
+				},
+			],
+		});
+		await run(second.ctx);
+		assert.equal(second.run.requests[0].body?.version, 2);
+	});
+	it('takes the newest version of the run upstream, from the invalid output the repair came through', async () => {
+		const invalidItem = {
+			json: {
+				oncegate: { key: KEY, lease_owner: OWNER, version: 2, state: 'processing' },
+				errors: [],
+			},
+		};
+		const { ctx, run: r } = fakeExecute({
+			params: SUBMIT,
+			items: [modelAnswer(JSON.stringify(DRAFT))],
+			parents: [...UPSTREAM, { name: 'Submit the draft', type: NODE.type, item: invalidItem }],
+			answers: [
+				{
+					status: 202,
+					body: { outcome: 'awaiting_human', approvals: [], notified: true, version: 2 },
+				},
+			],
+		});
+		await run(ctx);
+		assert.equal(r.requests[0].body?.version, 2);
+	});
+
+	it('hands text that is not JSON in as it is, for the contract to judge', async () => {
+		const { ctx, run: r } = fakeExecute({
+			params: { ...SUBMIT, output: 'Конечно! Вот ответ: 你好' },
+			items: [modelAnswer('x')],
+			parents: UPSTREAM,
+			answers: [
+				{ status: 422, body: { outcome: 'invalid', errors: [], repairs_left: 1, version: 2 } },
+			],
+		});
+		await run(ctx);
+		assert.deepEqual(r.requests[0].body?.output, { unparseable: 'Конечно! Вот ответ: 你好' });
+	});
+	it('fails with the run named when the repair budget is spent, so the error workflow can find it', async () => {
+		const { ctx } = fakeExecute({
+			params: SUBMIT,
+			items: [modelAnswer('{"tone":"sarcastic"}')],
+			parents: UPSTREAM,
+			answers: [
+				{
+					status: 422,
+					body: {
+						outcome: 'failed_terminal',
+						errors: [],
+						repairs_left: 0,
+						state: 'failed_terminal',
+						version: 3,
+					},
+				},
+			],
+		});
+		let message = '';
+		await assert.rejects(run(ctx), (e) => {
+			message = e.message;
+			return /broke contract support_reply/.test(e.message);
+		});
+		const named = runFromFailure({ execution: { error: { message } } });
+		assert.deepEqual(named, { key: KEY, lease_owner: OWNER, version: 3 });
+	});
+	it('fails on a refusal (the lease was lost)', async () => {
+		const { ctx } = fakeExecute({
+			params: SUBMIT,
+			items: [claimedItem()],
+			answers: [{ status: 409, body: { error: 'lease_lost', detail: 'the lease expired' } }],
+		});
+		await assert.rejects(run(ctx), /refused the output.*lease_lost/);
+	});
+	it('needs a claim upstream', async () => {
+		const { ctx } = fakeExecute({ params: SUBMIT, items: [modelAnswer('{}')], answers: [] });
+		await assert.rejects(run(ctx), /put an oncegate Claim before this node/);
+	});
+	it('routes a decision back from the wait to its output, without calling oncegate', async () => {
+		for (const [decision, index] of [
+			['approved', 1],
+			['rejected', 2],
+			['expired', 3],
+		]) {
+			const { ctx, run: r } = fakeExecute({
+				params: SUBMIT,
+				items: [
+					{ json: { oncegate: { key: KEY, decision, resumed: true, reason: 'Тон не тот 🙅' } } },
+				],
+				answers: [],
+			});
+			const out = await run(ctx);
+			assert.equal(r.requests.length, 0);
+			assert.equal(out[index].length, 1, decision);
+			assert.equal(out[index][0].json.oncegate.resumed, false);
+		}
+	});
+});
+describe('Decision callback', () => {
+	function hook(body, path, answers) {
+		const { ctx, run: r } = fakeExecute({ params: {}, items: [], answers });
+		const sent = {};
+		const res = {
+			status(s) {
+				sent.status = s;
+				return this;
+			},
+			json(b) {
+				sent.body = b;
+				return this;
+			},
+		};
+		Object.assign(ctx, {
+			getBodyData: () => body,
+			getRequestObject: () => ({ originalUrl: path, url: path }),
+			getResponseObject: () => res,
+		});
+		return { ctx: ctx, r, sent };
+	}
+	const waiting = 'http://127.0.0.1:5678/webhook-waiting/4711';
+	it('resumes with the decision oncegate recorded, the reason of a reject included', async () => {
+		const run = {
+			key: KEY,
+			state: 'failed_terminal',
+			version: 2,
+			decision: 'reject',
+			decided_by: 'sam@example.com',
+			callback_url: waiting,
+			error_class: 'rejected',
+			reason: 'Wrong tone for a refund',
+			votes: [
+				{ decision: 'reject', final: true, reason: 'Неверный тон 🙅', subject: 'sam@example.com' },
+			],
+			effects: [],
+		};
+		const { ctx, r } = hook({ key: KEY, decision: 'rejected' }, '/webhook-waiting/4711', [
+			{ status: 200, body: run },
+		]);
+		const answer = await node.webhook.call(ctx);
+		assert.equal(r.requests[0].method, 'GET');
+		const og = answer.workflowData?.[0][0].json.oncegate;
+		assert.equal(og.decision, 'rejected');
+		assert.equal(og.reason, 'Неверный тон 🙅');
+		assert.equal(og.resumed, true);
+	});
+	it('names the effect of an approved run', async () => {
+		const run = {
+			key: KEY,
+			state: 'approved',
+			version: 2,
+			decision: 'approve',
+			decided_by: 'sam@example.com',
+			callback_url: waiting,
+			effects: [
+				{ effect_id: 'e-notify', type: 'approval.notify' },
+				{ effect_id: 'e-mail', type: 'email.send' },
+			],
+		};
+		const { ctx } = hook({ key: KEY, decision: 'approved' }, '/webhook-waiting/4711', [
+			{ status: 200, body: run },
+		]);
+		const og = (await node.webhook.call(ctx)).workflowData?.[0][0].json.oncegate;
+		assert.equal(og.effect_id, 'e-mail');
+		assert.equal(og.effect_type, 'email.send');
+	});
+	it('resumes an expired approval on expired', async () => {
+		const run = {
+			key: KEY,
+			state: 'failed_terminal',
+			version: 2,
+			error_class: 'approval_expired',
+			callback_url: waiting,
+			effects: [],
+		};
+		const { ctx } = hook({ key: KEY, decision: 'expired' }, '/webhook-waiting/4711', [
+			{ status: 200, body: run },
+		]);
+		const og = (await node.webhook.call(ctx)).workflowData?.[0][0].json.oncegate;
+		assert.equal(og.decision, 'expired');
+	});
+	it('ignores a callback for a run another execution waits on, or one nobody decided', async () => {
+		const other = {
+			key: KEY,
+			state: 'approved',
+			decision: 'approve',
+			callback_url: 'http://127.0.0.1:5678/webhook-waiting/9999',
+			effects: [],
+		};
+		const a = hook({ key: KEY, decision: 'approved' }, '/webhook-waiting/4711', [
+			{ status: 200, body: other },
+		]);
+		const first = await node.webhook.call(a.ctx);
+		assert.equal(first.workflowData, undefined);
+		assert.equal(a.sent.status, 409);
+		const pending = { key: KEY, state: 'awaiting_human', callback_url: waiting, effects: [] };
+		const b = hook({ key: KEY, decision: 'approved' }, '/webhook-waiting/4711', [
+			{ status: 200, body: pending },
+		]);
+		assert.equal((await node.webhook.call(b.ctx)).workflowData, undefined);
+		assert.equal(b.sent.status, 409);
+	});
+});
+describe('Complete, Fail, Renew lease, Get run', () => {
+	it('completes with the result, under the lease the item carries', async () => {
+		const { ctx, run: r } = fakeExecute({
+			params: { operation: 'complete', result: '{"sent":"письмо 📨"}' },
+			items: [claimedItem(2)],
+			answers: [{ status: 200, body: { state: 'completed', version: 3 } }],
+		});
+		const out = await run(ctx);
+		assert.deepEqual(r.requests[0].body, {
+			lease_owner: OWNER,
+			version: 2,
+			to: 'completed',
+			result: { sent: 'письмо 📨' },
+		});
+		assert.equal(out[0][0].json.oncegate.state, 'completed');
+	});
+	it('fails retryable with its class and reason', async () => {
+		const { ctx, run: r } = fakeExecute({
+			params: {
+				operation: 'fail',
+				runFrom: 'item',
+				failure: 'failed_retryable',
+				errorClass: 'model_unavailable',
+				reason: 'n8n execution 4711: 503 模型不可用',
+			},
+			items: [{ json: { error: { message: '503' } }, pairedItem: 0 }],
+			parents: UPSTREAM,
+			answers: [{ status: 200, body: { state: 'failed_retryable', version: 2 } }],
+		});
+		await run(ctx);
+		assert.deepEqual(r.requests[0].body, {
+			lease_owner: OWNER,
+			version: 1,
+			to: 'failed_retryable',
+			error_class: 'model_unavailable',
+			reason: 'n8n execution 4711: 503 模型不可用',
+		});
+	});
+	it('in an error workflow, reports the run the failed node named; a run oncegate settled is left alone', async () => {
+		const failure = {
+			execution: {
+				id: '4711',
+				lastNodeExecuted: 'Submit the draft',
+				error: {
+					message: `The model output broke contract support_reply after its repairs (oncegate run: {"key":"${KEY}","lease_owner":"${OWNER}","version":3})`,
+				},
+			},
+			workflow: { id: 'ogSupportReply01', name: 'support reply' },
+		};
+		const { ctx, run: r } = fakeExecute({
+			params: {
+				operation: 'fail',
+				runFrom: 'errorTrigger',
+				failure: 'failed_terminal',
+				errorClass: 'validation',
+				reason: 'x',
+			},
+			items: [{ json: failure }],
+			answers: [
+				{ status: 409, body: { error: 'lease_lost' } },
+				{
+					status: 200,
+					body: { key: KEY, state: 'failed_terminal', version: 3, error_class: 'validation' },
+				},
+			],
+		});
+		const out = await run(ctx);
+		assert.equal(r.requests[0].body?.lease_owner, OWNER);
+		assert.equal(r.requests[0].body?.version, 3);
+		const og = out[0][0].json.oncegate;
+		assert.equal(og.already_settled, true);
+		assert.equal(og.state, 'failed_terminal');
+	});
+	it('in an error workflow, passes over a failure that names no run', async () => {
+		const { ctx, run: r } = fakeExecute({
+			params: { operation: 'fail', runFrom: 'errorTrigger', failure: 'failed_retryable' },
+			items: [{ json: { execution: { error: { message: 'ECONNRESET' } } } }],
+			answers: [],
+		});
+		const out = await run(ctx);
+		assert.equal(r.requests.length, 0);
+		assert.equal(out[0][0].json.oncegate.reported, false);
+	});
+	it('renews the lease and carries the new version on', async () => {
+		const { ctx, run: r } = fakeExecute({
+			params: { operation: 'renewLease', leaseSeconds: 300 },
+			items: [claimedItem(1)],
+			answers: [
+				{ status: 200, body: { version: 2, lease_expires_at: '2026-12-01T20:50:00.000Z' } },
+			],
+		});
+		const out = await run(ctx);
+		assert.equal(
+			r.requests[0].url,
+			`https://gate.example.com/v1/runs/${encodeURIComponent(KEY)}/lease`,
+		);
+		assert.deepEqual(r.requests[0].body, { lease_owner: OWNER, version: 1, lease_seconds: 300 });
+		assert.equal(out[0][0].json.oncegate.version, 2);
+		assert.deepEqual(out[0][0].json.body, TICKET);
+	});
+	it('gets a run by key; an unknown key fails the node', async () => {
+		const { ctx, run: r } = fakeExecute({
+			params: { operation: 'getRun', runKey: 'globex:support-reply:ticket-4711:v1' },
+			items: [{ json: {} }],
+			answers: [
+				{ status: 200, body: { key: 'globex:support-reply:ticket-4711:v1', state: 'completed' } },
+			],
+		});
+		const out = await run(ctx);
+		assert.equal(
+			r.requests[0].url,
+			'https://gate.example.com/v1/runs/globex%3Asupport-reply%3Aticket-4711%3Av1',
+		);
+		assert.equal(out[0][0].json.state, 'completed');
+		const missing = fakeExecute({
+			params: { operation: 'getRun', runKey: 'nope' },
+			items: [{ json: {} }],
+			answers: [{ status: 404, body: { error: 'not_found' } }],
+		});
+		await assert.rejects(run(missing.ctx), /oncegate has no run nope/);
+	});
+});
+describe('Credential', () => {
+	it('is tested with a read-only status query; an unknown key is told apart by its problem code', () => {
+		const c = new OncegateApi();
+		assert.equal(c.name, 'oncegateApi');
+		assert.deepEqual(c.authenticate.properties.headers, {
+			Authorization: '=Bearer {{$credentials.apiKey}}',
+		});
+		assert.equal(c.test.request.method, 'GET');
+		assert.equal(c.test.request.url, '/v1/runs/n8n-credential-test');
+		assert.equal(c.test.request.ignoreHttpStatusErrors, true);
+		assert.deepEqual(c.test.rules?.[0], {
+			type: 'responseSuccessBody',
+			properties: { key: 'error', value: 'unauthorized', message: 'oncegate refused the API key' },
+		});
+	});
+});
