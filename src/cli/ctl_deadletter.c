@@ -1,6 +1,6 @@
 /*
  * ctl_deadletter.c — `deadletter list` and `deadletter show`: what
- * automatic recovery gave up on, with its evidence (README "Operations").
+ * automatic recovery gave up on, with its evidence (docs/operate.md).
  * Read-only; the SQL is in src/lib/repair.c.
  */
 #include <getopt.h>

@@ -2,7 +2,7 @@
  * ctl_repair.c — the night shift's commands that repair one thing: prove
  * what happened to an effect (reconcile), send it again (resume), end it
  * (reject, cancel) or revoke an approval link, without sending anything
- * twice (README "Operations"). Bulk resume is in ctl_resume.c, dead
+ * twice (docs/operate.md). Bulk resume is in ctl_resume.c, dead
  * letters are listed by ctl_deadletter.c.
  *
  * Every command that changes something needs --reason; the operator is the
