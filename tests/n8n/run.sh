@@ -331,7 +331,7 @@ K=acme:support-reply:ticket-101:v1
 MSG101='Здравствуйте! Посылка 101 не пришла. 包裹还没到。مرحبا 📦'
 DELIVERIES=30
 say "a. ticket 101: another tenant claims the same key first"
-OTHER_KEY=$(ctl client add globex-n8n-test --operator n8n-test --reason "tests/n8n: a second tenant sharing business keys")
+OTHER_KEY=$(ctl client add globex-n8n-test --reason "tests/n8n: a second tenant sharing business keys")
 OTHER_CLAIM=$(curl -sS --noproxy '*' -o "$WORK/other.json" -w '%{http_code}' -X POST "$ONCEGATE_URL/v1/runs" \
 	-H "Authorization: Bearer $OTHER_KEY" -H 'Content-Type: application/json' \
 	--data-binary "{\"key\":\"$K\",\"payload\":{\"ticket_id\":101,\"tenant\":\"globex\",\"message\":\"Добрый день — 他の会社のチケット 🏢\"}}")
