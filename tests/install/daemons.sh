@@ -85,9 +85,11 @@ wait_for 5 "the notification sockets" test -S "$TMP/notify-dispatch.sock" -a -S 
 SOCK=$TMP/fcgi.sock
 # It passes the program only the variables -E names; it execs the program
 # at the first connection.
-NOTIFY_SOCKET=$TMP/notify-fcgi.sock WATCHDOG_USEC=1000000 \
+# Each daemon connects as its own PostgreSQL role (PGUSER), as the units
+# set it.
+PGUSER=${ONCEGATE_PGUSER_FCGI:?} NOTIFY_SOCKET=$TMP/notify-fcgi.sock WATCHDOG_USEC=1000000 \
 	systemd-socket-activate -l "$SOCK" -E NOTIFY_SOCKET -E WATCHDOG_USEC -E ASAN_OPTIONS \
-	-E UBSAN_OPTIONS -E LSAN_OPTIONS "$FCGI" -c "$CONF" 2>"$TMP/fcgi.stderr" &
+	-E UBSAN_OPTIONS -E LSAN_OPTIONS -E PGUSER "$FCGI" -c "$CONF" 2>"$TMP/fcgi.stderr" &
 ACT_PID=$!
 wait_for 10 "the activated socket" test -S "$SOCK" || die "systemd-socket-activate made no socket"
 chgrp www-data "$SOCK" && chmod 0660 "$SOCK"
@@ -110,7 +112,8 @@ FCGI_PID=$ACT_PID # systemd-socket-activate execs it
 
 # --- the dispatcher beside it ----------------------------------------------------------------
 # AI_ACTIONS_ENABLED unset: it sends nothing, whatever it finds.
-env -u AI_ACTIONS_ENABLED NOTIFY_SOCKET=$TMP/notify-dispatch.sock WATCHDOG_USEC=1000000 \
+env -u AI_ACTIONS_ENABLED PGUSER="${ONCEGATE_PGUSER_DISPATCH:?}" \
+	NOTIFY_SOCKET=$TMP/notify-dispatch.sock WATCHDOG_USEC=1000000 \
 	"$DISPATCH" -c "$CONF" 2>"$TMP/dispatch.stderr" &
 DISPATCH_PID=$!
 wait_for 10 "READY=1 from oncegate-dispatch" grep -q '^READY=1' "$TMP/notify-dispatch.log" ||
