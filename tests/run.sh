@@ -41,14 +41,18 @@ test_summary() {
 	printf 'tests: %d passed, %d failed, %d skipped\n' "$passed" "$failed" "$skipped"
 }
 
-# Every Check suite under make check (the unit suites side by side, the
-# integration suites one after another), then the pass/fail/skip counts.
-# Every API answer they receive is recorded for run_openapi_answers.
+# Every Check suite under make check (the integration suites in two lanes,
+# one on the test stack and one on lane B's, each lane's suites one after
+# another; the unit suites in a third job slot), then lane B's stack
+# stopped (its responder's sanitizer report must be empty) and the
+# pass/fail/skip counts. Every API answer the suites receive is recorded
+# for run_openapi_answers.
 run_make_check() {
 	local status=0
 	export ONCEGATE_API_RECORD=$STATE/api-answers.jsonl
 	rm -f "$ONCEGATE_API_RECORD"
-	make -C "$BUILD" -j2 check VERBOSE=1 || status=$?
+	make -C "$BUILD" -j3 check VERBOSE=1 || status=$?
+	lane_b_stop || status=1
 	test_summary "$RUN_MARKER"
 	return "$status"
 }

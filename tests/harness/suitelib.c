@@ -1,8 +1,9 @@
 /*
  * suitelib.c — see suitelib.h.
  */
-#define _XOPEN_SOURCE 700 /* nftw */
+#define _GNU_SOURCE /* nftw, program_invocation_short_name */
 #include <check.h>
+#include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,10 +13,17 @@ int
 tl_suite_run(Suite *s, bool nofork)
 {
 	SRunner *sr = srunner_create(s);
+	const char *times = getenv("ONCEGATE_TEST_TIMES");
+	char xml[4096];
 	int failed;
 
 	if (nofork)
 		srunner_set_fork_status(sr, CK_NOFORK);
+	/* Each test's duration, in Check's XML log named after the program. */
+	if (times != NULL && times[0] != '\0' &&
+	    snprintf(xml, sizeof(xml), "%s/%s.xml", times, program_invocation_short_name) <
+	        (int)sizeof(xml))
+		srunner_set_xml(sr, xml);
 	srunner_run_all(sr, CK_ENV);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -10,7 +10,9 @@
 
 /* Runs the Check suite (the output CK_VERBOSITY asks for; normal by
  * default), in a child per test unless nofork (then the tests share the
- * process's state), and frees it. Returns how many tests failed. */
+ * process's state), and frees it. Returns how many tests failed. When
+ * ONCEGATE_TEST_TIMES names a directory, each test's duration goes to
+ * Check's XML log DIR/PROGRAM.xml there. */
 int tl_suite_run(Suite *s, bool nofork);
 
 /* tl_suite_run (forking) in a scratch directory made from the mkdtemp

@@ -59,6 +59,13 @@
 #define TEST_TIMEOUT_S     180
 #define BULK_EFFECTS       2000
 #define BULK_DISPATCHERS   4
+/* The ambiguous-outcome test's dispatcher lease (the shortest a dispatcher
+ * accepts), and how long it watches the effects it must never send again:
+ * more than two leases (one taken at the send has run out and could have
+ * been claimed again), every retry of the targets' schedule (0.2 + 0.4 +
+ * 0.8 + 1.6 s) and a reconcile pass each second. */
+#define AMBIGUOUS_LEASE_S  5
+#define AMBIGUOUS_WATCH_S  12
 /* test stack (./dev): the responder accepts callbacks on n8n's origin */
 #define CALLBACK_ORIGIN    "http://127.0.0.1:5678"
 
@@ -741,6 +748,7 @@ START_TEST(test_ambiguous_without_keys)
 	dc.workers = 4;
 	dc.batch = 1;
 	dc.reconcile_s = 1;
+	dc.lease_s = AMBIGUOUS_LEASE_S;
 	for (k = 0; k < N; k++) {
 		tl_mkkey(key[k], sizeof(key[k]), cases[k].name);
 		pkey(pk[k], sizeof(pk[k]), key[k], "crm.tag");
@@ -828,17 +836,20 @@ START_TEST(test_ambiguous_without_keys)
 	ck_assert_str_eq(JSTR(l, "reason"), "reconciled_not_found");
 	json_decref(l);
 
-	/* Keep the dispatcher running ~30 s: the ambiguous effects are never
-	 * sent again. */
-	while (tl_now() - started < 30)
+	/* Keep the dispatcher running AMBIGUOUS_WATCH_S: the ambiguous effects
+	 * are never sent again — not by a retry, a reconcile pass or a lease
+	 * running out. */
+	while (tl_now() - started < AMBIGUOUS_WATCH_S)
 		tl_sleep_ms(250);
 	for (k = 0; k < 2; k++) {
 		char *st = dl_effect_state(c, id[k]);
 
-		ck_assert_msg(streq(st, "unknown"), "%s: %s after 30 s", cases[k].name, st);
+		ck_assert_msg(streq(st, "unknown"), "%s: %s after %d s", cases[k].name, st,
+		              AMBIGUOUS_WATCH_S);
 		free(st);
-		ck_assert_msg(prov_count(pk[k], NULL) == 1, "%s: the provider got %zu requests in 30 s,"
-		              " expected exactly 1", cases[k].name, prov_count(pk[k], NULL));
+		ck_assert_msg(prov_count(pk[k], NULL) == 1, "%s: the provider got %zu requests in %d s,"
+		              " expected exactly 1", cases[k].name, prov_count(pk[k], NULL),
+		              AMBIGUOUS_WATCH_S);
 		com = prov_committed(pk[k]);
 		ck_assert_int_eq(json_array_size(com), 1);
 		json_decref(com);
