@@ -43,7 +43,8 @@ test_summary() {
 
 # Every Check suite under make check (the integration suites in two lanes,
 # one on the test stack and one on lane B's, each lane's suites one after
-# another; the unit suites in a third job slot), then lane B's stack
+# another; the unit suites in a third job slot; the soak's build at the
+# lowest priority beside them), then lane B's stack
 # stopped (its responder's sanitizer report must be empty) and the
 # pass/fail/skip counts. Every API answer the suites receive is recorded
 # for run_openapi_answers.
@@ -51,6 +52,7 @@ run_make_check() {
 	local status=0
 	export ONCEGATE_API_RECORD=$STATE/api-answers.jsonl
 	rm -f "$ONCEGATE_API_RECORD"
+	plain_build_start
 	make -C "$BUILD" -j3 check VERBOSE=1 || status=$?
 	lane_b_stop || status=1
 	test_summary "$RUN_MARKER"
@@ -144,13 +146,35 @@ plain_build() {
 		{ tail -n 40 "$dir/make.out" >&2; return 1; }
 }
 
+# plain_build_start: plain_build of the soak's programs in the background,
+# started with make check, whose suites mostly wait on the clock: at the
+# lowest CPU priority (it takes what they leave idle), in a process group
+# of its own, which plain_build_stop ends by its PID when the run stops
+# before run_soak has waited for it.
+PLAIN_PID=''
+plain_build_start() {
+	setsid nice -n 19 bash -c "$(declare -f plain_build)"'
+		ROOT=$1
+		plain_build "$2"' plain-build "$ROOT" "$DEV_DIR/build-test-plain" </dev/null 9>&- &
+	PLAIN_PID=$!
+}
+plain_build_stop() {
+	[[ -n $PLAIN_PID ]] || return 0
+	kill -TERM -- "-$PLAIN_PID" 2>/dev/null || true
+	wait "$PLAIN_PID" 2>/dev/null || true
+	PLAIN_PID=''
+}
+
 # The responder and the dispatcher under valgrind for a minute of mixed
 # load (./dev soak for the 30-minute run). valgrind needs a build without
-# sanitizers: the two programs, built beside this one. Reports its own
-# failures (there are three kinds).
+# sanitizers: the two programs, built beside this one (plain_build_start).
+# Reports its own failures (there are three kinds).
 run_soak() {
-	local status=0
-	if ! plain_build "$DEV_DIR/build-test-plain"; then
+	local status=0 built=0
+	[[ -n $PLAIN_PID ]] || plain_build_start
+	wait "$PLAIN_PID" || built=$?
+	PLAIN_PID=''
+	if [[ $built -ne 0 ]]; then
 		say "the build without sanitizers for valgrind failed"
 		return 1
 	fi
