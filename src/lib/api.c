@@ -364,7 +364,17 @@ static bool call_authenticate(struct api_call *c);
 static bool
 answer_authenticated(struct api_call *c)
 {
-	return !c->auth_deferred || call_authenticate(c);
+	char first;
+
+	if (!c->auth_deferred)
+		return true;
+	/* the 401 line must not carry a key of the caller's choosing */
+	first = c->key[0];
+	c->key[0] = '\0';
+	if (!call_authenticate(c))
+		return false;
+	c->key[0] = first;
+	return true;
 }
 
 /* A 4xx for bad input: the problem document, and one request.invalid line

@@ -261,8 +261,9 @@ db_exec(struct db *db, const struct db_stmt *stmt, const char *const *params,
 	/* A session dropped while we were idle (server restart, pooler, a
 	 * terminated backend) is found only when it is next used. A read can
 	 * simply run again on a fresh session; a write cannot, because it may
-	 * have committed before the connection went. */
-	if (rc == DB_UNAVAILABLE && stmt->readonly && !in_tx &&
+	 * have committed before the connection went — unless its second run
+	 * answers as the caller's own retry would (rerun_safe). */
+	if (rc == DB_UNAVAILABLE && stmt->rerun_safe && !in_tx &&
 	    PQstatus(db->conn) != CONNECTION_OK) {
 		memset(&db->last_failed_connect, 0, sizeof(db->last_failed_connect));
 		if ((rc = db_ensure(db)) == DB_OK)

@@ -16,7 +16,8 @@ struct db_stmt {
 	const char *name;   /* unique prepared-statement name */
 	const char *sql;
 	int nparams;
-	bool readonly;      /* safe to run again after a lost connection */
+	bool rerun_safe;    /* may run again after a lost connection: a read, or a
+	                     * statement whose second run answers as a retry would */
 };
 
 enum db_rc {

@@ -98,7 +98,10 @@ static const struct db_stmt st_claim = {
  * read (a duplicate or a mismatch) or taken over by st_claim. No row: the
  * key is unknown or revoked, and nothing was written. Neither claimed nor
  * found: another claim inserted the key after this statement's snapshot;
- * st_claim then decides. */
+ * st_claim then decides. It may run again on a fresh session when the
+ * connection was found lost: that is the caller's own retry, and a claim
+ * that committed before the connection went is then answered as a
+ * duplicate, never made twice. */
 static const struct db_stmt st_claim_first = {
 	"ledger_claim_first",
 	"WITH client AS (" CLIENTS_SQL_ACTIVE("$1") "), cur AS ("
@@ -134,7 +137,7 @@ static const struct db_stmt st_claim_first = {
 	"       (claimed.version IS NOT NULL OR cur.lease_live) AS lease_live,"
 	"       cur.result::text AS result"
 	"  FROM client LEFT JOIN cur ON true LEFT JOIN claimed ON true",
-	10, false,
+	10, true,
 };
 
 /* Renewal: only the owner, with the current version, before expiry, and
