@@ -21,6 +21,9 @@ struct api_ctx {
 	const struct config *cfg;
 	const struct contract_set *contracts;  /* shared, read-only */
 	const struct page_set *pages;          /* shared, read-only */
+	/* Whether this thread's last claim was of a new key: the guess for
+	 * the next one (ledger_claim's expect_new). */
+	bool claim_was_new;
 };
 
 /* Answers one request into resp; never fails the process. */

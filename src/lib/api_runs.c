@@ -125,6 +125,7 @@ api_runs_claim(struct api_call *c)
 
 	lc.client_key_hash = c->auth_deferred ? c->auth_hash : NULL;
 	lc.client = &c->client;
+	lc.expect_new = c->ctx->claim_was_new;
 	lc.client_id = c->client.id;
 	lc.key = c->key;
 	lc.payload = payload;
@@ -137,6 +138,8 @@ api_runs_claim(struct api_call *c)
 		api_claim_authenticated(c, rc == OG_DENIED);
 	if (rc == OG_DENIED)
 		goto out;
+	if (rc == OG_CLAIMED || rc == OG_DUPLICATE || rc == OG_MISMATCH)
+		c->ctx->claim_was_new = rc == OG_CLAIMED && run.version == 1;
 
 	if (rc != OG_CLAIMED && rc != OG_DUPLICATE && rc != OG_MISMATCH) {
 		api_fail(c, rc);

@@ -50,6 +50,11 @@ struct ledger_claim {
 	 * and client_id, already authenticated. */
 	const char *client_key_hash;
 	struct client *client;
+	/* A new key is expected: a claim of one then takes one round trip, at
+	 * a small cost to a duplicate (the statement's insert is prepared for,
+	 * not run). Only a guess about cost: either way the answer is the
+	 * same. */
+	bool expect_new;
 	long long client_id;
 	const char *key;
 	const char *payload;             /* canonical JSON text, as written */
