@@ -356,14 +356,38 @@ api_problem(struct api_call *c, const struct problem_type *t, const char *detail
 	}
 }
 
+static bool call_authenticate(struct api_call *c);
+
+/* Before any answer but the claim's own: a deferred authentication is done
+ * first, so that a caller without a valid key learns nothing about its
+ * request. False when it failed and was answered (401, 503). */
+static bool
+answer_authenticated(struct api_call *c)
+{
+	char first;
+
+	if (!c->auth_deferred)
+		return true;
+	/* the 401 line must not carry a key of the caller's choosing */
+	first = c->key[0];
+	c->key[0] = '\0';
+	if (!call_authenticate(c))
+		return false;
+	c->key[0] = first;
+	return true;
+}
+
 /* A 4xx for bad input: the problem document, and one request.invalid line
  * (auth.failed for 401). */
 void
 api_reject(struct api_call *c, const char *code, const char *message, const char *field)
 {
 	struct log_fields f = { 0 };
-	json_t *ext = json_object();
+	json_t *ext;
 
+	if (!answer_authenticated(c))
+		return;
+	ext = json_object();
 	if (field != NULL)
 		json_object_set_new(ext, "field", json_string(field));
 	api_problem(c, problem_named(code), message, ext);
@@ -379,6 +403,10 @@ api_reject(struct api_call *c, const char *code, const char *message, const char
 void
 api_refuse(struct api_call *c, enum og_rc rc, const char *message, json_t *ext)
 {
+	if (!answer_authenticated(c)) {
+		json_decref(ext);
+		return;
+	}
 	api_problem(c, problem_of(rc), message, ext);
 }
 
@@ -399,6 +427,8 @@ api_internal(struct api_call *c, const char *detail)
 {
 	struct log_fields f = { 0 };
 
+	if (!answer_authenticated(c))
+		return;
 	api_problem(c, PROBLEM_INTERNAL, "internal error; nothing was changed", NULL);
 	f.detail = detail;
 	api_log(c, LOG_LEVEL_ERROR, "request.failed", &f);
@@ -411,6 +441,8 @@ api_fail(struct api_call *c, enum og_rc rc)
 {
 	struct log_fields f = { 0 };
 
+	if (rc != OG_UNAVAILABLE && !answer_authenticated(c))
+		return;
 	switch (rc) {
 	case OG_UNAVAILABLE:
 		api_unavailable(c, db_error(c->ctx->db));
@@ -545,22 +577,6 @@ api_only_fields(struct api_call *c, const char *const *allowed)
 
 /* ---- the pipeline ---------------------------------------------------- */
 
-/* The key of a claim (the body's, else its Idempotency-Key header's),
- * when it is one we could look up. */
-static const char *
-claim_key(const struct api_call *c)
-{
-	json_t *key = json_object_get(c->body, "key");
-
-	if (key == NULL)
-		return c->idem_len > 0 && api_key_valid(c->idem, (size_t)c->idem_len) ? c->idem
-		                                                                      : NULL;
-	if (!json_is_string(key) || strlen(json_string_value(key)) != json_string_length(key) ||
-	    !api_key_valid(json_string_value(key), json_string_length(key)))
-		return NULL;
-	return json_string_value(key);
-}
-
 /* Reads the claim's Idempotency-Key header, if any, into c->idem. */
 static void
 call_idempotency_key(struct api_call *c)
@@ -576,73 +592,28 @@ call_idempotency_key(struct api_call *c)
 	                                   &c->idem_problem);
 }
 
-/* The client id this thread last saw for a key hash. Ids never change for
- * a key, so a stale entry can only be a revoked key, which the
- * authentication that travels with the look-up catches. */
-static long long
-auth_cache_get(const struct api_ctx *ctx, const char *hash)
-{
-	int i;
-
-	for (i = 0; i < API_AUTH_CACHE; i++)
-		if (ctx->auth_cache[i].id != 0 && strcmp(ctx->auth_cache[i].hash, hash) == 0)
-			return ctx->auth_cache[i].id;
-	return 0;
-}
-
-static void
-auth_cache_put(struct api_ctx *ctx, const char *hash, long long id)
-{
-	int i = ctx->auth_cache_next++ % API_AUTH_CACHE;
-
-	snprintf(ctx->auth_cache[i].hash, sizeof(ctx->auth_cache[i].hash), "%s", hash);
-	ctx->auth_cache[i].id = id;
-}
-
-/* Authenticates the request. A claim whose client this thread has seen
- * before sends its look-up in the same round trip: a duplicate then costs
- * one round trip in all. The look-up is a read, so when the key turns out
- * to be revoked nothing has happened. */
+/* Authenticates the request: one round trip. */
 static bool
 call_authenticate(struct api_call *c)
 {
-	const char *key = http_bearer(c->req->authorization), *run_key;
+	const char *key = http_bearer(c->req->authorization);
 	struct clients_auth a;
-	struct db_call calls[2];
+	struct db_call call = { 0 };
 	enum og_rc rc;
-	long long cached;
-	int n = 1;
 
-	memset(calls, 0, sizeof(calls));
+	c->auth_deferred = false;
 	if (key == NULL) {
 		api_reject(c, "unauthorized", "an API key is required in the Authorization header",
 		           NULL);
 		return false;
 	}
-	if (!clients_auth_call(&a, key, &calls[0])) {
+	if (!clients_auth_call(&a, key, &call)) {
 		api_reject(c, "unauthorized", "the API key is unknown or revoked", NULL);
 		return false;
 	}
-	if (c->route->lookup && c->body != NULL && (run_key = claim_key(c)) != NULL &&
-	    (cached = auth_cache_get(c->ctx, a.hash)) != 0) {
-		ledger_lookup_call(&c->lookup, cached, run_key, c->ctx->cfg->lease_cap_seconds,
-		                   &calls[1]);
-		n = 2;
-	}
-	if (n == 2)
-		db_batch(c->ctx->db, calls, n); /* each call carries its own rc */
-	else
-		calls[0].rc = db_exec(c->ctx->db, calls[0].stmt, calls[0].params, &calls[0].res);
-	rc = clients_auth_result(&calls[0], &c->client);
-	PQclear(calls[0].res);
-	if (n == 2) {
-		if (rc == OG_OK && c->client.id == cached && calls[1].rc == DB_OK) {
-			c->prefetch = calls[1];
-			c->prefetched = true;
-		} else {
-			PQclear(calls[1].res);
-		}
-	}
+	call.rc = db_exec(c->ctx->db, call.stmt, call.params, &call.res);
+	rc = clients_auth_result(&call, &c->client);
+	PQclear(call.res);
 	if (rc == OG_UNAVAILABLE) {
 		api_fail(c, OG_UNAVAILABLE);
 		return false;
@@ -651,10 +622,35 @@ call_authenticate(struct api_call *c)
 		api_reject(c, "unauthorized", "the API key is unknown or revoked", NULL);
 		return false;
 	}
-	if (rc == OG_OK && cached == 0)
-		auth_cache_put(c->ctx, a.hash, c->client.id);
 	c->authed = true;
 	return true;
+}
+
+/* A claim is authenticated by its own statement, which saves a round trip:
+ * here the key is only checked for shape and hashed. */
+static bool
+call_defer_authentication(struct api_call *c)
+{
+	const char *key = http_bearer(c->req->authorization);
+
+	if (key == NULL || !clients_key_hash(key, c->auth_hash))
+		return call_authenticate(c); /* answers 401 without a round trip */
+	c->auth_deferred = true;
+	return true;
+}
+
+/* The claim's statement authenticated the key (denied: it did not, and
+ * nothing was written). */
+void
+api_claim_authenticated(struct api_call *c, bool denied)
+{
+	c->auth_deferred = false;
+	if (denied) {
+		c->key[0] = '\0'; /* an unauthenticated caller's key is not logged */
+		api_reject(c, "unauthorized", "the API key is unknown or revoked", NULL);
+	} else {
+		c->authed = true;
+	}
 }
 
 /* The body's answer when it is refused (given after authentication: an
@@ -779,7 +775,7 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 	case ANSWER_TEXT:
 		break;
 	}
-	if (c.route->lookup)
+	if (c.route->claim_auth)
 		call_idempotency_key(&c);
 	switch (c.route->body) {
 	case BODY_NONE:
@@ -796,7 +792,7 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 	case AUTH_NONE:
 		break;
 	case AUTH_BEARER:
-		if (!call_authenticate(&c))
+		if (!(c.route->claim_auth ? call_defer_authentication(&c) : call_authenticate(&c)))
 			goto out;
 		break;
 	case AUTH_SSO:
@@ -814,8 +810,6 @@ out:
 	metrics_observe_request((size_t)(c.route - routes),
 	                        (double)(t1.tv_sec - t0.tv_sec) +
 	                            (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
-	if (c.prefetched)
-		PQclear(c.prefetch.res);
 	json_decref(c.body);
 	digest_wipe(c.token, sizeof(c.token));
 }

@@ -11,9 +11,6 @@
 #include "db.h"
 #include "http.h"
 
-#include "digest.h"
-
-#define API_AUTH_CACHE 8
 
 /* One per worker thread. */
 struct contract_set;
@@ -24,13 +21,9 @@ struct api_ctx {
 	const struct config *cfg;
 	const struct contract_set *contracts;  /* shared, read-only */
 	const struct page_set *pages;          /* shared, read-only */
-	/* key hash → client id, to send a claim's look-up along with its
-	 * authentication (api.c: call_authenticate) */
-	struct {
-		char hash[DIGEST_HEX_LEN];
-		long long id;
-	} auth_cache[API_AUTH_CACHE];
-	unsigned auth_cache_next;
+	/* Whether this thread's last claim was of a new key: the guess for
+	 * the next one (ledger_claim's expect_new). */
+	bool claim_was_new;
 };
 
 /* Answers one request into resp; never fails the process. */

@@ -73,7 +73,7 @@ struct route {
 	enum route_body body;
 	enum route_answer answer;
 	bool token;           /* the path segment is an approval token, not a key */
-	bool lookup;          /* the body's key is looked up with the authentication */
+	bool claim_auth;      /* authenticated by the claim's own statement */
 	void (*handler)(struct api_call *c);
 };
 
@@ -86,13 +86,14 @@ struct api_call {
 	const char *pattern;
 	struct client client;
 	bool authed;
+	/* A claim: its bearer key, hashed, waits for the claim's statement to
+	 * authenticate it (or for an earlier answer, which authenticates
+	 * first). */
+	bool auth_deferred;
+	char auth_hash[DIGEST_HEX_LEN];
 	char key[OG_KEY_MAX_CHARS * 4 + 1];
 	json_t *body;          /* BODY_JSON: the parsed object */
 	bool body_refused;     /* BODY_FORM: not a form, or over the size cap */
-	/* The claim's look-up, when it travelled with the authentication. */
-	struct ledger_lookup lookup;
-	struct db_call prefetch;
-	bool prefetched;
 	char token[OG_KEY_MAX_CHARS * 4 + 1]; /* approval routes: the raw token */
 	/* The claim: the key of its Idempotency-Key header (idem_len >= 0),
 	 * or why the header is refused (idem_problem). */
@@ -102,6 +103,10 @@ struct api_call {
 };
 
 /* ---- answers (api.c) ---- */
+
+/* The claim's statement authenticated its key (denied: it refused it, and
+ * the request is answered 401). */
+void api_claim_authenticated(struct api_call *c, bool denied);
 
 /* The run's URL path, /v1/runs/ + the key percent-encoded as one segment:
  * Location of a claim, instance of a problem about a run. */

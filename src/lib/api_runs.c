@@ -123,6 +123,9 @@ api_runs_claim(struct api_call *c)
 	}
 	canon_hash(payload, payload_len, hash_as_written);
 
+	lc.client_key_hash = c->auth_deferred ? c->auth_hash : NULL;
+	lc.client = &c->client;
+	lc.expect_new = c->ctx->claim_was_new;
 	lc.client_id = c->client.id;
 	lc.key = c->key;
 	lc.payload = payload;
@@ -130,7 +133,13 @@ api_runs_claim(struct api_call *c)
 	lc.payload_hash_as_written = hash_as_written;
 	lc.lease_seconds = (int)lease;
 	lc.cap_seconds = cfg->lease_cap_seconds;
-	rc = ledger_claim(c->ctx->db, &lc, c->prefetched ? &c->prefetch : NULL, &run);
+	rc = ledger_claim(c->ctx->db, &lc, &run);
+	if (lc.client_key_hash != NULL && rc != OG_UNAVAILABLE && rc != OG_ERROR)
+		api_claim_authenticated(c, rc == OG_DENIED);
+	if (rc == OG_DENIED)
+		goto out;
+	if (rc == OG_CLAIMED || rc == OG_DUPLICATE || rc == OG_MISMATCH)
+		c->ctx->claim_was_new = rc == OG_CLAIMED && run.version == 1;
 
 	if (rc != OG_CLAIMED && rc != OG_DUPLICATE && rc != OG_MISMATCH) {
 		api_fail(c, rc);

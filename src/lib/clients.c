@@ -13,8 +13,7 @@
 
 static const struct db_stmt st_auth = {
 	"clients_auth",
-	"SELECT id, name FROM api_clients"
-	" WHERE key_hash = decode($1, 'hex') AND revoked_at IS NULL",
+	CLIENTS_SQL_ACTIVE("$1"),
 	1, true,
 };
 
@@ -58,13 +57,21 @@ clients_name_valid(const char *name)
 }
 
 bool
-clients_auth_call(struct clients_auth *a, const char *key, struct db_call *call)
+clients_key_hash(const char *key, char hash[DIGEST_HEX_LEN])
 {
 	size_t n = strlen(key);
 
 	if (n != CLIENTS_KEY_LEN - 1 || strncmp(key, "og_", 3) != 0)
 		return false;
-	digest_sha256_hex(key, n, a->hash);
+	digest_sha256_hex(key, n, hash);
+	return true;
+}
+
+bool
+clients_auth_call(struct clients_auth *a, const char *key, struct db_call *call)
+{
+	if (!clients_key_hash(key, a->hash))
+		return false;
 	a->params[0] = a->hash;
 	call->stmt = &st_auth;
 	call->params = a->params;

@@ -24,13 +24,23 @@ struct client {
 	char name[OG_CLIENT_NAME_MAX + 1];
 };
 
-/* The look-up of one key, to run alone or in a db_batch with the request's
- * first read (one round trip instead of two). */
+/* The rule that makes an API key valid, as SQL over one parameter (the
+ * hex SHA-256 of the key): the active client it belongs to (id, name). A
+ * claim composes it into its one statement, so that its authentication
+ * travels with it. */
+#define CLIENTS_SQL_ACTIVE(hexparam)                                                      \
+	"SELECT id, name FROM api_clients"                                                 \
+	" WHERE key_hash = decode(" hexparam ", 'hex') AND revoked_at IS NULL"
+
+/* The look-up of one key. */
 struct clients_auth {
 	char hash[DIGEST_HEX_LEN];   /* hex SHA-256 of the key */
 	const char *params[1];
 };
 
+/* The hex SHA-256 of key, which is what is stored; false when the key
+ * cannot be one of ours (wrong shape). */
+bool clients_key_hash(const char *key, char hash[DIGEST_HEX_LEN]);
 /* Fills call with the look-up of key; false when the key cannot be one of
  * ours (wrong shape), which needs no round trip. */
 bool clients_auth_call(struct clients_auth *a, const char *key, struct db_call *call);

@@ -261,8 +261,9 @@ db_exec(struct db *db, const struct db_stmt *stmt, const char *const *params,
 	/* A session dropped while we were idle (server restart, pooler, a
 	 * terminated backend) is found only when it is next used. A read can
 	 * simply run again on a fresh session; a write cannot, because it may
-	 * have committed before the connection went. */
-	if (rc == DB_UNAVAILABLE && stmt->readonly && !in_tx &&
+	 * have committed before the connection went — unless its second run
+	 * answers as the caller's own retry would (rerun_safe). */
+	if (rc == DB_UNAVAILABLE && stmt->rerun_safe && !in_tx &&
 	    PQstatus(db->conn) != CONNECTION_OK) {
 		memset(&db->last_failed_connect, 0, sizeof(db->last_failed_connect));
 		if ((rc = db_ensure(db)) == DB_OK)
@@ -388,26 +389,6 @@ db_pipeline_send(struct db *db, const struct db_call *calls, int n)
 	return PQpipelineSync(db->conn) == 1 ? 0 : -1;
 }
 
-static enum db_rc
-db_batch_once(struct db *db, struct db_call *calls, int n)
-{
-	enum db_rc rc;
-
-	if ((rc = db_pipeline_enter(db, calls, n)) != DB_OK)
-		return rc;
-	if (db_pipeline_send(db, calls, n) != 0)
-		goto broken;
-	if (db_pipeline_collect(db, calls, n, &rc) != 0)
-		goto broken;
-	return rc;
-broken:
-	rc = PQstatus(db->conn) == CONNECTION_OK ? DB_ERROR : DB_UNAVAILABLE;
-	if (db->err[0] == '\0' || rc == DB_UNAVAILABLE)
-		db_set_error(db, "pipeline", NULL);
-	db_pipeline_abandon(db);
-	return rc;
-}
-
 enum db_rc
 db_pipeline_tx(struct db *db, struct db_call *calls, int n)
 {
@@ -482,41 +463,6 @@ db_exec_count(struct db *db, const struct db_stmt *stmt, const char *const *para
 	*n = PQntuples(res);
 	PQclear(res);
 	return DB_OK;
-}
-
-enum db_rc
-db_batch(struct db *db, struct db_call *calls, int n)
-{
-	enum db_rc rc;
-	int i;
-
-	db_batch_clear(calls, n);
-	if ((rc = db_ensure(db)) != DB_OK)
-		goto out;
-	if (PQtransactionStatus(db->conn) != PQTRANS_IDLE) {
-		/* pipelines carry their own implicit transaction: run one by one */
-		for (i = 0; i < n; i++)
-			if ((calls[i].rc = db_exec(db, calls[i].stmt, calls[i].params,
-			                           &calls[i].res)) != DB_OK)
-				return calls[i].rc;
-		return DB_OK;
-	}
-	db->err[0] = '\0';
-	rc = db_batch_once(db, calls, n);
-	/* Read-only by contract, so a batch lost with an idle session runs
-	 * again on a fresh one (see db_exec). */
-	if (rc == DB_UNAVAILABLE && (db->conn == NULL || PQstatus(db->conn) != CONNECTION_OK)) {
-		db_batch_clear(calls, n);
-		memset(&db->last_failed_connect, 0, sizeof(db->last_failed_connect));
-		if ((rc = db_ensure(db)) == DB_OK)
-			rc = db_batch_once(db, calls, n);
-	}
-out:
-	/* Calls that never ran carry the reason the batch stopped. */
-	for (i = 0; i < n && rc != DB_OK; i++)
-		if (calls[i].res == NULL && calls[i].rc == DB_ERROR)
-			calls[i].rc = rc;
-	return rc;
 }
 
 static enum db_rc

@@ -16,7 +16,8 @@ struct db_stmt {
 	const char *name;   /* unique prepared-statement name */
 	const char *sql;
 	int nparams;
-	bool readonly;      /* safe to run again after a lost connection */
+	bool rerun_safe;    /* may run again after a lost connection: a read, or a
+	                     * statement whose second run answers as a retry would */
 };
 
 enum db_rc {
@@ -51,20 +52,14 @@ enum db_rc db_ping(struct db *db) __attribute__((warn_unused_result));
 enum db_rc db_exec_count(struct db *db, const struct db_stmt *stmt,
                          const char *const *params, long long *n)
 	__attribute__((warn_unused_result));
-/* One statement of a batch: set stmt and params; db_batch fills rc and res
- * (the caller PQclear()s res). */
+/* One statement of a pipelined transaction: set stmt and params;
+ * db_pipeline_tx fills rc and res (the caller PQclear()s res). */
 struct db_call {
 	const struct db_stmt *stmt;
 	const char *const *params;
 	enum db_rc rc;
 	PGresult *res;
 };
-
-/* Runs n read-only statements in ONE round trip (libpq pipeline mode), each
- * with its own result. Outside a transaction only. Returns DB_OK when every
- * call ran; otherwise the first failure (calls after a failed one carry
- * DB_ERROR with no result). */
-enum db_rc db_batch(struct db *db, struct db_call *calls, int n);
 
 /* BEGIN and the n calls in ONE round trip (pipeline mode); the
  * transaction is left open for the caller to commit or roll back after

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "clients.h"
 #include "ledger.h"
 
 static const char *const state_names[RUN_STATE_COUNT] = {
@@ -88,6 +89,74 @@ static const struct db_stmt st_claim = {
 	"SELECT lease_owner, version, attempt, payload_hash, payload_canon,"
 	"       og_ts(lease_expires_at) AS lease_expires_at FROM claimed",
 	11, false,
+};
+
+/* The read a claim whose API key is not yet authenticated may start with,
+ * in ONE statement: the key's client and its run under the key, without a
+ * row lock or WAL. Cheaper than st_claim_first when the key exists, which
+ * repeated deliveries mostly hit; a new key then needs st_claim. No row:
+ * the key is unknown or revoked. */
+static const struct db_stmt st_claim_read = {
+	"ledger_claim_read",
+	"SELECT client.id AS client_id, client.name AS client_name,"
+	"       r.version IS NOT NULL AS found, r.state, r.version, r.attempt,"
+	"       r.payload_hash, r.payload_canon, r.lease_owner,"
+	"       og_ts(r.lease_expires_at) AS lease_expires_at,"
+	"       (r.state = 'processing' AND r.lease_expires_at > now()) AS lease_live,"
+	"       r.result::text AS result"
+	"  FROM (" CLIENTS_SQL_ACTIVE("$1") ") client"
+	"  LEFT JOIN workflow_runs r"
+	"         ON r.client_id = client.id AND r.idempotency_key = $2",
+	2, true,
+};
+
+/* A claim whose API key is not yet authenticated, in ONE statement: it
+ * authenticates the key (the clients' rule), reads the client's run under
+ * the key and, only when there is none, inserts it with its timeline entry.
+ * An existing run is only read here, never locked: it is answered from the
+ * read (a duplicate or a mismatch) or taken over by st_claim. No row: the
+ * key is unknown or revoked, and nothing was written. Neither claimed nor
+ * found: another claim inserted the key after this statement's snapshot;
+ * st_claim then decides. It may run again on a fresh session when the
+ * connection was found lost: that is the caller's own retry, and a claim
+ * that committed before the connection went is then answered as a
+ * duplicate, never made twice. */
+static const struct db_stmt st_claim_first = {
+	"ledger_claim_first",
+	"WITH client AS (" CLIENTS_SQL_ACTIVE("$1") "), cur AS ("
+	"  SELECT r.state, r.version, r.attempt, r.payload_hash, r.payload_canon,"
+	"         r.lease_owner, r.lease_expires_at, r.result,"
+	"         (r.state = 'processing' AND r.lease_expires_at > now()) AS lease_live"
+	"    FROM workflow_runs r, client"
+	"   WHERE r.client_id = client.id AND r.idempotency_key = $2"
+	"), claimed AS ("
+	"  INSERT INTO workflow_runs AS r (client_id, idempotency_key, payload_hash,"
+	"      payload, state, lease_owner, lease_expires_at, claim_started_at,"
+	"      version, attempt, workflow_version, trigger, correlation_id, event_id,"
+	"      payload_canon)"
+	"  SELECT client.id, $2, $3, $4::jsonb, 'processing', gen_random_uuid(),"
+	"      now() + make_interval(secs => LEAST($5::int, $6::int)), now(), 1, 1,"
+	"      $7, $8, $9, $10, 'jcs'"
+	"    FROM client WHERE NOT EXISTS (SELECT FROM cur)"
+	"  ON CONFLICT (client_id, idempotency_key) DO NOTHING"
+	"  RETURNING r.client_id, r.idempotency_key, r.lease_owner, r.version,"
+	"            r.attempt, r.lease_expires_at, r.payload_hash, r.payload_canon"
+	"), " LEDGER_EVENT("claimed", "'run.claimed'", "NULL", "'processing'",
+	                   "NULL", "NULL")
+	"SELECT client.id AS client_id, client.name AS client_name,"
+	"       claimed.version IS NOT NULL AS claimed, cur.version IS NOT NULL AS found,"
+	"       COALESCE(cur.state, 'processing') AS state,"
+	"       COALESCE(claimed.version, cur.version) AS version,"
+	"       COALESCE(claimed.attempt, cur.attempt) AS attempt,"
+	"       COALESCE(claimed.payload_hash, cur.payload_hash) AS payload_hash,"
+	"       COALESCE(claimed.payload_canon, cur.payload_canon) AS payload_canon,"
+	"       COALESCE(claimed.lease_owner, cur.lease_owner) AS lease_owner,"
+	"       og_ts(COALESCE(claimed.lease_expires_at, cur.lease_expires_at))"
+	"           AS lease_expires_at,"
+	"       (claimed.version IS NOT NULL OR cur.lease_live) AS lease_live,"
+	"       cur.result::text AS result"
+	"  FROM client LEFT JOIN cur ON true LEFT JOIN claimed ON true",
+	10, true,
 };
 
 /* Renewal: only the owner, with the current version, before expiry, and
@@ -654,7 +723,14 @@ ledger_fill(struct ledger_run *run, const PGresult *res)
 	run->result = v != NULL ? json_loads(v, JSON_DECODE_ANY, NULL) : NULL;
 }
 
-void
+/* The read-only look-up's parameters. */
+struct ledger_lookup {
+	char client[24];
+	char cap[16];
+	const char *params[3];
+};
+
+static void
 ledger_lookup_call(struct ledger_lookup *l, long long client_id, const char *key,
                    int cap_seconds, struct db_call *call)
 {
@@ -723,26 +799,83 @@ ledger_claimable(const struct ledger_run *run)
 	       (run->state == RUN_PROCESSING && !run->lease_live);
 }
 
+/* Fills run from the claim statements' row of a run they claimed. */
+static void
+ledger_claimed(struct ledger_run *run, const PGresult *res, bool reclaimed)
+{
+	ledger_run_clear(run);
+	ledger_moved(run, res, RUN_PROCESSING, RUN_PROCESSING);
+	run->lease_live = true;
+	run->lease_reclaimed = reclaimed;
+	/* a reclaim keeps the row's hash and the rule it was computed with */
+	copy_field(run->payload_hash, sizeof(run->payload_hash), res, "payload_hash");
+	run->payload_canon = canon_rule_parse(db_get(res, 0, "payload_canon"));
+	copy_field(run->lease_owner, sizeof(run->lease_owner), res, "lease_owner");
+	copy_field(run->lease_expires_at, sizeof(run->lease_expires_at), res,
+	           "lease_expires_at");
+}
+
+/* The first statement of a claim whose key is not yet authenticated
+ * (st_claim_first, or st_claim_read when an existing run is expected):
+ * OG_CLAIMED (a new run), OG_OK (an existing run, read into run),
+ * OG_NOT_FOUND (no run, or one another claim inserted meanwhile),
+ * OG_DENIED (the API key is not valid); c->client is filled unless
+ * denied. */
+static enum og_rc
+ledger_claim_first(struct db *db, const struct ledger_claim *c, const char *lease,
+                   const char *cap, struct ledger_run *run)
+{
+	const struct db_stmt *stmt = c->expect_new ? &st_claim_first : &st_claim_read;
+	const char *params[10] = { c->client_key_hash, c->key, c->payload_hash, c->payload,
+		                   lease, cap, c->workflow_version, c->trigger,
+		                   c->correlation_id, c->event_id };
+	const char *v;
+	PGresult *res;
+	enum og_rc lrc = OG_NOT_FOUND;
+	enum db_rc rc;
+
+	if ((rc = db_exec(db, stmt, params, &res)) != DB_OK)
+		return og_rc_of(rc);
+	if (PQntuples(res) != 1) {
+		PQclear(res);
+		return OG_DENIED;
+	}
+	c->client->id = db_get_ll(res, 0, "client_id");
+	v = db_get(res, 0, "client_name");
+	snprintf(c->client->name, sizeof(c->client->name), "%s", v != NULL ? v : "");
+	if ((v = db_get(res, 0, "claimed")) != NULL && v[0] == 't') {
+		ledger_claimed(run, res, false);
+		lrc = OG_CLAIMED;
+	} else if ((v = db_get(res, 0, "found")) != NULL && v[0] == 't') {
+		ledger_fill(run, res);
+		lrc = OG_OK;
+	}
+	PQclear(res);
+	return lrc;
+}
+
 enum og_rc
-ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *prefetched,
-             struct ledger_run *run)
+ledger_claim(struct db *db, const struct ledger_claim *c, struct ledger_run *run)
 {
 	char client[24], lease[16], cap[16];
 	const char *params[11];
 	PGresult *res;
 	enum og_rc lrc;
 	enum db_rc rc;
+	long long client_id;
 	bool expired_lease = false;
 
-	snprintf(client, sizeof(client), "%lld", c->client_id);
 	snprintf(lease, sizeof(lease), "%d", c->lease_seconds);
 	snprintf(cap, sizeof(cap), "%d", c->cap_seconds);
 
-	/* Fast path: most repeated deliveries hit a key that cannot be claimed
-	 * now; answering them from a read keeps them off the write path. */
-	lrc = prefetched != NULL ? ledger_lookup_result(prefetched, run, NULL)
-	                         : ledger_lookup(db, c->client_id, c->key, c->cap_seconds, run,
-	                                         NULL);
+	/* A new key is claimed by the first statement. A repeated delivery
+	 * mostly hits a key that cannot be claimed now: answering it from a
+	 * read keeps it off the write path. */
+	lrc = c->client_key_hash != NULL
+	              ? ledger_claim_first(db, c, lease, cap, run)
+	              : ledger_lookup(db, c->client_id, c->key, c->cap_seconds, run, NULL);
+	if (lrc == OG_CLAIMED || lrc == OG_DENIED)
+		return lrc;
 	if (lrc == OG_OK) {
 		if (strcmp(run->payload_hash, ledger_claim_hash(c, run)) != 0 ||
 		    !ledger_claimable(run))
@@ -752,6 +885,8 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
 		return lrc;
 	}
 
+	client_id = c->client_key_hash != NULL ? c->client->id : c->client_id;
+	snprintf(client, sizeof(client), "%lld", client_id);
 	params[0] = client;
 	params[1] = c->key;
 	params[2] = c->payload_hash;
@@ -766,23 +901,14 @@ ledger_claim(struct db *db, const struct ledger_claim *c, const struct db_call *
 	if ((rc = db_exec(db, &st_claim, params, &res)) != DB_OK)
 		return og_rc_of(rc);
 	if (PQntuples(res) == 1) {
-		ledger_run_clear(run);
-		ledger_moved(run, res, RUN_PROCESSING, RUN_PROCESSING);
-		run->lease_live = true;
-		run->lease_reclaimed = expired_lease;
-		/* a reclaim keeps the row's hash and the rule it was computed with */
-		copy_field(run->payload_hash, sizeof(run->payload_hash), res, "payload_hash");
-		run->payload_canon = canon_rule_parse(db_get(res, 0, "payload_canon"));
-		copy_field(run->lease_owner, sizeof(run->lease_owner), res, "lease_owner");
-		copy_field(run->lease_expires_at, sizeof(run->lease_expires_at), res,
-		           "lease_expires_at");
+		ledger_claimed(run, res, expired_lease);
 		PQclear(res);
 		return OG_CLAIMED;
 	}
 	PQclear(res);
 	/* Someone else claimed or settled the key between our look-up and the
 	 * claim: the atomic statement decided; read back what it saw. */
-	lrc = ledger_lookup(db, c->client_id, c->key, c->cap_seconds, run, NULL);
+	lrc = ledger_lookup(db, client_id, c->key, c->cap_seconds, run, NULL);
 	if (lrc != OG_OK)
 		return lrc == OG_NOT_FOUND ? OG_ERROR : lrc;
 	return ledger_settle(run, c);

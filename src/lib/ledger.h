@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "canon.h"
+#include "clients.h"
 #include "db.h"
 #include "rc.h"
 
@@ -44,6 +45,16 @@ struct ledger_run {
 };
 
 struct ledger_claim {
+	/* Who claims: the hex SHA-256 of a bearer key not yet authenticated,
+	 * which the claim's statement authenticates, filling *client; or NULL
+	 * and client_id, already authenticated. */
+	const char *client_key_hash;
+	struct client *client;
+	/* A new key is expected: a claim of one then takes one round trip, at
+	 * a small cost to a duplicate (the statement's insert is prepared for,
+	 * not run). Only a guess about cost: either way the answer is the
+	 * same. */
+	bool expect_new;
 	long long client_id;
 	const char *key;
 	const char *payload;             /* canonical JSON text, as written */
@@ -56,17 +67,6 @@ struct ledger_claim {
 	int lease_seconds;
 	int cap_seconds;
 };
-
-/* The read-only look-up of a run, to run in a db_batch together with the
- * authentication of the request (see ledger_claim). */
-struct ledger_lookup {
-	char client[24];
-	char cap[16];
-	const char *params[3];
-};
-
-void ledger_lookup_call(struct ledger_lookup *l, long long client_id, const char *key,
-                        int cap_seconds, struct db_call *call);
 
 const char *ledger_state_name(enum run_state s);
 /* -1 when the name is not a state */
@@ -81,10 +81,9 @@ void ledger_run_clear(struct ledger_run *run);
  * with. */
 const char *ledger_claim_hash(const struct ledger_claim *c, const struct ledger_run *run);
 
-/* prefetched: a finished ledger_lookup_call for this client and key, or
- * NULL to look up here. */
-enum og_rc ledger_claim(struct db *db, const struct ledger_claim *c,
-                        const struct db_call *prefetched, struct ledger_run *run)
+/* OG_CLAIMED, OG_DUPLICATE or OG_MISMATCH; OG_DENIED when the key of
+ * client_key_hash is unknown or revoked (then nothing was written). */
+enum og_rc ledger_claim(struct db *db, const struct ledger_claim *c, struct ledger_run *run)
 	__attribute__((warn_unused_result));
 enum og_rc ledger_renew(struct db *db, long long client_id, const char *key,
                         const char *owner, long long version, int lease_seconds,

@@ -1414,6 +1414,101 @@ START_TEST(test_revoked_key)
 }
 END_TEST
 
+/* The responder starts a claim with the insert or with the read, by what
+ * the thread's last claim was (new or not). The answers must not depend on
+ * that guess: mixed histories over many threads, with two tenants sharing
+ * every key, get the same answers and rows either way. */
+START_TEST(test_claim_answers_whatever_the_first_statement)
+{
+	PGconn *c = tl_pg_connect();
+	struct tl_resp r;
+	struct claimed a, b;
+	char key[160];
+	int i;
+
+	ck_assert_msg(g_key_b != NULL, "no second client: `oncegatectl client add` failed in main()");
+	for (i = 0; i < 24; i++) {
+		json_t *other = json_pack("{s:s, s:i}", "текст", "другой 订单 ✉️", "n", i);
+
+		snprintf(key, sizeof(key), "заказ:北京:🚚:mixed-%d-%d", getpid(), i);
+		claim(g_key_dev, key, NULL, 30, &r);
+		expect_claimed(&r, key, 1, NULL, &a);
+		tl_resp_free(&r);
+		if (i % 3 != 0) { /* a history of duplicates on some threads */
+			claim(g_key_dev, key, NULL, 30, &r);
+			expect_duplicate(&r, key, "processing");
+			tl_resp_free(&r);
+		}
+		claim(g_key_dev, key, other, 30, &r);
+		expect_error(&r, 422, "payload_mismatch");
+		tl_resp_free(&r);
+		claim(g_key_b, key, NULL, 30, &r);
+		expect_claimed(&r, key, 1, NULL, &b);
+		tl_resp_free(&r);
+		ck_assert_str_ne(a.owner, b.owner);
+		claim(g_key_b, key, NULL, 30, &r);
+		expect_duplicate(&r, key, "processing");
+		tl_resp_free(&r);
+		ck_assert_int_eq(tl_runs_of_key(c, key), 2);
+	}
+	PQfinish(c);
+}
+END_TEST
+
+/* A claim is authenticated by its own statement; a body refused before it
+ * gets there is answered only after the key was checked, so a caller
+ * without a valid key learns nothing about its body (401, not 400), and
+ * its log line carries no key of the caller's choosing. */
+START_TEST(test_claim_refused_body_unauthenticated)
+{
+	static const char unknown_key[] = "og_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_AbCDe";
+	static const struct {
+		const char *body;
+		const char *code; /* with a valid key */
+	} cases[] = {
+		{ "{\"key\":\"заказ:北京:🚚:1\",\"payload\":{\"שלום\":1},\"bogus\":1}",
+		  "invalid_field" },
+		{ "{\"key\":\"заказ:北京:🚚:2\"}", "invalid_field" },
+		{ "{\"key\":\"\",\"payload\":{\"a\":1}}", "invalid_key" },
+		{ "{\"key\":\"заказ:北京:🚚:3\",\"payload\":{\"a\":1},\"lease_seconds\":-5}",
+		  "invalid_field" },
+	};
+	PGconn *c = tl_pg_connect();
+	struct tl_resp r;
+	long long before;
+	json_t *lines;
+	size_t i;
+	long off;
+
+	ck_assert_uint_eq(strlen(unknown_key), 46);
+	before = ledger_rows(c);
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		off = tl_log_offset();
+		tl_post_text("/v1/runs", unknown_key, cases[i].body, &r);
+		expect_error(&r, 401, "unauthorized");
+		tl_resp_free(&r);
+		lines = tl_log_collect(off, tl_log_is_request, NULL, 1);
+		ck_assert_int_eq(json_array_size(lines), 1);
+		expect_log_line(json_array_get(lines, 0), "auth.failed", NULL, NULL, 401);
+		ck_assert_msg(json_object_get(json_array_get(lines, 0), "key") == NULL &&
+		                  json_object_get(json_array_get(lines, 0), "client") == NULL,
+		              "the 401 line names a key or client: case %zu", i);
+		json_decref(lines);
+
+		tl_post_text("/v1/runs", g_key_dev, cases[i].body, &r);
+		expect_error(&r, 400, cases[i].code);
+		tl_resp_free(&r);
+	}
+	/* a well-formed claim with the unknown key writes nothing either */
+	tl_post_text("/v1/runs", unknown_key,
+	             "{\"key\":\"заказ:北京:🚚:4\",\"payload\":{\"a\":1}}", &r);
+	expect_error(&r, 401, "unauthorized");
+	tl_resp_free(&r);
+	ck_assert_int_eq(ledger_rows(c), before);
+	PQfinish(c);
+}
+END_TEST
+
 START_TEST(test_transition_to_not_allowed)
 {
 	static const char *const targets[] = { "approved", "awaiting_human", "processing", "done" };
@@ -1964,6 +2059,8 @@ api_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_bad_input, 0, N_BAD_CASES);
 	tcase_add_test(tc, test_revoked_key);
+	tcase_add_test(tc, test_claim_refused_body_unauthenticated);
+	tcase_add_test(tc, test_claim_answers_whatever_the_first_statement);
 	tcase_add_test(tc, test_transition_to_not_allowed);
 	suite_add_tcase(s, tc);
 
