@@ -153,23 +153,25 @@ pg_ctlcluster "$PGVER" "$CLUSTER" start >>"$TMP/pg.log" 2>&1 || { cat "$TMP/pg.l
 grep -q "^listen_addresses" "/etc/postgresql/$PGVER/$CLUSTER/postgresql.conf" &&
 	die "the test cluster listens beyond localhost"
 
-# start_ready NAME COMMAND...: a helper that prints "ready PORT"; its PID and port.
+# start_ready VAR NAME COMMAND...: starts COMMAND, records its PID for
+# cleanup and sets VAR to the port it prints ("ready PORT"). Not called in
+# $(…): the PID must reach this shell's PIDS, or cleanup could not stop it.
 start_ready() {
-	local name=$1 i port
-	shift
+	local var=$1 name=$2 i port
+	shift 2
 	"$@" >"$TMP/$name.out" 2>&1 &
 	PIDS+=($!)
 	for ((i = 0; i < 100; i++)); do grep -q '^ready' "$TMP/$name.out" 2>/dev/null && break; sleep 0.1; done
 	port=$(sed -n 's/^ready \([0-9]*\)$/\1/p' "$TMP/$name.out")
 	[[ -n $port ]] || { cat "$TMP/$name.out" >&2; die "$name did not start"; }
-	echo "$port"
+	printf -v "$var" '%s' "$port"
 }
-SMTP_PORT=$(start_ready smtp "$PYTHON" "$ROOT/tests/providers/smtp_sink.py" --port 0 --record "$TMP/mail.jsonl")
-CRM_PORT=$(start_ready crm "$PYTHON" "$ROOT/tests/providers/http_provider.py" --port 0)
+start_ready SMTP_PORT smtp "$PYTHON" "$ROOT/tests/providers/smtp_sink.py" --port 0 --record "$TMP/mail.jsonl"
+start_ready CRM_PORT crm "$PYTHON" "$ROOT/tests/providers/http_provider.py" --port 0
 HTTP_PORT=$(free_port $((21000 + RANDOM % 8000)) 31000) || die "no free port"
 HTTPS_PORT=$(free_port $((HTTP_PORT + 1)) 31500) || die "no free port"
-SSO_PORT=$(start_ready sso "$PYTHON" "$ROOT/tests/identity/sso_standin.py" --port 0 \
-	--redirect-url "https://localhost:$HTTPS_PORT/oauth2/callback")
+start_ready SSO_PORT sso "$PYTHON" "$ROOT/tests/identity/sso_standin.py" --port 0 \
+	--redirect-url "https://localhost:$HTTPS_PORT/oauth2/callback"
 say "PostgreSQL $PGVER/$CLUSTER :$PG_PORT, SMTP :$SMTP_PORT, CRM :$CRM_PORT, SSO :$SSO_PORT, nginx :$HTTP_PORT/:$HTTPS_PORT"
 
 # --- 3. the guide ------------------------------------------------------------------
