@@ -592,13 +592,12 @@ call_idempotency_key(struct api_call *c)
 	                                   &c->idem_problem);
 }
 
-/* Authenticates the request: one round trip. */
+/* Authenticates the request: one round trip (none for a key of the wrong
+ * shape). */
 static bool
 call_authenticate(struct api_call *c)
 {
 	const char *key = http_bearer(c->req->authorization);
-	struct clients_auth a;
-	struct db_call call = { 0 };
 	enum og_rc rc;
 
 	c->auth_deferred = false;
@@ -607,13 +606,7 @@ call_authenticate(struct api_call *c)
 		           NULL);
 		return false;
 	}
-	if (!clients_auth_call(&a, key, &call)) {
-		api_reject(c, "unauthorized", "the API key is unknown or revoked", NULL);
-		return false;
-	}
-	call.rc = db_exec(c->ctx->db, call.stmt, call.params, &call.res);
-	rc = clients_auth_result(&call, &c->client);
-	PQclear(call.res);
+	rc = clients_authenticate(c->ctx->db, key, &c->client);
 	if (rc == OG_UNAVAILABLE) {
 		api_fail(c, OG_UNAVAILABLE);
 		return false;
