@@ -111,25 +111,19 @@ static const struct db_stmt st_claim_read = {
 };
 
 /* A claim whose API key is not yet authenticated, in ONE statement: it
- * authenticates the key (the clients' rule), reads the client's run under
- * the key and, only when there is none, inserts it with its timeline entry.
- * An existing run is only read here, never locked: it is answered from the
- * read (a duplicate or a mismatch) or taken over by st_claim. No row: the
- * key is unknown or revoked, and nothing was written. Neither claimed nor
- * found: another claim inserted the key after this statement's snapshot;
- * st_claim then decides. It may run again on a fresh session when the
- * connection was found lost: that is the caller's own retry, and a claim
- * that committed before the connection went is then answered as a
- * duplicate, never made twice. */
+ * authenticates the key (the clients' rule) and inserts the run under the
+ * key with its timeline entry. A key that has a run already is left as it
+ * is (DO NOTHING: no lock, no WAL); the caller then reads it with
+ * st_lookup. Reading the run here as well would answer that case in the
+ * same round trip, but costs every new key a third scan and a join, and new
+ * keys are what this statement is chosen for. No row: the API key is
+ * unknown or revoked, and nothing was written. It may run again on a fresh
+ * session when the connection was found lost: that is the caller's own
+ * retry, and a claim that committed before the connection went is then
+ * answered as a duplicate, never made twice. */
 static const struct db_stmt st_claim_first = {
 	"ledger_claim_first",
-	"WITH client AS (" CLIENTS_SQL_ACTIVE("$1") "), cur AS ("
-	"  SELECT r.state, r.version, r.attempt, r.payload_hash, r.payload_canon,"
-	"         r.lease_owner, r.lease_expires_at, r.result,"
-	"         (r.state = 'processing' AND r.lease_expires_at > now()) AS lease_live"
-	"    FROM workflow_runs r, client"
-	"   WHERE r.client_id = client.id AND r.idempotency_key = $2"
-	"), claimed AS ("
+	"WITH client AS (" CLIENTS_SQL_ACTIVE("$1") "), claimed AS ("
 	"  INSERT INTO workflow_runs AS r (client_id, idempotency_key, payload_hash,"
 	"      payload, state, lease_owner, lease_expires_at, claim_started_at,"
 	"      version, attempt, workflow_version, trigger, correlation_id, event_id,"
@@ -137,25 +131,17 @@ static const struct db_stmt st_claim_first = {
 	"  SELECT client.id, $2, $3, $4::jsonb, 'processing', gen_random_uuid(),"
 	"      now() + make_interval(secs => LEAST($5::int, $6::int)), now(), 1, 1,"
 	"      $7, $8, $9, $10, 'jcs'"
-	"    FROM client WHERE NOT EXISTS (SELECT FROM cur)"
+	"    FROM client"
 	"  ON CONFLICT (client_id, idempotency_key) DO NOTHING"
 	"  RETURNING r.client_id, r.idempotency_key, r.lease_owner, r.version,"
 	"            r.attempt, r.lease_expires_at, r.payload_hash, r.payload_canon"
 	"), " LEDGER_EVENT("claimed", "'run.claimed'", "NULL", "'processing'",
 	                   "NULL", "NULL")
 	"SELECT client.id AS client_id, client.name AS client_name,"
-	"       claimed.version IS NOT NULL AS claimed, cur.version IS NOT NULL AS found,"
-	"       COALESCE(cur.state, 'processing') AS state,"
-	"       COALESCE(claimed.version, cur.version) AS version,"
-	"       COALESCE(claimed.attempt, cur.attempt) AS attempt,"
-	"       COALESCE(claimed.payload_hash, cur.payload_hash) AS payload_hash,"
-	"       COALESCE(claimed.payload_canon, cur.payload_canon) AS payload_canon,"
-	"       COALESCE(claimed.lease_owner, cur.lease_owner) AS lease_owner,"
-	"       og_ts(COALESCE(claimed.lease_expires_at, cur.lease_expires_at))"
-	"           AS lease_expires_at,"
-	"       (claimed.version IS NOT NULL OR cur.lease_live) AS lease_live,"
-	"       cur.result::text AS result"
-	"  FROM client LEFT JOIN cur ON true LEFT JOIN claimed ON true",
+	"       claimed.version IS NOT NULL AS claimed, claimed.version,"
+	"       claimed.attempt, claimed.payload_hash, claimed.payload_canon,"
+	"       claimed.lease_owner, og_ts(claimed.lease_expires_at) AS lease_expires_at"
+	"  FROM client LEFT JOIN claimed ON true",
 	10, true,
 };
 
@@ -250,12 +236,12 @@ static const struct db_stmt st_output_accept = {
 	"ledger_output_accept",
 	"WITH moved AS ("
 	"  UPDATE workflow_runs"
-	"     SET state = $5, contract = $6, contract_hash = $7, output = $8::jsonb,"
+	"     SET state = $5::text, contract = $6, contract_hash = $7, output = $8::jsonb,"
 	"         output_hash = $9, model = $10::jsonb, effect = $11::jsonb,"
 	"         source_url = $12, requested_by = $13, callback_url = $14,"
 	"         version = version + 1, lease_expires_at = NULL,"
-	"         decision = CASE WHEN $5 = 'approved' THEN 'auto' END,"
-	"         decided_at = CASE WHEN $5 = 'approved' THEN now() END,"
+	"         decision = CASE WHEN $5::text = 'approved' THEN 'auto' END,"
+	"         decided_at = CASE WHEN $5::text = 'approved' THEN now() END,"
 	"         updated_at = now()"
 	"   WHERE client_id = $1 AND idempotency_key = $2 AND lease_owner = $3::uuid"
 	"     AND version = $4::bigint AND state = 'processing'"
@@ -273,10 +259,10 @@ static const struct db_stmt st_decide = {
 	"ledger_decide",
 	"WITH moved AS ("
 	"  UPDATE workflow_runs"
-	"     SET state = CASE WHEN $3 = 'approve' THEN 'approved' ELSE 'failed_terminal' END,"
-	"         decision = $3, decided_by = $4, decided_at = now(),"
-	"         error_class = CASE WHEN $3 = 'approve' THEN error_class ELSE 'rejected' END,"
-	"         reason = CASE WHEN $3 = 'approve' THEN reason ELSE $5 END,"
+	"     SET state = CASE WHEN $3::text = 'approve' THEN 'approved' ELSE 'failed_terminal' END,"
+	"         decision = $3::text, decided_by = $4, decided_at = now(),"
+	"         error_class = CASE WHEN $3::text = 'approve' THEN error_class ELSE 'rejected' END,"
+	"         reason = CASE WHEN $3::text = 'approve' THEN reason ELSE $5 END,"
 	"         version = version + 1, updated_at = now()"
 	"   WHERE client_id = $1 AND idempotency_key = $2 AND state = 'awaiting_human'"
 	"  RETURNING client_id, idempotency_key, state, version, attempt, contract,"
@@ -820,7 +806,8 @@ ledger_claimed(struct ledger_run *run, const PGresult *res, bool reclaimed)
  * OG_CLAIMED (a new run), OG_OK (an existing run, read into run),
  * OG_NOT_FOUND (no run, or one another claim inserted meanwhile),
  * OG_DENIED (the API key is not valid); c->client is filled unless
- * denied. */
+ * denied. When st_claim_first finds the key taken, the run is read with
+ * st_lookup. */
 static enum og_rc
 ledger_claim_first(struct db *db, const struct ledger_claim *c, const char *lease,
                    const char *cap, struct ledger_run *run)
@@ -833,6 +820,7 @@ ledger_claim_first(struct db *db, const struct ledger_claim *c, const char *leas
 	PGresult *res;
 	enum og_rc lrc = OG_NOT_FOUND;
 	enum db_rc rc;
+	bool taken = false;
 
 	if ((rc = db_exec(db, stmt, params, &res)) != DB_OK)
 		return og_rc_of(rc);
@@ -843,14 +831,20 @@ ledger_claim_first(struct db *db, const struct ledger_claim *c, const char *leas
 	c->client->id = db_get_ll(res, 0, "client_id");
 	v = db_get(res, 0, "client_name");
 	snprintf(c->client->name, sizeof(c->client->name), "%s", v != NULL ? v : "");
-	if ((v = db_get(res, 0, "claimed")) != NULL && v[0] == 't') {
-		ledger_claimed(run, res, false);
-		lrc = OG_CLAIMED;
+	if (stmt == &st_claim_first) {
+		v = db_get(res, 0, "claimed");
+		taken = v == NULL || v[0] != 't';
+		if (!taken) {
+			ledger_claimed(run, res, false);
+			lrc = OG_CLAIMED;
+		}
 	} else if ((v = db_get(res, 0, "found")) != NULL && v[0] == 't') {
 		ledger_fill(run, res);
 		lrc = OG_OK;
 	}
 	PQclear(res);
+	if (taken)
+		return ledger_lookup(db, c->client->id, c->key, c->cap_seconds, run, NULL);
 	return lrc;
 }
 
