@@ -5,18 +5,34 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "digest.h"
+
+/* SHA-256 is looked up in OpenSSL's provider tables once per process:
+ * EVP_sha256() would repeat that look-up on every digest, which cost more
+ * than hashing an API key or a payload of a few hundred bytes. The fetched
+ * method is shared by all threads and kept for the life of the process. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void
+sha256_fetch(void)
+{
+	sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
 
 void
 digest_sha256(const void *data, size_t len, unsigned char out[DIGEST_SHA256_LEN])
 {
 	unsigned int n = 0;
 
+	(void)pthread_once(&sha256_once, sha256_fetch);
 	/* EVP_Digest only fails on allocation failure inside OpenSSL; a zeroed
 	 * digest then never matches a stored one. */
-	if (EVP_Digest(data, len, out, &n, EVP_sha256(), NULL) != 1)
+	if (EVP_Digest(data, len, out, &n, sha256_md != NULL ? sha256_md : EVP_sha256(),
+	               NULL) != 1)
 		memset(out, 0, DIGEST_SHA256_LEN);
 }
 
