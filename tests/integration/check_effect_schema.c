@@ -463,7 +463,7 @@ make_approved(PGconn *c, const char *key, const char *contract, const char *outp
 	qexec(c, "INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
 	      "    state, claim_started_at, workflow_version, trigger, correlation_id, output,"
 	      "    contract, contract_hash, effect, decision, decided_at)"
-	      " VALUES ($1::bigint, $2, $3, '{\"suite\":\"check_effect_schema\"}', 'approved',"
+	      " VALUES ($1::bigint, $2::text, $3, '{\"suite\":\"check_effect_schema\"}', 'approved',"
 	      "    now(), 'effect-schema@1', 'check_effect_schema', $2, $4::jsonb, $5,"
 	      "    'sha256:0', $6::jsonb, 'auto', now())",
 	      g_client, key, hash, output, contract, effect, (char *)NULL);

@@ -308,7 +308,7 @@ make_run(PGconn *c, const char *key)
 	qexec(c, "INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
 	      "    state, claim_started_at, workflow_version, correlation_id, contract,"
 	      "    decision, decided_at)"
-	      " VALUES ($1::bigint, $2, 'sha256:0b5e', '{\"ticket\": 42}', 'approved', now(),"
+	      " VALUES ($1::bigint, $2::text, 'sha256:0b5e', '{\"ticket\": 42}', 'approved', now(),"
 	      "    'crm-sync@3', 'corr-' || $2, 'crm_tag', 'auto', now())",
 	      g_client, key, (char *)NULL);
 }
@@ -799,7 +799,7 @@ make_failed_original(PGconn *c, const char *key, const char *hash)
 	qexec(c, "INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
 	      "    state, claim_started_at, workflow_version, correlation_id, contract, contract_hash,"
 	      "    output, output_hash, model, effect, decision, decided_at, decided_by)"
-	      " VALUES ($1::bigint, $2, 'sha256:0f', '{\"ticket\": 42}', 'approved', now(),"
+	      " VALUES ($1::bigint, $2::text, 'sha256:0f', '{\"ticket\": 42}', 'approved', now(),"
 	      "    'support-reply@7', 'corr-' || $2, 'support_reply', $3,"
 	      "    jsonb_build_object('subject', 'Re: заказ №42', 'body', $4::text, 'tone', 'friendly',"
 	      "      'confidence', 0.82), 'sha256:0a',"
