@@ -399,9 +399,7 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 	f.approval_id = a->id;
 	/* The run (whether it still awaits a decision is checked again inside
 	 * the decision's transaction), the draft decided on and the votes. */
-	lrc = ledger_status(c->ctx->db, a->client_id, a->key, false, &run);
-	if (lrc == OG_OK)
-		lrc = api_card_draft_load(c, a, run, &dr);
+	lrc = api_card_load(c, a, &run, &dr);
 	if (lrc != OG_OK) {
 		api_card_notice(c, lrc == OG_UNAVAILABLE ? 503 : 500, "approval.failed",
 		                "Try again shortly", "The run could not be read.", &f);

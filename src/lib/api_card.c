@@ -190,15 +190,16 @@ api_card_draft_effect(struct api_call *c, const struct contract *k, const json_t
 	                       : NULL;
 }
 
-enum og_rc
-api_card_draft_load(struct api_call *c, const struct gate_approval *a, const json_t *run,
-                    struct api_card_draft *dr)
+/* The draft of run for challenge a, from the run and its votes as read
+ * (votes: taken over). */
+static enum og_rc
+draft_load(struct api_call *c, const struct gate_approval *a, const json_t *run, json_t *votes,
+           int needed, struct api_card_draft *dr)
 {
 	const json_t *edit = json_object_get(run, "edit");
 	const json_t *proposed = json_object_get(run, "proposed_effect");
 	const char *name = json_string_value(json_object_get(run, "contract"));
 	const char *subject = c->req->remote_user;
-	enum og_rc rc;
 	json_t *v, *errors;
 	size_t i;
 
@@ -208,8 +209,8 @@ api_card_draft_load(struct api_call *c, const struct gate_approval *a, const jso
 	dr->output = json_object_get(edit != NULL ? edit : run, "output");
 	dr->hash = json_string_value(json_object_get(edit != NULL ? edit : run, "output_hash"));
 	dr->edited_by = json_string_value(json_object_get(edit, "by"));
-	if ((rc = gate_votes(c->ctx->db, a->client_id, a->key, &dr->votes, &dr->needed)) != OG_OK)
-		return rc;
+	dr->votes = votes;
+	dr->needed = needed;
 	if (a->min_approvals > dr->needed)
 		dr->needed = a->min_approvals;
 	json_array_foreach(dr->votes, i, v) {
@@ -234,6 +235,33 @@ api_card_draft_load(struct api_call *c, const struct gate_approval *a, const jso
 	                            : NULL;
 	json_decref(errors);
 	return dr->effect != NULL ? OG_OK : OG_ERROR;
+}
+
+enum og_rc
+api_card_load(struct api_call *c, const struct gate_approval *a, json_t **run,
+              struct api_card_draft *dr)
+{
+	struct og_key_call kr, kv;
+	struct db_call calls[2];
+	json_t *votes = NULL;
+	enum og_rc rc;
+	int needed = 1;
+
+	*run = NULL;
+	memset(dr, 0, sizeof(*dr));
+	ledger_status_call(&kr, a->client_id, a->key, &calls[0]);
+	gate_votes_call(&kv, a->client_id, a->key, &calls[1]);
+	(void)db_batch(c->ctx->db, calls, 2);
+	rc = ledger_status_read(&calls[0], run);
+	if (rc == OG_OK)
+		rc = gate_votes_read(&calls[1], &votes, &needed);
+	PQclear(calls[0].res);
+	PQclear(calls[1].res);
+	if (rc != OG_OK) {
+		json_decref(votes);
+		return rc;
+	}
+	return draft_load(c, a, *run, votes, needed, dr);
 }
 
 /* "approved", "rejected" */

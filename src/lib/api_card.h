@@ -30,12 +30,15 @@ struct api_card_draft {
 	const json_t *mine;          /* the signed-in person's vote, or NULL */
 };
 
-/* Loads the draft of run for challenge a: the contract, the draft (the
- * correction when one was made, else the output), the effect approving
- * queues and the votes so far, with the quorum. Clear it with
- * api_card_draft_clear whatever this returns. */
-enum og_rc api_card_draft_load(struct api_call *c, const struct gate_approval *a,
-                               const json_t *run, struct api_card_draft *dr);
+/* Reads the run of challenge a (as the status API shows it, without the
+ * timeline: a new reference in *run) and its votes, in one round trip, and
+ * loads its draft: the contract, the draft (the correction when one was
+ * made, else the output), the effect approving queues and the votes so
+ * far, with the quorum. Whether the run still awaits a decision is the
+ * caller's to check. Release *run and clear dr with api_card_draft_clear
+ * whatever this returns. */
+enum og_rc api_card_load(struct api_call *c, const struct gate_approval *a, json_t **run,
+                         struct api_card_draft *dr);
 void api_card_draft_clear(struct api_card_draft *dr);
 /* The effect approving queues when output is the draft: the proposed
  * effect's payload with the members the contract takes from the output

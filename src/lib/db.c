@@ -389,6 +389,65 @@ db_pipeline_send(struct db *db, const struct db_call *calls, int n)
 	return PQpipelineSync(db->conn) == 1 ? 0 : -1;
 }
 
+/* One try of db_batch: the calls, then one Sync, in ONE round trip. */
+static enum db_rc
+db_batch_once(struct db *db, struct db_call *calls, int n)
+{
+	enum db_rc rc;
+
+	if ((rc = db_pipeline_enter(db, calls, n)) != DB_OK)
+		return rc;
+	if (db_pipeline_send(db, calls, n) != 0)
+		goto broken;
+	if (db_pipeline_collect(db, calls, n, &rc) != 0)
+		goto broken;
+	return rc;
+broken:
+	rc = PQstatus(db->conn) == CONNECTION_OK ? DB_ERROR : DB_UNAVAILABLE;
+	if (db->err[0] == '\0' || rc == DB_UNAVAILABLE)
+		db_set_error(db, "pipeline", NULL);
+	db_pipeline_abandon(db);
+	return rc;
+}
+
+enum db_rc
+db_batch(struct db *db, struct db_call *calls, int n)
+{
+	enum db_rc rc;
+	int i;
+
+	db_batch_clear(calls, n);
+	for (i = 0; i < n; i++)
+		if (!calls[i].stmt->rerun_safe)
+			return DB_ERROR; /* a programming error: reads only */
+	if ((rc = db_ensure(db)) != DB_OK)
+		goto out;
+	if (PQtransactionStatus(db->conn) != PQTRANS_IDLE) {
+		/* a pipeline carries its own implicit transaction: one by one */
+		for (i = 0; i < n; i++)
+			if ((calls[i].rc = db_exec(db, calls[i].stmt, calls[i].params,
+			                           &calls[i].res)) != DB_OK)
+				return calls[i].rc;
+		return DB_OK;
+	}
+	db->err[0] = '\0';
+	rc = db_batch_once(db, calls, n);
+	/* Reads only, so a batch lost with an idle session runs again on a
+	 * fresh one, as db_exec runs a read again. */
+	if (rc == DB_UNAVAILABLE && (db->conn == NULL || PQstatus(db->conn) != CONNECTION_OK)) {
+		db_batch_clear(calls, n);
+		memset(&db->last_failed_connect, 0, sizeof(db->last_failed_connect));
+		if ((rc = db_ensure(db)) == DB_OK)
+			rc = db_batch_once(db, calls, n);
+	}
+out:
+	/* calls that never ran carry the reason the batch stopped */
+	for (i = 0; i < n && rc != DB_OK; i++)
+		if (calls[i].res == NULL && calls[i].rc == DB_ERROR)
+			calls[i].rc = rc;
+	return rc;
+}
+
 enum db_rc
 db_pipeline_tx(struct db *db, struct db_call *calls, int n)
 {

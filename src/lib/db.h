@@ -52,14 +52,21 @@ enum db_rc db_ping(struct db *db) __attribute__((warn_unused_result));
 enum db_rc db_exec_count(struct db *db, const struct db_stmt *stmt,
                          const char *const *params, long long *n)
 	__attribute__((warn_unused_result));
-/* One statement of a pipelined transaction: set stmt and params;
- * db_pipeline_tx fills rc and res (the caller PQclear()s res). */
+/* One statement of a batch or a pipelined transaction: set stmt and
+ * params; db_batch or db_pipeline_tx fills rc and res (the caller
+ * PQclear()s res). */
 struct db_call {
 	const struct db_stmt *stmt;
 	const char *const *params;
 	enum db_rc rc;
 	PGresult *res;
 };
+
+/* Runs n reads (statements marked rerun_safe) in ONE round trip (libpq
+ * pipeline mode, one Sync); each has its own result. Returns DB_OK when every call ran;
+ * otherwise the first failure (calls after a failed one carry DB_ERROR with
+ * no result). Inside a transaction the calls run one by one. */
+enum db_rc db_batch(struct db *db, struct db_call *calls, int n);
 
 /* BEGIN and the n calls in ONE round trip (pipeline mode); the
  * transaction is left open for the caller to commit or roll back after

@@ -439,18 +439,24 @@ gate_vote_result(const struct db_call *call, struct gate_vote *v)
 	return OG_OK;
 }
 
-enum og_rc
-gate_votes(struct db *db, long long client_id, const char *key, json_t **out, int *needed)
+void
+gate_votes_call(struct og_key_call *k, long long client_id, const char *key,
+                struct db_call *call)
 {
-	PGresult *res = NULL;
-	enum og_rc rc;
+	og_key_call(k, &st_votes, client_id, key, call);
+}
+
+enum og_rc
+gate_votes_read(const struct db_call *call, json_t **out, int *needed)
+{
+	const PGresult *res = call->res;
 	json_t *list;
 	int i;
 
 	*out = NULL;
 	*needed = 1;
-	if ((rc = og_exec_key(db, &st_votes, client_id, key, &res)) != OG_OK)
-		return rc;
+	if (call->rc != DB_OK)
+		return og_rc_of(call->rc);
 	list = json_array();
 	for (i = 0; list != NULL && i < PQntuples(res); i++) {
 		json_t *v = json_object();
@@ -470,11 +476,23 @@ gate_votes(struct db *db, long long client_id, const char *key, json_t **out, in
 		if (db_get(res, i, "needed") != NULL)
 			*needed = (int)db_get_ll(res, i, "needed");
 	}
-	PQclear(res);
 	*out = list;
 	return list != NULL ? OG_OK : OG_ERROR;
 }
 
+enum og_rc
+gate_votes(struct db *db, long long client_id, const char *key, json_t **out, int *needed)
+{
+	struct og_key_call k;
+	struct db_call call;
+	enum og_rc rc;
+
+	gate_votes_call(&k, client_id, key, &call);
+	call.rc = db_exec(db, call.stmt, call.params, &call.res);
+	rc = gate_votes_read(&call, out, needed);
+	PQclear(call.res);
+	return rc;
+}
 
 enum og_rc
 gate_list(struct db *db, long long client_id, const char *key, json_t **out)

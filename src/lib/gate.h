@@ -102,6 +102,12 @@ enum og_rc gate_vote_result(const struct db_call *call, struct gate_vote *v);
  * run's min_approvals in *needed (1 when it has no challenge). */
 enum og_rc gate_votes(struct db *db, long long client_id, const char *key, json_t **out,
                       int *needed) __attribute__((warn_unused_result));
+/* The same as one call of a batch (db_batch): gate_votes_call sets call
+ * (k keeps its parameters), gate_votes_read reads its result. */
+void gate_votes_call(struct og_key_call *k, long long client_id, const char *key,
+                     struct db_call *call);
+enum og_rc gate_votes_read(const struct db_call *call, json_t **out, int *needed)
+	__attribute__((warn_unused_result));
 /* The run's approvals for the status API; *out is a new array. */
 enum og_rc gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 	__attribute__((warn_unused_result));

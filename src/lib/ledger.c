@@ -1001,30 +1001,28 @@ set_int(json_t *obj, const char *name, const PGresult *res, int row, const char 
 		json_object_set_new(obj, name, json_integer(db_get_ll(res, row, col)));
 }
 
-enum og_rc
-ledger_status(struct db *db, long long client_id, const char *key, bool with_timeline,
-              json_t **out)
+void
+ledger_status_call(struct og_key_call *k, long long client_id, const char *key,
+                   struct db_call *call)
 {
-	char client[24];
-	const char *params[2] = { client, key };
-	PGresult *res = NULL;
-	json_t *run = NULL, *timeline = NULL;
-	enum og_rc lrc = OG_ERROR;
-	enum db_rc rc;
+	og_key_call(k, &st_status, client_id, key, call);
+}
+
+enum og_rc
+ledger_status_read(const struct db_call *call, json_t **out)
+{
+	const PGresult *res = call->res;
 	const char *v;
-	int i;
+	json_t *run;
 
 	*out = NULL;
-	snprintf(client, sizeof(client), "%lld", client_id);
-	if ((rc = db_exec(db, &st_status, params, &res)) != DB_OK) {
-		lrc = og_rc_of(rc);
-		goto out;
-	}
-	if (PQntuples(res) == 0) {
-		lrc = OG_NOT_FOUND;
-		goto out;
-	}
+	if (call->rc != DB_OK)
+		return og_rc_of(call->rc);
+	if (PQntuples(res) == 0)
+		return OG_NOT_FOUND;
 	run = json_object();
+	if (run == NULL)
+		return OG_ERROR;
 	set_str(run, "key", res, 0, "idempotency_key");
 	set_str(run, "state", res, 0, "state");
 	set_int(run, "version", res, 0, "version");
@@ -1069,16 +1067,32 @@ ledger_status(struct db *db, long long client_id, const char *key, bool with_tim
 		json_object_set_new(run, "edit", edit);
 	}
 	/* approvals and effects are added by their owners (gate.c, outbox.c) */
-	PQclear(res);
-	res = NULL;
+	*out = run;
+	return OG_OK;
+}
 
-	if (!with_timeline) {
+enum og_rc
+ledger_status(struct db *db, long long client_id, const char *key, bool with_timeline,
+              json_t **out)
+{
+	struct og_key_call k;
+	struct db_call call;
+	PGresult *res = NULL;
+	json_t *run = NULL, *timeline = NULL;
+	enum og_rc lrc;
+	enum db_rc rc;
+	int i;
+
+	*out = NULL;
+	ledger_status_call(&k, client_id, key, &call);
+	call.rc = db_exec(db, call.stmt, call.params, &call.res);
+	lrc = ledger_status_read(&call, &run);
+	PQclear(call.res);
+	if (lrc != OG_OK || !with_timeline) {
 		*out = run;
-		run = NULL;
-		lrc = OG_OK;
-		goto out;
+		return lrc;
 	}
-	if ((rc = db_exec(db, &st_timeline, params, &res)) != DB_OK) {
+	if ((rc = db_exec(db, &st_timeline, call.params, &res)) != DB_OK) {
 		lrc = og_rc_of(rc);
 		goto out;
 	}

@@ -209,6 +209,13 @@ enum og_rc ledger_end_undecided(struct db *db, long long client_id, const char *
  * approval pages do without it); *out is a new reference. */
 enum og_rc ledger_status(struct db *db, long long client_id, const char *key,
                          bool timeline, json_t **out) __attribute__((warn_unused_result));
+/* The same without the timeline, as one call of a batch (db_batch):
+ * ledger_status_call sets call (k keeps its parameters),
+ * ledger_status_read reads its result. */
+void ledger_status_call(struct og_key_call *k, long long client_id, const char *key,
+                        struct db_call *call);
+enum og_rc ledger_status_read(const struct db_call *call, json_t **out)
+	__attribute__((warn_unused_result));
 
 /* The retention purge of the runs finished longer ago than days that still
  * hold content: their payload, output and effect payload go, a run.purged

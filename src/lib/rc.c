@@ -31,16 +31,29 @@ og_exec_one(struct db *db, const struct db_stmt *stmt, const char *const *params
 	return orc;
 }
 
+void
+og_key_call(struct og_key_call *k, const struct db_stmt *stmt, long long client_id,
+            const char *key, struct db_call *call)
+{
+	snprintf(k->client, sizeof(k->client), "%lld", client_id);
+	k->params[0] = k->client;
+	k->params[1] = key;
+	call->stmt = stmt;
+	call->params = k->params;
+	call->rc = DB_ERROR;
+	call->res = NULL;
+}
+
 enum og_rc
 og_exec_key(struct db *db, const struct db_stmt *stmt, long long client_id, const char *key,
             PGresult **rows)
 {
-	char client[24];
-	const char *p[2] = { client, key };
+	struct og_key_call k;
+	struct db_call call;
 
-	snprintf(client, sizeof(client), "%lld", client_id);
+	og_key_call(&k, stmt, client_id, key, &call);
 	*rows = NULL;
-	return og_rc_of(db_exec(db, stmt, p, rows));
+	return og_rc_of(db_exec(db, stmt, call.params, rows));
 }
 
 enum og_rc

@@ -62,6 +62,14 @@ enum og_rc og_exec_one(struct db *db, const struct db_stmt *stmt, const char *co
  * caller PQclears them). */
 enum og_rc og_exec_key(struct db *db, const struct db_stmt *stmt, long long client_id,
                        const char *key, PGresult **rows) __attribute__((warn_unused_result));
+/* A call by the run's key ($1 client id, $2 key) for db_batch: k holds
+ * its parameters and must live until the batch has run. */
+struct og_key_call {
+	char client[24];
+	const char *params[2];
+};
+void og_key_call(struct og_key_call *k, const struct db_stmt *stmt, long long client_id,
+                 const char *key, struct db_call *call);
 /* The same, for a statement that returns ids: *ids a new JSON array of
  * their "id" column. */
 enum og_rc og_exec_key_ids(struct db *db, const struct db_stmt *stmt, long long client_id,
