@@ -67,6 +67,9 @@ run_openapi_answers() { bash "$ROOT/tests/openapi/check.sh" validate "$STATE/api
 # Each converted table has exactly one file with its SQL.
 run_owners() { bash "$ROOT/tests/owners.sh"; }
 
+# Every statement of every module prepares against the migrated schema.
+run_statements() { bash "$ROOT/tests/statements.sh"; }
+
 # Every parser under libFuzzer for a few seconds each, so a regression is
 # caught in CI (./dev fuzz SECONDS for a real run).
 run_fuzz() { (cmd_fuzz --short); }
@@ -220,6 +223,7 @@ run_stages() {
 		"run_openapi_lint|OpenAPI document (tests/openapi/check.sh lint)|the OpenAPI document fails the linter"
 		"run_openapi_answers|API answers against the OpenAPI document (tests/openapi/check.sh validate)|an API answer is not what the OpenAPI document says"
 		"run_owners|table owners (tests/owners.sh)|a table is written outside its owner module"
+		"run_statements|SQL statements against the schema (tests/statements.sh)|a statement does not prepare against the migrated schema"
 		"run_fuzz|fuzzing (./dev fuzz --short)|fuzzing found something (see .dev/fuzz/crashes)"
 		"run_jcs|RFC 8785 payload hash from JavaScript (tests/jcs/run.sh)|the payload hash oncegate stores differs from the one a JCS library computes"
 		"run_n8n_node|n8n node: unit tests and lint (tests/n8n/node_unit.sh)|the n8n node's unit tests or n8n's lint of it failed"
