@@ -24,6 +24,31 @@ jtext(const json_t *o, const char *a, const char *b)
 	return s != NULL ? s : "-";
 }
 
+/* One table of effects (explain's own effects, or its notices): id, type,
+ * target, state, sends, provider id and key. Nothing when empty. */
+static void
+print_effects(const char *title, const json_t *list)
+{
+	size_t i;
+	json_t *v;
+
+	if (json_array_size(list) == 0)
+		return;
+	printf("\n%s\n  %-36s %-18s %-12s %-10s %-5s %s\n", title, "ID", "TYPE", "TARGET",
+	       "STATE", "SENDS", "PROVIDER ID");
+	json_array_foreach(list, i, v) {
+		printf("  %-36s %-18s %-12s %-10s %-5lld %s\n",
+		       json_string_value(json_object_get(v, "effect_id")) ?: "",
+		       json_string_value(json_object_get(v, "type")) ?: "",
+		       json_string_value(json_object_get(v, "target")) ?: "",
+		       json_string_value(json_object_get(v, "state")) ?: "",
+		       (long long)json_integer_value(json_object_get(v, "sends")),
+		       json_string_value(json_object_get(v, "provider_id")) ?: "-");
+		printf("  %-36s provider key %s\n", "",
+		       json_string_value(json_object_get(v, "provider_key")) ?: "-");
+	}
+}
+
 int
 ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 {
@@ -78,6 +103,7 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 	printf("%s (client %s)\n\n", key, json_string_value(json_object_get(doc, "client")) ?: "?");
 	printf("Did we process this key?   %s\n", jtext(doc, "processed", "text"));
 	printf("Did we send?               %s\n", jtext(doc, "sent", "text"));
+	printf("Approvers told?            %s\n", jtext(doc, "told", "text"));
 	printf("Who approved?              %s\n", jtext(doc, "approved", "text"));
 	printf("Edited before approving?   %s\n", jtext(doc, "edited", "text"));
 	printf("Which model drafted it?    %s\n", jtext(doc, "model", "text"));
@@ -100,19 +126,9 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 		       json_string_value(json_object_get(v, "at")) ?: "?",
 		       json_string_value(json_object_get(v, "operator")) ?: "?",
 		       json_string_value(json_object_get(v, "reason")) ?: "");
-	printf("\nEffects\n  %-36s %-18s %-12s %-10s %-5s %s\n", "ID", "TYPE", "TARGET", "STATE",
-	       "SENDS", "PROVIDER ID");
-	json_array_foreach(json_object_get(doc, "effects"), i, v) {
-		printf("  %-36s %-18s %-12s %-10s %-5lld %s\n",
-		       json_string_value(json_object_get(v, "effect_id")) ?: "",
-		       json_string_value(json_object_get(v, "type")) ?: "",
-		       json_string_value(json_object_get(v, "target")) ?: "",
-		       json_string_value(json_object_get(v, "state")) ?: "",
-		       (long long)json_integer_value(json_object_get(v, "sends")),
-		       json_string_value(json_object_get(v, "provider_id")) ?: "-");
-		printf("  %-36s provider key %s\n", "",
-		       json_string_value(json_object_get(v, "provider_key")) ?: "-");
-	}
+	print_effects("Effects", json_object_get(doc, "effects"));
+	print_effects("Notices to approvers and the workflow (not the run's effect)",
+	              json_object_get(doc, "notices"));
 	printf("\nTimeline\n");
 	json_array_foreach(json_object_get(doc, "timeline"), i, v)
 		printf("  %-24s %-9s %-26s %-22s %s\n",

@@ -22,6 +22,7 @@
 #include "jobs.h"
 #include "ledger.h"
 #include "metrics.h"
+#include "notify.h"
 #include "oplog.h"
 #include "outbox.h"
 
@@ -56,34 +57,68 @@ sentence(const char *answer, const char *fmt, ...)
 	return json_pack("{s:s, s:s}", "answer", answer, "text", text);
 }
 
-/* "Did we send?" from the effects (an empty array: nothing was enqueued). */
+/* The messages oncegate sends about a run rather than for it: the
+ * approvers' notices and the workflow's decision callback. They tell; they
+ * are not the run's effect, so "Did we send?" never counts them. */
+static bool
+effect_is_notice(const json_t *e)
+{
+	const char *t = json_string_value(json_object_get(e, "type"));
+
+	return t != NULL && (strcmp(t, NOTIFY_EFFECT_TYPE) == 0 ||
+	                     strcmp(t, "decision.callback") == 0);
+}
+
+/* "Did we send?" when none of the run's own effects was enqueued: what the
+ * run is waiting for, or why nothing will go out. */
+static json_t *
+answer_nothing_enqueued(const PGresult *run)
+{
+	const char *state = db_get(run, 0, "state"), *decision = db_get(run, 0, "decision");
+
+	if (decision != NULL && strcmp(decision, "reject") == 0)
+		return sentence("no", "no: the run was rejected, nothing was enqueued");
+	if (decision != NULL && strcmp(decision, "expired") == 0)
+		return sentence("no", "no: nobody decided before the approval ended, nothing was "
+		                "enqueued");
+	switch (ledger_state_parse(state)) {
+	case RUN_AWAITING_HUMAN:
+		return sentence("not_yet", "not yet: the run waits for a person's decision; nothing "
+		                "is enqueued until it is approved");
+	case RUN_PROCESSING:
+		return sentence("not_yet", "not yet: the workflow holds the run (processing); "
+		                "nothing is enqueued");
+	default:
+		return sentence("no", "no: nothing was enqueued (run %s)", state);
+	}
+}
+
+/* "Did we send?" from the run's own effects (notices apart): one effect is
+ * enough for the answer, completed beats unknown beats queued beats failed
+ * beats cancelled. */
 static json_t *
 answer_sent(const PGresult *run, const json_t *effects)
 {
-	const char *state = db_get(run, 0, "state"), *decision = db_get(run, 0, "decision");
+	static const char *const order[] = { "cancelled", "failed", "pending", "sending",
+		                             "unknown", "completed" };
 	size_t i;
 	json_t *e, *best = NULL;
 	int rank = -1;
 
-	/* one effect is enough for the answer: completed beats unknown beats
-	 * queued beats failed beats cancelled */
 	json_array_foreach(effects, i, e) {
-		static const char *const order[] = { "cancelled", "failed", "pending", "sending",
-			                             "unknown", "completed" };
 		const char *s = json_string_value(json_object_get(e, "state"));
 		int k;
 
+		if (effect_is_notice(e))
+			continue;
 		for (k = 0; k < 6; k++)
 			if (s != NULL && strcmp(s, order[k]) == 0 && k > rank) {
 				rank = k;
 				best = e;
 			}
 	}
-	if (best == NULL) {
-		if (decision != NULL && strcmp(decision, "reject") == 0)
-			return sentence("no", "no: the run was rejected, nothing was enqueued");
-		return sentence("no", "no: nothing was enqueued (run %s)", state);
-	}
+	if (best == NULL)
+		return answer_nothing_enqueued(run);
 #define ES(n) (json_string_value(json_object_get(best, n)) ?: "-")
 	switch (rank) {
 	case 5:
@@ -107,6 +142,32 @@ answer_sent(const PGresult *run, const json_t *effects)
 		                ES("target"));
 	}
 #undef ES
+}
+
+/* "Were the approvers told?": the notices apart from the run's effects
+ * (how many were delivered, how many are still on their way). */
+static json_t *
+answer_told(const json_t *effects)
+{
+	size_t i, n = 0, done = 0, queued = 0;
+	json_t *e;
+
+	json_array_foreach(effects, i, e) {
+		const char *s = json_string_value(json_object_get(e, "state"));
+
+		if (!effect_is_notice(e) || s == NULL)
+			continue;
+		n++;
+		if (strcmp(s, "completed") == 0)
+			done++;
+		else if (strcmp(s, "pending") == 0 || strcmp(s, "sending") == 0)
+			queued++;
+	}
+	if (n == 0)
+		return sentence("none", "no notice or callback was sent about this run");
+	return sentence(done > 0 ? "yes" : "no", "%zu notice(s) and callback(s) about the run: "
+	                "%zu delivered, %zu queued, %zu not delivered; they are not the run's "
+	                "effect", n, done, queued, n - done - queued);
 }
 
 /* Who corrected the draft before approving: the member names, never
@@ -347,13 +408,23 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	put(doc, "client", run, 0, "client");
 	json_object_set_new(doc, "processed", processed);
 	json_object_set_new(doc, "sent", answer_sent(run, effects));
+	json_object_set_new(doc, "told", answer_told(effects));
 	json_object_set_new(doc, "approved",
 	                    answer_votes(answer_sample(run, answer_approved(run, approvals)), votes,
 	                                 needed));
 	votes = NULL;
 	json_object_set_new(doc, "edited", answer_edited(run));
 	json_object_set_new(doc, "model", answer_model(run));
-	json_object_set_new(doc, "effects", effects);
+	{
+		json_t *own = json_array(), *notices = json_array(), *e;
+		size_t k;
+
+		json_array_foreach(effects, k, e)
+			json_array_append(effect_is_notice(e) ? notices : own, e);
+		json_object_set_new(doc, "effects", own);
+		json_object_set_new(doc, "notices", notices);
+		json_decref(effects);
+	}
 	json_object_set_new(doc, "approvals", approvals);
 	json_object_set_new(doc, "replays", links);
 	json_object_set_new(doc, "timeline", timeline);

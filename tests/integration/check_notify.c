@@ -303,6 +303,45 @@ sender_start(struct dl_disp *d, const char *sw)
 
 /* ---- told ------------------------------------------------------------------- */
 
+/* `oncegatectl explain KEY --client CLIENT --json`: "Did we send?" must be
+ * want_sent and "Approvers told?" want_told, counted from the run's own
+ * effects and its notices apart: a delivered notice is never the run's
+ * send. The human table says the same. */
+static void
+expect_explain(const char *key, const char *client, const char *want_sent, const char *want_told,
+               const char *when)
+{
+	char *out = NULL;
+	json_t *doc, *e;
+	size_t i;
+
+	ck_assert_int_eq(tl_ctl(&out, "--json", "explain", key, "--client", client, (char *)NULL),
+	                 0);
+	doc = json_loads(out, 0, NULL);
+	ck_assert_msg(doc != NULL, "explain --json: %s", out);
+	ck_assert_msg(strcmp(JSTR(json_object_get(doc, "sent"), "answer"), want_sent) == 0,
+	              "%s: \"Did we send?\" answers %s (want %s): %s", when,
+	              JSTR(json_object_get(doc, "sent"), "answer"), want_sent, out);
+	ck_assert_msg(strcmp(JSTR(json_object_get(doc, "told"), "answer"), want_told) == 0,
+	              "%s: \"Approvers told?\" answers %s (want %s): %s", when,
+	              JSTR(json_object_get(doc, "told"), "answer"), want_told, out);
+	json_array_foreach(json_object_get(doc, "effects"), i, e)
+		ck_assert_msg(strcmp(JSTR(e, "type"), "approval.notify") != 0,
+		              "%s: a notice is listed as the run's effect: %s", when, out);
+	if (strcmp(want_told, "yes") == 0)
+		ck_assert_msg(json_array_size(json_object_get(doc, "notices")) > 0,
+		              "%s: the notices are not listed apart: %s", when, out);
+	json_decref(doc);
+	free(out);
+	ck_assert_int_eq(tl_ctl(&out, "explain", key, "--client", client, (char *)NULL), 0);
+	ck_assert_msg(out != NULL && strstr(out, "Approvers told?") != NULL &&
+	              strstr(out, strcmp(want_sent, "yes") == 0 ? "Did we send?               yes"
+	                                                        : "Did we send?               n") !=
+	                  NULL,
+	              "%s: explain's table: %s", when, out);
+	free(out);
+}
+
 START_TEST(test_each_entry_told_link_works)
 {
 	const char *bearer[2] = { dl_key_dev, dl_key_b };
@@ -342,6 +381,9 @@ START_TEST(test_each_entry_told_link_works)
 	              json_array_size(mails));
 	ck_assert_msg(json_array_size(chats) == 2, "%zu chat notices for two runs (want 2)",
 	              json_array_size(chats));
+	/* told, not sent: the notices went out, the reply waits for a person */
+	expect_explain(key, "dev", "not_yet", "yes", "awaiting, notices delivered");
+	expect_explain(key, dl_client_b, "not_yet", "yes", "the other tenant's run, awaiting");
 	for (i = 0; i < 2; i++) {
 		json_t *m = json_array_get(mails, i), *c = json_array_get(chats, i);
 		const json_t *rcpt = json_object_get(m, "rcpt");
@@ -393,6 +435,35 @@ START_TEST(test_each_entry_told_link_works)
 	ck_assert_msg(replies_to_customer(subject) == 1, "the reply went out %zu times",
 	              replies_to_customer(subject));
 	free(path);
+	{
+		/* the approved run answers yes once its reply is delivered; the
+		 * other tenant's run under the same key still not yet */
+		PGconn *c = tl_pg_connect();
+		const char *q[1] = { key };
+		char *cl = tl_pg_value(c, "SELECT c.name FROM workflow_runs r JOIN api_clients c"
+		                          " ON c.id = r.client_id WHERE r.idempotency_key = $1"
+		                          " AND r.state = 'completed'", 1, q);
+		int w;
+
+		ck_assert_msg(cl != NULL, "no completed run under the shared key");
+		for (w = 0; w < 50 && cl != NULL; w++) {
+			char *done = tl_pg_value(c, "SELECT count(*) FROM effect_outbox e"
+			                            " WHERE e.idempotency_key = $1"
+			                            " AND e.effect_type = 'email.send'"
+			                            " AND e.state = 'completed'", 1, q);
+			bool ok = done != NULL && strcmp(done, "1") == 0;
+
+			free(done);
+			if (ok)
+				break;
+			tl_sleep_ms(100);
+		}
+		expect_explain(key, cl, "yes", "yes", "approved and delivered");
+		expect_explain(key, strcmp(cl, "dev") == 0 ? dl_client_b : "dev", "not_yet", "yes",
+		               "the other tenant's run, still awaiting");
+		free(cl);
+		PQfinish(c);
+	}
 	/* the same run's chat link: another approver decided; which of the
 	 * chat notices is the same run's is told by its page */
 	{
@@ -498,6 +569,9 @@ START_TEST(test_replay_told)
 		free(tok);
 	}
 	json_decref(mails);
+	/* rejected: told, never sent */
+	expect_explain(key, "dev", "no", "yes", "rejected after its notice");
+	expect_explain(key, dl_client_b, "no", "yes", "the other tenant's rejected run");
 
 	snprintf(nkey, sizeof(nkey), "%s-replay", key);
 	/* the original's notices are no business effect: no --force needed */
@@ -538,6 +612,8 @@ START_TEST(test_replay_told)
 	              "the approved replay did not send its reply once");
 	free(path);
 	free(tok);
+	/* the original, replayed: still never sent itself */
+	expect_explain(key, dl_client_b, "no", "yes", "the rejected original after its replay");
 	json_decref(mails);
 
 	/* the other tenant's run (the stack's client "dev"), in JSON: the
