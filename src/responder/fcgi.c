@@ -201,11 +201,15 @@ fcgi_open_socket(const struct config *cfg, bool *inherited, char *err, size_t er
 	}
 	if ((uid != (uid_t)-1 || gid != (gid_t)-1) && chown(cfg->listen, uid, gid) != 0) {
 		if (errno == EPERM)
-			snprintf(err, errlen, "%s: cannot give the socket to %s%s%s: only root may "
-			         "(start oncegate-fcgi as root with `user` set: it binds the socket, "
-			         "then runs as that user), or empty listen_owner and listen_group",
-			         cfg->listen, cfg->listen_owner[0] != '\0' ? cfg->listen_owner : "",
-			         cfg->listen_group[0] != '\0' ? " group " : "", cfg->listen_group);
+			snprintf(err, errlen, "%s: cannot give the socket to %s%s%s%s%s: only root "
+			         "may (start oncegate-fcgi as root with `user` set: it binds the "
+			         "socket, then runs as that user), or empty listen_owner and "
+			         "listen_group", cfg->listen,
+			         uid != (uid_t)-1 ? "user " : "",
+			         uid != (uid_t)-1 ? (cfg->listen_owner[0] != '\0' ? cfg->listen_owner
+			                                                          : cfg->user) : "",
+			         uid != (uid_t)-1 && gid != (gid_t)-1 ? ", " : "",
+			         gid != (gid_t)-1 ? "group " : "", gid != (gid_t)-1 ? cfg->listen_group : "");
 		else
 			snprintf(err, errlen, "%s: chown: %s", cfg->listen, strerror(errno));
 		close(fd);
