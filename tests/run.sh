@@ -121,6 +121,10 @@ run_multihost() { ONCEGATE_FCGI=$BUILD/oncegate-fcgi bash "$ROOT/tests/chaos/mul
 # readiness/watchdog/reload, the same SIGHUP reload in both, log reopen.
 run_install() { bash "$ROOT/tests/install/install.sh"; }
 run_daemons() { bash "$ROOT/tests/install/daemons.sh"; }
+# Without systemd: both daemons started as root with the documented
+# commands, binding and switching to their user, a request through nginx,
+# a send, the log reopened, a broken contract on SIGHUP kept and reported.
+run_foreground() { bash "$ROOT/tests/install/foreground.sh"; }
 
 # Observability: the shipped Prometheus rules load and pass their unit
 # tests (promtool, from Debian's prometheus package), and the dispatcher
@@ -240,6 +244,7 @@ run_stages() {
 		"run_multihost|chaos, short form (tests/chaos/multihost.sh --short)|chaos: with hosts cut off the network, a claim, approval or effect was doubled or lost, or answered 500"
 		"run_install|make install, config example, man pages, systemd units (tests/install/install.sh)|the installed tree, the example config, a man page or a systemd unit is not right"
 		"run_daemons|socket activation, sd_notify, SIGHUP parity (tests/install/daemons.sh)|socket activation, readiness or the SIGHUP reload of a daemon is not right"
+		"run_foreground|without systemd, a broken reload kept (tests/install/foreground.sh)|a daemon started by hand did not bind, switch user or send, or a broken reload stopped sends or went unreported"
 		"run_promtool|prometheus rules (promtool check rules; promtool test rules)|the Prometheus rules do not load or fail their unit tests"
 		"run_backoff_restart|chaos, short form (tests/chaos/backoff_restart.sh --restarts 1)|chaos: a restart during a backoff lost the budget or the due time, or sent twice"
 		"run_replay_contract|chaos, short form (tests/chaos/replay_contract.sh --runs 6)|chaos: a replay after a contract change carried the old draft, sent, or changed the original"

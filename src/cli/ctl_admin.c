@@ -327,10 +327,16 @@ ctl_admin_config(struct ctl *ctl, int argc, char **argv)
 		fprintf(stderr, "oncegatectl: %s\n", err);
 		return EXIT_REFUSED;
 	}
+	(void)config_check_warnings(&ctl->cfg, ctl->conf_path, stderr);
 	contracts = contract_load_dir(ctl->cfg.contracts_dir, err, sizeof(err));
 	if (contracts == NULL) {
 		fprintf(stderr, "oncegatectl: %s:%d: contracts_dir: %s\n", ctl->conf_path,
 		        config_line(ctl->conf_path, NULL, "contracts_dir"), err);
+		return EXIT_REFUSED;
+	}
+	if (contract_targets_check(contracts, &ctl->cfg, err, sizeof(err)) != 0) {
+		fprintf(stderr, "oncegatectl: %s/%s\n", ctl->cfg.contracts_dir, err);
+		contract_set_free(contracts);
 		return EXIT_REFUSED;
 	}
 	if (contract_notify_check(contracts, &ctl->cfg, err, sizeof(err)) != 0) {

@@ -21,11 +21,13 @@
 
 #include "classify.h"
 #include "config.h"
+#include "contract.h"
 #include "dispatch.h"
 #include "janitor.h"
 #include "listen.h"
 #include "log.h"
 #include "pool.h"
+#include "ready.h"
 #include "service.h"
 
 static volatile sig_atomic_t got_term, got_hup;
@@ -55,7 +57,9 @@ usage(FILE *out)
 	        "and reloads the configuration (targets, limits) and the contracts every\n"
 	        "payload is checked against again before it is sent; the database\n"
 	        "and dispatch_workers take a restart.\n"
-	        "Under systemd: READY=1, RELOADING=1 on SIGHUP, WATCHDOG=1.\n");
+	        "Under systemd: READY=1, RELOADING=1 on SIGHUP, WATCHDOG=1.\n"
+	        "Without it (by hand, a container, a supervisor): runs in the foreground\n"
+	        "and, started as root, as `user`; messages go to stderr.\n");
 }
 
 static int
@@ -78,31 +82,60 @@ now_ms(void)
 	return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
+/* A reload that did not take: the log line names the file and line. */
+static void
+reload_refused(const char *err)
+{
+	struct log_fields f = { .reason = err,
+		                .hint = "the previous configuration and contracts stay in use; "
+		                        "sends go on under them" };
+
+	log_event(LOG_LEVEL_ERROR, "dispatch.reload_failed", &f);
+	ready_loaded(false);
+	service_ready("running; the last reload failed, the previous configuration stays in use");
+}
+
 static void
 reload(struct dispatch_shared *s, const char *path)
 {
 	struct config cfg;
 	struct dispatch_config *dc;
+	struct contract_set *contracts;
 	char err[512];
 
 	service_reloading();
 	if (log_reopen() != 0)
 		fprintf(stderr, "oncegate-dispatch: cannot reopen the decision log\n");
+	/* A configuration or a contract that does not load keeps what was
+	 * loaded, contracts included: effects keep going out under the
+	 * contracts they were checked against. */
 	if (load_config(path, &cfg, err, sizeof(err)) != 0) {
-		struct log_fields f = { .reason = err, .hint = "the previous configuration stays" };
-
-		log_event(LOG_LEVEL_ERROR, "dispatch.reload_failed", &f);
-		service_ready("running; the last reload failed");
+		reload_refused(err);
 		return;
 	}
+	contracts = contract_load_dir(cfg.contracts_dir, err, sizeof(err));
+	if (contracts == NULL) {
+		config_free(&cfg);
+		reload_refused(err);
+		return;
+	}
+	contract_set_free(contracts);
 	log_set_level(log_level_parse(cfg.log_level));
 	dc = dispatch_config_new(&cfg);
 	if (dc == NULL) {
 		config_free(&cfg);
-		service_ready("running; the last reload failed");
+		reload_refused("out of memory");
+		return;
+	}
+	if (dc->contracts == NULL) {
+		/* changed again between the two loads */
+		snprintf(err, sizeof(err), "%s", dc->contracts_err);
+		dispatch_config_put(s, dc);
+		reload_refused(err);
 		return;
 	}
 	dispatch_config_swap(s, dc);
+	ready_loaded(true);
 	log_event(LOG_LEVEL_NOTICE, "dispatch.reloaded", NULL);
 	service_ready("running; reloaded");
 }
@@ -135,6 +168,14 @@ main(int argc, char **argv)
 		config_free(&cfg);
 		return 0;
 	}
+	/* Started as root (by hand, a supervisor): run as `user` from here. */
+	if (config_drop_privileges(&cfg, err, sizeof(err)) != 0) {
+		fprintf(stderr, "oncegate-dispatch: %s\n", err);
+		config_free(&cfg);
+		return 1;
+	}
+	if (geteuid() == 0)
+		fprintf(stderr, "oncegate-dispatch: running as root: set `user` in %s\n", path);
 	if (log_open(cfg.log_file, log_level_parse(cfg.log_level), "oncegate-dispatch") != 0) {
 		fprintf(stderr, "oncegate-dispatch: cannot open the decision log %s\n", cfg.log_file);
 		config_free(&cfg);

@@ -39,6 +39,8 @@ static const struct route routes[] = {
 	  ANSWER_TEXT, false, false, api_ops_openapi },
 	{ "GET", SHAPE_EXACT, "/healthz", NULL, "/healthz", AUTH_NONE, BODY_NONE, ANSWER_JSON,
 	  false, false, api_ops_healthz },
+	{ "GET", SHAPE_EXACT, "/readyz", NULL, "/readyz", AUTH_NONE, BODY_NONE, ANSWER_JSON,
+	  false, false, api_ops_readyz },
 	{ "GET", SHAPE_KEY, "/approve/", "", "/approve/{token}", AUTH_SSO, BODY_NONE,
 	  ANSWER_PAGE, true, false, api_approve_handle },
 	{ "POST", SHAPE_KEY, "/approve/", "", "/approve/{token}", AUTH_SSO, BODY_FORM,

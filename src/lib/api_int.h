@@ -14,7 +14,7 @@
  * The two transactions behind an output and a decision are use cases of
  * the library (decide.c): the handlers read the request, call them, and
  * turn their result into the answer and the log lines.
- *   api_ops.c      what operators and monitors read: healthz, metrics
+ *   api_ops.c      what operators and monitors read: healthz, readyz, metrics
  *
  * Private to those files; programs and suites use api.h.
  */
@@ -162,6 +162,7 @@ void api_approve_handle(struct api_call *c);   /* GET and POST /approve/{token} 
 void api_approve_card(struct api_call *c);     /* GET and POST /approve/card/{id} */
 void api_approve_inbox(struct api_call *c);    /* GET /approve/ */
 void api_ops_healthz(struct api_call *c);      /* GET /healthz */
+void api_ops_readyz(struct api_call *c);       /* GET /readyz */
 void api_ops_metrics(struct api_call *c);      /* GET /metrics */
 void api_ops_openapi(struct api_call *c);      /* GET /v1/openapi.json */
 

@@ -1,12 +1,14 @@
 /*
  * api_ops.c — what operators, monitors and tools read: GET /healthz (the
- * database answers), GET /metrics (Prometheus text) and GET
- * /v1/openapi.json (the description of the workflow API).
+ * database answers: liveness), GET /readyz (that, and nothing degraded:
+ * readiness), GET /metrics (Prometheus text) and GET /v1/openapi.json (the
+ * description of the workflow API).
  */
 #include "api_int.h"
 #include "db.h"
 #include "metrics.h"
 #include "log.h"
+#include "ready.h"
 
 void
 api_ops_healthz(struct api_call *c)
@@ -16,6 +18,35 @@ api_ops_healthz(struct api_call *c)
 		return;
 	}
 	http_json(c->resp, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+/* GET /readyz: 200 {"status":"ready"} when the database answers and no
+ * readiness reason is set (ready.h); else 503 not_ready naming every
+ * reason, with Retry-After. */
+void
+api_ops_readyz(struct api_call *c)
+{
+	json_t *reasons = ready_reasons();
+	char retry[16];
+
+	if (reasons == NULL) {
+		api_internal(c, "out of memory");
+		return;
+	}
+	if (db_ping(c->ctx->db) != DB_OK)
+		json_array_insert_new(reasons, 0,
+		                      json_pack("{s:s, s:s}", "reason", "database_unavailable",
+		                                "detail", "the database does not answer"));
+	if (json_array_size(reasons) == 0) {
+		json_decref(reasons);
+		http_json(c->resp, 200, json_pack("{s:s}", "status", "ready"));
+		return;
+	}
+	http_problem(c->resp, 503, "not_ready", "Not ready",
+	             json_string_value(json_object_get(json_array_get(reasons, 0), "detail")),
+	             json_pack("{s:o}", "reasons", reasons));
+	snprintf(retry, sizeof(retry), "%d", c->ctx->cfg->retry_after_seconds);
+	(void)http_header(c->resp, "Retry-After", retry);
 }
 
 /* GET /metrics: text, not JSON, so it sets its own headers. */
@@ -32,6 +63,12 @@ api_ops_metrics(struct api_call *c)
 			api_fail(c, OG_UNAVAILABLE);
 		else
 			api_internal(c, "the metrics could not be computed");
+		return;
+	}
+	/* This process's readiness after the figures shared by all. */
+	if (ready_metrics(&c->resp->body) != 0) {
+		api_json_headers(c);
+		api_internal(c, "the metrics do not fit the response buffer");
 		return;
 	}
 	c->resp->status = 200;

@@ -8,6 +8,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,6 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 #include <strings.h>
+
+#include <libpq-fe.h>
 
 #include "config.h"
 #include "caps.h"
@@ -44,6 +48,7 @@ static const struct config_row rows[] = {
 	ROW_O(listen_mode, 0660),
 	ROW_S(listen_owner, "", false),
 	ROW_S(listen_group, "", false),
+	ROW_S(user, "", false),
 	ROW_I(listen_backlog, OG_LISTEN_BACKLOG, 1, 65535),
 	ROW_S(listen_allow, "", false),
 	ROW_I(threads, OG_THREADS_DEFAULT, 1, OG_THREADS_MAX),
@@ -727,6 +732,63 @@ dir_readable(const char *dir)
 	return dir[0] != '\0' && access(dir, R_OK | X_OK) == 0;
 }
 
+/* The checks of config_check_ready that ask the system and libpq: the
+ * setting to blame (its target in *target), or NULL. */
+static const char *
+check_names(const struct config *c, char *msg, size_t len, const char **target)
+{
+	static const char *const conninfos[] = { "database", "pooled_database" };
+	static const char *const users[] = { "user", "listen_owner" };
+	size_t i;
+	int k;
+
+	*target = NULL;
+	for (i = 0; i < 2; i++) {
+		const char *v = i == 0 ? c->database : c->pooled_database;
+		char *perr = NULL;
+		PQconninfoOption *o;
+
+		if (v[0] == '\0')
+			continue;
+		/* libpq's message may quote the string, password and all: not shown */
+		o = PQconninfoParse(v, &perr);
+		PQfreemem(perr);
+		if (o == NULL) {
+			snprintf(msg, len, "%s is not a libpq connection string (key=value pairs "
+			         "such as \"host=/var/run/postgresql dbname=oncegate\", or a "
+			         "postgresql:// URI)", conninfos[i]);
+			return conninfos[i];
+		}
+		PQconninfoFree(o);
+	}
+	for (i = 0; i < 2; i++) {
+		const char *v = i == 0 ? c->user : c->listen_owner;
+
+		if (v[0] != '\0' && getpwnam(v) == NULL) {
+			snprintf(msg, len, "%s: no user \"%.64s\" on this host", users[i], v);
+			return users[i];
+		}
+	}
+	if (c->listen_group[0] != '\0' && getgrnam(c->listen_group) == NULL) {
+		snprintf(msg, len, "listen_group: no group \"%.64s\" on this host (the web "
+		         "server's group, e.g. www-data)", c->listen_group);
+		return "listen_group";
+	}
+	for (k = 0; k < c->ntargets; k++) {
+		const struct config_target *t = &c->targets[k];
+
+		if (strcmp(t->kind, "smtp") == 0 && t->credentials_env[0] != '\0' &&
+		    strncasecmp(t->url, "smtps://", 8) != 0) {
+			*target = t->name;
+			snprintf(msg, len, "target %s: credentials_env with %.64s: the password would "
+			         "go out where TLS is not required; use an smtps:// url", t->name,
+			         t->url);
+			return "credentials_env";
+		}
+	}
+	return NULL;
+}
+
 int
 config_check_ready(const struct config *c, const char *path, char *err, size_t errlen)
 {
@@ -742,7 +804,7 @@ config_check_ready(const struct config *c, const char *path, char *err, size_t e
 		{ "sql_dir", offsetof(struct config, sql_dir), "oncegatectl migrate reads it" },
 	};
 	char msg[768];
-	const char *name = NULL;
+	const char *name = NULL, *target = NULL;
 	size_t i;
 
 	if (c->public_url[0] == '\0') {
@@ -780,9 +842,54 @@ config_check_ready(const struct config *c, const char *path, char *err, size_t e
 		}
 	}
 	if (name == NULL)
+		name = check_names(c, msg, sizeof(msg), &target);
+	if (name == NULL)
 		return 0;
-	errf_at(err, errlen, path, config_line(path, NULL, name), msg);
+	errf_at(err, errlen, path, config_line(path, target, name), msg);
 	return -1;
+}
+
+int
+config_check_warnings(const struct config *c, const char *path, FILE *out)
+{
+	int n = 0;
+
+	if (strncasecmp(c->public_url, "http://", 7) == 0) {
+		int line = config_line(path, NULL, "public_url");
+
+		fprintf(out, "%s:%d: warning: public_url is plain http://: approval links, the "
+		        "SSO session and the approval forms travel unencrypted; use https:// "
+		        "everywhere but a stack on loopback\n", path, line);
+		n++;
+	}
+	return n;
+}
+
+int
+config_drop_privileges(const struct config *c, char *err, size_t errlen)
+{
+	struct passwd *pw;
+
+	if (geteuid() != 0 || c->user[0] == '\0')
+		return 0;
+	pw = getpwnam(c->user);
+	if (pw == NULL) {
+		errf(err, errlen, "user: no user \"%s\"", c->user);
+		return -1;
+	}
+	if (pw->pw_uid == 0)
+		return 0;
+	if (initgroups(pw->pw_name, pw->pw_gid) != 0 || setgid(pw->pw_gid) != 0 ||
+	    setuid(pw->pw_uid) != 0) {
+		errf(err, errlen, "user: cannot become %s: %s", c->user, strerror(errno));
+		return -1;
+	}
+	/* for good: root cannot be regained */
+	if (setuid(0) == 0) {
+		errf(err, errlen, "user: still able to become root after switching to %s", c->user);
+		return -1;
+	}
+	return 0;
 }
 
 static void

@@ -49,6 +49,7 @@ struct config {
 	int listen_mode;       /* octal file mode of the socket */
 	char *listen_owner;    /* user name or empty */
 	char *listen_group;    /* group name or empty */
+	char *user;            /* started as root: the user to run as once the socket is bound */
 	int listen_backlog;
 	char *listen_allow;    /* TCP listen: the comma-separated IPv4 addresses of the web servers */
 	int threads;
@@ -107,9 +108,20 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 /* What `oncegatectl config check` adds to config_load's checks: a
  * configuration that loads but cannot work is refused (no public_url, no
  * csrf_secret, an unreadable contracts, templates or sql directory, a
- * log_file in a missing directory), with "path:LINE: " when the setting
- * is in the file. */
+ * log_file in a missing directory, a database or pooled_database libpq
+ * cannot parse, a user, listen_owner or listen_group this host does not
+ * know, an smtp target with credentials over smtp://, where TLS is not
+ * required for them), with "path:LINE: " when the setting is in the
+ * file. */
 int config_check_ready(const struct config *c, const char *path, char *err, size_t errlen)
+	__attribute__((warn_unused_result));
+/* What `oncegatectl config check` warns about without refusing (a
+ * public_url over plain http://): one "path:LINE: warning: ..." line each
+ * on out. Returns the number of warnings. */
+int config_check_warnings(const struct config *c, const char *path, FILE *out);
+/* Started as root with user set: sets the groups, the group and the user
+ * of user, for good; nothing otherwise. -1 with a message on failure. */
+int config_drop_privileges(const struct config *c, char *err, size_t errlen)
 	__attribute__((warn_unused_result));
 /* The line of path that sets name (in `[target TARGET]` when target is not
  * NULL; the section's header when name is not set in it); 0 when none. */

@@ -175,6 +175,11 @@ const char *contract_escalate_to(const struct contract *c, size_t i);
 struct config;
 int contract_notify_check(const struct contract_set *set, const struct config *cfg, char *err,
                           size_t errlen) __attribute__((warn_unused_result));
+/* 0 when every target in every contract's effects.allowed_targets is a
+ * [target] section of cfg; else -1 with a message naming the contract's
+ * file and the target (`oncegatectl config check`). */
+int contract_targets_check(const struct contract_set *set, const struct config *cfg,
+                           char *err, size_t errlen) __attribute__((warn_unused_result));
 
 /* May this SSO subject with these groups decide for the approver entry
  * `approver`? groups is AUTH_GROUPS: a list separated by sep (config

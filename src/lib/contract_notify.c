@@ -243,3 +243,26 @@ contract_notify_check(const struct contract_set *set, const struct config *cfg, 
 	}
 	return 0;
 }
+
+int
+contract_targets_check(const struct contract_set *set, const struct config *cfg, char *err,
+                       size_t errlen)
+{
+	size_t i, k;
+
+	for (i = 0; i < contract_count(set); i++) {
+		const struct contract *c = contract_at(set, i);
+
+		for (k = 0; k < c->ntargets; k++) {
+			if (config_target(cfg, c->targets[k]) != NULL)
+				continue;
+			if (err != NULL && errlen > 0)
+				snprintf(err, errlen, "%s.json: /effects/allowed_targets: target \"%s\" "
+				         "is not configured (no [target %s] section): every effect "
+				         "to it would be refused", c->name, c->targets[k],
+				         c->targets[k]);
+			return -1;
+		}
+	}
+	return 0;
+}

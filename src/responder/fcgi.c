@@ -80,6 +80,35 @@ wake_handler(int sig)
 	(void)sig;
 }
 
+/* The directories of the socket path, made (0755) where they are missing:
+ * /run is empty after a boot, and without systemd nobody else makes them. */
+static int
+make_parent(const char *path, char *err, size_t errlen)
+{
+	char dir[512];
+	const char *slash = strrchr(path, '/');
+	char *p;
+
+	if (slash == NULL || slash == path || (size_t)(slash - path) >= sizeof(dir))
+		return 0;
+	snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	for (p = dir + 1;; p++) {
+		bool last = *p == '\0';
+
+		if (*p != '/' && !last)
+			continue;
+		*p = '\0';
+		if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+			snprintf(err, errlen, "%s: cannot make the socket's directory: %s", dir,
+			         strerror(errno));
+			return -1;
+		}
+		if (last)
+			return 0;
+		*p = '/';
+	}
+}
+
 int
 fcgi_open_socket(const struct config *cfg, bool *inherited, char *err, size_t errlen)
 {
@@ -137,11 +166,15 @@ fcgi_open_socket(const struct config *cfg, bool *inherited, char *err, size_t er
 			snprintf(err, errlen, "%s: cannot listen: %s", cfg->listen, strerror(errno));
 		return fd;
 	}
-	if (cfg->listen_owner[0] != '\0') {
-		struct passwd *pw = getpwnam(cfg->listen_owner);
+	/* Started as root to become `user`: the socket is that user's unless
+	 * listen_owner names another, as systemd's SocketUser= makes it. */
+	if (cfg->listen_owner[0] != '\0' || (geteuid() == 0 && cfg->user[0] != '\0')) {
+		const char *owner = cfg->listen_owner[0] != '\0' ? cfg->listen_owner : cfg->user;
+		struct passwd *pw = getpwnam(owner);
 
 		if (pw == NULL) {
-			snprintf(err, errlen, "listen_owner: no user \"%s\"", cfg->listen_owner);
+			snprintf(err, errlen, "%s: no user \"%s\"",
+			         cfg->listen_owner[0] != '\0' ? "listen_owner" : "user", owner);
 			return -1;
 		}
 		uid = pw->pw_uid;
@@ -155,6 +188,8 @@ fcgi_open_socket(const struct config *cfg, bool *inherited, char *err, size_t er
 		}
 		gid = gr->gr_gid;
 	}
+	if (make_parent(cfg->listen, err, errlen) != 0)
+		return -1;
 	/* Nobody may connect before the mode and owner are right. */
 	(void)unlink(cfg->listen);
 	old = umask(0177);
@@ -165,7 +200,18 @@ fcgi_open_socket(const struct config *cfg, bool *inherited, char *err, size_t er
 		return -1;
 	}
 	if ((uid != (uid_t)-1 || gid != (gid_t)-1) && chown(cfg->listen, uid, gid) != 0) {
-		snprintf(err, errlen, "%s: chown: %s", cfg->listen, strerror(errno));
+		if (errno == EPERM)
+			snprintf(err, errlen, "%s: cannot give the socket to %s%s%s%s%s: only root "
+			         "may (start oncegate-fcgi as root with `user` set: it binds the "
+			         "socket, then runs as that user), or empty listen_owner and "
+			         "listen_group", cfg->listen,
+			         uid != (uid_t)-1 ? "user " : "",
+			         uid != (uid_t)-1 ? (cfg->listen_owner[0] != '\0' ? cfg->listen_owner
+			                                                          : cfg->user) : "",
+			         uid != (uid_t)-1 && gid != (gid_t)-1 ? ", " : "",
+			         gid != (gid_t)-1 ? "group " : "", gid != (gid_t)-1 ? cfg->listen_group : "");
+		else
+			snprintf(err, errlen, "%s: chown: %s", cfg->listen, strerror(errno));
 		close(fd);
 		return -1;
 	}

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "page.h"
+#include "ready.h"
 
 /* What SIGHUP replaces: the configuration requests read, the contracts,
  * the page templates. */
@@ -105,7 +106,10 @@ usage(FILE *out)
 	        "reopens the decision log and reloads the configuration (public_url,\n"
 	        "csrf_secret, targets, leases, log_level, ...), the contracts and the\n"
 	        "templates; the socket, threads, max_body_bytes and database take a restart.\n"
-	        "Under systemd: socket activation (sd_listen_fds), READY=1, WATCHDOG=1.\n");
+	        "Under systemd: socket activation (sd_listen_fds), READY=1, WATCHDOG=1.\n"
+	        "Without it (by hand, a container, a supervisor): runs in the foreground,\n"
+	        "binds `listen` itself (mode listen_mode, group listen_group) and, started\n"
+	        "as root, then runs as `user`; messages go to stderr.\n");
 }
 
 int
@@ -142,6 +146,7 @@ main(int argc, char **argv)
 	shared.cfg = cur.cfg;
 	shared.contracts = cur.contracts;
 	shared.pages = cur.pages;
+	ready_loaded(true);
 	if (check) {
 		config_dump(&cfg, stdout);
 		fprintf(stdout, "\n# %zu contracts loaded from %s\n",
@@ -150,12 +155,6 @@ main(int argc, char **argv)
 		rc = EXIT_SUCCESS;
 		goto out;
 	}
-	if (log_open(cfg.log_file, (enum log_level)log_level_parse(cfg.log_level),
-	             "oncegate-fcgi") != 0) {
-		fprintf(stderr, "oncegate-fcgi: cannot open the decision log %s\n", cfg.log_file);
-		goto out;
-	}
-
 	/* The main thread takes the signals; workers inherit this mask. */
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&set);
@@ -164,12 +163,19 @@ main(int argc, char **argv)
 	sigaddset(&set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 
+	/* Started by hand or by a supervisor as root: bind the socket, then
+	 * become `user` before anything else is opened or read. */
 	fd = fcgi_open_socket(&cfg, &inherited, err, sizeof(err));
-	if (fd < 0) {
+	if (fd < 0 || config_drop_privileges(&cfg, err, sizeof(err)) != 0) {
 		fprintf(stderr, "oncegate-fcgi: %s\n", err);
-		log_event(LOG_LEVEL_ERROR, "responder.start_failed",
-		          &(struct log_fields){ .detail = err });
-		goto out_log;
+		goto out;
+	}
+	if (geteuid() == 0)
+		fprintf(stderr, "oncegate-fcgi: running as root: set `user` in %s\n", path);
+	if (log_open(cfg.log_file, (enum log_level)log_level_parse(cfg.log_level),
+	             "oncegate-fcgi") != 0) {
+		fprintf(stderr, "oncegate-fcgi: cannot open the decision log %s\n", cfg.log_file);
+		goto out;
 	}
 	/* Claim outcomes counted in memory reach the database from here
 	 * (metrics.h), so every responder's /metrics reads the same totals. */
@@ -216,7 +222,9 @@ main(int argc, char **argv)
 			log_event(LOG_LEVEL_ERROR, "responder.reload_failed",
 			          &(struct log_fields){ .detail = err,
 			                                .hint = "the previous configuration and "
-			                                        "contracts stay in use" });
+			                                        "contracts stay in use; GET /readyz "
+			                                        "answers 503 until a reload succeeds" });
+			ready_loaded(false);
 			service_ready("running; the last reload failed");
 			continue;
 		}
@@ -236,6 +244,7 @@ main(int argc, char **argv)
 			                                        "only: restart to apply them" });
 		log_event(LOG_LEVEL_INFO, "responder.reloaded",
 		          &(struct log_fields){ .count = (long long)contract_count(cur.contracts) });
+		ready_loaded(true);
 		service_ready("running; reloaded");
 	}
 	service_stopping();

@@ -216,7 +216,7 @@ stack_url(const char *path, struct tl_resp *r)
 	return NULL;
 }
 
-/* With $ONCEGATE_API_RECORD set, every answer of the API (/v1/, /healthz)
+/* With $ONCEGATE_API_RECORD set, every answer of the API (/v1/, /healthz, /readyz)
  * is appended to that file as one JSON line, for tests/openapi/validate.mjs
  * to check against the OpenAPI document after make check. One write(2) a
  * line on an O_APPEND file: suites running side by side do not mix lines. */
@@ -229,7 +229,8 @@ record(const char *method, const char *path, const struct tl_resp *r)
 	int fd;
 
 	if (file == NULL || r->status == 0 ||
-	    (strncmp(path, "/v1/", 4) != 0 && strncmp(path, "/healthz", 8) != 0))
+	    (strncmp(path, "/v1/", 4) != 0 && strncmp(path, "/healthz", 8) != 0 &&
+	     strncmp(path, "/readyz", 7) != 0))
 		return;
 	line = json_pack("{s:s, s:s, s:i, s:s, s:s%, s:s, s:s, s:s, s:s}", "method", method,
 	                 "path", path, "status", (int)r->status, "content_type", r->content_type,

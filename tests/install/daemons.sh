@@ -10,7 +10,10 @@
 #   * SIGHUP reloads the same things in both: the configuration file
 #     (a new public_url appears in the approval link the responder returns;
 #     a removed target is refused as unknown_target; both log *.reloaded),
-#     a broken file keeps the old configuration (both log *.reload_failed),
+#     a broken file or contract keeps the old configuration (both log
+#     *.reload_failed naming the file and line; /readyz answers 503
+#     not_ready and oncegate_config_reload_failed is 1 until a reload
+#     succeeds, while /healthz stays 200),
 #     and both reopen the decision log (logrotate moved it away: the lines
 #     after the SIGHUP are in a new file, none lost).
 # Env (./dev test): ONCEGATE_CONF, ONCEGATE_API_KEY, ONCEGATE_CTL,
@@ -193,10 +196,44 @@ grep -q '"event":"dispatch.reload_failed".*no_such_setting' "$LOG" ||
 	die "the dispatcher did not refuse the broken configuration"
 code=$(curl -sS -o /dev/null -w '%{http_code}' "$URL/healthz") || true
 [[ $code == 200 ]] || die "after a refused reload /healthz answers $code"
+# ... and says so: the line names the file and line, /readyz is 503
+# naming the reason, the gauge is 1.
+bad=$(grep -n '^no_such_setting' "$CONF" | cut -d: -f1)
+for ev in responder.reload_failed dispatch.reload_failed; do
+	grep "\"event\":\"$ev\"" "$LOG" | tail -n1 | grep -qF "$CONF:$bad: unknown setting" ||
+		die "$ev does not name $CONF:$bad: $(grep "$ev" "$LOG" | tail -n1)"
+done
+readyz() { curl -sS -o "$TMP/readyz" -w '%{http_code}' "$URL/readyz" || true; }
+gauge() { curl -sS "$URL/metrics" | sed -n "s/^oncegate_config_reload_failed //p"; }
+code=$(readyz)
+[[ $code == 503 ]] && grep -q '"reason": *"config_reload_failed"' "$TMP/readyz" ||
+	die "after a refused reload /readyz answers $code $(cat "$TMP/readyz")"
+[[ $(gauge) == 1 ]] || die "after a refused reload oncegate_config_reload_failed is $(gauge)"
+
+# --- SIGHUP 4: the configuration fixed, a contract broken: still refused ------------------------
+sed -i '/^no_such_setting/d' "$CONF"
+first=$(ls "$CONTRACTS"/*.json | head -n1)
+cp "$first" "$TMP/contract.good"
+printf '{\n  "name": "broken",\n  "schema": {,\n' >"$first"
+hup_both
+for ev in responder.reload_failed dispatch.reload_failed; do
+	grep "\"event\":\"$ev\"" "$LOG" | tail -n1 | grep -qF "$first: not valid JSON at line 3" ||
+		die "$ev does not name $first line 3: $(grep "$ev" "$LOG" | tail -n1)"
+done
+[[ $(readyz) == 503 && $(gauge) == 1 ]] || die "a broken contract: /readyz $(cat "$TMP/readyz"), gauge $(gauge)"
+k4=itest:daemons:$RUN:4
+[[ $(claim "$k4") == 201 ]] || die "claim after a refused reload: $(cat "$TMP/claim")"
+
+# --- SIGHUP 5: fixed, ready again ---------------------------------------------------------------------
+cp "$TMP/contract.good" "$first"
+n=$(grep -c '"event":"dispatch.reloaded"' "$LOG")
+hup_both
+[[ $(grep -c '"event":"dispatch.reloaded"' "$LOG") -gt $n ]] || die "the dispatcher did not reload the fixed contract"
+[[ $(readyz) == 200 && $(gauge) == 0 ]] || die "after the fix: /readyz $(cat "$TMP/readyz"), gauge $(gauge)"
 
 # --- stop: the activated socket stays ------------------------------------------------------------------
 stop_child "$ACT_PID" 40 oncegate-fcgi
 ACT_PID=''
 [[ -S $SOCK ]] || die "oncegate-fcgi removed the socket systemd passed it"
 grep -q '"event":"responder.stopped"' "$LOG" || die "the responder did not stop cleanly"
-say "ok: socket activation behind nginx, READY/WATCHDOG/RELOADING, SIGHUP parity, log reopen"
+say "ok: socket activation behind nginx, READY/WATCHDOG/RELOADING, SIGHUP parity, log reopen, a refused reload reported"

@@ -10,9 +10,12 @@
 #   * the example config lists every setting the config table knows (and
 #     nothing else), oncegate.conf(5) documents every one;
 #   * `oncegatectl config check` refuses the example until its FILL IN
-#     settings are filled, then accepts it; it refuses configs that cannot
-#     work (no public_url, a short csrf_secret, a target without url, an
-#     unreadable contracts directory) naming the file and line;
+#     settings are filled and its targets are those the contracts name,
+#     then accepts it; it refuses configs that cannot work (no public_url,
+#     a short csrf_secret, a target without url, an unreadable contracts
+#     directory, a malformed database, an unknown user or listen_group,
+#     SMTP credentials where TLS is not required) naming the file and line,
+#     and warns about a plain http public_url;
 #   * the man pages are clean under mandoc -Tlint (the one note allowed:
 #     a cross-reference mandoc does not find in /usr/share/man, where it
 #     looks, to our own pages or those of nginx, systemd and logrotate);
@@ -106,10 +109,32 @@ EXAMPLE=$P/etc/oncegate.conf.example
 line=$(grep -n '^public_url =' "$EXAMPLE" | cut -d: -f1)
 refused "$EXAMPLE" "oncegate.conf.example:$line: public_url is not set" "the unfilled example"
 # Filled in as its header says: public_url, csrf_secret; the rest as shipped.
+# `user` names the package's system user, which a server has (the package
+# makes it) and this host may not: ours instead.
 CONF=$TMP/oncegate.conf
 sed -e 's|^public_url =.*|public_url = https://gate.example.com|' \
-	-e "s|^csrf_secret =.*|csrf_secret = $(openssl rand -hex 32)|" "$EXAMPLE" >"$CONF"
+	-e "s|^csrf_secret =.*|csrf_secret = $(openssl rand -hex 32)|" \
+	-e "s|^user =.*|user = $(id -un)|" "$EXAMPLE" >"$CONF"
+# The shipped contracts send through demo_smtp and demo_http, which the
+# example's targets are not: refused, naming the contract and the target.
+refused "$CONF" "contracts/[a-z_]+\.json: /effects/allowed_targets: target \"demo_(smtp|http)\" is not configured" \
+	"contracts whose targets are not configured"
+# The targets replaced as docs/deploy.md does it.
+sed -i '/^\[target helpdesk\]/,$d' "$CONF"
+cat >>"$CONF" <<'EOF'
+[target demo_smtp]
+kind = smtp
+url = smtp://localhost:25
+mail_from = approvals@oncegate.example.com
+
+[target demo_http]
+kind = http
+url = https://crm.example.com/api/effects
+credentials_env = CRM_TOKEN
+EOF
 if check "$CONF"; then
+	grep -q 'warning' "$TMP/check.err" && fail "config check warned about the filled-in example: $(cat "$TMP/check.err")"
+
 	grep -q '^csrf_secret = \[secret\]$' "$TMP/check.out" || fail "config check printed the secret"
 	grep -q '^# 2 contracts loaded' "$TMP/check.out" || fail "config check did not load the contracts"
 else
@@ -128,9 +153,28 @@ refused_set c2 csrf_secret "" "csrf_secret is not set" "an empty csrf_secret"
 refused_set c4 contracts_dir "$TMP/nowhere" "contracts_dir: .* is not a readable directory" \
 	"a missing contracts directory"
 refused_set c6 public_url gate.example.com "public_url must start with https://" "a relative public_url"
-awk '/^\[target mail\]/ { t = 1 } !(t && /^url =/)' "$CONF" >"$TMP/c3"
-line=$(grep -n '^\[target mail\]' "$TMP/c3" | cut -d: -f1)
-refused "$TMP/c3" "c3:$line: target mail: url is required" "a target without url"
+awk '/^\[target demo_smtp\]/ { t = 1 } !(t && /^url =/)' "$CONF" >"$TMP/c3"
+line=$(grep -n '^\[target demo_smtp\]' "$TMP/c3" | cut -d: -f1)
+refused "$TMP/c3" "c3:$line: target demo_smtp: url is required" "a target without url"
+refused_set c8 database '"host=/var/run/postgresql dbname"' \
+	"database is not a libpq connection string" "a malformed database conninfo"
+refused_set c9 listen_group no-such-group "listen_group: no group \"no-such-group\"" \
+	"an unknown listen_group"
+refused_set c10 user no_such_user "user: no user \"no_such_user\"" "an unknown user"
+printf 'credentials_env = MAIL_LOGIN\n' | sed '/^\[target demo_smtp\]/r /dev/stdin' "$CONF" >"$TMP/c11"
+line=$(grep -n '^credentials_env = MAIL_LOGIN' "$TMP/c11" | cut -d: -f1)
+refused "$TMP/c11" "c11:$line: target demo_smtp: credentials_env with smtp://" \
+	"SMTP credentials where TLS is not required"
+sed -e 's|^url = smtp://localhost:25|url = smtps://mail.example.com:465|' "$TMP/c11" >"$TMP/c12"
+check "$TMP/c12" || fail "config check refused SMTP credentials over smtps://: $(cat "$TMP/check.err")"
+sed 's|^public_url =.*|public_url = http://gate.example.com|' "$CONF" >"$TMP/c13"
+line=$(grep -n '^public_url =' "$TMP/c13" | cut -d: -f1)
+if check "$TMP/c13"; then
+	grep -q "c13:$line: warning: public_url is plain http://" "$TMP/check.err" ||
+		fail "config check did not warn about a plain http public_url: $(cat "$TMP/check.err")"
+else
+	fail "config check refused a plain http public_url (a warning only): $(cat "$TMP/check.err")"
+fi
 mkdir -p "$TMP/locked" && cp "$P"/etc/oncegate/contracts/*.json "$TMP/locked/" && chmod 0700 "$TMP/locked"
 sed "s|^contracts_dir =.*|contracts_dir = $TMP/locked|" "$CONF" >"$TMP/c5"
 chmod 0644 "$TMP/c5" && chmod 0755 "$TMP"
@@ -143,18 +187,18 @@ if id nobody >/dev/null 2>&1 && [[ $EUID -eq 0 ]]; then
 fi
 
 # A notify entry whose target does not fit: a chat webhook (no "to") on the
-# smtp target "mail"; config check names the contract, the entry and the target.
+# smtp target "demo_smtp"; config check names the contract, the entry and the target.
 mkdir -p "$TMP/notify" && cp "$P"/etc/oncegate/contracts/*.json "$TMP/notify/"
 python3 - "$TMP/notify" <<'PY'
 import glob, json, sys
 f = sorted(glob.glob(sys.argv[1] + "/*.json"))[0]
 c = json.load(open(f, encoding="utf-8"))
 g = c["gate"]
-g["notify"] = {a: {"target": "mail"} for a in g.get("approvers", []) + g.get("escalate_to", [])}
+g["notify"] = {a: {"target": "demo_smtp"} for a in g.get("approvers", []) + g.get("escalate_to", [])}
 json.dump(c, open(f, "w", encoding="utf-8"), ensure_ascii=False)
 PY
 sed "s|^contracts_dir =.*|contracts_dir = $TMP/notify|" "$CONF" >"$TMP/c7"
-refused "$TMP/c7" 'contract "[a-z0-9_]+": gate.notify entry ".+": target "mail" is of kind smtp: a chat webhook' \
+refused "$TMP/c7" 'contract "[a-z0-9_]+": gate.notify entry ".+": target "demo_smtp" is of kind smtp: a chat webhook' \
 	"a chat webhook entry on an smtp target"
 
 # --- man pages -----------------------------------------------------------------------

@@ -293,6 +293,19 @@ START_TEST(test_healthz_ok)
 }
 END_TEST
 
+/* Readiness on a stack nothing holds back: 200 ready. */
+START_TEST(test_readyz_ok)
+{
+	struct tl_resp r;
+
+	tl_get("/readyz", NULL, &r);
+	ASSERT_STATUS(&r, 200);
+	ck_assert_msg(tl_jstr(r.json, "status") && strcmp(tl_jstr(r.json, "status"), "ready") == 0,
+	              "/readyz body: %s", r.body);
+	tl_resp_free(&r);
+}
+END_TEST
+
 /* ---- 1. fifty concurrent deliveries of one new key ---------------------- */
 
 struct racer {
@@ -1942,6 +1955,14 @@ START_TEST(test_database_outage)
 	              "/healthz body: %s", r.body);
 	ck_assert_msg(r.retry_after[0] != '\0', "/healthz 503 without Retry-After");
 	tl_resp_free(&r);
+	/* readiness says why */
+	tl_get("/readyz", NULL, &r);
+	ASSERT_STATUS(&r, 503);
+	ck_assert_msg(tl_jstr(r.json, "error") && strcmp(tl_jstr(r.json, "error"), "not_ready") == 0 &&
+	              strstr(r.body, "\"database_unavailable\"") != NULL,
+	              "/readyz body during the outage: %s", r.body);
+	ck_assert_msg(r.retry_after[0] != '\0', "/readyz 503 without Retry-After");
+	tl_resp_free(&r);
 
 	off = tl_log_offset();
 	claim(g_key_dev, key, NULL, 30, &r);
@@ -2038,6 +2059,7 @@ api_suite(void)
 	tc = tcase_create("ledger");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_healthz_ok);
+	tcase_add_test(tc, test_readyz_ok);
 	tcase_add_test(tc, test_concurrent_claims);
 	tcase_add_test(tc, test_expired_lease_reclaimed);
 	tcase_add_test(tc, test_failed_retryable_reclaimed);

@@ -350,6 +350,9 @@ START_TEST(test_families)
 		{ "oncegate_dispatch_held_effects", "gauge" },
 		{ "oncegate_approvals_expiring_soon", "gauge" },
 		{ "oncegate_http_request_duration_seconds", "histogram" },
+		{ "oncegate_ready", "gauge" },
+		{ "oncegate_config_reload_failed", "gauge" },
+		{ "oncegate_config_last_reload_success_timestamp_seconds", "gauge" },
 	};
 	static const char *const states[] = { "pending", "sending", "completed", "unknown",
 		                              "failed", "cancelled" };
@@ -395,6 +398,12 @@ START_TEST(test_families)
 
 		ck_assert_msg(ks == 0 || ks == 1, "the kill switch is 0 or 1, not %g", ks);
 	}
+	/* the answering responder's readiness: ready, its last load after 2026 */
+	ck_assert_msg(val(&s, "oncegate_ready") == 1, "oncegate_ready is not 1:\n%.3000s", s.text);
+	ck_assert_msg(val(&s, "oncegate_config_reload_failed") == 0,
+	              "oncegate_config_reload_failed is not 0");
+	ck_assert_msg(val(&s, "oncegate_config_last_reload_success_timestamp_seconds") > 1.7e9,
+	              "no time of the last successful load");
 	scrape_free(&s);
 }
 END_TEST

@@ -13,9 +13,9 @@
 
 static char path[64];
 
-/* Loads len bytes of text as a config file over the defaults. */
-static int
-load_bytes(const char *text, size_t len, struct config *c, char *err, size_t errlen)
+/* Writes len bytes of text into a new file, path. */
+static void
+write_file(const char *text, size_t len)
 {
 	FILE *f;
 	int fd;
@@ -26,10 +26,19 @@ load_bytes(const char *text, size_t len, struct config *c, char *err, size_t err
 	f = fdopen(fd, "w");
 	fwrite(text, 1, len, f);
 	fclose(f);
+}
+
+/* Loads len bytes of text as a config file over the defaults. */
+static int
+load_bytes(const char *text, size_t len, struct config *c, char *err, size_t errlen)
+{
+	int rc;
+
+	write_file(text, len);
 	config_defaults(c);
-	fd = config_load(path, c, err, errlen);
+	rc = config_load(path, c, err, errlen);
 	unlink(path);
-	return fd;
+	return rc;
 }
 
 static int
@@ -285,6 +294,102 @@ START_TEST(test_separator_setting)
 }
 END_TEST
 
+
+/* config_check_ready over a file that sets what `config check` needs plus
+ * extra; the file stays until the caller unlinks path. */
+static int
+check_ready(const char *extra, struct config *c, char *err, size_t errlen)
+{
+	char text[1024];
+	int n;
+
+	n = snprintf(text, sizeof(text), "public_url = https://gate.example.com\n"
+	             "csrf_secret = 0123456789abcdef0123456789abcdef\n"
+	             "contracts_dir = /tmp\ntemplates_dir = /tmp\nsql_dir = /tmp\n%s", extra);
+	ck_assert(n > 0 && (size_t)n < sizeof(text));
+	write_file(text, (size_t)n);
+	config_defaults(c);
+	ck_assert_msg(config_load(path, c, err, errlen) == 0, "%s", err);
+	return config_check_ready(c, path, err, errlen);
+}
+
+/* What config check refuses beyond the loader, each naming file:line. */
+static const struct {
+	const char *extra;
+	int line;            /* of the setting to blame */
+	const char *want;
+} ready_cases[] = {
+	{ "database = \"host=/run/postgresql dbname\"\n", 6, "database is not a libpq connection string" },
+	{ "database = \"postgresql://[::1\"\n", 6, "database is not a libpq connection string" },
+	{ "pooled_database = \"hostaddr=127.0.0.1 port='5432\"\n", 6,
+	  "pooled_database is not a libpq connection string" },
+	{ "listen_group = no-such-group-ог\n", 6, "listen_group: no group \"no-such-group-ог\"" },
+	{ "user = no_such_user_42\n", 6, "user: no user \"no_such_user_42\"" },
+	{ "listen_owner = nobody_not_here\n", 6, "listen_owner: no user" },
+	{ "[target mail]\nkind = smtp\nurl = smtp://mail.example.com:587\n"
+	  "credentials_env = MAIL_PASSWORD\n", 9, "target mail: credentials_env with smtp://" },
+};
+
+START_TEST(test_check_ready)
+{
+	struct config c;
+	char err[1024], want[128];
+	int rc;
+
+	rc = check_ready(ready_cases[_i].extra, &c, err, sizeof(err));
+	snprintf(want, sizeof(want), "%s:%d: ", path, ready_cases[_i].line);
+	unlink(path);
+	ck_assert_msg(rc != 0, "accepted: %s", ready_cases[_i].extra);
+	ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "not at %s: %s", want, err);
+	ck_assert_msg(strstr(err, ready_cases[_i].want) != NULL, "%s: %s", ready_cases[_i].want,
+	              err);
+	/* a password in a conninfo is never repeated */
+	ck_assert_ptr_null(strstr(err, "dbname\""));
+	config_free(&c);
+}
+END_TEST
+
+START_TEST(test_check_ready_accepts)
+{
+	struct config c;
+	char err[1024];
+	FILE *out;
+	char *text = NULL;
+	size_t len = 0;
+	int rc, n;
+
+	rc = check_ready("database = \"host=/var/run/postgresql dbname=oncegate password='p w'\"\n"
+	                 "pooled_database = postgresql://og@127.0.0.1:6432/oncegate\n"
+	                 "listen_group = root\nuser = root\n"
+	                 "public_url = http://127.0.0.1:8080\n"
+	                 "[target mail]\nkind = smtp\nurl = smtps://mail.example.com:465\n"
+	                 "credentials_env = MAIL_PASSWORD\n"
+	                 "[target relay]\nkind = smtp\nurl = smtp://localhost:25\n",
+	                 &c, err, sizeof(err));
+	ck_assert_msg(rc == 0, "refused: %s", err);
+	/* plain http: accepted with a warning naming the line */
+	out = open_memstream(&text, &len);
+	n = config_check_warnings(&c, path, out);
+	fclose(out);
+	unlink(path);
+	ck_assert_int_eq(n, 1);
+	snprintf(err, sizeof(err), "%s:10: warning: public_url is plain http://", path);
+	ck_assert_msg(strncmp(text, err, strlen(err)) == 0, "%s", text);
+	free(text);
+	config_free(&c);
+	/* https: no warning */
+	rc = check_ready("", &c, err, sizeof(err));
+	out = open_memstream(&text, &len);
+	n = config_check_warnings(&c, path, out);
+	fclose(out);
+	unlink(path);
+	ck_assert_int_eq(rc, 0);
+	ck_assert_int_eq(n, 0);
+	free(text);
+	config_free(&c);
+}
+END_TEST
+
 static Suite *
 config_suite(void)
 {
@@ -301,6 +406,9 @@ config_suite(void)
 	tcase_add_test(tc, test_nul_byte);
 	tcase_add_test(tc, test_missing_file);
 	tcase_add_test(tc, test_separator_setting);
+	tcase_add_loop_test(tc, test_check_ready, 0,
+	                    (int)(sizeof(ready_cases) / sizeof(ready_cases[0])));
+	tcase_add_test(tc, test_check_ready_accepts);
 	suite_add_tcase(s, tc);
 	return s;
 }
