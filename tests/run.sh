@@ -112,6 +112,10 @@ run_pg_restart_pooled() {
 run_skew() { bash "$ROOT/tests/chaos/skew.sh"; }
 run_log_full() { bash "$ROOT/tests/chaos/log_full.sh" --claims 20; }
 run_multihost() { ONCEGATE_FCGI=$BUILD/oncegate-fcgi bash "$ROOT/tests/chaos/multihost.sh" --short; }
+# PostgreSQL failover as sites run it (Patroni, etcd, two nodes,
+# synchronous_mode; oncegate on the multi-host conninfo): the primary
+# killed, the standby promoted, and back (./dev chaos: four failovers).
+run_failover() { ONCEGATE_FCGI=$BUILD/oncegate-fcgi bash "$ROOT/tests/chaos/failover.sh" --short; }
 
 # From the tree to a server (tests/install): make install under another
 # prefix and DESTDIR (every path derived from configure), --version, the
@@ -242,6 +246,7 @@ run_stages() {
 		"run_skew|chaos (tests/chaos/skew.sh)|chaos: a lease that ended was not handled as over"
 		"run_log_full|chaos, short form (tests/chaos/log_full.sh)|chaos: a full decision-log disk stopped requests or was not reported once"
 		"run_multihost|chaos, short form (tests/chaos/multihost.sh --short)|chaos: with hosts cut off the network, a claim, approval or effect was doubled or lost, or answered 500"
+		"run_failover|chaos, short form (tests/chaos/failover.sh --short)|chaos: a PostgreSQL failover did not happen, lost an acknowledged write, sent an effect twice, or got an answer other than 2xx/3xx/503"
 		"run_install|make install, config example, man pages, systemd units (tests/install/install.sh)|the installed tree, the example config, a man page or a systemd unit is not right"
 		"run_daemons|socket activation, sd_notify, SIGHUP parity (tests/install/daemons.sh)|socket activation, readiness or the SIGHUP reload of a daemon is not right"
 		"run_foreground|without systemd, a broken reload kept (tests/install/foreground.sh)|a daemon started by hand did not bind, switch user or send, or a broken reload stopped sends or went unreported"

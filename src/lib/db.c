@@ -389,6 +389,21 @@ db_pipeline_send(struct db *db, const struct db_call *calls, int n)
 	return PQpipelineSync(db->conn) == 1 ? 0 : -1;
 }
 
+/* A broken pipeline, abandoned: unavailable when the connection is gone
+ * with it. A server that dies first says so (FATAL, e.g. "terminating
+ * connection due to unexpected postmaster exit") while libpq still counts
+ * the connection as good; only reading on finds the socket closed, so the
+ * connection's state is judged after the abandon. The error text is kept
+ * when the caller set one and the connection looked good. */
+static enum db_rc
+db_pipeline_broken(struct db *db, bool keep_error)
+{
+	if (!keep_error || PQstatus(db->conn) != CONNECTION_OK)
+		db_set_error(db, "pipeline", NULL);
+	db_pipeline_abandon(db);
+	return db->conn == NULL || PQstatus(db->conn) != CONNECTION_OK ? DB_UNAVAILABLE : DB_ERROR;
+}
+
 /* One try of db_batch: the calls, then one Sync, in ONE round trip. */
 static enum db_rc
 db_batch_once(struct db *db, struct db_call *calls, int n)
@@ -397,16 +412,8 @@ db_batch_once(struct db *db, struct db_call *calls, int n)
 
 	if ((rc = db_pipeline_enter(db, calls, n)) != DB_OK)
 		return rc;
-	if (db_pipeline_send(db, calls, n) != 0)
-		goto broken;
-	if (db_pipeline_collect(db, calls, n, &rc) != 0)
-		goto broken;
-	return rc;
-broken:
-	rc = PQstatus(db->conn) == CONNECTION_OK ? DB_ERROR : DB_UNAVAILABLE;
-	if (db->err[0] == '\0' || rc == DB_UNAVAILABLE)
-		db_set_error(db, "pipeline", NULL);
-	db_pipeline_abandon(db);
+	if (db_pipeline_send(db, calls, n) != 0 || db_pipeline_collect(db, calls, n, &rc) != 0)
+		return db_pipeline_broken(db, db->err[0] != '\0');
 	return rc;
 }
 
@@ -484,9 +491,7 @@ db_pipeline_tx(struct db *db, struct db_call *calls, int n)
 		goto broken;
 	return rc;
 broken:
-	rc = PQstatus(db->conn) == CONNECTION_OK ? DB_ERROR : DB_UNAVAILABLE;
-	db_set_error(db, "pipeline", NULL);
-	db_pipeline_abandon(db);
+	rc = db_pipeline_broken(db, false);
 unsent:
 	/* nothing ran (or its results are lost): every call says why */
 	for (i = 0; i < n; i++) {

@@ -322,8 +322,20 @@ decide_approval(struct db *db, struct decide_approval *d, struct ledger_run *run
 		/* recorded; the run still awaits the rest of its quorum */
 		run->state_from = run->state = RUN_AWAITING_HUMAN;
 	}
-	/* a unique index: another final vote of the run committed first */
-	rc = db_commit(db) == DB_OK ? OG_OK : OG_CONFLICT;
+	/* a unique index: another final vote of the run committed first; a
+	 * connection lost at COMMIT leaves the outcome unknown: unavailable,
+	 * and the approver's retry finds out which */
+	switch (db_commit(db)) {
+	case DB_OK:
+		rc = OG_OK;
+		break;
+	case DB_UNAVAILABLE:
+		rc = OG_UNAVAILABLE;
+		break;
+	default:
+		rc = OG_CONFLICT;
+		break;
+	}
 	goto out;
 rollback:
 	db_rollback(db);

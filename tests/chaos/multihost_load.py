@@ -3,7 +3,7 @@
 
     multihost_load.py load --base URL --run RUN --runs N --rate R
         --workers W --public-url URL --out DIR [--client NAME]
-        [--client-b NAME] [--mails long|short]
+        [--client-b NAME] [--mails long|short] [--lease-seconds S]
     multihost_load.py check --run RUN --runs N --out DIR --requests FILE
         --smtp FILE --runs-tsv FILE --approvals-tsv FILE --effects-tsv FILE
 
@@ -75,7 +75,7 @@ import corpus  # noqa: E402  (tests/data/corpus/corpus.py)
 RETRYABLE = {0, 502, 503, 504}
 MAX_TRIES = 80              # per request, with 0.25-0.5 s between tries
 REQUEST_TIMEOUT = 30.0      # s; nginx's fastcgi_read_timeout is 60 s
-LEASE_SECONDS = 8           # a claim's lease: a lost 201 costs this long
+LEASE_SECONDS = 8           # a claim's lease (--lease-seconds): a lost 201 costs this long
 APPROVER = "mh-approver@example.com"
 REQUESTER = "mh-requester@example.com"
 CSRF_RE = re.compile(r'<input[^>]*name="csrf"[^>]*>')
@@ -176,7 +176,7 @@ class Load:
         """(owner, version) once claimed, or (None, state) when the key is
         settled (not claimable), or (None, None) after too many tries."""
         body = {"key": key, "payload": payload, "workflow_version": "mh@1",
-                "trigger": "chaos:multihost", "lease_seconds": LEASE_SECONDS}
+                "trigger": "chaos:multihost", "lease_seconds": self.args.lease_seconds}
         for _ in range(MAX_TRIES):
             answers = []
             if first:
@@ -634,6 +634,8 @@ def main():
     lp.add_argument("--client", default="dev", help="the API client of DIR/api_key")
     lp.add_argument("--client-b", help="a second tenant: the API client of DIR/api_key_b")
     lp.add_argument("--mails", choices=("long", "short"), default="long")
+    lp.add_argument("--lease-seconds", type=int, default=LEASE_SECONDS,
+                    help="each claim's lease: longer than an outage the workflows ride out")
     cp = sub.add_parser("check")
     cp.add_argument("--run", required=True)
     cp.add_argument("--runs", type=int, required=True)
