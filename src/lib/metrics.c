@@ -30,6 +30,7 @@
 #include "caps.h"
 #include "log.h"
 #include "metrics.h"
+#include "schema_version.h"
 
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "unknown"
@@ -477,6 +478,10 @@ metrics_flush(struct db *db)
 	PGresult *res;
 	enum db_rc rc;
 	int i;
+
+	/* the counts wait in memory while the schema is not this build's */
+	if (!schema_version_ok())
+		return OG_UNAVAILABLE;
 
 	enum og_rc lrc = flush_latency(db), arc = flush_attempts(db);
 
