@@ -78,11 +78,11 @@ if [[ -z $GIVEN && $(git -C "$ROOT" ls-tree --name-only "$SHA" sql/ | sed 's|^sq
 	added=$(git -C "$ROOT" log -1 --diff-filter=A --format=%H -- "sql/$new_high")
 	[[ -n $added ]] || die "sql/$new_high is not committed: commit it, or pass --from"
 	SHA=$(git -C "$ROOT" rev-parse --short=12 "$added^")
-	say "$FROM already ends at $new_high: upgrading from $SHA, the tree before it came"
+	say "$FROM already ends at ${new_high%.sql}: upgrading from $SHA, the tree before it came"
 fi
 old_high=$(git -C "$ROOT" ls-tree --name-only "$SHA" sql/ | sed 's|^sql/||' |
 	grep -E '^[0-9]{3,}_.*\.sql$' | LC_ALL=C sort | tail -n1)
-[[ $old_high != "$new_high" ]] || die "$SHA ends at $new_high too: no migration to upgrade through"
+[[ $old_high != "$new_high" ]] || die "$SHA ends at ${new_high%.sql} too: no migration to upgrade through"
 OLD=$ROOT/.dev/upgrade-from-$SHA
 if [[ ! -x $OLD/build/oncegatectl || ! -x $OLD/build/oncegate-fcgi || ! -x $OLD/build/oncegate-dispatch ]]; then
 	say "building the previous release ($SHA) in $OLD"
