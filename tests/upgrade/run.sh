@@ -89,7 +89,7 @@ if [[ ! -x $OLD/build/oncegatectl || ! -x $OLD/build/oncegate-fcgi || ! -x $OLD/
 	rm -rf "$OLD" && mkdir -p "$OLD/src" "$OLD/build"
 	git -C "$ROOT" archive "$SHA" | tar -x -C "$OLD/src"
 	(cd "$OLD/src" && autoreconf -fi) >"$OLD/build.log" 2>&1 &&
-		(cd "$OLD/build" && ../src/configure CFLAGS="-O1 -g") >>"$OLD/build.log" 2>&1 &&
+		(cd "$OLD/build" && ../src/configure CFLAGS="-O0") >>"$OLD/build.log" 2>&1 &&
 		nice make -C "$OLD/build" -j2 oncegatectl oncegate-fcgi oncegate-dispatch >>"$OLD/build.log" 2>&1 ||
 		{ tail -n 30 "$OLD/build.log" >&2; rm -rf "$OLD/build"; die "the previous release did not build"; }
 fi
