@@ -144,6 +144,11 @@ run_backoff_restart() { bash "$ROOT/tests/chaos/backoff_restart.sh" --restarts 1
 # send nothing of the old output (./dev chaos: 60 runs).
 run_replay_contract() { bash "$ROOT/tests/chaos/replay_contract.sh" --runs 6; }
 
+# The previous release upgraded to this tree with claims and sends
+# running: the window answered 503 with Retry-After, nothing lost or sent
+# twice (the previous release is built once, under .dev/).
+run_upgrade() { bash "$ROOT/tests/upgrade/run.sh"; }
+
 # plain_build DIR: oncegate-fcgi and oncegate-dispatch, built without
 # sanitizers (valgrind cannot run a sanitized program) in DIR.
 plain_build() {
@@ -253,6 +258,7 @@ run_stages() {
 		"run_promtool|prometheus rules (promtool check rules; promtool test rules)|the Prometheus rules do not load or fail their unit tests"
 		"run_backoff_restart|chaos, short form (tests/chaos/backoff_restart.sh --restarts 1)|chaos: a restart during a backoff lost the budget or the due time, or sent twice"
 		"run_replay_contract|chaos, short form (tests/chaos/replay_contract.sh --runs 6)|chaos: a replay after a contract change carried the old draft, sent, or changed the original"
+		"run_upgrade|upgrade from the previous release under traffic (tests/upgrade/run.sh)|upgrade: a claim or effect was lost or doubled, the 503 window was not seen, or a daemon served on the old schema"
 		"run_soak|soak, short form (tests/soak/soak.sh --seconds 60, under valgrind; then --native)|"
 		"run_no_skips||"
 		"run_sanitizers||"

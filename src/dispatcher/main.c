@@ -28,6 +28,7 @@
 #include "log.h"
 #include "pool.h"
 #include "ready.h"
+#include "schema_version.h"
 #include "service.h"
 
 static volatile sig_atomic_t got_term, got_hup;
@@ -225,7 +226,14 @@ main(int argc, char **argv)
 	dc = dispatch_config_get(&s);
 	janitor_init(&jan, dc->cfg.database, dc->cfg.statement_timeout_ms);
 	dispatch_config_put(&s, dc);
-	service_ready(s.env_enabled ? "dispatching" : "running; AI_ACTIONS_ENABLED is not true");
+	/* The schema version, read now and after every reconnect: with
+	 * another than this build's, nothing is sent or written. */
+	schema_version_guard();
+	if (!schema_version_serving(jan.db))
+		schema_version_why(err, sizeof(err));
+	service_ready(!schema_version_ok() ? err
+	              : s.env_enabled      ? "dispatching"
+	                                   : "running; AI_ACTIONS_ENABLED is not true");
 	wd_ms = service_watchdog_ms();
 	last_alive = now_ms();
 
@@ -243,7 +251,8 @@ main(int argc, char **argv)
 		listen_wait(&lis, &s, dc->cfg.database,
 		            wd_ms > 0 && wd_ms < poll_ms ? (int)wd_ms : poll_ms, now_ms());
 		dispatch_config_put(&s, dc);
-		janitor_tick(&jan, &s, poll_ms, now_ms());
+		if (schema_version_serving(jan.db))
+			janitor_tick(&jan, &s, poll_ms, now_ms());
 		if (wd_ms > 0 && now_ms() - last_alive >= wd_ms) {
 			service_alive();
 			last_alive = now_ms();

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api_card.h"
 #include "api_int.h"
 #include "canon.h"
 #include "clients.h"
@@ -21,6 +22,7 @@
 #include "metrics.h"
 #include "caps.h"
 #include "log.h"
+#include "schema_version.h"
 
 static const struct route routes[] = {
 	{ "POST", SHAPE_EXACT, "/v1/runs", NULL, "/v1/runs", AUTH_BEARER, BODY_JSON, ANSWER_JSON,
@@ -424,6 +426,28 @@ api_unavailable(struct api_call *c, const char *detail)
 	api_log(c, LOG_LEVEL_ERROR, "db.unavailable", &f);
 }
 
+/* 503 with Retry-After while the schema is not the one this build expects:
+ * the problem document (or, on the approval pages, the notice page) says
+ * why. One line at debug level: the state change was logged once. */
+static void
+api_schema_wait(struct api_call *c)
+{
+	struct log_fields f = { 0 };
+	char why[512], retry[16];
+
+	(void)schema_version_why(why, sizeof(why));
+	f.reason = "schema_mismatch";
+	if (c->route->answer == ANSWER_PAGE) {
+		snprintf(retry, sizeof(retry), "%d", c->ctx->cfg->retry_after_seconds);
+		(void)http_header(c->resp, "Retry-After", retry);
+		api_card_notice(c, 503, "schema.wait", "Try again shortly",
+		                "oncegate is being upgraded; nothing was recorded.", &f);
+		return;
+	}
+	api_problem(c, problem_of(OG_UNAVAILABLE), why, NULL);
+	api_log(c, LOG_LEVEL_DEBUG, "schema.wait", &f);
+}
+
 void
 api_internal(struct api_call *c, const char *detail)
 {
@@ -769,6 +793,13 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 		break;
 	case ANSWER_TEXT:
 		break;
+	}
+	/* A schema this build was not made for: nothing but liveness is
+	 * answered, and nothing is read or written. */
+	if (c.route->handler != api_ops_healthz && c.route->handler != api_ops_readyz &&
+	    !schema_version_serving(ctx->db)) {
+		api_schema_wait(&c);
+		goto out;
 	}
 	if (c.route->claim_auth)
 		call_idempotency_key(&c);

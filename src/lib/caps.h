@@ -46,6 +46,9 @@
 #define OG_DB_CONNECT_TIMEOUT_S   5
 #define OG_DB_STATEMENT_TIMEOUT_MS 10000
 #define OG_DB_RETRY_MS            250    /* reconnect attempts while the server is away */
+/* A daemon that found the schema behind (or ahead of) its build reads the
+ * version again at most this often: a migration ends the wait within it. */
+#define OG_SCHEMA_RECHECK_MS      1000
 /* A TCP link to PostgreSQL that silently went away (a cut cable, a host
  * gone) is noticed within about 11 s by keepalives, and data unacknowledged
  * for 15 s ends the connection: the request is answered 503, not held for

@@ -16,12 +16,21 @@ struct db {
 	char *conninfo;
 	int statement_timeout_ms;
 	bool pooled;   /* behind a transaction pooler: no session state */
+	bool in_hook;  /* running the connect hook: no second one inside it */
 	const struct db_stmt **prepared; /* statements prepared on this session */
 	size_t nprepared, aprepared;
 	struct timespec last_failed_connect; /* CLOCK_MONOTONIC; zero: none */
 	char err[512];
 	char sqlstate[6];
 };
+
+static void (*connect_hook)(struct db *db);
+
+void
+db_on_connect(void (*hook)(struct db *db))
+{
+	connect_hook = hook;
+}
 
 struct db *
 db_new(const char *conninfo, int statement_timeout_ms)
@@ -139,6 +148,7 @@ db_ensure(struct db *db)
 	const char *values[9];
 	struct timespec now;
 	long long since_ms;
+	enum db_rc rc;
 
 	if (db->conn != NULL && PQstatus(db->conn) == CONNECTION_OK)
 		return DB_OK;
@@ -183,7 +193,13 @@ db_ensure(struct db *db)
 	/* Behind a transaction pooler a session setting would stay on whichever
 	 * server connection ran it: the pooler sets them on its own
 	 * connections (PgBouncer: connect_query). */
-	return db->pooled ? DB_OK : db_session_setup(db);
+	rc = db->pooled ? DB_OK : db_session_setup(db);
+	if (rc == DB_OK && connect_hook != NULL && !db->in_hook) {
+		db->in_hook = true;
+		connect_hook(db);
+		db->in_hook = false;
+	}
+	return rc;
 }
 
 static bool

@@ -38,6 +38,9 @@ struct db *db_new(const char *conninfo, int statement_timeout_ms);
  * on its server connections. */
 struct db *db_new_pooled(const char *conninfo, int statement_timeout_ms, bool pooled);
 void db_free(struct db *db);
+/* A function every new or renewed connection runs once, before anything
+ * else uses it (the daemons' schema check). Set once, before threads. */
+void db_on_connect(void (*hook)(struct db *db));
 /* Connects (or reconnects) if needed. */
 enum db_rc db_ensure(struct db *db) __attribute__((warn_unused_result));
 /* Runs a prepared statement; on DB_OK *res holds a tuples/command result the

@@ -29,6 +29,7 @@
 #include "log.h"
 #include "outbox.h"
 #include "provider.h"
+#include "schema_version.h"
 
 /* A worker claims what it expects to start within this long (see
  * dispatch_worker). */
@@ -242,7 +243,7 @@ wake_seq(struct dispatch_shared *s)
 bool
 dispatch_sending_allowed(struct dispatch_shared *s)
 {
-	return s->env_enabled && atomic_load(&s->db_enabled);
+	return s->env_enabled && atomic_load(&s->db_enabled) && schema_version_ok();
 }
 
 /* --- one effect ------------------------------------------------------------- */

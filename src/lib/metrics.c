@@ -30,6 +30,7 @@
 #include "caps.h"
 #include "log.h"
 #include "metrics.h"
+#include "schema_version.h"
 
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "unknown"
@@ -477,6 +478,11 @@ metrics_flush(struct db *db)
 	PGresult *res;
 	enum db_rc rc;
 	int i;
+
+	/* Nothing is taken while the schema is not this build's: the counts
+	 * wait in memory for the next flush (the schema guard logged why). */
+	if (!schema_version_ok())
+		return OG_OK;
 
 	enum og_rc lrc = flush_latency(db), arc = flush_attempts(db);
 

@@ -34,7 +34,13 @@ static const struct db_stmt st_lock = {
  * (an operator, an auditor) may not create it. */
 static const struct db_stmt st_table = {
 	"migrate_table", "SELECT to_regclass('schema_migrations') IS NOT NULL AS present",
-	0, false,
+	0, true,
+};
+
+/* The schema's version: the last migration applied (names sort in order). */
+static const struct db_stmt st_current = {
+	"migrate_current", "SELECT coalesce(max(version), '') AS version FROM schema_migrations",
+	0, true,
 };
 
 static const struct db_stmt st_applied = {
@@ -44,6 +50,20 @@ static const struct db_stmt st_applied = {
 static const struct db_stmt st_record = {
 	"migrate_record", "INSERT INTO schema_migrations (version, sha256) VALUES ($1, $2)",
 	2, false,
+};
+
+/* Who owns the schema (the table's owner, else the database's, as
+ * createdb --owner made it) and whether this session is, or is a member of,
+ * that role. */
+static const struct db_stmt st_owner = {
+	"migrate_owner",
+	"SELECT r.rolname AS owner, pg_has_role(r.oid, 'MEMBER') AS may, current_user AS me"
+	"  FROM pg_roles r"
+	" WHERE r.oid = coalesce((SELECT relowner FROM pg_class"
+	"                          WHERE oid = to_regclass('schema_migrations')),"
+	"                        (SELECT datdba FROM pg_database"
+	"                          WHERE datname = current_database()))",
+	0, false,
 };
 
 static void
@@ -141,6 +161,32 @@ free_names(char **names, size_t n)
 	free(names);
 }
 
+/* Whether this session may apply migrations, before it tries: a role that
+ * may not is told which role must, instead of the server's "permission
+ * denied" halfway through a file. */
+static bool
+may_apply(struct db *db, const char *first, char *err, size_t errlen)
+{
+	PGresult *res = NULL;
+	bool may;
+
+	if (db_exec(db, &st_owner, NULL, &res) != DB_OK) {
+		errf(err, errlen, "%s", db_error(db));
+		return false;
+	}
+	may = PQntuples(res) == 1 && db_get(res, 0, "may")[0] == 't';
+	if (!may)
+		errf(err, errlen,
+		     "migration %.*s is pending, and role \"%s\" may not apply it: migrations "
+		     "run as the schema's owner, \"%s\" (PGUSER=%s oncegatectl migrate); "
+		     "nothing was changed", (int)(strlen(first) - 4), first,
+		     PQntuples(res) == 1 ? db_get(res, 0, "me") : "?",
+		     PQntuples(res) == 1 ? db_get(res, 0, "owner") : "?",
+		     PQntuples(res) == 1 ? db_get(res, 0, "owner") : "?");
+	PQclear(res);
+	return may;
+}
+
 /* Applies (or, when dry, only reports) every migration. */
 static int
 migrate_run(struct db *db, const char *dir, bool dry, FILE *out, char *err, size_t errlen)
@@ -148,6 +194,7 @@ migrate_run(struct db *db, const char *dir, bool dry, FILE *out, char *err, size
 	char **names = NULL;
 	size_t count = 0, i;
 	int done = 0;
+	bool present, checked = false;
 	PGresult *res = NULL;
 	struct buf sql;
 
@@ -157,23 +204,28 @@ migrate_run(struct db *db, const char *dir, bool dry, FILE *out, char *err, size
 	if (db_begin(db) != DB_OK || db_exec(db, &st_lock, NULL, &res) != DB_OK)
 		goto dberr;
 	PQclear(res);
-	res = NULL;
-	if (dry) {
-		if (db_exec(db, &st_table, NULL, &res) != DB_OK)
-			goto dberr;
-		if (PQntuples(res) != 1 || PQgetvalue(res, 0, 0)[0] != 't') {
-			/* a database no migration ever touched: all of them pending */
-			for (i = 0; i < count; i++)
-				fprintf(out, "pending  %.*s\n", (int)(strlen(names[i]) - 4), names[i]);
-			done = (int)count;
-			goto out;
-		}
-		PQclear(res);
-		res = NULL;
-		db_rollback(db);
-	} else if (db_script(db, sql_table) != DB_OK || db_commit(db) != DB_OK) {
+	if (db_exec(db, &st_table, NULL, &res) != DB_OK)
 		goto dberr;
+	present = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
+	PQclear(res);
+	res = NULL;
+	if (!present && dry) {
+		/* a database no migration ever touched: all of them pending */
+		for (i = 0; i < count; i++)
+			fprintf(out, "pending  %.*s\n", (int)(strlen(names[i]) - 4), names[i]);
+		done = (int)count;
+		goto out;
 	}
+	/* Only the owner creates the table: a role that may only read the
+	 * schema gets here with nothing pending, or is told who must run it. */
+	if (!present && count > 0) {
+		if (!may_apply(db, names[0], err, errlen))
+			goto fail;
+		checked = true;
+		if (db_script(db, sql_table) != DB_OK || db_commit(db) != DB_OK)
+			goto dberr;
+	}
+	db_rollback(db);
 	for (i = 0; i < count; i++) {
 		char path[4096], hex[DIGEST_HEX_LEN], version[256];
 		const char *params[2] = { version, hex };
@@ -212,6 +264,9 @@ migrate_run(struct db *db, const char *dir, bool dry, FILE *out, char *err, size
 			done++;
 			continue;
 		}
+		if (!checked && !may_apply(db, names[i], err, errlen))
+			goto fail;
+		checked = true;
 		if (db_script(db, sql.data) != DB_OK || db_exec(db, &st_record, params, &res) != DB_OK ||
 		    db_commit(db) != DB_OK) {
 			errf(err, errlen, "%s: %s", names[i], db_error(db));
@@ -245,4 +300,26 @@ int
 migrate_status(struct db *db, const char *dir, FILE *out, char *err, size_t errlen)
 {
 	return migrate_run(db, dir, true, out, err, errlen);
+}
+
+enum db_rc
+migrate_current(struct db *db, char *version, size_t len)
+{
+	PGresult *res = NULL;
+	enum db_rc rc;
+
+	version[0] = '\0';
+	if ((rc = db_exec(db, &st_table, NULL, &res)) != DB_OK)
+		return rc;
+	if (PQntuples(res) != 1 || PQgetvalue(res, 0, 0)[0] != 't') {
+		PQclear(res);
+		return DB_OK; /* a database no migration touched */
+	}
+	PQclear(res);
+	if ((rc = db_exec(db, &st_current, NULL, &res)) != DB_OK)
+		return rc;
+	if (PQntuples(res) == 1)
+		snprintf(version, len, "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return DB_OK;
 }

@@ -19,4 +19,10 @@ int migrate_apply(struct db *db, const char *dir, FILE *out, char *err, size_t e
 int migrate_status(struct db *db, const char *dir, FILE *out, char *err, size_t errlen)
 	__attribute__((warn_unused_result));
 
+/* The schema's version: the name of the last migration applied
+ * ("016_run_domains"), "" on a database no migration touched. Any role
+ * the migrations grant to may read it. */
+enum db_rc migrate_current(struct db *db, char *version, size_t len)
+	__attribute__((warn_unused_result));
+
 #endif

@@ -26,6 +26,9 @@
 
 /* The reason a failed configuration reload sets (ready_loaded). */
 #define READY_CONFIG_RELOAD "config_reload_failed"
+/* The reason the schema guard sets while the database's schema is not the
+ * one this build expects (schema_version.c). */
+#define READY_SCHEMA_MISMATCH "schema_mismatch"
 
 /* Sets (or replaces the detail of) the reason name. */
 void ready_set(const char *name, const char *detail);

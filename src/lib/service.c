@@ -15,6 +15,12 @@ service_ready(const char *status)
 }
 
 void
+service_status(const char *status)
+{
+	(void)sd_notifyf(0, "STATUS=%s", status);
+}
+
+void
 service_reloading(void)
 {
 	(void)sd_notify(0, "RELOADING=1\nSTATUS=reloading");

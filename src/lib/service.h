@@ -9,6 +9,9 @@
 
 /* READY=1 with a STATUS= line: start-up is complete. */
 void service_ready(const char *status);
+/* STATUS= alone: what `systemctl status` shows (e.g. why it does not
+ * serve). */
+void service_status(const char *status);
 /* RELOADING=1: a SIGHUP reload began; service_ready() again when done. */
 void service_reloading(void);
 /* STOPPING=1: shutdown began. */

@@ -438,9 +438,10 @@ fcgi_pool_stop(struct fcgi_pool *pool, int grace_seconds)
 		return 0;
 	atomic_store(&pool->stopping, true);
 	FCGX_ShutdownPending();
-	/* Wakes every thread blocked in accept(); the socket file stays until
-	 * the caller removes it. */
-	shutdown(pool->fd, SHUT_RDWR);
+	/* Threads blocked in accept() are woken by SIGUSR1 below, never by
+	 * shutdown(): the listening socket may be shared (systemd's socket
+	 * unit keeps it for the next start), and a shut-down listening socket
+	 * refuses connections for every process that holds it. */
 	for (;;) {
 		busy = 0;
 		for (i = 0; i < pool->nworkers; i++) {

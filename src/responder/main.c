@@ -20,6 +20,7 @@
 #include "metrics.h"
 #include "page.h"
 #include "ready.h"
+#include "schema_version.h"
 
 /* What SIGHUP replaces: the configuration requests read, the contracts,
  * the page templates. */
@@ -183,6 +184,10 @@ main(int argc, char **argv)
 		fprintf(stderr, "oncegate-fcgi: %s\n", err);
 		goto out_log;
 	}
+	/* Each connection reads the schema version when it is made (the
+	 * workers connect now): another than this build's, and only /healthz
+	 * is answered. */
+	schema_version_guard();
 	pool = fcgi_pool_start(fd, &cfg, &shared, err, sizeof(err));
 	if (pool == NULL) {
 		fprintf(stderr, "oncegate-fcgi: %s\n", err);

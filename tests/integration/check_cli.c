@@ -23,7 +23,12 @@
  *   pending    approval list shows the revoked challenges of the rejected
  *              run, approval list --pending only the ones still waiting;
  *   operator   --operator is no option (exit 2); the operator recorded is
- *              the database role, whatever USER or SUDO_USER say.
+ *              the database role, whatever USER or SUDO_USER say;
+ *   migrate    with nothing pending, migrate exits 0 for every role that may
+ *              read the schema (operator, auditor, both daemons' roles);
+ *              with a migration pending, run as the operator, it exits 1,
+ *              names the role that must apply it, never says "permission
+ *              denied", and applies nothing.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -743,6 +748,77 @@ START_TEST(test_operator_is_the_role)
 }
 END_TEST
 
+/* ---- migrate as a role that may only read the schema ------------------------ */
+
+START_TEST(test_migrate_roles)
+{
+	static const char *const roles[] = { "ONCEGATE_PGUSER_OPERATOR", "ONCEGATE_PGUSER_AUDITOR",
+		                             "ONCEGATE_PGUSER_FCGI", "ONCEGATE_PGUSER_DISPATCH" };
+	const char *conf = tl_env("ONCEGATE_CONF");
+	char env[160], dir[300], path[400], cmd[1200], *text, *at, *out, *err;
+	const char *w[] = { "-c", conf, "migrate", NULL };
+	PGconn *c = tl_pg_connect();
+	size_t i;
+	FILE *f;
+	int rc;
+
+	for (i = 0; i < sizeof(roles) / sizeof(roles[0]); i++) {
+		snprintf(env, sizeof(env), "PGUSER=%s", tl_env(roles[i]));
+		rc = run_env(&out, &err, env, w);
+		ck_assert_msg(rc == 0, "migrate with nothing pending as %s: exit %d: %s", env, rc, err);
+		ck_assert_msg(strstr(err, "0 migrations applied") != NULL, "as %s: %s", env, err);
+		free(out);
+		free(err);
+	}
+
+	/* the stack's migrations and one more, in a directory of their own */
+	snprintf(dir, sizeof(dir), "%s/sql-pending", g_tmp);
+	text = tl_file_slurp(conf, NULL);
+	ck_assert_msg(text != NULL && (at = strstr(text, "\nsql_dir = ")) != NULL,
+	              "%s has no sql_dir line", conf);
+	at += strlen("\nsql_dir = ");
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s' && cp '%.*s'/[0-9]*_*.sql '%s'/", dir,
+	         (int)strcspn(at, "\n"), at, dir);
+	ck_assert_int_eq(system(cmd), 0);
+	snprintf(path, sizeof(path), "%s/990_upgrade_probe.sql", dir);
+	ck_assert((f = fopen(path, "w")) != NULL);
+	fputs("-- a migration only the owner may apply; the test never applies it\n"
+	      "CREATE TABLE upgrade_probe (note text NOT NULL);\n", f);
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/pending.conf", g_tmp);
+	ck_assert((f = fopen(path, "w")) != NULL);
+	fprintf(f, "%.*s%s%s", (int)(at - text), text, dir, at + strcspn(at, "\n"));
+	fclose(f);
+	free(text);
+
+	w[1] = path;
+	rc = run(&out, &err, w);
+	ck_assert_msg(rc == 1, "migrate with 990 pending as the operator: exit %d: %s", rc, err);
+	ck_assert_msg(strstr(err, "990_upgrade_probe") != NULL && strstr(err, "\"oncegate\"") &&
+	                  strstr(err, "PGUSER=oncegate oncegatectl migrate") != NULL,
+	              "migrate names neither the migration nor the owner: %s", err);
+	ck_assert_msg(strstr(err, "permission denied") == NULL, "a raw refusal: %s", err);
+	free(out);
+	free(err);
+	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM schema_migrations"
+	                             " WHERE version = '990_upgrade_probe'", 0, NULL), 0);
+	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM pg_class"
+	                             " WHERE relname = 'upgrade_probe'", 0, NULL), 0);
+	/* --status as the operator lists it as pending */
+	{
+		const char *st[] = { "-c", path, "--json", "migrate", "--status", NULL };
+
+		rc = run(&out, &err, st);
+		ck_assert_msg(rc == 0 && strstr(out, "\"990_upgrade_probe\"") != NULL &&
+		                  strstr(out, "\"pending\"") != NULL,
+		              "migrate --status: exit %d: %s %s", rc, out, err);
+		free(out);
+		free(err);
+	}
+	PQfinish(c);
+}
+END_TEST
+
 static Suite *
 cli_suite(void)
 {
@@ -757,6 +833,7 @@ cli_suite(void)
 	tcase_add_test(tc, test_time_grammar);
 	tcase_add_test(tc, test_approval_list_pending);
 	tcase_add_test(tc, test_operator_is_the_role);
+	tcase_add_test(tc, test_migrate_roles);
 	suite_add_tcase(s, tc);
 	return s;
 }
