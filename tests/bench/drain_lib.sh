@@ -144,7 +144,8 @@ drain_fill() {
 		INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target, payload,
 		    payload_hash, provider_key, not_before, next_attempt_at)
 		SELECT 1, 'drain:' || g, 'crm.tag', 'bench_sink',
-		       jsonb_build_object('lead', g, 'tag', 'vip'), 'sha256:' || md5(g::text),
+		       jsonb_build_object('lead', g, 'tag', 'vip'),
+		       'sha256:' || encode(sha256(convert_to('{"lead":' || g || ',"tag":"vip"}', 'UTF8')), 'hex'),
 		       'drain:' || g || '/crm.tag', now() - interval '1 hour',
 		       now() - interval '1 hour' + g * interval '1 ms'
 		  FROM generate_series(1, $EFFECTS) g;

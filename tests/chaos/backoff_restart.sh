@@ -74,10 +74,14 @@ INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target, payl
     payload_hash, provider_key)
 VALUES ($client, '$RUN:once', 'crm.note', 'bo_idem',
         '{"note": "Заметка · 備考 · ملاحظة · הערה 📝", "fault": ["503", "ok"]}',
-        'sha256:a', '$RUN:once/crm.note'),
+        'sha256:' || encode(sha256(convert_to(
+            '{"fault":["503","ok"],"note":"Заметка · 備考 · ملاحظة · הערה 📝"}', 'UTF8')), 'hex'),
+        '$RUN:once/crm.note'),
        ($client, '$RUN:spent', 'crm.note', 'bo_spent',
         '{"note": "Заметка · 備考 · ملاحظة · הערה 📝", "fault": ["503", "503", "ok"]}',
-        'sha256:b', '$RUN:spent/crm.note');
+        'sha256:' || encode(sha256(convert_to(
+            '{"fault":["503","503","ok"],"note":"Заметка · 備考 · ملاحظة · הערה 📝"}', 'UTF8')), 'hex'),
+        '$RUN:spent/crm.note');
 SQL
 "$ONCEGATE_CTL" kill-switch on --reason "chaos: backoff restart" >/dev/null 2>&1
 

@@ -118,7 +118,7 @@ add_effect_at(PGconn *c, const char *key, const char *type, const char *target,
 	char hash[72], delay[32];
 	char *v;
 
-	tl_payload_hash(payload, hash);
+	tl_effect_hash(payload, hash);
 	snprintf(delay, sizeof(delay), "%.3f", delay_s);
 	v = qstr(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target,"
 	         "    payload, payload_hash, provider_key, not_before, next_attempt_at)"
@@ -1385,8 +1385,11 @@ START_TEST(test_many_dispatchers)
 	qexec(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target,"
 	      "    payload, payload_hash, provider_key)"
 	      " SELECT $1::bigint, $2 || lpad(i::text, 4, '0'), 'crm.tag', 't_bulk',"
-	      "    jsonb_build_object('n', i), $3, $2 || lpad(i::text, 4, '0') || '/crm.tag'"
-	      "   FROM generate_series(1, $4::int) i", g_client, prefix, hash, n, (char *)NULL);
+	      "    jsonb_build_object('n', i),"
+	      /* the hash of its canonical text, {"n":i}, as an enqueue stores it */
+	      "    'sha256:' || encode(sha256(convert_to('{\"n\":' || i || '}', 'UTF8')), 'hex'),"
+	      "    $2 || lpad(i::text, 4, '0') || '/crm.tag'"
+	      "   FROM generate_series(1, $3::int) i", g_client, prefix, n, (char *)NULL);
 	kill_switch(true);
 	t0 = tl_now();
 	for (k = 0; k < BULK_DISPATCHERS; k++)
