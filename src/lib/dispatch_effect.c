@@ -234,8 +234,8 @@ hash_check(const struct outbox_job *j, struct provider_attempt *at)
 	if (strcmp(now, j->payload_hash) == 0)
 		return RECHECK_SEND;
 	snprintf(at->invalid_reason, sizeof(at->invalid_reason),
-	         "the payload differs from the one decided (hash %s, decided %s)", now,
-	         j->payload_hash);
+	         "the payload differs from the one decided: its hash is not the payload_hash "
+	         "stored with the decision");
 	at->invalid = true;
 	at->duration_ms = 1;
 	at->evidence = json_pack("{s:s, s:s, s:s, s:b}", "invalid",
@@ -302,7 +302,10 @@ out:
  * From then on a lease that runs out makes the effect unknown; before, it
  * goes back to pending: a dispatcher that dies while it waits for its rate
  * slot, checks the payload or connects has sent nothing. When the mark
- * fails (the lease is gone, the database is) nothing is sent. */
+ * fails (the lease is gone, the database is) nothing is sent. Only for
+ * targets that do not honour the idempotency key: on one that does, an
+ * effect whose lease ran out is sent again with its key (pending), as after
+ * a timeout. */
 struct mark {
 	struct dispatch_shared *s;
 	struct db *db;
@@ -424,13 +427,18 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 	                    0, NULL);
 	if (rck == RECHECK_SEND) {
 		e.payload = sent;
-		provider_conn_before_send(pc, mark_started, &mark);
+		/* A target that honours the key needs no mark: its lease
+		 * running out sends it again with the same key, which the
+		 * provider answers with the first one's outcome. */
+		if (!t->idempotency_key)
+			provider_conn_before_send(pc, mark_started, &mark);
 		pv->send(pc, t, &e, &at);
 		provider_conn_before_send(pc, NULL, NULL);
 		if (mark.tried && mark.rc != OG_OK) {
 			dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", NULL, NULL,
 			                    NULL, "the send could not be marked started: not sent", 0,
-			                    "the lease sweep puts it back to pending");
+			                    "when its lease runs out: pending again (unknown if the "
+			                    "mark committed after all)");
 			goto out;
 		}
 	}

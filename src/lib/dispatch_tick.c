@@ -2,8 +2,8 @@
  * dispatch_tick.c — the dispatcher's housekeeping rules, which the janitor
  * of oncegate-dispatch runs every poll interval: the kill switch read again
  * (effects it holds back counted once), expired sending leases made
- * unknown (or pending again when the send had not started), expired approvals failed with their callback; see
- * dispatch_tick.h.
+ * unknown (or pending again when the send had not started), expired
+ * approvals failed with their callback; see dispatch_tick.h.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -77,9 +77,9 @@ expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg
 		snprintf(j.client, sizeof(j.client), "%s", db_get(res, i, "client_name") ?: "");
 		if (strcmp(db_get(res, i, "state"), "pending") == 0) {
 			dispatch_log_effect(LOG_LEVEL_NOTICE, "effect.requeued", &j, "sending", "pending",
-			                    NULL, NULL, "lease_expired_before_send", 0,
-			                    "its dispatcher stopped before the send started: "
-			                    "nothing reached the provider; due again now");
+			                    NULL, NULL, "lease_expired_requeued", 0,
+			                    "its dispatcher stopped before the send started (or its "
+			                    "target honours the key): sent again now, once");
 			continue;
 		}
 		metrics_count_attempt(j.target, "ambiguous", j.attempt > 1, true);

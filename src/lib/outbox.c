@@ -319,7 +319,9 @@ static const struct db_stmt st_settle = {
  * call; or not known: NULL) the provider may have acted: unknown, never
  * pending, and an ambiguous attempt recorded. When it had not (false: the
  * claim's mark was never replaced) nothing can have gone out: pending
- * again, due now, the attempt given back, the dispatchers woken. */
+ * again, due now, the attempt given back, the dispatchers woken. (The
+ * dispatcher does not mark sends to a target that honours the idempotency
+ * key: those are sent again with their key, which is safe.) */
 #define LEASE_UNSTARTED(e) "NOT coalesce(" e ".send_started, true)"
 static const struct db_stmt st_expire_leases = {
 	"outbox_expire_leases",
@@ -328,7 +330,7 @@ static const struct db_stmt st_expire_leases = {
 	"     SET state = CASE WHEN " LEASE_UNSTARTED("e") " THEN 'pending' ELSE 'unknown' END,"
 	"         error_class = CASE WHEN " LEASE_UNSTARTED("e") " THEN e.error_class"
 	"             ELSE 'ambiguous' END,"
-	"         reason = CASE WHEN " LEASE_UNSTARTED("e") " THEN 'lease_expired_before_send'"
+	"         reason = CASE WHEN " LEASE_UNSTARTED("e") " THEN 'lease_expired_requeued'"
 	"             ELSE 'lease_expired_while_sending' END,"
 	"         attempt = CASE WHEN " LEASE_UNSTARTED("e") " THEN e.attempt - 1 ELSE e.attempt END,"
 	"         first_attempt_at = CASE WHEN " LEASE_UNSTARTED("e") " AND e.attempt = 1 THEN NULL"
