@@ -18,6 +18,11 @@
  *   check     right before the send: the kill switch (environment AND the
  *             database flag), that the lease is still ours and long enough
  *             for the send; blocked → back to pending, counted, logged;
+ *             the stored payload's hash against the one decided, then the
+ *             payload against the run's output and contract; refused →
+ *             failed + dead letter, nothing sent;
+ *   mark      the send started (send_started), committed: from here a
+ *             lease that runs out makes the effect unknown, before it pending;
  *   send      the target's provider (provider.h), then the classifier (classify.h);
  *   settle    one transaction, compare-and-set on (sending, our lease):
  *             success → completed (and the run, when all its effects are);
@@ -27,7 +32,8 @@
  *   reconcile unknown effects of targets with a lookup URL are looked up:
  *             found → completed; not found twice, an interval apart →
  *             pending (resumed with the same key); unanswerable → dead letter.
- *   tick      expired sending leases → unknown; expired approvals → run
+ *   tick      expired sending leases → unknown (send started) or pending
+ *             (send not started, the attempt given back); expired approvals → run
  *             failed_terminal + decision callback; the kill switch re-read.
  */
 #ifndef OG_DISPATCH_H

@@ -210,6 +210,40 @@ presend_check(struct dispatch_shared *s, struct db *db, const struct outbox_job 
 
 enum recheck { RECHECK_SEND = 0, RECHECK_REFUSED, RECHECK_HOLD, RECHECK_NOMEM };
 
+/* The stored payload is the one decided: its hash, computed again the way
+ * every effect's is (outbox_payload_hash), is the payload_hash stored when
+ * the decision enqueued it. A payload changed in the database since
+ * (anyone with write access to effect_outbox) is refused with both hashes
+ * as evidence. A payload that is gone (purged) or does not parse is left
+ * to recheck(), which refuses it. */
+static enum recheck
+hash_check(const struct outbox_job *j, struct provider_attempt *at)
+{
+	char now[OUTBOX_HASH_LEN];
+	json_t *v;
+	int rc;
+
+	if (j->payload == NULL || j->payload_hash == NULL)
+		return RECHECK_SEND;
+	if ((v = json_loads(j->payload, JSON_DECODE_ANY, NULL)) == NULL)
+		return RECHECK_SEND;
+	rc = outbox_payload_hash(v, now, NULL);
+	json_decref(v);
+	if (rc != 0)
+		return RECHECK_NOMEM;
+	if (strcmp(now, j->payload_hash) == 0)
+		return RECHECK_SEND;
+	snprintf(at->invalid_reason, sizeof(at->invalid_reason),
+	         "the payload differs from the one decided: its hash is not the payload_hash "
+	         "stored with the decision");
+	at->invalid = true;
+	at->duration_ms = 1;
+	at->evidence = json_pack("{s:s, s:s, s:s, s:b}", "invalid",
+	                         "payload changed since it was decided", "payload_hash_decided",
+	                         j->payload_hash, "payload_hash_at_send", now, "request_sent", 0);
+	return at->evidence != NULL ? RECHECK_REFUSED : RECHECK_NOMEM;
+}
+
 /* Right before the send: the payload that goes out, built and checked
  * again against the run's output and, for the effect the run proposed,
  * its contract as loaded now (effect.h). *text is what to send (the stored
@@ -263,6 +297,33 @@ out:
 	return rc;
 }
 
+/* The send starts: once the provider's connection is up, right before
+ * the request goes out, send_started is committed (outbox_send_started).
+ * From then on a lease that runs out makes the effect unknown; before, it
+ * goes back to pending: a dispatcher that dies while it waits for its rate
+ * slot, checks the payload or connects has sent nothing. When the mark
+ * fails (the lease is gone, the database is) nothing is sent. Only for
+ * targets that do not honour the idempotency key: on one that does, an
+ * effect whose lease ran out is sent again with its key (pending), as after
+ * a timeout. */
+struct mark {
+	struct dispatch_shared *s;
+	struct db *db;
+	const struct outbox_job *j;
+	bool tried;
+	enum og_rc rc;
+};
+
+static int
+mark_started(void *arg)
+{
+	struct mark *m = arg;
+
+	m->tried = true;
+	m->rc = outbox_send_started(m->db, m->j->id, m->s->owner);
+	return m->rc == OG_OK ? 0 : -1;
+}
+
 /* Sends one claimed effect and settles it. */
 void
 dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
@@ -275,12 +336,13 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 	const struct provider *pv = ti >= 0 ? dc->providers[ti] : NULL;
 	struct provider_effect e = { j->id, j->type, j->provider_key, NULL };
 	struct provider_attempt at;
+	struct mark mark = { s, db, j, false, OG_ERROR };
 	char *sent = NULL, token[44] = "";
 	enum recheck rck;
 	struct outcome o;
 	struct settle st;
 	const char *hint = NULL;
-	bool run_done = false;
+	bool run_done = false, tampered;
 	enum settle_rc src;
 
 	memset(&at, 0, sizeof(at));
@@ -329,7 +391,9 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 		goto out;
 	}
 
-	if (strcmp(j->type, NOTIFY_EFFECT_TYPE) == 0) {
+	rck = hash_check(j, &at);
+	tampered = rck == RECHECK_REFUSED;
+	if (rck == RECHECK_SEND && strcmp(j->type, NOTIFY_EFFECT_TYPE) == 0) {
 		/* A notice: its link is minted now, never stored. */
 		switch (dispatch_notify_prepare(db, cfg, pv, j, token, &sent, &at)) {
 		case NOTIFY_PREP_SEND:
@@ -346,7 +410,7 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 			rck = RECHECK_NOMEM;
 			break;
 		}
-	} else {
+	} else if (rck == RECHECK_SEND) {
 		rck = recheck(dc, pv, j, &sent, &at);
 	}
 	if (rck == RECHECK_HOLD || rck == RECHECK_NOMEM) {
@@ -363,7 +427,20 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 	                    0, NULL);
 	if (rck == RECHECK_SEND) {
 		e.payload = sent;
+		/* A target that honours the key needs no mark: its lease
+		 * running out sends it again with the same key, which the
+		 * provider answers with the first one's outcome. */
+		if (!t->idempotency_key)
+			provider_conn_before_send(pc, mark_started, &mark);
 		pv->send(pc, t, &e, &at);
+		provider_conn_before_send(pc, NULL, NULL);
+		if (mark.tried && mark.rc != OG_OK) {
+			dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", NULL, NULL,
+			                    NULL, "the send could not be marked started: not sent", 0,
+			                    "when its lease runs out: pending again (unknown if the "
+			                    "mark committed after all)");
+			goto out;
+		}
 	}
 	dispatch_notify_scrub(at.evidence, token);
 	if (at.invalid) {
@@ -371,7 +448,7 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 		o.cls = OUTCOME_PERMANENT;
 		o.reason = REASON_INVALID_INPUT;
 		o.retry_after_ms = -1;
-		st.reason = "payload_invalid";
+		st.reason = tampered ? "payload_changed" : "payload_invalid";
 		hint = at.invalid_reason;
 	} else {
 		o = classify_attempt(&at.r, time(NULL));

@@ -2,8 +2,8 @@
  * dispatch_tick.c — the dispatcher's housekeeping rules, which the janitor
  * of oncegate-dispatch runs every poll interval: the kill switch read again
  * (effects it holds back counted once), expired sending leases made
- * unknown, expired approvals failed with their callback; see
- * dispatch_tick.h.
+ * unknown (or pending again when the send had not started), expired
+ * approvals failed with their callback; see dispatch_tick.h.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -32,7 +32,8 @@ expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg
 
 	/* The effect turns unknown and, where no lookup URL can settle it, gets
 	 * its dead letter in the same transaction: a dispatcher that dies in
-	 * between never leaves an unknown effect nobody is told about. */
+	 * between never leaves an unknown effect nobody is told about. One
+	 * whose send had not started is pending again: nothing to tell. */
 	if (db_begin(db) != DB_OK)
 		return;
 	if (outbox_expire_leases(db, DISPATCH_TICK_BATCH, s->name, &res) != DB_OK)
@@ -57,7 +58,8 @@ expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg
 			.retention_days = cfg->retention_days,
 		};
 
-		if (t != NULL && t->lookup_url[0] != '\0')
+		if (strcmp(db_get(res, i, "state"), "unknown") != 0 ||
+		    (t != NULL && t->lookup_url[0] != '\0'))
 			continue;
 		if (deadletter_open(db, &dl, &lettered[i]) != DB_OK)
 			goto fail;
@@ -73,6 +75,13 @@ expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg
 		j.target = (char *)(uintptr_t)db_get(res, i, "target");
 		j.attempt = (int)db_get_ll(res, i, "attempt");
 		snprintf(j.client, sizeof(j.client), "%s", db_get(res, i, "client_name") ?: "");
+		if (strcmp(db_get(res, i, "state"), "pending") == 0) {
+			dispatch_log_effect(LOG_LEVEL_NOTICE, "effect.requeued", &j, "sending", "pending",
+			                    NULL, NULL, "lease_expired_requeued", 0,
+			                    "its dispatcher stopped before the send started (or its "
+			                    "target honours the key): sent again now, once");
+			continue;
+		}
 		metrics_count_attempt(j.target, "ambiguous", j.attempt > 1, true);
 		t = config_target(cfg, j.target);
 		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.unknown", &j, "sending", "unknown", NULL,

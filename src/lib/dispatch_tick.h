@@ -19,9 +19,11 @@
 bool dispatch_tick_switch(struct dispatch_shared *s, struct db *db)
 	__attribute__((warn_unused_result));
 
-/* Sending leases that ran out: the effect becomes unknown (the provider
- * may have acted), never pending; where no lookup URL can settle it, it
- * gets its dead letter in the same transaction. */
+/* Sending leases that ran out: an effect whose send had started (or may
+ * have) becomes unknown (the provider may have acted), never pending;
+ * where no lookup URL can settle it, it gets its dead letter in the same
+ * transaction. One whose send had not started is pending again, due now,
+ * the attempt given back (effect.requeued). */
 void dispatch_tick_expire_leases(struct dispatch_shared *s, struct db *db);
 
 /* Runs whose every challenge expired: failed_terminal, and the workflow

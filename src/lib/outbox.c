@@ -297,7 +297,7 @@ static const struct db_stmt st_settle = {
 	"         next_attempt_at = CASE WHEN $4 IN ('pending', 'unknown')"
 	"             THEN now() + make_interval(secs => $8::float8 / 1000)"
 	"             ELSE next_attempt_at END,"
-	"         lease_owner = NULL, lease_expires_at = NULL,"
+	"         lease_owner = NULL, lease_expires_at = NULL, send_started = NULL,"
 	"         completed_at = CASE WHEN $4 = 'completed' THEN now() END,"
 	"         updated_at = now()"
 	"   WHERE id = $1::uuid AND state = $2"
@@ -314,30 +314,45 @@ static const struct db_stmt st_settle = {
 	15, false,
 };
 
-/* A sending lease that ran out: the dispatcher died or stalled mid-send, so
- * the provider may have acted. unknown, never pending. */
+/* A sending lease that ran out: the dispatcher died or stalled. When its
+ * send had started (send_started true, committed right before the provider
+ * call; or not known: NULL) the provider may have acted: unknown, never
+ * pending, and an ambiguous attempt recorded. When it had not (false: the
+ * claim's mark was never replaced) nothing can have gone out: pending
+ * again, due now, the attempt given back, the dispatchers woken. (The
+ * dispatcher does not mark sends to a target that honours the idempotency
+ * key: those are sent again with their key, which is safe.) */
+#define LEASE_UNSTARTED(e) "NOT coalesce(" e ".send_started, true)"
 static const struct db_stmt st_expire_leases = {
 	"outbox_expire_leases",
 	"WITH moved AS ("
 	"  UPDATE effect_outbox e"
-	"     SET state = 'unknown', error_class = 'ambiguous', reason = 'lease_expired_while_sending',"
-	"         lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = now(),"
-	"         updated_at = now()"
+	"     SET state = CASE WHEN " LEASE_UNSTARTED("e") " THEN 'pending' ELSE 'unknown' END,"
+	"         error_class = CASE WHEN " LEASE_UNSTARTED("e") " THEN e.error_class"
+	"             ELSE 'ambiguous' END,"
+	"         reason = CASE WHEN " LEASE_UNSTARTED("e") " THEN 'lease_expired_requeued'"
+	"             ELSE 'lease_expired_while_sending' END,"
+	"         attempt = CASE WHEN " LEASE_UNSTARTED("e") " THEN e.attempt - 1 ELSE e.attempt END,"
+	"         first_attempt_at = CASE WHEN " LEASE_UNSTARTED("e") " AND e.attempt = 1 THEN NULL"
+	"             ELSE e.first_attempt_at END,"
+	"         lease_owner = NULL, lease_expires_at = NULL, send_started = NULL,"
+	"         next_attempt_at = now(), updated_at = now()"
 	"   WHERE e.id = ANY(ARRAY("
 	"     SELECT id FROM effect_outbox"
 	"      WHERE state = 'sending' AND lease_expires_at < now()"
 	"      LIMIT $1::int FOR UPDATE SKIP LOCKED))"
 	"     AND e.state = 'sending' AND e.lease_expires_at < now()"
-	"  RETURNING e.id, e.attempt, e.target, e.idempotency_key, e.client_id"
+	"  RETURNING e.id, e.state, e.attempt, e.target, e.idempotency_key, e.client_id"
 	"), att AS ("
 	"  INSERT INTO effect_attempts (effect_id, kind, attempt, started_at, duration_ms,"
 	"      dispatcher, classification, reason, evidence)"
 	"  SELECT id, 'send', attempt, now(), 0, $2, 'ambiguous',"
 	"         'lease_expired_while_sending', '{\"request_sent\": \"unknown\"}'::jsonb"
-	"    FROM moved"
+	"    FROM moved WHERE state = 'unknown'"
 	")"
-	"SELECT id, attempt, target, idempotency_key,"
-	"       (SELECT c.name FROM api_clients c WHERE c.id = moved.client_id) AS client_name"
+	"SELECT id, state, attempt, target, idempotency_key,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = moved.client_id) AS client_name,"
+	"       CASE WHEN state = 'pending' THEN pg_notify('oncegate_outbox', id::text) END"
 	"  FROM moved",
 	2, false,
 };
@@ -378,7 +393,7 @@ static const struct db_stmt st_claim = {
 	"   SET state = 'sending', lease_owner = $1::uuid,"
 	"       lease_expires_at = now() + make_interval(secs => $3::int),"
 	"       attempt = e.attempt + 1, first_attempt_at = coalesce(e.first_attempt_at, now()),"
-	"       held_at = NULL, updated_at = now()"
+	"       held_at = NULL, send_started = false, updated_at = now()"
 	" WHERE e.id = ANY(ARRAY("
 	"   SELECT id FROM effect_outbox"
 	"    WHERE state = 'pending' AND next_attempt_at <= now() AND not_before <= now()"
@@ -407,7 +422,7 @@ static const struct db_stmt st_claim = {
 static const struct db_stmt st_release = {
 	"outbox_release",
 	"UPDATE effect_outbox"
-	"   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,"
+	"   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, send_started = NULL,"
 	"       attempt = attempt - 1,"
 	"       first_attempt_at = CASE WHEN attempt = 1 THEN NULL ELSE first_attempt_at END,"
 	"       next_attempt_at = now() + make_interval(secs => $3::int), updated_at = now()"
@@ -429,7 +444,7 @@ static const struct db_stmt st_renew_batch = {
 static const struct db_stmt st_release_unsent = {
 	"outbox_release_unsent",
 	"UPDATE effect_outbox"
-	"   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL,"
+	"   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, send_started = NULL,"
 	"       attempt = attempt - 1,"
 	"       first_attempt_at = CASE WHEN attempt = 1 THEN NULL ELSE first_attempt_at END,"
 	"       next_attempt_at = now(), updated_at = now()"
@@ -482,6 +497,17 @@ static const struct db_stmt st_renew = {
 	" WHERE id = $1::uuid AND state = 'sending' AND lease_owner = $2::uuid"
 	" RETURNING 1",
 	3, false,
+};
+
+/* The send starts: committed before the provider is called, so that a
+ * lease that runs out after this makes the effect unknown, not pending. */
+static const struct db_stmt st_send_started = {
+	"outbox_send_started",
+	"UPDATE effect_outbox SET send_started = true"
+	" WHERE id = $1::uuid AND state = 'sending' AND lease_owner = $2::uuid"
+	"   AND lease_expires_at > now()"
+	" RETURNING 1",
+	2, false,
 };
 
 /* An effect by its id or its dead letter's id, with its run's key. */
@@ -906,6 +932,14 @@ outbox_renew(struct db *db, const char *id, const char *owner, int lease_s)
 	return og_exec_one(db, &st_renew, p, OG_LEASE_LOST, NULL);
 }
 
+enum og_rc
+outbox_send_started(struct db *db, const char *id, const char *owner)
+{
+	const char *p[2] = { id, owner };
+
+	return og_exec_one(db, &st_send_started, p, OG_LEASE_LOST, NULL);
+}
+
 /* --- the operator's repairs ------------------------------------------------- */
 
 enum og_rc
@@ -1034,27 +1068,44 @@ outbox_purge_payloads(struct db *db, const char *clients, const char *keys, long
 }
 
 int
+outbox_payload_hash(const json_t *v, char hash[OUTBOX_HASH_LEN], char **text)
+{
+	char *dumped = canon_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+	char *canon = NULL;
+	size_t len = 0;
+
+	_Static_assert(OUTBOX_HASH_LEN == CANON_HASH_LEN, "one hash length");
+	if (text != NULL)
+		*text = NULL;
+	if (dumped == NULL ||
+	    canon_json(CANON_AS_WRITTEN, dumped, strlen(dumped), &canon, &len) != CANON_OK) {
+		free(dumped);
+		free(canon);
+		return -1;
+	}
+	free(dumped);
+	canon_hash(canon, len, hash);
+	if (text != NULL)
+		*text = canon;
+	else
+		free(canon);
+	return 0;
+}
+
+int
 outbox_callback_effect(struct outbox_effect *e, long long client_id, const char *key,
                        const char *url, const char *decision, const char *decided_by,
                        const char *approval_id, char hash[OUTBOX_HASH_LEN], char **payload)
 {
 	json_t *cb = json_pack("{s:s, s:s, s:s, s:s*, s:s*}", "url", url, "key", key, "decision",
 	                       decision, "decided_by", decided_by, "approval_id", approval_id);
-	char *text = cb != NULL ? canon_dumps(cb, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-	size_t len = 0;
+	int rc = cb != NULL ? outbox_payload_hash(cb, hash, payload) : -1;
 
-	_Static_assert(OUTBOX_HASH_LEN == CANON_HASH_LEN, "one hash length");
 	json_decref(cb);
-	*payload = NULL;
-	if (text == NULL ||
-	    canon_json(CANON_AS_WRITTEN, text, strlen(text), payload, &len) != CANON_OK) {
-		free(text);
-		free(*payload);
+	if (rc != 0) {
 		*payload = NULL;
 		return -1;
 	}
-	free(text);
-	canon_hash(*payload, len, hash);
 	memset(e, 0, sizeof(*e));
 	e->client_id = client_id;
 	e->key = key;
@@ -1079,7 +1130,7 @@ static const struct db_stmt st_cancel_claimed = {
 	"outbox_cancel_claimed",
 	"UPDATE effect_outbox"
 	"   SET state = 'cancelled', reason = $3, lease_owner = NULL, lease_expires_at = NULL,"
-	"       updated_at = now()"
+	"       send_started = NULL, updated_at = now()"
 	" WHERE id = $1::uuid AND state = 'sending' AND lease_owner = $2::uuid"
 	" RETURNING id",
 	3, false,

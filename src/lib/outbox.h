@@ -55,6 +55,15 @@ enum og_rc outbox_enqueue_result(const struct db_call *call, char id[OUTBOX_ID_L
                                  char not_before[OUTBOX_TS_LEN]);
 void outbox_enqueue_call_free(struct outbox_enqueue_call *o);
 
+/* The payload hash every effect is enqueued with: v as canon_dumps writes
+ * it, canonicalised as written (CANON_AS_WRITTEN), hashed; that canonical
+ * text in *text (new, the caller frees it; text may be NULL). -1 when out of
+ * memory. The dispatcher computes it again from the stored payload right
+ * before the send: jsonb may respell a number (1e-7 as 0.0000001), and
+ * reading it back into a double writes it as before. */
+int outbox_payload_hash(const json_t *v, char hash[OUTBOX_HASH_LEN], char **text)
+	__attribute__((warn_unused_result));
+
 /* The workflow's decision callback (type decision.callback, target
  * callback): the effect that tells url the decision on the run key, with
  * its JSON payload {url, key, decision[, decided_by][, approval_id]}
@@ -147,9 +156,12 @@ void outbox_settle_call(struct outbox_settle_call *o, const struct outbox_settle
  * (or lease, or look-up count) any more. */
 enum og_rc outbox_settle_result(const struct db_call *call);
 
-/* Sending leases that ran out (up to limit): the effect turns unknown, and
- * the send is recorded as an ambiguous attempt by dispatcher, in one
- * statement. Rows: id, attempt, target, idempotency_key, client_name. */
+/* Sending leases that ran out (up to limit), in one statement: an effect
+ * whose send had started (outbox_send_started) or may have (a claim that did
+ * not mark) turns unknown, its send recorded as an ambiguous attempt by
+ * dispatcher; one whose send had not started goes back to pending, due now,
+ * the attempt given back. Rows: id, state (the new one), attempt, target,
+ * idempotency_key, client_name. */
 enum db_rc outbox_expire_leases(struct db *db, int limit, const char *dispatcher,
                                 PGresult **res) __attribute__((warn_unused_result));
 
@@ -252,6 +264,11 @@ struct outbox_presend {
 /* OG_NOT_FOUND: no such effect. */
 enum og_rc outbox_presend(struct db *db, const char *id, const char *owner,
                           struct outbox_presend *p) __attribute__((warn_unused_result));
+/* The send of owner's sending effect starts: marked and committed (the
+ * caller is outside a transaction) right before the provider is called.
+ * OG_LEASE_LOST when it is not owner's, or its lease ran out: do not send. */
+enum og_rc outbox_send_started(struct db *db, const char *id, const char *owner)
+	__attribute__((warn_unused_result));
 /* The lease of owner's sending effect, lease_s seconds from now;
  * OG_LEASE_LOST when it is not owner's any more. */
 enum og_rc outbox_renew(struct db *db, const char *id, const char *owner, int lease_s)

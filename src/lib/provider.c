@@ -234,6 +234,35 @@ provider_prepare(CURL *c, const struct config_target *t, struct provider_sink *s
 }
 
 void
+provider_conn_before_send(struct provider_conn *pc, int (*fn)(void *arg), void *arg)
+{
+	pc->before_send = fn;
+	pc->before_send_arg = arg;
+}
+
+static int
+on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_port, int local_port)
+{
+	const struct provider_conn *pc = arg;
+
+	(void)primary_ip;
+	(void)local_ip;
+	(void)primary_port;
+	(void)local_port;
+	return pc->before_send(pc->before_send_arg) == 0 ? CURL_PREREQFUNC_OK
+	                                                 : CURL_PREREQFUNC_ABORT;
+}
+
+void
+provider_before_send(struct provider_conn *pc)
+{
+	if (pc->before_send == NULL)
+		return;
+	curl_easy_setopt(pc->curl, CURLOPT_PREREQFUNCTION, on_prereq);
+	curl_easy_setopt(pc->curl, CURLOPT_PREREQDATA, pc);
+}
+
+void
 provider_sink_free(struct provider_sink *s)
 {
 	buf_free(&s->body);

@@ -101,6 +101,11 @@ const struct provider *provider_for(const char *kind);
 
 struct provider_conn *provider_conn_new(void);
 void provider_conn_free(struct provider_conn *pc);
+/* fn(arg) is called by each following send on pc once its connection is up
+ * (TLS and the SMTP greeting included), right before the request goes out;
+ * non-zero aborts the attempt with nothing sent. The dispatcher marks the
+ * send started there. fn NULL: nothing is called. */
+void provider_conn_before_send(struct provider_conn *pc, int (*fn)(void *arg), void *arg);
 
 void provider_attempt_clear(struct provider_attempt *out);
 

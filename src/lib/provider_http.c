@@ -141,6 +141,7 @@ http_send(struct provider_conn *pc, const struct config_target *t,
 		return;
 	}
 	provider_prepare(c, t, &s, errbuf, "http,https", url);
+	provider_before_send(pc);
 	curl_easy_setopt(c, CURLOPT_POST, 1L);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));

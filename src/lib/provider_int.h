@@ -36,6 +36,8 @@ struct provider_conn {
 	 * finds it. */
 	struct provider_watchdog watch;
 	bool watch_ok;             /* its mutex and condition exist */
+	int (*before_send)(void *arg); /* provider_conn_before_send */
+	void *before_send_arg;
 };
 
 /* The response as it arrives: body up to the cap, a few headers. */
@@ -54,6 +56,9 @@ struct provider_sink {
 void provider_prepare(CURL *c, const struct config_target *t, struct provider_sink *s,
                       char *errbuf, const char *protocols, const char *url);
 void provider_sink_free(struct provider_sink *s);
+/* pc's before_send, as libcurl's CURLOPT_PREREQFUNCTION of its handle
+ * (when it has one). */
+void provider_before_send(struct provider_conn *pc);
 enum attempt_error provider_map_error(CURLcode rc, bool over);
 /* Milliseconds since t0 (CLOCK_MONOTONIC), rounded up, at least 1. */
 long long provider_elapsed_ms(const struct timespec *t0);

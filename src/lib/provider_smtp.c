@@ -450,6 +450,7 @@ smtp_send(struct provider_conn *pc, const struct config_target *t,
 		return;
 	}
 	provider_prepare(c, t, &s, errbuf, "smtp,smtps", t->url);
+	provider_before_send(pc);
 	/* Also bounds each wait for a server reply, the QUIT after a timeout
 	 * included: without it libcurl waits 120 s for a stalled server's
 	 * goodbye, long after the transfer's own timeout. */

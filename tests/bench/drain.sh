@@ -35,6 +35,14 @@
 #   --threads N      pgbench threads (default 2)
 #   --env FILE       stack environment (default .dev/env of this checkout)
 #   --strict         exit 2 when a target is missed
+#   --no-keys        the sink's target does not honour Idempotency-Key
+#                    (idempotency_key = 0): each send is then marked started
+#                    in the database right before its request
+#   --base PROGRAM   also drain with PROGRAM, another build of oncegate-dispatch
+#                    (the commit before a change, built in a directory of its
+#                    own), in the same run: each dispatcher phase runs with it
+#                    first, then with this checkout's, on the same outbox and
+#                    database; the table adds its rows and the ratio
 #
 # Exit status: 0 measured, 1 a phase had errors (a duplicate, a lost
 # effect, a failed pgbench transaction) or the set-up failed, 2 --strict
@@ -47,11 +55,13 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=drain_lib.sh
 . "$HERE/drain_lib.sh"
 
-DURATION=120 CONNS=4 THREADS=2 EFFECTS=200000 WINDOW=30
+DURATION=120 CONNS=4 THREADS=2 EFFECTS=200000 WINDOW=30 BASE=''
 
 bench_option() {
 	case $1 in
 	--effects) EFFECTS=${2:?--effects needs a number}; SHIFT=2 ;;
+	--base) BASE=${2:?--base needs a program}; SHIFT=2 ;;
+	--no-keys) DRAIN_KEYS=0; SHIFT=1 ;;
 	*) return 1 ;;
 	esac
 }
@@ -70,19 +80,29 @@ drain_pgbench
 
 # --- 2, 3. the dispatchers ----------------------------------------------------------------
 
-drain_dispatch 1
-drain_dispatch 4
+[[ -z $BASE ]] || { [[ -x $BASE ]] || die "--base $BASE: not a program"; }
+NAMES=(drain.pg)
+for n in 1 4; do
+	if [[ -n $BASE ]]; then
+		drain_dispatch "$n" "$BASE" b
+		NAMES+=("drain.${n}b")
+	fi
+	drain_dispatch "$n"
+	NAMES+=("drain.$n")
+done
 
 # --- the table ------------------------------------------------------------------------------
 
 {
-	echo "drain benchmark, run $RUN: $EFFECTS effects per phase, ${DURATION}s each, $CONNS workers/clients"
+	echo "drain benchmark, run $RUN: $EFFECTS effects per phase, ${DURATION}s each, $CONNS workers/clients, sink idempotency_key = ${DRAIN_KEYS:-1}"
 	printf '%-26s %9s %9s %9s %10s %14s %12s\n' "" "mean/s" "first30" "last30" "last/first" "RSS warm->end" "vs pgbench"
-	for name in drain.pg drain.1 drain.4; do
+	for name in "${NAMES[@]}"; do
 		case $name in
 		drain.pg) label="pgbench claim+complete" ;;
 		drain.1) label="oncegate, 1 dispatcher" ;;
 		drain.4) label="oncegate, 4 dispatchers" ;;
+		drain.1b) label="--base, 1 dispatcher" ;;
+		drain.4b) label="--base, 4 dispatchers" ;;
 		esac
 		lf=$(ratio "${LAST[$name]}" "${FIRST[$name]}")
 		rss=- vs=-
@@ -97,6 +117,9 @@ drain_dispatch 4
 	echo "targets:"
 	r1=$(ratio "${MEAN[drain.1]}" "${MEAN[drain.pg]}")
 	echo "  1 dispatcher / pgbench = $r1 (>= $TARGET_DRAIN): $(verdict "$r1" ">=" "$TARGET_DRAIN")"
+	if [[ -n $BASE ]]; then
+		echo "  this checkout / --base: 1 dispatcher $(ratio "${MEAN[drain.1]}" "${MEAN[drain.1b]}"), 4 dispatchers $(ratio "${MEAN[drain.4]}" "${MEAN[drain.4b]}")"
+	fi
 	for name in drain.1 drain.4; do
 		lf=$(ratio "${LAST[$name]}" "${FIRST[$name]}")
 		echo "  $name: last 30 s / first 30 s = $lf (>= $TARGET_DRAIN_HOLD): $(verdict "$lf" ">=" "$TARGET_DRAIN_HOLD")"
@@ -109,6 +132,7 @@ drain_dispatch 4
 	echo "  pgbench: ${CMD[drain.pg]}"
 	echo "  1:       ${CMD[drain.1]}"
 	echo "  4:       ${CMD[drain.4]}"
+	[[ -z $BASE ]] || echo "  --base:  $BASE"
 	echo "  sink:    nginx on loopback, return 201 (tests/bench/drain_lib.sh)"
 	table_footer
 } >"$TMP/table"

@@ -122,7 +122,7 @@ drain_init() {
 		[target bench_sink]
 		kind = http
 		url = http://127.0.0.1:$port/effects
-		idempotency_key = 1
+		idempotency_key = ${DRAIN_KEYS:-1}
 		provider_id_header = X-Provider-Id
 	EOF
 	"$CTL" -c "$DRAIN_CONF" migrate >/dev/null 2>&1 || die "migrating $DRAIN_DB failed"
@@ -144,7 +144,8 @@ drain_fill() {
 		INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target, payload,
 		    payload_hash, provider_key, not_before, next_attempt_at)
 		SELECT 1, 'drain:' || g, 'crm.tag', 'bench_sink',
-		       jsonb_build_object('lead', g, 'tag', 'vip'), 'sha256:' || md5(g::text),
+		       jsonb_build_object('lead', g, 'tag', 'vip'),
+		       'sha256:' || encode(sha256(convert_to('{"lead":' || g || ',"tag":"vip"}', 'UTF8')), 'hex'),
 		       'drain:' || g || '/crm.tag', now() - interval '1 hour',
 		       now() - interval '1 hour' + g * interval '1 ms'
 		  FROM generate_series(1, $EFFECTS) g;
@@ -201,23 +202,24 @@ drain_pgbench() {
 	say "pgbench: mean ${MEAN[$name]}/s, first ${WINDOW} s ${FIRST[$name]}/s, last ${WINDOW} s ${LAST[$name]}/s"
 }
 
-# drain_dispatch PROCESSES: PROCESSES oncegate-dispatch (dispatch_workers =
-# CONNS each) drain a full outbox for DURATION seconds (or until it is
-# empty) to the sink; every second the script samples the effects completed
-# and the dispatchers' memory. Then the exactly-once check: every key the
-# sink received, received once, and as many as the effects completed.
-# Result drain.PROCESSES.
+# drain_dispatch PROCESSES [PROGRAM SUFFIX]: PROCESSES oncegate-dispatch
+# (DISPATCH, or PROGRAM: another build, e.g. the commit before a change;
+# dispatch_workers = CONNS each) drain a full outbox for DURATION seconds
+# (or until it is empty) to the sink; every second the script samples the
+# effects completed and the dispatchers' memory. Then the exactly-once
+# check: every key the sink received, received once, and as many as the
+# effects completed. Result drain.PROCESSES[SUFFIX].
 drain_dispatch() {
-	local n=$1 name=drain.$1 t0 now c0 c pid rss warm=0 peak=0 i sent dups odd
+	local n=$1 prog=${2:-$DISPATCH} name=drain.$1${3:-} t0 now c0 c pid rss warm=0 peak=0 i sent dups odd
 	drain_fill
 	: >"$DRAIN_SINK_DIR/keys.log"
 	kill -USR1 "$DRAIN_SINK_PID" # reopen the (emptied) log
 	DISPATCH_PIDS=()
 	c0=$(completed)
-	CMD[$name]="AI_ACTIONS_ENABLED=true $(show_cmd "$DISPATCH" -c "$DRAIN_CONF") x $n"
+	CMD[$name]="AI_ACTIONS_ENABLED=true $(show_cmd "$prog" -c "$DRAIN_CONF") x $n"
 	say "oncegate, $n dispatcher(s) x $CONNS workers, ${DURATION}s: ${CMD[$name]}"
 	for ((i = 0; i < n; i++)); do
-		AI_ACTIONS_ENABLED=true "$DISPATCH" -c "$DRAIN_CONF" 2>>"$TMP/dispatch.stderr" &
+		AI_ACTIONS_ENABLED=true "$prog" -c "$DRAIN_CONF" 2>>"$TMP/dispatch.stderr" &
 		DISPATCH_PIDS+=($!)
 	done
 	t0=$EPOCHREALTIME

@@ -6,7 +6,17 @@
 #   * none is lost: every effect ends `completed`, or `unknown` with a dead
 #     letter for an operator (a kill between its send and its settle);
 #   * every `completed` effect was received exactly once, and an `unknown`
-#     one at most once.
+#     one at most once;
+#   * only what was really in flight is `unknown`: each one a send that had
+#     started (send_started, committed once the provider's connection was
+#     up, right before the request) when a dispatcher was killed. A claim
+#     whose send had not started went back to `pending` when its lease ran
+#     out and went out once. Printed, not asserted: how many unknown effects
+#     the provider never received (a kill after the mark committed and
+#     before the request was written; nothing can tell those apart).
+# And that the fault happened: every kill hit a running dispatcher after
+# it had started, and the kills caught effects in flight (claimed, their
+# sends started or not) while the provider was receiving.
 #
 #   tests/chaos/kill9.sh [--effects N] [--kills K]      (default 1000, 50)
 #
@@ -17,7 +27,7 @@
 # own dispatchers, one at a time, each killed after a random 0.1-1.2 s;
 # then a last one drains what is left and the sending leases of the killed
 # ones run out. Everything it starts is stopped by PID on exit. Prints one
-# table; exit status 0 when nothing was sent twice and nothing was lost.
+# table; exit status 0 when every check above holds.
 set -euo pipefail
 # shellcheck source=tests/lib/stack.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
@@ -82,14 +92,43 @@ start_dispatcher() {
 	DISPATCH_PID=$!
 }
 
+# started N: wait (up to 30 s) until the log holds N dispatch.started lines;
+# the last one's lease owner (actor) on stdout.
+started() {
+	local i
+	for ((i = 0; i < 300; i++)); do
+		if [[ $(grep -c '"dispatch.started"' "$TMP/decisions.log" 2>/dev/null || true) -ge $1 ]]; then
+			grep '"dispatch.started"' "$TMP/decisions.log" | tail -n1 |
+				sed -n 's/.*"actor": *"\([0-9a-f-]*\)".*/\1/p'
+			return 0
+		fi
+		sleep 0.1
+	done
+	return 1
+}
+
 start=$SECONDS
+killed=0
+: >"$TMP/inflight"
 for ((k = 1; k <= KILLS; k++)); do
 	start_dispatcher
+	# the random point is counted from its start (a slow start under the
+	# sanitizers would otherwise eat the whole life of a dispatcher)
+	owner=$(started "$k") || { echo "kill9.sh: dispatcher $k did not start" >&2; exit 1; }
 	sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.2f", 0.1 + (r % 1100) / 1000 }')"
-	kill -KILL "$DISPATCH_PID" 2>/dev/null || true
+	if running "$DISPATCH_PID" && kill -KILL "$DISPATCH_PID" 2>/dev/null; then
+		killed=$((killed + 1))
+	fi
 	wait "$DISPATCH_PID" 2>/dev/null || true
 	DISPATCH_PID=''
+	# what it held when it died: its send started (true) or not (false)
+	q "SELECT id, send_started FROM effect_outbox WHERE idempotency_key LIKE '$RUN:%'
+	     AND state = 'sending' AND lease_owner = '$owner'::uuid" >>"$TMP/inflight"
 done
+sent_during_kills=$(curl -fsS "http://127.0.0.1:$PORT/_requests" |
+	"$ONCEGATE_PYTHON" -c 'import json, sys; print(sum(1 for r in json.load(sys.stdin) if r.get("kind") == "effect" and (r.get("idempotency_key") or "").startswith(sys.argv[1])))' "$RUN:")
+started_at_kill=$(awk -F'|' '$2 == "t"' "$TMP/inflight" | sort -u | wc -l)
+unstarted_at_kill=$(awk -F'|' '$2 == "f"' "$TMP/inflight" | sort -u | wc -l)
 left=$(q "SELECT count(*) FROM effect_outbox WHERE idempotency_key LIKE '$RUN:%' AND state IN ('pending', 'sending')")
 say "after $KILLS kills: $left effects pending or sending; a last dispatcher drains them"
 start_dispatcher
@@ -134,21 +173,39 @@ read -r total completed unknown other dups lost completed_bad unknown_bad unknow
 		"$TMP/received" "$TMP/states")
 lost=$((EFFECTS - total + other))
 sent=$(awk '{ s += $2 } END { print s + 0 }' "$TMP/received")
+unknown_unsent=$((unknown - unknown_sent - unknown_bad))
+# unknown effects that were not a send started at a kill (claimed ahead)
+unknown_unstarted=$(q "SELECT id FROM effect_outbox WHERE idempotency_key LIKE '$RUN:%' AND state = 'unknown'" |
+	grep -cvxFf <(awk -F'|' '$2 == "t" { print $1 }' "$TMP/inflight") || true)
 sanitizer=$(grep -cE 'ERROR: AddressSanitizer|runtime error:' "$TMP/dispatch.stderr" || true)
 
 printf '\nkill -9 of the dispatcher (%s)\n' "$RUN"
 printf '  effects %d, kills %d, %d s\n' "$EFFECTS" "$KILLS" "$ELAPSED"
+printf '  kills that hit a running dispatcher    %d   (must be %d)\n' "$killed" "$KILLS"
+printf '  received while the kills went on       %d   (must be > 0: the kills landed mid-drain)\n' \
+	"$sent_during_kills"
+printf '  claims held at a kill, send started    %d\n' "$started_at_kill"
+printf '  claims held at a kill, not started     %d   (back to pending when their lease ran out;\n' \
+	"$unstarted_at_kill"
+printf '                                              with the line above: must be > 0)\n'
 printf '  requests received by the provider      %d\n' "$sent"
 printf '  effects received more than once        %d   (must be 0)\n' "$dups"
 printf '  completed                              %d   (each received exactly once: %s)\n' "$completed" \
 	"$([[ $completed_bad == 0 ]] && echo yes || echo "NO, $completed_bad not")"
 printf '  unknown, listed for reconciliation     %d   (dead letter each: %s)\n' "$unknown" \
 	"$([[ $unknown_no_letter == 0 ]] && echo yes || echo "NO, $unknown_no_letter without")"
-printf '    of which reached the provider        %d   (killed between send and settle; the rest\n' "$unknown_sent"
-printf '                                              were claimed ahead and never sent)\n'
+printf '    of which reached the provider        %d   (killed between send and settle)\n' "$unknown_sent"
+printf '    not a send started at a kill         %d   (must be 0: none claimed ahead)\n' "$unknown_unstarted"
+printf '    at most the sends started at a kill  %s\n' \
+	"$([[ $unknown -le $started_at_kill ]] && echo yes || echo "NO, $unknown > $started_at_kill")"
+printf '    never reached the provider           %d   (killed after its mark committed and\n' "$unknown_unsent"
+printf '                                              before its request was written)\n'
 printf '  lost (neither completed nor unknown)   %d   (must be 0)\n' "$lost"
 printf '  sanitizer findings in the dispatchers  %d\n' "$sanitizer"
 rc=0
 [[ $dups == 0 && $lost == 0 && $completed_bad == 0 && $unknown_bad == 0 && $unknown_no_letter == 0 && $sanitizer == 0 ]] || rc=1
+# the fault happened, and it stranded only what was in flight
+[[ $killed == "$KILLS" && $sent_during_kills -gt 0 && $((started_at_kill + unstarted_at_kill)) -gt 0 ]] || rc=1
+[[ $unknown_unstarted == 0 && $unknown -le $started_at_kill ]] || rc=1
 "$ONCEGATE_CTL" kill-switch off --reason "chaos run over" 2>/dev/null || true
 exit "$rc"

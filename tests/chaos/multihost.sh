@@ -544,4 +544,9 @@ printf '  sanitizer findings                     %s\n' "$sanitizer"
 [[ -s $TMP/check.err ]] && sed 's/^/  /' "$TMP/check.err"
 [[ $sanitizer == 0 ]] || { grep -hE -A 20 'ERROR: AddressSanitizer|runtime error:|LeakSanitizer' "$TMP"/{r1,r2,d1,d2}.stderr | head -n 60 >&2; rc=1; }
 ((SENT[d1] > 0 && SENT[d2] > 0 && SERVED[r1] > 0 && SERVED[r2] > 0)) || { echo "  a host did no work" >&2; rc=1; }
+# The fault happened: three cuts, and the load felt the responders' (a
+# connect that failed over, or an answer that had to be retried).
+felt=$((FAILOVERS + ${R[retried_answers]:-0}))
+printf '  cuts made, felt by the load            %d, %d   (must be 3, > 0)\n' "${#CUTS[@]}" "$felt"
+((${#CUTS[@]} == 3 && felt > 0)) || { echo "  the cuts did not reach the load" >&2; rc=1; }
 exit "$rc"

@@ -17,7 +17,12 @@
 #
 # --terminate: instead of stopping PostgreSQL, kill the responder's
 # connections under it (pg_terminate_backend, every 0.2 s for the outage),
-# so requests lose their connection mid-statement.
+# so requests lose their connection mid-statement. As an operator would: a
+# role that is not a superuser and may signal other roles' backends
+# (pg_signal_backend), here the operator's login role
+# (ONCEGATE_PGUSER_OPERATOR) granted it by the cluster's superuser for the
+# run and revoked at exit. The schema owner and the programs' roles may not
+# terminate each other's backends; a run that terminated none fails.
 #
 # Each client claims new keys one after another from 1 s before the outage
 # until 2 s after it; a key answered 503 is tried again until it is
@@ -52,6 +57,7 @@ cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 	pooled_stop
 	wait 2>/dev/null || true
+	[[ -z ${SIGNAL_ROLE:-} ]] || as_superuser "REVOKE pg_signal_backend FROM \"$SIGNAL_ROLE\"" || true
 	# never leave the stack without its database
 	bash -c "$ONCEGATE_TEST_PG_START" >/dev/null 2>&1 || true
 	rm -rf "$TMP"
@@ -91,19 +97,29 @@ for ((c = 1; c <= CLIENTS; c++)); do
 	client "$c" &
 	PIDS+=($!)
 done
+# as_superuser SQL: run by the cluster's superuser (root may be postgres on
+# the stack's socket).
+as_superuser() { psql -X -q -At -v ON_ERROR_STOP=1 -U postgres -d "$PGDATABASE" -c "$1" >/dev/null; }
+if [[ $TERMINATE == yes ]]; then
+	SIGNAL_ROLE=${ONCEGATE_PGUSER_OPERATOR:-oncegate-operator}
+	as_superuser "GRANT pg_signal_backend TO \"$SIGNAL_ROLE\"" ||
+		{ echo "pg_restart.sh: could not grant pg_signal_backend to $SIGNAL_ROLE" >&2; exit 1; }
+fi
 sleep 1
 if [[ $TERMINATE == yes ]]; then
-	say "terminating the responder's connections for ${DOWN}s"
+	say "terminating the responder's connections for ${DOWN}s, as $SIGNAL_ROLE (pg_signal_backend)"
 	end=$((SECONDS + DOWN))
 	killed=0
 	while ((SECONDS < end)); do
-		n=$(psql -X -At -c "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid()
-			  AND application_name LIKE 'oncegate%') t" 2>/dev/null || echo 0)
+		n=$(psql -X -At -U "$SIGNAL_ROLE" -c "SELECT count(*) FILTER (WHERE t) FROM (
+			SELECT pg_terminate_backend(pid) AS t FROM pg_stat_activity
+			 WHERE datname = current_database() AND pid <> pg_backend_pid()
+			   AND application_name LIKE 'oncegate%') x" 2>>"$TMP/terminate.err" || echo 0)
 		killed=$((killed + n))
 		sleep 0.2
 	done
 	say "terminated $killed connections"
+	[[ ! -s $TMP/terminate.err ]] || sed 's/^/  /' "$TMP/terminate.err" | sort | uniq -c >&2
 else
 	say "stopping PostgreSQL"
 	bash -c "$ONCEGATE_TEST_PG_STOP" >/dev/null
@@ -148,8 +164,14 @@ printf '  /healthz afterwards                     %s\n' "$healthy"
 # A stopped server must show as 503s; terminated connections may all be
 # re-established before a request notices.
 [[ $POOLED == no ]] || printf '  the pooled responder stopped without sanitizer findings: %s\n' "$clean"
+if [[ $TERMINATE == yes ]]; then
+	printf '  connections terminated                  %d   (must be > 0)\n' "$killed"
+else
+	printf '  503 answers during the outage           %d   (must be > 0)\n' "${by_status[503]:-0}"
+fi
 [[ $bad == 0 && $doubled == 0 && $unfinished == 0 && $rows == "$keys" && $healthy == 200 && $clean == yes &&
-	($TERMINATE == yes || ${by_status[503]:-0} -gt 0) ]] || {
-	[[ ${by_status[503]:-0} -gt 0 ]] || echo "  (no 503 seen: the outage missed the load)"
+	(($TERMINATE == yes && $killed -gt 0) || ($TERMINATE == no && ${by_status[503]:-0} -gt 0)) ]] || {
+	[[ $TERMINATE == yes || ${by_status[503]:-0} -gt 0 ]] || echo "  (no 503 seen: the outage missed the load)"
+	[[ $TERMINATE == no || $killed -gt 0 ]] || echo "  (no connection terminated: the fault did not happen)"
 	exit 1
 }

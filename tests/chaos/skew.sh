@@ -9,8 +9,10 @@
 #     refused with 409 lease_lost and changes nothing; the new owner's
 #     goes through;
 #   * outbox: an effect left `sending` under a lease that ended (its
-#     dispatcher's host stalled or died) is made `unknown` with a dead
-#     letter by another dispatcher, and never sent.
+#     dispatcher's host stalled or died) after its send had started is made
+#     `unknown` with a dead letter by another dispatcher, and never sent;
+#     one whose send had not started (claimed, not yet sent) goes back to
+#     `pending` and is sent once.
 #
 #   tests/chaos/skew.sh
 #
@@ -75,18 +77,25 @@ EOF
 q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
 psql -X -q -v ON_ERROR_STOP=1 <<EOF
 INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, state, claim_started_at)
-VALUES (1, '$RUN:effect', 'sha256:x', 'approved', now());
--- held by a dispatcher on another host whose lease the database says is over
+VALUES (1, '$RUN:effect', 'sha256:x', 'approved', now()),
+       (1, '$RUN:claimed', 'sha256:x', 'approved', now());
+-- held by a dispatcher on another host whose lease the database says is
+-- over: one whose send had started, one claimed whose send had not
 INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target, payload,
-    payload_hash, provider_key, state, attempt, lease_owner, lease_expires_at, first_attempt_at)
+    payload_hash, provider_key, state, attempt, lease_owner, lease_expires_at, first_attempt_at,
+    send_started)
 VALUES (1, '$RUN:effect', 'crm.tag', 'skew_plain', '{"n": 1}', 'sha256:y', '$RUN:effect/crm.tag',
-    'sending', 1, gen_random_uuid(), now() - interval '1 second', now() - interval '10 seconds');
+    'sending', 1, gen_random_uuid(), now() - interval '1 second', now() - interval '10 seconds', true),
+       (1, '$RUN:claimed', 'crm.tag', 'skew_plain', '{"n": 1}',
+    'sha256:' || encode(sha256(convert_to('{"n":1}', 'UTF8')), 'hex'), '$RUN:claimed/crm.tag',
+    'sending', 1, gen_random_uuid(), now() - interval '1 second', now() - interval '10 seconds', false);
 EOF
 "$ONCEGATE_CTL" kill-switch on --reason "chaos: clock skew" 2>/dev/null
 AI_ACTIONS_ENABLED=true "$ONCEGATE_DISPATCH" -c "$TMP/dispatch.conf" </dev/null >"$TMP/dispatch.stderr" 2>&1 &
 DISPATCH_PID=$!
 for ((i = 0; i < 50; i++)); do
-	[[ $(q "SELECT state FROM effect_outbox WHERE idempotency_key = '$RUN:effect'") == unknown ]] && break
+	[[ $(q "SELECT string_agg(state, ' ' ORDER BY idempotency_key) FROM effect_outbox
+	         WHERE idempotency_key IN ('$RUN:effect', '$RUN:claimed')") == 'completed unknown' ]] && break
 	sleep 0.1
 done
 sleep 1 # would it be sent after all?
@@ -95,10 +104,19 @@ wait "$DISPATCH_PID" || true
 DISPATCH_PID=''
 state=$(q "SELECT state || ' ' || reason FROM effect_outbox WHERE idempotency_key = '$RUN:effect'")
 letters=$(q "SELECT count(*) FROM dead_letters WHERE idempotency_key = '$RUN:effect'")
-sent=$(curl -fsS "http://127.0.0.1:$PORT/_requests" | "$ONCEGATE_PYTHON" -c 'import json,sys; print(len(json.load(sys.stdin)))')
-check "the effect whose lease ended is unknown (lease_expired_while_sending)" \
+received() { # KEY -> requests the provider received with that idempotency key
+	curl -fsS "http://127.0.0.1:$PORT/_requests" | "$ONCEGATE_PYTHON" -c '
+import json, sys
+print(sum(1 for r in json.load(sys.stdin) if r.get("idempotency_key") == sys.argv[1]))' "$1"
+}
+sent=$(received "$RUN:effect/crm.tag")
+claimed=$(q "SELECT state || ' ' || attempt FROM effect_outbox WHERE idempotency_key = '$RUN:claimed'")
+claimed_sent=$(received "$RUN:claimed/crm.tag")
+check "the effect whose lease ended mid-send is unknown (lease_expired_while_sending)" \
 	"$([[ $state == 'unknown lease_expired_while_sending' ]] && echo yes || echo no)"
 check "with a dead letter for an operator" "$([[ $letters == 1 ]] && echo yes || echo no)"
 check "and never sent (provider requests: $sent)" "$([[ $sent == 0 ]] && echo yes || echo no)"
+check "the one whose lease ended before its send went out once: completed at attempt 1 ($claimed, requests: $claimed_sent)" \
+	"$([[ $claimed == 'completed 1' && $claimed_sent == 1 ]] && echo yes || echo no)"
 "$ONCEGATE_CTL" kill-switch off --reason "chaos run over" 2>/dev/null || true
 exit "$fail"

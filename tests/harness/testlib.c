@@ -26,6 +26,7 @@
 
 #include "config.h"
 #include "csrf.h"
+#include "outbox.h"
 #include "testlib.h"
 
 const char *
@@ -513,6 +514,16 @@ tl_payload_hash(const char *text, char out[72])
 {
 	memcpy(out, "sha256:", 7);
 	tl_sha256_hex(text, out + 7);
+}
+
+void
+tl_effect_hash(const char *payload, char out[72])
+{
+	json_t *v = json_loads(payload, JSON_DECODE_ANY, NULL);
+
+	ck_assert_msg(v != NULL, "not JSON: %s", payload);
+	ck_assert_int_eq(outbox_payload_hash(v, out, NULL), 0);
+	json_decref(v);
 }
 
 bool

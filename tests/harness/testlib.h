@@ -109,6 +109,10 @@ char *tl_urlencode(const char *s);
 /* "sha256:" + lowercase hex SHA-256 of text (a canonical JSON text the
  * test wrote by hand). out holds at least 72 bytes. */
 void tl_payload_hash(const char *text, char out[72]);
+/* The payload_hash an effect with this JSON payload is enqueued with
+ * (outbox_payload_hash), whatever its spacing or member order: what the
+ * dispatcher checks the stored payload against before each send. */
+void tl_effect_hash(const char *payload, char out[72]);
 
 /* Strict "YYYY-MM-DDTHH:MM:SS.mmmZ" → seconds since the epoch. */
 bool tl_ts_parse(const char *s, double *epoch);

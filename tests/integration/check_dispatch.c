@@ -56,7 +56,7 @@
 #define STALL_S            60      /* http_provider --stall-seconds: longer than any wait here */
 #define MAIL_FROM          "oncegate@dispatch.example"
 #define MAIL_DOMAIN        "dispatch.example"
-#define TEST_TIMEOUT_S     180
+#define TEST_TIMEOUT_S     300
 #define BULK_EFFECTS       2000
 #define BULK_DISPATCHERS   4
 /* The ambiguous-outcome test's dispatcher lease (the shortest a dispatcher
@@ -118,7 +118,7 @@ add_effect_at(PGconn *c, const char *key, const char *type, const char *target,
 	char hash[72], delay[32];
 	char *v;
 
-	tl_payload_hash(payload, hash);
+	tl_effect_hash(payload, hash);
 	snprintf(delay, sizeof(delay), "%.3f", delay_s);
 	v = qstr(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target,"
 	         "    payload, payload_hash, provider_key, not_before, next_attempt_at)"
@@ -1313,6 +1313,9 @@ START_TEST(test_kill9_mid_send)
 	st = dl_effect_state(c, id);
 	ck_assert_msg(streq(st, "sending"), "after kill -9 mid-send the effect is %s", st);
 	free(st);
+	/* its send had started: marked and committed before the request */
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_outbox WHERE id = $1::uuid"
+	                      " AND send_started", id, (char *)NULL), 1);
 	lease_end = qstr(c, "SELECT extract(epoch FROM lease_expires_at)::text FROM effect_outbox"
 	                 " WHERE id = $1::uuid", id, (char *)NULL);
 	ck_assert_ptr_nonnull(lease_end);
@@ -1356,6 +1359,145 @@ START_TEST(test_kill9_mid_send)
 }
 END_TEST
 
+/* ===== 7b. leases that ran out before and after the send started ================== */
+
+/* What a dispatcher killed with a batch in hand leaves: claims whose sends
+ * had not started (send_started false) and one whose send had (true), all
+ * under leases that ran out. The sweep puts the first back to pending, the
+ * attempt given back, and they go out once each; only the started one
+ * becomes unknown, unsent again. (tests/chaos/kill9.sh kills real
+ * dispatchers mid-drain.) */
+START_TEST(test_kill9_before_send)
+{
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	struct dconf dc = DCONF;
+	const char *notes[3] = { "Звонок клиенту · 電話 · 📞", "اتصل بالعميل", "ההזמנה אושרה" };
+	char ids[4][40], pks[4][256], keys[4][200], payload[256], hash[72];
+	json_t *row;
+	int i;
+
+	for (i = 0; i < 4; i++) {
+		char tag[32], *v;
+
+		snprintf(tag, sizeof(tag), "lease-out-%d", i);
+		tl_mkkey(keys[i], sizeof(keys[i]), tag);
+		pkey(pks[i], sizeof(pks[i]), keys[i], "crm.note");
+		make_run(c, keys[i], NULL);
+		snprintf(payload, sizeof(payload), "{\"contact\":\"c-%d\",\"note\":\"%s\"}", i,
+		         notes[i % 3]);
+		tl_effect_hash(payload, hash);
+		v = qstr(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target,"
+		         "    payload, payload_hash, provider_key, state, attempt, lease_owner,"
+		         "    lease_expires_at, first_attempt_at, send_started)"
+		         " VALUES ($1::bigint, $2, 'crm.note', 't_plain', $3::jsonb, $4, $2 || '/crm.note',"
+		         "    'sending', 1, gen_random_uuid(), now() - interval '1 second',"
+		         "    now() - interval '20 seconds', $5::bool) RETURNING id",
+		         g_client, keys[i], payload, hash, i < 3 ? "false" : "true", (char *)NULL);
+		ck_assert_ptr_nonnull(v);
+		snprintf(ids[i], sizeof(ids[i]), "%s", v);
+		free(v);
+	}
+	kill_switch(true);
+	disp_start(&d, &dc, ENV_TRUE);
+	for (i = 0; i < 3; i++) {
+		DL_EXPECT_EFFECT(c, ids[i], "completed", 20);
+		row = dl_effect_row(c, ids[i]);
+		/* the attempt of the dead claim was given back */
+		ck_assert_int_eq(jint(row, "attempt"), 1);
+		json_decref(row);
+		ck_assert_int_eq(prov_count(pks[i], NULL), 1);
+		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM effect_attempts WHERE effect_id = $1::uuid"
+		                      " AND reason = 'lease_expired_while_sending'", ids[i], (char *)NULL), 0);
+		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE effect_id = $1::uuid",
+		                      ids[i], (char *)NULL), 0);
+		ck_assert_int_eq(wait_log(d.dl.log, keys[i], "effect.requeued", ids[i], 1, 5), 1);
+	}
+	DL_EXPECT_EFFECT(c, ids[3], "unknown", 20);
+	row = dl_effect_row(c, ids[3]);
+	ck_assert_str_eq(JSTR(row, "reason"), "lease_expired_while_sending");
+	json_decref(row);
+	tl_sleep_ms(1000);
+	ck_assert_int_eq(prov_count(pks[3], NULL), 0);
+	disp_stop(&d);
+	PQfinish(c);
+}
+END_TEST
+
+/* ===== 7c. a payload changed in the database after it was decided ================== */
+
+/* Right before the send the stored payload's hash is computed again and
+ * compared with the one decided: a payload altered in the database (here
+ * by the schema owner, who may write anything) is never sent; the effect
+ * fails with a dead letter whose evidence holds both hashes. A payload
+ * whose numbers jsonb spells differently (1e-7 stored as 0.0000001) is
+ * the same payload and goes out. */
+START_TEST(test_payload_changed)
+{
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	struct dconf dc = DCONF;
+	char key[200], pk[256], id[40], key2[200], pk2[256], id2[40], decided[72];
+	const char *payload = "{\"contact\":\"olga.ivanova@example.com\","
+	                      "\"note\":\"Счёт оплачен · 請求書 · الفاتورة 🧾\"}";
+	json_t *row, *dl, *att, *ev;
+	char *stored;
+
+	tl_mkkey(key, sizeof(key), "payload-changed");
+	pkey(pk, sizeof(pk), key, "crm.note");
+	make_run(c, key, NULL);
+	add_effect_at(c, key, "crm.note", "t_plain", payload, 3600, id);
+	tl_effect_hash(payload, decided);
+	/* someone with write access redirects it while it waits */
+	qexec(c, "UPDATE effect_outbox SET payload = jsonb_set(payload, '{contact}',"
+	      " '\"mallory@example.net\"'), not_before = now(), next_attempt_at = now()"
+	      " WHERE id = $1::uuid", id, (char *)NULL);
+	tl_mkkey(key2, sizeof(key2), "payload-numbers");
+	pkey(pk2, sizeof(pk2), key2, "crm.note");
+	make_run(c, key2, NULL);
+	add_effect(c, key2, "crm.note", "t_plain",
+	           "{\"ratio\":1e-7,\"total\":19.90,\"count\":100.0,\"note\":\"Итого\"}", id2);
+	stored = qstr(c, "SELECT payload::text FROM effect_outbox WHERE id = $1::uuid", id2,
+	              (char *)NULL);
+	ck_assert_msg(stored != NULL && strstr(stored, "0.0000001") != NULL,
+	              "jsonb keeps 1e-7 as %s", stored ? stored : "(none)");
+	free(stored);
+
+	kill_switch(true);
+	disp_start(&d, &dc, ENV_TRUE);
+	notify(c);
+	DL_EXPECT_EFFECT(c, id, "failed", 10);
+	DL_EXPECT_EFFECT(c, id2, "completed", 10);
+	row = dl_effect_row(c, id);
+	ck_assert_str_eq(JSTR(row, "reason"), "payload_changed");
+	ck_assert_str_eq(JSTR(row, "error_class"), "permanent");
+	json_decref(row);
+	att = dl_attempts_of(c, id);
+	ck_assert_int_eq(json_array_size(att), 1);
+	ev = json_object_get(json_array_get(att, 0), "evidence");
+	ck_assert_str_eq(JSTR(ev, "payload_hash_decided"), decided);
+	ck_assert_msg(JSTR(ev, "payload_hash_at_send") != NULL &&
+	              !streq(JSTR(ev, "payload_hash_at_send"), decided),
+	              "evidence: %s", tl_json_text(ev));
+	ck_assert(json_is_false(json_object_get(ev, "request_sent")));
+	json_decref(att);
+	dl = dl_dead_letter_of(c, id);
+	ck_assert_msg(dl != NULL && streq(tl_jstr(dl, "error_class"), "permanent") &&
+	              streq(tl_jstr(dl, "reason"), "payload_changed"),
+	              "dead letter of the changed payload: %s", tl_json_text(dl));
+	json_decref(dl);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE effect_id = $1::uuid"
+	                      " AND evidence->'attempts'->0->'evidence'->>'payload_hash_decided' = $2",
+	                      id, decided, (char *)NULL), 1);
+	/* nothing reached the provider, nothing claims it did */
+	ck_assert_int_eq(prov_count(pk, NULL), 0);
+	ck_assert_int_eq(log_count(d.dl.log, key, "effect.sent", id), 0);
+	ck_assert_int_eq(prov_count(pk2, NULL), 1);
+	disp_stop(&d);
+	PQfinish(c);
+}
+END_TEST
+
 /* ===== 8. four dispatchers, 2,000 effects ========================================= */
 
 START_TEST(test_many_dispatchers)
@@ -1385,8 +1527,11 @@ START_TEST(test_many_dispatchers)
 	qexec(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target,"
 	      "    payload, payload_hash, provider_key)"
 	      " SELECT $1::bigint, $2 || lpad(i::text, 4, '0'), 'crm.tag', 't_bulk',"
-	      "    jsonb_build_object('n', i), $3, $2 || lpad(i::text, 4, '0') || '/crm.tag'"
-	      "   FROM generate_series(1, $4::int) i", g_client, prefix, hash, n, (char *)NULL);
+	      "    jsonb_build_object('n', i),"
+	      /* the hash of its canonical text, {"n":i}, as an enqueue stores it */
+	      "    'sha256:' || encode(sha256(convert_to('{\"n\":' || i || '}', 'UTF8')), 'hex'),"
+	      "    $2 || lpad(i::text, 4, '0') || '/crm.tag'"
+	      "   FROM generate_series(1, $3::int) i", g_client, prefix, n, (char *)NULL);
 	kill_switch(true);
 	t0 = tl_now();
 	for (k = 0; k < BULK_DISPATCHERS; k++)
@@ -1774,6 +1919,8 @@ dispatch_suite(void)
 	tcase_add_test(tc, test_sigterm);
 	tcase_add_test(tc, test_ambiguous_without_keys);
 	tcase_add_test(tc, test_kill9_mid_send);
+	tcase_add_test(tc, test_kill9_before_send);
+	tcase_add_test(tc, test_payload_changed);
 	tcase_add_test(tc, test_many_dispatchers);
 	return s;
 }

@@ -468,7 +468,7 @@ make_approved(PGconn *c, const char *key, const char *contract, const char *outp
 	      "    'sha256:0', $6::jsonb, 'auto', now())",
 	      g_client, key, hash, output, contract, effect, (char *)NULL);
 	free(effect);
-	tl_payload_hash(payload, hash);
+	tl_effect_hash(payload, hash);
 	v = qstr(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target,"
 	         "    payload, payload_hash, provider_key)"
 	         " VALUES ($1::bigint, $2, $3, $4, $5::jsonb, $6, $2 || '/' || $3) RETURNING id",

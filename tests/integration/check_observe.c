@@ -316,11 +316,14 @@ make_run(PGconn *c, const char *key)
 static char *
 add_effect(PGconn *c, const char *key, const char *type, const char *payload)
 {
-	char *id = qstr(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type,"
-	                "    target, payload, payload_hash, provider_key)"
-	                " VALUES ($1::bigint, $2, $3, 'ob_http', $4::jsonb, 'sha256:0e', $2 || '/' || $3)"
-	                " RETURNING id",
-	                g_client, key, type, payload, (char *)NULL);
+	char hash[72], *id;
+
+	tl_effect_hash(payload, hash);
+	id = qstr(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type,"
+	          "    target, payload, payload_hash, provider_key)"
+	          " VALUES ($1::bigint, $2, $3, 'ob_http', $4::jsonb, $5, $2 || '/' || $3)"
+	          " RETURNING id",
+	          g_client, key, type, payload, hash, (char *)NULL);
 
 	ck_assert_ptr_nonnull(id);
 	return id;

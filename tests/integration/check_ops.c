@@ -101,7 +101,7 @@ add_effect(PGconn *c, const char *key, const char *type, const char *target,
 	char hash[72];
 	char *v;
 
-	tl_payload_hash(payload, hash);
+	tl_effect_hash(payload, hash);
 	if (!dead_sender)
 		v = qstr(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type,"
 		         "    target, payload, payload_hash, provider_key)"

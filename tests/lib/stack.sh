@@ -213,8 +213,9 @@ yn() { if "$@"; then echo yes; else echo no; fi; }
 
 # approved_effects PREFIX N TARGET FIELD: N runs PREFIX1 … PREFIXN of API
 # client 1, approved, each with one crm.tag effect to TARGET whose payload is
-# {FIELD: n}, put straight into the ledger and the outbox (as if each had
-# been approved a moment ago), then a NOTIFY that wakes the dispatchers.
+# {FIELD: n} (FIELD plain ASCII) with the payload hash an enqueue gives it,
+# put straight into the ledger and the outbox (as if each had been approved
+# a moment ago), then a NOTIFY that wakes the dispatchers.
 approved_effects() {
 	psql -X -q -v ON_ERROR_STOP=1 >/dev/null <<-EOF
 		INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, state, claim_started_at)
@@ -223,7 +224,8 @@ approved_effects() {
 		INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target, payload,
 		    payload_hash, provider_key)
 		SELECT 1, '$1' || g, 'crm.tag', '$3', jsonb_build_object('$4', g),
-		       'sha256:' || md5(g::text), '$1' || g || '/crm.tag'
+		       'sha256:' || encode(sha256(convert_to('{"$4":' || g || '}', 'UTF8')), 'hex'),
+		       '$1' || g || '/crm.tag'
 		  FROM generate_series(1, $2) g;
 		NOTIFY oncegate_outbox;
 	EOF
