@@ -256,11 +256,14 @@ while read -r n kind _ _ rest; do
 		continue ;;
 	esac
 	step "guide step $n: $rest"
+	# A step that installs the package may fail after it did: purge it then too.
+	grep -q 'apt-get install -y ./oncegate_' "$TMP/guide/$n.sh" && INSTALLED=yes
 	(cd "$TMP/deploy" && bash -euo pipefail "$TMP/guide/$n.sh") >"$TMP/guide/$n.out" 2>&1 ||
 		{ sed 's/^/  | /' "$TMP/guide/$n.out" >&2; die "guide step $n failed: $(head -n1 "$TMP/guide/$n.sh")"; }
-	sed 's/^/  | /' "$TMP/guide/$n.out" | head -n 20 >&2
+	# (no pipe into head: under pipefail, sed's SIGPIPE on a long output
+	# would end the test)
+	sed -n '1,20s/^/  | /p' "$TMP/guide/$n.out" >&2
 	if grep -q 'apt-get install -y ./oncegate_' "$TMP/guide/$n.sh"; then
-		INSTALLED=yes
 		# Nothing runs or is enabled after the installation.
 		pgrep -u oncegate-fcgi,oncegate-dispatch >/dev/null &&
 			die "a process of user oncegate-fcgi or oncegate-dispatch runs right after installation"
