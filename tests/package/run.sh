@@ -287,5 +287,6 @@ SECOND_KEY=$(oncegatectl client add n8n-staging --reason "second tenant") ||
 PYTHONDONTWRITEBYTECODE=1 "$PYTHON" "$HERE/smoke.py" --https "https://localhost:$HTTPS_PORT" --ca /etc/ssl/oncegate/fullchain.pem \
 	--sso "http://127.0.0.1:$SSO_PORT" --key-file /root/oncegate-n8n.key --second-key "$SECOND_KEY" \
 	--mail-record "$TMP/mail.jsonl" --crm "http://127.0.0.1:$CRM_PORT" \
-	--env-file /etc/oncegate/dispatch.env --log /var/log/oncegate/fcgi/decisions.log || die "the smoke test"
+	--env-file /etc/oncegate/dispatch.env --log /var/log/oncegate/fcgi/decisions.log \
+	--log /var/log/oncegate/dispatch/decisions.log || die "the smoke test"
 step "done"
