@@ -177,8 +177,14 @@ main(int argc, char **argv)
 	}
 	if (geteuid() == 0)
 		fprintf(stderr, "oncegate-dispatch: running as root: set `user` in %s\n", path);
-	if (log_open(cfg.log_file, log_level_parse(cfg.log_level), "oncegate-dispatch") != 0) {
-		fprintf(stderr, "oncegate-dispatch: cannot open the decision log %s\n", cfg.log_file);
+	if (cfg.dispatch_log_file[0] != '\0') {
+		free(cfg.log_file);
+		cfg.log_file = strdup(cfg.dispatch_log_file); /* its own, under its own user */
+	}
+	if (cfg.log_file == NULL ||
+	    log_open(cfg.log_file, log_level_parse(cfg.log_level), "oncegate-dispatch") != 0) {
+		fprintf(stderr, "oncegate-dispatch: cannot open the decision log %s\n",
+		        cfg.log_file != NULL ? cfg.log_file : "(out of memory)");
 		config_free(&cfg);
 		return 1;
 	}

@@ -118,6 +118,8 @@
 /* Config files */
 #define OG_CONFIG_LINE_MAX        4096
 #define OG_CONFIG_VALUE_MAX       2048
+/* A secret file (csrf_secret_file, proxy_secret_file): one line */
+#define OG_SECRET_FILE_MAX        512
 
 /* API clients */
 #define OG_CLIENT_NAME_MAX        64

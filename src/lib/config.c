@@ -18,12 +18,14 @@
 #include <string.h>
 #include <unistd.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include <libpq-fe.h>
 
 #include "config.h"
 #include "caps.h"
 #include "classify.h"
+#include "digest.h"
 #include "log.h"
 #include "service.h"
 
@@ -63,12 +65,15 @@ static const struct config_row rows[] = {
 	ROW_I(lease_max_seconds, OG_LEASE_MAX, 1, 7 * 86400),
 	ROW_I(lease_cap_seconds, OG_LEASE_CAP, 1, 30 * 86400),
 	ROW_S(log_file, "-", false),
+	ROW_S(dispatch_log_file, "", false),
 	ROW_S(log_level, "info", false),
 	ROW_S(sql_dir, OG_PKGDATADIR "/sql", false),
 	ROW_S(contracts_dir, OG_SYSCONFDIR "/oncegate/contracts", false),
 	ROW_S(templates_dir, OG_PKGDATADIR "/templates", false),
 	ROW_S(public_url, "", false),
 	ROW_S(csrf_secret, "", true),
+	ROW_S(csrf_secret_file, "", false),
+	ROW_S(proxy_secret_file, "", false),
 	ROW_S(auth_groups_separator, ",", false),
 	ROW_S(callback_origins, "", false),
 	ROW_I(dispatch_workers, 4, 1, 256),
@@ -224,6 +229,10 @@ config_free(struct config *c)
 	if (c == NULL)
 		return;
 	rows_free(c, rows, NROWS(rows));
+	if (c->proxy_secret != NULL)
+		digest_wipe(c->proxy_secret, strlen(c->proxy_secret));
+	free(c->proxy_secret);
+	c->proxy_secret = NULL;
 	for (i = 0; i < c->ntargets; i++) {
 		rows_free(&c->targets[i], target_rows, NROWS(target_rows));
 		free(c->targets[i].name);
@@ -630,6 +639,12 @@ validate_at(const struct config *c, struct where *w, char *err, size_t errlen)
 			return -1;
 		}
 	}
+	if (c->csrf_secret[0] != '\0' && c->csrf_secret_file[0] != '\0') {
+		AT(NULL, "csrf_secret");
+		errf(err, errlen, "csrf_secret and csrf_secret_file are both set: keep one "
+		     "(the file, so that the dispatcher reads no responder secret)");
+		return -1;
+	}
 	if (c->csrf_secret[0] != '\0' && strlen(c->csrf_secret) < 32) {
 		AT(NULL, "csrf_secret");
 		errf(err, errlen, "csrf_secret must be at least 32 characters");
@@ -725,6 +740,85 @@ errf_at(char *err, size_t errlen, const char *path, int line, const char *msg)
 		errf(err, errlen, "%s: %s", path, msg);
 }
 
+/* Reads the one-line secret of path into out (at least
+ * OG_SECRET_FILE_MAX + 1 bytes); -1 with a message naming the file. */
+static int
+secret_file_read(const char *name, const char *path, char *out, char *err, size_t errlen)
+{
+	static const char allowed[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	                              "0123456789+/=_.-";
+	struct stat st;
+	size_t n = 0;
+	FILE *f;
+	int rc = -1;
+
+	out[0] = '\0';
+	f = fopen(path, "re");
+	if (f == NULL) {
+		errf(err, errlen, "%s: %s: %s", name, path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+		errf(err, errlen, "%s: %s is not a regular file", name, path);
+		goto out;
+	}
+	/* The group may read (0640: the daemon's group), nobody else. */
+	if ((st.st_mode & 0037) != 0) {
+		errf(err, errlen, "%s: %s is mode %04o: the group may not write it and "
+		     "others may not read it (0600 or 0640)", name, path,
+		     (unsigned)(st.st_mode & 07777));
+		goto out;
+	}
+	n = fread(out, 1, OG_SECRET_FILE_MAX + 1, f);
+	while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r'))
+		n--;
+	out[n > OG_SECRET_FILE_MAX ? OG_SECRET_FILE_MAX : n] = '\0';
+	if (n < 32 || n > OG_SECRET_FILE_MAX || strspn(out, allowed) != n) {
+		errf(err, errlen, "%s: %s must hold one line of 32-%d characters of "
+		     "A-Z a-z 0-9 + / = _ . - (openssl rand -hex 32)", name, path,
+		     OG_SECRET_FILE_MAX);
+		goto out;
+	}
+	rc = 0;
+out:
+	if (rc != 0)
+		digest_wipe(out, OG_SECRET_FILE_MAX + 1);
+	fclose(f);
+	return rc;
+}
+
+/* The secret of the file path (when set) into *slot. */
+static int
+secret_load(const char *name, const char *path, char **slot, char *err, size_t errlen)
+{
+	char buf[OG_SECRET_FILE_MAX + 1];
+	char *copy;
+
+	if (path[0] == '\0')
+		return 0;
+	if (secret_file_read(name, path, buf, err, errlen) != 0)
+		return -1;
+	copy = strdup(buf);
+	digest_wipe(buf, sizeof(buf));
+	if (copy == NULL) {
+		errf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (*slot != NULL)
+		digest_wipe(*slot, strlen(*slot));
+	free(*slot);
+	*slot = copy;
+	return 0;
+}
+
+int
+config_read_secrets(struct config *c, char *err, size_t errlen)
+{
+	if (secret_load("csrf_secret_file", c->csrf_secret_file, &c->csrf_secret, err, errlen) != 0)
+		return -1;
+	return secret_load("proxy_secret_file", c->proxy_secret_file, &c->proxy_secret, err, errlen);
+}
+
 /* A directory this process can list and read. */
 static bool
 dir_readable(const char *dir)
@@ -811,10 +905,17 @@ config_check_ready(const struct config *c, const char *path, char *err, size_t e
 		name = "public_url";
 		snprintf(msg, sizeof(msg), "public_url is not set: approval links would be "
 		         "relative and unusable in mail; set the https:// address people open");
-	} else if (c->csrf_secret[0] == '\0') {
-		name = "csrf_secret";
-		snprintf(msg, sizeof(msg), "csrf_secret is not set: approval forms could not be "
-		         "submitted; set at least 32 random characters (openssl rand -hex 32)");
+	} else if (c->csrf_secret[0] == '\0' && c->csrf_secret_file[0] == '\0') {
+		name = "csrf_secret_file";
+		snprintf(msg, sizeof(msg), "csrf_secret_file (or csrf_secret) is not set: approval "
+		         "forms could not be submitted; name a 0400 file holding at least 32 "
+		         "random characters (openssl rand -hex 32)");
+	} else if (c->proxy_secret_file[0] == '\0') {
+		name = "proxy_secret_file";
+		snprintf(msg, sizeof(msg), "proxy_secret_file is not set: any process that can "
+		         "connect to the responder's socket could act as nginx and name any "
+		         "approver; name a 0400 file holding the secret nginx sends as "
+		         "OG_PROXY_SECRET");
 	}
 	for (i = 0; name == NULL && i < sizeof(dirs) / sizeof(dirs[0]); i++) {
 		const char *dir = *(char *const *)(const void *)((const char *)c + dirs[i].offset);
@@ -840,6 +941,19 @@ config_check_ready(const struct config *c, const char *path, char *err, size_t e
 				         dir);
 			}
 		}
+	}
+	if (name == NULL) {
+		/* Readable and well formed now, as the responder will need them. */
+		char buf[OG_SECRET_FILE_MAX + 1];
+
+		if (c->csrf_secret_file[0] != '\0' &&
+		    secret_file_read("csrf_secret_file", c->csrf_secret_file, buf, msg,
+		                     sizeof(msg)) != 0)
+			name = "csrf_secret_file";
+		else if (secret_file_read("proxy_secret_file", c->proxy_secret_file, buf, msg,
+		                          sizeof(msg)) != 0)
+			name = "proxy_secret_file";
+		digest_wipe(buf, sizeof(buf));
 	}
 	if (name == NULL)
 		name = check_names(c, msg, sizeof(msg), &target);

@@ -66,6 +66,7 @@ struct config {
 	int lease_cap_seconds;
 	/* files */
 	char *log_file;        /* decision log; "-" or empty: stderr */
+	char *dispatch_log_file; /* the dispatcher's, in a directory of its own; empty: log_file */
 	char *log_level;
 	char *sql_dir;         /* migrations */
 	/* approval gate */
@@ -73,6 +74,13 @@ struct config {
 	char *templates_dir;
 	char *public_url;      /* base of approval links, e.g. https://gate.example.com */
 	char *csrf_secret;     /* at least 32 characters */
+	/* The responder's secrets in files of their own (0600 or 0640), so
+	 * that a configuration the dispatcher also reads holds none:
+	 * config_read_secrets() puts their contents into csrf_secret and
+	 * proxy_secret. */
+	char *csrf_secret_file;
+	char *proxy_secret_file;
+	char *proxy_secret;    /* what nginx sends as OG_PROXY_SECRET; not a setting */
 	char *auth_groups_separator; /* one character between the groups in AUTH_GROUPS */
 	char *callback_origins; /* space-separated origins a callback_url may use */
 	/* dispatcher (oncegate-dispatch) */
@@ -122,6 +130,12 @@ int config_check_warnings(const struct config *c, const char *path, FILE *out);
 /* Started as root with user set: sets the groups, the group and the user
  * of user, for good; nothing otherwise. -1 with a message on failure. */
 int config_drop_privileges(const struct config *c, char *err, size_t errlen)
+/* The responder's part of loading: reads csrf_secret_file into
+ * csrf_secret and proxy_secret_file into proxy_secret (when set). A file
+ * must be a regular file that neither its group may write nor others
+ * read (0600, 0640), holding one line of 32-512 characters of
+ * [A-Za-z0-9+/=_.-]. The dispatcher never calls it: it cannot read them. */
+int config_read_secrets(struct config *c, char *err, size_t errlen)
 	__attribute__((warn_unused_result));
 /* The line of path that sets name (in `[target TARGET]` when target is not
  * NULL; the section's header when name is not set in it); 0 when none. */

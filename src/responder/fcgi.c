@@ -28,6 +28,7 @@
 #include "db.h"
 #include "fcgi.h"
 #include "caps.h"
+#include "digest.h"
 #include "log.h"
 
 enum worker_state { WORKER_WAITING, WORKER_BUSY, WORKER_DONE };
@@ -281,6 +282,45 @@ fill_request(FCGX_Request *fr, struct http_request *req)
 	req->content_length = cl != NULL && cl[0] != '\0' ? strtoll(cl, NULL, 10) : -1;
 }
 
+/* Is this request nginx's? Being able to connect to the socket is not
+ * proof enough (on Debian its group, www-data, also runs PHP-FPM and
+ * other sites): nginx sends proxy_secret as the parameter
+ * OG_PROXY_SECRET, from a root-only include it read at start. Without
+ * it, or with another value, the request is answered 403 before it
+ * reaches any handler, so it changes nothing. Compared as SHA-256
+ * digests, in constant time. No proxy_secret_file: every request passes
+ * (a warning at start says so). */
+static bool
+from_proxy(FCGX_Request *fr, const struct config *cfg, struct http_response *resp)
+{
+	unsigned char want[DIGEST_SHA256_LEN], got[DIGEST_SHA256_LEN];
+	const char *sent;
+	bool ok;
+
+	if (cfg->proxy_secret_file[0] == '\0')
+		return true;
+	sent = param(fr, "OG_PROXY_SECRET");
+	if (sent == NULL)
+		sent = "";
+	digest_sha256(cfg->proxy_secret != NULL ? cfg->proxy_secret : "",
+	              cfg->proxy_secret != NULL ? strlen(cfg->proxy_secret) : 0, want);
+	digest_sha256(sent, strlen(sent), got);
+	ok = cfg->proxy_secret != NULL && cfg->proxy_secret[0] != '\0' &&
+	     digest_equal(want, got, sizeof(want));
+	digest_wipe(want, sizeof(want));
+	if (ok)
+		return true;
+	log_event(LOG_LEVEL_WARNING, "responder.not_from_proxy",
+	          &(struct log_fields){
+	              .detail = sent[0] == '\0' ? "a request without OG_PROXY_SECRET"
+	                                        : "a request with a wrong OG_PROXY_SECRET",
+	              .hint = "only nginx may reach the responder: it sends the secret of "
+	                      "proxy_secret_file; something else connected to the socket" });
+	http_problem(resp, 403, "not_from_proxy", "Forbidden",
+	             "this socket serves the web server only", NULL);
+	return false;
+}
+
 static void
 send_response(FCGX_Request *fr, const struct http_response *resp)
 {
@@ -358,7 +398,8 @@ worker_main(void *arg)
 		ctx.cfg = pool->shared->cfg;
 		ctx.contracts = pool->shared->contracts;
 		ctx.pages = pool->shared->pages;
-		api_handle(&ctx, &req, &resp);
+		if (from_proxy(&fr, ctx.cfg, &resp))
+			api_handle(&ctx, &req, &resp);
 		ctx.cfg = cfg;
 		ctx.contracts = NULL;
 		ctx.pages = NULL;
@@ -404,6 +445,13 @@ fcgi_pool_start(int fd, const struct config *cfg, struct fcgi_shared *shared, ch
 		free(pool);
 		return NULL;
 	}
+	if (shared->cfg->proxy_secret_file[0] == '\0')
+		log_event(LOG_LEVEL_WARNING, "responder.no_proxy_secret",
+		          &(struct log_fields){
+		              .detail = "proxy_secret_file is not set: any process that can "
+		                        "connect to the socket can act as nginx",
+		              .hint = "set proxy_secret_file and send its secret from nginx as "
+		                      "fastcgi_param OG_PROXY_SECRET" });
 	pool->fd = fd;
 	pthread_mutex_init(&pool->large_lock, NULL);
 	pthread_cond_init(&pool->large_free, NULL);

@@ -55,6 +55,7 @@ load_shared(const char *path, struct reloadable *r, char *err, size_t errlen)
 	}
 	config_defaults(r->cfg);
 	if (config_load(path, r->cfg, err, errlen) != 0 ||
+	    config_read_secrets(r->cfg, err, errlen) != 0 ||
 	    (r->contracts = contract_load_dir(r->cfg->contracts_dir, err, errlen)) == NULL ||
 	    contract_notify_check(r->contracts, r->cfg, err, errlen) != 0 ||
 	    (r->pages = page_set_load(r->cfg->templates_dir, err, errlen)) == NULL) {

@@ -90,6 +90,11 @@ function init(args)
 	end
 	wrk.headers["X-Dev-User"] = subject
 	wrk.headers["X-Dev-Groups"] = groups
+	-- ./dev up's approval pages also want the stack's key (.dev/env)
+	local dev_key = os.getenv("ONCEGATE_DEV_KEY")
+	if dev_key ~= nil and dev_key ~= "" then
+		wrk.headers["X-Dev-Key"] = dev_key
+	end
 	if mode == "static" then
 		wrk.method = "GET"
 		wrk.path = args[4]

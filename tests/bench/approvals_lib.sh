@@ -52,6 +52,10 @@ approvals_init() {
 	NGINX_NOTE="the stack's nginx ($ONCEGATE_URL)"
 	KEYS="bench:$RUN:appr:%"
 	umask 077
+	# ./dev up's approval pages want its key (X-Dev-Key), read from its
+	# 0600 file by curl, never on a command line.
+	DEV_KEY_H=()
+	if [[ -s $STATE/dev-key.header ]]; then DEV_KEY_H=(-H "@$STATE/dev-key.header"); fi
 }
 
 # shellcheck disable=SC2317  # called by the EXIT trap
@@ -236,7 +240,7 @@ approvals_run_page() {
 approvals_static_file() {
 	local file=$APPROVE_NGX_DIR/card.html status card x
 	status=$(head -n1 "$TMP/tokens" | awk -v base="$BASE_URL" '{ printf "url = \"%s/approve/%s\"\n", base, $0 }' |
-		curl -sS --max-time 10 -K - -H "X-Dev-User: $SUBJECT" -H "X-Dev-Groups: $GROUPS_HDR" \
+		curl -sS --max-time 10 -K - -H "X-Dev-User: $SUBJECT" -H "X-Dev-Groups: $GROUPS_HDR" "${DEV_KEY_H[@]}" \
 			-o "$TMP/card.html" -w '%{http_code}') || die "fetching a card for the static copy failed"
 	[[ $status == 200 ]] || die "fetching a card for the static copy: status $status"
 	IFS= read -r -d '' card <"$TMP/card.html" || true
@@ -345,7 +349,7 @@ approvals_fetch_csrf() {
 		'{ printf "url = \"%s/approve/%s\"\noutput = \"%s/%d\"\n", base, $0, dir, NR }' \
 		"$TMP/tokens" >"$TMP/cards.curl"
 	curl -sS --no-progress-meter --parallel --parallel-max 8 --max-time 30 -K "$TMP/cards.curl" \
-		-H "X-Dev-User: $SUBJECT" -H "X-Dev-Groups: $GROUPS_HDR" -w '%{http_code}\n' >"$TMP/cards.status" ||
+		-H "X-Dev-User: $SUBJECT" -H "X-Dev-Groups: $GROUPS_HDR" "${DEV_KEY_H[@]}" -w '%{http_code}\n' >"$TMP/cards.status" ||
 		die "fetching the cards failed"
 	ok=$(grep -c '^200$' "$TMP/cards.status" || true)
 	[[ $ok == "$TOKENS" ]] || die "fetching the cards: $ok of $TOKENS answered 200"

@@ -283,6 +283,7 @@ install -m 0644 "$ROOT/templates/approval.css" "$TMP/nginx/assets/approval.css"
 UPSTREAM="server ${IP[r1]}:$FCGI_PORT max_fails=1 fail_timeout=3s; server ${IP[r2]}:$FCGI_PORT max_fails=1 fail_timeout=3s;"
 sed -e "s|server unix:@FCGI_SOCKET@;|$UPSTREAM|" \
 	-e "s|@PORT@|$HTTP_PORT|g" -e "s|@STATE@|$TMP|g" -e "s|@ASSETS@|$TMP/nginx/assets|g" \
+	-e "s|@PROXY_SECRET_CONF@|$(dirname "$ONCEGATE_CONF")/proxy_secret.nginx|g" \
 	-e 's|^\( *\)fastcgi_keep_conn off;|&\n\1# multihost.sh: a cut responder is skipped for new connections\n\1fastcgi_connect_timeout 1s;\n\1fastcgi_next_upstream error timeout;\n\1fastcgi_next_upstream_tries 2;|' \
 	-e "s|^\( *\)access_log .*;|&\n\1log_format multihost '\$upstream_addr \$upstream_status \$status \$request_time';\n\1access_log $TMP/nginx/upstream.log multihost;|" \
 	"$ROOT/nginx/oncegate-local.conf.in" >"$TMP/nginx/nginx.conf"

@@ -10,7 +10,8 @@
 # The site file is used as shipped except for what a deployment edits:
 # the listen lines (loopback ports here, no IPv6), the certificate (a
 # throwaway self-signed one made with openssl), the responder's socket,
-# the oauth2-proxy address, the access log path and the stylesheet path.
+# the oauth2-proxy address, the access log path, the stylesheet path and
+# the include of the proxy secret (the stack's).
 # Each substitution must apply, or the test fails: a changed config is
 # never silently tested in some other shape.
 #
@@ -38,6 +39,10 @@ PYTHON=${ONCEGATE_PYTHON:-/usr/bin/python3}
 [[ $EUID == 0 ]] || die "needs root (nginx workers run as www-data)"
 SOCKET=$(sed -n 's/^listen *= *//p' "$ONCEGATE_CONF" | head -n1)
 [[ $SOCKET == /* && -S $SOCKET ]] || die "the stack's responder socket ($SOCKET) is not there"
+# The stack's include of the proxy secret (0600 root), as deploy.md makes
+# /etc/nginx/oncegate-proxy-secret.conf.
+SECRET_CONF=$(dirname "$ONCEGATE_CONF")/proxy_secret.nginx
+[[ -s $SECRET_CONF ]] || die "the stack has no $SECRET_CONF"
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-prodnginx.XXXXXX")
 chmod 0711 "$TMP"
@@ -89,6 +94,7 @@ edits = [
     (r"/var/log/nginx/oncegate\.access\.log", "$TMP/nginx/access.log"),
     (r"http://127\.0\.0\.1:4180;", "http://127.0.0.1:$SSO_PORT;"),
     (r"/usr/local/share/oncegate/templates/approval\.css", "$TMP/assets/approval.css"),
+    (r"include /etc/nginx/oncegate-proxy-secret\.conf;", "include $SECRET_CONF;"),
 ]
 for pat, rep in edits:
     text, n = re.subn(pat, rep, text, flags=re.M)

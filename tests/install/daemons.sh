@@ -100,6 +100,7 @@ chgrp www-data "$SOCK" && chmod 0660 "$SOCK"
 PORT=$(free_port $((21000 + RANDOM % 8000)) 31000) || die "no free port"
 mkdir -p "$TMP/nginx/tmp"
 sed -e "s|@PORT@|$PORT|g" -e "s|@FCGI_SOCKET@|$SOCK|g" -e "s|@STATE@|$TMP|g" \
+	-e "s|@PROXY_SECRET_CONF@|$(dirname "$ONCEGATE_CONF")/proxy_secret.nginx|g" \
 	"$ROOT/nginx/oncegate-local.conf.in" >"$TMP/nginx/nginx.conf"
 NGINX_PID=$(nginx_start "$TMP/nginx") || die "nginx did not start: $(cat "$TMP/nginx/error.log" 2>/dev/null)"
 URL=http://127.0.0.1:$PORT

@@ -11,8 +11,10 @@
 #     nothing else), oncegate.conf(5) documents every one;
 #   * `oncegatectl config check` refuses the example until its FILL IN
 #     settings are filled and its targets are those the contracts name,
-#     then accepts it; it refuses configs that cannot work (no public_url,
-#     a short csrf_secret, a target without url, an unreadable contracts
+#     then accepts it; it refuses configs that cannot work or would leave
+#     the responder open (no public_url, a short csrf_secret, csrf_secret
+#     beside csrf_secret_file, no proxy_secret_file, a secret file others
+#     may read or too short, a target without url, an unreadable contracts
 #     directory, a malformed database, an unknown user or listen_group,
 #     SMTP credentials where TLS is not required) naming the file and line,
 #     and warns about a plain http public_url;
@@ -57,7 +59,9 @@ for f in bin/oncegate-fcgi bin/oncegate-dispatch bin/oncegatectl \
 	share/oncegate/nginx/oncegate.conf share/doc/oncegate/README.md; do
 	grep -qxF "$f" "$TMP/files" || fail "make install did not install $f"
 done
-[[ -d $P/var/log/oncegate ]] || fail "make install did not create var/log/oncegate"
+for d in var/log/oncegate/fcgi var/log/oncegate/dispatch; do
+	[[ -d $P/$d ]] || fail "make install did not create $d"
+done
 # Every installed text file names installed paths only.
 if grep -rIl -e /usr/local -e "$ROOT" -e "$B" "$P" >"$TMP/bad" 2>/dev/null; then
 	fail "installed files name /usr/local or the build tree: $(tr '\n' ' ' <"$TMP/bad")"
@@ -108,12 +112,17 @@ refused() { # refused FILE PATTERN WHAT
 EXAMPLE=$P/etc/oncegate.conf.example
 line=$(grep -n '^public_url =' "$EXAMPLE" | cut -d: -f1)
 refused "$EXAMPLE" "oncegate.conf.example:$line: public_url is not set" "the unfilled example"
-# Filled in as its header says: public_url, csrf_secret; the rest as shipped.
-# `user` names the package's system user, which a server has (the package
-# makes it) and this host may not: ours instead.
+# Filled in as its header says: public_url and the responder's two secret
+# files (0640); the rest as shipped. `user` names the package's system
+# user, which a server has (the package makes it) and this host may not:
+# ours instead.
 CONF=$TMP/oncegate.conf
+for f in csrf_secret proxy_secret; do
+	(umask 027 && openssl rand -hex 32 >"$TMP/$f")
+done
 sed -e 's|^public_url =.*|public_url = https://gate.example.com|' \
-	-e "s|^csrf_secret =.*|csrf_secret = $(openssl rand -hex 32)|" \
+	-e "s|^csrf_secret_file =.*|csrf_secret_file = $TMP/csrf_secret|" \
+	-e "s|^proxy_secret_file =.*|proxy_secret_file = $TMP/proxy_secret|" \
 	-e "s|^user =.*|user = $(id -un)|" "$EXAMPLE" >"$CONF"
 # The shipped contracts send through demo_smtp and demo_http, which the
 # example's targets are not: refused, naming the contract and the target.
@@ -134,8 +143,8 @@ credentials_env = CRM_TOKEN
 EOF
 if check "$CONF"; then
 	grep -q 'warning' "$TMP/check.err" && fail "config check warned about the filled-in example: $(cat "$TMP/check.err")"
-
-	grep -q '^csrf_secret = \[secret\]$' "$TMP/check.out" || fail "config check printed the secret"
+	grep -qF -e "$(cat "$TMP/csrf_secret")" -e "$(cat "$TMP/proxy_secret")" "$TMP/check.out" \
+		"$TMP/check.err" && fail "config check printed a secret"
 	grep -q '^# 2 contracts loaded' "$TMP/check.out" || fail "config check did not load the contracts"
 else
 	fail "config check refused the filled-in example: $(cat "$TMP/check.err")"
@@ -148,8 +157,19 @@ refused_set() {
 	line=$(grep -n "^$2 =" "$TMP/$1" | head -n1 | cut -d: -f1)
 	refused "$TMP/$1" "$1:$line: $4" "$5"
 }
-refused_set c1 csrf_secret short "csrf_secret must be at least 32" "a short csrf_secret"
-refused_set c2 csrf_secret "" "csrf_secret is not set" "an empty csrf_secret"
+refused_set c1 csrf_secret "$(openssl rand -hex 32)" "csrf_secret and csrf_secret_file are both set" \
+	"csrf_secret beside csrf_secret_file"
+refused_set c2 csrf_secret_file "" "csrf_secret_file \(or csrf_secret\) is not set" \
+	"no csrf_secret_file"
+sed -i 's|^csrf_secret =.*|csrf_secret = short|' "$TMP/c2"
+refused "$TMP/c2" "c2:[0-9]+: csrf_secret must be at least 32" "a short csrf_secret"
+refused_set c8 proxy_secret_file "" "proxy_secret_file is not set: any process" "no proxy_secret_file"
+(umask 022 && openssl rand -hex 32 >"$TMP/open_secret")
+refused_set c9 proxy_secret_file "$TMP/open_secret" "proxy_secret_file: .* is mode 0644" \
+	"a proxy secret others may read"
+(umask 077 && echo short >"$TMP/short_secret")
+refused_set c10 csrf_secret_file "$TMP/short_secret" "csrf_secret_file: .* must hold one line of 32" \
+	"a short csrf secret file"
 refused_set c4 contracts_dir "$TMP/nowhere" "contracts_dir: .* is not a readable directory" \
 	"a missing contracts directory"
 refused_set c6 public_url gate.example.com "public_url must start with https://" "a relative public_url"
@@ -237,10 +257,9 @@ fi
 
 # --- logrotate -------------------------------------------------------------------------------
 if command -v logrotate >/dev/null; then
-	# as shipped but for the user the package creates, which this machine
-	# may not have
-	sed 's/^\(\tcreate 0640\) .*/\1 root root/' "$P/etc/logrotate.d/oncegate" >"$TMP/logrotate.conf"
-	grep -q 'create 0640 root root' "$TMP/logrotate.conf" || fail "the logrotate file has no create line"
+	# as shipped: a new file gets the old one's owner (each daemon's user)
+	cp "$P/etc/logrotate.d/oncegate" "$TMP/logrotate.conf"
+	grep -qx $'\tcreate 0640' "$TMP/logrotate.conf" || fail "the logrotate file has no create line"
 	logrotate -d "$TMP/logrotate.conf" >"$TMP/logrotate" 2>&1 ||
 		fail "logrotate -d: $(cat "$TMP/logrotate")"
 fi

@@ -70,7 +70,7 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-package.XXXXXX")
 chmod 0711 "$TMP"
 PIDS=() NGINX_PID='' PG_STARTED=no INSTALLED=no
 HAD_USER=no HAD_DEFAULT_SITE=no
-getent passwd oncegate >/dev/null && HAD_USER=yes
+getent passwd oncegate-fcgi >/dev/null && HAD_USER=yes
 [[ -L /etc/nginx/sites-enabled/default ]] && HAD_DEFAULT_SITE=yes
 
 cleanup() {
@@ -91,12 +91,18 @@ cleanup() {
 		done
 	fi
 	[[ $PG_STARTED == yes ]] && pg_dropcluster --stop "$PGVER" "$CLUSTER" >/dev/null 2>&1
-	rm -f /etc/nginx/sites-enabled/oncegate /etc/nginx/sites-available/oncegate
+	rm -f /etc/nginx/sites-enabled/oncegate /etc/nginx/sites-available/oncegate \
+		/etc/nginx/oncegate-proxy-secret.conf
 	[[ $HAD_DEFAULT_SITE == yes && ! -e /etc/nginx/sites-enabled/default ]] &&
 		ln -s /etc/nginx/sites-available/default /etc/nginx/sites-enabled/default
 	rm -rf /etc/ssl/oncegate /run/oncegate /root/oncegate-n8n.key
 	rm -f /var/log/nginx/oncegate.access.log
-	[[ $HAD_USER == no ]] && getent passwd oncegate >/dev/null && deluser --system --quiet oncegate >/dev/null 2>&1
+	if [[ $HAD_USER == no ]]; then
+		for u in oncegate-fcgi oncegate-dispatch; do
+			getent passwd "$u" >/dev/null && deluser --system --quiet "$u" >/dev/null 2>&1
+		done
+		getent group oncegate >/dev/null && delgroup --system --quiet oncegate >/dev/null 2>&1
+	fi
 	if [[ ${KEEP:-no} == yes || $rc != 0 ]]; then say "kept $TMP"; else rm -rf "$TMP"; fi
 	say "$( ((rc == 0)) && echo passed || echo FAILED) in $(($(date +%s) - START)) s"
 	exit "$rc"
@@ -207,14 +213,14 @@ start_units() {
 		--socket /lib/systemd/system/oncegate-fcgi.socket --output "$TMP/fcgi.journal" \
 		2>"$TMP/fcgi.err") || { cat "$TMP/fcgi.err" "$TMP/fcgi.journal" >&2; die "oncegate-fcgi.service did not become ready"; }
 	PIDS+=("$pid")
-	[[ $(ps -o user= -p "$pid") == oncegate ]] || die "oncegate-fcgi runs as $(ps -o user= -p "$pid")"
-	say "oncegate-fcgi ready (pid $pid, user oncegate, socket $(stat -c '%U:%G %a' /run/oncegate/fcgi.sock))"
+	[[ $(ps -o user= -p "$pid") == oncegate-fcgi ]] || die "oncegate-fcgi runs as $(ps -o user= -p "$pid")"
+	say "oncegate-fcgi ready (pid $pid, user oncegate-fcgi, socket $(stat -c '%U:%G %a' /run/oncegate/fcgi.sock))"
 	pid=$("$PYTHON" "$HERE/unitrun.py" /lib/systemd/system/oncegate-dispatch.service \
 		--output "$TMP/dispatch.journal" 2>"$TMP/dispatch.err") ||
 		{ cat "$TMP/dispatch.err" "$TMP/dispatch.journal" >&2; die "oncegate-dispatch.service did not become ready"; }
 	PIDS+=("$pid")
-	[[ $(ps -o user= -p "$pid") == oncegate ]] || die "oncegate-dispatch runs as $(ps -o user= -p "$pid")"
-	say "oncegate-dispatch ready (pid $pid, user oncegate)"
+	[[ $(ps -o user= -p "$pid") == oncegate-dispatch ]] || die "oncegate-dispatch runs as $(ps -o user= -p "$pid")"
+	say "oncegate-dispatch ready (pid $pid, user oncegate-dispatch)"
 }
 
 # nginx as Debian's unit starts it, from /etc/nginx/nginx.conf.
@@ -250,13 +256,17 @@ while read -r n kind _ _ rest; do
 		continue ;;
 	esac
 	step "guide step $n: $rest"
+	# A step that installs the package may fail after it did: purge it then too.
+	grep -q 'apt-get install -y ./oncegate_' "$TMP/guide/$n.sh" && INSTALLED=yes
 	(cd "$TMP/deploy" && bash -euo pipefail "$TMP/guide/$n.sh") >"$TMP/guide/$n.out" 2>&1 ||
 		{ sed 's/^/  | /' "$TMP/guide/$n.out" >&2; die "guide step $n failed: $(head -n1 "$TMP/guide/$n.sh")"; }
-	sed 's/^/  | /' "$TMP/guide/$n.out" | head -n 20 >&2
+	# (no pipe into head: under pipefail, sed's SIGPIPE on a long output
+	# would end the test)
+	sed -n '1,20s/^/  | /p' "$TMP/guide/$n.out" >&2
 	if grep -q 'apt-get install -y ./oncegate_' "$TMP/guide/$n.sh"; then
-		INSTALLED=yes
 		# Nothing runs or is enabled after the installation.
-		pgrep -u oncegate >/dev/null && die "a process of user oncegate runs right after installation"
+		pgrep -u oncegate-fcgi,oncegate-dispatch >/dev/null &&
+			die "a process of user oncegate-fcgi or oncegate-dispatch runs right after installation"
 		[[ -z $(find /etc/systemd/system -name 'oncegate*' 2>/dev/null) ]] ||
 			die "the installation enabled a unit: $(find /etc/systemd/system -name 'oncegate*')"
 		[[ $(stat -c '%U:%G %a' /etc/oncegate.conf) == 'root:oncegate 640' ]] ||
@@ -277,5 +287,6 @@ SECOND_KEY=$(oncegatectl client add n8n-staging --reason "second tenant") ||
 PYTHONDONTWRITEBYTECODE=1 "$PYTHON" "$HERE/smoke.py" --https "https://localhost:$HTTPS_PORT" --ca /etc/ssl/oncegate/fullchain.pem \
 	--sso "http://127.0.0.1:$SSO_PORT" --key-file /root/oncegate-n8n.key --second-key "$SECOND_KEY" \
 	--mail-record "$TMP/mail.jsonl" --crm "http://127.0.0.1:$CRM_PORT" \
-	--env-file /etc/oncegate/dispatch.env --log /var/log/oncegate/decisions.log || die "the smoke test"
+	--env-file /etc/oncegate/dispatch.env --log /var/log/oncegate/fcgi/decisions.log \
+	--log /var/log/oncegate/dispatch/decisions.log || die "the smoke test"
 step "done"

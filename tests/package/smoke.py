@@ -7,6 +7,7 @@ installed dispatcher to the loopback SMTP sink.
 
   smoke.py --https URL --ca CERT --sso URL --key-file FILE --second-key KEY
            --mail-record FILE --crm URL --env-file DISPATCH_ENV --log DECISIONS_LOG
+           [--log DECISIONS_LOG ...]
 
 Checks, each printed as one "ok" line (the first failure exits 1):
   * two API clients claim the same business key: each gets its own run;
@@ -23,7 +24,8 @@ Checks, each printed as one "ok" line (the first failure exits 1):
     dispatcher calls the CRM (the loopback HTTP provider) once, with the
     Idempotency-Key and the bearer token that only the root-only
     dispatch.env holds (credentials_env);
-  * the decision log records the claim, the approval and the send.
+  * the decision logs (the responder's and the dispatcher's) record the
+    claim, the approval and the send.
 """
 import argparse
 import email
@@ -115,8 +117,10 @@ def crm_flow(args, base, ctx, key):
 def main():
     ap = argparse.ArgumentParser()
     for opt in ("--https", "--ca", "--sso", "--key-file", "--second-key", "--mail-record",
-                "--crm", "--env-file", "--log"):
+                "--crm", "--env-file"):
         ap.add_argument(opt, required=True)
+    # once per daemon: each writes the decision log of its own directory
+    ap.add_argument("--log", required=True, action="append")
     args = ap.parse_args()
     base = args.https.rstrip("/")
     ctx = ssl.create_default_context(cafile=args.ca)
@@ -196,8 +200,10 @@ def main():
 
     crm_flow(args, base, ctx, key1)
 
-    with open(args.log, encoding="utf-8") as f:
-        events = [json.loads(line) for line in f if line.strip()]
+    events = []
+    for path in args.log:
+        with open(path, encoding="utf-8") as f:
+            events += [json.loads(line) for line in f if line.strip()]
     names = set(e.get("event") for e in events)
     want = {"run.claimed", "effect.enqueued", "approval.consumed", "effect.sent", "run.completed"}
     check(want <= names, "the decision log records the claim, the approval and the send (%d lines)"

@@ -118,6 +118,10 @@ def main():
         die("%s: no User=" % args.service)
     pw = pwd.getpwnam(user)
     gid = grp.getgrnam(one(svc, "Service", "Group", user)).gr_gid
+    # systemd: the user's groups in the group database, and SupplementaryGroups=
+    groups = set(os.getgrouplist(user, gid))
+    for text in values(svc, "Service", "SupplementaryGroups"):
+        groups.update(grp.getgrnam(g).gr_gid for g in text.split())
 
     env = {"PATH": SYSTEMD_PATH, "USER": user, "LOGNAME": user, "HOME": pw.pw_dir,
            "SHELL": pw.pw_shell, "LANG": "C.UTF-8"}
@@ -175,7 +179,7 @@ def main():
                     os.dup2(sock.fileno(), 3)
                 os.set_inheritable(3, True)
                 env["LISTEN_PID"] = str(os.getpid())
-            os.setgroups([])
+            os.setgroups(sorted(groups))
             os.setgid(gid)
             os.setuid(pw.pw_uid)
             os.umask(umask)

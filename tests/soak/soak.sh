@@ -161,6 +161,7 @@ mkdir -p "$DIR/nginx/tmp" "$DIR/assets"
 install -m 0644 "$ROOT/templates/approval.css" "$DIR/assets/approval.css"
 sed -e "s|@PORT@|$NGINX_PORT|g" -e "s|@FCGI_SOCKET@|$DIR/fcgi.sock|g" \
 	-e "s|@STATE@|$DIR|g" -e "s|@ASSETS@|$DIR/assets|g" \
+	-e "s|@PROXY_SECRET_CONF@|$(dirname "$ONCEGATE_CONF")/proxy_secret.nginx|g" \
 	"$ROOT/nginx/oncegate-local.conf.in" >"$DIR/nginx/nginx.conf"
 NGINX_PID=$(nginx_start "$DIR/nginx") || { echo "soak.sh: nginx did not start" >&2; exit 1; }
 for ((i = 0; i < 300; i++)); do
