@@ -88,14 +88,18 @@ json.dump(c, open(sys.argv[1], "w", encoding="utf-8"), ensure_ascii=False, inden
 PY
 chmod 0644 "$CONTRACTS"/*.json
 CONF=$TMP/oncegate.conf
+# The proxy secret the responder rereads on SIGHUP as the user: its own.
+proxy_secret_make "$TMP" "$RUSER"
 awk -v sock="$SOCK" -v logf="$LOG" -v contracts="$CONTRACTS" -v pport="$PPORT" \
-	-v db="host=127.0.0.1 port=$PGPORT dbname=${PGDATABASE:-oncegate}" -v user="$RUSER" '
+	-v db="host=127.0.0.1 port=$PGPORT dbname=${PGDATABASE:-oncegate}" -v user="$RUSER" \
+	-v secret="$TMP/proxy_secret" '
 	/^\[target / { section = $0 }
 	/^listen = / { print "listen = " sock; next }
 	/^listen_owner = / { next }
 	/^user = / { next }
 	/^listen_group = / { print "listen_group = www-data"; print "user = " user; next }
 	/^log_file = / { print "log_file = " logf; next }
+	/^proxy_secret_file = / { print "proxy_secret_file = " secret; next }
 	/^contracts_dir = / { print "contracts_dir = " contracts; next }
 	/^database = / { print "database = \"" db "\""; next }
 	/^dispatch_poll_ms = / { next }
@@ -164,6 +168,7 @@ say "ok: both run as $RUSER ($nuid:$ngid); the socket is $sock_stat"
 PORT=$(free_port $((21000 + RANDOM % 8000)) 31000) || die "no free port"
 mkdir -p "$TMP/nginx/tmp"
 sed -e "s|@PORT@|$PORT|g" -e "s|@FCGI_SOCKET@|$SOCK|g" -e "s|@STATE@|$TMP|g" \
+	-e "s|@PROXY_SECRET_CONF@|$TMP/proxy_secret.nginx|g" \
 	"$ROOT/nginx/oncegate-local.conf.in" >"$TMP/nginx/nginx.conf"
 NGINX_PID=$(nginx_start "$TMP/nginx") || die "nginx did not start: $(cat "$TMP/nginx/error.log" 2>/dev/null)"
 URL=http://127.0.0.1:$PORT

@@ -252,3 +252,17 @@ scratch_end() {
 	if declare -F on_cleanup >/dev/null; then on_cleanup; fi
 	rm -rf "$TMP"
 }
+
+# proxy_secret_make DIR [OWNER]: a fresh proxy secret for a stack of a
+# scenario's own: DIR/proxy_secret (the responder's proxy_secret_file, 0600,
+# OWNER's when given: the user the responder runs as) and
+# DIR/proxy_secret.nginx (the include nginx's master reads at start and
+# sends it with, 0600 root; nginx/oncegate-local.conf.in's
+# @PROXY_SECRET_CONF@).
+proxy_secret_make() {
+	local dir=$1 owner=${2:-}
+	(umask 077 && head -c 36 /dev/urandom | base64 | tr '+/' '-_' >"$dir/proxy_secret" &&
+		printf 'fastcgi_param OG_PROXY_SECRET "%s";\n' "$(cat "$dir/proxy_secret")" \
+			>"$dir/proxy_secret.nginx")
+	[[ -z $owner ]] || chown "$owner" "$dir/proxy_secret"
+}

@@ -142,6 +142,10 @@ conf() { # SQL_DIR LOG SOCKET
 }
 (umask 077 && conf "$OLD/src/sql" "$TMP/old.log" "$TMP/old.sock" >"$TMP/old.conf" &&
 	conf "$ROOT/sql" "$TMP/new.log" "$TMP/new.sock" >"$TMP/new.conf")
+# nginx proves itself to this tree's responder with the proxy secret (the
+# previous release has no such setting and ignores the parameter).
+proxy_secret_make "$TMP"
+sed -i "/^csrf_secret = /a proxy_secret_file = $TMP/proxy_secret" "$TMP/new.conf"
 PGUSER=oncegate "$OLD/build/oncegatectl" -c "$TMP/old.conf" migrate >/dev/null 2>"$TMP/migrate-old.err" ||
 	die "the previous release's migrate failed: $(cat "$TMP/migrate-old.err")"
 octl() { PGUSER=oncegate-operator "$OLD/build/oncegatectl" -c "$TMP/old.conf" "$@"; }
@@ -155,7 +159,8 @@ HPORT=$(free_port 25000 32000)
 # upstream SOCKET: nginx's configuration, passing requests to SOCKET.
 upstream() {
 	sed -e "s|@PORT@|$HPORT|g" -e "s|@FCGI_SOCKET@|$1|g" -e "s|@STATE@|$TMP|g" \
-		-e "s|@ASSETS@|$TMP/assets|g" "$ROOT/nginx/oncegate-local.conf.in" >"$TMP/nginx/nginx.conf"
+		-e "s|@ASSETS@|$TMP/assets|g" -e "s|@PROXY_SECRET_CONF@|$TMP/proxy_secret.nginx|g" \
+		"$ROOT/nginx/oncegate-local.conf.in" >"$TMP/nginx/nginx.conf"
 }
 upstream "$TMP/old.sock"
 NGINX_PID=$(nginx_start "$TMP/nginx") || die "nginx did not start"
