@@ -44,7 +44,7 @@
 #include "testlib.h"
 
 #define CONTRACT  "inbox_mail"
-#define REQUESTER "n8n:support-inbox"
+#define REQUESTER "support-inbox@workflows.example"
 
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
 
