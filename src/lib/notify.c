@@ -152,8 +152,20 @@ notify_challenge(struct db *db, const struct contract *k, const struct notify_ch
 	return rc;
 }
 
+/* An effect type or target: a name the contract and the configuration
+ * admit ([a-z0-9_.-], "email.send") as it is; anything else neutralised. */
+static int
+put_name(struct buf *b, const char *s, enum neutralise_to to)
+{
+	size_t n = strlen(s);
+
+	if (n > 0 && n <= 64 && strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_.-") == n)
+		return buf_puts(b, s);
+	return neutralise_line(b, s, 64, to);
+}
+
 /* "email.send to demo_smtp: “subject”" (cut at max characters of the
- * subject), every part of it neutralised: the subject is the model's. */
+ * subject), the subject (the model's) neutralised. */
 static int
 put_what(struct buf *b, const json_t *summary, size_t max, enum neutralise_to to)
 {
@@ -161,8 +173,8 @@ put_what(struct buf *b, const json_t *summary, size_t max, enum neutralise_to to
 	const char *target = json_string_value(json_object_get(summary, "target"));
 	const char *subject = json_string_value(json_object_get(summary, "subject"));
 
-	if (neutralise_line(b, type != NULL ? type : "an effect", 64, to) != 0 ||
-	    buf_puts(b, " to ") != 0 || neutralise_line(b, target != NULL ? target : "?", 64, to) != 0)
+	if (put_name(b, type != NULL ? type : "an effect", to) != 0 || buf_puts(b, " to ") != 0 ||
+	    put_name(b, target != NULL ? target : "?", to) != 0)
 		return -1;
 	if (subject == NULL)
 		return 0;
@@ -188,7 +200,9 @@ chat_summary(const json_t *summary)
 		if (!json_is_string(v))
 			continue;
 		buf_reset(&t);
-		bad |= neutralise_line(&t, json_string_value(v), 1000, NEUTRALISE_CHAT) != 0 ||
+		bad |= (strcmp(name, "subject") == 0
+		            ? neutralise_line(&t, json_string_value(v), 1000, NEUTRALISE_CHAT)
+		            : put_name(&t, json_string_value(v), NEUTRALISE_CHAT)) != 0 ||
 		       json_object_set_new(out, name, json_string(t.data != NULL ? t.data : "")) != 0;
 	}
 	buf_free(&t);

@@ -531,11 +531,11 @@ START_TEST(test_hostile_text_inert)
 	              json_array_size(mails));
 	subj = JSTR(json_array_get(mails, 0), "subject");
 	body = JSTR(json_array_get(mails, 0), "body");
+	/* the first 120 characters of the draft's subject, neutralised */
 	snprintf(expect, sizeof(expect), "Approval needed: email.send to demo_smtp: \u201c%s",
 	         "Срочно <!channel> <@U024BE7LH> [Одобрить](hxxps[:]//gate[.]example[.]com[.]evil"
-	         "[.]example/approve/x) <hxxps[:]//evil[.]example|批准> <U+202E>gpj[.]exe");
-	ck_assert_msg(strncmp(subj, expect, strlen(expect)) == 0, "subject:\n%s\nwant:\n%s", subj,
-	              expect);
+	         "[.]example/approve/x) <hxxps[:]//evil[.]example|批准> <U+202E>gp\u2026\u201d");
+	ck_assert_msg(strcmp(subj, expect) == 0, "subject:\n%s\nwant:\n%s", subj, expect);
 	ck_assert_msg(strstr(subj, "://") == NULL, "a link in the subject: %s", subj);
 	assert_no_hidden("the mail's subject", subj);
 	assert_no_hidden("the mail's body", body);
