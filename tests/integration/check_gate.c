@@ -2355,7 +2355,8 @@ START_TEST(test_hostile_output)
 	    "\"quotes' & ]]> <img src=x onerror=alert(2)> </textarea><b>bold</b> <!-- c --> &amp;";
 	static const char *const source =
 	    "https://crm.example/ticket?id=42&x=\"><script>alert(3)</script>";
-	static const char *const requester = "<i>mallory</i>\"'&";
+	/* a person by mail address, with a hostile display name */
+	static const char *const requester = "<i>mallory</i>\"'& <mallory@example.com>";
 	struct submission s = { .source_url = source, .requested_by = requester };
 	struct gated g;
 	struct web w;
