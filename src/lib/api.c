@@ -287,6 +287,8 @@ static const struct problem_type {
 	{ "unknown_target", 422, "No such target", OG_OK },
 	{ "callback_not_allowed", 422, "The callback URL's origin is not allowed", OG_OK },
 	{ "requested_by_required", 422, "The contract requires requested_by", OG_OK },
+	{ "requested_by_not_a_person", 422, "requested_by must name a person by mail address",
+	  OG_OK },
 	{ "internal_error", 500, "Internal error", OG_ERROR },
 	{ "database_unavailable", 503, "The database is unavailable", OG_UNAVAILABLE },
 };

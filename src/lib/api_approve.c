@@ -392,11 +392,19 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 	struct api_card_draft dr = { 0 };
 	json_t *run = NULL;
 	enum og_rc lrc;
-	const char *state;
+	const char *state, *why;
 	bool post;
 
 	snprintf(c->key, sizeof(c->key), "%s", a->key);
 	f.approval_id = a->id;
+	/* Someone who may decide nothing here is told so, and sees nothing of
+	 * the request (whatever its state); a decision they post is refused
+	 * below with its reason. */
+	if (c->route->body != BODY_FORM && (why = api_card_refusal(c, a, "reject")) != NULL &&
+	    api_card_refusal(c, a, "approve") != NULL) {
+		api_card_not_yours(c, a, why, &f);
+		return;
+	}
 	/* The run (whether it still awaits a decision is checked again inside
 	 * the decision's transaction), the draft decided on and the votes. */
 	lrc = api_card_load(c, a, &run, &dr);
@@ -640,8 +648,8 @@ api_approve_inbox(struct api_call *c)
 		 * decides their own request under separation of duties */
 		if (id == NULL || !contract_approver_matches(approver, subject, c->req->auth_groups, sep))
 			continue;
-		if (json_is_true(json_object_get(e, "separation_of_duties")) && req != NULL &&
-		    strcasecmp(req, subject) == 0)
+		if (json_is_true(json_object_get(e, "separation_of_duties")) &&
+		    contract_is_requester(req, subject))
 			continue;
 		if ((sc = page_repeat(p, "entry")) == NULL)
 			break;

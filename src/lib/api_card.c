@@ -71,6 +71,33 @@ api_card_notice(struct api_call *c, int status, const char *event, const char *h
 	api_log(c, status >= 500 ? LOG_LEVEL_ERROR : LOG_LEVEL_NOTICE, event, f);
 }
 
+void
+api_card_not_yours(struct api_call *c, const struct gate_approval *a, const char *why,
+                   struct log_fields *f)
+{
+	struct page *p = c->ctx->pages != NULL ? page_new(c->ctx->pages, "notice") : NULL;
+	const char *heading = contract_approver_matches(a->approver, c->req->remote_user,
+	                                                c->req->auth_groups,
+	                                                c->ctx->cfg->auth_groups_separator[0])
+	                          ? "Separation of duties"
+	                          : "Not your approval";
+	char signed_in[OG_FIELD_MAX + 64];
+
+	snprintf(signed_in, sizeof(signed_in), "You are signed in as %s. Nothing was changed.",
+	         c->req->remote_user);
+	if (p != NULL) {
+		(void)page_text(p, "title", heading);
+		(void)page_text(p, "heading", heading);
+		(void)page_text(p, "message", why);
+		(void)page_text(p, "detail", signed_in);
+	}
+	api_card_answer(c, 403, p);
+	f->approval_id = a->id;
+	f->reason = "forbidden";
+	f->detail = why;
+	api_log(c, LOG_LEVEL_NOTICE, "approval.not_yours", f);
+}
+
 static char *
 pretty(const json_t *v)
 {
@@ -377,8 +404,7 @@ api_card_refusal(const struct api_call *c, const struct gate_approval *a, const 
 	if (!contract_approver_matches(a->approver, subject, c->req->auth_groups,
 	                               c->ctx->cfg->auth_groups_separator[0]))
 		return "You are not among the approvers this link was issued to.";
-	if (a->separation_of_duties && a->requested_by != NULL &&
-	    strcasecmp(a->requested_by, subject) == 0)
+	if (a->separation_of_duties && contract_is_requester(a->requested_by, subject))
 		return "You requested this action, so someone else must approve it.";
 	if (a->separation_of_duties && a->requested_by == NULL &&
 	    strcmp(decision, "approve") == 0)

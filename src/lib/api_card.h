@@ -57,6 +57,11 @@ bool api_card_editable(const struct api_call *c, const struct gate_approval *a,
 /* Renders a filled page as the answer; consumes p. */
 void api_card_answer(struct api_call *c, int status, struct page *p);
 /* The notice page: unknown, expired, used, refused. One log line. */
+/* The page of a person who may take no decision on challenge a (why:
+ * api_card_refusal's words): 403, that it is not theirs and who they are
+ * signed in as, and nothing of the request. */
+void api_card_not_yours(struct api_call *c, const struct gate_approval *a, const char *why,
+                        struct log_fields *f);
 void api_card_notice(struct api_call *c, int status, const char *event, const char *heading,
                      const char *message, struct log_fields *f);
 /* The page of an approval that was decided. */

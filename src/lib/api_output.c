@@ -74,7 +74,7 @@ api_output_submit(struct api_call *c)
 	json_t *output, *effect, *model, *errors = NULL, *answer = NULL;
 	json_t *effect_doc = NULL, *sent = NULL;
 	const struct config_target *target;
-	char sample_detail[128] = "";
+	char sample_detail[128] = "", person[OG_MAIL_ADDRESS_MAX + 1];
 	struct decide_output d = { 0 };
 	bool human;
 	enum og_rc lrc;
@@ -131,11 +131,26 @@ api_output_submit(struct api_call *c)
 		goto out;
 	/* Separation of duties compares the approver with the requester: with
 	 * no requester named, the requester could approve unseen. */
-	if (contract_separation_of_duties(contract) &&
+	if (contract_requester_must_be_person(contract) &&
 	    (lo.requested_by == NULL || lo.requested_by[strspn(lo.requested_by, " \t")] == '\0')) {
 		call_unprocessable(c, "requested_by_required",
-		                   "the contract requires separation of duties: requested_by must "
-		                   "name who asked for this action, so that they cannot approve it",
+		                   contract_separation_of_duties(contract)
+		                       ? "the contract requires separation of duties: requested_by "
+		                         "must name who asked for this action, so that they cannot "
+		                         "approve it"
+		                       : "the contract requires requested_by: the mail address of "
+		                         "who asked for this action",
+		                   "requested_by");
+		goto out;
+	}
+	/* A requester compared with approvers must be a person: "bob" or
+	 * "n8n:inbox" is nobody the approver could be told apart from. */
+	if (contract_requester_must_be_person(contract) &&
+	    !contract_person(lo.requested_by, person)) {
+		call_unprocessable(c, "requested_by_not_a_person",
+		                   "requested_by must name a person by mail address "
+		                   "(\"bob@example.com\" or \"Bob Smith <bob@example.com>\"): the "
+		                   "contract compares the approver with the requester",
 		                   "requested_by");
 		goto out;
 	}

@@ -72,8 +72,26 @@ names_check(struct jload *ld, const json_t *v, const void *arg)
 	return true;
 }
 
+/* An entry of allowed_types: a name, and none of oncegate's own types
+ * (approval.* notices, decision.* callbacks), which only oncegate queues:
+ * allowed to a workflow, they would mail any approval's link or post to a
+ * URL of its choosing. */
+static bool
+types_check(struct jload *ld, const json_t *v, const void *arg)
+{
+	const char *s;
+
+	if (!names_check(ld, v, arg))
+		return false;
+	s = json_string_value(v);
+	if (strncmp(s, "approval.", 9) == 0 || strncmp(s, "decision.", 9) == 0)
+		return jload_fail(ld, "\"%s\" is one of oncegate's own effect types (approval.*, "
+		                  "decision.*): no contract can allow it", s);
+	return true;
+}
+
 static const struct jload_list types_list = {
-	"allowed_types", 1, OG_CONTRACT_ALLOWED_MAX, "names", names_check, NULL, NULL,
+	"allowed_types", 1, OG_CONTRACT_ALLOWED_MAX, "names", types_check, NULL, NULL,
 };
 
 static const struct jload_list targets_list = {
@@ -331,6 +349,12 @@ contract_parse(struct jload *ld, const char *stem, const char *data, size_t len)
 	     jload_strings(ld, eff, &types_list, c->types, &c->ntypes) &&
 	     jload_strings(ld, eff, &targets_list, c->targets, &c->ntargets) &&
 	     compile_effect_types(ld, c, json_object_get(eff, "types"));
+	jptr_pop(&ld->at, m);
+	if (!ok)
+		goto out;
+	ok = false;
+	m = jptr_push_str(&ld->at, "gate");
+	ok = contract_gate_check_editable(ld, c);
 	jptr_pop(&ld->at, m);
 	if (!ok)
 		goto out;

@@ -20,7 +20,10 @@
  *                                   a group name ("group:customer support")
  *       "expires_seconds": N,       60..2592000, default 86400
  *       "allowed_decisions": ["approve", "reject"],   non-empty subset, default both
- *       "separation_of_duties": B   default true
+ *       "separation_of_duties": B   default true: requested_by must name a
+ *                                   person (a mail address), who cannot approve
+ *       "requested_by_mail": B      default false: requested_by must name a
+ *                                   person even without separation of duties
  *       "min_approvals": N,         1..20, default 1: distinct people who must
  *                                   approve (any reject ends the run); at most
  *                                   the number of approvers when none is a group
@@ -28,6 +31,11 @@
  *                                   output members, allowed by the schema as
  *                                   strings, that an approver may correct
  *                                   before approving
+ *       "editable_allow": {NAME: {"mail_domains": [D, …]} | {"url_prefixes": [U, …]}}
+ *                                   optional, keys among editable: where a
+ *                                   correction may point; required for an
+ *                                   editable member an effect takes from the
+ *                                   output as to, cc, bcc, reply_to or url
  *       "notify": {APPROVER: {"target": T, "to"?: [ADDRESS, …]}, …},
  *                                   optional: whom to tell (contract_notify.c)
  *       "remind_after_seconds": N,  optional, below expires_seconds, with notify
@@ -36,7 +44,9 @@
  *                                   nobody decided in time
  *     },
  *     "effects": {                                    required
- *       "allowed_types": ["email.send"],      non-empty, distinct, [a-z0-9_.]{1,64}
+ *       "allowed_types": ["email.send"],      non-empty, distinct, [a-z0-9_.]{1,64},
+ *                                             never oncegate's own approval.* or
+ *                                             decision.*
  *       "allowed_targets": ["demo_smtp"],     the same
  *       "types": {                            optional; keys among allowed_types
  *         "email.send": {
@@ -145,6 +155,9 @@ int contract_expires_seconds(const struct contract *c);  /* approval expiry */
  * output is terminal). */
 int contract_repair_attempts(const struct contract *c);
 bool contract_separation_of_duties(const struct contract *c);
+/* Must an output's requested_by name a person (contract_person)? Under
+ * separation of duties, and when gate.requested_by_mail says so. */
+bool contract_requester_must_be_person(const struct contract *c);
 bool contract_decision_allowed(const struct contract *c, const char *decision); /* "approve" / "reject" */
 json_t *contract_allowed_decisions(const struct contract *c); /* new JSON array of strings */
 /* Distinct people who must approve (gate.min_approvals, 1 by default). */
@@ -192,6 +205,28 @@ int contract_targets_check(const struct contract_set *set, const struct config *
  * empty subject never matches. */
 bool contract_approver_matches(const char *approver, const char *subject, const char *groups,
                                char sep);
+
+/* The person text s names, as separation of duties compares people: the
+ * addr-spec of a mail address ("bob@example.com", "Bob Smith
+ * <bob@example.com>", either trimmed of spaces and tabs), in ASCII lower
+ * case, into out (OG_MAIL_ADDRESS_MAX + 1 bytes). False, and out empty,
+ * when s names no person ("bob", "n8n:inbox", NULL). */
+bool contract_person(const char *s, char *out);
+
+/* Is the signed-in subject the run's requester? Two people (mail
+ * addresses) are the same when their addr-specs are; when either side
+ * names no person (a replay's operator role, a sign-in without a mail
+ * address) the trimmed, case-folded texts are compared, and also each
+ * with the other's mailbox (the local part), so "Bob" is bob@example.com. */
+bool contract_is_requester(const char *requested_by, const char *subject);
+
+/* May editable member name be corrected to value? Members with no
+ * gate.editable_allow entry may (the schema and the effect still judge
+ * them); one with an entry must be a mail address at one of its
+ * mail_domains (ASCII case ignored) or a URL starting with one of its
+ * url_prefixes. NULL when it may, else why not. */
+const char *contract_edit_refusal(const struct contract *c, const char *name,
+                                  const json_t *value);
 
 bool contract_effect_allowed(const struct contract *c, const char *type, const char *target);
 

@@ -9,7 +9,9 @@
 #include <string.h>
 #include <strings.h>
 
+#include "caps.h"
 #include "contract_int.h"
+#include "effect.h"
 #include "jptr.h"
 
 static const char *const op_names[] = {
@@ -19,8 +21,8 @@ static const char *const op_names[] = {
 
 static const char *const gate_members[] = {
 	"mode", "window_seconds", "auto_when", "sample_rate", "approvers",
-	"expires_seconds", "allowed_decisions", "separation_of_duties", "min_approvals",
-	"editable", "notify", "remind_after_seconds", "escalate_after_seconds", "escalate_to",
+	"expires_seconds", "allowed_decisions", "separation_of_duties", "requested_by_mail",
+	"min_approvals", "editable", "editable_allow", "notify", "remind_after_seconds", "escalate_after_seconds", "escalate_to",
 	NULL,
 };
 
@@ -211,6 +213,165 @@ editable_check(struct jload *ld, const json_t *v, const void *arg)
 	return true;
 }
 
+/* Payload members that say where an effect goes: a mail's recipients and a
+ * request's URL. Editable only with an allow-list. */
+static const char *const recipient_members[] = { "to", "cc", "bcc", "reply_to", NULL };
+
+static bool
+is_recipient(const char *name)
+{
+	size_t i;
+
+	for (i = 0; recipient_members[i] != NULL; i++)
+		if (strcmp(recipient_members[i], name) == 0)
+			return true;
+	return false;
+}
+
+/* A domain of mail_domains: lower-case labels of [a-z0-9-] joined by dots. */
+static bool
+mail_domain_ok(const char *s)
+{
+	size_t n = strlen(s), i;
+
+	if (n == 0 || n > 253 || s[0] == '.' || s[n - 1] == '.' || s[0] == '-')
+		return false;
+	for (i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-' ||
+		      (s[i] == '.' && s[i + 1] != '.')))
+			return false;
+	return strchr(s, '.') != NULL;
+}
+
+/* A prefix of url_prefixes: http(s)://host/…, ending in "/", so that
+ * "https://crm.example/" never admits "https://crm.example.evil/". */
+static bool
+url_prefix_ok(const char *s)
+{
+	size_t n = strlen(s);
+	const char *host = strncmp(s, "https://", 8) == 0  ? s + 8
+	                   : strncmp(s, "http://", 7) == 0 ? s + 7
+	                                                   : NULL;
+
+	return host != NULL && n < 2048 && host[0] != '/' && strchr(host, '/') != NULL &&
+	       s[n - 1] == '/' && strpbrk(s, " \t\r\n@\\") == NULL;
+}
+
+/* gate.editable_allow: {"<editable member>": {"mail_domains": [...]} or
+ * {"url_prefixes": [...]}}. */
+static bool
+compile_editable_allow(struct jload *ld, struct contract *c, const json_t *gate)
+{
+	const json_t *allow = json_object_get(gate, "editable_allow"), *e, *list, *v;
+	const char *name;
+	struct jptr_mark m, me, ml;
+	size_t i, k;
+	bool mail;
+
+	if (allow == NULL)
+		return true;
+	if (!json_is_object(allow) || json_object_size(allow) == 0)
+		return jload_fail_at(ld, "editable_allow", "must be an object of editable members");
+	m = jptr_push_str(&ld->at, "editable_allow");
+	json_object_foreach((json_t *)(uintptr_t)allow, name, e) {
+		me = jptr_push_str(&ld->at, name);
+		if (!contract_is_editable(c, name))
+			return jload_fail(ld, "\"%s\" is not a member of gate.editable", name);
+		mail = json_object_get(e, "mail_domains") != NULL;
+		if (!json_is_object(e) || json_object_size(e) != 1 ||
+		    (!mail && json_object_get(e, "url_prefixes") == NULL))
+			return jload_fail(ld, "must be {\"mail_domains\": [...]} or "
+			                  "{\"url_prefixes\": [...]}");
+		list = json_object_get(e, mail ? "mail_domains" : "url_prefixes");
+		if (!json_is_array(list) || json_array_size(list) == 0 ||
+		    json_array_size(list) > OG_CONTRACT_ALLOWED_MAX)
+			return jload_fail_at(ld, mail ? "mail_domains" : "url_prefixes",
+			                     "must be an array of 1..%d entries",
+			                     OG_CONTRACT_ALLOWED_MAX);
+		ml = jptr_push_str(&ld->at, mail ? "mail_domains" : "url_prefixes");
+		json_array_foreach(list, i, v) {
+			struct jptr_mark mi = jptr_push_index(&ld->at, i);
+			const char *t = json_string_value(v);
+
+			if (t == NULL || (mail ? !mail_domain_ok(t) : !url_prefix_ok(t)))
+				return jload_fail(ld, mail ? "must be a mail domain in lower case "
+				                             "(\"support.example.com\")"
+				                           : "must be an http(s) URL prefix ending in "
+				                             "\"/\" (\"https://crm.example/contacts/\")");
+			for (k = 0; k < i; k++)
+				if (strcmp(json_string_value(json_array_get(list, k)), t) == 0)
+					return jload_fail(ld, "duplicate of entry %zu", k);
+			jptr_pop(&ld->at, mi);
+		}
+		jptr_pop(&ld->at, ml);
+		jptr_pop(&ld->at, me);
+	}
+	jptr_pop(&ld->at, m);
+	c->editable_allow = allow;
+	return true;
+}
+
+bool
+contract_gate_check_editable(struct jload *ld, const struct contract *c)
+{
+	const json_t *e;
+	size_t i, d, k;
+
+	for (i = 0; i < c->neditable; i++) {
+		const char *name = c->editable[i];
+		bool url = strcmp(name, "url") == 0;
+
+		if (!url && !is_recipient(name))
+			continue;
+		e = c->editable_allow != NULL ? json_object_get(c->editable_allow, name) : NULL;
+		for (d = 0; d < c->ndecls; d++)
+			for (k = 0; k < c->decls[d].nfrom; k++) {
+				if (strcmp(c->decls[d].from_output[k], name) != 0)
+					continue;
+				if (json_object_get(e, url ? "url_prefixes" : "mail_domains") != NULL)
+					continue;
+				return jload_fail_at(ld, "editable", "\"%s\" says where a %s effect goes "
+				                     "(effects.types.%s.from_output): it is editable only "
+				                     "with gate.editable_allow.%s listing the %s it may "
+				                     "go to", name, c->decls[d].type, c->decls[d].type,
+				                     name, url ? "url_prefixes" : "mail_domains");
+			}
+	}
+	return true;
+}
+
+const char *
+contract_edit_refusal(const struct contract *c, const char *name, const json_t *value)
+{
+	const json_t *e = c->editable_allow != NULL ? json_object_get(c->editable_allow, name)
+	                                            : NULL;
+	const json_t *domains = json_object_get(e, "mail_domains");
+	const json_t *prefixes = json_object_get(e, "url_prefixes"), *v;
+	const char *s = json_string_value(value), *at;
+	size_t i;
+
+	if (e == NULL)
+		return NULL;
+	if (s == NULL)
+		return "must be text";
+	if (domains != NULL) {
+		at = strrchr(s, '@');
+		if (!effect_mail_address_ok(s) || at == NULL)
+			return "must be one mail address";
+		json_array_foreach(domains, i, v)
+			if (strcasecmp(at + 1, json_string_value(v)) == 0)
+				return NULL;
+		return "may only be corrected to an address at one of the domains the contract "
+		       "allows (gate.editable_allow)";
+	}
+	json_array_foreach(prefixes, i, v)
+		if (strncmp(s, json_string_value(v), json_string_length(v)) == 0 &&
+		    strpbrk(s, " \t\r\n") == NULL)
+			return NULL;
+	return "may only be corrected to a URL under one the contract allows "
+	       "(gate.editable_allow)";
+}
+
 /* gate.min_approvals: within 1..OG_CONTRACT_QUORUM_MAX and, when every
  * approver entry names one person (no group, whose members are not known
  * here), at most the number of those people. */
@@ -317,8 +478,10 @@ contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate)
 	               &c->expires_seconds) &&
 	       compile_decisions(ld, c, gate) &&
 	       jload_bool(ld, gate, "separation_of_duties", true, &c->separation_of_duties) &&
+	       jload_bool(ld, gate, "requested_by_mail", false, &c->requested_by_mail) &&
 	       compile_quorum(ld, c, gate) &&
 	       jload_strings(ld, gate, &editable_list, c->editable, &c->neditable) &&
+	       compile_editable_allow(ld, c, gate) &&
 	       jload_strings(ld, gate, &escalate_list, c->escalate_to, &c->nescalate) &&
 	       contract_notify_load(ld, c, gate);
 }
@@ -360,6 +523,101 @@ bool
 contract_separation_of_duties(const struct contract *c)
 {
 	return c->separation_of_duties;
+}
+
+bool
+contract_requester_must_be_person(const struct contract *c)
+{
+	return c->separation_of_duties || c->requested_by_mail;
+}
+
+/* s[0..n) without ASCII spaces and tabs around it. */
+static const char *
+trim(const char *s, size_t *n)
+{
+	while (*n > 0 && (*s == ' ' || *s == '\t')) {
+		s++;
+		(*n)--;
+	}
+	while (*n > 0 && (s[*n - 1] == ' ' || s[*n - 1] == '\t'))
+		(*n)--;
+	return s;
+}
+
+bool
+contract_person(const char *s, char *out)
+{
+	size_t n = s != NULL ? strlen(s) : 0, i;
+	const char *lt;
+
+	out[0] = '\0';
+	s = trim(s != NULL ? s : "", &n);
+	/* "Display Name <addr>": the address in the last angle brackets */
+	if (n > 0 && s[n - 1] == '>') {
+		for (lt = s + n - 1; lt > s && *lt != '<'; lt--)
+			;
+		if (*lt != '<')
+			return false;
+		n = (size_t)(s + n - 1 - (lt + 1));
+		s = trim(lt + 1, &n);
+	}
+	if (n == 0 || n > OG_MAIL_ADDRESS_MAX)
+		return false;
+	for (i = 0; i < n; i++)
+		out[i] = (char)((s[i] >= 'A' && s[i] <= 'Z') ? s[i] - 'A' + 'a' : s[i]);
+	out[n] = '\0';
+	if (!effect_mail_address_ok(out)) {
+		out[0] = '\0';
+		return false;
+	}
+	return true;
+}
+
+/* The name a text gives when it names no person: trimmed, ASCII case
+ * folded, into out (cut at its size). */
+static void
+loose_name(const char *s, char *out, size_t len)
+{
+	size_t n = strlen(s), i;
+
+	s = trim(s, &n);
+	for (i = 0; i < n && i + 1 < len; i++)
+		out[i] = (char)((s[i] >= 'A' && s[i] <= 'Z') ? s[i] - 'A' + 'a' : s[i]);
+	out[i] = '\0';
+}
+
+bool
+contract_is_requester(const char *requested_by, const char *subject)
+{
+	char r[OG_MAIL_ADDRESS_MAX + 1], p[OG_MAIL_ADDRESS_MAX + 1];
+	char rl[OG_FIELD_MAX + 1], pl[OG_FIELD_MAX + 1];
+	bool rp, pp;
+	char *at;
+
+	if (requested_by == NULL || subject == NULL)
+		return false;
+	rp = contract_person(requested_by, r);
+	pp = contract_person(subject, p);
+	if (rp && pp)
+		return strcmp(r, p) == 0;
+	/* One side names no person (a replay's operator, a sign-in without a
+	 * mail address): the same text, or one's name equal to the other's
+	 * mailbox, counts as the same person, on the safe side. */
+	loose_name(requested_by, rl, sizeof(rl));
+	loose_name(subject, pl, sizeof(pl));
+	if (rl[0] == '\0' || pl[0] == '\0')
+		return false;
+	if (strcmp(rl, pl) == 0)
+		return true;
+	if (rp && (at = strchr(r, '@')) != NULL) {
+		*at = '\0';
+		return strcmp(r, pl) == 0;
+	}
+	if (pp && (at = strchr(p, '@')) != NULL) {
+		*at = '\0';
+		return strcmp(p, rl) == 0;
+	}
+	return false;
 }
 
 bool

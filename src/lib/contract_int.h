@@ -48,6 +48,7 @@ struct contract {
 	int repair_attempts;
 	double sample_rate;
 	bool separation_of_duties;
+	bool requested_by_mail;    /* requested_by must name a person by mail address */
 	bool allow_approve, allow_reject;
 	const char *approvers[OG_CONTRACT_APPROVERS_MAX];
 	size_t napprovers;
@@ -59,6 +60,7 @@ struct contract {
 	int min_approvals;            /* distinct people who must approve */
 	const char *editable[OG_CONTRACT_EDITABLE_MAX];   /* top-level output members */
 	size_t neditable;
+	const json_t *editable_allow; /* gate.editable_allow, NULL when absent */
 	struct rule rules[OG_CONTRACT_RULES_MAX];
 	size_t nrules;
 	const char *types[OG_CONTRACT_ALLOWED_MAX];
@@ -85,6 +87,9 @@ bool contract_member_check(struct jload *ld, const json_t *v, const struct schem
  * already compiled (auto_when paths into the output are checked against
  * it). False with the failure in ld. */
 bool contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate);
+/* With effects loaded: an editable member that an effect takes from the
+ * output as its recipients or URL needs its gate.editable_allow entry. */
+bool contract_gate_check_editable(struct jload *ld, const struct contract *c);
 /* Loads notify, remind_after_seconds and escalate_after_seconds of "gate"
  * (approvers, escalate_to and expires_seconds already loaded). */
 bool contract_notify_load(struct jload *ld, struct contract *c, const json_t *gate);

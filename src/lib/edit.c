@@ -136,6 +136,24 @@ edit_check(const struct contract *c, const char *type, bool mail, const json_t *
 	if ((payload = json_deep_copy(proposed)) == NULL)
 		return NULL;
 	n = effect_from_output(c, type, names, OG_CONTRACT_FROM_OUTPUT_MAX);
+	/* where the effect goes is corrected only within the contract's
+	 * allow-list */
+	for (i = 0; i < n; i++) {
+		const json_t *now = json_object_get(output, names[i]);
+		const char *why;
+		char path[OG_CONTRACT_NAME_MAX + 2] = "/";
+
+		if (now == NULL || json_equal(now, json_object_get(proposed, names[i])) ||
+		    (why = contract_edit_refusal(c, names[i], now)) == NULL)
+			continue;
+		strncat(path, names[i], sizeof(path) - 2);
+		(void)json_array_append_new(errors, json_pack("{s:s, s:s, s:s}", "path", path, "rule",
+		                                              "editable_allow", "message", why));
+	}
+	if (json_array_size(errors) > before) {
+		json_decref(payload);
+		return NULL;
+	}
 	for (i = 0; i < n && json_is_object(payload); i++)
 		(void)json_object_del(payload, names[i]);
 	sent = effect_build(c, type, mail, payload, output, EFFECT_AT_OUTPUT, errors);

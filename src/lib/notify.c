@@ -3,15 +3,16 @@
  * use case over the outbox's functions) and the message the dispatcher
  * makes of it with a fresh link (notify_message). See notify.h.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "buf.h"
 #include "canon.h"
+#include "neutralise.h"
 #include "contract.h"
 #include "notify.h"
-#include "utf8.h"
 
 static const char *const why_names[] = { "new", "reminder", "escalation", "resend" };
 
@@ -151,57 +152,65 @@ notify_challenge(struct db *db, const struct contract *k, const struct notify_ch
 	return rc;
 }
 
-/* s as one line of at most max characters: controls become spaces, runs of
- * spaces one, and a cut ends in "…". */
+/* An effect type or target: a name the contract and the configuration
+ * admit ([a-z0-9_.-], "email.send") as it is; anything else neutralised. */
 static int
-put_line(struct buf *b, const char *s, size_t max)
+put_name(struct buf *b, const char *s, enum neutralise_to to)
 {
-	const unsigned char *p = (const unsigned char *)s;
-	size_t n = strlen(s), i = 0, chars = 0, len;
-	bool space = false;
-	long cp;
+	size_t n = strlen(s);
 
-	while (i < n) {
-		len = utf8_decode(p + i, n - i, &cp);
-		if (chars == max)
-			return buf_puts(b, "\xe2\x80\xa6");
-		if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0) || cp == 0x2028 ||
-		    cp == 0x2029 || cp == ' ') {
-			if (!space && chars > 0 && buf_puts(b, " ") != 0)
-				return -1;
-			space = true;
-		} else {
-			if (cp < 0) {
-				if (buf_puts(b, "\xef\xbf\xbd") != 0)
-					return -1;
-			} else if (buf_append(b, p + i, len) != 0) {
-				return -1;
-			}
-			space = false;
-		}
-		chars++;
-		i += len;
-	}
-	return 0;
+	if (n > 0 && n <= 64 && strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_.-") == n)
+		return buf_puts(b, s);
+	return neutralise_line(b, s, 64, to);
 }
 
-/* "email.send to demo_smtp: “subject”" (cut at max characters of the subject). */
+/* "email.send to demo_smtp: “subject”" (cut at max characters of the
+ * subject), the subject (the model's) neutralised. */
 static int
-put_what(struct buf *b, const json_t *summary, size_t max)
+put_what(struct buf *b, const json_t *summary, size_t max, enum neutralise_to to)
 {
 	const char *type = json_string_value(json_object_get(summary, "type"));
 	const char *target = json_string_value(json_object_get(summary, "target"));
 	const char *subject = json_string_value(json_object_get(summary, "subject"));
 
-	if (put_line(b, type != NULL ? type : "an effect", 64) != 0 || buf_puts(b, " to ") != 0 ||
-	    put_line(b, target != NULL ? target : "?", 64) != 0)
+	if (put_name(b, type != NULL ? type : "an effect", to) != 0 || buf_puts(b, " to ") != 0 ||
+	    put_name(b, target != NULL ? target : "?", to) != 0)
 		return -1;
 	if (subject == NULL)
 		return 0;
-	return buf_puts(b, ": \xe2\x80\x9c") != 0 || put_line(b, subject, max) != 0 ||
+	return buf_puts(b, ": \xe2\x80\x9c") != 0 || neutralise_line(b, subject, max, to) != 0 ||
 	               buf_puts(b, "\xe2\x80\x9d") != 0
 	           ? -1
 	           : 0;
+}
+
+/* The chat body's summary: the card's, each text neutralised. */
+static json_t *
+chat_summary(const json_t *summary)
+{
+	json_t *out = json_object(), *v;
+	const char *name;
+	struct buf t;
+	int bad = 0;
+
+	if (out == NULL)
+		return NULL;
+	buf_init(&t, 16384);
+	json_object_foreach((json_t *)(uintptr_t)summary, name, v) {
+		if (!json_is_string(v))
+			continue;
+		buf_reset(&t);
+		bad |= (strcmp(name, "subject") == 0
+		            ? neutralise_line(&t, json_string_value(v), 1000, NEUTRALISE_CHAT)
+		            : put_name(&t, json_string_value(v), NEUTRALISE_CHAT)) != 0 ||
+		       json_object_set_new(out, name, json_string(t.data != NULL ? t.data : "")) != 0;
+	}
+	buf_free(&t);
+	if (bad) {
+		json_decref(out);
+		return NULL;
+	}
+	return out;
 }
 
 static const char *
@@ -225,8 +234,9 @@ notify_message(const json_t *notice, const char *link, const char *client, bool 
 	const char *expires = json_string_value(json_object_get(notice, "expires_at"));
 	const char *contract = json_string_value(json_object_get(notice, "contract"));
 	const char *key = json_string_value(json_object_get(notice, "key"));
+	enum neutralise_to how = mail ? NEUTRALISE_MAIL : NEUTRALISE_CHAT;
 	struct buf subject, body;
-	json_t *out = NULL;
+	json_t *out = NULL, *shown = NULL;
 	int bad = 0;
 
 	if (!json_is_object(summary) || link == NULL || approver == NULL || key == NULL) {
@@ -243,24 +253,28 @@ notify_message(const json_t *notice, const char *link, const char *client, bool 
 	}
 	buf_init(&subject, 4096);
 	buf_init(&body, 65536);
+	/* The link first, alone on its line, before any quoted text: whatever
+	 * the model wrote comes after it, neutralised (neutralise.h). */
 	bad |= buf_puts(&subject, lead_of(reason)) != 0 || buf_puts(&subject, ": ") != 0 ||
-	       put_what(&subject, summary, NOTIFY_SUBJECT_QUOTE_MAX) != 0;
-
-	bad |= buf_puts(&body, lead_of(reason)) != 0 || buf_puts(&body, ".\n\n") != 0;
-	bad |= buf_puts(&body, "What:       ") != 0 || put_what(&body, summary, 1000) != 0 ||
+	       put_what(&subject, summary, NOTIFY_SUBJECT_QUOTE_MAX, NEUTRALISE_MAIL) != 0;
+	bad |= buf_puts(&body, lead_of(reason)) != 0 || buf_puts(&body, ".\n\n") != 0 ||
+	       buf_puts(&body, "Read the request and decide here (sign-in required):\n") != 0 ||
+	       buf_puts(&body, link) != 0 || buf_puts(&body, "\n\n") != 0;
+	bad |= buf_puts(&body, "What:       ") != 0 || put_what(&body, summary, 1000, how) != 0 ||
 	       buf_puts(&body, "\n") != 0;
 	bad |= buf_puts(&body, "Asked by:   ") != 0 ||
-	       put_line(&body, asked != NULL ? asked : "the workflow", 256) != 0;
+	       neutralise_line(&body, asked != NULL ? asked : "the workflow", 256, how) != 0;
 	if (client != NULL && client[0] != '\0')
-		bad |= buf_puts(&body, " (API client ") != 0 || put_line(&body, client, 72) != 0 ||
-		       buf_puts(&body, ")") != 0;
-	bad |= buf_puts(&body, "\nRun:        ") != 0 || put_line(&body, key, 256) != 0;
+		bad |= buf_puts(&body, " (API client ") != 0 ||
+		       neutralise_line(&body, client, 72, how) != 0 || buf_puts(&body, ")") != 0;
+	bad |= buf_puts(&body, "\nRun:        ") != 0 || neutralise_line(&body, key, 256, how) != 0;
 	if (contract != NULL)
-		bad |= buf_puts(&body, " (contract ") != 0 || put_line(&body, contract, 64) != 0 ||
-		       buf_puts(&body, ")") != 0;
-	bad |= buf_puts(&body, "\nFor:        ") != 0 || put_line(&body, approver, 256) != 0;
+		bad |= buf_puts(&body, " (contract ") != 0 ||
+		       neutralise_line(&body, contract, 64, how) != 0 || buf_puts(&body, ")") != 0;
+	bad |= buf_puts(&body, "\nFor:        ") != 0 ||
+	       neutralise_line(&body, approver, 256, how) != 0;
 	bad |= buf_puts(&body, "\nExpires:    ") != 0 ||
-	       put_line(&body, expires != NULL ? expires : "?", 64) != 0;
+	       neutralise_line(&body, expires != NULL ? expires : "?", 64, how) != 0;
 	if (reason != NULL && strcmp(reason, "reminder") == 0)
 		bad |= buf_puts(&body, "\n\nThe request still waits for a decision. This reminder "
 		                       "carries a new link; the link of the earlier message no "
@@ -271,11 +285,11 @@ notify_message(const json_t *notice, const char *link, const char *client, bool 
 	else if (reason != NULL && strcmp(reason, "resend") == 0)
 		bad |= buf_puts(&body, "\n\nThis message was sent again with a new link; the link "
 		                       "of the earlier message no longer works.") != 0;
-	bad |= buf_puts(&body, "\n\nRead the request and decide here (sign-in required):\n") != 0 ||
-	       buf_puts(&body, link) != 0 ||
-	       buf_puts(&body, "\n\nOpening the link changes nothing; only the buttons on the page "
-	                       "decide. Approving sends the effect once. The link is for you "
-	                       "alone: do not forward it.\n") != 0;
+	bad |= buf_puts(&body, "\n\nOnly the link at the top is oncegate's: links and markup in "
+	                       "the quoted request are shown inert (hxxps[:]//, [.]). Opening the "
+	                       "link changes nothing; only the buttons on the page decide. "
+	                       "Approving sends the effect once. The link is for you alone: do "
+	                       "not forward it.\n") != 0;
 	if (bad || subject.overflow || body.overflow) {
 		snprintf(why, whylen, "the message could not be made");
 		goto out;
@@ -284,11 +298,14 @@ notify_message(const json_t *notice, const char *link, const char *client, bool 
 		out = json_pack("{s:O, s:s, s:s}", "to", to, "subject", subject.data, "body",
 		                body.data);
 	else
-		out = json_pack("{s:s, s:O, s:s}", "text", body.data, "summary", summary, "link",
-		                link);
+		out = (shown = chat_summary(summary)) == NULL
+		          ? NULL
+		          : json_pack("{s:s, s:O, s:s}", "text", body.data, "summary", shown, "link",
+		                      link);
 	if (out == NULL)
 		snprintf(why, whylen, "out of memory");
 out:
+	json_decref(shown);
 	buf_free(&subject);
 	buf_free(&body);
 	return out;

@@ -56,7 +56,9 @@ enum og_rc notify_challenge(struct db *db, const struct contract *k,
 /* The message of a stored notice with its link, as the target's provider
  * sends it: for a mail target (mail) {"to", "subject", "body"} in plain
  * text; for a chat webhook {"text", "summary", "link"} (Slack and Teams
- * incoming webhooks read "text"). NULL with a reason when the notice
+ * incoming webhooks read "text"). The link stands first, alone on its
+ * line; every quoted text (the drafted subject, requested_by, the key …)
+ * is neutralised for the medium (neutralise.h), in "summary" too. NULL with a reason when the notice
  * cannot become one (addresses for a webhook, none for a mail target). */
 json_t *notify_message(const json_t *notice, const char *link, const char *client, bool mail,
                        char *why, size_t whylen) __attribute__((warn_unused_result));

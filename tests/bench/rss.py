@@ -75,7 +75,7 @@ def one(url, key, run, n):
     wide = ",".join(f'"f{i}":{i % 7}' for i in range(1, 16001))
     body = ('{"lease_owner":"%s","version":%d,"contract":"support_reply","output":{%s},'
             '"effect":{"type":"email.send","target":"demo_smtp","payload":{"to":"x@example.com"}},'
-            '"requested_by":"bench:rss"}' % (c["lease_owner"], c["version"], wide))
+            '"requested_by":"bench-rss@example.com"}' % (c["lease_owner"], c["version"], wide))
     st, data = post(url, key, "/v1/runs/" + urllib.parse.quote(k, safe="") + "/output", body)
     if st != 422:
         return f"output {k}: {st} {data[:200]!r}"

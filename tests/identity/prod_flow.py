@@ -136,7 +136,7 @@ def gated(key):
                            "شكرا لصبركم. תודה על הסבלנות 🙏"},
         "effect": {"type": "email.send", "target": "demo_smtp",
                    "payload": {"to": "customer@example.com", "ticket": 42}},
-        "source_url": "https://crm.example/ticket/42", "requested_by": "n8n:support-inbox"})
+        "source_url": "https://crm.example/ticket/42", "requested_by": "support-inbox@workflows.example"})
     if st != 202:
         fail("output %s: HTTP %d %s" % (key, st, o))
     url = o["approvals"][0]["url"]
@@ -236,16 +236,16 @@ def main():
     check(st == 200 and run_a.get("state") == "approved",
           "the run is approved", json.dumps(run_a)[:300])
 
-    # 2. dana, only in "customer support": the card, no form.
+    # 2. dana, only in "customer support": the link is not hers, no form.
     dana = Browser(ctx)
     sso_login(args.sso, "dana@example.com", ["customer support", "Служба поддержки"])
     body = sign_in_flow(dana, base, tok_b, "dana")
     check("dana@example.com" in body and "<form" not in body and 'name="csrf"' not in body and
           "not among the approvers" in body,
-          "dana (group \"customer support\" only): the card without a form")
+          "dana (group \"customer support\" only): not hers, without a form")
     st, _, _, body2, _ = dana.request("GET", base + "/approve/" + tok_b, {
         "X-Dev-User": "sam@example.com", "X-Dev-Groups": "support"})
-    check(st == 200 and "dana@example.com" in body2 and "<form" not in body2,
+    check(st == 403 and "dana@example.com" in body2 and "<form" not in body2,
           "dana sending X-Dev-User: sam / X-Dev-Groups: support is still dana, without a form")
 
     # 3. X-Dev-* without a session: still sent to sign in.

@@ -187,7 +187,7 @@ support_run(const char *bearer, const char *to)
 	                              "مرحبا، تم شحن طلبك.", "confidence", 0.82),
 	                    json_pack("{s:s, s:s, s:{s:s}}", "type", "email.send", "target",
 	                              "demo_smtp", "payload", "to", to),
-	                    "n8n:support-inbox", &r);
+	                    "support-inbox@workflows.example", &r);
 	ck_assert_msg(r.status == 202 && strcmp(JSTR(r.json, "outcome"), "awaiting_human") == 0,
 	              "support_reply output: HTTP %ld %.800s", r.status, r.body);
 	tl_resp_free(&r);

@@ -1647,7 +1647,7 @@ START_TEST(test_approval_expired)
 	                 "source_url", "https://crm.example/ticket/9",
 	                 "callback_url", n8n_url);
 	/* the shipped contracts separate duties: an output names its requester */
-	json_object_set_new(body, "requested_by", json_string("n8n:check-dispatch"));
+	json_object_set_new(body, "requested_by", json_string("check-dispatch@workflows.example"));
 	tl_post_json(path, g_key_dev, body, &r);
 	json_decref(body);
 	free(path);

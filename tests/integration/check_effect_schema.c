@@ -101,7 +101,7 @@ submit(const char *key, const char *contract, json_t *output, json_t *effect,
 	                 "output", output, "model", "provider", "openai-compatible", "name",
 	                 "qwen2.5-7b-instruct", "revision", "2024-09-19", "effect", effect,
 	                 "source_url", "https://crm.example/contact/7", "requested_by",
-	                 "n8n:check_effect_schema");
+	                 "check-effect-schema@workflows.example");
 	ck_assert_ptr_nonnull(body);
 	tl_post_json(path, g_key_dev, body, r);
 	json_decref(body);

@@ -157,7 +157,7 @@ post_output(const char *key, const char *owner, long long version, struct submis
 	if (!s->no_requester)
 		json_object_set_new(body, "requested_by",
 		                    json_string(s->requested_by ? s->requested_by
-		                                                : "n8n:support-inbox"));
+		                                                : "support-inbox@workflows.example"));
 	if (s->callback_url != NULL)
 		json_object_set_new(body, "callback_url", json_string(s->callback_url));
 	s->output = s->effect = s->model = NULL;
@@ -1612,11 +1612,19 @@ START_TEST(test_refuse_not_an_approver)
 	size_t i;
 
 	make_gated("approver", NULL, &g);
-	/* Outside group support dave is shown the card without a form; the
-	 * form token he would hold had he seen one is refused all the same. */
+	/* Outside group support dave is told the link is not his, and sees
+	 * nothing of the request; the form token he would hold had he seen a
+	 * form is refused all the same. */
 	web_get(g.token, "dave@example.com", "sales", &w);
-	expect_page(&w, 200, "You are not among the approvers");
+	expect_page(&w, 403, "You are not among the approvers");
 	expect_no_form(&w);
+	ck_assert_msg(strstr(w.text, "Not your approval") != NULL &&
+	              strstr(w.text, "signed in as dave@example.com") != NULL,
+	              "the page does not say whose it is not: %.2000s", w.text);
+	ck_assert_msg(strstr(w.r.body, "customer@example.com") == NULL &&
+	              strstr(w.r.body, "demo_smtp") == NULL && strstr(w.r.body, "Re: ") == NULL,
+	              "the page shows the request to someone who may not decide it: %.3000s",
+	              w.r.body);
 	web_free(&w);
 	csrf = tl_csrf_for(g.approval_id, "dave@example.com");
 	form = decide_form("approve", csrf, NULL);
@@ -1646,7 +1654,10 @@ END_TEST
 START_TEST(test_refuse_separation_of_duties)
 {
 	struct submission s = { .requested_by = REQUESTER };
-	static const char *const selves[] = { REQUESTER, "ALICE@Example.COM" };
+	/* the requester as a sign-in may spell her: her address in any case,
+	 * or with her name */
+	static const char *const selves[] = { REQUESTER, "ALICE@Example.COM",
+		                              "Алиса Иванова <Alice@example.com>" };
 	struct gated g;
 	struct web w;
 	PGconn *c = tl_pg_connect();
@@ -1660,8 +1671,11 @@ START_TEST(test_refuse_separation_of_duties)
 
 		snprintf(what, sizeof(what), "%s approves her own request", selves[i]);
 		web_get(g.token, selves[i], "support", &w);
-		expect_page(&w, 200, "You requested this action");
+		expect_page(&w, 403, "You requested this action");
 		expect_no_form(&w);
+		ck_assert_msg(strstr(w.text, "Separation of duties") != NULL &&
+		              strstr(w.r.body, "customer@example.com") == NULL,
+		              "the requester's page: %.2000s", w.text);
 		web_free(&w);
 		csrf = tl_csrf_for(g.approval_id, selves[i]);
 		form = decide_form("approve", csrf, NULL);
@@ -2341,7 +2355,8 @@ START_TEST(test_hostile_output)
 	    "\"quotes' & ]]> <img src=x onerror=alert(2)> </textarea><b>bold</b> <!-- c --> &amp;";
 	static const char *const source =
 	    "https://crm.example/ticket?id=42&x=\"><script>alert(3)</script>";
-	static const char *const requester = "<i>mallory</i>\"'&";
+	/* a person by mail address, with a hostile display name */
+	static const char *const requester = "<i>mallory</i>\"'& <mallory@example.com>";
 	struct submission s = { .source_url = source, .requested_by = requester };
 	struct gated g;
 	struct web w;

@@ -105,7 +105,7 @@ output_body(const struct tl_claimed *c, const char *output_text, const char *eff
 	             "\"payload\":%s},\"model\":{\"provider\":\"openai-compatible\","
 	             "\"name\":\"%s\",\"revision\":\"2024-09-19\"},"
 	             "\"source_url\":\"https://crm.example/ticket/42\","
-	             "\"requested_by\":\"n8n:hostile-input\"}",
+	             "\"requested_by\":\"hostile-input@workflows.example\"}",
 	             c->owner, c->version, output_text,
 	             effect_payload ? effect_payload : "{\"contact\":\"c-42\",\"tag\":\"lead\"}",
 	             model_name ? model_name : "qwen2.5-7b-instruct") < 0)

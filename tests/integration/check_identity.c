@@ -22,11 +22,12 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
+#include "caps.h"
 #include "contract.h"
 #include "testlib.h"
 
 #define GROUPS_MAX   64
-#define REQUESTER    "n8n:support-inbox"
+#define REQUESTER    "support-inbox@workflows.example"
 
 static const char *g_key;
 static const char *g_base;
@@ -173,6 +174,77 @@ START_TEST(test_group_names_in_contracts)
 }
 END_TEST
 
+/* Separation of duties compares people: the addr-spec of a mail address,
+ * trimmed and case-folded; a name alone is nobody. */
+START_TEST(test_person_identities)
+{
+	static const struct {
+		const char *text, *person; /* person NULL: names nobody */
+	} people[] = {
+		{ "bob@example.com", "bob@example.com" },
+		{ "Bob@Example.COM", "bob@example.com" },
+		{ "bob@example.com ", "bob@example.com" },
+		{ "\t bob@example.com", "bob@example.com" },
+		{ "Bob Smith <bob@example.com>", "bob@example.com" },
+		{ "\"Smith, Bob\" <Bob@Example.com> ", "bob@example.com" },
+		{ "Мария Иванова <maria.ivanova@example.com>", "maria.ivanova@example.com" },
+		{ "山田 太郎 < taro.yamada@example.jp >", "taro.yamada@example.jp" },
+		{ "[Approve](https://evil.example) <bob@example.com>", "bob@example.com" },
+		{ "bob", NULL },
+		{ "Bob Smith", NULL },
+		{ "n8n:support-inbox", NULL },
+		{ "n8n:Поддержка / サポート", NULL },
+		{ "bob@", NULL },
+		{ "@example.com", NULL },
+		{ "<bob@example.com", NULL },
+		{ "Bob <bob@example.com> x", NULL },
+		{ "bob@example.com, eve@example.com", NULL },
+		{ "bob@exa mple.com", NULL },
+		{ "мария@пример.рф", NULL },
+		{ "", NULL },
+		{ "   ", NULL },
+		{ NULL, NULL },
+	};
+	static const struct {
+		const char *requested_by, *subject;
+		bool same;
+	} pairs[] = {
+		{ "bob@example.com", "bob@example.com", true },
+		{ "Bob Smith <bob@example.com>", "bob@example.com", true },
+		{ "bob@example.com ", "BOB@example.com", true },
+		{ "bob", "bob@example.com", true },       /* a replay's operator role */
+		{ "Bob", "bob@example.com", true },
+		{ "og_operator", "olga.petrova@example.com", false },
+		{ "bob@example.com", "bob", true },       /* a sign-in without an address */
+		{ "bob@example.com", "bobby@example.com", false },
+		{ "bob@example.com", "bob@example.org", false },
+		{ "Мария Иванова <maria.ivanova@example.com>", "maria.ivanova@example.com", true },
+		{ "Мария Иванова <maria.ivanova@example.com>", "Мария Иванова", false },
+		{ NULL, "bob@example.com", false },
+		{ "bob@example.com", NULL, false },
+	};
+	char out[OG_MAIL_ADDRESS_MAX + 1];
+	size_t i;
+
+	for (i = 0; i < sizeof(people) / sizeof(people[0]); i++) {
+		bool is = contract_person(people[i].text, out);
+
+		ck_assert_msg(is == (people[i].person != NULL) &&
+		              strcmp(out, people[i].person ? people[i].person : "") == 0,
+		              "\"%s\": %s \"%s\", want %s", people[i].text ? people[i].text : "(null)",
+		              is ? "person" : "nobody", out,
+		              people[i].person ? people[i].person : "nobody");
+	}
+	for (i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
+		ck_assert_msg(contract_is_requester(pairs[i].requested_by, pairs[i].subject) ==
+		                  pairs[i].same,
+		              "requested_by \"%s\", subject \"%s\": want %s",
+		              pairs[i].requested_by ? pairs[i].requested_by : "(null)",
+		              pairs[i].subject ? pairs[i].subject : "(null)",
+		              pairs[i].same ? "the requester" : "someone else");
+}
+END_TEST
+
 /* ---- integration ------------------------------------------------------- */
 
 static void
@@ -222,8 +294,9 @@ struct gated {
 	char approval_id[64];
 };
 
+/* A support_reply run awaiting group support, asked for by requester. */
 static void
-make_gated(const char *test, struct gated *g)
+make_gated_by(const char *test, const char *requester, struct gated *g)
 {
 	struct tl_claimed c;
 	struct tl_resp r;
@@ -233,7 +306,7 @@ make_gated(const char *test, struct gated *g)
 	memset(g, 0, sizeof(*g));
 	snprintf(g->key, sizeof(g->key), "%s-%s", tl_run, test);
 	claim(g->key, &c);
-	post_output(g->key, &c, false, REQUESTER, &r);
+	post_output(g->key, &c, false, requester, &r);
 	ck_assert_msg(r.status == 202, "%s: HTTP %ld: %.1000s", r.what, r.status, r.body);
 	a = json_array_get(json_object_get(r.json, "approvals"), 0);
 	url = tl_jstr(a, "url");
@@ -241,6 +314,12 @@ make_gated(const char *test, struct gated *g)
 	snprintf(g->token, sizeof(g->token), "%s", strstr(url, "/approve/") + 9);
 	snprintf(g->approval_id, sizeof(g->approval_id), "%s", tl_jstr(a, "approval_id"));
 	tl_resp_free(&r);
+}
+
+static void
+make_gated(const char *test, struct gated *g)
+{
+	make_gated_by(test, REQUESTER, g);
 }
 
 /* GET or POST (form != NULL) /approve/TOKEN as user with AUTH_GROUPS groups. */
@@ -291,10 +370,13 @@ START_TEST(test_groups_on_the_page)
 		if (g_cases[i].approve)
 			continue;
 		page(g.token, "dana@example.com", g_cases[i].groups, NULL, &r, NULL);
-		ck_assert_msg(r.status == 200 && !has_form(&r) &&
-		              strstr(r.body, "You are not among the approvers") != NULL,
-		              "AUTH_GROUPS \"%s\": HTTP %ld, the page must show the card without a "
-		              "form and say why: %.3000s", g_cases[i].groups, r.status, r.body);
+		ck_assert_msg(r.status == 403 && !has_form(&r) &&
+		              strstr(r.body, "You are not among the approvers") != NULL &&
+		              strstr(r.body, "customer@example.com") == NULL &&
+		              strstr(r.body, "Re: заказ 42") == NULL,
+		              "AUTH_GROUPS \"%s\": HTTP %ld, the page must say the link is not "
+		              "hers and show nothing of the request: %.3000s", g_cases[i].groups,
+		              r.status, r.body);
 		tl_resp_free(&r);
 		csrf = tl_csrf_for(g.approval_id, "dana@example.com");
 		form = tl_form("decision", "approve", "csrf", csrf, (char *)NULL);
@@ -344,6 +426,37 @@ START_TEST(test_groups_on_the_page)
 }
 END_TEST
 
+/* An output with this requested_by is refused: 422 with code naming the
+ * field and saying words, the run as before, one log line with the code
+ * as its reason. */
+static void
+expect_requester_refused(PGconn *c, const char *key, const struct tl_claimed *cl, bool crm,
+                         const char *requested_by, const char *before, const char *code,
+                         const char *words)
+{
+	struct tl_resp r;
+	long off = tl_log_offset();
+	json_t *lines;
+
+	post_output(key, cl, crm, requested_by, &r);
+	ck_assert_msg(r.status == 422 && tl_jstr(r.json, "error") != NULL &&
+	              strcmp(tl_jstr(r.json, "error"), code) == 0 &&
+	              tl_jstr(r.json, "field") != NULL &&
+	              strcmp(tl_jstr(r.json, "field"), "requested_by") == 0 &&
+	              strstr(r.body, words) != NULL,
+	              "%s requested_by \"%s\": want 422 %s naming the field, got %ld: %.1000s",
+	              crm ? "crm_tag" : "support_reply", requested_by ? requested_by : "(absent)",
+	              code, r.status, r.body);
+	tl_resp_free(&r);
+	tl_expect_run_unchanged(c, key, before, "an output the requester check refuses");
+	lines = tl_log_collect(off, tl_log_is_key, key, 1);
+	ck_assert_msg(json_array_size(lines) == 1 &&
+	              tl_jstr(json_array_get(lines, 0), "reason") != NULL &&
+	              strcmp(tl_jstr(json_array_get(lines, 0), "reason"), code) == 0,
+	              "one log line with reason %s", code);
+	json_decref(lines);
+}
+
 /* Separation of duties: an output without a requester is a 422 naming
  * requested_by, and nothing about the run changes — also for a contract
  * whose rules would have approved it without a person. */
@@ -359,38 +472,17 @@ START_TEST(test_sod_needs_requester)
 		struct tl_resp r;
 		char key[160], *before;
 		const char *p[1] = { key };
-		long off;
 
 		snprintf(key, sizeof(key), "%s-sod-%s", tl_run, crm ? "crm" : "reply");
 		claim(key, &cl);
 		before = tl_run_snapshot(c, key);
-		for (i = 0; i < sizeof(missing) / sizeof(missing[0]); i++) {
-			json_t *lines;
-
-			off = tl_log_offset();
-			post_output(key, &cl, crm, missing[i], &r);
-			ck_assert_msg(r.status == 422 && tl_jstr(r.json, "error") != NULL &&
-			              strcmp(tl_jstr(r.json, "error"), "requested_by_required") == 0 &&
-			              tl_jstr(r.json, "field") != NULL &&
-			              strcmp(tl_jstr(r.json, "field"), "requested_by") == 0 &&
-			              strstr(r.body, "separation of duties") != NULL,
-			              "%s requested_by \"%s\": want 422 requested_by_required naming "
-			              "the field, got %ld: %.1000s", crm ? "crm_tag" : "support_reply",
-			              missing[i] ? missing[i] : "(absent)", r.status, r.body);
-			tl_resp_free(&r);
-			tl_expect_run_unchanged(c, key, before, "an output without requested_by");
-			lines = tl_log_collect(off, tl_log_is_key, key, 1);
-			ck_assert_msg(json_array_size(lines) == 1 &&
-			              tl_jstr(json_array_get(lines, 0), "reason") != NULL &&
-			              strcmp(tl_jstr(json_array_get(lines, 0), "reason"),
-			                     "requested_by_required") == 0,
-			              "one log line with reason requested_by_required");
-			json_decref(lines);
-		}
+		for (i = 0; i < sizeof(missing) / sizeof(missing[0]); i++)
+			expect_requester_refused(c, key, &cl, crm, missing[i], before,
+			                         "requested_by_required", "separation of duties");
 		ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM effect_outbox WHERE "
 		                                "idempotency_key = $1", 1, p), 0);
 		/* Named, it goes through: to a person, or by the contract's rules. */
-		post_output(key, &cl, crm, "n8n:Поддержка / サポート", &r);
+		post_output(key, &cl, crm, "Поддержка / サポート <support@workflows.example>", &r);
 		ck_assert_msg(r.status == 202 || r.status == 200, "with requested_by: HTTP %ld: %.1000s",
 		              r.status, r.body);
 		tl_resp_free(&r);
@@ -445,6 +537,88 @@ START_TEST(test_sod_unknown_requester)
 }
 END_TEST
 
+/* Under separation of duties a requester that names no person is refused
+ * (422 requested_by_not_a_person, the run unchanged, one log line), for
+ * both shipped contracts. */
+START_TEST(test_sod_requester_not_a_person)
+{
+	static const char *const nobody[] = { "bob", "Bob Smith", "n8n:support-inbox",
+		                              "n8n:Поддержка / サポート", "bob@",
+		                              "<bob@example.com", "bob@example.com, eve@example.com" };
+	PGconn *c = tl_pg_connect();
+	size_t i;
+	int crm;
+
+	for (crm = 0; crm <= 1; crm++) {
+		struct tl_claimed cl;
+		char key[160], *before;
+
+		snprintf(key, sizeof(key), "%s-nobody-%s", tl_run, crm ? "crm" : "reply");
+		claim(key, &cl);
+		before = tl_run_snapshot(c, key);
+		for (i = 0; i < sizeof(nobody) / sizeof(nobody[0]); i++)
+			expect_requester_refused(c, key, &cl, crm, nobody[i], before,
+			                         "requested_by_not_a_person", "mail address");
+		free(before);
+	}
+	PQfinish(c);
+}
+END_TEST
+
+/* The requester as a workflow may spell them — with a name, in another
+ * case, with a trailing space — cannot approve as the person signed in;
+ * someone else of the group can. */
+START_TEST(test_sod_requester_spellings)
+{
+	static const char *const spellings[] = { "Bob Smith <bob@example.com>", "bob@example.com ",
+		                                 "BOB@Example.com",
+		                                 "Боб Смит <Bob@EXAMPLE.com>" };
+	PGconn *c = tl_pg_connect();
+	size_t i;
+
+	for (i = 0; i < sizeof(spellings) / sizeof(spellings[0]); i++) {
+		struct gated g;
+		struct tl_resp r;
+		char name[32], *csrf, *form, *before;
+		const char *p[1];
+
+		snprintf(name, sizeof(name), "spelling-%zu", i);
+		make_gated_by(name, spellings[i], &g);
+		page(g.token, "bob@example.com", "support", NULL, &r, NULL);
+		ck_assert_msg(r.status == 403 && !has_form(&r) &&
+		              strstr(r.body, "You requested this action") != NULL &&
+		              strstr(r.body, "customer@example.com") == NULL,
+		              "requested_by \"%s\": bob's page: HTTP %ld: %.2000s", spellings[i],
+		              r.status, r.body);
+		tl_resp_free(&r);
+		before = tl_run_snapshot(c, g.key);
+		csrf = tl_csrf_for(g.approval_id, "bob@example.com");
+		form = tl_form("decision", "approve", "csrf", csrf, (char *)NULL);
+		page(g.token, "bob@example.com", "support", form, &r, NULL);
+		ck_assert_msg(r.status == 403 && strstr(r.body, "You requested this action") != NULL,
+		              "requested_by \"%s\": bob approving: HTTP %ld: %.2000s", spellings[i],
+		              r.status, r.body);
+		tl_resp_free(&r);
+		tl_expect_run_unchanged(c, g.key, before, "the requester approving their request");
+		free(form);
+		free(csrf);
+		csrf = tl_csrf_for(g.approval_id, "sam@example.com");
+		form = tl_form("decision", "approve", "csrf", csrf, (char *)NULL);
+		page(g.token, "sam@example.com", "support", form, &r, NULL);
+		ck_assert_msg(r.status == 303, "sam approving: HTTP %ld: %.2000s", r.status, r.body);
+		tl_resp_free(&r);
+		p[0] = g.key;
+		ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM workflow_runs WHERE "
+		                                "idempotency_key = $1 AND state = 'approved' AND "
+		                                "decided_by = 'sam@example.com'", 1, p), 1);
+		free(form);
+		free(csrf);
+		free(before);
+	}
+	PQfinish(c);
+}
+END_TEST
+
 static Suite *
 identity_suite(bool stack)
 {
@@ -453,6 +627,7 @@ identity_suite(bool stack)
 
 	tcase_add_test(tc, test_matcher_corpus);
 	tcase_add_test(tc, test_group_names_in_contracts);
+	tcase_add_test(tc, test_person_identities);
 	suite_add_tcase(s, tc);
 	if (stack) {
 		tc = tcase_create("stack");
@@ -460,6 +635,8 @@ identity_suite(bool stack)
 		tcase_add_test(tc, test_groups_on_the_page);
 		tcase_add_test(tc, test_sod_needs_requester);
 		tcase_add_test(tc, test_sod_unknown_requester);
+		tcase_add_test(tc, test_sod_requester_not_a_person);
+		tcase_add_test(tc, test_sod_requester_spellings);
 		suite_add_tcase(s, tc);
 	}
 	return s;

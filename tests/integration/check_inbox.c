@@ -48,7 +48,7 @@
 #define PERSON        "olga.petrova@example.com"
 /* as oauth2-proxy sends X-Auth-Request-Groups: joined with commas */
 #define PERSON_GROUPS "sales team,customer support,служба поддержки"
-#define REQUESTER     "n8n:support-inbox"
+#define REQUESTER     "support-inbox@workflows.example"
 #define SETTLE_S      60
 
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
@@ -579,28 +579,29 @@ START_TEST(test_may_not_decide)
 	tl_resp_free(&r);
 	snprintf(path, sizeof(path), "/approve/%s", token);
 
-	/* not among the approvers: the card, no form, and why */
+	/* not among the approvers: that the link is not theirs, no form, and
+	 * nothing of the request */
 	pl_doc_get(path, "mallory@example.com", "support,customer support team", &d);
-	ASSERT_STATUS(&d.r, 200);
+	ASSERT_STATUS(&d.r, 403);
 	ck_assert_uint_eq(pl_doc_count(&d, "//form"), 0);
 	ck_assert_uint_eq(pl_doc_count(&d, "//input[@name='csrf']"), 0);
 	ck_assert_uint_eq(pl_doc_count(&d, "//button"), 0);
 	text = pl_doc_all_text(&d);
-	ck_assert_msg(strstr(text, "You cannot decide this request") &&
+	ck_assert_msg(strstr(text, "Not your approval") &&
 	              strstr(text, "You are not among the approvers this link was issued to."),
-	              "the card does not say why: %.800s", text);
-	ck_assert_msg(strstr(text, tl_corpus_mail_str("emoji_reply", "subject")) != NULL,
-	              "the card without a form still shows the mail");
+	              "the page does not say why: %.800s", text);
+	ck_assert_msg(strstr(text, tl_corpus_mail_str("emoji_reply", "subject")) == NULL,
+	              "the page shows the mail to a person who may not decide it");
 	free(text);
 	pl_doc_free(&d);
 
-	/* the requester, under separation of duties: no form, and why */
+	/* the requester, under separation of duties: the same, and why */
 	pl_doc_get(path, PERSON, PERSON_GROUPS, &d);
-	ASSERT_STATUS(&d.r, 200);
+	ASSERT_STATUS(&d.r, 403);
 	ck_assert_uint_eq(pl_doc_count(&d, "//form"), 0);
 	text = pl_doc_all_text(&d);
 	ck_assert_msg(strstr(text, "You requested this action, so someone else must approve it."),
-	              "the requester's card does not say why: %.800s", text);
+	              "the requester's page does not say why: %.800s", text);
 	free(text);
 	pl_doc_free(&d);
 

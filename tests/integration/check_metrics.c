@@ -226,7 +226,7 @@ post_output(const char *key, const struct tl_claimed *c, long long version, cons
 
 	ck_assert_ptr_nonnull(body);
 	/* the shipped contracts separate duties: an output names its requester */
-	json_object_set_new(body, "requested_by", json_string("n8n:check-metrics"));
+	json_object_set_new(body, "requested_by", json_string("check-metrics@workflows.example"));
 	tl_post_json(path, g_key, body, r);
 	json_decref(body);
 	free(path);

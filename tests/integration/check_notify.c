@@ -70,7 +70,9 @@
 #define LEAD_GROUPS    "support leads,engineering"
 #define MANAGER        "anna.sokolova@example.com"
 #define MANAGER_GROUPS "руководители поддержки, all staff"
-#define REQUESTER      "n8n:support-inbox (Мария Иванова)"
+#define REQUESTER      "Мария Иванова <maria.ivanova@example.com>"
+/* as the notices show it (neutralise.h: no dot between letters) */
+#define REQUESTER_SHOWN "Мария Иванова <maria[.]ivanova@example[.]com>"
 #define CUSTOMER       "customer.48213@mail.example.com"
 #define SETTLE_S       30
 
@@ -103,10 +105,16 @@ link_token(const char *text)
 	snprintf(prefix, sizeof(prefix), "%s/approve/", tl_env("ONCEGATE_URL"));
 	if (text == NULL || (p = strstr(text, prefix)) == NULL)
 		return NULL;
+	/* the real link stands first and alone on its line: no "://" before
+	 * it (nor after: whatever the model wrote is shown without one) */
+	ck_assert_msg(strstr(text, "://") == strstr(p, "://") && (p == text || p[-1] == '\n'),
+	              "the notice's first link is not oncegate's:\n%s", text);
 	p += strlen(prefix);
 	while ((p[n] >= 'A' && p[n] <= 'Z') || (p[n] >= 'a' && p[n] <= 'z') ||
 	       (p[n] >= '0' && p[n] <= '9') || p[n] == '-' || p[n] == '_')
 		n++;
+	ck_assert_msg((p[n] == '\n' || p[n] == '\0') && strstr(p + n, "://") == NULL,
+	              "the link is not alone on its line, or another follows:\n%s", text);
 	return n == 43 ? strndup(p, n) : NULL;
 }
 
@@ -400,7 +408,8 @@ START_TEST(test_each_entry_told_link_works)
 		              "a 200-character subject is quoted shortened: %s", JSTR(m, "subject"));
 		body = JSTR(m, "body");
 		ck_assert_msg(strstr(body, subject) != NULL, "the body quotes the whole subject");
-		ck_assert_msg(strstr(body, "Asked by:   " REQUESTER) != NULL, "who asked: %s", body);
+		ck_assert_msg(strstr(body, "Asked by:   " REQUESTER_SHOWN) != NULL, "who asked: %s",
+		              body);
 		ck_assert_msg(strstr(body, "Expires:    20") != NULL, "the expiry: %s", body);
 		ck_assert_msg(strstr(body, "For:        " SUPPORT) != NULL, "for whom: %s", body);
 		mtok[i] = link_token(body);
@@ -527,6 +536,134 @@ START_TEST(test_each_entry_told_link_works)
 	json_decref(mails);
 	json_decref(chats);
 	json_decref(tokens);
+	free(key);
+}
+END_TEST
+
+/* ---- hostile text ---------------------------------------------------------------- */
+
+/* What a model (and a caller's requested_by) may plant: phishing links in
+ * three spellings, Slack mentions and a Slack link, a Markdown link, a
+ * bidi override, a zero-width space, among Cyrillic, CJK, Hebrew, Arabic
+ * and an emoji sequence (one line, as a mail subject must be). */
+#define HOSTILE_SUBJECT                                                                   \
+	"Срочно <!channel> <@U024BE7LH> [Одобрить](https://gate.example.com.evil.example/" \
+	"approve/x) <https://evil.example|批准> \u202egpj.exe\u202c \u200bwww.evil.example "  \
+	"שלום مرحبا 👨\u200d👩\u200d👧"
+#define HOSTILE_MAIL                                                                       \
+	"Срочно <!channel> <@U024BE7LH> [Одобрить](hxxps[:]//gate[.]example[.]com[.]evil[.]" \
+	"example/approve/x) <hxxps[:]//evil[.]example|批准> <U+202E>gpj[.]exe<U+202C> "       \
+	"<U+200B>www[.]evil[.]example שלום مرحبا 👨\u200d👩\u200d👧"
+#define HOSTILE_CHAT                                                                       \
+	"Срочно &lt;!channel&gt; &lt;@U024BE7LH&gt; \\[Одобрить\\]\\(hxxps[:]//gate[.]example" \
+	"[.]com[.]evil[.]example/approve/x) &lt;hxxps[:]//evil[.]example|批准&gt; "            \
+	"&lt;U+202E&gt;gpj[.]exe&lt;U+202C&gt; &lt;U+200B&gt;www[.]evil[.]example שלום مرحبا " \
+	"👨\u200d👩\u200d👧"
+#define HOSTILE_REQUESTER "[Approve](https://evil.example/a) \u202e <maria.ivanova@example.com>"
+#define HOSTILE_REQUESTER_MAIL                                                             \
+	"[Approve](hxxps[:]//evil[.]example/a) <U+202E> <maria[.]ivanova@example[.]com>"
+#define HOSTILE_REQUESTER_CHAT                                                             \
+	"\\[Approve\\]\\(hxxps[:]//evil[.]example/a) &lt;U+202E&gt; "                          \
+	"&lt;maria[.]ivanova@example[.]com&gt;"
+
+/* No bidi override or zero-width space as such in s. */
+static void
+assert_no_hidden(const char *what, const char *s)
+{
+	ck_assert_msg(strstr(s, "\u202e") == NULL && strstr(s, "\u202c") == NULL &&
+	              strstr(s, "\u200b") == NULL, "%s carries a bidi or invisible character: %s",
+	              what, s);
+}
+
+START_TEST(test_hostile_text_inert)
+{
+	char *key = tl_corpus_key(tl_run, "hostile · враждебный · 敵対", 120);
+	json_t *mails, *all, *req, *b = NULL;
+	const char *body, *subj, *text;
+	char *tok, *raw = NULL, expect[2048];
+	struct dl_disp disp;
+	struct tl_resp r;
+	double deadline;
+	size_t i;
+
+	sender_start(&disp, "on");
+	dl_claim_and_output(dl_key_dev, key, "notify_reply",
+	                    json_pack("{s:s, s:s}", "subject", HOSTILE_SUBJECT, "body",
+	                              "Здравствуйте! Ваш заказ отправлен. 谢谢。"),
+	                    json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target",
+	                              "demo_smtp", "payload", "to", CUSTOMER),
+	                    HOSTILE_REQUESTER, &r);
+	ck_assert_msg(r.status == 202, "output: HTTP %ld %.1000s", r.status, r.body);
+	tl_resp_free(&r);
+
+	/* the mail, as the SMTP sink received it */
+	mails = wait_mails(key, "Approval needed: ", SUPPORT_RCPT, 1, SETTLE_S);
+	ck_assert_msg(json_array_size(mails) == 1, "%zu notice mails (want 1)",
+	              json_array_size(mails));
+	subj = JSTR(json_array_get(mails, 0), "subject");
+	body = JSTR(json_array_get(mails, 0), "body");
+	/* the first 120 characters of the draft's subject, neutralised */
+	snprintf(expect, sizeof(expect), "Approval needed: email.send to demo_smtp: \u201c%s",
+	         "Срочно <!channel> <@U024BE7LH> [Одобрить](hxxps[:]//gate[.]example[.]com[.]evil"
+	         "[.]example/approve/x) <hxxps[:]//evil[.]example|批准> <U+202E>gp\u2026\u201d");
+	ck_assert_msg(strcmp(subj, expect) == 0, "subject:\n%s\nwant:\n%s", subj, expect);
+	ck_assert_msg(strstr(subj, "://") == NULL, "a link in the subject: %s", subj);
+	assert_no_hidden("the mail's subject", subj);
+	assert_no_hidden("the mail's body", body);
+	tok = link_token(body); /* the real link first, alone on its line */
+	ck_assert_msg(tok != NULL, "no link in the mail:\n%s", body);
+	free(tok);
+	ck_assert_msg(strstr(body, "\nWhat:       email.send to demo_smtp: \u201c" HOSTILE_MAIL
+	                           "\u201d\n") != NULL,
+	              "the quoted subject, neutralised for mail:\n%s", body);
+	ck_assert_msg(strstr(body, "\nAsked by:   " HOSTILE_REQUESTER_MAIL " (API client ") != NULL,
+	              "the requester, neutralised for mail:\n%s", body);
+	ck_assert_msg(strstr(body, "evil.example") == NULL && strstr(body, "https://evil") == NULL,
+	              "a clickable host in the mail:\n%s", body);
+	json_decref(mails);
+
+	/* the chat notice, as the HTTP stand-in received its bytes */
+	deadline = tl_now() + SETTLE_S;
+	while (raw == NULL && tl_now() < deadline) {
+		all = prov_call("GET", "/_requests");
+		json_array_foreach(all, i, req) {
+			const char *rb = JSTR(req, "body");
+
+			if (strstr(JSTR(req, "idempotency_key"), "/approval.notify/") != NULL &&
+			    strstr(rb, key) != NULL) {
+				raw = strdup(rb);
+				break;
+			}
+		}
+		json_decref(all);
+		if (raw == NULL)
+			tl_sleep_ms(200);
+	}
+	ck_assert_msg(raw != NULL, "no chat notice");
+	b = json_loads(raw, 0, NULL);
+	ck_assert_msg(b != NULL, "the chat body is no JSON: %s", raw);
+	text = JSTR(b, "text");
+	ck_assert_msg(strncmp(text, "Approval needed.\n\n", 18) == 0, "chat text: %s", text);
+	tok = link_token(text);
+	ck_assert_msg(tok != NULL && strstr(JSTR(b, "link"), tok) != NULL, "chat link: %s", text);
+	free(tok);
+	/* Slack reads <…> as links and mentions: none is left */
+	ck_assert_msg(strchr(text, '<') == NULL && strchr(text, '>') == NULL,
+	              "a Slack bracket in the chat text:\n%s", text);
+	assert_no_hidden("the chat text", text);
+	assert_no_hidden("the chat body", raw);
+	ck_assert_msg(strstr(text, "\nWhat:       email.send to demo_smtp: \u201c" HOSTILE_CHAT
+	                           "\u201d\n") != NULL,
+	              "the quoted subject, neutralised for chat:\n%s", text);
+	ck_assert_msg(strstr(text, "\nAsked by:   " HOSTILE_REQUESTER_CHAT " (API client ") != NULL,
+	              "the requester, neutralised for chat:\n%s", text);
+	ck_assert_str_eq(JSTR(json_object_get(b, "summary"), "subject"), HOSTILE_CHAT);
+	ck_assert_msg(strstr(raw, "<!channel>") == NULL && strstr(raw, "](http") == NULL &&
+	              strstr(raw, "evil.example") == NULL,
+	              "the chat body carries a mention or a link: %s", raw);
+	json_decref(b);
+	free(raw);
+	(void)dl_disp_stop(&disp, 20);
 	free(key);
 }
 END_TEST
@@ -954,6 +1091,7 @@ notify_suite(void)
 	TCase *tc = dl_tcase(s, "told", 4 * SETTLE_S + 60);
 
 	tcase_add_test(tc, test_each_entry_told_link_works);
+	tcase_add_test(tc, test_hostile_text_inert);
 	tcase_add_test(tc, test_replay_told);
 	tcase_add_test(tc, test_reminder_escalation);
 	tcase_add_test(tc, test_quorum_told_reminded_escalated);

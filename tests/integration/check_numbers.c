@@ -322,7 +322,7 @@ START_TEST(explain_writes_numbers_shortest)
 	    "\"effect\":{\"type\":\"crm.tag\",\"target\":\"demo_http\",\"payload\":"
 	    "{\"contact_id\":\"c-4244\"}},"
 	    "\"source_url\":\"https://crm.example/contact/4244\","
-	    "\"requested_by\":\"n8n:check-numbers\"");
+	    "\"requested_by\":\"check-numbers@workflows.example\"");
 
 	ck_assert_int_eq(tl_ctl(&out, "--json", "explain", key, (char *)NULL), 0);
 	ck_assert_msg(strstr(out, "\"sample_draw\":0.99") != NULL, "%s", out);

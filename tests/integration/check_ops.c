@@ -868,7 +868,7 @@ START_TEST(test_approval_revoke_and_reject_key)
 	                 "customer@example.com", "source_url", "https://crm.example/ticket/5",
 	                 "callback_url", n8n_url);
 	/* the shipped contracts separate duties: an output names its requester */
-	json_object_set_new(body, "requested_by", json_string("n8n:check-ops"));
+	json_object_set_new(body, "requested_by", json_string("check-ops@workflows.example"));
 	tl_post_json(path, g_key_dev, body, &r);
 	json_decref(body);
 	free(path);

@@ -52,7 +52,7 @@
 #define ANNA       "anna.kowalska@example.com"
 #define SUPPORT    "sales team,customer support"           /* as oauth2-proxy joins them */
 #define FINANCE    "финансовый контроль, customer success"
-#define REQUESTER  "n8n:support-inbox"
+#define REQUESTER  "support-inbox@workflows.example"
 #define VOTERS     20
 #define SETTLE_S   60
 

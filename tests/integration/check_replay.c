@@ -129,7 +129,7 @@ make_output(const char *key, bool crm, struct tl_resp *r)
 		                 "https://crm.example/ticket/42");
 	ck_assert_ptr_nonnull(body);
 	/* the shipped contracts separate duties: an output names its requester */
-	json_object_set_new(body, "requested_by", json_string("n8n:check-replay"));
+	json_object_set_new(body, "requested_by", json_string("check-replay@workflows.example"));
 	tl_post_json(path, g_key_dev, body, r);
 	json_decref(body);
 	free(path);

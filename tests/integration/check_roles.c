@@ -64,7 +64,7 @@
 #include "testlib.h"
 
 #define CONTRACT  "inbox_mail"
-#define REQUESTER "n8n:support-inbox"
+#define REQUESTER "support-inbox@workflows.example"
 /* a member of the contract's approver groups, as oauth2-proxy sends them */
 #define PERSON        "olga.petrova@example.com"
 #define PERSON_GROUPS "sales team,customer support,служба поддержки"

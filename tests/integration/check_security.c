@@ -218,7 +218,7 @@ output_body(const struct tl_claimed *c, const char *contract, json_t *output, js
 
 	ck_assert_ptr_nonnull(b);
 	/* the shipped contracts separate duties: an output names its requester */
-	json_object_set_new(b, "requested_by", json_string("n8n:support-inbox"));
+	json_object_set_new(b, "requested_by", json_string("support-inbox@workflows.example"));
 	return b;
 }
 

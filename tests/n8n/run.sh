@@ -319,7 +319,7 @@ approval_url() {
 SUPPORT=oncegate/support-reply
 CRM=oncegate/crm-tag
 ticket() { # ticket ID MESSAGE
-	printf '{"ticket_id":%s,"customer_email":"customer-%s@example.com","subject":"Где моя посылка? 荷物はどこ? 📦","message":"%s"}' \
+	printf '{"ticket_id":%s,"customer_email":"customer-%s@example.com","agent_email":"Ольга Петрова <olga.petrova@helpdesk.example>","subject":"Где моя посылка? 荷物はどこ? 📦","message":"%s"}' \
 		"$1" "$1" "$2"
 }
 CLAIM_S='Claim the ticket' SUBMIT_S='Submit the draft' DECISION='decision (connect to this node)'
@@ -488,7 +488,7 @@ t=$(date +%s)
 K=acme:crm-tag:contact-201:v1
 say "e. contact 201 (crm_tag, auto-eligible) with the kill switch off"
 ctl kill-switch off --reason "tests/n8n: nothing may reach the provider" >/dev/null
-expect "delivery answered" "$(hook "$CRM" '{"contact_id":201,"message":"Сколько стоит тариф Pro? プロプランの価格は？ 💶"}')" 200
+expect "delivery answered" "$(hook "$CRM" '{"contact_id":201,"agent_email":"sales.bot@helpdesk.example","message":"Сколько стоит тариф Pro? プロプランの価格は？ 💶"}')" 200
 auto_or_waiting() { took "$K" 'Submit the tag' approved success || waiting_exec "$K"; }
 until_true 60 "the crm_tag execution finished on the approved output at once or waits for sales" auto_or_waiting
 if waiting_exec "$K"; then

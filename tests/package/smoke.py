@@ -76,7 +76,7 @@ def crm_flow(args, base, ctx, key):
         "output": {"tag": "churn_risk", "confidence": 0.91,
                    "reason": "Три жалобы за неделю; 「解約」と書いている; ביטול מנוי 😟"},
         "effect": {"type": "crm.tag", "target": "demo_http", "payload": {"contact_id": "c-7"}},
-        "requested_by": "n8n:crm-sync"})
+        "requested_by": "crm-sync@workflows.example"})
     check(st == 202 and len(o.get("approvals", [])) == 1,
           "crm_tag churn_risk: not let through on its own, one approval", "%d %s" % (st, o))
     token_url = o["approvals"][0]["url"].rsplit("/approve/", 1)[1]
@@ -142,7 +142,7 @@ def main():
         "output": {"subject": SUBJECT, "body": BODY, "tone": "friendly", "confidence": 0.82},
         "effect": {"type": "email.send", "target": "demo_smtp",
                    "payload": {"to": "anna.petrova@example.com", "ticket": 42}},
-        "source_url": "https://crm.example/ticket/42", "requested_by": "n8n:support-inbox"})
+        "source_url": "https://crm.example/ticket/42", "requested_by": "support-inbox@workflows.example"})
     check(st == 202 and len(o.get("approvals", [])) == 1 and
           o["approvals"][0]["url"].startswith(base + "/approve/"),
           "the draft is gated: 202, one approval link at public_url", "%d %s" % (st, o))

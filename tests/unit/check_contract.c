@@ -24,6 +24,7 @@
 #include "config.h"
 #include "contract.h"
 #include "digest.h"
+#include "edit.h"
 #include "caps.h"
 #include "suitelib.h"
 
@@ -492,6 +493,16 @@ struct lcase {
 #define STD(gate) C(SCHEMA_OK "," gate "," EFFECTS)
 #define RULES(r) STD("\"gate\":{\"mode\":\"approve_by_exception\",\"auto_when\":" r ",\"approvers\":[\"group:x\"]}")
 
+/* A drafted mail whose recipient comes from the output. */
+#define MAIL_SCHEMA "\"schema\":{\"type\":\"object\",\"properties\":{\"to\":{\"type\":" \
+	"\"string\"},\"subject\":{\"type\":\"string\"},\"body\":{\"type\":\"string\"}}," \
+	"\"additionalProperties\":false}"
+#define MAIL_EFFECTS "\"effects\":{\"allowed_types\":[\"email.send\"],\"allowed_targets\":" \
+	"[\"demo_smtp\"],\"types\":{\"email.send\":{\"schema\":{\"type\":\"object\"}," \
+	"\"from_output\":[\"to\",\"subject\",\"body\"]}}}"
+#define MAIL_GATE(extra) C(MAIL_SCHEMA ",\"gate\":{\"approvers\":[\"group:x\"]," extra "}," \
+	MAIL_EFFECTS)
+
 static const struct lcase lcases[] = {
 	/* the document */
 	{ "malformed JSON", "t.json", "{\"name\":\"t\",", "not valid JSON at line 1" },
@@ -726,6 +737,49 @@ static const struct lcase lcases[] = {
 	{ "target duplicate", "t.json", C(SCHEMA_OK "," GATE_OK ",\"effects\":"
 	  "{\"allowed_types\":[\"a\"],\"allowed_targets\":[\"b\",\"b\"]}"),
 	  "/effects/allowed_targets/1: duplicate" },
+	{ "internal type approval.notify", "t.json", C(SCHEMA_OK "," GATE_OK ",\"effects\":"
+	  "{\"allowed_types\":[\"email.send\",\"approval.notify\"],\"allowed_targets\":[\"b\"]}"),
+	  "/effects/allowed_types/1: \"approval.notify\" is one of oncegate's own effect types" },
+	{ "internal type approval.other", "t.json", C(SCHEMA_OK "," GATE_OK ",\"effects\":"
+	  "{\"allowed_types\":[\"approval.resend\"],\"allowed_targets\":[\"b\"]}"),
+	  "/effects/allowed_types/0: \"approval.resend\" is one of oncegate's own" },
+	{ "internal type decision.callback", "t.json", C(SCHEMA_OK "," GATE_OK ",\"effects\":"
+	  "{\"allowed_types\":[\"crm.tag\",\"decision.callback\"],\"allowed_targets\":[\"b\"]}"),
+	  "/effects/allowed_types/1: \"decision.callback\" is one of oncegate's own" },
+	{ "editable recipient without allow-list", "t.json",
+	  MAIL_GATE("\"editable\":[\"subject\",\"to\"]"),
+	  "/gate/editable: \"to\" says where a email.send effect goes" },
+	{ "editable_allow of a member not editable", "t.json",
+	  MAIL_GATE("\"editable\":[\"subject\"],\"editable_allow\":{\"to\":{\"mail_domains\":"
+	            "[\"example.com\"]}}"),
+	  "/gate/editable_allow/to: \"to\" is not a member of gate.editable" },
+	{ "editable_allow domain upper case", "t.json",
+	  MAIL_GATE("\"editable\":[\"to\"],\"editable_allow\":{\"to\":{\"mail_domains\":"
+	            "[\"example.com\",\"Example.ORG\"]}}"),
+	  "/gate/editable_allow/to/mail_domains/1: must be a mail domain" },
+	{ "editable_allow domain with @", "t.json",
+	  MAIL_GATE("\"editable\":[\"to\"],\"editable_allow\":{\"to\":{\"mail_domains\":"
+	            "[\"@example.com\"]}}"),
+	  "/gate/editable_allow/to/mail_domains/0: must be a mail domain" },
+	{ "editable_allow domains empty", "t.json",
+	  MAIL_GATE("\"editable\":[\"to\"],\"editable_allow\":{\"to\":{\"mail_domains\":[]}}"),
+	  "/gate/editable_allow/to/mail_domains: must be an array of 1..32" },
+	{ "editable_allow domain twice", "t.json",
+	  MAIL_GATE("\"editable\":[\"to\"],\"editable_allow\":{\"to\":{\"mail_domains\":"
+	            "[\"example.com\",\"example.com\"]}}"),
+	  "/gate/editable_allow/to/mail_domains/1: duplicate" },
+	{ "editable_allow two kinds", "t.json",
+	  MAIL_GATE("\"editable\":[\"to\"],\"editable_allow\":{\"to\":{\"mail_domains\":"
+	            "[\"example.com\"],\"url_prefixes\":[\"https://crm.example/\"]}}"),
+	  "/gate/editable_allow/to: must be {\"mail_domains\"" },
+	{ "editable_allow url prefix without its slash", "t.json",
+	  MAIL_GATE("\"editable\":[\"subject\"],\"editable_allow\":{\"subject\":{\"url_prefixes\":"
+	            "[\"https://crm.example\"]}}"),
+	  "/gate/editable_allow/subject/url_prefixes/0: must be an http(s) URL prefix" },
+	{ "editable recipient with url prefixes", "t.json",
+	  MAIL_GATE("\"editable\":[\"to\"],\"editable_allow\":{\"to\":{\"url_prefixes\":"
+	            "[\"https://crm.example/\"]}}"),
+	  "/gate/editable: \"to\" says where" },
 	{ "repair too many", "t.json", C(SCHEMA_OK "," GATE_OK "," EFFECTS
 	  ",\"repair_attempts\":11"), "/repair_attempts: 11 is out of range 0..10" },
 	{ "repair negative", "t.json", C(SCHEMA_OK "," GATE_OK "," EFFECTS
@@ -743,6 +797,88 @@ static const struct lcase lcases[] = {
 	{ "loggable not array", "t.json", C(SCHEMA_OK "," GATE_OK "," EFFECTS
 	  ",\"loggable_fields\":\"/a\""), "/loggable_fields:" },
 };
+
+/* A recipient the approver may correct, within the contract's domains:
+ * edit_check refuses any other, the model's own recipient stays as it is,
+ * other fields are corrected freely. */
+START_TEST(test_editable_allow)
+{
+	static const struct {
+		const char *to;
+		bool ok;
+	} tos[] = {
+		{ "olga.petrova@support.example.com", true },
+		{ "Olga.Petrova@SUPPORT.Example.com", true },
+		{ "kunde@example.org", true },
+		{ "attacker@evil.example", false },
+		{ "x@support.example.com.evil.example", false },
+		{ "x@sub.support.example.com", false },
+		{ "Ольга <olga@support.example.com>", false },
+		{ "olga@support.example.com, eve@evil.example", false },
+		{ "", false },
+	};
+	const struct contract *c;
+	struct contract_set *set = load_text(MAIL_GATE("\"editable\":[\"subject\",\"to\"],"
+	                                               "\"editable_allow\":{\"to\":{\"mail_domains\":"
+	                                               "[\"support.example.com\",\"example.org\"]}}"),
+	                                     &c);
+	json_t *draft = json_pack("{s:s, s:s, s:s}", "to", "customer.48213@mail.example.com",
+	                          "subject", "Re: заказ №4821-77 — 配送について", "body",
+	                          "Здравствуйте! Ваш заказ отправлен. 🙏");
+	json_t *proposed = json_pack("{s:s, s:s, s:s}", "to", "customer.48213@mail.example.com",
+	                             "subject", "Re: заказ №4821-77 — 配送について", "body",
+	                             "Здравствуйте! Ваш заказ отправлен. 🙏");
+	size_t i;
+	json_t *x = json_string("attacker@evil.example");
+
+	/* a member without an allow-list is judged by the schema alone */
+	ck_assert_ptr_null(contract_edit_refusal(c, "subject", x));
+	ck_assert_ptr_nonnull(contract_edit_refusal(c, "to", x));
+	json_decref(x);
+	for (i = 0; i < sizeof(tos) / sizeof(tos[0]); i++) {
+		json_t *values = json_pack("{s:s}", "to", tos[i].to), *changed = NULL;
+		json_t *errors = json_array(), *out, *sent;
+
+		out = edit_apply(c, draft, values, &changed, errors);
+		ck_assert_ptr_nonnull(out);
+		sent = edit_check(c, "email.send", true, proposed, out, errors);
+		if (tos[i].ok) {
+			ck_assert_msg(sent != NULL, "to \"%s\": refused: %s", tos[i].to,
+			              json_dumps(errors, 0));
+			ck_assert_str_eq(json_string_value(json_object_get(sent, "to")), tos[i].to);
+		} else {
+			ck_assert_msg(sent == NULL, "to \"%s\" was accepted", tos[i].to);
+			ck_assert_msg(json_array_size(errors) >= 1 &&
+			              strcmp(json_string_value(json_object_get(json_array_get(errors, 0),
+			                                                       "path")), "/to") == 0,
+			              "to \"%s\": errors %s", tos[i].to, json_dumps(errors, 0));
+		}
+		json_decref(sent);
+		json_decref(out);
+		json_decref(changed);
+		json_decref(errors);
+		json_decref(values);
+	}
+	/* the subject alone: the model's recipient is not judged again */
+	{
+		json_t *values = json_pack("{s:s}", "subject", "Re: ваш заказ отправлен"), *changed;
+		json_t *errors = json_array(), *out = edit_apply(c, draft, values, &changed, errors);
+		json_t *sent = edit_check(c, "email.send", true, proposed, out, errors);
+
+		ck_assert_msg(sent != NULL, "a subject correction: %s", json_dumps(errors, 0));
+		ck_assert_str_eq(json_string_value(json_object_get(sent, "to")),
+		                 "customer.48213@mail.example.com");
+		json_decref(sent);
+		json_decref(out);
+		json_decref(changed);
+		json_decref(errors);
+		json_decref(values);
+	}
+	json_decref(draft);
+	json_decref(proposed);
+	contract_set_free(set);
+}
+END_TEST
 
 START_TEST(test_load_errors)
 {
@@ -1627,6 +1763,7 @@ contract_suite(void)
 	tcase_add_test(tc, test_sampling);
 	tcase_add_loop_test(tc, test_approver_matches, 0, sizeof(acases) / sizeof(acases[0]));
 	tcase_add_test(tc, test_effects);
+	tcase_add_test(tc, test_editable_allow);
 	tcase_add_test(tc, test_pointer_get);
 	/* test_sampling makes 50,000 CSPRNG draws: 0.7-2.7 s under ASan, more
 	 * on a loaded machine than Check's default 4 s allow */

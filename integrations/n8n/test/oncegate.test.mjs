@@ -53,6 +53,7 @@ const SUBMIT = {
 	effectTarget: 'demo_smtp',
 	effectPayload: JSON.stringify({ to: TICKET.customer_email, ticket: 4711 }),
 	sourceUrl: 'https://crm.example/ticket/4711',
+	requestedBy: ' Ольга Петрова <olga.petrova@helpdesk.example> ',
 };
 const UPSTREAM = [{ name: 'Claim the ticket', type: NODE.type, item: claimedItem() }];
 describe('Claim', () => {
@@ -197,7 +198,7 @@ describe('Submit output and wait for decision', () => {
 				target: 'demo_smtp',
 				payload: { to: TICKET.customer_email, ticket: 4711 },
 			},
-			requested_by: 'n8n:oncegate: support reply',
+			requested_by: 'Ольга Петрова <olga.petrova@helpdesk.example>',
 			callback_url: 'http://127.0.0.1:5678/webhook-waiting/4711',
 			source_url: 'https://crm.example/ticket/4711',
 		});
@@ -208,6 +209,31 @@ describe('Submit output and wait for decision', () => {
 		);
 		assert.equal(out[0].length, 1);
 		assert.equal(out[0][0].json.oncegate.state, 'awaiting_human');
+	});
+	it('takes the requester from the field the user fills, never from the workflow', async () => {
+		for (const [requestedBy, want] of [
+			['agent.ivanova@helpdesk.example', 'agent.ivanova@helpdesk.example'],
+			['Мария Иванова <maria.ivanova@helpdesk.example>', 'Мария Иванова <maria.ivanova@helpdesk.example>'],
+			['', undefined],
+			['   ', undefined],
+		]) {
+			const { ctx, run: r } = fakeExecute({
+				params: { ...SUBMIT, requestedBy },
+				items: [modelAnswer(JSON.stringify(DRAFT))],
+				parents: UPSTREAM,
+				answers: [
+					{
+						status: 202,
+						body: { outcome: 'awaiting_human', approvals: [], notified: true, version: 1 },
+					},
+				],
+			});
+			await run(ctx);
+			const body = r.requests[0].body;
+			assert.equal(body.requested_by, want, `requestedBy ${JSON.stringify(requestedBy)}`);
+			assert.ok(!JSON.stringify(body).includes('n8n:'), 'no requester of the node’s own making');
+			assert.ok(!JSON.stringify(body).includes('support reply'), 'the workflow’s name is nobody');
+		}
 	});
 	it('continues at once on approved when the contract’s rules approve', async () => {
 		const { ctx, run: r } = fakeExecute({

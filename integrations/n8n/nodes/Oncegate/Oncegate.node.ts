@@ -419,6 +419,16 @@ export class Oncegate implements INodeType {
 				displayOptions: { show: { operation: ['submitAndWait'] } },
 			},
 			{
+				displayName: 'Requested By',
+				name: 'requestedBy',
+				type: 'string',
+				default: '',
+				placeholder: "={{ $('Webhook').item.json.body.agent_email }}",
+				description:
+					'The mail address of the person who asked for this action, from the trigger’s data (e.g. the helpdesk agent). Under separation of duties that person cannot approve it, and oncegate refuses a requester that is not a mail address.',
+				displayOptions: { show: { operation: ['submitAndWait'] } },
+			},
+			{
 				displayName: 'Source URL',
 				name: 'sourceUrl',
 				type: 'string',
@@ -619,6 +629,9 @@ async function submitAndWait(
 		const run = findRun(fns, i);
 		const contract = String(fns.getNodeParameter('contract', i));
 		const sourceUrl = String(fns.getNodeParameter('sourceUrl', i, ''));
+		// Who asked, as the workflow knows it: never a name of this node's
+		// own making, which would be nobody separation of duties can compare.
+		const requestedBy = String(fns.getNodeParameter('requestedBy', i, '') ?? '').trim();
 		const body: IDataObject = {
 			lease_owner: run.lease_owner,
 			version: run.version,
@@ -636,9 +649,9 @@ async function submitAndWait(
 				target: String(fns.getNodeParameter('effectTarget', i)),
 				payload: jsonParameter(fns, 'effectPayload', i) as IDataObject,
 			},
-			requested_by: `n8n:${fns.getWorkflow().name ?? fns.getWorkflow().id}`,
 			callback_url: String(fns.evaluateExpression('{{ $execution.resumeUrl }}', i)),
 		};
+		if (requestedBy !== '') body.requested_by = requestedBy;
 		if (sourceUrl !== '') body.source_url = sourceUrl;
 		const answer = await oncegateCall(api, 'POST', runPath(run.key, '/output'), body);
 		const outcome = answer.body.outcome;
