@@ -130,6 +130,7 @@ int config_check_warnings(const struct config *c, const char *path, FILE *out);
 /* Started as root with user set: sets the groups, the group and the user
  * of user, for good; nothing otherwise. -1 with a message on failure. */
 int config_drop_privileges(const struct config *c, char *err, size_t errlen)
+	__attribute__((warn_unused_result));
 /* The responder's part of loading: reads csrf_secret_file into
  * csrf_secret and proxy_secret_file into proxy_secret (when set). A file
  * must be a regular file that neither its group may write nor others
