@@ -24,7 +24,7 @@ OUT=$(cd "$OUT" && pwd -P)
 CFLAGS=(-g -O1 -fno-omit-frame-pointer -pthread
 	-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 	-Wall -Wextra -Wno-unused-parameter
-	-I"$ROOT/src/lib" -I"$HERE"
+	-I"$ROOT/src/lib" -I"$HERE" -I"$OUT"
 	-DOG_SYSCONFDIR='"/nonexistent/etc"' -DOG_PKGDATADIR='"/nonexistent/share"'
 	-DOG_FUZZ_SRCDIR="\"$ROOT\""
 	-DPACKAGE_VERSION="\"$(sed -n 's/^AC_INIT(\[oncegate\], \[\([^]]*\)\].*/\1/p' "$ROOT/configure.ac")\""
@@ -80,6 +80,13 @@ sh "$ROOT/src/lib/openapi_embed.sh" "$ROOT/src/lib/openapi.json" >"$OUT/openapi_
 cmp -s "$OUT/openapi_doc.c.tmp" "$OUT/openapi_doc.c" 2>/dev/null ||
 	mv "$OUT/openapi_doc.c.tmp" "$OUT/openapi_doc.c"
 rm -f "$OUT/openapi_doc.c.tmp"
+# ... and the schema version it expects: the highest migration in sql/ (as
+# make generates src/lib/schema_expected.h).
+high=$(cd "$ROOT/sql" && ls | LC_ALL=C grep -E '^[0-9]{3,}_.*\.sql$' | LC_ALL=C sort | tail -n 1)
+printf '#define SCHEMA_VERSION_EXPECTED "%s"\n' "${high%.sql}" >"$OUT/schema_expected.h.tmp"
+cmp -s "$OUT/schema_expected.h.tmp" "$OUT/schema_expected.h" 2>/dev/null ||
+	mv "$OUT/schema_expected.h.tmp" "$OUT/schema_expected.h"
+rm -f "$OUT/schema_expected.h.tmp"
 for src in $lib_srcs tests/fuzz/fuzzlib.c "$OUT/openapi_doc.c"; do
 	[[ $src == /* ]] || src=$ROOT/$src
 	obj=$OUT/obj/lib-$(basename "${src%.c}").o
