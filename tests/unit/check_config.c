@@ -300,17 +300,26 @@ END_TEST
 static int
 check_ready(const char *extra, struct config *c, char *err, size_t errlen)
 {
-	char text[1024];
-	int n;
+	char text[1024], secret[] = "/tmp/og-proxy-secret-XXXXXX";
+	int n, fd;
 
+	/* the proxy secret nginx proves itself with, 0600 (config check
+	 * refuses a responder without one) */
+	fd = mkstemp(secret);
+	ck_assert(fd >= 0);
+	ck_assert(write(fd, "b3f1c2d4e5a6978877665544332211ffeeddccbbaa99\n", 45) == 45);
+	close(fd);
 	n = snprintf(text, sizeof(text), "public_url = https://gate.example.com\n"
 	             "csrf_secret = 0123456789abcdef0123456789abcdef\n"
-	             "contracts_dir = /tmp\ntemplates_dir = /tmp\nsql_dir = /tmp\n%s", extra);
+	             "contracts_dir = /tmp\ntemplates_dir = /tmp\nsql_dir = /tmp\n"
+	             "proxy_secret_file = %s\n%s", secret, extra);
 	ck_assert(n > 0 && (size_t)n < sizeof(text));
 	write_file(text, (size_t)n);
 	config_defaults(c);
 	ck_assert_msg(config_load(path, c, err, errlen) == 0, "%s", err);
-	return config_check_ready(c, path, err, errlen);
+	n = config_check_ready(c, path, err, errlen);
+	unlink(secret);
+	return n;
 }
 
 /* What config check refuses beyond the loader, each naming file:line. */
@@ -319,15 +328,15 @@ static const struct {
 	int line;            /* of the setting to blame */
 	const char *want;
 } ready_cases[] = {
-	{ "database = \"host=/run/postgresql dbname\"\n", 6, "database is not a libpq connection string" },
-	{ "database = \"postgresql://[::1\"\n", 6, "database is not a libpq connection string" },
-	{ "pooled_database = \"hostaddr=127.0.0.1 port='5432\"\n", 6,
+	{ "database = \"host=/run/postgresql dbname\"\n", 7, "database is not a libpq connection string" },
+	{ "database = \"postgresql://[::1\"\n", 7, "database is not a libpq connection string" },
+	{ "pooled_database = \"hostaddr=127.0.0.1 port='5432\"\n", 7,
 	  "pooled_database is not a libpq connection string" },
-	{ "listen_group = no-such-group-ог\n", 6, "listen_group: no group \"no-such-group-ог\"" },
-	{ "user = no_such_user_42\n", 6, "user: no user \"no_such_user_42\"" },
-	{ "listen_owner = nobody_not_here\n", 6, "listen_owner: no user" },
+	{ "listen_group = no-such-group-ог\n", 7, "listen_group: no group \"no-such-group-ог\"" },
+	{ "user = no_such_user_42\n", 7, "user: no user \"no_such_user_42\"" },
+	{ "listen_owner = nobody_not_here\n", 7, "listen_owner: no user" },
 	{ "[target mail]\nkind = smtp\nurl = smtp://mail.example.com:587\n"
-	  "credentials_env = MAIL_PASSWORD\n", 9, "target mail: credentials_env with smtp://" },
+	  "credentials_env = MAIL_PASSWORD\n", 10, "target mail: credentials_env with smtp://" },
 };
 
 START_TEST(test_check_ready)
@@ -373,7 +382,7 @@ START_TEST(test_check_ready_accepts)
 	fclose(out);
 	unlink(path);
 	ck_assert_int_eq(n, 1);
-	snprintf(err, sizeof(err), "%s:10: warning: public_url is plain http://", path);
+	snprintf(err, sizeof(err), "%s:11: warning: public_url is plain http://", path);
 	ck_assert_msg(strncmp(text, err, strlen(err)) == 0, "%s", text);
 	free(text);
 	config_free(&c);
