@@ -322,6 +322,8 @@ SMTP_PORT=$(ready_port "$TMP/smtp.out")
 mkdir -p "$TMP/contracts"
 cp "$ROOT"/contracts/*.json "$ROOT"/tests/data/contracts-test/*.json "$TMP/contracts/"
 CONF=$PRIV/oncegate.conf
+# nginx proves itself to the responder with a proxy secret of this run's own
+proxy_secret_make "$PRIV"
 (umask 077 && cat >"$CONF") <<-EOF
 	# tests/chaos/failover.sh
 	listen = $TMP/fcgi.sock
@@ -340,7 +342,7 @@ CONF=$PRIV/oncegate.conf
 	templates_dir = $ROOT/templates
 	public_url = http://127.0.0.1:$HTTP_PORT
 	csrf_secret = $(head -c 36 /dev/urandom | base64 | tr '+/' '-_')
-	proxy_secret_file = $TMP/proxy_secret
+	proxy_secret_file = $PRIV/proxy_secret
 
 	dispatch_workers = 4
 	dispatch_batch = 8
@@ -392,7 +394,7 @@ chmod -R 0755 "$TMP/nginx"
 install -m 0644 "$ROOT/templates/approval.css" "$TMP/nginx/assets/approval.css"
 sed -e "s|@PORT@|$HTTP_PORT|g" -e "s|@FCGI_SOCKET@|$TMP/fcgi.sock|g" \
 	-e "s|@STATE@|$TMP|g" -e "s|@ASSETS@|$TMP/nginx/assets|g" \
-	-e "s|@PROXY_SECRET_CONF@|$TMP/proxy_secret.nginx|g" \
+	-e "s|@PROXY_SECRET_CONF@|$PRIV/proxy_secret.nginx|g" \
 	"$ROOT/nginx/oncegate-local.conf.in" >"$TMP/nginx/nginx.conf"
 NGINX_PID=$(nginx_start "$TMP/nginx") || die "nginx rejects its config or did not start"
 BASE=http://127.0.0.1:$HTTP_PORT

@@ -966,8 +966,10 @@ START_TEST(test_approval_revoke_and_reject_key)
 		free(after);
 	}
 	free(form);
+	/* still live (not revoked: 410), and not alice's: bob's page says so */
 	page(tok_b, NULL, &r);
-	ck_assert_msg(r.status == 200, "the other approver's link: %ld", r.status);
+	ck_assert_msg(r.status == 403 && strstr(r.body, "Not your approval") != NULL,
+	              "the other approver's link, opened by alice: %ld %.500s", r.status, r.body);
 	tl_resp_free(&r);
 	REFUSED(c, key, 1, "only a pending challenge is revoked", "wrong_state", "approval",
 	        "revoke", aid, "--reason", "twice");
@@ -999,8 +1001,19 @@ START_TEST(test_approval_revoke_and_reject_key)
 	ck_assert_str_eq(JSTR(l, "state_to"), "failed_terminal");
 	ck_assert_str_eq(JSTR(l, "actor"), OPERATOR);
 	json_decref(l);
+	/* B's link is revoked; alice, whose it is not, is told no more than that */
+	{
+		char *bst = qstr(c, "SELECT state FROM approvals WHERE id = $1::uuid", bid,
+		                 (char *)NULL);
+
+		ck_assert_msg(bst != NULL && (strcmp(bst, "revoked") == 0 ||
+		                              strcmp(bst, "voided") == 0),
+		              "B's challenge after reject KEY: %s", bst);
+		free(bst);
+	}
 	page(tok_b, NULL, &r);
-	ck_assert_msg(r.status == 410, "B's link after reject KEY: %ld", r.status);
+	ck_assert_msg(r.status == 410 || (r.status == 403 && strstr(r.body, "Not your approval")),
+	              "B's link after reject KEY: %ld", r.status);
 	tl_resp_free(&r);
 	REFUSED(c, key, 1, "already: nothing to reject", "wrong_state", "reject", key, "--reason",
 	        "twice");
