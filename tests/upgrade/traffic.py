@@ -91,6 +91,23 @@ class Worker(threading.Thread):
             try:
                 r = self.conn.getresponse()
                 text = r.read().decode("utf-8", "replace")
+            except (ConnectionResetError, http.client.RemoteDisconnected) as e:
+                # The same race seen from the other side: nginx's old worker
+                # closed the idle connection as the request arrived, and
+                # answered nothing (a reset or a close before any status
+                # line). On a kept-alive connection HTTP clients send the
+                # request again (RFC 9112, 9.3.1); it is safe here because
+                # every request carries its idempotency key or lease.
+                self.conn.close()
+                self.conn = None
+                if reused:
+                    with self.sh.lock:
+                        self.sh.stale += 1
+                    continue
+                self.sh.seen(0, None)
+                with self.sh.lock:
+                    self.sh.errors.append("%s %s: %s" % (method, path, e))
+                return 0, None
             except (OSError, http.client.HTTPException) as e:
                 self.conn.close()
                 self.conn = None
