@@ -221,6 +221,7 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 	} else {
 		c->resp->status = 303;
 		(void)http_header(c->resp, "Location", location);
+		decision_logged(c, a, &in, &out, &f);
 	}
 out:
 	decision_out_clear(&out);

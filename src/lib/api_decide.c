@@ -110,8 +110,9 @@ refused(struct api_call *c, const struct decision_refusal *r, struct decision_ou
 	api_log(c, LOG_LEVEL_NOTICE, "approval.refused", f);
 }
 
-/* The decision taken: what it did. */
-static void
+/* The decision taken: what it did. False when it could not be said (the
+ * answer is a 500; the decision stands). */
+static bool
 answer(struct api_call *c, const struct gate_approval *a, const struct decision_out *out)
 {
 	const struct decide_approval *d = &out->d;
@@ -122,7 +123,7 @@ answer(struct api_call *c, const struct gate_approval *a, const struct decision_
 
 	if (doc == NULL) {
 		api_internal(c, "out of memory");
-		return;
+		return false;
 	}
 	json_object_set_new(doc, "state",
 	                    json_string(ledger_state_name(d->final ? out->run.state
@@ -132,6 +133,7 @@ answer(struct api_call *c, const struct gate_approval *a, const struct decision_
 	if (d->edit_hash[0] != '\0')
 		json_object_set_new(doc, "edited_output_hash", json_string(d->edit_hash));
 	http_json(c->resp, 200, doc);
+	return true;
 }
 
 /* The scope: the client decides on its own runs, for approver entries of
@@ -185,8 +187,8 @@ decide(struct api_call *c, const unsigned char hash[32], struct gate_approval *a
 		r = decision_take(c, hash, a, run, &dr, in, f, &out);
 	if (r != NULL)
 		refused(c, r, &out, f);
-	else
-		answer(c, a, &out);
+	else if (answer(c, a, &out))
+		decision_logged(c, a, in, &out, f);
 out:
 	decision_out_clear(&out);
 	api_card_draft_clear(&dr);

@@ -211,9 +211,9 @@ taken(enum og_rc rc)
 
 /* The log lines of a decision taken: approval.voted below the quorum, else
  * approval.consumed and an effect.enqueued per queued effect. */
-static void
-logged(struct api_call *c, const struct gate_approval *a, const struct decision_in *in,
-       struct decision_out *out, struct log_fields *f)
+void
+decision_logged(struct api_call *c, const struct gate_approval *a, const struct decision_in *in,
+                struct decision_out *out, struct log_fields *f)
 {
 	const struct decide_approval *d = &out->d;
 	const char *reason = in->reason != NULL && in->reason[0] ? in->reason : NULL;
@@ -295,10 +295,7 @@ decision_take(struct api_call *c, const unsigned char hash[32], const struct gat
 	out->d.effect = out->effect;
 	out->d.callback_url = json_string_value(json_object_get(run, "callback_url"));
 	out->d.draft_hash = dr->hash;
-	if ((r = taken(decide_approval(c->ctx->db, &out->d, &out->run))) != NULL)
-		return r;
-	logged(c, a, in, out, f);
-	return NULL;
+	return taken(decide_approval(c->ctx->db, &out->d, &out->run));
 }
 
 void

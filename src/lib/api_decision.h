@@ -67,15 +67,21 @@ struct decision_out {
 const struct decision_refusal *decision_open(const struct gate_approval *a, const json_t *run);
 
 /* Checks the decision against the challenge and the draft and takes it in
- * one transaction. NULL: taken (out filled, the log lines written: one
- * approval.voted, or approval.consumed and effect.enqueued per queued
- * effect); else the refusal, with f->reason and f->detail set for the
- * door's log line, and nothing changed. Free out with decision_out_clear. */
+ * one transaction. NULL: taken (out filled; the door answers, then writes
+ * the log lines with decision_logged); else the refusal, with f->detail
+ * set for the door's log line, and nothing changed. Free out with
+ * decision_out_clear. */
 const struct decision_refusal *decision_take(struct api_call *c, const unsigned char hash[32],
                                              const struct gate_approval *a, const json_t *run,
                                              const struct api_card_draft *dr,
                                              const struct decision_in *in,
                                              struct log_fields *f, struct decision_out *out);
+/* The log lines of a decision taken, with the door's answer's status: one
+ * approval.voted below the quorum, else approval.consumed and an
+ * effect.enqueued per queued effect. */
+void decision_logged(struct api_call *c, const struct gate_approval *a,
+                     const struct decision_in *in, struct decision_out *out,
+                     struct log_fields *f);
 void decision_out_clear(struct decision_out *out);
 
 #endif
