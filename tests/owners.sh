@@ -22,6 +22,7 @@ ROOT=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)}
 # table  owner (path under the source root)
 OWNERS=(
 	"api_clients           src/lib/clients.c"
+	"client_decide_grants  src/lib/clients.c"
 	"workflow_runs         src/lib/ledger.c"
 	"run_events            src/lib/ledger.c"
 	"approvals             src/lib/gate.c"

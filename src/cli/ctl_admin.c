@@ -210,6 +210,134 @@ client_list(struct ctl *ctl)
 	return EXIT_SUCCESS;
 }
 
+/* Whether the command's verb (its first word that is neither an option
+ * nor an option's value) is grant or ungrant. */
+static bool
+grant_verb(int argc, char **argv)
+{
+	int i;
+
+	for (i = 1; i < argc; i++) {
+		if (strncmp(argv[i], "--", 2) == 0) {
+			if (strchr(argv[i], '=') == NULL)
+				i++;
+			continue;
+		}
+		return strcmp(argv[i], "grant") == 0 || strcmp(argv[i], "ungrant") == 0;
+	}
+	return false;
+}
+
+/* `client grants`: every decide grant. */
+static int
+client_grants(struct ctl *ctl)
+{
+	json_t *list = NULL, *o;
+	enum og_rc rc;
+	size_t i;
+
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	if ((rc = clients_grants(ctl->db, &list)) != OG_OK)
+		return client_exit(rc, "client grants", "", ctl);
+	if (ctl->json) {
+		ctl_print_json(list);
+	} else {
+		printf("%-24s %-7s %-24s %-32s %s\n", "CLIENT", "SCOPE", "CONTRACT", "APPROVER",
+		       "GRANTED");
+		json_array_foreach(list, i, o)
+			printf("%-24s %-7s %-24s %-32s %s\n", ctl_jstr(o, "client"),
+			       ctl_jstr(o, "scope"), ctl_jstr(o, "contract"), ctl_jstr(o, "approver"),
+			       ctl_jstr(o, "created_at"));
+	}
+	json_decref(list);
+	return EXIT_SUCCESS;
+}
+
+/* `client grant|ungrant NAME --decide CONTRACT --approver ENTRY --reason
+ * TEXT`: the decide scope of a client for one contract and approver entry
+ * ("*": every entry of the contract). The contract need not be loaded
+ * here: grants are kept by name, as contracts are. */
+static int
+client_grant(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "reason", required_argument, NULL, 'r' },
+		{ "decide", required_argument, NULL, 'd' },
+		{ "approver", required_argument, NULL, 'a' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *reason = NULL, *contract = NULL, *approver = NULL, *name, *what;
+	char op[OPLOG_ROLE_LEN] = "";
+	struct log_fields f = { 0 };
+	long long id = 0;
+	enum og_rc rc;
+	bool grant;
+	int opt;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (opt == 'r')
+			reason = optarg;
+		else if (opt == 'd')
+			contract = optarg;
+		else if (opt == 'a')
+			approver = optarg;
+		else
+			return ctl_usage(ctl);
+	}
+	if (optind != argc - 2 || contract == NULL || approver == NULL)
+		return ctl_usage(ctl);
+	grant = strcmp(argv[optind], "grant") == 0;
+	what = grant ? "client grant" : "client ungrant";
+	name = argv[optind + 1];
+	if (bad_reason(what, reason))
+		return EXIT_USAGE;
+	if (!clients_name_valid(name))
+		return client_exit(OG_BAD_NAME, what, name, ctl);
+	if (!clients_name_valid(contract) /* a contract's name has a client name's shape */ || approver[0] == '\0' || strlen(approver) > 320) {
+		fprintf(stderr, "oncegatectl: %s: --decide names a contract (1-64 of A-Z a-z 0-9 . _ "
+		        "-), --approver an approver entry as the contract writes it (\"alice@example."
+		        "com\", \"group:support\") or \"*\" for all of them, at most 320 bytes\n", what);
+		return EXIT_USAGE;
+	}
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	if (db_begin(ctl->db) != DB_OK)
+		return client_exit(OG_UNAVAILABLE, what, name, ctl);
+	rc = clients_grant_decide(ctl->db, name, contract, approver, grant, &id);
+	if (rc == OG_OK &&
+	    (record(ctl, grant ? "client.grant" : "client.ungrant", reason, id,
+	            json_pack("{s:s, s:s, s:s, s:s}", "client", name, "scope", "decide",
+	                      "contract", contract, "approver", approver), op) != 0 ||
+	     db_commit(ctl->db) != DB_OK))
+		rc = OG_ERROR;
+	if (rc != OG_OK)
+		db_rollback(ctl->db);
+	if (rc == OG_NOT_FOUND) {
+		fprintf(stderr, grant ? "oncegatectl: client grant: no active client named \"%s\", "
+		                        "or it holds this grant already\n"
+		                      : "oncegatectl: client ungrant: client \"%s\" holds no such "
+		                        "grant\n", name);
+		return EXIT_REFUSED;
+	}
+	if (rc != OG_OK)
+		return client_exit(rc, what, name, ctl);
+	f.client = name;
+	f.actor = op;
+	f.reason = reason;
+	f.contract = contract;
+	f.detail = approver;
+	ctl_log(ctl, LOG_LEVEL_NOTICE, grant ? "client.granted" : "client.ungranted", &f);
+	if (ctl->json)
+		ctl_print_new(json_pack("{s:s, s:s, s:s, s:s, s:b}", "client", name, "scope",
+		                        "decide", "contract", contract, "approver", approver,
+		                        "granted", grant));
+	fprintf(stderr, "oncegatectl: client \"%s\" %s record decisions for %s on contract "
+	        "\"%s\"\n", name, grant ? "may now" : "may no longer", approver, contract);
+	return EXIT_SUCCESS;
+}
+
 int
 ctl_admin_client(struct ctl *ctl, int argc, char **argv)
 {
@@ -221,10 +349,14 @@ ctl_admin_client(struct ctl *ctl, int argc, char **argv)
 	bool add;
 	int ex;
 
+	if (grant_verb(argc, argv))
+		return client_grant(ctl, argc, argv);
 	if (change_opts(argc, argv, &reason) != 0)
 		return ctl_usage(ctl);
 	if (optind == argc - 1 && strcmp(argv[optind], "list") == 0 && reason == NULL)
 		return client_list(ctl);
+	if (optind == argc - 1 && strcmp(argv[optind], "grants") == 0 && reason == NULL)
+		return client_grants(ctl);
 	if (optind != argc - 2 ||
 	    (strcmp(argv[optind], "add") != 0 && strcmp(argv[optind], "revoke") != 0))
 		return ctl_usage(ctl);

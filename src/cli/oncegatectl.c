@@ -38,6 +38,7 @@ struct command {
 static const char *const value_options[] = {
 	"reason", "client", "new-key", "payload", "map", "rate", "resume", "since", "class",
 	"target", "state", "limit", "older-than", "expect", "provider-id", "select", "job",
+	"decide", "approver",
 };
 
 #define TIME_TEXT                                                                          \
@@ -56,11 +57,20 @@ static const struct command commands[] = {
 	  "usage: oncegatectl client add NAME --reason TEXT\n"
 	  "       oncegatectl client revoke NAME --reason TEXT\n"
 	  "       oncegatectl client list\n"
+	  "       oncegatectl client grant|ungrant NAME --decide CONTRACT --approver ENTRY "
+	  "--reason TEXT\n"
+	  "       oncegatectl client grants\n"
 	  "  add: a new API client; its key is printed once on stdout (--json: {\"client\",\n"
 	  "  \"api_key\"}) and only its SHA-256 is stored. revoke: the key is refused from the\n"
 	  "  next request. list: every client (--json: an array of {\"name\", \"created_at\",\n"
 	  "  \"revoked_at\"}). NAME is 1-64 of A-Z a-z 0-9 . _ -, starting with a letter or "
-	  "digit.\n",
+	  "digit.\n"
+	  "  grant: the decide scope: the client may record, through POST\n"
+	  "  /v1/approvals/{id}/decisions, a decision for a person it vouches for, on\n"
+	  "  challenges of CONTRACT issued to approver ENTRY (as the contract writes it:\n"
+	  "  \"alice@example.com\", \"group:support\"; \"*\" for every entry). ungrant withdraws\n"
+	  "  it. grants: every grant (--json: an array of {\"client\", \"scope\", \"contract\",\n"
+	  "  \"approver\", \"created_at\"}).\n",
 	  ctl_admin_client },
 	{ "config", "check the configuration and print it, secrets masked",
 	  "usage: oncegatectl config check\n"

@@ -37,6 +37,8 @@ static const struct route routes[] = {
 	  BODY_JSON, ANSWER_JSON, false, false, api_output_submit },
 	{ "POST", SHAPE_KEY, "/v1/runs/", "/cancel", "/v1/runs/{key}/cancel", AUTH_BEARER,
 	  BODY_JSON, ANSWER_JSON, false, false, api_runs_cancel },
+	{ "POST", SHAPE_KEY, "/v1/approvals/", "/decisions", "/v1/approvals/{id}/decisions",
+	  AUTH_BEARER, BODY_JSON, ANSWER_JSON, false, false, api_approvals_decide },
 	{ "GET", SHAPE_EXACT, "/v1/openapi.json", NULL, "/v1/openapi.json", AUTH_NONE, BODY_NONE,
 	  ANSWER_TEXT, false, false, api_ops_openapi },
 	{ "GET", SHAPE_EXACT, "/healthz", NULL, "/healthz", AUTH_NONE, BODY_NONE, ANSWER_JSON,
@@ -273,12 +275,21 @@ static const struct problem_type {
 	{ "invalid_idempotency_key", 400, "The Idempotency-Key header is malformed", OG_OK },
 	{ "key_mismatch", 400, "Idempotency-Key and the body's key differ", OG_OK },
 	{ "unauthorized", 401, "An API key is required", OG_DENIED },
+	{ "forbidden", 403, "The client may not do this", OG_OK },
+	{ "not_an_approver", 403, "The person is not among the challenge's approvers", OG_OK },
+	{ "separation_of_duties", 403, "The requester may not approve their own request", OG_OK },
+	{ "approval_not_found", 404, "No such approval", OG_OK },
 	{ "not_found", 404, "No such route", OG_OK },
 	{ "run_not_found", 404, "No such run", OG_NOT_FOUND },
 	{ "method_not_allowed", 405, "This path does not take this method", OG_OK },
 	{ "lease_lost", 409, "This execution no longer owns the run", OG_LEASE_LOST },
 	{ "lease_cap_reached", 409, "The claim reached its total lease lifetime", OG_CAP_REACHED },
 	{ "window_closed", 409, "Nothing is left to cancel", OG_WINDOW_CLOSED },
+	{ "already_voted", 409, "The person has already decided on this run", OG_OK },
+	{ "draft_changed", 409, "The draft is not the one read", OG_OK },
+	{ "not_editable", 409, "The draft cannot be corrected now", OG_OK },
+	{ "used", 409, "Another decision settled the run first", OG_OK },
+	{ "approval_closed", 409, "The approval no longer takes a decision", OG_OK },
 	{ "body_too_large", 413, "The body is too large", OG_OK },
 	{ "unsupported_media_type", 415, "The body must be JSON", OG_OK },
 	{ "payload_mismatch", 422, "The key was claimed with another payload", OG_MISMATCH },
@@ -287,6 +298,8 @@ static const struct problem_type {
 	{ "unknown_target", 422, "No such target", OG_OK },
 	{ "callback_not_allowed", 422, "The callback URL's origin is not allowed", OG_OK },
 	{ "requested_by_required", 422, "The contract requires requested_by", OG_OK },
+	{ "decision_not_allowed", 422, "The approval does not allow this decision", OG_OK },
+	{ "invalid_edit", 422, "A correction does not pass the contract", OG_OK },
 	{ "requested_by_not_a_person", 422, "requested_by must name a person by mail address",
 	  OG_OK },
 	{ "internal_error", 500, "Internal error", OG_ERROR },
@@ -402,6 +415,18 @@ api_reject(struct api_call *c, const char *code, const char *message, const char
 	f.validation = field;
 	api_log(c, LOG_LEVEL_NOTICE, c->resp->status == 401 ? "auth.failed" : "request.invalid",
 	        &f);
+}
+
+/* The problem document of stable code with the members of ext (reference
+ * taken); no log line: the caller writes its own. */
+void
+api_answer_problem(struct api_call *c, const char *code, const char *message, json_t *ext)
+{
+	if (!answer_authenticated(c)) {
+		json_decref(ext);
+		return;
+	}
+	api_problem(c, problem_named(code), message, ext);
 }
 
 /* A refusal about the run itself (404, 409, 422): the problem document of

@@ -24,6 +24,7 @@
 #include "canon.h"
 #include "contract.h"
 #include "csrf.h"
+#include "api_decision.h"
 #include "decide.h"
 #include "digest.h"
 #include "edit.h"
@@ -120,247 +121,111 @@ posted_edits(struct api_call *c, struct log_fields *f, const struct api_card_dra
 	return ok;
 }
 
-/* The decision: the form checked here, the transaction in decide_approval,
- * then 303 to the page. */
+/* The decision's form read: decision, csrf, reason (checked), draft. False
+ * when it is refused (the page answered). */
+static bool
+form_read(struct api_call *c, const struct gate_approval *a, struct log_fields *f,
+          char decision[16], char reason[OG_FIELD_MAX + 1], char draft[CANON_HASH_LEN + 8])
+{
+	const struct config *cfg = c->ctx->cfg;
+	char csrf[128];
+	bool ok;
+	long n;
+
+	if (c->body_refused) {
+		refuse(c, f, 415, NULL, "Not a form",
+		       "The decision must be sent by the form on the approval page.");
+		return false;
+	}
+	if (http_form_get(c->req->body, c->req->body_len, "decision", decision, 16) <= 0 ||
+	    http_form_get(c->req->body, c->req->body_len, "csrf", csrf, sizeof(csrf)) <= 0) {
+		refuse(c, f, 400, "missing_field", "Incomplete form",
+		       "The form lacks its decision or its protection token; reload the page.");
+		return false;
+	}
+	n = http_form_get(c->req->body, c->req->body_len, "reason", reason, OG_FIELD_MAX + 1);
+	if (n > 0 && !canon_utf8_valid(reason, (size_t)n)) {
+		refuse(c, f, 400, "bad_reason", "Reason not accepted",
+		       "The reason is not valid UTF-8 text; nothing was decided. Type it "
+		       "again on the approval page.");
+		return false;
+	}
+	if (n == -2 || (n > 0 && !api_printable(reason))) {
+		refuse(c, f, 400, "bad_reason", "Reason not accepted",
+		       "The reason must be plain text of at most 512 bytes.");
+		return false;
+	}
+	if (n < 0)
+		reason[0] = '\0';
+	f->decision = decision;
+	ok = csrf_verify((const unsigned char *)cfg->csrf_secret, strlen(cfg->csrf_secret), a->id,
+	                 c->req->remote_user, csrf);
+	digest_wipe(csrf, sizeof(csrf));
+	if (!ok) {
+		refuse(c, f, 403, "csrf", "Form expired",
+		       "This form was not issued to you for this approval. Reload the "
+		       "approval page and decide again.");
+		return false;
+	}
+	if (http_form_get(c->req->body, c->req->body_len, "draft", draft, CANON_HASH_LEN + 8) <= 0)
+		draft[0] = '\0';
+	return true;
+}
+
+/* The decision: the form checked here, the rules and the transaction in
+ * decision_take, then 303 to the page. */
 static void
 approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_approval *a,
                const json_t *run, const struct api_card_draft *dr, char *location)
 {
-	const struct config *cfg = c->ctx->cfg;
-	const char *subject = c->req->remote_user;
-	const json_t *effect = dr->effect;
-	const char *callback = json_string_value(json_object_get(run, "callback_url"));
-	const char *why;
-	char decision[16], csrf[128], reason[OG_FIELD_MAX + 1], draft[CANON_HASH_LEN + 8];
-	struct decide_approval d = { 0 };
-	struct ledger_run lr = { 0 };
+	const struct decision_refusal *r;
+	char decision[16], reason[OG_FIELD_MAX + 1], draft[CANON_HASH_LEN + 8];
+	struct decision_out out = { 0 };
+	struct decision_in in = { 0 };
 	struct log_fields f = { 0 };
-	char *logged = NULL, *fields_text = NULL, progress[96];
-	json_t *values = json_object(), *errors = json_array(), *edited = NULL;
-	json_t *changed = NULL, *corrected = NULL;
-	long n;
+	json_t *values = json_object();
 
 	f.approval_id = a->id;
-	f.actor = subject;
-	if (c->body_refused) {
-		refuse(c, &f, 415, NULL, "Not a form",
-		       "The decision must be sent by the form on the approval page.");
+	f.actor = c->req->remote_user;
+	if (!form_read(c, a, &f, decision, reason, draft))
 		goto out;
-	}
-	if (http_form_get(c->req->body, c->req->body_len, "decision", decision,
-	                  sizeof(decision)) <= 0 ||
-	    http_form_get(c->req->body, c->req->body_len, "csrf", csrf, sizeof(csrf)) <= 0) {
-		refuse(c, &f, 400, "missing_field", "Incomplete form",
-		       "The form lacks its decision or its protection token; reload the page.");
+	/* corrections go with an approval only */
+	if (values == NULL ||
+	    (strcmp(decision, "approve") == 0 && !posted_edits(c, &f, dr, values)))
 		goto out;
-	}
-	n = http_form_get(c->req->body, c->req->body_len, "reason", reason, sizeof(reason));
-	if (n > 0 && !canon_utf8_valid(reason, (size_t)n)) {
-		refuse(c, &f, 400, "bad_reason", "Reason not accepted",
-		       "The reason is not valid UTF-8 text; nothing was decided. Type it "
-		       "again on the approval page.");
-		goto out;
-	}
-	if (n == -2 || (n > 0 && !api_printable(reason))) {
-		refuse(c, &f, 400, "bad_reason", "Reason not accepted",
-		       "The reason must be plain text of at most 512 bytes.");
-		goto out;
-	}
-	if (n < 0)
-		reason[0] = '\0';
-	f.decision = decision;
-	if (!csrf_verify((const unsigned char *)cfg->csrf_secret, strlen(cfg->csrf_secret), a->id,
-	                 subject, csrf)) {
-		refuse(c, &f, 403, "csrf", "Form expired",
-		       "This form was not issued to you for this approval. Reload the "
-		       "approval page and decide again.");
-		goto out;
-	}
-	if (!json_array_size(a->allowed_decisions) ||
-	    (strcmp(decision, "approve") != 0 && strcmp(decision, "reject") != 0)) {
-		refuse(c, &f, 400, "wrong_decision", "Decision not allowed",
-		       "This approval does not allow that decision.");
-		goto out;
-	}
-	{
-		size_t i;
-		json_t *v;
-		bool allowed = false;
-
-		json_array_foreach(a->allowed_decisions, i, v)
-			if (json_is_string(v) && strcmp(json_string_value(v), decision) == 0)
-				allowed = true;
-		if (!allowed) {
-			refuse(c, &f, 400, "wrong_decision", "Decision not allowed",
-			       "This approval does not allow that decision.");
-			goto out;
-		}
-	}
-	if ((why = api_card_refusal(c, a, decision)) != NULL) {
-		bool approver = contract_approver_matches(a->approver, subject, c->req->auth_groups,
-		                                          cfg->auth_groups_separator[0]);
-
-		f.reason = "forbidden";
-		f.detail = !approver ? "not among the approvers of this challenge"
-		                     : a->requested_by != NULL
-		                           ? "separation of duties: the requester cannot approve"
-		                           : "separation of duties: the requester is unknown";
-		refuse(c, &f, 403, NULL,
-		       approver ? "Separation of duties" : "Not your approval", why);
-		goto out;
-	}
-	if (dr->mine != NULL) {
-		refuse(c, &f, 409, "already_voted", "Already voted",
-		       "You have already decided on this request (through this or another link, "
-		       "your group or your inbox). Each person counts once. Nothing was changed.");
-		goto out;
-	}
-	/* the draft the page showed is the one decided on */
-	n = http_form_get(c->req->body, c->req->body_len, "draft", draft, sizeof(draft));
-	if (n > 0 && (dr->hash == NULL || strcmp(draft, dr->hash) != 0)) {
-		refuse(c, &f, 409, "draft_changed", "The draft changed",
-		       "Someone corrected the draft after your page was built. Nothing was "
-		       "recorded: open the page again, read it, and decide.");
-		goto out;
-	}
-	if (values == NULL || errors == NULL || !posted_edits(c, &f, dr, values))
-		goto out;
-	if (strcmp(decision, "approve") == 0 && json_object_size(values) > 0) {
-		edited = edit_apply(dr->k, dr->output, values, &changed, errors);
-		if (edited != NULL && json_array_size(changed) > 0) {
-			if (!api_card_editable(c, a, dr)) {
-				refuse(c, &f, 409, "not_editable", "The draft cannot be corrected now",
-				       "Someone has approved this draft already, so every further "
-				       "approval is for the same text. Nothing was recorded: approve it "
-				       "as it is, or reject it.");
-				goto out;
-			}
-			corrected = api_card_draft_effect(c, dr->k,
-			                                  json_object_get(run, "proposed_effect"),
-			                                  edited, errors);
-		}
-		if (json_array_size(errors) > 0) {
-			/* nothing consumed: the card again, with what they wrote */
-			f.reason = "invalid_edit";
-			f.detail = json_string_value(json_object_get(json_array_get(errors, 0), "path"));
-			api_card_page(c, a, run, dr, values, errors, 422);
-			api_log(c, LOG_LEVEL_NOTICE, "approval.refused", &f);
-			goto out;
-		}
-		if (edited == NULL || (json_array_size(changed) > 0 && corrected == NULL)) {
-			f.reason = "internal";
-			api_card_notice(c, 500, "approval.failed", "Something went wrong",
-			                "The decision was not recorded. Try again.", &f);
-			goto out;
-		}
-		if (corrected != NULL) {
-			d.edit = edited;
-			d.edit_fields = changed;
-			effect = corrected;
-			f.edited_fields = fields_text = json_dumps(changed, JSON_COMPACT);
-		}
-	}
-
-	d.approval = a;
-	d.token_hash = hash;
-	d.decision = decision;
-	d.subject = subject;
-	d.reason = reason[0] ? reason : NULL;
-	d.effect = effect;
-	d.callback_url = callback;
-	d.draft_hash = dr->hash;
-	switch (decide_approval(c->ctx->db, &d, &lr)) {
-	case OG_OK:
-		break;
-	case OG_DUPLICATE:
-		refuse(c, &f, 409, "already_voted", "Already voted",
-		       "You have already decided on this request (through this or another link, "
-		       "your group or your inbox). Each person counts once. Nothing was changed.");
-		goto out;
-	case OG_CHANGED:
-		refuse(c, &f, 409, "draft_changed", "The draft changed",
-		       "Someone corrected or approved the draft after your page was built. "
-		       "Nothing was recorded: open the page again, read it, and decide.");
-		goto out;
-	case OG_USED:
-		refuse(c, &f, 409, "used", "Already decided",
-		       "This approval was already decided, has expired, or was revoked. "
-		       "Nothing was changed.");
-		goto out;
-	case OG_NOT_AWAITING:
-		refuse(c, &f, 409, "not_awaiting", "Already decided",
-		       "The run is no longer waiting for a decision. Nothing was changed.");
-		goto out;
-	case OG_CONFLICT:
-		refuse(c, &f, 409, "used", "Already decided",
-		       "Another approver decided first. Nothing was changed.");
-		goto out;
-	case OG_UNAVAILABLE:
+	in.decision = decision;
+	in.reason = reason;
+	in.draft = draft;
+	in.values = values;
+	r = decision_take(c, hash, a, run, dr, &in, &f, &out);
+	if (r == &DECISION_INVALID_EDIT) {
+		/* nothing consumed: the card again, with what they wrote */
+		f.reason = r->code;
+		api_card_page(c, a, run, dr, values, out.edit_errors, 422);
+		api_log(c, LOG_LEVEL_NOTICE, "approval.refused", &f);
+	} else if (r == &DECISION_UNAVAILABLE) {
 		(void)http_header(c->resp, "Retry-After", "5");
 		f.reason = "database_unavailable";
-		api_card_notice(c, 503, "db.unavailable", "Try again shortly",
-		                "The database is unavailable; nothing was recorded.", &f);
-		goto out;
-	default:
+		api_card_notice(c, 503, "db.unavailable", r->heading, r->message, &f);
+	} else if (r == &DECISION_INTERNAL) {
 		f.reason = "internal";
-		api_card_notice(c, 500, "approval.failed", "Something went wrong",
-		                "The decision was not recorded. Try again; if it persists, "
-		                "tell the operators.",
-		                &f);
-		goto out;
-	}
-	c->resp->status = 303;
-	(void)http_header(c->resp, "Location", location);
-	f.key = a->key;
-	if (!d.final) {
-		/* recorded; the run awaits the rest of its quorum */
-		snprintf(progress, sizeof(progress), "%d of %d approvals", d.approvals, d.needed);
-		f.state_from = f.state_to = ledger_state_name(RUN_AWAITING_HUMAN);
-		f.count = d.approvals;
-		f.detail = progress;
-		f.reason = reason[0] ? reason : NULL;
-		f.payload_hash = d.edit_hash[0] ? d.edit_hash : NULL;
-		api_log(c, LOG_LEVEL_INFO, "approval.voted", &f);
-		goto out;
-	}
-	f.payload_hash = d.edit_hash[0] ? d.edit_hash : NULL;
-	f.count = d.needed > 1 ? d.approvals : 0;
-	f.state_from = ledger_state_name(RUN_AWAITING_HUMAN);
-	f.state_to = ledger_state_name(lr.state);
-	f.version = lr.version;
-	f.effect_id = d.effect_id[0] ? d.effect_id : NULL;
-	f.target = json_string_value(json_object_get(effect, "target"));
-	f.reason = reason[0] ? reason : NULL;
-	f.contract = json_string_value(json_object_get(lr.decided, "contract"));
-	f.output_fields = logged =
-		f.contract != NULL && c->ctx->contracts != NULL
-			? api_output_loggable(contract_find(c->ctx->contracts, f.contract),
-			                      json_object_get(lr.decided, "output"))
-			: NULL;
-	api_log(c, LOG_LEVEL_INFO, "approval.consumed", &f);
-	if (d.effect_id[0] != '\0') {
-		struct log_fields e = { .key = a->key, .effect_id = d.effect_id, .target = f.target,
-			                .approval_id = a->id, .actor = subject, .decision = decision };
-
-		api_log(c, LOG_LEVEL_INFO, "effect.enqueued", &e);
-	}
-	if (d.callback_id[0] != '\0') {
-		struct log_fields e = { .key = a->key, .effect_id = d.callback_id,
-			                .target = "callback", .approval_id = a->id,
-			                .decision = decision };
-
-		api_log(c, LOG_LEVEL_INFO, "effect.enqueued", &e);
+		api_card_notice(c, 500, "approval.failed", r->heading, r->message, &f);
+	} else if (r == &DECISION_NOT_YOURS || r == &DECISION_SEPARATION) {
+		f.reason = "forbidden";
+		refuse(c, &f, 403, NULL, r->heading, api_card_refusal(c, a, decision));
+	} else if (r != NULL) {
+		if (r == &DECISION_NOT_ALLOWED)
+			refuse(c, &f, 400, "wrong_decision", r->heading, r->message);
+		else
+			refuse(c, &f, r->status, r->code, r->heading, r->message);
+	} else {
+		c->resp->status = 303;
+		(void)http_header(c->resp, "Location", location);
+		decision_logged(c, a, &in, &out, &f);
 	}
 out:
-	free(logged);
-	free(fields_text);
+	decision_out_clear(&out);
 	json_decref(values);
-	json_decref(errors);
-	json_decref(edited);
-	json_decref(changed);
-	json_decref(corrected);
-	ledger_run_clear(&lr);
-	digest_wipe(csrf, sizeof(csrf));
 }
 
 bool

@@ -127,6 +127,9 @@ void api_reject(struct api_call *c, const char *code, const char *message, const
  * status): the problem document with the members of ext (reference taken);
  * the caller writes the log line. */
 void api_refuse(struct api_call *c, enum og_rc rc, const char *message, json_t *ext);
+/* The problem document of a stable code with the members of ext
+ * (reference taken); the caller writes the log line. */
+void api_answer_problem(struct api_call *c, const char *code, const char *message, json_t *ext);
 /* A failed data or use-case call (its og_rc), with its log line:
  * OG_UNAVAILABLE 503 database_unavailable with Retry-After, OG_NOT_FOUND
  * 404 run_not_found, anything else 500 internal_error. */
@@ -161,6 +164,7 @@ void api_output_submit(struct api_call *c);    /* POST /v1/runs/{key}/output */
 void api_approve_handle(struct api_call *c);   /* GET and POST /approve/{token} */
 void api_approve_card(struct api_call *c);     /* GET and POST /approve/card/{id} */
 void api_approve_inbox(struct api_call *c);    /* GET /approve/ */
+void api_approvals_decide(struct api_call *c); /* POST /v1/approvals/{id}/decisions */
 void api_ops_healthz(struct api_call *c);      /* GET /healthz */
 void api_ops_readyz(struct api_call *c);       /* GET /readyz */
 void api_ops_metrics(struct api_call *c);      /* GET /metrics */

@@ -197,15 +197,21 @@ answer_votes(json_t *a, json_t *votes, int needed)
 	size_t i;
 	json_t *v;
 	char *t = NULL, *list = strdup("");
+	bool via = false;
 
-	if (json_array_size(votes) > 0 && (needed > 1 || json_array_size(votes) > 1) &&
+	/* a decision an API client recorded for a person says so */
+	json_array_foreach(votes, i, v)
+		via = via || json_object_get(v, "via") != NULL;
+	if (json_array_size(votes) > 0 && (needed > 1 || json_array_size(votes) > 1 || via) &&
 	    text != NULL && list != NULL) {
 		json_array_foreach(votes, i, v) {
+			const char *through = json_string_value(json_object_get(v, "via"));
 			char *more = NULL;
 
-			if (asprintf(&more, "%s%s%s %s at %s", list, i > 0 ? ", " : "",
+			if (asprintf(&more, "%s%s%s %s%s%s at %s", list, i > 0 ? ", " : "",
 			             json_string_value(json_object_get(v, "subject")) ?: "?",
 			             json_string_value(json_object_get(v, "decision")) ?: "?",
+			             through != NULL ? " via client " : "", through ?: "",
 			             json_string_value(json_object_get(v, "at")) ?: "?") < 0)
 				break;
 			free(list);

@@ -218,3 +218,96 @@ clients_id(struct db *db, const char *name, long long *id)
 	PQclear(res);
 	return rc;
 }
+
+/* ---- decision grants (client_decide_grants) ------------------------------ */
+
+static const struct db_stmt st_grant = {
+	"clients_grant_decide",
+	"INSERT INTO client_decide_grants (client_id, contract, approver)"
+	" SELECT id, $2, $3 FROM api_clients WHERE name = $1 AND revoked_at IS NULL"
+	" ON CONFLICT DO NOTHING RETURNING client_id",
+	3, false,
+};
+
+static const struct db_stmt st_ungrant = {
+	"clients_ungrant_decide",
+	"DELETE FROM client_decide_grants g USING api_clients c"
+	" WHERE c.name = $1 AND g.client_id = c.id AND g.contract = $2 AND g.approver = $3"
+	" RETURNING g.client_id",
+	3, false,
+};
+
+/* The approver entry itself, or "*" for every entry of the contract. */
+static const struct db_stmt st_may_decide = {
+	"clients_may_decide",
+	"SELECT 1 FROM client_decide_grants"
+	" WHERE client_id = $1::bigint AND contract = $2 AND approver IN ($3, '*')",
+	3, true,
+};
+
+static const struct db_stmt st_grants = {
+	"clients_grants",
+	"SELECT c.name, g.contract, g.approver, og_ts(g.created_at) AS created_at"
+	"  FROM client_decide_grants g JOIN api_clients c ON c.id = g.client_id"
+	" ORDER BY c.name, g.contract, g.approver",
+	0, true,
+};
+
+enum og_rc
+clients_grant_decide(struct db *db, const char *name, const char *contract,
+                     const char *approver, bool grant, long long *id)
+{
+	const char *params[3] = { name, contract, approver };
+	PGresult *res;
+	enum db_rc rc;
+	int n;
+
+	if ((rc = db_exec(db, grant ? &st_grant : &st_ungrant, params, &res)) != DB_OK)
+		return og_rc_of(rc);
+	n = PQntuples(res);
+	if (n == 1 && id != NULL)
+		*id = db_get_ll(res, 0, "client_id");
+	PQclear(res);
+	return n == 1 ? OG_OK : OG_NOT_FOUND;
+}
+
+enum og_rc
+clients_may_decide(struct db *db, long long client_id, const char *contract,
+                   const char *approver)
+{
+	char idtext[24];
+	const char *params[3] = { idtext, contract, approver };
+	PGresult *res;
+	enum db_rc rc;
+	int n;
+
+	snprintf(idtext, sizeof(idtext), "%lld", client_id);
+	if ((rc = db_exec(db, &st_may_decide, params, &res)) != DB_OK)
+		return og_rc_of(rc);
+	n = PQntuples(res);
+	PQclear(res);
+	return n > 0 ? OG_OK : OG_DENIED;
+}
+
+enum og_rc
+clients_grants(struct db *db, json_t **out)
+{
+	PGresult *res;
+	enum db_rc rc;
+	json_t *list;
+	int i;
+
+	*out = NULL;
+	if ((rc = db_exec(db, &st_grants, NULL, &res)) != DB_OK)
+		return og_rc_of(rc);
+	list = json_array();
+	for (i = 0; list != NULL && i < PQntuples(res); i++)
+		json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:s, s:s}", "client",
+		                                      db_get(res, i, "name"), "scope", "decide",
+		                                      "contract", db_get(res, i, "contract"),
+		                                      "approver", db_get(res, i, "approver"),
+		                                      "created_at", db_get(res, i, "created_at")));
+	PQclear(res);
+	*out = list;
+	return list != NULL ? OG_OK : OG_ERROR;
+}

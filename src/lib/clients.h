@@ -65,6 +65,24 @@ int clients_name_valid(const char *name);
 enum og_rc clients_name(struct db *db, long long id, char *name, size_t len)
 	__attribute__((warn_unused_result));
 
+/* The decide scope: which people a client may record decisions for, per
+ * contract (client_decide_grants). An approver entry is written as the
+ * contract writes it ("alice@example.com", "group:support"); "*" is every
+ * entry of the contract.
+ * Grants (grant true) or withdraws (false) the scope of client name for
+ * one contract and approver entry; *id (may be NULL) gets the client's id.
+ * OG_NOT_FOUND: no such active client (grant), or no such grant
+ * (withdraw); granting what is granted already is OG_NOT_FOUND too. */
+enum og_rc clients_grant_decide(struct db *db, const char *name, const char *contract,
+                                const char *approver, bool grant, long long *id)
+	__attribute__((warn_unused_result));
+/* OG_OK when client_id may decide for approver entry approver of
+ * contract; OG_DENIED when not. */
+enum og_rc clients_may_decide(struct db *db, long long client_id, const char *contract,
+                              const char *approver) __attribute__((warn_unused_result));
+/* Every grant: an array of {client, scope, contract, approver, created_at}. */
+enum og_rc clients_grants(struct db *db, json_t **out) __attribute__((warn_unused_result));
+
 /* The id of the client named name. OG_NOT_FOUND: none. */
 enum og_rc clients_id(struct db *db, const char *name, long long *id)
 	__attribute__((warn_unused_result));

@@ -66,6 +66,8 @@ struct decide_approval {
 	const unsigned char *token_hash;     /* 32 bytes */
 	const char *decision;                /* "approve" or "reject" */
 	const char *subject;                 /* who decides */
+	long long via_client;                /* the API client that vouched for subject
+	                                        (the decision API); 0: the page */
 	const char *reason;                  /* NULL when none given */
 	const json_t *effect;                /* the effect an approval queues {type, target,
 	                                        payload}: built from the draft decided on */

@@ -78,7 +78,8 @@ static const struct db_stmt st_consume = {
  * approvals. A challenge named for one person is consumed by their vote; a
  * group's stays pending for the group's other members until a final vote,
  * which consumes its own challenge and voids the run's pending others.
- * $5 is the hash of the draft decided on, $6 whether this vote edited it.
+ * $5 is the hash of the draft decided on, $6 whether this vote edited it,
+ * $7 the API client that vouched for the person (NULL: the page).
  * One row: found (the challenge could take the vote), voted (recorded),
  * approvals (counted with this vote), needed, final.
  */
@@ -99,15 +100,16 @@ static const struct db_stmt st_vote = {
 	"      ON v.client_id = ch.client_id AND v.idempotency_key = ch.idempotency_key"
 	"), vote AS ("
 	"  INSERT INTO approval_votes (approval_id, client_id, idempotency_key, subject,"
-	"      decision, reason, output_hash, edited, final)"
+	"      decision, reason, output_hash, edited, via_client_id, final)"
 	"  SELECT ch.id, ch.client_id, ch.idempotency_key, $3, $2, $4, $5, $6::boolean,"
+	"         $7::bigint,"
 	"         $2 = 'reject' OR prior.approvals + 1 >= ch.min_approvals"
 	"    FROM ch, prior WHERE prior.mine = 0"
 	"  RETURNING approval_id, client_id, idempotency_key, final"
 	"), consumed AS ("
 	"  UPDATE approvals a"
 	"     SET state = 'decided', consumed_at = now(), decision = $2,"
-	"         approver_subject = $3, reason = $4"
+	"         approver_subject = $3, reason = $4, decided_via_client_id = $7::bigint"
 	"    FROM vote v"
 	"   WHERE a.id = v.approval_id AND (v.final OR a.approver NOT LIKE 'group:%')"
 	"  RETURNING a.id"
@@ -126,7 +128,7 @@ static const struct db_stmt st_vote = {
 	"         AS approvals,"
 	"       (SELECT min_approvals FROM ch) AS needed,"
 	"       coalesce((SELECT final FROM vote), false) AS final",
-	6, false,
+	7, false,
 };
 
 /* A run's votes, oldest first. */
@@ -134,6 +136,7 @@ static const struct db_stmt st_votes = {
 	"gate_votes",
 	"SELECT v.approval_id, v.subject, v.decision, v.reason, v.output_hash, v.edited,"
 	"       v.final, og_ts(v.created_at) AS at,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = v.via_client_id) AS via,"
 	"       (SELECT max(a.min_approvals) FROM approvals a"
 	"         WHERE a.client_id = $1 AND a.idempotency_key = $2) AS needed"
 	"  FROM approval_votes v WHERE v.client_id = $1 AND v.idempotency_key = $2"
@@ -403,8 +406,11 @@ set_opt(json_t *o, const char *name, const PGresult *res, int row)
 void
 gate_vote_call(struct gate_vote_call *g, const unsigned char token_hash[32],
                const char *decision, const char *subject, const char *reason,
-               const char *draft_hash, bool edited, struct db_call *call)
+               const char *draft_hash, bool edited, long long via_client,
+               struct db_call *call)
 {
+	if (via_client > 0)
+		snprintf(g->via, sizeof(g->via), "%lld", via_client);
 	digest_hex(token_hash, 32, g->hash);
 	g->params[0] = g->hash;
 	g->params[1] = decision;
@@ -412,6 +418,7 @@ gate_vote_call(struct gate_vote_call *g, const unsigned char token_hash[32],
 	g->params[3] = reason;
 	g->params[4] = draft_hash;
 	g->params[5] = edited ? "true" : "false";
+	g->params[6] = via_client > 0 ? g->via : NULL;
 	call->stmt = &st_vote;
 	call->params = g->params;
 }
@@ -468,6 +475,7 @@ gate_votes_read(const struct db_call *call, json_t **out, int *needed)
 		json_object_set_new(v, "at", json_string(db_get(res, i, "at")));
 		set_opt(v, "reason", res, i);
 		set_opt(v, "output_hash", res, i);
+		set_opt(v, "via", res, i);
 		b = db_get(res, i, "edited");
 		json_object_set_new(v, "edited", json_boolean(b != NULL && b[0] == 't'));
 		b = db_get(res, i, "final");
