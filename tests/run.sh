@@ -67,6 +67,10 @@ run_openapi_answers() { bash "$ROOT/tests/openapi/check.sh" validate "$STATE/api
 # Each converted table has exactly one file with its SQL.
 run_owners() { bash "$ROOT/tests/owners.sh"; }
 
+# The shape of src/: no include or call cycle, no function over 120 lines,
+# no backward goto, no provider kind named outside its file, leaf headers.
+run_structure() { bash "$ROOT/tests/structure.sh"; }
+
 # Every statement of every module prepares against the migrated schema.
 run_statements() { bash "$ROOT/tests/statements.sh"; }
 
@@ -236,6 +240,7 @@ run_stages() {
 		"run_openapi_lint|OpenAPI document (tests/openapi/check.sh lint)|the OpenAPI document fails the linter"
 		"run_openapi_answers|API answers against the OpenAPI document (tests/openapi/check.sh validate)|an API answer is not what the OpenAPI document says"
 		"run_owners|table owners (tests/owners.sh)|a table is written outside its owner module"
+		"run_structure|code structure (tests/structure.sh)|a cycle, a function over 120 lines, a backward goto or a provider kind named outside its file"
 		"run_statements|SQL statements against the schema (tests/statements.sh)|a statement does not prepare against the migrated schema"
 		"run_fuzz|fuzzing (./dev fuzz --short)|fuzzing found something (see .dev/fuzz/crashes)"
 		"run_jcs|RFC 8785 payload hash from JavaScript (tests/jcs/run.sh)|the payload hash oncegate stores differs from the one a JCS library computes"

@@ -20,7 +20,6 @@
 #include <jansson.h>
 
 #include "ctl_repair.h"
-#include "ctl_resume.h"
 #include "gate.h"
 #include "ledger.h"
 #include "repair.h"
@@ -380,8 +379,6 @@ ctl_repair_resume(struct ctl *ctl, int argc, char **argv)
 		resume_misuse, resume_change, resume_done,
 	};
 
-	if (ctl_resume_is_bulk(argc, argv))
-		return ctl_resume_bulk(ctl, argc, argv);
 	return one_cmd_run(ctl, argc, argv, &c);
 }
 

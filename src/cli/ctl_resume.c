@@ -266,8 +266,11 @@ resume_job_go(struct ctl *ctl, struct ctl_repair_act *a, struct ctl_job *job)
 	return ctl_job_run(ctl, job);
 }
 
-int
-ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
+/* The options of a bulk resume into *o and a->reason, checked; 0, or the
+ * exit status of the refusal it printed. */
+static int
+bulk_options(struct ctl *ctl, int argc, char **argv, struct bulk_opts *o,
+             struct ctl_repair_act *a)
 {
 	static const struct option opts[] = {
 		{ "select", required_argument, NULL, 'f' },
@@ -281,38 +284,28 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 		{ "reason", required_argument, NULL, 'r' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct ctl_repair_act a = { "resume", NULL, NULL };
-	struct ctl_job job = { .kind = "resume" };
-	struct bulk_opts o;
-	struct selection sel;
-	struct repair_who who;
-	char err[1024];
-	int opt, bad = 0, ex, i, ok = 0, refused_n = 0;
-	long long cid;
-	double rate;
-	enum og_rc rc;
-	enum og_rc jrc;
+	char err[128];
+	int opt, bad = 0, ex;
 
-	memset(&o, 0, sizeof(o));
-	memset(&sel, 0, sizeof(sel));
-	o.rate = CTL_JOB_RATE_DEFAULT;
+	memset(o, 0, sizeof(*o));
+	o->rate = CTL_JOB_RATE_DEFAULT;
 	optind = 0;
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (opt) {
-		case 'f': o.select = optarg; break;
-		case 'L': o.dead_letters = true; break;
-		case 'c': o.cls = optarg; break;
-		case 't': o.target = optarg; break;
-		case 's': o.since = optarg; break;
-		case 'R': o.rate_text = optarg; break;
-		case 'n': o.dry_run = true; break;
-		case 'r': a.reason = optarg; break;
+		case 'f': o->select = optarg; break;
+		case 'L': o->dead_letters = true; break;
+		case 'c': o->cls = optarg; break;
+		case 't': o->target = optarg; break;
+		case 's': o->since = optarg; break;
+		case 'R': o->rate_text = optarg; break;
+		case 'n': o->dry_run = true; break;
+		case 'r': a->reason = optarg; break;
 		case 'J': {
 			char *end;
 
-			o.job = strtoll(optarg, &end, 10);
-			if (*end != '\0' || o.job <= 0)
+			o->job = strtoll(optarg, &end, 10);
+			if (*end != '\0' || o->job <= 0)
 				bad = 1;
 			break;
 		}
@@ -323,34 +316,151 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 	opterr = 1;
 	if (bad || optind != argc) {
 		(void)ctl_usage(ctl);
-		return ctl_repair_refuse(ctl, &a, "usage", "bulk resume takes --select FILE, "
+		return ctl_repair_refuse(ctl, a, "usage", "bulk resume takes --select FILE, "
 		                         "--dead-letters or --job JOB, and no EFFECT", NULL,
 		                         EXIT_USAGE);
 	}
-	if ((o.select != NULL) + o.dead_letters + (o.job > 0) != 1)
-		return ctl_repair_refuse(ctl, &a, "usage", "name one selection: --select FILE, "
+	if ((o->select != NULL) + o->dead_letters + (o->job > 0) != 1)
+		return ctl_repair_refuse(ctl, a, "usage", "name one selection: --select FILE, "
 		                         "--dead-letters [filters] or --job JOB", NULL, EXIT_USAGE);
-	if (!o.dead_letters && (o.cls != NULL || o.target != NULL || o.since != NULL))
-		return ctl_repair_refuse(ctl, &a, "usage", "--class, --target and --since filter "
+	if (!o->dead_letters && (o->cls != NULL || o->target != NULL || o->since != NULL))
+		return ctl_repair_refuse(ctl, a, "usage", "--class, --target and --since filter "
 		                         "--dead-letters", NULL, EXIT_USAGE);
-	if (o.since != NULL && ctl_time(ctl, "--since", o.since, &o.since_seconds) != 0)
-		return ctl_repair_refuse(ctl, &a, "usage", "--since takes a TIME", NULL, EXIT_USAGE);
-	if (o.cls != NULL && strcmp(o.cls, "permanent") != 0 && strcmp(o.cls, "exhausted") != 0 &&
-	    strcmp(o.cls, "unknown") != 0)
-		return ctl_repair_refuse(ctl, &a, "usage", "--class is permanent, exhausted or unknown",
+	if (o->since != NULL && ctl_time(ctl, "--since", o->since, &o->since_seconds) != 0)
+		return ctl_repair_refuse(ctl, a, "usage", "--since takes a TIME", NULL, EXIT_USAGE);
+	if (o->cls != NULL && strcmp(o->cls, "permanent") != 0 && strcmp(o->cls, "exhausted") != 0 &&
+	    strcmp(o->cls, "unknown") != 0)
+		return ctl_repair_refuse(ctl, a, "usage", "--class is permanent, exhausted or unknown",
 		                         NULL, EXIT_USAGE);
-	if (o.job > 0 && o.dry_run)
-		return ctl_repair_refuse(ctl, &a, "usage", "--dry-run is for a new selection; a job's "
+	if (o->job > 0 && o->dry_run)
+		return ctl_repair_refuse(ctl, a, "usage", "--dry-run is for a new selection; a job's "
 		                         "list is fixed (see it with --json)", NULL, EXIT_USAGE);
-	if (o.rate_text != NULL && ctl_job_rate(o.rate_text, &o.rate) != 0) {
+	if (o->rate_text != NULL && ctl_job_rate(o->rate_text, &o->rate) != 0) {
 		snprintf(err, sizeof(err), "--rate is N or N/s with 0 < N <= %g", CTL_JOB_RATE_MAX);
-		return ctl_repair_refuse(ctl, &a, "usage", err, NULL, EXIT_USAGE);
+		return ctl_repair_refuse(ctl, a, "usage", err, NULL, EXIT_USAGE);
 	}
-	if (!o.dry_run && (ex = ctl_repair_check_reason(ctl, &a)) != 0)
+	if (!o->dry_run && (ex = ctl_repair_check_reason(ctl, a)) != 0)
 		return ex;
-	if (o.dry_run && a.reason != NULL && strlen(a.reason) > CTL_REPAIR_REASON_MAX)
-		return ctl_repair_refuse(ctl, &a, "usage", "--reason is at most 1000 characters", NULL,
+	if (o->dry_run && a->reason != NULL && strlen(a->reason) > CTL_REPAIR_REASON_MAX)
+		return ctl_repair_refuse(ctl, a, "usage", "--reason is at most 1000 characters", NULL,
 		                         EXIT_USAGE);
+	return 0;
+}
+
+/* --job JOB: a job that stopped, continued. */
+static int
+bulk_continue(struct ctl *ctl, const struct bulk_opts *o, struct ctl_repair_act *a,
+              struct ctl_job *job)
+{
+	char err[1024];
+	long long cid;
+	double rate;
+	enum og_rc jrc;
+
+	job->id = o->job;
+	jrc = replay_job_take(ctl->db, o->job, "resume", true, a->reason, &cid, &rate,
+	                      err, sizeof(err));
+	if (jrc != OG_OK)
+		return ctl_repair_refuse(ctl, a,
+		                         jrc == OG_NOT_FOUND ? "not_found" : "wrong_state",
+		                         jrc == OG_UNAVAILABLE ? db_error(ctl->db) : err,
+		                         NULL, ctl_exit(jrc));
+	job->rate = o->rate_text == NULL ? rate : o->rate;
+	ctl_job_continued(ctl, job);
+	return resume_job_go(ctl, a, job);
+}
+
+/* A new selection (sel, read; --dead-letters: read here), checked whole
+ * and, unless a dry run, made a job and run. Frees sel's items. */
+static int
+bulk_new(struct ctl *ctl, const struct bulk_opts *o, struct ctl_repair_act *a,
+         struct ctl_job *job, const struct repair_who *who, struct selection *sel)
+{
+	char err[1024];
+	int ex, i, ok = 0, refused_n = 0;
+	long long cid;
+	double rate;
+	enum og_rc rc, jrc;
+
+	if (o->dead_letters && (ex = sel_letters(ctl, o, sel, err, sizeof(err))) != 0) {
+		free(sel->items);
+		return ctl_repair_refuse(ctl, a, ex == EXIT_USAGE ? "usage" : "error", err, NULL,
+		                         ex);
+	}
+	if (sel->n == 0) {
+		free(sel->items);
+		return ctl_repair_refuse(ctl, a, "not_found", "the selection is empty", NULL,
+		                         EXIT_REFUSED);
+	}
+	rc = repair_bulk_check(ctl->db, sel->items, sel->n);
+	if (rc != OG_OK) {
+		free(sel->items);
+		return ctl_repair_refuse(ctl, a, ctl_repair_code(rc), db_error(ctl->db), NULL,
+		                         ctl_exit(rc));
+	}
+	/* an effect named twice (by its id and its letter's): a usage error */
+	for (i = 0; i < sel->n; i++) {
+		int k;
+
+		for (k = 0; k < i && sel->items[i].effect_id[0]; k++) {
+			if (strcmp(sel->items[i].effect_id, sel->items[k].effect_id) == 0) {
+				snprintf(err, sizeof(err), "items %d (%s) and %d (%s) name the same effect "
+				         "%s", sel->items[k].seq, sel->items[k].given, sel->items[i].seq,
+				         sel->items[i].given, sel->items[i].effect_id);
+				free(sel->items);
+				return ctl_repair_refuse(ctl, a, "usage", err, NULL, EXIT_USAGE);
+			}
+		}
+		if (sel->items[i].ok)
+			ok++;
+		else
+			refused_n++;
+	}
+	if (o->dry_run) {
+		sel_print(ctl, sel, ok, refused_n);
+		ctl_job_dry_run(ctl, "resume", a->op, a->reason, sel->source, sel->n, ok, refused_n);
+		free(sel->items);
+		return refused_n > 0 ? EXIT_REFUSED : EXIT_SUCCESS;
+	}
+	if (refused_n > 0) {
+		/* all or nothing at the start: a job runs only a list that checked */
+		sel_print(ctl, sel, ok, refused_n);
+		free(sel->items);
+		snprintf(err, sizeof(err), "%d of the selection's %d items would be refused (listed "
+		         "above); fix the selection (--dry-run shows it) and run it again",
+		         refused_n, ok + refused_n);
+		return ctl_repair_refuse(ctl, a, "not_known_undelivered", err, NULL, EXIT_REFUSED);
+	}
+	rc = repair_bulk_create(ctl->db, sel->source, o->rate, who, sel->items, sel->n, &job->id);
+	free(sel->items);
+	if (rc != OG_OK)
+		return ctl_repair_refuse(ctl, a, ctl_repair_code(rc), db_error(ctl->db), NULL,
+		                         ctl_exit(rc));
+	job->rate = o->rate;
+	ctl_job_created(ctl, job, sel->source, ok);
+	jrc = replay_job_take(ctl->db, job->id, "resume", false, a->reason, &cid, &rate, err,
+	                      sizeof(err));
+	if (jrc != OG_OK)
+		return ctl_repair_refuse(ctl, a, "wrong_state", err, NULL,
+		                         ctl_exit(jrc));
+	return resume_job_go(ctl, a, job);
+}
+
+/* `resume --select FILE | --dead-letters [filters] | --job JOB`. */
+static int
+resume_bulk(struct ctl *ctl, int argc, char **argv)
+{
+	struct ctl_repair_act a = { "resume", NULL, NULL };
+	struct ctl_job job = { .kind = "resume" };
+	struct bulk_opts o;
+	struct selection sel;
+	struct repair_who who;
+	char err[1024];
+	int ex;
+
+	if ((ex = bulk_options(ctl, argc, argv, &o, &a)) != 0)
+		return ex;
+	memset(&sel, 0, sizeof(sel));
 	if (o.select != NULL) {
 		snprintf(sel.source, sizeof(sel.source), "select: %s", o.select);
 		if (sel_read(o.select, &sel, err, sizeof(err)) != 0) {
@@ -367,85 +477,14 @@ ctl_resume_bulk(struct ctl *ctl, int argc, char **argv)
 	who.reason = a.reason;
 	job.op = a.op;
 	job.reason = a.reason;
-	if (o.job > 0) {
-		job.id = o.job;
-		jrc = replay_job_take(ctl->db, o.job, "resume", true, a.reason, &cid, &rate,
-		                      err, sizeof(err));
-		if (jrc != OG_OK)
-			return ctl_repair_refuse(ctl, &a,
-			                         jrc == OG_NOT_FOUND ? "not_found" : "wrong_state",
-			                         jrc == OG_UNAVAILABLE ? db_error(ctl->db) : err,
-			                         NULL, ctl_exit(jrc));
-		job.rate = o.rate_text == NULL ? rate : o.rate;
-		ctl_job_continued(ctl, &job);
-		return resume_job_go(ctl, &a, &job);
-	}
-	if (o.dead_letters && (ex = sel_letters(ctl, &o, &sel, err, sizeof(err))) != 0) {
-		free(sel.items);
-		return ctl_repair_refuse(ctl, &a, ex == EXIT_USAGE ? "usage" : "error", err, NULL,
-		                         ex);
-	}
-	if (sel.n == 0) {
-		free(sel.items);
-		return ctl_repair_refuse(ctl, &a, "not_found", "the selection is empty", NULL,
-		                         EXIT_REFUSED);
-	}
-	rc = repair_bulk_check(ctl->db, sel.items, sel.n);
-	if (rc != OG_OK) {
-		free(sel.items);
-		return ctl_repair_refuse(ctl, &a, ctl_repair_code(rc), db_error(ctl->db), NULL,
-		                         ctl_exit(rc));
-	}
-	/* an effect named twice (by its id and its letter's): a usage error */
-	for (i = 0; i < sel.n; i++) {
-		int k;
-
-		for (k = 0; k < i && sel.items[i].effect_id[0]; k++) {
-			if (strcmp(sel.items[i].effect_id, sel.items[k].effect_id) == 0) {
-				snprintf(err, sizeof(err), "items %d (%s) and %d (%s) name the same effect "
-				         "%s", sel.items[k].seq, sel.items[k].given, sel.items[i].seq,
-				         sel.items[i].given, sel.items[i].effect_id);
-				free(sel.items);
-				return ctl_repair_refuse(ctl, &a, "usage", err, NULL, EXIT_USAGE);
-			}
-		}
-		if (sel.items[i].ok)
-			ok++;
-		else
-			refused_n++;
-	}
-	if (o.dry_run) {
-		sel_print(ctl, &sel, ok, refused_n);
-		ctl_job_dry_run(ctl, "resume", a.op, a.reason, sel.source, sel.n, ok, refused_n);
-		free(sel.items);
-		return refused_n > 0 ? EXIT_REFUSED : EXIT_SUCCESS;
-	}
-	if (refused_n > 0) {
-		/* all or nothing at the start: a job runs only a list that checked */
-		sel_print(ctl, &sel, ok, refused_n);
-		free(sel.items);
-		snprintf(err, sizeof(err), "%d of the selection's %d items would be refused (listed "
-		         "above); fix the selection (--dry-run shows it) and run it again",
-		         refused_n, ok + refused_n);
-		return ctl_repair_refuse(ctl, &a, "not_known_undelivered", err, NULL, EXIT_REFUSED);
-	}
-	rc = repair_bulk_create(ctl->db, sel.source, o.rate, &who, sel.items, sel.n, &job.id);
-	free(sel.items);
-	if (rc != OG_OK)
-		return ctl_repair_refuse(ctl, &a, ctl_repair_code(rc), db_error(ctl->db), NULL,
-		                         ctl_exit(rc));
-	job.rate = o.rate;
-	ctl_job_created(ctl, &job, sel.source, ok);
-	jrc = replay_job_take(ctl->db, job.id, "resume", false, a.reason, &cid, &rate, err,
-	                      sizeof(err));
-	if (jrc != OG_OK)
-		return ctl_repair_refuse(ctl, &a, "wrong_state", err, NULL,
-		                         ctl_exit(jrc));
-	return resume_job_go(ctl, &a, &job);
+	if (o.job > 0)
+		return bulk_continue(ctl, &o, &a, &job);
+	return bulk_new(ctl, &o, &a, &job, &who, &sel);
 }
 
-bool
-ctl_resume_is_bulk(int argc, char **argv)
+/* Is this a bulk resume (--select, --dead-letters or --job)? */
+static bool
+is_bulk(int argc, char **argv)
 {
 	int i;
 
@@ -457,4 +496,12 @@ ctl_resume_is_bulk(int argc, char **argv)
 			return true;
 	}
 	return false;
+}
+
+int
+ctl_resume(struct ctl *ctl, int argc, char **argv)
+{
+	if (is_bulk(argc, argv))
+		return resume_bulk(ctl, argc, argv);
+	return ctl_repair_resume(ctl, argc, argv);
 }

@@ -1,17 +1,15 @@
 /*
- * ctl_resume.h — bulk resume: a selection (--select FILE, --dead-letters
- * with filters) checked whole and run as a job, or a job continued (--job).
+ * ctl_resume.h — the resume command: one effect (ctl_repair.c), or in
+ * bulk a selection (--select FILE, --dead-letters with filters) checked
+ * whole and run as a job, or a job continued (--job).
  */
 #ifndef OG_CTL_RESUME_H
 #define OG_CTL_RESUME_H
 
-#include <stdbool.h>
-
 #include "ctl.h"
 
-/* Is this a bulk resume (--select, --dead-letters or --job)? */
-bool ctl_resume_is_bulk(int argc, char **argv);
-/* `resume --select FILE | --dead-letters [filters] | --job JOB`. */
-int ctl_resume_bulk(struct ctl *ctl, int argc, char **argv);
+/* `resume`: a bulk resume (--select FILE | --dead-letters [filters] |
+ * --job JOB) here, one EFFECT by ctl_repair_resume (ctl_repair.h). */
+int ctl_resume(struct ctl *ctl, int argc, char **argv);
 
 #endif

@@ -24,6 +24,7 @@
 #include "ctl_job.h"
 #include "ctl_repair.h"
 #include "ctl_replay.h"
+#include "ctl_resume.h"
 #include "service.h"
 
 struct command {
@@ -156,7 +157,7 @@ static const struct command commands[] = {
 	  "  if any item would be refused, then stores it as a job and goes at --rate (default\n"
 	  "  5/s). `oncegatectl stop JOB` or Ctrl-C stops it (exit 4); --job JOB continues it.\n"
 	  TIME_TEXT,
-	  ctl_repair_resume },
+	  ctl_resume },
 	{ "reject", "terminal: cancel the effect (or the run's unsent ones), fail the run",
 	  "usage: oncegatectl reject EFFECT --reason TEXT [--expect STATE]\n"
 	  "       oncegatectl reject KEY --reason TEXT [--client NAME]\n"

@@ -210,7 +210,7 @@ api_card_draft_effect(struct api_call *c, const struct contract *k, const json_t
 
 	if (type == NULL || target == NULL)
 		return NULL;
-	payload = edit_check(k, type, t != NULL && strcmp(t->kind, "smtp") == 0,
+	payload = edit_check(k, type, provider_takes_mail(t),
 	                     json_object_get(proposed, "payload"), output, errors);
 	return payload != NULL ? json_pack("{s:s, s:s, s:o}", "type", type, "target", target,
 	                                   "payload", payload)
@@ -414,58 +414,26 @@ api_card_refusal(const struct api_call *c, const struct gate_approval *a, const 
 }
 
 /* The effect as it will be sent, by the functions the dispatcher's
- * providers send it with: for mail the message's From, To, Subject and
- * body; for HTTP the request's method, URL and body. A part that does not
- * apply is removed; the payload as handed in stays below either way. */
+ * providers send it with (for mail the message's From, To, Subject and
+ * body; for HTTP the request's method, URL and body), in the target kind's
+ * part of the card. The other kinds' parts are removed, and so is the
+ * kind's own when the effect cannot be sent; the payload as handed in
+ * stays below either way. */
 static void
 card_effect(struct api_call *c, struct page *p, const json_t *effect)
 {
 	const char *type = json_string_value(json_object_get(effect, "type"));
 	const char *target = json_string_value(json_object_get(effect, "target"));
 	const struct config_target *t = target != NULL ? config_target(c->ctx->cfg, target) : NULL;
+	const struct provider *pv = provider_of(t), *other;
 	char *payload = json_dumps(json_object_get(effect, "payload"),
 	                           JSON_COMPACT | JSON_ENCODE_ANY);
-	char why[160], count[24], *url = NULL, *body = NULL, *shown = NULL;
-	struct provider_mail m;
-	bool mail = false, http = false;
+	bool shown = pv != NULL && payload != NULL && pv->card(p, t, type, payload);
 	size_t i;
-	json_t *v;
 
-	if (t != NULL && payload != NULL && strcmp(t->kind, "smtp") == 0 &&
-	    provider_smtp_mail(t, payload, &m, why, sizeof(why))) {
-		mail = true;
-		(void)page_text(p, "mail_from", m.from);
-		snprintf(count, sizeof(count), "%zu", json_array_size(m.to));
-		(void)page_text(p, "mail_count", count);
-		json_array_foreach(m.to, i, v) {
-			struct page_scope *sc = page_repeat(p, "mail_rcpt");
-
-			if (sc == NULL)
-				break;
-			(void)page_scope_text(sc, "mail_rcpt", json_string_value(v) ?: "");
-		}
-		page_repeat_done(p, "mail_rcpt");
-		(void)page_text(p, "mail_subject", m.subject);
-		(void)page_text(p, "mail_body", m.body);
-		provider_mail_clear(&m);
-	} else if (t != NULL && payload != NULL && type != NULL && strcmp(t->kind, "http") == 0 &&
-	           provider_http_request(t, type, payload, &url, &body, why, sizeof(why))) {
-		json_t *b = json_loads(body, JSON_DECODE_ANY, NULL);
-
-		http = true;
-		shown = b != NULL ? page_json_text(b) : NULL;
-		json_decref(b);
-		(void)page_text(p, "http_method", "POST");
-		(void)page_text(p, "http_url", url);
-		(void)page_text(p, "http_body", shown != NULL ? shown : body);
-	}
-	if (!mail)
-		page_remove(p, "mail");
-	if (!http)
-		page_remove(p, "http");
-	free(shown);
-	free(url);
-	free(body);
+	for (i = 0; (other = provider_at(i)) != NULL; i++)
+		if (other != pv || !shown)
+			page_remove(p, other->card_part);
 	free(payload);
 }
 

@@ -16,6 +16,7 @@
 #include "ledger.h"
 #include "caps.h"
 #include "log.h"
+#include "provider.h"
 
 static bool
 http_url(const char *s)
@@ -189,7 +190,7 @@ api_output_submit(struct api_call *c)
 	 * contract takes from the output; checked like the output, so nobody
 	 * approves (and no rule judges) anything but what goes out. */
 	if (json_array_size(errors) == 0) {
-		sent = effect_build(contract, etype, strcmp(target->kind, "smtp") == 0,
+		sent = effect_build(contract, etype, provider_takes_mail(target),
 		                    json_object_get(effect, "payload"), output, EFFECT_AT_OUTPUT,
 		                    errors);
 		if (sent == NULL && json_array_size(errors) == 0) {

@@ -305,6 +305,84 @@ answer_model(const PGresult *run)
 	return a;
 }
 
+/* Rows of res as an array of objects, one row each by fill. */
+static json_t *
+rows_array(const PGresult *res, void (*fill)(json_t *o, const PGresult *res, int i))
+{
+	json_t *a = json_array();
+	int i;
+
+	for (i = 0; i < PQntuples(res); i++) {
+		json_t *o = json_object();
+
+		fill(o, res, i);
+		json_array_append_new(a, o);
+	}
+	return a;
+}
+
+static void
+effect_row(json_t *e, const PGresult *res, int i)
+{
+	put(e, "effect_id", res, i, "id");
+	put(e, "type", res, i, "effect_type");
+	put(e, "target", res, i, "target");
+	put(e, "state", res, i, "state");
+	put(e, "provider_id", res, i, "provider_id");
+	put(e, "provider_key", res, i, "provider_key");
+	put(e, "completed_at", res, i, "completed_at");
+	put(e, "approval_id", res, i, "approval_id");
+	put(e, "payload_hash", res, i, "payload_hash");
+	put(e, "dead_letter", res, i, "dead_letter");
+	json_object_set_new(e, "sends", json_integer(db_get_ll(res, i, "sends")));
+	json_object_set_new(e, "payload_kept", json_boolean(truth(res, i, "payload_kept")));
+}
+
+static void
+link_row(json_t *l, const PGresult *res, int i)
+{
+	put(l, "direction", res, i, "dir");
+	put(l, "key", res, i, "other");
+	put(l, "at", res, i, "at");
+	put(l, "operator", res, i, "operator");
+	put(l, "reason", res, i, "reason");
+	put(l, "payload_source", res, i, "payload_source");
+	put(l, "start_state", res, i, "start_state");
+	put(l, "job_id", res, i, "job_id");
+}
+
+static void
+event_row(json_t *t, const PGresult *res, int i)
+{
+	put(t, "ts", res, i, "ts");
+	put(t, "source", res, i, "source");
+	put(t, "event", res, i, "event");
+	put(t, "detail", res, i, "detail");
+	put(t, "actor", res, i, "actor");
+}
+
+/* "processed": was the run claimed, and where is it now? */
+static json_t *
+answer_processed(const PGresult *run)
+{
+	json_t *processed;
+
+	processed = sentence("yes", "yes: claimed %s time(s) since %s; now %s%s%s",
+	                     db_get(run, 0, "claims"), db_get(run, 0, "created_at"),
+	                     db_get(run, 0, "state"), db_get(run, 0, "error_class") ? " / " : "",
+	                     db_get(run, 0, "error_class") ?: "");
+	put(processed, "state", run, 0, "state");
+	put(processed, "created_at", run, 0, "created_at");
+	put(processed, "updated_at", run, 0, "updated_at");
+	put(processed, "payload_hash", run, 0, "payload_hash");
+	put(processed, "correlation_id", run, 0, "correlation_id");
+	put(processed, "trigger", run, 0, "trigger");
+	put(processed, "reason", run, 0, "reason");
+	json_object_set_new(processed, "attempt", json_integer(db_get_ll(run, 0, "attempt")));
+	json_object_set_new(processed, "payload_kept", json_boolean(truth(run, 0, "payload_kept")));
+	return processed;
+}
+
 enum og_rc
 audit_explain(struct db *db, const char *client, const char *key, json_t **out, char *msg,
               size_t msglen)
@@ -315,7 +393,6 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	json_t *processed, *votes = NULL;
 	int needed = 1;
 	enum og_rc arc = OG_ERROR, rc;
-	int i;
 
 	*out = NULL;
 	if ((rc = ledger_audit(db, key, client, &run)) != OG_OK) {
@@ -336,78 +413,26 @@ audit_explain(struct db *db, const char *client, const char *key, json_t **out, 
 	}
 	client_id = db_get_ll(run, 0, "client_id");
 
-	effects = json_array();
 	if ((rc = outbox_audit(db, client_id, key, &res)) != OG_OK)
 		goto fail;
-	for (i = 0; i < PQntuples(res); i++) {
-		json_t *e = json_object();
-
-		put(e, "effect_id", res, i, "id");
-		put(e, "type", res, i, "effect_type");
-		put(e, "target", res, i, "target");
-		put(e, "state", res, i, "state");
-		put(e, "provider_id", res, i, "provider_id");
-		put(e, "provider_key", res, i, "provider_key");
-		put(e, "completed_at", res, i, "completed_at");
-		put(e, "approval_id", res, i, "approval_id");
-		put(e, "payload_hash", res, i, "payload_hash");
-		put(e, "dead_letter", res, i, "dead_letter");
-		json_object_set_new(e, "sends", json_integer(db_get_ll(res, i, "sends")));
-		json_object_set_new(e, "payload_kept", json_boolean(truth(res, i, "payload_kept")));
-		json_array_append_new(effects, e);
-	}
+	effects = rows_array(res, effect_row);
 	PQclear(res);
 	res = NULL;
 	if (gate_list(db, client_id, key, &approvals) != OG_OK ||
 	    (rc = gate_votes(db, client_id, key, &votes, &needed)) != OG_OK)
 		goto fail;
-	links = json_array();
 	if ((rc = jobs_links(db, client_id, key, &res)) != OG_OK)
 		goto fail;
-	for (i = 0; i < PQntuples(res); i++) {
-		json_t *l = json_object();
-
-		put(l, "direction", res, i, "dir");
-		put(l, "key", res, i, "other");
-		put(l, "at", res, i, "at");
-		put(l, "operator", res, i, "operator");
-		put(l, "reason", res, i, "reason");
-		put(l, "payload_source", res, i, "payload_source");
-		put(l, "start_state", res, i, "start_state");
-		put(l, "job_id", res, i, "job_id");
-		json_array_append_new(links, l);
-	}
+	links = rows_array(res, link_row);
 	PQclear(res);
 	res = NULL;
-	timeline = json_array();
 	if ((rc = ledger_history(db, client_id, key, &res)) != OG_OK)
 		goto fail;
-	for (i = 0; i < PQntuples(res); i++) {
-		json_t *t = json_object();
-
-		put(t, "ts", res, i, "ts");
-		put(t, "source", res, i, "source");
-		put(t, "event", res, i, "event");
-		put(t, "detail", res, i, "detail");
-		put(t, "actor", res, i, "actor");
-		json_array_append_new(timeline, t);
-	}
+	timeline = rows_array(res, event_row);
 	PQclear(res);
 	res = NULL;
 
-	processed = sentence("yes", "yes: claimed %s time(s) since %s; now %s%s%s", 
-	                     db_get(run, 0, "claims"), db_get(run, 0, "created_at"),
-	                     db_get(run, 0, "state"), db_get(run, 0, "error_class") ? " / " : "",
-	                     db_get(run, 0, "error_class") ?: "");
-	put(processed, "state", run, 0, "state");
-	put(processed, "created_at", run, 0, "created_at");
-	put(processed, "updated_at", run, 0, "updated_at");
-	put(processed, "payload_hash", run, 0, "payload_hash");
-	put(processed, "correlation_id", run, 0, "correlation_id");
-	put(processed, "trigger", run, 0, "trigger");
-	put(processed, "reason", run, 0, "reason");
-	json_object_set_new(processed, "attempt", json_integer(db_get_ll(run, 0, "attempt")));
-	json_object_set_new(processed, "payload_kept", json_boolean(truth(run, 0, "payload_kept")));
+	processed = answer_processed(run);
 
 	doc = json_object();
 	json_object_set_new(doc, "key", json_string(key));

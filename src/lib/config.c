@@ -27,6 +27,7 @@
 #include "classify.h"
 #include "digest.h"
 #include "log.h"
+#include "provider.h"
 #include "service.h"
 
 enum config_type { CT_STRING, CT_INT, CT_OCTAL };
@@ -578,6 +579,27 @@ check_listen_tcp(const struct config *c, char *err, size_t errlen)
 
 #define AT(t, n) (w->target = (t), w->name = (n))
 
+/* Does url start with scheme (its first four letters, as before: "http"
+ * takes https too)? */
+static bool
+scheme_is(const char *url, const char *scheme)
+{
+	return strncmp(url, scheme, strlen(scheme)) == 0;
+}
+
+/* "http(s):// for kind http, smtp(s):// for kind smtp" */
+static void
+schemes(char *out, size_t outlen)
+{
+	const struct provider *pv;
+	size_t i, len = 0;
+
+	out[0] = '\0';
+	for (i = 0; (pv = provider_at(i)) != NULL && len < outlen; i++)
+		len += (size_t)snprintf(out + len, outlen - len, "%s%s(s):// for kind %s",
+		                        i > 0 ? ", " : "", pv->scheme, pv->kind);
+}
+
 static int
 validate_at(const struct config *c, struct where *w, char *err, size_t errlen)
 {
@@ -597,9 +619,13 @@ validate_at(const struct config *c, struct where *w, char *err, size_t errlen)
 	for (int i = 0; i < c->ntargets; i++) {
 		const struct config_target *t = &c->targets[i];
 
-		if (strcmp(t->kind, "http") != 0 && strcmp(t->kind, "smtp") != 0) {
+		const struct provider *pv = provider_of(t);
+		char kinds[256];
+
+		if (pv == NULL) {
+			provider_kinds(-1, kinds, sizeof(kinds));
 			AT(t->name, "kind");
-			errf(err, errlen, "target %s: kind \"%s\" is not http or smtp", t->name, t->kind);
+			errf(err, errlen, "target %s: kind \"%s\" is not %s", t->name, t->kind, kinds);
 			return -1;
 		}
 		if (t->url[0] == '\0') {
@@ -613,11 +639,12 @@ validate_at(const struct config *c, struct where *w, char *err, size_t errlen)
 			return -1;
 		}
 		/* A URL scheme the kind cannot speak would fail every send. */
-		if (strncmp(t->url, strcmp(t->kind, "smtp") == 0 ? "smtp" : "http", 4) != 0 ||
-		    (t->lookup_url[0] != '\0' && strncmp(t->lookup_url, "http", 4) != 0)) {
+		if (!scheme_is(t->url, pv->scheme) ||
+		    (t->lookup_url[0] != '\0' && !scheme_is(t->lookup_url, "http"))) {
+			schemes(kinds, sizeof(kinds));
 			AT(t->name, "url");
-			errf(err, errlen, "target %s: url must be http(s):// for kind http, "
-			     "smtp(s):// for kind smtp; lookup_url http(s)://", t->name);
+			errf(err, errlen, "target %s: url must be %s; lookup_url http(s)://", t->name,
+			     kinds);
 			return -1;
 		}
 		if ((t->rejection_pointer[0] != '\0' &&
@@ -871,13 +898,13 @@ check_names(const struct config *c, char *msg, size_t len, const char **target)
 	for (k = 0; k < c->ntargets; k++) {
 		const struct config_target *t = &c->targets[k];
 
-		if (strcmp(t->kind, "smtp") == 0 && t->credentials_env[0] != '\0' &&
-		    strncasecmp(t->url, "smtps://", 8) != 0) {
+		const struct provider *pv = provider_of(t);
+		const char *at;
+
+		if (pv != NULL && pv->check_target != NULL &&
+		    (at = pv->check_target(t, msg, len)) != NULL) {
 			*target = t->name;
-			snprintf(msg, len, "target %s: credentials_env with %.64s: the password would "
-			         "go out where TLS is not required; use an smtps:// url", t->name,
-			         t->url);
-			return "credentials_env";
+			return at;
 		}
 	}
 	return NULL;

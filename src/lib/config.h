@@ -13,35 +13,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define CONFIG_TARGETS_MAX 64
+#include "config_target.h"
 
-/* A provider the dispatcher may send to, named in config as a
- * `[target NAME]` section. Effects name targets, never URLs. */
-struct config_target {
-	char *name;
-	char *kind;              /* "http" or "smtp" */
-	char *url;
-	char *lookup_url;        /* reconciliation; empty: none */
-	char *credentials_env;   /* name of the environment variable holding the secret */
-	int idempotency_key;     /* 1: the provider honours Idempotency-Key */
-	int connect_timeout_ms;
-	int timeout_ms;
-	int response_cap_bytes;
-	int rate_per_second;     /* 0: unlimited */
-	int max_attempts;
-	int base_ms;
-	int cap_ms;
-	int max_elapsed_s;
-	int jitter_percent;      /* random share added to each retry delay */
-	/* Where the provider puts its id for the effect: a response header
-	 * name, else a JSON Pointer into the 2xx body (HTTP only). */
-	char *provider_id_header;
-	char *provider_id_pointer;
-	/* A 2xx whose body has this (RFC 6901) value truthy is a business
-	 * rejection; "!/ok": when falsy (classify.h). Empty: no check. */
-	char *rejection_pointer;
-	char *mail_from;         /* SMTP envelope and From: address */
-};
+#define CONFIG_TARGETS_MAX 64
 
 struct config {
 	/* responder */

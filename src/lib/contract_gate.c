@@ -11,7 +11,7 @@
 
 #include "caps.h"
 #include "contract_int.h"
-#include "effect.h"
+#include "payload.h"
 #include "jptr.h"
 
 static const char *const op_names[] = {
@@ -356,7 +356,7 @@ contract_edit_refusal(const struct contract *c, const char *name, const json_t *
 		return "must be text";
 	if (domains != NULL) {
 		at = strrchr(s, '@');
-		if (!effect_mail_address_ok(s) || at == NULL)
+		if (!payload_mail_address_ok(s) || at == NULL)
 			return "must be one mail address";
 		json_array_foreach(domains, i, v)
 			if (strcasecmp(at + 1, json_string_value(v)) == 0)
@@ -566,7 +566,7 @@ contract_person(const char *s, char *out)
 	for (i = 0; i < n; i++)
 		out[i] = (char)((s[i] >= 'A' && s[i] <= 'Z') ? s[i] - 'A' + 'a' : s[i]);
 	out[n] = '\0';
-	if (!effect_mail_address_ok(out)) {
+	if (!payload_mail_address_ok(out)) {
 		out[0] = '\0';
 		return false;
 	}

@@ -31,7 +31,8 @@
 
 #include "config.h"
 #include "contract_int.h"
-#include "effect.h"
+#include "payload.h"
+#include "provider.h"
 
 static const char *const entry_members[] = { "target", "to", NULL };
 
@@ -87,7 +88,7 @@ entry_load(struct jload *ld, const char *key, const json_t *e)
 		json_array_foreach(to, i, v) {
 			struct jptr_mark mi = jptr_push_index(&ld->at, i);
 
-			if (!json_is_string(v) || !effect_mail_address_ok(json_string_value(v)))
+			if (!json_is_string(v) || !payload_mail_address_ok(json_string_value(v)))
 				return jload_fail(ld, "must be a plain address local@domain in ASCII");
 			for (k = 0; k < i; k++)
 				if (strcmp(json_string_value(json_array_get(to, k)),
@@ -198,20 +199,23 @@ entry_fits(const struct config *cfg, const json_t *e, char *why, size_t len)
 	const char *name = json_string_value(json_object_get(e, "target"));
 	const struct config_target *t = name != NULL ? config_target(cfg, name) : NULL;
 	bool mail = json_object_get(e, "to") != NULL;
+	const struct provider *pv;
+	char kinds[128];
 
 	if (t == NULL) {
 		snprintf(why, len, "target \"%s\" is not configured (no [target %s] section)",
 		         name != NULL ? name : "", name != NULL ? name : "");
 		return false;
 	}
-	if (mail && strcmp(t->kind, "smtp") != 0) {
-		snprintf(why, len, "target \"%s\" is of kind %s: mail addresses (\"to\") need an "
-		         "smtp target", name, t->kind);
-		return false;
-	}
-	if (!mail && strcmp(t->kind, "http") != 0) {
-		snprintf(why, len, "target \"%s\" is of kind %s: a chat webhook (an entry "
-		         "without \"to\") needs an http target", name, t->kind);
+	pv = provider_of(t);
+	if (pv != NULL && pv->mail != mail) {
+		provider_kinds(mail, kinds, sizeof(kinds));
+		if (mail)
+			snprintf(why, len, "target \"%s\" is of kind %s: mail addresses (\"to\") "
+			         "need an %s target", name, t->kind, kinds);
+		else
+			snprintf(why, len, "target \"%s\" is of kind %s: a chat webhook (an entry "
+			         "without \"to\") needs an %s target", name, t->kind, kinds);
 		return false;
 	}
 	return true;

@@ -12,6 +12,10 @@
 #include <stdbool.h>
 #include <libpq-fe.h>
 
+#include <jansson.h>
+
+#include "rc.h"
+
 struct db_stmt {
 	const char *name;   /* unique prepared-statement name */
 	const char *sql;
@@ -99,4 +103,31 @@ PGconn *db_conn(struct db *db);
 const char *db_get(const PGresult *res, int row, const char *col);
 long long db_get_ll(const PGresult *res, int row, const char *col);
 
+/* The one translation of the database layer's result: DB_OK → OG_OK,
+ * DB_UNAVAILABLE → OG_UNAVAILABLE, anything else → OG_ERROR (a caller for
+ * which a conflict means something says so before calling this). */
+enum og_rc og_rc_of(enum db_rc rc);
+/* The table owners' compare-and-set and look-up by key: runs stmt; OG_OK
+ * when it returned exactly one row (kept in *res for the caller to
+ * PQclear when res is not NULL), none when it returned no row (or more),
+ * the database's failure otherwise. */
+enum og_rc og_exec_one(struct db *db, const struct db_stmt *stmt, const char *const *params,
+                       enum og_rc none, PGresult **res) __attribute__((warn_unused_result));
+/* stmt with an id and a text as its parameters (the run's key: $1 client
+ * id, $2 key; a job: $1 job id, $2 NULL or a text): its rows in *rows (the
+ * caller PQclears them). */
+enum og_rc og_exec_key(struct db *db, const struct db_stmt *stmt, long long client_id,
+                       const char *key, PGresult **rows) __attribute__((warn_unused_result));
+/* A call by the run's key ($1 client id, $2 key) for db_batch: k holds
+ * its parameters and must live until the batch has run. */
+struct og_key_call {
+	char client[24];
+	const char *params[2];
+};
+void og_key_call(struct og_key_call *k, const struct db_stmt *stmt, long long client_id,
+                 const char *key, struct db_call *call);
+/* The same, for a statement that returns ids: *ids a new JSON array of
+ * their "id" column. */
+enum og_rc og_exec_key_ids(struct db *db, const struct db_stmt *stmt, long long client_id,
+                           const char *key, json_t **ids) __attribute__((warn_unused_result));
 #endif

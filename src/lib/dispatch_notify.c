@@ -59,7 +59,7 @@ dispatch_notify_prepare(struct db *db, const struct config *cfg, const struct pr
 		snprintf(why, sizeof(why), "the approval link is too long");
 		goto refuse;
 	}
-	msg = notify_message(notice, link.data, j->client, pv->mail, why, sizeof(why));
+	msg = pv->notice(notice, link.data, j->client, why, sizeof(why));
 	if (msg == NULL)
 		goto refuse;
 	*text = canon_dumps(msg, JSON_COMPACT);

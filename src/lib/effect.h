@@ -36,7 +36,7 @@ enum effect_when {
 /* The payload that goes out for an effect of `type` under contract c (NULL:
  * no contract; email.send then takes subject and body from the output, as
  * it does when the contract has no entry for it). mail: the target is an
- * SMTP target, so the payload must make a message (effect_mail_check).
+ * SMTP target, so the payload must make a message (payload_mail_check, payload.h).
  * Returns a new payload when it is sendable; NULL otherwise, with the
  * reasons appended to errors (an array) — or, when errors stayed empty,
  * because memory ran out. */
@@ -50,16 +50,5 @@ json_t *effect_build(const struct contract *c, const char *type, bool mail,
  * how many. */
 size_t effect_from_output(const struct contract *c, const char *type, const char **names,
                           size_t max);
-
-/* Can this payload become one mail message? {"to": ADDRESS or [ADDRESS, …]
- * (1..OG_MAIL_RCPT_MAX), "subject": one line of text (≤ OG_MAIL_SUBJECT_MAX
- * characters), "body": text without NUL (≤ OG_MAIL_BODY_MAX bytes),
- * "in_reply_to"?: a message id "<…@…>" (≤ OG_MAIL_MSGID_MAX bytes, ASCII)};
- * other members are the workflow's
- * own and are not sent. Appends an error per problem; true when none. */
-bool effect_mail_check(const json_t *payload, json_t *errors);
-
-/* A plain addr-spec, local@domain in ASCII, as RCPT TO and To: carry it. */
-bool effect_mail_address_ok(const char *s);
 
 #endif

@@ -10,7 +10,7 @@
  * escalation, resend). No token is ever at rest: right before each send the
  * dispatcher mints one, stores its SHA-256 as the challenge's (the link of
  * the notice before stops working) and makes the message with the link
- * (notify_message); the raw token lives only in that message.
+ * (notice_message, notice.h); the raw token lives only in that message.
  */
 #ifndef OG_NOTIFY_H
 #define OG_NOTIFY_H
@@ -27,8 +27,6 @@
 #include "rc.h"
 
 #define NOTIFY_EFFECT_TYPE "approval.notify"
-/* Characters of the asked-for subject quoted in a mail's Subject line. */
-#define NOTIFY_SUBJECT_QUOTE_MAX 120
 
 enum notify_why { NOTIFY_NEW = 0, NOTIFY_REMINDER, NOTIFY_ESCALATION, NOTIFY_RESEND };
 
@@ -52,15 +50,5 @@ struct notify_challenge {
  * challenge gets its notice, whether an output or a replay created it. */
 enum og_rc notify_challenge(struct db *db, const struct contract *k,
                             const struct notify_challenge *c) __attribute__((warn_unused_result));
-
-/* The message of a stored notice with its link, as the target's provider
- * sends it: for a mail target (mail) {"to", "subject", "body"} in plain
- * text; for a chat webhook {"text", "summary", "link"} (Slack and Teams
- * incoming webhooks read "text"). The link stands first, alone on its
- * line; every quoted text (the drafted subject, requested_by, the key …)
- * is neutralised for the medium (neutralise.h), in "summary" too. NULL with a reason when the notice
- * cannot become one (addresses for a webhook, none for a mail target). */
-json_t *notify_message(const json_t *notice, const char *link, const char *client, bool mail,
-                       char *why, size_t whylen) __attribute__((warn_unused_result));
 
 #endif

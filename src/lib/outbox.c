@@ -27,6 +27,27 @@
 #include "digest.h"
 #include "outbox.h"
 
+static const char *const state_names[EFFECT_STATE_COUNT] = {
+	"pending", "sending", "completed", "unknown", "failed", "cancelled",
+};
+
+const char *
+outbox_state_name(enum effect_state s)
+{
+	return (unsigned)s < EFFECT_STATE_COUNT ? state_names[s] : "";
+}
+
+int
+outbox_state_parse(const char *name)
+{
+	int i;
+
+	for (i = 0; i < EFFECT_STATE_COUNT; i++)
+		if (name != NULL && strcmp(name, state_names[i]) == 0)
+			return i;
+	return -1;
+}
+
 static const struct db_stmt st_enqueue = {
 	"outbox_enqueue",
 	"WITH ins AS ("

@@ -22,7 +22,13 @@ enum effect_state {
 	EFFECT_UNKNOWN,
 	EFFECT_FAILED,
 	EFFECT_CANCELLED,
+	EFFECT_STATE_COUNT
 };
+
+/* The state's name as effect_outbox.state holds it ("" for none). */
+const char *outbox_state_name(enum effect_state s);
+/* The state a name stands for; -1 for none. */
+int outbox_state_parse(const char *name);
 
 #define OUTBOX_ID_LEN 37
 #define OUTBOX_TS_LEN 32

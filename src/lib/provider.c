@@ -27,17 +27,57 @@
 #define PACKAGE_VERSION "unknown"
 #endif
 
+/* Every target kind oncegate speaks: adding one is its file and its row. */
 static const struct provider *const providers[] = { &provider_http, &provider_smtp };
+#define NPROVIDERS (sizeof(providers) / sizeof(providers[0]))
 
 const struct provider *
 provider_for(const char *kind)
 {
 	size_t i;
 
-	for (i = 0; kind != NULL && i < sizeof(providers) / sizeof(providers[0]); i++)
+	for (i = 0; kind != NULL && i < NPROVIDERS; i++)
 		if (strcmp(providers[i]->kind, kind) == 0)
 			return providers[i];
 	return NULL;
+}
+
+const struct provider *
+provider_of(const struct config_target *t)
+{
+	return t != NULL ? provider_for(t->kind) : NULL;
+}
+
+bool
+provider_takes_mail(const struct config_target *t)
+{
+	const struct provider *pv = provider_of(t);
+
+	return pv != NULL && pv->mail;
+}
+
+const struct provider *
+provider_at(size_t i)
+{
+	return i < NPROVIDERS ? providers[i] : NULL;
+}
+
+void
+provider_kinds(int mail, char *out, size_t outlen)
+{
+	size_t i, n = 0, shown = 0, len = 0;
+
+	for (i = 0; i < NPROVIDERS; i++)
+		n += mail < 0 || providers[i]->mail == (mail > 0);
+	out[0] = '\0';
+	for (i = 0; i < NPROVIDERS && len < outlen; i++) {
+		if (mail >= 0 && providers[i]->mail != (mail > 0))
+			continue;
+		shown++;
+		len += (size_t)snprintf(out + len, outlen - len, "%s%s",
+		                        shown == 1 ? "" : shown == n ? " or " : ", ",
+		                        providers[i]->kind);
+	}
 }
 
 struct provider_conn *
@@ -52,19 +92,37 @@ provider_conn_new(void)
 		free(pc);
 		return NULL;
 	}
-	pc->watch_ok = provider_smtp_watch_init(&pc->watch);
 	return pc;
 }
 
 void
 provider_conn_free(struct provider_conn *pc)
 {
+	size_t i;
+
 	if (pc == NULL)
 		return;
 	curl_easy_cleanup(pc->curl);
-	if (pc->watch_ok)
-		provider_smtp_watch_destroy(&pc->watch);
+	for (i = 0; i < PROVIDER_STATES; i++)
+		if (pc->states[i].pv != NULL)
+			pc->states[i].drop(pc->states[i].state);
 	free(pc);
+}
+
+void *
+provider_conn_state(struct provider_conn *pc, const struct provider *pv, void *(*make)(void),
+                    void (*drop)(void *state))
+{
+	size_t i;
+
+	for (i = 0; i < PROVIDER_STATES && pc->states[i].pv != NULL; i++)
+		if (pc->states[i].pv == pv)
+			return pc->states[i].state;
+	if (i == PROVIDER_STATES || (pc->states[i].state = make()) == NULL)
+		return NULL;
+	pc->states[i].pv = pv;
+	pc->states[i].drop = drop;
+	return pc->states[i].state;
 }
 
 void

@@ -4,7 +4,8 @@
  * A provider performs the request and reports what it observed; it decides
  * nothing. The observation goes to classify_attempt() (classify.h), and the
  * dispatcher acts on the class. Each target kind has one `struct provider`
- * (its send and its look-up), chosen once from the target's kind when a
+ * (its config checks, its card part, its notice, its send and its look-up)
+ * in its own file, chosen from the target's kind (provider_of) when a
  * configuration is loaded (provider_for). One connection state per
  * dispatcher worker thread (provider_conn_new): it owns a curl easy handle
  * and is never shared.
@@ -36,7 +37,7 @@
 #include <jansson.h>
 
 #include "classify.h"
-#include "config.h"
+#include "config_target.h"
 
 /* Evidence kept per attempt: this much of the response body. */
 #define PROVIDER_EXCERPT_MAX 1024
@@ -78,13 +79,36 @@ enum provider_lookup {
 	PROVIDER_LOOKUP_ERROR,     /* anything else: ask again later */
 };
 
-/* A worker's connection state (curl handle, SMTP watchdog). */
+/* A worker's connection state: the curl handle, and whatever state a
+ * provider keeps per connection (provider_conn_state). */
 struct provider_conn;
+struct page;
 
-/* A target kind's operations. */
+/* A target kind: everything oncegate knows of it lives in its own file,
+ * behind one of these, and in the table in provider.c. Nothing outside
+ * those names a kind. */
 struct provider {
 	const char *kind;          /* the config's target kind: "http", "smtp" */
-	bool mail;                 /* payloads are mail messages (effect.h) */
+	/* The scheme its url takes ("smtp": smtp:// or smtps://). */
+	const char *scheme;
+	/* Payloads are mail messages (effect.h: effect_build checks they make
+	 * one), and a notify entry with "to" addresses needs such a target. */
+	bool mail;
+	/* The card's section that shows the effect as it will be sent
+	 * (templates/card.html); the card removes the sections of the others. */
+	const char *card_part;
+	/* A check of target t beyond its kind and url, by config check: NULL,
+	 * or the option at fault with a message in msg. NULL: none. */
+	const char *(*check_target)(const struct config_target *t, char *msg, size_t len);
+	/* Fills card_part's slots of page p with the effect (type, payload as
+	 * JSON text) as it will be sent, by the function the send uses; false
+	 * when it cannot be sent (the section is then removed). */
+	bool (*card)(struct page *p, const struct config_target *t, const char *type,
+	             const char *payload);
+	/* The message an approval notice becomes on this kind (notify.h);
+	 * NULL with a reason when it cannot. */
+	json_t *(*notice)(const json_t *notice, const char *link, const char *client, char *why,
+	                  size_t whylen);
 	/* One attempt of effect e on target t; fills *out (clear it afterwards). */
 	void (*send)(struct provider_conn *pc, const struct config_target *t,
 	             const struct provider_effect *e, struct provider_attempt *out);
@@ -98,6 +122,16 @@ extern const struct provider provider_smtp;
 
 /* The provider of a target kind; NULL for a kind no provider serves. */
 const struct provider *provider_for(const char *kind);
+/* The provider of target t (its kind was checked when the configuration
+ * was loaded; NULL for a kind no provider serves). */
+const struct provider *provider_of(const struct config_target *t);
+/* Are target t's payloads mail messages (its provider's mail)? */
+bool provider_takes_mail(const struct config_target *t);
+/* The i-th provider of the table, NULL past the end. */
+const struct provider *provider_at(size_t i);
+/* The kinds, "a, b or c", into out: all of them (mail < 0), or those whose
+ * payloads are (mail > 0) or are not (mail == 0) mail messages. */
+void provider_kinds(int mail, char *out, size_t outlen);
 
 struct provider_conn *provider_conn_new(void);
 void provider_conn_free(struct provider_conn *pc);
@@ -106,6 +140,11 @@ void provider_conn_free(struct provider_conn *pc);
  * non-zero aborts the attempt with nothing sent. The dispatcher marks the
  * send started there. fn NULL: nothing is called. */
 void provider_conn_before_send(struct provider_conn *pc, int (*fn)(void *arg), void *arg);
+/* Provider pv's state on connection pc: made by make() on first use, freed
+ * by drop() after the curl handle when pc is freed; NULL when make failed
+ * (it is asked again next time). */
+void *provider_conn_state(struct provider_conn *pc, const struct provider *pv,
+                          void *(*make)(void), void (*drop)(void *state));
 
 void provider_attempt_clear(struct provider_attempt *out);
 

@@ -14,6 +14,8 @@
 
 #include "canon.h"
 #include "jptr.h"
+#include "notice.h"
+#include "page.h"
 #include "provider.h"
 #include "provider_int.h"
 
@@ -229,9 +231,41 @@ provider_http_lookup(struct provider_conn *pc, const struct config_target *t,
 	return lr;
 }
 
+/* The request's method, URL and body. */
+static bool
+http_card(struct page *p, const struct config_target *t, const char *type, const char *payload)
+{
+	char why[160], *url = NULL, *body = NULL, *shown;
+	json_t *b;
+
+	if (type == NULL || !provider_http_request(t, type, payload, &url, &body, why, sizeof(why)))
+		return false;
+	b = json_loads(body, JSON_DECODE_ANY, NULL);
+	shown = b != NULL ? page_json_text(b) : NULL;
+	json_decref(b);
+	(void)page_text(p, "http_method", "POST");
+	(void)page_text(p, "http_url", url);
+	(void)page_text(p, "http_body", shown != NULL ? shown : body);
+	free(shown);
+	free(url);
+	free(body);
+	return true;
+}
+
+/* A chat webhook's message. */
+static json_t *
+http_notice(const json_t *notice, const char *link, const char *client, char *why, size_t whylen)
+{
+	return notice_message(notice, link, client, false, why, whylen);
+}
+
 const struct provider provider_http = {
 	.kind = "http",
+	.scheme = "http",
 	.mail = false,
+	.card_part = "http",
+	.card = http_card,
+	.notice = http_notice,
 	.send = http_send,
 	.lookup = provider_http_lookup,
 };

@@ -7,7 +7,6 @@
 #ifndef OG_PROVIDER_INT_H
 #define OG_PROVIDER_INT_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <time.h>
 
@@ -15,27 +14,21 @@
 #include <jansson.h>
 
 #include "buf.h"
-#include "config.h"
+#include "config_target.h"
 #include "provider.h"
 
-/* The SMTP attempt's deadline, enforced from outside libcurl
- * (provider_smtp.c): at the deadline the sockets it watches are shut down. */
-#define PROVIDER_WATCH_FDS 4
-
-struct provider_watchdog {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	struct timespec deadline;  /* CLOCK_MONOTONIC */
-	curl_socket_t fds[PROVIDER_WATCH_FDS];
-	bool done, fired;
-};
+/* Providers with state of their own on one connection, at most. */
+#define PROVIDER_STATES 4
 
 struct provider_conn {
 	CURL *curl;
-	/* Lives as long as the handle: a socket libcurl closes late still
-	 * finds it. */
-	struct provider_watchdog watch;
-	bool watch_ok;             /* its mutex and condition exist */
+	/* Each provider's own state (provider_conn_state), freed after the
+	 * handle: a socket libcurl closes late still finds it. */
+	struct {
+		const struct provider *pv;
+		void *state;
+		void (*drop)(void *state);
+	} states[PROVIDER_STATES];
 	int (*before_send)(void *arg); /* provider_conn_before_send */
 	void *before_send_arg;
 };
@@ -77,8 +70,4 @@ void provider_invalid(struct provider_attempt *out, const char *why);
 enum provider_lookup provider_http_lookup(struct provider_conn *pc, const struct config_target *t,
                                           const char *provider_key,
                                           struct provider_attempt *out);
-/* The SMTP watchdog's mutex and condition (provider_smtp.c). */
-bool provider_smtp_watch_init(struct provider_watchdog *w);
-void provider_smtp_watch_destroy(struct provider_watchdog *w);
-
 #endif

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/socket.h>
@@ -25,37 +26,62 @@
 
 #include "caps.h"
 #include "digest.h"
-#include "effect.h"
+#include "payload.h"
+#include "notice.h"
+#include "page.h"
 #include "provider.h"
 #include "provider_int.h"
 
-bool
-provider_smtp_watch_init(struct provider_watchdog *w)
+/* The attempt's deadline, enforced from outside libcurl: at the deadline
+ * the sockets it watches are shut down. One per connection
+ * (provider_conn_state). */
+#define WATCH_FDS 4
+
+struct watchdog {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct timespec deadline;  /* CLOCK_MONOTONIC */
+	curl_socket_t fds[WATCH_FDS];
+	bool done, fired;
+};
+
+static void *
+watch_new(void)
 {
+	struct watchdog *w = calloc(1, sizeof(*w));
 	pthread_condattr_t ca;
 	size_t i;
 	bool ok;
 
-	memset(w, 0, sizeof(*w));
-	for (i = 0; i < PROVIDER_WATCH_FDS; i++)
+	if (w == NULL)
+		return NULL;
+	for (i = 0; i < WATCH_FDS; i++)
 		w->fds[i] = CURL_SOCKET_BAD;
-	if (pthread_condattr_init(&ca) != 0)
-		return false;
-	ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
-	     pthread_cond_init(&w->cv, &ca) == 0;
-	pthread_condattr_destroy(&ca);
+	ok = pthread_condattr_init(&ca) == 0;
+	if (ok) {
+		ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+		     pthread_cond_init(&w->cv, &ca) == 0;
+		pthread_condattr_destroy(&ca);
+	}
 	if (ok && pthread_mutex_init(&w->mu, NULL) != 0) {
 		pthread_cond_destroy(&w->cv);
 		ok = false;
 	}
-	return ok;
+	if (!ok) {
+		free(w);
+		return NULL;
+	}
+	return w;
 }
 
-void
-provider_smtp_watch_destroy(struct provider_watchdog *w)
+static void
+watch_free(void *state)
 {
+	struct watchdog *w = state;
+
 	pthread_cond_destroy(&w->cv);
 	pthread_mutex_destroy(&w->mu);
+	free(w);
 }
 
 /* SMTP: the server's reply lines reach us only as protocol trace; the
@@ -199,14 +225,14 @@ provider_smtp_mail(const struct config_target *t, const char *payload, struct pr
 		goto oom;
 	/* The dispatcher checked it already (effect.h); the provider refuses
 	 * on its own anything it could not turn into a message. */
-	if (!effect_mail_check(m->payload, errors)) {
+	if (!payload_mail_check(m->payload, errors)) {
 		const json_t *e0 = json_array_get(errors, 0);
 
 		snprintf(why, whylen, "%s %s", json_string_value(json_object_get(e0, "path")),
 		         json_string_value(json_object_get(e0, "message")));
 		goto fail;
 	}
-	if (!effect_mail_address_ok(t->mail_from)) {
+	if (!payload_mail_address_ok(t->mail_from)) {
 		snprintf(why, whylen, "target mail_from is not plain local@domain");
 		goto fail;
 	}
@@ -322,7 +348,7 @@ queue_id(const char *reply, char *out, size_t outlen)
 static curl_socket_t
 watch_open(void *clientp, curlsocktype purpose, struct curl_sockaddr *addr)
 {
-	struct provider_watchdog *w = clientp;
+	struct watchdog *w = clientp;
 	curl_socket_t fd;
 	size_t i;
 
@@ -333,12 +359,12 @@ watch_open(void *clientp, curlsocktype purpose, struct curl_sockaddr *addr)
 		return CURL_SOCKET_BAD;
 	}
 	fd = socket(addr->family, addr->socktype, addr->protocol);
-	for (i = 0; fd != CURL_SOCKET_BAD && i < PROVIDER_WATCH_FDS; i++)
+	for (i = 0; fd != CURL_SOCKET_BAD && i < WATCH_FDS; i++)
 		if (w->fds[i] == CURL_SOCKET_BAD) {
 			w->fds[i] = fd;
 			break;
 		}
-	if (fd != CURL_SOCKET_BAD && i == PROVIDER_WATCH_FDS) {
+	if (fd != CURL_SOCKET_BAD && i == WATCH_FDS) {
 		close(fd); /* one the watchdog could not stop is not opened */
 		fd = CURL_SOCKET_BAD;
 	}
@@ -351,12 +377,12 @@ watch_open(void *clientp, curlsocktype purpose, struct curl_sockaddr *addr)
 static int
 watch_close(void *clientp, curl_socket_t fd)
 {
-	struct provider_watchdog *w = clientp;
+	struct watchdog *w = clientp;
 	size_t i;
 	int rc;
 
 	pthread_mutex_lock(&w->mu);
-	for (i = 0; i < PROVIDER_WATCH_FDS; i++)
+	for (i = 0; i < WATCH_FDS; i++)
 		if (w->fds[i] == fd)
 			w->fds[i] = CURL_SOCKET_BAD;
 	rc = close(fd);
@@ -367,7 +393,7 @@ watch_close(void *clientp, curl_socket_t fd)
 static void *
 watch_run(void *arg)
 {
-	struct provider_watchdog *w = arg;
+	struct watchdog *w = arg;
 	size_t i;
 
 	pthread_mutex_lock(&w->mu);
@@ -380,7 +406,7 @@ watch_run(void *arg)
 			    (now.tv_sec == w->deadline.tv_sec && now.tv_nsec < w->deadline.tv_nsec))
 				continue;
 			w->fired = true;
-			for (i = 0; i < PROVIDER_WATCH_FDS; i++)
+			for (i = 0; i < WATCH_FDS; i++)
 				if (w->fds[i] != CURL_SOCKET_BAD)
 					(void)shutdown(w->fds[i], SHUT_RDWR);
 			break;
@@ -392,13 +418,13 @@ watch_run(void *arg)
 /* Arms the watchdog for timeout_ms from t0; false when it cannot run (then
  * libcurl's own timeouts are all there is). */
 static bool
-watch_start(struct provider_watchdog *w, pthread_t *th, const struct timespec *t0,
+watch_start(struct watchdog *w, pthread_t *th, const struct timespec *t0,
             int timeout_ms)
 {
 	size_t i;
 
 	pthread_mutex_lock(&w->mu);
-	for (i = 0; i < PROVIDER_WATCH_FDS; i++)
+	for (i = 0; i < WATCH_FDS; i++)
 		w->fds[i] = CURL_SOCKET_BAD;
 	w->done = w->fired = false;
 	w->deadline = *t0;
@@ -413,7 +439,7 @@ watch_start(struct provider_watchdog *w, pthread_t *th, const struct timespec *t
 }
 
 static void
-watch_stop(struct provider_watchdog *w, pthread_t th)
+watch_stop(struct watchdog *w, pthread_t th)
 {
 	pthread_mutex_lock(&w->mu);
 	w->done = true;
@@ -434,7 +460,7 @@ smtp_send(struct provider_conn *pc, const struct config_target *t,
 	char *msg, *user = NULL;
 	json_t *rcpt = NULL, *v;
 	struct timespec t0;
-	struct provider_watchdog *w = &pc->watch;
+	struct watchdog *w = provider_conn_state(pc, &provider_smtp, watch_new, watch_free);
 	pthread_t wth;
 	bool watched;
 	CURLcode rc;
@@ -481,7 +507,7 @@ smtp_send(struct provider_conn *pc, const struct config_target *t,
 	curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)up.len);
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	watched = pc->watch_ok && watch_start(w, &wth, &t0, t->timeout_ms);
+	watched = w != NULL && watch_start(w, &wth, &t0, t->timeout_ms);
 	if (watched) {
 		curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, watch_open);
 		curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, w);
@@ -535,9 +561,61 @@ smtp_send(struct provider_conn *pc, const struct config_target *t,
 	free(msg);
 }
 
+/* SMTP AUTH's password only where TLS is required. */
+static const char *
+smtp_check_target(const struct config_target *t, char *msg, size_t len)
+{
+	if (t->credentials_env[0] != '\0' && strncasecmp(t->url, "smtps://", 8) != 0) {
+		snprintf(msg, len, "target %s: credentials_env with %.64s: the password would "
+		         "go out where TLS is not required; use an smtps:// url", t->name, t->url);
+		return "credentials_env";
+	}
+	return NULL;
+}
+
+/* The message's From, To, Subject and body. */
+static bool
+smtp_card(struct page *p, const struct config_target *t, const char *type, const char *payload)
+{
+	struct provider_mail m;
+	char why[160], count[24];
+	size_t i;
+	json_t *v;
+
+	(void)type;
+	if (!provider_smtp_mail(t, payload, &m, why, sizeof(why)))
+		return false;
+	(void)page_text(p, "mail_from", m.from);
+	snprintf(count, sizeof(count), "%zu", json_array_size(m.to));
+	(void)page_text(p, "mail_count", count);
+	json_array_foreach(m.to, i, v) {
+		struct page_scope *sc = page_repeat(p, "mail_rcpt");
+
+		if (sc == NULL)
+			break;
+		(void)page_scope_text(sc, "mail_rcpt", json_string_value(v) ?: "");
+	}
+	page_repeat_done(p, "mail_rcpt");
+	(void)page_text(p, "mail_subject", m.subject);
+	(void)page_text(p, "mail_body", m.body);
+	provider_mail_clear(&m);
+	return true;
+}
+
+static json_t *
+smtp_notice(const json_t *notice, const char *link, const char *client, char *why, size_t whylen)
+{
+	return notice_message(notice, link, client, true, why, whylen);
+}
+
 const struct provider provider_smtp = {
 	.kind = "smtp",
+	.scheme = "smtp",
 	.mail = true,
+	.card_part = "mail",
+	.check_target = smtp_check_target,
+	.card = smtp_card,
+	.notice = smtp_notice,
 	.send = smtp_send,
 	/* a mail target is looked up through its HTTP lookup_url */
 	.lookup = provider_http_lookup,

@@ -190,6 +190,7 @@ enum og_rc
 repair_reconcile(struct db *db, const char *effect, bool delivered, const char *provider_id,
                  const char *expect, const struct repair_who *who, struct repair_out *out)
 {
+	int from;
 	enum og_rc rc;
 	char ids[REPAIR_ID_LEN + 2];
 	const char *to = NULL;
@@ -198,11 +199,12 @@ repair_reconcile(struct db *db, const char *effect, bool delivered, const char *
 	memset(out, 0, sizeof(*out));
 	if ((rc = effect_begin(db, effect, expect, out)) != OG_OK)
 		return rc;
-	if (strcmp(out->from, "unknown") != 0 && strcmp(out->from, "failed") != 0) {
+	from = outbox_state_parse(out->from);
+	if (from != EFFECT_UNKNOWN && from != EFFECT_FAILED) {
 		snprintf(out->why, sizeof(out->why), "the effect is %s: only an unknown or failed "
 		         "effect is reconciled%s", out->from,
-		         strcmp(out->from, "sending") == 0 ? " (a dispatcher is sending it now)"
-		         : strcmp(out->from, "pending") == 0 ? " (it is waiting to be sent)" : "");
+		         from == EFFECT_SENDING ? " (a dispatcher is sending it now)"
+		         : from == EFFECT_PENDING ? " (it is waiting to be sent)" : "");
 		rc = OG_WRONG_STATE;
 		goto out;
 	}
@@ -235,6 +237,7 @@ enum og_rc
 repair_resume_one(struct db *db, const char *effect, const char *expect,
                   const struct repair_who *who, long long job, int seq, struct repair_out *out)
 {
+	int from;
 	enum og_rc rc;
 	char ids[REPAIR_ID_LEN + 2], replayed_as[REPAIR_KEY_MAX];
 	json_t *details = NULL;
@@ -243,20 +246,21 @@ repair_resume_one(struct db *db, const char *effect, const char *expect,
 	memset(out, 0, sizeof(*out));
 	if ((rc = effect_begin(db, effect, expect, out)) != OG_OK)
 		return rc;
+	from = outbox_state_parse(out->from);
 	if ((rc = jobs_replayed_as(db, atoll(out->client), out->key, replayed_as,
 	                           sizeof(replayed_as))) != OG_OK)
 		goto out;
 	callback = strcmp(out->type, "decision.callback") == 0;
-	if (strcmp(out->from, "failed") != 0) {
+	if (from != EFFECT_FAILED) {
 		snprintf(out->why, sizeof(out->why), "not known undelivered: the effect is %s%s",
 		         out->from,
-		         strcmp(out->from, "unknown") == 0
+		         from == EFFECT_UNKNOWN
 		                 ? "; find out whether the provider acted and run oncegatectl "
 		                   "reconcile first"
-		                 : strcmp(out->from, "completed") == 0 ? " (it was delivered)"
-		                 : strcmp(out->from, "cancelled") == 0 ? " (it was rejected)"
+		                 : from == EFFECT_COMPLETED ? " (it was delivered)"
+		                 : from == EFFECT_CANCELLED ? " (it was rejected)"
 		                                                        : " (nothing to resume)");
-		rc = strcmp(out->from, "unknown") == 0 ? OG_NOT_UNDELIVERED : OG_WRONG_STATE;
+		rc = from == EFFECT_UNKNOWN ? OG_NOT_UNDELIVERED : OG_WRONG_STATE;
 		goto out;
 	}
 	/* One event, at most one business effect: the replay carries it now. */
@@ -295,12 +299,12 @@ repair_resume_one(struct db *db, const char *effect, const char *expect,
 	}
 	if (rc != OG_OK)
 		goto out;
-	repair_copy(out->to, sizeof(out->to), "pending");
+	repair_copy(out->to, sizeof(out->to), outbox_state_name(EFFECT_PENDING));
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
 	if ((rc = resolve_letters(db, ids, "resumed")) != OG_OK)
 		goto out;
-	details = json_pack("{s:s, s:s, s:s}", "state_from", out->from, "state_to", "pending",
-	                    "provider_key", out->provider_key);
+	details = json_pack("{s:s, s:s, s:s}", "state_from", out->from, "state_to",
+	                    outbox_state_name(EFFECT_PENDING), "provider_key", out->provider_key);
 	if (details != NULL && job > 0) {
 		json_object_set_new(details, "job_id", json_integer(job));
 		json_object_set_new(details, "job_item", json_integer(seq));
@@ -339,6 +343,7 @@ enum og_rc
 repair_reject_effect(struct db *db, const char *effect, const char *expect,
                      const struct repair_who *who, struct repair_out *out)
 {
+	int from;
 	enum og_rc rc;
 	char ids[REPAIR_ID_LEN + 2];
 	json_t *details = NULL;
@@ -347,15 +352,16 @@ repair_reject_effect(struct db *db, const char *effect, const char *expect,
 	memset(out, 0, sizeof(*out));
 	if ((rc = effect_begin(db, effect, expect, out)) != OG_OK)
 		return rc;
+	from = outbox_state_parse(out->from);
 	callback = strcmp(out->type, "decision.callback") == 0;
-	if (strcmp(out->from, "pending") != 0 && strcmp(out->from, "failed") != 0) {
+	if (from != EFFECT_PENDING && from != EFFECT_FAILED) {
 		snprintf(out->why, sizeof(out->why), "the effect is %s: %s", out->from,
-		         strcmp(out->from, "unknown") == 0
+		         from == EFFECT_UNKNOWN
 		                 ? "the provider may have acted; reconcile it first (--delivered or "
 		                   "--not-delivered), then reject"
-		         : strcmp(out->from, "sending") == 0
+		         : from == EFFECT_SENDING
 		                 ? "a dispatcher is sending it now; look again in a minute"
-		         : strcmp(out->from, "completed") == 0
+		         : from == EFFECT_COMPLETED
 		                 ? "it was delivered and cannot be taken back"
 		                 : "it was cancelled already");
 		rc = OG_WRONG_STATE;
@@ -367,7 +373,7 @@ repair_reject_effect(struct db *db, const char *effect, const char *expect,
 			         "(a dispatcher may have claimed it): look again");
 		goto out;
 	}
-	repair_copy(out->to, sizeof(out->to), "cancelled");
+	repair_copy(out->to, sizeof(out->to), outbox_state_name(EFFECT_CANCELLED));
 	/* Rejecting the workflow's notification does not reject the business
 	 * decision: that run completes when nothing else is left. */
 	rc = callback ? complete_run(db, who, out) : fail_run(db, who, 1u << RUN_APPROVED, out);
@@ -377,7 +383,7 @@ repair_reject_effect(struct db *db, const char *effect, const char *expect,
 	if ((rc = resolve_letters(db, ids, "rejected")) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:s, s:s*}", "state_from", out->from, "state_to",
-	                    "cancelled", "run_from", out->run_from, "run_to",
+	                    outbox_state_name(EFFECT_CANCELLED), "run_from", out->run_from, "run_to",
 	                    out->run_to[0] ? out->run_to : NULL);
 	rc = repair_record_action(db, who, "reject", out, details);
 out:
@@ -665,6 +671,7 @@ enum og_rc
 repair_cancel_window(struct db *db, const char *effect, const struct repair_who *who,
                      struct repair_out *out)
 {
+	int from;
 	struct ledger_run run = { 0 };
 	json_t *ids = NULL, *details = NULL, *v;
 	enum og_rc rc;
@@ -676,11 +683,11 @@ repair_cancel_window(struct db *db, const char *effect, const struct repair_who 
 	memset(out, 0, sizeof(*out));
 	if ((rc = effect_begin(db, effect, NULL, out)) != OG_OK)
 		return rc;
-	if (strcmp(out->from, "pending") != 0) {
+	from = outbox_state_parse(out->from);
+	if (from != EFFECT_PENDING) {
 		snprintf(out->why, sizeof(out->why), "the effect is %s: only an effect still waiting "
 		         "inside its cancellation window is cancelled%s", out->from,
-		         strcmp(out->from, "sending") == 0 || strcmp(out->from, "completed") == 0 ||
-		                 strcmp(out->from, "unknown") == 0
+		         from == EFFECT_SENDING || from == EFFECT_COMPLETED || from == EFFECT_UNKNOWN
 		             ? " (it went out, or is going out)"
 		             : "");
 		rc = OG_WRONG_STATE;
@@ -711,13 +718,15 @@ repair_cancel_window(struct db *db, const char *effect, const struct repair_who 
 		                                : OG_ERROR;
 		goto out;
 	}
-	repair_copy(out->to, sizeof(out->to), "cancelled");
+	repair_copy(out->to, sizeof(out->to), outbox_state_name(EFFECT_CANCELLED));
 	repair_copy(out->run_to, sizeof(out->run_to), ledger_state_name(RUN_FAILED_TERMINAL));
 	out->run_version = run.version;
 	out->count = (int)json_array_size(ids);
-	details = json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "state_from", "pending", "state_to",
-	                    "cancelled", "not_before", out->not_before, "run_from", out->run_from,
-	                    "run_to", ledger_state_name(RUN_FAILED_TERMINAL), "cancelled_effects", ids);
+	details = json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "state_from",
+	                    outbox_state_name(EFFECT_PENDING), "state_to",
+	                    outbox_state_name(EFFECT_CANCELLED), "not_before", out->not_before,
+	                    "run_from", out->run_from, "run_to", ledger_state_name(RUN_FAILED_TERMINAL),
+	                    "cancelled_effects", ids);
 	rc = repair_record_action(db, who, "cancel", out, details);
 out:
 	json_decref(details);

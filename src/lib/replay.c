@@ -97,17 +97,14 @@ dup_col(const PGresult *res, const char *col)
 	return v != NULL ? strdup(v) : NULL;
 }
 
-/* Reads the original and decides; OG_OK with the plan filled, or a
- * refusal with out->message saying why. Writes nothing. */
+/* The original of req in *res (one row; the caller PQclears it), its
+ * client in p; a refusal with out->message when there is none or several. */
 static enum og_rc
-replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
-            struct replay_result *out)
+plan_original(struct db *db, const struct replay_req *req, struct plan *p,
+              struct replay_result *out, PGresult **res)
 {
 	long long client_id = req->client_id > 0 ? req->client_id : 0;
-	PGresult *res = NULL;
 	enum og_rc rrc;
-	const char *state;
-	json_t *output = NULL, *errors = NULL;
 
 	if (client_id == 0 && req->client != NULL) {
 		rrc = clients_id(db, req->client, &client_id);
@@ -117,46 +114,51 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 		if (rrc != OG_OK)
 			return rrc;
 	}
-	if ((rrc = ledger_original(db, req->key, client_id, !req->dry_run, &res)) != OG_OK)
+	if ((rrc = ledger_original(db, req->key, client_id, !req->dry_run, res)) != OG_OK)
 		return rrc;
-	if (PQntuples(res) == 0) {
+	if (PQntuples(*res) == 0) {
 		snprintf(out->message, sizeof(out->message), "no run has the key \"%s\"%s%s",
 		         req->key, req->client ? " for client " : "", req->client ? req->client : "");
-		rrc = OG_NOT_FOUND;
-		goto out;
+		return OG_NOT_FOUND;
 	}
-	if (PQntuples(res) > 1) {
+	if (PQntuples(*res) > 1) {
 		snprintf(out->message, sizeof(out->message),
 		         "the key \"%s\" exists for several API clients; name one with --client",
 		         req->key);
-		rrc = OG_AMBIGUOUS;
-		goto out;
+		return OG_AMBIGUOUS;
 	}
-	p->client_id = out->client_id = db_get_ll(res, 0, "client_id");
+	p->client_id = out->client_id = db_get_ll(*res, 0, "client_id");
 	snprintf(p->client, sizeof(p->client), "%lld", p->client_id);
-	state = db_get(res, 0, "state");
+	return OG_OK;
+}
+
+/* May the original be replayed at all: finished, nothing of it in flight,
+ * nothing sent unless forced, a payload to run? */
+static enum og_rc
+plan_finished(const struct replay_req *req, const PGresult *res, struct plan *p,
+              struct replay_result *out)
+{
+	const char *state = db_get(res, 0, "state");
+
 	if (ledger_state_parse(state) == RUN_PROCESSING ||
 	    ledger_state_parse(state) == RUN_AWAITING_HUMAN) {
 		snprintf(out->message, sizeof(out->message),
 		         "the original is %s: it is still live; let it finish or reject it "
 		         "before replaying", state);
-		rrc = OG_NOT_FINISHED;
-		goto out;
+		return OG_NOT_FINISHED;
 	}
 	if (ledger_state_parse(state) == RUN_FAILED_RETRYABLE) {
 		snprintf(out->message, sizeof(out->message),
 		         "the original is failed_retryable: its workflow may still retry it under "
 		         "its own key, and a replay would run the event twice; reject it first");
-		rrc = OG_NOT_FINISHED;
-		goto out;
+		return OG_NOT_FINISHED;
 	}
 	if (db_get_ll(res, 0, "live_effects") > 0) {
 		snprintf(out->message, sizeof(out->message),
 		         "an effect of the original is still pending (or its decision callback is "
 		         "in flight): reject or cancel it first, or the business effect could "
 		         "happen twice");
-		rrc = OG_NOT_FINISHED;
-		goto out;
+		return OG_NOT_FINISHED;
 	}
 	if (db_get(res, 0, "sent") != NULL) {
 		snprintf(p->sent, sizeof(p->sent), "%s", db_get(res, 0, "sent"));
@@ -166,17 +168,24 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 			         "could do it a second time; if it must be done again, replay this key "
 			         "alone with --force and say why in --reason (a bulk job never forces)",
 			         p->sent);
-			rrc = OG_NEEDS_FORCE;
-			goto out;
+			return OG_NEEDS_FORCE;
 		}
 	}
 	if (req->payload == NULL && db_get(res, 0, "payload") == NULL) {
 		snprintf(out->message, sizeof(out->message),
 		         "the original's payload was purged by retention; give the corrected "
 		         "payload with --payload FILE");
-		rrc = OG_NO_PAYLOAD;
-		goto out;
+		return OG_NO_PAYLOAD;
 	}
+	return OG_OK;
+}
+
+/* The new run's payload (the corrected one, or the original's hashed under
+ * RFC 8785) and what it keeps of the original's request. */
+static enum og_rc
+plan_payload(const struct replay_req *req, const PGresult *res, struct plan *p,
+             struct replay_result *out)
+{
 	p->payload = req->payload ? strdup(req->payload) : dup_col(res, "payload");
 	if (req->payload != NULL) {
 		p->payload_hash = strdup(req->payload_hash);
@@ -192,13 +201,23 @@ replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
 	if (p->payload == NULL || p->payload_hash == NULL) {
 		snprintf(out->message, sizeof(out->message),
 		         "the payload could not be copied or hashed");
-		rrc = OG_ERROR;
-		goto out;
+		return OG_ERROR;
 	}
 	p->source_url = dup_col(res, "source_url");
 	p->workflow_version = dup_col(res, "workflow_version");
 	p->correlation_id = dup_col(res, "correlation_id");
 	snprintf(out->payload_hash, sizeof(out->payload_hash), "%s", p->payload_hash);
+	return OG_OK;
+}
+
+/* Does the original's draft go to a fresh approval (p->human), or does the
+ * workflow draft again (the new run starts failed_retryable)? */
+static enum og_rc
+plan_carry(const struct replay_req *req, const PGresult *res, struct plan *p,
+           struct replay_result *out)
+{
+	json_t *output = NULL, *errors = NULL;
+	enum og_rc rrc;
 
 	if (req->payload != NULL) {
 		snprintf(out->note, sizeof(out->note),
@@ -278,6 +297,22 @@ retryable:
 out:
 	json_decref(output);
 	json_decref(errors);
+	return rrc;
+}
+
+/* Reads the original and decides; OG_OK with the plan filled, or a
+ * refusal with out->message saying why. Writes nothing. */
+static enum og_rc
+replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
+            struct replay_result *out)
+{
+	PGresult *res = NULL;
+	enum og_rc rrc;
+
+	if ((rrc = plan_original(db, req, p, out, &res)) == OG_OK &&
+	    (rrc = plan_finished(req, res, p, out)) == OG_OK &&
+	    (rrc = plan_payload(req, res, p, out)) == OG_OK)
+		rrc = plan_carry(req, res, p, out);
 	PQclear(res);
 	return rrc;
 }
@@ -371,11 +406,105 @@ record_action(struct db *db, const char *const *p)
 	return rc == DB_OK ? OG_OK : rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 }
 
+/* The replay's writes, in the caller's transaction: the new run, its
+ * challenges, the link to the original, the original's dead letters
+ * answered, the job item done, the operator's action. */
+static enum og_rc
+replay_write(struct db *db, const struct replay_req *req, const struct plan *p,
+             const char *source, struct replay_result *out)
+{
+	char *details = NULL, *event_reason = NULL;
+	enum og_rc rrc;
+
+	if (asprintf(&event_reason, "replay of %s: %s", req->key, req->reason) < 0)
+		event_reason = NULL;
+	{
+		json_t *d = json_pack("{s:s, s:s, s:s, s:s, s:s}", "original_key", req->key,
+		                      "replay_key", req->new_key, "payload_source", source,
+		                      "payload_hash", p->payload_hash, "start_state", out->start_state);
+
+		if (d != NULL && req->job_id > 0)
+			json_object_set_new(d, "job_id", json_integer(req->job_id));
+		if (d != NULL && p->sent[0] != '\0') {
+			json_object_set_new(d, "forced", json_true());
+			json_object_set_new(d, "forced_past", json_string(p->sent));
+		}
+		details = d != NULL ? json_dumps(d, JSON_COMPACT) : NULL;
+		json_decref(d);
+	}
+	if (details == NULL || event_reason == NULL) {
+		rrc = OG_ERROR;
+		goto out;
+	}
+	{
+		bool retry = !p->human;
+		const struct ledger_replay r = {
+			.client_id = p->client_id, .key = req->new_key, .payload_hash = p->payload_hash,
+			.payload = p->payload, .state = out->start_state,
+			.workflow_version = p->workflow_version, .correlation_id = p->correlation_id,
+			.contract = p->contract, .contract_hash = p->human ? contract_hash(p->c) : NULL,
+			.output = p->output, .output_hash = p->output_hash, .model = p->model,
+			.effect = p->effect, .source_url = p->source_url,
+			.requested_by = req->operator_name, .error_class = retry ? "replay" : NULL,
+			.reason = retry ? out->note : NULL, .event_reason = event_reason,
+		};
+
+		if ((rrc = ledger_replay(db, &r)) != OG_OK) {
+			if (rrc == OG_EXISTS)
+				snprintf(out->message, sizeof(out->message),
+				         "the new key \"%s\" exists already (created a moment ago)",
+				         req->new_key);
+			goto out;
+		}
+	}
+	if (p->human && (rrc = replay_challenges(db, req, p, out)) != OG_OK)
+		goto out;
+	{
+		const struct jobs_link l = {
+			.client_id = p->client_id, .key = req->key, .new_key = req->new_key,
+			.reason = req->reason, .payload_source = source, .payload_hash = p->payload_hash,
+			.start_state = out->start_state, .job = req->job_id,
+		};
+
+		if ((rrc = jobs_link(db, &l)) != OG_OK)
+			goto out;
+	}
+	{
+		int letters = 0;
+		enum db_rc drc = deadletter_replayed(db, p->client_id, req->key, req->new_key,
+		                                     &letters);
+
+		if (drc != DB_OK) {
+			rrc = drc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+			goto out;
+		}
+		out->letters = letters;
+	}
+	if (req->job_id > 0) {
+		if ((rrc = jobs_replay_done(db, req->job_id, req->job_seq, out->start_state)) !=
+		    OG_OK) {
+			snprintf(out->message, sizeof(out->message),
+			         "job %lld item %d is no longer pending", req->job_id, req->job_seq);
+			goto out;
+		}
+	}
+	{
+		const char *params[5] = { "replay", req->reason, p->client, req->new_key, details };
+
+		if ((rrc = record_action(db, params)) != OG_OK)
+			goto out;
+	}
+	rrc = OG_OK;
+out:
+	free(details);
+	free(event_reason);
+	return rrc;
+}
+
 enum og_rc
 replay_run(struct db *db, const struct replay_req *req, struct replay_result *out)
 {
 	struct plan p = { 0 };
-	char *details = NULL, *event_reason = NULL;
 	const char *source = req->payload != NULL ? "corrected" : "original";
 	enum og_rc rrc;
 	enum db_rc rc;
@@ -420,84 +549,8 @@ replay_run(struct db *db, const struct replay_req *req, struct replay_result *ou
 	if (req->dry_run)
 		goto out;
 
-	if (asprintf(&event_reason, "replay of %s: %s", req->key, req->reason) < 0)
-		event_reason = NULL;
-	{
-		json_t *d = json_pack("{s:s, s:s, s:s, s:s, s:s}", "original_key", req->key,
-		                      "replay_key", req->new_key, "payload_source", source,
-		                      "payload_hash", p.payload_hash, "start_state", out->start_state);
-
-		if (d != NULL && req->job_id > 0)
-			json_object_set_new(d, "job_id", json_integer(req->job_id));
-		if (d != NULL && p.sent[0] != '\0') {
-			json_object_set_new(d, "forced", json_true());
-			json_object_set_new(d, "forced_past", json_string(p.sent));
-		}
-		details = d != NULL ? json_dumps(d, JSON_COMPACT) : NULL;
-		json_decref(d);
-	}
-	if (details == NULL || event_reason == NULL) {
-		rrc = OG_ERROR;
+	if ((rrc = replay_write(db, req, &p, source, out)) != OG_OK)
 		goto out;
-	}
-	{
-		bool retry = !p.human;
-		const struct ledger_replay r = {
-			.client_id = p.client_id, .key = req->new_key, .payload_hash = p.payload_hash,
-			.payload = p.payload, .state = out->start_state,
-			.workflow_version = p.workflow_version, .correlation_id = p.correlation_id,
-			.contract = p.contract, .contract_hash = p.human ? contract_hash(p.c) : NULL,
-			.output = p.output, .output_hash = p.output_hash, .model = p.model,
-			.effect = p.effect, .source_url = p.source_url,
-			.requested_by = req->operator_name, .error_class = retry ? "replay" : NULL,
-			.reason = retry ? out->note : NULL, .event_reason = event_reason,
-		};
-
-		if ((rrc = ledger_replay(db, &r)) != OG_OK) {
-			if (rrc == OG_EXISTS)
-				snprintf(out->message, sizeof(out->message),
-				         "the new key \"%s\" exists already (created a moment ago)",
-				         req->new_key);
-			goto out;
-		}
-	}
-	if (p.human && (rrc = replay_challenges(db, req, &p, out)) != OG_OK)
-		goto out;
-	{
-		const struct jobs_link l = {
-			.client_id = p.client_id, .key = req->key, .new_key = req->new_key,
-			.reason = req->reason, .payload_source = source, .payload_hash = p.payload_hash,
-			.start_state = out->start_state, .job = req->job_id,
-		};
-
-		if ((rrc = jobs_link(db, &l)) != OG_OK)
-			goto out;
-	}
-	{
-		int letters = 0;
-		enum db_rc drc = deadletter_replayed(db, p.client_id, req->key, req->new_key,
-		                                     &letters);
-
-		if (drc != DB_OK) {
-			rrc = drc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
-			goto out;
-		}
-		out->letters = letters;
-	}
-	if (req->job_id > 0) {
-		if ((rrc = jobs_replay_done(db, req->job_id, req->job_seq, out->start_state)) !=
-		    OG_OK) {
-			snprintf(out->message, sizeof(out->message),
-			         "job %lld item %d is no longer pending", req->job_id, req->job_seq);
-			goto out;
-		}
-	}
-	{
-		const char *params[5] = { "replay", req->reason, p.client, req->new_key, details };
-
-		if ((rrc = record_action(db, params)) != OG_OK)
-			goto out;
-	}
 	if ((rc = db_commit(db)) != DB_OK) {
 		in_tx = false;
 		rrc = rc == DB_CONFLICT ? OG_EXISTS : og_rc_of(rc);
@@ -514,8 +567,6 @@ out:
 	if (rrc != OG_OK && out->message[0] == '\0')
 		snprintf(out->message, sizeof(out->message), "%s", db_error(db));
 	plan_clear(&p);
-	free(details);
-	free(event_reason);
 	return rrc;
 }
 
