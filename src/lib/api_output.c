@@ -1,8 +1,10 @@
 /*
- * api_output.c — POST /v1/runs/{key}/output: a model's output is checked
- * against its contract and the effect it proposes is built; an invalid
- * output spends a repair, a valid one goes to the gate, whose choice (a
- * person, or the rules) decide_output carries out in one transaction.
+ * api_output.c — a model's output, whichever door it came through (POST
+ * /v1/runs/{key}/output, or an MCP tool call in api_mcp.c): it is checked
+ * against its contract and the effect it proposes is built
+ * (api_output_check); an invalid output spends a repair, a valid one goes
+ * to the gate, whose choice (a person, or the rules) decide_output carries
+ * out in one transaction (api_output_decide).
  */
 #include <stdio.h>
 #include <stdlib.h>
