@@ -82,6 +82,11 @@ run_fuzz() { (cmd_fuzz --short); }
 # (npm canonicalize) is the one oncegate stores, claimed through nginx.
 run_jcs() { bash "$ROOT/tests/jcs/run.sh"; }
 
+# The MCP gateway (/v1/mcp) driven by the official TypeScript SDK client
+# and the official conformance suite (npm), through nginx, sending to
+# loopback providers.
+run_mcp() { bash "$ROOT/tests/mcp/run.sh"; }
+
 # The n8n node's own tests (canned answers, no n8n) and n8n's lint of it;
 # ./dev test-n8n runs it in a real n8n.
 run_n8n_node() { bash "$ROOT/tests/n8n/node_unit.sh"; }
@@ -244,6 +249,7 @@ run_stages() {
 		"run_statements|SQL statements against the schema (tests/statements.sh)|a statement does not prepare against the migrated schema"
 		"run_fuzz|fuzzing (./dev fuzz --short)|fuzzing found something (see .dev/fuzz/crashes)"
 		"run_jcs|RFC 8785 payload hash from JavaScript (tests/jcs/run.sh)|the payload hash oncegate stores differs from the one a JCS library computes"
+		"run_mcp|MCP gateway: SDK client and conformance suite (tests/mcp/run.sh)|the MCP gateway failed its SDK client or conformance checks"
 		"run_n8n_node|n8n node: unit tests and lint (tests/n8n/node_unit.sh)|the n8n node's unit tests or n8n's lint of it failed"
 		"run_browser_tooling|browser tooling (tests/browser/check_ensure.sh)|a suite runs the browser scripts without ensuring their tooling"
 		"run_browser|browser test (tests/browser/run.sh)|browser test failed"

@@ -39,6 +39,11 @@ static const struct route routes[] = {
 	  BODY_JSON, ANSWER_JSON, false, false, api_runs_cancel },
 	{ "POST", SHAPE_KEY, "/v1/approvals/", "/decisions", "/v1/approvals/{id}/decisions",
 	  AUTH_BEARER, BODY_JSON, ANSWER_JSON, false, false, api_approvals_decide },
+	/* MCP (Streamable HTTP): one JSON-RPC message a POST; no SSE stream,
+	 * so GET and DELETE answer 405 (api_mcp.c parses the body itself, to
+	 * answer in JSON-RPC). */
+	{ "POST", SHAPE_EXACT, "/v1/mcp", NULL, "/v1/mcp", AUTH_BEARER, BODY_NONE, ANSWER_JSON,
+	  false, false, api_mcp_handle },
 	{ "GET", SHAPE_EXACT, "/v1/openapi.json", NULL, "/v1/openapi.json", AUTH_NONE, BODY_NONE,
 	  ANSWER_TEXT, false, false, api_ops_openapi },
 	{ "GET", SHAPE_EXACT, "/healthz", NULL, "/healthz", AUTH_NONE, BODY_NONE, ANSWER_JSON,

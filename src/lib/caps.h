@@ -19,6 +19,9 @@
 #define OG_JSON_DEPTH_MAX         64
 #define OG_JSON_NUMBER_MAX        1000  /* characters of one number (kept as written) */
 #define OG_JSON_EXPONENT_MAX      1000  /* |exponent| as written: jsonb's limit */
+/* An MCP tool call whose effect the rules approved waits this long for
+ * the send, so that it can answer completed. */
+#define OG_MCP_SEND_WAIT_MS       3000
 #define OG_RESPONSE_MAX           (1024 * 1024)
 /* A request whose body or answer is larger than this is "large": its JSON
  * tree or page is many times its size (an output of 16,000 fields takes

@@ -600,6 +600,12 @@ contract_hash(const struct contract *c)
 	return c->hash;
 }
 
+const json_t *
+contract_doc(const struct contract *c)
+{
+	return c->doc;
+}
+
 /* ---- validation ----------------------------------------------------------------- */
 
 json_t *

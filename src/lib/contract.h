@@ -125,6 +125,9 @@ const struct contract *contract_at(const struct contract_set *set, size_t i);
 const struct contract *contract_find(const struct contract_set *set, const char *name); /* NULL if none */
 const char *contract_name(const struct contract *c);
 const char *contract_hash(const struct contract *c);   /* "sha256:" + hex of the file's bytes */
+/* The contract's document as loaded (borrowed, read-only): what describes
+ * it to others, such as its MCP tools' descriptions and input schemas. */
+const json_t *contract_doc(const struct contract *c);
 
 /* Validates output against the schema. Returns a new JSON array of errors,
  * each {"path": JSON Pointer into the output (RFC 6901, "" for the root),

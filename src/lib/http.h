@@ -27,6 +27,7 @@ struct http_request {
 	const char *request_id;      /* REQUEST_ID (nginx $request_id) */
 	const char *idempotency_key; /* HTTP_IDEMPOTENCY_KEY, the first one */
 	int idempotency_key_fields;  /* how many Idempotency-Key fields came */
+	const char *mcp_protocol_version; /* HTTP_MCP_PROTOCOL_VERSION */
 	long long content_length;    /* -1 when absent */
 	const char *body;            /* NUL-terminated; NULL when none */
 	size_t body_len;

@@ -269,6 +269,7 @@ fill_request(FCGX_Request *fr, struct http_request *req)
 	req->remote_addr = param(fr, "REMOTE_ADDR");
 	req->request_id = param(fr, "REQUEST_ID");
 	req->idempotency_key = param(fr, "HTTP_IDEMPOTENCY_KEY");
+	req->mcp_protocol_version = param(fr, "HTTP_MCP_PROTOCOL_VERSION");
 	/* nginx passes a repeated field as repeated parameters, and
 	 * FCGX_GetParam sees the first one only. */
 	for (char **e = fr->envp; e != NULL && *e != NULL; e++)
