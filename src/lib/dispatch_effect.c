@@ -297,15 +297,17 @@ out:
 	return rc;
 }
 
-/* The send starts: once the provider's connection is up, right before
- * the request goes out, send_started is committed (outbox_send_started).
- * From then on a lease that runs out makes the effect unknown; before, it
- * goes back to pending: a dispatcher that dies while it waits for its rate
- * slot, checks the payload or connects has sent nothing. When the mark
- * fails (the lease is gone, the database is) nothing is sent. Only for
- * targets that do not honour the idempotency key: on one that does, an
- * effect whose lease ran out is sent again with its key (pending), as after
- * a timeout. */
+/* The send starts: once the transfer of the request has started and right
+ * before its body goes out (HTTP: request line and headers written; SMTP:
+ * DATA accepted), send_started is committed (outbox_send_started). From
+ * then on a lease that runs out makes the effect unknown; before, it goes
+ * back to pending: a dispatcher that dies while it waits for its rate
+ * slot, checks the payload, connects or writes the headers has delivered
+ * nothing a provider could act on (a request without its body). When the
+ * mark fails (the lease is gone, the database is) the body is not sent.
+ * Only for targets that do not honour the idempotency key: on one that
+ * does, an effect whose lease ran out is sent again with its key (pending),
+ * as after a timeout. */
 struct mark {
 	struct dispatch_shared *s;
 	struct db *db;
@@ -324,25 +326,218 @@ mark_started(void *arg)
 	return m->rc == OG_OK ? 0 : -1;
 }
 
+/* What stands between a claimed effect and its send: its rate slot, the
+ * kill switch and the lease (presend_check), the stored payload's hash and
+ * the payload built and checked again (recheck, or the notice's fresh
+ * link). SEND_GO: *sent is what to send; SEND_REFUSED: not sendable as
+ * approved (evidence in *at; *tampered: its payload was changed after
+ * the decision), to be settled; SEND_DONE: released, held or
+ * lost, nothing more to do. */
+enum send_gate { SEND_GO = 0, SEND_REFUSED, SEND_DONE };
+
+static enum send_gate
+send_gate(struct dispatch_shared *s, struct db *db, struct dispatch_config *dc, int ti,
+          struct outbox_job *j, char token[44], char **sent, struct provider_attempt *at,
+          bool *tampered)
+{
+	const struct config *cfg = &dc->cfg;
+	const struct config_target *t = &cfg->targets[ti];
+	const struct provider *pv = dc->providers[ti];
+	enum recheck rck;
+	int chk;
+
+	if (!rate_wait(s, dc, ti)) {
+		(void)dispatch_release(s, db, j, 0);
+		return SEND_DONE;
+	}
+	chk = presend_check(s, db, j, t, cfg->dispatch_lease_seconds);
+	if (chk < 0) {
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", NULL, NULL, NULL,
+		                    "lease no longer held or database unavailable: not sent", 0,
+		                    "another dispatcher or the lease sweep owns it now");
+		return SEND_DONE;
+	}
+	if (chk == 0) {
+		if (dispatch_release(s, db, j, 0)) {
+			j->attempt--;
+			(void)dispatch_hold(db, j->id);
+			dispatch_log_effect(LOG_LEVEL_NOTICE, "dispatch.blocked", j, "sending", "pending", NULL,
+			                    NULL, s->env_enabled ? "kill switch off (database flag)"
+			                                         : "kill switch off (AI_ACTIONS_ENABLED)",
+			                    0, "oncegatectl kill-switch status");
+		}
+		return SEND_DONE;
+	}
+	rck = hash_check(j, at);
+	*tampered = rck == RECHECK_REFUSED;
+	if (rck == RECHECK_SEND && strcmp(j->type, NOTIFY_EFFECT_TYPE) == 0) {
+		/* A notice: its link is minted now, never stored. */
+		switch (dispatch_notify_prepare(db, cfg, pv, j, token, sent, at)) {
+		case NOTIFY_PREP_SEND:
+			rck = RECHECK_SEND;
+			break;
+		case NOTIFY_PREP_REFUSED:
+			rck = RECHECK_REFUSED;
+			break;
+		case NOTIFY_PREP_MOOT:
+			dispatch_notify_moot(s, db, j);
+			return SEND_DONE;
+		case NOTIFY_PREP_RETRY:
+		default:
+			rck = RECHECK_NOMEM;
+			break;
+		}
+	} else if (rck == RECHECK_SEND) {
+		rck = recheck(dc, pv, j, sent, at);
+	}
+	if (rck == RECHECK_HOLD || rck == RECHECK_NOMEM) {
+		/* Not checked, so not sent: pending again, the attempt given back. */
+		if (dispatch_release(s, db, j, HOLD_S))
+			dispatch_log_effect(LOG_LEVEL_WARNING, "effect.held", j, "sending", "pending", NULL,
+			                    NULL, rck == RECHECK_HOLD ? "contract_not_loaded" : "out_of_memory",
+			                    0, rck == RECHECK_HOLD ? "the run's contract is not loaded here: "
+			                                             "check contracts_dir, then SIGHUP"
+			                                           : NULL);
+		return SEND_DONE;
+	}
+	return rck == RECHECK_SEND ? SEND_GO : SEND_REFUSED;
+}
+
+/* The settle of an attempt as classified: its outcome's class and reason
+ * into st, and the next state (backoff for a transient failure, a dead
+ * letter for what is given up on). */
+static void
+send_outcome(const struct config *cfg, const struct config_target *t, const struct outbox_job *j,
+             const struct provider_attempt *at, bool tampered, struct settle *st,
+             const char **hint)
+{
+	struct outcome o;
+
+	if (at->invalid) {
+		/* Nothing went out: what cannot be sent as approved never is. */
+		o.cls = OUTCOME_PERMANENT;
+		o.reason = REASON_INVALID_INPUT;
+		o.retry_after_ms = -1;
+		st->reason = tampered ? "payload_changed" : "payload_invalid";
+		*hint = at->invalid_reason;
+	} else {
+		o = classify_attempt(&at->r, time(NULL));
+		st->reason = classify_reason_name(o.reason);
+		dispatch_log_effect(LOG_LEVEL_INFO, "effect.sent", j, NULL, NULL, at->provider_id,
+		                    classify_class_name(o.cls), st->reason, at->duration_ms, NULL);
+	}
+	st->error_class = classify_class_name(o.cls);
+	st->attempt_class = st->error_class;
+	st->status = at->r.status;
+	st->provider_id = at->provider_id[0] ? at->provider_id : NULL;
+	switch (o.cls) {
+	case OUTCOME_SUCCESS:
+		st->to = "completed";
+		st->complete_run = true;
+		break;
+	case OUTCOME_TRANSIENT: {
+		struct retry_policy p = { t->max_attempts, t->base_ms, t->cap_ms,
+			                  (long)t->max_elapsed_s * 1000L, t->jitter_percent / 100.0 };
+		unsigned char rb[4];
+		double rnd = 0.5;
+		long delay = -1;
+		enum retry_decision d;
+
+		if (digest_random(rb, sizeof(rb)) == 0)
+			rnd = (double)(((unsigned)rb[0] << 24 | (unsigned)rb[1] << 16 |
+			                (unsigned)rb[2] << 8 | rb[3]) >> 8) / 16777216.0;
+		d = backoff_next(&p, &o, j->attempt, (long)(j->elapsed_ms + at->duration_ms), rnd,
+		                 &delay);
+		if (d == RETRY_AT) {
+			st->to = "pending";
+			st->delay_ms = delay;
+		} else {
+			st->to = "failed";
+			st->dl_class = "exhausted";
+			*hint = backoff_decision_name(d);
+		}
+		break;
+	}
+	case OUTCOME_PERMANENT:
+		st->to = "failed";
+		st->dl_class = "permanent";
+		break;
+	case OUTCOME_AMBIGUOUS:
+	default:
+		st->to = "unknown";
+		if (t->lookup_url[0] != '\0')
+			st->delay_ms = (long long)cfg->reconcile_interval_seconds * 1000;
+		else
+			st->dl_class = "unknown";
+		break;
+	}
+}
+
+/* The decision log of a settled send (src: how its settle went). */
+static void
+log_settled(struct db *db, const struct outbox_job *j, const struct config_target *t,
+            const struct settle *st, long long duration_ms, const char *hint,
+            enum settle_rc src, bool run_done)
+{
+	if (src == SETTLE_LOST) {
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", st->to,
+		                    st->provider_id, st->error_class, st->reason, duration_ms,
+		                    "the lease ran out during the send; the sweep made it unknown");
+		return;
+	}
+	if (src == SETTLE_DB) {
+		/* The outcome is lost with the connection; the lease runs out and
+		 * the sweep makes it unknown: never resent blindly. */
+		dispatch_log_effect(LOG_LEVEL_ERROR, "effect.settle_failed", j, "sending", st->to,
+		                    st->provider_id, st->error_class, db_error(db), duration_ms,
+		                    "the database did not take the outcome; the lease sweep will "
+		                    "mark it unknown");
+		return;
+	}
+	/* as the attempt history now says */
+	metrics_count_attempt(j->target, st->attempt_class, j->attempt > 1, false);
+	if (strcmp(st->to, "completed") == 0) {
+		dispatch_log_effect(LOG_LEVEL_INFO, "effect.completed", j, "sending", "completed",
+		                    st->provider_id, "success", st->reason, duration_ms, NULL);
+		if (run_done)
+			log_run_completed(j);
+	} else if (strcmp(st->to, "pending") == 0) {
+		char next[64];
+
+		snprintf(next, sizeof(next), "next attempt in %lld ms", st->delay_ms);
+		dispatch_log_effect(LOG_LEVEL_NOTICE, "effect.retry_scheduled", j, "sending", "pending", NULL,
+		                    st->error_class, st->reason, duration_ms, next);
+	} else if (strcmp(st->to, "unknown") == 0) {
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.unknown", j, "sending", "unknown", NULL,
+		                    st->error_class, st->reason, duration_ms,
+		                    t != NULL && t->lookup_url[0] ? "will be reconciled through the lookup URL"
+		                                                  : "not resent; waits for an operator");
+	} else {
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.failed", j, "sending", "failed", NULL,
+		                    st->error_class, st->reason, duration_ms, hint);
+	}
+	if (st->dl_class != NULL)
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", j, NULL, st->to, NULL,
+		                    st->dl_class, st->reason, 0, st->dl_action);
+}
+
 /* Sends one claimed effect and settles it. */
 void
 dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
-                                  struct outbox_job *j)
+                     struct outbox_job *j)
 {
 	struct dispatch_config *dc = dispatch_config_get(s);
 	const struct config *cfg = &dc->cfg;
-	int ti = target_index(cfg, j->target), chk;
+	int ti = target_index(cfg, j->target);
 	const struct config_target *t = ti >= 0 ? &cfg->targets[ti] : NULL;
-	const struct provider *pv = ti >= 0 ? dc->providers[ti] : NULL;
 	struct provider_effect e = { j->id, j->type, j->provider_key, NULL };
 	struct provider_attempt at;
 	struct mark mark = { s, db, j, false, OG_ERROR };
 	char *sent = NULL, token[44] = "";
-	enum recheck rck;
-	struct outcome o;
 	struct settle st;
 	const char *hint = NULL;
-	bool run_done = false, tampered;
+	bool run_done = false, tampered = false;
+	enum send_gate gate = SEND_REFUSED;
 	enum settle_rc src;
 
 	memset(&at, 0, sizeof(at));
@@ -365,189 +560,41 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 		st.attempt_class = "permanent";
 		st.dl_class = "permanent";
 		st.max_attempts = 1;
-		goto settle_it;
-	}
-	st.max_attempts = t->max_attempts;
-	if (!rate_wait(s, dc, ti)) {
-		(void)dispatch_release(s, db, j, 0);
-		goto out;
-	}
-	chk = presend_check(s, db, j, t, cfg->dispatch_lease_seconds);
-	if (chk < 0) {
-		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", NULL, NULL, NULL,
-		                    "lease no longer held or database unavailable: not sent", 0,
-		                    "another dispatcher or the lease sweep owns it now");
-		goto out;
-	}
-	if (chk == 0) {
-		if (dispatch_release(s, db, j, 0)) {
-			j->attempt--;
-			(void)dispatch_hold(db, j->id);
-			dispatch_log_effect(LOG_LEVEL_NOTICE, "dispatch.blocked", j, "sending", "pending", NULL,
-			                    NULL, s->env_enabled ? "kill switch off (database flag)"
-			                                         : "kill switch off (AI_ACTIONS_ENABLED)",
-			                    0, "oncegatectl kill-switch status");
-		}
-		goto out;
-	}
-
-	rck = hash_check(j, &at);
-	tampered = rck == RECHECK_REFUSED;
-	if (rck == RECHECK_SEND && strcmp(j->type, NOTIFY_EFFECT_TYPE) == 0) {
-		/* A notice: its link is minted now, never stored. */
-		switch (dispatch_notify_prepare(db, cfg, pv, j, token, &sent, &at)) {
-		case NOTIFY_PREP_SEND:
-			rck = RECHECK_SEND;
-			break;
-		case NOTIFY_PREP_REFUSED:
-			rck = RECHECK_REFUSED;
-			break;
-		case NOTIFY_PREP_MOOT:
-			dispatch_notify_moot(s, db, j);
+	} else {
+		st.max_attempts = t->max_attempts;
+		gate = send_gate(s, db, dc, ti, j, token, &sent, &at, &tampered);
+		if (gate == SEND_DONE)
 			goto out;
-		case NOTIFY_PREP_RETRY:
-		default:
-			rck = RECHECK_NOMEM;
-			break;
-		}
-	} else if (rck == RECHECK_SEND) {
-		rck = recheck(dc, pv, j, &sent, &at);
+		dispatch_log_effect(LOG_LEVEL_INFO, "effect.claimed", j, "pending", "sending", NULL, NULL,
+		                    NULL, 0, NULL);
 	}
-	if (rck == RECHECK_HOLD || rck == RECHECK_NOMEM) {
-		/* Not checked, so not sent: pending again, the attempt given back. */
-		if (dispatch_release(s, db, j, HOLD_S))
-			dispatch_log_effect(LOG_LEVEL_WARNING, "effect.held", j, "sending", "pending", NULL,
-			                    NULL, rck == RECHECK_HOLD ? "contract_not_loaded" : "out_of_memory",
-			                    0, rck == RECHECK_HOLD ? "the run's contract is not loaded here: "
-			                                             "check contracts_dir, then SIGHUP"
-			                                           : NULL);
-		goto out;
-	}
-	dispatch_log_effect(LOG_LEVEL_INFO, "effect.claimed", j, "pending", "sending", NULL, NULL, NULL,
-	                    0, NULL);
-	if (rck == RECHECK_SEND) {
+	if (gate == SEND_GO) {
 		e.payload = sent;
 		/* A target that honours the key needs no mark: its lease
 		 * running out sends it again with the same key, which the
 		 * provider answers with the first one's outcome. */
 		if (!t->idempotency_key)
 			provider_conn_before_send(pc, mark_started, &mark);
-		pv->send(pc, t, &e, &at);
+		dc->providers[ti]->send(pc, t, &e, &at);
 		provider_conn_before_send(pc, NULL, NULL);
 		if (mark.tried && mark.rc != OG_OK) {
 			dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", NULL, NULL,
-			                    NULL, "the send could not be marked started: not sent", 0,
+			                    NULL, "the send could not be marked started: its body not sent", 0,
 			                    "when its lease runs out: pending again (unknown if the "
 			                    "mark committed after all)");
 			goto out;
 		}
 	}
-	dispatch_notify_scrub(at.evidence, token);
-	if (at.invalid) {
-		/* Nothing went out: what cannot be sent as approved never is. */
-		o.cls = OUTCOME_PERMANENT;
-		o.reason = REASON_INVALID_INPUT;
-		o.retry_after_ms = -1;
-		st.reason = tampered ? "payload_changed" : "payload_invalid";
-		hint = at.invalid_reason;
-	} else {
-		o = classify_attempt(&at.r, time(NULL));
-		st.reason = classify_reason_name(o.reason);
-		dispatch_log_effect(LOG_LEVEL_INFO, "effect.sent", j, NULL, NULL, at.provider_id,
-		                    classify_class_name(o.cls), st.reason, at.duration_ms, NULL);
+	if (t != NULL) {
+		dispatch_notify_scrub(at.evidence, token);
+		send_outcome(cfg, t, j, &at, tampered, &st, &hint);
 	}
-	st.error_class = classify_class_name(o.cls);
-	st.attempt_class = st.error_class;
-	st.status = at.r.status;
-	st.provider_id = at.provider_id[0] ? at.provider_id : NULL;
-	switch (o.cls) {
-	case OUTCOME_SUCCESS:
-		st.to = "completed";
-		st.complete_run = true;
-		break;
-	case OUTCOME_TRANSIENT: {
-		struct retry_policy p = { t->max_attempts, t->base_ms, t->cap_ms,
-			                  (long)t->max_elapsed_s * 1000L, t->jitter_percent / 100.0 };
-		unsigned char rb[4];
-		double rnd = 0.5;
-		long delay = -1;
-		enum retry_decision d;
-
-		if (digest_random(rb, sizeof(rb)) == 0)
-			rnd = (double)(((unsigned)rb[0] << 24 | (unsigned)rb[1] << 16 |
-			                (unsigned)rb[2] << 8 | rb[3]) >> 8) / 16777216.0;
-		d = backoff_next(&p, &o, j->attempt, (long)(j->elapsed_ms + at.duration_ms), rnd,
-		                 &delay);
-		if (d == RETRY_AT) {
-			st.to = "pending";
-			st.delay_ms = delay;
-		} else {
-			st.to = "failed";
-			st.dl_class = "exhausted";
-			hint = backoff_decision_name(d);
-		}
-		break;
-	}
-	case OUTCOME_PERMANENT:
-		st.to = "failed";
-		st.dl_class = "permanent";
-		break;
-	case OUTCOME_AMBIGUOUS:
-	default:
-		st.to = "unknown";
-		if (t->lookup_url[0] != '\0')
-			st.delay_ms = (long long)cfg->reconcile_interval_seconds * 1000;
-		else
-			st.dl_class = "unknown";
-		break;
-	}
-settle_it:
 	if (st.dl_class != NULL)
 		st.dl_action = dispatch_next_action(st.dl_class);
 	st.duration_ms = at.duration_ms;
 	st.evidence = at.evidence;
 	src = settle(s, db, j, &st, &run_done);
-	if (src == SETTLE_LOST) {
-		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", st.to,
-		                    st.provider_id, st.error_class, st.reason, at.duration_ms,
-		                    "the lease ran out during the send; the sweep made it unknown");
-		goto out;
-	}
-	/* as the attempt history now says (a lost settle: the sweep's row) */
-	if (src == SETTLED)
-		metrics_count_attempt(j->target, st.attempt_class, j->attempt > 1, false);
-	if (src == SETTLE_DB) {
-		/* The outcome is lost with the connection; the lease runs out and
-		 * the sweep makes it unknown: never resent blindly. */
-		dispatch_log_effect(LOG_LEVEL_ERROR, "effect.settle_failed", j, "sending", st.to,
-		                    st.provider_id, st.error_class, db_error(db), at.duration_ms,
-		                    "the database did not take the outcome; the lease sweep will "
-		                    "mark it unknown");
-		goto out;
-	}
-	if (strcmp(st.to, "completed") == 0) {
-		dispatch_log_effect(LOG_LEVEL_INFO, "effect.completed", j, "sending", "completed",
-		                    st.provider_id, "success", st.reason, at.duration_ms, NULL);
-		if (run_done)
-			log_run_completed(j);
-	} else if (strcmp(st.to, "pending") == 0) {
-		char next[64];
-
-		snprintf(next, sizeof(next), "next attempt in %lld ms", st.delay_ms);
-		dispatch_log_effect(LOG_LEVEL_NOTICE, "effect.retry_scheduled", j, "sending", "pending", NULL,
-		                    st.error_class, st.reason, at.duration_ms, next);
-	} else if (strcmp(st.to, "unknown") == 0) {
-		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.unknown", j, "sending", "unknown", NULL,
-		                    st.error_class, st.reason, at.duration_ms,
-		                    t != NULL && t->lookup_url[0] ? "will be reconciled through the lookup URL"
-		                                                  : "not resent; waits for an operator");
-	} else {
-		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.failed", j, "sending", "failed", NULL,
-		                    st.error_class, st.reason, at.duration_ms, hint);
-	}
-	if (st.dl_class != NULL)
-		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", j, NULL, st.to, NULL,
-		                    st.dl_class, st.reason, 0, st.dl_action);
+	log_settled(db, j, t, &st, at.duration_ms, hint, src, run_done);
 out:
 	provider_attempt_clear(&at);
 	if (sent != NULL)
