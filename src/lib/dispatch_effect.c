@@ -38,10 +38,12 @@
  * this long (seconds). */
 #define HOLD_S 30
 
-/* Per-target rate limit, per process: waits for the target's next slot.
- * False when shutdown came first. */
+/* Per-target rate limit, per process: waits for the target's next slot
+ * (a held settle committed first). False when shutdown came first. */
+static void held_flush(struct db *db);
+
 static bool
-rate_wait(struct dispatch_shared *s, struct dispatch_config *dc, int ti)
+rate_wait(struct dispatch_shared *s, struct db *db, struct dispatch_config *dc, int ti)
 {
 	const struct config_target *t = &dc->cfg.targets[ti];
 	long long slot, now, gap;
@@ -54,6 +56,8 @@ rate_wait(struct dispatch_shared *s, struct dispatch_config *dc, int ti)
 	slot = dc->next_slot_ns[ti] > now ? dc->next_slot_ns[ti] : now;
 	dc->next_slot_ns[ti] = slot + gap;
 	pthread_mutex_unlock(&dc->rate_mu);
+	if (slot > now)
+		held_flush(db); /* the outcome before it waits its turn */
 	while ((now = dispatch_mono_ns()) < slot) {
 		long long left = slot - now;
 		struct timespec ts;
@@ -115,13 +119,15 @@ struct settle {
 	bool complete_run;
 };
 
-enum settle_rc { SETTLED = 0, SETTLE_LOST, SETTLE_DB };
+enum settle_rc { SETTLED = 0, SETTLE_LOST, SETTLE_DB, SETTLE_MARK_LOST };
 
 /* One transaction, one round trip: [lock run,] CAS + history, [dead
- * letter,] [complete run]. */
+ * letter,] [complete run,] [mark: the next send's send_started, committed
+ * with this outcome or not at all]. SETTLE_MARK_LOST: the mark found its
+ * effect not (any more) ours; nothing was committed. */
 static enum settle_rc
 settle(struct dispatch_shared *s, struct db *db, const struct outbox_job *j,
-       const struct settle *st, bool *run_completed)
+       const struct settle *st, bool *run_completed, const struct db_call *mark)
 {
 	char *ev = st->evidence != NULL ? canon_dumps(st->evidence, JSON_COMPACT) : NULL;
 	const struct outbox_settle in = {
@@ -140,8 +146,8 @@ settle(struct dispatch_shared *s, struct db *db, const struct outbox_job *j,
 	struct ledger_key_call lock_c, complete_c;
 	struct outbox_settle_call settle_c;
 	struct deadletter_open_call dl_c;
-	struct db_call calls[4];
-	int n = 0, i_settle, i_run = -1, k;
+	struct db_call calls[5];
+	int n = 0, i_settle, i_run = -1, i_mark = -1, k;
 	enum settle_rc rc = SETTLE_DB;
 	enum og_rc orc;
 
@@ -157,6 +163,10 @@ settle(struct dispatch_shared *s, struct db *db, const struct outbox_job *j,
 		i_run = n;
 		ledger_complete_call(&complete_c, j->client_id, j->key, "dispatcher", &calls[n++]);
 	}
+	if (mark != NULL) {
+		i_mark = n;
+		calls[n++] = *mark;
+	}
 	(void)db_pipeline_tx(db, calls, n);
 	for (k = 0; k < n; k++)
 		if (calls[k].rc != DB_OK)
@@ -164,6 +174,10 @@ settle(struct dispatch_shared *s, struct db *db, const struct outbox_job *j,
 	if ((orc = outbox_settle_result(&calls[i_settle])) != OG_OK) {
 		if (orc == OG_LEASE_LOST)
 			rc = SETTLE_LOST;
+		goto out;
+	}
+	if (i_mark >= 0 && outbox_send_started_result(&calls[i_mark]) != OG_OK) {
+		rc = SETTLE_MARK_LOST;
 		goto out;
 	}
 	if (db_commit(db) != DB_OK)
@@ -316,16 +330,6 @@ struct mark {
 	enum og_rc rc;
 };
 
-static int
-mark_started(void *arg)
-{
-	struct mark *m = arg;
-
-	m->tried = true;
-	m->rc = outbox_send_started(m->db, m->j->id, m->s->owner);
-	return m->rc == OG_OK ? 0 : -1;
-}
-
 /* What stands between a claimed effect and its send: its rate slot, the
  * kill switch and the lease (presend_check), the stored payload's hash and
  * the payload built and checked again (recheck, or the notice's fresh
@@ -346,7 +350,7 @@ send_gate(struct dispatch_shared *s, struct db *db, struct dispatch_config *dc, 
 	enum recheck rck;
 	int chk;
 
-	if (!rate_wait(s, dc, ti)) {
+	if (!rate_wait(s, db, dc, ti)) {
 		(void)dispatch_release(s, db, j, 0);
 		return SEND_DONE;
 	}
@@ -521,7 +525,114 @@ log_settled(struct db *db, const struct outbox_job *j, const struct config_targe
 		                    st->dl_class, st->reason, 0, st->dl_action);
 }
 
-/* Sends one claimed effect and settles it. */
+/* A marked send's settle held back, so that the next send's mark commits
+ * it: one commit per effect instead of two (the outcome of one request
+ * rides in the transaction that marks the next). Only while the next send
+ * follows at once: before a rate wait, a send without a mark, anything
+ * that ends a send before its mark, and after each batch
+ * (dispatch_effect_flush) it is committed by itself. A dispatcher killed
+ * meanwhile leaves it sending with its mark, so when its lease runs out it
+ * becomes unknown: it had reached the provider. One per worker thread. */
+struct held {
+	bool on;
+	struct dispatch_shared *s;
+	struct dispatch_config *dc; /* its reference: t points into it */
+	const struct config_target *t;
+	struct outbox_job j;
+	struct settle st;
+	struct provider_attempt at;
+	const char *hint;
+};
+static _Thread_local struct held held;
+
+/* Holds the settle st of j: dc's reference, j and at are moved in (the
+ * caller's are left empty). */
+static void
+hold(struct dispatch_shared *s, struct dispatch_config *dc, const struct config_target *t,
+     struct outbox_job *j, const struct settle *st, struct provider_attempt *at,
+     const char *hint)
+{
+	held.on = true;
+	held.s = s;
+	held.dc = dc;
+	held.t = t;
+	held.j = *j;
+	memset(j, 0, sizeof(*j));
+	held.at = *at;
+	held.st = *st;
+	held.st.evidence = held.at.evidence;
+	if (st->provider_id != NULL)
+		held.st.provider_id = held.at.provider_id;
+	held.hint = hint == at->invalid_reason ? held.at.invalid_reason : hint;
+	memset(at, 0, sizeof(*at));
+}
+
+/* The held settle is over (src): logged and let go. */
+static void
+held_done(struct db *db, enum settle_rc src, bool run_done)
+{
+	log_settled(db, &held.j, held.t, &held.st, held.at.duration_ms, held.hint, src, run_done);
+	provider_attempt_clear(&held.at);
+	outbox_job_clear(&held.j);
+	dispatch_config_put(held.s, held.dc);
+	memset(&held, 0, sizeof(held));
+}
+
+static void
+held_flush(struct db *db)
+{
+	bool run_done = false;
+	enum settle_rc src;
+
+	if (!held.on)
+		return;
+	src = settle(held.s, db, &held.j, &held.st, &run_done, NULL);
+	held_done(db, src, run_done);
+}
+
+void
+dispatch_effect_flush(struct db *db)
+{
+	held_flush(db);
+}
+
+/* The body is about to go out (provider_conn_before_send): the mark,
+ * committed with the held settle when there is one. */
+static int
+mark_started(void *arg)
+{
+	struct mark *m = arg;
+	const char *p[2] = { m->j->id, m->s->owner };
+	struct db_call call;
+	bool run_done = false;
+	enum settle_rc src;
+
+	m->tried = true;
+	if (!held.on) {
+		m->rc = outbox_send_started(m->db, m->j->id, m->s->owner);
+		return m->rc == OG_OK ? 0 : -1;
+	}
+	memset(&call, 0, sizeof(call));
+	outbox_send_started_call(p, &call);
+	src = settle(held.s, m->db, &held.j, &held.st, &run_done, &call);
+	if (src == SETTLED) {
+		m->rc = OG_OK;
+	} else if (src == SETTLE_MARK_LOST) {
+		/* this send is not ours any more: the outcome alone */
+		m->rc = OG_LEASE_LOST;
+		src = settle(held.s, m->db, &held.j, &held.st, &run_done, NULL);
+	} else if (src == SETTLE_LOST) {
+		/* the held one was not ours any more: the mark alone */
+		m->rc = outbox_send_started(m->db, m->j->id, m->s->owner);
+	} else {
+		m->rc = OG_ERROR;
+	}
+	held_done(m->db, src, run_done);
+	return m->rc == OG_OK ? 0 : -1;
+}
+
+/* Sends one claimed effect and settles it (or holds its settle back for
+ * the next send's mark: see held above). */
 void
 dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
                      struct outbox_job *j)
@@ -548,6 +659,8 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 	st.expect_reconcile = -1;
 	st.retention_days = cfg->retention_days;
 
+	if (t == NULL || t->idempotency_key)
+		held_flush(db); /* this send has no mark to share its commit */
 	if (t == NULL) {
 		/* Nothing can be sent to a target this dispatcher does not know:
 		 * nothing went out, so a later resume is safe. */
@@ -563,11 +676,15 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 	} else {
 		st.max_attempts = t->max_attempts;
 		gate = send_gate(s, db, dc, ti, j, token, &sent, &at, &tampered);
-		if (gate == SEND_DONE)
+		if (gate == SEND_DONE) {
+			held_flush(db);
 			goto out;
+		}
 		dispatch_log_effect(LOG_LEVEL_INFO, "effect.claimed", j, "pending", "sending", NULL, NULL,
 		                    NULL, 0, NULL);
 	}
+	if (gate == SEND_REFUSED)
+		held_flush(db);
 	if (gate == SEND_GO) {
 		e.payload = sent;
 		/* A target that honours the key needs no mark: its lease
@@ -577,6 +694,7 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 			provider_conn_before_send(pc, mark_started, &mark);
 		dc->providers[ti]->send(pc, t, &e, &at);
 		provider_conn_before_send(pc, NULL, NULL);
+		held_flush(db); /* when the mark was never reached */
 		if (mark.tried && mark.rc != OG_OK) {
 			dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", NULL, NULL,
 			                    NULL, "the send could not be marked started: its body not sent", 0,
@@ -593,7 +711,13 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 		st.dl_action = dispatch_next_action(st.dl_class);
 	st.duration_ms = at.duration_ms;
 	st.evidence = at.evidence;
-	src = settle(s, db, j, &st, &run_done);
+	if (mark.tried) {
+		/* marked: the next send's mark commits this outcome */
+		hold(s, dc, t, j, &st, &at, hint);
+		dc = NULL;
+		goto out;
+	}
+	src = settle(s, db, j, &st, &run_done, NULL);
 	log_settled(db, j, t, &st, at.duration_ms, hint, src, run_done);
 out:
 	provider_attempt_clear(&at);
@@ -601,7 +725,8 @@ out:
 		digest_wipe(sent, strlen(sent));
 	digest_wipe(token, sizeof(token));
 	free(sent);
-	dispatch_config_put(s, dc);
+	if (dc != NULL)
+		dispatch_config_put(s, dc);
 }
 
 /* Looks up one unknown effect at its target. */
@@ -672,7 +797,7 @@ dispatch_effect_reconcile(struct dispatch_shared *s, struct db *db, struct provi
 			st.delay_ms = 365LL * 86400 * 1000; /* stop asking: an operator decides */
 		}
 	}
-	src = settle(s, db, j, &st, &run_done);
+	src = settle(s, db, j, &st, &run_done, NULL);
 	if (src != SETTLED) {
 		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.reconcile_lost", j, "unknown", st.to, NULL, NULL,
 		                    src == SETTLE_LOST ? "changed by someone else meanwhile" : db_error(db),
