@@ -473,6 +473,7 @@ dispatch_worker(void *arg)
 				}
 				outbox_job_clear(&j);
 			}
+			dispatch_effect_flush(db);
 			outbox_batch_clear(&b);
 			if (n > 0) {
 				per = (dispatch_mono_ns() - t0) / n;

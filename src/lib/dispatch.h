@@ -21,8 +21,10 @@
  *             the stored payload's hash against the one decided, then the
  *             payload against the run's output and contract; refused →
  *             failed + dead letter, nothing sent;
- *   mark      the send started (send_started), committed: from here a
- *             lease that runs out makes the effect unknown, before it pending;
+ *   mark      the send started (send_started), committed once the
+ *             request's transfer has started, before its body goes out:
+ *             from here a lease that runs out makes the effect unknown,
+ *             before it pending;
  *   send      the target's provider (provider.h), then the classifier (classify.h);
  *   settle    one transaction, compare-and-set on (sending, our lease):
  *             success → completed (and the run, when all its effects are);

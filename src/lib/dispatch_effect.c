@@ -38,10 +38,12 @@
  * this long (seconds). */
 #define HOLD_S 30
 
-/* Per-target rate limit, per process: waits for the target's next slot.
- * False when shutdown came first. */
+/* Per-target rate limit, per process: waits for the target's next slot
+ * (a held settle committed first). False when shutdown came first. */
+static void held_flush(struct db *db);
+
 static bool
-rate_wait(struct dispatch_shared *s, struct dispatch_config *dc, int ti)
+rate_wait(struct dispatch_shared *s, struct db *db, struct dispatch_config *dc, int ti)
 {
 	const struct config_target *t = &dc->cfg.targets[ti];
 	long long slot, now, gap;
@@ -54,6 +56,8 @@ rate_wait(struct dispatch_shared *s, struct dispatch_config *dc, int ti)
 	slot = dc->next_slot_ns[ti] > now ? dc->next_slot_ns[ti] : now;
 	dc->next_slot_ns[ti] = slot + gap;
 	pthread_mutex_unlock(&dc->rate_mu);
+	if (slot > now)
+		held_flush(db); /* the outcome before it waits its turn */
 	while ((now = dispatch_mono_ns()) < slot) {
 		long long left = slot - now;
 		struct timespec ts;
@@ -115,13 +119,15 @@ struct settle {
 	bool complete_run;
 };
 
-enum settle_rc { SETTLED = 0, SETTLE_LOST, SETTLE_DB };
+enum settle_rc { SETTLED = 0, SETTLE_LOST, SETTLE_DB, SETTLE_MARK_LOST };
 
 /* One transaction, one round trip: [lock run,] CAS + history, [dead
- * letter,] [complete run]. */
+ * letter,] [complete run,] [mark: the next send's send_started, committed
+ * with this outcome or not at all]. SETTLE_MARK_LOST: the mark found its
+ * effect not (any more) ours; nothing was committed. */
 static enum settle_rc
 settle(struct dispatch_shared *s, struct db *db, const struct outbox_job *j,
-       const struct settle *st, bool *run_completed)
+       const struct settle *st, bool *run_completed, const struct db_call *mark)
 {
 	char *ev = st->evidence != NULL ? canon_dumps(st->evidence, JSON_COMPACT) : NULL;
 	const struct outbox_settle in = {
@@ -140,8 +146,8 @@ settle(struct dispatch_shared *s, struct db *db, const struct outbox_job *j,
 	struct ledger_key_call lock_c, complete_c;
 	struct outbox_settle_call settle_c;
 	struct deadletter_open_call dl_c;
-	struct db_call calls[4];
-	int n = 0, i_settle, i_run = -1, k;
+	struct db_call calls[5];
+	int n = 0, i_settle, i_run = -1, i_mark = -1, k;
 	enum settle_rc rc = SETTLE_DB;
 	enum og_rc orc;
 
@@ -157,6 +163,10 @@ settle(struct dispatch_shared *s, struct db *db, const struct outbox_job *j,
 		i_run = n;
 		ledger_complete_call(&complete_c, j->client_id, j->key, "dispatcher", &calls[n++]);
 	}
+	if (mark != NULL) {
+		i_mark = n;
+		calls[n++] = *mark;
+	}
 	(void)db_pipeline_tx(db, calls, n);
 	for (k = 0; k < n; k++)
 		if (calls[k].rc != DB_OK)
@@ -164,6 +174,10 @@ settle(struct dispatch_shared *s, struct db *db, const struct outbox_job *j,
 	if ((orc = outbox_settle_result(&calls[i_settle])) != OG_OK) {
 		if (orc == OG_LEASE_LOST)
 			rc = SETTLE_LOST;
+		goto out;
+	}
+	if (i_mark >= 0 && outbox_send_started_result(&calls[i_mark]) != OG_OK) {
+		rc = SETTLE_MARK_LOST;
 		goto out;
 	}
 	if (db_commit(db) != DB_OK)
@@ -297,15 +311,17 @@ out:
 	return rc;
 }
 
-/* The send starts: once the provider's connection is up, right before
- * the request goes out, send_started is committed (outbox_send_started).
- * From then on a lease that runs out makes the effect unknown; before, it
- * goes back to pending: a dispatcher that dies while it waits for its rate
- * slot, checks the payload or connects has sent nothing. When the mark
- * fails (the lease is gone, the database is) nothing is sent. Only for
- * targets that do not honour the idempotency key: on one that does, an
- * effect whose lease ran out is sent again with its key (pending), as after
- * a timeout. */
+/* The send starts: once the transfer of the request has started and right
+ * before its body goes out (HTTP: request line and headers written; SMTP:
+ * DATA accepted), send_started is committed (outbox_send_started). From
+ * then on a lease that runs out makes the effect unknown; before, it goes
+ * back to pending: a dispatcher that dies while it waits for its rate
+ * slot, checks the payload, connects or writes the headers has delivered
+ * nothing a provider could act on (a request without its body). When the
+ * mark fails (the lease is gone, the database is) the body is not sent.
+ * Only for targets that do not honour the idempotency key: on one that
+ * does, an effect whose lease ran out is sent again with its key (pending),
+ * as after a timeout. */
 struct mark {
 	struct dispatch_shared *s;
 	struct db *db;
@@ -314,70 +330,36 @@ struct mark {
 	enum og_rc rc;
 };
 
-static int
-mark_started(void *arg)
-{
-	struct mark *m = arg;
+/* What stands between a claimed effect and its send: its rate slot, the
+ * kill switch and the lease (presend_check), the stored payload's hash and
+ * the payload built and checked again (recheck, or the notice's fresh
+ * link). SEND_GO: *sent is what to send; SEND_REFUSED: not sendable as
+ * approved (evidence in *at; *tampered: its payload was changed after
+ * the decision), to be settled; SEND_DONE: released, held or
+ * lost, nothing more to do. */
+enum send_gate { SEND_GO = 0, SEND_REFUSED, SEND_DONE };
 
-	m->tried = true;
-	m->rc = outbox_send_started(m->db, m->j->id, m->s->owner);
-	return m->rc == OG_OK ? 0 : -1;
-}
-
-/* Sends one claimed effect and settles it. */
-void
-dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
-                                  struct outbox_job *j)
+static enum send_gate
+send_gate(struct dispatch_shared *s, struct db *db, struct dispatch_config *dc, int ti,
+          struct outbox_job *j, char token[44], char **sent, struct provider_attempt *at,
+          bool *tampered)
 {
-	struct dispatch_config *dc = dispatch_config_get(s);
 	const struct config *cfg = &dc->cfg;
-	int ti = target_index(cfg, j->target), chk;
-	const struct config_target *t = ti >= 0 ? &cfg->targets[ti] : NULL;
-	const struct provider *pv = ti >= 0 ? dc->providers[ti] : NULL;
-	struct provider_effect e = { j->id, j->type, j->provider_key, NULL };
-	struct provider_attempt at;
-	struct mark mark = { s, db, j, false, OG_ERROR };
-	char *sent = NULL, token[44] = "";
+	const struct config_target *t = &cfg->targets[ti];
+	const struct provider *pv = dc->providers[ti];
 	enum recheck rck;
-	struct outcome o;
-	struct settle st;
-	const char *hint = NULL;
-	bool run_done = false, tampered;
-	enum settle_rc src;
+	int chk;
 
-	memset(&at, 0, sizeof(at));
-	memset(&st, 0, sizeof(st));
-	st.expect = "sending";
-	st.owner = s->owner;
-	st.kind = "send";
-	st.expect_reconcile = -1;
-	st.retention_days = cfg->retention_days;
-
-	if (t == NULL) {
-		/* Nothing can be sent to a target this dispatcher does not know:
-		 * nothing went out, so a later resume is safe. */
-		at.evidence = json_pack("{s:s, s:b}", "invalid", "target not configured",
-		                        "request_sent", 0);
-		at.duration_ms = 1;
-		st.to = "failed";
-		st.error_class = "permanent";
-		st.reason = "target_not_configured";
-		st.attempt_class = "permanent";
-		st.dl_class = "permanent";
-		st.max_attempts = 1;
-		goto settle_it;
-	}
-	st.max_attempts = t->max_attempts;
-	if (!rate_wait(s, dc, ti)) {
+	if (!rate_wait(s, db, dc, ti)) {
 		(void)dispatch_release(s, db, j, 0);
-		goto out;
+		return SEND_DONE;
 	}
 	chk = presend_check(s, db, j, t, cfg->dispatch_lease_seconds);
 	if (chk < 0) {
 		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", NULL, NULL, NULL,
 		                    "lease no longer held or database unavailable: not sent", 0,
 		                    "another dispatcher or the lease sweep owns it now");
-		goto out;
+		return SEND_DONE;
 	}
 	if (chk == 0) {
 		if (dispatch_release(s, db, j, 0)) {
@@ -388,14 +370,13 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 			                                         : "kill switch off (AI_ACTIONS_ENABLED)",
 			                    0, "oncegatectl kill-switch status");
 		}
-		goto out;
+		return SEND_DONE;
 	}
-
-	rck = hash_check(j, &at);
-	tampered = rck == RECHECK_REFUSED;
+	rck = hash_check(j, at);
+	*tampered = rck == RECHECK_REFUSED;
 	if (rck == RECHECK_SEND && strcmp(j->type, NOTIFY_EFFECT_TYPE) == 0) {
 		/* A notice: its link is minted now, never stored. */
-		switch (dispatch_notify_prepare(db, cfg, pv, j, token, &sent, &at)) {
+		switch (dispatch_notify_prepare(db, cfg, pv, j, token, sent, at)) {
 		case NOTIFY_PREP_SEND:
 			rck = RECHECK_SEND;
 			break;
@@ -404,14 +385,14 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 			break;
 		case NOTIFY_PREP_MOOT:
 			dispatch_notify_moot(s, db, j);
-			goto out;
+			return SEND_DONE;
 		case NOTIFY_PREP_RETRY:
 		default:
 			rck = RECHECK_NOMEM;
 			break;
 		}
 	} else if (rck == RECHECK_SEND) {
-		rck = recheck(dc, pv, j, &sent, &at);
+		rck = recheck(dc, pv, j, sent, at);
 	}
 	if (rck == RECHECK_HOLD || rck == RECHECK_NOMEM) {
 		/* Not checked, so not sent: pending again, the attempt given back. */
@@ -421,49 +402,42 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 			                    0, rck == RECHECK_HOLD ? "the run's contract is not loaded here: "
 			                                             "check contracts_dir, then SIGHUP"
 			                                           : NULL);
-		goto out;
+		return SEND_DONE;
 	}
-	dispatch_log_effect(LOG_LEVEL_INFO, "effect.claimed", j, "pending", "sending", NULL, NULL, NULL,
-	                    0, NULL);
-	if (rck == RECHECK_SEND) {
-		e.payload = sent;
-		/* A target that honours the key needs no mark: its lease
-		 * running out sends it again with the same key, which the
-		 * provider answers with the first one's outcome. */
-		if (!t->idempotency_key)
-			provider_conn_before_send(pc, mark_started, &mark);
-		pv->send(pc, t, &e, &at);
-		provider_conn_before_send(pc, NULL, NULL);
-		if (mark.tried && mark.rc != OG_OK) {
-			dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", NULL, NULL,
-			                    NULL, "the send could not be marked started: not sent", 0,
-			                    "when its lease runs out: pending again (unknown if the "
-			                    "mark committed after all)");
-			goto out;
-		}
-	}
-	dispatch_notify_scrub(at.evidence, token);
-	if (at.invalid) {
+	return rck == RECHECK_SEND ? SEND_GO : SEND_REFUSED;
+}
+
+/* The settle of an attempt as classified: its outcome's class and reason
+ * into st, and the next state (backoff for a transient failure, a dead
+ * letter for what is given up on). */
+static void
+send_outcome(const struct config *cfg, const struct config_target *t, const struct outbox_job *j,
+             const struct provider_attempt *at, bool tampered, struct settle *st,
+             const char **hint)
+{
+	struct outcome o;
+
+	if (at->invalid) {
 		/* Nothing went out: what cannot be sent as approved never is. */
 		o.cls = OUTCOME_PERMANENT;
 		o.reason = REASON_INVALID_INPUT;
 		o.retry_after_ms = -1;
-		st.reason = tampered ? "payload_changed" : "payload_invalid";
-		hint = at.invalid_reason;
+		st->reason = tampered ? "payload_changed" : "payload_invalid";
+		*hint = at->invalid_reason;
 	} else {
-		o = classify_attempt(&at.r, time(NULL));
-		st.reason = classify_reason_name(o.reason);
-		dispatch_log_effect(LOG_LEVEL_INFO, "effect.sent", j, NULL, NULL, at.provider_id,
-		                    classify_class_name(o.cls), st.reason, at.duration_ms, NULL);
+		o = classify_attempt(&at->r, time(NULL));
+		st->reason = classify_reason_name(o.reason);
+		dispatch_log_effect(LOG_LEVEL_INFO, "effect.sent", j, NULL, NULL, at->provider_id,
+		                    classify_class_name(o.cls), st->reason, at->duration_ms, NULL);
 	}
-	st.error_class = classify_class_name(o.cls);
-	st.attempt_class = st.error_class;
-	st.status = at.r.status;
-	st.provider_id = at.provider_id[0] ? at.provider_id : NULL;
+	st->error_class = classify_class_name(o.cls);
+	st->attempt_class = st->error_class;
+	st->status = at->r.status;
+	st->provider_id = at->provider_id[0] ? at->provider_id : NULL;
 	switch (o.cls) {
 	case OUTCOME_SUCCESS:
-		st.to = "completed";
-		st.complete_run = true;
+		st->to = "completed";
+		st->complete_run = true;
 		break;
 	case OUTCOME_TRANSIENT: {
 		struct retry_policy p = { t->max_attempts, t->base_ms, t->cap_ms,
@@ -476,85 +450,283 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 		if (digest_random(rb, sizeof(rb)) == 0)
 			rnd = (double)(((unsigned)rb[0] << 24 | (unsigned)rb[1] << 16 |
 			                (unsigned)rb[2] << 8 | rb[3]) >> 8) / 16777216.0;
-		d = backoff_next(&p, &o, j->attempt, (long)(j->elapsed_ms + at.duration_ms), rnd,
+		d = backoff_next(&p, &o, j->attempt, (long)(j->elapsed_ms + at->duration_ms), rnd,
 		                 &delay);
 		if (d == RETRY_AT) {
-			st.to = "pending";
-			st.delay_ms = delay;
+			st->to = "pending";
+			st->delay_ms = delay;
 		} else {
-			st.to = "failed";
-			st.dl_class = "exhausted";
-			hint = backoff_decision_name(d);
+			st->to = "failed";
+			st->dl_class = "exhausted";
+			*hint = backoff_decision_name(d);
 		}
 		break;
 	}
 	case OUTCOME_PERMANENT:
-		st.to = "failed";
-		st.dl_class = "permanent";
+		st->to = "failed";
+		st->dl_class = "permanent";
 		break;
 	case OUTCOME_AMBIGUOUS:
 	default:
-		st.to = "unknown";
+		st->to = "unknown";
 		if (t->lookup_url[0] != '\0')
-			st.delay_ms = (long long)cfg->reconcile_interval_seconds * 1000;
+			st->delay_ms = (long long)cfg->reconcile_interval_seconds * 1000;
 		else
-			st.dl_class = "unknown";
+			st->dl_class = "unknown";
 		break;
 	}
-settle_it:
-	if (st.dl_class != NULL)
-		st.dl_action = dispatch_next_action(st.dl_class);
-	st.duration_ms = at.duration_ms;
-	st.evidence = at.evidence;
-	src = settle(s, db, j, &st, &run_done);
+}
+
+/* The decision log of a settled send (src: how its settle went). */
+static void
+log_settled(struct db *db, const struct outbox_job *j, const struct config_target *t,
+            const struct settle *st, long long duration_ms, const char *hint,
+            enum settle_rc src, bool run_done)
+{
 	if (src == SETTLE_LOST) {
-		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", st.to,
-		                    st.provider_id, st.error_class, st.reason, at.duration_ms,
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", st->to,
+		                    st->provider_id, st->error_class, st->reason, duration_ms,
 		                    "the lease ran out during the send; the sweep made it unknown");
-		goto out;
+		return;
 	}
-	/* as the attempt history now says (a lost settle: the sweep's row) */
-	if (src == SETTLED)
-		metrics_count_attempt(j->target, st.attempt_class, j->attempt > 1, false);
 	if (src == SETTLE_DB) {
 		/* The outcome is lost with the connection; the lease runs out and
 		 * the sweep makes it unknown: never resent blindly. */
-		dispatch_log_effect(LOG_LEVEL_ERROR, "effect.settle_failed", j, "sending", st.to,
-		                    st.provider_id, st.error_class, db_error(db), at.duration_ms,
+		dispatch_log_effect(LOG_LEVEL_ERROR, "effect.settle_failed", j, "sending", st->to,
+		                    st->provider_id, st->error_class, db_error(db), duration_ms,
 		                    "the database did not take the outcome; the lease sweep will "
 		                    "mark it unknown");
-		goto out;
+		return;
 	}
-	if (strcmp(st.to, "completed") == 0) {
+	/* as the attempt history now says */
+	metrics_count_attempt(j->target, st->attempt_class, j->attempt > 1, false);
+	if (strcmp(st->to, "completed") == 0) {
 		dispatch_log_effect(LOG_LEVEL_INFO, "effect.completed", j, "sending", "completed",
-		                    st.provider_id, "success", st.reason, at.duration_ms, NULL);
+		                    st->provider_id, "success", st->reason, duration_ms, NULL);
 		if (run_done)
 			log_run_completed(j);
-	} else if (strcmp(st.to, "pending") == 0) {
+	} else if (strcmp(st->to, "pending") == 0) {
 		char next[64];
 
-		snprintf(next, sizeof(next), "next attempt in %lld ms", st.delay_ms);
+		snprintf(next, sizeof(next), "next attempt in %lld ms", st->delay_ms);
 		dispatch_log_effect(LOG_LEVEL_NOTICE, "effect.retry_scheduled", j, "sending", "pending", NULL,
-		                    st.error_class, st.reason, at.duration_ms, next);
-	} else if (strcmp(st.to, "unknown") == 0) {
+		                    st->error_class, st->reason, duration_ms, next);
+	} else if (strcmp(st->to, "unknown") == 0) {
 		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.unknown", j, "sending", "unknown", NULL,
-		                    st.error_class, st.reason, at.duration_ms,
+		                    st->error_class, st->reason, duration_ms,
 		                    t != NULL && t->lookup_url[0] ? "will be reconciled through the lookup URL"
 		                                                  : "not resent; waits for an operator");
 	} else {
 		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.failed", j, "sending", "failed", NULL,
-		                    st.error_class, st.reason, at.duration_ms, hint);
+		                    st->error_class, st->reason, duration_ms, hint);
+	}
+	if (st->dl_class != NULL)
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", j, NULL, st->to, NULL,
+		                    st->dl_class, st->reason, 0, st->dl_action);
+}
+
+/* A marked send's settle held back, so that the next send's mark commits
+ * it: one commit per effect instead of two (the outcome of one request
+ * rides in the transaction that marks the next). Only while the next send
+ * follows at once: before a rate wait, a send without a mark, anything
+ * that ends a send before its mark, and after each batch
+ * (dispatch_effect_flush) it is committed by itself. A dispatcher killed
+ * meanwhile leaves it sending with its mark, so when its lease runs out it
+ * becomes unknown: it had reached the provider. One per worker thread. */
+struct held {
+	bool on;
+	struct dispatch_shared *s;
+	struct dispatch_config *dc; /* its reference: t points into it */
+	const struct config_target *t;
+	struct outbox_job j;
+	struct settle st;
+	struct provider_attempt at;
+	const char *hint;
+};
+static _Thread_local struct held held;
+
+/* Holds the settle st of j: dc's reference, j and at are moved in (the
+ * caller's are left empty). */
+static void
+hold(struct dispatch_shared *s, struct dispatch_config *dc, const struct config_target *t,
+     struct outbox_job *j, const struct settle *st, struct provider_attempt *at,
+     const char *hint)
+{
+	held.on = true;
+	held.s = s;
+	held.dc = dc;
+	held.t = t;
+	held.j = *j;
+	memset(j, 0, sizeof(*j));
+	held.at = *at;
+	held.st = *st;
+	held.st.evidence = held.at.evidence;
+	if (st->provider_id != NULL)
+		held.st.provider_id = held.at.provider_id;
+	held.hint = hint == at->invalid_reason ? held.at.invalid_reason : hint;
+	memset(at, 0, sizeof(*at));
+}
+
+/* The held settle is over (src): logged and let go. */
+static void
+held_done(struct db *db, enum settle_rc src, bool run_done)
+{
+	log_settled(db, &held.j, held.t, &held.st, held.at.duration_ms, held.hint, src, run_done);
+	provider_attempt_clear(&held.at);
+	outbox_job_clear(&held.j);
+	dispatch_config_put(held.s, held.dc);
+	memset(&held, 0, sizeof(held));
+}
+
+static void
+held_flush(struct db *db)
+{
+	bool run_done = false;
+	enum settle_rc src;
+
+	if (!held.on)
+		return;
+	src = settle(held.s, db, &held.j, &held.st, &run_done, NULL);
+	held_done(db, src, run_done);
+}
+
+void
+dispatch_effect_flush(struct db *db)
+{
+	held_flush(db);
+}
+
+/* The body is about to go out (provider_conn_before_send): the mark,
+ * committed with the held settle when there is one. */
+static int
+mark_started(void *arg)
+{
+	struct mark *m = arg;
+	const char *p[2] = { m->j->id, m->s->owner };
+	struct db_call call;
+	bool run_done = false;
+	enum settle_rc src;
+
+	m->tried = true;
+	if (!held.on) {
+		m->rc = outbox_send_started(m->db, m->j->id, m->s->owner);
+		return m->rc == OG_OK ? 0 : -1;
+	}
+	memset(&call, 0, sizeof(call));
+	outbox_send_started_call(p, &call);
+	src = settle(held.s, m->db, &held.j, &held.st, &run_done, &call);
+	if (src == SETTLED) {
+		m->rc = OG_OK;
+	} else if (src == SETTLE_MARK_LOST) {
+		/* this send is not ours any more: the outcome alone */
+		m->rc = OG_LEASE_LOST;
+		src = settle(held.s, m->db, &held.j, &held.st, &run_done, NULL);
+	} else if (src == SETTLE_LOST) {
+		/* the held one was not ours any more: the mark alone */
+		m->rc = outbox_send_started(m->db, m->j->id, m->s->owner);
+	} else {
+		m->rc = OG_ERROR;
+	}
+	held_done(m->db, src, run_done);
+	return m->rc == OG_OK ? 0 : -1;
+}
+
+/* Sends one claimed effect and settles it (or holds its settle back for
+ * the next send's mark: see held above). */
+void
+dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
+                     struct outbox_job *j)
+{
+	struct dispatch_config *dc = dispatch_config_get(s);
+	const struct config *cfg = &dc->cfg;
+	int ti = target_index(cfg, j->target);
+	const struct config_target *t = ti >= 0 ? &cfg->targets[ti] : NULL;
+	struct provider_effect e = { j->id, j->type, j->provider_key, NULL };
+	struct provider_attempt at;
+	struct mark mark = { s, db, j, false, OG_ERROR };
+	char *sent = NULL, token[44] = "";
+	struct settle st;
+	const char *hint = NULL;
+	bool run_done = false, tampered = false;
+	enum send_gate gate = SEND_REFUSED;
+	enum settle_rc src;
+
+	memset(&at, 0, sizeof(at));
+	memset(&st, 0, sizeof(st));
+	st.expect = "sending";
+	st.owner = s->owner;
+	st.kind = "send";
+	st.expect_reconcile = -1;
+	st.retention_days = cfg->retention_days;
+
+	if (t == NULL || t->idempotency_key)
+		held_flush(db); /* this send has no mark to share its commit */
+	if (t == NULL) {
+		/* Nothing can be sent to a target this dispatcher does not know:
+		 * nothing went out, so a later resume is safe. */
+		at.evidence = json_pack("{s:s, s:b}", "invalid", "target not configured",
+		                        "request_sent", 0);
+		at.duration_ms = 1;
+		st.to = "failed";
+		st.error_class = "permanent";
+		st.reason = "target_not_configured";
+		st.attempt_class = "permanent";
+		st.dl_class = "permanent";
+		st.max_attempts = 1;
+	} else {
+		st.max_attempts = t->max_attempts;
+		gate = send_gate(s, db, dc, ti, j, token, &sent, &at, &tampered);
+		if (gate == SEND_DONE) {
+			held_flush(db);
+			goto out;
+		}
+		dispatch_log_effect(LOG_LEVEL_INFO, "effect.claimed", j, "pending", "sending", NULL, NULL,
+		                    NULL, 0, NULL);
+	}
+	if (gate == SEND_REFUSED)
+		held_flush(db);
+	if (gate == SEND_GO) {
+		e.payload = sent;
+		/* A target that honours the key needs no mark: its lease
+		 * running out sends it again with the same key, which the
+		 * provider answers with the first one's outcome. */
+		if (!t->idempotency_key)
+			provider_conn_before_send(pc, mark_started, &mark);
+		dc->providers[ti]->send(pc, t, &e, &at);
+		provider_conn_before_send(pc, NULL, NULL);
+		held_flush(db); /* when the mark was never reached */
+		if (mark.tried && mark.rc != OG_OK) {
+			dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", NULL, NULL,
+			                    NULL, "the send could not be marked started: its body not sent", 0,
+			                    "when its lease runs out: pending again (unknown if the "
+			                    "mark committed after all)");
+			goto out;
+		}
+	}
+	if (t != NULL) {
+		dispatch_notify_scrub(at.evidence, token);
+		send_outcome(cfg, t, j, &at, tampered, &st, &hint);
 	}
 	if (st.dl_class != NULL)
-		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", j, NULL, st.to, NULL,
-		                    st.dl_class, st.reason, 0, st.dl_action);
+		st.dl_action = dispatch_next_action(st.dl_class);
+	st.duration_ms = at.duration_ms;
+	st.evidence = at.evidence;
+	if (mark.tried) {
+		/* marked: the next send's mark commits this outcome */
+		hold(s, dc, t, j, &st, &at, hint);
+		dc = NULL;
+		goto out;
+	}
+	src = settle(s, db, j, &st, &run_done, NULL);
+	log_settled(db, j, t, &st, at.duration_ms, hint, src, run_done);
 out:
 	provider_attempt_clear(&at);
 	if (sent != NULL)
 		digest_wipe(sent, strlen(sent));
 	digest_wipe(token, sizeof(token));
 	free(sent);
-	dispatch_config_put(s, dc);
+	if (dc != NULL)
+		dispatch_config_put(s, dc);
 }
 
 /* Looks up one unknown effect at its target. */
@@ -625,7 +797,7 @@ dispatch_effect_reconcile(struct dispatch_shared *s, struct db *db, struct provi
 			st.delay_ms = 365LL * 86400 * 1000; /* stop asking: an operator decides */
 		}
 	}
-	src = settle(s, db, j, &st, &run_done);
+	src = settle(s, db, j, &st, &run_done, NULL);
 	if (src != SETTLED) {
 		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.reconcile_lost", j, "unknown", st.to, NULL, NULL,
 		                    src == SETTLE_LOST ? "changed by someone else meanwhile" : db_error(db),

@@ -49,6 +49,9 @@ void dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provi
                           struct outbox_job *j);
 void dispatch_effect_reconcile(struct dispatch_shared *s, struct db *db,
                                struct provider_conn *pc, struct outbox_job *j);
+/* Commits the settle dispatch_effect_send held back for the next send's
+ * mark (this thread's, if any): after each batch, before the worker waits. */
+void dispatch_effect_flush(struct db *db);
 
 /* dispatch_notify.c: right before the send of an approval.notify effect, a
  * fresh link for its challenge (its token in token, its hash now the

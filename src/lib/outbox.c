@@ -717,12 +717,19 @@ outbox_settle_call(struct outbox_settle_call *o, const struct outbox_settle *in,
 	call->params = o->params;
 }
 
-enum og_rc
-outbox_settle_result(const struct db_call *call)
+/* A compare-and-set run as a db_call: one row, or not (any more) ours. */
+static enum og_rc
+one_row_result(const struct db_call *call)
 {
 	if (call->rc != DB_OK)
 		return og_rc_of(call->rc);
 	return PQntuples(call->res) == 1 ? OG_OK : OG_LEASE_LOST;
+}
+
+enum og_rc
+outbox_settle_result(const struct db_call *call)
+{
+	return one_row_result(call);
 }
 
 /* A PostgreSQL array literal of words that need no quoting (target names
@@ -959,6 +966,19 @@ outbox_send_started(struct db *db, const char *id, const char *owner)
 	const char *p[2] = { id, owner };
 
 	return og_exec_one(db, &st_send_started, p, OG_LEASE_LOST, NULL);
+}
+
+void
+outbox_send_started_call(const char *const p[2], struct db_call *call)
+{
+	call->stmt = &st_send_started;
+	call->params = p;
+}
+
+enum og_rc
+outbox_send_started_result(const struct db_call *call)
+{
+	return one_row_result(call);
 }
 
 /* --- the operator's repairs ------------------------------------------------- */

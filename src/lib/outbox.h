@@ -275,6 +275,11 @@ enum og_rc outbox_presend(struct db *db, const char *id, const char *owner,
  * OG_LEASE_LOST when it is not owner's, or its lease ran out: do not send. */
 enum og_rc outbox_send_started(struct db *db, const char *id, const char *owner)
 	__attribute__((warn_unused_result));
+/* outbox_send_started as a db_call (p: id, owner; kept by the caller until
+ * the call ran), so the dispatcher can commit it in the transaction that
+ * settles the send before it; its result as outbox_send_started's. */
+void outbox_send_started_call(const char *const p[2], struct db_call *call);
+enum og_rc outbox_send_started_result(const struct db_call *call);
 /* The lease of owner's sending effect, lease_s seconds from now;
  * OG_LEASE_LOST when it is not owner's any more. */
 enum og_rc outbox_renew(struct db *db, const char *id, const char *owner, int lease_s)

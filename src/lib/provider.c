@@ -298,26 +298,22 @@ provider_conn_before_send(struct provider_conn *pc, int (*fn)(void *arg), void *
 	pc->before_send_arg = arg;
 }
 
-static int
-on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_port, int local_port)
+size_t
+provider_read_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
-	const struct provider_conn *pc = arg;
+	struct provider_upload *u = userdata;
+	size_t n = size * nmemb;
 
-	(void)primary_ip;
-	(void)local_ip;
-	(void)primary_port;
-	(void)local_port;
-	return pc->before_send(pc->before_send_arg) == 0 ? CURL_PREREQFUNC_OK
-	                                                 : CURL_PREREQFUNC_ABORT;
-}
-
-void
-provider_before_send(struct provider_conn *pc)
-{
-	if (pc->before_send == NULL)
-		return;
-	curl_easy_setopt(pc->curl, CURLOPT_PREREQFUNCTION, on_prereq);
-	curl_easy_setopt(pc->curl, CURLOPT_PREREQDATA, pc);
+	if (!u->started) {
+		u->started = true;
+		if (u->pc->before_send != NULL && u->pc->before_send(u->pc->before_send_arg) != 0)
+			return CURL_READFUNC_ABORT;
+	}
+	if (n > u->len - u->off)
+		n = u->len - u->off;
+	memcpy(ptr, u->data + u->off, n);
+	u->off += n;
+	return n;
 }
 
 void

@@ -135,10 +135,13 @@ void provider_kinds(int mail, char *out, size_t outlen);
 
 struct provider_conn *provider_conn_new(void);
 void provider_conn_free(struct provider_conn *pc);
-/* fn(arg) is called by each following send on pc once its connection is up
- * (TLS and the SMTP greeting included), right before the request goes out;
- * non-zero aborts the attempt with nothing sent. The dispatcher marks the
- * send started there. fn NULL: nothing is called. */
+/* fn(arg) is called once by each following send on pc when the transfer
+ * of the request has started and its body is about to go out: HTTP, once
+ * the request line and headers are written; SMTP, once the server has
+ * accepted DATA (354). No byte of the body has left yet, and a server acts
+ * on no request whose body did not arrive whole. Non-zero aborts the
+ * attempt there, its body unsent. The dispatcher marks the send started
+ * there. fn NULL: nothing is called. */
 void provider_conn_before_send(struct provider_conn *pc, int (*fn)(void *arg), void *arg);
 /* Provider pv's state on connection pc: made by make() on first use, freed
  * by drop() after the curl handle when pc is freed; NULL when make failed

@@ -131,6 +131,7 @@ http_send(struct provider_conn *pc, const struct config_target *t,
 	CURL *c = pc->curl;
 	struct curl_slist *hdrs = NULL;
 	struct provider_sink s;
+	struct provider_upload up = { 0 };
 	char errbuf[CURL_ERROR_SIZE] = "", *body = NULL, *line = NULL, *url = NULL;
 	char why[160];
 	CURLcode rc;
@@ -142,11 +143,23 @@ http_send(struct provider_conn *pc, const struct config_target *t,
 		provider_invalid(out, why);
 		return;
 	}
+	if (body[0] == '\0') {
+		/* no body, no point to mark the send started at */
+		provider_invalid(out, "empty request body");
+		free(body);
+		free(url);
+		return;
+	}
 	provider_prepare(c, t, &s, errbuf, "http,https", url);
-	provider_before_send(pc);
+	/* The body through a read callback, not in the request's first
+	 * write: the headers go out before it (provider_read_body). */
+	up.pc = pc;
+	up.data = body;
+	up.len = strlen(body);
 	curl_easy_setopt(c, CURLOPT_POST, 1L);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
+	curl_easy_setopt(c, CURLOPT_READFUNCTION, provider_read_body);
+	curl_easy_setopt(c, CURLOPT_READDATA, &up);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)up.len);
 	hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
 	hdrs = curl_slist_append(hdrs, "Expect:");
 	if (asprintf(&line, "Idempotency-Key: %s", e->provider_key) > 0) {

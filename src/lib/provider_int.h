@@ -49,9 +49,17 @@ struct provider_sink {
 void provider_prepare(CURL *c, const struct config_target *t, struct provider_sink *s,
                       char *errbuf, const char *protocols, const char *url);
 void provider_sink_free(struct provider_sink *s);
-/* pc's before_send, as libcurl's CURLOPT_PREREQFUNCTION of its handle
- * (when it has one). */
-void provider_before_send(struct provider_conn *pc);
+/* A request body handed to libcurl by provider_read_body (its
+ * CURLOPT_READFUNCTION, with the upload as CURLOPT_READDATA): its first
+ * call, before any byte of the body goes out, calls pc's before_send
+ * (provider_conn_before_send) and aborts the transfer when that fails. */
+struct provider_upload {
+	struct provider_conn *pc;
+	const char *data;
+	size_t len, off;
+	bool started;
+};
+size_t provider_read_body(char *ptr, size_t size, size_t nmemb, void *userdata);
 enum attempt_error provider_map_error(CURLcode rc, bool over);
 /* Milliseconds since t0 (CLOCK_MONOTONIC), rounded up, at least 1. */
 long long provider_elapsed_ms(const struct timespec *t0);

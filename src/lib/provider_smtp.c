@@ -305,24 +305,6 @@ toolong:
 	return NULL;
 }
 
-struct upload {
-	const char *data;
-	size_t len, off;
-};
-
-static size_t
-on_read(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-	struct upload *u = userdata;
-	size_t n = size * nmemb;
-
-	if (n > u->len - u->off)
-		n = u->len - u->off;
-	memcpy(ptr, u->data + u->off, n);
-	u->off += n;
-	return n;
-}
-
 /* "250 2.0.0 Ok: queued as 4F1X2Y" → 4F1X2Y (Postfix, aiosmtpd, most MTAs);
  * "250 OK id=1abc-…" (Exim) → 1abc-…. */
 static void
@@ -455,7 +437,7 @@ smtp_send(struct provider_conn *pc, const struct config_target *t,
 	CURL *c = pc->curl;
 	struct curl_slist *rcpts = NULL;
 	struct provider_sink s;
-	struct upload up = { 0 };
+	struct provider_upload up = { 0 };
 	char errbuf[CURL_ERROR_SIZE] = "", why[160], from[300], qid[PROVIDER_ID_MAX];
 	char *msg, *user = NULL;
 	json_t *rcpt = NULL, *v;
@@ -476,7 +458,6 @@ smtp_send(struct provider_conn *pc, const struct config_target *t,
 		return;
 	}
 	provider_prepare(c, t, &s, errbuf, "smtp,smtps", t->url);
-	provider_before_send(pc);
 	/* Also bounds each wait for a server reply, the QUIT after a timeout
 	 * included: without it libcurl waits 120 s for a stalled server's
 	 * goodbye, long after the transfer's own timeout. */
@@ -499,10 +480,12 @@ smtp_send(struct provider_conn *pc, const struct config_target *t,
 		curl_easy_setopt(c, CURLOPT_USERPWD, user);
 		curl_easy_setopt(c, CURLOPT_USE_SSL, (long)CURLUSESSL_TRY);
 	}
+	/* read once the server has accepted DATA (provider_read_body) */
+	up.pc = pc;
 	up.data = msg;
 	up.len = strlen(msg);
 	curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
-	curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+	curl_easy_setopt(c, CURLOPT_READFUNCTION, provider_read_body);
 	curl_easy_setopt(c, CURLOPT_READDATA, &up);
 	curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)up.len);
 

@@ -8,12 +8,13 @@
 #   * every `completed` effect was received exactly once, and an `unknown`
 #     one at most once;
 #   * only what was really in flight is `unknown`: each one a send that had
-#     started (send_started, committed once the provider's connection was
-#     up, right before the request) when a dispatcher was killed. A claim
-#     whose send had not started went back to `pending` when its lease ran
-#     out and went out once. Printed, not asserted: how many unknown effects
-#     the provider never received (a kill after the mark committed and
-#     before the request was written; nothing can tell those apart).
+#     started (send_started, committed once the request's headers were
+#     written, right before its body) when a dispatcher was killed, and
+#     each one reached the provider: it received the request whole, or its
+#     headers and then the connection closed (a kill while the mark was
+#     being committed; the provider records it as cut_short and acts on
+#     nothing). A claim whose send had not started went back to `pending`
+#     when its lease ran out and went out once.
 # And that the fault happened: every kill hit a running dispatcher after
 # it had started, and the kills caught effects in flight (claimed, their
 # sends started or not) while the provider was receiving.
@@ -146,6 +147,7 @@ ELAPSED=$((SECONDS - start))
 
 # --- what happened --------------------------------------------------------------------
 curl -fsS "http://127.0.0.1:$PORT/_requests" >"$TMP/requests.json"
+# per key: requests received whole, requests cut short after their headers
 "$ONCEGATE_PYTHON" - "$TMP/requests.json" "$RUN" >"$TMP/received" <<'EOF'
 import json, sys
 reqs = json.load(open(sys.argv[1]))
@@ -153,27 +155,34 @@ prefix = sys.argv[2] + ":"
 counts = {}
 for r in reqs:
     k = r.get("idempotency_key") or ""
-    if r.get("kind") == "effect" and k.startswith(prefix):
-        counts[k] = counts.get(k, 0) + 1
-for k, n in sorted(counts.items()):
-    print(k, n)
+    kind = r.get("kind")
+    if kind in ("effect", "cut_short") and k.startswith(prefix):
+        c = counts.setdefault(k, [0, 0])
+        c[kind == "cut_short"] += 1
+for k, (whole, cut) in sorted(counts.items()):
+    print(k, whole, cut)
 EOF
 psql -X -At -F ' ' -c "SELECT provider_key, state, (SELECT count(*) FROM dead_letters d WHERE d.effect_id = e.id) FROM effect_outbox e WHERE idempotency_key LIKE '$RUN:%' ORDER BY 1" >"$TMP/states"
 
-read -r total completed unknown other dups lost completed_bad unknown_bad unknown_no_letter unknown_sent < <(
-	awk 'FNR == NR { got[$1] = $2; next }
+read -r total completed unknown other dups completed_bad unknown_bad unknown_no_letter unknown_whole unknown_cut < <(
+	awk 'FNR == NR { got[$1] = $2; cut[$1] = $3; next }
 	{
 		total++; n = ($1 in got) ? got[$1] : 0
 		if (n > 1) dups++
 		if ($2 == "completed") { completed++; if (n != 1) completed_bad++ }
-		else if ($2 == "unknown") { unknown++; if (n > 1) unknown_bad++; if (n == 1) unknown_sent++; if ($3 == 0) noletter++ }
+		else if ($2 == "unknown") {
+			unknown++; if (n > 1) unknown_bad++; if ($3 == 0) noletter++
+			if (n == 1) whole++; else if (n == 0 && cut[$1] > 0) cutshort++
+		}
 		else other++
 	}
-	END { printf "%d %d %d %d %d %d %d %d %d %d\n", total, completed, unknown, other, dups, 0, completed_bad, unknown_bad, noletter, unknown_sent }' \
+	END { printf "%d %d %d %d %d %d %d %d %d %d\n", total, completed, unknown, other, dups,
+	      completed_bad, unknown_bad, noletter, whole, cutshort }' \
 		"$TMP/received" "$TMP/states")
 lost=$((EFFECTS - total + other))
 sent=$(awk '{ s += $2 } END { print s + 0 }' "$TMP/received")
-unknown_unsent=$((unknown - unknown_sent - unknown_bad))
+cut_short=$(awk '{ s += $3 } END { print s + 0 }' "$TMP/received")
+unknown_unsent=$((unknown - unknown_whole - unknown_cut - unknown_bad))
 # unknown effects that were not a send started at a kill (claimed ahead)
 unknown_unstarted=$(q "SELECT id FROM effect_outbox WHERE idempotency_key LIKE '$RUN:%' AND state = 'unknown'" |
 	grep -cvxFf <(awk -F'|' '$2 == "t" { print $1 }' "$TMP/inflight") || true)
@@ -188,24 +197,26 @@ printf '  claims held at a kill, send started    %d\n' "$started_at_kill"
 printf '  claims held at a kill, not started     %d   (back to pending when their lease ran out;\n' \
 	"$unstarted_at_kill"
 printf '                                              with the line above: must be > 0)\n'
-printf '  requests received by the provider      %d\n' "$sent"
+printf '  requests received by the provider      %d   (whole; and %d cut short after their headers)\n' \
+	"$sent" "$cut_short"
 printf '  effects received more than once        %d   (must be 0)\n' "$dups"
 printf '  completed                              %d   (each received exactly once: %s)\n' "$completed" \
 	"$([[ $completed_bad == 0 ]] && echo yes || echo "NO, $completed_bad not")"
 printf '  unknown, listed for reconciliation     %d   (dead letter each: %s)\n' "$unknown" \
 	"$([[ $unknown_no_letter == 0 ]] && echo yes || echo "NO, $unknown_no_letter without")"
-printf '    of which reached the provider        %d   (killed between send and settle)\n' "$unknown_sent"
+printf '    of which received whole              %d   (killed between send and settle)\n' "$unknown_whole"
+printf '    of which cut short after headers     %d   (killed while its mark was committed)\n' \
+	"$unknown_cut"
+printf '    never reached the provider           %d   (must be 0)\n' "$unknown_unsent"
 printf '    not a send started at a kill         %d   (must be 0: none claimed ahead)\n' "$unknown_unstarted"
 printf '    at most the sends started at a kill  %s\n' \
 	"$([[ $unknown -le $started_at_kill ]] && echo yes || echo "NO, $unknown > $started_at_kill")"
-printf '    never reached the provider           %d   (killed after its mark committed and\n' "$unknown_unsent"
-printf '                                              before its request was written)\n'
 printf '  lost (neither completed nor unknown)   %d   (must be 0)\n' "$lost"
 printf '  sanitizer findings in the dispatchers  %d\n' "$sanitizer"
 rc=0
 [[ $dups == 0 && $lost == 0 && $completed_bad == 0 && $unknown_bad == 0 && $unknown_no_letter == 0 && $sanitizer == 0 ]] || rc=1
 # the fault happened, and it stranded only what was in flight
 [[ $killed == "$KILLS" && $sent_during_kills -gt 0 && $((started_at_kill + unstarted_at_kill)) -gt 0 ]] || rc=1
-[[ $unknown_unstarted == 0 && $unknown -le $started_at_kill ]] || rc=1
+[[ $unknown_unstarted == 0 && $unknown -le $started_at_kill && $unknown_unsent == 0 ]] || rc=1
 "$ONCEGATE_CTL" kill-switch off --reason "chaos run over" 2>/dev/null || true
 exit "$rc"

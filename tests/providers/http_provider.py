@@ -47,9 +47,15 @@ Any other POST (a decision callback such as /webhook-waiting/abc)
     in /_committed; its "committed" flag tells whether the receiver acted on
     it (ok, stall, reset).
 
+A request whose headers arrived and whose body did not (the connection
+closed or was reset first) is recorded with kind "cut_short" and commits
+nothing: its transfer had started, so it counts as having reached the
+provider, never as an effect received.
+
 Inspection and control, never recorded:
     GET /_requests    every recorded request in arrival order: seq, time,
-                      method, path, query, mode, kind (effect|lookup|other),
+                      method, path, query, mode,
+                      kind (effect|lookup|other|cut_short),
                       headers, idempotency_key, body, fault, committed, id,
                       status (null while stalled, and for reset and drop)
     GET /_committed   committed effects: id, idempotency_key, path, body, time
@@ -419,6 +425,12 @@ class ProviderHandler(BaseHTTPRequestHandler):
         except BadRequest as exc:
             ledger.record(entry, key, False)
             ledger.update(entry, status=exc.status)
+            raise
+        except (ConnectionError, TimeoutError):
+            # Its headers came, its body never did (the sender died or
+            # gave up): nothing is committed, but its transfer had started.
+            entry["kind"] = "cut_short"
+            ledger.record(entry, key, False)
             raise
         entry["body"] = body.decode("utf-8", errors="replace")
         is_post = self.command == "POST"
