@@ -324,13 +324,13 @@ static Suite *
 backoff_suite(void)
 {
 	Suite *s = suite_create("backoff");
+	/* test_bounds_sweep takes over a second under ASan; Check's default
+	 * 4 s is too close on a loaded machine */
 	TCase *tc = tl_tcase(s, "backoff_next", 60);
 
 	tcase_add_loop_test(tc, test_table, 0, (int)NCASES);
 	tcase_add_loop_test(tc, test_schedule, 0, (int)(sizeof(schedules) / sizeof(schedules[0])));
 	TL_TESTS(tc, test_bounds_sweep, test_monotonic, test_null_and_names, test_with_classify);
-	/* test_bounds_sweep takes over a second under ASan; Check's default
-	 * 4 s is too close on a loaded machine */
 	return s;
 }
 

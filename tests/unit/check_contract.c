@@ -1745,13 +1745,13 @@ contract_suite(void)
 	         test_notify_targets_checked, test_load_error_sanitised, test_defaults,
 	         test_settings, test_mutations);
 
+	/* test_sampling makes 50,000 CSPRNG draws: 0.7-2.7 s under ASan, more
+	 * on a loaded machine than Check's default 4 s allow */
 	tc = tl_tcase(s, "gate", 60);
 	tcase_add_loop_test(tc, test_rule_ops, 0, sizeof(rcases) / sizeof(rcases[0]));
 	TL_TESTS(tc, test_rule_paths, test_crm_tag_rules, test_sampling);
 	tcase_add_loop_test(tc, test_approver_matches, 0, sizeof(acases) / sizeof(acases[0]));
 	TL_TESTS(tc, test_effects, test_editable_allow, test_pointer_get);
-	/* test_sampling makes 50,000 CSPRNG draws: 0.7-2.7 s under ASan, more
-	 * on a loaded machine than Check's default 4 s allow */
 
 	tc = tl_tcase(s, "shipped", 60);
 	TL_TESTS(tc, test_shipped, test_threads);

@@ -806,11 +806,11 @@ log_suite(void)
 	                    sizeof(redact_cases) / sizeof(redact_cases[0]));
 	TL_TESTS(tc, test_redact_null, test_redact_in_log, test_redact_at_cut);
 
+	/* generous: valgrind runs the threads tests ~50x slower */
 	tc = tl_tcase(s, "files", 600);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	TL_TESTS(tc, test_reopen, test_open_fails, test_write_failure, test_threads,
 	         test_threads_with_reopen);
-	/* generous: valgrind runs the threads tests ~50x slower */
 	return s;
 }
 

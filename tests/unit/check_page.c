@@ -1343,10 +1343,10 @@ page_suite(void)
 	                    sizeof(broken) / sizeof(broken[0]));
 	tcase_add_test(tc, test_missing_dir);
 
+	/* generous: valgrind runs this ~50x slower */
 	tc = tl_tcase(s, "threads", 900);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_threads);
-	/* generous: valgrind runs this ~50x slower */
 	return s;
 }
 
