@@ -234,8 +234,33 @@ run_sanitizers() {
 	! sanitizer_findings "$STATE/fcgi.stderr"
 }
 
+# The lanes running beside the main one (name → PID), and lanes_stop, which
+# ./dev test's exit ends them with when the run stops before they ended:
+# TERM to each lane and every process below it, by PID.
+declare -A LANE_PID=()
+lanes_stop() {
+	local l
+	for l in "${!LANE_PID[@]}"; do
+		kill_tree "${LANE_PID[$l]}"
+		wait "${LANE_PID[$l]}" 2>/dev/null || true
+		unset "LANE_PID[$l]"
+	done
+}
+
 # run_stages: every stage of the table, then the duration table and the
 # verdict; exits with the status described at the top.
+#
+# The stages run in table order on the main lane, except those of a lane
+# beside it (lanes below): a lane is a background job, started when the main
+# lane has passed the stage it waits for, that runs its stages one after
+# another; all lanes are waited for before the closing checks (no_skips,
+# sanitizers). A lane's output goes to a file and is printed whole when it
+# is waited for, so no two stages' lines mix. Its stages must not need
+# what a main-lane stage changes meanwhile: they bring stacks of their own
+# (failover's Patroni cluster, upgrade's database), use no stack at all, or
+# start after the last stage that stops the test stack's PostgreSQL
+# (multihost). On two cores the main lane's chaos scenarios mostly wait on
+# clocks and sockets, which leaves room for a build or a fuzzer beside them.
 run_stages() {
 	# One row per stage: function | heading said before it (none when empty)
 	# | message said when it fails (none when empty: the stage reports
@@ -274,40 +299,115 @@ run_stages() {
 		"run_no_skips||"
 		"run_sanitizers||"
 	)
-	local row fn heading message status start rc=0 total=0 want
-	local -a times=()
+	# Lanes beside the main one: NAME|STAGE IT WAITS FOR (none: at the
+	# start)|its stages, in order. failover brings its own Patroni cluster
+	# and mostly waits (Patroni's loop, the standby's promotion), beside
+	# make check, whose suites mostly wait too; build: the CPU-bound stages
+	# that use no stack (a fuzzer, builds, npm, linters), beside the main
+	# lane's chaos scenarios; upgrade: a database of its own on the test
+	# stack's PostgreSQL, after multihost (the last stage that stops it).
+	local -a lanes=(
+		"failover||failover"
+		"build|make_check|openapi_lint owners fuzz n8n_node browser_tooling promtool install"
+		"upgrade|multihost|upgrade"
+	)
+	local row fn want lane stages joined=no
+	local -A lane_of=()
 	# Stages named on the command line (./dev test upgrade kill9): those
 	# only, in the table's order; a name not in the table is an error.
 	for want in "$@"; do
 		[[ " ${table[*]} " == *" run_$want|"* ]] || die "no stage $want (the stage durations list their names)"
 	done
-	RUN_MARKER=$STATE/.check-started
-	touch "$RUN_MARKER"
-	for row in "${table[@]}"; do
-		IFS='|' read -r fn heading message <<<"$row"
-		[[ $# -eq 0 || " $* " == *" ${fn#run_} "* ]] || continue
-		[[ -z $heading ]] || say "$heading"
-		start=$SECONDS status=0
-		"$fn" || status=$?
-		if [[ $status -ne 0 ]]; then
-			if [[ -n $message ]]; then
-				say "$message"
-				rc=1
-			elif [[ $fn == run_make_check ]]; then
-				rc=$status
-			else
-				rc=1
-			fi
-		fi
-		times+=("$(printf '%-20s %5ds  %s' "${fn#run_}" $((SECONDS - start)) \
-			"$([[ $status -eq 0 ]] && echo ok || echo FAILED)")")
-		total=$((total + SECONDS - start))
+	for lane in "${lanes[@]}"; do
+		IFS="|" read -r lane _ stages <<<"$lane"
+		for want in $stages; do lane_of[$want]=$lane; done
 	done
-	say "stage durations:"
-	printf '  %s\n' "${times[@]}" >&2
-	printf '  %-20s %5ds\n' total "$total" >&2
+	RUN_MARKER=$STATE/.check-started
+	STAGE_RESULTS=$STATE/stage-results
+	touch "$RUN_MARKER"
+	: >"$STAGE_RESULTS"
+	# lanes_start AFTER: the lanes that wait for the stage AFTER (a stage
+	# name, or empty for the start), each with its stages of this run.
+	lanes_start() {
+		local l a st w sel
+		for l in "${lanes[@]}"; do
+			IFS='|' read -r l a st <<<"$l"
+			[[ $a == "$1" ]] || continue
+			sel=()
+			for w in $st; do
+				[[ -n ${row_of[run_$w]:-} ]] || continue
+				[[ ${#selected[@]} -eq 0 || " ${selected[*]} " == *" $w "* ]] && sel+=("$w")
+			done
+			[[ ${#sel[@]} -gt 0 ]] || continue
+			say "lane $l started beside the main lane: ${sel[*]} (its output follows when it ends)"
+			(
+				for w in "${sel[@]}"; do stage_run "$w" "$l"; done
+			) >"$STATE/lane-$l.log" 2>&1 </dev/null 9>&- &
+			LANE_PID[$l]=$!
+		done
+	}
+	local -a selected=("$@")
+	local -A row_of=()
+	for row in "${table[@]}"; do row_of[${row%%|*}]=$row; done
+	# stage_run NAME LANE: one stage, its heading and failure message, and a
+	# line NAME STATUS SECONDS LANE in STAGE_RESULTS. In a lane the stage
+	# runs in a subshell of its own, so a stage that exits (die) ends only
+	# itself, not the rest of its lane.
+	stage_run() {
+		local f h m status=0 t0=$SECONDS
+		IFS='|' read -r f h m <<<"${row_of[run_$1]}"
+		[[ -z $h ]] || say "$h"
+		if [[ $2 == main ]]; then "$f" || status=$?; else ("$f") || status=$?; fi
+		[[ $status -eq 0 || -z $m ]] || say "$m"
+		printf '%s %d %d %s\n' "$1" "$status" $((SECONDS - t0)) "$2" >>"$STAGE_RESULTS"
+	}
+	lanes_join() {
+		local l status
+		for l in "${!LANE_PID[@]}"; do
+			status=0
+			wait "${LANE_PID[$l]}" || status=$?
+			say "lane $l ended$([[ $status -eq 0 ]] || echo " (status $status)"); its output:"
+			cat "$STATE/lane-$l.log" >&2
+			unset "LANE_PID[$l]"
+		done
+	}
+	local t0=$SECONDS
+	lanes_start ''
+	for row in "${table[@]}"; do
+		fn=${row%%|*}
+		fn=${fn#run_}
+		if [[ $fn == no_skips && $joined == no ]]; then
+			lanes_join
+			joined=yes
+		fi
+		if [[ -z ${lane_of[$fn]:-} ]] && [[ $# -eq 0 || " $* " == *" $fn "* ]]; then
+			stage_run "$fn" main
+		fi
+		lanes_start "$fn"
+	done
+	[[ $joined == yes ]] || lanes_join
+	stage_report $((SECONDS - t0))
+}
+
+# stage_report WALL: the table of STAGE_RESULTS (each stage's duration, its
+# lane, ok or FAILED), the sum of the stages, the wall time of the stages
+# and of the whole ./dev test (with the build and the stacks), and the
+# verdict; exits 1 when a stage failed (make check's own status when only
+# it did), 0 otherwise.
+stage_report() {
+	local name status secs lane rc=0 total=0
+	say "stage durations (lane: main, or the lane it ran in beside it):"
+	while read -r name status secs lane; do
+		printf '  %-20s %5ds  %-8s %s\n' "$name" "$secs" "$lane" \
+			"$([[ $status -eq 0 ]] && echo ok || echo FAILED)" >&2
+		total=$((total + secs))
+		if [[ $status -ne 0 ]]; then
+			if [[ $name == make_check && $rc -eq 0 ]]; then rc=$status; else rc=1; fi
+		fi
+	done <"$STAGE_RESULTS"
+	printf '  %-20s %5ds\n' "total (sum)" "$total" "stages (wall)" "$1" "whole run (wall)" "$SECONDS" >&2
 	if [[ $rc -ne 0 ]]; then
-		say "FAILED; state kept in $STATE (logs: fcgi.stderr, decisions.log, nginx/error.log, pg.log)"
+		say "FAILED; state kept in $STATE (logs: fcgi.stderr, decisions.log, nginx/error.log, pg.log, lane-*.log)"
 	else
 		say "all tests passed"
 	fi

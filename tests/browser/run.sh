@@ -150,33 +150,18 @@ cmp -s "$WORK/queued.txt" "$EDITED" || die "the queued body is not the corrected
 # --- 5. sent: the corrected text, once ---------------------------------------------
 
 need_stack browser ONCEGATE_DISPATCH ONCEGATE_PYTHON ONCEGATE_PROVIDERS ONCEGATE_CTL ONCEGATE_CONF
-"$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/smtp_sink.py" --port 0 --record "$WORK/mail.jsonl" \
-	>"$WORK/smtp.out" 2>&1 &
-SMTP_PID=$!
-DISPATCH_PID=
+SMTP_PID='' DISPATCH_PID=''
 trap 'kill -TERM $SMTP_PID $DISPATCH_PID 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
-SMTP_PORT=$(ready_port "$WORK/smtp.out")
-[[ -n $SMTP_PORT ]] || die "the SMTP sink did not start: $(cat "$WORK/smtp.out")"
-CONTRACTS_DIR=$(conf_value contracts_dir)
-cat >"$WORK/dispatch.conf" <<CONF
-# tests/browser/run.sh
-log_file = $WORK/dispatch.log
-contracts_dir = $CONTRACTS_DIR
-dispatch_workers = 1
-dispatch_poll_ms = 100
-dispatch_shutdown_seconds = 2
-
-[target demo_smtp]
-kind = smtp
-url = smtp://127.0.0.1:$SMTP_PORT
-mail_from = support@oncegate.example
-timeout_ms = 5000
-max_attempts = 2
-CONF
+provider_start SMTP_PID SMTP_PORT "$WORK/smtp.out" smtp_sink.py --record "$WORK/mail.jsonl"
+{
+	echo "# tests/browser/run.sh"
+	conf_lines log_file="$WORK/dispatch.log" contracts_dir="$(conf_value contracts_dir)" \
+		dispatch_workers=1 dispatch_poll_ms=100 dispatch_shutdown_seconds=2
+	target_conf demo_smtp smtp "smtp://127.0.0.1:$SMTP_PORT" mail_from=support@oncegate.example \
+		timeout_ms=5000 max_attempts=2
+} >"$WORK/dispatch.conf"
 # Nothing else may be sent by this dispatcher: other pending work is cancelled.
-q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')
-	AND idempotency_key <> :'key'" >/dev/null
-"$ONCEGATE_CTL" kill-switch on --reason "browser test sends to loopback" 2>/dev/null
+outbox_quiet "browser test sends to loopback" "$KEY"
 AI_ACTIONS_ENABLED=true "$ONCEGATE_DISPATCH" -c "$WORK/dispatch.conf" </dev/null \
 	>"$WORK/dispatch.stderr" 2>&1 &
 DISPATCH_PID=$!

@@ -39,32 +39,27 @@ scratch_begin backoff KILL
 RUN=bo$(date +%s)-$$
 fail=0
 
-"$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/http_provider.py" --port 0 --pid "$TMP/provider.pid" \
-	>"$TMP/provider.out" 2>&1 &
-PROVIDER_PID=$!
-PORT=$(ready_port "$TMP/provider.out")
-[[ -n $PORT ]] || { echo "backoff_restart.sh: the provider did not start" >&2; exit 1; }
+provider_start PROVIDER_PID PORT "$TMP/provider.out" http_provider.py --pid "$TMP/provider.pid"
 
 # The backoff is long enough for every restart to land inside it: each one
 # takes well under a second.
 BASE_MS=$((4000 + 1500 * RESTARTS))
 target() { # NAME MAX_ATTEMPTS: a target that honours Idempotency-Key
-	printf '[target %s]\nkind = http\nurl = http://127.0.0.1:%s/idem/effects\n' "$1" "$PORT"
-	printf 'idempotency_key = 1\nprovider_id_header = X-Provider-Id\ntimeout_ms = 5000\n'
-	printf 'max_attempts = %s\nbase_ms = %s\ncap_ms = %s\njitter_percent = 0\n' "$2" "$BASE_MS" "$BASE_MS"
+	target_conf "$1" http "http://127.0.0.1:$PORT/idem/effects" idempotency_key=1 \
+		provider_id_header=X-Provider-Id timeout_ms=5000 max_attempts="$2" base_ms="$BASE_MS" \
+		cap_ms="$BASE_MS" jitter_percent=0
 }
 # The dispatcher re-checks each payload against its run's contract before
 # sending: it loads the stack's contracts.
-CONTRACTS_DIR=$(conf_value contracts_dir)
 {
-	printf 'log_file = %s\ndispatch_poll_ms = 100\ndispatch_shutdown_seconds = 2\n' "$TMP/decisions.log"
-	printf 'contracts_dir = %s\n' "$CONTRACTS_DIR"
+	conf_lines log_file="$TMP/decisions.log" dispatch_poll_ms=100 dispatch_shutdown_seconds=2 \
+		contracts_dir="$(conf_value contracts_dir)"
 	target bo_idem 3
 	target bo_spent 2
 } >"$TMP/dispatch.conf"
 
 # Nothing else of the shared test database may be sent by this dispatcher.
-q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
+outbox_quiet "chaos: backoff restart"
 client=$(q "SELECT id FROM api_clients ORDER BY id LIMIT 1")
 psql -X -q -v ON_ERROR_STOP=1 <<SQL
 INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, state, claim_started_at)
@@ -83,7 +78,6 @@ VALUES ($client, '$RUN:once', 'crm.note', 'bo_idem',
             '{"fault":["503","503","ok"],"note":"Заметка · 備考 · ملاحظة · הערה 📝"}', 'UTF8')), 'hex'),
         '$RUN:spent/crm.note');
 SQL
-"$ONCEGATE_CTL" kill-switch on --reason "chaos: backoff restart" >/dev/null 2>&1
 
 start_dispatcher() {
 	local n=$1 i

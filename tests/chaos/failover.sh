@@ -72,7 +72,6 @@ FCGI=${ONCEGATE_FCGI:-$BUILD_DIR/oncegate-fcgi}
 DISPATCH=${ONCEGATE_DISPATCH:-$BUILD_DIR/oncegate-dispatch}
 CTL=${ONCEGATE_CTL:-$BUILD_DIR/oncegatectl}
 PYTHON=${ONCEGATE_PYTHON:-/usr/bin/python3}
-PROVIDERS=${ONCEGATE_PROVIDERS:-$ROOT/tests/providers}
 PGBIN=/usr/lib/postgresql/15/bin
 for b in "$FCGI" "$DISPATCH" "$CTL"; do
 	[[ -x $b ]] || { echo "failover.sh: no $b (./dev up builds it; or set ONCEGATE_BUILD)" >&2; exit 2; }
@@ -306,14 +305,8 @@ export PGHOST=$HOSTS PGPORT=$PORTS PGDATABASE=oncegate PGUSER=oncegate PGTARGETS
 unset PGSERVICE PGOPTIONS
 
 # --- the providers ---------------------------------------------------------------------------------
-"$PYTHON" "$PROVIDERS/http_provider.py" --port 0 >"$TMP/provider.out" 2>&1 &
-PROVIDER_PID=$!
-PROVIDER_PORT=$(ready_port "$TMP/provider.out")
-[[ -n $PROVIDER_PORT ]] || { cat "$TMP/provider.out" >&2; die "the HTTP provider did not start"; }
-"$PYTHON" "$PROVIDERS/smtp_sink.py" --port 0 --record "$TMP/smtp.jsonl" >"$TMP/smtp.out" 2>&1 &
-SINK_PID=$!
-SMTP_PORT=$(ready_port "$TMP/smtp.out")
-[[ -n $SMTP_PORT ]] || { cat "$TMP/smtp.out" >&2; die "the SMTP sink did not start"; }
+provider_start PROVIDER_PID PROVIDER_PORT "$TMP/provider.out" http_provider.py
+provider_start SINK_PID SMTP_PORT "$TMP/smtp.out" smtp_sink.py --record "$TMP/smtp.jsonl"
 : >>"$TMP/smtp.jsonl"
 
 # --- oncegate ----------------------------------------------------------------------------------------
@@ -324,56 +317,35 @@ cp "$ROOT"/contracts/*.json "$ROOT"/tests/data/contracts-test/*.json "$TMP/contr
 CONF=$PRIV/oncegate.conf
 # nginx proves itself to the responder with a proxy secret of this run's own
 proxy_secret_make "$PRIV"
-(umask 077 && cat >"$CONF") <<-EOF
-	# tests/chaos/failover.sh
-	listen = $TMP/fcgi.sock
-	listen_mode = 0660
-	listen_group = www-data
-	threads = 8
-	database = "$DB"
-	lease_default_seconds = 30
-	lease_max_seconds = 60
-	lease_cap_seconds = 3600
-	log_file = $TMP/decisions.log
-	log_level = info
-	sql_dir = $ROOT/sql
-	retry_after_seconds = 1
-	contracts_dir = $TMP/contracts
-	templates_dir = $ROOT/templates
-	public_url = http://127.0.0.1:$HTTP_PORT
-	csrf_secret = $(head -c 36 /dev/urandom | base64 | tr '+/' '-_')
-	proxy_secret_file = $PRIV/proxy_secret
-
-	dispatch_workers = 4
-	dispatch_batch = 8
-	dispatch_lease_seconds = 10
-	dispatch_poll_ms = 200
-	dispatch_shutdown_seconds = 3
-
-	[target demo_http]
-	kind = http
-	url = http://127.0.0.1:$PROVIDER_PORT/plain/effects
-	idempotency_key = 0
-	timeout_ms = 3000
-	connect_timeout_ms = 1000
-	max_attempts = 10
-	base_ms = 200
-	cap_ms = 2000
-	max_elapsed_s = 600
+(umask 077 && {
+	cat <<-EOF
+		# tests/chaos/failover.sh
+		listen = $TMP/fcgi.sock
+		listen_mode = 0660
+		listen_group = www-data
+		threads = 8
+		database = "$DB"
+		lease_default_seconds = 30
+		lease_max_seconds = 60
+		lease_cap_seconds = 3600
+		log_file = $TMP/decisions.log
+		log_level = info
+		sql_dir = $ROOT/sql
+		retry_after_seconds = 1
+		contracts_dir = $TMP/contracts
+		templates_dir = $ROOT/templates
+		public_url = http://127.0.0.1:$HTTP_PORT
+		csrf_secret = $(head -c 36 /dev/urandom | base64 | tr '+/' '-_')
+		proxy_secret_file = $PRIV/proxy_secret
+	EOF
+	conf_lines dispatch_workers=4 dispatch_batch=8 dispatch_lease_seconds=10 dispatch_poll_ms=200 \
+		dispatch_shutdown_seconds=3
 	# a burst takes a few seconds: a kill finds sends in flight
-	rate_per_second = 10
-
-	[target demo_smtp]
-	kind = smtp
-	url = smtp://127.0.0.1:$SMTP_PORT
-	mail_from = oncegate@failover.example
-	timeout_ms = 5000
-	connect_timeout_ms = 1000
-	max_attempts = 10
-	base_ms = 200
-	cap_ms = 2000
-	max_elapsed_s = 600
-EOF
+	target_conf demo_http http "http://127.0.0.1:$PROVIDER_PORT/plain/effects" idempotency_key=0 \
+		"${PATIENT_RETRIES[@]}" timeout_ms=3000 rate_per_second=10
+	target_conf demo_smtp smtp "smtp://127.0.0.1:$SMTP_PORT" mail_from=oncegate@failover.example \
+		"${PATIENT_RETRIES[@]}"
+} >"$CONF")
 say "oncegatectl migrate through $DB"
 PGUSER=oncegate "$CTL" -c "$CONF" migrate >"$TMP/migrate.out" 2>&1 ||
 	{ cat "$TMP/migrate.out" >&2; die "oncegatectl migrate failed"; }
@@ -389,13 +361,8 @@ FCGI_PID=$!
 wait_for 30 "oncegate-fcgi's socket" test -S "$TMP/fcgi.sock" ||
 	{ tail -n 20 "$TMP/fcgi.stderr" >&2; die "oncegate-fcgi did not start"; }
 
-mkdir -p "$TMP/nginx/tmp" "$TMP/nginx/assets"
-chmod -R 0755 "$TMP/nginx"
-install -m 0644 "$ROOT/templates/approval.css" "$TMP/nginx/assets/approval.css"
-sed -e "s|@PORT@|$HTTP_PORT|g" -e "s|@FCGI_SOCKET@|$TMP/fcgi.sock|g" \
-	-e "s|@STATE@|$TMP|g" -e "s|@ASSETS@|$TMP/nginx/assets|g" \
-	-e "s|@PROXY_SECRET_CONF@|$PRIV/proxy_secret.nginx|g" \
-	"$ROOT/nginx/oncegate-local.conf.in" >"$TMP/nginx/nginx.conf"
+nginx_site "$TMP" "$TMP/fcgi.sock" "$HTTP_PORT" "$PRIV/proxy_secret.nginx" ||
+	die "cannot render nginx/oncegate-local.conf.in"
 NGINX_PID=$(nginx_start "$TMP/nginx") || die "nginx rejects its config or did not start"
 BASE=http://127.0.0.1:$HTTP_PORT
 curl -fsS -o /dev/null --max-time 5 "$BASE/healthz" || die "oncegate at $BASE is not healthy"
@@ -474,16 +441,9 @@ DISPATCH_PID=''
 # --- what happened ---------------------------------------------------------------------------------
 final=$(leader)
 curl -fsS "http://127.0.0.1:$PROVIDER_PORT/_requests" >"$TMP/requests.json"
-qt() { psql -X -At -F $'\t' -v ON_ERROR_STOP=1 -c "$1"; }
-qt "SELECT c.name || '|' || r.idempotency_key, r.state, r.attempt FROM workflow_runs r
-	JOIN api_clients c ON c.id = r.client_id WHERE r.idempotency_key LIKE '$RUN%'" >"$TMP/runs-all.tsv"
+tenant_dumps "$RUN" "$TMP" "$RUN%"
+mv "$TMP/runs.tsv" "$TMP/runs-all.tsv"
 grep -F "|$RUN:" "$TMP/runs-all.tsv" >"$TMP/runs.tsv" || true
-qt "SELECT c.name || '|' || a.idempotency_key, a.state, coalesce(a.decision, '') FROM approvals a
-	JOIN api_clients c ON c.id = a.client_id WHERE a.idempotency_key LIKE '$RUN:%'" >"$TMP/approvals.tsv"
-qt "SELECT c.name || '|' || e.idempotency_key, e.provider_key, e.state,
-	(SELECT count(*) FROM dead_letters d WHERE d.effect_id = e.id), e.effect_type
-	FROM effect_outbox e JOIN api_clients c ON c.id = e.client_id
-	WHERE e.idempotency_key LIKE '$RUN%'" >"$TMP/effects.tsv"
 qt "SELECT extract(epoch FROM completed_at) FROM effect_outbox
 	WHERE idempotency_key LIKE '$RUN%' AND state = 'completed'" >"$TMP/completed.txt"
 rc=0

@@ -40,6 +40,8 @@ import urllib.parse
 
 import psycopg2
 
+from multihost_load import report  # the verdict lines, as multihost.sh prints them
+
 TICK = 0.2
 
 
@@ -216,11 +218,7 @@ def check(args):
     out["probe_claims"] = len(probes)
     out["probe_503"] = sum(1 for e in probes if e["status"] == 503)
 
-    for k, v in out.items():
-        print("%s=%s" % (k, v))
-    for b in bad:
-        print("FAIL: " + b, file=sys.stderr)
-    return 1 if bad else 0
+    return report(out, bad)
 
 
 def main():

@@ -47,44 +47,27 @@ scratch_begin kill9 KILL
 RUN=k9$(date +%s)-$$
 
 # --- the provider ------------------------------------------------------------------
-"$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/http_provider.py" --port 0 --pid "$TMP/provider.pid" \
-	>"$TMP/provider.out" 2>&1 &
-PROVIDER_PID=$!
-PORT=$(ready_port "$TMP/provider.out")
-[[ -n $PORT ]] || { cat "$TMP/provider.out" >&2; echo "kill9.sh: the provider did not start" >&2; exit 1; }
+provider_start PROVIDER_PID PORT "$TMP/provider.out" http_provider.py --pid "$TMP/provider.pid"
 
 # The dispatcher re-checks each payload against its run's contract before
-# sending: it loads the stack's contracts.
-CONTRACTS_DIR=$(conf_value contracts_dir)
-cat >"$TMP/dispatch.conf" <<EOF
-# tests/chaos/kill9.sh
-log_file = $TMP/decisions.log
-contracts_dir = $CONTRACTS_DIR
-dispatch_workers = 4
-dispatch_batch = 8
-dispatch_lease_seconds = 5
-dispatch_poll_ms = 100
-dispatch_shutdown_seconds = 2
-
-[target chaos_plain]
-kind = http
-url = http://127.0.0.1:$PORT/plain/effects
-idempotency_key = 0
-timeout_ms = 2000
-connect_timeout_ms = 1000
-max_attempts = 3
-base_ms = 100
-# slow enough that the kills land mid-drain: about the whole outbox over
-# the dispatchers' lifetimes (0.65 s on average each)
-rate_per_second = $(( EFFECTS * 3 / (KILLS * 2) > 0 ? EFFECTS * 3 / (KILLS * 2) : 1 ))
-EOF
+# sending: it loads the stack's contracts. The rate is slow enough that the
+# kills land mid-drain: about the whole outbox over the dispatchers'
+# lifetimes (0.65 s on average each).
+{
+	echo "# tests/chaos/kill9.sh"
+	conf_lines log_file="$TMP/decisions.log" contracts_dir="$(conf_value contracts_dir)" \
+		dispatch_workers=4 dispatch_batch=8 dispatch_lease_seconds=5 dispatch_poll_ms=100 \
+		dispatch_shutdown_seconds=2
+	target_conf chaos_plain http "http://127.0.0.1:$PORT/plain/effects" idempotency_key=0 \
+		timeout_ms=2000 connect_timeout_ms=1000 max_attempts=3 base_ms=100 \
+		rate_per_second=$((EFFECTS * 3 / (KILLS * 2) > 0 ? EFFECTS * 3 / (KILLS * 2) : 1))
+} >"$TMP/dispatch.conf"
 "$ONCEGATE_DISPATCH" -c "$TMP/dispatch.conf" -n >/dev/null
 
 # --- the work ------------------------------------------------------------------------
 say "kill -9: $EFFECTS effects, $KILLS kills, provider without idempotency keys on :$PORT"
 # Nothing else may be sent by these dispatchers: earlier work is cancelled.
-q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
-"$ONCEGATE_CTL" kill-switch on --reason "chaos: kill -9 of the dispatcher" 2>/dev/null
+outbox_quiet "chaos: kill -9 of the dispatcher"
 approved_effects "$RUN:" "$EFFECTS" chaos_plain n
 
 start_dispatcher() {

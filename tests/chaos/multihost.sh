@@ -136,7 +136,6 @@ command -v ip >/dev/null && command -v nginx >/dev/null ||
 	{ echo "multihost.sh: needs ip (iproute2) and nginx" >&2; exit 2; }
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
-ROOT=$(cd "$HERE/../.." && pwd -P)
 
 # --- names -----------------------------------------------------------------------------
 NET=10.77.0 BRIDGE=ogmh0 BR_IP=10.77.0.1 FCGI_PORT=9000
@@ -226,18 +225,8 @@ ip netns exec "$(ns d1)" psql -X -At "$DB" -c 'SELECT 1' >/dev/null ||
 	die "a namespaced host cannot reach PostgreSQL at $BR_IP:$PGPORT"
 
 # --- the provider -------------------------------------------------------------------------------
-"$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/http_provider.py" --host "$BR_IP" --port 0 \
-	>"$TMP/provider.out" 2>&1 &
-PID[provider]=$!
-for ((i = 0; i < 100; i++)); do grep -q '^ready' "$TMP/provider.out" 2>/dev/null && break; sleep 0.1; done
-PROVIDER_PORT=$(sed -n 's/^ready \([0-9]*\).*/\1/p' "$TMP/provider.out")
-[[ -n $PROVIDER_PORT ]] || { cat "$TMP/provider.out" >&2; die "the provider did not start"; }
-"$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/smtp_sink.py" --host "$BR_IP" --port 0 \
-	--record "$TMP/smtp.jsonl" >"$TMP/smtp.out" 2>&1 &
-PID[smtp]=$!
-for ((i = 0; i < 100; i++)); do grep -q '^ready' "$TMP/smtp.out" 2>/dev/null && break; sleep 0.1; done
-SMTP_PORT=$(sed -n 's/^ready \([0-9]*\).*/\1/p' "$TMP/smtp.out")
-[[ -n $SMTP_PORT ]] || { cat "$TMP/smtp.out" >&2; die "the SMTP sink did not start"; }
+provider_start 'PID[provider]' PROVIDER_PORT "$TMP/provider.out" http_provider.py --host "$BR_IP"
+provider_start 'PID[smtp]' SMTP_PORT "$TMP/smtp.out" smtp_sink.py --host "$BR_IP" --record "$TMP/smtp.jsonl"
 : >>"$TMP/smtp.jsonl"
 
 # --- the responders -------------------------------------------------------------------------------
@@ -277,19 +266,14 @@ kept=$(bash -c "exec 3<>/dev/tcp/${IP[r1]}/$FCGI_PORT && { read -r -t 1 -u 3 _; 
 
 # --- nginx ----------------------------------------------------------------------------------------------
 HTTP_PORT=$(free_port $((18500 + RANDOM % 1000)) 19600) || die "no free loopback port for nginx"
-mkdir -p "$TMP/nginx/tmp" "$TMP/nginx/assets"
-chmod -R 0755 "$TMP/nginx"
-install -m 0644 "$ROOT/templates/approval.css" "$TMP/nginx/assets/approval.css"
 UPSTREAM="server ${IP[r1]}:$FCGI_PORT max_fails=1 fail_timeout=3s; server ${IP[r2]}:$FCGI_PORT max_fails=1 fail_timeout=3s;"
-sed -e "s|server unix:@FCGI_SOCKET@;|$UPSTREAM|" \
-	-e "s|@PORT@|$HTTP_PORT|g" -e "s|@STATE@|$TMP|g" -e "s|@ASSETS@|$TMP/nginx/assets|g" \
-	-e "s|@PROXY_SECRET_CONF@|$(dirname "$ONCEGATE_CONF")/proxy_secret.nginx|g" \
-	-e 's|^\( *\)fastcgi_keep_conn off;|&\n\1# multihost.sh: a cut responder is skipped for new connections\n\1fastcgi_connect_timeout 1s;\n\1fastcgi_next_upstream error timeout;\n\1fastcgi_next_upstream_tries 2;|' \
-	-e "s|^\( *\)access_log .*;|&\n\1log_format multihost '\$upstream_addr \$upstream_status \$status \$request_time';\n\1access_log $TMP/nginx/upstream.log multihost;|" \
-	"$ROOT/nginx/oncegate-local.conf.in" >"$TMP/nginx/nginx.conf"
+nginx_site "$TMP" - "$HTTP_PORT" "$(dirname "$ONCEGATE_CONF")/proxy_secret.nginx" \
+	"s|server unix:@FCGI_SOCKET@;|$UPSTREAM|" \
+	's|^\( *\)fastcgi_keep_conn off;|&\n\1# multihost.sh: a cut responder is skipped for new connections\n\1fastcgi_connect_timeout 1s;\n\1fastcgi_next_upstream error timeout;\n\1fastcgi_next_upstream_tries 2;|' \
+	"s|^\( *\)access_log .*;|&\n\1log_format multihost '\$upstream_addr \$upstream_status \$status \$request_time';\n\1access_log $TMP/nginx/upstream.log multihost;|" ||
+	die "cannot render nginx/oncegate-local.conf.in"
 grep -q "server ${IP[r1]}" "$TMP/nginx/nginx.conf" && grep -q fastcgi_next_upstream "$TMP/nginx/nginx.conf" &&
 	grep -q upstream.log "$TMP/nginx/nginx.conf" || die "nginx/oncegate-local.conf.in changed shape: cannot render it"
-! grep -v '^[[:space:]]*#' "$TMP/nginx/nginx.conf" | grep -q '@[A-Z_]*@' || die "an @PLACEHOLDER@ is left in $TMP/nginx/nginx.conf"
 NGINX_PID=$(nginx_start "$TMP/nginx") || die "nginx rejects its config or did not start"
 BASE=http://127.0.0.1:$HTTP_PORT
 for ((i = 0; i < 4; i++)); do # round robin: both responders answer
@@ -299,49 +283,24 @@ done
 # --- the dispatchers ---------------------------------------------------------------------------------------
 # The dispatchers re-check each payload against its run's contract before
 # sending: they load the stack's contracts.
-CONTRACTS_DIR=$(sed -nE 's/^[[:space:]]*contracts_dir[[:space:]]*=[[:space:]]*//p' "$ONCEGATE_CONF" | head -n1)
+CONTRACTS_DIR=$(conf_value contracts_dir)
 [[ -n $CONTRACTS_DIR ]] || die "$ONCEGATE_CONF names no contracts_dir"
 for h in d1 d2; do
-	cat >"$PRIV/$h.conf" <<-EOF
-		# tests/chaos/multihost.sh: host $h
-		database = "$DB"
-		log_file = $TMP/$h.decisions.log
-		contracts_dir = $CONTRACTS_DIR
-		dispatch_workers = 2
-		dispatch_batch = 4
-		dispatch_lease_seconds = 5
-		dispatch_poll_ms = 200
-		dispatch_shutdown_seconds = 3
-
-		[target demo_http]
-		kind = http
-		url = http://$BR_IP:$PROVIDER_PORT/plain/effects
-		idempotency_key = 0
-		timeout_ms = 2000
-		connect_timeout_ms = 1000
-		max_attempts = 10
-		base_ms = 200
-		cap_ms = 2000
-		max_elapsed_s = 600
+	{
+		echo "# tests/chaos/multihost.sh: host $h"
+		conf_lines database="\"$DB\"" log_file="$TMP/$h.decisions.log" contracts_dir="$CONTRACTS_DIR" \
+			dispatch_workers=2 dispatch_batch=4 dispatch_lease_seconds=5 dispatch_poll_ms=200 \
+			dispatch_shutdown_seconds=3
 		# sends take a while, so a cut finds some in flight
-		rate_per_second = 20
-
-		[target demo_smtp]
-		kind = smtp
-		url = smtp://$BR_IP:$SMTP_PORT
-		mail_from = oncegate@multihost.example
-		timeout_ms = 5000
-		connect_timeout_ms = 1000
-		max_attempts = 10
-		base_ms = 200
-		cap_ms = 2000
-		max_elapsed_s = 600
-	EOF
+		target_conf demo_http http "http://$BR_IP:$PROVIDER_PORT/plain/effects" idempotency_key=0 \
+			"${PATIENT_RETRIES[@]}" timeout_ms=2000 rate_per_second=20
+		target_conf demo_smtp smtp "smtp://$BR_IP:$SMTP_PORT" mail_from=oncegate@multihost.example \
+			"${PATIENT_RETRIES[@]}"
+	} >"$PRIV/$h.conf"
 	out=$("$ONCEGATE_DISPATCH" -c "$PRIV/$h.conf" -n 2>&1) || die "oncegate-dispatch rejects $PRIV/$h.conf: $out"
 done
 # Nothing else may be sent by these dispatchers: earlier work is cancelled.
-q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
-"$ONCEGATE_CTL" kill-switch on --reason "chaos: hosts cut off the network" >/dev/null 2>&1
+outbox_quiet "chaos: hosts cut off the network"
 for h in d1 d2; do
 	AI_ACTIONS_ENABLED=true ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 		ip netns exec "$(ns "$h")" "$ONCEGATE_DISPATCH" -c "$PRIV/$h.conf" </dev/null >"$TMP/$h.stderr" 2>&1 &
@@ -456,16 +415,7 @@ for h in d1 d2 r1 r2; do stop_pid "$h" TERM 40; done
 
 # --- what happened ---------------------------------------------------------------------------------------------
 curl -fsS "http://$BR_IP:$PROVIDER_PORT/_requests" >"$TMP/requests.json"
-# Runs, approvals and effects as TENANT|KEY (the API client's name).
-qt() { psql -X -At -F $'\t' -v ON_ERROR_STOP=1 -c "$1"; }
-qt "SELECT c.name || '|' || r.idempotency_key, r.state, r.attempt FROM workflow_runs r
-	JOIN api_clients c ON c.id = r.client_id WHERE r.idempotency_key LIKE '$RUN:%'" >"$TMP/runs.tsv"
-qt "SELECT c.name || '|' || a.idempotency_key, a.state, coalesce(a.decision, '') FROM approvals a
-	JOIN api_clients c ON c.id = a.client_id WHERE a.idempotency_key LIKE '$RUN:%'" >"$TMP/approvals.tsv"
-qt "SELECT c.name || '|' || e.idempotency_key, e.provider_key, e.state,
-	(SELECT count(*) FROM dead_letters d WHERE d.effect_id = e.id), e.effect_type
-	FROM effect_outbox e JOIN api_clients c ON c.id = e.client_id
-	WHERE e.idempotency_key LIKE '$RUN%'" >"$TMP/effects.tsv"
+tenant_dumps "$RUN" "$TMP"
 rc=0
 "$ONCEGATE_PYTHON" "$HERE/multihost_load.py" check --run "$RUN" --runs "$RUNS" --out "$PRIV" \
 	--requests "$TMP/requests.json" --smtp "$TMP/smtp.jsonl" --runs-tsv "$TMP/runs.tsv" --approvals-tsv "$TMP/approvals.tsv" \

@@ -613,6 +613,12 @@ def check(args):
                    "provider key not their effect's, %d provider keys shared by two effects"
                    % (wrong_bytes, wrong_payload, other_key, shared_pkeys))
 
+    return report(out, bad)
+
+
+def report(out, bad):
+    """A check's verdict: each figure of out as a name=value line on stdout,
+    each failure of bad as a FAIL: line on stderr; 1 when there is one."""
     for k, v in out.items():
         print("%s=%s" % (k, v))
     for b in bad:

@@ -77,34 +77,24 @@ echo "$RUN" >"$TMP/run"
 fail=0
 sql_is() { [[ $(q "$1") == "$2" ]]; } # SQL EXPECTED
 
-"$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/http_provider.py" --port 0 >"$TMP/provider.out" 2>&1 &
-PROVIDER_PID=$!
-"$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/smtp_sink.py" --port 0 --record "$TMP/mail.jsonl" \
-	>"$TMP/sink.out" 2>&1 &
-SINK_PID=$!
-PORT=$(ready_port "$TMP/provider.out")
-SMTP=$(ready_port "$TMP/sink.out")
-[[ -n $PORT && -n $SMTP ]] || { echo "replay_contract.sh: a provider did not start" >&2; exit 1; }
+provider_start PROVIDER_PID PORT "$TMP/provider.out" http_provider.py
+provider_start SINK_PID SMTP "$TMP/sink.out" smtp_sink.py --record "$TMP/mail.jsonl"
 PROVIDER=http://127.0.0.1:$PORT
 
 dispatch_conf() { # FAULT: the CRM's answer to every send ("" once fixed)
-	printf 'log_file = %s\ncontracts_dir = %s\n' "$ONCEGATE_LOG" "$CONTRACTS"
-	printf 'dispatch_poll_ms = 100\ndispatch_shutdown_seconds = 2\n'
-	printf '[target demo_http]\nkind = http\nurl = %s/effects%s\n' "$PROVIDER" "${1:+?fault=$1}"
-	printf 'lookup_url = %s/effects/lookup\nidempotency_key = 1\n' "$PROVIDER"
-	printf 'provider_id_header = X-Provider-Id\nrejection_pointer = !/ok\ntimeout_ms = 5000\n'
-	printf '[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%s\n' "$SMTP"
-	printf 'mail_from = oncegate@demo.example\ntimeout_ms = 10000\n'
+	conf_lines log_file="$ONCEGATE_LOG" contracts_dir="$CONTRACTS" dispatch_poll_ms=100 \
+		dispatch_shutdown_seconds=2
+	target_conf demo_http http "$PROVIDER/effects${1:+?fault=$1}" lookup_url="$PROVIDER/effects/lookup" \
+		idempotency_key=1 provider_id_header=X-Provider-Id rejection_pointer='!/ok' timeout_ms=5000
+	target_conf demo_smtp smtp "smtp://127.0.0.1:$SMTP" mail_from=oncegate@demo.example timeout_ms=10000
 }
 dispatch_conf 403 >"$TMP/dispatch.conf"
 
 # Nothing else of the shared test database may be sent by this dispatcher.
-q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
+outbox_quiet "chaos: replay after a contract change"
 CLIENT_B=globex-helpdesk-$RUN
 ctl client add "$CLIENT_B" \
 	--reason "chaos: the second tenant of replay_contract.sh" >"$TMP/api_key_b" 2>/dev/null
-ctl kill-switch on --reason "chaos: replay after a contract change" \
-	>/dev/null 2>&1
 log0=$(stat -c %s "$ONCEGATE_LOG")
 AI_ACTIONS_ENABLED=true "$ONCEGATE_DISPATCH" -c "$TMP/dispatch.conf" </dev/null \
 	>>"$TMP/dispatch.stderr" 2>&1 &

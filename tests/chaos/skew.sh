@@ -59,22 +59,14 @@ check "the new owner's transition goes through (completed by b)" \
 	"$([[ ${good%% *} == 200 && $final == 'completed b' ]] && echo yes || echo no)"
 
 # --- outbox ---------------------------------------------------------------------------
-"$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/http_provider.py" --port 0 --pid "$TMP/provider.pid" \
-	>"$TMP/provider.out" 2>&1 &
-PROVIDER_PID=$!
-PORT=$(ready_port "$TMP/provider.out")
+provider_start PROVIDER_PID PORT "$TMP/provider.out" http_provider.py --pid "$TMP/provider.pid"
 # The dispatcher re-checks each payload against its run's contract before
 # sending: it loads the stack's contracts.
-CONTRACTS_DIR=$(conf_value contracts_dir)
-cat >"$TMP/dispatch.conf" <<EOF
-log_file = $TMP/decisions.log
-contracts_dir = $CONTRACTS_DIR
-dispatch_poll_ms = 100
-[target skew_plain]
-kind = http
-url = http://127.0.0.1:$PORT/plain/effects
-EOF
-q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
+{
+	conf_lines log_file="$TMP/decisions.log" contracts_dir="$(conf_value contracts_dir)" dispatch_poll_ms=100
+	target_conf skew_plain http "http://127.0.0.1:$PORT/plain/effects"
+} >"$TMP/dispatch.conf"
+outbox_quiet "chaos: clock skew"
 psql -X -q -v ON_ERROR_STOP=1 <<EOF
 INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, state, claim_started_at)
 VALUES (1, '$RUN:effect', 'sha256:x', 'approved', now()),
@@ -90,7 +82,6 @@ VALUES (1, '$RUN:effect', 'crm.tag', 'skew_plain', '{"n": 1}', 'sha256:y', '$RUN
     'sha256:' || encode(sha256(convert_to('{"n":1}', 'UTF8')), 'hex'), '$RUN:claimed/crm.tag',
     'sending', 1, gen_random_uuid(), now() - interval '1 second', now() - interval '10 seconds', false);
 EOF
-"$ONCEGATE_CTL" kill-switch on --reason "chaos: clock skew" 2>/dev/null
 AI_ACTIONS_ENABLED=true "$ONCEGATE_DISPATCH" -c "$TMP/dispatch.conf" </dev/null >"$TMP/dispatch.stderr" 2>&1 &
 DISPATCH_PID=$!
 for ((i = 0; i < 50; i++)); do

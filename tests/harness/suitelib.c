@@ -9,6 +9,24 @@
 #include <stdlib.h>
 #include "suitelib.h"
 
+TCase *
+tl_tcase(Suite *s, const char *name, double timeout_s)
+{
+	TCase *tc = tcase_create(name);
+
+	if (timeout_s > 0)
+		tcase_set_timeout(tc, timeout_s);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
+void
+tl_add_tests(TCase *tc, const TTest *const *tests)
+{
+	for (; *tests != NULL; tests++)
+		tcase_add_test(tc, *tests);
+}
+
 int
 tl_suite_run(Suite *s, bool nofork)
 {

@@ -24,17 +24,7 @@ set -euo pipefail
 # shellcheck source=tests/lib/stack.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
-ROOT=$(cd "$HERE/../.." && pwd -P)
-SAY_PREFIX='prod-nginx:' DIE_PREFIX='prod-nginx: FAIL'
-
-if [[ -z ${ONCEGATE_URL:-} ]]; then
-	echo "prod-nginx: ONCEGATE_URL is not set; run under ./dev test. Skipping."
-	exit 77
-fi
-for v in ONCEGATE_API_KEY ONCEGATE_CONF; do
-	[[ -n ${!v:-} ]] || die "ONCEGATE_URL is set but $v is not"
-done
+stack_script prod-nginx ONCEGATE_URL ONCEGATE_API_KEY ONCEGATE_CONF
 PYTHON=${ONCEGATE_PYTHON:-/usr/bin/python3}
 [[ $EUID == 0 ]] || die "needs root (nginx workers run as www-data)"
 SOCKET=$(sed -n 's/^listen *= *//p' "$ONCEGATE_CONF" | head -n1)

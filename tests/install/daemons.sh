@@ -23,23 +23,14 @@
 set -euo pipefail
 # shellcheck source=tests/lib/stack.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
-ROOT=$(cd "$HERE/../.." && pwd -P)
-SAY_PREFIX='daemons:' DIE_PREFIX='daemons: FAIL'
-
-if [[ -z ${ONCEGATE_CONF:-} ]]; then
-	echo "daemons: ONCEGATE_CONF is not set; run under ./dev test. Skipping."
-	exit 77
-fi
-need_env "./dev test" ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_DISPATCH
+stack_script daemons ONCEGATE_CONF ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_DISPATCH
 [[ $EUID == 0 ]] || die "needs root (nginx workers run as www-data)"
 command -v systemd-socket-activate >/dev/null || die "systemd-socket-activate is not installed"
 PYTHON=${ONCEGATE_PYTHON:-/usr/bin/python3}
 FCGI=$(dirname "$ONCEGATE_CTL")/oncegate-fcgi
 DISPATCH=$ONCEGATE_DISPATCH
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-daemons.XXXXXX")
-chmod 0711 "$TMP"
+private_tmp daemons
 NOTIFY_PID='' ACT_PID='' DISPATCH_PID='' NGINX_PID=''
 cleanup() {
 	set +e
@@ -47,10 +38,8 @@ cleanup() {
 	stop_child "$ACT_PID" 40 oncegate-fcgi
 	stop_child "$DISPATCH_PID" 30 oncegate-dispatch
 	stop_child "$NOTIFY_PID" 5
-	if [[ ${KEEP:-no} == yes ]]; then say "kept $TMP"; else rm -rf "$TMP"; fi
+	tmp_done
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # The stack's configuration with our own log, and `listen` empty: the
 # socket comes from the service manager.
@@ -98,10 +87,8 @@ wait_for 10 "the activated socket" test -S "$SOCK" || die "systemd-socket-activa
 chgrp www-data "$SOCK" && chmod 0660 "$SOCK"
 
 PORT=$(free_port $((21000 + RANDOM % 8000)) 31000) || die "no free port"
-mkdir -p "$TMP/nginx/tmp"
-sed -e "s|@PORT@|$PORT|g" -e "s|@FCGI_SOCKET@|$SOCK|g" -e "s|@STATE@|$TMP|g" \
-	-e "s|@PROXY_SECRET_CONF@|$(dirname "$ONCEGATE_CONF")/proxy_secret.nginx|g" \
-	"$ROOT/nginx/oncegate-local.conf.in" >"$TMP/nginx/nginx.conf"
+nginx_site "$TMP" "$SOCK" "$PORT" "$(dirname "$ONCEGATE_CONF")/proxy_secret.nginx" ||
+	die "cannot render nginx/oncegate-local.conf.in"
 NGINX_PID=$(nginx_start "$TMP/nginx") || die "nginx did not start: $(cat "$TMP/nginx/error.log" 2>/dev/null)"
 URL=http://127.0.0.1:$PORT
 code=$(curl -sS -o "$TMP/healthz" -w '%{http_code}' "$URL/healthz") || true

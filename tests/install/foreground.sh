@@ -30,15 +30,7 @@
 set -euo pipefail
 # shellcheck source=tests/lib/stack.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
-ROOT=$(cd "$HERE/../.." && pwd -P)
-SAY_PREFIX='foreground:' DIE_PREFIX='foreground: FAIL'
-
-if [[ -z ${ONCEGATE_CONF:-} ]]; then
-	echo "foreground: ONCEGATE_CONF is not set; run under ./dev test. Skipping."
-	exit 77
-fi
-need_env "./dev test" ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_DISPATCH ONCEGATE_PROVIDERS \
+stack_script foreground ONCEGATE_CONF ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_DISPATCH ONCEGATE_PROVIDERS \
 	ONCEGATE_PYTHON PGHOST PGPORT PGPASSFILE
 [[ $EUID == 0 ]] || die "needs root (the daemons start as root and switch to nobody)"
 id nobody >/dev/null 2>&1 || die "no user nobody"
@@ -47,8 +39,7 @@ FCGI=$(dirname "$ONCEGATE_CTL")/oncegate-fcgi
 DISPATCH=$ONCEGATE_DISPATCH
 RUSER=nobody RGROUP=$(id -gn nobody)
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-foreground.XXXXXX")
-chmod 0711 "$TMP"
+private_tmp foreground
 FCGI_PID='' DISPATCH_PID='' NGINX_PID='' PROVIDER_PID=''
 cleanup() {
 	set +e
@@ -57,16 +48,11 @@ cleanup() {
 	stop_child "$DISPATCH_PID" 30 oncegate-dispatch
 	stop_child "$PROVIDER_PID" 5
 	"$ONCEGATE_CTL" kill-switch off --reason "foreground test over" >/dev/null 2>&1
-	if [[ ${KEEP:-no} == yes ]]; then say "kept $TMP"; else rm -rf "$TMP"; fi
+	tmp_done
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # --- the provider the dispatcher sends to ------------------------------------------------
-"$PYTHON" "$ONCEGATE_PROVIDERS/http_provider.py" --port 0 >"$TMP/provider.out" 2>&1 &
-PROVIDER_PID=$!
-PPORT=$(ready_port "$TMP/provider.out")
-[[ -n $PPORT ]] || die "the provider did not start: $(cat "$TMP/provider.out")"
+provider_start PROVIDER_PID PPORT "$TMP/provider.out" http_provider.py
 
 # --- the configuration: the stack's, as a server without systemd has it ---------------------
 # The socket in a directory nobody made yet; the log in a directory of the
@@ -122,9 +108,7 @@ done
 install -m 0600 -o "$RUSER" "$PGPASSFILE" "$TMP/pgpass"
 
 # Nothing else of the shared test database may be sent by our dispatcher.
-q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
-"$ONCEGATE_CTL" kill-switch on --reason "foreground test" >/dev/null 2>&1 ||
-	die "oncegatectl kill-switch on failed"
+outbox_quiet "foreground test"
 
 # --- the documented commands -------------------------------------------------------------
 # (PGUSER, PGPASSFILE: how this test reaches the database; a server uses
@@ -166,10 +150,7 @@ say "ok: both run as $RUSER ($nuid:$ngid); the socket is $sock_stat"
 
 # --- a request through nginx ----------------------------------------------------------------
 PORT=$(free_port $((21000 + RANDOM % 8000)) 31000) || die "no free port"
-mkdir -p "$TMP/nginx/tmp"
-sed -e "s|@PORT@|$PORT|g" -e "s|@FCGI_SOCKET@|$SOCK|g" -e "s|@STATE@|$TMP|g" \
-	-e "s|@PROXY_SECRET_CONF@|$TMP/proxy_secret.nginx|g" \
-	"$ROOT/nginx/oncegate-local.conf.in" >"$TMP/nginx/nginx.conf"
+nginx_site "$TMP" "$SOCK" "$PORT" "$TMP/proxy_secret.nginx" || die "cannot render nginx/oncegate-local.conf.in"
 NGINX_PID=$(nginx_start "$TMP/nginx") || die "nginx did not start: $(cat "$TMP/nginx/error.log" 2>/dev/null)"
 URL=http://127.0.0.1:$PORT
 get() { curl -sS -o "$TMP/get" -w '%{http_code}' "$URL$1" || true; }

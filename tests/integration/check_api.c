@@ -2056,49 +2056,29 @@ api_suite(void)
 	Suite *s = suite_create("api");
 	TCase *tc;
 
-	tc = tcase_create("ledger");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_healthz_ok);
-	tcase_add_test(tc, test_readyz_ok);
-	tcase_add_test(tc, test_concurrent_claims);
-	tcase_add_test(tc, test_expired_lease_reclaimed);
-	tcase_add_test(tc, test_failed_retryable_reclaimed);
-	tcase_add_test(tc, test_completed_is_duplicate);
-	tcase_add_test(tc, test_failed_terminal_is_duplicate);
-	tcase_add_test(tc, test_payload_mismatch);
-	tcase_add_test(tc, test_payload_reordered_is_duplicate);
-	tcase_add_test(tc, test_payload_numbers_as_given);
-	tcase_add_test(tc, test_clients_are_isolated);
-	tcase_add_test(tc, test_corpus_keys_two_tenants);
-	tcase_add_test(tc, test_lease_cap);
-	tcase_add_test(tc, test_default_lease_clamped);
-	tcase_add_test(tc, test_boundaries_accepted);
-	tcase_add_test(tc, test_status);
-	tcase_add_test(tc, test_unknown_run);
-	suite_add_tcase(s, tc);
+	tc = tl_tcase(s, "ledger", 60);
+	TL_TESTS(tc, test_healthz_ok, test_readyz_ok, test_concurrent_claims,
+	         test_expired_lease_reclaimed, test_failed_retryable_reclaimed,
+	         test_completed_is_duplicate, test_failed_terminal_is_duplicate,
+	         test_payload_mismatch, test_payload_reordered_is_duplicate,
+	         test_payload_numbers_as_given, test_clients_are_isolated,
+	         test_corpus_keys_two_tenants, test_lease_cap, test_default_lease_clamped,
+	         test_boundaries_accepted, test_status, test_unknown_run);
 
-	tc = tcase_create("bad_input");
-	tcase_set_timeout(tc, 60);
+	tc = tl_tcase(s, "bad_input", 60);
 	tcase_add_loop_test(tc, test_bad_input, 0, N_BAD_CASES);
-	tcase_add_test(tc, test_revoked_key);
-	tcase_add_test(tc, test_claim_refused_body_unauthenticated);
-	tcase_add_test(tc, test_claim_answers_whatever_the_first_statement);
-	tcase_add_test(tc, test_transition_to_not_allowed);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_revoked_key, test_claim_refused_body_unauthenticated,
+	         test_claim_answers_whatever_the_first_statement, test_transition_to_not_allowed);
 
-	tc = tcase_create("log");
-	tcase_set_timeout(tc, 60);
+	tc = tl_tcase(s, "log", 60);
 	tcase_add_test(tc, test_log_hygiene);
-	suite_add_tcase(s, tc);
 
 	/* Last and alone: it stops the database. The unchecked teardown runs in
 	 * the runner's process, so the cluster comes back even when the test
 	 * fails or times out. */
-	tc = tcase_create("outage");
-	tcase_set_timeout(tc, 60);
+	tc = tl_tcase(s, "outage", 60);
 	tcase_add_unchecked_fixture(tc, NULL, pg_ensure_started);
 	tcase_add_test(tc, test_database_outage);
-	suite_add_tcase(s, tc);
 	return s;
 }
 

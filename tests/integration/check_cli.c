@@ -823,28 +823,14 @@ static Suite *
 cli_suite(void)
 {
 	Suite *s = suite_create("cli");
-	TCase *tc = tcase_create("cli");
+	TCase *tc = tl_tcase(s, "cli", 240);
 
-	tcase_set_timeout(tc, 240);
 	tcase_add_unchecked_fixture(tc, data_setup, NULL);
-	tcase_add_test(tc, test_help_full_usage);
-	tcase_add_test(tc, test_global_options_anywhere);
-	tcase_add_test(tc, test_json_one_document);
-	tcase_add_test(tc, test_time_grammar);
-	tcase_add_test(tc, test_approval_list_pending);
-	tcase_add_test(tc, test_operator_is_the_role);
-	tcase_add_test(tc, test_migrate_roles);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_help_full_usage, test_global_options_anywhere, test_json_one_document,
+	         test_time_grammar, test_approval_list_pending, test_operator_is_the_role,
+	         test_migrate_roles);
 	return s;
 }
 
-int
-main(void)
-{
-	static const struct dl_suite s = {
-		.name = "check_cli", .prefix = "cl", .needed = "ONCEGATE_API_KEY",
-		.suite = cli_suite, .prepare = prepare, .finish = dl_tenants_finish,
-	};
-
-	return dl_suite_main(&s);
-}
+DL_SUITE_MAIN(.name = "check_cli", .prefix = "cl", .needed = "ONCEGATE_API_KEY",
+              .suite = cli_suite, .prepare = prepare, .finish = dl_tenants_finish)

@@ -1908,20 +1908,10 @@ dispatch_suite(void)
 	Suite *s = suite_create("dispatch");
 	TCase *tc = dl_tcase(s, "dispatch", TEST_TIMEOUT_S);
 
-	tcase_add_test(tc, test_http_happy);
-	tcase_add_test(tc, test_smtp_happy);
-	tcase_add_test(tc, test_idempotent_retry);
-	tcase_add_test(tc, test_retry_policy);
-	tcase_add_test(tc, test_kill_switch);
-	tcase_add_test(tc, test_batch_wait_keeps_lease);
-	tcase_add_test(tc, test_window);
-	tcase_add_test(tc, test_approval_expired);
-	tcase_add_test(tc, test_sigterm);
-	tcase_add_test(tc, test_ambiguous_without_keys);
-	tcase_add_test(tc, test_kill9_mid_send);
-	tcase_add_test(tc, test_kill9_before_send);
-	tcase_add_test(tc, test_payload_changed);
-	tcase_add_test(tc, test_many_dispatchers);
+	TL_TESTS(tc, test_http_happy, test_smtp_happy, test_idempotent_retry, test_retry_policy,
+	         test_kill_switch, test_batch_wait_keeps_lease, test_window, test_approval_expired,
+	         test_sigterm, test_ambiguous_without_keys, test_kill9_mid_send,
+	         test_kill9_before_send, test_payload_changed, test_many_dispatchers);
 	return s;
 }
 
@@ -1948,14 +1938,6 @@ suite_db_prepare(void)
 	return ok;
 }
 
-int
-main(void)
-{
-	static const struct dl_suite s = {
-		.name = "check_dispatch", .prefix = "dt", .needed = "ONCEGATE_API_KEY",
-		.suite = dispatch_suite, .prepare = suite_db_prepare, .http_stall_s = STALL_S,
-		.smtp = true,
-	};
-
-	return dl_suite_main(&s);
-}
+DL_SUITE_MAIN(.name = "check_dispatch", .prefix = "dt", .needed = "ONCEGATE_API_KEY",
+              .suite = dispatch_suite, .prepare = suite_db_prepare, .http_stall_s = STALL_S,
+              .smtp = true)

@@ -1182,15 +1182,9 @@ effect_suite(void)
 	Suite *s = suite_create("effect_schema");
 	TCase *tc = dl_tcase(s, "effects", TEST_TIMEOUT_S);
 
-	tcase_add_test(tc, test_contract_syntax);
-	tcase_add_test(tc, test_crm_tag_attack);
-	tcase_add_test(tc, test_payload_schema);
-	tcase_add_test(tc, test_crlf_injection);
-	tcase_add_test(tc, test_dispatcher_recheck);
-	tcase_add_test(tc, test_long_multilingual_mail);
-	tcase_add_test(tc, test_message_limits);
-	tcase_add_test(tc, test_http_large_body);
-	tcase_add_test(tc, test_stalled_smtp);
+	TL_TESTS(tc, test_contract_syntax, test_crm_tag_attack, test_payload_schema,
+	         test_crlf_injection, test_dispatcher_recheck, test_long_multilingual_mail,
+	         test_message_limits, test_http_large_body, test_stalled_smtp);
 	return s;
 }
 
@@ -1201,13 +1195,5 @@ suite_client(void)
 	return dl_client_id("dev", g_client, sizeof(g_client));
 }
 
-int
-main(void)
-{
-	static const struct dl_suite s = {
-		.name = "check_effect_schema", .prefix = "es", .needed = "ONCEGATE_API_KEY",
-		.suite = effect_suite, .prepare = suite_client, .http_stall_s = 30, .smtp = true,
-	};
-
-	return dl_suite_main(&s);
-}
+DL_SUITE_MAIN(.name = "check_effect_schema", .prefix = "es", .needed = "ONCEGATE_API_KEY",
+              .suite = effect_suite, .prepare = suite_client, .http_stall_s = 30, .smtp = true)

@@ -2736,63 +2736,35 @@ gate_suite(void)
 	TCase *tc;
 
 	/* First, while nginx's POST limit for this address is untouched. */
-	tc = tcase_create("race");
-	tcase_set_timeout(tc, 90);
+	tc = tl_tcase(s, "race", 90);
 	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_concurrent_decisions);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("approve");
-	tcase_set_timeout(tc, 90);
+	tc = tl_tcase(s, "approve", 90);
 	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_approve_before_act);
-	tcase_add_test(tc, test_reject);
-	tcase_add_test(tc, test_decision_callback);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_approve_before_act, test_reject, test_decision_callback);
 
-	tc = tcase_create("refusals");
-	tcase_set_timeout(tc, 90);
+	tc = tl_tcase(s, "refusals", 90);
 	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_refuse_no_subject);
-	tcase_add_test(tc, test_refuse_unknown_token);
-	tcase_add_test(tc, test_refuse_expired);
-	tcase_add_test(tc, test_refuse_used);
-	tcase_add_test(tc, test_refuse_missing_csrf);
-	tcase_add_test(tc, test_refuse_csrf_of_other_approval);
-	tcase_add_test(tc, test_refuse_csrf_of_other_subject);
-	tcase_add_test(tc, test_refuse_cross_origin);
-	tcase_add_test(tc, test_refuse_decision_not_allowed);
-	tcase_add_test(tc, test_refuse_not_an_approver);
-	tcase_add_test(tc, test_refuse_separation_of_duties);
-	tcase_add_test(tc, test_refuse_not_awaiting);
-	tcase_add_test(tc, test_refuse_revoked);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_refuse_no_subject, test_refuse_unknown_token, test_refuse_expired,
+	         test_refuse_used, test_refuse_missing_csrf, test_refuse_csrf_of_other_approval,
+	         test_refuse_csrf_of_other_subject, test_refuse_cross_origin,
+	         test_refuse_decision_not_allowed, test_refuse_not_an_approver,
+	         test_refuse_separation_of_duties, test_refuse_not_awaiting, test_refuse_revoked);
 
-	tc = tcase_create("outputs");
-	tcase_set_timeout(tc, 90);
+	tc = tl_tcase(s, "outputs", 90);
 	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_repair_budget);
-	tcase_add_test(tc, test_auto_path);
-	tcase_add_test(tc, test_output_refusals);
-	tcase_add_test(tc, test_act_with_window);
-	tcase_add_test(tc, test_sample_rate_one);
-	tcase_add_test(tc, test_first_decision_voids_others);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_repair_budget, test_auto_path, test_output_refusals, test_act_with_window,
+	         test_sample_rate_one, test_first_decision_voids_others);
 
-	tc = tcase_create("escaping");
-	tcase_set_timeout(tc, 90);
+	tc = tl_tcase(s, "escaping", 90);
 	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_hostile_output);
-	tcase_add_test(tc, test_corpus_drafts);
-	tcase_add_test(tc, test_corpus_one_over);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_hostile_output, test_corpus_drafts, test_corpus_one_over);
 
 	/* Last: it reads everything the others wrote too. */
-	tc = tcase_create("secrets");
-	tcase_set_timeout(tc, 90);
+	tc = tl_tcase(s, "secrets", 90);
 	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_token_never_stored_or_logged);
-	suite_add_tcase(s, tc);
 	return s;
 }
 

@@ -840,22 +840,14 @@ static Suite *
 hostile_suite(void)
 {
 	Suite *s = suite_create("hostile");
-	TCase *t = tcase_create("input");
+	TCase *t = tl_tcase(s, "input", 600);
 
-	tcase_set_timeout(t, 600);
-	tcase_add_test(t, test_numbers_out_of_range_claim);
-	tcase_add_test(t, test_numbers_out_of_range_everywhere);
-	tcase_add_test(t, test_truncated_emoji_and_other_json_problems);
-	tcase_add_test(t, test_keys_the_path_cannot_carry);
-	tcase_add_test(t, test_every_claimable_key_completes);
-	tcase_add_test(t, test_page_of_deep_output);
-	tcase_add_test(t, test_page_of_wide_output);
-	tcase_add_test(t, test_page_of_escaped_output);
-	tcase_add_test(t, test_reason_not_utf8);
-	tcase_add_test(t, test_explain_escapes_control_characters);
-	tcase_add_test(t, test_client_changes_need_a_reason);
-	tcase_add_test(t, test_replay_new_key_the_path_cannot_carry);
-	suite_add_tcase(s, t);
+	TL_TESTS(t, test_numbers_out_of_range_claim, test_numbers_out_of_range_everywhere,
+	         test_truncated_emoji_and_other_json_problems, test_keys_the_path_cannot_carry,
+	         test_every_claimable_key_completes, test_page_of_deep_output,
+	         test_page_of_wide_output, test_page_of_escaped_output, test_reason_not_utf8,
+	         test_explain_escapes_control_characters, test_client_changes_need_a_reason,
+	         test_replay_new_key_the_path_cannot_carry);
 	return s;
 }
 

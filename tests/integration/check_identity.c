@@ -623,21 +623,14 @@ static Suite *
 identity_suite(bool stack)
 {
 	Suite *s = suite_create("identity");
-	TCase *tc = tcase_create("unit");
+	TCase *tc = tl_tcase(s, "unit", 0);
 
-	tcase_add_test(tc, test_matcher_corpus);
-	tcase_add_test(tc, test_group_names_in_contracts);
-	tcase_add_test(tc, test_person_identities);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_matcher_corpus, test_group_names_in_contracts, test_person_identities);
 	if (stack) {
-		tc = tcase_create("stack");
-		tcase_set_timeout(tc, 120);
-		tcase_add_test(tc, test_groups_on_the_page);
-		tcase_add_test(tc, test_sod_needs_requester);
-		tcase_add_test(tc, test_sod_unknown_requester);
-		tcase_add_test(tc, test_sod_requester_not_a_person);
-		tcase_add_test(tc, test_sod_requester_spellings);
-		suite_add_tcase(s, tc);
+		tc = tl_tcase(s, "stack", 120);
+		TL_TESTS(tc, test_groups_on_the_page, test_sod_needs_requester,
+		         test_sod_unknown_requester, test_sod_requester_not_a_person,
+		         test_sod_requester_spellings);
 	}
 	return s;
 }

@@ -732,28 +732,16 @@ inbox_suite(void)
 	Suite *s = suite_create("inbox");
 	TCase *tc;
 
-	tc = tcase_create("pages");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_inbox_lists_what_one_may_decide);
-	tcase_add_test(tc, test_empty_inbox);
-	tcase_add_test(tc, test_inbox_shows_text_not_markup);
-	tcase_add_test(tc, test_may_not_decide);
-	tcase_add_test(tc, test_card_by_id_decides_once);
-	suite_add_tcase(s, tc);
+	tc = tl_tcase(s, "pages", 60);
+	TL_TESTS(tc, test_inbox_lists_what_one_may_decide, test_empty_inbox,
+	         test_inbox_shows_text_not_markup, test_may_not_decide,
+	         test_card_by_id_decides_once);
 
 	tc = dl_tcase(s, "as sent", SETTLE_S + 60);
 	tcase_add_test(tc, test_mail_as_sent);
 	return s;
 }
 
-int
-main(void)
-{
-	static const struct dl_suite s = {
-		.name = "check_inbox", .prefix = "ib", .needed = "ONCEGATE_API_KEY",
-		.suite = inbox_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
-		.smtp = true,
-	};
-
-	return dl_suite_main(&s);
-}
+DL_SUITE_MAIN(.name = "check_inbox", .prefix = "ib", .needed = "ONCEGATE_API_KEY",
+              .suite = inbox_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
+              .smtp = true)

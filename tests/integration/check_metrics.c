@@ -908,33 +908,21 @@ metrics_suite(void)
 	Suite *s = suite_create("metrics");
 	TCase *tc;
 
-	tc = tcase_create("shape");
-	tcase_set_timeout(tc, 60);
+	tc = tl_tcase(s, "shape", 60);
 	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_families);
-	tcase_add_test(tc, test_method_not_allowed);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_families, test_method_not_allowed);
 
-	tc = tcase_create("scenario");
-	tcase_set_timeout(tc, 120);
+	tc = tl_tcase(s, "scenario", 120);
 	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_scenario);
-	tcase_add_test(tc, test_kill_switch);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_scenario, test_kill_switch);
 
-	tc = tcase_create("cost");
-	tcase_set_timeout(tc, 60);
+	tc = tl_tcase(s, "cost", 60);
 	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_cached);
-	tcase_add_test(tc, test_background_flush);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_cached, test_background_flush);
 
-	tc = tcase_create("localhost");
-	tcase_set_timeout(tc, 60);
+	tc = tl_tcase(s, "localhost", 60);
 	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_nginx_configs);
-	tcase_add_test(tc, test_refused_from_elsewhere);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_nginx_configs, test_refused_from_elsewhere);
 	return s;
 }
 

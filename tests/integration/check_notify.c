@@ -1090,23 +1090,12 @@ notify_suite(void)
 	Suite *s = suite_create("notify");
 	TCase *tc = dl_tcase(s, "told", 4 * SETTLE_S + 60);
 
-	tcase_add_test(tc, test_each_entry_told_link_works);
-	tcase_add_test(tc, test_hostile_text_inert);
-	tcase_add_test(tc, test_replay_told);
-	tcase_add_test(tc, test_reminder_escalation);
-	tcase_add_test(tc, test_quorum_told_reminded_escalated);
-	tcase_add_test(tc, test_kill_switch_holds_notices);
+	TL_TESTS(tc, test_each_entry_told_link_works, test_hostile_text_inert, test_replay_told,
+	         test_reminder_escalation, test_quorum_told_reminded_escalated,
+	         test_kill_switch_holds_notices);
 	return s;
 }
 
-int
-main(void)
-{
-	static const struct dl_suite s = {
-		.name = "check_notify", .prefix = "nt", .needed = "ONCEGATE_API_KEY",
-		.suite = notify_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
-		.smtp = true,
-	};
-
-	return dl_suite_main(&s);
-}
+DL_SUITE_MAIN(.name = "check_notify", .prefix = "nt", .needed = "ONCEGATE_API_KEY",
+              .suite = notify_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
+              .smtp = true)

@@ -337,17 +337,11 @@ static Suite *
 numbers_suite(void)
 {
 	Suite *s = suite_create("numbers");
-	TCase *tc = tcase_create("payload hash and numbers");
+	TCase *tc = tl_tcase(s, "payload hash and numbers", 60);
 
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, new_run_hashed_by_rfc8785);
-	tcase_add_test(tc, old_run_compared_as_written);
-	tcase_add_test(tc, replay_of_old_run);
-	tcase_add_test(tc, beyond_double_range_is_400);
-	tcase_add_test(tc, numbers_written_back_shortest);
-	tcase_add_test(tc, output_written_back_shortest);
-	tcase_add_test(tc, explain_writes_numbers_shortest);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, new_run_hashed_by_rfc8785, old_run_compared_as_written, replay_of_old_run,
+	         beyond_double_range_is_400, numbers_written_back_shortest,
+	         output_written_back_shortest, explain_writes_numbers_shortest);
 	return s;
 }
 

@@ -890,14 +890,10 @@ static Suite *
 observe_suite(void)
 {
 	Suite *s = suite_create("observe");
-	TCase *tc = tcase_create("observe");
+	TCase *tc = tl_tcase(s, "observe", TEST_TIMEOUT_S);
 
-	tcase_set_timeout(tc, TEST_TIMEOUT_S);
-	tcase_add_test(tc, test_output_log_card_envelope);
-	tcase_add_test(tc, test_metrics_dispatch);
-	tcase_add_test(tc, test_purge);
-	tcase_add_test(tc, test_replay_contract_changed);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_output_log_card_envelope, test_metrics_dispatch, test_purge,
+	         test_replay_contract_changed);
 	return s;
 }
 
@@ -910,13 +906,5 @@ suite_prepare(void)
 	return dl_client_id("dev", g_client, sizeof(g_client));
 }
 
-int
-main(void)
-{
-	static const struct dl_suite s = {
-		.name = "check_observe", .prefix = "ob", .needed = "ONCEGATE_API_KEY ONCEGATE_LOG",
-		.suite = observe_suite, .prepare = suite_prepare,
-	};
-
-	return dl_suite_main(&s);
-}
+DL_SUITE_MAIN(.name = "check_observe", .prefix = "ob", .needed = "ONCEGATE_API_KEY ONCEGATE_LOG",
+              .suite = observe_suite, .prepare = suite_prepare)

@@ -779,19 +779,12 @@ static Suite *
 paths_suite(void)
 {
 	Suite *s = suite_create("operator_paths");
-	TCase *tc = tcase_create("operator_paths");
+	TCase *tc = tl_tcase(s, "operator_paths", TEST_TIMEOUT_S);
 
-	tcase_set_timeout(tc, TEST_TIMEOUT_S);
-	tcase_add_test(tc, test_sample_is_a_draw_per_run);
-	tcase_add_test(tc, test_sample_draw_kept);
-	tcase_add_test(tc, test_sample_rate_zero_and_one);
-	tcase_add_test(tc, test_no_resume_after_replay);
-	tcase_add_test(tc, test_no_replay_after_resume);
-	tcase_add_test(tc, test_no_replay_of_maybe_sent);
-	tcase_add_test(tc, test_resume_replay_race);
-	tcase_add_test(tc, test_revoke_last_link_ends_run);
-	tcase_add_test(tc, test_cancel_in_window);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_sample_is_a_draw_per_run, test_sample_draw_kept,
+	         test_sample_rate_zero_and_one, test_no_resume_after_replay,
+	         test_no_replay_after_resume, test_no_replay_of_maybe_sent, test_resume_replay_race,
+	         test_revoke_last_link_ends_run, test_cancel_in_window);
 	return s;
 }
 

@@ -1530,19 +1530,13 @@ static Suite *
 ops_suite(void)
 {
 	Suite *s = suite_create("ops");
-	TCase *tc = tcase_create("ops");
+	TCase *tc = tl_tcase(s, "ops", TEST_TIMEOUT_S);
 
-	tcase_set_timeout(tc, TEST_TIMEOUT_S);
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, test_dead_letter_evidence);
-	tcase_add_test(tc, test_not_delivered_then_resume);
-	tcase_add_test(tc, test_resume_before_send);
-	tcase_add_test(tc, test_reconcile_delivered);
-	tcase_add_test(tc, test_approval_revoke_and_reject_key);
-	tcase_add_test(tc, test_refusals);
-	tcase_add_test(tc, test_kill_switch_logged);
-	tcase_add_test(tc, test_bulk_resume);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_dead_letter_evidence, test_not_delivered_then_resume,
+	         test_resume_before_send, test_reconcile_delivered,
+	         test_approval_revoke_and_reject_key, test_refusals, test_kill_switch_logged,
+	         test_bulk_resume);
 	return s;
 }
 
@@ -1573,13 +1567,5 @@ suite_prepare(void)
 	return true;
 }
 
-int
-main(void)
-{
-	static const struct dl_suite s = {
-		.name = "check_ops", .prefix = "op", .needed = "ONCEGATE_API_KEY ONCEGATE_LOG",
-		.suite = ops_suite, .prepare = suite_prepare, .http_stall_s = STALL_S,
-	};
-
-	return dl_suite_main(&s);
-}
+DL_SUITE_MAIN(.name = "check_ops", .prefix = "op", .needed = "ONCEGATE_API_KEY ONCEGATE_LOG",
+              .suite = ops_suite, .prepare = suite_prepare, .http_stall_s = STALL_S)

@@ -608,23 +608,16 @@ static Suite *
 problem_suite(void)
 {
 	Suite *s = suite_create("problem");
-	TCase *unit = tcase_create("syntax");
+	TCase *unit = tl_tcase(s, "syntax", 0);
 	TCase *tc;
 
 	tcase_add_loop_test(unit, test_idem_syntax, 0,
 	                    (int)(sizeof(idem_cases) / sizeof(idem_cases[0])));
-	suite_add_tcase(s, unit);
 	if (g_stack) {
-		tc = tcase_create("stack");
-		tcase_set_timeout(tc, 120);
-		tcase_add_test(tc, test_unauthorized);
-		tcase_add_test(tc, test_created_location);
-		tcase_add_test(tc, test_mismatch_two_tenants);
-		tcase_add_test(tc, test_idempotency_key_header);
-		tcase_add_test(tc, test_run_problems);
-		tcase_add_test(tc, test_openapi_served);
-		tcase_add_test(tc, test_rate_limited);
-		suite_add_tcase(s, tc);
+		tc = tl_tcase(s, "stack", 120);
+		TL_TESTS(tc, test_unauthorized, test_created_location, test_mismatch_two_tenants,
+		         test_idempotency_key_header, test_run_problems, test_openapi_served,
+		         test_rate_limited);
 	}
 	return s;
 }

@@ -957,22 +957,10 @@ pkey_suite(void)
 	Suite *s = suite_create("provider_key");
 	TCase *tc = dl_tcase(s, "provider_key", TEST_TIMEOUT_S);
 
-	tcase_add_test(tc, test_two_tenants_http);
-	tcase_add_test(tc, test_two_tenants_smtp);
-	tcase_add_test(tc, test_two_tenants_lookup);
-	tcase_add_test(tc, test_property);
-	tcase_add_test(tc, test_property_fields);
-	tcase_add_test(tc, test_migration_keeps_keys);
+	TL_TESTS(tc, test_two_tenants_http, test_two_tenants_smtp, test_two_tenants_lookup,
+	         test_property, test_property_fields, test_migration_keeps_keys);
 	return s;
 }
 
-int
-main(void)
-{
-	static const struct dl_suite s = {
-		.name = "check_provider_key", .prefix = "pk", .suite = pkey_suite,
-		.http_stall_s = 30, .smtp = true,
-	};
-
-	return dl_suite_main(&s);
-}
+DL_SUITE_MAIN(.name = "check_provider_key", .prefix = "pk", .suite = pkey_suite,
+              .http_stall_s = 30, .smtp = true)

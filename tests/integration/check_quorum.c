@@ -600,29 +600,17 @@ quorum_suite(void)
 	Suite *s = suite_create("quorum");
 	TCase *tc;
 
-	tc = tcase_create("load");
+	tc = tl_tcase(s, "load", 0);
 	tcase_add_test(tc, test_load_refuses_what_cannot_be_met);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("votes");
-	tcase_set_timeout(tc, 90);
-	tcase_add_test(tc, test_race_one_effect);
-	tcase_add_test(tc, test_recorded_once_then_rejected);
-	suite_add_tcase(s, tc);
+	tc = tl_tcase(s, "votes", 90);
+	TL_TESTS(tc, test_race_one_effect, test_recorded_once_then_rejected);
 
 	tc = dl_tcase(s, "edit", SETTLE_S + 90);
 	tcase_add_test(tc, test_edit_then_sent_once);
 	return s;
 }
 
-int
-main(void)
-{
-	static const struct dl_suite s = {
-		.name = "check_quorum", .prefix = "qu", .needed = "ONCEGATE_API_KEY",
-		.suite = quorum_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
-		.smtp = true,
-	};
-
-	return dl_suite_main(&s);
-}
+DL_SUITE_MAIN(.name = "check_quorum", .prefix = "qu", .needed = "ONCEGATE_API_KEY",
+              .suite = quorum_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
+              .smtp = true)

@@ -364,13 +364,11 @@ realdata_suite(void)
 	         tl_env("srcdir") ? tl_env("srcdir") : ".");
 	groups = json_load_file(path, 0, &e);
 
-	tc = tcase_create("groups");
-	tcase_set_timeout(tc, 60);
+	tc = tl_tcase(s, "groups", 60);
 	/* an unreadable corpus still runs one case, which then fails saying why */
 	tcase_add_loop_test(tc, test_group_headers, 0,
 	                    groups != NULL ? (int)json_array_size(json_object_get(groups, "cases"))
 	                                   : 1);
-	suite_add_tcase(s, tc);
 
 	tc = dl_tcase(s, "delivery", SETTLE_S + 60);
 	tcase_add_test(tc, test_two_tenants_one_key);
@@ -378,14 +376,6 @@ realdata_suite(void)
 	return s;
 }
 
-int
-main(void)
-{
-	static const struct dl_suite s = {
-		.name = "check_realdata", .prefix = "rd", .needed = "ONCEGATE_API_KEY",
-		.suite = realdata_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
-		.smtp = true,
-	};
-
-	return dl_suite_main(&s);
-}
+DL_SUITE_MAIN(.name = "check_realdata", .prefix = "rd", .needed = "ONCEGATE_API_KEY",
+              .suite = realdata_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
+              .smtp = true)

@@ -942,19 +942,11 @@ static Suite *
 replay_suite(void)
 {
 	Suite *s = suite_create("replay");
-	TCase *tc = tcase_create("replay");
+	TCase *tc = tl_tcase(s, "replay", TEST_TIMEOUT_S);
 
-	tcase_set_timeout(tc, TEST_TIMEOUT_S);
-	tcase_add_test(tc, test_replay_through_approval_and_outbox);
-	tcase_add_test(tc, test_refusals);
-	tcase_add_test(tc, test_replay_corrected_payload);
-	tcase_add_test(tc, test_explain_scenarios);
-	tcase_add_test(tc, test_bulk_dry_run);
-	tcase_add_test(tc, test_bulk_shared_key);
-	tcase_add_test(tc, test_bulk_rate);
-	tcase_add_test(tc, test_bulk_stop_resume);
-	tcase_add_test(tc, test_purge);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_replay_through_approval_and_outbox, test_refusals,
+	         test_replay_corrected_payload, test_explain_scenarios, test_bulk_dry_run,
+	         test_bulk_shared_key, test_bulk_rate, test_bulk_stop_resume, test_purge);
 	return s;
 }
 

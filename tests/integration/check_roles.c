@@ -787,34 +787,19 @@ static Suite *
 roles_suite(void)
 {
 	Suite *s = suite_create("roles");
-	TCase *tc = tcase_create("roles");
+	TCase *tc = tl_tcase(s, "roles", 120);
 
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_tenants_share_a_key);
-	tcase_add_test(tc, test_fcgi_role);
-	tcase_add_test(tc, test_dispatch_role);
-	tcase_add_test(tc, test_dispatch_cannot_forge);
-	tcase_add_test(tc, test_operator_leaves_a_record);
-	tcase_add_test(tc, test_auditor_role);
-	tcase_add_test(tc, test_operator_is_session_user);
-	tcase_add_test(tc, test_second_database);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_tenants_share_a_key, test_fcgi_role, test_dispatch_role,
+	         test_dispatch_cannot_forge, test_operator_leaves_a_record, test_auditor_role,
+	         test_operator_is_session_user, test_second_database);
 	/* with a dispatcher, the suite's providers and its SMTP sink */
 	tc = dl_tcase(s, "sent", SETTLE_S + 60);
 	tcase_add_test(tc, test_sent_mail_stays_sent);
 	return s;
 }
 
-int
-main(void)
-{
-	static const struct dl_suite s = {
-		.name = "check_roles", .prefix = "ro",
-		.needed = "ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_CONF ONCEGATE_PGUSER_FCGI "
-		          "ONCEGATE_PGUSER_DISPATCH ONCEGATE_PGUSER_OPERATOR ONCEGATE_PGUSER_AUDITOR",
-		.suite = roles_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
-		.smtp = true,
-	};
-
-	return dl_suite_main(&s);
-}
+DL_SUITE_MAIN(.name = "check_roles", .prefix = "ro",
+              .needed = "ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_CONF ONCEGATE_PGUSER_FCGI "
+              "ONCEGATE_PGUSER_DISPATCH ONCEGATE_PGUSER_OPERATOR ONCEGATE_PGUSER_AUDITOR",
+              .suite = roles_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
+              .smtp = true)

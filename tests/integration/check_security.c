@@ -2257,42 +2257,28 @@ security_suite(void)
 	Suite *s = suite_create("security");
 	TCase *tc;
 
-	tc = tcase_create("injection");
-	tcase_set_timeout(tc, 60);
+	tc = tl_tcase(s, "injection", 60);
 	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_hostile_claim_roundtrip);
-	tcase_add_test(tc, test_hostile_transition_roundtrip);
-	tcase_add_test(tc, test_wildcards_are_literal);
-	tcase_add_test(tc, test_hostile_bytes_refused);
-	tcase_add_test(tc, test_query_and_headers_ignored);
-	tcase_add_test(tc, test_hostile_output_and_form);
-	tcase_add_test(tc, test_ctl_hostile_arguments);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_hostile_claim_roundtrip, test_hostile_transition_roundtrip,
+	         test_wildcards_are_literal, test_hostile_bytes_refused,
+	         test_query_and_headers_ignored, test_hostile_output_and_form,
+	         test_ctl_hostile_arguments);
 
-	tc = tcase_create("traversal");
-	tcase_set_timeout(tc, 60);
+	tc = tl_tcase(s, "traversal", 60);
 	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_contract_name_traversal);
-	tcase_add_test(tc, test_url_path_traversal);
-	tcase_add_test(tc, test_loaders_refuse_bad_names);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_contract_name_traversal, test_url_path_traversal,
+	         test_loaders_refuse_bad_names);
 
-	tc = tcase_create("limits");
-	tcase_set_timeout(tc, 60);
+	tc = tl_tcase(s, "limits", 60);
 	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_oversized_headers);
-	tcase_add_test(tc, test_oversized_bodies);
-	tcase_add_test(tc, test_slow_loris);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_oversized_headers, test_oversized_bodies, test_slow_loris);
 
-	tc = tcase_create("secrets");
-	tcase_set_timeout(tc, 60);
+	tc = tl_tcase(s, "secrets", 60);
 	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
 	tcase_add_test(tc, test_headers_on_every_answer);
 	/* Last: it reads every log and table whole, and it exhausts nginx's
 	 * approval POST limit for this address. */
 	tcase_add_test(tc, test_token_never_leaks);
-	suite_add_tcase(s, tc);
 	return s;
 }
 

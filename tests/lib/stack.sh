@@ -40,6 +40,25 @@ need_stack() {
 	done
 }
 
+# stack_script NAME VAR [NEEDED...]: the head of a script that drives the
+# stack ./dev test starts: its messages say "NAME:" (a failure "NAME: FAIL"),
+# HERE is its directory and ROOT the checkout's; it exits 77 (skipped),
+# saying so, when VAR is not set (no stack), and 2 when a NEEDED variable
+# is not.
+# shellcheck disable=SC2034 # set for the sourcing script
+stack_script() {
+	local name=$1 var=$2
+	shift 2
+	SAY_PREFIX="$name:" DIE_PREFIX="$name: FAIL"
+	HERE=$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd -P)
+	ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
+	if [[ -z ${!var:-} ]]; then
+		echo "$name: $var is not set; run under ./dev test. Skipping."
+		exit 77
+	fi
+	need_env "./dev test" "$@"
+}
+
 # as_root_install PACKAGE...: Debian packages installed (apt-get, as root;
 # the package lists refreshed once when the first try fails).
 as_root_install() {
@@ -68,6 +87,9 @@ node_tools() {
 # q SQL: one statement through psql (PG* from the environment), unaligned,
 # tuples only; stops at the first error.
 q() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
+
+# qt SQL: the same, its columns separated by tabs.
+qt() { psql -X -At -F $'\t' -v ON_ERROR_STOP=1 -c "$1"; }
 
 # --- processes -----------------------------------------------------------------
 
@@ -109,6 +131,19 @@ stop_child() {
 		kill -KILL "$pid" 2>/dev/null || true
 	fi
 	wait "$pid" 2>/dev/null || true
+}
+
+# kill_tree PID [SIGNAL]: SIGNAL (TERM) to PID and every process below it,
+# children first found, by PID (read from /proc before any is signalled).
+kill_tree() {
+	local pid=$1 sig=${2:-TERM} child
+	[[ $pid =~ ^[0-9]+$ ]] || return 0
+	kill -STOP "$pid" 2>/dev/null || return 0
+	for child in $(cat /proc/"$pid"/task/*/children 2>/dev/null); do
+		kill_tree "$child" "$sig"
+	done
+	kill "-$sig" "$pid" 2>/dev/null || true
+	kill -CONT "$pid" 2>/dev/null || true
 }
 
 # wait_for SECONDS DESCRIPTION COMMAND...: polls COMMAND every 0.1 s until it
@@ -201,6 +236,90 @@ ready_port() {
 	sed -n 's/^ready \([0-9]*\).*/\1/p' "$1"
 }
 
+# provider_start PIDVAR PORTVAR OUT SCRIPT [ARGS...]: the loopback provider
+# SCRIPT of tests/providers (http_provider.py, smtp_sink.py, ...) started on
+# a free port with ARGS, its output in OUT; PIDVAR gets its PID (a child of
+# this shell, for scratch_end or stop_child) and PORTVAR the port it
+# announced. Dies, showing OUT, when it announces none within 10 s.
+provider_start() {
+	local pidvar=$1 portvar=$2 out=$3 script=$4 port
+	shift 4
+	"${ONCEGATE_PYTHON:-/usr/bin/python3}" \
+		"${ONCEGATE_PROVIDERS:-$(dirname "${BASH_SOURCE[0]}")/../providers}/$script" --port 0 "$@" \
+		>"$out" 2>&1 </dev/null 9>&- &
+	printf -v "$pidvar" '%s' "$!"
+	port=$(ready_port "$out")
+	[[ -n $port ]] || { cat "$out" >&2; die "${script%.py} did not start"; }
+	printf -v "$portvar" '%s' "$port"
+}
+
+# outbox_quiet REASON [KEEP_KEY]: nothing sent but what the scenario makes:
+# every pending or unknown effect in the database cancelled (but those of
+# the idempotency key KEEP_KEY), then the kill switch on (sends allowed),
+# with REASON.
+outbox_quiet() {
+	psql -X -q -v ON_ERROR_STOP=1 -v keep="${2:-}" >/dev/null <<-'EOF'
+		UPDATE effect_outbox SET state = 'cancelled'
+		 WHERE state IN ('pending', 'unknown') AND idempotency_key <> :'keep';
+	EOF
+	# oncegatectl allows sends with `sends resume`, or `kill-switch on` where
+	# it has no `sends` command.
+	"$ONCEGATE_CTL" sends resume --reason "$1" >/dev/null 2>&1 ||
+		"$ONCEGATE_CTL" kill-switch on --reason "$1" >/dev/null 2>&1 || die "oncegatectl could not allow sends"
+}
+
+# conf_lines KEY=VALUE...: the "key = value" lines of a config file, in
+# order; a KEY given again replaces its earlier value (so a caller's own
+# value wins over a shared list like PATIENT_RETRIES).
+conf_lines() {
+	local kv k
+	local -a order=()
+	local -A val=()
+	for kv; do
+		k=${kv%%=*}
+		[[ -v "val[$k]" ]] || order+=("$k")
+		val[$k]=${kv#*=}
+	done
+	for k in "${order[@]}"; do printf '%s = %s\n' "$k" "${val[$k]}"; done
+}
+
+# target_conf NAME KIND URL [KEY=VALUE...]: a [target NAME] section of a
+# dispatcher's config, after a blank line.
+target_conf() {
+	printf '\n[target %s]\n' "$1"
+	conf_lines "kind=$2" "url=$3" "${@:4}"
+}
+
+# The retry settings of a scenario's targets that ride out a cut or a
+# failover: 10 attempts over at most 600 s, 200 ms to 2 s apart.
+# shellcheck disable=SC2034 # for the sourcing scripts
+PATIENT_RETRIES=(timeout_ms=5000 connect_timeout_ms=1000 max_attempts=10 base_ms=200 cap_ms=2000 max_elapsed_s=600)
+
+# nginx_site STATE SOCKET PORT SECRET_CONF [SED-EXPRESSION...]: the local
+# site (nginx/oncegate-local.conf.in) rendered into STATE/nginx/nginx.conf
+# for a private nginx whose files live in STATE/nginx (made, with tmp/ and
+# the page's style sheet in assets/, all readable by nginx's workers): on
+# 127.0.0.1:PORT, in front of the responder's unix SOCKET, sending the
+# proxy secret include SECRET_CONF. The caller's sed expressions apply
+# first. Fails, saying so, when a placeholder is left.
+nginx_site() {
+	local state=$1 sock=$2 port=$3 secret=$4 site e
+	local -a edits=()
+	shift 4
+	for e; do edits+=(-e "$e"); done
+	site=$(dirname "${BASH_SOURCE[0]}")/../../nginx/oncegate-local.conf.in
+	mkdir -p "$state/nginx/tmp" "$state/nginx/assets"
+	chmod 0755 "$state/nginx" "$state/nginx/tmp" "$state/nginx/assets"
+	install -m 0644 "$(dirname "$site")/../templates/approval.css" "$state/nginx/assets/approval.css"
+	sed "${edits[@]}" -e "s|@PORT@|$port|g" -e "s|@FCGI_SOCKET@|$sock|g" \
+		-e "s|@STATE@|$state|g" -e "s|@ASSETS@|$state/nginx/assets|g" \
+		-e "s|@PROXY_SECRET_CONF@|$secret|g" "$site" >"$state/nginx/nginx.conf" || return 1
+	if grep -v '^[[:space:]]*#' "$state/nginx/nginx.conf" | grep -q '@[A-Z_]*@'; then
+		printf 'an @PLACEHOLDER@ is left in %s\n' "$state/nginx/nginx.conf" >&2
+		return 1
+	fi
+}
+
 # check WHAT yes|no: one line of a scenario's verdict; "no" sets fail=1 (the
 # script starts with fail=0 and exits with $fail).
 # shellcheck disable=SC2034 # fail is the sourcing script's
@@ -231,6 +350,36 @@ approved_effects() {
 	EOF
 }
 
+# private_tmp NAME: TMP, a new directory for a script's files that other
+# users (nginx's workers, a daemon's user) may traverse (0711); at exit the
+# script's cleanup runs (it ends with tmp_done), INT and TERM exit 130.
+private_tmp() {
+	TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-$1.XXXXXX")
+	chmod 0711 "$TMP"
+	trap cleanup EXIT
+	trap 'exit 130' INT TERM
+}
+
+# tmp_done: TMP removed, or kept and said so when KEEP=yes.
+tmp_done() { if [[ ${KEEP:-no} == yes ]]; then say "kept $TMP"; else rm -rf "$TMP"; fi; }
+
+# tenant_dumps RUN DIR [RUNS_LIKE]: what a load of RUN left in the database,
+# one tab-separated row a thing, each named TENANT|KEY (its API client's
+# name): DIR/runs.tsv (key, state, attempt; of the keys LIKE RUNS_LIKE,
+# RUN:% unless given), DIR/approvals.tsv (key, state, decision) and
+# DIR/effects.tsv (key, provider key, state, dead letters, effect type).
+tenant_dumps() {
+	local run=$1 dir=$2 runs_like=${3:-$1:%}
+	qt "SELECT c.name || '|' || r.idempotency_key, r.state, r.attempt FROM workflow_runs r
+		JOIN api_clients c ON c.id = r.client_id WHERE r.idempotency_key LIKE '$runs_like'" >"$dir/runs.tsv"
+	qt "SELECT c.name || '|' || a.idempotency_key, a.state, coalesce(a.decision, '') FROM approvals a
+		JOIN api_clients c ON c.id = a.client_id WHERE a.idempotency_key LIKE '$run:%'" >"$dir/approvals.tsv"
+	qt "SELECT c.name || '|' || e.idempotency_key, e.provider_key, e.state,
+		(SELECT count(*) FROM dead_letters d WHERE d.effect_id = e.id), e.effect_type
+		FROM effect_outbox e JOIN api_clients c ON c.id = e.client_id
+		WHERE e.idempotency_key LIKE '$run%'" >"$dir/effects.tsv"
+}
+
 # scratch_begin NAME SIGNAL: TMP, a new private directory for the script's
 # files, and PROVIDER_PID, SINK_PID and DISPATCH_PID, empty, for the script
 # to fill. At exit the dispatcher is sent SIGNAL and the providers TERM,
@@ -253,16 +402,18 @@ scratch_end() {
 	rm -rf "$TMP"
 }
 
-# proxy_secret_make DIR [OWNER]: a fresh proxy secret for a stack of a
-# scenario's own: DIR/proxy_secret (the responder's proxy_secret_file, 0600,
-# OWNER's when given: the user the responder runs as) and
-# DIR/proxy_secret.nginx (the include nginx's master reads at start and
-# sends it with, 0600 root; nginx/oncegate-local.conf.in's
-# @PROXY_SECRET_CONF@).
+# proxy_secret_make DIR [OWNER]: the proxy secret of a stack: DIR/proxy_secret
+# (the responder's proxy_secret_file, 0600, OWNER's when given: the user the
+# responder runs as), made once (a scenario's fresh DIR gets a new one, a
+# ./dev stack keeps its across runs), and DIR/proxy_secret.nginx (the
+# include nginx's master reads at start and sends it with, 0600 root;
+# nginx/oncegate-local.conf.in's @PROXY_SECRET_CONF@).
 proxy_secret_make() {
 	local dir=$1 owner=${2:-}
-	(umask 077 && head -c 36 /dev/urandom | base64 | tr '+/' '-_' >"$dir/proxy_secret" &&
+	(umask 077 &&
+		{ [[ -s $dir/proxy_secret ]] || head -c 36 /dev/urandom | base64 | tr '+/' '-_' >"$dir/proxy_secret"; } &&
 		printf 'fastcgi_param OG_PROXY_SECRET "%s";\n' "$(cat "$dir/proxy_secret")" \
 			>"$dir/proxy_secret.nginx")
+	chmod 0600 "$dir/proxy_secret" "$dir/proxy_secret.nginx"
 	[[ -z $owner ]] || chown "$owner" "$dir/proxy_secret"
 }

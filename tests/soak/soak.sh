@@ -68,7 +68,6 @@ need_env "./dev test or ./dev soak" ONCEGATE_VG_FCGI ONCEGATE_VG_DISPATCH ONCEGA
 [[ $MAILS == long || $MAILS == short ]] || { echo "soak.sh: --mails is long or short" >&2; exit 2; }
 command -v valgrind >/dev/null || { echo "soak.sh: valgrind is not installed" >&2; exit 2; }
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
-ROOT=$(cd "$HERE/../.." && pwd -P)
 
 STATE_DIR=$(dirname "$ONCEGATE_CONF")
 DIR=$(mktemp -d "$STATE_DIR/soak.XXXXXX")
@@ -157,13 +156,8 @@ for ((i = 0; i < 600; i++)); do
 done
 [[ -S $DIR/fcgi.sock ]] || { cat "$DIR/fcgi.stderr" "$DIR/vg-fcgi.log" >&2; echo "soak.sh: the responder did not start" >&2; exit 1; }
 
-mkdir -p "$DIR/nginx/tmp" "$DIR/assets"
-install -m 0644 "$ROOT/templates/approval.css" "$DIR/assets/approval.css"
-sed -e "s|@PORT@|$NGINX_PORT|g" -e "s|@FCGI_SOCKET@|$DIR/fcgi.sock|g" \
-	-e "s|@STATE@|$DIR|g" -e "s|@ASSETS@|$DIR/assets|g" \
-	-e "s|@PROXY_SECRET_CONF@|$(dirname "$ONCEGATE_CONF")/proxy_secret.nginx|g" \
-	"$ROOT/nginx/oncegate-local.conf.in" >"$DIR/nginx/nginx.conf"
-NGINX_PID=$(nginx_start "$DIR/nginx") || { echo "soak.sh: nginx did not start" >&2; exit 1; }
+nginx_site "$DIR" "$DIR/fcgi.sock" "$NGINX_PORT" "$(dirname "$ONCEGATE_CONF")/proxy_secret.nginx" &&
+	NGINX_PID=$(nginx_start "$DIR/nginx") || { echo "soak.sh: nginx did not start" >&2; exit 1; }
 for ((i = 0; i < 300; i++)); do
 	curl -fsS -o /dev/null --max-time 5 "http://127.0.0.1:$NGINX_PORT/healthz" 2>/dev/null && break
 	sleep 0.2

@@ -324,23 +324,14 @@ static Suite *
 backoff_suite(void)
 {
 	Suite *s = suite_create("backoff");
-	TCase *tc = tcase_create("backoff_next");
+	/* test_bounds_sweep takes over a second under ASan; Check's default
+	 * 4 s is too close on a loaded machine */
+	TCase *tc = tl_tcase(s, "backoff_next", 60);
 
 	tcase_add_loop_test(tc, test_table, 0, (int)NCASES);
 	tcase_add_loop_test(tc, test_schedule, 0, (int)(sizeof(schedules) / sizeof(schedules[0])));
-	tcase_add_test(tc, test_bounds_sweep);
-	tcase_add_test(tc, test_monotonic);
-	tcase_add_test(tc, test_null_and_names);
-	tcase_add_test(tc, test_with_classify);
-	/* test_bounds_sweep takes over a second under ASan; Check's default
-	 * 4 s is too close on a loaded machine */
-	tcase_set_timeout(tc, 60);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_bounds_sweep, test_monotonic, test_null_and_names, test_with_classify);
 	return s;
 }
 
-int
-main(void)
-{
-	return tl_suite_run(backoff_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TL_SUITE_MAIN(backoff_suite, false)

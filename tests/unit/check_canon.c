@@ -603,33 +603,18 @@ canon_suite(void)
 	Suite *s = suite_create("canon");
 	TCase *tc;
 
-	tc = tcase_create("canon_json");
+	tc = tl_tcase(s, "canon_json", 60);
 	tcase_add_loop_test(tc, test_table, 0, sizeof(cases) / sizeof(cases[0]));
-	tcase_add_test(tc, test_depth);
-	tcase_add_test(tc, test_depth_unclosed);
-	tcase_add_test(tc, test_many_members);
-	tcase_add_test(tc, test_truncations);
-	tcase_add_test(tc, test_mutations);
-	tcase_add_test(tc, test_strerror);
-	tcase_add_test(tc, test_where);
-	tcase_set_timeout(tc, 60);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_depth, test_depth_unclosed, test_many_members, test_truncations,
+	         test_mutations, test_strerror, test_where);
 
-	tc = tcase_create("canon_member");
+	tc = tl_tcase(s, "canon_member", 0);
 	tcase_add_loop_test(tc, test_member, 0,
 	                    sizeof(member_cases) / sizeof(member_cases[0]));
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("canon_hash");
-	tcase_add_test(tc, test_hash_known);
-	tcase_add_test(tc, test_hash_same_value);
-	tcase_add_test(tc, test_corpus_payloads);
-	suite_add_tcase(s, tc);
+	tc = tl_tcase(s, "canon_hash", 0);
+	TL_TESTS(tc, test_hash_known, test_hash_same_value, test_corpus_payloads);
 	return s;
 }
 
-int
-main(void)
-{
-	return tl_suite_run(canon_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TL_SUITE_MAIN(canon_suite, false)

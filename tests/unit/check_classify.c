@@ -426,20 +426,12 @@ static Suite *
 classify_suite(void)
 {
 	Suite *s = suite_create("classify");
-	TCase *tc = tcase_create("classify_attempt");
+	TCase *tc = tl_tcase(s, "classify_attempt", 0);
 
 	tcase_add_loop_test(tc, test_table, 0, (int)NCASES);
-	tcase_add_test(tc, test_every_reason_covered);
-	tcase_add_test(tc, test_names);
-	tcase_add_test(tc, test_null);
-	tcase_add_test(tc, test_pointer_valid);
-	tcase_add_test(tc, test_pure);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_every_reason_covered, test_names, test_null, test_pointer_valid,
+	         test_pure);
 	return s;
 }
 
-int
-main(void)
-{
-	return tl_suite_run(classify_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TL_SUITE_MAIN(classify_suite, false)

@@ -403,27 +403,16 @@ static Suite *
 config_suite(void)
 {
 	Suite *s = suite_create("config");
-	TCase *tc = tcase_create("load");
+	TCase *tc = tl_tcase(s, "load", 0);
 
-	tcase_add_test(tc, test_defaults);
-	tcase_add_test(tc, test_values);
-	tcase_add_test(tc, test_listen_tcp);
-	tcase_add_test(tc, test_dump_masks_secrets);
+	TL_TESTS(tc, test_defaults, test_values, test_listen_tcp, test_dump_masks_secrets);
 	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bad_cases) / sizeof(bad_cases[0])));
-	tcase_add_test(tc, test_targets);
-	tcase_add_test(tc, test_long_line);
-	tcase_add_test(tc, test_nul_byte);
-	tcase_add_test(tc, test_missing_file);
-	tcase_add_test(tc, test_separator_setting);
+	TL_TESTS(tc, test_targets, test_long_line, test_nul_byte, test_missing_file,
+	         test_separator_setting);
 	tcase_add_loop_test(tc, test_check_ready, 0,
 	                    (int)(sizeof(ready_cases) / sizeof(ready_cases[0])));
 	tcase_add_test(tc, test_check_ready_accepts);
-	suite_add_tcase(s, tc);
 	return s;
 }
 
-int
-main(void)
-{
-	return tl_suite_run(config_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TL_SUITE_MAIN(config_suite, false)

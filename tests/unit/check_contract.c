@@ -1734,47 +1734,27 @@ contract_suite(void)
 	Suite *s = suite_create("contract");
 	TCase *tc;
 
-	tc = tcase_create("validate");
+	tc = tl_tcase(s, "validate", 0);
 	tcase_add_loop_test(tc, test_validate_table, 0, sizeof(vcases) / sizeof(vcases[0]));
-	tcase_add_test(tc, test_validate_messages);
-	tcase_add_test(tc, test_validate_cap);
-	tcase_add_test(tc, test_validate_long_key);
-	tcase_add_test(tc, test_validate_deep_instance);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_validate_messages, test_validate_cap, test_validate_long_key,
+	         test_validate_deep_instance);
 
-	tc = tcase_create("load");
+	tc = tl_tcase(s, "load", 120);
 	tcase_add_loop_test(tc, test_load_errors, 0, sizeof(lcases) / sizeof(lcases[0]));
-	tcase_add_test(tc, test_load_oversized);
-	tcase_add_test(tc, test_load_too_deep);
-	tcase_add_test(tc, test_load_not_regular);
-	tcase_add_test(tc, test_load_dir);
-	tcase_add_test(tc, test_notify_targets_checked);
-	tcase_add_test(tc, test_load_error_sanitised);
-	tcase_add_test(tc, test_defaults);
-	tcase_add_test(tc, test_settings);
-	tcase_add_test(tc, test_mutations);
-	tcase_set_timeout(tc, 120);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_load_oversized, test_load_too_deep, test_load_not_regular, test_load_dir,
+	         test_notify_targets_checked, test_load_error_sanitised, test_defaults,
+	         test_settings, test_mutations);
 
-	tc = tcase_create("gate");
-	tcase_add_loop_test(tc, test_rule_ops, 0, sizeof(rcases) / sizeof(rcases[0]));
-	tcase_add_test(tc, test_rule_paths);
-	tcase_add_test(tc, test_crm_tag_rules);
-	tcase_add_test(tc, test_sampling);
-	tcase_add_loop_test(tc, test_approver_matches, 0, sizeof(acases) / sizeof(acases[0]));
-	tcase_add_test(tc, test_effects);
-	tcase_add_test(tc, test_editable_allow);
-	tcase_add_test(tc, test_pointer_get);
 	/* test_sampling makes 50,000 CSPRNG draws: 0.7-2.7 s under ASan, more
 	 * on a loaded machine than Check's default 4 s allow */
-	tcase_set_timeout(tc, 60);
-	suite_add_tcase(s, tc);
+	tc = tl_tcase(s, "gate", 60);
+	tcase_add_loop_test(tc, test_rule_ops, 0, sizeof(rcases) / sizeof(rcases[0]));
+	TL_TESTS(tc, test_rule_paths, test_crm_tag_rules, test_sampling);
+	tcase_add_loop_test(tc, test_approver_matches, 0, sizeof(acases) / sizeof(acases[0]));
+	TL_TESTS(tc, test_effects, test_editable_allow, test_pointer_get);
 
-	tc = tcase_create("shipped");
-	tcase_add_test(tc, test_shipped);
-	tcase_add_test(tc, test_threads);
-	tcase_set_timeout(tc, 60);
-	suite_add_tcase(s, tc);
+	tc = tl_tcase(s, "shipped", 60);
+	TL_TESTS(tc, test_shipped, test_threads);
 	return s;
 }
 

@@ -198,22 +198,13 @@ static Suite *
 http_suite(void)
 {
 	Suite *s = suite_create("http");
-	TCase *tc = tcase_create("parse");
+	TCase *tc = tl_tcase(s, "parse", 0);
 
 	tcase_add_loop_test(tc, test_route_table, 0,
 	                    (int)(sizeof(route_cases) / sizeof(route_cases[0])));
-	tcase_add_test(tc, test_route_key_length);
-	tcase_add_test(tc, test_key_rule);
-	tcase_add_test(tc, test_pct_decode);
-	tcase_add_test(tc, test_media_type);
-	tcase_add_test(tc, test_bearer);
-	tcase_add_test(tc, test_response_caps);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_route_key_length, test_key_rule, test_pct_decode, test_media_type,
+	         test_bearer, test_response_caps);
 	return s;
 }
 
-int
-main(void)
-{
-	return tl_suite_run(http_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TL_SUITE_MAIN(http_suite, false)

@@ -428,30 +428,17 @@ jcs_suite(void)
 	Suite *s = suite_create("jcs");
 	TCase *tc;
 
-	tc = tcase_create("rfc8785");
-	tcase_add_test(tc, rfc8785_vectors);
-	tcase_add_test(tc, as_written_rule_unchanged);
-	tcase_add_test(tc, utf16_member_order);
-	tcase_add_test(tc, string_escapes);
-	suite_add_tcase(s, tc);
+	tc = tl_tcase(s, "rfc8785", 0);
+	TL_TESTS(tc, rfc8785_vectors, as_written_rule_unchanged, utf16_member_order,
+	         string_escapes);
 
-	tc = tcase_create("numbers");
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, number_form);
-	tcase_add_test(tc, number_out_of_range);
-	tcase_add_test(tc, es6_number_file);
-	tcase_add_test(tc, es6_number_sequence);
-	tcase_add_test(tc, dumps_shortest);
-	suite_add_tcase(s, tc);
+	tc = tl_tcase(s, "numbers", 120);
+	TL_TESTS(tc, number_form, number_out_of_range, es6_number_file, es6_number_sequence,
+	         dumps_shortest);
 
-	tc = tcase_create("utf8");
+	tc = tl_tcase(s, "utf8", 0);
 	tcase_add_test(tc, utf8_decoder);
-	suite_add_tcase(s, tc);
 	return s;
 }
 
-int
-main(void)
-{
-	return tl_suite_run(jcs_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TL_SUITE_MAIN(jcs_suite, false)

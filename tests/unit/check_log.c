@@ -795,43 +795,23 @@ log_suite(void)
 	Suite *s = suite_create("log");
 	TCase *tc;
 
-	tc = tcase_create("lines");
+	tc = tl_tcase(s, "lines", 0);
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, test_fields);
-	tcase_add_test(tc, test_field_order);
-	tcase_add_test(tc, test_no_fields);
-	tcase_add_test(tc, test_model_and_output_fields);
-	tcase_add_test(tc, test_levels);
-	tcase_add_test(tc, test_level_names);
-	tcase_add_test(tc, test_truncation);
-	tcase_add_test(tc, test_bad_utf8);
-	tcase_add_test(tc, test_stderr);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_fields, test_field_order, test_no_fields, test_model_and_output_fields,
+	         test_levels, test_level_names, test_truncation, test_bad_utf8, test_stderr);
 
-	tc = tcase_create("redact");
+	tc = tl_tcase(s, "redact", 0);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_redact, 0,
 	                    sizeof(redact_cases) / sizeof(redact_cases[0]));
-	tcase_add_test(tc, test_redact_null);
-	tcase_add_test(tc, test_redact_in_log);
-	tcase_add_test(tc, test_redact_at_cut);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_redact_null, test_redact_in_log, test_redact_at_cut);
 
-	tc = tcase_create("files");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, test_reopen);
-	tcase_add_test(tc, test_open_fails);
-	tcase_add_test(tc, test_write_failure);
-	tcase_add_test(tc, test_threads);
-	tcase_add_test(tc, test_threads_with_reopen);
 	/* generous: valgrind runs the threads tests ~50x slower */
-	tcase_set_timeout(tc, 600);
-	suite_add_tcase(s, tc);
+	tc = tl_tcase(s, "files", 600);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	TL_TESTS(tc, test_reopen, test_open_fails, test_write_failure, test_threads,
+	         test_threads_with_reopen);
 	return s;
 }
 
-int
-main(void)
-{
-	return tl_suite_run(log_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TL_SUITE_MAIN(log_suite, false)

@@ -221,19 +221,11 @@ static Suite *
 neutralise_suite(void)
 {
 	Suite *s = suite_create("neutralise");
-	TCase *tc = tcase_create("neutralise_line");
+	TCase *tc = tl_tcase(s, "neutralise_line", 60);
 
 	tcase_add_loop_test(tc, test_table, 0, (int)(sizeof(cases) / sizeof(cases[0])));
-	tcase_add_test(tc, test_cut);
-	tcase_add_test(tc, test_cap);
-	tcase_add_test(tc, test_hostile_every_cut);
-	tcase_set_timeout(tc, 60);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_cut, test_cap, test_hostile_every_cut);
 	return s;
 }
 
-int
-main(void)
-{
-	return tl_suite_run(neutralise_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TL_SUITE_MAIN(neutralise_suite, false)

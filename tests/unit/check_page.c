@@ -1320,11 +1320,10 @@ page_suite(void)
 	Suite *s = suite_create("page");
 	TCase *tc;
 
-	tc = tcase_create("hostile");
+	tc = tl_tcase(s, "hostile", 300);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_hostile_approval, 0, NHOSTILE);
-	tcase_add_test(tc, test_hostile_decided);
-	tcase_add_test(tc, test_hostile_notice);
+	TL_TESTS(tc, test_hostile_decided, test_hostile_notice);
 	tcase_add_loop_test(tc, test_url_refused, 0,
 	                    sizeof(bad_urls) / sizeof(bad_urls[0]));
 	tcase_add_loop_test(tc, test_url_allowed, 0,
@@ -1332,34 +1331,22 @@ page_suite(void)
 	tcase_add_loop_test(tc, test_attr_refused, 0,
 	                    sizeof(bad_attrs) / sizeof(bad_attrs[0]));
 	tcase_add_test(tc, test_attr_null_name);
-	tcase_set_timeout(tc, 300);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("structure");
+	tc = tl_tcase(s, "structure", 0);
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, test_repeat_order);
-	tcase_add_test(tc, test_repeat_copies_state);
-	tcase_add_test(tc, test_repeat_none_and_done);
-	tcase_add_test(tc, test_remove);
-	tcase_add_test(tc, test_caller_bugs_are_sticky);
-	tcase_add_test(tc, test_render);
-	tcase_add_test(tc, test_page_new);
-	tcase_add_test(tc, test_json_text);
-	tcase_add_test(tc, test_corpus_drafts);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_repeat_order, test_repeat_copies_state, test_repeat_none_and_done,
+	         test_remove, test_caller_bugs_are_sticky, test_render, test_page_new,
+	         test_json_text, test_corpus_drafts);
 
-	tc = tcase_create("load");
+	tc = tl_tcase(s, "load", 0);
 	tcase_add_loop_test(tc, test_broken_dir, 0,
 	                    sizeof(broken) / sizeof(broken[0]));
 	tcase_add_test(tc, test_missing_dir);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("threads");
+	/* generous: valgrind runs this ~50x slower */
+	tc = tl_tcase(s, "threads", 900);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_threads);
-	/* generous: valgrind runs this ~50x slower */
-	tcase_set_timeout(tc, 900);
-	suite_add_tcase(s, tc);
 	return s;
 }
 

@@ -422,22 +422,16 @@ static Suite *
 schema_suite(void)
 {
 	Suite *s = suite_create("schema_suite");
-	TCase *tc = tcase_create("official");
+	TCase *tc = tl_tcase(s, "official", 60);
 
 	tcase_add_test(tc, test_suite);
-	tcase_set_timeout(tc, 60);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("formats");
+	tc = tl_tcase(s, "formats", 0);
 	tcase_add_loop_test(tc, test_formats, 0, sizeof(fcases) / sizeof(fcases[0]));
 	tcase_add_test(tc, test_format_error);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("contracts");
-	tcase_add_test(tc, test_annotations_load);
-	tcase_add_test(tc, test_unsupported_format);
-	tcase_add_test(tc, test_still_refused);
-	suite_add_tcase(s, tc);
+	tc = tl_tcase(s, "contracts", 0);
+	TL_TESTS(tc, test_annotations_load, test_unsupported_format, test_still_refused);
 	return s;
 }
 

@@ -280,30 +280,18 @@ token_suite(void)
 	Suite *s = suite_create("token");
 	TCase *tc;
 
-	tc = tcase_create("token");
-	tcase_add_test(tc, test_token_shape);
-	tcase_add_test(tc, test_token_distinct);
-	tcase_add_test(tc, test_token_hash_vectors);
+	tc = tl_tcase(s, "token", 300);
+	TL_TESTS(tc, test_token_shape, test_token_distinct, test_token_hash_vectors);
 	tcase_add_loop_test(tc, test_token_shape_valid, 0,
 	                    sizeof(shape_cases) / sizeof(shape_cases[0]));
 	tcase_add_test(tc, test_token_shape_null);
 	/* 100,000 draws take seconds under valgrind */
-	tcase_set_timeout(tc, 300);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("csrf");
+	tc = tl_tcase(s, "csrf", 300);
 	tcase_add_checked_fixture(tc, csrf_setup, NULL);
-	tcase_add_test(tc, test_csrf_known_answer);
-	tcase_add_test(tc, test_csrf_refusals);
-	tcase_add_test(tc, test_csrf_boundaries);
-	tcase_add_test(tc, test_csrf_fail_closed);
-	tcase_set_timeout(tc, 300);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_csrf_known_answer, test_csrf_refusals, test_csrf_boundaries,
+	         test_csrf_fail_closed);
 	return s;
 }
 
-int
-main(void)
-{
-	return tl_suite_run(token_suite(), false) != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TL_SUITE_MAIN(token_suite, false)

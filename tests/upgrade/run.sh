@@ -96,49 +96,21 @@ fi
 
 # --- a database, a provider, a configuration, nginx ------------------------------------
 PGUSER=postgres createdb -O oncegate "$DB"
-"$ONCEGATE_PYTHON" "$ONCEGATE_PROVIDERS/http_provider.py" --port 0 --pid "$TMP/provider.pid" \
-	>"$TMP/provider.out" 2>&1 &
-PROVIDER_PID=$!
-PPORT=$(ready_port "$TMP/provider.out")
-[[ -n $PPORT ]] || die "the provider did not start"
+provider_start PROVIDER_PID PPORT "$TMP/provider.out" http_provider.py --pid "$TMP/provider.pid"
 conf() { # SQL_DIR LOG SOCKET
-	cat <<-EOF
-		listen = $3
-		listen_mode = 0660
-		listen_group = www-data
-		threads = 8
-		database = "host=$PGHOST port=$PGPORT dbname=$DB"
-		lease_default_seconds = 300
-		log_file = $2
-		log_level = info
-		sql_dir = $1
-		retry_after_seconds = 2
-		contracts_dir = $(conf_value contracts_dir)
-		templates_dir = $(conf_value templates_dir)
-		public_url = $(conf_value public_url)
-		csrf_secret = $(conf_value csrf_secret)
-		dispatch_workers = 2
-		dispatch_poll_ms = 200
-		dispatch_shutdown_seconds = 5
-
-		[target demo_http]
-		kind = http
-		url = http://127.0.0.1:$PPORT/effects
-		lookup_url = http://127.0.0.1:$PPORT/effects/lookup
-		idempotency_key = 1
-		provider_id_header = X-Provider-Id
-		rejection_pointer = !/ok
-
-		# named by the stack's contracts; nothing in this test sends there
-		[target demo_smtp]
-		kind = smtp
-		url = smtp://127.0.0.1:9
-		mail_from = oncegate@upgrade.example
-
-		[target callback]
-		kind = http
-		url = http://127.0.0.1:9/
-	EOF
+	local k
+	conf_lines listen="$3" listen_mode=0660 listen_group=www-data threads=8 \
+		database="\"host=$PGHOST port=$PGPORT dbname=$DB\"" lease_default_seconds=300 log_file="$2" \
+		log_level=info sql_dir="$1" retry_after_seconds=2 dispatch_workers=2 dispatch_poll_ms=200 \
+		dispatch_shutdown_seconds=5
+	# the stack's contracts, templates, public URL and CSRF secret
+	for k in contracts_dir templates_dir public_url csrf_secret; do conf_lines "$k=$(conf_value "$k")"; done
+	target_conf demo_http http "http://127.0.0.1:$PPORT/effects" \
+		lookup_url="http://127.0.0.1:$PPORT/effects/lookup" idempotency_key=1 \
+		provider_id_header=X-Provider-Id rejection_pointer='!/ok'
+	# named by the stack's contracts; nothing in this test sends there
+	target_conf demo_smtp smtp smtp://127.0.0.1:9 mail_from=oncegate@upgrade.example
+	target_conf callback http http://127.0.0.1:9/
 }
 (umask 077 && conf "$OLD/src/sql" "$TMP/old.log" "$TMP/old.sock" >"$TMP/old.conf" &&
 	conf "$ROOT/sql" "$TMP/new.log" "$TMP/new.sock" >"$TMP/new.conf")
@@ -153,15 +125,9 @@ octl kill-switch on --reason "upgrade test: sends to a loopback provider" >/dev/
 KEY=$(octl client add upgrade --reason "upgrade test traffic" 2>/dev/null)
 [[ -n $KEY ]] || die "no API key"
 
-mkdir -p "$TMP/nginx/tmp" "$TMP/assets"
-install -m 0644 "$ROOT/templates/approval.css" "$TMP/assets/approval.css"
 HPORT=$(free_port 25000 32000)
 # upstream SOCKET: nginx's configuration, passing requests to SOCKET.
-upstream() {
-	sed -e "s|@PORT@|$HPORT|g" -e "s|@FCGI_SOCKET@|$1|g" -e "s|@STATE@|$TMP|g" \
-		-e "s|@ASSETS@|$TMP/assets|g" -e "s|@PROXY_SECRET_CONF@|$TMP/proxy_secret.nginx|g" \
-		"$ROOT/nginx/oncegate-local.conf.in" >"$TMP/nginx/nginx.conf"
-}
+upstream() { nginx_site "$TMP" "$1" "$HPORT" "$TMP/proxy_secret.nginx" || die "cannot render nginx's site"; }
 upstream "$TMP/old.sock"
 NGINX_PID=$(nginx_start "$TMP/nginx") || die "nginx did not start"
 
