@@ -14,6 +14,7 @@
 #include "decide.h"
 #include "effect.h"
 #include "ledger.h"
+#include "metrics.h"
 #include "caps.h"
 #include "log.h"
 
@@ -185,6 +186,7 @@ api_output_submit(struct api_call *c)
 		api_internal(c, "validator failed");
 		goto out;
 	}
+	metrics_count(METRICS_OUTPUT_SUBMITTED);
 	/* The payload as it will be sent: the caller's, with the members the
 	 * contract takes from the output; checked like the output, so nobody
 	 * approves (and no rule judges) anything but what goes out. */

@@ -384,9 +384,9 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 			j->attempt--;
 			(void)dispatch_hold(db, j->id);
 			dispatch_log_effect(LOG_LEVEL_NOTICE, "dispatch.blocked", j, "sending", "pending", NULL,
-			                    NULL, s->env_enabled ? "kill switch off (database flag)"
-			                                         : "kill switch off (AI_ACTIONS_ENABLED)",
-			                    0, "oncegatectl kill-switch status");
+			                    NULL, s->env_enabled ? "sends stopped (kill switch engaged)"
+			                                         : "sends stopped (AI_ACTIONS_ENABLED)",
+			                    0, "oncegatectl sends status");
 		}
 		goto out;
 	}

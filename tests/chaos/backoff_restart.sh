@@ -83,7 +83,7 @@ VALUES ($client, '$RUN:once', 'crm.note', 'bo_idem',
             '{"fault":["503","503","ok"],"note":"Заметка · 備考 · ملاحظة · הערה 📝"}', 'UTF8')), 'hex'),
         '$RUN:spent/crm.note');
 SQL
-"$ONCEGATE_CTL" kill-switch on --reason "chaos: backoff restart" >/dev/null 2>&1
+"$ONCEGATE_CTL" sends resume --reason "chaos: backoff restart" >/dev/null 2>&1
 
 start_dispatcher() {
 	local n=$1 i
@@ -183,5 +183,5 @@ fi
 kill -TERM "$DISPATCH_PID" 2>/dev/null || true
 wait "$DISPATCH_PID" 2>/dev/null || true
 DISPATCH_PID=''
-"$ONCEGATE_CTL" kill-switch off --reason "chaos run over" >/dev/null 2>&1 || true
+"$ONCEGATE_CTL" sends stop --reason "chaos run over" >/dev/null 2>&1 || true
 exit "$fail"

@@ -83,7 +83,7 @@ EOF
 say "kill -9: $EFFECTS effects, $KILLS kills, provider without idempotency keys on :$PORT"
 # Nothing else may be sent by these dispatchers: earlier work is cancelled.
 q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
-"$ONCEGATE_CTL" kill-switch on --reason "chaos: kill -9 of the dispatcher" 2>/dev/null
+"$ONCEGATE_CTL" sends resume --reason "chaos: kill -9 of the dispatcher" 2>/dev/null
 approved_effects "$RUN:" "$EFFECTS" chaos_plain n
 
 start_dispatcher() {
@@ -207,5 +207,5 @@ rc=0
 # the fault happened, and it stranded only what was in flight
 [[ $killed == "$KILLS" && $sent_during_kills -gt 0 && $((started_at_kill + unstarted_at_kill)) -gt 0 ]] || rc=1
 [[ $unknown_unstarted == 0 && $unknown -le $started_at_kill ]] || rc=1
-"$ONCEGATE_CTL" kill-switch off --reason "chaos run over" 2>/dev/null || true
+"$ONCEGATE_CTL" sends stop --reason "chaos run over" 2>/dev/null || true
 exit "$rc"

@@ -103,7 +103,7 @@ q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unkn
 CLIENT_B=globex-helpdesk-$RUN
 ctl client add "$CLIENT_B" \
 	--reason "chaos: the second tenant of replay_contract.sh" >"$TMP/api_key_b" 2>/dev/null
-ctl kill-switch on --reason "chaos: replay after a contract change" \
+ctl sends resume --reason "chaos: replay after a contract change" \
 	>/dev/null 2>&1
 log0=$(stat -c %s "$ONCEGATE_LOG")
 AI_ACTIONS_ENABLED=true "$ONCEGATE_DISPATCH" -c "$TMP/dispatch.conf" </dev/null \
@@ -290,5 +290,5 @@ printf '  measured: %d dead letters in %.1f s; %d replays in %.1f s (%.0f ms eac
 kill -TERM "$DISPATCH_PID" 2>/dev/null || true
 wait "$DISPATCH_PID" 2>/dev/null || true
 DISPATCH_PID=''
-ctl kill-switch off --reason "chaos run over" >/dev/null 2>&1 || true
+ctl sends stop --reason "chaos run over" >/dev/null 2>&1 || true
 exit "$fail"

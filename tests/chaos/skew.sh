@@ -90,7 +90,7 @@ VALUES (1, '$RUN:effect', 'crm.tag', 'skew_plain', '{"n": 1}', 'sha256:y', '$RUN
     'sha256:' || encode(sha256(convert_to('{"n":1}', 'UTF8')), 'hex'), '$RUN:claimed/crm.tag',
     'sending', 1, gen_random_uuid(), now() - interval '1 second', now() - interval '10 seconds', false);
 EOF
-"$ONCEGATE_CTL" kill-switch on --reason "chaos: clock skew" 2>/dev/null
+"$ONCEGATE_CTL" sends resume --reason "chaos: clock skew" 2>/dev/null
 AI_ACTIONS_ENABLED=true "$ONCEGATE_DISPATCH" -c "$TMP/dispatch.conf" </dev/null >"$TMP/dispatch.stderr" 2>&1 &
 DISPATCH_PID=$!
 for ((i = 0; i < 50; i++)); do
@@ -118,5 +118,5 @@ check "with a dead letter for an operator" "$([[ $letters == 1 ]] && echo yes ||
 check "and never sent (provider requests: $sent)" "$([[ $sent == 0 ]] && echo yes || echo no)"
 check "the one whose lease ended before its send went out once: completed at attempt 1 ($claimed, requests: $claimed_sent)" \
 	"$([[ $claimed == 'completed 1' && $claimed_sent == 1 ]] && echo yes || echo no)"
-"$ONCEGATE_CTL" kill-switch off --reason "chaos run over" 2>/dev/null || true
+"$ONCEGATE_CTL" sends stop --reason "chaos run over" 2>/dev/null || true
 exit "$fail"

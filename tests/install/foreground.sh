@@ -25,7 +25,7 @@
 # ONCEGATE_DISPATCH, ONCEGATE_PROVIDERS, ONCEGATE_PYTHON and the PG* of the
 # schema's owner (the daemons reach PostgreSQL over TCP with its password:
 # a user other than root has no peer mapping on the test stack). Needs
-# root. Sets the kill switch on and cancels what is pending in the test
+# root. Allows sends (oncegatectl sends resume) and cancels what is pending in the test
 # database, as the fault scenarios do. Exit 0 pass, 1 fail, 77 no stack.
 set -euo pipefail
 # shellcheck source=tests/lib/stack.sh
@@ -56,7 +56,7 @@ cleanup() {
 	stop_child "$FCGI_PID" 40 oncegate-fcgi
 	stop_child "$DISPATCH_PID" 30 oncegate-dispatch
 	stop_child "$PROVIDER_PID" 5
-	"$ONCEGATE_CTL" kill-switch off --reason "foreground test over" >/dev/null 2>&1
+	"$ONCEGATE_CTL" sends stop --reason "foreground test over" >/dev/null 2>&1
 	if [[ ${KEEP:-no} == yes ]]; then say "kept $TMP"; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
@@ -123,8 +123,8 @@ install -m 0600 -o "$RUSER" "$PGPASSFILE" "$TMP/pgpass"
 
 # Nothing else of the shared test database may be sent by our dispatcher.
 q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
-"$ONCEGATE_CTL" kill-switch on --reason "foreground test" >/dev/null 2>&1 ||
-	die "oncegatectl kill-switch on failed"
+"$ONCEGATE_CTL" sends resume --reason "foreground test" >/dev/null 2>&1 ||
+	die "oncegatectl sends resume failed"
 
 # --- the documented commands -------------------------------------------------------------
 # (PGUSER, PGPASSFILE: how this test reaches the database; a server uses
