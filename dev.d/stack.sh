@@ -262,8 +262,8 @@ demo_providers_stop() {
 	stop_pid demo-http "$STATE/demo-http.pid" TERM 10
 }
 
-# The local stack sends: AI_ACTIONS_ENABLED=true here, and the
-# database flag on. Everywhere else both default to off.
+# The local stack sends: AI_ACTIONS_ENABLED=true here, and sends
+# resumed in the database (the kill switch released). Everywhere else both default to off.
 dispatch_start() {
 	local pid
 	pid=$(pid_of "$STATE/dispatch.pid")
@@ -276,7 +276,7 @@ dispatch_start() {
 		say "new build: restarting oncegate-dispatch"
 		dispatch_stop
 	fi
-	ctl kill-switch on --reason "./dev up: the local stack sends to the demo provider" 2>/dev/null
+	ctl sends resume --reason "./dev up: the local stack sends to the demo provider" 2>/dev/null
 	say "starting oncegate-dispatch"
 	PGUSER=oncegate-dispatch AI_ACTIONS_ENABLED=true setsid "$BUILD/oncegate-dispatch" -c "$CONF" \
 		</dev/null >>"$STATE/dispatch.stderr" 2>&1 9>&- &

@@ -124,7 +124,7 @@ cmd_check() {
 # which each run wipes), against a throwaway stack of its own (stack n8n,
 # build directory .dev/build-n8n, sanitizers on), so it can run beside
 # ./dev test.
-# The stack's dispatcher sends (AI_ACTIONS_ENABLED=true, kill switch on) to
+# The stack's dispatcher sends (AI_ACTIONS_ENABLED=true, sends allowed) to
 # the demo providers; tests/n8n/run.sh starts n8n and the model stand-in.
 cmd_test_n8n() {
 	local rc=0

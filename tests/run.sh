@@ -145,7 +145,8 @@ run_foreground() { bash "$ROOT/tests/install/foreground.sh"; }
 # sends once (./dev chaos runs it with more restarts).
 run_promtool() {
 	promtool check rules "$ROOT/contrib/prometheus/oncegate.rules.yml" &&
-		(cd "$ROOT/contrib/prometheus" && promtool test rules oncegate.rules.test.yml)
+		(cd "$ROOT/contrib/prometheus" && promtool test rules oncegate.rules.test.yml) &&
+		bash "$ROOT/tests/runbook.sh" "$BUILD/oncegatectl"
 }
 run_backoff_restart() { bash "$ROOT/tests/chaos/backoff_restart.sh" --restarts 1; }
 
@@ -291,7 +292,7 @@ run_stages() {
 		"run_install|make install, config example, man pages, systemd units (tests/install/install.sh)|the installed tree, the example config, a man page or a systemd unit is not right"
 		"run_daemons|socket activation, sd_notify, SIGHUP parity (tests/install/daemons.sh)|socket activation, readiness or the SIGHUP reload of a daemon is not right"
 		"run_foreground|without systemd, a broken reload kept (tests/install/foreground.sh)|a daemon started by hand did not bind, switch user or send, or a broken reload stopped sends or went unreported"
-		"run_promtool|prometheus rules (promtool check rules; promtool test rules)|the Prometheus rules do not load or fail their unit tests"
+		"run_promtool|prometheus rules (promtool check rules; promtool test rules; tests/runbook.sh)|the Prometheus rules do not load, fail their unit tests, or name an oncegatectl command it refuses"
 		"run_backoff_restart|chaos, short form (tests/chaos/backoff_restart.sh --restarts 1)|chaos: a restart during a backoff lost the budget or the due time, or sent twice"
 		"run_replay_contract|chaos, short form (tests/chaos/replay_contract.sh --runs 6)|chaos: a replay after a contract change carried the old draft, sent, or changed the original"
 		"run_upgrade|upgrade from the previous release under traffic (tests/upgrade/run.sh)|upgrade: a claim or effect was lost or doubled, the 503 window was not seen, or a daemon served on the old schema"

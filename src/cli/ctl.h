@@ -4,7 +4,7 @@
  * database session's role), the usage and the decision log. Each group of
  * commands lives in its own file, named for what it does, and is listed in
  * the command table of oncegatectl.c:
- *   ctl_admin.c       migrate, client, config, kill-switch
+ *   ctl_admin.c       migrate, client, config, sends (kill-switch)
  *   ctl_deadletter.c  deadletter list / show
  *   ctl_repair.c      reconcile, resume (one effect), reject, approval, cancel
  *   ctl_resume.c      bulk resume: a selection checked, then run as a job

@@ -1,6 +1,6 @@
 /*
  * ctl_admin.c — setting oncegate up and switching it: `migrate`, `client`
- * (API keys), `config check` and `kill-switch`. A change needs --reason and
+ * (API keys), `config check` and `sends` (the kill switch). A change needs --reason and
  * commits with its operator_actions row; the decision log names the actor.
  *
  * The kill-switch row is read and written through its owner (control.c).
@@ -496,86 +496,150 @@ ctl_admin_config(struct ctl *ctl, int argc, char **argv)
 	return EXIT_SUCCESS;
 }
 
-int
-ctl_admin_kill_switch(struct ctl *ctl, int argc, char **argv)
+/* `sends status`: who last stopped or resumed sends, and what waits. */
+static int
+sends_status(struct ctl *ctl)
 {
-	const char *reason = NULL, *what;
-	char op[OPLOG_ROLE_LEN] = "";
 	PGresult *res = NULL;
-	bool on, was;
+	bool allowed;
 
-	if (change_opts(argc, argv, &reason) != 0 || optind != argc - 1)
-		return ctl_usage(ctl);
-	what = argv[optind];
-	if (strcmp(what, "status") == 0) {
-		if (reason != NULL)
-			return ctl_usage(ctl);
-		if (ctl_db(ctl) != 0)
-			return EXIT_UNAVAILABLE;
-		if (control_status(ctl->db, &res) != DB_OK || PQntuples(res) != 1) {
-			fprintf(stderr, "oncegatectl: kill-switch status: %s\n", db_error(ctl->db));
-			PQclear(res);
-			return EXIT_REFUSED;
-		}
-		if (ctl->json) {
-			json_t *doc = json_pack(
-				"{s:b, s:s?, s:s?, s:s?, s:I, s:I, s:s}", "database_flag",
-				db_get(res, 0, "actions_enabled")[0] == 't', "changed_at",
-				db_get(res, 0, "changed_at"), "changed_by", db_get(res, 0, "changed_by"),
-				"reason", db_get(res, 0, "reason"), "blocked_sends",
-				(json_int_t)db_get_ll(res, 0, "blocked_sends"), "due_effects",
-				(json_int_t)db_get_ll(res, 0, "due"), "environment_needs",
-				"AI_ACTIONS_ENABLED=true");
-
-			ctl_print_json(doc);
-			json_decref(doc);
-		} else {
-			const char *by = db_get(res, 0, "changed_by"), *why = db_get(res, 0, "reason");
-			char *safe = ctl_terminal_text(why != NULL ? why : "-");
-
-			printf("database flag   %s (since %s, by %s: %s)\n",
-			       db_get(res, 0, "actions_enabled")[0] == 't' ? "ON" : "OFF",
-			       db_get(res, 0, "changed_at"), by != NULL ? by : "-",
-			       safe != NULL ? safe : "-");
-			free(safe);
-			printf("effects due     %s\n", db_get(res, 0, "due"));
-			printf("blocked sends   %s (refused by the switch right before sending)\n",
-			       db_get(res, 0, "blocked_sends"));
-			printf("A dispatcher sends only while this flag is ON and its own environment "
-			       "has AI_ACTIONS_ENABLED=true.\n");
-		}
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	if (control_status(ctl->db, &res) != DB_OK || PQntuples(res) != 1) {
+		fprintf(stderr, "oncegatectl: sends status: %s\n", db_error(ctl->db));
 		PQclear(res);
-		return EXIT_SUCCESS;
+		return EXIT_REFUSED;
 	}
-	if (strcmp(what, "on") != 0 && strcmp(what, "off") != 0)
-		return ctl_usage(ctl);
-	on = strcmp(what, "on") == 0;
-	if (bad_reason(on ? "kill-switch on" : "kill-switch off", reason))
+	allowed = db_get(res, 0, "actions_enabled")[0] == 't';
+	if (ctl->json) {
+		json_t *doc = json_pack(
+			"{s:s, s:s?, s:s?, s:s?, s:I, s:I, s:s}", "sends",
+			allowed ? "allowed" : "stopped", "changed_at", db_get(res, 0, "changed_at"),
+			"changed_by", db_get(res, 0, "changed_by"), "reason", db_get(res, 0, "reason"),
+			"blocked_sends", (json_int_t)db_get_ll(res, 0, "blocked_sends"), "due_effects",
+			(json_int_t)db_get_ll(res, 0, "due"), "environment_needs",
+			"AI_ACTIONS_ENABLED=true");
+
+		ctl_print_json(doc);
+		json_decref(doc);
+	} else {
+		const char *by = db_get(res, 0, "changed_by"), *why = db_get(res, 0, "reason");
+		char *safe = ctl_terminal_text(why != NULL ? why : "-");
+
+		printf("sends           %s (since %s, by %s: %s)\n",
+		       allowed ? "ALLOWED" : "STOPPED (kill switch engaged)",
+		       db_get(res, 0, "changed_at"), by != NULL ? by : "-", safe != NULL ? safe : "-");
+		free(safe);
+		printf("effects due     %s\n", db_get(res, 0, "due"));
+		printf("blocked sends   %s (refused by the switch right before sending)\n",
+		       db_get(res, 0, "blocked_sends"));
+		printf("A dispatcher sends only while sends are ALLOWED here and its own environment "
+		       "has AI_ACTIONS_ENABLED=true.\n");
+	}
+	PQclear(res);
+	return EXIT_SUCCESS;
+}
+
+/* Stops (allow false) or resumes sends: the row and its operator_actions
+ * row commit together. The stored flag keeps its meaning (actions_enabled:
+ * true while sends are allowed); the actions are named for what the
+ * operator did. */
+static int
+sends_set(struct ctl *ctl, bool allow, const char *reason)
+{
+	const char *what = allow ? "sends resume" : "sends stop";
+	char op[OPLOG_ROLE_LEN] = "";
+	bool was;
+
+	if (bad_reason(what, reason))
 		return EXIT_USAGE;
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	/* the change and its operator_actions row commit together */
-	if (db_begin(ctl->db) != DB_OK || control_set(ctl->db, on, reason, &was) != DB_OK ||
-	    record(ctl, on ? "kill_switch.on" : "kill_switch.off", reason, 0,
-	           json_pack("{s:b, s:b}", "was", was, "now", on), op) != 0 ||
+	if (db_begin(ctl->db) != DB_OK || control_set(ctl->db, allow, reason, &was) != DB_OK ||
+	    record(ctl, allow ? "sends.resumed" : "sends.stopped", reason, 0,
+	           json_pack("{s:s, s:s}", "was", was ? "allowed" : "stopped", "now",
+	                     allow ? "allowed" : "stopped"),
+	           op) != 0 ||
 	    db_commit(ctl->db) != DB_OK) {
-		fprintf(stderr, "oncegatectl: kill-switch %s: %s\n", what, db_error(ctl->db));
+		fprintf(stderr, "oncegatectl: %s: %s\n", what, db_error(ctl->db));
 		db_rollback(ctl->db);
 		return EXIT_REFUSED;
 	}
 	{
-		struct log_fields f = { .actor = op, .reason = reason, .state_to = on ? "on" : "off" };
+		struct log_fields f = { .actor = op, .reason = reason,
+			                .state_to = allow ? "allowed" : "stopped" };
 
-		ctl_log(ctl, LOG_LEVEL_NOTICE, "kill_switch.changed", &f);
+		ctl_log(ctl, LOG_LEVEL_NOTICE, allow ? "sends.resumed" : "sends.stopped", &f);
 	}
 	if (ctl->json) {
-		json_t *doc = json_pack("{s:b, s:b, s:s}", "database_flag", on, "was", was,
-		                        "changed_by", op);
+		json_t *doc = json_pack("{s:s, s:s, s:s}", "sends", allow ? "allowed" : "stopped",
+		                        "was", was ? "allowed" : "stopped", "changed_by", op);
 
 		ctl_print_json(doc);
 		json_decref(doc);
 	}
-	fprintf(stderr, "oncegatectl: kill switch database flag %s (by %s); dispatchers "
-	        "also need AI_ACTIONS_ENABLED=true\n", on ? "ON" : "OFF", op);
+	if (allow)
+		fprintf(stderr, "oncegatectl: sends ALLOWED (by %s); dispatchers also need "
+		        "AI_ACTIONS_ENABLED=true\n", op);
+	else
+		fprintf(stderr, "oncegatectl: sends STOPPED (by %s): no dispatcher starts a send "
+		        "until `oncegatectl sends resume`\n", op);
 	return EXIT_SUCCESS;
+}
+
+/* WORD --reason TEXT | status, where stop and resume are the command's
+ * words for stopping and allowing sends. */
+static int
+sends_command(struct ctl *ctl, int argc, char **argv, const char *stop, const char *resume)
+{
+	const char *reason = NULL, *what;
+
+	if (change_opts(argc, argv, &reason) != 0 || optind != argc - 1)
+		return ctl_usage(ctl);
+	what = argv[optind];
+	if (strcmp(what, "status") == 0)
+		return reason != NULL ? ctl_usage(ctl) : sends_status(ctl);
+	if (strcmp(what, stop) == 0)
+		return sends_set(ctl, false, reason);
+	if (strcmp(what, resume) == 0)
+		return sends_set(ctl, true, reason);
+	return ctl_usage(ctl);
+}
+
+int
+ctl_admin_sends(struct ctl *ctl, int argc, char **argv)
+{
+	return sends_command(ctl, argc, argv, "stop", "resume");
+}
+
+int
+ctl_admin_kill_switch(struct ctl *ctl, int argc, char **argv)
+{
+	int i;
+
+	/* `on` once allowed sends; an old script's `off` in an incident must not
+	 * start them now, so neither spelling is taken in either meaning. */
+	for (i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--reason") == 0) {
+			i++;
+			continue;
+		}
+		if (strcmp(argv[i], "on") == 0 || strcmp(argv[i], "off") == 0)
+			break;
+	}
+	if (i < argc) {
+		const char *what = argv[i];
+
+		fprintf(stderr,
+		        "oncegatectl: `kill-switch %s` is no longer accepted (`on` used to ALLOW "
+		        "sends).\n"
+		        "  To stop every send:  oncegatectl sends stop --reason TEXT   (or kill-switch "
+		        "engage)\n"
+		        "  To allow sends:      oncegatectl sends resume --reason TEXT (or kill-switch "
+		        "release)\n"
+		        "  To see the state:    oncegatectl sends status\n",
+		        what);
+		return EXIT_USAGE;
+	}
+	return sends_command(ctl, argc, argv, "engage", "release");
 }

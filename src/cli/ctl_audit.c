@@ -180,6 +180,7 @@ ctl_audit_report(struct ctl *ctl, int argc, char **argv)
 		{ "reclaims", "reclaims (attempt > 1)" },
 		{ "invalid_outputs", "invalid model outputs" },
 		{ "failed_validation", "runs failed on validation" },
+		{ "runs_rejected", "runs rejected by a person (not failures)" },
 		{ "approvals_by_decision", "approvals by decision" },
 		{ "approvals_expired", "approvals expired" },
 		{ "approvals_pending", "approvals pending now" },
@@ -193,7 +194,7 @@ ctl_audit_report(struct ctl *ctl, int argc, char **argv)
 		{ "oldest_open_dead_letter_s", "oldest open dead letter (s)" },
 		{ "replays", "replays" },
 		{ "operator_actions", "operator actions" },
-		{ "kill_switch_on", "kill switch database flag on" },
+		{ "sends_stopped", "sends stopped (kill switch engaged)" },
 		{ "blocked_sends", "sends blocked by the switch" },
 	}, lifetime[] = {
 		{ "duplicates_lifetime", "duplicate deliveries" },

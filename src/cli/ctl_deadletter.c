@@ -1,7 +1,8 @@
 /*
- * ctl_deadletter.c — `deadletter list` and `deadletter show`: what
- * automatic recovery gave up on, with its evidence (docs/operate.md).
- * Read-only; the SQL is in src/lib/repair.c.
+ * ctl_deadletter.c — `deadletter list`, `show` and `assign`: what
+ * automatic recovery gave up on, with its evidence (docs/operate.md), and
+ * who looks after it. The SQL is in src/lib/deadletter.c; an assignment
+ * commits with its operator_actions row.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -13,6 +14,8 @@
 #include "canon.h"
 #include "ctl_deadletter.h"
 #include "deadletter.h"
+#include "log.h"
+#include "oplog.h"
 #include "repair.h"
 
 static char *
@@ -214,6 +217,8 @@ cmd_show(struct ctl *ctl, const char *id)
 		       ctl_jstr(doc, "reason"));
 		printf("provider id      %s\n", pid);
 		printf("owner            %s\n", ctl_jstr(doc, "owner"));
+		printf("approved by      %s\n", json_is_string(json_object_get(doc, "approved_by"))
+		                                     ? ctl_jstr(doc, "approved_by") : "-");
 		printf("next action      %s\n", ctl_jstr(doc, "next_action"));
 		printf("retention until  %s\n", ctl_jstr(doc, "retention_until"));
 		printf("replay count     %lld%s%s\n",
@@ -226,6 +231,17 @@ cmd_show(struct ctl *ctl, const char *id)
 			printf(" (by %s at %s)", ctl_jstr(doc, "resolved_by"),
 			       ctl_jstr(doc, "resolved_at"));
 		printf("\n");
+		{
+			const json_t *h = json_object_get(doc, "resolutions");
+			size_t k;
+
+			for (k = 0; k < json_array_size(h); k++) {
+				const json_t *e = json_array_get(h, k);
+
+				printf("  %s %-14s by %s\n", ctl_jstr(e, "at"), ctl_jstr(e, "resolution"),
+				       ctl_jstr(e, "by"));
+			}
+		}
 		free(corr);
 		free(wf);
 		free(contract);
@@ -244,6 +260,103 @@ cmd_show(struct ctl *ctl, const char *id)
 	return EXIT_SUCCESS;
 }
 
+/* `deadletter assign ID --to PERSON --reason TEXT`: a person owns the
+ * letter from now on (by default its client does). */
+static int
+cmd_assign(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "to", required_argument, NULL, 't' },
+		{ "reason", required_argument, NULL, 'r' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *to = NULL, *reason = NULL, *id;
+	struct deadletter_assigned out;
+	char by[OPLOG_ROLE_LEN] = "", cid[24], *details = NULL;
+	struct oplog_action a = { .action = "deadletter.assigned" };
+	enum og_rc rc;
+	size_t i;
+	int opt;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (opt == 't')
+			to = optarg;
+		else if (opt == 'r')
+			reason = optarg;
+		else
+			return ctl_usage(ctl);
+	}
+	if (optind != argc - 1 || to == NULL)
+		return ctl_usage(ctl);
+	id = argv[optind];
+	for (i = 0; to[i] != '\0'; i++)
+		if ((unsigned char)to[i] < 0x20 || to[i] == 0x7f)
+			break;
+	if (to[i] != '\0' || i == 0 || i > 200) {
+		fprintf(stderr, "oncegatectl: deadletter assign: --to is a person (1-200 characters, "
+		        "no control characters), e.g. an e-mail address\n");
+		return EXIT_USAGE;
+	}
+	if (reason == NULL || *reason == '\0' || strlen(reason) > OPLOG_REASON_MAX) {
+		fprintf(stderr, "oncegatectl: deadletter assign needs --reason TEXT (at most %d "
+		        "characters): say why, it is kept with the change\n", OPLOG_REASON_MAX);
+		return EXIT_USAGE;
+	}
+	if (!repair_is_uuid(id)) {
+		fprintf(stderr, "oncegatectl: deadletter assign: no dead letter has the id %s\n", id);
+		return EXIT_REFUSED;
+	}
+	if (ctl_db(ctl) != 0)
+		return EXIT_UNAVAILABLE;
+	if (db_begin(ctl->db) != DB_OK) {
+		fprintf(stderr, "oncegatectl: deadletter assign: %s\n", db_error(ctl->db));
+		return EXIT_UNAVAILABLE;
+	}
+	rc = deadletter_assign(ctl->db, id, to, &out);
+	if (rc == OG_OK) {
+		json_t *d = json_pack("{s:s, s:s?}", "owner", to, "was", out.was[0] ? out.was : NULL);
+
+		details = d != NULL ? json_dumps(d, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+		json_decref(d);
+		snprintf(cid, sizeof(cid), "%lld", out.client_id);
+		a.reason = reason;
+		a.client_id = cid;
+		a.key = out.key;
+		a.effect_id = out.effect_id;
+		a.details = details;
+		if (oplog_record_by(ctl->db, &a, NULL, by, sizeof(by)) != DB_OK ||
+		    db_commit(ctl->db) != DB_OK)
+			rc = OG_ERROR;
+	}
+	free(details);
+	if (rc != OG_OK) {
+		db_rollback(ctl->db);
+		if (rc == OG_NOT_FOUND)
+			fprintf(stderr, "oncegatectl: deadletter assign: no dead letter has the id %s "
+			        "(as its own id or its effect's)\n", id);
+		else
+			fprintf(stderr, "oncegatectl: deadletter assign: %s\n", db_error(ctl->db));
+		return rc == OG_NOT_FOUND ? EXIT_REFUSED : ctl_exit(rc);
+	}
+	{
+		struct log_fields f = { .actor = by, .reason = reason, .key = out.key,
+			                .effect_id = out.effect_id, .detail = to };
+
+		ctl_log(ctl, LOG_LEVEL_NOTICE, "deadletter.assigned", &f);
+	}
+	if (ctl->json) {
+		json_t *doc = json_pack("{s:s, s:s, s:s, s:s?, s:s}", "dead_letter_id", out.id,
+		                        "effect_id", out.effect_id, "owner", to, "was",
+		                        out.was[0] ? out.was : NULL, "assigned_by", by);
+
+		ctl_print_json(doc);
+		json_decref(doc);
+	}
+	fprintf(stderr, "oncegatectl: dead letter %s now owned by %s (by %s)\n", out.id, to, by);
+	return EXIT_SUCCESS;
+}
+
 int
 ctl_deadletter(struct ctl *ctl, int argc, char **argv)
 {
@@ -251,5 +364,7 @@ ctl_deadletter(struct ctl *ctl, int argc, char **argv)
 		return cmd_list(ctl, argc - 1, argv + 1);
 	if (argc == 3 && strcmp(argv[1], "show") == 0 && argv[2][0] != '-')
 		return cmd_show(ctl, argv[2]);
+	if (argc >= 2 && strcmp(argv[1], "assign") == 0)
+		return cmd_assign(ctl, argc - 1, argv + 1);
 	return ctl_usage(ctl);
 }

@@ -39,7 +39,7 @@ struct command {
 static const char *const value_options[] = {
 	"reason", "client", "new-key", "payload", "map", "rate", "resume", "since", "class",
 	"target", "state", "limit", "older-than", "expect", "provider-id", "select", "job",
-	"decide", "approver",
+	"decide", "approver", "to",
 };
 
 #define TIME_TEXT                                                                          \
@@ -79,11 +79,21 @@ static const struct command commands[] = {
 	  "  that cannot work (naming the line), and prints the settings, secrets masked.\n"
 	  "  --json: {\"config\", \"valid\", \"settings\", \"targets\", \"contracts\"}.\n",
 	  ctl_admin_config },
-	{ "kill-switch", "the database half of the kill switch (sends need it ON)",
-	  "usage: oncegatectl kill-switch on|off --reason TEXT\n"
+	{ "sends", "the kill switch: stop every send, resume, or show the state",
+	  "usage: oncegatectl sends stop|resume --reason TEXT\n"
+	  "       oncegatectl sends status\n"
+	  "  stop: no dispatcher starts a send until resume (the kill switch, engaged).\n"
+	  "  resume: dispatchers send again, those whose environment has\n"
+	  "  AI_ACTIONS_ENABLED=true. status: the state, who set it and why, what waits.\n"
+	  "  --json: {\"sends\": \"stopped\"|\"allowed\", \"was\", \"changed_by\"} /\n"
+	  "  {\"sends\", \"changed_at\", \"changed_by\", \"reason\", \"blocked_sends\",\n"
+	  "  \"due_effects\", \"environment_needs\"}.\n",
+	  ctl_admin_sends },
+	{ "kill-switch", "the same as sends: engage (stop sends), release, status",
+	  "usage: oncegatectl kill-switch engage|release --reason TEXT\n"
 	  "       oncegatectl kill-switch status\n"
-	  "  The database flag every dispatcher reads before each send; a dispatcher sends\n"
-	  "  only while it is ON and its own environment has AI_ACTIONS_ENABLED=true.\n",
+	  "  engage = sends stop (nothing goes out); release = sends resume.\n"
+	  "  The old `kill-switch on|off` is refused: `on` used to allow sends.\n",
 	  ctl_admin_kill_switch },
 	{ "replay", "a correction as a new run linked to the original",
 	  "usage: oncegatectl replay KEY --new-key NEWKEY --reason TEXT [--payload FILE]\n"
@@ -127,9 +137,11 @@ static const struct command commands[] = {
 	  "usage: oncegatectl deadletter list [--since TIME] [--class permanent|exhausted|unknown]\n"
 	  "                                 [--target NAME] [--state open|resolved] [--limit N]\n"
 	  "       oncegatectl deadletter show ID\n"
+	  "       oncegatectl deadletter assign ID --to PERSON --reason TEXT\n"
 	  "  list: the letters, newest first (at most --limit, default 200). show: one letter\n"
 	  "  (by its own id or its effect's) with its attempts and their evidence. A letter is\n"
 	  "  open while its effect is still failed or unknown and waits for an operator.\n"
+	  "  assign: a person owns the letter from now on (by default its client does).\n"
 	  TIME_TEXT,
 	  ctl_deadletter },
 	{ "reconcile", "record what the provider really did with an unknown or failed effect",

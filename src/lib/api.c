@@ -244,7 +244,8 @@ api_log(struct api_call *c, enum log_level level, const char *event, struct log_
 {
 	if (!log_enabled(level))
 		return;
-	f->client = c->authed ? c->client.name : NULL;
+	/* the API client, or the client of the run an approval page is about */
+	f->client = c->authed || c->client.id > 0 ? c->client.name : NULL;
 	if (f->key == NULL && c->key[0] != '\0')
 		f->key = c->key;
 	f->request_id = c->req->request_id;
@@ -418,6 +419,8 @@ api_reject(struct api_call *c, const char *code, const char *message, const char
 	f.reason = code;
 	f.detail = message;
 	f.validation = field;
+	if (c->resp->status == 401)
+		metrics_count(METRICS_AUTH_FAILED);
 	api_log(c, LOG_LEVEL_NOTICE, c->resp->status == 401 ? "auth.failed" : "request.invalid",
 	        &f);
 }

@@ -261,6 +261,11 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 	bool post;
 
 	snprintf(c->key, sizeof(c->key), "%s", a->key);
+	/* An approver is no API client, but every line about the run names
+	 * its client: two clients may use the same key. */
+	if (!c->authed &&
+	    clients_name(c->ctx->db, a->client_id, c->client.name, sizeof(c->client.name)) == OG_OK)
+		c->client.id = a->client_id;
 	f.approval_id = a->id;
 	/* Someone who may decide nothing here is told so, and sees nothing of
 	 * the request (whatever its state); a decision they post is refused

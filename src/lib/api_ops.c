@@ -56,13 +56,11 @@ api_ops_metrics(struct api_call *c)
 	struct log_fields f = { 0 };
 	enum og_rc rc;
 
-	rc = metrics_text(c->ctx->db, &c->resp->body);
+	/* also while the database is down: the alerts must not resolve */
+	rc = metrics_answer(c->ctx->db, &c->resp->body);
 	if (rc != OG_OK) {
 		api_json_headers(c);
-		if (rc == OG_UNAVAILABLE)
-			api_fail(c, OG_UNAVAILABLE);
-		else
-			api_internal(c, "the metrics could not be computed");
+		api_internal(c, "the metrics do not fit the response buffer");
 		return;
 	}
 	/* This process's readiness after the figures shared by all. */

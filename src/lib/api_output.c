@@ -16,6 +16,7 @@
 #include "decide.h"
 #include "effect.h"
 #include "ledger.h"
+#include "metrics.h"
 #include "caps.h"
 #include "log.h"
 #include "provider.h"
@@ -153,6 +154,7 @@ api_output_check(struct api_call *c, const struct api_output_in *in, json_t **se
 		api_internal(c, "validator failed");
 		return false;
 	}
+	metrics_count(METRICS_OUTPUT_SUBMITTED);
 	/* The payload as it will be sent: the caller's, with the members the
 	 * contract takes from the output; checked like the output, so nobody
 	 * approves (and no rule judges) anything but what goes out. */

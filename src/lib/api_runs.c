@@ -90,6 +90,7 @@ api_runs_claim(struct api_call *c)
 	struct ledger_run run = { 0 };
 	struct log_fields f = { 0 };
 	char hash[CANON_HASH_LEN], hash_as_written[CANON_HASH_LEN], loc[API_RUN_PATH_MAX];
+	char prev_owner[CANON_HASH_LEN];
 	char *payload = NULL;
 	size_t payload_len;
 	long long lease;
@@ -167,7 +168,21 @@ api_runs_claim(struct api_call *c)
 		f.state_to = ledger_state_name(RUN_PROCESSING);
 		f.version = run.version;
 		f.attempt = run.attempt;
-		api_log(c, LOG_LEVEL_INFO, "run.claimed", &f);
+		if (run.lease_reclaimed) {
+			/* taken over from a worker whose lease ran out: that worker may
+			 * still be running, so the line names it — by a fingerprint,
+			 * since a lease owner is a capability and never logged */
+			f.state_from = ledger_state_name(RUN_PROCESSING);
+			if (run.reclaimed_from[0] != '\0') {
+				canon_hash(run.reclaimed_from, strlen(run.reclaimed_from), prev_owner);
+				prev_owner[7 + 16] = '\0';
+				f.previous_owner = prev_owner;
+			}
+			f.detail = "lease expired; claimed again";
+			api_log(c, LOG_LEVEL_NOTICE, "run.reclaimed", &f);
+		} else {
+			api_log(c, LOG_LEVEL_INFO, "run.claimed", &f);
+		}
 		break;
 	case OG_DUPLICATE:
 		out = json_pack("{s:s, s:s, s:s, s:I}", "outcome", "duplicate", "key", c->key,
@@ -175,6 +190,9 @@ api_runs_claim(struct api_call *c)
 		                (json_int_t)run.version);
 		if (run.result != NULL)
 			json_object_set(out, "result", run.result);
+		/* who decided, so a duplicate of a finished run answers it whole */
+		if (run.decision != NULL)
+			json_object_set(out, "decision", run.decision);
 		if (run.lease_live)
 			json_set_opt(out, "lease_expires_at", run.lease_expires_at);
 		http_json(c->resp, 200, out);

@@ -11,8 +11,8 @@
 /* The snapshot: the run and the effect as they are now, and every attempt. */
 static const struct db_stmt st_open = {
 	"deadletter_open",
-	"INSERT INTO dead_letters (effect_id, client_id, idempotency_key, component,"
-	"    error_class, reason, evidence, next_action, retention_until, owner)"
+	"INSERT INTO dead_letters AS d (effect_id, client_id, idempotency_key, component,"
+	"    error_class, reason, evidence, next_action, retention_until, owner, exhaustions)"
 	"SELECT e.id, e.client_id, e.idempotency_key, 'dispatcher', $2, $3,"
 	"  jsonb_build_object("
 	"    'event_id', coalesce(r.event_id, r.correlation_id),"
@@ -34,13 +34,17 @@ static const struct db_stmt st_open = {
 	"       FROM effect_attempts a WHERE a.effect_id = e.id)),"
 	"  $4, now() + make_interval(days => $6::int),"
 	/* who answers for it until an operator takes it: the workflow's client */
-	"  (SELECT 'client:' || c.name FROM api_clients c WHERE c.id = e.client_id)"
+	"  (SELECT 'client:' || c.name FROM api_clients c WHERE c.id = e.client_id),"
+	"  ($2 = 'exhausted')::int"
 	"  FROM effect_outbox e"
 	"  JOIN workflow_runs r ON r.client_id = e.client_id"
 	"   AND r.idempotency_key = e.idempotency_key"
 	" WHERE e.id = $1::uuid"
-	" ON CONFLICT (effect_id) DO NOTHING"
-	" RETURNING id",
+	/* one letter per effect; a budget spent again (after a resume) counts
+	 * again */
+	" ON CONFLICT (effect_id) DO UPDATE SET exhaustions = d.exhaustions + 1"
+	"   WHERE EXCLUDED.error_class = 'exhausted'"
+	" RETURNING id, xmax = 0 AS written",
 	6, false,
 };
 
@@ -65,21 +69,48 @@ deadletter_open(struct db *db, const struct deadletter_open *in, bool *written)
 {
 	struct deadletter_open_call d;
 	struct db_call call = { 0 };
-	long long n = 0;
+	PGresult *res = NULL;
 	enum db_rc rc;
 
 	deadletter_open_call(&d, in, &call);
-	rc = db_exec_count(db, call.stmt, call.params, &n);
-	*written = rc == DB_OK && n == 1;
+	rc = db_exec(db, call.stmt, call.params, &res);
+	*written = rc == DB_OK && PQntuples(res) == 1 && db_get(res, 0, "written") != NULL &&
+	           db_get(res, 0, "written")[0] == 't';
+	PQclear(res);
 	return rc;
 }
 
-/* $1 effect ids (uuid[]) $2 resolution; resolved by the session's role */
+/* One entry of a letter's resolution history. */
+#define DEADLETTER_HISTORY(what)                                                         \
+	"jsonb_build_array(jsonb_build_object('resolution', " what ", 'at', og_ts(now()),"      \
+	" 'by', session_user))"
+
+/* $1 effect ids (uuid[]) $2 resolution; resolved by the session's role.
+ * Every resolution is added to the letter's history; a letter a replay
+ * answered stays `replayed` (what was done about it), whatever is learnt
+ * about the original effect later. */
 static const struct db_stmt st_resolve = {
 	"deadletter_resolve",
-	"UPDATE dead_letters SET resolution = $2, resolved_at = now(), resolved_by = session_user"
+	"UPDATE dead_letters"
+	"   SET resolution = CASE WHEN resolution = 'replayed' THEN resolution ELSE $2 END,"
+	"       resolved_at = CASE WHEN resolution = 'replayed' THEN resolved_at ELSE now() END,"
+	"       resolved_by = CASE WHEN resolution = 'replayed' THEN resolved_by"
+	"                          ELSE session_user END,"
+	"       resolutions = resolutions || " DEADLETTER_HISTORY("$2::text")
 	" WHERE effect_id = ANY($1::uuid[])"
 	" RETURNING id",
+	2, false,
+};
+
+/* $1 a letter's id or its effect's id, $2 the person who owns it now;
+ * the owner it had (NULL: its client's by default). */
+static const struct db_stmt st_assign = {
+	"deadletter_assign",
+	"UPDATE dead_letters d SET owner = $2"
+	"  FROM (SELECT id, owner FROM dead_letters"
+	"         WHERE id = $1::uuid OR effect_id = $1::uuid FOR UPDATE) was"
+	" WHERE d.id = was.id"
+	" RETURNING d.id, d.effect_id, d.client_id, d.idempotency_key, was.owner AS was",
 	2, false,
 };
 
@@ -91,7 +122,8 @@ static const struct db_stmt st_replayed = {
 	"       resolved_at = CASE WHEN " DEADLETTER_OPEN("d", "e") " THEN now()"
 	"                          ELSE d.resolved_at END,"
 	"       resolved_by = CASE WHEN " DEADLETTER_OPEN("d", "e") " THEN session_user"
-	"                          ELSE d.resolved_by END"
+	"                          ELSE d.resolved_by END,"
+	"       resolutions = d.resolutions || " DEADLETTER_HISTORY("'replayed'")
 	"  FROM effect_outbox e"
 	" WHERE e.id = d.effect_id AND d.client_id = $1::bigint AND d.idempotency_key = $2"
 	" RETURNING d.id",
@@ -181,7 +213,11 @@ static const struct db_stmt st_show = {
 	"  'retention_until', og_ts(d.retention_until), 'replay_count', d.replay_count,"
 	"  'replayed_as', d.replayed_as,"
 	"  'resolution', d.resolution, 'resolved_at', og_ts(d.resolved_at),"
-	"  'resolved_by', d.resolved_by,"
+	"  'resolved_by', d.resolved_by, 'resolutions', d.resolutions,"
+	"  'approved_by', CASE r.decision WHEN 'approve' THEN r.decided_by"
+	"                 WHEN 'auto' THEN 'gate:auto' END,"
+	"  'decision', jsonb_build_object('decision', r.decision, 'decided_by', r.decided_by,"
+	"      'decided_at', og_ts(r.decided_at)),"
 	"  'evidence', d.evidence,"
 	"  'effect', jsonb_build_object('state', e.state, 'type', e.effect_type,"
 	"      'target', e.target, 'provider_key', e.provider_key, 'provider_id', e.provider_id,"
@@ -238,6 +274,33 @@ deadletter_resolve(struct db *db, const char *ids, const char *resolution)
 
 	PQclear(res);
 	return rc;
+}
+
+enum og_rc
+deadletter_assign(struct db *db, const char *id, const char *owner, struct deadletter_assigned *out)
+{
+	const char *p[2] = { id, owner };
+	PGresult *res = NULL;
+	enum db_rc rc;
+	const char *v;
+
+	memset(out, 0, sizeof(*out));
+	if ((rc = db_exec(db, &st_assign, p, &res)) != DB_OK)
+		/* class 22: not a uuid, so no letter's */
+		return rc == DB_ERROR && strncmp(db_sqlstate(db), "22", 2) == 0 ? OG_NOT_FOUND
+		                                                               : og_rc_of(rc);
+	if (PQntuples(res) != 1) {
+		PQclear(res);
+		return OG_NOT_FOUND;
+	}
+	snprintf(out->id, sizeof(out->id), "%s", db_get(res, 0, "id"));
+	snprintf(out->effect_id, sizeof(out->effect_id), "%s", db_get(res, 0, "effect_id"));
+	out->client_id = db_get_ll(res, 0, "client_id");
+	snprintf(out->key, sizeof(out->key), "%s", db_get(res, 0, "idempotency_key"));
+	v = db_get(res, 0, "was");
+	snprintf(out->was, sizeof(out->was), "%s", v != NULL ? v : "");
+	PQclear(res);
+	return OG_OK;
 }
 
 enum db_rc

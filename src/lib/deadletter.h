@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "db.h"
+#include "caps.h"
 #include "rc.h"
 
 /*
@@ -29,7 +30,8 @@
 
 /*
  * The letter of an effect, written once (a second one for the same effect
- * is not written). Run after the effect's last attempt is recorded in the
+ * is not written; one of class exhausted adds one to the letter's
+ * exhaustions, so each spent retry budget counts). Run after the effect's last attempt is recorded in the
  * same transaction, so the snapshot holds it.
  */
 struct deadletter_open {
@@ -55,6 +57,21 @@ enum db_rc deadletter_open(struct db *db, const struct deadletter_open *in, bool
 /* Closes the letters of the effects in ids (a PostgreSQL uuid[] text) with
  * resolution, resolved by the session's role (session_user). */
 enum db_rc deadletter_resolve(struct db *db, const char *ids, const char *resolution);
+
+/* What deadletter_assign changed. */
+struct deadletter_assigned {
+	char id[40];
+	char effect_id[40];
+	long long client_id;
+	char key[OG_KEY_MAX_CHARS * 4 + 1];
+	char was[256];               /* the owner before; "" = the client's default */
+};
+
+/* Makes owner (a person) the owner of the letter id (its id or its
+ * effect's). OG_NOT_FOUND: no such letter. In the caller's transaction,
+ * which records the operator action. */
+enum og_rc deadletter_assign(struct db *db, const char *id, const char *owner,
+                             struct deadletter_assigned *out) __attribute__((warn_unused_result));
 
 /* The run client_id/key was replayed as new_key: every letter of its
  * effects counts it and names the new run; an open one is answered by it

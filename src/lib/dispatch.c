@@ -255,7 +255,14 @@ dispatch_log_effect(enum log_level level, const char *event, const struct outbox
                     const char *hint)
 {
 	struct log_fields f = { 0 };
+	/* a provider's error text may name an internal host or echo a key */
+	char *safe;
 
+	if (!log_enabled(level))
+		return;
+	safe = reason != NULL ? strdup(reason) : NULL;
+	if (safe != NULL)
+		(void)log_redact_provider(safe);
 	f.client = j->client[0] ? j->client : NULL;
 	f.key = j->key;
 	f.effect_id = j->id;
@@ -265,11 +272,12 @@ dispatch_log_effect(enum log_level level, const char *event, const struct outbox
 	f.state_to = to;
 	f.provider_id = provider_id != NULL && *provider_id ? provider_id : NULL;
 	f.error_class = error_class;
-	f.reason = reason;
+	f.reason = reason != NULL && safe == NULL ? "(provider text left out: out of memory)" : safe;
 	f.duration_ms = duration_ms;
 	f.hint = hint;
 	f.detail = j->type;
 	log_event(level, event, &f);
+	free(safe);
 }
 
 /* Marks and counts effects held back by the kill switch (effect_id: that

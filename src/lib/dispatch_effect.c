@@ -366,9 +366,9 @@ send_gate(struct dispatch_shared *s, struct db *db, struct dispatch_config *dc, 
 			j->attempt--;
 			(void)dispatch_hold(db, j->id);
 			dispatch_log_effect(LOG_LEVEL_NOTICE, "dispatch.blocked", j, "sending", "pending", NULL,
-			                    NULL, s->env_enabled ? "kill switch off (database flag)"
-			                                         : "kill switch off (AI_ACTIONS_ENABLED)",
-			                    0, "oncegatectl kill-switch status");
+			                    NULL, s->env_enabled ? "sends stopped (kill switch engaged)"
+			                                         : "sends stopped (AI_ACTIONS_ENABLED)",
+			                    0, "oncegatectl sends status");
 		}
 		return SEND_DONE;
 	}

@@ -197,8 +197,8 @@ dispatch_tick_switch(struct dispatch_shared *s, struct db *db)
 		if (due > 0 && (last_blocked_log == 0 || t - last_blocked_log > 30000000000LL)) {
 			struct log_fields f = { .count = due,
 				                .reason = !s->env_enabled ? "AI_ACTIONS_ENABLED is not true"
-				                                          : "database flag off",
-				                .hint = "oncegatectl kill-switch status" };
+				                                          : "sends stopped (kill switch engaged)",
+				                .hint = "oncegatectl sends status" };
 
 			log_event(LOG_LEVEL_NOTICE, "dispatch.blocked", &f);
 			last_blocked_log = t;

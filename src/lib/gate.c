@@ -542,10 +542,15 @@ gate_list(struct db *db, long long client_id, const char *key, json_t **out)
  * showed. */
 static const struct db_stmt st_purge_effects = {
 	"gate_purge_effects",
-	"UPDATE approvals ap SET effect = NULL"
-	"  FROM unnest($1::bigint[], $2::text[]) AS k(client_id, idempotency_key)"
+	/* the approvers' reasons too (votes and challenges): free text */
+	"WITH k AS (SELECT * FROM unnest($1::bigint[], $2::text[]) AS k(client_id, idempotency_key)),"
+	" v AS (UPDATE approval_votes av SET reason = NULL FROM k"
+	"        WHERE av.client_id = k.client_id AND av.idempotency_key = k.idempotency_key"
+	"          AND av.reason IS NOT NULL RETURNING av.id)"
+	"UPDATE approvals ap SET effect = NULL, reason = NULL"
+	"  FROM k"
 	" WHERE ap.client_id = k.client_id AND ap.idempotency_key = k.idempotency_key"
-	"   AND ap.effect IS NOT NULL RETURNING ap.id",
+	"   AND (ap.effect IS NOT NULL OR ap.reason IS NOT NULL) RETURNING ap.id",
 	2, false,
 };
 

@@ -25,7 +25,7 @@
 
 static const char *const state_names[RUN_STATE_COUNT] = {
 	"processing", "awaiting_human", "approved", "completed",
-	"failed_retryable", "failed_terminal",
+	"failed_retryable", "failed_terminal", "rejected",
 };
 
 /*
@@ -49,7 +49,10 @@ static const struct db_stmt st_lookup = {
 	"       (state = 'processing' AND lease_expires_at > now()) AS lease_live,"
 	"       (lease_expires_at >= claim_started_at + make_interval(secs => $3::int))"
 	"           AS at_cap,"
-	"       result::text AS result"
+	"       result::text AS result,"
+	"       CASE WHEN decision IS NOT NULL THEN json_build_object('decision', decision,"
+	"           'decided_by', decided_by, 'decided_at', og_ts(decided_at))::text"
+	"       END AS decision"
 	"  FROM workflow_runs WHERE client_id = $1 AND idempotency_key = $2",
 	3, true,
 };
@@ -103,7 +106,10 @@ static const struct db_stmt st_claim_read = {
 	"       r.payload_hash, r.payload_canon, r.lease_owner,"
 	"       og_ts(r.lease_expires_at) AS lease_expires_at,"
 	"       (r.state = 'processing' AND r.lease_expires_at > now()) AS lease_live,"
-	"       r.result::text AS result"
+	"       r.result::text AS result,"
+	"       CASE WHEN r.decision IS NOT NULL THEN json_build_object('decision', r.decision,"
+	"           'decided_by', r.decided_by, 'decided_at', og_ts(r.decided_at))::text"
+	"       END AS decision"
 	"  FROM (" CLIENTS_SQL_ACTIVE("$1") ") client"
 	"  LEFT JOIN workflow_runs r"
 	"         ON r.client_id = client.id AND r.idempotency_key = $2",
@@ -259,7 +265,7 @@ static const struct db_stmt st_decide = {
 	"ledger_decide",
 	"WITH moved AS ("
 	"  UPDATE workflow_runs"
-	"     SET state = CASE WHEN $3::text = 'approve' THEN 'approved' ELSE 'failed_terminal' END,"
+	"     SET state = CASE WHEN $3::text = 'approve' THEN 'approved' ELSE 'rejected' END,"
 	"         decision = $3::text, decided_by = $4, decided_at = now(),"
 	"         error_class = CASE WHEN $3::text = 'approve' THEN error_class ELSE 'rejected' END,"
 	"         reason = CASE WHEN $3::text = 'approve' THEN reason ELSE $5 END,"
@@ -575,14 +581,16 @@ static const struct db_stmt st_history = {
 	2, true,
 };
 
-/* What retention may take: runs finished (completed or failed_terminal)
+/* What retention may take: runs finished (completed, failed_terminal or rejected)
  * longer ago than $1 days that still hold content. */
 #define PURGE_RUNS                                                                   \
 	"SELECT client_id, idempotency_key FROM workflow_runs"                           \
-	" WHERE state IN ('completed', 'failed_terminal')"                               \
+	" WHERE state IN ('completed', 'failed_terminal', 'rejected')"                   \
 	"   AND updated_at < now() - make_interval(days => $1::int)"                     \
 	"   AND (payload IS NOT NULL OR output IS NOT NULL OR edited_output IS NOT NULL"  \
-	"        OR coalesce(effect ? 'payload', false))"
+	"        OR coalesce(effect ? 'payload', false) OR result IS NOT NULL"             \
+	"        OR reason IS NOT NULL OR validation IS NOT NULL OR source_url IS NOT NULL"\
+	"        OR requested_by IS NOT NULL)"
 
 static const struct db_stmt st_purge_count = {
 	"ledger_purge_count",
@@ -602,12 +610,16 @@ static const struct db_stmt st_purge = {
 	"ledger_purge",
 	"WITH runs AS (" PURGE_RUNS " FOR UPDATE),"
 	" r AS (UPDATE workflow_runs w SET payload = NULL, output = NULL, edited_output = NULL,"
-	"         effect = CASE WHEN w.effect IS NULL THEN NULL ELSE w.effect - 'payload' END"
+	"         effect = CASE WHEN w.effect IS NULL THEN NULL ELSE w.effect - 'payload' END,"
+	/* the free text a run carries; error_class, hashes, state, decision,
+	 * who and when stay for the audit */
+	"         result = NULL, reason = NULL, validation = NULL, source_url = NULL,"
+	"         requested_by = NULL"
 	"         FROM runs WHERE w.client_id = runs.client_id"
 	"          AND w.idempotency_key = runs.idempotency_key"
 	"       RETURNING w.client_id, w.idempotency_key, w.state, w.version, w.attempt),"
 	" " LEDGER_EVENT("r", "'run.purged'", "state", "state", "$2",
-	                 "'retention: payload and model output removed; hashes kept'")
+	                 "'retention: payload, model output, result and free text removed; hashes kept'")
 	"SELECT count(*) AS runs, array_agg(client_id)::text AS clients,"
 	"       array_agg(idempotency_key)::text AS keys FROM r",
 	2, false,
@@ -650,6 +662,7 @@ void
 ledger_run_clear(struct ledger_run *run)
 {
 	json_decref(run->result);
+	json_decref(run->decision);
 	json_decref(run->decided);
 	memset(run, 0, sizeof(*run));
 }
@@ -707,6 +720,9 @@ ledger_fill(struct ledger_run *run, const PGresult *res)
 	v = db_get(res, 0, "result");
 	json_decref(run->result);
 	run->result = v != NULL ? json_loads(v, JSON_DECODE_ANY, NULL) : NULL;
+	v = db_get(res, 0, "decision");
+	json_decref(run->decision);
+	run->decision = v != NULL ? json_loads(v, 0, NULL) : NULL;
 }
 
 /* The read-only look-up's parameters. */
@@ -858,6 +874,7 @@ ledger_claim(struct db *db, const struct ledger_claim *c, struct ledger_run *run
 	enum db_rc rc;
 	long long client_id;
 	bool expired_lease = false;
+	char prev_owner[LEDGER_UUID_LEN] = "";
 
 	snprintf(lease, sizeof(lease), "%d", c->lease_seconds);
 	snprintf(cap, sizeof(cap), "%d", c->cap_seconds);
@@ -875,6 +892,8 @@ ledger_claim(struct db *db, const struct ledger_claim *c, struct ledger_run *run
 		    !ledger_claimable(run))
 			return ledger_settle(run, c);
 		expired_lease = run->state == RUN_PROCESSING;
+		if (expired_lease)
+			snprintf(prev_owner, sizeof(prev_owner), "%s", run->lease_owner);
 	} else if (lrc != OG_NOT_FOUND) {
 		return lrc;
 	}
@@ -896,6 +915,7 @@ ledger_claim(struct db *db, const struct ledger_claim *c, struct ledger_run *run
 		return og_rc_of(rc);
 	if (PQntuples(res) == 1) {
 		ledger_claimed(run, res, expired_lease);
+		memcpy(run->reclaimed_from, prev_owner, sizeof(prev_owner));
 		PQclear(res);
 		return OG_CLAIMED;
 	}

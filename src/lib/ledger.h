@@ -22,6 +22,7 @@ enum run_state {
 	RUN_COMPLETED,
 	RUN_FAILED_RETRYABLE,
 	RUN_FAILED_TERMINAL,
+	RUN_REJECTED,                    /* a person said no: a decision, not a failure */
 	RUN_STATE_COUNT
 };
 
@@ -36,11 +37,15 @@ struct ledger_run {
 	int attempt;
 	bool lease_live;                 /* processing with an unexpired lease */
 	bool lease_reclaimed;            /* claimed: taken over from an expired lease */
+	char reclaimed_from[LEDGER_UUID_LEN]; /* that lease's owner */
 	char payload_hash[CANON_HASH_LEN];
 	enum canon_rule payload_canon;   /* the rule payload_hash was computed with */
 	char lease_owner[LEDGER_UUID_LEN];
 	char lease_expires_at[LEDGER_TS_LEN];
 	json_t *result;                  /* owned; NULL when none */
+	/* lookups: who decided and how ({decision, decided_by, decided_at}),
+	 * NULL while nobody has; owned */
+	json_t *decision;
 	json_t *decided;                 /* decide: {contract, output}; owned */
 };
 
@@ -167,7 +172,7 @@ void ledger_edit_call(struct ledger_edit_call *d, long long client_id, const cha
 enum og_rc ledger_edit_result(const struct db_call *call);
 
 /* A person's decision: awaiting_human → approved (approve) or
- * failed_terminal (reject, error_class "rejected"); OG_LEASE_LOST when
+ * rejected (reject, error_class "rejected"); OG_LEASE_LOST when
  * the run is no longer awaiting_human. Inside the consume transaction. */
 enum og_rc ledger_decide(struct db *db, long long client_id, const char *key,
                          const char *decision, const char *subject, const char *reason,

@@ -294,6 +294,158 @@ log_redact(char *text)
 	return redact(text, false);
 }
 
+#define PV_ALNUM(c) (((c) >= 'A' && (c) <= 'Z') || ((c) >= 'a' && (c) <= 'z') || \
+                     ((c) >= '0' && (c) <= '9'))
+#define PV_TOKEN(c) (PV_ALNUM(c) || (c) == '_' || (c) == '-')
+#define PV_ALPHA(c) (((c) >= 'A' && (c) <= 'Z') || ((c) >= 'a' && (c) <= 'z'))
+
+/* The length of a host name or IPv4 address (with :port) at s, 0 when
+ * there is none: labels joined by dots, the last one 2+ letters, or four
+ * numbers (so "5.7.1" and "v1.2" stay). */
+static size_t
+host_at(const char *s)
+{
+	size_t n = 0, labels = 0, numeric = 0, last = 0, last_alpha = 0;
+
+	for (;;) {
+		size_t start = n, alpha = 0;
+
+		while (PV_TOKEN(s[n]) && s[n] != '_') {
+			alpha += PV_ALPHA(s[n]) ? 1 : 0;
+			n++;
+		}
+		if (n == start)
+			break;
+		labels++;
+		numeric += alpha == 0 ? 1 : 0;
+		last = n - start;
+		last_alpha = alpha;
+		if (s[n] != '.' || !PV_ALNUM(s[n + 1]))
+			break;
+		n++;
+	}
+	if (labels < 2 || !((last_alpha == last && last >= 2) || (labels == 4 && numeric == 4)))
+		return 0;
+	if (s[n] == ':' && s[n + 1] >= '0' && s[n + 1] <= '9')
+		for (n++; s[n] >= '0' && s[n] <= '9'; n++)
+			;
+	return n;
+}
+
+/* After a secret's name and "=" or ":" (blanks allowed): the value's
+ * offset from s, 0 when s does not start with such a name. */
+static size_t
+secret_value_at(const char *s)
+{
+	static const char *const names[] = { "api_key", "apikey", "api-key", "access_token",
+		                             "token", "secret", "password", "passwd", "pwd",
+		                             "key", "auth", "sig", "signature" };
+	size_t i, n;
+
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		n = strlen(names[i]);
+		if (strncasecmp(s, names[i], n) != 0)
+			continue;
+		while (s[n] == ' ' || s[n] == '"' || s[n] == '\'')
+			n++;
+		if (s[n] != '=' && s[n] != ':')
+			continue;
+		n++;
+		while (s[n] == ' ' || s[n] == '"' || s[n] == '\'')
+			n++;
+		return n;
+	}
+	return 0;
+}
+
+/* Writes the marker for a span of n masked bytes (never more than n). */
+static char *
+mask_span(char *w, const char *marker, size_t n)
+{
+	size_t m = strlen(marker);
+
+	if (n >= m) {
+		memcpy(w, marker, m);
+		return w + m;
+	}
+	memset(w, '*', n);
+	return w + n;
+}
+
+size_t
+log_redact_provider(char *text)
+{
+	char *r = text, *w = text;
+	size_t masked = 0, n, v;
+
+	if (text == NULL)
+		return 0;
+	while (*r != '\0') {
+		bool word_start = r == text || !PV_TOKEN(r[-1]);
+
+		if (word_start && PV_ALPHA(*r)) {
+			/* scheme://… to the next blank: a URL names a host */
+			for (n = 0; PV_ALNUM(r[n]) || r[n] == '+'; n++)
+				;
+			if (strncmp(r + n, "://", 3) == 0) {
+				for (n += 3; r[n] != '\0' && r[n] != ' ' && r[n] != '\t' && r[n] != '"' &&
+				             r[n] != '\'' && r[n] != '>' && r[n] != ')';
+				     n++)
+					;
+				w = mask_span(w, "[host]", n);
+				r += n;
+				masked++;
+				continue;
+			}
+			if ((v = secret_value_at(r)) > 0) {
+				memmove(w, r, v);
+				w += v;
+				r += v;
+				for (n = 0; r[n] != '\0' && r[n] != ' ' && r[n] != '\t' && r[n] != ',' &&
+				            r[n] != ';' && r[n] != '&' && r[n] != '"' && r[n] != '\'';
+				     n++)
+					;
+				if (n > 0) {
+					w = mask_span(w, "[redacted]", n);
+					r += n;
+					masked++;
+				}
+				continue;
+			}
+		}
+		if (word_start && PV_ALNUM(*r) && (n = host_at(r)) > 0) {
+			w = mask_span(w, "[host]", n);
+			r += n;
+			masked++;
+			continue;
+		}
+		if (word_start && PV_TOKEN(*r)) {
+			size_t digits = 0, letters = 0;
+
+			for (n = 0; PV_TOKEN(r[n]); n++) {
+				digits += r[n] >= '0' && r[n] <= '9';
+				letters += PV_ALPHA(r[n]) ? 1 : 0;
+			}
+			if (n >= 16 && n < 32 && digits > 0 && letters > 0 && !kept_name(r, n)) {
+				w = mask_span(w, "[redacted]", n);
+				r += n;
+				masked++;
+				continue;
+			}
+			memmove(w, r, n);
+			w += n;
+			r += n;
+			continue;
+		}
+		*w++ = *r++;
+	}
+	*w = '\0';
+	return masked + redact(text, false);
+}
+#undef PV_ALNUM
+#undef PV_TOKEN
+#undef PV_ALPHA
+
 /* A redacted copy of free text, at most a line long (more could never be
  * written). NULL when s is NULL or memory is short: the field is then left
  * out rather than written unredacted. */
@@ -411,6 +563,7 @@ log_event(enum log_level level, const char *event, const struct log_fields *f)
 	line_str(&l, "actor", f->actor, limit, OG_FIELD_MAX);
 	line_str(&l, "decision", f->decision, limit, OG_FIELD_MAX);
 	line_str(&l, "approval_id", f->approval_id, limit, OG_FIELD_MAX);
+	line_str(&l, "previous_owner", f->previous_owner, limit, OG_FIELD_MAX);
 	line_str(&l, "effect_id", f->effect_id, limit, OG_FIELD_MAX);
 	line_str(&l, "target", f->target, limit, OG_FIELD_MAX);
 	line_str(&l, "provider_id", f->provider_id, limit, OG_FIELD_MAX);

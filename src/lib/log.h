@@ -36,6 +36,7 @@ struct log_fields {
 	const char *actor;
 	const char *decision;
 	const char *approval_id;
+	const char *previous_owner; /* a reclaim: the lease owner whose lease ran out */
 	const char *effect_id;
 	const char *target;
 	const char *provider_id;
@@ -92,6 +93,13 @@ void log_event(enum log_level level, const char *event, const struct log_fields 
  * left; a credential shorter than that marker is overwritten with '*'.
  * Returns the number of runs masked. */
 size_t log_redact(char *text);
+/* log_redact() for text a provider or a library wrote about a provider
+ * (an error string): also masks URLs, host names and IPv4 addresses (an
+ * internal host) as "[host]", the value after key=, token:, secret=,
+ * password= and the like, and any run of 16 or more [A-Za-z0-9_-] with
+ * both letters and digits (a short key). Never longer than the input.
+ * Returns the number of things masked. */
+size_t log_redact_provider(char *text);
 /* Exact names the redactor leaves alone (a rule name is not a secret);
  * the array must outlive the log. Call before any thread logs. */
 void log_keep_names(const char *const *names, size_t n);

@@ -28,6 +28,7 @@
 
 #include "api.h"
 #include "caps.h"
+#include "deadletter.h"
 #include "log.h"
 #include "metrics.h"
 #include "schema_version.h"
@@ -46,6 +47,8 @@ static const char *const counter_names[METRICS_NCOUNTERS] = {
 	[METRICS_RUN_LEASE_RECLAIMED] = "runs_lease_reclaimed",
 	[METRICS_APPROVAL_REMINDED] = "approvals_reminded",
 	[METRICS_APPROVAL_ESCALATED] = "approvals_escalated",
+	[METRICS_OUTPUT_SUBMITTED] = "outputs_submitted",
+	[METRICS_AUTH_FAILED] = "auth_failed",
 };
 
 /* Upper bounds (le) of the request-latency histograms, in seconds. */
@@ -144,6 +147,13 @@ static const struct db_stmt st_flush = {
  * width_bucket's include their lower one; negating turns one into the
  * other). Waits are grouped by that number in one pass; metrics.c makes
  * the cumulative counts. */
+/* The open dead letters, as d: the one definition the CLI's list, `report`
+ * and the gauges share (DEADLETTER_OPEN: the effect still failed or
+ * unknown, and no resolution that settled it). */
+#define OPEN_LETTERS                                                                    \
+	"dead_letters d JOIN effect_outbox e ON e.id = d.effect_id"                          \
+	" WHERE " DEADLETTER_OPEN("d", "e")
+
 static const struct db_stmt st_snapshot = {
 	"metrics_snapshot",
 	"WITH hist AS ("
@@ -157,18 +167,20 @@ static const struct db_stmt st_snapshot = {
 	"      AS counters,"
 	"  (SELECT coalesce(sum(invalid_outputs), 0) FROM workflow_runs"
 	"    WHERE invalid_outputs > 0) AS invalid_outputs,"
+	"  (SELECT count(*) FROM workflow_runs WHERE invalid_outputs > 0"
+	"    AND state = 'failed_terminal' AND error_class = 'validation') AS failed_validation,"
 	"  (SELECT coalesce(json_object_agg(decision, n), '{}') FROM"
 	"     (SELECT decision, count(*) AS n FROM workflow_runs"
 	"       WHERE decision IS NOT NULL GROUP BY decision) AS d)::text AS decisions,"
 	"  (SELECT coalesce(json_object_agg(state, n), '{}') FROM"
 	"     (SELECT state, count(*) AS n FROM effect_outbox GROUP BY state) AS e)::text"
 	"      AS effects,"
-	"  (SELECT count(*) FROM dead_letters WHERE error_class = 'exhausted') AS exhausted,"
+	"  (SELECT coalesce(sum(exhaustions), 0) FROM dead_letters) AS exhausted,"
 	"  (SELECT coalesce(json_object_agg(error_class, n), '{}') FROM"
-	"     (SELECT error_class, count(*) AS n FROM dead_letters"
-	"       WHERE resolution IS NULL GROUP BY error_class) AS o)::text AS open_letters,"
-	"  (SELECT coalesce(extract(epoch FROM now() - min(created_at))::float8, 0)"
-	"     FROM dead_letters WHERE resolution IS NULL) AS oldest_open_s,"
+	"     (SELECT d.error_class, count(*) AS n FROM " OPEN_LETTERS
+	"       GROUP BY d.error_class) AS o)::text AS open_letters,"
+	"  (SELECT coalesce(extract(epoch FROM now() - min(d.created_at))::float8, 0)"
+	"     FROM " OPEN_LETTERS ") AS oldest_open_s,"
 	"  (SELECT actions_enabled FROM dispatch_control) AS actions_enabled,"
 	"  (SELECT coalesce(blocked_sends, 0) FROM dispatch_control) AS blocked_sends,"
 	"  (SELECT count(*) FROM effect_outbox WHERE held_at IS NOT NULL AND state = 'pending')"
@@ -207,6 +219,8 @@ static const struct db_stmt st_report = {
 	"     WHERE event = 'run.output_invalid' AND ts >= since.t),"
 	" 'failed_validation', (SELECT count(*) FROM workflow_runs, since"
 	"     WHERE error_class = 'validation' AND updated_at >= since.t),"
+	" 'runs_rejected', (SELECT count(*) FROM workflow_runs, since"
+	"     WHERE state = 'rejected' AND decided_at >= since.t),"
 	" 'approvals_by_decision', (SELECT coalesce(json_object_agg(decision, n), '{}') FROM"
 	"     (SELECT decision, count(*) AS n FROM dec GROUP BY decision) x),"
 	" 'approvals_expired', (SELECT count(*) FROM approvals, since WHERE state = 'expired'"
@@ -226,16 +240,16 @@ static const struct db_stmt st_report = {
 	" 'dead_letters_by_class', (SELECT coalesce(json_object_agg(error_class, n), '{}') FROM"
 	"     (SELECT error_class, count(*) AS n FROM dead_letters, since"
 	"       WHERE created_at >= since.t GROUP BY error_class) x),"
-	" 'dead_letters_open', (SELECT count(*) FROM dead_letters WHERE resolution IS NULL),"
-	" 'oldest_open_dead_letter_s', (SELECT round(extract(epoch FROM now() - min(created_at)))"
-	"     FROM dead_letters WHERE resolution IS NULL),"
-	" 'retry_exhaustions', (SELECT count(*) FROM dead_letters, since"
-	"     WHERE error_class = 'exhausted' AND created_at >= since.t),"
+	" 'dead_letters_open', (SELECT count(*) FROM " OPEN_LETTERS "),"
+	" 'oldest_open_dead_letter_s', (SELECT round(extract(epoch FROM now() - min(d.created_at)))"
+	"     FROM " OPEN_LETTERS "),"
+	" 'retry_exhaustions', (SELECT coalesce(sum(exhaustions), 0) FROM dead_letters, since"
+	"     WHERE created_at >= since.t),"
 	" 'replays', (SELECT count(*) FROM run_replays, since WHERE created_at >= since.t),"
 	" 'operator_actions', (SELECT coalesce(json_object_agg(action, n), '{}') FROM"
 	"     (SELECT action, count(*) AS n FROM operator_actions, since"
 	"       WHERE ts >= since.t GROUP BY action) x),"
-	" 'kill_switch_on', (SELECT actions_enabled FROM dispatch_control),"
+	" 'sends_stopped', (SELECT NOT actions_enabled FROM dispatch_control),"
 	" 'blocked_sends', (SELECT blocked_sends FROM dispatch_control),"
 	" 'duplicates_lifetime', (SELECT value FROM metric_counters"
 	"     WHERE name = 'claims_duplicate'),"
@@ -521,7 +535,7 @@ metrics_flush(struct db *db)
 struct snapshot {
 	json_t *counters, *decisions, *effects, *open_letters, *wait_buckets;
 	json_t *attempts, *latency; /* arrays of objects */
-	long long invalid_outputs, exhausted, blocked_sends, wait_count, held, expiring_soon;
+	long long invalid_outputs, failed_validation, exhausted, blocked_sends, wait_count, held, expiring_soon;
 	double oldest_open_s, wait_sum;
 	bool actions_enabled;
 };
@@ -808,6 +822,17 @@ sum_member(const json_t *rows, const char *name)
 /* The version, lease reclaims, held work, approvals about to lapse and
  * request latency. */
 static int
+render_build_info(struct buf *b)
+{
+	return family(b, "oncegate_build_info", "gauge",
+	              "The oncegate version that answers this scrape; always 1.") != 0 ||
+	               buf_puts(b, "oncegate_build_info{version=\"") != 0 ||
+	               label_value(b, PACKAGE_VERSION) != 0 || buf_puts(b, "\"} 1\n") != 0
+	           ? -1
+	           : 0;
+}
+
+static int
 render_more(struct buf *b, const struct snapshot *s)
 {
 	static const char *const leases[] = { "run", "effect" };
@@ -828,11 +853,7 @@ render_more(struct buf *b, const struct snapshot *s)
 	                    json_integer(member(s->counters, "approvals_reminded")));
 	json_object_set_new(followups, "escalated",
 	                    json_integer(member(s->counters, "approvals_escalated")));
-	if (family(b, "oncegate_build_info", "gauge",
-	           "The oncegate version that answers this scrape; always 1.") != 0 ||
-	    buf_puts(b, "oncegate_build_info{version=\"") != 0 ||
-	    label_value(b, PACKAGE_VERSION) != 0 || buf_puts(b, "\"} 1\n") != 0 ||
-	    render_attempts(b, s) != 0 ||
+	if (render_build_info(b) != 0 || render_attempts(b, s) != 0 ||
 	    labelled_family(b, "oncegate_lease_reclaims_total", "counter",
 	                    "Leases that ran out and were taken back: run (a claim took over a "
 	                    "run whose owner's lease had ended) and effect (a sending lease "
@@ -844,7 +865,7 @@ render_more(struct buf *b, const struct snapshot *s)
 	                    "approver entry added to a run nobody decided in time).",
 	                    "action", followup_actions, NELEM(followup_actions), followups) != 0 ||
 	    family(b, "oncegate_dispatch_held_effects", "gauge",
-	           "Effects due now that a dispatcher holds back because the kill switch is off "
+	           "Effects due now that a dispatcher holds back because sends are stopped "
 	           "(pending; each counted once in oncegate_dispatch_blocked_sends_total).") != 0 ||
 	    buf_printf(b, "oncegate_dispatch_held_effects %lld\n", s->held) != 0 ||
 	    family(b, "oncegate_approvals_expiring_soon", "gauge",
@@ -886,6 +907,24 @@ render(struct buf *b, const struct snapshot *s)
 	        0 ||
 	    buf_printf(b, "oncegate_duplicate_deliveries_total %lld\n",
 	               member(claims, "duplicate")) != 0 ||
+	    family(b, "oncegate_outputs_total", "counter",
+	           "Model outputs handed in (POST /v1/runs/{key}/output) and checked against "
+	           "their contract, valid or not: the denominator of the validation-failure "
+	           "rate, rate(oncegate_validation_failures_total) / "
+	           "rate(oncegate_outputs_total).") != 0 ||
+	    buf_printf(b, "oncegate_outputs_total %lld\n",
+	               member(s->counters, counter_names[METRICS_OUTPUT_SUBMITTED])) != 0 ||
+	    family(b, "oncegate_auth_failures_total", "counter",
+	           "API requests refused with 401: no API key, or one that is not valid "
+	           "(unknown or revoked). Counted like the claims.") != 0 ||
+	    buf_printf(b, "oncegate_auth_failures_total %lld\n",
+	               member(s->counters, counter_names[METRICS_AUTH_FAILED])) != 0 ||
+	    family(b, "oncegate_runs_failed_validation_total", "counter",
+	           "Runs that failed for good because their model output still broke its "
+	           "contract after the repairs the contract allows (failed_terminal, "
+	           "error_class validation).") != 0 ||
+	    buf_printf(b, "oncegate_runs_failed_validation_total %lld\n", s->failed_validation) !=
+	        0 ||
 	    family(b, "oncegate_validation_failures_total", "counter",
 	           "Model outputs that broke their contract (422 invalid), including the one that "
 	           "spent a run's repair budget.") != 0 ||
@@ -898,30 +937,35 @@ render(struct buf *b, const struct snapshot *s)
 	                    "in time). Auto vs. human: decision=\"auto\" vs. approve + reject.",
 	                    "decision", decisions, NELEM(decisions), s->decisions) != 0 ||
 	    family(b, "oncegate_retry_budget_exhaustions_total", "counter",
-	           "Effects the dispatcher gave up on because the retry budget of their target "
-	           "(max_attempts or max_elapsed_s) was spent: dead letters of class exhausted.") !=
+	           "Times the dispatcher gave up on an effect because the retry budget of its "
+	           "target (max_attempts or max_elapsed_s) was spent: each time, also when an "
+	           "operator resumed the effect and its budget was spent again "
+	           "(dead_letters.exhaustions).") !=
 	        0 ||
 	    buf_printf(b, "oncegate_retry_budget_exhaustions_total %lld\n", s->exhausted) != 0 ||
 	    labelled_family(b, "oncegate_effects", "gauge",
 	                    "Effects in the outbox by state, now.", "state", effect_states,
 	                    NELEM(effect_states), s->effects) != 0 ||
 	    labelled_family(b, "oncegate_dead_letters_open", "gauge",
-	                    "Dead letters not yet resolved by an operator, by error class.",
+	                    "Dead letters open, by error class: the effect is still failed or unknown "
+	                    "and no operator settled it (the rule of oncegatectl deadletter list "
+	                    "--state open and of report).",
 	                    "error_class", letter_classes, NELEM(letter_classes),
 	                    s->open_letters) != 0 ||
 	    family(b, "oncegate_dead_letter_oldest_age_seconds", "gauge",
-	           "Age of the oldest dead letter not yet resolved; 0 when there is none.") != 0 ||
+	           "Age of the oldest open dead letter; 0 when there is none.") != 0 ||
 	    buf_printf(b, "oncegate_dead_letter_oldest_age_seconds %.3f\n", s->oldest_open_s) !=
 	        0 ||
-	    family(b, "oncegate_kill_switch_actions_enabled", "gauge",
-	           "The database half of the kill switch: 1 while it allows sends (oncegatectl "
-	           "kill-switch on), 0 while off. A dispatcher also needs AI_ACTIONS_ENABLED=true "
-	           "in its own environment, which the database cannot see.") != 0 ||
-	    buf_printf(b, "oncegate_kill_switch_actions_enabled %d\n", s->actions_enabled ? 1 : 0) !=
-	        0 ||
+	    family(b, "oncegate_kill_switch_engaged", "gauge",
+	           "The kill switch: 1 while it stops every send (oncegatectl sends stop), 0 "
+	           "while sends are allowed (oncegatectl sends resume). A dispatcher also needs "
+	           "AI_ACTIONS_ENABLED=true in its own environment, which the database cannot "
+	           "see.") != 0 ||
+	    buf_printf(b, "oncegate_kill_switch_engaged %d\n", s->actions_enabled ? 0 : 1) != 0 ||
 	    family(b, "oncegate_dispatch_blocked_sends_total", "counter",
-	           "Effects held back because the kill switch was off: each effect due while the "
-	           "switch is off counts once per hold, whether a dispatcher saw it in the queue "
+	           "Effects held back because sends were stopped (the kill switch engaged, or "
+	           "AI_ACTIONS_ENABLED not true): each effect due while they are counts once per "
+	           "hold, whether a dispatcher saw it in the queue "
 	           "or had claimed it and refused it right before its send; it stays pending "
 	           "(dispatch_control.blocked_sends, counted by every dispatcher).") != 0 ||
 	    buf_printf(b, "oncegate_dispatch_blocked_sends_total %lld\n", s->blocked_sends) != 0 ||
@@ -969,6 +1013,7 @@ snapshot_read(struct db *db, struct snapshot *s)
 	s->held = db_get_ll(res, 0, "held");
 	s->expiring_soon = db_get_ll(res, 0, "expiring_soon");
 	s->invalid_outputs = db_get_ll(res, 0, "invalid_outputs");
+	s->failed_validation = db_get_ll(res, 0, "failed_validation");
 	s->exhausted = db_get_ll(res, 0, "exhausted");
 	s->blocked_sends = db_get_ll(res, 0, "blocked_sends");
 	s->wait_count = db_get_ll(res, 0, "wait_count");
@@ -1076,6 +1121,47 @@ metrics_text(struct db *db, struct buf *out)
 	pthread_mutex_unlock(&cache.lock);
 	buf_free(&fresh);
 	return rc;
+}
+
+enum og_rc
+metrics_answer(struct db *db, struct buf *out)
+{
+	enum og_rc rc = metrics_text(db, out);
+	double age = 0;
+	bool known = rc == OG_OK;
+
+	if (rc != OG_OK) {
+		/* The database is out of reach (or the figures failed): the last
+		 * figures this process read, with their age, so that an alert that
+		 * fires keeps firing instead of resolving with a failed scrape. */
+		log_event(LOG_LEVEL_WARNING, "metrics.stale",
+		          &(struct log_fields){ .detail = db_error(db),
+		                                .hint = "the figures are the last ones read; "
+		                                        "oncegate_database_up is 0" });
+		pthread_mutex_lock(&cache.lock);
+		if (cache.valid && copy_out(out) == 0) {
+			known = true;
+			age = (double)ms_since(&cache.at) / 1000.0;
+		}
+		pthread_mutex_unlock(&cache.lock);
+		if (!known) {
+			buf_reset(out);
+			if (render_build_info(out) != 0)
+				return OG_ERROR;
+		}
+	}
+	return family(out, "oncegate_database_up", "gauge",
+	              "1 while the responder that answers this scrape reads its figures from "
+	              "the database, 0 while it cannot: the other figures are then the last "
+	              "ones it read (none after a start without a database).") != 0 ||
+	               buf_printf(out, "oncegate_database_up %d\n", rc == OG_OK ? 1 : 0) != 0 ||
+	               family(out, "oncegate_metrics_age_seconds", "gauge",
+	                      "How old the database figures of this answer are: 0 when read "
+	                      "now (within the cache interval), more while the database is out "
+	                      "of reach; absent when this process has none.") != 0 ||
+	               (known && buf_printf(out, "oncegate_metrics_age_seconds %.3f\n", age) != 0)
+	           ? OG_ERROR
+	           : OG_OK;
 }
 
 /* ---- the flush thread --------------------------------------------------- */

@@ -37,6 +37,8 @@ enum metrics_counter {
 	METRICS_RUN_LEASE_RECLAIMED,   /* 201 over a run whose lease had run out */
 	METRICS_APPROVAL_REMINDED,     /* a challenge's approvers told again (janitor) */
 	METRICS_APPROVAL_ESCALATED,    /* an approver entry added by an escalation */
+	METRICS_OUTPUT_SUBMITTED,      /* a model output handed in and checked against its contract */
+	METRICS_AUTH_FAILED,           /* 401: a request whose API key was missing or not valid */
 	METRICS_NCOUNTERS,
 };
 
@@ -70,6 +72,13 @@ enum og_rc metrics_flush(struct db *db) __attribute__((warn_unused_result));
  * thread computes it, an older copy is answered instead of waiting. */
 enum og_rc metrics_text(struct db *db, struct buf *out)
 	__attribute__((warn_unused_result));
+
+/* What GET /metrics answers: metrics_text plus oncegate_database_up (1)
+ * and the figures' age; while the database is out of reach, the last
+ * figures this process read (or only oncegate_build_info when it has
+ * none), with oncegate_database_up 0 and their age. OG_ERROR only when
+ * the answer does not fit. */
+enum og_rc metrics_answer(struct db *db, struct buf *out) __attribute__((warn_unused_result));
 
 /* The media type of metrics_text's answer. */
 #define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"

@@ -20,7 +20,7 @@
  * database session's role (session_user), never a name the caller gives.
  * The NULL members are left empty; details is JSON text (NULL: {}). */
 struct oplog_action {
-	const char *action;       /* e.g. "client.add", "kill_switch.off", "replay" */
+	const char *action;       /* e.g. "client.add", "sends.stopped", "replay" */
 	const char *reason;
 	const char *client_id;    /* decimal text */
 	const char *key;

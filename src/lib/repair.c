@@ -454,7 +454,8 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		goto out;
 	}
 	repair_copy(out->run_from, sizeof(out->run_from), ledger_state_name(run.state));
-	if (run.state == RUN_COMPLETED || run.state == RUN_FAILED_TERMINAL) {
+	if (run.state == RUN_COMPLETED || run.state == RUN_FAILED_TERMINAL ||
+	    run.state == RUN_REJECTED) {
 		snprintf(out->why, sizeof(out->why), "the run is %s already: nothing to reject",
 		         out->run_from);
 		rc = OG_WRONG_STATE;

@@ -126,7 +126,7 @@ drain_init() {
 		provider_id_header = X-Provider-Id
 	EOF
 	"$CTL" -c "$DRAIN_CONF" migrate >/dev/null 2>&1 || die "migrating $DRAIN_DB failed"
-	"$CTL" -c "$DRAIN_CONF" kill-switch on --reason "benchmark scratch database" 2>/dev/null
+	"$CTL" -c "$DRAIN_CONF" sends resume --reason "benchmark scratch database" 2>/dev/null
 }
 
 # drain_fill: EFFECTS approved runs with one due crm.tag effect each, oldest

@@ -171,7 +171,7 @@ for ((i = 0; i < 300; i++)); do
 done
 stop_child "$DISPATCH_PID" 5 dispatcher
 DISPATCH_PID=
-"$ONCEGATE_CTL" kill-switch off --reason "browser test done" 2>/dev/null
+"$ONCEGATE_CTL" sends stop --reason "browser test done" 2>/dev/null
 sent=$(q "SELECT state FROM effect_outbox WHERE idempotency_key = :'key'")
 [[ $sent == completed ]] || die "the effect is $sent, not completed (dispatcher: $(tail -n 5 "$WORK/dispatch.stderr"))"
 "$ONCEGATE_PYTHON" - "$WORK/mail.jsonl" "$EDITED" <<'PY' || die "the SMTP sink did not receive the corrected text exactly once"
@@ -237,7 +237,7 @@ CONTRACTS=$(conf_value contracts_dir)
 	echo "url = http://127.0.0.1:$HTTP_PORT/idem/effects"
 	echo "timeout_ms = 5000"
 } >"$WORK/dispatch.conf"
-"$ONCEGATE_CTL" -c "$ONCEGATE_CONF" kill-switch on \
+"$ONCEGATE_CTL" -c "$ONCEGATE_CONF" sends resume \
 	--reason "browser test: the notice and the reply go to loopback" >/dev/null
 AI_ACTIONS_ENABLED=true "$ONCEGATE_DISPATCH" -c "$WORK/dispatch.conf" >"$WORK/dispatch.out" 2>&1 &
 PIDS+=($!)

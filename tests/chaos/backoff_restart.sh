@@ -177,5 +177,5 @@ fi
 kill -TERM "$DISPATCH_PID" 2>/dev/null || true
 wait "$DISPATCH_PID" 2>/dev/null || true
 DISPATCH_PID=''
-"$ONCEGATE_CTL" kill-switch off --reason "chaos run over" >/dev/null 2>&1 || true
+"$ONCEGATE_CTL" sends stop --reason "chaos run over" >/dev/null 2>&1 || true
 exit "$fail"

@@ -35,7 +35,7 @@
 # with a password (scram-sha-256 over TCP, from a pgpass file); the schema
 # migrated by oncegatectl through the same conninfo; oncegate-fcgi behind a
 # private nginx; oncegate-dispatch (sending: AI_ACTIONS_ENABLED=true, the
-# kill switch on) to the HTTP provider stand-in on its /plain/ path (it
+# sends allowed) to the HTTP provider stand-in on its /plain/ path (it
 # ignores idempotency keys, so a resend would be a visible duplicate) and
 # the SMTP sink (tests/providers). Patroni and etcd come from Debian
 # (patroni, etcd-server): installed when missing.
@@ -353,7 +353,7 @@ ctl() { PGUSER=oncegate-operator "$CTL" -c "$CONF" "$@"; }
 API_KEY=$(ctl client add dev --reason "failover.sh: the load's client") || die "oncegatectl client add failed"
 (umask 077 && printf '%s\n' "$API_KEY" >"$PRIV/api_key" && printf 'Bearer %s\n' "$API_KEY" >"$PRIV/auth")
 unset API_KEY
-ctl kill-switch on --reason "failover.sh: the dispatcher sends to the provider stand-in" >/dev/null
+ctl sends resume --reason "failover.sh: the dispatcher sends to the provider stand-in" >/dev/null
 
 PGUSER=oncegate-fcgi ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	"$FCGI" -c "$CONF" </dev/null >"$TMP/fcgi.stderr" 2>&1 9>&- &

@@ -201,5 +201,5 @@ rc=0
 # the fault happened, and it stranded only what was in flight
 [[ $killed == "$KILLS" && $sent_during_kills -gt 0 && $((started_at_kill + unstarted_at_kill)) -gt 0 ]] || rc=1
 [[ $unknown_unstarted == 0 && $unknown -le $started_at_kill && $unknown_unsent == 0 ]] || rc=1
-"$ONCEGATE_CTL" kill-switch off --reason "chaos run over" 2>/dev/null || true
+"$ONCEGATE_CTL" sends stop --reason "chaos run over" 2>/dev/null || true
 exit "$rc"

@@ -68,7 +68,7 @@
 # retried by nginx (POST is not idempotent): it completes when the link
 # returns, or the client retries with the same key.
 # Dispatchers: oncegate-dispatch in each dispatcher namespace
-# (AI_ACTIONS_ENABLED=true, kill switch on, dispatch_lease_seconds 5, the
+# (AI_ACTIONS_ENABLED=true, sends allowed, dispatch_lease_seconds 5, the
 # stack's contracts_dir: each payload is checked again before the send),
 # target demo_http = tests/providers/http_provider.py on 10.77.0.1, on its
 # /plain/ path: it ignores idempotency keys, so a resend would be a visible
@@ -186,7 +186,7 @@ cleanup() {
 		for h in "${HOSTS[@]}"; do ip netns del "$(ns "$h")" 2>/dev/null; done
 		ip link del "$BRIDGE" 2>/dev/null
 	fi
-	"$ONCEGATE_CTL" kill-switch off --reason "chaos run over" >/dev/null 2>&1
+	"$ONCEGATE_CTL" sends stop --reason "chaos run over" >/dev/null 2>&1
 	if [[ $KEEP == yes ]]; then echo "multihost.sh: kept $TMP" >&2; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT

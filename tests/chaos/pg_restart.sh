@@ -121,9 +121,15 @@ if [[ $TERMINATE == yes ]]; then
 	say "terminated $killed connections"
 	[[ ! -s $TMP/terminate.err ]] || sed 's/^/  /' "$TMP/terminate.err" | sort | uniq -c >&2
 else
+	# a scrape before the outage, so the responder has figures to keep
+	curl -sS -o /dev/null --max-time 10 "$ONCEGATE_URL/metrics" || true
 	say "stopping PostgreSQL"
 	bash -c "$ONCEGATE_TEST_PG_STOP" >/dev/null
 	sleep "$DOWN"
+	# While the database is down /metrics still answers, with the last
+	# figures and oncegate_database_up 0, so alerts do not resolve.
+	metrics_status=$(curl -sS -o "$TMP/metrics.down" -w '%{http_code}' --max-time 15 \
+		"$ONCEGATE_URL/metrics" || true)
 	say "starting PostgreSQL"
 	bash -c "$ONCEGATE_TEST_PG_START" >/dev/null
 fi
@@ -168,6 +174,16 @@ if [[ $TERMINATE == yes ]]; then
 	printf '  connections terminated                  %d   (must be > 0)\n' "$killed"
 else
 	printf '  503 answers during the outage           %d   (must be > 0)\n' "${by_status[503]:-0}"
+	metrics_down=no
+	[[ ${metrics_status:-} == 200 ]] && grep -qx 'oncegate_database_up 0' "$TMP/metrics.down" &&
+		grep -q '^oncegate_effects{' "$TMP/metrics.down" && metrics_down=yes
+	printf '  /metrics during the outage              %s, database_up 0 with figures: %s (must be 200, yes)\n' \
+		"${metrics_status:-none}" "$metrics_down"
+	[[ $metrics_down == yes ]] || {
+		echo "pg_restart.sh: /metrics did not answer the outage with its last figures" >&2
+		sed -n '1,5p;/database_up/p' "$TMP/metrics.down" >&2 2>/dev/null || true
+		exit 1
+	}
 fi
 [[ $bad == 0 && $doubled == 0 && $unfinished == 0 && $rows == "$keys" && $healthy == 200 && $clean == yes &&
 	(($TERMINATE == yes && $killed -gt 0) || ($TERMINATE == no && ${by_status[503]:-0} -gt 0)) ]] || {

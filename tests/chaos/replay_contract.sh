@@ -280,5 +280,5 @@ printf '  measured: %d dead letters in %.1f s; %d replays in %.1f s (%.0f ms eac
 kill -TERM "$DISPATCH_PID" 2>/dev/null || true
 wait "$DISPATCH_PID" 2>/dev/null || true
 DISPATCH_PID=''
-ctl kill-switch off --reason "chaos run over" >/dev/null 2>&1 || true
+ctl sends stop --reason "chaos run over" >/dev/null 2>&1 || true
 exit "$fail"

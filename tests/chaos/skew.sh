@@ -109,5 +109,5 @@ check "with a dead letter for an operator" "$([[ $letters == 1 ]] && echo yes ||
 check "and never sent (provider requests: $sent)" "$([[ $sent == 0 ]] && echo yes || echo no)"
 check "the one whose lease ended before its send went out once: completed at attempt 1 ($claimed, requests: $claimed_sent)" \
 	"$([[ $claimed == 'completed 1' && $claimed_sent == 1 ]] && echo yes || echo no)"
-"$ONCEGATE_CTL" kill-switch off --reason "chaos run over" 2>/dev/null || true
+"$ONCEGATE_CTL" sends stop --reason "chaos run over" 2>/dev/null || true
 exit "$fail"

@@ -587,7 +587,7 @@ dl_suite_end(int failed)
 	proc_sweep();
 	/* Deny by default once the suite is done. */
 	snprintf(reason, sizeof(reason), "%s finished", g_suite);
-	(void)tl_ctl(NULL, "kill-switch", "off", "--reason", reason, (char *)NULL);
+	(void)tl_ctl(NULL, "sends", "stop", "--reason", reason, (char *)NULL);
 	/* the files of a failed run are kept for the post-mortem */
 	if (failed == 0) {
 		char *cmd = NULL;

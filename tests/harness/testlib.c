@@ -803,7 +803,7 @@ bool
 tl_log_is_request(const json_t *line, const void *unused)
 {
 	static const char *const events[] = {
-		"run.claimed", "run.duplicate", "run.payload_mismatch",
+		"run.claimed", "run.reclaimed", "run.duplicate", "run.payload_mismatch",
 		"lease.renewed", "lease.lost", "lease.cap_reached",
 		"run.transitioned", "auth.failed", "request.invalid",
 		"run.not_found", "db.unavailable", NULL,

@@ -25,7 +25,7 @@
 # ONCEGATE_DISPATCH, ONCEGATE_PROVIDERS, ONCEGATE_PYTHON and the PG* of the
 # schema's owner (the daemons reach PostgreSQL over TCP with its password:
 # a user other than root has no peer mapping on the test stack). Needs
-# root. Sets the kill switch on and cancels what is pending in the test
+# root. Allows sends (oncegatectl sends resume) and cancels what is pending in the test
 # database, as the fault scenarios do. Exit 0 pass, 1 fail, 77 no stack.
 set -euo pipefail
 # shellcheck source=tests/lib/stack.sh
@@ -47,7 +47,7 @@ cleanup() {
 	stop_child "$FCGI_PID" 40 oncegate-fcgi
 	stop_child "$DISPATCH_PID" 30 oncegate-dispatch
 	stop_child "$PROVIDER_PID" 5
-	"$ONCEGATE_CTL" kill-switch off --reason "foreground test over" >/dev/null 2>&1
+	"$ONCEGATE_CTL" sends stop --reason "foreground test over" >/dev/null 2>&1
 	tmp_done
 }
 

@@ -240,6 +240,7 @@ forms(size_t *n)
 		{ { "migrate", "--status", NULL }, true },
 		{ { "client", "list", NULL }, true },
 		{ { "config", "check", NULL }, false },
+		{ { "sends", "status", NULL }, false },
 		{ { "kill-switch", "status", NULL }, false },
 		{ { "explain", NULL, "--client", "dev", NULL }, false },
 		{ { "report", "--since", "7d", NULL }, false },
@@ -262,9 +263,9 @@ forms(size_t *n)
 		    "проверка", NULL }, false },
 	};
 
-	f[4].words[1] = g_key;
-	f[11].words[1] = g_key;
-	f[11].words[3] = g_new[0];
+	f[5].words[1] = g_key;
+	f[12].words[1] = g_key;
+	f[12].words[3] = g_new[0];
 	*n = sizeof(f) / sizeof(f[0]);
 	return f;
 }
@@ -303,7 +304,8 @@ static const struct {
 	{ "migrate", { "--status", NULL } },
 	{ "client", { "add", "revoke", "list", "--reason", NULL } },
 	{ "config", { "check", NULL } },
-	{ "kill-switch", { "on|off", "status", "--reason", NULL } },
+	{ "sends", { "stop|resume", "status", "--reason", NULL } },
+	{ "kill-switch", { "engage|release", "status", "--reason", NULL } },
 	{ "replay", { "--new-key", "--reason", "--payload", "--client", "--dry-run", "--force",
 	              "--map", "--rate", "--resume", NULL } },
 	{ "stop", { "JOB", "--reason", NULL } },

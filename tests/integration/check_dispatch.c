@@ -164,11 +164,11 @@ static void
 kill_switch(bool on)
 {
 	char *out = NULL;
-	int rc = tl_ctl(&out, "kill-switch", on ? "on" : "off", "--reason",
+	int rc = tl_ctl(&out, "sends", on ? "resume" : "stop", "--reason",
 	                on ? "check_dispatch: this test sends" : "check_dispatch: this test holds sends",
 	                (char *)NULL);
 
-	ck_assert_msg(rc == 0, "oncegatectl kill-switch %s: exit %d: %s", on ? "on" : "off", rc,
+	ck_assert_msg(rc == 0, "oncegatectl sends %s: exit %d: %s", on ? "resume" : "stop", rc,
 	              out ? out : "");
 	free(out);
 }

@@ -68,7 +68,7 @@ static void
 kill_switch(bool on)
 {
 	char *out = NULL;
-	int rc = tl_ctl(&out, "kill-switch", on ? "on" : "off", "--reason",
+	int rc = tl_ctl(&out, "sends", on ? "resume" : "stop", "--reason",
 	                "check_effect_schema: this test sends", (char *)NULL);
 
 	ck_assert_msg(rc == 0, "oncegatectl kill-switch: exit %d: %s", rc, out ? out : "");

@@ -1767,7 +1767,7 @@ START_TEST(test_reject)
 
 		ck_assert_int_eq(tl_pg_count(c,
 		    "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
-		    " AND state = 'failed_terminal' AND error_class = 'rejected' AND reason = $3"
+		    " AND state = 'rejected' AND error_class = 'rejected' AND reason = $3"
 		    " AND decision = 'reject' AND decided_by = $2 AND decided_at IS NOT NULL", 3, p), 1);
 		ck_assert_int_eq(tl_pg_count(c,
 		    "SELECT count(*) FROM approvals WHERE idempotency_key = $1 AND state = 'decided'"
@@ -1781,9 +1781,33 @@ START_TEST(test_reject)
 	expect_field(l, "decision", "reject");
 	expect_field(l, "actor", APPROVER);
 	expect_field(l, "approval_id", g.approval_id);
-	expect_field(l, "state_to", "failed_terminal");
+	expect_field(l, "state_to", "rejected");
+	/* the run's client, although an approver is no API client: two
+	 * clients may share a key */
+	expect_field(l, "client", "dev");
 	ck_assert_msg(json_object_get(l, "effect_id") == NULL, "a rejection enqueues no effect");
 	json_decref(lines);
+
+	/* the event delivered again: a duplicate that reads rejected (a
+	 * person's no, not a failure) and names who said it */
+	{
+		json_t *body = json_pack("{s:s, s:{s:i, s:s}, s:i}", "key", g.key, "payload",
+		                         "ticket", 42, "m", tl_run, "lease_seconds", 60);
+		struct tl_resp r;
+		json_t *d;
+
+		tl_post_json("/v1/runs", tl_env("ONCEGATE_API_KEY"), body, &r);
+		json_decref(body);
+		ASSERT_STATUS(&r, 200);
+		expect_field(r.json, "outcome", "duplicate");
+		expect_field(r.json, "state", "rejected");
+		d = json_object_get(r.json, "decision");
+		ck_assert_msg(json_is_object(d), "duplicate without its decision: %s", r.body);
+		expect_field(d, "decision", "reject");
+		expect_field(d, "decided_by", APPROVER);
+		ck_assert_msg(json_is_string(json_object_get(d, "decided_at")), "%s", r.body);
+		tl_resp_free(&r);
+	}
 
 	web_get(g.token, APPROVER, "support", &w);
 	expect_page(&w, 410, APPROVER);

@@ -753,9 +753,9 @@ START_TEST(test_client_changes_need_a_reason)
 	ck_assert_msg(rc == 2 && strstr(out, "--reason") != NULL,
 	              "client revoke without --reason: exit %d: %s", rc, out);
 	free(out);
-	out = ctl_all(&rc, "kill-switch on");
+	out = ctl_all(&rc, "sends stop");
 	ck_assert_msg(rc == 2 && strstr(out, "--reason") != NULL,
-	              "kill-switch on without --reason: exit %d: %s", rc, out);
+	              "sends stop without --reason: exit %d: %s", rc, out);
 	free(out);
 	expect_totals(before, "client and kill-switch changes without a reason");
 	ck_assert_int_eq(tl_pg_count(pg(), "SELECT count(*) FROM api_clients WHERE revoked_at IS"
@@ -802,13 +802,13 @@ START_TEST(test_client_changes_need_a_reason)
 	/* the kill switch, set to what it is (nothing starts sending) */
 	after = tl_pg_value(pg(), "SELECT actions_enabled::text FROM dispatch_control", 0, NULL);
 	ck_assert_ptr_nonnull(after);
-	rc = tl_ctl(&out, "kill-switch", after[0] == 't' ? "on" : "off", "--reason",
+	rc = tl_ctl(&out, "sends", after[0] == 't' ? "resume" : "stop", "--reason",
 	            "check_hostile: recorded like every change", (char *)NULL);
 	ck_assert_int_eq(rc, 0);
 	free(out);
 	ck_assert_int_eq(tl_pg_count(pg(),
 	                             "SELECT count(*) FROM operator_actions WHERE action LIKE"
-	                             " 'kill_switch.%' AND operator = $1 AND reason ="
+	                             " 'sends.%' AND operator = $1 AND reason ="
 	                             " 'check_hostile: recorded like every change'",
 	                             1, (const char *const[]){ tl_ctl_role() }), 1);
 	free(after);

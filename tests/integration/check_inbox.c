@@ -185,7 +185,7 @@ START_TEST(test_mail_as_sent)
 	}
 	/* decided with sending switched off: the dev tenant's from the inbox's
 	 * card (by id), the other's from its emailed link */
-	(void)tl_ctl(NULL, "kill-switch", "off", "--reason", "check_inbox holds sends",
+	(void)tl_ctl(NULL, "sends", "stop", "--reason", "check_inbox holds sends",
 	             (char *)NULL);
 	snprintf(t[0].path, sizeof(t[0].path), "/approve/card/%s", t[0].id);
 	ck_assert_int_eq(pl_decide_at(t[0].path, PERSON, PERSON_GROUPS, "approve", loc, sizeof(loc)),
@@ -199,7 +199,7 @@ START_TEST(test_mail_as_sent)
 		free(st);
 	}
 
-	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_inbox sends to loopback",
+	(void)tl_ctl(NULL, "sends", "resume", "--reason", "check_inbox sends to loopback",
 	             (char *)NULL);
 	dl_disp_start_demo(&disp, mail_from);
 	{

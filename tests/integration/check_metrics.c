@@ -31,6 +31,8 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
+#include "db.h"
+#include "deadletter.h"
 #include "testlib.h"
 
 /* What the responder and the shipped contracts promise (caps.h, contracts/). */
@@ -333,6 +335,11 @@ START_TEST(test_families)
 	} want[] = {
 		{ "oncegate_claims", "counter" },
 		{ "oncegate_duplicate_deliveries", "counter" },
+		{ "oncegate_outputs", "counter" },
+		{ "oncegate_auth_failures", "counter" },
+		{ "oncegate_runs_failed_validation", "counter" },
+		{ "oncegate_database_up", "gauge" },
+		{ "oncegate_metrics_age_seconds", "gauge" },
 		{ "oncegate_validation_failures", "counter" },
 		{ "oncegate_approval_wait_seconds", "histogram" },
 		{ "oncegate_gate_decisions", "counter" },
@@ -340,7 +347,7 @@ START_TEST(test_families)
 		{ "oncegate_effects", "gauge" },
 		{ "oncegate_dead_letters_open", "gauge" },
 		{ "oncegate_dead_letter_oldest_age_seconds", "gauge" },
-		{ "oncegate_kill_switch_actions_enabled", "gauge" },
+		{ "oncegate_kill_switch_engaged", "gauge" },
 		{ "oncegate_dispatch_blocked_sends", "counter" },
 		{ "oncegate_build_info", "gauge" },
 		{ "oncegate_effect_attempts", "counter" },
@@ -362,6 +369,8 @@ START_TEST(test_families)
 	size_t i;
 
 	scrape(&s);
+	ck_assert_msg(val(&s, "oncegate_database_up") == 1 && val(&s, "oncegate_metrics_age_seconds") >= 0,
+	              "the database is up: %.400s", s.text);
 	types = json_object_get(s.doc, "types");
 	help = json_object_get(s.doc, "help");
 	for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
@@ -394,7 +403,7 @@ START_TEST(test_families)
 	ck_assert_msg(val(&s, bucket_key(INFINITY)) == val(&s, "oncegate_approval_wait_seconds_count"),
 	              "+Inf bucket != _count");
 	{
-		double ks = val(&s, "oncegate_kill_switch_actions_enabled");
+		double ks = val(&s, "oncegate_kill_switch_engaged");
 
 		ck_assert_msg(ks == 0 || ks == 1, "the kill switch is 0 or 1, not %g", ks);
 	}
@@ -423,7 +432,7 @@ END_TEST
 /* ===== the scripted scenario ============================================== */
 
 struct figures {
-	double claimed, duplicate, mismatch, dup_deliveries, invalid;
+	double claimed, duplicate, mismatch, dup_deliveries, invalid, outputs, failed_val, auth;
 	double auto_, approve, reject, expired;
 	double wait_count, wait_sum, wait_le5, exhausted, blocked, pending, failed, open_exhausted;
 };
@@ -436,6 +445,9 @@ figures_of(const struct scrape *s, struct figures *f)
 	f->mismatch = val(s, "oncegate_claims_total{outcome=\"payload_mismatch\"}");
 	f->dup_deliveries = val(s, "oncegate_duplicate_deliveries_total");
 	f->invalid = val(s, "oncegate_validation_failures_total");
+	f->outputs = val(s, "oncegate_outputs_total");
+	f->failed_val = val(s, "oncegate_runs_failed_validation_total");
+	f->auth = val(s, "oncegate_auth_failures_total");
 	f->auto_ = val(s, "oncegate_gate_decisions_total{decision=\"auto\"}");
 	f->approve = val(s, "oncegate_gate_decisions_total{decision=\"approve\"}");
 	f->reject = val(s, "oncegate_gate_decisions_total{decision=\"reject\"}");
@@ -510,27 +522,57 @@ expect_matches_db(PGconn *pg, const struct scrape *s)
 	              "wait sum: /metrics %g, approvals %g",
 	              val(s, "oncegate_approval_wait_seconds_sum"), db_num(pg, sql, NULL));
 	SAME(val(s, "oncegate_retry_budget_exhaustions_total"),
-	     db_num(pg, "SELECT count(*) FROM dead_letters WHERE error_class = 'exhausted'", NULL));
+	     db_num(pg, "SELECT coalesce(sum(exhaustions), 0) FROM dead_letters", NULL));
 	for (i = 0; i < 6; i++) {
 		m = lval(s, "oncegate_effects", "state", states[i]);
 		db = db_num(pg, "SELECT count(*) FROM effect_outbox WHERE state = $1", states[i]);
 		ck_assert_msg(m == db, "effects %s: /metrics %g, effect_outbox %g", states[i], m, db);
 	}
-	for (i = 0; i < 3; i++) {
-		m = lval(s, "oncegate_dead_letters_open", "error_class", classes[i]);
-		db = db_num(pg, "SELECT count(*) FROM dead_letters WHERE resolution IS NULL"
-		                " AND error_class = $1", classes[i]);
-		ck_assert_msg(m == db, "open dead letters %s: /metrics %g, dead_letters %g",
-		              classes[i], m, db);
-	}
 	/* an age: the answer may be up to a cache interval old */
 	m = val(s, "oncegate_dead_letter_oldest_age_seconds");
-	db = db_num(pg, "SELECT extract(epoch FROM now() - min(created_at)) FROM dead_letters"
-	                " WHERE resolution IS NULL", NULL);
+	db = db_num(pg, "SELECT coalesce(extract(epoch FROM now() - min(d.created_at)), 0)"
+	                " FROM dead_letters d JOIN effect_outbox e ON e.id = d.effect_id"
+	                " WHERE e.state IN ('failed', 'unknown')"
+	                " AND coalesce(d.resolution, '') IN ('', 'not_delivered', 'resumed')", NULL);
 	ck_assert_msg(fabs(m - db) <= 3.0, "oldest open dead letter: /metrics %g s, database %g s",
 	              m, db);
-	SAME(val(s, "oncegate_kill_switch_actions_enabled"),
-	     db_num(pg, "SELECT actions_enabled::int FROM dispatch_control", NULL));
+	/* open dead letters: the gauge, the CLI's list and report say the same
+	 * (one definition of open, whatever the letters' resolutions) */
+	{
+		char *out = NULL;
+		json_t *list, *rep, *l;
+		double listed[3] = { 0, 0, 0 }, total = 0, gauge = 0;
+		size_t k;
+
+		ck_assert_int_eq(tl_ctl(&out, "--json", "deadletter", "list", "--state", "open",
+		                        "--limit", "10000", (char *)NULL), 0);
+		list = json_loads(out, 0, NULL);
+		free(out);
+		ck_assert_msg(json_is_array(list), "deadletter list --json is no array");
+		json_array_foreach(list, k, l)
+			for (i = 0; i < 3; i++)
+				if (strcmp(tl_jstr(l, "error_class") ?: "", classes[i]) == 0)
+					listed[i]++;
+		for (i = 0; i < 3; i++) {
+			m = lval(s, "oncegate_dead_letters_open", "error_class", classes[i]);
+			ck_assert_msg(m == listed[i], "open dead letters %s: /metrics %g, "
+			              "deadletter list --state open %g", classes[i], m, listed[i]);
+			gauge += m;
+			total += listed[i];
+		}
+		json_decref(list);
+		ck_assert_int_eq(tl_ctl(&out, "--json", "report", "--since", "7d", (char *)NULL), 0);
+		rep = json_loads(out, 0, NULL);
+		free(out);
+		ck_assert_msg(json_is_object(rep), "report --json is no object");
+		ck_assert_msg(json_number_value(json_object_get(rep, "dead_letters_open")) == gauge,
+		              "report: %g open dead letters, /metrics %g (list %g)",
+		              json_number_value(json_object_get(rep, "dead_letters_open")), gauge,
+		              total);
+		json_decref(rep);
+	}
+	SAME(val(s, "oncegate_kill_switch_engaged"),
+	     db_num(pg, "SELECT (NOT actions_enabled)::int FROM dispatch_control", NULL));
 	SAME(val(s, "oncegate_dispatch_blocked_sends_total"),
 	     db_num(pg, "SELECT blocked_sends FROM dispatch_control", NULL));
 #undef SAME
@@ -583,6 +625,20 @@ START_TEST(test_scenario)
 	claim(k[0], 0, "duplicate", NULL);
 	claim(k[0], 0, "duplicate", NULL);
 	claim(k[0], 1, "payload_mismatch", NULL);
+	/* 2 claims with keys that are not valid: 401, counted as failed
+	 * authentications (and as no claim) */
+	{
+		json_t *body = json_pack("{s:s, s:{s:s}}", "key", k[0], "payload", "note",
+		                         "Неверный ключ — 無効なキー 🔑");
+
+		tl_post_json("/v1/runs", "og_not-a-key-of-anyone", body, &r);
+		ASSERT_STATUS(&r, 401);
+		tl_resp_free(&r);
+		tl_post_json("/v1/runs", NULL, body, &r);
+		ASSERT_STATUS(&r, 401);
+		tl_resp_free(&r);
+		json_decref(body);
+	}
 
 	/* 2 invalid outputs: the repair budget of crm_tag is 1, so the second
 	 * ends the run, and the next delivery of it is a duplicate */
@@ -667,13 +723,28 @@ START_TEST(test_scenario)
 	    "    dispatcher, classification, reason, status)"
 	    " SELECT $1::uuid, 'send', a, now(), 5, 'check_metrics', 'transient', 'http_503', 503"
 	    "   FROM generate_series(1, 3) AS a", 1, p), 3);
-	ck_assert_int_eq(tl_pg_exec(pg,
-	    "INSERT INTO dead_letters (effect_id, client_id, idempotency_key, component,"
-	    "    error_class, reason, evidence, next_action, retention_until)"
-	    " SELECT id, client_id, idempotency_key, 'dispatcher', 'exhausted', 'max_attempts',"
-	    "        jsonb_build_object('attempt', 3, 'max_attempts', 3), 'resume or reject',"
-	    "        now() + interval '30 days'"
-	    "   FROM effect_outbox WHERE id = $1::uuid", 1, p), 1);
+	/* its letter, written by the dispatcher's own call; then an operator
+	 * resumed it and its budget was spent again: one letter, counted as
+	 * two exhaustions */
+	{
+		const struct deadletter_open dl = { .effect_id = id, .error_class = "exhausted",
+			                            .reason = "max_attempts: 3 of 3, Ошибка 503 — 服务不可用",
+			                            .next_action = "resume or reject",
+			                            .max_attempts = 3, .retention_days = 30 };
+		struct db *db = db_new("", 10000);
+		bool written = false;
+
+		ck_assert_ptr_nonnull(db);
+		ck_assert_int_eq(deadletter_open(db, &dl, &written), DB_OK);
+		ck_assert_msg(written, "the first exhaustion writes the letter");
+		ck_assert_int_eq(tl_pg_exec(pg, "UPDATE dead_letters SET resolution = 'resumed'"
+		                                " WHERE effect_id = $1::uuid", 1, p), 1);
+		ck_assert_int_eq(deadletter_open(db, &dl, &written), DB_OK);
+		ck_assert_msg(!written, "a second exhaustion writes no second letter");
+		db_free(db);
+		ck_assert_int_eq(tl_pg_count(pg, "SELECT count(*) FROM dead_letters WHERE effect_id ="
+		                                 " $1::uuid AND exhaustions = 2", 1, p), 1);
+	}
 	ck_assert_int_eq(tl_pg_exec(pg,
 	    "UPDATE dispatch_control SET blocked_sends = blocked_sends + 2", 0, NULL), 1);
 
@@ -686,6 +757,9 @@ START_TEST(test_scenario)
 	EXPECT_DELTA(mismatch, 1);
 	EXPECT_DELTA(dup_deliveries, 3);
 	EXPECT_DELTA(invalid, 2);
+	EXPECT_DELTA(outputs, 7);
+	EXPECT_DELTA(failed_val, 1);
+	EXPECT_DELTA(auth, 2);
 	EXPECT_DELTA(auto_, 2);
 	EXPECT_DELTA(approve, 2);
 	EXPECT_DELTA(reject, 1);
@@ -697,7 +771,7 @@ START_TEST(test_scenario)
 	              after.wait_sum - before.wait_sum <= 3 * waited + 0.01,
 	              "the approval wait sum moved by %g s; three decisions took at most %g s each",
 	              after.wait_sum - before.wait_sum, waited);
-	EXPECT_DELTA(exhausted, 1);
+	EXPECT_DELTA(exhausted, 2);
 	EXPECT_DELTA(open_exhausted, 1);
 	EXPECT_DELTA(blocked, 2);
 	/* auto 2 + approved 2 enqueued effects; one of them then failed */
@@ -712,7 +786,8 @@ START_TEST(test_scenario)
 }
 END_TEST
 
-/* The kill switch's database flag, both ways, through oncegatectl. */
+/* The kill switch, both ways, through oncegatectl: sends stop engages it
+ * (the gauge reads 1), sends resume releases it (0). */
 START_TEST(test_kill_switch)
 {
 	PGconn *pg = tl_pg_connect();
@@ -723,17 +798,18 @@ START_TEST(test_kill_switch)
 	int i;
 
 	ck_assert_ptr_nonnull(was);
-	order[0] = strcmp(was, "1") == 0 ? "off" : "on";
-	order[1] = strcmp(was, "1") == 0 ? "on" : "off";
+	order[0] = strcmp(was, "1") == 0 ? "stop" : "resume";
+	order[1] = strcmp(was, "1") == 0 ? "resume" : "stop";
 	for (i = 0; i < 2; i++) {
-		int rc = tl_ctl(NULL, "kill-switch", order[i], "--reason", "check_metrics: the gauge follows the flag", (char *)NULL);
+		int rc = tl_ctl(NULL, "sends", order[i], "--reason",
+		                "check_metrics: der Schalter folgt — 開關 — 🛑", (char *)NULL);
 
-		ck_assert_msg(rc == 0, "oncegatectl kill-switch %s: exit %d", order[i], rc);
+		ck_assert_msg(rc == 0, "oncegatectl sends %s: exit %d", order[i], rc);
 		scrape_settled(&s, 0);
-		ck_assert_msg(val(&s, "oncegate_kill_switch_actions_enabled") ==
-		                  (strcmp(order[i], "on") == 0 ? 1 : 0),
-		              "after kill-switch %s the gauge is %g", order[i],
-		              val(&s, "oncegate_kill_switch_actions_enabled"));
+		ck_assert_msg(val(&s, "oncegate_kill_switch_engaged") ==
+		                  (strcmp(order[i], "stop") == 0 ? 1 : 0),
+		              "after sends %s the gauge is %g", order[i],
+		              val(&s, "oncegate_kill_switch_engaged"));
 		scrape_free(&s);
 	}
 	free(was);

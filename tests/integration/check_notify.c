@@ -301,7 +301,7 @@ sender_start(struct dl_disp *d, const char *sw)
 {
 	char *from = pl_stack_mail_from();
 
-	(void)tl_ctl(NULL, "kill-switch", sw, "--reason",
+	(void)tl_ctl(NULL, "sends", strcmp(sw, "on") == 0 ? "resume" : "stop", "--reason",
 	             strcmp(sw, "on") == 0 ? "check_notify sends to loopback"
 	                                   : "check_notify holds notices",
 	             (char *)NULL);
@@ -1068,7 +1068,7 @@ START_TEST(test_kill_switch_holds_notices)
 	                                " AND held_at IS NOT NULL",
 	                             1, p),
 	                 3);
-	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_notify sends to loopback",
+	(void)tl_ctl(NULL, "sends", "resume", "--reason", "check_notify sends to loopback",
 	             (char *)NULL);
 	m = wait_mails(key, "Approval needed: ", SUPPORT_RCPT, 1, SETTLE_S);
 	ck_assert_msg(json_array_size(m) == 1, "switched on, the notice did not go out");

@@ -294,7 +294,7 @@ static void
 kill_switch(bool on)
 {
 	char *out = NULL;
-	int rc = tl_ctl(&out, "kill-switch", on ? "on" : "off", "--reason",
+	int rc = tl_ctl(&out, "sends", on ? "resume" : "stop", "--reason",
 	                on ? "check_observe sends" : "check_observe holds", (char *)NULL);
 
 	ck_assert_msg(rc == 0, "kill-switch: exit %d: %s", rc, out ? out : "");
@@ -578,7 +578,7 @@ START_TEST(test_metrics_dispatch)
 	              sample(mid, "oncegate_dispatch_blocked_sends_total", false) -
 	                  sample(before, "oncegate_dispatch_blocked_sends_total", false));
 	ck_assert_int_eq((int)sample(mid, "oncegate_dispatch_held_effects", false), 3);
-	ck_assert_int_eq((int)sample(mid, "oncegate_kill_switch_actions_enabled", false), 0);
+	ck_assert_int_eq((int)sample(mid, "oncegate_kill_switch_engaged", false), 1);
 
 	/* On: everything goes out; the 503 is retried once. */
 	off = tl_log_offset();

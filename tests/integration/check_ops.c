@@ -49,6 +49,8 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
+#include "db.h"
+#include "deadletter.h"
 #include "dispatchlib.h"
 #include "testlib.h"
 
@@ -247,7 +249,7 @@ static void
 kill_switch(bool on)
 {
 	char *out = NULL;
-	int rc = tl_ctl(&out, "kill-switch", on ? "on" : "off", "--reason",
+	int rc = tl_ctl(&out, "sends", on ? "resume" : "stop", "--reason",
 	                on ? "check_ops: this test sends" : "check_ops: finished",
 	                (char *)NULL);
 
@@ -425,6 +427,9 @@ START_TEST(test_dead_letter_evidence)
 	ck_assert_str_eq(JSTR(doc, "provider_key"), pk);
 	ck_assert_str_eq(JSTR(doc, "ledger_state"), "approved");
 	ck_assert_str_eq(JSTR(doc, "owner"), "client:dev");
+	/* who approved the effect: here the contract's rules */
+	ck_assert_str_eq(JSTR(doc, "approved_by"), "gate:auto");
+	ck_assert_str_eq(JSTR(json_object_get(doc, "decision"), "decision"), "auto");
 	ck_assert_str_eq(JSTR(doc, "state"), "open");
 	must_str(doc, "payload_hash", "show --json");
 	must_str(doc, "payload_ref", "show --json");
@@ -487,6 +492,37 @@ START_TEST(test_dead_letter_evidence)
 	ck_assert_msg(strstr(out, dlid) != NULL && strstr(out, "AGE") != NULL, "list: %s", out);
 	free(out);
 
+	/* a person takes the letter over from the client */
+	off = tl_log_offset();
+	CTL_OK(&out, "--json", "deadletter", "assign", dlid, "--to", "Zoë Ødegård <zoe@example.org>",
+	       "--reason", "Ночная смена берёт — 夜班接手 — משמרת לילה");
+	doc = json_loads(out, 0, NULL);
+	ck_assert_msg(doc != NULL, "assign --json: %s", out);
+	free(out);
+	ck_assert_str_eq(JSTR(doc, "owner"), "Zoë Ødegård <zoe@example.org>");
+	ck_assert_str_eq(JSTR(doc, "was"), "client:dev");
+	ck_assert_str_eq(JSTR(doc, "assigned_by"), OPERATOR);
+	json_decref(doc);
+	CTL_OK(&out, "--json", "deadletter", "show", id);
+	doc = json_loads(out, 0, NULL);
+	free(out);
+	ck_assert_str_eq(JSTR(doc, "owner"), "Zoë Ødegård <zoe@example.org>");
+	json_decref(doc);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE effect_id = $1::uuid"
+	                      " AND action = 'deadletter.assigned' AND operator = $2"
+	                      " AND details->>'was' = 'client:dev'", id, OPERATOR, (char *)NULL), 1);
+	l = log_one(off, "deadletter.assigned");
+	ck_assert_str_eq(JSTR(l, "actor"), OPERATOR);
+	ck_assert_str_eq(JSTR(l, "effect_id"), id);
+	json_decref(l);
+	/* without --to or --reason, or for no letter: refused, nothing changed */
+	ck_assert_int_eq(tl_ctl(NULL, "deadletter", "assign", dlid, "--reason", "x", (char *)NULL), 2);
+	ck_assert_int_eq(tl_ctl(NULL, "deadletter", "assign", dlid, "--to", "bob", (char *)NULL), 2);
+	ck_assert_int_eq(tl_ctl(NULL, "deadletter", "assign", "00000000-0000-4000-8000-000000000000",
+	                        "--to", "bob", "--reason", "x", (char *)NULL), 1);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE id = $1::uuid"
+	                      " AND owner = 'Zoë Ødegård <zoe@example.org>'", dlid, (char *)NULL), 1);
+
 	/* resume: the request reached the provider, so it is refused */
 	REFUSED(c, key, 1, "not known undelivered", "not_known_undelivered", "resume", id,
 	        "--reason", "customer asked again");
@@ -506,6 +542,30 @@ START_TEST(test_dead_letter_evidence)
 	dl = dl_dead_letter_of(c, id);
 	ck_assert_str_eq(JSTR(dl, "resolution"), "rejected");
 	ck_assert_str_eq(JSTR(dl, "resolved_by"), OPERATOR);
+	/* its history: the one resolution, with who and when */
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE id = $1::uuid"
+	                      " AND jsonb_array_length(resolutions) = 1"
+	                      " AND resolutions->0->>'resolution' = 'rejected'"
+	                      " AND resolutions->0->>'by' = $2 AND resolutions->0 ? 'at'",
+	                      dlid, OPERATOR, (char *)NULL), 1);
+	/* a letter a replay answered stays replayed: what is learnt about the
+	 * original effect later is added to its history, never written over
+	 * it (deadletter_resolve, as reconcile calls it) */
+	{
+		struct db *db = db_new("", 10000);
+		char ids[48];
+
+		ck_assert_ptr_nonnull(db);
+		snprintf(ids, sizeof(ids), "{%s}", id);
+		qexec(c, "UPDATE dead_letters SET resolution = 'replayed' WHERE id = $1::uuid", dlid,
+		      (char *)NULL);
+		ck_assert_int_eq(deadletter_resolve(db, ids, "not_delivered"), DB_OK);
+		db_free(db);
+		ck_assert_int_eq(qnum(c, "SELECT count(*) FROM dead_letters WHERE id = $1::uuid"
+		                      " AND resolution = 'replayed' AND jsonb_array_length(resolutions) = 2"
+		                      " AND resolutions->1->>'resolution' = 'not_delivered'",
+		                      dlid, (char *)NULL), 1);
+	}
 	ck_assert_int_eq(actions_of(c, key, "reject"), 1);
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE effect_id = $1::uuid"
 	                      " AND operator = $2 AND reason = 'ticket closed by hand'",
@@ -1132,67 +1192,91 @@ log_count(long offset, const char *ev, size_t want)
 
 START_TEST(test_kill_switch_logged)
 {
-	static const char *const reasons[2] = { "incident 42: stop every send now",
-		                                "incident 42 over: sends may resume" };
+	/* stop, resume, then the same through kill-switch engage/release */
+	static const char *const verbs[4][2] = { { "sends", "stop" }, { "sends", "resume" },
+		                                 { "kill-switch", "engage" },
+		                                 { "kill-switch", "release" } };
+	static const char *const reasons[4] = { "incident 42: stop every send now",
+		                                "incident 42 over: sends may resume",
+		                                "Инцидент 43 — 停止 — עצור 🛑",
+		                                "Инцидент 43 закрыт ✅" };
 	PGconn *c = tl_pg_connect();
 	char *out = NULL, *err = NULL, *before, *after;
 	json_t *l, *row, *doc;
 	long off;
 	int k, rc;
 
-	for (k = 0; k < 2; k++) {
-		bool on = k == 1;
+	for (k = 0; k < 4; k++) {
+		bool allowed = k % 2 == 1;
+		const char *event = allowed ? "sends.resumed" : "sends.stopped";
 
 		off = tl_log_offset();
-		CTL_OK(&out, "kill-switch", on ? "on" : "off", "--reason", reasons[k]);
+		CTL_OK(&out, verbs[k][0], verbs[k][1], "--reason", reasons[k]);
 		free(out);
 		/* the decision log: one line, with the operator and the reason */
-		l = log_one(off, "kill_switch.changed");
+		l = log_one(off, event);
 		ck_assert_str_eq(JSTR(l, "actor"), OPERATOR);
 		ck_assert_str_eq(JSTR(l, "reason"), reasons[k]);
-		ck_assert_str_eq(JSTR(l, "state_to"), on ? "on" : "off");
+		ck_assert_str_eq(JSTR(l, "state_to"), allowed ? "allowed" : "stopped");
 		ck_assert_str_eq(JSTR(l, "program"), "oncegatectl");
 		json_decref(l);
-		/* the database row says the same */
+		/* the stored flag keeps its meaning: actions_enabled = sends allowed */
 		row = qjson(c, "SELECT row_to_json(d)::text FROM dispatch_control d", (char *)NULL);
 		ck_assert_ptr_nonnull(row);
 		ck_assert_msg(json_is_boolean(json_object_get(row, "actions_enabled")) &&
-		              json_is_true(json_object_get(row, "actions_enabled")) == on,
-		              "dispatch_control: %s", tl_json_text(row));
+		              json_is_true(json_object_get(row, "actions_enabled")) == allowed,
+		              "dispatch_control after %s %s: %s", verbs[k][0], verbs[k][1],
+		              tl_json_text(row));
 		ck_assert_str_eq(JSTR(row, "changed_by"), OPERATOR);
 		ck_assert_str_eq(JSTR(row, "reason"), reasons[k]);
 		json_decref(row);
-		/* status --json parses, shows the flag and what the environment
-		 * of a dispatcher must hold */
-		CTL_OK(&out, "--json", "kill-switch", "status");
+		ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM operator_actions WHERE action = $1"
+		                                " AND reason = $2 AND details->>'now' = $3",
+		                             3, (const char *const[]){ event, reasons[k],
+		                                                        allowed ? "allowed" : "stopped" }),
+		                 1);
+		/* status --json parses, says in words whether sends go out and what
+		 * the environment of a dispatcher must hold */
+		CTL_OK(&out, "--json", k < 2 ? "sends" : "kill-switch", "status");
 		doc = json_loads(out, 0, NULL);
-		ck_assert_msg(doc != NULL, "kill-switch status --json does not parse: %s", out);
+		ck_assert_msg(doc != NULL, "status --json does not parse: %s", out);
 		free(out);
-		ck_assert_msg(json_is_true(json_object_get(doc, "database_flag")) == on &&
-		              json_is_boolean(json_object_get(doc, "database_flag")),
-		              "status: %s", tl_json_text(doc));
+		ck_assert_str_eq(JSTR(doc, "sends"), allowed ? "allowed" : "stopped");
 		ck_assert_str_eq(JSTR(doc, "environment_needs"), "AI_ACTIONS_ENABLED=true");
 		ck_assert_msg(json_is_integer(json_object_get(doc, "blocked_sends")) &&
 		              json_is_integer(json_object_get(doc, "due_effects")),
 		              "status: %s", tl_json_text(doc));
 		json_decref(doc);
-		CTL_OK(&out, "kill-switch", "status");
-		ck_assert_msg(strstr(out, "AI_ACTIONS_ENABLED=true") != NULL &&
+		CTL_OK(&out, "sends", "status");
+		ck_assert_msg(strstr(out, allowed ? "ALLOWED" : "STOPPED") != NULL &&
+		              strstr(out, "AI_ACTIONS_ENABLED=true") != NULL &&
 		              strstr(out, OPERATOR) != NULL && strstr(out, reasons[k]) != NULL,
-		              "kill-switch status: %s", out);
+		              "sends status: %s", out);
 		free(out);
 	}
-	/* without a reason: refused, nothing changed */
+	/* without a reason, or in the old spelling (on once allowed sends):
+	 * refused, the new spellings named, nothing changed */
 	before = qstr(c, "SELECT row_to_json(d)::text FROM dispatch_control d", (char *)NULL);
 	off = tl_log_offset();
-	rc = tl_ctl_err(&out, &err, "kill-switch", "off", (char *)NULL);
-	ck_assert_msg(rc == 2 && strstr(err, "--reason") != NULL, "off without a reason: %d %s",
+	rc = tl_ctl_err(&out, &err, "sends", "stop", (char *)NULL);
+	ck_assert_msg(rc == 2 && strstr(err, "--reason") != NULL, "stop without a reason: %d %s",
 	              rc, err);
 	free(out);
 	free(err);
+	for (k = 0; k < 2; k++) {
+		rc = tl_ctl_err(&out, &err, "kill-switch", k == 0 ? "on" : "off", "--reason",
+		                "an old runbook", (char *)NULL);
+		ck_assert_msg(rc == 2 && strstr(err, "sends stop") != NULL &&
+		              strstr(err, "sends resume") != NULL &&
+		              strstr(err, "kill-switch engage") != NULL,
+		              "kill-switch %s: %d %s", k == 0 ? "on" : "off", rc, err);
+		free(out);
+		free(err);
+	}
 	after = qstr(c, "SELECT row_to_json(d)::text FROM dispatch_control d", (char *)NULL);
 	ck_assert_str_eq(before, after);
-	ck_assert_int_eq(log_count(off, "kill_switch.changed", (size_t)0),
+	ck_assert_int_eq(log_count(off, "sends.stopped", (size_t)0) +
+	                     log_count(off, "sends.resumed", (size_t)0),
 	                 0);
 	free(before);
 	free(after);

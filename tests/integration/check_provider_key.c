@@ -229,10 +229,10 @@ static void
 kill_switch_on(void)
 {
 	char *out = NULL;
-	int rc = tl_ctl(&out, "kill-switch", "on", "--reason", "check_provider_key sends",
+	int rc = tl_ctl(&out, "sends", "resume", "--reason", "check_provider_key sends",
 	                (char *)NULL);
 
-	ck_assert_msg(rc == 0, "oncegatectl kill-switch on: exit %d: %s", rc, out ? out : "");
+	ck_assert_msg(rc == 0, "oncegatectl sends resume: exit %d: %s", rc, out ? out : "");
 	free(out);
 }
 

@@ -373,7 +373,7 @@ START_TEST(test_recorded_once_then_rejected)
 	                               "reject"),
 	                 303);
 	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
-	                           " AND state = 'failed_terminal' AND error_class = 'rejected'"
+	                           " AND state = 'rejected' AND error_class = 'rejected'"
 	                           " AND decided_by = 'controller01@example.com'", key), 1);
 	ck_assert_int_eq(count1(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1",
 	                        key), 0);
@@ -547,7 +547,7 @@ START_TEST(test_edit_then_sent_once)
 
 	/* sent: the corrected text to one tenant's customer, once; the draft
 	 * to the other's */
-	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_quorum sends to loopback",
+	(void)tl_ctl(NULL, "sends", "resume", "--reason", "check_quorum sends to loopback",
 	             (char *)NULL);
 	dl_disp_start_demo(&disp, "support@oncegate.example");
 	deadline = tl_now() + SETTLE_S;

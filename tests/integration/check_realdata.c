@@ -193,7 +193,7 @@ START_TEST(test_two_tenants_one_key)
 	size_t i, j;
 
 	ck_assert_msg(dl_key_b != NULL, "no second client: `oncegatectl client add` failed");
-	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_realdata sends to loopback",
+	(void)tl_ctl(NULL, "sends", "resume", "--reason", "check_realdata sends to loopback",
 	             (char *)NULL);
 	snprintf(prefix, sizeof(prefix), "%s:", tl_run);
 	key = tl_corpus_key(prefix, json_string_value(json_array_get(

@@ -284,7 +284,7 @@ answer(const json_t *doc, const char *q)
 /* ---- the dispatcher ------------------------------------------------------------ */
 
 /* A dispatcher whose demo_http is the loopback provider on port; it sends
- * (the kill switch is set on by the caller). */
+ * (the caller allows sends). */
 static void
 dispatcher_start(struct dl_disp *d, int port)
 {
@@ -354,7 +354,7 @@ START_TEST(test_replay_through_approval_and_outbox)
 	port = provider_start("http_provider.py", "http_provider", none, &prov);
 	proc_register(prov);
 	ck_assert_msg(port > 0, "the HTTP provider did not start (see %s)", g_tmp);
-	ck_assert_int_eq(tl_ctl(NULL, "kill-switch", "on", "--reason", "check_replay sends",
+	ck_assert_int_eq(tl_ctl(NULL, "sends", "resume", "--reason", "check_replay sends",
 	                        (char *)NULL), 0);
 	dispatcher_start(&disp, port);
 
@@ -461,7 +461,7 @@ START_TEST(test_replay_through_approval_and_outbox)
 	                         (char *)NULL), 1);
 	dl_disp_stop(&disp, 20);
 	provider_stop(prov, "http_provider");
-	ck_assert_int_eq(tl_ctl(NULL, "kill-switch", "off", "--reason", "check_replay done",
+	ck_assert_int_eq(tl_ctl(NULL, "sends", "stop", "--reason", "check_replay done",
 	                        (char *)NULL), 0);
 	free(before);
 	PQfinish(c);
@@ -902,6 +902,9 @@ START_TEST(test_purge)
 	before = tl_run_snapshot(c, key);
 	purges = qnum(c, "SELECT count(*) FROM operator_actions WHERE action = 'purge'"
 	                 " AND reason = 'retention test' AND operator = $1", OPERATOR, (char *)NULL);
+	/* the approver's reason is there before the purge */
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approval_votes WHERE idempotency_key = $1"
+	                         " AND reason = 'checked by check_replay'", key, (char *)NULL), 1);
 	doc = ctl_json(0, NULL, "purge", "--older-than", "1s", "--dry-run", (char *)NULL);
 	n = json_integer_value(json_object_get(doc, "runs"));
 	ck_assert_msg(n >= 1, "the dry run counts the finished run");
@@ -916,10 +919,22 @@ START_TEST(test_purge)
 	            " NOT coalesce(effect ? 'payload', false), payload_hash IS NOT NULL,"
 	            " output_hash IS NOT NULL, decision, state)"
 	            " FROM workflow_runs WHERE idempotency_key = $1", key, (char *)NULL);
-	ck_assert_str_eq(v, "t t t t t reject failed_terminal");
+	ck_assert_str_eq(v, "t t t t t reject rejected");
+	free(v);
+	/* the free text went too (the approver's reason, the source, the
+	 * requester); who decided, when, the class and the hashes stay */
+	v = qstr(c, "SELECT concat_ws(' ', result IS NULL, reason IS NULL, validation IS NULL,"
+	            " source_url IS NULL, requested_by IS NULL, decided_by IS NOT NULL,"
+	            " decided_at IS NOT NULL, error_class)"
+	            " FROM workflow_runs WHERE idempotency_key = $1", key, (char *)NULL);
+	ck_assert_str_eq(v, "t t t t t t t rejected");
 	free(v);
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approvals WHERE idempotency_key = $1"
-	                         " AND (effect IS NOT NULL OR state <> 'decided')", key, (char *)NULL), 0);
+	                         " AND (effect IS NOT NULL OR state <> 'decided' OR reason IS NOT NULL"
+	                         "      OR approver_subject IS NULL)", key, (char *)NULL), 0);
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM approval_votes WHERE idempotency_key = $1"
+	                         " AND (reason IS NOT NULL OR decision <> 'reject')", key,
+	                         (char *)NULL), 0);
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM operator_actions WHERE action = 'purge'"
 	                         " AND reason = 'retention test' AND operator = $1",
 	                         OPERATOR, (char *)NULL), purges + 1);

@@ -359,7 +359,7 @@ START_TEST(test_dispatch_cannot_forge)
 	         " decided_at = now() %s",
 	         run);
 	refusedf(c, "rejecting the run",
-	         "UPDATE workflow_runs SET state = 'failed_terminal', decision = 'reject' %s", run);
+	         "UPDATE workflow_runs SET state = 'rejected', decision = 'reject' %s", run);
 	refusedf(c, "queueing a mail to another recipient",
 	         "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target,"
 	         " payload, payload_hash, provider_key)"
@@ -548,7 +548,7 @@ START_TEST(test_sent_mail_stays_sent)
 	free(token);
 
 	/* delivered by a real dispatcher to the suite's SMTP sink */
-	(void)tl_ctl(NULL, "kill-switch", "on", "--reason", "check_roles sends to loopback",
+	(void)tl_ctl(NULL, "sends", "resume", "--reason", "check_roles sends to loopback",
 	             (char *)NULL);
 	mail_from = pl_stack_mail_from();
 	dl_disp_start_demo(&d, mail_from);

@@ -262,10 +262,7 @@ outbox_quiet() {
 		UPDATE effect_outbox SET state = 'cancelled'
 		 WHERE state IN ('pending', 'unknown') AND idempotency_key <> :'keep';
 	EOF
-	# oncegatectl allows sends with `sends resume`, or `kill-switch on` where
-	# it has no `sends` command.
-	"$ONCEGATE_CTL" sends resume --reason "$1" >/dev/null 2>&1 ||
-		"$ONCEGATE_CTL" kill-switch on --reason "$1" >/dev/null 2>&1 || die "oncegatectl could not allow sends"
+	"$ONCEGATE_CTL" sends resume --reason "$1" >/dev/null 2>&1 || die "oncegatectl could not allow sends"
 }
 
 # conf_lines KEY=VALUE...: the "key = value" lines of a config file, in

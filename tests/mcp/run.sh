@@ -30,7 +30,7 @@ PIDS=()
 cleanup() {
 	local p
 	for p in "${PIDS[@]}"; do stop_child "$p" 5; done
-	"$ONCEGATE_CTL" -c "$ONCEGATE_CONF" kill-switch off --reason "MCP test done" >/dev/null 2>&1 || true
+	"$ONCEGATE_CTL" -c "$ONCEGATE_CONF" sends stop --reason "MCP test done" >/dev/null 2>&1 || true
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -61,7 +61,7 @@ CONF
 # Nothing else may be sent by this dispatcher: other pending work is cancelled.
 psql -X -q -At -v ON_ERROR_STOP=1 \
 	-c "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
-"$ONCEGATE_CTL" -c "$ONCEGATE_CONF" kill-switch on --reason "MCP test sends to loopback" >/dev/null
+"$ONCEGATE_CTL" -c "$ONCEGATE_CONF" sends resume --reason "MCP test sends to loopback" >/dev/null
 AI_ACTIONS_ENABLED=true "$ONCEGATE_DISPATCH" -c "$WORK/dispatch.conf" </dev/null \
 	>"$WORK/dispatch.stderr" 2>&1 &
 PIDS+=($!)

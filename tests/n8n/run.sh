@@ -33,7 +33,7 @@
 #           error workflow finds the run settled; a model that breaks the
 #           contract once: repaired, the run waits for a person; a model
 #           outage: the workflow reports failed_retryable;
-#        e. kill switch off: the crm_tag execution finishes, the provider
+#        e. sends stopped (kill switch engaged): the crm_tag execution finishes, the provider
 #           gets nothing until the switch is on again.
 # Every process it starts is stopped by its PID on exit.
 #
@@ -415,7 +415,7 @@ until_true 60 "the execution ended on the rejected output" \
 expect "the reason the rejected output carries" "$(field_of "e['key'] == '$K' and e['status'] == 'success'" decision_reason)" \
 	"Wrong tone for a refund"
 expect "run $K" "$(q "$K" "SELECT state || ' ' || decision || ' ' || decided_by FROM workflow_runs WHERE idempotency_key = :'key' AND $MINE")" \
-	"failed_terminal reject $APPROVER"
+	"rejected reject $APPROVER"
 expect "email effects for $K" "$(q "$K" "SELECT count(*) FROM effect_outbox WHERE idempotency_key = :'key' AND effect_type = 'email.send'")" 0
 expect "mails to customer-102" "$(mails customer-102@example.com)" 0
 B_S=$(($(date +%s) - t))
@@ -476,7 +476,7 @@ reason=$(q "$K" "SELECT reason FROM workflow_runs WHERE idempotency_key = :'key'
 ok "the reason names the n8n execution and node: $reason"
 D_S=$(($(date +%s) - t))
 
-# --- e. kill switch off: the execution finishes, nothing is sent until it is on --------------------
+# --- e. sends stopped (kill switch engaged): the execution finishes, nothing is sent until sends resume --------------------
 
 t=$(date +%s)
 # crm_tag sends 10 % of the eligible runs to a person anyway, chosen by a
@@ -486,18 +486,18 @@ t=$(date +%s)
 # notice is in the demo mailbox) and approve it in Chromium from the mail's
 # link, and the scenario goes on from there.
 K=acme:crm-tag:contact-201:v1
-say "e. contact 201 (crm_tag, auto-eligible) with the kill switch off"
-ctl kill-switch off --reason "tests/n8n: nothing may reach the provider" >/dev/null
+say "e. contact 201 (crm_tag, auto-eligible) with sends stopped"
+ctl sends stop --reason "tests/n8n: nothing may reach the provider" >/dev/null
 expect "delivery answered" "$(hook "$CRM" '{"contact_id":201,"agent_email":"sales.bot@helpdesk.example","message":"Сколько стоит тариф Pro? プロプランの価格は？ 💶"}')" 200
 auto_or_waiting() { took "$K" 'Submit the tag' approved success || waiting_exec "$K"; }
 until_true 60 "the crm_tag execution finished on the approved output at once or waits for sales" auto_or_waiting
 if waiting_exec "$K"; then
 	say "e. the run was drawn for the sample: sales are told by mail and approve it in Chromium"
 	sleep 1 # five dispatcher polls
-	! notice_arrived "$K" || fail "the notice for $K went out with the kill switch off"
-	ctl kill-switch on --reason "tests/n8n: the sales notice may go" >/dev/null
+	! notice_arrived "$K" || fail "the notice for $K went out with sends stopped"
+	ctl sends resume --reason "tests/n8n: the sales notice may go" >/dev/null
 	URL=$(approval_url "$K")
-	ctl kill-switch off --reason "tests/n8n: nothing may reach the provider" >/dev/null
+	ctl sends stop --reason "tests/n8n: nothing may reach the provider" >/dev/null
 	[[ $URL == "$ONCEGATE_URL/approve/"* ]] || fail "no approval link in the sales notice ($URL)"
 	ok "sales were told by mail; the waiting crm_tag execution holds no link"
 	node "$ROOT/tests/browser/decide.mjs" "$URL" lee@example.com sales approve \
@@ -519,7 +519,7 @@ PK=$(q "$K" "SELECT provider_key FROM effect_outbox WHERE idempotency_key = :'ke
 	AND effect_type = 'crm.tag' AND provider_key ~ ('^og1/c' || client_id || '/')")
 [[ -n $PK ]] || fail "the crm.tag effect of $K has no per-client provider key"
 expect "provider requests for $PK while off" "$(provider_requests "$PK")" 0
-ctl kill-switch on --reason "tests/n8n: back on" >/dev/null
+ctl sends resume --reason "tests/n8n: back on" >/dev/null
 committed() { [[ $(provider_committed "$PK") -ge 1 ]]; }
 until_true 30 "the provider committed the tag once the switch is on" committed
 until_true 30 "run $K completed" state_is "$K" "completed -"

@@ -163,7 +163,7 @@ for ((i = 0; i < 300; i++)); do
 	sleep 0.2
 done
 
-"$ONCEGATE_CTL" -c "$DIR/oncegate.conf" kill-switch on \
+"$ONCEGATE_CTL" -c "$DIR/oncegate.conf" sends resume \
 	--reason "soak: the dispatcher sends to loopback providers" >/dev/null 2>&1
 # Effects of earlier work in this database go nowhere near this run's providers.
 q "UPDATE effect_outbox SET state = 'cancelled' WHERE state IN ('pending', 'unknown')" >/dev/null
@@ -387,5 +387,5 @@ if [[ $rc != 0 ]]; then
 		"$DIR/vg-fcgi.log" "$DIR/vg-dispatch.log" | head -200 >&2 || true
 	tail -n 20 "$DIR/fcgi.stderr" "$DIR/dispatch.stderr" >&2 || true
 fi
-"$ONCEGATE_CTL" -c "$DIR/oncegate.conf" kill-switch off --reason "soak over" >/dev/null 2>&1 || true
+"$ONCEGATE_CTL" -c "$DIR/oncegate.conf" sends stop --reason "soak over" >/dev/null 2>&1 || true
 exit "$rc"

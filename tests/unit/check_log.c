@@ -181,7 +181,7 @@ START_TEST(test_field_order)
 		"ts", "level", "event", "program", "client", "key", "correlation_id",
 		"workflow_version", "contract", "trigger", "payload_hash",
 		"state_from", "state_to", "version", "actor", "decision",
-		"approval_id", "effect_id", "target", "provider_id", "error_class",
+		"approval_id", "previous_owner", "effect_id", "target", "provider_id", "error_class",
 		"attempt", "model", "validation", "reason", "detail", "hint",
 		"request_id", "method", "path", "status",
 	};
@@ -189,7 +189,7 @@ START_TEST(test_field_order)
 		.client = "c", .key = "k", .correlation_id = "ci",
 		.workflow_version = "wv", .contract = "co", .trigger = "tr",
 		.payload_hash = "ph", .state_from = "sf", .state_to = "st",
-		.actor = "ac", .decision = "de", .approval_id = "ap",
+		.actor = "ac", .decision = "de", .approval_id = "ap", .previous_owner = "po",
 		.effect_id = "ef", .target = "ta", .provider_id = "pi",
 		.error_class = "ec", .model = "mo", .validation = "va",
 		.reason = "re", .detail = "dt", .hint = "hi", .request_id = "ri",
@@ -335,6 +335,42 @@ START_TEST(test_redact)
 	ck_assert_str_eq(buf, c->want);
 	/* redacting twice changes nothing more */
 	log_redact(buf);
+	ck_assert_str_eq(buf, c->want);
+}
+END_TEST
+
+/* A provider's error text: internal hosts, URLs and short keys go; the
+ * words an operator needs (the status, the SMTP code, the rule) stay. */
+static const struct redact_case provider_cases[] = {
+	{ "Failed to connect to crm.internal.corp port 8443: Connection refused",
+	  "Failed to connect to [host] port 8443: Connection refused", 1 },
+	{ "Could not resolve host: smtp-relay.prod.lan", "Could not resolve host: [host]", 1 },
+	{ "connect to 10.20.30.40:587 timed out after 5000 ms",
+	  "connect to [host] timed out after 5000 ms", 1 },
+	{ "HTTP 401 from https://crm.example.net/api/v2/tags?api_key=abc: invalid key",
+	  "HTTP 401 from [host] invalid key", 1 },
+	{ "401 Unauthorized: api_key=sk_test_51Hq9 rejected",
+	  "401 Unauthorized: api_key=[redacted] rejected", 1 },
+	{ "invalid token sk_live_4eC39HqLyj rejected", "invalid token [redacted] rejected", 1 },
+	{ "550 5.7.1 Отказано: получатель заблокирован 🚫", "550 5.7.1 Отказано: получатель заблокирован 🚫", 0 },
+	{ "421 4.7.0 Try again later (v1.2)", "421 4.7.0 Try again later (v1.2)", 0 },
+	{ "connection_lost_after_send_not_idempotent", "connection_lost_after_send_not_idempotent", 0 },
+	{ "提供者错误: 主机 mail.内部 无法访问 — password: hunter2",
+	  "提供者错误: 主机 mail.内部 无法访问 — password: *******", 1 },
+};
+
+START_TEST(test_redact_provider)
+{
+	const struct redact_case *c = &provider_cases[_i];
+	char buf[256];
+
+	log_keep_names(kept, 1);
+	ck_assert_uint_lt(strlen(c->in), sizeof(buf));
+	strcpy(buf, c->in);
+	ck_assert_uint_eq(log_redact_provider(buf), c->runs);
+	ck_assert_str_eq(buf, c->want);
+	ck_assert_uint_le(strlen(buf), strlen(c->in));
+	log_redact_provider(buf);
 	ck_assert_str_eq(buf, c->want);
 }
 END_TEST
@@ -804,6 +840,8 @@ log_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, test_redact, 0,
 	                    sizeof(redact_cases) / sizeof(redact_cases[0]));
+	tcase_add_loop_test(tc, test_redact_provider, 0,
+	                    (int)(sizeof(provider_cases) / sizeof(provider_cases[0])));
 	TL_TESTS(tc, test_redact_null, test_redact_in_log, test_redact_at_cut);
 
 	/* generous: valgrind runs the threads tests ~50x slower */

@@ -583,6 +583,8 @@ async function claim(fns: IExecuteFunctions, api: OncegateCaller): Promise<INode
 						state: answer.body.state,
 						version: answer.body.version,
 						...(answer.body.result !== undefined ? { result: answer.body.result } : {}),
+						// who decided a finished run (a rejected one reads rejected, not failed)
+						...(answer.body.decision !== undefined ? { decision: answer.body.decision } : {}),
 						...(answer.body.lease_expires_at !== undefined
 							? { lease_expires_at: answer.body.lease_expires_at }
 							: {}),
@@ -829,7 +831,10 @@ async function transition(
 			const state = now.body.state;
 			if (
 				now.status === 200 &&
-				(state === 'failed_terminal' || state === 'failed_retryable' || state === 'completed')
+				(state === 'failed_terminal' ||
+					state === 'failed_retryable' ||
+					state === 'completed' ||
+					state === 'rejected')
 			) {
 				out[0].push({
 					json: {
