@@ -67,7 +67,7 @@ api_output_submit(struct api_call *c)
 	struct ledger_output lo = { 0 };
 	struct ledger_run run = { 0 };
 	struct log_fields f = { 0 };
-	char out_hash[CANON_HASH_LEN];
+	char out_hash[CANON_HASH_LEN], why[1280];
 	char *out_text = NULL, *eff_text = NULL, *model_text = NULL, *errors_text = NULL;
 	char *logged = NULL;
 	const char *name, *etype, *etarget;
@@ -159,10 +159,9 @@ api_output_submit(struct api_call *c)
 		           "source_url");
 		goto out;
 	}
-	if (lo.callback_url != NULL && !config_callback_allowed(cfg, lo.callback_url)) {
-		call_unprocessable(c, "callback_not_allowed",
-		                   "callback_url's origin is not a configured callback origin",
-		                   "callback_url");
+	if (lo.callback_url != NULL &&
+	    config_callback_refusal(cfg, lo.callback_url, why, sizeof(why))) {
+		call_unprocessable(c, "callback_not_allowed", why, "callback_url");
 		goto out;
 	}
 
