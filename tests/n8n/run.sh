@@ -123,8 +123,18 @@ fi
 if ! cmp -s "$N8N_PKG" "$N8N_DIR/node_modules/.oncegate-package.json" 2>/dev/null; then
 	say "npm install n8n@$N8N_VERSION in $N8N_DIR (about 6 min and 2.3 GB the first time)"
 	cp "$N8N_PKG" "$N8N_DIR/package.json"
-	(cd "$N8N_DIR" && PATH=$N8N_PATH ${N8N_NODE_HOME:+npm_config_nodedir=$N8N_NODE_HOME} \
-		npm install --no-audit --no-fund --prefer-offline --loglevel=error >&2)
+	if [[ -z $N8N_NODE_DIR ]]; then
+		(cd "$N8N_DIR" && npm install --no-audit --no-fund --prefer-offline --loglevel=error >&2)
+	else
+		# Install scripts off: n8n 2.41's Kafka client (@confluentinc/
+		# kafka-javascript) would download librdkafka's sources from outside
+		# the npm registry and fail; then the one native module n8n needs to
+		# start and run these flows, the sqlite driver, is built for Node.js 24
+		# from its headers. (The Kafka nodes are not usable in this n8n.)
+		(cd "$N8N_DIR" && export PATH=$N8N_PATH npm_config_nodedir=$N8N_NODE_HOME &&
+			npm install --ignore-scripts --no-audit --no-fund --prefer-offline --loglevel=error >&2 &&
+			npm rebuild --ignore-scripts=false --loglevel=error sqlite3 >&2)
+	fi
 	cp "$N8N_PKG" "$N8N_DIR/node_modules/.oncegate-package.json"
 fi
 N8N=$N8N_DIR/node_modules/n8n/bin/n8n
