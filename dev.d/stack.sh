@@ -37,6 +37,20 @@ demo_contracts() {
 	PY
 }
 
+# The origins n8n may be reached at for callbacks: the n8n test's own port,
+# else ONCEGATE_CALLBACK_ORIGINS (space-separated; e.g. a second n8n on
+# 5679: ONCEGATE_CALLBACK_ORIGINS="http://127.0.0.1:5678 http://127.0.0.1:5679"
+# ./dev up), else n8n's default at 127.0.0.1 and localhost.
+callback_origins() {
+	if [[ $STACK == n8n && -n ${ONCEGATE_N8N_PORT:-} ]]; then
+		echo "http://127.0.0.1:$ONCEGATE_N8N_PORT"
+	elif [[ $STACK == up ]]; then
+		echo "${ONCEGATE_CALLBACK_ORIGINS:-http://127.0.0.1:5678 http://localhost:5678}"
+	else
+		echo "http://127.0.0.1:5678"
+	fi
+}
+
 write_config() {
 	local lease_default=300 lease_max=3600 lease_cap=86400
 	# The test suite relies on a short cap to watch leases run out.
@@ -88,8 +102,9 @@ write_config() {
 		public_url = http://127.0.0.1:$HTTP_PORT
 		csrf_secret = $(cat "$STATE/csrf_secret")
 		proxy_secret_file = $STATE/proxy_secret
-		# n8n's default port on this machine (its Wait-node resume URLs)
-		callback_origins = http://127.0.0.1:5678
+		# n8n's resume URLs (the decision callbacks go there too):
+		# ONCEGATE_CALLBACK_ORIGINS, else n8n's default port on this machine
+		callback_origins = $(callback_origins)
 
 		# oncegate-dispatch
 		dispatch_workers = 4
@@ -111,10 +126,6 @@ write_config() {
 		url = smtp://127.0.0.1:$DEMO_SMTP_PORT
 		mail_from = oncegate@demo.example
 		timeout_ms = 10000
-
-		[target callback]
-		kind = http
-		url = http://127.0.0.1:5678/
 	EOF
 	# It holds csrf_secret: only root, as whom the responder, the
 	# dispatcher and oncegatectl run here, reads it.

@@ -119,20 +119,27 @@ cmd_check() {
 	exit "$rc"
 }
 
-# ./dev test-n8n: the workflows of examples/n8n in a real n8n (installed
-# into .dev/n8n-app, kept across runs; .dev/n8n links to the stack's state,
+# ./dev test-n8n: the workflows of examples/n8n in a real n8n, the oldest
+# supported (installed into .dev/n8n-app) and the newest (.dev/n8n-newest,
+# with its Node.js 24), both kept across runs, on a port of their own
+# (ONCEGATE_N8N_PORT, else a free one; .dev/n8n links to the stack's state,
 # which each run wipes), against a throwaway stack of its own (stack n8n,
 # build directory .dev/build-n8n, sanitizers on), so it can run beside
 # ./dev test.
 # The stack's dispatcher sends (AI_ACTIONS_ENABLED=true, sends allowed) to
 # the demo providers; tests/n8n/run.sh starts n8n and the model stand-in.
 cmd_test_n8n() {
-	local rc=0
+	local rc=0 flavour
 	stack_create n8n
 	stack_lock
 	stack_wipe
 	trap 'stack_stop' EXIT
 	trap 'exit 130' INT TERM
+
+	# n8n on a port of its own, not its default 5678 (another n8n may hold
+	# it): the stack's callback_origins names it, tests/n8n/run.sh uses it.
+	ONCEGATE_N8N_PORT=${ONCEGATE_N8N_PORT:-$(pick_port n8n_port random /nonexistent)}
+	export ONCEGATE_N8N_PORT
 
 	stack_start --enable-werror --enable-sanitizers CFLAGS="-O1 -g"
 	demo_providers_start
@@ -141,13 +148,19 @@ cmd_test_n8n() {
 	export ONCEGATE_CTL=$BUILD/oncegatectl ONCEGATE_STATE=$STATE ONCEGATE_PYTHON=$PYTHON \
 		ONCEGATE_DEMO_HTTP=http://127.0.0.1:$DEMO_HTTP_PORT \
 		ONCEGATE_DEMO_SMTP_LOG=$STATE/demo-smtp.jsonl ONCEGATE_N8N_DIR=$DEV_DIR/n8n-app
-	say "n8n end-to-end test (tests/n8n/run.sh)"
-	ONCEGATE_ARTIFACTS=$DEV_DIR/artifacts bash "$ROOT/tests/n8n/run.sh" 9>&- || rc=$?
+	# The oldest n8n supported (Node.js 20 from Debian) and the newest
+	# (Node.js 24 from the npm registry), one after the other, against this
+	# stack; ONCEGATE_N8N_FLAVOURS=newest runs one.
+	for flavour in ${ONCEGATE_N8N_FLAVOURS:-oldest newest}; do
+		say "n8n end-to-end test, $flavour n8n (tests/n8n/run.sh)"
+		ONCEGATE_N8N_FLAVOUR=$flavour ONCEGATE_N8N_NEWEST_DIR=$DEV_DIR/n8n-newest \
+			ONCEGATE_ARTIFACTS=$DEV_DIR/artifacts bash "$ROOT/tests/n8n/run.sh" 9>&- || { rc=$?; break; }
+	done
 
 	fcgi_stop
 	if sanitizer_findings "$STATE/fcgi.stderr"; then rc=1; fi
 	if [[ $rc -ne 0 ]]; then
-		say "FAILED; state kept in $STATE (n8n: n8n.log; fcgi.stderr, decisions.log, dispatch.stderr)"
+		say "FAILED; state kept in $STATE (n8n: n8n-oldest.log, n8n-newest.log; fcgi.stderr, decisions.log, dispatch.stderr)"
 	else
 		say "n8n test passed"
 	fi

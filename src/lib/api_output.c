@@ -129,10 +129,9 @@ output_people(struct api_call *c, const struct api_output_in *in)
 		           "source_url");
 		return false;
 	}
-	if (in->callback_url != NULL && !config_callback_allowed(c->ctx->cfg, in->callback_url)) {
-		call_unprocessable(c, "callback_not_allowed",
-		                   "callback_url's origin is not a configured callback origin",
-		                   "callback_url");
+	if (in->callback_url != NULL &&
+	    config_callback_refusal(c->ctx->cfg, in->callback_url, why, sizeof(why))) {
+		call_unprocessable(c, "callback_not_allowed", why, "callback_url");
 		return false;
 	}
 	return true;

@@ -84,14 +84,15 @@ api_runs_claim(struct api_call *c)
 {
 	static const char *const fields[] = { "key", "payload", "workflow_version", "trigger",
 		                              "correlation_id", "event_id", "lease_seconds",
-		                              NULL };
+		                              "callback_url", NULL };
 	const struct config *cfg = c->ctx->cfg;
 	struct ledger_claim lc = { 0 };
 	struct ledger_run run = { 0 };
 	struct log_fields f = { 0 };
 	char hash[CANON_HASH_LEN], hash_as_written[CANON_HASH_LEN], loc[API_RUN_PATH_MAX];
 	char prev_owner[CANON_HASH_LEN];
-	char *payload = NULL;
+	char *payload = NULL, why[1280];
+	const char *callback = NULL;
 	size_t payload_len;
 	long long lease;
 	enum canon_rc crc;
@@ -108,8 +109,16 @@ api_runs_claim(struct api_call *c)
 	    !api_opt_string(c, "trigger", OG_FIELD_MAX, &lc.trigger) ||
 	    !api_opt_string(c, "correlation_id", OG_FIELD_MAX, &lc.correlation_id) ||
 	    !api_opt_string(c, "event_id", OG_FIELD_MAX, &lc.event_id) ||
-	    !opt_lease_seconds(c, &lease))
+	    !opt_lease_seconds(c, &lease) ||
+	    !api_opt_string(c, "callback_url", 2048, &callback))
 		goto out;
+	/* The resume URL the workflow will hand in with its output, checked
+	 * before anything is claimed: refused here, before the model is paid
+	 * for, rather than at the output. */
+	if (callback != NULL && config_callback_refusal(cfg, callback, why, sizeof(why))) {
+		api_reject(c, "callback_not_allowed", why, "callback_url");
+		goto out;
+	}
 
 	/* The payload is kept as written (numbers as given, which jansson
 	 * cannot reproduce, hence our own canonicaliser) and hashed under RFC

@@ -311,6 +311,40 @@ config_target(const struct config *c, const char *name)
 	return NULL;
 }
 
+/* The decision callback's target, when the file names none: made from
+ * callback_origins (kind http, each origin a base the resume URL must be
+ * under), so that one setting admits an n8n both when its workflow hands
+ * in a callback_url and when the dispatcher calls it back. */
+static int
+callback_target_implied(struct config *c, char *err, size_t errlen)
+{
+	char header[] = "[target callback]";
+	struct config_target *t;
+	char *bases, *p;
+	int rc;
+
+	if (c->callback_origins[0] == '\0' || config_target(c, "callback") != NULL)
+		return 0;
+	if (config_section(c, header, err, errlen) != 0)
+		return -1;
+	t = &c->targets[c->ntargets - 1];
+	if ((bases = strdup(c->callback_origins)) == NULL) {
+		errf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (p = bases; *p != '\0'; p++)
+		if (*p == ',' || *p == '\t')
+			*p = ' ';
+	rc = config_set(t, config_find(target_rows, NROWS(target_rows), "kind"), "http", err,
+	                errlen);
+	if (rc == 0)
+		rc = config_set(t, config_find(target_rows, NROWS(target_rows), "url"), bases, err,
+		                errlen);
+	free(bases);
+	return rc;
+}
+
+
 /* The origin of an http(s) URL: scheme://authority, lowercased scheme
  * and host; 0 when url is not an absolute http(s) URL. */
 static size_t
@@ -363,6 +397,27 @@ config_callback_allowed(const struct config *c, const char *url)
 	return false;
 }
 
+
+bool
+config_callback_refusal(const struct config *c, const char *url, char *msg, size_t len)
+{
+	char origin[512];
+
+	if (config_callback_allowed(c, url))
+		return false;
+	if (url == NULL || url_origin(url, origin, sizeof(origin)) == 0)
+		snprintf(msg, len, "callback_url must be an http(s) URL with a host");
+	else if (c->callback_origins[0] == '\0')
+		snprintf(msg, len, "callback_url's origin %s is refused: oncegate has no "
+		         "callback_origins; add %s to callback_origins in oncegate.conf and "
+		         "reload", origin, origin);
+	else
+		snprintf(msg, len, "callback_url's origin %s is not one of oncegate's "
+		         "callback_origins; add %s to callback_origins in oncegate.conf and "
+		         "reload, or set n8n's WEBHOOK_URL to an origin listed there", origin,
+		         origin);
+	return true;
+}
 
 /* Parses `name = value`, with an optional double-quoted value in which \"
  * and \\ are escapes. Returns -1 with a message on a syntax error. */
@@ -499,6 +554,10 @@ config_load(const char *path, struct config *c, char *err, size_t errlen)
 	}
 	if (ferror(f)) {
 		errf(err, errlen, "%s: read error", path);
+		goto out;
+	}
+	if (callback_target_implied(c, msg, sizeof(msg)) != 0) {
+		errf(err, errlen, "%s: %s", path, msg);
 		goto out;
 	}
 	{

@@ -74,6 +74,9 @@ struct config {
 const struct config_target *config_target(const struct config *c, const char *name);
 /* Is url's origin (scheme://host[:port]) one of callback_origins? */
 bool config_callback_allowed(const struct config *c, const char *url);
+/* When url's origin is not one of callback_origins: true, with what to
+ * answer (the origin seen and the setting that admits it) in msg. */
+bool config_callback_refusal(const struct config *c, const char *url, char *msg, size_t len);
 
 /* Does listen name a TCP address (IPV4:PORT) rather than a socket path? */
 bool config_listen_is_tcp(const char *listen);

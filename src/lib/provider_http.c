@@ -60,6 +60,27 @@ url_under(const char *url, const char *base)
 	return base[n - 1] == '/' || url[n] == '\0' || url[n] == '/' || url[n] == '?';
 }
 
+/* Is url under one of bases, separated by spaces (a callback target made
+ * from callback_origins lists each origin)? */
+static bool
+url_under_any(const char *url, const char *bases)
+{
+	char base[2048];
+
+	while (*bases != '\0') {
+		size_t n = strcspn(bases += strspn(bases, " "), " ");
+
+		if (n > 0 && n < sizeof(base)) {
+			memcpy(base, bases, n);
+			base[n] = '\0';
+			if (url_under(url, base))
+				return true;
+		}
+		bases += n;
+	}
+	return false;
+}
+
 /* Sends the request prepared on c with its headers and the target's
  * credential, and notes in *out what came back. */
 static CURLcode
@@ -104,7 +125,7 @@ provider_http_request(const struct config_target *t, const char *type, const cha
 	}
 	p = json_loads(payload, 0, NULL);
 	u = json_string_value(json_object_get(p, "url"));
-	if (u == NULL || !url_under(u, t->url) || !provider_header_safe(u, 4096)) {
+	if (u == NULL || !url_under_any(u, t->url) || !provider_header_safe(u, 4096)) {
 		snprintf(why, whylen, "callback url missing or outside its target");
 		json_decref(p);
 		return false;

@@ -1871,6 +1871,46 @@ START_TEST(test_decision_callback)
 	tl_resp_free(&r);
 	tl_expect_run_unchanged(c, key, before, "an output with a foreign callback_url");
 	free(before);
+
+	/* The claim checks the resume URL the output will carry: a foreign
+	 * origin is refused before anything is claimed, naming the origin and
+	 * the setting; a listed one claims. */
+	{
+		const char *origins[] = { "http://127.0.0.1:5679", "http://localhost:5678" };
+
+		for (size_t i = 0; i < 2; i++) {
+			char url[200], want[200];
+			json_t *body;
+
+			tl_mkkey(key, sizeof(key), "callback-claim-Ж-荷物");
+			snprintf(url, sizeof(url), "%s/webhook-waiting/77?signature=s3cr3t", origins[i]);
+			body = json_pack("{s:s, s:{s:s}, s:s}", "key", key, "payload", "subject",
+			                 "Где моя посылка? 荷物はどこ? 📦", "callback_url", url);
+			tl_post_json("/v1/runs", tl_env("ONCEGATE_API_KEY"), body, &r);
+			json_decref(body);
+			ASSERT_STATUS(&r, 422);
+			snprintf(want, sizeof(want), "origin %s is not one of oncegate's callback_origins",
+			         origins[i]);
+			ck_assert_msg(tl_jstr(r.json, "error") != NULL &&
+			              strcmp(tl_jstr(r.json, "error"), "callback_not_allowed") == 0 &&
+			              tl_jstr(r.json, "detail") != NULL &&
+			              strstr(tl_jstr(r.json, "detail"), want) != NULL &&
+			              strstr(r.body, "s3cr3t") == NULL, "claim: %s", r.body);
+			tl_resp_free(&r);
+			ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1",
+			                      key, (char *)NULL), 0);
+		}
+		tl_mkkey(key, sizeof(key), "callback-claim-ok");
+		{
+			json_t *body = json_pack("{s:s, s:{s:i}, s:s}", "key", key, "payload", "ticket", 7,
+			                         "callback_url", "http://127.0.0.1:5678/webhook-waiting/78");
+
+			tl_post_json("/v1/runs", tl_env("ONCEGATE_API_KEY"), body, &r);
+			json_decref(body);
+		}
+		ASSERT_STATUS(&r, 201);
+		tl_resp_free(&r);
+	}
 	PQfinish(c);
 }
 END_TEST

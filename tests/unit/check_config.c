@@ -191,7 +191,12 @@ START_TEST(test_targets)
 	                           &c, err, sizeof(err)),
 	                 0);
 	ck_assert_int_eq(c.threads, 2);
-	ck_assert_int_eq(c.ntargets, 2);
+	/* the two named, and the callback target made from callback_origins */
+	ck_assert_int_eq(c.ntargets, 3);
+	t = config_target(&c, "callback");
+	ck_assert_ptr_nonnull(t);
+	ck_assert_str_eq(t->kind, "http");
+	ck_assert_str_eq(t->url, "http://127.0.0.1:5678 https://n8n.example/");
 	t = config_target(&c, "demo_http");
 	ck_assert_ptr_nonnull(t);
 	ck_assert_str_eq(t->kind, "http");
@@ -209,6 +214,17 @@ START_TEST(test_targets)
 	ck_assert(!config_callback_allowed(&c, "https://user@n8n.example/x"));
 	ck_assert(!config_callback_allowed(&c, "javascript:alert(1)"));
 	ck_assert(!config_callback_allowed(&c, NULL));
+	{
+		char why[512];
+
+		ck_assert(!config_callback_refusal(&c, "http://127.0.0.1:5678/webhook-waiting/1",
+		                                   why, sizeof(why)));
+		ck_assert(config_callback_refusal(&c, "http://127.0.0.1:5679/webhook-waiting/1?s=x",
+		                                  why, sizeof(why)));
+		ck_assert_msg(strstr(why, "origin http://127.0.0.1:5679 ") != NULL &&
+		              strstr(why, "callback_origins") != NULL && strstr(why, "?s=x") == NULL,
+		              "%s", why);
+	}
 	config_free(&c);
 }
 END_TEST

@@ -1,10 +1,4 @@
-import type {
-	IAuthenticateGeneric,
-	Icon,
-	ICredentialTestRequest,
-	ICredentialType,
-	INodeProperties,
-} from 'n8n-workflow';
+import type { IAuthenticateGeneric, Icon, ICredentialType, INodeProperties } from 'n8n-workflow';
 
 export class OncegateApi implements ICredentialType {
 	name = 'oncegateApi';
@@ -25,7 +19,8 @@ export class OncegateApi implements ICredentialType {
 			type: 'string',
 			default: '',
 			placeholder: 'https://gate.example.com',
-			description: 'Where oncegate answers behind nginx, without a trailing /v1',
+			description:
+				'Where oncegate answers behind nginx, without /v1 (the test refuses a URL ending in /v1, and one where no oncegate answers)',
 			required: true,
 		},
 		{
@@ -48,26 +43,6 @@ export class OncegateApi implements ICredentialType {
 		},
 	};
 
-	// A status query of a key no one claims, read-only: oncegate answers an
-	// unknown API key with the problem `unauthorized` (401), a known one with
-	// `not_found` (404); the body, not the status, tells them apart.
-	test: ICredentialTestRequest = {
-		request: {
-			baseURL: '={{$credentials.baseUrl.replace(/\\/+$/, "")}}',
-			url: '/v1/runs/n8n-credential-test',
-			method: 'GET',
-			json: true,
-			ignoreHttpStatusErrors: true,
-		},
-		rules: [
-			{
-				type: 'responseSuccessBody',
-				properties: {
-					key: 'error',
-					value: 'unauthorized',
-					message: 'oncegate refused the API key',
-				},
-			},
-		],
-	};
+	// Tested by the oncegate node (testedBy: oncegateApiTest): the base URL must
+	// be an oncegate API root and the key one oncegate knows.
 }

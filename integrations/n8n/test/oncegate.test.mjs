@@ -2,11 +2,13 @@
 // (test/harness.mjs records the requests in place of the network), on the
 // built package (dist/), as n8n loads it.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import http from 'node:http';
 import { describe, it } from 'node:test';
 import { createRequire } from 'node:module';
 const { WAIT_INDEFINITELY } = createRequire(import.meta.url)('n8n-workflow');
 import { OncegateApi } from '../dist/credentials/OncegateApi.credentials.js';
-import { Oncegate, runFromFailure } from '../dist/nodes/Oncegate/Oncegate.node.js';
+import { Oncegate, OUTPUTS, runFromFailure } from '../dist/nodes/Oncegate/Oncegate.node.js';
 import { fakeExecute, NODE } from './harness.mjs';
 const node = new Oncegate();
 const KEY = 'acme:support-reply:ticket-Ж-4711:v1';
@@ -65,6 +67,37 @@ describe('Claim', () => {
 		trigger: 'webhook:helpdesk',
 		leaseSeconds: 120,
 	};
+	it('refuses an n8n origin oncegate cannot call back: the node fails at the claim', async () => {
+		const { ctx, run: r } = fakeExecute({
+			params,
+			items: [{ json: { body: TICKET } }],
+			resumeUrl: 'http://127.0.0.1:5679/webhook-waiting/4711',
+			answers: [
+				{
+					status: 422,
+					body: {
+						error: 'callback_not_allowed',
+						detail:
+							"callback_url's origin http://127.0.0.1:5679 is not one of oncegate's callback_origins; add http://127.0.0.1:5679 to callback_origins in oncegate.conf and reload, or set n8n's WEBHOOK_URL to an origin listed there",
+					},
+				},
+			],
+		});
+		await assert.rejects(
+			run(ctx),
+			/could not call this n8n back: callback_not_allowed: callback_url's origin http:\/\/127\.0\.0\.1:5679 /,
+		);
+		assert.equal(r.requests[0].body.callback_url, 'http://127.0.0.1:5679/webhook-waiting/4711');
+		const off = fakeExecute({
+			params: { ...params, checkCallback: false },
+			items: [{ json: { body: TICKET } }],
+			answers: [
+				{ status: 201, body: { outcome: 'claimed', key: KEY, lease_owner: OWNER, version: 1 } },
+			],
+		});
+		await run(off.ctx);
+		assert.equal(off.run.requests[0].body.callback_url, undefined);
+	});
 	it('claims a new key: the run travels on the claimed output with its lease', async () => {
 		const { ctx, run: r } = fakeExecute({
 			params,
@@ -97,6 +130,7 @@ describe('Claim', () => {
 			trigger: 'webhook:helpdesk',
 			correlation_id: 'n8n-execution-4711',
 			lease_seconds: 120,
+			callback_url: 'http://127.0.0.1:5678/webhook-waiting/4711',
 		});
 		assert.equal(out.length, 3);
 		assert.equal(out[1].length + out[2].length, 0);
@@ -213,7 +247,10 @@ describe('Submit output and wait for decision', () => {
 	it('takes the requester from the field the user fills, never from the workflow', async () => {
 		for (const [requestedBy, want] of [
 			['agent.ivanova@helpdesk.example', 'agent.ivanova@helpdesk.example'],
-			['Мария Иванова <maria.ivanova@helpdesk.example>', 'Мария Иванова <maria.ivanova@helpdesk.example>'],
+			[
+				'Мария Иванова <maria.ivanova@helpdesk.example>',
+				'Мария Иванова <maria.ivanova@helpdesk.example>',
+			],
 			['', undefined],
 			['   ', undefined],
 		]) {
@@ -614,18 +651,153 @@ describe('Complete, Fail, Renew lease, Get run', () => {
 	});
 });
 describe('Credential', () => {
-	it('is tested with a read-only status query; an unknown key is told apart by its problem code', () => {
+	// oncegate, another service and nothing at all, on loopback ports of
+	// this process (the test of the credential makes real requests).
+	const OPENAPI = { openapi: '3.1.0', info: { title: 'oncegate workflow API', version: '0.1.0' } };
+	async function serve(handler) {
+		const server = http.createServer(handler);
+		await new Promise((r) => server.listen(0, '127.0.0.1', r));
+		return { server, base: `http://127.0.0.1:${server.address().port}` };
+	}
+	function oncegate(req, res) {
+		const json = (status, body, type = 'application/json') => {
+			res.writeHead(status, { 'Content-Type': type });
+			res.end(JSON.stringify(body));
+		};
+		if (req.url === '/v1/openapi.json') return json(200, OPENAPI);
+		if (req.url === '/v1/runs/n8n-credential-test') {
+			return req.headers.authorization === 'Bearer og_live_k7Q2x9Lm4Zp8Rt3v'
+				? json(404, { error: 'not_found', title: 'No such run' }, 'application/problem+json')
+				: json(401, { error: 'unauthorized' }, 'application/problem+json');
+		}
+		return json(404, { error: 'not_found', title: 'No such route' }, 'application/problem+json');
+	}
+	const test = (base, key) =>
+		node.methods.credentialTest.oncegateApiTest.call(
+			{},
+			{ id: '1', name: 'oncegate', type: 'oncegateApi', data: { baseUrl: base, apiKey: key } },
+		);
+	it('is the node’s own test; the key goes in the Bearer header', () => {
 		const c = new OncegateApi();
 		assert.equal(c.name, 'oncegateApi');
+		assert.equal(c.displayName, 'Oncegate API');
+		assert.equal(c.test, undefined);
+		assert.equal(node.description.credentials[0].testedBy, 'oncegateApiTest');
 		assert.deepEqual(c.authenticate.properties.headers, {
 			Authorization: '=Bearer {{$credentials.apiKey}}',
 		});
-		assert.equal(c.test.request.method, 'GET');
-		assert.equal(c.test.request.url, '/v1/runs/n8n-credential-test');
-		assert.equal(c.test.request.ignoreHttpStatusErrors, true);
-		assert.deepEqual(c.test.rules?.[0], {
-			type: 'responseSuccessBody',
-			properties: { key: 'error', value: 'unauthorized', message: 'oncegate refused the API key' },
+	});
+	it('passes an oncegate root and a known key only', async (t) => {
+		const og = await serve(oncegate);
+		const other = await serve((req, res) => {
+			// a service that answers everything, as a catch-all web app does
+			res.writeHead(200, { 'Content-Type': 'application/json' });
+			res.end(JSON.stringify({ ok: true, info: { title: 'Grafana' } }));
 		});
+		t.after(() => {
+			for (const s of [og, other]) {
+				s.server.closeAllConnections();
+				s.server.close();
+			}
+		});
+		const good = await test(og.base + '/', 'og_live_k7Q2x9Lm4Zp8Rt3v');
+		assert.equal(good.status, 'OK', good.message);
+		const v1 = await test(og.base + '/v1/', 'og_live_k7Q2x9Lm4Zp8Rt3v');
+		assert.equal(v1.status, 'Error');
+		assert.match(
+			v1.message,
+			/ends in \/v1: give oncegate's root, http:\/\/127\.0\.0\.1:\d+, without \/v1/,
+		);
+		const key = await test(og.base, 'og_live_wrong');
+		assert.equal(key.status, 'Error');
+		assert.match(key.message, /refused the API key/);
+		const wrong = await test(other.base, 'og_live_k7Q2x9Lm4Zp8Rt3v');
+		assert.equal(wrong.status, 'Error');
+		assert.match(wrong.message, /is not an oncegate API root: .*answered HTTP 200 with "Grafana"/);
+		const sub = await test(og.base + '/gate', 'og_live_k7Q2x9Lm4Zp8Rt3v');
+		assert.equal(sub.status, 'Error');
+		assert.match(sub.message, /answered HTTP 404/);
+		const closed = await serve(oncegate);
+		await new Promise((r) => closed.server.close(r));
+		const gone = await test(closed.base, 'og_live_k7Q2x9Lm4Zp8Rt3v');
+		assert.equal(gone.status, 'Error');
+		assert.match(gone.message, /could not be reached \(ECONNREFUSED\)/);
+		const pasted = await test(og.base, 'og_live_k7Q2x9Lm4Zp8Rt3v\n');
+		assert.match(pasted.message, /holds a character no key has/);
+		const cyrillic = await test(og.base, 'og_live_Ключ');
+		assert.match(cyrillic.message, /holds a character no key has/);
+		const notUrl = await test('gate.example.com', 'k');
+		assert.match(notUrl.message, /must be http\(s\):\/\/host/);
+	});
+});
+describe('The node as n8n shows it', () => {
+	const d = node.description;
+	const evaluate = (expr, parameters) =>
+		// the editor evaluates these expressions with $parameter bound
+		new Function('$parameter', `return ${expr.slice(3, -2)}`)(parameters);
+	it('names its outputs and explains the loop', () => {
+		assert.deepEqual(
+			evaluate(d.outputs, { operation: 'submitAndWait' }).map((o) => o.displayName),
+			['loop back', 'approved', 'rejected', 'expired', 'invalid'],
+		);
+		assert.match(d.hints[0].message, /loop back<\/b>, to this node’s own input/);
+		const notice = d.properties.find((p) => p.name === 'loopNotice');
+		assert.equal(notice.type, 'notice');
+	});
+	it('has a readable subtitle, one name, and placeholders without a leading =', () => {
+		assert.equal(
+			evaluate(d.subtitle, { operation: 'submitAndWait' }),
+			'Submit output, wait for decision',
+		);
+		assert.equal(evaluate(d.subtitle, { operation: 'claim' }), 'Claim the run');
+		assert.equal(d.displayName, 'Oncegate');
+		for (const p of d.properties) {
+			if (p.placeholder !== undefined) assert.ok(!String(p.placeholder).startsWith('='), p.name);
+		}
+	});
+	it('does not offer Submit Output and Wait to AI agents, and refuses it there', async () => {
+		const op = d.properties.find((p) => p.name === 'operation');
+		const submit = op.options.find((o) => o.value === 'submitAndWait');
+		assert.deepEqual(submit.displayOptions, { hide: { '@tool': [true] } });
+		const { ctx } = fakeExecute({
+			params: SUBMIT,
+			items: [modelAnswer(JSON.stringify(DRAFT))],
+			parents: UPSTREAM,
+			answers: [],
+		});
+		ctx.getNode = () => ({ ...NODE, type: NODE.type + 'Tool' });
+		await assert.rejects(run(ctx), /cannot run as an AI-agent tool/);
+	});
+});
+describe('The examples', () => {
+	// examples/n8n beside this package (absent from a copy of the package alone)
+	const dir = new URL('../../../examples/n8n/', import.meta.url);
+	const files = fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f.endsWith('.json')) : [];
+	it('lay their nodes out so that none covers another (labels of the outputs included)', (t) => {
+		if (files.length === 0) return t.skip('no examples/n8n here');
+		for (const f of files) {
+			const wf = JSON.parse(fs.readFileSync(new URL(f, dir), 'utf8'));
+			// a node as n8n's canvas draws it: 100 wide, 100 high and 40 px
+			// more per output beyond two, its name and subtitle below it
+			// (50 px), its outputs' labels (about 8 px a character) to its right
+			const boxes = wf.nodes.map((n) => {
+				const op = n.parameters?.operation;
+				const outs = n.type === NODE.type ? OUTPUTS[op ?? 'claim'] : ['success', 'error'];
+				const label = Math.max(...outs.map((o) => o.length)) * 8;
+				return {
+					name: n.name,
+					x0: n.position[0],
+					y0: n.position[1],
+					x1: n.position[0] + 100 + label,
+					y1: n.position[1] + 100 + Math.max(0, outs.length - 2) * 40 + 50,
+				};
+			});
+			for (const a of boxes)
+				for (const b of boxes) {
+					if (a === b) continue;
+					const apart = a.x1 <= b.x0 || b.x1 <= a.x0 || a.y1 <= b.y0 || b.y1 <= a.y0;
+					assert.ok(apart, `${f}: ${a.name} covers ${b.name}`);
+				}
+		}
 	});
 });

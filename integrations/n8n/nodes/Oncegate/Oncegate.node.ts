@@ -1,8 +1,11 @@
 import { createHash } from 'crypto';
 import type {
+	ICredentialsDecrypted,
+	ICredentialTestFunctions,
 	IDataObject,
 	IExecuteFunctions,
 	IHttpRequestOptions,
+	INodeCredentialTestResult,
 	INodeExecutionData,
 	INodeType,
 	INodeTypeDescription,
@@ -13,6 +16,7 @@ import type {
 import { NodeConnectionTypes, NodeOperationError, WAIT_INDEFINITELY } from 'n8n-workflow';
 
 import {
+	checkConnection,
 	contextFrom,
 	describeProblem,
 	effectOf,
@@ -28,7 +32,7 @@ import {
 /** The outputs of each operation, in order (the node's outputs follow the operation). */
 export const OUTPUTS: Record<string, string[]> = {
 	claim: ['claimed', 'duplicate', 'error'],
-	submitAndWait: ['decision (connect to this node)', 'approved', 'rejected', 'expired', 'invalid'],
+	submitAndWait: ['loop back', 'approved', 'rejected', 'expired', 'invalid'],
 	complete: ['completed'],
 	fail: ['reported'],
 	renewLease: ['renewed'],
@@ -37,16 +41,12 @@ export const OUTPUTS: Record<string, string[]> = {
 
 const CONTEXT_MARK = 'oncegate run: ';
 
+// Serialised into the description as an expression, so it names its table
+// itself (n8n evaluates it in the editor, without this module).
 function configuredOutputs(parameters: { operation?: string }) {
 	const names: Record<string, string[]> = {
 		claim: ['claimed', 'duplicate', 'error'],
-		submitAndWait: [
-			'decision (connect to this node)',
-			'approved',
-			'rejected',
-			'expired',
-			'invalid',
-		],
+		submitAndWait: ['loop back', 'approved', 'rejected', 'expired', 'invalid'],
 		complete: ['completed'],
 		fail: ['reported'],
 		renewLease: ['renewed'],
@@ -56,6 +56,23 @@ function configuredOutputs(parameters: { operation?: string }) {
 		type: 'main',
 		displayName: name,
 	}));
+}
+
+function subtitle(parameters: { operation?: string }) {
+	const names: Record<string, string> = {
+		claim: 'Claim the run',
+		submitAndWait: 'Submit output, wait for decision',
+		complete: 'Complete the run',
+		fail: 'Report failure',
+		renewLease: 'Renew the lease',
+		getRun: 'Get the run',
+	};
+	return names[parameters.operation ?? 'claim'] ?? parameters.operation ?? '';
+}
+
+/** Is this node n8n's AI-agent tool variant of the oncegate node? */
+function isTool(fns: IExecuteFunctions): boolean {
+	return fns.getNode().type.endsWith('Tool');
 }
 
 async function caller(ctx: IExecuteFunctions | IWebhookFunctions): Promise<OncegateCaller> {
@@ -223,16 +240,18 @@ const decisionWebhooks: IWebhookDescription[] = [
 
 export class Oncegate implements INodeType {
 	description: INodeTypeDescription = {
-		displayName: 'oncegate',
+		// One name in n8n's lists for node and credential: "Oncegate" (n8n's
+		// lint holds a credential's name to title case).
+		displayName: 'Oncegate',
 		name: 'oncegate',
 		icon: { light: 'file:oncegate.svg', dark: 'file:oncegate.dark.svg' },
 		group: ['transform'],
 		version: 1,
-		subtitle: '={{$parameter["operation"]}}',
+		subtitle: `={{(${subtitle})($parameter)}}`,
 		description:
 			'Run each business event once, have a person approve what the model proposes, and let oncegate send it exactly once',
 		defaults: {
-			name: 'oncegate',
+			name: 'Oncegate',
 		},
 		inputs: [NodeConnectionTypes.Main],
 		outputs: `={{(${configuredOutputs})($parameter)}}`,
@@ -240,10 +259,24 @@ export class Oncegate implements INodeType {
 			{
 				name: 'oncegateApi',
 				required: true,
+				testedBy: 'oncegateApiTest',
 			},
 		],
 		webhooks: decisionWebhooks,
+		// An agent may claim, read and settle runs; it cannot wait for a
+		// person (a tool call returns at once), so Submit Output and Wait is
+		// not offered to it (hidden on the tool variant, refused there).
 		usableAsTool: true,
+		hints: [
+			{
+				message:
+					'Connect the first output, <b>loop back</b>, to this node’s own input: n8n resumes a waiting node only on its first output, and the node then routes the decision to <b>approved</b>, <b>rejected</b> or <b>expired</b>.',
+				type: 'info',
+				location: 'outputPane',
+				whenToDisplay: 'always',
+				displayCondition: '={{ $parameter["operation"] === "submitAndWait" }}',
+			},
+		],
 		properties: [
 			{
 				displayName: 'Resource',
@@ -297,6 +330,7 @@ export class Oncegate implements INodeType {
 						description:
 							'Hand in the model output and the proposed effect; wait until a person decides',
 						action: 'Submit output and wait for decision',
+						displayOptions: { hide: { '@tool': [true] } },
 					},
 				],
 				default: 'claim',
@@ -308,7 +342,7 @@ export class Oncegate implements INodeType {
 				type: 'string',
 				required: true,
 				default: '',
-				placeholder: '=acme:support-reply:ticket-{{ $json.body.ticket_id }}:v1',
+				placeholder: 'acme:support-reply:ticket-{{ $json.body.ticket_id }}:v1',
 				description:
 					'The business identity of the event (tenant:operation:object:version), never the execution ID',
 				displayOptions: { show: { operation: ['claim'] } },
@@ -341,6 +375,15 @@ export class Oncegate implements INodeType {
 				displayOptions: { show: { operation: ['claim', 'renewLease'] } },
 			},
 			{
+				displayName: 'Check the Callback Origin',
+				name: 'checkCallback',
+				type: 'boolean',
+				default: true,
+				description:
+					'Whether to send this execution’s resume URL with the claim, so that oncegate refuses an n8n origin it could not call back now, before the model is paid for (turn off in a flow that never waits for a decision)',
+				displayOptions: { show: { operation: ['claim'] } },
+			},
+			{
 				displayName: 'Trigger',
 				name: 'trigger',
 				type: 'string',
@@ -349,6 +392,14 @@ export class Oncegate implements INodeType {
 				displayOptions: { show: { operation: ['claim'] } },
 			},
 			// ---- submit output and wait
+			{
+				displayName:
+					'Connect the first output, <b>loop back</b>, to this node’s own input: the execution waits here, and n8n resumes a waiting node only on its first output; the node then routes the decision to approved, rejected or expired.',
+				name: 'loopNotice',
+				type: 'notice',
+				default: '',
+				displayOptions: { show: { operation: ['submitAndWait'] } },
+			},
 			{
 				displayName: 'Contract',
 				name: 'contract',
@@ -423,7 +474,7 @@ export class Oncegate implements INodeType {
 				name: 'requestedBy',
 				type: 'string',
 				default: '',
-				placeholder: "={{ $('Webhook').item.json.body.agent_email }}",
+				placeholder: 'olga.petrova@helpdesk.example',
 				description:
 					'The mail address of the person who asked for this action, from the trigger’s data (e.g. the helpdesk agent). Under separation of duties that person cannot approve it, and oncegate refuses a requester that is not a mail address.',
 				displayOptions: { show: { operation: ['submitAndWait'] } },
@@ -513,8 +564,26 @@ export class Oncegate implements INodeType {
 		],
 	};
 
+	methods = {
+		credentialTest: {
+			async oncegateApiTest(
+				this: ICredentialTestFunctions,
+				credential: ICredentialsDecrypted,
+			): Promise<INodeCredentialTestResult> {
+				const data = credential.data ?? {};
+				return await checkConnection(String(data.baseUrl ?? ''), String(data.apiKey ?? ''));
+			},
+		},
+	};
+
 	async execute(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
 		const operation = this.getNodeParameter('operation', 0) as string;
+		if (operation === 'submitAndWait' && isTool(this)) {
+			throw new NodeOperationError(
+				this.getNode(),
+				'Submit Output and Wait for Decision cannot run as an AI-agent tool: a tool call cannot wait for a person. Use it in the workflow itself.',
+			);
+		}
 		const api = await caller(this);
 		switch (operation) {
 			case 'claim':
@@ -565,8 +634,23 @@ async function claim(fns: IExecuteFunctions, api: OncegateCaller): Promise<INode
 		};
 		const lease = Number(fns.getNodeParameter('leaseSeconds', i, 0));
 		if (lease > 0) body.lease_seconds = lease;
+		if (fns.getNodeParameter('checkCallback', i, true) !== false) {
+			body.callback_url = String(fns.evaluateExpression('{{ $execution.resumeUrl }}', i));
+		}
 		const answer = await oncegateCall(api, 'POST', '/v1/runs', body);
 		const json = items[i].json;
+		if (answer.body.error === 'callback_not_allowed') {
+			// a setup error, not an outcome of the event: the execution stops here
+			throw new NodeOperationError(
+				fns.getNode(),
+				`oncegate could not call this n8n back: ${describeProblem(answer)}`,
+				{
+					itemIndex: i,
+					description:
+						'n8n builds resume URLs from its WEBHOOK_URL setting; oncegate calls back only the origins listed in callback_origins (oncegate.conf). Make them agree.',
+				},
+			);
+		}
 		if (answer.status === 201) {
 			const run = contextFrom(undefined, answer.body, key);
 			remember(fns, run);

@@ -1,4 +1,12 @@
-import type { IDataObject, IHttpRequestMethods, IHttpRequestOptions } from 'n8n-workflow';
+import type {
+	IDataObject,
+	IHttpRequestMethods,
+	IHttpRequestOptions,
+	INodeCredentialTestResult,
+} from 'n8n-workflow';
+
+/** The title of oncegate's OpenAPI document: what identifies an oncegate API root. */
+export const API_TITLE = 'oncegate workflow API';
 
 /** What every call to oncegate needs from the node's context. */
 export interface OncegateCaller {
@@ -132,4 +140,78 @@ export function isRunContext(v: unknown): v is RunContext {
 export function effectOf(run: IDataObject): IDataObject | undefined {
 	const effects = Array.isArray(run.effects) ? (run.effects as IDataObject[]) : [];
 	return effects.find((e) => e.type !== 'decision.callback' && e.type !== 'approval.notify');
+}
+
+async function getJson(
+	url: string,
+	headers: Record<string, string>,
+): Promise<{ status: number; body: IDataObject } | string> {
+	try {
+		const res = await fetch(url, {
+			headers,
+			redirect: 'manual',
+			signal: AbortSignal.timeout(10000),
+		});
+		const text = await res.text();
+		return { status: res.status, body: toObject(text) };
+	} catch (e) {
+		const cause = (e as { cause?: { code?: string } }).cause?.code;
+		return `${url} could not be reached (${cause ?? (e as Error).message})`;
+	}
+}
+
+/**
+ * The credential test: the base URL must be an oncegate API root (its
+ * OpenAPI document answers with oncegate's title, so another service, or
+ * the same one under /v1, fails) and the key must be one oncegate knows (a
+ * status query of a key nobody claims: 404 for a known key, 401 else).
+ */
+export async function checkConnection(
+	baseUrl: string,
+	apiKey: string,
+): Promise<INodeCredentialTestResult> {
+	const base = baseUrl.trim().replace(/\/+$/, '');
+	const fail = (message: string): INodeCredentialTestResult => ({ status: 'Error', message });
+	if (!/^https?:\/\/[^/?#]+/i.test(base)) {
+		return fail(`The base URL must be http(s)://host[:port] (got "${baseUrl}")`);
+	}
+	if (/\/v1$/i.test(base)) {
+		return fail(
+			`The base URL ends in /v1: give oncegate's root, ${base.slice(0, -3)}, without /v1 (the node adds /v1/… itself)`,
+		);
+	}
+	if (apiKey === '' || /[^\x21-\x7e]/.test(apiKey)) {
+		return fail(
+			'The API key is empty or holds a character no key has (a space, a line break, a non-ASCII letter): paste the key oncegatectl client add printed',
+		);
+	}
+	const doc = await getJson(`${base}/v1/openapi.json`, { Accept: 'application/json' });
+	if (typeof doc === 'string') return fail(doc);
+	const info = (doc.body.info ?? {}) as IDataObject;
+	if (doc.status !== 200 || info.title !== API_TITLE) {
+		return fail(
+			`${base} is not an oncegate API root: ${base}/v1/openapi.json answered HTTP ${doc.status}` +
+				(typeof info.title === 'string' ? ` with "${info.title}"` : '') +
+				`, not oncegate's OpenAPI document ("${API_TITLE}"). Give the URL nginx serves oncegate at.`,
+		);
+	}
+	const probe = await getJson(`${base}/v1/runs/n8n-credential-test`, {
+		Accept: 'application/json, application/problem+json',
+		Authorization: `Bearer ${apiKey}`,
+	});
+	if (typeof probe === 'string') return fail(probe);
+	if ((probe.status === 404 && probe.body.error === 'not_found') || probe.status === 200) {
+		return {
+			status: 'OK',
+			message: `Connection successful: oncegate ${String(info.version ?? '')} accepted the key`,
+		};
+	}
+	if (probe.status === 401) {
+		return fail(
+			'oncegate refused the API key (unauthorized): it is unknown or revoked; make one with oncegatectl client add NAME',
+		);
+	}
+	return fail(
+		`oncegate answered the key check with ${describeProblem({ status: probe.status, body: probe.body })}`,
+	);
 }
