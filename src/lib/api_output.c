@@ -97,7 +97,7 @@ static bool
 output_people(struct api_call *c, const struct api_output_in *in)
 {
 	const struct contract *contract = in->contract;
-	char person[OG_MAIL_ADDRESS_MAX + 1];
+	char person[OG_MAIL_ADDRESS_MAX + 1], why[1280];
 
 	/* Separation of duties compares the approver with the requester: with
 	 * no requester named, the requester could approve unseen. */
