@@ -24,14 +24,16 @@ ALTER TABLE approvals ADD COLUMN decided_via_client_id bigint;
 GRANT SELECT ON client_decide_grants TO oncegate_fcgi, oncegate_auditor;
 GRANT SELECT, INSERT, DELETE ON client_decide_grants TO oncegate_operator;
 
--- A decided challenge keeps who decided it and through what.
+-- A decided challenge keeps who decided it and through what; it may lose
+-- only its reason (retention).
 DROP TRIGGER approval_final ON approvals;
 CREATE TRIGGER approval_final
     BEFORE UPDATE ON approvals FOR EACH ROW
     WHEN (OLD.state <> 'pending'
-          AND ROW(NEW.state, NEW.consumed_at, NEW.decision, NEW.approver_subject, NEW.reason,
-                  NEW.decided_via_client_id)
-              IS DISTINCT FROM
-              ROW(OLD.state, OLD.consumed_at, OLD.decision, OLD.approver_subject, OLD.reason,
-                  OLD.decided_via_client_id))
+          AND (ROW(NEW.state, NEW.consumed_at, NEW.decision, NEW.approver_subject,
+                   NEW.decided_via_client_id)
+                   IS DISTINCT FROM
+                   ROW(OLD.state, OLD.consumed_at, OLD.decision, OLD.approver_subject,
+                       OLD.decided_via_client_id)
+               OR (NEW.reason IS DISTINCT FROM OLD.reason AND NEW.reason IS NOT NULL)))
     EXECUTE FUNCTION og_refuse('change a challenge that is no longer pending');

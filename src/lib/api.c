@@ -829,10 +829,12 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 	case ANSWER_TEXT:
 		break;
 	}
-	/* A schema this build was not made for: nothing but liveness is
-	 * answered, and nothing is read or written. */
+	/* A schema this build was not made for: nothing but liveness,
+	 * readiness and the metrics (which say why, and keep the last figures
+	 * read so that the alerts do not resolve) is answered, and nothing is
+	 * read or written. */
 	if (c.route->handler != api_ops_healthz && c.route->handler != api_ops_readyz &&
-	    !schema_version_serving(ctx->db)) {
+	    c.route->handler != api_ops_metrics && !schema_version_serving(ctx->db)) {
 		api_schema_wait(&c);
 		goto out;
 	}

@@ -529,7 +529,7 @@ START_TEST(test_sod_unknown_requester)
 	tl_resp_free(&r);
 	p[0] = g.key;
 	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM workflow_runs WHERE "
-	                                "idempotency_key = $1 AND state = 'failed_terminal'", 1, p), 1);
+	                                "idempotency_key = $1 AND state = 'rejected'", 1, p), 1);
 	free(form);
 	free(csrf);
 	free(before);

@@ -937,7 +937,7 @@ START_TEST(test_hostile_output_and_form)
 		                          " idempotency_key = $1 AND reason = $2", 2, p) == 1,
 		              "the reason was not stored byte for byte");
 		ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM workflow_runs WHERE"
-		                             " idempotency_key = $1 AND state = 'failed_terminal'", 1, p),
+		                             " idempotency_key = $1 AND state = 'rejected'", 1, p),
 		                 1);
 	}
 	free(csrf);
