@@ -181,7 +181,9 @@ cmd_test_n8n() {
 # letters replayed after the contract changed (tests/chaos/replay_contract.sh),
 # four PostgreSQL failovers under Patroni with a stack of their own
 # (tests/chaos/failover.sh).
-# the previous release upgraded to this tree under traffic (tests/upgrade/run.sh).
+# the previous release upgraded to this tree under traffic (tests/upgrade/run.sh),
+# and both daemons started by hand with a broken contract on reload kept
+# and reported (tests/install/foreground.sh).
 # ./dev test runs a short form.
 cmd_chaos() {
 	local rc=0
@@ -207,8 +209,10 @@ cmd_chaos() {
 	bash "$ROOT/tests/chaos/backoff_restart.sh" --restarts 5 || rc=1
 	bash "$ROOT/tests/chaos/replay_contract.sh" --runs 60 || rc=1
 	bash "$ROOT/tests/upgrade/run.sh" || rc=1
+	bash "$ROOT/tests/install/foreground.sh" || rc=1
 	fcgi_stop
 	if sanitizer_findings "$STATE/fcgi.stderr"; then rc=1; fi
+	if [[ $rc -eq 0 ]]; then say "chaos: every scenario passed"; else say "chaos: FAILED (above)"; fi
 	exit "$rc"
 }
 
