@@ -66,6 +66,23 @@ class Worker(threading.Thread):
         self.n = 0
         self.mine = []
 
+    def dropped(self, reused):
+        """Closes the connection; True when it was a kept-alive one (counted
+        as stale): the request is sent again on a new connection."""
+        self.conn.close()
+        self.conn = None
+        if reused:
+            with self.sh.lock:
+                self.sh.stale += 1
+        return reused
+
+    def failed(self, method, path, e):
+        """A request that got no answer: counted as status 0, with its error."""
+        self.sh.seen(0, None)
+        with self.sh.lock:
+            self.sh.errors.append("%s %s: %s" % (method, path, e))
+        return 0, None
+
     def call(self, method, path, body):
         """One request; 503 waited out and sent again. (status, json)."""
         h = {"Authorization": "Bearer " + self.args.key, "Content-Type": "application/json"}
@@ -80,11 +97,7 @@ class Worker(threading.Thread):
                 # A kept-alive connection nginx closed meanwhile (its old
                 # workers do on a reload): the request never left; send it
                 # on a new connection, as HTTP clients do.
-                self.conn.close()
-                self.conn = None
-                if reused:
-                    with self.sh.lock:
-                        self.sh.stale += 1
+                if self.dropped(reused):
                     continue
                 self.sh.seen(0, None)
                 return 0, None
@@ -98,23 +111,12 @@ class Worker(threading.Thread):
                 # line). On a kept-alive connection HTTP clients send the
                 # request again (RFC 9112, 9.3.1); it is safe here because
                 # every request carries its idempotency key or lease.
-                self.conn.close()
-                self.conn = None
-                if reused:
-                    with self.sh.lock:
-                        self.sh.stale += 1
+                if self.dropped(reused):
                     continue
-                self.sh.seen(0, None)
-                with self.sh.lock:
-                    self.sh.errors.append("%s %s: %s" % (method, path, e))
-                return 0, None
+                return self.failed(method, path, e)
             except (OSError, http.client.HTTPException) as e:
-                self.conn.close()
-                self.conn = None
-                self.sh.seen(0, None)
-                with self.sh.lock:
-                    self.sh.errors.append("%s %s: %s" % (method, path, e))
-                return 0, None
+                self.dropped(False)
+                return self.failed(method, path, e)
             self.sh.seen(r.status, r)
             if r.status != 503:
                 try:
