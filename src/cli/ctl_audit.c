@@ -12,7 +12,7 @@
 #include "canon.h"
 #include "audit.h"
 #include "ctl_audit.h"
-#include "metrics.h"
+#include "metrics_report.h"
 
 /* ---- explain --------------------------------------------------------------- */
 
