@@ -17,9 +17,11 @@
 #include <jansson.h>
 
 #include "caps.h"
+#include "ledger.h"
 #include "log.h"
 #include "metrics_int.h"
 #include "metrics_text.h"
+#include "outbox.h"
 
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "unknown"
@@ -36,12 +38,9 @@ static const double wait_bounds[] = {
 };
 #define NBOUNDS (sizeof(wait_bounds) / sizeof(wait_bounds[0]))
 
-/* Effect states (mirrors enum effect_state, outbox.h) and dead-letter
- * classes (dispatch.c): always listed, zero when none, so a series never
- * disappears from a graph. */
-static const char *const effect_states[] = {
-	"pending", "sending", "completed", "unknown", "failed", "cancelled",
-};
+/* Dead-letter classes (dispatch.c), like the states of runs and effects
+ * (their owners name them): always listed, zero when none, so a series
+ * never disappears from a graph. */
 static const char *const letter_classes[] = { "permanent", "exhausted", "unknown" };
 /* Mirrors the CHECK on workflow_runs.decision. */
 static const char *const decisions[] = { "auto", "approve", "reject", "expired" };
@@ -76,6 +75,9 @@ static const struct db_stmt st_snapshot = {
 	"  (SELECT coalesce(json_object_agg(state, n ORDER BY state), '{}') FROM"
 	"     (SELECT state, count(*) AS n FROM effect_outbox GROUP BY state) AS e)::text"
 	"      AS effects,"
+	"  (SELECT coalesce(json_object_agg(state, n ORDER BY state), '{}') FROM"
+	"     (SELECT state, count(*) AS n FROM workflow_runs GROUP BY state) AS r)::text"
+	"      AS runs,"
 	"  (SELECT coalesce(sum(exhaustions), 0) FROM dead_letters) AS exhausted,"
 	"  (SELECT coalesce(json_object_agg(error_class, n ORDER BY error_class), '{}') FROM"
 	"     (SELECT d.error_class, count(*) AS n FROM " METRICS_OPEN_LETTERS
@@ -105,7 +107,7 @@ static const struct db_stmt st_snapshot = {
 
 /* What one refresh read. */
 struct snapshot {
-	json_t *counters, *decisions, *effects, *open_letters, *wait_buckets;
+	json_t *counters, *decisions, *effects, *runs, *open_letters, *wait_buckets;
 	json_t *attempts, *latency; /* arrays of objects */
 	long long invalid_outputs, failed_validation, exhausted, blocked_sends, wait_count, held, expiring_soon;
 	double oldest_open_s, wait_sum;
@@ -118,6 +120,7 @@ snapshot_clear(struct snapshot *s)
 	json_decref(s->counters);
 	json_decref(s->decisions);
 	json_decref(s->effects);
+	json_decref(s->runs);
 	json_decref(s->open_letters);
 	json_decref(s->wait_buckets);
 	json_decref(s->attempts);
@@ -451,6 +454,30 @@ out:
 	return rc;
 }
 
+/* oncegate_effects{state} and oncegate_runs{state}: every state of the
+ * outbox's and the ledger's, as their owners name them. */
+static int
+render_states(struct buf *b, const struct snapshot *s)
+{
+	const char *effect_states[EFFECT_STATE_COUNT], *run_states[RUN_STATE_COUNT];
+	int i;
+
+	for (i = 0; i < EFFECT_STATE_COUNT; i++)
+		effect_states[i] = outbox_state_name((enum effect_state)i);
+	for (i = 0; i < RUN_STATE_COUNT; i++)
+		run_states[i] = ledger_state_name((enum run_state)i);
+	return labelled_family(b, "oncegate_effects", "gauge", "Effects in the outbox by state, now.",
+	                       "state", effect_states, EFFECT_STATE_COUNT, s->effects) != 0 ||
+	               labelled_family(b, "oncegate_runs", "gauge",
+	                               "Runs in the ledger by state, now: processing (a workflow "
+	                               "holds the run), awaiting_human, approved (its effect "
+	                               "queued), completed, failed_retryable, failed_terminal, "
+	                               "rejected (a person said no).",
+	                               "state", run_states, RUN_STATE_COUNT, s->runs) != 0
+	           ? -1
+	           : 0;
+}
+
 static int
 render(struct buf *b, const struct snapshot *s)
 {
@@ -513,9 +540,7 @@ render(struct buf *b, const struct snapshot *s)
 	           "(dead_letters.exhaustions).") !=
 	        0 ||
 	    buf_printf(b, "oncegate_retry_budget_exhaustions_total %lld\n", s->exhausted) != 0 ||
-	    labelled_family(b, "oncegate_effects", "gauge",
-	                    "Effects in the outbox by state, now.", "state", effect_states,
-	                    NELEM(effect_states), s->effects) != 0 ||
+	    render_states(b, s) != 0 ||
 	    labelled_family(b, "oncegate_dead_letters_open", "gauge",
 	                    "Dead letters open, by error class: the effect is still failed or unknown "
 	                    "and no operator settled it (the rule of oncegatectl deadletter list "
@@ -576,6 +601,7 @@ snapshot_read(struct db *db, struct snapshot *s)
 	s->counters = json_col(res, "counters", false);
 	s->decisions = json_col(res, "decisions", false);
 	s->effects = json_col(res, "effects", false);
+	s->runs = json_col(res, "runs", false);
 	s->open_letters = json_col(res, "open_letters", false);
 	s->wait_buckets = json_col(res, "wait_buckets", false);
 	s->attempts = json_col(res, "attempts", true);
