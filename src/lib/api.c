@@ -299,6 +299,7 @@ static const struct problem_type {
 	{ "not_editable", 409, "The draft cannot be corrected now", OG_OK },
 	{ "used", 409, "Another decision settled the run first", OG_OK },
 	{ "approval_closed", 409, "The approval no longer takes a decision", OG_OK },
+	{ "key_expired", 410, "The key's duplicate window has passed", OG_OK },
 	{ "body_too_large", 413, "The body is too large", OG_OK },
 	{ "unsupported_media_type", 415, "The body must be JSON", OG_OK },
 	{ "payload_mismatch", 422, "The key was claimed with another payload", OG_MISMATCH },

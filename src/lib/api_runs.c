@@ -79,6 +79,36 @@ claim_run_key(struct api_call *c)
 	return true;
 }
 
+/*
+ * A key whose run finished longer ago than duplicate_window_days is
+ * spent: its claim answers 410 key_expired instead of duplicate (or a
+ * payload mismatch), and nothing changes. The run is never claimed again
+ * under it: an old event must not act twice, so a new event needs a new
+ * key. True when it answered.
+ */
+static bool
+claim_past_window(struct api_call *c, const struct ledger_run *run, struct log_fields *f)
+{
+	int days = c->ctx->cfg->duplicate_window_days;
+	char detail[160];
+
+	if (!ledger_past_window(run, days))
+		return false;
+	snprintf(detail, sizeof(detail),
+	         "this key's run finished %lld days ago, beyond the duplicate window of %d "
+	         "days; nothing was changed: a new event needs a new key",
+	         run->finished_seconds / 86400, days);
+	api_answer_problem(c, "key_expired", detail,
+	                   json_pack("{s:s, s:s, s:i}", "key", c->key, "state",
+	                             ledger_state_name(run->state), "duplicate_window_days", days));
+	f->state_from = ledger_state_name(run->state);
+	f->version = run->version;
+	f->reason = "key_expired";
+	f->detail = detail;
+	api_log(c, LOG_LEVEL_NOTICE, "run.key_expired", f);
+	return true;
+}
+
 /* A claim as read from its request: the ledger's input, and the payload it
  * points into (kept as written, so freed by the caller). */
 struct claim_request {
@@ -255,6 +285,8 @@ api_runs_claim(struct api_call *c)
 	f.workflow_version = r.lc.workflow_version;
 	f.trigger = r.lc.trigger;
 	f.payload_hash = ledger_claim_hash(&r.lc, &run);
+	if (rc != OG_CLAIMED && claim_past_window(c, &run, &f))
+		goto out;
 	if (rc == OG_CLAIMED)
 		claim_answer_claimed(c, &run, &f);
 	else if (rc == OG_DUPLICATE)
