@@ -41,7 +41,7 @@ LONG_OK=(
 	src/dispatcher/main.c:main
 	src/lib/api_runs.c:api_runs_claim
 )
-LEAVES=(src/lib/rc.h src/lib/config_target.h src/lib/notice.h src/lib/payload.h)
+LEAVES=(src/lib/rc.h src/lib/config_target.h src/lib/notice.h src/lib/payload.h src/lib/deadline.h)
 CYCLE_OK=()
 
 exec python3 - "$ROOT" "${LEAVES[*]}" "${#CYCLE_OK[@]}" "${CYCLE_OK[@]}" "${LONG_OK[@]}" <<'PY'
