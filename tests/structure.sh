@@ -39,7 +39,7 @@ LONG_OK=(
 	# not yet split along their steps
 	src/dispatcher/main.c:main
 )
-LEAVES=(src/lib/rc.h src/lib/config_target.h src/lib/notice.h src/lib/payload.h)
+LEAVES=(src/lib/rc.h src/lib/config_target.h src/lib/notice.h src/lib/payload.h src/lib/deadline.h)
 CYCLE_OK=()
 
 exec python3 - "$ROOT" "${LEAVES[*]}" "${#CYCLE_OK[@]}" "${CYCLE_OK[@]}" "${LONG_OK[@]}" <<'PY'

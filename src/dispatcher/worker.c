@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "db.h"
+#include "deadline.h"
 #include "dispatch.h"
 #include "log.h"
 #include "outbox.h"
@@ -26,15 +27,8 @@
 static void
 wait_wake(struct dispatch_shared *s, unsigned long seen, int timeout_ms)
 {
-	struct timespec until;
+	struct timespec until = deadline_in_ms(CLOCK_REALTIME, timeout_ms);
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += timeout_ms / 1000;
-	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&s->wake_mu);
 	while (s->wake_seq == seen && !atomic_load(&s->stopping))
 		if (pthread_cond_timedwait(&s->wake_cv, &s->wake_mu, &until) == ETIMEDOUT)

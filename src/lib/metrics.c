@@ -137,6 +137,55 @@ metrics_observe_request(size_t route, double seconds)
 	                          memory_order_relaxed);
 }
 
+/* The array parameters of a flush statement ($1 … $5), each a PostgreSQL
+ * array literal ("{a,b}") built one element a row. */
+#define FLUSH_COLS 5
+struct flush_cols {
+	struct buf c[FLUSH_COLS];
+	bool failed;               /* a column outgrew its cap */
+};
+
+static void
+cols_open(struct flush_cols *k, size_t cap)
+{
+	int i;
+
+	k->failed = false;
+	for (i = 0; i < FLUSH_COLS; i++) {
+		buf_init(&k->c[i], cap);
+		k->failed = buf_puts(&k->c[i], "{") != 0 || k->failed;
+	}
+}
+
+/* What goes before the next row's element: every column has as many. */
+static const char *
+cols_sep(const struct flush_cols *k)
+{
+	return k->c[0].len > 1 ? "," : "";
+}
+
+/* Closes the arrays, runs st with them and frees them. */
+static enum og_rc
+cols_exec(struct db *db, const struct db_stmt *st, struct flush_cols *k)
+{
+	const char *params[FLUSH_COLS];
+	PGresult *res = NULL;
+	enum db_rc rc = DB_ERROR;
+	int i;
+
+	for (i = 0; i < FLUSH_COLS; i++) {
+		k->failed = buf_puts(&k->c[i], "}") != 0 || k->failed;
+		params[i] = k->c[i].data;
+	}
+	if (!k->failed) {
+		rc = db_exec(db, st, params, &res);
+		PQclear(res);
+	}
+	for (i = 0; i < FLUSH_COLS; i++)
+		buf_free(&k->c[i]);
+	return rc == DB_OK ? OG_OK : rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+}
+
 /* Adds this process's latency observations; on failure they stay. */
 static enum og_rc
 flush_latency(struct db *db)
@@ -144,11 +193,9 @@ flush_latency(struct db *db)
 	unsigned long long taken[METRICS_ROUTES_MAX][METRICS_NLAT + 1], sums[METRICS_ROUTES_MAX];
 	const struct metrics_route *labels;
 	size_t nroutes = metrics_route_labels(&labels), r, k;
-	struct buf m, rt, b, n, sm;
-	const char *params[5];
-	bool any = false, failed = false;
-	PGresult *res = NULL;
-	enum db_rc rc = DB_OK;
+	struct flush_cols cols;
+	bool any = false;
+	enum og_rc rc;
 
 	for (r = 0; r < nroutes; r++) {
 		for (k = 0; k <= METRICS_NLAT; k++) {
@@ -160,48 +207,28 @@ flush_latency(struct db *db)
 	}
 	if (!any)
 		return OG_OK;
-	buf_init(&m, 4096);
-	buf_init(&rt, 8192);
-	buf_init(&b, 65536);
-	buf_init(&n, 4096);
-	buf_init(&sm, 4096);
-	failed = buf_puts(&m, "{") || buf_puts(&rt, "{") || buf_puts(&b, "{") ||
-	         buf_puts(&n, "{") || buf_puts(&sm, "{");
-	for (r = 0; r < nroutes && !failed; r++) {
-		const char *sep = m.len > 1 ? "," : "";
+	cols_open(&cols, 65536);
+	for (r = 0; r < nroutes && !cols.failed; r++) {
+		const char *sep = cols_sep(&cols);
 		unsigned long long total = 0;
 
 		for (k = 0; k <= METRICS_NLAT; k++)
 			total += taken[r][k];
 		if (total == 0)
 			continue;
-		/* patterns hold braces ({key}): quoted array elements; they hold
-		 * no quote or backslash */
-		failed = buf_printf(&m, "%s%s", sep, labels[r].method) ||
-		         buf_printf(&rt, "%s\"%s\"", sep, labels[r].pattern) ||
-		         buf_printf(&b, "%s\"{", sep) || buf_printf(&n, "%s%llu", sep, total) ||
-		         buf_printf(&sm, "%s%.6f", sep, (double)sums[r] / 1e6);
-		for (k = 0; k <= METRICS_NLAT && !failed; k++)
-			failed = buf_printf(&b, "%s%llu", k ? "," : "", taken[r][k]) != 0;
-		failed = failed || buf_puts(&b, "}\"");
+		/* $1 methods, $2 routes, $3 bucket arrays (as text), $4 counts,
+		 * $5 sums; patterns hold braces ({key}): quoted array elements;
+		 * they hold no quote or backslash */
+		cols.failed = buf_printf(&cols.c[0], "%s%s", sep, labels[r].method) ||
+		              buf_printf(&cols.c[1], "%s\"%s\"", sep, labels[r].pattern) ||
+		              buf_printf(&cols.c[2], "%s\"{", sep) ||
+		              buf_printf(&cols.c[3], "%s%llu", sep, total) ||
+		              buf_printf(&cols.c[4], "%s%.6f", sep, (double)sums[r] / 1e6);
+		for (k = 0; k <= METRICS_NLAT && !cols.failed; k++)
+			cols.failed = buf_printf(&cols.c[2], "%s%llu", k ? "," : "", taken[r][k]) != 0;
+		cols.failed = cols.failed || buf_puts(&cols.c[2], "}\"");
 	}
-	failed = failed || buf_puts(&m, "}") || buf_puts(&rt, "}") || buf_puts(&b, "}") ||
-	         buf_puts(&n, "}") || buf_puts(&sm, "}");
-	if (!failed) {
-		params[0] = m.data;
-		params[1] = rt.data;
-		params[2] = b.data;
-		params[3] = n.data;
-		params[4] = sm.data;
-		rc = db_exec(db, &st_flush_latency, params, &res);
-		PQclear(res);
-	}
-	buf_free(&m);
-	buf_free(&rt);
-	buf_free(&b);
-	buf_free(&n);
-	buf_free(&sm);
-	if (!failed && rc == DB_OK)
+	if ((rc = cols_exec(db, &st_flush_latency, &cols)) == OG_OK)
 		return OG_OK;
 	/* late, not lost */
 	for (r = 0; r < nroutes; r++) {
@@ -209,7 +236,7 @@ flush_latency(struct db *db)
 			atomic_fetch_add_explicit(&lat_counts[r][k], taken[r][k], memory_order_relaxed);
 		atomic_fetch_add_explicit(&lat_sum_us[r], sums[r], memory_order_relaxed);
 	}
-	return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+	return rc;
 }
 
 void
@@ -261,12 +288,9 @@ flush_attempts(struct db *db)
 {
 	static struct attempt_count taken[METRICS_ATTEMPT_KEYS];
 	static pthread_mutex_t one = PTHREAD_MUTEX_INITIALIZER;
-	struct buf t, c, a, r, l;
-	const char *params[5];
+	struct flush_cols cols;
 	size_t n = 0, i, j;
-	bool failed;
-	PGresult *res = NULL;
-	enum db_rc rc = DB_OK;
+	enum og_rc rc;
 
 	/* taken[] is static (it is large): one flush at a time */
 	pthread_mutex_lock(&one);
@@ -281,38 +305,19 @@ flush_attempts(struct db *db)
 		pthread_mutex_unlock(&one);
 		return OG_OK;
 	}
-	buf_init(&t, 65536);
-	buf_init(&c, 65536);
-	buf_init(&a, 65536);
-	buf_init(&r, 65536);
-	buf_init(&l, 65536);
-	failed = buf_puts(&t, "{") || buf_puts(&c, "{") || buf_puts(&a, "{") ||
-	         buf_puts(&r, "{") || buf_puts(&l, "{");
-	for (i = 0; i < n && !failed; i++) {
-		const char *sep = i ? "," : "";
+	cols_open(&cols, 65536);
+	for (i = 0; i < n && !cols.failed; i++) {
+		const char *sep = cols_sep(&cols);
 
-		failed = array_word(&t, taken[i].target) || array_word(&c, taken[i].cls) ||
-		         buf_printf(&a, "%s%llu", sep, taken[i].attempts) ||
-		         buf_printf(&r, "%s%llu", sep, taken[i].retries) ||
-		         buf_printf(&l, "%s%llu", sep, taken[i].lease_expired);
+		/* $1 targets, $2 classes, $3 attempts, $4 retries, $5 lease expiries */
+		cols.failed = array_word(&cols.c[0], taken[i].target) ||
+		              array_word(&cols.c[1], taken[i].cls) ||
+		              buf_printf(&cols.c[2], "%s%llu", sep, taken[i].attempts) ||
+		              buf_printf(&cols.c[3], "%s%llu", sep, taken[i].retries) ||
+		              buf_printf(&cols.c[4], "%s%llu", sep, taken[i].lease_expired);
 	}
-	failed = failed || buf_puts(&t, "}") || buf_puts(&c, "}") || buf_puts(&a, "}") ||
-	         buf_puts(&r, "}") || buf_puts(&l, "}");
-	if (!failed) {
-		params[0] = t.data;
-		params[1] = c.data;
-		params[2] = a.data;
-		params[3] = r.data;
-		params[4] = l.data;
-		rc = db_exec(db, &st_flush_attempts, params, &res);
-		PQclear(res);
-	}
-	buf_free(&t);
-	buf_free(&c);
-	buf_free(&a);
-	buf_free(&r);
-	buf_free(&l);
-	if (failed || rc != DB_OK) {
+	rc = cols_exec(db, &st_flush_attempts, &cols);
+	if (rc != OG_OK) {
 		/* late, not lost */
 		pthread_mutex_lock(&att.lock);
 		for (i = 0; i < n; i++)
@@ -327,9 +332,7 @@ flush_attempts(struct db *db)
 		pthread_mutex_unlock(&att.lock);
 	}
 	pthread_mutex_unlock(&one);
-	if (!failed && rc == DB_OK)
-		return OG_OK;
-	return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+	return rc;
 }
 
 void

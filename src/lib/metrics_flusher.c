@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "caps.h"
+#include "deadline.h"
 #include "log.h"
 #include "metrics_int.h"
 
@@ -30,13 +31,7 @@ flusher_main(void *arg)
 	(void)arg;
 	pthread_mutex_lock(&flusher.lock);
 	for (;;) {
-		clock_gettime(CLOCK_MONOTONIC, &until);
-		until.tv_sec += OG_METRICS_FLUSH_MS / 1000;
-		until.tv_nsec += (long)(OG_METRICS_FLUSH_MS % 1000) * 1000000L;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
+		until = deadline_in_ms(CLOCK_MONOTONIC, OG_METRICS_FLUSH_MS);
 		while (!flusher.stop &&
 		       pthread_cond_timedwait(&flusher.wake, &flusher.lock, &until) == 0)
 			;

@@ -180,6 +180,13 @@ label_value(struct buf *b, const char *v)
 	return 0;
 }
 
+/* A family of one sample without labels. */
+static int
+single(struct buf *b, const char *name, const char *type, const char *help, long long n)
+{
+	return family(b, name, type, help) != 0 || buf_printf(b, "%s %lld\n", name, n) != 0 ? -1 : 0;
+}
+
 static int
 labelled(struct buf *b, const char *name, const char *label, const char *value, long long n)
 {
@@ -437,14 +444,13 @@ render_more(struct buf *b, const struct snapshot *s)
 	                    "challenge's approvers told again, with a new link) and escalated (an "
 	                    "approver entry added to a run nobody decided in time).",
 	                    "action", followup_actions, NELEM(followup_actions), followups) != 0 ||
-	    family(b, "oncegate_dispatch_held_effects", "gauge",
+	    single(b, "oncegate_dispatch_held_effects", "gauge",
 	           "Effects due now that a dispatcher holds back because sends are stopped "
-	           "(pending; each counted once in oncegate_dispatch_blocked_sends_total).") != 0 ||
-	    buf_printf(b, "oncegate_dispatch_held_effects %lld\n", s->held) != 0 ||
-	    family(b, "oncegate_approvals_expiring_soon", "gauge",
+	           "(pending; each counted once in oncegate_dispatch_blocked_sends_total).",
+	           s->held) != 0 ||
+	    single(b, "oncegate_approvals_expiring_soon", "gauge",
 	           "Runs waiting for a person whose pending approval challenges expire within "
-	           "the next hour.") != 0 ||
-	    buf_printf(b, "oncegate_approvals_expiring_soon %lld\n", s->expiring_soon) != 0 ||
+	           "the next hour.", s->expiring_soon) != 0 ||
 	    render_latency(b, s) != 0)
 		goto out;
 	rc = 0;
@@ -498,34 +504,27 @@ render(struct buf *b, const struct snapshot *s)
 	                    "payload). Counted in each responder's memory and added to the "
 	                    "database at most a second later.",
 	                    "outcome", outcomes, NELEM(outcomes), claims) != 0 ||
-	    family(b, "oncegate_duplicate_deliveries_total", "counter",
+	    single(b, "oncegate_duplicate_deliveries_total", "counter",
 	           "Deliveries of an event whose key already had a run: the claims answered as "
-	           "duplicates (the same figure as oncegate_claims_total{outcome=\"duplicate\"}).") !=
-	        0 ||
-	    buf_printf(b, "oncegate_duplicate_deliveries_total %lld\n",
-	               member(claims, "duplicate")) != 0 ||
-	    family(b, "oncegate_outputs_total", "counter",
+	           "duplicates (the same figure as oncegate_claims_total{outcome=\"duplicate\"}).",
+	           member(claims, "duplicate")) != 0 ||
+	    single(b, "oncegate_outputs_total", "counter",
 	           "Model outputs handed in (POST /v1/runs/{key}/output) and checked against "
 	           "their contract, valid or not: the denominator of the validation-failure "
 	           "rate, rate(oncegate_validation_failures_total) / "
-	           "rate(oncegate_outputs_total).") != 0 ||
-	    buf_printf(b, "oncegate_outputs_total %lld\n",
-	               member(s->counters, metrics_counter_names[METRICS_OUTPUT_SUBMITTED])) != 0 ||
-	    family(b, "oncegate_auth_failures_total", "counter",
+	           "rate(oncegate_outputs_total).",
+	           member(s->counters, metrics_counter_names[METRICS_OUTPUT_SUBMITTED])) != 0 ||
+	    single(b, "oncegate_auth_failures_total", "counter",
 	           "API requests refused with 401: no API key, or one that is not valid "
-	           "(unknown or revoked). Counted like the claims.") != 0 ||
-	    buf_printf(b, "oncegate_auth_failures_total %lld\n",
-	               member(s->counters, metrics_counter_names[METRICS_AUTH_FAILED])) != 0 ||
-	    family(b, "oncegate_runs_failed_validation_total", "counter",
+	           "(unknown or revoked). Counted like the claims.",
+	           member(s->counters, metrics_counter_names[METRICS_AUTH_FAILED])) != 0 ||
+	    single(b, "oncegate_runs_failed_validation_total", "counter",
 	           "Runs that failed for good because their model output still broke its "
 	           "contract after the repairs the contract allows (failed_terminal, "
-	           "error_class validation).") != 0 ||
-	    buf_printf(b, "oncegate_runs_failed_validation_total %lld\n", s->failed_validation) !=
-	        0 ||
-	    family(b, "oncegate_validation_failures_total", "counter",
+	           "error_class validation).", s->failed_validation) != 0 ||
+	    single(b, "oncegate_validation_failures_total", "counter",
 	           "Model outputs that broke their contract (422 invalid), including the one that "
-	           "spent a run's repair budget.") != 0 ||
-	    buf_printf(b, "oncegate_validation_failures_total %lld\n", s->invalid_outputs) != 0 ||
+	           "spent a run's repair budget.", s->invalid_outputs) != 0 ||
 	    render_histogram(b, s) != 0 ||
 	    labelled_family(b, "oncegate_gate_decisions_total", "counter",
 	                    "Runs decided at the gate: auto (the contract's rules let it act with "
@@ -533,13 +532,11 @@ render(struct buf *b, const struct snapshot *s)
 	                    "and reject (a person, on the approval page), expired (nobody decided "
 	                    "in time). Auto vs. human: decision=\"auto\" vs. approve + reject.",
 	                    "decision", decisions, NELEM(decisions), s->decisions) != 0 ||
-	    family(b, "oncegate_retry_budget_exhaustions_total", "counter",
+	    single(b, "oncegate_retry_budget_exhaustions_total", "counter",
 	           "Times the dispatcher gave up on an effect because the retry budget of its "
 	           "target (max_attempts or max_elapsed_s) was spent: each time, also when an "
 	           "operator resumed the effect and its budget was spent again "
-	           "(dead_letters.exhaustions).") !=
-	        0 ||
-	    buf_printf(b, "oncegate_retry_budget_exhaustions_total %lld\n", s->exhausted) != 0 ||
+	           "(dead_letters.exhaustions).", s->exhausted) != 0 ||
 	    render_states(b, s) != 0 ||
 	    labelled_family(b, "oncegate_dead_letters_open", "gauge",
 	                    "Dead letters open, by error class: the effect is still failed or unknown "
@@ -551,19 +548,19 @@ render(struct buf *b, const struct snapshot *s)
 	           "Age of the oldest open dead letter; 0 when there is none.") != 0 ||
 	    buf_printf(b, "oncegate_dead_letter_oldest_age_seconds %.3f\n", s->oldest_open_s) !=
 	        0 ||
-	    family(b, "oncegate_kill_switch_engaged", "gauge",
+	    single(b, "oncegate_kill_switch_engaged", "gauge",
 	           "The kill switch: 1 while it stops every send (oncegatectl sends stop), 0 "
 	           "while sends are allowed (oncegatectl sends resume). A dispatcher also needs "
 	           "AI_ACTIONS_ENABLED=true in its own environment, which the database cannot "
-	           "see.") != 0 ||
-	    buf_printf(b, "oncegate_kill_switch_engaged %d\n", s->actions_enabled ? 0 : 1) != 0 ||
-	    family(b, "oncegate_dispatch_blocked_sends_total", "counter",
+	           "see.",
+	           s->actions_enabled ? 0 : 1) != 0 ||
+	    single(b, "oncegate_dispatch_blocked_sends_total", "counter",
 	           "Effects held back because sends were stopped (the kill switch engaged, or "
 	           "AI_ACTIONS_ENABLED not true): each effect due while they are counts once per "
 	           "hold, whether a dispatcher saw it in the queue "
 	           "or had claimed it and refused it right before its send; it stays pending "
-	           "(dispatch_control.blocked_sends, counted by every dispatcher).") != 0 ||
-	    buf_printf(b, "oncegate_dispatch_blocked_sends_total %lld\n", s->blocked_sends) != 0 ||
+	           "(dispatch_control.blocked_sends, counted by every dispatcher).",
+	           s->blocked_sends) != 0 ||
 	    render_more(b, s) != 0)
 		goto out;
 	rc = 0;
