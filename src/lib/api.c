@@ -8,6 +8,7 @@
  * api_ops.c). Every answer that is a decision writes exactly one line to
  * the decision log.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,17 +71,19 @@ static const struct route routes[] = {
 
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
-size_t
-api_route_count(void)
+/* The route table's labels, given to the metrics once: the histogram of
+ * route i is routes[i]'s. */
+static void
+routes_to_metrics(void)
 {
-	return NROUTES;
-}
+	static struct metrics_route labels[NROUTES];
+	size_t i;
 
-void
-api_route_label(size_t i, const char **method, const char **pattern)
-{
-	*method = i < NROUTES ? routes[i].method : NULL;
-	*pattern = i < NROUTES ? routes[i].pattern : NULL;
+	for (i = 0; i < NROUTES; i++) {
+		labels[i].method = routes[i].method;
+		labels[i].pattern = routes[i].pattern;
+	}
+	metrics_routes(labels, NROUTES);
 }
 
 void
@@ -296,6 +299,7 @@ static const struct problem_type {
 	{ "not_editable", 409, "The draft cannot be corrected now", OG_OK },
 	{ "used", 409, "Another decision settled the run first", OG_OK },
 	{ "approval_closed", 409, "The approval no longer takes a decision", OG_OK },
+	{ "key_expired", 410, "The key's duplicate window has passed", OG_OK },
 	{ "body_too_large", 413, "The body is too large", OG_OK },
 	{ "unsupported_media_type", 415, "The body must be JSON", OG_OK },
 	{ "payload_mismatch", 422, "The key was claimed with another payload", OG_MISMATCH },
@@ -783,7 +787,9 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 	bool body_ok = true;
 	int status;
 	struct timespec t0, t1;
+	static pthread_once_t routes_given = PTHREAD_ONCE_INIT;
 
+	(void)pthread_once(&routes_given, routes_to_metrics);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	memset(&c, 0, sizeof(c));
 	c.ctx = ctx;

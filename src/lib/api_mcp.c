@@ -522,7 +522,14 @@ call_claim_decide(struct api_call *c, json_t *id, struct api_output_in *in,
 	lc.lease_seconds = c->ctx->cfg->lease_default_seconds;
 	lc.cap_seconds = c->ctx->cfg->lease_cap_seconds;
 	rc = ledger_claim(c->ctx->db, &lc, &run);
-	if (rc == OG_DUPLICATE) {
+	if ((rc == OG_DUPLICATE || rc == OG_MISMATCH) &&
+	    ledger_past_window(&run, c->ctx->cfg->duplicate_window_days)) {
+		tool_refusal(c, id, "refused", "key_expired",
+		             "this idempotency_key's run finished before the duplicate window "
+		             "(duplicate_window_days); nothing was changed: a new action needs a "
+		             "new key",
+		             NULL);
+	} else if (rc == OG_DUPLICATE) {
 		answer_outcome(c, id, false);
 	} else if (rc == OG_MISMATCH) {
 		tool_refusal(c, id, "refused", "payload_mismatch",

@@ -39,6 +39,8 @@
 #define OG_LEASE_DEFAULT          300
 #define OG_LEASE_MAX              3600
 #define OG_LEASE_CAP              86400  /* total lifetime of one claim */
+/* The longest duplicate window a configuration may set (days, 100 years) */
+#define OG_DUPLICATE_WINDOW_MAX_DAYS 36500
 
 /* Responder */
 #define OG_THREADS_DEFAULT        8

@@ -332,6 +332,22 @@ host_at(const char *s)
 	return n;
 }
 
+/* A mail address (local@host) at s: its length, else 0. A recipient's
+ * address is personal data a provider's answer often echoes. */
+static size_t
+address_at(const char *s)
+{
+	size_t n = 0, h;
+
+	/* the local part: ASCII word characters and any UTF-8 (SMTPUTF8) */
+	while (PV_ALNUM(s[n]) || s[n] == '.' || s[n] == '_' || s[n] == '-' || s[n] == '+' ||
+	       s[n] == '%' || (unsigned char)s[n] >= 0x80)
+		n++;
+	if (n == 0 || s[n] != '@' || (h = host_at(s + n + 1)) == 0)
+		return 0;
+	return n + 1 + h;
+}
+
 /* After a secret's name and "=" or ":" (blanks allowed): the value's
  * offset from s, 0 when s does not start with such a name. */
 static size_t
@@ -412,6 +428,13 @@ log_redact_provider(char *text)
 				}
 				continue;
 			}
+		}
+		if (word_start && (PV_ALNUM(*r) || (unsigned char)*r >= 0x80) &&
+		    (n = address_at(r)) > 0) {
+			w = mask_span(w, "[address]", n);
+			r += n;
+			masked++;
+			continue;
 		}
 		if (word_start && PV_ALNUM(*r) && (n = host_at(r)) > 0) {
 			w = mask_span(w, "[host]", n);
