@@ -139,12 +139,13 @@ claim_read(struct api_call *c, struct claim_request *r)
 		api_reject(c, "invalid_field", "payload is required", "payload");
 		return false;
 	}
-	if (!api_opt_string(c, "workflow_version", OG_FIELD_MAX, &lc->workflow_version) ||
-	    !api_opt_string(c, "trigger", OG_FIELD_MAX, &lc->trigger) ||
-	    !api_opt_string(c, "correlation_id", OG_FIELD_MAX, &lc->correlation_id) ||
-	    !api_opt_string(c, "event_id", OG_FIELD_MAX, &lc->event_id) ||
+	if (!api_opt_string(c, "workflow_version", OG_CLAIM_FIELD_MAX_CHARS,
+	                    &lc->workflow_version) ||
+	    !api_opt_string(c, "trigger", OG_CLAIM_FIELD_MAX_CHARS, &lc->trigger) ||
+	    !api_opt_string(c, "correlation_id", OG_CLAIM_FIELD_MAX_CHARS, &lc->correlation_id) ||
+	    !api_opt_string(c, "event_id", OG_CLAIM_FIELD_MAX_CHARS, &lc->event_id) ||
 	    !opt_lease_seconds(c, &r->lease) ||
-	    !api_opt_string(c, "callback_url", 2048, &callback))
+	    !api_opt_string(c, "callback_url", OG_URL_MAX_CHARS, &callback))
 		return false;
 	/* The resume URL the workflow will hand in with its output, checked
 	 * before anything is claimed: refused here, before the model is paid
@@ -428,7 +429,7 @@ api_runs_transition(struct api_call *c)
 		goto out;
 	}
 	if (!api_opt_string(c, "error_class", OG_ERROR_CLASS_MAX, &error_class) ||
-	    !api_opt_string(c, "reason", OG_FIELD_MAX, &reason))
+	    !api_opt_string(c, "reason", OG_TEXT_MAX_CHARS, &reason))
 		goto out;
 	if (error_class != NULL && !error_class_valid(error_class)) {
 		api_reject(c, "invalid_field",
@@ -488,7 +489,7 @@ api_runs_cancel(struct api_call *c)
 	enum og_rc orc;
 	enum og_rc lrc;
 
-	if (!api_only_fields(c, fields) || !api_opt_string(c, "reason", OG_FIELD_MAX, &reason))
+	if (!api_only_fields(c, fields) || !api_opt_string(c, "reason", OG_TEXT_MAX_CHARS, &reason))
 		goto out;
 	if (reason == NULL || reason[0] == '\0') {
 		api_reject(c, "invalid_field", "reason is required", "reason");
