@@ -857,7 +857,7 @@ dl_page_request(const char *path, const char *user, const char *groups, const ch
 {
 	char hu[256], hg[1024], ho[256];
 	const char *h[6];
-	int n = 0, attempt;
+	int n = 0;
 
 	if (user != NULL) {
 		snprintf(hu, sizeof(hu), "X-Dev-User: %s", user);
@@ -874,6 +874,15 @@ dl_page_request(const char *path, const char *user, const char *groups, const ch
 			h[n++] = "Sec-Fetch-Site: same-origin";
 	}
 	h[n] = NULL;
+	dl_page_send(path, h, form, r, hdrs);
+}
+
+void
+dl_page_send(const char *path, const char *const *h, const char *form, struct tl_resp *r,
+             char **hdrs)
+{
+	int attempt;
+
 	for (attempt = 0;; attempt++) {
 		if (hdrs != NULL)
 			*hdrs = NULL;

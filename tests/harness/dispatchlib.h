@@ -237,6 +237,10 @@ char *dl_token_of(const struct tl_resp *r, size_t i, char *id, size_t idsz);
  * limit is waited out (DL_RATE_RETRIES times, a second each). */
 void dl_page_request(const char *path, const char *user, const char *groups, const char *form,
                      const char *origin, struct tl_resp *r, char **hdrs);
+/* The same with the request's headers as given (h, NULL-terminated): what
+ * a browser behind the SSO proxy sends, or does not. */
+void dl_page_send(const char *path, const char *const *h, const char *form, struct tl_resp *r,
+                  char **hdrs);
 
 /* Starts dispatcher d with dl_conf_open's settings and the targets
  * demo_http and demo_smtp (the names the shipped and test contracts use)

@@ -33,6 +33,7 @@
 
 #include "db.h"
 #include "deadletter.h"
+#include "dispatchlib.h"
 #include "testlib.h"
 
 /* What the responder and the shipped contracts promise (caps.h, contracts/). */
@@ -42,7 +43,6 @@
 #define APPROVER           "sam@example.com"
 #define CONTENT_TYPE       "text/plain; version=0.0.4"
 #define SETTLE_WAIT_MS     6000      /* flush + cache, with room to spare */
-#define RATE_LIMIT_RETRIES 8
 
 static const char *g_key;     /* ONCEGATE_API_KEY */
 static const char *g_base;    /* ONCEGATE_URL */
@@ -289,19 +289,11 @@ token_of(const struct tl_resp *r, char *token, size_t n)
 static void
 decide(const char *token, const char *groups, const char *decision)
 {
-	char path[256], hu[128], hg[128], ho[256], *hdrs = NULL, *form, *p, *q, csrf[256];
-	const char *h[5];
+	char path[256], *form, *p, *q, csrf[256];
 	struct tl_resp r;
-	int attempt;
 
 	snprintf(path, sizeof(path), "/approve/%s", token);
-	snprintf(hu, sizeof(hu), "X-Dev-User: %s", APPROVER);
-	snprintf(hg, sizeof(hg), "X-Dev-Groups: %s", groups);
-	snprintf(ho, sizeof(ho), "Origin: %s", g_base);
-	h[0] = hu;
-	h[1] = hg;
-	h[2] = NULL;
-	tl_http_hdrs("GET", path, h, NULL, NULL, 0, &r, NULL);
+	dl_page_request(path, APPROVER, groups, NULL, NULL, &r, NULL);
 	ASSERT_STATUS(&r, 200);
 	/* <input type="hidden" name="csrf" value="…"/> */
 	p = strstr(r.body, "name=\"csrf\"");
@@ -319,19 +311,7 @@ decide(const char *token, const char *groups, const char *decision)
 
 	form = tl_form("decision", decision, "csrf", csrf, (char *)NULL);
 	ck_assert_ptr_nonnull(form);
-	h[2] = ho;
-	h[3] = "Sec-Fetch-Site: same-origin";
-	h[4] = NULL;
-	for (attempt = 0;; attempt++) {
-		tl_http_hdrs("POST", path, h, "application/x-www-form-urlencoded", form,
-		             strlen(form), &r, &hdrs);
-		free(hdrs);
-		hdrs = NULL;
-		if (r.status != 429 || attempt >= RATE_LIMIT_RETRIES)
-			break;
-		tl_resp_free(&r);
-		tl_sleep_ms(1000);
-	}
+	dl_page_request(path, APPROVER, groups, form, NULL, &r, NULL);
 	ASSERT_STATUS(&r, 303);
 	tl_resp_free(&r);
 	free(form);
