@@ -14,6 +14,7 @@
 
 #include "digest.h"
 #include "gate.h"
+#include "listq.h"
 
 static const char *const state_names[] = {
 	"pending", "decided", "voided", "revoked", "expired",
@@ -1086,4 +1087,73 @@ gate_notice_clear(struct gate_notice *n)
 	json_decref(n->effect);
 	json_decref(n->escalate_to);
 	memset(n, 0, sizeof(*n));
+}
+
+/* ---- a client's challenges, a page at a time ------------------------------ */
+
+/* Oldest first by (created_at, id), after the cursor; "pending" means
+ * still open to a decision (pending and unexpired). */
+static const struct db_stmt st_list_page = {
+	"gate_list_page",
+	"SELECT a.id AS approval_id, a.idempotency_key AS key, a.approver, a.requested_by,"
+	"       CASE WHEN a.state = 'pending' AND a.expires_at <= now() THEN 'expired'"
+	"            ELSE a.state END AS state,"
+	"       r.contract, a.effect->>'type' AS effect_type, a.effect->>'target' AS effect_target,"
+	"       a.decision, a.approver_subject, og_ts(a.created_at) AS created_at,"
+	"       og_ts(a.expires_at) AS expires_at,"
+	"       (extract(epoch FROM a.created_at) * 1000000)::bigint AS at_us"
+	"  FROM approvals a JOIN workflow_runs r"
+	"    ON r.client_id = a.client_id AND r.idempotency_key = a.idempotency_key"
+	" WHERE a.client_id = $1::bigint"
+	"   AND ($2::text IS NULL OR ($2 = 'pending' AND a.state = 'pending' AND a.expires_at > now())"
+	"        OR ($2 = 'expired' AND (a.state = 'expired' OR (a.state = 'pending'"
+	"                                AND a.expires_at <= now())))"
+	"        OR ($2 NOT IN ('pending', 'expired') AND a.state = $2))"
+	"   AND ($3::timestamptz IS NULL OR a.created_at >= $3::timestamptz)"
+	"   AND ($4::text IS NULL OR r.contract = $4)"
+	"   AND ($5::bigint IS NULL OR (a.created_at, a.id::text) >"
+	"        ('epoch'::timestamptz + $5::bigint * interval '1 microsecond', $6::text))"
+	" ORDER BY a.created_at, a.id::text LIMIT $7::int",
+	7, true,
+};
+
+enum og_rc
+gate_list_page(struct db *db, const struct og_list_query *q, json_t **out)
+{
+	static const char *const opt[] = { "requested_by", "contract", "effect_type",
+		                           "effect_target", "decision", "approver_subject", NULL };
+	char client[24], after[24], limit[16];
+	const char *p[7] = { client, q->state, q->since, q->contract,
+		             q->after_key != NULL ? after : NULL, q->after_key, limit };
+	PGresult *res;
+	enum db_rc rc;
+	json_t *list;
+	int i;
+
+	*out = NULL;
+	snprintf(client, sizeof(client), "%lld", q->client_id);
+	snprintf(after, sizeof(after), "%lld", q->after_us);
+	snprintf(limit, sizeof(limit), "%d", q->limit);
+	if ((rc = db_exec(db, &st_list_page, p, &res)) != DB_OK)
+		return gate_rc_of(rc);
+	list = json_array();
+	for (i = 0; list != NULL && i < PQntuples(res); i++) {
+		json_t *a = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I}", "approval_id",
+		                      db_get(res, i, "approval_id"), "key", db_get(res, i, "key"),
+		                      "approver", db_get(res, i, "approver"), "state",
+		                      db_get(res, i, "state"), "created_at",
+		                      db_get(res, i, "created_at"), "expires_at",
+		                      db_get(res, i, "expires_at"), "at_us",
+		                      (json_int_t)db_get_ll(res, i, "at_us"));
+		size_t k;
+
+		if (a == NULL)
+			continue;
+		for (k = 0; opt[k] != NULL; k++)
+			set_opt(a, opt[k], res, i);
+		json_array_append_new(list, a);
+	}
+	PQclear(res);
+	*out = list;
+	return list != NULL ? OG_OK : OG_ERROR;
 }

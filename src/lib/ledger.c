@@ -1622,3 +1622,64 @@ ledger_replay(struct db *db, const struct ledger_replay *r)
 	snprintf(cid, sizeof(cid), "%lld", r->client_id);
 	return og_exec_one(db, &st_replay, p, OG_EXISTS, NULL);
 }
+
+/* ---- a client's runs, a page at a time ---------------------------------- */
+
+/* Oldest first by (created_at, key): a page continues after the last row
+ * of the one before (keyset), so runs created meanwhile never shift what
+ * is still to come; at_us is created_at in microseconds, the cursor's
+ * exact half. */
+static const struct db_stmt st_list_runs = {
+	"ledger_list",
+	"SELECT idempotency_key AS key, state, contract, decision, decided_by,"
+	"       og_ts(created_at) AS created_at, og_ts(updated_at) AS updated_at,"
+	"       (extract(epoch FROM created_at) * 1000000)::bigint AS at_us"
+	"  FROM workflow_runs"
+	" WHERE client_id = $1::bigint AND ($2::text IS NULL OR state = $2)"
+	"   AND ($3::timestamptz IS NULL OR created_at >= $3::timestamptz)"
+	"   AND ($4::text IS NULL OR contract = $4)"
+	"   AND ($5::bigint IS NULL OR (created_at, idempotency_key) >"
+	"        ('epoch'::timestamptz + $5::bigint * interval '1 microsecond', $6::text))"
+	" ORDER BY created_at, idempotency_key LIMIT $7::int",
+	7, true,
+};
+
+enum og_rc
+ledger_list(struct db *db, const struct og_list_query *q, json_t **out)
+{
+	char client[24], after[24], limit[16];
+	const char *p[7] = { client, q->state, q->since, q->contract,
+		             q->after_key != NULL ? after : NULL, q->after_key, limit };
+	PGresult *res;
+	enum db_rc rc;
+	json_t *list;
+	int i;
+
+	*out = NULL;
+	snprintf(client, sizeof(client), "%lld", q->client_id);
+	snprintf(after, sizeof(after), "%lld", q->after_us);
+	snprintf(limit, sizeof(limit), "%d", q->limit);
+	if ((rc = db_exec(db, &st_list_runs, p, &res)) != DB_OK)
+		return og_rc_of(rc);
+	list = json_array();
+	for (i = 0; list != NULL && i < PQntuples(res); i++) {
+		json_t *r = json_pack("{s:s, s:s, s:s, s:s, s:I}", "key", db_get(res, i, "key"),
+		                      "state", db_get(res, i, "state"), "created_at",
+		                      db_get(res, i, "created_at"), "updated_at",
+		                      db_get(res, i, "updated_at"), "at_us",
+		                      (json_int_t)db_get_ll(res, i, "at_us"));
+
+		if (r == NULL)
+			continue;
+		if (db_get(res, i, "contract") != NULL)
+			json_object_set_new(r, "contract", json_string(db_get(res, i, "contract")));
+		if (db_get(res, i, "decision") != NULL)
+			json_object_set_new(r, "decision", json_string(db_get(res, i, "decision")));
+		if (db_get(res, i, "decided_by") != NULL)
+			json_object_set_new(r, "decided_by", json_string(db_get(res, i, "decided_by")));
+		json_array_append_new(list, r);
+	}
+	PQclear(res);
+	*out = list;
+	return list != NULL ? OG_OK : OG_ERROR;
+}
