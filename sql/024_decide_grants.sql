@@ -1,6 +1,5 @@
 -- 024_decide_grants.sql — the decision API: which API clients may record
--- a decision for a person they vouch for, and the record of it; and the
--- order the lists of runs and challenges page in.
+-- a decision for a person they vouch for, and the record of it.
 --
 -- client_decide_grants: one row per (client, contract, approver entry) the
 -- client may decide for. The approver entry is written as the contract
@@ -38,9 +37,3 @@ CREATE TRIGGER approval_final
                        OLD.decided_via_client_id)
                OR (NEW.reason IS DISTINCT FROM OLD.reason AND NEW.reason IS NOT NULL)))
     EXECUTE FUNCTION og_refuse('change a challenge that is no longer pending');
-
--- GET /v1/runs and GET /v1/approvals page a client's rows oldest first by
--- (created_at, key or id), continuing after the last row seen.
-CREATE INDEX workflow_runs_client_created_idx
-    ON workflow_runs (client_id, created_at, idempotency_key);
-CREATE INDEX approvals_client_created_idx ON approvals (client_id, created_at, (id::text));

@@ -31,6 +31,8 @@ static const struct route routes[] = {
 	  false, false, api_runs_list },
 	{ "GET", SHAPE_EXACT, "/v1/approvals", NULL, "/v1/approvals", AUTH_BEARER, BODY_NONE,
 	  ANSWER_JSON, false, false, api_approvals_list },
+	{ "GET", SHAPE_EXACT, "/v1/contracts", NULL, "/v1/contracts", AUTH_BEARER, BODY_NONE,
+	  ANSWER_JSON, false, false, api_contracts_list },
 	{ "GET", SHAPE_KEY, "/v1/runs/", "", "/v1/runs/{key}", AUTH_BEARER, BODY_NONE,
 	  ANSWER_JSON, false, false, api_runs_status },
 	{ "POST", SHAPE_KEY, "/v1/runs/", "/lease", "/v1/runs/{key}/lease", AUTH_BEARER,

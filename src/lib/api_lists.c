@@ -9,12 +9,17 @@
  * pages come after the ones it has not reached yet or not at all, never
  * twice and never in place of another. A cursor is opaque to the caller:
  * "MICROSECONDS.HEX" of the key's bytes.
+ *
+ * And GET /v1/contracts: the contracts this responder loaded, each with
+ * the effect types and targets it allows — what a workflow tool offers as
+ * choices (the n8n node's Contract, Effect Type and Effect Target).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api_int.h"
+#include "contract.h"
 #include "digest.h"
 #include "gate.h"
 #include "ledger.h"
@@ -89,6 +94,33 @@ param(struct api_call *c, const char *query, const char *name, char *out, size_t
 	return -1;
 }
 
+/* Is every parameter of query one of the list's (state, since, contract,
+ * limit, cursor)? A name the list does not know is refused, not ignored:
+ * a misspelt filter ("stat=pending") would otherwise list everything. */
+static bool
+params_known(struct api_call *c, const char *query)
+{
+	static const char *const known[] = { "state", "since", "contract", "limit", "cursor",
+		                             NULL };
+	const char *part = query;
+
+	while (part != NULL && *part != '\0') {
+		size_t n = strcspn(part, "=&"), i;
+
+		for (i = 0; known[i] != NULL; i++)
+			if (strlen(known[i]) == n && strncmp(known[i], part, n) == 0)
+				break;
+		if (known[i] == NULL && n > 0) {
+			api_reject(c, "invalid_field", "a query parameter this list does not take: it "
+			           "takes state, since, contract, limit and cursor", NULL);
+			return false;
+		}
+		part = strchr(part, '&');
+		part = part != NULL ? part + 1 : NULL;
+	}
+	return true;
+}
+
 /* The query string read and checked into p; false when it is refused. */
 static bool
 params_read(struct api_call *c, const char *const *states, struct list_params *p)
@@ -102,6 +134,8 @@ params_read(struct api_call *c, const char *const *states, struct list_params *p
 	p->q.client_id = c->client.id;
 	p->q.limit = LIST_LIMIT_DEFAULT;
 	query = query != NULL ? query + 1 : NULL;
+	if (!params_known(c, query))
+		return false;
 	if ((r = param(c, query, "state", p->state, sizeof(p->state))) < 0)
 		return false;
 	if (r > 0) {
@@ -125,8 +159,17 @@ params_read(struct api_call *c, const char *const *states, struct list_params *p
 	}
 	if ((r = param(c, query, "contract", p->contract, sizeof(p->contract))) < 0)
 		return false;
-	if (r > 0)
+	if (r > 0) {
+		/* a contract's name is [a-z0-9_]{1,64} (contract.h): anything else
+		 * names none, and is refused rather than listed as nothing */
+		if (strspn(p->contract, "abcdefghijklmnopqrstuvwxyz0123456789_") !=
+		    strlen(p->contract)) {
+			api_reject(c, "invalid_field", "contract must be a contract's name "
+			           "(a-z, 0-9 and _)", "contract");
+			return false;
+		}
 		p->q.contract = p->contract;
+	}
 	if ((r = param(c, query, "limit", limit, sizeof(limit))) < 0)
 		return false;
 	if (r > 0) {
@@ -190,7 +233,7 @@ api_runs_list(struct api_call *c)
 {
 	static const char *const states[] = { "processing", "awaiting_human", "approved",
 		                              "completed", "failed_retryable",
-		                              "failed_terminal", NULL };
+		                              "failed_terminal", "rejected", NULL };
 	struct list_params p;
 	json_t *rows = NULL;
 	enum og_rc rc;
@@ -220,4 +263,49 @@ api_approvals_list(struct api_call *c)
 		return;
 	}
 	answer(c, "approvals", rows, "approval_id", p.q.limit);
+}
+
+/* One contract as the list shows it: {name, description?, gate_mode,
+ * effect_types, effect_targets, allowed_decisions, editable}. */
+static json_t *
+contract_entry(const struct contract *k)
+{
+	const json_t *doc = contract_doc(k), *effects = json_object_get(doc, "effects");
+	const char *description = json_string_value(json_object_get(doc, "description"));
+	json_t *editable = json_array(), *e;
+	size_t i;
+
+	for (i = 0; editable != NULL && i < contract_editable_count(k); i++)
+		json_array_append_new(editable, json_string(contract_editable(k, i)));
+	e = json_pack("{s:s, s:s, s:O, s:O, s:o, s:o}", "name", contract_name(k), "gate_mode",
+	              contract_gate_mode_name(contract_gate_mode(k)), "effect_types",
+	              json_object_get(effects, "allowed_types"), "effect_targets",
+	              json_object_get(effects, "allowed_targets"), "allowed_decisions",
+	              contract_allowed_decisions(k), "editable", editable);
+	if (e != NULL && description != NULL)
+		json_object_set_new(e, "description", json_string(description));
+	return e;
+}
+
+void
+api_contracts_list(struct api_call *c)
+{
+	const struct contract_set *set = c->ctx->contracts;
+	json_t *list = json_array(), *doc;
+	size_t i;
+
+	for (i = 0; list != NULL && set != NULL && i < contract_count(set); i++) {
+		json_t *e = contract_entry(contract_at(set, i));
+
+		if (e == NULL || json_array_append_new(list, e) != 0) {
+			json_decref(list);
+			list = NULL;
+		}
+	}
+	doc = list != NULL ? json_pack("{s:o}", "contracts", list) : NULL;
+	if (doc == NULL) {
+		api_internal(c, "out of memory");
+		return;
+	}
+	http_json(c->resp, 200, doc);
 }

@@ -1628,19 +1628,24 @@ ledger_replay(struct db *db, const struct ledger_replay *r)
 /* Oldest first by (created_at, key): a page continues after the last row
  * of the one before (keyset), so runs created meanwhile never shift what
  * is still to come; at_us is created_at in microseconds, the cursor's
- * exact half. */
+ * exact half. The ORDER BY and the cursor's compare name the same thing,
+ * the column to the microsecond: both are qualified (r.), since a bare
+ * "created_at" in ORDER BY would be the output column of that name, the
+ * text to the millisecond, and rows of one millisecond would then sort by
+ * key while the cursor compares microseconds (a row listed twice, another
+ * skipped). */
 static const struct db_stmt st_list_runs = {
 	"ledger_list",
-	"SELECT idempotency_key AS key, state, contract, decision, decided_by,"
-	"       og_ts(created_at) AS created_at, og_ts(updated_at) AS updated_at,"
-	"       (extract(epoch FROM created_at) * 1000000)::bigint AS at_us"
-	"  FROM workflow_runs"
-	" WHERE client_id = $1::bigint AND ($2::text IS NULL OR state = $2)"
-	"   AND ($3::timestamptz IS NULL OR created_at >= $3::timestamptz)"
-	"   AND ($4::text IS NULL OR contract = $4)"
-	"   AND ($5::bigint IS NULL OR (created_at, idempotency_key) >"
+	"SELECT r.idempotency_key AS key, r.state, r.contract, r.decision, r.decided_by,"
+	"       og_ts(r.created_at) AS created_at, og_ts(r.updated_at) AS updated_at,"
+	"       (extract(epoch FROM r.created_at) * 1000000)::bigint AS at_us"
+	"  FROM workflow_runs r"
+	" WHERE r.client_id = $1::bigint AND ($2::text IS NULL OR r.state = $2)"
+	"   AND ($3::timestamptz IS NULL OR r.created_at >= $3::timestamptz)"
+	"   AND ($4::text IS NULL OR r.contract = $4)"
+	"   AND ($5::bigint IS NULL OR (r.created_at, r.idempotency_key) >"
 	"        ('epoch'::timestamptz + $5::bigint * interval '1 microsecond', $6::text))"
-	" ORDER BY created_at, idempotency_key LIMIT $7::int",
+	" ORDER BY r.created_at, r.idempotency_key LIMIT $7::int",
 	7, true,
 };
 

@@ -6,13 +6,20 @@
  *   paging    10,000 runs (keys in Cyrillic, CJK, Arabic and emoji) paged
  *             at 997 a page while 400 more are claimed: every one of the
  *             10,000 exactly once, in order (created_at, then key), no
- *             gaps and no repeats; the same pages again without the
- *             writers give the same order; the other client sees none;
+ *             gaps and no repeats, exactly the database's order; the same
+ *             pages again without the writers: all 10,400 in that order;
+ *             the stack's own client, which claimed 40 of the same keys,
+ *             lists its 40 and none of the other tenant's;
  *   filters   state (a completed run among processing ones), contract
  *             and since; challenges of gated runs by state and contract,
  *             a decided one no longer "pending";
+ *   contracts GET /v1/contracts: every loaded contract, in name order, with
+ *             the effect types and targets its file allows; the same for
+ *             both tenants; 401 without a key;
  *   refused   a state the list does not have, a date that is no date, a
- *             limit of 0 or 1001, a cursor not of ours: 400 invalid_field.
+ *             limit of 0 or 1001, a cursor not of ours, a parameter the list
+ *             does not take, one given twice, a NUL or a bidirectional
+ *             control: 400 invalid_field.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -31,6 +38,7 @@
 #define EXTRA    400
 #define WRITERS  8
 #define PAGE     997
+#define SHARED   40 /* keys the stack's own client also claims */
 
 static const char *const words[] = { "заявка", "申请", "طلب", "🚀заказ", "注文" };
 
@@ -129,75 +137,146 @@ pager_thread(void *arg)
 	return NULL;
 }
 
+/* Now, by the database's clock, as RFC 3339 to the microsecond. */
+static void
+db_now(char *out, size_t outlen)
+{
+	PGconn *c = tl_pg_connect();
+	char *now = tl_pg_value(c, "SELECT to_char(now() AT TIME ZONE 'UTC',"
+	                           " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')", 0, NULL);
+
+	snprintf(out, outlen, "%s", now);
+	free(now);
+	PQfinish(c);
+}
+
+/* The keys of client's runs under prefix, in the list's order (created_at
+ * to the microsecond, then key), as the database has them now. */
+static json_t *
+db_order(const char *client, const char *prefix)
+{
+	PGconn *c = tl_pg_connect();
+	char *text = qstr(c,
+	                  "SELECT coalesce(json_agg(r.idempotency_key ORDER BY r.created_at,"
+	                  "                         r.idempotency_key), '[]')"
+	                  "  FROM workflow_runs r JOIN api_clients k ON k.id = r.client_id"
+	                  " WHERE k.name = $1 AND starts_with(r.idempotency_key, $2)",
+	                  client, prefix, NULL);
+	json_t *keys = text != NULL ? json_loads(text, 0, NULL) : NULL;
+
+	ck_assert(json_is_array(keys));
+	free(text);
+	PQfinish(c);
+	return keys;
+}
+
+/* The keys of rows under prefix, in the order listed. */
+static json_t *
+keys_of(const json_t *rows, const char *prefix)
+{
+	json_t *keys = json_array(), *row;
+	size_t i;
+
+	json_array_foreach(rows, i, row) {
+		const char *key = tl_jstr(row, "key");
+
+		ck_assert(key != NULL && tl_jstr(row, "created_at") != NULL);
+		if (strncmp(key, prefix, strlen(prefix)) == 0)
+			json_array_append_new(keys, json_string(key));
+	}
+	return keys;
+}
+
+/* got equals want, key by key; else the first place they differ. */
+static void
+same_keys(const json_t *got, const json_t *want, const char *what)
+{
+	size_t i, n = json_array_size(got) < json_array_size(want) ? json_array_size(got)
+	                                                            : json_array_size(want);
+
+	for (i = 0; i < n; i++) {
+		const char *g = json_string_value(json_array_get(got, i));
+		const char *w = json_string_value(json_array_get(want, i));
+
+		ck_assert_msg(strcmp(g, w) == 0, "%s: row %zu is %s, the database's order has %s",
+		              what, i, g, w);
+	}
+	ck_assert_msg(json_array_size(got) == json_array_size(want), "%s: %zu rows, expected %zu",
+	              what, json_array_size(got), json_array_size(want));
+}
+
 START_TEST(test_paging)
 {
-	char prefix[96], path[256];
+	char prefix[96], path[256], since[64];
 	struct pager p;
 	pthread_t th;
-	json_t *again, *row, *mine;
-	size_t i, seen = 0, extra = 0;
-	int pages;
+	json_t *before, *paged, *listed, *again, *all, *mine;
+	size_t i, extra = 0;
+	int pages, n;
 	double t0;
-	char *last_at = NULL, *last_key = NULL;
-	bool *got = calloc(RUNS, sizeof(bool));
 
 	snprintf(prefix, sizeof(prefix), "%s:lists", tl_run);
+	db_now(since, sizeof(since));
+	/* the stack's own client uses some of the same business keys */
+	for (n = 0; n < SHARED; n++) {
+		char key[200];
+
+		snprintf(key, sizeof(key), "%s/%s-%05d", prefix, words[n % 5], n * 97);
+		claim(tl_env("ONCEGATE_API_KEY"), key);
+	}
 	t0 = tl_now();
 	write_runs(prefix, 0, RUNS);
 	fprintf(stderr, "check_lists: %d runs claimed by %d writers in %.1f s\n", RUNS, WRITERS,
 	        tl_now() - t0);
+	before = db_order(dl_client_b, prefix);
+	ck_assert_uint_eq(json_array_size(before), RUNS);
 	/* page while more are written */
 	snprintf(path, sizeof(path), "/v1/runs?state=processing");
 	p = (struct pager){ .path = path };
+	t0 = tl_now();
 	ck_assert_int_eq(pthread_create(&th, NULL, pager_thread, &p), 0);
 	write_runs(prefix, RUNS, EXTRA);
 	pthread_join(th, NULL);
-	json_array_foreach(p.rows, i, row) {
-		const char *key = tl_jstr(row, "key"), *at = tl_jstr(row, "created_at");
-		const char *dash = key != NULL ? strrchr(key, '-') : NULL;
-		int n;
+	/* the runs there before paging began: each once, in the order */
+	listed = keys_of(p.rows, prefix);
+	paged = json_array();
+	for (i = 0; i < json_array_size(listed); i++) {
+		const char *key = json_string_value(json_array_get(listed, i));
 
-		ck_assert(key != NULL && at != NULL);
-		if (strncmp(key, prefix, strlen(prefix)) != 0)
-			continue; /* another suite's run of this client: none expected */
-		n = dash != NULL ? atoi(dash + 1) : -1;
+		n = atoi(strrchr(key, '-') + 1);
 		ck_assert_msg(n >= 0 && n < RUNS + EXTRA, "unexpected key %s", key);
-		if (n < RUNS) {
-			ck_assert_msg(!got[n], "run %s listed twice", key);
-			got[n] = true;
-			seen++;
-		} else {
+		if (n < RUNS)
+			json_array_append(paged, json_array_get(listed, i));
+		else
 			extra++;
-		}
-		/* in order: created_at, then key (created_at is to the millisecond
-		 * here, so equal ones are ordered by key only among themselves) */
-		if (last_at != NULL)
-			ck_assert_msg(strcmp(at, last_at) >= 0, "%s after %s", at, last_at);
-		free(last_at);
-		free(last_key);
-		last_at = strdup(at);
-		last_key = strdup(key);
 	}
-	fprintf(stderr, "check_lists: %zu of %d runs paged in %d pages while %d were added "
-	        "(%zu of them seen)\n", seen, RUNS, p.pages, EXTRA, extra);
-	ck_assert_uint_eq(seen, RUNS);
-	/* again, quiet: the same order, all 10,400 */
+	fprintf(stderr, "check_lists: %zu of %d runs paged in %d pages (%.1f s) while %d were "
+	        "added (%zu of them listed)\n", json_array_size(paged), RUNS, p.pages,
+	        tl_now() - t0, EXTRA, extra);
+	same_keys(paged, before, "paged while runs were claimed");
+	/* again, quiet: all 10,400, in the database's order */
+	all = db_order(dl_client_b, prefix);
+	ck_assert_uint_eq(json_array_size(all), RUNS + EXTRA);
 	again = all_pages(dl_key_b, path, "runs", &pages);
-	ck_assert_uint_eq(json_array_size(again), RUNS + EXTRA);
-	for (i = 0; i + extra < json_array_size(p.rows) && i < json_array_size(again); i++)
-		ck_assert_str_eq(tl_jstr(json_array_get(p.rows, i), "key"),
-		                 tl_jstr(json_array_get(again, i), "key"));
-	/* the stack's own client sees none of them */
-	mine = all_pages(tl_env("ONCEGATE_API_KEY"), "/v1/runs?state=processing", "runs", &pages);
-	json_array_foreach(mine, i, row)
-		ck_assert_msg(strncmp(tl_jstr(row, "key"), prefix, strlen(prefix)) != 0,
-		              "another client's run listed: %s", tl_jstr(row, "key"));
+	json_decref(listed);
+	listed = keys_of(again, prefix);
+	same_keys(listed, all, "paged again");
+	/* the stack's own client sees its own runs of those keys, and only them */
+	snprintf(path, sizeof(path), "/v1/runs?state=processing&since=%s", since);
+	mine = all_pages(tl_env("ONCEGATE_API_KEY"), path, "runs", &pages);
+	json_decref(listed);
+	listed = keys_of(mine, prefix);
+	ck_assert_uint_eq(json_array_size(listed), SHARED);
+	json_decref(all);
+	all = db_order("dev", prefix);
+	same_keys(listed, all, "the other tenant's list");
+	json_decref(listed);
 	json_decref(mine);
 	json_decref(again);
+	json_decref(all);
+	json_decref(paged);
+	json_decref(before);
 	json_decref(p.rows);
-	free(last_at);
-	free(last_key);
-	free(got);
 }
 END_TEST
 
@@ -210,16 +289,7 @@ START_TEST(test_filters)
 	int pages;
 	size_t i;
 
-	/* since: now, by the database's clock */
-	{
-		PGconn *c = tl_pg_connect();
-		char *now = tl_pg_value(c, "SELECT to_char(now() AT TIME ZONE 'UTC',"
-		                           " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')", 0, NULL);
-
-		snprintf(since, sizeof(since), "%s", now);
-		free(now);
-		PQfinish(c);
-	}
+	db_now(since, sizeof(since));
 	snprintf(key, sizeof(key), "%s:filters/готово-1", tl_run);
 	body = json_pack("{s:s, s:{s:s}}", "key", key, "payload", "source", "filters");
 	tl_claim_body(dl_key_b, body, &cl);
@@ -270,13 +340,105 @@ START_TEST(test_filters)
 }
 END_TEST
 
+/* The contract file NAME.json the stack loaded: the shipped contracts/
+ * or the test contracts (tests/data/contracts-test), parsed. */
+static json_t *
+contract_file(const char *name)
+{
+	const char *const dirs[] = { tl_env("srcdir"), ".", "..", "../.." };
+	const char *const subs[] = { "contracts", "tests/data/contracts-test" };
+	size_t i, j;
+
+	for (i = 0; i < 4; i++)
+		for (j = 0; dirs[i] != NULL && j < 2; j++) {
+			char path[512], *text;
+			json_t *doc;
+
+			snprintf(path, sizeof(path), "%s/%s/%s.json", dirs[i], subs[j], name);
+			if ((text = tl_file_slurp(path, NULL)) == NULL)
+				continue;
+			doc = json_loads(text, 0, NULL);
+			free(text);
+			return doc;
+		}
+	return NULL;
+}
+
+/* v equals the JSON text want. */
+static void
+same_json(const json_t *v, const char *want)
+{
+	json_t *w = json_loads(want, 0, NULL);
+
+	ck_assert_msg(w != NULL && json_equal(v, w), "not %s", want);
+	json_decref(w);
+}
+
+START_TEST(test_contracts)
+{
+	struct tl_resp r;
+	json_t *list, *k;
+	size_t i;
+	bool quorum = false;
+	const char *prev = "";
+
+	tl_get("/v1/contracts", dl_key_b, &r);
+	ck_assert_msg(r.status == 200, "HTTP %ld %.300s", r.status, r.body);
+	list = json_object_get(r.json, "contracts");
+	ck_assert(json_array_size(list) >= 2);
+	json_array_foreach(list, i, k) {
+		const char *name = tl_jstr(k, "name");
+		json_t *doc = contract_file(name), *effects = json_object_get(doc, "effects");
+
+		/* each as its file says, in name order */
+		ck_assert_msg(doc != NULL, "contract %s listed, but no file of that name", name);
+		ck_assert_msg(strcmp(prev, name) < 0, "%s listed after %s", name, prev);
+		prev = name;
+		ck_assert_msg(json_equal(json_object_get(k, "effect_types"),
+		                         json_object_get(effects, "allowed_types")) &&
+		                  json_equal(json_object_get(k, "effect_targets"),
+		                             json_object_get(effects, "allowed_targets")),
+		              "%s: the types or targets differ from its file", name);
+		if (json_object_get(doc, "description") != NULL)
+			ck_assert_str_eq(tl_jstr(k, "description"),
+			                 tl_jstr(doc, "description"));
+		if (strcmp(name, "quorum_mail") == 0) {
+			quorum = true;
+			ck_assert_str_eq(tl_jstr(k, "gate_mode"), "approve_before_act");
+			same_json(json_object_get(k, "editable"), "[\"subject\", \"body\"]");
+			same_json(json_object_get(k, "allowed_decisions"), "[\"approve\", \"reject\"]");
+		}
+		json_decref(doc);
+	}
+	ck_assert(quorum);
+	/* another tenant is shown the same contracts: they are the site's */
+	{
+		struct tl_resp r2;
+
+		tl_get("/v1/contracts", tl_env("ONCEGATE_API_KEY"), &r2);
+		ck_assert_int_eq(r2.status, 200);
+		ck_assert(json_equal(r.json, r2.json));
+		tl_resp_free(&r2);
+	}
+	tl_resp_free(&r);
+	/* without a key: 401, nothing listed */
+	tl_get("/v1/contracts", NULL, &r);
+	ck_assert_msg(r.status == 401 && strstr(r.body, "quorum_mail") == NULL, "HTTP %ld %.300s",
+	              r.status, r.body);
+	tl_resp_free(&r);
+}
+END_TEST
+
 START_TEST(test_refused)
 {
 	static const char *const bad[] = {
 		"/v1/runs?state=sent", "/v1/runs?since=2026-02-31T00:00:00Z", "/v1/runs?since=yesterday",
 		"/v1/runs?limit=0", "/v1/runs?limit=1001", "/v1/runs?limit=ten",
 		"/v1/runs?cursor=zz", "/v1/runs?cursor=123.0g", "/v1/runs?cursor=.6162",
-		"/v1/approvals?state=approved", "/v1/runs?state=", NULL,
+		"/v1/approvals?state=approved", "/v1/runs?state=", "/v1/runs?stat=processing",
+		"/v1/approvals?state=pending&contract=quorum_mail&order=desc",
+		"/v1/runs?state=processing&state=completed", "/v1/runs?limit=5&limit=6",
+		"/v1/runs?since=2026-12-01T08:00:00Z%00", "/v1/runs?contract=%E2%80%AEquorum", NULL,
 	};
 	size_t i;
 
@@ -300,6 +462,7 @@ lists_suite(void)
 
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_refused);
+	tcase_add_test(tc, test_contracts);
 	tcase_add_test(tc, test_filters);
 	tcase_add_test(tc, test_paging);
 	suite_add_tcase(s, tc);
