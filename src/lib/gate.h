@@ -235,4 +235,14 @@ struct og_list_query;
 enum og_rc gate_list_page(struct db *db, const struct og_list_query *q, json_t **out)
 	__attribute__((warn_unused_result));
 
+/* A page of the decisions taken at or after since (RFC 3339), oldest
+ * first by (at, seq), after the cursor (after_us, after_seq; after_seq
+ * NULL: from the start): a new array of {at, at_us, seq, key, decision,
+ * via ("page", "client" or "contract"), final, edited, client?, contract?,
+ * approval_id?, subject?, reason?, via_client?, draft_hash?, output_hash?,
+ * edited_output_hash?, contract_hash?, effect_hash?}. */
+enum og_rc gate_export_page(struct db *db, const char *since, long long after_us,
+                            const char *after_seq, int limit, json_t **out)
+	__attribute__((warn_unused_result));
+
 #endif
