@@ -10,6 +10,7 @@
  *   ctl_resume.c      bulk resume: a selection checked, then run as a job
  *   ctl_replay.c      replay (one key, or a job from a map file)
  *   ctl_audit.c       explain, report, purge
+ *   ctl_export.c      export (the decisions, as JSON lines or CSV)
  *   ctl_job.c         the one runner of bulk jobs (resume and replay) and stop
  *
  * Exit codes: 0 done, 1 refused or failed (the message says why), 2 usage

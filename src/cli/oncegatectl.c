@@ -20,6 +20,7 @@
 #include "ctl.h"
 #include "ctl_admin.h"
 #include "ctl_audit.h"
+#include "ctl_export.h"
 #include "ctl_deadletter.h"
 #include "ctl_job.h"
 #include "ctl_repair.h"
@@ -126,6 +127,14 @@ static const struct command commands[] = {
 	  "  Runs, approvals, effects, dead letters, replays and operator actions since TIME\n"
 	  "  (default 7d), and the responders' lifetime counters.\n" TIME_TEXT,
 	  ctl_audit_report },
+	{ "export", "the decisions since a time, as JSON lines or CSV, for an audit",
+	  "usage: oncegatectl export --format jsonl|csv [--since TIME]\n"
+	  "  Every decision taken since TIME (default: all), oldest first: who decided, when,\n"
+	  "  via the approval page, an API client (by name) or the contract's rules, the\n"
+	  "  decision and its reason, and the hashes of the draft, the output, the correction,\n"
+	  "  the contract and the effect. csv is RFC 4180 (a header line, CRLF); text is\n"
+	  "  written as stored, in UTF-8. The count goes to stderr.\n" TIME_TEXT,
+	  ctl_export },
 	{ "purge", "remove payloads and outputs past retention; hashes and decisions stay",
 	  "usage: oncegatectl purge [--older-than TIME] --reason TEXT [--dry-run]\n"
 	  "  Removes the payloads, outputs, effect payloads and attempt excerpts of runs that\n"

@@ -29,6 +29,12 @@
 static const struct route routes[] = {
 	{ "POST", SHAPE_EXACT, "/v1/runs", NULL, "/v1/runs", AUTH_BEARER, BODY_JSON, ANSWER_JSON,
 	  false, true, api_runs_claim },
+	{ "GET", SHAPE_EXACT, "/v1/runs", NULL, "/v1/runs", AUTH_BEARER, BODY_NONE, ANSWER_JSON,
+	  false, false, api_runs_list },
+	{ "GET", SHAPE_EXACT, "/v1/approvals", NULL, "/v1/approvals", AUTH_BEARER, BODY_NONE,
+	  ANSWER_JSON, false, false, api_approvals_list },
+	{ "GET", SHAPE_EXACT, "/v1/contracts", NULL, "/v1/contracts", AUTH_BEARER, BODY_NONE,
+	  ANSWER_JSON, false, false, api_contracts_list },
 	{ "GET", SHAPE_KEY, "/v1/runs/", "", "/v1/runs/{key}", AUTH_BEARER, BODY_NONE,
 	  ANSWER_JSON, false, false, api_runs_status },
 	{ "POST", SHAPE_KEY, "/v1/runs/", "/lease", "/v1/runs/{key}/lease", AUTH_BEARER,

@@ -14,6 +14,7 @@
 
 #include "digest.h"
 #include "gate.h"
+#include "listq.h"
 
 static const char *const state_names[] = {
 	"pending", "decided", "voided", "revoked", "expired",
@@ -1086,4 +1087,167 @@ gate_notice_clear(struct gate_notice *n)
 	json_decref(n->effect);
 	json_decref(n->escalate_to);
 	memset(n, 0, sizeof(*n));
+}
+
+/* ---- a client's challenges, a page at a time ------------------------------ */
+
+/* Oldest first by (created_at, id), after the cursor; "pending" means
+ * still open to a decision (pending and unexpired). */
+static const struct db_stmt st_list_page = {
+	"gate_list_page",
+	"SELECT a.id AS approval_id, a.idempotency_key AS key, a.approver, a.requested_by,"
+	"       CASE WHEN a.state = 'pending' AND a.expires_at <= now() THEN 'expired'"
+	"            ELSE a.state END AS state,"
+	"       r.contract, a.effect->>'type' AS effect_type, a.effect->>'target' AS effect_target,"
+	"       a.decision, a.approver_subject, og_ts(a.created_at) AS created_at,"
+	"       og_ts(a.expires_at) AS expires_at,"
+	"       (extract(epoch FROM a.created_at) * 1000000)::bigint AS at_us"
+	"  FROM approvals a JOIN workflow_runs r"
+	"    ON r.client_id = a.client_id AND r.idempotency_key = a.idempotency_key"
+	" WHERE a.client_id = $1::bigint"
+	"   AND ($2::text IS NULL OR ($2 = 'pending' AND a.state = 'pending' AND a.expires_at > now())"
+	"        OR ($2 = 'expired' AND (a.state = 'expired' OR (a.state = 'pending'"
+	"                                AND a.expires_at <= now())))"
+	"        OR ($2 NOT IN ('pending', 'expired') AND a.state = $2))"
+	"   AND ($3::timestamptz IS NULL OR a.created_at >= $3::timestamptz)"
+	"   AND ($4::text IS NULL OR r.contract = $4)"
+	"   AND ($5::bigint IS NULL OR (a.created_at, a.id::text) >"
+	"        ('epoch'::timestamptz + $5::bigint * interval '1 microsecond', $6::text))"
+	" ORDER BY a.created_at, a.id::text LIMIT $7::int",
+	7, true,
+};
+
+enum og_rc
+gate_list_page(struct db *db, const struct og_list_query *q, json_t **out)
+{
+	static const char *const opt[] = { "requested_by", "contract", "effect_type",
+		                           "effect_target", "decision", "approver_subject", NULL };
+	char client[24], after[24], limit[16];
+	const char *p[7] = { client, q->state, q->since, q->contract,
+		             q->after_key != NULL ? after : NULL, q->after_key, limit };
+	PGresult *res;
+	enum db_rc rc;
+	json_t *list;
+	int i;
+
+	*out = NULL;
+	snprintf(client, sizeof(client), "%lld", q->client_id);
+	snprintf(after, sizeof(after), "%lld", q->after_us);
+	snprintf(limit, sizeof(limit), "%d", q->limit);
+	if ((rc = db_exec(db, &st_list_page, p, &res)) != DB_OK)
+		return gate_rc_of(rc);
+	list = json_array();
+	for (i = 0; list != NULL && i < PQntuples(res); i++) {
+		json_t *a = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I}", "approval_id",
+		                      db_get(res, i, "approval_id"), "key", db_get(res, i, "key"),
+		                      "approver", db_get(res, i, "approver"), "state",
+		                      db_get(res, i, "state"), "created_at",
+		                      db_get(res, i, "created_at"), "expires_at",
+		                      db_get(res, i, "expires_at"), "at_us",
+		                      (json_int_t)db_get_ll(res, i, "at_us"));
+		size_t k;
+
+		if (a == NULL)
+			continue;
+		for (k = 0; opt[k] != NULL; k++)
+			set_opt(a, opt[k], res, i);
+		json_array_append_new(list, a);
+	}
+	PQclear(res);
+	*out = list;
+	return list != NULL ? OG_OK : OG_ERROR;
+}
+
+/* ---- decisions, for an export --------------------------------------------- */
+
+/* Every decision taken at or after $1, oldest first by (at, seq), after
+ * the cursor ($2 µs, $3 seq): each person's vote — through the approval
+ * page, or through the API client that vouched for the person — and each
+ * run the contract's rules approved. seq orders the decisions of one
+ * instant: "v" and the vote's id, or "r" and the run's client and key.
+ * The hashes: the draft the person decided on, the model's output, the
+ * approver's corrected output, the contract, and the effect enqueued. */
+static const struct db_stmt st_export = {
+	"gate_export",
+	"WITH d AS ("
+	"  SELECT v.created_at AS at, 'v' || lpad(v.id::text, 19, '0') AS seq, v.client_id,"
+	"         v.idempotency_key, v.approval_id::text AS approval_id, v.subject, v.decision,"
+	"         v.reason, v.output_hash AS draft_hash, v.edited, v.final,"
+	"         CASE WHEN v.via_client_id IS NULL THEN 'page' ELSE 'client' END AS via,"
+	"         (SELECT c.name FROM api_clients c WHERE c.id = v.via_client_id) AS via_client"
+	"    FROM approval_votes v"
+	"  UNION ALL"
+	"  SELECT r.decided_at, 'r' || r.client_id || '/' || r.idempotency_key, r.client_id,"
+	"         r.idempotency_key, NULL, NULL, 'auto', NULL, r.output_hash, false, true,"
+	"         'contract', NULL"
+	"    FROM workflow_runs r WHERE r.decision = 'auto' AND r.decided_at IS NOT NULL"
+	")"
+	"SELECT og_ts(d.at) AS at, (extract(epoch FROM d.at) * 1000000)::bigint AS at_us, d.seq,"
+	"       (SELECT c.name FROM api_clients c WHERE c.id = d.client_id) AS client,"
+	"       d.idempotency_key AS key, r.contract, d.approval_id, d.subject, d.decision,"
+	"       d.reason, d.via, d.via_client, d.final, d.edited, d.draft_hash, r.output_hash,"
+	"       r.edited_output_hash, r.contract_hash,"
+	"       (SELECT o.payload_hash FROM effect_outbox o"
+	"         WHERE o.client_id = d.client_id AND o.idempotency_key = d.idempotency_key"
+	"           AND o.effect_type = r.effect->>'type' AND o.target = r.effect->>'target')"
+	"         AS effect_hash"
+	"  FROM d JOIN workflow_runs r"
+	"    ON r.client_id = d.client_id AND r.idempotency_key = d.idempotency_key"
+	" WHERE d.at >= $1::timestamptz"
+	"   AND ($2::bigint IS NULL OR (d.at, d.seq) >"
+	"        ('epoch'::timestamptz + $2::bigint * interval '1 microsecond', $3::text))"
+	" ORDER BY d.at, d.seq LIMIT $4::int",
+	4, true,
+};
+
+static bool
+is_true(const PGresult *res, int row, const char *col)
+{
+	const char *v = db_get(res, row, col);
+
+	return v != NULL && v[0] == 't';
+}
+
+enum og_rc
+gate_export_page(struct db *db, const char *since, long long after_us, const char *after_seq,
+                 int limit, json_t **out)
+{
+	static const char *const opt[] = { "client", "contract", "approval_id", "subject",
+		                           "reason", "via_client", "draft_hash", "output_hash",
+		                           "edited_output_hash", "contract_hash", "effect_hash",
+		                           NULL };
+	char after[24], lim[16];
+	const char *p[4] = { since, after_seq != NULL ? after : NULL, after_seq, lim };
+	PGresult *res;
+	enum db_rc rc;
+	json_t *list;
+	int i;
+
+	*out = NULL;
+	snprintf(after, sizeof(after), "%lld", after_us);
+	snprintf(lim, sizeof(lim), "%d", limit);
+	if ((rc = db_exec(db, &st_export, p, &res)) != DB_OK)
+		return gate_rc_of(rc);
+	list = json_array();
+	for (i = 0; list != NULL && i < PQntuples(res); i++) {
+		json_t *d = json_pack("{s:s, s:I, s:s, s:s, s:s, s:s, s:b, s:b}", "at",
+		                      db_get(res, i, "at"), "at_us",
+		                      (json_int_t)db_get_ll(res, i, "at_us"), "seq",
+		                      db_get(res, i, "seq"), "key", db_get(res, i, "key"),
+		                      "decision", db_get(res, i, "decision"), "via",
+		                      db_get(res, i, "via"), "final", is_true(res, i, "final"),
+		                      "edited", is_true(res, i, "edited"));
+		size_t k;
+
+		if (d == NULL || json_array_append_new(list, d) != 0) {
+			json_decref(list);
+			list = NULL;
+			break;
+		}
+		for (k = 0; opt[k] != NULL; k++)
+			set_opt(d, opt[k], res, i);
+	}
+	PQclear(res);
+	*out = list;
+	return list != NULL ? OG_OK : OG_ERROR;
 }

@@ -226,4 +226,23 @@ enum og_rc gate_create_escalated(struct db *db, const char *template_id, const c
 enum og_rc gate_notice(struct db *db, const char *id, PGresult **res)
 	__attribute__((warn_unused_result));
 
+/* A page of the client's challenges (q; state "pending" is open to a
+ * decision: pending and unexpired): a new array of {approval_id, key,
+ * approver, state, created_at, expires_at, at_us, requested_by?,
+ * contract?, effect_type?, effect_target?, decision?, approver_subject?},
+ * oldest first by (created_at, id). */
+struct og_list_query;
+enum og_rc gate_list_page(struct db *db, const struct og_list_query *q, json_t **out)
+	__attribute__((warn_unused_result));
+
+/* A page of the decisions taken at or after since (RFC 3339), oldest
+ * first by (at, seq), after the cursor (after_us, after_seq; after_seq
+ * NULL: from the start): a new array of {at, at_us, seq, key, decision,
+ * via ("page", "client" or "contract"), final, edited, client?, contract?,
+ * approval_id?, subject?, reason?, via_client?, draft_hash?, output_hash?,
+ * edited_output_hash?, contract_hash?, effect_hash?}. */
+enum og_rc gate_export_page(struct db *db, const char *since, long long after_us,
+                            const char *after_seq, int limit, json_t **out)
+	__attribute__((warn_unused_result));
+
 #endif

@@ -1637,3 +1637,69 @@ ledger_replay(struct db *db, const struct ledger_replay *r)
 	snprintf(cid, sizeof(cid), "%lld", r->client_id);
 	return og_exec_one(db, &st_replay, p, OG_EXISTS, NULL);
 }
+
+/* ---- a client's runs, a page at a time ---------------------------------- */
+
+/* Oldest first by (created_at, key): a page continues after the last row
+ * of the one before (keyset), so runs created meanwhile never shift what
+ * is still to come; at_us is created_at in microseconds, the cursor's
+ * exact half. The ORDER BY and the cursor's compare name the same thing,
+ * the column to the microsecond: both are qualified (r.), since a bare
+ * "created_at" in ORDER BY would be the output column of that name, the
+ * text to the millisecond, and rows of one millisecond would then sort by
+ * key while the cursor compares microseconds (a row listed twice, another
+ * skipped). */
+static const struct db_stmt st_list_runs = {
+	"ledger_list",
+	"SELECT r.idempotency_key AS key, r.state, r.contract, r.decision, r.decided_by,"
+	"       og_ts(r.created_at) AS created_at, og_ts(r.updated_at) AS updated_at,"
+	"       (extract(epoch FROM r.created_at) * 1000000)::bigint AS at_us"
+	"  FROM workflow_runs r"
+	" WHERE r.client_id = $1::bigint AND ($2::text IS NULL OR r.state = $2)"
+	"   AND ($3::timestamptz IS NULL OR r.created_at >= $3::timestamptz)"
+	"   AND ($4::text IS NULL OR r.contract = $4)"
+	"   AND ($5::bigint IS NULL OR (r.created_at, r.idempotency_key) >"
+	"        ('epoch'::timestamptz + $5::bigint * interval '1 microsecond', $6::text))"
+	" ORDER BY r.created_at, r.idempotency_key LIMIT $7::int",
+	7, true,
+};
+
+enum og_rc
+ledger_list(struct db *db, const struct og_list_query *q, json_t **out)
+{
+	char client[24], after[24], limit[16];
+	const char *p[7] = { client, q->state, q->since, q->contract,
+		             q->after_key != NULL ? after : NULL, q->after_key, limit };
+	PGresult *res;
+	enum db_rc rc;
+	json_t *list;
+	int i;
+
+	*out = NULL;
+	snprintf(client, sizeof(client), "%lld", q->client_id);
+	snprintf(after, sizeof(after), "%lld", q->after_us);
+	snprintf(limit, sizeof(limit), "%d", q->limit);
+	if ((rc = db_exec(db, &st_list_runs, p, &res)) != DB_OK)
+		return og_rc_of(rc);
+	list = json_array();
+	for (i = 0; list != NULL && i < PQntuples(res); i++) {
+		json_t *r = json_pack("{s:s, s:s, s:s, s:s, s:I}", "key", db_get(res, i, "key"),
+		                      "state", db_get(res, i, "state"), "created_at",
+		                      db_get(res, i, "created_at"), "updated_at",
+		                      db_get(res, i, "updated_at"), "at_us",
+		                      (json_int_t)db_get_ll(res, i, "at_us"));
+
+		if (r == NULL)
+			continue;
+		if (db_get(res, i, "contract") != NULL)
+			json_object_set_new(r, "contract", json_string(db_get(res, i, "contract")));
+		if (db_get(res, i, "decision") != NULL)
+			json_object_set_new(r, "decision", json_string(db_get(res, i, "decision")));
+		if (db_get(res, i, "decided_by") != NULL)
+			json_object_set_new(r, "decided_by", json_string(db_get(res, i, "decided_by")));
+		json_array_append_new(list, r);
+	}
+	PQclear(res);
+	*out = list;
+	return list != NULL ? OG_OK : OG_ERROR;
+}

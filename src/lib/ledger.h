@@ -12,6 +12,7 @@
 #include "canon.h"
 #include "clients.h"
 #include "db.h"
+#include "listq.h"
 #include "rc.h"
 
 /* Mirrors the CHECK constraint on workflow_runs.state one for one. */
@@ -356,6 +357,12 @@ struct ledger_replay {
 /* OG_EXISTS: the key exists already (a key is never overwritten, even one
  * a claim created a moment ago). */
 enum og_rc ledger_replay(struct db *db, const struct ledger_replay *r)
+	__attribute__((warn_unused_result));
+
+/* A page of the client's runs (q): a new array of {key, state, contract?,
+ * decision?, decided_by?, created_at, updated_at, at_us}, oldest first by
+ * (created_at, key). */
+enum og_rc ledger_list(struct db *db, const struct og_list_query *q, json_t **out)
 	__attribute__((warn_unused_result));
 
 #endif

@@ -1279,7 +1279,9 @@ static const struct bad_case bad_cases[] = {
 	  "{\"key\":\"@KEY@\",\"payload\":{\"m\":\"@M@\"}}", 404, "not_found", NULL, "request.invalid" },
 	{ "DELETE /v1/runs", "DELETE", "/v1/runs", AUTH_DEV, NULL, BODY_TEXT,
 	  NULL, 405, "method_not_allowed", NULL, "request.invalid" },
-	{ "GET /v1/runs", "GET", "/v1/runs", AUTH_DEV, NULL, BODY_TEXT,
+	{ "PUT /v1/runs", "PUT", "/v1/runs", AUTH_DEV, NULL, BODY_TEXT,
+	  NULL, 405, "method_not_allowed", NULL, "request.invalid" },
+	{ "GET /v1/runs/{key}/lease", "GET", "/v1/runs/lease-probe/lease", AUTH_DEV, NULL, BODY_TEXT,
 	  NULL, 405, "method_not_allowed", NULL, "request.invalid" },
 };
 #define N_BAD_CASES ((int)(sizeof(bad_cases) / sizeof(bad_cases[0])))

@@ -24,6 +24,12 @@
  *              run, approval list --pending only the ones still waiting;
  *   operator   --operator is no option (exit 2); the operator recorded is
  *              the database role, whatever USER or SUDO_USER say;
+ *   export     decisions through the page, the decision API (two tenants
+ *              sharing a key) and a contract's rules, exported as CSV and as
+ *              JSON lines: the CSV parsed back per RFC 4180 (a reason with
+ *              commas and quotes in four scripts intact) equals the
+ *              JSON lines and the database's rows, hashes included; read
+ *              a decision a page, the pages give the same rows in order;
  *   migrate    with nothing pending, migrate exits 0 for every role that may
  *              read the schema (operator, auditor, both daemons' roles);
  *              with a migration pending, run as the operator, it exits 1,
@@ -45,6 +51,7 @@
 #include <libpq-fe.h>
 
 #include "dispatchlib.h"
+#include "gate.h"
 #include "testlib.h"
 
 #define REASON   "Клиент отозвал заказ — 客户取消了订单 🚫📦 (тикет #48213)"
@@ -321,6 +328,7 @@ static const struct {
 	{ "reject", { "EFFECT", "KEY", "--reason", "--client", "--expect", NULL } },
 	{ "approval", { "list", "--pending", "--limit", "revoke", "resend", "--reason", NULL } },
 	{ "cancel", { "EFFECT", "--reason", NULL } },
+	{ "export", { "--format", "jsonl|csv", "--since TIME", "RFC 3339", NULL } },
 };
 
 #define NCOMMANDS (sizeof(g_commands) / sizeof(g_commands[0]))
@@ -821,6 +829,337 @@ START_TEST(test_migrate_roles)
 }
 END_TEST
 
+
+/* ---- export -------------------------------------------------------------------- */
+
+/* An approver's reason that CSV must quote: commas and double quotes (a
+ * reason is one line of plain text), in Russian, Chinese, Arabic (right
+ * to left) and emoji. */
+#define EXPORT_REASON "Проверил, \"всё верно\" — отправляйте. 已核对，可以发送。 تمت المراجعة ✅"
+
+/* One RFC 4180 record of text at *pos (advanced past its CRLF) as a new
+ * array of strings; NULL at the end of the text. */
+static json_t *
+csv_record(const char *text, size_t *pos)
+{
+	const char *p = text + *pos;
+	json_t *rec;
+	char *field;
+	size_t n;
+
+	if (*p == '\0')
+		return NULL;
+	rec = json_array();
+	field = malloc(strlen(p) + 1);
+	ck_assert(field != NULL);
+	for (;;) {
+		n = 0;
+		if (*p == '"') {
+			for (p++;; p++) {
+				ck_assert_msg(*p != '\0', "a quoted field never ends: %.200s", text + *pos);
+				if (*p == '"' && p[1] == '"')
+					field[n++] = *p++;
+				else if (*p == '"')
+					break;
+				else
+					field[n++] = *p;
+			}
+			p++;
+		} else {
+			while (*p != ',' && *p != '\r' && *p != '\n' && *p != '\0' && *p != '"')
+				field[n++] = *p++;
+			ck_assert_msg(*p != '"', "a quote inside an unquoted field: %.200s", text + *pos);
+		}
+		field[n] = '\0';
+		json_array_append_new(rec, json_string(field));
+		if (*p == ',') {
+			p++;
+			continue;
+		}
+		ck_assert_msg(p[0] == '\r' && p[1] == '\n', "a record not ended by CRLF: %.200s",
+		              text + *pos);
+		p += 2;
+		break;
+	}
+	free(field);
+	*pos = (size_t)(p - text);
+	return rec;
+}
+
+/* What the database holds for the decisions of the run key of client,
+ * oldest first: one object a vote (or the contract's approval) with the
+ * export's columns, every value as text ("" for none). */
+static json_t *
+expected_decisions(PGconn *c, const char *client, const char *key)
+{
+	char *text = qstr(c,
+	    "SELECT coalesce(json_agg(d ORDER BY d.o), '[]') FROM ("
+	    "  SELECT v.created_at AS o, og_ts(v.created_at) AS at, k.name AS client,"
+	    "         v.idempotency_key AS key, r.contract, v.approval_id::text AS approval_id,"
+	    "         v.subject, CASE WHEN v.via_client_id IS NULL THEN 'page' ELSE 'client' END"
+	    "         AS via, coalesce(vc.name, '') AS via_client, v.decision,"
+	    "         coalesce(v.reason, '') AS reason, v.final::text AS final,"
+	    "         v.edited::text AS edited, v.output_hash AS draft_hash, r.output_hash,"
+	    "         coalesce(r.edited_output_hash, '') AS edited_output_hash, r.contract_hash,"
+	    "         coalesce((SELECT o.payload_hash FROM effect_outbox o"
+	    "                    WHERE o.client_id = r.client_id"
+	    "                      AND o.idempotency_key = r.idempotency_key"
+	    "                      AND o.effect_type = r.effect->>'type'), '') AS effect_hash"
+	    "    FROM approval_votes v JOIN api_clients k ON k.id = v.client_id"
+	    "    JOIN workflow_runs r ON r.client_id = v.client_id"
+	    "                        AND r.idempotency_key = v.idempotency_key"
+	    "    LEFT JOIN api_clients vc ON vc.id = v.via_client_id"
+	    "   WHERE k.name = $1 AND v.idempotency_key = $2"
+	    "  UNION ALL"
+	    "  SELECT r.decided_at, og_ts(r.decided_at), k.name, r.idempotency_key, r.contract, '',"
+	    "         '', 'contract', '', 'auto', '', 'true', 'false', r.output_hash,"
+	    "         r.output_hash, '', r.contract_hash,"
+	    "         (SELECT o.payload_hash FROM effect_outbox o"
+	    "           WHERE o.client_id = r.client_id AND o.idempotency_key = r.idempotency_key"
+	    "             AND o.effect_type = r.effect->>'type')"
+	    "    FROM workflow_runs r JOIN api_clients k ON k.id = r.client_id"
+	    "   WHERE k.name = $1 AND r.idempotency_key = $2 AND r.decision = 'auto') d",
+	    client, key, NULL);
+	json_t *rows = json_loads(text, 0, NULL), *row;
+	size_t i;
+
+	ck_assert(json_is_array(rows));
+	json_array_foreach(rows, i, row)
+		json_object_del(row, "o");
+	free(text);
+	return rows;
+}
+
+/* The exported rows (objects of the export's columns, values as text) of
+ * one run, in the order exported. */
+static json_t *
+rows_of(json_t *all, const char *client, const char *key)
+{
+	json_t *rows = json_array(), *row;
+	size_t i;
+
+	json_array_foreach(all, i, row)
+		if (strcmp(JSTR(row, "client"), client) == 0 && strcmp(JSTR(row, "key"), key) == 0)
+			json_array_append(rows, row);
+	return rows;
+}
+
+/* A JSON lines row as text values: null as "", booleans as true/false. */
+static json_t *
+as_text(const json_t *o)
+{
+	json_t *t = json_object(), *v;
+	const char *k;
+
+	json_object_foreach((json_t *)(uintptr_t)o, k, v) {
+		if (json_is_string(v))
+			json_object_set(t, k, v);
+		else if (json_is_boolean(v))
+			json_object_set_new(t, k, json_string(json_is_true(v) ? "true" : "false"));
+		else
+			ck_assert_msg(json_is_null(v), "%s is neither text, a boolean nor null", k);
+		if (json_is_null(v))
+			json_object_set_new(t, k, json_string(""));
+	}
+	return t;
+}
+
+static void
+same_rows(json_t *got, json_t *want, const char *what)
+{
+	char *g = json_dumps(got, JSON_SORT_KEYS), *w = json_dumps(want, JSON_SORT_KEYS);
+
+	ck_assert_msg(json_equal(got, want), "%s:\n got  %s\n want %s", what, g, w);
+	free(g);
+	free(w);
+}
+
+START_TEST(test_export)
+{
+	const char *csvw[] = { "-c", tl_env("ONCEGATE_CONF"), "export", "--since", NULL,
+		               "--format", "csv", NULL };
+	const char *jw[] = { "-c", tl_env("ONCEGATE_CONF"), "export", "--format", "jsonl",
+		             "--since", NULL, NULL };
+	static const char *const columns[] = {
+		"at", "client", "key", "contract", "approval_id", "subject", "via", "via_client",
+		"decision", "reason", "final", "edited", "draft_hash", "output_hash",
+		"edited_output_hash", "contract_hash", "effect_hash", NULL,
+	};
+	PGconn *c = tl_pg_connect();
+	char key[160], auto_key[160], since[64], *out, *err, *now, *line, *save = NULL;
+	const char *tenants[2] = { "dev", dl_client_b };
+	json_t *csv = json_array(), *jsonl = json_array(), *rec, *head, *want, *got;
+	struct tl_resp r;
+	size_t pos = 0, i, t;
+	int rc;
+
+	now = qstr(c, "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+	           NULL);
+	snprintf(since, sizeof(since), "%s", now);
+	free(now);
+	csvw[4] = since;
+	jw[6] = since;
+	/* both tenants: the same key, a quorum mail; anna approves on the page,
+	 * then on the other tenant's run a person rejects through the API */
+	snprintf(key, sizeof(key), "%s:export/счёт-7 📑", tl_run);
+	for (t = 0; t < 2; t++) {
+		char id[64], group_id[64], path[128], *token, *csrf, *form;
+
+		dl_claim_and_output(t == 0 ? dl_key_dev : dl_key_b, key, "quorum_mail",
+		                    json_pack("{s:s, s:s}", "subject", "Счёт №7 · 請求書 7", "body",
+		                              "مرحبا — ваш счёт готов 🧾"),
+		                    json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target",
+		                              "demo_smtp", "payload", "to", "buh@primer.example"),
+		                    "olga.petrova@example.com", &r);
+		ck_assert_msg(r.status == 202, "output: HTTP %ld %.600s", r.status, r.body);
+		free(dl_token_of(&r, 0, group_id, sizeof(group_id))); /* group:customer support */
+		token = dl_token_of(&r, 2, id, sizeof(id)); /* anna.kowalska@example.com's */
+		tl_resp_free(&r);
+		snprintf(path, sizeof(path), "/approve/%s", token);
+		csrf = tl_csrf_for(id, "anna.kowalska@example.com");
+		form = tl_form("decision", "approve", "reason", EXPORT_REASON, "csrf", csrf,
+		               (char *)NULL);
+		dl_page_request(path, "anna.kowalska@example.com", NULL, form, NULL, &r, NULL);
+		ck_assert_msg(r.status == 303, "page: HTTP %ld %.600s", r.status, r.body);
+		tl_resp_free(&r);
+		free(form);
+		free(csrf);
+		free(token);
+		if (t == 1) {
+			char dpath[160];
+			json_t *body = json_pack("{s:s, s:[s], s:s, s:s}", "subject",
+			                         "dmitri.volkov@example.com", "groups", "customer support",
+			                         "decision", "reject", "reason", "Нет, = неверная сумма; 金额不对");
+
+			rc = tl_ctl(&out, "client", "grant", dl_client_b, "--decide", "quorum_mail",
+			            "--approver", "*", "--reason", "экспорт: чат-бот", (char *)NULL);
+			ck_assert_msg(rc == 0, "grant: %s", out ? out : "");
+			free(out);
+			snprintf(dpath, sizeof(dpath), "/v1/approvals/%s/decisions", group_id);
+			tl_post_json(dpath, dl_key_b, body, &r);
+			json_decref(body);
+			ck_assert_msg(r.status == 200, "decide: HTTP %ld %.600s", r.status, r.body);
+			tl_resp_free(&r);
+			rc = tl_ctl(&out, "client", "ungrant", dl_client_b, "--decide", "quorum_mail",
+			            "--approver", "*", "--reason", "экспорт: готово", (char *)NULL);
+			free(out);
+		}
+	}
+	/* and a run the contract's rules approve */
+	snprintf(auto_key, sizeof(auto_key), "%s:export/лид-8 🏷️", tl_run);
+	dl_claim_and_output(dl_key_b, auto_key, "pkey_auto", json_pack("{s:s}", "tag", "lead"),
+	                    json_pack("{s:s, s:s, s:{s:s}}", "type", "crm.tag", "target", "demo_http",
+	                              "payload", "contact_id", "c-экспорт-8"),
+	                    "olga.petrova@example.com", &r);
+	ck_assert_msg(r.status == 202, "auto output: HTTP %ld %.600s", r.status, r.body);
+	tl_resp_free(&r);
+
+	/* CSV: a header, then records that parse back to the database's rows */
+	rc = run(&out, &err, csvw);
+	ck_assert_msg(rc == 0, "export csv: exit %d: %s", rc, err);
+	ck_assert_msg(strstr(err, "decisions since") != NULL, "export: %s", err);
+	head = csv_record(out, &pos);
+	ck_assert(head != NULL);
+	for (i = 0; columns[i] != NULL; i++)
+		ck_assert_str_eq(json_string_value(json_array_get(head, i)), columns[i]);
+	ck_assert_uint_eq(json_array_size(head), i);
+	while ((rec = csv_record(out, &pos)) != NULL) {
+		json_t *o = json_object();
+
+		ck_assert_uint_eq(json_array_size(rec), json_array_size(head));
+		for (i = 0; columns[i] != NULL; i++)
+			json_object_set(o, columns[i], json_array_get(rec, i));
+		json_array_append_new(csv, o);
+		json_decref(rec);
+	}
+	json_decref(head);
+	free(out);
+	free(err);
+	/* JSON lines: one object a line, every column */
+	rc = run(&out, &err, jw);
+	ck_assert_msg(rc == 0, "export jsonl: exit %d: %s", rc, err);
+	for (line = strtok_r(out, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+		json_t *o = json_loads(line, 0, NULL);
+
+		ck_assert_msg(json_is_object(o) && json_object_size(o) == i, "a line: %s", line);
+		json_array_append_new(jsonl, as_text(o));
+		json_decref(o);
+	}
+	free(out);
+	free(err);
+	ck_assert_uint_eq(json_array_size(csv), json_array_size(jsonl));
+	same_rows(csv, jsonl, "csv and jsonl");
+	/* each run's decisions as the database has them, the tenants apart */
+	for (t = 0; t < 2; t++) {
+		want = expected_decisions(c, tenants[t], key);
+		got = rows_of(csv, tenants[t], key);
+		ck_assert_uint_eq(json_array_size(want), t == 0 ? 1 : 2);
+		same_rows(got, want, tenants[t]);
+		json_decref(got);
+		json_decref(want);
+	}
+	got = rows_of(csv, dl_client_b, key);
+	rec = json_array_get(got, 0);
+	ck_assert_str_eq(JSTR(rec, "reason"), EXPORT_REASON);
+	ck_assert_str_eq(JSTR(rec, "via"), "page");
+	ck_assert_str_eq(JSTR(rec, "subject"), "anna.kowalska@example.com");
+	rec = json_array_get(got, 1);
+	ck_assert_str_eq(JSTR(rec, "via"), "client");
+	ck_assert_str_eq(JSTR(rec, "via_client"), dl_client_b);
+	ck_assert_str_eq(JSTR(rec, "decision"), "reject");
+	ck_assert_str_eq(JSTR(rec, "final"), "true");
+	json_decref(got);
+	want = expected_decisions(c, dl_client_b, auto_key);
+	got = rows_of(csv, dl_client_b, auto_key);
+	ck_assert_uint_eq(json_array_size(want), 1);
+	same_rows(got, want, "the contract's approval");
+	ck_assert_msg(strncmp(JSTR(json_array_get(got, 0), "effect_hash"), "sha256:", 7) == 0,
+	              "no effect hash: %s", JSTR(json_array_get(got, 0), "effect_hash"));
+	json_decref(got);
+	json_decref(want);
+	/* the export's pages, one decision a page: the cursor carries across
+	 * every boundary, each decision once, in the export's order */
+	{
+		struct db *db = db_new("", 10000);
+		long long after_us = 0;
+		char *after_seq = NULL;
+		size_t n = 0;
+
+		for (;;) {
+			json_t *page = NULL, *row;
+
+			ck_assert_int_eq(gate_export_page(db, since, after_us, after_seq, 1, &page), OG_OK);
+			if (json_array_size(page) == 0) {
+				json_decref(page);
+				break;
+			}
+			row = json_array_get(page, 0);
+			rec = json_array_get(csv, n);
+			ck_assert_msg(rec != NULL && strcmp(JSTR(row, "key"), JSTR(rec, "key")) == 0 &&
+			                  strcmp(JSTR(row, "at"), JSTR(rec, "at")) == 0 &&
+			                  strcmp(JSTR(row, "decision"), JSTR(rec, "decision")) == 0,
+			              "page %zu: %s %s, the export's row: %s %s", n, JSTR(row, "key"),
+			              JSTR(row, "decision"), JSTR(rec, "key"), JSTR(rec, "decision"));
+			after_us = (long long)json_integer_value(json_object_get(row, "at_us"));
+			free(after_seq);
+			after_seq = strdup(JSTR(row, "seq"));
+			json_decref(page);
+			n++;
+		}
+		ck_assert_uint_eq(n, json_array_size(csv));
+		free(after_seq);
+		db_free(db);
+	}
+	/* oldest first */
+	for (i = 1; i < json_array_size(csv); i++)
+		ck_assert_msg(strcmp(JSTR(json_array_get(csv, i - 1), "at"),
+		                     JSTR(json_array_get(csv, i), "at")) <= 0, "out of order at %zu", i);
+	json_decref(csv);
+	json_decref(jsonl);
+	PQfinish(c);
+}
+END_TEST
+
 static Suite *
 cli_suite(void)
 {
@@ -830,7 +1169,7 @@ cli_suite(void)
 	tcase_add_unchecked_fixture(tc, data_setup, NULL);
 	TL_TESTS(tc, test_help_full_usage, test_global_options_anywhere, test_json_one_document,
 	         test_time_grammar, test_approval_list_pending, test_operator_is_the_role,
-	         test_migrate_roles);
+	         test_migrate_roles, test_export);
 	return s;
 }
 

@@ -520,7 +520,8 @@ START_TEST(test_run_problems)
 	tl_http_hdrs("PUT", "/v1/runs", NULL, NULL, NULL, 0, &r, &hdrs);
 	expect_problem(&r, 405, "method_not_allowed");
 	allow = tl_header_get(hdrs, "Allow");
-	ck_assert_msg(allow && strcmp(allow, "POST") == 0, "Allow %s", allow ? allow : "(absent)");
+	ck_assert_msg(allow && strcmp(allow, "GET, HEAD, POST") == 0, "Allow %s",
+	              allow ? allow : "(absent)");
 	free(allow);
 	free(hdrs);
 	tl_resp_free(&r);
@@ -578,7 +579,7 @@ START_TEST(test_head)
 	expect_head_like_get("/healthz", NULL, 200);
 	expect_head_like_get("/v1/openapi.json", NULL, 200);
 	/* a POST-only path: 405, Allow POST; a GET path: Allow names HEAD */
-	tl_http_hdrs("HEAD", "/v1/runs", NULL, NULL, NULL, 0, &r, &hdrs);
+	tl_http_hdrs("HEAD", "/v1/runs/head-probe/lease", NULL, NULL, NULL, 0, &r, &hdrs);
 	ck_assert_int_eq(r.status, 405);
 	allow = tl_header_get(hdrs, "Allow");
 	ck_assert_msg(allow && strcmp(allow, "POST") == 0, "Allow %s", allow ? allow : "(absent)");

@@ -801,3 +801,172 @@ describe('The examples', () => {
 		}
 	});
 });
+describe('Decide', () => {
+	const ID = '5b0e7a52-6c1d-4f0e-9a51-0c3a7d2b9e14';
+	const DECIDE = {
+		operation: 'decide',
+		approvalId: ID,
+		subject: ' anna.kowalska@example.com ',
+		groups: 'support, служба поддержки',
+		decision: 'approve',
+		decisionReason: 'Проверила — всё верно ✅ 確認済み',
+		edits: JSON.stringify({ body: 'Ольга, посылка будет у вас в пятницу. 🚚' }),
+		draft: '',
+	};
+	const DECIDED = {
+		approval_id: ID,
+		key: KEY,
+		decision: 'approve',
+		decided_by: 'anna.kowalska@example.com',
+		via_client: 'teams-bot',
+		final: true,
+		approvals: 1,
+		needed: 1,
+		state: 'approved',
+		effect_id: '0d5c8f1e-4c59-4d35-9d64-3f0a0f4ff1aa',
+	};
+	it('records the decision of the person the workflow vouches for, edits and groups included', async () => {
+		const { ctx, run: r } = fakeExecute({
+			params: DECIDE,
+			items: [{ json: { from: 'teams' } }],
+			answers: [{ status: 200, body: DECIDED }],
+		});
+		const out = await run(ctx);
+		assert.equal(r.requests.length, 1);
+		assert.equal(r.requests[0].method, 'POST');
+		assert.equal(r.requests[0].url, `https://gate.example.com/v1/approvals/${ID}/decisions`);
+		assert.deepEqual(r.requests[0].body, {
+			subject: 'anna.kowalska@example.com',
+			decision: 'approve',
+			groups: ['support', 'служба поддержки'],
+			reason: 'Проверила — всё верно ✅ 確認済み',
+			edits: { body: 'Ольга, посылка будет у вас в пятницу. 🚚' },
+		});
+		assert.equal(out.length, 2);
+		assert.deepEqual(out[0][0].json, { from: 'teams', oncegate: DECIDED });
+		assert.equal(out[1].length, 0);
+	});
+	it('routes a refusal about the person or the challenge to refused; a missing scope fails the node', async () => {
+		const used = { status: 409, body: { error: 'used', detail: 'another decision settled the run' } };
+		const sod = { status: 403, body: { error: 'separation_of_duties', detail: 'the requester' } };
+		const { ctx, run: r } = fakeExecute({
+			params: { ...DECIDE, decision: 'reject', edits: '{}', groups: '' },
+			items: [{ json: {} }, { json: {} }],
+			answers: [used, sod],
+		});
+		const out = await run(ctx);
+		assert.deepEqual(r.requests[0].body, {
+			subject: 'anna.kowalska@example.com',
+			decision: 'reject',
+			reason: DECIDE.decisionReason,
+		});
+		assert.equal(out[0].length, 0);
+		assert.deepEqual(
+			out[1].map((x) => x.json.error.code),
+			['used', 'separation_of_duties'],
+		);
+		const { ctx: ctx2 } = fakeExecute({
+			params: DECIDE,
+			items: [{ json: {} }],
+			answers: [{ status: 403, body: { error: 'forbidden', detail: 'no decide scope' } }],
+		});
+		await assert.rejects(run(ctx2), (e) => {
+			assert.match(e.message, /forbidden: no decide scope/);
+			assert.match(e.description, /oncegatectl client grant NAME --decide/);
+			return true;
+		});
+	});
+	it('is not offered to AI agents, and refused there', async () => {
+		const op = node.description.properties.find((p) => p.name === 'operation');
+		const decide = op.options.find((o) => o.value === 'decide');
+		assert.deepEqual(decide.displayOptions, { hide: { '@tool': [true] } });
+		assert.deepEqual(OUTPUTS.decide, ['decided', 'refused']);
+		const { ctx } = fakeExecute({ params: DECIDE, items: [{ json: {} }], answers: [] });
+		ctx.getNode = () => ({ ...NODE, type: NODE.type + 'Tool' });
+		await assert.rejects(run(ctx), /Decide cannot run as an AI-agent tool/);
+	});
+});
+describe('Contract, Effect Type and Effect Target choices', () => {
+	const CONTRACTS = {
+		contracts: [
+			{
+				name: 'quorum_mail',
+				gate_mode: 'approve_before_act',
+				effect_types: ['email.send'],
+				effect_targets: ['demo_smtp'],
+				allowed_decisions: ['approve', 'reject'],
+				editable: [],
+			},
+			{
+				name: 'support_reply',
+				description: 'Ответ клиенту · 返信',
+				gate_mode: 'approve_before_act',
+				effect_types: ['email.send', 'crm.tag'],
+				effect_targets: ['demo_smtp', 'demo_http'],
+				allowed_decisions: ['approve', 'reject'],
+				editable: ['body'],
+			},
+		],
+	};
+	function loadContext(contract, answer = { status: 200, body: CONTRACTS }) {
+		const requests = [];
+		const ctx = {
+			getNode: () => NODE,
+			getCurrentNodeParameter: (name) => (name === 'contract' ? contract : undefined),
+			getCredentials: async () => ({ baseUrl: 'https://gate.example.com', apiKey: 'og_test_key' }),
+			helpers: {
+				httpRequestWithAuthentication: async (credential, req) => {
+					requests.push({ credential, method: req.method, url: req.url });
+					return { statusCode: answer.status, body: answer.body, headers: {} };
+				},
+			},
+		};
+		return { ctx, requests };
+	}
+	const load = node.methods.loadOptions;
+	it('offers the contracts oncegate lists, with their descriptions', async () => {
+		const { ctx, requests } = loadContext(undefined);
+		assert.deepEqual(await load.getContracts.call(ctx), [
+			{ name: 'quorum_mail', value: 'quorum_mail' },
+			{ name: 'support_reply', value: 'support_reply', description: 'Ответ клиенту · 返信' },
+		]);
+		assert.deepEqual(requests, [
+			{ credential: 'oncegateApi', method: 'GET', url: 'https://gate.example.com/v1/contracts' },
+		]);
+	});
+	it('offers the effect types and targets of the chosen contract; every contract’s for an expression', async () => {
+		assert.deepEqual(
+			(await load.getEffectTypes.call(loadContext('support_reply').ctx)).map((o) => o.value),
+			['crm.tag', 'email.send'],
+		);
+		assert.deepEqual(
+			(await load.getEffectTargets.call(loadContext('quorum_mail').ctx)).map((o) => o.value),
+			['demo_smtp'],
+		);
+		assert.deepEqual(
+			(await load.getEffectTargets.call(loadContext('={{ $json.contract }}').ctx)).map(
+				(o) => o.value,
+			),
+			['demo_http', 'demo_smtp'],
+		);
+	});
+	it('says why when oncegate does not list them', async () => {
+		const { ctx } = loadContext('support_reply', {
+			status: 401,
+			body: { error: 'unauthorized', detail: 'unknown API key' },
+		});
+		await assert.rejects(load.getContracts.call(ctx), /did not list its contracts: unauthorized/);
+	});
+	it('are choices that still take an expression (free text)', () => {
+		for (const [name, method] of [
+			['contract', 'getContracts'],
+			['effectType', 'getEffectTypes'],
+			['effectTarget', 'getEffectTargets'],
+		]) {
+			const p = node.description.properties.find((x) => x.name === name);
+			assert.equal(p.type, 'options');
+			assert.equal(p.typeOptions.loadOptionsMethod, method);
+			assert.notEqual(p.noDataExpression, true);
+		}
+	});
+});

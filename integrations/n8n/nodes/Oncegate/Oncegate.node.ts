@@ -5,8 +5,10 @@ import type {
 	IDataObject,
 	IExecuteFunctions,
 	IHttpRequestOptions,
+	ILoadOptionsFunctions,
 	INodeCredentialTestResult,
 	INodeExecutionData,
+	INodePropertyOptions,
 	INodeType,
 	INodeTypeDescription,
 	IWebhookDescription,
@@ -17,7 +19,9 @@ import { NodeConnectionTypes, NodeOperationError, WAIT_INDEFINITELY } from 'n8n-
 
 import {
 	checkConnection,
+	contractOptions,
 	contextFrom,
+	decisionBody,
 	describeProblem,
 	effectOf,
 	isRunContext,
@@ -37,6 +41,7 @@ export const OUTPUTS: Record<string, string[]> = {
 	fail: ['reported'],
 	renewLease: ['renewed'],
 	getRun: ['run'],
+	decide: ['decided', 'refused'],
 };
 
 const CONTEXT_MARK = 'oncegate run: ';
@@ -51,6 +56,7 @@ function configuredOutputs(parameters: { operation?: string }) {
 		fail: ['reported'],
 		renewLease: ['renewed'],
 		getRun: ['run'],
+		decide: ['decided', 'refused'],
 	};
 	return (names[parameters.operation ?? 'claim'] ?? ['main']).map((name) => ({
 		type: 'main',
@@ -66,6 +72,7 @@ function subtitle(parameters: { operation?: string }) {
 		fail: 'Report failure',
 		renewLease: 'Renew the lease',
 		getRun: 'Get the run',
+		decide: 'Record a person’s decision',
 	};
 	return names[parameters.operation ?? 'claim'] ?? parameters.operation ?? '';
 }
@@ -75,7 +82,9 @@ function isTool(fns: IExecuteFunctions): boolean {
 	return fns.getNode().type.endsWith('Tool');
 }
 
-async function caller(ctx: IExecuteFunctions | IWebhookFunctions): Promise<OncegateCaller> {
+async function caller(
+	ctx: IExecuteFunctions | IWebhookFunctions | ILoadOptionsFunctions,
+): Promise<OncegateCaller> {
 	const credentials = await ctx.getCredentials('oncegateApi');
 	const node = ctx;
 	return {
@@ -306,6 +315,14 @@ export class Oncegate implements INodeType {
 						action: 'Complete a run',
 					},
 					{
+						name: 'Decide',
+						value: 'decide',
+						description:
+							'Record the decision of a person this workflow vouches for (the client needs the decide scope)',
+						action: 'Record a decision',
+						displayOptions: { hide: { '@tool': [true] } },
+					},
+					{
 						name: 'Fail',
 						value: 'fail',
 						description:
@@ -401,13 +418,14 @@ export class Oncegate implements INodeType {
 				displayOptions: { show: { operation: ['submitAndWait'] } },
 			},
 			{
-				displayName: 'Contract',
+				displayName: 'Contract Name or ID',
 				name: 'contract',
-				type: 'string',
+				type: 'options',
+				typeOptions: { loadOptionsMethod: 'getContracts' },
 				required: true,
 				default: '',
-				placeholder: 'support_reply',
-				description: 'The contract the output is checked against, and whose gate decides',
+				description:
+					'The contract the output is checked against, and whose gate decides. Choose from the list, or specify an ID using an <a href="https://docs.n8n.io/code/expressions/">expression</a>.',
 				displayOptions: { show: { operation: ['submitAndWait'] } },
 			},
 			{
@@ -442,23 +460,25 @@ export class Oncegate implements INodeType {
 				displayOptions: { show: { operation: ['submitAndWait'] } },
 			},
 			{
-				displayName: 'Effect Type',
+				displayName: 'Effect Type Name or ID',
 				name: 'effectType',
-				type: 'string',
+				type: 'options',
+				typeOptions: { loadOptionsMethod: 'getEffectTypes', loadOptionsDependsOn: ['contract'] },
 				required: true,
 				default: '',
-				placeholder: 'email.send',
-				description: 'What oncegate does once approved (the contract must allow it)',
+				description:
+					'What oncegate does once approved: the types the contract allows. Choose from the list, or specify an ID using an <a href="https://docs.n8n.io/code/expressions/">expression</a>.',
 				displayOptions: { show: { operation: ['submitAndWait'] } },
 			},
 			{
-				displayName: 'Effect Target',
+				displayName: 'Effect Target Name or ID',
 				name: 'effectTarget',
-				type: 'string',
+				type: 'options',
+				typeOptions: { loadOptionsMethod: 'getEffectTargets', loadOptionsDependsOn: ['contract'] },
 				required: true,
 				default: '',
-				placeholder: 'support_smtp',
-				description: 'A target of oncegate’s configuration (never a URL)',
+				description:
+					'A target of oncegate’s configuration the contract allows (never a URL). Choose from the list, or specify an ID using an <a href="https://docs.n8n.io/code/expressions/">expression</a>.',
 				displayOptions: { show: { operation: ['submitAndWait'] } },
 			},
 			{
@@ -561,10 +581,93 @@ export class Oncegate implements INodeType {
 				description: 'Empty: the run the item carries',
 				displayOptions: { show: { operation: ['getRun'] } },
 			},
+			// ---- decide
+			{
+				displayName: 'Approval ID',
+				name: 'approvalId',
+				type: 'string',
+				required: true,
+				default: '',
+				placeholder: '5b0e7a52-6c1d-4f0e-9a51-0c3a7d2b9e14',
+				description:
+					'The challenge decided on: an approval_id of GET /v1/approvals?state=pending (one per approver entry)',
+				displayOptions: { show: { operation: ['decide'] } },
+			},
+			{
+				displayName: 'Subject',
+				name: 'subject',
+				type: 'string',
+				required: true,
+				default: '',
+				placeholder: 'anna.kowalska@example.com',
+				description:
+					'The person deciding, as the contract’s approvers name people; this workflow vouches for who they are',
+				displayOptions: { show: { operation: ['decide'] } },
+			},
+			{
+				displayName: 'Groups',
+				name: 'groups',
+				type: 'string',
+				default: '',
+				placeholder: 'support, billing',
+				description:
+					'The person’s groups, separated by commas, for approver entries group:NAME (empty: none)',
+				displayOptions: { show: { operation: ['decide'] } },
+			},
+			{
+				displayName: 'Decision',
+				name: 'decision',
+				type: 'options',
+				options: [
+					{ name: 'Approve', value: 'approve' },
+					{ name: 'Reject', value: 'reject' },
+				],
+				default: 'approve',
+				displayOptions: { show: { operation: ['decide'] } },
+			},
+			{
+				displayName: 'Reason',
+				name: 'decisionReason',
+				type: 'string',
+				default: '',
+				description: 'Why, in the person’s words (plain text, at most 512 bytes)',
+				displayOptions: { show: { operation: ['decide'] } },
+			},
+			{
+				displayName: 'Edits',
+				name: 'edits',
+				type: 'json',
+				default: '{}',
+				description:
+					'With Approve: corrections of the contract’s editable members, {"body": "…"} (empty: none)',
+				displayOptions: { show: { operation: ['decide'] } },
+			},
+			{
+				displayName: 'Draft Hash',
+				name: 'draft',
+				type: 'string',
+				default: '',
+				description:
+					'The output_hash of the draft the person read (empty: not checked); another current draft is refused',
+				displayOptions: { show: { operation: ['decide'] } },
+			},
 		],
 	};
 
 	methods = {
+		// The choices come from GET /v1/contracts; an expression may name
+		// anything else (the contract check then says what is wrong).
+		loadOptions: {
+			async getContracts(this: ILoadOptionsFunctions): Promise<INodePropertyOptions[]> {
+				return await loadChoices(this, 'name');
+			},
+			async getEffectTypes(this: ILoadOptionsFunctions): Promise<INodePropertyOptions[]> {
+				return await loadChoices(this, 'effect_types');
+			},
+			async getEffectTargets(this: ILoadOptionsFunctions): Promise<INodePropertyOptions[]> {
+				return await loadChoices(this, 'effect_targets');
+			},
+		},
 		credentialTest: {
 			async oncegateApiTest(
 				this: ICredentialTestFunctions,
@@ -578,6 +681,12 @@ export class Oncegate implements INodeType {
 
 	async execute(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
 		const operation = this.getNodeParameter('operation', 0) as string;
+		if (operation === 'decide' && isTool(this)) {
+			throw new NodeOperationError(
+				this.getNode(),
+				'Decide cannot run as an AI-agent tool: it records a person’s decision, which an agent cannot vouch for.',
+			);
+		}
 		if (operation === 'submitAndWait' && isTool(this)) {
 			throw new NodeOperationError(
 				this.getNode(),
@@ -597,6 +706,8 @@ export class Oncegate implements INodeType {
 				return await renew(this, api);
 			case 'getRun':
 				return await getRun(this, api);
+			case 'decide':
+				return await decide(this, api);
 			default:
 				throw new NodeOperationError(this.getNode(), `Unknown operation ${operation}`);
 		}
@@ -990,6 +1101,70 @@ async function getRun(
 			);
 		}
 		out[0].push({ json: answer.body, pairedItem: i });
+	}
+	return out;
+}
+
+/** The choices of one Contract / Effect Type / Effect Target field, from GET /v1/contracts. */
+async function loadChoices(
+	fns: ILoadOptionsFunctions,
+	member: 'name' | 'effect_types' | 'effect_targets',
+): Promise<INodePropertyOptions[]> {
+	const answer = await oncegateCall(await caller(fns), 'GET', '/v1/contracts');
+	if (answer.status !== 200) {
+		throw new NodeOperationError(
+			fns.getNode(),
+			`oncegate did not list its contracts: ${describeProblem(answer)}`,
+		);
+	}
+	const contract = member === 'name' ? undefined : fns.getCurrentNodeParameter('contract');
+	return contractOptions(answer.body, member, typeof contract === 'string' ? contract : undefined);
+}
+
+async function decide(fns: IExecuteFunctions, api: OncegateCaller): Promise<INodeExecutionData[][]> {
+	const items = fns.getInputData();
+	const out: INodeExecutionData[][] = [[], []];
+	for (let i = 0; i < items.length; i++) {
+		const id = String(fns.getNodeParameter('approvalId', i, '')).trim();
+		if (id === '') {
+			throw new NodeOperationError(fns.getNode(), 'Decide needs the Approval ID', { itemIndex: i });
+		}
+		const body = decisionBody({
+			subject: String(fns.getNodeParameter('subject', i, '')),
+			groups: String(fns.getNodeParameter('groups', i, '')),
+			decision: String(fns.getNodeParameter('decision', i, 'approve')),
+			reason: String(fns.getNodeParameter('decisionReason', i, '')),
+			edits: jsonParameter(fns, 'edits', i),
+			draft: String(fns.getNodeParameter('draft', i, '')),
+		});
+		const answer = await oncegateCall(
+			api,
+			'POST',
+			`/v1/approvals/${encodeURIComponent(id)}/decisions`,
+			body,
+		);
+		if (answer.status === 200) {
+			out[0].push({ json: { ...items[i].json, oncegate: answer.body }, pairedItem: i });
+		} else if (infrastructure(answer)) {
+			// no decide scope (403 forbidden) is a setup error, as an unknown key is
+			const person = answer.body.error === 'not_an_approver' || answer.body.error === 'separation_of_duties';
+			if (!person) {
+				throw new NodeOperationError(
+					fns.getNode(),
+					`oncegate could not record the decision on ${id}: ${describeProblem(answer)}`,
+					{
+						itemIndex: i,
+						description:
+							answer.body.error === 'forbidden'
+								? 'The API client needs the decide scope for this contract and approver: oncegatectl client grant NAME --decide CONTRACT --approver ENTRY --reason TEXT'
+								: undefined,
+					},
+				);
+			}
+			out[1].push({ json: { ...items[i].json, error: refusal(answer) }, pairedItem: i });
+		} else {
+			out[1].push({ json: { ...items[i].json, error: refusal(answer) }, pairedItem: i });
+		}
 	}
 	return out;
 }

@@ -215,3 +215,63 @@ export async function checkConnection(
 		`oncegate answered the key check with ${describeProblem({ status: probe.status, body: probe.body })}`,
 	);
 }
+
+/**
+ * The options of the Contract, Effect Type or Effect Target field from the
+ * answer of GET /v1/contracts: the contracts' names; or the effect types
+ * (targets) the named contract allows — every contract's, without
+ * repeats, when none is named or the name is not one of them (an
+ * expression, say).
+ */
+export function contractOptions(
+	body: IDataObject,
+	member: 'name' | 'effect_types' | 'effect_targets',
+	contract?: string,
+): Array<{ name: string; value: string; description?: string }> {
+	const contracts = (Array.isArray(body.contracts) ? body.contracts : []) as IDataObject[];
+	if (member === 'name') {
+		return contracts
+			.filter((c) => typeof c.name === 'string')
+			.map((c) => ({
+				name: String(c.name),
+				value: String(c.name),
+				...(typeof c.description === 'string' ? { description: c.description } : {}),
+			}));
+	}
+	const named = contracts.filter((c) => c.name === contract);
+	const seen = new Set<string>();
+	for (const c of named.length > 0 ? named : contracts) {
+		for (const v of Array.isArray(c[member]) ? (c[member] as unknown[]) : []) {
+			if (typeof v === 'string') seen.add(v);
+		}
+	}
+	return [...seen].sort().map((v) => ({ name: v, value: v }));
+}
+
+/** The body of POST /v1/approvals/{id}/decisions from the Decide fields (empty ones left out). */
+export function decisionBody(f: {
+	subject: string;
+	groups: string;
+	decision: string;
+	reason: string;
+	edits: unknown;
+	draft: string;
+}): IDataObject {
+	const body: IDataObject = { subject: f.subject.trim(), decision: f.decision };
+	const groups = f.groups
+		.split(',')
+		.map((g) => g.trim())
+		.filter((g) => g !== '');
+	if (groups.length > 0) body.groups = groups;
+	if (f.reason !== '') body.reason = f.reason;
+	if (f.draft.trim() !== '') body.draft = f.draft.trim();
+	if (
+		typeof f.edits === 'object' &&
+		f.edits !== null &&
+		!Array.isArray(f.edits) &&
+		Object.keys(f.edits).length > 0
+	) {
+		body.edits = f.edits as IDataObject;
+	}
+	return body;
+}
