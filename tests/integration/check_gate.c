@@ -800,7 +800,7 @@ START_TEST(test_approve_before_act)
 	ck_assert_int_eq(qnum(c,
 	    "SELECT count(*) FROM approvals WHERE idempotency_key = $1 AND id = $2::uuid"
 	    " AND approver = 'group:support' AND state = 'pending'"
-	    " AND allowed_decisions = ARRAY['approve','reject']"
+	    " AND allowed_decisions = ARRAY['approve','reject','changes_requested']"
 	    " AND requested_by = 'alice@example.com' AND separation_of_duties"
 	    " AND consumed_at IS NULL AND decision IS NULL AND approver_subject IS NULL"
 	    " AND expires_at BETWEEN now() + interval '86000 s' AND now() + interval '86500 s'",

@@ -32,7 +32,8 @@ ONCEGATE_NODE = "n8n-nodes-oncegate.oncegate"
 # The outputs of each operation of the oncegate node, in order.
 OUTPUTS = {
     "claim": ["claimed", "duplicate", "error"],
-    "submitAndWait": ["loop back", "approved", "rejected", "expired", "invalid"],
+    "submitAndWait": ["loop back", "approved", "rejected", "expired", "invalid",
+                      "changes requested"],
     "complete": ["completed"],
     "fail": ["reported"],
     "renewLease": ["renewed"],
