@@ -882,7 +882,7 @@ export async function decisionCallback(
 						lease_owner: run.lease_owner,
 						round: run.round,
 						feedback: final?.reason ?? '',
-						requested_by_approver: final?.subject,
+						changes_requested_by: final?.subject,
 						previous_output: run.output,
 					}
 				: {}),
