@@ -125,7 +125,7 @@ posted_edits(struct api_call *c, struct log_fields *f, const struct api_card_dra
  * when it is refused (the page answered). */
 static bool
 form_read(struct api_call *c, const struct gate_approval *a, struct log_fields *f,
-          char decision[16], char reason[OG_FIELD_MAX + 1], char draft[CANON_HASH_LEN + 8])
+          char decision[24], char reason[OG_FIELD_MAX + 1], char draft[CANON_HASH_LEN + 8])
 {
 	const struct config *cfg = c->ctx->cfg;
 	char csrf[128];
@@ -137,7 +137,7 @@ form_read(struct api_call *c, const struct gate_approval *a, struct log_fields *
 		       "The decision must be sent by the form on the approval page.");
 		return false;
 	}
-	if (http_form_get(c->req->body, c->req->body_len, "decision", decision, 16) <= 0 ||
+	if (http_form_get(c->req->body, c->req->body_len, "decision", decision, 24) <= 0 ||
 	    http_form_get(c->req->body, c->req->body_len, "csrf", csrf, sizeof(csrf)) <= 0) {
 		refuse(c, f, 400, "missing_field", "Incomplete form",
 		       "The form lacks its decision or its protection token; reload the page.");
@@ -179,11 +179,13 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
                const json_t *run, const struct api_card_draft *dr, char *location)
 {
 	const struct decision_refusal *r;
-	char decision[16], reason[OG_FIELD_MAX + 1], draft[CANON_HASH_LEN + 8];
+	char decision[24], reason[OG_FIELD_MAX + 1], draft[CANON_HASH_LEN + 8];
+	char feedback[4 * DECISION_FEEDBACK_MAX + 2];
 	struct decision_out out = { 0 };
 	struct decision_in in = { 0 };
 	struct log_fields f = { 0 };
 	json_t *values = json_object();
+	long n;
 
 	f.approval_id = a->id;
 	f.actor = c->req->remote_user;
@@ -197,6 +199,13 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 	in.reason = reason;
 	in.draft = draft;
 	in.values = values;
+	/* the feedback of a request for changes, checked by decision_take; one
+	 * longer than the buffer is refused there as too long */
+	n = http_form_get(c->req->body, c->req->body_len, "feedback", feedback, sizeof(feedback));
+	if (n > 0 || n == -2) {
+		in.feedback = feedback;
+		in.feedback_len = n > 0 ? (size_t)n : sizeof(feedback);
+	}
 	r = decision_take(c, hash, a, run, dr, &in, &f, &out);
 	if (r == &DECISION_INVALID_EDIT) {
 		/* nothing consumed: the card again, with what they wrote */
@@ -283,14 +292,29 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 		                "Try again shortly", "The run could not be read.", &f);
 		goto out;
 	}
+	if (decision_round_closed(a, run) &&
+	    !(a->state == APPROVAL_DECIDED && a->decision != NULL &&
+	      strcmp(a->decision, "changes_requested") == 0)) {
+		/* a request for changes closed this challenge's round (whose
+		 * request itself shows as decided) */
+		const struct decision_refusal *r = &DECISION_ROUND_CLOSED;
+
+		f.reason = r->code;
+		api_card_notice(c, r->status,
+		                c->route->body == BODY_FORM ? "approval.refused" : "approval.gone",
+		                r->heading, r->message, &f);
+		goto out;
+	}
 	if (a->state == APPROVAL_DECIDED) {
 		decided:
 		state = json_string_value(json_object_get(run, "state"));
-		/* a vote below the quorum: recorded, the run still waiting */
+		/* a vote below the quorum: recorded, the run still waiting in
+		 * this challenge's round */
 		api_card_decided(c,
-		                 state != NULL && ledger_state_parse(state) == RUN_AWAITING_HUMAN
-		                         ? 200
-		                         : 410,
+		                 state != NULL && ledger_state_parse(state) == RUN_AWAITING_HUMAN &&
+		                         !decision_round_closed(a, run)
+		                     ? 200
+		                     : 410,
 		                 a, run, &dr);
 		if (c->route->body == BODY_FORM) {
 			/* a decision on a used link is a refusal, and says so */

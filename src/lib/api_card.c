@@ -15,6 +15,7 @@
 
 #include "api_int.h"
 #include "api_card.h"
+#include "api_decision.h"
 #include "canon.h"
 #include "contract.h"
 #include "csrf.h"
@@ -120,6 +121,13 @@ effect_outcome(struct api_call *c, const struct gate_approval *a, const char **s
 	if (a->decision != NULL && strcmp(a->decision, "reject") == 0) {
 		*state = "not sent";
 		*status = "The request was rejected, so nothing was sent.";
+		return;
+	}
+	if (a->decision != NULL && strcmp(a->decision, "changes_requested") == 0) {
+		*state = "not sent: changes requested";
+		*status = "This draft went back to the workflow with the feedback, for a new "
+		          "draft (which comes with links of its own while the contract's repair "
+		          "attempts last). This round is closed; nothing of it was sent.";
 		return;
 	}
 	if (outbox_list(c->ctx->db, c->ctx->cfg, a->client_id, a->key, NULL, NULL, &list) !=
@@ -244,6 +252,9 @@ draft_load(struct api_call *c, const struct gate_approval *a, const json_t *run,
 	json_array_foreach(dr->votes, i, v) {
 		const char *who = json_string_value(json_object_get(v, "subject"));
 
+		/* the quorum and one vote per person count within the round */
+		if (json_integer_value(json_object_get(v, "round")) != a->round)
+			continue;
 		if (strcmp(json_string_value(json_object_get(v, "decision")) ?: "", "approve") == 0)
 			dr->approvals++;
 		/* one person, one vote: subjects compared ignoring ASCII case */
@@ -292,11 +303,35 @@ api_card_load(struct api_call *c, const struct gate_approval *a, json_t **run,
 	return draft_load(c, a, *run, votes, needed, dr);
 }
 
-/* "approved", "rejected" */
+/* "approved", "rejected", "asked for changes" */
 static const char *
 decided_word(const char *decision)
 {
+	if (decision != NULL && strcmp(decision, "changes_requested") == 0)
+		return "asked for changes";
 	return decision != NULL && strcmp(decision, "reject") == 0 ? "rejected" : "approved";
+}
+
+/* What a vote's line adds: a correction, its round once there are
+ * several, a request's feedback. */
+static void
+vote_note(struct page_scope *sc, const json_t *v, bool rounds)
+{
+	const char *reason = json_string_value(json_object_get(v, "reason"));
+	bool changes = strcmp(json_string_value(json_object_get(v, "decision")) ?: "",
+	                      "changes_requested") == 0;
+	char note[DECISION_FEEDBACK_MAX + 128];
+	size_t n = 0;
+
+	note[0] = '\0';
+	if (json_is_true(json_object_get(v, "edited")))
+		n += (size_t)snprintf(note + n, sizeof(note) - n, " (after correcting the draft)");
+	if (rounds && n < sizeof(note))
+		n += (size_t)snprintf(note + n, sizeof(note) - n, " in round %lld",
+		                      (long long)json_integer_value(json_object_get(v, "round")));
+	if (changes && reason != NULL && n < sizeof(note))
+		(void)snprintf(note + n, sizeof(note) - n, ": \u201c%s\u201d", reason);
+	(void)page_scope_text(sc, "vote_note", note);
 }
 
 /* The votes section of a page: who decided what, when; removed when the
@@ -305,6 +340,7 @@ static void
 fill_votes(struct page *p, const struct api_card_draft *dr)
 {
 	char status[160];
+	bool rounds = false;
 	size_t i;
 	json_t *v;
 
@@ -318,6 +354,9 @@ fill_votes(struct page *p, const struct api_card_draft *dr)
 		(void)page_text(p, "quorum_status", status);
 	else
 		page_remove(p, "quorum_status");
+	json_array_foreach(dr->votes, i, v)
+		if (json_integer_value(json_object_get(v, "round")) > 1)
+			rounds = true;
 	json_array_foreach(dr->votes, i, v) {
 		struct page_scope *sc = page_repeat(p, "vote");
 
@@ -329,9 +368,7 @@ fill_votes(struct page *p, const struct api_card_draft *dr)
 			sc, "vote_decision",
 			decided_word(json_string_value(json_object_get(v, "decision"))));
 		(void)page_scope_text(sc, "vote_at", json_string_value(json_object_get(v, "at")) ?: "");
-		(void)page_scope_text(sc, "vote_note", json_is_true(json_object_get(v, "edited"))
-		                                           ? " (after correcting the draft)"
-		                                           : "");
+		vote_note(sc, v, rounds);
 	}
 	page_repeat_done(p, "vote");
 }
@@ -346,7 +383,8 @@ api_card_decided(struct api_call *c, int status, const struct gate_approval *a, 
 	struct page *p = page_new(c->ctx->pages, "decided");
 	const json_t *effect = dr->effect;
 	const char *state = json_string_value(json_object_get(run, "state"));
-	bool waiting = state != NULL && ledger_state_parse(state) == RUN_AWAITING_HUMAN;
+	bool waiting = state != NULL && ledger_state_parse(state) == RUN_AWAITING_HUMAN &&
+	               !decision_round_closed(a, run);
 	struct log_fields f = { 0 };
 	const char *est, *estatus;
 	char lede[256], more[160];
@@ -530,6 +568,7 @@ api_card_page(struct api_call *c, const struct gate_approval *a, const json_t *r
 	const char *subject = c->req->remote_user, *name, *dec, *why, *refusal = NULL;
 	char csrf[CSRF_TEXT_LEN + 1], model_text[512], voted[320], hint[320];
 	size_t buttons = 0;
+	bool changes = false;
 	char *out_text = pretty(output), *eff_text = pretty(json_object_get(effect, "payload"));
 	struct page *p = page_new(c->ctx->pages, "approval");
 	struct log_fields f = { 0 };
@@ -628,10 +667,17 @@ api_card_page(struct api_call *c, const struct gate_approval *a, const json_t *r
 			continue;
 		(void)page_scope_attr(sc, "decision_value", "value", dec);
 		(void)page_scope_text(sc, "decision_label",
-		                      strcmp(dec, "approve") == 0 ? "Approve" : "Reject");
+		                      strcmp(dec, "approve") == 0  ? "Approve"
+		                      : strcmp(dec, "reject") == 0 ? "Reject"
+		                                                   : "Request changes");
+		if (strcmp(dec, "changes_requested") == 0)
+			changes = true;
 		buttons++;
 	}
 	page_repeat_done(p, "decision_button");
+	/* the feedback goes with a request for changes only */
+	if (!changes)
+		page_remove(p, "feedback");
 	if (buttons == 0) {
 		page_remove(p, "form");
 		(void)page_text(p, "cannot_decide_reason",

@@ -10,7 +10,9 @@
  * allows, approvers, separation of duties, one vote per person, the draft
  * read, the editable members, quorum and expiry, one transaction, one
  * effect when decisions race. The vote records the client it came
- * through: "decided by SUBJECT via client NAME".
+ * through: "decided by SUBJECT via client NAME". A request for changes
+ * (decision changes_requested, where the contract allows it) carries the
+ * person's feedback, which goes back to the workflow for a new draft.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +83,24 @@ bad:
 	return false;
 }
 
+/* The feedback of a request for changes: a JSON string, taken with its
+ * length (decision_take checks its text). False when it is not one. */
+static bool
+feedback_read(struct api_call *c, struct decision_in *in)
+{
+	json_t *v = json_object_get(c->body, "feedback");
+
+	if (v == NULL || json_is_null(v))
+		return true;
+	if (!json_is_string(v)) {
+		api_reject(c, "invalid_field", "feedback must be a string", "feedback");
+		return false;
+	}
+	in->feedback = json_string_value(v);
+	in->feedback_len = json_string_length(v);
+	return true;
+}
+
 /* A decision refused, as a problem document, and one approval.refused
  * line. */
 static void
@@ -129,6 +149,10 @@ answer(struct api_call *c, const struct gate_approval *a, const struct decision_
 	json_object_set_new(doc, "state",
 	                    json_string(ledger_state_name(d->final ? out->run.state
 	                                                           : RUN_AWAITING_HUMAN)));
+	json_object_set_new(doc, "round", json_integer(a->round));
+	if (d->final && out->run.state == RUN_PROCESSING)
+		/* changes requested: the workflow drafts again in the next round */
+		json_object_set_new(doc, "next_round", json_integer(out->run.round));
 	if (d->effect_id[0] != '\0')
 		json_object_set_new(doc, "effect_id", json_string(d->effect_id));
 	if (d->edit_hash[0] != '\0')
@@ -200,7 +224,7 @@ void
 api_approvals_decide(struct api_call *c)
 {
 	static const char *const fields[] = { "subject", "groups", "decision", "reason", "draft",
-		                              "edits", NULL };
+		                              "edits", "feedback", NULL };
 	const struct http_request *door = c->req;
 	struct http_request vouched = *c->req;
 	struct gate_approval a = { 0 };
@@ -216,14 +240,15 @@ api_approvals_decide(struct api_call *c)
 	c->key[0] = '\0';
 	if (!api_only_fields(c, fields) ||
 	    !api_opt_string(c, "subject", OG_SUBJECT_MAX_CHARS, &subject) ||
-	    !api_opt_string(c, "decision", 16, &decision) ||
+	    !api_opt_string(c, "decision", 32, &decision) || !feedback_read(c, &in) ||
 	    !api_opt_string(c, "reason", OG_TEXT_MAX_CHARS, &in.reason) ||
 	    !api_opt_string(c, "draft", 128, &in.draft) || !groups_text(c, groups, sizeof(groups)) ||
 	    !edits_read(c, &in.values))
 		return;
 	if (subject == NULL || subject[0] == '\0' || decision == NULL) {
 		api_reject(c, "invalid_field", "subject (the person deciding, as the approver "
-		           "entries name people) and decision (approve or reject) are required",
+		           "entries name people) and decision (approve, reject or "
+		           "changes_requested) are required",
 		           subject == NULL || subject[0] == '\0' ? "subject" : "decision");
 		return;
 	}

@@ -10,9 +10,11 @@
 
 #include "api_int.h"
 #include "api_decision.h"
+#include "canon.h"
 #include "contract.h"
 #include "edit.h"
 #include "log.h"
+#include "utf8.h"
 
 const struct decision_refusal DECISION_NOT_ALLOWED = {
 	422, "decision_not_allowed", "Decision not allowed",
@@ -77,12 +79,43 @@ const struct decision_refusal DECISION_INTERNAL = {
 	500, "internal", "Something went wrong",
 	"The decision was not recorded. Try again; if it persists, tell the operators.",
 };
+const struct decision_refusal DECISION_FEEDBACK_REQUIRED = {
+	422, "feedback_required", "Say what should change",
+	"A request for changes needs your feedback: what the next draft should change. "
+	"Nothing was decided.",
+};
+const struct decision_refusal DECISION_FEEDBACK_INVALID = {
+	422, "invalid_feedback", "Feedback not accepted",
+	"The feedback must be text (valid UTF-8, no control characters but line breaks and "
+	"tabs) of at most 2000 characters. Nothing was decided.",
+};
+const struct decision_refusal DECISION_FEEDBACK_UNWANTED = {
+	422, "feedback_unwanted", "Feedback goes with a request for changes",
+	"Feedback is sent back to the workflow only with a request for changes; give a "
+	"reason with an approval or a reject. Nothing was decided.",
+};
+const struct decision_refusal DECISION_ROUND_CLOSED = {
+	410, "round_closed", "This round is closed",
+	"An approver asked for changes, so this draft went back to the workflow for a new "
+	"one, which comes with links of its own. This link decides nothing any more; nothing "
+	"was changed.",
+};
+
+bool
+decision_round_closed(const struct gate_approval *a, const json_t *run)
+{
+	json_t *round = json_object_get(run, "round");
+
+	return json_is_integer(round) && a->round < json_integer_value(round);
+}
 
 const struct decision_refusal *
 decision_open(const struct gate_approval *a, const json_t *run)
 {
 	const char *state = json_string_value(json_object_get(run, "state"));
 
+	if (decision_round_closed(a, run))
+		return &DECISION_ROUND_CLOSED;
 	if (a->state == APPROVAL_DECIDED)
 		return &DECISION_USED;
 	if (a->state == APPROVAL_VOIDED)
@@ -103,7 +136,8 @@ allowed(const struct gate_approval *a, const char *decision)
 	size_t i;
 	json_t *v;
 
-	if (strcmp(decision, "approve") != 0 && strcmp(decision, "reject") != 0)
+	if (strcmp(decision, "approve") != 0 && strcmp(decision, "reject") != 0 &&
+	    strcmp(decision, "changes_requested") != 0)
 		return false;
 	json_array_foreach(a->allowed_decisions, i, v)
 		if (json_is_string(v) && strcmp(json_string_value(v), decision) == 0)
@@ -185,6 +219,34 @@ corrections(struct api_call *c, const struct gate_approval *a, const json_t *run
 	return NULL;
 }
 
+/* The feedback of a request for changes: text of at most
+ * DECISION_FEEDBACK_MAX characters, valid UTF-8, no control characters but
+ * line breaks and tabs, and not blank. NULL when it is, else the refusal. */
+static const struct decision_refusal *
+feedback_check(const struct decision_in *in)
+{
+	bool blank = true;
+	size_t i;
+
+	if (in->feedback == NULL || in->feedback_len == 0)
+		return &DECISION_FEEDBACK_REQUIRED;
+	if (in->feedback_len > 4 * DECISION_FEEDBACK_MAX ||
+	    !canon_utf8_valid(in->feedback, in->feedback_len))
+		return &DECISION_FEEDBACK_INVALID;
+	for (i = 0; i < in->feedback_len; i++) {
+		unsigned char ch = (unsigned char)in->feedback[i];
+
+		if ((ch < 0x20 && ch != '\n' && ch != '\r' && ch != '\t') || ch == 0x7f)
+			return &DECISION_FEEDBACK_INVALID;
+		if (ch != ' ' && ch != '\n' && ch != '\r' && ch != '\t')
+			blank = false;
+	}
+	if (blank)
+		return &DECISION_FEEDBACK_REQUIRED;
+	/* no NUL above, so the text ends at feedback_len */
+	return utf8_chars(in->feedback) > DECISION_FEEDBACK_MAX ? &DECISION_FEEDBACK_INVALID : NULL;
+}
+
 /* The result of decide_approval as a refusal (NULL: taken). */
 static const struct decision_refusal *
 taken(enum og_rc rc)
@@ -216,7 +278,7 @@ decision_logged(struct api_call *c, const struct gate_approval *a, const struct 
                 struct decision_out *out, struct log_fields *f)
 {
 	const struct decide_approval *d = &out->d;
-	const char *reason = in->reason != NULL && in->reason[0] ? in->reason : NULL;
+	const char *reason = d->reason;
 	char progress[96], *fields = NULL;
 
 	f->key = a->key;
@@ -267,6 +329,7 @@ decision_take(struct api_call *c, const unsigned char hash[32], const struct gat
               struct log_fields *f, struct decision_out *out)
 {
 	const struct decision_refusal *r;
+	bool redraft;
 
 	memset(out, 0, sizeof(*out));
 	out->effect = dr->effect;
@@ -275,6 +338,11 @@ decision_take(struct api_call *c, const unsigned char hash[32], const struct gat
 	f->decision = in->decision;
 	if (!json_array_size(a->allowed_decisions) || !allowed(a, in->decision))
 		return &DECISION_NOT_ALLOWED;
+	redraft = strcmp(in->decision, "changes_requested") == 0;
+	if (redraft && (r = feedback_check(in)) != NULL)
+		return r;
+	if (!redraft && in->feedback != NULL && in->feedback_len > 0)
+		return &DECISION_FEEDBACK_UNWANTED;
 	if ((r = eligible(c, a, in->decision, f)) != NULL)
 		return r;
 	if (dr->mine != NULL)
@@ -292,6 +360,14 @@ decision_take(struct api_call *c, const unsigned char hash[32], const struct gat
 	out->d.subject = c->req->remote_user;
 	out->d.via_client = in->via_client;
 	out->d.reason = in->reason != NULL && in->reason[0] ? in->reason : NULL;
+	if (redraft) {
+		/* the feedback is the vote's reason, kept as free text is */
+		if ((out->feedback = strndup(in->feedback, in->feedback_len)) == NULL)
+			return &DECISION_INTERNAL;
+		out->d.reason = out->feedback;
+		out->d.repair_budget = dr->k != NULL ? contract_repair_attempts(dr->k) : 0;
+		out->d.lease_seconds = c->ctx->cfg->lease_default_seconds;
+	}
 	out->d.effect = out->effect;
 	out->d.callback_url = json_string_value(json_object_get(run, "callback_url"));
 	out->d.draft_hash = dr->hash;
@@ -304,6 +380,7 @@ decision_out_clear(struct decision_out *out)
 	json_decref(out->edit_errors);
 	json_decref(out->owned);
 	free(out->fields_text);
+	free(out->feedback);
 	ledger_run_clear(&out->run);
 	memset(out, 0, sizeof(*out));
 }

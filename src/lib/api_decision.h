@@ -26,14 +26,21 @@
 struct api_call;
 struct log_fields;
 
+/* The most characters of a request for changes' feedback. */
+#define DECISION_FEEDBACK_MAX 2000
+
 /* What was asked. */
 struct decision_in {
-	const char *decision;    /* "approve" or "reject" (anything else is refused) */
+	const char *decision;    /* "approve", "reject" or "changes_requested" (anything
+	                            else is refused) */
 	const char *reason;      /* NULL or "" for none; checked by the door */
 	const char *draft;       /* the hash of the draft read; NULL: not given */
 	const json_t *values;    /* corrections {NAME: text} of editable members; may be
 	                            empty or NULL */
 	long long via_client;    /* the API client vouching for the person; 0: the page */
+	const char *feedback;    /* changes_requested: what the next draft should change
+	                            (required, checked here); NULL for the others */
+	size_t feedback_len;     /* its length in bytes (it may hold no NUL) */
 };
 
 /* Why a decision was not taken: a stable code (the API's problem type and
@@ -49,7 +56,8 @@ extern const struct decision_refusal DECISION_NOT_ALLOWED, DECISION_NOT_YOURS,
 	DECISION_SEPARATION, DECISION_ALREADY_VOTED, DECISION_DRAFT_CHANGED,
 	DECISION_NOT_EDITABLE, DECISION_INVALID_EDIT, DECISION_USED, DECISION_VOIDED,
 	DECISION_REVOKED, DECISION_EXPIRED, DECISION_NOT_AWAITING, DECISION_CONFLICT,
-	DECISION_UNAVAILABLE, DECISION_INTERNAL;
+	DECISION_UNAVAILABLE, DECISION_INTERNAL, DECISION_FEEDBACK_REQUIRED,
+	DECISION_FEEDBACK_INVALID, DECISION_FEEDBACK_UNWANTED, DECISION_ROUND_CLOSED;
 
 /* What a decision did, for the door's answer. */
 struct decision_out {
@@ -59,15 +67,21 @@ struct decision_out {
 	json_t *edit_errors;        /* DECISION_INVALID_EDIT: the corrections' errors */
 	json_t *owned;              /* what the above borrow from; freed by clear */
 	char *fields_text;          /* the corrected members, logged by name */
+	char *feedback;             /* changes_requested: the feedback as taken */
 };
 
 /* Whether challenge a (and its run, as read) still takes a decision: NULL
- * when it does, else the refusal (used, voided, revoked, expired, the run
- * no longer waiting). */
+ * when it does, else the refusal (a round closed by a request for changes,
+ * used, voided, revoked, expired, the run no longer waiting). */
 const struct decision_refusal *decision_open(const struct gate_approval *a, const json_t *run);
 
+/* Is challenge a of a round before its run's (as read)? A request for
+ * changes closed it: its link decides nothing any more. */
+bool decision_round_closed(const struct gate_approval *a, const json_t *run);
+
 /* Checks the decision against the challenge and the draft and takes it in
- * one transaction. NULL: taken (out filled; the door answers, then writes
+ * one transaction. A request for changes needs its feedback (and the
+ * others take none). NULL: taken (out filled; the door answers, then writes
  * the log lines with decision_logged); else the refusal, with f->detail
  * set for the door's log line, and nothing changed. Free out with
  * decision_out_clear. */

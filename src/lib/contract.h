@@ -19,7 +19,12 @@
  *                                   distinct; no commas; spaces only inside
  *                                   a group name ("group:customer support")
  *       "expires_seconds": N,       60..2592000, default 86400
- *       "allowed_decisions": ["approve", "reject"],   non-empty subset, default both
+ *       "allowed_decisions": ["approve", "reject"],   non-empty subset of approve,
+ *                                   reject and changes_requested, default the
+ *                                   first two; changes_requested (send the
+ *                                   draft back with feedback for a new one,
+ *                                   counted against repair_attempts) needs
+ *                                   approve
  *       "separation_of_duties": B   default true: requested_by must name a
  *                                   person (a mail address), who cannot approve
  *       "requested_by_mail": B      default false: requested_by must name a
@@ -161,7 +166,8 @@ bool contract_separation_of_duties(const struct contract *c);
 /* Must an output's requested_by name a person (contract_person)? Under
  * separation of duties, and when gate.requested_by_mail says so. */
 bool contract_requester_must_be_person(const struct contract *c);
-bool contract_decision_allowed(const struct contract *c, const char *decision); /* "approve" / "reject" */
+/* "approve", "reject", "changes_requested" */
+bool contract_decision_allowed(const struct contract *c, const char *decision);
 json_t *contract_allowed_decisions(const struct contract *c); /* new JSON array of strings */
 /* Distinct people who must approve (gate.min_approvals, 1 by default). */
 int contract_min_approvals(const struct contract *c);

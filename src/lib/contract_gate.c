@@ -176,7 +176,7 @@ compile_decisions(struct jload *ld, struct contract *c, const json_t *gate)
 	}
 	if (!json_is_array(arr) || json_array_size(arr) == 0)
 		return jload_fail_at(ld, "allowed_decisions", "must be a non-empty array of "
-		                "\"approve\" and \"reject\"");
+		                "\"approve\", \"reject\" and \"changes_requested\"");
 	m = jptr_push_str(&ld->at, "allowed_decisions");
 	json_array_foreach(arr, i, v) {
 		struct jptr_mark mi = jptr_push_index(&ld->at, i);
@@ -186,14 +186,22 @@ compile_decisions(struct jload *ld, struct contract *c, const json_t *gate)
 			slot = &c->allow_approve;
 		else if (json_is_string(v) && strcmp(json_string_value(v), "reject") == 0)
 			slot = &c->allow_reject;
+		else if (json_is_string(v) &&
+		         strcmp(json_string_value(v), "changes_requested") == 0)
+			slot = &c->allow_changes;
 		else
-			return jload_fail(ld, "must be \"approve\" or \"reject\"");
+			return jload_fail(ld, "must be \"approve\", \"reject\" or "
+			                  "\"changes_requested\"");
 		if (*slot)
 			return jload_fail(ld, "listed twice");
 		*slot = true;
 		jptr_pop(&ld->at, mi);
 	}
 	jptr_pop(&ld->at, m);
+	/* a new draft is only worth making if someone may approve it */
+	if (c->allow_changes && !c->allow_approve)
+		return jload_fail_at(ld, "allowed_decisions", "\"changes_requested\" needs "
+		                     "\"approve\" among allowed_decisions");
 	return true;
 }
 
@@ -629,6 +637,8 @@ contract_decision_allowed(const struct contract *c, const char *decision)
 		return c->allow_approve;
 	if (strcmp(decision, "reject") == 0)
 		return c->allow_reject;
+	if (strcmp(decision, "changes_requested") == 0)
+		return c->allow_changes;
 	return false;
 }
 
@@ -640,7 +650,8 @@ contract_allowed_decisions(const struct contract *c)
 	if (a == NULL)
 		return NULL;
 	if ((c->allow_approve && json_array_append_new(a, json_string("approve")) != 0) ||
-	    (c->allow_reject && json_array_append_new(a, json_string("reject")) != 0)) {
+	    (c->allow_reject && json_array_append_new(a, json_string("reject")) != 0) ||
+	    (c->allow_changes && json_array_append_new(a, json_string("changes_requested")) != 0)) {
 		json_decref(a);
 		return NULL;
 	}

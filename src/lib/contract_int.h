@@ -50,6 +50,7 @@ struct contract {
 	bool separation_of_duties;
 	bool requested_by_mail;    /* requested_by must name a person by mail address */
 	bool allow_approve, allow_reject;
+	bool allow_changes;           /* gate.allowed_decisions has changes_requested */
 	const char *approvers[OG_CONTRACT_APPROVERS_MAX];
 	size_t napprovers;
 	/* who is told and when (contract_notify.c) */

@@ -193,10 +193,22 @@ struct final_effects {
 	char *payload, *cb_payload;
 };
 
+/* What the workflow's callback says of a decision. */
+static const char *
+callback_word(const char *decision)
+{
+	if (strcmp(decision, "approve") == 0)
+		return "approved";
+	if (strcmp(decision, "changes_requested") == 0)
+		return "changes_requested";
+	return "rejected";
+}
+
 static int
 final_effects_build(const struct decide_approval *d, bool approve, struct final_effects *fe)
 {
 	const struct gate_approval *a = d->approval;
+	bool redraft = strcmp(d->decision, "changes_requested") == 0;
 
 	if (approve) {
 		if (json_hash(json_object_get(d->effect, "payload"), fe->phash, &fe->payload) != 0)
@@ -212,17 +224,22 @@ final_effects_build(const struct decide_approval *d, bool approve, struct final_
 			return -1;
 	}
 	if (d->callback_url != NULL) {
-		/* The workflow's Wait node learns the outcome. */
-		if (outbox_callback_effect(&fe->cbe, a->client_id, a->key, d->callback_url,
-		                           approve ? "approved" : "rejected", d->subject, a->id,
-		                           fe->chash, &fe->cb_payload) != 0)
+		/* The workflow's Wait node learns the outcome, and with a request
+		 * for changes the feedback for its next draft; one callback per
+		 * round. */
+		if (outbox_callback_feedback(&fe->cbe, a->client_id, a->key, d->callback_url,
+		                             callback_word(d->decision), d->subject, a->id,
+		                             redraft ? d->reason : NULL, fe->chash,
+		                             &fe->cb_payload) != 0)
 			return -1;
+		fe->cbe.slot = a->round > 0 ? a->round - 1 : 0;
 	}
 	return 0;
 }
 
-/* The final vote's part of the transaction: the run moves, the effect and
- * the callback are queued. */
+/* The final vote's part of the transaction: the run moves (decided, or
+ * back to its workflow for a new draft), the effect and the callback are
+ * queued. */
 static enum og_rc
 decide_final(struct db *db, struct decide_approval *d, bool approve,
              const struct final_effects *fe, struct ledger_run *run)
@@ -231,11 +248,15 @@ decide_final(struct db *db, struct decide_approval *d, bool approve,
 	char not_before[OUTBOX_TS_LEN];
 	enum og_rc rc;
 
-	rc = ledger_decide(db, a->client_id, a->key, d->decision, d->subject,
-	                   d->reason != NULL ? d->reason
-	                   : approve         ? NULL
-	                                     : "rejected by the approver",
-	                   run);
+	if (strcmp(d->decision, "changes_requested") == 0)
+		rc = ledger_redraft(db, a->client_id, a->key, d->subject, d->reason,
+		                    d->repair_budget, d->lease_seconds, run);
+	else
+		rc = ledger_decide(db, a->client_id, a->key, d->decision, d->subject,
+		                   d->reason != NULL ? d->reason
+		                   : approve         ? NULL
+		                                     : "rejected by the approver",
+		                   run);
 	if (rc != OG_OK)
 		return rc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_NOT_AWAITING;
 	if (fe->eff.type != NULL &&

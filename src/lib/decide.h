@@ -8,10 +8,12 @@
  *                    contract names, or the effect queued in the outbox
  *   decide_approval  a person's decision on a challenge, a vote: recorded
  *                    (with the person's correction of the draft, when they
- *                    made one); the vote that makes the contract's quorum of
+ *                    made one); the vote that makes the round's quorum of
  *                    distinct approvers, or any reject, settles the run: it
  *                    moves, and the effect and the workflow's callback are
- *                    queued
+ *                    queued; a request for changes ends the round instead:
+ *                    the run goes back to its workflow (the callback carries
+ *                    the feedback) for a new draft, while repairs are left
  *
  * Nothing here answers a request or writes a log line: the caller does,
  * from the result.
@@ -64,11 +66,12 @@ struct decide_approval {
 	/* in */
 	const struct gate_approval *approval;
 	const unsigned char *token_hash;     /* 32 bytes */
-	const char *decision;                /* "approve" or "reject" */
+	const char *decision;                /* "approve", "reject" or "changes_requested" */
 	const char *subject;                 /* who decides */
 	long long via_client;                /* the API client that vouched for subject
 	                                        (the decision API); 0: the page */
-	const char *reason;                  /* NULL when none given */
+	const char *reason;                  /* NULL when none given; changes_requested:
+	                                        the feedback (required) */
 	const json_t *effect;                /* the effect an approval queues {type, target,
 	                                        payload}: built from the draft decided on */
 	const char *callback_url;            /* NULL when the workflow waits on none */
@@ -78,6 +81,9 @@ struct decide_approval {
 	const json_t *edit;                  /* approve only: the person's correction of the
 	                                        draft (the whole output), or NULL */
 	const json_t *edit_fields;           /* the corrected members: an array of names */
+	int repair_budget;                   /* changes_requested: the contract's
+	                                        repair_attempts */
+	int lease_seconds;                   /* changes_requested: the new draft's lease */
 	/* out */
 	char edit_hash[CANON_HASH_LEN];      /* the correction's hash; "" when none */
 	char effect_id[OUTBOX_ID_LEN];       /* "" when no effect was queued */

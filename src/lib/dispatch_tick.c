@@ -135,8 +135,10 @@ expire_run(struct db *db, long long client_id, const char *client_name, const ch
 			struct outbox_effect e;
 
 			if (outbox_callback_effect(&e, client_id, key, run.callback_url, "expired", NULL, NULL,
-			                           hash, &payload) != 0 ||
-			    outbox_enqueue(db, &e, id, nb) != OG_OK)
+			                           hash, &payload) != 0)
+				goto fail;
+			e.slot = run.round > 0 ? run.round - 1 : 0;
+			if (outbox_enqueue(db, &e, id, nb) != OG_OK)
 				goto fail;
 		}
 	}

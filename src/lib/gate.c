@@ -39,7 +39,7 @@ static const struct db_stmt st_find = {
 	"       separation_of_duties, state, expires_at <= now() AS expired,"
 	"       og_ts(expires_at) AS expires_at, og_ts(consumed_at) AS consumed_at,"
 	"       decision, approver_subject, reason, effect::text AS effect, callback_url,"
-	"       min_approvals"
+	"       min_approvals, round"
 	"  FROM approvals WHERE token_hash = decode($1, 'hex')",
 	1, true,
 };
@@ -73,10 +73,11 @@ static const struct db_stmt st_consume = {
  * transaction after the run's row lock (ledger_lock_draft), which
  * serialises the votes of one run, so the approvals counted here are all
  * there are. The challenge must be pending, unexpired and allow the
- * decision; the person must not have voted on the run already (by any
- * link, group or inbox entry: subjects compared ignoring ASCII case).
- * The vote is final when it rejects or makes min_approvals distinct
- * approvals. A challenge named for one person is consumed by their vote; a
+ * decision; the person must not have voted in the challenge's round of the
+ * run already (by any link, group or inbox entry: subjects compared
+ * ignoring ASCII case); only that round's approvals count towards its
+ * quorum. The vote is final when it rejects, requests changes (which ends
+ * the round) or makes min_approvals distinct approvals. A challenge named for one person is consumed by their vote; a
  * group's stays pending for the group's other members until a final vote,
  * which consumes its own challenge and voids the run's pending others.
  * $5 is the hash of the draft decided on, $6 whether this vote edited it,
@@ -89,7 +90,7 @@ static const struct db_stmt st_consume = {
 static const struct db_stmt st_vote = {
 	"gate_vote",
 	"WITH ch AS ("
-	"  SELECT id, client_id, idempotency_key, approver, min_approvals FROM approvals"
+	"  SELECT id, client_id, idempotency_key, approver, min_approvals, round FROM approvals"
 	"   WHERE token_hash = decode($1, 'hex') AND state = 'pending'"
 	"     AND expires_at > now() AND $2 = ANY (allowed_decisions)"
 	"   FOR UPDATE"
@@ -99,12 +100,13 @@ static const struct db_stmt st_vote = {
 	") AS mine"
 	"    FROM approval_votes v JOIN ch"
 	"      ON v.client_id = ch.client_id AND v.idempotency_key = ch.idempotency_key"
+	"     AND v.round = ch.round"
 	"), vote AS ("
 	"  INSERT INTO approval_votes (approval_id, client_id, idempotency_key, subject,"
-	"      decision, reason, output_hash, edited, via_client_id, final)"
+	"      decision, reason, output_hash, edited, via_client_id, round, final)"
 	"  SELECT ch.id, ch.client_id, ch.idempotency_key, $3, $2, $4, $5, $6::boolean,"
-	"         $7::bigint,"
-	"         $2 = 'reject' OR prior.approvals + 1 >= ch.min_approvals"
+	"         $7::bigint, ch.round,"
+	"         $2 <> 'approve' OR prior.approvals + 1 >= ch.min_approvals"
 	"    FROM ch, prior WHERE prior.mine = 0"
 	"  RETURNING approval_id, client_id, idempotency_key, final"
 	"), consumed AS ("
@@ -136,7 +138,7 @@ static const struct db_stmt st_vote = {
 static const struct db_stmt st_votes = {
 	"gate_votes",
 	"SELECT v.approval_id, v.subject, v.decision, v.reason, v.output_hash, v.edited,"
-	"       v.final, og_ts(v.created_at) AS at,"
+	"       v.final, v.round, og_ts(v.created_at) AS at,"
 	"       (SELECT c.name FROM api_clients c WHERE c.id = v.via_client_id) AS via,"
 	"       (SELECT max(a.min_approvals) FROM approvals a"
 	"         WHERE a.client_id = $1 AND a.idempotency_key = $2) AS needed"
@@ -149,7 +151,7 @@ static const struct db_stmt st_list = {
 	"gate_list",
 	"SELECT id, approver, state, og_ts(created_at) AS created_at,"
 	"       og_ts(expires_at) AS expires_at, og_ts(consumed_at) AS consumed_at,"
-	"       decision, approver_subject, reason, min_approvals"
+	"       decision, approver_subject, reason, min_approvals, round"
 	"  FROM approvals WHERE client_id = $1 AND idempotency_key = $2"
 	" ORDER BY created_at, id",
 	2, true,
@@ -350,6 +352,7 @@ gate_find(struct db *db, const unsigned char token_hash[32], struct gate_approva
 	a->min_approvals = db_get(res, 0, "min_approvals") != NULL
 	                       ? (int)db_get_ll(res, 0, "min_approvals")
 	                       : 1;
+	a->round = db_get(res, 0, "round") != NULL ? (int)db_get_ll(res, 0, "round") : 1;
 	PQclear(res);
 	if (a->key == NULL || a->approver == NULL || a->allowed_decisions == NULL) {
 		gate_approval_clear(a);
@@ -481,6 +484,7 @@ gate_votes_read(const struct db_call *call, json_t **out, int *needed)
 		json_object_set_new(v, "edited", json_boolean(b != NULL && b[0] == 't'));
 		b = db_get(res, i, "final");
 		json_object_set_new(v, "final", json_boolean(b != NULL && b[0] == 't'));
+		json_object_set_new(v, "round", json_integer(db_get_ll(res, i, "round")));
 		json_array_append_new(list, v);
 		if (db_get(res, i, "needed") != NULL)
 			*needed = (int)db_get_ll(res, i, "needed");
@@ -532,6 +536,7 @@ gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 		set_opt(a, "reason", res, i);
 		json_object_set_new(a, "min_approvals",
 		                    json_integer(db_get_ll(res, i, "min_approvals")));
+		json_object_set_new(a, "round", json_integer(db_get_ll(res, i, "round")));
 		json_array_append_new(list, a);
 	}
 	PQclear(res);

@@ -45,6 +45,7 @@ struct gate_approval {
 	json_t *effect;              /* {"type","target","payload"}; NULL on old rows */
 	char *callback_url;
 	int min_approvals;           /* distinct people who must approve the run */
+	int round;                   /* the run's round it was made for (1: the first draft) */
 };
 
 void gate_approval_clear(struct gate_approval *a);
@@ -95,14 +96,15 @@ void gate_vote_call(struct gate_vote_call *g, const unsigned char token_hash[32]
 struct gate_vote {
 	int approvals;   /* distinct people who approved the run, this vote counted */
 	int needed;      /* min_approvals of the challenge */
-	bool final;      /* a reject, or the approval that made `needed`: it settles the run */
+	bool final;      /* a reject, a request for changes, or the approval that made
+	                    `needed`: it settles the round */
 };
 /* OG_OK: recorded; OG_NOT_PENDING: the challenge could not take it
  * (decided, voided, revoked, expired, or the decision not allowed);
- * OG_DUPLICATE: this person has already voted on the run. */
+ * OG_DUPLICATE: this person has already voted in this round of the run. */
 enum og_rc gate_vote_result(const struct db_call *call, struct gate_vote *v);
 /* The run's votes, oldest first: a new array of {approval_id, subject,
- * decision, at, reason?, output_hash?, edited, final} in *out, and the
+ * decision, at, reason?, output_hash?, edited, final, round} in *out, and the
  * run's min_approvals in *needed (1 when it has no challenge). */
 enum og_rc gate_votes(struct db *db, long long client_id, const char *key, json_t **out,
                       int *needed) __attribute__((warn_unused_result));

@@ -204,7 +204,7 @@ static const struct db_stmt st_status = {
 	"       invalid_outputs, validation::text AS validation, decision, decided_by,"
 	"       og_ts(decided_at) AS decided_at, edited_output::text AS edited_output,"
 	"       edited_output_hash, edited_by, og_ts(edited_at) AS edited_at,"
-	"       array_to_json(edited_fields)::text AS edited_fields"
+	"       array_to_json(edited_fields)::text AS edited_fields, round"
 	"  FROM workflow_runs WHERE client_id = $1 AND idempotency_key = $2",
 	2, true,
 };
@@ -225,23 +225,24 @@ static const struct db_stmt st_output_invalid = {
 	"  UPDATE workflow_runs"
 	"     SET invalid_outputs = invalid_outputs + 1, validation = $7::jsonb,"
 	"         contract = $5, contract_hash = $6, version = version + 1,"
-	"         state = CASE WHEN invalid_outputs + 1 > $8::int THEN 'failed_terminal'"
+	"         state = CASE WHEN invalid_outputs + round > $8::int THEN 'failed_terminal'"
 	"                      ELSE state END,"
-	"         error_class = CASE WHEN invalid_outputs + 1 > $8::int THEN 'validation'"
+	"         error_class = CASE WHEN invalid_outputs + round > $8::int THEN 'validation'"
 	"                            ELSE error_class END,"
-	"         reason = CASE WHEN invalid_outputs + 1 > $8::int"
+	"         reason = CASE WHEN invalid_outputs + round > $8::int"
 	"                       THEN 'model output failed the contract after the repair budget'"
 	"                       ELSE reason END,"
-	"         lease_expires_at = CASE WHEN invalid_outputs + 1 > $8::int THEN NULL"
+	"         lease_expires_at = CASE WHEN invalid_outputs + round > $8::int THEN NULL"
 	"                                 ELSE lease_expires_at END,"
 	"         updated_at = now()"
 	"   WHERE client_id = $1 AND idempotency_key = $2 AND lease_owner = $3::uuid"
 	"     AND version = $4::bigint AND state = 'processing'"
 	"     AND lease_expires_at > now()"
-	"  RETURNING client_id, idempotency_key, state, version, attempt, invalid_outputs"
+	"  RETURNING client_id, idempotency_key, state, version, attempt, invalid_outputs, round"
 	"), " LEDGER_EVENT("moved", "'run.output_invalid'", "'processing'", "state",
 	                   "NULL", "'invalid output ' || invalid_outputs")
-	"SELECT state, version, invalid_outputs FROM moved",
+	/* the repairs spent: invalid outputs and redrafts */
+	"SELECT state, version, invalid_outputs + round - 1 AS spent FROM moved",
 	8, false,
 };
 
@@ -279,14 +280,52 @@ static const struct db_stmt st_decide = {
 	"         version = version + 1, updated_at = now()"
 	"   WHERE client_id = $1 AND idempotency_key = $2 AND state = 'awaiting_human'"
 	"  RETURNING client_id, idempotency_key, state, version, attempt, contract,"
-	"            coalesce(edited_output, output) AS output"
+	"            coalesce(edited_output, output) AS output, round"
 	"), " LEDGER_EVENT("moved", "'run.decided'", "'awaiting_human'", "state",
 	                   "$4", "$5")
 	/* what was decided on, for the contract's loggable fields */
-	"SELECT state, version, attempt,"
+	"SELECT state, version, attempt, round,"
 	"       json_build_object('contract', contract, 'output', output)::text AS decided"
 	"  FROM moved",
 	5, false,
+};
+
+/* A request for changes that ends a round: awaiting_human → processing
+ * for the next round's draft, under the run's lease owner with a fresh
+ * lease ($6 seconds, its cap counted from now), the round's correction
+ * dropped; when the repairs are spent ($5: the contract's repair_attempts,
+ * which invalid outputs and redrafts share) → failed_terminal
+ * (error_class redrafts_spent) instead. The decision columns stay unset:
+ * the run is not decided. The feedback ($4) is the event's reason. */
+#define REDRAFT_ALLOWED "invalid_outputs + round <= $5::int"
+static const struct db_stmt st_redraft = {
+	"ledger_redraft",
+	"WITH moved AS ("
+	"  UPDATE workflow_runs"
+	"     SET state = CASE WHEN " REDRAFT_ALLOWED " THEN 'processing'"
+	"                      ELSE 'failed_terminal' END,"
+	"         round = CASE WHEN " REDRAFT_ALLOWED " THEN round + 1 ELSE round END,"
+	"         lease_owner = coalesce(lease_owner, gen_random_uuid()),"
+	"         lease_expires_at = CASE WHEN " REDRAFT_ALLOWED
+	"                                 THEN now() + make_interval(secs => $6::int) END,"
+	"         claim_started_at = CASE WHEN " REDRAFT_ALLOWED " THEN now()"
+	"                                 ELSE claim_started_at END,"
+	"         error_class = CASE WHEN " REDRAFT_ALLOWED " THEN error_class"
+	"                            ELSE 'redrafts_spent' END,"
+	"         reason = CASE WHEN " REDRAFT_ALLOWED " THEN reason"
+	"                       ELSE 'changes were requested, but the contract''s repair attempts"
+	" are spent' END,"
+	"         edited_output = NULL, edited_output_hash = NULL, edited_by = NULL,"
+	"         edited_at = NULL, edited_fields = NULL,"
+	"         version = version + 1, updated_at = now()"
+	"   WHERE client_id = $1 AND idempotency_key = $2 AND state = 'awaiting_human'"
+	"  RETURNING client_id, idempotency_key, state, version, attempt, round, lease_owner,"
+	"            lease_expires_at"
+	"), " LEDGER_EVENT("moved", "'run.changes_requested'", "'awaiting_human'", "state",
+	                   "$3", "$4")
+	"SELECT state, version, attempt, round, lease_owner,"
+	"       og_ts(lease_expires_at) AS lease_expires_at FROM moved",
+	6, false,
 };
 
 /* The first step of a person's decision: the run's row lock, taken while
@@ -361,10 +400,10 @@ static const struct db_stmt st_end_undecided = {
 	"   WHERE r.client_id = $1 AND r.idempotency_key = $2 AND r.state = 'awaiting_human'"
 	"     AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.client_id = r.client_id"
 	"          AND a.idempotency_key = r.idempotency_key AND a.state = 'pending')"
-	"  RETURNING client_id, idempotency_key, state, version, attempt, callback_url"
+	"  RETURNING client_id, idempotency_key, state, version, attempt, callback_url, round"
 	"), " LEDGER_EVENT("moved", "'run.' || $3", "'awaiting_human'", "state",
 	                   "$5", "$4")
-	"SELECT state, version, attempt, callback_url FROM moved",
+	"SELECT state, version, attempt, callback_url, round FROM moved",
 	5, false,
 };
 
@@ -381,10 +420,10 @@ static const struct db_stmt st_expire = {
 	"     AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.client_id = r.client_id"
 	"          AND a.idempotency_key = r.idempotency_key AND a.state = 'pending')"
 	"  RETURNING client_id, idempotency_key, version, attempt, callback_url,"
-	"            correlation_id, workflow_version"
+	"            correlation_id, workflow_version, round"
 	"), " LEDGER_EVENT("moved", "'run.approval_expired'", "'awaiting_human'", "'failed_terminal'",
 	                   "'dispatcher'", "'approval_expired'")
-	"SELECT version, callback_url, correlation_id, workflow_version FROM moved",
+	"SELECT version, callback_url, correlation_id, workflow_version, round FROM moved",
 	2, false,
 };
 
@@ -398,7 +437,7 @@ static const struct db_stmt st_expire = {
  * in everything but the locked row). */
 static const struct db_stmt st_lock = {
 	"ledger_lock",
-	"SELECT state, version, callback_url, lease_expires_at < now() AS lease_over"
+	"SELECT state, version, callback_url, lease_expires_at < now() AS lease_over, round"
 	"  FROM workflow_runs WHERE client_id = $1::bigint AND idempotency_key = $2"
 	"   FOR UPDATE",
 	2, false,
@@ -690,6 +729,7 @@ ledger_moved(struct ledger_run *run, const PGresult *res, enum run_state from,
 	run->state = to;
 	run->version = db_get_ll(res, 0, "version");
 	run->attempt = (int)db_get_ll(res, 0, "attempt");
+	run->round = db_get(res, 0, "round") != NULL ? (int)db_get_ll(res, 0, "round") : 1;
 }
 
 /* After a compare-and-set from processing: true (run filled) when it moved
@@ -1087,6 +1127,7 @@ ledger_status_read(const struct db_call *call, json_t **out)
 	set_str(run, "requested_by", res, 0, "requested_by");
 	set_str(run, "callback_url", res, 0, "callback_url");
 	set_int(run, "invalid_outputs", res, 0, "invalid_outputs");
+	set_int(run, "round", res, 0, "round");
 	set_json(run, "validation_errors", res, 0, "validation");
 	set_str(run, "decision", res, 0, "decision");
 	set_str(run, "decided_by", res, 0, "decided_by");
@@ -1174,7 +1215,7 @@ ledger_output_invalid(struct db *db, const struct ledger_output *o, int repair_b
 		run->state_from = RUN_PROCESSING;
 		run->state = (enum run_state)ledger_state_parse(db_get(res, 0, "state"));
 		run->version = db_get_ll(res, 0, "version");
-		run->attempt = (int)db_get_ll(res, 0, "invalid_outputs");
+		run->attempt = (int)db_get_ll(res, 0, "spent");
 		PQclear(res);
 		return OG_OK;
 	}
@@ -1256,6 +1297,34 @@ ledger_decide(struct db *db, long long client_id, const char *key, const char *d
 	lrc = ledger_decide_result(&call, run);
 	PQclear(call.res);
 	return lrc;
+}
+
+enum og_rc
+ledger_redraft(struct db *db, long long client_id, const char *key, const char *subject,
+               const char *feedback, int repair_budget, int lease_seconds,
+               struct ledger_run *run)
+{
+	char client[24], budget[16], lease[16];
+	const char *params[6] = { client, key, subject, feedback, budget, lease };
+	PGresult *res = NULL;
+	enum db_rc rc;
+	int n;
+
+	snprintf(client, sizeof(client), "%lld", client_id);
+	snprintf(budget, sizeof(budget), "%d", repair_budget);
+	snprintf(lease, sizeof(lease), "%d", lease_seconds);
+	if ((rc = db_exec(db, &st_redraft, params, &res)) != DB_OK)
+		return og_rc_of(rc);
+	n = PQntuples(res);
+	if (n == 1) {
+		ledger_moved(run, res, RUN_AWAITING_HUMAN,
+		             (enum run_state)ledger_state_parse(db_get(res, 0, "state")));
+		copy_field(run->lease_owner, sizeof(run->lease_owner), res, "lease_owner");
+		copy_field(run->lease_expires_at, sizeof(run->lease_expires_at), res,
+		           "lease_expires_at");
+	}
+	PQclear(res);
+	return n == 1 ? OG_OK : OG_LEASE_LOST;
 }
 
 void
@@ -1515,6 +1584,7 @@ ledger_lock(struct db *db, long long client_id, const char *key, struct ledger_l
 	st = ledger_state_parse(db_get(res, 0, "state"));
 	out->state = st >= 0 ? (enum run_state)st : RUN_PROCESSING;
 	out->version = db_get_ll(res, 0, "version");
+	out->round = (int)db_get_ll(res, 0, "round");
 	v = db_get(res, 0, "lease_over");
 	out->lease_over = v != NULL && v[0] == 't';
 	if ((v = db_get(res, 0, "callback_url")) != NULL && (out->callback_url = strdup(v)) == NULL)
@@ -1567,6 +1637,7 @@ ledger_expire(struct db *db, long long client_id, const char *key, struct ledger
 		rc = OG_LEASE_LOST;
 	if (rc == OG_OK) {
 		out->version = db_get_ll(res, 0, "version");
+		out->round = (int)db_get_ll(res, 0, "round");
 		out->callback_url = dup_col(res, "callback_url");
 		out->correlation_id = dup_col(res, "correlation_id");
 		out->workflow_version = dup_col(res, "workflow_version");

@@ -36,6 +36,8 @@ struct ledger_run {
 	enum run_state state_from;       /* transitions */
 	long long version;
 	int attempt;
+	int round;                       /* the round of drafts (1: the first); set by the
+	                                    moves that report it, else 0 */
 	bool lease_live;                 /* processing with an unexpired lease */
 	bool lease_reclaimed;            /* claimed: taken over from an expired lease */
 	char reclaimed_from[LEDGER_UUID_LEN]; /* that lease's owner */
@@ -129,9 +131,10 @@ struct ledger_output {
 };
 
 /* Records an invalid output: one more spent repair, and failed_terminal
- * (error_class "validation") once more than repair_budget were invalid.
- * run->state tells which; run->attempt is set to the number of invalid
- * outputs so far. Compare-and-set like a transition. */
+ * (error_class "validation") once the repairs spent (invalid outputs and
+ * redrafts after a request for changes) are more than repair_budget.
+ * run->state tells which; run->attempt is set to the repairs spent so
+ * far. Compare-and-set like a transition. */
 enum og_rc ledger_output_invalid(struct db *db, const struct ledger_output *o,
                                  int repair_budget, struct ledger_run *run)
 	__attribute__((warn_unused_result));
@@ -185,6 +188,20 @@ enum og_rc ledger_edit_result(const struct db_call *call);
 enum og_rc ledger_decide(struct db *db, long long client_id, const char *key,
                          const char *decision, const char *subject, const char *reason,
                          struct ledger_run *run) __attribute__((warn_unused_result));
+
+/* A person's request for changes, the round's final vote: awaiting_human
+ * → processing for a new draft in the next round (run->round), under the
+ * run's lease owner with a fresh lease of lease_seconds (run->lease_owner,
+ * run->lease_expires_at), when the repairs spent so far (invalid outputs
+ * and redrafts) leave one of repair_budget; else → failed_terminal
+ * (error_class redrafts_spent). A run.changes_requested entry in the
+ * timeline names subject, with the feedback as its reason.
+ * OG_LEASE_LOST when the run is no longer awaiting_human. Inside the
+ * decision's transaction. */
+enum og_rc ledger_redraft(struct db *db, long long client_id, const char *key,
+                          const char *subject, const char *feedback, int repair_budget,
+                          int lease_seconds, struct ledger_run *run)
+	__attribute__((warn_unused_result));
 
 /* The owning client cancelled an act-with-window run before its effect
  * went out: approved → failed_terminal (error_class "cancelled"). Inside
@@ -282,6 +299,7 @@ struct ledger_locked {
 	enum run_state state;
 	long long version;
 	bool lease_over;             /* its lease (if any) has run out */
+	int round;                   /* the run's round of drafts */
 	char *callback_url;          /* owned; NULL when none */
 };
 enum og_rc ledger_lock(struct db *db, long long client_id, const char *key,
@@ -299,6 +317,7 @@ enum og_rc ledger_runs_by_key(struct db *db, const char *key, const char *client
  * transaction (after gate_expire). OG_LEASE_LOST: the run did not move. */
 struct ledger_expired {
 	long long version;
+	int round;                   /* the run's round of drafts */
 	/* owned; NULL when none */
 	char *callback_url, *correlation_id, *workflow_version;
 };

@@ -1138,8 +1138,19 @@ outbox_callback_effect(struct outbox_effect *e, long long client_id, const char 
                        const char *url, const char *decision, const char *decided_by,
                        const char *approval_id, char hash[OUTBOX_HASH_LEN], char **payload)
 {
-	json_t *cb = json_pack("{s:s, s:s, s:s, s:s*, s:s*}", "url", url, "key", key, "decision",
-	                       decision, "decided_by", decided_by, "approval_id", approval_id);
+	return outbox_callback_feedback(e, client_id, key, url, decision, decided_by, approval_id,
+	                                NULL, hash, payload);
+}
+
+int
+outbox_callback_feedback(struct outbox_effect *e, long long client_id, const char *key,
+                         const char *url, const char *decision, const char *decided_by,
+                         const char *approval_id, const char *feedback,
+                         char hash[OUTBOX_HASH_LEN], char **payload)
+{
+	json_t *cb = json_pack("{s:s, s:s, s:s, s:s*, s:s*, s:s*}", "url", url, "key", key,
+	                       "decision", decision, "decided_by", decided_by, "approval_id",
+	                       approval_id, "feedback", feedback);
 	int rc = cb != NULL ? outbox_payload_hash(cb, hash, payload) : -1;
 
 	json_decref(cb);

@@ -43,7 +43,8 @@ struct outbox_effect {
 	const char *payload_hash;
 	int delay_seconds;            /* not_before = now() + delay (act-with-window) */
 	const char *approval_id;      /* NULL for auto-approved effects */
-	int slot;                     /* tells apart effects of one kind in one run; 0 today */
+	int slot;                     /* tells apart effects of one kind in one run (a notice
+	                                 per challenge, a callback per round) */
 };
 
 /* outbox_enqueue as a db_call, for a pipelined transaction; release the
@@ -75,11 +76,19 @@ int outbox_payload_hash(const json_t *v, char hash[OUTBOX_HASH_LEN], char **text
  * its JSON payload {url, key, decision[, decided_by][, approval_id]}
  * (decided_by, approval_id: NULL leaves them out) in *payload, new text
  * the caller frees after the enqueue, and its hash in hash. -1 when out of
- * memory. */
+ * memory. A run has one callback per round of drafts: the caller sets
+ * e->slot to the round less one. */
 int outbox_callback_effect(struct outbox_effect *e, long long client_id, const char *key,
                            const char *url, const char *decision, const char *decided_by,
                            const char *approval_id, char hash[OUTBOX_HASH_LEN],
                            char **payload) __attribute__((warn_unused_result));
+/* The same with the approver's feedback in the payload (a request for
+ * changes: {…, "feedback": TEXT}); feedback NULL leaves it out. */
+int outbox_callback_feedback(struct outbox_effect *e, long long client_id, const char *key,
+                             const char *url, const char *decision, const char *decided_by,
+                             const char *approval_id, const char *feedback,
+                             char hash[OUTBOX_HASH_LEN], char **payload)
+	__attribute__((warn_unused_result));
 
 /* Enqueues one effect and wakes the dispatchers (NOTIFY oncegate_outbox,
  * delivered at commit). Fills id and not_before. */

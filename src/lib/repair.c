@@ -392,10 +392,11 @@ out:
 }
 
 /* The workflow waiting on a decision hears it (`rejected`, or `expired`
- * when nobody is left to decide), in the caller's transaction. */
+ * when nobody is left to decide), in the caller's transaction: the
+ * callback of the run's round. */
 static enum og_rc
 enqueue_callback(struct db *db, const struct repair_who *who, const char *url,
-                 const char *decision, struct repair_out *out)
+                 const char *decision, int round, struct repair_out *out)
 {
 	char subject[256], hash[OUTBOX_HASH_LEN], nb[OUTBOX_TS_LEN], *payload = NULL;
 	struct outbox_effect e;
@@ -405,6 +406,7 @@ enqueue_callback(struct db *db, const struct repair_who *who, const char *url,
 	if (outbox_callback_effect(&e, atoll(out->client), out->key, url, decision, subject, NULL,
 	                           hash, &payload) != 0)
 		return OG_ERROR;
+	e.slot = round > 0 ? round - 1 : 0;
 	orc = outbox_enqueue(db, &e, out->callback_id, nb);
 	free(payload);
 	return orc == OG_OK            ? OG_OK
@@ -516,7 +518,7 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 	}
 	if ((rc = resolve_letters(db, ids, "rejected")) != OG_OK)
 		goto out;
-	if (url != NULL && (rc = enqueue_callback(db, who, url, "rejected", out)) != OG_OK)
+	if (url != NULL && (rc = enqueue_callback(db, who, url, "rejected", run.round, out)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:O, s:O, s:s*}", "run_from", out->run_from, "run_to",
 	                    ledger_state_name(RUN_FAILED_TERMINAL), "cancelled_effects", cancelled,
@@ -556,7 +558,7 @@ end_revoked(struct db *db, const struct repair_who *who, struct repair_out *out)
 		repair_copy(out->run_to, sizeof(out->run_to), ledger_state_name(RUN_FAILED_TERMINAL));
 		out->run_version = run.version;
 		if (url != NULL)
-			rc = enqueue_callback(db, who, url, "expired", out);
+			rc = enqueue_callback(db, who, url, "expired", run.round, out);
 	} else if (lrc != OG_LEASE_LOST) {
 		rc = lrc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 	}

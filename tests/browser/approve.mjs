@@ -132,7 +132,19 @@ process.exit(await session(user, groups, screenshot, async (page) => {
   await page.setViewportSize({ width: PHONE.width, height: PHONE.height });
   await page.goto(url, { waitUntil: 'load' });
   await page.evaluate(() => window.scrollTo(0, 0));
-  for (const value of ['approve', 'reject']) {
+  // every button the card offers: a contract that allows it adds Request
+  // changes, with its feedback field
+  const offered = [];
+  for (const value of ['approve', 'reject', 'changes_requested']) {
+    if (await page.locator(`button[name="decision"][value="${value}"]`).count() === 1) offered.push(value);
+  }
+  check(offered.includes('approve') && offered.includes('reject'), `the card offers Approve and Reject (${offered})`);
+  if (offered.includes('changes_requested')) {
+    check(await page.locator('button[name="decision"][value="changes_requested"]').innerText() === 'Request changes',
+      'the third button says Request changes');
+    check(await page.locator('textarea[name="feedback"]').isVisible(), 'the card shows the feedback field');
+  }
+  for (const value of offered) {
     const box = await page.locator(`button[name="decision"][value="${value}"]`).boundingBox();
     check(box !== null, `the ${value} button has a box on the phone`);
     console.log(`measure - phone ${PHONE.width}x${PHONE.height}: ${value} button top ${box.y.toFixed(0)} px, bottom ${(box.y + box.height).toFixed(0)} px`);

@@ -31,7 +31,13 @@
 #      corrected text exactly once. The notice is rendered to notify-mail.png
 #      (its text in notify-mail.txt); the browser's screenshots are
 #      notify-approved.png, notify-approved-card.png, notify-card-desktop.png,
-#      notify-card-phone.png and notify-inbox.png.
+#      notify-card-phone.png and notify-inbox.png;
+#   7. a support_reply run whose approver requests changes in Chromium (the
+#      card's third button, feedback in four scripts): the run goes back to
+#      processing in round 2 with the vote and its feedback recorded and no
+#      mail queued; the redraft, handed in under the same lease, gets a new
+#      link, is approved in Chromium, and exactly one mail, the redraft's,
+#      is queued (changes-requested.png, changes-approved.png).
 #
 # Exit 0 pass, 1 fail, 77 skipped (no stack: ONCEGATE_URL is unset).
 set -euo pipefail
@@ -315,3 +321,48 @@ if len(got) != 1 or got[0]['subject'] != sys.argv[3] or got[0]['body'].rstrip('\
     sys.exit(1)
 PY
 say "ok: told by mail ($ARTIFACTS/notify-mail.png), corrected and approved from its link in Chromium, the corrected reply received once"
+
+# --- 7. request changes in Chromium --------------------------------------------
+
+# support_reply lets an approver send the draft back with feedback: the run
+# returns to its workflow (processing, round 2), nothing is sent, and the
+# link then shows the decided page; a redraft gets a new link.
+KEY="browser-$(date +%s)-$$:support-reply-changes:v1"
+st=$(api POST /v1/runs "{\"key\":\"$KEY\",\"payload\":{\"ticket\":4444}}")
+[[ $st == 201 ]] || die "claim: HTTP $st $(cat "$WORK/answer")"
+OWNER=$(field j.lease_owner) && VERSION=$(field j.version) || die "claim answer: $(cat "$WORK/answer")"
+KEY_PATH=$(node -p 'encodeURIComponent(process.argv[1])' "$KEY")
+draft() { # draft VERSION BODY: hands a support_reply draft in; prints its approval link
+	local st
+	st=$(api POST "/v1/runs/$KEY_PATH/output" "{\"lease_owner\":\"$OWNER\",\"version\":$1,\"contract\":\"support_reply\",
+		\"output\":{\"subject\":\"Re: parcel 4444\",\"body\":\"$2\",\"tone\":\"friendly\",\"confidence\":0.9},
+		\"model\":{\"provider\":\"openai-compatible\",\"name\":\"qwen2.5-7b-instruct\",\"revision\":\"2024-09-19\"},
+		\"effect\":{\"type\":\"email.send\",\"target\":\"demo_smtp\",\"payload\":{\"to\":\"customer-4444@example.com\",\"ticket\":4444}},
+		\"requested_by\":\"alice@example.com\"}")
+	[[ $st == 202 ]] || die "output: HTTP $st $(cat "$WORK/answer")"
+	field 'j.approvals[0].url' || field 'j.approvals[0].approval_id' | sed "s|^|$ONCEGATE_URL/approve/card/|"
+}
+URL=$(draft "$VERSION" 'Hello, your parcel ships soon.')
+FEEDBACK='Назовите дату доставки — 请写明送达日期 · اذكر تاريخ التسليم 📅'
+rc=0
+node "$HERE/decide.mjs" "$URL" "$APPROVER" "$APPROVER_GROUPS" changes_requested \
+	"$ARTIFACTS/changes-requested.png" "$FEEDBACK" || rc=$?
+[[ $rc -eq 0 ]] || die "requesting changes in Chromium failed (screenshot: $ARTIFACTS/changes-requested.png)"
+q() { psql -X -q -At -v ON_ERROR_STOP=1 -v key="$KEY" <<<"$1"; }
+run=$(q "SELECT state || ' ' || round || ' ' || coalesce(decision, '-') FROM workflow_runs WHERE idempotency_key = :'key'")
+[[ $run == "processing 2 -" ]] || die "after the request for changes the run is \"$run\""
+vote=$(q "SELECT subject || ' ' || decision || ' ' || round || ' ' || (reason = '$FEEDBACK')::text FROM approval_votes WHERE idempotency_key = :'key'")
+[[ $vote == "$APPROVER changes_requested 1 true" ]] || die "the vote is \"$vote\""
+n=$(q "SELECT count(*) FROM effect_outbox WHERE idempotency_key = :'key' AND effect_type = 'email.send'")
+[[ $n == 0 ]] || die "$n mails queued after a request for changes"
+st=$(api GET "/v1/runs/$KEY_PATH")
+VERSION=$(field j.version) || die "GET run: $(cat "$WORK/answer")"
+URL2=$(draft "$VERSION" 'Hello, your parcel arrives on Friday, 12 December.')
+[[ $URL2 != "$URL" ]] || die "the redraft has the first draft's link"
+rc=0
+node "$HERE/decide.mjs" "$URL2" "$APPROVER" "$APPROVER_GROUPS" approve \
+	"$ARTIFACTS/changes-approved.png" "The date is there now" || rc=$?
+[[ $rc -eq 0 ]] || die "approving the redraft in Chromium failed (screenshot: $ARTIFACTS/changes-approved.png)"
+out=$(q "SELECT count(*) || ' ' || min(payload->>'body') FROM effect_outbox WHERE idempotency_key = :'key' AND effect_type = 'email.send'")
+[[ $out == "1 Hello, your parcel arrives on Friday, 12 December." ]] || die "the queued mail is \"$out\""
+say "ok: changes requested in Chromium with feedback ($ARTIFACTS/changes-requested.png), the redraft approved, one mail queued with its text"

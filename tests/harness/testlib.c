@@ -1526,8 +1526,11 @@ tl_run_snapshot(PGconn *c, const char *key)
 	const char *p[1] = { key };
 	char *s = tl_pg_value(c,
 	    "SELECT concat_ws(E'\\n',"
-	    " (SELECT row_to_json(r)::text FROM workflow_runs r WHERE idempotency_key = $1),"
+	    " (SELECT json_agg(r ORDER BY r.client_id)::text FROM workflow_runs r"
+	    "   WHERE idempotency_key = $1),"
 	    " (SELECT coalesce(json_agg(a ORDER BY a.id)::text, '[]') FROM approvals a"
+	    "   WHERE idempotency_key = $1),"
+	    " (SELECT coalesce(json_agg(v ORDER BY v.id)::text, '[]') FROM approval_votes v"
 	    "   WHERE idempotency_key = $1),"
 	    " (SELECT coalesce(json_agg(e ORDER BY e.id)::text, '[]') FROM effect_outbox e"
 	    "   WHERE idempotency_key = $1),"

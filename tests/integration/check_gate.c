@@ -788,7 +788,7 @@ START_TEST(test_approve_before_act)
 	ck_assert_int_eq(qnum(c,
 	    "SELECT count(*) FROM approvals WHERE idempotency_key = $1 AND id = $2::uuid"
 	    " AND approver = 'group:support' AND state = 'pending'"
-	    " AND allowed_decisions = ARRAY['approve','reject']"
+	    " AND allowed_decisions = ARRAY['approve','reject','changes_requested']"
 	    " AND requested_by = 'alice@example.com' AND separation_of_duties"
 	    " AND consumed_at IS NULL AND decision IS NULL AND approver_subject IS NULL"
 	    " AND expires_at BETWEEN now() + interval '86000 s' AND now() + interval '86500 s'",
@@ -858,14 +858,19 @@ START_TEST(test_approve_before_act)
 		free(method);
 	}
 	ck_assert_msg(count_nodes(&w, pred_control, "reason", NULL) == 1, "no reason field");
+	/* support_reply allows a request for changes: its button and feedback */
+	ck_assert_msg(count_nodes(&w, pred_control, "feedback", NULL) == 1, "no feedback field");
 	{
 		size_t nd = count_nodes(&w, pred_control, "decision", NULL);
-		const struct control_value ap = { "decision", "approve" }, rj = { "decision", "reject" };
+		const struct control_value ap = { "decision", "approve" }, rj = { "decision", "reject" },
+		                           ch = { "decision", "changes_requested" };
 		bool approve = count_nodes(&w, pred_control_value, &ap, NULL) == 1;
 		bool reject = count_nodes(&w, pred_control_value, &rj, NULL) == 1;
+		bool changes = count_nodes(&w, pred_control_value, &ch, NULL) == 1;
 
-		ck_assert_msg(nd == 2 && approve && reject,
-		              "the card must offer exactly the buttons approve and reject: %.3000s",
+		ck_assert_msg(nd == 3 && approve && reject && changes,
+		              "the card must offer exactly the buttons approve, reject and "
+		              "changes_requested: %.3000s",
 		              w.r.body);
 	}
 	csrf = csrf_of(&w);

@@ -27,6 +27,9 @@ POST /v1/chat/completions  (OpenAI's request and answer shape)
                                             a valid one: a repair that works
       `[fail]` anywhere                     503 {"error": ...} (a provider
                                             outage)
+      `asked for changes` (support_reply)   a redraft: the reply revised
+                                            (subject "… (revised)"), as
+                                            after a reviewer's feedback
       `[low]` anywhere (crm_tag)            confidence 0.4 (needs a person)
     A request needs `Authorization: Bearer <anything>` (401 otherwise), as
     the real endpoints do, so the test shows the credential is sent.
@@ -138,6 +141,11 @@ def answer_for(messages, crm=None, agent=False):
     elif crm:
         out = {"tag": "lead", "confidence": 0.4 if "[low]" in text else 0.95,
                "reason": "The message asks for a price quote."}
+    elif "asked for changes" in text:
+        out = {"subject": "Re: your request (revised)",
+               "body": "Hello,\nas you asked: your parcel ships on Friday, order number "
+                       "included. Спасибо! 🙏\nSupport",
+               "tone": "friendly", "confidence": 0.9}
     elif "[break-once]" in text:
         out = {"subject": "Re: Где моя посылка? 荷物はどこ? 📦",
                "body": "Ольга, простите за задержку — посылка уже в пути.\n"

@@ -13,7 +13,8 @@ n8n end-to-end test can say which branch an execution ended on.
         ["loop back", "rejected"]); error (the message the execution failed
         with, if any); from what those
         nodes put out: claim_error ("<code> <status>" on a claim's error
-        output), effect_id (approved), decision_reason (rejected) and report
+        output), effect_id (approved), decision_reason (rejected), feedback
+        (changes requested: the approver's, as the node put it out) and report
         (a Fail: "reported: <state>", "already settled: <state>" or "not
         reported").
 
@@ -32,7 +33,8 @@ ONCEGATE_NODE = "n8n-nodes-oncegate.oncegate"
 # The outputs of each operation of the oncegate node, in order.
 OUTPUTS = {
     "claim": ["claimed", "duplicate", "error"],
-    "submitAndWait": ["loop back", "approved", "rejected", "expired", "invalid"],
+    "submitAndWait": ["loop back", "approved", "rejected", "expired", "invalid",
+                      "changes requested"],
     "complete": ["completed"],
     "fail": ["reported"],
     "renewLease": ["renewed"],
@@ -85,7 +87,7 @@ def describe(row):
             "finished": bool(finished), "last_node": None, "key": None,
             "failed_execution": None, "approval_url": None, "nodes": [],
             "branches": {}, "claim_error": None, "effect_id": None,
-            "decision_reason": None, "report": None, "error": None}
+            "decision_reason": None, "feedback": None, "report": None, "error": None}
     link = APPROVAL_LINK.search(data or "")
     if link:
         info["approval_url"] = link.group(0)
@@ -124,6 +126,8 @@ def describe(row):
                     info["effect_id"] = og.get("effect_id")
                 elif op == "submitAndWait" and out == "rejected":
                     info["decision_reason"] = og.get("reason")
+                elif op == "submitAndWait" and out == "changes requested":
+                    info["feedback"] = og.get("feedback")
                 elif op == "fail":
                     if og.get("already_settled"):
                         info["report"] = "already settled: %s" % og.get("state")

@@ -37,6 +37,11 @@
 #           same key claimed by another tenant first changes nothing; the
 #           same key with another payload ends on the claim's error output;
 #        b. rejected in Chromium: ends on the rejected output, nothing sent;
+#        g. changes requested in Chromium with feedback: the execution takes
+#           the "changes requested" output back to the model, whose prompt
+#           holds the feedback; the redraft waits (round 2) with a new notice,
+#           the first link answers 410 "This round is closed"; approved in
+#           Chromium: exactly one mail, the redraft's;
 #        c. approval expired (the dispatcher's tick): ends on expired;
 #        d. a contract-breaking model: one repair, failed_terminal, and the
 #           error workflow finds the run settled; a model that breaks the
@@ -391,7 +396,7 @@ ticket() { # ticket ID MESSAGE
 CLAIM_S='Claim the ticket' SUBMIT_S='Submit the draft' DECISION='loop back'
 # this n8n's tickets and contact (the other n8n of the run numbers its own apart)
 T101=$((TK + 101)) T102=$((TK + 102)) T103=$((TK + 103)) T104=$((TK + 104))
-T105=$((TK + 105)) T106=$((TK + 106)) T107=$((TK + 107)) C201=$((TK + 201))
+T105=$((TK + 105)) T106=$((TK + 106)) T107=$((TK + 107)) T108=$((TK + 108)) C201=$((TK + 201))
 
 # --- a. duplicates: 30 at once, 2 later; approval in Chromium -------------------------
 
@@ -488,6 +493,52 @@ expect "run $K" "$(q "$K" "SELECT state || ' ' || decision || ' ' || decided_by 
 expect "email effects for $K" "$(q "$K" "SELECT count(*) FROM effect_outbox WHERE idempotency_key = :'key' AND effect_type = 'email.send'")" 0
 expect "mails to customer-$T102" "$(mails customer-$T102@example.com)" 0
 B_S=$(($(date +%s) - t))
+
+# --- g. changes requested in Chromium, redrafted with the feedback, approved ------------------------
+
+t=$(date +%s)
+K=acme:support-reply:ticket-$T108:v1
+FEEDBACK108='Укажите номер заказа 108, пожалуйста — 请注明订单号 · أضف رقم الطلب 🙏'
+say "g. ticket $T108: changes requested in Chromium, then the redraft approved"
+expect "delivery answered" "$(hook "$SUPPORT" "$(ticket $T108 'Где заказ 108? 注文108はどこ? 📦')")" 200
+until_true 60 "execution for $K waits for the decision" waiting_exec "$K"
+URL1=$(approval_url "$K")
+node "$ROOT/tests/browser/decide.mjs" "$URL1" "$APPROVER" "$APPROVER_GROUPS" changes_requested \
+	"$ARTIFACTS/n8n-$FLAVOUR-changes.png" "$FEEDBACK108" >"$WORK/changes.log" 2>&1 ||
+	{ cat "$WORK/changes.log" >&2; fail "decide.mjs changes_requested failed"; }
+ok "changes requested in Chromium by $APPROVER"
+redrafted() { [[ $(model_calls "$FEEDBACK108") -ge 1 ]]; }
+until_true 60 "the model was asked again, with the feedback in its prompt" redrafted
+expect "model calls for ticket $T108" "$(model_calls "Ticket $T108:")" 2
+expect "model calls with the feedback" "$(model_calls "$FEEDBACK108")" 1
+round2() { [[ $(q "$K" "SELECT state || ' ' || round FROM workflow_runs WHERE idempotency_key = :'key' AND $MINE") == "awaiting_human 2" ]]; }
+until_true 60 "the redraft waits for a person (round 2)" round2
+new_notice() { local u; u=$(notice_link "$K") && [[ $u != "$URL1" ]]; }
+until_true 60 "a new notice with a new link for the redraft" new_notice
+URL2=$(notice_link "$K")
+old=$(curl -sS --noproxy '*' -o "$WORK/old.html" -w '%{http_code}' -H "X-Dev-User: $APPROVER" \
+	-H "X-Dev-Groups: $APPROVER_GROUPS" "$URL1")
+expect "the first round's link" "$old $(grep -c 'This round is closed' "$WORK/old.html")" "410 1"
+node "$ROOT/tests/browser/decide.mjs" "$URL2" "$APPROVER" "$APPROVER_GROUPS" approve \
+	"$ARTIFACTS/n8n-$FLAVOUR-redraft.png" "The revised reply is right" >"$WORK/redraft.log" 2>&1 ||
+	{ cat "$WORK/redraft.log" >&2; fail "decide.mjs approve (redraft) failed"; }
+ok "the redraft approved in Chromium by $APPROVER"
+until_true 60 "the execution ended on the approved output" took "$K" "$SUBMIT_S" approved success
+expect "the outputs $SUBMIT_S took" "$(branches_of "e['key'] == '$K' and e['branches'].get('''$SUBMIT_S''')" "$SUBMIT_S")" \
+	"['$DECISION', 'changes requested', '$DECISION', 'approved']"
+expect "the feedback the changes requested output carried" \
+	"$(field_of "e['key'] == '$K' and e['branches'].get('''$SUBMIT_S''')" feedback)" "$FEEDBACK108"
+until_true 60 "run $K completed" state_is "$K" "completed -"
+until_true 30 "a mail for customer-$T108" mail_sent customer-$T108@example.com
+expect "mails to customer-$T108" "$(mails customer-$T108@example.com)" 1
+expect "the mail's subject (the redraft's)" "$("$PY" "$ROOT/tests/providers/mailbox.py" "$ONCEGATE_DEMO_SMTP_LOG" \
+	--to customer-$T108@example.com --json | "$PY" -c 'import json,sys; print(json.loads(sys.stdin.readline())["subject"])')" \
+	"Re: your request (revised)"
+expect "email effects for $K" "$(q "$K" "SELECT count(*) || ' ' || min(payload->>'subject') FROM effect_outbox WHERE idempotency_key = :'key' AND effect_type = 'email.send' AND $MINE")" \
+	"1 Re: your request (revised)"
+expect "the rounds' votes" "$(q "$K" "SELECT string_agg(round || ':' || decision, ' ' ORDER BY id) FROM approval_votes WHERE idempotency_key = :'key' AND $MINE")" \
+	"1:changes_requested 2:approve"
+G_S=$(($(date +%s) - t))
 
 # --- c. approval expired --------------------------------------------------------------------
 
@@ -643,6 +694,6 @@ agent_scenario
 expect "n8n executions that failed outside the two planned failures" \
 	"$(count_execs "e['status'] not in ('success', 'waiting') and not (e['key'] == 'acme:support-reply:ticket-$T104:v1' and e['last_node'] == 'Submit the draft') and not ($REFUSED)")" 0
 TOTAL_S=$(($(date +%s) - T0))
-printf 'n8n %s (%s, port %s): install/check %ss, node package %ss, import+publish %ss, start %ss; a %ss, b %ss, c %ss, d %ss, e %ss, f %ss; total %ss\n' \
-	"$N8N_VERSION" "$FLAVOUR" "$N8N_PORT" "$INSTALL_S" "$PACKAGE_S" "$IMPORT_S" "$START_S" "$A_S" "$B_S" "$C_S" "$D_S" "$E_S" "$F_S" "$TOTAL_S"
+printf 'n8n %s (%s, port %s): install/check %ss, node package %ss, import+publish %ss, start %ss; a %ss, b %ss, g %ss, c %ss, d %ss, e %ss, f %ss; total %ss\n' \
+	"$N8N_VERSION" "$FLAVOUR" "$N8N_PORT" "$INSTALL_S" "$PACKAGE_S" "$IMPORT_S" "$START_S" "$A_S" "$B_S" "$G_S" "$C_S" "$D_S" "$E_S" "$F_S" "$TOTAL_S"
 say "all n8n scenarios passed"

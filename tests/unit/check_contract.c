@@ -687,6 +687,12 @@ static const struct lcase lcases[] = {
 	  "\"allowed_decisions\":[]}"), "/gate/allowed_decisions:" },
 	{ "decision twice", "t.json", STD("\"gate\":{\"approvers\":[\"x\"],"
 	  "\"allowed_decisions\":[\"reject\",\"reject\"]}"), "/gate/allowed_decisions/1:" },
+	{ "changes without approve", "t.json", STD("\"gate\":{\"approvers\":[\"x\"],"
+	  "\"allowed_decisions\":[\"reject\",\"changes_requested\"]}"),
+	  "/gate/allowed_decisions: \"changes_requested\" needs \"approve\"" },
+	{ "changes twice", "t.json", STD("\"gate\":{\"approvers\":[\"x\"],"
+	  "\"allowed_decisions\":[\"approve\",\"changes_requested\",\"changes_requested\"]}"),
+	  "/gate/allowed_decisions/2: listed twice" },
 	{ "sod not boolean", "t.json", STD("\"gate\":{\"approvers\":[\"x\"],"
 	  "\"separation_of_duties\":\"yes\"}"), "/gate/separation_of_duties:" },
 	/* notify, reminders, escalation */
@@ -1149,6 +1155,8 @@ START_TEST(test_defaults)
 	ck_assert(!contract_decision_allowed(c, "Approve"));
 	ck_assert(!contract_decision_allowed(c, ""));
 	ck_assert(!contract_decision_allowed(c, NULL));
+	/* off by default */
+	ck_assert(!contract_decision_allowed(c, "changes_requested"));
 	d = contract_allowed_decisions(c);
 	ck_assert_uint_eq(json_array_size(d), 2);
 	ck_assert_str_eq(json_string_value(json_array_get(d, 0)), "approve");
@@ -1189,6 +1197,18 @@ START_TEST(test_settings)
 	ck_assert(!contract_notifies(c));
 	ck_assert_int_eq(contract_remind_after_seconds(c), 0);
 	ck_assert_uint_eq(contract_escalate_count(c), 0);
+	contract_set_free(set);
+
+	/* request changes, turned on */
+	set = load_text(STD("\"gate\":{\"approvers\":[\"x\"],\"allowed_decisions\":"
+	                    "[\"approve\",\"changes_requested\"]},\"repair_attempts\":2"), &c);
+	ck_assert(contract_decision_allowed(c, "changes_requested"));
+	ck_assert(!contract_decision_allowed(c, "reject"));
+	d = contract_allowed_decisions(c);
+	ck_assert_uint_eq(json_array_size(d), 2);
+	ck_assert_str_eq(json_string_value(json_array_get(d, 1)), "changes_requested");
+	json_decref(d);
+	ck_assert_int_eq(contract_repair_attempts(c), 2);
 	contract_set_free(set);
 
 	set = load_text(STD("\"gate\":{\"approvers\":[\"group:служба поддержки\"],"

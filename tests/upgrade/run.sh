@@ -19,7 +19,8 @@
 # It prints the figures and fails unless: 0 acknowledged claims or effects
 # lost, 0 effects received twice, the 503 window seen and every 503 with
 # Retry-After, no answer other than 2xx or 503, nothing sent during the
-# window, one schema line per daemon.
+# window, one schema line per daemon for the previous release's schema (and
+# at most one for each version it finds while migrate runs).
 #
 #   tests/upgrade/run.sh [--from COMMIT]
 #
@@ -97,14 +98,19 @@ fi
 # --- a database, a provider, a configuration, nginx ------------------------------------
 PGUSER=postgres createdb -O oncegate "$DB"
 provider_start PROVIDER_PID PPORT "$TMP/provider.out" http_provider.py --pid "$TMP/provider.pid"
+# The contract the traffic uses, from the stack's contracts, and only it:
+# the stack's others may use what the previous release cannot load yet
+# (a decision it does not know, say), which would stop it at start-up.
+mkdir -p "$TMP/contracts"
+cp "$(conf_value contracts_dir)/crm_tag_unsampled.json" "$TMP/contracts/"
 conf() { # SQL_DIR LOG SOCKET
 	local k
 	conf_lines listen="$3" listen_mode=0660 listen_group=www-data threads=8 \
 		database="\"host=$PGHOST port=$PGPORT dbname=$DB\"" lease_default_seconds=300 log_file="$2" \
 		log_level=info sql_dir="$1" retry_after_seconds=2 dispatch_workers=2 dispatch_poll_ms=200 \
-		dispatch_shutdown_seconds=5
-	# the stack's contracts, templates, public URL and CSRF secret
-	for k in contracts_dir templates_dir public_url csrf_secret; do conf_lines "$k=$(conf_value "$k")"; done
+		dispatch_shutdown_seconds=5 contracts_dir="$TMP/contracts"
+	# the stack's templates, public URL and CSRF secret
+	for k in templates_dir public_url csrf_secret; do conf_lines "$k=$(conf_value "$k")"; done
 	target_conf demo_http http "http://127.0.0.1:$PPORT/effects" \
 		lookup_url="http://127.0.0.1:$PPORT/effects/lookup" idempotency_key=1 \
 		provider_id_header=X-Provider-Id rejection_pointer='!/ok'
@@ -253,8 +259,16 @@ for e in t["errors"][:5]:
 PY
 fig() { awk -v k="$1" '$1 == k { print $2 }' "$TMP/figures"; }
 unsent=$(q "SELECT count(*) FROM effect_outbox WHERE state NOT IN ('completed')")
-fcgi_lines=$(grep -c '"event":"schema.mismatch","program":"oncegate-fcgi"' "$TMP/new.log" || true)
-dispatch_lines=$(grep -c '"event":"schema.mismatch","program":"oncegate-dispatch"' "$TMP/new.log" || true)
+# One line per daemon for the previous release's schema; a daemon that
+# looks while migrate runs sees the migrations in between (each its own
+# transaction), one line for each version it finds, never more.
+mismatch() { # PROGRAM [FOUND]: its schema.mismatch lines (found: that version only)
+	grep -c "\"event\":\"schema.mismatch\",\"program\":\"$1\",\"state_from\":\"${2:-}" \
+		"$TMP/new.log" || true
+}
+fcgi_lines=$(mismatch oncegate-fcgi "${old_high%.sql}\"")
+dispatch_lines=$(mismatch oncegate-dispatch "${old_high%.sql}\"")
+between=$(($(mismatch oncegate-fcgi) - fcgi_lines + $(mismatch oncegate-dispatch) - dispatch_lines))
 printf '  previous release %s (schema %s) -> this tree (schema %s), %d migration(s) applied\n' \
 	"$SHA" "${old_high%.sql}" "${new_high%.sql}" "$applied"
 printf '  claims acknowledged                 %6d   lost %d (must be 0)\n' "$(fig claims_acked)" "$(fig claims_lost)"
@@ -268,7 +282,8 @@ printf '  503 window seen by clients          %6ss; a probe in it answered %s\n'
 printf '  sent by this tree before migrate    %6d   (must be 0); old release sent %d before the swap\n' \
 	"$sent_window" "$before"
 printf '  from migrate to serving again       %6d ms\n' "$back_ms"
-printf '  schema lines: responder %d, dispatcher %d (each must be 1)\n' "$fcgi_lines" "$dispatch_lines"
+printf '  schema lines: responder %d, dispatcher %d (each must be 1); during migrate %d (at most %d)\n' \
+	"$fcgi_lines" "$dispatch_lines" "$between" $((2 * (applied - 1)))
 printf '  stage took %ds (window %ds of it)\n' $((SECONDS - T0)) $((W1 - W0))
 check "no acknowledged claim lost" "$(yn test "$(fig claims_lost)" -eq 0)"
 check "no acknowledged effect lost" "$(yn test "$(fig effects_lost)" -eq 0 -a "$unsent" -eq 0)"
@@ -278,7 +293,8 @@ check "the 503 window was seen, every 503 with Retry-After" \
 check "no answer other than 2xx or 503" "$(yn test "$(fig answers_other)" -eq 0 -a "$(fig client_errors)" -eq 0)"
 check "nothing sent on the old schema by this tree" "$(yn test "$sent_window" -eq 0)"
 check "traffic before and after the upgrade" "$(yn test "$before" -gt 0 -a "$(fig effects_acked)" -gt "$before")"
-check "one schema line per daemon" "$(yn test "$fcgi_lines" -eq 1 -a "$dispatch_lines" -eq 1)"
+check "one schema line per daemon" \
+	"$(yn test "$fcgi_lines" -eq 1 -a "$dispatch_lines" -eq 1 -a "$between" -le $((2 * (applied - 1))))"
 check "no sanitizer report from this tree's daemons" \
 	"$(if sanitizer_findings "$TMP/fcgi.stderr" || sanitizer_findings "$TMP/dispatch.stderr"; then echo no; else echo yes; fi)"
 exit "$fail"

@@ -409,6 +409,7 @@ describe('Submit output and wait for decision', () => {
 			['approved', 1],
 			['rejected', 2],
 			['expired', 3],
+			['changes_requested', 5],
 		]) {
 			const { ctx, run: r } = fakeExecute({
 				params: SUBMIT,
@@ -490,6 +491,51 @@ describe('Decision callback', () => {
 		const og = (await node.webhook.call(ctx)).workflowData?.[0][0].json.oncegate;
 		assert.equal(og.effect_id, 'e-mail');
 		assert.equal(og.effect_type, 'email.send');
+	});
+	it('resumes a request for changes with the feedback, the draft and the lease to redraft under', async () => {
+		const run = {
+			key: KEY,
+			state: 'processing',
+			version: 5,
+			round: 2,
+			lease_owner: '0b9e6c1e-3f0a-4d47-9a53-5d8c0f2f9d11',
+			callback_url: waiting,
+			output: { subject: 'Возврат', body: 'Черновик один' },
+			votes: [
+				{ decision: 'approve', final: false, subject: 'li.wei@example.com', round: 1 },
+				{
+					decision: 'changes_requested',
+					final: true,
+					subject: 'sam@example.com',
+					reason: 'Добавьте номер заказа · أضف رقم الطلب · 请加订单号 🙏',
+					round: 1,
+				},
+			],
+			effects: [],
+		};
+		const { ctx } = hook({ key: KEY, decision: 'changes_requested' }, '/webhook-waiting/4711', [
+			{ status: 200, body: run },
+		]);
+		const og = (await node.webhook.call(ctx)).workflowData?.[0][0].json.oncegate;
+		assert.equal(og.decision, 'changes_requested');
+		assert.equal(og.feedback, 'Добавьте номер заказа · أضف رقم الطلب · 请加订单号 🙏');
+		assert.equal(og.lease_owner, run.lease_owner);
+		assert.equal(og.version, 5);
+		assert.equal(og.round, 2);
+		assert.deepEqual(og.previous_output, run.output);
+		// the repair attempts spent: the run ended, and the workflow hears a reject
+		const ended = {
+			...run,
+			state: 'failed_terminal',
+			error_class: 'redrafts_spent',
+			reason: 'changes were requested, but the contract’s repair attempts are spent',
+		};
+		const b = hook({ key: KEY, decision: 'changes_requested' }, '/webhook-waiting/4711', [
+			{ status: 200, body: ended },
+		]);
+		const og2 = (await node.webhook.call(b.ctx)).workflowData?.[0][0].json.oncegate;
+		assert.equal(og2.decision, 'rejected');
+		assert.match(og2.reason, /repair attempts are spent; feedback: Добавьте/);
 	});
 	it('resumes an expired approval on expired', async () => {
 		const run = {
@@ -738,7 +784,7 @@ describe('The node as n8n shows it', () => {
 	it('names its outputs and explains the loop', () => {
 		assert.deepEqual(
 			evaluate(d.outputs, { operation: 'submitAndWait' }).map((o) => o.displayName),
-			['loop back', 'approved', 'rejected', 'expired', 'invalid'],
+			['loop back', 'approved', 'rejected', 'expired', 'invalid', 'changes requested'],
 		);
 		assert.match(d.hints[0].message, /loop back<\/b>, to this node’s own input/);
 		const notice = d.properties.find((p) => p.name === 'loopNotice');

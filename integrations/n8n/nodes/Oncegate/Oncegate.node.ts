@@ -36,7 +36,7 @@ import {
 /** The outputs of each operation, in order (the node's outputs follow the operation). */
 export const OUTPUTS: Record<string, string[]> = {
 	claim: ['claimed', 'duplicate', 'error'],
-	submitAndWait: ['loop back', 'approved', 'rejected', 'expired', 'invalid'],
+	submitAndWait: ['loop back', 'approved', 'rejected', 'expired', 'invalid', 'changes requested'],
 	complete: ['completed'],
 	fail: ['reported'],
 	renewLease: ['renewed'],
@@ -51,7 +51,7 @@ const CONTEXT_MARK = 'oncegate run: ';
 function configuredOutputs(parameters: { operation?: string }) {
 	const names: Record<string, string[]> = {
 		claim: ['claimed', 'duplicate', 'error'],
-		submitAndWait: ['loop back', 'approved', 'rejected', 'expired', 'invalid'],
+		submitAndWait: ['loop back', 'approved', 'rejected', 'expired', 'invalid', 'changes requested'],
 		complete: ['completed'],
 		fail: ['reported'],
 		renewLease: ['renewed'],
@@ -279,7 +279,7 @@ export class Oncegate implements INodeType {
 		hints: [
 			{
 				message:
-					'Connect the first output, <b>loop back</b>, to this node’s own input: n8n resumes a waiting node only on its first output, and the node then routes the decision to <b>approved</b>, <b>rejected</b> or <b>expired</b>.',
+					'Connect the first output, <b>loop back</b>, to this node’s own input: n8n resumes a waiting node only on its first output, and the node then routes the decision to <b>approved</b>, <b>rejected</b>, <b>expired</b> or <b>changes requested</b> (connect that one back to the model: it carries the approver’s feedback).',
 				type: 'info',
 				location: 'outputPane',
 				whenToDisplay: 'always',
@@ -411,7 +411,7 @@ export class Oncegate implements INodeType {
 			// ---- submit output and wait
 			{
 				displayName:
-					'Connect the first output, <b>loop back</b>, to this node’s own input: the execution waits here, and n8n resumes a waiting node only on its first output; the node then routes the decision to approved, rejected or expired.',
+					'Connect the first output, <b>loop back</b>, to this node’s own input: the execution waits here, and n8n resumes a waiting node only on its first output; the node then routes the decision to approved, rejected, expired or changes requested (the approver’s feedback, for a new draft: connect it back to the model, then to this node).',
 				name: 'loopNotice',
 				type: 'notice',
 				default: '',
@@ -807,19 +807,24 @@ async function submitAndWait(
 	api: OncegateCaller,
 ): Promise<INodeExecutionData[][]> {
 	const items = fns.getInputData();
-	const out: INodeExecutionData[][] = [[], [], [], [], []];
+	const out: INodeExecutionData[][] = [[], [], [], [], [], []];
 	let waiting: INodeExecutionData | undefined;
 	for (let i = 0; i < items.length; i++) {
 		const json = items[i].json;
 		const back = json.oncegate as IDataObject | undefined;
 		// The decision, back from the wait: routed to its output.
 		if (back && back.resumed === true && typeof back.decision === 'string') {
-			const index = { approved: 1, rejected: 2, expired: 3 }[back.decision];
+			const index = { approved: 1, rejected: 2, expired: 3, changes_requested: 5 }[
+				back.decision
+			];
 			if (index === undefined) {
 				throw new NodeOperationError(fns.getNode(), `Unknown decision ${back.decision}`, {
 					itemIndex: i,
 				});
 			}
+			// changes requested: the run is this execution's again (a new
+			// draft under the same lease owner, at the version read back)
+			if (index === 5 && isRunContext(back)) remember(fns, back);
 			out[index].push({ json: { ...json, oncegate: { ...back, resumed: false } }, pairedItem: i });
 			continue;
 		}
@@ -918,13 +923,14 @@ async function submitAndWait(
 		// oncegate calls $execution.resumeUrl with the decision (approved,
 		// rejected, or expired when nobody decides in time): no wait limit here.
 		await fns.putExecutionToWait(WAIT_INDEFINITELY);
-		return [[waiting], [], [], [], []];
+		return [[waiting], [], [], [], [], []];
 	}
 	return out;
 }
 
 /**
- * oncegate's decision callback ({key, decision, decided_by, approval_id}).
+ * oncegate's decision callback ({key, decision, decided_by, approval_id,
+ * feedback?}).
  * The run is read back from oncegate with the node's credential, and the
  * decision is taken from it (not from the request), so only a decision
  * oncegate recorded for the run this execution waits on resumes it.
@@ -950,15 +956,21 @@ export async function decisionCallback(
 		typeof run.callback_url === 'string' &&
 		new URL(run.callback_url, 'http://n8n.invalid').pathname === here;
 	if (!waitsHere) return ignore(409, 'this execution does not wait for that run');
+	const votes = Array.isArray(run.votes) ? (run.votes as IDataObject[]) : [];
+	// the final vote of the newest round that has one
+	const final = votes.filter((v) => v.final === true).pop();
+	const changes = final?.decision === 'changes_requested';
 	let decision: string | undefined;
 	if (run.decision === 'approve') decision = 'approved';
 	else if (run.decision === 'reject') decision = 'rejected';
 	else if (run.state === 'failed_terminal' && run.error_class === 'approval_expired')
 		decision = 'expired';
+	else if (changes && run.state === 'processing') decision = 'changes_requested';
+	// changes requested once the repair attempts were spent: the run ended
+	else if (changes && run.state === 'failed_terminal' && run.error_class === 'redrafts_spent')
+		decision = 'rejected';
 	if (decision === undefined) return ignore(409, 'the run is not decided');
 	const effect = decision === 'approved' ? effectOf(run) : undefined;
-	const votes = Array.isArray(run.votes) ? (run.votes as IDataObject[]) : [];
-	const final = votes.find((v) => v.final === true);
 	const item: IDataObject = {
 		oncegate: {
 			key,
@@ -968,7 +980,23 @@ export async function decisionCallback(
 			resumed: true,
 			...(run.decided_by !== undefined ? { decided_by: run.decided_by } : {}),
 			...(run.decided_at !== undefined ? { decided_at: run.decided_at } : {}),
-			...(decision === 'rejected' ? { reason: final?.reason ?? run.reason ?? '' } : {}),
+			...(decision === 'rejected' && !changes
+				? { reason: final?.reason ?? run.reason ?? '' }
+				: {}),
+			...(decision === 'rejected' && changes
+				? { reason: `${String(run.reason ?? '')}; feedback: ${String(final?.reason ?? '')}` }
+				: {}),
+			// a new draft: the lease to hand it in under, the feedback and
+			// the draft it is about
+			...(decision === 'changes_requested'
+				? {
+						lease_owner: run.lease_owner,
+						round: run.round,
+						feedback: final?.reason ?? '',
+						changes_requested_by: final?.subject,
+						previous_output: run.output,
+					}
+				: {}),
 			...(decision === 'expired' ? { reason: run.reason ?? 'approval expired' } : {}),
 			...(effect ? { effect_id: effect.effect_id, effect_type: effect.type } : {}),
 			...(run.edit !== undefined ? { edited: true } : {}),
