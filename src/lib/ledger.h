@@ -117,6 +117,8 @@ struct ledger_output {
 	const char *source_url;
 	const char *requested_by;
 	const char *callback_url;
+	const char *context;         /* JSON text of the approver's context, or NULL;
+	                              * kept apart from the effect and every hash */
 	const char *validation;      /* JSON text of the errors (invalid outputs) */
 };
 
