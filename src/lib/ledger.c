@@ -461,7 +461,8 @@ static const struct db_stmt st_original = {
 	"SELECT r.client_id, r.state, r.payload::text AS payload, r.payload_hash,"
 	"       r.contract, r.contract_hash, r.output::text AS output, r.output_hash,"
 	"       r.model::text AS model,"
-	"       r.effect::text AS effect, r.source_url, r.workflow_version, r.correlation_id,"
+	"       r.effect::text AS effect, r.source_url, r.context::text AS context,"
+	"       r.workflow_version, r.correlation_id,"
 	"       (SELECT count(*) FROM effect_outbox e"
 	"         WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
 	"           AND e.effect_type <> 'approval.notify'"
@@ -508,15 +509,15 @@ static const struct db_stmt st_replay = {
 	"  INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
 	"      state, claim_started_at, version, attempt, workflow_version, trigger,"
 	"      correlation_id, contract, contract_hash, output, output_hash, model, effect,"
-	"      source_url, requested_by, error_class, reason)"
+	"      source_url, requested_by, error_class, reason, context)"
 	"  VALUES ($1, $2, $3, $4::jsonb, $5, now(), 1, 1, $6, 'replay', $7, $8, $9,"
-	"      $10::jsonb, $11, $12::jsonb, $13::jsonb, $14, $15, $16, $17)"
+	"      $10::jsonb, $11, $12::jsonb, $13::jsonb, $14, $15, $16, $17, $19::jsonb)"
 	"  ON CONFLICT (client_id, idempotency_key) DO NOTHING"
 	"  RETURNING client_id, idempotency_key, state, version, attempt"
 	"), " LEDGER_EVENT("ins", "'run.replayed'", "NULL", "state",
 	                   "$15", "$18")
 	"SELECT state FROM ins",
-	18, false,
+	19, false,
 };
 
 static const struct db_stmt st_audit = {
@@ -1614,11 +1615,11 @@ enum og_rc
 ledger_replay(struct db *db, const struct ledger_replay *r)
 {
 	char cid[24];
-	const char *p[18] = {
+	const char *p[19] = {
 		cid, r->key, r->payload_hash, r->payload, r->state, r->workflow_version,
 		r->correlation_id, r->contract, r->contract_hash, r->output, r->output_hash,
 		r->model, r->effect, r->source_url, r->requested_by, r->error_class, r->reason,
-		r->event_reason,
+		r->event_reason, r->context,
 	};
 
 	snprintf(cid, sizeof(cid), "%lld", r->client_id);

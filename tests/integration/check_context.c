@@ -28,7 +28,9 @@
  *               and the chat notice's summary name the ticket's subject
  *               and the customer, neutralised; never the message;
  *   purged      a rejected run past retention loses its context with its
- *               other free text (oncegatectl purge); a recent one keeps it.
+ *               other free text (oncegatectl purge); a recent one keeps it;
+ *   replayed    a rejected run replayed by an operator: the new run carries
+ *               the original's context and its card shows it.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -517,19 +519,62 @@ START_TEST(test_purged)
 }
 END_TEST
 
+/* ---- replayed ------------------------------------------------------------------ */
+
+/* A rejected run replayed by an operator: the new run carries the
+ * original's context, and its card shows it. */
+START_TEST(test_replayed)
+{
+	char key[160], nkey[192], id[64], path[128], cid[32];
+	PGconn *c = tl_pg_connect();
+	struct tl_resp r;
+	struct pl_doc d;
+	char *out = NULL, *err = NULL, *t;
+	long st;
+
+	snprintf(key, sizeof(key), "%s-replayed:ticket-4900", tl_run);
+	snprintf(nkey, sizeof(nkey), "%s-again", key);
+	output_with(dl_key_dev, key, "inbox_mail", context_of(1), &r);
+	ck_assert_msg(r.status == 202, "output: HTTP %ld %.600s", r.status, r.body);
+	approval_of(&r, id, sizeof(id));
+	tl_resp_free(&r);
+	snprintf(path, sizeof(path), "/approve/card/%s", id);
+	ck_assert_int_eq(pl_decide_at(path, PERSON, PERSON_GROUPS, "reject", NULL, 0), 303);
+	st = tl_ctl_err(&out, &err, "replay", key, "--new-key", nkey, "--client", "dev", "--reason",
+	                "Ольга отклонила по ошибке", (char *)NULL);
+	ck_assert_msg(st == 0, "replay exited %ld: %s%s", st, out, err);
+	free(out);
+	free(err);
+	ck_assert(dl_client_id("dev", cid, sizeof(cid)));
+	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs n JOIN workflow_runs o"
+	                      "    ON o.client_id = n.client_id AND o.idempotency_key = $2"
+	                      " WHERE n.client_id = $1::bigint AND n.idempotency_key = $3"
+	                      "   AND n.context = o.context AND n.context->>'customer' = $4",
+	                      cid, key, nkey, customers[1], (char *)NULL),
+	                 1);
+	t = qstr(c, "SELECT a.id::text FROM approvals a WHERE a.client_id = $1::bigint"
+	         "   AND a.idempotency_key = $2 ORDER BY a.created_at LIMIT 1", cid, nkey, (char *)NULL);
+	ck_assert_ptr_nonnull(t);
+	snprintf(path, sizeof(path), "/approve/card/%s", t);
+	free(t);
+	pl_doc_get(path, PERSON, PERSON_GROUPS, &d);
+	ASSERT_STATUS(&d.r, 200);
+	t = pl_doc_text1(&d, "//section[@class='context']//pre");
+	ck_assert_msg(strcmp(t, messages[1]) == 0, "the replay's card shows: %s", t);
+	free(t);
+	pl_doc_free(&d);
+	PQfinish(c);
+}
+END_TEST
+
 static Suite *
 context_suite(void)
 {
 	Suite *s = suite_create("context");
-	TCase *tc = tcase_create("context");
+	TCase *tc = dl_tcase(s, "context", 4 * SETTLE_S + 60);
 
-	tcase_set_timeout(tc, 180);
-	tcase_add_test(tc, test_apart_and_shown);
-	tcase_add_test(tc, test_without_context);
-	tcase_add_test(tc, test_refused);
-	tcase_add_test(tc, test_told);
-	tcase_add_test(tc, test_purged);
-	suite_add_tcase(s, tc);
+	TL_TESTS(tc, test_apart_and_shown, test_without_context, test_refused, test_told,
+	         test_purged, test_replayed);
 	return s;
 }
 
