@@ -477,23 +477,33 @@ END_TEST
 
 /* ---- purged -------------------------------------------------------------------- */
 
+/* A run of "dev" with tenant i's context, rejected on its card by PERSON. */
+static void
+rejected_run(const char *key, int i)
+{
+	char id[64], path[128];
+	struct tl_resp r;
+
+	output_with(dl_key_dev, key, "inbox_mail", context_of(i), &r);
+	ck_assert_msg(r.status == 202, "output: HTTP %ld %.600s", r.status, r.body);
+	approval_of(&r, id, sizeof(id));
+	tl_resp_free(&r);
+	snprintf(path, sizeof(path), "/approve/card/%s", id);
+	ck_assert_int_eq(pl_decide_at(path, PERSON, PERSON_GROUPS, "reject", NULL, 0), 303);
+}
+
 START_TEST(test_purged)
 {
-	char old_key[160], new_key[160], id[64], path[128], cid[32];
+	char old_key[160], new_key[160], cid[32];
 	PGconn *c = tl_pg_connect();
 	struct tl_resp r;
 	char *out = NULL;
 
 	snprintf(old_key, sizeof(old_key), "%s-purged:ticket-4700", tl_run);
 	snprintf(new_key, sizeof(new_key), "%s-kept:ticket-4701", tl_run);
-	output_with(dl_key_dev, old_key, "inbox_mail", context_of(1), &r);
-	ck_assert_msg(r.status == 202, "output: HTTP %ld %.600s", r.status, r.body);
-	approval_of(&r, id, sizeof(id));
-	tl_resp_free(&r);
+	rejected_run(old_key, 1);
 	output_with(dl_key_dev, new_key, "inbox_mail", context_of(0), &r);
 	tl_resp_free(&r);
-	snprintf(path, sizeof(path), "/approve/card/%s", id);
-	ck_assert_int_eq(pl_decide_at(path, PERSON, PERSON_GROUPS, "reject", NULL, 0), 303);
 	ck_assert(dl_client_id("dev", cid, sizeof(cid)));
 	{
 		char *st = dl_run_state(c, cid, old_key);
@@ -525,21 +535,15 @@ END_TEST
  * original's context, and its card shows it. */
 START_TEST(test_replayed)
 {
-	char key[160], nkey[192], id[64], path[128], cid[32];
+	char key[160], nkey[192], path[128], cid[32];
 	PGconn *c = tl_pg_connect();
-	struct tl_resp r;
 	struct pl_doc d;
 	char *out = NULL, *err = NULL, *t;
 	long st;
 
 	snprintf(key, sizeof(key), "%s-replayed:ticket-4900", tl_run);
 	snprintf(nkey, sizeof(nkey), "%s-again", key);
-	output_with(dl_key_dev, key, "inbox_mail", context_of(1), &r);
-	ck_assert_msg(r.status == 202, "output: HTTP %ld %.600s", r.status, r.body);
-	approval_of(&r, id, sizeof(id));
-	tl_resp_free(&r);
-	snprintf(path, sizeof(path), "/approve/card/%s", id);
-	ck_assert_int_eq(pl_decide_at(path, PERSON, PERSON_GROUPS, "reject", NULL, 0), 303);
+	rejected_run(key, 1);
 	st = tl_ctl_err(&out, &err, "replay", key, "--new-key", nkey, "--client", "dev", "--reason",
 	                "Ольга отклонила по ошибке", (char *)NULL);
 	ck_assert_msg(st == 0, "replay exited %ld: %s%s", st, out, err);
