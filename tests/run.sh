@@ -98,6 +98,9 @@ run_browser_tooling() { bash "$ROOT/tests/browser/check_ensure.sh"; }
 # The approval page in a real browser (headless Chromium), while the stack
 # is still up. 77 (skipped) is a failure here too.
 run_browser() { ONCEGATE_ARTIFACTS=$DEV_DIR/artifacts bash "$ROOT/tests/browser/run.sh"; }
+# The context an approver reads (the customer's message, the ticket's
+# subject) on the card and in the inbox, two tenants, in Chromium.
+run_browser_context() { ONCEGATE_ARTIFACTS=$DEV_DIR/artifacts bash "$ROOT/tests/browser/context.sh"; }
 
 # Who may reach the stack: no other local user gets into its database or
 # reads its secrets.
@@ -279,6 +282,7 @@ run_stages() {
 		"run_n8n_node|n8n node: unit tests and lint (tests/n8n/node_unit.sh)|the n8n node's unit tests or n8n's lint of it failed"
 		"run_browser_tooling|browser tooling (tests/browser/check_ensure.sh)|a suite runs the browser scripts without ensuring their tooling"
 		"run_browser|browser test (tests/browser/run.sh)|browser test failed"
+		"run_browser_context|browser: the approver's context (tests/browser/context.sh)|the card or the inbox does not show the context, or showed it as markup"
 		"run_local_access|local access (tests/identity/local_access.sh)|local access: another local user can reach the database or read a secret"
 		"run_prod_nginx|production nginx with SSO (tests/identity/prod_nginx.sh)|production nginx: a token left the gate, or sign-in did not lead back to the page"
 		"run_kill9|chaos, short form (tests/chaos/kill9.sh --effects 200 --kills 10)|chaos: an effect was sent twice or lost"

@@ -21,6 +21,7 @@
 
 #include "api_int.h"
 #include "api_card.h"
+#include "buf.h"
 #include "canon.h"
 #include "contract.h"
 #include "csrf.h"
@@ -425,6 +426,26 @@ api_approve_handle(struct api_call *c)
 
 /* ---- the inbox and the card by id --------------------------------------- */
 
+/* An inbox entry's second line: "from CUSTOMER · reply “DRAFT SUBJECT”",
+ * either part when known (the draft's subject only when the title is the
+ * ticket's), else nothing. */
+static void
+inbox_about(struct page_scope *sc, const char *customer, const char *draft)
+{
+	struct buf t;
+
+	buf_init(&t, 16384);
+	if (customer != NULL && customer[0] != '\0' &&
+	    (buf_puts(&t, "from ") != 0 || buf_puts(&t, customer) != 0))
+		buf_reset(&t);
+	if (draft != NULL && draft[0] != '\0' &&
+	    (buf_puts(&t, t.len > 0 ? " \xc2\xb7 reply \xe2\x80\x9c" : "reply \xe2\x80\x9c") != 0 ||
+	     buf_puts(&t, draft) != 0 || buf_puts(&t, "\xe2\x80\x9d") != 0))
+		buf_reset(&t);
+	(void)page_scope_text(sc, "entry_about", t.data != NULL ? t.data : "");
+	buf_free(&t);
+}
+
 /* Most entries an inbox shows (the newest). */
 #define INBOX_MAX 200
 
@@ -535,7 +556,9 @@ api_approve_inbox(struct api_call *c)
 		const char *etype = json_string_value(json_object_get(e, "effect_type"));
 		const char *etarget = json_string_value(json_object_get(e, "effect_target"));
 		const char *esubj = json_string_value(json_object_get(e, "effect_subject"));
-		char href[GATE_ID_LEN + 16], effect[256], title[320];
+		const char *csubj = json_string_value(json_object_get(e, "context_subject"));
+		const char *cust = json_string_value(json_object_get(e, "context_customer"));
+		char href[GATE_ID_LEN + 16], effect[256];
 		struct page_scope *sc;
 
 		/* the card's own rule: the same comparison, and a requester never
@@ -549,12 +572,13 @@ api_approve_inbox(struct api_call *c)
 			break;
 		snprintf(href, sizeof(href), "/approve/card/%s", id);
 		snprintf(effect, sizeof(effect), "%s to %s", etype ?: "(no action)", etarget ?: "-");
-		if (esubj != NULL)
-			snprintf(title, sizeof(title), "%s", esubj);
-		else
-			snprintf(title, sizeof(title), "%s", effect);
+		/* what it answers first: three replies to three tickets differ there */
 		(void)page_scope_attr(sc, "entry_link", "href", href);
-		(void)page_scope_text(sc, "entry_title", title);
+		(void)page_scope_text(sc, "entry_title",
+		                      csubj != NULL && csubj[0] != '\0' ? csubj
+		                      : esubj != NULL                      ? esubj
+		                                                           : effect);
+		inbox_about(sc, cust, csubj != NULL && csubj[0] != '\0' ? esubj : NULL);
 		(void)page_scope_text(sc, "entry_effect", effect);
 		(void)page_scope_text(sc, "entry_key", json_string_value(json_object_get(e, "key")) ?: "");
 		(void)page_scope_text(sc, "entry_client",

@@ -16,6 +16,7 @@
 #include "api_int.h"
 #include "api_card.h"
 #include "api_decision.h"
+#include "buf.h"
 #include "canon.h"
 #include "contract.h"
 #include "csrf.h"
@@ -531,6 +532,39 @@ card_edit(struct page *p, const struct api_card_draft *dr, const json_t *values,
 	return shown > 0;
 }
 
+/* What the run answers, as the workflow handed it in (the run's context),
+ * beside the draft: plain text in the page's DOM, so whatever the customer
+ * or the model wrote is shown and never becomes a link or markup. The
+ * section goes when there is none; the title names the subject. */
+static void
+card_context(struct page *p, const json_t *run)
+{
+	const json_t *ctx = json_object_get(run, "context");
+	const char *subject = json_string_value(json_object_get(ctx, "subject"));
+	const char *customer = json_string_value(json_object_get(ctx, "customer"));
+	const char *message = json_string_value(json_object_get(ctx, "message"));
+	struct buf t;
+
+	if (json_object_size(ctx) == 0) {
+		page_remove(p, "context");
+		(void)page_text(p, "title", "Approval needed");
+		return;
+	}
+	buf_init(&t, 4096);
+	if (subject != NULL && subject[0] != '\0' &&
+	    buf_puts(&t, "Approval needed: ") == 0 && buf_puts(&t, subject) == 0)
+		(void)page_text(p, "title", t.data);
+	else
+		(void)page_text(p, "title", "Approval needed");
+	buf_free(&t);
+	(void)page_text(p, "context_subject",
+	                subject != NULL && subject[0] != '\0' ? subject : "(not given)");
+	(void)page_text(p, "context_customer",
+	                customer != NULL && customer[0] != '\0' ? customer : "(not given)");
+	(void)page_text(p, "context_message",
+	                message != NULL && message[0] != '\0' ? message : "(not given)");
+}
+
 /* May the person correct the draft now? The contract names fields, they
  * may approve, and nobody approved or corrected it yet: every approval of
  * a quorum is then for the same text. */
@@ -580,7 +614,7 @@ api_card_page(struct api_call *c, const struct gate_approval *a, const json_t *r
 		p = NULL;
 		goto out;
 	}
-	(void)page_text(p, "title", "Approval needed");
+	card_context(p, run);
 	(void)page_text(p, "key", a->key);
 	if (source != NULL) {
 		(void)page_attr(p, "source_link", "href", source);

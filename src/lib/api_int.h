@@ -193,6 +193,7 @@ struct api_output_in {
 	const json_t *model;         /* an object, or NULL */
 	const json_t *effect;        /* {"type", "target", "payload"} as given */
 	const char *source_url, *requested_by, *callback_url;   /* NULL when absent */
+	const json_t *context;       /* for the approver, as given; NULL when absent */
 	const char *owner;           /* the claim's lease owner */
 	long long version;
 };

@@ -6,6 +6,7 @@
  * to the gate, whose choice (a person, or the rules) decide_output carries
  * out in one transaction (api_output_decide).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,89 @@ output_people(struct api_call *c, const struct api_output_in *in)
 	return true;
 }
 
+/* The members of an output's context, each one string of at most max
+ * characters; multiline: line breaks and tabs allowed (the message). */
+static const struct context_member {
+	const char *name, *field;
+	size_t max;
+	bool multiline;
+} context_members[] = {
+	{ "subject", "context.subject", OG_CONTEXT_SUBJECT_MAX, false },
+	{ "customer", "context.customer", OG_CONTEXT_CUSTOMER_MAX, false },
+	{ "message", "context.message", OG_CONTEXT_MESSAGE_MAX, true },
+};
+
+/* Characters of s (well-formed UTF-8, as jansson keeps it), or (size_t)-1
+ * when it holds a control character the member does not allow. */
+static size_t
+context_chars(const char *s, size_t len, bool multiline)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i < len; i++) {
+		unsigned char b = (unsigned char)s[i];
+
+		if ((b < 0x20 && !(multiline && (b == '\n' || b == '\r' || b == '\t'))) ||
+		    b == 0x7f)
+			return (size_t)-1;
+		if ((b & 0xc0) != 0x80)
+			n++;
+	}
+	return n;
+}
+
+/* The context for the approver: an object of the members above, each
+ * optional; any other member, type or size is refused, naming the field.
+ * It is never part of the effect: false after answering. */
+static bool
+output_context(struct api_call *c, const json_t *ctx)
+{
+	const char *name;
+	json_t *v;
+	char msg[160];
+	size_t i, n;
+
+	if (!json_is_object(ctx)) {
+		api_reject(c, "invalid_field",
+		           "context must be an object of strings: subject, customer, message",
+		           "context");
+		return false;
+	}
+	json_object_foreach((json_t *)(uintptr_t)ctx, name, v) {
+		const struct context_member *m = NULL;
+
+		for (i = 0; i < sizeof(context_members) / sizeof(context_members[0]); i++)
+			if (strcmp(name, context_members[i].name) == 0)
+				m = &context_members[i];
+		if (m == NULL) {
+			api_reject(c, "invalid_field",
+			           "context takes only the members subject, customer and message",
+			           "context");
+			return false;
+		}
+		if (!json_is_string(v)) {
+			snprintf(msg, sizeof(msg), "%s must be a string", m->field);
+			api_reject(c, "invalid_field", msg, m->field);
+			return false;
+		}
+		n = context_chars(json_string_value(v), json_string_length(v), m->multiline);
+		if (n == (size_t)-1) {
+			snprintf(msg, sizeof(msg), "%s must be %s", m->field,
+			         m->multiline ? "printable text (line breaks and tabs allowed)"
+			                      : "one line of printable text");
+			api_reject(c, "invalid_field", msg, m->field);
+			return false;
+		}
+		if (n > m->max) {
+			snprintf(msg, sizeof(msg), "%s must be at most %zu characters (it has %zu)",
+			         m->field, m->max, n);
+			api_reject(c, "invalid_field", msg, m->field);
+			return false;
+		}
+	}
+	return true;
+}
+
 bool
 api_output_check(struct api_call *c, const struct api_output_in *in, json_t **sent,
                  json_t **errors)
@@ -146,7 +230,8 @@ api_output_check(struct api_call *c, const struct api_output_in *in, json_t **se
 
 	*sent = NULL;
 	*errors = NULL;
-	if (!output_effect(c, in, &etype, &etarget, &target) || !output_people(c, in))
+	if (!output_effect(c, in, &etype, &etarget, &target) || !output_people(c, in) ||
+	    (in->context != NULL && !output_context(c, in->context)))
 		return false;
 	*errors = contract_validate(in->contract, in->output);
 	if (*errors == NULL) {
@@ -342,7 +427,7 @@ api_output_decide(struct api_call *c, const struct api_output_in *in)
 	struct log_fields f = { .contract = contract_name(in->contract) };
 	struct decide_output d = { 0 };
 	char out_hash[CANON_HASH_LEN], sample_detail[128] = "";
-	char *eff_text = NULL, *model_text = NULL;
+	char *eff_text = NULL, *model_text = NULL, *context_text = NULL;
 	json_t *errors = NULL, *sent = NULL, *effect_doc = NULL;
 	const char *etype = json_string_value(json_object_get(in->effect, "type"));
 	const char *etarget = json_string_value(json_object_get(in->effect, "target"));
@@ -377,6 +462,12 @@ api_output_decide(struct api_call *c, const struct api_output_in *in)
 		api_internal(c, "effect could not be serialised");
 		goto out;
 	}
+	/* stored beside the run, never in the effect: an empty one is none */
+	if (json_object_size(in->context) > 0 &&
+	    (lo.context = context_text = canon_dumps(in->context, JSON_COMPACT)) == NULL) {
+		api_internal(c, "context could not be serialised");
+		goto out;
+	}
 	lo.model = model_text;
 	lo.effect = eff_text;
 	d.output = &lo;
@@ -395,6 +486,7 @@ out:
 	json_decref(sent);
 	free(eff_text);
 	free(model_text);
+	free(context_text);
 	ledger_run_clear(&run);
 }
 
@@ -403,7 +495,7 @@ api_output_submit(struct api_call *c)
 {
 	static const char *const fields[] = { "lease_owner", "version", "contract", "output",
 		                              "model", "effect", "source_url", "requested_by",
-		                              "callback_url", NULL };
+		                              "callback_url", "context", NULL };
 	struct api_output_in in = { 0 };
 	char *out_text = NULL;
 	const char *name;
@@ -431,6 +523,7 @@ api_output_submit(struct api_call *c)
 		goto out;
 	}
 	in.effect = json_object_get(c->body, "effect");
+	in.context = json_object_get(c->body, "context");
 	if (!api_opt_string(c, "source_url", OG_URL_MAX_CHARS, &in.source_url) ||
 	    !api_opt_string(c, "requested_by", OG_TEXT_MAX_CHARS, &in.requested_by) ||
 	    !api_opt_string(c, "callback_url", OG_URL_MAX_CHARS, &in.callback_url))

@@ -27,6 +27,12 @@
 #define OG_LOG_FIELD_MAX          (OG_TEXT_MAX_CHARS * 4)
 #define OG_ERROR_CLASS_MAX        64
 #define OG_RESULT_MAX             (64 * 1024) /* a run's stored result */
+/* An output's context for the approver (characters, not bytes): one line
+ * each for the subject and the customer, the message several. At 4 bytes
+ * a character the whole stays far below the column's 128 KiB bound. */
+#define OG_CONTEXT_SUBJECT_MAX    300
+#define OG_CONTEXT_CUSTOMER_MAX   300
+#define OG_CONTEXT_MESSAGE_MAX    20000
 #define OG_JSON_DEPTH_MAX         64
 #define OG_JSON_NUMBER_MAX        1000  /* characters of one number (kept as written) */
 #define OG_JSON_EXPONENT_MAX      1000  /* |exponent| as written: jsonb's limit */

@@ -67,7 +67,7 @@ output_challenge(struct db *db, struct decide_output *d, const json_t *decisions
 		const struct notify_challenge c = {
 			.id = id, .client_id = lo->client_id, .key = lo->key,
 			.approver = contract_approver(k, i), .requested_by = lo->requested_by,
-			.expires_at = expires, .effect = lo->effect,
+			.expires_at = expires, .effect = lo->effect, .context = lo->context,
 		};
 
 		grc = notify_challenge(db, k, &c);

@@ -579,7 +579,14 @@ static const struct db_stmt st_inbox = {
 	"         floor(extract(epoch FROM a.expires_at - now()))::bigint AS left_s,"
 	"         a.effect->>'type' AS effect_type, a.effect->>'target' AS effect_target,"
 	"         a.effect->'payload'->>'subject' AS effect_subject,"
-	"         (SELECT c.name FROM api_clients c WHERE c.id = a.client_id) AS client"
+	"         (SELECT c.name FROM api_clients c WHERE c.id = a.client_id) AS client,"
+	/* what the run answers (its context), read from the ledger's row */
+	"         (SELECT r.context->>'subject' FROM workflow_runs r"
+	"           WHERE r.client_id = a.client_id"
+	"             AND r.idempotency_key = a.idempotency_key) AS context_subject,"
+	"         (SELECT r.context->>'customer' FROM workflow_runs r"
+	"           WHERE r.client_id = a.client_id"
+	"             AND r.idempotency_key = a.idempotency_key) AS context_customer"
 	"    FROM approvals a"
 	"   WHERE a.state = 'pending' AND a.expires_at > now()"
 	"     AND (lower(a.approver) = lower($1)"
@@ -637,6 +644,8 @@ gate_inbox(struct db *db, const char *subject, const char *groups, char sep, int
 		set_opt(a, "effect_type", res, i);
 		set_opt(a, "effect_target", res, i);
 		set_opt(a, "effect_subject", res, i);
+		set_opt(a, "context_subject", res, i);
+		set_opt(a, "context_customer", res, i);
 		json_array_append_new(list, a);
 	}
 	PQclear(res);
@@ -781,7 +790,9 @@ gate_purge_effects(struct db *db, const char *clients, const char *keys, long lo
 	" a.idempotency_key, a.approver, a.notify::text AS notify, a.requested_by,"      \
 	" og_ts(a.expires_at) AS expires_at, a.effect::text AS effect,"                  \
 	" (SELECT r.contract FROM workflow_runs r WHERE r.client_id = a.client_id"        \
-	"     AND r.idempotency_key = a.idempotency_key) AS contract"
+	"     AND r.idempotency_key = a.idempotency_key) AS contract,"                     \
+	" (SELECT r.context::text FROM workflow_runs r WHERE r.client_id = a.client_id"   \
+	"     AND r.idempotency_key = a.idempotency_key) AS context"
 
 static const struct db_stmt st_set_notify = {
 	"gate_set_notify",
@@ -1076,6 +1087,7 @@ gate_notice_at(const PGresult *res, int row, struct gate_notice *n)
 	n->contract = db_get(res, row, "contract");
 	n->notify = json_col(res, row, "notify");
 	n->effect = json_col(res, row, "effect");
+	n->context = json_col(res, row, "context");
 	if (PQfnumber(res, "escalate_to") >= 0)
 		n->escalate_to = json_col(res, row, "escalate_to");
 	if (PQfnumber(res, "nobody_decided") >= 0) {
@@ -1091,6 +1103,7 @@ gate_notice_clear(struct gate_notice *n)
 	json_decref(n->notify);
 	json_decref(n->effect);
 	json_decref(n->escalate_to);
+	json_decref(n->context);
 	memset(n, 0, sizeof(*n));
 }
 

@@ -159,7 +159,8 @@ enum db_rc gate_purge_effects(struct db *db, const char *clients, const char *ke
  * first, at most limit. *out is a new array of {approval_id, client_id,
  * client, key, approver, requested_by, separation_of_duties, created_at,
  * expires_at, age_seconds, seconds_left, effect_type, effect_target,
- * effect_subject}; never a token or its hash. The caller holds each entry
+ * effect_subject, context_subject, context_customer} (the last two from
+ * the run's context, when it has them); never a token or its hash. The caller holds each entry
  * to the card's own rule of who may decide. */
 enum og_rc gate_inbox(struct db *db, const char *subject, const char *groups, char sep,
                         int limit, json_t **out) __attribute__((warn_unused_result));
@@ -185,6 +186,7 @@ struct gate_notice {
 	json_t *notify;          /* {"target", "to"?}; NULL: nobody is told */
 	json_t *effect;          /* {"type","target","payload"} the approval enqueues */
 	json_t *escalate_to;     /* escalation rows: [{"approver", "notify"}] */
+	json_t *context;         /* the run's context for the approver, or NULL */
 	bool nobody_decided;     /* escalation rows */
 };
 int gate_notice_at(const PGresult *res, int row, struct gate_notice *n);

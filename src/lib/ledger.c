@@ -204,7 +204,8 @@ static const struct db_stmt st_status = {
 	"       invalid_outputs, validation::text AS validation, decision, decided_by,"
 	"       og_ts(decided_at) AS decided_at, edited_output::text AS edited_output,"
 	"       edited_output_hash, edited_by, og_ts(edited_at) AS edited_at,"
-	"       array_to_json(edited_fields)::text AS edited_fields, round"
+	"       array_to_json(edited_fields)::text AS edited_fields, round,"
+	"       context::text AS context"
 	"  FROM workflow_runs WHERE client_id = $1 AND idempotency_key = $2",
 	2, true,
 };
@@ -253,7 +254,7 @@ static const struct db_stmt st_output_accept = {
 	"     SET state = $5::text, contract = $6, contract_hash = $7, output = $8::jsonb,"
 	"         output_hash = $9, model = $10::jsonb, effect = $11::jsonb,"
 	"         source_url = $12, requested_by = $13, callback_url = $14,"
-	"         version = version + 1, lease_expires_at = NULL,"
+	"         context = $15::jsonb, version = version + 1, lease_expires_at = NULL,"
 	"         decision = CASE WHEN $5::text = 'approved' THEN 'auto' END,"
 	"         decided_at = CASE WHEN $5::text = 'approved' THEN now() END,"
 	"         updated_at = now()"
@@ -264,7 +265,7 @@ static const struct db_stmt st_output_accept = {
 	"), " LEDGER_EVENT("moved", "'run.output_accepted'", "'processing'", "state",
 	                   "CASE WHEN state = 'approved' THEN 'gate:auto' END", "NULL")
 	"SELECT state, version, attempt FROM moved",
-	14, false,
+	15, false,
 };
 
 /* Also the row lock of the consume transaction: the UPDATE locks
@@ -506,7 +507,8 @@ static const struct db_stmt st_original = {
 	"SELECT r.client_id, r.state, r.payload::text AS payload, r.payload_hash,"
 	"       r.contract, r.contract_hash, r.output::text AS output, r.output_hash,"
 	"       r.model::text AS model,"
-	"       r.effect::text AS effect, r.source_url, r.workflow_version, r.correlation_id,"
+	"       r.effect::text AS effect, r.source_url, r.context::text AS context,"
+	"       r.workflow_version, r.correlation_id,"
 	"       (SELECT count(*) FROM effect_outbox e"
 	"         WHERE e.client_id = r.client_id AND e.idempotency_key = r.idempotency_key"
 	"           AND e.effect_type <> 'approval.notify'"
@@ -553,15 +555,15 @@ static const struct db_stmt st_replay = {
 	"  INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
 	"      state, claim_started_at, version, attempt, workflow_version, trigger,"
 	"      correlation_id, contract, contract_hash, output, output_hash, model, effect,"
-	"      source_url, requested_by, error_class, reason)"
+	"      source_url, requested_by, error_class, reason, context)"
 	"  VALUES ($1, $2, $3, $4::jsonb, $5, now(), 1, 1, $6, 'replay', $7, $8, $9,"
-	"      $10::jsonb, $11, $12::jsonb, $13::jsonb, $14, $15, $16, $17)"
+	"      $10::jsonb, $11, $12::jsonb, $13::jsonb, $14, $15, $16, $17, $19::jsonb)"
 	"  ON CONFLICT (client_id, idempotency_key) DO NOTHING"
 	"  RETURNING client_id, idempotency_key, state, version, attempt"
 	"), " LEDGER_EVENT("ins", "'run.replayed'", "NULL", "state",
 	                   "$15", "$18")
 	"SELECT state FROM ins",
-	18, false,
+	19, false,
 };
 
 static const struct db_stmt st_audit = {
@@ -636,7 +638,7 @@ static const struct db_stmt st_history = {
 	"   AND (payload IS NOT NULL OR output IS NOT NULL OR edited_output IS NOT NULL"  \
 	"        OR coalesce(effect ? 'payload', false) OR result IS NOT NULL"             \
 	"        OR reason IS NOT NULL OR validation IS NOT NULL OR source_url IS NOT NULL"\
-	"        OR requested_by IS NOT NULL)"
+	"        OR requested_by IS NOT NULL OR context IS NOT NULL)"
 
 static const struct db_stmt st_purge_count = {
 	"ledger_purge_count",
@@ -660,7 +662,7 @@ static const struct db_stmt st_purge = {
 	/* the free text a run carries; error_class, hashes, state, decision,
 	 * who and when stay for the audit */
 	"         result = NULL, reason = NULL, validation = NULL, source_url = NULL,"
-	"         requested_by = NULL"
+	"         requested_by = NULL, context = NULL"
 	"         FROM runs WHERE w.client_id = runs.client_id"
 	"          AND w.idempotency_key = runs.idempotency_key"
 	"       RETURNING w.client_id, w.idempotency_key, w.state, w.version, w.attempt),"
@@ -1126,6 +1128,7 @@ ledger_status_read(const struct db_call *call, json_t **out)
 	set_str(run, "source_url", res, 0, "source_url");
 	set_str(run, "requested_by", res, 0, "requested_by");
 	set_str(run, "callback_url", res, 0, "callback_url");
+	set_json(run, "context", res, 0, "context");
 	set_int(run, "invalid_outputs", res, 0, "invalid_outputs");
 	set_int(run, "round", res, 0, "round");
 	set_json(run, "validation_errors", res, 0, "validation");
@@ -1231,10 +1234,10 @@ ledger_output_accept(struct db *db, const struct ledger_output *o, enum run_stat
                      struct ledger_run *run)
 {
 	char client[24], ver[24];
-	const char *params[14] = { client, o->key, o->owner, ver, ledger_state_name(to),
+	const char *params[15] = { client, o->key, o->owner, ver, ledger_state_name(to),
 		                   o->contract, o->contract_hash, o->output, o->output_hash,
 		                   o->model, o->effect, o->source_url, o->requested_by,
-		                   o->callback_url };
+		                   o->callback_url, o->context };
 	PGresult *res;
 	enum db_rc rc;
 
@@ -1698,11 +1701,11 @@ enum og_rc
 ledger_replay(struct db *db, const struct ledger_replay *r)
 {
 	char cid[24];
-	const char *p[18] = {
+	const char *p[19] = {
 		cid, r->key, r->payload_hash, r->payload, r->state, r->workflow_version,
 		r->correlation_id, r->contract, r->contract_hash, r->output, r->output_hash,
 		r->model, r->effect, r->source_url, r->requested_by, r->error_class, r->reason,
-		r->event_reason,
+		r->event_reason, r->context,
 	};
 
 	snprintf(cid, sizeof(cid), "%lld", r->client_id);

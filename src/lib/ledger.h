@@ -127,6 +127,8 @@ struct ledger_output {
 	const char *source_url;
 	const char *requested_by;
 	const char *callback_url;
+	const char *context;         /* JSON text of the approver's context, or NULL;
+	                              * kept apart from the effect and every hash */
 	const char *validation;      /* JSON text of the errors (invalid outputs) */
 };
 
@@ -345,7 +347,7 @@ enum og_rc ledger_history(struct db *db, long long client_id, const char *key,
 /* The run with key (client_id: that client's; 0: any) to be replayed, and
  * what its effects say: at most two rows (two: the key is several
  * clients') of client_id, state, payload, payload_hash, contract,
- * contract_hash, output, output_hash, model, effect, source_url,
+ * contract_hash, output, output_hash, model, effect, source_url, context,
  * workflow_version, correlation_id, live_effects (an effect still pending,
  * or a decision callback in flight), sent (the business effects that were
  * sent, are being sent, are unknown, or were resumed by an operator, as
@@ -368,6 +370,7 @@ struct ledger_replay {
 	const char *workflow_version, *correlation_id;
 	const char *contract, *contract_hash, *output, *output_hash, *model, *effect;
 	const char *source_url;
+	const char *context;           /* the original's context (JSON text), or NULL */
 	const char *requested_by;      /* the operator */
 	const char *error_class;       /* failed_retryable: "replay"; else NULL */
 	const char *reason;            /* failed_retryable: the note; else NULL */

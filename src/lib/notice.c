@@ -43,6 +43,34 @@ put_what(struct buf *b, const json_t *summary, size_t max, enum neutralise_to to
 	           : 0;
 }
 
+/* "“ticket subject” from customer — ": what the action answers, from the
+ * run's context, before what it does; nothing without a context subject.
+ * Each text neutralised and cut at max characters. */
+static int
+put_about(struct buf *b, const json_t *summary, size_t max, enum neutralise_to to)
+{
+	const char *about = json_string_value(json_object_get(summary, "context_subject"));
+	const char *who = json_string_value(json_object_get(summary, "context_customer"));
+
+	if (about == NULL || about[0] == '\0')
+		return 0;
+	if (buf_puts(b, "\xe2\x80\x9c") != 0 || neutralise_line(b, about, max, to) != 0 ||
+	    buf_puts(b, "\xe2\x80\x9d") != 0)
+		return -1;
+	if (who != NULL && who[0] != '\0' &&
+	    (buf_puts(b, " from ") != 0 || neutralise_line(b, who, max, to) != 0))
+		return -1;
+	return buf_puts(b, " \xe2\x80\x94 ");
+}
+
+/* Summary members that are free text (the rest are names). */
+static bool
+summary_text(const char *name)
+{
+	return strcmp(name, "subject") == 0 || strcmp(name, "context_subject") == 0 ||
+	       strcmp(name, "context_customer") == 0;
+}
+
 /* The chat body's summary: the card's, each text neutralised. */
 static json_t *
 chat_summary(const json_t *summary)
@@ -59,7 +87,7 @@ chat_summary(const json_t *summary)
 		if (!json_is_string(v))
 			continue;
 		buf_reset(&t);
-		bad |= (strcmp(name, "subject") == 0
+		bad |= (summary_text(name)
 		            ? neutralise_line(&t, json_string_value(v), 1000, NEUTRALISE_CHAT)
 		            : put_name(&t, json_string_value(v), NEUTRALISE_CHAT)) != 0 ||
 		       json_object_set_new(out, name, json_string(t.data != NULL ? t.data : "")) != 0;
@@ -70,6 +98,24 @@ chat_summary(const json_t *summary)
 		return NULL;
 	}
 	return out;
+}
+
+/* The body's lines of what the action answers, from the run's context:
+ * "Answers:" (its subject) and "Customer:", each when known. */
+static int
+put_context(struct buf *b, const json_t *summary, enum neutralise_to to)
+{
+	const char *about = json_string_value(json_object_get(summary, "context_subject"));
+	const char *who = json_string_value(json_object_get(summary, "context_customer"));
+	int bad = 0;
+
+	if (about != NULL && about[0] != '\0')
+		bad |= buf_puts(b, "Answers:    ") != 0 || neutralise_line(b, about, 1000, to) != 0 ||
+		       buf_puts(b, "\n") != 0;
+	if (who != NULL && who[0] != '\0')
+		bad |= buf_puts(b, "Customer:   ") != 0 || neutralise_line(b, who, 1000, to) != 0 ||
+		       buf_puts(b, "\n") != 0;
+	return bad ? -1 : 0;
 }
 
 static const char *
@@ -115,12 +161,14 @@ notice_message(const json_t *notice, const char *link, const char *client, bool 
 	/* The link first, alone on its line, before any quoted text: whatever
 	 * the model wrote comes after it, neutralised (neutralise.h). */
 	bad |= buf_puts(&subject, lead_of(reason)) != 0 || buf_puts(&subject, ": ") != 0 ||
+	       put_about(&subject, summary, NOTICE_SUBJECT_QUOTE_MAX, NEUTRALISE_MAIL) != 0 ||
 	       put_what(&subject, summary, NOTICE_SUBJECT_QUOTE_MAX, NEUTRALISE_MAIL) != 0;
 	bad |= buf_puts(&body, lead_of(reason)) != 0 || buf_puts(&body, ".\n\n") != 0 ||
 	       buf_puts(&body, "Read the request and decide here (sign-in required):\n") != 0 ||
 	       buf_puts(&body, link) != 0 || buf_puts(&body, "\n\n") != 0;
 	bad |= buf_puts(&body, "What:       ") != 0 || put_what(&body, summary, 1000, how) != 0 ||
 	       buf_puts(&body, "\n") != 0;
+	bad |= put_context(&body, summary, how) != 0;
 	bad |= buf_puts(&body, "Asked by:   ") != 0 ||
 	       neutralise_line(&body, asked != NULL ? asked : "the workflow", 256, how) != 0;
 	if (client != NULL && client[0] != '\0')

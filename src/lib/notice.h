@@ -18,7 +18,10 @@
  * sends it: for a mail target (mail) {"to", "subject", "body"} in plain
  * text; for a chat webhook {"text", "summary", "link"} (Slack and Teams
  * incoming webhooks read "text"). The link stands first, alone on its
- * line; every quoted text (the drafted subject, requested_by, the key …)
+ * line; the subject of what it answers and the customer (the run's
+ * context, in the summary) lead the Subject and have lines of their own in
+ * the body; every quoted text (the drafted subject, requested_by, the key,
+ * the context's …)
  * is neutralised for the medium (neutralise.h), in "summary" too. NULL with a reason when the notice
  * cannot become one (addresses for a webhook, none for a mail target). */
 json_t *notice_message(const json_t *notice, const char *link, const char *client, bool mail,

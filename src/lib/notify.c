@@ -26,9 +26,11 @@ set_str(json_t *o, const char *name, const char *v)
 	return v != NULL ? json_object_set_new(o, name, json_string(v)) : 0;
 }
 
-/* The card's summary: the effect's type, target and (mail) subject. */
+/* The card's summary: the effect's type, target and (mail) subject, and
+ * from the run's context what it answers (context_subject) and for whom
+ * (context_customer); never the customer's message. */
 static json_t *
-summary_of(const json_t *effect)
+summary_of(const json_t *effect, const json_t *context)
 {
 	const json_t *payload = json_object_get(effect, "payload");
 	const json_t *subject = json_object_get(payload, "subject");
@@ -38,7 +40,11 @@ summary_of(const json_t *effect)
 		return NULL;
 	if (set_str(s, "type", json_string_value(json_object_get(effect, "type"))) != 0 ||
 	    set_str(s, "target", json_string_value(json_object_get(effect, "target"))) != 0 ||
-	    (json_is_string(subject) && set_str(s, "subject", json_string_value(subject)) != 0)) {
+	    (json_is_string(subject) && set_str(s, "subject", json_string_value(subject)) != 0) ||
+	    set_str(s, "context_subject",
+	            json_string_value(json_object_get(context, "subject"))) != 0 ||
+	    set_str(s, "context_customer",
+	            json_string_value(json_object_get(context, "customer"))) != 0) {
 		json_decref(s);
 		return NULL;
 	}
@@ -51,7 +57,7 @@ notify_enqueue(struct db *db, const struct gate_notice *n, enum notify_why why,
 {
 	const json_t *to = json_object_get(n->notify, "to");
 	const char *target = json_string_value(json_object_get(n->notify, "target"));
-	json_t *p = json_object(), *summary = summary_of(n->effect);
+	json_t *p = json_object(), *summary = summary_of(n->effect, n->context);
 	char hash[CANON_HASH_LEN], nb[OUTBOX_TS_LEN];
 	char *dumped = NULL, *canon = NULL;
 	struct outbox_effect e = { 0 };
@@ -135,6 +141,7 @@ notify_challenge(struct db *db, const struct contract *k, const struct notify_ch
 	if (rc != OG_OK || entry == NULL)
 		return rc;
 	effect = c->effect != NULL ? json_loads(c->effect, 0, NULL) : NULL;
+	n.context = c->context != NULL ? json_loads(c->context, 0, NULL) : NULL;
 	n.id = c->id;
 	n.client_id = c->client_id;
 	n.key = c->key;
@@ -146,6 +153,7 @@ notify_challenge(struct db *db, const struct contract *k, const struct notify_ch
 	n.effect = effect;
 	rc = n.notify != NULL ? notify_enqueue(db, &n, NOTIFY_NEW, eid) : OG_ERROR;
 	json_decref(n.notify);
+	json_decref(n.context);
 	json_decref(effect);
 	return rc;
 }

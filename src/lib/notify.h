@@ -6,7 +6,8 @@
  * What the outbox holds is the notice without its link: whom (the approver
  * entry's notify: "to" addresses on a mail target, or a chat webhook
  * target), what is asked (the card's summary: the effect's type, target and
- * subject), who asked, the expiry and why this notice (new, reminder,
+ * subject, and from the run's context the subject it answers and the
+ * customer — never their message), who asked, the expiry and why this notice (new, reminder,
  * escalation, resend). No token is ever at rest: right before each send the
  * dispatcher mints one, stores its SHA-256 as the challenge's (the link of
  * the notice before stops working) and makes the message with the link
@@ -41,6 +42,7 @@ enum og_rc notify_enqueue(struct db *db, const struct gate_notice *n, enum notif
  * is the run's effect as JSON text (the card's summary is made of it). */
 struct notify_challenge {
 	const char *id, *key, *approver, *requested_by, *expires_at, *effect;
+	const char *context;     /* the run's context (JSON text), or NULL */
 	long long client_id;
 };
 

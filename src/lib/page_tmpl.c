@@ -40,7 +40,8 @@ static const char *const page_approval_slots[] = {
 	"http", "http_method", "http_url", "http_body", "votes", "quorum_status", "vote",
 	"vote_subject", "vote_decision", "vote_at", "vote_note", "draft", "settle_hint",
 	"edit", "edit_errors", "edit_error", "edit_error_path", "edit_error_message",
-	"edit_field", "edit_label", "edit_input", NULL,
+	"edit_field", "edit_label", "edit_input", "context", "context_subject",
+	"context_customer", "context_message", NULL,
 };
 static const char *const page_decided_slots[] = {
 	"title", "key", "decision", "decided_by", "decided_at", "reason",
@@ -54,7 +55,7 @@ static const char *const page_notice_slots[] = {
 static const char *const page_inbox_slots[] = {
 	"title", "approver", "approver_groups", "count", "empty", "list", "entry",
 	"entry_link", "entry_title", "entry_effect", "entry_key", "entry_client",
-	"entry_approver", "entry_age", "entry_expires", "entry_left", NULL,
+	"entry_approver", "entry_age", "entry_expires", "entry_left", "entry_about", NULL,
 };
 
 struct page_template {

@@ -68,6 +68,7 @@ struct plan {
 	char client[24];
 	char *payload, *payload_hash, *contract, *output, *output_hash, *model, *effect;
 	char *source_url, *workflow_version, *correlation_id;
+	char *context;           /* the original's context for the approver, or NULL */
 	const struct contract *c;    /* set when the new run goes to a person */
 	bool human;
 	char sent[REPLAY_MSG_LEN / 2];  /* forced past these effects ("" none) */
@@ -84,6 +85,7 @@ plan_clear(struct plan *p)
 	free(p->model);
 	free(p->effect);
 	free(p->source_url);
+	free(p->context);
 	free(p->workflow_version);
 	free(p->correlation_id);
 	memset(p, 0, sizeof(*p));
@@ -204,6 +206,7 @@ plan_payload(const struct replay_req *req, const PGresult *res, struct plan *p,
 		return OG_ERROR;
 	}
 	p->source_url = dup_col(res, "source_url");
+	p->context = dup_col(res, "context");
 	p->workflow_version = dup_col(res, "workflow_version");
 	p->correlation_id = dup_col(res, "correlation_id");
 	snprintf(out->payload_hash, sizeof(out->payload_hash), "%s", p->payload_hash);
@@ -354,7 +357,7 @@ replay_challenges(struct db *db, const struct replay_req *req, const struct plan
 				.id = id, .client_id = p->client_id, .key = req->new_key,
 				.approver = contract_approver(p->c, i),
 				.requested_by = req->operator_name, .expires_at = expires,
-				.effect = p->effect,
+				.effect = p->effect, .context = p->context,
 			};
 
 			if ((grc = notify_challenge(db, p->c, &c)) != OG_OK) {
@@ -444,7 +447,7 @@ replay_write(struct db *db, const struct replay_req *req, const struct plan *p,
 			.workflow_version = p->workflow_version, .correlation_id = p->correlation_id,
 			.contract = p->contract, .contract_hash = p->human ? contract_hash(p->c) : NULL,
 			.output = p->output, .output_hash = p->output_hash, .model = p->model,
-			.effect = p->effect, .source_url = p->source_url,
+			.effect = p->effect, .source_url = p->source_url, .context = p->context,
 			.requested_by = req->operator_name, .error_class = retry ? "replay" : NULL,
 			.reason = retry ? out->note : NULL, .event_reason = event_reason,
 		};

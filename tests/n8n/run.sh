@@ -427,6 +427,12 @@ expect "approvals for $K" "$(q "$K" "SELECT count(*) FROM approvals WHERE idempo
 URL=$(approval_url "$K")
 [[ $URL == "$ONCEGATE_URL/approve/"* ]] || fail "no approval link in the approvers' notice ($URL)"
 ok "the approvers were told by mail; the waiting execution holds no link"
+# the customer's mail went in as the context: the card shows it (a GET changes nothing)
+curl -sS --noproxy '*' -H "X-Dev-User: $APPROVER" -H "X-Dev-Groups: $APPROVER_GROUPS" "$URL" \
+	>"$WORK/card.html" || fail "the card of $K could not be read"
+grep -qF "$MSG101" "$WORK/card.html" && grep -qF 'Где моя посылка? 荷物はどこ? 📦' "$WORK/card.html" ||
+	fail "the card of $K does not show the customer's message and the ticket's subject"
+ok "the card shows the customer's message and the ticket's subject the workflow handed in"
 say "a. approving in Chromium"
 node "$ROOT/tests/browser/approve.mjs" "$URL" "$APPROVER" "$APPROVER_GROUPS" "$K" \
 	"$ARTIFACTS/n8n-$FLAVOUR-approval.png" >"$WORK/approve.log" 2>&1 ||

@@ -58,6 +58,22 @@ const SUBMIT = {
 	requestedBy: ' Ольга Петрова <olga.petrova@helpdesk.example> ',
 };
 const UPSTREAM = [{ name: 'Claim the ticket', type: NODE.type, item: claimedItem() }];
+// The body Submit hands in with these parameters over SUBMIT's (a person decides).
+async function submittedBody(params) {
+	const { ctx, run: r } = fakeExecute({
+		params: { ...SUBMIT, ...params },
+		items: [modelAnswer(JSON.stringify(DRAFT))],
+		parents: UPSTREAM,
+		answers: [
+			{
+				status: 202,
+				body: { outcome: 'awaiting_human', approvals: [], notified: true, version: 1 },
+			},
+		],
+	});
+	await run(ctx);
+	return r.requests[0].body;
+}
 describe('Claim', () => {
 	const params = {
 		operation: 'claim',
@@ -254,22 +270,25 @@ describe('Submit output and wait for decision', () => {
 			['', undefined],
 			['   ', undefined],
 		]) {
-			const { ctx, run: r } = fakeExecute({
-				params: { ...SUBMIT, requestedBy },
-				items: [modelAnswer(JSON.stringify(DRAFT))],
-				parents: UPSTREAM,
-				answers: [
-					{
-						status: 202,
-						body: { outcome: 'awaiting_human', approvals: [], notified: true, version: 1 },
-					},
-				],
-			});
-			await run(ctx);
-			const body = r.requests[0].body;
+			const body = await submittedBody({ requestedBy });
 			assert.equal(body.requested_by, want, `requestedBy ${JSON.stringify(requestedBy)}`);
 			assert.ok(!JSON.stringify(body).includes('n8n:'), 'no requester of the node’s own making');
 			assert.ok(!JSON.stringify(body).includes('support reply'), 'the workflow’s name is nobody');
+		}
+	});
+	it('hands in the context for the approver apart from the effect, only what is filled', async () => {
+		const message = 'Здравствуйте!\nГде мой заказ 4711? <a href="javascript:alert(1)">x</a>';
+		for (const [approverContext, want] of [
+			[
+				{ subject: 'Заказ 4711 — где посылка? 📦', customer: 'Мария <maria@example.com>', message },
+				{ subject: 'Заказ 4711 — где посылка? 📦', customer: 'Мария <maria@example.com>', message },
+			],
+			[{ subject: 'طلب ٤٧١١', customer: '  ', message: '' }, { subject: 'طلب ٤٧١١' }],
+			[{}, undefined],
+		]) {
+			const body = await submittedBody({ approverContext });
+			assert.deepEqual(body.context, want, `approverContext ${JSON.stringify(approverContext)}`);
+			assert.deepEqual(body.effect.payload, { to: TICKET.customer_email, ticket: 4711 });
 		}
 	});
 	it('continues at once on approved when the contract’s rules approve', async () => {

@@ -507,6 +507,42 @@ export class Oncegate implements INodeType {
 				description: 'The record the approvers open to check the draft',
 				displayOptions: { show: { operation: ['submitAndWait'] } },
 			},
+			{
+				displayName: 'Context for the Approver',
+				name: 'approverContext',
+				type: 'collection',
+				placeholder: 'Add Context',
+				default: {},
+				description:
+					'What the draft answers, shown to the approver beside it on the card (as plain text) and named in the inbox and the notices. Never sent, never part of the effect.',
+				displayOptions: { show: { operation: ['submitAndWait'] } },
+				options: [
+					{
+						displayName: 'Subject',
+						name: 'subject',
+						type: 'string',
+						default: '',
+						placeholder: 'Where is my order 4711?',
+						description: 'The subject of the ticket or mail answered (one line, at most 300 characters)',
+					},
+					{
+						displayName: 'Customer',
+						name: 'customer',
+						type: 'string',
+						default: '',
+						placeholder: 'Maria Ivanova <maria@example.com>',
+						description: 'Who wrote it (one line, at most 300 characters)',
+					},
+					{
+						displayName: 'Message',
+						name: 'message',
+						type: 'string',
+						typeOptions: { rows: 6 },
+						default: '',
+						description: 'Their message as plain text (at most 20,000 characters)',
+					},
+				],
+			},
 			// ---- complete
 			{
 				displayName: 'Result',
@@ -802,6 +838,18 @@ async function claim(fns: IExecuteFunctions, api: OncegateCaller): Promise<INode
 	return out;
 }
 
+// The context for the approver: the members the user filled (empty ones
+// left out), or nothing at all.
+function approverContext(fns: IExecuteFunctions, i: number): IDataObject | undefined {
+	const given = (fns.getNodeParameter('approverContext', i, {}) ?? {}) as IDataObject;
+	const context: IDataObject = {};
+	for (const name of ['subject', 'customer', 'message']) {
+		const v = given[name];
+		if (typeof v === 'string' && v.trim() !== '') context[name] = v;
+	}
+	return Object.keys(context).length > 0 ? context : undefined;
+}
+
 async function submitAndWait(
 	fns: IExecuteFunctions,
 	api: OncegateCaller,
@@ -855,6 +903,8 @@ async function submitAndWait(
 		};
 		if (requestedBy !== '') body.requested_by = requestedBy;
 		if (sourceUrl !== '') body.source_url = sourceUrl;
+		const context = approverContext(fns, i);
+		if (context !== undefined) body.context = context;
 		const answer = await oncegateCall(api, 'POST', runPath(run.key, '/output'), body);
 		const outcome = answer.body.outcome;
 		if (answer.status === 202 && outcome === 'approved') {
