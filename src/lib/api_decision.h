@@ -34,6 +34,7 @@ struct decision_in {
 	const json_t *values;    /* corrections {NAME: text} of editable members; may be
 	                            empty or NULL */
 	long long via_client;    /* the API client vouching for the person; 0: the page */
+	const char *via_chat;    /* the chat whose button the person pressed; NULL: none */
 };
 
 /* Why a decision was not taken: a stable code (the API's problem type and

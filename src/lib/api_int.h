@@ -167,6 +167,7 @@ void api_approve_handle(struct api_call *c);   /* GET and POST /approve/{token} 
 void api_approve_card(struct api_call *c);     /* GET and POST /approve/card/{id} */
 void api_approve_inbox(struct api_call *c);    /* GET /approve/ */
 void api_approvals_decide(struct api_call *c); /* POST /v1/approvals/{id}/decisions */
+void api_chat_slack_interactions(struct api_call *c); /* POST /v1/chat/slack/interactions */
 void api_ops_healthz(struct api_call *c);      /* GET /healthz */
 void api_ops_readyz(struct api_call *c);       /* GET /readyz */
 void api_ops_metrics(struct api_call *c);      /* GET /metrics */
