@@ -318,29 +318,56 @@ column(const char *line, size_t n, size_t *at, const char **start)
 	return i - b;
 }
 
-/* One line of the map: true with the subject and groups when it names
- * team/user. */
+/* The groups of a map line, rest[0..n) ("a, b c,d": commas between them,
+ * each trimmed), joined by sep into out; false when they do not fit. */
+static bool
+map_groups(const char *rest, size_t n, char sep, char *out, size_t cap)
+{
+	size_t i = 0, o = 0, b, e;
+
+	while (i < n) {
+		while (i < n && (rest[i] == ' ' || rest[i] == '\t'))
+			i++;
+		b = i;
+		while (i < n && rest[i] != ',')
+			i++;
+		e = i++;
+		while (e > b && (rest[e - 1] == ' ' || rest[e - 1] == '\t' || rest[e - 1] == '\r'))
+			e--;
+		if (e == b)
+			continue;
+		if (o + (o > 0) + (e - b) + 1 > cap || memchr(rest + b, sep, e - b) != NULL)
+			return false;
+		if (o > 0)
+			out[o++] = sep;
+		memcpy(out + o, rest + b, e - b);
+		o += e - b;
+	}
+	out[o] = '\0';
+	return true;
+}
+
+/* One line of the map ("USER SUBJECT GROUP, GROUP"): true with the
+ * subject and groups when it names team/user. */
 static bool
 map_line(const char *line, size_t n, const char *team, const char *user, char sep,
          char *subject, size_t subjectlen, char *groups, size_t groupslen)
 {
-	const char *col, *subj, *grp;
-	size_t at = 0, cl, sl, gl, i;
+	const char *col, *subj;
+	size_t at = 0, cl, sl;
 
 	cl = column(line, n, &at, &col);
 	if (cl == 0 || col[0] == '#' || !names(col, cl, team, user))
 		return false;
 	sl = column(line, n, &at, &subj);
-	gl = column(line, n, &at, &grp);
-	if (sl == 0 || sl >= subjectlen || gl >= groupslen)
+	while (sl > 0 && subj[sl - 1] == '\r')
+		sl--;
+	if (sl == 0 || sl >= subjectlen)
+		return false;
+	if (!map_groups(line + at, n - at, sep, groups, groupslen))
 		return false;
 	memcpy(subject, subj, sl);
 	subject[sl] = '\0';
-	/* groups are written with commas; the request carries the site's
-	 * separator */
-	for (i = 0; i < gl; i++)
-		groups[i] = grp[i] == ',' ? sep : grp[i];
-	groups[gl] = '\0';
 	return true;
 }
 

@@ -15,7 +15,10 @@
  *                then its form field payload= read as a block_actions
  *                interaction;
  *   the person   the Slack user named in the site's map (one line a person:
- *                "TEAM/USER SUBJECT [GROUP,GROUP...]" or "USER SUBJECT ...");
+ *                "TEAM/USER SUBJECT GROUP, GROUP ..." or "USER SUBJECT ...":
+ *                the Slack ids, the approver's subject as the approver
+ *                entries name people, then the groups, separated by commas;
+ *                "#" starts a comment line);
  *   the reply    what the message becomes once decided (response_url).
  */
 #ifndef OG_CHAT_SLACK_H
