@@ -395,7 +395,8 @@ env_vars() {
 		printf '%s\n' \
 			"ONCEGATE_DEV_KEY=$(cat "$STATE/dev_key")" \
 			"ONCEGATE_DEMO_HTTP=http://127.0.0.1:$DEMO_HTTP_PORT" \
-			"ONCEGATE_DEMO_SMTP_LOG=$STATE/demo-smtp.jsonl"
+			"ONCEGATE_DEMO_SMTP_LOG=$STATE/demo-smtp.jsonl" \
+			"ONCEGATE_DEMO_SLACK=http://127.0.0.1:$DEMO_SLACK_PORT"
 	fi
 	if [[ $STACK == test || $STACK == test-b ]]; then
 		printf '%s\n' \

@@ -44,6 +44,7 @@ slack_view(const struct config_target *t)
 	v.provider_id_pointer = ts_pointer;
 	v.provider_id_header = no_header;
 	v.idempotency_key = 0;
+	v.credentials_env = no_header; /* the bot token is token_file's */
 	return v;
 }
 
