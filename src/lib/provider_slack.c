@@ -26,6 +26,7 @@
 #include "caps.h"
 #include "chat_slack.h"
 #include "digest.h"
+#include "page.h"
 #include "provider.h"
 #include "provider_int.h"
 #include "secret.h"
@@ -175,15 +176,24 @@ slack_reply(struct provider_conn *pc, const struct config_target *t, const char 
 		provider_http_post(pc, &v, NULL, url, body, NULL, out);
 }
 
-/* A Slack target takes messages, shown on the card as handed in. */
+/* The message as it will be posted: its channel and its JSON. */
 static bool
 slack_card(struct page *p, const struct config_target *t, const char *type, const char *payload)
 {
-	(void)p;
-	(void)t;
+	char *body = with_channel(t, payload), *shown = NULL;
+	json_t *m = body != NULL ? json_loads(body, 0, NULL) : NULL;
+
 	(void)type;
-	(void)payload;
-	return false;
+	if (m != NULL) {
+		shown = page_json_text(m);
+		(void)page_text(p, "slack_channel",
+		                json_string_value(json_object_get(m, "channel")) ?: t->channel);
+		(void)page_text(p, "slack_body", shown != NULL ? shown : body);
+	}
+	free(shown);
+	json_decref(m);
+	free(body);
+	return m != NULL;
 }
 
 const struct provider provider_slack = {

@@ -231,6 +231,9 @@ mails_for(const char *tag, double wait_s)
 	return n;
 }
 
+static void expect_shape(const json_t *want, const json_t *got, const char *where);
+static json_t *example(const char *name);
+
 /* ---- tests -------------------------------------------------------------- */
 
 START_TEST(test_approve)
@@ -283,6 +286,12 @@ START_TEST(test_approve)
 	pressed = slack_call("POST", "/_press",
 	                     json_pack("{s:s, s:s, s:s}", "ts", JSTR(n, "ts"), "user", "U0OLGA",
 	                               "action", "approve"));
+	{
+		json_t *ba = example("block_actions.json");
+
+		expect_shape(ba, json_object_get(pressed, "payload"), "the press's payload");
+		json_decref(ba);
+	}
 	ans = json_loads(JSTR(pressed, "body"), 0, NULL);
 	ck_assert_msg(json_integer_value(json_object_get(pressed, "status")) == 200 &&
 	                  json_is_true(json_object_get(ans, "ok")),
@@ -496,6 +505,81 @@ START_TEST(test_race)
 }
 END_TEST
 
+/* Every member of the documented example want is in got, and every member
+ * of its team, user and channel objects (a container and a message differ
+ * by what was pressed: the example's is an attachment's). */
+static void
+expect_shape(const json_t *want, const json_t *got, const char *where)
+{
+	const char *name;
+	json_t *v;
+
+	json_object_foreach((json_t *)(uintptr_t)want, name, v) {
+		const json_t *g = json_object_get(got, name);
+
+		ck_assert_msg(g != NULL, "%s: no member %s", where, name);
+		if (json_is_object(v) && (strcmp(name, "team") == 0 || strcmp(name, "user") == 0 ||
+		                          strcmp(name, "channel") == 0))
+			expect_shape(v, g, name);
+	}
+}
+
+static json_t *
+example(const char *name)
+{
+	char path[PATH_MAX];
+	json_t *j;
+
+	snprintf(path, sizeof(path), "%s/%s", SLACK_DATA_DIR, name);
+	ck_assert_msg((j = json_load_file(path, 0, NULL)) != NULL, "cannot read %s", path);
+	return j;
+}
+
+/* The stand-in against Slack's published examples: the documented
+ * chat.postMessage request is taken with the bot token and answered with
+ * the documented answer's members; without it, or with another token, the
+ * documented error shape. (test_approve holds a press to the documented
+ * block_actions payload.) */
+START_TEST(test_standin_shapes)
+{
+	json_t *req = example("chat_postMessage_request.json");
+	json_t *ok = example("chat_postMessage_response.json");
+	json_t *err = example("chat_postMessage_error.json");
+	json_t *msgs, *last;
+	char url[256], token[600], *text = json_dumps(req, JSON_COMPACT);
+	struct tl_resp r;
+	FILE *f = fopen(tl_env("ONCEGATE_SLACK_TOKEN_FILE"), "r");
+
+	ck_assert(f != NULL && fgets(token, sizeof(token), f) != NULL);
+	fclose(f);
+	token[strcspn(token, "\n")] = '\0';
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/chat.postMessage", g_slack_port);
+	tl_http_url("POST", url, NULL, token, "application/json", text, strlen(text), &r);
+	ck_assert_msg(r.status == 200 && json_is_true(json_object_get(r.json, "ok")), "%s", r.body);
+	expect_shape(ok, r.json, "chat.postMessage answer");
+	ck_assert_str_eq(JSTR(r.json, "channel"), "C123ABC456");
+	tl_resp_free(&r);
+	tl_http_url("POST", url, NULL, NULL, "application/json", text, strlen(text), &r);
+	expect_shape(err, r.json, "chat.postMessage error");
+	ck_assert_str_eq(JSTR(r.json, "error"), "not_authed");
+	tl_resp_free(&r);
+	tl_http_url("POST", url, NULL, "xoxb-not-the-token", "application/json", text, strlen(text),
+	            &r);
+	ck_assert_str_eq(JSTR(r.json, "error"), "invalid_auth");
+	tl_resp_free(&r);
+	msgs = slack_call("GET", "/_messages", NULL);
+	last = json_array_get(msgs, json_array_size(msgs) - 1);
+	ck_assert_str_eq(JSTR(json_object_get(last, "message"), "text"),
+	                 "I hope the tour went well, Mr. Wonka.");
+	json_decref(msgs);
+	json_decref(slack_call("POST", "/_reset", NULL));
+	free(text);
+	json_decref(req);
+	json_decref(ok);
+	json_decref(err);
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------- */
 
 static bool
@@ -544,6 +628,7 @@ slack_suite(void)
 	Suite *s = suite_create("slack");
 	TCase *tc = dl_tcase(s, "slack", 120);
 
+	tcase_add_test(tc, test_standin_shapes);
 	tcase_add_test(tc, test_approve);
 	tcase_add_test(tc, test_refused_and_quorum);
 	tcase_add_test(tc, test_race);

@@ -33,8 +33,8 @@ POST /_press  {"action": "approve"|"reject"|"open", "user": "U…",
     A person pressing a button of a message the stand-in received: a
     block_actions payload as Slack's example has it, form-encoded as
     payload=…, signed with --signing-secret-file (v0:timestamp:body,
-    HMAC-SHA256) and POSTed to --interactions. Answers {"status", "body",
-    "response_url"} of oncegate's answer.
+    HMAC-SHA256) and POSTed to --interactions. Answers {"status", "body"}
+    of oncegate's answer, the press's "response_url" and the "payload" sent.
 GET /_messages, GET /_replies    what was received, in order
 POST /_reset                     forgets it all
 SIGTERM or SIGINT stops it with exit status 0.
@@ -263,7 +263,8 @@ class Handler(BaseHTTPRequestHandler):
                    "User-Agent": "Slackbot 1.0 (+https://api.slack.com/robots)"}
         with s.lock:
             s.last_press = (headers, body.encode(), url)
-        self.answer(200, dict(self.send_press(headers, body.encode()), response_url=url))
+        self.answer(200, dict(self.send_press(headers, body.encode()), response_url=url,
+                              payload=payload))
 
     def send_press(self, headers, body):
         u = urllib.parse.urlsplit(self.server.slack.args.interactions)
