@@ -347,8 +347,21 @@ map_groups(const char *rest, size_t n, char sep, char *out, size_t cap)
 	return true;
 }
 
+/* Does s[0..n) hold a control character (NUL included)? Tabs separate. */
+static bool
+has_control(const char *s, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (((unsigned char)s[i] < 0x20 && s[i] != '\t' && s[i] != '\r') || s[i] == 0x7f)
+			return true;
+	return false;
+}
+
 /* One line of the map ("USER SUBJECT GROUP, GROUP"): true with the
- * subject and groups when it names team/user. */
+ * subject and groups when it names team/user; a line with a control
+ * character names nobody. */
 static bool
 map_line(const char *line, size_t n, const char *team, const char *user, char sep,
          char *subject, size_t subjectlen, char *groups, size_t groupslen)
@@ -356,6 +369,8 @@ map_line(const char *line, size_t n, const char *team, const char *user, char se
 	const char *col, *subj;
 	size_t at = 0, cl, sl;
 
+	if (has_control(line, n))
+		return false;
 	cl = column(line, n, &at, &col);
 	if (cl == 0 || col[0] == '#' || !names(col, cl, team, user))
 		return false;

@@ -399,6 +399,15 @@ START_TEST(test_map)
 	                               sizeof(groups)));
 	ck_assert(!chat_slack_map_find(map, n, "T0ACME", "", ',', subject, sizeof(subject), groups,
 	                               sizeof(groups)));
+	/* a NUL or another control character: the line names nobody */
+	{
+		static const char nul[] = "U0NUL \0evil@example.com\nU0BEL anna@example.com a\007b\n";
+
+		ck_assert(!chat_slack_map_find(nul, sizeof(nul) - 1, "", "U0NUL", ',', subject,
+		                               sizeof(subject), groups, sizeof(groups)));
+		ck_assert(!chat_slack_map_find(nul, sizeof(nul) - 1, "", "U0BEL", ',', subject,
+		                               sizeof(subject), groups, sizeof(groups)));
+	}
 }
 END_TEST
 
