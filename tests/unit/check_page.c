@@ -957,8 +957,9 @@ START_TEST(test_render)
 	ck_assert_ptr_nonnull(strstr(a, "<pre class=\"data\">{}</pre>"));
 	h = reparse_html(a);
 	visit(h->children, collect, &pre);
-	ck_assert_uint_eq(pre.n, 4); /* mail_body, http_body, effect_payload, output */
-	ck_assert_str_eq(pre.v[2], "{}");
+	/* mail_body, http_body, slack_body, effect_payload, output */
+	ck_assert_uint_eq(pre.n, 5);
+	ck_assert_str_eq(pre.v[3], "{}");
 	collect_free(&pre);
 	ck_assert_ptr_nonnull(strstr(a, "<textarea id=\"reason\" name=\"reason\""));
 	ck_assert_ptr_nonnull(strstr(a, "></textarea>"));
