@@ -565,6 +565,21 @@ end_revoked(struct db *db, const struct repair_who *who, struct repair_out *out)
 	return rc;
 }
 
+/* The start of a repair of approval approval_id: *out cleared, the id
+ * checked (OG_NOT_FOUND, and why, when it is no UUID), the transaction
+ * begun (OG_UNAVAILABLE when it could not be). */
+static enum og_rc
+approval_begin(struct db *db, const char *approval_id, struct repair_out *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!repair_is_uuid(approval_id)) {
+		snprintf(out->why, sizeof(out->why), "\"%s\" is not an approval id (a UUID)",
+		         approval_id);
+		return OG_NOT_FOUND;
+	}
+	return db_begin(db) == DB_OK ? OG_OK : OG_UNAVAILABLE;
+}
+
 enum og_rc
 repair_approval_revoke(struct db *db, const char *approval_id, const struct repair_who *who,
                        struct repair_out *out)
@@ -573,14 +588,8 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 	enum og_rc rc;
 	json_t *details = NULL;
 
-	memset(out, 0, sizeof(*out));
-	if (!repair_is_uuid(approval_id)) {
-		snprintf(out->why, sizeof(out->why), "\"%s\" is not an approval id (a UUID)",
-		         approval_id);
-		return OG_NOT_FOUND;
-	}
-	if (db_begin(db) != DB_OK)
-		return OG_UNAVAILABLE;
+	if ((rc = approval_begin(db, approval_id, out)) != OG_OK)
+		return rc;
 	if ((rc = gate_find_by_id(db, approval_id, &res)) != OG_OK) {
 		if (rc == OG_NOT_FOUND)
 			snprintf(out->why, sizeof(out->why), "no approval has the id %s", approval_id);
@@ -626,14 +635,8 @@ repair_approval_resend(struct db *db, const char *approval_id, const struct repa
 	json_t *details = NULL;
 	enum og_rc rc;
 
-	memset(out, 0, sizeof(*out));
-	if (!repair_is_uuid(approval_id)) {
-		snprintf(out->why, sizeof(out->why), "\"%s\" is not an approval id (a UUID)",
-		         approval_id);
-		return OG_NOT_FOUND;
-	}
-	if (db_begin(db) != DB_OK)
-		return OG_UNAVAILABLE;
+	if ((rc = approval_begin(db, approval_id, out)) != OG_OK)
+		return rc;
 	if ((rc = gate_notice(db, approval_id, &res)) != OG_OK) {
 		if (rc == OG_NOT_PENDING) {
 			snprintf(out->why, sizeof(out->why), "approval %s is not a pending challenge "

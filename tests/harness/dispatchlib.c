@@ -812,6 +812,30 @@ dl_claim_and_output(const char *bearer, const char *key, const char *contract, j
 	free(path);
 }
 
+void
+dl_mail_run(const char *bearer, const char *key, const char *contract, const char *subject,
+            const char *body, const char *to, const char *requested_by, struct dl_links *l)
+{
+	struct tl_resp r;
+	size_t i;
+
+	dl_claim_and_output(bearer, key, contract,
+	                    json_pack("{s:s, s:s}", "subject", subject, "body", body),
+	                    json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target",
+	                              "demo_smtp", "payload", "to", to),
+	                    requested_by, &r);
+	ck_assert_msg(r.status == 202 &&
+	                  json_array_size(json_object_get(r.json, "approvals")) == DL_LINKS,
+	              "output: HTTP %ld %.1000s", r.status, r.body);
+	for (i = 0; i < DL_LINKS; i++) {
+		char *token = dl_token_of(&r, i, l->id[i], sizeof(l->id[i]));
+
+		snprintf(l->path[i], sizeof(l->path[i]), "/approve/%s", token);
+		free(token);
+	}
+	tl_resp_free(&r);
+}
+
 char *
 dl_token_of(const struct tl_resp *r, size_t i, char *id, size_t idsz)
 {
@@ -833,7 +857,7 @@ dl_page_request(const char *path, const char *user, const char *groups, const ch
 {
 	char hu[256], hg[1024], ho[256];
 	const char *h[6];
-	int n = 0, attempt;
+	int n = 0;
 
 	if (user != NULL) {
 		snprintf(hu, sizeof(hu), "X-Dev-User: %s", user);
@@ -850,6 +874,15 @@ dl_page_request(const char *path, const char *user, const char *groups, const ch
 			h[n++] = "Sec-Fetch-Site: same-origin";
 	}
 	h[n] = NULL;
+	dl_page_send(path, h, form, r, hdrs);
+}
+
+void
+dl_page_send(const char *path, const char *const *h, const char *form, struct tl_resp *r,
+             char **hdrs)
+{
+	int attempt;
+
 	for (attempt = 0;; attempt++) {
 		if (hdrs != NULL)
 			*hdrs = NULL;

@@ -37,6 +37,7 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
+#include "dispatchlib.h"
 #include "testlib.h"
 
 /* What the test stack and the shipped contracts set. */
@@ -44,7 +45,6 @@
 #define EXPIRES_S          86400     /* support_reply, crm_tag: gate.expires_seconds */
 #define CALLBACK_ORIGIN    "http://127.0.0.1:5678"
 #define RACERS             50
-#define RATE_LIMIT_RETRIES 8         /* nginx limit_req on approval POSTs: 429 → wait */
 
 /* Test-only contracts (tests/data/contracts-test/): loaded only when the
  * test stack's contracts_dir holds them. */
@@ -312,7 +312,7 @@ web_request(const char *token, const char *user, const char *groups, enum origin
 {
 	const char *h[8];
 	char hu[256], hg[256], ho[256], path[256];
-	int n = 0, attempt;
+	int n = 0;
 
 	memset(w, 0, sizeof(*w));
 	snprintf(path, sizeof(path), "/approve/%s", token);
@@ -361,19 +361,7 @@ web_request(const char *token, const char *user, const char *groups, enum origin
 		}
 	}
 	h[n] = NULL;
-	for (attempt = 0;; attempt++) {
-		if (form != NULL)
-			tl_http_hdrs("POST", path, h, "application/x-www-form-urlencoded", form,
-			             strlen(form), &w->r, &w->hdrs);
-		else
-			tl_http_hdrs("GET", path, h, NULL, NULL, 0, &w->r, &w->hdrs);
-		if (w->r.status != 429 || attempt >= RATE_LIMIT_RETRIES)
-			break;
-		tl_resp_free(&w->r);
-		free(w->hdrs);
-		w->hdrs = NULL;
-		tl_sleep_ms(1000);
-	}
+	dl_page_send(path, h, form, &w->r, &w->hdrs);
 	web_parse(w);
 }
 

@@ -153,28 +153,10 @@ token_of_url(const char *url, char *token, size_t n)
 static void
 page(const char *token, const char *form, struct tl_resp *r, char **hdrs)
 {
-	char path[128], origin[300];
-	const char *h[5] = { "X-Dev-User: " APPROVER, "X-Dev-Groups: support,sales", NULL, NULL,
-		             NULL };
-	int attempt;
+	char path[128];
 
 	snprintf(path, sizeof(path), "/approve/%s", token);
-	if (form != NULL) {
-		snprintf(origin, sizeof(origin), "Origin: %s", g_base);
-		h[2] = origin;
-		h[3] = "Sec-Fetch-Site: same-origin";
-	}
-	for (attempt = 0;; attempt++) {
-		tl_http_hdrs(form ? "POST" : "GET", path, h,
-		             form ? "application/x-www-form-urlencoded" : NULL, form,
-		             form ? strlen(form) : 0, r, hdrs);
-		if (r->status != 429 || attempt >= 8)
-			break;
-		tl_resp_free(r);
-		free(*hdrs);
-		*hdrs = NULL;
-		tl_sleep_ms(1000);
-	}
+	dl_page_request(path, APPROVER, "support,sales", form, NULL, r, hdrs);
 }
 
 /* GET the card (it must show the key and the re-run protocol), then POST

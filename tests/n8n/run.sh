@@ -47,12 +47,16 @@
 #        f. n8n's origin taken out of callback_origins (reloaded): the
 #           execution fails at the Claim node, naming the origin and the
 #           setting, with the model never called and no run claimed.
+#        g. n8n's AI Agent with the MCP Client Tool on oncegate's /v1/mcp
+#           (tests/n8n/agent.sh, examples/n8n/agent-mcp.json).
 # Every process it starts is stopped by its PID on exit.
 #
 # Exit 0 pass, 1 fail, 77 skipped (no stack).
 set -euo pipefail
 # shellcheck source=tests/lib/stack.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
+# shellcheck source=tests/n8n/agent.sh
+source "$(dirname "${BASH_SOURCE[0]}")/agent.sh"
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
@@ -256,6 +260,7 @@ n8n_cli import:workflow --separate --input="$ROOT/examples/n8n"
 for id in ogSupportReply01 ogCrmTag00000001 ogErrorReport001; do
 	n8n_cli publish:workflow --id="$id"
 done
+agent_prepare
 IMPORT_S=$(($(date +%s) - t))
 
 t=$(date +%s)
@@ -628,6 +633,10 @@ fcgi_hup
 allowed_now() { [[ $(probe_claim) == 201 || $(probe_claim) == 200 ]]; }
 until_true 30 "the responder reloaded with $N8N_ORIGIN again" allowed_now
 F_S=$(($(date +%s) - t))
+
+# --- g. the AI Agent through MCP (tests/n8n/agent.sh) -----------------------------------------
+
+agent_scenario
 
 # --- done -----------------------------------------------------------------------------------
 
