@@ -35,6 +35,37 @@ demo_contracts() {
 		        json.dump(c, f, ensure_ascii=False, indent=2)
 		        f.write("\n")
 	PY
+	# ./dev up's Slack try-out: support_reply again, as support_reply_slack,
+	# whose approvers are told in the Slack stand-in (target demo_slack).
+	if [[ $STACK == up ]]; then
+		"$PYTHON" - "$dir/support_reply.json" "$dir/support_reply_slack.json" <<-'PY'
+			import json, sys
+			c = json.load(open(sys.argv[1], encoding="utf-8"))
+			c["name"] = "support_reply_slack"
+			c["gate"]["notify"] = {a: {"target": "demo_slack"} for a in c["gate"]["approvers"]}
+			with open(sys.argv[2], "w", encoding="utf-8") as f:
+			    json.dump(c, f, ensure_ascii=False, indent=2)
+			    f.write("\n")
+		PY
+	fi
+}
+
+# The Slack app's secrets of a stack (its bot token and signing secret,
+# 0600, made once) and its map of Slack users to approvers: on ./dev up one
+# demo approver of the group support; a test suite writes its own.
+slack_files() {
+	if [[ ! -s $STATE/slack_token ]]; then
+		(umask 077 && printf 'xoxb-%s\n' "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" \
+			>"$STATE/slack_token")
+	fi
+	if [[ ! -s $STATE/slack_signing_secret ]]; then
+		(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$STATE/slack_signing_secret")
+	fi
+	if [[ ! -e $STATE/slack_users ]]; then
+		(umask 077 && printf '# Slack user   approver subject   groups\n%s\n' \
+			"$([[ $STACK == up ]] && echo 'U0DEMO demo.approver@demo.example support')" \
+			>"$STATE/slack_users")
+	fi
 }
 
 # The origins n8n may be reached at for callbacks: the n8n test's own port,
@@ -66,6 +97,7 @@ write_config() {
 	# OG_PROXY_SECRET): the responder reads it from proxy_secret, nginx's
 	# master from proxy_secret.nginx; both 0600 root, made once per stack.
 	proxy_secret_make "$STATE"
+	slack_files
 	# The test, soak and chaos stacks also load the test-only contracts of
 	# tests/data/contracts-test (act-with-window, sample_rate 1.0, mail to a
 	# list of recipients) beside the shipped ones, as copies, which a
@@ -128,6 +160,18 @@ write_config() {
 		url = smtp://127.0.0.1:$DEMO_SMTP_PORT
 		mail_from = oncegate@demo.example
 		timeout_ms = 10000
+
+		# The Slack stand-in (tests/providers/slack_standin.py): notices
+		# with buttons; its presses come to /v1/chat/slack/interactions.
+		[target demo_slack]
+		kind = slack
+		url = http://127.0.0.1:$DEMO_SLACK_PORT/api
+		channel = C0APPROVALS
+		token_file = $STATE/slack_token
+		signing_secret_file = $STATE/slack_signing_secret
+		user_map_file = $STATE/slack_users
+		response_url_base = http://127.0.0.1:$DEMO_SLACK_PORT/actions/
+		timeout_ms = 5000
 	EOF
 	# It holds csrf_secret: only root, as whom the responder, the
 	# dispatcher and oncegatectl run here, reads it.
@@ -268,9 +312,16 @@ demo_providers_start() {
 	demo_start demo-smtp "$STATE/demo-smtp.pid" \
 		"$PYTHON" "$ROOT/tests/providers/smtp_sink.py" --port "$DEMO_SMTP_PORT" \
 		--record "$STATE/demo-smtp.jsonl"
+	: >"$STATE/demo-slack.out"
+	chmod 0600 "$STATE/demo-slack.out"
+	demo_start demo-slack "$STATE/demo-slack.pid" \
+		"$PYTHON" "$ROOT/tests/providers/slack_standin.py" --port "$DEMO_SLACK_PORT" \
+		--token-file "$STATE/slack_token" --signing-secret-file "$STATE/slack_signing_secret" \
+		--interactions "http://127.0.0.1:$HTTP_PORT/v1/chat/slack/interactions"
 }
 
 demo_providers_stop() {
+	stop_pid demo-slack "$STATE/demo-slack.pid" TERM 10
 	stop_pid demo-smtp "$STATE/demo-smtp.pid" TERM 10
 	stop_pid demo-http "$STATE/demo-http.pid" TERM 10
 }
@@ -346,7 +397,8 @@ env_vars() {
 		printf '%s\n' \
 			"ONCEGATE_DEV_KEY=$(cat "$STATE/dev_key")" \
 			"ONCEGATE_DEMO_HTTP=http://127.0.0.1:$DEMO_HTTP_PORT" \
-			"ONCEGATE_DEMO_SMTP_LOG=$STATE/demo-smtp.jsonl"
+			"ONCEGATE_DEMO_SMTP_LOG=$STATE/demo-smtp.jsonl" \
+			"ONCEGATE_DEMO_SLACK=http://127.0.0.1:$DEMO_SLACK_PORT"
 	fi
 	if [[ $STACK == test || $STACK == test-b ]]; then
 		printf '%s\n' \
@@ -355,7 +407,11 @@ env_vars() {
 			"ONCEGATE_PROVIDERS=$ROOT/tests/providers" \
 			"ONCEGATE_PYTHON=$PYTHON" \
 			"ONCEGATE_TEST_PG_STOP=$(pg_stop_cmd)" \
-			"ONCEGATE_TEST_PG_START=$(pg_start_cmd)"
+			"ONCEGATE_TEST_PG_START=$(pg_start_cmd)" \
+			"ONCEGATE_SLACK_PORT=$DEMO_SLACK_PORT" \
+			"ONCEGATE_SLACK_TOKEN_FILE=$STATE/slack_token" \
+			"ONCEGATE_SLACK_SECRET_FILE=$STATE/slack_signing_secret" \
+			"ONCEGATE_SLACK_USERS=$STATE/slack_users"
 	fi
 }
 

@@ -42,6 +42,8 @@ OWNERS=(
 	"metric_counters       src/lib/metrics.c"
 	"metric_route_latency  src/lib/metrics.c"
 	"metric_attempts       src/lib/metrics.c"
+	"chat_requests_seen    src/lib/chat.c"
+	"chat_replies          src/lib/chat.c"
 )
 # Files besides the owners that may hold SQL text: the migrations runner and
 # the connection layer.

@@ -5,11 +5,13 @@
 #include "janitor.h"
 #include "log.h"
 #include "metrics.h"
+#include "provider.h"
 
 void
 janitor_init(struct janitor *j, const char *conninfo, int statement_timeout_ms)
 {
 	j->db = db_new(conninfo, statement_timeout_ms);
+	j->pc = provider_conn_new();
 	j->last_tick_ms = 0;
 }
 
@@ -35,6 +37,7 @@ janitor_tick(struct janitor *j, struct dispatch_shared *s, int poll_ms, long lon
 		dispatch_tick_expire_approvals(j->db);
 		dispatch_tick_remind(j->db);
 		dispatch_tick_escalate(j->db);
+		dispatch_tick_chat_replies(s, j->db, j->pc);
 	}
 	janitor_flush_metrics(j);
 	/* effects due by time (retries, windows) need no NOTIFY */
@@ -46,4 +49,6 @@ janitor_free(struct janitor *j)
 {
 	db_free(j->db);
 	j->db = NULL;
+	provider_conn_free(j->pc);
+	j->pc = NULL;
 }

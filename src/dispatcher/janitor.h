@@ -15,6 +15,7 @@
 
 struct janitor {
 	struct db *db;
+	struct provider_conn *pc;  /* the chats' replies; NULL: out of memory */
 	long long last_tick_ms;    /* CLOCK_MONOTONIC */
 };
 

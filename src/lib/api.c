@@ -47,6 +47,11 @@ static const struct route routes[] = {
 	  BODY_JSON, ANSWER_JSON, false, false, api_runs_cancel },
 	{ "POST", SHAPE_KEY, "/v1/approvals/", "/decisions", "/v1/approvals/{id}/decisions",
 	  AUTH_BEARER, BODY_JSON, ANSWER_JSON, false, false, api_approvals_decide },
+	/* Slack's interactivity URL: signed by Slack (api_chat_slack.c checks
+	 * the signature over the raw body, then reads the form itself). */
+	{ "POST", SHAPE_EXACT, "/v1/chat/slack/interactions", NULL,
+	  "/v1/chat/slack/interactions", AUTH_NONE, BODY_NONE, ANSWER_JSON, false, false,
+	  api_chat_slack_interactions },
 	/* MCP (Streamable HTTP): one JSON-RPC message a POST; no SSE stream,
 	 * so GET and DELETE answer 405 (api_mcp.c parses the body itself, to
 	 * answer in JSON-RPC). */
@@ -302,6 +307,8 @@ static const struct problem_type {
 	{ "invalid_idempotency_key", 400, "The Idempotency-Key header is malformed", OG_OK },
 	{ "key_mismatch", 400, "Idempotency-Key and the body's key differ", OG_OK },
 	{ "unauthorized", 401, "An API key is required", OG_DENIED },
+	{ "invalid_signature", 401, "The request is not signed by the chat, or came before",
+	  OG_OK },
 	{ "forbidden", 403, "The client may not do this", OG_OK },
 	{ "not_an_approver", 403, "The person is not among the challenge's approvers", OG_OK },
 	{ "separation_of_duties", 403, "The requester may not approve their own request", OG_OK },

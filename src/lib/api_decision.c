@@ -359,6 +359,7 @@ decision_take(struct api_call *c, const unsigned char hash[32], const struct gat
 	out->d.decision = in->decision;
 	out->d.subject = c->req->remote_user;
 	out->d.via_client = in->via_client;
+	out->d.via_chat = in->via_chat;
 	out->d.reason = in->reason != NULL && in->reason[0] ? in->reason : NULL;
 	if (redraft) {
 		/* the feedback is the vote's reason, kept as free text is */

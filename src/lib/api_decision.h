@@ -41,6 +41,7 @@ struct decision_in {
 	const char *feedback;    /* changes_requested: what the next draft should change
 	                            (required, checked here); NULL for the others */
 	size_t feedback_len;     /* its length in bytes (it may hold no NUL) */
+	const char *via_chat;    /* the chat whose button the person pressed; NULL: none */
 };
 
 /* Why a decision was not taken: a stable code (the API's problem type and

@@ -170,6 +170,7 @@ void api_approvals_decide(struct api_call *c); /* POST /v1/approvals/{id}/decisi
 void api_runs_list(struct api_call *c);        /* GET /v1/runs */
 void api_approvals_list(struct api_call *c);   /* GET /v1/approvals */
 void api_contracts_list(struct api_call *c);   /* GET /v1/contracts */
+void api_chat_slack_interactions(struct api_call *c); /* POST /v1/chat/slack/interactions */
 void api_ops_healthz(struct api_call *c);      /* GET /healthz */
 void api_ops_readyz(struct api_call *c);       /* GET /readyz */
 void api_ops_metrics(struct api_call *c);      /* GET /metrics */

@@ -201,17 +201,20 @@ answer_votes(json_t *a, json_t *votes, int needed)
 
 	/* a decision an API client recorded for a person says so */
 	json_array_foreach(votes, i, v)
-		via = via || json_object_get(v, "via") != NULL;
+		via = via || json_object_get(v, "via") != NULL ||
+		      json_object_get(v, "via_chat") != NULL;
 	if (json_array_size(votes) > 0 && (needed > 1 || json_array_size(votes) > 1 || via) &&
 	    text != NULL && list != NULL) {
 		json_array_foreach(votes, i, v) {
 			const char *through = json_string_value(json_object_get(v, "via"));
+			const char *chat = json_string_value(json_object_get(v, "via_chat"));
 			char *more = NULL;
 
 			if (asprintf(&more, "%s%s%s %s%s%s at %s", list, i > 0 ? ", " : "",
 			             json_string_value(json_object_get(v, "subject")) ?: "?",
 			             json_string_value(json_object_get(v, "decision")) ?: "?",
-			             through != NULL ? " via client " : "", through ?: "",
+			             through != NULL ? " via client " : chat != NULL ? " via " : "",
+			             through ?: chat ?: "",
 			             json_string_value(json_object_get(v, "at")) ?: "?") < 0)
 				break;
 			free(list);

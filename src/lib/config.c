@@ -28,6 +28,7 @@
 #include "digest.h"
 #include "log.h"
 #include "provider.h"
+#include "secret.h"
 #include "service.h"
 
 enum config_type { CT_STRING, CT_INT, CT_OCTAL };
@@ -110,6 +111,11 @@ static const struct config_row target_rows[] = {
 	TROW_S(provider_id_pointer, "/id"),
 	TROW_S(rejection_pointer, ""),
 	TROW_S(mail_from, "oncegate@localhost"),
+	TROW_S(channel, ""),
+	TROW_S(token_file, ""),
+	TROW_S(signing_secret_file, ""),
+	TROW_S(user_map_file, ""),
+	TROW_S(response_url_base, "https://hooks.slack.com/"),
 };
 
 static void
@@ -827,53 +833,6 @@ errf_at(char *err, size_t errlen, const char *path, int line, const char *msg)
 		errf(err, errlen, "%s: %s", path, msg);
 }
 
-/* Reads the one-line secret of path into out (at least
- * OG_SECRET_FILE_MAX + 1 bytes); -1 with a message naming the file. */
-static int
-secret_file_read(const char *name, const char *path, char *out, char *err, size_t errlen)
-{
-	static const char allowed[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-	                              "0123456789+/=_.-";
-	struct stat st;
-	size_t n = 0;
-	FILE *f;
-	int rc = -1;
-
-	out[0] = '\0';
-	f = fopen(path, "re");
-	if (f == NULL) {
-		errf(err, errlen, "%s: %s: %s", name, path, strerror(errno));
-		return -1;
-	}
-	if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-		errf(err, errlen, "%s: %s is not a regular file", name, path);
-		goto out;
-	}
-	/* The group may read (0640: the daemon's group), nobody else. */
-	if ((st.st_mode & 0037) != 0) {
-		errf(err, errlen, "%s: %s is mode %04o: the group may not write it and "
-		     "others may not read it (0600 or 0640)", name, path,
-		     (unsigned)(st.st_mode & 07777));
-		goto out;
-	}
-	n = fread(out, 1, OG_SECRET_FILE_MAX + 1, f);
-	while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r'))
-		n--;
-	out[n > OG_SECRET_FILE_MAX ? OG_SECRET_FILE_MAX : n] = '\0';
-	if (n < 32 || n > OG_SECRET_FILE_MAX || strspn(out, allowed) != n) {
-		errf(err, errlen, "%s: %s must hold one line of 32-%d characters of "
-		     "A-Z a-z 0-9 + / = _ . - (openssl rand -hex 32)", name, path,
-		     OG_SECRET_FILE_MAX);
-		goto out;
-	}
-	rc = 0;
-out:
-	if (rc != 0)
-		digest_wipe(out, OG_SECRET_FILE_MAX + 1);
-	fclose(f);
-	return rc;
-}
-
 /* The secret of the file path (when set) into *slot. */
 static int
 secret_load(const char *name, const char *path, char **slot, char *err, size_t errlen)
@@ -883,7 +842,7 @@ secret_load(const char *name, const char *path, char **slot, char *err, size_t e
 
 	if (path[0] == '\0')
 		return 0;
-	if (secret_file_read(name, path, buf, err, errlen) != 0)
+	if (secret_read(name, path, buf, err, errlen) != 0)
 		return -1;
 	copy = strdup(buf);
 	digest_wipe(buf, sizeof(buf));
@@ -1034,10 +993,10 @@ config_check_ready(const struct config *c, const char *path, char *err, size_t e
 		char buf[OG_SECRET_FILE_MAX + 1];
 
 		if (c->csrf_secret_file[0] != '\0' &&
-		    secret_file_read("csrf_secret_file", c->csrf_secret_file, buf, msg,
+		    secret_read("csrf_secret_file", c->csrf_secret_file, buf, msg,
 		                     sizeof(msg)) != 0)
 			name = "csrf_secret_file";
-		else if (secret_file_read("proxy_secret_file", c->proxy_secret_file, buf, msg,
+		else if (secret_read("proxy_secret_file", c->proxy_secret_file, buf, msg,
 		                          sizeof(msg)) != 0)
 			name = "proxy_secret_file";
 		digest_wipe(buf, sizeof(buf));

@@ -32,6 +32,15 @@ struct config_target {
 	 * rejection; "!/ok": when falsy (classify.h). Empty: no check. */
 	char *rejection_pointer;
 	char *mail_from;         /* SMTP envelope and From: address */
+	/* Slack (provider_slack.c): url is the Web API's base
+	 * (https://slack.com/api); the channel notices are posted to; the
+	 * files (0600) of the bot token and of the app's signing secret; the
+	 * map of Slack users to approvers; where a response_url may point. */
+	char *channel;
+	char *token_file;
+	char *signing_secret_file;
+	char *user_map_file;
+	char *response_url_base;
 };
 
 #endif

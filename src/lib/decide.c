@@ -305,7 +305,7 @@ decide_approval(struct db *db, struct decide_approval *d, struct ledger_run *run
 	ledger_lock_draft_call(&lc, a->client_id, a->key, &calls[ncalls++]);
 	gate_vote_call(&vc, d->token_hash, d->decision, d->subject, d->reason,
 	               d->edit != NULL ? d->edit_hash : d->draft_hash, d->edit != NULL,
-	               d->via_client, &calls[ncalls++]);
+	               d->via_client, d->via_chat, &calls[ncalls++]);
 	if (d->edit != NULL)
 		ledger_edit_call(&ec, a->client_id, a->key, edit_text, d->edit_hash, d->subject,
 		                 fields_text, &calls[ncalls++]);

@@ -70,6 +70,8 @@ struct decide_approval {
 	const char *subject;                 /* who decides */
 	long long via_client;                /* the API client that vouched for subject
 	                                        (the decision API); 0: the page */
+	const char *via_chat;                /* the chat whose button the person pressed
+	                                        ("slack"); NULL: none */
 	const char *reason;                  /* NULL when none given; changes_requested:
 	                                        the feedback (required) */
 	const json_t *effect;                /* the effect an approval queues {type, target,

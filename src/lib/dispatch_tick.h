@@ -42,4 +42,13 @@ void dispatch_tick_remind(struct db *db);
  * counted. */
 void dispatch_tick_escalate(struct db *db);
 
+/* Replies owed to chats (dispatch_chat.c): the messages of notices
+ * decided in a chat, updated to say who decided (chat.h), a few per tick
+ * on pc, each bounded to a few seconds; while sends are stopped none goes
+ * out. A reply the chat refuses (its URL expired) is given up on; one
+ * that found no answer is tried again later, a few times. */
+struct provider_conn;
+void dispatch_tick_chat_replies(struct dispatch_shared *s, struct db *db,
+                                struct provider_conn *pc);
+
 #endif

@@ -103,9 +103,9 @@ static const struct db_stmt st_vote = {
 	"     AND v.round = ch.round"
 	"), vote AS ("
 	"  INSERT INTO approval_votes (approval_id, client_id, idempotency_key, subject,"
-	"      decision, reason, output_hash, edited, via_client_id, round, final)"
+	"      decision, reason, output_hash, edited, via_client_id, via_chat, round, final)"
 	"  SELECT ch.id, ch.client_id, ch.idempotency_key, $3, $2, $4, $5, $6::boolean,"
-	"         $7::bigint, ch.round,"
+	"         $7::bigint, $8, ch.round,"
 	"         $2 <> 'approve' OR prior.approvals + 1 >= ch.min_approvals"
 	"    FROM ch, prior WHERE prior.mine = 0"
 	"  RETURNING approval_id, client_id, idempotency_key, final"
@@ -131,7 +131,7 @@ static const struct db_stmt st_vote = {
 	"         AS approvals,"
 	"       (SELECT min_approvals FROM ch) AS needed,"
 	"       coalesce((SELECT final FROM vote), false) AS final",
-	7, false,
+	8, false,
 };
 
 /* A run's votes, oldest first. */
@@ -140,6 +140,7 @@ static const struct db_stmt st_votes = {
 	"SELECT v.approval_id, v.subject, v.decision, v.reason, v.output_hash, v.edited,"
 	"       v.final, v.round, og_ts(v.created_at) AS at,"
 	"       (SELECT c.name FROM api_clients c WHERE c.id = v.via_client_id) AS via,"
+	"       v.via_chat,"
 	"       (SELECT max(a.min_approvals) FROM approvals a"
 	"         WHERE a.client_id = $1 AND a.idempotency_key = $2) AS needed"
 	"  FROM approval_votes v WHERE v.client_id = $1 AND v.idempotency_key = $2"
@@ -411,7 +412,7 @@ void
 gate_vote_call(struct gate_vote_call *g, const unsigned char token_hash[32],
                const char *decision, const char *subject, const char *reason,
                const char *draft_hash, bool edited, long long via_client,
-               struct db_call *call)
+               const char *via_chat, struct db_call *call)
 {
 	if (via_client > 0)
 		snprintf(g->via, sizeof(g->via), "%lld", via_client);
@@ -423,6 +424,7 @@ gate_vote_call(struct gate_vote_call *g, const unsigned char token_hash[32],
 	g->params[4] = draft_hash;
 	g->params[5] = edited ? "true" : "false";
 	g->params[6] = via_client > 0 ? g->via : NULL;
+	g->params[7] = via_chat;
 	call->stmt = &st_vote;
 	call->params = g->params;
 }
@@ -480,6 +482,7 @@ gate_votes_read(const struct db_call *call, json_t **out, int *needed)
 		set_opt(v, "reason", res, i);
 		set_opt(v, "output_hash", res, i);
 		set_opt(v, "via", res, i);
+		set_opt(v, "via_chat", res, i);
 		b = db_get(res, i, "edited");
 		json_object_set_new(v, "edited", json_boolean(b != NULL && b[0] == 't'));
 		b = db_get(res, i, "final");

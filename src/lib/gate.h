@@ -84,14 +84,15 @@ enum og_rc gate_consume(struct db *db, const unsigned char token_hash[32],
 struct gate_vote_call {
 	char hash[65];
 	char via[24];
-	const char *params[7];
+	const char *params[8];
 };
 /* via_client: the API client that vouched for the person (0: the person
- * decided on the page themselves). */
+ * decided on the page themselves); via_chat: the chat whose button the
+ * person pressed ("slack"; NULL: none). */
 void gate_vote_call(struct gate_vote_call *g, const unsigned char token_hash[32],
                     const char *decision, const char *subject, const char *reason,
                     const char *draft_hash, bool edited, long long via_client,
-                    struct db_call *call);
+                    const char *via_chat, struct db_call *call);
 /* What the vote did. */
 struct gate_vote {
 	int approvals;   /* distinct people who approved the run, this vote counted */

@@ -28,6 +28,8 @@ struct http_request {
 	const char *idempotency_key; /* HTTP_IDEMPOTENCY_KEY, the first one */
 	int idempotency_key_fields;  /* how many Idempotency-Key fields came */
 	const char *mcp_protocol_version; /* HTTP_MCP_PROTOCOL_VERSION */
+	const char *slack_timestamp; /* HTTP_X_SLACK_REQUEST_TIMESTAMP */
+	const char *slack_signature; /* HTTP_X_SLACK_SIGNATURE */
 	long long content_length;    /* -1 when absent */
 	const char *body;            /* NUL-terminated; NULL when none */
 	size_t body_len;

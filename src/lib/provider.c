@@ -28,7 +28,8 @@
 #endif
 
 /* Every target kind oncegate speaks: adding one is its file and its row. */
-static const struct provider *const providers[] = { &provider_http, &provider_smtp };
+static const struct provider *const providers[] = { &provider_http, &provider_smtp,
+	                                                  &provider_slack };
 #define NPROVIDERS (sizeof(providers) / sizeof(providers[0]))
 
 const struct provider *

@@ -112,6 +112,12 @@ struct provider {
 	/* One attempt of effect e on target t; fills *out (clear it afterwards). */
 	void (*send)(struct provider_conn *pc, const struct config_target *t,
 	             const struct provider_effect *e, struct provider_attempt *out);
+	/* A chat's reply after a decision (the message updated to say who
+	 * decided): one POST of body (JSON) to url, which the chat handed out
+	 * with the interaction; refused (out->invalid) unless url lies where
+	 * the target allows. NULL: the kind takes no replies. */
+	void (*reply)(struct provider_conn *pc, const struct config_target *t, const char *url,
+	              const char *body, struct provider_attempt *out);
 	/* Reconciliation: GET <lookup_url>?key=<provider key>. */
 	enum provider_lookup (*lookup)(struct provider_conn *pc, const struct config_target *t,
 	                               const char *provider_key, struct provider_attempt *out);
@@ -119,6 +125,7 @@ struct provider {
 
 extern const struct provider provider_http;
 extern const struct provider provider_smtp;
+extern const struct provider provider_slack;
 
 /* The provider of a target kind; NULL for a kind no provider serves. */
 const struct provider *provider_for(const char *kind);

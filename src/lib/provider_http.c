@@ -145,32 +145,20 @@ invalid:
 	return false;
 }
 
-static void
-http_send(struct provider_conn *pc, const struct config_target *t,
-          const struct provider_effect *e, struct provider_attempt *out)
+void
+provider_http_post(struct provider_conn *pc, const struct config_target *t,
+                   const struct provider_effect *e, const char *url, const char *body,
+                   const char *extra, struct provider_attempt *out)
 {
 	CURL *c = pc->curl;
 	struct curl_slist *hdrs = NULL;
 	struct provider_sink s;
 	struct provider_upload up = { 0 };
-	char errbuf[CURL_ERROR_SIZE] = "", *body = NULL, *line = NULL, *url = NULL;
-	char why[160];
+	char errbuf[CURL_ERROR_SIZE] = "", *line = NULL;
 	CURLcode rc;
 	long status = 0;
 	curl_off_t sent = 0;
 
-	memset(out, 0, sizeof(*out));
-	if (!provider_http_request(t, e->type, e->payload, &url, &body, why, sizeof(why))) {
-		provider_invalid(out, why);
-		return;
-	}
-	if (body[0] == '\0') {
-		/* no body, no point to mark the send started at */
-		provider_invalid(out, "empty request body");
-		free(body);
-		free(url);
-		return;
-	}
 	provider_prepare(c, t, &s, errbuf, "http,https", url);
 	/* The body through a read callback, not in the request's first
 	 * write: the headers go out before it (provider_read_body). */
@@ -183,12 +171,14 @@ http_send(struct provider_conn *pc, const struct config_target *t,
 	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)up.len);
 	hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
 	hdrs = curl_slist_append(hdrs, "Expect:");
-	if (asprintf(&line, "Idempotency-Key: %s", e->provider_key) > 0) {
+	if (extra != NULL)
+		hdrs = curl_slist_append(hdrs, extra);
+	if (e != NULL && asprintf(&line, "Idempotency-Key: %s", e->provider_key) > 0) {
 		hdrs = curl_slist_append(hdrs, line);
 		free(line);
 		line = NULL;
 	}
-	if (asprintf(&line, "X-Oncegate-Effect: %s", e->id) > 0) {
+	if (e != NULL && asprintf(&line, "X-Oncegate-Effect: %s", e->id) > 0) {
 		hdrs = curl_slist_append(hdrs, line);
 		free(line);
 		line = NULL;
@@ -219,6 +209,25 @@ http_send(struct provider_conn *pc, const struct config_target *t,
 	curl_slist_free_all(hdrs);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
 	provider_sink_free(&s);
+}
+
+static void
+http_send(struct provider_conn *pc, const struct config_target *t,
+          const struct provider_effect *e, struct provider_attempt *out)
+{
+	char *body = NULL, *url = NULL;
+	char why[160];
+
+	memset(out, 0, sizeof(*out));
+	if (!provider_http_request(t, e->type, e->payload, &url, &body, why, sizeof(why))) {
+		provider_invalid(out, why);
+		return;
+	}
+	if (body[0] == '\0')
+		/* no body, no point to mark the send started at */
+		provider_invalid(out, "empty request body");
+	else
+		provider_http_post(pc, t, e, url, body, NULL, out);
 	free(body);
 	free(url);
 }

@@ -74,6 +74,14 @@ bool provider_header_safe(const char *s, size_t max);
 struct curl_slist *provider_add_bearer(struct curl_slist *hdrs, const struct config_target *t);
 /* The payload cannot be sent at all: nothing went out. */
 void provider_invalid(struct provider_attempt *out, const char *why);
+/* One POST of body to url on target t, observed into *out (cleared by the
+ * caller first): JSON, the target's credential (credentials_env) and extra
+ * (one more header line, or NULL); for an effect e (NULL: none) its
+ * Idempotency-Key and X-Oncegate-Effect. The send of an HTTP effect, and
+ * Slack's (provider_http.c). */
+void provider_http_post(struct provider_conn *pc, const struct config_target *t,
+                        const struct provider_effect *e, const char *url, const char *body,
+                        const char *extra, struct provider_attempt *out);
 /* The look-up every kind uses (provider_http.c). */
 enum provider_lookup provider_http_lookup(struct provider_conn *pc, const struct config_target *t,
                                           const char *provider_key,

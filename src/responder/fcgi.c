@@ -270,6 +270,8 @@ fill_request(FCGX_Request *fr, struct http_request *req)
 	req->request_id = param(fr, "REQUEST_ID");
 	req->idempotency_key = param(fr, "HTTP_IDEMPOTENCY_KEY");
 	req->mcp_protocol_version = param(fr, "HTTP_MCP_PROTOCOL_VERSION");
+	req->slack_timestamp = param(fr, "HTTP_X_SLACK_REQUEST_TIMESTAMP");
+	req->slack_signature = param(fr, "HTTP_X_SLACK_SIGNATURE");
 	/* nginx passes a repeated field as repeated parameters, and
 	 * FCGX_GetParam sees the first one only. */
 	for (char **e = fr->envp; e != NULL && *e != NULL; e++)

@@ -159,7 +159,7 @@ static const struct bad_case bad_cases[] = {
 	{ "[target Bad-Name]\nurl = http://x\n", "must be 1-64 of a-z 0-9 _" },
 	{ "[target a]\nurl = http://x\n[target a]\nurl = http://y\n", ":3: target \"a\" defined twice" },
 	{ "[target a]\nurl = http://x\nthreads = 4\n", "unknown setting \"threads\" in a [target] section" },
-	{ "[target a]\nkind = ftp\nurl = http://x\n", "kind \"ftp\" is not http or smtp" },
+	{ "[target a]\nkind = ftp\nurl = http://x\n", "kind \"ftp\" is not http, smtp or slack" },
 	{ "[target a]\nkind = http\n", "target a: url is required" },
 	{ "csrf_secret = short\n", "at least 32 characters" },
 	{ "public_url = ftp://x\n", "public_url must start with https://" },

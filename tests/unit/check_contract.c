@@ -1076,7 +1076,8 @@ START_TEST(test_notify_targets_checked)
 		  "is of kind http: mail addresses (\"to\") need an smtp target" },
 		{ "\"approvers_mail\"", "\"approvers_mail\"",
 		  "contract \"t\": gate.notify entry \"lead@example.com\": target \"approvers_mail\" "
-		  "is of kind smtp: a chat webhook (an entry without \"to\") needs an http target" },
+		  "is of kind smtp: a chat webhook (an entry without \"to\") needs an http or slack "
+		  "target" },
 	};
 	char mail[] = "approvers_mail", smtp[] = "smtp", chat[] = "team_chat", http[] = "http";
 	struct config cfg;

@@ -957,7 +957,7 @@ START_TEST(test_render)
 	ck_assert_ptr_nonnull(strstr(a, "<pre class=\"data\">{}</pre>"));
 	h = reparse_html(a);
 	visit(h->children, collect, &pre);
-	/* context_message, mail_body, http_body, effect_payload, output */
+	/* mail_body, http_body, slack_body, effect_payload, output */
 	ck_assert_uint_eq(pre.n, 5);
 	ck_assert_str_eq(pre.v[3], "{}");
 	collect_free(&pre);
