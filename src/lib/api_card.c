@@ -713,7 +713,9 @@ api_card_page(struct api_call *c, const struct gate_approval *a, const json_t *r
 	if (!changes)
 		page_remove(p, "feedback");
 	if (buttons == 0) {
+		/* the correction's fields belong to the form, though set apart */
 		page_remove(p, "form");
+		page_remove(p, "edit");
 		(void)page_text(p, "cannot_decide_reason",
 		                refusal != NULL ? refusal : "This request allows no decision.");
 		f.reason = "may_not_decide";

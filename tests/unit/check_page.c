@@ -511,11 +511,15 @@ START_TEST(test_hostile_approval)
 	ck_assert_str_eq(v.v[1], want);
 	collect_free(&v);
 
-	/* the form survived the HTML parser whole: textarea did not swallow
-	 * the buttons */
+	/* the form survived the HTML parser whole: no textarea (the reason,
+	 * the feedback) swallowed the buttons */
 	ck_assert_uint_eq(elements(h, "button"), ITEMS);
-	ck_assert_uint_eq(elements(h, "textarea"), 1);
-	n = find(h, "textarea", NULL, NULL);
+	ck_assert_uint_eq(elements(h, "textarea"), 2);
+	n = find(h, "textarea", "name", "reason");
+	ck_assert_ptr_nonnull(n);
+	ck_assert_ptr_null(n->children);
+	n = find(h, "textarea", "name", "feedback");
+	ck_assert_ptr_nonnull(n);
 	ck_assert_ptr_null(n->children);
 
 	xmlFreeDoc(x);
@@ -853,6 +857,7 @@ START_TEST(test_remove)
 	struct page_scope *s = page_repeat(p, "error_item");
 	page_remove(p, "errors");
 	page_remove(p, "form");
+	page_remove(p, "edit"); /* the correction, set apart from the form */
 	page_remove(p, "form"); /* twice is fine */
 	ck_assert_int_eq(page_scope_text(s, "error_path", "/x"), 0);
 	/* filling inside a removed part does nothing and is no failure */
@@ -953,13 +958,14 @@ START_TEST(test_render)
 	a = render(p);
 	c = render(p); /* rendering does not change the page */
 	ck_assert_str_eq(a, c);
-	ck_assert_ptr_nonnull(strstr(a, "<pre class=\"data\">\n\n{\n  \"draft\""));
-	ck_assert_ptr_nonnull(strstr(a, "<pre class=\"data\">{}</pre>"));
+	ck_assert_ptr_nonnull(strstr(a, "<pre class=\"data\" tabindex=\"0\">\n\n{\n  \"draft\""));
+	ck_assert_ptr_nonnull(strstr(a, "<pre class=\"data\" tabindex=\"0\">{}</pre>"));
 	h = reparse_html(a);
 	visit(h->children, collect, &pre);
-	/* mail_body, http_body, slack_body, effect_payload, output */
-	ck_assert_uint_eq(pre.n, 5);
-	ck_assert_str_eq(pre.v[3], "{}");
+	/* context_message, mail_body, http_body, slack_body, effect_payload,
+	 * output */
+	ck_assert_uint_eq(pre.n, 6);
+	ck_assert_str_eq(pre.v[4], "{}");
 	collect_free(&pre);
 	ck_assert_ptr_nonnull(strstr(a, "<textarea id=\"reason\" name=\"reason\""));
 	ck_assert_ptr_nonnull(strstr(a, "></textarea>"));
