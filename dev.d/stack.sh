@@ -92,6 +92,8 @@ write_config() {
 		lease_default_seconds = $lease_default
 		lease_max_seconds = $lease_max
 		lease_cap_seconds = $lease_cap
+		# a key answers duplicate for a year after its run finished
+		duplicate_window_days = 365
 		log_file = $STATE/decisions.log
 		log_level = info
 		sql_dir = $ROOT/sql

@@ -5,8 +5,10 @@
 #    owner, and exactly one file under src/ holds an INSERT INTO, UPDATE or
 #    DELETE FROM that names it: the owner. A new table without an owner
 #    fails here.
-# 2. No file under src/ other than the owners (their .c and .h), migrate.c
-#    and db.c holds SQL text: the use cases (decide, dispatch, repair,
+# 2. No file under src/ other than the owners (their .c and .h; an owner
+#    that is a module of several files behind one private header, X_int.h
+#    beside X.c, also that header and every file that includes it),
+#    migrate.c and db.c holds SQL text: the use cases (decide, dispatch, repair,
 #    replay, audit, the web handlers, the programs) compose the owners'
 #    functions instead. A statement row (struct db_stmt NAME = { ... })
 #    counts as SQL text wherever its text is written.
@@ -85,6 +87,13 @@ allowed=" ${NOT_OWNERS_WITH_SQL[*]} "
 for line in "${OWNERS[@]}"; do
 	read -r _ owner <<<"$line"
 	allowed+=" $owner ${owner%.c}.h "
+	private=${owner%.c}_int.h
+	if [[ -f $ROOT/$private ]]; then
+		allowed+=" $private "
+		while read -r member; do
+			allowed+=" $member ${member%.c}.h "
+		done < <(cd "$ROOT" && grep -lE "^#include \"${private##*/}\"" "${owner%/*}"/*.c)
+	fi
 done
 mapfile -t hits < <(cd "$ROOT" && grep -rnE \
 	'SELECT .* FROM|INSERT INTO|UPDATE [a-z_]+( [a-z]+)? +SET|DELETE FROM|" *(FROM|WHERE|RETURNING) |struct db_stmt [a-z_0-9]+ *= *\{' \

@@ -12,7 +12,7 @@
 #include "canon.h"
 #include "audit.h"
 #include "ctl_audit.h"
-#include "metrics.h"
+#include "metrics_report.h"
 
 /* ---- explain --------------------------------------------------------------- */
 
@@ -177,6 +177,7 @@ ctl_audit_report(struct ctl *ctl, int argc, char **argv)
 		const char *name, *label;
 	} rows[] = {
 		{ "runs_claimed", "runs claimed (new keys)" },
+		{ "runs_by_state", "runs claimed, by state now" },
 		{ "reclaims", "reclaims (attempt > 1)" },
 		{ "invalid_outputs", "invalid model outputs" },
 		{ "failed_validation", "runs failed on validation" },

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "pool.h"
+#include "worker.h"
 
 int
 pool_start(struct pool *p, struct dispatch_shared *s, int n)
@@ -27,7 +28,7 @@ pool_start(struct pool *p, struct dispatch_shared *s, int n)
 	sigaddset(&blocked, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &blocked, &old);
 	for (i = 0; i < n; i++) {
-		if (pthread_create(&p->workers[i], NULL, dispatch_worker, s) != 0) {
+		if (pthread_create(&p->workers[i], NULL, worker_main, s) != 0) {
 			fprintf(stderr, "oncegate-dispatch: cannot start worker %d\n", i);
 			atomic_store(&s->stopping, true);
 			rc = -1;

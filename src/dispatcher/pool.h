@@ -1,7 +1,7 @@
 /*
  * pool.h — the worker threads of oncegate-dispatch: started with every
  * signal blocked (the main thread takes them all), stopped within the
- * shutdown grace. Each worker runs dispatch_worker() (dispatch.h).
+ * shutdown grace. Each worker runs worker_main() (worker.h).
  */
 #ifndef OG_POOL_H
 #define OG_POOL_H

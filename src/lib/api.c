@@ -8,6 +8,7 @@
  * api_ops.c). Every answer that is a decision writes exactly one line to
  * the decision log.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "caps.h"
 #include "log.h"
 #include "schema_version.h"
+#include "utf8.h"
 
 static const struct route routes[] = {
 	{ "POST", SHAPE_EXACT, "/v1/runs", NULL, "/v1/runs", AUTH_BEARER, BODY_JSON, ANSWER_JSON,
@@ -76,17 +78,19 @@ static const struct route routes[] = {
 
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
-size_t
-api_route_count(void)
+/* The route table's labels, given to the metrics once: the histogram of
+ * route i is routes[i]'s. */
+static void
+routes_to_metrics(void)
 {
-	return NROUTES;
-}
+	static struct metrics_route labels[NROUTES];
+	size_t i;
 
-void
-api_route_label(size_t i, const char **method, const char **pattern)
-{
-	*method = i < NROUTES ? routes[i].method : NULL;
-	*pattern = i < NROUTES ? routes[i].pattern : NULL;
+	for (i = 0; i < NROUTES; i++) {
+		labels[i].method = routes[i].method;
+		labels[i].pattern = routes[i].pattern;
+	}
+	metrics_routes(labels, NROUTES);
 }
 
 void
@@ -190,6 +194,15 @@ api_key_claim_problem(const char *key, size_t len)
 	}
 }
 
+/* Whether route r takes method: HEAD is GET without the body wherever GET
+ * is defined (RFC 9110 9.3.2; nginx sends no body to a HEAD). */
+static bool
+route_takes(const struct route *r, const char *method)
+{
+	return strcmp(method, r->method) == 0 ||
+	       (strcmp(method, "HEAD") == 0 && strcmp(r->method, "GET") == 0);
+}
+
 /* The route for method and uri, with the percent-decoded path segment in
  * key; NULL with *status 404, 405 (and *allow) or 400. */
 static const struct route *
@@ -197,6 +210,7 @@ route_match(const char *method, const char *uri, char *key, size_t keylen, int *
             const char **allow)
 {
 	size_t plen = http_path_len(uri), i;
+	bool get = false, post = false;
 
 	*status = 404;
 	*allow = NULL;
@@ -208,12 +222,13 @@ route_match(const char *method, const char *uri, char *key, size_t keylen, int *
 
 		if (!route_path_match(&routes[i], uri, plen, &k, &klen))
 			continue;
-		if (strcmp(method, routes[i].method) != 0) {
-			/* Allow names every method the path takes (only GET and POST
-			 * exist); a later match on the method itself still wins */
-			*allow = *status == 405 && *allow != NULL && strcmp(*allow, routes[i].method) != 0
-			             ? "GET, POST"
-			             : routes[i].method;
+		if (!route_takes(&routes[i], method)) {
+			/* Allow names every method the path takes (only GET, with
+			 * its HEAD, and POST exist); a later match on the method
+			 * itself still wins */
+			get = get || strcmp(routes[i].method, "GET") == 0;
+			post = post || strcmp(routes[i].method, "POST") == 0;
+			*allow = get && post ? "GET, HEAD, POST" : get ? "GET, HEAD" : "POST";
 			*status = 405;
 			continue;
 		}
@@ -302,6 +317,7 @@ static const struct problem_type {
 	{ "not_editable", 409, "The draft cannot be corrected now", OG_OK },
 	{ "used", 409, "Another decision settled the run first", OG_OK },
 	{ "approval_closed", 409, "The approval no longer takes a decision", OG_OK },
+	{ "key_expired", 410, "The key's duplicate window has passed", OG_OK },
 	{ "body_too_large", 413, "The body is too large", OG_OK },
 	{ "unsupported_media_type", 415, "The body must be JSON", OG_OK },
 	{ "payload_mismatch", 422, "The key was claimed with another payload", OG_MISMATCH },
@@ -545,7 +561,8 @@ api_printable(const char *s)
 	return true;
 }
 
-/* Optional string field of at most max bytes. */
+/* Optional string field of at most max characters (code points); null is
+ * taken as absent, as the OpenAPI document says of every such member. */
 bool
 api_opt_string(struct api_call *c, const char *name, size_t max, const char **out)
 {
@@ -560,9 +577,9 @@ api_opt_string(struct api_call *c, const char *name, size_t max, const char **ou
 		api_reject(c, "invalid_field", msg, name);
 		return false;
 	}
-	if (json_string_length(v) > max || !api_printable(json_string_value(v)) ||
-	    strlen(json_string_value(v)) != json_string_length(v)) {
-		snprintf(msg, sizeof(msg), "%s must be printable text of at most %zu bytes",
+	if (strlen(json_string_value(v)) != json_string_length(v) ||
+	    utf8_chars(json_string_value(v)) > max || !api_printable(json_string_value(v))) {
+		snprintf(msg, sizeof(msg), "%s must be printable text of at most %zu characters",
 		         name, max);
 		api_reject(c, "invalid_field", msg, name);
 		return false;
@@ -764,7 +781,7 @@ call_parse_body(struct api_call *c, struct body_error *e)
 		snprintf(e->message, sizeof(e->message), "the body is not valid JSON: %s", problem);
 		return false;
 	}
-	c->body = json_loadb(c->req->body, c->req->body_len, JSON_REJECT_DUPLICATES, &jerr);
+	c->body = canon_json_loadb(c->req->body, c->req->body_len, JSON_REJECT_DUPLICATES, &jerr);
 	if (c->body == NULL) {
 		snprintf(e->message, sizeof(e->message),
 		         "the body is not valid JSON: %s at line %d column %d",
@@ -789,7 +806,9 @@ api_handle(struct api_ctx *ctx, const struct http_request *req, struct http_resp
 	bool body_ok = true;
 	int status;
 	struct timespec t0, t1;
+	static pthread_once_t routes_given = PTHREAD_ONCE_INIT;
 
+	(void)pthread_once(&routes_given, routes_to_metrics);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	memset(&c, 0, sizeof(c));
 	c.ctx = ctx;

@@ -35,10 +35,6 @@ void api_handle(struct api_ctx *ctx, const struct http_request *req,
  * keylen), or NULL with *status 404/405/400 and *allow set for 405. */
 const char *api_route(const char *method, const char *uri, char *key, size_t keylen,
                       int *status, const char **allow);
-/* The route table, for the latency histograms of /metrics: how many
- * routes, and route i's method and pattern. */
-size_t api_route_count(void);
-void api_route_label(size_t i, const char **method, const char **pattern);
 /* 1–200 printable characters (valid UTF-8, no control
  * characters). */
 int api_key_valid(const char *key, size_t len);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "api_int.h"
 #include "api_card.h"
 #include "canon.h"
 #include "contract.h"

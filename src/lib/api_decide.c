@@ -21,6 +21,7 @@
 #include "clients.h"
 #include "contract.h"
 #include "log.h"
+#include "utf8.h"
 
 /* The groups a client vouches for, joined by the site's separator (the
  * form nginx passes them in), into out; false when one is not acceptable. */
@@ -34,14 +35,14 @@ groups_text(struct api_call *c, char *out, size_t cap)
 	out[0] = '\0';
 	if (groups == NULL || json_is_null(groups))
 		return true;
-	if (!json_is_array(groups) || json_array_size(groups) > 64)
+	if (!json_is_array(groups) || json_array_size(groups) > OG_GROUPS_MAX)
 		goto bad;
 	json_array_foreach(groups, i, g) {
 		const char *s = json_string_value(g);
 		size_t n = s != NULL ? strlen(s) : 0;
 
-		if (n == 0 || n > 256 || n != json_string_length(g) || !api_printable(s) ||
-		    strchr(s, sep) != NULL || len + n + 2 > cap)
+		if (n == 0 || n != json_string_length(g) || utf8_chars(s) > OG_GROUP_MAX_CHARS ||
+		    !api_printable(s) || strchr(s, sep) != NULL || len + n + 2 > cap)
 			goto bad;
 		if (len > 0)
 			out[len++] = sep;
@@ -52,7 +53,7 @@ groups_text(struct api_call *c, char *out, size_t cap)
 bad:
 	api_reject(c, "invalid_field",
 	           "groups must be an array of at most 64 group names (printable text of at "
-	           "most 256 bytes, without the site's group separator)", "groups");
+	           "most 256 characters, without the site's group separator)", "groups");
 	return false;
 }
 
@@ -206,15 +207,17 @@ api_approvals_decide(struct api_call *c)
 	struct decision_in in = { 0 };
 	struct log_fields f = { 0 };
 	const char *subject, *decision;
-	char id[sizeof(c->key)], groups[4096];
+	/* every name at its longest: 4 bytes a character, and a separator */
+	char id[sizeof(c->key)], groups[OG_GROUPS_MAX * (OG_GROUP_MAX_CHARS * 4 + 1) + 1];
 	unsigned char hash[32];
 	enum og_rc grc = OG_NOT_FOUND;
 
 	snprintf(id, sizeof(id), "%s", c->key);
 	c->key[0] = '\0';
-	if (!api_only_fields(c, fields) || !api_opt_string(c, "subject", 320, &subject) ||
+	if (!api_only_fields(c, fields) ||
+	    !api_opt_string(c, "subject", OG_SUBJECT_MAX_CHARS, &subject) ||
 	    !api_opt_string(c, "decision", 16, &decision) ||
-	    !api_opt_string(c, "reason", OG_FIELD_MAX, &in.reason) ||
+	    !api_opt_string(c, "reason", OG_TEXT_MAX_CHARS, &in.reason) ||
 	    !api_opt_string(c, "draft", 128, &in.draft) || !groups_text(c, groups, sizeof(groups)) ||
 	    !edits_read(c, &in.values))
 		return;

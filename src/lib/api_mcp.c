@@ -29,6 +29,7 @@
 #include "outbox.h"
 #include "caps.h"
 #include "log.h"
+#include "utf8.h"
 
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "unknown"
@@ -153,9 +154,10 @@ tool_input_schema(const struct contract *k, const char *type)
 	json_object_set_new(props, "requested_by",
 	                    string_schema("the mail address of the person who asked for this "
 	                                  "action (they cannot approve it)",
-	                                  OG_FIELD_MAX));
+	                                  OG_TEXT_MAX_CHARS));
 	json_object_set_new(props, "source_url",
-	                    string_schema("an http(s) link to what the action answers", 2048));
+	                    string_schema("an http(s) link to what the action answers",
+	                                  OG_URL_MAX_CHARS));
 	if (contract_requester_must_be_person(k))
 		json_array_append_new(req, json_string("requested_by"));
 	return json_pack("{s:s, s:o, s:o, s:b}", "type", "object", "properties", props, "required",
@@ -470,8 +472,10 @@ call_arguments(struct api_call *c, const struct contract *k, const char *type,
 		return "target is required: the contract allows more than one";
 	in->requested_by = json_string_value(json_object_get(args, "requested_by"));
 	in->source_url = json_string_value(json_object_get(args, "source_url"));
-	if (in->requested_by != NULL && strlen(in->requested_by) > OG_FIELD_MAX)
-		return "requested_by is too long";
+	if (in->requested_by != NULL && utf8_chars(in->requested_by) > OG_TEXT_MAX_CHARS)
+		return "requested_by is longer than 512 characters";
+	if (in->source_url != NULL && utf8_chars(in->source_url) > OG_URL_MAX_CHARS)
+		return "source_url is longer than 2048 characters";
 	*effect = json_pack("{s:s, s:s, s:O}", "type", type, "target", target, "payload",
 	                    json_object_get(args, "payload"));
 	in->effect = *effect;
@@ -522,7 +526,14 @@ call_claim_decide(struct api_call *c, json_t *id, struct api_output_in *in,
 	lc.lease_seconds = c->ctx->cfg->lease_default_seconds;
 	lc.cap_seconds = c->ctx->cfg->lease_cap_seconds;
 	rc = ledger_claim(c->ctx->db, &lc, &run);
-	if (rc == OG_DUPLICATE) {
+	if ((rc == OG_DUPLICATE || rc == OG_MISMATCH) &&
+	    ledger_past_window(&run, c->ctx->cfg->duplicate_window_days)) {
+		tool_refusal(c, id, "refused", "key_expired",
+		             "this idempotency_key's run finished before the duplicate window "
+		             "(duplicate_window_days); nothing was changed: a new action needs a "
+		             "new key",
+		             NULL);
+	} else if (rc == OG_DUPLICATE) {
 		answer_outcome(c, id, false);
 	} else if (rc == OG_MISMATCH) {
 		tool_refusal(c, id, "refused", "payload_mismatch",

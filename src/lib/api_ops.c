@@ -6,7 +6,7 @@
  */
 #include "api_int.h"
 #include "db.h"
-#include "metrics.h"
+#include "metrics_text.h"
 #include "log.h"
 #include "ready.h"
 

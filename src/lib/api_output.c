@@ -431,9 +431,9 @@ api_output_submit(struct api_call *c)
 		goto out;
 	}
 	in.effect = json_object_get(c->body, "effect");
-	if (!api_opt_string(c, "source_url", 2048, &in.source_url) ||
-	    !api_opt_string(c, "requested_by", OG_FIELD_MAX, &in.requested_by) ||
-	    !api_opt_string(c, "callback_url", 2048, &in.callback_url))
+	if (!api_opt_string(c, "source_url", OG_URL_MAX_CHARS, &in.source_url) ||
+	    !api_opt_string(c, "requested_by", OG_TEXT_MAX_CHARS, &in.requested_by) ||
+	    !api_opt_string(c, "callback_url", OG_URL_MAX_CHARS, &in.callback_url))
 		goto out;
 	if (canon_member(CANON_AS_WRITTEN, c->req->body, c->req->body_len, "output", &out_text,
 	                 &in.output_len) != CANON_OK) {

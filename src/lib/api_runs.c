@@ -79,155 +79,224 @@ claim_run_key(struct api_call *c)
 	return true;
 }
 
-void
-api_runs_claim(struct api_call *c)
+/*
+ * A key whose run finished longer ago than duplicate_window_days is
+ * spent: its claim answers 410 key_expired instead of duplicate (or a
+ * payload mismatch), and nothing changes. The run is never claimed again
+ * under it: an old event must not act twice, so a new event needs a new
+ * key. True when it answered.
+ */
+static bool
+claim_past_window(struct api_call *c, const struct ledger_run *run, struct log_fields *f)
+{
+	int days = c->ctx->cfg->duplicate_window_days;
+	char detail[160];
+
+	if (!ledger_past_window(run, days))
+		return false;
+	snprintf(detail, sizeof(detail),
+	         "this key's run finished %lld days ago, beyond the duplicate window of %d "
+	         "days; nothing was changed: a new event needs a new key",
+	         run->finished_seconds / 86400, days);
+	api_answer_problem(c, "key_expired", detail,
+	                   json_pack("{s:s, s:s, s:i}", "key", c->key, "state",
+	                             ledger_state_name(run->state), "duplicate_window_days", days));
+	f->state_from = ledger_state_name(run->state);
+	f->version = run->version;
+	f->reason = "key_expired";
+	f->detail = detail;
+	api_log(c, LOG_LEVEL_NOTICE, "run.key_expired", f);
+	return true;
+}
+
+/* A claim as read from its request: the ledger's input, and the payload it
+ * points into (kept as written, so freed by the caller). */
+struct claim_request {
+	struct ledger_claim lc;
+	char hash[CANON_HASH_LEN];
+	char hash_as_written[CANON_HASH_LEN];
+	char *payload;
+	long long lease;
+};
+
+/* The claim's fields, its resume URL and its payload: into *r, or false
+ * after answering 400 (nothing claimed). */
+static bool
+claim_read(struct api_call *c, struct claim_request *r)
 {
 	static const char *const fields[] = { "key", "payload", "workflow_version", "trigger",
 		                              "correlation_id", "event_id", "lease_seconds",
 		                              "callback_url", NULL };
-	const struct config *cfg = c->ctx->cfg;
-	struct ledger_claim lc = { 0 };
-	struct ledger_run run = { 0 };
-	struct log_fields f = { 0 };
-	char hash[CANON_HASH_LEN], hash_as_written[CANON_HASH_LEN], loc[API_RUN_PATH_MAX];
-	char prev_owner[CANON_HASH_LEN];
-	char *payload = NULL, why[1280];
+	struct ledger_claim *lc = &r->lc;
 	const char *callback = NULL;
+	char why[1280];
 	size_t payload_len;
-	long long lease;
 	enum canon_rc crc;
-	enum og_rc rc;
-	json_t *out;
 
 	if (!api_only_fields(c, fields) || !claim_run_key(c))
-		goto out;
+		return false;
 	if (json_object_get(c->body, "payload") == NULL) {
 		api_reject(c, "invalid_field", "payload is required", "payload");
-		goto out;
+		return false;
 	}
-	if (!api_opt_string(c, "workflow_version", OG_FIELD_MAX, &lc.workflow_version) ||
-	    !api_opt_string(c, "trigger", OG_FIELD_MAX, &lc.trigger) ||
-	    !api_opt_string(c, "correlation_id", OG_FIELD_MAX, &lc.correlation_id) ||
-	    !api_opt_string(c, "event_id", OG_FIELD_MAX, &lc.event_id) ||
-	    !opt_lease_seconds(c, &lease) ||
-	    !api_opt_string(c, "callback_url", 2048, &callback))
-		goto out;
+	if (!api_opt_string(c, "workflow_version", OG_CLAIM_FIELD_MAX_CHARS,
+	                    &lc->workflow_version) ||
+	    !api_opt_string(c, "trigger", OG_CLAIM_FIELD_MAX_CHARS, &lc->trigger) ||
+	    !api_opt_string(c, "correlation_id", OG_CLAIM_FIELD_MAX_CHARS, &lc->correlation_id) ||
+	    !api_opt_string(c, "event_id", OG_CLAIM_FIELD_MAX_CHARS, &lc->event_id) ||
+	    !opt_lease_seconds(c, &r->lease) ||
+	    !api_opt_string(c, "callback_url", OG_URL_MAX_CHARS, &callback))
+		return false;
 	/* The resume URL the workflow will hand in with its output, checked
 	 * before anything is claimed: refused here, before the model is paid
 	 * for, rather than at the output. */
-	if (callback != NULL && config_callback_refusal(cfg, callback, why, sizeof(why))) {
+	if (callback != NULL &&
+	    config_callback_refusal(c->ctx->cfg, callback, why, sizeof(why))) {
 		api_reject(c, "callback_not_allowed", why, "callback_url");
-		goto out;
+		return false;
 	}
 
 	/* The payload is kept as written (numbers as given, which jansson
 	 * cannot reproduce, hence our own canonicaliser) and hashed under RFC
 	 * 8785; a run hashed before that is compared under its own rule. */
-	crc = canon_member(CANON_AS_WRITTEN, c->req->body, c->req->body_len, "payload", &payload,
-	                   &payload_len);
+	crc = canon_member(CANON_AS_WRITTEN, c->req->body, c->req->body_len, "payload",
+	                   &r->payload, &payload_len);
 	if (crc == CANON_OK)
-		crc = canon_hash_as(CANON_JCS, payload, payload_len, hash);
+		crc = canon_hash_as(CANON_JCS, r->payload, payload_len, r->hash);
 	if (crc != CANON_OK) {
 		api_reject(c, "invalid_json", canon_strerror(crc), "payload");
-		goto out;
+		return false;
 	}
-	canon_hash(payload, payload_len, hash_as_written);
+	canon_hash(r->payload, payload_len, r->hash_as_written);
 
-	lc.client_key_hash = c->auth_deferred ? c->auth_hash : NULL;
-	lc.client = &c->client;
-	lc.expect_new = c->ctx->claim_was_new;
-	lc.client_id = c->client.id;
-	lc.key = c->key;
-	lc.payload = payload;
-	lc.payload_hash = hash;
-	lc.payload_hash_as_written = hash_as_written;
-	lc.lease_seconds = (int)lease;
-	lc.cap_seconds = cfg->lease_cap_seconds;
-	rc = ledger_claim(c->ctx->db, &lc, &run);
-	if (lc.client_key_hash != NULL && rc != OG_UNAVAILABLE && rc != OG_ERROR)
+	lc->client_key_hash = c->auth_deferred ? c->auth_hash : NULL;
+	lc->client = &c->client;
+	lc->expect_new = c->ctx->claim_was_new;
+	lc->client_id = c->client.id;
+	lc->key = c->key;
+	lc->payload = r->payload;
+	lc->payload_hash = r->hash;
+	lc->payload_hash_as_written = r->hash_as_written;
+	lc->lease_seconds = (int)r->lease;
+	lc->cap_seconds = c->ctx->cfg->lease_cap_seconds;
+	return true;
+}
+
+/* 201: the run is the caller's, new or taken over from an expired lease. */
+static void
+claim_answer_claimed(struct api_call *c, const struct ledger_run *run, struct log_fields *f)
+{
+	char loc[API_RUN_PATH_MAX], prev_owner[CANON_HASH_LEN];
+	json_t *out;
+
+	out = json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:i, s:s}", "outcome", "claimed", "key",
+	                c->key, "state", ledger_state_name(RUN_PROCESSING), "lease_owner",
+	                run->lease_owner, "version", (json_int_t)run->version, "lease_expires_at",
+	                run->lease_expires_at, "attempt", run->attempt, "payload_hash",
+	                run->payload_hash);
+	http_json(c->resp, 201, out);
+	api_run_path(c, loc);
+	(void)http_header(c->resp, "Location", loc);
+	metrics_count(METRICS_CLAIM_CLAIMED);
+	f->state_to = ledger_state_name(RUN_PROCESSING);
+	f->version = run->version;
+	f->attempt = run->attempt;
+	if (!run->lease_reclaimed) {
+		api_log(c, LOG_LEVEL_INFO, "run.claimed", f);
+		return;
+	}
+	/* taken over from a worker whose lease ran out: that worker may still
+	 * be running, so the line names it — by a fingerprint, since a lease
+	 * owner is a capability and never logged */
+	metrics_count(METRICS_RUN_LEASE_RECLAIMED);
+	f->state_from = ledger_state_name(RUN_PROCESSING);
+	if (run->reclaimed_from[0] != '\0') {
+		canon_hash(run->reclaimed_from, strlen(run->reclaimed_from), prev_owner);
+		prev_owner[7 + 16] = '\0';
+		f->previous_owner = prev_owner;
+	}
+	f->detail = "lease expired; claimed again";
+	api_log(c, LOG_LEVEL_NOTICE, "run.reclaimed", f);
+}
+
+/* 200: the key was claimed before with this payload; the run as it stands,
+ * whole when finished (its result and who decided). */
+static void
+claim_answer_duplicate(struct api_call *c, const struct ledger_run *run, struct log_fields *f)
+{
+	json_t *out;
+
+	out = json_pack("{s:s, s:s, s:s, s:I}", "outcome", "duplicate", "key", c->key, "state",
+	                ledger_state_name(run->state), "version", (json_int_t)run->version);
+	if (run->result != NULL)
+		json_object_set(out, "result", run->result);
+	if (run->decision != NULL)
+		json_object_set(out, "decision", run->decision);
+	if (run->lease_live)
+		json_set_opt(out, "lease_expires_at", run->lease_expires_at);
+	http_json(c->resp, 200, out);
+	metrics_count(METRICS_CLAIM_DUPLICATE);
+	f->state_from = ledger_state_name(run->state);
+	f->version = run->version;
+	f->attempt = run->attempt;
+	api_log(c, LOG_LEVEL_INFO, "run.duplicate", f);
+}
+
+/* 409: the key was claimed with another payload; nothing changes. */
+static void
+claim_answer_mismatch(struct api_call *c, const struct ledger_run *run, struct log_fields *f)
+{
+	api_refuse(c, OG_MISMATCH,
+	           "this key was claimed with a different payload; nothing was changed",
+	           json_pack("{s:s, s:s, s:s}", "key", c->key, "payload_hash", f->payload_hash,
+	                     "stored_payload_hash", run->payload_hash));
+	metrics_count(METRICS_CLAIM_MISMATCH);
+	f->state_from = ledger_state_name(run->state);
+	f->version = run->version;
+	f->reason = "payload_mismatch";
+	f->hint = "the same business key arrived with changed input: investigate "
+	          "upstream; a correction is a new key (oncegatectl replay)";
+	api_log(c, LOG_LEVEL_ALERT, "run.payload_mismatch", f);
+}
+
+void
+api_runs_claim(struct api_call *c)
+{
+	struct claim_request r = { 0 };
+	struct ledger_run run = { 0 };
+	struct log_fields f = { 0 };
+	enum og_rc rc;
+
+	if (!claim_read(c, &r))
+		goto out;
+	rc = ledger_claim(c->ctx->db, &r.lc, &run);
+	if (r.lc.client_key_hash != NULL && rc != OG_UNAVAILABLE && rc != OG_ERROR)
 		api_claim_authenticated(c, rc == OG_DENIED);
 	if (rc == OG_DENIED)
 		goto out;
-	if (rc == OG_CLAIMED || rc == OG_DUPLICATE || rc == OG_MISMATCH)
-		c->ctx->claim_was_new = rc == OG_CLAIMED && run.version == 1;
-
 	if (rc != OG_CLAIMED && rc != OG_DUPLICATE && rc != OG_MISMATCH) {
 		api_fail(c, rc);
 		goto out;
 	}
-	/* one of the three answers of a claim */
-	f.correlation_id = lc.correlation_id;
-	f.workflow_version = lc.workflow_version;
-	f.trigger = lc.trigger;
-	/* the hash comparable with the run's: the one a reclaim or a mismatch names */
-	f.payload_hash = ledger_claim_hash(&lc, &run);
-	switch (rc) {
-	case OG_CLAIMED:
-		out = json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:i, s:s}", "outcome", "claimed",
-		                "key", c->key, "state", ledger_state_name(RUN_PROCESSING), "lease_owner",
-		                run.lease_owner, "version", (json_int_t)run.version,
-		                "lease_expires_at", run.lease_expires_at, "attempt", run.attempt,
-		                "payload_hash", run.payload_hash);
-		http_json(c->resp, 201, out);
-		api_run_path(c, loc);
-		(void)http_header(c->resp, "Location", loc);
-		metrics_count(METRICS_CLAIM_CLAIMED);
-		if (run.lease_reclaimed)
-			metrics_count(METRICS_RUN_LEASE_RECLAIMED);
-		f.state_to = ledger_state_name(RUN_PROCESSING);
-		f.version = run.version;
-		f.attempt = run.attempt;
-		if (run.lease_reclaimed) {
-			/* taken over from a worker whose lease ran out: that worker may
-			 * still be running, so the line names it — by a fingerprint,
-			 * since a lease owner is a capability and never logged */
-			f.state_from = ledger_state_name(RUN_PROCESSING);
-			if (run.reclaimed_from[0] != '\0') {
-				canon_hash(run.reclaimed_from, strlen(run.reclaimed_from), prev_owner);
-				prev_owner[7 + 16] = '\0';
-				f.previous_owner = prev_owner;
-			}
-			f.detail = "lease expired; claimed again";
-			api_log(c, LOG_LEVEL_NOTICE, "run.reclaimed", &f);
-		} else {
-			api_log(c, LOG_LEVEL_INFO, "run.claimed", &f);
-		}
-		break;
-	case OG_DUPLICATE:
-		out = json_pack("{s:s, s:s, s:s, s:I}", "outcome", "duplicate", "key", c->key,
-		                "state", ledger_state_name(run.state), "version",
-		                (json_int_t)run.version);
-		if (run.result != NULL)
-			json_object_set(out, "result", run.result);
-		/* who decided, so a duplicate of a finished run answers it whole */
-		if (run.decision != NULL)
-			json_object_set(out, "decision", run.decision);
-		if (run.lease_live)
-			json_set_opt(out, "lease_expires_at", run.lease_expires_at);
-		http_json(c->resp, 200, out);
-		metrics_count(METRICS_CLAIM_DUPLICATE);
-		f.state_from = ledger_state_name(run.state);
-		f.version = run.version;
-		f.attempt = run.attempt;
-		api_log(c, LOG_LEVEL_INFO, "run.duplicate", &f);
-		break;
-	default: /* OG_MISMATCH */
-		api_refuse(c, OG_MISMATCH,
-		           "this key was claimed with a different payload; nothing was changed",
-		           json_pack("{s:s, s:s, s:s}", "key", c->key, "payload_hash", f.payload_hash,
-		                     "stored_payload_hash", run.payload_hash));
-		metrics_count(METRICS_CLAIM_MISMATCH);
-		f.state_from = ledger_state_name(run.state);
-		f.version = run.version;
-		f.reason = "payload_mismatch";
-		f.hint = "the same business key arrived with changed input: investigate "
-		         "upstream; a correction is a new key (oncegatectl replay)";
-		api_log(c, LOG_LEVEL_ALERT, "run.payload_mismatch", &f);
-		break;
-	}
+	c->ctx->claim_was_new = rc == OG_CLAIMED && run.version == 1;
+
+	/* one of the three answers of a claim, the log line naming the hash
+	 * comparable with the run's (the one a reclaim or a mismatch names) */
+	f.correlation_id = r.lc.correlation_id;
+	f.workflow_version = r.lc.workflow_version;
+	f.trigger = r.lc.trigger;
+	f.payload_hash = ledger_claim_hash(&r.lc, &run);
+	if (rc != OG_CLAIMED && claim_past_window(c, &run, &f))
+		goto out;
+	if (rc == OG_CLAIMED)
+		claim_answer_claimed(c, &run, &f);
+	else if (rc == OG_DUPLICATE)
+		claim_answer_duplicate(c, &run, &f);
+	else
+		claim_answer_mismatch(c, &run, &f);
 out:
 	ledger_run_clear(&run);
-	free(payload);
+	free(r.payload);
 }
 
 void
@@ -360,7 +429,7 @@ api_runs_transition(struct api_call *c)
 		goto out;
 	}
 	if (!api_opt_string(c, "error_class", OG_ERROR_CLASS_MAX, &error_class) ||
-	    !api_opt_string(c, "reason", OG_FIELD_MAX, &reason))
+	    !api_opt_string(c, "reason", OG_TEXT_MAX_CHARS, &reason))
 		goto out;
 	if (error_class != NULL && !error_class_valid(error_class)) {
 		api_reject(c, "invalid_field",
@@ -420,7 +489,7 @@ api_runs_cancel(struct api_call *c)
 	enum og_rc orc;
 	enum og_rc lrc;
 
-	if (!api_only_fields(c, fields) || !api_opt_string(c, "reason", OG_FIELD_MAX, &reason))
+	if (!api_only_fields(c, fields) || !api_opt_string(c, "reason", OG_TEXT_MAX_CHARS, &reason))
 		goto out;
 	if (reason == NULL || reason[0] == '\0') {
 		api_reject(c, "invalid_field", "reason is required", "reason");

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "buf.h"
 #include "canon.h"
 #include "digest.h"
 #include "caps.h"
@@ -1148,6 +1149,79 @@ canon_jansson_problem(const char *text)
 			return jansson_texts[i].plain;
 	}
 	return NULL;
+}
+
+/* Whether the integer literal s[0..n) (optional '-', digits, no leading
+ * zero) lies beyond int64_t, which jansson refuses. */
+static bool
+int_beyond_64(const char *s, size_t n)
+{
+	const char *limit = "9223372036854775807";
+
+	if (*s == '-') {
+		s++;
+		n--;
+		limit = "9223372036854775808";
+	}
+	return n > 19 || (n == 19 && memcmp(s, limit, 19) > 0);
+}
+
+/* A copy of valid JSON text with ".0" after every integer beyond 64 bits:
+ * the same number, which jansson reads as a real. */
+static char *
+widen_integers(const char *in, size_t len, size_t *outlen)
+{
+	struct buf b;
+	size_t i = 0, start, n;
+	bool integer;
+
+	buf_init(&b, 2 * len + 16);
+	while (i < len) {
+		if (in[i] == '"') {
+			/* a string, escapes and all */
+			for (start = i++; i < len && in[i] != '"'; i++)
+				if (in[i] == '\\')
+					i++;
+			if (++i > len)
+				i = len;
+			if (buf_append(&b, in + start, i - start) != 0)
+				goto fail;
+			continue;
+		}
+		if (in[i] != '-' && (in[i] < '0' || in[i] > '9')) {
+			if (buf_append(&b, in + i++, 1) != 0)
+				goto fail;
+			continue;
+		}
+		integer = true;
+		for (start = i; i < len && in[i] != '\0' && strchr("-+0123456789.eE", in[i]) != NULL;
+		     i++)
+			integer = integer && in[i] != '.' && in[i] != 'e' && in[i] != 'E';
+		n = i - start;
+		if (buf_append(&b, in + start, n) != 0 ||
+		    (integer && int_beyond_64(in + start, n) && buf_append(&b, ".0", 2) != 0))
+			goto fail;
+	}
+	*outlen = b.len;
+	return buf_steal(&b);
+fail:
+	buf_free(&b);
+	return NULL;
+}
+
+json_t *
+canon_json_loadb(const char *s, size_t len, size_t flags, json_error_t *err)
+{
+	json_t *v = json_loadb(s, len, flags, err);
+	size_t wlen;
+	char *wide;
+
+	if (v != NULL || strncmp(err->text, "too big", 7) != 0 ||
+	    (wide = widen_integers(s, len, &wlen)) == NULL)
+		return v;
+	v = json_loadb(wide, wlen, flags, err);
+	free(wide);
+	return v;
 }
 
 const char *

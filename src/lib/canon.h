@@ -112,6 +112,13 @@ const char *canon_strerror(enum canon_rc rc);
 void canon_describe(enum canon_rc rc, const struct canon_where *where, char *out,
                     size_t outlen);
 
+/* json_loadb(s, len, flags, err) for text canon_validate accepted, with
+ * one rule on numbers: an integer beyond the 64-bit range, which jansson
+ * refuses, is read as the JSON number it is (a double, as every JSON
+ * number RFC 8785 hashes; 2^64 is 18446744073709552000), never refused.
+ * A member that must be an integer then finds a number that is not one. */
+json_t *canon_json_loadb(const char *s, size_t len, size_t flags, json_error_t *err);
+
 /* jansson's error text (json_error_t.text) in plain words: the one place
  * that maps what jansson says to what the writer of the JSON understands.
  * NULL for a text it does not know (its syntax messages read plainly). */

@@ -13,7 +13,18 @@
 #define OG_BODY_DRAIN_MAX         (8 * 1024 * 1024) /* read and discard past the cap, then stop */
 #define OG_URI_MAX                8192
 #define OG_KEY_MAX_CHARS          200   /* key is 1–200 printable characters */
-#define OG_FIELD_MAX              512   /* workflow_version, trigger, correlation_id, reason, … */
+#define OG_FIELD_MAX              512   /* bytes of a field in a decision-log line */
+/* Text the API takes, in characters (code points, as JSON Schema's
+ * maxLength counts them; the OpenAPI document states the same numbers). */
+#define OG_CLAIM_FIELD_MAX_CHARS  200   /* workflow_version, trigger, correlation_id, event_id */
+#define OG_TEXT_MAX_CHARS         512   /* reason, requested_by */
+#define OG_URL_MAX_CHARS          2048  /* source_url, callback_url */
+#define OG_SUBJECT_MAX_CHARS      320   /* a person: a mail address at most */
+#define OG_GROUP_MAX_CHARS        256   /* one group name */
+#define OG_GROUPS_MAX             64    /* group names a decision may carry */
+/* Bytes of one text field of a decision-log line: the longest text the
+ * API takes (OG_TEXT_MAX_CHARS of up to 4 bytes) fits whole. */
+#define OG_LOG_FIELD_MAX          (OG_TEXT_MAX_CHARS * 4)
 #define OG_ERROR_CLASS_MAX        64
 #define OG_RESULT_MAX             (64 * 1024) /* a run's stored result */
 #define OG_JSON_DEPTH_MAX         64
@@ -39,6 +50,8 @@
 #define OG_LEASE_DEFAULT          300
 #define OG_LEASE_MAX              3600
 #define OG_LEASE_CAP              86400  /* total lifetime of one claim */
+/* The longest duplicate window a configuration may set (days, 100 years) */
+#define OG_DUPLICATE_WINDOW_MAX_DAYS 36500
 
 /* Responder */
 #define OG_THREADS_DEFAULT        8

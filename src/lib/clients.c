@@ -155,8 +155,11 @@ clients_revoke(struct db *db, const char *name, long long *id)
 	return n == 1 ? OG_OK : OG_NOT_FOUND;
 }
 
-enum og_rc
-clients_list(struct db *db, json_t **out)
+/* The rows of st (no parameters) as a JSON array, one object a row made by
+ * row: a new reference in *out. */
+static enum og_rc
+rows_json(struct db *db, const struct db_stmt *st, json_t *(*row)(const PGresult *, int),
+          json_t **out)
 {
 	PGresult *res;
 	enum db_rc rc;
@@ -164,20 +167,30 @@ clients_list(struct db *db, json_t **out)
 	int i;
 
 	*out = NULL;
-	if ((rc = db_exec(db, &st_list, NULL, &res)) != DB_OK)
+	if ((rc = db_exec(db, st, NULL, &res)) != DB_OK)
 		return og_rc_of(rc);
 	list = json_array();
-	for (i = 0; list != NULL && i < PQntuples(res); i++) {
-		const char *revoked = db_get(res, i, "revoked_at");
-
-		json_array_append_new(list, json_pack("{s:s, s:s, s:o}", "name",
-		                                      db_get(res, i, "name"), "created_at",
-		                                      db_get(res, i, "created_at"), "revoked_at",
-		                                      revoked ? json_string(revoked) : json_null()));
-	}
+	for (i = 0; list != NULL && i < PQntuples(res); i++)
+		json_array_append_new(list, row(res, i));
 	PQclear(res);
 	*out = list;
 	return list != NULL ? OG_OK : OG_ERROR;
+}
+
+static json_t *
+client_row(const PGresult *res, int i)
+{
+	const char *revoked = db_get(res, i, "revoked_at");
+
+	return json_pack("{s:s, s:s, s:o}", "name", db_get(res, i, "name"), "created_at",
+	                 db_get(res, i, "created_at"), "revoked_at",
+	                 revoked ? json_string(revoked) : json_null());
+}
+
+enum og_rc
+clients_list(struct db *db, json_t **out)
+{
+	return rows_json(db, &st_list, client_row, out);
 }
 
 static const struct db_stmt st_name = {
@@ -289,25 +302,16 @@ clients_may_decide(struct db *db, long long client_id, const char *contract,
 	return n > 0 ? OG_OK : OG_DENIED;
 }
 
+static json_t *
+grant_row(const PGresult *res, int i)
+{
+	return json_pack("{s:s, s:s, s:s, s:s, s:s}", "client", db_get(res, i, "name"), "scope",
+	                 "decide", "contract", db_get(res, i, "contract"), "approver",
+	                 db_get(res, i, "approver"), "created_at", db_get(res, i, "created_at"));
+}
+
 enum og_rc
 clients_grants(struct db *db, json_t **out)
 {
-	PGresult *res;
-	enum db_rc rc;
-	json_t *list;
-	int i;
-
-	*out = NULL;
-	if ((rc = db_exec(db, &st_grants, NULL, &res)) != DB_OK)
-		return og_rc_of(rc);
-	list = json_array();
-	for (i = 0; list != NULL && i < PQntuples(res); i++)
-		json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:s, s:s}", "client",
-		                                      db_get(res, i, "name"), "scope", "decide",
-		                                      "contract", db_get(res, i, "contract"),
-		                                      "approver", db_get(res, i, "approver"),
-		                                      "created_at", db_get(res, i, "created_at")));
-	PQclear(res);
-	*out = list;
-	return list != NULL ? OG_OK : OG_ERROR;
+	return rows_json(db, &st_grants, grant_row, out);
 }

@@ -65,6 +65,7 @@ static const struct config_row rows[] = {
 	ROW_I(lease_default_seconds, OG_LEASE_DEFAULT, 1, 7 * 86400),
 	ROW_I(lease_max_seconds, OG_LEASE_MAX, 1, 7 * 86400),
 	ROW_I(lease_cap_seconds, OG_LEASE_CAP, 1, 30 * 86400),
+	ROW_I(duplicate_window_days, 0, 0, OG_DUPLICATE_WINDOW_MAX_DAYS),
 	ROW_S(log_file, "-", false),
 	ROW_S(dispatch_log_file, "", false),
 	ROW_S(log_level, "info", false),

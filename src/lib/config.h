@@ -38,6 +38,9 @@ struct config {
 	int lease_default_seconds;
 	int lease_max_seconds;
 	int lease_cap_seconds;
+	/* days a finished run's key answers duplicate; 0: for as long as the
+	 * run exists */
+	int duplicate_window_days;
 	/* files */
 	char *log_file;        /* decision log; "-" or empty: stderr */
 	char *dispatch_log_file; /* the dispatcher's, in a directory of its own; empty: log_file */

@@ -1,9 +1,9 @@
 /*
- * dispatch.c — the dispatcher's shared state and its workers: claim a batch
- * of due effects, keep it leased, hand each effect to dispatch_effect.c,
- * claim unknown effects for reconciliation, give back what a shutdown
- * leaves unsent; see dispatch.h. The housekeeping the janitor runs is in
- * dispatch_tick.c.
+ * dispatch.c — the dispatcher's shared state and what its workers' loop
+ * (src/dispatcher/worker.c) asks of the rules: keep a claimed batch
+ * leased, claim unknown effects for reconciliation, give back what a
+ * shutdown leaves unsent; see dispatch.h. One effect's send is
+ * dispatch_effect.c; the housekeeping the janitor runs is dispatch_tick.c.
  *
  * Every change to an effect is a compare-and-set on its state (and, while
  * it is being sent, on this process's lease), so two dispatchers, a slow
@@ -30,10 +30,6 @@
 #include "outbox.h"
 #include "provider.h"
 #include "schema_version.h"
-
-/* A worker claims what it expects to start within this long (see
- * dispatch_worker). */
-#define CLAIM_AHEAD_MS 100
 
 /* --- statements ------------------------------------------------------------ */
 
@@ -209,37 +205,6 @@ dispatch_wake(struct dispatch_shared *s)
 	pthread_mutex_unlock(&s->wake_mu);
 }
 
-/* Sleeps until woken (after `seen`), the timeout, or shutdown. */
-static void
-wait_wake(struct dispatch_shared *s, unsigned long seen, int timeout_ms)
-{
-	struct timespec until;
-
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += timeout_ms / 1000;
-	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
-	pthread_mutex_lock(&s->wake_mu);
-	while (s->wake_seq == seen && !atomic_load(&s->stopping))
-		if (pthread_cond_timedwait(&s->wake_cv, &s->wake_mu, &until) == ETIMEDOUT)
-			break;
-	pthread_mutex_unlock(&s->wake_mu);
-}
-
-static unsigned long
-wake_seq(struct dispatch_shared *s)
-{
-	unsigned long v;
-
-	pthread_mutex_lock(&s->wake_mu);
-	v = s->wake_seq;
-	pthread_mutex_unlock(&s->wake_mu);
-	return v;
-}
-
 bool
 dispatch_sending_allowed(struct dispatch_shared *s)
 {
@@ -326,10 +291,10 @@ dispatch_next_action(const char *dl_class)
 	       "--new-key NEWKEY` or `oncegatectl reject EFFECT`";
 }
 
-/* --- the worker --------------------------------------------------------------- */
+/* --- what a worker's loop (src/dispatcher/worker.c) calls --------------------- */
 
-static int
-claim_reconcile(struct dispatch_shared *s, struct db *db, struct provider_conn *pc)
+int
+dispatch_reconcile_due(struct dispatch_shared *s, struct db *db, struct provider_conn *pc)
 {
 	struct dispatch_config *dc = dispatch_config_get(s);
 	const char **targets = calloc((size_t)dc->cfg.ntargets + 1, sizeof(*targets));
@@ -360,16 +325,6 @@ claim_reconcile(struct dispatch_shared *s, struct db *db, struct provider_conn *
 	return n;
 }
 
-static void
-set_inflight(struct dispatch_shared *s, int slot, const char *id)
-{
-	if (slot < 0 || slot >= s->nslots)
-		return;
-	pthread_mutex_lock(&s->inflight_mu);
-	snprintf(s->inflight[slot], sizeof(s->inflight[slot]), "%s", id);
-	pthread_mutex_unlock(&s->inflight_mu);
-}
-
 /* How long the rest of a batch must stay leased while the worker handles
  * one effect of target t: its rate-limit wait, two timeouts (an SMTP
  * server's goodbye after a timeout waits as long again), and a margin. */
@@ -386,9 +341,9 @@ lease_need_s(const struct config *cfg, const char *target)
 
 /* Renews the lease of rows [from, n) of a claimed batch when it has less
  * than the next effect needs; *until is the local estimate of its end. */
-static void
-keep_batch_leased(struct dispatch_shared *s, struct db *db, const struct outbox_batch *b,
-                  int from, const char *target, long long *until)
+void
+dispatch_keep_leased(struct dispatch_shared *s, struct db *db, const struct outbox_batch *b,
+                     int from, const char *target, long long *until)
 {
 	struct dispatch_config *dc = dispatch_config_get(s);
 	int need = lease_need_s(&dc->cfg, target);
@@ -425,81 +380,3 @@ dispatch_release_unsent(struct dispatch_shared *s, struct db *db)
 	return n;
 }
 
-void *
-dispatch_worker(void *arg)
-{
-	struct dispatch_shared *s = arg;
-	struct dispatch_config *dc = dispatch_config_get(s);
-	struct db *db = db_new(dc->cfg.database, dc->cfg.statement_timeout_ms);
-	struct provider_conn *pc = provider_conn_new();
-	int slot = atomic_fetch_add(&s->next_slot, 1);
-	/* How many effects the next claim takes: no more than this worker
-	 * expects to start within CLAIM_AHEAD_MS (from the last batch's pace),
-	 * at most dispatch_batch. A claimed effect that waits its turn is, if
-	 * this process is killed, an effect nobody can prove unsent: it turns
-	 * unknown with its lease. Fast targets get full batches (fewer claim
-	 * round trips); slow or rate-limited ones one effect at a time. */
-	int ahead = 1;
-
-	dispatch_config_put(s, dc);
-	if (db == NULL || pc == NULL) {
-		log_event(LOG_LEVEL_ERROR, "dispatch.worker_failed", NULL);
-		goto out;
-	}
-	while (!atomic_load(&s->stopping)) {
-		unsigned long seen = wake_seq(s);
-		struct outbox_batch b = { 0 };
-		int n = 0, i, poll_ms, lease_s;
-		long long until;
-
-		dc = dispatch_config_get(s);
-		if (ahead > dc->cfg.dispatch_batch)
-			ahead = dc->cfg.dispatch_batch;
-		lease_s = dc->cfg.dispatch_lease_seconds;
-		poll_ms = dc->cfg.dispatch_poll_ms;
-		dispatch_config_put(s, dc);
-
-		/* the local estimate of the batch's lease starts before the claim */
-		until = dispatch_mono_ns() + (long long)lease_s * 1000000000LL;
-		if (dispatch_sending_allowed(s) &&
-		    outbox_claim(db, s->owner, ahead, lease_s, &b) == OG_OK) {
-			long long t0 = dispatch_mono_ns(), per;
-
-			n = b.n;
-			for (i = 0; i < n; i++) {
-				struct outbox_job j;
-
-				outbox_batch_job(&b, i, &j);
-				if (atomic_load(&s->stopping)) {
-					/* shutdown: the rest of the batch goes back */
-					(void)dispatch_release(s, db, &j, 0);
-				} else {
-					keep_batch_leased(s, db, &b, i, j.target, &until);
-					set_inflight(s, slot, j.id);
-					dispatch_effect_send(s, db, pc, &j);
-					set_inflight(s, slot, "");
-				}
-				outbox_job_clear(&j);
-			}
-			dispatch_effect_flush(db);
-			outbox_batch_clear(&b);
-			if (n > 0) {
-				per = (dispatch_mono_ns() - t0) / n;
-				ahead = per <= 0 ? 1 << 20
-				                 : (int)((long long)CLAIM_AHEAD_MS * 1000000LL / per > 1 << 20
-				                             ? 1 << 20
-				                             : (long long)CLAIM_AHEAD_MS * 1000000LL / per);
-				if (ahead < 1)
-					ahead = 1;
-			}
-		}
-		if (n == 0 && dispatch_sending_allowed(s) && !atomic_load(&s->stopping))
-			n = claim_reconcile(s, db, pc);
-		if (n == 0)
-			wait_wake(s, seen, poll_ms);
-	}
-out:
-	provider_conn_free(pc);
-	db_free(db);
-	return NULL;
-}

@@ -2,7 +2,8 @@
  * dispatch.h — the outbox dispatcher's rules: claim, send,
  * settle, reconcile (dispatch.c, dispatch_effect.c), and the housekeeping
  * tick (dispatch_tick.h). oncegate-dispatch (src/dispatcher/) runs the
- * threads and the schedule; everything it decides is here.
+ * threads, their loop (worker.c) and the schedule; everything they decide
+ * is here.
  *
  * Concurrency: a pool of worker threads, each with its own database
  * connection and its own libcurl handle, each sending one effect at a time
@@ -50,6 +51,9 @@
 #include "db.h"
 #include "provider.h"
 
+struct outbox_batch;
+struct outbox_job;
+
 /* A configuration in use, shared by the workers and replaced on SIGHUP; the
  * last holder frees it. Per-target rate state lives with it, so a reload
  * starts the limits afresh. */
@@ -96,9 +100,30 @@ void dispatch_config_swap(struct dispatch_shared *s, struct dispatch_config *dc)
 /* Wakes every worker (a NOTIFY arrived, or shutdown). */
 void dispatch_wake(struct dispatch_shared *s);
 
-/* One worker thread's loop; returns when stopping is set and its work is
- * finished or released. arg: struct dispatch_shared *. */
-void *dispatch_worker(void *arg);
+/* ---- what a worker's loop asks (src/dispatcher/worker.c) ---- */
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+long long dispatch_mono_ns(void);
+/* The kill switch: the environment AND the database flag as last read. */
+bool dispatch_sending_allowed(struct dispatch_shared *s);
+/* Not sent after all: back to pending after delay_s, the attempt given
+ * back. False when the lease was no longer ours. */
+bool dispatch_release(struct dispatch_shared *s, struct db *db, const struct outbox_job *j,
+                      int delay_s);
+/* Renews the lease of rows [from, n) of a claimed batch when it has less
+ * than the next effect (of target) needs; *until is the local estimate of
+ * the lease's end (dispatch_mono_ns). */
+void dispatch_keep_leased(struct dispatch_shared *s, struct db *db, const struct outbox_batch *b,
+                          int from, const char *target, long long *until);
+/* dispatch_effect.c: sends one claimed effect and settles it. */
+void dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
+                          struct outbox_job *j);
+/* Commits the settle dispatch_effect_send held back for the next send's
+ * mark (this thread's, if any): after each batch, before the worker waits. */
+void dispatch_effect_flush(struct db *db);
+/* Claims the unknown effects due for a look-up at targets that have one
+ * and reconciles each; how many. */
+int dispatch_reconcile_due(struct dispatch_shared *s, struct db *db, struct provider_conn *pc);
 
 /* SIGTERM past the deadline: every effect this process claimed but is not
  * sending right now goes back to pending (nothing of it went out). Returns

@@ -212,7 +212,7 @@ presend_check(struct dispatch_shared *s, struct db *db, const struct outbox_job 
 		return -1;
 	if (!s->env_enabled || !ps.enabled)
 		return 0;
-	/* keep_batch_leased() made the lease long enough for this send; one
+	/* dispatch_keep_leased() made the lease long enough for this send; one
 	 * that is not (a clock far off, a renewal that failed) is renewed. */
 	if (ps.lease_left < dispatch_send_lease_s(t)) {
 		need = 2 * dispatch_send_lease_s(t);

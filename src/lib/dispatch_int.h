@@ -22,10 +22,6 @@
  * target's timeout; otherwise the lease is renewed first. */
 #define DISPATCH_LEASE_MARGIN_S 10
 
-/* CLOCK_MONOTONIC in nanoseconds. */
-long long dispatch_mono_ns(void);
-/* The kill switch: the environment AND the database flag as last read. */
-bool dispatch_sending_allowed(struct dispatch_shared *s);
 /* The decision log line of one effect's step. */
 void dispatch_log_effect(enum log_level level, const char *event, const struct outbox_job *j,
                          const char *from, const char *to, const char *provider_id,
@@ -34,24 +30,15 @@ void dispatch_log_effect(enum log_level level, const char *event, const struct o
 /* Marks and counts effects held back by the kill switch (effect_id: that
  * one, or NULL: any due one); how many were new, -1 on a database error. */
 long long dispatch_hold(struct db *db, const char *effect_id);
-/* Not sent after all: back to pending after delay_s, the attempt given
- * back. False when the lease was no longer ours. */
-bool dispatch_release(struct dispatch_shared *s, struct db *db, const struct outbox_job *j,
-                      int delay_s);
 /* What one send of target t needs of its lease, in seconds. */
 int dispatch_send_lease_s(const struct config_target *t);
 /* What an operator does about a dead letter of this class. */
 const char *dispatch_next_action(const char *dl_class);
 
-/* dispatch_effect.c: sends one claimed effect and settles it; looks up one
- * unknown effect at its target. */
-void dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
-                          struct outbox_job *j);
+/* dispatch_effect.c: looks up one unknown effect at its target (the send
+ * is dispatch.h's). */
 void dispatch_effect_reconcile(struct dispatch_shared *s, struct db *db,
                                struct provider_conn *pc, struct outbox_job *j);
-/* Commits the settle dispatch_effect_send held back for the next send's
- * mark (this thread's, if any): after each batch, before the worker waits. */
-void dispatch_effect_flush(struct db *db);
 
 /* dispatch_notify.c: right before the send of an approval.notify effect, a
  * fresh link for its challenge (its token in token, its hash now the

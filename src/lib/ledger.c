@@ -40,6 +40,13 @@ static const char *const state_names[RUN_STATE_COUNT] = {
 	"  SELECT client_id, idempotency_key, " event ", " from ", " to ", version, attempt, " \
 	actor ", " reason " FROM " src ")"
 
+/* How long ago a finished run last changed, in whole seconds (NULL while
+ * it is not finished): what the duplicate window is measured against. */
+#define LEDGER_FINISHED_SECONDS(r)                                                  \
+	" CASE WHEN " r "state IN ('completed', 'failed_terminal', 'rejected')"         \
+	"   THEN floor(extract(epoch FROM now() - " r "updated_at))::bigint"            \
+	" END AS finished_seconds"
+
 /* The read-only look-up: answers duplicates and mismatches without taking
  * a row lock or writing WAL. It never decides to claim. */
 static const struct db_stmt st_lookup = {
@@ -52,7 +59,7 @@ static const struct db_stmt st_lookup = {
 	"       result::text AS result,"
 	"       CASE WHEN decision IS NOT NULL THEN json_build_object('decision', decision,"
 	"           'decided_by', decided_by, 'decided_at', og_ts(decided_at))::text"
-	"       END AS decision"
+	"       END AS decision," LEDGER_FINISHED_SECONDS("")
 	"  FROM workflow_runs WHERE client_id = $1 AND idempotency_key = $2",
 	3, true,
 };
@@ -109,7 +116,7 @@ static const struct db_stmt st_claim_read = {
 	"       r.result::text AS result,"
 	"       CASE WHEN r.decision IS NOT NULL THEN json_build_object('decision', r.decision,"
 	"           'decided_by', r.decided_by, 'decided_at', og_ts(r.decided_at))::text"
-	"       END AS decision"
+	"       END AS decision," LEDGER_FINISHED_SECONDS("r.")
 	"  FROM (" CLIENTS_SQL_ACTIVE("$1") ") client"
 	"  LEFT JOIN workflow_runs r"
 	"         ON r.client_id = client.id AND r.idempotency_key = $2",
@@ -667,6 +674,12 @@ ledger_run_clear(struct ledger_run *run)
 	memset(run, 0, sizeof(*run));
 }
 
+bool
+ledger_past_window(const struct ledger_run *run, int window_days)
+{
+	return window_days > 0 && run->finished_seconds >= (long long)window_days * 86400;
+}
+
 /* Fills run from the one row a state-changing statement returned
  * (version, attempt). */
 static void
@@ -723,6 +736,8 @@ ledger_fill(struct ledger_run *run, const PGresult *res)
 	v = db_get(res, 0, "decision");
 	json_decref(run->decision);
 	run->decision = v != NULL ? json_loads(v, 0, NULL) : NULL;
+	v = db_get(res, 0, "finished_seconds");
+	run->finished_seconds = v != NULL ? strtoll(v, NULL, 10) : -1;
 }
 
 /* The read-only look-up's parameters. */

@@ -48,6 +48,9 @@ struct ledger_run {
 	 * NULL while nobody has; owned */
 	json_t *decision;
 	json_t *decided;                 /* decide: {contract, output}; owned */
+	/* lookups: seconds since a finished run last changed, -1 while it is
+	 * not finished */
+	long long finished_seconds;
 };
 
 struct ledger_claim {
@@ -81,6 +84,10 @@ int ledger_state_parse(const char *name);
 bool ledger_uuid_valid(const char *s);
 
 void ledger_run_clear(struct ledger_run *run);
+
+/* True when a looked-up run finished at least window_days ago (a window
+ * above 0): its key no longer answers duplicate. */
+bool ledger_past_window(const struct ledger_run *run, int window_days);
 
 /* The claim's payload hash under the rule run's hash was computed with:
  * the one to compare with run->payload_hash, and to answer a mismatch

@@ -332,6 +332,22 @@ host_at(const char *s)
 	return n;
 }
 
+/* A mail address (local@host) at s: its length, else 0. A recipient's
+ * address is personal data a provider's answer often echoes. */
+static size_t
+address_at(const char *s)
+{
+	size_t n = 0, h;
+
+	/* the local part: ASCII word characters and any UTF-8 (SMTPUTF8) */
+	while (PV_ALNUM(s[n]) || s[n] == '.' || s[n] == '_' || s[n] == '-' || s[n] == '+' ||
+	       s[n] == '%' || (unsigned char)s[n] >= 0x80)
+		n++;
+	if (n == 0 || s[n] != '@' || (h = host_at(s + n + 1)) == 0)
+		return 0;
+	return n + 1 + h;
+}
+
 /* After a secret's name and "=" or ":" (blanks allowed): the value's
  * offset from s, 0 when s does not start with such a name. */
 static size_t
@@ -412,6 +428,13 @@ log_redact_provider(char *text)
 				}
 				continue;
 			}
+		}
+		if (word_start && (PV_ALNUM(*r) || (unsigned char)*r >= 0x80) &&
+		    (n = address_at(r)) > 0) {
+			w = mask_span(w, "[address]", n);
+			r += n;
+			masked++;
+			continue;
 		}
 		if (word_start && PV_ALNUM(*r) && (n = host_at(r)) > 0) {
 			w = mask_span(w, "[host]", n);
@@ -546,36 +569,36 @@ log_event(enum log_level level, const char *event, const struct log_fields *f)
 	(void)line_put(&l, "\",\"level\":\"", 11);
 	(void)line_put(&l, log_names[level], strlen(log_names[level]));
 	(void)line_put(&l, "\"", 1);
-	line_str(&l, "event", event != NULL ? event : "unknown", limit, OG_FIELD_MAX);
+	line_str(&l, "event", event != NULL ? event : "unknown", limit, OG_LOG_FIELD_MAX);
 	line_str(&l, "program", log_program != NULL ? log_program : "oncegate",
-	         limit, OG_FIELD_MAX);
+	         limit, OG_LOG_FIELD_MAX);
 
-	line_str(&l, "client", f->client, limit, OG_FIELD_MAX);
-	line_str(&l, "key", f->key, limit, OG_FIELD_MAX);
-	line_str(&l, "correlation_id", f->correlation_id, limit, OG_FIELD_MAX);
-	line_str(&l, "workflow_version", f->workflow_version, limit, OG_FIELD_MAX);
-	line_str(&l, "contract", f->contract, limit, OG_FIELD_MAX);
-	line_str(&l, "trigger", f->trigger, limit, OG_FIELD_MAX);
-	line_str(&l, "payload_hash", f->payload_hash, limit, OG_FIELD_MAX);
-	line_str(&l, "state_from", f->state_from, limit, OG_FIELD_MAX);
-	line_str(&l, "state_to", f->state_to, limit, OG_FIELD_MAX);
+	line_str(&l, "client", f->client, limit, OG_LOG_FIELD_MAX);
+	line_str(&l, "key", f->key, limit, OG_LOG_FIELD_MAX);
+	line_str(&l, "correlation_id", f->correlation_id, limit, OG_LOG_FIELD_MAX);
+	line_str(&l, "workflow_version", f->workflow_version, limit, OG_LOG_FIELD_MAX);
+	line_str(&l, "contract", f->contract, limit, OG_LOG_FIELD_MAX);
+	line_str(&l, "trigger", f->trigger, limit, OG_LOG_FIELD_MAX);
+	line_str(&l, "payload_hash", f->payload_hash, limit, OG_LOG_FIELD_MAX);
+	line_str(&l, "state_from", f->state_from, limit, OG_LOG_FIELD_MAX);
+	line_str(&l, "state_to", f->state_to, limit, OG_LOG_FIELD_MAX);
 	line_num(&l, "version", f->version, limit);
-	line_str(&l, "actor", f->actor, limit, OG_FIELD_MAX);
-	line_str(&l, "decision", f->decision, limit, OG_FIELD_MAX);
-	line_str(&l, "approval_id", f->approval_id, limit, OG_FIELD_MAX);
-	line_str(&l, "previous_owner", f->previous_owner, limit, OG_FIELD_MAX);
-	line_str(&l, "effect_id", f->effect_id, limit, OG_FIELD_MAX);
-	line_str(&l, "target", f->target, limit, OG_FIELD_MAX);
-	line_str(&l, "provider_id", f->provider_id, limit, OG_FIELD_MAX);
+	line_str(&l, "actor", f->actor, limit, OG_LOG_FIELD_MAX);
+	line_str(&l, "decision", f->decision, limit, OG_LOG_FIELD_MAX);
+	line_str(&l, "approval_id", f->approval_id, limit, OG_LOG_FIELD_MAX);
+	line_str(&l, "previous_owner", f->previous_owner, limit, OG_LOG_FIELD_MAX);
+	line_str(&l, "effect_id", f->effect_id, limit, OG_LOG_FIELD_MAX);
+	line_str(&l, "target", f->target, limit, OG_LOG_FIELD_MAX);
+	line_str(&l, "provider_id", f->provider_id, limit, OG_LOG_FIELD_MAX);
 	line_str(&l, "error_class", f->error_class, limit, OG_ERROR_CLASS_MAX);
 	line_num(&l, "attempt", f->attempt, limit);
 	line_num(&l, "duration_ms", f->duration_ms, limit);
 	line_num(&l, "count", f->count, limit);
 	line_model(&l, f->model, f->model_provider, f->model_revision, limit);
-	line_str(&l, "validation", f->validation, limit, OG_FIELD_MAX);
+	line_str(&l, "validation", f->validation, limit, OG_LOG_FIELD_MAX);
 	line_object(&l, "output", f->output_fields, limit, false);
 	line_object(&l, "edited", f->edited_fields, limit, true);
-	line_str(&l, "reason", reason, limit, OG_FIELD_MAX);
+	line_str(&l, "reason", reason, limit, OG_LOG_FIELD_MAX);
 
 	/* detail and hint take what is left, detail leaving hint a share */
 	hint_room = 0;

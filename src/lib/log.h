@@ -94,8 +94,8 @@ void log_event(enum log_level level, const char *event, const struct log_fields 
  * Returns the number of runs masked. */
 size_t log_redact(char *text);
 /* log_redact() for text a provider or a library wrote about a provider
- * (an error string): also masks URLs, host names and IPv4 addresses (an
- * internal host) as "[host]", the value after key=, token:, secret=,
+ * (an error string): also masks mail addresses as "[address]", URLs, host
+ * names and IPv4 addresses (an internal host) as "[host]", the value after key=, token:, secret=,
  * password= and the like, and any run of 16 or more [A-Za-z0-9_-] with
  * both letters and digits (a short key). Never longer than the input.
  * Returns the number of things masked. */

@@ -49,6 +49,7 @@ void
 mcp_parse(const char *body, size_t len, struct mcp_msg *m)
 {
 	struct canon_where where;
+	json_error_t jerr;
 	char problem[160];
 	const json_t *jsonrpc, *method;
 	json_t *params;
@@ -68,7 +69,7 @@ mcp_parse(const char *body, size_t len, struct mcp_msg *m)
 		invalid(m, MCP_PARSE_ERROR, msg);
 		return;
 	}
-	m->doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+	m->doc = canon_json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (m->doc == NULL) {
 		invalid(m, MCP_PARSE_ERROR, "the body is not valid JSON");
 		return;

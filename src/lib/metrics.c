@@ -1,15 +1,7 @@
 /*
- * metrics.c — GET /metrics: see metrics.h for the design.
- *
- * Owns metric_counters. It READS the tables of the ledger, the gate, the
- * outbox and the dispatcher (never writes them): the figures are counts of
- * the rows those modules keep, so they agree with `oncegatectl` and with SQL
- * run by hand, and they survive restarts.
- *
- * The weekly report's one statement (metrics_report, for oncegatectl report)
- * is here too: its figures are counts of the same kind. Over 1,000 lines
- * because the registry, the flush and the exposition of every family are
- * one design; see metrics.h.
+ * metrics.c — the counts the code bumps (metrics.h), and their flush: the
+ * only writer of metric_counters, metric_route_latency and metric_attempts.
+ * The other files of the module read those tables (metrics_int.h).
  *
  * Lag, for the operator reading a graph: a claim shows up in the /metrics
  * of the responder that answered it within OG_METRICS_CACHE_MS (a refresh
@@ -22,25 +14,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include <jansson.h>
-
-#include "api.h"
-#include "caps.h"
-#include "deadletter.h"
+#include "buf.h"
 #include "log.h"
-#include "metrics.h"
+#include "metrics_int.h"
 #include "schema_version.h"
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "unknown"
-#endif
-
-/* metric_counters.name of each enum metrics_counter, in enum order. The
- * flush names them in this order, so concurrent flushes of several
- * responders lock the rows in one order and never deadlock. */
-static const char *const counter_names[METRICS_NCOUNTERS] = {
+/* The flush names the counters in this order, so concurrent flushes of
+ * several responders lock the rows in one order and never deadlock. */
+const char *const metrics_counter_names[METRICS_NCOUNTERS] = {
 	[METRICS_CLAIM_CLAIMED] = "claims_claimed",
 	[METRICS_CLAIM_DUPLICATE] = "claims_duplicate",
 	[METRICS_CLAIM_MISMATCH] = "claims_payload_mismatch",
@@ -51,15 +33,35 @@ static const char *const counter_names[METRICS_NCOUNTERS] = {
 	[METRICS_AUTH_FAILED] = "auth_failed",
 };
 
-/* Upper bounds (le) of the request-latency histograms, in seconds. */
-static const double lat_bounds[] = {
+const double metrics_lat_bounds[METRICS_NLAT] = {
 	0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 };
-#define NLAT (sizeof(lat_bounds) / sizeof(lat_bounds[0]))
+
+/* The routes' labels: set once (metrics_routes), read by the flush and
+ * the exposition from any thread. */
+static const struct metrics_route *route_labels;
+static atomic_size_t nroute_labels;
+
+void
+metrics_routes(const struct metrics_route *routes, size_t n)
+{
+	route_labels = routes;
+	atomic_store_explicit(&nroute_labels, n < METRICS_ROUTES_MAX ? n : METRICS_ROUTES_MAX,
+	                      memory_order_release);
+}
+
+size_t
+metrics_route_labels(const struct metrics_route **routes)
+{
+	size_t n = atomic_load_explicit(&nroute_labels, memory_order_acquire);
+
+	*routes = route_labels;
+	return n;
+}
 
 /* Per route of this process: requests per bucket (the last one: above
  * every bound), and the sum in microseconds. */
-static atomic_ullong lat_counts[METRICS_ROUTES_MAX][NLAT + 1];
+static atomic_ullong lat_counts[METRICS_ROUTES_MAX][METRICS_NLAT + 1];
 static atomic_ullong lat_sum_us[METRICS_ROUTES_MAX];
 
 /* Send attempts of this process by (target, class), flushed to
@@ -75,28 +77,6 @@ static struct {
 	} k[METRICS_ATTEMPT_KEYS];
 } att = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-/* Outcome classes of a send attempt (classify.h), always listed. */
-static const char *const attempt_classes[] = { "success", "transient", "permanent",
-	                                       "ambiguous" };
-
-/* Upper bounds (le) of the approval-wait histogram, in seconds: from a
- * person answering at once to the default approval expiry of a day. */
-static const double wait_bounds[] = {
-	1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 43200, 86400,
-};
-#define NBOUNDS (sizeof(wait_bounds) / sizeof(wait_bounds[0]))
-
-/* Effect states (mirrors enum effect_state, outbox.h) and dead-letter
- * classes (dispatch.c): always listed, zero when none, so a series never
- * disappears from a graph. */
-static const char *const effect_states[] = {
-	"pending", "sending", "completed", "unknown", "failed", "cancelled",
-};
-static const char *const letter_classes[] = { "permanent", "exhausted", "unknown" };
-/* Mirrors the CHECK on workflow_runs.decision. */
-static const char *const decisions[] = { "auto", "approve", "reject", "expired" };
-
-#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 static atomic_ullong counts[METRICS_NCOUNTERS];
 
@@ -140,129 +120,6 @@ static const struct db_stmt st_flush = {
 	2, false,
 };
 
-/* Every figure in one statement, so one answer is one snapshot.
- * $1: the histogram's bounds, negated and ascending. width_bucket(-w, $1)
- * is then the number of bounds b with w <= b, i.e. how many `le` buckets
- * hold the wait w (Prometheus buckets include their upper bound, while
- * width_bucket's include their lower one; negating turns one into the
- * other). Waits are grouped by that number in one pass; metrics.c makes
- * the cumulative counts. */
-/* The open dead letters, as d: the one definition the CLI's list, `report`
- * and the gauges share (DEADLETTER_OPEN: the effect still failed or
- * unknown, and no resolution that settled it). */
-#define OPEN_LETTERS                                                                    \
-	"dead_letters d JOIN effect_outbox e ON e.id = d.effect_id"                          \
-	" WHERE " DEADLETTER_OPEN("d", "e")
-
-static const struct db_stmt st_snapshot = {
-	"metrics_snapshot",
-	"WITH hist AS ("
-	"  SELECT width_bucket(-w, $1::float8[]) AS k, count(*) AS n, sum(w) AS s"
-	"    FROM (SELECT extract(epoch FROM consumed_at - created_at)::float8 AS w"
-	"            FROM approvals WHERE state = 'decided') AS waits"
-	"   GROUP BY 1"
-	")"
-	"SELECT"
-	"  (SELECT coalesce(json_object_agg(name, value ORDER BY name), '{}') FROM metric_counters)::text"
-	"      AS counters,"
-	"  (SELECT coalesce(sum(invalid_outputs), 0) FROM workflow_runs"
-	"    WHERE invalid_outputs > 0) AS invalid_outputs,"
-	"  (SELECT count(*) FROM workflow_runs WHERE invalid_outputs > 0"
-	"    AND state = 'failed_terminal' AND error_class = 'validation') AS failed_validation,"
-	"  (SELECT coalesce(json_object_agg(decision, n ORDER BY decision), '{}') FROM"
-	"     (SELECT decision, count(*) AS n FROM workflow_runs"
-	"       WHERE decision IS NOT NULL GROUP BY decision) AS d)::text AS decisions,"
-	"  (SELECT coalesce(json_object_agg(state, n ORDER BY state), '{}') FROM"
-	"     (SELECT state, count(*) AS n FROM effect_outbox GROUP BY state) AS e)::text"
-	"      AS effects,"
-	"  (SELECT coalesce(sum(exhaustions), 0) FROM dead_letters) AS exhausted,"
-	"  (SELECT coalesce(json_object_agg(error_class, n ORDER BY error_class), '{}') FROM"
-	"     (SELECT d.error_class, count(*) AS n FROM " OPEN_LETTERS
-	"       GROUP BY d.error_class) AS o)::text AS open_letters,"
-	"  (SELECT coalesce(extract(epoch FROM now() - min(d.created_at))::float8, 0)"
-	"     FROM " OPEN_LETTERS ") AS oldest_open_s,"
-	"  (SELECT actions_enabled FROM dispatch_control) AS actions_enabled,"
-	"  (SELECT coalesce(blocked_sends, 0) FROM dispatch_control) AS blocked_sends,"
-	"  (SELECT count(*) FROM effect_outbox WHERE held_at IS NOT NULL AND state = 'pending')"
-	"      AS held,"
-	"  (SELECT count(DISTINCT (client_id, idempotency_key)) FROM approvals"
-	"    WHERE state = 'pending' AND expires_at > now()"
-	"      AND expires_at <= now() + interval '1 hour') AS expiring_soon,"
-	"  (SELECT coalesce(json_agg(x), '[]') FROM"
-	"     (SELECT target, class, attempts, retries, lease_expired FROM metric_attempts)"
-	"     AS x)::text AS attempts,"
-	"  (SELECT coalesce(json_agg(json_build_object('method', method, 'route', route,"
-	"       'buckets', buckets, 'count', count, 'sum', sum_seconds)), '[]')"
-	"     FROM metric_route_latency)::text AS latency,"
-	"  (SELECT coalesce(sum(n), 0) FROM hist) AS wait_count,"
-	"  (SELECT coalesce(sum(s), 0)::float8 FROM hist) AS wait_sum,"
-	"  (SELECT coalesce(json_object_agg(k, n), '{}') FROM hist)::text AS wait_buckets",
-	1, true,
-};
-
-/* The weekly figures, one JSON document. Duplicate deliveries
- * and claims by outcome change no row of their own: the responders add
- * them to metric_counters (sql/007, metrics.c), which holds lifetime
- * totals (since the counters were installed), not figures per period —
- * hence the _lifetime names. */
-static const struct db_stmt st_report = {
-	"metrics_report",
-	"WITH since AS (SELECT now() - make_interval(secs => $1::float8) AS t),"
-	" dec AS (SELECT decision, extract(epoch FROM consumed_at - created_at) AS wait"
-	"           FROM approvals, since WHERE state = 'decided' AND consumed_at >= since.t)"
-	"SELECT json_build_object("
-	" 'since', (SELECT og_ts(t) FROM since), 'until', og_ts(now()),"
-	" 'runs_claimed', (SELECT count(*) FROM workflow_runs, since WHERE created_at >= since.t),"
-	" 'reclaims', (SELECT count(*) FROM run_events, since WHERE event = 'run.claimed'"
-	"     AND attempt > 1 AND ts >= since.t),"
-	" 'invalid_outputs', (SELECT count(*) FROM run_events, since"
-	"     WHERE event = 'run.output_invalid' AND ts >= since.t),"
-	" 'failed_validation', (SELECT count(*) FROM workflow_runs, since"
-	"     WHERE error_class = 'validation' AND updated_at >= since.t),"
-	" 'runs_rejected', (SELECT count(*) FROM workflow_runs, since"
-	"     WHERE state = 'rejected' AND decided_at >= since.t),"
-	" 'approvals_by_decision', (SELECT coalesce("
-	"     json_object_agg(decision, n ORDER BY decision), '{}') FROM"
-	"     (SELECT decision, count(*) AS n FROM dec GROUP BY decision) x),"
-	" 'approvals_expired', (SELECT count(*) FROM approvals, since WHERE state = 'expired'"
-	"     AND expires_at >= since.t),"
-	" 'approvals_pending', (SELECT count(*) FROM approvals WHERE state = 'pending'"
-	"     AND expires_at > now()),"
-	" 'approval_wait_p50_s', (SELECT round(percentile_cont(0.5) WITHIN GROUP"
-	"     (ORDER BY wait)::numeric, 1) FROM dec),"
-	" 'approval_wait_p95_s', (SELECT round(percentile_cont(0.95) WITHIN GROUP"
-	"     (ORDER BY wait)::numeric, 1) FROM dec),"
-	" 'decisions', (SELECT coalesce(json_object_agg(decision, n ORDER BY decision), '{}') FROM"
-	"     (SELECT decision, count(*) AS n FROM workflow_runs, since"
-	"       WHERE decided_at >= since.t AND decision IS NOT NULL GROUP BY decision) x),"
-	" 'effects_by_state', (SELECT coalesce(json_object_agg(state, n ORDER BY state), '{}') FROM"
-	"     (SELECT state, count(*) AS n FROM effect_outbox, since"
-	"       WHERE created_at >= since.t GROUP BY state) x),"
-	" 'dead_letters_by_class', (SELECT coalesce("
-	"     json_object_agg(error_class, n ORDER BY error_class), '{}') FROM"
-	"     (SELECT error_class, count(*) AS n FROM dead_letters, since"
-	"       WHERE created_at >= since.t GROUP BY error_class) x),"
-	" 'dead_letters_open', (SELECT count(*) FROM " OPEN_LETTERS "),"
-	" 'oldest_open_dead_letter_s', (SELECT round(extract(epoch FROM now() - min(d.created_at)))"
-	"     FROM " OPEN_LETTERS "),"
-	" 'retry_exhaustions', (SELECT coalesce(sum(exhaustions), 0) FROM dead_letters, since"
-	"     WHERE created_at >= since.t),"
-	" 'replays', (SELECT count(*) FROM run_replays, since WHERE created_at >= since.t),"
-	" 'operator_actions', (SELECT coalesce(json_object_agg(action, n ORDER BY action), '{}') FROM"
-	"     (SELECT action, count(*) AS n FROM operator_actions, since"
-	"       WHERE ts >= since.t GROUP BY action) x),"
-	" 'sends_stopped', (SELECT NOT actions_enabled FROM dispatch_control),"
-	" 'blocked_sends', (SELECT blocked_sends FROM dispatch_control),"
-	" 'duplicates_lifetime', (SELECT value FROM metric_counters"
-	"     WHERE name = 'claims_duplicate'),"
-	" 'claims_by_outcome_lifetime', (SELECT coalesce(json_object_agg("
-	"     substr(name, 8), value ORDER BY name), '{}') FROM metric_counters"
-	"     WHERE name LIKE 'claims\\_%'),"
-	" 'counters_updated_at', (SELECT og_ts(max(updated_at)) FROM metric_counters)"
-	")::text AS report",
-	1, true,
-};
-
 void
 metrics_observe_request(size_t route, double seconds)
 {
@@ -272,7 +129,7 @@ metrics_observe_request(size_t route, double seconds)
 		return;
 	if (!(seconds >= 0))
 		seconds = 0;
-	while (k < NLAT && seconds > lat_bounds[k])
+	while (k < METRICS_NLAT && seconds > metrics_lat_bounds[k])
 		k++;
 	atomic_fetch_add_explicit(&lat_counts[route][k], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&lat_sum_us[route],
@@ -280,22 +137,68 @@ metrics_observe_request(size_t route, double seconds)
 	                          memory_order_relaxed);
 }
 
+/* The array parameters of a flush statement ($1 … $5), each a PostgreSQL
+ * array literal ("{a,b}") built one element a row. */
+#define FLUSH_COLS 5
+struct flush_cols {
+	struct buf c[FLUSH_COLS];
+	bool failed;               /* a column outgrew its cap */
+};
+
+static void
+cols_open(struct flush_cols *k, size_t cap)
+{
+	int i;
+
+	k->failed = false;
+	for (i = 0; i < FLUSH_COLS; i++) {
+		buf_init(&k->c[i], cap);
+		k->failed = buf_puts(&k->c[i], "{") != 0 || k->failed;
+	}
+}
+
+/* What goes before the next row's element: every column has as many. */
+static const char *
+cols_sep(const struct flush_cols *k)
+{
+	return k->c[0].len > 1 ? "," : "";
+}
+
+/* Closes the arrays, runs st with them and frees them. */
+static enum og_rc
+cols_exec(struct db *db, const struct db_stmt *st, struct flush_cols *k)
+{
+	const char *params[FLUSH_COLS];
+	PGresult *res = NULL;
+	enum db_rc rc = DB_ERROR;
+	int i;
+
+	for (i = 0; i < FLUSH_COLS; i++) {
+		k->failed = buf_puts(&k->c[i], "}") != 0 || k->failed;
+		params[i] = k->c[i].data;
+	}
+	if (!k->failed) {
+		rc = db_exec(db, st, params, &res);
+		PQclear(res);
+	}
+	for (i = 0; i < FLUSH_COLS; i++)
+		buf_free(&k->c[i]);
+	return rc == DB_OK ? OG_OK : rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+}
+
 /* Adds this process's latency observations; on failure they stay. */
 static enum og_rc
 flush_latency(struct db *db)
 {
-	unsigned long long taken[METRICS_ROUTES_MAX][NLAT + 1], sums[METRICS_ROUTES_MAX];
-	size_t nroutes = api_route_count(), r, k;
-	struct buf m, rt, b, n, sm;
-	const char *params[5];
-	bool any = false, failed = false;
-	PGresult *res = NULL;
-	enum db_rc rc = DB_OK;
+	unsigned long long taken[METRICS_ROUTES_MAX][METRICS_NLAT + 1], sums[METRICS_ROUTES_MAX];
+	const struct metrics_route *labels;
+	size_t nroutes = metrics_route_labels(&labels), r, k;
+	struct flush_cols cols;
+	bool any = false;
+	enum og_rc rc;
 
-	if (nroutes > METRICS_ROUTES_MAX)
-		nroutes = METRICS_ROUTES_MAX;
 	for (r = 0; r < nroutes; r++) {
-		for (k = 0; k <= NLAT; k++) {
+		for (k = 0; k <= METRICS_NLAT; k++) {
 			taken[r][k] = atomic_exchange_explicit(&lat_counts[r][k], 0,
 			                                       memory_order_relaxed);
 			any = any || taken[r][k] != 0;
@@ -304,56 +207,36 @@ flush_latency(struct db *db)
 	}
 	if (!any)
 		return OG_OK;
-	buf_init(&m, 4096);
-	buf_init(&rt, 8192);
-	buf_init(&b, 65536);
-	buf_init(&n, 4096);
-	buf_init(&sm, 4096);
-	failed = buf_puts(&m, "{") || buf_puts(&rt, "{") || buf_puts(&b, "{") ||
-	         buf_puts(&n, "{") || buf_puts(&sm, "{");
-	for (r = 0; r < nroutes && !failed; r++) {
-		const char *method, *pattern, *sep = m.len > 1 ? "," : "";
+	cols_open(&cols, 65536);
+	for (r = 0; r < nroutes && !cols.failed; r++) {
+		const char *sep = cols_sep(&cols);
 		unsigned long long total = 0;
 
-		for (k = 0; k <= NLAT; k++)
+		for (k = 0; k <= METRICS_NLAT; k++)
 			total += taken[r][k];
 		if (total == 0)
 			continue;
-		api_route_label(r, &method, &pattern);
-		/* patterns hold braces ({key}): quoted array elements; they hold
-		 * no quote or backslash */
-		failed = buf_printf(&m, "%s%s", sep, method) || buf_printf(&rt, "%s\"%s\"", sep, pattern) ||
-		         buf_printf(&b, "%s\"{", sep) || buf_printf(&n, "%s%llu", sep, total) ||
-		         buf_printf(&sm, "%s%.6f", sep, (double)sums[r] / 1e6);
-		for (k = 0; k <= NLAT && !failed; k++)
-			failed = buf_printf(&b, "%s%llu", k ? "," : "", taken[r][k]) != 0;
-		failed = failed || buf_puts(&b, "}\"");
+		/* $1 methods, $2 routes, $3 bucket arrays (as text), $4 counts,
+		 * $5 sums; patterns hold braces ({key}): quoted array elements;
+		 * they hold no quote or backslash */
+		cols.failed = buf_printf(&cols.c[0], "%s%s", sep, labels[r].method) ||
+		              buf_printf(&cols.c[1], "%s\"%s\"", sep, labels[r].pattern) ||
+		              buf_printf(&cols.c[2], "%s\"{", sep) ||
+		              buf_printf(&cols.c[3], "%s%llu", sep, total) ||
+		              buf_printf(&cols.c[4], "%s%.6f", sep, (double)sums[r] / 1e6);
+		for (k = 0; k <= METRICS_NLAT && !cols.failed; k++)
+			cols.failed = buf_printf(&cols.c[2], "%s%llu", k ? "," : "", taken[r][k]) != 0;
+		cols.failed = cols.failed || buf_puts(&cols.c[2], "}\"");
 	}
-	failed = failed || buf_puts(&m, "}") || buf_puts(&rt, "}") || buf_puts(&b, "}") ||
-	         buf_puts(&n, "}") || buf_puts(&sm, "}");
-	if (!failed) {
-		params[0] = m.data;
-		params[1] = rt.data;
-		params[2] = b.data;
-		params[3] = n.data;
-		params[4] = sm.data;
-		rc = db_exec(db, &st_flush_latency, params, &res);
-		PQclear(res);
-	}
-	buf_free(&m);
-	buf_free(&rt);
-	buf_free(&b);
-	buf_free(&n);
-	buf_free(&sm);
-	if (!failed && rc == DB_OK)
+	if ((rc = cols_exec(db, &st_flush_latency, &cols)) == OG_OK)
 		return OG_OK;
 	/* late, not lost */
 	for (r = 0; r < nroutes; r++) {
-		for (k = 0; k <= NLAT; k++)
+		for (k = 0; k <= METRICS_NLAT; k++)
 			atomic_fetch_add_explicit(&lat_counts[r][k], taken[r][k], memory_order_relaxed);
 		atomic_fetch_add_explicit(&lat_sum_us[r], sums[r], memory_order_relaxed);
 	}
-	return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+	return rc;
 }
 
 void
@@ -405,12 +288,9 @@ flush_attempts(struct db *db)
 {
 	static struct attempt_count taken[METRICS_ATTEMPT_KEYS];
 	static pthread_mutex_t one = PTHREAD_MUTEX_INITIALIZER;
-	struct buf t, c, a, r, l;
-	const char *params[5];
+	struct flush_cols cols;
 	size_t n = 0, i, j;
-	bool failed;
-	PGresult *res = NULL;
-	enum db_rc rc = DB_OK;
+	enum og_rc rc;
 
 	/* taken[] is static (it is large): one flush at a time */
 	pthread_mutex_lock(&one);
@@ -425,38 +305,19 @@ flush_attempts(struct db *db)
 		pthread_mutex_unlock(&one);
 		return OG_OK;
 	}
-	buf_init(&t, 65536);
-	buf_init(&c, 65536);
-	buf_init(&a, 65536);
-	buf_init(&r, 65536);
-	buf_init(&l, 65536);
-	failed = buf_puts(&t, "{") || buf_puts(&c, "{") || buf_puts(&a, "{") ||
-	         buf_puts(&r, "{") || buf_puts(&l, "{");
-	for (i = 0; i < n && !failed; i++) {
-		const char *sep = i ? "," : "";
+	cols_open(&cols, 65536);
+	for (i = 0; i < n && !cols.failed; i++) {
+		const char *sep = cols_sep(&cols);
 
-		failed = array_word(&t, taken[i].target) || array_word(&c, taken[i].cls) ||
-		         buf_printf(&a, "%s%llu", sep, taken[i].attempts) ||
-		         buf_printf(&r, "%s%llu", sep, taken[i].retries) ||
-		         buf_printf(&l, "%s%llu", sep, taken[i].lease_expired);
+		/* $1 targets, $2 classes, $3 attempts, $4 retries, $5 lease expiries */
+		cols.failed = array_word(&cols.c[0], taken[i].target) ||
+		              array_word(&cols.c[1], taken[i].cls) ||
+		              buf_printf(&cols.c[2], "%s%llu", sep, taken[i].attempts) ||
+		              buf_printf(&cols.c[3], "%s%llu", sep, taken[i].retries) ||
+		              buf_printf(&cols.c[4], "%s%llu", sep, taken[i].lease_expired);
 	}
-	failed = failed || buf_puts(&t, "}") || buf_puts(&c, "}") || buf_puts(&a, "}") ||
-	         buf_puts(&r, "}") || buf_puts(&l, "}");
-	if (!failed) {
-		params[0] = t.data;
-		params[1] = c.data;
-		params[2] = a.data;
-		params[3] = r.data;
-		params[4] = l.data;
-		rc = db_exec(db, &st_flush_attempts, params, &res);
-		PQclear(res);
-	}
-	buf_free(&t);
-	buf_free(&c);
-	buf_free(&a);
-	buf_free(&r);
-	buf_free(&l);
-	if (failed || rc != DB_OK) {
+	rc = cols_exec(db, &st_flush_attempts, &cols);
+	if (rc != OG_OK) {
 		/* late, not lost */
 		pthread_mutex_lock(&att.lock);
 		for (i = 0; i < n; i++)
@@ -471,9 +332,7 @@ flush_attempts(struct db *db)
 		pthread_mutex_unlock(&att.lock);
 	}
 	pthread_mutex_unlock(&one);
-	if (!failed && rc == DB_OK)
-		return OG_OK;
-	return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+	return rc;
 }
 
 void
@@ -515,7 +374,7 @@ metrics_flush(struct db *db)
 	values[vl++] = '{';
 	for (i = 0; i < METRICS_NCOUNTERS; i++) {
 		nl += (size_t)snprintf(names + nl, sizeof(names) - nl, "%s%s", i ? "," : "",
-		                       counter_names[i]);
+		                       metrics_counter_names[i]);
 		vl += (size_t)snprintf(values + vl, sizeof(values) - vl, "%s%llu", i ? "," : "",
 		                       taken[i]);
 	}
@@ -529,760 +388,4 @@ metrics_flush(struct db *db)
 	for (i = 0; i < METRICS_NCOUNTERS; i++)
 		atomic_fetch_add_explicit(&counts[i], taken[i], memory_order_relaxed);
 	return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
-}
-
-/* ---- rendering ---------------------------------------------------------- */
-
-/* What one refresh read. */
-struct snapshot {
-	json_t *counters, *decisions, *effects, *open_letters, *wait_buckets;
-	json_t *attempts, *latency; /* arrays of objects */
-	long long invalid_outputs, failed_validation, exhausted, blocked_sends, wait_count, held, expiring_soon;
-	double oldest_open_s, wait_sum;
-	bool actions_enabled;
-};
-
-static void
-snapshot_clear(struct snapshot *s)
-{
-	json_decref(s->counters);
-	json_decref(s->decisions);
-	json_decref(s->effects);
-	json_decref(s->open_letters);
-	json_decref(s->wait_buckets);
-	json_decref(s->attempts);
-	json_decref(s->latency);
-	memset(s, 0, sizeof(*s));
-}
-
-/* A json_object_agg (or json_agg, array) column: that type whatever happens. */
-static json_t *
-json_col(const PGresult *res, const char *col, bool array)
-{
-	const char *v = db_get(res, 0, col);
-	json_t *o = v != NULL ? json_loads(v, 0, NULL) : NULL;
-
-	if (array ? !json_is_array(o) : !json_is_object(o)) {
-		json_decref(o);
-		o = array ? json_array() : json_object();
-	}
-	return o;
-}
-
-/* An integer member of o (a count), 0 when absent. */
-static long long
-member(const json_t *o, const char *name)
-{
-	json_t *v = json_object_get(o, name);
-
-	return json_is_integer(v) ? (long long)json_integer_value(v) : 0;
-}
-
-/* HELP text escapes only backslash and newline; ours are written here, so
- * none has either, and a label value is escaped where it may come from a
- * row (an error class). */
-static int
-family(struct buf *b, const char *name, const char *type, const char *help)
-{
-	return buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-static int
-label_value(struct buf *b, const char *v)
-{
-	for (; *v != '\0'; v++) {
-		int rc;
-
-		if (*v == '\\')
-			rc = buf_puts(b, "\\\\");
-		else if (*v == '"')
-			rc = buf_puts(b, "\\\"");
-		else if (*v == '\n')
-			rc = buf_puts(b, "\\n");
-		else
-			rc = buf_append(b, v, 1);
-		if (rc != 0)
-			return -1;
-	}
-	return 0;
-}
-
-static int
-labelled(struct buf *b, const char *name, const char *label, const char *value, long long n)
-{
-	return buf_printf(b, "%s{%s=\"", name, label) != 0 || label_value(b, value) != 0 ||
-	               buf_printf(b, "\"} %lld\n", n) != 0
-	           ? -1
-	           : 0;
-}
-
-/* One family with a label over a fixed list of values, plus any other value
- * the rows hold (so nothing counted is ever hidden). */
-static int
-labelled_family(struct buf *b, const char *name, const char *type, const char *help,
-                const char *label, const char *const *known, size_t nknown, json_t *rows)
-{
-	const char *k;
-	json_t *v;
-	size_t i;
-
-	if (family(b, name, type, help) != 0)
-		return -1;
-	for (i = 0; i < nknown; i++)
-		if (labelled(b, name, label, known[i], member(rows, known[i])) != 0)
-			return -1;
-	json_object_foreach(rows, k, v) {
-		for (i = 0; i < nknown; i++)
-			if (strcmp(k, known[i]) == 0)
-				break;
-		if (i == nknown && labelled(b, name, label, k, member(rows, k)) != 0)
-			return -1;
-	}
-	return 0;
-}
-
-static int
-render_histogram(struct buf *b, const struct snapshot *s)
-{
-	static const char *const name = "oncegate_approval_wait_seconds";
-	long long per_k[NBOUNDS + 1] = { 0 }, cum = 0;
-	const char *key;
-	json_t *v;
-	size_t j;
-
-	if (family(b, name, "histogram",
-	           "Time from an approval challenge's creation to a person's decision on it "
-	           "(approve or reject), over every decided challenge. Runs the gate "
-	           "approves on its own and challenges that expire are not in it.") != 0)
-		return -1;
-	/* k = how many buckets hold the wait (st_snapshot): the top k. */
-	json_object_foreach(s->wait_buckets, key, v) {
-		long k = strtol(key, NULL, 10);
-
-		if (k >= 0 && (size_t)k <= NBOUNDS && json_is_integer(v))
-			per_k[k] += (long long)json_integer_value(v);
-	}
-	for (j = 0; j < NBOUNDS; j++) {
-		cum += per_k[NBOUNDS - j];
-		if (buf_printf(b, "%s_bucket{le=\"%g\"} %lld\n", name, wait_bounds[j], cum) != 0)
-			return -1;
-	}
-	return buf_printf(b, "%s_bucket{le=\"+Inf\"} %lld\n%s_sum %.6f\n%s_count %lld\n", name,
-	                  s->wait_count, name, s->wait_sum, name, s->wait_count);
-}
-
-/* A sample with two labels, both escaped. */
-static int
-labelled2(struct buf *b, const char *name, const char *l1, const char *v1, const char *l2,
-          const char *v2, long long n)
-{
-	return buf_printf(b, "%s{%s=\"", name, l1) != 0 || label_value(b, v1) != 0 ||
-	               buf_printf(b, "\",%s=\"", l2) != 0 || label_value(b, v2) != 0 ||
-	               buf_printf(b, "\"} %lld\n", n) != 0
-	           ? -1
-	           : 0;
-}
-
-/* oncegate_effect_attempts_total and _retries_total{target, class}: every
- * class of every target that has attempts, zero when none of a class. */
-static int
-render_attempts(struct buf *b, const struct snapshot *s)
-{
-	static const char *const fams[2][3] = {
-		{ "oncegate_effect_attempts_total", "attempts",
-		  "Send attempts of effects by target and outcome class (success, transient, "
-		  "permanent, ambiguous) as the attempt history records them, counted by each "
-		  "dispatcher and added at its housekeeping tick; a sending lease that ran out "
-		  "is an ambiguous attempt." },
-		{ "oncegate_effect_retries_total", "retries",
-		  "Send attempts after an effect's first, by target and outcome class: the retry "
-		  "rate is sum(rate(oncegate_effect_retries_total)) / "
-		  "sum(rate(oncegate_effect_attempts_total))." },
-	};
-	json_t *targets = json_object(), *row;
-	const char *t;
-	size_t i, j, f;
-	int rc = -1;
-
-	if (targets == NULL)
-		return -1;
-	json_array_foreach(s->attempts, i, row) {
-		const char *target = json_string_value(json_object_get(row, "target"));
-		const char *cls = json_string_value(json_object_get(row, "class"));
-
-		if (target == NULL || cls == NULL)
-			continue;
-		if (json_object_get(targets, target) == NULL)
-			json_object_set_new(targets, target, json_object());
-		json_object_set(json_object_get(targets, target), cls, row);
-	}
-	for (f = 0; f < 2; f++) {
-		if (family(b, fams[f][0], "counter", fams[f][2]) != 0)
-			goto out;
-		json_object_foreach(targets, t, row) {
-			const char *cls;
-			json_t *r;
-
-			for (j = 0; j < NELEM(attempt_classes); j++) {
-				r = json_object_get(row, attempt_classes[j]);
-				if (labelled2(b, fams[f][0], "target", t, "class", attempt_classes[j],
-				              member(r, fams[f][1])) != 0)
-					goto out;
-			}
-			json_object_foreach(row, cls, r) {
-				for (j = 0; j < NELEM(attempt_classes); j++)
-					if (strcmp(cls, attempt_classes[j]) == 0)
-						break;
-				if (j == NELEM(attempt_classes) &&
-				    labelled2(b, fams[f][0], "target", t, "class", cls,
-				              member(r, fams[f][1])) != 0)
-					goto out;
-			}
-		}
-	}
-	rc = 0;
-out:
-	json_decref(targets);
-	return rc;
-}
-
-/* One sample of the latency family: NAME_SUFFIX{method,route[,le]} value. */
-static int
-latency_sample(struct buf *b, const char *suffix, const char *method, const char *route,
-               const char *le, const char *value)
-{
-	return buf_printf(b, "oncegate_http_request_duration_seconds%s{method=\"", suffix) != 0 ||
-	               label_value(b, method) != 0 || buf_puts(b, "\",route=\"") != 0 ||
-	               label_value(b, route) != 0 ||
-	               (le != NULL && buf_printf(b, "\",le=\"%s", le) != 0) ||
-	               buf_printf(b, "\"} %s\n", value) != 0
-	           ? -1
-	           : 0;
-}
-
-/* oncegate_http_request_duration_seconds{method, route}: every route of the
- * responder's table, zero when it has answered nothing yet. */
-static int
-render_latency(struct buf *b, const struct snapshot *s)
-{
-	size_t r, k, i, nroutes = api_route_count();
-	char le[32], v[48];
-	json_t *row;
-
-	if (family(b, "oncegate_http_request_duration_seconds", "histogram",
-	           "Time the responder took to answer a request, by route of its route table "
-	           "(method and path pattern), from matching the route to the answer being "
-	           "ready; every responder's requests, flushed at most a second later.") != 0)
-		return -1;
-	if (nroutes > METRICS_ROUTES_MAX)
-		nroutes = METRICS_ROUTES_MAX;
-	for (r = 0; r < nroutes; r++) {
-		const char *method, *pattern;
-		json_t *found = NULL, *bk;
-		long long cum = 0;
-
-		api_route_label(r, &method, &pattern);
-		json_array_foreach(s->latency, i, row)
-			if (strcmp(json_string_value(json_object_get(row, "method")) ?: "", method) == 0 &&
-			    strcmp(json_string_value(json_object_get(row, "route")) ?: "", pattern) == 0)
-				found = row;
-		bk = json_object_get(found, "buckets");
-		for (k = 0; k < NLAT; k++) {
-			json_t *n = json_array_get(bk, k);
-
-			cum += json_is_integer(n) ? (long long)json_integer_value(n) : 0;
-			snprintf(le, sizeof(le), "%g", lat_bounds[k]);
-			snprintf(v, sizeof(v), "%lld", cum);
-			if (latency_sample(b, "_bucket", method, pattern, le, v) != 0)
-				return -1;
-		}
-		snprintf(v, sizeof(v), "%lld", member(found, "count"));
-		if (latency_sample(b, "_bucket", method, pattern, "+Inf", v) != 0)
-			return -1;
-		snprintf(v, sizeof(v), "%.6f", json_number_value(json_object_get(found, "sum")));
-		if (latency_sample(b, "_sum", method, pattern, NULL, v) != 0)
-			return -1;
-		snprintf(v, sizeof(v), "%lld", member(found, "count"));
-		if (latency_sample(b, "_count", method, pattern, NULL, v) != 0)
-			return -1;
-	}
-	return 0;
-}
-
-static long long
-sum_member(const json_t *rows, const char *name)
-{
-	long long n = 0;
-	size_t i;
-	json_t *row;
-
-	json_array_foreach(rows, i, row)
-		n += member(row, name);
-	return n;
-}
-
-/* The version, lease reclaims, held work, approvals about to lapse and
- * request latency. */
-static int
-render_build_info(struct buf *b)
-{
-	return family(b, "oncegate_build_info", "gauge",
-	              "The oncegate version that answers this scrape; always 1.") != 0 ||
-	               buf_puts(b, "oncegate_build_info{version=\"") != 0 ||
-	               label_value(b, PACKAGE_VERSION) != 0 || buf_puts(b, "\"} 1\n") != 0
-	           ? -1
-	           : 0;
-}
-
-static int
-render_more(struct buf *b, const struct snapshot *s)
-{
-	static const char *const leases[] = { "run", "effect" };
-	static const char *const followup_actions[] = { "reminded", "escalated" };
-	json_t *reclaims = json_object(), *followups = json_object();
-	int rc = -1;
-
-	if (reclaims == NULL || followups == NULL) {
-		json_decref(reclaims);
-		json_decref(followups);
-		return -1;
-	}
-	json_object_set_new(reclaims, "run",
-	                    json_integer(member(s->counters, "runs_lease_reclaimed")));
-	json_object_set_new(reclaims, "effect",
-	                    json_integer(sum_member(s->attempts, "lease_expired")));
-	json_object_set_new(followups, "reminded",
-	                    json_integer(member(s->counters, "approvals_reminded")));
-	json_object_set_new(followups, "escalated",
-	                    json_integer(member(s->counters, "approvals_escalated")));
-	if (render_build_info(b) != 0 || render_attempts(b, s) != 0 ||
-	    labelled_family(b, "oncegate_lease_reclaims_total", "counter",
-	                    "Leases that ran out and were taken back: run (a claim took over a "
-	                    "run whose owner's lease had ended) and effect (a sending lease "
-	                    "ended mid-send, so the effect became unknown and was not resent).",
-	                    "lease", leases, NELEM(leases), reclaims) != 0 ||
-	    labelled_family(b, "oncegate_approval_followups_total", "counter",
-	                    "What the dispatcher did about approvals nobody decided: reminded (a "
-	                    "challenge's approvers told again, with a new link) and escalated (an "
-	                    "approver entry added to a run nobody decided in time).",
-	                    "action", followup_actions, NELEM(followup_actions), followups) != 0 ||
-	    family(b, "oncegate_dispatch_held_effects", "gauge",
-	           "Effects due now that a dispatcher holds back because sends are stopped "
-	           "(pending; each counted once in oncegate_dispatch_blocked_sends_total).") != 0 ||
-	    buf_printf(b, "oncegate_dispatch_held_effects %lld\n", s->held) != 0 ||
-	    family(b, "oncegate_approvals_expiring_soon", "gauge",
-	           "Runs waiting for a person whose pending approval challenges expire within "
-	           "the next hour.") != 0 ||
-	    buf_printf(b, "oncegate_approvals_expiring_soon %lld\n", s->expiring_soon) != 0 ||
-	    render_latency(b, s) != 0)
-		goto out;
-	rc = 0;
-out:
-	json_decref(reclaims);
-	json_decref(followups);
-	return rc;
-}
-
-static int
-render(struct buf *b, const struct snapshot *s)
-{
-	static const char *const outcomes[] = { "claimed", "duplicate", "payload_mismatch" };
-	json_t *claims = json_object();
-	size_t i;
-	int rc = -1;
-
-	if (claims == NULL)
-		return -1;
-	for (i = 0; i < NELEM(outcomes); i++)
-		json_object_set_new(claims, outcomes[i],
-		                    json_integer(member(s->counters, counter_names[i])));
-	if (labelled_family(b, "oncegate_claims_total", "counter",
-	                    "Claims (POST /v1/runs) by outcome: claimed (a new key or a reclaim), "
-	                    "duplicate (the key exists and cannot be claimed; answered from the "
-	                    "ledger, nothing changed), payload_mismatch (same key, different "
-	                    "payload). Counted in each responder's memory and added to the "
-	                    "database at most a second later.",
-	                    "outcome", outcomes, NELEM(outcomes), claims) != 0 ||
-	    family(b, "oncegate_duplicate_deliveries_total", "counter",
-	           "Deliveries of an event whose key already had a run: the claims answered as "
-	           "duplicates (the same figure as oncegate_claims_total{outcome=\"duplicate\"}).") !=
-	        0 ||
-	    buf_printf(b, "oncegate_duplicate_deliveries_total %lld\n",
-	               member(claims, "duplicate")) != 0 ||
-	    family(b, "oncegate_outputs_total", "counter",
-	           "Model outputs handed in (POST /v1/runs/{key}/output) and checked against "
-	           "their contract, valid or not: the denominator of the validation-failure "
-	           "rate, rate(oncegate_validation_failures_total) / "
-	           "rate(oncegate_outputs_total).") != 0 ||
-	    buf_printf(b, "oncegate_outputs_total %lld\n",
-	               member(s->counters, counter_names[METRICS_OUTPUT_SUBMITTED])) != 0 ||
-	    family(b, "oncegate_auth_failures_total", "counter",
-	           "API requests refused with 401: no API key, or one that is not valid "
-	           "(unknown or revoked). Counted like the claims.") != 0 ||
-	    buf_printf(b, "oncegate_auth_failures_total %lld\n",
-	               member(s->counters, counter_names[METRICS_AUTH_FAILED])) != 0 ||
-	    family(b, "oncegate_runs_failed_validation_total", "counter",
-	           "Runs that failed for good because their model output still broke its "
-	           "contract after the repairs the contract allows (failed_terminal, "
-	           "error_class validation).") != 0 ||
-	    buf_printf(b, "oncegate_runs_failed_validation_total %lld\n", s->failed_validation) !=
-	        0 ||
-	    family(b, "oncegate_validation_failures_total", "counter",
-	           "Model outputs that broke their contract (422 invalid), including the one that "
-	           "spent a run's repair budget.") != 0 ||
-	    buf_printf(b, "oncegate_validation_failures_total %lld\n", s->invalid_outputs) != 0 ||
-	    render_histogram(b, s) != 0 ||
-	    labelled_family(b, "oncegate_gate_decisions_total", "counter",
-	                    "Runs decided at the gate: auto (the contract's rules let it act with "
-	                    "no person: approve_by_exception not sampled, act_with_window), approve "
-	                    "and reject (a person, on the approval page), expired (nobody decided "
-	                    "in time). Auto vs. human: decision=\"auto\" vs. approve + reject.",
-	                    "decision", decisions, NELEM(decisions), s->decisions) != 0 ||
-	    family(b, "oncegate_retry_budget_exhaustions_total", "counter",
-	           "Times the dispatcher gave up on an effect because the retry budget of its "
-	           "target (max_attempts or max_elapsed_s) was spent: each time, also when an "
-	           "operator resumed the effect and its budget was spent again "
-	           "(dead_letters.exhaustions).") !=
-	        0 ||
-	    buf_printf(b, "oncegate_retry_budget_exhaustions_total %lld\n", s->exhausted) != 0 ||
-	    labelled_family(b, "oncegate_effects", "gauge",
-	                    "Effects in the outbox by state, now.", "state", effect_states,
-	                    NELEM(effect_states), s->effects) != 0 ||
-	    labelled_family(b, "oncegate_dead_letters_open", "gauge",
-	                    "Dead letters open, by error class: the effect is still failed or unknown "
-	                    "and no operator settled it (the rule of oncegatectl deadletter list "
-	                    "--state open and of report).",
-	                    "error_class", letter_classes, NELEM(letter_classes),
-	                    s->open_letters) != 0 ||
-	    family(b, "oncegate_dead_letter_oldest_age_seconds", "gauge",
-	           "Age of the oldest open dead letter; 0 when there is none.") != 0 ||
-	    buf_printf(b, "oncegate_dead_letter_oldest_age_seconds %.3f\n", s->oldest_open_s) !=
-	        0 ||
-	    family(b, "oncegate_kill_switch_engaged", "gauge",
-	           "The kill switch: 1 while it stops every send (oncegatectl sends stop), 0 "
-	           "while sends are allowed (oncegatectl sends resume). A dispatcher also needs "
-	           "AI_ACTIONS_ENABLED=true in its own environment, which the database cannot "
-	           "see.") != 0 ||
-	    buf_printf(b, "oncegate_kill_switch_engaged %d\n", s->actions_enabled ? 0 : 1) != 0 ||
-	    family(b, "oncegate_dispatch_blocked_sends_total", "counter",
-	           "Effects held back because sends were stopped (the kill switch engaged, or "
-	           "AI_ACTIONS_ENABLED not true): each effect due while they are counts once per "
-	           "hold, whether a dispatcher saw it in the queue "
-	           "or had claimed it and refused it right before its send; it stays pending "
-	           "(dispatch_control.blocked_sends, counted by every dispatcher).") != 0 ||
-	    buf_printf(b, "oncegate_dispatch_blocked_sends_total %lld\n", s->blocked_sends) != 0 ||
-	    render_more(b, s) != 0)
-		goto out;
-	rc = 0;
-out:
-	json_decref(claims);
-	return rc;
-}
-
-/* ---- the snapshot and the cache ----------------------------------------- */
-
-static enum og_rc
-snapshot_read(struct db *db, struct snapshot *s)
-{
-	char bounds[NBOUNDS * 16 + 3];
-	const char *params[1] = { bounds };
-	size_t n = 0, j;
-	const char *v;
-	PGresult *res;
-	enum db_rc rc;
-
-	/* negated and ascending: see st_snapshot */
-	bounds[n++] = '{';
-	for (j = 0; j < NBOUNDS; j++)
-		n += (size_t)snprintf(bounds + n, sizeof(bounds) - n, "%s%g", j ? "," : "",
-		                      -wait_bounds[NBOUNDS - 1 - j]);
-	snprintf(bounds + n, sizeof(bounds) - n, "}");
-
-	rc = db_exec(db, &st_snapshot, params, &res);
-	if (rc != DB_OK)
-		return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
-	if (PQntuples(res) != 1) {
-		PQclear(res);
-		return OG_ERROR;
-	}
-	s->counters = json_col(res, "counters", false);
-	s->decisions = json_col(res, "decisions", false);
-	s->effects = json_col(res, "effects", false);
-	s->open_letters = json_col(res, "open_letters", false);
-	s->wait_buckets = json_col(res, "wait_buckets", false);
-	s->attempts = json_col(res, "attempts", true);
-	s->latency = json_col(res, "latency", true);
-	s->held = db_get_ll(res, 0, "held");
-	s->expiring_soon = db_get_ll(res, 0, "expiring_soon");
-	s->invalid_outputs = db_get_ll(res, 0, "invalid_outputs");
-	s->failed_validation = db_get_ll(res, 0, "failed_validation");
-	s->exhausted = db_get_ll(res, 0, "exhausted");
-	s->blocked_sends = db_get_ll(res, 0, "blocked_sends");
-	s->wait_count = db_get_ll(res, 0, "wait_count");
-	v = db_get(res, 0, "oldest_open_s");
-	s->oldest_open_s = v != NULL ? strtod(v, NULL) : 0;
-	v = db_get(res, 0, "wait_sum");
-	s->wait_sum = v != NULL ? strtod(v, NULL) : 0;
-	v = db_get(res, 0, "actions_enabled");
-	s->actions_enabled = v != NULL && strcmp(v, "t") == 0;
-	PQclear(res);
-	return OG_OK;
-}
-
-/* The last answer, shared by the worker threads of this process. */
-static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t done;     /* a refresh finished */
-	struct buf text;
-	struct timespec at;      /* CLOCK_MONOTONIC of the last refresh */
-	bool valid;
-	bool refreshing;         /* one thread is computing a new answer */
-} cache = { .lock = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER };
-
-static long long
-ms_since(const struct timespec *t)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (long long)(now.tv_sec - t->tv_sec) * 1000 + (now.tv_nsec - t->tv_nsec) / 1000000;
-}
-
-static int
-copy_out(struct buf *out)
-{
-	buf_reset(out);
-	return buf_append(out, cache.text.data, cache.text.len);
-}
-
-static enum og_rc
-refresh(struct db *db, struct buf *text)
-{
-	struct snapshot s = { 0 };
-	enum og_rc rc;
-
-	/* This process's own counts first, so its answer includes them. A failed
-	 * flush keeps them for later and does not stop the read. */
-	if (metrics_flush(db) != OG_OK)
-		log_event(LOG_LEVEL_WARNING, "metrics.flush_failed",
-		          &(struct log_fields){ .detail = db_error(db),
-		                                .hint = "claim counts stay in memory until a "
-		                                        "flush succeeds" });
-	rc = snapshot_read(db, &s);
-	if (rc == OG_OK && render(text, &s) != 0)
-		rc = OG_ERROR;
-	snapshot_clear(&s);
-	return rc;
-}
-
-enum og_rc
-metrics_text(struct db *db, struct buf *out)
-{
-	struct buf fresh;
-	enum og_rc rc;
-
-	pthread_mutex_lock(&cache.lock);
-	for (;;) {
-		if (cache.valid && !cache.refreshing && ms_since(&cache.at) < OG_METRICS_CACHE_MS) {
-			rc = copy_out(out) == 0 ? OG_OK : OG_ERROR;
-			pthread_mutex_unlock(&cache.lock);
-			return rc;
-		}
-		if (!cache.refreshing)
-			break;
-		/* Another thread is at it: the previous answer (at most one cache
-		 * interval plus one query old) rather than a second query. */
-		if (cache.valid) {
-			rc = copy_out(out) == 0 ? OG_OK : OG_ERROR;
-			pthread_mutex_unlock(&cache.lock);
-			return rc;
-		}
-		pthread_cond_wait(&cache.done, &cache.lock);
-	}
-	cache.refreshing = true;
-	pthread_mutex_unlock(&cache.lock);
-
-	/* The query runs outside the lock: no thread waits on the database
-	 * except the first scrape ever, which has nothing older to answer. */
-	buf_init(&fresh, OG_METRICS_TEXT_MAX);
-	rc = refresh(db, &fresh);
-
-	pthread_mutex_lock(&cache.lock);
-	cache.refreshing = false;
-	if (rc == OG_OK) {
-		struct buf old = cache.text;
-
-		cache.text = fresh;
-		fresh = old;
-		cache.valid = true;
-		clock_gettime(CLOCK_MONOTONIC, &cache.at);
-		if (copy_out(out) != 0)
-			rc = OG_ERROR;
-	}
-	pthread_cond_broadcast(&cache.done);
-	pthread_mutex_unlock(&cache.lock);
-	buf_free(&fresh);
-	return rc;
-}
-
-enum og_rc
-metrics_answer(struct db *db, struct buf *out)
-{
-	enum og_rc rc = metrics_text(db, out);
-	double age = 0;
-	bool known = rc == OG_OK;
-
-	if (rc != OG_OK) {
-		/* The database is out of reach (or the figures failed): the last
-		 * figures this process read, with their age, so that an alert that
-		 * fires keeps firing instead of resolving with a failed scrape. */
-		log_event(LOG_LEVEL_WARNING, "metrics.stale",
-		          &(struct log_fields){ .detail = db_error(db),
-		                                .hint = "the figures are the last ones read; "
-		                                        "oncegate_database_up is 0" });
-		pthread_mutex_lock(&cache.lock);
-		if (cache.valid && copy_out(out) == 0) {
-			known = true;
-			age = (double)ms_since(&cache.at) / 1000.0;
-		}
-		pthread_mutex_unlock(&cache.lock);
-		if (!known) {
-			buf_reset(out);
-			if (render_build_info(out) != 0)
-				return OG_ERROR;
-		}
-	}
-	return family(out, "oncegate_database_up", "gauge",
-	              "1 while the responder that answers this scrape reads its figures from "
-	              "the database, 0 while it cannot: the other figures are then the last "
-	              "ones it read (none after a start without a database).") != 0 ||
-	               buf_printf(out, "oncegate_database_up %d\n", rc == OG_OK ? 1 : 0) != 0 ||
-	               family(out, "oncegate_metrics_age_seconds", "gauge",
-	                      "How old the database figures of this answer are: 0 when read "
-	                      "now (within the cache interval), more while the database is out "
-	                      "of reach; absent when this process has none.") != 0 ||
-	               (known && buf_printf(out, "oncegate_metrics_age_seconds %.3f\n", age) != 0)
-	           ? OG_ERROR
-	           : OG_OK;
-}
-
-/* ---- the flush thread --------------------------------------------------- */
-
-static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t wake;
-	pthread_t thread;
-	struct db *db;
-	bool running;
-	bool stop;
-} flusher = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-static void *
-flusher_main(void *arg)
-{
-	bool failing = false, last;
-	struct timespec until;
-
-	(void)arg;
-	pthread_mutex_lock(&flusher.lock);
-	for (;;) {
-		clock_gettime(CLOCK_MONOTONIC, &until);
-		until.tv_sec += OG_METRICS_FLUSH_MS / 1000;
-		until.tv_nsec += (long)(OG_METRICS_FLUSH_MS % 1000) * 1000000L;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
-		while (!flusher.stop &&
-		       pthread_cond_timedwait(&flusher.wake, &flusher.lock, &until) == 0)
-			;
-		last = flusher.stop;
-		pthread_mutex_unlock(&flusher.lock);
-		if (metrics_flush(flusher.db) != OG_OK) {
-			/* once per outage, not once a second */
-			if (!failing)
-				log_event(LOG_LEVEL_WARNING, "metrics.flush_failed",
-				          &(struct log_fields){
-				              .detail = db_error(flusher.db),
-				              .hint = "claim counts stay in memory until a flush "
-				                      "succeeds; /metrics lags meanwhile" });
-			failing = true;
-		} else {
-			failing = false;
-		}
-		pthread_mutex_lock(&flusher.lock);
-		if (last)
-			break;
-	}
-	pthread_mutex_unlock(&flusher.lock);
-	return NULL;
-}
-
-int
-metrics_flusher_start(const char *conninfo, int statement_timeout_ms, char *err,
-                      size_t errlen)
-{
-	pthread_condattr_t attr;
-	int rc;
-
-	if (flusher.running) {
-		snprintf(err, errlen, "the metrics flush thread is already running");
-		return -1;
-	}
-	/* The connection is made on the first flush with something to add:
-	 * a responder that answers no claims never opens it. */
-	flusher.db = db_new(conninfo, statement_timeout_ms);
-	if (flusher.db == NULL || pthread_condattr_init(&attr) != 0) {
-		db_free(flusher.db);
-		flusher.db = NULL;
-		snprintf(err, errlen, "out of memory");
-		return -1;
-	}
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	pthread_cond_init(&flusher.wake, &attr);
-	pthread_condattr_destroy(&attr);
-	flusher.stop = false;
-	rc = pthread_create(&flusher.thread, NULL, flusher_main, NULL);
-	if (rc != 0) {
-		pthread_cond_destroy(&flusher.wake);
-		db_free(flusher.db);
-		flusher.db = NULL;
-		snprintf(err, errlen, "cannot start the metrics flush thread: %s", strerror(rc));
-		return -1;
-	}
-	flusher.running = true;
-	return 0;
-}
-
-void
-metrics_flusher_stop(void)
-{
-	if (!flusher.running)
-		return;
-	pthread_mutex_lock(&flusher.lock);
-	flusher.stop = true;
-	pthread_cond_signal(&flusher.wake);
-	pthread_mutex_unlock(&flusher.lock);
-	pthread_join(flusher.thread, NULL);
-	pthread_cond_destroy(&flusher.wake);
-	db_free(flusher.db);
-	flusher.db = NULL;
-	flusher.running = false;
-}
-
-enum og_rc
-metrics_report(struct db *db, long long since_seconds, json_t **out)
-{
-	char secs[24];
-	const char *params[1] = { secs };
-	PGresult *res = NULL;
-	enum og_rc rc;
-
-	*out = NULL;
-	snprintf(secs, sizeof(secs), "%lld", since_seconds);
-	if ((rc = og_exec_one(db, &st_report, params, OG_ERROR, &res)) != OG_OK)
-		return rc;
-	*out = json_loads(db_get(res, 0, "report"), 0, NULL);
-	PQclear(res);
-	return *out != NULL ? OG_OK : OG_ERROR;
 }

@@ -1,21 +1,14 @@
 /*
- * metrics.h — GET /metrics: the Prometheus text exposition format
- * 0.0.4, computed from the database so that every responder answers with
- * the same figures however many responders and dispatchers run.
+ * metrics.h — what the code counts for GET /metrics, and the flush of it.
  *
- * Two halves:
- *  - Claim outcomes are not stored anywhere (a duplicate is answered by a
- *    read, on purpose), so each process counts them in memory with
- *    metrics_count() — one relaxed atomic add, nothing else on the claim
- *    path — and metrics_flush() adds the deltas to the metric_counters table
- *    (sql/007_metrics.sql). The responder flushes from a thread of its own
- *    once a second (metrics_flusher_start) and before every refresh.
- *  - Everything else is read from the rows the product keeps (runs,
- *    approvals, effects, dead letters, the kill switch), in ONE statement, so
- *    all figures of an answer come from one snapshot.
- *
- * The answer is cached per process for OG_METRICS_CACHE_MS and shared by the
- * worker threads: a scrape storm costs one query per interval per process.
+ * Claim outcomes, request latency and send attempts are not stored anywhere
+ * (a duplicate is answered by a read, on purpose), so each process counts
+ * them in memory — one relaxed atomic add on the claim path — and
+ * metrics_flush() adds the deltas to the metric tables (sql/007_metrics.sql
+ * and after). The responder flushes from a thread of its own once a second
+ * (metrics_flusher_start) and before every refresh of its answer; a
+ * dispatcher at its housekeeping tick. The answer itself: metrics_text.h;
+ * the report's figures: metrics_report.h.
  */
 #ifndef OG_METRICS_H
 #define OG_METRICS_H
@@ -23,9 +16,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include <jansson.h>
-
-#include "buf.h"
 #include "db.h"
 #include "rc.h"
 
@@ -45,11 +35,22 @@ enum metrics_counter {
 /* Counts one event of this process. Lock-free; safe from any thread. */
 void metrics_count(enum metrics_counter c);
 
-/* Routes of the responder's table (api_route_count) with a latency
- * histogram; requests of a route past this are not timed. */
+/* Routes of the responder's table with a latency histogram; requests of
+ * a route past this are not timed. */
 #define METRICS_ROUTES_MAX 32
 
-/* Times one request of route i (api_route_label) in this process: a few
+/* A route as its histogram is labelled: method and path pattern. */
+struct metrics_route {
+	const char *method;
+	const char *pattern;      /* e.g. "/v1/runs/{key}": no quote or backslash */
+};
+
+/* The routes that metrics_observe_request's numbers index, which /metrics
+ * lists (each zero until it answers): set once by the responder's request
+ * pipeline before its first request; routes must stay valid. */
+void metrics_routes(const struct metrics_route *routes, size_t n);
+
+/* Times one request of route i (of metrics_routes) in this process: a few
  * relaxed atomic adds. Flushed with the counters. */
 void metrics_observe_request(size_t route, double seconds);
 
@@ -67,32 +68,11 @@ void metrics_count_attempt(const char *target, const char *cls, bool retry,
  * flush (so a flush whose reply was lost may count them twice). */
 enum og_rc metrics_flush(struct db *db) __attribute__((warn_unused_result));
 
-/* The exposition text into out (replacing what it held): from the cache
- * while it is fresh, otherwise flushed and computed on db. While another
- * thread computes it, an older copy is answered instead of waiting. */
-enum og_rc metrics_text(struct db *db, struct buf *out)
-	__attribute__((warn_unused_result));
-
-/* What GET /metrics answers: metrics_text plus oncegate_database_up (1)
- * and the figures' age; while the database is out of reach, the last
- * figures this process read (or only oncegate_build_info when it has
- * none), with oncegate_database_up 0 and their age. OG_ERROR only when
- * the answer does not fit. */
-enum og_rc metrics_answer(struct db *db, struct buf *out) __attribute__((warn_unused_result));
-
-/* The media type of metrics_text's answer. */
-#define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
-
 /* The responder's flush thread: its own database connection, a flush every
  * OG_METRICS_FLUSH_MS, and a last one when stopped (a SIGTERM loses no
  * count; a SIGKILL loses at most one interval's). */
 int metrics_flusher_start(const char *conninfo, int statement_timeout_ms, char *err,
                           size_t errlen) __attribute__((warn_unused_result));
 void metrics_flusher_stop(void);
-
-/* The weekly report's figures (the same as GET /metrics) over the last
- * since_seconds; *out is a new object. */
-enum og_rc metrics_report(struct db *db, long long since_seconds, json_t **out)
-	__attribute__((warn_unused_result));
 
 #endif

@@ -323,38 +323,66 @@ provider_sink_free(struct provider_sink *s)
 	json_decref(s->headers);
 }
 
-/* The evidence a dead letter keeps of an attempt: what came back, bounded. */
+/* Sets member name of evidence to text as the decision log would write a
+ * provider's text (log_redact_provider: credentials, keys, hosts, URLs and
+ * mail addresses masked): what the database keeps of an answer is never
+ * more than the log shows. Out of memory: the member is left out. */
+static void
+evidence_text(json_t *evidence, const char *name, const char *text)
+{
+	char *safe = strdup(text);
+
+	if (safe == NULL)
+		return;
+	(void)log_redact_provider(safe);
+	json_object_set_new(evidence, name, json_string(safe));
+	free(safe);
+}
+
+/* The evidence a dead letter keeps of an attempt: what came back, bounded,
+ * the provider's text redacted. The provider id header stays whole: it is
+ * the provider's own name for the effect. */
 void
 provider_fill_evidence(struct provider_attempt *out, struct provider_sink *s, CURLcode rc,
                        const char *errbuf)
 {
 	size_t n = out->body_len < PROVIDER_EXCERPT_MAX ? out->body_len : PROVIDER_EXCERPT_MAX;
 	char *excerpt = malloc(n + 1);
+	const char *name;
+	json_t *v;
 
 	out->evidence = json_object();
 	if (rc != CURLE_OK)
-		json_object_set_new(out->evidence, "transport_error",
-		                    json_string(errbuf[0] ? errbuf : curl_easy_strerror(rc)));
+		evidence_text(out->evidence, "transport_error",
+		              errbuf[0] ? errbuf : curl_easy_strerror(rc));
 	if (out->r.status != 0)
 		json_object_set_new(out->evidence, "status", json_integer(out->r.status));
 	json_object_set_new(out->evidence, "request_sent", json_boolean(out->r.request_sent));
-	if (json_object_size(s->headers) > 0)
-		json_object_set(out->evidence, "headers", s->headers);
+	if (json_object_size(s->headers) > 0) {
+		json_t *h = json_object();
+
+		json_object_foreach(s->headers, name, v) {
+			if (s->id_header != NULL && strcasecmp(name, s->id_header) == 0)
+				json_object_set(h, name, v);
+			else
+				evidence_text(h, name, json_string_value(v));
+		}
+		json_object_set_new(out->evidence, "headers", h);
+	}
 	if (s->smtp_reply[0] != '\0')
-		json_object_set_new(out->evidence, "reply", json_string(s->smtp_reply));
+		evidence_text(out->evidence, "reply", s->smtp_reply);
 	if (excerpt != NULL && n > 0) {
 		size_t i;
 
 		memcpy(excerpt, out->body, n);
 		excerpt[n] = '\0';
 		/* Keep it printable and valid UTF-8 for jsonb: bytes outside
-		 * printable ASCII become '?'; secrets are masked. */
+		 * printable ASCII become '?'; the provider's text is redacted. */
 		for (i = 0; i < n; i++)
 			if (((unsigned char)excerpt[i] < 0x20 && excerpt[i] != '\n' && excerpt[i] != '\t') ||
 			    (unsigned char)excerpt[i] >= 0x7f)
 				excerpt[i] = '?';
-		(void)log_redact(excerpt);
-		json_object_set_new(out->evidence, "body_excerpt", json_string(excerpt));
+		evidence_text(out->evidence, "body_excerpt", excerpt);
 		if (out->body_len > n || s->over)
 			json_object_set_new(out->evidence, "body_truncated", json_true());
 	}

@@ -25,6 +25,7 @@
 #include <openssl/evp.h>
 
 #include "caps.h"
+#include "deadline.h"
 #include "digest.h"
 #include "payload.h"
 #include "notice.h"
@@ -410,12 +411,7 @@ watch_start(struct watchdog *w, pthread_t *th, const struct timespec *t0,
 		w->fds[i] = CURL_SOCKET_BAD;
 	w->done = w->fired = false;
 	w->deadline = *t0;
-	w->deadline.tv_sec += timeout_ms / 1000;
-	w->deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (w->deadline.tv_nsec >= 1000000000L) {
-		w->deadline.tv_sec++;
-		w->deadline.tv_nsec -= 1000000000L;
-	}
+	deadline_add_ms(&w->deadline, timeout_ms);
 	pthread_mutex_unlock(&w->mu);
 	return pthread_create(th, NULL, watch_run, w) == 0;
 }

@@ -64,6 +64,16 @@ utf8_valid(const char *s, size_t len)
 }
 
 size_t
+utf8_chars(const char *s)
+{
+	size_t n = 0;
+
+	for (; *s != '\0'; s++)
+		n += ((unsigned char)*s & 0xc0) != 0x80;
+	return n;
+}
+
+size_t
 utf8_encode(unsigned long cp, char *out)
 {
 	if (cp < 0x80) {

@@ -23,6 +23,10 @@ size_t utf8_decode(const unsigned char *s, size_t n, long *cp);
 /* Whether s[0..len) is well-formed UTF-8. */
 bool utf8_valid(const char *s, size_t len);
 
+/* The characters (code points) of well-formed UTF-8 text s: what a JSON
+ * Schema maxLength counts, and what every documented limit on text means. */
+size_t utf8_chars(const char *s);
+
 /* Encodes code point cp (at most U+10FFFF, not a surrogate) into out (room
  * for 4 bytes); returns the bytes written. */
 size_t utf8_encode(unsigned long cp, char *out);

@@ -95,6 +95,76 @@ keep_startup_settings(const struct config *start, struct config *now, char *chan
 #undef KEEP_I
 }
 
+/* SIGHUP: reopen the decision log, then load the configuration, the
+ * contracts and the templates again and swap them in under the lock. A
+ * broken one keeps the old set: the reload is refused loudly, never
+ * half-applied. */
+static void
+reload(const char *path, const struct config *start, struct fcgi_shared *shared,
+       struct reloadable *cur)
+{
+	struct reloadable next;
+	char err[1024], changed[256];
+
+	service_reloading();
+	if (log_reopen() != 0)
+		fprintf(stderr, "oncegate-fcgi: cannot reopen %s\n", start->log_file);
+	log_event(LOG_LEVEL_INFO, "responder.log_reopened", NULL);
+	if (load_shared(path, &next, err, sizeof(err)) != 0) {
+		log_event(LOG_LEVEL_ERROR, "responder.reload_failed",
+		          &(struct log_fields){ .detail = err,
+		                                .hint = "the previous configuration and "
+		                                        "contracts stay in use; GET /readyz "
+		                                        "answers 503 until a reload succeeds" });
+		ready_loaded(false);
+		service_ready("running; the last reload failed");
+		return;
+	}
+	keep_startup_settings(start, next.cfg, changed, sizeof(changed));
+	log_set_level(log_level_parse(next.cfg->log_level));
+	pthread_rwlock_wrlock(&shared->lock);
+	shared->cfg = next.cfg;
+	shared->contracts = next.contracts;
+	shared->pages = next.pages;
+	pthread_rwlock_unlock(&shared->lock);
+	reloadable_free(cur);
+	*cur = next;
+	if (changed[0] != '\0')
+		log_event(LOG_LEVEL_WARNING, "responder.restart_needed",
+		          &(struct log_fields){ .detail = changed + 1,
+		                                .hint = "these settings are read at start "
+		                                        "only: restart to apply them" });
+	log_event(LOG_LEVEL_INFO, "responder.reloaded",
+	          &(struct log_fields){ .count = (long long)contract_count(cur->contracts) });
+	ready_loaded(true);
+	service_ready("running; reloaded");
+}
+
+/* The main thread's life while the pool serves: the supervisor's watchdog
+ * kept alive, SIGHUP reloads; returns on SIGTERM or SIGINT. */
+static void
+wait_for_signals(const char *path, const struct config *start, struct fcgi_shared *shared,
+                 struct reloadable *cur, const sigset_t *set)
+{
+	long wd_ms = service_watchdog_ms();
+	struct timespec wd = { .tv_sec = wd_ms > 0 ? wd_ms / 1000 : 3600,
+		               .tv_nsec = wd_ms > 0 ? (wd_ms % 1000) * 1000000L : 0 };
+	int sig;
+
+	for (;;) {
+		sig = sigtimedwait(set, NULL, &wd);
+		if (sig < 0) {
+			/* the timeout: the main loop is alive */
+			if (errno == EAGAIN && wd_ms > 0)
+				service_alive();
+			continue;
+		}
+		if (sig != SIGHUP)
+			return;
+		reload(path, start, shared, cur);
+	}
+}
+
 static void
 usage(FILE *out)
 {
@@ -121,13 +191,11 @@ main(int argc, char **argv)
 	struct fcgi_pool *pool;
 	struct fcgi_shared shared = { .lock = PTHREAD_RWLOCK_INITIALIZER };
 	struct reloadable cur = { 0 };
-	struct timespec wd;
 	const char *path = NULL;
-	char err[1024], changed[256];
+	char err[1024];
 	sigset_t set;
 	bool check = false, inherited = false;
-	long wd_ms;
-	int opt, fd, sig, rc = EXIT_FAILURE;
+	int opt, fd, rc = EXIT_FAILURE;
 
 	if ((opt = config_options(argc, argv, usage, &path, &check)) >= 0)
 		return opt;
@@ -202,57 +270,7 @@ main(int argc, char **argv)
 	         cfg.threads);
 	log_event(LOG_LEVEL_INFO, "responder.started", &(struct log_fields){ .detail = err });
 	service_ready(err);
-	wd_ms = service_watchdog_ms();
-	wd.tv_sec = wd_ms > 0 ? wd_ms / 1000 : 3600;
-	wd.tv_nsec = wd_ms > 0 ? (wd_ms % 1000) * 1000000L : 0;
-
-	for (;;) {
-		struct reloadable next;
-
-		sig = sigtimedwait(&set, NULL, &wd);
-		if (sig < 0) {
-			/* the timeout: the main loop is alive */
-			if (errno == EAGAIN && wd_ms > 0)
-				service_alive();
-			continue;
-		}
-		if (sig != SIGHUP)
-			break;
-		service_reloading();
-		if (log_reopen() != 0)
-			fprintf(stderr, "oncegate-fcgi: cannot reopen %s\n", cfg.log_file);
-		log_event(LOG_LEVEL_INFO, "responder.log_reopened", NULL);
-		/* A broken configuration, contract or template keeps the old set:
-		 * the reload is refused loudly, never half-applied. */
-		if (load_shared(path, &next, err, sizeof(err)) != 0) {
-			log_event(LOG_LEVEL_ERROR, "responder.reload_failed",
-			          &(struct log_fields){ .detail = err,
-			                                .hint = "the previous configuration and "
-			                                        "contracts stay in use; GET /readyz "
-			                                        "answers 503 until a reload succeeds" });
-			ready_loaded(false);
-			service_ready("running; the last reload failed");
-			continue;
-		}
-		keep_startup_settings(&cfg, next.cfg, changed, sizeof(changed));
-		log_set_level(log_level_parse(next.cfg->log_level));
-		pthread_rwlock_wrlock(&shared.lock);
-		shared.cfg = next.cfg;
-		shared.contracts = next.contracts;
-		shared.pages = next.pages;
-		pthread_rwlock_unlock(&shared.lock);
-		reloadable_free(&cur);
-		cur = next;
-		if (changed[0] != '\0')
-			log_event(LOG_LEVEL_WARNING, "responder.restart_needed",
-			          &(struct log_fields){ .detail = changed + 1,
-			                                .hint = "these settings are read at start "
-			                                        "only: restart to apply them" });
-		log_event(LOG_LEVEL_INFO, "responder.reloaded",
-		          &(struct log_fields){ .count = (long long)contract_count(cur.contracts) });
-		ready_loaded(true);
-		service_ready("running; reloaded");
-	}
+	wait_for_signals(path, &cfg, &shared, &cur, &set);
 	service_stopping();
 	log_event(LOG_LEVEL_INFO, "responder.stopping",
 	          &(struct log_fields){ .detail = "finishing in-flight requests" });

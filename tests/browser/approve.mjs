@@ -18,7 +18,9 @@
 // decided page came back; 1 otherwise (with a screenshot of where it stood).
 // The card itself is saved beside SCREENSHOT as NAME-card.png, and as
 // card-desktop.png; the card on a 390×844 phone screen (whose decision
-// buttons must lie within it) as card-phone.png; the inbox, which must list
+// buttons must lie within it, and whose recipients and message must come
+// before the correction form) as card-phone.png; the card passes axe-core
+// with 0 violations on both screens; the inbox, which must list
 // the run and open its card by id, as inbox.png. With PREFIX, those three
 // names start with it (PREFIX card-desktop.png ...), so a second run of this
 // script in the same directory keeps the first one's screenshots.
@@ -26,6 +28,7 @@
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 
+import { axeVersion, axeViolations } from './axe.mjs';
 import { check, session } from './browser.mjs';
 const REASON = 'Approved in Chromium by tests/browser/approve.mjs';
 const PHONE = { width: 390, height: 844 };
@@ -46,6 +49,41 @@ function checkHeaders(resp, what) {
   check((h['content-security-policy'] || '').includes("default-src 'none'"),
     `${what}: a strict Content-Security-Policy`);
   check(h['x-content-type-options'] === 'nosniff', `${what}: X-Content-Type-Options nosniff`);
+}
+
+// axe-core finds nothing on the page as it stands.
+async function expectAccessible(page, what) {
+  const found = await axeViolations(page);
+  check(found.length === 0,
+    `${what}: axe-core ${axeVersion()} reports 0 violations (found ${found.length}: ${found.join('; ')})`);
+}
+
+// On the phone, what will be sent (its recipients, then its message) comes
+// before the correction form, in the document and on the screen: an
+// approver reads what they approve before what they may change.
+async function expectReadFirst(page) {
+  const rcpt = await page.locator('div.mail ul.rcpt').boundingBox();
+  const body = await page.locator('div.mail pre.body').boundingBox();
+  const edit = page.locator('fieldset.edit');
+  check(rcpt !== null && body !== null, 'the recipients and the message have boxes on the phone');
+  console.log(`measure - phone ${PHONE.width}x${PHONE.height}: recipients at ${rcpt.y.toFixed(0)} px `
+    + `(${(rcpt.y / PHONE.height).toFixed(2)} screens), message at ${body.y.toFixed(0)} px`);
+  check(rcpt.y < body.y, 'the recipients come before the message');
+  if (await edit.count() === 0) return;
+  const form = await edit.boundingBox();
+  console.log(`measure - phone: the correction form at ${form.y.toFixed(0)} px (${(form.y / PHONE.height).toFixed(2)} screens)`);
+  check(body.y + body.height <= form.y,
+    `the message ends (${(body.y + body.height).toFixed(0)} px) before the correction form starts (${form.y.toFixed(0)} px)`);
+  const ordered = await page.evaluate(() => {
+    const [r, b, f] = ['div.mail ul.rcpt', 'div.mail pre.body', 'fieldset.edit']
+      .map((q) => document.querySelector(q));
+    const before = (x, y) => Boolean(x.compareDocumentPosition(y) & Node.DOCUMENT_POSITION_FOLLOWING);
+    return before(r, b) && before(b, f);
+  });
+  check(ordered, 'in the document: recipients, message, then the correction form');
+  check(await page.locator('fieldset.edit textarea[form="decide"]').count() >= 1
+    && await page.locator('form#decide').count() === 1,
+    'the correction fields belong to the decision form (form="decide")');
 }
 
 process.exit(await session(user, groups, screenshot, async (page) => {
@@ -88,6 +126,7 @@ process.exit(await session(user, groups, screenshot, async (page) => {
   }
   check(await page.locator('div.mail ul.rcpt li').count() >= 1, 'the card lists the recipients');
   check(await page.locator('div.mail pre.body').count() === 1, "the card shows the mail's body");
+  await expectAccessible(page, 'the card on a desktop screen (1000×1400)');
 
   // 1b. On a phone (390×844): the decision buttons are on the first screen.
   await page.setViewportSize({ width: PHONE.width, height: PHONE.height });
@@ -100,6 +139,8 @@ process.exit(await session(user, groups, screenshot, async (page) => {
     check(box.y >= 0 && box.y + box.height <= PHONE.height,
       `the ${value} button is within the first ${PHONE.height} px of the phone screen (bottom at ${(box.y + box.height).toFixed(0)})`);
   }
+  await expectReadFirst(page);
+  await expectAccessible(page, `the card on a phone screen (${PHONE.width}×${PHONE.height})`);
   const phoneShot = shot('card-phone');
   await page.screenshot({ path: phoneShot, fullPage: false });
   console.log(`screenshot: ${phoneShot}`);

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tests/browser/ensure.sh [DIR] — the browser tooling every suite that drives
 # a real browser needs, made present: Debian's chromium (apt-get, as root),
-# Node.js 20 or later with npm, and playwright-core in DIR/node_modules (DIR
-# is this directory by default: approve.mjs and decide.mjs, through
-# browser.mjs, import from it).
+# Node.js 20 or later with npm, and playwright-core (and, where the
+# lockfile pins it, axe-core) in DIR/node_modules (DIR is this directory by
+# default: approve.mjs and decide.mjs, through browser.mjs and axe.mjs,
+# import from it).
 # playwright never downloads a browser of its own; npm reuses its cache, so a
 # warm machine needs no network. Used by tests/browser/run.sh and
 # tests/n8n/run.sh, so either suite runs on its own from a fresh clone.
@@ -32,3 +33,9 @@ node_major=$(node -p 'process.versions.node.split(".")[0]')
 # ERR_MODULE_NOT_FOUND in the middle of a suite.
 (cd "$DIR" && node --input-type=module -e "await import('playwright-core')") ||
 	die "playwright-core does not load from $DIR/node_modules"
+# axe-core (approve.mjs's accessibility check, through axe.mjs), when DIR's
+# lockfile pins it
+if grep -q '"node_modules/axe-core"' "$DIR/package-lock.json"; then
+	(cd "$DIR" && node -e "require.resolve('axe-core/axe.min.js')") ||
+		die "axe-core is not in $DIR/node_modules"
+fi

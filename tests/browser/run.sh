@@ -9,7 +9,9 @@
 #   3. runs approve.mjs: headless Chromium opens the approval link as
 #      sam@example.com (group support), sees the card (the mail as it will
 #      be sent), checks on a 390×844 phone screen that the decision buttons
-#      are on the first screen, finds the run in the inbox (GET /approve/),
+#      are on the first screen and that the recipients and the message come
+#      before the correction form, runs axe-core on the card at both sizes
+#      (0 violations), finds the run in the inbox (GET /approve/),
 #      replaces the drafted body in the card's correction form with a long
 #      multilingual text, clicks Approve and lands on the decided page;
 #      screenshots go to

@@ -812,6 +812,30 @@ dl_claim_and_output(const char *bearer, const char *key, const char *contract, j
 	free(path);
 }
 
+void
+dl_mail_run(const char *bearer, const char *key, const char *contract, const char *subject,
+            const char *body, const char *to, const char *requested_by, struct dl_links *l)
+{
+	struct tl_resp r;
+	size_t i;
+
+	dl_claim_and_output(bearer, key, contract,
+	                    json_pack("{s:s, s:s}", "subject", subject, "body", body),
+	                    json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target",
+	                              "demo_smtp", "payload", "to", to),
+	                    requested_by, &r);
+	ck_assert_msg(r.status == 202 &&
+	                  json_array_size(json_object_get(r.json, "approvals")) == DL_LINKS,
+	              "output: HTTP %ld %.1000s", r.status, r.body);
+	for (i = 0; i < DL_LINKS; i++) {
+		char *token = dl_token_of(&r, i, l->id[i], sizeof(l->id[i]));
+
+		snprintf(l->path[i], sizeof(l->path[i]), "/approve/%s", token);
+		free(token);
+	}
+	tl_resp_free(&r);
+}
+
 char *
 dl_token_of(const struct tl_resp *r, size_t i, char *id, size_t idsz)
 {

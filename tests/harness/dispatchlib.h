@@ -213,6 +213,19 @@ void dl_tenants_finish(void);
 void dl_claim_and_output(const char *bearer, const char *key, const char *contract,
                          json_t *output, json_t *effect, const char *requested_by,
                          struct tl_resp *r);
+/* A mail run's approval links, in its contract's approver order. */
+#define DL_LINKS 3
+struct dl_links {
+	char path[DL_LINKS][128];   /* /approve/TOKEN */
+	char id[DL_LINKS][64];      /* the approval's id */
+};
+/* Claims key as bearer and hands in the mail (subject, body) to `to` for
+ * contract (one with DL_LINKS approver entries), requested by
+ * requested_by: the answer must be 202 with DL_LINKS approvals, whose
+ * links land in *l. */
+void dl_mail_run(const char *bearer, const char *key, const char *contract, const char *subject,
+                 const char *body, const char *to, const char *requested_by,
+                 struct dl_links *l);
 /* Approval i of an /output answer, which must be a 202 with that approval's
  * link: its raw token (malloc'd); its approval id in id (idsz bytes) when
  * id is not NULL. */

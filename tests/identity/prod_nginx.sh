@@ -36,10 +36,11 @@ SECRET_CONF=$(dirname "$ONCEGATE_CONF")/proxy_secret.nginx
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-prodnginx.XXXXXX")
 chmod 0711 "$TMP"
-SSO_PID='' NGINX_PID=''
+SSO_PID='' NGINX_PID='' DOWN_PID=''
 cleanup() {
 	set +e
 	nginx_stop "$NGINX_PID" "$TMP/nginx"
+	nginx_stop "$DOWN_PID" "$TMP/nginx-down"
 	if [[ -n $SSO_PID ]]; then
 		kill -TERM "$SSO_PID" 2>/dev/null
 		wait "$SSO_PID" 2>/dev/null
@@ -119,4 +120,62 @@ say "production site on https://127.0.0.1:$HTTPS_PORT, SSO stand-in on 127.0.0.1
 "$PYTHON" "$HERE/prod_flow.py" --https "https://127.0.0.1:$HTTPS_PORT" --ca "$TMP/tls/cert.pem" \
 	--sso "http://127.0.0.1:$SSO_PORT" --access-log "$TMP/nginx/access.log" \
 	--error-log "$TMP/nginx/error.log" || { KEEP=yes; die "see above (kept $TMP)"; }
+
+# --- nginx's own errors are problem documents -----------------------------------
+# expect_problem STATUS CODE WHAT CURL-ARGS...: nginx answers STATUS as
+# application/problem+json with type .../CODE, its title and status.
+fail=0
+expect_problem() {
+	local status=$1 code=$2 what=$3 got
+	shift 3
+	got=$(curl -sS -o "$TMP/answer" -D "$TMP/headers" -w '%{http_code} %{content_type}' \
+		--max-time 10 --cacert "$TMP/tls/cert.pem" "$@") || got="no answer"
+	check "$what: $status $code as a problem document (got $got)" "$("$PYTHON" - "$TMP/answer" \
+		"$status" "$code" "$got" <<-'PY'
+		import json, sys
+		path, status, code, got = sys.argv[1:]
+		try:
+		    doc = json.load(open(path))
+		except ValueError:
+		    doc = {}
+		ok = (got == status + " application/problem+json"
+		      and doc.get("type") == "https://oncegate.dev/problems/" + code
+		      and doc.get("status") == int(status) and bool(doc.get("title")))
+		print("yes" if ok else "no")
+		PY
+	)"
+}
+SITE=https://127.0.0.1:$HTTPS_PORT
+LONG=$(head -c 20000 /dev/zero | tr '\0' a)
+expect_problem 405 method_not_allowed "TRACE on the API" -X TRACE "$SITE/v1/runs"
+expect_problem 405 method_not_allowed "POST to the stylesheet" -X POST "$SITE/approve-assets/approval.css"
+check "the stylesheet's 405 names GET, HEAD in Allow" \
+	"$(yn grep -qi '^Allow: GET, HEAD' "$TMP/headers")"
+# (over HTTP/1.1: over HTTP/2 nginx resets the stream of a request whose
+# headers are too large, and no page at all comes back)
+expect_problem 414 uri_too_long "a 20 KB request line" --http1.1 "$SITE/v1/runs/$LONG"
+expect_problem 400 header_too_large "a 20 KB header" --http1.1 -H "X-Big: $LONG" "$SITE/healthz"
+head -c 2000000 /dev/zero | tr '\0' 'x' >"$TMP/big.json"
+expect_problem 413 body_too_large "a 2 MB body" -H 'Content-Type: application/json' \
+	--data-binary @"$TMP/big.json" "$SITE/v1/runs"
+expect_problem 404 not_found "a path outside every route" "$SITE/nothing/here"
+
+# The responder down: the same site in front of a socket nobody listens on.
+mkdir -p "$TMP/nginx-down/tmp"
+DOWN_HTTP=$(free_port $((21000 + RANDOM % 8000)) 31000) || die "no free port"
+DOWN_HTTPS=$(free_port $((21000 + RANDOM % 8000)) 31000) || die "no free port"
+[[ $DOWN_HTTP != "$DOWN_HTTPS" ]] || DOWN_HTTPS=$((DOWN_HTTPS + 1))
+sed -e "s|server unix:$SOCKET;|server unix:$TMP/nobody.sock;|" \
+	-e "s|127.0.0.1:$HTTP_PORT;|127.0.0.1:$DOWN_HTTP;|" -e "s|127.0.0.1:$HTTPS_PORT ssl|127.0.0.1:$DOWN_HTTPS ssl|" \
+	"$TMP/oncegate.conf" >"$TMP/oncegate-down.conf"
+sed -e "s|$TMP/nginx/|$TMP/nginx-down/|g" -e "s|$TMP/oncegate.conf|$TMP/oncegate-down.conf|" \
+	"$TMP/nginx/nginx.conf" >"$TMP/nginx-down/nginx.conf"
+chmod -R a+rX "$TMP/nginx-down"
+DOWN_PID=$(nginx_start "$TMP/nginx-down") || die "nginx with the responder down did not start"
+expect_problem 502 unavailable "the responder down" "https://127.0.0.1:$DOWN_HTTPS/v1/runs/x" \
+	-H "Authorization: Bearer $ONCEGATE_API_KEY"
+check "the 502 carries Retry-After" "$(yn grep -qi '^Retry-After: ' "$TMP/headers")"
+nginx_stop "$DOWN_PID" "$TMP/nginx-down"
+DOWN_PID=''
+((fail == 0)) || { KEEP=yes; die "nginx answered an error that is not a problem document (kept $TMP)"; }
 say "passed"

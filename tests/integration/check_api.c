@@ -881,6 +881,82 @@ expect_own_run(const char *bearer, const char *key, const char *owner, const cha
  * completed through nginx. Each tenant sees its own run only: its lease
  * owner, its payload hash (the RFC 8785 one any client computes), its
  * result; one completing leaves the other's run as it was. */
+/*
+ * The duplicate window (duplicate_window_days, 365 on the test stacks):
+ * two tenants finish runs under the same Cyrillic/CJK/emoji key; dev's run
+ * is made older than the window (its updated_at moved back), b's is
+ * recent. dev's claim of the key, with its own payload or another, is 410
+ * key_expired and changes nothing; b's is still 200 duplicate with its
+ * result; dev's run still reads (GET).
+ */
+START_TEST(test_duplicate_window)
+{
+	char key[200], *before, *after;
+	struct claimed a, b;
+	struct tl_resp r;
+	long long days;
+	PGconn *c = tl_pg_connect();
+	const char *p[2];
+	long off;
+	json_t *lines;
+
+	snprintf(key, sizeof(key), "%s-окно/重复窗口/⏳🔑", tl_run);
+	claim(g_key_dev, key, NULL, 30, &r);
+	expect_claimed(&r, key, 1, NULL, &a);
+	tl_resp_free(&r);
+	claim(g_key_b, key, NULL, 30, &r);
+	expect_claimed(&r, key, 1, NULL, &b);
+	tl_resp_free(&r);
+	transition(g_key_dev, key, a.owner, a.version, "completed",
+	           json_pack("{s:s}", "note", "отправлено 已发送"), NULL, NULL, &r);
+	ASSERT_STATUS(&r, 200);
+	tl_resp_free(&r);
+	transition(g_key_b, key, b.owner, b.version, "completed",
+	           json_pack("{s:s}", "note", "b: تم الإرسال"), NULL, NULL, &r);
+	ASSERT_STATUS(&r, 200);
+	tl_resp_free(&r);
+
+	p[0] = "dev";
+	p[1] = key;
+	ck_assert_int_eq(tl_pg_exec(c, "UPDATE workflow_runs SET updated_at = now() - interval "
+	                            "'366 days' WHERE idempotency_key = $2 AND client_id = "
+	                            "(SELECT id FROM api_clients WHERE name = $1)", 2, p), 1);
+	before = tl_run_row(c, "dev", key);
+	off = tl_log_offset();
+	claim(g_key_dev, key, NULL, 0, &r);
+	ck_assert_msg(r.status == 410 && tl_jstr(r.json, "type") != NULL &&
+	              strstr(tl_jstr(r.json, "type"), "key_expired") != NULL,
+	              "a key past the window: HTTP %ld %.600s", r.status, r.body);
+	ck_assert_msg(tl_jint(r.json, "duplicate_window_days", &days) && days == 365,
+	              "the answer names the window (365 on the test stack): %.600s", r.body);
+	ck_assert_msg(json_object_get(r.json, "result") == NULL, "410 carries a result: %s", r.body);
+	tl_resp_free(&r);
+	/* another payload: the same answer, never a mismatch alert */
+	claim(g_key_dev, key, json_pack("{s:s}", "other", "иное"), 0, &r);
+	ck_assert_msg(r.status == 410, "another payload past the window: HTTP %ld %.600s",
+	              r.status, r.body);
+	tl_resp_free(&r);
+	after = tl_run_row(c, "dev", key);
+	ck_assert_str_eq(after, before);
+	free(after);
+	free(before);
+	lines = log_for_key(off, key, 2);
+	ck_assert_int_eq(tl_log_count_event(lines, "run.key_expired"), 2);
+	json_decref(lines);
+
+	/* b's run under the same key is within the window */
+	claim(g_key_b, key, NULL, 0, &r);
+	expect_duplicate(&r, key, "completed");
+	ck_assert_msg(strstr(r.body, "تم الإرسال") != NULL, "b's result: %s", r.body);
+	tl_resp_free(&r);
+	/* the spent key's run still reads */
+	get_run(g_key_dev, key, &r);
+	ASSERT_STATUS(&r, 200);
+	tl_resp_free(&r);
+	PQfinish(c);
+}
+END_TEST
+
 START_TEST(test_corpus_keys_two_tenants)
 {
 	json_t *tenants = tl_corpus_load("tenants.json");
@@ -1203,7 +1279,9 @@ static const struct bad_case bad_cases[] = {
 	  "{\"key\":\"@KEY@\",\"payload\":{\"m\":\"@M@\"}}", 404, "not_found", NULL, "request.invalid" },
 	{ "DELETE /v1/runs", "DELETE", "/v1/runs", AUTH_DEV, NULL, BODY_TEXT,
 	  NULL, 405, "method_not_allowed", NULL, "request.invalid" },
-	{ "GET /v1/runs", "GET", "/v1/runs", AUTH_DEV, NULL, BODY_TEXT,
+	{ "PUT /v1/runs", "PUT", "/v1/runs", AUTH_DEV, NULL, BODY_TEXT,
+	  NULL, 405, "method_not_allowed", NULL, "request.invalid" },
+	{ "GET /v1/runs/{key}/lease", "GET", "/v1/runs/lease-probe/lease", AUTH_DEV, NULL, BODY_TEXT,
 	  NULL, 405, "method_not_allowed", NULL, "request.invalid" },
 };
 #define N_BAD_CASES ((int)(sizeof(bad_cases) / sizeof(bad_cases[0])))
@@ -2070,7 +2148,7 @@ api_suite(void)
 	         test_completed_is_duplicate, test_failed_terminal_is_duplicate,
 	         test_payload_mismatch, test_payload_reordered_is_duplicate,
 	         test_payload_numbers_as_given, test_clients_are_isolated,
-	         test_corpus_keys_two_tenants, test_lease_cap, test_default_lease_clamped,
+	         test_corpus_keys_two_tenants, test_duplicate_window, test_lease_cap, test_default_lease_clamped,
 	         test_boundaries_accepted, test_status, test_unknown_run);
 
 	tc = tl_tcase(s, "bad_input", 60);

@@ -47,35 +47,14 @@
 
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
 
-struct links {
-	char path[3][128];
-	char id[3][64];
-};
-
 /* A run of the tenant (bearer) for key, requested by REQUESTER: its three
  * challenges. */
 static void
-mail_run(const char *bearer, const char *key, struct links *l)
+mail_run(const char *bearer, const char *key, struct dl_links *l)
 {
-	struct tl_resp r;
-	size_t i;
-
-	dl_claim_and_output(bearer, key, CONTRACT,
-	                    json_pack("{s:s, s:s}", "subject",
-	                              tl_corpus_mail_str("ru_short", "subject"), "body",
-	                              tl_corpus_mail_str("ru_short", "body")),
-	                    json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target",
-	                              "demo_smtp", "payload", "to", "klient.ivanova@pochta.example"),
-	                    REQUESTER, &r);
-	ck_assert_msg(r.status == 202 && json_array_size(json_object_get(r.json, "approvals")) == 3,
-	              "output: HTTP %ld %.1000s", r.status, r.body);
-	for (i = 0; i < 3; i++) {
-		char *token = dl_token_of(&r, i, l->id[i], sizeof(l->id[i]));
-
-		snprintf(l->path[i], sizeof(l->path[i]), "/approve/%s", token);
-		free(token);
-	}
-	tl_resp_free(&r);
+	dl_mail_run(bearer, key, CONTRACT, tl_corpus_mail_str("ru_short", "subject"),
+	            tl_corpus_mail_str("ru_short", "body"), "klient.ivanova@pochta.example",
+	            REQUESTER, l);
 }
 
 /* POST a decision body (stolen) on approval id as bearer; the answer in r. */
@@ -123,7 +102,7 @@ expect_problem(const struct tl_resp *r, long status, const char *code)
 START_TEST(test_scope)
 {
 	PGconn *c = tl_pg_connect();
-	struct links l;
+	struct dl_links l;
 	struct tl_resp r;
 	char key[160];
 
@@ -172,7 +151,7 @@ END_TEST
 START_TEST(test_rules)
 {
 	PGconn *c = tl_pg_connect();
-	struct links l;
+	struct dl_links l;
 	struct tl_resp r;
 	char key[160], *big;
 	char *before;
@@ -251,7 +230,7 @@ START_TEST(test_quorum_edit_explain)
 {
 	PGconn *c = tl_pg_connect();
 	const char *p[1];
-	struct links l;
+	struct dl_links l;
 	struct tl_resp r;
 	char key[160], *out = NULL, *effect;
 	long off = tl_log_offset();
@@ -313,7 +292,7 @@ END_TEST
 
 struct racer {
 	int i;
-	const struct links *l;
+	const struct dl_links *l;
 	long status;
 	pthread_barrier_t *go;
 };
@@ -351,7 +330,7 @@ START_TEST(test_race)
 	struct racer v[RACERS];
 	pthread_t th[RACERS];
 	pthread_barrier_t go;
-	struct links l;
+	struct dl_links l;
 	struct tl_resp r;
 	char key[160];
 	const char *p[1] = { key };

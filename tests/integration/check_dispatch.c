@@ -1064,6 +1064,83 @@ START_TEST(test_retry_policy)
 }
 END_TEST
 
+/*
+ * What the database keeps of a provider's answer is redacted as the
+ * decision log writes it: a CRM that answers 401 echoing the bearer, an
+ * API key, its account's mail address and an internal URL, and a mail
+ * server that answers 550 echoing the recipient (Postfix's wording). The
+ * attempts and the dead letters hold the masked text, with the words an
+ * operator needs (the error code, the SMTP code and reason) intact; the
+ * answers' secrets and hosts are in no row of any table.
+ */
+START_TEST(test_provider_text_redacted)
+{
+	static const char *const leaked[] = {
+		"sk_live_51HqLyjWDarjtT1zd", "eyJhbGciOiJIUzI1NiJ9", "crm-intern.example.com",
+		"ops.billing@", "olga.petrova",
+	};
+	PGconn *c = tl_pg_connect();
+	struct disp d;
+	struct dconf dc = DCONF;
+	char kh[200], km[200], ih[40], im[40];
+	char *excerpt, *reply, *dl_text;
+	size_t i;
+
+	tl_mkkey(kh, sizeof(kh), "ответ-провайдера/提供者");
+	tl_mkkey(km, sizeof(km), "письмо/邮件 📮");
+	make_run(c, kh, NULL);
+	add_effect(c, kh, "crm.tag", "t_retry",
+	           "{\"fault\":\"401echo\",\"note\":\"Отказ 拒绝 🚫\"}", ih);
+	make_run(c, km, NULL);
+	add_effect(c, km, "email.send", "t_smtp",
+	           "{\"to\":\"fail550+olga.petrova@corp.example.test\",\"subject\":"
+	           "\"Счёт 账单\",\"body\":\"Здравствуйте 你好\"}", im);
+	kill_switch(true);
+	disp_start(&d, &dc, ENV_TRUE);
+	notify(c);
+	DL_EXPECT_EFFECT(c, ih, "failed", 15);
+	DL_EXPECT_EFFECT(c, im, "failed", 15);
+	ck_assert_int_eq(wait_log(d.dl.log, km, "effect.dead_lettered", im, 1, 5), 1);
+	disp_stop(&d);
+
+	excerpt = qstr(c, "SELECT evidence->>'body_excerpt' FROM effect_attempts "
+	               "WHERE effect_id = $1::uuid", ih, (char *)NULL);
+	ck_assert_msg(excerpt != NULL && strstr(excerpt, "invalid_api_key") != NULL &&
+	              strstr(excerpt, "Bearer [redacted]") != NULL &&
+	              strstr(excerpt, "[address]") != NULL && strstr(excerpt, "[host]") != NULL,
+	              "the attempt's body excerpt: %s", excerpt ? excerpt : "(none)");
+	reply = qstr(c, "SELECT evidence->>'reply' FROM effect_attempts WHERE effect_id = $1::uuid",
+	             im, (char *)NULL);
+	ck_assert_msg(reply != NULL && strstr(reply, "550 5.1.1 <[address]>: Recipient address "
+	                                      "rejected") != NULL,
+	              "the attempt's SMTP reply: %s", reply ? reply : "(none)");
+	dl_text = qstr(c, "SELECT string_agg(d::text, ' ') FROM dead_letters d JOIN effect_outbox o "
+	               "ON o.id = d.effect_id WHERE o.id IN ($1::uuid, $2::uuid)",
+	               ih, im, (char *)NULL);
+	ck_assert_msg(dl_text != NULL && strstr(dl_text, "Bearer [redacted]") != NULL &&
+	              strstr(dl_text, "<[address]>") != NULL,
+	              "the dead letters do not keep the redacted answers: %s",
+	              dl_text ? dl_text : "(none)");
+	for (i = 0; i < sizeof(leaked) / sizeof(leaked[0]); i++) {
+		const char *p[2] = { im, leaked[i] };
+
+		ck_assert_msg(strstr(excerpt, leaked[i]) == NULL && strstr(reply, leaked[i]) == NULL,
+		              "\"%s\" kept in an attempt's evidence", leaked[i]);
+		if (i + 1 < sizeof(leaked) / sizeof(leaked[0]))
+			ck_assert_msg(tl_pg_rows_holding(c, leaked[i]) == 0, "\"%s\" is in the database",
+			              leaked[i]);
+		else /* the recipient: in the payload (and its copies), never in an answer */
+			ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM effect_attempts WHERE "
+			                             "effect_id = $1::uuid AND strpos(evidence::text, $2) > 0",
+			                             2, p), 0);
+	}
+	free(excerpt);
+	free(reply);
+	free(dl_text);
+	PQfinish(c);
+}
+END_TEST
+
 /* ===== 6. the kill switch ======================================================= */
 
 /* A dispatcher that must not send: a few poll intervals, nothing at the
@@ -1909,6 +1986,7 @@ dispatch_suite(void)
 	TCase *tc = dl_tcase(s, "dispatch", TEST_TIMEOUT_S);
 
 	TL_TESTS(tc, test_http_happy, test_smtp_happy, test_idempotent_retry, test_retry_policy,
+	         test_provider_text_redacted,
 	         test_kill_switch, test_batch_wait_keeps_lease, test_window, test_approval_expired,
 	         test_sigterm, test_ambiguous_without_keys, test_kill9_mid_send,
 	         test_kill9_before_send, test_payload_changed, test_many_dispatchers);

@@ -53,6 +53,12 @@ static const double bounds[] = {
 };
 #define NBOUNDS (sizeof(bounds) / sizeof(bounds[0]))
 
+/* The states of a run, as the ledger names them (ledger.h). */
+static const char *const run_states[] = { "processing", "awaiting_human", "approved",
+	                                  "completed", "failed_retryable", "failed_terminal",
+	                                  "rejected" };
+#define NRUN_STATES (sizeof(run_states) / sizeof(run_states[0]))
+
 /* ---- scraping and parsing ----------------------------------------------- */
 
 /* Reads the exposition text with prometheus_client and prints, as JSON,
@@ -191,6 +197,10 @@ db_num(PGconn *c, const char *sql, const char *arg)
 
 /* ---- the API ------------------------------------------------------------ */
 
+/* The keys this test claimed, each once (claim records them). */
+static char g_claimed[16][200];
+static size_t g_nclaimed;
+
 /* POST /v1/runs; the outcome must be `want` ("claimed", "duplicate",
  * "payload_mismatch"). variant changes the payload. */
 static void
@@ -207,6 +217,10 @@ claim(const char *key, int variant, const char *want, struct tl_claimed *out)
 	                                            : tl_jstr(r.json, "outcome");
 	ck_assert_msg(got != NULL && strcmp(got, want) == 0, "claim of %s: expected %s, got HTTP %ld %s",
 	              key, want, r.status, r.body);
+	if (strcmp(want, "claimed") == 0 && r.status == 201) {
+		ck_assert_uint_lt(g_nclaimed, sizeof(g_claimed) / sizeof(g_claimed[0]));
+		snprintf(g_claimed[g_nclaimed++], sizeof(g_claimed[0]), "%s", key);
+	}
 	if (out != NULL) {
 		ck_assert_msg(tl_jstr(r.json, "lease_owner") && tl_jint(r.json, "version", &out->version),
 		              "claim answer: %s", r.body);
@@ -345,6 +359,7 @@ START_TEST(test_families)
 		{ "oncegate_gate_decisions", "counter" },
 		{ "oncegate_retry_budget_exhaustions", "counter" },
 		{ "oncegate_effects", "gauge" },
+		{ "oncegate_runs", "gauge" },
 		{ "oncegate_dead_letters_open", "gauge" },
 		{ "oncegate_dead_letter_oldest_age_seconds", "gauge" },
 		{ "oncegate_kill_switch_engaged", "gauge" },
@@ -391,6 +406,8 @@ START_TEST(test_families)
 	val(&s, "oncegate_claims_total{outcome=\"payload_mismatch\"}");
 	for (i = 0; i < sizeof(states) / sizeof(states[0]); i++)
 		lval(&s, "oncegate_effects", "state", states[i]);
+	for (i = 0; i < NRUN_STATES; i++)
+		lval(&s, "oncegate_runs", "state", run_states[i]);
 	/* the histogram: the documented buckets, cumulative, +Inf == _count */
 	for (i = 0; i < NBOUNDS; i++) {
 		double v = val(&s, bucket_key(bounds[i]));
@@ -462,6 +479,50 @@ figures_of(const struct scrape *s, struct figures *f)
 	f->open_exhausted = val(s, "oncegate_dead_letters_open{error_class=\"exhausted\"}");
 }
 
+/* The runs the scenario claimed (g_claimed), told three ways: explain
+ * says each one's state; report --since `since` (the scenario claimed
+ * every run created since) counts them by state; /metrics' oncegate_runs
+ * moved from sb to sa by exactly those counts. */
+static void
+expect_runs_agree(const struct scrape *sb, const struct scrape *sa, const char *since)
+{
+	json_t *told = json_object(), *rep, *by;
+	char *out = NULL;
+	size_t i;
+
+	for (i = 0; i < g_nclaimed; i++) {
+		json_t *doc, *n;
+		const char *state;
+
+		ck_assert_int_eq(tl_ctl(&out, "--json", "explain", g_claimed[i], (char *)NULL), 0);
+		doc = json_loads(out, 0, NULL);
+		free(out);
+		state = tl_jstr(json_object_get(doc, "processed"), "state");
+		ck_assert_msg(state != NULL, "explain %s --json: no processed.state", g_claimed[i]);
+		n = json_object_get(told, state);
+		json_object_set_new(told, state, json_integer(n ? json_integer_value(n) + 1 : 1));
+		json_decref(doc);
+	}
+	ck_assert_int_eq(tl_ctl(&out, "--json", "report", "--since", since, (char *)NULL), 0);
+	rep = json_loads(out, 0, NULL);
+	free(out);
+	by = json_object_get(rep, "runs_by_state");
+	ck_assert_msg(json_equal(by, told), "report --since %s: runs_by_state %s; explain says %s",
+	              since, json_dumps(by, JSON_COMPACT), json_dumps(told, JSON_COMPACT));
+	ck_assert_int_eq(json_integer_value(json_object_get(rep, "runs_claimed")), g_nclaimed);
+	for (i = 0; i < NRUN_STATES; i++) {
+		json_t *n = json_object_get(told, run_states[i]);
+		double moved = lval(sa, "oncegate_runs", "state", run_states[i]) -
+		               lval(sb, "oncegate_runs", "state", run_states[i]);
+
+		ck_assert_msg(moved == (n ? (double)json_integer_value(n) : 0),
+		              "oncegate_runs{state=\"%s\"} moved by %g; explain says %s",
+		              run_states[i], moved, json_dumps(told, JSON_COMPACT));
+	}
+	json_decref(rep);
+	json_decref(told);
+}
+
 #define EXPECT_DELTA(field, n)                                                         \
 	ck_assert_msg(fabs((after.field - before.field) - (n)) < 1e-9,                 \
 	              "%s moved by %g, the scenario did %g\n--- before:\n%.1400s\n--- after:\n%.1400s", \
@@ -527,6 +588,11 @@ expect_matches_db(PGconn *pg, const struct scrape *s)
 		m = lval(s, "oncegate_effects", "state", states[i]);
 		db = db_num(pg, "SELECT count(*) FROM effect_outbox WHERE state = $1", states[i]);
 		ck_assert_msg(m == db, "effects %s: /metrics %g, effect_outbox %g", states[i], m, db);
+	}
+	for (i = 0; i < NRUN_STATES; i++) {
+		m = lval(s, "oncegate_runs", "state", run_states[i]);
+		db = db_num(pg, "SELECT count(*) FROM workflow_runs WHERE state = $1", run_states[i]);
+		ck_assert_msg(m == db, "runs %s: /metrics %g, workflow_runs %g", run_states[i], m, db);
 	}
 	/* an age: the answer may be up to a cache interval old */
 	m = val(s, "oncegate_dead_letter_oldest_age_seconds");
@@ -608,9 +674,16 @@ START_TEST(test_scenario)
 	double t0, t1, waited;
 	long long v;
 	int i, n;
+	/* runs created from the second `since` on are this scenario's: the
+	 * report counts whole seconds, so the first claim waits for the next */
+	time_t since = time(NULL) + 1;
+	char since_text[32];
 
+	strftime(since_text, sizeof(since_text), "%Y-%m-%dT%H:%M:%SZ", gmtime(&since));
 	scrape_settled(&sb, 0);
 	figures_of(&sb, &before);
+	while (time(NULL) < since + 1)
+		tl_sleep_ms(50);
 	t0 = tl_now();
 
 	/* 3 new keys, claimed; 2 duplicate deliveries of the first while its
@@ -780,6 +853,7 @@ START_TEST(test_scenario)
 	ck_assert_msg(tl_now() - t0 < 60, "the scenario took too long to mean anything");
 
 	expect_matches_db(pg, &sa);
+	expect_runs_agree(&sb, &sa, since_text);
 	scrape_free(&sb);
 	scrape_free(&sa);
 	PQfinish(pg);

@@ -247,6 +247,46 @@ START_TEST(beyond_double_range_is_400)
 }
 END_TEST
 
+/*
+ * An integer beyond 64 bits is a JSON number like any other: the claim is
+ * taken, its hash is that of the RFC 8785 form (as JavaScript prints the
+ * number: 1e20 is 100000000000000000000, 2^64 is 18446744073709552000, -0
+ * is 0, 1.0 is 1), and the same payload as JavaScript writes it is a
+ * duplicate. A member that must be an integer is refused as a field
+ * (400 invalid_field), not as broken JSON.
+ */
+START_TEST(beyond_64_bits_is_a_number)
+{
+	char key[200], want[72], *body = NULL;
+	struct tl_resp r;
+
+	tl_mkkey(key, sizeof(key), "64bit-сумма");
+	tl_payload_hash("{\"m\":18446744073709552000,\"n\":100000000000000000000,\"o\":1,"
+	                "\"z\":0,\"сумма\":-9223372036854776000}", want);
+	claim_text(key, "{\"n\":100000000000000000000,\"m\":18446744073709551616,\"z\":-0,"
+	           "\"o\":1.0,\"сумма\":-9223372036854775809}", &r);
+	ck_assert_msg(r.status == 201, "%ld %s", r.status, r.body);
+	ck_assert_str_eq(tl_jstr(r.json, "payload_hash"), want);
+	tl_resp_free(&r);
+	claim_text(key, "{\"сумма\":-9223372036854776000,\"m\":18446744073709552000,"
+	           "\"n\":1e20,\"o\":1,\"z\":0}", &r);
+	ck_assert_msg(r.status == 200 && strcmp(tl_jstr(r.json, "outcome") ?: "", "duplicate") == 0,
+	              "the same numbers as JavaScript writes them: %ld %s", r.status, r.body);
+	tl_resp_free(&r);
+
+	/* where an integer is required, a number beyond 64 bits is a wrong field */
+	tl_mkkey(key, sizeof(key), "64bit-lease");
+	ck_assert_int_ge(asprintf(&body, "{\"key\":\"%s\",\"payload\":{},\"lease_seconds\":"
+	                          "100000000000000000000}", key), 0);
+	tl_post_text("/v1/runs", g_key, body, &r);
+	free(body);
+	ck_assert_msg(r.status == 400 && strcmp(tl_jstr(r.json, "error") ?: "", "invalid_field") == 0 &&
+	                  strcmp(tl_jstr(r.json, "field") ?: "", "lease_seconds") == 0,
+	              "lease_seconds beyond 64 bits: %ld %s", r.status, r.body);
+	tl_resp_free(&r);
+}
+END_TEST
+
 START_TEST(numbers_written_back_shortest)
 {
 	char key[200];
@@ -339,7 +379,8 @@ numbers_suite(void)
 	Suite *s = suite_create("numbers");
 	TCase *tc = tl_tcase(s, "payload hash and numbers", 60);
 
-	TL_TESTS(tc, new_run_hashed_by_rfc8785, old_run_compared_as_written, replay_of_old_run,
+	TL_TESTS(tc, new_run_hashed_by_rfc8785, beyond_64_bits_is_a_number, old_run_compared_as_written,
+	         replay_of_old_run,
 	         beyond_double_range_is_400, numbers_written_back_shortest,
 	         output_written_back_shortest, explain_writes_numbers_shortest);
 	return s;

@@ -520,7 +520,8 @@ START_TEST(test_run_problems)
 	tl_http_hdrs("PUT", "/v1/runs", NULL, NULL, NULL, 0, &r, &hdrs);
 	expect_problem(&r, 405, "method_not_allowed");
 	allow = tl_header_get(hdrs, "Allow");
-	ck_assert_msg(allow && strcmp(allow, "POST") == 0, "Allow %s", allow ? allow : "(absent)");
+	ck_assert_msg(allow && strcmp(allow, "GET, HEAD, POST") == 0, "Allow %s",
+	              allow ? allow : "(absent)");
 	free(allow);
 	free(hdrs);
 	tl_resp_free(&r);
@@ -535,6 +536,207 @@ START_TEST(test_run_problems)
 	json_decref(claim);
 	free(key);
 	free(url);
+}
+END_TEST
+
+/* ---- HEAD ------------------------------------------------------------------ */
+
+/* HEAD where GET is defined answers as GET does (status, Content-Type),
+ * without a body. */
+static void
+expect_head_like_get(const char *path, const char *bearer, long status)
+{
+	struct tl_resp g, h;
+
+	tl_http("GET", path, bearer, NULL, NULL, 0, &g);
+	tl_http("HEAD", path, bearer, NULL, NULL, 0, &h);
+	ck_assert_msg(g.status == status && h.status == status, "%s: GET %ld, HEAD %ld (want %ld)",
+	              path, g.status, h.status, status);
+	ck_assert_msg(g.body_len > 0 && h.body_len == 0, "HEAD %s: a body of %zu bytes (GET: %zu)",
+	              path, h.body_len, g.body_len);
+	ck_assert_str_eq(h.content_type, g.content_type);
+	tl_resp_free(&g);
+	tl_resp_free(&h);
+}
+
+START_TEST(test_head)
+{
+	char prefix[96], *key, *url, *hdrs = NULL, *allow;
+	json_t *claim;
+	struct tl_resp r;
+
+	need_stack();
+	tl_mkkey(prefix, sizeof(prefix), "head ");
+	key = tl_corpus_key(prefix, "заказ/订单 📦", 200);
+	url = run_url(key);
+	claim = json_pack("{s:s, s:{s:s}}", "key", key, "payload", "order", "CN-2026-0088431");
+	claim_h(g_key_a, claim, NULL, &r, NULL);
+	ASSERT_STATUS(&r, 201);
+	tl_resp_free(&r);
+	expect_head_like_get(url, g_key_a, 200);
+	/* the other tenant, same key: 404 for both methods */
+	expect_head_like_get(url, g_key_b, 404);
+	expect_head_like_get("/healthz", NULL, 200);
+	expect_head_like_get("/v1/openapi.json", NULL, 200);
+	/* a POST-only path: 405, Allow POST; a GET path: Allow names HEAD */
+	tl_http_hdrs("HEAD", "/v1/runs/head-probe/lease", NULL, NULL, NULL, 0, &r, &hdrs);
+	ck_assert_int_eq(r.status, 405);
+	allow = tl_header_get(hdrs, "Allow");
+	ck_assert_msg(allow && strcmp(allow, "POST") == 0, "Allow %s", allow ? allow : "(absent)");
+	free(allow);
+	free(hdrs);
+	tl_resp_free(&r);
+	tl_http_hdrs("DELETE", "/healthz", NULL, NULL, NULL, 0, &r, &hdrs);
+	expect_problem(&r, 405, "method_not_allowed");
+	allow = tl_header_get(hdrs, "Allow");
+	ck_assert_msg(allow && strcmp(allow, "GET, HEAD") == 0, "Allow %s",
+	              allow ? allow : "(absent)");
+	free(allow);
+	free(hdrs);
+	tl_resp_free(&r);
+	json_decref(claim);
+	free(key);
+	free(url);
+}
+END_TEST
+
+/* ---- limits in characters, null as the document says --------------------- */
+
+/* n copies of the UTF-8 character ch (malloc'd). */
+static char *
+chars_of(const char *ch, size_t n)
+{
+	size_t w = strlen(ch), i;
+	char *s = malloc(w * n + 1);
+
+	ck_assert_ptr_nonnull(s);
+	for (i = 0; i < n; i++)
+		memcpy(s + i * w, ch, w);
+	s[w * n] = '\0';
+	return s;
+}
+
+/*
+ * Every documented maxLength is the code's limit, in characters: at the
+ * limit in ASCII, Cyrillic (2 bytes), CJK (3) and emoji (4) a claim's
+ * text members are taken and stored whole; one character more is 400
+ * invalid_field naming the member, and nothing is claimed. Both tenants
+ * claim the same keys.
+ */
+START_TEST(test_limits_in_characters)
+{
+	static const char *const fields[] = { "workflow_version", "trigger", "correlation_id",
+		                              "event_id" };
+	static const char *const scripts[] = { "a", "ж", "键", "🔑" };
+	PGconn *c = tl_pg_connect();
+	char prefix[96], key[160];
+	size_t f, i, t;
+
+	need_stack();
+	tl_mkkey(prefix, sizeof(prefix), "limit-");
+	for (f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
+		for (i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++) {
+			char *at = chars_of(scripts[i], 200), *over = chars_of(scripts[i], 201);
+			const char *tenants[2] = { g_key_a, g_key_b };
+
+			snprintf(key, sizeof(key), "%s%s-%zu-заказ", prefix, fields[f], i);
+			for (t = 0; t < 2; t++) {
+				json_t *body = json_pack("{s:s, s:{s:s}, s:s}", "key", key, "payload",
+				                         "order", "CN-0088431", fields[f], over);
+				struct tl_resp r;
+				char *sql = NULL;
+
+				claim_h(tenants[t], body, NULL, &r, NULL);
+				expect_problem(&r, 400, "invalid_field");
+				ck_assert_str_eq(tl_jstr(r.json, "field") ?: "", fields[f]);
+				ck_assert_msg(strstr(tl_jstr(r.json, "detail") ?: "", "200 characters"),
+				              "the refusal states the limit: %s", r.body);
+				tl_resp_free(&r);
+				json_object_set_new(body, fields[f], json_string(at));
+				claim_h(tenants[t], body, NULL, &r, NULL);
+				ck_assert_msg(r.status == 201, "%s of 200 × %s: HTTP %ld %.300s", fields[f],
+				              scripts[i], r.status, r.body);
+				tl_resp_free(&r);
+				json_decref(body);
+				ck_assert_int_ge(asprintf(&sql, "SELECT %s FROM workflow_runs WHERE "
+				                          "idempotency_key = $1 AND client_id = (SELECT id "
+				                          "FROM api_clients WHERE name = $2)", fields[f]), 0);
+				{
+					const char *p[2] = { key, t == 0 ? g_client_a : g_client_b };
+					char *v = tl_pg_value(c, sql, 2, p);
+
+					ck_assert_msg(v != NULL && strcmp(v, at) == 0,
+					              "%s stored is not the 200 characters sent", fields[f]);
+					free(v);
+				}
+				free(sql);
+			}
+			free(at);
+			free(over);
+		}
+	}
+	PQfinish(c);
+}
+END_TEST
+
+/*
+ * null where the document admits it is absent; where it does not, a 4xx
+ * that changes nothing.
+ */
+START_TEST(test_null_members)
+{
+	PGconn *c = tl_pg_connect();
+	char key[160], *path;
+	json_t *body;
+	struct tl_resp r;
+	const char *p[1];
+	long long version;
+
+	need_stack();
+	tl_mkkey(key, sizeof(key), "null-Ø-空");
+	p[0] = key;
+	/* lease_seconds is an integer, never null */
+	body = json_pack("{s:s, s:{s:s}, s:n}", "key", key, "payload", "m", "нуль", "lease_seconds");
+	claim_h(g_key_a, body, NULL, &r, NULL);
+	expect_problem(&r, 400, "invalid_field");
+	ck_assert_str_eq(tl_jstr(r.json, "field") ?: "", "lease_seconds");
+	tl_resp_free(&r);
+	json_decref(body);
+	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM workflow_runs WHERE "
+	                             "idempotency_key = $1", 1, p), 0);
+	/* the text members admit null: as if absent */
+	body = json_pack("{s:s, s:{s:s}, s:n, s:n, s:n, s:n, s:n}", "key", key, "payload", "m",
+	                 "нуль", "workflow_version", "trigger", "correlation_id", "event_id",
+	                 "callback_url");
+	claim_h(g_key_a, body, NULL, &r, NULL);
+	ASSERT_STATUS(&r, 201);
+	json_decref(body);
+	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM workflow_runs WHERE "
+	                             "idempotency_key = $1 AND workflow_version IS NULL AND "
+	                             "trigger IS NULL AND correlation_id IS NULL AND event_id IS NULL",
+	                             1, p), 1);
+	ck_assert_msg(tl_jint(r.json, "version", &version), "claim: %s", r.body);
+	body = json_pack("{s:s, s:I, s:s, s:n, s:n, s:n}", "lease_owner",
+	                 tl_jstr(r.json, "lease_owner"), "version", (json_int_t)version, "to",
+	                 "completed", "result", "error_class", "reason");
+	tl_resp_free(&r);
+	/* the cancel's reason is required: null is refused */
+	path = tl_run_path(key, "/cancel");
+	tl_post_text(path, g_key_a, "{\"reason\":null}", &r);
+	expect_problem(&r, 400, "invalid_field");
+	tl_resp_free(&r);
+	free(path);
+	path = tl_run_path(key, "/transition");
+	tl_post_json(path, g_key_a, body, &r);
+	ck_assert_msg(r.status == 200, "a transition with null reason and error_class: HTTP %ld %s",
+	              r.status, r.body);
+	tl_resp_free(&r);
+	free(path);
+	json_decref(body);
+	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM workflow_runs WHERE "
+	                             "idempotency_key = $1 AND state = 'completed' AND "
+	                             "reason IS NULL AND error_class IS NULL", 1, p), 1);
+	PQfinish(c);
 }
 END_TEST
 
@@ -617,7 +819,7 @@ problem_suite(void)
 		tc = tl_tcase(s, "stack", 120);
 		TL_TESTS(tc, test_unauthorized, test_created_location, test_mismatch_two_tenants,
 		         test_idempotency_key_header, test_run_problems, test_openapi_served,
-		         test_rate_limited);
+		         test_head, test_limits_in_characters, test_null_members, test_rate_limited);
 	}
 	return s;
 }

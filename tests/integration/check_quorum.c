@@ -58,39 +58,6 @@
 
 #define JSTR(o, n) (tl_jstr((o), (n)) ? tl_jstr((o), (n)) : "(none)")
 
-/* ---- a run and its links ----------------------------------------------------- */
-
-struct links {
-	char path[3][128];   /* /approve/TOKEN, in the contract's approver order */
-	char id[3][64];
-};
-
-/* Claims key as bearer and hands in the mail (subject, body) to `to` for
- * CONTRACT; its three approval links in *l. */
-static void
-mail_run(const char *bearer, const char *key, const char *subject, const char *body,
-         const char *to, struct links *l)
-{
-	struct tl_resp r;
-	size_t i;
-
-	dl_claim_and_output(bearer, key, CONTRACT,
-	                    json_pack("{s:s, s:s}", "subject", subject, "body", body),
-	                    json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target",
-	                              "demo_smtp", "payload", "to", to),
-	                    REQUESTER, &r);
-	ck_assert_msg(r.status == 202 &&
-	                  json_array_size(json_object_get(r.json, "approvals")) == 3,
-	              "output: HTTP %ld %.1000s", r.status, r.body);
-	for (i = 0; i < 3; i++) {
-		char *token = dl_token_of(&r, i, l->id[i], sizeof(l->id[i]));
-
-		snprintf(l->path[i], sizeof(l->path[i]), "/approve/%s", token);
-		free(token);
-	}
-	tl_resp_free(&r);
-}
-
 /* ---- the pages ----------------------------------------------------------------- */
 
 /* POSTs decision on challenge id at path as user, with a CSRF value issued
@@ -223,14 +190,14 @@ START_TEST(test_race_one_effect)
 	struct voter v[VOTERS];
 	pthread_t th[VOTERS];
 	pthread_barrier_t go;
-	struct links l;
+	struct dl_links l;
 	char key[160];
 	int i, ok = 0, refused = 0;
 	double t0, t1;
 
 	snprintf(key, sizeof(key), "%s:race/заявка-77", tl_run);
-	mail_run(dl_key_dev, key, tl_corpus_mail_str("ru_short", "subject"),
-	         tl_corpus_mail_str("ru_short", "body"), "client@inbox.example.com", &l);
+	dl_mail_run(dl_key_dev, key, CONTRACT, tl_corpus_mail_str("ru_short", "subject"),
+	            tl_corpus_mail_str("ru_short", "body"), "client@inbox.example.com", REQUESTER, &l);
 	pthread_barrier_init(&go, NULL, VOTERS);
 	for (i = 0; i < VOTERS; i++) {
 		char *csrf;
@@ -300,13 +267,13 @@ END_TEST
 START_TEST(test_recorded_once_then_rejected)
 {
 	PGconn *c = tl_pg_connect();
-	struct links l;
+	struct dl_links l;
 	struct tl_resp r;
 	char key[160], card[128], *before;
 
 	snprintf(key, sizeof(key), "%s:reject/счёт-4821", tl_run);
-	mail_run(dl_key_dev, key, tl_corpus_mail_str("he_short", "subject"),
-	         tl_corpus_mail_str("he_short", "body"), "client@inbox.example.com", &l);
+	dl_mail_run(dl_key_dev, key, CONTRACT, tl_corpus_mail_str("he_short", "subject"),
+	            tl_corpus_mail_str("he_short", "body"), "client@inbox.example.com", REQUESTER, &l);
 
 	/* Anna's approval through her own link: recorded, 1 of 2 */
 	ck_assert_int_eq(decide_status(l.path[2], l.id[2], ANNA, "customer support", "approve"),
@@ -416,7 +383,7 @@ is_decision(const json_t *line, const void *key)
 START_TEST(test_edit_then_sent_once)
 {
 	PGconn *c = tl_pg_connect();
-	struct links a, b;
+	struct dl_links a, b;
 	struct tl_resp r;
 	struct dl_disp disp;
 	char key[200], *before, *body, *long_body, *run_path, *out = NULL;
@@ -430,7 +397,8 @@ START_TEST(test_edit_then_sent_once)
 
 	ck_assert_msg(dl_key_b != NULL, "no second client");
 	snprintf(key, sizeof(key), "%s:edit/%s", tl_run, "ответ/工单-48213");
-	mail_run(dl_key_dev, key, draft_subject, draft_body, "dev@inbox.example.com", &a);
+	dl_mail_run(dl_key_dev, key, CONTRACT, draft_subject, draft_body, "dev@inbox.example.com",
+	            REQUESTER, &a);
 	/* the corrected body: four scripts and emoji, in lines, with CRLF as a
 	 * browser sends a textarea */
 	ck_assert(asprintf(&body, "%s\r\n\r\n%s\r\n\r\n%s\r\n\r\n%s",
@@ -466,7 +434,8 @@ START_TEST(test_edit_then_sent_once)
 	ck_assert_int_eq(count1(c, "SELECT count(*) FROM approval_votes WHERE idempotency_key = $1",
 	                        key), 0);
 	/* the other tenant's run under the same key */
-	mail_run(dl_key_b, key, draft_subject, draft_body, "b@inbox.example.com", &b);
+	dl_mail_run(dl_key_b, key, CONTRACT, draft_subject, draft_body, "b@inbox.example.com",
+	            REQUESTER, &b);
 
 	/* the correction, with the same CSRF value: 1 of 2 */
 	offset = tl_log_offset();

@@ -30,8 +30,40 @@ POST /v1/chat/completions  (OpenAI's request and answer shape)
       `[low]` anywhere (crm_tag)            confidence 0.4 (needs a person)
     A request needs `Authorization: Bearer <anything>` (401 otherwise), as
     the real endpoints do, so the test shows the credential is sent.
+
+    With `tools` (function tools, OpenAI's documented shape; an agent's
+    request) it acts as a model that uses them:
+      the last message is not `role: tool`  one tool call (message.content
+                                            null, message.tool_calls,
+                                            finish_reason "tool_calls"): the
+                                            offered tool whose name the
+                                            conversation names (the first
+                                            offered otherwise), its
+                                            arguments filled from its
+                                            `parameters` schema: a member
+                                            named in a `name: value` line of
+                                            the conversation takes that value;
+                                            an `output` object is the draft
+                                            above (crm_tag's when it has a
+                                            `tag`); a required member with no
+                                            value takes the schema's first
+                                            enum value, or the user's text
+      the last message is `role: tool`      a final answer (finish_reason
+                                            "stop") saying what the tool
+                                            answered: "the tool answered
+                                            <status> (key <key>)" from the
+                                            result's JSON text (n8n's AI
+                                            Agent may rename the call in
+                                            the history it sends back, to
+                                            the node that ran it); its
+                                            tool_call_id must name
+                                            a call of an earlier assistant
+                                            message (400 otherwise, as OpenAI
+                                            answers)
+    A malformed `tools` or tool message is 400 with OpenAI's error shape.
 GET /_requests   every chat request: seq, time, authorization_present,
-                 messages, answered (status)
+                 messages, tools (the names offered), called (the tool
+                 the answer called, if any), answered (status)
 POST /_reset     forget them
 GET /_health     200 {"ok": true}
 """
@@ -39,6 +71,7 @@ GET /_health     200 {"ok": true}
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -65,14 +98,36 @@ def completion(content, model):
     }
 
 
-def answer_for(messages):
-    """(status, content-or-error) for the conversation."""
+# The reply an agent drafts for support (the support_reply contract).
+AGENT_REPLY = {
+    "subject": "Re: Где моя посылка? 荷物はどこ? 📦",
+    "body": "Ольга, простите за задержку — посылка уже в пути.\n"
+            "配送状況を確認しました。金曜日に発送します。🚚\n"
+            "نعتذر عن التأخير، سيصل طردك يوم الجمعة.\nSupport",
+    "tone": "friendly",
+    "confidence": 0.81,
+}
+
+
+def completion_message(message, finish_reason, model):
+    """A chat.completion whose one choice is MESSAGE."""
+    out = completion(None, model)
+    out["choices"][0]["message"] = message
+    out["choices"][0]["finish_reason"] = finish_reason
+    return out
+
+
+def answer_for(messages, crm=None, agent=False):
+    """(status, content-or-error) for the conversation; CRM forces the
+    contract (None: crm_tag when the system message names it); AGENT: the
+    support reply an agent drafts (AGENT_REPLY) instead of the workflow's."""
     text = "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
     system = "\n".join(str(m.get("content", "")) for m in messages
                        if isinstance(m, dict) and m.get("role") == "system")
     if "[fail]" in text:
         return 503, "the model is overloaded"
-    crm = "crm_tag" in system
+    if crm is None:
+        crm = "crm_tag" in system
     repaired = "oncegate rejected" in text
     if "[break]" in text or ("[break-once]" in text and not repaired):
         if crm:
@@ -88,11 +143,125 @@ def answer_for(messages):
                "body": "Ольга, простите за задержку — посылка уже в пути.\n"
                        "配送状況を確認しました。金曜日に発送します。🚚\nSupport",
                "tone": "friendly", "confidence": 0.77}
+    elif agent:
+        out = AGENT_REPLY
     else:
         out = {"subject": "Re: your request",
                "body": "Hello,\nthank you for writing. Your parcel ships on Friday.\nSupport",
                "tone": "friendly", "confidence": 0.82}
     return 200, json.dumps(out)
+
+
+def text_of(content):
+    """A message's text: a string, or the text parts of a list."""
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+class BadRequest(ValueError):
+    pass
+
+
+def check_tools(tools):
+    """The names of TOOLS, which must be function tools as OpenAI documents
+    them ({"type": "function", "function": {"name", "parameters"}})."""
+    if not isinstance(tools, list) or not tools:
+        raise BadRequest("tools must be a non-empty array")
+    names = []
+    for t in tools:
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(fn, dict) or t.get("type") != "function" or \
+                not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise BadRequest("each tool must be {type: function, function: {name, ...}}")
+        if not isinstance(fn.get("parameters", {}), dict):
+            raise BadRequest("tools[].function.parameters must be an object")
+        names.append(fn["name"])
+    return names
+
+
+def facts_of(messages):
+    """`name: value` lines of the system and user messages (first wins)."""
+    facts = {}
+    for m in messages:
+        if m.get("role") not in ("system", "user", "developer"):
+            continue
+        for line in text_of(m.get("content")).splitlines():
+            mt = re.match(r"^\s*([A-Za-z_][A-Za-z0-9_]*):\s*(\S.*?)\s*$", line)
+            if mt:
+                facts.setdefault(mt.group(1), mt.group(2))
+    return facts
+
+
+def fill(schema, facts, messages, user_text):
+    """Arguments for an object SCHEMA, as a model that read the conversation
+    writes them."""
+    props = schema.get("properties") or {}
+    required = set(schema.get("required") or [])
+    out = {}
+    for name, sub in props.items():
+        sub = sub if isinstance(sub, dict) else {}
+        types = sub.get("type") if isinstance(sub.get("type"), list) else [sub.get("type")]
+        if name == "output" and "object" in types:
+            crm = "tag" in (sub.get("properties") or {})
+            status, content = answer_for(messages, crm, agent=True)
+            out[name] = json.loads(content) if status == 200 else {}
+        elif name in facts:
+            v = facts[name]
+            if ("integer" in types or "number" in types) and re.fullmatch(r"-?\d+", v) \
+                    and "string" not in types:
+                v = int(v)
+            out[name] = v
+        elif name in required:
+            if "object" in types:
+                out[name] = fill(sub, facts, messages, user_text)
+            elif sub.get("enum"):
+                out[name] = sub["enum"][0]
+            elif "number" in types or "integer" in types:
+                out[name] = 0
+            else:
+                out[name] = user_text
+    return out
+
+
+def tool_answer(req, messages, seq):
+    """(status, body) for a request offering tools."""
+    names = check_tools(req.get("tools"))
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise BadRequest("each message must be an object with a role")
+    last = messages[-1] if messages else {}
+    model = str(req.get("model") or "stub")
+    if last.get("role") == "tool":
+        called = {}
+        for m in messages:
+            if m.get("role") == "assistant":
+                for c in m.get("tool_calls") or []:
+                    called[c.get("id")] = (c.get("function") or {}).get("name")
+        if not isinstance(last.get("tool_call_id"), str) or last["tool_call_id"] not in called:
+            raise BadRequest("messages with role 'tool' must be a response to a "
+                             "preceding message with 'tool_calls'")
+        text = text_of(last.get("content")).replace('\\"', '"')
+        st = re.search(r'"status"\s*:\s*"([a-z_]+)"', text)
+        key = re.search(r'"key"\s*:\s*"([^"]+)"', text)
+        say = "the tool answered %s (key %s)" % (st.group(1) if st else "no status",
+                                                  key.group(1) if key else "none")
+        return 200, completion_message({"role": "assistant", "content": say,
+                                        "refusal": None}, "stop", model)
+    text = "\n".join(text_of(m.get("content")) for m in messages)
+    if "[fail]" in text:
+        return 503, "the model is overloaded"
+    named = [n for n in sorted(names, key=len, reverse=True) if n in text]
+    name = named[0] if named else names[0]
+    fn = next(t["function"] for t in req["tools"] if t["function"]["name"] == name)
+    user = [text_of(m.get("content")) for m in messages if m.get("role") == "user"]
+    args = fill(fn.get("parameters") or {}, facts_of(messages), messages,
+                user[-1] if user else "")
+    call = {"id": "call_%06d" % seq, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}
+    return 200, completion_message({"role": "assistant", "content": None,
+                                    "tool_calls": [call], "refusal": None},
+                                   "tool_calls", model)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -147,15 +316,36 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(400, {"error": {"message": "bad request: %s" % e}})
             return
         auth = self.headers.get("Authorization") or ""
-        status, content = (401, "missing bearer token") if not auth.startswith("Bearer ") \
-            else answer_for(messages)
         with LOCK:
-            REQUESTS.append({"seq": len(REQUESTS) + 1, "time": time.time(),
+            seq = len(REQUESTS) + 1
+        body = called = None
+        try:
+            if not auth.startswith("Bearer "):
+                status, content = 401, "missing bearer token"
+            elif "tools" in req:
+                status, content = tool_answer(req, messages, seq)
+                if status == 200:
+                    body, content = content, None
+                    calls = body["choices"][0]["message"].get("tool_calls") or [{}]
+                    called = (calls[0].get("function") or {}).get("name")
+            else:
+                status, content = answer_for(messages)
+        except BadRequest as e:
+            status, content = 400, str(e)
+        with LOCK:
+            REQUESTS.append({"seq": seq, "time": time.time(),
                              "authorization_present": bool(auth),
                              "model": req.get("model"), "messages": messages,
-                             "answered": status})
-        if status != 200:
+                             "tools": [t["function"]["name"] for t in req["tools"]]
+                             if status != 400 and "tools" in req else None,
+                             "called": called, "answered": status})
+        if status == 400:
+            self.send_json(400, {"error": {"message": content, "type": "invalid_request_error",
+                                           "param": None, "code": None}})
+        elif status != 200:
             self.send_json(status, {"error": {"message": content, "type": "server_error"}})
+        elif body is not None:
+            self.send_json(200, body)
         else:
             self.send_json(200, completion(content, str(req.get("model") or "stub")))
 

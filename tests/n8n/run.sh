@@ -46,8 +46,10 @@
 #           gets nothing until sends resume;
 #        f. n8n's origin taken out of callback_origins (reloaded): the
 #           execution fails at the Claim node, naming the origin and the
-#           setting, with the model never called and no run claimed;
-#        g. the Decide operation (tests/n8n/decide.json): without the decide
+#           setting, with the model never called and no run claimed.
+#        g. n8n's AI Agent with the MCP Client Tool on oncegate's /v1/mcp
+#           (tests/n8n/agent.sh, examples/n8n/agent-mcp.json).
+#        h. the Decide operation (tests/n8n/decide.json): without the decide
 #           scope the node fails naming the grant and nothing is recorded;
 #           granted, it approves for the approver (the vote "via" n8n's
 #           client), the waiting execution ends approved, one mail; a
@@ -58,6 +60,8 @@
 set -euo pipefail
 # shellcheck source=tests/lib/stack.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/stack.sh"
+# shellcheck source=tests/n8n/agent.sh
+source "$(dirname "${BASH_SOURCE[0]}")/agent.sh"
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd "$HERE/../.." && pwd -P)
@@ -263,6 +267,7 @@ n8n_cli import:workflow --input="$HERE/decide.json"
 for id in ogSupportReply01 ogCrmTag00000001 ogErrorReport001 ogDecideTest0001; do
 	n8n_cli publish:workflow --id="$id"
 done
+agent_prepare
 IMPORT_S=$(($(date +%s) - t))
 
 t=$(date +%s)
@@ -636,11 +641,15 @@ allowed_now() { [[ $(probe_claim) == 201 || $(probe_claim) == 200 ]]; }
 until_true 30 "the responder reloaded with $N8N_ORIGIN again" allowed_now
 F_S=$(($(date +%s) - t))
 
-# --- g. decided through the node's Decide operation ------------------------------------------
+# --- g. the AI Agent through MCP (tests/n8n/agent.sh) -----------------------------------------
+
+agent_scenario
+
+# --- h. decided through the node's Decide operation ------------------------------------------
 
 t=$(date +%s)
 K=acme:support-reply:ticket-$T108:v1
-say "g. ticket $T108: approved through the Decide operation (the decision API)"
+say "h. ticket $T108: approved through the Decide operation (the decision API)"
 N8N_CLIENT=$(q "" "SELECT name FROM api_clients WHERE key_hash = sha256(convert_to('$ONCEGATE_API_KEY', 'UTF8'))")
 expect "delivery answered" "$(hook "$SUPPORT" "$(ticket $T108 'Где мой заказ 108? 注文 108 はどこ? 📦')")" 200
 until_true 60 "execution for $K waits for the decision" waiting_exec "$K"
@@ -669,7 +678,7 @@ expect "delivery answered" "$(hook oncegate/decide "$(decide_body reject)")" 200
 until_true 60 "the second Decide execution ended on refused" took "$K" Decide refused success
 expect "mails to customer-$T108" "$(mails customer-$T108@example.com)" 1
 ctl client ungrant "$N8N_CLIENT" --decide support_reply --approver '*' --reason "n8n test: done" >/dev/null
-ok "g. decided through the Decide operation in $(($(date +%s) - t))s"
+ok "h. decided through the Decide operation in $(($(date +%s) - t))s"
 
 # --- done -----------------------------------------------------------------------------------
 

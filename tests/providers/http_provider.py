@@ -36,6 +36,10 @@ POST <prefix>/effects (any path with an `effects` segment)
       500 502 503 that status (503 with Retry-After: 1)
       400 401 403 404 422   that status with {"error": ...}
       reject      200 {"ok": false, "error": "recipient unsubscribed"}
+      401echo     401 {"error": ..., "message": ...} whose message echoes
+                  what providers' error texts often carry: the request's
+                  Authorization header (or a made-up bearer), an API key,
+                  an account's mail address and an internal URL
     A body that names no fault takes the URL's `fault` query parameter
     (`/effects?fault=403`): a target whose every send is refused, whatever
     the payload (a closed effect schema leaves no room for a "fault" member).
@@ -94,7 +98,7 @@ ERROR_TEXT = {
     502: "bad gateway",
     503: "service unavailable",
 }
-SIMPLE_FAULTS = {"ok", "stall", "reset", "drop", "reject",
+SIMPLE_FAULTS = {"ok", "stall", "reset", "drop", "reject", "401echo",
                  "400", "401", "403", "404", "422", "500", "502", "503"}
 
 
@@ -503,6 +507,15 @@ class ProviderHandler(BaseHTTPRequestHandler):
             ledger.update(entry, status=status)
         elif name == "drop":
             self.abort_connection()
+        elif name == "401echo":
+            auth = (self.headers.get("Authorization")
+                    or "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJvcHMifQ.c2lnbmF0dXJl")
+            self.send_json(401, {
+                "error": "invalid_api_key",
+                "message": "key sk_live_51HqLyjWDarjtT1zd rejected (Authorization: %s); "
+                           "account owner ops.billing@crm-intern.example.com, "
+                           "see https://gw.crm-intern.example.com:8443/keys" % auth})
+            ledger.update(entry, status=401)
         elif name == "reject":
             self.send_json(200, {"ok": False,
                                  "error": "recipient unsubscribed"})

@@ -25,7 +25,9 @@ recorded, before that answer, as
 The local part of the first recipient picks a fault (a `+tag` suffix is
 ignored, so `stall+7@example.test` stalls too):
     fail451@...   RCPT gets 451 4.3.0 Try again later; nothing recorded
-    fail550@...   RCPT gets 550 5.1.1 No such user; nothing recorded
+    fail550@...   RCPT gets 550 5.1.1 <ADDRESS>: Recipient address rejected:
+                  User unknown in local recipient table (Postfix's answer,
+                  the address echoed); nothing recorded
     stall@...     recorded at DATA, answered 250 only after 60 s
     drop@...      recorded at DATA, then the connection is reset unanswered
 Messages up to 10 MiB are accepted.
@@ -82,7 +84,10 @@ class SinkHandler:
             if fault == "fail451":
                 return "451 4.3.0 Try again later"
             if fault == "fail550":
-                return "550 5.1.1 No such user"
+                # Postfix's wording (local_recipient_maps), which echoes
+                # the address
+                return ("550 5.1.1 <%s>: Recipient address rejected: User "
+                        "unknown in local recipient table" % address)
         envelope.rcpt_tos.append(address)
         envelope.rcpt_options.extend(rcpt_options)
         return "250 2.1.5 Ok"

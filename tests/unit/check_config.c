@@ -57,6 +57,8 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(c.max_body_bytes, 262144);
 	ck_assert_int_eq(c.listen_mode, 0660);
 	ck_assert_int_eq(c.lease_cap_seconds, 86400);
+	/* a key answers duplicate for as long as its run exists */
+	ck_assert_int_eq(c.duplicate_window_days, 0);
 	ck_assert_str_eq(c.log_level, "info");
 	ck_assert_int_eq(config_validate(&c, err, sizeof(err)), 0);
 	config_free(&c);
@@ -150,6 +152,9 @@ static const struct bad_case bad_cases[] = {
 	{ "listen_allow = 10.0.0.2\n", "TCP listen (HOST:PORT) only" },
 	{ "lease_default_seconds = 600\nlease_max_seconds = 60\n", "above lease_max_seconds" },
 	{ "max_body_bytes = 1\n", "out of range" },
+	{ "duplicate_window_days = -1\n", "duplicate_window_days: -1 is out of range 0..36500" },
+	{ "duplicate_window_days = 36501\n", "duplicate_window_days: 36501 is out of range 0..36500" },
+	{ "duplicate_window_days = 30 days\n", "duplicate_window_days: \"30 days\" is not an integer" },
 	{ "[source x]\n", "unknown section" },
 	{ "[target Bad-Name]\nurl = http://x\n", "must be 1-64 of a-z 0-9 _" },
 	{ "[target a]\nurl = http://x\n[target a]\nurl = http://y\n", ":3: target \"a\" defined twice" },

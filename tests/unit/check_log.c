@@ -355,6 +355,12 @@ static const struct redact_case provider_cases[] = {
 	{ "550 5.7.1 Отказано: получатель заблокирован 🚫", "550 5.7.1 Отказано: получатель заблокирован 🚫", 0 },
 	{ "421 4.7.0 Try again later (v1.2)", "421 4.7.0 Try again later (v1.2)", 0 },
 	{ "connection_lost_after_send_not_idempotent", "connection_lost_after_send_not_idempotent", 0 },
+	{ "550 5.1.1 <bob.smith+billing@corp.example.com>: Recipient address rejected",
+	  "550 5.1.1 <[address]>: Recipient address rejected", 1 },
+	{ "552 ящик ольга.петрова@pochta.example.ru переполнен",
+	  "552 ящик [address] переполнен", 1 },
+	{ "{\"error\":\"denied\",\"echo\":\"Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.abc\"}",
+	  "{\"error\":\"denied\",\"echo\":\"Authorization: Bearer ********", 2 },
 	{ "提供者错误: 主机 mail.内部 无法访问 — password: hunter2",
 	  "提供者错误: 主机 mail.内部 无法访问 — password: *******", 1 },
 };
