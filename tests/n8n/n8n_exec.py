@@ -39,6 +39,7 @@ OUTPUTS = {
     "fail": ["reported"],
     "renewLease": ["renewed"],
     "getRun": ["run"],
+    "decide": ["decided", "refused"],
 }
 APPROVAL_LINK = re.compile(r"https?://[^\s\"'<>]*/approve/[A-Za-z0-9_-]{20,}")
 

@@ -54,6 +54,11 @@
 #           setting, with the model never called and no run claimed.
 #        g. n8n's AI Agent with the MCP Client Tool on oncegate's /v1/mcp
 #           (tests/n8n/agent.sh, examples/n8n/agent-mcp.json).
+#        h. the Decide operation (tests/n8n/decide.json): without the decide
+#           scope the node fails naming the grant and nothing is recorded;
+#           granted, it approves for the approver (the vote "via" n8n's
+#           client), the waiting execution ends approved, one mail; a
+#           second decision ends on refused.
 # Every process it starts is stopped by its PID on exit.
 #
 # Exit 0 pass, 1 fail, 77 skipped (no stack).
@@ -262,7 +267,9 @@ n8n_cli import:credentials --input="$WORK/credentials.json"
 rm -f "$WORK/credentials.json"
 n8n_cli import:workflow --separate --input="$ROOT/examples/n8n"
 # n8n 2.x runs an error workflow only while it is published, too.
-for id in ogSupportReply01 ogCrmTag00000001 ogErrorReport001; do
+# and a workflow of the Decide operation alone (tests/n8n/decide.json)
+n8n_cli import:workflow --input="$HERE/decide.json"
+for id in ogSupportReply01 ogCrmTag00000001 ogErrorReport001 ogDecideTest0001; do
 	n8n_cli publish:workflow --id="$id"
 done
 agent_prepare
@@ -695,10 +702,45 @@ F_S=$(($(date +%s) - t))
 
 agent_scenario
 
+# --- h. decided through the node's Decide operation ------------------------------------------
+
+t=$(date +%s)
+K=acme:support-reply:ticket-$T108:v1
+say "h. ticket $T108: approved through the Decide operation (the decision API)"
+N8N_CLIENT=$(q "" "SELECT name FROM api_clients WHERE key_hash = sha256(convert_to('$ONCEGATE_API_KEY', 'UTF8'))")
+expect "delivery answered" "$(hook "$SUPPORT" "$(ticket $T108 'Где мой заказ 108? 注文 108 はどこ? 📦')")" 200
+until_true 60 "execution for $K waits for the decision" waiting_exec "$K"
+ID=$(q "$K" "SELECT id FROM approvals WHERE idempotency_key = :'key' AND $MINE AND state = 'pending'")
+decide_body() { # decide_body DECISION
+	"$PY" -c 'import json, sys; print(json.dumps({"approval_id": sys.argv[1], "subject": sys.argv[2], "groups": sys.argv[3], "decision": sys.argv[4], "reason": "Проверено в Teams ✅ 確認済み"}))' \
+		"$ID" "$APPROVER" "$APPROVER_GROUPS" "$1"
+}
+decide_active() { [[ $(curl -sS --noproxy '*' --max-time 5 "$N8N_ORIGIN/webhook/oncegate/decide" 2>/dev/null) == *'POST request'* ]]; }
+until_true 60 "the Decide workflow's webhook is active" decide_active
+# without the decide scope: the node fails, naming the grant; nothing recorded
+expect "delivery answered" "$(hook oncegate/decide "$(decide_body approve)")" 200
+NOSCOPE="e['workflow_id'] == 'ogDecideTest0001' and e['status'] == 'error' and 'forbidden' in (e['error'] or '')"
+no_scope() { [[ $(count_execs "$NOSCOPE") -ge 1 ]]; }
+until_true 60 "the Decide node failed without the scope" no_scope
+expect "votes for $K without the scope" "$(q "$K" "SELECT count(*) FROM approval_votes WHERE idempotency_key = :'key' AND $MINE")" 0
+ctl client grant "$N8N_CLIENT" --decide support_reply --approver '*' --reason "n8n test: Decide" >/dev/null
+expect "delivery answered" "$(hook oncegate/decide "$(decide_body approve)")" 200
+until_true 60 "the Decide execution ended on decided" took "$K" Decide decided success
+until_true 60 "the waiting execution ended on the approved output" took "$K" "$SUBMIT_S" approved success
+expect "the vote for $K" "$(q "$K" "SELECT v.subject || ' ' || v.decision || ' via ' || c.name || ': ' || v.reason FROM approval_votes v JOIN api_clients c ON c.id = v.via_client_id WHERE v.idempotency_key = :'key' AND v.$MINE")" \
+	"$APPROVER approve via $N8N_CLIENT: Проверено в Teams ✅ 確認済み"
+until_true 60 "the mail to customer-$T108 was sent" mail_sent customer-$T108@example.com
+# again: the run is settled; the node puts the refusal on refused
+expect "delivery answered" "$(hook oncegate/decide "$(decide_body reject)")" 200
+until_true 60 "the second Decide execution ended on refused" took "$K" Decide refused success
+expect "mails to customer-$T108" "$(mails customer-$T108@example.com)" 1
+ctl client ungrant "$N8N_CLIENT" --decide support_reply --approver '*' --reason "n8n test: done" >/dev/null
+ok "h. decided through the Decide operation in $(($(date +%s) - t))s"
+
 # --- done -----------------------------------------------------------------------------------
 
 expect "n8n executions that failed outside the two planned failures" \
-	"$(count_execs "e['status'] not in ('success', 'waiting') and not (e['key'] == 'acme:support-reply:ticket-$T104:v1' and e['last_node'] == 'Submit the draft') and not ($REFUSED)")" 0
+	"$(count_execs "e['status'] not in ('success', 'waiting') and not (e['key'] == 'acme:support-reply:ticket-$T104:v1' and e['last_node'] == 'Submit the draft') and not ($REFUSED) and not ($NOSCOPE)")" 0
 TOTAL_S=$(($(date +%s) - T0))
 printf 'n8n %s (%s, port %s): install/check %ss, node package %ss, import+publish %ss, start %ss; a %ss, b %ss, g %ss, c %ss, d %ss, e %ss, f %ss; total %ss\n' \
 	"$N8N_VERSION" "$FLAVOUR" "$N8N_PORT" "$INSTALL_S" "$PACKAGE_S" "$IMPORT_S" "$START_S" "$A_S" "$B_S" "$G_S" "$C_S" "$D_S" "$E_S" "$F_S" "$TOTAL_S"
