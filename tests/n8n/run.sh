@@ -37,7 +37,7 @@
 #           same key claimed by another tenant first changes nothing; the
 #           same key with another payload ends on the claim's error output;
 #        b. rejected in Chromium: ends on the rejected output, nothing sent;
-#        g. changes requested in Chromium with feedback: the execution takes
+#       b2. changes requested in Chromium with feedback: the execution takes
 #           the "changes requested" output back to the model, whose prompt
 #           holds the feedback; the redraft waits (round 2) with a new notice,
 #           the first link answers 410 "This round is closed"; approved in
@@ -54,7 +54,7 @@
 #           setting, with the model never called and no run claimed.
 #        g. n8n's AI Agent with the MCP Client Tool on oncegate's /v1/mcp
 #           (tests/n8n/agent.sh, examples/n8n/agent-mcp.json).
-#        h. the Decide operation (tests/n8n/decide.json): without the decide
+#        i. the Decide operation (tests/n8n/decide.json): without the decide
 #           scope the node fails naming the grant and nothing is recorded;
 #           granted, it approves for the approver (the vote "via" n8n's
 #           client), the waiting execution ends approved, one mail; a
@@ -403,7 +403,7 @@ ticket() { # ticket ID MESSAGE
 CLAIM_S='Claim the ticket' SUBMIT_S='Submit the draft' DECISION='loop back'
 # this n8n's tickets and contact (the other n8n of the run numbers its own apart)
 T101=$((TK + 101)) T102=$((TK + 102)) T103=$((TK + 103)) T104=$((TK + 104))
-T105=$((TK + 105)) T106=$((TK + 106)) T107=$((TK + 107)) T108=$((TK + 108)) C201=$((TK + 201))
+T105=$((TK + 105)) T106=$((TK + 106)) T107=$((TK + 107)) T108=$((TK + 108)) T109=$((TK + 109)) C201=$((TK + 201))
 
 # --- a. duplicates: 30 at once, 2 later; approval in Chromium -------------------------
 
@@ -507,12 +507,12 @@ expect "email effects for $K" "$(q "$K" "SELECT count(*) FROM effect_outbox WHER
 expect "mails to customer-$T102" "$(mails customer-$T102@example.com)" 0
 B_S=$(($(date +%s) - t))
 
-# --- g. changes requested in Chromium, redrafted with the feedback, approved ------------------------
+# --- b2. changes requested in Chromium, redrafted with the feedback, approved ------------------------
 
 t=$(date +%s)
 K=acme:support-reply:ticket-$T108:v1
 FEEDBACK108='Укажите номер заказа 108, пожалуйста — 请注明订单号 · أضف رقم الطلب 🙏'
-say "g. ticket $T108: changes requested in Chromium, then the redraft approved"
+say "b2. ticket $T108: changes requested in Chromium, then the redraft approved"
 expect "delivery answered" "$(hook "$SUPPORT" "$(ticket $T108 'Где заказ 108? 注文108はどこ? 📦')")" 200
 until_true 60 "execution for $K waits for the decision" waiting_exec "$K"
 URL1=$(approval_url "$K")
@@ -702,13 +702,13 @@ F_S=$(($(date +%s) - t))
 
 agent_scenario
 
-# --- h. decided through the node's Decide operation ------------------------------------------
+# --- i. decided through the node's Decide operation ------------------------------------------
 
 t=$(date +%s)
-K=acme:support-reply:ticket-$T108:v1
-say "h. ticket $T108: approved through the Decide operation (the decision API)"
+K=acme:support-reply:ticket-$T109:v1
+say "i. ticket $T109: approved through the Decide operation (the decision API)"
 N8N_CLIENT=$(q "" "SELECT name FROM api_clients WHERE key_hash = sha256(convert_to('$ONCEGATE_API_KEY', 'UTF8'))")
-expect "delivery answered" "$(hook "$SUPPORT" "$(ticket $T108 'Где мой заказ 108? 注文 108 はどこ? 📦')")" 200
+expect "delivery answered" "$(hook "$SUPPORT" "$(ticket $T109 'Где мой заказ 109? 注文 109 はどこ? 📦')")" 200
 until_true 60 "execution for $K waits for the decision" waiting_exec "$K"
 ID=$(q "$K" "SELECT id FROM approvals WHERE idempotency_key = :'key' AND $MINE AND state = 'pending'")
 decide_body() { # decide_body DECISION
@@ -729,13 +729,13 @@ until_true 60 "the Decide execution ended on decided" took "$K" Decide decided s
 until_true 60 "the waiting execution ended on the approved output" took "$K" "$SUBMIT_S" approved success
 expect "the vote for $K" "$(q "$K" "SELECT v.subject || ' ' || v.decision || ' via ' || c.name || ': ' || v.reason FROM approval_votes v JOIN api_clients c ON c.id = v.via_client_id WHERE v.idempotency_key = :'key' AND v.$MINE")" \
 	"$APPROVER approve via $N8N_CLIENT: Проверено в Teams ✅ 確認済み"
-until_true 60 "the mail to customer-$T108 was sent" mail_sent customer-$T108@example.com
+until_true 60 "the mail to customer-$T109 was sent" mail_sent customer-$T109@example.com
 # again: the run is settled; the node puts the refusal on refused
 expect "delivery answered" "$(hook oncegate/decide "$(decide_body reject)")" 200
 until_true 60 "the second Decide execution ended on refused" took "$K" Decide refused success
-expect "mails to customer-$T108" "$(mails customer-$T108@example.com)" 1
+expect "mails to customer-$T109" "$(mails customer-$T109@example.com)" 1
 ctl client ungrant "$N8N_CLIENT" --decide support_reply --approver '*' --reason "n8n test: done" >/dev/null
-ok "h. decided through the Decide operation in $(($(date +%s) - t))s"
+ok "i. decided through the Decide operation in $(($(date +%s) - t))s"
 
 # --- done -----------------------------------------------------------------------------------
 
