@@ -1143,19 +1143,15 @@ gate_list_page(struct db *db, const struct og_list_query *q, json_t **out)
 {
 	static const char *const opt[] = { "requested_by", "contract", "effect_type",
 		                           "effect_target", "decision", "approver_subject", NULL };
-	char client[24], after[24], limit[16];
-	const char *p[7] = { client, q->state, q->since, q->contract,
-		             q->after_key != NULL ? after : NULL, q->after_key, limit };
+	struct og_list_params lp;
 	PGresult *res;
 	enum db_rc rc;
 	json_t *list;
 	int i;
 
 	*out = NULL;
-	snprintf(client, sizeof(client), "%lld", q->client_id);
-	snprintf(after, sizeof(after), "%lld", q->after_us);
-	snprintf(limit, sizeof(limit), "%d", q->limit);
-	if ((rc = db_exec(db, &st_list_page, p, &res)) != DB_OK)
+	og_list_params(q, &lp);
+	if ((rc = db_exec(db, &st_list_page, lp.p, &res)) != DB_OK)
 		return gate_rc_of(rc);
 	list = json_array();
 	for (i = 0; list != NULL && i < PQntuples(res); i++) {

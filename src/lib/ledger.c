@@ -1741,19 +1741,15 @@ static const struct db_stmt st_list_runs = {
 enum og_rc
 ledger_list(struct db *db, const struct og_list_query *q, json_t **out)
 {
-	char client[24], after[24], limit[16];
-	const char *p[7] = { client, q->state, q->since, q->contract,
-		             q->after_key != NULL ? after : NULL, q->after_key, limit };
+	struct og_list_params lp;
 	PGresult *res;
 	enum db_rc rc;
 	json_t *list;
 	int i;
 
 	*out = NULL;
-	snprintf(client, sizeof(client), "%lld", q->client_id);
-	snprintf(after, sizeof(after), "%lld", q->after_us);
-	snprintf(limit, sizeof(limit), "%d", q->limit);
-	if ((rc = db_exec(db, &st_list_runs, p, &res)) != DB_OK)
+	og_list_params(q, &lp);
+	if ((rc = db_exec(db, &st_list_runs, lp.p, &res)) != DB_OK)
 		return og_rc_of(rc);
 	list = json_array();
 	for (i = 0; list != NULL && i < PQntuples(res); i++) {

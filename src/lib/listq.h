@@ -7,6 +7,8 @@
 #ifndef OG_LISTQ_H
 #define OG_LISTQ_H
 
+#include <stdio.h>
+
 struct og_list_query {
 	long long client_id;   /* a client sees its own rows only */
 	const char *state;     /* NULL: any */
@@ -16,5 +18,27 @@ struct og_list_query {
 	const char *after_key; /*  this key or id); after_key NULL: from the start */
 	int limit;             /* rows in the page */
 };
+
+/* The seven parameters both owners' page statements take, in this order:
+ * client, state, since, contract, cursor time (µs), cursor key, limit. */
+struct og_list_params {
+	char client[24], after[24], limit[16];
+	const char *p[7];
+};
+
+static inline void
+og_list_params(const struct og_list_query *q, struct og_list_params *lp)
+{
+	snprintf(lp->client, sizeof(lp->client), "%lld", q->client_id);
+	snprintf(lp->after, sizeof(lp->after), "%lld", q->after_us);
+	snprintf(lp->limit, sizeof(lp->limit), "%d", q->limit);
+	lp->p[0] = lp->client;
+	lp->p[1] = q->state;
+	lp->p[2] = q->since;
+	lp->p[3] = q->contract;
+	lp->p[4] = q->after_key != NULL ? lp->after : NULL;
+	lp->p[5] = q->after_key;
+	lp->p[6] = lp->limit;
+}
 
 #endif
