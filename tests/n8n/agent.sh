@@ -28,6 +28,8 @@ AGENT_HOOK=oncegate/agent
 
 agent_prepare() {
 	local t=$SECONDS
+	# the browser approves a gated tool call: its tooling in place first
+	bash "$ROOT/tests/browser/ensure.sh" || fail "the browser tooling is not in place"
 	"$PY" "$HERE/model_check.py" "$MODEL/v1" >"$WORK/model_check.out" 2>&1 ||
 		{ cat "$WORK/model_check.out" >&2; fail "the model stand-in differs from OpenAI's published examples"; }
 	ok "the model stand-in answers OpenAI's published tool-call examples in their shape ($(grep -c '^ok' "$WORK/model_check.out") checks)"
