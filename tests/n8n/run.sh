@@ -197,7 +197,7 @@ TGZ=$(cd "$PKG" && npm pack --silent 2>/dev/null | tail -n1)
 # no runtime dependencies, a README and the icons
 leftovers=$(tar -tzf "$PKG/$TGZ" | grep -E '\.(map|tsbuildinfo)$|\.d\.ts$' || true)
 [[ -z $leftovers ]] || fail "the tarball ships build leftovers: $leftovers"
-tar -tzf "$PKG/$TGZ" | grep -qx 'package/README.md' || fail "the tarball has no README.md"
+tar -tzf "$PKG/$TGZ" | grep -x 'package/README.md' >/dev/null || fail "the tarball has no README.md"
 [[ $(tar -tzf "$PKG/$TGZ" | grep -c 'oncegate\(\.dark\)\?\.svg$') -ge 2 ]] || fail "the tarball lacks the icons"
 [[ $(tar -xzOf "$PKG/$TGZ" package/package.json | "$PY" -c 'import json,sys; print(len(json.load(sys.stdin).get("dependencies") or {}))') == 0 ]] ||
 	fail "the package has runtime dependencies"
