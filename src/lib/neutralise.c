@@ -133,6 +133,7 @@ neutralise_line(struct buf *b, const char *s, size_t max, enum neutralise_to to)
 	struct out o = { b, to, false };
 	size_t n = s != NULL ? strlen(s) : 0, i = 0, chars = 0, len, nlen;
 	long cp, prev = -2, next;
+	long kept = -2, prev_kept = -2; /* a character written as itself; -2: none */
 	bool space = false;
 	char esc[32];
 
@@ -145,11 +146,16 @@ neutralise_line(struct buf *b, const char *s, size_t max, enum neutralise_to to)
 			if (!space && chars > 0 && put(&o, " ") != 0)
 				return -1;
 			space = true;
+			kept = -2;
 			goto next;
 		}
 		space = false;
-		if (hidden(cp) && !((cp == 0x200c || cp == 0x200d) && prev >= 0x300 &&
-		                    !hidden(prev) && next >= 0x300 && !hidden(next))) {
+		/* a joiner stays only between two visible letters past U+0300 as
+		 * written (Persian, Indic, emoji sequences): after a blank or an
+		 * escape it would join nothing the reader sees */
+		kept = -2;
+		if (hidden(cp) && !((cp == 0x200c || cp == 0x200d) && prev_kept >= 0x300 &&
+		                    !hidden(prev_kept) && next >= 0x300 && !hidden(next))) {
 			snprintf(esc, sizeof(esc), "<U+%04lX>", (unsigned long)cp);
 			if (put(&o, esc) != 0)
 				return -1;
@@ -171,8 +177,11 @@ neutralise_line(struct buf *b, const char *s, size_t max, enum neutralise_to to)
 				return -1;
 		} else if (put_char(&o, s + i, len, cp) != 0) {
 			return -1;
+		} else {
+			kept = cp;
 		}
 	next:
+		prev_kept = kept;
 		prev = cp;
 		chars++;
 		i += len;
