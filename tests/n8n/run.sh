@@ -733,8 +733,8 @@ until_true 60 "the mail to customer-$T109 was sent" mail_sent customer-$T109@exa
 # again: the run is settled; the node puts the refusal on refused
 expect "delivery answered" "$(hook oncegate/decide "$(decide_body reject)")" 200
 # (a refusal carries no run key: the execution is found by its workflow)
-REFUSED="e['workflow_id'] == 'ogDecideTest0001' and (e['branches'].get('Decide') or [None])[-1] == 'refused' and e['status'] == 'success'"
-decide_refused() { [[ $(count_execs "$REFUSED") -ge 1 ]]; }
+DECIDE_REFUSED="e['workflow_id'] == 'ogDecideTest0001' and (e['branches'].get('Decide') or [None])[-1] == 'refused' and e['status'] == 'success'"
+decide_refused() { [[ $(count_execs "$DECIDE_REFUSED") -ge 1 ]]; }
 until_true 60 "the second Decide execution ended on refused" decide_refused
 expect "mails to customer-$T109" "$(mails customer-$T109@example.com)" 1
 ctl client ungrant "$N8N_CLIENT" --decide support_reply --approver '*' --reason "n8n test: done" >/dev/null
