@@ -1713,3 +1713,12 @@ tl_corpus_key(const char *prefix, const char *key, size_t max_chars)
 	out[plen + i] = '\0';
 	return out;
 }
+
+void
+tl_expect_problem(const struct tl_resp *r, long status, const char *code)
+{
+	const char *type = tl_jstr(r->json, "type");
+
+	ck_assert_msg(r->status == status && type != NULL && strstr(type, code) != NULL,
+	              "want %ld %s, got HTTP %ld %.600s", status, code, r->status, r->body);
+}

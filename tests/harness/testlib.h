@@ -97,6 +97,9 @@ int tl_post_text(const char *path, const char *bearer, const char *text,
                  struct tl_resp *r);
 int tl_get(const char *path, const char *bearer, struct tl_resp *r);
 void tl_resp_free(struct tl_resp *r);
+/* Fails the test unless r is HTTP status with a problem whose type ends in
+ * code. */
+void tl_expect_problem(const struct tl_resp *r, long status, const char *code);
 
 /* String member of r->json, or NULL. */
 const char *tl_jstr(const json_t *obj, const char *name);

@@ -151,15 +151,6 @@ grant(const char *verb, const char *contract)
 	free(out);
 }
 
-static void
-expect_problem(const struct tl_resp *r, long status, const char *code)
-{
-	const char *type = tl_jstr(r->json, "type");
-
-	ck_assert_msg(r->status == status && type != NULL && strstr(type, code) != NULL,
-	              "want %ld %s, got HTTP %ld %.600s", status, code, r->status, r->body);
-}
-
 /* The run of client b as GET /v1/runs/{key} shows it (a new reference). */
 static json_t *
 run_of(const char *key)
@@ -306,7 +297,7 @@ START_TEST(test_round_trip)
 		decide_api(dl_key_b, d1.id[0],
 		           json_pack("{s:s, s:[s], s:s}", "subject", "sam.lee@example.com", "groups",
 		                     "customer support", "decision", "approve"), &r);
-		expect_problem(&r, 409, "approval_closed");
+		tl_expect_problem(&r, 409, "approval_closed");
 		ck_assert_str_eq(JSTR(r.json, "reason"), "round_closed");
 		tl_resp_free(&r);
 		tl_expect_run_unchanged(c, key, snap, "decisions on a closed round");
@@ -531,7 +522,7 @@ START_TEST(test_refused)
 	snap = tl_run_snapshot(c, key);
 	decide_api(dl_key_b, d.id[1],
 	           json_pack("{s:s, s:s}", "subject", ANNA, "decision", "changes_requested"), &r);
-	expect_problem(&r, 422, "feedback_required");
+	tl_expect_problem(&r, 422, "feedback_required");
 	tl_resp_free(&r);
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		decide_api(dl_key_b, d.id[1],
@@ -548,7 +539,7 @@ START_TEST(test_refused)
 		snprintf(body, sizeof(body), "{\"subject\":\"%s\",\"decision\":\"changes_requested\","
 		         "\"feedback\":\"до\\u0000после\"}", ANNA);
 		tl_post_text(path, dl_key_b, body, &r);
-		expect_problem(&r, 400, "invalid_json");
+		tl_expect_problem(&r, 400, "invalid_json");
 		tl_resp_free(&r);
 	}
 	/* over 2000 characters (2001 two-byte letters) */
@@ -559,7 +550,7 @@ START_TEST(test_refused)
 	decide_api(dl_key_b, d.id[1],
 	           json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "changes_requested",
 	                     "feedback", big), &r);
-	expect_problem(&r, 422, "invalid_feedback");
+	tl_expect_problem(&r, 422, "invalid_feedback");
 	tl_resp_free(&r);
 	ck_assert_int_eq(page_decide(d.path[0], LI, LI_GROUPS, "changes_requested", big, &r), 422);
 	tl_resp_free(&r);
@@ -567,20 +558,20 @@ START_TEST(test_refused)
 	decide_api(dl_key_b, d.id[1],
 	           json_pack("{s:s, s:s, s:i}", "subject", ANNA, "decision", "changes_requested",
 	                     "feedback", 7), &r);
-	expect_problem(&r, 400, "invalid_field");
+	tl_expect_problem(&r, 400, "invalid_field");
 	tl_resp_free(&r);
 	/* feedback goes with a request for changes only */
 	decide_api(dl_key_b, d.id[1],
 	           json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "approve", "feedback",
 	                     "Всё хорошо"), &r);
-	expect_problem(&r, 422, "feedback_unwanted");
+	tl_expect_problem(&r, 422, "feedback_unwanted");
 	tl_resp_free(&r);
 	/* the requester may not send it back either (separation of duties) */
 	decide_api(dl_key_b, d.id[0],
 	           json_pack("{s:s, s:[s], s:s, s:s}", "subject", REQUESTER, "groups",
 	                     "customer support", "decision", "changes_requested", "feedback",
 	                     "Моя же заявка"), &r);
-	expect_problem(&r, 403, "separation_of_duties");
+	tl_expect_problem(&r, 403, "separation_of_duties");
 	tl_resp_free(&r);
 	tl_expect_run_unchanged(c, key, snap, "refused requests for changes");
 	free(snap);
@@ -603,7 +594,7 @@ START_TEST(test_refused)
 	decide_api(dl_key_b, q.id[0],
 	           json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "changes_requested",
 	                     "feedback", "Нельзя"), &r);
-	expect_problem(&r, 422, "decision_not_allowed");
+	tl_expect_problem(&r, 422, "decision_not_allowed");
 	tl_resp_free(&r);
 	{
 		char *csrf = tl_csrf_for(q.id[0], ANNA);

@@ -89,16 +89,6 @@ grant(const char *verb, const char *approver)
 	free(out);
 }
 
-/* An expected problem: status and type ending in code. */
-static void
-expect_problem(const struct tl_resp *r, long status, const char *code)
-{
-	const char *type = tl_jstr(r->json, "type");
-
-	ck_assert_msg(r->status == status && type != NULL && strstr(type, code) != NULL,
-	              "want %ld %s, got HTTP %ld %.600s", status, code, r->status, r->body);
-}
-
 START_TEST(test_scope)
 {
 	PGconn *c = tl_pg_connect();
@@ -111,18 +101,18 @@ START_TEST(test_scope)
 	/* no grant yet */
 	decide_api(dl_key_b, l.id[2],
 	           json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), &r);
-	expect_problem(&r, 403, "forbidden");
+	tl_expect_problem(&r, 403, "forbidden");
 	tl_resp_free(&r);
 	/* the stack's own client holds the same key but not this approval */
 	decide_api(dl_key_dev, l.id[2],
 	           json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), &r);
-	expect_problem(&r, 404, "approval_not_found");
+	tl_expect_problem(&r, 404, "approval_not_found");
 	tl_resp_free(&r);
 	/* a grant for another entry does not open this one */
 	grant("grant", "group:customer support");
 	decide_api(dl_key_b, l.id[2],
 	           json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), &r);
-	expect_problem(&r, 403, "forbidden");
+	tl_expect_problem(&r, 403, "forbidden");
 	tl_resp_free(&r);
 	ck_assert_int_eq(votes_of(c, key), 0);
 	grant("grant", ANNA);
@@ -141,7 +131,7 @@ START_TEST(test_scope)
 	decide_api(dl_key_b, l.id[0],
 	           json_pack("{s:s, s:[s], s:s}", "subject", "agent07@example.com", "groups",
 	                     "customer support", "decision", "approve"), &r);
-	expect_problem(&r, 403, "forbidden");
+	tl_expect_problem(&r, 403, "forbidden");
 	tl_resp_free(&r);
 	ck_assert_int_eq(votes_of(c, key), 1);
 	PQfinish(c);
@@ -164,47 +154,47 @@ START_TEST(test_rules)
 	decide_api(dl_key_b, l.id[0],
 	           json_pack("{s:s, s:[s], s:s}", "subject", REQUESTER, "groups", "customer support",
 	                     "decision", "approve"), &r);
-	expect_problem(&r, 403, "separation_of_duties");
+	tl_expect_problem(&r, 403, "separation_of_duties");
 	tl_resp_free(&r);
 	/* not among the approvers of this challenge */
 	decide_api(dl_key_b, l.id[2],
 	           json_pack("{s:s, s:s}", "subject", "mallory@example.com", "decision", "approve"),
 	           &r);
-	expect_problem(&r, 403, "not_an_approver");
+	tl_expect_problem(&r, 403, "not_an_approver");
 	tl_resp_free(&r);
 	decide_api(dl_key_b, l.id[2],
 	           json_pack("{s:s, s:s}", "subject", ANNA, "decision", "maybe"), &r);
-	expect_problem(&r, 422, "decision_not_allowed");
+	tl_expect_problem(&r, 422, "decision_not_allowed");
 	tl_resp_free(&r);
 	/* malformed: unknown member, groups not a list, a subject over 320 bytes */
 	decide_api(dl_key_b, l.id[2],
 	           json_pack("{s:s, s:s, s:b}", "subject", ANNA, "decision", "approve", "force", 1),
 	           &r);
-	expect_problem(&r, 400, "invalid_field");
+	tl_expect_problem(&r, 400, "invalid_field");
 	tl_resp_free(&r);
 	decide_api(dl_key_b, l.id[2],
 	           json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "approve", "groups",
 	                     "customer support"), &r);
-	expect_problem(&r, 400, "invalid_field");
+	tl_expect_problem(&r, 400, "invalid_field");
 	tl_resp_free(&r);
 	big = malloc(400);
 	memset(big, 'a', 399);
 	big[399] = '\0';
 	decide_api(dl_key_b, l.id[2], json_pack("{s:s, s:s}", "subject", big, "decision", "approve"),
 	           &r);
-	expect_problem(&r, 400, "invalid_field");
+	tl_expect_problem(&r, 400, "invalid_field");
 	tl_resp_free(&r);
 	free(big);
 	ck_assert_int_eq(tl_post_text("/v1/approvals/not-a-uuid/decisions", dl_key_b,
 	                              "{\"subject\":\"a@b.example\",\"decision\":\"approve\"}", &r),
 	                 0);
-	expect_problem(&r, 404, "approval_not_found");
+	tl_expect_problem(&r, 404, "approval_not_found");
 	tl_resp_free(&r);
 	/* a correction the contract refuses: 422 with its errors, nothing consumed */
 	decide_api(dl_key_b, l.id[2],
 	           json_pack("{s:s, s:s, s:{s:s}}", "subject", ANNA, "decision", "approve", "edits",
 	                     "subject", "Тема\r\nBcc: attacker@evil.example"), &r);
-	expect_problem(&r, 422, "invalid_edit");
+	tl_expect_problem(&r, 422, "invalid_edit");
 	ck_assert(json_array_size(json_object_get(r.json, "errors")) > 0);
 	tl_resp_free(&r);
 	ck_assert_int_eq(votes_of(c, key), 0);
@@ -218,7 +208,7 @@ START_TEST(test_rules)
 	decide_api(dl_key_b, l.id[0],
 	           json_pack("{s:s, s:[s], s:s}", "subject", "Anna.Kowalska@example.com", "groups",
 	                     "customer support", "decision", "approve"), &r);
-	expect_problem(&r, 409, "already_voted");
+	tl_expect_problem(&r, 409, "already_voted");
 	tl_resp_free(&r);
 	ck_assert_int_eq(votes_of(c, key), 1);
 	grant("ungrant", "*");
