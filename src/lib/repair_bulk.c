@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "jobs.h"
+#include "ledger.h"
+#include "outbox.h"
 #include "repair.h"
 #include "repair_int.h"
 
@@ -42,6 +44,7 @@ repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 		const char *run = db_get(res, i, "run_state");
 		const char *replayed_as = db_get(res, i, "replayed_as");
 		bool callback;
+		int state;
 
 		it->ok = false;
 		if (eid == NULL) {
@@ -57,18 +60,19 @@ repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 		repair_copy(it->type, sizeof(it->type), db_get(res, i, "effect_type"));
 		repair_copy(it->state, sizeof(it->state), db_get(res, i, "state"));
 		callback = strcmp(it->type, "decision.callback") == 0;
+		state = outbox_state_parse(it->state);
 		/* the order of repair_resume's checks, so the verdicts agree */
-		if (strcmp(it->state, "failed") != 0)
+		if (state != EFFECT_FAILED)
 			snprintf(it->why, sizeof(it->why), "not known undelivered: the effect is %s%s",
 			         it->state,
-			         strcmp(it->state, "unknown") == 0 ? " (reconcile first)"
-			         : strcmp(it->state, "completed") == 0 ? " (it was delivered)"
-			         : strcmp(it->state, "cancelled") == 0 ? " (it was rejected)"
-			                                                : " (nothing to resume)");
+			         state == EFFECT_UNKNOWN     ? " (reconcile first)"
+			         : state == EFFECT_COMPLETED ? " (it was delivered)"
+			         : state == EFFECT_CANCELLED ? " (it was rejected)"
+			                                     : " (nothing to resume)");
 		else if (replayed_as != NULL)
 			snprintf(it->why, sizeof(it->why), "the run was replayed as \"%.200s\": never "
 			         "resumed", replayed_as);
-		else if (!callback && (run == NULL || strcmp(run, "approved") != 0))
+		else if (!callback && (run == NULL || ledger_state_parse(run) != RUN_APPROVED))
 			snprintf(it->why, sizeof(it->why), "the run is %s, not approved",
 			         run != NULL ? run : "?");
 		else if (db_get(res, i, "undelivered")[0] != 't')
