@@ -49,15 +49,14 @@ LEAVES=(src/lib/rc.h src/lib/config_target.h src/lib/notice.h src/lib/payload.h 
 CYCLE_OK=()
 ROWS_OK=(
 	# the owners and use cases reshaped this round
+	src/lib/dispatch_notify.c
+	src/lib/repair_bulk.c
 	src/cli/ctl_admin.c
 	src/dispatcher/listen.c
 	src/lib/api_card.c
 	src/lib/audit.c
-	src/lib/dispatch_chat.c
-	src/lib/dispatch_notify.c
 	src/lib/dispatch_tick.c
 	src/lib/repair.c
-	src/lib/repair_bulk.c
 	src/lib/replay.c
 )
 STATE_OK=(
@@ -80,9 +79,6 @@ STATE_OK=(
 	src/lib/audit.c
 	src/lib/contract_gate.c
 	src/lib/decide.c
-	src/lib/dispatch.c
-	src/lib/dispatch_effect.c
-	src/lib/dispatch_notify.c
 	src/lib/dispatch_tick.c
 	src/lib/jobs.c
 	src/lib/log.c
@@ -90,7 +86,6 @@ STATE_OK=(
 	src/lib/page_tmpl.c
 	src/lib/provider.c
 	src/lib/repair.c
-	src/lib/repair_bulk.c
 	src/lib/replay.c
 )
 
