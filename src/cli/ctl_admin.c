@@ -457,43 +457,37 @@ ctl_admin_config(struct ctl *ctl, int argc, char **argv)
 static int
 sends_status(struct ctl *ctl)
 {
-	PGresult *res = NULL;
-	bool allowed;
+	struct control_status st;
 
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	if (control_status(ctl->db, &res) != DB_OK || PQntuples(res) != 1) {
+	if (control_status(ctl->db, &st) != DB_OK) {
 		fprintf(stderr, "oncegatectl: sends status: %s\n", db_error(ctl->db));
-		PQclear(res);
+		control_status_clear(&st);
 		return EXIT_REFUSED;
 	}
-	allowed = db_get(res, 0, "actions_enabled")[0] == 't';
 	if (ctl->json) {
-		json_t *doc = json_pack(
-			"{s:s, s:s?, s:s?, s:s?, s:I, s:I, s:s}", "sends",
-			allowed ? "allowed" : "stopped", "changed_at", db_get(res, 0, "changed_at"),
-			"changed_by", db_get(res, 0, "changed_by"), "reason", db_get(res, 0, "reason"),
-			"blocked_sends", (json_int_t)db_get_ll(res, 0, "blocked_sends"), "due_effects",
-			(json_int_t)db_get_ll(res, 0, "due"), "environment_needs",
-			"AI_ACTIONS_ENABLED=true");
-
-		ctl_print_json(doc);
-		json_decref(doc);
+		ctl_print_new(json_pack("{s:s, s:s, s:s?, s:s?, s:I, s:I, s:s}", "sends",
+		                        st.actions_enabled ? "allowed" : "stopped", "changed_at",
+		                        st.changed_at, "changed_by", st.changed_by, "reason",
+		                        st.reason, "blocked_sends", (json_int_t)st.blocked_sends,
+		                        "due_effects", (json_int_t)st.due, "environment_needs",
+		                        "AI_ACTIONS_ENABLED=true"));
 	} else {
-		const char *by = db_get(res, 0, "changed_by"), *why = db_get(res, 0, "reason");
-		char *safe = ctl_terminal_text(why != NULL ? why : "-");
+		char *safe = ctl_terminal_text(st.reason != NULL ? st.reason : "-");
 
 		printf("sends           %s (since %s, by %s: %s)\n",
-		       allowed ? "ALLOWED" : "STOPPED (kill switch engaged)",
-		       db_get(res, 0, "changed_at"), by != NULL ? by : "-", safe != NULL ? safe : "-");
+		       st.actions_enabled ? "ALLOWED" : "STOPPED (kill switch engaged)",
+		       st.changed_at, st.changed_by != NULL ? st.changed_by : "-",
+		       safe != NULL ? safe : "-");
 		free(safe);
-		printf("effects due     %s\n", db_get(res, 0, "due"));
-		printf("blocked sends   %s (refused by the switch right before sending)\n",
-		       db_get(res, 0, "blocked_sends"));
+		printf("effects due     %lld\n", st.due);
+		printf("blocked sends   %lld (refused by the switch right before sending)\n",
+		       st.blocked_sends);
 		printf("A dispatcher sends only while sends are ALLOWED here and its own environment "
 		       "has AI_ACTIONS_ENABLED=true.\n");
 	}
-	PQclear(res);
+	control_status_clear(&st);
 	return EXIT_SUCCESS;
 }
 
