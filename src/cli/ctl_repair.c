@@ -22,6 +22,7 @@
 #include "ctl_repair.h"
 #include "gate.h"
 #include "ledger.h"
+#include "outbox.h"
 #include "repair.h"
 
 
@@ -379,8 +380,9 @@ reject_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 		        strcmp(out->run_to, ledger_state_name(RUN_COMPLETED)) == 0 ? "run.completed"
 		                                                                     : "run.rejected",
 		        a, out);
-		fprintf(stderr, "oncegatectl: effect %s %s -> cancelled%s%s\n", out->effect_id,
-		        out->from, out->run_to[0] ? "; run " : "", out->run_to);
+		fprintf(stderr, "oncegatectl: effect %s %s -> %s%s%s\n", out->effect_id, out->from,
+		        outbox_state_name(EFFECT_CANCELLED), out->run_to[0] ? "; run " : "",
+		        out->run_to);
 	} else {
 		log_run(ctl, "run.rejected", a, out);
 		if (out->callback_id[0]) {
@@ -390,9 +392,9 @@ reject_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 
 			ctl_log(ctl, LOG_LEVEL_INFO, "effect.enqueued", &f);
 		}
-		fprintf(stderr, "oncegatectl: run %s (client %s) %s -> failed_terminal; %d effect%s "
-		        "cancelled%s\n", out->key, out->client_name, out->run_from, out->count,
-		        out->count == 1 ? "" : "s",
+		fprintf(stderr, "oncegatectl: run %s (client %s) %s -> %s; %d effect%s "
+		        "cancelled%s\n", out->key, out->client_name, out->run_from,
+		        ledger_state_name(RUN_FAILED_TERMINAL), out->count, out->count == 1 ? "" : "s",
 		        out->callback_id[0] ? "; the workflow is told through its callback" : "");
 	}
 	report(ctl, "rejected", a, out);
@@ -429,7 +431,7 @@ approval_list(struct ctl *ctl, int argc, char **argv)
 		long long in = json_integer_value(json_object_get(o, "expires_in_seconds"));
 
 		ctl_age(json_integer_value(json_object_get(o, "waiting_seconds")), wait, sizeof(wait));
-		if (strcmp(ctl_jstr(o, "state"), "pending") != 0)
+		if (strcmp(ctl_jstr(o, "state"), gate_state_name(APPROVAL_PENDING)) != 0)
 			snprintf(left, sizeof(left), "-");
 		else if (in <= 0)
 			snprintf(left, sizeof(left), "expired");
@@ -470,8 +472,9 @@ revoke_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 		        "pending\n", out->approval_id, out->count, out->count == 1 ? "" : "s");
 	else if (out->run_to[0])
 		fprintf(stderr, "oncegatectl: approval %s revoked; it was the last link of run %s: "
-		        "the run is failed_terminal (approval_revoked)%s\n", out->approval_id,
-		        out->key, out->callback_id[0] ? "; the workflow is told `expired`" : "");
+		        "the run is %s (approval_revoked)%s\n", out->approval_id, out->key,
+		        ledger_state_name(RUN_FAILED_TERMINAL),
+		        out->callback_id[0] ? "; the workflow is told `expired`" : "");
 	else
 		fprintf(stderr, "oncegatectl: approval %s revoked; no link of run %s is pending any "
 		        "more\n", out->approval_id, out->key);
@@ -505,7 +508,8 @@ cancel_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 	log_run(ctl, "run.cancelled", a, out);
 	report(ctl, "cancelled", a, out);
 	fprintf(stderr, "oncegatectl: effect %s cancelled before its window ended (%s); run %s "
-	        "failed_terminal (cancelled)\n", out->effect_id, out->not_before, out->key);
+	        "%s (cancelled)\n", out->effect_id, out->not_before, out->key,
+	        ledger_state_name(RUN_FAILED_TERMINAL));
 }
 
 /* --- the table ----------------------------------------------------------------- */

@@ -387,8 +387,9 @@ map_print(struct ctl *ctl, const struct map *m, int ok, int human, int refused)
 			                                m->items[i].state ?: "?", "detail",
 			                                m->items[i].detail ?: ""));
 		doc = json_pack("{s:b, s:o, s:{s:i, s:i, s:i, s:i, s:i}}", "dry_run", 1, "items", list,
-		                "totals", "items", m->n, "would_replay", ok, "awaiting_human", human,
-		                "failed_retryable", ok - human, "refused", refused);
+		                "totals", "items", m->n, "would_replay", ok,
+		                ledger_state_name(RUN_AWAITING_HUMAN), human,
+		                ledger_state_name(RUN_FAILED_RETRYABLE), ok - human, "refused", refused);
 		ctl_print_new(doc);
 		return;
 	}
