@@ -2,6 +2,7 @@
  * ctl.c — the shared part of oncegatectl's commands; see ctl.h.
  */
 #include <ctype.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,11 +105,12 @@ ctl_print_json(json_t *v)
 	g_printed = true;
 }
 
-void
+int
 ctl_print_new(json_t *v)
 {
 	ctl_print_json(v);
 	json_decref(v);
+	return EXIT_SUCCESS;
 }
 
 bool
@@ -259,6 +261,139 @@ ctl_age(long long s, char *buf, size_t n)
 		snprintf(buf, n, "%lldm", s / 60);
 	else
 		snprintf(buf, n, "%llds", s);
+}
+
+bool
+ctl_one_of(const char *words, const char *w)
+{
+	size_t n = strlen(w);
+	const char *p;
+
+	if (n == 0 || strchr(w, ' ') != NULL)
+		return false;
+	for (p = words; (p = strstr(p, w)) != NULL; p += n)
+		if ((p == words || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+/* The value of option o taken into its place: 0, or the exit code of the
+ * fault (its message printed unless quiet). */
+static int
+take_option(struct ctl *ctl, const struct ctl_opt *o, const char *arg, bool quiet)
+{
+	char *end;
+
+	switch (o->kind) {
+	case CTL_OPT_FLAG:
+		*(bool *)o->to = true;
+		return 0;
+	case CTL_OPT_TEXT:
+		if (o->words != NULL && !ctl_one_of(o->words, arg))
+			return quiet ? EXIT_USAGE : ctl_usage(ctl);
+		*(const char **)o->to = arg;
+		return 0;
+	case CTL_OPT_COUNT:
+		*(int *)o->to = ctl_count(arg, (int)o->max);
+		if (*(int *)o->to <= 0)
+			return quiet ? EXIT_USAGE : ctl_usage(ctl);
+		return 0;
+	case CTL_OPT_JOB:
+		*(long long *)o->to = strtoll(arg, &end, 10);
+		if (*end == '\0' && *(long long *)o->to > 0)
+			return 0;
+		if (!quiet)
+			fprintf(stderr, "oncegatectl: %s: --%s takes a job number\n", ctl->command,
+			        o->name);
+		return EXIT_USAGE;
+	case CTL_OPT_TIME: {
+		char opt[64];
+
+		snprintf(opt, sizeof(opt), "--%s", o->name);
+		if (ctl_time(ctl, opt, arg, (long long *)o->to) != 0)
+			return EXIT_USAGE;
+		if (o->max > 0 && *(long long *)o->to / 86400 > o->max) {
+			fprintf(stderr, "oncegatectl: %s: %s is at most %lld days\n", ctl->command,
+			        opt, o->max);
+			return EXIT_USAGE;
+		}
+		return 0;
+	}
+	}
+	return EXIT_USAGE;
+}
+
+int
+ctl_options(struct ctl *ctl, int argc, char **argv, const struct ctl_opt *opts, bool quiet)
+{
+	struct option lo[17];
+	int n, opt, ex, bad = 0;
+
+	for (n = 0; opts[n].name != NULL && n < 16; n++)
+		lo[n] = (struct option){ opts[n].name,
+			                 opts[n].kind == CTL_OPT_FLAG ? no_argument : required_argument,
+			                 NULL, 256 + n };
+	lo[n] = (struct option){ NULL, 0, NULL, 0 };
+	optind = 0; /* glibc: 0 re-initialises getopt for the command's own arguments */
+	opterr = !quiet;
+	while ((opt = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		ex = opt >= 256 && opt < 256 + n ? take_option(ctl, &opts[opt - 256], optarg, quiet)
+		     : quiet                      ? EXIT_USAGE
+		                                  : ctl_usage(ctl);
+		if (ex != 0 && !quiet) {
+			opterr = 1;
+			return ex;
+		}
+		bad |= ex != 0;
+	}
+	opterr = 1;
+	return bad ? EXIT_USAGE : 0;
+}
+
+int
+ctl_begin(struct ctl *ctl, int argc, char **argv, const struct ctl_opt *opts, int words)
+{
+	if (ctl_options(ctl, argc, argv, opts, false) != 0)
+		return EXIT_USAGE;
+	if (optind != argc - words)
+		return ctl_usage(ctl);
+	return ctl_db(ctl) != 0 ? EXIT_UNAVAILABLE : 0;
+}
+
+int
+ctl_failed(const struct ctl *ctl, const char *what, enum og_rc rc)
+{
+	fprintf(stderr, "oncegatectl: %s: %s\n", what, db_error(ctl->db));
+	return ctl_exit(rc);
+}
+
+/* One cell of a plain-text list: padded, or the last of its row. */
+static void
+cell(const struct ctl_col *c, const char *text)
+{
+	if (c->width > 0)
+		printf("%-*s ", c->width, text);
+	else
+		printf("%s\n", text);
+}
+
+void
+ctl_print_list(const struct ctl *ctl, json_t *list, const struct ctl_col *cols)
+{
+	const struct ctl_col *c;
+	json_t *o;
+	size_t i;
+
+	if (ctl->json) {
+		ctl_print_new(list);
+		return;
+	}
+	for (c = cols; c->title != NULL; c++)
+		cell(c, c->title);
+	json_array_foreach(list, i, o)
+		for (c = cols; c->title != NULL; c++)
+			cell(c, ctl_jstr(o, c->member));
+	json_decref(list);
 }
 
 void

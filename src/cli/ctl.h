@@ -19,6 +19,7 @@
 #ifndef OG_CTL_H
 #define OG_CTL_H
 
+#include <getopt.h>
 #include <stdbool.h>
 
 #include <jansson.h>
@@ -39,6 +40,9 @@ struct ctl {
 	const char *command;    /* the command running ("replay") */
 	const char *usage;      /* its full usage, as --help prints it */
 };
+
+/* A command: its words after the command's name (argv[0]); the exit code. */
+typedef int ctl_command_fn(struct ctl *ctl, int argc, char **argv);
 
 /* What --help and a wrong call print after a command's usage. */
 extern const char ctl_json_text[];
@@ -80,8 +84,8 @@ int ctl_refuse(struct ctl *ctl, const char *what, int code, const char *op, cons
 /* v as one compact JSON line on stdout ("null" when it cannot be written):
  * the one document of a --json command. */
 void ctl_print_json(json_t *v);
-/* The same, and v released. */
-void ctl_print_new(json_t *v);
+/* The same, and v released; EXIT_SUCCESS. */
+int ctl_print_new(json_t *v);
 /* Has the command printed its document? (When a --json command ends
  * without one, main prints {"error", "exit"}.) */
 bool ctl_printed(void);
@@ -99,6 +103,65 @@ int ctl_time(const struct ctl *ctl, const char *opt, const char *s, long long *a
 int ctl_count(const char *s, int max);
 /* An age in seconds as "3d4h", "5h12m", "42m", "17s". */
 void ctl_age(long long s, char *buf, size_t n);
+
+/* What a command's option does with its value. */
+enum ctl_opt_kind {
+	CTL_OPT_TEXT,   /* const char **: the text as given */
+	CTL_OPT_FLAG,   /* bool *: true once given (no value) */
+	CTL_OPT_TIME,   /* long long *: ctl_time's seconds back from now; a time
+	                 * more than max days back is refused when max > 0 */
+	CTL_OPT_COUNT,  /* int *: ctl_count, at most max */
+	CTL_OPT_JOB,    /* long long *: a job number, > 0 */
+};
+
+/* One long option of a command: --name, its kind and where it goes; a
+ * table ends with a NULL name. words (TEXT only): the values allowed,
+ * separated by spaces; NULL for any. */
+struct ctl_opt {
+	const char *name;
+	enum ctl_opt_kind kind;
+	void *to;
+	long long max;
+	const char *words;
+};
+
+/* The words of a dead letter's error_class and of its state, as --class
+ * and --state take them (the dead-letter owner stores and filters them). */
+#define CTL_DEAD_LETTER_CLASSES "permanent exhausted unknown"
+#define CTL_DEAD_LETTER_STATES "open resolved"
+
+/* Is w one of the words (separated by spaces)? */
+bool ctl_one_of(const char *words, const char *w);
+
+/* Parses a command's options (argv[0] is the command's word; the
+ * positional arguments are left at argv[optind..]). Each option is taken
+ * in the order given, the last of a repeated one wins. A fault ends the
+ * parse: an unknown option (getopt's message), a count or a word that is
+ * not one prints the command's usage, a bad TIME or JOB its own message;
+ * the result is EXIT_USAGE. quiet: getopt says nothing, the parse goes on
+ * to the end after a fault, nothing is printed and the result is
+ * EXIT_USAGE (the caller explains). 0 when every option was taken. */
+int ctl_options(struct ctl *ctl, int argc, char **argv, const struct ctl_opt *opts, bool quiet)
+	__attribute__((warn_unused_result));
+
+/* ctl_options, then exactly `words` words left (the usage otherwise), then
+ * the database (ctl_db): 0, or the exit code. */
+int ctl_begin(struct ctl *ctl, int argc, char **argv, const struct ctl_opt *opts, int words)
+	__attribute__((warn_unused_result));
+/* "oncegatectl: WHAT: <the database's error>" on stderr; ctl_exit(rc). */
+int ctl_failed(const struct ctl *ctl, const char *what, enum og_rc rc);
+
+/* One column of a plain-text list: its title, the member shown ("-" when
+ * absent) and its width (0 for the last). */
+struct ctl_col {
+	const char *title;
+	const char *member;
+	int width;
+};
+
+/* list printed: one JSON document with --json, else a row of titles and a
+ * row per item; list released. */
+void ctl_print_list(const struct ctl *ctl, json_t *list, const struct ctl_col *cols);
 
 /* Closes the log and the connection, frees the config. */
 void ctl_close(struct ctl *ctl);

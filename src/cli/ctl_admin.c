@@ -5,7 +5,6 @@
  *
  * The kill-switch row is read and written through its owner (control.c).
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,8 +45,7 @@ client_exit(enum og_rc rc, const char *what, const char *name, struct ctl *ctl)
 		        db_error(ctl->db));
 		return EXIT_UNAVAILABLE;
 	default:
-		fprintf(stderr, "oncegatectl: %s: %s\n", what, db_error(ctl->db));
-		return ctl_exit(rc);
+		return ctl_failed(ctl, what, rc);
 	}
 }
 
@@ -79,26 +77,18 @@ migrations_json(const char *text, bool applying)
 int
 ctl_admin_migrate(struct ctl *ctl, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "status", no_argument, NULL, 's' },
-		{ NULL, 0, NULL, 0 },
-	};
 	char err[1024], *text = NULL;
 	size_t len = 0;
 	FILE *out = stdout;
 	bool status = false;
-	int n, opt;
+	const struct ctl_opt opts[] = {
+		{ "status", CTL_OPT_FLAG, &status, 0, NULL },
+		{ NULL, 0, NULL, 0, NULL },
+	};
+	int n;
 
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (opt != 's')
-			return ctl_usage(ctl);
-		status = true;
-	}
-	if (optind != argc)
-		return ctl_usage(ctl);
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
+	if ((n = ctl_begin(ctl, argc, argv, opts, 0)) != 0)
+		return n;
 	if (ctl->json && (out = open_memstream(&text, &len)) == NULL) {
 		fprintf(stderr, "oncegatectl: migrate: out of memory\n");
 		return EXIT_REFUSED;
@@ -148,25 +138,17 @@ record(struct ctl *ctl, const char *action, const char *reason, long long client
 }
 
 /* --reason TEXT (required for a change); argv[optind..] are the words
- * left. -1 on a usage error. */
+ * left. 0, or EXIT_USAGE with the usage printed. */
 static int
-change_opts(int argc, char **argv, const char **reason)
+change_opts(struct ctl *ctl, int argc, char **argv, const char **reason)
 {
-	static const struct option opts[] = {
-		{ "reason", required_argument, NULL, 'r' },
-		{ NULL, 0, NULL, 0 },
+	const struct ctl_opt opts[] = {
+		{ "reason", CTL_OPT_TEXT, reason, 0, NULL },
+		{ NULL, 0, NULL, 0, NULL },
 	};
-	int opt;
 
 	*reason = NULL;
-	optind = 0; /* glibc: 0 re-initialises getopt for the command's own arguments */
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (opt == 'r')
-			*reason = optarg;
-		else
-			return -1;
-	}
-	return 0;
+	return ctl_options(ctl, argc, argv, opts, false);
 }
 
 /* --reason is required for every change, within operator_actions' limits;
@@ -187,26 +169,37 @@ bad_reason(const char *what, const char *reason)
 	return false;
 }
 
+/* `client list` and `client grants`: a list from the owner, as a table. */
+struct client_view {
+	const char *what;
+	enum og_rc (*fetch)(struct db *db, json_t **list);
+	struct ctl_col cols[6];
+};
+
+static const struct client_view client_list_view = {
+	"client list", clients_list,
+	{ { "NAME", "name", 32 }, { "CREATED", "created_at", 25 },
+	  { "REVOKED", "revoked_at", 0 }, { NULL, NULL, 0 } },
+};
+
+/* `client grants`: every decide grant. */
+static const struct client_view client_grants_view = {
+	"client grants", clients_grants,
+	{ { "CLIENT", "client", 24 }, { "SCOPE", "scope", 7 }, { "CONTRACT", "contract", 24 },
+	  { "APPROVER", "approver", 32 }, { "GRANTED", "created_at", 0 }, { NULL, NULL, 0 } },
+};
+
 static int
-client_list(struct ctl *ctl)
+client_view(struct ctl *ctl, const struct client_view *v)
 {
-	json_t *list = NULL, *o;
+	json_t *list = NULL;
 	enum og_rc rc;
-	size_t i;
 
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	if ((rc = clients_list(ctl->db, &list)) != OG_OK)
-		return client_exit(rc, "client list", "", ctl);
-	if (ctl->json) {
-		ctl_print_json(list);
-	} else {
-		printf("%-32s %-25s %s\n", "NAME", "CREATED", "REVOKED");
-		json_array_foreach(list, i, o)
-			printf("%-32s %-25s %s\n", ctl_jstr(o, "name"), ctl_jstr(o, "created_at"),
-			       ctl_jstr(o, "revoked_at"));
-	}
-	json_decref(list);
+	if ((rc = v->fetch(ctl->db, &list)) != OG_OK)
+		return client_exit(rc, v->what, "", ctl);
+	ctl_print_list(ctl, list, v->cols);
 	return EXIT_SUCCESS;
 }
 
@@ -228,32 +221,6 @@ grant_verb(int argc, char **argv)
 	return false;
 }
 
-/* `client grants`: every decide grant. */
-static int
-client_grants(struct ctl *ctl)
-{
-	json_t *list = NULL, *o;
-	enum og_rc rc;
-	size_t i;
-
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
-	if ((rc = clients_grants(ctl->db, &list)) != OG_OK)
-		return client_exit(rc, "client grants", "", ctl);
-	if (ctl->json) {
-		ctl_print_json(list);
-	} else {
-		printf("%-24s %-7s %-24s %-32s %s\n", "CLIENT", "SCOPE", "CONTRACT", "APPROVER",
-		       "GRANTED");
-		json_array_foreach(list, i, o)
-			printf("%-24s %-7s %-24s %-32s %s\n", ctl_jstr(o, "client"),
-			       ctl_jstr(o, "scope"), ctl_jstr(o, "contract"), ctl_jstr(o, "approver"),
-			       ctl_jstr(o, "created_at"));
-	}
-	json_decref(list);
-	return EXIT_SUCCESS;
-}
-
 /* `client grant|ungrant NAME --decide CONTRACT --approver ENTRY --reason
  * TEXT`: the decide scope of a client for one contract and approver entry
  * ("*": every entry of the contract). The contract need not be loaded
@@ -261,31 +228,21 @@ client_grants(struct ctl *ctl)
 static int
 client_grant(struct ctl *ctl, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "reason", required_argument, NULL, 'r' },
-		{ "decide", required_argument, NULL, 'd' },
-		{ "approver", required_argument, NULL, 'a' },
-		{ NULL, 0, NULL, 0 },
-	};
 	const char *reason = NULL, *contract = NULL, *approver = NULL, *name, *what;
+	const struct ctl_opt opts[] = {
+		{ "reason", CTL_OPT_TEXT, &reason, 0, NULL },
+		{ "decide", CTL_OPT_TEXT, &contract, 0, NULL },
+		{ "approver", CTL_OPT_TEXT, &approver, 0, NULL },
+		{ NULL, 0, NULL, 0, NULL },
+	};
 	char op[OPLOG_ROLE_LEN] = "";
 	struct log_fields f = { 0 };
 	long long id = 0;
 	enum og_rc rc;
 	bool grant;
-	int opt;
 
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (opt == 'r')
-			reason = optarg;
-		else if (opt == 'd')
-			contract = optarg;
-		else if (opt == 'a')
-			approver = optarg;
-		else
-			return ctl_usage(ctl);
-	}
+	if (ctl_options(ctl, argc, argv, opts, false) != 0)
+		return EXIT_USAGE;
 	if (optind != argc - 2 || contract == NULL || approver == NULL)
 		return ctl_usage(ctl);
 	grant = strcmp(argv[optind], "grant") == 0;
@@ -351,12 +308,12 @@ ctl_admin_client(struct ctl *ctl, int argc, char **argv)
 
 	if (grant_verb(argc, argv))
 		return client_grant(ctl, argc, argv);
-	if (change_opts(argc, argv, &reason) != 0)
-		return ctl_usage(ctl);
+	if (change_opts(ctl, argc, argv, &reason) != 0)
+		return EXIT_USAGE;
 	if (optind == argc - 1 && strcmp(argv[optind], "list") == 0 && reason == NULL)
-		return client_list(ctl);
+		return client_view(ctl, &client_list_view);
 	if (optind == argc - 1 && strcmp(argv[optind], "grants") == 0 && reason == NULL)
-		return client_grants(ctl);
+		return client_view(ctl, &client_grants_view);
 	if (optind != argc - 2 ||
 	    (strcmp(argv[optind], "add") != 0 && strcmp(argv[optind], "revoke") != 0))
 		return ctl_usage(ctl);
@@ -500,43 +457,37 @@ ctl_admin_config(struct ctl *ctl, int argc, char **argv)
 static int
 sends_status(struct ctl *ctl)
 {
-	PGresult *res = NULL;
-	bool allowed;
+	struct control_status st;
 
 	if (ctl_db(ctl) != 0)
 		return EXIT_UNAVAILABLE;
-	if (control_status(ctl->db, &res) != DB_OK || PQntuples(res) != 1) {
+	if (control_status(ctl->db, &st) != DB_OK) {
 		fprintf(stderr, "oncegatectl: sends status: %s\n", db_error(ctl->db));
-		PQclear(res);
+		control_status_clear(&st);
 		return EXIT_REFUSED;
 	}
-	allowed = db_get(res, 0, "actions_enabled")[0] == 't';
 	if (ctl->json) {
-		json_t *doc = json_pack(
-			"{s:s, s:s?, s:s?, s:s?, s:I, s:I, s:s}", "sends",
-			allowed ? "allowed" : "stopped", "changed_at", db_get(res, 0, "changed_at"),
-			"changed_by", db_get(res, 0, "changed_by"), "reason", db_get(res, 0, "reason"),
-			"blocked_sends", (json_int_t)db_get_ll(res, 0, "blocked_sends"), "due_effects",
-			(json_int_t)db_get_ll(res, 0, "due"), "environment_needs",
-			"AI_ACTIONS_ENABLED=true");
-
-		ctl_print_json(doc);
-		json_decref(doc);
+		ctl_print_new(json_pack("{s:s, s:s, s:s?, s:s?, s:I, s:I, s:s}", "sends",
+		                        st.actions_enabled ? "allowed" : "stopped", "changed_at",
+		                        st.changed_at, "changed_by", st.changed_by, "reason",
+		                        st.reason, "blocked_sends", (json_int_t)st.blocked_sends,
+		                        "due_effects", (json_int_t)st.due, "environment_needs",
+		                        "AI_ACTIONS_ENABLED=true"));
 	} else {
-		const char *by = db_get(res, 0, "changed_by"), *why = db_get(res, 0, "reason");
-		char *safe = ctl_terminal_text(why != NULL ? why : "-");
+		char *safe = ctl_terminal_text(st.reason != NULL ? st.reason : "-");
 
 		printf("sends           %s (since %s, by %s: %s)\n",
-		       allowed ? "ALLOWED" : "STOPPED (kill switch engaged)",
-		       db_get(res, 0, "changed_at"), by != NULL ? by : "-", safe != NULL ? safe : "-");
+		       st.actions_enabled ? "ALLOWED" : "STOPPED (kill switch engaged)",
+		       st.changed_at, st.changed_by != NULL ? st.changed_by : "-",
+		       safe != NULL ? safe : "-");
 		free(safe);
-		printf("effects due     %s\n", db_get(res, 0, "due"));
-		printf("blocked sends   %s (refused by the switch right before sending)\n",
-		       db_get(res, 0, "blocked_sends"));
+		printf("effects due     %lld\n", st.due);
+		printf("blocked sends   %lld (refused by the switch right before sending)\n",
+		       st.blocked_sends);
 		printf("A dispatcher sends only while sends are ALLOWED here and its own environment "
 		       "has AI_ACTIONS_ENABLED=true.\n");
 	}
-	PQclear(res);
+	control_status_clear(&st);
 	return EXIT_SUCCESS;
 }
 
@@ -594,7 +545,9 @@ sends_command(struct ctl *ctl, int argc, char **argv, const char *stop, const ch
 {
 	const char *reason = NULL, *what;
 
-	if (change_opts(argc, argv, &reason) != 0 || optind != argc - 1)
+	if (change_opts(ctl, argc, argv, &reason) != 0)
+		return EXIT_USAGE;
+	if (optind != argc - 1)
 		return ctl_usage(ctl);
 	what = argv[optind];
 	if (strcmp(what, "status") == 0)

@@ -7,10 +7,7 @@
 
 #include "ctl.h"
 
-int ctl_admin_migrate(struct ctl *ctl, int argc, char **argv);
-int ctl_admin_client(struct ctl *ctl, int argc, char **argv);
-int ctl_admin_config(struct ctl *ctl, int argc, char **argv);
-int ctl_admin_sends(struct ctl *ctl, int argc, char **argv);
-int ctl_admin_kill_switch(struct ctl *ctl, int argc, char **argv);
+ctl_command_fn ctl_admin_migrate, ctl_admin_client, ctl_admin_config, ctl_admin_sends,
+	ctl_admin_kill_switch;
 
 #endif

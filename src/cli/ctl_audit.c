@@ -49,64 +49,27 @@ print_effects(const char *title, const json_t *list)
 	}
 }
 
-int
-ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
+/* The explanation as text: each question, its answer. */
+static void
+explain_print(const char *key, json_t *doc)
 {
-	static const struct option opts[] = {
-		{ "client", required_argument, NULL, 'c' },
-		{ NULL, 0, NULL, 0 },
+	static const struct {
+		const char *question, *member;
+	} asked[] = {
+		{ "Did we process this key?", "processed" },
+		{ "Did we send?", "sent" },
+		{ "Approvers told?", "told" },
+		{ "Who approved?", "approved" },
+		{ "Edited before approving?", "edited" },
+		{ "Which model drafted it?", "model" },
 	};
-	const char *client = NULL, *key;
-	char msg[512];
-	json_t *doc = NULL, *v;
-	enum og_rc rc;
+	json_t *v;
 	size_t i;
-	int opt;
 
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (opt == 'c')
-			client = optarg;
-		else
-			return ctl_usage(ctl);
-	}
-	if (optind != argc - 1)
-		return ctl_usage(ctl);
-	key = argv[optind];
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
-	rc = audit_explain(ctl->db, client, key, &doc, msg, sizeof(msg));
-	if (rc == OG_NOT_FOUND) {
-		/* "did we process this key?" has an answer here too: no */
-		if (ctl->json) {
-			json_t *no = json_pack("{s:s, s:{s:s, s:s}}", "key", key, "processed", "answer",
-			                       "no", "text", msg);
-			ctl_print_new(no);
-		}
-		fprintf(stderr, "oncegatectl: explain: %s\n", msg);
-		return EXIT_REFUSED;
-	}
-	if (rc != OG_OK) {
-		fprintf(stderr, "oncegatectl: explain: %s\n", msg);
-		return ctl_exit(rc);
-	}
-	{
-		struct log_fields f = { .key = key, .actor = ctl_operator(ctl) };
-
-		ctl_log(ctl, LOG_LEVEL_INFO, "audit.explain", &f);
-	}
-	if (ctl->json) {
-		ctl_print_new(doc);
-		return EXIT_SUCCESS;
-	}
 	ctl_terminal_safe(doc);
 	printf("%s (client %s)\n\n", key, json_string_value(json_object_get(doc, "client")) ?: "?");
-	printf("Did we process this key?   %s\n", jtext(doc, "processed", "text"));
-	printf("Did we send?               %s\n", jtext(doc, "sent", "text"));
-	printf("Approvers told?            %s\n", jtext(doc, "told", "text"));
-	printf("Who approved?              %s\n", jtext(doc, "approved", "text"));
-	printf("Edited before approving?   %s\n", jtext(doc, "edited", "text"));
-	printf("Which model drafted it?    %s\n", jtext(doc, "model", "text"));
+	for (i = 0; i < sizeof(asked) / sizeof(asked[0]); i++)
+		printf("%-27s%s\n", asked[i].question, jtext(doc, asked[i].member, "text"));
 	printf("Payload                    %s (%s)\n",
 	       json_is_true(json_object_get(json_object_get(doc, "processed"), "payload_kept"))
 	           ? "kept"
@@ -137,6 +100,49 @@ ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
 		       json_string_value(json_object_get(v, "event")) ?: "",
 		       json_string_value(json_object_get(v, "actor")) ?: "-",
 		       json_string_value(json_object_get(v, "detail")) ?: "");
+}
+
+int
+ctl_audit_explain(struct ctl *ctl, int argc, char **argv)
+{
+	const char *client = NULL, *key;
+	const struct ctl_opt opts[] = {
+		{ "client", CTL_OPT_TEXT, &client, 0, NULL },
+		{ NULL, 0, NULL, 0, NULL },
+	};
+	char msg[512];
+	json_t *doc = NULL;
+	enum og_rc rc;
+	int ex;
+
+	if ((ex = ctl_begin(ctl, argc, argv, opts, 1)) != 0)
+		return ex;
+	key = argv[optind];
+	rc = audit_explain(ctl->db, client, key, &doc, msg, sizeof(msg));
+	if (rc == OG_NOT_FOUND) {
+		/* "did we process this key?" has an answer here too: no */
+		if (ctl->json) {
+			json_t *no = json_pack("{s:s, s:{s:s, s:s}}", "key", key, "processed", "answer",
+			                       "no", "text", msg);
+			ctl_print_new(no);
+		}
+		fprintf(stderr, "oncegatectl: explain: %s\n", msg);
+		return EXIT_REFUSED;
+	}
+	if (rc != OG_OK) {
+		fprintf(stderr, "oncegatectl: explain: %s\n", msg);
+		return ctl_exit(rc);
+	}
+	{
+		struct log_fields f = { .key = key, .actor = ctl_operator(ctl) };
+
+		ctl_log(ctl, LOG_LEVEL_INFO, "audit.explain", &f);
+	}
+	if (ctl->json) {
+		ctl_print_new(doc);
+		return EXIT_SUCCESS;
+	}
+	explain_print(key, doc);
 	json_decref(doc);
 	return EXIT_SUCCESS;
 }
@@ -169,10 +175,6 @@ report_line(const char *label, const json_t *v)
 int
 ctl_audit_report(struct ctl *ctl, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "since", required_argument, NULL, 's' },
-		{ NULL, 0, NULL, 0 },
-	};
 	static const struct {
 		const char *name, *label;
 	} rows[] = {
@@ -202,18 +204,16 @@ ctl_audit_report(struct ctl *ctl, int argc, char **argv)
 		{ "claims_by_outcome_lifetime", "claims by outcome" },
 	};
 	const char *since = "7d";
+	const struct ctl_opt opts[] = {
+		{ "since", CTL_OPT_TEXT, &since, 0, NULL },
+		{ NULL, 0, NULL, 0, NULL },
+	};
 	long long secs;
 	json_t *doc;
 	size_t i;
-	int opt;
 
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (opt == 's')
-			since = optarg;
-		else
-			return ctl_usage(ctl);
-	}
+	if (ctl_options(ctl, argc, argv, opts, false) != 0)
+		return EXIT_USAGE;
 	if (optind != argc)
 		return ctl_usage(ctl);
 	if (ctl_time(ctl, "--since", since, &secs) != 0)
@@ -248,42 +248,25 @@ ctl_audit_report(struct ctl *ctl, int argc, char **argv)
 int
 ctl_audit_purge(struct ctl *ctl, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "older-than", required_argument, NULL, 'd' },
-		{ "reason", required_argument, NULL, 'r' },
-		{ "dry-run", no_argument, NULL, 'n' },
-		{ NULL, 0, NULL, 0 },
-	};
 	const char *reason = NULL, *op;
 	struct audit_purge p;
 	bool dry = false;
-	long long ago;
-	long days = -1;
+	long long ago = -1;
+	const struct ctl_opt opts[] = {
+		{ "older-than", CTL_OPT_TIME, &ago, 36500, NULL },
+		{ "reason", CTL_OPT_TEXT, &reason, 0, NULL },
+		{ "dry-run", CTL_OPT_FLAG, &dry, 0, NULL },
+		{ NULL, 0, NULL, 0, NULL },
+	};
+	long days;
 	enum og_rc rc;
-	int opt;
 
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (opt) {
-		case 'd':
-			if (ctl_time(ctl, "--older-than", optarg, &ago) != 0)
-				return EXIT_USAGE;
-			/* runs are purged by the day: a time within it counts whole */
-			days = (long)(ago / 86400);
-			if (days > 36500) {
-				fprintf(stderr, "oncegatectl: purge: --older-than is at most 36500 days\n");
-				return EXIT_USAGE;
-			}
-			break;
-		case 'r': reason = optarg; break;
-		case 'n': dry = true; break;
-		default: return ctl_usage(ctl);
-		}
-	}
+	if (ctl_options(ctl, argc, argv, opts, false) != 0)
+		return EXIT_USAGE;
 	if (optind != argc)
 		return ctl_usage(ctl);
-	if (days < 0)
-		days = ctl->cfg.retention_days;
+	/* runs are purged by the day: a time within it counts whole */
+	days = ago >= 0 ? (long)(ago / 86400) : ctl->cfg.retention_days;
 	if (!dry && (reason == NULL || reason[0] == '\0'))
 		return ctl_refuse(ctl, "purge", EXIT_USAGE, NULL, NULL, NULL,
 		                  "--reason TEXT is required: it is recorded with the operator");

@@ -7,8 +7,8 @@
 
 #include "ctl.h"
 
-int ctl_audit_explain(struct ctl *ctl, int argc, char **argv);
-int ctl_audit_report(struct ctl *ctl, int argc, char **argv);
-int ctl_audit_purge(struct ctl *ctl, int argc, char **argv);
+ctl_command_fn ctl_audit_explain;
+ctl_command_fn ctl_audit_report;
+ctl_command_fn ctl_audit_purge;
 
 #endif

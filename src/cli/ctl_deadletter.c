@@ -33,64 +33,26 @@ jtext(const json_t *v)
 static int
 cmd_list(struct ctl *ctl, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "since", required_argument, NULL, 's' },
-		{ "class", required_argument, NULL, 'c' },
-		{ "target", required_argument, NULL, 't' },
-		{ "state", required_argument, NULL, 'S' },
-		{ "limit", required_argument, NULL, 'l' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct deadletter_filter f = { 0 };
+	const struct ctl_opt opts[] = {
+		{ "since", CTL_OPT_TIME, &f.since_seconds, 0, NULL },
+		{ "class", CTL_OPT_TEXT, &f.error_class, 0, CTL_DEAD_LETTER_CLASSES },
+		{ "target", CTL_OPT_TEXT, &f.target, 0, NULL },
+		{ "state", CTL_OPT_TEXT, &f.state, 0, CTL_DEAD_LETTER_STATES },
+		{ "limit", CTL_OPT_COUNT, &f.limit, 100000, NULL },
+		{ NULL, 0, NULL, 0, NULL },
+	};
 	json_t *list = NULL, *o;
 	enum og_rc rc;
 	size_t i;
-	int opt;
+	int ex;
 
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (opt) {
-		case 's':
-			if (ctl_time(ctl, "--since", optarg, &f.since_seconds) != 0)
-				return EXIT_USAGE;
-			break;
-		case 'c':
-			if (strcmp(optarg, "permanent") != 0 && strcmp(optarg, "exhausted") != 0 &&
-			    strcmp(optarg, "unknown") != 0)
-				return ctl_usage(ctl);
-			f.error_class = optarg;
-			break;
-		case 't':
-			f.target = optarg;
-			break;
-		case 'S':
-			if (strcmp(optarg, "open") != 0 && strcmp(optarg, "resolved") != 0)
-				return ctl_usage(ctl);
-			f.state = optarg;
-			break;
-		case 'l':
-			f.limit = ctl_count(optarg, 100000);
-			if (f.limit <= 0)
-				return ctl_usage(ctl);
-			break;
-		default:
-			return ctl_usage(ctl);
-		}
-	}
-	if (optind != argc)
-		return ctl_usage(ctl);
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
-	rc = deadletter_list(ctl->db, &f, &list);
-	if (rc != OG_OK) {
-		fprintf(stderr, "oncegatectl: deadletter list: %s\n", db_error(ctl->db));
-		return ctl_exit(rc);
-	}
-	if (ctl->json) {
-		ctl_print_json(list);
-		json_decref(list);
-		return EXIT_SUCCESS;
-	}
+	if ((ex = ctl_begin(ctl, argc, argv, opts, 0)) != 0)
+		return ex;
+	if ((rc = deadletter_list(ctl->db, &f, &list)) != OG_OK)
+		return ctl_failed(ctl, "deadletter list", rc);
+	if (ctl->json)
+		return ctl_print_new(list);
 	printf("%-36s  %-7s %-9s %-14s %-9s %-8s %s\n", "DEAD LETTER", "AGE", "CLASS", "TARGET",
 	       "EFFECT", "STATE", "KEY");
 	json_array_foreach(list, i, o) {
@@ -154,12 +116,90 @@ show_attempts(const json_t *doc)
 	}
 }
 
+/* The resolutions a dead letter went through, one a line. */
+static void
+show_resolutions(const json_t *h)
+{
+	size_t k;
+
+	for (k = 0; k < json_array_size(h); k++) {
+		const json_t *e = json_array_get(h, k);
+
+		printf("  %s %-14s by %s\n", ctl_jstr(e, "at"), ctl_jstr(e, "resolution"),
+		       ctl_jstr(e, "by"));
+	}
+}
+
+/* The dead letter itself, one field a line. */
+static void
+show_letter(const json_t *doc)
+{
+	const json_t *eff = json_object_get(doc, "effect"), *run = json_object_get(doc, "run");
+	char age[32];
+	char *corr = jtext(json_object_get(doc, "correlation_id"));
+	char *wf = jtext(json_object_get(doc, "workflow_version"));
+	char *contract = jtext(json_object_get(doc, "contract"));
+	char *chash = jtext(json_object_get(doc, "contract_hash"));
+	char *ledger = jtext(json_object_get(doc, "ledger_state"));
+	char *evid = jtext(json_object_get(doc, "event_id"));
+	char *pid = jtext(json_object_get(eff, "provider_id"));
+
+	ctl_age(json_integer_value(json_object_get(doc, "age_seconds")), age, sizeof(age));
+	printf("dead letter      %s (%s, written %s, %s ago)\n",
+	       ctl_jstr(doc, "dead_letter_id"), ctl_jstr(doc, "state"),
+	       ctl_jstr(doc, "created_at"), age);
+	printf("effect           %s  %s -> %s  now %s%s\n", ctl_jstr(doc, "effect_id"),
+	       ctl_jstr(eff, "type"), ctl_jstr(eff, "target"), ctl_jstr(eff, "state"),
+	       json_is_true(json_object_get(eff, "known_undelivered"))
+	               ? " (known not delivered)" : "");
+	printf("event id         %s\n", evid);
+	printf("correlation id   %s\n", corr);
+	printf("workflow         %s\n", wf);
+	printf("contract         %s (%s)\n", contract, chash);
+	printf("payload          %s, ref %s (%s)\n", ctl_jstr(doc, "payload_hash"),
+	       ctl_jstr(doc, "payload_ref"),
+	       json_is_true(json_object_get(doc, "payload_kept")) ? "kept"
+	                                                          : "purged by retention");
+	printf("idempotency key  %s (client %s); provider key %s\n",
+	       ctl_jstr(doc, "key"), ctl_jstr(doc, "client"),
+	       ctl_jstr(doc, "provider_key"));
+	printf("ledger state     %s when written; now %s (version %lld)\n", ledger,
+	       ctl_jstr(run, "state"),
+	       (long long)json_integer_value(json_object_get(run, "version")));
+	printf("failed           component %s, class %s, reason %s\n",
+	       ctl_jstr(doc, "component"), ctl_jstr(doc, "error_class"),
+	       ctl_jstr(doc, "reason"));
+	printf("provider id      %s\n", pid);
+	printf("owner            %s\n", ctl_jstr(doc, "owner"));
+	printf("approved by      %s\n", json_is_string(json_object_get(doc, "approved_by"))
+	                                     ? ctl_jstr(doc, "approved_by") : "-");
+	printf("next action      %s\n", ctl_jstr(doc, "next_action"));
+	printf("retention until  %s\n", ctl_jstr(doc, "retention_until"));
+	printf("replay count     %lld%s%s\n",
+	       (long long)json_integer_value(json_object_get(doc, "replay_count")),
+	       json_is_string(json_object_get(doc, "replayed_as")) ? ", replayed as " : "",
+	       json_is_string(json_object_get(doc, "replayed_as"))
+	               ? ctl_jstr(doc, "replayed_as") : "");
+	printf("resolution       %s", ctl_jstr(doc, "resolution"));
+	if (json_is_string(json_object_get(doc, "resolved_by")))
+		printf(" (by %s at %s)", ctl_jstr(doc, "resolved_by"),
+		       ctl_jstr(doc, "resolved_at"));
+	printf("\n");
+	show_resolutions(json_object_get(doc, "resolutions"));
+	free(corr);
+	free(wf);
+	free(contract);
+	free(chash);
+	free(ledger);
+	free(evid);
+	free(pid);
+}
+
 static int
 cmd_show(struct ctl *ctl, const char *id)
 {
-	json_t *doc = NULL, *eff, *run, *acts, *a;
+	json_t *doc = NULL, *acts, *a;
 	enum og_rc rc;
-	char age[32];
 	size_t i;
 
 	if (ctl_db(ctl) != 0)
@@ -170,86 +210,11 @@ cmd_show(struct ctl *ctl, const char *id)
 		        "its own id or its effect's)\n", id);
 		return EXIT_REFUSED;
 	}
-	if (rc != OG_OK) {
-		fprintf(stderr, "oncegatectl: deadletter show: %s\n", db_error(ctl->db));
-		return ctl_exit(rc);
-	}
-	if (ctl->json) {
-		ctl_print_json(doc);
-		json_decref(doc);
-		return EXIT_SUCCESS;
-	}
-	eff = json_object_get(doc, "effect");
-	run = json_object_get(doc, "run");
-	ctl_age(json_integer_value(json_object_get(doc, "age_seconds")), age, sizeof(age));
-	{
-		char *corr = jtext(json_object_get(doc, "correlation_id"));
-		char *wf = jtext(json_object_get(doc, "workflow_version"));
-		char *contract = jtext(json_object_get(doc, "contract"));
-		char *chash = jtext(json_object_get(doc, "contract_hash"));
-		char *ledger = jtext(json_object_get(doc, "ledger_state"));
-		char *evid = jtext(json_object_get(doc, "event_id"));
-		char *pid = jtext(json_object_get(eff, "provider_id"));
-
-		printf("dead letter      %s (%s, written %s, %s ago)\n",
-		       ctl_jstr(doc, "dead_letter_id"), ctl_jstr(doc, "state"),
-		       ctl_jstr(doc, "created_at"), age);
-		printf("effect           %s  %s -> %s  now %s%s\n", ctl_jstr(doc, "effect_id"),
-		       ctl_jstr(eff, "type"), ctl_jstr(eff, "target"), ctl_jstr(eff, "state"),
-		       json_is_true(json_object_get(eff, "known_undelivered"))
-		               ? " (known not delivered)" : "");
-		printf("event id         %s\n", evid);
-		printf("correlation id   %s\n", corr);
-		printf("workflow         %s\n", wf);
-		printf("contract         %s (%s)\n", contract, chash);
-		printf("payload          %s, ref %s (%s)\n", ctl_jstr(doc, "payload_hash"),
-		       ctl_jstr(doc, "payload_ref"),
-		       json_is_true(json_object_get(doc, "payload_kept")) ? "kept"
-		                                                          : "purged by retention");
-		printf("idempotency key  %s (client %s); provider key %s\n",
-		       ctl_jstr(doc, "key"), ctl_jstr(doc, "client"),
-		       ctl_jstr(doc, "provider_key"));
-		printf("ledger state     %s when written; now %s (version %lld)\n", ledger,
-		       ctl_jstr(run, "state"),
-		       (long long)json_integer_value(json_object_get(run, "version")));
-		printf("failed           component %s, class %s, reason %s\n",
-		       ctl_jstr(doc, "component"), ctl_jstr(doc, "error_class"),
-		       ctl_jstr(doc, "reason"));
-		printf("provider id      %s\n", pid);
-		printf("owner            %s\n", ctl_jstr(doc, "owner"));
-		printf("approved by      %s\n", json_is_string(json_object_get(doc, "approved_by"))
-		                                     ? ctl_jstr(doc, "approved_by") : "-");
-		printf("next action      %s\n", ctl_jstr(doc, "next_action"));
-		printf("retention until  %s\n", ctl_jstr(doc, "retention_until"));
-		printf("replay count     %lld%s%s\n",
-		       (long long)json_integer_value(json_object_get(doc, "replay_count")),
-		       json_is_string(json_object_get(doc, "replayed_as")) ? ", replayed as " : "",
-		       json_is_string(json_object_get(doc, "replayed_as"))
-		               ? ctl_jstr(doc, "replayed_as") : "");
-		printf("resolution       %s", ctl_jstr(doc, "resolution"));
-		if (json_is_string(json_object_get(doc, "resolved_by")))
-			printf(" (by %s at %s)", ctl_jstr(doc, "resolved_by"),
-			       ctl_jstr(doc, "resolved_at"));
-		printf("\n");
-		{
-			const json_t *h = json_object_get(doc, "resolutions");
-			size_t k;
-
-			for (k = 0; k < json_array_size(h); k++) {
-				const json_t *e = json_array_get(h, k);
-
-				printf("  %s %-14s by %s\n", ctl_jstr(e, "at"), ctl_jstr(e, "resolution"),
-				       ctl_jstr(e, "by"));
-			}
-		}
-		free(corr);
-		free(wf);
-		free(contract);
-		free(chash);
-		free(ledger);
-		free(evid);
-		free(pid);
-	}
+	if (rc != OG_OK)
+		return ctl_failed(ctl, "deadletter show", rc);
+	if (ctl->json)
+		return ctl_print_new(doc);
+	show_letter(doc);
 	show_attempts(doc);
 	acts = json_object_get(doc, "operator_actions");
 	printf("\noperator actions (%zu)\n", json_array_size(acts));
@@ -260,33 +225,53 @@ cmd_show(struct ctl *ctl, const char *id)
 	return EXIT_SUCCESS;
 }
 
+/* The owner changed and its operator_actions row written, in the open
+ * transaction, which it commits when both are done; by gets the operator
+ * the row names. */
+static enum og_rc
+assign_recorded(struct ctl *ctl, const char *id, const char *to, const char *reason,
+                struct deadletter_assigned *out, char by[OPLOG_ROLE_LEN])
+{
+	struct oplog_action a = { .action = "deadletter.assigned", .reason = reason };
+	char cid[24], *details;
+	enum og_rc rc;
+	json_t *d;
+
+	if ((rc = deadletter_assign(ctl->db, id, to, out)) != OG_OK)
+		return rc;
+	d = json_pack("{s:s, s:s?}", "owner", to, "was", out->was[0] ? out->was : NULL);
+	details = d != NULL ? json_dumps(d, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	json_decref(d);
+	snprintf(cid, sizeof(cid), "%lld", out->client_id);
+	a.client_id = cid;
+	a.key = out->key;
+	a.effect_id = out->effect_id;
+	a.details = details;
+	if (oplog_record_by(ctl->db, &a, NULL, by, OPLOG_ROLE_LEN) != DB_OK ||
+	    db_commit(ctl->db) != DB_OK)
+		rc = OG_ERROR;
+	free(details);
+	return rc;
+}
+
 /* `deadletter assign ID --to PERSON --reason TEXT`: a person owns the
  * letter from now on (by default its client does). */
 static int
 cmd_assign(struct ctl *ctl, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "to", required_argument, NULL, 't' },
-		{ "reason", required_argument, NULL, 'r' },
-		{ NULL, 0, NULL, 0 },
-	};
 	const char *to = NULL, *reason = NULL, *id;
+	const struct ctl_opt opts[] = {
+		{ "to", CTL_OPT_TEXT, &to, 0, NULL },
+		{ "reason", CTL_OPT_TEXT, &reason, 0, NULL },
+		{ NULL, 0, NULL, 0, NULL },
+	};
 	struct deadletter_assigned out;
-	char by[OPLOG_ROLE_LEN] = "", cid[24], *details = NULL;
-	struct oplog_action a = { .action = "deadletter.assigned" };
+	char by[OPLOG_ROLE_LEN] = "";
 	enum og_rc rc;
 	size_t i;
-	int opt;
 
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (opt == 't')
-			to = optarg;
-		else if (opt == 'r')
-			reason = optarg;
-		else
-			return ctl_usage(ctl);
-	}
+	if (ctl_options(ctl, argc, argv, opts, false) != 0)
+		return EXIT_USAGE;
 	if (optind != argc - 1 || to == NULL)
 		return ctl_usage(ctl);
 	id = argv[optind];
@@ -313,31 +298,14 @@ cmd_assign(struct ctl *ctl, int argc, char **argv)
 		fprintf(stderr, "oncegatectl: deadletter assign: %s\n", db_error(ctl->db));
 		return EXIT_UNAVAILABLE;
 	}
-	rc = deadletter_assign(ctl->db, id, to, &out);
-	if (rc == OG_OK) {
-		json_t *d = json_pack("{s:s, s:s?}", "owner", to, "was", out.was[0] ? out.was : NULL);
-
-		details = d != NULL ? json_dumps(d, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-		json_decref(d);
-		snprintf(cid, sizeof(cid), "%lld", out.client_id);
-		a.reason = reason;
-		a.client_id = cid;
-		a.key = out.key;
-		a.effect_id = out.effect_id;
-		a.details = details;
-		if (oplog_record_by(ctl->db, &a, NULL, by, sizeof(by)) != DB_OK ||
-		    db_commit(ctl->db) != DB_OK)
-			rc = OG_ERROR;
-	}
-	free(details);
+	rc = assign_recorded(ctl, id, to, reason, &out, by);
 	if (rc != OG_OK) {
 		db_rollback(ctl->db);
-		if (rc == OG_NOT_FOUND)
-			fprintf(stderr, "oncegatectl: deadletter assign: no dead letter has the id %s "
-			        "(as its own id or its effect's)\n", id);
-		else
-			fprintf(stderr, "oncegatectl: deadletter assign: %s\n", db_error(ctl->db));
-		return rc == OG_NOT_FOUND ? EXIT_REFUSED : ctl_exit(rc);
+		if (rc != OG_NOT_FOUND)
+			return ctl_failed(ctl, "deadletter assign", rc);
+		fprintf(stderr, "oncegatectl: deadletter assign: no dead letter has the id %s "
+		        "(as its own id or its effect's)\n", id);
+		return EXIT_REFUSED;
 	}
 	{
 		struct log_fields f = { .actor = by, .reason = reason, .key = out.key,
@@ -345,14 +313,10 @@ cmd_assign(struct ctl *ctl, int argc, char **argv)
 
 		ctl_log(ctl, LOG_LEVEL_NOTICE, "deadletter.assigned", &f);
 	}
-	if (ctl->json) {
-		json_t *doc = json_pack("{s:s, s:s, s:s, s:s?, s:s}", "dead_letter_id", out.id,
+	if (ctl->json)
+		ctl_print_new(json_pack("{s:s, s:s, s:s, s:s?, s:s}", "dead_letter_id", out.id,
 		                        "effect_id", out.effect_id, "owner", to, "was",
-		                        out.was[0] ? out.was : NULL, "assigned_by", by);
-
-		ctl_print_json(doc);
-		json_decref(doc);
-	}
+		                        out.was[0] ? out.was : NULL, "assigned_by", by));
 	fprintf(stderr, "oncegatectl: dead letter %s now owned by %s (by %s)\n", out.id, to, by);
 	return EXIT_SUCCESS;
 }

@@ -7,6 +7,6 @@
 
 #include "ctl.h"
 
-int ctl_deadletter(struct ctl *ctl, int argc, char **argv);
+ctl_command_fn ctl_deadletter;
 
 #endif

@@ -148,27 +148,19 @@ export_pages(struct ctl *ctl, const char *since, bool csv, long long *rows)
 int
 ctl_export(struct ctl *ctl, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "since", required_argument, NULL, 's' },
-		{ "format", required_argument, NULL, 'f' },
-		{ NULL, 0, NULL, 0 },
-	};
 	const char *since = NULL, *format = NULL;
+	const struct ctl_opt opts[] = {
+		{ "since", CTL_OPT_TEXT, &since, 0, NULL },
+		{ "format", CTL_OPT_TEXT, &format, 0, NULL },
+		{ NULL, 0, NULL, 0, NULL },
+	};
 	char from[64] = "1970-01-01T00:00:00Z";
 	long long ago = 0, rows = 0;
 	enum og_rc rc;
 	size_t i;
-	int opt;
 
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (opt == 's')
-			since = optarg;
-		else if (opt == 'f')
-			format = optarg;
-		else
-			return ctl_usage(ctl);
-	}
+	if (ctl_options(ctl, argc, argv, opts, false) != 0)
+		return EXIT_USAGE;
 	if (optind != argc || format == NULL ||
 	    (strcmp(format, "jsonl") != 0 && strcmp(format, "csv") != 0))
 		return ctl_usage(ctl);

@@ -7,6 +7,6 @@
 
 #include "ctl.h"
 
-int ctl_export(struct ctl *ctl, int argc, char **argv);
+ctl_command_fn ctl_export;
 
 #endif

@@ -297,23 +297,17 @@ ctl_job_run(struct ctl *ctl, struct ctl_job *job)
 int
 ctl_job_stop(struct ctl *ctl, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "reason", required_argument, NULL, 'r' },
-		{ NULL, 0, NULL, 0 },
-	};
 	const char *reason = NULL, *op = NULL;
+	const struct ctl_opt opts[] = {
+		{ "reason", CTL_OPT_TEXT, &reason, 0, NULL },
+		{ NULL, 0, NULL, 0, NULL },
+	};
 	char msg[512], kind[16] = "replay", event[48], *end;
 	long long job;
 	enum og_rc rc;
-	int opt;
 
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (opt == 'r')
-			reason = optarg;
-		else
-			return ctl_usage(ctl);
-	}
+	if (ctl_options(ctl, argc, argv, opts, false) != 0)
+		return EXIT_USAGE;
 	if (optind != argc - 1)
 		return ctl_usage(ctl);
 	job = strtoll(argv[optind], &end, 10);

@@ -67,6 +67,6 @@ void ctl_job_result(struct ctl_job *job, json_t *v);
 
 /* `oncegatectl stop JOB --reason TEXT`: a job of either kind stops before
  * its next item. */
-int ctl_job_stop(struct ctl *ctl, int argc, char **argv);
+ctl_command_fn ctl_job_stop;
 
 #endif

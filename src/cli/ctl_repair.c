@@ -12,7 +12,7 @@
  * logged too (`operator.refused`, error_class naming the kind of refusal),
  * so the decision log shows what was tried as well as what was done.
  */
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +22,7 @@
 #include "ctl_repair.h"
 #include "gate.h"
 #include "ledger.h"
+#include "outbox.h"
 #include "repair.h"
 
 
@@ -52,6 +53,19 @@ ctl_repair_code(enum og_rc rc)
 	}
 }
 
+/* What a log line says of the thing a change was about: each field of o
+ * that is not empty. */
+static void
+about(struct log_fields *f, const struct repair_out *o)
+{
+	f->client = o->client_name[0] ? o->client_name : NULL;
+	f->key = o->key[0] ? o->key : NULL;
+	f->effect_id = o->effect_id[0] ? o->effect_id : NULL;
+	f->approval_id = o->approval_id[0] ? o->approval_id : NULL;
+	f->target = o->target[0] ? o->target : NULL;
+	f->state_from = o->from[0] ? o->from : NULL;
+}
+
 int
 ctl_repair_refuse(struct ctl *ctl, const struct ctl_repair_act *a, const char *code,
                   const char *why, const struct repair_out *out, int exit_code)
@@ -64,14 +78,8 @@ ctl_repair_refuse(struct ctl *ctl, const struct ctl_repair_act *a, const char *c
 	f.reason = a->reason;
 	f.error_class = code;
 	f.detail = detail;
-	if (out != NULL) {
-		f.client = out->client_name[0] ? out->client_name : NULL;
-		f.key = out->key[0] ? out->key : NULL;
-		f.effect_id = out->effect_id[0] ? out->effect_id : NULL;
-		f.approval_id = out->approval_id[0] ? out->approval_id : NULL;
-		f.target = out->target[0] ? out->target : NULL;
-		f.state_from = out->from[0] ? out->from : NULL;
-	}
+	if (out != NULL)
+		about(&f, out);
 	ctl_log(ctl, LOG_LEVEL_NOTICE, "operator.refused", &f);
 	fprintf(stderr, "oncegatectl: %s refused: %s. Nothing was changed.\n", a->cmd, why);
 	return exit_code;
@@ -113,51 +121,27 @@ struct effect_args {
 };
 
 /* Parses [--reason T] [--expect S] and the extra options of reconcile /
- * reject; one positional argument. 0 or EXIT_USAGE. */
+ * reject; one positional argument. 0 or EXIT_USAGE (nothing printed):
+ * also for both --delivered and --not-delivered. */
 static int
-effect_args(int argc, char **argv, struct ctl_repair_act *a,
+effect_args(struct ctl *ctl, int argc, char **argv, struct ctl_repair_act *a,
             struct effect_args *e)
 {
-	static const struct option opts[] = {
-		{ "reason", required_argument, NULL, 'r' },
-		{ "expect", required_argument, NULL, 'e' },
-		{ "delivered", no_argument, NULL, 'D' },
-		{ "not-delivered", no_argument, NULL, 'N' },
-		{ "provider-id", required_argument, NULL, 'p' },
-		{ "client", required_argument, NULL, 'c' },
-		{ NULL, 0, NULL, 0 },
+	bool yes = false, no = false;
+	const struct ctl_opt opts[] = {
+		{ "reason", CTL_OPT_TEXT, &a->reason, 0, NULL },
+		{ "expect", CTL_OPT_TEXT, &e->expect, 0, NULL },
+		{ "delivered", CTL_OPT_FLAG, &yes, 0, NULL },
+		{ "not-delivered", CTL_OPT_FLAG, &no, 0, NULL },
+		{ "provider-id", CTL_OPT_TEXT, &e->provider_id, 0, NULL },
+		{ "client", CTL_OPT_TEXT, &e->client, 0, NULL },
+		{ NULL, 0, NULL, 0, NULL },
 	};
-	int opt, bad = 0;
+	int bad;
 
 	memset(e, 0, sizeof(*e));
-	e->delivered = -1;
-	optind = 0;
-	opterr = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (opt) {
-		case 'r':
-			a->reason = optarg;
-			break;
-		case 'e':
-			e->expect = optarg;
-			break;
-		case 'D':
-		case 'N':
-			if (e->delivered != -1 && e->delivered != (opt == 'D'))
-				bad = 1;
-			e->delivered = opt == 'D';
-			break;
-		case 'p':
-			e->provider_id = optarg;
-			break;
-		case 'c':
-			e->client = optarg;
-			break;
-		default:
-			bad = 1;
-		}
-	}
-	opterr = 1;
+	bad = ctl_options(ctl, argc, argv, opts, true) != 0 || (yes && no);
+	e->delivered = yes ? 1 : no ? 0 : -1;
 	if (optind == argc - 1)
 		e->target = argv[optind];
 	else
@@ -165,37 +149,39 @@ effect_args(int argc, char **argv, struct ctl_repair_act *a,
 	return bad ? EXIT_USAGE : 0;
 }
 
+/* What a change's JSON report shows of repair_out: each field not empty. */
+static const struct {
+	const char *name;
+	size_t at;
+} shown[] = {
+	{ "effect_id", offsetof(struct repair_out, effect_id) },
+	{ "approval_id", offsetof(struct repair_out, approval_id) },
+	{ "key", offsetof(struct repair_out, key) },
+	{ "client", offsetof(struct repair_out, client_name) },
+	{ "provider_key", offsetof(struct repair_out, provider_key) },
+	{ "state_from", offsetof(struct repair_out, from) },
+	{ "state_to", offsetof(struct repair_out, to) },
+	{ "run_state_from", offsetof(struct repair_out, run_from) },
+	{ "run_state_to", offsetof(struct repair_out, run_to) },
+	{ "dead_letter_id", offsetof(struct repair_out, dead_letter_id) },
+	{ "callback_effect_id", offsetof(struct repair_out, callback_id) },
+};
+
 /* Prints what a change did; the JSON form for scripts. */
 static void
 report(struct ctl *ctl, const char *outcome, const struct ctl_repair_act *a,
        const struct repair_out *o)
 {
+	size_t i;
+
 	if (ctl->json) {
 		json_t *v = json_pack("{s:s, s:s?, s:s, s:I}", "outcome", outcome, "operator", a->op,
 		                      "reason", a->reason, "action_id", (json_int_t)o->action_id);
 
-		if (o->effect_id[0])
-			json_object_set_new(v, "effect_id", json_string(o->effect_id));
-		if (o->approval_id[0])
-			json_object_set_new(v, "approval_id", json_string(o->approval_id));
-		if (o->key[0])
-			json_object_set_new(v, "key", json_string(o->key));
-		if (o->client_name[0])
-			json_object_set_new(v, "client", json_string(o->client_name));
-		if (o->provider_key[0])
-			json_object_set_new(v, "provider_key", json_string(o->provider_key));
-		if (o->from[0])
-			json_object_set_new(v, "state_from", json_string(o->from));
-		if (o->to[0])
-			json_object_set_new(v, "state_to", json_string(o->to));
-		if (o->run_from[0])
-			json_object_set_new(v, "run_state_from", json_string(o->run_from));
-		if (o->run_to[0])
-			json_object_set_new(v, "run_state_to", json_string(o->run_to));
-		if (o->dead_letter_id[0])
-			json_object_set_new(v, "dead_letter_id", json_string(o->dead_letter_id));
-		if (o->callback_id[0])
-			json_object_set_new(v, "callback_effect_id", json_string(o->callback_id));
+		for (i = 0; i < sizeof(shown) / sizeof(shown[0]); i++)
+			if (((const char *)o + shown[i].at)[0] != '\0')
+				json_object_set_new(v, shown[i].name,
+				                    json_string((const char *)o + shown[i].at));
 		if (strcmp(outcome, "rejected") == 0 && o->effect_id[0] == '\0')
 			json_object_set_new(v, "effects_cancelled", json_integer(o->count));
 		if (strcmp(outcome, "revoked") == 0)
@@ -213,12 +199,7 @@ ctl_repair_log_change(struct ctl *ctl, const char *event, const struct ctl_repai
 
 	f.actor = a->op;
 	f.reason = a->reason;
-	f.client = o->client_name[0] ? o->client_name : NULL;
-	f.key = o->key[0] ? o->key : NULL;
-	f.effect_id = o->effect_id[0] ? o->effect_id : NULL;
-	f.approval_id = o->approval_id[0] ? o->approval_id : NULL;
-	f.target = o->target[0] ? o->target : NULL;
-	f.state_from = o->from[0] ? o->from : NULL;
+	about(&f, o);
 	f.state_to = o->to[0] ? o->to : NULL;
 	f.provider_id = provider_id;
 	f.detail = detail;
@@ -251,9 +232,12 @@ struct one_cmd {
 	const char *what;          /* what a usage refusal says it wants */
 	/* an option given that the command does not take */
 	bool (*misuse)(const struct effect_args *e);
-	/* the change, in the library */
+	/* the change, in the library: of the named thing alone (by_id), or
+	 * with the command's options (change) */
+	enum og_rc (*by_id)(struct db *db, const char *id, const struct repair_who *who,
+	                    struct repair_out *out);
 	enum og_rc (*change)(struct ctl *ctl, const struct effect_args *e,
-	                         const struct repair_who *who, struct repair_out *out);
+	                     const struct repair_who *who, struct repair_out *out);
 	/* what is logged and printed once it is done */
 	void (*done)(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect_args *e,
 	             const struct repair_out *out);
@@ -273,7 +257,7 @@ one_cmd_run(struct ctl *ctl, int argc, char **argv, const struct one_cmd *c)
 	int ex;
 
 	memset(&out, 0, sizeof(out));
-	ex = effect_args(argc, argv, &a, &e);
+	ex = effect_args(ctl, argc, argv, &a, &e);
 	if (ex != 0 || c->misuse(&e)) {
 		(void)ctl_usage(ctl);
 		return ctl_repair_refuse(ctl, &a, "usage", c->what, NULL, EXIT_USAGE);
@@ -285,7 +269,8 @@ one_cmd_run(struct ctl *ctl, int argc, char **argv, const struct one_cmd *c)
 	a.op = ctl_operator(ctl);
 	who.operator_name = a.op;
 	who.reason = a.reason;
-	rc = c->change(ctl, &e, &who, &out);
+	rc = c->by_id != NULL ? c->by_id(ctl->db, e.target, &who, &out)
+	                      : c->change(ctl, &e, &who, &out);
 	if (rc != OG_OK)
 		return refused(ctl, &a, rc, &out);
 	c->done(ctl, &a, &e, &out);
@@ -334,18 +319,6 @@ reconcile_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct eff
 	        e->delivered == 1 ? "" : "; `oncegatectl resume` sends it again with the same key");
 }
 
-int
-ctl_repair_reconcile(struct ctl *ctl, int argc, char **argv)
-{
-	static const struct one_cmd c = {
-		"reconcile",
-		"say --delivered --provider-id ID or --not-delivered, and name one EFFECT",
-		reconcile_misuse, reconcile_change, reconcile_done,
-	};
-
-	return one_cmd_run(ctl, argc, argv, &c);
-}
-
 /* --- resume (one effect) ----------------------------------------------------------- */
 
 static bool
@@ -369,17 +342,6 @@ resume_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 	report(ctl, "resumed", a, out);
 	fprintf(stderr, "oncegatectl: effect %s resumed: pending again with the same provider key "
 	        "%s\n", out->effect_id, out->provider_key);
-}
-
-int
-ctl_repair_resume(struct ctl *ctl, int argc, char **argv)
-{
-	static const struct one_cmd c = {
-		"resume", "name one EFFECT",
-		resume_misuse, resume_change, resume_done,
-	};
-
-	return one_cmd_run(ctl, argc, argv, &c);
 }
 
 /* --- reject ---------------------------------------------------------------------- */
@@ -418,8 +380,9 @@ reject_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 		        strcmp(out->run_to, ledger_state_name(RUN_COMPLETED)) == 0 ? "run.completed"
 		                                                                     : "run.rejected",
 		        a, out);
-		fprintf(stderr, "oncegatectl: effect %s %s -> cancelled%s%s\n", out->effect_id,
-		        out->from, out->run_to[0] ? "; run " : "", out->run_to);
+		fprintf(stderr, "oncegatectl: effect %s %s -> %s%s%s\n", out->effect_id, out->from,
+		        outbox_state_name(EFFECT_CANCELLED), out->run_to[0] ? "; run " : "",
+		        out->run_to);
 	} else {
 		log_run(ctl, "run.rejected", a, out);
 		if (out->callback_id[0]) {
@@ -429,23 +392,12 @@ reject_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 
 			ctl_log(ctl, LOG_LEVEL_INFO, "effect.enqueued", &f);
 		}
-		fprintf(stderr, "oncegatectl: run %s (client %s) %s -> failed_terminal; %d effect%s "
-		        "cancelled%s\n", out->key, out->client_name, out->run_from, out->count,
-		        out->count == 1 ? "" : "s",
+		fprintf(stderr, "oncegatectl: run %s (client %s) %s -> %s; %d effect%s "
+		        "cancelled%s\n", out->key, out->client_name, out->run_from,
+		        ledger_state_name(RUN_FAILED_TERMINAL), out->count, out->count == 1 ? "" : "s",
 		        out->callback_id[0] ? "; the workflow is told through its callback" : "");
 	}
 	report(ctl, "rejected", a, out);
-}
-
-int
-ctl_repair_reject(struct ctl *ctl, int argc, char **argv)
-{
-	static const struct one_cmd c = {
-		"reject", "name one EFFECT or KEY",
-		reject_misuse, reject_change, reject_done,
-	};
-
-	return one_cmd_run(ctl, argc, argv, &c);
 }
 
 /* --- approval -------------------------------------------------------------------- */
@@ -454,39 +406,24 @@ ctl_repair_reject(struct ctl *ctl, int argc, char **argv)
 static int
 approval_list(struct ctl *ctl, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "pending", no_argument, NULL, 'p' },
-		{ "limit", required_argument, NULL, 'l' },
-		{ NULL, 0, NULL, 0 },
-	};
 	json_t *list = NULL, *o;
 	enum og_rc rc;
 	bool pending = false;
-	int opt, limit = 200;
+	int limit = 200;
+	const struct ctl_opt opts[] = {
+		{ "pending", CTL_OPT_FLAG, &pending, 0, NULL },
+		{ "limit", CTL_OPT_COUNT, &limit, 100000, NULL },
+		{ NULL, 0, NULL, 0, NULL },
+	};
 	size_t k;
+	int ex;
 
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (opt == 'p')
-			pending = true;
-		else if (opt == 'l' && (limit = ctl_count(optarg, 100000)) > 0)
-			continue;
-		else
-			return ctl_usage(ctl);
-	}
-	if (optind != argc)
-		return ctl_usage(ctl);
-	if (ctl_db(ctl) != 0)
-		return EXIT_UNAVAILABLE;
-	if ((rc = gate_challenges(ctl->db, pending, limit, &list)) != OG_OK) {
-		fprintf(stderr, "oncegatectl: approval list: %s\n", db_error(ctl->db));
-		return ctl_exit(rc);
-	}
-	if (ctl->json) {
-		ctl_print_json(list);
-		json_decref(list);
-		return EXIT_SUCCESS;
-	}
+	if ((ex = ctl_begin(ctl, argc, argv, opts, 0)) != 0)
+		return ex;
+	if ((rc = gate_challenges(ctl->db, pending, limit, &list)) != OG_OK)
+		return ctl_failed(ctl, "approval list", rc);
+	if (ctl->json)
+		return ctl_print_new(list);
 	printf("%-36s  %-8s %-8s %-10s %-12s %-20s %s\n", "APPROVAL", "STATE", "AGE",
 	       "EXPIRES IN", "CLIENT", "APPROVER", "KEY");
 	json_array_foreach(list, k, o) {
@@ -494,7 +431,7 @@ approval_list(struct ctl *ctl, int argc, char **argv)
 		long long in = json_integer_value(json_object_get(o, "expires_in_seconds"));
 
 		ctl_age(json_integer_value(json_object_get(o, "waiting_seconds")), wait, sizeof(wait));
-		if (strcmp(ctl_jstr(o, "state"), "pending") != 0)
+		if (strcmp(ctl_jstr(o, "state"), gate_state_name(APPROVAL_PENDING)) != 0)
 			snprintf(left, sizeof(left), "-");
 		else if (in <= 0)
 			snprintf(left, sizeof(left), "expired");
@@ -507,13 +444,6 @@ approval_list(struct ctl *ctl, int argc, char **argv)
 	printf("%zu %s\n", json_array_size(list), pending ? "pending" : "challenges");
 	json_decref(list);
 	return EXIT_SUCCESS;
-}
-
-static enum og_rc
-revoke_change(struct ctl *ctl, const struct effect_args *e, const struct repair_who *who,
-              struct repair_out *out)
-{
-	return repair_approval_revoke(ctl->db, e->target, who, out);
 }
 
 static void
@@ -542,18 +472,12 @@ revoke_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 		        "pending\n", out->approval_id, out->count, out->count == 1 ? "" : "s");
 	else if (out->run_to[0])
 		fprintf(stderr, "oncegatectl: approval %s revoked; it was the last link of run %s: "
-		        "the run is failed_terminal (approval_revoked)%s\n", out->approval_id,
-		        out->key, out->callback_id[0] ? "; the workflow is told `expired`" : "");
+		        "the run is %s (approval_revoked)%s\n", out->approval_id, out->key,
+		        ledger_state_name(RUN_FAILED_TERMINAL),
+		        out->callback_id[0] ? "; the workflow is told `expired`" : "");
 	else
 		fprintf(stderr, "oncegatectl: approval %s revoked; no link of run %s is pending any "
 		        "more\n", out->approval_id, out->key);
-}
-
-static enum og_rc
-resend_change(struct ctl *ctl, const struct effect_args *e, const struct repair_who *who,
-              struct repair_out *out)
-{
-	return repair_approval_resend(ctl->db, e->target, who, out);
 }
 
 static void
@@ -571,36 +495,9 @@ resend_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 	        "replaces the previous one when it is sent\n", out->approval_id, out->effect_id);
 }
 
-int
-ctl_repair_approval(struct ctl *ctl, int argc, char **argv)
-{
-	static const struct one_cmd revoke = {
-		"approval revoke", "name one approval ID",
-		plain_misuse, revoke_change, revoke_done,
-	};
-	static const struct one_cmd resend = {
-		"approval resend", "name one approval ID",
-		plain_misuse, resend_change, resend_done,
-	};
-
-	if (argc >= 2 && strcmp(argv[1], "list") == 0)
-		return approval_list(ctl, argc - 1, argv + 1);
-	if (argc >= 2 && strcmp(argv[1], "revoke") == 0)
-		return one_cmd_run(ctl, argc - 1, argv + 1, &revoke);
-	if (argc >= 2 && strcmp(argv[1], "resend") == 0)
-		return one_cmd_run(ctl, argc - 1, argv + 1, &resend);
-	return ctl_usage(ctl);
-}
 
 /* --- cancel ---------------------------------------------------------------------- */
 
-
-static enum og_rc
-cancel_change(struct ctl *ctl, const struct effect_args *e, const struct repair_who *who,
-              struct repair_out *out)
-{
-	return repair_cancel_window(ctl->db, e->target, who, out);
-}
 
 static void
 cancel_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect_args *e,
@@ -611,16 +508,52 @@ cancel_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 	log_run(ctl, "run.cancelled", a, out);
 	report(ctl, "cancelled", a, out);
 	fprintf(stderr, "oncegatectl: effect %s cancelled before its window ended (%s); run %s "
-	        "failed_terminal (cancelled)\n", out->effect_id, out->not_before, out->key);
+	        "%s (cancelled)\n", out->effect_id, out->not_before, out->key,
+	        ledger_state_name(RUN_FAILED_TERMINAL));
+}
+
+/* --- the table ----------------------------------------------------------------- */
+
+static const struct one_cmd one_cmds[] = {
+	{ "reconcile", "say --delivered --provider-id ID or --not-delivered, and name one EFFECT",
+	  reconcile_misuse, NULL, reconcile_change, reconcile_done },
+	{ "resume", "name one EFFECT", resume_misuse, NULL, resume_change, resume_done },
+	{ "reject", "name one EFFECT or KEY", reject_misuse, NULL, reject_change, reject_done },
+	{ "cancel", "name one EFFECT", plain_misuse, repair_cancel_window, NULL, cancel_done },
+	{ "approval revoke", "name one approval ID", plain_misuse, repair_approval_revoke, NULL,
+	  revoke_done },
+	{ "approval resend", "name one approval ID", plain_misuse, repair_approval_resend, NULL,
+	  resend_done },
+};
+
+/* The command named group word ("approval " "revoke"), or NULL. */
+static const struct one_cmd *
+one_named(const char *group, const char *word)
+{
+	size_t i, n = strlen(group);
+
+	for (i = 0; i < sizeof(one_cmds) / sizeof(one_cmds[0]); i++)
+		if (strncmp(one_cmds[i].name, group, n) == 0 && strcmp(one_cmds[i].name + n, word) == 0)
+			return &one_cmds[i];
+	return NULL;
 }
 
 int
-ctl_repair_cancel(struct ctl *ctl, int argc, char **argv)
+ctl_repair_one(struct ctl *ctl, int argc, char **argv)
 {
-	static const struct one_cmd c = {
-		"cancel", "name one EFFECT",
-		plain_misuse, cancel_change, cancel_done,
-	};
+	const struct one_cmd *c = one_named("", ctl->command);
 
-	return one_cmd_run(ctl, argc, argv, &c);
+	return c != NULL ? one_cmd_run(ctl, argc, argv, c) : ctl_usage(ctl);
+}
+
+int
+ctl_repair_approval(struct ctl *ctl, int argc, char **argv)
+{
+	const struct one_cmd *c;
+
+	if (argc >= 2 && strcmp(argv[1], "list") == 0)
+		return approval_list(ctl, argc - 1, argv + 1);
+	if (argc >= 2 && (c = one_named("approval ", argv[1])) != NULL)
+		return one_cmd_run(ctl, argc - 1, argv + 1, c);
+	return ctl_usage(ctl);
 }

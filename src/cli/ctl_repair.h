@@ -37,10 +37,10 @@ void ctl_repair_log_change(struct ctl *ctl, const char *event, const struct ctl_
                            const struct repair_out *o, const char *provider_id,
                            const char *detail);
 
-int ctl_repair_reconcile(struct ctl *ctl, int argc, char **argv);
-int ctl_repair_resume(struct ctl *ctl, int argc, char **argv);
-int ctl_repair_reject(struct ctl *ctl, int argc, char **argv);
-int ctl_repair_approval(struct ctl *ctl, int argc, char **argv);
-int ctl_repair_cancel(struct ctl *ctl, int argc, char **argv);
+/* reconcile, resume (one effect), reject and cancel: the command named by
+ * ctl->command. */
+ctl_command_fn ctl_repair_one;
+/* approval list | revoke ID | resend ID. */
+ctl_command_fn ctl_repair_approval;
 
 #endif

@@ -209,6 +209,47 @@ map_free(struct map *m)
  * skipped. Keys are single words here (a key with a space cannot be mapped:
  * replay it alone). The same new key twice, or a new key that is also an
  * old key of the file, is refused: the selection must be unambiguous. */
+/* The line's pair of keys added to m; -1 when memory runs out (the item
+ * counted, so that map_free frees what it holds). */
+static int
+map_add(struct map *m, int lineno, const char *key, const char *new_key)
+{
+	struct replay_item *grown = realloc(m->items, sizeof(*m->items) * (size_t)(m->n + 1));
+
+	if (grown == NULL)
+		return -1;
+	m->items = grown;
+	memset(&m->items[m->n], 0, sizeof(m->items[0]));
+	m->items[m->n].seq = lineno;
+	m->items[m->n].key = strdup(key);
+	m->items[m->n].new_key = strdup(new_key);
+	m->n++;
+	return m->items[m->n - 1].key == NULL || m->items[m->n - 1].new_key == NULL ? -1 : 0;
+}
+
+/* No new key given twice, and none that is an old key of the map: 0, or
+ * -1 with err set. Quadratic, but only over an operator's explicit list. */
+static int
+map_distinct(const char *path, const struct map *m, char *err, size_t errlen)
+{
+	int i, j;
+
+	for (i = 0; i < m->n; i++)
+		for (j = 0; j < m->n; j++) {
+			if (i != j && strcmp(m->items[i].new_key, m->items[j].new_key) == 0) {
+				snprintf(err, errlen, "%s: lines %d and %d give the same new key", path,
+				         m->items[i].seq, m->items[j].seq);
+				return -1;
+			}
+			if (strcmp(m->items[i].new_key, m->items[j].key) == 0) {
+				snprintf(err, errlen, "%s: line %d's new key is an old key on line %d",
+				         path, m->items[i].seq, m->items[j].seq);
+				return -1;
+			}
+		}
+	return 0;
+}
+
 static int
 map_read(const char *path, struct map *m, char *err, size_t errlen)
 {
@@ -216,7 +257,7 @@ map_read(const char *path, struct map *m, char *err, size_t errlen)
 	char *line = NULL;
 	size_t cap = 0;
 	ssize_t len;
-	int lineno = 0, i, j;
+	int lineno = 0;
 
 	memset(m, 0, sizeof(*m));
 	if (f == NULL) {
@@ -225,7 +266,6 @@ map_read(const char *path, struct map *m, char *err, size_t errlen)
 	}
 	while ((len = getline(&line, &cap, f)) >= 0) {
 		char *a, *b, *extra, *save = NULL;
-		struct replay_item *grown;
 
 		lineno++;
 		if (len > MAP_LINE_MAX) {
@@ -256,18 +296,7 @@ map_read(const char *path, struct map *m, char *err, size_t errlen)
 			snprintf(err, errlen, "%s: more than %d items", path, MAP_ITEMS_MAX);
 			goto fail;
 		}
-		grown = realloc(m->items, sizeof(*m->items) * (size_t)(m->n + 1));
-		if (grown == NULL) {
-			snprintf(err, errlen, "out of memory");
-			goto fail;
-		}
-		m->items = grown;
-		memset(&m->items[m->n], 0, sizeof(m->items[0]));
-		m->items[m->n].seq = lineno;
-		m->items[m->n].key = strdup(a);
-		m->items[m->n].new_key = strdup(b);
-		m->n++;
-		if (m->items[m->n - 1].key == NULL || m->items[m->n - 1].new_key == NULL) {
+		if (map_add(m, lineno, a, b) != 0) {
 			snprintf(err, errlen, "out of memory");
 			goto fail;
 		}
@@ -280,21 +309,8 @@ map_read(const char *path, struct map *m, char *err, size_t errlen)
 		snprintf(err, errlen, "%s selects nothing", path);
 		goto fail;
 	}
-	/* quadratic, but only over an operator's explicit list */
-	for (i = 0; i < m->n; i++)
-		for (j = 0; j < m->n; j++) {
-			if (i != j && strcmp(m->items[i].new_key, m->items[j].new_key) == 0) {
-				snprintf(err, errlen, "%s: lines %d and %d give the same new key", path,
-				         m->items[i].seq, m->items[j].seq);
-				goto fail;
-			}
-			if (strcmp(m->items[i].new_key, m->items[j].key) == 0) {
-				snprintf(err, errlen, "%s: line %d's new key is an old key on line %d",
-				         path, m->items[i].seq, m->items[j].seq);
-				goto fail;
-			}
-		}
-	return 0;
+	if (map_distinct(path, m, err, errlen) == 0)
+		return 0;
 fail:
 	free(line);
 	if (f != NULL)
@@ -371,8 +387,9 @@ map_print(struct ctl *ctl, const struct map *m, int ok, int human, int refused)
 			                                m->items[i].state ?: "?", "detail",
 			                                m->items[i].detail ?: ""));
 		doc = json_pack("{s:b, s:o, s:{s:i, s:i, s:i, s:i, s:i}}", "dry_run", 1, "items", list,
-		                "totals", "items", m->n, "would_replay", ok, "awaiting_human", human,
-		                "failed_retryable", ok - human, "refused", refused);
+		                "totals", "items", m->n, "would_replay", ok,
+		                ledger_state_name(RUN_AWAITING_HUMAN), human,
+		                ledger_state_name(RUN_FAILED_RETRYABLE), ok - human, "refused", refused);
 		ctl_print_new(doc);
 		return;
 	}
@@ -545,50 +562,27 @@ replay_resume(struct ctl *ctl, struct replay_opts *o)
 int
 ctl_replay(struct ctl *ctl, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "new-key", required_argument, NULL, 'k' },
-		{ "reason", required_argument, NULL, 'r' },
-		{ "payload", required_argument, NULL, 'p' },
-		{ "client", required_argument, NULL, 'c' },
-		{ "map", required_argument, NULL, 'm' },
-		{ "rate", required_argument, NULL, 'R' },
-		{ "resume", required_argument, NULL, 'J' },
-		{ "dry-run", no_argument, NULL, 'n' },
-		{ "force", no_argument, NULL, 'F' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct replay_opts o;
+	const struct ctl_opt opts[] = {
+		{ "new-key", CTL_OPT_TEXT, &o.new_key, 0, NULL },
+		{ "reason", CTL_OPT_TEXT, &o.reason, 0, NULL },
+		{ "payload", CTL_OPT_TEXT, &o.payload_file, 0, NULL },
+		{ "client", CTL_OPT_TEXT, &o.client, 0, NULL },
+		{ "map", CTL_OPT_TEXT, &o.map, 0, NULL },
+		{ "rate", CTL_OPT_TEXT, &o.rate_text, 0, NULL },
+		{ "resume", CTL_OPT_JOB, &o.resume, 0, NULL },
+		{ "dry-run", CTL_OPT_FLAG, &o.dry_run, 0, NULL },
+		{ "force", CTL_OPT_FLAG, &o.force, 0, NULL },
+		{ NULL, 0, NULL, 0, NULL },
+	};
 	const char *key = NULL, *op = NULL; /* no operator before the connection */
 	char err[1024];
-	int opt, ex;
+	int ex;
 
 	memset(&o, 0, sizeof(o));
 	o.rate = CTL_JOB_RATE_DEFAULT;
-	optind = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (opt) {
-		case 'k': o.new_key = optarg; break;
-		case 'r': o.reason = optarg; break;
-		case 'p': o.payload_file = optarg; break;
-		case 'c': o.client = optarg; break;
-		case 'm': o.map = optarg; break;
-		case 'R': o.rate_text = optarg; break;
-		case 'n': o.dry_run = true; break;
-		case 'F': o.force = true; break;
-		case 'J': {
-			char *end;
-
-			o.resume = strtoll(optarg, &end, 10);
-			if (*end != '\0' || o.resume <= 0) {
-				fprintf(stderr, "oncegatectl: replay: --resume takes a job number\n");
-				return EXIT_USAGE;
-			}
-			break;
-		}
-		default:
-			return ctl_usage(ctl);
-		}
-	}
+	if (ctl_options(ctl, argc, argv, opts, false) != 0)
+		return EXIT_USAGE;
 	if (optind < argc)
 		key = argv[optind++];
 	if (optind < argc)

@@ -11,6 +11,6 @@
 /* A bulk replay stopped before its end (oncegatectl stop, SIGINT) exits
  * EXIT_STOPPED (ctl.h): what was done is done and recorded; `replay
  * --resume JOB` continues. */
-int ctl_replay(struct ctl *ctl, int argc, char **argv);
+ctl_command_fn ctl_replay;
 
 #endif

@@ -272,48 +272,24 @@ static int
 bulk_options(struct ctl *ctl, int argc, char **argv, struct bulk_opts *o,
              struct ctl_repair_act *a)
 {
-	static const struct option opts[] = {
-		{ "select", required_argument, NULL, 'f' },
-		{ "dead-letters", no_argument, NULL, 'L' },
-		{ "class", required_argument, NULL, 'c' },
-		{ "target", required_argument, NULL, 't' },
-		{ "since", required_argument, NULL, 's' },
-		{ "job", required_argument, NULL, 'J' },
-		{ "rate", required_argument, NULL, 'R' },
-		{ "dry-run", no_argument, NULL, 'n' },
-		{ "reason", required_argument, NULL, 'r' },
-		{ NULL, 0, NULL, 0 },
+	const struct ctl_opt opts[] = {
+		{ "select", CTL_OPT_TEXT, &o->select, 0, NULL },
+		{ "dead-letters", CTL_OPT_FLAG, &o->dead_letters, 0, NULL },
+		{ "class", CTL_OPT_TEXT, &o->cls, 0, NULL },
+		{ "target", CTL_OPT_TEXT, &o->target, 0, NULL },
+		{ "since", CTL_OPT_TEXT, &o->since, 0, NULL },
+		{ "job", CTL_OPT_JOB, &o->job, 0, NULL },
+		{ "rate", CTL_OPT_TEXT, &o->rate_text, 0, NULL },
+		{ "dry-run", CTL_OPT_FLAG, &o->dry_run, 0, NULL },
+		{ "reason", CTL_OPT_TEXT, &a->reason, 0, NULL },
+		{ NULL, 0, NULL, 0, NULL },
 	};
 	char err[128];
-	int opt, bad = 0, ex;
+	int bad, ex;
 
 	memset(o, 0, sizeof(*o));
 	o->rate = CTL_JOB_RATE_DEFAULT;
-	optind = 0;
-	opterr = 0;
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (opt) {
-		case 'f': o->select = optarg; break;
-		case 'L': o->dead_letters = true; break;
-		case 'c': o->cls = optarg; break;
-		case 't': o->target = optarg; break;
-		case 's': o->since = optarg; break;
-		case 'R': o->rate_text = optarg; break;
-		case 'n': o->dry_run = true; break;
-		case 'r': a->reason = optarg; break;
-		case 'J': {
-			char *end;
-
-			o->job = strtoll(optarg, &end, 10);
-			if (*end != '\0' || o->job <= 0)
-				bad = 1;
-			break;
-		}
-		default:
-			bad = 1;
-		}
-	}
-	opterr = 1;
+	bad = ctl_options(ctl, argc, argv, opts, true);
 	if (bad || optind != argc) {
 		(void)ctl_usage(ctl);
 		return ctl_repair_refuse(ctl, a, "usage", "bulk resume takes --select FILE, "
@@ -328,8 +304,7 @@ bulk_options(struct ctl *ctl, int argc, char **argv, struct bulk_opts *o,
 		                         "--dead-letters", NULL, EXIT_USAGE);
 	if (o->since != NULL && ctl_time(ctl, "--since", o->since, &o->since_seconds) != 0)
 		return ctl_repair_refuse(ctl, a, "usage", "--since takes a TIME", NULL, EXIT_USAGE);
-	if (o->cls != NULL && strcmp(o->cls, "permanent") != 0 && strcmp(o->cls, "exhausted") != 0 &&
-	    strcmp(o->cls, "unknown") != 0)
+	if (o->cls != NULL && !ctl_one_of(CTL_DEAD_LETTER_CLASSES, o->cls))
 		return ctl_repair_refuse(ctl, a, "usage", "--class is permanent, exhausted or unknown",
 		                         NULL, EXIT_USAGE);
 	if (o->job > 0 && o->dry_run)
@@ -503,5 +478,5 @@ ctl_resume(struct ctl *ctl, int argc, char **argv)
 {
 	if (is_bulk(argc, argv))
 		return resume_bulk(ctl, argc, argv);
-	return ctl_repair_resume(ctl, argc, argv);
+	return ctl_repair_one(ctl, argc, argv);
 }

@@ -9,7 +9,7 @@
 #include "ctl.h"
 
 /* `resume`: a bulk resume (--select FILE | --dead-letters [filters] |
- * --job JOB) here, one EFFECT by ctl_repair_resume (ctl_repair.h). */
-int ctl_resume(struct ctl *ctl, int argc, char **argv);
+ * --job JOB) here, one EFFECT by ctl_repair_one (ctl_repair.h). */
+ctl_command_fn ctl_resume;
 
 #endif

@@ -32,7 +32,7 @@ struct command {
 	const char *name;
 	const char *help;       /* one line, for the list of commands */
 	const char *usage;      /* the full usage, for --help and a wrong call */
-	int (*run)(struct ctl *ctl, int argc, char **argv);
+	ctl_command_fn *run;
 };
 
 /* The options of any command that take a value: a global option among the
@@ -162,7 +162,7 @@ static const struct command commands[] = {
 	  "  when it was the last one). --not-delivered: the effect becomes failed and known\n"
 	  "  not delivered, so `resume` may send it again with the same key.\n"
 	  "  --expect STATE: refuse unless the effect is still in the state you saw.\n",
-	  ctl_repair_reconcile },
+	  ctl_repair_one },
 	{ "resume", "send failed effects known not delivered again, same key (bulk: a job)",
 	  "usage: oncegatectl resume EFFECT --reason TEXT [--expect STATE]\n"
 	  "       oncegatectl resume --select FILE --reason TEXT [--rate N/s] [--dry-run]\n"
@@ -187,7 +187,7 @@ static const struct command commands[] = {
 	  "  pending approval links revoked, and a workflow waiting on the decision told\n"
 	  "  `rejected`. --client names the client when several use the key. Refused while an\n"
 	  "  effect is being sent or unknown (reconcile it first).\n",
-	  ctl_repair_reject },
+	  ctl_repair_one },
 	{ "approval", "list approval challenges; revoke or resend one approver's link",
 	  "usage: oncegatectl approval list [--pending] [--limit N]\n"
 	  "       oncegatectl approval revoke ID --reason TEXT\n"
@@ -206,7 +206,7 @@ static const struct command commands[] = {
 	  "  sent, and its run becomes failed_terminal (error_class cancelled), as when the\n"
 	  "  owning client cancels with POST /v1/runs/{key}/cancel. After the window, or once\n"
 	  "  the effect is being sent or was sent, it is refused (exit 1).\n",
-	  ctl_repair_cancel },
+	  ctl_repair_one },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -152,12 +152,10 @@ effect_outcome(struct api_call *c, const struct gate_approval *a, const char **s
 		*state = "not queued";
 		*status = "No action was queued for this decision.";
 	} else if (strcmp(st, "pending") == 0) {
-		PGresult *res = NULL;
-		const char *on = NULL;
+		struct control_flag sw;
 
-		if (control_switch(c->ctx->db, true, &res) == DB_OK && PQntuples(res) == 1)
-			on = db_get(res, 0, "actions_enabled");
-		if (on != NULL && on[0] == 'f') {
+		if (control_switch(c->ctx->db, true, &sw) == DB_OK && sw.found &&
+		    !sw.actions_enabled) {
 			*state = "held by the kill switch";
 			*status = "It is queued, but sending is switched off (the kill switch); it "
 			          "goes out once an operator switches sending on again.";
@@ -170,7 +168,6 @@ effect_outcome(struct api_call *c, const struct gate_approval *a, const char **s
 			*status = "It is queued; the dispatcher sends it once, shortly (after its "
 			          "cancellation window, when it has one).";
 		}
-		PQclear(res);
 	} else if (strcmp(st, "sending") == 0) {
 		*state = "being sent";
 		*status = "The dispatcher is sending it right now.";

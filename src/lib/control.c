@@ -2,6 +2,8 @@
  * control.c — read and change the kill-switch row (dispatch_control).
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "control.h"
 
@@ -40,18 +42,86 @@ static const struct db_stmt st_blocked = {
 	1, false,
 };
 
-enum db_rc
-control_status(struct db *db, PGresult **res)
+/* The statement's one row into *res; *res NULL (and DB_OK) when it
+ * returns none. */
+static enum db_rc
+one_row(struct db *db, const struct db_stmt *st, const char *const *p, PGresult **res)
 {
-	return db_exec(db, &st_status, NULL, res);
+	enum db_rc rc = db_exec(db, st, p, res);
+
+	if (rc == DB_OK && PQntuples(*res) != 1) {
+		PQclear(*res);
+		*res = NULL;
+	}
+	return rc;
+}
+
+/* A copy of a text column, NULL for NULL; false when memory runs out. */
+static bool
+text_copy(const PGresult *res, const char *col, char **to)
+{
+	const char *v = db_get(res, 0, col);
+
+	*to = v != NULL ? strdup(v) : NULL;
+	return v == NULL || *to != NULL;
+}
+
+/* Sends allowed (actions_enabled) in the row. */
+static bool
+enabled(const PGresult *res)
+{
+	const char *v = db_get(res, 0, "actions_enabled");
+
+	return v != NULL && v[0] == 't';
 }
 
 enum db_rc
-control_switch(struct db *db, bool env_enabled, PGresult **res)
+control_status(struct db *db, struct control_status *out)
+{
+	PGresult *res = NULL;
+	enum db_rc rc;
+	const char *at;
+
+	memset(out, 0, sizeof(*out));
+	if ((rc = one_row(db, &st_status, NULL, &res)) != DB_OK)
+		return rc;
+	if (res == NULL || !text_copy(res, "changed_by", &out->changed_by) ||
+	    !text_copy(res, "reason", &out->reason)) {
+		PQclear(res);
+		return DB_ERROR;
+	}
+	out->actions_enabled = enabled(res);
+	at = db_get(res, 0, "changed_at");
+	snprintf(out->changed_at, sizeof(out->changed_at), "%s", at != NULL ? at : "");
+	out->blocked_sends = db_get_ll(res, 0, "blocked_sends");
+	out->due = db_get_ll(res, 0, "due");
+	PQclear(res);
+	return DB_OK;
+}
+
+void
+control_status_clear(struct control_status *s)
+{
+	free(s->changed_by);
+	free(s->reason);
+	memset(s, 0, sizeof(*s));
+}
+
+enum db_rc
+control_switch(struct db *db, bool env_enabled, struct control_flag *out)
 {
 	const char *p[1] = { env_enabled ? "true" : "false" };
+	PGresult *res = NULL;
+	enum db_rc rc = one_row(db, &st_switch, p, &res);
 
-	return db_exec(db, &st_switch, p, res);
+	memset(out, 0, sizeof(*out));
+	if (rc == DB_OK && res != NULL) {
+		out->found = true;
+		out->actions_enabled = enabled(res);
+		out->due = db_get_ll(res, 0, "due");
+		PQclear(res);
+	}
+	return rc;
 }
 
 enum db_rc

@@ -177,16 +177,16 @@ bool
 dispatch_tick_switch(struct dispatch_shared *s, struct db *db)
 {
 	static long long last_blocked_log;
-	PGresult *res = NULL;
+	struct control_flag sw;
 	bool was, now_on;
 
-	if (control_switch(db, s->env_enabled, &res) != DB_OK)
+	if (control_switch(db, s->env_enabled, &sw) != DB_OK)
 		return false;
 	was = atomic_load(&s->db_enabled);
-	now_on = PQntuples(res) == 1 && db_get(res, 0, "actions_enabled")[0] == 't';
+	now_on = sw.actions_enabled;
 	atomic_store(&s->db_enabled, now_on);
 	if (!s->env_enabled || !now_on) {
-		long long due = PQntuples(res) == 1 ? db_get_ll(res, 0, "due") : 0;
+		long long due = sw.due;
 		long long t = dispatch_mono_ns();
 
 		/* each effect held back is counted once (metrics) */
@@ -208,7 +208,6 @@ dispatch_tick_switch(struct dispatch_shared *s, struct db *db)
 		if (!was)
 			dispatch_wake(s);
 	}
-	PQclear(res);
 	return true;
 }
 
