@@ -1342,7 +1342,7 @@ START_TEST(test_bulk_resume)
 	FILE *f;
 	size_t k;
 	int i, rc, st = 0;
-	long long done, pending;
+	long long done, pending, at_stop;
 	double t, took;
 	long off;
 	pid_t pid;
@@ -1496,6 +1496,10 @@ START_TEST(test_bulk_resume)
 	ck_assert_int_ge(done, 5);
 	CTL_OK(&out, "stop", job, "--reason", "half-way: check what went out");
 	free(out);
+	/* what was done when the stop was recorded: the job may finish the one
+	 * item in hand, no more (however slowly oncegatectl started) */
+	at_stop = qnum(c, "SELECT count(*) FROM resume_job_items WHERE job_id = $1::bigint"
+	               " AND state = 'done'", job, (char *)NULL);
 	ck_assert_msg(wait_exit(pid, 10, &st), "the bulk resume did not stop");
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 4, "a stopped job exits 4, not %d", st);
 	/* what is done is consistent, and no more than was due at 5/s */
@@ -1503,8 +1507,9 @@ START_TEST(test_bulk_resume)
 	            " AND state = 'done'", job, (char *)NULL);
 	pending = qnum(c, "SELECT count(*) FROM resume_job_items WHERE job_id = $1::bigint"
 	               " AND state = 'pending'", job, (char *)NULL);
-	ck_assert_msg(done >= 5 && done + pending == BULK_N && pending >= 10,
-	              "after the stop: %lld done, %lld pending", done, pending);
+	ck_assert_msg(done >= 5 && done <= at_stop + 1 && done + pending == BULK_N && pending >= 1,
+	              "after the stop: %lld done (%lld when it was recorded), %lld pending", done,
+	              at_stop, pending);
 	ck_assert_int_eq(bulk_inconsistent(c, job), 0);
 	v = qstr(c, "SELECT extract(epoch FROM max(done_at) - min(done_at))::text"
 	         " FROM resume_job_items WHERE job_id = $1::bigint AND state = 'done'", job,
