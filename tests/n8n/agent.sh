@@ -115,11 +115,11 @@ ticket: $R2"
 
 	say "g. the AI Agent: request $R1, tag a contact through oncegate's MCP tool"
 	expect "the agent's webhook answered" "$(agent_ask "$R1" "$ASK1")" 200
+	expect "the tools the model called for request $R1" "$(agent_called "request-$R1:" | bare_tools)" crm_tag__crm_tag
 	said=$(agent_said)
 	[[ $said =~ ^the\ tool\ answered\ (completed|queued|awaiting_approval)\ \(key\ $K1\)$ ]] ||
 		fail "the agent said \"$said\", not the outcome of run $K1"
 	ok "the agent said: $said"
-	expect "the tools the model called for request $R1" "$(agent_called "request-$R1:" | bare_tools)" crm_tag__crm_tag
 	expect "oncegate's tools the model was offered" \
 		"$(curl -sS --noproxy '*' "$MODEL/_requests" | "$PY" -c 'import json,sys; r=[x for x in json.load(sys.stdin) if x.get("tools")]; print(" ".join(sorted(r[-1]["tools"])))' | bare_tools)" \
 		"crm_tag__crm_tag oncegate_run support_reply__email_send"
@@ -146,8 +146,8 @@ print(" | ".join(json.dumps(json.loads(r["body"]), ensure_ascii=False, sort_keys
 
 	say "g. the AI Agent: request $R2, answer a customer (support approves first)"
 	expect "the agent's webhook answered" "$(agent_ask "$R2" "$ASK2")" 200
-	expect "what the agent said" "$(agent_said)" "the tool answered awaiting_approval (key $K2)"
 	expect "the tools the model called for request $R2" "$(agent_called "request-$R2:" | bare_tools)" support_reply__email_send
+	expect "what the agent said" "$(agent_said)" "the tool answered awaiting_approval (key $K2)"
 	expect "run $K2" "$(mine_runs "$K2")" "1 awaiting_human mcp"
 	expect "tool results that named support as the approvers" "$(agent_tool_messages 'group:support')" 1
 	expect "mails to customer-$R2 before the decision" "$(mails customer-$R2@example.com)" 0

@@ -39,9 +39,12 @@ POST /v1/chat/completions  (OpenAI's request and answer shape)
       the last message is not `role: tool`  one tool call (message.content
                                             null, message.tool_calls,
                                             finish_reason "tool_calls"): the
-                                            offered tool whose name the
-                                            conversation names (the first
-                                            offered otherwise), its
+                                            offered tool the conversation
+                                            names, by its name or, when
+                                            the client prefixed it (n8n
+                                            2.41: `<node>_<tool>`), by
+                                            the tool's own name (the
+                                            first offered otherwise), its
                                             arguments filled from its
                                             `parameters` schema: a member
                                             named in a `name: value` line of
@@ -65,8 +68,10 @@ POST /v1/chat/completions  (OpenAI's request and answer shape)
                                             answers)
     A malformed `tools` or tool message is 400 with OpenAI's error shape.
 GET /_requests   every chat request: seq, time, authorization_present,
-                 messages, tools (the names offered), called (the tool
-                 the answer called, if any), answered (status)
+                 messages, tools (the names offered), parameters (each
+                 offered tool's schema as the request gave it), called
+                 (the tool the answer called, if any), arguments (its
+                 arguments), answered (status)
 POST /_reset     forget them
 GET /_health     200 {"ok": true}
 """
@@ -232,6 +237,21 @@ def fill(schema, facts, messages, user_text):
     return out
 
 
+def tool_named(names, text):
+    """The offered tool the conversation TEXT names, as a model reads it:
+    the one whose name is the longest word of the text, or ends with `_`
+    and that word (n8n 2.41's AI Agent offers an MCP server's tool `x` as
+    `<node name>_x`, e.g. oncegate__MCP__x for the node "oncegate (MCP)",
+    while the request names `x`); the first offered when none is named."""
+    words = set(re.findall(r"[A-Za-z0-9_]+", text))
+    best, score = names[0], 0
+    for n in names:
+        for w in words:
+            if len(w) > score and (n == w or n.endswith("_" + w)):
+                best, score = n, len(w)
+    return best
+
+
 def tool_answer(req, messages, seq):
     """(status, body) for a request offering tools."""
     names = check_tools(req.get("tools"))
@@ -259,8 +279,7 @@ def tool_answer(req, messages, seq):
     text = "\n".join(text_of(m.get("content")) for m in messages)
     if "[fail]" in text:
         return 503, "the model is overloaded"
-    named = [n for n in sorted(names, key=len, reverse=True) if n in text]
-    name = named[0] if named else names[0]
+    name = tool_named(names, text)
     fn = next(t["function"] for t in req["tools"] if t["function"]["name"] == name)
     user = [text_of(m.get("content")) for m in messages if m.get("role") == "user"]
     args = fill(fn.get("parameters") or {}, facts_of(messages), messages,
@@ -326,7 +345,7 @@ class Handler(BaseHTTPRequestHandler):
         auth = self.headers.get("Authorization") or ""
         with LOCK:
             seq = len(REQUESTS) + 1
-        body = called = None
+        body = called = arguments = None
         try:
             if not auth.startswith("Bearer "):
                 status, content = 401, "missing bearer token"
@@ -336,6 +355,7 @@ class Handler(BaseHTTPRequestHandler):
                     body, content = content, None
                     calls = body["choices"][0]["message"].get("tool_calls") or [{}]
                     called = (calls[0].get("function") or {}).get("name")
+                    arguments = json.loads((calls[0].get("function") or {}).get("arguments") or "null")
             else:
                 status, content = answer_for(messages)
         except BadRequest as e:
@@ -346,7 +366,10 @@ class Handler(BaseHTTPRequestHandler):
                              "model": req.get("model"), "messages": messages,
                              "tools": [t["function"]["name"] for t in req["tools"]]
                              if status != 400 and "tools" in req else None,
-                             "called": called, "answered": status})
+                             "parameters": {t["function"]["name"]: t["function"].get("parameters")
+                                            for t in req["tools"]}
+                             if status != 400 and "tools" in req else None,
+                             "called": called, "arguments": arguments, "answered": status})
         if status == 400:
             self.send_json(400, {"error": {"message": content, "type": "invalid_request_error",
                                            "param": None, "code": None}})

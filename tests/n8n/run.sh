@@ -700,14 +700,7 @@ F_S=$(($(date +%s) - t))
 
 # --- g. the AI Agent through MCP (tests/n8n/agent.sh) -----------------------------------------
 
-# On n8n 2.41.1 the agent's second, gated call reaches oncegate with
-# arguments its contract refuses (answered "invalid"): not yet understood,
-# so the scenario runs on the oldest n8n, where it passes.
-if [[ $FLAVOUR == oldest ]]; then
-	agent_scenario
-else
-	say "g. the AI Agent through MCP: not run on n8n $N8N_VERSION (its gated call is refused as invalid there)"
-fi
+agent_scenario
 
 # --- i. decided through the node's Decide operation ------------------------------------------
 

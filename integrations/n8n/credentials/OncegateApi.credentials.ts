@@ -3,6 +3,9 @@ import type { IAuthenticateGeneric, Icon, ICredentialType, INodeProperties } fro
 export class OncegateApi implements ICredentialType {
 	name = 'oncegateApi';
 
+	// n8n-node lint: title case (cred-class-field-display-name-miscased)
+	// and the suffix " API" (cred-class-field-display-name-missing-api);
+	// "oncegate API" and "Oncegate" each fail one of them.
 	displayName = 'Oncegate API';
 
 	icon: Icon = {

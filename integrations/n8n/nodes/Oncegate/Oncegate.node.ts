@@ -249,8 +249,9 @@ const decisionWebhooks: IWebhookDescription[] = [
 
 export class Oncegate implements INodeType {
 	description: INodeTypeDescription = {
-		// One name in n8n's lists for node and credential: "Oncegate" (n8n's
-		// lint holds a credential's name to title case).
+		// One name in n8n's lists for node and credential: "Oncegate" (the
+		// credential is "Oncegate API": n8n-node lint requires a credential's
+		// displayName in title case and ending in " API").
 		displayName: 'Oncegate',
 		name: 'oncegate',
 		icon: { light: 'file:oncegate.svg', dark: 'file:oncegate.dark.svg' },
