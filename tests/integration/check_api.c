@@ -2136,37 +2136,26 @@ END_TEST
 
 /* ---- the suite ---------------------------------------------------------- */
 
-static Suite *
-api_suite(void)
-{
-	Suite *s = suite_create("api");
-	TCase *tc;
-
-	tc = tl_tcase(s, "ledger", 60);
-	TL_TESTS(tc, test_healthz_ok, test_readyz_ok, test_concurrent_claims,
-	         test_expired_lease_reclaimed, test_failed_retryable_reclaimed,
-	         test_completed_is_duplicate, test_failed_terminal_is_duplicate,
-	         test_payload_mismatch, test_payload_reordered_is_duplicate,
-	         test_payload_numbers_as_given, test_clients_are_isolated,
-	         test_corpus_keys_two_tenants, test_duplicate_window, test_lease_cap, test_default_lease_clamped,
-	         test_boundaries_accepted, test_status, test_unknown_run);
-
-	tc = tl_tcase(s, "bad_input", 60);
-	tcase_add_loop_test(tc, test_bad_input, 0, N_BAD_CASES);
-	TL_TESTS(tc, test_revoked_key, test_claim_refused_body_unauthenticated,
-	         test_claim_answers_whatever_the_first_statement, test_transition_to_not_allowed);
-
-	tc = tl_tcase(s, "log", 60);
-	tcase_add_test(tc, test_log_hygiene);
-
-	/* Last and alone: it stops the database. The unchecked teardown runs in
-	 * the runner's process, so the cluster comes back even when the test
-	 * fails or times out. */
-	tc = tl_tcase(s, "outage", 60);
-	tcase_add_unchecked_fixture(tc, NULL, pg_ensure_started);
-	tcase_add_test(tc, test_database_outage);
-	return s;
-}
+TL_SUITE(api_suite, "api",
+         {"ledger", 60,
+          .tests = TL_LIST(test_healthz_ok, test_readyz_ok, test_concurrent_claims,
+                           test_expired_lease_reclaimed, test_failed_retryable_reclaimed,
+                           test_completed_is_duplicate, test_failed_terminal_is_duplicate,
+                           test_payload_mismatch, test_payload_reordered_is_duplicate,
+                           test_payload_numbers_as_given, test_clients_are_isolated,
+                           test_corpus_keys_two_tenants, test_duplicate_window, test_lease_cap,
+                           test_default_lease_clamped, test_boundaries_accepted, test_status,
+                           test_unknown_run)},
+         {"bad_input", 60, .loops = TL_LOOPS({test_bad_input, N_BAD_CASES}),
+          .tests = TL_LIST(test_revoked_key, test_claim_refused_body_unauthenticated,
+                           test_claim_answers_whatever_the_first_statement,
+                           test_transition_to_not_allowed)},
+         {"log", 60, .tests = TL_LIST(test_log_hygiene)},
+         /* Last and alone: it stops the database. The unchecked teardown
+          * runs in the runner's process, so the cluster comes back even when
+          * the test fails or times out. */
+         {"outage", 60, .unchecked_teardown = pg_ensure_started,
+          .tests = TL_LIST(test_database_outage)})
 
 int
 main(void)

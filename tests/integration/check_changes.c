@@ -621,18 +621,10 @@ START_TEST(test_refused)
 }
 END_TEST
 
-static Suite *
-changes_suite(void)
-{
-	Suite *s = suite_create("changes");
-	TCase *tc = dl_tcase(s, "rounds", SETTLE_S + 90);
-
-	tcase_add_test(tc, test_round_trip);
-	tcase_add_test(tc, test_notices_and_page);
-	tcase_add_test(tc, test_budget_spent);
-	tcase_add_test(tc, test_refused);
-	return s;
-}
+TL_SUITE(changes_suite, "changes",
+         {"rounds", SETTLE_S + 90, dl_tcase,
+          .tests = TL_LIST(test_round_trip, test_notices_and_page, test_budget_spent,
+                           test_refused)})
 
 DL_SUITE_MAIN(.name = "check_changes", .prefix = "ch", .needed = "ONCEGATE_API_KEY",
               .suite = changes_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,

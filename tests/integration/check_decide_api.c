@@ -359,20 +359,9 @@ START_TEST(test_race)
 }
 END_TEST
 
-static Suite *
-decide_suite(void)
-{
-	Suite *s = suite_create("decide_api");
-	TCase *tc = tcase_create("decisions");
-
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_scope);
-	tcase_add_test(tc, test_rules);
-	tcase_add_test(tc, test_quorum_edit_explain);
-	tcase_add_test(tc, test_race);
-	suite_add_tcase(s, tc);
-	return s;
-}
+TL_SUITE(decide_suite, "decide_api",
+         {"decisions", 120,
+          .tests = TL_LIST(test_scope, test_rules, test_quorum_edit_explain, test_race)})
 
 int
 main(void)

@@ -2786,44 +2786,28 @@ END_TEST
 
 /* ---- the suite ---------------------------------------------------------- */
 
-static Suite *
-gate_suite(void)
-{
-	Suite *s = suite_create("gate");
-	TCase *tc;
-
-	/* First, while nginx's POST limit for this address is untouched. */
-	tc = tl_tcase(s, "race", 90);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_concurrent_decisions);
-
-	tc = tl_tcase(s, "approve", 90);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_approve_before_act, test_reject, test_decision_callback);
-
-	tc = tl_tcase(s, "refusals", 90);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_refuse_no_subject, test_refuse_unknown_token, test_refuse_expired,
-	         test_refuse_used, test_refuse_missing_csrf, test_refuse_csrf_of_other_approval,
-	         test_refuse_csrf_of_other_subject, test_refuse_cross_origin,
-	         test_refuse_decision_not_allowed, test_refuse_not_an_approver,
-	         test_refuse_separation_of_duties, test_refuse_not_awaiting, test_refuse_revoked);
-
-	tc = tl_tcase(s, "outputs", 90);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_repair_budget, test_auto_path, test_output_refusals, test_act_with_window,
-	         test_sample_rate_one, test_first_decision_voids_others);
-
-	tc = tl_tcase(s, "escaping", 90);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_hostile_output, test_corpus_drafts, test_corpus_one_over);
-
-	/* Last: it reads everything the others wrote too. */
-	tc = tl_tcase(s, "secrets", 90);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_token_never_stored_or_logged);
-	return s;
-}
+TL_SUITE(gate_suite, "gate",
+         /* First, while nginx's POST limit for this address is untouched. */
+         {"race", 90, .setup = tl_setup_healthy, .tests = TL_LIST(test_concurrent_decisions)},
+         {"approve", 90, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_approve_before_act, test_reject, test_decision_callback)},
+         {"refusals", 90, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_refuse_no_subject, test_refuse_unknown_token, test_refuse_expired,
+                           test_refuse_used, test_refuse_missing_csrf,
+                           test_refuse_csrf_of_other_approval,
+                           test_refuse_csrf_of_other_subject, test_refuse_cross_origin,
+                           test_refuse_decision_not_allowed, test_refuse_not_an_approver,
+                           test_refuse_separation_of_duties, test_refuse_not_awaiting,
+                           test_refuse_revoked)},
+         {"outputs", 90, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_repair_budget, test_auto_path, test_output_refusals,
+                           test_act_with_window, test_sample_rate_one,
+                           test_first_decision_voids_others)},
+         {"escaping", 90, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_hostile_output, test_corpus_drafts, test_corpus_one_over)},
+         /* Last: it reads everything the others wrote too. */
+         {"secrets", 90, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_token_never_stored_or_logged)})
 
 int
 main(void)

@@ -835,20 +835,16 @@ START_TEST(test_replay_new_key_the_path_cannot_carry)
 }
 END_TEST
 
-static Suite *
-hostile_suite(void)
-{
-	Suite *s = suite_create("hostile");
-	TCase *t = tl_tcase(s, "input", 600);
-
-	TL_TESTS(t, test_numbers_out_of_range_claim, test_numbers_out_of_range_everywhere,
-	         test_truncated_emoji_and_other_json_problems, test_keys_the_path_cannot_carry,
-	         test_every_claimable_key_completes, test_page_of_deep_output,
-	         test_page_of_wide_output, test_page_of_escaped_output, test_reason_not_utf8,
-	         test_explain_escapes_control_characters, test_client_changes_need_a_reason,
-	         test_replay_new_key_the_path_cannot_carry);
-	return s;
-}
+TL_SUITE(hostile_suite, "hostile",
+         {"input", 600,
+          .tests = TL_LIST(test_numbers_out_of_range_claim, test_numbers_out_of_range_everywhere,
+                           test_truncated_emoji_and_other_json_problems,
+                           test_keys_the_path_cannot_carry, test_every_claimable_key_completes,
+                           test_page_of_deep_output, test_page_of_wide_output,
+                           test_page_of_escaped_output, test_reason_not_utf8,
+                           test_explain_escapes_control_characters,
+                           test_client_changes_need_a_reason,
+                           test_replay_new_key_the_path_cannot_carry)})
 
 int
 main(void)

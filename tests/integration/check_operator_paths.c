@@ -775,18 +775,13 @@ START_TEST(test_cancel_in_window)
 }
 END_TEST
 
-static Suite *
-paths_suite(void)
-{
-	Suite *s = suite_create("operator_paths");
-	TCase *tc = tl_tcase(s, "operator_paths", TEST_TIMEOUT_S);
-
-	TL_TESTS(tc, test_sample_is_a_draw_per_run, test_sample_draw_kept,
-	         test_sample_rate_zero_and_one, test_no_resume_after_replay,
-	         test_no_replay_after_resume, test_no_replay_of_maybe_sent, test_resume_replay_race,
-	         test_revoke_last_link_ends_run, test_cancel_in_window);
-	return s;
-}
+TL_SUITE(paths_suite, "operator_paths",
+         {"operator_paths", TEST_TIMEOUT_S,
+          .tests = TL_LIST(test_sample_is_a_draw_per_run, test_sample_draw_kept,
+                           test_sample_rate_zero_and_one, test_no_resume_after_replay,
+                           test_no_replay_after_resume, test_no_replay_of_maybe_sent,
+                           test_resume_replay_race, test_revoke_last_link_ends_run,
+                           test_cancel_in_window)})
 
 int
 main(void)

@@ -563,22 +563,10 @@ END_TEST
 
 /* ---- the suite ------------------------------------------------------------------- */
 
-static Suite *
-quorum_suite(void)
-{
-	Suite *s = suite_create("quorum");
-	TCase *tc;
-
-	tc = tl_tcase(s, "load", 0);
-	tcase_add_test(tc, test_load_refuses_what_cannot_be_met);
-
-	tc = tl_tcase(s, "votes", 90);
-	TL_TESTS(tc, test_race_one_effect, test_recorded_once_then_rejected);
-
-	tc = dl_tcase(s, "edit", SETTLE_S + 90);
-	tcase_add_test(tc, test_edit_then_sent_once);
-	return s;
-}
+TL_SUITE(quorum_suite, "quorum",
+         {"load", 0, .tests = TL_LIST(test_load_refuses_what_cannot_be_met)},
+         {"votes", 90, .tests = TL_LIST(test_race_one_effect, test_recorded_once_then_rejected)},
+         {"edit", SETTLE_S + 90, dl_tcase, .tests = TL_LIST(test_edit_then_sent_once)})
 
 DL_SUITE_MAIN(.name = "check_quorum", .prefix = "qu", .needed = "ONCEGATE_API_KEY",
               .suite = quorum_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,

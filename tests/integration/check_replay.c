@@ -935,17 +935,12 @@ START_TEST(test_purge)
 }
 END_TEST
 
-static Suite *
-replay_suite(void)
-{
-	Suite *s = suite_create("replay");
-	TCase *tc = tl_tcase(s, "replay", TEST_TIMEOUT_S);
-
-	TL_TESTS(tc, test_replay_through_approval_and_outbox, test_refusals,
-	         test_replay_corrected_payload, test_explain_scenarios, test_bulk_dry_run,
-	         test_bulk_shared_key, test_bulk_rate, test_bulk_stop_resume, test_purge);
-	return s;
-}
+TL_SUITE(replay_suite, "replay",
+         {"replay", TEST_TIMEOUT_S,
+          .tests = TL_LIST(test_replay_through_approval_and_outbox, test_refusals,
+                           test_replay_corrected_payload, test_explain_scenarios,
+                           test_bulk_dry_run, test_bulk_shared_key, test_bulk_rate,
+                           test_bulk_stop_resume, test_purge)})
 
 int
 main(void)

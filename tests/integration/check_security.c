@@ -2251,36 +2251,21 @@ END_TEST
 
 /* ---- the suite ---------------------------------------------------------- */
 
-static Suite *
-security_suite(void)
-{
-	Suite *s = suite_create("security");
-	TCase *tc;
-
-	tc = tl_tcase(s, "injection", 60);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_hostile_claim_roundtrip, test_hostile_transition_roundtrip,
-	         test_wildcards_are_literal, test_hostile_bytes_refused,
-	         test_query_and_headers_ignored, test_hostile_output_and_form,
-	         test_ctl_hostile_arguments);
-
-	tc = tl_tcase(s, "traversal", 60);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_contract_name_traversal, test_url_path_traversal,
-	         test_loaders_refuse_bad_names);
-
-	tc = tl_tcase(s, "limits", 60);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_oversized_headers, test_oversized_bodies, test_slow_loris);
-
-	tc = tl_tcase(s, "secrets", 60);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_headers_on_every_answer);
-	/* Last: it reads every log and table whole, and it exhausts nginx's
-	 * approval POST limit for this address. */
-	tcase_add_test(tc, test_token_never_leaks);
-	return s;
-}
+TL_SUITE(security_suite, "security",
+         {"injection", 60, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_hostile_claim_roundtrip, test_hostile_transition_roundtrip,
+                           test_wildcards_are_literal, test_hostile_bytes_refused,
+                           test_query_and_headers_ignored, test_hostile_output_and_form,
+                           test_ctl_hostile_arguments)},
+         {"traversal", 60, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_contract_name_traversal, test_url_path_traversal,
+                           test_loaders_refuse_bad_names)},
+         {"limits", 60, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_oversized_headers, test_oversized_bodies, test_slow_loris)},
+         /* test_token_never_leaks last: it reads every log and table whole,
+          * and it exhausts nginx's approval POST limit for this address. */
+         {"secrets", 60, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_headers_on_every_answer, test_token_never_leaks)})
 
 int
 main(void)

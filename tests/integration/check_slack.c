@@ -622,18 +622,9 @@ finish(void)
 	dl_tenants_finish();
 }
 
-static Suite *
-slack_suite(void)
-{
-	Suite *s = suite_create("slack");
-	TCase *tc = dl_tcase(s, "slack", 120);
-
-	tcase_add_test(tc, test_standin_shapes);
-	tcase_add_test(tc, test_approve);
-	tcase_add_test(tc, test_refused_and_quorum);
-	tcase_add_test(tc, test_race);
-	return s;
-}
+TL_SUITE(slack_suite, "slack",
+         {"slack", 120, dl_tcase,
+          .tests = TL_LIST(test_standin_shapes, test_approve, test_refused_and_quorum, test_race)})
 
 int
 main(void)
