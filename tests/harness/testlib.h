@@ -100,6 +100,12 @@ void tl_resp_free(struct tl_resp *r);
 /* Fails the test unless r is HTTP status with a problem whose type ends in
  * code. */
 void tl_expect_problem(const struct tl_resp *r, long status, const char *code);
+/* Fails unless the headers hdrs of an answer (HTTP status, what names it)
+ * carry what every answer under /approve/ must, whoever wrote it (the
+ * responder's pages, its JSON refusals, nginx's own errors): no-store, no
+ * referrer, nosniff, no framing, and a strict Content-Security-Policy
+ * (default-src 'none', no inline code, no eval, no wildcard). */
+void tl_expect_approval_headers(const char *hdrs, long status, const char *what);
 
 /* String member of r->json, or NULL. */
 const char *tl_jstr(const json_t *obj, const char *name);
@@ -213,6 +219,10 @@ char *tl_shell_output(const char *cmdline);
 int tl_shell(const char *cmdline);
 
 void tl_sleep_ms(long ms);
+/* Calls fn on each of the n elements of args (size bytes apart), each in a
+ * thread of its own, all released at once (a barrier); returns when every
+ * one has returned. For races: n requests as nearly at once as can be. */
+void tl_race(void (*fn)(void *arg), void *args, size_t size, int n);
 double tl_now(void);
 
 /* ---- approval pages (check_gate) ---------------------------------------- */

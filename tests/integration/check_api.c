@@ -15,7 +15,6 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,26 +309,21 @@ END_TEST
 /* ---- 1. fifty concurrent deliveries of one new key ---------------------- */
 
 struct racer {
-	pthread_barrier_t *start;
 	const char *body;
 	struct tl_resp r;
 };
 
-static void *
+static void
 racer_main(void *arg)
 {
 	struct racer *rc = arg;
 
-	pthread_barrier_wait(rc->start);
 	tl_post_text("/v1/runs", g_key_dev, rc->body, &rc->r);
-	return NULL;
 }
 
 START_TEST(test_concurrent_claims)
 {
 	static struct racer racers[RACERS];
-	pthread_t tid[RACERS];
-	pthread_barrier_t start;
 	char key[160], hash[72], owner[64] = "", *body = NULL;
 	long long version = -1;
 	int i, n201 = 0, n200 = 0, nother = 0;
@@ -346,15 +340,9 @@ START_TEST(test_concurrent_claims)
 		body = json_dumps(b, JSON_COMPACT);
 		json_decref(b);
 	}
-	ck_assert_int_eq(pthread_barrier_init(&start, NULL, RACERS), 0);
-	for (i = 0; i < RACERS; i++) {
-		racers[i].start = &start;
-		racers[i].body = body;
-		ck_assert_int_eq(pthread_create(&tid[i], NULL, racer_main, &racers[i]), 0);
-	}
 	for (i = 0; i < RACERS; i++)
-		pthread_join(tid[i], NULL);
-	pthread_barrier_destroy(&start);
+		racers[i].body = body;
+	tl_race(racer_main, racers, sizeof(racers[0]), RACERS);
 
 	for (i = 0; i < RACERS; i++) {
 		struct tl_resp *r = &racers[i].r;
@@ -2016,8 +2004,6 @@ START_TEST(test_database_outage)
 	const char *start = tl_env("ONCEGATE_TEST_PG_START");
 	static struct racer racers[AFTER_OUTAGE];
 	char key[160], key2[160], *pids_before, *pids_after, *d, *bodies[AFTER_OUTAGE];
-	pthread_t tid[AFTER_OUTAGE];
-	pthread_barrier_t go;
 	struct claimed a;
 	struct tl_resp r;
 	double deadline;
@@ -2103,7 +2089,6 @@ START_TEST(test_database_outage)
 	/* Past that second every worker answers again, each on a fresh
 	 * connection of its own: enough claims at once to busy all of them. */
 	tl_sleep_ms(1100);
-	ck_assert_int_eq(pthread_barrier_init(&go, NULL, AFTER_OUTAGE), 0);
 	for (i = 0; i < AFTER_OUTAGE; i++) {
 		json_t *b;
 
@@ -2111,13 +2096,9 @@ START_TEST(test_database_outage)
 		b = json_pack("{s:s, s:o}", "key", key2, "payload", std_payload());
 		bodies[i] = json_dumps(b, JSON_COMPACT);
 		json_decref(b);
-		racers[i].start = &go;
 		racers[i].body = bodies[i];
-		ck_assert_int_eq(pthread_create(&tid[i], NULL, racer_main, &racers[i]), 0);
 	}
-	for (i = 0; i < AFTER_OUTAGE; i++)
-		pthread_join(tid[i], NULL);
-	pthread_barrier_destroy(&go);
+	tl_race(racer_main, racers, sizeof(racers[0]), AFTER_OUTAGE);
 	for (i = 0; i < AFTER_OUTAGE; i++) {
 		ck_assert_msg(racers[i].r.status == 201, "claim %d after recovery: HTTP %ld %s",
 		              i, racers[i].r.status, racers[i].r.body);

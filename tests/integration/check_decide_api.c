@@ -28,7 +28,6 @@
  *             effect; a closed approval then answers 409 approval_closed.
  */
 #define _GNU_SOURCE
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,10 +283,9 @@ struct racer {
 	int i;
 	const struct dl_links *l;
 	long status;
-	pthread_barrier_t *go;
 };
 
-static void *
+static void
 race_thread(void *arg)
 {
 	struct racer *v = arg;
@@ -295,7 +293,6 @@ race_thread(void *arg)
 	char user[64];
 
 	snprintf(user, sizeof(user), "agent%02d@example.com", v->i);
-	pthread_barrier_wait(v->go);
 	if (v->i % 2 == 0) {
 		decide_api(dl_key_b, v->l->id[0],
 		           json_pack("{s:s, s:[s], s:s}", "subject", user, "groups", "customer support",
@@ -311,15 +308,12 @@ race_thread(void *arg)
 	}
 	v->status = r.status;
 	tl_resp_free(&r);
-	return NULL;
 }
 
 START_TEST(test_race)
 {
 	PGconn *c = tl_pg_connect();
 	struct racer v[RACERS];
-	pthread_t th[RACERS];
-	pthread_barrier_t go;
 	struct dl_links l;
 	struct tl_resp r;
 	char key[160];
@@ -329,14 +323,9 @@ START_TEST(test_race)
 	snprintf(key, sizeof(key), "%s:race/заявка-90 🚀", tl_run);
 	mail_run(dl_key_b, key, &l);
 	grant("grant", "group:customer support");
-	pthread_barrier_init(&go, NULL, RACERS);
-	for (i = 0; i < RACERS; i++) {
-		v[i] = (struct racer){ .i = i, .l = &l, .go = &go };
-		ck_assert_int_eq(pthread_create(&th[i], NULL, race_thread, &v[i]), 0);
-	}
 	for (i = 0; i < RACERS; i++)
-		pthread_join(th[i], NULL);
-	pthread_barrier_destroy(&go);
+		v[i] = (struct racer){ .i = i, .l = &l };
+	tl_race(race_thread, v, sizeof(v[0]), RACERS);
 	for (i = 0; i < RACERS; i++) {
 		if (v[i].status == 200 || v[i].status == 303)
 			ok++;

@@ -19,7 +19,6 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -512,36 +511,9 @@ csrf_of(const struct web *w)
 static void
 expect_page_headers(const struct web *w)
 {
-	static const struct {
-		const char *name;
-		const char *must;
-	} want[] = {
-		{ "Cache-Control", "no-store" },
-		{ "Referrer-Policy", "no-referrer" },
-		{ "X-Content-Type-Options", "nosniff" },
-		{ "X-Frame-Options", "DENY" },
-		{ "Content-Security-Policy", "default-src 'none'" },
-		{ "Content-Security-Policy", "frame-ancestors 'none'" },
-	};
-	size_t i;
-
 	ck_assert_msg(strncasecmp(w->r.content_type, "text/html", 9) == 0,
 	              "%s: Content-Type is \"%s\", not text/html", w->r.what, w->r.content_type);
-	for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-		char *v = tl_header_get(w->hdrs, want[i].name);
-
-		ck_assert_msg(v != NULL && tl_contains_ci(v, want[i].must),
-		              "%s (HTTP %ld): header %s is \"%s\", must contain \"%s\"", w->r.what,
-		              w->r.status, want[i].name, v ? v : "(absent)", want[i].must);
-		free(v);
-	}
-	{
-		char *csp = tl_header_get(w->hdrs, "Content-Security-Policy");
-
-		ck_assert_msg(!tl_contains_ci(csp, "unsafe-inline") && !tl_contains_ci(csp, "unsafe-eval"),
-		              "%s: the CSP allows inline code: %s", w->r.what, csp);
-		free(csp);
-	}
+	tl_expect_approval_headers(w->hdrs, w->r.status, w->r.what);
 }
 
 /* A page of the responder: status, the headers, an HTML document, no
@@ -1020,13 +992,12 @@ squeeze(char *dst, size_t n, const char *text)
 }
 
 struct racer {
-	pthread_barrier_t *start;
 	const char *token;
 	const char *form;
 	struct web w;
 };
 
-static void *
+static void
 racer_main(void *arg)
 {
 	struct racer *rc = arg;
@@ -1040,17 +1011,13 @@ racer_main(void *arg)
 	h[2] = ho;
 	h[3] = "Sec-Fetch-Site: same-origin";
 	h[4] = NULL;
-	pthread_barrier_wait(rc->start);
 	tl_http_hdrs("POST", path, h, "application/x-www-form-urlencoded", rc->form,
 	             strlen(rc->form), &rc->w.r, &rc->w.hdrs);
-	return NULL;
 }
 
 START_TEST(test_concurrent_decisions)
 {
 	static struct racer racers[RACERS];
-	pthread_t tid[RACERS];
-	pthread_barrier_t start;
 	struct gated g;
 	PGconn *c = tl_pg_connect();
 	char *csrf, *form;
@@ -1065,17 +1032,12 @@ START_TEST(test_concurrent_decisions)
 	/* Let nginx's per-address POST limit (burst 100) refill first. */
 	tl_sleep_ms(2500);
 	off = tl_log_offset();
-	ck_assert_int_eq(pthread_barrier_init(&start, NULL, RACERS), 0);
 	for (i = 0; i < RACERS; i++) {
 		memset(&racers[i], 0, sizeof(racers[i]));
-		racers[i].start = &start;
 		racers[i].token = g.token;
 		racers[i].form = form;
-		ck_assert_int_eq(pthread_create(&tid[i], NULL, racer_main, &racers[i]), 0);
 	}
-	for (i = 0; i < RACERS; i++)
-		pthread_join(tid[i], NULL);
-	pthread_barrier_destroy(&start);
+	tl_race(racer_main, racers, sizeof(racers[0]), RACERS);
 
 	for (i = 0; i < RACERS; i++) {
 		struct web *w = &racers[i].w;
