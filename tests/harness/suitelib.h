@@ -77,6 +77,16 @@ int tl_suite_run(Suite *s, bool nofork);
 		return failed_ != 0 ? EXIT_FAILURE : EXIT_SUCCESS;           \
 	}
 
+/* A main that calls main_fn with a struct of type type made of the
+ * designated initialisers given (a suite's description), and returns what
+ * it returns: TL_STACK_MAIN and DL_SUITE_MAIN. */
+#define TL_MAIN_OF(type, main_fn, ...)                             \
+	int main(void)                                             \
+	{                                                          \
+		static const type main_of_suite_ = {__VA_ARGS__}; \
+		return main_fn(&main_of_suite_);                  \
+	}
+
 /* tl_suite_run (forking) in a scratch directory made from the mkdtemp
  * template scratch (filled in: the tests write below it), removed with
  * everything in it afterwards. -1 when it cannot be made. */

@@ -1793,3 +1793,29 @@ tl_race(void (*fn)(void *arg), void *args, size_t size, int n)
 	free(th);
 	free(lanes);
 }
+
+int
+tl_stack_main(const struct tl_stack_suite *s)
+{
+	int failed, rc;
+
+	if ((rc = tl_suite_begin(s->name, s->prefix, s->needed)) != 0)
+		return rc;
+	if (s->prepare != NULL && !s->prepare())
+		return tl_suite_end(1);
+	failed = tl_suite_run(s->suite(), s->nofork);
+	if (s->finish != NULL)
+		s->finish();
+	return tl_suite_end(failed);
+}
+
+long
+tl_decide_api(const char *bearer, const char *id, json_t *body, struct tl_resp *r)
+{
+	char path[160];
+
+	snprintf(path, sizeof(path), "/v1/approvals/%s/decisions", id);
+	tl_post_json(path, bearer, body, r);
+	json_decref(body);
+	return r->status;
+}

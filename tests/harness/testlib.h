@@ -46,6 +46,26 @@ int tl_suite_begin(const char *suite, const char *prefix, const char *needed);
 /* The end: libcurl cleaned up; the exit status for `failed` failed tests. */
 int tl_suite_end(int failed);
 
+/* A suite against the stack that runs no dispatcher, for tl_stack_main. */
+struct tl_stack_suite {
+	const char *name;     /* "check_gate", for tl_suite_begin */
+	const char *prefix;   /* of the run's name */
+	const char *needed;   /* as tl_suite_begin takes them */
+	Suite *(*suite)(void);
+	/* Once the run is named, before the tests (NULL: nothing); false
+	 * fails the suite. */
+	bool (*prepare)(void);
+	/* After the tests (NULL: nothing). */
+	void (*finish)(void);
+	bool nofork;          /* as tl_suite_run takes it */
+};
+/* The whole main of such a suite: tl_suite_begin, prepare, the tests,
+ * finish, tl_suite_end; returns the exit status. */
+int tl_stack_main(const struct tl_stack_suite *s);
+/* A suite's main: TL_STACK_MAIN(.name = ..., .suite = ..., ...), the fields
+ * of its struct tl_stack_suite. */
+#define TL_STACK_MAIN(...) TL_MAIN_OF(struct tl_stack_suite, tl_stack_main, __VA_ARGS__)
+
 /* A key of this run: "<tl_run>-<what>". */
 void tl_mkkey(char *buf, size_t n, const char *what);
 
@@ -92,6 +112,9 @@ int tl_http_url(const char *method, const char *url, const char *iface, const ch
 /* POST of a JSON value (compact), Content-Type application/json. */
 int tl_post_json(const char *path, const char *bearer, const json_t *body,
                  struct tl_resp *r);
+/* POST /v1/approvals/ID/decisions of the decision body (stolen: freed)
+ * as bearer, the answer in r; returns its HTTP status. */
+long tl_decide_api(const char *bearer, const char *id, json_t *body, struct tl_resp *r);
 /* POST of JSON text as written, Content-Type application/json. */
 int tl_post_text(const char *path, const char *bearer, const char *text,
                  struct tl_resp *r);

@@ -2138,13 +2138,9 @@ TL_SUITE(api_suite, "api",
          {"outage", 60, .unchecked_teardown = pg_ensure_started,
           .tests = TL_LIST(test_database_outage)})
 
-int
-main(void)
+static bool
+prepare(void)
 {
-	int failed, rc;
-
-	if ((rc = tl_suite_begin("check_api", "ck", "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG ONCEGATE_CTL")) != 0)
-		return rc;
 	snprintf(g_marker, sizeof(g_marker), "SECRET-PAYLOAD-MARKER-%s", tl_run);
 	snprintf(g_fake_key, sizeof(g_fake_key), "og_fake_%s_0123456789abcdefABCDEF", tl_run);
 	g_key_dev = tl_env("ONCEGATE_API_KEY");
@@ -2152,10 +2148,17 @@ main(void)
 	snprintf(g_client_r, sizeof(g_client_r), "%s-r", tl_run);
 	g_key_b = tl_client_add(g_client_b);
 	g_key_r = tl_client_add(g_client_r);
+	return true;
+}
 
-	failed = tl_suite_run(api_suite(), false);
+static void
+finish(void)
+{
 	pg_ensure_started();
 	free(g_key_b);
 	free(g_key_r);
-	return tl_suite_end(failed);
 }
+
+TL_STACK_MAIN(.name = "check_api", .prefix = "ck",
+              .needed = "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG ONCEGATE_CTL",
+              .suite = api_suite, .prepare = prepare, .finish = finish)

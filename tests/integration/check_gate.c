@@ -2771,19 +2771,16 @@ TL_SUITE(gate_suite, "gate",
          {"secrets", 90, .setup = tl_setup_healthy,
           .tests = TL_LIST(test_token_never_stored_or_logged)})
 
-int
-main(void)
+static bool
+prepare(void)
 {
-	int failed, rc;
-
-	if ((rc = tl_suite_begin("check_gate", "gt", "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG")) != 0)
-		return rc;
 	xmlInitParser();
 	g_base = tl_env("ONCEGATE_URL");
 	g_key_dev = tl_env("ONCEGATE_API_KEY");
 	snprintf(g_marker, sizeof(g_marker), "Dear customer, OUTPUT-MARKER-%s.", tl_run);
-
-	failed = tl_suite_run(gate_suite(), false);
-	xmlCleanupParser();
-	return tl_suite_end(failed);
+	return true;
 }
+
+TL_STACK_MAIN(.name = "check_gate", .prefix = "gt",
+              .needed = "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG", .suite = gate_suite,
+              .prepare = prepare, .finish = xmlCleanupParser)

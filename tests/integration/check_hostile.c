@@ -846,17 +846,21 @@ TL_SUITE(hostile_suite, "hostile",
                            test_client_changes_need_a_reason,
                            test_replay_new_key_the_path_cannot_carry)})
 
-int
-main(void)
+static bool
+prepare(void)
 {
-	int failed, rc;
-
-	if ((rc = tl_suite_begin("check_hostile", "hx", "ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_CONF ONCEGATE_LOG")) != 0)
-		return rc;
 	g_key = tl_env("ONCEGATE_API_KEY");
-	/* one process: the tests share one database connection */
-	failed = tl_suite_run(hostile_suite(), true);
+	return true;
+}
+
+static void
+finish(void)
+{
 	if (g_pg != NULL)
 		PQfinish(g_pg);
-	return tl_suite_end(failed);
 }
+
+/* one process (nofork): the tests share one database connection */
+TL_STACK_MAIN(.name = "check_hostile", .prefix = "hx",
+              .needed = "ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_CONF ONCEGATE_LOG",
+              .suite = hostile_suite, .prepare = prepare, .finish = finish, .nofork = true)

@@ -2231,18 +2231,15 @@ TL_SUITE(security_suite, "security",
          {"secrets", 60, .setup = tl_setup_healthy,
           .tests = TL_LIST(test_headers_on_every_answer, test_token_never_leaks)})
 
-int
-main(void)
+static bool
+prepare(void)
 {
-	int failed, rc;
-
-	if ((rc = tl_suite_begin("check_security", "sc", "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG ONCEGATE_CTL")) != 0)
-		return rc;
 	xmlInitParser();
 	g_base = tl_env("ONCEGATE_URL");
 	g_key_dev = tl_env("ONCEGATE_API_KEY");
-
-	failed = tl_suite_run(security_suite(), false);
-	xmlCleanupParser();
-	return tl_suite_end(failed);
+	return true;
 }
+
+TL_STACK_MAIN(.name = "check_security", .prefix = "sc",
+              .needed = "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG ONCEGATE_CTL",
+              .suite = security_suite, .prepare = prepare, .finish = xmlCleanupParser)
