@@ -148,12 +148,7 @@ int dl_suite_main(const struct dl_suite *s);
 
 /* A suite's whole main: DL_SUITE_MAIN(.name = ..., .suite = ..., ...), the
  * fields of its struct dl_suite. */
-#define DL_SUITE_MAIN(...)                                                  \
-	int main(void)                                                      \
-	{                                                                   \
-		static const struct dl_suite dl_suite_of_main = {__VA_ARGS__}; \
-		return dl_suite_main(&dl_suite_of_main);                    \
-	}
+#define DL_SUITE_MAIN(...) TL_MAIN_OF(struct dl_suite, dl_suite_main, __VA_ARGS__)
 
 /* A dispatcher of a test: its config, decision log and stderr in g_tmp. */
 struct dl_disp {

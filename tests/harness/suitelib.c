@@ -27,6 +27,29 @@ tl_add_tests(TCase *tc, const TTest *const *tests)
 		tcase_add_test(tc, *tests);
 }
 
+Suite *
+tl_suite_of(const char *name, const struct tl_case *cases)
+{
+	Suite *s = suite_create(name);
+	const struct tl_loop *loop;
+	TCase *tc;
+
+	for (; cases->name != NULL; cases++) {
+		tc = cases->make != NULL ? cases->make(s, cases->name, cases->timeout_s)
+		                         : tl_tcase(s, cases->name, cases->timeout_s);
+		if (cases->unchecked_setup != NULL || cases->unchecked_teardown != NULL)
+			tcase_add_unchecked_fixture(tc, cases->unchecked_setup,
+			                            cases->unchecked_teardown);
+		if (cases->setup != NULL || cases->teardown != NULL)
+			tcase_add_checked_fixture(tc, cases->setup, cases->teardown);
+		for (loop = cases->loops; loop != NULL && loop->test != NULL; loop++)
+			tcase_add_loop_test(tc, loop->test, 0, loop->end);
+		if (cases->tests != NULL)
+			tl_add_tests(tc, cases->tests);
+	}
+	return s;
+}
+
 int
 tl_suite_run(Suite *s, bool nofork)
 {

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -1721,4 +1722,100 @@ tl_expect_problem(const struct tl_resp *r, long status, const char *code)
 
 	ck_assert_msg(r->status == status && type != NULL && strstr(type, code) != NULL,
 	              "want %ld %s, got HTTP %ld %.600s", status, code, r->status, r->body);
+}
+
+void
+tl_expect_approval_headers(const char *hdrs, long status, const char *what)
+{
+	/* each header: what its value must contain */
+	static const char *const want[] = {
+		"Cache-Control: no-store", "Referrer-Policy: no-referrer",
+		"X-Content-Type-Options: nosniff", "X-Frame-Options: DENY",
+		"Content-Security-Policy: frame-ancestors 'none'",
+		"Content-Security-Policy: default-src 'none'",
+	};
+	char name[64], *csp;
+	const char *must;
+	size_t i;
+
+	for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		char *v;
+
+		must = strchr(want[i], ':') + 2;
+		snprintf(name, sizeof(name), "%.*s", (int)(must - 2 - want[i]), want[i]);
+		v = tl_header_get(hdrs, name);
+		ck_assert_msg(v != NULL && tl_contains_ci(v, must),
+		              "%s (HTTP %ld): header %s is \"%s\", must contain \"%s\"; headers:\n%s",
+		              what, status, name, v ? v : "(absent)", must, hdrs);
+		free(v);
+	}
+	csp = tl_header_get(hdrs, "Content-Security-Policy");
+	ck_assert_msg(!tl_contains_ci(csp, "unsafe-inline") && !tl_contains_ci(csp, "unsafe-eval") &&
+	              !tl_contains_ci(csp, "*"),
+	              "%s: the CSP is not strict: %s", what, csp);
+	free(csp);
+}
+
+/* One thread of tl_race: waits for the others, then runs. */
+struct race_lane {
+	pthread_barrier_t *go;
+	void (*fn)(void *arg);
+	void *arg;
+};
+
+static void *
+race_lane_main(void *p)
+{
+	struct race_lane *lane = p;
+
+	pthread_barrier_wait(lane->go);
+	lane->fn(lane->arg);
+	return NULL;
+}
+
+void
+tl_race(void (*fn)(void *arg), void *args, size_t size, int n)
+{
+	struct race_lane *lanes = calloc((size_t)n, sizeof(*lanes));
+	pthread_t *th = calloc((size_t)n, sizeof(*th));
+	pthread_barrier_t go;
+	int i;
+
+	ck_assert(lanes != NULL && th != NULL);
+	ck_assert_int_eq(pthread_barrier_init(&go, NULL, (unsigned)n), 0);
+	for (i = 0; i < n; i++) {
+		lanes[i] = (struct race_lane){ &go, fn, (char *)args + (size_t)i * size };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, race_lane_main, &lanes[i]), 0);
+	}
+	for (i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+	pthread_barrier_destroy(&go);
+	free(th);
+	free(lanes);
+}
+
+int
+tl_stack_main(const struct tl_stack_suite *s)
+{
+	int failed, rc;
+
+	if ((rc = tl_suite_begin(s->name, s->prefix, s->needed)) != 0)
+		return rc;
+	if (s->prepare != NULL && !s->prepare())
+		return tl_suite_end(1);
+	failed = tl_suite_run(s->suite(), s->nofork);
+	if (s->finish != NULL)
+		s->finish();
+	return tl_suite_end(failed);
+}
+
+long
+tl_decide_api(const char *bearer, const char *id, json_t *body, struct tl_resp *r)
+{
+	char path[160];
+
+	snprintf(path, sizeof(path), "/v1/approvals/%s/decisions", id);
+	tl_post_json(path, bearer, body, r);
+	json_decref(body);
+	return r->status;
 }

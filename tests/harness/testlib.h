@@ -46,6 +46,26 @@ int tl_suite_begin(const char *suite, const char *prefix, const char *needed);
 /* The end: libcurl cleaned up; the exit status for `failed` failed tests. */
 int tl_suite_end(int failed);
 
+/* A suite against the stack that runs no dispatcher, for tl_stack_main. */
+struct tl_stack_suite {
+	const char *name;     /* "check_gate", for tl_suite_begin */
+	const char *prefix;   /* of the run's name */
+	const char *needed;   /* as tl_suite_begin takes them */
+	Suite *(*suite)(void);
+	/* Once the run is named, before the tests (NULL: nothing); false
+	 * fails the suite. */
+	bool (*prepare)(void);
+	/* After the tests (NULL: nothing). */
+	void (*finish)(void);
+	bool nofork;          /* as tl_suite_run takes it */
+};
+/* The whole main of such a suite: tl_suite_begin, prepare, the tests,
+ * finish, tl_suite_end; returns the exit status. */
+int tl_stack_main(const struct tl_stack_suite *s);
+/* A suite's main: TL_STACK_MAIN(.name = ..., .suite = ..., ...), the fields
+ * of its struct tl_stack_suite. */
+#define TL_STACK_MAIN(...) TL_MAIN_OF(struct tl_stack_suite, tl_stack_main, __VA_ARGS__)
+
 /* A key of this run: "<tl_run>-<what>". */
 void tl_mkkey(char *buf, size_t n, const char *what);
 
@@ -92,6 +112,9 @@ int tl_http_url(const char *method, const char *url, const char *iface, const ch
 /* POST of a JSON value (compact), Content-Type application/json. */
 int tl_post_json(const char *path, const char *bearer, const json_t *body,
                  struct tl_resp *r);
+/* POST /v1/approvals/ID/decisions of the decision body (stolen: freed)
+ * as bearer, the answer in r; returns its HTTP status. */
+long tl_decide_api(const char *bearer, const char *id, json_t *body, struct tl_resp *r);
 /* POST of JSON text as written, Content-Type application/json. */
 int tl_post_text(const char *path, const char *bearer, const char *text,
                  struct tl_resp *r);
@@ -100,6 +123,12 @@ void tl_resp_free(struct tl_resp *r);
 /* Fails the test unless r is HTTP status with a problem whose type ends in
  * code. */
 void tl_expect_problem(const struct tl_resp *r, long status, const char *code);
+/* Fails unless the headers hdrs of an answer (HTTP status, what names it)
+ * carry what every answer under /approve/ must, whoever wrote it (the
+ * responder's pages, its JSON refusals, nginx's own errors): no-store, no
+ * referrer, nosniff, no framing, and a strict Content-Security-Policy
+ * (default-src 'none', no inline code, no eval, no wildcard). */
+void tl_expect_approval_headers(const char *hdrs, long status, const char *what);
 
 /* String member of r->json, or NULL. */
 const char *tl_jstr(const json_t *obj, const char *name);
@@ -213,6 +242,10 @@ char *tl_shell_output(const char *cmdline);
 int tl_shell(const char *cmdline);
 
 void tl_sleep_ms(long ms);
+/* Calls fn on each of the n elements of args (size bytes apart), each in a
+ * thread of its own, all released at once (a barrier); returns when every
+ * one has returned. For races: n requests as nearly at once as can be. */
+void tl_race(void (*fn)(void *arg), void *args, size_t size, int n);
 double tl_now(void);
 
 /* ---- approval pages (check_gate) ---------------------------------------- */

@@ -15,7 +15,6 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,26 +309,21 @@ END_TEST
 /* ---- 1. fifty concurrent deliveries of one new key ---------------------- */
 
 struct racer {
-	pthread_barrier_t *start;
 	const char *body;
 	struct tl_resp r;
 };
 
-static void *
+static void
 racer_main(void *arg)
 {
 	struct racer *rc = arg;
 
-	pthread_barrier_wait(rc->start);
 	tl_post_text("/v1/runs", g_key_dev, rc->body, &rc->r);
-	return NULL;
 }
 
 START_TEST(test_concurrent_claims)
 {
 	static struct racer racers[RACERS];
-	pthread_t tid[RACERS];
-	pthread_barrier_t start;
 	char key[160], hash[72], owner[64] = "", *body = NULL;
 	long long version = -1;
 	int i, n201 = 0, n200 = 0, nother = 0;
@@ -346,15 +340,9 @@ START_TEST(test_concurrent_claims)
 		body = json_dumps(b, JSON_COMPACT);
 		json_decref(b);
 	}
-	ck_assert_int_eq(pthread_barrier_init(&start, NULL, RACERS), 0);
-	for (i = 0; i < RACERS; i++) {
-		racers[i].start = &start;
-		racers[i].body = body;
-		ck_assert_int_eq(pthread_create(&tid[i], NULL, racer_main, &racers[i]), 0);
-	}
 	for (i = 0; i < RACERS; i++)
-		pthread_join(tid[i], NULL);
-	pthread_barrier_destroy(&start);
+		racers[i].body = body;
+	tl_race(racer_main, racers, sizeof(racers[0]), RACERS);
 
 	for (i = 0; i < RACERS; i++) {
 		struct tl_resp *r = &racers[i].r;
@@ -2016,8 +2004,6 @@ START_TEST(test_database_outage)
 	const char *start = tl_env("ONCEGATE_TEST_PG_START");
 	static struct racer racers[AFTER_OUTAGE];
 	char key[160], key2[160], *pids_before, *pids_after, *d, *bodies[AFTER_OUTAGE];
-	pthread_t tid[AFTER_OUTAGE];
-	pthread_barrier_t go;
 	struct claimed a;
 	struct tl_resp r;
 	double deadline;
@@ -2103,7 +2089,6 @@ START_TEST(test_database_outage)
 	/* Past that second every worker answers again, each on a fresh
 	 * connection of its own: enough claims at once to busy all of them. */
 	tl_sleep_ms(1100);
-	ck_assert_int_eq(pthread_barrier_init(&go, NULL, AFTER_OUTAGE), 0);
 	for (i = 0; i < AFTER_OUTAGE; i++) {
 		json_t *b;
 
@@ -2111,13 +2096,9 @@ START_TEST(test_database_outage)
 		b = json_pack("{s:s, s:o}", "key", key2, "payload", std_payload());
 		bodies[i] = json_dumps(b, JSON_COMPACT);
 		json_decref(b);
-		racers[i].start = &go;
 		racers[i].body = bodies[i];
-		ck_assert_int_eq(pthread_create(&tid[i], NULL, racer_main, &racers[i]), 0);
 	}
-	for (i = 0; i < AFTER_OUTAGE; i++)
-		pthread_join(tid[i], NULL);
-	pthread_barrier_destroy(&go);
+	tl_race(racer_main, racers, sizeof(racers[0]), AFTER_OUTAGE);
 	for (i = 0; i < AFTER_OUTAGE; i++) {
 		ck_assert_msg(racers[i].r.status == 201, "claim %d after recovery: HTTP %ld %s",
 		              i, racers[i].r.status, racers[i].r.body);
@@ -2136,45 +2117,30 @@ END_TEST
 
 /* ---- the suite ---------------------------------------------------------- */
 
-static Suite *
-api_suite(void)
+TL_SUITE(api_suite, "api",
+         {"ledger", 60,
+          .tests = TL_LIST(test_healthz_ok, test_readyz_ok, test_concurrent_claims,
+                           test_expired_lease_reclaimed, test_failed_retryable_reclaimed,
+                           test_completed_is_duplicate, test_failed_terminal_is_duplicate,
+                           test_payload_mismatch, test_payload_reordered_is_duplicate,
+                           test_payload_numbers_as_given, test_clients_are_isolated,
+                           test_corpus_keys_two_tenants, test_duplicate_window, test_lease_cap,
+                           test_default_lease_clamped, test_boundaries_accepted, test_status,
+                           test_unknown_run)},
+         {"bad_input", 60, .loops = TL_LOOPS({test_bad_input, N_BAD_CASES}),
+          .tests = TL_LIST(test_revoked_key, test_claim_refused_body_unauthenticated,
+                           test_claim_answers_whatever_the_first_statement,
+                           test_transition_to_not_allowed)},
+         {"log", 60, .tests = TL_LIST(test_log_hygiene)},
+         /* Last and alone: it stops the database. The unchecked teardown
+          * runs in the runner's process, so the cluster comes back even when
+          * the test fails or times out. */
+         {"outage", 60, .unchecked_teardown = pg_ensure_started,
+          .tests = TL_LIST(test_database_outage)})
+
+static bool
+prepare(void)
 {
-	Suite *s = suite_create("api");
-	TCase *tc;
-
-	tc = tl_tcase(s, "ledger", 60);
-	TL_TESTS(tc, test_healthz_ok, test_readyz_ok, test_concurrent_claims,
-	         test_expired_lease_reclaimed, test_failed_retryable_reclaimed,
-	         test_completed_is_duplicate, test_failed_terminal_is_duplicate,
-	         test_payload_mismatch, test_payload_reordered_is_duplicate,
-	         test_payload_numbers_as_given, test_clients_are_isolated,
-	         test_corpus_keys_two_tenants, test_duplicate_window, test_lease_cap, test_default_lease_clamped,
-	         test_boundaries_accepted, test_status, test_unknown_run);
-
-	tc = tl_tcase(s, "bad_input", 60);
-	tcase_add_loop_test(tc, test_bad_input, 0, N_BAD_CASES);
-	TL_TESTS(tc, test_revoked_key, test_claim_refused_body_unauthenticated,
-	         test_claim_answers_whatever_the_first_statement, test_transition_to_not_allowed);
-
-	tc = tl_tcase(s, "log", 60);
-	tcase_add_test(tc, test_log_hygiene);
-
-	/* Last and alone: it stops the database. The unchecked teardown runs in
-	 * the runner's process, so the cluster comes back even when the test
-	 * fails or times out. */
-	tc = tl_tcase(s, "outage", 60);
-	tcase_add_unchecked_fixture(tc, NULL, pg_ensure_started);
-	tcase_add_test(tc, test_database_outage);
-	return s;
-}
-
-int
-main(void)
-{
-	int failed, rc;
-
-	if ((rc = tl_suite_begin("check_api", "ck", "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG ONCEGATE_CTL")) != 0)
-		return rc;
 	snprintf(g_marker, sizeof(g_marker), "SECRET-PAYLOAD-MARKER-%s", tl_run);
 	snprintf(g_fake_key, sizeof(g_fake_key), "og_fake_%s_0123456789abcdefABCDEF", tl_run);
 	g_key_dev = tl_env("ONCEGATE_API_KEY");
@@ -2182,10 +2148,17 @@ main(void)
 	snprintf(g_client_r, sizeof(g_client_r), "%s-r", tl_run);
 	g_key_b = tl_client_add(g_client_b);
 	g_key_r = tl_client_add(g_client_r);
+	return true;
+}
 
-	failed = tl_suite_run(api_suite(), false);
+static void
+finish(void)
+{
 	pg_ensure_started();
 	free(g_key_b);
 	free(g_key_r);
-	return tl_suite_end(failed);
 }
+
+TL_STACK_MAIN(.name = "check_api", .prefix = "ck",
+              .needed = "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG ONCEGATE_CTL",
+              .suite = api_suite, .prepare = prepare, .finish = finish)

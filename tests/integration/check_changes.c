@@ -120,18 +120,6 @@ submit(const char *bearer, const char *key, const char *contract, const char *su
 	return r->status;
 }
 
-/* POST a decision body (stolen) on approval id as bearer. */
-static long
-decide_api(const char *bearer, const char *id, json_t *body, struct tl_resp *r)
-{
-	char path[160];
-
-	snprintf(path, sizeof(path), "/v1/approvals/%s/decisions", id);
-	tl_post_json(path, bearer, body, r);
-	json_decref(body);
-	return r->status;
-}
-
 /* The second tenant's decide grant for every approver entry of contract:
  * "grant" (after an ungrant that may find none: a test that failed midway
  * leaves its grant) or "ungrant". */
@@ -236,9 +224,9 @@ START_TEST(test_round_trip)
 	/* one approval of round 1, on the page */
 	ck_assert_int_eq(pl_decide_at(d1.path[0], LI, LI_GROUPS, "approve", NULL, 0), 303);
 	/* Anna asks for changes through the API */
-	decide_api(dl_key_b, d1.id[1],
-	           json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "changes_requested",
-	                     "feedback", FEEDBACK), &r);
+	tl_decide_api(dl_key_b, d1.id[1],
+	              json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "changes_requested",
+	                        "feedback", FEEDBACK), &r);
 	ck_assert_msg(r.status == 200, "HTTP %ld %.600s", r.status, r.body);
 	ck_assert(json_is_true(json_object_get(r.json, "final")));
 	ck_assert_str_eq(JSTR(r.json, "state"), "processing");
@@ -294,9 +282,9 @@ START_TEST(test_round_trip)
 		dl_page_request(d1.path[0], "sam.lee@example.com", LI_GROUPS, form, NULL, &r, NULL);
 		ck_assert_msg(r.status == 410, "old link's POST: HTTP %ld", r.status);
 		tl_resp_free(&r);
-		decide_api(dl_key_b, d1.id[0],
-		           json_pack("{s:s, s:[s], s:s}", "subject", "sam.lee@example.com", "groups",
-		                     "customer support", "decision", "approve"), &r);
+		tl_decide_api(dl_key_b, d1.id[0],
+		              json_pack("{s:s, s:[s], s:s}", "subject", "sam.lee@example.com", "groups",
+		                        "customer support", "decision", "approve"), &r);
 		tl_expect_problem(&r, 409, "approval_closed");
 		ck_assert_str_eq(JSTR(r.json, "reason"), "round_closed");
 		tl_resp_free(&r);
@@ -317,9 +305,9 @@ START_TEST(test_round_trip)
 	ck_assert_int_eq(pl_decide_at(d2.path[0], LI, LI_GROUPS, "approve", NULL, 0), 303);
 	ck_assert_int_eq(count1(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
 	                           OF_B " AND state = 'awaiting_human'", key), 1);
-	decide_api(dl_key_b, d2.id[1],
-	           json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "approve", "reason",
-	                     "Теперь верно ✅"), &r);
+	tl_decide_api(dl_key_b, d2.id[1],
+	              json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "approve", "reason",
+	                        "Теперь верно ✅"), &r);
 	ck_assert_msg(r.status == 200, "HTTP %ld %.600s", r.status, r.body);
 	ck_assert_int_eq(json_integer_value(json_object_get(r.json, "approvals")), 2);
 	ck_assert_str_eq(JSTR(r.json, "state"), "approved");
@@ -461,9 +449,9 @@ START_TEST(test_budget_spent)
 	ck_assert_int_eq(submit(dl_key_b, key, CONTRACT, "Тема", "Черновик один.", &d, &r), 202);
 	tl_resp_free(&r);
 	grant("grant", CONTRACT);
-	decide_api(dl_key_b, d.id[1],
-	           json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "changes_requested",
-	                     "feedback", "Короче, пожалуйста."), &r);
+	tl_decide_api(dl_key_b, d.id[1],
+	              json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "changes_requested",
+	                        "feedback", "Короче, пожалуйста."), &r);
 	ck_assert_msg(r.status == 200, "HTTP %ld %.600s", r.status, r.body);
 	tl_resp_free(&r);
 	run = run_of(key);
@@ -472,9 +460,9 @@ START_TEST(test_budget_spent)
 	ck_assert_int_eq(submit(dl_key_b, key, CONTRACT, "Тема", "Черновик два.", &d, &r), 202);
 	tl_resp_free(&r);
 	/* round 2 asks again: the one repair attempt is spent */
-	decide_api(dl_key_b, d.id[1],
-	           json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "changes_requested",
-	                     "feedback", "Ещё короче."), &r);
+	tl_decide_api(dl_key_b, d.id[1],
+	              json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "changes_requested",
+	                        "feedback", "Ещё короче."), &r);
 	ck_assert_msg(r.status == 200, "HTTP %ld %.600s", r.status, r.body);
 	ck_assert_str_eq(JSTR(r.json, "state"), "failed_terminal");
 	ck_assert(json_object_get(r.json, "next_round") == NULL);
@@ -520,14 +508,14 @@ START_TEST(test_refused)
 	grant("grant", CONTRACT);
 	grant("grant", "quorum_mail");
 	snap = tl_run_snapshot(c, key);
-	decide_api(dl_key_b, d.id[1],
-	           json_pack("{s:s, s:s}", "subject", ANNA, "decision", "changes_requested"), &r);
+	tl_decide_api(dl_key_b, d.id[1],
+	              json_pack("{s:s, s:s}", "subject", ANNA, "decision", "changes_requested"), &r);
 	tl_expect_problem(&r, 422, "feedback_required");
 	tl_resp_free(&r);
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		decide_api(dl_key_b, d.id[1],
-		           json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision",
-		                     "changes_requested", "feedback", bad[i]), &r);
+		tl_decide_api(dl_key_b, d.id[1],
+		              json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision",
+		                        "changes_requested", "feedback", bad[i]), &r);
 		ck_assert_msg(r.status == 422, "feedback %zu: HTTP %ld %.300s", i, r.status, r.body);
 		tl_resp_free(&r);
 	}
@@ -547,30 +535,30 @@ START_TEST(test_refused)
 	for (i = 0; i < 2001; i++)
 		memcpy(big + 2 * i, "ж", 2);
 	big[2 * 2001] = '\0';
-	decide_api(dl_key_b, d.id[1],
-	           json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "changes_requested",
-	                     "feedback", big), &r);
+	tl_decide_api(dl_key_b, d.id[1],
+	              json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "changes_requested",
+	                        "feedback", big), &r);
 	tl_expect_problem(&r, 422, "invalid_feedback");
 	tl_resp_free(&r);
 	ck_assert_int_eq(page_decide(d.path[0], LI, LI_GROUPS, "changes_requested", big, &r), 422);
 	tl_resp_free(&r);
 	free(big);
-	decide_api(dl_key_b, d.id[1],
-	           json_pack("{s:s, s:s, s:i}", "subject", ANNA, "decision", "changes_requested",
-	                     "feedback", 7), &r);
+	tl_decide_api(dl_key_b, d.id[1],
+	              json_pack("{s:s, s:s, s:i}", "subject", ANNA, "decision", "changes_requested",
+	                        "feedback", 7), &r);
 	tl_expect_problem(&r, 400, "invalid_field");
 	tl_resp_free(&r);
 	/* feedback goes with a request for changes only */
-	decide_api(dl_key_b, d.id[1],
-	           json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "approve", "feedback",
-	                     "Всё хорошо"), &r);
+	tl_decide_api(dl_key_b, d.id[1],
+	              json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "approve", "feedback",
+	                        "Всё хорошо"), &r);
 	tl_expect_problem(&r, 422, "feedback_unwanted");
 	tl_resp_free(&r);
 	/* the requester may not send it back either (separation of duties) */
-	decide_api(dl_key_b, d.id[0],
-	           json_pack("{s:s, s:[s], s:s, s:s}", "subject", REQUESTER, "groups",
-	                     "customer support", "decision", "changes_requested", "feedback",
-	                     "Моя же заявка"), &r);
+	tl_decide_api(dl_key_b, d.id[0],
+	              json_pack("{s:s, s:[s], s:s, s:s}", "subject", REQUESTER, "groups",
+	                        "customer support", "decision", "changes_requested", "feedback",
+	                        "Моя же заявка"), &r);
 	tl_expect_problem(&r, 403, "separation_of_duties");
 	tl_resp_free(&r);
 	tl_expect_run_unchanged(c, key, snap, "refused requests for changes");
@@ -591,9 +579,9 @@ START_TEST(test_refused)
 	}
 	tl_resp_free(&r);
 	snap = tl_run_snapshot(c, key2);
-	decide_api(dl_key_b, q.id[0],
-	           json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "changes_requested",
-	                     "feedback", "Нельзя"), &r);
+	tl_decide_api(dl_key_b, q.id[0],
+	              json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "changes_requested",
+	                        "feedback", "Нельзя"), &r);
 	tl_expect_problem(&r, 422, "decision_not_allowed");
 	tl_resp_free(&r);
 	{
@@ -621,18 +609,10 @@ START_TEST(test_refused)
 }
 END_TEST
 
-static Suite *
-changes_suite(void)
-{
-	Suite *s = suite_create("changes");
-	TCase *tc = dl_tcase(s, "rounds", SETTLE_S + 90);
-
-	tcase_add_test(tc, test_round_trip);
-	tcase_add_test(tc, test_notices_and_page);
-	tcase_add_test(tc, test_budget_spent);
-	tcase_add_test(tc, test_refused);
-	return s;
-}
+TL_SUITE(changes_suite, "changes",
+         {"rounds", SETTLE_S + 90, dl_tcase,
+          .tests = TL_LIST(test_round_trip, test_notices_and_page, test_budget_spent,
+                           test_refused)})
 
 DL_SUITE_MAIN(.name = "check_changes", .prefix = "ch", .needed = "ONCEGATE_API_KEY",
               .suite = changes_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,

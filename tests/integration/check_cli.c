@@ -1160,18 +1160,11 @@ START_TEST(test_export)
 }
 END_TEST
 
-static Suite *
-cli_suite(void)
-{
-	Suite *s = suite_create("cli");
-	TCase *tc = tl_tcase(s, "cli", 240);
-
-	tcase_add_unchecked_fixture(tc, data_setup, NULL);
-	TL_TESTS(tc, test_help_full_usage, test_global_options_anywhere, test_json_one_document,
-	         test_time_grammar, test_approval_list_pending, test_operator_is_the_role,
-	         test_migrate_roles, test_export);
-	return s;
-}
+TL_SUITE(cli_suite, "cli",
+         {"cli", 240, .unchecked_setup = data_setup,
+          .tests = TL_LIST(test_help_full_usage, test_global_options_anywhere,
+                           test_json_one_document, test_time_grammar, test_approval_list_pending,
+                           test_operator_is_the_role, test_migrate_roles, test_export)})
 
 DL_SUITE_MAIN(.name = "check_cli", .prefix = "cl", .needed = "ONCEGATE_API_KEY",
               .suite = cli_suite, .prepare = prepare, .finish = dl_tenants_finish)

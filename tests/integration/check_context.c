@@ -571,16 +571,10 @@ START_TEST(test_replayed)
 }
 END_TEST
 
-static Suite *
-context_suite(void)
-{
-	Suite *s = suite_create("context");
-	TCase *tc = dl_tcase(s, "context", 4 * SETTLE_S + 60);
-
-	TL_TESTS(tc, test_apart_and_shown, test_without_context, test_refused, test_told,
-	         test_purged, test_replayed);
-	return s;
-}
+TL_SUITE(context_suite, "context",
+         {"context", 4 * SETTLE_S + 60, dl_tcase,
+          .tests = TL_LIST(test_apart_and_shown, test_without_context, test_refused, test_told,
+                           test_purged, test_replayed)})
 
 DL_SUITE_MAIN(.name = "check_context", .prefix = "cx", .needed = "ONCEGATE_API_KEY",
               .suite = context_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,

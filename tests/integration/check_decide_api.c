@@ -28,7 +28,6 @@
  *             effect; a closed approval then answers 409 approval_closed.
  */
 #define _GNU_SOURCE
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,18 +54,6 @@ mail_run(const char *bearer, const char *key, struct dl_links *l)
 	dl_mail_run(bearer, key, CONTRACT, tl_corpus_mail_str("ru_short", "subject"),
 	            tl_corpus_mail_str("ru_short", "body"), "klient.ivanova@pochta.example",
 	            REQUESTER, l);
-}
-
-/* POST a decision body (stolen) on approval id as bearer; the answer in r. */
-static long
-decide_api(const char *bearer, const char *id, json_t *body, struct tl_resp *r)
-{
-	char path[160];
-
-	snprintf(path, sizeof(path), "/v1/approvals/%s/decisions", id);
-	tl_post_json(path, bearer, body, r);
-	json_decref(body);
-	return r->status;
 }
 
 static long long
@@ -99,26 +86,26 @@ START_TEST(test_scope)
 	snprintf(key, sizeof(key), "%s:scope/заявка-12 📮", tl_run);
 	mail_run(dl_key_b, key, &l);
 	/* no grant yet */
-	decide_api(dl_key_b, l.id[2],
-	           json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), &r);
+	tl_decide_api(dl_key_b, l.id[2],
+	              json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), &r);
 	tl_expect_problem(&r, 403, "forbidden");
 	tl_resp_free(&r);
 	/* the stack's own client holds the same key but not this approval */
-	decide_api(dl_key_dev, l.id[2],
-	           json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), &r);
+	tl_decide_api(dl_key_dev, l.id[2],
+	              json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), &r);
 	tl_expect_problem(&r, 404, "approval_not_found");
 	tl_resp_free(&r);
 	/* a grant for another entry does not open this one */
 	grant("grant", "group:customer support");
-	decide_api(dl_key_b, l.id[2],
-	           json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), &r);
+	tl_decide_api(dl_key_b, l.id[2],
+	              json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), &r);
 	tl_expect_problem(&r, 403, "forbidden");
 	tl_resp_free(&r);
 	ck_assert_int_eq(votes_of(c, key), 0);
 	grant("grant", ANNA);
-	decide_api(dl_key_b, l.id[2],
-	           json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "approve", "reason",
-	                     "Проверила, всё верно ✅"), &r);
+	tl_decide_api(dl_key_b, l.id[2],
+	              json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "approve", "reason",
+	                        "Проверила, всё верно ✅"), &r);
 	ck_assert_msg(r.status == 200, "HTTP %ld %.600s", r.status, r.body);
 	ck_assert_str_eq(JSTR(r.json, "decided_by"), ANNA);
 	ck_assert_str_eq(JSTR(r.json, "via_client"), dl_client_b);
@@ -128,9 +115,9 @@ START_TEST(test_scope)
 	ck_assert_int_eq(votes_of(c, key), 1);
 	grant("ungrant", ANNA);
 	grant("ungrant", "group:customer support");
-	decide_api(dl_key_b, l.id[0],
-	           json_pack("{s:s, s:[s], s:s}", "subject", "agent07@example.com", "groups",
-	                     "customer support", "decision", "approve"), &r);
+	tl_decide_api(dl_key_b, l.id[0],
+	              json_pack("{s:s, s:[s], s:s}", "subject", "agent07@example.com", "groups",
+	                        "customer support", "decision", "approve"), &r);
 	tl_expect_problem(&r, 403, "forbidden");
 	tl_resp_free(&r);
 	ck_assert_int_eq(votes_of(c, key), 1);
@@ -151,37 +138,37 @@ START_TEST(test_rules)
 	grant("grant", "*");
 	before = tl_run_snapshot(c, key);
 	/* the requester is in the support group, and may not approve */
-	decide_api(dl_key_b, l.id[0],
-	           json_pack("{s:s, s:[s], s:s}", "subject", REQUESTER, "groups", "customer support",
-	                     "decision", "approve"), &r);
+	tl_decide_api(dl_key_b, l.id[0],
+	              json_pack("{s:s, s:[s], s:s}", "subject", REQUESTER, "groups", "customer support",
+	                        "decision", "approve"), &r);
 	tl_expect_problem(&r, 403, "separation_of_duties");
 	tl_resp_free(&r);
 	/* not among the approvers of this challenge */
-	decide_api(dl_key_b, l.id[2],
-	           json_pack("{s:s, s:s}", "subject", "mallory@example.com", "decision", "approve"),
-	           &r);
+	tl_decide_api(dl_key_b, l.id[2],
+	              json_pack("{s:s, s:s}", "subject", "mallory@example.com", "decision", "approve"),
+	              &r);
 	tl_expect_problem(&r, 403, "not_an_approver");
 	tl_resp_free(&r);
-	decide_api(dl_key_b, l.id[2],
-	           json_pack("{s:s, s:s}", "subject", ANNA, "decision", "maybe"), &r);
+	tl_decide_api(dl_key_b, l.id[2],
+	              json_pack("{s:s, s:s}", "subject", ANNA, "decision", "maybe"), &r);
 	tl_expect_problem(&r, 422, "decision_not_allowed");
 	tl_resp_free(&r);
 	/* malformed: unknown member, groups not a list, a subject over 320 bytes */
-	decide_api(dl_key_b, l.id[2],
-	           json_pack("{s:s, s:s, s:b}", "subject", ANNA, "decision", "approve", "force", 1),
-	           &r);
+	tl_decide_api(dl_key_b, l.id[2],
+	              json_pack("{s:s, s:s, s:b}", "subject", ANNA, "decision", "approve", "force", 1),
+	              &r);
 	tl_expect_problem(&r, 400, "invalid_field");
 	tl_resp_free(&r);
-	decide_api(dl_key_b, l.id[2],
-	           json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "approve", "groups",
-	                     "customer support"), &r);
+	tl_decide_api(dl_key_b, l.id[2],
+	              json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "approve", "groups",
+	                        "customer support"), &r);
 	tl_expect_problem(&r, 400, "invalid_field");
 	tl_resp_free(&r);
 	big = malloc(400);
 	memset(big, 'a', 399);
 	big[399] = '\0';
-	decide_api(dl_key_b, l.id[2], json_pack("{s:s, s:s}", "subject", big, "decision", "approve"),
-	           &r);
+	tl_decide_api(dl_key_b, l.id[2], json_pack("{s:s, s:s}", "subject", big, "decision", "approve"),
+	              &r);
 	tl_expect_problem(&r, 400, "invalid_field");
 	tl_resp_free(&r);
 	free(big);
@@ -191,9 +178,9 @@ START_TEST(test_rules)
 	tl_expect_problem(&r, 404, "approval_not_found");
 	tl_resp_free(&r);
 	/* a correction the contract refuses: 422 with its errors, nothing consumed */
-	decide_api(dl_key_b, l.id[2],
-	           json_pack("{s:s, s:s, s:{s:s}}", "subject", ANNA, "decision", "approve", "edits",
-	                     "subject", "Тема\r\nBcc: attacker@evil.example"), &r);
+	tl_decide_api(dl_key_b, l.id[2],
+	              json_pack("{s:s, s:s, s:{s:s}}", "subject", ANNA, "decision", "approve", "edits",
+	                        "subject", "Тема\r\nBcc: attacker@evil.example"), &r);
 	tl_expect_problem(&r, 422, "invalid_edit");
 	ck_assert(json_array_size(json_object_get(r.json, "errors")) > 0);
 	tl_resp_free(&r);
@@ -201,13 +188,13 @@ START_TEST(test_rules)
 	tl_expect_run_unchanged(c, key, before, "refused decisions");
 	free(before);
 	/* one person, one vote: her own entry, then her group's */
-	decide_api(dl_key_b, l.id[2],
-	           json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), &r);
+	tl_decide_api(dl_key_b, l.id[2],
+	              json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), &r);
 	ck_assert_msg(r.status == 200, "HTTP %ld %.600s", r.status, r.body);
 	tl_resp_free(&r);
-	decide_api(dl_key_b, l.id[0],
-	           json_pack("{s:s, s:[s], s:s}", "subject", "Anna.Kowalska@example.com", "groups",
-	                     "customer support", "decision", "approve"), &r);
+	tl_decide_api(dl_key_b, l.id[0],
+	              json_pack("{s:s, s:[s], s:s}", "subject", "Anna.Kowalska@example.com", "groups",
+	                        "customer support", "decision", "approve"), &r);
 	tl_expect_problem(&r, 409, "already_voted");
 	tl_resp_free(&r);
 	ck_assert_int_eq(votes_of(c, key), 1);
@@ -231,20 +218,20 @@ START_TEST(test_quorum_edit_explain)
 	mail_run(dl_key_b, key, &l);
 	grant("grant", "*");
 	/* the first approver corrects the body (only the first may) */
-	decide_api(dl_key_b, l.id[0],
-	           json_pack("{s:s, s:[s], s:s, s:{s:s}}", "subject", "li.wei@example.com", "groups",
-	                     "customer support", "decision", "approve", "edits", "body", body),
-	           &r);
+	tl_decide_api(dl_key_b, l.id[0],
+	              json_pack("{s:s, s:[s], s:s, s:{s:s}}", "subject", "li.wei@example.com", "groups",
+	                        "customer support", "decision", "approve", "edits", "body", body),
+	              &r);
 	ck_assert_msg(r.status == 200, "HTTP %ld %.600s", r.status, r.body);
 	ck_assert(json_is_false(json_object_get(r.json, "final")));
 	ck_assert_int_eq(json_integer_value(json_object_get(r.json, "approvals")), 1);
 	ck_assert_int_eq(json_integer_value(json_object_get(r.json, "needed")), 2);
 	ck_assert(tl_jstr(r.json, "edited_output_hash") != NULL);
 	tl_resp_free(&r);
-	decide_api(dl_key_b, l.id[1],
-	           json_pack("{s:s, s:[s, s], s:s, s:s}", "subject", "dmitri.volkov@example.com",
-	                     "groups", "финансовый контроль", "customer success", "decision",
-	                     "approve", "reason", "Сумма возврата сходится с заказом"), &r);
+	tl_decide_api(dl_key_b, l.id[1],
+	              json_pack("{s:s, s:[s, s], s:s, s:s}", "subject", "dmitri.volkov@example.com",
+	                        "groups", "финансовый контроль", "customer success", "decision",
+	                        "approve", "reason", "Сумма возврата сходится с заказом"), &r);
 	ck_assert_msg(r.status == 200, "HTTP %ld %.600s", r.status, r.body);
 	ck_assert(json_is_true(json_object_get(r.json, "final")));
 	ck_assert_str_eq(JSTR(r.json, "state"), "approved");
@@ -284,10 +271,9 @@ struct racer {
 	int i;
 	const struct dl_links *l;
 	long status;
-	pthread_barrier_t *go;
 };
 
-static void *
+static void
 race_thread(void *arg)
 {
 	struct racer *v = arg;
@@ -295,11 +281,10 @@ race_thread(void *arg)
 	char user[64];
 
 	snprintf(user, sizeof(user), "agent%02d@example.com", v->i);
-	pthread_barrier_wait(v->go);
 	if (v->i % 2 == 0) {
-		decide_api(dl_key_b, v->l->id[0],
-		           json_pack("{s:s, s:[s], s:s}", "subject", user, "groups", "customer support",
-		                     "decision", "approve"), &r);
+		tl_decide_api(dl_key_b, v->l->id[0],
+		              json_pack("{s:s, s:[s], s:s}", "subject", user, "groups", "customer support",
+		                        "decision", "approve"), &r);
 	} else {
 		char *csrf = tl_csrf_for(v->l->id[0], user);
 		char *form = tl_form("decision", "approve", "csrf", csrf, (char *)NULL);
@@ -311,15 +296,12 @@ race_thread(void *arg)
 	}
 	v->status = r.status;
 	tl_resp_free(&r);
-	return NULL;
 }
 
 START_TEST(test_race)
 {
 	PGconn *c = tl_pg_connect();
 	struct racer v[RACERS];
-	pthread_t th[RACERS];
-	pthread_barrier_t go;
 	struct dl_links l;
 	struct tl_resp r;
 	char key[160];
@@ -329,14 +311,9 @@ START_TEST(test_race)
 	snprintf(key, sizeof(key), "%s:race/заявка-90 🚀", tl_run);
 	mail_run(dl_key_b, key, &l);
 	grant("grant", "group:customer support");
-	pthread_barrier_init(&go, NULL, RACERS);
-	for (i = 0; i < RACERS; i++) {
-		v[i] = (struct racer){ .i = i, .l = &l, .go = &go };
-		ck_assert_int_eq(pthread_create(&th[i], NULL, race_thread, &v[i]), 0);
-	}
 	for (i = 0; i < RACERS; i++)
-		pthread_join(th[i], NULL);
-	pthread_barrier_destroy(&go);
+		v[i] = (struct racer){ .i = i, .l = &l };
+	tl_race(race_thread, v, sizeof(v[0]), RACERS);
 	for (i = 0; i < RACERS; i++) {
 		if (v[i].status == 200 || v[i].status == 303)
 			ok++;
@@ -349,9 +326,9 @@ START_TEST(test_race)
 	ck_assert_int_eq(tl_pg_count(c, "SELECT count(*) FROM effect_outbox WHERE idempotency_key = $1"
 	                                " AND effect_type = 'email.send'", 1, p), 1);
 	/* settled: the approval takes no more decisions */
-	decide_api(dl_key_b, l.id[0],
-	           json_pack("{s:s, s:[s], s:s}", "subject", "late.agent@example.com", "groups",
-	                     "customer support", "decision", "reject"), &r);
+	tl_decide_api(dl_key_b, l.id[0],
+	              json_pack("{s:s, s:[s], s:s}", "subject", "late.agent@example.com", "groups",
+	                        "customer support", "decision", "reject"), &r);
 	ck_assert_msg(r.status == 409, "HTTP %ld %.600s", r.status, r.body);
 	tl_resp_free(&r);
 	grant("ungrant", "group:customer support");
@@ -359,20 +336,9 @@ START_TEST(test_race)
 }
 END_TEST
 
-static Suite *
-decide_suite(void)
-{
-	Suite *s = suite_create("decide_api");
-	TCase *tc = tcase_create("decisions");
-
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_scope);
-	tcase_add_test(tc, test_rules);
-	tcase_add_test(tc, test_quorum_edit_explain);
-	tcase_add_test(tc, test_race);
-	suite_add_tcase(s, tc);
-	return s;
-}
+TL_SUITE(decide_suite, "decide_api",
+         {"decisions", 120,
+          .tests = TL_LIST(test_scope, test_rules, test_quorum_edit_explain, test_race)})
 
 int
 main(void)

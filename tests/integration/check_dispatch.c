@@ -2002,19 +2002,14 @@ END_TEST
 
 /* ---- the suite ---------------------------------------------------------------- */
 
-static Suite *
-dispatch_suite(void)
-{
-	Suite *s = suite_create("dispatch");
-	TCase *tc = dl_tcase(s, "dispatch", TEST_TIMEOUT_S);
-
-	TL_TESTS(tc, test_http_happy, test_smtp_happy, test_idempotent_retry, test_retry_policy,
-	         test_provider_text_redacted,
-	         test_kill_switch, test_batch_wait_keeps_lease, test_window, test_approval_expired,
-	         test_sigterm, test_ambiguous_without_keys, test_kill9_mid_send,
-	         test_kill9_before_send, test_payload_changed, test_many_dispatchers);
-	return s;
-}
+TL_SUITE(dispatch_suite, "dispatch",
+         {"dispatch", TEST_TIMEOUT_S, dl_tcase,
+          .tests = TL_LIST(test_http_happy, test_smtp_happy, test_idempotent_retry,
+                           test_retry_policy, test_provider_text_redacted, test_kill_switch,
+                           test_batch_wait_keeps_lease, test_window, test_approval_expired,
+                           test_sigterm, test_ambiguous_without_keys, test_kill9_mid_send,
+                           test_kill9_before_send, test_payload_changed,
+                           test_many_dispatchers)})
 
 /* Outside a test: plain libpq, no Check assertions. */
 static bool

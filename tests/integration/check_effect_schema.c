@@ -1176,17 +1176,12 @@ END_TEST
 
 /* ---- the suite ------------------------------------------------------------------ */
 
-static Suite *
-effect_suite(void)
-{
-	Suite *s = suite_create("effect_schema");
-	TCase *tc = dl_tcase(s, "effects", TEST_TIMEOUT_S);
-
-	TL_TESTS(tc, test_contract_syntax, test_crm_tag_attack, test_payload_schema,
-	         test_crlf_injection, test_dispatcher_recheck, test_long_multilingual_mail,
-	         test_message_limits, test_http_large_body, test_stalled_smtp);
-	return s;
-}
+TL_SUITE(effect_suite, "effect_schema",
+         {"effects", TEST_TIMEOUT_S, dl_tcase,
+          .tests = TL_LIST(test_contract_syntax, test_crm_tag_attack, test_payload_schema,
+                           test_crlf_injection, test_dispatcher_recheck,
+                           test_long_multilingual_mail, test_message_limits,
+                           test_http_large_body, test_stalled_smtp)})
 
 static bool
 suite_client(void)

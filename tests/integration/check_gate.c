@@ -19,7 +19,6 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -512,36 +511,9 @@ csrf_of(const struct web *w)
 static void
 expect_page_headers(const struct web *w)
 {
-	static const struct {
-		const char *name;
-		const char *must;
-	} want[] = {
-		{ "Cache-Control", "no-store" },
-		{ "Referrer-Policy", "no-referrer" },
-		{ "X-Content-Type-Options", "nosniff" },
-		{ "X-Frame-Options", "DENY" },
-		{ "Content-Security-Policy", "default-src 'none'" },
-		{ "Content-Security-Policy", "frame-ancestors 'none'" },
-	};
-	size_t i;
-
 	ck_assert_msg(strncasecmp(w->r.content_type, "text/html", 9) == 0,
 	              "%s: Content-Type is \"%s\", not text/html", w->r.what, w->r.content_type);
-	for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-		char *v = tl_header_get(w->hdrs, want[i].name);
-
-		ck_assert_msg(v != NULL && tl_contains_ci(v, want[i].must),
-		              "%s (HTTP %ld): header %s is \"%s\", must contain \"%s\"", w->r.what,
-		              w->r.status, want[i].name, v ? v : "(absent)", want[i].must);
-		free(v);
-	}
-	{
-		char *csp = tl_header_get(w->hdrs, "Content-Security-Policy");
-
-		ck_assert_msg(!tl_contains_ci(csp, "unsafe-inline") && !tl_contains_ci(csp, "unsafe-eval"),
-		              "%s: the CSP allows inline code: %s", w->r.what, csp);
-		free(csp);
-	}
+	tl_expect_approval_headers(w->hdrs, w->r.status, w->r.what);
 }
 
 /* A page of the responder: status, the headers, an HTML document, no
@@ -1020,13 +992,12 @@ squeeze(char *dst, size_t n, const char *text)
 }
 
 struct racer {
-	pthread_barrier_t *start;
 	const char *token;
 	const char *form;
 	struct web w;
 };
 
-static void *
+static void
 racer_main(void *arg)
 {
 	struct racer *rc = arg;
@@ -1040,17 +1011,13 @@ racer_main(void *arg)
 	h[2] = ho;
 	h[3] = "Sec-Fetch-Site: same-origin";
 	h[4] = NULL;
-	pthread_barrier_wait(rc->start);
 	tl_http_hdrs("POST", path, h, "application/x-www-form-urlencoded", rc->form,
 	             strlen(rc->form), &rc->w.r, &rc->w.hdrs);
-	return NULL;
 }
 
 START_TEST(test_concurrent_decisions)
 {
 	static struct racer racers[RACERS];
-	pthread_t tid[RACERS];
-	pthread_barrier_t start;
 	struct gated g;
 	PGconn *c = tl_pg_connect();
 	char *csrf, *form;
@@ -1065,17 +1032,12 @@ START_TEST(test_concurrent_decisions)
 	/* Let nginx's per-address POST limit (burst 100) refill first. */
 	tl_sleep_ms(2500);
 	off = tl_log_offset();
-	ck_assert_int_eq(pthread_barrier_init(&start, NULL, RACERS), 0);
 	for (i = 0; i < RACERS; i++) {
 		memset(&racers[i], 0, sizeof(racers[i]));
-		racers[i].start = &start;
 		racers[i].token = g.token;
 		racers[i].form = form;
-		ck_assert_int_eq(pthread_create(&tid[i], NULL, racer_main, &racers[i]), 0);
 	}
-	for (i = 0; i < RACERS; i++)
-		pthread_join(tid[i], NULL);
-	pthread_barrier_destroy(&start);
+	tl_race(racer_main, racers, sizeof(racers[0]), RACERS);
 
 	for (i = 0; i < RACERS; i++) {
 		struct web *w = &racers[i].w;
@@ -2786,58 +2748,39 @@ END_TEST
 
 /* ---- the suite ---------------------------------------------------------- */
 
-static Suite *
-gate_suite(void)
+TL_SUITE(gate_suite, "gate",
+         /* First, while nginx's POST limit for this address is untouched. */
+         {"race", 90, .setup = tl_setup_healthy, .tests = TL_LIST(test_concurrent_decisions)},
+         {"approve", 90, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_approve_before_act, test_reject, test_decision_callback)},
+         {"refusals", 90, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_refuse_no_subject, test_refuse_unknown_token, test_refuse_expired,
+                           test_refuse_used, test_refuse_missing_csrf,
+                           test_refuse_csrf_of_other_approval,
+                           test_refuse_csrf_of_other_subject, test_refuse_cross_origin,
+                           test_refuse_decision_not_allowed, test_refuse_not_an_approver,
+                           test_refuse_separation_of_duties, test_refuse_not_awaiting,
+                           test_refuse_revoked)},
+         {"outputs", 90, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_repair_budget, test_auto_path, test_output_refusals,
+                           test_act_with_window, test_sample_rate_one,
+                           test_first_decision_voids_others)},
+         {"escaping", 90, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_hostile_output, test_corpus_drafts, test_corpus_one_over)},
+         /* Last: it reads everything the others wrote too. */
+         {"secrets", 90, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_token_never_stored_or_logged)})
+
+static bool
+prepare(void)
 {
-	Suite *s = suite_create("gate");
-	TCase *tc;
-
-	/* First, while nginx's POST limit for this address is untouched. */
-	tc = tl_tcase(s, "race", 90);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_concurrent_decisions);
-
-	tc = tl_tcase(s, "approve", 90);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_approve_before_act, test_reject, test_decision_callback);
-
-	tc = tl_tcase(s, "refusals", 90);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_refuse_no_subject, test_refuse_unknown_token, test_refuse_expired,
-	         test_refuse_used, test_refuse_missing_csrf, test_refuse_csrf_of_other_approval,
-	         test_refuse_csrf_of_other_subject, test_refuse_cross_origin,
-	         test_refuse_decision_not_allowed, test_refuse_not_an_approver,
-	         test_refuse_separation_of_duties, test_refuse_not_awaiting, test_refuse_revoked);
-
-	tc = tl_tcase(s, "outputs", 90);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_repair_budget, test_auto_path, test_output_refusals, test_act_with_window,
-	         test_sample_rate_one, test_first_decision_voids_others);
-
-	tc = tl_tcase(s, "escaping", 90);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_hostile_output, test_corpus_drafts, test_corpus_one_over);
-
-	/* Last: it reads everything the others wrote too. */
-	tc = tl_tcase(s, "secrets", 90);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_token_never_stored_or_logged);
-	return s;
-}
-
-int
-main(void)
-{
-	int failed, rc;
-
-	if ((rc = tl_suite_begin("check_gate", "gt", "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG")) != 0)
-		return rc;
 	xmlInitParser();
 	g_base = tl_env("ONCEGATE_URL");
 	g_key_dev = tl_env("ONCEGATE_API_KEY");
 	snprintf(g_marker, sizeof(g_marker), "Dear customer, OUTPUT-MARKER-%s.", tl_run);
-
-	failed = tl_suite_run(gate_suite(), false);
-	xmlCleanupParser();
-	return tl_suite_end(failed);
+	return true;
 }
+
+TL_STACK_MAIN(.name = "check_gate", .prefix = "gt",
+              .needed = "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG", .suite = gate_suite,
+              .prepare = prepare, .finish = xmlCleanupParser)

@@ -835,32 +835,32 @@ START_TEST(test_replay_new_key_the_path_cannot_carry)
 }
 END_TEST
 
-static Suite *
-hostile_suite(void)
-{
-	Suite *s = suite_create("hostile");
-	TCase *t = tl_tcase(s, "input", 600);
+TL_SUITE(hostile_suite, "hostile",
+         {"input", 600,
+          .tests = TL_LIST(test_numbers_out_of_range_claim, test_numbers_out_of_range_everywhere,
+                           test_truncated_emoji_and_other_json_problems,
+                           test_keys_the_path_cannot_carry, test_every_claimable_key_completes,
+                           test_page_of_deep_output, test_page_of_wide_output,
+                           test_page_of_escaped_output, test_reason_not_utf8,
+                           test_explain_escapes_control_characters,
+                           test_client_changes_need_a_reason,
+                           test_replay_new_key_the_path_cannot_carry)})
 
-	TL_TESTS(t, test_numbers_out_of_range_claim, test_numbers_out_of_range_everywhere,
-	         test_truncated_emoji_and_other_json_problems, test_keys_the_path_cannot_carry,
-	         test_every_claimable_key_completes, test_page_of_deep_output,
-	         test_page_of_wide_output, test_page_of_escaped_output, test_reason_not_utf8,
-	         test_explain_escapes_control_characters, test_client_changes_need_a_reason,
-	         test_replay_new_key_the_path_cannot_carry);
-	return s;
+static bool
+prepare(void)
+{
+	g_key = tl_env("ONCEGATE_API_KEY");
+	return true;
 }
 
-int
-main(void)
+static void
+finish(void)
 {
-	int failed, rc;
-
-	if ((rc = tl_suite_begin("check_hostile", "hx", "ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_CONF ONCEGATE_LOG")) != 0)
-		return rc;
-	g_key = tl_env("ONCEGATE_API_KEY");
-	/* one process: the tests share one database connection */
-	failed = tl_suite_run(hostile_suite(), true);
 	if (g_pg != NULL)
 		PQfinish(g_pg);
-	return tl_suite_end(failed);
 }
+
+/* one process (nofork): the tests share one database connection */
+TL_STACK_MAIN(.name = "check_hostile", .prefix = "hx",
+              .needed = "ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_CONF ONCEGATE_LOG",
+              .suite = hostile_suite, .prepare = prepare, .finish = finish, .nofork = true)

@@ -726,21 +726,12 @@ START_TEST(test_card_by_id_decides_once)
 }
 END_TEST
 
-static Suite *
-inbox_suite(void)
-{
-	Suite *s = suite_create("inbox");
-	TCase *tc;
-
-	tc = tl_tcase(s, "pages", 60);
-	TL_TESTS(tc, test_inbox_lists_what_one_may_decide, test_empty_inbox,
-	         test_inbox_shows_text_not_markup, test_may_not_decide,
-	         test_card_by_id_decides_once);
-
-	tc = dl_tcase(s, "as sent", SETTLE_S + 60);
-	tcase_add_test(tc, test_mail_as_sent);
-	return s;
-}
+TL_SUITE(inbox_suite, "inbox",
+         {"pages", 60,
+          .tests = TL_LIST(test_inbox_lists_what_one_may_decide, test_empty_inbox,
+                           test_inbox_shows_text_not_markup, test_may_not_decide,
+                           test_card_by_id_decides_once)},
+         {"as sent", SETTLE_S + 60, dl_tcase, .tests = TL_LIST(test_mail_as_sent)})
 
 DL_SUITE_MAIN(.name = "check_inbox", .prefix = "ib", .needed = "ONCEGATE_API_KEY",
               .suite = inbox_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,

@@ -454,20 +454,9 @@ START_TEST(test_refused)
 }
 END_TEST
 
-static Suite *
-lists_suite(void)
-{
-	Suite *s = suite_create("lists");
-	TCase *tc = tcase_create("lists");
-
-	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, test_refused);
-	tcase_add_test(tc, test_contracts);
-	tcase_add_test(tc, test_filters);
-	tcase_add_test(tc, test_paging);
-	suite_add_tcase(s, tc);
-	return s;
-}
+TL_SUITE(lists_suite, "lists",
+         {"lists", 300,
+          .tests = TL_LIST(test_refused, test_contracts, test_filters, test_paging)})
 
 int
 main(void)

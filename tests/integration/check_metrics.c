@@ -1032,29 +1032,15 @@ START_TEST(test_refused_from_elsewhere)
 }
 END_TEST
 
-static Suite *
-metrics_suite(void)
-{
-	Suite *s = suite_create("metrics");
-	TCase *tc;
-
-	tc = tl_tcase(s, "shape", 60);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_families, test_method_not_allowed);
-
-	tc = tl_tcase(s, "scenario", 120);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_scenario, test_kill_switch);
-
-	tc = tl_tcase(s, "cost", 60);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_cached, test_background_flush);
-
-	tc = tl_tcase(s, "localhost", 60);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_nginx_configs, test_refused_from_elsewhere);
-	return s;
-}
+TL_SUITE(metrics_suite, "metrics",
+         {"shape", 60, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_families, test_method_not_allowed)},
+         {"scenario", 120, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_scenario, test_kill_switch)},
+         {"cost", 60, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_cached, test_background_flush)},
+         {"localhost", 60, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_nginx_configs, test_refused_from_elsewhere)})
 
 int
 main(void)

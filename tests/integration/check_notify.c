@@ -1084,17 +1084,11 @@ END_TEST
 
 /* ---- the suite ------------------------------------------------------------------- */
 
-static Suite *
-notify_suite(void)
-{
-	Suite *s = suite_create("notify");
-	TCase *tc = dl_tcase(s, "told", 4 * SETTLE_S + 60);
-
-	TL_TESTS(tc, test_each_entry_told_link_works, test_hostile_text_inert, test_replay_told,
-	         test_reminder_escalation, test_quorum_told_reminded_escalated,
-	         test_kill_switch_holds_notices);
-	return s;
-}
+TL_SUITE(notify_suite, "notify",
+         {"told", 4 * SETTLE_S + 60, dl_tcase,
+          .tests = TL_LIST(test_each_entry_told_link_works, test_hostile_text_inert,
+                           test_replay_told, test_reminder_escalation,
+                           test_quorum_told_reminded_escalated, test_kill_switch_holds_notices)})
 
 DL_SUITE_MAIN(.name = "check_notify", .prefix = "nt", .needed = "ONCEGATE_API_KEY",
               .suite = notify_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,

@@ -373,18 +373,12 @@ START_TEST(explain_writes_numbers_shortest)
 }
 END_TEST
 
-static Suite *
-numbers_suite(void)
-{
-	Suite *s = suite_create("numbers");
-	TCase *tc = tl_tcase(s, "payload hash and numbers", 60);
-
-	TL_TESTS(tc, new_run_hashed_by_rfc8785, beyond_64_bits_is_a_number, old_run_compared_as_written,
-	         replay_of_old_run,
-	         beyond_double_range_is_400, numbers_written_back_shortest,
-	         output_written_back_shortest, explain_writes_numbers_shortest);
-	return s;
-}
+TL_SUITE(numbers_suite, "numbers",
+         {"payload hash and numbers", 60,
+          .tests = TL_LIST(new_run_hashed_by_rfc8785, beyond_64_bits_is_a_number,
+                           old_run_compared_as_written, replay_of_old_run,
+                           beyond_double_range_is_400, numbers_written_back_shortest,
+                           output_written_back_shortest, explain_writes_numbers_shortest)})
 
 int
 main(void)

@@ -886,16 +886,10 @@ START_TEST(test_replay_contract_changed)
 }
 END_TEST
 
-static Suite *
-observe_suite(void)
-{
-	Suite *s = suite_create("observe");
-	TCase *tc = tl_tcase(s, "observe", TEST_TIMEOUT_S);
-
-	TL_TESTS(tc, test_output_log_card_envelope, test_metrics_dispatch, test_purge,
-	         test_replay_contract_changed);
-	return s;
-}
+TL_SUITE(observe_suite, "observe",
+         {"observe", TEST_TIMEOUT_S,
+          .tests = TL_LIST(test_output_log_card_envelope, test_metrics_dispatch, test_purge,
+                           test_replay_contract_changed)})
 
 /* The ids the tests compare with. No Check here. */
 static bool

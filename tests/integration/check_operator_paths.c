@@ -775,38 +775,38 @@ START_TEST(test_cancel_in_window)
 }
 END_TEST
 
-static Suite *
-paths_suite(void)
-{
-	Suite *s = suite_create("operator_paths");
-	TCase *tc = tl_tcase(s, "operator_paths", TEST_TIMEOUT_S);
+TL_SUITE(paths_suite, "operator_paths",
+         {"operator_paths", TEST_TIMEOUT_S,
+          .tests = TL_LIST(test_sample_is_a_draw_per_run, test_sample_draw_kept,
+                           test_sample_rate_zero_and_one, test_no_resume_after_replay,
+                           test_no_replay_after_resume, test_no_replay_of_maybe_sent,
+                           test_resume_replay_race, test_revoke_last_link_ends_run,
+                           test_cancel_in_window)})
 
-	TL_TESTS(tc, test_sample_is_a_draw_per_run, test_sample_draw_kept,
-	         test_sample_rate_zero_and_one, test_no_resume_after_replay,
-	         test_no_replay_after_resume, test_no_replay_of_maybe_sent, test_resume_replay_race,
-	         test_revoke_last_link_ends_run, test_cancel_in_window);
-	return s;
-}
-
-int
-main(void)
+static bool
+prepare(void)
 {
 	char tmpl[] = "/tmp/check_operator_paths.XXXXXX";
-	int failed, rc;
 
-	if ((rc = tl_suite_begin("check_operator_paths", "op", "ONCEGATE_API_KEY ONCEGATE_CTL")) != 0)
-		return rc;
 	g_key_a = tl_env("ONCEGATE_API_KEY");
 	if (mkdtemp(tmpl) == NULL)
-		return tl_suite_end(1);
+		return false;
 	snprintf(g_tmp, sizeof(g_tmp), "%s", tmpl);
 	snprintf(g_client_b, sizeof(g_client_b), "tenant-b-%s", tl_run);
 	g_key_b = tl_client_add(g_client_b);
 	if (g_key_b == NULL) {
 		fprintf(stderr, "check_operator_paths: client add %s failed\n", g_client_b);
-		return tl_suite_end(1);
+		return false;
 	}
-	failed = tl_suite_run(paths_suite(), false);
-	free(g_key_b);
-	return tl_suite_end(failed);
+	return true;
 }
+
+static void
+finish(void)
+{
+	free(g_key_b);
+}
+
+TL_STACK_MAIN(.name = "check_operator_paths", .prefix = "op",
+              .needed = "ONCEGATE_API_KEY ONCEGATE_CTL", .suite = paths_suite,
+              .prepare = prepare, .finish = finish)

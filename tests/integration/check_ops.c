@@ -1615,19 +1615,12 @@ END_TEST
 
 /* ---- the suite -------------------------------------------------------------------- */
 
-static Suite *
-ops_suite(void)
-{
-	Suite *s = suite_create("ops");
-	TCase *tc = tl_tcase(s, "ops", TEST_TIMEOUT_S);
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	TL_TESTS(tc, test_dead_letter_evidence, test_not_delivered_then_resume,
-	         test_resume_before_send, test_reconcile_delivered,
-	         test_approval_revoke_and_reject_key, test_refusals, test_kill_switch_logged,
-	         test_bulk_resume);
-	return s;
-}
+TL_SUITE(ops_suite, "ops",
+         {"ops", TEST_TIMEOUT_S, .setup = setup, .teardown = teardown,
+          .tests = TL_LIST(test_dead_letter_evidence, test_not_delivered_then_resume,
+                           test_resume_before_send, test_reconcile_delivered,
+                           test_approval_revoke_and_reject_key, test_refusals,
+                           test_kill_switch_logged, test_bulk_resume)})
 
 /* The client id of "dev", and a port nobody listens on. No Check here. */
 static bool

@@ -951,16 +951,10 @@ START_TEST(test_migration_keeps_keys)
 }
 END_TEST
 
-static Suite *
-pkey_suite(void)
-{
-	Suite *s = suite_create("provider_key");
-	TCase *tc = dl_tcase(s, "provider_key", TEST_TIMEOUT_S);
-
-	TL_TESTS(tc, test_two_tenants_http, test_two_tenants_smtp, test_two_tenants_lookup,
-	         test_property, test_property_fields, test_migration_keeps_keys);
-	return s;
-}
+TL_SUITE(pkey_suite, "provider_key",
+         {"provider_key", TEST_TIMEOUT_S, dl_tcase,
+          .tests = TL_LIST(test_two_tenants_http, test_two_tenants_smtp, test_two_tenants_lookup,
+                           test_property, test_property_fields, test_migration_keeps_keys)})
 
 DL_SUITE_MAIN(.name = "check_provider_key", .prefix = "pk", .suite = pkey_suite,
               .http_stall_s = 30, .smtp = true)

@@ -33,7 +33,6 @@
  */
 #define _GNU_SOURCE
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,28 +167,23 @@ struct voter {
 	const char *path, *id;
 	char *form;
 	long status;
-	pthread_barrier_t *go;
 };
 
-static void *
+static void
 vote_thread(void *arg)
 {
 	struct voter *v = arg;
 	struct tl_resp r;
 
-	pthread_barrier_wait(v->go);
 	dl_page_request(v->path, v->user, v->groups, v->form, NULL, &r, NULL);
 	v->status = r.status;
 	tl_resp_free(&r);
-	return NULL;
 }
 
 START_TEST(test_race_one_effect)
 {
 	PGconn *c = tl_pg_connect();
 	struct voter v[VOTERS];
-	pthread_t th[VOTERS];
-	pthread_barrier_t go;
 	struct dl_links l;
 	char key[160];
 	int i, ok = 0, refused = 0;
@@ -198,7 +192,6 @@ START_TEST(test_race_one_effect)
 	snprintf(key, sizeof(key), "%s:race/заявка-77", tl_run);
 	dl_mail_run(dl_key_dev, key, CONTRACT, tl_corpus_mail_str("ru_short", "subject"),
 	            tl_corpus_mail_str("ru_short", "body"), "client@inbox.example.com", REQUESTER, &l);
-	pthread_barrier_init(&go, NULL, VOTERS);
 	for (i = 0; i < VOTERS; i++) {
 		char *csrf;
 		int link;
@@ -223,15 +216,10 @@ START_TEST(test_race_one_effect)
 		csrf = tl_csrf_for(v[i].id, v[i].user);
 		v[i].form = tl_form("decision", "approve", "csrf", csrf, (char *)NULL);
 		free(csrf);
-		v[i].go = &go;
 	}
 	t0 = tl_now();
-	for (i = 0; i < VOTERS; i++)
-		ck_assert_int_eq(pthread_create(&th[i], NULL, vote_thread, &v[i]), 0);
-	for (i = 0; i < VOTERS; i++)
-		pthread_join(th[i], NULL);
+	tl_race(vote_thread, v, sizeof(v[0]), VOTERS);
 	t1 = tl_now();
-	pthread_barrier_destroy(&go);
 	for (i = 0; i < VOTERS; i++) {
 		if (v[i].status == 303)
 			ok++;
@@ -563,22 +551,10 @@ END_TEST
 
 /* ---- the suite ------------------------------------------------------------------- */
 
-static Suite *
-quorum_suite(void)
-{
-	Suite *s = suite_create("quorum");
-	TCase *tc;
-
-	tc = tl_tcase(s, "load", 0);
-	tcase_add_test(tc, test_load_refuses_what_cannot_be_met);
-
-	tc = tl_tcase(s, "votes", 90);
-	TL_TESTS(tc, test_race_one_effect, test_recorded_once_then_rejected);
-
-	tc = dl_tcase(s, "edit", SETTLE_S + 90);
-	tcase_add_test(tc, test_edit_then_sent_once);
-	return s;
-}
+TL_SUITE(quorum_suite, "quorum",
+         {"load", 0, .tests = TL_LIST(test_load_refuses_what_cannot_be_met)},
+         {"votes", 90, .tests = TL_LIST(test_race_one_effect, test_recorded_once_then_rejected)},
+         {"edit", SETTLE_S + 90, dl_tcase, .tests = TL_LIST(test_edit_then_sent_once)})
 
 DL_SUITE_MAIN(.name = "check_quorum", .prefix = "qu", .needed = "ONCEGATE_API_KEY",
               .suite = quorum_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,

@@ -935,36 +935,29 @@ START_TEST(test_purge)
 }
 END_TEST
 
-static Suite *
-replay_suite(void)
-{
-	Suite *s = suite_create("replay");
-	TCase *tc = tl_tcase(s, "replay", TEST_TIMEOUT_S);
+TL_SUITE(replay_suite, "replay",
+         {"replay", TEST_TIMEOUT_S,
+          .tests = TL_LIST(test_replay_through_approval_and_outbox, test_refusals,
+                           test_replay_corrected_payload, test_explain_scenarios,
+                           test_bulk_dry_run, test_bulk_shared_key, test_bulk_rate,
+                           test_bulk_stop_resume, test_purge)})
 
-	TL_TESTS(tc, test_replay_through_approval_and_outbox, test_refusals,
-	         test_replay_corrected_payload, test_explain_scenarios, test_bulk_dry_run,
-	         test_bulk_shared_key, test_bulk_rate, test_bulk_stop_resume, test_purge);
-	return s;
-}
-
-int
-main(void)
+static bool
+prepare(void)
 {
 	char tmpl[] = "/tmp/check_replay.XXXXXX";
-	int failed, rc;
 
-	if ((rc = tl_suite_begin("check_replay", "rp", "ONCEGATE_API_KEY ONCEGATE_CTL")) != 0)
-		return rc;
 	g_base = tl_env("ONCEGATE_URL");
 	g_key_dev = tl_env("ONCEGATE_API_KEY");
 	if (mkdtemp(tmpl) == NULL)
-		return tl_suite_end(1);
+		return false;
 	g_suite = "check_replay";
 	snprintf(g_tmp, sizeof(g_tmp), "%s", tmpl);
 	snprintf(g_procs, sizeof(g_procs), "%s/procs", g_tmp);
 	chmod(g_tmp, 0755);
-	failed = tl_suite_run(replay_suite(), false);
-	/* what a failed test left running */
-	proc_sweep();
-	return tl_suite_end(failed);
+	return true;
 }
+
+/* finish: proc_sweep, what a failed test left running */
+TL_STACK_MAIN(.name = "check_replay", .prefix = "rp", .needed = "ONCEGATE_API_KEY ONCEGATE_CTL",
+              .suite = replay_suite, .prepare = prepare, .finish = proc_sweep)

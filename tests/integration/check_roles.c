@@ -783,20 +783,14 @@ START_TEST(test_second_database)
 }
 END_TEST
 
-static Suite *
-roles_suite(void)
-{
-	Suite *s = suite_create("roles");
-	TCase *tc = tl_tcase(s, "roles", 120);
-
-	TL_TESTS(tc, test_tenants_share_a_key, test_fcgi_role, test_dispatch_role,
-	         test_dispatch_cannot_forge, test_operator_leaves_a_record, test_auditor_role,
-	         test_operator_is_session_user, test_second_database);
-	/* with a dispatcher, the suite's providers and its SMTP sink */
-	tc = dl_tcase(s, "sent", SETTLE_S + 60);
-	tcase_add_test(tc, test_sent_mail_stays_sent);
-	return s;
-}
+TL_SUITE(roles_suite, "roles",
+         {"roles", 120,
+          .tests = TL_LIST(test_tenants_share_a_key, test_fcgi_role, test_dispatch_role,
+                           test_dispatch_cannot_forge, test_operator_leaves_a_record,
+                           test_auditor_role, test_operator_is_session_user,
+                           test_second_database)},
+         /* with a dispatcher, the suite's providers and its SMTP sink */
+         {"sent", SETTLE_S + 60, dl_tcase, .tests = TL_LIST(test_sent_mail_stays_sent)})
 
 DL_SUITE_MAIN(.name = "check_roles", .prefix = "ro",
               .needed = "ONCEGATE_API_KEY ONCEGATE_CTL ONCEGATE_CONF ONCEGATE_PGUSER_FCGI "

@@ -322,42 +322,6 @@ approve_path(const char *token)
 	return p;
 }
 
-/* what every answer under /approve/ carries, whoever wrote it
- * (the responder's pages, its JSON refusals, nginx's own errors). */
-static void
-expect_spec5_headers(const char *hdrs, long status, const char *what)
-{
-	static const struct {
-		const char *name;
-		const char *must;
-	} want[] = {
-		{ "Cache-Control", "no-store" },
-		{ "Referrer-Policy", "no-referrer" },
-		{ "X-Content-Type-Options", "nosniff" },
-		{ "X-Frame-Options", "DENY" },
-		{ "Content-Security-Policy", "frame-ancestors 'none'" },
-		{ "Content-Security-Policy", "default-src 'none'" },
-	};
-	size_t i;
-
-	for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-		char *v = tl_header_get(hdrs, want[i].name);
-
-		ck_assert_msg(v != NULL && tl_contains_ci(v, want[i].must),
-		              "%s (HTTP %ld): header %s is \"%s\", must contain \"%s\"; headers:\n%s",
-		              what, status, want[i].name, v ? v : "(absent)", want[i].must, hdrs);
-		free(v);
-	}
-	{
-		char *csp = tl_header_get(hdrs, "Content-Security-Policy");
-
-		ck_assert_msg(!tl_contains_ci(csp, "unsafe-inline") && !tl_contains_ci(csp, "unsafe-eval") &&
-		              !tl_contains_ci(csp, "*"),
-		              "%s: the CSP is not strict: %s", what, csp);
-		free(csp);
-	}
-}
-
 /* A URL a browser would fetch by itself from this page without leaving
  * it: only our own origin, by path. */
 static bool
@@ -909,7 +873,7 @@ START_TEST(test_hostile_output_and_form)
 			ck_assert_msg(w.r.status >= 400 && w.r.status < 500 && w.r.status != 429,
 			              "form %s: HTTP %ld, expected a 4xx refusal: %.1500s",
 			              shown(form, sh, sizeof(sh)), w.r.status, w.r.body);
-			expect_spec5_headers(w.hdrs, w.r.status, "a refused decision form");
+			tl_expect_approval_headers(w.hdrs, w.r.status, "a refused decision form");
 			tl_expect_run_unchanged(c, g.key, snap, "a refused decision form");
 			web_free(&w);
 			free(form);
@@ -1241,7 +1205,7 @@ START_TEST(test_url_path_traversal)
 
 			if (hdr_end != NULL && strncmp(paths[i], "/approve/", 9) == 0) {
 				*hdr_end = '\0';
-				expect_spec5_headers(ans, st, paths[i]);
+				tl_expect_approval_headers(ans, st, paths[i]);
 			}
 		}
 		free(req);
@@ -1905,7 +1869,7 @@ START_TEST(test_token_never_leaks)
 	/* The card: headers, nothing loaded from elsewhere, nothing cached. */
 	web("GET", path, APPROVER, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 200, "%s: HTTP %ld: %.1000s", w.r.what, w.r.status, w.r.body);
-	expect_spec5_headers(w.hdrs, 200, "the approval card");
+	tl_expect_approval_headers(w.hdrs, 200, "the approval card");
 	expect_no_external_resources(&w, "the approval card");
 	csrf = csrf_of(&w);
 	web_free(&w);
@@ -1915,7 +1879,7 @@ START_TEST(test_token_never_leaks)
 	form = tl_form("decision", "approve", "csrf", csrf, "reason", "looks right", (char *)NULL);
 	web("POST", path, APPROVER, form, NULL, &w);
 	ck_assert_msg(w.r.status == 303, "%s: HTTP %ld: %.1000s", w.r.what, w.r.status, w.r.body);
-	expect_spec5_headers(w.hdrs, 303, "the decision's 303");
+	tl_expect_approval_headers(w.hdrs, 303, "the decision's 303");
 	loc = tl_header_get(w.hdrs, "Location");
 	ck_assert_msg(loc != NULL && (loc[0] == '/' || strncmp(loc, g_base, strlen(g_base)) == 0),
 	              "the 303 leaves the origin");
@@ -1926,7 +1890,7 @@ START_TEST(test_token_never_leaks)
 	/* The used link: a clear page, 410, no form, the same headers. */
 	web("GET", path, APPROVER, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 410, "used link: HTTP %ld", w.r.status);
-	expect_spec5_headers(w.hdrs, 410, "the used-link page");
+	tl_expect_approval_headers(w.hdrs, 410, "the used-link page");
 	expect_no_external_resources(&w, "the used-link page");
 	ck_assert_msg(strstr(w.r.body, "<form") == NULL, "the used-link page has a form");
 	web_free(&w);
@@ -1964,11 +1928,11 @@ START_TEST(test_token_never_leaks)
 				*end = '\0';
 			if (st == 429) {
 				n429++;
-				expect_spec5_headers(ans, 429, "nginx's 429 on an approval POST");
+				tl_expect_approval_headers(ans, 429, "nginx's 429 on an approval POST");
 				ck_assert_msg(tl_contains_ci(ans, "\nRetry-After:"), "the 429 has no Retry-After");
 			} else {
 				n410++;
-				expect_spec5_headers(ans, 410, "a decision on a used link");
+				tl_expect_approval_headers(ans, 410, "a decision on a used link");
 			}
 			free(ans);
 		}
@@ -2084,48 +2048,48 @@ START_TEST(test_headers_on_every_answer)
 
 	web("GET", path, APPROVER, NULL, NULL, &w);
 	ck_assert_int_eq(w.r.status, 200);
-	expect_spec5_headers(w.hdrs, 200, "the card");
+	tl_expect_approval_headers(w.hdrs, 200, "the card");
 	csrf = csrf_of(&w);
 	web_free(&w);
 
 	web("HEAD", path, APPROVER, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 200 || w.r.status == 405, "HEAD of the card: HTTP %ld",
 	              w.r.status);
-	expect_spec5_headers(w.hdrs, w.r.status, "HEAD of the card");
+	tl_expect_approval_headers(w.hdrs, w.r.status, "HEAD of the card");
 	web_free(&w);
 
 	web("GET", path, NULL, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 401 || w.r.status == 403, "no subject: HTTP %ld", w.r.status);
-	expect_spec5_headers(w.hdrs, w.r.status, "the sign-in-required page");
+	tl_expect_approval_headers(w.hdrs, w.r.status, "the sign-in-required page");
 	web_free(&w);
 
 	form = tl_form("decision", "approve", "csrf", "forged-csrf-value-0123456789", (char *)NULL);
 	web("POST", path, APPROVER, form, NULL, &w);
 	ck_assert_msg(w.r.status == 403, "a forged CSRF value: HTTP %ld: %.500s", w.r.status,
 	              w.r.body);
-	expect_spec5_headers(w.hdrs, 403, "the CSRF refusal");
+	tl_expect_approval_headers(w.hdrs, 403, "the CSRF refusal");
 	web_free(&w);
 	free(form);
 
 	form = tl_form("decision", "approve", "csrf", csrf, (char *)NULL);
 	web("POST", path, APPROVER, form, "Origin: http://evil.example", &w);
 	ck_assert_msg(w.r.status == 403, "cross-origin decision: HTTP %ld", w.r.status);
-	expect_spec5_headers(w.hdrs, 403, "the cross-origin refusal");
+	tl_expect_approval_headers(w.hdrs, 403, "the cross-origin refusal");
 	web_free(&w);
 
 	web("PUT", path, APPROVER, form, NULL, &w);
 	ck_assert_msg(w.r.status == 405, "PUT on an approval: HTTP %ld", w.r.status);
-	expect_spec5_headers(w.hdrs, 405, "the 405 of an approval URL");
+	tl_expect_approval_headers(w.hdrs, 405, "the 405 of an approval URL");
 	web_free(&w);
 	web("DELETE", path, APPROVER, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 405, "DELETE on an approval: HTTP %ld", w.r.status);
-	expect_spec5_headers(w.hdrs, 405, "the 405 of an approval URL");
+	tl_expect_approval_headers(w.hdrs, 405, "the 405 of an approval URL");
 	web_free(&w);
 
 	p2 = approve_path(tok);
 	web("GET", p2, APPROVER, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 404, "unknown token: HTTP %ld", w.r.status);
-	expect_spec5_headers(w.hdrs, 404, "the unknown-link page");
+	tl_expect_approval_headers(w.hdrs, 404, "the unknown-link page");
 	web_free(&w);
 	free(p2);
 
@@ -2134,27 +2098,27 @@ START_TEST(test_headers_on_every_answer)
 	web("GET", p2, APPROVER, NULL, NULL, &w);
 	ck_assert_msg(w.r.status >= 400 && w.r.status < 500, "a 600-character token: HTTP %ld",
 	              w.r.status);
-	expect_spec5_headers(w.hdrs, w.r.status, "the answer to an overlong token");
+	tl_expect_approval_headers(w.hdrs, w.r.status, "the answer to an overlong token");
 	web_free(&w);
 	free(p2);
 	free(big);
 
 	web("GET", "/approve/not.a.token", APPROVER, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 404, "/approve/not.a.token: HTTP %ld", w.r.status);
-	expect_spec5_headers(w.hdrs, 404, "nginx's 404 for a path that is no token");
+	tl_expect_approval_headers(w.hdrs, 404, "nginx's 404 for a path that is no token");
 	web_free(&w);
 
 	/* the inbox of the signed-in person */
 	web("GET", "/approve/", APPROVER, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 200, "/approve/: HTTP %ld", w.r.status);
-	expect_spec5_headers(w.hdrs, w.r.status, "GET /approve/ (the inbox)");
+	tl_expect_approval_headers(w.hdrs, w.r.status, "GET /approve/ (the inbox)");
 	web_free(&w);
 
 	big = repeat('f', NGINX_BODY_MAX + 10);
 	tl_http_hdrs("POST", path, NULL, "application/x-www-form-urlencoded", big, strlen(big), &r,
 	             &hdrs);
 	ck_assert_msg(r.status == 413, "a 1 MB approval form: HTTP %ld", r.status);
-	expect_spec5_headers(hdrs, 413, "nginx's 413 for an approval POST");
+	tl_expect_approval_headers(hdrs, 413, "nginx's 413 for an approval POST");
 	tl_resp_free(&r);
 	free(hdrs);
 	free(big);
@@ -2162,11 +2126,11 @@ START_TEST(test_headers_on_every_answer)
 	/* the decision itself, and the decided page */
 	web("POST", path, APPROVER, form, NULL, &w);
 	ck_assert_msg(w.r.status == 303, "decision: HTTP %ld: %.500s", w.r.status, w.r.body);
-	expect_spec5_headers(w.hdrs, 303, "the decision's 303");
+	tl_expect_approval_headers(w.hdrs, 303, "the decision's 303");
 	web_free(&w);
 	web("GET", path, APPROVER, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 410, "decided: HTTP %ld", w.r.status);
-	expect_spec5_headers(w.hdrs, 410, "the decided page");
+	tl_expect_approval_headers(w.hdrs, 410, "the decided page");
 	web_free(&w);
 	free(form);
 	free(csrf);
@@ -2251,49 +2215,31 @@ END_TEST
 
 /* ---- the suite ---------------------------------------------------------- */
 
-static Suite *
-security_suite(void)
+TL_SUITE(security_suite, "security",
+         {"injection", 60, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_hostile_claim_roundtrip, test_hostile_transition_roundtrip,
+                           test_wildcards_are_literal, test_hostile_bytes_refused,
+                           test_query_and_headers_ignored, test_hostile_output_and_form,
+                           test_ctl_hostile_arguments)},
+         {"traversal", 60, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_contract_name_traversal, test_url_path_traversal,
+                           test_loaders_refuse_bad_names)},
+         {"limits", 60, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_oversized_headers, test_oversized_bodies, test_slow_loris)},
+         /* test_token_never_leaks last: it reads every log and table whole,
+          * and it exhausts nginx's approval POST limit for this address. */
+         {"secrets", 60, .setup = tl_setup_healthy,
+          .tests = TL_LIST(test_headers_on_every_answer, test_token_never_leaks)})
+
+static bool
+prepare(void)
 {
-	Suite *s = suite_create("security");
-	TCase *tc;
-
-	tc = tl_tcase(s, "injection", 60);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_hostile_claim_roundtrip, test_hostile_transition_roundtrip,
-	         test_wildcards_are_literal, test_hostile_bytes_refused,
-	         test_query_and_headers_ignored, test_hostile_output_and_form,
-	         test_ctl_hostile_arguments);
-
-	tc = tl_tcase(s, "traversal", 60);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_contract_name_traversal, test_url_path_traversal,
-	         test_loaders_refuse_bad_names);
-
-	tc = tl_tcase(s, "limits", 60);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	TL_TESTS(tc, test_oversized_headers, test_oversized_bodies, test_slow_loris);
-
-	tc = tl_tcase(s, "secrets", 60);
-	tcase_add_checked_fixture(tc, tl_setup_healthy, NULL);
-	tcase_add_test(tc, test_headers_on_every_answer);
-	/* Last: it reads every log and table whole, and it exhausts nginx's
-	 * approval POST limit for this address. */
-	tcase_add_test(tc, test_token_never_leaks);
-	return s;
-}
-
-int
-main(void)
-{
-	int failed, rc;
-
-	if ((rc = tl_suite_begin("check_security", "sc", "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG ONCEGATE_CTL")) != 0)
-		return rc;
 	xmlInitParser();
 	g_base = tl_env("ONCEGATE_URL");
 	g_key_dev = tl_env("ONCEGATE_API_KEY");
-
-	failed = tl_suite_run(security_suite(), false);
-	xmlCleanupParser();
-	return tl_suite_end(failed);
+	return true;
 }
+
+TL_STACK_MAIN(.name = "check_security", .prefix = "sc",
+              .needed = "ONCEGATE_API_KEY ONCEGATE_CONF ONCEGATE_LOG ONCEGATE_CTL",
+              .suite = security_suite, .prepare = prepare, .finish = xmlCleanupParser)

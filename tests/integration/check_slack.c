@@ -31,7 +31,6 @@
  *             one mail.
  */
 #define _GNU_SOURCE
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -443,16 +442,14 @@ struct racer {
 	const char *id, *ts;
 	long status;
 	bool ok;
-	pthread_barrier_t *go;
 };
 
-static void *
+static void
 race_thread(void *arg)
 {
 	struct racer *v = arg;
 	char who[64];
 
-	pthread_barrier_wait(v->go);
 	if (v->i % 2 == 0) {
 		json_t *ans = NULL;
 
@@ -476,15 +473,12 @@ race_thread(void *arg)
 		v->ok = r.status == 200;
 		tl_resp_free(&r);
 	}
-	return NULL;
 }
 
 START_TEST(test_race)
 {
 	PGconn *c = tl_pg_connect();
 	struct racer v[RACERS];
-	pthread_t th[RACERS];
-	pthread_barrier_t go;
 	struct dl_disp d;
 	char key[160], ids[2][64], *out = NULL;
 	json_t *n;
@@ -499,14 +493,9 @@ START_TEST(test_race)
 	slack_run(dl_key_b, key, "slack_reply", "race", ids);
 	disp_start(&d);
 	n = notice_of(ids[0]);
-	pthread_barrier_init(&go, NULL, RACERS);
-	for (i = 0; i < RACERS; i++) {
-		v[i] = (struct racer){ .i = i, .id = ids[0], .ts = JSTR(n, "ts"), .go = &go };
-		ck_assert_int_eq(pthread_create(&th[i], NULL, race_thread, &v[i]), 0);
-	}
 	for (i = 0; i < RACERS; i++)
-		pthread_join(th[i], NULL);
-	pthread_barrier_destroy(&go);
+		v[i] = (struct racer){ .i = i, .id = ids[0], .ts = JSTR(n, "ts") };
+	tl_race(race_thread, v, sizeof(v[0]), RACERS);
 	for (i = 0; i < RACERS; i++) {
 		ok += v[i].ok;
 		ck_assert_msg(v[i].status == 200 || v[i].status == 409 || v[i].status == 410,
@@ -645,18 +634,9 @@ finish(void)
 	dl_tenants_finish();
 }
 
-static Suite *
-slack_suite(void)
-{
-	Suite *s = suite_create("slack");
-	TCase *tc = dl_tcase(s, "slack", 120);
-
-	tcase_add_test(tc, test_standin_shapes);
-	tcase_add_test(tc, test_approve);
-	tcase_add_test(tc, test_refused_and_quorum);
-	tcase_add_test(tc, test_race);
-	return s;
-}
+TL_SUITE(slack_suite, "slack",
+         {"slack", 120, dl_tcase,
+          .tests = TL_LIST(test_standin_shapes, test_approve, test_refused_and_quorum, test_race)})
 
 int
 main(void)

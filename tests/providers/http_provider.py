@@ -552,23 +552,7 @@ def main():
         sys.stderr.write("http_provider: cannot listen on %s:%d: %s\n"
                          % (args.host, args.port, exc.strerror or exc))
         return 1
-    if args.pid:
-        provlib.write_pid(args.pid)
-    thread = threading.Thread(target=server.serve_forever,
-                              kwargs={"poll_interval": 0.2}, daemon=True)
-    thread.start()
-    try:
-        print("ready %d" % server.server_address[1], flush=True)
-    except OSError:
-        pass
-
-    signal.sigwait({signal.SIGTERM, signal.SIGINT})
-    server.stopping.set()
-    server.shutdown()
-    server.server_close()
-    if args.pid:
-        provlib.remove_pid(args.pid)
-    return 0
+    return provlib.serve_until_signal(server, args.pid, server.stopping)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """provlib.py — what the loopback providers of tests/providers share: the
-options every one takes (--port, --host, --pid) and its PID file."""
+options every one takes (--port, --host, --pid), its PID file and serving
+until it is told to stop."""
 import argparse
 import os
+import signal
+import threading
 
 
 def parser(description):
@@ -32,3 +35,29 @@ def remove_pid(path):
             os.unlink(path)
     except OSError:
         pass
+
+
+def serve_until_signal(server, pid, stopping=None):
+    """Writes the PID file pid (when given), serves the HTTP server in a
+    thread of its own, says "ready PORT" on stdout and waits for SIGTERM or
+    SIGINT, which the caller blocked before it made any thread (so no
+    request in progress races the shutdown); then sets the event stopping
+    (when given), stops the server and removes the PID file. Returns 0,
+    the exit status."""
+    if pid:
+        write_pid(pid)
+    thread = threading.Thread(target=server.serve_forever,
+                              kwargs={"poll_interval": 0.2}, daemon=True)
+    thread.start()
+    try:
+        print("ready %d" % server.server_address[1], flush=True)
+    except OSError:
+        pass
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    if stopping is not None:
+        stopping.set()
+    server.shutdown()
+    server.server_close()
+    if pid:
+        remove_pid(pid)
+    return 0

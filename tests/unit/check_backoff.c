@@ -320,18 +320,13 @@ START_TEST(test_with_classify)
 }
 END_TEST
 
-static Suite *
-backoff_suite(void)
-{
-	Suite *s = suite_create("backoff");
-	/* test_bounds_sweep takes over a second under ASan; Check's default
-	 * 4 s is too close on a loaded machine */
-	TCase *tc = tl_tcase(s, "backoff_next", 60);
-
-	tcase_add_loop_test(tc, test_table, 0, (int)NCASES);
-	tcase_add_loop_test(tc, test_schedule, 0, (int)(sizeof(schedules) / sizeof(schedules[0])));
-	TL_TESTS(tc, test_bounds_sweep, test_monotonic, test_null_and_names, test_with_classify);
-	return s;
-}
+/* test_bounds_sweep takes over a second under ASan; Check's default 4 s
+ * is too close on a loaded machine */
+TL_SUITE(backoff_suite, "backoff",
+         {"backoff_next", 60,
+          .loops = TL_LOOPS({test_table, (int)NCASES},
+                            {test_schedule, (int)(sizeof(schedules) / sizeof(schedules[0]))}),
+          .tests = TL_LIST(test_bounds_sweep, test_monotonic, test_null_and_names,
+                           test_with_classify)})
 
 TL_SUITE_MAIN(backoff_suite, false)

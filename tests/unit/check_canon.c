@@ -597,24 +597,13 @@ START_TEST(test_corpus_payloads)
 }
 END_TEST
 
-static Suite *
-canon_suite(void)
-{
-	Suite *s = suite_create("canon");
-	TCase *tc;
-
-	tc = tl_tcase(s, "canon_json", 60);
-	tcase_add_loop_test(tc, test_table, 0, sizeof(cases) / sizeof(cases[0]));
-	TL_TESTS(tc, test_depth, test_depth_unclosed, test_many_members, test_truncations,
-	         test_mutations, test_strerror, test_where);
-
-	tc = tl_tcase(s, "canon_member", 0);
-	tcase_add_loop_test(tc, test_member, 0,
-	                    sizeof(member_cases) / sizeof(member_cases[0]));
-
-	tc = tl_tcase(s, "canon_hash", 0);
-	TL_TESTS(tc, test_hash_known, test_hash_same_value, test_corpus_payloads);
-	return s;
-}
+TL_SUITE(canon_suite, "canon",
+         {"canon_json", 60, .loops = TL_LOOPS({test_table, sizeof(cases) / sizeof(cases[0])}),
+          .tests = TL_LIST(test_depth, test_depth_unclosed, test_many_members, test_truncations,
+                           test_mutations, test_strerror, test_where)},
+         {"canon_member", 0,
+          .loops = TL_LOOPS({test_member, sizeof(member_cases) / sizeof(member_cases[0])})},
+         {"canon_hash", 0,
+          .tests = TL_LIST(test_hash_known, test_hash_same_value, test_corpus_payloads)})
 
 TL_SUITE_MAIN(canon_suite, false)

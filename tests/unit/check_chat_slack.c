@@ -432,17 +432,12 @@ START_TEST(test_reply_shapes)
 }
 END_TEST
 
-static Suite *
-chat_slack_suite(void)
-{
-	Suite *s = suite_create("chat_slack");
-	TCase *tc = tl_tcase(s, "chat_slack", 30);
-
-	TL_TESTS(tc, test_verify_documented_example, test_verify_unsigned,
-	         test_read_documented_payload, test_read_not_forms, test_message_multilingual,
-	         test_message_long_subject, test_message_refused, test_map, test_reply_shapes);
-	tcase_add_loop_test(tc, test_read_refused, 0, (int)(sizeof(bad_cases) / sizeof(bad_cases[0])));
-	return s;
-}
+TL_SUITE(chat_slack_suite, "chat_slack",
+         {"chat_slack", 30,
+          .loops = TL_LOOPS({test_read_refused, (int)(sizeof(bad_cases) / sizeof(bad_cases[0]))}),
+          .tests = TL_LIST(test_verify_documented_example, test_verify_unsigned,
+                           test_read_documented_payload, test_read_not_forms,
+                           test_message_multilingual, test_message_long_subject,
+                           test_message_refused, test_map, test_reply_shapes)})
 
 TL_SUITE_MAIN(chat_slack_suite, false)

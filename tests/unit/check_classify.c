@@ -422,16 +422,9 @@ START_TEST(test_pure)
 }
 END_TEST
 
-static Suite *
-classify_suite(void)
-{
-	Suite *s = suite_create("classify");
-	TCase *tc = tl_tcase(s, "classify_attempt", 0);
-
-	tcase_add_loop_test(tc, test_table, 0, (int)NCASES);
-	TL_TESTS(tc, test_every_reason_covered, test_names, test_null, test_pointer_valid,
-	         test_pure);
-	return s;
-}
+TL_SUITE(classify_suite, "classify",
+         {"classify_attempt", 0, .loops = TL_LOOPS({test_table, (int)NCASES}),
+          .tests = TL_LIST(test_every_reason_covered, test_names, test_null, test_pointer_valid,
+                           test_pure)})
 
 TL_SUITE_MAIN(classify_suite, false)

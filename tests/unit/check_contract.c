@@ -1749,35 +1749,24 @@ END_TEST
 
 /* ---- the suite ----------------------------------------------------------------------- */
 
-static Suite *
-contract_suite(void)
-{
-	Suite *s = suite_create("contract");
-	TCase *tc;
-
-	tc = tl_tcase(s, "validate", 0);
-	tcase_add_loop_test(tc, test_validate_table, 0, sizeof(vcases) / sizeof(vcases[0]));
-	TL_TESTS(tc, test_validate_messages, test_validate_cap, test_validate_long_key,
-	         test_validate_deep_instance);
-
-	tc = tl_tcase(s, "load", 120);
-	tcase_add_loop_test(tc, test_load_errors, 0, sizeof(lcases) / sizeof(lcases[0]));
-	TL_TESTS(tc, test_load_oversized, test_load_too_deep, test_load_not_regular, test_load_dir,
-	         test_notify_targets_checked, test_load_error_sanitised, test_defaults,
-	         test_settings, test_mutations);
-
-	/* test_sampling makes 50,000 CSPRNG draws: 0.7-2.7 s under ASan, more
-	 * on a loaded machine than Check's default 4 s allow */
-	tc = tl_tcase(s, "gate", 60);
-	tcase_add_loop_test(tc, test_rule_ops, 0, sizeof(rcases) / sizeof(rcases[0]));
-	TL_TESTS(tc, test_rule_paths, test_crm_tag_rules, test_sampling);
-	tcase_add_loop_test(tc, test_approver_matches, 0, sizeof(acases) / sizeof(acases[0]));
-	TL_TESTS(tc, test_effects, test_editable_allow, test_pointer_get);
-
-	tc = tl_tcase(s, "shipped", 60);
-	TL_TESTS(tc, test_shipped, test_threads);
-	return s;
-}
+TL_SUITE(contract_suite, "contract",
+         {"validate", 0,
+          .loops = TL_LOOPS({test_validate_table, sizeof(vcases) / sizeof(vcases[0])}),
+          .tests = TL_LIST(test_validate_messages, test_validate_cap, test_validate_long_key,
+                           test_validate_deep_instance)},
+         {"load", 120,
+          .loops = TL_LOOPS({test_load_errors, sizeof(lcases) / sizeof(lcases[0])}),
+          .tests = TL_LIST(test_load_oversized, test_load_too_deep, test_load_not_regular,
+                           test_load_dir, test_notify_targets_checked, test_load_error_sanitised,
+                           test_defaults, test_settings, test_mutations)},
+         /* test_sampling makes 50,000 CSPRNG draws: 0.7-2.7 s under ASan,
+          * more on a loaded machine than Check's default 4 s allow */
+         {"gate", 60,
+          .loops = TL_LOOPS({test_rule_ops, sizeof(rcases) / sizeof(rcases[0])},
+                            {test_approver_matches, sizeof(acases) / sizeof(acases[0])}),
+          .tests = TL_LIST(test_rule_paths, test_crm_tag_rules, test_sampling, test_effects,
+                           test_editable_allow, test_pointer_get)},
+         {"shipped", 60, .tests = TL_LIST(test_shipped, test_threads)})
 
 int
 main(void)

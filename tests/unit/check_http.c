@@ -195,17 +195,11 @@ START_TEST(test_response_caps)
 }
 END_TEST
 
-static Suite *
-http_suite(void)
-{
-	Suite *s = suite_create("http");
-	TCase *tc = tl_tcase(s, "parse", 0);
-
-	tcase_add_loop_test(tc, test_route_table, 0,
-	                    (int)(sizeof(route_cases) / sizeof(route_cases[0])));
-	TL_TESTS(tc, test_route_key_length, test_key_rule, test_pct_decode, test_media_type,
-	         test_bearer, test_response_caps);
-	return s;
-}
+TL_SUITE(http_suite, "http",
+         {"parse", 0,
+          .loops = TL_LOOPS({test_route_table,
+                             (int)(sizeof(route_cases) / sizeof(route_cases[0]))}),
+          .tests = TL_LIST(test_route_key_length, test_key_rule, test_pct_decode,
+                           test_media_type, test_bearer, test_response_caps)})
 
 TL_SUITE_MAIN(http_suite, false)

@@ -422,23 +422,13 @@ START_TEST(utf8_decoder)
 }
 END_TEST
 
-static Suite *
-jcs_suite(void)
-{
-	Suite *s = suite_create("jcs");
-	TCase *tc;
-
-	tc = tl_tcase(s, "rfc8785", 0);
-	TL_TESTS(tc, rfc8785_vectors, as_written_rule_unchanged, utf16_member_order,
-	         string_escapes);
-
-	tc = tl_tcase(s, "numbers", 120);
-	TL_TESTS(tc, number_form, number_out_of_range, es6_number_file, es6_number_sequence,
-	         dumps_shortest);
-
-	tc = tl_tcase(s, "utf8", 0);
-	tcase_add_test(tc, utf8_decoder);
-	return s;
-}
+TL_SUITE(jcs_suite, "jcs",
+         {"rfc8785", 0,
+          .tests = TL_LIST(rfc8785_vectors, as_written_rule_unchanged, utf16_member_order,
+                           string_escapes)},
+         {"numbers", 120,
+          .tests = TL_LIST(number_form, number_out_of_range, es6_number_file,
+                           es6_number_sequence, dumps_shortest)},
+         {"utf8", 0, .tests = TL_LIST(utf8_decoder)})
 
 TL_SUITE_MAIN(jcs_suite, false)

@@ -831,31 +831,20 @@ START_TEST(test_model_and_output_fields)
 }
 END_TEST
 
-static Suite *
-log_suite(void)
-{
-	Suite *s = suite_create("log");
-	TCase *tc;
-
-	tc = tl_tcase(s, "lines", 0);
-	tcase_add_checked_fixture(tc, setup, teardown);
-	TL_TESTS(tc, test_fields, test_field_order, test_no_fields, test_model_and_output_fields,
-	         test_levels, test_level_names, test_truncation, test_bad_utf8, test_stderr);
-
-	tc = tl_tcase(s, "redact", 0);
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_loop_test(tc, test_redact, 0,
-	                    sizeof(redact_cases) / sizeof(redact_cases[0]));
-	tcase_add_loop_test(tc, test_redact_provider, 0,
-	                    (int)(sizeof(provider_cases) / sizeof(provider_cases[0])));
-	TL_TESTS(tc, test_redact_null, test_redact_in_log, test_redact_at_cut);
-
-	/* generous: valgrind runs the threads tests ~50x slower */
-	tc = tl_tcase(s, "files", 600);
-	tcase_add_checked_fixture(tc, setup, teardown);
-	TL_TESTS(tc, test_reopen, test_open_fails, test_write_failure, test_threads,
-	         test_threads_with_reopen);
-	return s;
-}
+TL_SUITE(log_suite, "log",
+         {"lines", 0, .setup = setup, .teardown = teardown,
+          .tests = TL_LIST(test_fields, test_field_order, test_no_fields,
+                           test_model_and_output_fields, test_levels, test_level_names,
+                           test_truncation, test_bad_utf8, test_stderr)},
+         {"redact", 0, .setup = setup, .teardown = teardown,
+          .loops = TL_LOOPS({test_redact, sizeof(redact_cases) / sizeof(redact_cases[0])},
+                            {test_redact_provider,
+                             (int)(sizeof(provider_cases) / sizeof(provider_cases[0]))}),
+          .tests = TL_LIST(test_redact_null, test_redact_in_log,
+                           test_redact_at_cut)},
+         /* generous: valgrind runs the threads tests ~50x slower */
+         {"files", 600, .setup = setup, .teardown = teardown,
+          .tests = TL_LIST(test_reopen, test_open_fails, test_write_failure, test_threads,
+                           test_threads_with_reopen)})
 
 TL_SUITE_MAIN(log_suite, false)

@@ -217,15 +217,9 @@ START_TEST(test_hostile_every_cut)
 }
 END_TEST
 
-static Suite *
-neutralise_suite(void)
-{
-	Suite *s = suite_create("neutralise");
-	TCase *tc = tl_tcase(s, "neutralise_line", 60);
-
-	tcase_add_loop_test(tc, test_table, 0, (int)(sizeof(cases) / sizeof(cases[0])));
-	TL_TESTS(tc, test_cut, test_cap, test_hostile_every_cut);
-	return s;
-}
+TL_SUITE(neutralise_suite, "neutralise",
+         {"neutralise_line", 60,
+          .loops = TL_LOOPS({test_table, (int)(sizeof(cases) / sizeof(cases[0]))}),
+          .tests = TL_LIST(test_cut, test_cap, test_hostile_every_cut)})
 
 TL_SUITE_MAIN(neutralise_suite, false)

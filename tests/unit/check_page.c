@@ -1321,41 +1321,21 @@ START_TEST(test_json_text)
 }
 END_TEST
 
-static Suite *
-page_suite(void)
-{
-	Suite *s = suite_create("page");
-	TCase *tc;
-
-	tc = tl_tcase(s, "hostile", 300);
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_loop_test(tc, test_hostile_approval, 0, NHOSTILE);
-	TL_TESTS(tc, test_hostile_decided, test_hostile_notice);
-	tcase_add_loop_test(tc, test_url_refused, 0,
-	                    sizeof(bad_urls) / sizeof(bad_urls[0]));
-	tcase_add_loop_test(tc, test_url_allowed, 0,
-	                    sizeof(good_urls) / sizeof(good_urls[0]));
-	tcase_add_loop_test(tc, test_attr_refused, 0,
-	                    sizeof(bad_attrs) / sizeof(bad_attrs[0]));
-	tcase_add_test(tc, test_attr_null_name);
-
-	tc = tl_tcase(s, "structure", 0);
-	tcase_add_checked_fixture(tc, setup, teardown);
-	TL_TESTS(tc, test_repeat_order, test_repeat_copies_state, test_repeat_none_and_done,
-	         test_remove, test_caller_bugs_are_sticky, test_render, test_page_new,
-	         test_json_text, test_corpus_drafts);
-
-	tc = tl_tcase(s, "load", 0);
-	tcase_add_loop_test(tc, test_broken_dir, 0,
-	                    sizeof(broken) / sizeof(broken[0]));
-	tcase_add_test(tc, test_missing_dir);
-
-	/* generous: valgrind runs this ~50x slower */
-	tc = tl_tcase(s, "threads", 900);
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, test_threads);
-	return s;
-}
+TL_SUITE(page_suite, "page",
+         {"hostile", 300, .setup = setup, .teardown = teardown,
+          .loops = TL_LOOPS({test_hostile_approval, NHOSTILE},
+                            {test_url_refused, sizeof(bad_urls) / sizeof(bad_urls[0])},
+                            {test_url_allowed, sizeof(good_urls) / sizeof(good_urls[0])},
+                            {test_attr_refused, sizeof(bad_attrs) / sizeof(bad_attrs[0])}),
+          .tests = TL_LIST(test_hostile_decided, test_hostile_notice, test_attr_null_name)},
+         {"structure", 0, .setup = setup, .teardown = teardown,
+          .tests = TL_LIST(test_repeat_order, test_repeat_copies_state, test_repeat_none_and_done,
+                           test_remove, test_caller_bugs_are_sticky, test_render, test_page_new,
+                           test_json_text, test_corpus_drafts)},
+         {"load", 0, .loops = TL_LOOPS({test_broken_dir, sizeof(broken) / sizeof(broken[0])}),
+          .tests = TL_LIST(test_missing_dir)},
+         /* generous: valgrind runs this ~50x slower */
+         {"threads", 900, .setup = setup, .teardown = teardown, .tests = TL_LIST(test_threads)})
 
 int
 main(void)

@@ -274,24 +274,15 @@ START_TEST(test_csrf_fail_closed)
 }
 END_TEST
 
-static Suite *
-token_suite(void)
-{
-	Suite *s = suite_create("token");
-	TCase *tc;
-
-	tc = tl_tcase(s, "token", 300);
-	TL_TESTS(tc, test_token_shape, test_token_distinct, test_token_hash_vectors);
-	tcase_add_loop_test(tc, test_token_shape_valid, 0,
-	                    sizeof(shape_cases) / sizeof(shape_cases[0]));
-	tcase_add_test(tc, test_token_shape_null);
-	/* 100,000 draws take seconds under valgrind */
-
-	tc = tl_tcase(s, "csrf", 300);
-	tcase_add_checked_fixture(tc, csrf_setup, NULL);
-	TL_TESTS(tc, test_csrf_known_answer, test_csrf_refusals, test_csrf_boundaries,
-	         test_csrf_fail_closed);
-	return s;
-}
+TL_SUITE(token_suite, "token",
+         {"token", 300,
+          .loops = TL_LOOPS({test_token_shape_valid,
+                             sizeof(shape_cases) / sizeof(shape_cases[0])}),
+          .tests = TL_LIST(test_token_shape, test_token_distinct, test_token_hash_vectors,
+                           test_token_shape_null)},
+         /* 100,000 draws take seconds under valgrind */
+         {"csrf", 300, .setup = csrf_setup,
+          .tests = TL_LIST(test_csrf_known_answer, test_csrf_refusals, test_csrf_boundaries,
+                           test_csrf_fail_closed)})
 
 TL_SUITE_MAIN(token_suite, false)
