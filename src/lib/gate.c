@@ -237,6 +237,36 @@ gate_state_name(enum approval_state s)
 	                                                                  : "unknown";
 }
 
+static const char *const decision_names[] = {
+	[GATE_APPROVE] = "approve",
+	[GATE_REJECT] = "reject",
+	[GATE_CHANGES_REQUESTED] = "changes_requested",
+};
+
+const char *
+gate_decision_name(enum gate_decision d)
+{
+	return (unsigned)d < sizeof(decision_names) / sizeof(decision_names[0]) ? decision_names[d]
+	                                                                        : NULL;
+}
+
+enum gate_decision
+gate_decision_parse(const char *word)
+{
+	size_t i;
+
+	for (i = 1; word != NULL && i < sizeof(decision_names) / sizeof(decision_names[0]); i++)
+		if (strcmp(word, decision_names[i]) == 0)
+			return (enum gate_decision)i;
+	return GATE_DECISION_NONE;
+}
+
+const char *
+gate_decision_label(enum gate_decision d)
+{
+	return d == GATE_CHANGES_REQUESTED ? "changes requested" : gate_decision_name(d) ?: "";
+}
+
 static enum approval_state
 state_parse(const char *s)
 {

@@ -23,6 +23,22 @@ enum approval_state {
 	APPROVAL_EXPIRED,
 };
 
+/* A person's decision, as stored in approvals.decision and
+ * approval_votes.decision and named by contracts' allowed_decisions. */
+enum gate_decision {
+	GATE_DECISION_NONE = 0,      /* none, or a word that is no decision */
+	GATE_APPROVE,
+	GATE_REJECT,
+	GATE_CHANGES_REQUESTED,      /* the draft goes back for a new one */
+};
+/* The stored word ("approve", "reject", "changes_requested"); NULL: none. */
+const char *gate_decision_name(enum gate_decision d);
+/* The decision a word names (NULL or another word: GATE_DECISION_NONE). */
+enum gate_decision gate_decision_parse(const char *word);
+/* The decision in words for a person ("approve", "reject", "changes
+ * requested"); "" for none. */
+const char *gate_decision_label(enum gate_decision d);
+
 #define GATE_ID_LEN 37
 #define GATE_TS_LEN 32
 
