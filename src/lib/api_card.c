@@ -485,6 +485,31 @@ card_effect(struct api_call *c, struct page *p, const json_t *effect)
 	free(payload);
 }
 
+/* Each {path, message} of errors as an item of the list, in the slots
+ * named by slot[0] and slot[1]; no errors, the section is removed. */
+static void
+fill_errors(struct page *p, const json_t *errors, const char *section, const char *item,
+            const char *const slot[2])
+{
+	size_t i;
+	json_t *v;
+
+	if (json_array_size(errors) == 0) {
+		page_remove(p, section);
+		return;
+	}
+	json_array_foreach(errors, i, v) {
+		struct page_scope *sc = page_repeat(p, item);
+
+		if (sc == NULL)
+			break;
+		(void)page_scope_text(sc, slot[0], json_string_value(json_object_get(v, "path")) ?: "");
+		(void)page_scope_text(sc, slot[1],
+		                      json_string_value(json_object_get(v, "message")) ?: "");
+	}
+	page_repeat_done(p, item);
+}
+
 /* The fields of the draft the person may correct, as a form: what they
  * sent back (values, after a refused correction) or the draft's text. */
 static bool
@@ -492,7 +517,6 @@ card_edit(struct page *p, const struct api_card_draft *dr, const json_t *values,
           const json_t *errors)
 {
 	size_t i, shown = 0;
-	json_t *v;
 
 	for (i = 0; dr->k != NULL && i < contract_editable_count(dr->k); i++) {
 		const char *name = contract_editable(dr->k, i);
@@ -522,21 +546,8 @@ card_edit(struct page *p, const struct api_card_draft *dr, const json_t *values,
 		shown++;
 	}
 	page_repeat_done(p, "edit_field");
-	if (json_array_size(errors) > 0) {
-		json_array_foreach(errors, i, v) {
-			struct page_scope *sc = page_repeat(p, "edit_error");
-
-			if (sc == NULL)
-				break;
-			(void)page_scope_text(sc, "edit_error_path",
-			                      json_string_value(json_object_get(v, "path")) ?: "");
-			(void)page_scope_text(sc, "edit_error_message",
-			                      json_string_value(json_object_get(v, "message")) ?: "");
-		}
-		page_repeat_done(p, "edit_error");
-	} else {
-		page_remove(p, "edit_errors");
-	}
+	fill_errors(p, errors, "edit_errors", "edit_error",
+	            (const char *const[]){ "edit_error_path", "edit_error_message" });
 	return shown > 0;
 }
 
@@ -621,9 +632,7 @@ card_run(struct page *p, const struct gate_approval *a, const json_t *run)
 static void
 card_output(struct page *p, const json_t *output, const char *out_text, const json_t *run)
 {
-	const json_t *errs = json_object_get(run, "validation_errors");
 	const char *name;
-	size_t i;
 	json_t *v;
 
 	(void)page_text(p, "output", out_text);
@@ -642,21 +651,8 @@ card_output(struct page *p, const json_t *output, const char *out_text, const js
 		}
 	}
 	page_repeat_done(p, "output_fields");
-	if (json_array_size(errs) == 0) {
-		page_remove(p, "errors");
-		return;
-	}
-	json_array_foreach(errs, i, v) {
-		struct page_scope *sc = page_repeat(p, "error_item");
-
-		if (sc == NULL)
-			break;
-		(void)page_scope_text(sc, "error_path",
-		                      json_string_value(json_object_get(v, "path")) ?: "");
-		(void)page_scope_text(sc, "error_message",
-		                      json_string_value(json_object_get(v, "message")) ?: "");
-	}
-	page_repeat_done(p, "error_item");
+	fill_errors(p, json_object_get(run, "validation_errors"), "errors", "error_item",
+	            (const char *const[]){ "error_path", "error_message" });
 }
 
 /* The votes so far and how the run settles; the person's own vote, when
