@@ -194,7 +194,7 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 		goto out;
 	/* corrections go with an approval only */
 	if (values == NULL ||
-	    (strcmp(decision, "approve") == 0 && !posted_edits(c, &f, dr, values)))
+	    (gate_decision_parse(decision) == GATE_APPROVE && !posted_edits(c, &f, dr, values)))
 		goto out;
 	in.decision = decision;
 	in.reason = reason;
@@ -222,7 +222,7 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 		api_card_notice(c, 500, "approval.failed", r->heading, r->message, &f);
 	} else if (r == &DECISION_NOT_YOURS || r == &DECISION_SEPARATION) {
 		f.reason = "forbidden";
-		refuse(c, &f, 403, NULL, r->heading, api_card_refusal(c, a, decision));
+		refuse(c, &f, 403, NULL, r->heading, api_card_refusal(c, a, gate_decision_parse(decision)));
 	} else if (r != NULL) {
 		if (r == &DECISION_NOT_ALLOWED)
 			refuse(c, &f, 400, "wrong_decision", r->heading, r->message);
@@ -280,8 +280,8 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 	/* Someone who may decide nothing here is told so, and sees nothing of
 	 * the request (whatever its state); a decision they post is refused
 	 * below with its reason. */
-	if (c->route->body != BODY_FORM && (why = api_card_refusal(c, a, "reject")) != NULL &&
-	    api_card_refusal(c, a, "approve") != NULL) {
+	if (c->route->body != BODY_FORM && (why = api_card_refusal(c, a, GATE_REJECT)) != NULL &&
+	    api_card_refusal(c, a, GATE_APPROVE) != NULL) {
 		api_card_not_yours(c, a, why, &f);
 		return;
 	}
@@ -295,7 +295,7 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 	}
 	if (decision_round_closed(a, run) &&
 	    !(a->state == APPROVAL_DECIDED && a->decision != NULL &&
-	      strcmp(a->decision, "changes_requested") == 0)) {
+	      gate_decision_parse(a->decision) == GATE_CHANGES_REQUESTED)) {
 		/* a request for changes closed this challenge's round (whose
 		 * request itself shows as decided) */
 		const struct decision_refusal *r = &DECISION_ROUND_CLOSED;
@@ -337,7 +337,7 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 		goto out;
 	}
 	if (a->expired || a->state == APPROVAL_EXPIRED) {
-		f.reason = "expired";
+		f.reason = gate_state_name(APPROVAL_EXPIRED);
 		api_card_notice(c, 410, post ? "approval.refused" : "approval.expired", "Expired",
 		                "This approval link has expired. Nothing was sent.", &f);
 		goto out;

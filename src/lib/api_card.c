@@ -107,6 +107,22 @@ pretty(const json_t *v)
 	return page_json_text(v);
 }
 
+/* An effect's state in words for the card, and what it means (pending
+ * says more: effect_outcome). */
+static const struct {
+	const char *state, *status;
+} effect_words[EFFECT_STATE_COUNT] = {
+	[EFFECT_SENDING] = { "being sent", "The dispatcher is sending it right now." },
+	[EFFECT_COMPLETED] = { "sent", "It was sent, once; the provider confirmed it." },
+	[EFFECT_UNKNOWN] = { "outcome unknown",
+		             "A send timed out; whether it arrived is being checked with the "
+		             "provider. It is never simply sent again." },
+	[EFFECT_FAILED] = { "failed", "It could not be sent and was set aside for the operators "
+		                      "(dead letter). Nothing went out." },
+	[EFFECT_CANCELLED] = { "cancelled", "It was cancelled before it went out. Nothing was "
+		                            "sent." },
+};
+
 /* What became of the approved effect, in words: read from the outbox row
  * this approval queued, and the kill switch. */
 static void
@@ -116,15 +132,16 @@ effect_outcome(struct api_call *c, const struct gate_approval *a, const char **s
 	json_t *list = NULL, *e, *found = NULL;
 	const char *st;
 	size_t i;
+	int es;
 
 	*state = "unknown";
 	*status = "Whether it has gone out could not be read just now; reload the page.";
-	if (a->decision != NULL && strcmp(a->decision, "reject") == 0) {
+	if (gate_decision_parse(a->decision) == GATE_REJECT) {
 		*state = "not sent";
 		*status = "The request was rejected, so nothing was sent.";
 		return;
 	}
-	if (a->decision != NULL && strcmp(a->decision, "changes_requested") == 0) {
+	if (gate_decision_parse(a->decision) == GATE_CHANGES_REQUESTED) {
 		*state = "not sent: changes requested";
 		*status = "This draft went back to the workflow with the feedback, for a new "
 		          "draft (which comes with links of its own while the contract's repair "
@@ -148,10 +165,11 @@ effect_outcome(struct api_call *c, const struct gate_approval *a, const char **s
 		}
 	}
 	st = json_string_value(json_object_get(found, "status"));
+	es = st != NULL ? outbox_state_parse(st) : -1;
 	if (st == NULL) {
 		*state = "not queued";
 		*status = "No action was queued for this decision.";
-	} else if (strcmp(st, "pending") == 0) {
+	} else if (es == EFFECT_PENDING) {
 		struct control_flag sw;
 
 		if (control_switch(c->ctx->db, true, &sw) == DB_OK && sw.found &&
@@ -168,23 +186,9 @@ effect_outcome(struct api_call *c, const struct gate_approval *a, const char **s
 			*status = "It is queued; the dispatcher sends it once, shortly (after its "
 			          "cancellation window, when it has one).";
 		}
-	} else if (strcmp(st, "sending") == 0) {
-		*state = "being sent";
-		*status = "The dispatcher is sending it right now.";
-	} else if (strcmp(st, "completed") == 0) {
-		*state = "sent";
-		*status = "It was sent, once; the provider confirmed it.";
-	} else if (strcmp(st, "unknown") == 0) {
-		*state = "outcome unknown";
-		*status = "A send timed out; whether it arrived is being checked with the provider. "
-		          "It is never simply sent again.";
-	} else if (strcmp(st, "failed") == 0) {
-		*state = "failed";
-		*status = "It could not be sent and was set aside for the operators (dead letter). "
-		          "Nothing went out.";
-	} else if (strcmp(st, "cancelled") == 0) {
-		*state = "cancelled";
-		*status = "It was cancelled before it went out. Nothing was sent.";
+	} else if (es > 0 && es < EFFECT_STATE_COUNT) {
+		*state = effect_words[es].state;
+		*status = effect_words[es].status;
 	}
 	/* the strings above are static; found points into list */
 	json_decref(list);
@@ -253,7 +257,7 @@ draft_load(struct api_call *c, const struct gate_approval *a, const json_t *run,
 		/* the quorum and one vote per person count within the round */
 		if (json_integer_value(json_object_get(v, "round")) != a->round)
 			continue;
-		if (strcmp(json_string_value(json_object_get(v, "decision")) ?: "", "approve") == 0)
+		if (gate_decision_parse(json_string_value(json_object_get(v, "decision"))) == GATE_APPROVE)
 			dr->approvals++;
 		/* one person, one vote: subjects compared ignoring ASCII case */
 		if (who != NULL && subject != NULL && strcasecmp(who, subject) == 0)
@@ -305,9 +309,11 @@ api_card_load(struct api_call *c, const struct gate_approval *a, json_t **run,
 static const char *
 decided_word(const char *decision)
 {
-	if (decision != NULL && strcmp(decision, "changes_requested") == 0)
+	enum gate_decision d = gate_decision_parse(decision);
+
+	if (d == GATE_CHANGES_REQUESTED)
 		return "asked for changes";
-	return decision != NULL && strcmp(decision, "reject") == 0 ? "rejected" : "approved";
+	return d == GATE_REJECT ? "rejected" : "approved";
 }
 
 /* What a vote's line adds: a correction, its round once there are
@@ -316,8 +322,8 @@ static void
 vote_note(struct page_scope *sc, const json_t *v, bool rounds)
 {
 	const char *reason = json_string_value(json_object_get(v, "reason"));
-	bool changes = strcmp(json_string_value(json_object_get(v, "decision")) ?: "",
-	                      "changes_requested") == 0;
+	bool changes = gate_decision_parse(json_string_value(json_object_get(v, "decision"))) ==
+	               GATE_CHANGES_REQUESTED;
 	char note[DECISION_FEEDBACK_MAX + 128];
 	size_t n = 0;
 
@@ -404,13 +410,15 @@ api_card_decided(struct api_call *c, int status, const struct gate_approval *a, 
 		if (waiting) {
 			snprintf(lede, sizeof(lede), "Your %s is recorded: %d of %d. Nothing more to "
 			         "do on this page; the others are asked for theirs.",
-			         strcmp(a->decision ?: "", "reject") == 0 ? "reject" : "approval",
+			         gate_decision_parse(a->decision) == GATE_REJECT
+			             ? gate_decision_label(GATE_REJECT)
+			             : "approval",
 			         dr->approvals, dr->needed);
 			(void)page_text(p, "lede", lede);
 		}
 		(void)page_text(p, "title", waiting ? "Your approval is recorded" : "Decided");
 		(void)page_text(p, "key", a->key);
-		(void)page_text(p, "decision", a->decision != NULL ? a->decision : "");
+		(void)page_text(p, "decision", gate_decision_label(gate_decision_parse(a->decision)));
 		(void)page_text(p, "decided_by", a->approver_subject != NULL ? a->approver_subject : "");
 		(void)page_text(p, "decided_at", a->consumed_at);
 		(void)page_text(p, "reason", a->reason != NULL ? a->reason : "");
@@ -434,7 +442,8 @@ api_card_decided(struct api_call *c, int status, const struct gate_approval *a, 
  * challenge whose requester is unknown (made before outputs had to name
  * one) can be rejected but never approved. */
 const char *
-api_card_refusal(const struct api_call *c, const struct gate_approval *a, const char *decision)
+api_card_refusal(const struct api_call *c, const struct gate_approval *a,
+                 enum gate_decision decision)
 {
 	const char *subject = c->req->remote_user;
 
@@ -443,8 +452,7 @@ api_card_refusal(const struct api_call *c, const struct gate_approval *a, const 
 		return "You are not among the approvers this link was issued to.";
 	if (a->separation_of_duties && contract_is_requester(a->requested_by, subject))
 		return "You requested this action, so someone else must approve it.";
-	if (a->separation_of_duties && a->requested_by == NULL &&
-	    strcmp(decision, "approve") == 0)
+	if (a->separation_of_duties && a->requested_by == NULL && decision == GATE_APPROVE)
 		return "Nobody is recorded as having requested this action, so no one can "
 		       "show they are not its requester: it can only be rejected.";
 	return NULL;
@@ -474,6 +482,31 @@ card_effect(struct api_call *c, struct page *p, const json_t *effect)
 	free(payload);
 }
 
+/* Each {path, message} of errors as an item of the list, in the slots
+ * named by slot[0] and slot[1]; no errors, the section is removed. */
+static void
+fill_errors(struct page *p, const json_t *errors, const char *section, const char *item,
+            const char *const slot[2])
+{
+	size_t i;
+	json_t *v;
+
+	if (json_array_size(errors) == 0) {
+		page_remove(p, section);
+		return;
+	}
+	json_array_foreach(errors, i, v) {
+		struct page_scope *sc = page_repeat(p, item);
+
+		if (sc == NULL)
+			break;
+		(void)page_scope_text(sc, slot[0], json_string_value(json_object_get(v, "path")) ?: "");
+		(void)page_scope_text(sc, slot[1],
+		                      json_string_value(json_object_get(v, "message")) ?: "");
+	}
+	page_repeat_done(p, item);
+}
+
 /* The fields of the draft the person may correct, as a form: what they
  * sent back (values, after a refused correction) or the draft's text. */
 static bool
@@ -481,7 +514,6 @@ card_edit(struct page *p, const struct api_card_draft *dr, const json_t *values,
           const json_t *errors)
 {
 	size_t i, shown = 0;
-	json_t *v;
 
 	for (i = 0; dr->k != NULL && i < contract_editable_count(dr->k); i++) {
 		const char *name = contract_editable(dr->k, i);
@@ -511,21 +543,8 @@ card_edit(struct page *p, const struct api_card_draft *dr, const json_t *values,
 		shown++;
 	}
 	page_repeat_done(p, "edit_field");
-	if (json_array_size(errors) > 0) {
-		json_array_foreach(errors, i, v) {
-			struct page_scope *sc = page_repeat(p, "edit_error");
-
-			if (sc == NULL)
-				break;
-			(void)page_scope_text(sc, "edit_error_path",
-			                      json_string_value(json_object_get(v, "path")) ?: "");
-			(void)page_scope_text(sc, "edit_error_message",
-			                      json_string_value(json_object_get(v, "message")) ?: "");
-		}
-		page_repeat_done(p, "edit_error");
-	} else {
-		page_remove(p, "edit_errors");
-	}
+	fill_errors(p, errors, "edit_errors", "edit_error",
+	            (const char *const[]){ "edit_error_path", "edit_error_message" });
 	return shown > 0;
 }
 
@@ -574,43 +593,22 @@ api_card_editable(const struct api_call *c, const struct gate_approval *a,
 	bool approve = false;
 
 	json_array_foreach(a->allowed_decisions, i, v)
-		if (json_is_string(v) && strcmp(json_string_value(v), "approve") == 0)
+		if (gate_decision_parse(json_string_value(v)) == GATE_APPROVE)
 			approve = true;
 	return approve && dr->k != NULL && contract_editable_count(dr->k) > 0 &&
 	       dr->approvals == 0 && dr->edited_by == NULL && dr->mine == NULL &&
-	       api_card_refusal(c, a, "approve") == NULL;
+	       api_card_refusal(c, a, GATE_APPROVE) == NULL;
 }
 
-/* The confirmation card. GET never changes anything. After a correction
- * that did not pass (status 422), the card again with what the person
- * wrote (values) and why it was refused (edit_errors). */
-void
-api_card_page(struct api_call *c, const struct gate_approval *a, const json_t *run,
-              const struct api_card_draft *dr, const json_t *values,
-              const json_t *edit_errors, int status)
+/* The card's account of the run: its context, key, source, contract and
+ * model. */
+static void
+card_run(struct page *p, const struct gate_approval *a, const json_t *run)
 {
-	const struct config *cfg = c->ctx->cfg;
-	const json_t *output = dr->output;
-	const json_t *effect = dr->effect;
 	const json_t *model = json_object_get(run, "model");
-	const json_t *errs = json_object_get(run, "validation_errors");
 	const char *source = json_string_value(json_object_get(run, "source_url"));
-	const char *requested = json_string_value(json_object_get(run, "requested_by"));
-	const char *subject = c->req->remote_user, *name, *dec, *why, *refusal = NULL;
-	char csrf[CSRF_TEXT_LEN + 1], model_text[512], voted[320], hint[320];
-	size_t buttons = 0;
-	bool changes = false;
-	char *out_text = pretty(output), *eff_text = pretty(json_object_get(effect, "payload"));
-	struct page *p = page_new(c->ctx->pages, "approval");
-	struct log_fields f = { 0 };
-	size_t i;
-	json_t *v;
+	char model_text[512];
 
-	if (p == NULL || out_text == NULL || eff_text == NULL) {
-		page_free(p);
-		p = NULL;
-		goto out;
-	}
 	card_context(p, run);
 	(void)page_text(p, "key", a->key);
 	if (source != NULL) {
@@ -625,6 +623,15 @@ api_card_page(struct api_call *c, const struct gate_approval *a, const json_t *r
 	         json_string_value(json_object_get(model, "name")) ?: "",
 	         json_string_value(json_object_get(model, "revision")) ?: "");
 	(void)page_text(p, "model", model_text);
+}
+
+/* The output decided on, field by field, and the run's validation errors. */
+static void
+card_output(struct page *p, const json_t *output, const char *out_text, const json_t *run)
+{
+	const char *name;
+	json_t *v;
+
 	(void)page_text(p, "output", out_text);
 	if (json_is_object(output)) {
 		json_object_foreach((json_t *)(uintptr_t)output, name, v) {
@@ -641,21 +648,101 @@ api_card_page(struct api_call *c, const struct gate_approval *a, const json_t *r
 		}
 	}
 	page_repeat_done(p, "output_fields");
-	if (json_array_size(errs) > 0) {
-		json_array_foreach(errs, i, v) {
-			struct page_scope *sc = page_repeat(p, "error_item");
+	fill_errors(p, json_object_get(run, "validation_errors"), "errors", "error_item",
+	            (const char *const[]){ "error_path", "error_message" });
+}
 
-			if (sc == NULL)
-				break;
-			(void)page_scope_text(sc, "error_path",
-			                      json_string_value(json_object_get(v, "path")) ?: "");
-			(void)page_scope_text(sc, "error_message",
-			                      json_string_value(json_object_get(v, "message")) ?: "");
-		}
-		page_repeat_done(p, "error_item");
-	} else {
-		page_remove(p, "errors");
+/* The votes so far and how the run settles; the person's own vote, when
+ * they have one, in voted (what the card says instead of buttons). */
+static const char *
+card_votes(struct page *p, const struct api_card_draft *dr, char *voted, size_t len)
+{
+	char hint[320];
+
+	fill_votes(p, dr);
+	if (dr->needed > 1) {
+		snprintf(hint, sizeof(hint), "Read what will be sent, below, before you press a "
+		         "button. It is sent once %d different people have approved; a reject by "
+		         "anyone ends the request. Your decision cannot be undone.", dr->needed);
+		(void)page_text(p, "settle_hint", hint);
 	}
+	if (dr->mine == NULL)
+		return NULL;
+	/* one person, one vote, whichever link, group or inbox entry */
+	snprintf(voted, len, "You already %s this request (%s). Each person "
+	         "counts once; %d of %d different people have approved so far.",
+	         decided_word(json_string_value(json_object_get(dr->mine, "decision"))),
+	         json_string_value(json_object_get(dr->mine, "at")) ?: "",
+	         dr->approvals, dr->needed);
+	return voted;
+}
+
+/* Only the decisions this person may take are buttons (the feedback field
+ * with a request for changes only); how many. *refusal, when still NULL,
+ * gets why a decision is not theirs. */
+static size_t
+card_buttons(struct api_call *c, struct page *p, const struct gate_approval *a,
+             const struct api_card_draft *dr, const char **refusal)
+{
+	static const char *const labels[] = {
+		[GATE_APPROVE] = "Approve",
+		[GATE_REJECT] = "Reject",
+		[GATE_CHANGES_REQUESTED] = "Request changes",
+	};
+	enum gate_decision d;
+	const char *why;
+	size_t i, buttons = 0;
+	bool changes = false;
+	json_t *v;
+
+	json_array_foreach(a->allowed_decisions, i, v) {
+		struct page_scope *sc;
+
+		if (json_string_value(v) == NULL || dr->mine != NULL)
+			continue;
+		d = gate_decision_parse(json_string_value(v));
+		if ((why = api_card_refusal(c, a, d)) != NULL) {
+			*refusal = *refusal != NULL ? *refusal : why;
+			continue;
+		}
+		if ((sc = page_repeat(p, "decision_button")) == NULL)
+			continue;
+		(void)page_scope_attr(sc, "decision_value", "value", json_string_value(v));
+		(void)page_scope_text(sc, "decision_label",
+		                      d != GATE_DECISION_NONE ? labels[d] : "Request changes");
+		changes = changes || d == GATE_CHANGES_REQUESTED;
+		buttons++;
+	}
+	page_repeat_done(p, "decision_button");
+	if (!changes)
+		page_remove(p, "feedback");
+	return buttons;
+}
+
+/* The confirmation card. GET never changes anything. After a correction
+ * that did not pass (status 422), the card again with what the person
+ * wrote (values) and why it was refused (edit_errors). */
+void
+api_card_page(struct api_call *c, const struct gate_approval *a, const json_t *run,
+              const struct api_card_draft *dr, const json_t *values,
+              const json_t *edit_errors, int status)
+{
+	const struct config *cfg = c->ctx->cfg;
+	const json_t *effect = dr->effect;
+	const char *requested = json_string_value(json_object_get(run, "requested_by"));
+	const char *subject = c->req->remote_user, *refusal;
+	char csrf[CSRF_TEXT_LEN + 1], voted[320];
+	char *out_text = pretty(dr->output), *eff_text = pretty(json_object_get(effect, "payload"));
+	struct page *p = page_new(c->ctx->pages, "approval");
+	struct log_fields f = { 0 };
+
+	if (p == NULL || out_text == NULL || eff_text == NULL) {
+		page_free(p);
+		p = NULL;
+		goto out;
+	}
+	card_run(p, a, run);
+	card_output(p, dr->output, out_text, run);
 	(void)page_text(p, "approver", subject);
 	(void)page_text(p, "approver_groups", c->req->auth_groups != NULL ? c->req->auth_groups : "");
 	(void)page_text(p, "expires_at", a->expires_at);
@@ -664,52 +751,11 @@ api_card_page(struct api_call *c, const struct gate_approval *a, const json_t *r
 	(void)page_text(p, "effect_payload", eff_text);
 	card_effect(c, p, effect);
 	(void)page_text(p, "requested_by", requested != NULL ? requested : "(not given)");
-	fill_votes(p, dr);
-	if (dr->mine != NULL) {
-		/* one person, one vote, whichever link, group or inbox entry */
-		snprintf(voted, sizeof(voted), "You already %s this request (%s). Each person "
-		         "counts once; %d of %d different people have approved so far.",
-		         decided_word(json_string_value(json_object_get(dr->mine, "decision"))),
-		         json_string_value(json_object_get(dr->mine, "at")) ?: "",
-		         dr->approvals, dr->needed);
-		refusal = voted;
-	}
-	if (dr->needed > 1) {
-		snprintf(hint, sizeof(hint), "Read what will be sent, below, before you press a "
-		         "button. It is sent once %d different people have approved; a reject by "
-		         "anyone ends the request. Your decision cannot be undone.", dr->needed);
-		(void)page_text(p, "settle_hint", hint);
-	}
+	refusal = card_votes(p, dr, voted, sizeof(voted));
 	if (!api_card_editable(c, a, dr) || !card_edit(p, dr, values, edit_errors))
 		page_remove(p, "edit");
-	/* Only the decisions this person may take are buttons; none, no form
-	 * (and no CSRF token issued to them). */
-	json_array_foreach(a->allowed_decisions, i, v) {
-		struct page_scope *sc;
-
-		dec = json_string_value(v);
-		if (dec == NULL || dr->mine != NULL)
-			continue;
-		if ((why = api_card_refusal(c, a, dec)) != NULL) {
-			refusal = refusal != NULL ? refusal : why;
-			continue;
-		}
-		if ((sc = page_repeat(p, "decision_button")) == NULL)
-			continue;
-		(void)page_scope_attr(sc, "decision_value", "value", dec);
-		(void)page_scope_text(sc, "decision_label",
-		                      strcmp(dec, "approve") == 0  ? "Approve"
-		                      : strcmp(dec, "reject") == 0 ? "Reject"
-		                                                   : "Request changes");
-		if (strcmp(dec, "changes_requested") == 0)
-			changes = true;
-		buttons++;
-	}
-	page_repeat_done(p, "decision_button");
-	/* the feedback goes with a request for changes only */
-	if (!changes)
-		page_remove(p, "feedback");
-	if (buttons == 0) {
+	/* no buttons: no form (and no CSRF token issued to them) */
+	if (card_buttons(c, p, a, dr, &refusal) == 0) {
 		/* the correction's fields belong to the form, though set apart */
 		page_remove(p, "form");
 		page_remove(p, "edit");

@@ -49,7 +49,7 @@ json_t *api_card_draft_effect(struct api_call *c, const struct contract *k,
 /* May the signed-in person take this decision on this challenge? NULL when
  * yes, else why not, in words for the page. */
 const char *api_card_refusal(const struct api_call *c, const struct gate_approval *a,
-                             const char *decision);
+                             enum gate_decision decision);
 /* May the person correct the draft now? */
 bool api_card_editable(const struct api_call *c, const struct gate_approval *a,
                        const struct api_card_draft *dr);

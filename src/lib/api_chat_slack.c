@@ -179,7 +179,7 @@ static void
 decided_text(const struct decision_out *out, const char *subject, char *text, size_t len)
 {
 	const struct decide_approval *d = &out->d;
-	bool approve = strcmp(d->decision, "approve") == 0;
+	bool approve = gate_decision_parse(d->decision) == GATE_APPROVE;
 
 	if (d->final)
 		snprintf(text, len, "%s by %s via Slack.%s", approve ? "Approved" : "Rejected",
@@ -203,7 +203,8 @@ decide(struct api_call *c, const struct config_target *t, const struct chat_slac
 	char text[1024];
 	enum og_rc rc;
 
-	in.decision = strcmp(p->action, CHAT_SLACK_APPROVE) == 0 ? "approve" : "reject";
+	in.decision = gate_decision_name(strcmp(p->action, CHAT_SLACK_APPROVE) == 0 ? GATE_APPROVE
+	                                                                          : GATE_REJECT);
 	in.via_chat = "slack";
 	f.approval_id = a->id;
 	f.actor = subject;

@@ -136,8 +136,7 @@ allowed(const struct gate_approval *a, const char *decision)
 	size_t i;
 	json_t *v;
 
-	if (strcmp(decision, "approve") != 0 && strcmp(decision, "reject") != 0 &&
-	    strcmp(decision, "changes_requested") != 0)
+	if (gate_decision_parse(decision) == GATE_DECISION_NONE)
 		return false;
 	json_array_foreach(a->allowed_decisions, i, v)
 		if (json_is_string(v) && strcmp(json_string_value(v), decision) == 0)
@@ -152,7 +151,7 @@ eligible(struct api_call *c, const struct gate_approval *a, const char *decision
          struct log_fields *f)
 {
 	const struct config *cfg = c->ctx->cfg;
-	const char *why = api_card_refusal(c, a, decision);
+	const char *why = api_card_refusal(c, a, gate_decision_parse(decision));
 
 	if (why == NULL)
 		return NULL;
@@ -338,7 +337,7 @@ decision_take(struct api_call *c, const unsigned char hash[32], const struct gat
 	f->decision = in->decision;
 	if (!json_array_size(a->allowed_decisions) || !allowed(a, in->decision))
 		return &DECISION_NOT_ALLOWED;
-	redraft = strcmp(in->decision, "changes_requested") == 0;
+	redraft = gate_decision_parse(in->decision) == GATE_CHANGES_REQUESTED;
 	if (redraft && (r = feedback_check(in)) != NULL)
 		return r;
 	if (!redraft && in->feedback != NULL && in->feedback_len > 0)
@@ -351,7 +350,7 @@ decision_take(struct api_call *c, const unsigned char hash[32], const struct gat
 	if (in->draft != NULL && in->draft[0] != '\0' &&
 	    (dr->hash == NULL || strcmp(in->draft, dr->hash) != 0))
 		return &DECISION_DRAFT_CHANGED;
-	if (strcmp(in->decision, "approve") == 0 && json_object_size(in->values) > 0 &&
+	if (gate_decision_parse(in->decision) == GATE_APPROVE && json_object_size(in->values) > 0 &&
 	    (r = corrections(c, a, run, dr, in, f, out)) != NULL)
 		return r;
 	out->d.approval = a;

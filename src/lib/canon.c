@@ -350,6 +350,20 @@ member_cmp(const void *a, const void *b)
 
 static enum canon_rc parse_value(struct parser *ps, struct node **out);
 
+/* Past the '[' or '{' and the blanks after it; true when close follows at
+ * once (an empty container, consumed whole). */
+static bool
+container_open(struct parser *ps, char close)
+{
+	ps->p++;
+	skip_ws(ps);
+	if (ps->p < ps->end && *ps->p == close) {
+		ps->p++;
+		return true;
+	}
+	return false;
+}
+
 static enum canon_rc
 parse_array(struct parser *ps, struct node *n)
 {
@@ -357,12 +371,8 @@ parse_array(struct parser *ps, struct node *n)
 	enum canon_rc rc;
 
 	n->type = NODE_ARRAY;
-	ps->p++; /* '[' */
-	skip_ws(ps);
-	if (ps->p < ps->end && *ps->p == ']') {
-		ps->p++;
+	if (container_open(ps, ']'))
 		return CANON_OK;
-	}
 	for (;;) {
 		rc = parse_value(ps, tail);
 		if (rc != CANON_OK)
@@ -391,12 +401,8 @@ parse_object(struct parser *ps, struct node *n)
 	enum canon_rc rc;
 
 	n->type = NODE_OBJECT;
-	ps->p++; /* '{' */
-	skip_ws(ps);
-	if (ps->p < ps->end && *ps->p == '}') {
-		ps->p++;
+	if (container_open(ps, '}'))
 		return CANON_OK;
-	}
 	for (;;) {
 		skip_ws(ps);
 		if (ps->p >= ps->end || *ps->p != '"')

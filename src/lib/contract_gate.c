@@ -11,6 +11,7 @@
 
 #include "caps.h"
 #include "contract_int.h"
+#include "gate.h"
 #include "payload.h"
 #include "jptr.h"
 
@@ -182,16 +183,20 @@ compile_decisions(struct jload *ld, struct contract *c, const json_t *gate)
 		struct jptr_mark mi = jptr_push_index(&ld->at, i);
 		bool *slot;
 
-		if (json_is_string(v) && strcmp(json_string_value(v), "approve") == 0)
+		switch (gate_decision_parse(json_string_value(v))) {
+		case GATE_APPROVE:
 			slot = &c->allow_approve;
-		else if (json_is_string(v) && strcmp(json_string_value(v), "reject") == 0)
+			break;
+		case GATE_REJECT:
 			slot = &c->allow_reject;
-		else if (json_is_string(v) &&
-		         strcmp(json_string_value(v), "changes_requested") == 0)
+			break;
+		case GATE_CHANGES_REQUESTED:
 			slot = &c->allow_changes;
-		else
+			break;
+		default:
 			return jload_fail(ld, "must be \"approve\", \"reject\" or "
 			                  "\"changes_requested\"");
+		}
 		if (*slot)
 			return jload_fail(ld, "listed twice");
 		*slot = true;
@@ -631,15 +636,16 @@ contract_is_requester(const char *requested_by, const char *subject)
 bool
 contract_decision_allowed(const struct contract *c, const char *decision)
 {
-	if (decision == NULL)
-		return false;
-	if (strcmp(decision, "approve") == 0)
+	switch (gate_decision_parse(decision)) {
+	case GATE_APPROVE:
 		return c->allow_approve;
-	if (strcmp(decision, "reject") == 0)
+	case GATE_REJECT:
 		return c->allow_reject;
-	if (strcmp(decision, "changes_requested") == 0)
+	case GATE_CHANGES_REQUESTED:
 		return c->allow_changes;
-	return false;
+	default:
+		return false;
+	}
 }
 
 json_t *
@@ -649,9 +655,13 @@ contract_allowed_decisions(const struct contract *c)
 
 	if (a == NULL)
 		return NULL;
-	if ((c->allow_approve && json_array_append_new(a, json_string("approve")) != 0) ||
-	    (c->allow_reject && json_array_append_new(a, json_string("reject")) != 0) ||
-	    (c->allow_changes && json_array_append_new(a, json_string("changes_requested")) != 0)) {
+	if ((c->allow_approve &&
+	     json_array_append_new(a, json_string(gate_decision_name(GATE_APPROVE))) != 0) ||
+	    (c->allow_reject &&
+	     json_array_append_new(a, json_string(gate_decision_name(GATE_REJECT))) != 0) ||
+	    (c->allow_changes &&
+	     json_array_append_new(a, json_string(gate_decision_name(GATE_CHANGES_REQUESTED))) !=
+	         0)) {
 		json_decref(a);
 		return NULL;
 	}

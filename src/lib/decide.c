@@ -197,18 +197,21 @@ struct final_effects {
 static const char *
 callback_word(const char *decision)
 {
-	if (strcmp(decision, "approve") == 0)
+	switch (gate_decision_parse(decision)) {
+	case GATE_APPROVE:
 		return "approved";
-	if (strcmp(decision, "changes_requested") == 0)
-		return "changes_requested";
-	return "rejected";
+	case GATE_CHANGES_REQUESTED:
+		return gate_decision_name(GATE_CHANGES_REQUESTED);
+	default:
+		return "rejected";
+	}
 }
 
 static int
 final_effects_build(const struct decide_approval *d, bool approve, struct final_effects *fe)
 {
 	const struct gate_approval *a = d->approval;
-	bool redraft = strcmp(d->decision, "changes_requested") == 0;
+	bool redraft = gate_decision_parse(d->decision) == GATE_CHANGES_REQUESTED;
 
 	if (approve) {
 		if (json_hash(json_object_get(d->effect, "payload"), fe->phash, &fe->payload) != 0)
@@ -248,7 +251,7 @@ decide_final(struct db *db, struct decide_approval *d, bool approve,
 	char not_before[OUTBOX_TS_LEN];
 	enum og_rc rc;
 
-	if (strcmp(d->decision, "changes_requested") == 0)
+	if (gate_decision_parse(d->decision) == GATE_CHANGES_REQUESTED)
 		rc = ledger_redraft(db, a->client_id, a->key, d->subject, d->reason,
 		                    d->repair_budget, d->lease_seconds, run);
 	else
@@ -272,7 +275,7 @@ enum og_rc
 decide_approval(struct db *db, struct decide_approval *d, struct ledger_run *run)
 {
 	const struct gate_approval *a = d->approval;
-	bool approve = strcmp(d->decision, "approve") == 0, edited;
+	bool approve = gate_decision_parse(d->decision) == GATE_APPROVE, edited;
 	char draft[CANON_HASH_LEN];
 	struct final_effects fe;
 	struct ledger_lock_draft_call lc;

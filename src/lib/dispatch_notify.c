@@ -141,8 +141,8 @@ void
 dispatch_notify_moot(struct dispatch_shared *s, struct db *db, const struct outbox_job *j)
 {
 	if (outbox_cancel_claimed(db, j->id, s->owner, "challenge_not_pending") == OG_OK)
-		dispatch_log_effect(LOG_LEVEL_INFO, "approval.notify_skipped", j, EFFECT_SENDING, EFFECT_CANCELLED,
-		                    NULL, NULL, "challenge_not_pending", 0,
+		dispatch_log_effect(LOG_LEVEL_INFO, "approval.notify_skipped", j, EFFECT_SENDING,
+		                    EFFECT_CANCELLED, NULL, NULL, "challenge_not_pending", 0,
 		                    "the challenge was decided, voided, revoked or expired before "
 		                    "its notice went out");
 }
@@ -162,41 +162,30 @@ log_notice(const char *event, const struct gate_notice *n, const char *effect_id
 void
 dispatch_tick_remind(struct db *db)
 {
-	struct gate_notice n;
-	PGresult *res = NULL;
+	struct gate_notices due = { 0 };
 	char (*eids)[OUTBOX_ID_LEN] = NULL;
-	int i, rows;
+	int i;
 
 	if (db_begin(db) != DB_OK)
 		return;
-	if (gate_due_reminders(db, DISPATCH_TICK_BATCH, &res) != OG_OK)
+	if (gate_due_reminders(db, DISPATCH_TICK_BATCH, &due) != OG_OK)
 		goto fail;
-	rows = PQntuples(res);
-	if (rows == 0) {
+	if (due.n == 0) {
 		db_rollback(db);
 		goto out;
 	}
-	if ((eids = calloc((size_t)rows, sizeof(*eids))) == NULL)
+	if ((eids = calloc((size_t)due.n, sizeof(*eids))) == NULL)
 		goto fail;
-	for (i = 0; i < rows; i++) {
-		enum og_rc rc = gate_notice_at(res, i, &n) != 0
-		                    ? OG_ERROR
-		                    : notify_enqueue(db, &n, NOTIFY_REMINDER, eids[i]);
-
-		gate_notice_clear(&n);
-		if (rc != OG_OK)
+	for (i = 0; i < due.n; i++)
+		if (notify_enqueue(db, &due.v[i], NOTIFY_REMINDER, eids[i]) != OG_OK)
 			goto fail;
-	}
 	if (db_commit(db) != DB_OK)
 		goto out;
-	for (i = 0; i < rows; i++) {
-		if (gate_notice_at(res, i, &n) == 0) {
-			log_notice("approval.reminded", &n, eids[i],
-			           "nobody of this approver entry has decided: told again, with a new "
-			           "link");
-			metrics_count(METRICS_APPROVAL_REMINDED);
-		}
-		gate_notice_clear(&n);
+	for (i = 0; i < due.n; i++) {
+		log_notice("approval.reminded", &due.v[i], eids[i],
+		           "nobody of this approver entry has decided: told again, with a new "
+		           "link");
+		metrics_count(METRICS_APPROVAL_REMINDED);
 	}
 	goto out;
 fail:
@@ -205,7 +194,7 @@ fail:
 	          &(struct log_fields){ .detail = db_error(db), .actor = "dispatcher" });
 out:
 	free(eids);
-	PQclear(res);
+	gate_notices_clear(&due);
 }
 
 /* One run's escalation in one transaction: every entry of escalate_to gets
@@ -213,8 +202,8 @@ out:
 static void
 escalate_run(struct db *db, long long client_id, const char *key)
 {
-	struct gate_notice t = { 0 }, added = { 0 };
-	PGresult *res = NULL;
+	struct gate_notices taken = { 0 };
+	struct gate_notice *t, added = { 0 };
 	const json_t *entry;
 	json_t *logged = json_array();
 	unsigned char hash[TOKEN_HASH_LEN];
@@ -223,15 +212,16 @@ escalate_run(struct db *db, long long client_id, const char *key)
 
 	if (logged == NULL || db_begin(db) != DB_OK)
 		goto out;
-	if (gate_escalate_take(db, client_id, key, &res) != OG_OK)
+	if (gate_escalate_take(db, client_id, key, &taken) != OG_OK)
 		goto fail;
-	if (PQntuples(res) == 0 || gate_notice_at(res, 0, &t) != 0 || !t.nobody_decided) {
+	t = taken.n > 0 ? &taken.v[0] : NULL;
+	if (t == NULL || !t->nobody_decided) {
 		/* someone decided, or nothing is pending: only taken */
 		if (db_commit(db) != DB_OK)
 			db_rollback(db);
 		goto out;
 	}
-	json_array_foreach(t.escalate_to, i, entry) {
+	json_array_foreach(t->escalate_to, i, entry) {
 		const char *approver = json_string_value(json_object_get(entry, "approver"));
 		const json_t *notify = json_object_get(entry, "notify");
 
@@ -242,12 +232,12 @@ escalate_run(struct db *db, long long client_id, const char *key)
 		if (token_new(token, hash) != 0)
 			goto fail;
 		digest_wipe(token, sizeof(token));
-		if (gate_create_escalated(db, t.id, approver, json_is_object(notify) ? notify : NULL,
+		if (gate_create_escalated(db, t->id, approver, json_is_object(notify) ? notify : NULL,
 		                          hash, id, exp) != OG_OK)
 			goto fail;
 		eid[0] = '\0';
 		if (json_is_object(notify)) {
-			added = t;
+			added = *t;
 			added.id = id;
 			added.approver = approver;
 			added.expires_at = exp;
@@ -266,7 +256,7 @@ escalate_run(struct db *db, long long client_id, const char *key)
 		goto out;
 	json_array_foreach(logged, i, entry) {
 		struct log_fields f = {
-			.client = t.client, .key = key,
+			.client = t->client, .key = key,
 			.approval_id = json_string_value(json_object_get(entry, "id")),
 			.actor = "dispatcher",
 			.detail = "the run was not decided in time: this approver entry was added",
@@ -283,20 +273,19 @@ fail:
 	log_event(LOG_LEVEL_ERROR, "approval.escalate_failed",
 	          &(struct log_fields){ .key = key, .detail = db_error(db), .actor = "dispatcher" });
 out:
-	gate_notice_clear(&t);
-	PQclear(res);
+	gate_notices_clear(&taken);
 	json_decref(logged);
 }
 
 void
 dispatch_tick_escalate(struct db *db)
 {
-	PGresult *res = NULL;
+	struct gate_runs due;
 	int i;
 
-	if (gate_due_escalations(db, DISPATCH_TICK_BATCH, &res) != OG_OK)
+	if (gate_due_escalations(db, DISPATCH_TICK_BATCH, &due) != OG_OK)
 		return;
-	for (i = 0; i < PQntuples(res); i++)
-		escalate_run(db, db_get_ll(res, i, "client_id"), db_get(res, i, "idempotency_key"));
-	PQclear(res);
+	for (i = 0; i < due.n; i++)
+		escalate_run(db, due.v[i].client_id, due.v[i].key);
+	gate_runs_clear(&due);
 }

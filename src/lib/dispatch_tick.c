@@ -162,15 +162,14 @@ done:
 void
 dispatch_tick_expire_approvals(struct db *db)
 {
-	PGresult *res = NULL;
+	struct gate_runs runs;
 	int i;
 
-	if (gate_expired_runs(db, DISPATCH_TICK_BATCH, &res) != OG_OK)
+	if (gate_expired_runs(db, DISPATCH_TICK_BATCH, &runs) != OG_OK)
 		return;
-	for (i = 0; i < PQntuples(res); i++)
-		expire_run(db, db_get_ll(res, i, "client_id"), db_get(res, i, "client_name"),
-		           db_get(res, i, "idempotency_key"));
-	PQclear(res);
+	for (i = 0; i < runs.n; i++)
+		expire_run(db, runs.v[i].client_id, runs.v[i].client_name, runs.v[i].key);
+	gate_runs_clear(&runs);
 }
 
 bool

@@ -237,6 +237,36 @@ gate_state_name(enum approval_state s)
 	                                                                  : "unknown";
 }
 
+static const char *const decision_names[] = {
+	[GATE_APPROVE] = "approve",
+	[GATE_REJECT] = "reject",
+	[GATE_CHANGES_REQUESTED] = "changes_requested",
+};
+
+const char *
+gate_decision_name(enum gate_decision d)
+{
+	return (unsigned)d < sizeof(decision_names) / sizeof(decision_names[0]) ? decision_names[d]
+	                                                                        : NULL;
+}
+
+enum gate_decision
+gate_decision_parse(const char *word)
+{
+	size_t i;
+
+	for (i = 1; word != NULL && i < sizeof(decision_names) / sizeof(decision_names[0]); i++)
+		if (strcmp(word, decision_names[i]) == 0)
+			return (enum gate_decision)i;
+	return GATE_DECISION_NONE;
+}
+
+const char *
+gate_decision_label(enum gate_decision d)
+{
+	return d == GATE_CHANGES_REQUESTED ? "changes requested" : gate_decision_name(d) ?: "";
+}
+
 static enum approval_state
 state_parse(const char *s)
 {
@@ -687,15 +717,65 @@ gate_find_id(struct db *db, const char *id, unsigned char token_hash[32],
 	return gate_find(db, token_hash, out);
 }
 
-enum og_rc
-gate_expired_runs(struct db *db, int limit, PGresult **rows)
+void
+gate_runs_clear(struct gate_runs *r)
+{
+	int i;
+
+	for (i = 0; r->v != NULL && i < r->n; i++) {
+		free(r->v[i].key);
+		free(r->v[i].client_name);
+	}
+	free(r->v);
+	memset(r, 0, sizeof(*r));
+}
+
+/* The rows of client_id, idempotency_key and (when the statement has it)
+ * client_name as runs. */
+static enum og_rc
+runs_read(PGresult *res, struct gate_runs *out)
+{
+	bool named = PQfnumber(res, "client_name") >= 0;
+	int i;
+
+	out->n = PQntuples(res);
+	if (out->n > 0 && (out->v = calloc((size_t)out->n, sizeof(*out->v))) == NULL) {
+		out->n = 0;
+		return OG_ERROR;
+	}
+	for (i = 0; i < out->n; i++) {
+		out->v[i].client_id = db_get_ll(res, i, "client_id");
+		out->v[i].key = dup_or_null(db_get(res, i, "idempotency_key"));
+		if (named)
+			out->v[i].client_name = dup_or_null(db_get(res, i, "client_name"));
+		if (out->v[i].key == NULL) {
+			gate_runs_clear(out);
+			return OG_ERROR;
+		}
+	}
+	return OG_OK;
+}
+
+static enum og_rc
+runs_exec(struct db *db, const struct db_stmt *st, int limit, struct gate_runs *out)
 {
 	char lim[16];
 	const char *p[1] = { lim };
+	PGresult *res = NULL;
+	enum og_rc rc;
 
+	memset(out, 0, sizeof(*out));
 	snprintf(lim, sizeof(lim), "%d", limit);
-	*rows = NULL;
-	return og_rc_of(db_exec(db, &st_expired_runs, p, rows));
+	if ((rc = og_rc_of(db_exec(db, st, p, &res))) == OG_OK)
+		rc = runs_read(res, out);
+	PQclear(res);
+	return rc;
+}
+
+enum og_rc
+gate_expired_runs(struct db *db, int limit, struct gate_runs *out)
+{
+	return runs_exec(db, &st_expired_runs, limit, out);
 }
 
 enum og_rc
@@ -715,12 +795,40 @@ gate_revoke_run(struct db *db, long long client_id, const char *key, json_t **id
 	return og_exec_key_ids(db, &st_revoke_run, client_id, key, ids);
 }
 
+void
+gate_ref_clear(struct gate_ref *r)
+{
+	free(r->client_name);
+	free(r->key);
+	free(r->approver);
+	memset(r, 0, sizeof(*r));
+}
+
 enum og_rc
-gate_find_by_id(struct db *db, const char *id, PGresult **row)
+gate_find_by_id(struct db *db, const char *id, struct gate_ref *out)
 {
 	const char *p[1] = { id };
+	PGresult *res = NULL;
+	const char *v;
+	enum og_rc rc;
 
-	return og_exec_one(db, &st_find_by_id, p, OG_NOT_FOUND, row);
+	memset(out, 0, sizeof(*out));
+	if ((rc = og_exec_one(db, &st_find_by_id, p, OG_NOT_FOUND, &res)) != OG_OK)
+		return rc;
+	snprintf(out->id, sizeof(out->id), "%s", db_get(res, 0, "id"));
+	out->client_id = db_get_ll(res, 0, "client_id");
+	out->client_name = dup_or_null(db_get(res, 0, "client_name"));
+	out->key = dup_or_null(db_get(res, 0, "idempotency_key"));
+	out->approver = dup_or_null(db_get(res, 0, "approver"));
+	out->state = state_parse(db_get(res, 0, "state"));
+	v = db_get(res, 0, "expired");
+	out->expired = v != NULL && v[0] == 't';
+	PQclear(res);
+	if (out->key == NULL || out->approver == NULL) {
+		gate_ref_clear(out);
+		return OG_ERROR;
+	}
+	return OG_OK;
 }
 
 enum og_rc
@@ -979,63 +1087,125 @@ gate_replaced(struct db *db, const unsigned char token_hash[32])
 	return rc;
 }
 
-static enum og_rc
-gate_rows(struct db *db, const struct db_stmt *st, const char *const *p, PGresult **res)
+static json_t *
+json_col(const PGresult *res, int row, const char *col)
 {
-	enum db_rc drc;
+	const char *v = db_get(res, row, col);
 
-	*res = NULL;
-	if ((drc = db_exec(db, st, p, res)) != DB_OK) {
-		*res = NULL;
-		return gate_rc_of(drc);
+	return v != NULL ? json_loads(v, JSON_DECODE_ANY, NULL) : NULL;
+}
+
+/* The row of GATE_NOTICE_COLS (and escalate_to, nobody_decided when the
+ * statement has them) as a notice; -1: a column it cannot go without is
+ * missing, or no memory. */
+static int
+notice_read(const PGresult *res, int row, struct gate_notice *n)
+{
+	const char *v;
+
+	static const char *const cols[] = { "id", "client_name", "idempotency_key", "approver",
+		                            "requested_by", "expires_at", "contract" };
+	const char **to[] = { &n->id, &n->client, &n->key, &n->approver,
+		              &n->requested_by, &n->expires_at, &n->contract };
+	size_t i, len = 0, at = 0;
+
+	memset(n, 0, sizeof(*n));
+	for (i = 0; i < sizeof(cols) / sizeof(cols[0]); i++)
+		if ((v = db_get(res, row, cols[i])) != NULL)
+			len += strlen(v) + 1;
+	if ((n->strings = malloc(len + 1)) == NULL)
+		return -1;
+	for (i = 0; i < sizeof(cols) / sizeof(cols[0]); i++)
+		if ((v = db_get(res, row, cols[i])) != NULL) {
+			*to[i] = memcpy(n->strings + at, v, strlen(v) + 1);
+			at += strlen(v) + 1;
+		}
+	n->client_id = db_get_ll(res, row, "client_id");
+	n->notify = json_col(res, row, "notify");
+	n->effect = json_col(res, row, "effect");
+	n->context = json_col(res, row, "context");
+	if (PQfnumber(res, "escalate_to") >= 0)
+		n->escalate_to = json_col(res, row, "escalate_to");
+	if (PQfnumber(res, "nobody_decided") >= 0) {
+		v = db_get(res, row, "nobody_decided");
+		n->nobody_decided = v != NULL && v[0] == 't';
 	}
-	return OG_OK;
+	return n->id != NULL && n->key != NULL && n->approver != NULL ? 0 : -1;
 }
 
 static enum og_rc
-gate_rows_limit(struct db *db, const struct db_stmt *st, int limit, PGresult **res)
+notices_exec(struct db *db, const struct db_stmt *st, const char *const *p,
+             struct gate_notices *out)
+{
+	PGresult *res = NULL;
+	enum db_rc drc;
+	int i;
+
+	memset(out, 0, sizeof(*out));
+	if ((drc = db_exec(db, st, p, &res)) != DB_OK) {
+		PQclear(res);
+		return gate_rc_of(drc);
+	}
+	if (PQntuples(res) > 0 &&
+	    (out->v = calloc((size_t)PQntuples(res), sizeof(*out->v))) == NULL) {
+		PQclear(res);
+		return OG_ERROR;
+	}
+	for (i = 0; i < PQntuples(res); i++, out->n++)
+		if (notice_read(res, i, &out->v[i]) != 0) {
+			gate_notice_clear(&out->v[i]);
+			gate_notices_clear(out);
+			PQclear(res);
+			return OG_ERROR;
+		}
+	PQclear(res);
+	return OG_OK;
+}
+
+enum og_rc
+gate_due_reminders(struct db *db, int limit, struct gate_notices *out)
 {
 	char l[16];
 	const char *p[1] = { l };
 
 	snprintf(l, sizeof(l), "%d", limit);
-	return gate_rows(db, st, p, res);
+	return notices_exec(db, &st_due_reminders, p, out);
 }
 
 enum og_rc
-gate_due_reminders(struct db *db, int limit, PGresult **res)
+gate_due_escalations(struct db *db, int limit, struct gate_runs *out)
 {
-	return gate_rows_limit(db, &st_due_reminders, limit, res);
+	return runs_exec(db, &st_due_escalations, limit, out);
 }
 
 enum og_rc
-gate_due_escalations(struct db *db, int limit, PGresult **res)
-{
-	return gate_rows_limit(db, &st_due_escalations, limit, res);
-}
-
-enum og_rc
-gate_escalate_take(struct db *db, long long client_id, const char *key, PGresult **res)
+gate_escalate_take(struct db *db, long long client_id, const char *key,
+                   struct gate_notices *out)
 {
 	char client[24];
 	const char *p[2] = { client, key };
 
 	snprintf(client, sizeof(client), "%lld", client_id);
-	return gate_rows(db, &st_escalate_take, p, res);
+	return notices_exec(db, &st_escalate_take, p, out);
 }
 
 enum og_rc
-gate_notice(struct db *db, const char *id, PGresult **res)
+gate_notice(struct db *db, const char *id, struct gate_notice *out)
 {
 	const char *p[1] = { id };
-	enum og_rc rc = gate_rows(db, &st_notice, p, res);
+	struct gate_notices l;
+	enum og_rc rc;
 
-	if (rc == OG_OK && PQntuples(*res) != 1) {
-		PQclear(*res);
-		*res = NULL;
+	memset(out, 0, sizeof(*out));
+	if ((rc = notices_exec(db, &st_notice, p, &l)) != OG_OK)
+		return rc;
+	if (l.n != 1) {
+		gate_notices_clear(&l);
 		return OG_NOT_PENDING;
 	}
-	return rc;
+	*out = l.v[0];
+	free(l.v);
+	return OG_OK;
 }
 
 enum og_rc
@@ -1066,48 +1236,26 @@ gate_create_escalated(struct db *db, const char *template_id, const char *approv
 	return rc;
 }
 
-static json_t *
-json_col(const PGresult *res, int row, const char *col)
-{
-	const char *v = db_get(res, row, col);
-
-	return v != NULL ? json_loads(v, JSON_DECODE_ANY, NULL) : NULL;
-}
-
-int
-gate_notice_at(const PGresult *res, int row, struct gate_notice *n)
-{
-	const char *v;
-
-	memset(n, 0, sizeof(*n));
-	n->id = db_get(res, row, "id");
-	n->client_id = db_get_ll(res, row, "client_id");
-	n->client = db_get(res, row, "client_name");
-	n->key = db_get(res, row, "idempotency_key");
-	n->approver = db_get(res, row, "approver");
-	n->requested_by = db_get(res, row, "requested_by");
-	n->expires_at = db_get(res, row, "expires_at");
-	n->contract = db_get(res, row, "contract");
-	n->notify = json_col(res, row, "notify");
-	n->effect = json_col(res, row, "effect");
-	n->context = json_col(res, row, "context");
-	if (PQfnumber(res, "escalate_to") >= 0)
-		n->escalate_to = json_col(res, row, "escalate_to");
-	if (PQfnumber(res, "nobody_decided") >= 0) {
-		v = db_get(res, row, "nobody_decided");
-		n->nobody_decided = v != NULL && v[0] == 't';
-	}
-	return n->id != NULL && n->key != NULL && n->approver != NULL ? 0 : -1;
-}
-
 void
 gate_notice_clear(struct gate_notice *n)
 {
+	free(n->strings);
 	json_decref(n->notify);
 	json_decref(n->effect);
 	json_decref(n->escalate_to);
 	json_decref(n->context);
 	memset(n, 0, sizeof(*n));
+}
+
+void
+gate_notices_clear(struct gate_notices *l)
+{
+	int i;
+
+	for (i = 0; l->v != NULL && i < l->n; i++)
+		gate_notice_clear(&l->v[i]);
+	free(l->v);
+	memset(l, 0, sizeof(*l));
 }
 
 /* ---- a client's challenges, a page at a time ------------------------------ */

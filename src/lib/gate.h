@@ -23,6 +23,22 @@ enum approval_state {
 	APPROVAL_EXPIRED,
 };
 
+/* A person's decision, as stored in approvals.decision and
+ * approval_votes.decision and named by contracts' allowed_decisions. */
+enum gate_decision {
+	GATE_DECISION_NONE = 0,      /* none, or a word that is no decision */
+	GATE_APPROVE,
+	GATE_REJECT,
+	GATE_CHANGES_REQUESTED,      /* the draft goes back for a new one */
+};
+/* The stored word ("approve", "reject", "changes_requested"); NULL: none. */
+const char *gate_decision_name(enum gate_decision d);
+/* The decision a word names (NULL or another word: GATE_DECISION_NONE). */
+enum gate_decision gate_decision_parse(const char *word);
+/* The decision in words for a person ("approve", "reject", "changes
+ * requested"); "" for none. */
+const char *gate_decision_label(enum gate_decision d);
+
 #define GATE_ID_LEN 37
 #define GATE_TS_LEN 32
 
@@ -120,9 +136,21 @@ enum og_rc gate_list(struct db *db, long long client_id, const char *key, json_t
 	__attribute__((warn_unused_result));
 const char *gate_state_name(enum approval_state s);
 
-/* Runs whose every pending challenge has expired, at most limit: rows of
- * client_id, idempotency_key, client_name in *rows (PQclear them). */
-enum og_rc gate_expired_runs(struct db *db, int limit, PGresult **rows)
+/* A run by its business key, as the janitor walks them. */
+struct gate_run {
+	long long client_id;
+	char *key;
+	char *client_name;   /* NULL: not read (gate_due_escalations), or no such client */
+};
+struct gate_runs {
+	struct gate_run *v;
+	int n;
+};
+void gate_runs_clear(struct gate_runs *r);
+
+/* Runs whose every pending challenge has expired, at most limit, with
+ * their client's name (gate_runs_clear). */
+enum og_rc gate_expired_runs(struct db *db, int limit, struct gate_runs *out)
 	__attribute__((warn_unused_result));
 /* The run's pending challenges past their expiry marked expired, inside
  * the caller's transaction; *count: how many. */
@@ -132,10 +160,19 @@ enum og_rc gate_expire(struct db *db, long long client_id, const char *key, long
  * *ids is a new array of their ids. */
 enum og_rc gate_revoke_run(struct db *db, long long client_id, const char *key, json_t **ids)
 	__attribute__((warn_unused_result));
-/* A challenge by its id: one row of id, client_id, client_name,
- * idempotency_key, approver, state, expired in *row (PQclear it).
- * OG_NOT_FOUND: none. */
-enum og_rc gate_find_by_id(struct db *db, const char *id, PGresult **row)
+/* A challenge as an operator's repair names it. */
+struct gate_ref {
+	char id[GATE_ID_LEN];
+	long long client_id;
+	char *client_name;           /* NULL: the client is gone */
+	char *key;
+	char *approver;
+	enum approval_state state;
+	bool expired;                /* expires_at is past (whatever the state) */
+};
+void gate_ref_clear(struct gate_ref *r);
+/* A challenge by its id (gate_ref_clear). OG_NOT_FOUND: none. */
+enum og_rc gate_find_by_id(struct db *db, const char *id, struct gate_ref *out)
 	__attribute__((warn_unused_result));
 /* A pending, unexpired challenge revoked by an operator; *left_pending:
  * the run's challenges still pending. OG_CHANGED: it was decided, voided
@@ -179,10 +216,12 @@ enum og_rc gate_find_id(struct db *db, const char *id, unsigned char token_hash[
  * token hash, and the link it replaces stops working (its page says so:
  * gate_replaced). */
 
-/* A challenge as its notification needs it; pointers borrowed from the
- * result it was read from, the JSON values owned (gate_notice_clear). */
+/* A challenge as its notification needs it; the texts point into strings
+ * and, with the JSON values, are owned (gate_notice_clear). A copy made to
+ * tell another approver borrows them and is never cleared. */
 struct gate_notice {
 	const char *id, *client, *key, *approver, *requested_by, *expires_at, *contract;
+	char *strings;           /* the texts above, one after the other */
 	long long client_id;
 	json_t *notify;          /* {"target", "to"?}; NULL: nobody is told */
 	json_t *effect;          /* {"type","target","payload"} the approval enqueues */
@@ -190,8 +229,13 @@ struct gate_notice {
 	json_t *context;         /* the run's context for the approver, or NULL */
 	bool nobody_decided;     /* escalation rows */
 };
-int gate_notice_at(const PGresult *res, int row, struct gate_notice *n);
 void gate_notice_clear(struct gate_notice *n);
+/* Several of them, in the order their statement gave. */
+struct gate_notices {
+	struct gate_notice *v;
+	int n;
+};
+void gate_notices_clear(struct gate_notices *l);
 
 /* Sets the challenge's notify entry (NULL: nobody), its reminder and its
  * escalation (seconds after its creation; 0: none) with the entries an
@@ -206,29 +250,29 @@ enum og_rc gate_mint(struct db *db, const char *id, const unsigned char token_ha
 /* OG_OK when this hash is of a link that a newer notification replaced. */
 enum og_rc gate_replaced(struct db *db, const unsigned char token_hash[32])
 	__attribute__((warn_unused_result));
-/* Reminders that are due, taken (each challenge is reminded once): rows for
- * gate_notice_at, without the challenges someone has voted on (their
- * reminder is taken and dropped); inside the caller's transaction. */
-enum og_rc gate_due_reminders(struct db *db, int limit, PGresult **res)
+/* Reminders that are due, taken (each challenge is reminded once), without
+ * the challenges someone has voted on (their reminder is taken and
+ * dropped); inside the caller's transaction. */
+enum og_rc gate_due_reminders(struct db *db, int limit, struct gate_notices *out)
 	__attribute__((warn_unused_result));
-/* Runs with an escalation due: rows client_id, idempotency_key. */
-enum og_rc gate_due_escalations(struct db *db, int limit, PGresult **res)
+/* Runs with an escalation due (client_id and key only). */
+enum og_rc gate_due_escalations(struct db *db, int limit, struct gate_runs *out)
 	__attribute__((warn_unused_result));
-/* Takes the run's escalation (once): its pending challenges as rows for
- * gate_notice_at, with escalate_to and nobody_decided (no decision and no
- * settling vote: a run short of its quorum counts as undecided); inside
- * the caller's transaction. */
+/* Takes the run's escalation (once): its pending challenges, with
+ * escalate_to and nobody_decided (no decision and no settling vote: a run
+ * short of its quorum counts as undecided); inside the caller's
+ * transaction. */
 enum og_rc gate_escalate_take(struct db *db, long long client_id, const char *key,
-                              PGresult **res) __attribute__((warn_unused_result));
+                              struct gate_notices *out) __attribute__((warn_unused_result));
 /* A challenge for approver added by an escalation, as template_id's (same
  * run, decisions, expiry, quorum) with its own token hash and notify entry. */
 enum og_rc gate_create_escalated(struct db *db, const char *template_id, const char *approver,
                                  const json_t *notify, const unsigned char token_hash[32],
                                  char id[GATE_ID_LEN], char expires_at[GATE_TS_LEN])
 	__attribute__((warn_unused_result));
-/* One pending challenge that has a notify entry, as a row for
- * gate_notice_at; OG_NOT_PENDING otherwise. */
-enum og_rc gate_notice(struct db *db, const char *id, PGresult **res)
+/* One pending challenge that has a notify entry (gate_notice_clear);
+ * OG_NOT_PENDING otherwise. */
+enum og_rc gate_notice(struct db *db, const char *id, struct gate_notice *out)
 	__attribute__((warn_unused_result));
 
 /* A page of the client's challenges (q; state "pending" is open to a

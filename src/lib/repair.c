@@ -605,27 +605,26 @@ enum og_rc
 repair_approval_revoke(struct db *db, const char *approval_id, const struct repair_who *who,
                        struct repair_out *out)
 {
-	PGresult *res = NULL;
+	struct gate_ref a = { 0 };
 	enum og_rc rc;
 	json_t *details = NULL;
-	bool pending;
 
 	if ((rc = approval_begin(db, approval_id, out)) != OG_OK)
 		return rc;
-	if ((rc = gate_find_by_id(db, approval_id, &res)) != OG_OK) {
+	if ((rc = gate_find_by_id(db, approval_id, &a)) != OG_OK) {
 		if (rc == OG_NOT_FOUND)
 			snprintf(out->why, sizeof(out->why), "no approval has the id %s", approval_id);
 		goto out;
 	}
-	repair_copy(out->approval_id, sizeof(out->approval_id), db_get(res, 0, "id"));
-	repair_copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
-	repair_copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
-	repair_copy(out->key, sizeof(out->key), db_get(res, 0, "idempotency_key"));
-	repair_copy(out->from, sizeof(out->from), db_get(res, 0, "state"));
-	pending = strcmp(out->from, gate_state_name(APPROVAL_PENDING)) == 0;
-	if (!pending || db_get(res, 0, "expired")[0] == 't') {
+	repair_copy(out->approval_id, sizeof(out->approval_id), a.id);
+	snprintf(out->client, sizeof(out->client), "%lld", a.client_id);
+	repair_copy(out->client_name, sizeof(out->client_name), a.client_name);
+	repair_copy(out->key, sizeof(out->key), a.key);
+	repair_copy(out->from, sizeof(out->from), gate_state_name(a.state));
+	if (a.state != APPROVAL_PENDING || a.expired) {
 		snprintf(out->why, sizeof(out->why), "the approval is %s: only a pending challenge "
-		         "is revoked", pending ? gate_state_name(APPROVAL_EXPIRED) : out->from);
+		         "is revoked",
+		         a.state == APPROVAL_PENDING ? gate_state_name(APPROVAL_EXPIRED) : out->from);
 		rc = OG_WRONG_STATE;
 		goto out;
 	}
@@ -646,7 +645,7 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 	rc = repair_record_action(db, who, "approval_revoke", out, details);
 out:
 	json_decref(details);
-	PQclear(res);
+	gate_ref_clear(&a);
 	return repair_finish(db, rc);
 }
 
@@ -655,22 +654,17 @@ repair_approval_resend(struct db *db, const char *approval_id, const struct repa
                        struct repair_out *out)
 {
 	struct gate_notice n = { 0 };
-	PGresult *res = NULL;
 	json_t *details = NULL;
 	enum og_rc rc;
 
 	if ((rc = approval_begin(db, approval_id, out)) != OG_OK)
 		return rc;
-	if ((rc = gate_notice(db, approval_id, &res)) != OG_OK) {
+	if ((rc = gate_notice(db, approval_id, &n)) != OG_OK) {
 		if (rc == OG_NOT_PENDING) {
 			snprintf(out->why, sizeof(out->why), "approval %s is not a pending challenge "
 			         "whose approvers are told (gate.notify): nothing to resend", approval_id);
 			rc = OG_WRONG_STATE;
 		}
-		goto out;
-	}
-	if (gate_notice_at(res, 0, &n) != 0) {
-		rc = OG_ERROR;
 		goto out;
 	}
 	repair_copy(out->approval_id, sizeof(out->approval_id), n.id);
@@ -689,7 +683,6 @@ repair_approval_resend(struct db *db, const char *approval_id, const struct repa
 out:
 	gate_notice_clear(&n);
 	json_decref(details);
-	PQclear(res);
 	return repair_finish(db, rc);
 }
 

@@ -417,6 +417,21 @@ START_TEST(test_notices_and_page)
 	                             "Добавьте номер заказа, пожалуйста. 注文番号を 🙏", &r),
 	                 303);
 	tl_resp_free(&r);
+	/* the decided card says it in words, never the stored word */
+	pl_doc_get(d.path[0], LI, LI_GROUPS, &doc);
+	{
+		char *t = pl_doc_text1(&doc, "//section[@class='outcome']//dt[.='Decision']"
+		                             "/following-sibling::dd[1]");
+		char *all = pl_doc_all_text(&doc);
+
+		ck_assert_msg(t != NULL && strcmp(t, "changes requested") == 0,
+		              "the decided card's decision reads \"%s\"", t != NULL ? t : "(none)");
+		ck_assert_msg(all != NULL && strstr(all, "changes_requested") == NULL,
+		              "the decided card shows the stored word changes_requested");
+		free(t);
+		free(all);
+	}
+	pl_doc_free(&doc);
 	run = run_of(key);
 	ck_assert_str_eq(JSTR(run, "state"), "processing");
 	d.version = json_integer_value(json_object_get(run, "version"));
