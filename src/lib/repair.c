@@ -419,7 +419,7 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
                   const struct repair_who *who, struct repair_out *out)
 {
 	struct ledger_locked run = { 0 };
-	PGresult *res = NULL;
+	struct ledger_key_clients res = { 0 };
 	enum og_rc rc;
 	json_t *cancelled = NULL, *revoked = NULL, *details = NULL;
 	char *ids = NULL, *url = NULL;
@@ -432,24 +432,23 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		return OG_UNAVAILABLE;
 	if ((rc = ledger_runs_by_key(db, key, client_name, &res)) != OG_OK)
 		goto out;
-	if (PQntuples(res) == 0) {
+	if (res.n == 0) {
 		snprintf(out->why, sizeof(out->why), "no run has the key \"%s\"%s%s", key,
 		         client_name != NULL ? " for client " : "",
 		         client_name != NULL ? client_name : "");
 		rc = OG_NOT_FOUND;
 		goto out;
 	}
-	if (PQntuples(res) > 1) {
+	if (res.n > 1) {
 		snprintf(out->why, sizeof(out->why), "the key \"%s\" is used by several clients "
 		         "(%s, %s, …): name one with --client NAME", key,
-		         db_get(res, 0, "client_name") ? db_get(res, 0, "client_name") : "?",
-		         db_get(res, 1, "client_name") ? db_get(res, 1, "client_name") : "?");
+		         res.v[0].client_name ?: "?", res.v[1].client_name ?: "?");
 		rc = OG_AMBIGUOUS;
 		goto out;
 	}
-	repair_copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
-	repair_copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
-	client_id = atoll(out->client);
+	snprintf(out->client, sizeof(out->client), "%lld", res.v[0].client_id);
+	repair_copy(out->client_name, sizeof(out->client_name), res.v[0].client_name);
+	client_id = res.v[0].client_id;
 	if ((rc = ledger_lock(db, client_id, out->key, &run)) != OG_OK) {
 		if (rc == OG_NOT_FOUND)
 			rc = OG_ERROR;
@@ -531,7 +530,7 @@ out:
 	json_decref(revoked);
 	free(ids);
 	free(url);
-	PQclear(res);
+	ledger_key_clients_clear(&res);
 	ledger_locked_clear(&run);
 	return repair_finish(db, rc);
 }
