@@ -33,20 +33,6 @@ str(json_t *o, const char *name, const char *v)
 	json_object_set_new(o, name, v != NULL ? json_string(v) : json_null());
 }
 
-static void
-put(json_t *o, const char *name, const PGresult *res, int row, const char *col)
-{
-	str(o, name, db_get(res, row, col));
-}
-
-static bool
-truth(const PGresult *res, int row, const char *col)
-{
-	const char *v = db_get(res, row, col);
-
-	return v != NULL && v[0] == 't';
-}
-
 static json_t *
 sentence(const char *answer, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -316,39 +302,6 @@ answer_model(const struct ledger_explain *run)
 	return a;
 }
 
-/* Rows of res as an array of objects, one row each by fill. */
-static json_t *
-rows_array(const PGresult *res, void (*fill)(json_t *o, const PGresult *res, int i))
-{
-	json_t *a = json_array();
-	int i;
-
-	for (i = 0; i < PQntuples(res); i++) {
-		json_t *o = json_object();
-
-		fill(o, res, i);
-		json_array_append_new(a, o);
-	}
-	return a;
-}
-
-static void
-effect_row(json_t *e, const PGresult *res, int i)
-{
-	put(e, "effect_id", res, i, "id");
-	put(e, "type", res, i, "effect_type");
-	put(e, "target", res, i, "target");
-	put(e, "state", res, i, "state");
-	put(e, "provider_id", res, i, "provider_id");
-	put(e, "provider_key", res, i, "provider_key");
-	put(e, "completed_at", res, i, "completed_at");
-	put(e, "approval_id", res, i, "approval_id");
-	put(e, "payload_hash", res, i, "payload_hash");
-	put(e, "dead_letter", res, i, "dead_letter");
-	json_object_set_new(e, "sends", json_integer(db_get_ll(res, i, "sends")));
-	json_object_set_new(e, "payload_kept", json_boolean(truth(res, i, "payload_kept")));
-}
-
 /* A member of an answer's row: the string at off in the owner's struct. */
 struct member {
 	const char *name;
@@ -381,6 +334,34 @@ static const struct member link_members[] = {
 	LINK("start_state", start_state), LINK("job_id", job_id),
 };
 #undef LINK
+
+#define EFFECT(name, f) { name, offsetof(struct outbox_audit_effect, f) }
+static const struct member effect_members[] = {
+	EFFECT("effect_id", id), EFFECT("type", effect_type), EFFECT("target", target),
+	EFFECT("state", state), EFFECT("provider_id", provider_id),
+	EFFECT("provider_key", provider_key), EFFECT("completed_at", completed_at),
+	EFFECT("approval_id", approval_id), EFFECT("payload_hash", payload_hash),
+	EFFECT("dead_letter", dead_letter),
+};
+#undef EFFECT
+
+/* The run's effects and notices, with their sends and whether the payload
+ * is kept. */
+static json_t *
+effects_array(const struct outbox_audit_effects *effects)
+{
+	json_t *a = array_of(effects->v, effects->n, sizeof(*effects->v), effect_members,
+	                     sizeof(effect_members) / sizeof(effect_members[0]));
+	int i;
+
+	for (i = 0; i < effects->n; i++) {
+		json_t *e = json_array_get(a, (size_t)i);
+
+		json_object_set_new(e, "sends", json_integer(effects->v[i].sends));
+		json_object_set_new(e, "payload_kept", json_boolean(effects->v[i].payload_kept));
+	}
+	return a;
+}
 
 #define EVENT(f) { #f, offsetof(struct ledger_event, f) }
 static const struct member event_members[] = {
@@ -431,16 +412,16 @@ explain_parts_clear(struct explain_parts *p)
 static enum og_rc
 explain_read(struct db *db, long long client_id, const char *key, struct explain_parts *p)
 {
+	struct outbox_audit_effects effects = { 0 };
 	struct jobs_replay_links links = { 0 };
 	struct ledger_events events = { 0 };
-	PGresult *res = NULL;
 	enum og_rc rc;
 
 	p->needed = 1;
-	if ((rc = outbox_audit(db, client_id, key, &res)) != OG_OK)
+	if ((rc = outbox_audit(db, client_id, key, &effects)) != OG_OK)
 		return rc;
-	p->effects = rows_array(res, effect_row);
-	PQclear(res);
+	p->effects = effects_array(&effects);
+	outbox_audit_effects_clear(&effects);
 	if ((rc = gate_list(db, client_id, key, &p->approvals)) != OG_OK)
 		return OG_ERROR;
 	if ((rc = gate_votes(db, client_id, key, &p->votes, &p->needed)) != OG_OK)
