@@ -213,14 +213,33 @@ plan_payload(const struct replay_req *req, struct ledger_original *o, struct pla
 	return OG_OK;
 }
 
+/* Does the original's stored output still meet contract c as loaded now
+ * (*meets)? OG_ERROR with out->message when it cannot be read. */
+static enum og_rc
+draft_meets(const struct ledger_original *o, const struct contract *c, bool *meets,
+            struct replay_result *out)
+{
+	json_t *output = json_loads(o->output, JSON_DECODE_ANY, NULL);
+	json_t *errors = output != NULL ? contract_validate(c, output) : NULL;
+
+	*meets = errors != NULL && json_array_size(errors) == 0;
+	json_decref(output);
+	if (errors == NULL) {
+		snprintf(out->message, sizeof(out->message), "the stored output cannot be read");
+		return OG_ERROR;
+	}
+	json_decref(errors);
+	return OG_OK;
+}
+
 /* Does the original's draft go to a fresh approval (p->human), or does the
  * workflow draft again (the new run starts failed_retryable)? */
 static enum og_rc
 plan_carry(const struct replay_req *req, struct ledger_original *o, struct plan *p,
            struct replay_result *out)
 {
-	json_t *output = NULL, *errors = NULL;
 	enum og_rc rrc;
+	bool meets;
 
 	if (req->payload != NULL) {
 		snprintf(out->note, sizeof(out->note),
@@ -242,8 +261,7 @@ plan_carry(const struct replay_req *req, struct ledger_original *o, struct plan 
 		snprintf(out->message, sizeof(out->message),
 		         "the original's contract \"%s\" is not loaded: there is no one to ask for "
 		         "the fresh approval", o->contract);
-		rrc = OG_NO_APPROVERS;
-		goto out;
+		return OG_NO_APPROVERS;
 	}
 	/* A draft answers the contract it was written for: once the contract
 	 * changed, the old output is never carried, even when it still passes. */
@@ -255,14 +273,9 @@ plan_carry(const struct replay_req *req, struct ledger_original *o, struct plan 
 		p->c = NULL;
 		goto retryable;
 	}
-	output = json_loads(o->output, JSON_DECODE_ANY, NULL);
-	errors = output != NULL ? contract_validate(p->c, output) : NULL;
-	if (errors == NULL) {
-		rrc = OG_ERROR;
-		snprintf(out->message, sizeof(out->message), "the stored output cannot be read");
-		goto out;
-	}
-	if (json_array_size(errors) > 0) {
+	if ((rrc = draft_meets(o, p->c, &meets, out)) != OG_OK)
+		return rrc;
+	if (!meets) {
 		snprintf(out->note, sizeof(out->note),
 		         "the original's output no longer meets contract %s as loaded now; the "
 		         "workflow drafts again when it claims the new key", contract_name(p->c));
@@ -273,8 +286,7 @@ plan_carry(const struct replay_req *req, struct ledger_original *o, struct plan 
 		snprintf(out->message, sizeof(out->message),
 		         "contract %s names no approver: a replay always goes to a person",
 		         contract_name(p->c));
-		rrc = OG_NO_APPROVERS;
-		goto out;
+		return OG_NO_APPROVERS;
 	}
 	p->human = true;
 	p->contract = strdup(contract_name(p->c));
@@ -288,16 +300,11 @@ plan_carry(const struct replay_req *req, struct ledger_original *o, struct plan 
 	         "the original's model output (output_hash %s) is carried to a fresh approval "
 	         "under contract %s; it was drafted for the original event",
 	         p->output_hash ? p->output_hash : "?", p->contract);
-	rrc = OG_OK;
-	goto out;
+	return OG_OK;
 retryable:
 	snprintf(out->start_state, sizeof(out->start_state), "%s",
 	         ledger_state_name(RUN_FAILED_RETRYABLE));
-	rrc = OG_OK;
-out:
-	json_decref(output);
-	json_decref(errors);
-	return rrc;
+	return OG_OK;
 }
 
 /* Reads the original and decides; OG_OK with the plan filled, or a
