@@ -274,7 +274,7 @@ run_stages() {
 		"run_openapi_lint|OpenAPI document (tests/openapi/check.sh lint)|the OpenAPI document fails the linter"
 		"run_openapi_answers|API answers against the OpenAPI document (tests/openapi/check.sh validate)|an API answer is not what the OpenAPI document says"
 		"run_owners|table owners (tests/owners.sh)|a table is written outside its owner module"
-		"run_structure|code structure (tests/structure.sh)|a cycle, a function over 120 lines, a backward goto or a provider kind named outside its file"
+		"run_structure|code structure (tests/structure.sh)|a cycle, a function over 120 lines, a backward goto, a provider kind named outside its file, rows in a use case or a state name outside its owner"
 		"run_statements|SQL statements against the schema (tests/statements.sh)|a statement does not prepare against the migrated schema"
 		"run_fuzz|fuzzing (./dev fuzz --short)|fuzzing found something (see .dev/fuzz/crashes)"
 		"run_jcs|RFC 8785 payload hash from JavaScript (tests/jcs/run.sh)|the payload hash oncegate stores differs from the one a JCS library computes"

@@ -142,6 +142,120 @@ reload(struct dispatch_shared *s, const char *path)
 	service_ready("running; reloaded");
 }
 
+/* Start-up after the configuration loaded: the user to run as, the
+ * decision log, libcurl. 0, or the exit status (cfg freed). */
+static int
+start_up(struct config *cfg, const char *path)
+{
+	char err[512];
+	int r;
+	/* The classifier's rule names go into `reason` and must stay readable
+	 * although some are as long as a key. */
+	static const char *names[REASON__COUNT];
+
+	/* Started as root (by hand, a supervisor): run as `user` from here. */
+	if (config_drop_privileges(cfg, err, sizeof(err)) != 0) {
+		fprintf(stderr, "oncegate-dispatch: %s\n", err);
+		config_free(cfg);
+		return 1;
+	}
+	if (geteuid() == 0)
+		fprintf(stderr, "oncegate-dispatch: running as root: set `user` in %s\n", path);
+	if (cfg->dispatch_log_file[0] != '\0') {
+		free(cfg->log_file);
+		cfg->log_file = strdup(cfg->dispatch_log_file); /* its own, under its own user */
+	}
+	if (cfg->log_file == NULL ||
+	    log_open(cfg->log_file, log_level_parse(cfg->log_level), "oncegate-dispatch") != 0) {
+		fprintf(stderr, "oncegate-dispatch: cannot open the decision log %s\n",
+		        cfg->log_file != NULL ? cfg->log_file : "(out of memory)");
+		config_free(cfg);
+		return 1;
+	}
+	for (r = 0; r < REASON__COUNT; r++)
+		names[r] = classify_reason_name((enum outcome_reason)r);
+	log_keep_names(names, REASON__COUNT);
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		fprintf(stderr, "oncegate-dispatch: libcurl did not initialise\n");
+		config_free(cfg);
+		return 1;
+	}
+	return 0;
+}
+
+static void
+catch_signals(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* Listen for NOTIFY, the poll interval and signals, until told to stop. */
+static void
+serve(struct dispatch_shared *s, struct janitor *jan, struct listen *lis, const char *path)
+{
+	struct dispatch_config *dc;
+	long wd_ms = service_watchdog_ms();
+	long long last_alive = now_ms();
+
+	while (!got_term) {
+		int poll_ms;
+
+		if (got_hup) {
+			got_hup = 0;
+			reload(s, path);
+		}
+		dc = dispatch_config_get(s);
+		poll_ms = dc->cfg.dispatch_poll_ms;
+		/* wake in time to tell the watchdog the loop is alive */
+		listen_wait(lis, s, dc->cfg.database,
+		            wd_ms > 0 && wd_ms < poll_ms ? (int)wd_ms : poll_ms, now_ms());
+		dispatch_config_put(s, dc);
+		if (schema_version_serving(jan->db))
+			janitor_tick(jan, s, poll_ms, now_ms());
+		if (wd_ms > 0 && now_ms() - last_alive >= wd_ms) {
+			service_alive();
+			last_alive = now_ms();
+		}
+	}
+}
+
+/* SIGTERM: stop claiming; workers finish their send (bounded by the
+ * target timeout) and give back the rest of their batch. Returns only
+ * when they did. */
+static void
+shut_down(struct dispatch_shared *s, struct janitor *jan, struct pool *pool)
+{
+	struct dispatch_config *dc = dispatch_config_get(s);
+	int grace = dc->cfg.dispatch_shutdown_seconds;
+
+	dispatch_config_put(s, dc);
+	if (!pool_stop(pool, s, grace)) {
+		/* A send still running past the deadline: its lease runs out and
+		 * the sweep makes it unknown, never resent blindly. What the
+		 * workers claimed and never started goes back. */
+		struct log_fields f = { .reason = "shutdown deadline passed with a send in flight",
+			                .hint = "the effect in flight becomes unknown when its "
+			                        "lease expires" };
+		int back = dispatch_release_unsent(s, jan->db);
+
+		f.count = back > 0 ? back : 0;
+		janitor_flush_metrics(jan);
+		log_event(LOG_LEVEL_WARNING, "dispatch.stopped", &f);
+		log_close();
+		_exit(0);
+	}
+	janitor_flush_metrics(jan);
+	log_event(LOG_LEVEL_NOTICE, "dispatch.stopped", NULL);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -154,10 +268,7 @@ main(int argc, char **argv)
 	struct listen lis = { NULL, 0 };
 	struct pool pool;
 	char err[512];
-	int opt, grace, rc = 0;
-	long wd_ms;
-	long long last_alive;
-	struct sigaction sa;
+	int opt, rc = 0;
 
 	if ((opt = config_options(argc, argv, usage, &path, &check)) >= 0)
 		return opt;
@@ -170,53 +281,14 @@ main(int argc, char **argv)
 		config_free(&cfg);
 		return 0;
 	}
-	/* Started as root (by hand, a supervisor): run as `user` from here. */
-	if (config_drop_privileges(&cfg, err, sizeof(err)) != 0) {
-		fprintf(stderr, "oncegate-dispatch: %s\n", err);
-		config_free(&cfg);
-		return 1;
-	}
-	if (geteuid() == 0)
-		fprintf(stderr, "oncegate-dispatch: running as root: set `user` in %s\n", path);
-	if (cfg.dispatch_log_file[0] != '\0') {
-		free(cfg.log_file);
-		cfg.log_file = strdup(cfg.dispatch_log_file); /* its own, under its own user */
-	}
-	if (cfg.log_file == NULL ||
-	    log_open(cfg.log_file, log_level_parse(cfg.log_level), "oncegate-dispatch") != 0) {
-		fprintf(stderr, "oncegate-dispatch: cannot open the decision log %s\n",
-		        cfg.log_file != NULL ? cfg.log_file : "(out of memory)");
-		config_free(&cfg);
-		return 1;
-	}
-	/* The classifier's rule names go into `reason` and must stay readable
-	 * although some are as long as a key. */
-	{
-		static const char *names[REASON__COUNT];
-		int r;
-
-		for (r = 0; r < REASON__COUNT; r++)
-			names[r] = classify_reason_name((enum outcome_reason)r);
-		log_keep_names(names, REASON__COUNT);
-	}
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-		fprintf(stderr, "oncegate-dispatch: libcurl did not initialise\n");
-		config_free(&cfg);
-		return 1;
-	}
+	if ((opt = start_up(&cfg, path)) != 0)
+		return opt;
 	dc = dispatch_config_new(&cfg);
 	if (dc == NULL || dispatch_shared_init(&s, dc) != 0) {
 		fprintf(stderr, "oncegate-dispatch: out of memory\n");
 		return 1;
 	}
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	catch_signals();
 	if (pool_start(&pool, &s, dc->cfg.dispatch_workers) != 0) {
 		if (pool.workers == NULL)
 			return 1;
@@ -241,54 +313,10 @@ main(int argc, char **argv)
 	service_ready(!schema_version_ok() ? err
 	              : s.env_enabled      ? "dispatching"
 	                                   : "running; AI_ACTIONS_ENABLED is not true");
-	wd_ms = service_watchdog_ms();
-	last_alive = now_ms();
-
-	/* Listen for NOTIFY, the poll interval and signals. */
-	while (!got_term && rc == 0) {
-		int poll_ms;
-
-		if (got_hup) {
-			got_hup = 0;
-			reload(&s, path);
-		}
-		dc = dispatch_config_get(&s);
-		poll_ms = dc->cfg.dispatch_poll_ms;
-		/* wake in time to tell the watchdog the loop is alive */
-		listen_wait(&lis, &s, dc->cfg.database,
-		            wd_ms > 0 && wd_ms < poll_ms ? (int)wd_ms : poll_ms, now_ms());
-		dispatch_config_put(&s, dc);
-		if (schema_version_serving(jan.db))
-			janitor_tick(&jan, &s, poll_ms, now_ms());
-		if (wd_ms > 0 && now_ms() - last_alive >= wd_ms) {
-			service_alive();
-			last_alive = now_ms();
-		}
-	}
+	if (rc == 0)
+		serve(&s, &jan, &lis, path);
 	service_stopping();
-
-	/* SIGTERM: stop claiming; workers finish their send (bounded by the
-	 * target timeout) and give back the rest of their batch. */
-	dc = dispatch_config_get(&s);
-	grace = dc->cfg.dispatch_shutdown_seconds;
-	dispatch_config_put(&s, dc);
-	if (!pool_stop(&pool, &s, grace)) {
-		/* A send still running past the deadline: its lease runs out and
-		 * the sweep makes it unknown, never resent blindly. What the
-		 * workers claimed and never started goes back. */
-		struct log_fields f = { .reason = "shutdown deadline passed with a send in flight",
-			                .hint = "the effect in flight becomes unknown when its "
-			                        "lease expires" };
-		int back = dispatch_release_unsent(&s, jan.db);
-
-		f.count = back > 0 ? back : 0;
-		janitor_flush_metrics(&jan);
-		log_event(LOG_LEVEL_WARNING, "dispatch.stopped", &f);
-		log_close();
-		_exit(0);
-	}
-	janitor_flush_metrics(&jan);
-	log_event(LOG_LEVEL_NOTICE, "dispatch.stopped", NULL);
+	shut_down(&s, &jan, &pool);
 	listen_close(&lis);
 	janitor_free(&jan);
 	pool_free(&pool);

@@ -3,6 +3,8 @@
  * chat.h.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "chat.h"
 #include "digest.h"
@@ -53,6 +55,12 @@ static const struct db_stmt st_reply_settle = {
 	6, true,
 };
 
+static char *
+chat_dup(const char *v)
+{
+	return v != NULL ? strdup(v) : NULL;
+}
+
 enum og_rc
 chat_seen_note(struct db *db, const char *chat, const unsigned char sig_sha256[32])
 {
@@ -82,13 +90,50 @@ chat_reply_queue(struct db *db, const char *chat, const char *target, const char
 }
 
 enum og_rc
-chat_reply_take(struct db *db, int limit, PGresult **res)
+chat_reply_take(struct db *db, int limit, struct chat_replies *out)
 {
 	char n[16];
 	const char *p[1] = { n };
+	PGresult *res = NULL;
+	enum og_rc rc;
+	int i;
 
+	memset(out, 0, sizeof(*out));
 	snprintf(n, sizeof(n), "%d", limit);
-	return og_rc_of(db_exec(db, &st_reply_take, p, res));
+	if ((rc = og_rc_of(db_exec(db, &st_reply_take, p, &res))) != OG_OK)
+		return rc;
+	if (PQntuples(res) > 0 &&
+	    (out->r = calloc((size_t)PQntuples(res), sizeof(*out->r))) == NULL) {
+		PQclear(res);
+		return OG_ERROR;
+	}
+	for (i = 0; i < PQntuples(res); i++) {
+		struct chat_reply *r = &out->r[out->n++];
+
+		snprintf(r->id, sizeof(r->id), "%s", db_get(res, i, "id"));
+		r->target = chat_dup(db_get(res, i, "target"));
+		r->response_url = chat_dup(db_get(res, i, "response_url"));
+		r->body = chat_dup(db_get(res, i, "body"));
+		r->approval_id = chat_dup(db_get(res, i, "approval_id"));
+		r->attempts = (int)db_get_ll(res, i, "attempts");
+	}
+	PQclear(res);
+	return OG_OK;
+}
+
+void
+chat_replies_clear(struct chat_replies *out)
+{
+	int i;
+
+	for (i = 0; out->r != NULL && i < out->n; i++) {
+		free(out->r[i].target);
+		free(out->r[i].response_url);
+		free(out->r[i].body);
+		free(out->r[i].approval_id);
+	}
+	free(out->r);
+	memset(out, 0, sizeof(*out));
 }
 
 enum og_rc

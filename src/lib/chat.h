@@ -9,8 +9,6 @@
 
 #include <stdbool.h>
 
-#include <libpq-fe.h>
-
 #include "db.h"
 #include "rc.h"
 
@@ -32,11 +30,23 @@ enum og_rc chat_reply_queue(struct db *db, const char *chat, const char *target,
                             const char *approval_id, const char *url, const char *body)
 	__attribute__((warn_unused_result));
 
+/* A reply owed to a chat, as the dispatcher sends it. */
+struct chat_reply {
+	char id[24];
+	char *target, *response_url, *body; /* owned; NULL when none */
+	char *approval_id;                  /* owned; NULL when none */
+	int attempts;                       /* this one included */
+};
+struct chat_replies {
+	struct chat_reply *r;
+	int n;
+};
+
 /* Takes up to limit replies that are due, each held for a minute against
- * other dispatchers: rows (id, target, response_url, body, attempts) in
- * *res. */
-enum og_rc chat_reply_take(struct db *db, int limit, PGresult **res)
+ * other dispatchers, into *out (chat_replies_clear it). */
+enum og_rc chat_reply_take(struct db *db, int limit, struct chat_replies *out)
 	__attribute__((warn_unused_result));
+void chat_replies_clear(struct chat_replies *out);
 
 /* A reply's attempt: sent (done), retry after retry_s, or given up on
  * (neither); status and error (NULL: none) are kept. A settled reply

@@ -52,14 +52,12 @@ void
 deadletter_open_call(struct deadletter_open_call *d, const struct deadletter_open *in,
                      struct db_call *call)
 {
+	const char *const p[6] = { in->effect_id, in->error_class, in->reason, in->next_action,
+		                   d->maxa, d->days };
+
 	snprintf(d->maxa, sizeof(d->maxa), "%d", in->max_attempts);
 	snprintf(d->days, sizeof(d->days), "%d", in->retention_days);
-	d->params[0] = in->effect_id;
-	d->params[1] = in->error_class;
-	d->params[2] = in->reason;
-	d->params[3] = in->next_action;
-	d->params[4] = d->maxa;
-	d->params[5] = d->days;
+	memcpy(d->params, p, sizeof(p));
 	call->stmt = &st_open;
 	call->params = d->params;
 }

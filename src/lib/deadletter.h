@@ -84,6 +84,13 @@ enum db_rc deadletter_replayed(struct db *db, long long client_id, const char *k
  * states, class and resolution stay); *count: how many (dry_run: would). */
 enum db_rc deadletter_purge(struct db *db, bool dry_run, long long *count);
 
+/* The classes of a dead letter (dead_letters.error_class): a payload or
+ * target the provider refused, retries used up, or a send whose outcome is
+ * not known. */
+#define DEADLETTER_PERMANENT "permanent"
+#define DEADLETTER_EXHAUSTED "exhausted"
+#define DEADLETTER_UNKNOWN   "unknown"
+
 /* Dead-letter list filters; NULL/0 members do not filter. */
 struct deadletter_filter {
 	const char *since_ts;        /* a timestamp PostgreSQL reads */

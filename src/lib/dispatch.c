@@ -23,6 +23,7 @@
 
 #include "buf.h"
 #include "control.h"
+#include "deadletter.h"
 #include "digest.h"
 #include "dispatch.h"
 #include "dispatch_int.h"
@@ -215,7 +216,7 @@ dispatch_sending_allowed(struct dispatch_shared *s)
 
 void
 dispatch_log_effect(enum log_level level, const char *event, const struct outbox_job *j,
-                    const char *from, const char *to, const char *provider_id,
+                    int from, int to, const char *provider_id,
                     const char *error_class, const char *reason, long long duration_ms,
                     const char *hint)
 {
@@ -233,8 +234,8 @@ dispatch_log_effect(enum log_level level, const char *event, const struct outbox
 	f.effect_id = j->id;
 	f.target = j->target;
 	f.attempt = j->attempt;
-	f.state_from = from;
-	f.state_to = to;
+	f.state_from = from >= 0 ? outbox_state_name((enum effect_state)from) : NULL;
+	f.state_to = to >= 0 ? outbox_state_name((enum effect_state)to) : NULL;
 	f.provider_id = provider_id != NULL && *provider_id ? provider_id : NULL;
 	f.error_class = error_class;
 	f.reason = reason != NULL && safe == NULL ? "(provider text left out: out of memory)" : safe;
@@ -281,10 +282,10 @@ dispatch_send_lease_s(const struct config_target *t)
 const char *
 dispatch_next_action(const char *dl_class)
 {
-	if (strcmp(dl_class, "unknown") == 0)
+	if (strcmp(dl_class, DEADLETTER_UNKNOWN) == 0)
 		return "find out whether the provider acted, then `oncegatectl reconcile EFFECT "
 		       "--delivered --provider-id ID` or `--not-delivered` (and `resume`)";
-	if (strcmp(dl_class, "exhausted") == 0)
+	if (strcmp(dl_class, DEADLETTER_EXHAUSTED) == 0)
 		return "check the target, then `oncegatectl resume EFFECT` (same key) or "
 		       "`oncegatectl reject EFFECT`";
 	return "fix the cause (payload, credentials, target), then `oncegatectl replay KEY "

@@ -20,13 +20,13 @@
 
 /* One reply's attempt; settled by what came back. */
 static void
-send_one(struct db *db, const struct config *cfg, struct provider_conn *pc, PGresult *res,
-         int i)
+send_one(struct db *db, const struct config *cfg, struct provider_conn *pc,
+         const struct chat_reply *r)
 {
-	const char *id = db_get(res, i, "id"), *name = db_get(res, i, "target");
+	const char *id = r->id, *name = r->target;
 	const struct config_target *t = config_target(cfg, name);
 	const struct provider *pv = provider_of(t);
-	int attempts = (int)db_get_ll(res, i, "attempts");
+	int attempts = r->attempts;
 	struct provider_attempt at = { 0 };
 	struct config_target v;
 	bool sent, retry;
@@ -39,7 +39,7 @@ send_one(struct db *db, const struct config *cfg, struct provider_conn *pc, PGre
 		v = *t;
 		if (v.timeout_ms > CHAT_REPLY_TIMEOUT_MS)
 			v.timeout_ms = CHAT_REPLY_TIMEOUT_MS;
-		pv->reply(pc, &v, db_get(res, i, "response_url"), db_get(res, i, "body"), &at);
+		pv->reply(pc, &v, r->response_url, r->body, &at);
 		sent = !at.invalid && at.r.transport_error == ATTEMPT_ERR_NONE && at.r.status >= 200 &&
 		       at.r.status < 300;
 		/* a refusal (4xx: the URL expired or was used up) is final */
@@ -54,7 +54,7 @@ send_one(struct db *db, const struct config *cfg, struct provider_conn *pc, PGre
 	log_event(sent ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING,
 	          sent ? "chat.replied" : retry ? "chat.reply_retry" : "chat.reply_failed",
 	          &(struct log_fields){ .target = name,
-	                                .approval_id = db_get(res, i, "approval_id"),
+	                                .approval_id = r->approval_id,
 	                                .status = at.r.status, .attempt = attempts,
 	                                .detail = error, .actor = "dispatcher" });
 	provider_attempt_clear(&at);
@@ -64,17 +64,17 @@ void
 dispatch_tick_chat_replies(struct dispatch_shared *s, struct db *db, struct provider_conn *pc)
 {
 	struct dispatch_config *dc;
-	PGresult *res = NULL;
+	struct chat_replies rs = { 0 };
 	int i;
 
 	/* nothing goes out while sends are stopped */
 	if (pc == NULL || !s->env_enabled || !atomic_load(&s->db_enabled))
 		return;
-	if (chat_reply_take(db, CHAT_REPLIES_PER_TICK, &res) != OG_OK)
+	if (chat_reply_take(db, CHAT_REPLIES_PER_TICK, &rs) != OG_OK)
 		return;
 	dc = dispatch_config_get(s);
-	for (i = 0; i < PQntuples(res); i++)
-		send_one(db, &dc->cfg, pc, res, i);
+	for (i = 0; i < rs.n; i++)
+		send_one(db, &dc->cfg, pc, &rs.r[i]);
 	dispatch_config_put(s, dc);
-	PQclear(res);
+	chat_replies_clear(&rs);
 }

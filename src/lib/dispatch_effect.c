@@ -73,15 +73,20 @@ rate_wait(struct dispatch_shared *s, struct db *db, struct dispatch_config *dc, 
 	return true;
 }
 
-static int
-target_index(const struct config *cfg, const char *name)
+/* The job's target in cfg (its index in *ti), or NULL (-1) when this
+ * dispatcher does not know it. */
+static const struct config_target *
+job_target(const struct config *cfg, const struct outbox_job *j, int *ti)
 {
 	int i;
 
-	for (i = 0; name != NULL && i < cfg->ntargets; i++)
-		if (strcmp(cfg->targets[i].name, name) == 0)
-			return i;
-	return -1;
+	for (i = 0; j->target != NULL && i < cfg->ntargets; i++)
+		if (strcmp(cfg->targets[i].name, j->target) == 0) {
+			*ti = i;
+			return &cfg->targets[i];
+		}
+	*ti = -1;
+	return NULL;
 }
 
 /* The run moved approved → completed with this effect, its last. */
@@ -98,9 +103,9 @@ log_run_completed(const struct outbox_job *j)
 
 /* What a settle transaction should do besides the compare-and-set. */
 struct settle {
-	const char *expect;          /* expected state */
+	enum effect_state expect;    /* expected state */
 	const char *owner;           /* lease owner, or NULL (reconciliation) */
-	const char *to;              /* new state */
+	enum effect_state to;        /* new state */
 	const char *provider_id;
 	const char *error_class;
 	const char *reason;
@@ -356,7 +361,8 @@ send_gate(struct dispatch_shared *s, struct db *db, struct dispatch_config *dc, 
 	}
 	chk = presend_check(s, db, j, t, cfg->dispatch_lease_seconds);
 	if (chk < 0) {
-		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", NULL, NULL, NULL,
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, EFFECT_SENDING,
+		                    DISPATCH_NO_STATE, NULL, NULL,
 		                    "lease no longer held or database unavailable: not sent", 0,
 		                    "another dispatcher or the lease sweep owns it now");
 		return SEND_DONE;
@@ -365,9 +371,10 @@ send_gate(struct dispatch_shared *s, struct db *db, struct dispatch_config *dc, 
 		if (dispatch_release(s, db, j, 0)) {
 			j->attempt--;
 			(void)dispatch_hold(db, j->id);
-			dispatch_log_effect(LOG_LEVEL_NOTICE, "dispatch.blocked", j, "sending", "pending", NULL,
-			                    NULL, s->env_enabled ? "sends stopped (kill switch engaged)"
-			                                         : "sends stopped (AI_ACTIONS_ENABLED)",
+			dispatch_log_effect(LOG_LEVEL_NOTICE, "dispatch.blocked", j, EFFECT_SENDING,
+			                    EFFECT_PENDING, NULL, NULL,
+			                    s->env_enabled ? "sends stopped (kill switch engaged)"
+			                                   : "sends stopped (AI_ACTIONS_ENABLED)",
 			                    0, "oncegatectl sends status");
 		}
 		return SEND_DONE;
@@ -397,8 +404,9 @@ send_gate(struct dispatch_shared *s, struct db *db, struct dispatch_config *dc, 
 	if (rck == RECHECK_HOLD || rck == RECHECK_NOMEM) {
 		/* Not checked, so not sent: pending again, the attempt given back. */
 		if (dispatch_release(s, db, j, HOLD_S))
-			dispatch_log_effect(LOG_LEVEL_WARNING, "effect.held", j, "sending", "pending", NULL,
-			                    NULL, rck == RECHECK_HOLD ? "contract_not_loaded" : "out_of_memory",
+			dispatch_log_effect(LOG_LEVEL_WARNING, "effect.held", j, EFFECT_SENDING,
+			                    EFFECT_PENDING, NULL, NULL,
+			                    rck == RECHECK_HOLD ? "contract_not_loaded" : "out_of_memory",
 			                    0, rck == RECHECK_HOLD ? "the run's contract is not loaded here: "
 			                                             "check contracts_dir, then SIGHUP"
 			                                           : NULL);
@@ -427,8 +435,9 @@ send_outcome(const struct config *cfg, const struct config_target *t, const stru
 	} else {
 		o = classify_attempt(&at->r, time(NULL));
 		st->reason = classify_reason_name(o.reason);
-		dispatch_log_effect(LOG_LEVEL_INFO, "effect.sent", j, NULL, NULL, at->provider_id,
-		                    classify_class_name(o.cls), st->reason, at->duration_ms, NULL);
+		dispatch_log_effect(LOG_LEVEL_INFO, "effect.sent", j, DISPATCH_NO_STATE,
+		                    DISPATCH_NO_STATE, at->provider_id, classify_class_name(o.cls),
+		                    st->reason, at->duration_ms, NULL);
 	}
 	st->error_class = classify_class_name(o.cls);
 	st->attempt_class = st->error_class;
@@ -436,7 +445,7 @@ send_outcome(const struct config *cfg, const struct config_target *t, const stru
 	st->provider_id = at->provider_id[0] ? at->provider_id : NULL;
 	switch (o.cls) {
 	case OUTCOME_SUCCESS:
-		st->to = "completed";
+		st->to = EFFECT_COMPLETED;
 		st->complete_run = true;
 		break;
 	case OUTCOME_TRANSIENT: {
@@ -453,26 +462,26 @@ send_outcome(const struct config *cfg, const struct config_target *t, const stru
 		d = backoff_next(&p, &o, j->attempt, (long)(j->elapsed_ms + at->duration_ms), rnd,
 		                 &delay);
 		if (d == RETRY_AT) {
-			st->to = "pending";
+			st->to = EFFECT_PENDING;
 			st->delay_ms = delay;
 		} else {
-			st->to = "failed";
-			st->dl_class = "exhausted";
+			st->to = EFFECT_FAILED;
+			st->dl_class = DEADLETTER_EXHAUSTED;
 			*hint = backoff_decision_name(d);
 		}
 		break;
 	}
 	case OUTCOME_PERMANENT:
-		st->to = "failed";
-		st->dl_class = "permanent";
+		st->to = EFFECT_FAILED;
+		st->dl_class = DEADLETTER_PERMANENT;
 		break;
 	case OUTCOME_AMBIGUOUS:
 	default:
-		st->to = "unknown";
+		st->to = EFFECT_UNKNOWN;
 		if (t->lookup_url[0] != '\0')
 			st->delay_ms = (long long)cfg->reconcile_interval_seconds * 1000;
 		else
-			st->dl_class = "unknown";
+			st->dl_class = DEADLETTER_UNKNOWN;
 		break;
 	}
 }
@@ -484,45 +493,50 @@ log_settled(struct db *db, const struct outbox_job *j, const struct config_targe
             enum settle_rc src, bool run_done)
 {
 	if (src == SETTLE_LOST) {
-		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", st->to,
-		                    st->provider_id, st->error_class, st->reason, duration_ms,
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, EFFECT_SENDING,
+		                    st->to, st->provider_id, st->error_class, st->reason,
+		                    duration_ms,
 		                    "the lease ran out during the send; the sweep made it unknown");
 		return;
 	}
 	if (src == SETTLE_DB) {
 		/* The outcome is lost with the connection; the lease runs out and
 		 * the sweep makes it unknown: never resent blindly. */
-		dispatch_log_effect(LOG_LEVEL_ERROR, "effect.settle_failed", j, "sending", st->to,
-		                    st->provider_id, st->error_class, db_error(db), duration_ms,
+		dispatch_log_effect(LOG_LEVEL_ERROR, "effect.settle_failed", j, EFFECT_SENDING,
+		                    st->to, st->provider_id, st->error_class, db_error(db),
+		                    duration_ms,
 		                    "the database did not take the outcome; the lease sweep will "
 		                    "mark it unknown");
 		return;
 	}
 	/* as the attempt history now says */
 	metrics_count_attempt(j->target, st->attempt_class, j->attempt > 1, false);
-	if (strcmp(st->to, "completed") == 0) {
-		dispatch_log_effect(LOG_LEVEL_INFO, "effect.completed", j, "sending", "completed",
-		                    st->provider_id, "success", st->reason, duration_ms, NULL);
+	if (st->to == EFFECT_COMPLETED) {
+		dispatch_log_effect(LOG_LEVEL_INFO, "effect.completed", j, EFFECT_SENDING,
+		                    EFFECT_COMPLETED, st->provider_id,
+		                    classify_class_name(OUTCOME_SUCCESS), st->reason, duration_ms, NULL);
 		if (run_done)
 			log_run_completed(j);
-	} else if (strcmp(st->to, "pending") == 0) {
+	} else if (st->to == EFFECT_PENDING) {
 		char next[64];
 
 		snprintf(next, sizeof(next), "next attempt in %lld ms", st->delay_ms);
-		dispatch_log_effect(LOG_LEVEL_NOTICE, "effect.retry_scheduled", j, "sending", "pending", NULL,
-		                    st->error_class, st->reason, duration_ms, next);
-	} else if (strcmp(st->to, "unknown") == 0) {
-		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.unknown", j, "sending", "unknown", NULL,
-		                    st->error_class, st->reason, duration_ms,
+		dispatch_log_effect(LOG_LEVEL_NOTICE, "effect.retry_scheduled", j, EFFECT_SENDING,
+		                    EFFECT_PENDING, NULL, st->error_class, st->reason, duration_ms,
+		                    next);
+	} else if (st->to == EFFECT_UNKNOWN) {
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.unknown", j, EFFECT_SENDING,
+		                    EFFECT_UNKNOWN, NULL, st->error_class, st->reason, duration_ms,
 		                    t != NULL && t->lookup_url[0] ? "will be reconciled through the lookup URL"
 		                                                  : "not resent; waits for an operator");
 	} else {
-		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.failed", j, "sending", "failed", NULL,
-		                    st->error_class, st->reason, duration_ms, hint);
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.failed", j, EFFECT_SENDING,
+		                    EFFECT_FAILED, NULL, st->error_class, st->reason, duration_ms,
+		                    hint);
 	}
 	if (st->dl_class != NULL)
-		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", j, NULL, st->to, NULL,
-		                    st->dl_class, st->reason, 0, st->dl_action);
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", j, DISPATCH_NO_STATE,
+		                    st->to, NULL, st->dl_class, st->reason, 0, st->dl_action);
 }
 
 /* A marked send's settle held back, so that the next send's mark commits
@@ -639,21 +653,19 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 {
 	struct dispatch_config *dc = dispatch_config_get(s);
 	const struct config *cfg = &dc->cfg;
-	int ti = target_index(cfg, j->target);
-	const struct config_target *t = ti >= 0 ? &cfg->targets[ti] : NULL;
+	int ti;
+	const struct config_target *t = job_target(cfg, j, &ti);
 	struct provider_effect e = { j->id, j->type, j->provider_key, NULL };
-	struct provider_attempt at;
+	struct provider_attempt at = { 0 };
 	struct mark mark = { s, db, j, false, OG_ERROR };
 	char *sent = NULL, token[44] = "";
-	struct settle st;
+	struct settle st = { 0 };
 	const char *hint = NULL;
 	bool run_done = false, tampered = false;
 	enum send_gate gate = SEND_REFUSED;
 	enum settle_rc src;
 
-	memset(&at, 0, sizeof(at));
-	memset(&st, 0, sizeof(st));
-	st.expect = "sending";
+	st.expect = EFFECT_SENDING;
 	st.owner = s->owner;
 	st.kind = "send";
 	st.expect_reconcile = -1;
@@ -667,11 +679,11 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 		at.evidence = json_pack("{s:s, s:b}", "invalid", "target not configured",
 		                        "request_sent", 0);
 		at.duration_ms = 1;
-		st.to = "failed";
-		st.error_class = "permanent";
+		st.to = EFFECT_FAILED;
+		st.error_class = classify_class_name(OUTCOME_PERMANENT);
 		st.reason = "target_not_configured";
-		st.attempt_class = "permanent";
-		st.dl_class = "permanent";
+		st.attempt_class = st.error_class;
+		st.dl_class = DEADLETTER_PERMANENT;
 		st.max_attempts = 1;
 	} else {
 		st.max_attempts = t->max_attempts;
@@ -680,8 +692,8 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 			held_flush(db);
 			goto out;
 		}
-		dispatch_log_effect(LOG_LEVEL_INFO, "effect.claimed", j, "pending", "sending", NULL, NULL,
-		                    NULL, 0, NULL);
+		dispatch_log_effect(LOG_LEVEL_INFO, "effect.claimed", j, EFFECT_PENDING,
+		                    EFFECT_SENDING, NULL, NULL, NULL, 0, NULL);
 	}
 	if (gate == SEND_REFUSED)
 		held_flush(db);
@@ -696,8 +708,10 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 		provider_conn_before_send(pc, NULL, NULL);
 		held_flush(db); /* when the mark was never reached */
 		if (mark.tried && mark.rc != OG_OK) {
-			dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j, "sending", NULL, NULL,
-			                    NULL, "the send could not be marked started: its body not sent", 0,
+			dispatch_log_effect(LOG_LEVEL_WARNING, "effect.lease_lost", j,
+			                    EFFECT_SENDING, DISPATCH_NO_STATE, NULL, NULL,
+			                    "the send could not be marked started: its body not sent",
+			                    0,
 			                    "when its lease runs out: pending again (unknown if the "
 			                    "mark committed after all)");
 			goto out;
@@ -729,6 +743,65 @@ out:
 		dispatch_config_put(s, dc);
 }
 
+/* The settle of a look-up as its answer says: completed when the provider
+ * has it; when it does not, pending again (same key) once that was seen
+ * often enough, or failed with a dead letter when the budget is spent; an
+ * error keeps it unknown (dead-lettered after too many). */
+static void
+lookup_outcome(const struct config *cfg, const struct config_target *t,
+               const struct outbox_job *j, enum provider_lookup lr,
+               const struct provider_attempt *at, struct settle *st)
+{
+	st->expect = EFFECT_UNKNOWN;
+	st->kind = "lookup";
+	st->expect_reconcile = j->reconcile_attempts;
+	st->status = at->r.status;
+	st->duration_ms = at->duration_ms;
+	st->evidence = at->evidence;
+	st->max_attempts = t->max_attempts;
+	st->retention_days = cfg->retention_days;
+	st->delay_ms = (long long)cfg->reconcile_interval_seconds * 1000;
+	if (lr == PROVIDER_FOUND) {
+		st->to = EFFECT_COMPLETED;
+		st->provider_id = at->provider_id;
+		st->error_class = classify_class_name(OUTCOME_SUCCESS);
+		st->reason = "reconciled_found";
+		st->attempt_class = "found";
+		st->complete_run = true;
+	} else if (lr == PROVIDER_NOT_FOUND) {
+		st->attempt_class = "not_found";
+		st->error_class = classify_class_name(OUTCOME_AMBIGUOUS);
+		if (j->not_found + 1 >= RECONCILE_NOT_FOUND_TO_RESUME &&
+		    (j->attempt >= t->max_attempts ||
+		     j->elapsed_ms >= (long long)t->max_elapsed_s * 1000)) {
+			/* Known not delivered, and the budget is spent: an
+			 * operator decides (resume is safe). */
+			st->to = EFFECT_FAILED;
+			st->reason = "reconciled_not_found";
+			st->dl_class = DEADLETTER_EXHAUSTED;
+			st->dl_action = dispatch_next_action(DEADLETTER_EXHAUSTED);
+		} else if (j->not_found + 1 >= RECONCILE_NOT_FOUND_TO_RESUME) {
+			/* Known not delivered: resumed with the same key. */
+			st->to = EFFECT_PENDING;
+			st->delay_ms = 0;
+			st->reason = "reconciled_not_found";
+		} else {
+			st->to = EFFECT_UNKNOWN;
+			st->reason = "lookup_not_found_once";
+		}
+	} else {
+		st->attempt_class = "error";
+		st->error_class = classify_class_name(OUTCOME_AMBIGUOUS);
+		st->to = EFFECT_UNKNOWN;
+		st->reason = "lookup_failed";
+		if (j->errors + 1 >= RECONCILE_ERRORS_TO_DEAD_LETTER) {
+			st->dl_class = DEADLETTER_UNKNOWN;
+			st->dl_action = dispatch_next_action(DEADLETTER_UNKNOWN);
+			st->delay_ms = 365LL * 86400 * 1000; /* stop asking: an operator decides */
+		}
+	}
+}
+
 /* Looks up one unknown effect at its target. */
 void
 dispatch_effect_reconcile(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
@@ -736,87 +809,40 @@ dispatch_effect_reconcile(struct dispatch_shared *s, struct db *db, struct provi
 {
 	struct dispatch_config *dc = dispatch_config_get(s);
 	const struct config *cfg = &dc->cfg;
-	int ti = target_index(cfg, j->target);
-	const struct config_target *t = ti >= 0 ? &cfg->targets[ti] : NULL;
-	struct provider_attempt at;
-	struct settle st;
+	int ti;
+	const struct config_target *t = job_target(cfg, j, &ti);
+	struct provider_attempt at = { 0 };
+	struct settle st = { 0 };
 	enum provider_lookup lr;
 	bool run_done = false;
 	enum settle_rc src;
 
-	memset(&at, 0, sizeof(at));
-	memset(&st, 0, sizeof(st));
 	if (t == NULL || t->lookup_url[0] == '\0' || !dispatch_sending_allowed(s))
 		goto out;
 	lr = dc->providers[ti]->lookup(pc, t, j->provider_key, &at);
-	st.expect = "unknown";
-	st.kind = "lookup";
-	st.expect_reconcile = j->reconcile_attempts;
-	st.status = at.r.status;
-	st.duration_ms = at.duration_ms;
-	st.evidence = at.evidence;
-	st.max_attempts = t->max_attempts;
-	st.retention_days = cfg->retention_days;
-	st.delay_ms = (long long)cfg->reconcile_interval_seconds * 1000;
-	if (lr == PROVIDER_FOUND) {
-		st.to = "completed";
-		st.provider_id = at.provider_id;
-		st.error_class = "success";
-		st.reason = "reconciled_found";
-		st.attempt_class = "found";
-		st.complete_run = true;
-	} else if (lr == PROVIDER_NOT_FOUND) {
-		st.attempt_class = "not_found";
-		st.error_class = "ambiguous";
-		if (j->not_found + 1 >= RECONCILE_NOT_FOUND_TO_RESUME &&
-		    (j->attempt >= t->max_attempts ||
-		     j->elapsed_ms >= (long long)t->max_elapsed_s * 1000)) {
-			/* Known not delivered, and the budget is spent: an
-			 * operator decides (resume is safe). */
-			st.to = "failed";
-			st.reason = "reconciled_not_found";
-			st.dl_class = "exhausted";
-			st.dl_action = dispatch_next_action("exhausted");
-		} else if (j->not_found + 1 >= RECONCILE_NOT_FOUND_TO_RESUME) {
-			/* Known not delivered: resumed with the same key. */
-			st.to = "pending";
-			st.delay_ms = 0;
-			st.reason = "reconciled_not_found";
-		} else {
-			st.to = "unknown";
-			st.reason = "lookup_not_found_once";
-		}
-	} else {
-		st.attempt_class = "error";
-		st.error_class = "ambiguous";
-		st.to = "unknown";
-		st.reason = "lookup_failed";
-		if (j->errors + 1 >= RECONCILE_ERRORS_TO_DEAD_LETTER) {
-			st.dl_class = "unknown";
-			st.dl_action = dispatch_next_action("unknown");
-			st.delay_ms = 365LL * 86400 * 1000; /* stop asking: an operator decides */
-		}
-	}
+	lookup_outcome(cfg, t, j, lr, &at, &st);
 	src = settle(s, db, j, &st, &run_done, NULL);
 	if (src != SETTLED) {
-		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.reconcile_lost", j, "unknown", st.to, NULL, NULL,
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.reconcile_lost", j, EFFECT_UNKNOWN,
+		                    st.to, NULL, NULL,
 		                    src == SETTLE_LOST ? "changed by someone else meanwhile" : db_error(db),
 		                    at.duration_ms, NULL);
 		goto out;
 	}
-	if (lr == PROVIDER_FOUND || strcmp(st.to, "pending") == 0 || strcmp(st.to, "failed") == 0)
-		dispatch_log_effect(LOG_LEVEL_INFO, "effect.reconciled", j, "unknown", st.to,
+	if (lr == PROVIDER_FOUND || st.to == EFFECT_PENDING || st.to == EFFECT_FAILED)
+		dispatch_log_effect(LOG_LEVEL_INFO, "effect.reconciled", j, EFFECT_UNKNOWN, st.to,
 		                    st.provider_id, st.error_class, st.reason, at.duration_ms,
 		                    lr == PROVIDER_FOUND ? "the provider has it: completed without resending"
-		                    : strcmp(st.to, "pending") == 0
+		                    : st.to == EFFECT_PENDING
 		                            ? "the provider does not have it: resumed with the same key"
 		                            : "the provider does not have it and the retry budget is spent");
 	else
-		dispatch_log_effect(LOG_LEVEL_NOTICE, "effect.reconcile_pending", j, "unknown", "unknown", NULL,
-		                    st.error_class, st.reason, at.duration_ms, NULL);
+		dispatch_log_effect(LOG_LEVEL_NOTICE, "effect.reconcile_pending", j, EFFECT_UNKNOWN,
+		                    EFFECT_UNKNOWN, NULL, st.error_class, st.reason, at.duration_ms,
+		                    NULL);
 	if (st.dl_class != NULL)
-		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", j, NULL, "unknown", NULL,
-		                    st.dl_class, st.reason, 0, st.dl_action);
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", j, DISPATCH_NO_STATE,
+		                    EFFECT_UNKNOWN, NULL, st.dl_class, st.reason, 0, st.dl_action);
 	if (run_done)
 		log_run_completed(j);
 out:

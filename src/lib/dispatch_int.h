@@ -22,9 +22,12 @@
  * target's timeout; otherwise the lease is renewed first. */
 #define DISPATCH_LEASE_MARGIN_S 10
 
-/* The decision log line of one effect's step. */
+/* No state, for dispatch_log_effect's from or to. */
+#define DISPATCH_NO_STATE (-1)
+/* The decision log line of one effect's step: from and to are an enum
+ * effect_state, or DISPATCH_NO_STATE. */
 void dispatch_log_effect(enum log_level level, const char *event, const struct outbox_job *j,
-                         const char *from, const char *to, const char *provider_id,
+                         int from, int to, const char *provider_id,
                          const char *error_class, const char *reason, long long duration_ms,
                          const char *hint);
 /* Marks and counts effects held back by the kill switch (effect_id: that

@@ -141,7 +141,7 @@ void
 dispatch_notify_moot(struct dispatch_shared *s, struct db *db, const struct outbox_job *j)
 {
 	if (outbox_cancel_claimed(db, j->id, s->owner, "challenge_not_pending") == OG_OK)
-		dispatch_log_effect(LOG_LEVEL_INFO, "approval.notify_skipped", j, "sending", "cancelled",
+		dispatch_log_effect(LOG_LEVEL_INFO, "approval.notify_skipped", j, EFFECT_SENDING, EFFECT_CANCELLED,
 		                    NULL, NULL, "challenge_not_pending", 0,
 		                    "the challenge was decided, voided, revoked or expired before "
 		                    "its notice went out");

@@ -5,7 +5,6 @@
  * unknown (or pending again when the send had not started), expired
  * approvals failed with their callback; see dispatch_tick.h.
  */
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,12 +22,39 @@
 #include "metrics.h"
 #include "outbox.h"
 
+/* An expired lease's log lines, after the commit. */
+static void
+expire_leases_log(const struct config *cfg, struct outbox_job *j, enum effect_state to,
+                  bool lettered)
+{
+	const struct config_target *t;
+
+	if (to == EFFECT_PENDING) {
+		dispatch_log_effect(LOG_LEVEL_NOTICE, "effect.requeued", j, EFFECT_SENDING,
+		                    EFFECT_PENDING, NULL, NULL, "lease_expired_requeued", 0,
+		                    "its dispatcher stopped before the send started (or its "
+		                    "target honours the key): sent again now, once");
+		return;
+	}
+	metrics_count_attempt(j->target, "ambiguous", j->attempt > 1, true);
+	t = config_target(cfg, j->target);
+	dispatch_log_effect(LOG_LEVEL_WARNING, "effect.unknown", j, EFFECT_SENDING, EFFECT_UNKNOWN,
+	                    NULL, "ambiguous", "lease_expired_while_sending", 0,
+	                    t != NULL && t->lookup_url[0] ? "will be reconciled through the lookup URL"
+	                                                  : "not resent; waits for an operator");
+	if (lettered)
+		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", j, DISPATCH_NO_STATE,
+		                    EFFECT_UNKNOWN, NULL, DEADLETTER_UNKNOWN,
+		                    "lease_expired_while_sending", 0,
+		                    dispatch_next_action(DEADLETTER_UNKNOWN));
+}
+
 static void
 expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg)
 {
-	PGresult *res = NULL;
+	struct outbox_batch b = { 0 };
 	bool *lettered = NULL;
-	int i, n;
+	int i;
 
 	/* The effect turns unknown and, where no lookup URL can settle it, gets
 	 * its dead letter in the same transaction: a dispatcher that dies in
@@ -36,70 +62,42 @@ expire_leases(struct dispatch_shared *s, struct db *db, const struct config *cfg
 	 * whose send had not started is pending again: nothing to tell. */
 	if (db_begin(db) != DB_OK)
 		return;
-	if (outbox_expire_leases(db, DISPATCH_TICK_BATCH, s->name, &res) != DB_OK)
+	if (outbox_expire_leases(db, DISPATCH_TICK_BATCH, s->name, &b) != DB_OK)
 		goto fail;
-	n = PQntuples(res);
-	if (n == 0) {
-		PQclear(res);
+	if (b.n == 0) {
 		if (db_commit(db) != DB_OK)
 			db_rollback(db);
 		return;
 	}
-	lettered = calloc((size_t)n, sizeof(*lettered));
+	lettered = calloc((size_t)b.n, sizeof(*lettered));
 	if (lettered == NULL)
 		goto fail;
-	for (i = 0; i < n; i++) {
-		const struct config_target *t = config_target(cfg, db_get(res, i, "target"));
+	for (i = 0; i < b.n; i++) {
+		const struct config_target *t = config_target(cfg, b.jobs[i].target);
 		const struct deadletter_open dl = {
-			.effect_id = db_get(res, i, "id"), .error_class = "unknown",
+			.effect_id = b.jobs[i].id, .error_class = DEADLETTER_UNKNOWN,
 			.reason = "lease_expired_while_sending",
-			.next_action = dispatch_next_action("unknown"),
+			.next_action = dispatch_next_action(DEADLETTER_UNKNOWN),
 			.max_attempts = t != NULL ? t->max_attempts : 0,
 			.retention_days = cfg->retention_days,
 		};
 
-		if (strcmp(db_get(res, i, "state"), "unknown") != 0 ||
-		    (t != NULL && t->lookup_url[0] != '\0'))
+		if (b.states[i] != EFFECT_UNKNOWN || (t != NULL && t->lookup_url[0] != '\0'))
 			continue;
 		if (deadletter_open(db, &dl, &lettered[i]) != DB_OK)
 			goto fail;
 	}
 	if (db_commit(db) != DB_OK)
 		goto fail;
-	for (i = 0; i < n; i++) {
-		struct outbox_job j = { 0 };
-		const struct config_target *t;
-
-		snprintf(j.id, sizeof(j.id), "%s", db_get(res, i, "id"));
-		j.key = (char *)(uintptr_t)db_get(res, i, "idempotency_key");
-		j.target = (char *)(uintptr_t)db_get(res, i, "target");
-		j.attempt = (int)db_get_ll(res, i, "attempt");
-		snprintf(j.client, sizeof(j.client), "%s", db_get(res, i, "client_name") ?: "");
-		if (strcmp(db_get(res, i, "state"), "pending") == 0) {
-			dispatch_log_effect(LOG_LEVEL_NOTICE, "effect.requeued", &j, "sending", "pending",
-			                    NULL, NULL, "lease_expired_requeued", 0,
-			                    "its dispatcher stopped before the send started (or its "
-			                    "target honours the key): sent again now, once");
-			continue;
-		}
-		metrics_count_attempt(j.target, "ambiguous", j.attempt > 1, true);
-		t = config_target(cfg, j.target);
-		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.unknown", &j, "sending", "unknown", NULL,
-		                    "ambiguous", "lease_expired_while_sending", 0,
-		                    t != NULL && t->lookup_url[0] ? "will be reconciled through the lookup URL"
-		                                                  : "not resent; waits for an operator");
-		if (lettered[i])
-			dispatch_log_effect(LOG_LEVEL_WARNING, "effect.dead_lettered", &j, NULL, "unknown", NULL,
-			                    "unknown", "lease_expired_while_sending", 0,
-			                    dispatch_next_action("unknown"));
-	}
+	for (i = 0; i < b.n; i++)
+		expire_leases_log(cfg, &b.jobs[i], b.states[i], lettered[i]);
 	free(lettered);
-	PQclear(res);
+	outbox_batch_clear(&b);
 	return;
 fail:
 	db_rollback(db);
 	free(lettered);
-	PQclear(res);
+	outbox_batch_clear(&b);
 }
 
 /* One run whose approval expired: challenges expired, run failed_terminal,

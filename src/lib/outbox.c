@@ -18,6 +18,7 @@
 #define _GNU_SOURCE /* asprintf */
 #endif
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,16 +181,13 @@ outbox_enqueue_call(struct outbox_enqueue_call *o, const struct outbox_effect *e
 	snprintf(o->client, sizeof(o->client), "%lld", e->client_id);
 	snprintf(o->delay, sizeof(o->delay), "%d", e->delay_seconds);
 	snprintf(o->slot, sizeof(o->slot), "%d", e->slot);
-	o->params[0] = o->client;
-	o->params[1] = e->key;
-	o->params[2] = e->type;
-	o->params[3] = e->target;
-	o->params[4] = e->payload;
-	o->params[5] = e->payload_hash;
-	o->params[6] = o->provider_key;
-	o->params[7] = o->delay;
-	o->params[8] = e->approval_id;
-	o->params[9] = o->slot;
+	{
+		const char *const p[10] = { o->client, e->key, e->type, e->target, e->payload,
+			                    e->payload_hash, o->provider_key, o->delay,
+			                    e->approval_id, o->slot };
+
+		memcpy(o->params, p, sizeof(p));
+	}
 	call->stmt = &st_enqueue;
 	call->params = o->params;
 	return 0;
@@ -625,14 +623,17 @@ static const struct db_stmt st_audit = {
 	2, true,
 };
 
+static enum db_rc batch_read(struct db *db, const struct db_stmt *st, const char *const *p,
+                             bool with_state, struct outbox_batch *b);
+
 enum db_rc
-outbox_expire_leases(struct db *db, int limit, const char *dispatcher, PGresult **res)
+outbox_expire_leases(struct db *db, int limit, const char *dispatcher, struct outbox_batch *b)
 {
 	char lim[16];
 	const char *p[2] = { lim, dispatcher };
 
 	snprintf(lim, sizeof(lim), "%d", limit);
-	return db_exec(db, &st_expire_leases, p, res);
+	return batch_read(db, &st_expire_leases, p, true, b);
 }
 
 enum db_rc
@@ -698,21 +699,17 @@ outbox_settle_call(struct outbox_settle_call *o, const struct outbox_settle *in,
 	snprintf(o->dur, sizeof(o->dur), "%lld", in->duration_ms);
 	snprintf(o->status, sizeof(o->status), "%d", in->status);
 	snprintf(o->recon, sizeof(o->recon), "%d", in->expect_reconcile);
-	o->params[0] = in->id;
-	o->params[1] = in->expect;
-	o->params[2] = in->owner;
-	o->params[3] = in->to;
-	o->params[4] = in->provider_id;
-	o->params[5] = in->error_class;
-	o->params[6] = in->reason;
-	o->params[7] = o->delay;
-	o->params[8] = in->kind;
-	o->params[9] = o->dur;
-	o->params[10] = in->dispatcher;
-	o->params[11] = in->attempt_class;
-	o->params[12] = in->status ? o->status : NULL;
-	o->params[13] = in->evidence != NULL ? in->evidence : "{}";
-	o->params[14] = in->expect_reconcile >= 0 ? o->recon : NULL;
+	{
+		const char *const p[15] = {
+			in->id, outbox_state_name(in->expect), in->owner, outbox_state_name(in->to),
+			in->provider_id, in->error_class, in->reason, o->delay, in->kind, o->dur,
+			in->dispatcher, in->attempt_class, in->status ? o->status : NULL,
+			in->evidence != NULL ? in->evidence : "{}",
+			in->expect_reconcile >= 0 ? o->recon : NULL,
+		};
+
+		memcpy(o->params, p, sizeof(p));
+	}
 	call->stmt = &st_settle;
 	call->params = o->params;
 }
@@ -757,19 +754,56 @@ words_literal(const char *const *words, int n)
 	return buf_steal(&b);
 }
 
-static char *
-dup_field(const PGresult *res, int row, const char *col)
-{
-	const char *v = db_get(res, row, col);
+/* The owned text members of a struct, each by the column it is read from. */
+struct text_field {
+	const char *col;
+	size_t off;
+};
 
-	return v != NULL ? strdup(v) : NULL;
+#define JOB_TEXT(m, col) { col, offsetof(struct outbox_job, m) }
+static const struct text_field job_texts[] = {
+	JOB_TEXT(key, "idempotency_key"), JOB_TEXT(type, "effect_type"),
+	JOB_TEXT(target, "target"), JOB_TEXT(provider_key, "provider_key"),
+	JOB_TEXT(payload, "payload"), JOB_TEXT(payload_hash, "payload_hash"),
+	JOB_TEXT(run_output, "run_output"), JOB_TEXT(run_contract, "run_contract"),
+};
+#define FOUND_TEXT(m, col) { col, offsetof(struct outbox_found, m) }
+static const struct text_field found_texts[] = {
+	FOUND_TEXT(client_name, "client_name"), FOUND_TEXT(key, "idempotency_key"),
+	FOUND_TEXT(state, "state"), FOUND_TEXT(type, "effect_type"),
+	FOUND_TEXT(target, "target"), FOUND_TEXT(provider_key, "provider_key"),
+	FOUND_TEXT(dead_letter_id, "dead_letter_id"), FOUND_TEXT(not_before, "not_before"),
+};
+#define NTEXTS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Row row's columns into the text members of base (NULL for a column that
+ * is NULL or not returned). */
+static void
+texts_read(const PGresult *res, int row, void *base, const struct text_field *f, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		const char *v = db_get(res, row, f[i].col);
+
+		*(char **)(void *)((char *)base + f[i].off) = v != NULL ? strdup(v) : NULL;
+	}
 }
 
-void
-outbox_batch_job(const struct outbox_batch *b, int i, struct outbox_job *j)
+static void
+texts_free(void *base, const struct text_field *f, size_t n)
 {
-	const PGresult *res = b->res;
+	size_t i;
 
+	for (i = 0; i < n; i++)
+		free(*(char **)(void *)((char *)base + f[i].off));
+}
+
+/* Row i of a claim (or of expired leases) as a job; a column the
+ * statement does not return stays empty. */
+static void
+job_from_row(const PGresult *res, int i, struct outbox_job *j)
+{
 	memset(j, 0, sizeof(*j));
 	snprintf(j->id, sizeof(j->id), "%s", db_get(res, i, "id"));
 	j->client_id = db_get_ll(res, i, "client_id");
@@ -777,18 +811,9 @@ outbox_batch_job(const struct outbox_batch *b, int i, struct outbox_job *j)
 		snprintf(j->client, sizeof(j->client), "%s", db_get(res, i, "client_name"));
 	else
 		snprintf(j->client, sizeof(j->client), "%lld", j->client_id);
-	j->key = dup_field(res, i, "idempotency_key");
-	j->type = dup_field(res, i, "effect_type");
-	j->target = dup_field(res, i, "target");
-	j->provider_key = dup_field(res, i, "provider_key");
+	texts_read(res, i, j, job_texts, NTEXTS(job_texts));
 	j->attempt = (int)db_get_ll(res, i, "attempt");
 	j->elapsed_ms = db_get_ll(res, i, "elapsed_ms");
-	if (PQfnumber(res, "payload") >= 0) {
-		j->payload = dup_field(res, i, "payload");
-		j->payload_hash = dup_field(res, i, "payload_hash");
-		j->run_output = dup_field(res, i, "run_output");
-		j->run_contract = dup_field(res, i, "run_contract");
-	}
 	if (PQfnumber(res, "reconcile_attempts") >= 0) {
 		j->reconcile_attempts = (int)db_get_ll(res, i, "reconcile_attempts");
 		j->not_found = db_get_ll(res, i, "not_found");
@@ -797,38 +822,76 @@ outbox_batch_job(const struct outbox_batch *b, int i, struct outbox_job *j)
 }
 
 void
+outbox_batch_job(struct outbox_batch *b, int i, struct outbox_job *j)
+{
+	struct outbox_job *src = &b->jobs[i];
+
+	*j = *src;
+	memset(src, 0, sizeof(*src));
+	memcpy(src->id, j->id, sizeof(src->id));
+}
+
+void
 outbox_job_clear(struct outbox_job *j)
 {
-	free(j->key);
-	free(j->type);
-	free(j->target);
-	free(j->payload);
-	free(j->payload_hash);
-	free(j->provider_key);
-	free(j->run_output);
-	free(j->run_contract);
+	texts_free(j, job_texts, NTEXTS(job_texts));
 	memset(j, 0, sizeof(*j));
 }
 
 void
 outbox_batch_clear(struct outbox_batch *b)
 {
-	PQclear(b->res);
-	b->res = NULL;
-	b->n = 0;
+	int i;
+
+	for (i = 0; b->jobs != NULL && i < b->n; i++)
+		outbox_job_clear(&b->jobs[i]);
+	free(b->jobs);
+	free(b->states);
+	memset(b, 0, sizeof(*b));
+}
+
+/* Runs st and reads its rows into b; with_state: each row's state too. */
+static enum db_rc
+batch_read(struct db *db, const struct db_stmt *st, const char *const *p, bool with_state,
+           struct outbox_batch *b)
+{
+	PGresult *res = NULL;
+	enum db_rc rc;
+	int i, n;
+
+	memset(b, 0, sizeof(*b));
+	if ((rc = db_exec(db, st, p, &res)) != DB_OK)
+		return rc;
+	n = PQntuples(res);
+	if (n > 0) {
+		b->jobs = calloc((size_t)n, sizeof(*b->jobs));
+		b->states = with_state ? calloc((size_t)n, sizeof(*b->states)) : NULL;
+		if (b->jobs == NULL || (with_state && b->states == NULL)) {
+			free(b->jobs);
+			free(b->states);
+			b->jobs = NULL;
+			b->states = NULL;
+			PQclear(res);
+			return DB_ERROR;
+		}
+	}
+	for (i = 0; i < n; i++) {
+		job_from_row(res, i, &b->jobs[i]);
+		if (!with_state)
+			continue;
+		b->states[i] = (enum effect_state)outbox_state_parse(db_get(res, i, "state"));
+		if (db_get(res, i, "client_name") == NULL)
+			b->jobs[i].client[0] = '\0';
+	}
+	b->n = n;
+	PQclear(res);
+	return DB_OK;
 }
 
 static enum og_rc
 batch_exec(struct db *db, const struct db_stmt *st, const char *const *p, struct outbox_batch *b)
 {
-	enum db_rc rc;
-
-	b->res = NULL;
-	b->n = 0;
-	if ((rc = db_exec(db, st, p, &b->res)) != DB_OK)
-		return og_rc_of(rc);
-	b->n = PQntuples(b->res);
-	return OG_OK;
+	return og_rc_of(batch_read(db, st, p, false, b));
 }
 
 enum og_rc
@@ -851,8 +914,7 @@ outbox_claim_reconcile(struct db *db, const char *const *targets, int ntargets, 
 	const char *p[3] = { list, interval, lim };
 	enum og_rc rc;
 
-	b->res = NULL;
-	b->n = 0;
+	memset(b, 0, sizeof(*b));
 	if (list == NULL)
 		return OG_ERROR;
 	if (strcmp(list, "{}") == 0) {
@@ -882,7 +944,7 @@ outbox_renew_batch(struct db *db, const struct outbox_batch *b, int from, const 
 	if ((ids = calloc((size_t)(b->n - from), sizeof(*ids))) == NULL)
 		return OG_ERROR;
 	for (i = from; i < b->n; i++)
-		ids[i - from] = db_get(b->res, i, "id");
+		ids[i - from] = b->jobs[i].id;
 	list = words_literal(ids, b->n - from);
 	free(ids);
 	if (list == NULL)
@@ -995,14 +1057,7 @@ outbox_find(struct db *db, const char *id, struct outbox_found *f)
 		return rc;
 	snprintf(f->id, sizeof(f->id), "%s", db_get(res, 0, "id"));
 	f->client_id = db_get_ll(res, 0, "client_id");
-	f->client_name = dup_field(res, 0, "client_name");
-	f->key = dup_field(res, 0, "idempotency_key");
-	f->state = dup_field(res, 0, "state");
-	f->type = dup_field(res, 0, "effect_type");
-	f->target = dup_field(res, 0, "target");
-	f->provider_key = dup_field(res, 0, "provider_key");
-	f->dead_letter_id = dup_field(res, 0, "dead_letter_id");
-	f->not_before = dup_field(res, 0, "not_before");
+	texts_read(res, 0, f, found_texts, NTEXTS(found_texts));
 	PQclear(res);
 	if (f->key == NULL || f->state == NULL) {
 		outbox_found_clear(f);
@@ -1014,14 +1069,7 @@ outbox_find(struct db *db, const char *id, struct outbox_found *f)
 void
 outbox_found_clear(struct outbox_found *f)
 {
-	free(f->client_name);
-	free(f->key);
-	free(f->state);
-	free(f->type);
-	free(f->target);
-	free(f->provider_key);
-	free(f->dead_letter_id);
-	free(f->not_before);
+	texts_free(f, found_texts, NTEXTS(found_texts));
 	memset(f, 0, sizeof(*f));
 }
 

@@ -143,9 +143,9 @@ char *outbox_provider_key(long long client_id, const char *key, const char *type
  * and recorded, in one statement. */
 struct outbox_settle {
 	const char *id;
-	const char *expect;          /* the state the effect must be in */
+	enum effect_state expect;    /* the state the effect must be in */
 	const char *owner;           /* its lease owner, or NULL (reconciliation) */
-	const char *to;              /* the new state */
+	enum effect_state to;        /* the new state */
 	const char *provider_id;     /* NULL keeps the stored one */
 	const char *error_class;
 	const char *reason;
@@ -171,14 +171,6 @@ void outbox_settle_call(struct outbox_settle_call *o, const struct outbox_settle
  * (or lease, or look-up count) any more. */
 enum og_rc outbox_settle_result(const struct db_call *call);
 
-/* Sending leases that ran out (up to limit), in one statement: an effect
- * whose send had started (outbox_send_started) or may have (a claim that did
- * not mark) turns unknown, its send recorded as an ambiguous attempt by
- * dispatcher; one whose send had not started goes back to pending, due now,
- * the attempt given back. Rows: id, state (the new one), attempt, target,
- * idempotency_key, client_name. */
-enum db_rc outbox_expire_leases(struct db *db, int limit, const char *dispatcher,
-                                PGresult **res) __attribute__((warn_unused_result));
 
 /* Retention: attempts older than days of effects that are over (completed,
  * failed, cancelled) lose the provider's answers from their evidence
@@ -234,14 +226,26 @@ struct outbox_job {
 	long long not_found, errors; /* look-ups since the last send that found nothing / failed */
 };
 
-/* The effects of one claim, read one at a time with outbox_batch_job. */
+/* The effects of one claim, taken one at a time with outbox_batch_job. */
 struct outbox_batch {
-	PGresult *res;
+	struct outbox_job *jobs;
+	enum effect_state *states;   /* outbox_expire_leases: each one's new state */
 	int n;
 };
-void outbox_batch_job(const struct outbox_batch *b, int i, struct outbox_job *j);
+/* Moves the batch's job i into *j (outbox_job_clear it); the batch keeps
+ * its id, for outbox_renew_batch. */
+void outbox_batch_job(struct outbox_batch *b, int i, struct outbox_job *j);
 void outbox_job_clear(struct outbox_job *j);
 void outbox_batch_clear(struct outbox_batch *b);
+
+/* Sending leases that ran out (up to limit), in one statement: an effect
+ * whose send had started (outbox_send_started) or may have (a claim that did
+ * not mark) turns unknown, its send recorded as an ambiguous attempt by
+ * dispatcher; one whose send had not started goes back to pending, due now,
+ * the attempt given back. Each one's id, attempt, target, key and client
+ * name in b->jobs, its new state in b->states. */
+enum db_rc outbox_expire_leases(struct db *db, int limit, const char *dispatcher,
+                                struct outbox_batch *b) __attribute__((warn_unused_result));
 
 /* Due pending effects, oldest first, at most batch, leased to owner for
  * lease_s seconds (attempt counted). Payload, the run's output and the

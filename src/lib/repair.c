@@ -414,12 +414,61 @@ enqueue_callback(struct db *db, const struct repair_who *who, const char *url,
 	                                   : OG_ERROR;
 }
 
+/* The one run with the key (of client_name, or of any client) into out. */
+static enum og_rc
+run_by_key(struct db *db, const char *client_name, const char *key, struct repair_out *out)
+{
+	struct ledger_key_clients res;
+	enum og_rc rc;
+
+	if ((rc = ledger_runs_by_key(db, key, client_name, &res)) != OG_OK)
+		return rc;
+	if (res.n == 0) {
+		snprintf(out->why, sizeof(out->why), "no run has the key \"%s\"%s%s", key,
+		         client_name != NULL ? " for client " : "",
+		         client_name != NULL ? client_name : "");
+		rc = OG_NOT_FOUND;
+	} else if (res.n > 1) {
+		snprintf(out->why, sizeof(out->why), "the key \"%s\" is used by several clients "
+		         "(%s, %s, …): name one with --client NAME", key,
+		         res.v[0].client_name ?: "?", res.v[1].client_name ?: "?");
+		rc = OG_AMBIGUOUS;
+	} else {
+		snprintf(out->client, sizeof(out->client), "%lld", res.v[0].client_id);
+		repair_copy(out->client_name, sizeof(out->client_name), res.v[0].client_name);
+	}
+	ledger_key_clients_clear(&res);
+	return rc;
+}
+
+/* The ids (uuids: nothing to quote) as an SQL array literal; NULL when out
+ * of memory. */
+static char *
+ids_literal(const json_t *ids)
+{
+	size_t n = 3, k;
+	json_t *v;
+	char *s;
+
+	json_array_foreach(ids, k, v)
+		n += strlen(json_string_value(v)) + 1;
+	if ((s = malloc(n)) == NULL)
+		return NULL;
+	strcpy(s, "{");
+	json_array_foreach(ids, k, v) {
+		if (k > 0)
+			strcat(s, ",");
+		strcat(s, json_string_value(v));
+	}
+	strcat(s, "}");
+	return s;
+}
+
 enum og_rc
 repair_reject_key(struct db *db, const char *client_name, const char *key,
                   const struct repair_who *who, struct repair_out *out)
 {
 	struct ledger_locked run = { 0 };
-	struct ledger_key_clients res = { 0 };
 	enum og_rc rc;
 	json_t *cancelled = NULL, *revoked = NULL, *details = NULL;
 	char *ids = NULL, *url = NULL;
@@ -430,25 +479,9 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 	repair_copy(out->key, sizeof(out->key), key);
 	if (db_begin(db) != DB_OK)
 		return OG_UNAVAILABLE;
-	if ((rc = ledger_runs_by_key(db, key, client_name, &res)) != OG_OK)
+	if ((rc = run_by_key(db, client_name, key, out)) != OG_OK)
 		goto out;
-	if (res.n == 0) {
-		snprintf(out->why, sizeof(out->why), "no run has the key \"%s\"%s%s", key,
-		         client_name != NULL ? " for client " : "",
-		         client_name != NULL ? client_name : "");
-		rc = OG_NOT_FOUND;
-		goto out;
-	}
-	if (res.n > 1) {
-		snprintf(out->why, sizeof(out->why), "the key \"%s\" is used by several clients "
-		         "(%s, %s, …): name one with --client NAME", key,
-		         res.v[0].client_name ?: "?", res.v[1].client_name ?: "?");
-		rc = OG_AMBIGUOUS;
-		goto out;
-	}
-	snprintf(out->client, sizeof(out->client), "%lld", res.v[0].client_id);
-	repair_copy(out->client_name, sizeof(out->client_name), res.v[0].client_name);
-	client_id = res.v[0].client_id;
+	client_id = atoll(out->client);
 	if ((rc = ledger_lock(db, client_id, out->key, &run)) != OG_OK) {
 		if (rc == OG_NOT_FOUND)
 			rc = OG_ERROR;
@@ -497,23 +530,9 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		rc = OG_CHANGED;
 		goto out;
 	}
-	{
-		size_t n = 3, k;
-		json_t *v;
-
-		json_array_foreach(cancelled, k, v)
-			n += strlen(json_string_value(v)) + 1;
-		if ((ids = malloc(n)) == NULL) {
-			rc = OG_ERROR;
-			goto out;
-		}
-		strcpy(ids, "{");
-		json_array_foreach(cancelled, k, v) {
-			if (k > 0)
-				strcat(ids, ",");
-			strcat(ids, json_string_value(v)); /* uuids: nothing to quote */
-		}
-		strcat(ids, "}");
+	if ((ids = ids_literal(cancelled)) == NULL) {
+		rc = OG_ERROR;
+		goto out;
 	}
 	if ((rc = resolve_letters(db, ids, "rejected")) != OG_OK)
 		goto out;
@@ -530,7 +549,6 @@ out:
 	json_decref(revoked);
 	free(ids);
 	free(url);
-	ledger_key_clients_clear(&res);
 	ledger_locked_clear(&run);
 	return repair_finish(db, rc);
 }
@@ -588,6 +606,7 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 	PGresult *res = NULL;
 	enum og_rc rc;
 	json_t *details = NULL;
+	bool pending;
 
 	if ((rc = approval_begin(db, approval_id, out)) != OG_OK)
 		return rc;
@@ -601,9 +620,10 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 	repair_copy(out->client_name, sizeof(out->client_name), db_get(res, 0, "client_name"));
 	repair_copy(out->key, sizeof(out->key), db_get(res, 0, "idempotency_key"));
 	repair_copy(out->from, sizeof(out->from), db_get(res, 0, "state"));
-	if (strcmp(out->from, "pending") != 0 || db_get(res, 0, "expired")[0] == 't') {
+	pending = strcmp(out->from, gate_state_name(APPROVAL_PENDING)) == 0;
+	if (!pending || db_get(res, 0, "expired")[0] == 't') {
 		snprintf(out->why, sizeof(out->why), "the approval is %s: only a pending challenge "
-		         "is revoked", strcmp(out->from, "pending") == 0 ? "expired" : out->from);
+		         "is revoked", pending ? gate_state_name(APPROVAL_EXPIRED) : out->from);
 		rc = OG_WRONG_STATE;
 		goto out;
 	}
@@ -613,11 +633,12 @@ repair_approval_revoke(struct db *db, const char *approval_id, const struct repa
 			         "expired while this ran: look again");
 		goto out;
 	}
-	repair_copy(out->to, sizeof(out->to), "revoked");
+	repair_copy(out->to, sizeof(out->to), gate_state_name(APPROVAL_REVOKED));
 	if (out->count == 0 && (rc = end_revoked(db, who, out)) != OG_OK)
 		goto out;
-	details = json_pack("{s:s, s:s, s:i, s:s*, s:s*}", "state_from", "pending", "state_to",
-	                    "revoked", "still_pending", out->count, "run_to",
+	details = json_pack("{s:s, s:s, s:i, s:s*, s:s*}", "state_from",
+	                    gate_state_name(APPROVAL_PENDING), "state_to",
+	                    gate_state_name(APPROVAL_REVOKED), "still_pending", out->count, "run_to",
 	                    out->run_to[0] ? out->run_to : NULL, "callback_effect",
 	                    out->callback_id[0] ? out->callback_id : NULL);
 	rc = repair_record_action(db, who, "approval_revoke", out, details);
@@ -657,8 +678,8 @@ repair_approval_resend(struct db *db, const char *approval_id, const struct repa
 	repair_copy(out->type, sizeof(out->type), NOTIFY_EFFECT_TYPE);
 	repair_copy(out->target, sizeof(out->target),
 	            json_string_value(json_object_get(n.notify, "target")));
-	repair_copy(out->from, sizeof(out->from), "pending");
-	repair_copy(out->to, sizeof(out->to), "pending");
+	repair_copy(out->from, sizeof(out->from), outbox_state_name(EFFECT_PENDING));
+	repair_copy(out->to, sizeof(out->to), outbox_state_name(EFFECT_PENDING));
 	if ((rc = notify_enqueue(db, &n, NOTIFY_RESEND, out->effect_id)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s}", "notice_effect", out->effect_id, "target", out->target);

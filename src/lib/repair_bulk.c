@@ -9,6 +9,7 @@
 
 #include "jobs.h"
 #include "ledger.h"
+#include "outbox.h"
 #include "repair.h"
 #include "repair_int.h"
 
@@ -44,6 +45,7 @@ repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 		int run = seen->run_state;
 		const char *replayed_as = seen->replayed_as;
 		bool callback;
+		int state;
 
 		it->ok = false;
 		if (eid == NULL) {
@@ -59,14 +61,15 @@ repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 		repair_copy(it->type, sizeof(it->type), seen->effect_type);
 		repair_copy(it->state, sizeof(it->state), seen->state);
 		callback = strcmp(it->type, "decision.callback") == 0;
+		state = outbox_state_parse(it->state);
 		/* the order of repair_resume's checks, so the verdicts agree */
-		if (strcmp(it->state, "failed") != 0)
+		if (state != EFFECT_FAILED)
 			snprintf(it->why, sizeof(it->why), "not known undelivered: the effect is %s%s",
 			         it->state,
-			         strcmp(it->state, "unknown") == 0 ? " (reconcile first)"
-			         : strcmp(it->state, "completed") == 0 ? " (it was delivered)"
-			         : strcmp(it->state, "cancelled") == 0 ? " (it was rejected)"
-			                                                : " (nothing to resume)");
+			         state == EFFECT_UNKNOWN     ? " (reconcile first)"
+			         : state == EFFECT_COMPLETED ? " (it was delivered)"
+			         : state == EFFECT_CANCELLED ? " (it was rejected)"
+			                                     : " (nothing to resume)");
 		else if (replayed_as != NULL)
 			snprintf(it->why, sizeof(it->why), "the run was replayed as \"%.200s\": never "
 			         "resumed", replayed_as);
