@@ -123,11 +123,10 @@ params_known(struct api_call *c, const char *query)
 
 /* The query string read and checked into p; false when it is refused. */
 static bool
-params_read(struct api_call *c, const char *const *states, struct list_params *p)
+params_read(struct api_call *c, bool (*is_state)(const char *name), struct list_params *p)
 {
 	const char *query = strchr(c->req->uri, '?');
 	char limit[16];
-	size_t i;
 	int r;
 
 	memset(p, 0, sizeof(*p));
@@ -139,9 +138,7 @@ params_read(struct api_call *c, const char *const *states, struct list_params *p
 	if ((r = param(c, query, "state", p->state, sizeof(p->state))) < 0)
 		return false;
 	if (r > 0) {
-		for (i = 0; states[i] != NULL && strcmp(states[i], p->state) != 0; i++)
-			;
-		if (states[i] == NULL) {
+		if (!is_state(p->state)) {
 			api_reject(c, "invalid_field", "state is not one of this list's states", "state");
 			return false;
 		}
@@ -228,41 +225,62 @@ answer(struct api_call *c, const char *member, json_t *rows, const char *id_memb
 	http_json(c->resp, 200, doc);
 }
 
-void
-api_runs_list(struct api_call *c)
+/* A list of the API: which states its filter takes (the owner's names),
+ * the owner's page read, and how its answer names the rows. */
+struct list_kind {
+	bool (*is_state)(const char *name);
+	enum og_rc (*read)(struct db *db, const struct og_list_query *q, json_t **out);
+	const char *member, *id_member;
+};
+
+static bool
+run_state_is(const char *name)
 {
-	static const char *const states[] = { "processing", "awaiting_human", "approved",
-		                              "completed", "failed_retryable",
-		                              "failed_terminal", "rejected", NULL };
+	return ledger_state_parse(name) >= 0;
+}
+
+static bool
+approval_state_is(const char *name)
+{
+	int s;
+
+	for (s = APPROVAL_PENDING; s <= APPROVAL_EXPIRED; s++)
+		if (strcmp(gate_state_name((enum approval_state)s), name) == 0)
+			return true;
+	return false;
+}
+
+static void
+list_page(struct api_call *c, const struct list_kind *k)
+{
 	struct list_params p;
 	json_t *rows = NULL;
 	enum og_rc rc;
 
-	if (!params_read(c, states, &p))
+	if (!params_read(c, k->is_state, &p))
 		return;
-	if ((rc = ledger_list(c->ctx->db, &p.q, &rows)) != OG_OK) {
+	if ((rc = k->read(c->ctx->db, &p.q, &rows)) != OG_OK) {
 		api_fail(c, rc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR);
 		return;
 	}
-	answer(c, "runs", rows, "key", p.q.limit);
+	answer(c, k->member, rows, k->id_member, p.q.limit);
+}
+
+void
+api_runs_list(struct api_call *c)
+{
+	static const struct list_kind runs = { run_state_is, ledger_list, "runs", "key" };
+
+	list_page(c, &runs);
 }
 
 void
 api_approvals_list(struct api_call *c)
 {
-	static const char *const states[] = { "pending", "decided", "voided", "revoked",
-		                              "expired", NULL };
-	struct list_params p;
-	json_t *rows = NULL;
-	enum og_rc rc;
+	static const struct list_kind approvals = { approval_state_is, gate_list_page,
+		                                    "approvals", "approval_id" };
 
-	if (!params_read(c, states, &p))
-		return;
-	if ((rc = gate_list_page(c->ctx->db, &p.q, &rows)) != OG_OK) {
-		api_fail(c, rc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR);
-		return;
-	}
-	answer(c, "approvals", rows, "approval_id", p.q.limit);
+	list_page(c, &approvals);
 }
 
 /* One contract as the list shows it: {name, description?, gate_mode,

@@ -267,18 +267,19 @@ static const char *
 outcome_status(const char *state, const char *error_class, const char *effect_state,
                bool *is_error)
 {
+	int run = ledger_state_parse(state);
+
 	*is_error = false;
 	if (state == NULL)
 		return "unknown";
-	if (strcmp(state, "processing") == 0)
+	if (run == RUN_PROCESSING)
 		return "in_progress";
-	if (strcmp(state, "awaiting_human") == 0)
+	if (run == RUN_AWAITING_HUMAN)
 		return "awaiting_approval";
-	if (strcmp(state, "completed") == 0 ||
-	    (strcmp(state, "approved") == 0 && effect_state != NULL &&
-	     strcmp(effect_state, "completed") == 0))
+	if (run == RUN_COMPLETED ||
+	    (run == RUN_APPROVED && outbox_state_parse(effect_state) == EFFECT_COMPLETED))
 		return "completed";
-	if (strcmp(state, "approved") == 0)
+	if (run == RUN_APPROVED)
 		return "queued";
 	*is_error = true;
 	if (error_class == NULL)
@@ -544,7 +545,8 @@ call_claim_decide(struct api_call *c, json_t *id, struct api_output_in *in,
 		mcp_fail(c, 503, id, MCP_SERVER_ERROR,
 		         "the database is unavailable; nothing was changed, retry later");
 	} else {
-		struct log_fields f = { .state_to = "processing", .trigger = "mcp" };
+		struct log_fields f = { .state_to = ledger_state_name(RUN_PROCESSING),
+			                .trigger = "mcp" };
 
 		f.version = run.version;
 		api_log(c, LOG_LEVEL_INFO, "run.claimed", &f);

@@ -541,7 +541,7 @@ api_runs_cancel(struct api_call *c)
 	http_json(c->resp, 200,
 	          json_pack("{s:s, s:I, s:O}", "state", ledger_state_name(run.state), "version",
 	                    (json_int_t)run.version, "cancelled_effects", ids));
-	f.state_from = "approved";
+	f.state_from = ledger_state_name(RUN_APPROVED);
 	f.state_to = ledger_state_name(run.state);
 	f.version = run.version;
 	f.error_class = "cancelled";

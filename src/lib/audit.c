@@ -12,6 +12,7 @@
 #define _GNU_SOURCE /* asprintf */
 #endif
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,19 +28,9 @@
 #include "outbox.h"
 
 static void
-put(json_t *o, const char *name, const PGresult *res, int row, const char *col)
+str(json_t *o, const char *name, const char *v)
 {
-	const char *v = db_get(res, row, col);
-
 	json_object_set_new(o, name, v != NULL ? json_string(v) : json_null());
-}
-
-static bool
-truth(const PGresult *res, int row, const char *col)
-{
-	const char *v = db_get(res, row, col);
-
-	return v != NULL && v[0] == 't';
 }
 
 static json_t *
@@ -72,16 +63,16 @@ effect_is_notice(const json_t *e)
 /* "Did we send?" when none of the run's own effects was enqueued: what the
  * run is waiting for, or why nothing will go out. */
 static json_t *
-answer_nothing_enqueued(const PGresult *run)
+answer_nothing_enqueued(const struct ledger_explain *run)
 {
-	const char *state = db_get(run, 0, "state"), *decision = db_get(run, 0, "decision");
+	const char *decision = run->decision;
 
 	if (decision != NULL && strcmp(decision, "reject") == 0)
 		return sentence("no", "no: the run was rejected, nothing was enqueued");
 	if (decision != NULL && strcmp(decision, "expired") == 0)
 		return sentence("no", "no: nobody decided before the approval ended, nothing was "
 		                "enqueued");
-	switch (ledger_state_parse(state)) {
+	switch (run->state) {
 	case RUN_AWAITING_HUMAN:
 		return sentence("not_yet", "not yet: the run waits for a person's decision; nothing "
 		                "is enqueued until it is approved");
@@ -89,7 +80,8 @@ answer_nothing_enqueued(const PGresult *run)
 		return sentence("not_yet", "not yet: the workflow holds the run (processing); "
 		                "nothing is enqueued");
 	default:
-		return sentence("no", "no: nothing was enqueued (run %s)", state);
+		return sentence("no", "no: nothing was enqueued (run %s)",
+		                ledger_state_name(run->state));
 	}
 }
 
@@ -97,22 +89,23 @@ answer_nothing_enqueued(const PGresult *run)
  * enough for the answer, completed beats unknown beats queued beats failed
  * beats cancelled. */
 static json_t *
-answer_sent(const PGresult *run, const json_t *effects)
+answer_sent(const struct ledger_explain *run, const json_t *effects)
 {
-	static const char *const order[] = { "cancelled", "failed", "pending", "sending",
-		                             "unknown", "completed" };
+	static const enum effect_state order[] = { EFFECT_CANCELLED, EFFECT_FAILED,
+		                                   EFFECT_PENDING, EFFECT_SENDING,
+		                                   EFFECT_UNKNOWN, EFFECT_COMPLETED };
 	size_t i;
 	json_t *e, *best = NULL;
 	int rank = -1;
 
 	json_array_foreach(effects, i, e) {
-		const char *s = json_string_value(json_object_get(e, "state"));
+		int s = outbox_state_parse(json_string_value(json_object_get(e, "state")));
 		int k;
 
 		if (effect_is_notice(e))
 			continue;
 		for (k = 0; k < 6; k++)
-			if (s != NULL && strcmp(s, order[k]) == 0 && k > rank) {
+			if (s == (int)order[k] && k > rank) {
 				rank = k;
 				best = e;
 			}
@@ -153,14 +146,15 @@ answer_told(const json_t *effects)
 	json_t *e;
 
 	json_array_foreach(effects, i, e) {
-		const char *s = json_string_value(json_object_get(e, "state"));
+		const char *name = json_string_value(json_object_get(e, "state"));
+		int s = outbox_state_parse(name);
 
-		if (!effect_is_notice(e) || s == NULL)
+		if (!effect_is_notice(e) || name == NULL)
 			continue;
 		n++;
-		if (strcmp(s, "completed") == 0)
+		if (s == EFFECT_COMPLETED)
 			done++;
-		else if (strcmp(s, "pending") == 0 || strcmp(s, "sending") == 0)
+		else if (s == EFFECT_PENDING || s == EFFECT_SENDING)
 			queued++;
 	}
 	if (n == 0)
@@ -173,18 +167,18 @@ answer_told(const json_t *effects)
 /* Who corrected the draft before approving: the member names, never
  * their text. */
 static json_t *
-answer_edited(const PGresult *run)
+answer_edited(const struct ledger_explain *run)
 {
 	json_t *a;
 
-	if (db_get(run, 0, "edited_by") == NULL)
+	if (run->edited_by == NULL)
 		return sentence("no", "no: it went as the model wrote it");
-	a = sentence("yes", "yes: %s corrected %s at %s before approving", db_get(run, 0, "edited_by"),
-	             db_get(run, 0, "edited_fields") ?: "?", db_get(run, 0, "edited_at") ?: "?");
-	put(a, "by", run, 0, "edited_by");
-	put(a, "at", run, 0, "edited_at");
-	put(a, "fields", run, 0, "edited_fields");
-	put(a, "output_hash", run, 0, "edited_output_hash");
+	a = sentence("yes", "yes: %s corrected %s at %s before approving", run->edited_by,
+	             run->edited_fields ?: "?", run->edited_at ?: "?");
+	str(a, "by", run->edited_by);
+	str(a, "at", run->edited_at);
+	str(a, "fields", run->edited_fields);
+	str(a, "output_hash", run->edited_output_hash);
 	return a;
 }
 
@@ -232,16 +226,16 @@ answer_votes(json_t *a, json_t *votes, int needed)
 }
 
 static json_t *
-answer_approved(const PGresult *run, const json_t *approvals)
+answer_approved(const struct ledger_explain *run, const json_t *approvals)
 {
-	const char *d = db_get(run, 0, "decision"), *by = db_get(run, 0, "decided_by");
-	const char *at = db_get(run, 0, "decided_at"), *state = db_get(run, 0, "state");
+	const char *d = run->decision, *by = run->decided_by, *at = run->decided_at;
 
 	if (d == NULL) {
-		if (ledger_state_parse(state) == RUN_AWAITING_HUMAN)
+		if (run->state == RUN_AWAITING_HUMAN)
 			return sentence("pending", "nobody yet: %zu challenge(s) wait for a decision",
 			                json_array_size(approvals));
-		return sentence("none", "nobody: no decision was taken (run %s)", state);
+		return sentence("none", "nobody: no decision was taken (run %s)",
+		                ledger_state_name(run->state));
 	}
 	if (strcmp(d, "approve") == 0)
 		return sentence("human", "%s approved it at %s", by ? by : "?", at ? at : "?");
@@ -251,8 +245,8 @@ answer_approved(const PGresult *run, const json_t *approvals)
 	if (strcmp(d, "reject") == 0)
 		return sentence("rejected", "nobody: %s rejected it at %s", by ? by : "?",
 		                at ? at : "?");
-	if (strcmp(d, "expired") == 0 && db_get(run, 0, "error_class") != NULL &&
-	    strcmp(db_get(run, 0, "error_class"), "approval_revoked") == 0)
+	if (strcmp(d, "expired") == 0 && run->error_class != NULL &&
+	    strcmp(run->error_class, "approval_revoked") == 0)
 		return sentence(d, "nobody: every approval link was revoked before anyone decided");
 	return sentence(d, "nobody: the approval %s", d);
 }
@@ -260,9 +254,9 @@ answer_approved(const PGresult *run, const json_t *approvals)
 /* The gate's sample draw (approve_by_exception), when the run has one:
  * the draw, the rate it met, and the verdict, added to the answer. */
 static json_t *
-answer_sample(const PGresult *run, json_t *a)
+answer_sample(const struct ledger_explain *run, json_t *a)
 {
-	const char *d = db_get(run, 0, "sample_draw"), *r = db_get(run, 0, "sample_rate");
+	const char *d = run->sample_draw, *r = run->sample_rate;
 	const char *text = json_string_value(json_object_get(a, "text"));
 	double draw, rate;
 	char *t = NULL;
@@ -285,9 +279,9 @@ answer_sample(const PGresult *run, json_t *a)
 }
 
 static json_t *
-answer_model(const PGresult *run)
+answer_model(const struct ledger_explain *run)
 {
-	const char *m = db_get(run, 0, "model");
+	const char *m = run->model;
 	json_t *model = m != NULL ? json_loads(m, 0, NULL) : NULL, *a;
 
 	if (model == NULL)
@@ -297,187 +291,216 @@ answer_model(const PGresult *run)
 		             json_string_value(json_object_get(model, "provider")) ?: "?",
 		             json_string_value(json_object_get(model, "name")) ?: "?",
 		             json_string_value(json_object_get(model, "revision")) ?: "?",
-		             db_get(run, 0, "contract") ?: "?", db_get(run, 0, "contract_hash") ?: "?",
-		             db_get(run, 0, "workflow_version") ?: "?");
+		             run->contract ?: "?", run->contract_hash ?: "?",
+		             run->workflow_version ?: "?");
 	json_object_set_new(a, "model", model != NULL ? model : json_null());
-	put(a, "contract", run, 0, "contract");
-	put(a, "contract_hash", run, 0, "contract_hash");
-	put(a, "output_hash", run, 0, "output_hash");
-	put(a, "workflow_version", run, 0, "workflow_version");
-	json_object_set_new(a, "output_kept", json_boolean(truth(run, 0, "output_kept")));
+	str(a, "contract", run->contract);
+	str(a, "contract_hash", run->contract_hash);
+	str(a, "output_hash", run->output_hash);
+	str(a, "workflow_version", run->workflow_version);
+	json_object_set_new(a, "output_kept", json_boolean(run->output_kept));
 	return a;
 }
 
-/* Rows of res as an array of objects, one row each by fill. */
+/* A member of an answer's row: the string at off in the owner's struct. */
+struct member {
+	const char *name;
+	size_t off;
+};
+
+/* n structs of size bytes at v as an array of objects of the members m. */
 static json_t *
-rows_array(const PGresult *res, void (*fill)(json_t *o, const PGresult *res, int i))
+array_of(const void *v, int n, size_t size, const struct member *m, size_t nm)
 {
 	json_t *a = json_array();
 	int i;
+	size_t k;
 
-	for (i = 0; i < PQntuples(res); i++) {
+	for (i = 0; i < n; i++) {
+		const char *row = (const char *)v + (size_t)i * size;
 		json_t *o = json_object();
 
-		fill(o, res, i);
+		for (k = 0; k < nm; k++)
+			str(o, m[k].name, *(char *const *)(const void *)(row + m[k].off));
 		json_array_append_new(a, o);
 	}
 	return a;
 }
 
-static void
-effect_row(json_t *e, const PGresult *res, int i)
+#define LINK(name, f) { name, offsetof(struct jobs_replay_link, f) }
+static const struct member link_members[] = {
+	LINK("direction", dir), LINK("key", other), LINK("at", at), LINK("operator", operator),
+	LINK("reason", reason), LINK("payload_source", payload_source),
+	LINK("start_state", start_state), LINK("job_id", job_id),
+};
+#undef LINK
+
+#define EFFECT(name, f) { name, offsetof(struct outbox_audit_effect, f) }
+static const struct member effect_members[] = {
+	EFFECT("effect_id", id), EFFECT("type", effect_type), EFFECT("target", target),
+	EFFECT("state", state), EFFECT("provider_id", provider_id),
+	EFFECT("provider_key", provider_key), EFFECT("completed_at", completed_at),
+	EFFECT("approval_id", approval_id), EFFECT("payload_hash", payload_hash),
+	EFFECT("dead_letter", dead_letter),
+};
+#undef EFFECT
+
+/* The run's effects and notices, with their sends and whether the payload
+ * is kept. */
+static json_t *
+effects_array(const struct outbox_audit_effects *effects)
 {
-	put(e, "effect_id", res, i, "id");
-	put(e, "type", res, i, "effect_type");
-	put(e, "target", res, i, "target");
-	put(e, "state", res, i, "state");
-	put(e, "provider_id", res, i, "provider_id");
-	put(e, "provider_key", res, i, "provider_key");
-	put(e, "completed_at", res, i, "completed_at");
-	put(e, "approval_id", res, i, "approval_id");
-	put(e, "payload_hash", res, i, "payload_hash");
-	put(e, "dead_letter", res, i, "dead_letter");
-	json_object_set_new(e, "sends", json_integer(db_get_ll(res, i, "sends")));
-	json_object_set_new(e, "payload_kept", json_boolean(truth(res, i, "payload_kept")));
+	json_t *a = array_of(effects->v, effects->n, sizeof(*effects->v), effect_members,
+	                     sizeof(effect_members) / sizeof(effect_members[0]));
+	int i;
+
+	for (i = 0; i < effects->n; i++) {
+		json_t *e = json_array_get(a, (size_t)i);
+
+		json_object_set_new(e, "sends", json_integer(effects->v[i].sends));
+		json_object_set_new(e, "payload_kept", json_boolean(effects->v[i].payload_kept));
+	}
+	return a;
 }
 
-static void
-link_row(json_t *l, const PGresult *res, int i)
-{
-	put(l, "direction", res, i, "dir");
-	put(l, "key", res, i, "other");
-	put(l, "at", res, i, "at");
-	put(l, "operator", res, i, "operator");
-	put(l, "reason", res, i, "reason");
-	put(l, "payload_source", res, i, "payload_source");
-	put(l, "start_state", res, i, "start_state");
-	put(l, "job_id", res, i, "job_id");
-}
-
-static void
-event_row(json_t *t, const PGresult *res, int i)
-{
-	put(t, "ts", res, i, "ts");
-	put(t, "source", res, i, "source");
-	put(t, "event", res, i, "event");
-	put(t, "detail", res, i, "detail");
-	put(t, "actor", res, i, "actor");
-}
+#define EVENT(f) { #f, offsetof(struct ledger_event, f) }
+static const struct member event_members[] = {
+	EVENT(ts), EVENT(source), EVENT(event), EVENT(detail), EVENT(actor),
+};
+#undef EVENT
 
 /* "processed": was the run claimed, and where is it now? */
 static json_t *
-answer_processed(const PGresult *run)
+answer_processed(const struct ledger_explain *run)
 {
+	const char *state = ledger_state_name(run->state);
 	json_t *processed;
 
-	processed = sentence("yes", "yes: claimed %s time(s) since %s; now %s%s%s",
-	                     db_get(run, 0, "claims"), db_get(run, 0, "created_at"),
-	                     db_get(run, 0, "state"), db_get(run, 0, "error_class") ? " / " : "",
-	                     db_get(run, 0, "error_class") ?: "");
-	put(processed, "state", run, 0, "state");
-	put(processed, "created_at", run, 0, "created_at");
-	put(processed, "updated_at", run, 0, "updated_at");
-	put(processed, "payload_hash", run, 0, "payload_hash");
-	put(processed, "correlation_id", run, 0, "correlation_id");
-	put(processed, "trigger", run, 0, "trigger");
-	put(processed, "reason", run, 0, "reason");
-	json_object_set_new(processed, "attempt", json_integer(db_get_ll(run, 0, "attempt")));
-	json_object_set_new(processed, "payload_kept", json_boolean(truth(run, 0, "payload_kept")));
+	processed = sentence("yes", "yes: claimed %lld time(s) since %s; now %s%s%s",
+	                     run->claims, run->created_at, state, run->error_class ? " / " : "",
+	                     run->error_class ?: "");
+	str(processed, "state", state);
+	str(processed, "created_at", run->created_at);
+	str(processed, "updated_at", run->updated_at);
+	str(processed, "payload_hash", run->payload_hash);
+	str(processed, "correlation_id", run->correlation_id);
+	str(processed, "trigger", run->trigger);
+	str(processed, "reason", run->reason);
+	json_object_set_new(processed, "attempt", json_integer(run->attempt));
+	json_object_set_new(processed, "payload_kept", json_boolean(run->payload_kept));
 	return processed;
+}
+
+/* What explain reads after the run: its effects and notices, challenges,
+ * votes, replay links and timeline. */
+struct explain_parts {
+	json_t *effects, *approvals, *votes, *links, *timeline;
+	int needed;
+};
+
+static void
+explain_parts_clear(struct explain_parts *p)
+{
+	json_decref(p->effects);
+	json_decref(p->approvals);
+	json_decref(p->votes);
+	json_decref(p->links);
+	json_decref(p->timeline);
+	memset(p, 0, sizeof(*p));
+}
+
+static enum og_rc
+explain_read(struct db *db, long long client_id, const char *key, struct explain_parts *p)
+{
+	struct outbox_audit_effects effects = { 0 };
+	struct jobs_replay_links links = { 0 };
+	struct ledger_events events = { 0 };
+	enum og_rc rc;
+
+	p->needed = 1;
+	if ((rc = outbox_audit(db, client_id, key, &effects)) != OG_OK)
+		return rc;
+	p->effects = effects_array(&effects);
+	outbox_audit_effects_clear(&effects);
+	if ((rc = gate_list(db, client_id, key, &p->approvals)) != OG_OK)
+		return OG_ERROR;
+	if ((rc = gate_votes(db, client_id, key, &p->votes, &p->needed)) != OG_OK)
+		return rc;
+	if ((rc = jobs_links(db, client_id, key, &links)) != OG_OK)
+		return rc;
+	p->links = array_of(links.v, links.n, sizeof(*links.v), link_members,
+	                    sizeof(link_members) / sizeof(link_members[0]));
+	jobs_replay_links_clear(&links);
+	if ((rc = ledger_history(db, client_id, key, &events)) != OG_OK)
+		return rc;
+	p->timeline = array_of(events.v, events.n, sizeof(*events.v), event_members,
+	                       sizeof(event_members) / sizeof(event_members[0]));
+	ledger_events_clear(&events);
+	return OG_OK;
+}
+
+/* The answers, from the run and the parts (taken). */
+static json_t *
+explain_doc(const char *key, const struct ledger_explain *run, struct explain_parts *p)
+{
+	json_t *doc = json_object(), *own = json_array(), *notices = json_array(), *e;
+	size_t k;
+
+	json_object_set_new(doc, "key", json_string(key));
+	str(doc, "client", run->client);
+	json_object_set_new(doc, "processed", answer_processed(run));
+	json_object_set_new(doc, "sent", answer_sent(run, p->effects));
+	json_object_set_new(doc, "told", answer_told(p->effects));
+	json_object_set_new(doc, "approved",
+	                    answer_votes(answer_sample(run, answer_approved(run, p->approvals)),
+	                                 p->votes, p->needed));
+	p->votes = NULL;
+	json_object_set_new(doc, "edited", answer_edited(run));
+	json_object_set_new(doc, "model", answer_model(run));
+	json_array_foreach(p->effects, k, e)
+		json_array_append(effect_is_notice(e) ? notices : own, e);
+	json_object_set_new(doc, "effects", own);
+	json_object_set_new(doc, "notices", notices);
+	json_object_set_new(doc, "approvals", p->approvals);
+	json_object_set_new(doc, "replays", p->links);
+	json_object_set_new(doc, "timeline", p->timeline);
+	p->approvals = p->links = p->timeline = NULL;
+	return doc;
 }
 
 enum og_rc
 audit_explain(struct db *db, const char *client, const char *key, json_t **out, char *msg,
               size_t msglen)
 {
-	PGresult *run = NULL, *res = NULL;
-	long long client_id;
-	json_t *doc = NULL, *effects = NULL, *approvals = NULL, *links = NULL, *timeline = NULL;
-	json_t *processed, *votes = NULL;
-	int needed = 1;
-	enum og_rc arc = OG_ERROR, rc;
+	struct ledger_explain run;
+	struct explain_parts parts = { 0 };
+	enum og_rc rc;
+	int found;
 
 	*out = NULL;
-	if ((rc = ledger_audit(db, key, client, &run)) != OG_OK) {
+	if ((rc = ledger_audit(db, key, client, &run, &found)) != OG_OK) {
 		/* the caller prints msg: never leave it unset */
 		snprintf(msg, msglen, "%s", db_error(db));
 		return rc;
 	}
-	if (PQntuples(run) != 1) {
-		arc = PQntuples(run) == 0 ? OG_NOT_FOUND : OG_AMBIGUOUS;
-		snprintf(msg, msglen, arc == OG_NOT_FOUND
+	if (found != 1) {
+		snprintf(msg, msglen, found == 0
 		                          ? "no: no run has the key \"%s\"%s (never claimed, or "
 		                            "another client's)"
 		                          : "the key \"%s\" exists for several API clients%s; name "
 		                            "one with --client",
 		         key, client ? " for that client" : "");
-		PQclear(run);
-		return arc;
+		return found == 0 ? OG_NOT_FOUND : OG_AMBIGUOUS;
 	}
-	client_id = db_get_ll(run, 0, "client_id");
-
-	if ((rc = outbox_audit(db, client_id, key, &res)) != OG_OK)
-		goto fail;
-	effects = rows_array(res, effect_row);
-	PQclear(res);
-	res = NULL;
-	if (gate_list(db, client_id, key, &approvals) != OG_OK ||
-	    (rc = gate_votes(db, client_id, key, &votes, &needed)) != OG_OK)
-		goto fail;
-	if ((rc = jobs_links(db, client_id, key, &res)) != OG_OK)
-		goto fail;
-	links = rows_array(res, link_row);
-	PQclear(res);
-	res = NULL;
-	if ((rc = ledger_history(db, client_id, key, &res)) != OG_OK)
-		goto fail;
-	timeline = rows_array(res, event_row);
-	PQclear(res);
-	res = NULL;
-
-	processed = answer_processed(run);
-
-	doc = json_object();
-	json_object_set_new(doc, "key", json_string(key));
-	put(doc, "client", run, 0, "client");
-	json_object_set_new(doc, "processed", processed);
-	json_object_set_new(doc, "sent", answer_sent(run, effects));
-	json_object_set_new(doc, "told", answer_told(effects));
-	json_object_set_new(doc, "approved",
-	                    answer_votes(answer_sample(run, answer_approved(run, approvals)), votes,
-	                                 needed));
-	votes = NULL;
-	json_object_set_new(doc, "edited", answer_edited(run));
-	json_object_set_new(doc, "model", answer_model(run));
-	{
-		json_t *own = json_array(), *notices = json_array(), *e;
-		size_t k;
-
-		json_array_foreach(effects, k, e)
-			json_array_append(effect_is_notice(e) ? notices : own, e);
-		json_object_set_new(doc, "effects", own);
-		json_object_set_new(doc, "notices", notices);
-		json_decref(effects);
+	if ((rc = explain_read(db, run.client_id, key, &parts)) == OG_OK) {
+		*out = explain_doc(key, &run, &parts);
+	} else {
+		rc = rc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
+		snprintf(msg, msglen, "%s", db_error(db));
 	}
-	json_object_set_new(doc, "approvals", approvals);
-	json_object_set_new(doc, "replays", links);
-	json_object_set_new(doc, "timeline", timeline);
-	effects = approvals = links = timeline = NULL;
-	*out = doc;
-	arc = OG_OK;
-	goto out;
-fail:
-	arc = rc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
-	snprintf(msg, msglen, "%s", db_error(db));
-out:
-	json_decref(effects);
-	json_decref(approvals);
-	json_decref(votes);
-	json_decref(links);
-	json_decref(timeline);
-	PQclear(res);
-	PQclear(run);
-	return arc;
+	explain_parts_clear(&parts);
+	ledger_explain_clear(&run);
+	return rc;
 }
 
 enum og_rc

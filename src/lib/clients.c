@@ -290,15 +290,12 @@ clients_may_decide(struct db *db, long long client_id, const char *contract,
 {
 	char idtext[24];
 	const char *params[3] = { idtext, contract, approver };
-	PGresult *res;
+	long long n = 0;
 	enum db_rc rc;
-	int n;
 
 	snprintf(idtext, sizeof(idtext), "%lld", client_id);
-	if ((rc = db_exec(db, &st_may_decide, params, &res)) != DB_OK)
+	if ((rc = db_exec_count(db, &st_may_decide, params, &n)) != DB_OK)
 		return og_rc_of(rc);
-	n = PQntuples(res);
-	PQclear(res);
 	return n > 0 ? OG_OK : OG_DENIED;
 }
 

@@ -648,6 +648,86 @@ db_get_ll(const PGresult *res, int row, const char *col)
 }
 
 enum og_rc
+db_row_get(const PGresult *res, int row, const struct db_col *cols, size_t ncols, void *out)
+{
+	size_t i;
+
+	for (i = 0; i < ncols; i++) {
+		const char *v = db_get(res, row, cols[i].name);
+		char *at = (char *)out + cols[i].off;
+
+		if (cols[i].type == DB_COL_INT)
+			*(long long *)(void *)at = v != NULL ? strtoll(v, NULL, 10) : 0;
+		else if (cols[i].type == DB_COL_BOOL)
+			*(bool *)(void *)at = v != NULL && v[0] == 't';
+		else if ((*(char **)(void *)at = v != NULL ? strdup(v) : NULL) == NULL && v != NULL)
+			goto oom;
+	}
+	return OG_OK;
+oom:
+	while (i-- > 0)
+		if (cols[i].type == DB_COL_TEXT) {
+			free(*(char **)(void *)((char *)out + cols[i].off));
+			*(char **)(void *)((char *)out + cols[i].off) = NULL;
+		}
+	return OG_ERROR;
+}
+
+void
+db_row_clear(const struct db_col *cols, size_t ncols, void *out, size_t size)
+{
+	size_t i;
+
+	for (i = 0; i < ncols; i++)
+		if (cols[i].type == DB_COL_TEXT)
+			free(*(char **)(void *)((char *)out + cols[i].off));
+	memset(out, 0, size);
+}
+
+enum og_rc
+db_rows_get(const PGresult *res, const struct db_col *cols, size_t ncols, size_t size,
+            void **arr, int *count)
+{
+	int n = PQntuples(res), i;
+	char *a = calloc(n > 0 ? (size_t)n : 1, size);
+
+	*arr = NULL;
+	*count = 0;
+	if (a == NULL)
+		return OG_ERROR;
+	for (i = 0; i < n; i++)
+		if (db_row_get(res, i, cols, ncols, a + (size_t)i * size) != OG_OK) {
+			db_rows_clear(cols, ncols, size, a, i);
+			return OG_ERROR;
+		}
+	*arr = a;
+	*count = n;
+	return OG_OK;
+}
+
+void
+db_rows_clear(const struct db_col *cols, size_t ncols, size_t size, void *arr, int count)
+{
+	int i;
+
+	for (i = 0; arr != NULL && i < count; i++)
+		db_row_clear(cols, ncols, (char *)arr + (size_t)i * size, size);
+	free(arr);
+}
+
+enum og_rc
+db_rows_take(enum og_rc rc, PGresult *res, const struct db_col *cols, size_t ncols,
+             size_t size, void **arr, int *count)
+{
+	*arr = NULL;
+	*count = 0;
+	if (rc == OG_OK)
+		rc = db_rows_get(res, cols, ncols, size, arr, count);
+	PQclear(res);
+	return rc;
+}
+
+enum og_rc
 og_rc_of(enum db_rc rc)
 {
 	return rc == DB_OK ? OG_OK : rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;

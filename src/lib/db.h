@@ -10,6 +10,7 @@
 #define OG_DB_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <libpq-fe.h>
 
 #include <jansson.h>
@@ -102,6 +103,36 @@ PGconn *db_conn(struct db *db);
 /* Field access helpers: NULL for SQL NULL. */
 const char *db_get(const PGresult *res, int row, const char *col);
 long long db_get_ll(const PGresult *res, int row, const char *col);
+
+/* Rows as typed structs: an owner names, in a table, the column behind
+ * each field of its struct; a use case then reads the struct, never the
+ * rows. A text column becomes a new string (NULL for SQL NULL) in a
+ * char *, an integer a long long (0 for NULL), a boolean a bool. */
+enum db_col_type { DB_COL_TEXT, DB_COL_INT, DB_COL_BOOL };
+struct db_col {
+	const char *name;
+	size_t off;
+	enum db_col_type type;
+};
+#define DB_TEXT(type, field) { #field, offsetof(type, field), DB_COL_TEXT }
+#define DB_INT(type, field)  { #field, offsetof(type, field), DB_COL_INT }
+#define DB_BOOL(type, field) { #field, offsetof(type, field), DB_COL_BOOL }
+#define DB_NCOLS(cols) (sizeof(cols) / sizeof((cols)[0]))
+/* Row row of res into the struct at out. OG_ERROR: out of memory
+ * (nothing is kept). */
+enum og_rc db_row_get(const PGresult *res, int row, const struct db_col *cols, size_t ncols,
+                      void *out) __attribute__((warn_unused_result));
+/* Frees the strings db_row_get copied into out and zeroes the struct of
+ * size bytes. */
+void db_row_clear(const struct db_col *cols, size_t ncols, void *out, size_t size);
+/* Every row of res as a new array of *count structs of size bytes. */
+enum og_rc db_rows_get(const PGresult *res, const struct db_col *cols, size_t ncols,
+                       size_t size, void **arr, int *count) __attribute__((warn_unused_result));
+void db_rows_clear(const struct db_col *cols, size_t ncols, size_t size, void *arr, int count);
+/* An owner's read of rows as structs: when rc is OG_OK, res's rows by
+ * db_rows_get; res is cleared either way. */
+enum og_rc db_rows_take(enum og_rc rc, PGresult *res, const struct db_col *cols, size_t ncols,
+                        size_t size, void **arr, int *count) __attribute__((warn_unused_result));
 
 /* The one translation of the database layer's result: DB_OK → OG_OK,
  * DB_UNAVAILABLE → OG_UNAVAILABLE, anything else → OG_ERROR (a caller for

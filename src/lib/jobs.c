@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "jobs.h"
+#include "ledger.h"
 #include "outbox.h"
 
 /*
@@ -214,10 +215,30 @@ jobs_replayed_as(struct db *db, long long client_id, const char *key, char *out,
 	return rc;
 }
 
+#define LK(f) DB_TEXT(struct jobs_replay_link, f)
+static const struct db_col link_cols[] = {
+	LK(original_key), LK(replay_key), LK(dir), LK(other), LK(at), LK(operator), LK(reason),
+	LK(payload_source), LK(start_state), LK(job_id),
+};
+#undef LK
+
 enum og_rc
-jobs_links(struct db *db, long long client_id, const char *key, PGresult **rows)
+jobs_links(struct db *db, long long client_id, const char *key, struct jobs_replay_links *out)
 {
-	return og_exec_key(db, &st_links, client_id, key, rows);
+	PGresult *res = NULL;
+	enum og_rc rc = og_exec_key(db, &st_links, client_id, key, &res);
+	void *v;
+
+	rc = db_rows_take(rc, res, link_cols, DB_NCOLS(link_cols), sizeof(*out->v), &v, &out->n);
+	out->v = v;
+	return rc;
+}
+
+void
+jobs_replay_links_clear(struct jobs_replay_links *l)
+{
+	db_rows_clear(link_cols, DB_NCOLS(link_cols), sizeof(*l->v), l->v, l->n);
+	memset(l, 0, sizeof(*l));
 }
 
 /* --- bulk jobs --------------------------------------------------------------- */
@@ -277,6 +298,7 @@ jobs_lock(struct db *db, long long job, struct jobs_job *out)
 	}
 	out->locked = db_get(res, 0, "locked") != NULL && db_get(res, 0, "locked")[0] == 't';
 	copy_word(out->state, res, "state");
+	out->completed = strcmp(out->state, "completed") == 0;
 	copy_word(out->kind, res, "kind");
 	out->client_id = db_get_ll(res, 0, "client_id");
 	out->rate = strtod(db_get(res, 0, "rate") != NULL ? db_get(res, 0, "rate") : "0", NULL);
@@ -517,16 +539,47 @@ jobs_link(struct db *db, const struct jobs_link *l)
 	return og_exec_one(db, &st_link, p, OG_DONE_ALREADY, NULL);
 }
 
+#define RS(type, f) DB_##type(struct jobs_resume_seen, f)
+static const struct db_col seen_cols[] = {
+	RS(TEXT, effect_id), RS(TEXT, client_name), RS(TEXT, idempotency_key), RS(TEXT, target),
+	RS(TEXT, effect_type), RS(TEXT, state), RS(TEXT, provider_key), RS(TEXT, replayed_as),
+	RS(BOOL, undelivered),
+};
+#undef RS
+
+/* The check's rows as structs, each run's state parsed. */
+static enum og_rc
+resume_seen(const PGresult *res, struct jobs_resume_check *out)
+{
+	void *v = NULL;
+	enum og_rc rc = db_rows_get(res, seen_cols, DB_NCOLS(seen_cols), sizeof(*out->v), &v,
+	                            &out->n);
+	int i;
+
+	out->v = v;
+	for (i = 0; i < out->n; i++)
+		out->v[i].run_state = ledger_state_parse(db_get(res, i, "run_state"));
+	return rc;
+}
+
+void
+jobs_resume_check_clear(struct jobs_resume_check *c)
+{
+	db_rows_clear(seen_cols, DB_NCOLS(seen_cols), sizeof(*c->v), c->v, c->n);
+	memset(c, 0, sizeof(*c));
+}
+
 enum og_rc
-jobs_resume_check(struct db *db, const char *const *ids, int n, PGresult **rows)
+jobs_resume_check(struct db *db, const char *const *ids, int n, struct jobs_resume_check *out)
 {
 	const char *p[1];
 	char *list, *q;
 	size_t len = 3;
+	PGresult *res = NULL;
 	enum og_rc rc;
 	int i;
 
-	*rows = NULL;
+	memset(out, 0, sizeof(*out));
 	for (i = 0; i < n; i++)
 		len += strlen(ids[i]) + 1;
 	if ((list = malloc(len)) == NULL)
@@ -538,7 +591,10 @@ jobs_resume_check(struct db *db, const char *const *ids, int n, PGresult **rows)
 	*q++ = '}';
 	*q = '\0';
 	p[0] = list;
-	rc = og_rc_of(db_exec(db, &st_resume_check, p, rows));
+	rc = og_rc_of(db_exec(db, &st_resume_check, p, &res));
 	free(list);
+	if (rc == OG_OK)
+		rc = resume_seen(res, out);
+	PQclear(res);
 	return rc;
 }

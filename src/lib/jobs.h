@@ -25,12 +25,21 @@ enum og_rc jobs_replayed_as(struct db *db, long long client_id, const char *key,
 enum og_rc jobs_resume_done(struct db *db, long long job, int seq, const char *effect_id)
 	__attribute__((warn_unused_result));
 
-/* Both directions of a run's replay links, oldest first: rows of
- * original_key, replay_key, dir (replay_of | replayed_as, from this run's
- * side), other (the other run's key), at, operator, reason,
- * payload_source, start_state, job_id in *rows (PQclear them). */
-enum og_rc jobs_links(struct db *db, long long client_id, const char *key, PGresult **rows)
-	__attribute__((warn_unused_result));
+/* Both directions of a run's replay links, oldest first; strings owned. */
+struct jobs_replay_link {
+	char *original_key, *replay_key;
+	char *dir;                   /* replay_of | replayed_as, from this run's side */
+	char *other;                 /* the other run's key */
+	char *at, *operator, *reason, *payload_source, *start_state;
+	char *job_id;                /* NULL: not a job's */
+};
+struct jobs_replay_links {
+	struct jobs_replay_link *v;
+	int n;
+};
+enum og_rc jobs_links(struct db *db, long long client_id, const char *key,
+                      struct jobs_replay_links *out) __attribute__((warn_unused_result));
+void jobs_replay_links_clear(struct jobs_replay_links *l);
 
 /* --- bulk jobs: a job's row (replay_jobs), both kinds ---------------------- */
 
@@ -40,6 +49,7 @@ enum og_rc jobs_links(struct db *db, long long client_id, const char *key, PGres
 struct jobs_job {
 	bool locked;                 /* this session holds its advisory lock now */
 	char state[JOBS_WORD_LEN];   /* running | stopped | completed */
+	bool completed;              /* every item was done or refused */
 	char kind[JOBS_WORD_LEN];    /* replay | resume */
 	long long client_id;         /* 0: none (a resume job) */
 	double rate;                 /* items per second */
@@ -111,11 +121,23 @@ enum og_rc jobs_link(struct db *db, const struct jobs_link *l)
 
 /* Each id of the selection (effect or dead-letter ids, in order) with its
  * effect and the resume verdict's inputs, read without changing anything:
- * n rows of seq, effect_id (NULL: no such effect), client_name,
- * idempotency_key, target, effect_type, state, provider_key, run_state,
- * replayed_as, undelivered in *rows (PQclear them). */
-enum og_rc jobs_resume_check(struct db *db, const char *const *ids, int n, PGresult **rows)
-	__attribute__((warn_unused_result));
+ * one each, in order. Strings owned, NULL when none. */
+struct jobs_resume_seen {
+	char *effect_id;             /* NULL: no such effect */
+	char *client_name, *idempotency_key, *target, *effect_type;
+	char *state;                 /* the effect's */
+	char *provider_key;
+	int run_state;               /* enum run_state; -1: no run */
+	char *replayed_as;           /* the run's newest replay */
+	bool undelivered;            /* known undelivered */
+};
+struct jobs_resume_check {
+	struct jobs_resume_seen *v;
+	int n;
+};
+enum og_rc jobs_resume_check(struct db *db, const char *const *ids, int n,
+                             struct jobs_resume_check *out) __attribute__((warn_unused_result));
+void jobs_resume_check_clear(struct jobs_resume_check *c);
 /* A resume job has no client of its own (a selection may span clients). */
 enum og_rc jobs_resume_create(struct db *db, const char *reason, const char *source,
                               double rate, long long *job)

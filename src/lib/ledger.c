@@ -1615,10 +1615,47 @@ rows_by_key(struct db *db, const struct db_stmt *stmt, const char *key,
 	return og_rc_of(db_exec(db, stmt, p, rows));
 }
 
+static const struct db_col key_client_cols[] = {
+	DB_INT(struct ledger_key_client, client_id),
+	DB_TEXT(struct ledger_key_client, client_name),
+};
+
 enum og_rc
-ledger_runs_by_key(struct db *db, const char *key, const char *client_name, PGresult **rows)
+ledger_runs_by_key(struct db *db, const char *key, const char *client_name,
+                   struct ledger_key_clients *out)
 {
-	return rows_by_key(db, &st_runs_by_key, key, client_name, rows);
+	PGresult *res = NULL;
+	enum og_rc rc = rows_by_key(db, &st_runs_by_key, key, client_name, &res);
+	void *v;
+
+	rc = db_rows_take(rc, res, key_client_cols, DB_NCOLS(key_client_cols), sizeof(*out->v),
+	                  &v, &out->n);
+	out->v = v;
+	return rc;
+}
+
+void
+ledger_key_clients_clear(struct ledger_key_clients *c)
+{
+	db_rows_clear(key_client_cols, DB_NCOLS(key_client_cols), sizeof(*c->v), c->v, c->n);
+	memset(c, 0, sizeof(*c));
+}
+
+/* The one run of rows (*found of them) into out by cols, its state parsed;
+ * out stays zeroed unless exactly one. */
+static enum og_rc
+one_run(PGresult *rows, const struct db_col *cols, size_t ncols, void *out,
+        enum run_state *state, int *found)
+{
+	enum og_rc rc = OG_OK;
+
+	*found = PQntuples(rows);
+	if (*found == 1) {
+		rc = db_row_get(rows, 0, cols, ncols, out);
+		*state = (enum run_state)ledger_state_parse(db_get(rows, 0, "state"));
+	}
+	PQclear(rows);
+	return rc;
 }
 
 static char *
@@ -1658,32 +1695,99 @@ ledger_expired_clear(struct ledger_expired *e)
 	memset(e, 0, sizeof(*e));
 }
 
-enum og_rc
-ledger_audit(struct db *db, const char *key, const char *client_name, PGresult **rows)
-{
-	return rows_by_key(db, &st_audit, key, client_name, rows);
-}
+#define EX(type, f) DB_##type(struct ledger_explain, f)
+static const struct db_col explain_cols[] = {
+	EX(INT, client_id), EX(INT, attempt), EX(INT, claims),
+	EX(BOOL, payload_kept), EX(BOOL, output_kept),
+	EX(TEXT, client), EX(TEXT, created_at), EX(TEXT, updated_at), EX(TEXT, payload_hash),
+	EX(TEXT, output_hash), EX(TEXT, model), EX(TEXT, contract), EX(TEXT, contract_hash),
+	EX(TEXT, workflow_version), EX(TEXT, trigger), EX(TEXT, correlation_id),
+	EX(TEXT, decision), EX(TEXT, decided_by), EX(TEXT, decided_at), EX(TEXT, error_class),
+	EX(TEXT, reason), EX(TEXT, sample_draw), EX(TEXT, sample_rate), EX(TEXT, edited_by),
+	EX(TEXT, edited_at), EX(TEXT, edited_fields), EX(TEXT, edited_output_hash),
+};
+#undef EX
 
 enum og_rc
-ledger_history(struct db *db, long long client_id, const char *key, PGresult **rows)
+ledger_audit(struct db *db, const char *key, const char *client_name,
+             struct ledger_explain *out, int *found)
 {
-	return og_exec_key(db, &st_history, client_id, key, rows);
+	PGresult *res = NULL;
+	enum og_rc rc = rows_by_key(db, &st_audit, key, client_name, &res);
+
+	memset(out, 0, sizeof(*out));
+	*found = 0;
+	if (rc != OG_OK)
+		return rc;
+	return one_run(res, explain_cols, DB_NCOLS(explain_cols), out, &out->state, found);
 }
+
+void
+ledger_explain_clear(struct ledger_explain *r)
+{
+	db_row_clear(explain_cols, DB_NCOLS(explain_cols), r, sizeof(*r));
+}
+
+#define EV(f) DB_TEXT(struct ledger_event, f)
+static const struct db_col event_cols[] = {
+	EV(ts), EV(source), EV(event), EV(detail), EV(actor),
+};
+#undef EV
+
+enum og_rc
+ledger_history(struct db *db, long long client_id, const char *key,
+               struct ledger_events *out)
+{
+	PGresult *res = NULL;
+	enum og_rc rc = og_exec_key(db, &st_history, client_id, key, &res);
+	void *v;
+
+	rc = db_rows_take(rc, res, event_cols, DB_NCOLS(event_cols), sizeof(*out->v), &v, &out->n);
+	out->v = v;
+	return rc;
+}
+
+void
+ledger_events_clear(struct ledger_events *e)
+{
+	db_rows_clear(event_cols, DB_NCOLS(event_cols), sizeof(*e->v), e->v, e->n);
+	memset(e, 0, sizeof(*e));
+}
+
+#define OR(type, f) DB_##type(struct ledger_original, f)
+static const struct db_col original_cols[] = {
+	OR(INT, client_id), OR(INT, live_effects),
+	OR(TEXT, payload), OR(TEXT, payload_hash), OR(TEXT, contract), OR(TEXT, contract_hash),
+	OR(TEXT, output), OR(TEXT, output_hash), OR(TEXT, model), OR(TEXT, effect),
+	OR(TEXT, source_url), OR(TEXT, context), OR(TEXT, workflow_version),
+	OR(TEXT, correlation_id), OR(TEXT, sent),
+};
+#undef OR
 
 enum og_rc
 ledger_original(struct db *db, const char *key, long long client_id, bool lock,
-                PGresult **rows)
+                struct ledger_original *out, int *found)
 {
 	char cid[24];
 	const char *p[2] = { key, client_id > 0 ? cid : NULL };
 	long long n = 0;
+	PGresult *res = NULL;
 	enum db_rc rc;
 
-	*rows = NULL;
+	memset(out, 0, sizeof(*out));
+	*found = 0;
 	snprintf(cid, sizeof(cid), "%lld", client_id);
 	if (lock && (rc = db_exec_count(db, &st_lock_original, p, &n)) != DB_OK)
 		return og_rc_of(rc);
-	return og_rc_of(db_exec(db, &st_original, p, rows));
+	if ((rc = db_exec(db, &st_original, p, &res)) != DB_OK)
+		return og_rc_of(rc);
+	return one_run(res, original_cols, DB_NCOLS(original_cols), out, &out->state, found);
+}
+
+void
+ledger_original_clear(struct ledger_original *o)
+{
+	db_row_clear(original_cols, DB_NCOLS(original_cols), o, sizeof(*o));
 }
 
 enum og_rc

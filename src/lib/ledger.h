@@ -309,10 +309,18 @@ enum og_rc ledger_lock(struct db *db, long long client_id, const char *key,
 void ledger_locked_clear(struct ledger_locked *l);
 
 /* The clients that have a run with key (client_name: only that client's;
- * NULL: any), at most three: rows of client_id, client_name in *rows
- * (PQclear them). */
+ * NULL: any), at most three, in client id order. */
+struct ledger_key_client {
+	long long client_id;
+	char *client_name;           /* owned; NULL when the client is gone */
+};
+struct ledger_key_clients {
+	struct ledger_key_client *v;
+	int n;
+};
 enum og_rc ledger_runs_by_key(struct db *db, const char *key, const char *client_name,
-                              PGresult **rows) __attribute__((warn_unused_result));
+                              struct ledger_key_clients *out) __attribute__((warn_unused_result));
+void ledger_key_clients_clear(struct ledger_key_clients *c);
 
 /* awaiting_human → failed_terminal (decision expired) when no challenge
  * of the run is pending or decided any more, inside the caller's
@@ -327,36 +335,64 @@ enum og_rc ledger_expire(struct db *db, long long client_id, const char *key,
                          struct ledger_expired *out) __attribute__((warn_unused_result));
 void ledger_expired_clear(struct ledger_expired *e);
 
-/* The run with key for explain (client_name: that client's; NULL: any),
- * at most two rows (two: the key is several clients') of client_id,
- * client, state, created_at, updated_at, attempt, version, payload_hash,
- * payload_kept, output_kept, output_hash, model, contract, contract_hash,
- * workflow_version, trigger, correlation_id, decision, decided_by,
- * decided_at, error_class, reason, sample_draw, sample_rate, effect_type,
- * effect_target, claims in *rows (PQclear them). */
+/* The run with key for explain (client_name: that client's; NULL: any):
+ * *found is how many clients have it (0, 1, or 2: the key is several
+ * clients'), and *out the run when exactly one has. Times are og_ts text;
+ * strings owned, NULL when none. */
+struct ledger_explain {
+	long long client_id, attempt;
+	long long claims;            /* how many times the run was claimed */
+	enum run_state state;
+	bool payload_kept, output_kept;
+	char *client, *created_at, *updated_at, *payload_hash, *output_hash;
+	char *model;                 /* JSON text */
+	char *contract, *contract_hash, *workflow_version, *trigger, *correlation_id;
+	char *decision, *decided_by, *decided_at, *error_class, *reason;
+	char *sample_draw, *sample_rate;
+	char *edited_by, *edited_at, *edited_fields, *edited_output_hash;
+};
 enum og_rc ledger_audit(struct db *db, const char *key, const char *client_name,
-                        PGresult **rows) __attribute__((warn_unused_result));
+                        struct ledger_explain *out, int *found)
+	__attribute__((warn_unused_result));
+void ledger_explain_clear(struct ledger_explain *r);
 /* Everything that happened to the run, from every table that records it,
- * in time order (at most 2,000): rows of ts, source, event, detail, actor
- * in *rows (PQclear them). */
+ * in time order (at most 2,000). */
+struct ledger_event {
+	char *ts, *source, *event, *detail, *actor;  /* owned; NULL when none */
+};
+struct ledger_events {
+	struct ledger_event *v;
+	int n;
+};
 enum og_rc ledger_history(struct db *db, long long client_id, const char *key,
-                          PGresult **rows) __attribute__((warn_unused_result));
+                          struct ledger_events *out) __attribute__((warn_unused_result));
+void ledger_events_clear(struct ledger_events *e);
 
 /* --- replay: the original read under its lock, the new run written -------- */
 
 /* The run with key (client_id: that client's; 0: any) to be replayed, and
- * what its effects say: at most two rows (two: the key is several
- * clients') of client_id, state, payload, payload_hash, contract,
- * contract_hash, output, output_hash, model, effect, source_url, context,
- * workflow_version, correlation_id, live_effects (an effect still pending,
- * or a decision callback in flight), sent (the business effects that were
- * sent, are being sent, are unknown, or were resumed by an operator, as
- * "type id state" comma-separated, or NULL) in *rows (PQclear them). lock:
+ * what its effects say: *found is how many clients have it (0, 1, or 2:
+ * the key is several clients'), *out the run when exactly one has. lock:
  * the original's row is locked first, to the commit (the lock resume,
  * reject and cancel take), so the rest is read after any change that held
  * it. */
+struct ledger_original {
+	long long client_id;
+	enum run_state state;
+	/* an effect still pending, or a decision callback in flight */
+	long long live_effects;
+	/* owned, NULL when none; payload, output, model, effect, context: JSON
+	 * text */
+	char *payload, *payload_hash, *contract, *contract_hash, *output, *output_hash;
+	char *model, *effect, *source_url, *context, *workflow_version, *correlation_id;
+	/* the business effects that were sent, are being sent, are unknown, or
+	 * were resumed by an operator, as "type id state" comma-separated */
+	char *sent;
+};
 enum og_rc ledger_original(struct db *db, const char *key, long long client_id, bool lock,
-                           PGresult **rows) __attribute__((warn_unused_result));
+                           struct ledger_original *out, int *found)
+	__attribute__((warn_unused_result));
+void ledger_original_clear(struct ledger_original *o);
 /* Does the client have a run with key? */
 enum og_rc ledger_exists(struct db *db, long long client_id, const char *key, bool *exists)
 	__attribute__((warn_unused_result));

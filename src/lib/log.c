@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -537,6 +538,50 @@ log_write(const char *buf, size_t len)
 	}
 }
 
+/* The members of struct log_fields a line shows between its program and
+ * its model, in that order: a string (max: its own limit), a long long or
+ * an int. */
+enum field_kind { FIELD_STR, FIELD_LL, FIELD_INT };
+#define FS(f, max) { #f, offsetof(struct log_fields, f), FIELD_STR, max }
+#define FN(f, kind) { #f, offsetof(struct log_fields, f), kind, 0 }
+static const struct {
+	const char *name;
+	size_t off;
+	enum field_kind kind;
+	size_t max;
+} head_fields[] = {
+	FS(client, OG_LOG_FIELD_MAX), FS(key, OG_LOG_FIELD_MAX),
+	FS(correlation_id, OG_LOG_FIELD_MAX), FS(workflow_version, OG_LOG_FIELD_MAX),
+	FS(contract, OG_LOG_FIELD_MAX), FS(trigger, OG_LOG_FIELD_MAX),
+	FS(payload_hash, OG_LOG_FIELD_MAX), FS(state_from, OG_LOG_FIELD_MAX),
+	FS(state_to, OG_LOG_FIELD_MAX), FN(version, FIELD_LL), FS(actor, OG_LOG_FIELD_MAX),
+	FS(decision, OG_LOG_FIELD_MAX), FS(approval_id, OG_LOG_FIELD_MAX),
+	FS(previous_owner, OG_LOG_FIELD_MAX), FS(effect_id, OG_LOG_FIELD_MAX),
+	FS(target, OG_LOG_FIELD_MAX), FS(provider_id, OG_LOG_FIELD_MAX),
+	FS(error_class, OG_ERROR_CLASS_MAX), FN(attempt, FIELD_INT), FN(duration_ms, FIELD_LL),
+	FN(count, FIELD_LL),
+};
+#undef FS
+#undef FN
+
+static void
+line_fields(struct line *l, const struct log_fields *f, size_t limit)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(head_fields) / sizeof(head_fields[0]); i++) {
+		const void *at = (const char *)f + head_fields[i].off;
+
+		if (head_fields[i].kind == FIELD_STR)
+			line_str(l, head_fields[i].name, *(const char *const *)at, limit,
+			         head_fields[i].max);
+		else if (head_fields[i].kind == FIELD_LL)
+			line_num(l, head_fields[i].name, *(const long long *)at, limit);
+		else
+			line_num(l, head_fields[i].name, *(const int *)at, limit);
+	}
+}
+
 void
 log_event(enum log_level level, const char *event, const struct log_fields *f)
 {
@@ -573,27 +618,7 @@ log_event(enum log_level level, const char *event, const struct log_fields *f)
 	line_str(&l, "program", log_program != NULL ? log_program : "oncegate",
 	         limit, OG_LOG_FIELD_MAX);
 
-	line_str(&l, "client", f->client, limit, OG_LOG_FIELD_MAX);
-	line_str(&l, "key", f->key, limit, OG_LOG_FIELD_MAX);
-	line_str(&l, "correlation_id", f->correlation_id, limit, OG_LOG_FIELD_MAX);
-	line_str(&l, "workflow_version", f->workflow_version, limit, OG_LOG_FIELD_MAX);
-	line_str(&l, "contract", f->contract, limit, OG_LOG_FIELD_MAX);
-	line_str(&l, "trigger", f->trigger, limit, OG_LOG_FIELD_MAX);
-	line_str(&l, "payload_hash", f->payload_hash, limit, OG_LOG_FIELD_MAX);
-	line_str(&l, "state_from", f->state_from, limit, OG_LOG_FIELD_MAX);
-	line_str(&l, "state_to", f->state_to, limit, OG_LOG_FIELD_MAX);
-	line_num(&l, "version", f->version, limit);
-	line_str(&l, "actor", f->actor, limit, OG_LOG_FIELD_MAX);
-	line_str(&l, "decision", f->decision, limit, OG_LOG_FIELD_MAX);
-	line_str(&l, "approval_id", f->approval_id, limit, OG_LOG_FIELD_MAX);
-	line_str(&l, "previous_owner", f->previous_owner, limit, OG_LOG_FIELD_MAX);
-	line_str(&l, "effect_id", f->effect_id, limit, OG_LOG_FIELD_MAX);
-	line_str(&l, "target", f->target, limit, OG_LOG_FIELD_MAX);
-	line_str(&l, "provider_id", f->provider_id, limit, OG_LOG_FIELD_MAX);
-	line_str(&l, "error_class", f->error_class, limit, OG_ERROR_CLASS_MAX);
-	line_num(&l, "attempt", f->attempt, limit);
-	line_num(&l, "duration_ms", f->duration_ms, limit);
-	line_num(&l, "count", f->count, limit);
+	line_fields(&l, f, limit);
 	line_model(&l, f->model, f->model_provider, f->model_revision, limit);
 	line_str(&l, "validation", f->validation, limit, OG_LOG_FIELD_MAX);
 	line_object(&l, "output", f->output_fields, limit, false);

@@ -1142,10 +1142,33 @@ outbox_reject_run(struct db *db, long long client_id, const char *key, json_t **
 	return og_exec_key_ids(db, &st_reject_run, client_id, key, ids);
 }
 
+#define AU(type, f) DB_##type(struct outbox_audit_effect, f)
+static const struct db_col audit_cols[] = {
+	AU(TEXT, id), AU(TEXT, effect_type), AU(TEXT, target), AU(TEXT, state),
+	AU(TEXT, provider_id), AU(TEXT, provider_key), AU(TEXT, completed_at),
+	AU(TEXT, approval_id), AU(TEXT, payload_hash), AU(TEXT, dead_letter), AU(INT, sends),
+	AU(BOOL, payload_kept),
+};
+#undef AU
+
 enum og_rc
-outbox_audit(struct db *db, long long client_id, const char *key, PGresult **rows)
+outbox_audit(struct db *db, long long client_id, const char *key,
+             struct outbox_audit_effects *out)
 {
-	return og_exec_key(db, &st_audit, client_id, key, rows);
+	PGresult *res = NULL;
+	enum og_rc rc = og_exec_key(db, &st_audit, client_id, key, &res);
+	void *v;
+
+	rc = db_rows_take(rc, res, audit_cols, DB_NCOLS(audit_cols), sizeof(*out->v), &v, &out->n);
+	out->v = v;
+	return rc;
+}
+
+void
+outbox_audit_effects_clear(struct outbox_audit_effects *e)
+{
+	db_rows_clear(audit_cols, DB_NCOLS(audit_cols), sizeof(*e->v), e->v, e->n);
+	memset(e, 0, sizeof(*e));
 }
 
 enum db_rc

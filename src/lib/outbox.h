@@ -343,12 +343,22 @@ enum og_rc outbox_lock_run_effects(struct db *db, long long client_id, const cha
 enum og_rc outbox_reject_run(struct db *db, long long client_id, const char *key, json_t **ids)
 	__attribute__((warn_unused_result));
 
-/* The run's effects for explain, oldest first: rows of id, effect_type,
- * target, state, attempt, provider_id, provider_key, completed_at,
- * approval_id, payload_hash, payload_kept, error_class, sends, dead_letter
- * in *rows (PQclear them). */
-enum og_rc outbox_audit(struct db *db, long long client_id, const char *key, PGresult **rows)
-	__attribute__((warn_unused_result));
+/* The run's effects for explain, oldest first; strings owned, NULL when
+ * none. */
+struct outbox_audit_effect {
+	char *id, *effect_type, *target, *state, *provider_id, *provider_key;
+	char *completed_at, *approval_id, *payload_hash;
+	char *dead_letter;           /* its dead letter's error class */
+	long long sends;             /* its send attempts */
+	bool payload_kept;
+};
+struct outbox_audit_effects {
+	struct outbox_audit_effect *v;
+	int n;
+};
+enum og_rc outbox_audit(struct db *db, long long client_id, const char *key,
+                        struct outbox_audit_effects *out) __attribute__((warn_unused_result));
+void outbox_audit_effects_clear(struct outbox_audit_effects *e);
 /* The effects of the runs ledger_purge purged (its clients and keys
  * arrays) lose their payload; *count: how many. */
 enum db_rc outbox_purge_payloads(struct db *db, const char *clients, const char *keys,

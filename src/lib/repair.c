@@ -418,28 +418,26 @@ enqueue_callback(struct db *db, const struct repair_who *who, const char *url,
 static enum og_rc
 run_by_key(struct db *db, const char *client_name, const char *key, struct repair_out *out)
 {
-	PGresult *res = NULL;
+	struct ledger_key_clients res;
 	enum og_rc rc;
 
 	if ((rc = ledger_runs_by_key(db, key, client_name, &res)) != OG_OK)
 		return rc;
-	if (PQntuples(res) == 0) {
+	if (res.n == 0) {
 		snprintf(out->why, sizeof(out->why), "no run has the key \"%s\"%s%s", key,
 		         client_name != NULL ? " for client " : "",
 		         client_name != NULL ? client_name : "");
 		rc = OG_NOT_FOUND;
-	} else if (PQntuples(res) > 1) {
+	} else if (res.n > 1) {
 		snprintf(out->why, sizeof(out->why), "the key \"%s\" is used by several clients "
 		         "(%s, %s, …): name one with --client NAME", key,
-		         db_get(res, 0, "client_name") ? db_get(res, 0, "client_name") : "?",
-		         db_get(res, 1, "client_name") ? db_get(res, 1, "client_name") : "?");
+		         res.v[0].client_name ?: "?", res.v[1].client_name ?: "?");
 		rc = OG_AMBIGUOUS;
 	} else {
-		repair_copy(out->client, sizeof(out->client), db_get(res, 0, "client_id"));
-		repair_copy(out->client_name, sizeof(out->client_name),
-		            db_get(res, 0, "client_name"));
+		snprintf(out->client, sizeof(out->client), "%lld", res.v[0].client_id);
+		repair_copy(out->client_name, sizeof(out->client_name), res.v[0].client_name);
 	}
-	PQclear(res);
+	ledger_key_clients_clear(&res);
 	return rc;
 }
 

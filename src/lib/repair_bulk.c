@@ -17,7 +17,7 @@ enum og_rc
 repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 {
 	const char **ids = calloc((size_t)n + 1, sizeof(*ids));
-	PGresult *res = NULL;
+	struct jobs_resume_check res;
 	enum og_rc rc;
 	int i;
 
@@ -34,15 +34,16 @@ repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 	free(ids);
 	if (rc != OG_OK)
 		return rc;
-	if (PQntuples(res) != n) {
-		PQclear(res);
+	if (res.n != n) {
+		jobs_resume_check_clear(&res);
 		return OG_ERROR;
 	}
 	for (i = 0; i < n; i++) {
 		struct repair_bulk_item *it = &items[i];
-		const char *eid = db_get(res, i, "effect_id");
-		const char *run = db_get(res, i, "run_state");
-		const char *replayed_as = db_get(res, i, "replayed_as");
+		const struct jobs_resume_seen *seen = &res.v[i];
+		const char *eid = seen->effect_id;
+		int run = seen->run_state;
+		const char *replayed_as = seen->replayed_as;
 		bool callback;
 		int state;
 
@@ -54,11 +55,11 @@ repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 			continue;
 		}
 		repair_copy(it->effect_id, sizeof(it->effect_id), eid);
-		repair_copy(it->client_name, sizeof(it->client_name), db_get(res, i, "client_name"));
-		repair_copy(it->key, sizeof(it->key), db_get(res, i, "idempotency_key"));
-		repair_copy(it->target, sizeof(it->target), db_get(res, i, "target"));
-		repair_copy(it->type, sizeof(it->type), db_get(res, i, "effect_type"));
-		repair_copy(it->state, sizeof(it->state), db_get(res, i, "state"));
+		repair_copy(it->client_name, sizeof(it->client_name), seen->client_name);
+		repair_copy(it->key, sizeof(it->key), seen->idempotency_key);
+		repair_copy(it->target, sizeof(it->target), seen->target);
+		repair_copy(it->type, sizeof(it->type), seen->effect_type);
+		repair_copy(it->state, sizeof(it->state), seen->state);
 		callback = strcmp(it->type, "decision.callback") == 0;
 		state = outbox_state_parse(it->state);
 		/* the order of repair_resume's checks, so the verdicts agree */
@@ -72,19 +73,19 @@ repair_bulk_check(struct db *db, struct repair_bulk_item *items, int n)
 		else if (replayed_as != NULL)
 			snprintf(it->why, sizeof(it->why), "the run was replayed as \"%.200s\": never "
 			         "resumed", replayed_as);
-		else if (!callback && (run == NULL || ledger_state_parse(run) != RUN_APPROVED))
+		else if (!callback && run != RUN_APPROVED)
 			snprintf(it->why, sizeof(it->why), "the run is %s, not approved",
-			         run != NULL ? run : "?");
-		else if (db_get(res, i, "undelivered")[0] != 't')
+			         run >= 0 ? ledger_state_name((enum run_state)run) : "?");
+		else if (!seen->undelivered)
 			snprintf(it->why, sizeof(it->why), "not known undelivered: a send attempt may "
 			         "have reached the provider (reconcile first)");
 		else {
 			it->ok = true;
 			snprintf(it->why, sizeof(it->why), "would resume, same key %s",
-			         db_get(res, i, "provider_key"));
+			         seen->provider_key);
 		}
 	}
-	PQclear(res);
+	jobs_resume_check_clear(&res);
 	return OG_OK;
 }
 

@@ -91,22 +91,25 @@ plan_clear(struct plan *p)
 	memset(p, 0, sizeof(*p));
 }
 
+/* A string of the original, taken over by the plan. */
 static char *
-dup_col(const PGresult *res, const char *col)
+take(char **s)
 {
-	const char *v = db_get(res, 0, col);
+	char *v = *s;
 
-	return v != NULL ? strdup(v) : NULL;
+	*s = NULL;
+	return v;
 }
 
-/* The original of req in *res (one row; the caller PQclears it), its
- * client in p; a refusal with out->message when there is none or several. */
+/* The original of req in *o (the caller clears it), its client in p; a
+ * refusal with out->message when there is none or several. */
 static enum og_rc
 plan_original(struct db *db, const struct replay_req *req, struct plan *p,
-              struct replay_result *out, PGresult **res)
+              struct replay_result *out, struct ledger_original *o)
 {
 	long long client_id = req->client_id > 0 ? req->client_id : 0;
 	enum og_rc rrc;
+	int found;
 
 	if (client_id == 0 && req->client != NULL) {
 		rrc = clients_id(db, req->client, &client_id);
@@ -116,20 +119,20 @@ plan_original(struct db *db, const struct replay_req *req, struct plan *p,
 		if (rrc != OG_OK)
 			return rrc;
 	}
-	if ((rrc = ledger_original(db, req->key, client_id, !req->dry_run, res)) != OG_OK)
+	if ((rrc = ledger_original(db, req->key, client_id, !req->dry_run, o, &found)) != OG_OK)
 		return rrc;
-	if (PQntuples(*res) == 0) {
+	if (found == 0) {
 		snprintf(out->message, sizeof(out->message), "no run has the key \"%s\"%s%s",
 		         req->key, req->client ? " for client " : "", req->client ? req->client : "");
 		return OG_NOT_FOUND;
 	}
-	if (PQntuples(*res) > 1) {
+	if (found > 1) {
 		snprintf(out->message, sizeof(out->message),
 		         "the key \"%s\" exists for several API clients; name one with --client",
 		         req->key);
 		return OG_AMBIGUOUS;
 	}
-	p->client_id = out->client_id = db_get_ll(*res, 0, "client_id");
+	p->client_id = out->client_id = o->client_id;
 	snprintf(p->client, sizeof(p->client), "%lld", p->client_id);
 	return OG_OK;
 }
@@ -137,33 +140,30 @@ plan_original(struct db *db, const struct replay_req *req, struct plan *p,
 /* May the original be replayed at all: finished, nothing of it in flight,
  * nothing sent unless forced, a payload to run? */
 static enum og_rc
-plan_finished(const struct replay_req *req, const PGresult *res, struct plan *p,
+plan_finished(const struct replay_req *req, const struct ledger_original *o, struct plan *p,
               struct replay_result *out)
 {
-	const char *state = db_get(res, 0, "state");
-
-	if (ledger_state_parse(state) == RUN_PROCESSING ||
-	    ledger_state_parse(state) == RUN_AWAITING_HUMAN) {
+	if (o->state == RUN_PROCESSING || o->state == RUN_AWAITING_HUMAN) {
 		snprintf(out->message, sizeof(out->message),
 		         "the original is %s: it is still live; let it finish or reject it "
-		         "before replaying", state);
+		         "before replaying", ledger_state_name(o->state));
 		return OG_NOT_FINISHED;
 	}
-	if (ledger_state_parse(state) == RUN_FAILED_RETRYABLE) {
+	if (o->state == RUN_FAILED_RETRYABLE) {
 		snprintf(out->message, sizeof(out->message),
 		         "the original is failed_retryable: its workflow may still retry it under "
 		         "its own key, and a replay would run the event twice; reject it first");
 		return OG_NOT_FINISHED;
 	}
-	if (db_get_ll(res, 0, "live_effects") > 0) {
+	if (o->live_effects > 0) {
 		snprintf(out->message, sizeof(out->message),
 		         "an effect of the original is still pending (or its decision callback is "
 		         "in flight): reject or cancel it first, or the business effect could "
 		         "happen twice");
 		return OG_NOT_FINISHED;
 	}
-	if (db_get(res, 0, "sent") != NULL) {
-		snprintf(p->sent, sizeof(p->sent), "%s", db_get(res, 0, "sent"));
+	if (o->sent != NULL) {
+		snprintf(p->sent, sizeof(p->sent), "%s", o->sent);
 		if (!req->force || req->job_id > 0) {
 			snprintf(out->message, sizeof(out->message),
 			         "a business effect of the original may have happened (%s): a replay "
@@ -173,7 +173,7 @@ plan_finished(const struct replay_req *req, const PGresult *res, struct plan *p,
 			return OG_NEEDS_FORCE;
 		}
 	}
-	if (req->payload == NULL && db_get(res, 0, "payload") == NULL) {
+	if (req->payload == NULL && o->payload == NULL) {
 		snprintf(out->message, sizeof(out->message),
 		         "the original's payload was purged by retention; give the corrected "
 		         "payload with --payload FILE");
@@ -185,10 +185,10 @@ plan_finished(const struct replay_req *req, const PGresult *res, struct plan *p,
 /* The new run's payload (the corrected one, or the original's hashed under
  * RFC 8785) and what it keeps of the original's request. */
 static enum og_rc
-plan_payload(const struct replay_req *req, const PGresult *res, struct plan *p,
+plan_payload(const struct replay_req *req, struct ledger_original *o, struct plan *p,
              struct replay_result *out)
 {
-	p->payload = req->payload ? strdup(req->payload) : dup_col(res, "payload");
+	p->payload = req->payload ? strdup(req->payload) : take(&o->payload);
 	if (req->payload != NULL) {
 		p->payload_hash = strdup(req->payload_hash);
 	} else if (p->payload != NULL) {
@@ -205,22 +205,41 @@ plan_payload(const struct replay_req *req, const PGresult *res, struct plan *p,
 		         "the payload could not be copied or hashed");
 		return OG_ERROR;
 	}
-	p->source_url = dup_col(res, "source_url");
-	p->context = dup_col(res, "context");
-	p->workflow_version = dup_col(res, "workflow_version");
-	p->correlation_id = dup_col(res, "correlation_id");
+	p->source_url = take(&o->source_url);
+	p->context = take(&o->context);
+	p->workflow_version = take(&o->workflow_version);
+	p->correlation_id = take(&o->correlation_id);
 	snprintf(out->payload_hash, sizeof(out->payload_hash), "%s", p->payload_hash);
+	return OG_OK;
+}
+
+/* Does the original's stored output still meet contract c as loaded now
+ * (*meets)? OG_ERROR with out->message when it cannot be read. */
+static enum og_rc
+draft_meets(const struct ledger_original *o, const struct contract *c, bool *meets,
+            struct replay_result *out)
+{
+	json_t *output = json_loads(o->output, JSON_DECODE_ANY, NULL);
+	json_t *errors = output != NULL ? contract_validate(c, output) : NULL;
+
+	*meets = errors != NULL && json_array_size(errors) == 0;
+	json_decref(output);
+	if (errors == NULL) {
+		snprintf(out->message, sizeof(out->message), "the stored output cannot be read");
+		return OG_ERROR;
+	}
+	json_decref(errors);
 	return OG_OK;
 }
 
 /* Does the original's draft go to a fresh approval (p->human), or does the
  * workflow draft again (the new run starts failed_retryable)? */
 static enum og_rc
-plan_carry(const struct replay_req *req, const PGresult *res, struct plan *p,
+plan_carry(const struct replay_req *req, struct ledger_original *o, struct plan *p,
            struct replay_result *out)
 {
-	json_t *output = NULL, *errors = NULL;
 	enum og_rc rrc;
+	bool meets;
 
 	if (req->payload != NULL) {
 		snprintf(out->note, sizeof(out->note),
@@ -229,43 +248,34 @@ plan_carry(const struct replay_req *req, const PGresult *res, struct plan *p,
 		         "key with this payload");
 		goto retryable;
 	}
-	if (db_get(res, 0, "output") == NULL || db_get(res, 0, "effect") == NULL ||
-	    db_get(res, 0, "contract") == NULL) {
+	if (o->output == NULL || o->effect == NULL || o->contract == NULL) {
 		snprintf(out->note, sizeof(out->note),
 		         "the original has no valid model output to carry (%s%s); the workflow "
 		         "drafts again when it claims the new key",
-		         db_get(res, 0, "output") == NULL ? "none stored" : "no effect",
-		         db_get(res, 0, "contract") == NULL ? ", no contract" : "");
+		         o->output == NULL ? "none stored" : "no effect",
+		         o->contract == NULL ? ", no contract" : "");
 		goto retryable;
 	}
-	p->c = req->contracts != NULL ? contract_find(req->contracts, db_get(res, 0, "contract"))
-	                              : NULL;
+	p->c = req->contracts != NULL ? contract_find(req->contracts, o->contract) : NULL;
 	if (p->c == NULL) {
 		snprintf(out->message, sizeof(out->message),
 		         "the original's contract \"%s\" is not loaded: there is no one to ask for "
-		         "the fresh approval", db_get(res, 0, "contract"));
-		rrc = OG_NO_APPROVERS;
-		goto out;
+		         "the fresh approval", o->contract);
+		return OG_NO_APPROVERS;
 	}
 	/* A draft answers the contract it was written for: once the contract
 	 * changed, the old output is never carried, even when it still passes. */
-	if (db_get(res, 0, "contract_hash") != NULL &&
-	    strcmp(db_get(res, 0, "contract_hash"), contract_hash(p->c)) != 0) {
+	if (o->contract_hash != NULL && strcmp(o->contract_hash, contract_hash(p->c)) != 0) {
 		snprintf(out->note, sizeof(out->note),
 		         "contract %s changed since the original's draft (%.20s… now %.20s…); "
 		         "the workflow drafts again when it claims the new key",
-		         contract_name(p->c), db_get(res, 0, "contract_hash"), contract_hash(p->c));
+		         contract_name(p->c), o->contract_hash, contract_hash(p->c));
 		p->c = NULL;
 		goto retryable;
 	}
-	output = json_loads(db_get(res, 0, "output"), JSON_DECODE_ANY, NULL);
-	errors = output != NULL ? contract_validate(p->c, output) : NULL;
-	if (errors == NULL) {
-		rrc = OG_ERROR;
-		snprintf(out->message, sizeof(out->message), "the stored output cannot be read");
-		goto out;
-	}
-	if (json_array_size(errors) > 0) {
+	if ((rrc = draft_meets(o, p->c, &meets, out)) != OG_OK)
+		return rrc;
+	if (!meets) {
 		snprintf(out->note, sizeof(out->note),
 		         "the original's output no longer meets contract %s as loaded now; the "
 		         "workflow drafts again when it claims the new key", contract_name(p->c));
@@ -276,31 +286,25 @@ plan_carry(const struct replay_req *req, const PGresult *res, struct plan *p,
 		snprintf(out->message, sizeof(out->message),
 		         "contract %s names no approver: a replay always goes to a person",
 		         contract_name(p->c));
-		rrc = OG_NO_APPROVERS;
-		goto out;
+		return OG_NO_APPROVERS;
 	}
 	p->human = true;
 	p->contract = strdup(contract_name(p->c));
-	p->output = dup_col(res, "output");
-	p->output_hash = dup_col(res, "output_hash");
-	p->model = dup_col(res, "model");
-	p->effect = dup_col(res, "effect");
+	p->output = take(&o->output);
+	p->output_hash = take(&o->output_hash);
+	p->model = take(&o->model);
+	p->effect = take(&o->effect);
 	snprintf(out->start_state, sizeof(out->start_state), "%s",
 	         ledger_state_name(RUN_AWAITING_HUMAN));
 	snprintf(out->note, sizeof(out->note),
 	         "the original's model output (output_hash %s) is carried to a fresh approval "
 	         "under contract %s; it was drafted for the original event",
 	         p->output_hash ? p->output_hash : "?", p->contract);
-	rrc = OG_OK;
-	goto out;
+	return OG_OK;
 retryable:
 	snprintf(out->start_state, sizeof(out->start_state), "%s",
 	         ledger_state_name(RUN_FAILED_RETRYABLE));
-	rrc = OG_OK;
-out:
-	json_decref(output);
-	json_decref(errors);
-	return rrc;
+	return OG_OK;
 }
 
 /* Reads the original and decides; OG_OK with the plan filled, or a
@@ -309,14 +313,14 @@ static enum og_rc
 replay_plan(struct db *db, const struct replay_req *req, struct plan *p,
             struct replay_result *out)
 {
-	PGresult *res = NULL;
+	struct ledger_original o;
 	enum og_rc rrc;
 
-	if ((rrc = plan_original(db, req, p, out, &res)) == OG_OK &&
-	    (rrc = plan_finished(req, res, p, out)) == OG_OK &&
-	    (rrc = plan_payload(req, res, p, out)) == OG_OK)
-		rrc = plan_carry(req, res, p, out);
-	PQclear(res);
+	if ((rrc = plan_original(db, req, p, out, &o)) == OG_OK &&
+	    (rrc = plan_finished(req, &o, p, out)) == OG_OK &&
+	    (rrc = plan_payload(req, &o, p, out)) == OG_OK)
+		rrc = plan_carry(req, &o, p, out);
+	ledger_original_clear(&o);
 	return rrc;
 }
 
@@ -682,7 +686,7 @@ replay_job_take(struct db *db, long long job_id, const char *kind, bool resume,
 		         job_id);
 		return OG_NOT_FINISHED;
 	}
-	if (strcmp(j.state, "completed") == 0) {
+	if (j.completed) {
 		snprintf(msg, msglen, "job %lld is completed: every item was done or refused",
 		         job_id);
 		return OG_NOT_FINISHED;
@@ -773,18 +777,18 @@ enum og_rc
 replay_links(struct db *db, long long client_id, const char *key, json_t **replay_of,
              json_t **replayed_by)
 {
-	PGresult *res = NULL;
+	struct jobs_replay_links links;
 	enum og_rc rc;
 	int i;
 
 	*replay_of = NULL;
 	*replayed_by = NULL;
-	if ((rc = jobs_links(db, client_id, key, &res)) != OG_OK)
+	if ((rc = jobs_links(db, client_id, key, &links)) != OG_OK)
 		return rc;
 	*replay_of = json_null();
 	*replayed_by = json_array();
-	for (i = 0; i < PQntuples(res); i++) {
-		const char *orig = db_get(res, i, "original_key"), *rep = db_get(res, i, "replay_key");
+	for (i = 0; i < links.n; i++) {
+		const char *orig = links.v[i].original_key, *rep = links.v[i].replay_key;
 
 		if (strcmp(rep, key) == 0) {
 			json_decref(*replay_of);
@@ -793,6 +797,6 @@ replay_links(struct db *db, long long client_id, const char *key, json_t **repla
 			json_array_append_new(*replayed_by, json_string(rep));
 		}
 	}
-	PQclear(res);
+	jobs_replay_links_clear(&links);
 	return OG_OK;
 }
