@@ -754,54 +754,28 @@ words_literal(const char *const *words, int n)
 	return buf_steal(&b);
 }
 
-/* The owned text members of a struct, each by the column it is read from. */
-struct text_field {
-	const char *col;
-	size_t off;
-};
-
-#define JOB_TEXT(m, col) { col, offsetof(struct outbox_job, m) }
-static const struct text_field job_texts[] = {
+/* The owned text members of a claimed job and of a found effect, each by
+ * the column it is read from (db_row_get copies them, db_row_clear frees
+ * them). */
+#define JOB_TEXT(m, col) { col, offsetof(struct outbox_job, m), DB_COL_TEXT }
+static const struct db_col job_texts[] = {
 	JOB_TEXT(key, "idempotency_key"), JOB_TEXT(type, "effect_type"),
 	JOB_TEXT(target, "target"), JOB_TEXT(provider_key, "provider_key"),
 	JOB_TEXT(payload, "payload"), JOB_TEXT(payload_hash, "payload_hash"),
 	JOB_TEXT(run_output, "run_output"), JOB_TEXT(run_contract, "run_contract"),
 };
-#define FOUND_TEXT(m, col) { col, offsetof(struct outbox_found, m) }
-static const struct text_field found_texts[] = {
+#define FOUND_TEXT(m, col) { col, offsetof(struct outbox_found, m), DB_COL_TEXT }
+static const struct db_col found_texts[] = {
 	FOUND_TEXT(client_name, "client_name"), FOUND_TEXT(key, "idempotency_key"),
 	FOUND_TEXT(state, "state"), FOUND_TEXT(type, "effect_type"),
 	FOUND_TEXT(target, "target"), FOUND_TEXT(provider_key, "provider_key"),
 	FOUND_TEXT(dead_letter_id, "dead_letter_id"), FOUND_TEXT(not_before, "not_before"),
 };
-#define NTEXTS(a) (sizeof(a) / sizeof((a)[0]))
-
-/* Row row's columns into the text members of base (NULL for a column that
- * is NULL or not returned). */
-static void
-texts_read(const PGresult *res, int row, void *base, const struct text_field *f, size_t n)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		const char *v = db_get(res, row, f[i].col);
-
-		*(char **)(void *)((char *)base + f[i].off) = v != NULL ? strdup(v) : NULL;
-	}
-}
-
-static void
-texts_free(void *base, const struct text_field *f, size_t n)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		free(*(char **)(void *)((char *)base + f[i].off));
-}
 
 /* Row i of a claim (or of expired leases) as a job; a column the
- * statement does not return stays empty. */
-static void
+ * statement does not return stays empty. OG_ERROR: out of memory (the
+ * job's texts freed). */
+static enum og_rc
 job_from_row(const PGresult *res, int i, struct outbox_job *j)
 {
 	memset(j, 0, sizeof(*j));
@@ -811,7 +785,6 @@ job_from_row(const PGresult *res, int i, struct outbox_job *j)
 		snprintf(j->client, sizeof(j->client), "%s", db_get(res, i, "client_name"));
 	else
 		snprintf(j->client, sizeof(j->client), "%lld", j->client_id);
-	texts_read(res, i, j, job_texts, NTEXTS(job_texts));
 	j->attempt = (int)db_get_ll(res, i, "attempt");
 	j->elapsed_ms = db_get_ll(res, i, "elapsed_ms");
 	if (PQfnumber(res, "reconcile_attempts") >= 0) {
@@ -819,6 +792,7 @@ job_from_row(const PGresult *res, int i, struct outbox_job *j)
 		j->not_found = db_get_ll(res, i, "not_found");
 		j->errors = db_get_ll(res, i, "errors");
 	}
+	return db_row_get(res, i, job_texts, DB_NCOLS(job_texts), j);
 }
 
 void
@@ -834,8 +808,7 @@ outbox_batch_job(struct outbox_batch *b, int i, struct outbox_job *j)
 void
 outbox_job_clear(struct outbox_job *j)
 {
-	texts_free(j, job_texts, NTEXTS(job_texts));
-	memset(j, 0, sizeof(*j));
+	db_row_clear(job_texts, DB_NCOLS(job_texts), j, sizeof(*j));
 }
 
 void
@@ -876,7 +849,12 @@ batch_read(struct db *db, const struct db_stmt *st, const char *const *p, bool w
 		}
 	}
 	for (i = 0; i < n; i++) {
-		job_from_row(res, i, &b->jobs[i]);
+		if (job_from_row(res, i, &b->jobs[i]) != OG_OK) {
+			b->n = i;
+			outbox_batch_clear(b);
+			PQclear(res);
+			return DB_ERROR;
+		}
 		if (!with_state)
 			continue;
 		b->states[i] = (enum effect_state)outbox_state_parse(db_get(res, i, "state"));
@@ -1057,9 +1035,9 @@ outbox_find(struct db *db, const char *id, struct outbox_found *f)
 		return rc;
 	snprintf(f->id, sizeof(f->id), "%s", db_get(res, 0, "id"));
 	f->client_id = db_get_ll(res, 0, "client_id");
-	texts_read(res, 0, f, found_texts, NTEXTS(found_texts));
+	rc = db_row_get(res, 0, found_texts, DB_NCOLS(found_texts), f);
 	PQclear(res);
-	if (f->key == NULL || f->state == NULL) {
+	if (rc != OG_OK || f->key == NULL || f->state == NULL) {
 		outbox_found_clear(f);
 		return OG_ERROR;
 	}
@@ -1069,8 +1047,7 @@ outbox_find(struct db *db, const char *id, struct outbox_found *f)
 void
 outbox_found_clear(struct outbox_found *f)
 {
-	texts_free(f, found_texts, NTEXTS(found_texts));
-	memset(f, 0, sizeof(*f));
+	db_row_clear(found_texts, DB_NCOLS(found_texts), f, sizeof(*f));
 }
 
 enum og_rc
