@@ -771,7 +771,13 @@ replay_job_stop(struct db *db, long long job_id, const char *reason,
 enum og_rc
 replay_job_counts(struct db *db, long long job_id, int *done, int *refused, int *pending)
 {
-	return jobs_counts(db, job_id, done, refused, pending);
+	struct jobs_item_counts c;
+	enum og_rc rc = jobs_counts(db, job_id, &c);
+
+	*done = (int)c.done;
+	*refused = (int)c.refused;
+	*pending = (int)c.pending;
+	return rc;
 }
 enum og_rc
 replay_links(struct db *db, long long client_id, const char *key, json_t **replay_of,
