@@ -48,14 +48,8 @@ local function now_us()
 	return tonumber(ts.tv_sec) * 1000000 + tonumber(ts.tv_nsec) / 1000
 end
 
-local threads = {}
-local next_id = 0
-
-function setup(thread)
-	next_id = next_id + 1
-	thread:set("id", next_id)
-	table.insert(threads, thread)
-end
+-- setup() and the threads done() reads (wrklib.lua, beside this script)
+dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "wrklib.lua")
 
 -- Per thread. The globals are read by done() (main state) with thread:get().
 local done_path

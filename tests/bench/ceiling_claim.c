@@ -1,7 +1,7 @@
 /*
  * ceiling_claim.c — the ceiling of a new-key claim: a minimal libfcgi
  * responder (ceiling.h) that runs the bare atomic claim statement of
- * claim_new.sql on the scratch table bench_claims for the body's "key" and
+ * claim.sql on the scratch table bench_claims for the body's "key" and
  * answers 201 {"outcome":"claimed"} (200 "duplicate" when the key exists).
  * Built and started by tests/bench/run.sh.
  */

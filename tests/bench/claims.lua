@@ -16,14 +16,8 @@
 --   bench-result requests=R duration_us=D p50_us=P p99_us=Q bad=B errors=E
 -- where errors are wrk's socket errors (connect, read, write, timeout).
 
-local threads = {}
-local next_id = 0
-
-function setup(thread)
-	next_id = next_id + 1
-	thread:set("id", next_id)
-	table.insert(threads, thread)
-end
+-- setup() and the threads done() reads (wrklib.lua, beside this script)
+dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "wrklib.lua")
 
 -- Per thread (each wrk thread has its own Lua state). bad, sample,
 -- want_status and want_outcome are globals so that done(), which runs in

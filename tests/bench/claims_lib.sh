@@ -110,8 +110,20 @@ claims_table_drop() {
 # claims_pgbench: pgbench runs the bare claim on bench_claims (claims_table)
 # for new keys (pg.new) and for the existing keys (pg.existing).
 claims_pgbench() {
-	pgbench_run pg.new new claim_new.sql -D "run=$RUN" -D n=0 -D "hash=$CLAIMS_HASH"
-	pgbench_run pg.existing existing claim_existing.sql -D "count=$EXISTING" -D "hash=$CLAIMS_HASH"
+	claim_script claim_new 'n :n + 1' "'bench:' || :run::text || ':' || :client_id::text || ':' || :n::text"
+	claim_script claim_existing 'k random(1, :count)' "'bench:' || 'done:' || :k::text"
+	pgbench_run pg.new new "$TMP/claim_new.sql" -D "run=$RUN" -D n=0 -D "hash=$CLAIMS_HASH"
+	pgbench_run pg.existing existing "$TMP/claim_existing.sql" -D "count=$EXISTING" \
+		-D "hash=$CLAIMS_HASH"
+}
+
+# claim_script NAME SET KEY: the pgbench script $TMP/NAME.sql of claim.sql,
+# the line \set SET first and KEY (an SQL expression) for its key.
+claim_script() {
+	{
+		printf '\\set %s\n' "$2"
+		grep -v '^--' "$HERE/claim.sql" | sed "s#@KEY@#$3#"
+	} >"$TMP/$1.sql"
 }
 
 # --- the ceiling: nginx → a minimal libfcgi responder → libpq --------------------------

@@ -426,15 +426,16 @@ wrk_run() {
 }
 
 # pgbench_run NAME LABEL SCRIPT ARG...: one timed pgbench run -M prepared
-# (CONNS clients, THREADS threads, DURATION seconds) of tests/bench/SCRIPT
+# (CONNS clients, THREADS threads, DURATION seconds) of tests/bench/SCRIPT (or SCRIPT, a path)
 # with ARGs, its output in TMP/pgbench.LABEL, into RATE, P50 and P99 of
 # NAME; per-transaction latencies are logged for the percentiles.
 # shellcheck disable=SC2034  # the results: the script's table
 pgbench_run() {
 	local name=$1 label=$2 script=$3 out=$TMP/pgbench.$2 log=$TMP/pglog.$2 rc=0 tps failed hint=''
 	shift 3
+	[[ $script == /* ]] || script=$HERE/$script
 	local -a cmd=("$PGBENCH" -n -M prepared "-c$CONNS" "-j$THREADS" "-T$DURATION"
-		-f "$HERE/$script" "$@" -l "--log-prefix=$log")
+		-f "$script" "$@" -l "--log-prefix=$log")
 	CMD[$name]=$(show_cmd "${cmd[@]}")
 	CMD[$name]=${CMD[$name]/ -l --log-prefix=*/ -l}
 	say "pgbench, $label: ${CMD[$name]}"

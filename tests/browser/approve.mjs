@@ -29,7 +29,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 
 import { axeVersion, axeViolations } from './axe.mjs';
-import { check, session } from './browser.mjs';
+import { check, decide, session } from './browser.mjs';
 const REASON = 'Approved in Chromium by tests/browser/approve.mjs';
 const PHONE = { width: 390, height: 844 };
 
@@ -189,18 +189,7 @@ process.exit(await session(user, groups, screenshot, async (page) => {
     console.log(`ok - the body corrected in the form (${[...edited].length} characters)`);
   }
   await page.locator('textarea[name="reason"]').fill(REASON);
-  const seen = [];
-  page.on('response', (r) => {
-    if (r.url() === url) seen.push([r.request().method(), r.status()]);
-  });
-  const [decided] = await Promise.all([
-    page.waitForResponse((r) => r.url() === url && r.request().method() === 'GET'),
-    approve.click(),
-  ]);
-  await page.waitForLoadState('load');
-  check(seen.some(([m, s]) => m === 'POST' && s === 303),
-    `the form POST answered 303 (responses: ${JSON.stringify(seen)})`);
-  check(decided.status() === 410, `the decided page answers 410 (got ${decided.status()})`);
+  const decided = await decide(page, url, approve);
   checkHeaders(decided, 'the decided page');
   const text = await page.locator('body').innerText();
   check(/decided/i.test(text), 'the page says the request is decided');

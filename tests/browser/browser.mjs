@@ -2,7 +2,7 @@
 // headless, driven by playwright-core, on a fresh profile, as the person
 // whose identity the SSO stand-in headers (X-Dev-User, X-Dev-Groups) carry;
 // one "ok - " line per check; a full-page screenshot at the end, pass or
-// fail.
+// fail; a decision sent by pressing a button of the card.
 
 import { chromium } from 'playwright-core';
 import { mkdtempSync, rmSync, mkdirSync } from 'node:fs';
@@ -58,4 +58,24 @@ export async function session(user, groups, screenshot, body) {
     rmSync(profile, { recursive: true, force: true });
   }
   return status;
+}
+
+// decide(page, url, button): presses button on the card at url and
+// follows what the browser does: the form POST must answer 303 and the
+// decided page it is sent to (the GET of url, which the page now shows)
+// 410. Returns that GET's response.
+export async function decide(page, url, button) {
+  const seen = [];
+  page.on('response', (r) => {
+    if (r.url() === url) seen.push([r.request().method(), r.status()]);
+  });
+  const [decided] = await Promise.all([
+    page.waitForResponse((r) => r.url() === url && r.request().method() === 'GET'),
+    button.click(),
+  ]);
+  await page.waitForLoadState('load');
+  check(seen.some(([m, s]) => m === 'POST' && s === 303),
+    `the form POST answered 303 (responses: ${JSON.stringify(seen)})`);
+  check(decided.status() === 410, `the decided page answers 410 (got ${decided.status()})`);
+  return decided;
 }

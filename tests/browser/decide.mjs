@@ -14,7 +14,7 @@
 // when the form POST answered 303 and the decided page (410, no form) came
 // back naming the decision; 1 otherwise, with a screenshot.
 
-import { check, session } from './browser.mjs';
+import { check, decide, session } from './browser.mjs';
 
 const [url, user, groups, decision, screenshot, reasonArg] = process.argv.slice(2);
 if (!url || !user || groups === undefined || !decision || !screenshot) {
@@ -36,18 +36,7 @@ process.exit(await session(user, groups, screenshot, async (page) => {
   } else {
     await page.locator('textarea[name="reason"]').fill(reason);
   }
-  const seen = [];
-  page.on('response', (r) => {
-    if (r.url() === url) seen.push([r.request().method(), r.status()]);
-  });
-  const [decided] = await Promise.all([
-    page.waitForResponse((r) => r.url() === url && r.request().method() === 'GET'),
-    button.click(),
-  ]);
-  await page.waitForLoadState('load');
-  check(seen.some(([m, s]) => m === 'POST' && s === 303),
-    `the form POST answered 303 (responses: ${JSON.stringify(seen)})`);
-  check(decided.status() === 410, `the decided page answers 410 (got ${decided.status()})`);
+  const decided = await decide(page, url, button);
   const text = await page.locator('body').innerText();
   // in words for a person: "changes requested", never the stored word
   const words = decision.replace(/_/g, ' ');

@@ -24,11 +24,7 @@ static char *path;
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	char *dir = fuzzlib_tempdir("config");
-
-	if (asprintf(&path, "%s/oncegate.conf", dir) < 0)
-		abort();
-	free(dir);
+	path = fuzzlib_tempfile("config", "oncegate.conf");
 	return 0;
 }
 

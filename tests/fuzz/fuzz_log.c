@@ -37,11 +37,7 @@ static int rfd = -1;
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	char *dir = fuzzlib_tempdir("log");
-
-	if (asprintf(&path, "%s/decisions.log", dir) < 0)
-		abort();
-	free(dir);
+	path = fuzzlib_tempfile("log", "decisions.log");
 	if (log_open(path, LOG_LEVEL_DEBUG, "fuzz") != 0 ||
 	    (rfd = open(path, O_RDWR | O_CLOEXEC)) < 0) {
 		fprintf(stderr, "fuzz: cannot open %s\n", path);

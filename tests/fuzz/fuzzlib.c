@@ -118,6 +118,17 @@ fuzzlib_tempdir(const char *what)
 	return dir;
 }
 
+char *
+fuzzlib_tempfile(const char *what, const char *name)
+{
+	char *dir = fuzzlib_tempdir(what), *path;
+
+	if (asprintf(&path, "%s/%s", dir, name) < 0)
+		abort();
+	free(dir);
+	return path;
+}
+
 void
 fuzzlib_write(const char *path, const void *data, size_t len)
 {

@@ -43,6 +43,9 @@ bool fuzzlib_done(const struct fuzzlib_in *in);
 /* A fresh scratch directory under $TMPDIR (else /dev/shm, else /tmp),
  * made at start-up and removed with its files at exit. */
 char *fuzzlib_tempdir(const char *what);
+/* The path of a file `name` in a fresh scratch directory (fuzzlib_tempdir),
+ * not made yet (malloc'd). */
+char *fuzzlib_tempfile(const char *what, const char *name);
 /* Replaces path's content with data[0..len); aborts on failure. */
 void fuzzlib_write(const char *path, const void *data, size_t len);
 

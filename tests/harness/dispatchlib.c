@@ -80,21 +80,7 @@ proc_running(pid_t pid)
 bool
 proc_ours(pid_t pid)
 {
-	char path[64], buf[4096];
-	size_t n, i;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-	f = fopen(path, "r");
-	if (f == NULL)
-		return false;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	for (i = 0; i < n; i++)
-		if (buf[i] == '\0')
-			buf[i] = ' ';
-	buf[n] = '\0';
-	return strstr(buf, g_tmp) != NULL;
+	return tl_cmdline_has(pid, g_tmp);
 }
 
 void
@@ -143,6 +129,24 @@ proc_sweep(void)
 		fprintf(stderr, "%s: cannot truncate %s\n", g_suite, g_procs);
 }
 
+/* In a forked child: stdin from /dev/null, stdout and stderr to the files
+ * out and err (opened with O_APPEND or O_TRUNC as mode says), every other
+ * descriptor closed. */
+static void
+child_stdio(const char *out, const char *err, int mode)
+{
+	int fd;
+
+	if ((fd = open("/dev/null", O_RDONLY)) >= 0)
+		dup2(fd, 0);
+	if ((fd = open(out, O_WRONLY | O_CREAT | mode, 0644)) >= 0)
+		dup2(fd, 1);
+	if ((fd = open(err, O_WRONLY | O_CREAT | mode, 0644)) >= 0)
+		dup2(fd, 2);
+	for (fd = 3; fd < 1024; fd++)
+		close(fd);
+}
+
 /* fork + exec with stdout and stderr to files (appended) and the kill
  * switch's environment half set as asked. */
 pid_t
@@ -156,19 +160,11 @@ spawn(char *const argv[], const char *out, const char *err, enum env_switch env)
 	if (pid == 0) {
 		const char *base, *role;
 		sigset_t none;
-		int fd;
 
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		signal(SIGPIPE, SIG_DFL);
-		if ((fd = open("/dev/null", O_RDONLY)) >= 0)
-			dup2(fd, 0);
-		if ((fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644)) >= 0)
-			dup2(fd, 1);
-		if ((fd = open(err, O_WRONLY | O_CREAT | O_APPEND, 0644)) >= 0)
-			dup2(fd, 2);
-		for (fd = 3; fd < 1024; fd++)
-			close(fd);
+		child_stdio(out, err, O_APPEND);
 		if (env == ENV_TRUE)
 			setenv("AI_ACTIONS_ENABLED", "true", 1);
 		else if (env == ENV_FALSE)
@@ -241,16 +237,7 @@ provider_start(const char *script, const char *name, char *const extra[], pid_t 
 	if (pid < 0)
 		return -1;
 	if (pid == 0) {
-		int fd;
-
-		if ((fd = open("/dev/null", O_RDONLY)) >= 0)
-			dup2(fd, 0);
-		if ((fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644)) >= 0)
-			dup2(fd, 1);
-		if ((fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644)) >= 0)
-			dup2(fd, 2);
-		for (fd = 3; fd < 1024; fd++)
-			close(fd);
+		child_stdio(out, err, O_TRUNC);
 		execv(argv[0], argv);
 		_exit(127);
 	}
@@ -813,17 +800,37 @@ dl_claim_and_output(const char *bearer, const char *key, const char *contract, j
 }
 
 void
+dl_mail_output(const char *bearer, const char *key, const char *contract, const char *subject,
+               const char *body, json_t *to, const char *requested_by, struct tl_resp *r)
+{
+	dl_claim_and_output(bearer, key, contract,
+	                    json_pack("{s:s, s:s}", "subject", subject, "body", body),
+	                    json_pack("{s:s, s:s, s:{s:o}}", "type", "email.send", "target",
+	                              "demo_smtp", "payload", "to", to),
+	                    requested_by, r);
+}
+
+void
+dl_corpus_mail_output(const char *bearer, const char *key, const char *contract,
+                      const char *mail_id, json_t *to, const char *requested_by,
+                      struct tl_resp *r)
+{
+	dl_mail_output(bearer, key, contract, tl_corpus_mail_str(mail_id, "subject"),
+	               tl_corpus_mail_str(mail_id, "body"), to, requested_by, r);
+	ck_assert_msg(r->status == 202 && streq(tl_jstr(r->json, "outcome"), "awaiting_human"),
+	              "%s output of mail %s: HTTP %ld %.1000s", contract, mail_id, r->status,
+	              r->body);
+}
+
+void
 dl_mail_run(const char *bearer, const char *key, const char *contract, const char *subject,
             const char *body, const char *to, const char *requested_by, struct dl_links *l)
 {
 	struct tl_resp r;
 	size_t i;
 
-	dl_claim_and_output(bearer, key, contract,
-	                    json_pack("{s:s, s:s}", "subject", subject, "body", body),
-	                    json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target",
-	                              "demo_smtp", "payload", "to", to),
-	                    requested_by, &r);
+	dl_mail_output(bearer, key, contract, subject, body, json_pack("[s]", to), requested_by,
+	               &r);
 	ck_assert_msg(r.status == 202 &&
 	                  json_array_size(json_object_get(r.json, "approvals")) == DL_LINKS,
 	              "output: HTTP %ld %.1000s", r.status, r.body);
@@ -851,22 +858,31 @@ dl_token_of(const struct tl_resp *r, size_t i, char *id, size_t idsz)
 	return strdup(t + 9);
 }
 
+int
+dl_sso_headers(struct dl_sso *sso, const char *user, const char *groups, const char **h)
+{
+	int n = 0;
+
+	if (user != NULL) {
+		snprintf(sso->user, sizeof(sso->user), "X-Dev-User: %s", user);
+		h[n++] = sso->user;
+	}
+	if (groups != NULL) {
+		snprintf(sso->groups, sizeof(sso->groups), "X-Dev-Groups: %s", groups);
+		h[n++] = sso->groups;
+	}
+	return n;
+}
+
 void
 dl_page_request(const char *path, const char *user, const char *groups, const char *form,
                 const char *origin, struct tl_resp *r, char **hdrs)
 {
-	char hu[256], hg[1024], ho[256];
+	struct dl_sso sso;
+	char ho[256];
 	const char *h[6];
-	int n = 0;
+	int n = dl_sso_headers(&sso, user, groups, h);
 
-	if (user != NULL) {
-		snprintf(hu, sizeof(hu), "X-Dev-User: %s", user);
-		h[n++] = hu;
-	}
-	if (groups != NULL) {
-		snprintf(hg, sizeof(hg), "X-Dev-Groups: %s", groups);
-		h[n++] = hg;
-	}
 	if (form != NULL) {
 		snprintf(ho, sizeof(ho), "Origin: %s", origin ? origin : tl_env("ONCEGATE_URL"));
 		h[n++] = ho;
@@ -901,21 +917,31 @@ dl_page_send(const char *path, const char *const *h, const char *form, struct tl
 }
 
 void
-dl_disp_start_demo(struct dl_disp *d, const char *mail_from)
+dl_disp_start_linked(struct dl_disp *d, const char *targets, ...)
 {
 	struct dl_conf c;
+	va_list ap;
 
 	dl_conf_open(&c, d);
 	fprintf(c.f, "public_url = %s\n", tl_env("ONCEGATE_URL"));
-	fprintf(c.f,
-	        "\n[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
-	        "lookup_url = http://127.0.0.1:%d/idem/effects/lookup\nidempotency_key = 1\n"
-	        "provider_id_header = X-Provider-Id\ntimeout_ms = 5000\nmax_attempts = 3\n"
-	        "base_ms = 200\ncap_ms = 1000\n\n"
-	        "[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\nmail_from = %s\n"
-	        "timeout_ms = 5000\nmax_attempts = 2\nbase_ms = 200\ncap_ms = 1000\n",
-	        g_http_port, g_http_port, g_smtp_port, mail_from);
+	va_start(ap, targets);
+	vfprintf(c.f, targets, ap);
+	va_end(ap);
 	dl_conf_start(&c, d, ENV_TRUE);
+}
+
+void
+dl_disp_start_demo(struct dl_disp *d, const char *mail_from)
+{
+	dl_disp_start_linked(
+	    d,
+	    "\n[target demo_http]\nkind = http\nurl = http://127.0.0.1:%d/idem/effects\n"
+	    "lookup_url = http://127.0.0.1:%d/idem/effects/lookup\nidempotency_key = 1\n"
+	    "provider_id_header = X-Provider-Id\ntimeout_ms = 5000\nmax_attempts = 3\n"
+	    "base_ms = 200\ncap_ms = 1000\n\n"
+	    "[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\nmail_from = %s\n"
+	    "timeout_ms = 5000\nmax_attempts = 2\nbase_ms = 200\ncap_ms = 1000\n",
+	    g_http_port, g_http_port, g_smtp_port, mail_from);
 }
 
 json_t *
@@ -948,4 +974,91 @@ dl_mails_received(void)
 	}
 	free(out);
 	return list;
+}
+
+void
+dl_make_run(PGconn *c, const char *client, const char *key, const char *version,
+            const char *contract, const char *output)
+{
+	char hash[72], corr[256], payload[128];
+	const char *p[9] = { client, key, hash, corr, output, payload, version, contract, g_suite };
+
+	snprintf(payload, sizeof(payload), "{\"suite\":\"%s\"}", g_suite);
+	tl_payload_hash(payload, hash);
+	snprintf(corr, sizeof(corr), "corr-%s", key);
+	tl_pg_exec(c,
+	           "INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
+	           "    state, claim_started_at, workflow_version, trigger, correlation_id,"
+	           "    output, contract, contract_hash, decision, decided_at)"
+	           " VALUES ($1::bigint, $2, $3, $6::jsonb, 'approved', now(), $7, $9, $4,"
+	           "    $5::jsonb, $8, CASE WHEN $8::text IS NOT NULL THEN 'sha256:0c0ffee0c0ffee"
+	           "0c0ffee0c0ffee0c0ffee0c0ffee0c0ffee0c0ffee0c0ffee0' END, 'auto', now())",
+	           9, p);
+}
+
+void
+dl_add_effect(PGconn *c, const char *client, const char *key, const char *type,
+              const char *target, const char *payload, double delay_s, char id[40])
+{
+	char hash[72], delay[32];
+	char *v;
+
+	tl_effect_hash(payload, hash);
+	snprintf(delay, sizeof(delay), "%.3f", delay_s);
+	v = qstr(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target,"
+	         "    payload, payload_hash, provider_key, not_before, next_attempt_at)"
+	         " VALUES ($1::bigint, $2, $3, $4, $5::jsonb, $6, $2 || '/' || $3,"
+	         "    now() + make_interval(secs => $7::float8),"
+	         "    now() + make_interval(secs => $7::float8))"
+	         " RETURNING id",
+	         client, key, type, target, payload, hash, delay, (char *)NULL);
+	ck_assert_ptr_nonnull(v);
+	snprintf(id, 40, "%s", v);
+	free(v);
+}
+
+void
+dl_sends(bool on)
+{
+	char *out = NULL, reason[160];
+	int rc;
+
+	snprintf(reason, sizeof(reason), "%s: this test %s", g_suite,
+	         on ? "sends" : "holds sends");
+	rc = tl_ctl(&out, "sends", on ? "resume" : "stop", "--reason", reason, (char *)NULL);
+	ck_assert_msg(rc == 0, "oncegatectl sends %s: exit %d: %s", on ? "resume" : "stop", rc,
+	              out ? out : "");
+	free(out);
+}
+
+void
+dl_reply_run(const char *key, const char *subject, const char *text, const char *callback_url,
+             const char *requested_by, struct tl_resp *r)
+{
+	struct tl_claimed cl;
+	json_t *body;
+	char *path;
+
+	body = json_pack("{s:s, s:{s:s}, s:i}", "key", key, "payload", "suite", tl_run,
+	                 "lease_seconds", 60);
+	tl_claim_body(tl_env("ONCEGATE_API_KEY"), body, &cl);
+	json_decref(body);
+	path = tl_run_path(key, "/output");
+	body = json_pack("{s:s, s:I, s:s, s:{s:s, s:s, s:s, s:f},"
+	                 " s:{s:s, s:s, s:s}, s:{s:s, s:s, s:{s:s}}, s:s, s:s, s:s}",
+	                 "lease_owner", cl.owner, "version", (json_int_t)cl.version,
+	                 "contract", "support_reply",
+	                 "output", "subject", subject, "body", text,
+	                 "tone", "friendly", "confidence", 0.8,
+	                 "model", "provider", "openai-compatible", "name", "qwen2.5-7b-instruct",
+	                 "revision", "2024-09-19",
+	                 "effect", "type", "email.send", "target", "demo_smtp", "payload", "to",
+	                 "customer@example.com",
+	                 "source_url", "https://crm.example/ticket/9",
+	                 "callback_url", callback_url, "requested_by", requested_by);
+	tl_post_json(path, tl_env("ONCEGATE_API_KEY"), body, r);
+	json_decref(body);
+	free(path);
+	ck_assert_msg(r->status == 202 && streq(tl_jstr(r->json, "outcome"), "awaiting_human"),
+	              "%s: output: HTTP %ld %.1000s", key, r->status, r->body);
 }

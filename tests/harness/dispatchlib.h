@@ -115,6 +115,23 @@ char *dl_run_state(PGconn *c, const char *client, const char *key);
  * domain is domain. */
 void dl_message_id(const char *provider_key, const char *domain, char out[128]);
 
+/* A run of API client id client with this key as the responder leaves it
+ * once its effects may go out: approved, by the suite (g_suite: its
+ * payload and trigger), workflow version version, correlation id
+ * "corr-KEY", output (JSON text) and contract (with a made-up hash) when
+ * not NULL. */
+void dl_make_run(PGconn *c, const char *client, const char *key, const char *version,
+                 const char *contract, const char *output);
+/* One pending effect of that run, due delay_s from now (not_before and
+ * next_attempt_at, as enqueue sets them); its id in id[40]. */
+void dl_add_effect(PGconn *c, const char *client, const char *key, const char *type,
+                   const char *target, const char *payload, double delay_s, char id[40]);
+
+/* Allows sends (on) or stops them with `oncegatectl sends resume|stop`
+ * (the kill switch's database half), the suite named in the reason; fails
+ * the test when that fails. */
+void dl_sends(bool on);
+
 /* Cancels every effect still pending, unknown or sending (a test's
  * fixture: no dispatcher of the next test sees foreign work). */
 void dl_cancel_waiting(void);
@@ -201,6 +218,12 @@ extern char dl_client_b[96];
 extern char *dl_key_b;
 bool dl_tenants_prepare(void);
 void dl_tenants_finish(void);
+/* The whole main of a suite of those two tenants (needing
+ * ONCEGATE_API_KEY): DL_TENANTS_MAIN("check_x", "x", .suite = ..., ...),
+ * the other fields of its struct dl_suite after the name and prefix. */
+#define DL_TENANTS_MAIN(name_, prefix_, ...)                                          \
+	DL_SUITE_MAIN(.name = (name_), .prefix = (prefix_), .needed = "ONCEGATE_API_KEY", \
+	              .prepare = dl_tenants_prepare, .finish = dl_tenants_finish, __VA_ARGS__)
 
 /* Claims key as bearer (the payload names the run and contract) and hands
  * in output for contract with effect (both stolen), requested by
@@ -208,6 +231,22 @@ void dl_tenants_finish(void);
 void dl_claim_and_output(const char *bearer, const char *key, const char *contract,
                          json_t *output, json_t *effect, const char *requested_by,
                          struct tl_resp *r);
+/* Claims key as bearer and hands in the mail (subject, body) to `to` (a
+ * JSON array of addresses, stolen) for contract, requested by
+ * requested_by; the /output answer in *r. */
+void dl_mail_output(const char *bearer, const char *key, const char *contract, const char *subject,
+                    const char *body, json_t *to, const char *requested_by, struct tl_resp *r);
+/* The same with the subject and body of the corpus mail mail_id; the
+ * answer must be 202, awaiting a person. */
+void dl_corpus_mail_output(const char *bearer, const char *key, const char *contract,
+                           const char *mail_id, json_t *to, const char *requested_by,
+                           struct tl_resp *r);
+/* Claims key as the stack's client "dev" and hands in a support_reply
+ * (subject, text) to customer@example.com whose result n8n awaits at
+ * callback_url, requested by requested_by: the /output answer in *r,
+ * which must be 202, awaiting a person. */
+void dl_reply_run(const char *key, const char *subject, const char *text, const char *callback_url,
+                  const char *requested_by, struct tl_resp *r);
 /* A mail run's approval links, in its contract's approver order. */
 #define DL_LINKS 3
 struct dl_links {
@@ -225,6 +264,14 @@ void dl_mail_run(const char *bearer, const char *key, const char *contract, cons
  * link: its raw token (malloc'd); its approval id in id (idsz bytes) when
  * id is not NULL. */
 char *dl_token_of(const struct tl_resp *r, size_t i, char *id, size_t idsz);
+/* The identity headers the SSO proxy sends for user in groups (NULL: that
+ * header not sent): their lines in sso, pointed to from h[0] on; returns
+ * how many. */
+struct dl_sso {
+	char user[256];
+	char groups[1024];
+};
+int dl_sso_headers(struct dl_sso *sso, const char *user, const char *groups, const char **h);
 /* GET (form NULL) or POST of form to path as user in groups (as the SSO
  * proxy's headers; NULL: that header not sent). A POST comes from origin,
  * or (NULL) from our own origin with Sec-Fetch-Site: same-origin. The
@@ -237,6 +284,12 @@ void dl_page_request(const char *path, const char *user, const char *groups, con
 void dl_page_send(const char *path, const char *const *h, const char *form, struct tl_resp *r,
                   char **hdrs);
 
+/* Starts dispatcher d with dl_conf_open's settings, approval links in
+ * notices made from the stack's address (ONCEGATE_URL) and the targets
+ * the printf format targets writes; the kill switch's environment half on
+ * (dl_conf_start). */
+void dl_disp_start_linked(struct dl_disp *d, const char *targets, ...)
+	__attribute__((format(printf, 2, 3)));
 /* Starts dispatcher d with dl_conf_open's settings and the targets
  * demo_http and demo_smtp (the names the shipped and test contracts use)
  * pointed at the suite's HTTP provider (g_http_port) and SMTP sink

@@ -33,6 +33,34 @@ pl_doc_get(const char *path, const char *user, const char *groups, struct pl_doc
 }
 
 void
+pl_web_parse(struct pl_web *w)
+{
+	xmlNodePtr root;
+	xmlChar *t;
+
+	if (w->r.body_len == 0 || strncasecmp(w->r.content_type, "text/html", 9) != 0)
+		return;
+	w->doc = htmlReadMemory(w->r.body, (int)w->r.body_len, NULL, "UTF-8",
+	                        HTML_PARSE_NOERROR | HTML_PARSE_NOWARNING | HTML_PARSE_NONET);
+	if (w->doc == NULL || (root = xmlDocGetRootElement(w->doc)) == NULL)
+		return;
+	t = xmlNodeGetContent(root);
+	w->text = strdup(t != NULL ? (const char *)t : "");
+	xmlFree(t);
+}
+
+void
+pl_web_free(struct pl_web *w)
+{
+	tl_resp_free(&w->r);
+	free(w->hdrs);
+	if (w->doc != NULL)
+		xmlFreeDoc(w->doc);
+	free(w->text);
+	memset(w, 0, sizeof(*w));
+}
+
+void
 pl_doc_free(struct pl_doc *d)
 {
 	if (d->xp != NULL)

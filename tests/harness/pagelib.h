@@ -1,8 +1,9 @@
 /*
  * pagelib.h — approval pages as a browser reads them (check_inbox,
- * check_notify): a page fetched with the identity headers an SSO proxy
- * sends (dispatchlib's dl_page_request), parsed by libxml2's HTML parser
- * and queried by XPath; a decision posted with the card's CSRF value.
+ * check_notify, check_gate, check_security): a page fetched with the
+ * identity headers an SSO proxy sends (dispatchlib's dl_page_request),
+ * parsed by libxml2's HTML parser and queried by XPath; a decision posted
+ * with the card's CSRF value.
  */
 #ifndef OG_PAGELIB_H
 #define OG_PAGELIB_H
@@ -38,6 +39,19 @@ char *pl_doc_csrf(const struct pl_doc *d);
  * user in groups; the POST's status and, in location, its Location. */
 long pl_decide_at(const char *path, const char *user, const char *groups, const char *decision,
                   char *location, size_t loclen);
+
+/* An answer to a page request (with its headers) and, when it is HTML, the
+ * document as a browser's parser reads it and its text content (entities
+ * decoded); what the suites that send their own headers keep. */
+struct pl_web {
+	struct tl_resp r;
+	char *hdrs;
+	htmlDocPtr doc;
+	char *text;
+};
+/* Parses w->r when it is an HTML page (doc and text stay NULL otherwise). */
+void pl_web_parse(struct pl_web *w);
+void pl_web_free(struct pl_web *w);
 
 /* The stack's From address of demo_smtp (what the card shows; malloc'd). */
 char *pl_stack_mail_from(void);

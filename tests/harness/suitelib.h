@@ -30,6 +30,18 @@ struct tl_loop {
 /* The list of loop tests a struct tl_case takes. */
 #define TL_LOOPS(...) ((const struct tl_loop[]){__VA_ARGS__, {NULL, 0}})
 
+/* Rows of a suite's table of cases: a text given and what is expected of
+ * it (a problem's code, a status, a message; NULL where the row says so);
+ * or whether it is accepted. */
+struct tl_given {
+	const char *given;
+	const char *want;
+};
+struct tl_verdict {
+	const char *given;
+	bool ok;
+};
+
 /* A test case of a suite written as a table (TL_SUITE): made, fixtures
  * set and tests added in the order of these fields. */
 struct tl_case {

@@ -98,10 +98,17 @@ tl_claim_body(const char *bearer, const json_t *body, struct tl_claimed *c)
 void
 tl_claim_run(const char *key, struct tl_claimed *c)
 {
-	json_t *body = json_pack("{s:s, s:{s:i, s:s}, s:i}", "key", key, "payload", "ticket", 42,
-	                         "m", tl_run, "lease_seconds", 60);
+	tl_claim_payload(tl_env("ONCEGATE_API_KEY"), key,
+	                 json_pack("{s:i, s:s}", "ticket", 42, "m", tl_run), c);
+}
 
-	tl_claim_body(tl_env("ONCEGATE_API_KEY"), body, c);
+void
+tl_claim_payload(const char *bearer, const char *key, json_t *payload, struct tl_claimed *c)
+{
+	json_t *body = json_pack("{s:s, s:o, s:i}", "key", key, "payload", payload,
+	                         "lease_seconds", 60);
+
+	tl_claim_body(bearer, body, c);
 	json_decref(body);
 }
 
@@ -742,14 +749,11 @@ tl_log_slurp(size_t *len)
 	return read_from(0, len);
 }
 
-/* Complete lines (ending in '\n') after offset, parsed. */
-static json_t *
-log_lines(long offset, tl_log_pred pred, const void *arg)
+json_t *
+tl_json_lines(const char *text, size_t len, tl_log_pred pred, const void *arg)
 {
 	json_t *out = json_array();
-	size_t len;
-	char *text = read_from(offset, &len);
-	char *p, *nl;
+	const char *p, *nl;
 
 	if (text == NULL)
 		return out;
@@ -770,6 +774,17 @@ log_lines(long offset, tl_log_pred pred, const void *arg)
 			json_array_append(out, line);
 		json_decref(line);
 	}
+	return out;
+}
+
+/* Complete lines (ending in '\n') after offset, parsed. */
+static json_t *
+log_lines(long offset, tl_log_pred pred, const void *arg)
+{
+	size_t len;
+	char *text = read_from(offset, &len);
+	json_t *out = tl_json_lines(text, len, pred, arg);
+
 	free(text);
 	return out;
 }
@@ -1818,4 +1833,34 @@ tl_decide_api(const char *bearer, const char *id, json_t *body, struct tl_resp *
 	tl_post_json(path, bearer, body, r);
 	json_decref(body);
 	return r->status;
+}
+
+void
+tl_decide_refused(const char *bearer, const char *id, json_t *body, long status,
+                  const char *code)
+{
+	struct tl_resp r;
+
+	tl_decide_api(bearer, id, body, &r);
+	tl_expect_problem(&r, status, code);
+	tl_resp_free(&r);
+}
+
+bool
+tl_cmdline_has(pid_t pid, const char *needle)
+{
+	char path[64], buf[4096];
+	size_t n, i;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	if ((f = fopen(path, "rb")) == NULL)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	for (i = 0; i < n; i++)
+		if (buf[i] == '\0')
+			buf[i] = ' ';
+	buf[n] = '\0';
+	return strstr(buf, needle) != NULL;
 }

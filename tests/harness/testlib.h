@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 #include <curl/curl.h>
 #include <jansson.h>
 #include <libpq-fe.h>
@@ -81,6 +82,8 @@ void tl_claim_body(const char *bearer, const json_t *body, struct tl_claimed *c)
 /* A new run of this key as client "dev" ($ONCEGATE_API_KEY), with a small
  * payload naming the run, leased for 60 s. */
 void tl_claim_run(const char *key, struct tl_claimed *c);
+/* A new run of this key as bearer with payload (stolen), leased for 60 s. */
+void tl_claim_payload(const char *bearer, const char *key, json_t *payload, struct tl_claimed *c);
 
 /* ---- HTTP -------------------------------------------------------------- */
 
@@ -115,6 +118,10 @@ int tl_post_json(const char *path, const char *bearer, const json_t *body,
 /* POST /v1/approvals/ID/decisions of the decision body (stolen: freed)
  * as bearer, the answer in r; returns its HTTP status. */
 long tl_decide_api(const char *bearer, const char *id, json_t *body, struct tl_resp *r);
+/* The same decision, which must be refused with that status and problem
+ * code (tl_expect_problem). */
+void tl_decide_refused(const char *bearer, const char *id, json_t *body, long status,
+                       const char *code);
 /* POST of JSON text as written, Content-Type application/json. */
 int tl_post_text(const char *path, const char *bearer, const char *text,
                  struct tl_resp *r);
@@ -191,6 +198,10 @@ long tl_log_offset(void);
 char *tl_log_slurp(size_t *len);
 
 typedef bool (*tl_log_pred)(const json_t *line, const void *arg);
+/* The complete lines (ending in '\n') of text that pred keeps (NULL: all),
+ * each a JSON object, or a string when it is not one; blank lines passed
+ * over. Never NULL (text NULL: none). */
+json_t *tl_json_lines(const char *text, size_t len, tl_log_pred pred, const void *arg);
 /* Lines written after offset that satisfy pred (all lines when pred is
  * NULL), as a JSON array of objects; a line that is not a JSON object shows
  * up as a JSON string holding the raw text. Waits until at least `want`
@@ -238,6 +249,9 @@ int tl_client_revoke(const char *name);
 
 /* stdout of a shell command line, or NULL. */
 char *tl_shell_output(const char *cmdline);
+/* Does process pid's command line (its arguments joined by spaces) hold
+ * needle? False when it cannot be read (the process is gone). */
+bool tl_cmdline_has(pid_t pid, const char *needle);
 /* Runs a shell command line; its exit status or -1. */
 int tl_shell(const char *cmdline);
 

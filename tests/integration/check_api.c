@@ -1960,20 +1960,7 @@ responder_pids(void)
 	mine = calloc(1, len + 1);
 	ck_assert_ptr_nonnull(mine);
 	for (line = strtok_r(all, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
-		char path[64], cmd[4096];
-		size_t n, i;
-		FILE *f;
-
-		snprintf(path, sizeof(path), "/proc/%s/cmdline", line);
-		if ((f = fopen(path, "rb")) == NULL)
-			continue;
-		n = fread(cmd, 1, sizeof(cmd) - 1, f);
-		fclose(f);
-		for (i = 0; i < n; i++)
-			if (cmd[i] == '\0')
-				cmd[i] = ' ';
-		cmd[n] = '\0';
-		if (conf != NULL && strstr(cmd, conf) != NULL) {
+		if (conf != NULL && tl_cmdline_has((pid_t)atoi(line), conf)) {
 			strcat(mine, line);
 			strcat(mine, "\n");
 		}

@@ -523,10 +523,9 @@ START_TEST(test_refused)
 	grant("grant", CONTRACT);
 	grant("grant", "quorum_mail");
 	snap = tl_run_snapshot(c, key);
-	tl_decide_api(dl_key_b, d.id[1],
-	              json_pack("{s:s, s:s}", "subject", ANNA, "decision", "changes_requested"), &r);
-	tl_expect_problem(&r, 422, "feedback_required");
-	tl_resp_free(&r);
+	tl_decide_refused(dl_key_b, d.id[1],
+	                  json_pack("{s:s, s:s}", "subject", ANNA, "decision", "changes_requested"),
+	                  422, "feedback_required");
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		tl_decide_api(dl_key_b, d.id[1],
 		              json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision",
@@ -550,32 +549,24 @@ START_TEST(test_refused)
 	for (i = 0; i < 2001; i++)
 		memcpy(big + 2 * i, "ж", 2);
 	big[2 * 2001] = '\0';
-	tl_decide_api(dl_key_b, d.id[1],
-	              json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "changes_requested",
-	                        "feedback", big), &r);
-	tl_expect_problem(&r, 422, "invalid_feedback");
-	tl_resp_free(&r);
+	tl_decide_refused(dl_key_b, d.id[1],
+	                  json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision",
+	                            "changes_requested", "feedback", big), 422, "invalid_feedback");
 	ck_assert_int_eq(page_decide(d.path[0], LI, LI_GROUPS, "changes_requested", big, &r), 422);
 	tl_resp_free(&r);
 	free(big);
-	tl_decide_api(dl_key_b, d.id[1],
-	              json_pack("{s:s, s:s, s:i}", "subject", ANNA, "decision", "changes_requested",
-	                        "feedback", 7), &r);
-	tl_expect_problem(&r, 400, "invalid_field");
-	tl_resp_free(&r);
+	tl_decide_refused(dl_key_b, d.id[1],
+	                  json_pack("{s:s, s:s, s:i}", "subject", ANNA, "decision",
+	                            "changes_requested", "feedback", 7), 400, "invalid_field");
 	/* feedback goes with a request for changes only */
-	tl_decide_api(dl_key_b, d.id[1],
-	              json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "approve", "feedback",
-	                        "Всё хорошо"), &r);
-	tl_expect_problem(&r, 422, "feedback_unwanted");
-	tl_resp_free(&r);
+	tl_decide_refused(dl_key_b, d.id[1],
+	                  json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "approve",
+	                            "feedback", "Всё хорошо"), 422, "feedback_unwanted");
 	/* the requester may not send it back either (separation of duties) */
-	tl_decide_api(dl_key_b, d.id[0],
-	              json_pack("{s:s, s:[s], s:s, s:s}", "subject", REQUESTER, "groups",
-	                        "customer support", "decision", "changes_requested", "feedback",
-	                        "Моя же заявка"), &r);
-	tl_expect_problem(&r, 403, "separation_of_duties");
-	tl_resp_free(&r);
+	tl_decide_refused(dl_key_b, d.id[0],
+	                  json_pack("{s:s, s:[s], s:s, s:s}", "subject", REQUESTER, "groups",
+	                            "customer support", "decision", "changes_requested", "feedback",
+	                            "Моя же заявка"), 403, "separation_of_duties");
 	tl_expect_run_unchanged(c, key, snap, "refused requests for changes");
 	free(snap);
 
@@ -594,11 +585,10 @@ START_TEST(test_refused)
 	}
 	tl_resp_free(&r);
 	snap = tl_run_snapshot(c, key2);
-	tl_decide_api(dl_key_b, q.id[0],
-	              json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "changes_requested",
-	                        "feedback", "Нельзя"), &r);
-	tl_expect_problem(&r, 422, "decision_not_allowed");
-	tl_resp_free(&r);
+	tl_decide_refused(dl_key_b, q.id[0],
+	                  json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision",
+	                            "changes_requested", "feedback", "Нельзя"), 422,
+	                  "decision_not_allowed");
 	{
 		char *csrf = tl_csrf_for(q.id[0], ANNA);
 		char *form = tl_form("decision", "changes_requested", "csrf", csrf, "feedback", "Нельзя",
@@ -629,6 +619,4 @@ TL_SUITE(changes_suite, "changes",
           .tests = TL_LIST(test_round_trip, test_notices_and_page, test_budget_spent,
                            test_refused)})
 
-DL_SUITE_MAIN(.name = "check_changes", .prefix = "ch", .needed = "ONCEGATE_API_KEY",
-              .suite = changes_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
-              .smtp = true)
+DL_TENANTS_MAIN("check_changes", "ch", .suite = changes_suite, .smtp = true)

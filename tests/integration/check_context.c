@@ -576,6 +576,4 @@ TL_SUITE(context_suite, "context",
           .tests = TL_LIST(test_apart_and_shown, test_without_context, test_refused, test_told,
                            test_purged, test_replayed)})
 
-DL_SUITE_MAIN(.name = "check_context", .prefix = "cx", .needed = "ONCEGATE_API_KEY",
-              .suite = context_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
-              .smtp = true)
+DL_TENANTS_MAIN("check_context", "cx", .suite = context_suite, .smtp = true)

@@ -86,21 +86,18 @@ START_TEST(test_scope)
 	snprintf(key, sizeof(key), "%s:scope/заявка-12 📮", tl_run);
 	mail_run(dl_key_b, key, &l);
 	/* no grant yet */
-	tl_decide_api(dl_key_b, l.id[2],
-	              json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), &r);
-	tl_expect_problem(&r, 403, "forbidden");
-	tl_resp_free(&r);
+	tl_decide_refused(dl_key_b, l.id[2],
+	                  json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), 403,
+	                  "forbidden");
 	/* the stack's own client holds the same key but not this approval */
-	tl_decide_api(dl_key_dev, l.id[2],
-	              json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), &r);
-	tl_expect_problem(&r, 404, "approval_not_found");
-	tl_resp_free(&r);
+	tl_decide_refused(dl_key_dev, l.id[2],
+	                  json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), 404,
+	                  "approval_not_found");
 	/* a grant for another entry does not open this one */
 	grant("grant", "group:customer support");
-	tl_decide_api(dl_key_b, l.id[2],
-	              json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), &r);
-	tl_expect_problem(&r, 403, "forbidden");
-	tl_resp_free(&r);
+	tl_decide_refused(dl_key_b, l.id[2],
+	                  json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), 403,
+	                  "forbidden");
 	ck_assert_int_eq(votes_of(c, key), 0);
 	grant("grant", ANNA);
 	tl_decide_api(dl_key_b, l.id[2],
@@ -115,11 +112,9 @@ START_TEST(test_scope)
 	ck_assert_int_eq(votes_of(c, key), 1);
 	grant("ungrant", ANNA);
 	grant("ungrant", "group:customer support");
-	tl_decide_api(dl_key_b, l.id[0],
-	              json_pack("{s:s, s:[s], s:s}", "subject", "agent07@example.com", "groups",
-	                        "customer support", "decision", "approve"), &r);
-	tl_expect_problem(&r, 403, "forbidden");
-	tl_resp_free(&r);
+	tl_decide_refused(dl_key_b, l.id[0],
+	                  json_pack("{s:s, s:[s], s:s}", "subject", "agent07@example.com", "groups",
+	                            "customer support", "decision", "approve"), 403, "forbidden");
 	ck_assert_int_eq(votes_of(c, key), 1);
 	PQfinish(c);
 }
@@ -138,39 +133,30 @@ START_TEST(test_rules)
 	grant("grant", "*");
 	before = tl_run_snapshot(c, key);
 	/* the requester is in the support group, and may not approve */
-	tl_decide_api(dl_key_b, l.id[0],
-	              json_pack("{s:s, s:[s], s:s}", "subject", REQUESTER, "groups", "customer support",
-	                        "decision", "approve"), &r);
-	tl_expect_problem(&r, 403, "separation_of_duties");
-	tl_resp_free(&r);
+	tl_decide_refused(dl_key_b, l.id[0],
+	                  json_pack("{s:s, s:[s], s:s}", "subject", REQUESTER, "groups",
+	                            "customer support", "decision", "approve"), 403,
+	                  "separation_of_duties");
 	/* not among the approvers of this challenge */
-	tl_decide_api(dl_key_b, l.id[2],
-	              json_pack("{s:s, s:s}", "subject", "mallory@example.com", "decision", "approve"),
-	              &r);
-	tl_expect_problem(&r, 403, "not_an_approver");
-	tl_resp_free(&r);
-	tl_decide_api(dl_key_b, l.id[2],
-	              json_pack("{s:s, s:s}", "subject", ANNA, "decision", "maybe"), &r);
-	tl_expect_problem(&r, 422, "decision_not_allowed");
-	tl_resp_free(&r);
+	tl_decide_refused(dl_key_b, l.id[2],
+	                  json_pack("{s:s, s:s}", "subject", "mallory@example.com", "decision",
+	                            "approve"), 403, "not_an_approver");
+	tl_decide_refused(dl_key_b, l.id[2],
+	                  json_pack("{s:s, s:s}", "subject", ANNA, "decision", "maybe"), 422,
+	                  "decision_not_allowed");
 	/* malformed: unknown member, groups not a list, a subject over 320 bytes */
-	tl_decide_api(dl_key_b, l.id[2],
-	              json_pack("{s:s, s:s, s:b}", "subject", ANNA, "decision", "approve", "force", 1),
-	              &r);
-	tl_expect_problem(&r, 400, "invalid_field");
-	tl_resp_free(&r);
-	tl_decide_api(dl_key_b, l.id[2],
-	              json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "approve", "groups",
-	                        "customer support"), &r);
-	tl_expect_problem(&r, 400, "invalid_field");
-	tl_resp_free(&r);
+	tl_decide_refused(dl_key_b, l.id[2],
+	                  json_pack("{s:s, s:s, s:b}", "subject", ANNA, "decision", "approve",
+	                            "force", 1), 400, "invalid_field");
+	tl_decide_refused(dl_key_b, l.id[2],
+	                  json_pack("{s:s, s:s, s:s}", "subject", ANNA, "decision", "approve",
+	                            "groups", "customer support"), 400, "invalid_field");
 	big = malloc(400);
 	memset(big, 'a', 399);
 	big[399] = '\0';
-	tl_decide_api(dl_key_b, l.id[2], json_pack("{s:s, s:s}", "subject", big, "decision", "approve"),
-	              &r);
-	tl_expect_problem(&r, 400, "invalid_field");
-	tl_resp_free(&r);
+	tl_decide_refused(dl_key_b, l.id[2],
+	                  json_pack("{s:s, s:s}", "subject", big, "decision", "approve"), 400,
+	                  "invalid_field");
 	free(big);
 	ck_assert_int_eq(tl_post_text("/v1/approvals/not-a-uuid/decisions", dl_key_b,
 	                              "{\"subject\":\"a@b.example\",\"decision\":\"approve\"}", &r),
@@ -192,11 +178,10 @@ START_TEST(test_rules)
 	              json_pack("{s:s, s:s}", "subject", ANNA, "decision", "approve"), &r);
 	ck_assert_msg(r.status == 200, "HTTP %ld %.600s", r.status, r.body);
 	tl_resp_free(&r);
-	tl_decide_api(dl_key_b, l.id[0],
-	              json_pack("{s:s, s:[s], s:s}", "subject", "Anna.Kowalska@example.com", "groups",
-	                        "customer support", "decision", "approve"), &r);
-	tl_expect_problem(&r, 409, "already_voted");
-	tl_resp_free(&r);
+	tl_decide_refused(dl_key_b, l.id[0],
+	                  json_pack("{s:s, s:[s], s:s}", "subject", "Anna.Kowalska@example.com",
+	                            "groups", "customer support", "decision", "approve"), 409,
+	                  "already_voted");
 	ck_assert_int_eq(votes_of(c, key), 1);
 	grant("ungrant", "*");
 	PQfinish(c);
@@ -340,13 +325,4 @@ TL_SUITE(decide_suite, "decide_api",
          {"decisions", 120,
           .tests = TL_LIST(test_scope, test_rules, test_quorum_edit_explain, test_race)})
 
-int
-main(void)
-{
-	static const struct dl_suite s = {
-		.name = "check_decide_api", .prefix = "da", .needed = "ONCEGATE_API_KEY",
-		.suite = decide_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
-	};
-
-	return dl_suite_main(&s);
-}
+DL_TENANTS_MAIN("check_decide_api", "da", .suite = decide_suite)

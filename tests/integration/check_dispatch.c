@@ -97,46 +97,22 @@ jint(const json_t *o, const char *name)
 static void
 make_run(PGconn *c, const char *key, const char *output)
 {
-	char hash[72], corr[256];
-	const char *p[5] = { g_client, key, hash, corr, output }; /* output may be NULL */
-
-	tl_payload_hash("{\"suite\":\"check_dispatch\"}", hash);
-	snprintf(corr, sizeof(corr), "corr-%s", key);
-	tl_pg_exec(c, "INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
-	      "    state, claim_started_at, workflow_version, trigger, correlation_id, output,"
-	      "    decision, decided_at)"
-	      " VALUES ($1::bigint, $2, $3, '{\"suite\":\"check_dispatch\"}', 'approved', now(),"
-	      "    'dispatch-suite@1', 'check_dispatch', $4, $5::jsonb, 'auto', now())", 5, p);
+	dl_make_run(c, g_client, key, "dispatch-suite@1", NULL, output);
 }
 
-/* One effect of run `key`, due `delay_s` from now (not_before and
- * next_attempt_at, as enqueue sets them); its id in id[40]. */
+/* One effect of run `key`, due `delay_s` from now; its id in id[40]. */
 static void
 add_effect_at(PGconn *c, const char *key, const char *type, const char *target,
               const char *payload, double delay_s, char id[40])
 {
-	char hash[72], delay[32];
-	char *v;
-
-	tl_effect_hash(payload, hash);
-	snprintf(delay, sizeof(delay), "%.3f", delay_s);
-	v = qstr(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type, target,"
-	         "    payload, payload_hash, provider_key, not_before, next_attempt_at)"
-	         " VALUES ($1::bigint, $2, $3, $4, $5::jsonb, $6, $2 || '/' || $3,"
-	         "    now() + make_interval(secs => $7::float8),"
-	         "    now() + make_interval(secs => $7::float8))"
-	         " RETURNING id",
-	         g_client, key, type, target, payload, hash, delay, (char *)NULL);
-	ck_assert_ptr_nonnull(v);
-	snprintf(id, 40, "%s", v);
-	free(v);
+	dl_add_effect(c, g_client, key, type, target, payload, delay_s, id);
 }
 
 static void
 add_effect(PGconn *c, const char *key, const char *type, const char *target,
            const char *payload, char id[40])
 {
-	add_effect_at(c, key, type, target, payload, 0, id);
+	dl_add_effect(c, g_client, key, type, target, payload, 0, id);
 }
 
 static void
@@ -158,19 +134,6 @@ wait_run(PGconn *c, const char *key, const char *want, double secs)
 		free(st);
 		tl_sleep_ms(100);
 	}
-}
-
-static void
-kill_switch(bool on)
-{
-	char *out = NULL;
-	int rc = tl_ctl(&out, "sends", on ? "resume" : "stop", "--reason",
-	                on ? "check_dispatch: this test sends" : "check_dispatch: this test holds sends",
-	                (char *)NULL);
-
-	ck_assert_msg(rc == 0, "oncegatectl sends %s: exit %d: %s", on ? "resume" : "stop", rc,
-	              out ? out : "");
-	free(out);
 }
 
 /* Whether the provider's requests include one with this idempotency key. */
@@ -220,29 +183,27 @@ pkey(char *buf, size_t n, const char *key, const char *type)
 
 /* ---- a dispatcher's decision log --------------------------------------------- */
 
-/* Complete lines of the file that are JSON objects about run `key` (all
- * when key is NULL). */
+/* A decision log's line: one JSON object (anything else is a bug worth
+ * seeing); kept when it is about run `key` (any when key is NULL). */
+static bool
+log_line_of(const json_t *line, const void *key)
+{
+	if (!json_is_object(line))
+		ck_abort_msg("not a JSON line: %s", json_string_value(line));
+	return key == NULL || streq(tl_jstr(line, "key"), key);
+}
+
+/* The lines of the decision log at path about run `key` (all when key is
+ * NULL); it holds no blank line. */
 static json_t *
 log_lines(const char *path, const char *key)
 {
-	json_t *out = json_array();
 	size_t len;
 	char *text = tl_file_slurp(path, &len);
-	char *p, *nl;
+	json_t *out = tl_json_lines(text, len, log_line_of, key);
 
-	if (text == NULL)
-		return out;
-	for (p = text; (nl = memchr(p, '\n', len - (size_t)(p - text))) != NULL; p = nl + 1) {
-		json_t *line = json_loadb(p, (size_t)(nl - p), 0, NULL);
-
-		if (!json_is_object(line)) {
-			/* A line that is not one JSON object is a bug worth seeing. */
-			ck_abort_msg("%s: not a JSON line: %.*s", path, (int)(nl - p), p);
-		}
-		if (key == NULL || streq(tl_jstr(line, "key"), key))
-			json_array_append(out, line);
-		json_decref(line);
-	}
+	ck_assert_msg(text == NULL || (memmem(text, len, "\n\n", 2) == NULL && text[0] != '\n'),
+	              "%s: a blank line", path);
 	free(text);
 	return out;
 }
@@ -448,7 +409,7 @@ START_TEST(test_http_happy)
 	add_effect(c, key2, "crm.tag", "t_http", "{\"contact\":\"c-2\"}", id2a);
 	add_effect(c, key2, "crm.note", "t_http", "{\"contact\":\"c-2\",\"fault\":[\"503\",\"ok\"]}",
 	           id2b);
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d, &dc, ENV_TRUE);
 	notify(c);
 
@@ -698,7 +659,7 @@ START_TEST(test_smtp_happy)
 	make_run(c, kc, NULL);
 	add_effect(c, kc, "email.send", "t_smtp",
 	           "{\"to\":\"fail550@example.com\",\"subject\":\"s\",\"body\":\"b\"}", idc);
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d, &dc, ENV_TRUE);
 	notify(c);
 
@@ -770,7 +731,7 @@ START_TEST(test_ambiguous_without_keys)
 		make_run(c, key[k], NULL);
 		add_effect(c, key[k], "crm.tag", cases[k].target, payload, id[k]);
 	}
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d, &dc, ENV_TRUE);
 	started = tl_now();
 	notify(c);
@@ -915,7 +876,7 @@ START_TEST(test_idempotent_retry)
 		make_run(c, key[k], NULL);
 		add_effect(c, key[k], "crm.tag", "t_idem", payload, id[k]);
 	}
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d, &dc, ENV_TRUE);
 	notify(c);
 
@@ -999,7 +960,7 @@ START_TEST(test_retry_policy)
 	add_effect(c, k400, "crm.tag", "t_retry", "{\"fault\":\"400\"}", i400);
 	make_run(c, krej, NULL);
 	add_effect(c, krej, "crm.tag", "t_reject", "{\"fault\":\"reject\"}", irej);
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d, &dc, ENV_TRUE);
 	notify(c);
 
@@ -1108,7 +1069,7 @@ START_TEST(test_provider_text_redacted)
 	add_effect(c, km, "email.send", "t_smtp",
 	           "{\"to\":\"fail550+olga.petrova@corp.example.test\",\"subject\":"
 	           "\"Счёт 账单\",\"body\":\"Здравствуйте 你好\"}", im);
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d, &dc, ENV_TRUE);
 	notify(c);
 	DL_EXPECT_EFFECT(c, ih, "failed", 15);
@@ -1166,7 +1127,7 @@ expect_held(PGconn *c, const char *id, const char *pk, enum env_switch env, bool
 	struct dconf dc = DCONF;
 	json_t *row, *lines, *sel, *l;
 
-	kill_switch(flag);
+	dl_sends(flag);
 	disp_start(&d, &dc, env);
 	notify(c);
 	ck_assert_int_ge(wait_log(d.dl.log, NULL, "dispatch.blocked", NULL, 1, 5), 1);
@@ -1213,7 +1174,7 @@ START_TEST(test_kill_switch)
 	expect_held(c, id, pk, ENV_FALSE, true, "AI_ACTIONS_ENABLED=false");
 
 	/* (c) the environment says yes, the database flag says no ... */
-	kill_switch(false);
+	dl_sends(false);
 	disp_start(&d, &dc, ENV_TRUE);
 	notify(c);
 	ck_assert_int_ge(wait_log(d.dl.log, NULL, "dispatch.blocked", NULL, 1, 5), 1);
@@ -1226,7 +1187,7 @@ START_TEST(test_kill_switch)
 		free(st);
 	}
 	/* ... until an operator turns it on: sent within a couple of seconds. */
-	kill_switch(true);
+	dl_sends(true);
 	t_on = tl_now();
 	ck_assert_msg(wait_prov(pk, "effect", 1, 5) == 1, "flag on: nothing sent within 5 s");
 	ck_assert_msg(tl_now() - t_on < 3.0, "flag on: sent only after %.1f s", tl_now() - t_on);
@@ -1250,7 +1211,7 @@ START_TEST(test_kill_switch)
 	disp_start(&d, &dc, ENV_TRUE);
 	notify(c);
 	ck_assert_msg(wait_prov(rprefix, "effect", 1, 10) >= 1, "the first effect was never sent");
-	kill_switch(false);
+	dl_sends(false);
 	/* The switch is off from here. A send already past its check while
 	 * oncegatectl was starting (its rate slot is 1 s, and a loaded machine
 	 * can take that long to start a process) arrives just after; none
@@ -1362,7 +1323,7 @@ START_TEST(test_batch_wait_keeps_lease)
 		snprintf(type, sizeof(type), "crm.note%d", i);
 		add_effect(c, key, type, "t_rate", "{\"contact\":\"c-30\"}", ids[i]);
 	}
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d, &dc, ENV_TRUE);
 	notify(c);
 	deadline = tl_now() + 20;
@@ -1405,7 +1366,7 @@ START_TEST(test_kill9_mid_send)
 	pkey(pk, sizeof(pk), key, "crm.tag");
 	make_run(c, key, NULL);
 	add_effect(c, key, "crm.tag", "t_plain", "{\"fault\":\"stall\"}", id);
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d1, &dc, ENV_TRUE);
 	notify(c);
 	ck_assert_msg(wait_prov(pk, "effect", 1, 10) == 1, "the effect was never sent");
@@ -1498,7 +1459,7 @@ START_TEST(test_kill9_before_send)
 		snprintf(ids[i], sizeof(ids[i]), "%s", v);
 		free(v);
 	}
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d, &dc, ENV_TRUE);
 	for (i = 0; i < 3; i++) {
 		DL_EXPECT_EFFECT(c, ids[i], "completed", 20);
@@ -1563,7 +1524,7 @@ START_TEST(test_payload_changed)
 	              "jsonb keeps 1e-7 as %s", stored ? stored : "(none)");
 	free(stored);
 
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d, &dc, ENV_TRUE);
 	notify(c);
 	DL_EXPECT_EFFECT(c, id, "failed", 10);
@@ -1632,7 +1593,7 @@ START_TEST(test_many_dispatchers)
 	      "    'sha256:' || encode(sha256(convert_to('{\"n\":' || i || '}', 'UTF8')), 'hex'),"
 	      "    $2 || lpad(i::text, 4, '0') || '/crm.tag'"
 	      "   FROM generate_series(1, $3::int) i", g_client, prefix, n, (char *)NULL);
-	kill_switch(true);
+	dl_sends(true);
 	t0 = tl_now();
 	for (k = 0; k < BULK_DISPATCHERS; k++)
 		disp_start(&d[k], &dc, ENV_TRUE);
@@ -1718,41 +1679,19 @@ START_TEST(test_approval_expired)
 	struct dconf dc = DCONF;
 	char key[200], pk[256], n8n_url[512], cb_url[512], cb_path[256];
 	char key2[200], pk2[256], id2[40], payload[1024];
-	struct tl_claimed cl;
-	json_t *body, *reqs, *req, *sent, *run, *l, *row, *dl;
+	json_t *reqs, *req, *sent, *run, *l, *row, *dl;
 	struct tl_resp r;
-	char *path, *cb_id;
+	char *cb_id;
 
 	tl_mkkey(key, sizeof(key), "expired");
 	snprintf(cb_path, sizeof(cb_path), "/webhook-waiting/%s/expired", tl_run);
 	snprintf(n8n_url, sizeof(n8n_url), "%s%s", CALLBACK_ORIGIN, cb_path);
 	snprintf(cb_url, sizeof(cb_url), "http://127.0.0.1:%d%s", g_http_port, cb_path);
 
-	/* claim → output (support_reply, a person decides) → awaiting_human */
-	body = json_pack("{s:s, s:{s:s}, s:i}", "key", key, "payload", "suite", tl_run,
-	                 "lease_seconds", 60);
-	tl_claim_body(g_key_dev, body, &cl);
-	json_decref(body);
-	path = tl_run_path(key, "/output");
-	body = json_pack("{s:s, s:I, s:s, s:{s:s, s:s, s:s, s:f},"
-	                 " s:{s:s, s:s, s:s}, s:{s:s, s:s, s:{s:s}}, s:s, s:s}",
-	                 "lease_owner", cl.owner, "version", (json_int_t)cl.version,
-	                 "contract", "support_reply",
-	                 "output", "subject", "Re: your order", "body", "It ships on Friday.",
-	                 "tone", "friendly", "confidence", 0.8,
-	                 "model", "provider", "openai-compatible", "name", "qwen2.5-7b-instruct",
-	                 "revision", "2024-09-19",
-	                 "effect", "type", "email.send", "target", "demo_smtp", "payload", "to",
-	                 "customer@example.com",
-	                 "source_url", "https://crm.example/ticket/9",
-	                 "callback_url", n8n_url);
-	/* the shipped contracts separate duties: an output names its requester */
-	json_object_set_new(body, "requested_by", json_string("check-dispatch@workflows.example"));
-	tl_post_json(path, g_key_dev, body, &r);
-	json_decref(body);
-	free(path);
-	ASSERT_STATUS(&r, 202);
-	ck_assert_msg(streq(tl_jstr(r.json, "outcome"), "awaiting_human"), "output: %s", r.body);
+	/* claim → output (support_reply, a person decides) → awaiting_human;
+	 * the shipped contracts separate duties: an output names its requester */
+	dl_reply_run(key, "Re: your order", "It ships on Friday.", n8n_url,
+	             "check-dispatch@workflows.example", &r);
 	tl_resp_free(&r);
 
 	/* n8n does not listen in the test stack: the callback goes to the
@@ -1764,7 +1703,7 @@ START_TEST(test_approval_expired)
 	                       "    expires_at = now() - interval '1 second'"
 	                       " WHERE client_id = $1::bigint AND idempotency_key = $2"
 	                       "   AND state = 'pending'", g_client, key, cb_url, (char *)NULL), 1);
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d, &dc, ENV_TRUE);
 
 	{
@@ -1875,7 +1814,7 @@ START_TEST(test_window)
 	tl_mkkey(kb, sizeof(kb), "window-cancel");
 	pkey(pa, sizeof(pa), ka, "crm.tag");
 	pkey(pb, sizeof(pb), kb, "crm.tag");
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d, &dc, ENV_TRUE);
 	make_run(c, ka, NULL);
 	add_effect_at(c, ka, "crm.tag", "t_http", "{\"contact\":\"c-20\"}", 3.0, ida);
@@ -1988,7 +1927,7 @@ START_TEST(test_sigterm)
 	static const char *const in_flight[] = { "sending", "unknown" };
 	PGconn *c = tl_pg_connect();
 
-	kill_switch(true);
+	dl_sends(true);
 	/* The stalled send times out (1.5 s) inside the deadline (5 s): it
 	 * settles as unknown, the rest of the batch goes back. */
 	sigterm_case(c, "sigterm-timeout", "t_plain", 5, timed_out);

@@ -65,24 +65,11 @@ static const char *g_key_dev;
 /* ---- the stack ----------------------------------------------------------- */
 
 static void
-kill_switch(bool on)
-{
-	char *out = NULL;
-	int rc = tl_ctl(&out, "sends", on ? "resume" : "stop", "--reason",
-	                "check_effect_schema: this test sends", (char *)NULL);
-
-	ck_assert_msg(rc == 0, "oncegatectl kill-switch: exit %d: %s", rc, out ? out : "");
-	free(out);
-}
-
-static void
 claim(const char *key, struct tl_claimed *cl)
 {
-	json_t *body = json_pack("{s:s, s:{s:s, s:s}, s:i}", "key", key, "payload", "suite",
-	                         "check_effect_schema", "run", tl_run, "lease_seconds", 60);
-
-	tl_claim_body(g_key_dev, body, cl);
-	json_decref(body);
+	tl_claim_payload(g_key_dev, key,
+	                 json_pack("{s:s, s:s}", "suite", "check_effect_schema", "run", tl_run),
+	                 cl);
 }
 
 /* Claims key and hands in output and effect (both stolen) under contract;
@@ -212,10 +199,8 @@ load_one(const char *effects_tail, char *err, size_t errlen)
 
 START_TEST(test_contract_syntax)
 {
-	static const struct {
-		const char *tail;
-		const char *message; /* NULL: loads */
-	} cases[] = {
+	/* the contract's tail, what the refusal says (NULL: it loads) */
+	static const struct tl_given cases[] = {
 		{ ",\"types\":{\"email.send\":{\"schema\":{\"type\":\"object\",\"properties\":{"
 		  "\"to\":{\"type\":\"string\"},\"subject\":{\"type\":\"string\"},"
 		  "\"body\":{\"type\":\"string\"}},\"required\":[\"to\"],"
@@ -238,9 +223,9 @@ START_TEST(test_contract_syntax)
 	size_t i;
 
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct contract_set *set = load_one(cases[i].tail, err, sizeof(err));
+		struct contract_set *set = load_one(cases[i].given, err, sizeof(err));
 
-		if (cases[i].message == NULL) {
+		if (cases[i].want == NULL) {
 			const struct contract *c;
 			json_t *p, *errors;
 
@@ -259,9 +244,9 @@ START_TEST(test_contract_syntax)
 			contract_set_free(set);
 			continue;
 		}
-		ck_assert_msg(set == NULL, "case %zu loaded: %s", i, cases[i].tail);
-		ck_assert_msg(strstr(err, cases[i].message) != NULL, "case %zu: \"%s\" lacks %s", i,
-		              err, cases[i].message);
+		ck_assert_msg(set == NULL, "case %zu loaded: %s", i, cases[i].given);
+		ck_assert_msg(strstr(err, cases[i].want) != NULL, "case %zu: \"%s\" lacks %s", i,
+		              err, cases[i].want);
 	}
 }
 END_TEST
@@ -347,42 +332,59 @@ reply_output(const char *subject)
 	                 "friendly", "confidence", 0.8);
 }
 
-START_TEST(test_payload_schema)
+/* An output whose effect payload (JSON text) is refused at path by rule;
+ * the draft's subject is subject (NULL: an everyday one). */
+struct refusal {
+	const char *name;
+	const char *subject;
+	const char *payload;
+	const char *path;
+	const char *rule;
+};
+
+/* Hands in each of the n outputs, under a key named after it: each is
+ * refused as its row says, and nothing is stored. */
+static void
+expect_refusals(PGconn *c, const struct refusal *cases, size_t n)
 {
-	static const struct {
-		const char *name;
-		const char *payload;
-		const char *path;
-		const char *rule;
-	} cases[] = {
-		/* support_reply answers one customer: a list is refused */
-		{ "to-list", "{\"to\":[\"a@example.com\",\"b@example.com\"]}", "/effect/payload/to",
-		  "type" },
-		{ "ticket-type", "{\"to\":\"a@example.com\",\"ticket\":4.5}", "/effect/payload/ticket",
-		  "type" },
-		{ "subject-override", "{\"to\":\"a@example.com\",\"subject\":\"Mine instead\"}",
-		  "/effect/payload/subject", "from_output" },
-		{ "body-override", "{\"to\":\"a@example.com\",\"body\":\"Not the draft\"}",
-		  "/effect/payload/body", "from_output" },
-		{ "extra", "{\"to\":\"a@example.com\",\"bcc\":\"all@example.com\"}",
-		  "/effect/payload/bcc", "additionalProperties" },
-		{ "no-to", "{\"ticket\":\"T-7\"}", "/effect/payload/to", "required" },
-		{ "not-object", "[\"a@example.com\"]", "/effect/payload", "type" },
-	};
-	PGconn *c = tl_pg_connect();
 	size_t i;
 
-	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+	for (i = 0; i < n; i++) {
 		struct tl_resp r;
 		char key[200];
 
 		tl_mkkey(key, sizeof(key), cases[i].name);
-		submit(key, "support_reply", reply_output("Re: ваш заказ №42"),
+		submit(key, "support_reply",
+		       reply_output(cases[i].subject != NULL ? cases[i].subject
+		                                             : "Re: ваш заказ №42"),
 		       effect_of("email.send", "demo_smtp", json_loads(cases[i].payload, 0, NULL)),
 		       &r);
 		expect_refused(c, key, &r, cases[i].path, cases[i].rule);
 		tl_resp_free(&r);
 	}
+}
+
+START_TEST(test_payload_schema)
+{
+	static const struct refusal cases[] = {
+		/* support_reply answers one customer: a list is refused */
+		{ "to-list", NULL, "{\"to\":[\"a@example.com\",\"b@example.com\"]}",
+		  "/effect/payload/to", "type" },
+		{ "ticket-type", NULL, "{\"to\":\"a@example.com\",\"ticket\":4.5}",
+		  "/effect/payload/ticket", "type" },
+		{ "subject-override", NULL,
+		  "{\"to\":\"a@example.com\",\"subject\":\"Mine instead\"}",
+		  "/effect/payload/subject", "from_output" },
+		{ "body-override", NULL, "{\"to\":\"a@example.com\",\"body\":\"Not the draft\"}",
+		  "/effect/payload/body", "from_output" },
+		{ "extra", NULL, "{\"to\":\"a@example.com\",\"bcc\":\"all@example.com\"}",
+		  "/effect/payload/bcc", "additionalProperties" },
+		{ "no-to", NULL, "{\"ticket\":\"T-7\"}", "/effect/payload/to", "required" },
+		{ "not-object", NULL, "[\"a@example.com\"]", "/effect/payload", "type" },
+	};
+	PGconn *c = tl_pg_connect();
+
+	expect_refusals(c, cases, sizeof(cases) / sizeof(cases[0]));
 	PQfinish(c);
 }
 END_TEST
@@ -391,13 +393,7 @@ END_TEST
 
 START_TEST(test_crlf_injection)
 {
-	static const struct {
-		const char *name;
-		const char *subject;
-		const char *payload;
-		const char *path;
-		const char *rule;
-	} cases[] = {
+	static const struct refusal cases[] = {
 		{ "subject-crlf", "Re: order 42\r\nBcc: everyone@example.com",
 		  "{\"to\":\"a@example.com\"}", "/effect/payload/subject", "header" },
 		{ "subject-lf", "Re: order 42\nX-Spam: no", "{\"to\":\"a@example.com\"}",
@@ -421,16 +417,8 @@ START_TEST(test_crlf_injection)
 	PGconn *c = tl_pg_connect();
 	struct tl_resp r;
 	char key[200];
-	size_t i;
 
-	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		tl_mkkey(key, sizeof(key), cases[i].name);
-		submit(key, "support_reply", reply_output(cases[i].subject),
-		       effect_of("email.send", "demo_smtp", json_loads(cases[i].payload, 0, NULL)),
-		       &r);
-		expect_refused(c, key, &r, cases[i].path, cases[i].rule);
-		tl_resp_free(&r);
-	}
+	expect_refusals(c, cases, sizeof(cases) / sizeof(cases[0]));
 	/* Non-ASCII is not a header problem: a person decides as usual. */
 	tl_mkkey(key, sizeof(key), "subject-unicode");
 	submit(key, "support_reply", reply_output("Re: 注文 №42 — تم الشحن 📦"),
@@ -561,7 +549,7 @@ START_TEST(test_dispatcher_recheck)
 		free(out);
 	}
 	free(mail);
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d);
 	qexec(c, "NOTIFY oncegate_outbox", (char *)NULL);
 
@@ -739,7 +727,7 @@ START_TEST(test_long_multilingual_mail)
 		json_array_append_new(to, json_string(a));
 	}
 	snprintf(first, sizeof(first), "%s.r000@list.example", tl_run);
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d);
 	tl_mkkey(key, sizeof(key), "long-mail");
 	submit(key, "mail_list", json_pack("{s:s, s:s}", "subject", subject, "body", body),
@@ -944,7 +932,7 @@ START_TEST(test_http_large_body)
 	make_approved(c, key, "no_such_contract_here", "{}", "webhook.post", "demo_http",
 	              payload, id);
 	/* a run whose contract is not loaded is held, not sent unchecked */
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d);
 	qexec(c, "NOTIFY oncegate_outbox", (char *)NULL);
 	tl_sleep_ms(1500);

@@ -37,6 +37,7 @@
 #include <libxml/tree.h>
 
 #include "dispatchlib.h"
+#include "pagelib.h"
 #include "testlib.h"
 
 /* What the test stack and the shipped contracts set. */
@@ -254,24 +255,6 @@ outbox_rows(PGconn *c, const char *key)
 
 /* ---- the pages ------------------------------------------------------------ */
 
-struct web {
-	struct tl_resp r;
-	char *hdrs;
-	htmlDocPtr doc;    /* the body as an HTML parser (a browser) reads it */
-	char *text;        /* the document's text content, entities decoded */
-};
-
-static void
-web_free(struct web *w)
-{
-	tl_resp_free(&w->r);
-	free(w->hdrs);
-	if (w->doc != NULL)
-		xmlFreeDoc(w->doc);
-	free(w->text);
-	memset(w, 0, sizeof(*w));
-}
-
 enum origin {
 	O_BROWSER,      /* Origin: ours and Sec-Fetch-Site: same-origin */
 	O_ORIGIN_ONLY,  /* Origin: ours */
@@ -284,45 +267,21 @@ enum origin {
 	O_OTHER_PORT,   /* Origin: our host on another port */
 };
 
-static void
-web_parse(struct web *w)
-{
-	xmlNodePtr root;
-	xmlChar *t;
-
-	if (w->r.body_len == 0 || strncasecmp(w->r.content_type, "text/html", 9) != 0)
-		return;
-	w->doc = htmlReadMemory(w->r.body, (int)w->r.body_len, NULL, "UTF-8",
-	                        HTML_PARSE_NOERROR | HTML_PARSE_NOWARNING | HTML_PARSE_NONET);
-	if (w->doc == NULL || (root = xmlDocGetRootElement(w->doc)) == NULL)
-		return;
-	t = xmlNodeGetContent(root);
-	w->text = strdup(t != NULL ? (const char *)t : "");
-	xmlFree(t);
-}
-
 /* One request to /approve/{token} as a browser behind the local SSO
  * stand-in would send it. user/groups NULL: header not sent. form NULL:
  * GET. A 429 of nginx's POST rate limit never reached the responder, so it
  * is waited out and the request sent again. */
 static void
 web_request(const char *token, const char *user, const char *groups, enum origin om,
-            const char *form, struct web *w)
+            const char *form, struct pl_web *w)
 {
 	const char *h[8];
-	char hu[256], hg[256], ho[256], path[256];
-	int n = 0;
+	struct dl_sso sso;
+	char ho[256], path[256];
+	int n = dl_sso_headers(&sso, user, groups, h);
 
 	memset(w, 0, sizeof(*w));
 	snprintf(path, sizeof(path), "/approve/%s", token);
-	if (user != NULL) {
-		snprintf(hu, sizeof(hu), "X-Dev-User: %s", user);
-		h[n++] = hu;
-	}
-	if (groups != NULL) {
-		snprintf(hg, sizeof(hg), "X-Dev-Groups: %s", groups);
-		h[n++] = hg;
-	}
 	ho[0] = '\0';
 	if (form != NULL) {
 		switch (om) {
@@ -361,18 +320,18 @@ web_request(const char *token, const char *user, const char *groups, enum origin
 	}
 	h[n] = NULL;
 	dl_page_send(path, h, form, &w->r, &w->hdrs);
-	web_parse(w);
+	pl_web_parse(w);
 }
 
 static void
-web_get(const char *token, const char *user, const char *groups, struct web *w)
+web_get(const char *token, const char *user, const char *groups, struct pl_web *w)
 {
 	web_request(token, user, groups, O_BROWSER, NULL, w);
 }
 
 static void
 web_post(const char *token, const char *user, const char *groups, enum origin om,
-         const char *form, struct web *w)
+         const char *form, struct pl_web *w)
 {
 	web_request(token, user, groups, om, form, w);
 }
@@ -423,7 +382,7 @@ walk(xmlNodePtr n, node_pred pred, const void *arg, xmlNodePtr *first, size_t *c
 }
 
 static size_t
-count_nodes(const struct web *w, node_pred pred, const void *arg, xmlNodePtr *first)
+count_nodes(const struct pl_web *w, node_pred pred, const void *arg, xmlNodePtr *first)
 {
 	xmlNodePtr f = NULL;
 	size_t n = 0;
@@ -442,7 +401,7 @@ pred_elem(xmlNodePtr n, const void *name)
 }
 
 static size_t
-count_elems(const struct web *w, const char *name)
+count_elems(const struct pl_web *w, const char *name)
 {
 	return count_nodes(w, pred_elem, name, NULL);
 }
@@ -490,7 +449,7 @@ pred_href(xmlNodePtr n, const void *href)
 
 /* The hidden csrf input's value (malloc'd); fails the test when absent. */
 static char *
-csrf_of(const struct web *w)
+csrf_of(const struct pl_web *w)
 {
 	xmlNodePtr n;
 	char *v, *type;
@@ -509,7 +468,7 @@ csrf_of(const struct web *w)
 
 /* The headers every approval page must carry. */
 static void
-expect_page_headers(const struct web *w)
+expect_page_headers(const struct pl_web *w)
 {
 	ck_assert_msg(strncasecmp(w->r.content_type, "text/html", 9) == 0,
 	              "%s: Content-Type is \"%s\", not text/html", w->r.what, w->r.content_type);
@@ -519,7 +478,7 @@ expect_page_headers(const struct web *w)
 /* A page of the responder: status, the headers, an HTML document, no
  * script of any kind, and (when given) a text it must show. */
 static void
-expect_page(const struct web *w, long status, const char *text)
+expect_page(const struct pl_web *w, long status, const char *text)
 {
 	ASSERT_STATUS(&w->r, status);
 	expect_page_headers(w);
@@ -534,7 +493,7 @@ expect_page(const struct web *w, long status, const char *text)
 
 /* A page that decides nothing: no form, no CSRF value, no decision buttons. */
 static void
-expect_no_form(const struct web *w)
+expect_no_form(const struct pl_web *w)
 {
 	ck_assert_msg(count_elems(w, "form") == 0 && count_nodes(w, pred_control, "csrf", NULL) == 0 &&
 	              count_nodes(w, pred_control, "decision", NULL) == 0,
@@ -544,7 +503,7 @@ expect_no_form(const struct web *w)
 
 /* Well-formed XML (the templates are XHTML filled as a DOM). */
 static void
-expect_well_formed(const struct web *w)
+expect_well_formed(const struct pl_web *w)
 {
 	xmlDocPtr d = xmlReadMemory(w->r.body, (int)w->r.body_len, NULL, "UTF-8",
 	                            XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
@@ -558,13 +517,13 @@ expect_well_formed(const struct web *w)
 static char *
 card_csrf(const char *token, const char *user, const char *groups)
 {
-	struct web w;
+	struct pl_web w;
 	char *csrf;
 
 	web_get(token, user, groups, &w);
 	expect_page(&w, 200, NULL);
 	csrf = csrf_of(&w);
-	web_free(&w);
+	pl_web_free(&w);
 	return csrf;
 }
 
@@ -586,7 +545,7 @@ decide_ok(const char *token, const char *user, const char *groups, const char *d
 {
 	char *form = decide_form(decision, csrf, reason), *loc;
 	char want[128];
-	struct web w;
+	struct pl_web w;
 
 	web_post(token, user, groups, O_BROWSER, form, &w);
 	ck_assert_msg(w.r.status == 303, "%s (%s as %s): HTTP %ld, expected 303; body: %.2000s",
@@ -598,7 +557,7 @@ decide_ok(const char *token, const char *user, const char *groups, const char *d
 	              (loc[0] == '/' || strncmp(loc, g_base, strlen(g_base)) == 0),
 	              "the 303 must point back at the approval page (post-redirect-get)");
 	free(loc);
-	web_free(&w);
+	pl_web_free(&w);
 	free(form);
 }
 
@@ -687,7 +646,7 @@ struct refused {
 static long
 expect_refused(const char *token, const struct refused *x)
 {
-	struct web w;
+	struct pl_web w;
 	char st[24];
 	long off = tl_log_offset(), status;
 
@@ -701,7 +660,7 @@ expect_refused(const char *token, const struct refused *x)
 		expect_page(&w, status, x->text);
 	if (x->no_form)
 		expect_no_form(&w);
-	web_free(&w);
+	pl_web_free(&w);
 	expect_page_log(off, x->events, x->reasons, x->approval_id, status, x->what);
 	return status;
 }
@@ -731,7 +690,7 @@ START_TEST(test_approve_before_act)
 {
 	struct submission s = { .requested_by = REQUESTER };
 	struct gated g;
-	struct web w;
+	struct pl_web w;
 	PGconn *c = tl_pg_connect();
 	char *before, *csrf, *v, *effect_id, *canon, hash[72], thash[65];
 	json_t *lines, *l;
@@ -846,13 +805,13 @@ START_TEST(test_approve_before_act)
 		              w.r.body);
 	}
 	csrf = csrf_of(&w);
-	web_free(&w);
+	pl_web_free(&w);
 
 	/* 19 more views change nothing. */
 	for (i = 1; i < 20; i++) {
 		web_get(g.token, APPROVER, "support", &w);
 		expect_page(&w, 200, g.key);
-		web_free(&w);
+		pl_web_free(&w);
 	}
 	tl_expect_run_unchanged(c, g.key, before, "20 GETs of the approval page");
 	ck_assert_int_eq(outbox_rows(c, g.key), 0);
@@ -939,12 +898,12 @@ START_TEST(test_approve_before_act)
 	              v ? v : "?", w.text);
 	free(v);
 	expect_no_form(&w);
-	web_free(&w);
+	pl_web_free(&w);
 	/* Anyone else looking at it changes nothing either. */
 	web_get(g.token, "bob@example.com", "support", &w);
 	expect_page(&w, 410, APPROVER);
 	expect_no_form(&w);
-	web_free(&w);
+	pl_web_free(&w);
 	tl_expect_run_unchanged(c, g.key, before, "GETs of the decided page");
 	free(before);
 
@@ -994,7 +953,7 @@ squeeze(char *dst, size_t n, const char *text)
 struct racer {
 	const char *token;
 	const char *form;
-	struct web w;
+	struct pl_web w;
 };
 
 static void
@@ -1040,9 +999,9 @@ START_TEST(test_concurrent_decisions)
 	tl_race(racer_main, racers, sizeof(racers[0]), RACERS);
 
 	for (i = 0; i < RACERS; i++) {
-		struct web *w = &racers[i].w;
+		struct pl_web *w = &racers[i].w;
 
-		web_parse(w);
+		pl_web_parse(w);
 		if (w->r.status == 303) {
 			n303++;
 		} else if (w->r.status == 409) {
@@ -1067,7 +1026,7 @@ START_TEST(test_concurrent_decisions)
 			fprintf(stderr, "race: POST %d → HTTP %ld %s %.300s\n", i, w->r.status,
 			        w->r.error, w->r.body);
 		}
-		web_free(w);
+		pl_web_free(w);
 	}
 	fprintf(stderr, "race: %d × 303, %d × 409 (already decided), %d × 410 (decided page), "
 	        "%d × 410 (another notice), %d other\n", n303, n409, n410, n410other, nother);
@@ -1148,7 +1107,7 @@ held_end(struct held *h, const char *what, long long outbox)
 START_TEST(test_refuse_no_subject)
 {
 	struct gated g;
-	struct web w;
+	struct pl_web w;
 	PGconn *c = tl_pg_connect();
 	char *before, *csrf, *form;
 	long off;
@@ -1163,25 +1122,25 @@ START_TEST(test_refuse_no_subject)
 	expect_page(&w, 401, NULL);
 	expect_no_form(&w);
 	ck_assert_msg(!tl_contains_ci(w.text, g.key), "the 401 page shows the run to nobody");
-	web_free(&w);
+	pl_web_free(&w);
 	expect_page_log(off, "auth.failed", NULL, NULL, 401, "GET without subject");
 
 	off = tl_log_offset();
 	web_get(g.token, NULL, "support", &w);
 	expect_page(&w, 401, NULL);
-	web_free(&w);
+	pl_web_free(&w);
 	expect_page_log(off, "auth.failed", NULL, NULL, 401, "GET with groups but no subject");
 
 	off = tl_log_offset();
 	web_get(g.token, "", "support", &w);
 	expect_page(&w, 401, NULL);
-	web_free(&w);
+	pl_web_free(&w);
 	expect_page_log(off, "auth.failed", NULL, NULL, 401, "GET with an empty subject");
 
 	off = tl_log_offset();
 	web_post(g.token, NULL, "support", O_BROWSER, form, &w);
 	expect_page(&w, 401, NULL);
-	web_free(&w);
+	pl_web_free(&w);
 	expect_page_log(off, "auth.failed", NULL, NULL, 401, "POST without subject");
 
 	tl_expect_run_unchanged(c, g.key, before, "requests without an SSO subject");
@@ -1197,7 +1156,7 @@ END_TEST
 START_TEST(test_refuse_unknown_token)
 {
 	struct gated g;
-	struct web w;
+	struct pl_web w;
 	PGconn *c = tl_pg_connect();
 	char tok[64], *before, *csrf, *form, *global_before, *global_after;
 	struct tl_resp r;
@@ -1217,14 +1176,14 @@ START_TEST(test_refuse_unknown_token)
 	web_get(tok, APPROVER, "support", &w);
 	expect_page(&w, 404, NULL);
 	expect_no_form(&w);
-	web_free(&w);
+	pl_web_free(&w);
 	expect_page_log(off, "approval.unknown", NULL, NULL, 404, "GET of an unknown token");
 
 	off = tl_log_offset();
 	web_post(tok, APPROVER, "support", O_BROWSER, form, &w);
 	expect_page(&w, 404, NULL);
 	expect_no_form(&w);
-	web_free(&w);
+	pl_web_free(&w);
 	expect_page_log(off, "approval.unknown|approval.refused", NULL, NULL, 404,
 	                "POST to an unknown token");
 
@@ -1233,11 +1192,11 @@ START_TEST(test_refuse_unknown_token)
 	tok[5] = tok[5] == 'A' ? 'B' : 'A';
 	web_get(tok, APPROVER, "support", &w);
 	expect_page(&w, 404, NULL);
-	web_free(&w);
+	pl_web_free(&w);
 	/* Too short to be a token: the responder's 404 page. */
 	web_get("abc", APPROVER, "support", &w);
 	expect_page(&w, 404, NULL);
-	web_free(&w);
+	pl_web_free(&w);
 	/* Not a token's alphabet: nginx refuses before the responder. */
 	tl_http_hdrs("GET", "/approve/abc.def", NULL, NULL, NULL, 0, &r, NULL);
 	ASSERT_STATUS(&r, 404);
@@ -1458,7 +1417,7 @@ START_TEST(test_refuse_cross_origin)
 		{ O_NONE, "neither Origin nor Sec-Fetch-Site" },
 	};
 	struct gated g;
-	struct web w;
+	struct pl_web w;
 	PGconn *c = tl_pg_connect();
 	char *before, *csrf, *form;
 	size_t i;
@@ -1491,7 +1450,7 @@ START_TEST(test_refuse_cross_origin)
 		web_post(g2.token, APPROVER, "support", O_ORIGIN_ONLY, form, &w);
 		ck_assert_msg(w.r.status == 303, "POST with only a same Origin header: HTTP %ld: %.1000s",
 		              w.r.status, w.r.body);
-		web_free(&w);
+		pl_web_free(&w);
 		free(csrf2);
 		make_gated("crossorigin-3", NULL, &g2);
 		csrf2 = card_csrf(g2.token, APPROVER, "support");
@@ -1501,7 +1460,7 @@ START_TEST(test_refuse_cross_origin)
 		ck_assert_msg(w.r.status == 303,
 		              "POST with only Sec-Fetch-Site: same-origin: HTTP %ld: %.1000s",
 		              w.r.status, w.r.body);
-		web_free(&w);
+		pl_web_free(&w);
 		free(csrf2);
 	}
 	free(before);
@@ -1561,7 +1520,7 @@ START_TEST(test_refuse_not_an_approver)
 	static const char *const groups[] = { "sales", "supporters", "support-leads,sales",
 		                              "group:support", "Support" };
 	struct gated g;
-	struct web w;
+	struct pl_web w;
 	PGconn *c = tl_pg_connect();
 	char *before, *csrf, *form;
 	size_t i;
@@ -1580,7 +1539,7 @@ START_TEST(test_refuse_not_an_approver)
 	              strstr(w.r.body, "demo_smtp") == NULL && strstr(w.r.body, "Re: ") == NULL,
 	              "the page shows the request to someone who may not decide it: %.3000s",
 	              w.r.body);
-	web_free(&w);
+	pl_web_free(&w);
 	csrf = tl_csrf_for(g.approval_id, "dave@example.com");
 	form = decide_form("approve", csrf, NULL);
 	before = tl_run_snapshot(c, g.key);
@@ -1614,7 +1573,7 @@ START_TEST(test_refuse_separation_of_duties)
 	static const char *const selves[] = { REQUESTER, "ALICE@Example.COM",
 		                              "Алиса Иванова <Alice@example.com>" };
 	struct gated g;
-	struct web w;
+	struct pl_web w;
 	PGconn *c = tl_pg_connect();
 	char *before, *csrf, *form;
 	size_t i;
@@ -1631,7 +1590,7 @@ START_TEST(test_refuse_separation_of_duties)
 		ck_assert_msg(strstr(w.text, "Separation of duties") != NULL &&
 		              strstr(w.r.body, "customer@example.com") == NULL,
 		              "the requester's page: %.2000s", w.text);
-		web_free(&w);
+		pl_web_free(&w);
 		csrf = tl_csrf_for(g.approval_id, selves[i]);
 		form = decide_form("approve", csrf, NULL);
 		expect_refused(g.token, &(struct refused){
@@ -1705,7 +1664,7 @@ END_TEST
 START_TEST(test_reject)
 {
 	struct gated g;
-	struct web w;
+	struct pl_web w;
 	PGconn *c = tl_pg_connect();
 	char *csrf;
 	json_t *lines, *l;
@@ -1769,7 +1728,7 @@ START_TEST(test_reject)
 	ck_assert_msg(tl_contains_ci(w.text, "reject"), "decided page: %.2000s", w.text);
 	ck_assert_msg(tl_contains_ci(w.text, reason), "decided page lacks the reason: %.2000s", w.text);
 	expect_no_form(&w);
-	web_free(&w);
+	pl_web_free(&w);
 	free(csrf);
 	PQfinish(c);
 }
@@ -2285,7 +2244,7 @@ START_TEST(test_first_decision_voids_others)
 	char *csrf, *form;
 	json_t *list;
 	size_t i;
-	struct web w;
+	struct pl_web w;
 
 	tl_mkkey(key, sizeof(key), "pair");
 	tl_claim_run(key, &cl);
@@ -2325,11 +2284,11 @@ START_TEST(test_first_decision_voids_others)
 	web_get(tok_group, "sam@example.com", "support", &w);
 	expect_page(&w, 410, "Another approver already decided");
 	expect_no_form(&w);
-	web_free(&w);
+	pl_web_free(&w);
 	form = decide_form("reject", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", NULL);
 	web_post(tok_group, "sam@example.com", "support", O_BROWSER, form, &w);
 	ck_assert_msg(w.r.status == 410, "POST on a voided challenge: HTTP %ld", w.r.status);
-	web_free(&w);
+	pl_web_free(&w);
 	free(form);
 	ck_assert_int_eq(outbox_rows(c, key), 1);
 	ck_assert_int_eq(qnum(c, "SELECT count(*) FROM workflow_runs WHERE idempotency_key = $1"
@@ -2378,7 +2337,7 @@ START_TEST(test_hostile_output)
 	static const char *const requester = "<i>mallory</i>\"'& <mallory@example.com>";
 	struct submission s = { .source_url = source, .requested_by = requester };
 	struct gated g;
-	struct web w;
+	struct pl_web w;
 	PGconn *c = tl_pg_connect();
 	char *csrf;
 	size_t i;
@@ -2423,7 +2382,7 @@ START_TEST(test_hostile_output)
 	              "the source link is not the URL as given (as an attribute value): %.6000s",
 	              w.r.body);
 	csrf = csrf_of(&w);
-	web_free(&w);
+	pl_web_free(&w);
 
 	/* The reason shows as text on the decided page too. */
 	decide_ok(g.token, APPROVER, "support", "approve", csrf, "<script>alert(5)</script> & ok");
@@ -2434,7 +2393,7 @@ START_TEST(test_hostile_output)
 	              strstr(w.text, "<script>alert(5)</script> & ok") != NULL &&
 	              strstr(w.text, g.key) != NULL,
 	              "decided page: %.4000s", w.r.body);
-	web_free(&w);
+	pl_web_free(&w);
 	free(csrf);
 	PQfinish(c);
 }
@@ -2463,7 +2422,7 @@ START_TEST(test_corpus_drafts)
 		const char *body = tl_corpus_mail_str(ids[i], "body");
 		struct submission s = { .contract = "support_list", .requested_by = REQUESTER };
 		struct gated g;
-		struct web w;
+		struct pl_web w;
 		char test[64], *csrf, *sent;
 
 		ck_assert_uint_eq(tl_utf8_chars(subject), 200);
@@ -2492,7 +2451,7 @@ START_TEST(test_corpus_drafts)
 		ck_assert_msg(count_elems(&w, "form") == 1 && count_nodes(&w, pred_control, "reason", NULL) == 1,
 		              "%s: the long draft broke the form", ids[i]);
 		csrf = csrf_of(&w);
-		web_free(&w);
+		pl_web_free(&w);
 
 		decide_ok(g.token, APPROVER, "support", "approve", csrf, "долгое письмо / 长邮件 ✓");
 		free(csrf);
@@ -2593,7 +2552,7 @@ assert_secret_absent(const char *text, const char *secret, const char *secret_na
 START_TEST(test_token_never_stored_or_logged)
 {
 	struct gated a, b, e;
-	struct web w;
+	struct pl_web w;
 	struct tl_resp r;
 	PGconn *c = tl_pg_connect();
 	char unknown[44], hash_a[65], hash_b[65], hash_e[65], path[256];
@@ -2618,20 +2577,20 @@ START_TEST(test_token_never_stored_or_logged)
 	csrf_a = card_csrf(a.token, APPROVER, "support");
 	decide_ok(a.token, APPROVER, "support", "approve", csrf_a, "fine");
 	web_get(a.token, APPROVER, "support", &w);
-	web_free(&w);
+	pl_web_free(&w);
 	form = decide_form("approve", csrf_a, NULL);
 	web_post(a.token, APPROVER, "support", O_BROWSER, form, &w);
-	web_free(&w);
+	pl_web_free(&w);
 	free(form);
 	/* b: viewed, refused for CSRF, cross-origin, no subject; left pending. */
 	csrf_b = card_csrf(b.token, "bob@example.com", "support");
 	form = decide_form("approve", csrf_a, NULL);
 	web_post(b.token, APPROVER, "support", O_BROWSER, form, &w);
-	web_free(&w);
+	pl_web_free(&w);
 	web_post(b.token, APPROVER, "support", O_EVIL, form, &w);
-	web_free(&w);
+	pl_web_free(&w);
 	web_get(b.token, NULL, NULL, &w);
-	web_free(&w);
+	pl_web_free(&w);
 	free(form);
 	/* e: expired, then viewed and posted. */
 	csrf_e = card_csrf(e.token, APPROVER, "support");
@@ -2639,15 +2598,15 @@ START_TEST(test_token_never_stored_or_logged)
 	tl_pg_exec(c, "UPDATE approvals SET expires_at = now() - interval '1 second'"
 	           " WHERE id = $1::uuid", 1, p);
 	web_get(e.token, APPROVER, "support", &w);
-	web_free(&w);
+	pl_web_free(&w);
 	form = decide_form("approve", csrf_e, NULL);
 	web_post(e.token, APPROVER, "support", O_BROWSER, form, &w);
-	web_free(&w);
+	pl_web_free(&w);
 	/* unknown */
 	web_get(unknown, APPROVER, "support", &w);
-	web_free(&w);
+	pl_web_free(&w);
 	web_post(unknown, APPROVER, "support", O_BROWSER, form, &w);
-	web_free(&w);
+	pl_web_free(&w);
 	free(form);
 
 	/* Other spellings of a's link that still carry the token. */

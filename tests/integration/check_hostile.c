@@ -84,11 +84,10 @@ expect_400(const struct tl_resp *r, const char *says)
 static void
 claim_ok(const char *key, struct tl_claimed *c)
 {
-	json_t *body = json_pack("{s:s, s:{s:s, s:s}, s:i}", "key", key, "payload", "ticket",
-	                         "Заявка №42 — 注文 — طلب — 🚚", "run", tl_run, "lease_seconds", 60);
-
-	tl_claim_body(g_key, body, c);
-	json_decref(body);
+	tl_claim_payload(g_key, key,
+	                 json_pack("{s:s, s:s}", "ticket", "Заявка №42 — 注文 — طلب — 🚚", "run",
+	                           tl_run),
+	                 c);
 }
 
 /* The body of an /output (hostile_any, a crm.tag effect), as JSON text with
@@ -213,10 +212,8 @@ END_TEST
 
 START_TEST(test_truncated_emoji_and_other_json_problems)
 {
-	static const struct {
-		const char *payload;
-		const char *says;
-	} cases[] = {
+	/* the payload, what the answer says */
+	static const struct tl_given cases[] = {
 		/* "Заказ доставлен 🚚" cut by .slice() between the surrogates */
 		{ "{\"text\":\"Заказ доставлен \\ud83d\"}", "lone surrogate \\uD83D at line 1 column" },
 		{ "{\"text\":\"\\ude9a отправлено\"}", "lone surrogate \\uDE9A" },
@@ -230,10 +227,11 @@ START_TEST(test_truncated_emoji_and_other_json_problems)
 
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		snprintf(key, sizeof(key), "%s-json-%zu", tl_run, i);
-		snprintf(text, sizeof(text), "{\"key\":\"%s\",\"payload\":%s}", key, cases[i].payload);
+		snprintf(text, sizeof(text), "{\"key\":\"%s\",\"payload\":%s}", key,
+		         cases[i].given);
 		before = totals();
 		tl_post_text("/v1/runs", g_key, text, &r);
-		expect_400(&r, cases[i].says);
+		expect_400(&r, cases[i].want);
 		tl_resp_free(&r);
 		expect_totals(before, text);
 		free(before);
@@ -274,29 +272,41 @@ post_json(const char *key, const char *suffix, json_t *body, struct tl_resp *r)
 	free(path);
 }
 
+/* Claims key as g_key, leased for lease_s seconds: true with the lease's
+ * owner and the run's version; the answer in *r either way. */
+static bool
+claim_lease(const char *key, int lease_s, char owner[64], long long *version,
+            struct tl_resp *r)
+{
+	json_t *body = json_pack("{s:s, s:{s:s}, s:i}", "key", key, "payload", "k", key,
+	                         "lease_seconds", lease_s);
+
+	tl_post_json("/v1/runs", g_key, body, r);
+	json_decref(body);
+	if (r->status != 201 || !tl_jint(r->json, "version", version) ||
+	    tl_jstr(r->json, "lease_owner") == NULL)
+		return false;
+	snprintf(owner, 64, "%s", tl_jstr(r->json, "lease_owner"));
+	return true;
+}
+
 /* Claim, read, renew, transition (failed_retryable), reclaim, complete:
  * every step must answer as for any key. Returns false (with why) at the
  * first step that does not. */
 static bool
 lifecycle(const char *key, long *claim_status, char *why, size_t whylen)
 {
-	json_t *body = json_pack("{s:s, s:{s:s}, s:i}", "key", key, "payload", "k", key,
-	                         "lease_seconds", 5);
 	struct tl_resp r;
 	char owner[64], *path;
 	long long version;
-	bool ok = false;
+	bool ok = false, claimed = claim_lease(key, 5, owner, &version, &r);
 
-	tl_post_json("/v1/runs", g_key, body, &r);
-	json_decref(body);
 	if (claim_status != NULL)
 		*claim_status = r.status;
-	if (r.status != 201 || !tl_jint(r.json, "version", &version) ||
-	    tl_jstr(r.json, "lease_owner") == NULL) {
+	if (!claimed) {
 		snprintf(why, whylen, "claim: HTTP %ld %.300s", r.status, r.body);
 		goto out;
 	}
-	snprintf(owner, sizeof(owner), "%s", tl_jstr(r.json, "lease_owner"));
 	tl_resp_free(&r);
 
 	path = tl_run_path(key, NULL);
@@ -327,16 +337,10 @@ lifecycle(const char *key, long *claim_status, char *why, size_t whylen)
 	}
 	tl_resp_free(&r);
 
-	body = json_pack("{s:s, s:{s:s}, s:i}", "key", key, "payload", "k", key, "lease_seconds",
-	                 30);
-	tl_post_json("/v1/runs", g_key, body, &r);
-	json_decref(body);
-	if (r.status != 201 || !tl_jint(r.json, "version", &version) ||
-	    tl_jstr(r.json, "lease_owner") == NULL) {
+	if (!claim_lease(key, 30, owner, &version, &r)) {
 		snprintf(why, whylen, "reclaim: HTTP %ld %.300s", r.status, r.body);
 		goto out;
 	}
-	snprintf(owner, sizeof(owner), "%s", tl_jstr(r.json, "lease_owner"));
 	tl_resp_free(&r);
 
 	post_json(key, "/transition", json_pack("{s:s, s:I, s:s, s:{s:s}}", "lease_owner", owner,

@@ -60,14 +60,7 @@ static void
 mail_run(const char *bearer, const char *key, const char *mail_id, json_t *to,
          const char *requested_by, struct tl_resp *r)
 {
-	dl_claim_and_output(bearer, key, CONTRACT,
-			    json_pack("{s:s, s:s}", "subject", tl_corpus_mail_str(mail_id, "subject"),
-				      "body", tl_corpus_mail_str(mail_id, "body")),
-			    json_pack("{s:s, s:s, s:{s:o}}", "type", "email.send", "target",
-				      "demo_smtp", "payload", "to", to),
-			    requested_by, r);
-	ck_assert_msg(r->status == 202 && strcmp(JSTR(r->json, "outcome"), "awaiting_human") == 0,
-	              "%s output: HTTP %ld %.1000s", CONTRACT, r->status, r->body);
+	dl_corpus_mail_output(bearer, key, CONTRACT, mail_id, to, requested_by, r);
 }
 
 /* Ten recipients: first, then nine of the corpus's ten. */
@@ -540,12 +533,8 @@ START_TEST(test_inbox_shows_text_not_markup)
 	snprintf(key, sizeof(key), "%s-markup:<b>заказ</b>", tl_run);
 	snprintf(subject, sizeof(subject),
 	         "<script>alert(1)</script><img src=x onerror=alert(2)> Заказ 訂單 طلب 🙏🏽");
-	dl_claim_and_output(dl_key_dev, key, CONTRACT,
-			    json_pack("{s:s, s:s}", "subject", subject, "body",
-				      tl_corpus_mail_str("he_short", "body")),
-			    json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target",
-				      "demo_smtp", "payload", "to", "markup@inbox.example.com"),
-			    REQUESTER, &r);
+	dl_mail_output(dl_key_dev, key, CONTRACT, subject, tl_corpus_mail_str("he_short", "body"),
+	               json_pack("[s]", "markup@inbox.example.com"), REQUESTER, &r);
 	ck_assert_msg(r.status == 202, "%.500s", r.body);
 	tl_resp_free(&r);
 	all = inbox_of(PERSON, PERSON_GROUPS, &body);
@@ -733,6 +722,4 @@ TL_SUITE(inbox_suite, "inbox",
                            test_card_by_id_decides_once)},
          {"as sent", SETTLE_S + 60, dl_tcase, .tests = TL_LIST(test_mail_as_sent)})
 
-DL_SUITE_MAIN(.name = "check_inbox", .prefix = "ib", .needed = "ONCEGATE_API_KEY",
-              .suite = inbox_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
-              .smtp = true)
+DL_TENANTS_MAIN("check_inbox", "ib", .suite = inbox_suite, .smtp = true)

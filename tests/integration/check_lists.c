@@ -458,13 +458,4 @@ TL_SUITE(lists_suite, "lists",
          {"lists", 300,
           .tests = TL_LIST(test_refused, test_contracts, test_filters, test_paging)})
 
-int
-main(void)
-{
-	static const struct dl_suite s = {
-		.name = "check_lists", .prefix = "li", .needed = "ONCEGATE_API_KEY",
-		.suite = lists_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
-	};
-
-	return dl_suite_main(&s);
-}
+DL_TENANTS_MAIN("check_lists", "li", .suite = lists_suite)

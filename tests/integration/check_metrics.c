@@ -323,10 +323,8 @@ decide(const char *token, const char *groups, const char *decision)
 
 START_TEST(test_families)
 {
-	static const struct {
-		const char *name;   /* as the parser names the family */
-		const char *type;
-	} want[] = {
+	/* the family as the parser names it, its type */
+	static const struct tl_given families[] = {
 		{ "oncegate_claims", "counter" },
 		{ "oncegate_duplicate_deliveries", "counter" },
 		{ "oncegate_outputs", "counter" },
@@ -368,17 +366,17 @@ START_TEST(test_families)
 	              "the database is up: %.400s", s.text);
 	types = json_object_get(s.doc, "types");
 	help = json_object_get(s.doc, "help");
-	for (i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-		const char *t = json_string_value(json_object_get(types, want[i].name));
-		const char *h = json_string_value(json_object_get(help, want[i].name));
+	for (i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
+		const char *t = json_string_value(json_object_get(types, families[i].given));
+		const char *h = json_string_value(json_object_get(help, families[i].given));
 
-		ck_assert_msg(t != NULL && strcmp(t, want[i].type) == 0,
-		              "family %s: type %s, expected %s:\n%.3000s", want[i].name,
-		              t ? t : "(absent)", want[i].type, s.text);
+		ck_assert_msg(t != NULL && strcmp(t, families[i].want) == 0,
+		              "family %s: type %s, expected %s:\n%.3000s", families[i].given,
+		              t ? t : "(absent)", families[i].want, s.text);
 		ck_assert_msg(h != NULL && strlen(h) >= 20, "family %s has no useful HELP",
-		              want[i].name);
+		              families[i].given);
 	}
-	ck_assert_msg(json_object_size(types) == sizeof(want) / sizeof(want[0]),
+	ck_assert_msg(json_object_size(types) == sizeof(families) / sizeof(families[0]),
 	              "unexpected families:\n%.3000s", s.text);
 	/* every series is there even when zero, so graphs never lose one */
 	val(&s, "oncegate_claims_total{outcome=\"claimed\"}");
@@ -731,26 +729,27 @@ START_TEST(test_scenario)
 	 * another rejected, and an eligible crm_tag that its sample (rate 1)
 	 * sent to a person anyway, approved */
 	t1 = tl_now();
-	tl_mkkey(key, sizeof(key), "human-approve");
-	claim(key, 0, "claimed", &c);
-	post_output(key, &c, c.version, "support_reply", reply_output(), email_effect(), &r);
-	token_of(&r, token, sizeof(token));
-	tl_resp_free(&r);
-	decide(token, "support", "approve");
+	{
+		static const struct {
+			const char *key, *contract, *group, *decision;
+			bool reply; /* a support reply by mail, else a lead tag */
+		} humans[] = {
+			{ "human-approve", "support_reply", "support", "approve", true },
+			{ "human-reject", "support_reply", "support", "reject", true },
+			{ "sampled", SAMPLED_CONTRACT, "sales", "approve", false },
+		};
 
-	tl_mkkey(key, sizeof(key), "human-reject");
-	claim(key, 0, "claimed", &c);
-	post_output(key, &c, c.version, "support_reply", reply_output(), email_effect(), &r);
-	token_of(&r, token, sizeof(token));
-	tl_resp_free(&r);
-	decide(token, "support", "reject");
-
-	tl_mkkey(key, sizeof(key), "sampled");
-	claim(key, 0, "claimed", &c);
-	post_output(key, &c, c.version, SAMPLED_CONTRACT, tag_output("lead", 0.95), tl_tag_effect_json(), &r);
-	token_of(&r, token, sizeof(token));
-	tl_resp_free(&r);
-	decide(token, "sales", "approve");
+		for (i = 0; i < 3; i++) {
+			tl_mkkey(key, sizeof(key), humans[i].key);
+			claim(key, 0, "claimed", &c);
+			post_output(key, &c, c.version, humans[i].contract,
+			            humans[i].reply ? reply_output() : tag_output("lead", 0.95),
+			            humans[i].reply ? email_effect() : tl_tag_effect_json(), &r);
+			token_of(&r, token, sizeof(token));
+			tl_resp_free(&r);
+			decide(token, humans[i].group, humans[i].decision);
+		}
+	}
 	waited = tl_now() - t1;
 
 	/* The dispatcher's part, written as it writes it (dispatch.c): the

@@ -79,18 +79,7 @@ static int g_flaky_port;          /* o_flaky's port: 0 = nobody listens */
 static void
 make_run(PGconn *c, const char *key)
 {
-	char hash[72], corr[256];
-	const char *p[4] = { g_client, key, hash, corr };
-
-	tl_payload_hash("{\"suite\":\"check_ops\"}", hash);
-	snprintf(corr, sizeof(corr), "corr-%s", key);
-	tl_pg_exec(c, "INSERT INTO workflow_runs (client_id, idempotency_key, payload_hash, payload,"
-	           "    state, claim_started_at, workflow_version, trigger, correlation_id,"
-	           "    contract, contract_hash, decision, decided_at)"
-	           " VALUES ($1::bigint, $2, $3, '{\"suite\":\"check_ops\"}', 'approved', now(),"
-	           "    'ops-suite@3', 'check_ops', $4, 'support_reply',"
-	           "    'sha256:0c0ffee0c0ffee0c0ffee0c0ffee0c0ffee0c0ffee0c0ffee0c0ffee0c0ffee0',"
-	           "    'auto', now())", 4, p);
+	dl_make_run(c, g_client, key, "ops-suite@3", "support_reply", NULL);
 }
 
 /* One effect of run `key`: state 'pending' (due now), or 'sending' under
@@ -100,26 +89,18 @@ static void
 add_effect(PGconn *c, const char *key, const char *type, const char *target,
            const char *payload, bool dead_sender, char id[40])
 {
-	char hash[72];
-	char *v;
-
-	tl_effect_hash(payload, hash);
-	if (!dead_sender)
-		v = qstr(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type,"
-		         "    target, payload, payload_hash, provider_key)"
-		         " VALUES ($1::bigint, $2, $3, $4, $5::jsonb, $6, $2 || '/' || $3)"
-		         " RETURNING id", g_client, key, type, target, payload, hash, (char *)NULL);
-	else
-		v = qstr(c, "INSERT INTO effect_outbox (client_id, idempotency_key, effect_type,"
-		         "    target, payload, payload_hash, provider_key, state, lease_owner,"
-		         "    lease_expires_at, attempt, first_attempt_at)"
-		         " VALUES ($1::bigint, $2, $3, $4, $5::jsonb, $6, $2 || '/' || $3, 'sending',"
-		         "    gen_random_uuid(), now() - interval '1 second', 1,"
-		         "    now() - interval '5 seconds')"
-		         " RETURNING id", g_client, key, type, target, payload, hash, (char *)NULL);
-	ck_assert_ptr_nonnull(v);
-	snprintf(id, 40, "%s", v);
-	free(v);
+	/* one transaction: no dispatcher sees it pending first */
+	qexec(c, "BEGIN", (char *)NULL);
+	dl_add_effect(c, g_client, key, type, target, payload, 0, id);
+	if (dead_sender)
+		ck_assert_int_eq(qexec(c, "UPDATE effect_outbox SET state = 'sending',"
+		                          "    lease_owner = gen_random_uuid(),"
+		                          "    lease_expires_at = now() - interval '1 second',"
+		                          "    attempt = 1,"
+		                          "    first_attempt_at = now() - interval '5 seconds'"
+		                          " WHERE id = $1::uuid", id, (char *)NULL),
+		                 1);
+	qexec(c, "COMMIT", (char *)NULL);
 	qexec(c, "NOTIFY oncegate_outbox", (char *)NULL);
 }
 
@@ -245,18 +226,6 @@ log_one(long offset, const char *ev)
 		free(e_);                                                              \
 	} while (0)
 
-static void
-kill_switch(bool on)
-{
-	char *out = NULL;
-	int rc = tl_ctl(&out, "sends", on ? "resume" : "stop", "--reason",
-	                on ? "check_ops: this test sends" : "check_ops: finished",
-	                (char *)NULL);
-
-	ck_assert_msg(rc == 0, "oncegatectl kill-switch: exit %d: %s", rc, out ? out : "");
-	free(out);
-}
-
 /* ---- the dispatcher ----------------------------------------------------------- */
 
 /* The suite's dispatchers (dispatchlib's), with the suite's targets. */
@@ -344,7 +313,7 @@ START_TEST(test_dead_letter_evidence)
 	make_run(c, key);
 	/* the provider refuses it: 422, a permanent failure after the send */
 	add_effect(c, key, "ticket.update", "o_idem", "{\"ticket\":42,\"fault\":\"422\"}", false, id);
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d);
 	DL_EXPECT_EFFECT(c, id, "failed", 15);
 	dl = wait_dead_letter(c, id, 5);
@@ -613,7 +582,7 @@ START_TEST(test_not_delivered_then_resume)
 	/* A dispatcher died holding it, before its request went out: the
 	 * sweep makes it unknown, and without a lookup URL it waits for us. */
 	add_effect(c, key, "crm.note", "o_plain", "{\"contact\":\"c-7\",\"note\":\"hello\"}", true, id);
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d);
 	DL_EXPECT_EFFECT(c, id, "unknown", 10);
 	dl = wait_dead_letter(c, id, 5);
@@ -733,7 +702,7 @@ START_TEST(test_resume_before_send)
 	tl_mkkey(key2, sizeof(key2), "refused");
 	make_run(c, key2);
 	add_effect(c, key2, "crm.tag", "o_refused", "{\"contact\":\"c-10\"}", false, id2);
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d);
 	DL_EXPECT_EFFECT(c, id, "failed", 10);
 	DL_EXPECT_EFFECT(c, id2, "failed", 15);
@@ -802,7 +771,7 @@ START_TEST(test_reconcile_delivered)
 	add_effect(c, key, "crm.tag", "o_plain", "{\"contact\":\"c-11\"}", false, id2);
 	qexec(c, "UPDATE effect_outbox SET state = 'completed', completed_at = now(),"
 	      " provider_id = 'prov-done' WHERE id = $1::uuid", id2, (char *)NULL);
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d);
 	DL_EXPECT_EFFECT(c, id, "unknown", 10);
 	disp_stop(&d);
@@ -900,10 +869,9 @@ START_TEST(test_approval_revoke_and_reject_key)
 {
 	PGconn *c = tl_pg_connect();
 	char key[200], tok_b[44], hash_b[65], n8n_url[512];
-	char *path, *out = NULL, *aid, *bid, *csrf, *form, *st;
+	char *out = NULL, *aid, *bid, *csrf, *form, *st;
 	const char *url, *tok_a;
-	struct tl_claimed cl;
-	json_t *body, *list, *o, *l, *cb;
+	json_t *list, *o, *l, *cb;
 	struct tl_resp r;
 	size_t i;
 	long off;
@@ -912,28 +880,9 @@ START_TEST(test_approval_revoke_and_reject_key)
 	/* claim → output (support_reply: a person from group support decides) */
 	tl_mkkey(key, sizeof(key), "revoke");
 	snprintf(n8n_url, sizeof(n8n_url), "http://127.0.0.1:5678/webhook-waiting/%s", tl_run);
-	body = json_pack("{s:s, s:{s:s}}", "key", key, "payload", "suite", tl_run);
-	tl_claim_body(g_key_dev, body, &cl);
-	json_decref(body);
-	path = NULL;
-	ck_assert_int_ge(asprintf(&path, "/v1/runs/%s/output", key), 0);
-	body = json_pack("{s:s, s:I, s:s, s:{s:s, s:s, s:s, s:f}, s:{s:s, s:s, s:s},"
-	                 " s:{s:s, s:s, s:{s:s}}, s:s, s:s}",
-	                 "lease_owner", cl.owner, "version", (json_int_t)cl.version,
-	                 "contract", "support_reply",
-	                 "output", "subject", "Re: refund", "body", "Refund approved.",
-	                 "tone", "friendly", "confidence", 0.7,
-	                 "model", "provider", "openai-compatible", "name", "m", "revision", "1",
-	                 "effect", "type", "email.send", "target", "demo_smtp", "payload", "to",
-	                 "customer@example.com", "source_url", "https://crm.example/ticket/5",
-	                 "callback_url", n8n_url);
 	/* the shipped contracts separate duties: an output names its requester */
-	json_object_set_new(body, "requested_by", json_string("check-ops@workflows.example"));
-	tl_post_json(path, g_key_dev, body, &r);
-	json_decref(body);
-	free(path);
-	ck_assert_msg(r.status == 202 && streq(tl_jstr(r.json, "outcome"), "awaiting_human"),
-	              "output: %ld %s", r.status, r.body);
+	dl_reply_run(key, "Re: refund", "Refund approved.", n8n_url, "check-ops@workflows.example",
+	             &r);
 	o = json_array_get(json_object_get(r.json, "approvals"), 0);
 	aid = strdup(JSTR(o, "approval_id"));
 	url = tl_jstr(o, "url");
@@ -1362,7 +1311,7 @@ START_TEST(test_bulk_resume)
 		make_run(c, keys[i]);
 		add_effect(c, keys[i], "crm.tag", "o_flaky", payload, false, ids[i]);
 	}
-	kill_switch(true);
+	dl_sends(true);
 	disp_start(&d);
 	for (i = 0; i < BULK_N; i++)
 		DL_EXPECT_EFFECT(c, ids[i], "failed", 30);

@@ -428,10 +428,8 @@ START_TEST(test_idempotency_key_header)
 	/* refusals: 400, field Idempotency-Key, nothing claimed */
 	rows = rows_with_prefix(c, prefix);
 	{
-		static const struct {
-			const char *value;
-			const char *code;
-		} bad[] = {
+		/* the header's value, the problem's code */
+		static const struct tl_given bad[] = {
 			{ "\"unterminated", "invalid_idempotency_key" },
 			{ "\"ключ\"", "invalid_idempotency_key" },
 			{ "%\"%D0%B7\"", "invalid_idempotency_key" },
@@ -441,9 +439,9 @@ START_TEST(test_idempotency_key_header)
 		size_t i;
 
 		for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-			snprintf(hdr, sizeof(hdr), "Idempotency-Key: %s", bad[i].value);
+			snprintf(hdr, sizeof(hdr), "Idempotency-Key: %s", bad[i].given);
 			claim_h(g_key_a, only_payload, h, &r, NULL);
-			expect_problem(&r, 400, bad[i].code);
+			expect_problem(&r, 400, bad[i].want);
 			ck_assert_str_eq(tl_jstr(r.json, "field") ?: "", "Idempotency-Key");
 			tl_resp_free(&r);
 		}

@@ -556,6 +556,4 @@ TL_SUITE(quorum_suite, "quorum",
          {"votes", 90, .tests = TL_LIST(test_race_one_effect, test_recorded_once_then_rejected)},
          {"edit", SETTLE_S + 90, dl_tcase, .tests = TL_LIST(test_edit_then_sent_once)})
 
-DL_SUITE_MAIN(.name = "check_quorum", .prefix = "qu", .needed = "ONCEGATE_API_KEY",
-              .suite = quorum_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
-              .smtp = true)
+DL_TENANTS_MAIN("check_quorum", "qu", .suite = quorum_suite, .smtp = true)

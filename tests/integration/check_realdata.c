@@ -376,6 +376,4 @@ realdata_suite(void)
 	return s;
 }
 
-DL_SUITE_MAIN(.name = "check_realdata", .prefix = "rd", .needed = "ONCEGATE_API_KEY",
-              .suite = realdata_suite, .prepare = dl_tenants_prepare, .finish = dl_tenants_finish,
-              .smtp = true)
+DL_TENANTS_MAIN("check_realdata", "rd", .suite = realdata_suite, .smtp = true)

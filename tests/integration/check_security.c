@@ -40,6 +40,7 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
+#include "pagelib.h"
 #include "testlib.h"
 
 /* What the test stack sets (./dev's config and nginx/oncegate-local.conf.in). */
@@ -265,27 +266,11 @@ make_gated(const char *test, json_t *output, struct gated *g)
 
 /* ---- the pages ------------------------------------------------------------ */
 
-struct web {
-	struct tl_resp r;
-	char *hdrs;
-	htmlDocPtr doc;
-};
-
-static void
-web_free(struct web *w)
-{
-	tl_resp_free(&w->r);
-	free(w->hdrs);
-	if (w->doc != NULL)
-		xmlFreeDoc(w->doc);
-	memset(w, 0, sizeof(*w));
-}
-
 /* One request to `path` under /approve/ as a signed-in browser would send
  * it (same-origin for a POST); extra: one more header line or NULL. */
 static void
 web(const char *method, const char *path, const char *user, const char *form,
-    const char *extra, struct web *w)
+    const char *extra, struct pl_web *w)
 {
 	const char *h[6];
 	char hu[256], ho[512], hg[64];
@@ -308,9 +293,7 @@ web(const char *method, const char *path, const char *user, const char *form,
 	h[n] = NULL;
 	tl_http_hdrs(method, path, h, form != NULL ? "application/x-www-form-urlencoded" : NULL,
 	             form, form != NULL ? strlen(form) : 0, &w->r, &w->hdrs);
-	if (w->r.body_len > 0 && strncasecmp(w->r.content_type, "text/html", 9) == 0)
-		w->doc = htmlReadMemory(w->r.body, (int)w->r.body_len, NULL, "UTF-8",
-		                        HTML_PARSE_NOERROR | HTML_PARSE_NOWARNING | HTML_PARSE_NONET);
+	pl_web_parse(w);
 }
 
 static char *
@@ -379,7 +362,7 @@ walk_resources(xmlNodePtr n, const char *what)
 }
 
 static void
-expect_no_external_resources(const struct web *w, const char *what)
+expect_no_external_resources(const struct pl_web *w, const char *what)
 {
 	ck_assert_msg(w->doc != NULL, "%s: not an HTML page: %.2000s", what, w->r.body);
 	walk_resources(xmlDocGetRootElement(w->doc), what);
@@ -389,7 +372,7 @@ expect_no_external_resources(const struct web *w, const char *what)
 
 /* The hidden csrf input's value (malloc'd). */
 static char *
-csrf_of(const struct web *w)
+csrf_of(const struct pl_web *w)
 {
 	char *out = NULL;
 	/* The DOM is what a browser reads; find input name="csrf". */
@@ -811,7 +794,7 @@ START_TEST(test_hostile_output_and_form)
 	const char *subject = hostile[0];
 	char body_text[1024], *path, *csrf, *form, *snap, sh[512];
 	struct gated g;
-	struct web w;
+	struct pl_web w;
 	size_t i;
 
 	snprintf(body_text, sizeof(body_text), "%s | %s | %s | %s", hostile[2], hostile[3],
@@ -851,7 +834,7 @@ START_TEST(test_hostile_output_and_form)
 		xmlFree(t);
 	}
 	csrf = csrf_of(&w);
-	web_free(&w);
+	pl_web_free(&w);
 
 	/* Refused form fields: nothing changes. */
 	{
@@ -875,7 +858,7 @@ START_TEST(test_hostile_output_and_form)
 			              shown(form, sh, sizeof(sh)), w.r.status, w.r.body);
 			tl_expect_approval_headers(w.hdrs, w.r.status, "a refused decision form");
 			tl_expect_run_unchanged(c, g.key, snap, "a refused decision form");
-			web_free(&w);
+			pl_web_free(&w);
 			free(form);
 		}
 		free(snap);
@@ -891,7 +874,7 @@ START_TEST(test_hostile_output_and_form)
 		web("POST", path, APPROVER, form, NULL, &w);
 		ck_assert_msg(w.r.status == 303, "reject with a hostile reason: HTTP %ld: %.1500s",
 		              w.r.status, w.r.body);
-		web_free(&w);
+		pl_web_free(&w);
 		free(form);
 		p[0] = g.key;
 		p[1] = reason;
@@ -1622,10 +1605,8 @@ START_TEST(test_oversized_bodies)
 
 	/* a huge Content-Length with little data: refused at once */
 	{
-		static const struct {
-			const char *cl;
-			const char *want;
-		} lens[] = {
+		/* the header lines, the statuses allowed (| between) */
+		static const struct tl_given lens[] = {
 			{ "Content-Length: 5000000000000\r\n", "413" },
 			{ "Content-Length: 99999999999999999999999999\r\n", "400|413" },
 			{ "Content-Length: -5\r\n", "400" },
@@ -1640,7 +1621,7 @@ START_TEST(test_oversized_bodies)
 			                          "Authorization: Bearer %s\r\n"
 			                          "Content-Type: application/json\r\n%s"
 			                          "Connection: close\r\n\r\n{\"key\":\"x\"}",
-			                          g_key_dev, lens[i].cl), 0);
+			                          g_key_dev, lens[i].given), 0);
 			/* the answer comes at once (nginx may linger before closing) */
 			{
 				char *ans = NULL, code[8], alts[32], *tok, *save = NULL;
@@ -1653,7 +1634,7 @@ START_TEST(test_oversized_bodies)
 				     tok = strtok_r(NULL, "|", &save))
 					ok = ok || strcmp(tok, code) == 0;
 				ck_assert_msg(ok, "%s: HTTP %ld within %.0f s, expected %s: %.500s",
-				              lens[i].cl, st, PROMPT_S, lens[i].want, ans);
+				              lens[i].given, st, PROMPT_S, lens[i].want, ans);
 				free(ans);
 			}
 			free(req);
@@ -1858,7 +1839,7 @@ START_TEST(test_token_never_leaks)
 {
 	PGconn *c = pg();
 	struct gated g;
-	struct web w;
+	struct pl_web w;
 	char *path, *csrf, *form, *text, *loc, *p;
 	long st;
 	int i;
@@ -1872,7 +1853,7 @@ START_TEST(test_token_never_leaks)
 	tl_expect_approval_headers(w.hdrs, 200, "the approval card");
 	expect_no_external_resources(&w, "the approval card");
 	csrf = csrf_of(&w);
-	web_free(&w);
+	pl_web_free(&w);
 
 	/* Following the source link from the card sends no Referer: the page
 	 * says so (Referrer-Policy), and nothing on it is fetched elsewhere. */
@@ -1884,7 +1865,7 @@ START_TEST(test_token_never_leaks)
 	ck_assert_msg(loc != NULL && (loc[0] == '/' || strncmp(loc, g_base, strlen(g_base)) == 0),
 	              "the 303 leaves the origin");
 	free(loc);
-	web_free(&w);
+	pl_web_free(&w);
 	free(form);
 
 	/* The used link: a clear page, 410, no form, the same headers. */
@@ -1893,7 +1874,7 @@ START_TEST(test_token_never_leaks)
 	tl_expect_approval_headers(w.hdrs, 410, "the used-link page");
 	expect_no_external_resources(&w, "the used-link page");
 	ck_assert_msg(strstr(w.r.body, "<form") == NULL, "the used-link page has a form");
-	web_free(&w);
+	pl_web_free(&w);
 
 	/* Many decisions on the used link at once, as a script would send them:
 	 * nginx limits them (429) with the headers too, the rest are 410, and
@@ -2037,7 +2018,7 @@ END_TEST
 START_TEST(test_headers_on_every_answer)
 {
 	struct gated g;
-	struct web w;
+	struct pl_web w;
 	char *path, *csrf, *form, tok[44], *p2 = NULL, *big;
 	struct tl_resp r;
 	char *hdrs = NULL;
@@ -2050,47 +2031,47 @@ START_TEST(test_headers_on_every_answer)
 	ck_assert_int_eq(w.r.status, 200);
 	tl_expect_approval_headers(w.hdrs, 200, "the card");
 	csrf = csrf_of(&w);
-	web_free(&w);
+	pl_web_free(&w);
 
 	web("HEAD", path, APPROVER, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 200 || w.r.status == 405, "HEAD of the card: HTTP %ld",
 	              w.r.status);
 	tl_expect_approval_headers(w.hdrs, w.r.status, "HEAD of the card");
-	web_free(&w);
+	pl_web_free(&w);
 
 	web("GET", path, NULL, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 401 || w.r.status == 403, "no subject: HTTP %ld", w.r.status);
 	tl_expect_approval_headers(w.hdrs, w.r.status, "the sign-in-required page");
-	web_free(&w);
+	pl_web_free(&w);
 
 	form = tl_form("decision", "approve", "csrf", "forged-csrf-value-0123456789", (char *)NULL);
 	web("POST", path, APPROVER, form, NULL, &w);
 	ck_assert_msg(w.r.status == 403, "a forged CSRF value: HTTP %ld: %.500s", w.r.status,
 	              w.r.body);
 	tl_expect_approval_headers(w.hdrs, 403, "the CSRF refusal");
-	web_free(&w);
+	pl_web_free(&w);
 	free(form);
 
 	form = tl_form("decision", "approve", "csrf", csrf, (char *)NULL);
 	web("POST", path, APPROVER, form, "Origin: http://evil.example", &w);
 	ck_assert_msg(w.r.status == 403, "cross-origin decision: HTTP %ld", w.r.status);
 	tl_expect_approval_headers(w.hdrs, 403, "the cross-origin refusal");
-	web_free(&w);
+	pl_web_free(&w);
 
 	web("PUT", path, APPROVER, form, NULL, &w);
 	ck_assert_msg(w.r.status == 405, "PUT on an approval: HTTP %ld", w.r.status);
 	tl_expect_approval_headers(w.hdrs, 405, "the 405 of an approval URL");
-	web_free(&w);
+	pl_web_free(&w);
 	web("DELETE", path, APPROVER, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 405, "DELETE on an approval: HTTP %ld", w.r.status);
 	tl_expect_approval_headers(w.hdrs, 405, "the 405 of an approval URL");
-	web_free(&w);
+	pl_web_free(&w);
 
 	p2 = approve_path(tok);
 	web("GET", p2, APPROVER, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 404, "unknown token: HTTP %ld", w.r.status);
 	tl_expect_approval_headers(w.hdrs, 404, "the unknown-link page");
-	web_free(&w);
+	pl_web_free(&w);
 	free(p2);
 
 	big = repeat('A', 600);
@@ -2099,20 +2080,20 @@ START_TEST(test_headers_on_every_answer)
 	ck_assert_msg(w.r.status >= 400 && w.r.status < 500, "a 600-character token: HTTP %ld",
 	              w.r.status);
 	tl_expect_approval_headers(w.hdrs, w.r.status, "the answer to an overlong token");
-	web_free(&w);
+	pl_web_free(&w);
 	free(p2);
 	free(big);
 
 	web("GET", "/approve/not.a.token", APPROVER, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 404, "/approve/not.a.token: HTTP %ld", w.r.status);
 	tl_expect_approval_headers(w.hdrs, 404, "nginx's 404 for a path that is no token");
-	web_free(&w);
+	pl_web_free(&w);
 
 	/* the inbox of the signed-in person */
 	web("GET", "/approve/", APPROVER, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 200, "/approve/: HTTP %ld", w.r.status);
 	tl_expect_approval_headers(w.hdrs, w.r.status, "GET /approve/ (the inbox)");
-	web_free(&w);
+	pl_web_free(&w);
 
 	big = repeat('f', NGINX_BODY_MAX + 10);
 	tl_http_hdrs("POST", path, NULL, "application/x-www-form-urlencoded", big, strlen(big), &r,
@@ -2127,11 +2108,11 @@ START_TEST(test_headers_on_every_answer)
 	web("POST", path, APPROVER, form, NULL, &w);
 	ck_assert_msg(w.r.status == 303, "decision: HTTP %ld: %.500s", w.r.status, w.r.body);
 	tl_expect_approval_headers(w.hdrs, 303, "the decision's 303");
-	web_free(&w);
+	pl_web_free(&w);
 	web("GET", path, APPROVER, NULL, NULL, &w);
 	ck_assert_msg(w.r.status == 410, "decided: HTTP %ld", w.r.status);
 	tl_expect_approval_headers(w.hdrs, 410, "the decided page");
-	web_free(&w);
+	pl_web_free(&w);
 	free(form);
 	free(csrf);
 	free(path);

@@ -171,19 +171,15 @@ replies_to(const char *url, size_t want)
 static void
 disp_start(struct dl_disp *d)
 {
-	struct dl_conf c;
-
-	dl_conf_open(&c, d);
-	fprintf(c.f, "public_url = %s\n", tl_env("ONCEGATE_URL"));
-	fprintf(c.f,
-	        "\n[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\n"
-	        "mail_from = oncegate@slack.example\ntimeout_ms = 5000\n"
-	        "\n[target demo_slack]\nkind = slack\nurl = http://127.0.0.1:%d/api\n"
-	        "channel = C0APPROVALS\ntoken_file = %s\nresponse_url_base = "
-	        "http://127.0.0.1:%d/actions/\ntimeout_ms = 5000\nmax_attempts = 3\nbase_ms = 200\n"
-	        "cap_ms = 1000\n",
-	        g_smtp_port, g_slack_port, tl_env("ONCEGATE_SLACK_TOKEN_FILE"), g_slack_port);
-	dl_conf_start(&c, d, ENV_TRUE);
+	dl_disp_start_linked(
+	    d,
+	    "\n[target demo_smtp]\nkind = smtp\nurl = smtp://127.0.0.1:%d\n"
+	    "mail_from = oncegate@slack.example\ntimeout_ms = 5000\n"
+	    "\n[target demo_slack]\nkind = slack\nurl = http://127.0.0.1:%d/api\n"
+	    "channel = C0APPROVALS\ntoken_file = %s\nresponse_url_base = "
+	    "http://127.0.0.1:%d/actions/\ntimeout_ms = 5000\nmax_attempts = 3\nbase_ms = 200\n"
+	    "cap_ms = 1000\n",
+	    g_smtp_port, g_slack_port, tl_env("ONCEGATE_SLACK_TOKEN_FILE"), g_slack_port);
 }
 
 /* A run of contract for key as bearer, requested by REQUESTER, its subject
@@ -199,12 +195,8 @@ slack_run(const char *bearer, const char *key, const char *contract, const char 
 
 	snprintf(subject, sizeof(subject), "Ваш заказ №4821 — 承認済み — تم الشحن 📦 %s %s", tl_run,
 	         tag);
-	dl_claim_and_output(bearer, key, contract,
-	                    json_pack("{s:s, s:s}", "subject", subject, "body",
-	                              tl_corpus_mail_str("ru_short", "body")),
-	                    json_pack("{s:s, s:s, s:{s:[s]}}", "type", "email.send", "target",
-	                              "demo_smtp", "payload", "to", "klient.ivanova@pochta.example"),
-	                    REQUESTER, &r);
+	dl_mail_output(bearer, key, contract, subject, tl_corpus_mail_str("ru_short", "body"),
+	               json_pack("[s]", "klient.ivanova@pochta.example"), REQUESTER, &r);
 	ck_assert_msg(r.status == 202 && json_array_size(json_object_get(r.json, "approvals")) == 2,
 	              "output: HTTP %ld %.1000s", r.status, r.body);
 	for (i = 0; i < 2; i++)
@@ -638,15 +630,7 @@ TL_SUITE(slack_suite, "slack",
          {"slack", 120, dl_tcase,
           .tests = TL_LIST(test_standin_shapes, test_approve, test_refused_and_quorum, test_race)})
 
-int
-main(void)
-{
-	static const struct dl_suite s = {
-		.name = "check_slack", .prefix = "sl",
-		.needed = "ONCEGATE_API_KEY ONCEGATE_SLACK_PORT ONCEGATE_SLACK_TOKEN_FILE "
-		          "ONCEGATE_SLACK_SECRET_FILE ONCEGATE_SLACK_USERS",
-		.suite = slack_suite, .prepare = prepare, .finish = finish, .smtp = true,
-	};
-
-	return dl_suite_main(&s);
-}
+DL_SUITE_MAIN(.name = "check_slack", .prefix = "sl",
+              .needed = "ONCEGATE_API_KEY ONCEGATE_SLACK_PORT ONCEGATE_SLACK_TOKEN_FILE "
+                        "ONCEGATE_SLACK_SECRET_FILE ONCEGATE_SLACK_USERS",
+              .suite = slack_suite, .prepare = prepare, .finish = finish, .smtp = true)

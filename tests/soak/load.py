@@ -380,6 +380,16 @@ def check(args):
         if len(examples) < 20:
             examples.append("%s: %s" % (kind, what[:400]))
 
+    def only_one(got, what, unit):
+        """The one delivery of what among got; None when it was lost. A
+        second is a finding (doubled)."""
+        if not got:
+            fail("lost", what)
+            return None
+        if len(got) > 1:
+            fail("doubled", "%s (%d %s)" % (what, len(got), unit))
+        return got[0]
+
     eff = {}
     by_pkey = collections.defaultdict(list)   # provider key -> the effects stored with it
     for client, key, etype, pkey, state, pid in effects:
@@ -426,14 +436,10 @@ def check(args):
             continue
         if d["effect"] == "email.send":
             first = d["to"][0].lower()
-            got = by_first.get(first, [])
             seen_mail.add(first)
-            if not got:
-                fail("lost", what)
+            m = only_one(by_first.get(first, []), what, "mails")
+            if m is None:
                 continue
-            if len(got) > 1:
-                fail("doubled", "%s (%d mails)" % (what, len(got)))
-            m = got[0]
             if not corpus.same_recipients(m, d["to"]):
                 fail("wrong recipients", "%s: %d of %d" % (what, len(m.get("rcpt_tos", [])),
                                                         len(d["to"])))
@@ -452,14 +458,11 @@ def check(args):
                     what, e["provider_id"], m.get("queue_id")))
         else:
             ident = (d["tenant"], d["key"], d["effect"])
-            got = by_effect.get(ident, [])
             seen_http.add(ident)
-            if not got:
-                fail("lost", what)
+            got = only_one(by_effect.get(ident, []), what, "committed")
+            if got is None:
                 continue
-            if len(got) > 1:
-                fail("doubled", "%s (%d committed)" % (what, len(got)))
-            r, body = got[0]
+            r, body = got
             if body != d["payload"]:
                 fail("payload differs", "%s: %s != %s" % (
                     what, json.dumps(body, ensure_ascii=False)[:200],

@@ -420,20 +420,13 @@ START_TEST(test_check_ready_accepts)
 }
 END_TEST
 
-static Suite *
-config_suite(void)
-{
-	Suite *s = suite_create("config");
-	TCase *tc = tl_tcase(s, "load", 0);
-
-	TL_TESTS(tc, test_defaults, test_values, test_listen_tcp, test_dump_masks_secrets);
-	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bad_cases) / sizeof(bad_cases[0])));
-	TL_TESTS(tc, test_targets, test_long_line, test_nul_byte, test_missing_file,
-	         test_separator_setting);
-	tcase_add_loop_test(tc, test_check_ready, 0,
-	                    (int)(sizeof(ready_cases) / sizeof(ready_cases[0])));
-	tcase_add_test(tc, test_check_ready_accepts);
-	return s;
-}
+TL_SUITE(config_suite, "config",
+         {"load", 0,
+          .loops = TL_LOOPS({test_bad, (int)(sizeof(bad_cases) / sizeof(bad_cases[0]))},
+                            {test_check_ready,
+                             (int)(sizeof(ready_cases) / sizeof(ready_cases[0]))}),
+          .tests = TL_LIST(test_defaults, test_values, test_listen_tcp, test_dump_masks_secrets,
+                           test_targets, test_long_line, test_nul_byte, test_missing_file,
+                           test_separator_setting, test_check_ready_accepts)})
 
 TL_SUITE_MAIN(config_suite, false)

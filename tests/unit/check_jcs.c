@@ -394,26 +394,34 @@ END_TEST
 
 START_TEST(utf8_decoder)
 {
+	/* bytes, how many of them the decoder may read, how many it takes
+	 * and the code point (-1: a bad character) */
+	static const struct {
+		const char *bytes;
+		size_t len;
+		size_t took;
+		long cp;
+	} cases[] = {
+		{ "\xf0\x9f\x98\x80", 4, 4, 0x1F600 },
+		{ "\xd0\x97", 2, 2, 0x417 },
+		/* truncated: the valid prefix is one bad character */
+		{ "\xf0\x9f\x98", 3, 3, -1 },
+		{ "\xf0\x9f\x98\x80", 2, 2, -1 },
+		/* surrogates, overlongs, beyond U+10FFFF, a lone continuation byte */
+		{ "\xed\xa0\xbd", 3, 1, -1 },
+		{ "\xc0\xaf", 2, 1, -1 },
+		{ "\xf4\x90\x80\x80", 4, 1, -1 },
+		{ "\x80", 1, 1, -1 },
+	};
+	size_t i, took;
 	long cp;
 
-	ck_assert_uint_eq(utf8_decode((const unsigned char *)"\xf0\x9f\x98\x80", 4, &cp), 4);
-	ck_assert_int_eq(cp, 0x1F600);
-	ck_assert_uint_eq(utf8_decode((const unsigned char *)"\xd0\x97", 2, &cp), 2);
-	ck_assert_int_eq(cp, 0x417);
-	/* truncated: the valid prefix is one bad character */
-	ck_assert_uint_eq(utf8_decode((const unsigned char *)"\xf0\x9f\x98", 3, &cp), 3);
-	ck_assert_int_eq(cp, -1);
-	ck_assert_uint_eq(utf8_decode((const unsigned char *)"\xf0\x9f\x98\x80", 2, &cp), 2);
-	ck_assert_int_eq(cp, -1);
-	/* surrogates, overlongs, beyond U+10FFFF, a lone continuation byte */
-	ck_assert_uint_eq(utf8_decode((const unsigned char *)"\xed\xa0\xbd", 3, &cp), 1);
-	ck_assert_int_eq(cp, -1);
-	ck_assert_uint_eq(utf8_decode((const unsigned char *)"\xc0\xaf", 2, &cp), 1);
-	ck_assert_int_eq(cp, -1);
-	ck_assert_uint_eq(utf8_decode((const unsigned char *)"\xf4\x90\x80\x80", 4, &cp), 1);
-	ck_assert_int_eq(cp, -1);
-	ck_assert_uint_eq(utf8_decode((const unsigned char *)"\x80", 1, &cp), 1);
-	ck_assert_int_eq(cp, -1);
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		took = utf8_decode((const unsigned char *)cases[i].bytes, cases[i].len, &cp);
+		ck_assert_msg(took == cases[i].took && cp == cases[i].cp,
+		              "case %zu (%zu bytes): took %zu, code point %ld; expected %zu, %ld",
+		              i, cases[i].len, took, cp, cases[i].took, cases[i].cp);
+	}
 	ck_assert(utf8_valid("\xd0\x97\xd0\xb0\xd0\xba\xd0\xb0\xd0\xb7 \xf0\x9f\x9a\x9a "
 	                     "\xe6\xb3\xa8\xe6\x96\x87", 23));
 	ck_assert(!utf8_valid("\xce\xf2\xea\xe0\xe7", 5));

@@ -991,13 +991,14 @@ END_TEST
 
 START_TEST(test_page_new)
 {
+	/* names of no page: unknown, empty, the file's name, a path, none */
+	static const char *const none[] = { "nope", "", "approval.xhtml", "../approval", NULL };
 	struct page *p;
+	size_t i;
 
-	ck_assert_ptr_null(page_new(set, "nope"));
-	ck_assert_ptr_null(page_new(set, ""));
-	ck_assert_ptr_null(page_new(set, "approval.xhtml"));
-	ck_assert_ptr_null(page_new(set, "../approval"));
-	ck_assert_ptr_null(page_new(set, NULL));
+	for (i = 0; i < sizeof(none) / sizeof(none[0]); i++)
+		ck_assert_msg(page_new(set, none[i]) == NULL, "page \"%s\" was made",
+		              none[i] != NULL ? none[i] : "(null)");
 	ck_assert_ptr_null(page_new(NULL, "approval"));
 	ck_assert_ptr_nonnull(p = page_new(set, "decided"));
 	page_free(p);
