@@ -125,14 +125,15 @@ expire_run(struct db *db, long long client_id, const char *client_name, const ch
 	if (rc == OG_OK) {
 		f.state_from = ledger_state_name(RUN_AWAITING_HUMAN);
 		f.state_to = ledger_state_name(RUN_FAILED_TERMINAL);
-		f.decision = "expired";
+		f.decision = gate_outcome_name(GATE_OUTCOME_EXPIRED);
 		f.version = run.version;
 		f.correlation_id = run.correlation_id;
 		f.workflow_version = run.workflow_version;
 		if (run.callback_url != NULL) {
 			struct outbox_effect e;
 
-			if (outbox_callback_effect(&e, client_id, key, run.callback_url, "expired", NULL, NULL,
+			if (outbox_callback_effect(&e, client_id, key, run.callback_url,
+			                           gate_outcome_name(GATE_OUTCOME_EXPIRED), NULL, NULL,
 			                           hash, &payload) != 0)
 				goto fail;
 			e.slot = run.round > 0 ? run.round - 1 : 0;
@@ -146,7 +147,8 @@ expire_run(struct db *db, long long client_id, const char *client_name, const ch
 		log_event(LOG_LEVEL_NOTICE, "approval.expired", &f);
 	if (id[0] != '\0') {
 		struct log_fields e = { .client = client_name, .key = key, .effect_id = id,
-			                .target = "callback", .decision = "expired" };
+			                .target = "callback",
+			                .decision = gate_outcome_name(GATE_OUTCOME_EXPIRED) };
 
 		log_event(LOG_LEVEL_INFO, "effect.enqueued", &e);
 	}
