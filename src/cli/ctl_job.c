@@ -204,8 +204,8 @@ summary(struct ctl *ctl, struct ctl_job *job, int ex)
 			job->results = json_array();
 		doc = json_pack("{s:I, s:s, s:f, s:O, s:{s:i, s:i, s:i}, s:s}", "job",
 		                (json_int_t)job->id, "kind", job->kind, "rate", job->rate, "results",
-		                job->results, "totals", "done", d, "refused", r, JOBS_ITEM_PENDING, p, "end",
-		                end);
+		                job->results, "totals", "done", d, "refused", r,
+		                JOBS_ITEM_PENDING, p, "end", end);
 		ctl_print_json(doc);
 		json_decref(doc);
 	}

@@ -389,8 +389,9 @@ reject_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 		if (out->callback_id[0]) {
 			struct log_fields f = { .client = out->client_name, .key = out->key,
 				                .effect_id = out->callback_id, .target = "callback",
-				                .decision = gate_outcome_name(GATE_OUTCOME_REJECTED),
-			                .actor = a->op };
+				                .actor = a->op };
+
+			f.decision = gate_outcome_name(GATE_OUTCOME_REJECTED);
 
 			ctl_log(ctl, LOG_LEVEL_INFO, "effect.enqueued", &f);
 		}

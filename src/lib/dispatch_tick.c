@@ -133,8 +133,8 @@ expire_run(struct db *db, long long client_id, const char *client_name, const ch
 			struct outbox_effect e;
 
 			if (outbox_callback_effect(&e, client_id, key, run.callback_url,
-			                           gate_outcome_name(GATE_OUTCOME_EXPIRED), NULL, NULL,
-			                           hash, &payload) != 0)
+			                           gate_outcome_name(GATE_OUTCOME_EXPIRED), NULL,
+			                           NULL, hash, &payload) != 0)
 				goto fail;
 			e.slot = run.round > 0 ? run.round - 1 : 0;
 			if (outbox_enqueue(db, &e, id, nb) != OG_OK)

@@ -212,7 +212,8 @@ migrate_run(struct db *db, const char *dir, bool dry, FILE *out, char *err, size
 	if (!present && dry) {
 		/* a database no migration ever touched: all of them pending */
 		for (i = 0; i < count; i++)
-			fprintf(out, MIGRATE_PENDING "  %.*s\n", (int)(strlen(names[i]) - 4), names[i]);
+			fprintf(out, MIGRATE_PENDING "  %.*s\n", (int)(strlen(names[i]) - 4),
+			        names[i]);
 		done = (int)count;
 		goto out;
 	}
