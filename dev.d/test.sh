@@ -31,11 +31,11 @@ lane_b_stop() {
 	)
 }
 
-# What ./dev test started, stopped by PID at exit: the soak's background
-# build and the lanes beside the main one (tests/run.sh), lane B's stack,
-# the test stack.
+# What ./dev test started, stopped by PID at exit: the background builds
+# and the lanes beside the main one (tests/run.sh), lane B's stack, the
+# test stack.
 test_stop() {
-	if declare -F plain_build_stop >/dev/null; then plain_build_stop; fi
+	if declare -F bg_builds_stop >/dev/null; then bg_builds_stop; fi
 	if declare -F lanes_stop >/dev/null; then lanes_stop; fi
 	lane_b_stop || true
 	stack_stop

@@ -41,22 +41,41 @@ test_summary() {
 	printf 'tests: %d passed, %d failed, %d skipped\n' "$passed" "$failed" "$skipped"
 }
 
-# Every Check suite under make check (the integration suites in two lanes,
+# Every Check suite under make check: the integration suites in two lanes,
 # one on the test stack and one on lane B's, each lane's suites one after
-# another; the unit suites in a third job slot; the soak's build at the
-# lowest priority beside them), then lane B's stack
-# stopped (its responder's sanitizer report must be empty) and the
-# pass/fail/skip counts. Every API answer the suites receive is recorded
-# for run_openapi_answers.
+# another; the unit suites in a third lane (Makefile.am). make check would
+# build all ~40 suite programs before the first suite; here check-TESTS
+# runs with check_PROGRAMS emptied, so each program is built when its log
+# is due, and the first suites of the lanes run (waiting on the clock, most
+# of the time) while the later programs are compiled: -j5 is a suite of each
+# lane and two compilers. The background builds (below) start with it. Then
+# each suite's start and duration, and the pass/fail/skip counts. Every API
+# answer the suites receive is recorded for run_openapi_answers.
 run_make_check() {
 	local status=0
 	export ONCEGATE_API_RECORD=$STATE/api-answers.jsonl
 	rm -f "$ONCEGATE_API_RECORD"
-	plain_build_start
-	make -C "$BUILD" -j3 check VERBOSE=1 || status=$?
-	lane_b_stop || status=1
+	bg_build_start plain
+	bg_build_start upgrade
+	make -C "$BUILD" -j5 check-TESTS check_PROGRAMS= check_LTLIBRARIES= VERBOSE=1 || status=$?
+	suite_durations "$RUN_MARKER"
 	test_summary "$RUN_MARKER"
 	return "$status"
+}
+
+# suite_durations MARKER: each suite of this run (a NAME.started newer than
+# MARKER, written as it started: Makefile.am), in the order they started:
+# when, in seconds after MARKER, and how long it ran (to its .trs).
+suite_durations() {
+	local f t0 start end
+	t0=$(stat -c %Y "$1")
+	say "suites (started after make check's start, duration):"
+	while IFS= read -r -d '' f; do
+		start=$(<"$f")
+		end=$(stat -c %Y "${f%.started}.trs" 2>/dev/null) || end=$start
+		printf '%d %s\n' "$start" "$(printf '  %-28s +%4ds %5ds' "$(basename "${f%.started}")" \
+			$((start - t0)) $((end - start)))"
+	done < <(find "$BUILD/tests" -name '*.started' -newer "$1" -print0) | sort -n | cut -d' ' -f2- >&2
 }
 
 # The OpenAPI document passes a real linter (Redocly, strict), and every
@@ -160,7 +179,10 @@ run_replay_contract() { bash "$ROOT/tests/chaos/replay_contract.sh" --runs 6; }
 # The previous release upgraded to this tree with claims and sends
 # running: the window answered 503 with Retry-After, nothing lost or sent
 # twice (the previous release is built once, under .dev/).
-run_upgrade() { bash "$ROOT/tests/upgrade/run.sh"; }
+run_upgrade() {
+	bg_build_wait upgrade || { say "upgrade: the previous release did not build"; return 1; }
+	bash "$ROOT/tests/upgrade/run.sh"
+}
 
 # plain_build DIR: oncegate-fcgi and oncegate-dispatch, built without
 # sanitizers (valgrind cannot run a sanitized program) in DIR.
@@ -175,38 +197,71 @@ plain_build() {
 		{ tail -n 40 "$dir/make.out" >&2; return 1; }
 }
 
-# plain_build_start: plain_build of the soak's programs in the background,
-# started with make check, whose suites mostly wait on the clock: at the
-# lowest CPU priority (it takes what they leave idle), in a process group
-# of its own, which plain_build_stop ends by its PID when the run stops
-# before run_soak has waited for it.
-PLAIN_PID=''
-plain_build_start() {
-	setsid nice -n 19 bash -c "$(declare -f plain_build)"'
-		ROOT=$1
-		plain_build "$2"' plain-build "$ROOT" "$DEV_DIR/build-test-plain" </dev/null 9>&- &
-	PLAIN_PID=$!
+# Builds started with make check, whose suites mostly wait on the clock:
+# plain, the soak's two programs without sanitizers (plain_build), and
+# upgrade, the previous release the upgrade stage starts from
+# (tests/upgrade/run.sh --build). Each runs at the lowest CPU priority (it
+# takes what the suites leave idle), its output in STATE/bg-NAME.log and
+# its exit status in STATE/bg-NAME.status. bg_build_wait NAME waits for one
+# from any lane (polling: a lane is not its parent) and gives its status;
+# one never started is built there and then. bg_builds_stop ends those
+# still running, by PID, when the run stops first.
+declare -A BG_PID=()
+bg_build_run() {
+	case $1 in
+	plain) plain_build "$DEV_DIR/build-test-plain" ;;
+	upgrade) bash "$ROOT/tests/upgrade/run.sh" --build ;;
+	esac
 }
-plain_build_stop() {
-	[[ -n $PLAIN_PID ]] || return 0
-	kill -TERM -- "-$PLAIN_PID" 2>/dev/null || true
-	wait "$PLAIN_PID" 2>/dev/null || true
-	PLAIN_PID=''
+bg_build_start() {
+	rm -f "$STATE/bg-$1.status"
+	(
+		renice -n 19 -p "$BASHPID" >/dev/null
+		status=0
+		bg_build_run "$1" || status=$?
+		echo "$status" >"$STATE/bg-$1.status"
+	) >"$STATE/bg-$1.log" 2>&1 </dev/null 9>&- &
+	BG_PID[$1]=$!
+}
+bg_build_wait() {
+	local pid=${BG_PID[$1]:-}
+	if [[ -z $pid ]]; then
+		bg_build_run "$1"
+		return
+	fi
+	while [[ ! -f $STATE/bg-$1.status ]] && kill -0 "$pid" 2>/dev/null; do sleep 1; done
+	[[ -f $STATE/bg-$1.status ]] || { cat "$STATE/bg-$1.log" >&2; return 1; }
+	[[ $(<"$STATE/bg-$1.status") -eq 0 ]] || { cat "$STATE/bg-$1.log" >&2; return 1; }
+}
+bg_builds_stop() { jobs_stop BG_PID; }
+
+# jobs_stop ARRAY: TERM to each job of ARRAY (an associative array, name →
+# PID) and every process below it, by PID; the array is left empty.
+jobs_stop() {
+	local -n jobs=$1
+	local j
+	for j in "${!jobs[@]}"; do
+		kill_tree "${jobs[$j]}"
+		wait "${jobs[$j]}" 2>/dev/null || true
+		unset "jobs[$j]"
+	done
 }
 
 # The responder and the dispatcher under valgrind for a minute of mixed
 # load (./dev soak for the 30-minute run). valgrind needs a build without
-# sanitizers: the two programs, built beside this one (plain_build_start).
+# sanitizers: the two programs, built beside this one (bg_build_start
+# plain). It runs in a lane beside the main one, on lane B's stack (its
+# PostgreSQL, configuration and API key), which nothing uses once make
+# check is over; so the body is a subshell, whose environment is lane B's.
 # Reports its own failures (there are three kinds).
-run_soak() {
-	local status=0 built=0
-	[[ -n $PLAIN_PID ]] || plain_build_start
-	wait "$PLAIN_PID" || built=$?
-	PLAIN_PID=''
-	if [[ $built -ne 0 ]]; then
+run_soak() (
+	local status=0
+	if ! bg_build_wait plain; then
 		say "the build without sanitizers for valgrind failed"
 		return 1
 	fi
+	# shellcheck source=/dev/null
+	. "$ONCEGATE_LANE_B_ENV"
 	export ONCEGATE_VG_FCGI=$DEV_DIR/build-test-plain/oncegate-fcgi \
 		ONCEGATE_VG_DISPATCH=$DEV_DIR/build-test-plain/oncegate-dispatch
 	bash "$ROOT/tests/soak/soak.sh" --seconds 60 || {
@@ -218,7 +273,7 @@ run_soak() {
 		status=1
 	}
 	return "$status"
-}
+)
 
 # The integration suites skip without the stack; here nothing may skip.
 run_no_skips() {
@@ -231,25 +286,22 @@ run_no_skips() {
 	return 1
 }
 
-# The responder ran under ASan/UBSan the whole time: leaks are reported at
-# exit, so stop it now and read its stderr.
+# The responders of both stacks ran under ASan/UBSan the whole time: leaks
+# are reported at exit, so stop them now and read their stderr (lane B's
+# stack served the soak after make check).
 run_sanitizers() {
+	local status=0
+	lane_b_stop || status=1
 	fcgi_stop
-	! sanitizer_findings "$STATE/fcgi.stderr"
+	! sanitizer_findings "$STATE/fcgi.stderr" || status=1
+	return "$status"
 }
 
 # The lanes running beside the main one (name → PID), and lanes_stop, which
 # ./dev test's exit ends them with when the run stops before they ended:
 # TERM to each lane and every process below it, by PID.
 declare -A LANE_PID=()
-lanes_stop() {
-	local l
-	for l in "${!LANE_PID[@]}"; do
-		kill_tree "${LANE_PID[$l]}"
-		wait "${LANE_PID[$l]}" 2>/dev/null || true
-		unset "LANE_PID[$l]"
-	done
-}
+lanes_stop() { jobs_stop LANE_PID; }
 
 # run_stages: every stage of the table, then the duration table and the
 # verdict; exits with the status described at the top.
@@ -309,11 +361,15 @@ run_stages() {
 	# and mostly waits (Patroni's loop, the standby's promotion), beside
 	# make check, whose suites mostly wait too; build: the CPU-bound stages
 	# that use no stack (a fuzzer, builds, npm, linters), beside the main
-	# lane's chaos scenarios; upgrade: a database of its own on the test
-	# stack's PostgreSQL, after multihost (the last stage that stops it).
+	# lane's chaos scenarios; soak: on lane B's stack, idle after make
+	# check, its valgrind and native runs beside the main lane's stages;
+	# upgrade: a database of its own on the test stack's PostgreSQL, after
+	# multihost (the last stage that stops it), its previous release built
+	# during make check.
 	local -a lanes=(
 		"failover||failover"
 		"build|make_check|openapi_lint owners fuzz n8n_node browser_tooling promtool install"
+		"soak|make_check|soak"
 		"upgrade|multihost|upgrade"
 	)
 	local row fn want lane stages joined=no

@@ -94,8 +94,8 @@ posted_edits(struct api_call *c, struct log_fields *f, const struct api_card_dra
 	char *buf = malloc(cap);
 	bool ok = true;
 
-	for (i = 0; buf != NULL && ok && dr->k != NULL && i < contract_editable_count(dr->k); i++) {
-		const char *name = contract_editable(dr->k, i);
+	for (i = 0; buf != NULL && ok && dr->k != NULL && i < contract_gate(dr->k)->neditable; i++) {
+		const char *name = contract_gate(dr->k)->editable[i];
 		char field[OG_CONTRACT_NAME_MAX + 8];
 		long n;
 

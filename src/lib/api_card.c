@@ -515,8 +515,8 @@ card_edit(struct page *p, const struct api_card_draft *dr, const json_t *values,
 {
 	size_t i, shown = 0;
 
-	for (i = 0; dr->k != NULL && i < contract_editable_count(dr->k); i++) {
-		const char *name = contract_editable(dr->k, i);
+	for (i = 0; dr->k != NULL && i < contract_gate(dr->k)->neditable; i++) {
+		const char *name = contract_gate(dr->k)->editable[i];
 		const json_t *now = json_object_get(values, name);
 		char field[OG_CONTRACT_NAME_MAX + 8], id[OG_CONTRACT_NAME_MAX + 8];
 		struct page_scope *sc;
@@ -595,7 +595,7 @@ api_card_editable(const struct api_call *c, const struct gate_approval *a,
 	json_array_foreach(a->allowed_decisions, i, v)
 		if (gate_decision_parse(json_string_value(v)) == GATE_APPROVE)
 			approve = true;
-	return approve && dr->k != NULL && contract_editable_count(dr->k) > 0 &&
+	return approve && dr->k != NULL && contract_gate(dr->k)->neditable > 0 &&
 	       dr->approvals == 0 && dr->edited_by == NULL && dr->mine == NULL &&
 	       api_card_refusal(c, a, GATE_APPROVE) == NULL;
 }

@@ -293,10 +293,10 @@ contract_entry(const struct contract *k)
 	json_t *editable = json_array(), *e;
 	size_t i;
 
-	for (i = 0; editable != NULL && i < contract_editable_count(k); i++)
-		json_array_append_new(editable, json_string(contract_editable(k, i)));
+	for (i = 0; editable != NULL && i < contract_gate(k)->neditable; i++)
+		json_array_append_new(editable, json_string(contract_gate(k)->editable[i]));
 	e = json_pack("{s:s, s:s, s:O, s:O, s:o, s:o}", "name", contract_name(k), "gate_mode",
-	              contract_gate_mode_name(contract_gate_mode(k)), "effect_types",
+	              contract_gate_mode_name(contract_gate(k)->mode), "effect_types",
 	              json_object_get(effects, "allowed_types"), "effect_targets",
 	              json_object_get(effects, "allowed_targets"), "allowed_decisions",
 	              contract_allowed_decisions(k), "editable", editable);

@@ -174,9 +174,9 @@ tool_of(const struct contract *k, const char *type, const char *name)
 	         "completed, queued, awaiting_approval (read it later with " RUN_TOOL "), "
 	         "rejected or invalid (fix the arguments and call again).",
 	         what != NULL ? what : "", what != NULL ? " " : "", type, contract_name(k),
-	         contract_gate_mode(k) == GATE_APPROVE_BEFORE_ACT
+	         contract_gate(k)->mode == GATE_APPROVE_BEFORE_ACT
 	             ? "a person approves it before it is sent"
-	         : contract_gate_mode(k) == GATE_ACT_WITH_WINDOW
+	         : contract_gate(k)->mode == GATE_ACT_WITH_WINDOW
 	             ? "it is sent after a window in which it can be cancelled"
 	             : "its rules approve it or a person decides");
 	return json_pack("{s:s, s:s, s:s, s:o, s:{s:s, s:b, s:b, s:b, s:b}}", "name", name,

@@ -105,7 +105,7 @@ output_people(struct api_call *c, const struct api_output_in *in)
 	if (contract_requester_must_be_person(contract) &&
 	    (in->requested_by == NULL || in->requested_by[strspn(in->requested_by, " \t")] == '\0')) {
 		call_unprocessable(c, "requested_by_required",
-		                   contract_separation_of_duties(contract)
+		                   contract_gate(contract)->separation_of_duties
 		                       ? "the contract requires separation of duties: requested_by "
 		                         "must name who asked for this action, so that they cannot "
 		                         "approve it"
@@ -310,7 +310,7 @@ output_gate(struct api_call *c, const struct api_output_in *in, const json_t *ef
 	double fresh, draw = -1;
 	enum og_rc lrc;
 
-	switch (contract_gate_mode(contract)) {
+	switch (contract_gate(contract)->mode) {
 	case GATE_ACT_WITH_WINDOW:
 		return 0;
 	case GATE_APPROVE_BY_EXCEPTION:
@@ -323,15 +323,15 @@ output_gate(struct api_call *c, const struct api_output_in *in, const json_t *ef
 		return -1;
 	}
 	lrc = ledger_sample_draw(c->ctx->db, c->client.id, c->key, fresh,
-	                         contract_sample_rate(contract), &draw);
+	                         contract_gate(contract)->sample_rate, &draw);
 	if (lrc == OG_UNAVAILABLE) {
 		api_fail(c, OG_UNAVAILABLE);
 		return -1;
 	}
 	if (lrc == OG_OK)
 		snprintf(detail, detail_len, "sample draw %.6f %s rate %g: %s", draw,
-		         draw < contract_sample_rate(contract) ? "<" : ">=",
-		         contract_sample_rate(contract),
+		         draw < contract_gate(contract)->sample_rate ? "<" : ">=",
+		         contract_gate(contract)->sample_rate,
 		         contract_sampled(contract, draw) ? "sampled, a person decides"
 		                                          : "not sampled");
 	/* not processing: the accept below says why; -1 is "sampled" */

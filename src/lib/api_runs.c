@@ -347,6 +347,20 @@ api_runs_status(struct api_call *c)
 	api_log(c, LOG_LEVEL_DEBUG, "run.read", &f);
 }
 
+/* A lease renewal or transition that did not take: 409 when the claim's
+ * lease was lost (or its lifetime spent), with the run's state now;
+ * otherwise rc's own answer. */
+static void
+not_taken(struct api_call *c, enum og_rc rc, const struct ledger_run *run, struct log_fields *f)
+{
+	if (rc != OG_LEASE_LOST && rc != OG_CAP_REACHED) {
+		api_fail(c, rc);
+		return;
+	}
+	f->state_from = ledger_state_name(run->state);
+	api_lease_lost(c, f);
+}
+
 void
 api_runs_lease(struct api_call *c)
 {
@@ -380,12 +394,8 @@ api_runs_lease(struct api_call *c)
 		f.reason = "lease_cap_reached";
 		api_log(c, LOG_LEVEL_WARNING, "lease.cap_reached", &f);
 		break;
-	case OG_LEASE_LOST:
-		f.state_from = ledger_state_name(run.state);
-		api_lease_lost(c, &f);
-		break;
 	default:
-		api_fail(c, rc);
+		not_taken(c, rc, &run, &f);
 		break;
 	}
 out:
@@ -460,15 +470,10 @@ api_runs_transition(struct api_call *c)
 		f.attempt = run.attempt;
 		api_log(c, LOG_LEVEL_INFO, "run.transitioned", &f);
 		break;
-	case OG_LEASE_LOST:
-	case OG_CAP_REACHED:
-		f.state_from = ledger_state_name(run.state);
+	default:
 		f.state_to = ledger_state_name((enum run_state)state);
 		f.version = run.version;
-		api_lease_lost(c, &f);
-		break;
-	default:
-		api_fail(c, rc);
+		not_taken(c, rc, &run, &f);
 		break;
 	}
 out:

@@ -364,32 +364,37 @@ container_open(struct parser *ps, char close)
 	return false;
 }
 
+/* Counts the member just parsed at **tail, moves *tail past it and steps
+ * over what follows: a ',' (*closed false: another member comes) or close
+ * (*closed true); anything else is a syntax error. */
+static enum canon_rc
+container_next(struct parser *ps, struct node *n, struct node ***tail, char close,
+               bool *closed)
+{
+	*tail = &(**tail)->next;
+	n->count++;
+	skip_ws(ps);
+	if (ps->p >= ps->end || (*ps->p != close && *ps->p != ','))
+		return CANON_SYNTAX;
+	*closed = *ps->p++ == close;
+	return CANON_OK;
+}
+
 static enum canon_rc
 parse_array(struct parser *ps, struct node *n)
 {
 	struct node **tail = &n->child;
 	enum canon_rc rc;
+	bool closed = false;
 
 	n->type = NODE_ARRAY;
 	if (container_open(ps, ']'))
 		return CANON_OK;
-	for (;;) {
-		rc = parse_value(ps, tail);
-		if (rc != CANON_OK)
+	while (!closed)
+		if ((rc = parse_value(ps, tail)) != CANON_OK ||
+		    (rc = container_next(ps, n, &tail, ']', &closed)) != CANON_OK)
 			return rc;
-		tail = &(*tail)->next;
-		n->count++;
-		skip_ws(ps);
-		if (ps->p >= ps->end)
-			return CANON_SYNTAX;
-		if (*ps->p == ']') {
-			ps->p++;
-			return CANON_OK;
-		}
-		if (*ps->p != ',')
-			return CANON_SYNTAX;
-		ps->p++;
-	}
+	return CANON_OK;
 }
 
 static enum canon_rc
@@ -399,11 +404,12 @@ parse_object(struct parser *ps, struct node *n)
 	const char *key;
 	size_t key_len, i;
 	enum canon_rc rc;
+	bool closed = false;
 
 	n->type = NODE_OBJECT;
 	if (container_open(ps, '}'))
 		return CANON_OK;
-	for (;;) {
+	while (!closed) {
 		skip_ws(ps);
 		if (ps->p >= ps->end || *ps->p != '"')
 			return CANON_SYNTAX;
@@ -419,18 +425,8 @@ parse_object(struct parser *ps, struct node *n)
 			return rc;
 		(*tail)->key = key;
 		(*tail)->key_len = key_len;
-		tail = &(*tail)->next;
-		n->count++;
-		skip_ws(ps);
-		if (ps->p >= ps->end)
-			return CANON_SYNTAX;
-		if (*ps->p == '}') {
-			ps->p++;
-			break;
-		}
-		if (*ps->p != ',')
-			return CANON_SYNTAX;
-		ps->p++;
+		if ((rc = container_next(ps, n, &tail, '}', &closed)) != CANON_OK)
+			return rc;
 	}
 
 	/* Sorting also makes duplicates adjacent: O(n log n), not O(n^2). */

@@ -204,20 +204,15 @@ static const struct db_stmt st_id = {
 enum og_rc
 clients_name(struct db *db, long long id, char *name, size_t len)
 {
-	char idtext[24];
-	const char *params[1] = { idtext };
-	PGresult *res;
-	enum db_rc rc;
-	int n;
+	PGresult *res = NULL;
+	enum og_rc rc = og_exec_key(db, &st_name, id, NULL, &res);
 
-	snprintf(idtext, sizeof(idtext), "%lld", id);
-	if ((rc = db_exec(db, &st_name, params, &res)) != DB_OK)
-		return og_rc_of(rc);
-	n = PQntuples(res);
-	if (n == 1 && len > 0)
+	if (rc == OG_OK && PQntuples(res) != 1)
+		rc = OG_NOT_FOUND;
+	if (rc == OG_OK && len > 0)
 		snprintf(name, len, "%s", db_get(res, 0, "name"));
 	PQclear(res);
-	return n == 1 ? OG_OK : OG_NOT_FOUND;
+	return rc;
 }
 
 enum og_rc

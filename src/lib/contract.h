@@ -106,6 +106,8 @@
 #include <stddef.h>
 #include <jansson.h>
 
+#include "caps.h"
+
 enum gate_mode {
 	GATE_APPROVE_BEFORE_ACT = 0,
 	GATE_ACT_WITH_WINDOW,
@@ -155,41 +157,52 @@ bool contract_effect_declared(const struct contract *c, const char *type);
 size_t contract_from_output_count(const struct contract *c, const char *type);
 const char *contract_from_output(const struct contract *c, const char *type, size_t i);
 
-enum gate_mode contract_gate_mode(const struct contract *c);
+/* The gate's settings and lists as loaded ("gate"), read-only and valid
+ * as long as the contract set is. */
+struct contract_gate {
+	enum gate_mode mode;
+	int window_seconds;           /* act_with_window; 0 otherwise */
+	int expires_seconds;          /* approval expiry */
+	double sample_rate;           /* approve_by_exception; 0 otherwise */
+	bool separation_of_duties;
+	bool requested_by_mail;       /* requested_by must name a person by mail address */
+	int min_approvals;            /* distinct people who must approve, 1 by default */
+	/* "alice@example.com" or "group:support" */
+	const char *approvers[OG_CONTRACT_APPROVERS_MAX];
+	size_t napprovers;
+	/* gate.editable: the top-level output members (string-valued) an
+	 * approver may correct before approving */
+	const char *editable[OG_CONTRACT_EDITABLE_MAX];
+	size_t neditable;
+};
+
+/* Whom the gate tells and when (contract_notify.c), read-only as above. */
+struct contract_notify {
+	const json_t *entries;        /* gate.notify {APPROVER: {"target", "to"?}}, NULL: none */
+	int remind_after_seconds;     /* 0: no reminder */
+	int escalate_after_seconds;   /* 0: no escalation */
+	const char *escalate_to[OG_CONTRACT_APPROVERS_MAX];  /* entries an escalation adds */
+	size_t nescalate;
+};
+
+const struct contract_gate *contract_gate(const struct contract *c);
+const struct contract_notify *contract_notify(const struct contract *c);
+
 const char *contract_gate_mode_name(enum gate_mode mode);
-int contract_window_seconds(const struct contract *c);   /* act_with_window; 0 otherwise */
-int contract_expires_seconds(const struct contract *c);  /* approval expiry */
 /* Invalid outputs tolerated before failed_terminal (0 = the first invalid
  * output is terminal). */
 int contract_repair_attempts(const struct contract *c);
-bool contract_separation_of_duties(const struct contract *c);
 /* Must an output's requested_by name a person (contract_person)? Under
  * separation of duties, and when gate.requested_by_mail says so. */
 bool contract_requester_must_be_person(const struct contract *c);
 /* "approve", "reject", "changes_requested" */
 bool contract_decision_allowed(const struct contract *c, const char *decision);
 json_t *contract_allowed_decisions(const struct contract *c); /* new JSON array of strings */
-/* Distinct people who must approve (gate.min_approvals, 1 by default). */
-int contract_min_approvals(const struct contract *c);
-/* gate.editable: the top-level output members (string-valued) an approver
- * may correct before approving; 0 / NULL when none. */
-size_t contract_editable_count(const struct contract *c);
-const char *contract_editable(const struct contract *c, size_t i);
+/* Is name among gate.editable? */
 bool contract_is_editable(const struct contract *c, const char *name);
-size_t contract_approver_count(const struct contract *c);
-/* "alice@example.com" or "group:support"; NULL when i is out of range. */
-const char *contract_approver(const struct contract *c, size_t i);
 
-/* Notifications (contract_notify.c): does the gate tell its approvers;
- * the notify entry {"target", "to"?} of an approver entry (NULL: none);
- * the reminder and escalation delays (0: none) and the entries an
- * escalation adds. */
-bool contract_notifies(const struct contract *c);
+/* The notify entry {"target", "to"?} of an approver entry (NULL: none). */
 const json_t *contract_notify_entry(const struct contract *c, const char *approver);
-int contract_remind_after_seconds(const struct contract *c);
-int contract_escalate_after_seconds(const struct contract *c);
-size_t contract_escalate_count(const struct contract *c);
-const char *contract_escalate_to(const struct contract *c, size_t i);
 /* 0 when every notify entry of every contract in set names a target cfg
  * configures with a kind that fits it (mail addresses: smtp; a chat
  * webhook: http); else -1 with a message naming the contract, the entry
@@ -252,7 +265,6 @@ bool contract_auto_eligible(const struct contract *c, const json_t *output, cons
  * -1 when the CSPRNG fails. contract_sampled: draw < sample_rate; rate 0 →
  * never, rate 1 → always; a draw outside [0,1) → true (a person decides). */
 int contract_sample_draw(double *draw) __attribute__((warn_unused_result));
-double contract_sample_rate(const struct contract *c);
 bool contract_sampled(const struct contract *c, double draw);
 
 /* Output fields the contract marks loggable (JSON Pointers), for the

@@ -331,8 +331,8 @@ contract_gate_check_editable(struct jload *ld, const struct contract *c)
 	const json_t *e;
 	size_t i, d, k;
 
-	for (i = 0; i < c->neditable; i++) {
-		const char *name = c->editable[i];
+	for (i = 0; i < c->gate.neditable; i++) {
+		const char *name = c->gate.editable[i];
 		bool url = strcmp(name, "url") == 0;
 
 		if (!url && !is_recipient(name))
@@ -395,20 +395,20 @@ compile_quorum(struct jload *ld, struct contract *c, const json_t *gate)
 	size_t i, groups = 0;
 
 	if (!jload_int(ld, gate, "min_approvals", 1, OG_CONTRACT_QUORUM_MAX, 1,
-	               &c->min_approvals))
+	               &c->gate.min_approvals))
 		return false;
-	if (c->min_approvals == 1)
+	if (c->gate.min_approvals == 1)
 		return true;
 	if (!c->allow_approve)
 		return jload_fail_at(ld, "min_approvals", "needs \"approve\" among "
 		                     "allowed_decisions");
-	for (i = 0; i < c->napprovers; i++)
-		if (strncmp(c->approvers[i], "group:", 6) == 0)
+	for (i = 0; i < c->gate.napprovers; i++)
+		if (strncmp(c->gate.approvers[i], "group:", 6) == 0)
 			groups++;
-	if (groups == 0 && (size_t)c->min_approvals > c->napprovers)
+	if (groups == 0 && (size_t)c->gate.min_approvals > c->gate.napprovers)
 		return jload_fail_at(ld, "min_approvals", "is %d, but approvers names only %zu "
 		                     "people (and no group): the run could never be approved",
-		                     c->min_approvals, c->napprovers);
+		                     c->gate.min_approvals, c->gate.napprovers);
 	return true;
 }
 
@@ -428,7 +428,7 @@ contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate)
 	if (!jload_members(ld, gate, gate_members, "unknown gate member"))
 		return false;
 
-	c->mode = GATE_APPROVE_BEFORE_ACT;
+	c->gate.mode = GATE_APPROVE_BEFORE_ACT;
 	if ((v = json_object_get(gate, "mode")) != NULL) {
 		for (k = 0; k < sizeof(mode_names) / sizeof(mode_names[0]); k++)
 			if (json_is_string(v) && strcmp(json_string_value(v), mode_names[k]) == 0)
@@ -436,23 +436,23 @@ contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate)
 		if (k == sizeof(mode_names) / sizeof(mode_names[0]))
 			return jload_fail_at(ld, "mode", "must be \"approve_before_act\", "
 			                "\"act_with_window\" or \"approve_by_exception\"");
-		c->mode = (enum gate_mode)k;
+		c->gate.mode = (enum gate_mode)k;
 	}
 
 	/* Settings of another mode are refused rather than ignored: someone who
 	 * writes window_seconds believes there is a window. */
-	if (c->mode == GATE_ACT_WITH_WINDOW) {
+	if (c->gate.mode == GATE_ACT_WITH_WINDOW) {
 		if (json_object_get(gate, "window_seconds") == NULL)
 			return jload_fail_at(ld, "window_seconds", "missing (required for "
 			                "act_with_window)");
 		if (!jload_int(ld, gate, "window_seconds", 1, OG_CONTRACT_WINDOW_MAX, 0,
-		             &c->window_seconds))
+		             &c->gate.window_seconds))
 			return false;
 	} else if (json_object_get(gate, "window_seconds") != NULL) {
 		return jload_fail_at(ld, "window_seconds", "only applies to act_with_window");
 	}
 
-	if (c->mode == GATE_APPROVE_BY_EXCEPTION) {
+	if (c->gate.mode == GATE_APPROVE_BY_EXCEPTION) {
 		v = json_object_get(gate, "auto_when");
 		if (v == NULL)
 			return jload_fail_at(ld, "auto_when", "missing (required for "
@@ -472,12 +472,12 @@ contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate)
 		jptr_pop(&ld->at, m);
 		c->nrules = json_array_size(v);
 
-		c->sample_rate = 0;
+		c->gate.sample_rate = 0;
 		if ((v = json_object_get(gate, "sample_rate")) != NULL) {
 			if (!json_is_number(v) || json_number_value(v) < 0 ||
 			    json_number_value(v) > 1)
 				return jload_fail_at(ld, "sample_rate", "must be a number from 0 to 1");
-			c->sample_rate = json_number_value(v);
+			c->gate.sample_rate = json_number_value(v);
 		}
 	} else {
 		if (json_object_get(gate, "auto_when") != NULL)
@@ -486,25 +486,26 @@ contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate)
 			return jload_fail_at(ld, "sample_rate", "only applies to approve_by_exception");
 	}
 
-	return jload_strings(ld, gate, &approvers_list, c->approvers, &c->napprovers) &&
+	return jload_strings(ld, gate, &approvers_list, c->gate.approvers, &c->gate.napprovers) &&
 	       jload_int(ld, gate, "expires_seconds", OG_CONTRACT_EXPIRES_MIN,
 	               OG_CONTRACT_EXPIRES_MAX, OG_CONTRACT_EXPIRES_DEFAULT,
-	               &c->expires_seconds) &&
+	               &c->gate.expires_seconds) &&
 	       compile_decisions(ld, c, gate) &&
-	       jload_bool(ld, gate, "separation_of_duties", true, &c->separation_of_duties) &&
-	       jload_bool(ld, gate, "requested_by_mail", false, &c->requested_by_mail) &&
+	       jload_bool(ld, gate, "separation_of_duties", true, &c->gate.separation_of_duties) &&
+	       jload_bool(ld, gate, "requested_by_mail", false, &c->gate.requested_by_mail) &&
 	       compile_quorum(ld, c, gate) &&
-	       jload_strings(ld, gate, &editable_list, c->editable, &c->neditable) &&
+	       jload_strings(ld, gate, &editable_list, c->gate.editable, &c->gate.neditable) &&
 	       compile_editable_allow(ld, c, gate) &&
-	       jload_strings(ld, gate, &escalate_list, c->escalate_to, &c->nescalate) &&
+	       jload_strings(ld, gate, &escalate_list, c->notify.escalate_to,
+	                     &c->notify.nescalate) &&
 	       contract_notify_load(ld, c, gate);
 }
 
 
-enum gate_mode
-contract_gate_mode(const struct contract *c)
+const struct contract_gate *
+contract_gate(const struct contract *c)
 {
-	return c->mode;
+	return &c->gate;
 }
 
 const char *
@@ -516,33 +517,15 @@ contract_gate_mode_name(enum gate_mode mode)
 }
 
 int
-contract_window_seconds(const struct contract *c)
-{
-	return c->window_seconds;
-}
-
-int
-contract_expires_seconds(const struct contract *c)
-{
-	return c->expires_seconds;
-}
-
-int
 contract_repair_attempts(const struct contract *c)
 {
 	return c->repair_attempts;
 }
 
 bool
-contract_separation_of_duties(const struct contract *c)
-{
-	return c->separation_of_duties;
-}
-
-bool
 contract_requester_must_be_person(const struct contract *c)
 {
-	return c->separation_of_duties || c->requested_by_mail;
+	return c->gate.separation_of_duties || c->gate.requested_by_mail;
 }
 
 /* s[0..n) without ASCII spaces and tabs around it. */
@@ -669,45 +652,15 @@ contract_allowed_decisions(const struct contract *c)
 	return a;
 }
 
-int
-contract_min_approvals(const struct contract *c)
-{
-	return c->min_approvals;
-}
-
-size_t
-contract_editable_count(const struct contract *c)
-{
-	return c->neditable;
-}
-
-const char *
-contract_editable(const struct contract *c, size_t i)
-{
-	return i < c->neditable ? c->editable[i] : NULL;
-}
-
 bool
 contract_is_editable(const struct contract *c, const char *name)
 {
 	size_t i;
 
-	for (i = 0; name != NULL && i < c->neditable; i++)
-		if (strcmp(c->editable[i], name) == 0)
+	for (i = 0; name != NULL && i < c->gate.neditable; i++)
+		if (strcmp(c->gate.editable[i], name) == 0)
 			return true;
 	return false;
-}
-
-size_t
-contract_approver_count(const struct contract *c)
-{
-	return c->napprovers;
-}
-
-const char *
-contract_approver(const struct contract *c, size_t i)
-{
-	return i < c->napprovers ? c->approvers[i] : NULL;
 }
 
 bool
@@ -783,7 +736,7 @@ contract_auto_eligible(const struct contract *c, const json_t *output, const jso
 {
 	size_t i;
 
-	if (c->mode != GATE_APPROVE_BY_EXCEPTION || c->nrules == 0)
+	if (c->gate.mode != GATE_APPROVE_BY_EXCEPTION || c->nrules == 0)
 		return false;
 	for (i = 0; i < c->nrules; i++)
 		if (!rule_holds(&c->rules[i], output, effect))
@@ -807,20 +760,14 @@ contract_sample_draw(double *draw)
 	return 0;
 }
 
-double
-contract_sample_rate(const struct contract *c)
-{
-	return c->mode == GATE_APPROVE_BY_EXCEPTION ? c->sample_rate : 0;
-}
-
 bool
 contract_sampled(const struct contract *c, double draw)
 {
-	if (c->sample_rate <= 0)
+	if (c->gate.sample_rate <= 0)
 		return false;
 	/* a draw that is not one (NaN, out of range) sends the run to a person */
-	if (c->sample_rate >= 1 || !(draw >= 0 && draw < 1))
+	if (c->gate.sample_rate >= 1 || !(draw >= 0 && draw < 1))
 		return true;
-	return draw < c->sample_rate;
+	return draw < c->gate.sample_rate;
 }
 

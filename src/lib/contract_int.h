@@ -42,25 +42,11 @@ struct contract {
 	char hash[CONTRACT_HASH_LEN];
 	json_t *doc;                  /* owns every borrowed pointer below */
 	struct schema *schema;
-	enum gate_mode mode;
-	int window_seconds;
-	int expires_seconds;
+	struct contract_gate gate;    /* what contract_gate() hands out */
+	struct contract_notify notify; /* what contract_notify() hands out */
 	int repair_attempts;
-	double sample_rate;
-	bool separation_of_duties;
-	bool requested_by_mail;    /* requested_by must name a person by mail address */
 	bool allow_approve, allow_reject;
 	bool allow_changes;           /* gate.allowed_decisions has changes_requested */
-	const char *approvers[OG_CONTRACT_APPROVERS_MAX];
-	size_t napprovers;
-	/* who is told and when (contract_notify.c) */
-	const json_t *notify;         /* gate.notify, NULL when absent */
-	int remind_after_seconds, escalate_after_seconds;
-	const char *escalate_to[OG_CONTRACT_APPROVERS_MAX];
-	size_t nescalate;
-	int min_approvals;            /* distinct people who must approve */
-	const char *editable[OG_CONTRACT_EDITABLE_MAX];   /* top-level output members */
-	size_t neditable;
 	const json_t *editable_allow; /* gate.editable_allow, NULL when absent */
 	struct rule rules[OG_CONTRACT_RULES_MAX];
 	size_t nrules;

@@ -55,11 +55,11 @@ named(const struct contract *c, const char *key)
 {
 	size_t i;
 
-	for (i = 0; i < c->napprovers; i++)
-		if (strcmp(c->approvers[i], key) == 0)
+	for (i = 0; i < c->gate.napprovers; i++)
+		if (strcmp(c->gate.approvers[i], key) == 0)
 			return true;
-	for (i = 0; i < c->nescalate; i++)
-		if (strcmp(c->escalate_to[i], key) == 0)
+	for (i = 0; i < c->notify.nescalate; i++)
+		if (strcmp(c->notify.escalate_to[i], key) == 0)
 			return true;
 	return false;
 }
@@ -110,24 +110,25 @@ contract_notify_load(struct jload *ld, struct contract *c, const json_t *gate)
 	struct jptr_mark m;
 	size_t i;
 
-	if (!jload_int(ld, gate, "remind_after_seconds", 1, c->expires_seconds - 1, 0,
-	               &c->remind_after_seconds) ||
-	    !jload_int(ld, gate, "escalate_after_seconds", 1, c->expires_seconds - 1, 0,
-	               &c->escalate_after_seconds))
+	if (!jload_int(ld, gate, "remind_after_seconds", 1, c->gate.expires_seconds - 1, 0,
+	               &c->notify.remind_after_seconds) ||
+	    !jload_int(ld, gate, "escalate_after_seconds", 1, c->gate.expires_seconds - 1, 0,
+	               &c->notify.escalate_after_seconds))
 		return false;
-	if ((c->escalate_after_seconds > 0) != (c->nescalate > 0))
-		return jload_fail_at(ld, c->nescalate > 0 ? "escalate_after_seconds" : "escalate_to",
+	if ((c->notify.escalate_after_seconds > 0) != (c->notify.nescalate > 0))
+		return jload_fail_at(ld, c->notify.nescalate > 0 ? "escalate_after_seconds"
+		                                                 : "escalate_to",
 		                     "escalate_to and escalate_after_seconds come together");
-	for (i = 0; i < c->nescalate; i++) {
+	for (i = 0; i < c->notify.nescalate; i++) {
 		size_t k;
 
-		for (k = 0; k < c->napprovers; k++)
-			if (strcmp(c->approvers[k], c->escalate_to[i]) == 0)
+		for (k = 0; k < c->gate.napprovers; k++)
+			if (strcmp(c->gate.approvers[k], c->notify.escalate_to[i]) == 0)
 				return jload_fail_at(ld, "escalate_to", "\"%s\" is an approver already",
-				                     c->escalate_to[i]);
+				                     c->notify.escalate_to[i]);
 	}
 	if (notify == NULL) {
-		if (c->remind_after_seconds > 0)
+		if (c->notify.remind_after_seconds > 0)
 			return jload_fail_at(ld, "remind_after_seconds",
 			                     "reminds nobody without notify");
 		return true;
@@ -142,53 +143,31 @@ contract_notify_load(struct jload *ld, struct contract *c, const json_t *gate)
 		if (!entry_load(ld, key, e))
 			return false;
 	}
-	for (i = 0; i < c->napprovers; i++)
-		if (json_object_get(notify, c->approvers[i]) == NULL)
+	for (i = 0; i < c->gate.napprovers; i++)
+		if (json_object_get(notify, c->gate.approvers[i]) == NULL)
 			return jload_fail(ld, "approver \"%s\" has no entry: nobody would tell them",
-			                  c->approvers[i]);
-	for (i = 0; i < c->nescalate; i++)
-		if (json_object_get(notify, c->escalate_to[i]) == NULL)
+			                  c->gate.approvers[i]);
+	for (i = 0; i < c->notify.nescalate; i++)
+		if (json_object_get(notify, c->notify.escalate_to[i]) == NULL)
 			return jload_fail(ld, "escalate_to \"%s\" has no entry: nobody would tell them",
-			                  c->escalate_to[i]);
+			                  c->notify.escalate_to[i]);
 	jptr_pop(&ld->at, m);
-	c->notify = notify;
+	c->notify.entries = notify;
 	return true;
 }
 
-bool
-contract_notifies(const struct contract *c)
+const struct contract_notify *
+contract_notify(const struct contract *c)
 {
-	return c->notify != NULL;
+	return &c->notify;
 }
 
 const json_t *
 contract_notify_entry(const struct contract *c, const char *approver)
 {
-	return c->notify != NULL && approver != NULL ? json_object_get(c->notify, approver) : NULL;
-}
-
-int
-contract_remind_after_seconds(const struct contract *c)
-{
-	return c->remind_after_seconds;
-}
-
-int
-contract_escalate_after_seconds(const struct contract *c)
-{
-	return c->escalate_after_seconds;
-}
-
-size_t
-contract_escalate_count(const struct contract *c)
-{
-	return c->nescalate;
-}
-
-const char *
-contract_escalate_to(const struct contract *c, size_t i)
-{
-	return i < c->nescalate ? c->escalate_to[i] : NULL;
+	return c->notify.entries != NULL && approver != NULL
+	           ? json_object_get(c->notify.entries, approver)
+	           : NULL;
 }
 
 /* Is entry's target configured with a kind that fits it? If not, why not
@@ -229,13 +208,14 @@ contract_notify_check(const struct contract_set *set, const struct config *cfg, 
 
 	for (i = 0; i < contract_count(set); i++) {
 		const struct contract *c = contract_at(set, i);
-		size_t k, n = c->napprovers + c->nescalate;
+		size_t k, n = c->gate.napprovers + c->notify.nescalate;
 		char why[512];
 
-		for (k = 0; c->notify != NULL && k < n; k++) {
-			const char *who = k < c->napprovers ? c->approvers[k]
-			                                    : c->escalate_to[k - c->napprovers];
-			const json_t *e = json_object_get(c->notify, who);
+		for (k = 0; c->notify.entries != NULL && k < n; k++) {
+			const char *who = k < c->gate.napprovers
+			                      ? c->gate.approvers[k]
+			                      : c->notify.escalate_to[k - c->gate.napprovers];
+			const json_t *e = json_object_get(c->notify.entries, who);
 
 			if (e == NULL || entry_fits(cfg, e, why, sizeof(why)))
 				continue;

@@ -56,16 +56,6 @@ one_row(struct db *db, const struct db_stmt *st, const char *const *p, PGresult 
 	return rc;
 }
 
-/* A copy of a text column, NULL for NULL; false when memory runs out. */
-static bool
-text_copy(const PGresult *res, const char *col, char **to)
-{
-	const char *v = db_get(res, 0, col);
-
-	*to = v != NULL ? strdup(v) : NULL;
-	return v == NULL || *to != NULL;
-}
-
 /* Sends allowed (actions_enabled) in the row. */
 static bool
 enabled(const PGresult *res)
@@ -74,6 +64,14 @@ enabled(const PGresult *res)
 
 	return v != NULL && v[0] == 't';
 }
+
+/* The status row's columns but changed_at (a fixed buffer). */
+#define ST(kind, f) DB_##kind(struct control_status, f)
+static const struct db_col status_cols[] = {
+	ST(BOOL, actions_enabled), ST(TEXT, changed_by), ST(TEXT, reason),
+	ST(INT, blocked_sends), ST(INT, due),
+};
+#undef ST
 
 enum db_rc
 control_status(struct db *db, struct control_status *out)
@@ -85,16 +83,13 @@ control_status(struct db *db, struct control_status *out)
 	memset(out, 0, sizeof(*out));
 	if ((rc = one_row(db, &st_status, NULL, &res)) != DB_OK)
 		return rc;
-	if (res == NULL || !text_copy(res, "changed_by", &out->changed_by) ||
-	    !text_copy(res, "reason", &out->reason)) {
+	if (res == NULL ||
+	    db_row_get(res, 0, status_cols, DB_NCOLS(status_cols), out) != OG_OK) {
 		PQclear(res);
 		return DB_ERROR;
 	}
-	out->actions_enabled = enabled(res);
 	at = db_get(res, 0, "changed_at");
 	snprintf(out->changed_at, sizeof(out->changed_at), "%s", at != NULL ? at : "");
-	out->blocked_sends = db_get_ll(res, 0, "blocked_sends");
-	out->due = db_get_ll(res, 0, "due");
 	PQclear(res);
 	return DB_OK;
 }
@@ -102,9 +97,7 @@ control_status(struct db *db, struct control_status *out)
 void
 control_status_clear(struct control_status *s)
 {
-	free(s->changed_by);
-	free(s->reason);
-	memset(s, 0, sizeof(*s));
+	db_row_clear(status_cols, DB_NCOLS(status_cols), s, sizeof(*s));
 }
 
 enum db_rc

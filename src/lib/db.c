@@ -534,13 +534,23 @@ enum db_rc
 db_exec_count(struct db *db, const struct db_stmt *stmt, const char *const *params,
               long long *n)
 {
+	return db_exec_ll(db, stmt, params, NULL, n);
+}
+
+enum db_rc
+db_exec_ll(struct db *db, const struct db_stmt *stmt, const char *const *params,
+           const char *col, long long *v)
+{
 	PGresult *res = NULL;
 	enum db_rc rc;
 
-	*n = 0;
+	*v = 0;
 	if ((rc = db_exec(db, stmt, params, &res)) != DB_OK)
 		return rc;
-	*n = PQntuples(res);
+	if (col == NULL)
+		*v = PQntuples(res);
+	else if (PQntuples(res) == 1)
+		*v = db_get_ll(res, 0, col);
 	PQclear(res);
 	return DB_OK;
 }
@@ -647,6 +657,22 @@ db_get_ll(const PGresult *res, int row, const char *col)
 	return v != NULL ? strtoll(v, NULL, 10) : 0;
 }
 
+/* Frees what db_row_get made of col in the struct at out (a string, a
+ * JSON value) and forgets it. */
+static void
+col_free(const struct db_col *col, void *out)
+{
+	void **at = (void **)(void *)((char *)out + col->off);
+
+	if (col->type == DB_COL_TEXT)
+		free(*at);
+	else if (col->type == DB_COL_JSON)
+		json_decref(*at);
+	else
+		return;
+	*at = NULL;
+}
+
 enum og_rc
 db_row_get(const PGresult *res, int row, const struct db_col *cols, size_t ncols, void *out)
 {
@@ -660,16 +686,15 @@ db_row_get(const PGresult *res, int row, const struct db_col *cols, size_t ncols
 			*(long long *)(void *)at = v != NULL ? strtoll(v, NULL, 10) : 0;
 		else if (cols[i].type == DB_COL_BOOL)
 			*(bool *)(void *)at = v != NULL && v[0] == 't';
+		else if (cols[i].type == DB_COL_JSON)
+			*(json_t **)(void *)at = v != NULL ? json_loads(v, JSON_DECODE_ANY, NULL) : NULL;
 		else if ((*(char **)(void *)at = v != NULL ? strdup(v) : NULL) == NULL && v != NULL)
 			goto oom;
 	}
 	return OG_OK;
 oom:
 	while (i-- > 0)
-		if (cols[i].type == DB_COL_TEXT) {
-			free(*(char **)(void *)((char *)out + cols[i].off));
-			*(char **)(void *)((char *)out + cols[i].off) = NULL;
-		}
+		col_free(&cols[i], out);
 	return OG_ERROR;
 }
 
@@ -679,8 +704,7 @@ db_row_clear(const struct db_col *cols, size_t ncols, void *out, size_t size)
 	size_t i;
 
 	for (i = 0; i < ncols; i++)
-		if (cols[i].type == DB_COL_TEXT)
-			free(*(char **)(void *)((char *)out + cols[i].off));
+		col_free(&cols[i], out);
 	memset(out, 0, size);
 }
 

@@ -60,6 +60,10 @@ enum db_rc db_ping(struct db *db) __attribute__((warn_unused_result));
 enum db_rc db_exec_count(struct db *db, const struct db_stmt *stmt,
                          const char *const *params, long long *n)
 	__attribute__((warn_unused_result));
+/* Runs it for col of the one row it returns: *v is 0 when it returns no
+ * row, or several (col NULL: *v is how many rows, as db_exec_count). */
+enum db_rc db_exec_ll(struct db *db, const struct db_stmt *stmt, const char *const *params,
+                      const char *col, long long *v) __attribute__((warn_unused_result));
 /* One statement of a batch or a pipelined transaction: set stmt and
  * params; db_batch or db_pipeline_tx fills rc and res (the caller
  * PQclear()s res). */
@@ -107,8 +111,9 @@ long long db_get_ll(const PGresult *res, int row, const char *col);
 /* Rows as typed structs: an owner names, in a table, the column behind
  * each field of its struct; a use case then reads the struct, never the
  * rows. A text column becomes a new string (NULL for SQL NULL) in a
- * char *, an integer a long long (0 for NULL), a boolean a bool. */
-enum db_col_type { DB_COL_TEXT, DB_COL_INT, DB_COL_BOOL };
+ * char *, an integer a long long (0 for NULL), a boolean a bool, a JSON
+ * column a json_t * (any value; NULL for NULL or what does not parse). */
+enum db_col_type { DB_COL_TEXT, DB_COL_INT, DB_COL_BOOL, DB_COL_JSON };
 struct db_col {
 	const char *name;
 	size_t off;
@@ -117,13 +122,20 @@ struct db_col {
 #define DB_TEXT(type, field) { #field, offsetof(type, field), DB_COL_TEXT }
 #define DB_INT(type, field)  { #field, offsetof(type, field), DB_COL_INT }
 #define DB_BOOL(type, field) { #field, offsetof(type, field), DB_COL_BOOL }
+#define DB_JSON(type, field) { #field, offsetof(type, field), DB_COL_JSON }
 #define DB_NCOLS(cols) (sizeof(cols) / sizeof((cols)[0]))
+/* A list of such structs: v[0..n), owned by the list. */
+#define DB_LIST(name, type) \
+	struct name {           \
+		struct type *v; \
+		int n;          \
+	}
 /* Row row of res into the struct at out. OG_ERROR: out of memory
  * (nothing is kept). */
 enum og_rc db_row_get(const PGresult *res, int row, const struct db_col *cols, size_t ncols,
                       void *out) __attribute__((warn_unused_result));
-/* Frees the strings db_row_get copied into out and zeroes the struct of
- * size bytes. */
+/* Frees the strings and JSON values db_row_get made in out and zeroes the
+ * struct of size bytes. */
 void db_row_clear(const struct db_col *cols, size_t ncols, void *out, size_t size);
 /* Every row of res as a new array of *count structs of size bytes. */
 enum og_rc db_rows_get(const PGresult *res, const struct db_col *cols, size_t ncols,
@@ -161,4 +173,30 @@ void og_key_call(struct og_key_call *k, const struct db_stmt *stmt, long long cl
  * their "id" column. */
 enum og_rc og_exec_key_ids(struct db *db, const struct db_stmt *stmt, long long client_id,
                            const char *key, json_t **ids) __attribute__((warn_unused_result));
+
+/* An owner's DB_LIST of struct list read by its column table cols:
+ * DB_LIST_CLEAR defines clear(l), which frees the rows and empties l;
+ * OG_KEY_LIST defines fn(db, client_id, key, out), the rows of stmt by
+ * the run's key (og_exec_key) as out (db_rows_take). Each is written as a
+ * declaration, ending with ';' (the struct's tag, declared again). */
+#define DB_LIST_CLEAR(clear, list, cols)                                        \
+	void clear(struct list *l)                                              \
+	{                                                                       \
+		db_rows_clear(cols, DB_NCOLS(cols), sizeof(*l->v), l->v, l->n); \
+		memset(l, 0, sizeof(*l));                                      \
+	}                                                                       \
+	struct list
+#define OG_KEY_LIST(fn, list, stmt, cols)                                                   \
+	enum og_rc fn(struct db *db, long long client_id, const char *key, struct list *out) \
+	{                                                                                   \
+		PGresult *res = NULL;                                                       \
+		enum og_rc rc = og_exec_key(db, stmt, client_id, key, &res);                \
+		void *v;                                                                    \
+                                                                                            \
+		rc = db_rows_take(rc, res, cols, DB_NCOLS(cols), sizeof(*out->v), &v,       \
+		                  &out->n);                                                 \
+		out->v = v;                                                                 \
+		return rc;                                                                  \
+	}                                                                                   \
+	struct list
 #endif

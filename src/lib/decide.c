@@ -45,6 +45,8 @@ output_challenge(struct db *db, struct decide_output *d, const json_t *decisions
 {
 	const struct ledger_output *lo = d->output;
 	const struct contract *k = d->contract;
+	const struct contract_gate *g = contract_gate(k);
+	const struct contract_notify *n = contract_notify(k);
 	char token[TOKEN_TEXT_LEN + 1], id[GATE_ID_LEN], expires[GATE_TS_LEN];
 	unsigned char hash[32];
 	enum og_rc rc = OG_OK;
@@ -55,18 +57,18 @@ output_challenge(struct db *db, struct decide_output *d, const json_t *decisions
 		d->detail = "the CSPRNG failed";
 		return OG_ERROR;
 	}
-	grc = gate_create(db, lo->client_id, lo->key, contract_approver(k, i), decisions,
-	                  lo->requested_by, contract_separation_of_duties(k),
-	                  contract_expires_seconds(k), hash, lo->effect, lo->callback_url,
-	                  contract_min_approvals(k), id, expires);
+	grc = gate_create(db, lo->client_id, lo->key, g->approvers[i], decisions,
+	                  lo->requested_by, g->separation_of_duties,
+	                  g->expires_seconds, hash, lo->effect, lo->callback_url,
+	                  g->min_approvals, id, expires);
 	if (grc != OG_OK) {
 		rc = grc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 		goto out;
 	}
-	if (contract_notifies(k) || contract_escalate_count(k) > 0) {
+	if (n->entries != NULL || n->nescalate > 0) {
 		const struct notify_challenge c = {
 			.id = id, .client_id = lo->client_id, .key = lo->key,
-			.approver = contract_approver(k, i), .requested_by = lo->requested_by,
+			.approver = g->approvers[i], .requested_by = lo->requested_by,
 			.expires_at = expires, .effect = lo->effect, .context = lo->context,
 		};
 
@@ -76,12 +78,12 @@ output_challenge(struct db *db, struct decide_output *d, const json_t *decisions
 			goto out;
 		}
 	}
-	if (contract_notifies(k)) {
+	if (n->entries != NULL) {
 		/* This token is handed to nobody: the notice's own is minted
 		 * right before it is sent. */
 		json_array_append_new(d->approvals,
 		                      json_pack("{s:s, s:s, s:s, s:b}", "approval_id", id, "approver",
-		                                contract_approver(k, i), "expires_at", expires,
+		                                g->approvers[i], "expires_at", expires,
 		                                "notified", 1));
 		goto out;
 	}
@@ -94,7 +96,7 @@ output_challenge(struct db *db, struct decide_output *d, const json_t *decisions
 	} else {
 		json_array_append_new(d->approvals,
 		                      json_pack("{s:s, s:s, s:s, s:s}", "approval_id", id, "approver",
-		                                contract_approver(k, i), "expires_at", expires, "url",
+		                                g->approvers[i], "expires_at", expires, "url",
 		                                url.data));
 		digest_wipe(url.data, url.len);
 	}
@@ -117,7 +119,7 @@ output_enqueue(struct db *db, struct decide_output *d, const char *payload, cons
 	e.target = d->effect_target;
 	e.payload = payload;
 	e.payload_hash = hash;
-	e.delay_seconds = d->delay_seconds = contract_window_seconds(d->contract);
+	e.delay_seconds = d->delay_seconds = contract_gate(d->contract)->window_seconds;
 	orc = outbox_enqueue(db, &e, d->effect_id, d->not_before);
 	return orc == OG_OK            ? OG_OK
 	       : orc == OG_UNAVAILABLE ? OG_UNAVAILABLE
@@ -166,7 +168,7 @@ decide_output(struct db *db, struct decide_output *d, struct ledger_run *run)
 		d->approvals = json_array();
 		decisions = contract_allowed_decisions(d->contract);
 		rc = OG_OK;
-		for (i = 0; i < contract_approver_count(d->contract) && rc == OG_OK; i++)
+		for (i = 0; i < contract_gate(d->contract)->napprovers && rc == OG_OK; i++)
 			rc = output_challenge(db, d, decisions, i);
 	} else {
 		rc = output_enqueue(db, d, payload, hash);

@@ -73,20 +73,30 @@ rate_wait(struct dispatch_shared *s, struct db *db, struct dispatch_config *dc, 
 	return true;
 }
 
-/* The job's target in cfg (its index in *ti), or NULL (-1) when this
- * dispatcher does not know it. */
-static const struct config_target *
-job_target(const struct config *cfg, const struct outbox_job *j, int *ti)
+/* What a job's send or look-up works with: the configuration now (held
+ * until dispatch_config_put) and the job's target in it (its index in ti),
+ * or NULL (-1) when this dispatcher does not know it. */
+struct job_on {
+	struct dispatch_config *dc;
+	const struct config *cfg;
+	const struct config_target *t;
+	int ti;
+};
+
+static struct job_on
+job_on(struct dispatch_shared *s, const struct outbox_job *j)
 {
+	struct job_on on = { dispatch_config_get(s), NULL, NULL, -1 };
 	int i;
 
-	for (i = 0; j->target != NULL && i < cfg->ntargets; i++)
-		if (strcmp(cfg->targets[i].name, j->target) == 0) {
-			*ti = i;
-			return &cfg->targets[i];
+	on.cfg = &on.dc->cfg;
+	for (i = 0; j->target != NULL && i < on.cfg->ntargets; i++)
+		if (strcmp(on.cfg->targets[i].name, j->target) == 0) {
+			on.t = &on.cfg->targets[i];
+			on.ti = i;
+			break;
 		}
-	*ti = -1;
-	return NULL;
+	return on;
 }
 
 /* The run moved approved → completed with this effect, its last. */
@@ -651,10 +661,7 @@ void
 dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
                      struct outbox_job *j)
 {
-	struct dispatch_config *dc = dispatch_config_get(s);
-	const struct config *cfg = &dc->cfg;
-	int ti;
-	const struct config_target *t = job_target(cfg, j, &ti);
+	struct job_on on = job_on(s, j);
 	struct provider_effect e = { j->id, j->type, j->provider_key, NULL };
 	struct provider_attempt at = { 0 };
 	struct mark mark = { s, db, j, false, OG_ERROR };
@@ -669,11 +676,11 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 	st.owner = s->owner;
 	st.kind = "send";
 	st.expect_reconcile = -1;
-	st.retention_days = cfg->retention_days;
+	st.retention_days = on.cfg->retention_days;
 
-	if (t == NULL || t->idempotency_key)
+	if (on.t == NULL || on.t->idempotency_key)
 		held_flush(db); /* this send has no mark to share its commit */
-	if (t == NULL) {
+	if (on.t == NULL) {
 		/* Nothing can be sent to a target this dispatcher does not know:
 		 * nothing went out, so a later resume is safe. */
 		at.evidence = json_pack("{s:s, s:b}", "invalid", "target not configured",
@@ -686,8 +693,8 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 		st.dl_class = DEADLETTER_PERMANENT;
 		st.max_attempts = 1;
 	} else {
-		st.max_attempts = t->max_attempts;
-		gate = send_gate(s, db, dc, ti, j, token, &sent, &at, &tampered);
+		st.max_attempts = on.t->max_attempts;
+		gate = send_gate(s, db, on.dc, on.ti, j, token, &sent, &at, &tampered);
 		if (gate == SEND_DONE) {
 			held_flush(db);
 			goto out;
@@ -702,9 +709,9 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 		/* A target that honours the key needs no mark: its lease
 		 * running out sends it again with the same key, which the
 		 * provider answers with the first one's outcome. */
-		if (!t->idempotency_key)
+		if (!on.t->idempotency_key)
 			provider_conn_before_send(pc, mark_started, &mark);
-		dc->providers[ti]->send(pc, t, &e, &at);
+		on.dc->providers[on.ti]->send(pc, on.t, &e, &at);
 		provider_conn_before_send(pc, NULL, NULL);
 		held_flush(db); /* when the mark was never reached */
 		if (mark.tried && mark.rc != OG_OK) {
@@ -717,9 +724,9 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 			goto out;
 		}
 	}
-	if (t != NULL) {
+	if (on.t != NULL) {
 		dispatch_notify_scrub(at.evidence, token);
-		send_outcome(cfg, t, j, &at, tampered, &st, &hint);
+		send_outcome(on.cfg, on.t, j, &at, tampered, &st, &hint);
 	}
 	if (st.dl_class != NULL)
 		st.dl_action = dispatch_next_action(st.dl_class);
@@ -727,20 +734,20 @@ dispatch_effect_send(struct dispatch_shared *s, struct db *db, struct provider_c
 	st.evidence = at.evidence;
 	if (mark.tried) {
 		/* marked: the next send's mark commits this outcome */
-		hold(s, dc, t, j, &st, &at, hint);
-		dc = NULL;
+		hold(s, on.dc, on.t, j, &st, &at, hint);
+		on.dc = NULL;
 		goto out;
 	}
 	src = settle(s, db, j, &st, &run_done, NULL);
-	log_settled(db, j, t, &st, at.duration_ms, hint, src, run_done);
+	log_settled(db, j, on.t, &st, at.duration_ms, hint, src, run_done);
 out:
 	provider_attempt_clear(&at);
 	if (sent != NULL)
 		digest_wipe(sent, strlen(sent));
 	digest_wipe(token, sizeof(token));
 	free(sent);
-	if (dc != NULL)
-		dispatch_config_put(s, dc);
+	if (on.dc != NULL)
+		dispatch_config_put(s, on.dc);
 }
 
 /* The settle of a look-up as its answer says: completed when the provider
@@ -807,20 +814,17 @@ void
 dispatch_effect_reconcile(struct dispatch_shared *s, struct db *db, struct provider_conn *pc,
                                           struct outbox_job *j)
 {
-	struct dispatch_config *dc = dispatch_config_get(s);
-	const struct config *cfg = &dc->cfg;
-	int ti;
-	const struct config_target *t = job_target(cfg, j, &ti);
+	struct job_on on = job_on(s, j);
 	struct provider_attempt at = { 0 };
 	struct settle st = { 0 };
 	enum provider_lookup lr;
 	bool run_done = false;
 	enum settle_rc src;
 
-	if (t == NULL || t->lookup_url[0] == '\0' || !dispatch_sending_allowed(s))
+	if (on.t == NULL || on.t->lookup_url[0] == '\0' || !dispatch_sending_allowed(s))
 		goto out;
-	lr = dc->providers[ti]->lookup(pc, t, j->provider_key, &at);
-	lookup_outcome(cfg, t, j, lr, &at, &st);
+	lr = on.dc->providers[on.ti]->lookup(pc, on.t, j->provider_key, &at);
+	lookup_outcome(on.cfg, on.t, j, lr, &at, &st);
 	src = settle(s, db, j, &st, &run_done, NULL);
 	if (src != SETTLED) {
 		dispatch_log_effect(LOG_LEVEL_WARNING, "effect.reconcile_lost", j, EFFECT_UNKNOWN,
@@ -847,5 +851,5 @@ dispatch_effect_reconcile(struct dispatch_shared *s, struct db *db, struct provi
 		log_run_completed(j);
 out:
 	provider_attempt_clear(&at);
-	dispatch_config_put(s, dc);
+	dispatch_config_put(s, on.dc);
 }

@@ -38,6 +38,14 @@ int dispatch_send_lease_s(const struct config_target *t);
 /* What an operator does about a dead letter of this class. */
 const char *dispatch_next_action(const char *dl_class);
 
+/* The housekeeping loop over runs: the runs fetch finds (at most
+ * DISPATCH_TICK_BATCH of them), each handed to each, which takes its own
+ * transaction; nothing when the fetch fails. */
+struct gate_run;
+struct gate_runs;
+void dispatch_each_run(struct db *db, enum og_rc (*fetch)(struct db *, int, struct gate_runs *),
+                       void (*each)(struct db *, const struct gate_run *));
+
 /* dispatch_effect.c: looks up one unknown effect at its target (the send
  * is dispatch.h's). */
 void dispatch_effect_reconcile(struct dispatch_shared *s, struct db *db,

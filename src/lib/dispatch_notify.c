@@ -200,8 +200,10 @@ out:
 /* One run's escalation in one transaction: every entry of escalate_to gets
  * a challenge of its own and, when it has a notify entry, its notice. */
 static void
-escalate_run(struct db *db, long long client_id, const char *key)
+escalate_run(struct db *db, const struct gate_run *r)
 {
+	long long client_id = r->client_id;
+	const char *key = r->key;
 	struct gate_notices taken = { 0 };
 	struct gate_notice *t, added = { 0 };
 	const json_t *entry;
@@ -280,12 +282,5 @@ out:
 void
 dispatch_tick_escalate(struct db *db)
 {
-	struct gate_runs due;
-	int i;
-
-	if (gate_due_escalations(db, DISPATCH_TICK_BATCH, &due) != OG_OK)
-		return;
-	for (i = 0; i < due.n; i++)
-		escalate_run(db, due.v[i].client_id, due.v[i].key);
-	gate_runs_clear(&due);
+	dispatch_each_run(db, gate_due_escalations, escalate_run);
 }

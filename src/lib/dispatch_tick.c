@@ -103,8 +103,10 @@ fail:
 /* One run whose approval expired: challenges expired, run failed_terminal,
  * and the workflow told through its callback, in one transaction. */
 static void
-expire_run(struct db *db, long long client_id, const char *client_name, const char *key)
+expire_run(struct db *db, const struct gate_run *r)
 {
+	long long client_id = r->client_id;
+	const char *client_name = r->client_name, *key = r->key;
 	char id[OUTBOX_ID_LEN] = "", nb[OUTBOX_TS_LEN];
 	struct ledger_expired run = { 0 };
 	long long expired = 0;
@@ -162,16 +164,23 @@ done:
 }
 
 void
-dispatch_tick_expire_approvals(struct db *db)
+dispatch_each_run(struct db *db, enum og_rc (*fetch)(struct db *, int, struct gate_runs *),
+                  void (*each)(struct db *, const struct gate_run *))
 {
 	struct gate_runs runs;
 	int i;
 
-	if (gate_expired_runs(db, DISPATCH_TICK_BATCH, &runs) != OG_OK)
+	if (fetch(db, DISPATCH_TICK_BATCH, &runs) != OG_OK)
 		return;
 	for (i = 0; i < runs.n; i++)
-		expire_run(db, runs.v[i].client_id, runs.v[i].client_name, runs.v[i].key);
+		each(db, &runs.v[i]);
 	gate_runs_clear(&runs);
+}
+
+void
+dispatch_tick_expire_approvals(struct db *db)
+{
+	dispatch_each_run(db, gate_expired_runs, expire_run);
 }
 
 bool

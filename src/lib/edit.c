@@ -83,8 +83,8 @@ edit_apply(const struct contract *c, const json_t *draft, const json_t *values,
 	if (out == NULL || *changed == NULL)
 		goto nomem;
 	/* in the contract's order, so the names read the same every time */
-	for (i = 0; i < contract_editable_count(c); i++) {
-		const char *n = contract_editable(c, i);
+	for (i = 0; i < contract_gate(c)->neditable; i++) {
+		const char *n = contract_gate(c)->editable[i];
 		const json_t *now = json_object_get(draft, n);
 		char *text;
 		size_t len;

@@ -253,12 +253,10 @@ gate_decision_name(enum gate_decision d)
 enum gate_decision
 gate_decision_parse(const char *word)
 {
-	size_t i;
+	int i = og_name_index(decision_names, (int)(sizeof(decision_names) / sizeof(decision_names[0])),
+	                      word);
 
-	for (i = 1; word != NULL && i < sizeof(decision_names) / sizeof(decision_names[0]); i++)
-		if (strcmp(word, decision_names[i]) == 0)
-			return (enum gate_decision)i;
-	return GATE_DECISION_NONE;
+	return i >= 0 ? (enum gate_decision)i : GATE_DECISION_NONE;
 }
 
 const char *
@@ -288,12 +286,9 @@ gate_outcome_of(enum gate_decision d)
 static enum approval_state
 state_parse(const char *s)
 {
-	size_t i;
+	int i = og_name_index(state_names, (int)(sizeof(state_names) / sizeof(state_names[0])), s);
 
-	for (i = 0; s != NULL && i < sizeof(state_names) / sizeof(state_names[0]); i++)
-		if (strcmp(s, state_names[i]) == 0)
-			return (enum approval_state)i;
-	return APPROVAL_REVOKED; /* unknown: never usable */
+	return i >= 0 ? (enum approval_state)i : APPROVAL_REVOKED; /* unknown: never usable */
 }
 
 /* A conflict of a challenge's statement is another decision that came
@@ -304,25 +299,23 @@ gate_rc_of(enum db_rc rc)
 	return rc == DB_CONFLICT ? OG_CONFLICT : og_rc_of(rc);
 }
 
-static char *
-dup_or_null(const char *s)
-{
-	return s != NULL ? strdup(s) : NULL;
-}
+/* A challenge's columns as they are; gate_find reads the others itself.
+ * The run's key is the column idempotency_key. */
+#define AP(kind, f) DB_##kind(struct gate_approval, f)
+static const struct db_col approval_cols[] = {
+	{ "idempotency_key", offsetof(struct gate_approval, key), DB_COL_TEXT },
+	AP(INT, client_id), AP(TEXT, approver), AP(TEXT, requested_by),
+	AP(BOOL, separation_of_duties), AP(BOOL, expired), AP(TEXT, decision),
+	AP(TEXT, approver_subject), AP(TEXT, reason), AP(TEXT, callback_url),
+};
+#undef AP
 
 void
 gate_approval_clear(struct gate_approval *a)
 {
-	free(a->key);
-	free(a->approver);
-	free(a->requested_by);
-	free(a->decision);
-	free(a->approver_subject);
-	free(a->reason);
-	free(a->callback_url);
 	json_decref(a->effect);
 	json_decref(a->allowed_decisions);
-	memset(a, 0, sizeof(*a));
+	db_row_clear(approval_cols, DB_NCOLS(approval_cols), a, sizeof(*a));
 }
 
 enum og_rc
@@ -367,6 +360,7 @@ gate_find(struct db *db, const unsigned char token_hash[32], struct gate_approva
 	const char *params[1] = { hex };
 	PGresult *res;
 	enum db_rc rc;
+	enum og_rc orc;
 	const char *v;
 
 	memset(a, 0, sizeof(*a));
@@ -378,32 +372,22 @@ gate_find(struct db *db, const unsigned char token_hash[32], struct gate_approva
 		return OG_NOT_FOUND;
 	}
 	snprintf(a->id, sizeof(a->id), "%s", db_get(res, 0, "id"));
-	a->client_id = db_get_ll(res, 0, "client_id");
-	a->key = dup_or_null(db_get(res, 0, "idempotency_key"));
-	a->approver = dup_or_null(db_get(res, 0, "approver"));
-	a->requested_by = dup_or_null(db_get(res, 0, "requested_by"));
+	orc = db_row_get(res, 0, approval_cols, DB_NCOLS(approval_cols), a);
 	v = db_get(res, 0, "allowed_decisions");
 	a->allowed_decisions = v != NULL ? json_loads(v, 0, NULL) : json_array();
-	v = db_get(res, 0, "separation_of_duties");
-	a->separation_of_duties = v != NULL && v[0] == 't';
 	a->state = state_parse(db_get(res, 0, "state"));
-	v = db_get(res, 0, "expired");
-	a->expired = v != NULL && v[0] == 't';
 	snprintf(a->expires_at, sizeof(a->expires_at), "%s", db_get(res, 0, "expires_at"));
 	v = db_get(res, 0, "consumed_at");
 	snprintf(a->consumed_at, sizeof(a->consumed_at), "%s", v != NULL ? v : "");
-	a->decision = dup_or_null(db_get(res, 0, "decision"));
-	a->approver_subject = dup_or_null(db_get(res, 0, "approver_subject"));
-	a->reason = dup_or_null(db_get(res, 0, "reason"));
 	v = db_get(res, 0, "effect");
 	a->effect = v != NULL ? json_loads(v, 0, NULL) : NULL;
-	a->callback_url = dup_or_null(db_get(res, 0, "callback_url"));
 	a->min_approvals = db_get(res, 0, "min_approvals") != NULL
 	                       ? (int)db_get_ll(res, 0, "min_approvals")
 	                       : 1;
 	a->round = db_get(res, 0, "round") != NULL ? (int)db_get_ll(res, 0, "round") : 1;
 	PQclear(res);
-	if (a->key == NULL || a->approver == NULL || a->allowed_decisions == NULL) {
+	if (orc != OG_OK || a->key == NULL || a->approver == NULL ||
+	    a->allowed_decisions == NULL) {
 		gate_approval_clear(a);
 		return OG_ERROR;
 	}
@@ -735,42 +719,35 @@ gate_find_id(struct db *db, const char *id, unsigned char token_hash[32],
 	return gate_find(db, token_hash, out);
 }
 
+/* client_id, idempotency_key and (when the statement has it) client_name. */
+static const struct db_col run_cols[] = {
+	DB_INT(struct gate_run, client_id),
+	{ "idempotency_key", offsetof(struct gate_run, key), DB_COL_TEXT },
+	DB_TEXT(struct gate_run, client_name),
+};
+
 void
 gate_runs_clear(struct gate_runs *r)
 {
-	int i;
-
-	for (i = 0; r->v != NULL && i < r->n; i++) {
-		free(r->v[i].key);
-		free(r->v[i].client_name);
-	}
-	free(r->v);
+	db_rows_clear(run_cols, DB_NCOLS(run_cols), sizeof(*r->v), r->v, r->n);
 	memset(r, 0, sizeof(*r));
 }
 
-/* The rows of client_id, idempotency_key and (when the statement has it)
- * client_name as runs. */
+/* The rows as runs; each has a key. */
 static enum og_rc
 runs_read(PGresult *res, struct gate_runs *out)
 {
-	bool named = PQfnumber(res, "client_name") >= 0;
+	void *v;
 	int i;
 
-	out->n = PQntuples(res);
-	if (out->n > 0 && (out->v = calloc((size_t)out->n, sizeof(*out->v))) == NULL) {
-		out->n = 0;
+	if (db_rows_get(res, run_cols, DB_NCOLS(run_cols), sizeof(*out->v), &v, &out->n) != OG_OK)
 		return OG_ERROR;
-	}
-	for (i = 0; i < out->n; i++) {
-		out->v[i].client_id = db_get_ll(res, i, "client_id");
-		out->v[i].key = dup_or_null(db_get(res, i, "idempotency_key"));
-		if (named)
-			out->v[i].client_name = dup_or_null(db_get(res, i, "client_name"));
+	out->v = v;
+	for (i = 0; i < out->n; i++)
 		if (out->v[i].key == NULL) {
 			gate_runs_clear(out);
 			return OG_ERROR;
 		}
-	}
 	return OG_OK;
 }
 
@@ -813,13 +790,17 @@ gate_revoke_run(struct db *db, long long client_id, const char *key, json_t **id
 	return og_exec_key_ids(db, &st_revoke_run, client_id, key, ids);
 }
 
+#define REF(kind, f) DB_##kind(struct gate_ref, f)
+static const struct db_col ref_cols[] = {
+	{ "idempotency_key", offsetof(struct gate_ref, key), DB_COL_TEXT },
+	REF(INT, client_id), REF(TEXT, client_name), REF(TEXT, approver), REF(BOOL, expired),
+};
+#undef REF
+
 void
 gate_ref_clear(struct gate_ref *r)
 {
-	free(r->client_name);
-	free(r->key);
-	free(r->approver);
-	memset(r, 0, sizeof(*r));
+	db_row_clear(ref_cols, DB_NCOLS(ref_cols), r, sizeof(*r));
 }
 
 enum og_rc
@@ -827,22 +808,16 @@ gate_find_by_id(struct db *db, const char *id, struct gate_ref *out)
 {
 	const char *p[1] = { id };
 	PGresult *res = NULL;
-	const char *v;
 	enum og_rc rc;
 
 	memset(out, 0, sizeof(*out));
 	if ((rc = og_exec_one(db, &st_find_by_id, p, OG_NOT_FOUND, &res)) != OG_OK)
 		return rc;
 	snprintf(out->id, sizeof(out->id), "%s", db_get(res, 0, "id"));
-	out->client_id = db_get_ll(res, 0, "client_id");
-	out->client_name = dup_or_null(db_get(res, 0, "client_name"));
-	out->key = dup_or_null(db_get(res, 0, "idempotency_key"));
-	out->approver = dup_or_null(db_get(res, 0, "approver"));
+	rc = db_row_get(res, 0, ref_cols, DB_NCOLS(ref_cols), out);
 	out->state = state_parse(db_get(res, 0, "state"));
-	v = db_get(res, 0, "expired");
-	out->expired = v != NULL && v[0] == 't';
 	PQclear(res);
-	if (out->key == NULL || out->approver == NULL) {
+	if (rc != OG_OK || out->key == NULL || out->approver == NULL) {
 		gate_ref_clear(out);
 		return OG_ERROR;
 	}
@@ -1105,13 +1080,14 @@ gate_replaced(struct db *db, const unsigned char token_hash[32])
 	return rc;
 }
 
-static json_t *
-json_col(const PGresult *res, int row, const char *col)
-{
-	const char *v = db_get(res, row, col);
-
-	return v != NULL ? json_loads(v, JSON_DECODE_ANY, NULL) : NULL;
-}
+/* A notice's columns but its texts; escalate_to and nobody_decided are
+ * NULL and false when the statement has none. */
+#define NO(kind, f) DB_##kind(struct gate_notice, f)
+static const struct db_col notice_cols[] = {
+	NO(INT, client_id), NO(JSON, notify), NO(JSON, effect), NO(JSON, context),
+	NO(JSON, escalate_to), NO(BOOL, nobody_decided),
+};
+#undef NO
 
 /* The row of GATE_NOTICE_COLS (and escalate_to, nobody_decided when the
  * statement has them) as a notice; -1: a column it cannot go without is
@@ -1138,16 +1114,8 @@ notice_read(const PGresult *res, int row, struct gate_notice *n)
 			*to[i] = memcpy(n->strings + at, v, strlen(v) + 1);
 			at += strlen(v) + 1;
 		}
-	n->client_id = db_get_ll(res, row, "client_id");
-	n->notify = json_col(res, row, "notify");
-	n->effect = json_col(res, row, "effect");
-	n->context = json_col(res, row, "context");
-	if (PQfnumber(res, "escalate_to") >= 0)
-		n->escalate_to = json_col(res, row, "escalate_to");
-	if (PQfnumber(res, "nobody_decided") >= 0) {
-		v = db_get(res, row, "nobody_decided");
-		n->nobody_decided = v != NULL && v[0] == 't';
-	}
+	if (db_row_get(res, row, notice_cols, DB_NCOLS(notice_cols), n) != OG_OK)
+		return -1;
 	return n->id != NULL && n->key != NULL && n->approver != NULL ? 0 : -1;
 }
 
@@ -1258,11 +1226,7 @@ void
 gate_notice_clear(struct gate_notice *n)
 {
 	free(n->strings);
-	json_decref(n->notify);
-	json_decref(n->effect);
-	json_decref(n->escalate_to);
-	json_decref(n->context);
-	memset(n, 0, sizeof(*n));
+	db_row_clear(notice_cols, DB_NCOLS(notice_cols), n, sizeof(*n));
 }
 
 void

@@ -156,10 +156,7 @@ struct gate_run {
 	char *key;
 	char *client_name;   /* NULL: not read (gate_due_escalations), or no such client */
 };
-struct gate_runs {
-	struct gate_run *v;
-	int n;
-};
+DB_LIST(gate_runs, gate_run);
 void gate_runs_clear(struct gate_runs *r);
 
 /* Runs whose every pending challenge has expired, at most limit, with
@@ -245,10 +242,7 @@ struct gate_notice {
 };
 void gate_notice_clear(struct gate_notice *n);
 /* Several of them, in the order their statement gave. */
-struct gate_notices {
-	struct gate_notice *v;
-	int n;
-};
+DB_LIST(gate_notices, gate_notice);
 void gate_notices_clear(struct gate_notices *l);
 
 /* Sets the challenge's notify entry (NULL: nobody), its reminder and its

@@ -222,24 +222,8 @@ static const struct db_col link_cols[] = {
 };
 #undef LK
 
-enum og_rc
-jobs_links(struct db *db, long long client_id, const char *key, struct jobs_replay_links *out)
-{
-	PGresult *res = NULL;
-	enum og_rc rc = og_exec_key(db, &st_links, client_id, key, &res);
-	void *v;
-
-	rc = db_rows_take(rc, res, link_cols, DB_NCOLS(link_cols), sizeof(*out->v), &v, &out->n);
-	out->v = v;
-	return rc;
-}
-
-void
-jobs_replay_links_clear(struct jobs_replay_links *l)
-{
-	db_rows_clear(link_cols, DB_NCOLS(link_cols), sizeof(*l->v), l->v, l->n);
-	memset(l, 0, sizeof(*l));
-}
+OG_KEY_LIST(jobs_links, jobs_replay_links, &st_links, link_cols);
+DB_LIST_CLEAR(jobs_replay_links_clear, jobs_replay_links, link_cols);
 
 /* --- bulk jobs --------------------------------------------------------------- */
 
@@ -364,20 +348,21 @@ jobs_state(struct db *db, long long job, char state[JOBS_WORD_LEN], char kind[JO
 	return OG_OK;
 }
 
+#define IC(f) DB_INT(struct jobs_item_counts, f)
+static const struct db_col count_cols[] = { IC(done), IC(refused), IC(pending) };
+#undef IC
+
 enum og_rc
-jobs_counts(struct db *db, long long job, int *done, int *refused, int *pending)
+jobs_counts(struct db *db, long long job, struct jobs_item_counts *out)
 {
 	PGresult *res = NULL;
-	enum og_rc rc;
+	enum og_rc rc = og_exec_key(db, &st_counts, job, NULL, &res);
 
-	*done = *refused = *pending = 0;
-	if ((rc = og_exec_key(db, &st_counts, job, NULL, &res)) != OG_OK)
-		return rc;
-	*done = (int)db_get_ll(res, 0, "done");
-	*refused = (int)db_get_ll(res, 0, "refused");
-	*pending = (int)db_get_ll(res, 0, JOBS_ITEM_PENDING);
+	memset(out, 0, sizeof(*out));
+	if (rc == OG_OK)
+		rc = db_row_get(res, 0, count_cols, DB_NCOLS(count_cols), out);
 	PQclear(res);
-	return OG_OK;
+	return rc;
 }
 
 /* A new job's row: its id from RETURNING id. */
@@ -562,12 +547,7 @@ resume_seen(const PGresult *res, struct jobs_resume_check *out)
 	return rc;
 }
 
-void
-jobs_resume_check_clear(struct jobs_resume_check *c)
-{
-	db_rows_clear(seen_cols, DB_NCOLS(seen_cols), sizeof(*c->v), c->v, c->n);
-	memset(c, 0, sizeof(*c));
-}
+DB_LIST_CLEAR(jobs_resume_check_clear, jobs_resume_check, seen_cols);
 
 enum og_rc
 jobs_resume_check(struct db *db, const char *const *ids, int n, struct jobs_resume_check *out)

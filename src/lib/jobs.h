@@ -33,10 +33,7 @@ struct jobs_replay_link {
 	char *at, *operator, *reason, *payload_source, *start_state;
 	char *job_id;                /* NULL: not a job's */
 };
-struct jobs_replay_links {
-	struct jobs_replay_link *v;
-	int n;
-};
+DB_LIST(jobs_replay_links, jobs_replay_link);
 enum og_rc jobs_links(struct db *db, long long client_id, const char *key,
                       struct jobs_replay_links *out) __attribute__((warn_unused_result));
 void jobs_replay_links_clear(struct jobs_replay_links *l);
@@ -46,7 +43,8 @@ void jobs_replay_links_clear(struct jobs_replay_links *l);
 #define JOBS_WORD_LEN 16
 
 /* The states a job ends in (replay_jobs.state; it runs as 'running'), and
- * the state of the items still to do (their count is read by that name). */
+ * the state of the items still to do (jobs_item_counts.pending), as the
+ * job's summary names them. */
 #define JOBS_STOPPED      "stopped"
 #define JOBS_COMPLETED    "completed"
 #define JOBS_ITEM_PENDING "pending"
@@ -86,7 +84,10 @@ enum og_rc jobs_state(struct db *db, long long job, char state[JOBS_WORD_LEN],
                       char kind[JOBS_WORD_LEN], bool *stopping)
 	__attribute__((warn_unused_result));
 /* The job's items done, refused and pending (either kind). */
-enum og_rc jobs_counts(struct db *db, long long job, int *done, int *refused, int *pending)
+struct jobs_item_counts {
+	long long done, refused, pending;
+};
+enum og_rc jobs_counts(struct db *db, long long job, struct jobs_item_counts *out)
 	__attribute__((warn_unused_result));
 
 /* --- replay jobs (replay_job_items) and the replay links (run_replays) ----- */
@@ -137,10 +138,7 @@ struct jobs_resume_seen {
 	char *replayed_as;           /* the run's newest replay */
 	bool undelivered;            /* known undelivered */
 };
-struct jobs_resume_check {
-	struct jobs_resume_seen *v;
-	int n;
-};
+DB_LIST(jobs_resume_check, jobs_resume_seen);
 enum og_rc jobs_resume_check(struct db *db, const char *const *ids, int n,
                              struct jobs_resume_check *out) __attribute__((warn_unused_result));
 void jobs_resume_check_clear(struct jobs_resume_check *c);

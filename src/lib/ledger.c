@@ -682,12 +682,7 @@ ledger_state_name(enum run_state s)
 int
 ledger_state_parse(const char *name)
 {
-	int i;
-
-	for (i = 0; i < RUN_STATE_COUNT; i++)
-		if (name != NULL && strcmp(name, state_names[i]) == 0)
-			return i;
-	return -1;
+	return og_name_index(state_names, RUN_STATE_COUNT, name);
 }
 
 static const char *const decision_names[RUN_DECISION_COUNT] = {
@@ -1206,6 +1201,16 @@ ledger_status_read(const struct db_call *call, json_t **out)
 	return OG_OK;
 }
 
+/* A timeline entry's members, each its column of the same name: a string
+ * or an integer, left out when NULL. */
+static const struct {
+	const char *name;
+	bool integer;
+} timeline_members[] = {
+	{ "ts", false },      { "event", false },   { "state_from", false }, { "state_to", false },
+	{ "version", true },  { "attempt", true },  { "actor", false },      { "reason", false },
+};
+
 enum og_rc
 ledger_status(struct db *db, long long client_id, const char *key, bool with_timeline,
               json_t **out)
@@ -1216,6 +1221,7 @@ ledger_status(struct db *db, long long client_id, const char *key, bool with_tim
 	json_t *run = NULL, *timeline = NULL;
 	enum og_rc lrc;
 	enum db_rc rc;
+	size_t m;
 	int i;
 
 	*out = NULL;
@@ -1235,14 +1241,9 @@ ledger_status(struct db *db, long long client_id, const char *key, bool with_tim
 	for (i = 0; i < PQntuples(res); i++) {
 		json_t *ev = json_object();
 
-		set_str(ev, "ts", res, i, "ts");
-		set_str(ev, "event", res, i, "event");
-		set_str(ev, "state_from", res, i, "state_from");
-		set_str(ev, "state_to", res, i, "state_to");
-		set_int(ev, "version", res, i, "version");
-		set_int(ev, "attempt", res, i, "attempt");
-		set_str(ev, "actor", res, i, "actor");
-		set_str(ev, "reason", res, i, "reason");
+		for (m = 0; m < sizeof(timeline_members) / sizeof(timeline_members[0]); m++)
+			(timeline_members[m].integer ? set_int : set_str)(
+				ev, timeline_members[m].name, res, i, timeline_members[m].name);
 		json_array_append_new(timeline, ev);
 	}
 	json_object_set_new(run, "timeline", timeline);
@@ -1517,12 +1518,18 @@ ledger_end_undecided(struct db *db, long long client_id, const char *key,
 	return n == 1 ? OG_OK : OG_LEASE_LOST;
 }
 
+/* A dry run's counts, or a purge's runs and their clients and keys (the
+ * columns the statement has not are left 0 and NULL). */
+#define PU(kind, f) DB_##kind(struct ledger_purge, f)
+static const struct db_col purge_cols[] = {
+	PU(INT, runs), PU(INT, effects), PU(INT, approvals), PU(TEXT, clients), PU(TEXT, keys),
+};
+#undef PU
+
 void
 ledger_purge_clear(struct ledger_purge *p)
 {
-	free(p->clients);
-	free(p->keys);
-	memset(p, 0, sizeof(*p));
+	db_row_clear(purge_cols, DB_NCOLS(purge_cols), p, sizeof(*p));
 }
 
 enum db_rc
@@ -1531,45 +1538,18 @@ ledger_purge(struct db *db, int days, bool dry_run, const char *actor, struct le
 	char d[16];
 	const char *params[2] = { d, actor };
 	PGresult *res = NULL;
-	const char *v;
 	enum db_rc rc;
 
 	memset(p, 0, sizeof(*p));
 	snprintf(d, sizeof(d), "%d", days);
 	if ((rc = db_exec(db, dry_run ? &st_purge_count : &st_purge, params, &res)) != DB_OK)
 		return rc;
-	p->runs = db_get_ll(res, 0, "runs");
-	if (dry_run) {
-		p->effects = db_get_ll(res, 0, "effects");
-		p->approvals = db_get_ll(res, 0, "approvals");
-	} else {
-		if ((v = db_get(res, 0, "clients")) != NULL && (p->clients = strdup(v)) == NULL)
-			rc = DB_ERROR;
-		if ((v = db_get(res, 0, "keys")) != NULL && (p->keys = strdup(v)) == NULL)
-			rc = DB_ERROR;
+	if (db_row_get(res, 0, purge_cols, DB_NCOLS(purge_cols), p) != OG_OK) {
+		ledger_purge_clear(p);
+		rc = DB_ERROR;
 	}
 	PQclear(res);
-	if (rc != DB_OK)
-		ledger_purge_clear(p);
 	return rc;
-}
-
-/* The run's new version after a statement that moved it (one row with
- * "version"), 0 when it matched nothing. */
-static enum db_rc
-ledger_moved_version(struct db *db, const struct db_stmt *stmt, const char *const *params,
-                     long long *version)
-{
-	PGresult *res = NULL;
-	enum db_rc rc;
-
-	*version = 0;
-	if ((rc = db_exec(db, stmt, params, &res)) != DB_OK)
-		return rc;
-	if (PQntuples(res) == 1)
-		*version = db_get_ll(res, 0, "version");
-	PQclear(res);
-	return DB_OK;
 }
 
 enum db_rc
@@ -1578,7 +1558,7 @@ ledger_complete(struct db *db, const char *client, const char *key, const char *
 {
 	const char *p[3] = { client, key, actor };
 
-	return ledger_moved_version(db, &st_complete, p, version);
+	return db_exec_ll(db, &st_complete, p, "version", version);
 }
 
 enum db_rc
@@ -1596,7 +1576,7 @@ ledger_reject(struct db *db, const char *client, const char *key, const char *re
 			strcat(states, ledger_state_name((enum run_state)s));
 		}
 	strcat(states, "}");
-	return ledger_moved_version(db, &st_fail, p, version);
+	return db_exec_ll(db, &st_fail, p, "version", version);
 }
 
 void
@@ -1690,12 +1670,7 @@ ledger_runs_by_key(struct db *db, const char *key, const char *client_name,
 	return rc;
 }
 
-void
-ledger_key_clients_clear(struct ledger_key_clients *c)
-{
-	db_rows_clear(key_client_cols, DB_NCOLS(key_client_cols), sizeof(*c->v), c->v, c->n);
-	memset(c, 0, sizeof(*c));
-}
+DB_LIST_CLEAR(ledger_key_clients_clear, ledger_key_clients, key_client_cols);
 
 /* The one run of rows (*found of them) into out by cols, its state parsed;
  * out stays zeroed unless exactly one. */
@@ -1714,13 +1689,13 @@ one_run(PGresult *rows, const struct db_col *cols, size_t ncols, void *out,
 	return rc;
 }
 
-static char *
-dup_col(const PGresult *res, const char *col)
-{
-	const char *v = db_get(res, 0, col);
-
-	return v != NULL ? strdup(v) : NULL;
-}
+/* The expired run's columns but its round (an int). */
+#define EX(kind, f) DB_##kind(struct ledger_expired, f)
+static const struct db_col expired_cols[] = {
+	EX(INT, version), EX(TEXT, callback_url), EX(TEXT, correlation_id),
+	EX(TEXT, workflow_version),
+};
+#undef EX
 
 enum og_rc
 ledger_expire(struct db *db, long long client_id, const char *key, struct ledger_expired *out)
@@ -1732,11 +1707,8 @@ ledger_expire(struct db *db, long long client_id, const char *key, struct ledger
 	if (rc == OG_OK && PQntuples(res) != 1)
 		rc = OG_LEASE_LOST;
 	if (rc == OG_OK) {
-		out->version = db_get_ll(res, 0, "version");
 		out->round = (int)db_get_ll(res, 0, "round");
-		out->callback_url = dup_col(res, "callback_url");
-		out->correlation_id = dup_col(res, "correlation_id");
-		out->workflow_version = dup_col(res, "workflow_version");
+		rc = db_row_get(res, 0, expired_cols, DB_NCOLS(expired_cols), out);
 	}
 	PQclear(res);
 	return rc;
@@ -1745,10 +1717,7 @@ ledger_expire(struct db *db, long long client_id, const char *key, struct ledger
 void
 ledger_expired_clear(struct ledger_expired *e)
 {
-	free(e->callback_url);
-	free(e->correlation_id);
-	free(e->workflow_version);
-	memset(e, 0, sizeof(*e));
+	db_row_clear(expired_cols, DB_NCOLS(expired_cols), e, sizeof(*e));
 }
 
 #define EX(type, f) DB_##type(struct ledger_explain, f)
@@ -1790,25 +1759,8 @@ static const struct db_col event_cols[] = {
 };
 #undef EV
 
-enum og_rc
-ledger_history(struct db *db, long long client_id, const char *key,
-               struct ledger_events *out)
-{
-	PGresult *res = NULL;
-	enum og_rc rc = og_exec_key(db, &st_history, client_id, key, &res);
-	void *v;
-
-	rc = db_rows_take(rc, res, event_cols, DB_NCOLS(event_cols), sizeof(*out->v), &v, &out->n);
-	out->v = v;
-	return rc;
-}
-
-void
-ledger_events_clear(struct ledger_events *e)
-{
-	db_rows_clear(event_cols, DB_NCOLS(event_cols), sizeof(*e->v), e->v, e->n);
-	memset(e, 0, sizeof(*e));
-}
+OG_KEY_LIST(ledger_history, ledger_events, &st_history, event_cols);
+DB_LIST_CLEAR(ledger_events_clear, ledger_events, event_cols);
 
 #define OR(type, f) DB_##type(struct ledger_original, f)
 static const struct db_col original_cols[] = {

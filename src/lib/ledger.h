@@ -357,10 +357,7 @@ struct ledger_key_client {
 	long long client_id;
 	char *client_name;           /* owned; NULL when the client is gone */
 };
-struct ledger_key_clients {
-	struct ledger_key_client *v;
-	int n;
-};
+DB_LIST(ledger_key_clients, ledger_key_client);
 enum og_rc ledger_runs_by_key(struct db *db, const char *key, const char *client_name,
                               struct ledger_key_clients *out) __attribute__((warn_unused_result));
 void ledger_key_clients_clear(struct ledger_key_clients *c);
@@ -403,10 +400,7 @@ void ledger_explain_clear(struct ledger_explain *r);
 struct ledger_event {
 	char *ts, *source, *event, *detail, *actor;  /* owned; NULL when none */
 };
-struct ledger_events {
-	struct ledger_event *v;
-	int n;
-};
+DB_LIST(ledger_events, ledger_event);
 enum og_rc ledger_history(struct db *db, long long client_id, const char *key,
                           struct ledger_events *out) __attribute__((warn_unused_result));
 void ledger_events_clear(struct ledger_events *e);

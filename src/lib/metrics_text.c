@@ -9,6 +9,7 @@
  * `oncegatectl` and with SQL run by hand, and they survive restarts.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,17 +111,33 @@ struct snapshot {
 	bool actions_enabled;
 };
 
+/* The snapshot's aggregate columns, each read into the member of its name:
+ * a json_object_agg, or a json_agg (array). */
+static const struct aggregate {
+	const char *col;
+	size_t off;
+	bool array;
+} aggregates[] = {
+#define AGG(f, array) { #f, offsetof(struct snapshot, f), array }
+	AGG(counters, false), AGG(decisions, false), AGG(effects, false), AGG(runs, false),
+	AGG(open_letters, false), AGG(wait_buckets, false), AGG(attempts, true),
+	AGG(latency, true),
+#undef AGG
+};
+
+static json_t **
+aggregate_at(struct snapshot *s, const struct aggregate *a)
+{
+	return (json_t **)(void *)((char *)s + a->off);
+}
+
 static void
 snapshot_clear(struct snapshot *s)
 {
-	json_decref(s->counters);
-	json_decref(s->decisions);
-	json_decref(s->effects);
-	json_decref(s->runs);
-	json_decref(s->open_letters);
-	json_decref(s->wait_buckets);
-	json_decref(s->attempts);
-	json_decref(s->latency);
+	size_t i;
+
+	for (i = 0; i < NELEM(aggregates); i++)
+		json_decref(*aggregate_at(s, &aggregates[i]));
 	memset(s, 0, sizeof(*s));
 }
 
@@ -594,14 +611,9 @@ snapshot_read(struct db *db, struct snapshot *s)
 		PQclear(res);
 		return OG_ERROR;
 	}
-	s->counters = json_col(res, "counters", false);
-	s->decisions = json_col(res, "decisions", false);
-	s->effects = json_col(res, "effects", false);
-	s->runs = json_col(res, "runs", false);
-	s->open_letters = json_col(res, "open_letters", false);
-	s->wait_buckets = json_col(res, "wait_buckets", false);
-	s->attempts = json_col(res, "attempts", true);
-	s->latency = json_col(res, "latency", true);
+	for (j = 0; j < NELEM(aggregates); j++)
+		*aggregate_at(s, &aggregates[j]) =
+			json_col(res, aggregates[j].col, aggregates[j].array);
 	s->held = db_get_ll(res, 0, "held");
 	s->expiring_soon = db_get_ll(res, 0, "expiring_soon");
 	s->invalid_outputs = db_get_ll(res, 0, "invalid_outputs");

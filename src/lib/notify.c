@@ -107,11 +107,11 @@ escalation_entries(const struct contract *k)
 	json_t *a;
 	size_t i;
 
-	if (contract_escalate_count(k) == 0)
+	if (contract_notify(k)->nescalate == 0)
 		return NULL;
 	a = json_array();
-	for (i = 0; a != NULL && i < contract_escalate_count(k); i++) {
-		const char *who = contract_escalate_to(k, i);
+	for (i = 0; a != NULL && i < contract_notify(k)->nescalate; i++) {
+		const char *who = contract_notify(k)->escalate_to[i];
 		const json_t *n = contract_notify_entry(k, who);
 		json_t *e = n != NULL ? json_pack("{s:s, s:O}", "approver", who, "notify", n)
 		                      : json_pack("{s:s}", "approver", who);
@@ -133,10 +133,10 @@ notify_challenge(struct db *db, const struct contract *k, const struct notify_ch
 	char eid[OUTBOX_ID_LEN];
 	enum og_rc rc;
 
-	if (contract_escalate_count(k) > 0 && escalate == NULL)
+	if (contract_notify(k)->nescalate > 0 && escalate == NULL)
 		return OG_ERROR;
-	rc = gate_set_notify(db, c->id, entry, contract_remind_after_seconds(k),
-	                     contract_escalate_after_seconds(k), escalate);
+	rc = gate_set_notify(db, c->id, entry, contract_notify(k)->remind_after_seconds,
+	                     contract_notify(k)->escalate_after_seconds, escalate);
 	json_decref(escalate);
 	if (rc != OG_OK || entry == NULL)
 		return rc;

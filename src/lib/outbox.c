@@ -41,12 +41,7 @@ outbox_state_name(enum effect_state s)
 int
 outbox_state_parse(const char *name)
 {
-	int i;
-
-	for (i = 0; i < EFFECT_STATE_COUNT; i++)
-		if (name != NULL && strcmp(name, state_names[i]) == 0)
-			return i;
-	return -1;
+	return og_name_index(state_names, EFFECT_STATE_COUNT, name);
 }
 
 static const struct db_stmt st_enqueue = {
@@ -1128,25 +1123,8 @@ static const struct db_col audit_cols[] = {
 };
 #undef AU
 
-enum og_rc
-outbox_audit(struct db *db, long long client_id, const char *key,
-             struct outbox_audit_effects *out)
-{
-	PGresult *res = NULL;
-	enum og_rc rc = og_exec_key(db, &st_audit, client_id, key, &res);
-	void *v;
-
-	rc = db_rows_take(rc, res, audit_cols, DB_NCOLS(audit_cols), sizeof(*out->v), &v, &out->n);
-	out->v = v;
-	return rc;
-}
-
-void
-outbox_audit_effects_clear(struct outbox_audit_effects *e)
-{
-	db_rows_clear(audit_cols, DB_NCOLS(audit_cols), sizeof(*e->v), e->v, e->n);
-	memset(e, 0, sizeof(*e));
-}
+OG_KEY_LIST(outbox_audit, outbox_audit_effects, &st_audit, audit_cols);
+DB_LIST_CLEAR(outbox_audit_effects_clear, outbox_audit_effects, audit_cols);
 
 enum db_rc
 outbox_purge_payloads(struct db *db, const char *clients, const char *keys, long long *count)

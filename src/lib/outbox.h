@@ -352,10 +352,7 @@ struct outbox_audit_effect {
 	long long sends;             /* its send attempts */
 	bool payload_kept;
 };
-struct outbox_audit_effects {
-	struct outbox_audit_effect *v;
-	int n;
-};
+DB_LIST(outbox_audit_effects, outbox_audit_effect);
 enum og_rc outbox_audit(struct db *db, long long client_id, const char *key,
                         struct outbox_audit_effects *out) __attribute__((warn_unused_result));
 void outbox_audit_effects_clear(struct outbox_audit_effects *e);

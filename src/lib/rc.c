@@ -2,6 +2,7 @@
  * rc.c — the one result type's names; see rc.h.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "rc.h"
 
@@ -41,4 +42,15 @@ og_rc_name(enum og_rc rc)
 
 	return (unsigned)rc < sizeof(names) / sizeof(names[0]) && names[rc] != NULL ? names[rc]
 	                                                                            : "error";
+}
+
+int
+og_name_index(const char *const *names, int n, const char *word)
+{
+	int i;
+
+	for (i = 0; word != NULL && i < n; i++)
+		if (names[i] != NULL && strcmp(word, names[i]) == 0)
+			return i;
+	return -1;
 }

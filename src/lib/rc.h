@@ -49,4 +49,9 @@ enum og_rc {
 /* Lower-case name ("ok", "not_found", …) for logs and JSON. */
 const char *og_rc_name(enum og_rc rc);
 
+/* The index of word in names[0..n), an owner's table of the names of its
+ * enum (a state, a decision; a NULL entry names nothing); -1 when word is
+ * NULL or none of them. */
+int og_name_index(const char *const *names, int n, const char *word);
+
 #endif

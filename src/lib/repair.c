@@ -96,15 +96,18 @@ resolve_letters(struct db *db, const char *ids, const char *resolution)
 	return og_rc_of(deadletter_resolve(db, ids, resolution));
 }
 
-/* Looks the effect up (by effect or dead-letter id) and locks its run
- * (out->run_from). OG_NOT_FOUND with why set. */
+/* Looks the effect up (by effect or dead-letter id) into a cleared out,
+ * its state into *from, and locks its run (out->run_from). OG_NOT_FOUND
+ * with why set. */
 static enum og_rc
-effect_begin(struct db *db, const char *effect, const char *expect, struct repair_out *out)
+effect_begin(struct db *db, const char *effect, const char *expect, struct repair_out *out,
+             int *from)
 {
 	struct ledger_locked run = { 0 };
 	struct outbox_found found;
 	enum og_rc rc;
 
+	memset(out, 0, sizeof(*out));
 	if (!repair_is_uuid(effect)) {
 		snprintf(out->why, sizeof(out->why), "\"%s\" is not an effect or dead-letter id "
 		         "(a UUID)", effect);
@@ -134,6 +137,7 @@ effect_begin(struct db *db, const char *effect, const char *expect, struct repai
 	}
 	repair_copy(out->run_from, sizeof(out->run_from), ledger_state_name(run.state));
 	ledger_locked_clear(&run);
+	*from = outbox_state_parse(out->from);
 	return OG_OK;
 fail:
 	db_rollback(db);
@@ -196,10 +200,8 @@ repair_reconcile(struct db *db, const char *effect, bool delivered, const char *
 	const char *to = NULL;
 	json_t *details = NULL;
 
-	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, expect, out)) != OG_OK)
+	if ((rc = effect_begin(db, effect, expect, out, &from)) != OG_OK)
 		return rc;
-	from = outbox_state_parse(out->from);
 	if (from != EFFECT_UNKNOWN && from != EFFECT_FAILED) {
 		snprintf(out->why, sizeof(out->why), "the effect is %s: only an unknown or failed "
 		         "effect is reconciled%s", out->from,
@@ -244,10 +246,8 @@ repair_resume_one(struct db *db, const char *effect, const char *expect,
 	json_t *details = NULL;
 	bool callback;
 
-	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, expect, out)) != OG_OK)
+	if ((rc = effect_begin(db, effect, expect, out, &from)) != OG_OK)
 		return rc;
-	from = outbox_state_parse(out->from);
 	if ((rc = jobs_replayed_as(db, atoll(out->client), out->key, replayed_as,
 	                           sizeof(replayed_as))) != OG_OK)
 		goto out;
@@ -350,10 +350,8 @@ repair_reject_effect(struct db *db, const char *effect, const char *expect,
 	json_t *details = NULL;
 	bool callback;
 
-	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, expect, out)) != OG_OK)
+	if ((rc = effect_begin(db, effect, expect, out, &from)) != OG_OK)
 		return rc;
-	from = outbox_state_parse(out->from);
 	callback = strcmp(out->type, "decision.callback") == 0;
 	if (from != EFFECT_PENDING && from != EFFECT_FAILED) {
 		snprintf(out->why, sizeof(out->why), "the effect is %s: %s", out->from,
@@ -703,10 +701,8 @@ repair_cancel_window(struct db *db, const char *effect, const struct repair_who 
 	bool named = false;
 	size_t i;
 
-	memset(out, 0, sizeof(*out));
-	if ((rc = effect_begin(db, effect, NULL, out)) != OG_OK)
+	if ((rc = effect_begin(db, effect, NULL, out, &from)) != OG_OK)
 		return rc;
-	from = outbox_state_parse(out->from);
 	if (from != EFFECT_PENDING) {
 		snprintf(out->why, sizeof(out->why), "the effect is %s: only an effect still waiting "
 		         "inside its cancellation window is cancelled%s", out->from,

@@ -282,7 +282,7 @@ plan_carry(const struct replay_req *req, struct ledger_original *o, struct plan 
 		p->c = NULL;
 		goto retryable;
 	}
-	if (contract_approver_count(p->c) == 0) {
+	if (contract_gate(p->c)->napprovers == 0) {
 		snprintf(out->message, sizeof(out->message),
 		         "contract %s names no approver: a replay always goes to a person",
 		         contract_name(p->c));
@@ -332,11 +332,13 @@ replay_challenges(struct db *db, const struct replay_req *req, const struct plan
                   struct replay_result *out)
 {
 	json_t *decisions = contract_allowed_decisions(p->c);
+	const struct contract_gate *g = contract_gate(p->c);
+	const struct contract_notify *n = contract_notify(p->c);
 	enum og_rc rrc = OG_OK;
 	size_t i;
 
 	out->approvals = json_array();
-	for (i = 0; i < contract_approver_count(p->c); i++) {
+	for (i = 0; i < g->napprovers; i++) {
 		char token[TOKEN_TEXT_LEN + 1], id[GATE_ID_LEN], expires[GATE_TS_LEN];
 		unsigned char hash[TOKEN_HASH_LEN];
 		enum og_rc grc;
@@ -347,19 +349,19 @@ replay_challenges(struct db *db, const struct replay_req *req, const struct plan
 			rrc = OG_ERROR;
 			break;
 		}
-		grc = gate_create(db, p->client_id, req->new_key, contract_approver(p->c, i),
-		                  decisions, req->operator_name, contract_separation_of_duties(p->c),
-		                  contract_expires_seconds(p->c), hash, p->effect, NULL,
-		                  contract_min_approvals(p->c), id, expires);
+		grc = gate_create(db, p->client_id, req->new_key, g->approvers[i],
+		                  decisions, req->operator_name, g->separation_of_duties,
+		                  g->expires_seconds, hash, p->effect, NULL,
+		                  g->min_approvals, id, expires);
 		if (grc != OG_OK) {
 			digest_wipe(token, sizeof(token));
 			rrc = grc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 			break;
 		}
-		if (contract_notifies(p->c) || contract_escalate_count(p->c) > 0) {
+		if (n->entries != NULL || n->nescalate > 0) {
 			const struct notify_challenge c = {
 				.id = id, .client_id = p->client_id, .key = req->new_key,
-				.approver = contract_approver(p->c, i),
+				.approver = g->approvers[i],
 				.requested_by = req->operator_name, .expires_at = expires,
 				.effect = p->effect, .context = p->context,
 			};
@@ -370,13 +372,13 @@ replay_challenges(struct db *db, const struct replay_req *req, const struct plan
 				break;
 			}
 		}
-		if (contract_notifies(p->c)) {
+		if (n->entries != NULL) {
 			/* told by the notice, with a link the dispatcher mints: this
 			 * token is handed to nobody */
 			digest_wipe(token, sizeof(token));
 			json_array_append_new(out->approvals,
 			                      json_pack("{s:s, s:s, s:s, s:b}", "approval_id", id,
-			                                "approver", contract_approver(p->c, i),
+			                                "approver", g->approvers[i],
 			                                "expires_at", expires, "notified", 1));
 			continue;
 		}
@@ -390,7 +392,7 @@ replay_challenges(struct db *db, const struct replay_req *req, const struct plan
 		}
 		json_array_append_new(out->approvals,
 		                      json_pack("{s:s, s:s, s:s, s:s}", "approval_id", id, "approver",
-		                                contract_approver(p->c, i), "expires_at", expires,
+		                                g->approvers[i], "expires_at", expires,
 		                                "url", url.data));
 		digest_wipe(url.data, url.len);
 		buf_free(&url);
@@ -771,7 +773,13 @@ replay_job_stop(struct db *db, long long job_id, const char *reason,
 enum og_rc
 replay_job_counts(struct db *db, long long job_id, int *done, int *refused, int *pending)
 {
-	return jobs_counts(db, job_id, done, refused, pending);
+	struct jobs_item_counts c;
+	enum og_rc rc = jobs_counts(db, job_id, &c);
+
+	*done = (int)c.done;
+	*refused = (int)c.refused;
+	*pending = (int)c.pending;
+	return rc;
 }
 enum og_rc
 replay_links(struct db *db, long long client_id, const char *key, json_t **replay_of,

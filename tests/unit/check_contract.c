@@ -1145,12 +1145,12 @@ START_TEST(test_defaults)
 	struct contract_set *set = load_text(STD(GATE_OK), &c);
 	json_t *d;
 
-	ck_assert_int_eq(contract_gate_mode(c), GATE_APPROVE_BEFORE_ACT);
-	ck_assert_str_eq(contract_gate_mode_name(contract_gate_mode(c)), "approve_before_act");
-	ck_assert_int_eq(contract_window_seconds(c), 0);
-	ck_assert_int_eq(contract_expires_seconds(c), 86400);
+	ck_assert_int_eq(contract_gate(c)->mode, GATE_APPROVE_BEFORE_ACT);
+	ck_assert_str_eq(contract_gate_mode_name(contract_gate(c)->mode), "approve_before_act");
+	ck_assert_int_eq(contract_gate(c)->window_seconds, 0);
+	ck_assert_int_eq(contract_gate(c)->expires_seconds, 86400);
 	ck_assert_int_eq(contract_repair_attempts(c), 1);
-	ck_assert(contract_separation_of_duties(c));
+	ck_assert(contract_gate(c)->separation_of_duties);
 	ck_assert(contract_decision_allowed(c, "approve"));
 	ck_assert(contract_decision_allowed(c, "reject"));
 	ck_assert(!contract_decision_allowed(c, "Approve"));
@@ -1164,9 +1164,8 @@ START_TEST(test_defaults)
 	json_decref(d);
 	ck_assert_uint_eq(contract_loggable_count(c), 0);
 	ck_assert_ptr_null(contract_loggable(c, 0));
-	ck_assert_uint_eq(contract_approver_count(c), 1);
-	ck_assert_str_eq(contract_approver(c, 0), "group:x");
-	ck_assert_ptr_null(contract_approver(c, 1));
+	ck_assert_uint_eq(contract_gate(c)->napprovers, 1);
+	ck_assert_str_eq(contract_gate(c)->approvers[0], "group:x");
 	ck_assert(!contract_auto_eligible(c, NULL, NULL));
 	ck_assert(!contract_sampled(c, 0.0));
 	contract_set_free(set);
@@ -1183,21 +1182,21 @@ START_TEST(test_settings)
 	                    "\"approvers\":[\"group:ops\",\"Lead@Example.com\"],"
 	                    "\"expires_seconds\":3600,\"allowed_decisions\":[\"reject\"],"
 	                    "\"separation_of_duties\":false}"), &c);
-	ck_assert_int_eq(contract_gate_mode(c), GATE_ACT_WITH_WINDOW);
-	ck_assert_int_eq(contract_window_seconds(c), 600);
-	ck_assert_int_eq(contract_expires_seconds(c), 3600);
-	ck_assert(!contract_separation_of_duties(c));
+	ck_assert_int_eq(contract_gate(c)->mode, GATE_ACT_WITH_WINDOW);
+	ck_assert_int_eq(contract_gate(c)->window_seconds, 600);
+	ck_assert_int_eq(contract_gate(c)->expires_seconds, 3600);
+	ck_assert(!contract_gate(c)->separation_of_duties);
 	ck_assert(!contract_decision_allowed(c, "approve"));
 	ck_assert(contract_decision_allowed(c, "reject"));
 	d = contract_allowed_decisions(c);
 	ck_assert_uint_eq(json_array_size(d), 1);
 	ck_assert_str_eq(json_string_value(json_array_get(d, 0)), "reject");
 	json_decref(d);
-	ck_assert_uint_eq(contract_approver_count(c), 2);
-	ck_assert_str_eq(contract_approver(c, 1), "Lead@Example.com");
-	ck_assert(!contract_notifies(c));
-	ck_assert_int_eq(contract_remind_after_seconds(c), 0);
-	ck_assert_uint_eq(contract_escalate_count(c), 0);
+	ck_assert_uint_eq(contract_gate(c)->napprovers, 2);
+	ck_assert_str_eq(contract_gate(c)->approvers[1], "Lead@Example.com");
+	ck_assert_ptr_null(contract_notify(c)->entries);
+	ck_assert_int_eq(contract_notify(c)->remind_after_seconds, 0);
+	ck_assert_uint_eq(contract_notify(c)->nescalate, 0);
 	contract_set_free(set);
 
 	/* request changes, turned on */
@@ -1218,16 +1217,16 @@ START_TEST(test_settings)
 	                    "\"group:руководители\":{\"target\":\"team_chat\"}},"
 	                    "\"remind_after_seconds\":3600,\"escalate_after_seconds\":7200,"
 	                    "\"escalate_to\":[\"group:руководители\"]}"), &c);
-	ck_assert(contract_notifies(c));
+	ck_assert_ptr_nonnull(contract_notify(c)->entries);
 	ck_assert_uint_eq(json_array_size(json_object_get(
 	                      contract_notify_entry(c, "group:служба поддержки"), "to")), 2);
 	ck_assert_str_eq(json_string_value(json_object_get(
 	                     contract_notify_entry(c, "group:руководители"), "target")), "team_chat");
 	ck_assert_ptr_null(contract_notify_entry(c, "group:other"));
-	ck_assert_int_eq(contract_remind_after_seconds(c), 3600);
-	ck_assert_int_eq(contract_escalate_after_seconds(c), 7200);
-	ck_assert_uint_eq(contract_escalate_count(c), 1);
-	ck_assert_str_eq(contract_escalate_to(c, 0), "group:руководители");
+	ck_assert_int_eq(contract_notify(c)->remind_after_seconds, 3600);
+	ck_assert_int_eq(contract_notify(c)->escalate_after_seconds, 7200);
+	ck_assert_uint_eq(contract_notify(c)->nescalate, 1);
+	ck_assert_str_eq(contract_notify(c)->escalate_to[0], "group:руководители");
 	contract_set_free(set);
 
 	set = load_text(C(SCHEMA_OK "," GATE_OK "," EFFECTS ",\"repair_attempts\":0,"
@@ -1531,9 +1530,9 @@ START_TEST(test_shipped)
 
 	ck_assert_ptr_nonnull(s);
 	ck_assert_ptr_nonnull(c);
-	ck_assert_int_eq(contract_gate_mode(s), GATE_APPROVE_BEFORE_ACT);
-	ck_assert_str_eq(contract_approver(s, 0), "group:support");
-	ck_assert_uint_eq(contract_approver_count(s), 1);
+	ck_assert_int_eq(contract_gate(s)->mode, GATE_APPROVE_BEFORE_ACT);
+	ck_assert_str_eq(contract_gate(s)->approvers[0], "group:support");
+	ck_assert_uint_eq(contract_gate(s)->napprovers, 1);
 	ck_assert_int_eq(contract_repair_attempts(s), 1);
 	ck_assert_uint_eq(contract_loggable_count(s), 2);
 	ck_assert_str_eq(contract_loggable(s, 0), "/tone");
@@ -1541,8 +1540,8 @@ START_TEST(test_shipped)
 	ck_assert_uint_eq(strlen(contract_hash(s)), 7 + 64);
 	ck_assert(strncmp(contract_hash(s), "sha256:", 7) == 0);
 
-	ck_assert_int_eq(contract_gate_mode(c), GATE_APPROVE_BY_EXCEPTION);
-	ck_assert_str_eq(contract_approver(c, 0), "group:sales");
+	ck_assert_int_eq(contract_gate(c)->mode, GATE_APPROVE_BY_EXCEPTION);
+	ck_assert_str_eq(contract_gate(c)->approvers[0], "group:sales");
 	ck_assert_uint_eq(contract_loggable_count(c), 2);
 	ck_assert_str_eq(contract_loggable(c, 0), "/tag");
 

@@ -22,7 +22,10 @@
 # window, one schema line per daemon for the previous release's schema (and
 # at most one for each version it finds while migrate runs).
 #
-#   tests/upgrade/run.sh [--from COMMIT]
+#   tests/upgrade/run.sh [--from COMMIT] [--build]
+#
+# --build: only build the previous release (./dev test does it in the
+# background while make check runs) and exit.
 #
 # COMMIT: the previous release's tree (default: ONCEGATE_UPGRADE_FROM, else
 # the tree of debian/changelog's 0.1.0 release, commit dcafea8). When this
@@ -38,34 +41,14 @@ ROOT=$(cd "$HERE/../.." && pwd -P)
 source "$ROOT/tests/lib/stack.sh"
 SAY_PREFIX='   upgrade:'
 
-FROM=${ONCEGATE_UPGRADE_FROM:-dcafea8} GIVEN=${ONCEGATE_UPGRADE_FROM:+yes}
+FROM=${ONCEGATE_UPGRADE_FROM:-dcafea8} GIVEN=${ONCEGATE_UPGRADE_FROM:+yes} BUILD_ONLY=no
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--from) FROM=$2 GIVEN=yes; shift 2 ;;
-	*) echo "usage: tests/upgrade/run.sh [--from COMMIT]" >&2; exit 2 ;;
+	--build) BUILD_ONLY=yes; shift ;;
+	*) echo "usage: tests/upgrade/run.sh [--from COMMIT] [--build]" >&2; exit 2 ;;
 	esac
 done
-need_env "./dev test or ./dev chaos" ONCEGATE_CONF ONCEGATE_CTL ONCEGATE_DISPATCH \
-	ONCEGATE_PROVIDERS ONCEGATE_PYTHON PGHOST PGPORT
-NEW=$(dirname "$ONCEGATE_CTL")
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-upgrade.XXXXXX")
-chmod 0755 "$TMP"
-DB=oncegate_upgrade_$$
-OLD_FCGI='' NEW_FCGI='' OLD_DISPATCH='' NEW_DISPATCH='' PROVIDER_PID='' NGINX_PID=''
-fail=0
-cleanup() {
-	local p
-	touch "$TMP/stop"
-	for p in "$OLD_FCGI" "$NEW_FCGI" "$OLD_DISPATCH" "$NEW_DISPATCH" "$PROVIDER_PID"; do
-		stop_child "$p" 20
-	done
-	nginx_stop "$NGINX_PID" "$TMP/nginx"
-	PGUSER=postgres dropdb --if-exists --force "$DB" 2>/dev/null || true
-	if [[ $fail -eq 0 ]]; then rm -rf "$TMP"; else say "kept $TMP (logs)"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # --- the previous release, built once per commit -------------------------------------
 highest() { ls "$1" | grep -E '^[0-9]{3,}_.*\.sql$' | LC_ALL=C sort | tail -n1; }
@@ -94,6 +77,30 @@ if [[ ! -x $OLD/build/oncegatectl || ! -x $OLD/build/oncegate-fcgi || ! -x $OLD/
 		nice make -C "$OLD/build" -j2 oncegatectl oncegate-fcgi oncegate-dispatch >>"$OLD/build.log" 2>&1 ||
 		{ tail -n 30 "$OLD/build.log" >&2; rm -rf "$OLD/build"; die "the previous release did not build"; }
 fi
+[[ $BUILD_ONLY == no ]] || exit 0
+
+need_env "./dev test or ./dev chaos" ONCEGATE_CONF ONCEGATE_CTL ONCEGATE_DISPATCH \
+	ONCEGATE_PROVIDERS ONCEGATE_PYTHON PGHOST PGPORT
+NEW=$(dirname "$ONCEGATE_CTL")
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/oncegate-upgrade.XXXXXX")
+chmod 0755 "$TMP"
+DB=oncegate_upgrade_$$
+OLD_FCGI='' NEW_FCGI='' OLD_DISPATCH='' NEW_DISPATCH='' PROVIDER_PID='' NGINX_PID=''
+fail=0
+cleanup() {
+	local p
+	touch "$TMP/stop"
+	for p in "$OLD_FCGI" "$NEW_FCGI" "$OLD_DISPATCH" "$NEW_DISPATCH" "$PROVIDER_PID"; do
+		stop_child "$p" 20
+	done
+	nginx_stop "$NGINX_PID" "$TMP/nginx"
+	PGUSER=postgres dropdb --if-exists --force "$DB" 2>/dev/null || true
+	if [[ $fail -eq 0 ]]; then rm -rf "$TMP"; else say "kept $TMP (logs)"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
 
 # --- a database, a provider, a configuration, nginx ------------------------------------
 PGUSER=postgres createdb -O oncegate "$DB"
