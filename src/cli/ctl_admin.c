@@ -60,15 +60,16 @@ migrations_json(const char *text, bool applying)
 	while (list != NULL && p != NULL && *p != '\0') {
 		const char *nl = strchr(p, '\n'), *v;
 		size_t n = nl != NULL ? (size_t)(nl - p) : strlen(p);
-		bool applied = strncmp(p, "applied", 7) == 0;
+		bool applied = strncmp(p, MIGRATE_APPLIED, 7) == 0;
 
 		for (v = p + 7; v < p + n && *v == ' '; v++)
 			;
-		if (n > 7 && (applied || strncmp(p, "pending", 7) == 0))
+		if (n > 7 && (applied || strncmp(p, MIGRATE_PENDING, 7) == 0))
 			json_array_append_new(list, json_pack("{s:s%, s:s}", "version", v,
 			                                      (size_t)(p + n - v), "state",
-			                                      !applied ? "pending"
-			                                      : applying ? "applied_now" : "applied"));
+			                                      !applied   ? MIGRATE_PENDING
+			                                      : applying ? "applied_now"
+			                                                 : MIGRATE_APPLIED));
 		p = nl != NULL ? nl + 1 : NULL;
 	}
 	return list;
@@ -349,7 +350,7 @@ ctl_admin_client(struct ctl *ctl, int argc, char **argv)
 	ctl_log(ctl, LOG_LEVEL_NOTICE, add ? "client.added" : "client.revoked", &f);
 	if (!add) {
 		if (ctl->json)
-			ctl_print_new(json_pack("{s:s, s:b}", "client", name, "revoked", 1));
+			ctl_print_new(json_pack("{s:s, s:b}", "client", name, CLIENTS_REVOKED, 1));
 		fprintf(stderr, "oncegatectl: client \"%s\" revoked; its key is refused "
 		        "from the next request\n", name);
 		return EXIT_SUCCESS;

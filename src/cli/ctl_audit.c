@@ -12,6 +12,7 @@
 #include "canon.h"
 #include "audit.h"
 #include "ctl_audit.h"
+#include "gate.h"
 #include "metrics_report.h"
 
 /* ---- explain --------------------------------------------------------------- */
@@ -53,13 +54,13 @@ print_effects(const char *title, const json_t *list)
 static void
 explain_print(const char *key, json_t *doc)
 {
-	static const struct {
+	const struct {
 		const char *question, *member;
 	} asked[] = {
 		{ "Did we process this key?", "processed" },
 		{ "Did we send?", "sent" },
 		{ "Approvers told?", "told" },
-		{ "Who approved?", "approved" },
+		{ "Who approved?", gate_outcome_name(GATE_OUTCOME_APPROVED) },
 		{ "Edited before approving?", "edited" },
 		{ "Which model drafted it?", "model" },
 	};

@@ -15,6 +15,7 @@
 
 #include "ctl_job.h"
 #include "digest.h"
+#include "jobs.h"
 #include "replay.h"
 
 /* How each kind names what it does and how it is continued. */
@@ -191,8 +192,8 @@ summary(struct ctl *ctl, struct ctl_job *job, int ex)
 		f.count = d;
 		fprintf(stderr, "oncegatectl: %s\n", detail);
 	}
-	end = ex == EXIT_STOPPED                 ? "stopped"
-	      : p == 0 && ex != EXIT_UNAVAILABLE ? "completed"
+	end = ex == EXIT_STOPPED                 ? JOBS_STOPPED
+	      : p == 0 && ex != EXIT_UNAVAILABLE ? JOBS_COMPLETED
 	                                         : "interrupted";
 	snprintf(event, sizeof(event), "%s.job_%s", job->kind, end);
 	ctl_log(ctl, LOG_LEVEL_NOTICE, event, &f);
@@ -203,8 +204,8 @@ summary(struct ctl *ctl, struct ctl_job *job, int ex)
 			job->results = json_array();
 		doc = json_pack("{s:I, s:s, s:f, s:O, s:{s:i, s:i, s:i}, s:s}", "job",
 		                (json_int_t)job->id, "kind", job->kind, "rate", job->rate, "results",
-		                job->results, "totals", "done", d, "refused", r, "pending", p, "end",
-		                end);
+		                job->results, "totals", "done", d, "refused", r,
+		                JOBS_ITEM_PENDING, p, "end", end);
 		ctl_print_json(doc);
 		json_decref(doc);
 	}

@@ -182,9 +182,10 @@ report(struct ctl *ctl, const char *outcome, const struct ctl_repair_act *a,
 			if (((const char *)o + shown[i].at)[0] != '\0')
 				json_object_set_new(v, shown[i].name,
 				                    json_string((const char *)o + shown[i].at));
-		if (strcmp(outcome, "rejected") == 0 && o->effect_id[0] == '\0')
+		if (strcmp(outcome, gate_outcome_name(GATE_OUTCOME_REJECTED)) == 0 &&
+		    o->effect_id[0] == '\0')
 			json_object_set_new(v, "effects_cancelled", json_integer(o->count));
-		if (strcmp(outcome, "revoked") == 0)
+		if (strcmp(outcome, gate_state_name(APPROVAL_REVOKED)) == 0)
 			json_object_set_new(v, "still_pending", json_integer(o->count));
 		ctl_print_json(v);
 		json_decref(v);
@@ -388,7 +389,9 @@ reject_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 		if (out->callback_id[0]) {
 			struct log_fields f = { .client = out->client_name, .key = out->key,
 				                .effect_id = out->callback_id, .target = "callback",
-				                .decision = "rejected", .actor = a->op };
+				                .actor = a->op };
+
+			f.decision = gate_outcome_name(GATE_OUTCOME_REJECTED);
 
 			ctl_log(ctl, LOG_LEVEL_INFO, "effect.enqueued", &f);
 		}
@@ -397,7 +400,7 @@ reject_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 		        ledger_state_name(RUN_FAILED_TERMINAL), out->count, out->count == 1 ? "" : "s",
 		        out->callback_id[0] ? "; the workflow is told through its callback" : "");
 	}
-	report(ctl, "rejected", a, out);
+	report(ctl, gate_outcome_name(GATE_OUTCOME_REJECTED), a, out);
 }
 
 /* --- approval -------------------------------------------------------------------- */
@@ -411,7 +414,7 @@ approval_list(struct ctl *ctl, int argc, char **argv)
 	bool pending = false;
 	int limit = 200;
 	const struct ctl_opt opts[] = {
-		{ "pending", CTL_OPT_FLAG, &pending, 0, NULL },
+		{ gate_state_name(APPROVAL_PENDING), CTL_OPT_FLAG, &pending, 0, NULL },
 		{ "limit", CTL_OPT_COUNT, &limit, 100000, NULL },
 		{ NULL, 0, NULL, 0, NULL },
 	};
@@ -434,14 +437,15 @@ approval_list(struct ctl *ctl, int argc, char **argv)
 		if (strcmp(ctl_jstr(o, "state"), gate_state_name(APPROVAL_PENDING)) != 0)
 			snprintf(left, sizeof(left), "-");
 		else if (in <= 0)
-			snprintf(left, sizeof(left), "expired");
+			snprintf(left, sizeof(left), "%s", gate_state_name(APPROVAL_EXPIRED));
 		else
 			ctl_age(in, left, sizeof(left));
 		printf("%-36s  %-8s %-8s %-10s %-12s %-20s %s\n", ctl_jstr(o, "approval_id"),
 		       ctl_jstr(o, "state"), wait, left, ctl_jstr(o, "client"),
 		       ctl_jstr(o, "approver"), ctl_jstr(o, "key"));
 	}
-	printf("%zu %s\n", json_array_size(list), pending ? "pending" : "challenges");
+	printf("%zu %s\n", json_array_size(list),
+	       pending ? gate_state_name(APPROVAL_PENDING) : "challenges");
 	json_decref(list);
 	return EXIT_SUCCESS;
 }
@@ -455,18 +459,20 @@ revoke_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 		struct log_fields f = { .client = out->client, .key = out->key, .actor = a->op,
 			                .reason = a->reason, .state_from = out->run_from,
 			                .state_to = out->run_to, .version = out->run_version,
-			                .decision = "expired", .error_class = "approval_revoked" };
+			                .decision = gate_outcome_name(GATE_OUTCOME_EXPIRED),
+			                .error_class = "approval_revoked" };
 
 		ctl_log(ctl, LOG_LEVEL_NOTICE, "run.approval_revoked", &f);
 	}
 	if (out->callback_id[0]) {
 		struct log_fields f = { .client = out->client, .key = out->key,
 			                .effect_id = out->callback_id, .target = "callback",
-			                .decision = "expired", .actor = a->op };
+			                .decision = gate_outcome_name(GATE_OUTCOME_EXPIRED),
+			                .actor = a->op };
 
 		ctl_log(ctl, LOG_LEVEL_INFO, "effect.enqueued", &f);
 	}
-	report(ctl, "revoked", a, out);
+	report(ctl, gate_state_name(APPROVAL_REVOKED), a, out);
 	if (out->count > 0)
 		fprintf(stderr, "oncegatectl: approval %s revoked; %d other link%s of the run still "
 		        "pending\n", out->approval_id, out->count, out->count == 1 ? "" : "s");
@@ -506,7 +512,7 @@ cancel_done(struct ctl *ctl, const struct ctl_repair_act *a, const struct effect
 	ctl_repair_log_change(ctl, "effect.cancelled", a, out, NULL,
 	                      "operator: cancelled in its window");
 	log_run(ctl, "run.cancelled", a, out);
-	report(ctl, "cancelled", a, out);
+	report(ctl, outbox_state_name(EFFECT_CANCELLED), a, out);
 	fprintf(stderr, "oncegatectl: effect %s cancelled before its window ended (%s); run %s "
 	        "%s (cancelled)\n", out->effect_id, out->not_before, out->key,
 	        ledger_state_name(RUN_FAILED_TERMINAL));

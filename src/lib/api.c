@@ -191,8 +191,8 @@ api_key_claim_problem(const char *key, size_t len)
 		if ((n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
 			return "key must not have \".\" or \"..\" as a part between slashes (or at "
 			       "either end next to a slash, or as the whole key): the URL path "
-			       "/v1/runs/{key} cannot carry it, so the run could never be read or "
-			       "completed";
+			       "/v1/runs/{key} cannot carry it, so the run could never be read "
+			       "or completed";
 		if (slash == NULL)
 			return NULL;
 		seg = slash + 1;

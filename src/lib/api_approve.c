@@ -210,7 +210,7 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 	r = decision_take(c, hash, a, run, dr, &in, &f, &out);
 	if (r == &DECISION_INVALID_EDIT) {
 		/* nothing consumed: the card again, with what they wrote */
-		f.reason = r->code;
+		f.reason = decision_refusal_code(r);
 		api_card_page(c, a, run, dr, values, out.edit_errors, 422);
 		api_log(c, LOG_LEVEL_NOTICE, "approval.refused", &f);
 	} else if (r == &DECISION_UNAVAILABLE) {
@@ -227,7 +227,7 @@ approve_decide(struct api_call *c, const unsigned char hash[32], struct gate_app
 		if (r == &DECISION_NOT_ALLOWED)
 			refuse(c, &f, 400, "wrong_decision", r->heading, r->message);
 		else
-			refuse(c, &f, r->status, r->code, r->heading, r->message);
+			refuse(c, &f, r->status, decision_refusal_code(r), r->heading, r->message);
 	} else {
 		c->resp->status = 303;
 		(void)http_header(c->resp, "Location", location);
@@ -300,7 +300,7 @@ approve_serve(struct api_call *c, const unsigned char hash[32], struct gate_appr
 		 * request itself shows as decided) */
 		const struct decision_refusal *r = &DECISION_ROUND_CLOSED;
 
-		f.reason = r->code;
+		f.reason = decision_refusal_code(r);
 		api_card_notice(c, r->status,
 		                c->route->body == BODY_FORM ? "approval.refused" : "approval.gone",
 		                r->heading, r->message, &f);
@@ -544,7 +544,7 @@ api_approve_inbox(struct api_call *c)
 		                "Try again shortly", "Your inbox could not be read.", &f);
 		goto out;
 	}
-	if ((p = page_new(c->ctx->pages, "inbox")) == NULL)
+	if ((p = page_new(c->ctx->pages, PAGE_INBOX)) == NULL)
 		goto answer;
 	(void)page_text(p, "title", "Your approvals");
 	(void)page_text(p, "approver", subject);

@@ -30,6 +30,7 @@
 #include "log.h"
 #include "outbox.h"
 #include "provider.h"
+#include "unknown.h"
 
 /* Renders a filled page as the answer; consumes p. */
 void
@@ -60,7 +61,7 @@ void
 api_card_notice(struct api_call *c, int status, const char *event, const char *heading,
                 const char *message, struct log_fields *f)
 {
-	struct page *p = c->ctx->pages != NULL ? page_new(c->ctx->pages, "notice") : NULL;
+	struct page *p = c->ctx->pages != NULL ? page_new(c->ctx->pages, PAGE_NOTICE) : NULL;
 
 	if (p != NULL) {
 		(void)page_text(p, "title", heading);
@@ -78,7 +79,7 @@ void
 api_card_not_yours(struct api_call *c, const struct gate_approval *a, const char *why,
                    struct log_fields *f)
 {
-	struct page *p = c->ctx->pages != NULL ? page_new(c->ctx->pages, "notice") : NULL;
+	struct page *p = c->ctx->pages != NULL ? page_new(c->ctx->pages, PAGE_NOTICE) : NULL;
 	const char *heading = contract_approver_matches(a->approver, c->req->remote_user,
 	                                                c->req->auth_groups,
 	                                                c->ctx->cfg->auth_groups_separator[0])
@@ -107,8 +108,8 @@ pretty(const json_t *v)
 	return page_json_text(v);
 }
 
-/* An effect's state in words for the card, and what it means (pending
- * says more: effect_outcome). */
+/* An effect's state in words for the card (NULL: the state's own name),
+ * and what it means (pending says more: effect_outcome). */
 static const struct {
 	const char *state, *status;
 } effect_words[EFFECT_STATE_COUNT] = {
@@ -117,10 +118,9 @@ static const struct {
 	[EFFECT_UNKNOWN] = { "outcome unknown",
 		             "A send timed out; whether it arrived is being checked with the "
 		             "provider. It is never simply sent again." },
-	[EFFECT_FAILED] = { "failed", "It could not be sent and was set aside for the operators "
-		                      "(dead letter). Nothing went out." },
-	[EFFECT_CANCELLED] = { "cancelled", "It was cancelled before it went out. Nothing was "
-		                            "sent." },
+	[EFFECT_FAILED] = { NULL, "It could not be sent and was set aside for the operators "
+		                  "(dead letter). Nothing went out." },
+	[EFFECT_CANCELLED] = { NULL, "It was cancelled before it went out. Nothing was sent." },
 };
 
 /* What became of the approved effect, in words: read from the outbox row
@@ -134,7 +134,7 @@ effect_outcome(struct api_call *c, const struct gate_approval *a, const char **s
 	size_t i;
 	int es;
 
-	*state = "unknown";
+	*state = OG_UNKNOWN;
 	*status = "Whether it has gone out could not be read just now; reload the page.";
 	if (gate_decision_parse(a->decision) == GATE_REJECT) {
 		*state = "not sent";
@@ -187,7 +187,7 @@ effect_outcome(struct api_call *c, const struct gate_approval *a, const char **s
 			          "cancellation window, when it has one).";
 		}
 	} else if (es > 0 && es < EFFECT_STATE_COUNT) {
-		*state = effect_words[es].state;
+		*state = effect_words[es].state ?: outbox_state_name((enum effect_state)es);
 		*status = effect_words[es].status;
 	}
 	/* the strings above are static; found points into list */
@@ -313,7 +313,7 @@ decided_word(const char *decision)
 
 	if (d == GATE_CHANGES_REQUESTED)
 		return "asked for changes";
-	return d == GATE_REJECT ? "rejected" : "approved";
+	return gate_outcome_name(d == GATE_REJECT ? GATE_OUTCOME_REJECTED : GATE_OUTCOME_APPROVED);
 }
 
 /* What a vote's line adds: a correction, its round once there are
@@ -384,7 +384,7 @@ void
 api_card_decided(struct api_call *c, int status, const struct gate_approval *a, const json_t *run,
                  const struct api_card_draft *dr)
 {
-	struct page *p = page_new(c->ctx->pages, "decided");
+	struct page *p = page_new(c->ctx->pages, PAGE_DECIDED);
 	const json_t *effect = dr->effect;
 	const char *state = json_string_value(json_object_get(run, "state"));
 	bool waiting = state != NULL && ledger_state_parse(state) == RUN_AWAITING_HUMAN &&
@@ -733,7 +733,7 @@ api_card_page(struct api_call *c, const struct gate_approval *a, const json_t *r
 	const char *subject = c->req->remote_user, *refusal;
 	char csrf[CSRF_TEXT_LEN + 1], voted[320];
 	char *out_text = pretty(dr->output), *eff_text = pretty(json_object_get(effect, "payload"));
-	struct page *p = page_new(c->ctx->pages, "approval");
+	struct page *p = page_new(c->ctx->pages, PAGE_APPROVAL);
 	struct log_fields f = { 0 };
 
 	if (p == NULL || out_text == NULL || eff_text == NULL) {

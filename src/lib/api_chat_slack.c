@@ -220,7 +220,7 @@ decide(struct api_call *c, const struct config_target *t, const struct chat_slac
 	} else if (r == &DECISION_INTERNAL) {
 		api_internal(c, "the decision could not be taken");
 	} else if (r != NULL) {
-		f.reason = r->code;
+		f.reason = decision_refusal_code(r);
 		f.status = 200;
 		api_log(c, LOG_LEVEL_NOTICE, "approval.refused", &f);
 		snprintf(text, sizeof(text), "%s: %s", r->heading, r->message);

@@ -108,7 +108,7 @@ refused(struct api_call *c, const struct decision_refusal *r, struct decision_ou
         struct log_fields *f)
 {
 	json_t *ext = json_object();
-	const char *code = r->code;
+	const char *code = decision_refusal_code(r);
 
 	if (r == &DECISION_UNAVAILABLE) {
 		api_fail(c, OG_UNAVAILABLE);
@@ -118,15 +118,15 @@ refused(struct api_call *c, const struct decision_refusal *r, struct decision_ou
 		api_internal(c, "the decision could not be taken");
 		return;
 	}
-	if (r->status == 410 || strcmp(r->code, "not_awaiting") == 0) {
+	if (r->status == 410 || strcmp(code, "not_awaiting") == 0) {
 		/* closed: decided, voided, revoked, expired, or the run moved on */
-		json_object_set_new(ext, "reason", json_string(r->code));
+		json_object_set_new(ext, "reason", json_string(code));
 		code = "approval_closed";
 	}
 	if (r == &DECISION_INVALID_EDIT && out->edit_errors != NULL)
 		json_object_set(ext, "errors", out->edit_errors);
 	api_answer_problem(c, code, r->message, ext);
-	f->reason = r->code;
+	f->reason = decision_refusal_code(r);
 	f->status = c->resp->status;
 	api_log(c, LOG_LEVEL_NOTICE, "approval.refused", f);
 }

@@ -52,13 +52,13 @@ const struct decision_refusal DECISION_USED = {
 	"This approval was already decided, has expired, or was revoked. Nothing was changed.",
 };
 const struct decision_refusal DECISION_VOIDED = {
-	410, "voided", "No longer valid", "Another approver already decided this run.",
+	410, NULL, "No longer valid", "Another approver already decided this run.",
 };
 const struct decision_refusal DECISION_REVOKED = {
-	410, "revoked", "No longer valid", "This approval link was revoked by an operator.",
+	410, NULL, "No longer valid", "This approval link was revoked by an operator.",
 };
 const struct decision_refusal DECISION_EXPIRED = {
-	410, "expired", "Expired", "This approval link has expired. Nothing was sent.",
+	410, NULL, "Expired", "This approval link has expired. Nothing was sent.",
 };
 const struct decision_refusal DECISION_NOT_AWAITING = {
 	410, "not_awaiting", "No longer waiting", "The run is no longer waiting for a decision.",
@@ -107,6 +107,16 @@ decision_round_closed(const struct gate_approval *a, const json_t *run)
 	json_t *round = json_object_get(run, "round");
 
 	return json_is_integer(round) && a->round < json_integer_value(round);
+}
+
+const char *
+decision_refusal_code(const struct decision_refusal *r)
+{
+	if (r->code != NULL)
+		return r->code;
+	if (r == &DECISION_VOIDED)
+		return gate_state_name(APPROVAL_VOIDED);
+	return gate_state_name(r == &DECISION_REVOKED ? APPROVAL_REVOKED : APPROVAL_EXPIRED);
 }
 
 const struct decision_refusal *

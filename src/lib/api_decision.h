@@ -45,13 +45,18 @@ struct decision_in {
 };
 
 /* Why a decision was not taken: a stable code (the API's problem type and
- * the log line's reason), its status, and the page's words. */
+ * the log line's reason), its status, and the page's words. A link its
+ * approval's state closed (voided, revoked, expired) has no code of its
+ * own (NULL): its code is that state's name. */
 struct decision_refusal {
 	int status;
 	const char *code;
 	const char *heading;
 	const char *message;
 };
+
+/* The refusal's code: decision_refusal.code, or the closing state's name. */
+const char *decision_refusal_code(const struct decision_refusal *r);
 
 extern const struct decision_refusal DECISION_NOT_ALLOWED, DECISION_NOT_YOURS,
 	DECISION_SEPARATION, DECISION_ALREADY_VOTED, DECISION_DRAFT_CHANGED,

@@ -31,10 +31,6 @@
 #include "log.h"
 #include "utf8.h"
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "unknown"
-#endif
-
 /* The tool that reads a run's outcome. */
 #define RUN_TOOL "oncegate_run"
 
@@ -262,37 +258,38 @@ tools_list(struct api_call *c, json_t *id)
 
 /* ---- a run's outcome ----------------------------------------------------- */
 
-/* The status an agent sees for a run's state (and its effect's). */
-static const char *
-outcome_status(const char *state, const char *error_class, const char *effect_state,
-               bool *is_error)
+/* What an agent is told of a run in its state (and its effect's). */
+static enum run_outcome
+outcome_of(const char *state, const char *error_class, const char *effect_state, bool *is_error)
 {
 	int run = ledger_state_parse(state);
 
 	*is_error = false;
 	if (state == NULL)
-		return "unknown";
+		return RUN_OUTCOME_UNKNOWN;
 	if (run == RUN_PROCESSING)
-		return "in_progress";
+		return RUN_OUTCOME_IN_PROGRESS;
 	if (run == RUN_AWAITING_HUMAN)
-		return "awaiting_approval";
+		return RUN_OUTCOME_AWAITING_APPROVAL;
 	if (run == RUN_COMPLETED ||
 	    (run == RUN_APPROVED && outbox_state_parse(effect_state) == EFFECT_COMPLETED))
-		return "completed";
+		return RUN_OUTCOME_COMPLETED;
 	if (run == RUN_APPROVED)
-		return "queued";
+		return RUN_OUTCOME_QUEUED;
 	*is_error = true;
-	if (error_class == NULL)
-		return "failed";
-	if (strcmp(error_class, "rejected") == 0 || strcmp(error_class, "operator_rejected") == 0)
-		return "rejected";
-	if (strcmp(error_class, "cancelled") == 0)
-		return "cancelled";
-	if (strcmp(error_class, "approval_expired") == 0)
-		return "expired";
-	if (strcmp(error_class, "validation") == 0)
-		return "invalid";
-	return "failed";
+	switch (ledger_error_parse(error_class)) {
+	case RUN_ERROR_REJECTED:
+	case RUN_ERROR_OPERATOR_REJECTED:
+		return RUN_OUTCOME_REJECTED;
+	case RUN_ERROR_CANCELLED:
+		return RUN_OUTCOME_CANCELLED;
+	case RUN_ERROR_APPROVAL_EXPIRED:
+		return RUN_OUTCOME_EXPIRED;
+	case RUN_ERROR_VALIDATION:
+		return RUN_OUTCOME_INVALID;
+	default:
+		return RUN_OUTCOME_FAILED;
+	}
 }
 
 /* The run c->key of c->client as the agent sees it, in *out; *is_error
@@ -320,8 +317,9 @@ run_outcome(struct api_call *c, json_t **out, bool *is_error)
 	ecls = json_string_value(json_object_get(run, "error_class"));
 	e = json_array_get(effects, 0);
 	o = json_pack("{s:s, s:s, s:s*, s:O*}", "status",
-	              outcome_status(state, ecls, json_string_value(json_object_get(e, "state")),
-	                             is_error),
+	              ledger_outcome_name(outcome_of(state, ecls,
+	                                             json_string_value(json_object_get(e, "state")),
+	                                             is_error)),
 	              "key", c->key, "state", state, "reason", json_object_get(run, "reason"));
 	if (e != NULL)
 		json_object_set_new(o, "effect",

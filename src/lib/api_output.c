@@ -380,8 +380,8 @@ output_answer(struct api_call *c, const struct api_output_in *in, const struct d
 		answer = json_pack("{s:s, s:O, s:I}", "outcome", ledger_state_name(RUN_AWAITING_HUMAN),
 		                   "approvals", d->approvals, "version", (json_int_t)run->version);
 	} else {
-		answer = json_pack("{s:s, s:s, s:I}", "outcome", "approved", "effect_id",
-		                   d->effect_id, "version", (json_int_t)run->version);
+		answer = json_pack("{s:s, s:s, s:I}", "outcome", ledger_state_name(RUN_APPROVED),
+		                   "effect_id", d->effect_id, "version", (json_int_t)run->version);
 		if (d->delay_seconds > 0)
 			json_object_set_new(answer, "not_before", json_string(d->not_before));
 	}

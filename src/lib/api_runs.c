@@ -549,7 +549,7 @@ api_runs_cancel(struct api_call *c)
 	f.state_from = ledger_state_name(RUN_APPROVED);
 	f.state_to = ledger_state_name(run.state);
 	f.version = run.version;
-	f.error_class = "cancelled";
+	f.error_class = ledger_error_name(RUN_ERROR_CANCELLED);
 	f.effect_id = json_string_value(json_array_get(ids, 0));
 	api_log(c, LOG_LEVEL_INFO, "run.cancelled", &f);
 out:

@@ -67,9 +67,9 @@ answer_nothing_enqueued(const struct ledger_explain *run)
 {
 	const char *decision = run->decision;
 
-	if (decision != NULL && strcmp(decision, "reject") == 0)
+	if (ledger_decision_parse(decision) == RUN_DECISION_REJECT)
 		return sentence("no", "no: the run was rejected, nothing was enqueued");
-	if (decision != NULL && strcmp(decision, "expired") == 0)
+	if (ledger_decision_parse(decision) == RUN_DECISION_EXPIRED)
 		return sentence("no", "no: nobody decided before the approval ended, nothing was "
 		                "enqueued");
 	switch (run->state) {
@@ -120,8 +120,9 @@ answer_sent(const struct ledger_explain *run, const json_t *effects)
 		                ES("provider_id"),
 		                (long long)json_integer_value(json_object_get(best, "sends")));
 	case 4:
-		return sentence("unknown", "unknown: %s to %s may or may not have happened; it waits "
-		                "for reconciliation and is never resent automatically", ES("type"),
+		return sentence(outbox_state_name(EFFECT_UNKNOWN),
+		                "unknown: %s to %s may or may not have happened; it waits for "
+		                "reconciliation and is never resent automatically", ES("type"),
 		                ES("target"));
 	case 3:
 	case 2:
@@ -232,22 +233,27 @@ answer_approved(const struct ledger_explain *run, const json_t *approvals)
 
 	if (d == NULL) {
 		if (run->state == RUN_AWAITING_HUMAN)
-			return sentence("pending", "nobody yet: %zu challenge(s) wait for a decision",
+			return sentence(gate_state_name(APPROVAL_PENDING),
+			                "nobody yet: %zu challenge(s) wait for a decision",
 			                json_array_size(approvals));
 		return sentence("none", "nobody: no decision was taken (run %s)",
 		                ledger_state_name(run->state));
 	}
-	if (strcmp(d, "approve") == 0)
+	switch (ledger_decision_parse(d)) {
+	case RUN_DECISION_APPROVE:
 		return sentence("human", "%s approved it at %s", by ? by : "?", at ? at : "?");
-	if (strcmp(d, "auto") == 0)
+	case RUN_DECISION_AUTO:
 		return sentence("auto", "nobody: the contract's rules approved it automatically "
 		                "(gate:auto) at %s", at ? at : "?");
-	if (strcmp(d, "reject") == 0)
-		return sentence("rejected", "nobody: %s rejected it at %s", by ? by : "?",
-		                at ? at : "?");
-	if (strcmp(d, "expired") == 0 && run->error_class != NULL &&
-	    strcmp(run->error_class, "approval_revoked") == 0)
-		return sentence(d, "nobody: every approval link was revoked before anyone decided");
+	case RUN_DECISION_REJECT:
+		return sentence(gate_outcome_name(GATE_OUTCOME_REJECTED),
+		                "nobody: %s rejected it at %s", by ? by : "?", at ? at : "?");
+	case RUN_DECISION_EXPIRED:
+		if (ledger_error_parse(run->error_class) == RUN_ERROR_APPROVAL_REVOKED)
+			return sentence(d, "nobody: every approval link was revoked before "
+			                "anyone decided");
+		break;
+	}
 	return sentence(d, "nobody: the approval %s", d);
 }
 
@@ -451,7 +457,7 @@ explain_doc(const char *key, const struct ledger_explain *run, struct explain_pa
 	json_object_set_new(doc, "processed", answer_processed(run));
 	json_object_set_new(doc, "sent", answer_sent(run, p->effects));
 	json_object_set_new(doc, "told", answer_told(p->effects));
-	json_object_set_new(doc, "approved",
+	json_object_set_new(doc, gate_outcome_name(GATE_OUTCOME_APPROVED),
 	                    answer_votes(answer_sample(run, answer_approved(run, p->approvals)),
 	                                 p->votes, p->needed));
 	p->votes = NULL;

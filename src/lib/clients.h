@@ -54,6 +54,9 @@ enum og_rc clients_authenticate(struct db *db, const char *key, struct client *o
  * its id into *id (may be NULL). */
 enum og_rc clients_add(struct db *db, const char *name, char key[CLIENTS_KEY_LEN],
                        long long *id) __attribute__((warn_unused_result));
+/* The member marking a revoked client in an answer: {"client": NAME, "revoked": true}. */
+#define CLIENTS_REVOKED "revoked"
+
 /* Revokes (again: a no-op) client name; *id (may be NULL) gets its id. */
 enum og_rc clients_revoke(struct db *db, const char *name, long long *id)
 	__attribute__((warn_unused_result));

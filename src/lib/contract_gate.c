@@ -14,6 +14,7 @@
 #include "gate.h"
 #include "payload.h"
 #include "jptr.h"
+#include "unknown.h"
 
 static const char *const op_names[] = {
 	"eq", "ne", "in", "not_in", "lt", "le", "gt", "ge", "exists",
@@ -512,7 +513,7 @@ contract_gate_mode_name(enum gate_mode mode)
 {
 	if ((unsigned)mode < sizeof(mode_names) / sizeof(mode_names[0]))
 		return mode_names[mode];
-	return "unknown";
+	return OG_UNKNOWN;
 }
 
 int

@@ -58,6 +58,15 @@ enum db_rc deadletter_open(struct db *db, const struct deadletter_open *in, bool
  * resolution, resolved by the session's role (session_user). */
 enum db_rc deadletter_resolve(struct db *db, const char *ids, const char *resolution);
 
+/* The resolutions an operator's repair gives (dead_letters.resolution): the
+ * provider confirmed the send or denied it (reconcile), the effect went
+ * back to the queue (resume), or it was given up for good (reject). A
+ * replay's is 'replayed', in this owner's SQL. */
+#define DEADLETTER_DELIVERED     "delivered"
+#define DEADLETTER_NOT_DELIVERED "not_delivered"
+#define DEADLETTER_RESUMED       "resumed"
+#define DEADLETTER_REJECTED      "rejected"
+
 /* What deadletter_assign changed. */
 struct deadletter_assigned {
 	char id[40];

@@ -199,14 +199,7 @@ struct final_effects {
 static const char *
 callback_word(const char *decision)
 {
-	switch (gate_decision_parse(decision)) {
-	case GATE_APPROVE:
-		return "approved";
-	case GATE_CHANGES_REQUESTED:
-		return gate_decision_name(GATE_CHANGES_REQUESTED);
-	default:
-		return "rejected";
-	}
+	return gate_outcome_name(gate_outcome_of(gate_decision_parse(decision)));
 }
 
 static int

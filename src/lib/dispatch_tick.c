@@ -127,15 +127,16 @@ expire_run(struct db *db, const struct gate_run *r)
 	if (rc == OG_OK) {
 		f.state_from = ledger_state_name(RUN_AWAITING_HUMAN);
 		f.state_to = ledger_state_name(RUN_FAILED_TERMINAL);
-		f.decision = "expired";
+		f.decision = gate_outcome_name(GATE_OUTCOME_EXPIRED);
 		f.version = run.version;
 		f.correlation_id = run.correlation_id;
 		f.workflow_version = run.workflow_version;
 		if (run.callback_url != NULL) {
 			struct outbox_effect e;
 
-			if (outbox_callback_effect(&e, client_id, key, run.callback_url, "expired", NULL, NULL,
-			                           hash, &payload) != 0)
+			if (outbox_callback_effect(&e, client_id, key, run.callback_url,
+			                           gate_outcome_name(GATE_OUTCOME_EXPIRED), NULL,
+			                           NULL, hash, &payload) != 0)
 				goto fail;
 			e.slot = run.round > 0 ? run.round - 1 : 0;
 			if (outbox_enqueue(db, &e, id, nb) != OG_OK)
@@ -148,7 +149,8 @@ expire_run(struct db *db, const struct gate_run *r)
 		log_event(LOG_LEVEL_NOTICE, "approval.expired", &f);
 	if (id[0] != '\0') {
 		struct log_fields e = { .client = client_name, .key = key, .effect_id = id,
-			                .target = "callback", .decision = "expired" };
+			                .target = "callback",
+			                .decision = gate_outcome_name(GATE_OUTCOME_EXPIRED) };
 
 		log_event(LOG_LEVEL_INFO, "effect.enqueued", &e);
 	}

@@ -265,6 +265,24 @@ gate_decision_label(enum gate_decision d)
 	return d == GATE_CHANGES_REQUESTED ? "changes requested" : gate_decision_name(d) ?: "";
 }
 
+static const char *const outcome_names[GATE_OUTCOME_COUNT] = {
+	"approved", "rejected", "changes_requested", "expired",
+};
+
+const char *
+gate_outcome_name(enum gate_outcome o)
+{
+	return (unsigned)o < GATE_OUTCOME_COUNT ? outcome_names[o] : "";
+}
+
+enum gate_outcome
+gate_outcome_of(enum gate_decision d)
+{
+	if (d == GATE_APPROVE)
+		return GATE_OUTCOME_APPROVED;
+	return d == GATE_CHANGES_REQUESTED ? GATE_OUTCOME_CHANGES_REQUESTED : GATE_OUTCOME_REJECTED;
+}
+
 static enum approval_state
 state_parse(const char *s)
 {

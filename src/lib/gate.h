@@ -39,6 +39,20 @@ enum gate_decision gate_decision_parse(const char *word);
  * requested"); "" for none. */
 const char *gate_decision_label(enum gate_decision d);
 
+/* How an approval ended, as the workflow's callback, the decision log,
+ * the approval pages and `explain` say it. */
+enum gate_outcome {
+	GATE_OUTCOME_APPROVED = 0,
+	GATE_OUTCOME_REJECTED,
+	GATE_OUTCOME_CHANGES_REQUESTED,
+	GATE_OUTCOME_EXPIRED,        /* nobody decided in time, or every link was revoked */
+	GATE_OUTCOME_COUNT
+};
+/* "approved", "rejected", "changes_requested", "expired". */
+const char *gate_outcome_name(enum gate_outcome o);
+/* The outcome a person's decision makes (none or reject: rejected). */
+enum gate_outcome gate_outcome_of(enum gate_decision d);
+
 #define GATE_ID_LEN 37
 #define GATE_TS_LEN 32
 

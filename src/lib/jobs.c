@@ -282,7 +282,7 @@ jobs_lock(struct db *db, long long job, struct jobs_job *out)
 	}
 	out->locked = db_get(res, 0, "locked") != NULL && db_get(res, 0, "locked")[0] == 't';
 	copy_word(out->state, res, "state");
-	out->completed = strcmp(out->state, "completed") == 0;
+	out->completed = strcmp(out->state, JOBS_COMPLETED) == 0;
 	copy_word(out->kind, res, "kind");
 	out->client_id = db_get_ll(res, 0, "client_id");
 	out->rate = strtod(db_get(res, 0, "rate") != NULL ? db_get(res, 0, "rate") : "0", NULL);
@@ -307,7 +307,7 @@ jobs_finish(struct db *db, long long job, bool completed, long long *client_id,
             char kind[JOBS_WORD_LEN])
 {
 	char j[24];
-	const char *p[2] = { j, completed ? "completed" : "stopped" };
+	const char *p[2] = { j, completed ? JOBS_COMPLETED : JOBS_STOPPED };
 	PGresult *res = NULL;
 	enum og_rc rc;
 

@@ -42,6 +42,13 @@ void jobs_replay_links_clear(struct jobs_replay_links *l);
 
 #define JOBS_WORD_LEN 16
 
+/* The states a job ends in (replay_jobs.state; it runs as 'running'), and
+ * the state of the items still to do (jobs_item_counts.pending), as the
+ * job's summary names them. */
+#define JOBS_STOPPED      "stopped"
+#define JOBS_COMPLETED    "completed"
+#define JOBS_ITEM_PENDING "pending"
+
 /* A job as its runner takes it. */
 struct jobs_job {
 	bool locked;                 /* this session holds its advisory lock now */

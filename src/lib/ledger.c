@@ -685,6 +685,62 @@ ledger_state_parse(const char *name)
 	return og_name_index(state_names, RUN_STATE_COUNT, name);
 }
 
+static const char *const decision_names[RUN_DECISION_COUNT] = {
+	"auto", "approve", "reject", "expired",
+};
+
+static const char *const error_names[RUN_ERROR_COUNT] = {
+	"validation", "rejected", "operator_rejected", "cancelled", "approval_expired",
+	"approval_revoked",
+};
+
+static const char *const outcome_names[RUN_OUTCOME_COUNT] = {
+	"unknown", "in_progress", "awaiting_approval", "queued", "completed", "failed",
+	"rejected", "cancelled", "expired", "invalid",
+};
+
+/* The index of word in names[n]; -1 for none. */
+static int
+word_index(const char *const *names, int n, const char *word)
+{
+	int i;
+
+	for (i = 0; word != NULL && i < n; i++)
+		if (strcmp(word, names[i]) == 0)
+			return i;
+	return -1;
+}
+
+const char *
+ledger_decision_name(enum run_decision d)
+{
+	return (unsigned)d < RUN_DECISION_COUNT ? decision_names[d] : "";
+}
+
+int
+ledger_decision_parse(const char *word)
+{
+	return word_index(decision_names, RUN_DECISION_COUNT, word);
+}
+
+const char *
+ledger_outcome_name(enum run_outcome o)
+{
+	return outcome_names[(unsigned)o < RUN_OUTCOME_COUNT ? o : RUN_OUTCOME_UNKNOWN];
+}
+
+int
+ledger_error_parse(const char *word)
+{
+	return word_index(error_names, RUN_ERROR_COUNT, word);
+}
+
+const char *
+ledger_error_name(enum run_error e)
+{
+	return (unsigned)e < RUN_ERROR_COUNT ? error_names[e] : "";
+}
+
 bool
 ledger_uuid_valid(const char *s)
 {

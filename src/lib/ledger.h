@@ -82,6 +82,49 @@ struct ledger_claim {
 const char *ledger_state_name(enum run_state s);
 /* -1 when the name is not a state */
 int ledger_state_parse(const char *name);
+
+/* Mirrors the CHECK constraint on workflow_runs.decision: what ended a
+ * run's wait at the gate (a person's approve or reject, the contract's
+ * rules, or the approval's end). */
+enum run_decision {
+	RUN_DECISION_AUTO = 0, RUN_DECISION_APPROVE, RUN_DECISION_REJECT, RUN_DECISION_EXPIRED,
+	RUN_DECISION_COUNT
+};
+const char *ledger_decision_name(enum run_decision d);
+/* -1 when the word is not a run's decision */
+int ledger_decision_parse(const char *word);
+
+/* Why a run ended without its effect: workflow_runs.error_class as the
+ * ledger's statements write it (its outputs failed the contract; a person
+ * or an operator rejected it; it was cancelled in its effect's window; its
+ * approval expired or every link was revoked). */
+enum run_error {
+	RUN_ERROR_VALIDATION = 0,
+	RUN_ERROR_REJECTED, RUN_ERROR_OPERATOR_REJECTED,
+	RUN_ERROR_CANCELLED,
+	RUN_ERROR_APPROVAL_EXPIRED, RUN_ERROR_APPROVAL_REVOKED,
+	RUN_ERROR_COUNT
+};
+const char *ledger_error_name(enum run_error e);
+/* -1 when the word is not one of them */
+int ledger_error_parse(const char *word);
+
+/* A run as an AI agent is told it (the status of the MCP tools' result):
+ * the run's state, its effect's and why it ended, in one word. */
+enum run_outcome {
+	RUN_OUTCOME_UNKNOWN = 0,         /* no run */
+	RUN_OUTCOME_IN_PROGRESS,
+	RUN_OUTCOME_AWAITING_APPROVAL,
+	RUN_OUTCOME_QUEUED,
+	RUN_OUTCOME_COMPLETED,
+	RUN_OUTCOME_FAILED,
+	RUN_OUTCOME_REJECTED,
+	RUN_OUTCOME_CANCELLED,
+	RUN_OUTCOME_EXPIRED,
+	RUN_OUTCOME_INVALID,
+	RUN_OUTCOME_COUNT
+};
+const char *ledger_outcome_name(enum run_outcome o);
 /* Lease owners are UUIDs in canonical text form. */
 bool ledger_uuid_valid(const char *s);
 

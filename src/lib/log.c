@@ -29,6 +29,7 @@
 
 #include "caps.h"
 #include "log.h"
+#include "unknown.h"
 #include "utf8.h"
 
 #define LOG_MODE 0640
@@ -614,7 +615,7 @@ log_event(enum log_level level, const char *event, const struct log_fields *f)
 	(void)line_put(&l, "\",\"level\":\"", 11);
 	(void)line_put(&l, log_names[level], strlen(log_names[level]));
 	(void)line_put(&l, "\"", 1);
-	line_str(&l, "event", event != NULL ? event : "unknown", limit, OG_LOG_FIELD_MAX);
+	line_str(&l, "event", event != NULL ? event : OG_UNKNOWN, limit, OG_LOG_FIELD_MAX);
 	line_str(&l, "program", log_program != NULL ? log_program : "oncegate",
 	         limit, OG_LOG_FIELD_MAX);
 
@@ -746,6 +747,6 @@ log_level_name(enum log_level level)
 	int v = (int)level;
 
 	if (v < 0 || v >= LOG_NLEVELS)
-		return "unknown";
+		return OG_UNKNOWN;
 	return log_names[v];
 }

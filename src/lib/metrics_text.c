@@ -18,15 +18,12 @@
 #include <jansson.h>
 
 #include "caps.h"
+#include "deadletter.h"
 #include "ledger.h"
 #include "log.h"
 #include "metrics_int.h"
 #include "metrics_text.h"
 #include "outbox.h"
-
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "unknown"
-#endif
 
 /* Outcome classes of a send attempt (classify.h), always listed. */
 static const char *const attempt_classes[] = { "success", "transient", "permanent",
@@ -39,12 +36,11 @@ static const double wait_bounds[] = {
 };
 #define NBOUNDS (sizeof(wait_bounds) / sizeof(wait_bounds[0]))
 
-/* Dead-letter classes (dispatch.c), like the states of runs and effects
- * (their owners name them): always listed, zero when none, so a series
- * never disappears from a graph. */
-static const char *const letter_classes[] = { "permanent", "exhausted", "unknown" };
-/* Mirrors the CHECK on workflow_runs.decision. */
-static const char *const decisions[] = { "auto", "approve", "reject", "expired" };
+/* Dead-letter classes (deadletter.h), like the states of runs and effects
+ * and the runs' decisions (their owners name them): always listed, zero
+ * when none, so a series never disappears from a graph. */
+static const char *const letter_classes[] = { DEADLETTER_PERMANENT, DEADLETTER_EXHAUSTED,
+	                                      DEADLETTER_UNKNOWN };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -505,12 +501,15 @@ static int
 render(struct buf *b, const struct snapshot *s)
 {
 	static const char *const outcomes[] = { "claimed", "duplicate", "payload_mismatch" };
+	const char *decisions[RUN_DECISION_COUNT];
 	json_t *claims = json_object();
 	size_t i;
 	int rc = -1;
 
 	if (claims == NULL)
 		return -1;
+	for (i = 0; i < RUN_DECISION_COUNT; i++)
+		decisions[i] = ledger_decision_name((enum run_decision)i);
 	for (i = 0; i < NELEM(outcomes); i++)
 		json_object_set_new(claims, outcomes[i],
 		                    json_integer(member(s->counters, metrics_counter_names[i])));

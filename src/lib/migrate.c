@@ -212,7 +212,8 @@ migrate_run(struct db *db, const char *dir, bool dry, FILE *out, char *err, size
 	if (!present && dry) {
 		/* a database no migration ever touched: all of them pending */
 		for (i = 0; i < count; i++)
-			fprintf(out, "pending  %.*s\n", (int)(strlen(names[i]) - 4), names[i]);
+			fprintf(out, MIGRATE_PENDING "  %.*s\n", (int)(strlen(names[i]) - 4),
+			        names[i]);
 		done = (int)count;
 		goto out;
 	}
@@ -250,7 +251,7 @@ migrate_run(struct db *db, const char *dir, bool dry, FILE *out, char *err, size
 				goto fail;
 			}
 			if (dry)
-				fprintf(out, "applied  %s\n", version);
+				fprintf(out, MIGRATE_APPLIED "  %s\n", version);
 			PQclear(res);
 			res = NULL;
 			db_rollback(db);
@@ -259,7 +260,7 @@ migrate_run(struct db *db, const char *dir, bool dry, FILE *out, char *err, size
 		PQclear(res);
 		res = NULL;
 		if (dry) {
-			fprintf(out, "pending  %s\n", version);
+			fprintf(out, MIGRATE_PENDING "  %s\n", version);
 			db_rollback(db);
 			done++;
 			continue;
@@ -274,7 +275,7 @@ migrate_run(struct db *db, const char *dir, bool dry, FILE *out, char *err, size
 		}
 		PQclear(res);
 		res = NULL;
-		fprintf(out, "applied  %s\n", version);
+		fprintf(out, MIGRATE_APPLIED "  %s\n", version);
 		done++;
 	}
 	goto out;

@@ -10,6 +10,10 @@
 
 #include "db.h"
 
+/* A migration's state as the lines printed to out give it ("STATE  VERSION"). */
+#define MIGRATE_APPLIED "applied"
+#define MIGRATE_PENDING "pending"
+
 /* Applies what is missing; prints one line per applied migration to out.
  * Safe to run again and from two hosts at once (advisory lock). Returns the
  * number applied, or -1 with a message in err. */

@@ -29,6 +29,12 @@ struct page_set;   /* the parsed templates of a directory */
 struct page;       /* one page being filled (private; refers to its set) */
 struct page_scope; /* one repeated item, owned by its page */
 
+/* The pages, by the name of their template (NAME.xhtml). */
+#define PAGE_APPROVAL "approval"  /* an approval's card, to decide on */
+#define PAGE_DECIDED "decided"    /* a decision taken: the vote, what became of the effect */
+#define PAGE_NOTICE "notice"      /* a refusal or a message of one paragraph */
+#define PAGE_INBOX "inbox"        /* a person's waiting approvals */
+
 /* Loads dir/NAME.xhtml for NAME in approval, decided, notice, inbox. Each must be
  * well-formed XML with an XHTML <html> root, no script/style/on* content
  * and every slot the handlers fill; it is parsed with no network, no DTD

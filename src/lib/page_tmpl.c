@@ -64,10 +64,10 @@ struct page_template {
 };
 
 static const struct page_template page_templates[] = {
-	{ "approval", page_approval_slots },
-	{ "decided", page_decided_slots },
-	{ "notice", page_notice_slots },
-	{ "inbox", page_inbox_slots },
+	{ PAGE_APPROVAL, page_approval_slots },
+	{ PAGE_DECIDED, page_decided_slots },
+	{ PAGE_NOTICE, page_notice_slots },
+	{ PAGE_INBOX, page_inbox_slots },
 };
 
 _Static_assert(PAGE_NTEMPLATES == sizeof(page_templates) / sizeof(page_templates[0]),

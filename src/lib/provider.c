@@ -22,11 +22,6 @@
 #include "provider.h"
 #include "provider_int.h"
 
-/* configure defines it; a build outside autotools (the fuzzers) does not */
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "unknown"
-#endif
-
 /* Every target kind oncegate speaks: adding one is its file and its row. */
 static const struct provider *const providers[] = { &provider_http, &provider_smtp,
 	                                                  &provider_slack };

@@ -221,7 +221,8 @@ repair_reconcile(struct db *db, const char *effect, bool delivered, const char *
 	if (delivered && (rc = complete_run(db, who, out)) != OG_OK)
 		goto out;
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
-	if ((rc = resolve_letters(db, ids, delivered ? "delivered" : "not_delivered")) != OG_OK)
+	rc = resolve_letters(db, ids, delivered ? DEADLETTER_DELIVERED : DEADLETTER_NOT_DELIVERED);
+	if (rc != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:s, s:s*, s:s*}", "finding",
 	                    delivered ? "delivered" : "not_delivered", "state_from", out->from,
@@ -301,7 +302,7 @@ repair_resume_one(struct db *db, const char *effect, const char *expect,
 		goto out;
 	repair_copy(out->to, sizeof(out->to), outbox_state_name(EFFECT_PENDING));
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
-	if ((rc = resolve_letters(db, ids, "resumed")) != OG_OK)
+	if ((rc = resolve_letters(db, ids, DEADLETTER_RESUMED)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:s}", "state_from", out->from, "state_to",
 	                    outbox_state_name(EFFECT_PENDING), "provider_key", out->provider_key);
@@ -378,7 +379,7 @@ repair_reject_effect(struct db *db, const char *effect, const char *expect,
 	if (rc != OG_OK)
 		goto out;
 	snprintf(ids, sizeof(ids), "{%s}", out->effect_id);
-	if ((rc = resolve_letters(db, ids, "rejected")) != OG_OK)
+	if ((rc = resolve_letters(db, ids, DEADLETTER_REJECTED)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:s, s:s*}", "state_from", out->from, "state_to",
 	                    outbox_state_name(EFFECT_CANCELLED), "run_from", out->run_from, "run_to",
@@ -532,9 +533,11 @@ repair_reject_key(struct db *db, const char *client_name, const char *key,
 		rc = OG_ERROR;
 		goto out;
 	}
-	if ((rc = resolve_letters(db, ids, "rejected")) != OG_OK)
+	if ((rc = resolve_letters(db, ids, DEADLETTER_REJECTED)) != OG_OK)
 		goto out;
-	if (url != NULL && (rc = enqueue_callback(db, who, url, "rejected", run.round, out)) != OG_OK)
+	if (url != NULL && (rc = enqueue_callback(db, who, url,
+	                                          gate_outcome_name(GATE_OUTCOME_REJECTED),
+	                                          run.round, out)) != OG_OK)
 		goto out;
 	details = json_pack("{s:s, s:s, s:O, s:O, s:s*}", "run_from", out->run_from, "run_to",
 	                    ledger_state_name(RUN_FAILED_TERMINAL), "cancelled_effects", cancelled,
@@ -573,7 +576,8 @@ end_revoked(struct db *db, const struct repair_who *who, struct repair_out *out)
 		repair_copy(out->run_to, sizeof(out->run_to), ledger_state_name(RUN_FAILED_TERMINAL));
 		out->run_version = run.version;
 		if (url != NULL)
-			rc = enqueue_callback(db, who, url, "expired", run.round, out);
+			rc = enqueue_callback(db, who, url, gate_outcome_name(GATE_OUTCOME_EXPIRED),
+			                     run.round, out);
 	} else if (lrc != OG_LEASE_LOST) {
 		rc = lrc == OG_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
 	}
