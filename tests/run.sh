@@ -200,8 +200,9 @@ plain_build() {
 # Builds started with make check, whose suites mostly wait on the clock:
 # plain, the soak's two programs without sanitizers (plain_build), and
 # upgrade, the previous release the upgrade stage starts from
-# (tests/upgrade/run.sh --build). Each runs at the lowest CPU priority (it
-# takes what the suites leave idle), its output in STATE/bg-NAME.log and
+# (tests/upgrade/run.sh --build). Each runs at a low CPU priority (nice 15:
+# it takes what the suites leave idle, before the build lane at 19, since
+# the soak and the upgrade wait for it), its output in STATE/bg-NAME.log and
 # its exit status in STATE/bg-NAME.status. bg_build_wait NAME waits for one
 # from any lane (polling: a lane is not its parent) and gives its status;
 # one never started is built there and then. bg_builds_stop ends those
@@ -216,7 +217,7 @@ bg_build_run() {
 bg_build_start() {
 	rm -f "$STATE/bg-$1.status"
 	(
-		renice -n 19 -p "$BASHPID" >/dev/null
+		renice -n 15 -p "$BASHPID" >/dev/null
 		status=0
 		bg_build_run "$1" || status=$?
 		echo "$status" >"$STATE/bg-$1.status"
@@ -360,18 +361,21 @@ run_stages() {
 	# start)|its stages, in order. failover brings its own Patroni cluster
 	# and mostly waits (Patroni's loop, the standby's promotion), beside
 	# make check, whose suites mostly wait too; build: the CPU-bound stages
-	# that use no stack (a fuzzer, builds, npm, linters), beside the main
-	# lane's chaos scenarios; soak: on lane B's stack, idle after make
-	# check, its valgrind and native runs beside the main lane's stages;
+	# that use no stack (a fuzzer, builds, npm, linters), from the start at
+	# the lowest CPU priority (lane_nice), so they take what make check's
+	# suites and the main lane's chaos scenarios, waiting on clocks and
+	# sockets, leave idle, and delay neither; soak: on lane B's stack, idle
+	# after make check, its valgrind and native runs beside the main lane;
 	# upgrade: a database of its own on the test stack's PostgreSQL, after
 	# multihost (the last stage that stops it), its previous release built
 	# during make check.
 	local -a lanes=(
 		"failover||failover"
-		"build|make_check|openapi_lint owners fuzz n8n_node browser_tooling promtool install"
+		"build||openapi_lint owners fuzz n8n_node browser_tooling promtool install"
 		"soak|make_check|soak"
 		"upgrade|multihost|upgrade"
 	)
+	local -A lane_nice=([build]=19)
 	local row fn want lane stages joined=no
 	local -A lane_of=()
 	# Stages named on the command line (./dev test upgrade kill9): those
@@ -402,6 +406,7 @@ run_stages() {
 			[[ ${#sel[@]} -gt 0 ]] || continue
 			say "lane $l started beside the main lane: ${sel[*]} (its output follows when it ends)"
 			(
+				[[ -z ${lane_nice[$l]:-} ]] || renice -n "${lane_nice[$l]}" -p "$BASHPID" >/dev/null
 				for w in "${sel[@]}"; do stage_run "$w" "$l"; done
 			) >"$STATE/lane-$l.log" 2>&1 </dev/null 9>&- &
 			LANE_PID[$l]=$!
