@@ -699,18 +699,6 @@ static const char *const outcome_names[RUN_OUTCOME_COUNT] = {
 	"rejected", "cancelled", "expired", "invalid",
 };
 
-/* The index of word in names[n]; -1 for none. */
-static int
-word_index(const char *const *names, int n, const char *word)
-{
-	int i;
-
-	for (i = 0; word != NULL && i < n; i++)
-		if (strcmp(word, names[i]) == 0)
-			return i;
-	return -1;
-}
-
 const char *
 ledger_decision_name(enum run_decision d)
 {
@@ -720,7 +708,7 @@ ledger_decision_name(enum run_decision d)
 int
 ledger_decision_parse(const char *word)
 {
-	return word_index(decision_names, RUN_DECISION_COUNT, word);
+	return og_name_index(decision_names, RUN_DECISION_COUNT, word);
 }
 
 const char *
@@ -732,7 +720,7 @@ ledger_outcome_name(enum run_outcome o)
 int
 ledger_error_parse(const char *word)
 {
-	return word_index(error_names, RUN_ERROR_COUNT, word);
+	return og_name_index(error_names, RUN_ERROR_COUNT, word);
 }
 
 const char *
