@@ -251,18 +251,15 @@ jobs_stop() {
 # The responder and the dispatcher under valgrind for a minute of mixed
 # load (./dev soak for the 30-minute run). valgrind needs a build without
 # sanitizers: the two programs, built beside this one (bg_build_start
-# plain). It runs in a lane beside the main one, on lane B's stack (its
-# PostgreSQL, configuration and API key), which nothing uses once make
-# check is over; so the body is a subshell, whose environment is lane B's.
-# Reports its own failures (there are three kinds).
+# plain). It runs in the lane on lane B's stack (its PostgreSQL,
+# configuration and API key), which nothing else uses once make check is
+# over. Reports its own failures (there are three kinds).
 run_soak() (
 	local status=0
 	if ! bg_build_wait plain; then
 		say "the build without sanitizers for valgrind failed"
 		return 1
 	fi
-	# shellcheck source=/dev/null
-	. "$ONCEGATE_LANE_B_ENV"
 	export ONCEGATE_VG_FCGI=$DEV_DIR/build-test-plain/oncegate-fcgi \
 		ONCEGATE_VG_DISPATCH=$DEV_DIR/build-test-plain/oncegate-dispatch
 	bash "$ROOT/tests/soak/soak.sh" --seconds 60 || {
@@ -289,7 +286,7 @@ run_no_skips() {
 
 # The responders of both stacks ran under ASan/UBSan the whole time: leaks
 # are reported at exit, so stop them now and read their stderr (lane B's
-# stack served the soak after make check).
+# stack served the soak and the browser after make check).
 run_sanitizers() {
 	local status=0
 	lane_b_stop || status=1
@@ -362,20 +359,28 @@ run_stages() {
 	# and mostly waits (Patroni's loop, the standby's promotion), beside
 	# make check, whose suites mostly wait too; build: the CPU-bound stages
 	# that use no stack (a fuzzer, builds, npm, linters), from the start at
-	# the lowest CPU priority (lane_nice), so they take what make check's
+	# the lowest CPU priority (lane_setup), so they take what make check's
 	# suites and the main lane's chaos scenarios, waiting on clocks and
-	# sockets, leave idle, and delay neither; soak: on lane B's stack, idle
-	# after make check, its valgrind and native runs beside the main lane;
+	# sockets, leave idle, and delay neither; stack_b: lane B's stack, idle
+	# after make check, for the soak's valgrind and native runs and then
+	# the browser's two stages, beside the main lane's chaos scenarios;
 	# upgrade: a database of its own on the test stack's PostgreSQL, after
 	# multihost (the last stage that stops it), its previous release built
 	# during make check.
 	local -a lanes=(
 		"failover||failover"
 		"build||openapi_lint owners fuzz n8n_node browser_tooling promtool install"
-		"soak|make_check|soak"
+		"stack_b|make_check|soak browser browser_context"
 		"upgrade|multihost|upgrade"
 	)
-	local -A lane_nice=([build]=19)
+	# lane_setup NAME: what a lane's subshell does before its stages.
+	lane_setup() {
+		case $1 in
+		build) renice -n 19 -p "$BASHPID" >/dev/null ;;
+		# shellcheck source=/dev/null
+		stack_b) . "$ONCEGATE_LANE_B_ENV" ;;
+		esac
+	}
 	local row fn want lane stages joined=no
 	local -A lane_of=()
 	# Stages named on the command line (./dev test upgrade kill9): those
@@ -406,7 +411,7 @@ run_stages() {
 			[[ ${#sel[@]} -gt 0 ]] || continue
 			say "lane $l started beside the main lane: ${sel[*]} (its output follows when it ends)"
 			(
-				[[ -z ${lane_nice[$l]:-} ]] || renice -n "${lane_nice[$l]}" -p "$BASHPID" >/dev/null
+				lane_setup "$l"
 				for w in "${sel[@]}"; do stage_run "$w" "$l"; done
 			) >"$STATE/lane-$l.log" 2>&1 </dev/null 9>&- &
 			LANE_PID[$l]=$!
