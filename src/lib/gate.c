@@ -230,12 +230,7 @@ static const struct db_stmt st_pending = {
 	2, true,
 };
 
-const char *
-gate_state_name(enum approval_state s)
-{
-	return (unsigned)s < sizeof(state_names) / sizeof(state_names[0]) ? state_names[s]
-	                                                                  : "unknown";
-}
+OG_NAME_FN(gate_state_name, enum approval_state, state_names, "unknown");
 
 static const char *const decision_names[] = {
 	[GATE_APPROVE] = "approve",
@@ -243,21 +238,8 @@ static const char *const decision_names[] = {
 	[GATE_CHANGES_REQUESTED] = "changes_requested",
 };
 
-const char *
-gate_decision_name(enum gate_decision d)
-{
-	return (unsigned)d < sizeof(decision_names) / sizeof(decision_names[0]) ? decision_names[d]
-	                                                                        : NULL;
-}
-
-enum gate_decision
-gate_decision_parse(const char *word)
-{
-	int i = og_name_index(decision_names, (int)(sizeof(decision_names) / sizeof(decision_names[0])),
-	                      word);
-
-	return i >= 0 ? (enum gate_decision)i : GATE_DECISION_NONE;
-}
+OG_NAME_FN(gate_decision_name, enum gate_decision, decision_names, NULL);
+OG_PARSE_FN(gate_decision_parse, enum gate_decision, decision_names, GATE_DECISION_NONE);
 
 const char *
 gate_decision_label(enum gate_decision d)
@@ -269,11 +251,7 @@ static const char *const outcome_names[GATE_OUTCOME_COUNT] = {
 	"approved", "rejected", "changes_requested", "expired",
 };
 
-const char *
-gate_outcome_name(enum gate_outcome o)
-{
-	return (unsigned)o < GATE_OUTCOME_COUNT ? outcome_names[o] : "";
-}
+OG_NAME_FN(gate_outcome_name, enum gate_outcome, outcome_names, "");
 
 enum gate_outcome
 gate_outcome_of(enum gate_decision d)
@@ -283,13 +261,8 @@ gate_outcome_of(enum gate_decision d)
 	return d == GATE_CHANGES_REQUESTED ? GATE_OUTCOME_CHANGES_REQUESTED : GATE_OUTCOME_REJECTED;
 }
 
-static enum approval_state
-state_parse(const char *s)
-{
-	int i = og_name_index(state_names, (int)(sizeof(state_names) / sizeof(state_names[0])), s);
-
-	return i >= 0 ? (enum approval_state)i : APPROVAL_REVOKED; /* unknown: never usable */
-}
+/* A state the database has and this build does not know is never usable. */
+static OG_PARSE_FN(state_parse, enum approval_state, state_names, APPROVAL_REVOKED);
 
 /* A conflict of a challenge's statement is another decision that came
  * first. */

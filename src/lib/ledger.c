@@ -673,17 +673,8 @@ static const struct db_stmt st_purge = {
 	2, false,
 };
 
-const char *
-ledger_state_name(enum run_state s)
-{
-	return (unsigned)s < RUN_STATE_COUNT ? state_names[s] : "unknown";
-}
-
-int
-ledger_state_parse(const char *name)
-{
-	return og_name_index(state_names, RUN_STATE_COUNT, name);
-}
+OG_NAME_FN(ledger_state_name, enum run_state, state_names, "unknown");
+OG_PARSE_FN(ledger_state_parse, int, state_names, -1);
 
 static const char *const decision_names[RUN_DECISION_COUNT] = {
 	"auto", "approve", "reject", "expired",
@@ -699,35 +690,12 @@ static const char *const outcome_names[RUN_OUTCOME_COUNT] = {
 	"rejected", "cancelled", "expired", "invalid",
 };
 
-const char *
-ledger_decision_name(enum run_decision d)
-{
-	return (unsigned)d < RUN_DECISION_COUNT ? decision_names[d] : "";
-}
-
-int
-ledger_decision_parse(const char *word)
-{
-	return og_name_index(decision_names, RUN_DECISION_COUNT, word);
-}
-
-const char *
-ledger_outcome_name(enum run_outcome o)
-{
-	return outcome_names[(unsigned)o < RUN_OUTCOME_COUNT ? o : RUN_OUTCOME_UNKNOWN];
-}
-
-int
-ledger_error_parse(const char *word)
-{
-	return og_name_index(error_names, RUN_ERROR_COUNT, word);
-}
-
-const char *
-ledger_error_name(enum run_error e)
-{
-	return (unsigned)e < RUN_ERROR_COUNT ? error_names[e] : "";
-}
+OG_NAME_FN(ledger_decision_name, enum run_decision, decision_names, "");
+OG_PARSE_FN(ledger_decision_parse, int, decision_names, -1);
+OG_NAME_FN(ledger_outcome_name, enum run_outcome, outcome_names,
+           outcome_names[RUN_OUTCOME_UNKNOWN]);
+OG_NAME_FN(ledger_error_name, enum run_error, error_names, "");
+OG_PARSE_FN(ledger_error_parse, int, error_names, -1);
 
 bool
 ledger_uuid_valid(const char *s)

@@ -32,17 +32,8 @@ static const char *const state_names[EFFECT_STATE_COUNT] = {
 	"pending", "sending", "completed", "unknown", "failed", "cancelled",
 };
 
-const char *
-outbox_state_name(enum effect_state s)
-{
-	return (unsigned)s < EFFECT_STATE_COUNT ? state_names[s] : "";
-}
-
-int
-outbox_state_parse(const char *name)
-{
-	return og_name_index(state_names, EFFECT_STATE_COUNT, name);
-}
+OG_NAME_FN(outbox_state_name, enum effect_state, state_names, "");
+OG_PARSE_FN(outbox_state_parse, int, state_names, -1);
 
 static const struct db_stmt st_enqueue = {
 	"outbox_enqueue",
