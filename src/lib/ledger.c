@@ -1806,38 +1806,28 @@ static const struct db_stmt st_list_runs = {
 	7, true,
 };
 
+static json_t *
+run_json(const PGresult *res, int i, void *arg)
+{
+	static const char *const opt[] = { "contract", "decision", "decided_by" };
+	json_t *r = json_pack("{s:s, s:s, s:s, s:s, s:I}", "key", db_get(res, i, "key"),
+	                      "state", db_get(res, i, "state"), "created_at",
+	                      db_get(res, i, "created_at"), "updated_at",
+	                      db_get(res, i, "updated_at"), "at_us",
+	                      (json_int_t)db_get_ll(res, i, "at_us"));
+	size_t k;
+
+	for (k = 0; r != NULL && k < sizeof(opt) / sizeof(opt[0]); k++)
+		if (db_get(res, i, opt[k]) != NULL)
+			json_object_set_new(r, opt[k], json_string(db_get(res, i, opt[k])));
+	return r;
+}
+
 enum og_rc
 ledger_list(struct db *db, const struct og_list_query *q, json_t **out)
 {
 	struct og_list_params lp;
-	PGresult *res;
-	enum db_rc rc;
-	json_t *list;
-	int i;
 
-	*out = NULL;
 	og_list_params(q, &lp);
-	if ((rc = db_exec(db, &st_list_runs, lp.p, &res)) != DB_OK)
-		return og_rc_of(rc);
-	list = json_array();
-	for (i = 0; list != NULL && i < PQntuples(res); i++) {
-		json_t *r = json_pack("{s:s, s:s, s:s, s:s, s:I}", "key", db_get(res, i, "key"),
-		                      "state", db_get(res, i, "state"), "created_at",
-		                      db_get(res, i, "created_at"), "updated_at",
-		                      db_get(res, i, "updated_at"), "at_us",
-		                      (json_int_t)db_get_ll(res, i, "at_us"));
-
-		if (r == NULL)
-			continue;
-		if (db_get(res, i, "contract") != NULL)
-			json_object_set_new(r, "contract", json_string(db_get(res, i, "contract")));
-		if (db_get(res, i, "decision") != NULL)
-			json_object_set_new(r, "decision", json_string(db_get(res, i, "decision")));
-		if (db_get(res, i, "decided_by") != NULL)
-			json_object_set_new(r, "decided_by", json_string(db_get(res, i, "decided_by")));
-		json_array_append_new(list, r);
-	}
-	PQclear(res);
-	*out = list;
-	return list != NULL ? OG_OK : OG_ERROR;
+	return og_rc_of(db_json_rows(db, &st_list_runs, lp.p, run_json, NULL, out));
 }
