@@ -531,6 +531,16 @@ db_ping(struct db *db)
 }
 
 enum db_rc
+db_exec_void(struct db *db, const struct db_stmt *stmt, const char *const *params)
+{
+	PGresult *res = NULL;
+	enum db_rc rc = db_exec(db, stmt, params, &res);
+
+	PQclear(res);
+	return rc;
+}
+
+enum db_rc
 db_exec_count(struct db *db, const struct db_stmt *stmt, const char *const *params,
               long long *n)
 {

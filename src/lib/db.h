@@ -55,6 +55,10 @@ enum db_rc db_exec(struct db *db, const struct db_stmt *stmt,
 	__attribute__((warn_unused_result));
 /* Does the database answer? One trivial statement (the health check). */
 enum db_rc db_ping(struct db *db) __attribute__((warn_unused_result));
+/* Runs a prepared statement for what it does: the rows it returns, if
+ * any, are dropped. */
+enum db_rc db_exec_void(struct db *db, const struct db_stmt *stmt, const char *const *params)
+	__attribute__((warn_unused_result));
 /* Runs a prepared statement for the rows it returns (or changed, with
  * RETURNING); *n is how many. */
 enum db_rc db_exec_count(struct db *db, const struct db_stmt *stmt,

@@ -901,7 +901,6 @@ outbox_renew_batch(struct db *db, const struct outbox_batch *b, int from, const 
 	const char **ids;
 	char *list, lease[16];
 	const char *p[3];
-	PGresult *res = NULL;
 	enum db_rc rc;
 	int i;
 
@@ -919,8 +918,7 @@ outbox_renew_batch(struct db *db, const struct outbox_batch *b, int from, const 
 	p[0] = list;
 	p[1] = owner;
 	p[2] = lease;
-	rc = db_exec(db, &st_renew_batch, p, &res);
-	PQclear(res);
+	rc = db_exec_void(db, &st_renew_batch, p);
 	free(list);
 	return og_rc_of(rc);
 }
