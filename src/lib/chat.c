@@ -82,11 +82,8 @@ chat_reply_queue(struct db *db, const char *chat, const char *target, const char
                  const char *url, const char *body)
 {
 	const char *p[5] = { chat, target, approval_id, url, body };
-	PGresult *res = NULL;
-	enum og_rc rc = og_rc_of(db_exec(db, &st_reply_queue, p, &res));
 
-	PQclear(res);
-	return rc;
+	return og_rc_of(db_exec_void(db, &st_reply_queue, p));
 }
 
 enum og_rc
@@ -143,12 +140,8 @@ chat_reply_settle(struct db *db, const char *id, bool sent, bool retry, int retr
 	char secs[16], st[16];
 	const char *p[6] = { id, sent ? "true" : "false", retry ? "true" : "false", secs,
 		             status > 0 ? st : NULL, error };
-	PGresult *res = NULL;
-	enum og_rc rc;
 
 	snprintf(secs, sizeof(secs), "%d", retry_s);
 	snprintf(st, sizeof(st), "%d", status);
-	rc = og_rc_of(db_exec(db, &st_reply_settle, p, &res));
-	PQclear(res);
-	return rc;
+	return og_rc_of(db_exec_void(db, &st_reply_settle, p));
 }

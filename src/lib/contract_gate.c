@@ -36,13 +36,17 @@ static const char *const mode_names[] = {
 	[GATE_APPROVE_BY_EXCEPTION] = "approve_by_exception",
 };
 
+static OG_PARSE_FN(op_parse, int, op_names, -1);
+static OG_PARSE_FN(mode_parse, int, mode_names, -1);
+
 static bool
 compile_rule(struct jload *ld, struct contract *c, const json_t *j, struct rule *r)
 {
 	json_t *path = json_object_get(j, "path"), *op = json_object_get(j, "op");
 	char seg[OG_CONTRACT_POINTER_MAX + 1] = "";
 	const char *p, *full;
-	size_t k, n;
+	size_t n;
+	int i;
 
 	if (!json_is_object(j))
 		return jload_fail(ld, "a rule must be an object {\"path\", \"op\", \"value\"}");
@@ -75,33 +79,30 @@ compile_rule(struct jload *ld, struct contract *c, const json_t *j, struct rule 
 
 	if (op == NULL || !json_is_string(op))
 		return jload_fail_at(ld, "op", "must be a string (required)");
-	for (k = 0; k < sizeof(op_names) / sizeof(op_names[0]); k++)
-		if (strcmp(json_string_value(op), op_names[k]) == 0)
-			break;
-	if (k == sizeof(op_names) / sizeof(op_names[0]))
+	if ((i = op_parse(json_string_value(op))) < 0)
 		return jload_fail_at(ld, "op", "unknown op (expected eq, ne, in, not_in, lt, "
 		                "le, gt, ge or exists)");
-	r->op = (enum rule_op)k;
+	r->op = (enum rule_op)i;
 	r->value = json_object_get(j, "value");
 
 	switch (r->op) {
 	case OP_EQ:
 	case OP_NE:
 		if (r->value == NULL)
-			return jload_fail_at(ld, "value", "missing (required for %s)", op_names[k]);
+			return jload_fail_at(ld, "value", "missing (required for %s)", op_names[r->op]);
 		break;
 	case OP_IN:
 	case OP_NOT_IN:
 		if (!json_is_array(r->value) || json_array_size(r->value) == 0)
 			return jload_fail_at(ld, "value", "must be a non-empty array for %s",
-			                op_names[k]);
+			                op_names[r->op]);
 		break;
 	case OP_LT:
 	case OP_LE:
 	case OP_GT:
 	case OP_GE:
 		if (!json_is_number(r->value))
-			return jload_fail_at(ld, "value", "must be a number for %s", op_names[k]);
+			return jload_fail_at(ld, "value", "must be a number for %s", op_names[r->op]);
 		break;
 	case OP_EXISTS:
 		if (r->value != NULL && !json_is_boolean(r->value))
@@ -421,7 +422,7 @@ contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate)
 	};
 	json_t *v;
 	struct jptr_mark m;
-	size_t i, k;
+	size_t i;
 
 	if (!json_is_object(gate))
 		return jload_fail(ld, "must be an object");
@@ -430,13 +431,12 @@ contract_gate_load(struct jload *ld, struct contract *c, const json_t *gate)
 
 	c->gate.mode = GATE_APPROVE_BEFORE_ACT;
 	if ((v = json_object_get(gate, "mode")) != NULL) {
-		for (k = 0; k < sizeof(mode_names) / sizeof(mode_names[0]); k++)
-			if (json_is_string(v) && strcmp(json_string_value(v), mode_names[k]) == 0)
-				break;
-		if (k == sizeof(mode_names) / sizeof(mode_names[0]))
+		int mode = mode_parse(json_string_value(v));
+
+		if (mode < 0)
 			return jload_fail_at(ld, "mode", "must be \"approve_before_act\", "
 			                "\"act_with_window\" or \"approve_by_exception\"");
-		c->gate.mode = (enum gate_mode)k;
+		c->gate.mode = (enum gate_mode)mode;
 	}
 
 	/* Settings of another mode are refused rather than ignored: someone who
@@ -508,13 +508,7 @@ contract_gate(const struct contract *c)
 	return &c->gate;
 }
 
-const char *
-contract_gate_mode_name(enum gate_mode mode)
-{
-	if ((unsigned)mode < sizeof(mode_names) / sizeof(mode_names[0]))
-		return mode_names[mode];
-	return OG_UNKNOWN;
-}
+OG_NAME_FN(contract_gate_mode_name, enum gate_mode, mode_names, OG_UNKNOWN);
 
 int
 contract_repair_attempts(const struct contract *c)

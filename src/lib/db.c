@@ -531,6 +531,16 @@ db_ping(struct db *db)
 }
 
 enum db_rc
+db_exec_void(struct db *db, const struct db_stmt *stmt, const char *const *params)
+{
+	PGresult *res = NULL;
+	enum db_rc rc = db_exec(db, stmt, params, &res);
+
+	PQclear(res);
+	return rc;
+}
+
+enum db_rc
 db_exec_count(struct db *db, const struct db_stmt *stmt, const char *const *params,
               long long *n)
 {
@@ -655,6 +665,14 @@ db_get_ll(const PGresult *res, int row, const char *col)
 	const char *v = db_get(res, row, col);
 
 	return v != NULL ? strtoll(v, NULL, 10) : 0;
+}
+
+bool
+db_get_bool(const PGresult *res, int row, const char *col)
+{
+	const char *v = db_get(res, row, col);
+
+	return v != NULL && v[0] == 't';
 }
 
 /* Frees what db_row_get made of col in the struct at out (a string, a
@@ -802,20 +820,54 @@ og_exec_key(struct db *db, const struct db_stmt *stmt, long long client_id, cons
 	return og_rc_of(db_exec(db, stmt, call.params, rows));
 }
 
+static json_t *
+id_of(const PGresult *res, int i, void *arg)
+{
+	return json_string(db_get(res, i, "id"));
+}
+
 enum og_rc
 og_exec_key_ids(struct db *db, const struct db_stmt *stmt, long long client_id, const char *key,
                 json_t **ids)
 {
 	PGresult *res = NULL;
 	enum og_rc rc;
-	int i;
 
 	*ids = NULL;
 	if ((rc = og_exec_key(db, stmt, client_id, key, &res)) != OG_OK)
 		return rc;
-	*ids = json_array();
-	for (i = 0; *ids != NULL && i < PQntuples(res); i++)
-		json_array_append_new(*ids, json_string(db_get(res, i, "id")));
+	*ids = db_json_array(res, id_of, NULL);
 	PQclear(res);
 	return *ids != NULL ? OG_OK : OG_ERROR;
+}
+
+json_t *
+db_json_array(const PGresult *res, db_json_row *row, void *arg)
+{
+	json_t *list = json_array();
+	int i;
+
+	for (i = 0; list != NULL && i < PQntuples(res); i++) {
+		json_t *v = row(res, i, arg);
+
+		if (v != NULL && json_array_append_new(list, v) != 0) {
+			json_decref(list);
+			list = NULL;
+		}
+	}
+	return list;
+}
+
+enum db_rc
+db_json_rows(struct db *db, const struct db_stmt *stmt, const char *const *params,
+             db_json_row *row, void *arg, json_t **out)
+{
+	PGresult *res = NULL;
+	enum db_rc rc = db_exec(db, stmt, params, &res);
+
+	*out = NULL;
+	if (rc == DB_OK && (*out = db_json_array(res, row, arg)) == NULL)
+		rc = DB_ERROR;
+	PQclear(res);
+	return rc;
 }

@@ -55,6 +55,10 @@ enum db_rc db_exec(struct db *db, const struct db_stmt *stmt,
 	__attribute__((warn_unused_result));
 /* Does the database answer? One trivial statement (the health check). */
 enum db_rc db_ping(struct db *db) __attribute__((warn_unused_result));
+/* Runs a prepared statement for what it does: the rows it returns, if
+ * any, are dropped. */
+enum db_rc db_exec_void(struct db *db, const struct db_stmt *stmt, const char *const *params)
+	__attribute__((warn_unused_result));
 /* Runs a prepared statement for the rows it returns (or changed, with
  * RETURNING); *n is how many. */
 enum db_rc db_exec_count(struct db *db, const struct db_stmt *stmt,
@@ -107,6 +111,8 @@ PGconn *db_conn(struct db *db);
 /* Field access helpers: NULL for SQL NULL. */
 const char *db_get(const PGresult *res, int row, const char *col);
 long long db_get_ll(const PGresult *res, int row, const char *col);
+/* A boolean column: true for 't', false for 'f' and NULL. */
+bool db_get_bool(const PGresult *res, int row, const char *col);
 
 /* Rows as typed structs: an owner names, in a table, the column behind
  * each field of its struct; a use case then reads the struct, never the
@@ -173,6 +179,18 @@ void og_key_call(struct og_key_call *k, const struct db_stmt *stmt, long long cl
  * their "id" column. */
 enum og_rc og_exec_key_ids(struct db *db, const struct db_stmt *stmt, long long client_id,
                            const char *key, json_t **ids) __attribute__((warn_unused_result));
+
+/* An owner's rows as JSON, each row's value made by row(res, i, arg); a
+ * row it makes nothing of (NULL) is left out. db_json_array: the rows of
+ * res as a new array, NULL when out of memory. db_json_rows: runs stmt and
+ * gives its rows so in *out (NULL unless DB_OK); the statement's failure,
+ * or DB_ERROR when out of memory, for the owner to translate as its other
+ * reads. */
+typedef json_t *db_json_row(const PGresult *res, int i, void *arg);
+json_t *db_json_array(const PGresult *res, db_json_row *row, void *arg);
+enum db_rc db_json_rows(struct db *db, const struct db_stmt *stmt, const char *const *params,
+                        db_json_row *row, void *arg, json_t **out)
+	__attribute__((warn_unused_result));
 
 /* An owner's DB_LIST of struct list read by its column table cols:
  * DB_LIST_CLEAR defines clear(l), which frees the rows and empties l;

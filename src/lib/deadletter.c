@@ -267,11 +267,8 @@ enum db_rc
 deadletter_resolve(struct db *db, const char *ids, const char *resolution)
 {
 	const char *p[2] = { ids, resolution };
-	PGresult *res = NULL;
-	enum db_rc rc = db_exec(db, &st_resolve, p, &res);
 
-	PQclear(res);
-	return rc;
+	return db_exec_void(db, &st_resolve, p);
 }
 
 enum og_rc

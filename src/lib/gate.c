@@ -230,12 +230,7 @@ static const struct db_stmt st_pending = {
 	2, true,
 };
 
-const char *
-gate_state_name(enum approval_state s)
-{
-	return (unsigned)s < sizeof(state_names) / sizeof(state_names[0]) ? state_names[s]
-	                                                                  : "unknown";
-}
+OG_NAME_FN(gate_state_name, enum approval_state, state_names, "unknown");
 
 static const char *const decision_names[] = {
 	[GATE_APPROVE] = "approve",
@@ -243,21 +238,8 @@ static const char *const decision_names[] = {
 	[GATE_CHANGES_REQUESTED] = "changes_requested",
 };
 
-const char *
-gate_decision_name(enum gate_decision d)
-{
-	return (unsigned)d < sizeof(decision_names) / sizeof(decision_names[0]) ? decision_names[d]
-	                                                                        : NULL;
-}
-
-enum gate_decision
-gate_decision_parse(const char *word)
-{
-	int i = og_name_index(decision_names, (int)(sizeof(decision_names) / sizeof(decision_names[0])),
-	                      word);
-
-	return i >= 0 ? (enum gate_decision)i : GATE_DECISION_NONE;
-}
+OG_NAME_FN(gate_decision_name, enum gate_decision, decision_names, NULL);
+OG_PARSE_FN(gate_decision_parse, enum gate_decision, decision_names, GATE_DECISION_NONE);
 
 const char *
 gate_decision_label(enum gate_decision d)
@@ -269,11 +251,7 @@ static const char *const outcome_names[GATE_OUTCOME_COUNT] = {
 	"approved", "rejected", "changes_requested", "expired",
 };
 
-const char *
-gate_outcome_name(enum gate_outcome o)
-{
-	return (unsigned)o < GATE_OUTCOME_COUNT ? outcome_names[o] : "";
-}
+OG_NAME_FN(gate_outcome_name, enum gate_outcome, outcome_names, "");
 
 enum gate_outcome
 gate_outcome_of(enum gate_decision d)
@@ -283,13 +261,8 @@ gate_outcome_of(enum gate_decision d)
 	return d == GATE_CHANGES_REQUESTED ? GATE_OUTCOME_CHANGES_REQUESTED : GATE_OUTCOME_REJECTED;
 }
 
-static enum approval_state
-state_parse(const char *s)
-{
-	int i = og_name_index(state_names, (int)(sizeof(state_names) / sizeof(state_names[0])), s);
-
-	return i >= 0 ? (enum approval_state)i : APPROVAL_REVOKED; /* unknown: never usable */
-}
+/* A state the database has and this build does not know is never usable. */
+static OG_PARSE_FN(state_parse, enum approval_state, state_names, APPROVAL_REVOKED);
 
 /* A conflict of a challenge's statement is another decision that came
  * first. */
@@ -440,6 +413,14 @@ set_opt(json_t *o, const char *name, const PGresult *res, int row)
 		json_object_set_new(o, name, json_string(v));
 }
 
+/* set_opt of each of names (NULL-terminated). */
+static void
+set_opts(json_t *o, const char *const *names, const PGresult *res, int row)
+{
+	for (; o != NULL && *names != NULL; names++)
+		set_opt(o, *names, res, row);
+}
+
 void
 gate_vote_call(struct gate_vote_call *g, const unsigned char token_hash[32],
                const char *decision, const char *subject, const char *reason,
@@ -491,41 +472,39 @@ gate_votes_call(struct og_key_call *k, long long client_id, const char *key,
 	og_key_call(k, &st_votes, client_id, key, call);
 }
 
+/* A vote as JSON; the quorum the run needs, where the row says, into
+ * *needed. */
+static json_t *
+vote_json(const PGresult *res, int i, void *needed)
+{
+	json_t *v = json_object();
+
+	json_object_set_new(v, "approval_id", json_string(db_get(res, i, "approval_id")));
+	json_object_set_new(v, "subject", json_string(db_get(res, i, "subject")));
+	json_object_set_new(v, "decision", json_string(db_get(res, i, "decision")));
+	json_object_set_new(v, "at", json_string(db_get(res, i, "at")));
+	set_opt(v, "reason", res, i);
+	set_opt(v, "output_hash", res, i);
+	set_opt(v, "via", res, i);
+	set_opt(v, "via_chat", res, i);
+	json_object_set_new(v, "edited", json_boolean(db_get_bool(res, i, "edited")));
+	json_object_set_new(v, "final", json_boolean(db_get_bool(res, i, "final")));
+	json_object_set_new(v, "round", json_integer(db_get_ll(res, i, "round")));
+	if (db_get(res, i, "needed") != NULL)
+		*(int *)needed = (int)db_get_ll(res, i, "needed");
+	return v;
+}
+
 enum og_rc
 gate_votes_read(const struct db_call *call, json_t **out, int *needed)
 {
-	const PGresult *res = call->res;
-	json_t *list;
-	int i;
-
-	*out = NULL;
 	*needed = 1;
-	if (call->rc != DB_OK)
+	if (call->rc != DB_OK) {
+		*out = NULL;
 		return og_rc_of(call->rc);
-	list = json_array();
-	for (i = 0; list != NULL && i < PQntuples(res); i++) {
-		json_t *v = json_object();
-		const char *b;
-
-		json_object_set_new(v, "approval_id", json_string(db_get(res, i, "approval_id")));
-		json_object_set_new(v, "subject", json_string(db_get(res, i, "subject")));
-		json_object_set_new(v, "decision", json_string(db_get(res, i, "decision")));
-		json_object_set_new(v, "at", json_string(db_get(res, i, "at")));
-		set_opt(v, "reason", res, i);
-		set_opt(v, "output_hash", res, i);
-		set_opt(v, "via", res, i);
-		set_opt(v, "via_chat", res, i);
-		b = db_get(res, i, "edited");
-		json_object_set_new(v, "edited", json_boolean(b != NULL && b[0] == 't'));
-		b = db_get(res, i, "final");
-		json_object_set_new(v, "final", json_boolean(b != NULL && b[0] == 't'));
-		json_object_set_new(v, "round", json_integer(db_get_ll(res, i, "round")));
-		json_array_append_new(list, v);
-		if (db_get(res, i, "needed") != NULL)
-			*needed = (int)db_get_ll(res, i, "needed");
 	}
-	*out = list;
-	return list != NULL ? OG_OK : OG_ERROR;
+	*out = db_json_array(call->res, vote_json, needed);
+	return *out != NULL ? OG_OK : OG_ERROR;
 }
 
 enum og_rc
@@ -542,41 +521,29 @@ gate_votes(struct db *db, long long client_id, const char *key, json_t **out, in
 	return rc;
 }
 
+static json_t *
+challenge_json(const PGresult *res, int i, void *arg)
+{
+	static const char *const opt[] = { "approver", "state", "created_at", "expires_at",
+		                           "consumed_at", "decision", "approver_subject",
+		                           "reason", NULL };
+	json_t *a = json_object();
+
+	json_object_set_new(a, "approval_id", json_string(db_get(res, i, "id")));
+	set_opts(a, opt, res, i);
+	json_object_set_new(a, "min_approvals", json_integer(db_get_ll(res, i, "min_approvals")));
+	json_object_set_new(a, "round", json_integer(db_get_ll(res, i, "round")));
+	return a;
+}
+
 enum og_rc
 gate_list(struct db *db, long long client_id, const char *key, json_t **out)
 {
-	char client[24];
-	const char *params[2] = { client, key };
-	PGresult *res;
-	enum db_rc rc;
-	json_t *list;
-	int i;
+	struct og_key_call k;
+	struct db_call call;
 
-	*out = NULL;
-	snprintf(client, sizeof(client), "%lld", client_id);
-	if ((rc = db_exec(db, &st_list, params, &res)) != DB_OK)
-		return gate_rc_of(rc);
-	list = json_array();
-	for (i = 0; i < PQntuples(res); i++) {
-		json_t *a = json_object();
-
-		json_object_set_new(a, "approval_id", json_string(db_get(res, i, "id")));
-		set_opt(a, "approver", res, i);
-		set_opt(a, "state", res, i);
-		set_opt(a, "created_at", res, i);
-		set_opt(a, "expires_at", res, i);
-		set_opt(a, "consumed_at", res, i);
-		set_opt(a, "decision", res, i);
-		set_opt(a, "approver_subject", res, i);
-		set_opt(a, "reason", res, i);
-		json_object_set_new(a, "min_approvals",
-		                    json_integer(db_get_ll(res, i, "min_approvals")));
-		json_object_set_new(a, "round", json_integer(db_get_ll(res, i, "round")));
-		json_array_append_new(list, a);
-	}
-	PQclear(res);
-	*out = list;
-	return OG_OK;
+	og_key_call(&k, &st_list, client_id, key, &call);
+	return gate_rc_of(db_json_rows(db, call.stmt, call.params, challenge_json, NULL, out));
 }
 
 /* The challenges of the purged runs (ledger_purge) lose the effect they
@@ -644,48 +611,39 @@ static const struct db_stmt st_find_id = {
 	1, true,
 };
 
+static json_t *
+inbox_json(const PGresult *res, int i, void *arg)
+{
+	static const char *const effect_opt[] = { "effect_type", "effect_target",
+		                                  "effect_subject", "context_subject",
+		                                  "context_customer", NULL };
+	json_t *a = json_object();
+
+	json_object_set_new(a, "approval_id", json_string(db_get(res, i, "id")));
+	json_object_set_new(a, "client_id", json_integer(db_get_ll(res, i, "client_id")));
+	set_opt(a, "client", res, i);
+	json_object_set_new(a, "key", json_string(db_get(res, i, "idempotency_key")));
+	set_opt(a, "approver", res, i);
+	set_opt(a, "requested_by", res, i);
+	json_object_set_new(a, "separation_of_duties",
+	                    json_boolean(db_get_bool(res, i, "separation_of_duties")));
+	json_object_set_new(a, "created_at", json_string(db_get(res, i, "created_ts")));
+	json_object_set_new(a, "expires_at", json_string(db_get(res, i, "expires_ts")));
+	json_object_set_new(a, "age_seconds", json_integer(db_get_ll(res, i, "age_s")));
+	json_object_set_new(a, "seconds_left", json_integer(db_get_ll(res, i, "left_s")));
+	set_opts(a, effect_opt, res, i);
+	return a;
+}
+
 enum og_rc
 gate_inbox(struct db *db, const char *subject, const char *groups, char sep, int limit,
            json_t **out)
 {
 	char lim[16], sp[2] = { sep, '\0' };
 	const char *params[4] = { subject, sep != '\0' ? groups : NULL, sp, lim };
-	PGresult *res;
-	enum db_rc rc;
-	json_t *list;
-	int i;
 
-	*out = NULL;
 	snprintf(lim, sizeof(lim), "%d", limit);
-	rc = db_exec(db, &st_inbox, params, &res);
-	if (rc != DB_OK)
-		return gate_rc_of(rc);
-	list = json_array();
-	for (i = 0; list != NULL && i < PQntuples(res); i++) {
-		json_t *a = json_object();
-		const char *sod = db_get(res, i, "separation_of_duties");
-
-		json_object_set_new(a, "approval_id", json_string(db_get(res, i, "id")));
-		json_object_set_new(a, "client_id", json_integer(db_get_ll(res, i, "client_id")));
-		set_opt(a, "client", res, i);
-		json_object_set_new(a, "key", json_string(db_get(res, i, "idempotency_key")));
-		set_opt(a, "approver", res, i);
-		set_opt(a, "requested_by", res, i);
-		json_object_set_new(a, "separation_of_duties", json_boolean(sod && sod[0] == 't'));
-		json_object_set_new(a, "created_at", json_string(db_get(res, i, "created_ts")));
-		json_object_set_new(a, "expires_at", json_string(db_get(res, i, "expires_ts")));
-		json_object_set_new(a, "age_seconds", json_integer(db_get_ll(res, i, "age_s")));
-		json_object_set_new(a, "seconds_left", json_integer(db_get_ll(res, i, "left_s")));
-		set_opt(a, "effect_type", res, i);
-		set_opt(a, "effect_target", res, i);
-		set_opt(a, "effect_subject", res, i);
-		set_opt(a, "context_subject", res, i);
-		set_opt(a, "context_customer", res, i);
-		json_array_append_new(list, a);
-	}
-	PQclear(res);
-	*out = list;
-	return list != NULL ? OG_OK : OG_ERROR;
+	return gate_rc_of(db_json_rows(db, &st_inbox, params, inbox_json, NULL, out));
 }
 
 enum og_rc
@@ -839,42 +797,34 @@ gate_revoke(struct db *db, const char *id, int *left_pending)
 	return OG_OK;
 }
 
+static json_t *
+pending_json(const PGresult *res, int i, void *arg)
+{
+	const char *contract = db_get(res, i, "contract");
+	const char *client = db_get(res, i, "client");
+
+	return json_pack("{s:s, s:o, s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:s, s:o}",
+	                 "approval_id", db_get(res, i, "id"),
+	                 "client", client != NULL ? json_string(client) : json_null(),
+	                 "key", db_get(res, i, "idempotency_key"),
+	                 "approver", db_get(res, i, "approver"),
+	                 "state", db_get(res, i, "state"),
+	                 "created_at", db_get(res, i, "created_at"),
+	                 "waiting_seconds", (json_int_t)db_get_ll(res, i, "waiting_seconds"),
+	                 "expires_at", db_get(res, i, "expires_at"),
+	                 "expires_in_seconds", (json_int_t)db_get_ll(res, i, "expires_in_seconds"),
+	                 "run_state", db_get(res, i, "run_state"),
+	                 "contract", contract != NULL ? json_string(contract) : json_null());
+}
+
 enum og_rc
 gate_challenges(struct db *db, bool pending_only, int limit, json_t **out)
 {
 	char lim[16];
 	const char *p[2] = { lim, pending_only ? "true" : "false" };
-	PGresult *res = NULL;
-	enum db_rc rc;
-	json_t *list;
-	int i;
 
-	*out = NULL;
 	snprintf(lim, sizeof(lim), "%d", limit);
-	if ((rc = db_exec(db, &st_pending, p, &res)) != DB_OK)
-		return og_rc_of(rc);
-	list = json_array();
-	for (i = 0; i < PQntuples(res); i++) {
-		const char *contract = db_get(res, i, "contract");
-		const char *client = db_get(res, i, "client");
-
-		json_array_append_new(list, json_pack(
-			"{s:s, s:o, s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:s, s:o}",
-			"approval_id", db_get(res, i, "id"),
-			"client", client != NULL ? json_string(client) : json_null(),
-			"key", db_get(res, i, "idempotency_key"),
-			"approver", db_get(res, i, "approver"),
-			"state", db_get(res, i, "state"),
-			"created_at", db_get(res, i, "created_at"),
-			"waiting_seconds", (json_int_t)db_get_ll(res, i, "waiting_seconds"),
-			"expires_at", db_get(res, i, "expires_at"),
-			"expires_in_seconds", (json_int_t)db_get_ll(res, i, "expires_in_seconds"),
-			"run_state", db_get(res, i, "run_state"),
-			"contract", contract != NULL ? json_string(contract) : json_null()));
-	}
-	PQclear(res);
-	*out = list;
-	return OG_OK;
+	return og_rc_of(db_json_rows(db, &st_pending, p, pending_json, NULL, out));
 }
 
 enum db_rc
@@ -1043,41 +993,39 @@ out:
 	return rc;
 }
 
-enum og_rc
-gate_mint(struct db *db, const char *id, const unsigned char token_hash[32])
+/* stmt with a token's hash (hex) as its last parameter, after id when
+ * there is one: OG_OK when it returned one row, none when not. The hex is
+ * wiped after. */
+static enum og_rc
+token_exec(struct db *db, const struct db_stmt *stmt, const char *id,
+           const unsigned char token_hash[32], enum og_rc none)
 {
 	char hex[DIGEST_HEX_LEN];
-	const char *p[2] = { id, hex };
+	const char *p[2] = { id != NULL ? id : hex, hex };
 	PGresult *res = NULL;
 	enum og_rc rc = OG_OK;
 	enum db_rc drc;
 
 	digest_hex(token_hash, 32, hex);
-	if ((drc = db_exec(db, &st_mint, p, &res)) != DB_OK)
+	if ((drc = db_exec(db, stmt, p, &res)) != DB_OK)
 		rc = gate_rc_of(drc);
 	else if (PQntuples(res) != 1)
-		rc = OG_NOT_PENDING;
+		rc = none;
 	PQclear(res);
 	digest_wipe(hex, sizeof(hex));
 	return rc;
 }
 
 enum og_rc
+gate_mint(struct db *db, const char *id, const unsigned char token_hash[32])
+{
+	return token_exec(db, &st_mint, id, token_hash, OG_NOT_PENDING);
+}
+
+enum og_rc
 gate_replaced(struct db *db, const unsigned char token_hash[32])
 {
-	char hex[DIGEST_HEX_LEN];
-	const char *p[1] = { hex };
-	PGresult *res = NULL;
-	enum og_rc rc = OG_OK;
-	enum db_rc drc;
-
-	digest_hex(token_hash, 32, hex);
-	if ((drc = db_exec(db, &st_replaced, p, &res)) != DB_OK)
-		rc = gate_rc_of(drc);
-	else if (PQntuples(res) != 1)
-		rc = OG_NOT_FOUND;
-	PQclear(res);
-	return rc;
+	return token_exec(db, &st_replaced, NULL, token_hash, OG_NOT_FOUND);
 }
 
 /* A notice's columns but its texts; escalate_to and nobody_decided are
@@ -1268,41 +1216,29 @@ static const struct db_stmt st_list_page = {
 	7, true,
 };
 
-enum og_rc
-gate_list_page(struct db *db, const struct og_list_query *q, json_t **out)
+static json_t *
+page_json(const PGresult *res, int i, void *arg)
 {
 	static const char *const opt[] = { "requested_by", "contract", "effect_type",
 		                           "effect_target", "decision", "approver_subject", NULL };
+	json_t *a = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I}", "approval_id",
+	                      db_get(res, i, "approval_id"), "key", db_get(res, i, "key"),
+	                      "approver", db_get(res, i, "approver"), "state",
+	                      db_get(res, i, "state"), "created_at", db_get(res, i, "created_at"),
+	                      "expires_at", db_get(res, i, "expires_at"), "at_us",
+	                      (json_int_t)db_get_ll(res, i, "at_us"));
+
+	set_opts(a, opt, res, i);
+	return a;
+}
+
+enum og_rc
+gate_list_page(struct db *db, const struct og_list_query *q, json_t **out)
+{
 	struct og_list_params lp;
-	PGresult *res;
-	enum db_rc rc;
-	json_t *list;
-	int i;
 
-	*out = NULL;
 	og_list_params(q, &lp);
-	if ((rc = db_exec(db, &st_list_page, lp.p, &res)) != DB_OK)
-		return gate_rc_of(rc);
-	list = json_array();
-	for (i = 0; list != NULL && i < PQntuples(res); i++) {
-		json_t *a = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I}", "approval_id",
-		                      db_get(res, i, "approval_id"), "key", db_get(res, i, "key"),
-		                      "approver", db_get(res, i, "approver"), "state",
-		                      db_get(res, i, "state"), "created_at",
-		                      db_get(res, i, "created_at"), "expires_at",
-		                      db_get(res, i, "expires_at"), "at_us",
-		                      (json_int_t)db_get_ll(res, i, "at_us"));
-		size_t k;
-
-		if (a == NULL)
-			continue;
-		for (k = 0; opt[k] != NULL; k++)
-			set_opt(a, opt[k], res, i);
-		json_array_append_new(list, a);
-	}
-	PQclear(res);
-	*out = list;
-	return list != NULL ? OG_OK : OG_ERROR;
+	return gate_rc_of(db_json_rows(db, &st_list_page, lp.p, page_json, NULL, out));
 }
 
 /* ---- decisions, for an export --------------------------------------------- */
@@ -1347,54 +1283,44 @@ static const struct db_stmt st_export = {
 	4, true,
 };
 
-static bool
-is_true(const PGresult *res, int row, const char *col)
+/* A decision as JSON; one that cannot be made fails the export (*failed)
+ * rather than leave a decision out. */
+static json_t *
+export_json(const PGresult *res, int i, void *failed)
 {
-	const char *v = db_get(res, row, col);
+	static const char *const opt[] = { "client", "contract", "approval_id", "subject",
+		                           "reason", "via_client", "draft_hash", "output_hash",
+		                           "edited_output_hash", "contract_hash", "effect_hash",
+		                           NULL };
+	json_t *d = json_pack("{s:s, s:I, s:s, s:s, s:s, s:s, s:b, s:b}", "at",
+	                      db_get(res, i, "at"), "at_us", (json_int_t)db_get_ll(res, i, "at_us"),
+	                      "seq", db_get(res, i, "seq"), "key", db_get(res, i, "key"),
+	                      "decision", db_get(res, i, "decision"), "via", db_get(res, i, "via"),
+	                      "final", db_get_bool(res, i, "final"), "edited",
+	                      db_get_bool(res, i, "edited"));
 
-	return v != NULL && v[0] == 't';
+	if (d == NULL)
+		*(bool *)failed = true;
+	set_opts(d, opt, res, i);
+	return d;
 }
 
 enum og_rc
 gate_export_page(struct db *db, const char *since, long long after_us, const char *after_seq,
                  int limit, json_t **out)
 {
-	static const char *const opt[] = { "client", "contract", "approval_id", "subject",
-		                           "reason", "via_client", "draft_hash", "output_hash",
-		                           "edited_output_hash", "contract_hash", "effect_hash",
-		                           NULL };
 	char after[24], lim[16];
 	const char *p[4] = { since, after_seq != NULL ? after : NULL, after_seq, lim };
-	PGresult *res;
-	enum db_rc rc;
-	json_t *list;
-	int i;
+	bool failed = false;
+	enum og_rc rc;
 
-	*out = NULL;
 	snprintf(after, sizeof(after), "%lld", after_us);
 	snprintf(lim, sizeof(lim), "%d", limit);
-	if ((rc = db_exec(db, &st_export, p, &res)) != DB_OK)
-		return gate_rc_of(rc);
-	list = json_array();
-	for (i = 0; list != NULL && i < PQntuples(res); i++) {
-		json_t *d = json_pack("{s:s, s:I, s:s, s:s, s:s, s:s, s:b, s:b}", "at",
-		                      db_get(res, i, "at"), "at_us",
-		                      (json_int_t)db_get_ll(res, i, "at_us"), "seq",
-		                      db_get(res, i, "seq"), "key", db_get(res, i, "key"),
-		                      "decision", db_get(res, i, "decision"), "via",
-		                      db_get(res, i, "via"), "final", is_true(res, i, "final"),
-		                      "edited", is_true(res, i, "edited"));
-		size_t k;
-
-		if (d == NULL || json_array_append_new(list, d) != 0) {
-			json_decref(list);
-			list = NULL;
-			break;
-		}
-		for (k = 0; opt[k] != NULL; k++)
-			set_opt(d, opt[k], res, i);
+	rc = gate_rc_of(db_json_rows(db, &st_export, p, export_json, &failed, out));
+	if (rc == OG_OK && failed) {
+		json_decref(*out);
+		*out = NULL;
+		rc = OG_ERROR;
 	}
-	PQclear(res);
-	*out = list;
-	return list != NULL ? OG_OK : OG_ERROR;
+	return rc;
 }

@@ -673,17 +673,8 @@ static const struct db_stmt st_purge = {
 	2, false,
 };
 
-const char *
-ledger_state_name(enum run_state s)
-{
-	return (unsigned)s < RUN_STATE_COUNT ? state_names[s] : "unknown";
-}
-
-int
-ledger_state_parse(const char *name)
-{
-	return og_name_index(state_names, RUN_STATE_COUNT, name);
-}
+OG_NAME_FN(ledger_state_name, enum run_state, state_names, "unknown");
+OG_PARSE_FN(ledger_state_parse, int, state_names, -1);
 
 static const char *const decision_names[RUN_DECISION_COUNT] = {
 	"auto", "approve", "reject", "expired",
@@ -699,35 +690,12 @@ static const char *const outcome_names[RUN_OUTCOME_COUNT] = {
 	"rejected", "cancelled", "expired", "invalid",
 };
 
-const char *
-ledger_decision_name(enum run_decision d)
-{
-	return (unsigned)d < RUN_DECISION_COUNT ? decision_names[d] : "";
-}
-
-int
-ledger_decision_parse(const char *word)
-{
-	return og_name_index(decision_names, RUN_DECISION_COUNT, word);
-}
-
-const char *
-ledger_outcome_name(enum run_outcome o)
-{
-	return outcome_names[(unsigned)o < RUN_OUTCOME_COUNT ? o : RUN_OUTCOME_UNKNOWN];
-}
-
-int
-ledger_error_parse(const char *word)
-{
-	return og_name_index(error_names, RUN_ERROR_COUNT, word);
-}
-
-const char *
-ledger_error_name(enum run_error e)
-{
-	return (unsigned)e < RUN_ERROR_COUNT ? error_names[e] : "";
-}
+OG_NAME_FN(ledger_decision_name, enum run_decision, decision_names, "");
+OG_PARSE_FN(ledger_decision_parse, int, decision_names, -1);
+OG_NAME_FN(ledger_outcome_name, enum run_outcome, outcome_names,
+           outcome_names[RUN_OUTCOME_UNKNOWN]);
+OG_NAME_FN(ledger_error_name, enum run_error, error_names, "");
+OG_PARSE_FN(ledger_error_parse, int, error_names, -1);
 
 bool
 ledger_uuid_valid(const char *s)
@@ -1838,38 +1806,28 @@ static const struct db_stmt st_list_runs = {
 	7, true,
 };
 
+static json_t *
+run_json(const PGresult *res, int i, void *arg)
+{
+	static const char *const opt[] = { "contract", "decision", "decided_by" };
+	json_t *r = json_pack("{s:s, s:s, s:s, s:s, s:I}", "key", db_get(res, i, "key"),
+	                      "state", db_get(res, i, "state"), "created_at",
+	                      db_get(res, i, "created_at"), "updated_at",
+	                      db_get(res, i, "updated_at"), "at_us",
+	                      (json_int_t)db_get_ll(res, i, "at_us"));
+	size_t k;
+
+	for (k = 0; r != NULL && k < sizeof(opt) / sizeof(opt[0]); k++)
+		if (db_get(res, i, opt[k]) != NULL)
+			json_object_set_new(r, opt[k], json_string(db_get(res, i, opt[k])));
+	return r;
+}
+
 enum og_rc
 ledger_list(struct db *db, const struct og_list_query *q, json_t **out)
 {
 	struct og_list_params lp;
-	PGresult *res;
-	enum db_rc rc;
-	json_t *list;
-	int i;
 
-	*out = NULL;
 	og_list_params(q, &lp);
-	if ((rc = db_exec(db, &st_list_runs, lp.p, &res)) != DB_OK)
-		return og_rc_of(rc);
-	list = json_array();
-	for (i = 0; list != NULL && i < PQntuples(res); i++) {
-		json_t *r = json_pack("{s:s, s:s, s:s, s:s, s:I}", "key", db_get(res, i, "key"),
-		                      "state", db_get(res, i, "state"), "created_at",
-		                      db_get(res, i, "created_at"), "updated_at",
-		                      db_get(res, i, "updated_at"), "at_us",
-		                      (json_int_t)db_get_ll(res, i, "at_us"));
-
-		if (r == NULL)
-			continue;
-		if (db_get(res, i, "contract") != NULL)
-			json_object_set_new(r, "contract", json_string(db_get(res, i, "contract")));
-		if (db_get(res, i, "decision") != NULL)
-			json_object_set_new(r, "decision", json_string(db_get(res, i, "decision")));
-		if (db_get(res, i, "decided_by") != NULL)
-			json_object_set_new(r, "decided_by", json_string(db_get(res, i, "decided_by")));
-		json_array_append_new(list, r);
-	}
-	PQclear(res);
-	*out = list;
-	return list != NULL ? OG_OK : OG_ERROR;
+	return og_rc_of(db_json_rows(db, &st_list_runs, lp.p, run_json, NULL, out));
 }

@@ -32,17 +32,8 @@ static const char *const state_names[EFFECT_STATE_COUNT] = {
 	"pending", "sending", "completed", "unknown", "failed", "cancelled",
 };
 
-const char *
-outbox_state_name(enum effect_state s)
-{
-	return (unsigned)s < EFFECT_STATE_COUNT ? state_names[s] : "";
-}
-
-int
-outbox_state_parse(const char *name)
-{
-	return og_name_index(state_names, EFFECT_STATE_COUNT, name);
-}
+OG_NAME_FN(outbox_state_name, enum effect_state, state_names, "");
+OG_PARSE_FN(outbox_state_parse, int, state_names, -1);
 
 static const struct db_stmt st_enqueue = {
 	"outbox_enqueue",
@@ -235,64 +226,66 @@ set_opt(json_t *o, const char *name, const PGresult *res, int row, const char *c
 	json_object_set_new(o, name, v != NULL ? json_string(v) : json_null());
 }
 
+/* What outbox_list adds to each effect's row: its run's recovery envelope
+ * and the target's retry budget. */
+struct list_ctx {
+	const struct config *cfg;
+	const char *correlation_id, *workflow_version;
+};
+
+static json_t *
+effect_json(const PGresult *res, int i, void *arg)
+{
+	const struct list_ctx *l = arg;
+	json_t *e = json_object();
+
+	set_opt(e, "effect_id", res, i, "id");
+	set_opt(e, "type", res, i, "effect_type");
+	set_opt(e, "target", res, i, "target");
+	set_opt(e, "provider_id", res, i, "provider_id");
+	/* the key the provider sees, stored when the effect was enqueued */
+	set_opt(e, "provider_key", res, i, "provider_key");
+	json_object_set_new(e, "slot", json_integer(db_get_ll(res, i, "slot")));
+	set_opt(e, "not_before", res, i, "not_before");
+	set_opt(e, "approval_id", res, i, "approval_id");
+	set_opt(e, "created_at", res, i, "created_at");
+	set_opt(e, "updated_at", res, i, "updated_at");
+	/* the recovery envelope every effect's status carries */
+	set_opt(e, "event_id", res, i, "event_id");
+	json_object_set_new(e, "correlation_id",
+	                    l->correlation_id ? json_string(l->correlation_id) : json_null());
+	json_object_set_new(e, "operation", json_string(db_get(res, i, "effect_type")));
+	set_opt(e, "idempotency_key", res, i, "provider_key");
+	set_opt(e, "payload_hash", res, i, "payload_hash");
+	json_object_set_new(e, "attempt", json_integer(db_get_ll(res, i, "attempt")));
+	{
+		const struct config_target *t =
+			l->cfg != NULL ? config_target(l->cfg, db_get(res, i, "target")) : NULL;
+
+		json_object_set_new(e, "max_attempts",
+		                    t != NULL ? json_integer(t->max_attempts) : json_null());
+	}
+	/* the last attempt's class and the rule that decided it */
+	set_opt(e, "classification", res, i, "error_class");
+	set_opt(e, "reason", res, i, "reason");
+	set_opt(e, "completed_at", res, i, "completed_at");
+	set_opt(e, "next_attempt_at", res, i, "next_attempt_at");
+	json_object_set_new(e, "workflow_version",
+	                    l->workflow_version ? json_string(l->workflow_version) : json_null());
+	set_opt(e, "status", res, i, "state");
+	return e;
+}
+
 enum og_rc
 outbox_list(struct db *db, const struct config *cfg, long long client_id, const char *key,
             const char *correlation_id, const char *workflow_version, json_t **out)
 {
-	char client[24];
-	const char *params[2] = { client, key };
-	PGresult *res;
-	enum db_rc rc;
-	json_t *list;
-	int i;
+	struct list_ctx l = { cfg, correlation_id, workflow_version };
+	struct og_key_call k;
+	struct db_call call;
 
-	*out = NULL;
-	snprintf(client, sizeof(client), "%lld", client_id);
-	if ((rc = db_exec(db, &st_list, params, &res)) != DB_OK)
-		return rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
-	list = json_array();
-	for (i = 0; i < PQntuples(res); i++) {
-		json_t *e = json_object();
-
-		set_opt(e, "effect_id", res, i, "id");
-		set_opt(e, "type", res, i, "effect_type");
-		set_opt(e, "target", res, i, "target");
-		set_opt(e, "provider_id", res, i, "provider_id");
-		/* the key the provider sees, stored when the effect was enqueued */
-		set_opt(e, "provider_key", res, i, "provider_key");
-		json_object_set_new(e, "slot", json_integer(db_get_ll(res, i, "slot")));
-		set_opt(e, "not_before", res, i, "not_before");
-		set_opt(e, "approval_id", res, i, "approval_id");
-		set_opt(e, "created_at", res, i, "created_at");
-		set_opt(e, "updated_at", res, i, "updated_at");
-		/* the recovery envelope every effect's status carries */
-		set_opt(e, "event_id", res, i, "event_id");
-		json_object_set_new(e, "correlation_id",
-		                    correlation_id ? json_string(correlation_id) : json_null());
-		json_object_set_new(e, "operation", json_string(db_get(res, i, "effect_type")));
-		set_opt(e, "idempotency_key", res, i, "provider_key");
-		set_opt(e, "payload_hash", res, i, "payload_hash");
-		json_object_set_new(e, "attempt", json_integer(db_get_ll(res, i, "attempt")));
-		{
-			const struct config_target *t =
-				cfg != NULL ? config_target(cfg, db_get(res, i, "target")) : NULL;
-
-			json_object_set_new(e, "max_attempts",
-			                    t != NULL ? json_integer(t->max_attempts) : json_null());
-		}
-		/* the last attempt's class and the rule that decided it */
-		set_opt(e, "classification", res, i, "error_class");
-		set_opt(e, "reason", res, i, "reason");
-		set_opt(e, "completed_at", res, i, "completed_at");
-		set_opt(e, "next_attempt_at", res, i, "next_attempt_at");
-		json_object_set_new(e, "workflow_version",
-		                    workflow_version ? json_string(workflow_version) : json_null());
-		set_opt(e, "status", res, i, "state");
-		json_array_append_new(list, e);
-	}
-	PQclear(res);
-	*out = list;
-	return OG_OK;
+	og_key_call(&k, &st_list, client_id, key, &call);
+	return og_rc_of(db_json_rows(db, call.stmt, call.params, effect_json, &l, out));
 }
 
 /* --- attempts ---------------------------------------------------------------- */
@@ -908,7 +901,6 @@ outbox_renew_batch(struct db *db, const struct outbox_batch *b, int from, const 
 	const char **ids;
 	char *list, lease[16];
 	const char *p[3];
-	PGresult *res = NULL;
 	enum db_rc rc;
 	int i;
 
@@ -926,8 +918,7 @@ outbox_renew_batch(struct db *db, const struct outbox_batch *b, int from, const 
 	p[0] = list;
 	p[1] = owner;
 	p[2] = lease;
-	rc = db_exec(db, &st_renew_batch, p, &res);
-	PQclear(res);
+	rc = db_exec_void(db, &st_renew_batch, p);
 	free(list);
 	return og_rc_of(rc);
 }
@@ -975,10 +966,8 @@ outbox_presend(struct db *db, const char *id, const char *owner, struct outbox_p
 	ps->lease_left = -1;
 	if ((rc = og_exec_one(db, &st_presend, p, OG_NOT_FOUND, &res)) != OG_OK)
 		return rc;
-	v = db_get(res, 0, "enabled");
-	ps->enabled = v != NULL && v[0] == 't';
-	v = db_get(res, 0, "owned");
-	ps->owned = v != NULL && v[0] == 't';
+	ps->enabled = db_get_bool(res, 0, "enabled");
+	ps->owned = db_get_bool(res, 0, "owned");
 	if ((v = db_get(res, 0, "lease_left")) != NULL)
 		ps->lease_left = atof(v);
 	PQclear(res);
@@ -1075,7 +1064,7 @@ outbox_undelivered(struct db *db, const char *id, bool *yes, long long *sends)
 	*sends = 0;
 	if ((rc = og_exec_one(db, &st_undelivered, p, OG_NOT_FOUND, &res)) != OG_OK)
 		return rc;
-	*yes = db_get(res, 0, "yes") != NULL && db_get(res, 0, "yes")[0] == 't';
+	*yes = db_get_bool(res, 0, "yes");
 	*sends = db_get_ll(res, 0, "sends");
 	PQclear(res);
 	return OG_OK;

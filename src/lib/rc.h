@@ -54,4 +54,30 @@ const char *og_rc_name(enum og_rc rc);
  * NULL or none of them. */
 int og_name_index(const char *const *names, int n, const char *word);
 
+/*
+ * The two functions of a vocabulary over its owner's table names (an array
+ * indexed by the enum, every entry set), so that each is written once:
+ * OG_NAME_FN defines `const char *fn(type value)`, names[value], or none
+ * when value is outside the table; OG_PARSE_FN defines
+ * `type fn(const char *word)`, the value word names (og_name_index), or
+ * none when word is NULL or names none. A vocabulary that is only written
+ * (or only read) defines only the one. Each is written as a declaration,
+ * ending with ';' (the function, declared again), and may be static.
+ */
+#define OG_NAME_FN(fn, type, names, none)                                               \
+	const char *fn(type value)                                                      \
+	{                                                                               \
+		return (unsigned)value < sizeof(names) / sizeof((names)[0]) ? (names)[value] \
+		                                                            : (none);        \
+	}                                                                               \
+	const char *fn(type value)
+#define OG_PARSE_FN(fn, type, names, none)                                              \
+	type fn(const char *word)                                                       \
+	{                                                                               \
+		int i = og_name_index(names, (int)(sizeof(names) / sizeof((names)[0])), word); \
+                                                                                        \
+		return i >= 0 ? (type)i : (none);                                       \
+	}                                                                               \
+	type fn(const char *word)
+
 #endif
