@@ -14,7 +14,6 @@
 
 #include "canon.h"
 #include "jptr.h"
-#include "notice.h"
 #include "page.h"
 #include "provider.h"
 #include "provider_int.h"
@@ -295,20 +294,12 @@ http_card(struct page *p, const struct config_target *t, const char *type, const
 	return true;
 }
 
-/* A chat webhook's message. */
-static json_t *
-http_notice(const json_t *notice, const char *link, const char *client, char *why, size_t whylen)
-{
-	return notice_message(notice, link, client, false, why, whylen);
-}
-
 const struct provider provider_http = {
 	.kind = "http",
 	.scheme = "http",
 	.mail = false,
 	.card_part = "http",
 	.card = http_card,
-	.notice = http_notice,
 	.send = http_send,
 	.lookup = provider_http_lookup,
 };

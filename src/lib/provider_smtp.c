@@ -28,7 +28,6 @@
 #include "deadline.h"
 #include "digest.h"
 #include "payload.h"
-#include "notice.h"
 #include "page.h"
 #include "provider.h"
 #include "provider_int.h"
@@ -581,12 +580,6 @@ smtp_card(struct page *p, const struct config_target *t, const char *type, const
 	return true;
 }
 
-static json_t *
-smtp_notice(const json_t *notice, const char *link, const char *client, char *why, size_t whylen)
-{
-	return notice_message(notice, link, client, true, why, whylen);
-}
-
 const struct provider provider_smtp = {
 	.kind = "smtp",
 	.scheme = "smtp",
@@ -594,7 +587,6 @@ const struct provider provider_smtp = {
 	.card_part = "mail",
 	.check_target = smtp_check_target,
 	.card = smtp_card,
-	.notice = smtp_notice,
 	.send = smtp_send,
 	/* a mail target is looked up through its HTTP lookup_url */
 	.lookup = provider_http_lookup,
