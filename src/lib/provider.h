@@ -180,7 +180,7 @@ bool provider_http_request(const struct config_target *t, const char *type, cons
  * undone, byte for byte. Pointers into payload and the target. */
 struct provider_mail {
 	json_t *payload;           /* owned */
-	json_t *to;                /* owned: array of addresses */
+	json_t *to;                /* array of addresses (in payload) */
 	const char *from;
 	const char *subject;
 	const char *body;

@@ -236,10 +236,11 @@ provider_smtp_mail(const struct config_target *t, const char *payload, struct pr
 		snprintf(why, whylen, "target mail_from is not plain local@domain");
 		goto fail;
 	}
+	/* one address stands for a list of one, in the payload itself */
 	v = json_object_get(m->payload, "to");
-	m->to = json_is_array(v) ? json_incref(v) : json_pack("[O]", v);
-	if (m->to == NULL)
+	if (!json_is_array(v) && json_object_set_new(m->payload, "to", json_pack("[O]", v)) != 0)
 		goto oom;
+	m->to = json_object_get(m->payload, "to");
 	m->from = t->mail_from;
 	m->subject = json_string_value(json_object_get(m->payload, "subject"));
 	m->body = json_string_value(json_object_get(m->payload, "body"));
@@ -257,7 +258,6 @@ fail:
 void
 provider_mail_clear(struct provider_mail *m)
 {
-	json_decref(m->to);
 	json_decref(m->payload);
 	memset(m, 0, sizeof(*m));
 }
