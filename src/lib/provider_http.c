@@ -160,14 +160,8 @@ provider_http_post(struct provider_conn *pc, const struct config_target *t,
 
 	provider_prepare(c, t, &s, errbuf, "http,https", url);
 	/* The body through a read callback, not in the request's first
-	 * write: the headers go out before it (provider_read_body). */
-	up.pc = pc;
-	up.data = body;
-	up.len = strlen(body);
-	curl_easy_setopt(c, CURLOPT_POST, 1L);
-	curl_easy_setopt(c, CURLOPT_READFUNCTION, provider_read_body);
-	curl_easy_setopt(c, CURLOPT_READDATA, &up);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)up.len);
+	 * write: the headers go out before it (provider_upload_set). */
+	provider_upload_set(c, pc, &up, body, true);
 	hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
 	hdrs = curl_slist_append(hdrs, "Expect:");
 	if (extra != NULL)

@@ -475,14 +475,8 @@ smtp_send(struct provider_conn *pc, const struct config_target *t,
 		curl_easy_setopt(c, CURLOPT_USERPWD, user);
 		curl_easy_setopt(c, CURLOPT_USE_SSL, (long)CURLUSESSL_TRY);
 	}
-	/* read once the server has accepted DATA (provider_read_body) */
-	up.pc = pc;
-	up.data = msg;
-	up.len = strlen(msg);
-	curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
-	curl_easy_setopt(c, CURLOPT_READFUNCTION, provider_read_body);
-	curl_easy_setopt(c, CURLOPT_READDATA, &up);
-	curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)up.len);
+	/* read once the server has accepted DATA (provider_upload_set) */
+	provider_upload_set(c, pc, &up, msg, false);
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	watched = w != NULL && watch_start(w, &wth, &t0, t->timeout_ms);
