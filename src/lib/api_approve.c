@@ -35,6 +35,7 @@
 #include "token.h"
 #include "caps.h"
 #include "log.h"
+#include "notice.h"
 
 void
 api_approve_security_headers(struct api_call *c)
@@ -550,17 +551,13 @@ api_approve_inbox(struct api_call *c)
 	(void)page_text(p, "approver", subject);
 	(void)page_text(p, "approver_groups", c->req->auth_groups != NULL ? c->req->auth_groups : "");
 	json_array_foreach(list, i, e) {
-		const char *id = json_string_value(json_object_get(e, "approval_id"));
-		const char *approver = json_string_value(json_object_get(e, "approver"));
-		const char *req = json_string_value(json_object_get(e, "requested_by"));
-		const char *etype = json_string_value(json_object_get(e, "effect_type"));
-		const char *etarget = json_string_value(json_object_get(e, "effect_target"));
-		const char *esubj = json_string_value(json_object_get(e, "effect_subject"));
-		const char *csubj = json_string_value(json_object_get(e, "context_subject"));
-		const char *cust = json_string_value(json_object_get(e, "context_customer"));
+		const char *id, *approver, *req, *etype, *etarget, *esubj, *csubj, *cust;
 		char href[GATE_ID_LEN + 16], effect[256];
 		struct page_scope *sc;
 
+		notice_strings(e, "approval_id", &id, "approver", &approver, "requested_by", &req,
+		               "effect_type", &etype, "effect_target", &etarget, "effect_subject",
+		               &esubj, "context_subject", &csubj, "context_customer", &cust, NULL);
 		/* the card's own rule: the same comparison, and a requester never
 		 * decides their own request under separation of duties */
 		if (id == NULL || !contract_approver_matches(approver, subject, c->req->auth_groups, sep))

@@ -17,6 +17,7 @@
 #include "gate.h"
 #include "log.h"
 #include "metrics.h"
+#include "notice.h"
 #include "notify.h"
 #include "token.h"
 
@@ -59,7 +60,9 @@ dispatch_notify_prepare(struct db *db, const struct config *cfg, const struct pr
 		snprintf(why, sizeof(why), "the approval link is too long");
 		goto refuse;
 	}
-	msg = pv->notice(notice, link.data, j->client, why, sizeof(why));
+	msg = pv->notice != NULL
+	          ? pv->notice(notice, link.data, j->client, why, sizeof(why))
+	          : notice_message(notice, link.data, j->client, pv->mail, why, sizeof(why));
 	if (msg == NULL)
 		goto refuse;
 	*text = canon_dumps(msg, JSON_COMPACT);

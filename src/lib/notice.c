@@ -2,6 +2,7 @@
  * notice.c — the message a stored approval notice becomes with its link
  * (notice_message); see notice.h.
  */
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,22 +129,33 @@ lead_of(const char *why)
 	return "Approval needed";
 }
 
+void
+notice_strings(const json_t *o, ...)
+{
+	const char *name, **out;
+	va_list ap;
+
+	va_start(ap, o);
+	while ((name = va_arg(ap, const char *)) != NULL) {
+		out = va_arg(ap, const char **);
+		*out = json_string_value(json_object_get(o, name));
+	}
+	va_end(ap);
+}
+
 json_t *
 notice_message(const json_t *notice, const char *link, const char *client, bool mail,
                char *why, size_t whylen)
 {
 	const json_t *to = json_object_get(notice, "to"), *summary = json_object_get(notice, "summary");
-	const char *reason = json_string_value(json_object_get(notice, "why"));
-	const char *approver = json_string_value(json_object_get(notice, "approver"));
-	const char *asked = json_string_value(json_object_get(notice, "requested_by"));
-	const char *expires = json_string_value(json_object_get(notice, "expires_at"));
-	const char *contract = json_string_value(json_object_get(notice, "contract"));
-	const char *key = json_string_value(json_object_get(notice, "key"));
+	const char *reason, *approver, *asked, *expires, *contract, *key;
 	enum neutralise_to how = mail ? NEUTRALISE_MAIL : NEUTRALISE_CHAT;
 	struct buf subject, body;
 	json_t *out = NULL, *shown = NULL;
 	int bad = 0;
 
+	notice_strings(notice, "why", &reason, "approver", &approver, "requested_by", &asked,
+	               "expires_at", &expires, "contract", &contract, "key", &key, NULL);
 	if (!json_is_object(summary) || link == NULL || approver == NULL || key == NULL) {
 		snprintf(why, whylen, "the notice lacks its summary, approver or run key");
 		return NULL;

@@ -14,6 +14,12 @@
 /* Characters of the asked-for subject quoted in a mail's Subject line. */
 #define NOTICE_SUBJECT_QUOTE_MAX 120
 
+/* Reads string members of object o: after o come pairs of a member's
+ * name and a `const char **` that gets its text (NULL where o has no such
+ * member or it is not a string), ended by NULL. Borrowed from o. The way a
+ * notice and an inbox entry (gate_inbox) are read. */
+void notice_strings(const json_t *o, ...) __attribute__((sentinel));
+
 /* The message of a stored notice with its link, as the target's provider
  * sends it: for a mail target (mail) {"to", "subject", "body"} in plain
  * text; for a chat webhook {"text", "summary", "link"} (Slack and Teams

@@ -294,8 +294,8 @@ provider_conn_before_send(struct provider_conn *pc, int (*fn)(void *arg), void *
 	pc->before_send_arg = arg;
 }
 
-size_t
-provider_read_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+static size_t
+read_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
 	struct provider_upload *u = userdata;
 	size_t n = size * nmemb;
@@ -310,6 +310,20 @@ provider_read_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 	memcpy(ptr, u->data + u->off, n);
 	u->off += n;
 	return n;
+}
+
+void
+provider_upload_set(CURL *c, struct provider_conn *pc, struct provider_upload *up,
+                    const char *data, bool post)
+{
+	up->pc = pc;
+	up->data = data;
+	up->len = strlen(data);
+	curl_easy_setopt(c, post ? CURLOPT_POST : CURLOPT_UPLOAD, 1L);
+	curl_easy_setopt(c, CURLOPT_READFUNCTION, read_body);
+	curl_easy_setopt(c, CURLOPT_READDATA, up);
+	curl_easy_setopt(c, post ? CURLOPT_POSTFIELDSIZE_LARGE : CURLOPT_INFILESIZE_LARGE,
+	                 (curl_off_t)up->len);
 }
 
 void

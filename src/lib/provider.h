@@ -106,7 +106,8 @@ struct provider {
 	bool (*card)(struct page *p, const struct config_target *t, const char *type,
 	             const char *payload);
 	/* The message an approval notice becomes on this kind (notify.h);
-	 * NULL with a reason when it cannot. */
+	 * NULL with a reason when it cannot. NULL: notice_message's
+	 * (notice.h), for mail when the kind's payloads are mail messages. */
 	json_t *(*notice)(const json_t *notice, const char *link, const char *client, char *why,
 	                  size_t whylen);
 	/* One attempt of effect e on target t; fills *out (clear it afterwards). */
@@ -179,7 +180,7 @@ bool provider_http_request(const struct config_target *t, const char *type, cons
  * undone, byte for byte. Pointers into payload and the target. */
 struct provider_mail {
 	json_t *payload;           /* owned */
-	json_t *to;                /* owned: array of addresses */
+	json_t *to;                /* array of addresses (in payload) */
 	const char *from;
 	const char *subject;
 	const char *body;

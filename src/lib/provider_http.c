@@ -14,7 +14,6 @@
 
 #include "canon.h"
 #include "jptr.h"
-#include "notice.h"
 #include "page.h"
 #include "provider.h"
 #include "provider_int.h"
@@ -161,14 +160,8 @@ provider_http_post(struct provider_conn *pc, const struct config_target *t,
 
 	provider_prepare(c, t, &s, errbuf, "http,https", url);
 	/* The body through a read callback, not in the request's first
-	 * write: the headers go out before it (provider_read_body). */
-	up.pc = pc;
-	up.data = body;
-	up.len = strlen(body);
-	curl_easy_setopt(c, CURLOPT_POST, 1L);
-	curl_easy_setopt(c, CURLOPT_READFUNCTION, provider_read_body);
-	curl_easy_setopt(c, CURLOPT_READDATA, &up);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)up.len);
+	 * write: the headers go out before it (provider_upload_set). */
+	provider_upload_set(c, pc, &up, body, true);
 	hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
 	hdrs = curl_slist_append(hdrs, "Expect:");
 	if (extra != NULL)
@@ -295,20 +288,12 @@ http_card(struct page *p, const struct config_target *t, const char *type, const
 	return true;
 }
 
-/* A chat webhook's message. */
-static json_t *
-http_notice(const json_t *notice, const char *link, const char *client, char *why, size_t whylen)
-{
-	return notice_message(notice, link, client, false, why, whylen);
-}
-
 const struct provider provider_http = {
 	.kind = "http",
 	.scheme = "http",
 	.mail = false,
 	.card_part = "http",
 	.card = http_card,
-	.notice = http_notice,
 	.send = http_send,
 	.lookup = provider_http_lookup,
 };

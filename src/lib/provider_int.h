@@ -49,9 +49,8 @@ struct provider_sink {
 void provider_prepare(CURL *c, const struct config_target *t, struct provider_sink *s,
                       char *errbuf, const char *protocols, const char *url);
 void provider_sink_free(struct provider_sink *s);
-/* A request body handed to libcurl by provider_read_body (its
- * CURLOPT_READFUNCTION, with the upload as CURLOPT_READDATA): its first
- * call, before any byte of the body goes out, calls pc's before_send
+/* A request body handed to libcurl by a read callback: its first call,
+ * before any byte of the body goes out, calls pc's before_send
  * (provider_conn_before_send) and aborts the transfer when that fails. */
 struct provider_upload {
 	struct provider_conn *pc;
@@ -59,7 +58,11 @@ struct provider_upload {
 	size_t len, off;
 	bool started;
 };
-size_t provider_read_body(char *ptr, size_t size, size_t nmemb, void *userdata);
+/* Makes data (a string) the body of the transfer on c, read through *up
+ * (zeroed, the caller's, alive until the transfer ends): POSTed (post), or
+ * else uploaded, which SMTP sends as DATA. */
+void provider_upload_set(CURL *c, struct provider_conn *pc, struct provider_upload *up,
+                         const char *data, bool post);
 enum attempt_error provider_map_error(CURLcode rc, bool over);
 /* Milliseconds since t0 (CLOCK_MONOTONIC), rounded up, at least 1. */
 long long provider_elapsed_ms(const struct timespec *t0);

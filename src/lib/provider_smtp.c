@@ -28,7 +28,6 @@
 #include "deadline.h"
 #include "digest.h"
 #include "payload.h"
-#include "notice.h"
 #include "page.h"
 #include "provider.h"
 #include "provider_int.h"
@@ -237,10 +236,11 @@ provider_smtp_mail(const struct config_target *t, const char *payload, struct pr
 		snprintf(why, whylen, "target mail_from is not plain local@domain");
 		goto fail;
 	}
+	/* one address stands for a list of one, in the payload itself */
 	v = json_object_get(m->payload, "to");
-	m->to = json_is_array(v) ? json_incref(v) : json_pack("[O]", v);
-	if (m->to == NULL)
+	if (!json_is_array(v) && json_object_set_new(m->payload, "to", json_pack("[O]", v)) != 0)
 		goto oom;
+	m->to = json_object_get(m->payload, "to");
 	m->from = t->mail_from;
 	m->subject = json_string_value(json_object_get(m->payload, "subject"));
 	m->body = json_string_value(json_object_get(m->payload, "body"));
@@ -258,7 +258,6 @@ fail:
 void
 provider_mail_clear(struct provider_mail *m)
 {
-	json_decref(m->to);
 	json_decref(m->payload);
 	memset(m, 0, sizeof(*m));
 }
@@ -476,14 +475,8 @@ smtp_send(struct provider_conn *pc, const struct config_target *t,
 		curl_easy_setopt(c, CURLOPT_USERPWD, user);
 		curl_easy_setopt(c, CURLOPT_USE_SSL, (long)CURLUSESSL_TRY);
 	}
-	/* read once the server has accepted DATA (provider_read_body) */
-	up.pc = pc;
-	up.data = msg;
-	up.len = strlen(msg);
-	curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
-	curl_easy_setopt(c, CURLOPT_READFUNCTION, provider_read_body);
-	curl_easy_setopt(c, CURLOPT_READDATA, &up);
-	curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)up.len);
+	/* read once the server has accepted DATA (provider_upload_set) */
+	provider_upload_set(c, pc, &up, msg, false);
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	watched = w != NULL && watch_start(w, &wth, &t0, t->timeout_ms);
@@ -581,12 +574,6 @@ smtp_card(struct page *p, const struct config_target *t, const char *type, const
 	return true;
 }
 
-static json_t *
-smtp_notice(const json_t *notice, const char *link, const char *client, char *why, size_t whylen)
-{
-	return notice_message(notice, link, client, true, why, whylen);
-}
-
 const struct provider provider_smtp = {
 	.kind = "smtp",
 	.scheme = "smtp",
@@ -594,7 +581,6 @@ const struct provider provider_smtp = {
 	.card_part = "mail",
 	.check_target = smtp_check_target,
 	.card = smtp_card,
-	.notice = smtp_notice,
 	.send = smtp_send,
 	/* a mail target is looked up through its HTTP lookup_url */
 	.lookup = provider_http_lookup,
