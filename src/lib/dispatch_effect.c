@@ -26,6 +26,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "outbox.h"
+#include "payload.h"
 #include "provider.h"
 
 /* Reconciliation: "not found" must be seen this many times, a
@@ -302,11 +303,7 @@ recheck(const struct dispatch_config *dc, const struct provider *pv, const struc
 	if (sent == NULL && json_array_size(errors) == 0)
 		goto out;
 	if (sent == NULL) {
-		const json_t *e0 = json_array_get(errors, 0);
-
-		snprintf(at->invalid_reason, sizeof(at->invalid_reason), "%s %s",
-		         json_string_value(json_object_get(e0, "path")),
-		         json_string_value(json_object_get(e0, "message")));
+		payload_error_text(errors, at->invalid_reason, sizeof(at->invalid_reason));
 		at->invalid = true;
 		at->duration_ms = 1;
 		at->evidence = json_pack("{s:s, s:O, s:b}", "invalid", at->invalid_reason,

@@ -21,6 +21,15 @@ payload_error(json_t *errors, const char *member, const char *rule, const char *
 	                                               rule, "message", message)) == 0;
 }
 
+void
+payload_error_text(const json_t *errors, char *out, size_t len)
+{
+	const json_t *e0 = json_array_get(errors, 0);
+
+	snprintf(out, len, "%s %s", json_string_value(json_object_get(e0, "path")),
+	         json_string_value(json_object_get(e0, "message")));
+}
+
 /* RFC 5322 atext, the characters of a dot-atom besides '.'. */
 static bool
 atext(unsigned char ch)
@@ -172,4 +181,18 @@ payload_mail_check(const json_t *payload, json_t *errors)
 			                       "must be one message id \"<…@…>\"");
 	}
 	return json_array_size(errors) == before;
+}
+
+bool
+payload_mail_ok(const json_t *payload, char *why, size_t whylen)
+{
+	json_t *errors = json_array();
+	bool ok = errors != NULL && payload_mail_check(payload, errors);
+
+	if (errors == NULL)
+		snprintf(why, whylen, "out of memory");
+	else if (!ok)
+		payload_error_text(errors, why, whylen);
+	json_decref(errors);
+	return ok;
 }

@@ -217,40 +217,31 @@ bool
 provider_smtp_mail(const struct config_target *t, const char *payload, struct provider_mail *m,
                    char *why, size_t whylen)
 {
-	json_t *errors = json_array(), *v;
+	json_t *v;
 
 	memset(m, 0, sizeof(*m));
 	m->payload = payload != NULL ? json_loads(payload, 0, NULL) : NULL;
-	if (errors == NULL)
-		goto oom;
 	/* The dispatcher checked it already (effect.h); the provider refuses
 	 * on its own anything it could not turn into a message. */
-	if (!payload_mail_check(m->payload, errors)) {
-		const json_t *e0 = json_array_get(errors, 0);
-
-		snprintf(why, whylen, "%s %s", json_string_value(json_object_get(e0, "path")),
-		         json_string_value(json_object_get(e0, "message")));
+	if (!payload_mail_ok(m->payload, why, whylen))
 		goto fail;
-	}
 	if (!payload_mail_address_ok(t->mail_from)) {
 		snprintf(why, whylen, "target mail_from is not plain local@domain");
 		goto fail;
 	}
 	/* one address stands for a list of one, in the payload itself */
 	v = json_object_get(m->payload, "to");
-	if (!json_is_array(v) && json_object_set_new(m->payload, "to", json_pack("[O]", v)) != 0)
-		goto oom;
+	if (!json_is_array(v) && json_object_set_new(m->payload, "to", json_pack("[O]", v)) != 0) {
+		snprintf(why, whylen, "out of memory");
+		goto fail;
+	}
 	m->to = json_object_get(m->payload, "to");
 	m->from = t->mail_from;
 	m->subject = json_string_value(json_object_get(m->payload, "subject"));
 	m->body = json_string_value(json_object_get(m->payload, "body"));
 	m->in_reply_to = json_string_value(json_object_get(m->payload, "in_reply_to"));
-	json_decref(errors);
 	return true;
-oom:
-	snprintf(why, whylen, "out of memory");
 fail:
-	json_decref(errors);
 	provider_mail_clear(m);
 	return false;
 }
