@@ -60,9 +60,7 @@ one_row(struct db *db, const struct db_stmt *st, const char *const *p, PGresult 
 static bool
 enabled(const PGresult *res)
 {
-	const char *v = db_get(res, 0, "actions_enabled");
-
-	return v != NULL && v[0] == 't';
+	return db_get_bool(res, 0, "actions_enabled");
 }
 
 /* The status row's columns but changed_at (a fixed buffer). */
@@ -123,7 +121,6 @@ control_set(struct db *db, bool on, const char *reason, bool *was)
 	const char *p[2] = { on ? "true" : "false", reason };
 	PGresult *res = NULL;
 	enum db_rc rc;
-	const char *w;
 
 	if ((rc = db_exec(db, &st_set, p, &res)) != DB_OK)
 		return rc;
@@ -131,8 +128,7 @@ control_set(struct db *db, bool on, const char *reason, bool *was)
 		PQclear(res);
 		return DB_ERROR;
 	}
-	w = db_get(res, 0, "was");
-	*was = w != NULL && w[0] == 't';
+	*was = db_get_bool(res, 0, "was");
 	PQclear(res);
 	return DB_OK;
 }
@@ -142,11 +138,7 @@ control_add_blocked(struct db *db, long long n)
 {
 	char v[24];
 	const char *p[1] = { v };
-	PGresult *res = NULL;
-	enum db_rc rc;
 
 	snprintf(v, sizeof(v), "%lld", n);
-	if ((rc = db_exec(db, &st_blocked, p, &res)) == DB_OK)
-		PQclear(res);
-	return rc;
+	return db_exec_void(db, &st_blocked, p);
 }

@@ -522,12 +522,8 @@ enum db_rc
 db_ping(struct db *db)
 {
 	static const struct db_stmt st_ping = { "db_ping", "SELECT 1", 0, true };
-	PGresult *res = NULL;
-	enum db_rc rc;
 
-	if ((rc = db_exec(db, &st_ping, NULL, &res)) == DB_OK)
-		PQclear(res);
-	return rc;
+	return db_exec_void(db, &st_ping, NULL);
 }
 
 enum db_rc

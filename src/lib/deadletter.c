@@ -72,8 +72,7 @@ deadletter_open(struct db *db, const struct deadletter_open *in, bool *written)
 
 	deadletter_open_call(&d, in, &call);
 	rc = db_exec(db, call.stmt, call.params, &res);
-	*written = rc == DB_OK && PQntuples(res) == 1 && db_get(res, 0, "written") != NULL &&
-	           db_get(res, 0, "written")[0] == 't';
+	*written = rc == DB_OK && PQntuples(res) == 1 && db_get_bool(res, 0, "written");
 	PQclear(res);
 	return rc;
 }
@@ -376,7 +375,7 @@ deadletter_list(struct db *db, const struct deadletter_filter *f, json_t **out)
 		json_object_set_new(o, "age_seconds", json_integer(db_get_ll(res, i, "age_seconds")));
 		json_object_set_new(o, "replay_count",
 		                    json_integer(db_get_ll(res, i, "replay_count")));
-		json_object_set_new(o, "state", json_string(db_get(res, i, "open")[0] == 't'
+		json_object_set_new(o, "state", json_string(db_get_bool(res, i, "open")
 		                                                    ? "open" : "resolved"));
 		json_array_append_new(list, o);
 	}

@@ -445,8 +445,6 @@ gate_vote_call(struct gate_vote_call *g, const unsigned char token_hash[32],
 enum og_rc
 gate_vote_result(const struct db_call *call, struct gate_vote *v)
 {
-	const char *f;
-
 	memset(v, 0, sizeof(*v));
 	if (call->rc != DB_OK)
 		return gate_rc_of(call->rc);
@@ -456,8 +454,7 @@ gate_vote_result(const struct db_call *call, struct gate_vote *v)
 	v->needed = db_get(call->res, 0, "needed") != NULL
 	                ? (int)db_get_ll(call->res, 0, "needed")
 	                : 1;
-	f = db_get(call->res, 0, "final");
-	v->final = f != NULL && f[0] == 't';
+	v->final = db_get_bool(call->res, 0, "final");
 	if (db_get_ll(call->res, 0, "found") != 1)
 		return OG_NOT_PENDING;
 	if (db_get_ll(call->res, 0, "voted") != 1)

@@ -280,7 +280,7 @@ jobs_lock(struct db *db, long long job, struct jobs_job *out)
 		PQclear(res);
 		return OG_NOT_FOUND;
 	}
-	out->locked = db_get(res, 0, "locked") != NULL && db_get(res, 0, "locked")[0] == 't';
+	out->locked = db_get_bool(res, 0, "locked");
 	copy_word(out->state, res, "state");
 	out->completed = strcmp(out->state, JOBS_COMPLETED) == 0;
 	copy_word(out->kind, res, "kind");
@@ -343,7 +343,7 @@ jobs_state(struct db *db, long long job, char state[JOBS_WORD_LEN], char kind[JO
 	}
 	copy_word(state, res, "state");
 	copy_word(kind, res, "kind");
-	*stopping = db_get(res, 0, "stopping") != NULL && db_get(res, 0, "stopping")[0] == 't';
+	*stopping = db_get_bool(res, 0, "stopping");
 	PQclear(res);
 	return OG_OK;
 }
@@ -443,7 +443,7 @@ next_item(struct db *db, const struct db_stmt *stmt, long long job, int *seq, bo
 		*res = NULL;
 		return OG_ERROR;
 	}
-	*stop = db_get(*res, 0, "stop") != NULL && db_get(*res, 0, "stop")[0] == 't';
+	*stop = db_get_bool(*res, 0, "stop");
 	if (db_get(*res, 0, "seq") != NULL)
 		*seq = (int)db_get_ll(*res, 0, "seq");
 	return OG_OK;

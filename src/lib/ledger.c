@@ -777,8 +777,7 @@ ledger_fill(struct ledger_run *run, const PGresult *res)
 	copy_field(run->lease_owner, sizeof(run->lease_owner), res, "lease_owner");
 	copy_field(run->lease_expires_at, sizeof(run->lease_expires_at), res,
 	           "lease_expires_at");
-	v = db_get(res, 0, "lease_live");
-	run->lease_live = v != NULL && v[0] == 't';
+	run->lease_live = db_get_bool(res, 0, "lease_live");
 	v = db_get(res, 0, "result");
 	json_decref(run->result);
 	run->result = v != NULL ? json_loads(v, JSON_DECODE_ANY, NULL) : NULL;
@@ -814,16 +813,13 @@ ledger_lookup_call(struct ledger_lookup *l, long long client_id, const char *key
 static enum og_rc
 ledger_lookup_result(const struct db_call *call, struct ledger_run *run, bool *at_cap)
 {
-	const char *v;
-
 	if (call->rc != DB_OK)
 		return og_rc_of(call->rc);
 	if (PQntuples(call->res) == 0)
 		return OG_NOT_FOUND;
 	ledger_fill(run, call->res);
-	v = db_get(call->res, 0, "at_cap");
 	if (at_cap != NULL)
-		*at_cap = v != NULL && v[0] == 't';
+		*at_cap = db_get_bool(call->res, 0, "at_cap");
 	return OG_OK;
 }
 
@@ -912,13 +908,12 @@ ledger_claim_first(struct db *db, const struct ledger_claim *c, const char *leas
 	v = db_get(res, 0, "client_name");
 	snprintf(c->client->name, sizeof(c->client->name), "%s", v != NULL ? v : "");
 	if (stmt == &st_claim_first) {
-		v = db_get(res, 0, "claimed");
-		taken = v == NULL || v[0] != 't';
+		taken = !db_get_bool(res, 0, "claimed");
 		if (!taken) {
 			ledger_claimed(run, res, false);
 			lrc = OG_CLAIMED;
 		}
-	} else if ((v = db_get(res, 0, "found")) != NULL && v[0] == 't') {
+	} else if (db_get_bool(res, 0, "found")) {
 		ledger_fill(run, res);
 		lrc = OG_OK;
 	}
@@ -1358,7 +1353,7 @@ enum og_rc
 ledger_lock_draft_result(const struct db_call *call, char draft_hash[CANON_HASH_LEN],
                          bool *edited)
 {
-	const char *h, *e;
+	const char *h;
 
 	draft_hash[0] = '\0';
 	*edited = false;
@@ -1367,9 +1362,8 @@ ledger_lock_draft_result(const struct db_call *call, char draft_hash[CANON_HASH_
 	if (PQntuples(call->res) != 1)
 		return OG_NOT_AWAITING;
 	h = db_get(call->res, 0, "draft_hash");
-	e = db_get(call->res, 0, "edited");
 	snprintf(draft_hash, CANON_HASH_LEN, "%s", h != NULL ? h : "");
-	*edited = e != NULL && e[0] == 't';
+	*edited = db_get_bool(call->res, 0, "edited");
 	return OG_OK;
 }
 
@@ -1580,8 +1574,7 @@ ledger_lock(struct db *db, long long client_id, const char *key, struct ledger_l
 	out->state = st >= 0 ? (enum run_state)st : RUN_PROCESSING;
 	out->version = db_get_ll(res, 0, "version");
 	out->round = (int)db_get_ll(res, 0, "round");
-	v = db_get(res, 0, "lease_over");
-	out->lease_over = v != NULL && v[0] == 't';
+	out->lease_over = db_get_bool(res, 0, "lease_over");
 	if ((v = db_get(res, 0, "callback_url")) != NULL && (out->callback_url = strdup(v)) == NULL)
 		rc = OG_ERROR;
 	PQclear(res);

@@ -169,7 +169,6 @@ static enum og_rc
 cols_exec(struct db *db, const struct db_stmt *st, struct flush_cols *k)
 {
 	const char *params[FLUSH_COLS];
-	PGresult *res = NULL;
 	enum db_rc rc = DB_ERROR;
 	int i;
 
@@ -177,10 +176,8 @@ cols_exec(struct db *db, const struct db_stmt *st, struct flush_cols *k)
 		k->failed = buf_puts(&k->c[i], "}") != 0 || k->failed;
 		params[i] = k->c[i].data;
 	}
-	if (!k->failed) {
-		rc = db_exec(db, st, params, &res);
-		PQclear(res);
-	}
+	if (!k->failed)
+		rc = db_exec_void(db, st, params);
 	for (i = 0; i < FLUSH_COLS; i++)
 		buf_free(&k->c[i]);
 	return rc == DB_OK ? OG_OK : rc == DB_UNAVAILABLE ? OG_UNAVAILABLE : OG_ERROR;
@@ -350,7 +347,6 @@ metrics_flush(struct db *db)
 	const char *params[2] = { names, values };
 	size_t nl = 0, vl = 0;
 	bool any = false;
-	PGresult *res;
 	enum db_rc rc;
 	int i;
 
@@ -380,8 +376,7 @@ metrics_flush(struct db *db)
 	}
 	snprintf(names + nl, sizeof(names) - nl, "}");
 	snprintf(values + vl, sizeof(values) - vl, "}");
-	rc = db_exec(db, &st_flush, params, &res);
-	PQclear(res);
+	rc = db_exec_void(db, &st_flush, params);
 	if (rc == DB_OK)
 		return lrc;
 	/* Keep them for the next flush: a count is late, not lost. */

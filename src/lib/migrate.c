@@ -174,7 +174,7 @@ may_apply(struct db *db, const char *first, char *err, size_t errlen)
 		errf(err, errlen, "%s", db_error(db));
 		return false;
 	}
-	may = PQntuples(res) == 1 && db_get(res, 0, "may")[0] == 't';
+	may = PQntuples(res) == 1 && db_get_bool(res, 0, "may");
 	if (!may)
 		errf(err, errlen,
 		     "migration %.*s is pending, and role \"%s\" may not apply it: migrations "
